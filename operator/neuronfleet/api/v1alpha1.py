@@ -1,0 +1,749 @@
+"""InferenceDeployment v1alpha1: spec and status as pydantic models.
+
+Every field carries a description (it becomes ``kubectl explain`` text) and, where a user can
+rely on one, a default. Cross-field rules are CEL expressions attached to the model that owns
+the fields; the generated CRD carries them as ``x-kubernetes-validations``, and
+``neuronfleet validate`` evaluates the same expressions offline.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+GROUP = "serving.neuronfleet.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "InferenceDeployment"
+PLURAL = "inferencedeployments"
+SINGULAR = "inferencedeployment"
+SHORT_NAMES = ["infdep", "idep"]
+CATEGORIES = ["all", "neuronfleet"]
+
+DEFAULT_IMAGE = "ghcr.io/neuronfleet/neuronserve:0.1.0"
+INSTANCE_TYPE_NAMES = ("inf2.xlarge", "inf2.8xlarge", "inf2.24xlarge", "inf2.48xlarge")
+InstanceTypeName = Literal["inf2.xlarge", "inf2.8xlarge", "inf2.24xlarge", "inf2.48xlarge"]
+
+#: Kubernetes quantity strings, e.g. "2", "500m", "4Gi". Validated by the API server's pattern.
+QUANTITY_PATTERN = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+
+
+def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
+    """One ``x-kubernetes-validations`` entry."""
+    entry = {"rule": rule, "message": message}
+    if field_path:
+        entry["fieldPath"] = field_path
+    return entry
+
+
+def rules(*entries: dict[str, str]) -> dict[str, Any]:
+    """The ``json_schema_extra`` that attaches CEL rules to a model's schema."""
+    return {"x-kubernetes-validations": list(entries)}
+
+
+class ApiModel(BaseModel):
+    """Base of every API object: camelCase on the wire, unknown fields rejected."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        validate_default=True,
+    )
+
+    def to_wire(self) -> dict[str, Any]:
+        """The object as it is written to the Kubernetes API (camelCase, no nulls)."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+# --------------------------------------------------------------------------------------------- model
+
+
+class TensorSpec(ApiModel):
+    """One input tensor of the model's signature."""
+
+    name: str = Field(min_length=1, max_length=128, description="Input name as the model's forward() takes it.")
+    dtype: Literal["int64", "int32", "float32", "float16", "bfloat16"] = Field(
+        default="int64", description="Element type of the tensor."
+    )
+    shape: list[int] = Field(
+        default_factory=lambda: [-1, -1],
+        min_length=1,
+        max_length=8,
+        description="Shape with -1 for dimensions that vary per request and are bucketed "
+        "(batch first, then sequence).",
+    )
+
+
+def _default_inputs() -> list[TensorSpec]:
+    return [TensorSpec(name="input_ids"), TensorSpec(name="attention_mask")]
+
+
+class ModelSpec(ApiModel):
+    """The model to serve: where it comes from, its input signature and its compiled shapes."""
+
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "self.neuronCoresPerReplica in [1, 2, 4, 8, 16]",
+                "neuronCoresPerReplica must be a power of two (1, 2, 4, 8 or 16): the Neuron scheduler "
+                "allocates contiguous cores on the chip ring",
+                ".neuronCoresPerReplica",
+            ),
+            cel(
+                "!has(self.hbmGiB) || self.hbmGiB <= self.neuronCoresPerReplica * 16",
+                "hbmGiB exceeds what neuronCoresPerReplica cores address: each NeuronCore-v2 has "
+                "16 GiB of its chip's 32 GiB HBM",
+                ".hbmGiB",
+            ),
+            cel(
+                "self.batchBuckets.all(b, b >= 1) && self.sequenceBuckets.all(s, s >= 1)",
+                "bucket sizes must be positive",
+            ),
+        )
+    )
+
+    name: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$",
+        description="Name the model is served under (KServe v2 /v2/models/{name}). "
+        "Defaults to the InferenceDeployment's name.",
+    )
+    source: str = Field(
+        min_length=1,
+        max_length=1024,
+        pattern=r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?|/.+|file:///.+)$",
+        description="Where the uncompiled model is: s3://bucket/prefix, or an absolute path / "
+        "file:// URI on the compile host (a TorchScript file or a Hugging Face-style directory).",
+    )
+    format: Literal["huggingface", "torchscript"] = Field(
+        default="huggingface", description="How the source is stored."
+    )
+    inputs: list[TensorSpec] = Field(
+        default_factory=_default_inputs,
+        min_length=1,
+        max_length=16,
+        description="The input signature. Defaults to a BERT-style encoder (input_ids, attention_mask).",
+    )
+    batch_buckets: list[int] = Field(
+        default_factory=lambda: [1, 4, 8, 16],
+        min_length=1,
+        max_length=16,
+        description="Batch sizes compiled ahead of time. Neuron graphs have fixed shapes: the server "
+        "pads each batch to the nearest bucket.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    sequence_buckets: list[int] = Field(
+        default_factory=lambda: [128],
+        min_length=1,
+        max_length=16,
+        description="Sequence lengths compiled ahead of time; longer requests are refused with 400.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    neuron_cores_per_replica: int = Field(
+        default=2,
+        ge=1,
+        le=16,
+        description="NeuronCores each replica requests (aws.amazon.com/neuroncore); a power of two. "
+        "An Inferentia2 chip has 2 NeuronCores and 32 GiB HBM.",
+    )
+    hbm_gib: float | None = Field(
+        alias="hbmGiB",
+        default=None,
+        gt=0,
+        le=384,
+        description="Device memory (HBM) the compiled model needs per replica, in GiB. Used to check "
+        "placement; unset means it fits the requested cores.",
+    )
+
+
+# ------------------------------------------------------------------------------------------- compile
+
+
+class CompileSpec(ApiModel):
+    """How the model is compiled ahead of time for Neuron (torch-neuronx / neuronx-cc)."""
+
+    image: str = Field(default=DEFAULT_IMAGE, min_length=1, description="Image that runs `neuronserve compile`.")
+    target_family: Literal["inf2"] = Field(
+        default="inf2", description="neuronx-cc --target: the chip family compiled for."
+    )
+    auto_cast: Literal["none", "matmult", "all"] = Field(
+        default="matmult", description="neuronx-cc --auto-cast: which operations are cast."
+    )
+    auto_cast_type: Literal["bf16", "fp16", "tf32", "fp8_e4m3"] = Field(
+        default="bf16", description="neuronx-cc --auto-cast-type."
+    )
+    opt_level: int = Field(default=2, ge=1, le=3, description="neuronx-cc -O level.")
+    extra_args: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Further neuronx-cc flags, e.g. --enable-fast-loading-neuron-binaries.",
+    )
+    artifact_store: str | None = Field(
+        default=None,
+        pattern=r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?|/.+)$",
+        description="Where compiled artifacts are kept (s3://bucket/prefix or a directory). "
+        "Defaults to the operator's configured store.",
+    )
+    timeout_seconds: int = Field(
+        default=3600, ge=60, le=86400, description="Deadline of one compile Job."
+    )
+    backoff_limit: int = Field(
+        default=2, ge=0, le=10, description="Retries of a failed compile Job."
+    )
+
+
+# ------------------------------------------------------------------------------------------- runtime
+
+
+class EnvVar(ApiModel):
+    """An environment variable for the model-server container."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Variable name.")
+    value: str = Field(default="", description="Variable value.")
+
+
+class RuntimeSpec(ApiModel):
+    """The model server (neuronserve) each replica runs."""
+
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "self.maxQueue >= 1",
+                "maxQueue must be at least 1: the queue is bounded, overload is answered with 429",
+            )
+        )
+    )
+
+    image: str = Field(default=DEFAULT_IMAGE, min_length=1, description="Image of the model server.")
+    port: int = Field(default=8080, ge=1024, le=65535, description="HTTP port (KServe v2 REST and /metrics).")
+    max_batch_delay_ms: float = Field(
+        default=5.0,
+        ge=0,
+        le=1000,
+        description="How long the dynamic batcher waits to fill a batch before running it.",
+    )
+    max_queue: int = Field(
+        default=256,
+        le=100000,
+        description="Bound of the request queue per replica; requests beyond it get 429 with Retry-After.",
+    )
+    cpu: str | None = Field(
+        default=None,
+        pattern=QUANTITY_PATTERN,
+        description="CPU request per replica (quantity). Defaults to the replica's share of the instance.",
+    )
+    memory: str | None = Field(
+        default=None,
+        pattern=QUANTITY_PATTERN,
+        description="Memory request per replica (quantity). Defaults to the replica's share of the instance.",
+    )
+    termination_grace_period_seconds: int = Field(
+        default=60,
+        ge=5,
+        le=3600,
+        description="Time a draining replica gets to finish in-flight requests before it is killed.",
+    )
+    env: list[EnvVar] = Field(default_factory=list, max_length=64, description="Extra environment variables.")
+
+
+# ----------------------------------------------------------------------------------------- placement
+
+
+class Toleration(ApiModel):
+    """A pod toleration (core/v1 Toleration)."""
+
+    key: str | None = Field(default=None, description="Taint key the toleration applies to.")
+    operator: Literal["Exists", "Equal"] = Field(default="Equal", description="Exists or Equal.")
+    value: str | None = Field(default=None, description="Taint value for operator Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to match; empty matches all effects."
+    )
+    toleration_seconds: int | None = Field(
+        default=None, description="For NoExecute: how long the pod stays bound."
+    )
+
+
+class PlacementSpec(ApiModel):
+    """Where replicas may run: Inf2 instance types, node groups, zones and the scheduler."""
+
+    instance_types: list[InstanceTypeName] = Field(
+        default_factory=lambda: list(INSTANCE_TYPE_NAMES),  # type: ignore[arg-type]
+        min_length=1,
+        description="Inf2 instance types the replicas may use. The operator picks the one with the lowest "
+        "$ per replica-hour that holds the model.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra node labels replicas require, e.g. a node group: karpenter.sh/nodepool: inf2.",
+    )
+    zones: list[str] = Field(
+        default_factory=list,
+        description="Availability zones replicas may use (topology.kubernetes.io/zone); empty means any.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    zone_spread_max_skew: int = Field(
+        default=1,
+        ge=1,
+        le=100,
+        description="maxSkew of the zone topology spread constraint (ScheduleAnyway) across zones.",
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list,
+        description="Tolerations added to the pods, beyond aws.amazon.com/neuron which is always tolerated.",
+    )
+    scheduler_name: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="Scheduler of the Neuron scheduler extension (the Neuron Helm chart names it "
+        "my-scheduler); needed for contiguous allocation of more than one core. Unset: the operator's "
+        "configured default.",
+    )
+
+
+# ------------------------------------------------------------------------------------------- scaling
+
+
+class ScalingPolicy(ApiModel):
+    """One rate limit on scaling, as in HPA behavior: at most `value` pods or percent per period."""
+
+    type: Literal["Pods", "Percent"] = Field(description="Pods: an absolute count; Percent: of the current replicas.")
+    value: int = Field(ge=1, le=10000, description="How many pods (or percent) may be added or removed per period.")
+    period_seconds: int = Field( ge=1, le=1800, description="Window the limit applies over."
+    )
+
+
+class ScalingRules(ApiModel):
+    """Behavior in one direction (as HPA's HPAScalingRules)."""
+
+    stabilization_window_seconds: int = Field(
+        ge=0,
+        le=3600,
+        description="Recommendations within this window are considered: scale-up takes their minimum, "
+        "scale-down their maximum, so a short dip or spike does not flap the fleet.",
+    )
+    select_policy: Literal["Max", "Min", "Disabled"] = Field(
+        default="Max",
+        description="Which policy wins when several apply; Disabled turns scaling in this direction off.",
+    )
+    policies: list[ScalingPolicy] = Field(
+        min_length=1, max_length=10, description="Rate limits; `selectPolicy` chooses among them."
+    )
+
+
+def _default_scale_up() -> ScalingRules:
+    return ScalingRules(
+        stabilization_window_seconds=0,
+        select_policy="Max",
+        policies=[
+            ScalingPolicy(type="Pods", value=4, period_seconds=15),
+            ScalingPolicy(type="Percent", value=100, period_seconds=15),
+        ],
+    )
+
+
+def _default_scale_down() -> ScalingRules:
+    return ScalingRules(
+        stabilization_window_seconds=300,
+        select_policy="Max",
+        policies=[ScalingPolicy(type="Percent", value=100, period_seconds=15)],
+    )
+
+
+class ScalingBehavior(ApiModel):
+    """Scale-up and scale-down behavior; the defaults are Kubernetes HPA v2's."""
+
+    scale_up: ScalingRules = Field(
+        default_factory=_default_scale_up,
+        description="Scale-up rules. Default: no stabilization; at most max(4 pods, 100%) per 15 s.",
+    )
+    scale_down: ScalingRules = Field(
+        default_factory=_default_scale_down,
+        description="Scale-down rules. Default: 300 s stabilization; at most 100% per 15 s.",
+    )
+
+
+class MetricQueries(ApiModel):
+    """PromQL the autoscaler reads. `$namespace` and `$name` are replaced by the resource's."""
+
+    prometheus_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://.+",
+        description="Prometheus to query; defaults to the operator's configured URL.",
+    )
+    queue_depth: str = Field(
+        default='sum(neuronserve_queue_depth{namespace="$namespace",deployment="$name",role="active"})',
+        description="Total requests waiting in the replicas' queues.",
+    )
+    in_flight: str = Field(
+        default='sum(neuronserve_inflight_requests{namespace="$namespace",deployment="$name",role="active"})',
+        description="Total requests being executed.",
+    )
+    arrival_rate: str = Field(
+        default='sum(rate(neuronserve_requests_total{namespace="$namespace",deployment="$name"}[1m]))',
+        description="Requests per second arriving at the deployment.",
+    )
+    utilization: str = Field(
+        default='avg(neuronserve_device_busy_ratio{namespace="$namespace",deployment="$name",role="active"})',
+        description="Device-busy ratio (0..1) of active replicas. To use neuron-monitor instead: "
+        "avg(neuroncore_utilization_ratio{...}).",
+    )
+    stale_after_seconds: int = Field(
+        default=60,
+        ge=5,
+        le=3600,
+        description="Samples older than this count as missing: the autoscaler then holds, never scales down.",
+    )
+    timeout_seconds: float = Field(
+        default=5.0, gt=0, le=60, description="Timeout of one Prometheus query."
+    )
+
+
+class ScalingSpec(ApiModel):
+    """Replica bounds and the autoscaler: queue depth first, device utilization as a guardrail."""
+
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel("self.minReplicas <= self.maxReplicas", "minReplicas must not exceed maxReplicas", ".minReplicas"),
+            cel(
+                "!has(self.replicas) || self.replicas <= self.maxReplicas",
+                "replicas must not exceed maxReplicas",
+                ".replicas",
+            ),
+            cel(
+                "self.mode != 'Auto' || self.maxReplicas >= 1",
+                "Auto scaling needs maxReplicas of at least 1",
+                ".maxReplicas",
+            ),
+        )
+    )
+
+    mode: Literal["Auto", "Manual"] = Field(
+        default="Auto",
+        description="Auto: the operator sets the active replicas from metrics within [minReplicas, maxReplicas]. "
+        "Manual: `replicas` (or `kubectl scale`) sets them.",
+    )
+    replicas: int | None = Field(
+        default=None,
+        ge=0,
+        le=1000,
+        description="Active replicas in Manual mode (the scale subresource writes it). In Auto mode it is "
+        "ignored. Unset: minReplicas.",
+    )
+    min_replicas: int = Field(default=1, ge=0, le=1000, description="Lower bound of active replicas.")
+    max_replicas: int = Field(default=10, ge=0, le=1000, description="Upper bound of active replicas.")
+    target_queue_depth: float = Field(
+        default=8.0,
+        gt=0,
+        le=10000,
+        description="Requests queued plus in flight per active replica that the autoscaler aims for "
+        "(the primary signal).",
+    )
+    target_utilization: float = Field(
+        default=0.8,
+        gt=0,
+        le=1,
+        description="Device-busy ratio per replica above which the autoscaler adds replicas (a guardrail: "
+        "under batching utilization saturates before latency shows it).",
+    )
+    latency_slo_ms: float | None = Field(
+        default=None,
+        gt=0,
+        le=600000,
+        description="Latency objective per request in milliseconds (reported against; the simulator "
+        "measures attainment of it).",
+    )
+    interval_seconds: int = Field(
+        default=15, ge=1, le=600, description="How often the autoscaler evaluates."
+    )
+    tolerance: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="No change while |desired/current - 1| is within this (HPA's tolerance).",
+    )
+    panic_window_seconds: int = Field(
+        default=6,
+        ge=0,
+        le=600,
+        description="Short window for bursts: when demand over it needs panicThreshold times the ready "
+        "replicas, scale up at once and hold until demand falls (0 disables panic mode).",
+    )
+    panic_threshold: float = Field(
+        default=2.0,
+        gt=1,
+        le=100,
+        description="Ratio of panic-window demand to ready replicas that enters panic mode.",
+    )
+    behavior: ScalingBehavior = Field(
+        default_factory=ScalingBehavior, description="Stabilization windows and rate limits, as HPA v2 behavior."
+    )
+    metrics: MetricQueries = Field(default_factory=MetricQueries, description="Where the signals come from.")
+
+
+# ----------------------------------------------------------------------------------------- warm pool
+
+
+class WarmPoolSpec(ApiModel):
+    """Standby capacity that hides cold starts: loaded pods outside the Service, and node placeholders."""
+
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel("self.minPods <= self.maxPods", "warmPool.minPods must not exceed warmPool.maxPods", ".minPods"),
+            cel(
+                "self.mode != 'Fixed' || self.pods <= self.maxPods",
+                "warmPool.pods must not exceed warmPool.maxPods",
+                ".pods",
+            ),
+            cel(
+                "self.mode != 'Fixed' || self.nodePlaceholders <= self.maxNodePlaceholders",
+                "warmPool.nodePlaceholders must not exceed warmPool.maxNodePlaceholders",
+                ".nodePlaceholders",
+            ),
+        )
+    )
+
+    mode: Literal["Off", "Fixed", "Auto"] = Field(
+        default="Off",
+        description="Off: no standby. Fixed: `pods` warm pods and `nodePlaceholders` placeholders. Auto: sized "
+        "from measured cold starts and recent demand, within the min/max bounds.",
+    )
+    pods: int = Field(default=1, ge=0, le=100, description="Fixed mode: warm pods kept loaded.")
+    node_placeholders: int = Field(
+        default=0,
+        ge=0,
+        le=100,
+        description="Fixed mode: low-priority placeholder pods that keep spare Inf2 capacity provisioned.",
+    )
+    min_pods: int = Field(default=0, ge=0, le=100, description="Auto mode: fewest warm pods.")
+    max_pods: int = Field(default=4, ge=0, le=100, description="Auto mode: most warm pods.")
+    max_node_placeholders: int = Field(
+        default=2,
+        ge=0,
+        le=100,
+        description="Auto mode: most placeholder pods (0 keeps no spare node capacity).",
+    )
+    coverage: float = Field(
+        default=0.95,
+        ge=0.5,
+        le=0.999,
+        description="Auto mode: the quantile of demand increase within one cold start that standby covers.",
+    )
+    cold_start_target_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Auto mode: the wait a request may see when the fleet grows; standby is sized so that "
+        "growth within one measured cold start beyond this target is covered.",
+    )
+    assumed_pod_cold_start_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        le=7200,
+        description="Pod cold start (schedule, pull, load, warm-up) assumed until the operator has measured it.",
+    )
+    assumed_node_cold_start_seconds: float = Field(
+        default=180.0,
+        gt=0,
+        le=7200,
+        description="Node provisioning time assumed until measured.",
+    )
+
+
+# ------------------------------------------------------------------------------------------- rollout
+
+
+class RolloutSpec(ApiModel):
+    """How a new artifact revision replaces the old one."""
+
+    strategy: Literal["WarmThenSwap"] = Field(
+        default="WarmThenSwap",
+        description="WarmThenSwap: start and warm pods of the new revision, move them into the Service, then "
+        "drain the old ones; ready capacity never drops.",
+    )
+    max_surge: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="New-revision pods warmed at a time; 0 warms as many as there are active replicas at once.",
+    )
+    progress_deadline_seconds: int = Field(
+        default=1800,
+        ge=60,
+        le=86400,
+        description="A rollout that has not progressed for this long is reported as Degraded.",
+    )
+
+
+# ---------------------------------------------------------------------------------------------- spec
+
+
+class InferenceDeploymentSpec(ApiModel):
+    """Desired state of an InferenceDeployment."""
+
+    model: ModelSpec = Field(description="The model to compile and serve.")
+    compile: CompileSpec = Field(default_factory=CompileSpec, description="Ahead-of-time compilation.")
+    runtime: RuntimeSpec = Field(default_factory=RuntimeSpec, description="The model server.")
+    placement: PlacementSpec = Field(default_factory=PlacementSpec, description="Where replicas run.")
+    scaling: ScalingSpec = Field(default_factory=ScalingSpec, description="Replica bounds and autoscaling.")
+    warm_pool: WarmPoolSpec = Field(
+        default_factory=WarmPoolSpec, description="Standby capacity against cold starts."
+    )
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="How new revisions roll out.")
+
+
+# -------------------------------------------------------------------------------------------- status
+
+ConditionType = Literal["Ready", "Compiled", "Scheduled", "ScalingActive", "WarmPoolReady", "Degraded"]
+
+
+class Condition(ApiModel):
+    """A kubebuilder-style condition (metav1.Condition)."""
+
+    type: str = Field(description="Ready, Compiled, Scheduled, ScalingActive, WarmPoolReady or Degraded.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(default="", description="One CamelCase word saying why.")
+    message: str = Field(default="", description="Human-readable details.")
+    last_transition_time: str | None = Field(
+        default=None, description="When the status last changed (RFC 3339)."
+    )
+    observed_generation: int | None = Field(
+        default=None, description="The spec generation the condition was computed for."
+    )
+
+
+class ArtifactStatus(ApiModel):
+    """The compiled artifact of the current revision."""
+
+    uri: str | None = Field(default=None, description="Where the compiled artifact is stored.")
+    sha256: str | None = Field(default=None, description="Digest of the artifact manifest.")
+    revision: str | None = Field(default=None, description="Revision label: the first 10 hex digits of the cache key.")
+    cache_key: str | None = Field(default=None, description="Hash of source, compiler, flags, buckets.")
+    backend: Literal["neuron", "cpu"] | None = Field(
+        default=None, description="neuron when torch-neuronx compiled it; cpu for a CPU TorchScript artifact."
+    )
+
+
+class PlacementStatus(ApiModel):
+    """The placement the operator chose."""
+
+    instance_type: str | None = Field(default=None, description="Chosen Inf2 instance type.")
+    replicas_per_node: int | None = Field(default=None, description="Replicas per node.")
+    nodes: int | None = Field(default=None, description="Nodes the desired replicas need.")
+    usd_per_hour: float | None = Field(default=None, description="On-demand cost of those nodes.")
+    reason: str | None = Field(default=None, description="Why this instance type (the plan's explanation).")
+
+
+class PhaseStats(ApiModel):
+    """Rolling statistics of one cold-start phase, in seconds."""
+
+    p50_seconds: float | None = Field(default=None, description="Median.")
+    p90_seconds: float | None = Field(default=None, description="90th percentile.")
+    samples: int = Field(default=0, ge=0, description="Pods measured.")
+
+
+class ColdStartStatus(ApiModel):
+    """Measured cold starts, from pod conditions and timestamps."""
+
+    instance_type: str | None = Field(default=None, description="Instance type measured on.")
+    scheduling: PhaseStats = Field(default_factory=PhaseStats, description="Created to scheduled.")
+    start: PhaseStats = Field(default_factory=PhaseStats, description="Scheduled to container started (pull).")
+    load: PhaseStats = Field(default_factory=PhaseStats, description="Started to ready (load and warm-up).")
+    pod: PhaseStats = Field(default_factory=PhaseStats, description="Created to ready, on an existing node.")
+    node: PhaseStats = Field(default_factory=PhaseStats, description="Node provisioning for pods that waited for one.")
+
+
+class MetricsStatus(ApiModel):
+    """The last metric snapshot the autoscaler used."""
+
+    queue_depth: float | None = Field(default=None, description="Queued requests.")
+    in_flight: float | None = Field(default=None, description="Requests in execution.")
+    arrival_rate: float | None = Field(default=None, description="Requests per second.")
+    utilization: float | None = Field(default=None, description="Device-busy ratio of active replicas.")
+    sampled_at: str | None = Field(default=None, description="When the snapshot was taken.")
+
+
+class WarmPoolStatus(ApiModel):
+    """How the warm pool was sized."""
+
+    desired_pods: int | None = Field(default=None, description="Warm pods wanted.")
+    desired_placeholders: int | None = Field(
+        default=None, description="Node placeholders wanted."
+    )
+    reason: str | None = Field(default=None, description="The sizing inputs: cold start, demand growth, coverage.")
+
+
+class InferenceDeploymentStatus(ApiModel):
+    """Observed state of an InferenceDeployment, written by the operator."""
+
+    observed_generation: int | None = Field(
+        default=None, description="The spec generation this status reflects."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready, Compiled, Scheduled, ScalingActive, WarmPoolReady, Degraded.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    replicas: int = Field(default=0, ge=0, description="Active replicas (pods in the Service).")
+    ready_replicas: int = Field(default=0, ge=0, description="Active replicas that are ready.")
+    warm_replicas: int = Field(default=0, ge=0, description="Ready warm (standby) pods.")
+    draining_replicas: int = Field(
+        default=0, ge=0, description="Pods finishing in-flight work before deletion."
+    )
+    desired_replicas: int = Field(default=0, ge=0, description="Active replicas wanted.")
+    placeholders: int = Field(default=0, ge=0, description="Node placeholder pods.")
+    selector: str | None = Field(
+        default=None, description="Label selector of the active pods (for the scale subresource and HPA tooling)."
+    )
+    artifact: ArtifactStatus = Field(default_factory=ArtifactStatus, description="The compiled artifact.")
+    placement: PlacementStatus = Field(default_factory=PlacementStatus, description="The chosen placement.")
+    cold_start: ColdStartStatus = Field(
+        default_factory=ColdStartStatus, description="Measured cold-start phases."
+    )
+    warm_pool: WarmPoolStatus = Field(
+        default_factory=WarmPoolStatus, description="Warm-pool sizing."
+    )
+    metrics: MetricsStatus = Field(default_factory=MetricsStatus, description="Last metrics the autoscaler read.")
+    last_scale_time: str | None = Field(
+        default=None, description="When the active replica count last changed."
+    )
+    last_scale_reason: str | None = Field(
+        default=None, description="Why it changed."
+    )
+
+
+class ObjectMeta(ApiModel):
+    """The part of metav1.ObjectMeta the operator reads; the rest passes through."""
+
+    model_config = ConfigDict(extra="allow", alias_generator=to_camel, populate_by_name=True)
+
+    name: str | None = Field(default=None, description="Name of the resource.")
+    namespace: str | None = Field(default=None, description="Namespace of the resource.")
+    uid: str | None = Field(default=None, description="UID set by the API server.")
+    generation: int | None = Field(default=None, description="Spec generation set by the API server.")
+    labels: dict[str, str] = Field(default_factory=dict, description="Labels.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Annotations.")
+
+
+class InferenceDeployment(ApiModel):
+    """A model served on AWS Inf2: compiled ahead of time, placed, autoscaled and kept warm."""
+
+    api_version: Literal["serving.neuronfleet.dev/v1alpha1"] = Field(
+        default=API_VERSION, description="serving.neuronfleet.dev/v1alpha1"
+    )
+    kind: Literal["InferenceDeployment"] = Field(default=KIND, description="InferenceDeployment")
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta, description="Standard object metadata.")
+    spec: InferenceDeploymentSpec = Field(description="Desired state.")
+    status: InferenceDeploymentStatus | None = Field(default=None, description="Observed state.")
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name or ""
+
+    @property
+    def served_model_name(self) -> str:
+        return self.spec.model.name or self.name
+
