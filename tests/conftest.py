@@ -1,0 +1,17 @@
+"""Test configuration shared by every test folder.
+
+Fixture plugins that several folders use live in ``tests/fixtures_*.py`` and are registered here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return REPO
