@@ -1,7 +1,220 @@
-"""The `neuronfleet` command line: run, sandbox, simulate, plan, crds, validate."""
+"""The `neuronfleet` command line: one entry point for every job the project does.
+
+Subcommands register themselves from the module that owns their work (``register(subparsers)``),
+so this file only assembles them and turns failures into clear messages and exit codes.
+"""
 
 from __future__ import annotations
 
+import argparse
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from neuronfleet import __version__
+from neuronfleet.api.crd import CRD_FILENAME, crd_yaml
+from neuronfleet.api.validation import Problem, validate_manifest
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+#: Where `make crds` writes the generated CRD: the repository copy and the Helm chart's copy.
+CRD_TARGET_DIRS = ("crds", "charts/neuronfleet/crds")
+
+
+# --------------------------------------------------------------------------------------------- crds
+
+
+def _cmd_crds(args: argparse.Namespace) -> int:
+    text = crd_yaml()
+    if not args.write:
+        sys.stdout.write(text)
+        return 0
+    root = Path(args.root)
+    for target in CRD_TARGET_DIRS:
+        path = root / target / CRD_FILENAME
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        console.print(f"wrote {path}")
+    return 0
+
+
+def _register_crds(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "crds",
+        help="print the InferenceDeployment CRD generated from the typed API",
+        description="Render the CustomResourceDefinition from neuronfleet.api (the single source of truth).",
+    )
+    p.add_argument("--write", action="store_true", help="write crds/ and charts/neuronfleet/crds/ instead of printing")
+    p.add_argument("--root", default=".", help="repository root for --write (default: current directory)")
+    p.set_defaults(func=_cmd_crds)
+
+
+# ----------------------------------------------------------------------------------------- validate
+
+
+@dataclass
+class DocumentResult:
+    """The outcome of validating one YAML document."""
+
+    source: str
+    name: str | None = None
+    problems: list[Problem] = field(default_factory=list)
+    summary: str = ""
+
+
+def _manifest_files(paths: Iterable[str]) -> Iterator[Path]:
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            # Only the folder itself: sub-folders (e.g. examples/invalid) are named explicitly.
+            yield from sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+        else:
+            yield path
+
+
+CatalogCheck = Callable[[Any], list[Problem]]
+
+
+def _catalog_check() -> CatalogCheck | None:
+    """The placement planner's check that some allowed instance type holds the model."""
+    try:
+        from neuronfleet.planning.placement import check_fits
+    except ImportError:  # pragma: no cover - the planner ships with the package
+        return None
+
+    def check(model: Any) -> list[Problem]:
+        return [Problem(*str(p).split(": ", 1)) if ": " in str(p) else Problem("spec", str(p)) for p in check_fits(model)]
+
+    return check
+
+
+def validate_files(paths: Iterable[str]) -> list[DocumentResult]:
+    """Validate every InferenceDeployment document in the given files and folders."""
+    results: list[DocumentResult] = []
+    catalog = _catalog_check()
+    for path in _manifest_files(paths):
+        source = str(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            results.append(DocumentResult(source, problems=[Problem("", f"cannot read: {exc.strerror}")]))
+            continue
+        try:
+            documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        except yaml.YAMLError as exc:
+            where = ""
+            mark = getattr(exc, "problem_mark", None)
+            if mark is not None:
+                where = f" at line {mark.line + 1}, column {mark.column + 1}"
+            reason = getattr(exc, "problem", None) or str(exc)
+            results.append(DocumentResult(source, problems=[Problem("", f"malformed YAML{where}: {reason}")]))
+            continue
+        if not documents:
+            results.append(DocumentResult(source, problems=[Problem("", "no YAML documents in the file")]))
+        for index, doc in enumerate(documents):
+            label = source if len(documents) == 1 else f"{source}#{index + 1}"
+            model, problems = validate_manifest(doc)
+            result = DocumentResult(label, problems=problems)
+            if model is not None:
+                result.name = model.name
+                if not problems and catalog is not None:
+                    result.problems = catalog(model)
+                spec = model.spec
+                result.summary = (
+                    f"{spec.model.neuron_cores_per_replica} NeuronCores/replica, "
+                    f"scaling {spec.scaling.mode} {spec.scaling.min_replicas}..{spec.scaling.max_replicas}, "
+                    f"warm pool {spec.warm_pool.mode}"
+                )
+            results.append(result)
+    return results
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    results = validate_files(args.filename)
+    failed = 0
+    for result in results:
+        if result.problems:
+            failed += 1
+            console.print(f"[red]✗[/red] {result.source}" + (f" ({result.name})" if result.name else ""))
+            for problem in result.problems:
+                console.print(f"    {problem}", markup=False)
+        elif not args.quiet:
+            console.print(f"[green]✓[/green] {result.source}: {result.name}: {result.summary}")
+    if not results:
+        err_console.print("no manifests found")
+        return 1
+    console.print(f"{len(results) - failed} valid, {failed} invalid")
+    return 1 if failed else 0
+
+
+def _register_validate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "validate",
+        help="check InferenceDeployment manifests offline (schema, CEL rules, Inf2 catalog)",
+        description="Validate manifests against the generated CRD schema and its CEL rules, exactly as the "
+        "API server would, then check that some allowed Inf2 instance type can hold the model. "
+        "Prints every problem with its field path; exits 1 if any.",
+    )
+    p.add_argument("-f", "--filename", action="extend", nargs="+", required=True, metavar="FILE_OR_DIR")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only problems and the total")
+    p.set_defaults(func=_cmd_validate)
+
+
+# ---------------------------------------------------------------------------------------- assembly
+
+
+def _optional_registrars() -> list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]]:
+    """Subcommands owned by other modules (operator, sandbox, simulator, planner)."""
+    registrars = []
+    for module_name in (
+        "neuronfleet.plan_command",
+        "neuronfleet.sim.command",
+        "neuronfleet.sandbox.command",
+        "neuronfleet.run_command",
+    ):
+        try:
+            module = __import__(module_name, fromlist=["register"])
+        except ImportError as exc:
+            # A missing optional dependency must not break the commands that do not need it.
+            if exc.name and exc.name.startswith("neuronfleet"):
+                continue
+            raise
+        registrars.append(module.register)
+    return registrars
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="neuronfleet",
+        description="Serve models on AWS Inf2: an operator for InferenceDeployments, its local sandbox, "
+        "and a simulator for scaling policies.",
+    )
+    parser.add_argument("--version", action="version", version=f"neuronfleet {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for register in [*_optional_registrars(), _register_validate, _register_crds]:
+        register(sub)
+    return parser
+
 
 def main(argv: list[str] | None = None) -> int:
-    raise SystemExit("not yet")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        code: int = args.func(args)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

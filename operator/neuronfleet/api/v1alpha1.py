@@ -8,7 +8,7 @@ the fields; the generated CRD carries them as ``x-kubernetes-validations``, and
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -93,14 +93,10 @@ class ModelSpec(ApiModel):
                 ".neuronCoresPerReplica",
             ),
             cel(
-                "!has(self.hbmGiB) || self.hbmGiB <= self.neuronCoresPerReplica * 16",
+                "!has(self.hbmGiB) || self.hbmGiB <= double(self.neuronCoresPerReplica * 16)",
                 "hbmGiB exceeds what neuronCoresPerReplica cores address: each NeuronCore-v2 has "
                 "16 GiB of its chip's 32 GiB HBM",
                 ".hbmGiB",
-            ),
-            cel(
-                "self.batchBuckets.all(b, b >= 1) && self.sequenceBuckets.all(s, s >= 1)",
-                "bucket sizes must be positive",
             ),
         )
     )
@@ -126,8 +122,9 @@ class ModelSpec(ApiModel):
         min_length=1,
         max_length=16,
         description="The input signature. Defaults to a BERT-style encoder (input_ids, attention_mask).",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
-    batch_buckets: list[int] = Field(
+    batch_buckets: list[Annotated[int, Field(ge=1, le=1024)]] = Field(
         default_factory=lambda: [1, 4, 8, 16],
         min_length=1,
         max_length=16,
@@ -135,7 +132,7 @@ class ModelSpec(ApiModel):
         "pads each batch to the nearest bucket.",
         json_schema_extra={"x-kubernetes-list-type": "set"},
     )
-    sequence_buckets: list[int] = Field(
+    sequence_buckets: list[Annotated[int, Field(ge=1, le=32768)]] = Field(
         default_factory=lambda: [128],
         min_length=1,
         max_length=16,
@@ -246,7 +243,12 @@ class RuntimeSpec(ApiModel):
         le=3600,
         description="Time a draining replica gets to finish in-flight requests before it is killed.",
     )
-    env: list[EnvVar] = Field(default_factory=list, max_length=64, description="Extra environment variables.")
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Extra environment variables.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
 
 
 # ----------------------------------------------------------------------------------------- placement
@@ -728,8 +730,22 @@ class ObjectMeta(ApiModel):
     annotations: dict[str, str] = Field(default_factory=dict, description="Annotations.")
 
 
+#: Pod names are "<deployment>-<revision>-<role letter><slot>"; a label value holds at most 63 characters.
+MAX_NAME_LENGTH = 42
+
+
 class InferenceDeployment(ApiModel):
     """A model served on AWS Inf2: compiled ahead of time, placed, autoscaled and kept warm."""
+
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
+                f"metadata.name must be at most {MAX_NAME_LENGTH} characters: pod names and labels derive from it",
+                ".metadata.name",
+            )
+        )
+    )
 
     api_version: Literal["serving.neuronfleet.dev/v1alpha1"] = Field(
         default=API_VERSION, description="serving.neuronfleet.dev/v1alpha1"

@@ -1,0 +1,177 @@
+"""Offline validation of InferenceDeployment manifests, as the API server would do it.
+
+Three passes, in the API server's order:
+1. the structural schema of the generated CRD (types, bounds, enums, patterns; unknown fields
+   rejected as ``kubectl apply`` does with strict field validation);
+2. defaulting, through the typed model;
+3. the CEL rules (``x-kubernetes-validations``) of the same CRD, evaluated with cel-python on the
+   defaulted object.
+Every problem carries the field path it concerns. Nothing here reads files or the network; the
+catalog check (can any allowed instance type hold the model?) lives in ``planning``.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import celpy
+import jsonschema
+import pydantic
+
+from neuronfleet.api.crd import openapi_schema
+from neuronfleet.api.v1alpha1 import API_VERSION, KIND, InferenceDeployment
+
+_NAME_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a manifest, at a field path such as ``spec.scaling.minReplicas``."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+def _strict(node: Any) -> Any:
+    """A copy of the schema that rejects unknown fields (structural schemas merely prune them)."""
+    if isinstance(node, list):
+        return [_strict(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _strict(value) for key, value in node.items()}
+    if out.get("type") == "object" and "properties" in out and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
+@functools.cache
+def _schema_validator() -> jsonschema.protocols.Validator:
+    schema = _strict(openapi_schema())
+    # metadata is the API server's: keep it open.
+    schema["properties"]["metadata"] = {"type": "object"}
+    # OpenAPI v3.0 spells exclusive bounds as booleans, as JSON Schema draft 4 does.
+    return jsonschema.Draft4Validator(schema)
+
+
+@functools.cache
+def _cel_environment() -> celpy.Environment:
+    return celpy.Environment()
+
+
+@functools.cache
+def _cel_program(rule: str) -> Any:
+    env = _cel_environment()
+    return env.program(env.compile(rule))
+
+
+def _join(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+def _schema_problems(obj: dict[str, Any]) -> list[Problem]:
+    problems = []
+    for error in sorted(_schema_validator().iter_errors(obj), key=lambda e: list(map(str, e.absolute_path))):
+        path = ""
+        for part in error.absolute_path:
+            path = _join(path, part)
+        if error.validator == "additionalProperties":
+            unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+            for name in unknown:
+                problems.append(Problem(_join(path, name), f'unknown field "{name}"'))
+            continue
+        if error.validator == "required":
+            missing = re.findall(r"'([^']+)' is a required property", error.message)
+            field = missing[0] if missing else ""
+            problems.append(Problem(_join(path, field) if field else path, "required field is missing"))
+            continue
+        problems.append(Problem(path, error.message))
+    return problems
+
+
+def _cel_value(value: Any, schema: dict[str, Any]) -> Any:
+    """Shape a wire value as the API server hands it to CEL: `number` fields are doubles."""
+    kind = schema.get("type")
+    if kind == "number" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind == "object" and isinstance(value, dict):
+        props = schema.get("properties", {})
+        extra = schema.get("additionalProperties")
+        return {
+            k: _cel_value(v, props.get(k, extra if isinstance(extra, dict) else {})) for k, v in value.items()
+        }
+    if kind == "array" and isinstance(value, list):
+        return [_cel_value(v, schema.get("items", {})) for v in value]
+    return value
+
+
+def _rules_at(value: Any, schema: dict[str, Any], path: str) -> Iterator[Problem]:
+    """Evaluate every CEL rule of `schema` and its children against `value`."""
+    for rule in schema.get("x-kubernetes-validations", []):
+        program = _cel_program(rule["rule"])
+        try:
+            ok = program.evaluate({"self": celpy.json_to_cel(_cel_value(value, schema))})
+        except celpy.CELEvalError as exc:
+            yield Problem(path, f"rule {rule['rule']!r} could not be evaluated: {exc}")
+            continue
+        if not bool(ok):
+            where = path + rule["fieldPath"] if rule.get("fieldPath") else path
+            yield Problem(where, rule["message"])
+    if isinstance(value, dict):
+        for key, prop in schema.get("properties", {}).items():
+            if key in value:
+                yield from _rules_at(value[key], prop, _join(path, key))
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for index, item in enumerate(value):
+            yield from _rules_at(item, schema["items"], _join(path, index))
+
+
+def _pydantic_problems(error: pydantic.ValidationError) -> list[Problem]:
+    problems = []
+    for item in error.errors():
+        path = ""
+        for part in item["loc"]:
+            path = _join(path, part if isinstance(part, int) else str(part))
+        problems.append(Problem(path, item["msg"]))
+    return problems
+
+
+def validate_manifest(obj: Any) -> tuple[InferenceDeployment | None, list[Problem]]:
+    """Validate one decoded manifest. Returns the defaulted model (if it parsed) and the problems."""
+    if not isinstance(obj, dict):
+        return None, [Problem("", f"expected a mapping (a Kubernetes object), got {type(obj).__name__}")]
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    if api_version != API_VERSION or kind != KIND:
+        return None, [
+            Problem(
+                "apiVersion" if api_version != API_VERSION else "kind",
+                f"expected apiVersion {API_VERSION} and kind {KIND}, got {api_version!r} / {kind!r}",
+            )
+        ]
+    metadata = obj.get("metadata")
+    problems: list[Problem] = []
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    if not isinstance(name, str) or not name:
+        problems.append(Problem("metadata.name", "required field is missing"))
+    elif not _NAME_PATTERN.match(name):
+        problems.append(
+            Problem("metadata.name", f"{name!r} is not a DNS-1123 label (lowercase letters, digits and '-')")
+        )
+    problems += _schema_problems(obj)
+    if problems:
+        return None, problems
+    try:
+        model = InferenceDeployment.model_validate(obj)
+    except pydantic.ValidationError as exc:
+        return None, _pydantic_problems(exc)
+    schema = openapi_schema()
+    problems += list(_rules_at(model.to_wire(), schema, ""))
+    return model, problems
