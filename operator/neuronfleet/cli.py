@@ -20,8 +20,8 @@ from neuronfleet import __version__
 from neuronfleet.api.crd import CRD_FILENAME, crd_yaml
 from neuronfleet.api.validation import Problem, validate_manifest
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 #: Where `make crds` writes the generated CRD: the repository copy and the Helm chart's copy.
 CRD_TARGET_DIRS = ("crds", "charts/neuronfleet/crds")
@@ -50,7 +50,9 @@ def _register_crds(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="print the InferenceDeployment CRD generated from the typed API",
         description="Render the CustomResourceDefinition from neuronfleet.api (the single source of truth).",
     )
-    p.add_argument("--write", action="store_true", help="write crds/ and charts/neuronfleet/crds/ instead of printing")
+    p.add_argument(
+        "--write", action="store_true", help="write crds/ and charts/neuronfleet/crds/ instead of printing"
+    )
     p.add_argument("--root", default=".", help="repository root for --write (default: current directory)")
     p.set_defaults(func=_cmd_crds)
 
@@ -89,7 +91,10 @@ def _catalog_check() -> CatalogCheck | None:
         return None
 
     def check(model: Any) -> list[Problem]:
-        return [Problem(*str(p).split(": ", 1)) if ": " in str(p) else Problem("spec", str(p)) for p in check_fits(model)]
+        return [
+            Problem(*str(p).split(": ", 1)) if ": " in str(p) else Problem("spec", str(p))
+            for p in check_fits(model)
+        ]
 
     return check
 

@@ -45,9 +45,24 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "jsonPath": ".status.placement.instanceType",
         "description": "Inf2 instance type chosen for the replicas.",
     },
-    {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas", "description": "Ready active replicas."},
-    {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas", "description": "Active replicas wanted."},
-    {"name": "Warm", "type": "integer", "jsonPath": ".status.warmReplicas", "description": "Ready warm (standby) pods."},
+    {
+        "name": "Ready",
+        "type": "integer",
+        "jsonPath": ".status.readyReplicas",
+        "description": "Ready active replicas.",
+    },
+    {
+        "name": "Desired",
+        "type": "integer",
+        "jsonPath": ".status.desiredReplicas",
+        "description": "Active replicas wanted.",
+    },
+    {
+        "name": "Warm",
+        "type": "integer",
+        "jsonPath": ".status.warmReplicas",
+        "description": "Ready warm (standby) pods.",
+    },
     {
         "name": "Compiled",
         "type": "string",
@@ -55,7 +70,13 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "description": "Whether the current revision's artifact is compiled.",
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-    {"name": "Mode", "type": "string", "jsonPath": ".spec.scaling.mode", "priority": 1, "description": "Auto or Manual."},
+    {
+        "name": "Mode",
+        "type": "string",
+        "jsonPath": ".spec.scaling.mode",
+        "priority": 1,
+        "description": "Auto or Manual.",
+    },
     {
         "name": "Reason",
         "type": "string",
@@ -127,9 +148,8 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
         if bound in node and not isinstance(node[bound], bool):
             node[flag] = node.pop(bound)
             node[bound] = True
-    if node.get("type") == "object" and "additionalProperties" in node:
-        if node["additionalProperties"] is False:
-            del node["additionalProperties"]
+    if node.get("type") == "object" and node.get("additionalProperties") is False:
+        del node["additionalProperties"]
     if node.get("default") is None:
         node.pop("default", None)
     if "required" in node and not node["required"]:

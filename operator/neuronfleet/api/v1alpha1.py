@@ -72,8 +72,7 @@ class TensorSpec(ApiModel):
         default_factory=lambda: [-1, -1],
         min_length=1,
         max_length=8,
-        description="Shape with -1 for dimensions that vary per request and are bucketed "
-        "(batch first, then sequence).",
+        description="Shape with -1 for dimensions that vary per request and are bucketed (batch first, then sequence).",
     )
 
 
@@ -184,12 +183,8 @@ class CompileSpec(ApiModel):
         description="Where compiled artifacts are kept (s3://bucket/prefix or a directory). "
         "Defaults to the operator's configured store.",
     )
-    timeout_seconds: int = Field(
-        default=3600, ge=60, le=86400, description="Deadline of one compile Job."
-    )
-    backoff_limit: int = Field(
-        default=2, ge=0, le=10, description="Retries of a failed compile Job."
-    )
+    timeout_seconds: int = Field(default=3600, ge=60, le=86400, description="Deadline of one compile Job.")
+    backoff_limit: int = Field(default=2, ge=0, le=10, description="Retries of a failed compile Job.")
 
 
 # ------------------------------------------------------------------------------------------- runtime
@@ -263,9 +258,7 @@ class Toleration(ApiModel):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         default=None, description="Taint effect to match; empty matches all effects."
     )
-    toleration_seconds: int | None = Field(
-        default=None, description="For NoExecute: how long the pod stays bound."
-    )
+    toleration_seconds: int | None = Field(default=None, description="For NoExecute: how long the pod stays bound.")
 
 
 class PlacementSpec(ApiModel):
@@ -314,8 +307,7 @@ class ScalingPolicy(ApiModel):
 
     type: Literal["Pods", "Percent"] = Field(description="Pods: an absolute count; Percent: of the current replicas.")
     value: int = Field(ge=1, le=10000, description="How many pods (or percent) may be added or removed per period.")
-    period_seconds: int = Field( ge=1, le=1800, description="Window the limit applies over."
-    )
+    period_seconds: int = Field(ge=1, le=1800, description="Window the limit applies over.")
 
 
 class ScalingRules(ApiModel):
@@ -399,9 +391,7 @@ class MetricQueries(ApiModel):
         le=3600,
         description="Samples older than this count as missing: the autoscaler then holds, never scales down.",
     )
-    timeout_seconds: float = Field(
-        default=5.0, gt=0, le=60, description="Timeout of one Prometheus query."
-    )
+    timeout_seconds: float = Field(default=5.0, gt=0, le=60, description="Timeout of one Prometheus query.")
 
 
 class ScalingSpec(ApiModel):
@@ -409,7 +399,11 @@ class ScalingSpec(ApiModel):
 
     model_config = ConfigDict(
         json_schema_extra=rules(
-            cel("self.minReplicas <= self.maxReplicas", "minReplicas must not exceed maxReplicas", ".minReplicas"),
+            cel(
+                "self.minReplicas <= self.maxReplicas",
+                "minReplicas must not exceed maxReplicas",
+                ".minReplicas",
+            ),
             cel(
                 "!has(self.replicas) || self.replicas <= self.maxReplicas",
                 "replicas must not exceed maxReplicas",
@@ -458,9 +452,7 @@ class ScalingSpec(ApiModel):
         description="Latency objective per request in milliseconds (reported against; the simulator "
         "measures attainment of it).",
     )
-    interval_seconds: int = Field(
-        default=15, ge=1, le=600, description="How often the autoscaler evaluates."
-    )
+    interval_seconds: int = Field(default=15, ge=1, le=600, description="How often the autoscaler evaluates.")
     tolerance: float = Field(
         default=0.1,
         ge=0,
@@ -481,7 +473,8 @@ class ScalingSpec(ApiModel):
         description="Ratio of panic-window demand to ready replicas that enters panic mode.",
     )
     behavior: ScalingBehavior = Field(
-        default_factory=ScalingBehavior, description="Stabilization windows and rate limits, as HPA v2 behavior."
+        default_factory=ScalingBehavior,
+        description="Stabilization windows and rate limits, as HPA v2 behavior.",
     )
     metrics: MetricQueries = Field(default_factory=MetricQueries, description="Where the signals come from.")
 
@@ -494,7 +487,11 @@ class WarmPoolSpec(ApiModel):
 
     model_config = ConfigDict(
         json_schema_extra=rules(
-            cel("self.minPods <= self.maxPods", "warmPool.minPods must not exceed warmPool.maxPods", ".minPods"),
+            cel(
+                "self.minPods <= self.maxPods",
+                "warmPool.minPods must not exceed warmPool.maxPods",
+                ".minPods",
+            ),
             cel(
                 "self.mode != 'Fixed' || self.pods <= self.maxPods",
                 "warmPool.pods must not exceed warmPool.maxPods",
@@ -591,9 +588,7 @@ class InferenceDeploymentSpec(ApiModel):
     runtime: RuntimeSpec = Field(default_factory=RuntimeSpec, description="The model server.")
     placement: PlacementSpec = Field(default_factory=PlacementSpec, description="Where replicas run.")
     scaling: ScalingSpec = Field(default_factory=ScalingSpec, description="Replica bounds and autoscaling.")
-    warm_pool: WarmPoolSpec = Field(
-        default_factory=WarmPoolSpec, description="Standby capacity against cold starts."
-    )
+    warm_pool: WarmPoolSpec = Field(default_factory=WarmPoolSpec, description="Standby capacity against cold starts.")
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="How new revisions roll out.")
 
 
@@ -609,9 +604,7 @@ class Condition(ApiModel):
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(default="", description="One CamelCase word saying why.")
     message: str = Field(default="", description="Human-readable details.")
-    last_transition_time: str | None = Field(
-        default=None, description="When the status last changed (RFC 3339)."
-    )
+    last_transition_time: str | None = Field(default=None, description="When the status last changed (RFC 3339).")
     observed_generation: int | None = Field(
         default=None, description="The spec generation the condition was computed for."
     )
@@ -672,18 +665,14 @@ class WarmPoolStatus(ApiModel):
     """How the warm pool was sized."""
 
     desired_pods: int | None = Field(default=None, description="Warm pods wanted.")
-    desired_placeholders: int | None = Field(
-        default=None, description="Node placeholders wanted."
-    )
+    desired_placeholders: int | None = Field(default=None, description="Node placeholders wanted.")
     reason: str | None = Field(default=None, description="The sizing inputs: cold start, demand growth, coverage.")
 
 
 class InferenceDeploymentStatus(ApiModel):
     """Observed state of an InferenceDeployment, written by the operator."""
 
-    observed_generation: int | None = Field(
-        default=None, description="The spec generation this status reflects."
-    )
+    observed_generation: int | None = Field(default=None, description="The spec generation this status reflects.")
     conditions: list[Condition] = Field(
         default_factory=list,
         description="Ready, Compiled, Scheduled, ScalingActive, WarmPoolReady, Degraded.",
@@ -692,29 +681,20 @@ class InferenceDeploymentStatus(ApiModel):
     replicas: int = Field(default=0, ge=0, description="Active replicas (pods in the Service).")
     ready_replicas: int = Field(default=0, ge=0, description="Active replicas that are ready.")
     warm_replicas: int = Field(default=0, ge=0, description="Ready warm (standby) pods.")
-    draining_replicas: int = Field(
-        default=0, ge=0, description="Pods finishing in-flight work before deletion."
-    )
+    draining_replicas: int = Field(default=0, ge=0, description="Pods finishing in-flight work before deletion.")
     desired_replicas: int = Field(default=0, ge=0, description="Active replicas wanted.")
     placeholders: int = Field(default=0, ge=0, description="Node placeholder pods.")
     selector: str | None = Field(
-        default=None, description="Label selector of the active pods (for the scale subresource and HPA tooling)."
+        default=None,
+        description="Label selector of the active pods (for the scale subresource and HPA tooling).",
     )
     artifact: ArtifactStatus = Field(default_factory=ArtifactStatus, description="The compiled artifact.")
     placement: PlacementStatus = Field(default_factory=PlacementStatus, description="The chosen placement.")
-    cold_start: ColdStartStatus = Field(
-        default_factory=ColdStartStatus, description="Measured cold-start phases."
-    )
-    warm_pool: WarmPoolStatus = Field(
-        default_factory=WarmPoolStatus, description="Warm-pool sizing."
-    )
+    cold_start: ColdStartStatus = Field(default_factory=ColdStartStatus, description="Measured cold-start phases.")
+    warm_pool: WarmPoolStatus = Field(default_factory=WarmPoolStatus, description="Warm-pool sizing.")
     metrics: MetricsStatus = Field(default_factory=MetricsStatus, description="Last metrics the autoscaler read.")
-    last_scale_time: str | None = Field(
-        default=None, description="When the active replica count last changed."
-    )
-    last_scale_reason: str | None = Field(
-        default=None, description="Why it changed."
-    )
+    last_scale_time: str | None = Field(default=None, description="When the active replica count last changed.")
+    last_scale_reason: str | None = Field(default=None, description="Why it changed.")
 
 
 class ObjectMeta(ApiModel):
@@ -748,9 +728,9 @@ class InferenceDeployment(ApiModel):
     )
 
     api_version: Literal["serving.neuronfleet.dev/v1alpha1"] = Field(
-        default=API_VERSION, description="serving.neuronfleet.dev/v1alpha1"
+        default="serving.neuronfleet.dev/v1alpha1", description="serving.neuronfleet.dev/v1alpha1"
     )
-    kind: Literal["InferenceDeployment"] = Field(default=KIND, description="InferenceDeployment")
+    kind: Literal["InferenceDeployment"] = Field(default="InferenceDeployment", description="InferenceDeployment")
     metadata: ObjectMeta = Field(default_factory=ObjectMeta, description="Standard object metadata.")
     spec: InferenceDeploymentSpec = Field(description="Desired state.")
     status: InferenceDeploymentStatus | None = Field(default=None, description="Observed state.")
@@ -762,4 +742,3 @@ class InferenceDeployment(ApiModel):
     @property
     def served_model_name(self) -> str:
         return self.spec.model.name or self.name
-

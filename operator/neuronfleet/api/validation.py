@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import celpy
+from celpy.adapter import json_to_cel
+from celpy.evaluation import CELEvalError
 import jsonschema
 import pydantic
 
@@ -83,8 +85,10 @@ def _schema_problems(obj: dict[str, Any]) -> list[Problem]:
         path = ""
         for part in error.absolute_path:
             path = _join(path, part)
+        node_schema: dict[str, Any] = error.schema if isinstance(error.schema, dict) else {}
         if error.validator == "additionalProperties":
-            unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+            instance = error.instance if isinstance(error.instance, dict) else {}
+            unknown = sorted(set(instance) - set(node_schema.get("properties", {})))
             for name in unknown:
                 problems.append(Problem(_join(path, name), f'unknown field "{name}"'))
             continue
@@ -92,6 +96,11 @@ def _schema_problems(obj: dict[str, Any]) -> list[Problem]:
             missing = re.findall(r"'([^']+)' is a required property", error.message)
             field = missing[0] if missing else ""
             problems.append(Problem(_join(path, field) if field else path, "required field is missing"))
+            continue
+        if error.validator == "pattern":
+            # A regular expression explains nothing to a user: say what the field accepts instead.
+            accepted = node_schema.get("description", "").split(":", 1)[-1].strip() or error.message
+            problems.append(Problem(path, f"{error.instance!r} is not accepted here. Expected {accepted}"))
             continue
         problems.append(Problem(path, error.message))
     return problems
@@ -105,9 +114,7 @@ def _cel_value(value: Any, schema: dict[str, Any]) -> Any:
     if kind == "object" and isinstance(value, dict):
         props = schema.get("properties", {})
         extra = schema.get("additionalProperties")
-        return {
-            k: _cel_value(v, props.get(k, extra if isinstance(extra, dict) else {})) for k, v in value.items()
-        }
+        return {k: _cel_value(v, props.get(k, extra if isinstance(extra, dict) else {})) for k, v in value.items()}
     if kind == "array" and isinstance(value, list):
         return [_cel_value(v, schema.get("items", {})) for v in value]
     return value
@@ -118,8 +125,8 @@ def _rules_at(value: Any, schema: dict[str, Any], path: str) -> Iterator[Problem
     for rule in schema.get("x-kubernetes-validations", []):
         program = _cel_program(rule["rule"])
         try:
-            ok = program.evaluate({"self": celpy.json_to_cel(_cel_value(value, schema))})
-        except celpy.CELEvalError as exc:
+            ok = program.evaluate({"self": json_to_cel(_cel_value(value, schema))})
+        except CELEvalError as exc:
             yield Problem(path, f"rule {rule['rule']!r} could not be evaluated: {exc}")
             continue
         if not bool(ok):

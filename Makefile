@@ -1,0 +1,61 @@
+# neuronfleet: the two commands a fresh machine needs are `make demo` and `make test`.
+# Everything else (lint, crds, bench) is reachable from here too.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+PIP := $(PY) -m pip
+# Reinstall when the dependency list or the install scripts change.
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml hack/constraints.txt hack/install-*.sh 2>/dev/null | sha1sum | cut -c1-12)
+PYTEST_ARGS ?=
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export MPLBACKEND := Agg
+
+.PHONY: help install demo test lint crds crds-check bench clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP):
+	@echo "==> creating $(VENV) and installing neuronfleet with its test and runtime dependencies"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	# torch first, from the CPU wheel, so no later requirement pulls a CUDA build.
+	$(PIP) install --quiet -c hack/constraints.txt torch==2.13.0
+	$(PIP) install --quiet -c hack/constraints.txt -e '.[dev]'
+	VENV=$(abspath $(VENV)) bash hack/install-kube-tools.sh
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+install: $(STAMP)  ## create .venv and install everything (done by demo and test)
+
+demo: $(STAMP)  ## run the main job on the local sandbox
+	@echo "==> validating the example InferenceDeployments offline (schema, CEL rules, Inf2 catalog)"
+	$(BIN)/neuronfleet validate -f examples/
+	@for f in examples/*.yaml; do echo "==> placement plan for $$f"; $(BIN)/neuronfleet plan -f $$f; done
+
+lint: $(STAMP)  ## ruff, mypy --strict, import-linter layering contracts
+	$(BIN)/ruff check operator runtime tests bench hack
+	$(BIN)/ruff format --check operator runtime tests bench hack
+	$(BIN)/mypy operator/neuronfleet runtime/neuronserve
+	$(BIN)/lint-imports
+
+test: $(STAMP)  ## install everything, lint, then run the whole test suite
+	$(MAKE) --no-print-directory lint
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+crds: $(STAMP)  ## regenerate the CRD YAML from the typed API (crds/ and the chart)
+	$(BIN)/neuronfleet crds --write
+
+bench: $(STAMP)  ## run the benchmarks; results as JSON under bench/results/
+	@for b in bench/bench_*.py; do echo "==> $$b"; $(PY) $$b; done
+
+clean:  ## remove the virtualenv and caches
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis demo-out

@@ -1,0 +1,109 @@
+"""The generated CRD: one source of truth, structural, valid, and readable by `kubectl explain`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import celpy
+import kubernetes_validate
+import pytest
+import yaml
+from neuronfleet.api.crd import CRD_FILENAME, crd, crd_yaml, openapi_schema
+from neuronfleet.cli import CRD_TARGET_DIRS
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("target", CRD_TARGET_DIRS)
+def test_committed_crd_matches_the_generator(target: str) -> None:
+    committed = (REPO / target / CRD_FILENAME).read_text()
+    assert committed == crd_yaml(), f"{target}/{CRD_FILENAME} drifted from the typed API: run `make crds`"
+
+
+def test_no_other_crd_yaml_is_written_by_hand() -> None:
+    generated = {REPO / target / CRD_FILENAME for target in CRD_TARGET_DIRS}
+    for path in REPO.rglob("*.yaml"):
+        if ".venv" in path.parts or path in generated:
+            continue
+        text = path.read_text(errors="replace")
+        assert "kind: CustomResourceDefinition" not in text or "{{" in text, f"hand-written CRD in {path}"
+
+
+def test_crd_is_a_valid_apiextensions_v1_object() -> None:
+    kubernetes_validate.validate(crd(), "1.34", strict=True)
+
+
+def _walk(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    found = [(path, node)]
+    for name, prop in node.get("properties", {}).items():
+        found += _walk(prop, f"{path}.{name}")
+    if isinstance(node.get("items"), dict):
+        found += _walk(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        found += _walk(node["additionalProperties"], f"{path}{{}}")
+    return found
+
+
+def test_schema_is_structural_and_fully_described() -> None:
+    schema = openapi_schema()
+    forbidden = {"$ref", "$defs", "anyOf", "oneOf", "allOf", "not", "title", "const"}
+    for path, node in _walk(schema):
+        assert "type" in node or node.get("x-kubernetes-int-or-string"), f"untyped node {path}"
+        assert not forbidden & node.keys(), f"non-structural keys {forbidden & node.keys()} at {path}"
+        assert not node.get("x-kubernetes-preserve-unknown-fields"), f"unintended open object at {path}"
+        if node.get("type") == "object" and "properties" in node:
+            assert "additionalProperties" not in node, f"properties and additionalProperties at {path}"
+        scalar_item = path.endswith(("[]", "{}")) and node.get("type") not in ("object", "array")
+        if (path.startswith(".spec") or path.startswith(".status")) and not scalar_item:
+            assert node.get("description"), f"no description at {path} (kubectl explain would be empty)"
+        for bound in ("exclusiveMinimum", "exclusiveMaximum"):
+            assert isinstance(node.get(bound, True), bool), (
+                f"{bound} must be boolean in OpenAPI v3.0 at {path}"
+            )
+
+
+def test_subresources_printer_columns_and_names() -> None:
+    version = crd()["spec"]["versions"][0]
+    assert version["subresources"]["scale"] == {
+        "specReplicasPath": ".spec.scaling.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    }
+    assert version["subresources"]["status"] == {}
+    columns = {c["name"] for c in version["additionalPrinterColumns"]}
+    assert {"Model", "Instance", "Ready", "Desired", "Warm", "Compiled", "Age"} <= columns
+    names = crd()["spec"]["names"]
+    assert "infdep" in names["shortNames"] and "neuronfleet" in names["categories"]
+
+
+def test_every_cel_rule_compiles_and_names_existing_fields() -> None:
+    env = celpy.Environment()
+    rules = [
+        (path, node, rule)
+        for path, node in _walk(openapi_schema())
+        for rule in node.get("x-kubernetes-validations", [])
+    ]
+    assert len(rules) >= 8
+    for path, node, rule in rules:
+        env.compile(rule["rule"])
+        field_path = rule.get("fieldPath")
+        if field_path and path:  # root rules may point into metadata, which the API server owns
+            field = field_path.lstrip(".").split(".")[0]
+            assert field in node["properties"], f"fieldPath {field_path} of a rule at {path} names no field"
+
+
+def test_nested_defaults_let_a_minimal_spec_be_complete() -> None:
+    spec = openapi_schema()["properties"]["spec"]["properties"]
+    for section in ("compile", "runtime", "placement", "scaling", "warmPool", "rollout"):
+        assert "default" in spec[section], (
+            f"spec.{section} has no default: its nested defaults would not apply"
+        )
+    behavior = spec["scaling"]["properties"]["behavior"]
+    assert behavior["default"] == {}  # filled from its children's defaults by the API server
+    scale_down = behavior["properties"]["scaleDown"]["default"]
+    assert scale_down["stabilizationWindowSeconds"] == 300  # HPA v2's default
+
+
+def test_crd_yaml_round_trips() -> None:
+    assert yaml.safe_load(crd_yaml()) == crd()

@@ -1,0 +1,75 @@
+"""`neuronfleet validate`: the examples pass; each invalid manifest fails with its field path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from neuronfleet.cli import main, validate_files
+
+REPO = Path(__file__).resolve().parents[2]
+INVALID = sorted((REPO / "examples" / "invalid").glob("*.yaml"))
+
+
+def _expected_message(path: Path) -> str:
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# expect: "), f"{path.name} must start with '# expect: <message>'"
+    return first.removeprefix("# expect: ")
+
+
+def test_examples_are_valid(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "-f", str(REPO / "examples")]) == 0
+    out = capsys.readouterr().out
+    assert "3 valid, 0 invalid" in out
+
+
+def test_there_are_at_least_three_examples() -> None:
+    assert len(list((REPO / "examples").glob("*.yaml"))) >= 3
+
+
+@pytest.mark.parametrize("path", INVALID, ids=[p.stem for p in INVALID])
+def test_invalid_manifest_gives_its_message(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "-f", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert _expected_message(path) in out
+    assert "Traceback" not in out
+
+
+def test_each_invalid_manifest_is_reported_once_and_valid_ones_are_not() -> None:
+    results = validate_files([str(REPO / "examples"), str(REPO / "examples" / "invalid")])
+    bad = {r.source for r in results if r.problems}
+    assert bad == {str(p) for p in INVALID}
+
+
+def test_multi_document_file_reports_each_document(tmp_path: Path) -> None:
+    good = (REPO / "examples" / "bert-embeddings.yaml").read_text()
+    bad = (REPO / "examples" / "invalid" / "negative-replicas.yaml").read_text()
+    path = tmp_path / "both.yaml"
+    path.write_text(good + "\n---\n" + bad)
+    results = validate_files([str(path)])
+    assert [bool(r.problems) for r in results] == [False, True]
+    assert results[1].source.endswith("#2")
+
+
+def test_missing_file_and_empty_file_are_clear_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert main(["validate", "-f", str(tmp_path / "nope.yaml"), str(empty)]) == 1
+    out = capsys.readouterr().out
+    assert "cannot read" in out and "no YAML documents" in out
+
+
+def test_cli_runs_as_a_process_without_traceback() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "neuronfleet.cli", "validate", "-f", str(REPO / "examples" / "invalid")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert f"0 valid, {len(INVALID)} invalid" in proc.stdout
