@@ -11,14 +11,15 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 from rich.console import Console
 
 from neuronfleet import __version__
 from neuronfleet.api.crd import CRD_FILENAME, crd_yaml
+from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.api.validation import Problem, validate_manifest
+from neuronfleet.planning.placement import check_fits
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -50,9 +51,7 @@ def _register_crds(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="print the InferenceDeployment CRD generated from the typed API",
         description="Render the CustomResourceDefinition from neuronfleet.api (the single source of truth).",
     )
-    p.add_argument(
-        "--write", action="store_true", help="write crds/ and charts/neuronfleet/crds/ instead of printing"
-    )
+    p.add_argument("--write", action="store_true", help="write crds/ and charts/neuronfleet/crds/ instead of printing")
     p.add_argument("--root", default=".", help="repository root for --write (default: current directory)")
     p.set_defaults(func=_cmd_crds)
 
@@ -80,29 +79,18 @@ def _manifest_files(paths: Iterable[str]) -> Iterator[Path]:
             yield path
 
 
-CatalogCheck = Callable[[Any], list[Problem]]
-
-
-def _catalog_check() -> CatalogCheck | None:
-    """The placement planner's check that some allowed instance type holds the model."""
-    try:
-        from neuronfleet.planning.placement import check_fits
-    except ImportError:  # pragma: no cover - the planner ships with the package
-        return None
-
-    def check(model: Any) -> list[Problem]:
-        return [
-            Problem(*str(p).split(": ", 1)) if ": " in str(p) else Problem("spec", str(p))
-            for p in check_fits(model)
-        ]
-
-    return check
+def _catalog_problems(model: InferenceDeployment) -> list[Problem]:
+    """The placement planner's check that some allowed instance type holds one replica."""
+    problems = []
+    for text in check_fits(model.spec):
+        path, _, message = text.partition(": ")
+        problems.append(Problem(path, message) if message else Problem("spec", text))
+    return problems
 
 
 def validate_files(paths: Iterable[str]) -> list[DocumentResult]:
     """Validate every InferenceDeployment document in the given files and folders."""
     results: list[DocumentResult] = []
-    catalog = _catalog_check()
     for path in _manifest_files(paths):
         source = str(path)
         try:
@@ -128,8 +116,8 @@ def validate_files(paths: Iterable[str]) -> list[DocumentResult]:
             result = DocumentResult(label, problems=problems)
             if model is not None:
                 result.name = model.name
-                if not problems and catalog is not None:
-                    result.problems = catalog(model)
+                if not problems:
+                    result.problems = _catalog_problems(model)
                 spec = model.spec
                 result.summary = (
                     f"{spec.model.neuron_cores_per_replica} NeuronCores/replica, "
