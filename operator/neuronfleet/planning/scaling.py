@@ -1,0 +1,267 @@
+"""How many active replicas a deployment wants: the autoscaler's decision (pure).
+
+:func:`decide` takes the deployment's :class:`~neuronfleet.api.v1alpha1.ScalingSpec`, the state
+returned by its previous call, a :class:`~neuronfleet.planning.signals.MetricSnapshot`, the
+current and ready active replica counts, and the time; it returns the desired count, a short
+reason for status and Events, and the next state. Same inputs, same decision: the operator keeps
+the state in memory per object, the simulator per run, and both call this function unchanged.
+
+The rule, in order:
+
+1. Signals, each turned into a replica count (float):
+   - load (primary): ``(queue_depth + in_flight) / target_queue_depth``;
+   - utilization (guardrail): ``utilization * ready / target_utilization``; under dynamic batching
+     the device saturates before latency shows it, so it is never the only signal;
+   - arrival rate: ``arrival_rate / (service_rate * target_utilization)`` once a per-replica
+     service rate has been estimated (an exponential average of ``arrival_rate / (utilization *
+     ready)`` taken only while the fleet is not backlogged). It sees a ramp before queues build.
+   The recommendation is their maximum. Within ``tolerance`` of the current count it is the
+   current count (HPA's tolerance); otherwise it is rounded up.
+2. Missing or stale signals (see :mod:`neuronfleet.planning.signals`): with none left the fleet
+   holds; with some missing the recommendation may grow the fleet but never shrink it.
+3. Panic mode (Knative's idea, on our signals): when the recommendation reaches
+   ``panic_threshold`` times the ready replicas, scaling up skips the scale-up stabilization and
+   rate limits, and nothing scales down until the condition has been false for one scale-down
+   stabilization window (at least :data:`MIN_PANIC_HOLD_SECONDS`, Knative's stable window).
+4. Otherwise HPA v2 behavior, as ``pkg/controller/podautoscaler`` does it: stabilization keeps the
+   result between the minimum of the recommendations in the scale-up window and the maximum of
+   those in the scale-down window; rate policies limit the change against the replica count at the
+   start of each policy's period, and ``select_policy`` picks the most (Max) or least (Min)
+   permissive, or forbids the direction (Disabled).
+5. ``min_replicas`` / ``max_replicas`` bound the result. Manual mode returns ``replicas``.
+
+The panic signal is the snapshot's instantaneous load; a live reader that can average queue depth
+over ``panic_window_seconds`` should put that average in the snapshot. ``panic_window_seconds: 0``
+turns panic mode off.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from neuronfleet.api.v1alpha1 import ScalingRules, ScalingSpec
+from neuronfleet.planning.signals import MetricSnapshot
+
+#: Knative's stable window: the shortest time panic mode holds after its trigger last fired.
+MIN_PANIC_HOLD_SECONDS = 60.0
+#: Weight of a new observation in the service-rate estimate.
+SERVICE_RATE_SMOOTHING = 0.3
+#: Below this utilization the service-rate estimate is too noisy to update.
+SERVICE_RATE_MIN_UTILIZATION = 0.2
+#: Longest rate-policy period the API allows; older scale events are forgotten.
+MAX_POLICY_PERIOD_SECONDS = 1800.0
+
+
+@dataclass(frozen=True)
+class ScalingState:
+    """What the autoscaler remembers between decisions (immutable; each decision returns a new one)."""
+
+    #: (time, recommendation) pairs inside the longest stabilization window.
+    recommendations: tuple[tuple[float, int], ...] = ()
+    #: (time, replica change) of applied decisions inside the longest rate-policy period.
+    scale_events: tuple[tuple[float, int], ...] = ()
+    #: When panic mode last started, or None outside panic mode.
+    panic_since: float | None = None
+    #: When the panic condition last held.
+    panic_last_triggered: float | None = None
+    #: Requests per second one replica serves, once estimated.
+    service_rate: float | None = None
+
+
+@dataclass(frozen=True)
+class ScalingDecision:
+    """The desired active replicas, why, and the state for the next call."""
+
+    desired: int
+    reason: str
+    new_state: ScalingState
+    #: The demand in replicas before stabilization, rate limits and bounds (None when metrics
+    #: were missing). The warm pool sizes itself from the history of this number.
+    recommendation: int | None = None
+    panic: bool = False
+    signals: dict[str, float] = field(default_factory=dict)
+
+
+def _clamp(value: int, low: int, high: int) -> int:
+    return max(low, min(high, value))
+
+
+def _signals(spec: ScalingSpec, snapshot: MetricSnapshot, ready: int, service_rate: float | None) -> dict[str, float]:
+    signals: dict[str, float] = {}
+    if snapshot.load is not None:
+        signals["load"] = snapshot.load / spec.target_queue_depth
+    if snapshot.utilization is not None and ready > 0:
+        signals["utilization"] = snapshot.utilization * ready / spec.target_utilization
+    if snapshot.arrival_rate is not None and service_rate:
+        signals["rate"] = snapshot.arrival_rate / (service_rate * spec.target_utilization)
+    return signals
+
+
+def _update_service_rate(
+    spec: ScalingSpec, snapshot: MetricSnapshot, ready: int, previous: float | None
+) -> float | None:
+    util, rate, load = snapshot.utilization, snapshot.arrival_rate, snapshot.load
+    if util is None or rate is None or load is None or ready <= 0:
+        return previous
+    # Only an unsaturated fleet tells the service rate: when backlogged, arrivals exceed throughput.
+    if util < SERVICE_RATE_MIN_UTILIZATION or load > spec.target_queue_depth * ready:
+        return previous
+    observed = rate / (util * ready)
+    if previous is None:
+        return observed
+    return previous + SERVICE_RATE_SMOOTHING * (observed - previous)
+
+
+def _period_change(events: tuple[tuple[float, int], ...], now: float, period: float, sign: int) -> int:
+    """Replicas added (sign=1) or removed (sign=-1) by events within ``period`` before ``now``."""
+    return sum(sign * change for t, change in events if t > now - period and sign * change > 0)
+
+
+def _scale_up_limit(rules: ScalingRules, events: tuple[tuple[float, int], ...], current: int, now: float) -> int:
+    if rules.select_policy == "Disabled":
+        return current
+    limits = []
+    for policy in rules.policies:
+        start = current - _period_change(events, now, policy.period_seconds, 1)
+        if policy.type == "Pods":
+            limits.append(start + policy.value)
+        else:
+            limits.append(math.ceil(start * (1 + policy.value / 100)))
+    return max(limits) if rules.select_policy == "Max" else min(limits)
+
+
+def _scale_down_limit(rules: ScalingRules, events: tuple[tuple[float, int], ...], current: int, now: float) -> int:
+    if rules.select_policy == "Disabled":
+        return current
+    limits = []
+    for policy in rules.policies:
+        start = current + _period_change(events, now, policy.period_seconds, -1)
+        if policy.type == "Pods":
+            limits.append(start - policy.value)
+        else:
+            limits.append(math.ceil(start * (1 - policy.value / 100)))
+    # Max selects the policy allowing the largest change, i.e. the lowest replica floor.
+    return min(limits) if rules.select_policy == "Max" else max(limits)
+
+
+def _describe(signals: dict[str, float]) -> str:
+    return ", ".join(f"{name} {value:.1f}" for name, value in sorted(signals.items(), key=lambda kv: -kv[1]))
+
+
+def decide(
+    spec: ScalingSpec,
+    state: ScalingState,
+    snapshot: MetricSnapshot | None,
+    current: int,
+    ready: int,
+    now: float,
+) -> ScalingDecision:
+    """Desired active replicas for ``spec`` given the metrics; see the module docstring for the rule.
+
+    ``current`` is the active replicas the fleet has (ready or starting), ``ready`` those serving.
+    """
+    low, high = spec.min_replicas, spec.max_replicas
+    if spec.mode == "Manual":
+        wanted = spec.replicas if spec.replicas is not None else low
+        desired = _clamp(wanted, 0, high)
+        return ScalingDecision(desired, f"manual: replicas {desired}", state, recommendation=desired)
+
+    if snapshot is None:
+        snapshot = MetricSnapshot(time=now)
+    snapshot = snapshot.without_stale(now, spec.metrics.stale_after_seconds)
+    missing = snapshot.missing()
+    # The rate signal uses the estimate from earlier snapshots: this snapshot's own arrival rate and
+    # utilization would only restate the utilization signal.
+    signals = _signals(spec, snapshot, ready, state.service_rate)
+    service_rate = _update_service_rate(spec, snapshot, ready, state.service_rate)
+    horizon = max(
+        spec.behavior.scale_up.stabilization_window_seconds,
+        spec.behavior.scale_down.stabilization_window_seconds,
+    )
+    recommendations = tuple((t, r) for t, r in state.recommendations if t > now - horizon)
+    events = tuple((t, c) for t, c in state.scale_events if t > now - MAX_POLICY_PERIOD_SECONDS)
+
+    if not signals:
+        desired = _clamp(current, low, high)
+        new_state = ScalingState(recommendations, events, state.panic_since, state.panic_last_triggered, service_rate)
+        if desired != current:
+            new_state = _with_event(new_state, now, desired - current)
+        reason = f"metrics missing ({', '.join(missing) or 'all'}): holding {desired}"
+        return ScalingDecision(desired, reason, new_state, recommendation=None, signals=signals)
+
+    demand = max(signals.values())
+    if current > 0 and abs(demand / current - 1) <= spec.tolerance:
+        recommendation = current
+    else:
+        recommendation = math.ceil(demand - 1e-9)
+    notes: list[str] = []
+    if missing and recommendation < current:
+        recommendation = current
+        notes.append(f"no scale-down: {', '.join(missing)} missing")
+
+    # Panic mode.
+    panic_since, panic_last = state.panic_since, state.panic_last_triggered
+    triggered = spec.panic_window_seconds > 0 and demand >= spec.panic_threshold * max(ready, 1)
+    if triggered:
+        panic_last = now
+        panic_since = panic_since if panic_since is not None else now
+    elif panic_since is not None:
+        hold = max(MIN_PANIC_HOLD_SECONDS, float(spec.behavior.scale_down.stabilization_window_seconds))
+        if panic_last is None or now - panic_last >= hold:
+            panic_since, panic_last = None, None
+            notes.append("panic over")
+    in_panic = panic_since is not None
+    recommendations = (*recommendations, (now, recommendation))
+
+    if in_panic:
+        desired = max(recommendation, current)
+        notes.append(
+            f"panic since {panic_since:.0f}s: {demand:.1f} >= {spec.panic_threshold:g}x ready {ready}"
+            if triggered
+            else "panic hold: no scale-down"
+        )
+    else:
+        up_cut = now - spec.behavior.scale_up.stabilization_window_seconds
+        down_cut = now - spec.behavior.scale_down.stabilization_window_seconds
+        up_rec = min(r for t, r in recommendations if t > up_cut or t == now)
+        down_rec = max(r for t, r in recommendations if t > down_cut or t == now)
+        stabilized = current
+        if stabilized < up_rec:
+            stabilized = up_rec
+        if stabilized > down_rec:
+            stabilized = down_rec
+        if stabilized != recommendation:
+            notes.append(f"stabilized to {stabilized}")
+        desired = stabilized
+        if stabilized > current:
+            limit = _scale_up_limit(spec.behavior.scale_up, events, current, now)
+            if stabilized > limit:
+                desired = limit
+                notes.append(f"scale-up limited to {limit}")
+        elif stabilized < current:
+            limit = _scale_down_limit(spec.behavior.scale_down, events, current, now)
+            if stabilized < limit:
+                desired = limit
+                notes.append(f"scale-down limited to {limit}")
+
+    bounded = _clamp(desired, low, high)
+    if bounded != desired:
+        notes.append(f"bounded to [{low}, {high}]")
+    new_state = ScalingState(recommendations, events, panic_since, panic_last, service_rate)
+    if bounded != current:
+        new_state = _with_event(new_state, now, bounded - current)
+    reason = f"{_describe(signals)} -> {recommendation}"
+    if notes:
+        reason += "; " + "; ".join(notes)
+    return ScalingDecision(bounded, reason, new_state, recommendation, in_panic, signals)
+
+
+def _with_event(state: ScalingState, now: float, change: int) -> ScalingState:
+    return ScalingState(
+        state.recommendations,
+        (*state.scale_events, (now, change)),
+        state.panic_since,
+        state.panic_last_triggered,
+        state.service_rate,
+    )

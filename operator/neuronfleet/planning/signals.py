@@ -1,0 +1,62 @@
+"""The metric snapshot the autoscaler decides on (pure data, no I/O).
+
+The live operator's Prometheus reader and the fleet simulator both produce a
+:class:`MetricSnapshot`; the scaling and warm-pool policies only ever see this type, so one
+recorded sequence of snapshots drives both to the same decisions.
+
+Every signal is optional: ``None`` means missing (the query returned nothing) or stale (the
+sample is older than ``spec.scaling.metrics.stale_after_seconds``). The policies treat a missing
+signal as "unknown", never as zero, so missing data can hold or grow the fleet but never shrink it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class MetricSnapshot:
+    """Fleet-wide signals of the active replicas at one instant.
+
+    ``time`` is when the samples were taken, in seconds on the same clock as the ``now`` the
+    policies get (Unix time in the operator, simulated time in the simulator).
+    """
+
+    time: float
+    #: Requests waiting in the active replicas' queues (sum over replicas).
+    queue_depth: float | None = None
+    #: Requests being executed by the active replicas (sum over replicas).
+    in_flight: float | None = None
+    #: Requests per second arriving at the deployment.
+    arrival_rate: float | None = None
+    #: Device-busy ratio (0..1) averaged over the active replicas.
+    utilization: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("queue_depth", "in_flight", "arrival_rate", "utilization"):
+            value = getattr(self, name)
+            if value is not None and (math.isnan(value) or value < 0):
+                # A NaN or negative sample is a broken exporter, not a measurement: store it as missing.
+                object.__setattr__(self, name, None)
+
+    @property
+    def load(self) -> float | None:
+        """Requests in the system (queued plus in flight), or None if either part is missing."""
+        if self.queue_depth is None or self.in_flight is None:
+            return None
+        return self.queue_depth + self.in_flight
+
+    def missing(self) -> tuple[str, ...]:
+        """Names of the signals a scale-down needs that are absent (arrival rate is optional)."""
+        return tuple(name for name in ("queue_depth", "in_flight", "utilization") if getattr(self, name) is None)
+
+    def age(self, now: float) -> float:
+        """Seconds between the samples and ``now``."""
+        return now - self.time
+
+    def without_stale(self, now: float, stale_after_seconds: float) -> MetricSnapshot:
+        """This snapshot with every signal dropped when it is older than ``stale_after_seconds``."""
+        if self.age(now) <= stale_after_seconds:
+            return self
+        return replace(self, queue_depth=None, in_flight=None, arrival_rate=None, utilization=None)

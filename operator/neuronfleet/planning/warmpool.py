@@ -1,0 +1,129 @@
+"""How much standby capacity to keep: warm pods and node placeholders (pure).
+
+Warm pods have the model loaded but sit outside the Service; promoting one is a label change
+(seconds) instead of a cold start (minutes on Inf2: image pull, runtime init, artifact load,
+warm-up, and node provisioning when no node has room). Node placeholders are low-priority pods
+that keep Inf2 nodes provisioned, so a new pod pays only the pod cold start.
+
+:func:`plan` returns the warm pods and placeholders wanted and a reason stating the sizing
+inputs (it goes to ``status.warmPool.reason``). Modes:
+
+- ``Off``: none. ``Fixed``: ``pods`` and ``nodePlaceholders`` as given.
+- ``Auto``: from the recent demand history (active replicas the autoscaler recommended, recorded
+  by each call) and the cold starts (measured, else the spec's assumed values):
+
+  * pod horizon ``h_pod = pod_cold_start - cold_start_target``: demand growth within it cannot be
+    met by starting a pod in time, so warm pods cover it. Warm pods = the ``coverage`` quantile,
+    over every start time ``t`` in the history, of ``max(demand in (t, t + h_pod]) - demand(t)``
+    (the empirical distribution of the increase within one cold start; the peak within the window
+    counts because requests arriving at the peak wait too).
+  * node horizon ``h_node = node_cold_start + pod_cold_start - cold_start_target``: placeholders
+    cover the growth within it beyond what the warm pods cover, so that a pod started for it finds
+    a node and pays only the pod cold start.
+
+  Both are bounded by ``minPods``/``maxPods`` and ``maxNodePlaceholders``. Windows that run past the
+  end of the history are truncated there, so a young history gives smaller (not missing) figures.
+  The history keeps :data:`HISTORY_SECONDS` or four node horizons, whichever is longer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from neuronfleet.api.v1alpha1 import WarmPoolSpec
+
+#: Shortest demand history kept.
+HISTORY_SECONDS = 3600.0
+
+
+@dataclass(frozen=True)
+class ColdStart:
+    """Cold-start durations to size for, in seconds (e.g. measured p90); None = not measured yet."""
+
+    pod_seconds: float | None = None
+    node_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class WarmPoolState:
+    """The demand history: (time, active replicas recommended) pairs, oldest first."""
+
+    history: tuple[tuple[float, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class WarmPoolDecision:
+    """Warm pods and node placeholders wanted, why, and the state for the next call."""
+
+    pods: int
+    node_placeholders: int
+    reason: str
+    new_state: WarmPoolState
+
+
+def demand_increase_quantile(history: tuple[tuple[float, int], ...], horizon_seconds: float, coverage: float) -> float:
+    """The ``coverage`` quantile of the demand increase within ``horizon_seconds`` (0 if unknown)."""
+    if horizon_seconds <= 0 or len(history) < 2:
+        return 0.0
+    times = np.fromiter((t for t, _ in history), dtype=float, count=len(history))
+    demand = np.fromiter((d for _, d in history), dtype=float, count=len(history))
+    ends = np.searchsorted(times, times + horizon_seconds, side="right")
+    # Running maximum from each start over its window; histories are short (one sample per tick).
+    increases = np.empty(len(history) - 1)
+    for i in range(len(history) - 1):
+        increases[i] = demand[i + 1 : max(ends[i], i + 2)].max() - demand[i]
+    return float(np.quantile(np.maximum(increases, 0.0), coverage, method="inverted_cdf"))
+
+
+def record(state: WarmPoolState, now: float, demand: int | None, keep_seconds: float) -> WarmPoolState:
+    """The state with ``demand`` at ``now`` appended and samples older than ``keep_seconds`` dropped."""
+    cutoff = now - keep_seconds
+    history = tuple((t, d) for t, d in state.history if t >= cutoff)
+    if demand is not None:
+        history = (*history, (now, demand))
+    return WarmPoolState(history)
+
+
+def plan(
+    spec: WarmPoolSpec,
+    state: WarmPoolState,
+    demand: int | None,
+    now: float,
+    cold_start: ColdStart | None = None,
+) -> WarmPoolDecision:
+    """Warm pods and node placeholders for ``spec``; ``demand`` is this tick's recommended replicas.
+
+    ``demand`` None (metrics missing) records nothing; the pool is sized from the history so far.
+    """
+    cold_start = cold_start or ColdStart()
+    pod_seconds = cold_start.pod_seconds or spec.assumed_pod_cold_start_seconds
+    node_seconds = cold_start.node_seconds or spec.assumed_node_cold_start_seconds
+    pod_horizon = max(0.0, pod_seconds - spec.cold_start_target_seconds)
+    node_horizon = max(0.0, pod_seconds + node_seconds - spec.cold_start_target_seconds)
+    state = record(state, now, demand, max(HISTORY_SECONDS, 4 * node_horizon))
+
+    if spec.mode == "Off":
+        return WarmPoolDecision(0, 0, "warm pool off", state)
+    if spec.mode == "Fixed":
+        return WarmPoolDecision(
+            spec.pods,
+            spec.node_placeholders,
+            f"fixed: {spec.pods} warm pods, {spec.node_placeholders} node placeholders",
+            state,
+        )
+
+    pod_increase = demand_increase_quantile(state.history, pod_horizon, spec.coverage)
+    node_increase = demand_increase_quantile(state.history, node_horizon, spec.coverage)
+    pods = max(spec.min_pods, min(spec.max_pods, math.ceil(pod_increase)))
+    placeholders = max(0, min(spec.max_node_placeholders, math.ceil(node_increase) - pods))
+    span = state.history[-1][0] - state.history[0][0] if state.history else 0.0
+    reason = (
+        f"p{spec.coverage * 100:g} demand increase {pod_increase:g} within {pod_horizon:.0f}s "
+        f"(pod cold start {pod_seconds:.0f}s - target {spec.cold_start_target_seconds:.0f}s) -> {pods} warm; "
+        f"{node_increase:g} within {node_horizon:.0f}s (+node {node_seconds:.0f}s) -> {placeholders} "
+        f"placeholders; history {len(state.history)} samples over {span:.0f}s"
+    )
+    return WarmPoolDecision(pods, placeholders, reason, state)

@@ -1,0 +1,101 @@
+"""Warm-pool sizing: Off, Fixed, Auto on synthetic demand histories, and its bounds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from neuronfleet.api.v1alpha1 import WarmPoolSpec
+from neuronfleet.planning.warmpool import ColdStart, WarmPoolState, demand_increase_quantile, plan
+
+
+def auto(**overrides: Any) -> WarmPoolSpec:
+    base: dict[str, Any] = {"mode": "Auto", "maxPods": 50, "maxNodePlaceholders": 50, "coldStartTargetSeconds": 1}
+    base.update(overrides)
+    return WarmPoolSpec.model_validate(base)
+
+
+def feed(spec: WarmPoolSpec, demand: list[int], step: float = 15, cold: ColdStart | None = None) -> Any:
+    state = WarmPoolState()
+    decision = None
+    for i, d in enumerate(demand):
+        decision = plan(spec, state, d, i * step, cold)
+        state = decision.new_state
+    assert decision is not None
+    return decision
+
+
+def test_off_and_fixed() -> None:
+    assert feed(WarmPoolSpec(mode="Off"), [1, 5, 9]).pods == 0
+    fixed = feed(WarmPoolSpec(mode="Fixed", pods=3, nodePlaceholders=1), [1, 5, 9])
+    assert (fixed.pods, fixed.node_placeholders) == (3, 1)
+
+
+def test_flat_demand_needs_no_warm_pods() -> None:
+    decision = feed(auto(), [10] * 100, cold=ColdStart(pod_seconds=300, node_seconds=120))
+    assert decision.pods == 0
+    assert decision.node_placeholders == 0
+
+
+def test_steps_are_covered_within_one_cold_start() -> None:
+    # Demand steps up by 6 replicas every 150 s (10 ticks): within a 300 s cold start it grows by 12.
+    demand = [10 + 6 * (i // 10) for i in range(200)]
+    decision = feed(auto(coverage=0.95), demand, cold=ColdStart(pod_seconds=300, node_seconds=150))
+    assert decision.pods == 12
+    # Within 450 s it grows by 18: 6 more than the warm pods need a node waiting.
+    assert decision.node_placeholders == 6
+    assert "300s" in decision.reason
+
+
+def test_coverage_quantile_ignores_rare_spikes() -> None:
+    demand = [10] * 200
+    demand[100] = 40  # one spike: increase 30 seen from only a few window starts out of ~200
+    low = feed(auto(coverage=0.9), demand, cold=ColdStart(pod_seconds=60, node_seconds=60))
+    high = feed(auto(coverage=0.999), demand, cold=ColdStart(pod_seconds=60, node_seconds=60))
+    assert low.pods == 0
+    assert high.pods == 30
+
+
+def test_cold_start_target_shortens_the_horizon() -> None:
+    demand = [10 + (i // 2) for i in range(100)]  # +1 replica every 30 s
+    long = feed(auto(coldStartTargetSeconds=1), demand, cold=ColdStart(pod_seconds=300, node_seconds=1))
+    short = feed(auto(coldStartTargetSeconds=240), demand, cold=ColdStart(pod_seconds=300, node_seconds=1))
+    assert long.pods == 10
+    assert short.pods == 2
+
+
+def test_assumed_cold_start_until_measured() -> None:
+    demand = [10 + (i // 2) for i in range(100)]
+    decision = feed(auto(assumedPodColdStartSeconds=120), demand)
+    assert decision.pods == 4
+
+
+def test_bounds_apply() -> None:
+    demand = [10 + 6 * (i // 10) for i in range(200)]
+    decision = feed(auto(minPods=1, maxPods=5, maxNodePlaceholders=2), demand, cold=ColdStart(300, 150))
+    assert decision.pods == 5
+    assert decision.node_placeholders == 2
+
+
+def test_increase_quantile_of_empty_history_is_zero() -> None:
+    assert demand_increase_quantile((), 300, 0.95) == 0.0
+    assert demand_increase_quantile(((0.0, 3),), 300, 0.95) == 0.0
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    demand=st.lists(st.integers(0, 500), min_size=0, max_size=60),
+    low=st.integers(0, 10),
+    span=st.integers(0, 20),
+    placeholders=st.integers(0, 10),
+    coverage=st.floats(0.5, 0.999),
+)
+def test_warm_pool_within_bounds(demand: list[int], low: int, span: int, placeholders: int, coverage: float) -> None:
+    s = auto(minPods=low, maxPods=low + span, maxNodePlaceholders=placeholders, coverage=coverage)
+    state = WarmPoolState()
+    for i, d in enumerate(demand):
+        decision = plan(s, state, d, i * 15.0, ColdStart(200, 100))
+        state = decision.new_state
+        assert low <= decision.pods <= low + span
+        assert 0 <= decision.node_placeholders <= placeholders
