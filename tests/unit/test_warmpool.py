@@ -28,7 +28,7 @@ def feed(spec: WarmPoolSpec, demand: list[int], step: float = 15, cold: ColdStar
 
 def test_off_and_fixed() -> None:
     assert feed(WarmPoolSpec(mode="Off"), [1, 5, 9]).pods == 0
-    fixed = feed(WarmPoolSpec(mode="Fixed", pods=3, nodePlaceholders=1), [1, 5, 9])
+    fixed = feed(WarmPoolSpec(mode="Fixed", pods=3, node_placeholders=1), [1, 5, 9])
     assert (fixed.pods, fixed.node_placeholders) == (3, 1)
 
 
