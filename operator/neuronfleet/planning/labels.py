@@ -1,0 +1,112 @@
+"""Label and annotation keys the operator puts on its pods, the pod roles, and revisions.
+
+Everything the operator needs to rebuild its view of a fleet after a restart is written on the
+pods themselves, so the reconcile stays stateless:
+
+- ``serving.neuronfleet.dev/deployment``: the owning InferenceDeployment's name.
+- ``serving.neuronfleet.dev/role``: ``warm`` (model loaded, not in the Service), ``active``
+  (serving: the Service selects ``role=active``), ``draining`` (out of the Service, finishing
+  in-flight work) or ``placeholder`` (a low-priority pod holding spare Inf2 capacity).
+- ``serving.neuronfleet.dev/revision``: the artifact revision the pod serves (10 hex digits of the
+  compile cache key, as ``status.artifact.revision``).
+- ``serving.neuronfleet.dev/template-hash``: a digest of the pod template apart from the artifact
+  (image, resources, placement...). A pod is *current* only when both match the target.
+- annotation ``serving.neuronfleet.dev/drain-started-at``: RFC 3339 time the pod became draining,
+  written in the same patch as the role change.
+
+Pod names are deterministic (:func:`serving_pod_name`, :func:`placeholder_pod_name`): the name of
+the n-th pod of a revision is always the same, so an operator that crashes after a create and
+plans again asks for the same name and gets a harmless 409 instead of creating a duplicate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from neuronfleet.api.v1alpha1 import GROUP
+
+Role = Literal["warm", "active", "draining", "placeholder"]
+ROLES: tuple[Role, ...] = get_args(Role)
+#: Roles of pods that run the model server (everything but placeholders).
+SERVING_ROLES: tuple[Role, ...] = ("warm", "active", "draining")
+
+LABEL_DEPLOYMENT = f"{GROUP}/deployment"
+LABEL_ROLE = f"{GROUP}/role"
+LABEL_REVISION = f"{GROUP}/revision"
+LABEL_TEMPLATE_HASH = f"{GROUP}/template-hash"
+
+LABEL_APP_NAME = "app.kubernetes.io/name"
+LABEL_APP_INSTANCE = "app.kubernetes.io/instance"
+LABEL_APP_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "neuronfleet"
+APP_NAME = "neuronserve"
+
+ANNOTATION_DRAIN_STARTED = f"{GROUP}/drain-started-at"
+ANNOTATION_ARTIFACT_URI = f"{GROUP}/artifact-uri"
+ANNOTATION_PLACEMENT_REASON = f"{GROUP}/placement"
+
+#: Kubernetes object names used as hostnames must fit a DNS label.
+MAX_NAME_LENGTH = 63
+
+
+@dataclass(frozen=True)
+class ArtifactRevision:
+    """A compiled artifact the fleet serves: its revision id and where it is stored."""
+
+    id: str
+    uri: str
+
+
+@dataclass(frozen=True)
+class FleetRevision:
+    """What makes a serving pod current: the artifact revision and the pod-template hash."""
+
+    artifact: ArtifactRevision
+    template: str
+
+    @property
+    def key(self) -> str:
+        """8 hex digits naming this (artifact, template) pair in pod names."""
+        return short_hash(f"{self.artifact.id}/{self.template}", 8)
+
+
+def short_hash(text: str, length: int) -> str:
+    """The first ``length`` hex digits of the SHA-256 of ``text``."""
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def _bounded(prefix: str, suffix: str) -> str:
+    """``prefix-suffix`` cut to a DNS label; a cut prefix gets a hash so names stay unique."""
+    name = f"{prefix}-{suffix}"
+    if len(name) <= MAX_NAME_LENGTH:
+        return name
+    keep = MAX_NAME_LENGTH - len(suffix) - 7  # room for "-", 5 hash digits and "-"
+    return f"{prefix[:keep].rstrip('-.')}-{short_hash(prefix, 5)}-{suffix}"
+
+
+def serving_pod_name(deployment: str, revision: FleetRevision, slot: int) -> str:
+    """Deterministic name of the ``slot``-th serving pod of ``revision``."""
+    return _bounded(deployment, f"{revision.key}-{slot}")
+
+
+def placeholder_pod_name(deployment: str, template: str, slot: int) -> str:
+    """Deterministic name of the ``slot``-th node placeholder for a pod template."""
+    return _bounded(deployment, f"ph-{template[:6]}-{slot}")
+
+
+def deployment_selector(deployment: str) -> dict[str, str]:
+    """Labels selecting every pod of a deployment (serving pods and placeholders)."""
+    return {LABEL_DEPLOYMENT: deployment}
+
+
+def active_selector(deployment: str) -> dict[str, str]:
+    """Labels selecting the pods that serve traffic: the Service's and the PDB's selector."""
+    return {LABEL_DEPLOYMENT: deployment, LABEL_ROLE: "active"}
+
+
+def selector_string(labels: dict[str, str]) -> str:
+    """A label selector as a string (``k=v,k2=v2``), e.g. for ``status.selector``."""
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))

@@ -1,0 +1,366 @@
+"""Placement: which Inf2 instance type runs the replicas, and how many fit on a node (pure).
+
+Inputs are a replica's needs (:class:`ReplicaNeeds`: NeuronCores, HBM, optional host CPU and
+memory requests) and the allowed instance types; the output (:class:`PlacementPlan`) scores every
+allowed type and picks the one with the lowest cost for the desired replica count.
+
+How a node is shared (figures from :mod:`neuronfleet.planning.catalog`):
+
+- NeuronCores: requests are powers of two and the Neuron scheduler extension allocates them
+  contiguously on the chip ring, so like-sized replicas pack as ``node_cores // cores``.
+- HBM: each NeuronCore-v2 addresses 16 GiB (half its chip's 32 GiB). A replica whose ``hbmGiB``
+  exceeds what its cores address does not fit anywhere; otherwise ``node_hbm // hbm``.
+- Host CPU and memory: what is left of the node's *allocatable* (kubelet and system reservations
+  already removed, per Karpenter's table) after :data:`DAEMONSET_HEADROOM` for the DaemonSets of
+  an EKS Inf2 node. Without an explicit request a replica gets the share of that matching its
+  share of the NeuronCores (8 of 12 cores -> 8/12 of the CPU and memory), so a neighbour on the
+  remaining cores still gets its own share. With a request, ``usable // request`` limits packing.
+
+Cost: ``nodes = ceil(replicas / replicas_per_node)``, ``$/h = nodes x on-demand price``. The
+chosen type minimises $/h for the replica count (equivalently $ per replica-hour). Costs within
+:data:`COST_TIE_TOLERANCE` are a tie, broken by more spare replica slots (room for warm pods at
+no extra cost), then more nodes (a smaller blast radius per node), then catalog order. With
+``current_type`` set, the plan keeps that type while it costs at most ``keep_current_within``
+more than the best, so a fleet does not move between types on every scale step.
+
+A single instance type serves the whole fleet: pods carry one required instance-type affinity.
+Mixed fleets (e.g. one 48xlarge plus one 24xlarge for four 8-core replicas) are cheaper at some
+counts but not considered.
+
+:func:`check_fits` returns the problems (field path first) when no allowed type holds a replica;
+``neuronfleet validate`` and the operator's status both use it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
+from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES, InstanceType, is_power_of_two
+
+#: HBM a NeuronCore-v2 addresses: half of its chip's 32 GiB.
+HBM_GIB_PER_NEURONCORE = 16
+
+#: Costs closer than this fraction are a tie (2 x 24xlarge and 1 x 48xlarge differ by $0.00001/h).
+COST_TIE_TOLERANCE = 0.001
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """Host resources left for DaemonSets on every node (not given to replicas)."""
+
+    cpu_millis: int
+    memory_mib: int
+
+
+#: DaemonSets of an EKS Inf2 node: aws-node (VPC CNI), kube-proxy, the Neuron device plugin,
+#: neuron-monitor, the EBS CSI node plugin, a log shipper. Their requests add up to roughly
+#: 0.5 CPU and 0.5 GiB; a round margin rather than a measured figure.
+DAEMONSET_HEADROOM = Headroom(cpu_millis=500, memory_mib=512)
+
+LimitingFactor = Literal["neuroncores", "hbm", "cpu", "memory"]
+
+
+class QuantityError(ValueError):
+    """A Kubernetes quantity string that cannot be read."""
+
+
+_QUANTITY = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
+_MEMORY_FACTORS_MIB = {
+    "": 1 / 2**20,
+    "k": 1000 / 2**20,
+    "M": 1000**2 / 2**20,
+    "G": 1000**3 / 2**20,
+    "T": 1000**4 / 2**20,
+    "Ki": 1 / 1024,
+    "Mi": 1.0,
+    "Gi": 1024.0,
+    "Ti": 1024.0**2,
+}
+
+
+# Hand-written rather than kubernetes.utils.parse_quantity: planning may not import the
+# Kubernetes client, and two units (millicores, MiB) are all placement needs.
+def parse_cpu_millis(quantity: str) -> int:
+    """CPU quantity ("2", "500m", "1.5") in millicores, rounded up."""
+    match = _QUANTITY.match(quantity)
+    if not match or match.group(2) not in ("", "m"):
+        raise QuantityError(f"{quantity!r} is not a CPU quantity (e.g. 2, 1.5 or 500m)")
+    value = float(match.group(1))
+    return math.ceil(value if match.group(2) == "m" else value * 1000)
+
+
+def parse_memory_mib(quantity: str) -> int:
+    """Memory quantity ("4Gi", "512Mi", "2G", bytes) in MiB, rounded up."""
+    match = _QUANTITY.match(quantity)
+    if not match or match.group(2) not in _MEMORY_FACTORS_MIB:
+        raise QuantityError(f"{quantity!r} is not a memory quantity (e.g. 4Gi, 512Mi or 2G)")
+    return math.ceil(float(match.group(1)) * _MEMORY_FACTORS_MIB[match.group(2)])
+
+
+@dataclass(frozen=True)
+class ReplicaNeeds:
+    """What one replica needs from a node."""
+
+    neuron_cores: int
+    hbm_gib: float | None = None
+    cpu_millis: int | None = None
+    memory_mib: int | None = None
+
+    @property
+    def effective_hbm_gib(self) -> float:
+        """HBM the replica occupies: its own need, or all its cores address."""
+        return self.hbm_gib if self.hbm_gib is not None else self.neuron_cores * HBM_GIB_PER_NEURONCORE
+
+    def describe(self) -> str:
+        parts = [f"{self.neuron_cores} NeuronCore{'s' if self.neuron_cores != 1 else ''}"]
+        if self.hbm_gib is not None:
+            parts.append(f"{self.hbm_gib:g} GiB HBM")
+        if self.cpu_millis is not None:
+            parts.append(f"{self.cpu_millis}m CPU")
+        if self.memory_mib is not None:
+            parts.append(f"{self.memory_mib}Mi memory")
+        return " + ".join(parts)
+
+
+def needs_from_spec(spec: InferenceDeploymentSpec) -> ReplicaNeeds:
+    """A replica's needs as the spec states them. Raises QuantityError on unreadable quantities."""
+    runtime = spec.runtime
+    return ReplicaNeeds(
+        neuron_cores=spec.model.neuron_cores_per_replica,
+        hbm_gib=spec.model.hbm_gib,
+        cpu_millis=parse_cpu_millis(runtime.cpu) if runtime.cpu else None,
+        memory_mib=parse_memory_mib(runtime.memory) if runtime.memory else None,
+    )
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One instance type scored for a replica count."""
+
+    instance_type: InstanceType
+    replicas: int
+    replicas_per_node: int
+    limited_by: LimitingFactor | None
+    #: Requests of each replica on this type (explicit, or its share of the node).
+    cpu_millis_per_replica: int
+    memory_mib_per_replica: int
+    #: Why the type does not hold one replica; empty when it fits.
+    problems: tuple[str, ...] = ()
+    throughput_rps_per_replica: float | None = None
+
+    @property
+    def name(self) -> str:
+        return self.instance_type.name
+
+    @property
+    def fits(self) -> bool:
+        return self.replicas_per_node >= 1
+
+    @property
+    def nodes(self) -> int:
+        if not self.fits:
+            return 0
+        return math.ceil(self.replicas / self.replicas_per_node)
+
+    @property
+    def spare_slots(self) -> int:
+        """Replica slots on the planned nodes beyond the replica count."""
+        return self.nodes * self.replicas_per_node - self.replicas
+
+    @property
+    def usd_per_hour(self) -> float:
+        return self.nodes * self.instance_type.usd_per_hour
+
+    @property
+    def usd_per_replica_hour(self) -> float:
+        return self.usd_per_hour / self.replicas if self.replicas else 0.0
+
+    @property
+    def usd_per_million_inferences(self) -> float | None:
+        """Cost of a million inferences when every replica runs at the given throughput."""
+        if not self.fits or not self.throughput_rps_per_replica or not self.replicas:
+            return None
+        inferences_per_hour = self.replicas * self.throughput_rps_per_replica * 3600
+        return self.usd_per_hour / inferences_per_hour * 1e6
+
+
+@dataclass(frozen=True)
+class PlacementPlan:
+    """Every allowed type scored for a replica count, and the chosen one with its reason."""
+
+    needs: ReplicaNeeds
+    replicas: int
+    candidates: tuple[Candidate, ...]
+    chosen: Candidate | None
+    reason: str
+    #: Problems (field path first) when no allowed type holds a replica.
+    problems: tuple[str, ...] = field(default=())
+
+
+def score(
+    needs: ReplicaNeeds,
+    itype: InstanceType,
+    replicas: int,
+    throughput_rps: float | None = None,
+    headroom: Headroom = DAEMONSET_HEADROOM,
+) -> Candidate:
+    """How many replicas fit on one node of ``itype``, what limits it, and the cost of ``replicas``."""
+    usable_cpu = max(0, itype.allocatable_cpu_millis - headroom.cpu_millis)
+    usable_memory = max(0, itype.allocatable_memory_mib - headroom.memory_mib)
+    # A type with fewer cores than a replica already fails on cores: cap the share at the node.
+    share = min(1.0, needs.neuron_cores / itype.neuroncores)
+    cpu = needs.cpu_millis if needs.cpu_millis is not None else int(usable_cpu * share)
+    memory = needs.memory_mib if needs.memory_mib is not None else int(usable_memory * share)
+
+    limits: list[tuple[int, LimitingFactor]] = [
+        (itype.neuroncores // needs.neuron_cores, "neuroncores"),
+        (int(itype.hbm_gib // needs.effective_hbm_gib), "hbm"),
+        (usable_cpu // cpu if cpu > 0 else itype.neuroncores, "cpu"),
+        (usable_memory // memory if memory > 0 else itype.neuroncores, "memory"),
+    ]
+    per_node, limited_by = min(limits, key=lambda item: item[0])
+
+    problems: list[str] = []
+    if itype.neuroncores < needs.neuron_cores:
+        problems.append(f"{itype.neuroncores} NeuronCores < {needs.neuron_cores}")
+    if itype.hbm_gib < needs.effective_hbm_gib:
+        problems.append(f"{itype.hbm_gib} GiB HBM < {needs.effective_hbm_gib:g} GiB")
+    if cpu > usable_cpu:
+        problems.append(f"{usable_cpu}m usable CPU < spec.runtime.cpu {cpu}m")
+    if memory > usable_memory:
+        problems.append(f"{usable_memory}Mi usable memory < spec.runtime.memory {memory}Mi")
+    return Candidate(
+        instance_type=itype,
+        replicas=replicas,
+        replicas_per_node=per_node,
+        limited_by=limited_by if per_node >= 1 else None,
+        cpu_millis_per_replica=cpu,
+        memory_mib_per_replica=memory,
+        problems=tuple(problems),
+        throughput_rps_per_replica=throughput_rps,
+    )
+
+
+def _needs_problems(needs: ReplicaNeeds) -> list[str]:
+    problems: list[str] = []
+    if not is_power_of_two(needs.neuron_cores):
+        problems.append(
+            f"spec.model.neuronCoresPerReplica: {needs.neuron_cores} is not a power of two; the Neuron "
+            "scheduler allocates contiguous 1, 2, 4, 8 or 16 cores"
+        )
+    addressable = needs.neuron_cores * HBM_GIB_PER_NEURONCORE
+    if needs.hbm_gib is not None and needs.hbm_gib > addressable:
+        problems.append(
+            f"spec.model.hbmGiB: {needs.hbm_gib:g} GiB exceeds the {addressable} GiB that "
+            f"{needs.neuron_cores} NeuronCore(s) address (16 GiB each); request more cores"
+        )
+    return problems
+
+
+def plan_placement(
+    needs: ReplicaNeeds,
+    instance_types: Sequence[str],
+    replicas: int,
+    *,
+    throughput_rps: float | None = None,
+    current_type: str | None = None,
+    keep_current_within: float = 0.15,
+    headroom: Headroom = DAEMONSET_HEADROOM,
+) -> PlacementPlan:
+    """Score each allowed type for ``replicas`` (at least 1 is planned) and choose the cheapest.
+
+    ``instance_types`` must be catalog names (the API's enum guarantees it); unknown names raise
+    KeyError. ``throughput_rps`` (per replica) fills in $ per million inferences.
+    """
+    planned = max(1, replicas)
+    candidates = tuple(
+        score(needs, INF2_INSTANCE_TYPES[name], planned, throughput_rps, headroom)
+        for name in dict.fromkeys(instance_types)
+    )
+    problems = _needs_problems(needs)
+    fitting = [c for c in candidates if c.fits]
+    if problems or not fitting:
+        if not fitting:
+            details = "; ".join(f"{c.name}: {', '.join(c.problems)}" for c in candidates)
+            problems.append(
+                f"spec.placement.instanceTypes: no allowed instance type holds a replica of "
+                f"{needs.describe()} ({details})"
+            )
+        return PlacementPlan(needs, planned, candidates, None, "no allowed instance type fits", tuple(problems))
+
+    order = [c.name for c in candidates]
+    best_cost = min(c.usd_per_hour for c in fitting)
+    tied = [c for c in fitting if c.usd_per_hour <= best_cost * (1 + COST_TIE_TOLERANCE)]
+    best = min(tied, key=lambda c: (-c.spare_slots, -c.nodes, order.index(c.name)))
+    chosen = best
+    current = next((c for c in fitting if c.name == current_type), None)
+    if (
+        current is not None
+        and current is not best
+        and current.usd_per_hour <= best.usd_per_hour * (1 + keep_current_within)
+    ):
+        chosen = current
+    reason = _explain(chosen, best, fitting, tied, current)
+    return PlacementPlan(needs, planned, candidates, chosen, reason, ())
+
+
+def _explain(
+    chosen: Candidate,
+    best: Candidate,
+    fitting: list[Candidate],
+    tied: list[Candidate],
+    current: Candidate | None,
+) -> str:
+    head = (
+        f"{chosen.name}: {chosen.replicas_per_node} replica(s) per node (limited by {chosen.limited_by}), "
+        f"{chosen.nodes} node(s) for {chosen.replicas} replica(s) = ${chosen.usd_per_hour:.2f}/h "
+        f"(${chosen.usd_per_replica_hour:.3f} per replica-hour)"
+    )
+    if chosen is not best and chosen is current:
+        return (
+            f"{head}; kept the current type: the cheapest, {best.name} at ${best.usd_per_hour:.2f}/h, "
+            "saves too little to move the fleet"
+        )
+    others = [c for c in fitting if c is not chosen]
+    if not others:
+        return f"{head}; the only allowed type that fits"
+    if len(tied) > 1:
+        names = ", ".join(c.name for c in tied if c is not chosen)
+        return (
+            f"{head}; ties on cost with {names}, chosen for more spare replica slots "
+            f"({chosen.spare_slots}) and then more nodes"
+        )
+    runner_up = min(others, key=lambda c: c.usd_per_hour)
+    return f"{head}; cheapest: next is {runner_up.name} at ${runner_up.usd_per_hour:.2f}/h"
+
+
+def plan_for_spec(
+    spec: InferenceDeploymentSpec,
+    replicas: int,
+    *,
+    throughput_rps: float | None = None,
+    current_type: str | None = None,
+) -> PlacementPlan:
+    """:func:`plan_placement` for a spec's model, runtime requests and allowed types."""
+    return plan_placement(
+        needs_from_spec(spec),
+        spec.placement.instance_types,
+        replicas,
+        throughput_rps=throughput_rps,
+        current_type=current_type,
+    )
+
+
+def check_fits(spec: InferenceDeploymentSpec) -> list[str]:
+    """Problems ("field.path: message") that stop any allowed instance type holding one replica."""
+    try:
+        needs = needs_from_spec(spec)
+    except QuantityError as error:
+        field_path = "spec.runtime.cpu" if "CPU" in str(error) else "spec.runtime.memory"
+        return [f"{field_path}: {error}"]
+    return list(plan_placement(needs, spec.placement.instance_types, 1).problems)
