@@ -1,0 +1,490 @@
+"""The fleet plan: observed pods + desired counts -> the actions that close the gap (pure).
+
+Call :func:`plan_fleet` with
+
+- ``deployment``: the InferenceDeployment's name (pod names derive from it);
+- ``target`` (:class:`FleetTarget`): the pod-template hash, the current artifact revision (``None``
+  before the first compile: then no serving pod is created), desired active, warm and
+  placeholder counts;
+- ``pods``: every pod of the deployment as a :class:`PodView` (the Kubernetes adapter builds them
+  from pod objects: labels, phase, readiness, timestamps, node presence, in-flight requests);
+- ``now`` and a :class:`FleetPolicy` (drain grace, rollout surge, optional ordering functions).
+
+It returns a :class:`FleetPlan`: actions to apply **in list order** (promotions come before the
+demotions they make safe) and a :class:`FleetSummary` of the observed fleet for the status.
+
+Rules (DESIGN.md, fleet model):
+
+- *Current* serving pods match the target's artifact revision and template hash. The ``active``
+  set is the best ``target.active`` of them, ranked ready-active, ready-warm, unready-active,
+  unready-warm; so scale-up promotes ready warm pods first (a label change). The next
+  ``target.warm`` become the warm pool (a surplus ready active pod joins the pool rather than
+  being deleted, sparing a cold start). Missing pods are created: as ``active`` up to the active
+  deficit, then as ``warm`` (refilling the pool).
+- Surplus serving pods: ready active ones become ``draining`` (out of the Service; the
+  ``drain-started-at`` annotation is written in the same patch); unready or warm ones are deleted.
+  A draining pod is deleted once it reports no in-flight work (after ``min_drain_seconds``, so
+  Service endpoints have dropped it) or once the drain grace period has passed.
+- New revision (warm-then-swap): pods of the new revision are created as ``warm`` while the old
+  actives serve; once ready they are promoted and old actives are demoted only as far as the
+  count of ready active pods stays at ``min(ready active before this step, target.active)``.
+  ``FleetPolicy.max_surge`` (>0) limits how many new-revision pods load at once.
+- Failed or succeeded pods and pods whose node is gone are deleted (the latter with grace 0: no
+  kubelet is left to confirm) and replaced. Pods being deleted count for nothing but keep their
+  names.
+- Names are deterministic: the lowest free slot of a revision (:mod:`.labels`). Together with
+  counting every observed pod (pending ones included) this makes the plan idempotent: applying
+  it and planning again on the result yields no actions, and a create repeated after a crash
+  answers 409 instead of making a duplicate.
+- Placeholders (low-priority pods holding spare Inf2 capacity) are kept at ``target.placeholders``
+  for the current template; they do not depend on the artifact, so they may be created while
+  the model still compiles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Literal
+
+from neuronfleet.planning.labels import (
+    ArtifactRevision,
+    FleetRevision,
+    Role,
+    placeholder_pod_name,
+    serving_pod_name,
+)
+
+PodPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]
+#: Container waiting reasons that mean the pod will not start by itself.
+STUCK_WAITING_REASONS = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CrashLoopBackOff"}
+)
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What the plan needs to know about one observed pod."""
+
+    name: str
+    role: Role
+    revision: str | None = None
+    template: str | None = None
+    phase: PodPhase = "Pending"
+    ready: bool = False
+    deleting: bool = False
+    created_at: datetime | None = None
+    ready_at: datetime | None = None
+    node: str | None = None
+    #: The pod is bound to a node that no longer exists.
+    node_lost: bool = False
+    #: Requests the runtime is executing or queueing, when known (None: unknown).
+    in_flight: int | None = None
+    drain_started_at: datetime | None = None
+    #: The scheduler's message when the pod is unschedulable.
+    unschedulable_message: str | None = None
+    #: A container waiting reason (ErrImagePull, CrashLoopBackOff...) and its message.
+    waiting_reason: str | None = None
+    waiting_message: str | None = None
+
+    @property
+    def broken(self) -> bool:
+        """The pod will never serve again and must be replaced."""
+        return self.phase in ("Failed", "Succeeded") or self.node_lost
+
+
+#: Returns pods in preference order. Promotion: the first is promoted first. Drain: the first is
+#: demoted first. Plug in a smarter order (planning.promotion) through FleetPolicy.
+OrderFunction = Callable[[Sequence[PodView], datetime], list[PodView]]
+
+
+def _timestamp(moment: datetime | None) -> float:
+    return moment.timestamp() if moment is not None else float("inf")
+
+
+def default_promotion_order(pods: Sequence[PodView], now: datetime) -> list[PodView]:
+    """Longest-ready first (its warm-up is surely over), then by name for a stable order."""
+    return sorted(pods, key=lambda pod: (not pod.ready, _timestamp(pod.ready_at), pod.name))
+
+
+def default_drain_order(pods: Sequence[PodView], now: datetime) -> list[PodView]:
+    """Unready first, then least in-flight work (drains fastest), then youngest, then by name."""
+    return sorted(
+        pods,
+        key=lambda pod: (pod.ready, pod.in_flight or 0, -_timestamp(pod.ready_at), pod.name),
+    )
+
+
+@dataclass(frozen=True)
+class FleetTarget:
+    """The fleet the plan steers towards."""
+
+    template: str
+    artifact: ArtifactRevision | None
+    active: int
+    warm: int = 0
+    placeholders: int = 0
+
+    @property
+    def revision(self) -> FleetRevision | None:
+        return FleetRevision(self.artifact, self.template) if self.artifact is not None else None
+
+
+@dataclass(frozen=True)
+class FleetPolicy:
+    """How the plan drains and rolls out."""
+
+    #: A draining pod is deleted after this long even with work in flight (the runtime's
+    #: terminationGracePeriodSeconds gives it the same again after SIGTERM).
+    drain_grace_seconds: float = 60.0
+    #: A draining pod with nothing in flight still waits this long, so that Service endpoints
+    #: have dropped it before it gets SIGTERM.
+    min_drain_seconds: float = 5.0
+    #: New-revision pods loading at once during a rollout; 0: as many as needed at once.
+    max_surge: int = 0
+    promotion_order: OrderFunction = default_promotion_order
+    drain_order: OrderFunction = default_drain_order
+
+
+# ------------------------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True)
+class CreatePod:
+    """Create a serving pod of ``revision`` with this deterministic name and role."""
+
+    name: str
+    role: Literal["warm", "active"]
+    revision: FleetRevision
+    slot: int
+    kind: Literal["create-pod"] = "create-pod"
+
+
+@dataclass(frozen=True)
+class Relabel:
+    """Change a pod's role label (promote warm->active, demote active->draining or ->warm).
+
+    When ``role`` is draining, ``drain_started_at`` goes into the drain annotation in the same
+    patch.
+    """
+
+    name: str
+    role: Role
+    previous_role: Role
+    reason: str
+    drain_started_at: datetime | None = None
+    kind: Literal["relabel"] = "relabel"
+
+
+@dataclass(frozen=True)
+class DeletePod:
+    """Delete a serving pod. ``grace_period_seconds`` 0 for pods on vanished nodes."""
+
+    name: str
+    reason: str
+    grace_period_seconds: int | None = None
+    kind: Literal["delete-pod"] = "delete-pod"
+
+
+@dataclass(frozen=True)
+class CreatePlaceholder:
+    """Create a node placeholder pod for ``template``."""
+
+    name: str
+    template: str
+    slot: int
+    kind: Literal["create-placeholder"] = "create-placeholder"
+
+
+@dataclass(frozen=True)
+class DeletePlaceholder:
+    """Delete a node placeholder pod."""
+
+    name: str
+    reason: str
+    grace_period_seconds: int | None = None
+    kind: Literal["delete-placeholder"] = "delete-placeholder"
+
+
+Action = CreatePod | Relabel | DeletePod | CreatePlaceholder | DeletePlaceholder
+
+
+# ------------------------------------------------------------------------------------------- summary
+
+
+@dataclass(frozen=True)
+class PodProblem:
+    """A pod that does not progress, with the cluster's own words."""
+
+    name: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class FleetSummary:
+    """The observed fleet, counted for the status (before the plan's actions)."""
+
+    desired_active: int
+    desired_warm: int
+    desired_placeholders: int
+    active: int
+    ready_active: int
+    #: Ready warm pods of the current revision.
+    warm_ready: int
+    warm: int
+    draining: int
+    placeholders: int
+    #: Ready active pods of the current revision.
+    current_ready_active: int
+    #: Serving pods (warm, active, draining) of older revisions or templates.
+    outdated: int
+    revision_known: bool
+    unschedulable: tuple[PodProblem, ...] = ()
+    stuck: tuple[PodProblem, ...] = ()
+    replaced: tuple[PodProblem, ...] = ()
+
+    @property
+    def rolling_out(self) -> bool:
+        return self.revision_known and self.outdated > 0
+
+    @property
+    def converged(self) -> bool:
+        """Exactly the desired current pods are active and ready, the pool is full, nothing old."""
+        return (
+            self.revision_known
+            and self.current_ready_active == self.desired_active == self.active
+            and self.warm_ready >= self.desired_warm
+            and self.outdated == 0
+        )
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    """Actions to apply in order, and the observed fleet's summary."""
+
+    actions: tuple[Action, ...]
+    summary: FleetSummary
+    notes: tuple[str, ...] = field(default=())
+
+
+# -------------------------------------------------------------------------------------------- plan
+
+
+def _free_slots(used_names: set[str], name_of: Callable[[int], str], count: int) -> list[tuple[int, str]]:
+    slots: list[tuple[int, str]] = []
+    slot = 0
+    while len(slots) < count:
+        name = name_of(slot)
+        if name not in used_names:
+            slots.append((slot, name))
+        slot += 1
+    return slots
+
+
+def _is_current(pod: PodView, revision: FleetRevision | None) -> bool:
+    return revision is not None and pod.revision == revision.artifact.id and pod.template == revision.template
+
+
+def _problem_of(pod: PodView) -> PodProblem | None:
+    if pod.waiting_reason in STUCK_WAITING_REASONS:
+        return PodProblem(pod.name, pod.waiting_reason or "", pod.waiting_message or "")
+    return None
+
+
+def plan_fleet(
+    deployment: str,
+    target: FleetTarget,
+    pods: Iterable[PodView],
+    now: datetime,
+    policy: FleetPolicy | None = None,
+) -> FleetPlan:
+    """The actions that move the observed ``pods`` towards ``target`` (see the module docstring)."""
+    policy = policy or FleetPolicy()
+    revision = target.revision
+    observed = list(pods)
+    used_names = {pod.name for pod in observed}
+    live = [pod for pod in observed if not pod.deleting]
+    promotions: list[Action] = []
+    creations: list[Action] = []
+    demotions: list[Action] = []
+    deletions: list[Action] = []
+    replaced: list[PodProblem] = []
+
+    # Broken pods: delete and do not count, so that the rest of the plan replaces them.
+    healthy: list[PodView] = []
+    for pod in live:
+        if not pod.broken:
+            healthy.append(pod)
+            continue
+        why = f"node {pod.node} is gone" if pod.node_lost else f"pod phase {pod.phase}"
+        grace = 0 if pod.node_lost else None
+        replaced.append(PodProblem(pod.name, "NodeLost" if pod.node_lost else pod.phase, why))
+        if pod.role == "placeholder":
+            deletions.append(DeletePlaceholder(pod.name, why, grace))
+        else:
+            deletions.append(DeletePod(pod.name, f"replacing: {why}", grace))
+
+    serving = [pod for pod in healthy if pod.role != "placeholder"]
+    current = [pod for pod in serving if _is_current(pod, revision) and pod.role in ("active", "warm")]
+    outdated = [pod for pod in serving if not _is_current(pod, revision)]
+    draining = [pod for pod in serving if pod.role == "draining"]
+
+    # Rank current pods for the active set: ready active, ready warm, unready active, unready warm.
+    def by_group(pods_in: list[PodView], *, for_role: Role) -> list[PodView]:
+        ranked: list[PodView] = []
+        other: Role = "warm" if for_role == "active" else "active"
+        for ready in (True, False):
+            same = [p for p in pods_in if p.ready == ready and p.role == for_role]
+            moved = [p for p in pods_in if p.ready == ready and p.role == other]
+            ranked += list(reversed(policy.drain_order(same, now)))
+            ranked += policy.promotion_order(moved, now)
+        return ranked
+
+    ranked_for_active = by_group(current, for_role="active")
+    active_set = ranked_for_active[: target.active]
+    rest = [pod for pod in current if pod not in active_set]
+    ranked_for_warm = by_group(rest, for_role="warm")
+    warm_set = ranked_for_warm[: target.warm]
+    surplus = [pod for pod in rest if pod not in warm_set]
+
+    for pod in active_set:
+        if pod.role != "active":
+            promotions.append(Relabel(pod.name, "active", pod.role, "promoted: the fleet needs it active"))
+    for pod in warm_set:
+        if pod.role != "warm":
+            demotions.append(Relabel(pod.name, "warm", pod.role, "demoted into the warm pool"))
+    for pod in policy.drain_order(surplus, now):
+        if pod.role == "active" and pod.ready:
+            demotions.append(Relabel(pod.name, "draining", "active", "scale-down: draining", drain_started_at=now))
+        else:
+            deletions.append(DeletePod(pod.name, f"scale-down: surplus {pod.role} pod"))
+
+    # Outdated serving pods: keep ready old actives as long as the ready active count needs them.
+    ready_active_before = sum(1 for pod in serving if pod.role == "active" and pod.ready)
+    must_stay_ready = min(ready_active_before, target.active)
+    ready_current_active = sum(1 for pod in active_set if pod.ready)
+    keep_old = max(0, must_stay_ready - ready_current_active) if revision is not None else len(outdated)
+    old_active = [pod for pod in outdated if pod.role == "active"]
+    old_ready_kept = list(reversed(policy.drain_order([p for p in old_active if p.ready], now)))[:keep_old]
+    for pod in outdated:
+        if pod.role == "draining" or pod in old_ready_kept or revision is None:
+            continue
+        if pod.role == "active" and pod.ready:
+            demotions.append(Relabel(pod.name, "draining", "active", "new revision: replaced", drain_started_at=now))
+        else:
+            deletions.append(DeletePod(pod.name, f"new revision: outdated {pod.role} pod"))
+
+    # Draining pods: delete once drained or once the grace period has passed.
+    for pod in draining:
+        if pod.drain_started_at is None:
+            demotions.append(
+                Relabel(pod.name, "draining", "draining", "drain start was not recorded", drain_started_at=now)
+            )
+            continue
+        elapsed = (now - pod.drain_started_at).total_seconds()
+        if pod.in_flight == 0 and elapsed >= policy.min_drain_seconds:
+            deletions.append(DeletePod(pod.name, "drained: no requests in flight"))
+        elif elapsed >= policy.drain_grace_seconds:
+            deletions.append(DeletePod(pod.name, f"drain grace period of {policy.drain_grace_seconds:g}s passed"))
+
+    # Creations: the missing current pods, active up to the deficit, then warm.
+    if revision is not None:
+        missing = target.active + target.warm - len(active_set) - len(warm_set)
+        rolling_out = any(pod.role in ("active", "warm") for pod in outdated)
+        if rolling_out and policy.max_surge > 0:
+            loading = sum(1 for pod in active_set + warm_set if not pod.ready)
+            missing = min(missing, max(0, policy.max_surge - loading))
+        active_deficit = target.active - len(active_set) - len(old_ready_kept)
+        for index, (slot, name) in enumerate(
+            _free_slots(used_names, lambda s: serving_pod_name(deployment, revision, s), max(0, missing))
+        ):
+            role: Literal["warm", "active"] = "active" if index < active_deficit else "warm"
+            creations.append(CreatePod(name, role, revision, slot))
+
+    # Placeholders.
+    placeholders = [pod for pod in healthy if pod.role == "placeholder"]
+    kept_placeholders = sorted(
+        (pod for pod in placeholders if pod.template == target.template),
+        key=lambda pod: (pod.node is None, pod.name),
+    )[: target.placeholders]
+    for pod in placeholders:
+        if pod not in kept_placeholders:
+            reason = "surplus placeholder" if pod.template == target.template else "placement changed"
+            deletions.append(DeletePlaceholder(pod.name, reason))
+    for slot, name in _free_slots(
+        used_names,
+        lambda s: placeholder_pod_name(deployment, target.template, s),
+        target.placeholders - len(kept_placeholders),
+    ):
+        creations.append(CreatePlaceholder(name, target.template, slot))
+
+    summary = FleetSummary(
+        desired_active=target.active,
+        desired_warm=target.warm,
+        desired_placeholders=target.placeholders,
+        active=sum(1 for pod in serving if pod.role == "active"),
+        ready_active=ready_active_before,
+        warm_ready=sum(1 for pod in current if pod.role == "warm" and pod.ready),
+        warm=sum(1 for pod in serving if pod.role == "warm"),
+        draining=len(draining),
+        placeholders=len(placeholders),
+        current_ready_active=sum(1 for pod in current if pod.role == "active" and pod.ready),
+        outdated=sum(1 for pod in outdated if pod.role != "draining"),
+        revision_known=revision is not None,
+        unschedulable=tuple(
+            PodProblem(pod.name, "Unschedulable", pod.unschedulable_message)
+            for pod in healthy
+            if pod.unschedulable_message and pod.node is None
+        ),
+        stuck=tuple(problem for pod in healthy if (problem := _problem_of(pod)) is not None),
+        replaced=tuple(replaced),
+    )
+    return FleetPlan(tuple(promotions + creations + demotions + deletions), summary)
+
+
+# ------------------------------------------------------------------------------------ simulated apply
+
+
+def apply_actions(
+    pods: Sequence[PodView],
+    actions: Iterable[Action],
+    now: datetime,
+    *,
+    remove_deleted: bool = True,
+) -> list[PodView]:
+    """What the observed pods look like right after ``actions`` (no scheduling, no readiness change).
+
+    Used by the property tests and the simulator. A create of an existing name changes nothing
+    (the API server answers 409); deletions remove the pod, or only mark it ``deleting`` when
+    ``remove_deleted`` is false (a pod with a grace period still shows until it ends).
+    """
+    by_name = {pod.name: pod for pod in pods}
+    for action in actions:
+        if isinstance(action, CreatePod):
+            by_name.setdefault(
+                action.name,
+                PodView(
+                    name=action.name,
+                    role=action.role,
+                    revision=action.revision.artifact.id,
+                    template=action.revision.template,
+                    created_at=now,
+                ),
+            )
+        elif isinstance(action, CreatePlaceholder):
+            by_name.setdefault(
+                action.name, PodView(name=action.name, role="placeholder", template=action.template, created_at=now)
+            )
+        elif isinstance(action, Relabel):
+            if action.name in by_name:
+                pod = by_name[action.name]
+                drain = action.drain_started_at if action.role == "draining" else pod.drain_started_at
+                by_name[action.name] = replace(pod, role=action.role, drain_started_at=drain)
+        elif action.name in by_name:
+            if remove_deleted:
+                del by_name[action.name]
+            else:
+                by_name[action.name] = replace(by_name[action.name], deleting=True)
+    return list(by_name.values())
