@@ -1,0 +1,576 @@
+"""Pure builders of the Kubernetes objects an InferenceDeployment owns, and their read-back.
+
+Every function here takes typed inputs and returns plain dicts (the wire form a Kubernetes
+client sends); nothing talks to a cluster. The Kubernetes adapter and the Kopf handlers call:
+
+- :func:`pod_template_hash` -> the ``template`` of a :class:`~neuronfleet.planning.fleet.FleetTarget`;
+- :func:`build_pod` / :func:`build_placeholder_pod` (or :func:`object_for_action`) for
+  ``CreatePod`` / ``CreatePlaceholder`` actions, :func:`relabel_patch` for ``Relabel``;
+- :func:`build_service`, :func:`build_pdb` once per deployment, :func:`build_priority_classes`
+  once per cluster (the Helm chart may ship them instead: pods naming a missing PriorityClass are
+  rejected at admission);
+- :func:`parse_pod` to turn an observed pod object back into a ``PodView``.
+
+Design notes (the *why* of the pod):
+
+- Resources: ``aws.amazon.com/neuroncore`` (single NeuronCores), not ``aws.amazon.com/neuron``
+  (whole chips of 2 cores). Core granularity lets 1-core models pack two per chip and lets
+  power-of-two multi-core replicas share a node exactly as placement computed; the Neuron docs
+  advise against mixing both resources on one node, and Karpenter models both, so one kind is
+  used throughout (the placeholders request the same). Extended resources need requests equal
+  to limits. CPU and memory are the replica's share of the instance (placement); memory limit
+  equals the request (memory is not compressible; a bounded pod gets OOM-killed alone instead of
+  the node under pressure), CPU has no limit (throttling a batching server only adds latency).
+- Scheduling: required node affinity on ``node.kubernetes.io/instance-type`` = the chosen type,
+  plus ``spec.placement.nodeSelector`` labels and zones in the same term; the
+  ``aws.amazon.com/neuron:NoSchedule`` toleration (Exists) plus the spec's; a zone topology
+  spread (ScheduleAnyway, so a one-zone node group still schedules) over the serving pods;
+  ``schedulerName`` from the spec, else the operator's default (the Neuron scheduler extension:
+  needed for contiguous allocation of more than one core).
+- PriorityClass per role *at creation*: ``priorityClassName`` is immutable, so a warm pod
+  promoted to active keeps the warm class. :func:`build_priority_classes` therefore gives warm
+  and active the same value (a promoted pod must not be preempted for a newer active pod); the
+  separate names serve quotas and visibility. Placeholders get -1: preempted by anything, yet at
+  or above cluster-autoscaler's -10 cut-off so they still make it provision nodes.
+- Pod Security "restricted": runAsNonRoot with a fixed non-root uid, no privilege escalation,
+  all capabilities dropped, RuntimeDefault seccomp; also a read-only root filesystem with
+  emptyDirs for /tmp and the artifact cache, and no service-account token (the server never
+  calls the API). The Neuron device plugin passes /dev/neuron* into the container; a non-root
+  uid relies on the device nodes being accessible (they are 0666 on the EKS Neuron AMI).
+- Probes: the runtime serves KServe v2 ``/v2/health/live`` (process up) and ``/v2/health/ready``
+  (artifact loaded and warmed). The startup probe waits on *ready* with a long budget, so a
+  model that loads for minutes is never killed by liveness; readiness gates the Service.
+- Names are deterministic (see :mod:`neuronfleet.planning.labels`): a create repeated after an
+  operator crash answers 409 instead of creating a duplicate; ``generateName`` could not give
+  that guarantee.
+
+The compile Job builder (``build_compile_job``) belongs here too and comes with the runtime
+issue: see the marked section at the end of the builders.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from neuronfleet.api.v1alpha1 import API_VERSION, KIND, InferenceDeployment
+from neuronfleet.planning.catalog import (
+    LABEL_INSTANCE_TYPE,
+    LABEL_ZONE,
+    NEURON_TAINT_KEY,
+    RESOURCE_NEURONCORE,
+)
+from neuronfleet.planning.fleet import (
+    Action,
+    CreatePlaceholder,
+    CreatePod,
+    PodPhase,
+    PodView,
+    Relabel,
+)
+from neuronfleet.planning.labels import (
+    ANNOTATION_ARTIFACT_URI,
+    ANNOTATION_DRAIN_STARTED,
+    APP_NAME,
+    LABEL_APP_COMPONENT,
+    LABEL_APP_INSTANCE,
+    LABEL_APP_NAME,
+    LABEL_DEPLOYMENT,
+    LABEL_MANAGED_BY,
+    LABEL_REVISION,
+    LABEL_ROLE,
+    LABEL_TEMPLATE_HASH,
+    MANAGED_BY,
+    ROLES,
+    ArtifactRevision,
+    FleetRevision,
+    Role,
+    active_selector,
+    short_hash,
+)
+from neuronfleet.planning.placement import Candidate
+from neuronfleet.planning.status import rfc3339
+
+CONTAINER_NAME = "neuronserve"
+PORT_NAME = "http"
+READY_PATH = "/v2/health/ready"
+LIVE_PATH = "/v2/health/live"
+ARTIFACT_CACHE_DIR = "/var/cache/neuronserve"
+#: Kubernetes' own pause image: does nothing, costs nothing, holds the requested resources.
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+
+
+@dataclass(frozen=True)
+class PriorityClassNames:
+    """PriorityClass names per role (the cluster must have them: see build_priority_classes)."""
+
+    active: str = "neuronfleet-active"
+    warm: str = "neuronfleet-warm"
+    placeholder: str = "neuronfleet-placeholder"
+
+    def for_role(self, role: Role) -> str:
+        if role == "placeholder":
+            return self.placeholder
+        return self.warm if role == "warm" else self.active
+
+
+@dataclass(frozen=True)
+class BuilderConfig:
+    """Operator-wide settings the builders use (from the operator's configuration)."""
+
+    #: Scheduler of the Neuron scheduler extension when the spec names none (None: default scheduler).
+    default_scheduler_name: str | None = None
+    priority_classes: PriorityClassNames = field(default_factory=PriorityClassNames)
+    #: Value of the active and warm classes; placeholders get PLACEHOLDER_PRIORITY.
+    serving_priority: int = 1000
+    placeholder_image: str = PAUSE_IMAGE
+    #: How long the startup probe waits for the model to load and warm up.
+    startup_budget_seconds: int = 1800
+    run_as_user: int = 1000
+
+
+#: Below cluster-autoscaler's -10 cut-off placeholders would stop triggering scale-up.
+PLACEHOLDER_PRIORITY = -1
+
+
+# ------------------------------------------------------------------------------------ shared parts
+
+
+def _namespace(dep: InferenceDeployment) -> str:
+    return dep.metadata.namespace or "default"
+
+
+def owner_reference(dep: InferenceDeployment) -> dict[str, Any]:
+    """The controller reference that ties a child to its InferenceDeployment (GC, adoption)."""
+    if not dep.metadata.uid:
+        raise ValueError(f"InferenceDeployment {dep.name!r} has no metadata.uid: read it back from the API first")
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": dep.name,
+        "uid": dep.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(
+    dep: InferenceDeployment,
+    name: str,
+    labels: dict[str, str],
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": _namespace(dep),
+        "labels": labels,
+        "ownerReferences": [owner_reference(dep)],
+    }
+    if annotations:
+        metadata["annotations"] = annotations
+    return metadata
+
+
+def common_labels(dep: InferenceDeployment, component: str) -> dict[str, str]:
+    return {
+        LABEL_APP_NAME: APP_NAME,
+        LABEL_APP_INSTANCE: dep.name,
+        LABEL_APP_COMPONENT: component,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_DEPLOYMENT: dep.name,
+    }
+
+
+def pod_labels(dep: InferenceDeployment, role: Role, template: str, artifact: str | None) -> dict[str, str]:
+    """Labels of a fleet pod: deployment, role, template hash and (serving pods) revision."""
+    labels = common_labels(dep, "placeholder" if role == "placeholder" else "server")
+    labels[LABEL_ROLE] = role
+    labels[LABEL_TEMPLATE_HASH] = template
+    if artifact is not None:
+        labels[LABEL_REVISION] = artifact
+    return labels
+
+
+def _node_affinity(dep: InferenceDeployment, instance_type: str) -> dict[str, Any]:
+    placement = dep.spec.placement
+    expressions: list[dict[str, Any]] = [
+        {"key": LABEL_INSTANCE_TYPE, "operator": "In", "values": [instance_type]},
+    ]
+    if placement.zones:
+        expressions.append({"key": LABEL_ZONE, "operator": "In", "values": sorted(placement.zones)})
+    for key, value in sorted(placement.node_selector.items()):
+        expressions.append({"key": key, "operator": "In", "values": [value]})
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": expressions}]}
+        }
+    }
+
+
+def _tolerations(dep: InferenceDeployment) -> list[dict[str, Any]]:
+    tolerations: list[dict[str, Any]] = [{"key": NEURON_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]
+    for toleration in dep.spec.placement.tolerations:
+        wire = toleration.to_wire()
+        if wire not in tolerations:
+            tolerations.append(wire)
+    return tolerations
+
+
+def _scheduler_name(dep: InferenceDeployment, config: BuilderConfig) -> str | None:
+    return dep.spec.placement.scheduler_name or config.default_scheduler_name
+
+
+def _resources(candidate: Candidate, cores: int) -> dict[str, Any]:
+    cpu = f"{candidate.cpu_millis_per_replica}m"
+    memory = f"{candidate.memory_mib_per_replica}Mi"
+    return {
+        "requests": {"cpu": cpu, "memory": memory, RESOURCE_NEURONCORE: str(cores)},
+        "limits": {"memory": memory, RESOURCE_NEURONCORE: str(cores)},
+    }
+
+
+def _pod_security(config: BuilderConfig) -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": config.run_as_user,
+        "runAsGroup": config.run_as_user,
+        "fsGroup": config.run_as_user,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _container_security() -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _common_pod_spec(
+    dep: InferenceDeployment, candidate: Candidate, role: Role, config: BuilderConfig
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "affinity": _node_affinity(dep, candidate.name),
+        "tolerations": _tolerations(dep),
+        "priorityClassName": config.priority_classes.for_role(role),
+        "securityContext": _pod_security(config),
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+    }
+    scheduler = _scheduler_name(dep, config)
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    return spec
+
+
+# --------------------------------------------------------------------------------------------- pods
+
+
+def server_args(dep: InferenceDeployment, artifact_uri: str) -> list[str]:
+    """Arguments of ``neuronserve`` in a replica (the runtime's ``serve`` command line)."""
+    runtime = dep.spec.runtime
+    return [
+        "serve",
+        "--artifact",
+        artifact_uri,
+        "--port",
+        str(runtime.port),
+        "--model-name",
+        dep.served_model_name,
+        "--max-batch-delay-ms",
+        f"{runtime.max_batch_delay_ms:g}",
+        "--max-queue",
+        str(runtime.max_queue),
+    ]
+
+
+def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": PORT_NAME},
+        "periodSeconds": period,
+        "timeoutSeconds": 3,
+        "failureThreshold": failures,
+    }
+
+
+def build_pod(
+    dep: InferenceDeployment,
+    candidate: Candidate,
+    revision: FleetRevision,
+    role: Literal["warm", "active"],
+    name: str,
+    config: BuilderConfig | None = None,
+) -> dict[str, Any]:
+    """The pod of one replica serving ``revision`` (see the module docstring for each choice)."""
+    config = config or BuilderConfig()
+    runtime = dep.spec.runtime
+    startup_period = 10
+    env: list[dict[str, Any]] = [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "NEURONSERVE_DEPLOYMENT", "value": dep.name},
+        {"name": "NEURONSERVE_CACHE_DIR", "value": ARTIFACT_CACHE_DIR},
+    ]
+    env += [variable.to_wire() for variable in runtime.env]
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": runtime.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["neuronserve"],
+        "args": server_args(dep, revision.artifact.uri),
+        "ports": [{"name": PORT_NAME, "containerPort": runtime.port, "protocol": "TCP"}],
+        "env": env,
+        "resources": _resources(candidate, dep.spec.model.neuron_cores_per_replica),
+        "startupProbe": _probe(READY_PATH, startup_period, -(-config.startup_budget_seconds // startup_period)),
+        "readinessProbe": _probe(READY_PATH, 5, 2),
+        "livenessProbe": _probe(LIVE_PATH, 10, 3),
+        "securityContext": _container_security(),
+        "volumeMounts": [
+            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "artifact-cache", "mountPath": ARTIFACT_CACHE_DIR},
+        ],
+    }
+    spec = _common_pod_spec(dep, candidate, role, config)
+    spec.update(
+        {
+            "containers": [container],
+            "volumes": [{"name": "tmp", "emptyDir": {}}, {"name": "artifact-cache", "emptyDir": {}}],
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": runtime.termination_grace_period_seconds,
+            "topologySpreadConstraints": [
+                {
+                    "maxSkew": dep.spec.placement.zone_spread_max_skew,
+                    "topologyKey": LABEL_ZONE,
+                    "whenUnsatisfiable": "ScheduleAnyway",
+                    "labelSelector": {
+                        "matchLabels": {LABEL_DEPLOYMENT: dep.name},
+                        "matchExpressions": [{"key": LABEL_ROLE, "operator": "In", "values": ["active", "warm"]}],
+                    },
+                }
+            ],
+        }
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _metadata(
+            dep,
+            name,
+            pod_labels(dep, role, revision.template, revision.artifact.id),
+            {ANNOTATION_ARTIFACT_URI: revision.artifact.uri},
+        ),
+        "spec": spec,
+    }
+
+
+def build_placeholder_pod(
+    dep: InferenceDeployment,
+    candidate: Candidate,
+    template: str,
+    name: str,
+    config: BuilderConfig | None = None,
+) -> dict[str, Any]:
+    """A low-priority pause pod holding one replica's worth of an Inf2 node (same affinity)."""
+    config = config or BuilderConfig()
+    container = {
+        "name": "placeholder",
+        "image": config.placeholder_image,
+        "imagePullPolicy": "IfNotPresent",
+        "resources": _resources(candidate, dep.spec.model.neuron_cores_per_replica),
+        "securityContext": _container_security(),
+    }
+    spec = _common_pod_spec(dep, candidate, "placeholder", config)
+    spec.update({"containers": [container], "restartPolicy": "Always", "terminationGracePeriodSeconds": 0})
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _metadata(dep, name, pod_labels(dep, "placeholder", template, None)),
+        "spec": spec,
+    }
+
+
+def pod_template_hash(dep: InferenceDeployment, candidate: Candidate, config: BuilderConfig | None = None) -> str:
+    """10 hex digits over everything in a replica's pod except name, role and artifact.
+
+    A change of image, resources, placement, probes or runtime flags changes it, and the fleet
+    plan then replaces the pods warm-then-swap, as for a new artifact.
+    """
+    blank = FleetRevision(ArtifactRevision("", ""), "")
+    pod = build_pod(dep, candidate, blank, "active", "template", config)
+    return short_hash(json.dumps(pod["spec"], sort_keys=True), 10)
+
+
+def object_for_action(
+    dep: InferenceDeployment,
+    candidate: Candidate,
+    action: CreatePod | CreatePlaceholder,
+    config: BuilderConfig | None = None,
+) -> dict[str, Any]:
+    """The pod to create for a fleet-plan creation action."""
+    if isinstance(action, CreatePod):
+        return build_pod(dep, candidate, action.revision, action.role, action.name, config)
+    return build_placeholder_pod(dep, candidate, action.template, action.name, config)
+
+
+def relabel_patch(action: Relabel) -> dict[str, Any]:
+    """The merge patch of a Relabel: the role label, and the drain annotation when draining."""
+    metadata: dict[str, Any] = {"labels": {LABEL_ROLE: action.role}}
+    if action.role == "draining" and action.drain_started_at is not None:
+        metadata["annotations"] = {ANNOTATION_DRAIN_STARTED: rfc3339(action.drain_started_at)}
+    return {"metadata": metadata}
+
+
+def is_creation(action: Action) -> bool:
+    return isinstance(action, CreatePod | CreatePlaceholder)
+
+
+# ------------------------------------------------------------------------------- service and budget
+
+
+def build_service(dep: InferenceDeployment) -> dict[str, Any]:
+    """ClusterIP Service over the active pods (role=active); warm and draining pods get no traffic."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(dep, dep.name, common_labels(dep, "service")),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": active_selector(dep.name),
+            "ports": [{"name": PORT_NAME, "port": dep.spec.runtime.port, "targetPort": PORT_NAME, "protocol": "TCP"}],
+        },
+    }
+
+
+def build_pdb(dep: InferenceDeployment) -> dict[str, Any]:
+    """PodDisruptionBudget over the active pods: voluntary evictions take one at a time."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(dep, dep.name, common_labels(dep, "disruption-budget")),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": active_selector(dep.name)},
+            # Unready pods serve nothing: let evictions take them even when the budget is spent.
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
+
+
+def build_priority_classes(config: BuilderConfig | None = None) -> list[dict[str, Any]]:
+    """The three PriorityClasses the pods name (cluster-scoped; install once)."""
+    config = config or BuilderConfig()
+    names = config.priority_classes
+
+    def priority_class(name: str, value: int, description: str, preempt: bool) -> dict[str, Any]:
+        return {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
+            "value": value,
+            "globalDefault": False,
+            "preemptionPolicy": "PreemptLowerPriority" if preempt else "Never",
+            "description": description,
+        }
+
+    return [
+        priority_class(names.active, config.serving_priority, "neuronfleet serving replicas", True),
+        priority_class(
+            names.warm,
+            config.serving_priority,
+            "neuronfleet warm replicas; same value as active because a promoted pod keeps this class",
+            True,
+        ),
+        priority_class(
+            names.placeholder,
+            PLACEHOLDER_PRIORITY,
+            "neuronfleet node placeholders: preempted by any pod, keep spare Inf2 capacity",
+            False,
+        ),
+    ]
+
+
+# ----------------------------------------------------------------------------- compile Job (later)
+# build_compile_job(dep, cache_key, store_uri, config) -> dict: the Job running
+# `neuronserve compile` with the spec's compiler flags, owned by the InferenceDeployment.
+# It arrives with the runtime issue; keep it here, next to the other builders.
+
+
+# ----------------------------------------------------------------------------------------- read back
+
+
+_PHASES: dict[str, PodPhase] = {
+    "Pending": "Pending",
+    "Running": "Running",
+    "Succeeded": "Succeeded",
+    "Failed": "Failed",
+    "Unknown": "Unknown",
+}
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def parse_pod(
+    pod: dict[str, Any],
+    node_names: set[str] | None = None,
+    in_flight: int | None = None,
+) -> PodView:
+    """A pod object (as read from the API) as the fleet plan sees it.
+
+    ``node_names``: the nodes that exist (None: unknown, never report a node lost). ``in_flight``:
+    the pod's in-flight requests if the caller read them from its metrics.
+    """
+    metadata = pod.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    annotations = metadata.get("annotations") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    raw_role = labels.get(LABEL_ROLE)
+    # A pod whose role label was edited to something unknown is treated as draining: it leaves
+    # the Service and is deleted after the drain, and the plan replaces it.
+    role: Role = raw_role if raw_role in ROLES else "draining"
+    conditions = {c.get("type"): c for c in status.get("conditions") or [] if isinstance(c, dict)}
+    ready_condition = conditions.get("Ready") or {}
+    ready = ready_condition.get("status") == "True"
+    scheduled_condition = conditions.get("PodScheduled") or {}
+    unschedulable = None
+    if scheduled_condition.get("status") == "False" and scheduled_condition.get("reason") == "Unschedulable":
+        unschedulable = scheduled_condition.get("message") or "no node fits"
+    waiting_reason = waiting_message = None
+    for container_status in status.get("containerStatuses") or []:
+        waiting = (container_status.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason"):
+            waiting_reason, waiting_message = waiting.get("reason"), waiting.get("message") or ""
+            break
+    node = spec.get("nodeName") or None
+    phase = _PHASES.get(status.get("phase") or "Pending", "Unknown")
+    drain_started = _parse_time(annotations.get(ANNOTATION_DRAIN_STARTED))
+    return PodView(
+        name=metadata.get("name") or "",
+        role=role,
+        revision=labels.get(LABEL_REVISION),
+        template=labels.get(LABEL_TEMPLATE_HASH),
+        phase=phase,
+        ready=ready,
+        deleting=bool(metadata.get("deletionTimestamp")),
+        created_at=_parse_time(metadata.get("creationTimestamp")),
+        ready_at=_parse_time(ready_condition.get("lastTransitionTime")) if ready else None,
+        node=node,
+        node_lost=node is not None and node_names is not None and node not in node_names,
+        in_flight=in_flight,
+        drain_started_at=drain_started,
+        unschedulable_message=unschedulable,
+        waiting_reason=waiting_reason,
+        waiting_message=waiting_message,
+    )
