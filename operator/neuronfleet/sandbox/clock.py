@@ -1,0 +1,56 @@
+"""Time of the sandbox: the event loop's clock (so ``looptime`` fast-forwards it) mapped to wall time.
+
+Wall-clock timestamps (creationTimestamp, condition lastTransitionTime, ...) are
+``epoch + (loop.time() - origin)``: they stay consistent with every delay the sandbox sleeps, also
+when ``looptime`` compresses an hour into a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+
+
+class Clock:
+    """Loop time for delays, epoch-anchored wall time for timestamps."""
+
+    def __init__(self, epoch: datetime.datetime | None = None) -> None:
+        self.epoch = epoch or datetime.datetime.now(tz=datetime.UTC).replace(microsecond=0)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._origin = 0.0
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Anchor the epoch at the loop's current time (called once the loop runs)."""
+        self._loop = loop
+        self._origin = loop.time()
+
+    def monotonic(self) -> float:
+        """Seconds on the loop's clock (what ``asyncio.sleep`` measures)."""
+        return self._loop.time() if self._loop is not None else time.monotonic()
+
+    def elapsed(self) -> float:
+        """Seconds since the sandbox started."""
+        return self.monotonic() - self._origin
+
+    def wall(self) -> datetime.datetime:
+        return self.epoch + datetime.timedelta(seconds=self.elapsed())
+
+    def timestamp(self, offset_s: float = 0.0) -> str:
+        """RFC 3339 with seconds, as metav1.Time serialises."""
+        moment = self.wall() + datetime.timedelta(seconds=offset_s)
+        return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def micro_timestamp(self) -> str:
+        """RFC 3339 with microseconds, as metav1.MicroTime serialises."""
+        return self.wall().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    def seconds_since(self, timestamp: str | None) -> float | None:
+        """Age of an RFC 3339 timestamp on this clock; None if absent or unparsable."""
+        if not timestamp:
+            return None
+        try:
+            moment = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return (self.wall() - moment).total_seconds()

@@ -1,0 +1,693 @@
+"""The object store behind the emulated API server: CRUD, watch history, finalizers and GC.
+
+Everything runs in one asyncio loop and no method awaits, so each call is atomic without locks.
+Stored objects are treated as immutable: every write stores a new dict, so readers (watch events,
+list results) can share them without copying. Callers must not mutate what they get back.
+
+Semantics kept from kube-apiserver: one global resourceVersion counter; uid, generation (bumped
+when anything but metadata/status changes), creationTimestamp; optimistic concurrency (409);
+status-subresource isolation; finalizers and deletionTimestamp; graceful pod deletion (the kubelet
+finishes it); namespace lifecycle (create needs an existing namespace, deleting one deletes its
+contents); background cascading garbage collection by ownerReferences (Foreground is treated as
+Background; Orphan strips the ownerReference); a bounded event history for watch resume, with
+410 Gone below it; CRD objects register their resource when created.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import random
+import re
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from neuronfleet.sandbox import errors
+from neuronfleet.sandbox.clock import Clock
+from neuronfleet.sandbox.errors import ApiError
+from neuronfleet.sandbox.resources import CrdError, ResourceType, builtin_resources, resource_from_crd
+from neuronfleet.sandbox.selectors import FieldSelector, LabelSelector
+
+Obj = dict[str, Any]
+ResourceKey = tuple[str, str]
+ObjectKey = tuple[str, str]  # (namespace or "", name)
+
+_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change: ``obj`` after it (the last state for DELETED), ``old`` before it."""
+
+    rv: int
+    resource: ResourceKey
+    type: str
+    obj: Obj
+    old: Obj | None
+
+
+class Watcher:
+    """A watch stream's subscription: filters events and queues them for the HTTP response."""
+
+    def __init__(
+        self, rt: ResourceType, namespace: str | None, labels: LabelSelector, fields: FieldSelector
+    ) -> None:
+        self.rt = rt
+        self.namespace = namespace
+        self.labels = labels
+        self.fields = fields
+        self.queue: asyncio.Queue[tuple[str, Obj]] = asyncio.Queue()
+
+    def matches(self, obj: Obj | None) -> bool:
+        if obj is None:
+            return False
+        meta = obj.get("metadata") or {}
+        if self.namespace is not None and meta.get("namespace") != self.namespace:
+            return False
+        return self.labels.matches(meta.get("labels")) and self.fields.matches(obj)
+
+    def translate(self, event: WatchEvent) -> tuple[str, Obj] | None:
+        """The event as this watcher sees it: selector changes turn MODIFIED into ADDED/DELETED."""
+        if event.resource != self.rt.key:
+            return None
+        now = self.matches(event.obj)
+        if event.type == "ADDED":
+            return ("ADDED", event.obj) if now else None
+        if event.type == "DELETED":
+            return ("DELETED", event.obj) if now else None
+        before = self.matches(event.old)
+        if now and before:
+            return ("MODIFIED", event.obj)
+        if now:
+            return ("ADDED", event.obj)
+        if before:
+            return ("DELETED", event.obj)
+        return None
+
+    def offer(self, event: WatchEvent) -> None:
+        translated = self.translate(event)
+        if translated is not None:
+            self.queue.put_nowait(translated)
+
+
+def _meta(obj: Obj) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+class Store:
+    """In-memory objects of all resources, with the apiserver's write semantics."""
+
+    def __init__(self, clock: Clock, *, history_size: int = 20000, seed: int = 0) -> None:
+        self.clock = clock
+        self.random = random.Random(seed)
+        self.resources: dict[ResourceKey, ResourceType] = {}
+        self.objects: dict[ResourceKey, dict[ObjectKey, Obj]] = {}
+        self.uids: dict[str, tuple[ResourceKey, ObjectKey]] = {}
+        self.rv = 0
+        #: Events up to this resourceVersion have left the history: watches from before get 410.
+        self.floor_rv = 0
+        self.history: deque[WatchEvent] = deque(maxlen=history_size)
+        self.watchers: set[Watcher] = set()
+        self.listeners: list[Callable[[WatchEvent], None]] = []
+        #: When a kubelet runs, deleting a bound pod only marks it; the kubelet removes it.
+        self.graceful_pods = False
+        for rt in builtin_resources():
+            self.register(rt)
+        for name in INITIAL_NAMESPACES:
+            self.create(self.resource("", "namespaces"), None, {"metadata": {"name": name}})
+
+    # ---- resource registry -------------------------------------------------------------------
+
+    def register(self, rt: ResourceType) -> None:
+        self.resources[rt.key] = rt
+        self.objects.setdefault(rt.key, {})
+
+    def unregister(self, key: ResourceKey) -> None:
+        for obj in list(self.objects.get(key, {}).values()):
+            self.uids.pop(_meta(obj).get("uid", ""), None)
+        self.resources.pop(key, None)
+        self.objects.pop(key, None)
+
+    def resource(self, group: str, plural: str) -> ResourceType:
+        try:
+            return self.resources[(group, plural)]
+        except KeyError:
+            raise errors.resource_not_found(f"{group}/{plural}") from None
+
+    def find(self, group: str, version: str, plural: str) -> ResourceType | None:
+        rt = self.resources.get((group, plural))
+        if rt is None or version not in rt.versions:
+            return None
+        return rt
+
+    def register_crd(self, crd: Obj) -> Obj:
+        """Create (or replace) a CRD object, which registers its resource."""
+        crd_rt = self.resource("apiextensions.k8s.io", "customresourcedefinitions")
+        name = _meta(crd).get("name", "")
+        existing = self.objects[crd_rt.key].get(("", name))
+        if existing is None:
+            return self.create(crd_rt, None, crd)
+        body = copy.deepcopy(crd)
+        body.setdefault("metadata", {})["resourceVersion"] = _meta(existing)["resourceVersion"]
+        return self.replace(crd_rt, None, name, body)
+
+    def _crd_accepted(self, crd: Obj) -> Obj:
+        try:
+            rt = resource_from_crd(crd)
+        except CrdError as exc:
+            raise errors.invalid("CustomResourceDefinition", "apiextensions.k8s.io", _meta(crd).get("name", ""), [("spec", str(exc))]) from None
+        expected = f"{rt.plural}.{rt.group}"
+        if _meta(crd).get("name") != expected:
+            raise errors.invalid(
+                "CustomResourceDefinition",
+                "apiextensions.k8s.io",
+                _meta(crd).get("name", ""),
+                [("metadata.name", f'Invalid value: "{_meta(crd).get("name")}": must be spec.names.plural+"."+spec.group')],
+            )
+        previous = self.resources.get(rt.key)
+        self.register(rt)
+        if previous is not None and not previous.custom:
+            self.resources[rt.key] = previous
+        crd = copy.deepcopy(crd)
+        names = crd["spec"]["names"]
+        crd["status"] = {
+            "acceptedNames": {
+                "kind": names["kind"],
+                "listKind": names.get("listKind", f"{names['kind']}List"),
+                "plural": names["plural"],
+                "singular": names.get("singular", names["kind"].lower()),
+                **({"shortNames": names["shortNames"]} if names.get("shortNames") else {}),
+                **({"categories": names["categories"]} if names.get("categories") else {}),
+            },
+            "conditions": [
+                {"type": t, "status": "True", "reason": r, "message": m, "lastTransitionTime": self.clock.timestamp()}
+                for t, r, m in (
+                    ("NamesAccepted", "NoConflicts", "no conflicts found"),
+                    ("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+                )
+            ],
+            "storedVersions": [rt.storage_version],
+        }
+        return crd
+
+    # ---- reads ---------------------------------------------------------------------------------
+
+    def _key(self, rt: ResourceType, namespace: str | None, name: str) -> ObjectKey:
+        return ((namespace or "") if rt.namespaced else "", name)
+
+    def get(self, rt: ResourceType, namespace: str | None, name: str) -> Obj:
+        obj = self.objects[rt.key].get(self._key(rt, namespace, name))
+        if obj is None:
+            raise errors.not_found(rt.plural, rt.group, name)
+        return obj
+
+    def try_get(self, rt: ResourceType, namespace: str | None, name: str) -> Obj | None:
+        return self.objects[rt.key].get(self._key(rt, namespace, name))
+
+    def iter(self, rt: ResourceType, namespace: str | None = None) -> Iterator[Obj]:
+        for (ns, _), obj in self.objects[rt.key].items():
+            if namespace is None or ns == namespace:
+                yield obj
+
+    def list(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        labels: LabelSelector | None = None,
+        fields: FieldSelector | None = None,
+    ) -> tuple[list[Obj], int]:
+        items = [
+            obj
+            for obj in self.iter(rt, namespace if rt.namespaced else None)
+            if (labels is None or labels.matches(_meta(obj).get("labels")))
+            and (fields is None or fields.matches(obj))
+        ]
+        items.sort(key=lambda o: (_meta(o).get("namespace", ""), _meta(o).get("name", "")))
+        return items, self.rv
+
+    # ---- watch ---------------------------------------------------------------------------------
+
+    def watch(self, watcher: Watcher, since: int | None) -> list[tuple[str, Obj]]:
+        """Subscribe ``watcher``; return the events to replay first.
+
+        ``since`` None: synthetic ADDED for every current object (no resourceVersion given, or
+        "0"). Otherwise every held event newer than ``since``; 410 if older events were dropped.
+        """
+        replay: list[tuple[str, Obj]] = []
+        if since is None:
+            items, _ = self.list(watcher.rt, watcher.namespace, watcher.labels, watcher.fields)
+            replay = [("ADDED", obj) for obj in items]
+        else:
+            if since < self.floor_rv:
+                raise errors.gone(f"too old resource version: {since} ({self.floor_rv})")
+            for event in self.history:
+                if event.rv > since:
+                    translated = watcher.translate(event)
+                    if translated is not None:
+                        replay.append(translated)
+        self.watchers.add(watcher)
+        return replay
+
+    def unwatch(self, watcher: Watcher) -> None:
+        self.watchers.discard(watcher)
+
+    def _emit(self, rt: ResourceType, type_: str, obj: Obj, old: Obj | None) -> None:
+        event = WatchEvent(self.rv, rt.key, type_, obj, old)
+        if len(self.history) == self.history.maxlen:
+            self.floor_rv = self.history[0].rv
+        self.history.append(event)
+        for watcher in list(self.watchers):
+            watcher.offer(event)
+        for listener in list(self.listeners):
+            listener(event)
+
+    def _next_rv(self) -> str:
+        self.rv += 1
+        return str(self.rv)
+
+    # ---- writes --------------------------------------------------------------------------------
+
+    def create(self, rt: ResourceType, namespace: str | None, body: Any, *, strict: bool = False) -> Obj:
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of the request must be a JSON object")
+        obj: Obj = copy.deepcopy(body)
+        self._check_type(rt, obj)
+        meta = obj.get("metadata")
+        if meta is None:
+            meta = obj["metadata"] = {}
+        if not isinstance(meta, dict):
+            raise errors.bad_request("metadata must be an object")
+        if rt.namespaced:
+            body_ns = meta.get("namespace")
+            if namespace is None:
+                raise errors.method_not_allowed(f"{rt.plural} is namespaced: create it under /namespaces/<namespace>/")
+            if body_ns and body_ns != namespace:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            meta["namespace"] = namespace
+            ns_rt = self.resources[("", "namespaces")]
+            ns_obj = self.objects[ns_rt.key].get(("", namespace))
+            if ns_obj is None:
+                raise errors.not_found("namespaces", "", namespace)
+            if _meta(ns_obj).get("deletionTimestamp"):
+                raise errors.forbidden(f'{rt.plural} "{meta.get("name", "")}" is forbidden: unable to create new content in namespace {namespace} because it is being terminated')
+        else:
+            meta.pop("namespace", None)
+        if not meta.get("name"):
+            prefix = meta.get("generateName")
+            if not prefix:
+                raise errors.invalid(rt.kind, rt.group, "", [("metadata.name", "Required value: name or generateName is required")])
+            meta["name"] = prefix + "".join(self.random.choice(_GENERATE_ALPHABET) for _ in range(5))
+        name = meta["name"]
+        if not isinstance(name, str) or len(name) > 253 or not _NAME_RE.match(name):
+            raise errors.invalid(
+                rt.kind,
+                rt.group,
+                str(name),
+                [("metadata.name", f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case '
+                  "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character")],
+            )
+        key = self._key(rt, namespace, name)
+        if key in self.objects[rt.key]:
+            raise errors.already_exists(rt.plural, rt.group, name)
+        for field_name in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
+            meta.pop(field_name, None)
+        meta["uid"] = str(uuid.UUID(int=self.random.getrandbits(128), version=4))
+        meta["creationTimestamp"] = self.clock.timestamp()
+        meta["generation"] = 1
+        if rt.status_subresource and rt.custom:
+            obj.pop("status", None)
+        obj = self._admit(rt, obj, None, strict=strict)
+        meta = obj["metadata"]
+        meta["resourceVersion"] = self._next_rv()
+        self.objects[rt.key][key] = obj
+        self.uids[meta["uid"]] = (rt.key, key)
+        self._emit(rt, "ADDED", obj, None)
+        return obj
+
+    def replace(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        *,
+        subresource: str | None = None,
+        strict: bool = False,
+    ) -> Obj:
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of the request must be a JSON object")
+        old = self.get(rt, namespace, name)
+        self._check_type(rt, body)
+        meta = body.get("metadata") or {}
+        if meta.get("name") not in (None, name):
+            raise errors.bad_request("the name of the object does not match the name on the URL")
+        given_rv = meta.get("resourceVersion")
+        if given_rv in (None, "") and rt.custom:
+            raise errors.invalid(
+                rt.kind, rt.group, name,
+                [("metadata.resourceVersion", "Invalid value: 0x0: must be specified for an update")],
+            )
+        if given_rv not in (None, "") and str(given_rv) != _meta(old)["resourceVersion"]:
+            raise errors.conflict(rt.plural, rt.group, name)
+        return self._commit(rt, old, copy.deepcopy(body), subresource=subresource, strict=strict)
+
+    def update(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        mutate: Callable[[Obj], None],
+        *,
+        subresource: str | None = None,
+    ) -> Obj:
+        """Read-modify-write for in-process controllers: ``mutate`` edits a deep copy."""
+        old = self.get(rt, namespace, name)
+        new = copy.deepcopy(old)
+        mutate(new)
+        return self._commit(rt, old, new, subresource=subresource)
+
+    def commit_patched(
+        self,
+        rt: ResourceType,
+        old: Obj,
+        patched: Any,
+        *,
+        subresource: str | None = None,
+        strict: bool = False,
+    ) -> Obj:
+        """Store the result of a PATCH computed from ``old``."""
+        if not isinstance(patched, dict):
+            raise errors.unprocessable("the patched object is not a JSON object")
+        meta = _meta(patched)
+        given_rv = meta.get("resourceVersion")
+        if given_rv not in (None, "") and str(given_rv) != _meta(old)["resourceVersion"]:
+            raise errors.conflict(rt.plural, rt.group, _meta(old)["name"])
+        return self._commit(rt, old, patched, subresource=subresource, strict=strict)
+
+    def _commit(self, rt: ResourceType, old: Obj, new: Obj, *, subresource: str | None, strict: bool = False) -> Obj:
+        old_meta = _meta(old)
+        if subresource == "status":
+            merged = copy.deepcopy(old)
+            if "status" in new:
+                merged["status"] = new["status"]
+            else:
+                merged.pop("status", None)
+            new = merged
+        else:
+            if not isinstance(new.get("metadata"), dict):
+                new["metadata"] = {}
+            if rt.status_subresource and subresource is None:
+                if "status" in old:
+                    new["status"] = copy.deepcopy(old["status"])
+                else:
+                    new.pop("status", None)
+        meta = new["metadata"]
+        for immutable in ("uid", "creationTimestamp", "name", "namespace", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"):
+            if immutable in old_meta:
+                meta[immutable] = old_meta[immutable]
+            else:
+                meta.pop(immutable, None)
+        meta["resourceVersion"] = old_meta["resourceVersion"]
+        new.setdefault("apiVersion", old.get("apiVersion"))
+        new.setdefault("kind", old.get("kind"))
+        new = self._admit(rt, new, old, strict=strict)
+        meta = new["metadata"]
+        if new == old:
+            return old
+        if _spec_changed(rt, old, new):
+            meta["generation"] = int(old_meta.get("generation", 1)) + 1
+        meta["resourceVersion"] = self._next_rv()
+        key = self._key(rt, meta.get("namespace"), meta["name"])
+        self.objects[rt.key][key] = new
+        self._emit(rt, "MODIFIED", new, old)
+        if meta.get("deletionTimestamp") and not meta.get("finalizers") and not self._awaits_kubelet(rt, new):
+            self._remove(rt, new, propagation=None)
+        return new
+
+    def delete(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        *,
+        grace_period: int | None = None,
+        propagation: str | None = None,
+        preconditions: dict[str, Any] | None = None,
+    ) -> Obj:
+        obj = self.get(rt, namespace, name)
+        meta = _meta(obj)
+        if preconditions:
+            if preconditions.get("uid") not in (None, meta.get("uid")):
+                raise errors.conflict(rt.plural, rt.group, name)
+            if preconditions.get("resourceVersion") not in (None, meta.get("resourceVersion")):
+                raise errors.conflict(rt.plural, rt.group, name)
+        if propagation not in (None, "Background", "Foreground", "Orphan"):
+            raise errors.bad_request(f"propagationPolicy: Unsupported value: {propagation!r}")
+        if rt.key == ("", "pods") and self.graceful_pods and self._is_running_on_node(obj):
+            grace = grace_period
+            if grace is None:
+                grace = int((obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+            if grace > 0 or meta.get("finalizers"):
+                current = meta.get("deletionGracePeriodSeconds")
+                if current is not None and current <= grace:
+                    return obj
+                new = copy.deepcopy(obj)
+                new["metadata"]["deletionTimestamp"] = self.clock.timestamp(grace)
+                new["metadata"]["deletionGracePeriodSeconds"] = grace
+                return self._store_marked(rt, obj, new)
+        elif meta.get("finalizers") or (propagation == "Foreground" and self._has_dependents(meta.get("uid", ""))):
+            if meta.get("deletionTimestamp"):
+                return obj
+            new = copy.deepcopy(obj)
+            new["metadata"]["deletionTimestamp"] = self.clock.timestamp()
+            new["metadata"]["deletionGracePeriodSeconds"] = 0
+            if propagation == "Foreground" and not meta.get("finalizers"):
+                # Dependents go first, then the owner: what the foregroundDeletion finalizer does.
+                new["metadata"]["finalizers"] = ["foregroundDeletion"]
+                self._schedule_gc(meta.get("uid", ""), "Background", owner_key=(rt.key, self._key(rt, namespace, name)))
+            return self._store_marked(rt, obj, new)
+        return self._remove(rt, obj, propagation=propagation)
+
+    def _store_marked(self, rt: ResourceType, old: Obj, new: Obj) -> Obj:
+        new["metadata"]["resourceVersion"] = self._next_rv()
+        key = self._key(rt, _meta(new).get("namespace"), _meta(new)["name"])
+        self.objects[rt.key][key] = new
+        self._emit(rt, "MODIFIED", new, old)
+        return new
+
+    def _is_running_on_node(self, pod: Obj) -> bool:
+        phase = (pod.get("status") or {}).get("phase")
+        return bool((pod.get("spec") or {}).get("nodeName")) and phase not in ("Succeeded", "Failed")
+
+    def _awaits_kubelet(self, rt: ResourceType, obj: Obj) -> bool:
+        if rt.key != ("", "pods") or not self.graceful_pods or not self._is_running_on_node(obj):
+            return False
+        return int(_meta(obj).get("deletionGracePeriodSeconds") or 0) > 0
+
+    def _remove(self, rt: ResourceType, obj: Obj, *, propagation: str | None) -> Obj:
+        meta = _meta(obj)
+        key = self._key(rt, meta.get("namespace"), meta["name"])
+        if self.objects[rt.key].get(key) is None:
+            return obj
+        del self.objects[rt.key][key]
+        self.uids.pop(meta.get("uid", ""), None)
+        last = copy.deepcopy(obj)
+        last["metadata"]["resourceVersion"] = self._next_rv()
+        self._emit(rt, "DELETED", last, obj)
+        if rt.key == ("", "namespaces"):
+            self._delete_namespace_contents(meta["name"])
+        if rt.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
+            spec = obj.get("spec") or {}
+            self.unregister((spec.get("group", ""), (spec.get("names") or {}).get("plural", "")))
+        self._schedule_gc(meta.get("uid", ""), propagation or "Background")
+        return last
+
+    def _delete_namespace_contents(self, namespace: str) -> None:
+        for rt in list(self.resources.values()):
+            if not rt.namespaced:
+                continue
+            for obj in list(self.iter(rt, namespace)):
+                self._remove(rt, obj, propagation="Background")
+
+    # ---- garbage collection ----------------------------------------------------------------------
+
+    def _has_dependents(self, uid: str) -> bool:
+        return any(True for _ in self._dependents(uid))
+
+    def _dependents(self, uid: str) -> Iterator[tuple[ResourceType, Obj]]:
+        for rkey, objects in self.objects.items():
+            rt = self.resources.get(rkey)
+            if rt is None:
+                continue
+            for obj in objects.values():
+                if any(ref.get("uid") == uid for ref in _meta(obj).get("ownerReferences") or ()):
+                    yield rt, obj
+
+    def _schedule_gc(
+        self, uid: str, propagation: str, owner_key: tuple[ResourceKey, ObjectKey] | None = None
+    ) -> None:
+        if not uid:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._collect(uid, propagation, owner_key)
+            return
+        # Background: the owner is gone already when the dependents go, as with the real GC.
+        loop.call_soon(self._collect, uid, propagation, owner_key)
+
+    def _collect(self, uid: str, propagation: str, owner_key: tuple[ResourceKey, ObjectKey] | None) -> None:
+        for rt, obj in list(self._dependents(uid)):
+            meta = _meta(obj)
+            current = self.try_get(rt, meta.get("namespace"), meta["name"])
+            if current is None:
+                continue
+            if propagation == "Orphan":
+                self.update(
+                    rt,
+                    meta.get("namespace"),
+                    meta["name"],
+                    lambda o: o["metadata"].__setitem__(
+                        "ownerReferences", [r for r in o["metadata"].get("ownerReferences", []) if r.get("uid") != uid]
+                    ),
+                )
+                continue
+            owners_alive = [
+                ref
+                for ref in meta.get("ownerReferences") or ()
+                if ref.get("uid") != uid and ref.get("uid") in self.uids
+            ]
+            if owners_alive:
+                continue
+            try:
+                self.delete(rt, meta.get("namespace"), meta["name"], propagation="Background")
+            except ApiError:
+                continue
+        if owner_key is not None:
+            self._release_foreground(owner_key)
+
+    def _release_foreground(self, owner_key: tuple[ResourceKey, ObjectKey]) -> None:
+        rkey, okey = owner_key
+        rt = self.resources.get(rkey)
+        owner = self.objects.get(rkey, {}).get(okey)
+        if rt is None or owner is None:
+            return
+        if "foregroundDeletion" in (_meta(owner).get("finalizers") or ()):
+            self.update(
+                rt,
+                okey[0] or None,
+                okey[1],
+                lambda o: o["metadata"].__setitem__(
+                    "finalizers", [f for f in o["metadata"].get("finalizers", []) if f != "foregroundDeletion"]
+                ),
+            )
+
+    # ---- admission -------------------------------------------------------------------------------
+
+    def _check_type(self, rt: ResourceType, obj: Obj) -> None:
+        api_version = obj.get("apiVersion")
+        kind = obj.get("kind")
+        if api_version is not None and api_version not in {rt.api_version(v) for v in rt.versions}:
+            raise errors.bad_request(
+                f"the API version in the data ({api_version}) does not match the expected API version ({rt.api_version()})"
+            )
+        if kind is not None and kind != rt.kind:
+            raise errors.bad_request(f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})")
+        obj["apiVersion"] = api_version or rt.api_version()
+        obj["kind"] = rt.kind
+
+    def _admit(self, rt: ResourceType, obj: Obj, old: Obj | None, *, strict: bool) -> Obj:
+        """Defaulting and validation per kind (what admission and the registry strategies do)."""
+        from neuronfleet.sandbox.resources import validate_custom_object
+
+        meta = obj["metadata"]
+        for list_field in ("finalizers", "ownerReferences"):
+            if list_field in meta and meta[list_field] is None:
+                del meta[list_field]
+        for map_field in ("labels", "annotations"):
+            value = meta.get(map_field)
+            if value is None:
+                meta.pop(map_field, None)
+            elif not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+                raise errors.invalid(rt.kind, rt.group, meta.get("name", ""), [(f"metadata.{map_field}", "Invalid value: values must be strings")])
+        if rt.custom:
+            validation_errors, _ = validate_custom_object(rt, obj, strict)
+            if validation_errors:
+                raise errors.invalid(rt.kind, rt.group, meta.get("name", ""), validation_errors)
+        elif rt.key == ("", "pods"):
+            self._admit_pod(obj, old)
+        elif rt.key == ("", "namespaces"):
+            obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+            obj["status"] = {"phase": "Terminating" if meta.get("deletionTimestamp") else "Active"}
+        elif rt.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
+            obj = self._crd_accepted(obj)
+        elif rt.key == ("scheduling.k8s.io", "priorityclasses"):
+            if not isinstance(obj.get("value"), int):
+                raise errors.invalid(rt.kind, rt.group, meta.get("name", ""), [("value", "Required value")])
+            obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
+        return obj
+
+    def _admit_pod(self, pod: Obj, old: Obj | None) -> None:
+        spec = pod.get("spec")
+        if not isinstance(spec, dict) or not isinstance(spec.get("containers"), list) or not spec["containers"]:
+            raise errors.invalid("Pod", "", _meta(pod).get("name", ""), [("spec.containers", "Required value")])
+        if old is not None:
+            return
+        spec.setdefault("schedulerName", "default-scheduler")
+        spec.setdefault("restartPolicy", "Always")
+        spec.setdefault("terminationGracePeriodSeconds", 30)
+        spec.setdefault("dnsPolicy", "ClusterFirst")
+        spec.setdefault("enableServiceLinks", True)
+        tolerations = spec.setdefault("tolerations", [])
+        for taint_key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
+            if not any(t.get("key") == taint_key for t in tolerations):
+                tolerations.append({"key": taint_key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300})
+        class_name = spec.get("priorityClassName")
+        pc_rt = self.resources[("scheduling.k8s.io", "priorityclasses")]
+        if class_name:
+            pc = self.try_get(pc_rt, None, class_name)
+            if pc is None:
+                raise errors.forbidden(f'pods "{_meta(pod).get("name", "")}" is forbidden: no PriorityClass with name {class_name} was found')
+            spec["priority"] = int(pc["value"])
+            spec.setdefault("preemptionPolicy", pc.get("preemptionPolicy", "PreemptLowerPriority"))
+        elif "priority" not in spec:
+            default = next((pc for pc in self.iter(pc_rt) if pc.get("globalDefault")), None)
+            spec["priority"] = int(default["value"]) if default else 0
+            if default:
+                spec["priorityClassName"] = _meta(default)["name"]
+        for container in spec["containers"]:
+            container.setdefault("imagePullPolicy", "IfNotPresent")
+            container.setdefault("terminationMessagePath", "/dev/termination-log")
+            container.setdefault("resources", {})
+        pod["status"] = {"phase": "Pending", "qosClass": _qos_class(spec)}
+
+
+def _qos_class(spec: dict[str, Any]) -> str:
+    containers = spec.get("containers") or []
+    requests_any = False
+    guaranteed = True
+    for container in containers:
+        resources = container.get("resources") or {}
+        requests = resources.get("requests") or {}
+        limits = resources.get("limits") or {}
+        if requests or limits:
+            requests_any = True
+        for resource in ("cpu", "memory"):
+            if resource not in limits or requests.get(resource, limits.get(resource)) != limits.get(resource):
+                guaranteed = False
+    if guaranteed and requests_any:
+        return "Guaranteed"
+    return "Burstable" if requests_any else "BestEffort"
+
+
+def _spec_changed(rt: ResourceType, old: Obj, new: Obj) -> bool:
+    ignored = {"metadata", "status"} if rt.status_subresource else {"metadata"}
+    return {k: v for k, v in old.items() if k not in ignored} != {k: v for k, v in new.items() if k not in ignored}
