@@ -1,0 +1,1 @@
+"""Compiled-artifact store access for the operator: is a revision compiled, and where is it."""

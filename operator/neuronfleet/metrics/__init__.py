@@ -1,0 +1,1 @@
+"""Prometheus reader: the autoscaler's signals as typed snapshots (prometheus-api-client)."""
