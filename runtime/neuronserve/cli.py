@@ -1,7 +1,198 @@
-"""The `neuronserve` command line: compile and serve."""
+"""The ``neuronserve`` command line: ``compile`` (trace and store a model) and ``serve`` (run it).
+
+Heavy imports (torch, transformers, boto3, aiohttp) happen inside the subcommands so that
+``neuronserve --help`` and argument errors are instant.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from neuronserve import __version__
+
+DEFAULT_PORT = 8080
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _inputs(text: str) -> list[tuple[str, str]]:
+    pairs = []
+    for item in text.split(","):
+        name, _, dtype = item.strip().partition(":")
+        dtype = dtype or "int64"
+        if not name or dtype not in ("int64", "int32"):
+            raise argparse.ArgumentTypeError(f"expected name[:int64|int32],..., got {text!r}")
+        pairs.append((name, dtype))
+    return pairs
+
+
+def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text!r}")
+        return value
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="neuronserve", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"neuronserve {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("compile", help="trace a model per (batch, sequence) bucket and store the artifact")
+    c.add_argument(
+        "--source", required=True, help="TorchScript file or Hugging Face directory (path, file:// or s3://)"
+    )
+    c.add_argument("--format", dest="source_format", choices=["auto", "huggingface", "torchscript"], default="auto")
+    c.add_argument("--store", required=True, help="artifact store root: s3://bucket/prefix or a directory")
+    c.add_argument("--name", default="model", help="model name served under /v2/models/{name}")
+    c.add_argument("--batch-buckets", type=_int_list, default=[1, 4, 8, 16], help="e.g. 1,4,8,16")
+    c.add_argument("--sequence-buckets", type=_int_list, default=[128], help="e.g. 32,128")
+    c.add_argument(
+        "--inputs",
+        type=_inputs,
+        default=[("input_ids", "int64"), ("attention_mask", "int64")],
+        help="TorchScript sources: forward() inputs as name[:dtype],... (HF sources are fixed)",
+    )
+    c.add_argument(
+        "--backend",
+        choices=["auto", "neuron", "cpu"],
+        default="auto",
+        help="auto: Neuron when torch_neuronx is importable, else CPU TorchScript",
+    )
+    c.add_argument("--target", default="inf2", choices=["inf2"], help="neuronx-cc --target")
+    c.add_argument("--auto-cast", default="matmult", choices=["none", "matmult", "all"])
+    c.add_argument("--auto-cast-type", default="bf16", choices=["bf16", "fp16", "tf32", "fp8_e4m3"])
+    c.add_argument("--opt-level", "-O", type=int, default=2, choices=[1, 2, 3])
+    c.add_argument("--extra-arg", action="append", default=[], help="further neuronx-cc flag (repeatable)")
+    c.add_argument("--result-file", help="also write the result as JSON here (e.g. /dev/termination-log)")
+    c.set_defaults(func=run_compile)
+
+    s = sub.add_parser("serve", help="serve a compiled artifact over the KServe v2 REST protocol")
+    s.add_argument("--artifact", required=True, help="artifact URI: s3://bucket/prefix/<key> or a directory")
+    s.add_argument(
+        "--host",
+        default="0.0.0.0",
+        help="bind address (default 0.0.0.0: in a pod the kubelet and Service reach it on the pod IP)",
+    )
+    s.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port (logged)")
+    s.add_argument("--max-batch-delay-ms", type=_positive(float), default=5.0)
+    s.add_argument("--max-queue", type=int, default=256, help="queued requests beyond this get 429")
+    s.add_argument("--no-batching", action="store_true", help="run every request alone (baseline)")
+    s.add_argument(
+        "--grace-seconds",
+        type=_positive(float),
+        default=30.0,
+        help="on SIGTERM, time to finish queued and in-flight work",
+    )
+    s.add_argument("--max-body-bytes", type=int, default=None, help="default: sized from the largest bucket")
+    s.add_argument(
+        "--torch-threads",
+        type=int,
+        default=None,
+        help="intra-op threads (default: $NEURONSERVE_TORCH_THREADS or all CPUs)",
+    )
+    s.add_argument("--cache-dir", default=None, help="where S3 artifacts are downloaded (default: temp dir)")
+    s.set_defaults(func=run_serve)
+    return parser
+
+
+def run_compile(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from neuronserve.compile import CompileError, CompileOptions, compile_model, configure_quiet_logging
+    from neuronserve.manifest import CompilerFlags
+    from neuronserve.store import StoreError
+
+    console = Console(stderr=True, soft_wrap=True)
+    configure_quiet_logging()
+    try:
+        flags = CompilerFlags(
+            target_family=args.target,
+            auto_cast=args.auto_cast,
+            auto_cast_type=args.auto_cast_type,
+            opt_level=args.opt_level,
+            extra_args=args.extra_arg,
+        )
+        result = compile_model(
+            CompileOptions(
+                source=args.source,
+                store=args.store,
+                name=args.name,
+                batch_buckets=args.batch_buckets,
+                sequence_buckets=args.sequence_buckets,
+                flags=flags,
+                source_format=args.source_format,
+                backend=args.backend,
+                inputs=args.inputs,
+            ),
+            console,
+        )
+    except (CompileError, StoreError) as exc:
+        console.print(f"[red]compile failed[/]: {exc}")
+        return 1
+    doc = result.to_json()
+    print(json.dumps(doc))
+    if args.result_file:
+        Path(args.result_file).write_text(json.dumps(doc) + "\n")
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    import torch
+
+    from neuronserve.server import ServeConfig, ServeOptions, serve
+
+    threads = args.torch_threads or int(os.environ.get("NEURONSERVE_TORCH_THREADS", "0") or 0) or os.cpu_count() or 1
+    torch.set_num_threads(threads)
+    if args.max_queue < 1:
+        print("neuronserve: --max-queue must be at least 1", file=sys.stderr)
+        return 2
+    opts = ServeOptions(
+        artifact=args.artifact,
+        host=args.host,
+        port=args.port,
+        grace_seconds=args.grace_seconds,
+        config=ServeConfig(
+            max_batch_delay_ms=args.max_batch_delay_ms,
+            max_queue=args.max_queue,
+            batching=not args.no_batching,
+            max_body_bytes=args.max_body_bytes,
+        ),
+        torch_threads=threads,
+        cache_dir=args.cache_dir,
+    )
+    return asyncio.run(serve(opts))
+
 
 def main(argv: list[str] | None = None) -> int:
-    raise SystemExit("not yet")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    logging.getLogger("botocore").setLevel(logging.WARNING)
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

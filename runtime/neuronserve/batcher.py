@@ -1,0 +1,186 @@
+"""Dynamic batching with a bounded queue in front of one device.
+
+Requests wait in a FIFO bounded by ``max_queue`` (a full queue refuses at once: the caller answers
+429). One worker task forms a batch from the head of the queue, up to ``max_rows`` rows or until
+``max_delay`` has passed since it took the first request, then runs it in a single-thread
+executor so the event loop stays free, and resolves each request's future with its rows.
+Written by hand because the policy (row budget, bucket padding, drain on SIGTERM, busy tracking)
+is the server's core and small; no maintained asyncio batching library covers it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from neuronserve.metrics import ServerMetrics
+from neuronserve.protocol import InferRequest
+
+log = logging.getLogger("neuronserve.batcher")
+
+
+class Runner(Protocol):
+    def run(self, requests: Sequence[Sequence[npt.NDArray[Any]]]) -> tuple[list[npt.NDArray[np.float32]], Any]: ...
+
+
+class QueueFull(Exception):
+    """The bounded queue is full: answer 429."""
+
+
+class ShuttingDown(Exception):
+    """The server is draining and will not run this request: answer 503."""
+
+
+@dataclass
+class Job:
+    request: InferRequest
+    future: asyncio.Future[npt.NDArray[np.float32]]
+    enqueued: float = field(default_factory=time.monotonic)
+
+
+class Batcher:
+    def __init__(
+        self,
+        runner: Runner,
+        metrics: ServerMetrics,
+        *,
+        max_rows: int,
+        max_delay: float,
+        max_queue: int,
+        batching: bool = True,
+    ) -> None:
+        self.runner = runner
+        self.metrics = metrics
+        self.max_rows = max_rows
+        self.max_delay = max_delay
+        self.max_queue = max_queue
+        self.batching = batching
+        self.peak_queue_depth = 0
+        self.batches_run = 0
+        self._queue: collections.deque[Job] = collections.deque()
+        self._arrived = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._closing = False
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="neuronserve-exec")
+        self._worker: asyncio.Task[None] | None = None
+        metrics.queue_depth.set_function(lambda: len(self._queue))
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._queue)
+
+    def start(self) -> None:
+        self._worker = asyncio.get_running_loop().create_task(self._work(), name="neuronserve-batcher")
+
+    def submit(self, request: InferRequest) -> asyncio.Future[npt.NDArray[np.float32]]:
+        """Queue a request; its future resolves to the request's output rows."""
+        if self._closing:
+            raise ShuttingDown("the server is shutting down")
+        if len(self._queue) >= self.max_queue:
+            raise QueueFull(f"the queue is full ({self.max_queue} requests waiting)")
+        future: asyncio.Future[npt.NDArray[np.float32]] = asyncio.get_running_loop().create_future()
+        self._queue.append(Job(request, future))
+        self.peak_queue_depth = max(self.peak_queue_depth, len(self._queue))
+        self._idle.clear()
+        self._arrived.set()
+        return future
+
+    async def drain(self, grace_seconds: float) -> bool:
+        """Refuse new work, finish what is queued and executing; True if all of it finished in time.
+
+        Whatever is still queued at the deadline is answered with ShuttingDown (503), never dropped.
+        """
+        self._closing = True
+        self._arrived.set()
+        try:
+            await asyncio.wait_for(self._idle.wait(), grace_seconds)
+            finished = True
+        except TimeoutError:
+            finished = False
+            while self._queue:
+                job = self._queue.popleft()
+                if not job.future.done():
+                    job.future.set_exception(ShuttingDown("the server shut down before this request ran"))
+        if self._worker is not None:
+            self._worker.cancel()
+            await asyncio.gather(self._worker, return_exceptions=True)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        return finished
+
+    async def _next_batch(self) -> list[Job]:
+        loop = asyncio.get_running_loop()
+        while True:
+            while not self._queue:
+                self._idle.set()
+                self._arrived.clear()
+                await self._arrived.wait()
+            first = self._queue.popleft()
+            if not first.future.done():  # a client that went away cancelled its future
+                break
+        batch, rows = [first], first.request.rows
+        if not self.batching:
+            return batch
+        deadline = loop.time() + self.max_delay
+        while rows < self.max_rows:
+            if self._queue:
+                head = self._queue[0]
+                if head.future.done():
+                    self._queue.popleft()
+                    continue
+                if rows + head.request.rows > self.max_rows:
+                    break
+                batch.append(self._queue.popleft())
+                rows += head.request.rows
+                continue
+            remaining = deadline - loop.time()
+            if remaining <= 0 or self._closing:
+                break
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), remaining)
+            except TimeoutError:
+                break
+        return batch
+
+    async def _run(self, batch: list[Job]) -> None:
+        loop = asyncio.get_running_loop()
+        arrays = [list(job.request.arrays) for job in batch]
+        self.metrics.batch_size.observe(sum(job.request.rows for job in batch))
+        self.batches_run += 1
+        # Busy time is recorded from the loop thread: the tracker is read there by /metrics.
+        start = time.monotonic()
+        self.metrics.busy.started(start)
+        try:
+            outputs, _bucket = await loop.run_in_executor(self._executor, self.runner.run, arrays)
+        except Exception as exc:
+            self.metrics.busy.finished(start, time.monotonic())
+            if len(batch) > 1:
+                # Isolate the request that breaks the batch instead of failing all of them.
+                log.warning("batch of %d failed (%s); rerunning its requests one by one", len(batch), exc)
+                for job in batch:
+                    await self._run([job])
+                return
+            if not batch[0].future.done():
+                batch[0].future.set_exception(exc)
+            return
+        self.metrics.busy.finished(start, time.monotonic())
+        for job, rows in zip(batch, outputs, strict=True):
+            if not job.future.done():
+                job.future.set_result(rows)
+
+    async def _work(self) -> None:
+        while True:
+            batch = await self._next_batch()
+            await self._run(batch)
+            if not self._queue:
+                self._idle.set()

@@ -1,0 +1,261 @@
+"""The compiled-artifact contract: manifest model, cache key and store layout.
+
+This module is pure (pydantic, hashlib, json only; no torch, no boto3, no I/O) so that the operator
+can read manifests and compute cache keys with exactly the code the runtime uses.
+
+Store layout, under a store root (``s3://bucket/prefix`` or a directory)::
+
+    <root>/<cache_key>/manifest.json             written last: its presence marks a complete artifact
+    <root>/<cache_key>/model-b<B>-s<S>.pt        one traced module per (batch, sequence) bucket
+    <root>/<cache_key>/tokenizer.json            optional, copied from a Hugging Face source
+
+The artifact URI handed to ``neuronserve serve`` is ``<root>/<cache_key>``; the revision label the
+operator puts on pods is ``revision(cache_key)``; ``ArtifactStatus.sha256`` is ``manifest_sha256``
+of the stored manifest bytes, which in turn pins the sha256 of every other file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+TOKENIZER_NAME = "tokenizer.json"
+REVISION_LENGTH = 10
+
+Backend = Literal["neuron", "cpu"]
+DType = Literal["int64", "int32", "float32", "float16", "bfloat16"]
+
+# KServe v2 datatype names of the element types a manifest can declare.
+V2_DATATYPES: dict[str, str] = {
+    "int64": "INT64",
+    "int32": "INT32",
+    "float32": "FP32",
+    "float16": "FP16",
+    "bfloat16": "BF16",
+}
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Bucket(_Frozen):
+    """One compiled input shape: every input is padded to (batch, sequence)."""
+
+    batch: int = Field(ge=1, le=4096)
+    sequence: int = Field(ge=1, le=65536)
+
+    @property
+    def file_name(self) -> str:
+        return f"model-b{self.batch}-s{self.sequence}.pt"
+
+
+class TensorSignature(_Frozen):
+    """One input or output tensor. -1 marks a bucketed dimension (batch first, then sequence)."""
+
+    name: str = Field(min_length=1, max_length=128)
+    dtype: DType
+    shape: list[int] = Field(min_length=1, max_length=8)
+    # Inclusive value bounds the server enforces before execution, so that one request with an
+    # out-of-vocabulary id is refused with 400 instead of failing the whole batch it landed in.
+    min_value: int | None = None
+    max_value: int | None = None
+    # Value used to pad bucketed dimensions (0 = [PAD] id for input_ids, masked out for attention_mask).
+    pad_value: int = 0
+
+    @property
+    def v2_datatype(self) -> str:
+        return V2_DATATYPES[self.dtype]
+
+
+class CompilerFlags(_Frozen):
+    """What the compile was asked for; part of the cache key whether or not the backend honours it."""
+
+    target_family: Literal["inf2"] = "inf2"
+    auto_cast: Literal["none", "matmult", "all"] = "matmult"
+    auto_cast_type: Literal["bf16", "fp16", "tf32", "fp8_e4m3"] = "bf16"
+    opt_level: int = Field(default=2, ge=1, le=3)
+    extra_args: list[str] = Field(default_factory=list, max_length=32)
+
+    def neuronx_cc_args(self) -> list[str]:
+        """The neuronx-cc command-line arguments these flags stand for."""
+        return [
+            "--target",
+            self.target_family,
+            "--auto-cast",
+            self.auto_cast,
+            "--auto-cast-type",
+            self.auto_cast_type,
+            f"-O{self.opt_level}",
+            *self.extra_args,
+        ]
+
+
+class FileEntry(_Frozen):
+    """One file of the artifact, relative to the artifact root."""
+
+    path: str = Field(min_length=1)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size: int = Field(ge=0)
+
+    @field_validator("path")
+    @classmethod
+    def _relative(cls, path: str) -> str:
+        # A manifest is input to the server: never let it name a file outside the artifact directory.
+        parts = path.split("/")
+        if path.startswith("/") or "\\" in path or any(p in ("", ".", "..") for p in parts):
+            raise ValueError(f"file path must be relative and normalized, got {path!r}")
+        return path
+
+
+class Manifest(_Frozen):
+    """What ``neuronserve compile`` produced and ``neuronserve serve`` verifies before loading."""
+
+    format_version: int = FORMAT_VERSION
+    name: str = Field(min_length=1, max_length=128, description="Model name served under /v2/models/{name}.")
+    backend: Backend
+    buckets: list[Bucket] = Field(min_length=1)
+    inputs: list[TensorSignature] = Field(min_length=1)
+    outputs: list[TensorSignature] = Field(min_length=1)
+    output_description: str = ""
+    compiler: str = Field(description="Compiler identity, e.g. neuronx-cc==2.15.128.0 or torch.jit==2.13.0+cpu.")
+    torch_version: str
+    flags: CompilerFlags
+    source_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    source: str = ""
+    cache_key: str = Field(pattern=r"^[0-9a-f]{64}$")
+    files: list[FileEntry] = Field(min_length=1)
+    created_at: str = ""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Manifest:
+        if self.format_version != FORMAT_VERSION:
+            raise ValueError(
+                f"unsupported manifest format_version {self.format_version} (this server reads {FORMAT_VERSION})"
+            )
+        if len(set(self.buckets)) != len(self.buckets):
+            raise ValueError("duplicate buckets")
+        names = {f.path for f in self.files}
+        missing = [b.file_name for b in self.buckets if b.file_name not in names]
+        if missing:
+            raise ValueError(f"buckets without a model file: {', '.join(missing)}")
+        return self
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        return sorted({b.batch for b in self.buckets})
+
+    @property
+    def sequence_lengths(self) -> list[int]:
+        return sorted({b.sequence for b in self.buckets})
+
+    @property
+    def max_batch(self) -> int:
+        return max(b.batch for b in self.buckets)
+
+    @property
+    def max_sequence(self) -> int:
+        return max(b.sequence for b in self.buckets)
+
+    def bucket_for(self, batch: int, sequence: int) -> Bucket | None:
+        """The smallest compiled bucket that holds (batch, sequence), or None if none does."""
+        fitting = [b for b in self.buckets if b.batch >= batch and b.sequence >= sequence]
+        return min(fitting, key=lambda b: (b.batch * b.sequence, b.sequence)) if fitting else None
+
+    def has_tokenizer(self) -> bool:
+        return any(f.path == TOKENIZER_NAME for f in self.files)
+
+    def to_json_bytes(self) -> bytes:
+        return (json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n").encode()
+
+    @classmethod
+    def from_json_bytes(cls, data: bytes) -> Manifest:
+        return cls.model_validate_json(data)
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def manifest_sha256(manifest_bytes: bytes) -> str:
+    """Digest of a stored manifest: the artifact's identity (it pins every file's sha256)."""
+    return sha256_hex(manifest_bytes)
+
+
+def source_digest(file_digests: Mapping[str, str]) -> str:
+    """Digest of a model source from the sha256 of each of its files, keyed by relative path.
+
+    Order-independent, and a renamed file changes it as much as a changed one.
+    """
+    lines = "".join(f"{path}\0{digest}\n" for path, digest in sorted(file_digests.items()))
+    return sha256_hex(lines.encode())
+
+
+def cache_key(
+    source_digest: str,
+    compiler: str,
+    flags: CompilerFlags,
+    buckets: Iterable[Bucket],
+    inputs: Iterable[TensorSignature] = (),
+) -> str:
+    """The key an artifact is stored under: equal inputs give the same key, so nothing compiles twice.
+
+    It hashes the source digest, the compiler identity (which also tells the backend apart), the
+    flags (target family included) and the bucket set (order and duplicates ignored), plus the
+    input names and dtypes when given.
+    """
+    doc = {
+        "format_version": FORMAT_VERSION,
+        "source_digest": source_digest,
+        "compiler": compiler,
+        "flags": flags.model_dump(mode="json"),
+        "target_family": flags.target_family,
+        "buckets": sorted({(b.batch, b.sequence) for b in buckets}),
+        "inputs": [(t.name, t.dtype) for t in inputs],
+    }
+    return sha256_hex(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
+
+
+def revision(key: str) -> str:
+    """The short revision label derived from a cache key (pods carry it as a label)."""
+    return key[:REVISION_LENGTH]
+
+
+def artifact_uri(store_root: str, key: str) -> str:
+    """Where the artifact with this cache key lives under a store root."""
+    return f"{store_root.rstrip('/')}/{key}"
+
+
+def manifest_uri(store_root: str, key: str) -> str:
+    return f"{artifact_uri(store_root, key)}/{MANIFEST_NAME}"
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/some/prefix/`` -> ``("bucket", "some/prefix")``. Raises ValueError if not S3."""
+    if not uri.startswith("s3://"):
+        raise ValueError(f"not an s3:// URI: {uri!r}")
+    rest = uri[len("s3://") :]
+    bucket, _, prefix = rest.partition("/")
+    if not bucket:
+        raise ValueError(f"s3 URI without a bucket: {uri!r}")
+    return bucket, prefix.strip("/")
+
+
+def verify_files(manifest: Manifest, digests: Mapping[str, str]) -> list[str]:
+    """Compare the sha256 of fetched files with the manifest; return one message per problem."""
+    problems = []
+    for entry in manifest.files:
+        actual = digests.get(entry.path)
+        if actual is None:
+            problems.append(f"{entry.path}: missing")
+        elif actual != entry.sha256:
+            problems.append(f"{entry.path}: sha256 {actual} does not match the manifest's {entry.sha256}")
+    listed = {f.path for f in manifest.files}
+    problems.extend(f"{path}: not listed in the manifest" for path in sorted(set(digests) - listed))
+    return problems

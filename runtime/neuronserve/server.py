@@ -1,0 +1,344 @@
+"""``neuronserve serve``: the HTTP server (KServe v2 REST protocol + /metrics) and its lifecycle.
+
+Lifecycle: listen at once (live, not ready) -> fetch and verify the artifact -> load -> warm every
+bucket -> ready. On SIGTERM/SIGINT: not ready, new infer requests get 503, queued and executing
+requests finish (bounded by the grace period), then exit 0. A verification or load failure exits
+non-zero with the reason on stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from neuronserve import __version__
+from neuronserve.batcher import Batcher, QueueFull, Runner, ShuttingDown
+from neuronserve.manifest import Manifest, revision
+from neuronserve.metrics import BusyTracker, ServerMetrics
+from neuronserve.protocol import BadRequest, Tokenize, infer_response, model_metadata, parse_infer, parse_json
+
+log = logging.getLogger("neuronserve")
+
+Phase = Literal["starting", "ready", "draining"]
+MIN_BODY_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    max_batch_delay_ms: float = 5.0
+    max_queue: int = 256
+    batching: bool = True
+    max_body_bytes: int | None = None
+    retry_after_seconds: int = 1
+
+
+def body_limit(manifest: Manifest, configured: int | None) -> int:
+    """Largest accepted body: the biggest valid request as JSON with generous digits, at least 1 MiB."""
+    if configured is not None:
+        return configured
+    values = manifest.max_batch * manifest.max_sequence * len(manifest.inputs)
+    return max(MIN_BODY_BYTES, values * 24 + 64 * 1024)
+
+
+class ServerState:
+    """What the handlers see: phase, the loaded model and its batcher (None until loaded)."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
+        self.phase: Phase = "starting"
+        self.metrics = ServerMetrics(BusyTracker())
+        self.manifest: Manifest | None = None
+        self.batcher: Batcher | None = None
+        self.tokenize: Tokenize | None = None
+        self.version = ""
+        self.inflight = 0
+        self.answered = asyncio.Event()  # set whenever no accepted request is waiting for its answer
+        self.answered.set()
+        self.body_limit = MIN_BODY_BYTES
+        self.metrics.inflight.set_function(lambda: self.inflight)
+        self.metrics.ready.set(0)
+
+    def activate(self, manifest: Manifest, runner: Runner, tokenize: Tokenize | None) -> None:
+        """Attach a loaded, warmed model and start taking requests (call from the event loop)."""
+        self.manifest = manifest
+        self.version = revision(manifest.cache_key)
+        self.tokenize = tokenize
+        self.body_limit = body_limit(manifest, self.config.max_body_bytes)
+        self.batcher = Batcher(
+            runner,
+            self.metrics,
+            max_rows=manifest.max_batch,
+            max_delay=self.config.max_batch_delay_ms / 1000.0,
+            max_queue=self.config.max_queue,
+            batching=self.config.batching,
+        )
+        self.batcher.start()
+        self.phase = "ready"
+        self.metrics.ready.set(1)
+
+    async def drain(self, grace_seconds: float) -> bool:
+        self.phase = "draining"
+        self.metrics.ready.set(0)
+        if self.batcher is None:
+            return True
+        finished = await self.batcher.drain(grace_seconds)
+        # Handlers whose futures just resolved still have to write their answers.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.answered.wait(), max(1.0, grace_seconds))
+        return finished and self.inflight == 0
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response({"error": message}, status=status, headers=headers)
+
+
+@web.middleware
+async def json_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Unknown routes and methods answer in the protocol's JSON error shape, and no traceback leaks."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _error(exc.status, exc.reason)
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return _error(500, "internal server error")
+
+
+STATE_KEY = web.AppKey("state", ServerState)
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    """The body, refused with 413 past ``limit`` bytes without buffering more than that."""
+    too_large = _Refusal(413, f"request body larger than {limit} bytes", "bad_request")
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def create_app(state: ServerState) -> web.Application:
+    app = web.Application(middlewares=[json_errors])
+    app[STATE_KEY] = state
+    app.router.add_get("/v2/health/live", live)
+    app.router.add_get("/v2/health/ready", ready)
+    app.router.add_get("/v2", server_metadata)
+    app.router.add_get("/v2/models/{name}", metadata)
+    app.router.add_get("/v2/models/{name}/ready", model_ready)
+    app.router.add_post("/v2/models/{name}/infer", infer)
+    app.router.add_post("/v2/models/{name}/versions/{version}/infer", infer)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+async def live(request: web.Request) -> web.Response:
+    return web.json_response({"live": True})
+
+
+async def ready(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    ok = state.phase == "ready"
+    return web.json_response({"ready": ok, "phase": state.phase}, status=200 if ok else 503)
+
+
+async def server_metadata(request: web.Request) -> web.Response:
+    return web.json_response({"name": "neuronserve", "version": __version__, "extensions": []})
+
+
+def _model(request: web.Request) -> tuple[ServerState, Manifest]:
+    state = request.app[STATE_KEY]
+    name = request.match_info["name"]
+    if state.manifest is None:
+        raise _Refusal(503, "the model is not loaded yet", "rejected")
+    if name != state.manifest.name:
+        raise _Refusal(404, f"unknown model {name!r}; this server serves {state.manifest.name!r}", "bad_request")
+    version = request.match_info.get("version")
+    if version is not None and version != state.version:
+        raise _Refusal(
+            404, f"unknown version {version!r} of {name!r}; this server has {state.version!r}", "bad_request"
+        )
+    return state, state.manifest
+
+
+class _Refusal(Exception):
+    def __init__(self, status: int, message: str, outcome: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.outcome = outcome
+
+
+async def metadata(request: web.Request) -> web.Response:
+    try:
+        state, manifest = _model(request)
+    except _Refusal as exc:
+        return _error(exc.status, str(exc))
+    return web.json_response(model_metadata(manifest, state.version, state.tokenize is not None))
+
+
+async def model_ready(request: web.Request) -> web.Response:
+    try:
+        state, _ = _model(request)
+    except _Refusal as exc:
+        return _error(exc.status, str(exc))
+    ok = state.phase == "ready"
+    return web.json_response({"name": request.match_info["name"], "ready": ok}, status=200 if ok else 503)
+
+
+async def infer(request: web.Request) -> web.Response:
+    arrived = time.monotonic()
+    state = request.app[STATE_KEY]
+    try:
+        state, manifest = _model(request)
+        if state.phase != "ready" or state.batcher is None:
+            raise _Refusal(503, f"not accepting requests ({state.phase})", "rejected")
+        body = await _read_body(request, state.body_limit)
+        try:
+            parsed = parse_infer(parse_json(body), manifest, state.tokenize)
+        except BadRequest as exc:
+            raise _Refusal(exc.status, str(exc), "bad_request") from None
+        try:
+            future = state.batcher.submit(parsed)
+        except QueueFull as exc:
+            state.metrics.outcome("rejected")
+            return _error(429, str(exc), {"Retry-After": str(state.config.retry_after_seconds)})
+        except ShuttingDown as exc:
+            raise _Refusal(503, str(exc), "rejected") from None
+    except _Refusal as exc:
+        state.metrics.outcome(exc.outcome)
+        return _error(exc.status, str(exc))
+
+    state.inflight += 1
+    state.answered.clear()
+    try:
+        try:
+            rows = await future
+        except ShuttingDown as exc:
+            state.metrics.outcome("rejected")
+            return _error(503, str(exc))
+        except Exception as exc:
+            log.error("inference failed: %s", exc)
+            state.metrics.outcome("error")
+            return _error(500, f"inference failed: {exc}")
+        doc = infer_response(manifest.name, state.version, parsed.id, manifest.outputs[0].name, rows)
+        response = web.Response(body=json.dumps(doc).encode(), content_type="application/json")
+        state.metrics.outcome("ok")
+        state.metrics.latency.observe(time.monotonic() - arrived)
+        return response
+    finally:
+        state.inflight -= 1
+        if state.inflight == 0:
+            state.answered.set()
+
+
+async def metrics(request: web.Request) -> web.Response:
+    state = request.app[STATE_KEY]
+    return web.Response(body=generate_latest(state.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+# ------------------------------------------------------------------------------------------ process
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    artifact: str
+    host: str = "0.0.0.0"
+    port: int = 8080
+    grace_seconds: float = 30.0
+    config: ServeConfig = ServeConfig()
+    torch_threads: int | None = None
+    cache_dir: str | None = None
+
+
+def load_model(artifact: str, scratch: Path) -> tuple[Manifest, Runner, Tokenize | None, dict[str, float]]:
+    """Fetch, verify, load and warm (blocking: run it off the event loop)."""
+    from neuronserve.backend import ModelRunner
+    from neuronserve.manifest import TOKENIZER_NAME
+    from neuronserve.protocol import tokenizer_from_file
+    from neuronserve.store import fetch_artifact
+
+    manifest, _, directory = fetch_artifact(artifact, scratch)
+    runner = ModelRunner(manifest, directory)
+    timings = runner.warm()
+    tokenize = None
+    if manifest.has_tokenizer():
+        with contextlib.suppress(ImportError):
+            tokenize = tokenizer_from_file(str(directory / TOKENIZER_NAME))
+    return manifest, runner, tokenize, timings
+
+
+async def serve(opts: ServeOptions) -> int:
+    """Run the server until SIGTERM/SIGINT; the process exit code."""
+    from neuronserve.backend import LoadError
+    from neuronserve.store import ArtifactRejected, StoreError
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    state = ServerState(opts.config)
+    app = create_app(state)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=max(1.0, opts.grace_seconds))
+    await runner.setup()
+    site = web.TCPSite(runner, opts.host, opts.port)
+    try:
+        await site.start()
+    except OSError as exc:
+        print(f"neuronserve: cannot listen on {opts.host}:{opts.port}: {exc.strerror or exc}", file=sys.stderr)
+        await runner.cleanup()
+        return 3
+    port = runner.addresses[0][1] if runner.addresses else opts.port
+    # Tests and scripts started with --port 0 read the bound port from this line.
+    log.info("listening on http://%s:%s (live; loading %s)", opts.host, port, opts.artifact)
+
+    with tempfile.TemporaryDirectory(prefix="neuronserve-artifact-", dir=opts.cache_dir) as scratch:
+        load = loop.run_in_executor(None, load_model, opts.artifact, Path(scratch))
+        stopper: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+        pending: set[asyncio.Future[Any]] = {load, stopper}
+        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        if not load.done():
+            log.info("stopped while loading")
+            await runner.cleanup()
+            return 0
+        try:
+            manifest, model_runner, tokenize, timings = load.result()
+        except (ArtifactRejected, StoreError, LoadError) as exc:
+            print(f"neuronserve: {exc}", file=sys.stderr)
+            await runner.cleanup()
+            return 2
+        state.activate(manifest, model_runner, tokenize)
+        log.info(
+            "ready: model %r (%s, %d buckets, warm-up %.2fs), batching %s",
+            manifest.name,
+            manifest.backend,
+            len(manifest.buckets),
+            sum(timings.values()),
+            "on" if opts.config.batching else "off",
+        )
+        await stopper
+        log.info("SIGTERM: draining (grace %.0fs)", opts.grace_seconds)
+        finished = await state.drain(opts.grace_seconds)
+        await runner.cleanup()
+        log.info("drained (%s); exiting", "all work finished" if finished else "grace period ran out")
+    return 0

@@ -1,0 +1,184 @@
+"""Artifact and model-source storage: an S3 prefix (boto3) or a local directory.
+
+Both kinds follow the layout in ``neuronserve.manifest``. Publishing writes every model file first
+and the manifest last, so a reader that finds a manifest finds a complete artifact. S3 endpoints
+come from boto3's own configuration (``AWS_ENDPOINT_URL``, profiles, IRSA in a pod).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from neuronserve.manifest import MANIFEST_NAME, Manifest, split_s3_uri, verify_files
+
+CHUNK = 1 << 20
+
+
+class StoreError(Exception):
+    """A store could not be read or written; the message says which object and why."""
+
+
+class ArtifactRejected(Exception):
+    """A fetched artifact does not match its manifest; the message lists every mismatch."""
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def is_s3(uri: str) -> bool:
+    return uri.startswith("s3://")
+
+
+def local_path(uri: str) -> Path:
+    return Path(uri[len("file://") :] if uri.startswith("file://") else uri)
+
+
+def s3_client() -> Any:
+    import boto3  # imported here so that directory-only use needs no AWS SDK at import time
+
+    return boto3.client("s3")
+
+
+def _s3_error(action: str, uri: str, exc: Exception) -> StoreError:
+    return StoreError(f"cannot {action} {uri}: {exc}")
+
+
+@dataclass(frozen=True)
+class Store:
+    """A store root: ``s3://bucket/prefix`` or a directory."""
+
+    root: str
+
+    def _key_uri(self, key: str, name: str = "") -> str:
+        base = f"{self.root.rstrip('/')}/{key}"
+        return f"{base}/{name}" if name else base
+
+    def has_artifact(self, key: str) -> bool:
+        """True when a manifest is stored under this cache key (a complete artifact)."""
+        uri = self._key_uri(key, MANIFEST_NAME)
+        if not is_s3(self.root):
+            return local_path(uri).is_file()
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        bucket, obj = split_s3_uri(uri)
+        try:
+            s3_client().head_object(Bucket=bucket, Key=obj)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise _s3_error("look up", uri, exc) from exc
+        except BotoCoreError as exc:
+            raise _s3_error("look up", uri, exc) from exc
+        return True
+
+    def publish(self, local_dir: Path, manifest: Manifest) -> str:
+        """Store an artifact directory under its cache key, manifest last. Returns the artifact URI."""
+        target = self._key_uri(manifest.cache_key)
+        names = [f.path for f in manifest.files] + [MANIFEST_NAME]
+        if not is_s3(self.root):
+            dest = local_path(target)
+            staging = dest.with_name(dest.name + ".partial")
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+            for name in names:
+                (staging / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(local_dir / name, staging / name)
+            shutil.rmtree(dest, ignore_errors=True)
+            staging.rename(dest)
+            return str(dest)
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        client = s3_client()
+        for name in names:
+            bucket, obj = split_s3_uri(f"{target}/{name}")
+            try:
+                client.upload_file(str(local_dir / name), bucket, obj)
+            except (ClientError, BotoCoreError) as exc:
+                raise _s3_error("upload", f"s3://{bucket}/{obj}", exc) from exc
+        return target
+
+
+def download_tree(uri: str, dest: Path) -> Path:
+    """Copy every object under an S3 prefix into ``dest`` (for s3:// model sources)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    bucket, prefix = split_s3_uri(uri)
+    client = s3_client()
+    count = 0
+    try:
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                rel = obj["Key"][len(prefix) :].lstrip("/") if prefix else obj["Key"]
+                if not rel or rel.endswith("/"):
+                    continue
+                target = dest / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                client.download_file(bucket, obj["Key"], str(target))
+                count += 1
+    except (ClientError, BotoCoreError) as exc:
+        raise _s3_error("download", uri, exc) from exc
+    if count == 0:
+        raise StoreError(f"nothing found under {uri}")
+    return dest
+
+
+def fetch_artifact(uri: str, scratch: Path) -> tuple[Manifest, bytes, Path]:
+    """Fetch an artifact (S3 into ``scratch``, a directory in place) and verify every file's sha256.
+
+    Returns the manifest, its raw bytes and the directory holding the files. Raises StoreError when
+    the artifact cannot be read and ArtifactRejected when any file differs from the manifest.
+    """
+    if is_s3(uri):
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        client = s3_client()
+        bucket, prefix = split_s3_uri(uri)
+        manifest_key = f"{prefix}/{MANIFEST_NAME}" if prefix else MANIFEST_NAME
+        try:
+            manifest_bytes = client.get_object(Bucket=bucket, Key=manifest_key)["Body"].read()
+        except (ClientError, BotoCoreError) as exc:
+            raise _s3_error("read the manifest", f"s3://{bucket}/{manifest_key}", exc) from exc
+        manifest = _parse_manifest(manifest_bytes, uri)
+        scratch.mkdir(parents=True, exist_ok=True)
+        for entry in manifest.files:
+            target = scratch / entry.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            key = f"{prefix}/{entry.path}" if prefix else entry.path
+            try:
+                client.download_file(bucket, key, str(target))
+            except (ClientError, BotoCoreError) as exc:
+                raise _s3_error("download", f"s3://{bucket}/{key}", exc) from exc
+        directory = scratch
+    else:
+        directory = local_path(uri)
+        manifest_path = directory / MANIFEST_NAME
+        try:
+            manifest_bytes = manifest_path.read_bytes()
+        except OSError as exc:
+            raise StoreError(f"cannot read the manifest {manifest_path}: {exc.strerror or exc}") from exc
+        manifest = _parse_manifest(manifest_bytes, uri)
+    digests = {e.path: file_sha256(directory / e.path) for e in manifest.files if (directory / e.path).is_file()}
+    problems = verify_files(manifest, digests)
+    if problems:
+        raise ArtifactRejected(
+            f"artifact {uri} does not match its manifest (refusing to serve it):\n  " + "\n  ".join(problems)
+        )
+    return manifest, manifest_bytes, directory
+
+
+def _parse_manifest(data: bytes, uri: str) -> Manifest:
+    from pydantic import ValidationError
+
+    try:
+        return Manifest.from_json_bytes(data)
+    except ValidationError as exc:
+        raise ArtifactRejected(f"artifact {uri} has an invalid manifest: {exc}") from exc
