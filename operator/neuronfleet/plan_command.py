@@ -1,0 +1,145 @@
+"""`neuronfleet plan`: show where a manifest's replicas would run and what each option costs.
+
+Reads an InferenceDeployment manifest, validates it as the API server would
+(:func:`neuronfleet.api.validation.validate_manifest`), runs the placement planner for the
+replica count (``--replicas``, else the spec's ``replicas``/``minReplicas`` plus warm pods) and
+prints one table row per allowed instance type: replicas per node and what limits it, nodes,
+$/h, $ per replica-hour and $ per million inferences at ``--throughput`` requests per second
+per replica ("$/M inf."). The chosen row is marked and the plan's reason printed under the table. Exit codes:
+0 a placement exists, 1 no allowed type fits, 2 the manifest cannot be read or is invalid.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.api.validation import validate_manifest
+from neuronfleet.planning.placement import PlacementPlan, QuantityError, needs_from_spec, plan_placement
+
+console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class ManifestError(Exception):
+    """A manifest that cannot be planned; the message says why."""
+
+
+def load_manifest(path: str) -> InferenceDeployment:
+    """The one InferenceDeployment in ``path``, validated; ManifestError with every problem otherwise."""
+    try:
+        text = Path(path).read_text()
+    except OSError as error:
+        raise ManifestError(f"{path}: cannot read: {error.strerror}") from None
+    try:
+        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ManifestError(f"{path}: malformed YAML{where}: {getattr(error, 'problem', None) or error}") from None
+    deployments = [doc for doc in documents if isinstance(doc, dict) and doc.get("kind") == "InferenceDeployment"]
+    if len(deployments) != 1:
+        raise ManifestError(f"{path}: expected one InferenceDeployment document, found {len(deployments)}")
+    model, problems = validate_manifest(deployments[0])
+    if model is None or problems:
+        lines = "\n".join(f"  {problem}" for problem in problems)
+        raise ManifestError(f"{path}: invalid InferenceDeployment:\n{lines}")
+    return model
+
+
+def default_replicas(dep: InferenceDeployment) -> int:
+    """Replicas to plan for: active (replicas, else minReplicas) plus Fixed warm pods."""
+    scaling = dep.spec.scaling
+    active = scaling.replicas if scaling.replicas is not None else scaling.min_replicas
+    warm = dep.spec.warm_pool.pods if dep.spec.warm_pool.mode == "Fixed" else 0
+    return active + warm
+
+
+def plan_table(plan: PlacementPlan, title: str) -> Table:
+    """The plan as a rich table, one row per allowed instance type."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("", no_wrap=True, min_width=1)
+    table.add_column("instance type", no_wrap=True)
+    for header in ("/node", "limit", "nodes", "$/h", "$/replica-h", "$/M inf."):
+        justify: Any = "left" if header == "limit" else "right"
+        table.add_column(header, justify=justify, no_wrap=True)
+    for candidate in plan.candidates:
+        marked = plan.chosen is not None and candidate.name == plan.chosen.name
+        if not candidate.fits:
+            table.add_row("✗", candidate.name, "0", "-", "-", "-", "-", "-")
+            continue
+        per_million = candidate.usd_per_million_inferences
+        table.add_row(
+            "→" if marked else "",
+            candidate.name,
+            str(candidate.replicas_per_node),
+            "cores" if candidate.limited_by == "neuroncores" else candidate.limited_by or "",
+            str(candidate.nodes),
+            f"{candidate.usd_per_hour:.2f}",
+            f"{candidate.usd_per_replica_hour:.3f}",
+            f"{per_million:.4g}" if per_million is not None else "-",
+            style="bold" if marked else None,
+        )
+    return table
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    try:
+        dep = load_manifest(args.filename)
+        needs = needs_from_spec(dep.spec)
+    except ManifestError as error:
+        err_console.print(str(error), markup=False)
+        return 2
+    except QuantityError as error:
+        err_console.print(f"{args.filename}: {error}", markup=False)
+        return 2
+    if args.replicas is not None and args.replicas < 0:
+        err_console.print("--replicas must be 0 or more")
+        return 2
+    if args.throughput is not None and args.throughput <= 0:
+        err_console.print("--throughput must be positive")
+        return 2
+    replicas = args.replicas if args.replicas is not None else default_replicas(dep)
+    plan = plan_placement(needs, dep.spec.placement.instance_types, replicas, throughput_rps=args.throughput)
+    title = f"{dep.name}: {plan.replicas} replica(s) of {needs.describe()}"
+    if args.throughput:
+        title += f", {args.throughput:g} inferences/s per replica"
+    console.print(plan_table(plan, title))
+    for candidate in plan.candidates:
+        if not candidate.fits:
+            console.print(f"✗ {candidate.name} does not fit: {', '.join(candidate.problems)}", markup=False)
+    if plan.chosen is None:
+        for problem in plan.problems:
+            console.print(f"[red]✗[/red] {problem}", markup=True)
+        return 1
+    console.print(f"chosen: {plan.reason}", markup=False)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``plan`` to the ``neuronfleet`` command line."""
+    parser = subparsers.add_parser(
+        "plan",
+        help="show the placement of a manifest's replicas on Inf2 and what each instance type costs",
+        description="Score every allowed Inf2 instance type for the replica count and mark the cheapest "
+        "(on-demand us-east-1 prices). Exit 0: placed; 1: no allowed type fits; 2: bad manifest.",
+    )
+    parser.add_argument("-f", "--filename", required=True, help="InferenceDeployment manifest (YAML)")
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        help="replicas to place (default: spec.scaling.replicas or minReplicas, plus Fixed warm pods)",
+    )
+    parser.add_argument(
+        "--throughput",
+        type=float,
+        metavar="RPS",
+        help="inferences per second one replica sustains; fills in $ per million inferences",
+    )
+    parser.set_defaults(func=_cmd_plan)

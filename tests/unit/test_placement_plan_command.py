@@ -1,0 +1,82 @@
+"""`neuronfleet plan`: the per-type table, the marked choice, and clear errors for bad manifests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from neuronfleet.cli import main
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["plan", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "manifest.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+EIGHT_CORES = """
+apiVersion: serving.neuronfleet.dev/v1alpha1
+kind: InferenceDeployment
+metadata: {name: big-model}
+spec:
+  model: {source: s3://models/llm/, neuronCoresPerReplica: 8}
+  placement: {instanceTypes: [inf2.24xlarge, inf2.48xlarge]}
+"""
+
+
+def test_plan_prints_each_type_and_marks_the_choice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "-f", write(tmp_path, EIGHT_CORES), "--replicas", "5", "--throughput", "10")
+    assert code == 0
+    rows = {line.split("│")[2].strip(): line for line in out.splitlines() if "inf2." in line and "│" in line}
+    assert set(rows) == {"inf2.24xlarge", "inf2.48xlarge"}
+    assert "→" in rows["inf2.48xlarge"] and "→" not in rows["inf2.24xlarge"]
+    assert "32.45" in rows["inf2.24xlarge"]  # 5 nodes x $6.49063
+    assert "25.96" in rows["inf2.48xlarge"]  # 2 nodes x $12.98127
+    # $25.96/h over 5 x 10 inf/s x 3600 s = $144.2 per million inferences.
+    assert "144.2" in rows["inf2.48xlarge"]
+    assert "chosen: inf2.48xlarge" in out
+
+
+def test_plan_defaults_to_the_spec_replica_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "-f", write(tmp_path, EIGHT_CORES))
+    assert code == 0
+    assert "1 replica(s) of 8 NeuronCores" in out
+    assert "chosen: inf2.24xlarge" in out
+
+
+def test_plan_exits_1_when_no_allowed_type_fits(repo_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "-f", str(repo_root / "examples/invalid/fits-no-instance-type.yaml"))
+    assert code == 1
+    assert "spec.placement.instanceTypes: no allowed instance type holds a replica of 16 NeuronCores" in out
+
+
+def test_plan_reports_schema_errors_without_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = EIGHT_CORES.replace("neuronCoresPerReplica: 8", "neuronCoresPerReplica: 8, coresPerReplica: 3")
+    code, out, err = run(capsys, "-f", write(tmp_path, bad))
+    assert code == 2
+    assert "spec.model.coresPerReplica" in err
+    assert "Traceback" not in err + out
+
+
+def test_plan_reports_malformed_yaml_and_missing_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "-f", write(tmp_path, "spec: [unclosed"))
+    assert code == 2
+    assert "malformed YAML at line" in err
+    code, _, err = run(capsys, "-f", str(tmp_path / "absent.yaml"))
+    assert code == 2
+    assert "cannot read" in err
+
+
+def test_every_example_manifest_has_a_placement(repo_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    examples = sorted((repo_root / "examples").glob("*.yaml"))
+    assert examples
+    for example in examples:
+        code, out, err = run(capsys, "-f", str(example))
+        assert code == 0, f"{example.name}: {out}{err}"
+        assert "chosen: inf2." in out
