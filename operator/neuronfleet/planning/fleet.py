@@ -16,11 +16,13 @@ demotions they make safe) and a :class:`FleetSummary` of the observed fleet for 
 Rules (DESIGN.md, fleet model):
 
 - *Current* serving pods match the target's artifact revision and template hash. The ``active``
-  set is the best ``target.active`` of them, ranked ready-active, ready-warm, unready-active,
-  unready-warm; so scale-up promotes ready warm pods first (a label change). The next
-  ``target.warm`` become the warm pool (a surplus ready active pod joins the pool rather than
-  being deleted, sparing a cold start). Missing pods are created: as ``active`` up to the active
-  deficit, then as ``warm`` (refilling the pool).
+  set is the best ``target.active`` of them, ranked ready active, ready warm, unready active (an
+  unready warm pod is never promoted: it joins the Service once loaded); so scale-up promotes
+  ready warm pods first (a label change). The warm set is the pool (``target.warm``) plus the
+  loading pods that will complete the active set; a surplus ready active pod joins the pool
+  rather than being deleted, sparing a cold start. Missing pods are created: as ``active`` up to
+  the active deficit not already covered by loading warm pods or kept old actives, then as
+  ``warm`` (refilling the pool).
 - Surplus serving pods: ready active ones become ``draining`` (out of the Service; the
   ``drain-started-at`` annotation is written in the same patch); unready or warm ones are deleted.
   A draining pod is deleted once it reports no in-flight work (after ``min_drain_seconds``, so
@@ -331,22 +333,47 @@ def plan_fleet(
     outdated = [pod for pod in serving if not _is_current(pod, revision)]
     draining = [pod for pod in serving if pod.role == "draining"]
 
-    # Rank current pods for the active set: ready active, ready warm, unready active, unready warm.
-    def by_group(pods_in: list[PodView], *, for_role: Role) -> list[PodView]:
-        ranked: list[PodView] = []
-        other: Role = "warm" if for_role == "active" else "active"
-        for ready in (True, False):
-            same = [p for p in pods_in if p.ready == ready and p.role == for_role]
-            moved = [p for p in pods_in if p.ready == ready and p.role == other]
-            ranked += list(reversed(policy.drain_order(same, now)))
-            ranked += policy.promotion_order(moved, now)
-        return ranked
+    # The active set: the best current pods, ranked ready active, ready warm, unready active.
+    # An unready warm pod is never promoted: it joins the Service only once it is loaded.
+    def ranked(pods_in: list[PodView], role: Role, *, ready: bool) -> list[PodView]:
+        picked = [pod for pod in pods_in if pod.ready == ready and pod.role == role]
+        if role == "warm":
+            return policy.promotion_order(picked, now)
+        return list(reversed(policy.drain_order(picked, now)))
 
-    ranked_for_active = by_group(current, for_role="active")
-    active_set = ranked_for_active[: target.active]
+    active_set = (
+        ranked(current, "active", ready=True)
+        + ranked(current, "warm", ready=True)
+        + ranked(current, "active", ready=False)
+    )[: target.active]
+
+    # Outdated serving pods: keep ready old actives as long as the ready active count needs them.
+    ready_active_before = sum(1 for pod in serving if pod.role == "active" and pod.ready)
+    must_stay_ready = min(ready_active_before, target.active)
+    ready_current_active = sum(1 for pod in active_set if pod.ready)
+    keep_old = max(0, must_stay_ready - ready_current_active)
+    old_ready_active = [pod for pod in outdated if pod.role == "active" and pod.ready]
+    old_ready_kept = list(reversed(policy.drain_order(old_ready_active, now)))[:keep_old]
+    if revision is not None:
+        for pod in outdated:
+            if pod.role == "draining" or pod in old_ready_kept:
+                continue
+            if pod.role == "active" and pod.ready:
+                demotions.append(
+                    Relabel(pod.name, "draining", "active", "new revision: replaced", drain_started_at=now)
+                )
+            else:
+                deletions.append(DeletePod(pod.name, f"new revision: outdated {pod.role} pod"))
+
+    # The warm set: the pool, plus the loading pods that will fill the active set when ready.
     rest = [pod for pod in current if pod not in active_set]
-    ranked_for_warm = by_group(rest, for_role="warm")
-    warm_set = ranked_for_warm[: target.warm]
+    warm_capacity = target.active + target.warm - len(active_set)
+    warm_set = (
+        ranked(rest, "warm", ready=True)
+        + list(reversed(ranked(rest, "active", ready=True)))
+        + ranked(rest, "warm", ready=False)
+        + ranked(rest, "active", ready=False)
+    )[:warm_capacity]
     surplus = [pod for pod in rest if pod not in warm_set]
 
     for pod in active_set:
@@ -360,21 +387,6 @@ def plan_fleet(
             demotions.append(Relabel(pod.name, "draining", "active", "scale-down: draining", drain_started_at=now))
         else:
             deletions.append(DeletePod(pod.name, f"scale-down: surplus {pod.role} pod"))
-
-    # Outdated serving pods: keep ready old actives as long as the ready active count needs them.
-    ready_active_before = sum(1 for pod in serving if pod.role == "active" and pod.ready)
-    must_stay_ready = min(ready_active_before, target.active)
-    ready_current_active = sum(1 for pod in active_set if pod.ready)
-    keep_old = max(0, must_stay_ready - ready_current_active) if revision is not None else len(outdated)
-    old_active = [pod for pod in outdated if pod.role == "active"]
-    old_ready_kept = list(reversed(policy.drain_order([p for p in old_active if p.ready], now)))[:keep_old]
-    for pod in outdated:
-        if pod.role == "draining" or pod in old_ready_kept or revision is None:
-            continue
-        if pod.role == "active" and pod.ready:
-            demotions.append(Relabel(pod.name, "draining", "active", "new revision: replaced", drain_started_at=now))
-        else:
-            deletions.append(DeletePod(pod.name, f"new revision: outdated {pod.role} pod"))
 
     # Draining pods: delete once drained or once the grace period has passed.
     for pod in draining:
@@ -396,7 +408,9 @@ def plan_fleet(
         if rolling_out and policy.max_surge > 0:
             loading = sum(1 for pod in active_set + warm_set if not pod.ready)
             missing = min(missing, max(0, policy.max_surge - loading))
-        active_deficit = target.active - len(active_set) - len(old_ready_kept)
+        # Warm pods beyond the pool are already on their way into the active set.
+        incoming = max(0, len(warm_set) - target.warm)
+        active_deficit = target.active - len(active_set) - len(old_ready_kept) - incoming
         for index, (slot, name) in enumerate(
             _free_slots(used_names, lambda s: serving_pod_name(deployment, revision, s), max(0, missing))
         ):

@@ -1,0 +1,266 @@
+"""Fleet plan, by example: scale up and down, drain, revisions, failures, placeholders, names."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from neuronfleet.planning.fleet import (
+    Action,
+    CreatePlaceholder,
+    CreatePod,
+    DeletePlaceholder,
+    DeletePod,
+    FleetPolicy,
+    FleetTarget,
+    PodView,
+    Relabel,
+    apply_actions,
+    plan_fleet,
+)
+from neuronfleet.planning.labels import ArtifactRevision, FleetRevision, serving_pod_name
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+OLD = ArtifactRevision("aaaaaaaaaa", "s3://artifacts/bert/aaaaaaaaaa/")
+NEW = ArtifactRevision("bbbbbbbbbb", "s3://artifacts/bert/bbbbbbbbbb/")
+TEMPLATE = "t0t0t0t0t0"
+
+
+def target(active: int, warm: int = 0, placeholders: int = 0, artifact: ArtifactRevision | None = OLD) -> FleetTarget:
+    return FleetTarget(template=TEMPLATE, artifact=artifact, active=active, warm=warm, placeholders=placeholders)
+
+
+def pod(
+    name: str, role: str = "active", *, ready: bool = True, artifact: ArtifactRevision = OLD, **kw: object
+) -> PodView:
+    fields: dict[str, object] = {
+        "phase": "Running" if ready else "Pending",
+        "created_at": NOW - timedelta(minutes=10),
+        "ready_at": NOW - timedelta(minutes=5) if ready else None,
+        "node": "node-1" if ready else None,
+    }
+    fields.update(kw)
+    return PodView(name, role, artifact.id, TEMPLATE, ready=ready, **fields)  # type: ignore[arg-type]
+
+
+def kinds(actions: Sequence[Action]) -> list[str]:
+    return [a.kind for a in actions]
+
+
+def roles(pods: Sequence[PodView]) -> Counter[str]:
+    return Counter(p.role for p in pods)
+
+
+def test_empty_fleet_creates_active_warm_and_placeholders_and_is_then_idempotent() -> None:
+    plan = plan_fleet("bert", target(2, warm=1, placeholders=1), [], NOW)
+    creates = [a for a in plan.actions if isinstance(a, CreatePod)]
+    assert [(a.name, a.role) for a in creates] == [
+        (serving_pod_name("bert", FleetRevision(OLD, TEMPLATE), 0), "active"),
+        (serving_pod_name("bert", FleetRevision(OLD, TEMPLATE), 1), "active"),
+        (serving_pod_name("bert", FleetRevision(OLD, TEMPLATE), 2), "warm"),
+    ]
+    assert sum(isinstance(a, CreatePlaceholder) for a in plan.actions) == 1
+    after = apply_actions([], plan.actions, NOW)
+    assert plan_fleet("bert", target(2, warm=1, placeholders=1), after, NOW).actions == ()
+
+
+def test_planning_twice_on_the_same_view_asks_for_the_same_names() -> None:
+    # After a crash the operator re-plans on the same (possibly stale) view: same names -> 409.
+    first = plan_fleet("bert", target(3, warm=1), [pod("bert-x-0")], NOW)
+    second = plan_fleet("bert", target(3, warm=1), [pod("bert-x-0")], NOW)
+    assert first.actions == second.actions
+    assert len({a.name for a in first.actions}) == len(first.actions)
+
+
+def test_no_artifact_yet_creates_only_placeholders() -> None:
+    plan = plan_fleet("bert", target(2, warm=1, placeholders=2, artifact=None), [], NOW)
+    assert kinds(plan.actions) == ["create-placeholder", "create-placeholder"]
+    assert not plan.summary.revision_known
+
+
+def test_scale_up_promotes_ready_warm_first_then_creates_active_and_refills_pool() -> None:
+    pods = [pod("a0"), pod("a1"), pod("w0", "warm")]
+    plan = plan_fleet("bert", target(5, warm=1), pods, NOW)
+    assert plan.actions[0] == Relabel("w0", "active", "warm", "promoted: the fleet needs it active")
+    creates = [a for a in plan.actions if isinstance(a, CreatePod)]
+    assert Counter(a.role for a in creates) == Counter({"active": 2, "warm": 1})
+    assert kinds(plan.actions) == ["relabel", "create-pod", "create-pod", "create-pod"]
+
+
+def test_unready_warm_pod_is_not_promoted() -> None:
+    pods = [pod("a0"), pod("w0", "warm", ready=False)]
+    plan = plan_fleet("bert", target(2, warm=1), pods, NOW)
+    # w0 stays the (loading) pool; the active deficit gets a new pod that serves once ready.
+    assert [(a.kind, getattr(a, "role", None)) for a in plan.actions] == [("create-pod", "active")]
+    # If w0 is ready before the new pod, it is promoted and the new pod takes its place in the pool.
+    after = apply_actions(pods, plan.actions, NOW)
+    after = [replace(p, ready=True, ready_at=NOW) if p.name == "w0" else p for p in after]
+    swapped = plan_fleet("bert", target(2, warm=1), after, NOW)
+    assert {(a.name, a.role) for a in swapped.actions if isinstance(a, Relabel)} == {
+        ("w0", "active"),
+        (plan.actions[0].name, "warm"),
+    }
+
+
+def test_a_ready_warm_pod_replaces_a_loading_active_one() -> None:
+    pods = [pod("a0", ready=False), pod("w0", "warm")]
+    plan = plan_fleet("bert", target(1, warm=1), pods, NOW)
+    assert set(plan.actions) == {
+        Relabel("w0", "active", "warm", "promoted: the fleet needs it active"),
+        Relabel("a0", "warm", "active", "demoted into the warm pool"),
+    }
+
+
+def test_scale_down_drains_and_deletes_only_after_the_drain() -> None:
+    pods = [pod(f"a{i}", in_flight=3) for i in range(5)] + [pod("w0", "warm")]
+    plan = plan_fleet("bert", target(1, warm=1), pods, NOW)
+    drains = [a for a in plan.actions if isinstance(a, Relabel)]
+    assert len(drains) == 4
+    assert all(a.role == "draining" and a.drain_started_at == NOW for a in drains)
+    assert not any(isinstance(a, DeletePod) for a in plan.actions)
+    after = apply_actions(pods, plan.actions, NOW)
+    assert roles(after) == Counter({"draining": 4, "active": 1, "warm": 1})
+    # Still busy a little later: nothing is deleted.
+    assert plan_fleet("bert", target(1, warm=1), after, NOW + timedelta(seconds=30)).actions == ()
+    # Two have finished their work: those two go; the others wait for the grace period.
+    idle = {d.name for d in drains[:2]}
+    drained = [replace(p, in_flight=0) if p.name in idle else p for p in after]
+    later = plan_fleet("bert", target(1, warm=1), drained, NOW + timedelta(seconds=30))
+    assert {a.name for a in later.actions if isinstance(a, DeletePod)} == idle
+    # After the grace period the busy ones go too.
+    policy = FleetPolicy(drain_grace_seconds=60)
+    final = plan_fleet("bert", target(1, warm=1), drained, NOW + timedelta(seconds=61), policy)
+    assert {a.name for a in final.actions if isinstance(a, DeletePod)} == {d.name for d in drains}
+
+
+def test_idle_draining_pod_waits_for_endpoints_to_drop_it() -> None:
+    draining = pod("d0", "draining", in_flight=0, drain_started_at=NOW)
+    policy = FleetPolicy(min_drain_seconds=5)
+    assert plan_fleet("bert", target(0), [draining], NOW + timedelta(seconds=2), policy).actions == ()
+    assert kinds(plan_fleet("bert", target(0), [draining], NOW + timedelta(seconds=5), policy).actions) == [
+        "delete-pod"
+    ]
+
+
+def test_scale_down_fills_an_empty_pool_with_a_surplus_active_pod() -> None:
+    pods = [pod("a0"), pod("a1"), pod("a2")]
+    plan = plan_fleet("bert", target(1, warm=1), pods, NOW)
+    assert Counter((a.kind, getattr(a, "role", "")) for a in plan.actions) == Counter(
+        {("relabel", "warm"): 1, ("relabel", "draining"): 1}
+    )
+
+
+def test_new_revision_warms_new_pods_first_without_touching_old_actives() -> None:
+    pods = [pod(f"old{i}") for i in range(3)]
+    plan = plan_fleet("bert", target(3, artifact=NEW), pods, NOW)
+    assert all(isinstance(a, CreatePod) and a.role == "warm" and a.revision.artifact == NEW for a in plan.actions)
+    assert len(plan.actions) == 3
+    assert plan.summary.rolling_out
+
+
+def test_new_revision_swaps_one_for_one_as_new_pods_become_ready() -> None:
+    pods = [pod(f"old{i}") for i in range(3)] + [
+        pod("new0", "warm", artifact=NEW),
+        pod("new1", "warm", artifact=NEW, ready=False),
+        pod("new2", "warm", artifact=NEW, ready=False),
+    ]
+    plan = plan_fleet("bert", target(3, artifact=NEW), pods, NOW)
+    relabels = [a for a in plan.actions if isinstance(a, Relabel)]
+    assert (relabels[0].name, relabels[0].role) == ("new0", "active")
+    assert sum(a.role == "draining" for a in relabels) == 1
+    after = apply_actions(pods, plan.actions, NOW)
+    assert sum(p.role == "active" and p.ready for p in after) == 3
+    assert sum(p.role == "active" and p.revision == OLD.id for p in after) == 2
+
+
+def test_swap_completes_then_old_pods_drain() -> None:
+    pods = [pod(f"old{i}") for i in range(2)] + [pod(f"new{i}", "warm", artifact=NEW) for i in range(2)]
+    plan = plan_fleet("bert", target(2, artifact=NEW), pods, NOW)
+    promotions = [a for a in plan.actions if isinstance(a, Relabel) and a.role == "active"]
+    drains = [a for a in plan.actions if isinstance(a, Relabel) and a.role == "draining"]
+    assert len(promotions) == 2 and len(drains) == 2
+    # Promotions come first: applied in order, ready active never drops.
+    assert plan.actions.index(promotions[-1]) < plan.actions.index(drains[0])
+
+
+def test_old_warm_and_unready_old_active_pods_are_deleted_at_once() -> None:
+    pods = [pod("old0"), pod("old1", ready=False), pod("oldw", "warm")]
+    plan = plan_fleet("bert", target(1, artifact=NEW), pods, NOW)
+    assert {a.name for a in plan.actions if isinstance(a, DeletePod)} == {"old1", "oldw"}
+    assert not any(isinstance(a, Relabel) for a in plan.actions)
+
+
+def test_max_surge_limits_new_pods_loading_at_once() -> None:
+    pods = [pod(f"old{i}") for i in range(4)]
+    policy = FleetPolicy(max_surge=1)
+    plan = plan_fleet("bert", target(4, artifact=NEW), pods, NOW, policy)
+    assert kinds(plan.actions) == ["create-pod"]
+    after = apply_actions(pods, plan.actions, NOW)
+    assert plan_fleet("bert", target(4, artifact=NEW), after, NOW, policy).actions == ()
+
+
+def test_failed_pod_is_deleted_and_replaced_under_a_new_name() -> None:
+    revision = FleetRevision(OLD, TEMPLATE)
+    failed_name = serving_pod_name("bert", revision, 0)
+    pods = [pod(failed_name, phase="Failed", ready=False), pod(serving_pod_name("bert", revision, 1))]
+    plan = plan_fleet("bert", target(2), pods, NOW)
+    assert DeletePod(failed_name, "replacing: pod phase Failed") in plan.actions
+    creates = [a for a in plan.actions if isinstance(a, CreatePod)]
+    assert [a.name for a in creates] == [serving_pod_name("bert", revision, 2)]
+    assert plan.summary.replaced[0].name == failed_name
+
+
+def test_pod_on_a_vanished_node_is_force_deleted_and_replaced() -> None:
+    pods = [pod("a0", node="gone", node_lost=True), pod("a1")]
+    plan = plan_fleet("bert", target(2), pods, NOW)
+    delete = next(a for a in plan.actions if isinstance(a, DeletePod))
+    assert (delete.name, delete.grace_period_seconds) == ("a0", 0)
+    assert sum(isinstance(a, CreatePod) and a.role == "active" for a in plan.actions) == 1
+
+
+def test_pods_being_deleted_count_for_nothing_but_keep_their_names() -> None:
+    revision = FleetRevision(OLD, TEMPLATE)
+    terminating = pod(serving_pod_name("bert", revision, 0), deleting=True)
+    plan = plan_fleet("bert", target(1), [terminating], NOW)
+    assert [a.name for a in plan.actions] == [serving_pod_name("bert", revision, 1)]
+
+
+def test_placeholders_follow_the_template() -> None:
+    stale = PodView("bert-ph-old-0", "placeholder", template="other", phase="Running", node="n1")
+    plan = plan_fleet("bert", target(0, placeholders=1), [stale], NOW)
+    assert DeletePlaceholder("bert-ph-old-0", "placement changed") in plan.actions
+    assert sum(isinstance(a, CreatePlaceholder) for a in plan.actions) == 1
+    surplus = [PodView(f"p{i}", "placeholder", template=TEMPLATE) for i in range(3)]
+    plan = plan_fleet("bert", target(0, placeholders=1), surplus, NOW)
+    assert [a.name for a in plan.actions if isinstance(a, DeletePlaceholder)] == ["p1", "p2"]
+
+
+def test_template_change_rolls_pods_like_a_new_artifact() -> None:
+    pods = [replace(pod("a0"), template="before")]
+    plan = plan_fleet("bert", target(1), pods, NOW)
+    assert [(a.kind, getattr(a, "role", "")) for a in plan.actions] == [("create-pod", "warm")]
+
+
+def test_draining_pod_without_a_recorded_start_gets_one() -> None:
+    plan = plan_fleet("bert", target(0), [pod("d0", "draining")], NOW)
+    assert plan.actions == (Relabel("d0", "draining", "draining", "drain start was not recorded", NOW),)
+
+
+def test_summary_counts_and_problems() -> None:
+    pods = [
+        pod("a0"),
+        pod(
+            "a1", ready=False, unschedulable_message="0/3 nodes are available: 3 Insufficient aws.amazon.com/neuroncore"
+        ),
+        pod("w0", "warm", ready=False, node="n1", waiting_reason="ImagePullBackOff", waiting_message="not found"),
+        pod("d0", "draining", drain_started_at=NOW),
+        PodView("ph0", "placeholder", template=TEMPLATE),
+    ]
+    summary = plan_fleet("bert", target(2, warm=1, placeholders=1), pods, NOW).summary
+    assert (summary.active, summary.ready_active, summary.warm, summary.warm_ready) == (2, 1, 1, 0)
+    assert (summary.draining, summary.placeholders, summary.outdated) == (1, 1, 0)
+    assert [p.name for p in summary.unschedulable] == ["a1"]
+    assert [(p.name, p.reason) for p in summary.stuck] == [("w0", "ImagePullBackOff")]
+    assert not summary.converged
