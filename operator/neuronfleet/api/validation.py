@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import celpy
-from celpy.adapter import json_to_cel
-from celpy.evaluation import CELEvalError
 import jsonschema
 import pydantic
+from celpy.adapter import json_to_cel
+from celpy.evaluation import CELEvalError
 
 from neuronfleet.api.crd import openapi_schema
 from neuronfleet.api.v1alpha1 import API_VERSION, KIND, InferenceDeployment

@@ -1,0 +1,105 @@
+"""Read the compiled-artifact store: request records and source fingerprints (S3 or a directory).
+
+The operator only reads here; compile Jobs (``neuronserve compile``) write. S3 goes through boto3
+(``AWS_ENDPOINT_URL`` points it at another endpoint, e.g. a moto server in tests); a plain path is
+a local directory (the sandbox). Calls are blocking, so async callers run them in a thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError
+
+from neuronfleet.planning.compile import CompileRequest, StoredArtifact
+
+
+class StoreUnavailable(Exception):
+    """The store could not be read (credentials, network, permissions): retry later."""
+
+
+def _split_s3(uri: str) -> tuple[str, str]:
+    rest = uri.removeprefix("s3://")
+    bucket, _, key = rest.partition("/")
+    return bucket, key
+
+
+def _local(uri: str) -> Path:
+    return Path(uri.removeprefix("file://"))
+
+
+class ArtifactStore:
+    """Reads request records and fingerprints model sources."""
+
+    def __init__(self, s3_client: Any | None = None) -> None:
+        self._s3 = s3_client
+
+    @property
+    def s3(self) -> Any:
+        if self._s3 is None:
+            self._s3 = boto3.client("s3")
+        return self._s3
+
+    def _read(self, uri: str) -> bytes | None:
+        if uri.startswith("s3://"):
+            bucket, key = _split_s3(uri)
+            try:
+                return bytes(self.s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NoSuchBucket"):
+                    return None
+                raise StoreUnavailable(f"cannot read {uri}: {exc}") from exc
+            except BotoCoreError as exc:
+                raise StoreUnavailable(f"cannot read {uri}: {exc}") from exc
+        path = _local(uri)
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot read {uri}: {exc.strerror}") from exc
+
+    def lookup(self, request: CompileRequest) -> StoredArtifact | None:
+        """The artifact recorded for a request, or None when it was never compiled."""
+        data = self._read(request.record_uri)
+        if data is None:
+            return None
+        try:
+            doc = json.loads(data)
+            return StoredArtifact(
+                cache_key=str(doc["cache_key"]),
+                uri=str(doc["artifact_uri"]),
+                manifest_sha256=str(doc["manifest_sha256"]),
+                backend=doc["backend"],
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreUnavailable(f"request record {request.record_uri} is unreadable: {exc}") from exc
+
+    def fingerprint(self, source: str) -> str | None:
+        """A digest of the source's file listing (names, sizes, ETags or mtimes); None if unreadable.
+
+        Cheap (a listing, no download), and it changes when files under the same URI are replaced.
+        """
+        entries: list[str] = []
+        try:
+            if source.startswith("s3://"):
+                bucket, prefix = _split_s3(source)
+                paginator = self.s3.get_paginator("list_objects_v2")
+                for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
+                    for item in page.get("Contents", []):
+                        entries.append(f"{item['Key']}\0{item['Size']}\0{item.get('ETag', '')}")
+            else:
+                root = _local(source)
+                files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+                for path in files:
+                    stat = path.stat()
+                    entries.append(f"{path.relative_to(root.parent)}\0{stat.st_size}\0{stat.st_mtime_ns}")
+        except (ClientError, BotoCoreError, OSError):
+            return None
+        if not entries:
+            return None
+        return hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest()

@@ -1,0 +1,237 @@
+"""The operator's Kubernetes API adapter: the few reads and writes a reconcile needs.
+
+A thin layer over kubernetes_asyncio that speaks plain dicts (the builders in ``kube.builders``
+produce dicts, the planners read dicts), treats the idempotent outcomes of a retried reconcile as
+success (409 on create: the object is there already; 404 on delete: it is gone already), and
+diffs before it patches so that an unchanged fleet costs reads only.
+
+It is created once at operator start-up and passed to the handlers through Kopf's ``memo``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, cast
+
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+Obj = dict[str, Any]
+
+
+def selector_string(labels: Mapping[str, str]) -> str:
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+
+
+class KubeClient:
+    """Async access to pods, nodes, services, PDBs, jobs and InferenceDeployments."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+        # Typed as Any: the generated stubs omit the `_content_type` / `_preload_content` keywords
+        # that the methods accept, and every result here is a raw response read as a dict.
+        self.core: Any = client.CoreV1Api(api_client)
+        self.policy: Any = client.PolicyV1Api(api_client)
+        self.batch: Any = client.BatchV1Api(api_client)
+        self.custom: Any = client.CustomObjectsApi(api_client)
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | os.PathLike[str] | None = None) -> KubeClient:
+        """In a pod: the service account. Elsewhere: ``kubeconfig`` or ``$KUBECONFIG``."""
+        configuration = client.Configuration()
+        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            path = kubeconfig or os.environ.get("KUBECONFIG") or Path.home() / ".kube" / "config"
+            await config.load_kube_config(config_file=str(path), client_configuration=configuration)
+        return cls(client.ApiClient(configuration))
+
+    async def close(self) -> None:
+        await self.api_client.close()
+
+    # ------------------------------------------------------------------------------------ reading
+
+    @staticmethod
+    async def _json(call: Any) -> Obj:
+        response = await call
+        try:
+            return cast(Obj, json.loads(await response.read()))
+        finally:
+            response.release()
+
+    async def list_pods(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
+        doc = await self._json(
+            self.core.list_namespaced_pod(namespace, label_selector=selector_string(labels), _preload_content=False)
+        )
+        return cast(list[Obj], doc.get("items", []))
+
+    async def list_nodes(self) -> list[Obj]:
+        doc = await self._json(self.core.list_node(_preload_content=False))
+        return cast(list[Obj], doc.get("items", []))
+
+    async def get_deployment(self, namespace: str, name: str) -> Obj | None:
+        try:
+            return await self._json(
+                self.custom.get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, name, _preload_content=False
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def list_jobs(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
+        doc = await self._json(
+            self.batch.list_namespaced_job(namespace, label_selector=selector_string(labels), _preload_content=False)
+        )
+        return cast(list[Obj], doc.get("items", []))
+
+    async def get_job(self, namespace: str, name: str) -> Obj | None:
+        try:
+            return await self._json(self.batch.read_namespaced_job(name, namespace, _preload_content=False))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def pod_log_tail(self, namespace: str, name: str, lines: int = 20) -> str:
+        try:
+            response = await self.core.read_namespaced_pod_log(
+                name, namespace, tail_lines=lines, _preload_content=False
+            )
+            try:
+                data: bytes = await response.read()
+                return data.decode(errors="replace")
+            finally:
+                response.release()
+        except ApiException:
+            return ""
+
+    # ------------------------------------------------------------------------------------ writing
+
+    async def create(self, obj: Obj) -> bool:
+        """Create a namespaced object. False when it exists already (a retried create)."""
+        kind, namespace = obj["kind"], obj["metadata"]["namespace"]
+        creators: dict[str, Any] = {
+            "Pod": self.core.create_namespaced_pod,
+            "Service": self.core.create_namespaced_service,
+            "PodDisruptionBudget": self.policy.create_namespaced_pod_disruption_budget,
+            "Job": self.batch.create_namespaced_job,
+        }
+        try:
+            await self._json(creators[kind](namespace, obj, _preload_content=False))
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    async def patch_pod_metadata(
+        self, namespace: str, name: str, labels: Mapping[str, str | None], annotations: Mapping[str, str | None]
+    ) -> bool:
+        """Merge labels/annotations into a pod (None removes a key). False if the pod is gone."""
+        body = {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}}
+        try:
+            await self._json(
+                self.core.patch_namespaced_pod(name, namespace, body, _content_type=MERGE_PATCH, _preload_content=False)
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    async def delete_pod(self, namespace: str, name: str, grace_period_seconds: int | None = None) -> bool:
+        """Delete a pod. False when it is gone already."""
+        try:
+            await self._json(
+                self.core.delete_namespaced_pod(
+                    name, namespace, grace_period_seconds=grace_period_seconds, _preload_content=False
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    async def delete_job(self, namespace: str, name: str) -> bool:
+        try:
+            await self._json(
+                self.batch.delete_namespaced_job(
+                    name, namespace, propagation_policy="Background", _preload_content=False
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    async def ensure(self, obj: Obj, current: Obj | None) -> str:
+        """Create ``obj`` or bring the live one's spec and labels to it; says what it did.
+
+        Diffs first: an object already as wanted costs no write.
+        """
+        if current is None:
+            return "created" if await self.create(obj) else "unchanged"
+        wanted_spec = obj.get("spec", {})
+        live_spec = current.get("spec", {})
+        wanted_labels = obj["metadata"].get("labels", {})
+        live_labels = current.get("metadata", {}).get("labels", {})
+        if _contains(live_spec, wanted_spec) and _contains(live_labels, wanted_labels):
+            return "unchanged"
+        kind, namespace, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
+        body = {"metadata": {"labels": wanted_labels}, "spec": wanted_spec}
+        patchers: dict[str, Any] = {
+            "Service": self.core.patch_namespaced_service,
+            "PodDisruptionBudget": self.policy.patch_namespaced_pod_disruption_budget,
+        }
+        await self._json(patchers[kind](name, namespace, body, _content_type=MERGE_PATCH, _preload_content=False))
+        return "updated"
+
+    async def read(self, kind: str, namespace: str, name: str) -> Obj | None:
+        readers: dict[str, Any] = {
+            "Service": self.core.read_namespaced_service,
+            "PodDisruptionBudget": self.policy.read_namespaced_pod_disruption_budget,
+        }
+        try:
+            return await self._json(readers[kind](name, namespace, _preload_content=False))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def patch_status(self, namespace: str, name: str, status: Obj) -> None:
+        await self._json(
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                {"status": status},
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+            )
+        )
+
+
+def _contains(live: Any, wanted: Any) -> bool:
+    """Whether every field of ``wanted`` has its value in ``live`` (the API server adds defaults)."""
+    if isinstance(wanted, dict):
+        return isinstance(live, dict) and all(_contains(live.get(k), v) for k, v in wanted.items())
+    if isinstance(wanted, list):
+        if not isinstance(live, list) or len(live) != len(wanted):
+            return False
+        return all(_contains(a, b) for a, b in zip(live, wanted, strict=True))
+    return bool(live == wanted)

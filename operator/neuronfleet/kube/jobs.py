@@ -1,0 +1,123 @@
+"""The compile Job of a revision (pure builder) and how to read its outcome.
+
+The Job runs ``neuronserve compile`` with the spec's buckets and compiler flags and records the
+result under the request key (see ``neuronfleet.planning.compile``). Tracing with torch-neuronx
+runs on any x86 host, so the Job asks for no Neuron device and lands on ordinary nodes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.kube.builders import BuilderConfig, _container_security, _metadata, _pod_security, common_labels
+from neuronfleet.planning.compile import CompileRequest, JobPhase
+from neuronfleet.planning.labels import LABEL_DEPLOYMENT, short_hash
+
+LABEL_COMPILE_REQUEST = "serving.neuronfleet.dev/compile-request"
+COMPILE_CONTAINER = "compile"
+#: Finished Jobs stay a day: a failed one is the record of why a revision did not roll out.
+FINISHED_JOB_TTL_SECONDS = 86400
+
+
+def compile_job_name(deployment: str, request: CompileRequest) -> str:
+    suffix = f"compile-{request.key[:10]}"
+    name = f"{deployment}-{suffix}"
+    if len(name) <= 63:
+        return name
+    return f"{deployment[: 63 - len(suffix) - 7].rstrip('-')}-{short_hash(deployment, 5)}-{suffix}"
+
+
+def compile_args(dep: InferenceDeployment, request: CompileRequest) -> list[str]:
+    """The `neuronserve compile` command line for a request (the same one the tests run)."""
+    model, flags = dep.spec.model, dep.spec.compile
+    args = [
+        "neuronserve",
+        "compile",
+        "--source",
+        model.source,
+        "--format",
+        model.format,
+        "--store",
+        request.store_root,
+        "--name",
+        dep.served_model_name,
+        "--batch-buckets",
+        ",".join(str(b) for b in sorted(model.batch_buckets)),
+        "--sequence-buckets",
+        ",".join(str(s) for s in sorted(model.sequence_buckets)),
+        "--inputs",
+        ",".join(f"{t.name}:{t.dtype}" for t in model.inputs),
+        "--target",
+        flags.target_family,
+        "--auto-cast",
+        flags.auto_cast,
+        "--auto-cast-type",
+        flags.auto_cast_type,
+        "--opt-level",
+        str(flags.opt_level),
+        "--request-key",
+        request.key,
+        "--result-file",
+        "/dev/termination-log",
+    ]
+    for extra in flags.extra_args:
+        args += ["--extra-arg", extra]
+    return args
+
+
+def build_compile_job(
+    dep: InferenceDeployment, request: CompileRequest, config: BuilderConfig | None = None
+) -> dict[str, Any]:
+    config = config or BuilderConfig()
+    labels = common_labels(dep, "compile")
+    labels[LABEL_COMPILE_REQUEST] = request.key
+    metadata = _metadata(dep, compile_job_name(dep.name, request), labels)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata,
+        "spec": {
+            "backoffLimit": dep.spec.compile.backoff_limit,
+            "activeDeadlineSeconds": dep.spec.compile.timeout_seconds,
+            "ttlSecondsAfterFinished": FINISHED_JOB_TTL_SECONDS,
+            "template": {
+                "metadata": {"labels": dict(labels)},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "securityContext": _pod_security(config),
+                    "containers": [
+                        {
+                            "name": COMPILE_CONTAINER,
+                            "image": dep.spec.compile.image,
+                            "command": compile_args(dep, request)[:1],
+                            "args": compile_args(dep, request)[1:],
+                            "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}],
+                            "resources": {"requests": {"cpu": "2", "memory": "8Gi"}},
+                            "securityContext": {**_container_security(), "readOnlyRootFilesystem": False},
+                            "terminationMessagePolicy": "FallbackToLogsOnError",
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def job_phase(job: dict[str, Any] | None) -> tuple[JobPhase, str]:
+    """The Job's phase from its conditions, with the reason Kubernetes gives for a failure."""
+    if job is None:
+        return "absent", ""
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") == "Complete":
+            return "succeeded", ""
+        if condition.get("type") == "Failed":
+            reason = condition.get("reason") or "Failed"
+            return "failed", f"{reason}: {condition.get('message') or 'the compile Job failed'}"
+    return "running", ""
+
+
+def compile_job_selector(deployment: str) -> dict[str, str]:
+    return {LABEL_DEPLOYMENT: deployment, "app.kubernetes.io/component": "compile"}

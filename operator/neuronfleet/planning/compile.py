@@ -1,0 +1,148 @@
+"""What to compile for a spec, and the state of the compile pipeline (pure).
+
+The operator cannot compute the artifact's cache key itself: that key hashes the *source digest*
+(the sha256 of every model file) and the *compiler identity* (torch-neuronx / neuronx-cc where the
+compile image has them, CPU TorchScript otherwise), and only the compile Job reads the source and
+knows its compiler. So the pipeline has two keys:
+
+- the **request key**, computed here from everything the spec says about the compile (source URI
+  and its fingerprint, format, signature, buckets, compiler flags, compile image). It names the
+  compile Job and a small *request record* ``<store>/requests/<request key>.json`` that the Job
+  writes after storing the artifact;
+- the **cache key** (``neuronserve.manifest.cache_key``), written into that record by the Job. The
+  artifact lives at ``<store>/<cache key>``, its revision label is the cache key's first 10 digits.
+
+Per revision: if the record exists, the artifact is used as is (no Job); otherwise a Job runs
+``neuronserve compile``, which itself skips the trace when an artifact with the same cache key is
+stored already (so an unchanged model is never compiled twice, even under a new request key).
+
+The *source fingerprint* (ETags / sizes of the source files, read by ``neuronfleet.artifacts``)
+goes into the request key, so replacing the files under the same URI compiles a new revision.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Literal
+
+from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
+
+REQUEST_KEY_LENGTH = 16
+REQUESTS_DIR = "requests"
+
+
+@dataclass(frozen=True)
+class CompileRequest:
+    """One compile the spec asks for."""
+
+    key: str
+    store_root: str
+    source: str
+    source_fingerprint: str | None
+
+    @property
+    def record_uri(self) -> str:
+        return f"{self.store_root.rstrip('/')}/{REQUESTS_DIR}/{self.key}.json"
+
+
+def compile_request(
+    spec: InferenceDeploymentSpec, default_store: str, source_fingerprint: str | None = None
+) -> CompileRequest:
+    """The compile request of a spec, keyed by everything that changes the artifact."""
+    store = spec.compile.artifact_store or default_store
+    doc = {
+        "model": spec.model.model_dump(
+            mode="json", include={"source", "format", "inputs", "batch_buckets", "sequence_buckets"}
+        ),
+        "compile": spec.compile.model_dump(
+            mode="json", include={"image", "target_family", "auto_cast", "auto_cast_type", "opt_level", "extra_args"}
+        ),
+        "fingerprint": source_fingerprint,
+    }
+    digest = hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return CompileRequest(digest[:REQUEST_KEY_LENGTH], store, spec.model.source, source_fingerprint)
+
+
+@dataclass(frozen=True)
+class StoredArtifact:
+    """The request record a compile Job leaves behind: which artifact answers the request."""
+
+    cache_key: str
+    uri: str
+    manifest_sha256: str
+    backend: Literal["neuron", "cpu"]
+
+    @property
+    def revision(self) -> str:
+        return self.cache_key[:10]
+
+
+JobPhase = Literal["absent", "running", "succeeded", "failed"]
+
+
+@dataclass(frozen=True)
+class CompileObservation:
+    """What the reconcile saw of the pipeline for the current request."""
+
+    request: CompileRequest
+    stored: StoredArtifact | None
+    job_phase: JobPhase
+    job_message: str = ""
+
+
+@dataclass(frozen=True)
+class CompileDecision:
+    """What to do about compilation, and the artifact the fleet should serve meanwhile."""
+
+    create_job: bool
+    #: The artifact to serve: the new one when stored, else the previous (still serving) one.
+    serve: StoredArtifact | None
+    compiled_status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str
+
+
+def decide_compile(observed: CompileObservation, previous: StoredArtifact | None) -> CompileDecision:
+    """Use the stored artifact, start a Job, wait for it, or report its failure.
+
+    A failed compile never rolls out: the previous artifact keeps serving, and the Job is not
+    re-created for the same request (Kubernetes already retried it ``backoffLimit`` times with
+    exponential back-off); a new spec (a new request key) starts over.
+    """
+    if observed.stored is not None:
+        stored = observed.stored
+        return CompileDecision(
+            False,
+            stored,
+            "True",
+            "ArtifactReady",
+            f"revision {stored.revision} ({stored.backend} backend) at {stored.uri}",
+        )
+    if observed.job_phase == "failed":
+        return CompileDecision(
+            False,
+            previous,
+            "False",
+            "CompileFailed",
+            observed.job_message or f"compile Job for request {observed.request.key} failed",
+        )
+    if observed.job_phase == "succeeded":
+        # The Job ended well but left no record: the store and the Job disagree. Not a retry loop:
+        # report it, as a failure, and keep serving what was there.
+        return CompileDecision(
+            False,
+            previous,
+            "False",
+            "ArtifactMissing",
+            f"compile Job succeeded but {observed.request.record_uri} is missing",
+        )
+    waiting = "running" if observed.job_phase == "running" else "starting"
+    return CompileDecision(
+        observed.job_phase == "absent",
+        previous,
+        "Unknown" if previous is None else "False",
+        "Compiling",
+        f"compile Job {waiting} for {observed.request.source} (request {observed.request.key})",
+    )

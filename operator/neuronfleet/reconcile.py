@@ -1,0 +1,464 @@
+"""One idempotent reconcile of an InferenceDeployment: observe -> pure plans -> apply.
+
+Every Kopf handler (create, update, resume, the per-object daemon) calls :meth:`Reconciler.reconcile`.
+It holds no decision of its own; each step's rule lives in ``neuronfleet.planning``:
+
+1. observe: the object, its pods and the nodes; the compile Job and the artifact store; metrics;
+2. plan (pure): compile (``planning.compile``), desired active replicas (``planning.scaling``),
+   warm pool (``planning.warmpool``), placement (``planning.placement``), fleet actions
+   (``planning.fleet``), status (``planning.status``);
+3. apply: Job, pod creations / relabels / deletions in the plan's order, Service and PDB (diffed
+   first), then the status (patched only when it changed).
+
+Everything the fleet needs to be rebuilt after a restart is on the pods (labels, deterministic
+names), so a restarted operator converges without duplicates. What lives only in memory
+(``DeploymentMemory``: the autoscaler's stabilization history, the warm pool's demand history)
+restarts empty, which only makes the autoscaler more conservative for one window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal, Protocol
+
+import pydantic
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.artifacts.store import ArtifactStore, StoreUnavailable
+from neuronfleet.kube.builders import (
+    BuilderConfig,
+    build_pdb,
+    build_service,
+    object_for_action,
+    parse_pod,
+    pod_template_hash,
+    relabel_patch,
+)
+from neuronfleet.kube.client import KubeClient
+from neuronfleet.kube.jobs import build_compile_job, compile_job_name, compile_job_selector, job_phase
+from neuronfleet.planning import scaling, warmpool
+from neuronfleet.planning.compile import (
+    CompileDecision,
+    CompileObservation,
+    CompileRequest,
+    JobPhase,
+    StoredArtifact,
+    compile_request,
+    decide_compile,
+)
+from neuronfleet.planning.fleet import (
+    Action,
+    CreatePlaceholder,
+    CreatePod,
+    DeletePlaceholder,
+    DeletePod,
+    FleetPlan,
+    FleetPolicy,
+    FleetSummary,
+    FleetTarget,
+    Relabel,
+    plan_fleet,
+)
+from neuronfleet.planning.labels import ArtifactRevision, deployment_selector
+from neuronfleet.planning.placement import check_fits, plan_for_spec
+from neuronfleet.planning.signals import MetricSnapshot
+from neuronfleet.planning.status import CompileState, StatusInputs, build_status, rfc3339
+
+logger = logging.getLogger(__name__)
+
+EventType = Literal["Normal", "Warning"]
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event the handler posts about the object."""
+
+    type: EventType
+    reason: str
+    message: str
+
+
+class MetricsSource(Protocol):
+    """Where the autoscaler's signals come from (Prometheus in the operator)."""
+
+    async def snapshot(self, dep: InferenceDeployment, now: float) -> tuple[MetricSnapshot | None, str]:
+        """The fleet's signals, or None with the reason they are unavailable."""
+        ...
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """Operator-wide configuration (from the command line / Helm values)."""
+
+    artifact_store: str = "/var/lib/neuronfleet/artifacts"
+    builder: BuilderConfig = field(default_factory=BuilderConfig)
+    fleet: FleetPolicy = field(default_factory=FleetPolicy)
+    #: Seconds between reconciles of one object when nothing else wakes it.
+    interval_seconds: float = 10.0
+
+
+@dataclass
+class DeploymentMemory:
+    """Per-object state that only shapes decisions over time (kept in Kopf's memo)."""
+
+    scaling_state: scaling.ScalingState = field(default_factory=scaling.ScalingState)
+    warm_state: warmpool.WarmPoolState = field(default_factory=warmpool.WarmPoolState)
+    last_scaling_at: float | None = None
+    last_decision: scaling.ScalingDecision | None = None
+    cold_start: warmpool.ColdStart = field(default_factory=warmpool.ColdStart)
+
+
+@dataclass(frozen=True)
+class ReconcileReport:
+    """What one reconcile saw and did."""
+
+    actions: tuple[Action, ...]
+    events: tuple[Event, ...]
+    status: dict[str, Any]
+    converged: bool
+    error: str | None = None
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _stored_from_status(status: Mapping[str, Any]) -> StoredArtifact | None:
+    artifact = status.get("artifact") or {}
+    if not artifact.get("cacheKey") or not artifact.get("uri"):
+        return None
+    return StoredArtifact(
+        cache_key=artifact["cacheKey"],
+        uri=artifact["uri"],
+        manifest_sha256=artifact.get("sha256") or "",
+        backend=artifact.get("backend") or "cpu",
+    )
+
+
+def _describe(action: Action) -> Event:
+    if isinstance(action, CreatePod):
+        return Event("Normal", "CreatedPod", f"created {action.role} pod {action.name}")
+    if isinstance(action, Relabel):
+        verb = {"active": "Promoted", "draining": "Draining", "warm": "Demoted"}.get(action.role, "Relabeled")
+        return Event("Normal", verb, f"{action.name}: {action.previous_role} -> {action.role} ({action.reason})")
+    if isinstance(action, DeletePod):
+        return Event("Normal", "DeletedPod", f"deleted {action.name}: {action.reason}")
+    if isinstance(action, CreatePlaceholder):
+        return Event("Normal", "CreatedPlaceholder", f"created node placeholder {action.name}")
+    return Event("Normal", "DeletedPlaceholder", f"deleted node placeholder {action.name}: {action.reason}")
+
+
+def _api_error(exc: ApiException) -> str:
+    body = exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else str(exc.body or "")
+    return f"{exc.status} {exc.reason}: {body[:300]}"
+
+
+class Reconciler:
+    """Observe -> plan -> apply for InferenceDeployments, with the clients made at start-up."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        store: ArtifactStore,
+        settings: OperatorSettings,
+        metrics: MetricsSource | None = None,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self.kube = kube
+        self.store = store
+        self.settings = settings
+        self.metrics = metrics
+        self.clock = clock
+
+    # ---------------------------------------------------------------------------------- compile
+
+    async def _compile(
+        self, dep: InferenceDeployment, previous: StoredArtifact | None
+    ) -> tuple[CompileDecision, CompileRequest, list[Event]]:
+        namespace = dep.metadata.namespace or "default"
+        fingerprint = await asyncio.to_thread(self.store.fingerprint, dep.spec.model.source)
+        request = compile_request(dep.spec, self.settings.artifact_store, fingerprint)
+        stored = await asyncio.to_thread(self.store.lookup, request)
+        job_name = compile_job_name(dep.name, request)
+        phase: JobPhase = "absent"
+        message = ""
+        if stored is None:
+            job = await self.kube.get_job(namespace, job_name)
+            phase, message = job_phase(job)
+            if phase == "failed":
+                message = await self._failure_details(namespace, job_name, message)
+        decision = decide_compile(CompileObservation(request, stored, phase, message), previous)
+        events: list[Event] = []
+        if decision.create_job and await self.kube.create(build_compile_job(dep, request, self.settings.builder)):
+            events.append(Event("Normal", "CompileStarted", f"compile Job {job_name} started: {decision.message}"))
+        # A newer spec supersedes compiles of older requests that are still running.
+        for job in await self.kube.list_jobs(namespace, compile_job_selector(dep.name)):
+            name = job["metadata"]["name"]
+            if name != job_name and job_phase(job)[0] == "running" and await self.kube.delete_job(namespace, name):
+                events.append(Event("Normal", "CompileSuperseded", f"deleted compile Job {name}: the spec changed"))
+        return decision, request, events
+
+    async def _failure_details(self, namespace: str, job_name: str, message: str) -> str:
+        pods = await self.kube.list_pods(namespace, {"job-name": job_name})
+        for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True):
+            for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                terminated = (status.get("state") or {}).get("terminated") or {}
+                if terminated.get("message"):
+                    return f"{message}; {terminated['message'].strip()[-800:]}"
+            tail = await self.kube.pod_log_tail(namespace, pod["metadata"]["name"])
+            if tail:
+                return f"{message}; log tail: {tail.strip()[-800:]}"
+        return message
+
+    # ---------------------------------------------------------------------------------- scaling
+
+    async def _desired_active(
+        self, dep: InferenceDeployment, memory: DeploymentMemory, current: int, ready: int
+    ) -> tuple[scaling.ScalingDecision, bool, str]:
+        """The scaling decision (at the spec's interval) and whether metrics were available."""
+        now = self.clock().timestamp()
+        spec = dep.spec.scaling
+        due = memory.last_scaling_at is None or now - memory.last_scaling_at >= spec.interval_seconds
+        if not due and memory.last_decision is not None and spec.mode == "Auto":
+            last = memory.last_decision
+            return last, bool(last.signals), last.reason
+        snapshot, why = (None, "no metrics source configured")
+        if spec.mode == "Auto" and self.metrics is not None:
+            snapshot, why = await self.metrics.snapshot(dep, now)
+        decision = scaling.decide(spec, memory.scaling_state, snapshot, current, ready, now)
+        memory.scaling_state = decision.new_state
+        memory.last_scaling_at = now
+        memory.last_decision = decision
+        available = snapshot is not None
+        return decision, available, decision.reason if available else f"{why}; {decision.reason}"
+
+    # -------------------------------------------------------------------------------- reconcile
+
+    async def reconcile(self, body: Mapping[str, Any], memory: DeploymentMemory) -> ReconcileReport:
+        now = self.clock()
+        raw_status = dict(body.get("status") or {})
+        try:
+            dep = InferenceDeployment.model_validate({k: v for k, v in body.items() if k != "status"})
+        except pydantic.ValidationError as exc:
+            message = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
+            return await self._report_invalid(body, raw_status, f"spec rejected by the operator: {message}")
+
+        namespace = dep.metadata.namespace or "default"
+        events: list[Event] = []
+        errors: list[str] = []
+
+        spec_problems = check_fits(dep.spec)
+        previous = _stored_from_status(raw_status)
+        try:
+            decision, _request, compile_events = await self._compile(dep, previous)
+            events += compile_events
+        except (ApiException, StoreUnavailable) as exc:
+            detail = _api_error(exc) if isinstance(exc, ApiException) else str(exc)
+            errors.append(f"compile pipeline: {detail}")
+            decision = CompileDecision(False, previous, "Unknown", "StoreUnavailable", detail)
+
+        pods = await self.kube.list_pods(namespace, deployment_selector(dep.name))
+        nodes = {node["metadata"]["name"] for node in await self.kube.list_nodes()}
+        views = [parse_pod(pod, nodes) for pod in pods]
+        active_now = [v for v in views if v.role == "active" and not v.deleting]
+        ready_now = sum(1 for v in active_now if v.ready)
+
+        scale, metrics_ok, scaling_message = await self._desired_active(dep, memory, len(active_now), ready_now)
+        warm = warmpool.plan(
+            dep.spec.warm_pool, memory.warm_state, scale.recommendation, now.timestamp(), memory.cold_start
+        )
+        memory.warm_state = warm.new_state
+
+        current_type = (raw_status.get("placement") or {}).get("instanceType")
+        placement = plan_for_spec(dep.spec, max(1, scale.desired + warm.pods), current_type=current_type)
+        artifact = decision.serve
+        plan: FleetPlan | None = None
+        if placement.chosen is not None and not spec_problems:
+            template = pod_template_hash(dep, placement.chosen, self.settings.builder)
+            target = FleetTarget(
+                template=template,
+                artifact=ArtifactRevision(artifact.revision, artifact.uri) if artifact else None,
+                active=scale.desired,
+                warm=warm.pods,
+                placeholders=warm.node_placeholders,
+            )
+            plan = plan_fleet(dep.name, target, views, now, self.settings.fleet)
+            try:
+                await self._apply(dep, placement.chosen, plan.actions, namespace)
+                events += [_describe(a) for a in plan.actions]
+                await self._ensure_service(dep)
+            except ApiException as exc:
+                errors.append(_api_error(exc))
+        else:
+            events.append(Event("Warning", "Unplaceable", "; ".join(spec_problems or placement.problems)))
+
+        status = self._status(
+            dep,
+            raw_status,
+            plan,
+            placement,
+            decision,
+            scale,
+            warm,
+            metrics_ok,
+            scaling_message,
+            errors,
+            spec_problems,
+            now,
+        )
+        if errors:
+            events.append(Event("Warning", "ReconcileError", "; ".join(errors)))
+        if raw_status.get("desiredReplicas", 0) != status["desiredReplicas"]:
+            events.append(
+                Event(
+                    "Normal",
+                    "Scaled",
+                    f"desired active replicas {raw_status.get('desiredReplicas', 0)} -> {status['desiredReplicas']}: "
+                    f"{scale.reason}",
+                )
+            )
+        await self._patch_status(namespace, dep.name, raw_status, status)
+        converged = plan is not None and not plan.actions and plan.summary.converged
+        return ReconcileReport(
+            plan.actions if plan else (), tuple(events), status, converged, "; ".join(errors) or None
+        )
+
+    async def _report_invalid(
+        self, body: Mapping[str, Any], raw_status: dict[str, Any], message: str
+    ) -> ReconcileReport:
+        metadata = body.get("metadata") or {}
+        namespace, name = metadata.get("namespace") or "default", metadata.get("name") or ""
+        now = rfc3339(self.clock())
+        condition = {
+            "type": "Degraded",
+            "status": "True",
+            "reason": "InvalidSpec",
+            "message": message,
+            "lastTransitionTime": now,
+            "observedGeneration": metadata.get("generation"),
+        }
+        conditions = [c for c in raw_status.get("conditions") or [] if c.get("type") != "Degraded"] + [condition]
+        status = {**raw_status, "conditions": conditions, "observedGeneration": metadata.get("generation")}
+        await self._patch_status(namespace, name, raw_status, status)
+        return ReconcileReport((), (Event("Warning", "InvalidSpec", message),), status, False, message)
+
+    async def _apply(
+        self, dep: InferenceDeployment, candidate: Any, actions: tuple[Action, ...], namespace: str
+    ) -> None:
+        """Apply actions in the plan's order; stop at the first failure (later ones may rely on it)."""
+        for action in actions:
+            if isinstance(action, CreatePod | CreatePlaceholder):
+                await self.kube.create(object_for_action(dep, candidate, action, self.settings.builder))
+            elif isinstance(action, Relabel):
+                patch = relabel_patch(action)["metadata"]
+                await self.kube.patch_pod_metadata(
+                    namespace, action.name, patch.get("labels", {}), patch.get("annotations", {})
+                )
+            elif isinstance(action, DeletePod | DeletePlaceholder):
+                await self.kube.delete_pod(namespace, action.name, action.grace_period_seconds)
+
+    async def _ensure_service(self, dep: InferenceDeployment) -> None:
+        namespace = dep.metadata.namespace or "default"
+        for obj in (build_service(dep), build_pdb(dep)):
+            current = await self.kube.read(obj["kind"], namespace, obj["metadata"]["name"])
+            await self.kube.ensure(obj, current)
+
+    def _status(
+        self,
+        dep: InferenceDeployment,
+        raw_status: dict[str, Any],
+        plan: FleetPlan | None,
+        placement: Any,
+        decision: CompileDecision,
+        scale: scaling.ScalingDecision,
+        warm: warmpool.WarmPoolDecision,
+        metrics_ok: bool,
+        scaling_message: str,
+        errors: list[str],
+        spec_problems: list[str],
+        now: datetime,
+    ) -> dict[str, Any]:
+        summary = (
+            plan.summary
+            if plan
+            else FleetSummary(
+                desired_active=scale.desired,
+                desired_warm=warm.pods,
+                desired_placeholders=warm.node_placeholders,
+                active=0,
+                ready_active=0,
+                warm_ready=0,
+                warm=0,
+                draining=0,
+                placeholders=0,
+                current_ready_active=0,
+                outdated=0,
+                revision_known=decision.serve is not None,
+            )
+        )
+        serve = decision.serve
+        compile_state = CompileState(
+            revision=serve.revision if serve and decision.compiled_status == "True" else None,
+            uri=serve.uri if serve else None,
+            in_progress=decision.reason == "Compiling",
+            failed=decision.message if decision.compiled_status == "False" and decision.reason != "Compiling" else None,
+        )
+        inputs = StatusInputs(
+            generation=dep.metadata.generation,
+            fleet=summary,
+            placement=placement,
+            compile=compile_state,
+            scaling_mode=dep.spec.scaling.mode,
+            metrics_available=metrics_ok or dep.spec.scaling.mode == "Manual",
+            scaling_message=scaling_message,
+            errors=tuple(errors),
+            spec_problems=tuple(spec_problems),
+        )
+        status = build_status(dep.name, inputs, raw_status.get("conditions") or [], now)
+        if serve is not None:
+            status["artifact"] = {
+                "uri": serve.uri,
+                "sha256": serve.manifest_sha256,
+                "revision": serve.revision,
+                "cacheKey": serve.cache_key,
+                "backend": serve.backend,
+            }
+        status["warmPool"] = {
+            "desiredPods": warm.pods,
+            "desiredPlaceholders": warm.node_placeholders,
+            "reason": warm.reason,
+        }
+        previous_desired = raw_status.get("desiredReplicas")
+        if previous_desired != status["desiredReplicas"]:
+            status["lastScaleTime"] = rfc3339(now)
+            status["lastScaleReason"] = scale.reason
+        else:
+            for key in ("lastScaleTime", "lastScaleReason"):
+                if key in raw_status:
+                    status[key] = raw_status[key]
+        return status
+
+    async def _patch_status(self, namespace: str, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
+        if _same(old, new):
+            return
+        await self.kube.patch_status(namespace, name, new)
+
+
+def _same(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether the status changed apart from condition timestamps kept by merge_conditions."""
+    return all(old.get(key) == value for key, value in new.items())
+
+
+__all__ = [
+    "DeploymentMemory",
+    "Event",
+    "MetricsSource",
+    "OperatorSettings",
+    "ReconcileReport",
+    "Reconciler",
+]
