@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,10 @@ class ModelRunner:
         self._modules: dict[Bucket, Any] = {}
         for bucket in manifest.buckets:
             try:
-                module = torch.jit.load(str(directory / bucket.file_name), map_location="cpu")  # type: ignore[no-untyped-call]
+                with warnings.catch_warnings():
+                    # torch marks TorchScript deprecated, but it is the format torch-neuronx emits.
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    module = torch.jit.load(str(directory / bucket.file_name), map_location="cpu")  # type: ignore[no-untyped-call]
             except (RuntimeError, ValueError, OSError) as exc:
                 raise LoadError(f"cannot load {bucket.file_name}: {exc}") from exc
             self._modules[bucket] = module.eval()

@@ -185,7 +185,9 @@ def _load_huggingface(directory: Path) -> LoadedSource:
 
 def _load_torchscript(path: Path, inputs: Sequence[tuple[str, str]]) -> LoadedSource:
     try:
-        scripted = torch.jit.load(str(path), map_location="cpu")  # type: ignore[no-untyped-call]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            scripted = torch.jit.load(str(path), map_location="cpu")  # type: ignore[no-untyped-call]
     except (RuntimeError, ValueError, OSError) as exc:
         raise CompileError(f"cannot load TorchScript from {path}: {exc}") from exc
     signature = [TensorSignature(name=n, dtype=d, shape=[-1, -1]) for n, d in inputs]
@@ -405,7 +407,10 @@ def _trace_buckets(
             with torch.no_grad():
                 result = traced(*example)
             width = int(result.shape[-1])
-            torch.jit.save(traced, str(out / bucket.file_name))
+            with warnings.catch_warnings():
+                # torch marks TorchScript deprecated, but it is the format torch-neuronx emits.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                torch.jit.save(traced, str(out / bucket.file_name))
             progress.advance(task)
     return width
 

@@ -1,0 +1,141 @@
+"""``neuronserve compile``: the real MiniLM into moto S3, the cache, other sources and bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import boto3
+import numpy as np
+import pytest
+import torch
+from neuronserve import cli
+from neuronserve.backend import ModelRunner
+from neuronserve.manifest import Manifest
+from neuronserve.store import fetch_artifact
+from runtime_support import BUCKET, STORE, Compiled, Fetched, S3Server, compile_argv
+
+
+def _objects(prefix: str) -> dict[str, tuple[str, object]]:
+    client = boto3.client("s3")
+    listing = client.list_objects_v2(Bucket=BUCKET, Prefix=prefix)
+    return {o["Key"]: (o["ETag"], o["LastModified"]) for o in listing.get("Contents", [])}
+
+
+def test_compile_stores_a_cpu_artifact_with_a_complete_manifest(compiled: Compiled, s3_env: S3Server) -> None:
+    key = compiled.result["cacheKey"]
+    assert compiled.uri == f"{STORE}/{key}"
+    assert compiled.result["backend"] == "cpu"
+    assert "NOT a Neuron compile" in compiled.stderr
+
+    client = boto3.client("s3")
+    prefix = f"compiled/{key}/"
+    names = sorted(k[len(prefix) :] for k in _objects(prefix))
+    assert names == [
+        "manifest.json",
+        "model-b1-s128.pt",
+        "model-b1-s32.pt",
+        "model-b4-s128.pt",
+        "model-b4-s32.pt",
+        "tokenizer.json",
+    ]
+    manifest_bytes = client.get_object(Bucket=BUCKET, Key=prefix + "manifest.json")["Body"].read()
+    assert hashlib.sha256(manifest_bytes).hexdigest() == compiled.result["sha256"]
+    manifest = Manifest.from_json_bytes(manifest_bytes)
+    assert manifest.backend == "cpu"
+    assert manifest.cache_key == key
+    assert manifest.compiler == f"torch.jit=={torch.__version__}"
+    assert [(b.batch, b.sequence) for b in manifest.buckets] == [(1, 32), (1, 128), (4, 32), (4, 128)]
+    assert [(s.name, s.dtype, s.max_value) for s in manifest.inputs] == [
+        ("input_ids", "int64", 30521),
+        ("attention_mask", "int64", 1),
+    ]
+    assert manifest.outputs[0].shape == [-1, 384]
+    for entry in manifest.files:
+        body = client.get_object(Bucket=BUCKET, Key=prefix + entry.path)["Body"].read()
+        assert hashlib.sha256(body).hexdigest() == entry.sha256
+        assert len(body) == entry.size
+
+
+def test_compiling_again_hits_the_cache_and_traces_nothing(
+    compiled: Compiled, s3_env: S3Server, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = _objects("compiled/")
+
+    def no_tracing(*args: object, **kwargs: object) -> None:
+        raise AssertionError("traced although the artifact is cached")
+
+    monkeypatch.setattr(torch.jit, "trace", no_tracing)
+    assert cli.main(compile_argv(STORE)) == 0
+    out, err = capsys.readouterr()
+    result = json.loads(out)
+    assert result["cached"] is True
+    assert result["uri"] == compiled.uri
+    assert result["sha256"] == compiled.result["sha256"]
+    assert "cache hit" in err and "nothing traced" in err
+    assert _objects("compiled/") == before
+
+
+def test_other_buckets_make_another_artifact_in_a_directory_store(tmp_path: Path, compiled: Compiled) -> None:
+    argv = compile_argv(str(tmp_path / "store"))
+    argv[argv.index("--batch-buckets") + 1] = "2"
+    argv[argv.index("--sequence-buckets") + 1] = "16"
+    assert cli.main([*argv, "--result-file", str(tmp_path / "r.json")]) == 0
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["cached"] is False
+    assert result["cacheKey"] != compiled.result["cacheKey"]
+    manifest, _, directory = fetch_artifact(result["uri"], tmp_path / "unused")
+    assert directory == tmp_path / "store" / result["cacheKey"]
+    assert [(b.batch, b.sequence) for b in manifest.buckets] == [(2, 16)]
+
+
+class TinyEncoder(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(100, 8)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        mask = attention_mask.unsqueeze(-1).float()
+        return (self.embed(input_ids) * mask).sum(1)
+
+
+def test_a_torchscript_source_compiles_and_runs_like_the_module(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    module = TinyEncoder().eval()
+    source = tmp_path / "tiny.pt"
+    torch.jit.save(torch.jit.script(module), str(source))
+    store = tmp_path / "store"
+    result_file = tmp_path / "r.json"
+    argv = ["compile", "--source", str(source), "--store", str(store), "--name", "tiny"]
+    assert (
+        cli.main([*argv, "--batch-buckets", "1,2", "--sequence-buckets", "8", "--result-file", str(result_file)]) == 0
+    )
+    manifest, _, directory = fetch_artifact(json.loads(result_file.read_text())["uri"], tmp_path / "unused")
+    assert manifest.outputs[0].shape == [-1, 8]
+
+    ids = np.array([[1, 2, 3], [4, 5, 0]], dtype=np.int64)
+    mask = np.array([[1, 1, 1], [1, 1, 0]], dtype=np.int64)
+    (rows,), bucket = ModelRunner(manifest, directory).run([[ids, mask]])
+    with torch.no_grad():
+        expected = module(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
+    assert (bucket.batch, bucket.sequence) == (2, 8)
+    np.testing.assert_allclose(rows, expected, atol=1e-5)
+
+
+def test_a_missing_source_fails_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["compile", "--source", str(tmp_path / "nope"), "--store", str(tmp_path / "store")])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "does not exist" in err and "Traceback" not in err
+
+
+def test_bad_bucket_lists_are_refused_by_the_parser(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["compile", "--source", "/x", "--store", str(tmp_path), "--batch-buckets", "1,zero"])
+    assert exc.value.code == 2
+    assert "comma-separated integers" in capsys.readouterr().err
+
+
+def test_fetched_artifact_matches_the_manifest(fetched: Fetched) -> None:
+    assert sorted(p.name for p in fetched.directory.iterdir()) == sorted(f.path for f in fetched.manifest.files)
