@@ -1,0 +1,102 @@
+"""Read the autoscaler's signals from Prometheus (prometheus-api-client) as a typed snapshot.
+
+The queries are the spec's ``scaling.metrics`` (defaults match the names ``neuronserve`` exports;
+``$namespace`` and ``$name`` are replaced by the resource's). Each signal is one instant query.
+
+Missing data is never a zero: an empty result (no series, e.g. every target down: Prometheus marks
+its series stale after a failed scrape) makes that signal ``None``, and the scaling policy then
+holds instead of scaling down. Prometheus unreachable, timing out or answering an error makes the
+whole snapshot unavailable, with the reason, which the status shows as ScalingActive=False.
+prometheus-api-client is synchronous (requests), so queries run in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
+
+from neuronfleet.api.v1alpha1 import InferenceDeployment, MetricQueries
+from neuronfleet.planning.signals import MetricSnapshot
+
+SIGNALS = ("queue_depth", "in_flight", "arrival_rate", "utilization")
+
+
+def render(query: str, namespace: str, name: str) -> str:
+    """A query template with the resource's namespace and name filled in."""
+    return query.replace("$namespace", namespace).replace("$name", name)
+
+
+def queries_for(dep: InferenceDeployment) -> dict[str, str]:
+    metrics: MetricQueries = dep.spec.scaling.metrics
+    namespace = dep.metadata.namespace or "default"
+    return {signal: render(getattr(metrics, signal), namespace, dep.name) for signal in SIGNALS}
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    value: float | None
+    evaluated_at: float | None
+
+
+def _scalar(result: list[dict[str, Any]]) -> QueryResult:
+    """One number from an instant-vector result: the sum over its series (None when empty)."""
+    if not result:
+        return QueryResult(None, None)
+    total = 0.0
+    evaluated_at = None
+    for series in result:
+        stamp, raw = series["value"]
+        value = float(raw)
+        if math.isnan(value):
+            return QueryResult(None, float(stamp))
+        total += value
+        evaluated_at = float(stamp)
+    return QueryResult(total, evaluated_at)
+
+
+class PrometheusMetrics:
+    """A metrics source for the reconcile; one client per Prometheus URL."""
+
+    def __init__(self, default_url: str | None) -> None:
+        self.default_url = default_url
+        self._clients: dict[str, PrometheusConnect] = {}
+
+    def _client(self, url: str) -> PrometheusConnect:
+        if url not in self._clients:
+            # No retries: a slow Prometheus must not stall the reconcile; the next tick asks again.
+            self._clients[url] = PrometheusConnect(url=url, disable_ssl=True, retry=None)
+        return self._clients[url]
+
+    def _query_all(self, url: str, queries: dict[str, str], timeout: float) -> dict[str, QueryResult]:
+        client = self._client(url)
+        return {signal: _scalar(client.custom_query(query, timeout=timeout)) for signal, query in queries.items()}
+
+    async def snapshot(self, dep: InferenceDeployment, now: float) -> tuple[MetricSnapshot | None, str]:
+        url = dep.spec.scaling.metrics.prometheus_url or self.default_url
+        if not url:
+            return None, "no Prometheus URL configured (scaling.metrics.prometheusUrl or --prometheus-url)"
+        timeout = dep.spec.scaling.metrics.timeout_seconds
+        try:
+            results = await asyncio.wait_for(
+                asyncio.to_thread(self._query_all, url, queries_for(dep), timeout), timeout=timeout * len(SIGNALS) + 1
+            )
+        except (requests.RequestException, PrometheusApiClientException, TimeoutError, ValueError, KeyError) as exc:
+            return None, f"Prometheus at {url} unavailable: {type(exc).__name__}: {str(exc)[:200]}"
+        if all(result.value is None for result in results.values()):
+            return None, f"Prometheus at {url} returned no samples for {dep.name}"
+        stamps = [r.evaluated_at for r in results.values() if r.evaluated_at is not None]
+        snapshot = MetricSnapshot(
+            time=min(stamps) if stamps else now,
+            queue_depth=results["queue_depth"].value,
+            in_flight=results["in_flight"].value,
+            arrival_rate=results["arrival_rate"].value,
+            utilization=results["utilization"].value,
+        )
+        missing = snapshot.missing()
+        return snapshot, f"signals missing: {', '.join(missing)}" if missing else "metrics read"

@@ -1,0 +1,126 @@
+"""`neuronfleet run`: start the operator (Kopf) with its clients, against a cluster or the sandbox.
+
+:func:`operator_tasks` is also what the tests and the sandbox demo use: it starts Kopf's tasks in
+the caller's event loop (``kopf.spawn_tasks``), so only Kopf's own tasks stop with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+from collections.abc import Collection, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import kopf
+
+from neuronfleet.artifacts.store import ArtifactStore
+from neuronfleet.handlers import OperatorContext, registry
+from neuronfleet.kube.builders import BuilderConfig
+from neuronfleet.kube.client import KubeClient
+from neuronfleet.reconcile import MetricsSource, OperatorSettings, Reconciler
+
+logger = logging.getLogger(__name__)
+
+
+async def build_context(
+    settings: OperatorSettings,
+    kubeconfig: str | os.PathLike[str] | None = None,
+    metrics: MetricsSource | None = None,
+    store: ArtifactStore | None = None,
+) -> OperatorContext:
+    kube = await KubeClient.connect(kubeconfig)
+    return OperatorContext(Reconciler(kube, store or ArtifactStore(), settings, metrics))
+
+
+async def operator_tasks(
+    context: OperatorContext,
+    *,
+    namespaces: Sequence[str] = (),
+    peering_name: str | None = None,
+    priority: int = 0,
+    liveness_endpoint: str | None = None,
+) -> Collection[asyncio.Task[Any]]:
+    """Kopf's tasks for this operator; run them with ``kopf.run_tasks`` (or cancel them)."""
+    return await kopf.spawn_tasks(
+        registry=registry,
+        memo=kopf.Memo(context=context),
+        clusterwide=not namespaces,
+        namespaces=list(namespaces),
+        standalone=peering_name is None,
+        peering_name=peering_name,
+        priority=priority,
+        liveness_endpoint=liveness_endpoint,
+    )
+
+
+async def _run(args: argparse.Namespace) -> None:
+    settings = OperatorSettings(
+        artifact_store=args.artifact_store,
+        builder=BuilderConfig(default_scheduler_name=args.neuron_scheduler),
+        interval_seconds=args.interval,
+    )
+    if args.kubeconfig:
+        # Kopf's own login reads $KUBECONFIG; keep both clients on the same cluster.
+        os.environ["KUBECONFIG"] = str(args.kubeconfig)
+    metrics = None
+    if args.prometheus_url:
+        from neuronfleet.metrics.prometheus import PrometheusMetrics
+
+        metrics = PrometheusMetrics(args.prometheus_url)
+    context = await build_context(replace(settings), args.kubeconfig, metrics)
+    tasks = await operator_tasks(
+        context,
+        namespaces=args.namespace or (),
+        peering_name=args.peering,
+        priority=args.priority,
+        liveness_endpoint=args.liveness,
+    )
+    await kopf.run_tasks(tasks)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s"
+    )
+    try:
+        asyncio.run(_run(args))
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run the operator against a cluster (in a pod: its service account; else $KUBECONFIG)",
+        description="Run the InferenceDeployment operator. In a pod it uses its service account; elsewhere "
+        "--kubeconfig or $KUBECONFIG (e.g. the one `neuronfleet sandbox up` writes).",
+    )
+    p.add_argument("--kubeconfig", type=Path, help="kubeconfig to use (default: in-cluster, then $KUBECONFIG)")
+    p.add_argument("-n", "--namespace", action="append", help="watch only this namespace (repeatable; default: all)")
+    p.add_argument(
+        "--artifact-store",
+        default=os.environ.get("NEURONFLEET_ARTIFACT_STORE", "/var/lib/neuronfleet/artifacts"),
+        help="default store of compiled artifacts: s3://bucket/prefix or a directory "
+        "(a spec's compile.artifactStore overrides it; env NEURONFLEET_ARTIFACT_STORE)",
+    )
+    p.add_argument(
+        "--neuron-scheduler",
+        default=os.environ.get("NEURONFLEET_NEURON_SCHEDULER") or None,
+        help="schedulerName of the Neuron scheduler extension for pods whose spec names none",
+    )
+    p.add_argument(
+        "--prometheus-url",
+        default=os.environ.get("NEURONFLEET_PROMETHEUS_URL") or None,
+        help="Prometheus for the autoscaler's signals (a spec's scaling.metrics.prometheusUrl overrides it)",
+    )
+    p.add_argument("--interval", type=float, default=10.0, help="seconds between reconciles of one object")
+    p.add_argument("--peering", help="Kopf peering name for high availability (one instance acts)")
+    p.add_argument("--priority", type=int, default=0, help="peering priority of this instance")
+    p.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.set_defaults(func=_cmd_run)
