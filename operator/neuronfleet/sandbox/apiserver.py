@@ -39,7 +39,12 @@ from neuronfleet.sandbox.tables import to_table
 
 log = logging.getLogger(__name__)
 
-KUBERNETES_VERSION = {"major": "1", "minor": "34", "gitVersion": "v1.34.0-neuronfleet-sandbox", "platform": "linux/amd64"}
+KUBERNETES_VERSION = {
+    "major": "1",
+    "minor": "34",
+    "gitVersion": "v1.34.0-neuronfleet-sandbox",
+    "platform": "linux/amd64",
+}
 BOOKMARK_INTERVAL_S = 60.0
 _TRUE = {"true", "1", "True", "yes"}
 
@@ -80,7 +85,14 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
 
 
 def _status_success(details: dict[str, Any] | None = None, code: int = 201) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code, **({"details": details} if details else {})}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "code": code,
+        **({"details": details} if details else {}),
+    }
 
 
 class ApiServer:
@@ -117,7 +129,9 @@ class ApiServer:
     # ---- entry -----------------------------------------------------------------------------------
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        record = RequestRecord(method=request.method, path=request.path, user_agent=request.headers.get("User-Agent", ""))
+        record = RequestRecord(
+            method=request.method, path=request.path, user_agent=request.headers.get("User-Agent", "")
+        )
         self.request_log.append(record)
         try:
             response = await self._dispatch(request, record)
@@ -144,7 +158,15 @@ class ApiServer:
             return self._openapi(parts[1:])
         if head == "api":
             if len(parts) == 1:
-                return _json({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{self.port}"}]})
+                return _json(
+                    {
+                        "kind": "APIVersions",
+                        "versions": ["v1"],
+                        "serverAddressByClientCIDRs": [
+                            {"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{self.port}"}
+                        ],
+                    }
+                )
             group, version, rest = "", parts[1], parts[2:]
         elif head == "apis":
             if len(parts) == 1:
@@ -176,7 +198,11 @@ class ApiServer:
             raise errors.resource_not_found(path)
         if namespace is not None and not rt.namespaced:
             raise errors.resource_not_found(path)
-        if subresource is not None and subresource not in rt.subresources and not (rt.key == ("", "namespaces") and subresource == "finalize"):
+        if (
+            subresource is not None
+            and subresource not in rt.subresources
+            and not (rt.key == ("", "namespaces") and subresource == "finalize")
+        ):
             raise errors.resource_not_found(path)
         return Target(rt, version, namespace, name, subresource)
 
@@ -250,7 +276,15 @@ class ApiServer:
             return _json(self._scale_of(target.rt, obj))
         obj = self._versioned(target, obj)
         if self._wants_table(request):
-            return _json(to_table(target.rt, [obj], self.clock, request.query.get("includeObject", ""), obj["metadata"]["resourceVersion"]))
+            return _json(
+                to_table(
+                    target.rt,
+                    [obj],
+                    self.clock,
+                    request.query.get("includeObject", ""),
+                    obj["metadata"]["resourceVersion"],
+                )
+            )
         return _json(obj)
 
     async def _watch(self, request: web.Request, target: Target) -> web.StreamResponse:
@@ -363,7 +397,8 @@ class ApiServer:
         node_name = ((body or {}).get("target") or {}).get("name") if isinstance(body, dict) else None
         if not node_name:
             raise errors.invalid("Binding", "", target.name, [("target.name", "Required value")])
-        bind_pod(self.store, target.namespace or "", target.name, node_name)
+        annotations = ((body.get("metadata") or {}).get("annotations")) or None
+        bind_pod(self.store, target.namespace or "", target.name, node_name, annotations)
         return _json(_status_success(), 201)
 
     def _evict(self, target: Target, body: Any) -> web.Response:
@@ -415,7 +450,9 @@ class ApiServer:
             )
         if target.subresource == "scale":
             return _json(self._write_scale(target, patched))
-        obj = self.store.commit_patched(rt, current, patched, subresource=target.subresource, strict=self._strict(request))
+        obj = self.store.commit_patched(
+            rt, current, patched, subresource=target.subresource, strict=self._strict(request)
+        )
         return _json(self._versioned(target, obj))
 
     async def _delete_options(self, request: web.Request) -> dict[str, Any]:
@@ -472,7 +509,14 @@ class ApiServer:
                         propagation=options.get("propagationPolicy"),
                     )
                 )
-        return _json({"kind": target.rt.list_kind, "apiVersion": target.rt.api_version(target.version), "metadata": {"resourceVersion": str(self.store.rv)}, "items": deleted})
+        return _json(
+            {
+                "kind": target.rt.list_kind,
+                "apiVersion": target.rt.api_version(target.version),
+                "metadata": {"resourceVersion": str(self.store.rv)},
+                "items": deleted,
+            }
+        )
 
     # ---- scale subresource ---------------------------------------------------------------------------
 
@@ -488,7 +532,9 @@ class ApiServer:
         return {
             "kind": "Scale",
             "apiVersion": "autoscaling/v1",
-            "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in meta},
+            "metadata": {
+                k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in meta
+            },
             "spec": {"replicas": int(json_path_value(obj, rt.scale.spec_replicas_path) or 0)},
             "status": status,
         }
@@ -497,10 +543,17 @@ class ApiServer:
         assert target.name is not None and target.rt.scale is not None
         rt, scale_spec = target.rt, target.rt.scale
         if not isinstance(scale, dict) or not isinstance((scale.get("spec") or {}).get("replicas"), int):
-            raise errors.invalid("Scale", "autoscaling", target.name, [("spec.replicas", "Required value: must be an integer")])
+            raise errors.invalid(
+                "Scale", "autoscaling", target.name, [("spec.replicas", "Required value: must be an integer")]
+            )
         replicas = scale["spec"]["replicas"]
         if replicas < 0:
-            raise errors.invalid("Scale", "autoscaling", target.name, [("spec.replicas", f"Invalid value: {replicas}: must be greater than or equal to 0")])
+            raise errors.invalid(
+                "Scale",
+                "autoscaling",
+                target.name,
+                [("spec.replicas", f"Invalid value: {replicas}: must be greater than or equal to 0")],
+            )
         current = self.store.get(rt, target.namespace, target.name)
         given_rv = (scale.get("metadata") or {}).get("resourceVersion")
         if given_rv and str(given_rv) != current["metadata"]["resourceVersion"]:
@@ -565,7 +618,13 @@ class ApiServer:
                 entry["categories"] = list(rt.categories)
             resources.append(entry)
             for sub in rt.subresources:
-                sub_entry: dict[str, Any] = {"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced, "kind": rt.kind, "verbs": ["get", "patch", "update"]}
+                sub_entry: dict[str, Any] = {
+                    "name": f"{rt.plural}/{sub}",
+                    "singularName": "",
+                    "namespaced": rt.namespaced,
+                    "kind": rt.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
                 if sub == "scale":
                     sub_entry.update(group="autoscaling", version="v1", kind="Scale")
                 elif sub == "binding":
@@ -573,7 +632,12 @@ class ApiServer:
                 elif sub == "eviction":
                     sub_entry.update(group="policy", version="v1", kind="Eviction", verbs=["create"])
                 resources.append(sub_entry)
-        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}" if group else version, "resources": resources}
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}" if group else version,
+            "resources": resources,
+        }
 
     def _openapi(self, parts: list[str]) -> web.Response:
         if parts == ["v3"]:
@@ -599,22 +663,35 @@ class ApiServer:
         return group_version_document(group, version, served)
 
 
-def bind_pod(store: Store, namespace: str, name: str, node_name: str) -> Obj:
+def bind_pod(store: Store, namespace: str, name: str, node_name: str, annotations: dict[str, str] | None = None) -> Obj:
     """Bind a pending pod to a node (the pods/binding subresource; also used by the scheduler)."""
     pods = store.resource("", "pods")
     pod = store.get(pods, namespace, name)
     if (pod.get("spec") or {}).get("nodeName"):
-        raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"')
+        raise ApiError(
+            409,
+            "Conflict",
+            f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"',
+        )
     if pod["metadata"].get("deletionTimestamp"):
-        raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is being deleted, cannot be assigned to a host')
+        raise ApiError(
+            409,
+            "Conflict",
+            f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is being deleted, cannot be assigned to a host',
+        )
     now = store.clock.timestamp()
 
     def assign(obj: Obj) -> None:
         obj["spec"]["nodeName"] = node_name
+        if annotations:
+            # The registry copies a Binding's annotations onto the pod.
+            obj["metadata"].setdefault("annotations", {}).update(annotations)
         status = obj.setdefault("status", {})
         status.pop("nominatedNodeName", None)
         conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
-        conditions.insert(0, {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now})
+        conditions.insert(
+            0, {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
+        )
         status["conditions"] = conditions
 
     # The binding writes spec and status in one commit, as the registry's binding storage does.

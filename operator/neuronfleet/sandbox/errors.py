@@ -8,9 +8,7 @@ from typing import Any
 class ApiError(Exception):
     """An error answered as a ``kind: Status`` body with the HTTP code ``code``."""
 
-    def __init__(
-        self, code: int, reason: str, message: str, details: dict[str, Any] | None = None
-    ) -> None:
+    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.reason = reason
@@ -84,8 +82,7 @@ def invalid(kind: str, group: str, name: str, causes: list[tuple[str, str]]) -> 
             "group": group,
             "kind": kind,
             "causes": [
-                {"reason": "FieldValueInvalid", "message": message, "field": field}
-                for field, message in causes
+                {"reason": "FieldValueInvalid", "message": message, "field": field} for field, message in causes
             ],
         },
     )

@@ -42,13 +42,33 @@ def _object_meta_schema() -> dict[str, Any]:
             "namespace": string("Namespace defines the space within which each name must be unique."),
             "uid": string("UID is the unique in time and space value for this object."),
             "resourceVersion": string("An opaque value that represents the internal version of this object."),
-            "generation": {"type": "integer", "format": "int64", "description": "A sequence number representing a specific generation of the desired state."},
+            "generation": {
+                "type": "integer",
+                "format": "int64",
+                "description": "A sequence number representing a specific generation of the desired state.",
+            },
             "creationTimestamp": string("CreationTimestamp is when this object was created."),
             "deletionTimestamp": string("RFC 3339 date and time at which this resource will be deleted."),
-            "labels": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Map of string keys and values for organizing and categorizing objects."},
-            "annotations": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Unstructured key value map."},
-            "finalizers": {"type": "array", "items": {"type": "string"}, "description": "Must be empty before the object is deleted from the registry."},
-            "ownerReferences": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}, "description": "Objects depended by this object."},
+            "labels": {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "description": "Map of string keys and values for organizing and categorizing objects.",
+            },
+            "annotations": {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "description": "Unstructured key value map.",
+            },
+            "finalizers": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Must be empty before the object is deleted from the registry.",
+            },
+            "ownerReferences": {
+                "type": "array",
+                "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                "description": "Objects depended by this object.",
+            },
         },
     }
 
@@ -61,10 +81,24 @@ def _kind_schema(rt: ResourceType, version: str) -> dict[str, Any]:
             "type": "object",
             "description": f"{rt.kind} ({rt.api_version(version)}), served by the neuronfleet sandbox.",
             "properties": {
-                "apiVersion": {"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."},
-                "kind": {"type": "string", "description": "Kind is a string value representing the REST resource this object represents."},
-                "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True, "description": "Desired state."},
-                "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True, "description": "Observed state."},
+                "apiVersion": {
+                    "type": "string",
+                    "description": "APIVersion defines the versioned schema of this representation of an object.",
+                },
+                "kind": {
+                    "type": "string",
+                    "description": "Kind is a string value representing the REST resource this object represents.",
+                },
+                "spec": {
+                    "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": True,
+                    "description": "Desired state.",
+                },
+                "status": {
+                    "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": True,
+                    "description": "Observed state.",
+                },
             },
         }
     properties = schema.setdefault("properties", {})

@@ -153,7 +153,9 @@ def builtin_resources() -> list[ResourceType]:
         _builtin("", "v1", "serviceaccounts", "ServiceAccount", True, ["sa"]),
         _builtin("events.k8s.io", "v1", "events", "Event", True, ["ev"], field_labels=["reason", "type"]),
         _builtin("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ["pdb"], status=True),
-        _builtin("batch", "v1", "jobs", "Job", True, status=True, categories=["all"], field_labels=["status.successful"]),
+        _builtin(
+            "batch", "v1", "jobs", "Job", True, status=True, categories=["all"], field_labels=["status.successful"]
+        ),
         _builtin("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, ["pc"]),
         _builtin("coordination.k8s.io", "v1", "leases", "Lease", True),
         _builtin(
@@ -203,9 +205,7 @@ def resource_from_crd(crd: dict[str, Any]) -> ResourceType:
         if scale
         else None,
         printer_columns=list(storage.get("additionalPrinterColumns") or []),
-        schemas={
-            v["name"]: (v.get("schema") or {}).get("openAPIV3Schema") or {"type": "object"} for v in served
-        },
+        schemas={v["name"]: (v.get("schema") or {}).get("openAPIV3Schema") or {"type": "object"} for v in served},
         custom=True,
     )
 
@@ -284,7 +284,9 @@ def prune_unknown(value: Any, schema: dict[str, Any] | None, path: str, unknown:
     return value
 
 
-def validate_custom_object(rt: ResourceType, obj: dict[str, Any], strict: bool) -> tuple[list[tuple[str, str]], list[str]]:
+def validate_custom_object(
+    rt: ResourceType, obj: dict[str, Any], strict: bool
+) -> tuple[list[tuple[str, str]], list[str]]:
     """Default, prune and validate a custom object in place.
 
     Returns (errors as (field, message), warnings); with ``strict`` unknown fields are errors.
@@ -313,7 +315,9 @@ def validate_custom_object(rt: ResourceType, obj: dict[str, Any], strict: bool) 
     body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
     root = to_json_schema({k: v for k, v in schema.items() if k != "properties"})
     root["properties"] = {
-        k: to_json_schema(v) for k, v in (schema.get("properties") or {}).items() if k not in ("apiVersion", "kind", "metadata")
+        k: to_json_schema(v)
+        for k, v in (schema.get("properties") or {}).items()
+        if k not in ("apiVersion", "kind", "metadata")
     }
     validator = jsonschema.Draft4Validator(root)
     for error in sorted(validator.iter_errors(body), key=lambda e: list(e.absolute_path)):

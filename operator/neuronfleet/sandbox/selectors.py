@@ -108,7 +108,9 @@ def parse_label_selector(text: str | None) -> LabelSelector:
             key = match["key"]
             values = [v.strip() for v in match["values"].split(",")]
             if match["op"] == "in" and values == [""]:
-                raise bad_request(f"unable to parse requirement: for 'in' operator, values set can't be empty: {term!r}")
+                raise bad_request(
+                    f"unable to parse requirement: for 'in' operator, values set can't be empty: {term!r}"
+                )
             _check_key(key)
             for value in values:
                 _check_value(value)
@@ -132,17 +134,14 @@ def selector_from_dict(spec: Mapping[str, Any] | None) -> LabelSelector:
     if not spec:
         return LabelSelector()
     requirements = [
-        Requirement(str(key), "in", frozenset([str(value)]))
-        for key, value in (spec.get("matchLabels") or {}).items()
+        Requirement(str(key), "in", frozenset([str(value)])) for key, value in (spec.get("matchLabels") or {}).items()
     ]
     ops = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!exists"}
     for expression in spec.get("matchExpressions") or []:
         op = ops.get(str(expression.get("operator")))
         if op is None:
             raise bad_request(f"unsupported label selector operator {expression.get('operator')!r}")
-        requirements.append(
-            Requirement(str(expression.get("key")), op, frozenset(expression.get("values") or []))
-        )
+        requirements.append(Requirement(str(expression.get("key")), op, frozenset(expression.get("values") or [])))
     return LabelSelector(tuple(requirements))
 
 
@@ -214,7 +213,7 @@ def parse_field_selector(text: str | None, supported: Iterable[str]) -> FieldSel
             raise bad_request(f"invalid selector: '{text}'; can't understand '{term}'")
         path, op, value = match.groups()
         if path not in allowed:
-            raise bad_request(f'field label not supported: {path}')
+            raise bad_request(f"field label not supported: {path}")
         requirements.append(FieldRequirement(path, value, op == "!="))
     return FieldSelector(tuple(requirements))
 

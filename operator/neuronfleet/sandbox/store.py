@@ -54,9 +54,7 @@ class WatchEvent:
 class Watcher:
     """A watch stream's subscription: filters events and queues them for the HTTP response."""
 
-    def __init__(
-        self, rt: ResourceType, namespace: str | None, labels: LabelSelector, fields: FieldSelector
-    ) -> None:
+    def __init__(self, rt: ResourceType, namespace: str | None, labels: LabelSelector, fields: FieldSelector) -> None:
         self.rt = rt
         self.namespace = namespace
         self.labels = labels
@@ -161,14 +159,21 @@ class Store:
         try:
             rt = resource_from_crd(crd)
         except CrdError as exc:
-            raise errors.invalid("CustomResourceDefinition", "apiextensions.k8s.io", _meta(crd).get("name", ""), [("spec", str(exc))]) from None
+            raise errors.invalid(
+                "CustomResourceDefinition", "apiextensions.k8s.io", _meta(crd).get("name", ""), [("spec", str(exc))]
+            ) from None
         expected = f"{rt.plural}.{rt.group}"
         if _meta(crd).get("name") != expected:
             raise errors.invalid(
                 "CustomResourceDefinition",
                 "apiextensions.k8s.io",
                 _meta(crd).get("name", ""),
-                [("metadata.name", f'Invalid value: "{_meta(crd).get("name")}": must be spec.names.plural+"."+spec.group')],
+                [
+                    (
+                        "metadata.name",
+                        f'Invalid value: "{_meta(crd).get("name")}": must be spec.names.plural+"."+spec.group',
+                    )
+                ],
             )
         previous = self.resources.get(rt.key)
         self.register(rt)
@@ -225,8 +230,7 @@ class Store:
         items = [
             obj
             for obj in self.iter(rt, namespace if rt.namespaced else None)
-            if (labels is None or labels.matches(_meta(obj).get("labels")))
-            and (fields is None or fields.matches(obj))
+            if (labels is None or labels.matches(_meta(obj).get("labels"))) and (fields is None or fields.matches(obj))
         ]
         items.sort(key=lambda o: (_meta(o).get("namespace", ""), _meta(o).get("name", "")))
         return items, self.rv
@@ -297,13 +301,17 @@ class Store:
             if ns_obj is None:
                 raise errors.not_found("namespaces", "", namespace)
             if _meta(ns_obj).get("deletionTimestamp"):
-                raise errors.forbidden(f'{rt.plural} "{meta.get("name", "")}" is forbidden: unable to create new content in namespace {namespace} because it is being terminated')
+                raise errors.forbidden(
+                    f'{rt.plural} "{meta.get("name", "")}" is forbidden: unable to create new content in namespace {namespace} because it is being terminated'
+                )
         else:
             meta.pop("namespace", None)
         if not meta.get("name"):
             prefix = meta.get("generateName")
             if not prefix:
-                raise errors.invalid(rt.kind, rt.group, "", [("metadata.name", "Required value: name or generateName is required")])
+                raise errors.invalid(
+                    rt.kind, rt.group, "", [("metadata.name", "Required value: name or generateName is required")]
+                )
             meta["name"] = prefix + "".join(self.random.choice(_GENERATE_ALPHABET) for _ in range(5))
         name = meta["name"]
         if not isinstance(name, str) or len(name) > 253 or not _NAME_RE.match(name):
@@ -311,8 +319,13 @@ class Store:
                 rt.kind,
                 rt.group,
                 str(name),
-                [("metadata.name", f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case '
-                  "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character")],
+                [
+                    (
+                        "metadata.name",
+                        f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case '
+                        "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+                    )
+                ],
             )
         key = self._key(rt, namespace, name)
         if key in self.objects[rt.key]:
@@ -352,7 +365,9 @@ class Store:
         given_rv = meta.get("resourceVersion")
         if given_rv in (None, "") and rt.custom:
             raise errors.invalid(
-                rt.kind, rt.group, name,
+                rt.kind,
+                rt.group,
+                name,
                 [("metadata.resourceVersion", "Invalid value: 0x0: must be specified for an update")],
             )
         if given_rv not in (None, "") and str(given_rv) != _meta(old)["resourceVersion"]:
@@ -410,7 +425,15 @@ class Store:
                 else:
                     new.pop("status", None)
         meta = new["metadata"]
-        for immutable in ("uid", "creationTimestamp", "name", "namespace", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"):
+        for immutable in (
+            "uid",
+            "creationTimestamp",
+            "name",
+            "namespace",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+        ):
             if immutable in old_meta:
                 meta[immutable] = old_meta[immutable]
             else:
@@ -531,9 +554,7 @@ class Store:
                 if any(ref.get("uid") == uid for ref in _meta(obj).get("ownerReferences") or ()):
                     yield rt, obj
 
-    def _schedule_gc(
-        self, uid: str, propagation: str, owner_key: tuple[ResourceKey, ObjectKey] | None = None
-    ) -> None:
+    def _schedule_gc(self, uid: str, propagation: str, owner_key: tuple[ResourceKey, ObjectKey] | None = None) -> None:
         if not uid:
             return
         try:
@@ -617,7 +638,12 @@ class Store:
             if value is None:
                 meta.pop(map_field, None)
             elif not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-                raise errors.invalid(rt.kind, rt.group, meta.get("name", ""), [(f"metadata.{map_field}", "Invalid value: values must be strings")])
+                raise errors.invalid(
+                    rt.kind,
+                    rt.group,
+                    meta.get("name", ""),
+                    [(f"metadata.{map_field}", "Invalid value: values must be strings")],
+                )
         if rt.custom:
             validation_errors, _ = validate_custom_object(rt, obj, strict)
             if validation_errors:
@@ -649,13 +675,17 @@ class Store:
         tolerations = spec.setdefault("tolerations", [])
         for taint_key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
             if not any(t.get("key") == taint_key for t in tolerations):
-                tolerations.append({"key": taint_key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300})
+                tolerations.append(
+                    {"key": taint_key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+                )
         class_name = spec.get("priorityClassName")
         pc_rt = self.resources[("scheduling.k8s.io", "priorityclasses")]
         if class_name:
             pc = self.try_get(pc_rt, None, class_name)
             if pc is None:
-                raise errors.forbidden(f'pods "{_meta(pod).get("name", "")}" is forbidden: no PriorityClass with name {class_name} was found')
+                raise errors.forbidden(
+                    f'pods "{_meta(pod).get("name", "")}" is forbidden: no PriorityClass with name {class_name} was found'
+                )
             spec["priority"] = int(pc["value"])
             spec.setdefault("preemptionPolicy", pc.get("preemptionPolicy", "PreemptLowerPriority"))
         elif "priority" not in spec:

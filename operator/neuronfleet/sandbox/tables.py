@@ -45,7 +45,9 @@ def human_duration(seconds: float | None) -> str:
     return f"{d // 365}y"
 
 
-def _column(name: str, type_: str = "string", description: str = "", priority: int = 0, format_: str = "") -> dict[str, Any]:
+def _column(
+    name: str, type_: str = "string", description: str = "", priority: int = 0, format_: str = ""
+) -> dict[str, Any]:
     return {"name": name, "type": type_, "format": format_, "description": description, "priority": priority}
 
 
@@ -92,7 +94,9 @@ def _builtin_columns(rt: ResourceType, clock: Clock) -> list[tuple[dict[str, Any
             (_column("Status"), _pod_status),
             (
                 _column("Restarts", "string"),
-                lambda o: str(sum(int(c.get("restartCount", 0)) for c in (o.get("status") or {}).get("containerStatuses") or [])),
+                lambda o: str(
+                    sum(int(c.get("restartCount", 0)) for c in (o.get("status") or {}).get("containerStatuses") or [])
+                ),
             ),
             age_column,
             (_column("IP", priority=1), lambda o: (o.get("status") or {}).get("podIP", "<none>")),
@@ -117,7 +121,10 @@ def _builtin_columns(rt: ResourceType, clock: Clock) -> list[tuple[dict[str, Any
 
 def _printer_columns(rt: ResourceType, clock: Clock) -> list[tuple[dict[str, Any], Callable[[Obj], Any]]]:
     columns: list[tuple[dict[str, Any], Callable[[Obj], Any]]] = [
-        (_column("Name", description="Name must be unique within a namespace.", format_="name"), lambda o: (o.get("metadata") or {}).get("name", ""))
+        (
+            _column("Name", description="Name must be unique within a namespace.", format_="name"),
+            lambda o: (o.get("metadata") or {}).get("name", ""),
+        )
     ]
     if not rt.printer_columns:
         return [*columns, (_column("Age"), _age(clock))]
@@ -143,14 +150,22 @@ def _printer_columns(rt: ResourceType, clock: Clock) -> list[tuple[dict[str, Any
         column_type = "string" if type_ == "date" else type_
         columns.append(
             (
-                _column(str(spec.get("name", "")), column_type, str(spec.get("description", "")), int(spec.get("priority", 0)), str(spec.get("format", ""))),
+                _column(
+                    str(spec.get("name", "")),
+                    column_type,
+                    str(spec.get("description", "")),
+                    int(spec.get("priority", 0)),
+                    str(spec.get("format", "")),
+                ),
                 cell,
             )
         )
     return columns
 
 
-def to_table(rt: ResourceType, objs: list[Obj], clock: Clock, include_object: str, resource_version: str) -> dict[str, Any]:
+def to_table(
+    rt: ResourceType, objs: list[Obj], clock: Clock, include_object: str, resource_version: str
+) -> dict[str, Any]:
     columns = _printer_columns(rt, clock) if rt.custom else _builtin_columns(rt, clock)
     rows = []
     for obj in objs:

@@ -1,0 +1,315 @@
+"""The whole sandbox cluster: API server + Inf2 nodes + scheduler + kubelet + provisioner.
+
+``SandboxCluster`` runs in the current event loop (async tests, looptime); ``ThreadedSandboxCluster``
+runs one in its own thread and loop, for synchronous callers (the ``kubernetes`` client, kubectl
+subprocesses, ``kopf.testing.KopfRunner``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import datetime
+import tempfile
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import yaml
+
+from neuronfleet.sandbox.apiserver import ApiServer, RequestRecord
+from neuronfleet.sandbox.clock import Clock
+from neuronfleet.sandbox.kubelet import ColdStartProfile, Kubelet
+from neuronfleet.sandbox.nodes import NodeGroup, node_object
+from neuronfleet.sandbox.provisioner import NodeNamer, Provisioner
+from neuronfleet.sandbox.scheduler import Scheduler
+from neuronfleet.sandbox.store import Obj, Store
+
+T = TypeVar("T")
+
+
+def load_crd_documents(paths: Iterable[Path]) -> list[Obj]:
+    """CustomResourceDefinition documents from YAML files (multi-document files allowed)."""
+    crds: list[Obj] = []
+    for path in paths:
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                crds.append(doc)
+    return crds
+
+
+def kopf_peering_crds() -> list[Obj]:
+    """Kopf's peering CRDs (kopf.dev/v1 ClusterKopfPeering and KopfPeering)."""
+    crds = []
+    for kind, plural, scope in (
+        ("ClusterKopfPeering", "clusterkopfpeerings", "Cluster"),
+        ("KopfPeering", "kopfpeerings", "Namespaced"),
+    ):
+        crds.append(
+            {
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": f"{plural}.kopf.dev"},
+                "spec": {
+                    "group": "kopf.dev",
+                    "scope": scope,
+                    "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+                    "versions": [
+                        {
+                            "name": "v1",
+                            "served": True,
+                            "storage": True,
+                            "schema": {
+                                "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                            },
+                        }
+                    ],
+                },
+            }
+        )
+    return crds
+
+
+def write_kubeconfig(path: Path, url: str, name: str = "neuronfleet-sandbox") -> Path:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": {"server": url}}],
+        "users": [{"name": name, "user": {"token": "sandbox"}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": "default"}}],
+        "current-context": name,
+        "preferences": {},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+class SandboxCluster:
+    """An emulated EKS cluster with Inf2 node groups, in the running event loop.
+
+    ``async with SandboxCluster(node_groups=[NodeGroup("inf2", "inf2.xlarge", count=2)], crd_dir=...) as c``
+    then use ``c.url``, ``c.kubeconfig_path``, ``c.store``, ``c.scheduler``, ``c.kubelet``,
+    ``c.provisioner``, ``c.request_log``.
+    """
+
+    def __init__(
+        self,
+        node_groups: Iterable[NodeGroup] = (),
+        crd_dir: Path | str | None = None,
+        *,
+        crds: Iterable[Obj] = (),
+        kopf_peering: bool = False,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        kubeconfig_path: Path | str | None = None,
+        seed: int = 0,
+        epoch: datetime.datetime | None = None,
+        neuron_scheduler_name: str = "neuron-scheduler",
+        cold_start: ColdStartProfile | None = None,
+        cold_start_profiles: dict[tuple[str | None, str | None], ColdStartProfile] | None = None,
+        provisioning_delay_s: float = 60.0,
+        consolidation_delay_s: float = 30.0,
+        run_scheduler: bool = True,
+        run_kubelet: bool = True,
+        run_provisioner: bool = True,
+        history_size: int = 20000,
+    ) -> None:
+        self.node_groups = list(node_groups)
+        self.crd_dir = Path(crd_dir) if crd_dir is not None else None
+        self.extra_crds = list(crds) + (kopf_peering_crds() if kopf_peering else [])
+        self.host = host
+        self.port = port
+        self._kubeconfig_path = Path(kubeconfig_path) if kubeconfig_path is not None else None
+        self.seed = seed
+        self.clock = Clock(epoch)
+        self.store = Store(self.clock, history_size=history_size, seed=seed)
+        self.apiserver = ApiServer(self.store)
+        self.namer = NodeNamer()
+        self.scheduler: Scheduler | None = (
+            Scheduler(self.store, neuron_scheduler_name=neuron_scheduler_name) if run_scheduler else None
+        )
+        profiles = dict(cold_start_profiles or {})
+        if cold_start is not None:
+            profiles[(None, None)] = cold_start
+        self.kubelet: Kubelet | None = Kubelet(self.store, profiles=profiles, seed=seed) if run_kubelet else None
+        self.provisioner: Provisioner | None = None
+        if run_provisioner and self.scheduler is not None:
+            self.provisioner = Provisioner(
+                self.store,
+                self.scheduler,
+                self.node_groups,
+                self.namer,
+                provisioning_delay_s=provisioning_delay_s,
+                consolidation_delay_s=consolidation_delay_s,
+            )
+        self._tasks: list[asyncio.Task[None]] = []
+        self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
+        self.url = ""
+        self.kubeconfig_path = Path()
+
+    @property
+    def request_log(self) -> list[RequestRecord]:
+        return list(self.apiserver.request_log)
+
+    async def start(self) -> SandboxCluster:
+        self.clock.bind(asyncio.get_running_loop())
+        crd_files = sorted(self.crd_dir.glob("*.yaml")) if self.crd_dir is not None else []
+        for crd in [*load_crd_documents(crd_files), *self.extra_crds]:
+            self.store.register_crd(crd)
+        for group in self.node_groups:
+            for i in range(group.count):
+                self.add_node(group, group.zones[i % len(group.zones)])
+        self.url = await self.apiserver.start(self.host, self.port)
+        if self._kubeconfig_path is None:
+            self._tmpdir = tempfile.TemporaryDirectory(prefix="neuronfleet-sandbox-")
+            self._kubeconfig_path = Path(self._tmpdir.name) / "kubeconfig"
+        self.kubeconfig_path = write_kubeconfig(self._kubeconfig_path, self.url)
+        loop = asyncio.get_running_loop()
+        if self.scheduler is not None:
+            self._tasks.append(loop.create_task(self.scheduler.run(), name="sandbox-scheduler"))
+        if self.provisioner is not None:
+            self._tasks.append(loop.create_task(self.provisioner.run(), name="sandbox-provisioner"))
+        return self
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self.kubelet is not None:
+            await self.kubelet.stop()
+        if self.provisioner is not None:
+            await self.provisioner.stop()
+        await self.apiserver.stop()
+        if self._tmpdir is not None:
+            self._tmpdir.cleanup()
+            self._tmpdir = None
+
+    async def __aenter__(self) -> SandboxCluster:
+        return await self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    # ---- conveniences for tests and the demo ---------------------------------------------------------
+
+    def add_node(self, group: NodeGroup, zone: str | None = None) -> Obj:
+        """Register one Ready node of ``group`` now (no provisioning delay)."""
+        zone = zone or group.zones[0]
+        name, instance_id = self.namer.next(zone)
+        return self.store.create(
+            self.store.resource("", "nodes"),
+            None,
+            node_object(group, zone, name, instance_id, False, self.clock.timestamp()),
+        )
+
+    def get(self, plural: str, name: str, namespace: str | None = None, group: str = "") -> Obj | None:
+        """The stored object, or None (read-only: do not mutate it)."""
+        return self.store.try_get(self.store.resource(group, plural), namespace, name)
+
+    def list(self, plural: str, namespace: str | None = None, group: str = "") -> list[Obj]:
+        items, _ = self.store.list(self.store.resource(group, plural), namespace)
+        return items
+
+    async def wait_for(self, predicate: Callable[[], T], *, timeout: float = 60.0, what: str = "condition") -> T:
+        """Wait (on the loop clock, woken by every store change) until ``predicate()`` is truthy."""
+        changed = asyncio.Event()
+
+        def listener(_: Any) -> None:
+            changed.set()
+
+        self.store.listeners.append(listener)
+        deadline = self.clock.monotonic() + timeout
+        try:
+            while True:
+                result = predicate()
+                if result:
+                    return result
+                remaining = deadline - self.clock.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+                changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), timeout=min(remaining, 1.0))
+        finally:
+            self.store.listeners.remove(listener)
+
+
+class ThreadedSandboxCluster:
+    """A ``SandboxCluster`` in its own thread and event loop, for synchronous callers.
+
+    ``with ThreadedSandboxCluster(...) as c:`` then use ``c.url`` / ``c.kubeconfig_path``;
+    ``c.call(fn)`` runs ``fn(cluster)`` in the cluster's loop (it may return an awaitable) and
+    returns its result: use it for every access to ``c.cluster``'s state.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.cluster = SandboxCluster(**kwargs)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stop: asyncio.Event | None = None
+        self._started = concurrent.futures.Future[None]()
+
+    @property
+    def url(self) -> str:
+        return self.cluster.url
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.cluster.kubeconfig_path
+
+    def _main(self) -> None:
+        async def serve() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            try:
+                await self.cluster.start()
+            except BaseException as exc:
+                self._started.set_exception(exc)
+                return
+            self._started.set_result(None)
+            try:
+                await self._stop.wait()
+            finally:
+                await self.cluster.stop()
+
+        asyncio.run(serve())
+
+    def start(self) -> ThreadedSandboxCluster:
+        self._thread = threading.Thread(target=self._main, name="sandbox-cluster", daemon=True)
+        self._thread.start()
+        self._started.result(timeout=60)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+            self._thread.join(timeout=30)
+        self._thread = None
+
+    def __enter__(self) -> ThreadedSandboxCluster:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def call(self, fn: Callable[[SandboxCluster], T | Awaitable[T]], timeout: float = 60.0) -> T:
+        """Run ``fn(cluster)`` inside the cluster's loop and return its (awaited) result."""
+        assert self._loop is not None, "the cluster is not running"
+
+        async def invoke() -> T:
+            result = fn(self.cluster)
+            if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+                return await result  # type: ignore[no-any-return]
+            return result  # type: ignore[return-value]
+
+        coro: Coroutine[Any, Any, T] = invoke()
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)

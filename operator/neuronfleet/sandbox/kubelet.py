@@ -1,0 +1,394 @@
+"""The simulated kubelet of every sandbox node: pod start-up, readiness, termination and faults.
+
+A bound pod goes through what a real kubelet writes: PodScheduled (set at binding), Initialized,
+containers Waiting/ContainerCreating while the image is pulled (once per node and image: later
+pods on that node find it cached), Running with ``state.running.startedAt`` and phase Running, then
+ContainersReady and Ready once the readiness phase (model load and warm-up) ends. Phase durations
+are seeded and configurable per instance type and image (``ColdStartProfile``).
+
+Readiness hook: ``Kubelet.readiness_hook`` (an async callable taking the pod) replaces the
+simulated readiness phase when set: the pod turns Ready when it returns ``True``, fails when it
+returns ``False`` or raises, and falls back to the simulated delay when it returns ``None``. Later
+``set_ready()`` flips readiness (e.g. when a real process behind the pod dies).
+
+Deletion honours ``terminationGracePeriodSeconds``: a terminating pod is removed after
+``min(grace, profile.shutdown_s)``, at once when the grace is 0. Faults: ``fail_pod()`` (phase
+Failed), ``fail_node()`` (Ready Unknown, unreachable taint, then its pods are force-deleted as the
+pod GC does for lost nodes) and ``recover_node()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from neuronfleet.sandbox.errors import ApiError
+from neuronfleet.sandbox.scheduler import set_condition
+from neuronfleet.sandbox.store import Store, WatchEvent
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+ReadinessHook = Callable[[Obj], Awaitable[bool | None]]
+
+
+@dataclass(frozen=True)
+class ColdStartProfile:
+    """Durations (seconds) of a pod's start-up phases; each is jittered by ``±jitter`` (a fraction)."""
+
+    image_pull_s: float = 30.0
+    container_start_s: float = 2.0
+    readiness_s: float = 45.0
+    shutdown_s: float = 2.0
+    jitter: float = 0.1
+
+
+class Kubelet:
+    """All nodes' kubelets in one object (they share the store and the clock)."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        profiles: dict[tuple[str | None, str | None], ColdStartProfile] | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.store = store
+        self.clock = store.clock
+        #: (instance type or None, image or None) -> profile; the most specific match wins.
+        self.profiles: dict[tuple[str | None, str | None], ColdStartProfile] = {(None, None): ColdStartProfile()}
+        self.profiles.update(profiles or {})
+        self.seed = seed
+        self.readiness_hook: ReadinessHook | None = None
+        self.images: dict[str, set[str]] = {}
+        self.pods_started = 0
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._terminating: dict[str, asyncio.Task[None]] = {}
+        self._pods = store.resource("", "pods")
+        self._nodes = store.resource("", "nodes")
+        self._failed_nodes: set[str] = set()
+        store.graceful_pods = True
+        store.listeners.append(self._on_event)
+
+    # ---- event handling ------------------------------------------------------------------------------
+
+    def _on_event(self, event: WatchEvent) -> None:
+        if event.resource != ("", "pods"):
+            return
+        pod = event.obj
+        uid = pod["metadata"]["uid"]
+        if event.type == "DELETED":
+            self._cancel(uid)
+            return
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if not node_name or node_name in self._failed_nodes:
+            return
+        if pod["metadata"].get("deletionTimestamp"):
+            if uid not in self._terminating:
+                task = self._tasks.pop(uid, None)
+                if task is not None:
+                    task.cancel()
+                self._terminating[uid] = asyncio.get_running_loop().create_task(self._terminate(pod))
+            return
+        phase = (pod.get("status") or {}).get("phase", "Pending")
+        if phase == "Pending" and uid not in self._tasks:
+            self._tasks[uid] = asyncio.get_running_loop().create_task(self._start(pod))
+
+    def _cancel(self, uid: str) -> None:
+        for tasks in (self._tasks, self._terminating):
+            task = tasks.pop(uid, None)
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+
+    async def stop(self) -> None:
+        tasks = [*self._tasks.values(), *self._terminating.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+        self._terminating.clear()
+
+    # ---- profiles ------------------------------------------------------------------------------------
+
+    def profile_for(self, pod: Obj) -> ColdStartProfile:
+        node = self.store.try_get(self._nodes, None, pod["spec"]["nodeName"])
+        itype = ((node or {}).get("metadata", {}).get("labels") or {}).get("node.kubernetes.io/instance-type")
+        image = ((pod["spec"].get("containers") or [{}])[0]).get("image")
+        for key in ((itype, image), (None, image), (itype, None), (None, None)):
+            if key in self.profiles:
+                return self.profiles[key]
+        return ColdStartProfile()
+
+    def _duration(self, pod: Obj, phase: str, base: float, jitter: float) -> float:
+        digest = hashlib.sha256(f"{self.seed}/{pod['metadata']['uid']}/{phase}".encode()).digest()
+        rng = random.Random(int.from_bytes(digest[:8], "big"))
+        return max(0.0, base * (1.0 + jitter * rng.uniform(-1.0, 1.0)))
+
+    # ---- pod lifecycle -------------------------------------------------------------------------------
+
+    def _write_status(self, pod: Obj, mutate: Callable[[Obj], None]) -> bool:
+        try:
+            self.store.update(
+                self._pods, pod["metadata"]["namespace"], pod["metadata"]["name"], mutate, subresource="status"
+            )
+        except ApiError:
+            return False
+        return True
+
+    async def _start(self, pod: Obj) -> None:
+        uid = pod["metadata"]["uid"]
+        try:
+            await self._run_startup(pod)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("sandbox kubelet: pod %s start-up failed", pod["metadata"]["name"])
+        finally:
+            if self._tasks.get(uid) is asyncio.current_task():
+                del self._tasks[uid]
+
+    async def _run_startup(self, pod: Obj) -> None:
+        profile = self.profile_for(pod)
+        node_name = pod["spec"]["nodeName"]
+        containers = pod["spec"].get("containers") or []
+        started_at = self.clock.timestamp()
+
+        def creating(o: Obj) -> None:
+            status = o.setdefault("status", {})
+            status["phase"] = "Pending"
+            status["startTime"] = started_at
+            status["hostIP"] = _node_ip(self.store.try_get(self._nodes, None, node_name))
+            status["podIP"] = _pod_ip(o["metadata"]["uid"])
+            status["podIPs"] = [{"ip": status["podIP"]}]
+            for condition in (
+                {"type": "Initialized", "status": "True"},
+                {"type": "ContainersReady", "status": "False", "reason": "ContainersNotReady"},
+                {"type": "Ready", "status": "False", "reason": "ContainersNotReady"},
+            ):
+                set_condition(o, {**condition, "lastProbeTime": None, "lastTransitionTime": started_at})
+            status["containerStatuses"] = [
+                {
+                    "name": c["name"],
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "started": False,
+                    "state": {"waiting": {"reason": "ContainerCreating"}},
+                    "lastState": {},
+                }
+                for c in containers
+            ]
+
+        if not self._write_status(pod, creating):
+            return
+        cached = self.images.setdefault(node_name, set())
+        images = {c.get("image", "") for c in containers}
+        if not images <= cached:
+            await asyncio.sleep(self._duration(pod, "pull", profile.image_pull_s, profile.jitter))
+            cached.update(images)
+        await asyncio.sleep(self._duration(pod, "start", profile.container_start_s, profile.jitter))
+        running_at = self.clock.timestamp()
+
+        def running(o: Obj) -> None:
+            o["status"]["phase"] = "Running"
+            for status in o["status"].get("containerStatuses") or []:
+                status["state"] = {"running": {"startedAt": running_at}}
+                status["started"] = True
+                status["imageID"] = f"sandbox://{status['image']}"
+                status["containerID"] = f"containerd://{o['metadata']['uid'][:12]}-{status['name']}"
+
+        if not self._write_status(pod, running):
+            return
+        self.pods_started += 1
+        ready = None
+        if self.readiness_hook is not None:
+            try:
+                ready = await self.readiness_hook(pod)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.fail_pod(
+                    pod["metadata"]["namespace"], pod["metadata"]["name"], message=f"readiness hook failed: {exc!r}"
+                )
+                return
+            if ready is False:
+                self.fail_pod(
+                    pod["metadata"]["namespace"], pod["metadata"]["name"], message="readiness hook reported failure"
+                )
+                return
+        if ready is None:
+            await asyncio.sleep(self._duration(pod, "ready", profile.readiness_s, profile.jitter))
+        self.set_ready(pod["metadata"]["namespace"], pod["metadata"]["name"], True)
+
+    def set_ready(self, namespace: str, name: str, ready: bool) -> bool:
+        """Set a running pod's readiness (containers ready, ContainersReady, Ready)."""
+        pod = self.store.try_get(self._pods, namespace, name)
+        if pod is None or (pod.get("status") or {}).get("phase") != "Running":
+            return False
+        now = self.clock.timestamp()
+        value = "True" if ready else "False"
+
+        def apply(o: Obj) -> None:
+            for status in o["status"].get("containerStatuses") or []:
+                status["ready"] = ready
+            for kind in ("ContainersReady", "Ready"):
+                condition: Obj = {"type": kind, "status": value, "lastProbeTime": None, "lastTransitionTime": now}
+                if not ready:
+                    condition["reason"] = "ContainersNotReady"
+                set_condition(o, condition)
+
+        return self._write_status(pod, apply)
+
+    async def _terminate(self, pod: Obj) -> None:
+        uid = pod["metadata"]["uid"]
+        try:
+            grace = float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
+            if grace > 0:
+                await asyncio.sleep(min(grace, self.profile_for(pod).shutdown_s))
+            with contextlib.suppress(ApiError):
+                self.store.delete(self._pods, pod["metadata"]["namespace"], pod["metadata"]["name"], grace_period=0)
+        finally:
+            if self._terminating.get(uid) is asyncio.current_task():
+                del self._terminating[uid]
+
+    # ---- faults --------------------------------------------------------------------------------------
+
+    def fail_pod(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        reason: str = "Error",
+        message: str = "container exited with code 1",
+        exit_code: int = 1,
+    ) -> bool:
+        """Make a pod's containers exit: phase Failed (restartPolicy is not simulated)."""
+        pod = self.store.try_get(self._pods, namespace, name)
+        if pod is None:
+            return False
+        task = self._tasks.pop(pod["metadata"]["uid"], None)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+        now = self.clock.timestamp()
+
+        def failed(o: Obj) -> None:
+            status = o.setdefault("status", {})
+            status["phase"] = "Failed"
+            status["reason"] = reason
+            status["message"] = message
+            for container in status.get("containerStatuses") or []:
+                started = ((container.get("state") or {}).get("running") or {}).get("startedAt", now)
+                container["state"] = {
+                    "terminated": {
+                        "exitCode": exit_code,
+                        "reason": reason,
+                        "message": message,
+                        "startedAt": started,
+                        "finishedAt": now,
+                    }
+                }
+                container["ready"] = False
+                container["started"] = False
+            for kind in ("ContainersReady", "Ready"):
+                set_condition(
+                    o,
+                    {
+                        "type": kind,
+                        "status": "False",
+                        "reason": "PodFailed",
+                        "lastProbeTime": None,
+                        "lastTransitionTime": now,
+                    },
+                )
+
+        return self._write_status(pod, failed)
+
+    def fail_node(self, name: str) -> bool:
+        """The node stops reporting: Ready Unknown, unreachable taints, its pods force-deleted."""
+        node = self.store.try_get(self._nodes, None, name)
+        if node is None:
+            return False
+        self._failed_nodes.add(name)
+        now = self.clock.timestamp()
+
+        def unreachable(o: Obj) -> None:
+            set_condition(
+                o,
+                {
+                    "type": "Ready",
+                    "status": "Unknown",
+                    "reason": "NodeStatusUnknown",
+                    "message": "Kubelet stopped posting node status.",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                },
+            )
+
+        self.store.update(self._nodes, None, name, unreachable, subresource="status")
+
+        def taint(o: Obj) -> None:
+            taints = [t for t in o["spec"].get("taints") or [] if t.get("key") != "node.kubernetes.io/unreachable"]
+            taints += [
+                {"key": "node.kubernetes.io/unreachable", "effect": effect, "timeAdded": now}
+                for effect in ("NoSchedule", "NoExecute")
+            ]
+            o["spec"]["taints"] = taints
+
+        self.store.update(self._nodes, None, name, taint)
+        for pod in list(self.store.iter(self._pods)):
+            if (pod.get("spec") or {}).get("nodeName") == name:
+                self._cancel(pod["metadata"]["uid"])
+                with contextlib.suppress(ApiError):
+                    self.store.delete(self._pods, pod["metadata"]["namespace"], pod["metadata"]["name"], grace_period=0)
+        return True
+
+    def recover_node(self, name: str) -> bool:
+        node = self.store.try_get(self._nodes, None, name)
+        if node is None:
+            return False
+        self._failed_nodes.discard(name)
+        now = self.clock.timestamp()
+        self.store.update(
+            self._nodes,
+            None,
+            name,
+            lambda o: set_condition(
+                o,
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "kubelet is posting ready status",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                },
+            ),
+            subresource="status",
+        )
+        self.store.update(
+            self._nodes,
+            None,
+            name,
+            lambda o: o["spec"].__setitem__(
+                "taints", [t for t in o["spec"].get("taints") or [] if t.get("key") != "node.kubernetes.io/unreachable"]
+            ),
+        )
+        return True
+
+
+def _pod_ip(uid: str) -> str:
+    digest = hashlib.sha256(uid.encode()).digest()
+    return f"10.1.{digest[0]}.{digest[1] or 1}"
+
+
+def _node_ip(node: Obj | None) -> str:
+    for address in ((node or {}).get("status") or {}).get("addresses") or []:
+        if address.get("type") == "InternalIP":
+            return str(address.get("address"))
+    return ""

@@ -1,0 +1,245 @@
+"""A Karpenter-like node provisioner for the sandbox's Inf2 node groups.
+
+For pods the scheduler marked Unschedulable, it launches a node of the cheapest node group whose
+instance type would take the pod (taints, nodeSelector/affinity incl. instance type and zone,
+resources, NeuronCores), within the group's ``max_nodes``; the node registers (Ready) after
+``provisioning_delay_s``. Pending pods are packed onto nodes already launching before another is
+launched. Nodes of provisionable groups that hold no pods except DaemonSet pods for
+``consolidation_delay_s`` are deleted, down to the group's ``min_nodes``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from neuronfleet.sandbox.errors import ApiError
+from neuronfleet.sandbox.nodes import NODE_GROUP_LABEL, NodeGroup, node_allocatable, node_object, pod_requests
+from neuronfleet.sandbox.scheduler import Scheduler
+from neuronfleet.sandbox.scheduling import allocate_cores, insufficient, is_active, node_chips, node_cores
+from neuronfleet.sandbox.store import Store, WatchEvent
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+
+
+@dataclass
+class Launch:
+    """A node being provisioned and the pods it was launched for."""
+
+    group: NodeGroup
+    zone: str
+    template: Obj
+    pods: list[Obj] = field(default_factory=list)
+    task: asyncio.Task[None] | None = None
+
+
+class NodeNamer:
+    """EKS-style node names and instance ids, unique per sandbox."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def next(self, zone: str) -> tuple[str, str]:
+        self.count += 1
+        n = self.count
+        region = zone[:-1] if zone[-1:].isalpha() else zone
+        return f"ip-10-0-{n // 250}-{n % 250 + 1}.{region}.compute.internal", f"i-{n:017x}"
+
+
+class Provisioner:
+    def __init__(
+        self,
+        store: Store,
+        scheduler: Scheduler,
+        groups: list[NodeGroup],
+        namer: NodeNamer,
+        *,
+        provisioning_delay_s: float = 60.0,
+        consolidation_delay_s: float = 30.0,
+        interval_s: float = 5.0,
+    ) -> None:
+        self.store = store
+        self.scheduler = scheduler
+        self.groups = {g.name: g for g in groups}
+        self.namer = namer
+        self.provisioning_delay_s = provisioning_delay_s
+        self.consolidation_delay_s = consolidation_delay_s
+        self.interval_s = interval_s
+        self.launches: list[Launch] = []
+        self.nodes_launched = 0
+        self.nodes_removed = 0
+        self._empty_since: dict[str, float] = {}
+        self._wake = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._pods = store.resource("", "pods")
+        self._nodes = store.resource("", "nodes")
+        store.listeners.append(self._on_event)
+
+    def _on_event(self, event: WatchEvent) -> None:
+        if event.resource in (("", "pods"), ("", "nodes")):
+            self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                self.reconcile()
+            except Exception:
+                log.exception("sandbox provisioner: round failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=self.interval_s)
+
+    async def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        tasks = [launch.task for launch in self.launches if launch.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def reconcile(self) -> None:
+        self._provision()
+        self._consolidate()
+
+    # ---- scale up --------------------------------------------------------------------------------
+
+    def _unschedulable(self) -> list[Obj]:
+        result = []
+        for pod in self.scheduler.pending_pods():
+            if (pod.get("status") or {}).get("nominatedNodeName"):
+                continue
+            for condition in (pod.get("status") or {}).get("conditions") or []:
+                if condition.get("type") == "PodScheduled" and condition.get("reason") == "Unschedulable":
+                    result.append(pod)
+        return result
+
+    def group_node_count(self, group: NodeGroup) -> int:
+        nodes = sum(
+            1
+            for n in self.store.iter(self._nodes)
+            if (n["metadata"].get("labels") or {}).get(NODE_GROUP_LABEL) == group.name
+        )
+        return nodes + sum(1 for launch in self.launches if launch.group.name == group.name)
+
+    def _fits(self, pod: Obj, template: Obj, placed: list[Obj]) -> bool:
+        _, ok = self.scheduler.static_filter(pod, template)
+        if not ok:
+            return False
+        if insufficient(pod, node_allocatable(template), _sum_requests(placed)):
+            return False
+        contiguous = (pod.get("spec") or {}).get("schedulerName") == self.scheduler.neuron_scheduler_name
+        from neuronfleet.sandbox.nodes import neuroncores_requested
+
+        used = sum(neuroncores_requested(p) for p in placed)
+        cores = allocate_cores(
+            node_cores(template),
+            set(range(used)),
+            neuroncores_requested(pod),
+            contiguous=contiguous,
+            ring=node_chips(template) > 1,
+        )
+        return cores is not None
+
+    def _provision(self) -> None:
+        claimed = {p["metadata"]["uid"] for launch in self.launches for p in launch.pods}
+        for pod in self._unschedulable():
+            if pod["metadata"]["uid"] in claimed:
+                continue
+            launch = next((l for l in self.launches if self._fits(pod, l.template, l.pods)), None)
+            if launch is None:
+                launch = self._launch_for(pod)
+            if launch is not None:
+                launch.pods.append(pod)
+                claimed.add(pod["metadata"]["uid"])
+
+    def _launch_for(self, pod: Obj) -> Launch | None:
+        options: list[tuple[float, str, NodeGroup, str, Obj]] = []
+        for group in self.groups.values():
+            if not group.provisionable or self.group_node_count(group) >= group.max_nodes:
+                continue
+            for zone in group.zones:
+                template = node_object(group, zone, "template", "i-template", True, self.store.clock.timestamp())
+                if self._fits(pod, template, []):
+                    load = sum(
+                        1
+                        for n in self.store.iter(self._nodes)
+                        if (n["metadata"].get("labels") or {}).get("topology.kubernetes.io/zone") == zone
+                    )
+                    options.append((group.itype.usd_per_hour, f"{load:06d}{zone}", group, zone, template))
+        if not options:
+            return None
+        options.sort(key=lambda o: (o[0], o[1]))
+        _, _, group, zone, template = options[0]
+        launch = Launch(group, zone, template)
+        self.launches.append(launch)
+        launch.task = asyncio.get_running_loop().create_task(self._register_after_delay(launch))
+        return launch
+
+    async def _register_after_delay(self, launch: Launch) -> None:
+        try:
+            await asyncio.sleep(self.provisioning_delay_s)
+            name, instance_id = self.namer.next(launch.zone)
+            node = node_object(launch.group, launch.zone, name, instance_id, True, self.store.clock.timestamp())
+            self.store.create(self._nodes, None, node)
+            self.nodes_launched += 1
+        finally:
+            with contextlib.suppress(ValueError):
+                self.launches.remove(launch)
+
+    # ---- consolidation ---------------------------------------------------------------------------
+
+    def _consolidate(self) -> None:
+        now = self.store.clock.monotonic()
+        busy: set[str] = set()
+        for pod in self.store.iter(self._pods):
+            node_name = (pod.get("spec") or {}).get("nodeName")
+            if node_name and is_active(pod) and not _is_daemon(pod):
+                busy.add(node_name)
+        nominated = {(p.get("status") or {}).get("nominatedNodeName") for p in self.store.iter(self._pods)}
+        for node in list(self.store.iter(self._nodes)):
+            name = node["metadata"]["name"]
+            group = self.groups.get((node["metadata"].get("labels") or {}).get(NODE_GROUP_LABEL, ""))
+            if group is None or not group.provisionable or name in busy or name in nominated:
+                self._empty_since.pop(name, None)
+                continue
+            since = self._empty_since.setdefault(name, now)
+            if now - since < self.consolidation_delay_s:
+                self._schedule_wake(self.consolidation_delay_s - (now - since))
+                continue
+            if self.group_node_count(group) <= group.min_nodes:
+                continue
+            with contextlib.suppress(ApiError):
+                self.store.delete(self._nodes, None, name)
+                self.nodes_removed += 1
+            self._empty_since.pop(name, None)
+
+    def _schedule_wake(self, delay: float) -> None:
+        # One pending timer at most: churn must not pile up timers.
+        loop = asyncio.get_running_loop()
+        due = loop.time() + max(delay, 0.0)
+        if self._timer is not None and not self._timer.cancelled() and self._timer.when() <= due:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(due, self._timer_fired)
+
+    def _timer_fired(self) -> None:
+        self._timer = None
+        self._wake.set()
+
+
+def _is_daemon(pod: Obj) -> bool:
+    return any(ref.get("kind") == "DaemonSet" for ref in pod["metadata"].get("ownerReferences") or [])
+
+
+def _sum_requests(pods: list[Obj]) -> dict[str, Decimal]:
+    total: dict[str, Decimal] = {}
+    for pod in pods:
+        for name, value in pod_requests(pod).items():
+            total[name] = total.get(name, Decimal(0)) + value
+    return total

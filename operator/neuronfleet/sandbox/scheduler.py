@@ -1,0 +1,325 @@
+"""The sandbox scheduler: binds pending pods to simulated nodes, with preemption.
+
+Serves pods whose ``schedulerName`` is the default scheduler or the configured Neuron scheduler;
+pods addressed to any other scheduler stay Pending untouched (so the operator can detect an
+unknown scheduler). Filters: node readiness/unschedulable, taints and tolerations, nodeSelector
+and required node affinity, resource requests, NeuronCores (contiguous on the chip ring for the
+Neuron scheduler), zone topology spread (DoNotSchedule filters, ScheduleAnyway scores). Scoring
+packs pods (most-allocated NeuronCores first), which keeps nodes free for consolidation.
+Preemption: lower-priority pods are evicted (DisruptionTarget condition, graceful delete) from the
+node needing the fewest, lowest-priority victims; the preemptor is nominated to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from typing import Any
+
+from neuronfleet.sandbox.apiserver import bind_pod
+from neuronfleet.sandbox.errors import ApiError
+from neuronfleet.sandbox.nodes import node_allocatable
+from neuronfleet.sandbox.scheduling import (
+    CORES_ANNOTATION,
+    allocate_cores,
+    cores_in_use,
+    insufficient,
+    is_active,
+    labels_of,
+    node_chips,
+    node_cores,
+    node_matches,
+    spread_violation,
+    untolerated_taint,
+    used_resources,
+)
+from neuronfleet.sandbox.nodes import neuroncores_requested
+from neuronfleet.sandbox.store import Store, WatchEvent
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
+def pod_priority(pod: Obj) -> int:
+    return int((pod.get("spec") or {}).get("priority") or 0)
+
+
+def node_ready(node: Obj) -> bool:
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False
+
+
+class Placement:
+    """Where a pod fits: the node and the NeuronCores it gets there."""
+
+    def __init__(self, node: Obj, cores: list[int], score: tuple[Any, ...]) -> None:
+        self.node = node
+        self.cores = cores
+        self.score = score
+
+
+class Scheduler:
+    """Binds pending pods; runs as one task in the sandbox loop, woken by pod and node events."""
+
+    def __init__(
+        self, store: Store, *, neuron_scheduler_name: str = "neuron-scheduler", retry_interval_s: float = 10.0
+    ) -> None:
+        self.store = store
+        self.neuron_scheduler_name = neuron_scheduler_name
+        self.scheduler_names = {DEFAULT_SCHEDULER, neuron_scheduler_name}
+        self.retry_interval_s = retry_interval_s
+        self.bindings = 0
+        self.preemptions = 0
+        self._wake = asyncio.Event()
+        self._pods = store.resource("", "pods")
+        self._nodes = store.resource("", "nodes")
+        store.listeners.append(self._on_event)
+
+    def _on_event(self, event: WatchEvent) -> None:
+        if event.resource in (("", "pods"), ("", "nodes")):
+            self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                self.schedule_pending()
+            except Exception:
+                log.exception("sandbox scheduler: scheduling round failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=self.retry_interval_s)
+
+    # ---- one round -------------------------------------------------------------------------------
+
+    def _snapshot(self) -> tuple[list[Obj], dict[str, list[Obj]]]:
+        nodes = list(self.store.iter(self._nodes))
+        pods_by_node: dict[str, list[Obj]] = {}
+        for pod in self.store.iter(self._pods):
+            node_name = (pod.get("spec") or {}).get("nodeName")
+            if node_name and is_active(pod):
+                pods_by_node.setdefault(node_name, []).append(pod)
+        return nodes, pods_by_node
+
+    def pending_pods(self) -> list[Obj]:
+        pending = [
+            pod
+            for pod in self.store.iter(self._pods)
+            if not (pod.get("spec") or {}).get("nodeName")
+            and not pod["metadata"].get("deletionTimestamp")
+            and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
+            and (pod.get("spec") or {}).get("schedulerName", DEFAULT_SCHEDULER) in self.scheduler_names
+        ]
+        pending.sort(
+            key=lambda p: (-pod_priority(p), p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"])
+        )
+        return pending
+
+    def schedule_pending(self) -> int:
+        """Try every pending pod once; return how many were bound."""
+        bound = 0
+        for pod in self.pending_pods():
+            nodes, pods_by_node = self._snapshot()
+            placement, reasons = self.find_placement(pod, nodes, pods_by_node)
+            if placement is not None:
+                if self._bind(pod, placement):
+                    bound += 1
+                continue
+            if self._waiting_for_victims(pod, pods_by_node):
+                continue
+            if self._preempt(pod, nodes, pods_by_node):
+                continue
+            self._mark_unschedulable(pod, len(nodes), reasons)
+        return bound
+
+    def find_placement(
+        self, pod: Obj, nodes: list[Obj], pods_by_node: dict[str, list[Obj]], *, ignore: set[str] | None = None
+    ) -> tuple[Placement | None, Counter[str]]:
+        reasons: Counter[str] = Counter()
+        best: Placement | None = None
+        for node in nodes:
+            on_node = [
+                p
+                for p in pods_by_node.get(node["metadata"]["name"], [])
+                if not ignore or p["metadata"]["uid"] not in ignore
+            ]
+            reason, placement = self.fits(pod, node, on_node, nodes, pods_by_node)
+            if placement is None:
+                reasons[reason] += 1
+            elif best is None or placement.score < best.score:
+                best = placement
+        return best, reasons
+
+    def fits(
+        self, pod: Obj, node: Obj, on_node: list[Obj], nodes: list[Obj], pods_by_node: dict[str, list[Obj]]
+    ) -> tuple[str, Placement | None]:
+        """(reason it does not fit, or the placement)."""
+        reason, filtered = self.static_filter(pod, node)
+        if not filtered:
+            return reason, None
+        missing = insufficient(pod, node_allocatable(node), used_resources(on_node))
+        if missing:
+            return f"Insufficient {missing[0]}", None
+        need = neuroncores_requested(pod)
+        contiguous = (pod.get("spec") or {}).get("schedulerName") == self.neuron_scheduler_name
+        cores = allocate_cores(
+            node_cores(node), cores_in_use(on_node), need, contiguous=contiguous, ring=node_chips(node) > 1
+        )
+        if cores is None:
+            return "node(s) did not have enough contiguous free NeuronCores", None
+        violated, penalty = spread_violation(pod, node, nodes, pods_by_node, hard=True)
+        if violated:
+            return "node(s) didn't match pod topology spread constraints", None
+        free_after = node_cores(node) - len(cores_in_use(on_node)) - len(cores)
+        score = (penalty, free_after, node["metadata"]["name"])
+        return "", Placement(node, cores, score)
+
+    def static_filter(self, pod: Obj, node: Obj) -> tuple[str, bool]:
+        """Filters that no eviction can change: readiness, taints, selectors."""
+        if node["metadata"].get("deletionTimestamp") or not node_ready(node):
+            return "node(s) were not ready", False
+        if (node.get("spec") or {}).get("unschedulable"):
+            return "node(s) were unschedulable", False
+        taint = untolerated_taint(pod, (node.get("spec") or {}).get("taints") or [])
+        if taint is not None:
+            return f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value', '')}}}", False
+        if not node_matches(pod, labels_of(node), node["metadata"]["name"]):
+            return "node(s) didn't match Pod's node affinity/selector", False
+        return "", True
+
+    def _bind(self, pod: Obj, placement: Placement) -> bool:
+        annotations = {CORES_ANNOTATION: ",".join(str(c) for c in placement.cores)} if placement.cores else None
+        try:
+            bind_pod(
+                self.store,
+                pod["metadata"]["namespace"],
+                pod["metadata"]["name"],
+                placement.node["metadata"]["name"],
+                annotations,
+            )
+        except ApiError:
+            return False
+        self.bindings += 1
+        return True
+
+    # ---- preemption --------------------------------------------------------------------------------
+
+    def _waiting_for_victims(self, pod: Obj, pods_by_node: dict[str, list[Obj]]) -> bool:
+        nominated = (pod.get("status") or {}).get("nominatedNodeName")
+        if not nominated:
+            return False
+        return any(p["metadata"].get("deletionTimestamp") for p in pods_by_node.get(nominated, []))
+
+    def _preempt(self, pod: Obj, nodes: list[Obj], pods_by_node: dict[str, list[Obj]]) -> bool:
+        spec = pod.get("spec") or {}
+        if spec.get("preemptionPolicy") == "Never":
+            return False
+        priority = pod_priority(pod)
+        choice: tuple[tuple[int, int, str], Obj, list[Obj]] | None = None
+        for node in nodes:
+            _, ok = self.static_filter(pod, node)
+            if not ok:
+                continue
+            on_node = pods_by_node.get(node["metadata"]["name"], [])
+            candidates = sorted(
+                (p for p in on_node if pod_priority(p) < priority and not p["metadata"].get("deletionTimestamp")),
+                key=lambda p: (pod_priority(p), p["metadata"].get("creationTimestamp", "")),
+            )
+            victims: list[Obj] = []
+            remaining = list(on_node)
+            for victim in candidates:
+                victims.append(victim)
+                remaining = [p for p in remaining if p["metadata"]["uid"] != victim["metadata"]["uid"]]
+                _, placement = self.fits(
+                    pod, node, remaining, nodes, {**pods_by_node, node["metadata"]["name"]: remaining}
+                )
+                if placement is not None:
+                    key = (max(pod_priority(v) for v in victims), len(victims), node["metadata"]["name"])
+                    if choice is None or key < choice[0]:
+                        choice = (key, node, list(victims))
+                    break
+        if choice is None:
+            return False
+        _, node, victims = choice
+        node_name = node["metadata"]["name"]
+        now = self.store.clock.timestamp()
+        for victim in victims:
+            meta = victim["metadata"]
+            with contextlib.suppress(ApiError):
+                self.store.update(
+                    self._pods,
+                    meta["namespace"],
+                    meta["name"],
+                    lambda o: _set_condition(
+                        o,
+                        {
+                            "type": "DisruptionTarget",
+                            "status": "True",
+                            "reason": "PreemptionByScheduler",
+                            "message": f"{DEFAULT_SCHEDULER}: preempting to accommodate a higher priority pod",
+                            "lastTransitionTime": now,
+                        },
+                    ),
+                    subresource="status",
+                )
+                self.store.delete(self._pods, meta["namespace"], meta["name"])
+        self.preemptions += len(victims)
+        with contextlib.suppress(ApiError):
+            self.store.update(
+                self._pods,
+                pod["metadata"]["namespace"],
+                pod["metadata"]["name"],
+                lambda o: o.setdefault("status", {}).__setitem__("nominatedNodeName", node_name),
+                subresource="status",
+            )
+        return True
+
+    def _mark_unschedulable(self, pod: Obj, node_count: int, reasons: Counter[str]) -> None:
+        details = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
+        message = f"0/{node_count} nodes are available" + (f": {details}." if details else ".")
+        for condition in (pod.get("status") or {}).get("conditions") or []:
+            if condition.get("type") == "PodScheduled" and condition.get("message") == message:
+                return
+        now = self.store.clock.timestamp()
+        with contextlib.suppress(ApiError):
+            self.store.update(
+                self._pods,
+                pod["metadata"]["namespace"],
+                pod["metadata"]["name"],
+                lambda o: _set_condition(
+                    o,
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": message,
+                        "lastProbeTime": None,
+                        "lastTransitionTime": now,
+                    },
+                ),
+                subresource="status",
+            )
+
+
+def _set_condition(obj: Obj, condition: Obj) -> None:
+    status = obj.setdefault("status", {})
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") != condition["type"]]
+    conditions.append(condition)
+    status["conditions"] = conditions
+
+
+def set_condition(obj: Obj, condition: Obj) -> None:
+    """Replace the condition of the same type, keeping lastTransitionTime if the status is unchanged."""
+    status = obj.setdefault("status", {})
+    conditions = status.setdefault("conditions", [])
+    for i, existing in enumerate(conditions):
+        if existing.get("type") == condition["type"]:
+            if existing.get("status") == condition.get("status") and existing.get("lastTransitionTime"):
+                condition = {**condition, "lastTransitionTime": existing["lastTransitionTime"]}
+            conditions[i] = condition
+            return
+    conditions.append(condition)
