@@ -264,3 +264,13 @@ def test_summary_counts_and_problems() -> None:
     assert [p.name for p in summary.unschedulable] == ["a1"]
     assert [(p.name, p.reason) for p in summary.stuck] == [("w0", "ImagePullBackOff")]
     assert not summary.converged
+
+
+def test_rollout_creates_active_pods_for_capacity_the_old_revision_lost() -> None:
+    # 3 wanted; only old0 still serves; new0 is loading and will take one slot when ready.
+    pods = [pod("old0"), pod("old1", ready=False), pod("new0", "warm", artifact=NEW, ready=False)]
+    plan = plan_fleet("bert", target(3, artifact=NEW), pods, NOW)
+    assert DeletePod("old1", "new revision: outdated active pod") in plan.actions
+    created = Counter(a.role for a in plan.actions if isinstance(a, CreatePod))
+    # One active pod for the lost capacity, one warm pod that will be swapped in for old0.
+    assert created == Counter({"active": 1, "warm": 1})

@@ -1,0 +1,173 @@
+"""Fleet plan properties (hypothesis): idempotence, convergence, no duplicates, ready never drops.
+
+The cluster is simulated with :func:`apply_actions` plus a world step that makes some pending
+pods ready, lets draining pods finish their work and advances time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from neuronfleet.planning.fleet import (
+    CreatePlaceholder,
+    CreatePod,
+    FleetPolicy,
+    FleetTarget,
+    PodPhase,
+    PodView,
+    Relabel,
+    apply_actions,
+    plan_fleet,
+)
+from neuronfleet.planning.labels import ROLES, ArtifactRevision
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+OLD = ArtifactRevision("aaaaaaaaaa", "s3://a/old/")
+NEW = ArtifactRevision("bbbbbbbbbb", "s3://a/new/")
+TEMPLATE = "tmpl000000"
+POLICY = FleetPolicy(drain_grace_seconds=60, min_drain_seconds=5)
+UNREADY_PHASES: list[PodPhase] = ["Pending", "Pending", "Running", "Failed"]
+PROPERTY_SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def pod_views(draw: st.DrawFn, index: int) -> PodView:
+    role = draw(st.sampled_from(ROLES))
+    ready = draw(st.booleans())
+    phase: PodPhase = "Running" if ready else draw(st.sampled_from(UNREADY_PHASES))
+    return PodView(
+        name=f"seed-{index}",
+        role=role,
+        revision=None if role == "placeholder" else draw(st.sampled_from([OLD.id, NEW.id])),
+        template=draw(st.sampled_from([TEMPLATE, TEMPLATE, "other00000"])),
+        phase=phase,
+        ready=ready and role != "placeholder",
+        deleting=draw(st.booleans()) and draw(st.booleans()),
+        ready_at=NOW - timedelta(seconds=draw(st.integers(0, 600))) if ready else None,
+        node="node-1" if ready or phase == "Running" else None,
+        node_lost=draw(st.integers(0, 9)) == 0,
+        in_flight=draw(st.sampled_from([None, 0, 3])),
+        drain_started_at=draw(st.sampled_from([None, NOW - timedelta(seconds=30), NOW - timedelta(seconds=120)])),
+    )
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> list[PodView]:
+    count = draw(st.integers(0, 10))
+    return [draw(pod_views(i)) for i in range(count)]
+
+
+targets = st.builds(
+    FleetTarget,
+    template=st.just(TEMPLATE),
+    artifact=st.sampled_from([NEW, NEW, NEW, None]),
+    active=st.integers(0, 6),
+    warm=st.integers(0, 3),
+    placeholders=st.integers(0, 2),
+)
+
+
+def ready_active(pods: list[PodView]) -> int:
+    return sum(1 for p in pods if p.role == "active" and p.ready and not p.deleting and not p.broken)
+
+
+def world_step(pods: list[PodView], now: datetime, becomes_ready: list[bool]) -> list[PodView]:
+    """Kubernetes catches up: chosen pending pods get a node and become ready; drains finish."""
+    stepped = []
+    for index, pod in enumerate(pods):
+        if pod.role == "placeholder":
+            pod = replace(pod, phase="Running", node=pod.node or "node-2")
+        elif not pod.ready and not pod.broken and becomes_ready[index % len(becomes_ready)]:
+            pod = replace(pod, ready=True, phase="Running", ready_at=now, node=pod.node or "node-2")
+        if pod.role == "draining":
+            pod = replace(pod, in_flight=0)
+        stepped.append(pod)
+    return stepped
+
+
+@PROPERTY_SETTINGS
+@given(pods=fleets(), target=targets, remove_deleted=st.booleans())
+def test_applying_the_plan_then_replanning_yields_nothing(
+    pods: list[PodView], target: FleetTarget, remove_deleted: bool
+) -> None:
+    plan = plan_fleet("svc", target, pods, NOW, POLICY)
+    after = apply_actions(pods, plan.actions, NOW, remove_deleted=remove_deleted)
+    assert plan_fleet("svc", target, after, NOW, POLICY).actions == ()
+
+
+@PROPERTY_SETTINGS
+@given(pods=fleets(), target=targets)
+def test_no_duplicates_and_never_more_current_pods_than_needed(pods: list[PodView], target: FleetTarget) -> None:
+    plan = plan_fleet("svc", target, pods, NOW, POLICY)
+    names = [a.name for a in plan.actions]
+    assert len(names) == len(set(names))
+    observed = {p.name for p in pods}
+    assert not [a.name for a in plan.actions if isinstance(a, CreatePod | CreatePlaceholder) and a.name in observed]
+    after = [p for p in apply_actions(pods, plan.actions, NOW) if not p.deleting and not p.broken]
+    current = [p for p in after if p.role in ("active", "warm") and p.revision == NEW.id and p.template == TEMPLATE]
+    if target.artifact is not None:
+        assert len(current) == target.active + target.warm
+        assert sum(p.role == "active" for p in current) <= target.active
+    placeholders = [p for p in after if p.role == "placeholder"]
+    assert len(placeholders) == target.placeholders
+
+
+@PROPERTY_SETTINGS
+@given(pods=fleets(), target=targets)
+def test_ready_active_never_drops_below_the_count_before_a_step(pods: list[PodView], target: FleetTarget) -> None:
+    plan = plan_fleet("svc", target, pods, NOW, POLICY)
+    floor = min(ready_active(pods), target.active)
+    state = pods
+    # Every prefix of the actions, as the adapter applies them one by one.
+    for action in plan.actions:
+        state = apply_actions(state, [action], NOW)
+        assert ready_active(state) >= floor, f"after {action}"
+
+
+@PROPERTY_SETTINGS
+@given(
+    pods=fleets(),
+    target=targets.filter(lambda t: t.artifact is not None),
+    readiness=st.lists(st.booleans(), min_size=1, max_size=8),
+    max_surge=st.sampled_from([0, 0, 1, 2]),
+)
+def test_reconcile_loop_converges_to_the_target(
+    pods: list[PodView], target: FleetTarget, readiness: list[bool], max_surge: int
+) -> None:
+    policy = replace(POLICY, max_surge=max_surge)
+    now = NOW
+    state = pods
+    floor = min(ready_active(pods), target.active)
+    for step in range(40):
+        plan = plan_fleet("svc", target, state, now, policy)
+        for action in plan.actions:
+            state = apply_actions(state, [action], now)
+            assert ready_active(state) >= min(floor, target.active)
+        floor = max(floor, ready_active(state))
+        if not plan.actions and plan.summary.converged and not plan.summary.draining:
+            break
+        # Some pods become ready each step; after a while every pod does (nothing hangs forever).
+        state = world_step(state, now, readiness if step < 5 else [True])
+        # Deleted pods linger one step with a deletionTimestamp, as terminating pods do.
+        state = [p for p in state if not p.deleting]
+        now += timedelta(seconds=10)
+    else:
+        raise AssertionError(f"no fixed point: {plan.actions}")
+    live = [p for p in state if not p.deleting]
+    assert sum(p.role == "active" and p.ready and p.revision == NEW.id for p in live) == target.active
+    assert sum(p.role == "warm" and p.ready and p.revision == NEW.id for p in live) == target.warm
+    assert sum(p.role == "placeholder" for p in live) == target.placeholders
+    assert len(live) == target.active + target.warm + target.placeholders
+    assert all(p.template == TEMPLATE for p in live)
+
+
+def test_relabels_come_before_the_demotions_they_make_safe() -> None:
+    pods = [
+        PodView("o", "active", OLD.id, TEMPLATE, "Running", True),
+        PodView("n", "warm", NEW.id, TEMPLATE, "Running", True),
+    ]
+    plan = plan_fleet("svc", FleetTarget(TEMPLATE, NEW, 1), pods, NOW, POLICY)
+    assert [(a.name, a.role) for a in plan.actions if isinstance(a, Relabel)] == [("n", "active"), ("o", "draining")]
