@@ -285,11 +285,11 @@ def prune_unknown(value: Any, schema: dict[str, Any] | None, path: str, unknown:
 
 
 def validate_custom_object(
-    rt: ResourceType, obj: dict[str, Any], strict: bool
+    rt: ResourceType, obj: dict[str, Any]
 ) -> tuple[list[tuple[str, str]], list[str]]:
     """Default, prune and validate a custom object in place.
 
-    Returns (errors as (field, message), warnings); with ``strict`` unknown fields are errors.
+    Returns (errors as (field, message), unknown field paths, which were pruned).
     """
     schema = rt.schema()
     if not schema:
@@ -306,12 +306,6 @@ def validate_custom_object(
             unknown.append(name)
             del obj[name]
     errors: list[tuple[str, str]] = []
-    warnings: list[str] = []
-    if unknown:
-        if strict:
-            errors.extend(("", f'strict decoding error: unknown field "{path}"') for path in unknown)
-        else:
-            warnings.extend(f'unknown field "{path}"' for path in unknown)
     body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
     root = to_json_schema({k: v for k, v in schema.items() if k != "properties"})
     root["properties"] = {
@@ -323,7 +317,7 @@ def validate_custom_object(
     for error in sorted(validator.iter_errors(body), key=lambda e: list(e.absolute_path)):
         location = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in error.absolute_path).replace(".[", "[")
         errors.append((location, f"Invalid value: {json.dumps(error.instance)[:200]}: {error.message}"))
-    return errors, warnings
+    return errors, unknown
 
 
 def json_path_value(obj: Any, path: str) -> Any:

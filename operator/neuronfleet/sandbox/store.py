@@ -645,7 +645,12 @@ class Store:
                     [(f"metadata.{map_field}", "Invalid value: values must be strings")],
                 )
         if rt.custom:
-            validation_errors, _ = validate_custom_object(rt, obj, strict)
+            validation_errors, unknown = validate_custom_object(rt, obj)
+            if unknown and strict:
+                fields = ", ".join(f'unknown field "{path}"' for path in unknown)
+                raise errors.bad_request(
+                    f'{rt.kind} in version "{rt.storage_version}" cannot be handled as a {rt.kind}: strict decoding error: {fields}'
+                )
             if validation_errors:
                 raise errors.invalid(rt.kind, rt.group, meta.get("name", ""), validation_errors)
         elif rt.key == ("", "pods"):

@@ -1,0 +1,79 @@
+"""kubectl (1.34 from hack/install-kube-tools.sh) against the sandbox: apply with validation,
+printer columns, label selectors, explain, scale, delete."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from neuronfleet.sandbox import ThreadedSandboxCluster
+
+MANIFEST = """\
+apiVersion: serving.neuronfleet.dev/v1alpha1
+kind: InferenceDeployment
+metadata:
+  name: bert
+  labels: {team: search}
+spec:
+  model: {source: "s3://acme-models/bert/"}
+  scaling: {mode: Manual, replicas: 1}
+"""
+
+
+@pytest.fixture
+def run_kubectl(kubectl: str, threaded_sandbox_cluster: ThreadedSandboxCluster, tmp_path: Path):  # type: ignore[no-untyped-def]
+    env = {**os.environ, "KUBECONFIG": str(threaded_sandbox_cluster.kubeconfig_path), "HOME": str(tmp_path)}
+
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [kubectl, "--cache-dir", str(tmp_path / "cache"), *args],
+            env=env, capture_output=True, text=True, timeout=60,
+        )
+        if check:
+            assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+        return result
+
+    return run
+
+
+def test_kubectl_inference_deployment_lifecycle(run_kubectl, threaded_sandbox_cluster: ThreadedSandboxCluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    manifest = tmp_path / "bert.yaml"
+    manifest.write_text(MANIFEST)
+    assert "created" in run_kubectl("apply", "--validate=true", "-f", str(manifest)).stdout
+    assert "unchanged" in run_kubectl("apply", "--validate=true", "-f", str(manifest)).stdout
+
+    table = run_kubectl("get", "infdep").stdout.splitlines()
+    assert table[0].split() == ["NAME", "MODEL", "INSTANCE", "READY", "DESIRED", "WARM", "COMPILED", "AGE"]
+    assert table[1].split()[:2] == ["bert", "s3://acme-models/bert/"]
+    assert "bert" in run_kubectl("get", "inferencedeployments", "-l", "team=search").stdout
+    assert "No resources found" in run_kubectl("get", "inferencedeployments", "-l", "team=other").stderr
+
+    explained = run_kubectl("explain", "inferencedeployment.spec.scaling.replicas").stdout
+    assert "FIELD: replicas <integer>" in explained
+    assert "scale subresource" in explained  # the CRD's field description
+
+    assert "scaled" in run_kubectl("scale", "infdep/bert", "--replicas=3").stdout
+    assert run_kubectl("get", "infdep", "bert", "-o", "jsonpath={.spec.scaling.replicas}").stdout == "3"
+    stored = threaded_sandbox_cluster.call(lambda c: c.get("inferencedeployments", "bert", "default", group="serving.neuronfleet.dev"))
+    assert stored is not None and stored["metadata"]["generation"] == 2
+
+    assert "deleted" in run_kubectl("delete", "infdep", "bert").stdout
+    assert threaded_sandbox_cluster.call(lambda c: c.get("inferencedeployments", "bert", "default", group="serving.neuronfleet.dev")) is None
+
+
+def test_kubectl_validation_rejects_bad_manifests(run_kubectl, repo_root: Path) -> None:  # type: ignore[no-untyped-def]
+    unknown = run_kubectl("apply", "--validate=true", "-f", str(repo_root / "examples/invalid/unknown-field.yaml"), check=False)
+    assert unknown.returncode != 0
+    assert 'unknown field "spec.scaling.replica"' in unknown.stderr
+    negative = run_kubectl("apply", "-f", str(repo_root / "examples/invalid/negative-replicas.yaml"), check=False)
+    assert negative.returncode != 0
+    assert "spec.scaling.minReplicas" in negative.stderr
+
+
+def test_kubectl_sees_inf2_nodes(run_kubectl) -> None:  # type: ignore[no-untyped-def]
+    out = run_kubectl("get", "nodes", "-l", "karpenter.k8s.aws/instance-family=inf2", "-o",
+                      "jsonpath={range .items[*]}{.metadata.labels.node\\.kubernetes\\.io/instance-type} {.status.allocatable.aws\\.amazon\\.com/neuroncore}{\"\\n\"}{end}").stdout
+    assert out.split("\n")[:2] == ["inf2.xlarge 2", "inf2.xlarge 2"]
