@@ -1,0 +1,140 @@
+"""Status: conditions from the fleet, merged so lastTransitionTime moves only when status flips."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from neuronfleet.api.v1alpha1 import Condition, InferenceDeploymentStatus
+from neuronfleet.planning.fleet import FleetSummary, PodProblem
+from neuronfleet.planning.placement import ReplicaNeeds, plan_placement
+from neuronfleet.planning.status import (
+    CompileState,
+    ConditionValue,
+    StatusInputs,
+    build_status,
+    compute_conditions,
+    merge_conditions,
+)
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+T1 = T0 + timedelta(minutes=5)
+
+SERVING = FleetSummary(
+    desired_active=2,
+    desired_warm=1,
+    desired_placeholders=0,
+    active=2,
+    ready_active=2,
+    warm_ready=1,
+    warm=1,
+    draining=0,
+    placeholders=0,
+    current_ready_active=2,
+    outdated=0,
+    revision_known=True,
+)
+COMPILED = CompileState(revision="bbbbbbbbbb", uri="s3://artifacts/bert/bbbbbbbbbb/")
+PLACED = plan_placement(ReplicaNeeds(2), ["inf2.xlarge"], 3)
+
+
+def inputs(**changes: object) -> StatusInputs:
+    base = StatusInputs(generation=4, fleet=SERVING, placement=PLACED, compile=COMPILED)
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def by_type(values: list[ConditionValue]) -> dict[str, ConditionValue]:
+    return {v.type: v for v in values}
+
+
+def test_healthy_fleet_is_ready_and_not_degraded() -> None:
+    conditions = by_type(compute_conditions(inputs()))
+    assert [c for c in conditions] == ["Ready", "Compiled", "Scheduled", "ScalingActive", "WarmPoolReady", "Degraded"]
+    assert (conditions["Ready"].status, conditions["Ready"].reason) == ("True", "ReplicasReady")
+    assert conditions["Compiled"].status == "True"
+    assert conditions["Scheduled"].message == "every pod is bound to a node on inf2.xlarge"
+    assert (conditions["ScalingActive"].status, conditions["ScalingActive"].reason) == ("False", "ManualScaling")
+    assert conditions["WarmPoolReady"].status == "True"
+    assert (conditions["Degraded"].status, conditions["Degraded"].reason) == ("False", "AsExpected")
+
+
+def test_no_fitting_instance_type_is_unscheduled_and_degraded_with_the_field_path() -> None:
+    impossible = plan_placement(ReplicaNeeds(16, hbm_gib=200), ["inf2.xlarge", "inf2.24xlarge"], 1)
+    conditions = by_type(compute_conditions(inputs(placement=impossible)))
+    assert (conditions["Scheduled"].status, conditions["Scheduled"].reason) == ("False", "NoInstanceTypeFits")
+    assert conditions["Degraded"].status == "True"
+    assert conditions["Degraded"].message.startswith("spec.placement.instanceTypes: no allowed instance type")
+
+
+def test_image_that_never_pulls_degrades_with_the_kubelet_reason() -> None:
+    stuck = replace(SERVING, stuck=(PodProblem("bert-1", "ImagePullBackOff", 'Back-off pulling image "nope"'),))
+    degraded = by_type(compute_conditions(inputs(fleet=stuck)))["Degraded"]
+    assert (degraded.status, degraded.reason) == ("True", "ImagePullBackOff")
+    assert "bert-1" in degraded.message and "nope" in degraded.message
+
+
+def test_unschedulable_pods_and_unknown_scheduler_errors_are_reported() -> None:
+    waiting = replace(SERVING, unschedulable=(PodProblem("bert-2", "Unschedulable", "0/3 nodes are available"),))
+    conditions = by_type(
+        compute_conditions(inputs(fleet=waiting, errors=('scheduler "neuron-scheduler" never bound pod bert-2',)))
+    )
+    assert (conditions["Scheduled"].status, conditions["Scheduled"].reason) == ("False", "Unschedulable")
+    assert "0/3 nodes are available" in conditions["Scheduled"].message
+    assert (conditions["Degraded"].status, conditions["Degraded"].reason) == ("True", "ReconcileError")
+
+
+def test_awaiting_artifact_and_rollout() -> None:
+    no_artifact = replace(SERVING, revision_known=False, ready_active=0, active=0)
+    ready = by_type(compute_conditions(inputs(fleet=no_artifact, compile=CompileState(in_progress=True))))
+    assert (ready["Ready"].status, ready["Ready"].reason) == ("False", "AwaitingArtifact")
+    assert (ready["Compiled"].status, ready["Compiled"].reason) == ("False", "Compiling")
+    rolling = replace(SERVING, outdated=2, current_ready_active=1)
+    ready_during_rollout = by_type(compute_conditions(inputs(fleet=rolling)))["Ready"]
+    assert (ready_during_rollout.status, ready_during_rollout.reason) == ("True", "RollingOut")
+
+
+def test_warm_pool_filling_and_auto_scaling_without_metrics() -> None:
+    filling = replace(SERVING, warm_ready=0)
+    conditions = by_type(compute_conditions(inputs(fleet=filling, scaling_mode="Auto", metrics_available=False)))
+    assert (conditions["WarmPoolReady"].status, conditions["WarmPoolReady"].message) == (
+        "False",
+        "0/1 warm pods ready, 0/0 placeholders",
+    )
+    assert (conditions["ScalingActive"].status, conditions["ScalingActive"].reason) == ("False", "MetricsUnavailable")
+
+
+def test_merge_keeps_transition_time_when_status_holds_and_moves_it_on_a_flip() -> None:
+    first = merge_conditions([], [ConditionValue("Ready", "False", "ReplicasNotReady", "0/2")], T0, 1)
+    assert first[0].last_transition_time == "2026-11-30T12:00:00Z"
+    same = merge_conditions(first, [ConditionValue("Ready", "False", "ReplicasNotReady", "1/2")], T1, 2)
+    assert same[0].last_transition_time == "2026-11-30T12:00:00Z"
+    assert (same[0].message, same[0].observed_generation) == ("1/2", 2)
+    flipped = merge_conditions(same, [ConditionValue("Ready", "True", "ReplicasReady", "2/2")], T1, 2)
+    assert flipped[0].last_transition_time == "2026-11-30T12:05:00Z"
+
+
+def test_merge_reads_wire_dicts_and_keeps_foreign_conditions() -> None:
+    previous = [
+        {"type": "Custom", "status": "True", "reason": "X", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        {"type": "Degraded", "status": "False", "reason": "AsExpected", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+    ]
+    merged = merge_conditions(previous, [ConditionValue("Degraded", "False", "AsExpected")], T1, 3)
+    assert [c.type for c in merged] == ["Degraded", "Custom"]
+    assert merged[0].last_transition_time == "2026-01-01T00:00:00Z"
+    assert merged[1] == Condition.model_validate(previous[0])
+
+
+def test_build_status_is_a_valid_status_with_counts_selector_and_placement() -> None:
+    status = build_status("bert", inputs(), [], T0)
+    parsed = InferenceDeploymentStatus.model_validate(status)
+    assert parsed.observed_generation == 4
+    assert (parsed.replicas, parsed.ready_replicas, parsed.warm_replicas, parsed.desired_replicas) == (2, 2, 1, 2)
+    assert parsed.selector == "serving.neuronfleet.dev/deployment=bert,serving.neuronfleet.dev/role=active"
+    assert parsed.placement.instance_type == "inf2.xlarge"
+    assert parsed.placement.nodes == 3
+    assert parsed.artifact.revision == "bbbbbbbbbb"
+    assert {c.type for c in parsed.conditions} >= {"Ready", "Degraded"}
+    assert all(c.observed_generation == 4 for c in parsed.conditions)
+    # Re-applying with the same inputs later changes no transition time.
+    again = build_status("bert", inputs(), status["conditions"], T1)
+    assert again["conditions"] == status["conditions"]
