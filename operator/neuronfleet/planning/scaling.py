@@ -81,6 +81,10 @@ class ScalingDecision:
     recommendation: int | None = None
     panic: bool = False
     signals: dict[str, float] = field(default_factory=dict)
+    #: Replicas the demand needs at target, within [min, max], for the warm pool's history: the
+    #: arrival-rate signal once the service rate is known (a backlog inflates the queue signal far
+    #: beyond the demand, up to the queue bound), else the recommendation.
+    demand: int | None = None
 
 
 def _clamp(value: int, low: int, high: int) -> int:
@@ -254,7 +258,8 @@ def decide(
     reason = f"{_describe(signals)} -> {recommendation}"
     if notes:
         reason += "; " + "; ".join(notes)
-    return ScalingDecision(bounded, reason, new_state, recommendation, in_panic, signals)
+    demand = math.ceil(signals["rate"] - 1e-9) if "rate" in signals else recommendation
+    return ScalingDecision(bounded, reason, new_state, recommendation, in_panic, signals, _clamp(demand, low, high))
 
 
 def _with_event(state: ScalingState, now: float, change: int) -> ScalingState:

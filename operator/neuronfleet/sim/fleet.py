@@ -1,0 +1,321 @@
+"""The simulated fleet: pods in their roles, Inf2 nodes, cold starts and node provisioning.
+
+It plays what the operator's fleet plan and the cluster do with a policy's targets (active
+replicas, warm pods, node placeholders), following DESIGN.md's fleet model:
+
+- scale up: promote ready warm pods first (``promote_seconds``), in
+  :func:`neuronfleet.planning.promotion.promotion_order`; then turn starting warm pods into
+  active ones; then create pods;
+- scale down: cancel pods still starting, then take active pods in
+  :func:`neuronfleet.planning.promotion.drain_order`: each is demoted to the warm pool while the
+  pool is short, otherwise drained (out of service at once, deleted after ``drain_seconds``);
+- a new pod binds to a free slot on a ready node, preempting a placeholder if needed; without one
+  it waits for a node Karpenter-style provisioning starts for it. Its cold start is scheduling +
+  image pull (only while the node has no image yet) + runtime init + artifact load + warm-up;
+- node placeholders are low-priority pods running the server image (so their node pulls the image
+  ahead); they only hold a slot;
+- a node with nothing on it for ``empty_node_seconds`` is removed (consolidation); nodes are billed
+  from launch to removal.
+
+All durations come from the profile's distributions on one seeded generator: same seed, same run.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from neuronfleet.planning.promotion import PodInfo, drain_order, promotion_order
+from neuronfleet.sim.profiles import Profile
+
+Role = Literal["active", "warm", "placeholder"]
+INF = float("inf")
+
+
+@dataclass
+class Node:
+    name: str
+    launched_at: float
+    ready_at: float
+    slots: int
+    pods: set[str] = field(default_factory=set)
+    image_at: float | None = None
+    empty_since: float | None = None
+
+
+@dataclass
+class Pod:
+    name: str
+    role: Role
+    created_at: float
+    node: str | None = None
+    #: When it turns ready (None until bound to a ready node).
+    ready_at: float | None = None
+    bound_at: float | None = None
+    #: A promotion in progress ends at this time.
+    serving_at: float | None = None
+    draining_until: float | None = None
+
+    def ready(self, now: float) -> bool:
+        return self.ready_at is not None and self.ready_at <= now
+
+
+@dataclass
+class FleetCounts:
+    """What the fleet holds at one instant (for metrics, plots and cost)."""
+
+    serving: int
+    active: int
+    warm_ready: int
+    warm: int
+    placeholders: int
+    nodes: int
+    starting_active: int
+
+
+class Fleet:
+    """Pods and nodes of one simulated deployment."""
+
+    def __init__(self, profile: Profile, rng: np.random.Generator, empty_node_seconds: float = 30.0) -> None:
+        self.profile = profile
+        self.rng = rng
+        self.empty_node_seconds = empty_node_seconds
+        self.pods: dict[str, Pod] = {}
+        self.nodes: dict[str, Node] = {}
+        self.draining: list[tuple[float, str]] = []
+        self._names = itertools.count()
+        self.node_seconds = 0.0
+        self.pod_seconds = 0.0
+        self._accounted_at = 0.0
+        #: Observed cold starts (seconds): pod bound-to-ready, and node launch-to-ready.
+        self.pod_cold_starts: list[float] = []
+        self.node_cold_starts: list[float] = []
+        self.targets = (0, 0, 0)
+        self._dist = {p: profile.cold_start.dist(p) for p in ("node", "scheduling", "pull", "init", "load", "warmup")}
+
+    # ------------------------------------------------------------------ setup and accounting
+
+    def start_ready(self, active: int, now: float = 0.0) -> None:
+        """Begin with ``active`` serving pods on ready nodes that have the image."""
+        for _ in range(active):
+            node = self._new_node(now, ready_at=now)
+            node.image_at = now
+            pod = Pod(self._name("pod"), "active", now, node.name, ready_at=now, bound_at=now)
+            self.pods[pod.name] = pod
+            node.pods.add(pod.name)
+        self.targets = (active, 0, 0)
+
+    def _name(self, prefix: str) -> str:
+        return f"{prefix}-{next(self._names)}"
+
+    def _new_node(self, now: float, ready_at: float | None = None) -> Node:
+        if ready_at is None:
+            ready_at = now + self._dist["node"].sample(self.rng)
+            self.node_cold_starts.append(ready_at - now)
+        node = Node(self._name("node"), now, ready_at, self.profile.replicas_per_node)
+        self.nodes[node.name] = node
+        return node
+
+    def account(self, now: float) -> None:
+        """Add node-seconds and model-pod-seconds up to ``now``."""
+        span = now - self._accounted_at
+        if span > 0:
+            self.node_seconds += span * len(self.nodes)
+            self.pod_seconds += span * (
+                sum(1 for p in self.pods.values() if p.role != "placeholder") + len(self.draining)
+            )
+            self._accounted_at = now
+
+    # ------------------------------------------------------------------ views
+
+    def serving(self, now: float) -> int:
+        return sum(
+            1
+            for p in self.pods.values()
+            if p.role == "active" and p.ready(now) and (p.serving_at is None or p.serving_at <= now)
+        )
+
+    def counts(self, now: float) -> FleetCounts:
+        active = [p for p in self.pods.values() if p.role == "active"]
+        warm = [p for p in self.pods.values() if p.role == "warm"]
+        return FleetCounts(
+            serving=self.serving(now),
+            active=len(active),
+            warm_ready=sum(1 for p in warm if p.ready(now)),
+            warm=len(warm),
+            placeholders=sum(1 for p in self.pods.values() if p.role == "placeholder"),
+            nodes=len(self.nodes),
+            starting_active=sum(1 for p in active if not p.ready(now)),
+        )
+
+    def next_event(self, now: float) -> float:
+        """The next time the fleet changes by itself (a pod or node turning ready, a removal)."""
+        times = [INF]
+        for pod in self.pods.values():
+            for t in (pod.ready_at, pod.serving_at):
+                if t is not None and t > now:
+                    times.append(t)
+        for node in self.nodes.values():
+            if node.ready_at > now:
+                times.append(node.ready_at)
+            if node.empty_since is not None:
+                times.append(max(now, node.empty_since + self.empty_node_seconds))
+        times.extend(t for t, _ in self.draining)
+        return min(times)
+
+    def _info(self, pod: Pod) -> PodInfo:
+        return PodInfo(pod.name, pod.node, None, pod.ready_at if pod.ready_at is not None else None, 0.0, None)
+
+    # ------------------------------------------------------------------ changes
+
+    def set_targets(self, now: float, active: int, warm: int, placeholders: int) -> None:
+        self.targets = (max(0, active), max(0, warm), max(0, placeholders))
+        self.reconcile(now)
+
+    def advance(self, now: float) -> None:
+        """Apply what happened by ``now``: drains finishing, nodes turning ready, empty nodes going."""
+        self.account(now)
+        for until, name in [d for d in self.draining if d[0] <= now]:
+            self.draining.remove((until, name))
+            self._free_slot(name, until)
+        for pod in self.pods.values():
+            if pod.serving_at is not None and pod.serving_at <= now:
+                pod.serving_at = None
+        for node in list(self.nodes.values()):
+            if not node.pods and node.empty_since is None and node.ready_at <= now:
+                node.empty_since = node.ready_at
+            if node.empty_since is not None and now >= node.empty_since + self.empty_node_seconds:
+                del self.nodes[node.name]
+        self.reconcile(now)
+
+    def _free_slot(self, pod_name: str, now: float) -> None:
+        for node in self.nodes.values():
+            if pod_name in node.pods:
+                node.pods.discard(pod_name)
+                if not node.pods:
+                    node.empty_since = now
+
+    def _delete(self, pod: Pod, now: float, drain: bool = False) -> None:
+        del self.pods[pod.name]
+        if drain and pod.node is not None:
+            self.draining.append((now + self.profile.drain_seconds, pod.name))
+        elif pod.node is not None:
+            self._free_slot(pod.name, now)
+
+    def reconcile(self, now: float) -> None:
+        want_active, want_warm, want_placeholders = self.targets
+        pods = self.pods.values()
+        active = [p for p in pods if p.role == "active"]
+        warm = [p for p in pods if p.role == "warm"]
+
+        if len(active) < want_active:
+            short = want_active - len(active)
+            ready_warm = [p for p in warm if p.ready(now)]
+            for info in promotion_order([self._info(p) for p in ready_warm], [], None)[:short]:
+                pod = self.pods[info.name]
+                pod.role = "active"
+                pod.serving_at = now + self.profile.promote_seconds
+                short -= 1
+            starting_warm = sorted(
+                (p for p in warm if not p.ready(now) and p.role == "warm"),
+                key=lambda p: (p.ready_at if p.ready_at is not None else INF, p.name),
+            )
+            for pod in starting_warm[:short]:
+                pod.role = "active"
+                short -= 1
+            for _ in range(short):
+                self._create("active", now)
+        elif len(active) > want_active:
+            surplus = len(active) - want_active
+            starting = sorted(
+                (p for p in active if not p.ready(now)),
+                key=lambda p: (-(p.ready_at if p.ready_at is not None else INF), p.name),
+            )
+            for pod in starting[:surplus]:
+                self._delete(pod, now)
+                surplus -= 1
+            ready_active = [p for p in active if p.ready(now) and p.name in self.pods]
+            warm_count = sum(1 for p in self.pods.values() if p.role == "warm")
+            for info in drain_order([self._info(p) for p in ready_active], None)[:surplus]:
+                pod = self.pods[info.name]
+                if warm_count < want_warm:
+                    pod.role = "warm"
+                    pod.serving_at = None
+                    warm_count += 1
+                else:
+                    self._delete(pod, now, drain=True)
+
+        warm = [p for p in self.pods.values() if p.role == "warm"]
+        if len(warm) < want_warm:
+            for _ in range(want_warm - len(warm)):
+                self._create("warm", now)
+        elif len(warm) > want_warm:
+            extra = sorted(warm, key=lambda p: (p.ready(now), -(p.ready_at or 0.0), p.name))
+            for pod in extra[: len(warm) - want_warm]:
+                self._delete(pod, now)
+
+        holders = [p for p in self.pods.values() if p.role == "placeholder"]
+        if len(holders) < want_placeholders:
+            for _ in range(want_placeholders - len(holders)):
+                self._create("placeholder", now)
+        elif len(holders) > want_placeholders:
+            extra = sorted(holders, key=lambda p: (p.node is not None, p.name))
+            for pod in extra[: len(holders) - want_placeholders]:
+                self._delete(pod, now)
+        self._schedule(now)
+
+    def _create(self, role: Role, now: float) -> None:
+        pod = Pod(self._name("ph" if role == "placeholder" else "pod"), role, now)
+        self.pods[pod.name] = pod
+
+    def _bind(self, pod: Pod, node: Node, now: float) -> None:
+        pod.node = node.name
+        pod.bound_at = now
+        node.pods.add(pod.name)
+        node.empty_since = None
+        if node.image_at is None:
+            node.image_at = now + self._dist["pull"].sample(self.rng)
+        if pod.role == "placeholder":
+            pod.ready_at = now
+            return
+        start = now + self._dist["scheduling"].sample(self.rng)
+        start = max(start, node.image_at)
+        ready = start + sum(self._dist[p].sample(self.rng) for p in ("init", "load", "warmup"))
+        pod.ready_at = ready
+        self.pod_cold_starts.append(ready - now)
+
+    def _preempt_placeholder(self, ready_nodes: list[Node]) -> Node | None:
+        """Free a slot held by a placeholder on a ready node (the placeholder goes pending)."""
+        for node in ready_nodes:
+            for name in sorted(node.pods):
+                holder = self.pods.get(name)
+                if holder is not None and holder.role == "placeholder":
+                    node.pods.discard(name)
+                    holder.node = None
+                    holder.ready_at = None
+                    return node
+        return None
+
+    def _schedule(self, now: float) -> None:
+        pending = [p for p in self.pods.values() if p.node is None]
+        if not pending:
+            return
+        # Serving pods before warm pods before placeholders; oldest first within a role.
+        rank = {"active": 0, "warm": 1, "placeholder": 2}
+        pending.sort(key=lambda p: (rank[p.role], p.created_at, p.name))
+        ready_nodes = [n for n in self.nodes.values() if n.ready_at <= now]
+        for pod in pending:
+            node = next((n for n in ready_nodes if len(n.pods) < n.slots), None)
+            if node is None and pod.role != "placeholder":
+                node = self._preempt_placeholder(ready_nodes)
+            if node is not None:
+                self._bind(pod, node, now)
+        # Provision nodes for what is still pending, counting slots on nodes already launching.
+        still = sum(1 for p in self.pods.values() if p.node is None)
+        launching = sum(n.slots - len(n.pods) for n in self.nodes.values() if n.ready_at > now)
+        slots = self.profile.replicas_per_node
+        for _ in range(max(0, -(-(still - launching) // slots))):
+            self._new_node(now)

@@ -1,0 +1,77 @@
+"""What the policies can observe of a simulated run: per-bin series, sampled like the real sources.
+
+The engine fills the arrays as simulated time advances; a policy deciding at ``now`` reads them
+only up to ``now - delay``:
+
+- :meth:`MetricsView.snapshot` is what the operator's Prometheus reader returns
+  (:class:`~neuronfleet.planning.signals.MetricSnapshot`): queue depth and in-flight requests as
+  gauges at the sample time, arrival rate as ``rate(...[1m])``, device-busy ratio averaged over the
+  scrape interval. ``delay`` models scrape interval plus query lag.
+- :meth:`MetricsView.mean_load` is a windowed average of queued + in-flight requests, what
+  Knative's autoscaler (scraping queue-proxies every second) and Ray Serve (replicas pushing their
+  ongoing requests) compute.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from neuronfleet.planning.signals import MetricSnapshot
+
+FloatArray = npt.NDArray[np.float64]
+
+#: Prometheus scrape interval of the runtime's /metrics (the utilization gauge averages over it).
+SCRAPE_INTERVAL_SECONDS = 15.0
+#: Window of the arrival-rate query, ``rate(neuronserve_requests_total[1m])``.
+RATE_WINDOW_SECONDS = 60.0
+
+
+class MetricsView:
+    """Read access to the series of one run, as of the engine's progress."""
+
+    def __init__(
+        self,
+        dt: float,
+        count: FloatArray,
+        queue_requests: FloatArray,
+        in_flight: FloatArray,
+        utilization: FloatArray,
+    ) -> None:
+        self.dt = dt
+        self.count = count
+        self.queue_requests = queue_requests
+        self.in_flight = in_flight
+        self.utilization = utilization
+
+    def _bin(self, t: float) -> int:
+        return int(t / self.dt + 1e-9) - 1
+
+    def snapshot(self, now: float, delay: float) -> MetricSnapshot:
+        """The Prometheus view at ``now``: samples taken ``delay`` seconds earlier (none before t=0)."""
+        at = now - delay
+        k = self._bin(at)
+        if k < 0:
+            return MetricSnapshot(time=at)
+        rate_bins = max(1, round(RATE_WINDOW_SECONDS / self.dt))
+        util_bins = max(1, round(SCRAPE_INTERVAL_SECONDS / self.dt))
+        first = max(0, k + 1 - rate_bins)
+        rate = float(self.count[first : k + 1].sum()) / ((k + 1 - first) * self.dt)
+        util = float(self.utilization[max(0, k + 1 - util_bins) : k + 1].mean())
+        return MetricSnapshot(
+            time=at,
+            queue_depth=float(self.queue_requests[k]),
+            in_flight=float(self.in_flight[k]),
+            arrival_rate=rate,
+            utilization=util,
+        )
+
+    def mean_load(self, now: float, window: float, delay: float) -> float | None:
+        """Average queued + in-flight requests over ``window`` seconds ending ``delay`` before ``now``."""
+        k = self._bin(now - delay)
+        if k < 0:
+            return None
+        first = max(0, k + 1 - max(1, round(window / self.dt)))
+        q = self.queue_requests[first : k + 1]
+        f = self.in_flight[first : k + 1]
+        return float(q.mean() + f.mean())

@@ -1,0 +1,139 @@
+"""Policies a simulation can run: ours (the operator's planning code) and the common interface.
+
+Every policy answers :meth:`Policy.decide` every ``interval`` simulated seconds with
+:class:`Targets` (active replicas, warm pods, node placeholders). Baselines live in
+:mod:`neuronfleet.sim.baselines`, the oracle in :mod:`neuronfleet.sim.oracle`.
+
+:class:`Ours` calls :func:`neuronfleet.planning.scaling.decide` and
+:func:`neuronfleet.planning.warmpool.plan` exactly as the operator does, on a
+:class:`~neuronfleet.planning.signals.MetricSnapshot` taken ``scrape_delay`` seconds earlier, with
+the cold starts the fleet has measured so far (p90, as ``status.coldStart`` reports them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from neuronfleet.api.v1alpha1 import ScalingSpec, WarmPoolSpec
+from neuronfleet.planning import scaling, warmpool
+from neuronfleet.sim.fleet import FleetCounts
+from neuronfleet.sim.metrics import MetricsView
+
+#: Seconds from a sample to the decision that uses it (15 s scrape, half on average, plus query).
+DEFAULT_SCRAPE_DELAY = 10.0
+#: Measured cold starts needed before the measurement replaces the assumed value.
+MIN_COLD_START_SAMPLES = 3
+
+
+@dataclass(frozen=True)
+class Targets:
+    """What a policy wants the fleet to hold."""
+
+    active: int
+    warm: int = 0
+    placeholders: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the fleet looks like and has measured, as the operator would see it in status."""
+
+    counts: FleetCounts
+    pod_cold_start_p90: float | None
+    node_cold_start_p90: float | None
+
+
+class Policy(Protocol):
+    """One autoscaler under test."""
+
+    name: str
+    setting: str
+    interval: float
+    #: Serving replicas at t=0 (None: the run's common start).
+    start_replicas: int | None
+
+    def decide(self, now: float, metrics: MetricsView, observed: Observed) -> Targets: ...
+
+
+def p90(samples: list[float]) -> float | None:
+    if len(samples) < MIN_COLD_START_SAMPLES:
+        return None
+    return float(np.quantile(samples, 0.9))
+
+
+class Ours:
+    """The operator's policy: :mod:`neuronfleet.planning.scaling` plus :mod:`neuronfleet.planning.warmpool`."""
+
+    name = "ours"
+
+    def __init__(
+        self,
+        scaling_spec: ScalingSpec,
+        warm_spec: WarmPoolSpec,
+        setting: str,
+        scrape_delay: float = DEFAULT_SCRAPE_DELAY,
+    ) -> None:
+        self.scaling_spec = scaling_spec
+        self.warm_spec = warm_spec
+        self.setting = setting
+        self.interval = float(scaling_spec.interval_seconds)
+        self.scrape_delay = scrape_delay
+        self.start_replicas: int | None = None
+        self.scaling_state = scaling.ScalingState()
+        self.warm_state = warmpool.WarmPoolState()
+
+    def decide(self, now: float, metrics: MetricsView, observed: Observed) -> Targets:
+        snapshot = metrics.snapshot(now, self.scrape_delay)
+        counts = observed.counts
+        decision = scaling.decide(self.scaling_spec, self.scaling_state, snapshot, counts.active, counts.serving, now)
+        self.scaling_state = decision.new_state
+        pool = warmpool.plan(
+            self.warm_spec,
+            self.warm_state,
+            decision.demand,
+            now,
+            warmpool.ColdStart(observed.pod_cold_start_p90, observed.node_cold_start_p90),
+        )
+        self.warm_state = pool.new_state
+        return Targets(decision.desired, pool.pods, pool.node_placeholders, f"{decision.reason} | {pool.reason}")
+
+
+def ours_from_policy_file(data: dict[str, Any], max_replicas: int, setting: str) -> Ours:
+    """:class:`Ours` from a mapping with the CR's ``scaling`` and ``warmPool`` sections (camelCase).
+
+    ``maxReplicas`` defaults to ``max_replicas`` when the file does not set it.
+    """
+    scaling_data = dict(data.get("scaling") or {})
+    scaling_data.setdefault("maxReplicas", max_replicas)
+    return Ours(
+        ScalingSpec.model_validate(scaling_data),
+        WarmPoolSpec.model_validate(data.get("warmPool") or {}),
+        setting,
+    )
+
+
+#: "Ours" as benchmarked: the CR defaults, with the warm pool on (Auto) and its bounds opened to the
+#: API's maximum so the bounds are not what limits it. Nothing here depends on the trace.
+DEFAULT_OURS: dict[str, Any] = {
+    "scaling": {"minReplicas": 1},
+    "warmPool": {"mode": "Auto", "maxPods": 100, "maxNodePlaceholders": 100},
+}
+
+
+class Static:
+    """A fixed number of active replicas (static provisioning)."""
+
+    name = "static"
+
+    def __init__(self, replicas: int, setting: str) -> None:
+        self.replicas = replicas
+        self.setting = setting
+        self.interval = 3600.0
+        self.start_replicas: int | None = replicas
+
+    def decide(self, now: float, metrics: MetricsView, observed: Observed) -> Targets:
+        return Targets(self.replicas, reason=f"static {self.replicas}")

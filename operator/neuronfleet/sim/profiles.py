@@ -1,0 +1,236 @@
+"""Model profiles: what one replica serves, how fast, on which Inf2 node, and how long it takes to start.
+
+Two built-in profiles (figures from shared FACTS.md, "Performance references"):
+
+- ``bert-base``: bert-base-uncased, sequence 128, one replica per inf2.xlarge (1 chip, 2
+  NeuronCores), one inference per request. Neuron performance page: batch 1: 1,998 inf/s at 1.00 ms;
+  batch 4: ~2,700 inf/s, 2.95 ms; batch 8: ~2,670 inf/s, 5.97 ms; batch 16: 2,940 inf/s, 10.9 ms.
+- ``llama-2-7b``: Llama-2-7B, one replica per inf2.48xlarge with TP=24 (transformers-neuronx,
+  Neuron SDK 2.18): batch 8: 726 tok/s, time to first token 77 ms, 12.1 ms per output token. There
+  are no official figures for smaller Inf2 sizes, so none is offered. Assumptions, stated in the
+  profile: a replica runs 8 requests at once (continuous batching at the batch-8 figures); a
+  request's prefill is 77 ms plus 0.05 ms per context token (about 20k prompt tokens/s, under 10%
+  of the instance's BF16 peak; the published TTFT does not give its prompt length); its slot is
+  busy for prefill + generated tokens x 12.1 ms. Latency is time to first token (queueing for a
+  slot plus prefill): whole-response latency is mostly the response length, which no policy changes.
+
+Cold-start phases (both, overridable): node provisioning log-normal, median 120 s (an assumption:
+no published Inf2 launch-to-Ready figure; Karpenter nodes take minutes); image pull 240-360 s
+(Neuron images of 15-20 GB without lazy pulling, AWS SOCI blog) paid once per node; runtime init,
+artifact load and warm-up of seconds (BERT) to a minute or two (7B weights).
+
+A profile file (YAML or JSON) has the fields of :class:`Profile`; ``neuronfleet simulate
+--dump-profile NAME`` prints a built-in one to start from (e.g. to put in figures measured by the
+runtime benchmark).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES, InstanceType
+from neuronfleet.sim.distributions import Distribution, DistributionError, parse
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BatchPoint(_Model):
+    """Throughput and latency of one compiled batch size on one replica."""
+
+    batch: int = Field(ge=1)
+    throughput_per_s: float = Field(gt=0, description="Inferences per second at this batch size.")
+    latency_ms: float = Field(gt=0, description="Time to run one batch.")
+
+
+class LlmServing(_Model):
+    """Token-level serving figures of an LLM replica."""
+
+    slots: int = Field(ge=1, description="Requests a replica decodes at once (its batch).")
+    ttft_ms: float = Field(ge=0, description="Prefill time of a request apart from its prompt length.")
+    prefill_ms_per_token: float = Field(ge=0, description="Extra prefill time per context token.")
+    decode_ms_per_token: float = Field(gt=0, description="Time per generated token at full batch.")
+    default_context_tokens: float = Field(default=1024, ge=0, description="When the trace has none.")
+    default_generated_tokens: float = Field(default=128, ge=0, description="When the trace has none.")
+
+
+class ColdStartPhases(_Model):
+    """Distributions of the cold-start phases, in seconds (see :mod:`neuronfleet.sim.distributions`)."""
+
+    node: Any = Field(description="Node provisioning (launch to Ready with the device plugin up).")
+    scheduling: Any = Field(default=2.0, description="Pod created to bound on a ready node.")
+    pull: Any = Field(description="Image pull, paid once per node.")
+    init: Any = Field(default={"uniform": [3, 8]}, description="Neuron runtime init.")
+    load: Any = Field(description="Artifact load onto the NeuronCores.")
+    warmup: Any = Field(description="Warm-up of every bucket before readiness.")
+
+    def dist(self, phase: str) -> Distribution:
+        try:
+            return parse(getattr(self, phase), f"coldStart.{phase}")
+        except DistributionError as error:
+            raise ProfileError(str(error)) from None
+
+
+class Profile(_Model):
+    """One model served on one Inf2 instance type."""
+
+    name: str
+    description: str = ""
+    instance_type: str
+    replicas_per_node: int = Field(default=1, ge=1)
+    kind: Literal["batch", "llm"]
+    batches: list[BatchPoint] | None = None
+    llm: LlmServing | None = None
+    slo_ms: float = Field(gt=0, description="Latency target each request is measured against.")
+    max_queue: int = Field(default=256, ge=1, description="Queue bound per replica; beyond it: 429.")
+    max_batch_delay_ms: float = Field(default=5.0, ge=0)
+    drain_seconds: float = Field(default=10.0, ge=0, description="A draining pod's node is kept this long.")
+    promote_seconds: float = Field(default=2.0, ge=0, description="Warm to serving (label + endpoints).")
+    cold_start: ColdStartPhases
+    assumptions: list[str] = Field(default_factory=list)
+    sources: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Profile:
+        if self.instance_type not in INF2_INSTANCE_TYPES:
+            raise ValueError(f"instance_type {self.instance_type!r} is not one of {list(INF2_INSTANCE_TYPES)}")
+        if self.kind == "batch" and not self.batches:
+            raise ValueError("a batch profile needs `batches`")
+        if self.kind == "llm" and self.llm is None:
+            raise ValueError("an llm profile needs `llm`")
+        for phase in ("node", "scheduling", "pull", "init", "load", "warmup"):
+            parse(getattr(self.cold_start, phase), f"cold_start.{phase}")
+        return self
+
+    @property
+    def instance(self) -> InstanceType:
+        return INF2_INSTANCE_TYPES[self.instance_type]
+
+    @property
+    def usd_per_replica_hour(self) -> float:
+        return self.instance.usd_per_hour / self.replicas_per_node
+
+    @property
+    def chips_per_replica(self) -> float:
+        return self.instance.chips / self.replicas_per_node
+
+    def efficient_batches(self) -> list[BatchPoint]:
+        """Batch sizes a batcher would use: each one faster than every smaller one."""
+        chosen: list[BatchPoint] = []
+        for point in sorted(self.batches or [], key=lambda p: p.batch):
+            if not chosen or point.throughput_per_s > chosen[-1].throughput_per_s:
+                chosen.append(point)
+        return chosen
+
+
+BERT_BASE: dict[str, Any] = {
+    "name": "bert-base",
+    "description": "bert-base-uncased, seq 128, one replica per inf2.xlarge, one inference per request",
+    "instance_type": "inf2.xlarge",
+    "replicas_per_node": 1,
+    "kind": "batch",
+    "batches": [
+        {"batch": 1, "throughput_per_s": 1998, "latency_ms": 1.00},
+        {"batch": 4, "throughput_per_s": 2700, "latency_ms": 2.95},
+        {"batch": 8, "throughput_per_s": 2670, "latency_ms": 5.97},
+        {"batch": 16, "throughput_per_s": 2940, "latency_ms": 10.9},
+    ],
+    "slo_ms": 50.0,
+    "max_queue": 256,
+    "max_batch_delay_ms": 5.0,
+    "drain_seconds": 5.0,
+    "cold_start": {
+        "node": {"lognormal": {"median": 120, "sigma": 0.3}},
+        "scheduling": 2.0,
+        "pull": {"uniform": [240, 360]},
+        "init": {"uniform": [3, 8]},
+        "load": {"uniform": [5, 15]},
+        "warmup": {"uniform": [5, 10]},
+    },
+    "assumptions": [
+        "node provisioning median 120 s (no published Inf2 launch-to-Ready figure)",
+        "load and warm-up of a BERT artifact: 10-25 s",
+        "SLO 50 ms per request",
+    ],
+    "sources": ["AWS Neuron performance page: bert-base-uncased seq 128 on inf2.xlarge (shared FACTS.md)"],
+}
+
+LLAMA_2_7B: dict[str, Any] = {
+    "name": "llama-2-7b",
+    "description": "Llama-2-7B, TP=24, one replica per inf2.48xlarge, latency = time to first token",
+    "instance_type": "inf2.48xlarge",
+    "replicas_per_node": 1,
+    "kind": "llm",
+    "llm": {
+        "slots": 8,
+        "ttft_ms": 77.0,
+        "prefill_ms_per_token": 0.05,
+        "decode_ms_per_token": 12.1,
+        "default_context_tokens": 1024,
+        "default_generated_tokens": 128,
+    },
+    "slo_ms": 1000.0,
+    "max_queue": 256,
+    "max_batch_delay_ms": 0.0,
+    "drain_seconds": 30.0,
+    "cold_start": {
+        "node": {"lognormal": {"median": 120, "sigma": 0.3}},
+        "scheduling": 2.0,
+        "pull": {"uniform": [240, 360]},
+        "init": {"uniform": [3, 8]},
+        "load": {"uniform": [60, 120]},
+        "warmup": {"uniform": [20, 40]},
+    },
+    "assumptions": [
+        "8 requests decoded at once at the published batch-8 figures (12.1 ms/token)",
+        "prefill = 77 ms + 0.05 ms per context token (published TTFT lacks its prompt length)",
+        "only inf2.48xlarge: no official figures for smaller Inf2 sizes",
+        "node provisioning median 120 s; weights load 60-120 s; warm-up 20-40 s",
+        "SLO 1 s time to first token",
+    ],
+    "sources": ["transformers-neuronx Llama-2-7B on inf2.48xlarge, Neuron SDK 2.18 (shared FACTS.md)"],
+}
+
+BUILTIN: dict[str, dict[str, Any]] = {"bert-base": BERT_BASE, "llama-2-7b": LLAMA_2_7B}
+
+
+def _validated(data: Any, where: str) -> Profile:
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in error.errors())
+        raise ProfileError(f"{where}: {problems}") from None
+    except DistributionError as error:
+        raise ProfileError(f"{where}: {error}") from None
+
+
+def load_profile(name_or_path: str) -> Profile:
+    """A built-in profile by name, or a YAML/JSON profile file."""
+    if name_or_path in BUILTIN:
+        return _validated(BUILTIN[name_or_path], name_or_path)
+    path = Path(name_or_path)
+    if not path.exists():
+        raise ProfileError(f"{name_or_path}: neither a built-in profile ({', '.join(BUILTIN)}) nor a file")
+    try:
+        text = path.read_text()
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, json.JSONDecodeError, yaml.YAMLError) as error:
+        raise ProfileError(f"{path}: cannot read: {error}") from None
+    return _validated(data, str(path))
+
+
+def dump_profile(name: str) -> str:
+    """A built-in profile as YAML, to copy and edit."""
+    if name not in BUILTIN:
+        raise ProfileError(f"unknown built-in profile {name!r}; known: {', '.join(BUILTIN)}")
+    return yaml.safe_dump(BUILTIN[name], sort_keys=False)

@@ -1,0 +1,187 @@
+"""Reporting a comparison: per-case records, a rich table, a JSON document and PNG plots.
+
+Per case: SLO attainment (share of all requests, rejected ones included, served within the SLO),
+p50/p99/max latency of served requests, rejected requests, requests that missed the SLO while
+active replicas were cold-starting ("waited on a cold start"), replica-hours (pods holding the
+model: active, warm, starting, draining), chip-hours and dollars (nodes billed from launch to
+removal at the catalog's on-demand price), dollars per million requests, and cost relative to
+the clairvoyant oracle.
+
+Trace attribution (printed with every report): the Azure LLM inference trace is published by
+Microsoft (Azure/AzurePublicDataset) under CC-BY 4.0; cite Patel et al., "Splitwise: Efficient
+generative LLM inference using phase splitting", ISCA 2024.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.table import Table
+
+from neuronfleet.sim.engine import RunResult
+from neuronfleet.sim.profiles import Profile
+from neuronfleet.sim.runner import Outcome
+from neuronfleet.sim.workload import Workload
+
+ATTRIBUTION = (
+    "Azure LLM inference trace: Microsoft, Azure/AzurePublicDataset, CC-BY 4.0. Patel et al., "
+    '"Splitwise: Efficient generative LLM inference using phase splitting", ISCA 2024.'
+)
+
+
+def _num(value: float, digits: int = 4) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(float(value), digits)
+
+
+def record(profile: Profile, policy: str, setting: str, result: RunResult, oracle_usd: float) -> dict[str, Any]:
+    """One case in the project's fleet.json shape."""
+    return {
+        "name": f"{profile.name}/{policy}/{setting}",
+        "profile": profile.name,
+        "policy": policy,
+        "setting": setting,
+        "slo_attainment": _num(result.slo_attainment, 6),
+        "p50_ms": _num(result.p50_ms, 2),
+        "p99_ms": _num(result.p99_ms, 2),
+        "max_ms": _num(result.max_ms, 2),
+        "requests": round(result.requests),
+        "rejected": round(result.rejected),
+        "cold_start_waits": round(result.cold_start_misses),
+        "replica_hours": _num(result.replica_hours, 3),
+        "chip_hours": _num(result.chip_hours, 3),
+        "usd": _num(result.usd, 3),
+        "usd_per_million": _num(result.usd_per_million, 5),
+        "cost_vs_oracle": _num(result.usd / oracle_usd, 4) if oracle_usd > 0 else None,
+        "sim_wall_s": _num(result.sim_wall_s, 3),
+    }
+
+
+def records(
+    profile: Profile, outcomes: Sequence[Outcome], oracle: RunResult, best: dict[str, Outcome]
+) -> list[dict[str, Any]]:
+    """Every case, the oracle last; ``default`` and ``best`` flags mark the reported settings."""
+    out = []
+    for o in outcomes:
+        rec = record(profile, o.case.family, o.case.setting, o.result, oracle.usd)
+        rec["default"] = o.case.default
+        rec["best"] = best.get(o.case.family) is o
+        out.append(rec)
+    rec = record(profile, "oracle", "clairvoyant", oracle, oracle.usd)
+    rec["default"] = True
+    rec["best"] = True
+    out.append(rec)
+    return out
+
+
+def table(title: str, rows: Sequence[dict[str, Any]], slo_ms: float, slo_target: float) -> Table:
+    """A rich table of the given records."""
+    t = Table(title=title, caption=f"SLO {slo_ms:g} ms; * = default setting, ✓ = cheapest reaching {slo_target:.0%}")
+    for heading in (
+        "policy",
+        "setting",
+        "SLO att.",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "rejected",
+        "cold waits",
+        "replica-h",
+        "chip-h",
+        "$/M inf",
+        "x oracle",
+        "wall s",
+    ):
+        t.add_column(heading, justify="left" if heading in ("policy", "setting") else "right")
+    for r in rows:
+        mark = ("*" if r.get("default") else "") + ("✓" if r.get("best") and r["policy"] != "oracle" else "")
+        att = r["slo_attainment"]
+        style = "green" if att is not None and att >= slo_target else None
+        t.add_row(
+            r["policy"],
+            f"{r['setting']} {mark}".strip(),
+            f"{att:.4f}" if att is not None else "-",
+            _cell(r["p50_ms"], "{:.1f}"),
+            _cell(r["p99_ms"], "{:.1f}"),
+            _cell(r["max_ms"], "{:.0f}"),
+            f"{r['rejected']:,}",
+            f"{r['cold_start_waits']:,}",
+            _cell(r["replica_hours"], "{:.1f}"),
+            _cell(r["chip_hours"], "{:.1f}"),
+            _cell(r["usd_per_million"], "{:.4g}"),
+            _cell(r["cost_vs_oracle"], "{:.2f}"),
+            _cell(r["sim_wall_s"], "{:.1f}"),
+            style=style,
+        )
+    return t
+
+
+def _cell(value: float | None, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def write_json(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def plot_timeline(
+    path: Path, workload: Workload, profile: Profile, shown: dict[str, RunResult], schedule: Sequence[int]
+) -> None:
+    """Demand (replicas needed per 10 s) against each policy's serving and warm replicas."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    per = max(1, round(10.0 / workload.dt))
+    usable = len(workload.work) // per * per
+    demand = workload.work[:usable].reshape(-1, per).sum(axis=1) / (per * workload.dt)
+    families = list(shown)
+    fig, axes = plt.subplots(len(families), 1, figsize=(11, 2.2 * len(families) + 0.6), sharex=True, squeeze=False)
+    t_demand = np.arange(len(demand)) * per * workload.dt / 60
+    for ax, family in zip(axes[:, 0], families, strict=True):
+        r = shown[family]
+        minutes = np.asarray(r.timeline["t"]) / 60
+        ax.fill_between(t_demand, demand, step="post", color="0.85", label="demand (replicas, 10 s)")
+        ax.step(np.arange(len(schedule)) / 60, schedule, where="post", color="0.5", lw=0.6, label="oracle")
+        ax.step(minutes, r.timeline["serving"], where="post", color="tab:blue", label="serving")
+        if any(r.timeline["warm"]):
+            ax.step(minutes, r.timeline["warm"], where="post", color="tab:orange", label="warm")
+        ax.set_title(f"{family} ({r.setting}): SLO {r.slo_attainment:.2%}, ${r.usd_per_million:.3g}/M", fontsize=9)
+        ax.set_ylabel("replicas")
+        ax.legend(loc="upper right", fontsize=7, ncol=4)
+    axes[-1, 0].set_xlabel("minutes")
+    fig.suptitle(f"{profile.name}: demand vs replicas (trace: Azure LLM conv 2023, CC-BY 4.0)", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_cdf(path: Path, profile: Profile, shown: dict[str, RunResult]) -> None:
+    """Latency CDF of served requests per policy, with the SLO marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for family, r in shown.items():
+        if r.cdf_ms:
+            qs = np.linspace(0, 1, len(r.cdf_ms))
+            ax.plot(np.maximum(r.cdf_ms, 1e-2), qs, label=f"{family} ({r.setting})")
+    ax.axvline(profile.slo_ms, color="k", ls="--", lw=0.8, label=f"SLO {profile.slo_ms:g} ms")
+    ax.set_xscale("log")
+    ax.set_xlabel("latency (ms)" + (", time to first token" if profile.kind == "llm" else ""))
+    ax.set_ylabel("share of served requests")
+    ax.set_title(f"{profile.name}: latency CDF (best setting per policy)", fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,161 @@
+"""Comparisons: every policy over one workload, each baseline swept over its main target.
+
+Each policy family has one main target and a grid of settings (geometric, chosen independently of
+any trace) that includes the family's documented default:
+
+=========  =======================================  ===============================
+family     swept target                             default
+=========  =======================================  ===============================
+ours       scaling.targetQueueDepth                 8 (the CR default)
+hpa        target utilization                       0.5 (Kubernetes HPA walkthrough; HPA has none)
+keda       threshold, queued + in-flight per pod    8 (KEDA has none: the same as ours)
+kpa        target concurrency per pod               70 (100 x 0.7 target utilization)
+ray        target_ongoing_requests                  2
+static     replicas, as a share of the oracle peak  1.0 (static peak provisioning)
+=========  =======================================  ===============================
+
+Ours gets exactly the same treatment as the baselines: one swept target, no other tuning. Every
+policy runs with the same ``min_replicas`` (1) and ``max_replicas`` and starts from the same ready
+fleet. :func:`best` picks, per family, the cheapest setting reaching the SLO target.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from neuronfleet.sim import baselines, engine, oracle
+from neuronfleet.sim.policies import DEFAULT_OURS, Policy, Static, ours_from_policy_file
+from neuronfleet.sim.profiles import Profile
+from neuronfleet.sim.workload import Workload
+
+FAMILIES = ("ours", "hpa", "keda", "kpa", "ray", "static")
+
+GRIDS: dict[str, tuple[float, ...]] = {
+    "ours": (4, 8, 16, 32, 64, 128),
+    "hpa": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+    "keda": (4, 8, 16, 32, 64, 128),
+    "kpa": (5, 10, 20, 40, 70, 140),
+    "ray": (1, 2, 4, 8, 16, 32),
+    "static": (0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+}
+DEFAULTS: dict[str, float] = {"ours": 8, "hpa": 0.5, "keda": 8, "kpa": 70, "ray": 2, "static": 1.0}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One (policy, setting) to run."""
+
+    family: str
+    setting: str
+    default: bool
+    make: Callable[[], Policy]
+
+
+def _fmt(value: float) -> str:
+    return f"{value:g}"
+
+
+def cases(
+    families: Sequence[str],
+    max_replicas: int,
+    oracle_peak: int,
+    sweep: bool = True,
+    policy_files: Sequence[tuple[str, dict[str, Any]]] = (),
+) -> list[Case]:
+    """The cases to run: each family at its default (and its grid with ``sweep``), plus policy files."""
+    out: list[Case] = []
+    for family in families:
+        grid = GRIDS[family] if sweep else (DEFAULTS[family],)
+        for value in grid:
+            out.append(_case(family, value, value == DEFAULTS[family], max_replicas, oracle_peak))
+    for label, data in policy_files:
+        out.append(Case("ours", label, False, _from_file(data, max_replicas, label)))
+    return out
+
+
+def _from_file(data: dict[str, Any], max_replicas: int, label: str) -> Callable[[], Policy]:
+    def make() -> Policy:
+        return ours_from_policy_file(data, max_replicas, label)
+
+    return make
+
+
+def _case(family: str, value: float, default: bool, max_replicas: int, oracle_peak: int) -> Case:
+    setting = _fmt(value)
+    low = 1
+    if family == "ours":
+
+        def make_ours() -> Policy:
+            data = {
+                "scaling": {**DEFAULT_OURS["scaling"], "targetQueueDepth": value},
+                "warmPool": DEFAULT_OURS["warmPool"],
+            }
+            return ours_from_policy_file(data, max_replicas, setting)
+
+        return Case(family, setting, default, make_ours)
+    if family == "hpa":
+        return Case(family, setting, default, lambda: baselines.Hpa(value, low, max_replicas, setting))
+    if family == "keda":
+        return Case(family, setting, default, lambda: baselines.Keda(value, low, max_replicas, setting))
+    if family == "kpa":
+        return Case(family, setting, default, lambda: baselines.Kpa(value, low, max_replicas, setting))
+    if family == "ray":
+        return Case(family, setting, default, lambda: baselines.RayServe(value, low, max_replicas, setting))
+    if family == "static":
+        replicas = max(1, math.ceil(oracle_peak * value))
+        return Case(family, f"{replicas} ({setting} x peak)", default, lambda: Static(replicas, setting))
+    raise ValueError(f"unknown policy {family!r}; known: {', '.join(FAMILIES)}")
+
+
+@dataclass
+class Outcome:
+    """One case's result with its bookkeeping."""
+
+    case: Case
+    result: engine.RunResult
+
+
+def start_replicas(schedule: Sequence[int], seconds: int = 60) -> int:
+    """The common starting fleet: the oracle's largest count in the first minute."""
+    return max(1, max(schedule[:seconds]))
+
+
+def run_cases(
+    workload: Workload,
+    profile: Profile,
+    todo: Sequence[Case],
+    seed: int,
+    start: int,
+    on_done: Callable[[Outcome], None] | None = None,
+    on_progress: Callable[[float], None] | None = None,
+) -> list[Outcome]:
+    outcomes = []
+    for case in todo:
+        result = engine.run(workload, profile, case.make(), start_replicas=start, seed=seed, progress=on_progress)
+        result.setting = case.setting
+        outcome = Outcome(case, result)
+        outcomes.append(outcome)
+        if on_done is not None:
+            on_done(outcome)
+    return outcomes
+
+
+def best(outcomes: Sequence[Outcome], slo_target: float) -> dict[str, Outcome]:
+    """Per family: the cheapest setting reaching ``slo_target`` attainment (else the highest attainment)."""
+    chosen: dict[str, Outcome] = {}
+    for family in dict.fromkeys(o.case.family for o in outcomes):
+        mine = [o for o in outcomes if o.case.family == family]
+        meeting = [o for o in mine if o.result.slo_attainment >= slo_target]
+        if meeting:
+            chosen[family] = min(meeting, key=lambda o: o.result.usd)
+        else:
+            chosen[family] = max(mine, key=lambda o: (o.result.slo_attainment, -o.result.usd))
+    return chosen
+
+
+def run_oracle(workload: Workload, profile: Profile, seed: int) -> tuple[engine.RunResult, list[int]]:
+    result, schedule = oracle.run(workload, profile, seed)
+    return result, [int(x) for x in schedule.tolist()]

@@ -1,0 +1,161 @@
+"""Request traces: read a CSV of arrivals, and scale its rate while keeping its burst structure.
+
+Format: a header row and one request per row. Columns are found by name (case-insensitive):
+
+- arrival time: the first column named like ``timestamp``, ``time``, ``ts`` or ``arrival``; values
+  are ISO-8601 date-times (``2023-11-16 18:15:46.68``) or numbers of seconds;
+- optional prompt size: a column containing ``context``, ``prompt`` or ``input`` (tokens);
+- optional output size: a column containing ``generated``, ``output`` or ``completion`` (tokens).
+
+Malformed files raise :class:`TraceError` naming the file, line and problem.
+
+Rate scaling (:func:`scale`) replicates each arrival ``k`` times, each copy shifted by a seeded
+uniform jitter in ``[0, jitter)`` seconds (copies keep the original's token counts). Compressing
+time instead would shrink bursts relative to cold starts; replication keeps every burst where and
+as long as it was, only taller. A fractional factor keeps each extra copy with that probability.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+_TIME_NAMES = re.compile(r"^(timestamp|time|ts|arrival|arrival_time|arrived_at|start_time)$", re.I)
+_CONTEXT = re.compile(r"context|prompt|input", re.I)
+_GENERATED = re.compile(r"generated|output|completion", re.I)
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be used, with a message saying where and why."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Arrivals in seconds from the first one (sorted), with optional token counts per request."""
+
+    arrivals: FloatArray
+    context_tokens: FloatArray | None
+    generated_tokens: FloatArray | None
+    source: str
+
+    @property
+    def duration(self) -> float:
+        return float(self.arrivals[-1]) if len(self.arrivals) else 0.0
+
+    def __len__(self) -> int:
+        return len(self.arrivals)
+
+
+def _parse_time(value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    text = value.strip().replace(" ", "T", 1)
+    stamp = np.datetime64(text, "ns")
+    return float(stamp.astype(np.int64)) / 1e9
+
+
+def load(path: str | Path) -> Trace:
+    """Read a CSV trace (see the module docstring for the format)."""
+    path = Path(path)
+    try:
+        handle = path.open(newline="")
+    except OSError as error:
+        raise TraceError(f"{path}: cannot open: {error.strerror or error}") from None
+    with handle:
+        reader = csv.reader(handle)
+        header = next(reader, None)
+        if not header:
+            raise TraceError(f"{path}: empty file; expected a header row such as TIMESTAMP,ContextTokens")
+        names = [h.strip() for h in header]
+        time_col = next((i for i, n in enumerate(names) if _TIME_NAMES.match(n)), None)
+        if time_col is None:
+            raise TraceError(
+                f"{path}: no arrival-time column in header {names}; name one timestamp, time, ts or arrival"
+            )
+        ctx_col = next((i for i, n in enumerate(names) if i != time_col and _CONTEXT.search(n)), None)
+        gen_col = next((i for i, n in enumerate(names) if i != time_col and _GENERATED.search(n)), None)
+        times: list[float] = []
+        contexts: list[float] = []
+        generated: list[float] = []
+        for line, row in enumerate(reader, start=2):
+            if not row or all(not cell.strip() for cell in row):
+                continue
+            if len(row) < len(names):
+                raise TraceError(f"{path}:{line}: {len(row)} fields, the header has {len(names)}")
+            try:
+                times.append(_parse_time(row[time_col]))
+            except ValueError:
+                raise TraceError(f"{path}:{line}: cannot read time {row[time_col]!r}") from None
+            for col, out, label in ((ctx_col, contexts, "context"), (gen_col, generated, "generated")):
+                if col is None:
+                    continue
+                try:
+                    tokens = float(row[col])
+                except ValueError:
+                    raise TraceError(f"{path}:{line}: {label} tokens {row[col]!r} is not a number") from None
+                if tokens < 0 or math.isnan(tokens):
+                    raise TraceError(f"{path}:{line}: {label} tokens must be >= 0, got {row[col]!r}")
+                out.append(tokens)
+    if not times:
+        raise TraceError(f"{path}: no requests after the header")
+    arrivals = np.asarray(times, dtype=np.float64)
+    order = np.argsort(arrivals, kind="stable")
+    arrivals = arrivals[order] - arrivals[order[0]]
+    ctx = np.asarray(contexts, dtype=np.float64)[order] if ctx_col is not None else None
+    gen = np.asarray(generated, dtype=np.float64)[order] if gen_col is not None else None
+    return Trace(arrivals, ctx, gen, str(path))
+
+
+def scale(trace: Trace, factor: float, jitter: float, seed: int) -> Trace:
+    """The trace with each arrival replicated ``factor`` times (see the module docstring)."""
+    if factor <= 0:
+        raise ValueError(f"rate factor must be positive, got {factor}")
+    rng = np.random.default_rng(seed)
+    whole = math.floor(factor)
+    copies = np.full(len(trace), whole, dtype=np.int64)
+    if factor > whole:
+        copies += rng.random(len(trace)) < (factor - whole)
+    index = np.repeat(np.arange(len(trace)), copies)
+    arrivals = trace.arrivals[index] + rng.random(len(index)) * jitter
+    order = np.argsort(arrivals, kind="stable")
+    pick = index[order]
+    return Trace(
+        arrivals[order],
+        trace.context_tokens[pick] if trace.context_tokens is not None else None,
+        trace.generated_tokens[pick] if trace.generated_tokens is not None else None,
+        trace.source,
+    )
+
+
+def binned_counts(trace: Trace, factor: float, jitter: float, seed: int, dt: float, bins: int) -> FloatArray:
+    """Arrivals per ``dt`` bin of the trace scaled as :func:`scale` does, without materializing them.
+
+    For token-less traces at large factors (hundreds of millions of copies): each arrival's copies
+    are spread over the bins its jitter window covers by a seeded multinomial draw, which is the
+    distribution of bin counts of uniformly jittered copies (sub-bin offsets ignored: < ``dt``).
+    """
+    rng = np.random.default_rng(seed)
+    whole = math.floor(factor)
+    copies = np.full(len(trace), whole, dtype=np.int64)
+    if factor > whole:
+        copies += rng.random(len(trace)) < (factor - whole)
+    start = np.floor(trace.arrivals / dt).astype(np.int64)
+    width = max(1, round(jitter / dt))
+    counts = np.zeros(bins, dtype=np.float64)
+    if width == 1:
+        np.add.at(counts, np.minimum(start, bins - 1), copies)
+        return counts
+    spread = rng.multinomial(copies, np.full(width, 1.0 / width))
+    index = np.minimum(start[:, None] + np.arange(width)[None, :], bins - 1)
+    counts += np.bincount(index.ravel(), weights=spread.ravel().astype(np.float64), minlength=bins)[:bins]
+    return counts
