@@ -1,0 +1,252 @@
+"""Builders: pods, placeholders, Service, PDB and PriorityClasses, checked against Kubernetes' schemas."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import kubernetes_validate
+import pytest
+import yaml
+from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.kube.builders import (
+    PLACEHOLDER_PRIORITY,
+    BuilderConfig,
+    build_pdb,
+    build_placeholder_pod,
+    build_pod,
+    build_priority_classes,
+    build_service,
+    owner_reference,
+    pod_template_hash,
+    relabel_patch,
+)
+from neuronfleet.planning.fleet import Relabel
+from neuronfleet.planning.labels import ArtifactRevision, FleetRevision
+from neuronfleet.planning.placement import Candidate, plan_for_spec
+
+KUBERNETES_VERSION = "1.34"
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACT = ArtifactRevision("bbbbbbbbbb", "s3://artifacts/llama/bbbbbbbbbb/")
+
+
+def load(name: str) -> InferenceDeployment:
+    dep = InferenceDeployment.model_validate(yaml.safe_load((REPO / "examples" / name).read_text()))
+    dep.metadata.uid = "0f6c3f5e-1111-2222-3333-444455556666"
+    return dep
+
+
+def chosen(dep: InferenceDeployment, replicas: int = 2) -> Candidate:
+    plan = plan_for_spec(dep.spec, replicas)
+    assert plan.chosen is not None
+    return plan.chosen
+
+
+def validate(obj: dict[str, Any]) -> None:
+    """Strict schema validation: unknown fields and wrong types fail, as on a real API server."""
+    try:
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as error:
+        pytest.fail(f"{obj['kind']} {obj['metadata']['name']}: {error.message} at {list(error.path)}")
+
+
+def restricted_violations(pod: dict[str, Any]) -> list[str]:
+    """The Pod Security Standards "restricted" checks (kubernetes.io/docs/concepts/security/pod-security-standards)."""
+    spec = pod["spec"]
+    pod_security = spec.get("securityContext", {})
+    problems = []
+    for field in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(field):
+            problems.append(field)
+    allowed_volumes = {
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    }
+    for volume in spec.get("volumes", []):
+        if not (set(volume) - {"name"}) <= allowed_volumes:
+            problems.append(f"volume {volume['name']}")
+    for container in spec["containers"]:
+        security = container.get("securityContext", {})
+        if security.get("privileged"):
+            problems.append("privileged")
+        if security.get("allowPrivilegeEscalation") is not False:
+            problems.append("allowPrivilegeEscalation")
+        if "ALL" not in security.get("capabilities", {}).get("drop", []):
+            problems.append("capabilities.drop ALL")
+        if set(security.get("capabilities", {}).get("add", [])) - {"NET_BIND_SERVICE"}:
+            problems.append("capabilities.add")
+        if not (security.get("runAsNonRoot") or pod_security.get("runAsNonRoot")):
+            problems.append("runAsNonRoot")
+        if security.get("runAsUser", pod_security.get("runAsUser")) == 0:
+            problems.append("runAsUser 0")
+        seccomp = security.get("seccompProfile") or pod_security.get("seccompProfile") or {}
+        if seccomp.get("type") not in ("RuntimeDefault", "Localhost"):
+            problems.append("seccompProfile")
+        if container.get("ports") and any(p.get("hostPort") for p in container["ports"]):
+            problems.append("hostPort")
+    return problems
+
+
+@pytest.mark.parametrize("example", ["bert-embeddings.yaml", "llama2-7b-chat.yaml", "batch-classifier-fixed.yaml"])
+def test_replica_pod_is_valid_and_restricted(example: str) -> None:
+    dep = load(example)
+    candidate = chosen(dep)
+    revision = FleetRevision(ARTIFACT, pod_template_hash(dep, candidate))
+    roles: tuple[Literal["active", "warm"], ...] = ("active", "warm")
+    for role in roles:
+        pod = build_pod(dep, candidate, revision, role, "pod-0")
+        validate(pod)
+        assert restricted_violations(pod) == []
+    placeholder = build_placeholder_pod(dep, candidate, revision.template, "ph-0")
+    validate(placeholder)
+    assert restricted_violations(placeholder) == []
+
+
+def test_replica_pod_runs_the_server_with_probes_and_neuron_resources() -> None:
+    dep = load("llama2-7b-chat.yaml")
+    candidate = chosen(dep, 3)
+    pod = build_pod(dep, candidate, FleetRevision(ARTIFACT, "tttttttttt"), "active", "llama-0")
+    container = pod["spec"]["containers"][0]
+    assert container["command"] == ["neuronserve"]
+    args = container["args"]
+    assert args[:3] == ["serve", "--artifact", ARTIFACT.uri]
+    assert args[args.index("--port") + 1] == "8080"
+    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": "http"}
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 1800
+    resources = container["resources"]
+    assert resources["requests"]["aws.amazon.com/neuroncore"] == "8"
+    assert resources["limits"]["aws.amazon.com/neuroncore"] == "8"
+    assert "aws.amazon.com/neuron" not in resources["requests"]
+    assert resources["requests"]["cpu"] == f"{candidate.cpu_millis_per_replica}m"
+    assert resources["limits"]["memory"] == resources["requests"]["memory"] == f"{candidate.memory_mib_per_replica}Mi"
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 300
+
+
+def test_replica_pod_is_placed_on_the_chosen_type_in_the_allowed_zones() -> None:
+    dep = load("llama2-7b-chat.yaml")
+    candidate = chosen(dep, 3)
+    spec = build_pod(dep, candidate, FleetRevision(ARTIFACT, "t"), "active", "llama-0")["spec"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    expressions = {e["key"]: e["values"] for e in terms[0]["matchExpressions"]}
+    assert expressions["node.kubernetes.io/instance-type"] == [candidate.name] == ["inf2.48xlarge"]
+    assert expressions["topology.kubernetes.io/zone"] == ["us-east-1a", "us-east-1b"]
+    assert {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    spread = spec["topologySpreadConstraints"][0]
+    assert (spread["topologyKey"], spread["whenUnsatisfiable"]) == ("topology.kubernetes.io/zone", "ScheduleAnyway")
+    assert spread["labelSelector"]["matchLabels"] == {"serving.neuronfleet.dev/deployment": "llama2-7b-chat"}
+    assert spec["schedulerName"] == "my-scheduler"
+
+
+def test_node_group_labels_and_operator_default_scheduler() -> None:
+    dep = load("bert-embeddings.yaml")
+    spec = build_pod(dep, chosen(dep), FleetRevision(ARTIFACT, "t"), "active", "bert-0")["spec"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["inf2-serving"]} in terms[0][
+        "matchExpressions"
+    ]
+    assert "schedulerName" not in spec
+    configured = build_pod(
+        dep,
+        chosen(dep),
+        FleetRevision(ARTIFACT, "t"),
+        "active",
+        "bert-0",
+        BuilderConfig(default_scheduler_name="neuron"),
+    )
+    assert configured["spec"]["schedulerName"] == "neuron"
+
+
+def test_labels_owner_and_priority_per_role() -> None:
+    dep = load("bert-embeddings.yaml")
+    candidate = chosen(dep)
+    warm = build_pod(dep, candidate, FleetRevision(ARTIFACT, "tmpl"), "warm", "bert-0")
+    labels = warm["metadata"]["labels"]
+    assert labels["serving.neuronfleet.dev/deployment"] == dep.name
+    assert labels["serving.neuronfleet.dev/role"] == "warm"
+    assert labels["serving.neuronfleet.dev/revision"] == ARTIFACT.id
+    assert labels["serving.neuronfleet.dev/template-hash"] == "tmpl"
+    assert warm["metadata"]["ownerReferences"] == [owner_reference(dep)]
+    assert owner_reference(dep)["controller"] is True and owner_reference(dep)["blockOwnerDeletion"] is True
+    assert warm["metadata"]["namespace"] == dep.metadata.namespace
+    assert warm["spec"]["priorityClassName"] == "neuronfleet-warm"
+    active = build_pod(dep, candidate, FleetRevision(ARTIFACT, "tmpl"), "active", "bert-0")
+    assert active["spec"]["priorityClassName"] == "neuronfleet-active"
+
+
+def test_placeholder_holds_the_same_neuron_capacity_at_low_priority() -> None:
+    dep = load("llama2-7b-chat.yaml")
+    candidate = chosen(dep)
+    replica = build_pod(dep, candidate, FleetRevision(ARTIFACT, "t"), "active", "llama-0")
+    placeholder = build_placeholder_pod(dep, candidate, "t", "llama-ph-0")
+    container = placeholder["spec"]["containers"][0]
+    assert container["image"].startswith("registry.k8s.io/pause:")
+    assert container["resources"] == replica["spec"]["containers"][0]["resources"]
+    assert placeholder["spec"]["affinity"] == replica["spec"]["affinity"]
+    assert placeholder["spec"]["tolerations"] == replica["spec"]["tolerations"]
+    assert placeholder["spec"]["priorityClassName"] == "neuronfleet-placeholder"
+    assert placeholder["metadata"]["labels"]["serving.neuronfleet.dev/role"] == "placeholder"
+    assert "serving.neuronfleet.dev/revision" not in placeholder["metadata"]["labels"]
+
+
+def test_template_hash_follows_the_pod_but_not_the_artifact() -> None:
+    dep = load("bert-embeddings.yaml")
+    candidate = chosen(dep)
+    base = pod_template_hash(dep, candidate)
+    assert pod_template_hash(dep, candidate) == base
+    new_image = dep.model_copy(deep=True)
+    new_image.spec.runtime.image = "ghcr.io/neuronfleet/neuronserve:0.2.0"
+    assert pod_template_hash(new_image, candidate) != base
+    single_chip = dep.spec.model_copy(deep=True)
+    single_chip.placement.instance_types = ["inf2.8xlarge"]
+    other_type = plan_for_spec(single_chip, 1).chosen
+    assert other_type is not None
+    assert pod_template_hash(dep, other_type) != base
+
+
+def test_service_pdb_and_priority_classes() -> None:
+    dep = load("bert-embeddings.yaml")
+    service = build_service(dep)
+    pdb = build_pdb(dep)
+    for obj in (service, pdb, *build_priority_classes()):
+        validate(obj)
+    active = {"serving.neuronfleet.dev/deployment": dep.name, "serving.neuronfleet.dev/role": "active"}
+    assert service["spec"]["selector"] == active
+    assert service["spec"]["ports"][0]["targetPort"] == "http"
+    assert pdb["spec"]["selector"]["matchLabels"] == active
+    classes = {c["metadata"]["name"]: c for c in build_priority_classes()}
+    assert classes["neuronfleet-warm"]["value"] == classes["neuronfleet-active"]["value"]
+    # Cluster-autoscaler ignores pods below -10: placeholders must stay at or above it.
+    assert -10 <= classes["neuronfleet-placeholder"]["value"] == PLACEHOLDER_PRIORITY < 0
+    assert classes["neuronfleet-placeholder"]["preemptionPolicy"] == "Never"
+
+
+def test_relabel_patch_writes_role_and_drain_start_together() -> None:
+    from datetime import UTC, datetime
+
+    moment = datetime(2026, 11, 30, 12, 0, 5, tzinfo=UTC)
+    patch = relabel_patch(Relabel("p", "draining", "active", "scale-down", moment))
+    assert patch == {
+        "metadata": {
+            "labels": {"serving.neuronfleet.dev/role": "draining"},
+            "annotations": {"serving.neuronfleet.dev/drain-started-at": "2026-11-30T12:00:05Z"},
+        }
+    }
+    assert relabel_patch(Relabel("p", "active", "warm", "promote")) == {
+        "metadata": {"labels": {"serving.neuronfleet.dev/role": "active"}}
+    }
+
+
+def test_owner_reference_needs_the_uid() -> None:
+    dep = load("bert-embeddings.yaml")
+    dep.metadata.uid = None
+    with pytest.raises(ValueError, match=r"no metadata\.uid"):
+        owner_reference(dep)

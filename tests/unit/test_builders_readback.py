@@ -1,0 +1,122 @@
+"""Read-back: pods built from plan actions, as the API returns them, parse to the same fleet view.
+
+The round trip plan -> build -> (API-server fields) -> parse -> plan must yield no new actions,
+which is what keeps the operator's reconcile idempotent against real pod objects.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.kube.builders import object_for_action, parse_pod, pod_template_hash, relabel_patch
+from neuronfleet.planning.fleet import CreatePlaceholder, CreatePod, FleetTarget, Relabel, plan_fleet
+from neuronfleet.planning.labels import ArtifactRevision
+from neuronfleet.planning.placement import plan_for_spec
+
+REPO = Path(__file__).resolve().parents[2]
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+ARTIFACT = ArtifactRevision("cccccccccc", "s3://artifacts/bert/cccccccccc/")
+
+
+def deployment() -> InferenceDeployment:
+    dep = InferenceDeployment.model_validate(yaml.safe_load((REPO / "examples/bert-embeddings.yaml").read_text()))
+    dep.metadata.uid = "uid-1"
+    return dep
+
+
+def as_stored(pod: dict[str, Any], *, ready: bool, node: str | None = "ip-10-0-0-1") -> dict[str, Any]:
+    """The pod as the API server would return it after scheduling (and readiness)."""
+    stored = copy.deepcopy(pod)
+    stored["metadata"]["creationTimestamp"] = "2026-11-30T11:50:00Z"
+    if node:
+        stored["spec"]["nodeName"] = node
+    stored["status"] = {
+        "phase": "Running" if node else "Pending",
+        "conditions": [
+            {"type": "PodScheduled", "status": "True" if node else "False"},
+            {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": "2026-11-30T11:55:00Z"},
+        ],
+    }
+    return stored
+
+
+def test_parse_reads_role_revision_readiness_and_node_state() -> None:
+    dep = deployment()
+    plan = plan_for_spec(dep.spec, 2)
+    assert plan.chosen is not None
+    template = pod_template_hash(dep, plan.chosen)
+    target = FleetTarget(template, ARTIFACT, active=1)
+    create = plan_fleet(dep.name, target, [], NOW).actions[0]
+    assert isinstance(create, CreatePod)
+    stored = as_stored(object_for_action(dep, plan.chosen, create), ready=True)
+    view = parse_pod(stored, node_names={"ip-10-0-0-1"})
+    assert (view.name, view.role, view.revision, view.template) == (create.name, "active", ARTIFACT.id, template)
+    assert view.ready and view.phase == "Running" and not view.node_lost
+    assert view.ready_at == datetime(2026, 11, 30, 11, 55, tzinfo=UTC)
+    assert parse_pod(stored, node_names={"another-node"}).node_lost
+    stored["metadata"]["deletionTimestamp"] = "2026-11-30T12:00:00Z"
+    assert parse_pod(stored).deleting
+
+
+def test_parse_reports_unschedulable_and_image_pull_problems() -> None:
+    pod: dict[str, Any] = {
+        "metadata": {"name": "p", "labels": {"serving.neuronfleet.dev/role": "warm"}},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/2 nodes are available: 2 Insufficient aws.amazon.com/neuroncore.",
+                }
+            ],
+        },
+    }
+    view = parse_pod(pod)
+    assert view.unschedulable_message == "0/2 nodes are available: 2 Insufficient aws.amazon.com/neuroncore."
+    pod["spec"] = {"nodeName": "n1"}
+    pod["status"]["containerStatuses"] = [
+        {"name": "neuronserve", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "pull access denied"}}}
+    ]
+    view = parse_pod(pod)
+    assert (view.waiting_reason, view.waiting_message) == ("ImagePullBackOff", "pull access denied")
+
+
+def test_unknown_role_label_is_read_as_draining() -> None:
+    view = parse_pod({"metadata": {"name": "p", "labels": {"serving.neuronfleet.dev/role": "hero"}}})
+    assert view.role == "draining"
+
+
+def test_plan_build_parse_plan_round_trip_is_idempotent() -> None:
+    dep = deployment()
+    placement = plan_for_spec(dep.spec, 4)
+    assert placement.chosen is not None
+    template = pod_template_hash(dep, placement.chosen)
+    target = FleetTarget(template, ARTIFACT, active=2, warm=1, placeholders=1)
+    first = plan_fleet(dep.name, target, [], NOW)
+    stored = {}
+    for action in first.actions:
+        assert isinstance(action, CreatePod | CreatePlaceholder)
+        stored[action.name] = as_stored(object_for_action(dep, placement.chosen, action), ready=True)
+    views = [parse_pod(pod, node_names={"ip-10-0-0-1"}) for pod in stored.values()]
+    assert plan_fleet(dep.name, target, views, NOW).actions == ()
+
+    # Scale down to 1: a relabel patch applied to the stored object reads back as draining.
+    smaller = FleetTarget(template, ARTIFACT, active=1, warm=1, placeholders=1)
+    down = plan_fleet(dep.name, smaller, views, NOW)
+    drains = [a for a in down.actions if isinstance(a, Relabel)]
+    assert len(drains) == 1
+    patch = relabel_patch(drains[0])
+    pod = stored[drains[0].name]
+    pod["metadata"]["labels"].update(patch["metadata"]["labels"])
+    pod["metadata"].setdefault("annotations", {}).update(patch["metadata"]["annotations"])
+    views = [parse_pod(p, node_names={"ip-10-0-0-1"}) for p in stored.values()]
+    drained = next(v for v in views if v.name == drains[0].name)
+    assert drained.role == "draining" and drained.drain_started_at == NOW
+    assert plan_fleet(dep.name, smaller, views, NOW + timedelta(seconds=1)).actions == ()
