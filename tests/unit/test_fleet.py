@@ -19,6 +19,7 @@ from neuronfleet.planning.fleet import (
     Relabel,
     apply_actions,
     plan_fleet,
+    zone_aware_policy,
 )
 from neuronfleet.planning.labels import ArtifactRevision, FleetRevision, serving_pod_name
 
@@ -274,3 +275,26 @@ def test_rollout_creates_active_pods_for_capacity_the_old_revision_lost() -> Non
     created = Counter(a.role for a in plan.actions if isinstance(a, CreatePod))
     # One active pod for the lost capacity, one warm pod that will be swapped in for old0.
     assert created == Counter({"active": 1, "warm": 1})
+
+
+def test_zone_aware_policy_promotes_into_the_thinnest_zone_and_drains_the_fullest() -> None:
+    policy = zone_aware_policy()
+    pods = [
+        pod("a0", zone="us-east-1a", node="n1"),
+        pod("a1", zone="us-east-1a", node="n2"),
+        pod("a2", zone="us-east-1b", node="n3", ready_at=NOW - timedelta(minutes=1)),
+        pod("wa", "warm", zone="us-east-1a", node="n1"),
+        pod("wb", "warm", zone="us-east-1b", node="n4"),
+    ]
+    up = plan_fleet("bert", target(4, warm=1), pods, NOW, policy)
+    assert [a.name for a in up.actions if isinstance(a, Relabel)] == ["wb"]
+    # The default order would promote the longest-ready pod, whichever its zone.
+    default = plan_fleet("bert", target(4, warm=1), pods, NOW)
+    assert [a.name for a in default.actions if isinstance(a, Relabel)] == ["wa"]
+    down = plan_fleet("bert", target(2, warm=2), pods, NOW, policy)
+    drained = [a.name for a in down.actions if isinstance(a, Relabel) and a.role == "draining"]
+    assert len(drained) == 1
+    assert drained[0] in ("a0", "a1")  # from us-east-1a, which has two active pods
+    # The default order drains the youngest pod, whichever its zone.
+    default_down = plan_fleet("bert", target(2, warm=2), pods, NOW)
+    assert [a.name for a in default_down.actions if isinstance(a, Relabel) and a.role == "draining"] == ["a2"]

@@ -21,6 +21,7 @@ from neuronfleet.planning.fleet import (
     Relabel,
     apply_actions,
     plan_fleet,
+    zone_aware_policy,
 )
 from neuronfleet.planning.labels import ROLES, ArtifactRevision
 
@@ -47,7 +48,8 @@ def pod_views(draw: st.DrawFn, index: int) -> PodView:
         ready=ready and role != "placeholder",
         deleting=draw(st.booleans()) and draw(st.booleans()),
         ready_at=NOW - timedelta(seconds=draw(st.integers(0, 600))) if ready else None,
-        node="node-1" if ready or phase == "Running" else None,
+        node=f"node-{index % 3}" if ready or phase == "Running" else None,
+        zone=draw(st.sampled_from(["us-east-1a", "us-east-1b", None])),
         node_lost=draw(st.integers(0, 9)) == 0,
         in_flight=draw(st.sampled_from([None, 0, 3])),
         drain_started_at=draw(st.sampled_from([None, NOW - timedelta(seconds=30), NOW - timedelta(seconds=120)])),
@@ -89,13 +91,14 @@ def world_step(pods: list[PodView], now: datetime, becomes_ready: list[bool]) ->
 
 
 @PROPERTY_SETTINGS
-@given(pods=fleets(), target=targets, remove_deleted=st.booleans())
+@given(pods=fleets(), target=targets, remove_deleted=st.booleans(), zone_aware=st.booleans())
 def test_applying_the_plan_then_replanning_yields_nothing(
-    pods: list[PodView], target: FleetTarget, remove_deleted: bool
+    pods: list[PodView], target: FleetTarget, remove_deleted: bool, zone_aware: bool
 ) -> None:
-    plan = plan_fleet("svc", target, pods, NOW, POLICY)
+    policy = zone_aware_policy(POLICY) if zone_aware else POLICY
+    plan = plan_fleet("svc", target, pods, NOW, policy)
     after = apply_actions(pods, plan.actions, NOW, remove_deleted=remove_deleted)
-    assert plan_fleet("svc", target, after, NOW, POLICY).actions == ()
+    assert plan_fleet("svc", target, after, NOW, policy).actions == ()
 
 
 @PROPERTY_SETTINGS
@@ -133,11 +136,12 @@ def test_ready_active_never_drops_below_the_count_before_a_step(pods: list[PodVi
     target=targets.filter(lambda t: t.artifact is not None),
     readiness=st.lists(st.booleans(), min_size=1, max_size=8),
     max_surge=st.sampled_from([0, 0, 1, 2]),
+    zone_aware=st.booleans(),
 )
 def test_reconcile_loop_converges_to_the_target(
-    pods: list[PodView], target: FleetTarget, readiness: list[bool], max_surge: int
+    pods: list[PodView], target: FleetTarget, readiness: list[bool], max_surge: int, zone_aware: bool
 ) -> None:
-    policy = replace(POLICY, max_surge=max_surge)
+    policy = replace(zone_aware_policy(POLICY) if zone_aware else POLICY, max_surge=max_surge)
     now = NOW
     state = pods
     floor = min(ready_active(pods), target.active)

@@ -51,6 +51,7 @@ issue: see the marked section at the end of the builders.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -523,13 +524,15 @@ def _parse_time(value: Any) -> datetime | None:
 
 def parse_pod(
     pod: dict[str, Any],
-    node_names: set[str] | None = None,
+    node_names: Collection[str] | None = None,
     in_flight: int | None = None,
+    node_zones: Mapping[str, str] | None = None,
 ) -> PodView:
     """A pod object (as read from the API) as the fleet plan sees it.
 
     ``node_names``: the nodes that exist (None: unknown, never report a node lost). ``in_flight``:
-    the pod's in-flight requests if the caller read them from its metrics.
+    the pod's in-flight requests if the caller read them from its metrics. ``node_zones``: node
+    name -> ``topology.kubernetes.io/zone``, for zone-aware promotion and drain.
     """
     metadata = pod.get("metadata") or {}
     labels = metadata.get("labels") or {}
@@ -567,6 +570,7 @@ def parse_pod(
         created_at=_parse_time(metadata.get("creationTimestamp")),
         ready_at=_parse_time(ready_condition.get("lastTransitionTime")) if ready else None,
         node=node,
+        zone=(node_zones or {}).get(node) if node else None,
         node_lost=node is not None and node_names is not None and node not in node_names,
         in_flight=in_flight,
         drain_started_at=drain_started,

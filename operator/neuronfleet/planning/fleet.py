@@ -57,6 +57,7 @@ from neuronfleet.planning.labels import (
     placeholder_pod_name,
     serving_pod_name,
 )
+from neuronfleet.planning.promotion import PodInfo, drain_order, promotion_order
 
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]
 #: Container waiting reasons that mean the pod will not start by itself.
@@ -79,6 +80,8 @@ class PodView:
     created_at: datetime | None = None
     ready_at: datetime | None = None
     node: str | None = None
+    #: Zone of the pod's node (topology.kubernetes.io/zone), when known.
+    zone: str | None = None
     #: The pod is bound to a node that no longer exists.
     node_lost: bool = False
     #: Requests the runtime is executing or queueing, when known (None: unknown).
@@ -96,21 +99,23 @@ class PodView:
         return self.phase in ("Failed", "Succeeded") or self.node_lost
 
 
-#: Returns pods in preference order. Promotion: the first is promoted first. Drain: the first is
-#: demoted first. Plug in a smarter order (planning.promotion) through FleetPolicy.
-OrderFunction = Callable[[Sequence[PodView], datetime], list[PodView]]
+#: ``order(candidates, active, now)`` returns the candidates in preference order; ``active`` is
+#: every live active pod of the deployment (for zone and node counts). Promotion: the first is
+#: promoted first. Drain: the first is demoted first. :func:`zone_aware_policy` plugs in
+#: :mod:`neuronfleet.planning.promotion`.
+OrderFunction = Callable[[Sequence[PodView], Sequence[PodView], datetime], list[PodView]]
 
 
 def _timestamp(moment: datetime | None) -> float:
     return moment.timestamp() if moment is not None else float("inf")
 
 
-def default_promotion_order(pods: Sequence[PodView], now: datetime) -> list[PodView]:
+def default_promotion_order(pods: Sequence[PodView], active: Sequence[PodView], now: datetime) -> list[PodView]:
     """Longest-ready first (its warm-up is surely over), then by name for a stable order."""
     return sorted(pods, key=lambda pod: (not pod.ready, _timestamp(pod.ready_at), pod.name))
 
 
-def default_drain_order(pods: Sequence[PodView], now: datetime) -> list[PodView]:
+def default_drain_order(pods: Sequence[PodView], active: Sequence[PodView], now: datetime) -> list[PodView]:
     """Unready first, then least in-flight work (drains fastest), then youngest, then by name."""
     return sorted(
         pods,
@@ -147,6 +152,33 @@ class FleetPolicy:
     max_surge: int = 0
     promotion_order: OrderFunction = default_promotion_order
     drain_order: OrderFunction = default_drain_order
+
+
+def zone_aware_policy(policy: FleetPolicy | None = None) -> FleetPolicy:
+    """``policy`` ordering pods with :mod:`neuronfleet.planning.promotion`.
+
+    Promotion favours the zone with the fewest active pods and nodes already serving; draining
+    favours the most crowded zone, the emptiest nodes (a node is billed whole) and the least
+    in-flight work. Candidates passed in are always of one revision, so its revision rule is moot.
+    """
+    base = policy or FleetPolicy()
+
+    def info(pod: PodView) -> PodInfo:
+        ready_since = pod.ready_at.timestamp() if pod.ready_at is not None and pod.ready else None
+        return PodInfo(pod.name, pod.node, pod.zone, ready_since, float(pod.in_flight or 0), pod.revision)
+
+    def promote(pods: Sequence[PodView], active: Sequence[PodView], now: datetime) -> list[PodView]:
+        by_name = {pod.name: pod for pod in pods}
+        ordered = promotion_order([info(p) for p in pods], [info(p) for p in active], None)
+        return [by_name[p.name] for p in ordered]
+
+    def drain(pods: Sequence[PodView], active: Sequence[PodView], now: datetime) -> list[PodView]:
+        by_name = {pod.name: pod for pod in pods}
+        # Zone and node counts come from every active pod; only the candidates are returned.
+        ordered = drain_order([info(p) for p in (*pods, *(a for a in active if a.name not in by_name))], None)
+        return [by_name[p.name] for p in ordered if p.name in by_name]
+
+    return replace(base, promotion_order=promote, drain_order=drain)
 
 
 # ------------------------------------------------------------------------------------------- actions
@@ -333,13 +365,15 @@ def plan_fleet(
     outdated = [pod for pod in serving if not _is_current(pod, revision)]
     draining = [pod for pod in serving if pod.role == "draining"]
 
+    live_active = [pod for pod in serving if pod.role == "active"]
+
     # The active set: the best current pods, ranked ready active, ready warm, unready active.
     # An unready warm pod is never promoted: it joins the Service only once it is loaded.
     def ranked(pods_in: list[PodView], role: Role, *, ready: bool) -> list[PodView]:
         picked = [pod for pod in pods_in if pod.ready == ready and pod.role == role]
         if role == "warm":
-            return policy.promotion_order(picked, now)
-        return list(reversed(policy.drain_order(picked, now)))
+            return policy.promotion_order(picked, live_active, now)
+        return list(reversed(policy.drain_order(picked, live_active, now)))
 
     active_set = (
         ranked(current, "active", ready=True)
@@ -353,7 +387,7 @@ def plan_fleet(
     ready_current_active = sum(1 for pod in active_set if pod.ready)
     keep_old = max(0, must_stay_ready - ready_current_active)
     old_ready_active = [pod for pod in outdated if pod.role == "active" and pod.ready]
-    old_ready_kept = list(reversed(policy.drain_order(old_ready_active, now)))[:keep_old]
+    old_ready_kept = list(reversed(policy.drain_order(old_ready_active, live_active, now)))[:keep_old]
     if revision is not None:
         for pod in outdated:
             if pod.role == "draining" or pod in old_ready_kept:
@@ -382,7 +416,7 @@ def plan_fleet(
     for pod in warm_set:
         if pod.role != "warm":
             demotions.append(Relabel(pod.name, "warm", pod.role, "demoted into the warm pool"))
-    for pod in policy.drain_order(surplus, now):
+    for pod in policy.drain_order(surplus, live_active, now):
         if pod.role == "active" and pod.ready:
             demotions.append(Relabel(pod.name, "draining", "active", "scale-down: draining", drain_started_at=now))
         else:
