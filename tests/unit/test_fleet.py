@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
 from neuronfleet.planning.fleet import (
     Action,
     CreatePlaceholder,
@@ -18,7 +19,10 @@ from neuronfleet.planning.fleet import (
     PodView,
     Relabel,
     apply_actions,
+    counts_from_spec,
+    describe_action,
     plan_fleet,
+    policy_for_spec,
     zone_aware_policy,
 )
 from neuronfleet.planning.labels import ArtifactRevision, FleetRevision, serving_pod_name
@@ -298,3 +302,38 @@ def test_zone_aware_policy_promotes_into_the_thinnest_zone_and_drains_the_fulles
     # The default order drains the youngest pod, whichever its zone.
     default_down = plan_fleet("bert", target(2, warm=2), pods, NOW)
     assert [a.name for a in default_down.actions if isinstance(a, Relabel) and a.role == "draining"] == ["a2"]
+
+
+def test_pod_no_scheduler_acts_on_is_reported_after_the_timeout() -> None:
+    waiting = pod("a0", ready=False, node=None, scheduler_name="neuron-scheduler", created_at=NOW)
+    early = plan_fleet("bert", target(1), [waiting], NOW + timedelta(seconds=60)).summary
+    assert early.stuck == ()
+    late = plan_fleet("bert", target(1), [waiting], NOW + timedelta(seconds=180)).summary
+    assert [(p.name, p.reason) for p in late.stuck] == [("a0", "NotScheduled")]
+    assert "'neuron-scheduler'" in late.stuck[0].message
+
+
+def test_counts_and_policy_from_the_spec() -> None:
+    spec = InferenceDeploymentSpec.model_validate(
+        {
+            "model": {"source": "s3://models/bert/"},
+            "scaling": {"mode": "Manual", "replicas": 3, "minReplicas": 1},
+            "warmPool": {"mode": "Fixed", "pods": 2, "nodePlaceholders": 1},
+            "runtime": {"terminationGracePeriodSeconds": 90},
+            "rollout": {"maxSurge": 2},
+        }
+    )
+    assert counts_from_spec(spec) == (3, 2, 1)
+    auto = spec.model_copy(update={"scaling": spec.scaling.model_copy(update={"mode": "Auto"})})
+    assert counts_from_spec(auto) == (1, 2, 1)
+    policy = policy_for_spec(spec)
+    assert (policy.drain_grace_seconds, policy.max_surge) == (90.0, 2)
+
+
+def test_every_action_has_an_event_description() -> None:
+    plan = plan_fleet("bert", target(1, placeholders=1), [pod("a0"), pod("a1"), pod("a2", phase="Failed")], NOW)
+    described = [describe_action(a) for a in plan.actions]
+    # Equal pods drain in name order: a0 goes, a1 stays.
+    assert ("Draining", "a0: active -> draining (scale-down: draining)") in described
+    assert ("DeletedPod", "deleted pod a2: replacing: pod phase Failed") in described
+    assert any(reason == "CreatedPlaceholder" for reason, _ in described)

@@ -138,3 +138,12 @@ def test_build_status_is_a_valid_status_with_counts_selector_and_placement() -> 
     # Re-applying with the same inputs later changes no transition time.
     again = build_status("bert", inputs(), status["conditions"], T1)
     assert again["conditions"] == status["conditions"]
+
+
+def test_pods_no_scheduler_acts_on_are_not_scheduled() -> None:
+    message = "no scheduler has acted on the pod for 180s: is scheduler 'nope' running?"
+    stuck = replace(SERVING, stuck=(PodProblem("bert-3", "NotScheduled", message),))
+    conditions = by_type(compute_conditions(inputs(fleet=stuck)))
+    assert (conditions["Scheduled"].status, conditions["Scheduled"].reason) == ("False", "NotScheduled")
+    assert (conditions["Degraded"].status, conditions["Degraded"].reason) == ("True", "NotScheduled")
+    assert "'nope'" in conditions["Degraded"].message

@@ -574,6 +574,7 @@ def parse_pod(
         node_lost=node is not None and node_names is not None and node not in node_names,
         in_flight=in_flight,
         drain_started_at=drain_started,
+        scheduler_name=spec.get("schedulerName") or None,
         unschedulable_message=unschedulable,
         waiting_reason=waiting_reason,
         waiting_message=waiting_message,

@@ -10,6 +10,11 @@ Call :func:`plan_fleet` with
   from pod objects: labels, phase, readiness, timestamps, node presence, in-flight requests);
 - ``now`` and a :class:`FleetPolicy` (drain grace, rollout surge, optional ordering functions).
 
+Helpers: :func:`counts_from_spec` (desired counts without metrics), :func:`policy_for_spec`
+(drain grace and surge from the spec), :func:`zone_aware_policy` (promotion and drain order
+from :mod:`neuronfleet.planning.promotion`), :func:`describe_action` (Event reason and message)
+and :func:`apply_actions` (the actions applied to a list of views, for tests and the simulator).
+
 It returns a :class:`FleetPlan`: actions to apply **in list order** (promotions come before the
 demotions they make safe) and a :class:`FleetSummary` of the observed fleet for the status.
 
@@ -38,6 +43,9 @@ Rules (DESIGN.md, fleet model):
   counting every observed pod (pending ones included) this makes the plan idempotent: applying
   it and planning again on the result yields no actions, and a create repeated after a crash
   answers 409 instead of making a duplicate.
+- Problems are summarised for the status: unschedulable pods (the scheduler's message), pods
+  stuck in ErrImagePull / ImagePullBackOff / CrashLoopBackOff, and pods no scheduler has acted
+  on within ``FleetPolicy.scheduling_timeout_seconds`` (e.g. a ``schedulerName`` nobody runs).
 - Placeholders (low-priority pods holding spare Inf2 capacity) are kept at ``target.placeholders``
   for the current template; they do not depend on the artifact, so they may be created while
   the model still compiles.
@@ -50,6 +58,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
 
+from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
 from neuronfleet.planning.labels import (
     ArtifactRevision,
     FleetRevision,
@@ -87,6 +96,8 @@ class PodView:
     #: Requests the runtime is executing or queueing, when known (None: unknown).
     in_flight: int | None = None
     drain_started_at: datetime | None = None
+    #: spec.schedulerName (None: the default scheduler).
+    scheduler_name: str | None = None
     #: The scheduler's message when the pod is unschedulable.
     unschedulable_message: str | None = None
     #: A container waiting reason (ErrImagePull, CrashLoopBackOff...) and its message.
@@ -152,6 +163,35 @@ class FleetPolicy:
     max_surge: int = 0
     promotion_order: OrderFunction = default_promotion_order
     drain_order: OrderFunction = default_drain_order
+    #: A pod neither bound nor reported unschedulable after this long has no scheduler acting on
+    #: it (e.g. a schedulerName nobody runs): reported as stuck.
+    scheduling_timeout_seconds: float = 120.0
+
+
+def policy_for_spec(spec: InferenceDeploymentSpec, base: FleetPolicy | None = None) -> FleetPolicy:
+    """``base`` with the spec's drain grace (runtime.terminationGracePeriodSeconds) and rollout surge."""
+    return replace(
+        base or FleetPolicy(),
+        drain_grace_seconds=float(spec.runtime.termination_grace_period_seconds),
+        max_surge=spec.rollout.max_surge,
+    )
+
+
+def counts_from_spec(spec: InferenceDeploymentSpec) -> tuple[int, int, int]:
+    """(active, warm, placeholders) as the spec states them, without metrics.
+
+    Active: ``scaling.replicas`` (Manual mode, or as written by ``kubectl scale``), else
+    ``minReplicas``. Warm pods and placeholders: the Fixed warm pool's, ``minPods`` and none in
+    Auto mode (until the warm-pool sizing feeds in), none when Off.
+    """
+    scaling = spec.scaling
+    active = scaling.replicas if scaling.mode == "Manual" and scaling.replicas is not None else scaling.min_replicas
+    pool = spec.warm_pool
+    if pool.mode == "Fixed":
+        return active, pool.pods, pool.node_placeholders
+    if pool.mode == "Auto":
+        return active, pool.min_pods, 0
+    return active, 0, 0
 
 
 def zone_aware_policy(policy: FleetPolicy | None = None) -> FleetPolicy:
@@ -321,10 +361,32 @@ def _is_current(pod: PodView, revision: FleetRevision | None) -> bool:
     return revision is not None and pod.revision == revision.artifact.id and pod.template == revision.template
 
 
-def _problem_of(pod: PodView) -> PodProblem | None:
+def _problem_of(pod: PodView, now: datetime, policy: FleetPolicy) -> PodProblem | None:
     if pod.waiting_reason in STUCK_WAITING_REASONS:
         return PodProblem(pod.name, pod.waiting_reason or "", pod.waiting_message or "")
+    waited = (now - pod.created_at).total_seconds() if pod.created_at is not None else 0.0
+    if pod.node is None and not pod.unschedulable_message and waited >= policy.scheduling_timeout_seconds:
+        scheduler = pod.scheduler_name or "default-scheduler"
+        return PodProblem(
+            pod.name,
+            "NotScheduled",
+            f"no scheduler has acted on the pod for {waited:.0f}s: is scheduler {scheduler!r} running?",
+        )
     return None
+
+
+def describe_action(action: Action) -> tuple[str, str]:
+    """(reason, message) of a Kubernetes Event recording ``action``."""
+    if isinstance(action, CreatePod):
+        return "CreatedPod", f"created {action.role} pod {action.name} (revision {action.revision.artifact.id})"
+    if isinstance(action, CreatePlaceholder):
+        return "CreatedPlaceholder", f"created node placeholder {action.name}"
+    if isinstance(action, Relabel):
+        reason = {"active": "Promoted", "warm": "MovedToWarmPool", "draining": "Draining"}.get(action.role, "Relabeled")
+        return reason, f"{action.name}: {action.previous_role} -> {action.role} ({action.reason})"
+    if isinstance(action, DeletePlaceholder):
+        return "DeletedPlaceholder", f"deleted node placeholder {action.name}: {action.reason}"
+    return "DeletedPod", f"deleted pod {action.name}: {action.reason}"
 
 
 def plan_fleet(
@@ -486,7 +548,7 @@ def plan_fleet(
             for pod in healthy
             if pod.unschedulable_message and pod.node is None
         ),
-        stuck=tuple(problem for pod in healthy if (problem := _problem_of(pod)) is not None),
+        stuck=tuple(problem for pod in healthy if (problem := _problem_of(pod, now, policy)) is not None),
         replaced=tuple(replaced),
     )
     return FleetPlan(tuple(promotions + creations + demotions + deletions), summary)

@@ -114,6 +114,13 @@ def compute_conditions(inputs: StatusInputs) -> list[ConditionValue]:
             "Unschedulable",
             f"{_plural(len(fleet.unschedulable), 'pod')} waiting for a node; {first.name}: {first.message}",
         )
+    elif not_scheduled := [p for p in fleet.stuck if p.reason == "NotScheduled"]:
+        scheduled = ConditionValue(
+            "Scheduled",
+            "False",
+            "NotScheduled",
+            f"{_plural(len(not_scheduled), 'pod')} not scheduled; {not_scheduled[0].name}: {not_scheduled[0].message}",
+        )
     else:
         where = ""
         if inputs.placement is not None and inputs.placement.chosen is not None:
