@@ -1,0 +1,267 @@
+"""The KServe v2 HTTP server in-process: outputs equal the model run directly, refusals carry reasons."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from runtime_support import MODEL_NAME, LiveServer, Reference, http_json
+
+INFER = f"/v2/models/{MODEL_NAME}/infer"
+SENTENCES = [
+    "Hello world.",
+    "The quick brown fox jumps over the lazy dog.",
+    # more than 32 tokens: lands in the 128 bucket
+    "Inferentia2 accelerators serve transformer models; a dynamic batcher pads each batch of requests "
+    "to the nearest compiled shape, runs it once, and hands every caller its own rows back, quickly.",
+    "a",
+]
+
+
+def _tensor_request(ids: list[list[int]], request_id: str | None = None) -> dict[str, Any]:
+    width = max(len(row) for row in ids)
+    padded = [row + [0] * (width - len(row)) for row in ids]
+    mask = [[1] * len(row) + [0] * (width - len(row)) for row in ids]
+    doc: dict[str, Any] = {
+        "inputs": [
+            {"name": "input_ids", "shape": [len(ids), width], "datatype": "INT64", "data": padded},
+            {
+                "name": "attention_mask",
+                "shape": [len(ids), width],
+                "datatype": "INT64",
+                "data": [v for row in mask for v in row],
+            },
+        ]
+    }
+    if request_id is not None:
+        doc["id"] = request_id
+    return doc
+
+
+def _embedding(doc: dict[str, Any]) -> np.ndarray[Any, Any]:
+    (output,) = doc["outputs"]
+    assert output["name"] == "embedding"
+    assert output["datatype"] == "FP32"
+    return np.asarray(output["data"], dtype=np.float32).reshape(output["shape"])
+
+
+def _metrics(server: LiveServer) -> dict[str, float]:
+    status, _, text = http_json(server.url, "GET", "/metrics")
+    assert status == 200
+    values = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            values[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return values
+
+
+def test_health_and_metadata(live_server: LiveServer) -> None:
+    assert http_json(live_server.url, "GET", "/v2/health/live")[:1] == (200,)
+    assert http_json(live_server.url, "GET", "/v2/health/ready")[2] == {"ready": True, "phase": "ready"}
+    status, _, meta = http_json(live_server.url, "GET", f"/v2/models/{MODEL_NAME}")
+    assert status == 200
+    assert meta["name"] == MODEL_NAME
+    assert meta["platform"] == "pytorch_torchscript"
+    assert meta["inputs"][:2] == [
+        {"name": "input_ids", "datatype": "INT64", "shape": [-1, -1]},
+        {"name": "attention_mask", "datatype": "INT64", "shape": [-1, -1]},
+    ]
+    assert meta["outputs"] == [{"name": "embedding", "datatype": "FP32", "shape": [-1, 384]}]
+    assert meta["parameters"]["backend"] == "cpu"
+
+
+def test_infer_equals_the_model_run_directly(live_server: LiveServer, reference: Reference) -> None:
+    expected = reference.embed(SENTENCES)
+    for index, sentence in enumerate(SENTENCES):
+        body = json.dumps(_tensor_request([reference.tokens(sentence)], request_id=f"r{index}")).encode()
+        status, _, doc = http_json(live_server.url, "POST", INFER, body)
+        assert status == 200, doc
+        assert doc["id"] == f"r{index}"
+        assert doc["model_name"] == MODEL_NAME
+        np.testing.assert_allclose(_embedding(doc)[0], expected[index], atol=1e-4)
+
+
+def test_a_multi_row_request_and_text_input_equal_the_model(live_server: LiveServer, reference: Reference) -> None:
+    expected = reference.embed(SENTENCES)
+    body = json.dumps(_tensor_request([reference.tokens(s) for s in SENTENCES])).encode()
+    status, _, doc = http_json(live_server.url, "POST", INFER, body)
+    assert status == 200, doc
+    np.testing.assert_allclose(_embedding(doc), expected, atol=1e-4)
+
+    text = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [len(SENTENCES)], "data": SENTENCES}]}
+    status, _, doc = http_json(live_server.url, "POST", INFER, json.dumps(text).encode())
+    assert status == 200, doc
+    np.testing.assert_allclose(_embedding(doc), expected, atol=1e-4)
+
+
+async def test_concurrent_requests_are_batched_and_each_gets_its_own_rows(
+    live_server: LiveServer, reference: Reference
+) -> None:
+    sentences = [f"request number {i} says {'hello ' * (i % 7)}" for i in range(16)]
+    expected = reference.embed(sentences)
+    before = _metrics(live_server)
+
+    async with aiohttp.ClientSession() as session:
+
+        async def one(sentence: str) -> dict[str, Any]:
+            body = _tensor_request([reference.tokens(sentence)])
+            async with session.post(live_server.url + INFER, json=body) as response:
+                assert response.status == 200
+                result: dict[str, Any] = await response.json()
+                return result
+
+        docs = await asyncio.gather(*(one(s) for s in sentences))
+
+    for doc, row in zip(docs, expected, strict=True):
+        np.testing.assert_allclose(_embedding(doc)[0], row, atol=1e-4)
+    after = _metrics(live_server)
+    batches = after["neuronserve_batch_size_count"] - before["neuronserve_batch_size_count"]
+    rows = after["neuronserve_batch_size_sum"] - before["neuronserve_batch_size_sum"]
+    assert rows == len(sentences)
+    assert batches < len(sentences), "no two requests shared a batch"
+    assert after["neuronserve_requests_total{outcome=ok}"] - before["neuronserve_requests_total{outcome=ok}"] == 16
+
+
+def _ids(shape: list[int], value: int = 5, datatype: str = "INT64") -> dict[str, Any]:
+    count = int(np.prod(shape))
+    return {"name": "input_ids", "shape": shape, "datatype": datatype, "data": [value] * count}
+
+
+def _mask(shape: list[int]) -> dict[str, Any]:
+    return {"name": "attention_mask", "shape": shape, "datatype": "INT64", "data": [1] * int(np.prod(shape))}
+
+
+BAD_REQUESTS: list[tuple[str, bytes, int, str]] = [
+    ("malformed json", b'{"inputs": [', 400, "malformed JSON"),
+    ("not an object", b"[1, 2]", 400, "must be a JSON object"),
+    ("no inputs", b'{"inputs": []}', 400, "non-empty list"),
+    ("missing mask", json.dumps({"inputs": [_ids([1, 4])]}).encode(), 400, "missing input(s): attention_mask"),
+    (
+        "wrong dtype",
+        json.dumps({"inputs": [_ids([1, 4], datatype="FP32"), _mask([1, 4])]}).encode(),
+        400,
+        "datatype must be INT64",
+    ),
+    (
+        "float data",
+        json.dumps({"inputs": [{**_ids([1, 2]), "data": [1.5, 2.0]}, _mask([1, 2])]}).encode(),
+        400,
+        "must hold integers",
+    ),
+    (
+        "shape and data disagree",
+        json.dumps({"inputs": [{**_ids([1, 4]), "data": [1, 2, 3]}, _mask([1, 4])]}).encode(),
+        400,
+        "'shape' says [1, 4]",
+    ),
+    (
+        "three dimensions",
+        json.dumps({"inputs": [_ids([1, 2, 2]), _mask([1, 2, 2])]}).encode(),
+        400,
+        "shape must be [batch, sequence]",
+    ),
+    (
+        "too long",
+        json.dumps({"inputs": [_ids([1, 129]), _mask([1, 129])]}).encode(),
+        400,
+        "sequence length 129 exceeds the largest compiled sequence bucket (128)",
+    ),
+    (
+        "too many rows",
+        json.dumps({"inputs": [_ids([5, 4]), _mask([5, 4])]}).encode(),
+        400,
+        "batch of 5 rows exceeds the largest compiled batch bucket (4)",
+    ),
+    (
+        "id out of vocabulary",
+        json.dumps({"inputs": [_ids([1, 4], value=30522), _mask([1, 4])]}).encode(),
+        400,
+        "values must be <= 30521",
+    ),
+    (
+        "negative id",
+        json.dumps({"inputs": [_ids([1, 4], value=-1), _mask([1, 4])]}).encode(),
+        400,
+        "values must be >= 0",
+    ),
+    (
+        "inputs of different shapes",
+        json.dumps({"inputs": [_ids([1, 4]), _mask([1, 3])]}).encode(),
+        400,
+        "same shape",
+    ),
+    (
+        "unknown input",
+        json.dumps({"inputs": [_ids([1, 4]), _mask([1, 4]), {**_mask([1, 4]), "name": "x"}]}).encode(),
+        400,
+        "unknown input(s) 'x'",
+    ),
+    (
+        "integer beyond int64",
+        json.dumps({"inputs": [{**_ids([1, 1]), "data": [2**70]}, _mask([1, 1])]}).encode(),
+        400,
+        "must hold integers",
+    ),
+    (
+        "infinite number",
+        b'{"inputs": [{"name": "input_ids", "shape": [1, 1], "datatype": "INT64", "data": [1e400]}, '
+        + json.dumps(_mask([1, 1])).encode()
+        + b"]}",
+        400,
+        "must hold integers",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "body", "status", "message"), BAD_REQUESTS, ids=[c[0] for c in BAD_REQUESTS])
+def test_bad_requests_get_400_with_the_reason(
+    live_server: LiveServer, case: str, body: bytes, status: int, message: str
+) -> None:
+    got, _, doc = http_json(live_server.url, "POST", INFER, body)
+    assert got == status, doc
+    assert message in doc["error"]
+
+
+def test_unknown_model_route_and_method_get_json_errors(live_server: LiveServer) -> None:
+    body = json.dumps({"inputs": [_ids([1, 4]), _mask([1, 4])]}).encode()
+    status, _, doc = http_json(live_server.url, "POST", "/v2/models/other/infer", body)
+    assert (status, doc["error"]) == (404, "unknown model 'other'; this server serves 'minilm'")
+    status, _, doc = http_json(live_server.url, "GET", "/v2/nothing-here")
+    assert status == 404 and doc["error"]
+    status, _, doc = http_json(live_server.url, "GET", INFER)
+    assert status == 405 and doc["error"]
+
+
+def test_a_too_large_body_gets_413(live_server: LiveServer) -> None:
+    assert live_server.state is not None
+    body = b'{"inputs": "' + b"x" * (live_server.state.body_limit + 1) + b'"}'
+    status, _, doc = http_json(live_server.url, "POST", INFER, body)
+    assert status == 413
+    assert "larger than" in doc["error"]
+
+
+def test_metrics_have_the_names_the_operator_reads(live_server: LiveServer) -> None:
+    http_json(live_server.url, "POST", INFER, b"{")
+    values = _metrics(live_server)
+    for name in (
+        "neuronserve_queue_depth",
+        "neuronserve_inflight_requests",
+        "neuronserve_device_busy_ratio",
+        "neuronserve_ready",
+        "neuronserve_batch_size_count",
+        "neuronserve_request_latency_seconds_count",
+    ):
+        assert name in values, name
+    for outcome in ("ok", "rejected", "bad_request", "error"):
+        assert f"neuronserve_requests_total{{outcome={outcome}}}" in values
+    assert values["neuronserve_requests_total{outcome=bad_request}"] >= 1
+    assert values["neuronserve_ready"] == 1
+    assert 0 <= values["neuronserve_device_busy_ratio"] <= 1
+    assert values["neuronserve_queue_depth"] == 0
+    assert values["neuronserve_inflight_requests"] == 0
