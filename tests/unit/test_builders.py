@@ -250,3 +250,17 @@ def test_owner_reference_needs_the_uid() -> None:
     dep.metadata.uid = None
     with pytest.raises(ValueError, match=r"no metadata\.uid"):
         owner_reference(dep)
+
+
+def test_server_args_are_accepted_by_the_runtimes_own_parser() -> None:
+    from neuronserve.cli import build_parser
+
+    dep = load("llama2-7b-chat.yaml")
+    pod = build_pod(dep, chosen(dep), FleetRevision(ARTIFACT, "t"), "active", "llama-0")
+    container = pod["spec"]["containers"][0]
+    args = build_parser().parse_args(container["args"])
+    assert (args.command, args.artifact, args.port) == ("serve", ARTIFACT.uri, 8080)
+    assert (args.max_batch_delay_ms, args.max_queue) == (20.0, 64)
+    # The runtime finishes its work before the kubelet's SIGKILL at terminationGracePeriodSeconds.
+    assert args.grace_seconds < pod["spec"]["terminationGracePeriodSeconds"]
+    assert args.cache_dir in {mount["mountPath"] for mount in container["volumeMounts"]}

@@ -44,8 +44,7 @@ Design notes (the *why* of the pod):
   operator crash answers 409 instead of creating a duplicate; ``generateName`` could not give
   that guarantee.
 
-The compile Job builder (``build_compile_job``) belongs here too and comes with the runtime
-issue: see the marked section at the end of the builders.
+The compile Job is built in :mod:`neuronfleet.kube.jobs`.
 """
 
 from __future__ import annotations
@@ -272,21 +271,29 @@ def _common_pod_spec(
 # --------------------------------------------------------------------------------------------- pods
 
 
+#: The runtime gets this much less than the pod's grace period to finish its work after
+#: SIGTERM, so it exits before the kubelet's SIGKILL.
+SHUTDOWN_MARGIN_SECONDS = 5
+
+
 def server_args(dep: InferenceDeployment, artifact_uri: str) -> list[str]:
-    """Arguments of ``neuronserve`` in a replica (the runtime's ``serve`` command line)."""
+    """Arguments of ``neuronserve`` in a replica (``neuronserve serve``'s command line)."""
     runtime = dep.spec.runtime
+    grace = max(1, runtime.termination_grace_period_seconds - SHUTDOWN_MARGIN_SECONDS)
     return [
         "serve",
         "--artifact",
         artifact_uri,
         "--port",
         str(runtime.port),
-        "--model-name",
-        dep.served_model_name,
         "--max-batch-delay-ms",
         f"{runtime.max_batch_delay_ms:g}",
         "--max-queue",
         str(runtime.max_queue),
+        "--grace-seconds",
+        str(grace),
+        "--cache-dir",
+        ARTIFACT_CACHE_DIR,
     ]
 
 
@@ -314,8 +321,6 @@ def build_pod(
     env: list[dict[str, Any]] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-        {"name": "NEURONSERVE_DEPLOYMENT", "value": dep.name},
-        {"name": "NEURONSERVE_CACHE_DIR", "value": ARTIFACT_CACHE_DIR},
     ]
     env += [variable.to_wire() for variable in runtime.env]
     container: dict[str, Any] = {
@@ -493,12 +498,6 @@ def build_priority_classes(config: BuilderConfig | None = None) -> list[dict[str
             False,
         ),
     ]
-
-
-# ----------------------------------------------------------------------------- compile Job (later)
-# build_compile_job(dep, cache_key, store_uri, config) -> dict: the Job running
-# `neuronserve compile` with the spec's compiler flags, owned by the InferenceDeployment.
-# It arrives with the runtime issue; keep it here, next to the other builders.
 
 
 # ----------------------------------------------------------------------------------------- read back
