@@ -1,0 +1,135 @@
+"""Benchmark of the pure planning path one reconcile runs per InferenceDeployment.
+
+Per deployment: placement (all four Inf2 types scored), the pod-template hash (builds a pod and
+hashes it), the fleet plan over its observed pods, the pod read-back, and the status. Measured
+for a steady fleet (nothing to do) and a rollout (every pod outdated), and for one reconcile
+round over 200 deployments, the size of the operator benchmark. Writes
+``bench/results/planning.json``. Run: ``.venv/bin/python bench/bench_planning.py``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import write_result
+from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.kube.builders import object_for_action, parse_pod, pod_template_hash
+from neuronfleet.planning.fleet import (
+    CreatePlaceholder,
+    CreatePod,
+    FleetTarget,
+    apply_actions,
+    plan_fleet,
+)
+from neuronfleet.planning.labels import ArtifactRevision
+from neuronfleet.planning.placement import plan_for_spec
+from neuronfleet.planning.status import CompileState, StatusInputs, build_status
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+ACTIVE, WARM, PLACEHOLDERS = 8, 2, 1
+DEPLOYMENTS = 200
+REPEATS = 7
+
+
+def deployment(index: int) -> InferenceDeployment:
+    return InferenceDeployment.model_validate(
+        {
+            "metadata": {"name": f"model-{index}", "namespace": "bench", "uid": f"uid-{index}", "generation": 1},
+            "spec": {
+                "model": {"source": "s3://models/bert/", "neuronCoresPerReplica": 2 if index % 2 else 8},
+                "scaling": {"mode": "Manual", "replicas": ACTIVE},
+                "warmPool": {"mode": "Fixed", "pods": WARM, "nodePlaceholders": PLACEHOLDERS},
+            },
+        }
+    )
+
+
+def stored_pods(dep: InferenceDeployment, artifact: ArtifactRevision) -> list[dict[str, Any]]:
+    """The pods of a converged fleet, as the API would return them."""
+    placement = plan_for_spec(dep.spec, ACTIVE + WARM).chosen
+    assert placement is not None
+    target = FleetTarget(pod_template_hash(dep, placement), artifact, ACTIVE, WARM, PLACEHOLDERS)
+    pods = []
+    for action in plan_fleet(dep.name, target, [], NOW).actions:
+        assert isinstance(action, CreatePod | CreatePlaceholder)
+        pod = object_for_action(dep, placement, action)
+        pod["spec"]["nodeName"] = "node-1"
+        pod["status"] = {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-30T11:00:00Z"}],
+        }
+        pods.append(pod)
+    return pods
+
+
+def reconcile(dep: InferenceDeployment, pods: list[dict[str, Any]], artifact: ArtifactRevision) -> int:
+    """The pure part of one reconcile; returns the number of actions."""
+    placement = plan_for_spec(dep.spec, ACTIVE + WARM, current_type=None)
+    assert placement.chosen is not None
+    target = FleetTarget(pod_template_hash(dep, placement.chosen), artifact, ACTIVE, WARM, PLACEHOLDERS)
+    views = [parse_pod(pod, node_names={"node-1"}) for pod in pods]
+    plan = plan_fleet(dep.name, target, views, NOW)
+    inputs = StatusInputs(1, plan.summary, placement, CompileState(artifact.id, artifact.uri))
+    build_status(dep.name, inputs, [], NOW)
+    return len(plan.actions)
+
+
+def timed(fn: Callable[[], object], repeats: int = REPEATS) -> float:
+    """Median wall seconds of ``fn``."""
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    old = ArtifactRevision("aaaaaaaaaa", "s3://artifacts/old/")
+    new = ArtifactRevision("bbbbbbbbbb", "s3://artifacts/new/")
+    deps = [deployment(i) for i in range(DEPLOYMENTS)]
+    fleets = [stored_pods(dep, old) for dep in deps]
+
+    one, one_pods = deps[0], fleets[0]
+    steady_actions = reconcile(one, one_pods, old)
+    rollout_actions = reconcile(one, one_pods, new)
+    assert steady_actions == 0 and rollout_actions > 0
+
+    steady_ms = timed(lambda: reconcile(one, one_pods, old)) * 1e3
+    rollout_ms = timed(lambda: reconcile(one, one_pods, new)) * 1e3
+    round_s = timed(lambda: [reconcile(d, p, old) for d, p in zip(deps, fleets, strict=True)], 3)
+    placement_us = timed(lambda: plan_for_spec(one.spec, ACTIVE + WARM)) * 1e6
+    views = [parse_pod(pod) for pod in one_pods]
+    target = FleetTarget("x", new, ACTIVE, WARM, PLACEHOLDERS)
+    plan_us = timed(lambda: plan_fleet(one.name, target, views, NOW)) * 1e6
+    after = apply_actions(views, plan_fleet(one.name, target, views, NOW).actions, NOW)
+    replan_actions = len(plan_fleet(one.name, target, after, NOW).actions)
+
+    figures: dict[str, float | int | str | None] = {
+        "reconcile_steady_ms": round(steady_ms, 3),
+        "reconcile_rollout_ms": round(rollout_ms, 3),
+        "round_200_deployments_s": round(round_s, 4),
+        "placement_us": round(placement_us, 1),
+        "plan_fleet_rollout_us": round(plan_us, 1),
+        "replan_actions_after_apply": replan_actions,
+    }
+    path = write_result(
+        "planning",
+        {"deployments": DEPLOYMENTS, "active": ACTIVE, "warm": WARM, "placeholders": PLACEHOLDERS, "repeats": REPEATS},
+        figures,
+    )
+    for name, value in figures.items():
+        print(f"{name}: {value}")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
