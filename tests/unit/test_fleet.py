@@ -337,3 +337,13 @@ def test_every_action_has_an_event_description() -> None:
     assert ("Draining", "a0: active -> draining (scale-down: draining)") in described
     assert ("DeletedPod", "deleted pod a2: replacing: pod phase Failed") in described
     assert any(reason == "CreatedPlaceholder" for reason, _ in described)
+
+
+def test_rollout_that_does_not_progress_is_reported_stalled() -> None:
+    pods = [pod("old0"), pod("new0", "warm", artifact=NEW, ready=False, created_at=NOW)]
+    summary = plan_fleet("bert", target(1, artifact=NEW), pods, NOW).summary
+    assert summary.rolling_out and summary.rollout_started_at == NOW
+    assert not summary.rollout_stalled(NOW + timedelta(seconds=1800), 1800)
+    assert summary.rollout_stalled(NOW + timedelta(seconds=1801), 1800)
+    done = plan_fleet("bert", target(1, artifact=NEW), [pod("new0", artifact=NEW)], NOW).summary
+    assert not done.rollout_stalled(NOW + timedelta(days=1), 1800)

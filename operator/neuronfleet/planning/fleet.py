@@ -318,10 +318,18 @@ class FleetSummary:
     unschedulable: tuple[PodProblem, ...] = ()
     stuck: tuple[PodProblem, ...] = ()
     replaced: tuple[PodProblem, ...] = ()
+    #: During a rollout: when the oldest pod of the current revision was created.
+    rollout_started_at: datetime | None = None
 
     @property
     def rolling_out(self) -> bool:
         return self.revision_known and self.outdated > 0
+
+    def rollout_stalled(self, now: datetime, deadline_seconds: float) -> bool:
+        """A rollout running longer than ``deadline_seconds`` (spec.rollout.progressDeadlineSeconds)."""
+        if not self.rolling_out or self.rollout_started_at is None:
+            return False
+        return (now - self.rollout_started_at).total_seconds() > deadline_seconds
 
     @property
     def converged(self) -> bool:
@@ -550,6 +558,9 @@ def plan_fleet(
         ),
         stuck=tuple(problem for pod in healthy if (problem := _problem_of(pod, now, policy)) is not None),
         replaced=tuple(replaced),
+        rollout_started_at=min(
+            (pod.created_at for pod in current if pod.created_at is not None and outdated), default=None
+        ),
     )
     return FleetPlan(tuple(promotions + creations + demotions + deletions), summary)
 
