@@ -54,7 +54,7 @@ Rules (DESIGN.md, fleet model):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
 
@@ -348,7 +348,6 @@ class FleetPlan:
 
     actions: tuple[Action, ...]
     summary: FleetSummary
-    notes: tuple[str, ...] = field(default=())
 
 
 # -------------------------------------------------------------------------------------------- plan
