@@ -6,12 +6,14 @@ pods ready, lets draining pods finish their work and advances time.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from neuronfleet.planning.fleet import (
+    Action,
     CreatePlaceholder,
     CreatePod,
     FleetPolicy,
@@ -74,6 +76,19 @@ targets = st.builds(
 
 def ready_active(pods: list[PodView]) -> int:
     return sum(1 for p in pods if p.role == "active" and p.ready and not p.deleting and not p.broken)
+
+
+def current_count(pods: list[PodView]) -> int:
+    """Live pods of the target revision and template that serve or stand by."""
+    return sum(
+        1
+        for p in pods
+        if p.role in ("active", "warm")
+        and p.revision == NEW.id
+        and p.template == TEMPLATE
+        and not p.broken
+        and not p.deleting
+    )
 
 
 def world_step(pods: list[PodView], now: datetime, becomes_ready: list[bool]) -> list[PodView]:
@@ -175,3 +190,51 @@ def test_relabels_come_before_the_demotions_they_make_safe() -> None:
     ]
     plan = plan_fleet("svc", FleetTarget(TEMPLATE, NEW, 1), pods, NOW, POLICY)
     assert [(a.name, a.role) for a in plan.actions if isinstance(a, Relabel)] == [("n", "active"), ("o", "draining")]
+
+
+@PROPERTY_SETTINGS
+@given(
+    pods=fleets(),
+    target=targets.filter(lambda t: t.artifact is not None),
+    crashes=st.lists(st.tuples(st.floats(0, 1), st.booleans()), min_size=1, max_size=12),
+)
+def test_crashes_mid_apply_and_stale_replays_still_converge_without_extra_pods(
+    pods: list[PodView], target: FleetTarget, crashes: list[tuple[float, bool]]
+) -> None:
+    """An operator stopped part-way through applying a plan, restarted on a stale view.
+
+    Each step applies only a prefix of the plan (the crash); the restarted operator may plan
+    on the view from before the crash (a stale cache) and apply that plan in full: creates that
+    already happened answer 409 (no-op), relabels and deletes are idempotent. No create ever
+    takes the current pods beyond the desired active + warm.
+    """
+    now = NOW
+    state = pods
+    floor = min(ready_active(pods), target.active)
+
+    def apply_checked(actions: Sequence[Action]) -> None:
+        nonlocal state
+        for action in actions:
+            state = apply_actions(state, [action], now)
+            assert ready_active(state) >= floor
+            if isinstance(action, CreatePod):
+                assert current_count(state) <= target.active + target.warm
+
+    for step in range(40):
+        plan = plan_fleet("svc", target, state, now, POLICY)
+        if not plan.actions and plan.summary.converged and not plan.summary.draining:
+            break
+        fraction, stale_replay = crashes[step % len(crashes)]
+        before_crash = state
+        done = int(len(plan.actions) * fraction) if step < len(crashes) else len(plan.actions)
+        apply_checked(plan.actions[:done])
+        if stale_replay:
+            apply_checked(plan_fleet("svc", target, before_crash, now, POLICY).actions)
+        floor = max(floor, min(ready_active(state), target.active))
+        state = [p for p in world_step(state, now, [True]) if not p.deleting]
+        now += timedelta(seconds=10)
+    else:
+        raise AssertionError(f"no fixed point: {plan.actions}")
+    live = [p for p in state if not p.deleting]
+    assert len(live) == target.active + target.warm + target.placeholders
+    assert sum(p.role == "active" and p.ready for p in live) == target.active
