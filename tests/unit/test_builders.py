@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,7 +22,7 @@ from neuronfleet.kube.builders import (
     pod_template_hash,
     relabel_patch,
 )
-from neuronfleet.planning.fleet import Relabel
+from neuronfleet.planning.fleet import CreatePod, FleetTarget, Relabel, plan_fleet
 from neuronfleet.planning.labels import ArtifactRevision, FleetRevision
 from neuronfleet.planning.placement import Candidate, plan_for_spec
 
@@ -230,8 +231,6 @@ def test_service_pdb_and_priority_classes() -> None:
 
 
 def test_relabel_patch_writes_role_and_drain_start_together() -> None:
-    from datetime import UTC, datetime
-
     moment = datetime(2026, 11, 30, 12, 0, 5, tzinfo=UTC)
     patch = relabel_patch(Relabel("p", "draining", "active", "scale-down", moment))
     assert patch == {
@@ -264,3 +263,20 @@ def test_server_args_are_accepted_by_the_runtimes_own_parser() -> None:
     # The runtime finishes its work before the kubelet's SIGKILL at terminationGracePeriodSeconds.
     assert args.grace_seconds < pod["spec"]["terminationGracePeriodSeconds"]
     assert args.cache_dir in {mount["mountPath"] for mount in container["volumeMounts"]}
+
+
+def test_long_deployment_names_still_make_valid_objects() -> None:
+    dep = load("bert-embeddings.yaml")
+    dep.metadata.name = "a-very-long-inference-deployment-name-" + "x" * 100
+    candidate = chosen(dep)
+    template = pod_template_hash(dep, candidate)
+    create = plan_fleet(dep.name, FleetTarget(template, ARTIFACT, 1), [], datetime(2026, 11, 30, tzinfo=UTC)).actions[0]
+    assert isinstance(create, CreatePod)
+    pod = build_pod(dep, candidate, create.revision, "active", create.name)
+    service = build_service(dep)
+    for obj in (pod, service, build_pdb(dep)):
+        validate(obj)
+    assert len(pod["metadata"]["name"]) <= 63 and len(service["metadata"]["name"]) <= 63
+    assert all(len(value) <= 63 for value in pod["metadata"]["labels"].values())
+    # The Service still selects the pod once it is active.
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()

@@ -88,6 +88,9 @@ from neuronfleet.planning.labels import (
     FleetRevision,
     Role,
     active_selector,
+    deployment_selector,
+    label_value,
+    service_name,
     short_hash,
 )
 from neuronfleet.planning.placement import Candidate
@@ -176,10 +179,10 @@ def _metadata(
 def common_labels(dep: InferenceDeployment, component: str) -> dict[str, str]:
     return {
         LABEL_APP_NAME: APP_NAME,
-        LABEL_APP_INSTANCE: dep.name,
+        LABEL_APP_INSTANCE: label_value(dep.name),
         LABEL_APP_COMPONENT: component,
         LABEL_MANAGED_BY: MANAGED_BY,
-        LABEL_DEPLOYMENT: dep.name,
+        LABEL_DEPLOYMENT: label_value(dep.name),
     }
 
 
@@ -354,7 +357,7 @@ def build_pod(
                     "topologyKey": LABEL_ZONE,
                     "whenUnsatisfiable": "ScheduleAnyway",
                     "labelSelector": {
-                        "matchLabels": {LABEL_DEPLOYMENT: dep.name},
+                        "matchLabels": deployment_selector(dep.name),
                         "matchExpressions": [{"key": LABEL_ROLE, "operator": "In", "values": ["active", "warm"]}],
                     },
                 }
@@ -443,7 +446,7 @@ def build_service(dep: InferenceDeployment) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(dep, dep.name, common_labels(dep, "service")),
+        "metadata": _metadata(dep, service_name(dep.name), common_labels(dep, "service")),
         "spec": {
             "type": "ClusterIP",
             "selector": active_selector(dep.name),

@@ -97,14 +97,26 @@ def placeholder_pod_name(deployment: str, template: str, slot: int) -> str:
     return _bounded(deployment, f"ph-{template[:6]}-{slot}")
 
 
+def label_value(name: str) -> str:
+    """A deployment name as a label value (at most 63 characters; a cut name gets a hash)."""
+    if len(name) <= MAX_NAME_LENGTH:
+        return name
+    return f"{name[: MAX_NAME_LENGTH - 6].rstrip('-.')}-{short_hash(name, 5)}"
+
+
+def service_name(deployment: str) -> str:
+    """The Service's name: the deployment's, cut to a DNS label (Service names are limited to 63)."""
+    return label_value(deployment)
+
+
 def deployment_selector(deployment: str) -> dict[str, str]:
     """Labels selecting every pod of a deployment (serving pods and placeholders)."""
-    return {LABEL_DEPLOYMENT: deployment}
+    return {LABEL_DEPLOYMENT: label_value(deployment)}
 
 
 def active_selector(deployment: str) -> dict[str, str]:
     """Labels selecting the pods that serve traffic: the Service's and the PDB's selector."""
-    return {LABEL_DEPLOYMENT: deployment, LABEL_ROLE: "active"}
+    return {LABEL_DEPLOYMENT: label_value(deployment), LABEL_ROLE: "active"}
 
 
 def selector_string(labels: dict[str, str]) -> str:
