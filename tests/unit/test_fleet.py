@@ -347,3 +347,8 @@ def test_rollout_that_does_not_progress_is_reported_stalled() -> None:
     assert summary.rollout_stalled(NOW + timedelta(seconds=1801), 1800)
     done = plan_fleet("bert", target(1, artifact=NEW), [pod("new0", artifact=NEW)], NOW).summary
     assert not done.rollout_stalled(NOW + timedelta(days=1), 1800)
+
+
+def test_summary_counts_serving_pods_without_a_node() -> None:
+    pods = [pod("a0"), pod("a1", ready=False, node=None), PodView("ph0", "placeholder", template=TEMPLATE)]
+    assert plan_fleet("bert", target(2, placeholders=1), pods, NOW).summary.unbound == 1

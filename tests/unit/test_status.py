@@ -147,3 +147,13 @@ def test_pods_no_scheduler_acts_on_are_not_scheduled() -> None:
     assert (conditions["Scheduled"].status, conditions["Scheduled"].reason) == ("False", "NotScheduled")
     assert (conditions["Degraded"].status, conditions["Degraded"].reason) == ("True", "NotScheduled")
     assert "'nope'" in conditions["Degraded"].message
+
+
+def test_pods_waiting_for_the_scheduler_are_not_yet_scheduled() -> None:
+    waiting = replace(SERVING, unbound=2)
+    scheduled = by_type(compute_conditions(inputs(fleet=waiting)))["Scheduled"]
+    assert (scheduled.status, scheduled.reason, scheduled.message) == (
+        "False",
+        "Scheduling",
+        "2 pods waiting for the scheduler",
+    )

@@ -318,6 +318,8 @@ class FleetSummary:
     unschedulable: tuple[PodProblem, ...] = ()
     stuck: tuple[PodProblem, ...] = ()
     replaced: tuple[PodProblem, ...] = ()
+    #: Serving pods not bound to a node yet (placeholders excluded).
+    unbound: int = 0
     #: During a rollout: when the oldest pod of the current revision was created.
     rollout_started_at: datetime | None = None
 
@@ -557,6 +559,7 @@ def plan_fleet(
         ),
         stuck=tuple(problem for pod in healthy if (problem := _problem_of(pod, now, policy)) is not None),
         replaced=tuple(replaced),
+        unbound=sum(1 for pod in serving if pod.node is None),
         rollout_started_at=min(
             (pod.created_at for pod in current if pod.created_at is not None and outdated), default=None
         ),

@@ -121,6 +121,10 @@ def compute_conditions(inputs: StatusInputs) -> list[ConditionValue]:
             "NotScheduled",
             f"{_plural(len(not_scheduled), 'pod')} not scheduled; {not_scheduled[0].name}: {not_scheduled[0].message}",
         )
+    elif fleet.unbound:
+        scheduled = ConditionValue(
+            "Scheduled", "False", "Scheduling", f"{_plural(fleet.unbound, 'pod')} waiting for the scheduler"
+        )
     else:
         where = ""
         if inputs.placement is not None and inputs.placement.chosen is not None:
