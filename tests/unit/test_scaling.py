@@ -24,10 +24,24 @@ def snap(now: float, load: float, utilization: float = 0.5, rate: float | None =
 
 
 def test_queue_depth_drives_desired_replicas() -> None:
-    decision = decide(spec(), ScalingState(), snap(0, 200), current=4, ready=4, now=0)
-    assert decision.desired == 8  # 200 / 10 = 20 wanted, limited to max(4 + 4, 2 x 4) in 15 s
-    assert decision.recommendation == 20
-    assert "scale-up limited to 8" in decision.reason
+    decision = decide(spec(), ScalingState(), snap(0, 70), current=4, ready=4, now=0)
+    assert decision.desired == 7  # 70 / 10 per replica
+    assert decision.recommendation == 7
+
+
+def test_saturated_queue_counts_at_most_panic_threshold_times_ready() -> None:
+    decision = decide(spec(), ScalingState(), snap(0, 2000, 0.1), current=10, ready=4, now=0)
+    assert decision.signals["load"] == 8  # 2 x 4 ready, not 200
+    assert decision.recommendation == 8  # pods already starting (10) cover it: nothing compounds
+
+
+def test_scale_up_rate_policy_limits_the_step() -> None:
+    decision = decide(spec(), ScalingState(), snap(0, 100, 1.0), current=20, ready=30, now=0)
+    assert decision.recommendation == 38  # utilization 1.0 x 30 / 0.8
+    assert decision.desired == 38
+    decision = decide(spec(), ScalingState(), snap(0, 100, 1.0), current=2, ready=30, now=0)
+    assert decision.desired == 6  # max(2 + 4 pods, 2 x 100 %) per 15 s
+    assert "scale-up limited to 6" in decision.reason
 
 
 def test_utilization_guardrail_wins_when_queues_are_short() -> None:
@@ -109,23 +123,29 @@ def test_scale_up_stabilization_takes_the_minimum_of_the_window() -> None:
     state = decision.new_state
     for now in (30, 45, 60):
         state = decide(s, state, snap(now, 300, 0.1), 5, 5, now).new_state
-    assert decide(s, state, snap(75, 300, 0.1), 5, 5, 75).desired == 30
+    assert decide(s, state, snap(75, 300, 0.1), 5, 5, 75).desired == 10  # load capped at 2 x 5 ready
 
 
 def test_panic_scales_up_at_once_and_holds() -> None:
-    s = spec(panicWindowSeconds=6, panicThreshold=2.0)
+    slow_up = {
+        "scaleUp": {"stabilizationWindowSeconds": 0, "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}]}
+    }
+    s = spec(panicWindowSeconds=6, panicThreshold=2.0, behavior=slow_up)
+    calm_spec = spec(panicWindowSeconds=0, behavior=slow_up)
+    assert decide(calm_spec, ScalingState(), snap(0, 400), current=4, ready=4, now=0).desired == 5
     burst = decide(s, ScalingState(), snap(0, 400), current=4, ready=4, now=0)
     assert burst.panic
-    assert burst.desired == 40  # no rate limit in panic
-    calm = decide(s, burst.new_state, snap(15, 20, 0.1), current=40, ready=40, now=15)
+    assert burst.desired == 8  # the rate limit (1 pod per 60 s) does not apply in panic
+    calm = decide(s, burst.new_state, snap(15, 20, 0.1), current=8, ready=8, now=15)
     assert calm.panic
-    assert calm.desired == 40
+    assert calm.desired == 8
     state = calm.new_state
     for now in range(30, 301, 15):
-        decision = decide(s, state, snap(now, 20, 0.1), 40, 40, now)
+        decision = decide(s, state, snap(now, 20, 0.1), 8, 8, now)
         state = decision.new_state
         if now < 300:
             assert decision.panic, now
+            assert decision.desired == 8
     assert not decision.panic
     assert "panic over" in decision.reason
 

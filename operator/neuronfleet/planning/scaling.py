@@ -9,7 +9,9 @@ the state in memory per object, the simulator per run, and both call this functi
 The rule, in order:
 
 1. Signals, each turned into a replica count (float):
-   - load (primary): ``(queue_depth + in_flight) / target_queue_depth``;
+   - load (primary): ``(queue_depth + in_flight) / target_queue_depth``, at most ``panic_threshold x
+     ready``: a bounded queue saturates, so beyond that a reading says "overloaded", not "by how much",
+     and re-deciding against the ready replicas each tick keeps pods in a cold start from compounding;
    - utilization (guardrail): ``utilization * ready / target_utilization``; under dynamic batching
      the device saturates before latency shows it, so it is never the only signal;
    - arrival rate: ``arrival_rate / (service_rate * target_utilization)`` once a per-replica
@@ -94,7 +96,10 @@ def _clamp(value: int, low: int, high: int) -> int:
 def _signals(spec: ScalingSpec, snapshot: MetricSnapshot, ready: int, service_rate: float | None) -> dict[str, float]:
     signals: dict[str, float] = {}
     if snapshot.load is not None:
-        signals["load"] = snapshot.load / spec.target_queue_depth
+        # Queues are bounded: past saturation the reading measures the bound, not the demand. One
+        # reading justifies at most panic_threshold x the replicas actually serving; relative to the
+        # ready count (as HPA's utilization ratio is), pods still cold-starting do not make it compound.
+        signals["load"] = min(snapshot.load / spec.target_queue_depth, spec.panic_threshold * max(ready, 1))
     if snapshot.utilization is not None and ready > 0:
         signals["utilization"] = snapshot.utilization * ready / spec.target_utilization
     if snapshot.arrival_rate is not None and service_rate:

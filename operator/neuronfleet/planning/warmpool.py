@@ -21,7 +21,8 @@ inputs (it goes to ``status.warmPool.reason``). Modes:
     cover the growth within it beyond what the warm pods cover, so that a pod started for it finds
     a node and pays only the pod cold start.
 
-  Both are bounded by ``minPods``/``maxPods`` and ``maxNodePlaceholders``. Windows that run past the
+  Headroom the active fleet already holds above the current demand (given as ``active``) counts
+  against both. They are bounded by ``minPods``/``maxPods`` and ``maxNodePlaceholders``. Windows that run past the
   end of the history are truncated there, so a young history gives smaller (not missing) figures.
   The history keeps :data:`HISTORY_SECONDS` or four node horizons, whichever is longer.
 """
@@ -93,10 +94,14 @@ def plan(
     demand: int | None,
     now: float,
     cold_start: ColdStart | None = None,
+    active: int | None = None,
 ) -> WarmPoolDecision:
-    """Warm pods and node placeholders for ``spec``; ``demand`` is this tick's recommended replicas.
+    """Warm pods and node placeholders for ``spec``; ``demand`` is this tick's demand in replicas.
 
     ``demand`` None (metrics missing) records nothing; the pool is sized from the history so far.
+    ``active``, the active replicas wanted now, lets Auto mode count the headroom the active fleet
+    already holds above ``demand`` (scale-down stabilization keeps recent peaks) against the growth
+    to cover, so the same growth is not paid for twice.
     """
     cold_start = cold_start or ColdStart()
     pod_seconds = cold_start.pod_seconds or spec.assumed_pod_cold_start_seconds
@@ -117,13 +122,14 @@ def plan(
 
     pod_increase = demand_increase_quantile(state.history, pod_horizon, spec.coverage)
     node_increase = demand_increase_quantile(state.history, node_horizon, spec.coverage)
-    pods = max(spec.min_pods, min(spec.max_pods, math.ceil(pod_increase)))
-    placeholders = max(0, min(spec.max_node_placeholders, math.ceil(node_increase) - pods))
+    headroom = max(0, active - demand) if active is not None and demand is not None else 0
+    pods = max(spec.min_pods, min(spec.max_pods, math.ceil(pod_increase) - headroom))
+    placeholders = max(0, min(spec.max_node_placeholders, math.ceil(node_increase) - headroom - pods))
     span = state.history[-1][0] - state.history[0][0] if state.history else 0.0
     reason = (
         f"p{spec.coverage * 100:g} demand increase {pod_increase:g} within {pod_horizon:.0f}s "
         f"(pod cold start {pod_seconds:.0f}s - target {spec.cold_start_target_seconds:.0f}s) -> {pods} warm; "
         f"{node_increase:g} within {node_horizon:.0f}s (+node {node_seconds:.0f}s) -> {placeholders} "
-        f"placeholders; history {len(state.history)} samples over {span:.0f}s"
+        f"placeholders; active headroom {headroom}; history {len(state.history)} samples over {span:.0f}s"
     )
     return WarmPoolDecision(pods, placeholders, reason, state)

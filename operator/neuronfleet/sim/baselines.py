@@ -110,6 +110,9 @@ class Hpa:
             return current
         return math.ceil(ratio * ready)
 
+    def prime(self, replicas: int, now: float) -> None:
+        self.behavior.recommendations = [(now, replicas)]
+
     def decide(self, now: float, metrics: MetricsView, observed: Observed) -> Targets:
         snapshot = metrics.snapshot(now, DEFAULT_SCRAPE_DELAY)
         counts = observed.counts
@@ -168,6 +171,9 @@ class Keda:
         ratio = metric / (self.threshold * current)
         rec = current if abs(1 - ratio) <= HPA_TOLERANCE else math.ceil(metric / self.threshold)
         return self.behavior.normalize(rec, current, now), f"keda: {metric:.1f} / {self.threshold:g} -> {rec}"
+
+    def prime(self, replicas: int, now: float) -> None:
+        self.behavior.recommendations = [(now, replicas)]
 
     def decide(self, now: float, metrics: MetricsView, observed: Observed) -> Targets:
         snapshot = metrics.snapshot(now, DEFAULT_SCRAPE_DELAY)
@@ -229,6 +235,9 @@ class Kpa:
                 desired = self.max_panic_pods
         return max(self.min_replicas, min(self.max_replicas, desired)), self.panic_time is not None
 
+    def prime(self, replicas: int, now: float) -> None:
+        return None
+
     def decide(self, now: float, metrics: MetricsView, observed: Observed) -> Targets:
         stable = metrics.mean_load(now, self.stable_window, 1.0)
         panic = metrics.mean_load(now, self.panic_window, 1.0)
@@ -283,6 +292,9 @@ class RayServe:
         else:
             self.counter = 0
         return current
+
+    def prime(self, replicas: int, now: float) -> None:
+        return None
 
     def decide(self, now: float, metrics: MetricsView, observed: Observed) -> Targets:
         ongoing = metrics.mean_load(now, self.look_back, self.metrics_delay)

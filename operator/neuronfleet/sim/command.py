@@ -176,7 +176,7 @@ def _run_with_progress(
 
 
 def main(args: argparse.Namespace) -> int:
-    console = Console(stderr=False)
+    console = Console(width=None if sys.stdout.isatty() else 200)
     err = Console(stderr=True)
     try:
         return _main(args, console)

@@ -41,6 +41,8 @@ from neuronfleet.sim.workload import Workload
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
+#: Every policy starts from the same ready fleet and decides only once it has this much metric history.
+WARMUP_SECONDS = 60.0
 #: Points of the latency CDF kept for plots.
 CDF_POINTS = 200
 
@@ -238,10 +240,12 @@ def run(
         node_hours = replica_seconds / 3600 / profile.replicas_per_node
         pod_hours = replica_seconds / 3600
     else:
-        fleet.start_ready(policy.start_replicas if policy.start_replicas is not None else start_replicas)
+        initial = policy.start_replicas if policy.start_replicas is not None else start_replicas
+        fleet.start_ready(initial)
+        policy.prime(initial, 0.0)
         now = 0.0
         b = 0
-        next_tick = policy.interval
+        next_tick = max(policy.interval, WARMUP_SECONDS)
         next_sample = 0.0
         while b < bins:
             counts = fleet.counts(now)

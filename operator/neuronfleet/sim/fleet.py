@@ -287,18 +287,6 @@ class Fleet:
         pod.ready_at = ready
         self.pod_cold_starts.append(ready - now)
 
-    def _preempt_placeholder(self, ready_nodes: list[Node]) -> Node | None:
-        """Free a slot held by a placeholder on a ready node (the placeholder goes pending)."""
-        for node in ready_nodes:
-            for name in sorted(node.pods):
-                holder = self.pods.get(name)
-                if holder is not None and holder.role == "placeholder":
-                    node.pods.discard(name)
-                    holder.node = None
-                    holder.ready_at = None
-                    return node
-        return None
-
     def _schedule(self, now: float) -> None:
         pending = [p for p in self.pods.values() if p.node is None]
         if not pending:
@@ -306,13 +294,32 @@ class Fleet:
         # Serving pods before warm pods before placeholders; oldest first within a role.
         rank = {"active": 0, "warm": 1, "placeholder": 2}
         pending.sort(key=lambda p: (rank[p.role], p.created_at, p.name))
-        ready_nodes = [n for n in self.nodes.values() if n.ready_at <= now]
+        free: list[Node] = []
+        held: list[tuple[Node, str]] = []
+        for node in self.nodes.values():
+            if node.ready_at > now:
+                continue
+            free.extend([node] * (node.slots - len(node.pods)))
+            held.extend(
+                (node, name)
+                for name in sorted(node.pods)
+                if name in self.pods and self.pods[name].role == "placeholder"
+            )
+        free.reverse()
+        held.reverse()
         for pod in pending:
-            node = next((n for n in ready_nodes if len(n.pods) < n.slots), None)
-            if node is None and pod.role != "placeholder":
-                node = self._preempt_placeholder(ready_nodes)
-            if node is not None:
+            if free:
+                self._bind(pod, free.pop(), now)
+            elif pod.role != "placeholder" and held:
+                # Preempt a placeholder: its slot goes to the serving pod, it waits for a new node.
+                node, name = held.pop()
+                node.pods.discard(name)
+                holder = self.pods[name]
+                holder.node = None
+                holder.ready_at = None
                 self._bind(pod, node, now)
+            else:
+                break
         # Provision nodes for what is still pending, counting slots on nodes already launching.
         still = sum(1 for p in self.pods.values() if p.node is None)
         launching = sum(n.slots - len(n.pods) for n in self.nodes.values() if n.ready_at > now)

@@ -36,6 +36,9 @@ class Oracle:
     interval = math.inf
     start_replicas: int | None = None
 
+    def prime(self, replicas: int, now: float) -> None:
+        return None
+
     def decide(self, now: float, metrics: MetricsView, observed: Observed) -> Targets:
         raise NotImplementedError("the oracle runs from its schedule")
 

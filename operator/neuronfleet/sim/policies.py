@@ -58,6 +58,9 @@ class Policy(Protocol):
 
     def decide(self, now: float, metrics: MetricsView, observed: Observed) -> Targets: ...
 
+    def prime(self, replicas: int, now: float) -> None:
+        """Start as if the policy had been running at ``replicas`` (its stabilization memory)."""
+
 
 def p90(samples: list[float]) -> float | None:
     if len(samples) < MIN_COLD_START_SAMPLES:
@@ -86,6 +89,9 @@ class Ours:
         self.scaling_state = scaling.ScalingState()
         self.warm_state = warmpool.WarmPoolState()
 
+    def prime(self, replicas: int, now: float) -> None:
+        self.scaling_state = scaling.ScalingState(recommendations=((now, replicas),))
+
     def decide(self, now: float, metrics: MetricsView, observed: Observed) -> Targets:
         snapshot = metrics.snapshot(now, self.scrape_delay)
         counts = observed.counts
@@ -97,6 +103,7 @@ class Ours:
             decision.demand,
             now,
             warmpool.ColdStart(observed.pod_cold_start_p90, observed.node_cold_start_p90),
+            active=decision.desired,
         )
         self.warm_state = pool.new_state
         return Targets(decision.desired, pool.pods, pool.node_placeholders, f"{decision.reason} | {pool.reason}")
@@ -134,6 +141,9 @@ class Static:
         self.setting = setting
         self.interval = 3600.0
         self.start_replicas: int | None = replicas
+
+    def prime(self, replicas: int, now: float) -> None:
+        return None
 
     def decide(self, now: float, metrics: MetricsView, observed: Observed) -> Targets:
         return Targets(self.replicas, reason=f"static {self.replicas}")

@@ -3,16 +3,15 @@
 Each policy family has one main target and a grid of settings (geometric, chosen independently of
 any trace) that includes the family's documented default:
 
-=========  =======================================  ===============================
-family     swept target                             default
-=========  =======================================  ===============================
-ours       scaling.targetQueueDepth                 8 (the CR default)
-hpa        target utilization                       0.5 (Kubernetes HPA walkthrough; HPA has none)
-keda       threshold, queued + in-flight per pod    8 (KEDA has none: the same as ours)
-kpa        target concurrency per pod               70 (100 x 0.7 target utilization)
-ray        target_ongoing_requests                  2
-static     replicas, as a share of the oracle peak  1.0 (static peak provisioning)
-=========  =======================================  ===============================
+- ``ours``: ``scaling.targetUtilization`` (default 0.8, the CR default; the rest of the CR
+  defaults, warm pool Auto with its bounds opened);
+- ``ours-nowarm``: the same with the warm pool Off (what the warm pool adds or costs);
+- ``hpa``: target utilization (default 0.5, the Kubernetes HPA walkthrough; HPA has none);
+- ``keda``: threshold of queued + in-flight requests per pod (default 8: KEDA has none, so the
+  CR's ``targetQueueDepth`` default);
+- ``kpa``: target concurrency per pod (default 70 = 100 x 0.7 target utilization);
+- ``ray``: ``target_ongoing_requests`` (default 2);
+- ``static``: replicas as a share of the oracle's peak (default 1.0: static peak provisioning).
 
 Ours gets exactly the same treatment as the baselines: one swept target, no other tuning. Every
 policy runs with the same ``min_replicas`` (1) and ``max_replicas`` and starts from the same ready
@@ -31,17 +30,26 @@ from neuronfleet.sim.policies import DEFAULT_OURS, Policy, Static, ours_from_pol
 from neuronfleet.sim.profiles import Profile
 from neuronfleet.sim.workload import Workload
 
-FAMILIES = ("ours", "hpa", "keda", "kpa", "ray", "static")
+FAMILIES = ("ours", "ours-nowarm", "hpa", "keda", "kpa", "ray", "static")
 
 GRIDS: dict[str, tuple[float, ...]] = {
-    "ours": (4, 8, 16, 32, 64, 128),
+    "ours": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+    "ours-nowarm": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
     "hpa": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
     "keda": (4, 8, 16, 32, 64, 128),
     "kpa": (5, 10, 20, 40, 70, 140),
     "ray": (1, 2, 4, 8, 16, 32),
-    "static": (0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+    "static": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
 }
-DEFAULTS: dict[str, float] = {"ours": 8, "hpa": 0.5, "keda": 8, "kpa": 70, "ray": 2, "static": 1.0}
+DEFAULTS: dict[str, float] = {
+    "ours": 0.8,
+    "ours-nowarm": 0.8,
+    "hpa": 0.5,
+    "keda": 8,
+    "kpa": 70,
+    "ray": 2,
+    "static": 1.0,
+}
 
 
 @dataclass(frozen=True)
@@ -76,9 +84,11 @@ def cases(
     return out
 
 
-def _from_file(data: dict[str, Any], max_replicas: int, label: str) -> Callable[[], Policy]:
+def _from_file(data: dict[str, Any], max_replicas: int, label: str, family: str = "ours") -> Callable[[], Policy]:
     def make() -> Policy:
-        return ours_from_policy_file(data, max_replicas, label)
+        policy = ours_from_policy_file(data, max_replicas, label)
+        policy.name = family
+        return policy
 
     return make
 
@@ -86,16 +96,12 @@ def _from_file(data: dict[str, Any], max_replicas: int, label: str) -> Callable[
 def _case(family: str, value: float, default: bool, max_replicas: int, oracle_peak: int) -> Case:
     setting = _fmt(value)
     low = 1
-    if family == "ours":
-
-        def make_ours() -> Policy:
-            data = {
-                "scaling": {**DEFAULT_OURS["scaling"], "targetQueueDepth": value},
-                "warmPool": DEFAULT_OURS["warmPool"],
-            }
-            return ours_from_policy_file(data, max_replicas, setting)
-
-        return Case(family, setting, default, make_ours)
+    if family in ("ours", "ours-nowarm"):
+        data = {
+            "scaling": {**DEFAULT_OURS["scaling"], "targetUtilization": value},
+            "warmPool": DEFAULT_OURS["warmPool"] if family == "ours" else {"mode": "Off"},
+        }
+        return Case(family, setting, default, _from_file(data, max_replicas, setting, family))
     if family == "hpa":
         return Case(family, setting, default, lambda: baselines.Hpa(value, low, max_replicas, setting))
     if family == "keda":
@@ -106,7 +112,7 @@ def _case(family: str, value: float, default: bool, max_replicas: int, oracle_pe
         return Case(family, setting, default, lambda: baselines.RayServe(value, low, max_replicas, setting))
     if family == "static":
         replicas = max(1, math.ceil(oracle_peak * value))
-        return Case(family, f"{replicas} ({setting} x peak)", default, lambda: Static(replicas, setting))
+        return Case(family, f"{replicas}={setting}xpeak", default, lambda: Static(replicas, setting))
     raise ValueError(f"unknown policy {family!r}; known: {', '.join(FAMILIES)}")
 
 
