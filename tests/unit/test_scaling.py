@@ -210,3 +210,12 @@ def test_desired_within_bounds_and_no_scale_down_on_missing(
     assert low <= decision.desired <= low + span
     if load is None or util is None:
         assert decision.desired >= min(current, low + span)
+
+
+def test_demand_prefers_the_arrival_rate_over_a_saturated_queue() -> None:
+    first = decide(spec(), ScalingState(), snap(0, 20, 0.5, rate=200), 4, 4, 0)
+    saturated = decide(spec(), first.new_state, snap(15, 5000, 1.0, rate=600), 4, 4, 15)
+    assert saturated.signals["load"] == 8
+    assert saturated.demand == 8  # 600 / (100 x 0.8) = 7.5 -> 8, not the queue's 500
+    no_rate = decide(spec(), ScalingState(), snap(0, 60, 0.1), 4, 4, 0)
+    assert no_rate.demand == no_rate.recommendation == 6

@@ -99,3 +99,18 @@ def test_warm_pool_within_bounds(demand: list[int], low: int, span: int, placeho
         state = decision.new_state
         assert low <= decision.pods <= low + span
         assert 0 <= decision.node_placeholders <= placeholders
+
+
+def test_active_headroom_counts_against_the_growth() -> None:
+    demand = [10 + 6 * (i // 10) for i in range(200)]
+    spec = auto(coverage=0.95)
+    state = WarmPoolState()
+    for i, d in enumerate(demand[:-1]):
+        state = plan(spec, state, d, i * 15.0, ColdStart(300, 150)).new_state
+    last = demand[-1]
+    without = plan(spec, state, last, 199 * 15.0, ColdStart(300, 150))
+    with_headroom = plan(spec, state, last, 199 * 15.0, ColdStart(300, 150), active=last + 5)
+    assert without.pods == 12
+    assert with_headroom.pods == 7
+    assert with_headroom.node_placeholders == 6  # 18 - 5 headroom - 7 warm
+    assert "active headroom 5" in with_headroom.reason

@@ -1,0 +1,292 @@
+"""Simulator invariants, trace reading and scaling, profiles, and the `simulate` command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from neuronfleet.sim import engine, oracle, runner
+from neuronfleet.sim.baselines import Hpa, Keda, Kpa, RayServe
+from neuronfleet.sim.command import run_cli
+from neuronfleet.sim.policies import DEFAULT_OURS, Policy, Static, ours_from_policy_file
+from neuronfleet.sim.profiles import Profile, ProfileError, dump_profile, load_profile
+from neuronfleet.sim.trace import Trace, TraceError, load, scale
+from neuronfleet.sim.workload import build, factor_for_peak
+
+ZERO_COLD_START = {"node": 0, "scheduling": 0, "pull": 0, "init": 0, "load": 0, "warmup": 0}
+
+
+def write_trace(path: Path, seconds: int = 240, seed: int = 3) -> Path:
+    """A bursty synthetic trace: a base rate with a doubling in the middle, tokens included."""
+    rng = np.random.default_rng(seed)
+    times: list[float] = []
+    t = 0.0
+    while t < seconds:
+        rate = 4.0 if seconds / 3 < t < 2 * seconds / 3 else 2.0
+        t += rng.exponential(1 / rate)
+        times.append(t)
+    lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    for x in times:
+        lines.append(f"{x:.4f},{rng.integers(50, 2000)},{rng.integers(10, 400)}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def zero_cold(profile: Profile) -> Profile:
+    return profile.model_copy(
+        update={"cold_start": profile.cold_start.model_copy(update=ZERO_COLD_START), "promote_seconds": 0.0}
+    )
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Trace:
+    return load(write_trace(tmp_path_factory.mktemp("trace") / "t.csv"))
+
+
+def all_policies(low: int, high: int, static: int) -> list[Policy]:
+    return [
+        ours_from_policy_file({**DEFAULT_OURS, "scaling": {"minReplicas": low}}, high, "default"),
+        Hpa(0.5, low, high, "0.5"),
+        Keda(8, low, high, "8"),
+        Kpa(70, low, high, "70"),
+        RayServe(2, low, high, "2"),
+        Static(static, "static"),
+    ]
+
+
+@pytest.mark.parametrize("name", ["bert-base", "llama-2-7b"])
+def test_zero_cold_start_and_ample_capacity_meet_the_slo(trace: Trace, name: str) -> None:
+    profile = zero_cold(load_profile(name))
+    workload = build(trace, profile, factor_for_peak(trace, profile, 6), jitter=1.0, seed=1)
+    _, schedule = oracle.run(workload, profile, seed=1)
+    ample = 2 * int(schedule.max())
+    for policy in all_policies(ample, 4 * ample, ample):
+        result = engine.run(workload, profile, policy, start_replicas=ample, seed=1)
+        assert result.slo_attainment >= 0.999, (policy.name, result.slo_attainment)
+        assert result.rejected == 0
+
+
+@pytest.mark.parametrize("name", ["bert-base", "llama-2-7b"])
+def test_oracle_is_never_more_expensive_than_a_policy_meeting_the_slo(trace: Trace, name: str) -> None:
+    profile = load_profile(name)
+    workload = build(trace, profile, factor_for_peak(trace, profile, 6), jitter=1.0, seed=1)
+    best, schedule = oracle.run(workload, profile, seed=1)
+    assert best.slo_attainment >= 0.999
+    peak = int(schedule.max())
+    results = [
+        engine.run(workload, profile, policy, start_replicas=peak, seed=1) for policy in all_policies(1, 2 * peak, peak)
+    ]
+    meeting = [r for r in results if r.slo_attainment >= 0.99]
+    assert meeting, "the static peak at least meets the SLO"
+    for r in meeting:
+        assert best.usd <= r.usd, (r.policy, r.usd, best.usd)
+
+
+@pytest.mark.parametrize("name", ["bert-base", "llama-2-7b"])
+def test_requests_in_equal_served_plus_rejected(trace: Trace, name: str) -> None:
+    profile = load_profile(name)
+    factor = factor_for_peak(trace, profile, 6)
+    workload = build(trace, profile, factor, jitter=1.0, seed=1)
+    expected = round(len(trace) * factor) if profile.kind == "llm" else workload.requests
+    for replicas in (1, 3, 20):  # 1 and 3 are overloaded: the queue bound rejects
+        result = engine.run(workload, profile, Static(replicas, "x"), start_replicas=replicas, seed=1)
+        assert result.requests == pytest.approx(expected, rel=0.01)
+        assert result.served + result.rejected == pytest.approx(result.requests)
+        assert result.within_slo <= result.served + 1e-6
+    overloaded = engine.run(workload, profile, Static(1, "x"), start_replicas=1, seed=1)
+    assert overloaded.rejected > 0
+
+
+def test_batch_binning_keeps_every_copy(trace: Trace) -> None:
+    profile = load_profile("bert-base")
+    workload = build(trace, profile, 1000, jitter=1.0, seed=1)
+    assert workload.requests == len(trace) * 1000
+
+
+def test_runs_are_deterministic(trace: Trace) -> None:
+    profile = load_profile("bert-base")
+    workload = build(trace, profile, factor_for_peak(trace, profile, 6), jitter=1.0, seed=7)
+
+    def once() -> tuple[float, float, float]:
+        policy = ours_from_policy_file(DEFAULT_OURS, 20, "d")
+        r = engine.run(workload, profile, policy, start_replicas=4, seed=7)
+        return r.within_slo, r.usd, r.p99_ms
+
+    assert once() == once()
+
+
+def test_cold_starts_cost_slo_and_warm_pool_is_counted(trace: Trace) -> None:
+    profile = load_profile("bert-base")
+    workload = build(trace, profile, factor_for_peak(trace, profile, 6), jitter=1.0, seed=1)
+    # Start far too small: the doubling in the middle waits on minutes of cold start.
+    result = engine.run(workload, profile, Hpa(0.9, 1, 40, "0.9"), start_replicas=1, seed=1)
+    assert result.slo_attainment < 0.99
+    assert result.cold_start_misses > 0
+    assert result.chip_hours >= result.replica_hours * profile.chips_per_replica - 1e-9
+
+
+def test_best_picks_the_cheapest_setting_reaching_the_target(trace: Trace) -> None:
+    profile = load_profile("bert-base")
+    workload = build(trace, profile, factor_for_peak(trace, profile, 6), jitter=1.0, seed=1)
+    peak = int(oracle.initial_schedule(workload, profile).max())
+    todo = runner.cases(["static"], 2 * peak, peak)
+    outcomes = runner.run_cases(workload, profile, todo, seed=1, start=peak)
+    chosen = runner.best(outcomes, 0.99)["static"]
+    assert chosen.result.slo_attainment >= 0.99
+    cheaper = [o for o in outcomes if o.result.usd < chosen.result.usd]
+    assert all(o.result.slo_attainment < 0.99 for o in cheaper)
+
+
+# ------------------------------------------------------------------------------------- traces
+
+
+def test_trace_columns_are_detected(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("request_id,Arrival,prompt_tokens,completion_tokens\na,10.5,5,7\nb,10.0,6,8\n")
+    trace = load(path)
+    assert trace.arrivals.tolist() == [0.0, 0.5]  # sorted, from the first arrival
+    assert trace.context_tokens is not None and trace.context_tokens.tolist() == [6.0, 5.0]
+    assert trace.generated_tokens is not None and trace.generated_tokens.tolist() == [8.0, 7.0]
+
+
+def test_trace_with_dates_and_without_tokens(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("timestamp\n2023-11-16 18:15:46.5\n2023-11-16 18:15:48.0\n")
+    trace = load(path)
+    assert trace.arrivals.tolist() == [0.0, 1.5]
+    assert trace.context_tokens is None
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "empty file"),
+        ("when,tokens\n1,2\n", "no arrival-time column"),
+        ("timestamp\n", "no requests"),
+        ("timestamp,ContextTokens\n1.0,5\nyesterday,5\n", ":3: cannot read time"),
+        ("timestamp,ContextTokens\n1.0,many\n", "context tokens 'many' is not a number"),
+        ("timestamp,ContextTokens\n1.0\n", "1 fields, the header has 2"),
+    ],
+)
+def test_malformed_traces_are_clear_errors(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(content)
+    with pytest.raises(TraceError, match=message):
+        load(path)
+
+
+def test_missing_trace_file(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="cannot open"):
+        load(tmp_path / "nope.csv")
+
+
+def test_scaling_keeps_the_burst_structure(trace: Trace) -> None:
+    scaled = scale(trace, 10, jitter=1.0, seed=1)
+    assert len(scaled) == 10 * len(trace)
+    scaled_per_minute = np.bincount((scaled.arrivals // 60).astype(int))
+    original_per_minute = np.bincount((trace.arrivals // 60).astype(int), minlength=len(scaled_per_minute))
+    # Minute by minute the scaled trace is 10x the original (jitter moves copies by < 1 s,
+    # so only the few arrivals in the last second of a minute spill into the next).
+    assert np.allclose(scaled_per_minute[:-1], 10 * original_per_minute[: len(scaled_per_minute) - 1], rtol=0.05)
+
+
+# ------------------------------------------------------------------------------------ profiles
+
+
+def test_profiles_round_trip_and_errors(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(dump_profile("llama-2-7b"))
+    assert load_profile(str(path)) == load_profile("llama-2-7b")
+    path.write_text(dump_profile("bert-base").replace("inf2.xlarge", "inf2.huge"))
+    with pytest.raises(ProfileError, match=r"inf2\.huge"):
+        load_profile(str(path))
+    path.write_text(dump_profile("bert-base").replace("uniform:", "triangular:"))
+    with pytest.raises(ProfileError, match="unknown distribution 'triangular'"):
+        load_profile(str(path))
+    with pytest.raises(ProfileError, match="neither a built-in profile"):
+        load_profile("gpt-5")
+
+
+def test_builtin_figures_match_facts() -> None:
+    bert = load_profile("bert-base")
+    assert [p.batch for p in bert.efficient_batches()] == [1, 4, 16]  # batch 8 is slower than 4
+    assert bert.instance.usd_per_hour == 0.7582
+    llama = load_profile("llama-2-7b")
+    assert llama.llm is not None and llama.llm.decode_ms_per_token == 12.1
+    assert llama.instance.chips == 12
+
+
+# ------------------------------------------------------------------------------------- command
+
+
+def test_simulate_command_writes_report_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    csv = write_trace(tmp_path / "t.csv", seconds=180)
+    policy = tmp_path / "tuning.yaml"
+    policy.write_text("scaling:\n  targetUtilization: 0.6\nwarmPool:\n  mode: Fixed\n  pods: 1\n")
+    out = tmp_path / "out"
+    code = run_cli(
+        [
+            "--trace",
+            str(csv),
+            "--peak-replicas",
+            "5",
+            "--policies",
+            "ours,hpa",
+            "--no-sweep",
+            "--policy",
+            str(policy),
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    doc = json.loads((out / "simulate.json").read_text())
+    assert "CC-BY 4.0" in doc["attribution"]
+    policies = {(c["policy"], c["setting"]) for c in doc["cases"]}
+    assert {("ours", "0.8"), ("hpa", "0.5"), ("ours", "tuning"), ("oracle", "clairvoyant")} <= policies
+    for case in doc["cases"]:
+        assert 0 <= case["slo_attainment"] <= 1
+        assert case["usd_per_million"] > 0
+    assert (out / "bert-base-timeline.png").stat().st_size > 10_000
+    assert (out / "bert-base-latency-cdf.png").stat().st_size > 10_000
+    assert "Splitwise" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--trace", "/nonexistent.csv"], "cannot open"),
+        (["--policies", "hpa,magic"], "unknown policies"),
+        (["--profile", "nope"], "neither a built-in profile"),
+        (["--peak-replicas", "-3"], "must be a positive number"),
+        ([], "--trace CSV is required"),
+    ],
+)
+def test_simulate_bad_input_is_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    if args and args[0] != "--trace":
+        args = ["--trace", str(write_trace(tmp_path / "t.csv", seconds=30)), *args]
+    assert run_cli(args) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_simulate_bad_policy_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text("scaling:\n  targetUtilization: 7\n")
+    csv = write_trace(tmp_path / "t.csv", seconds=30)
+    assert run_cli(["--trace", str(csv), "--policy", str(policy)]) == 2
+    assert "targetUtilization" in capsys.readouterr().err
+
+
+def test_simulate_help_reads_well(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(["--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    assert "clairvoyant oracle" in text
+    assert "--peak-replicas" in text

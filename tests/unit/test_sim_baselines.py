@@ -1,0 +1,92 @@
+"""Baseline fidelity: HPA, KEDA, Knative KPA and Ray Serve against hand-computed scenarios."""
+
+from __future__ import annotations
+
+from neuronfleet.sim.baselines import Hpa, HpaBehavior, Keda, Kpa, RayServe
+
+
+def test_hpa_tolerance_and_ratio() -> None:
+    hpa = Hpa(0.5, 1, 100, "0.5")
+    assert hpa.recommend(0.54, current=10, ready=10) == 10  # |1 - 1.08| <= 0.1
+    assert hpa.recommend(0.6, current=10, ready=10) == 12  # ceil(1.2 x 10)
+    assert hpa.recommend(0.9, current=12, ready=10) == 18  # ready pods only
+    assert hpa.recommend(None, current=7, ready=7) == 7
+
+
+def test_hpa_scale_up_policies_4_pods_or_100_percent_per_15s() -> None:
+    behavior = HpaBehavior(min_replicas=1, max_replicas=100)
+    assert behavior.normalize(100, current=2, now=0) == 6  # max(2 + 4, 2 x 2)
+    behavior = HpaBehavior(min_replicas=1, max_replicas=100)
+    assert behavior.normalize(100, current=10, now=0) == 20  # max(10 + 4, 10 x 2)
+    # Within the same 15 s period the start count is 10, so 20 is still the limit.
+    assert behavior.normalize(100, current=20, now=5) == 20
+    assert behavior.normalize(100, current=20, now=16) == 40
+
+
+def test_hpa_300s_downscale_stabilization() -> None:
+    behavior = HpaBehavior(min_replicas=1, max_replicas=100)
+    behavior.normalize(20, current=20, now=0)
+    desired = {now: behavior.normalize(5, current=20, now=now) for now in range(15, 316, 15)}
+    assert all(d == 20 for t, d in desired.items() if t < 300)
+    assert desired[300] == 5  # the recommendation of 20 at t=0 left the window (> now - 300)
+
+
+def test_keda_average_value_then_hpa_behavior() -> None:
+    keda = Keda(10, 1, 100, "10")
+    assert keda.step(0, 100.0, current=4)[0] == 8  # ceil(100 / 10) = 10, limited to max(4 + 4, 2 x 4)
+    assert keda.step(15, 42.0, current=4)[0] == 4  # 42 / (10 x 4) = 1.05: within tolerance
+
+
+def test_keda_cooldown_to_zero_and_activation() -> None:
+    keda = Keda(10, 0, 100, "10", activation_threshold=0.0)
+    keda.behavior.behavior.scale_down.stabilization_window_seconds = 0
+    assert keda.step(0, 5.0, current=2)[0] == 1  # active: HPA scales to ceil(5 / 10)
+    replicas = 1
+    history = {}
+    for now in range(15, 346, 15):
+        replicas, _ = keda.step(now, 0.0, current=replicas)
+        history[now] = replicas
+    assert all(r == 1 for t, r in history.items() if t < 300)
+    assert history[300] == 0  # first 30 s poll at or after 300 s of inactivity
+    # Strictly greater than the activation threshold: 0 does not activate, 0.5 does (at a poll).
+    assert keda.step(330, 0.0, current=0)[0] == 0
+    assert keda.step(360, 0.5, current=0)[0] == 1
+
+
+def test_kpa_panics_at_twice_ready_and_holds() -> None:
+    kpa = Kpa(10, 1, 1000, "10")
+    desired, panic = kpa.step(0, stable=100, panic=190, ready=10)
+    assert (desired, panic) == (10, False)  # panic 19 / 10 < 2: the stable count rules
+    desired, panic = kpa.step(2, stable=100, panic=200, ready=10)
+    assert (desired, panic) == (20, True)  # 20 / 10 >= 2: panic, panic count wins
+    # The burst passes: panic holds the count (never scales down) for one stable window.
+    for now in range(4, 63, 2):
+        desired, panic = kpa.step(now, stable=50, panic=50, ready=20)
+        assert (desired, panic) == (20, True), now
+    desired, panic = kpa.step(64, stable=50, panic=50, ready=20)
+    assert not panic
+    assert desired == 10  # ceil(50 / 10), limited to floor(20 / 2) = 10 per tick anyway
+
+
+def test_kpa_scale_down_rate_is_2x_per_tick() -> None:
+    kpa = Kpa(10, 1, 1000, "10")
+    assert kpa.step(0, stable=10, panic=10, ready=40)[0] == 20
+
+
+def test_ray_serve_upscale_and_downscale_delays() -> None:
+    ray = RayServe(2, 1, 100, "2")
+    applied = [ray.step(total_ongoing=40.0, current=5) for _ in range(31)]
+    assert applied[:30] == [5] * 30
+    assert applied[30] == 20  # after more than upscale_delay (30 s) of 1 s periods
+    ray = RayServe(2, 1, 100, "2")
+    down = [ray.step(total_ongoing=2.0, current=10) for _ in range(601)]
+    assert set(down[:600]) == {10}
+    assert down[600] == 1
+
+
+def test_ray_serve_counter_resets_on_direction_change() -> None:
+    ray = RayServe(2, 1, 100, "2")
+    for _ in range(20):
+        ray.step(40.0, 5)
+    ray.step(2.0, 5)  # one decision downwards resets the upscale count
+    assert [ray.step(40.0, 5) for _ in range(30)] == [5] * 30
