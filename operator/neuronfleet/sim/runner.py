@@ -3,8 +3,8 @@
 Each policy family has one main target and a grid of settings (geometric, chosen independently of
 any trace) that includes the family's documented default:
 
-- ``ours``: ``scaling.targetUtilization`` (default 0.8, the CR default; the rest of the CR
-  defaults, warm pool Auto with its bounds opened);
+- ``ours``: ``scaling.targetUtilization`` u with ``targetQueueDepth`` 10 u (default 0.8 and 8, the CR
+  defaults; the rest of the CR defaults, warm pool Auto with its bounds opened);
 - ``ours-nowarm``: the same with the warm pool Off (what the warm pool adds or costs);
 - ``hpa``: target utilization (default 0.5, the Kubernetes HPA walkthrough; HPA has none);
 - ``keda``: threshold of queued + in-flight requests per pod (default 8: KEDA has none, so the
@@ -41,6 +41,10 @@ GRIDS: dict[str, tuple[float, ...]] = {
     "ray": (1, 2, 4, 8, 16, 32),
     "static": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
 }
+#: Ours has two targets (queue depth is primary, utilization the guardrail); its one swept knob moves
+#: both in the CR defaults' ratio (8 requests per replica at 0.8), like KPA's target x utilization.
+OURS_QUEUE_PER_UTILIZATION = 10.0
+
 DEFAULTS: dict[str, float] = {
     "ours": 0.8,
     "ours-nowarm": 0.8,
@@ -98,7 +102,11 @@ def _case(family: str, value: float, default: bool, max_replicas: int, oracle_pe
     low = 1
     if family in ("ours", "ours-nowarm"):
         data = {
-            "scaling": {**DEFAULT_OURS["scaling"], "targetUtilization": value},
+            "scaling": {
+                **DEFAULT_OURS["scaling"],
+                "targetUtilization": value,
+                "targetQueueDepth": OURS_QUEUE_PER_UTILIZATION * value,
+            },
             "warmPool": DEFAULT_OURS["warmPool"] if family == "ours" else {"mode": "Off"},
         }
         return Case(family, setting, default, _from_file(data, max_replicas, setting, family))
