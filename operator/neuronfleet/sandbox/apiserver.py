@@ -350,10 +350,8 @@ class ApiServer:
                 if bookmarks:
                     wait = min(wait, next_bookmark - now) if wait is not None else next_bookmark - now
                 try:
-                    if wait is None:
+                    async with asyncio.timeout(None if wait is None else max(wait, 0.0)):
                         type_, obj = await watcher.queue.get()
-                    else:
-                        type_, obj = await asyncio.wait_for(watcher.queue.get(), timeout=max(wait, 0.0))
                 except TimeoutError:
                     if bookmarks and self.clock.monotonic() >= next_bookmark:
                         await send("BOOKMARK", bookmark())

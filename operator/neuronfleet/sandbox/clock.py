@@ -54,3 +54,18 @@ class Clock:
         except ValueError:
             return None
         return (self.wall() - moment).total_seconds()
+
+
+async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
+    """Wait for ``event`` at most ``timeout`` seconds; True if it is set.
+
+    ``asyncio.timeout`` rather than ``asyncio.wait_for``: on Python 3.11 ``wait_for`` can swallow
+    a cancellation that races with the inner wait completing, which left controller loops
+    running after their task was cancelled.
+    """
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    except TimeoutError:
+        return event.is_set()
+    return True

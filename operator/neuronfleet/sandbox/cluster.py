@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import yaml
 
 from neuronfleet.sandbox.apiserver import ApiServer, RequestRecord
-from neuronfleet.sandbox.clock import Clock
+from neuronfleet.sandbox.clock import Clock, wait_event
 from neuronfleet.sandbox.kubelet import ColdStartProfile, Kubelet
 from neuronfleet.sandbox.nodes import NodeGroup, node_object
 from neuronfleet.sandbox.provisioner import NodeNamer, Provisioner
@@ -209,6 +209,14 @@ class SandboxCluster:
             node_object(group, zone, name, instance_id, False, self.clock.timestamp()),
         )
 
+    def create(self, plural: str, body: Obj, namespace: str | None = None, group: str = "") -> Obj:
+        """Create an object in-process (same semantics as a POST; raises ApiError)."""
+        return self.store.create(self.store.resource(group, plural), namespace, body)
+
+    def delete(self, plural: str, name: str, namespace: str | None = None, group: str = "", **options: Any) -> Obj:
+        """Delete in-process (grace_period=, propagation= as in DeleteOptions; raises ApiError)."""
+        return self.store.delete(self.store.resource(group, plural), namespace, name, **options)
+
     def get(self, plural: str, name: str, namespace: str | None = None, group: str = "") -> Obj | None:
         """The stored object, or None (read-only: do not mutate it)."""
         return self.store.try_get(self.store.resource(group, plural), namespace, name)
@@ -235,8 +243,7 @@ class SandboxCluster:
                 if remaining <= 0:
                     raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
                 changed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), timeout=min(remaining, 1.0))
+                await wait_event(changed, min(remaining, 1.0))
         finally:
             self.store.listeners.remove(listener)
 

@@ -21,6 +21,7 @@ from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.nodes import NODE_GROUP_LABEL, NodeGroup, node_allocatable, node_object, pod_requests
 from neuronfleet.sandbox.scheduler import Scheduler
 from neuronfleet.sandbox.scheduling import allocate_cores, insufficient, is_active, node_chips, node_cores
+from neuronfleet.sandbox.clock import wait_event
 from neuronfleet.sandbox.store import Store, WatchEvent
 
 log = logging.getLogger(__name__)
@@ -91,8 +92,7 @@ class Provisioner:
                 self.reconcile()
             except Exception:
                 log.exception("sandbox provisioner: round failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.interval_s)
+            await wait_event(self._wake, self.interval_s)
 
     async def stop(self) -> None:
         if self._timer is not None:

@@ -284,9 +284,7 @@ def prune_unknown(value: Any, schema: dict[str, Any] | None, path: str, unknown:
     return value
 
 
-def validate_custom_object(
-    rt: ResourceType, obj: dict[str, Any]
-) -> tuple[list[tuple[str, str]], list[str]]:
+def validate_custom_object(rt: ResourceType, obj: dict[str, Any]) -> tuple[list[tuple[str, str]], list[str]]:
     """Default, prune and validate a custom object in place.
 
     Returns (errors as (field, message), unknown field paths, which were pruned).

@@ -36,6 +36,7 @@ from neuronfleet.sandbox.scheduling import (
     used_resources,
 )
 from neuronfleet.sandbox.nodes import neuroncores_requested
+from neuronfleet.sandbox.clock import wait_event
 from neuronfleet.sandbox.store import Store, WatchEvent
 
 log = logging.getLogger(__name__)
@@ -91,8 +92,7 @@ class Scheduler:
                 self.schedule_pending()
             except Exception:
                 log.exception("sandbox scheduler: scheduling round failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.retry_interval_s)
+            await wait_event(self._wake, self.retry_interval_s)
 
     # ---- one round -------------------------------------------------------------------------------
 

@@ -1,0 +1,195 @@
+"""Scheduling, kubelet and provisioning in the sandbox, under looptime (simulated minutes take
+milliseconds)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from neuronfleet.sandbox import CORES_ANNOTATION, ColdStartProfile, NodeGroup, SandboxCluster
+
+pytestmark = pytest.mark.looptime
+
+NEURON_TOLERATION = {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"}
+PROFILE = ColdStartProfile(image_pull_s=20.0, container_start_s=2.0, readiness_s=30.0, shutdown_s=1.0, jitter=0.0)
+
+
+def neuron_pod(name: str, cores: int, *, tolerate: bool = True, scheduler: str | None = None, **spec: Any) -> dict[str, Any]:
+    pod_spec: dict[str, Any] = {
+        "containers": [{"name": "server", "image": "neuronserve:1", "resources": {"limits": {"aws.amazon.com/neuroncore": str(cores)}, "requests": {"cpu": "500m", "memory": "1Gi"}}}],
+        **spec,
+    }
+    if tolerate:
+        pod_spec["tolerations"] = [NEURON_TOLERATION]
+    if scheduler:
+        pod_spec["schedulerName"] = scheduler
+    return {"metadata": {"name": name, "labels": {"app": "model"}}, "spec": pod_spec}
+
+
+def pod(cluster: SandboxCluster, name: str) -> dict[str, Any]:
+    found = cluster.get("pods", name, "default")
+    assert found is not None, f"pod {name} is gone"
+    return found
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
+
+
+def is_ready(cluster: SandboxCluster, name: str) -> bool:
+    found = cluster.get("pods", name, "default")
+    ready = condition(found, "Ready") if found else None
+    return bool(ready and ready["status"] == "True")
+
+
+async def test_two_cores_land_on_node_with_room_and_start_like_a_kubelet() -> None:
+    groups = [NodeGroup("small", "inf2.xlarge", count=1, provisionable=False), NodeGroup("big", "inf2.24xlarge", count=1, provisionable=False)]
+    async with SandboxCluster(node_groups=groups, cold_start=PROFILE) as cluster:
+        nodes = {n["metadata"]["labels"]["node.kubernetes.io/instance-type"]: n["metadata"]["name"] for n in cluster.list("nodes")}
+        cluster.create("pods", neuron_pod("filler", 2), "default")
+        await cluster.wait_for(lambda: pod(cluster, "filler")["spec"].get("nodeName"), timeout=5)
+        assert pod(cluster, "filler")["spec"]["nodeName"] == nodes["inf2.xlarge"]  # packs onto the smallest fit
+
+        cluster.create("pods", neuron_pod("model-0", 2), "default")
+        await cluster.wait_for(lambda: is_ready(cluster, "model-0"), timeout=120, what="model-0 Ready")
+        placed = pod(cluster, "model-0")
+        assert placed["spec"]["nodeName"] == nodes["inf2.24xlarge"]  # the xlarge has no free core
+        assert len(placed["metadata"]["annotations"][CORES_ANNOTATION].split(",")) == 2
+        status = placed["status"]
+        assert status["phase"] == "Running"
+        assert [condition(placed, k)["status"] for k in ("PodScheduled", "Initialized", "ContainersReady", "Ready")] == ["True"] * 4
+        started = status["containerStatuses"][0]["state"]["running"]["startedAt"]
+        assert status["startTime"] <= started <= condition(placed, "Ready")["lastTransitionTime"]
+        # Cold start: image pull (20 s) + start (2 s) + readiness (30 s) on the loop clock.
+        assert cluster.clock.seconds_since(status["startTime"]) == pytest.approx(52, abs=1)
+
+
+async def test_pod_without_toleration_stays_pending_with_reason() -> None:
+    async with SandboxCluster(node_groups=[NodeGroup("small", "inf2.xlarge", count=2)], run_provisioner=False) as cluster:
+        cluster.create("pods", neuron_pod("untolerated", 1, tolerate=False), "default")
+        await cluster.wait_for(lambda: condition(pod(cluster, "untolerated"), "PodScheduled"), timeout=5)
+        scheduled = condition(pod(cluster, "untolerated"), "PodScheduled")
+        assert scheduled is not None
+        assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
+        assert "untolerated taint {aws.amazon.com/neuron: true}" in scheduled["message"]
+        assert pod(cluster, "untolerated")["status"]["phase"] == "Pending"
+
+
+async def test_pod_for_an_unknown_scheduler_is_left_alone() -> None:
+    async with SandboxCluster(node_groups=[NodeGroup("small", "inf2.xlarge", count=1)]) as cluster:
+        cluster.create("pods", neuron_pod("orphan", 1, scheduler="no-such-scheduler"), "default")
+        cluster.create("pods", neuron_pod("normal", 1), "default")
+        await cluster.wait_for(lambda: pod(cluster, "normal")["spec"].get("nodeName"), timeout=5)
+        orphan = pod(cluster, "orphan")
+        assert "nodeName" not in orphan["spec"]
+        assert orphan["status"] == {"phase": "Pending", "qosClass": "Burstable"}
+
+
+async def test_eight_cores_only_where_eight_contiguous_are_free() -> None:
+    group = NodeGroup("big", "inf2.24xlarge", count=2, provisionable=False)
+    async with SandboxCluster(node_groups=[group], cold_start=PROFILE, run_provisioner=False) as cluster:
+        fragmented, contiguous = sorted(n["metadata"]["name"] for n in cluster.list("nodes"))
+        # Pre-placed pods: fragmented keeps 8 free cores in runs of 4 (4-7 and 10,11,0,1 on the
+        # ring); contiguous keeps 4-11 free.
+        for name, node, cores in (("f1", fragmented, "2,3"), ("f2", fragmented, "8,9"), ("c1", contiguous, "0,1,2,3")):
+            body = neuron_pod(name, len(cores.split(",")))
+            body["metadata"]["annotations"] = {CORES_ANNOTATION: cores}
+            body["spec"]["nodeName"] = node
+            cluster.create("pods", body, "default")
+        cluster.create("pods", neuron_pod("big-model", 8, scheduler="neuron-scheduler"), "default")
+        await cluster.wait_for(lambda: pod(cluster, "big-model")["spec"].get("nodeName"), timeout=5)
+        placed = pod(cluster, "big-model")
+        assert placed["spec"]["nodeName"] == contiguous
+        assert placed["metadata"]["annotations"][CORES_ANNOTATION] == "4,5,6,7,8,9,10,11"
+        # A second 8-core pod fits nowhere: 8 cores are free on the fragmented node, not contiguous.
+        cluster.create("pods", neuron_pod("second", 8, scheduler="neuron-scheduler"), "default")
+        await cluster.wait_for(lambda: condition(pod(cluster, "second"), "PodScheduled"), timeout=5)
+        assert "contiguous free NeuronCores" in condition(pod(cluster, "second"), "PodScheduled")["message"]
+
+
+async def test_placeholder_is_preempted_for_a_higher_priority_pod() -> None:
+    async with SandboxCluster(node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False) as cluster:
+        cluster.create("priorityclasses", {"metadata": {"name": "placeholder"}, "value": -10}, group="scheduling.k8s.io")
+        cluster.create("priorityclasses", {"metadata": {"name": "serving"}, "value": 1000}, group="scheduling.k8s.io")
+        cluster.create("pods", neuron_pod("placeholder", 2, priorityClassName="placeholder"), "default")
+        await cluster.wait_for(lambda: is_ready(cluster, "placeholder"), timeout=120)
+        node = pod(cluster, "placeholder")["spec"]["nodeName"]
+
+        cluster.create("pods", neuron_pod("model", 2, priorityClassName="serving"), "default")
+        await cluster.wait_for(lambda: cluster.get("pods", "placeholder", "default") is None, timeout=60, what="placeholder evicted")
+        await cluster.wait_for(lambda: is_ready(cluster, "model"), timeout=120)
+        assert pod(cluster, "model")["spec"]["nodeName"] == node
+        assert pod(cluster, "model")["spec"]["priority"] == 1000
+        assert cluster.scheduler is not None and cluster.scheduler.preemptions == 1
+
+
+async def test_provisioner_adds_a_node_after_its_delay_and_removes_it_when_empty() -> None:
+    groups = [
+        NodeGroup("small", "inf2.xlarge", count=0, max_nodes=2),
+        NodeGroup("big", "inf2.48xlarge", count=0, max_nodes=1),
+    ]
+    async with SandboxCluster(node_groups=groups, cold_start=PROFILE, provisioning_delay_s=90, consolidation_delay_s=45) as cluster:
+        start = cluster.clock.monotonic()
+        cluster.create("pods", neuron_pod("model", 2), "default")
+        await cluster.wait_for(lambda: cluster.list("nodes"), timeout=300, what="a node")
+        launched_after = cluster.clock.monotonic() - start
+        assert launched_after >= 90
+        (node,) = cluster.list("nodes")
+        assert node["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "inf2.xlarge"  # cheapest fit
+        assert node["metadata"]["labels"]["karpenter.sh/nodepool"] == "small"
+        await cluster.wait_for(lambda: is_ready(cluster, "model"), timeout=300)
+        assert pod(cluster, "model")["spec"]["nodeName"] == node["metadata"]["name"]
+
+        cluster.delete("pods", "model", "default")
+        deleted_at = cluster.clock.monotonic()
+        await cluster.wait_for(lambda: not cluster.list("nodes"), timeout=600, what="consolidation")
+        assert cluster.clock.monotonic() - deleted_at >= 45
+        assert cluster.provisioner is not None
+        assert (cluster.provisioner.nodes_launched, cluster.provisioner.nodes_removed) == (1, 1)
+
+
+async def test_zone_spread_and_node_failure() -> None:
+    group = NodeGroup("small", "inf2.xlarge", count=2, zones=("us-east-1a", "us-east-1b"), provisionable=False)
+    async with SandboxCluster(node_groups=[group], cold_start=PROFILE, run_provisioner=False) as cluster:
+        spread = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "model"}}}]
+        for i in range(2):
+            cluster.create("pods", neuron_pod(f"m{i}", 1, topologySpreadConstraints=spread), "default")
+        await cluster.wait_for(lambda: all(pod(cluster, f"m{i}")["spec"].get("nodeName") for i in range(2)), timeout=5)
+        zone_of = {n["metadata"]["name"]: n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in cluster.list("nodes")}
+        assert {zone_of[pod(cluster, f"m{i}")["spec"]["nodeName"]] for i in range(2)} == {"us-east-1a", "us-east-1b"}
+
+        assert cluster.kubelet is not None
+        victim_node = pod(cluster, "m0")["spec"]["nodeName"]
+        cluster.kubelet.fail_node(victim_node)
+        assert cluster.get("pods", "m0", "default") is None
+        failed = cluster.get("nodes", victim_node)
+        assert failed is not None and condition(failed, "Ready")["status"] == "Unknown"
+
+        await cluster.wait_for(lambda: is_ready(cluster, "m1"), timeout=120)
+        cluster.kubelet.fail_pod("default", "m1")
+        assert pod(cluster, "m1")["status"]["phase"] == "Failed"
+        assert condition(pod(cluster, "m1"), "Ready")["status"] == "False"
+
+
+async def test_graceful_deletion_and_readiness_hook() -> None:
+    hook_calls: list[str] = []
+
+    async def ready_when_told(p: dict[str, Any]) -> bool | None:
+        hook_calls.append(p["metadata"]["name"])
+        return True if p["metadata"]["name"] == "hooked" else None
+
+    async with SandboxCluster(node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False) as cluster:
+        assert cluster.kubelet is not None
+        cluster.kubelet.readiness_hook = ready_when_told
+        body = neuron_pod("hooked", 1, terminationGracePeriodSeconds=20)
+        cluster.create("pods", body, "default")
+        await cluster.wait_for(lambda: is_ready(cluster, "hooked"), timeout=120)
+        # Ready right after the container started: the hook replaced the 30 s readiness phase.
+        assert cluster.clock.seconds_since(pod(cluster, "hooked")["status"]["startTime"]) == pytest.approx(22, abs=1)
+        assert hook_calls == ["hooked"]
+
+        cluster.delete("pods", "hooked", "default")
+        terminating = pod(cluster, "hooked")
+        assert terminating["metadata"]["deletionGracePeriodSeconds"] == 20
+        await cluster.wait_for(lambda: cluster.get("pods", "hooked", "default") is None, timeout=60)
