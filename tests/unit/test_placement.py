@@ -56,13 +56,12 @@ def test_eight_core_model_type_depends_on_replica_count(
     assert all(not c.fits for c in single_chip)
 
 
-def test_cost_tie_prefers_spare_slots_and_says_so() -> None:
-    # 2 x 24xlarge = $12.98126/h vs 1 x 48xlarge = $12.98127/h: a tie; 48xlarge has a free slot.
+def test_cost_tie_prefers_more_nodes_and_says_so() -> None:
+    # 2 x 24xlarge = $12.98126/h vs 1 x 48xlarge = $12.98127/h: a tie; two nodes do not share fate.
     plan = plan_placement(ReplicaNeeds(8), ALL_TYPES, 2)
     assert plan.chosen is not None
-    assert plan.chosen.name == "inf2.48xlarge"
-    assert plan.chosen.spare_slots == 1
-    assert "ties on cost with inf2.24xlarge" in plan.reason
+    assert (plan.chosen.name, plan.chosen.nodes) == ("inf2.24xlarge", 2)
+    assert "ties on cost with inf2.48xlarge, chosen for more nodes" in plan.reason
 
 
 def test_candidates_report_per_type_figures() -> None:
@@ -138,10 +137,10 @@ def test_hbm_beyond_what_the_cores_address_names_the_field() -> None:
 
 
 def test_current_type_is_kept_unless_the_saving_is_large() -> None:
-    # 4 replicas of 8 cores: 48xlarge and 24xlarge tie at $25.96/h; the current type stays.
-    kept = plan_placement(ReplicaNeeds(8), ALL_TYPES, 4, current_type="inf2.24xlarge")
+    # 4 replicas of 8 cores: 24xlarge and 48xlarge tie at $25.96/h; the current type stays.
+    kept = plan_placement(ReplicaNeeds(8), ALL_TYPES, 4, current_type="inf2.48xlarge")
     assert kept.chosen is not None
-    assert kept.chosen.name == "inf2.24xlarge"
+    assert kept.chosen.name == "inf2.48xlarge"
     assert "kept the current type" in kept.reason
     # 3 replicas: 48xlarge costs $12.98/h against $19.47/h; moving is worth it.
     moved = plan_placement(ReplicaNeeds(8), ALL_TYPES, 3, current_type="inf2.24xlarge")

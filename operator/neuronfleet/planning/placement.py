@@ -18,8 +18,9 @@ How a node is shared (figures from :mod:`neuronfleet.planning.catalog`):
 
 Cost: ``nodes = ceil(replicas / replicas_per_node)``, ``$/h = nodes x on-demand price``. The
 chosen type minimises $/h for the replica count (equivalently $ per replica-hour). Costs within
-:data:`COST_TIE_TOLERANCE` are a tie, broken by more spare replica slots (room for warm pods at
-no extra cost), then more nodes (a smaller blast radius per node), then catalog order. With
+:data:`COST_TIE_TOLERANCE` are a tie, broken by more nodes (a warm replica on another node
+survives the loss of an active one's node, and replicas can spread across zones), then more
+spare replica slots, then catalog order. With
 ``current_type`` set, the plan keeps that type while it costs at most ``keep_current_within``
 more than the best, so a fleet does not move between types on every scale step.
 
@@ -296,7 +297,7 @@ def plan_placement(
     order = [c.name for c in candidates]
     best_cost = min(c.usd_per_hour for c in fitting)
     tied = [c for c in fitting if c.usd_per_hour <= best_cost * (1 + COST_TIE_TOLERANCE)]
-    best = min(tied, key=lambda c: (-c.spare_slots, -c.nodes, order.index(c.name)))
+    best = min(tied, key=lambda c: (-c.nodes, -c.spare_slots, order.index(c.name)))
     chosen = best
     current = next((c for c in fitting if c.name == current_type), None)
     if (
@@ -332,8 +333,8 @@ def _explain(
     if len(tied) > 1:
         names = ", ".join(c.name for c in tied if c is not chosen)
         return (
-            f"{head}; ties on cost with {names}, chosen for more spare replica slots "
-            f"({chosen.spare_slots}) and then more nodes"
+            f"{head}; ties on cost with {names}, chosen for more nodes: replicas and warm pods do not "
+            "share a node's fate and can spread across zones"
         )
     runner_up = min(others, key=lambda c: c.usd_per_hour)
     return f"{head}; cheapest: next is {runner_up.name} at ${runner_up.usd_per_hour:.2f}/h"
