@@ -15,3 +15,6 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def repo_root() -> Path:
     return REPO
+
+# Fixture plugins shared by several test folders (tests/ is on sys.path: this conftest's folder).
+pytest_plugins = ["fixtures_cluster"]

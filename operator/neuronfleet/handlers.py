@@ -80,7 +80,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.WARNING
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
-    settings.batching.error_delays = [1, 2, 5, 10, 30, 60]
+    settings.queueing.error_delays = [1, 2, 5, 10, 30, 60]
     settings.watching.server_timeout = 300
 
 

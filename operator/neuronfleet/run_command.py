@@ -10,7 +10,8 @@ import argparse
 import asyncio
 import logging
 import os
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
+from datetime import datetime
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from neuronfleet.artifacts.store import ArtifactStore
 from neuronfleet.handlers import OperatorContext, registry
 from neuronfleet.kube.builders import BuilderConfig
 from neuronfleet.kube.client import KubeClient
-from neuronfleet.reconcile import MetricsSource, OperatorSettings, Reconciler
+from neuronfleet.reconcile import MetricsSource, OperatorSettings, Reconciler, utc_now
 
 logger = logging.getLogger(__name__)
 
@@ -31,9 +32,10 @@ async def build_context(
     kubeconfig: str | os.PathLike[str] | None = None,
     metrics: MetricsSource | None = None,
     store: ArtifactStore | None = None,
+    clock: Callable[[], datetime] = utc_now,
 ) -> OperatorContext:
     kube = await KubeClient.connect(kubeconfig)
-    return OperatorContext(Reconciler(kube, store or ArtifactStore(), settings, metrics))
+    return OperatorContext(Reconciler(kube, store or ArtifactStore(), settings, metrics, clock))
 
 
 async def operator_tasks(
@@ -43,9 +45,11 @@ async def operator_tasks(
     peering_name: str | None = None,
     priority: int = 0,
     liveness_endpoint: str | None = None,
+    stop_flag: asyncio.Event | None = None,
 ) -> Collection[asyncio.Task[Any]]:
-    """Kopf's tasks for this operator; run them with ``kopf.run_tasks`` (or cancel them)."""
+    """Kopf's tasks for this operator; run them with ``kopf.run_tasks``; ``stop_flag`` stops them."""
     return await kopf.spawn_tasks(
+        stop_flag=stop_flag,
         registry=registry,
         memo=kopf.Memo(context=context),
         clusterwide=not namespaces,

@@ -61,9 +61,18 @@ class KubeClient:
 
     @staticmethod
     async def _json(call: Any) -> Obj:
+        """Await a raw (``_preload_content=False``) call; raise ApiException on an error status.
+
+        kubernetes_asyncio raises for error statuses only when it preloads the content itself.
+        """
         response = await call
         try:
-            return cast(Obj, json.loads(await response.read()))
+            data = await response.read()
+            if not 200 <= response.status <= 299:
+                error = ApiException(status=response.status, reason=response.reason or "")
+                error.body = data.decode(errors="replace")
+                raise error
+            return cast(Obj, json.loads(data))
         finally:
             response.release()
 
@@ -110,7 +119,7 @@ class KubeClient:
             )
             try:
                 data: bytes = await response.read()
-                return data.decode(errors="replace")
+                return data.decode(errors="replace") if response.status == 200 else ""
             finally:
                 response.release()
         except ApiException:
