@@ -11,8 +11,8 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable, Collection, Sequence
-from datetime import datetime
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
