@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from neuronfleet.api.v1alpha1 import Condition, InferenceDeploymentStatus
 from neuronfleet.planning.fleet import FleetSummary, PodProblem
 from neuronfleet.planning.placement import ReplicaNeeds, plan_placement
@@ -157,3 +159,35 @@ def test_pods_waiting_for_the_scheduler_are_not_yet_scheduled() -> None:
         "Scheduling",
         "2 pods waiting for the scheduler",
     )
+
+
+condition_values = st.lists(
+    st.builds(
+        ConditionValue,
+        type=st.sampled_from(["Ready", "Compiled", "Scheduled", "ScalingActive", "WarmPoolReady", "Degraded"]),
+        status=st.sampled_from(["True", "False", "Unknown"]),
+        reason=st.sampled_from(["A", "B"]),
+        message=st.text(max_size=5),
+    ),
+    max_size=6,
+    unique_by=lambda v: v.type,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(first=condition_values, second=condition_values)
+def test_transition_time_moves_exactly_when_the_status_flips(
+    first: list[ConditionValue], second: list[ConditionValue]
+) -> None:
+    before = merge_conditions([], first, T0, 1)
+    after = merge_conditions(before, second, T1, 2)
+    old = {c.type: c for c in before}
+    new = {c.type: c for c in after}
+    assert set(new) == set(old) | {v.type for v in second}
+    for value in second:
+        merged = new[value.type]
+        assert (merged.status, merged.reason, merged.observed_generation) == (value.status, value.reason, 2)
+        flipped = value.type not in old or old[value.type].status != value.status
+        assert merged.last_transition_time == ("2026-11-30T12:05:00Z" if flipped else "2026-11-30T12:00:00Z")
+    # Merging the same values again is a fixed point.
+    assert merge_conditions(after, second, T1, 2) == after
