@@ -80,7 +80,11 @@ def records(
 
 def table(title: str, rows: Sequence[dict[str, Any]], slo_ms: float, slo_target: float) -> Table:
     """A rich table of the given records."""
-    t = Table(title=title, caption=f"SLO {slo_ms:g} ms; * = default setting, ✓ = cheapest reaching {slo_target:.0%}")
+    caption = (
+        f"SLO {slo_ms:g} ms; * = default setting, ✓ = cheapest reaching {slo_target:.0%}, "
+        "~ = none reaches it: highest attainment"
+    )
+    t = Table(title=title, caption=caption)
     for heading in (
         "policy",
         "setting",
@@ -98,8 +102,10 @@ def table(title: str, rows: Sequence[dict[str, Any]], slo_ms: float, slo_target:
     ):
         t.add_column(heading, justify="left" if heading in ("policy", "setting") else "right")
     for r in rows:
-        mark = ("*" if r.get("default") else "") + ("✓" if r.get("best") and r["policy"] != "oracle" else "")
         att = r["slo_attainment"]
+        reached = att is not None and att >= slo_target
+        best_mark = ("✓" if reached else "~") if r.get("best") and r["policy"] != "oracle" else ""
+        mark = ("*" if r.get("default") else "") + best_mark
         style = "green" if att is not None and att >= slo_target else None
         t.add_row(
             r["policy"],
