@@ -19,9 +19,8 @@ import looptime
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import write_result  # noqa: E402
-
-from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster  # noqa: E402
+from _common import write_result  # type: ignore[import-not-found]
+from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
 
 SIMULATED_S = 3600.0
 NODES = 10
@@ -33,7 +32,13 @@ TOLERATION = {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "N
 
 def pod_body(name: str, cores: int, priority_class: str | None) -> dict[str, Any]:
     spec: dict[str, Any] = {
-        "containers": [{"name": "server", "image": f"neuronserve:{cores}", "resources": {"limits": {"aws.amazon.com/neuroncore": str(cores)}}}],
+        "containers": [
+            {
+                "name": "server",
+                "image": f"neuronserve:{cores}",
+                "resources": {"limits": {"aws.amazon.com/neuroncore": str(cores)}},
+            }
+        ],
         "tolerations": [TOLERATION],
         "terminationGracePeriodSeconds": 10,
     }
@@ -50,8 +55,12 @@ async def churn() -> dict[str, Any]:
     profile = ColdStartProfile(image_pull_s=25, container_start_s=2, readiness_s=40, shutdown_s=3)
     rng = random.Random(SEED)
     created = 0
-    async with SandboxCluster(node_groups=groups, cold_start=profile, seed=SEED, provisioning_delay_s=60, consolidation_delay_s=120) as cluster:
-        cluster.create("priorityclasses", {"metadata": {"name": "placeholder"}, "value": -10}, group="scheduling.k8s.io")
+    async with SandboxCluster(
+        node_groups=groups, cold_start=profile, seed=SEED, provisioning_delay_s=60, consolidation_delay_s=120
+    ) as cluster:
+        cluster.create(
+            "priorityclasses", {"metadata": {"name": "placeholder"}, "value": -10}, group="scheduling.k8s.io"
+        )
         start = cluster.clock.monotonic()
         live: list[str] = []
         max_nodes = 0
@@ -64,7 +73,11 @@ async def churn() -> dict[str, Any]:
                     cluster.delete("pods", name, "default")
             else:
                 name = f"churn-{created}"
-                cluster.create("pods", pod_body(name, rng.choice([1, 2, 2, 4]), "placeholder" if rng.random() < 0.2 else None), "default")
+                cluster.create(
+                    "pods",
+                    pod_body(name, rng.choice([1, 2, 2, 4]), "placeholder" if rng.random() < 0.2 else None),
+                    "default",
+                )
                 live.append(name)
                 created += 1
             max_nodes = max(max_nodes, len(cluster.list("nodes")))
@@ -97,7 +110,17 @@ def main() -> None:
         loop.close()
     wall = time.perf_counter() - wall_start
     figures = {"simulated_s": figures.pop("simulated_s"), "wall_s": round(wall, 2), **figures}
-    path = write_result("cluster", {"simulated_s": SIMULATED_S, "initial_nodes": NODES, "seed": SEED, "mean_change_interval_s": MEAN_CHANGE_INTERVAL_S, "target_pods": TARGET_PODS}, figures)
+    path = write_result(
+        "cluster",
+        {
+            "simulated_s": SIMULATED_S,
+            "initial_nodes": NODES,
+            "seed": SEED,
+            "mean_change_interval_s": MEAN_CHANGE_INTERVAL_S,
+            "target_pods": TARGET_PODS,
+        },
+        figures,
+    )
     print(f"{path}: {figures}")
 
 

@@ -12,7 +12,6 @@ import kubernetes
 import kubernetes_asyncio
 import pytest
 from kubernetes.client.rest import ApiException
-
 from neuronfleet.sandbox import SandboxCluster, ThreadedSandboxCluster
 
 
@@ -44,7 +43,9 @@ def test_sync_client_crud_selectors_patches(threaded_sandbox_cluster: ThreadedSa
     api.create_namespaced_pod("default", pod_body("web-2", {"app": "web", "tier": "back"}))
     api.create_namespaced_pod("default", pod_body("db-1", {"app": "db"}))
 
-    names = lambda selector: sorted(p.metadata.name for p in api.list_namespaced_pod("default", label_selector=selector).items)  # noqa: E731
+    def names(selector: str) -> list[str]:
+        return sorted(p.metadata.name for p in api.list_namespaced_pod("default", label_selector=selector).items)
+
     assert names("app=web") == ["web-1", "web-2"]
     assert names("app in (web,db),tier!=back") == ["db-1", "web-1"]
     assert names("!tier") == ["db-1"]
@@ -59,13 +60,17 @@ def test_sync_client_crud_selectors_patches(threaded_sandbox_cluster: ThreadedSa
     assert [c.name for c in patched.spec.containers] == ["main", "sidecar"]
     # JSON merge patch of labels.
     api.patch_namespaced_pod(
-        "web-1", "default", {"metadata": {"labels": {"tier": None, "extra": "yes"}}},
+        "web-1",
+        "default",
+        {"metadata": {"labels": {"tier": None, "extra": "yes"}}},
         _content_type="application/merge-patch+json",
     )
     assert api.read_namespaced_pod("web-1", "default").metadata.labels == {"app": "web", "extra": "yes"}
     # JSON patch (RFC 6902).
     api.patch_namespaced_pod(
-        "web-1", "default", [{"op": "replace", "path": "/metadata/labels/extra", "value": "no"}],
+        "web-1",
+        "default",
+        [{"op": "replace", "path": "/metadata/labels/extra", "value": "no"}],
         _content_type="application/json-patch+json",
     )
     assert api.read_namespaced_pod("web-1", "default").metadata.labels["extra"] == "no"
@@ -88,8 +93,14 @@ def test_sync_client_crud_selectors_patches(threaded_sandbox_cluster: ThreadedSa
         api.read_namespaced_pod("db-1", "default")
     assert missing.value.status == 404
     assert status_of(missing.value) | {"details": None} == {
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": 'pods "db-1" not found', "reason": "NotFound", "code": 404, "details": None,
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'pods "db-1" not found',
+        "reason": "NotFound",
+        "code": 404,
+        "details": None,
     }
 
 
@@ -103,8 +114,8 @@ def test_sync_client_bad_input(threaded_sandbox_cluster: ThreadedSandboxCluster)
         api.list_namespaced_pod("default", field_selector="spec.unknownField=x")
     assert bad_field.value.status == 400
     assert "field label not supported" in status_of(bad_field.value)["message"]
+    api.create_namespaced_pod("default", pod_body("dup"))
     with pytest.raises(ApiException) as duplicate:
-        api.create_namespaced_pod("default", pod_body("dup"))
         api.create_namespaced_pod("default", pod_body("dup"))
     assert duplicate.value.status == 409
     assert status_of(duplicate.value)["reason"] == "AlreadyExists"
@@ -120,27 +131,56 @@ def test_sync_client_bad_input(threaded_sandbox_cluster: ThreadedSandboxCluster)
 
 async def test_raw_http_status_bodies(sandbox_cluster: SandboxCluster) -> None:
     async with aiohttp.ClientSession(sandbox_cluster.url) as http:
-        async with http.post("/api/v1/namespaces/default/pods", data=b"{not json", headers={"Content-Type": "application/json"}) as r:
+        async with http.post(
+            "/api/v1/namespaces/default/pods", data=b"{not json", headers={"Content-Type": "application/json"}
+        ) as r:
             assert r.status == 400
             body = await r.json()
-            assert (body["kind"], body["apiVersion"], body["code"], body["reason"]) == ("Status", "v1", 400, "BadRequest")
+            assert (body["kind"], body["apiVersion"], body["code"], body["reason"]) == (
+                "Status",
+                "v1",
+                400,
+                "BadRequest",
+            )
         async with http.get("/apis/example.com/v1/widgets") as r:
             assert r.status == 404
             assert (await r.json())["reason"] == "NotFound"
         async with http.post("/api/v1/namespaces/default/pods", json=pod_body("p")) as r:
             assert r.status == 201
-        await sandbox_cluster.wait_for(lambda: (sandbox_cluster.get("pods", "p", "default") or {}).get("status", {}).get("conditions"), timeout=5, what="the scheduler's verdict")
+        await sandbox_cluster.wait_for(
+            lambda: (sandbox_cluster.get("pods", "p", "default") or {}).get("status", {}).get("conditions"),
+            timeout=5,
+            what="the scheduler's verdict",
+        )
         async with http.get("/api/v1/namespaces/default/pods/p") as r:
             rv = (await r.json())["metadata"]["resourceVersion"]
-        failing_test = [{"op": "test", "path": "/metadata/resourceVersion", "value": "1"}, {"op": "add", "path": "/metadata/labels/x", "value": "y"}]
-        async with http.patch("/api/v1/namespaces/default/pods/p", json=failing_test, headers={"Content-Type": "application/json-patch+json"}) as r:
+        failing_test = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": "1"},
+            {"op": "add", "path": "/metadata/labels/x", "value": "y"},
+        ]
+        async with http.patch(
+            "/api/v1/namespaces/default/pods/p",
+            json=failing_test,
+            headers={"Content-Type": "application/json-patch+json"},
+        ) as r:
             assert r.status == 422
             assert (await r.json())["code"] == 422
-        passing_test = [{"op": "test", "path": "/metadata/resourceVersion", "value": rv}, {"op": "add", "path": "/metadata/labels", "value": {"x": "y"}}]
-        async with http.patch("/api/v1/namespaces/default/pods/p", json=passing_test, headers={"Content-Type": "application/json-patch+json"}) as r:
+        passing_test = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+            {"op": "add", "path": "/metadata/labels", "value": {"x": "y"}},
+        ]
+        async with http.patch(
+            "/api/v1/namespaces/default/pods/p",
+            json=passing_test,
+            headers={"Content-Type": "application/json-patch+json"},
+        ) as r:
             assert r.status == 200
             assert (await r.json())["metadata"]["labels"] == {"x": "y"}
-        async with http.patch("/api/v1/namespaces/default/pods/p", json={"metadata": {"resourceVersion": rv, "labels": {"z": "1"}}}, headers={"Content-Type": "application/merge-patch+json"}) as r:
+        async with http.patch(
+            "/api/v1/namespaces/default/pods/p",
+            json={"metadata": {"resourceVersion": rv, "labels": {"z": "1"}}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        ) as r:
             assert r.status == 409
         async with http.get("/api/v1/namespaces") as r:
             listing = await r.json()
@@ -168,7 +208,9 @@ async def test_asyncio_client_watch_resume_and_gone(make_sandbox_cluster: Any) -
 
         watch = kubernetes_asyncio.watch.Watch()
         seen: list[tuple[str, str]] = []
-        async with watch.stream(api.list_namespaced_pod, "default", label_selector="app=w", resource_version=resume_from, timeout_seconds=1) as stream:
+        async with watch.stream(
+            api.list_namespaced_pod, "default", label_selector="app=w", resource_version=resume_from, timeout_seconds=1
+        ) as stream:
             async for event in stream:
                 seen.append((event["type"], event["object"].metadata.name))
         # Only changes after resume_from, filtered by the selector (b is not app=w).
@@ -177,18 +219,23 @@ async def test_asyncio_client_watch_resume_and_gone(make_sandbox_cluster: Any) -
 
         for i in range(60):  # push the early versions out of the 50-event history
             await api.patch_namespaced_pod("c", "default", {"metadata": {"labels": {"n": str(i)}}})
-    async with aiohttp.ClientSession(cluster.url) as http:
-        async with http.get(f"/api/v1/namespaces/default/pods?watch=1&resourceVersion={resume_from}") as r:
-            event = json.loads(await r.content.readline())
+    watch_url = f"/api/v1/namespaces/default/pods?watch=1&resourceVersion={resume_from}"
+    async with aiohttp.ClientSession(cluster.url) as http, http.get(watch_url) as r:
+        event = json.loads(await r.content.readline())
     assert event["type"] == "ERROR"
     assert event["object"]["code"] == 410
     assert event["object"]["reason"] == "Expired"
 
 
 async def test_watch_bookmarks_and_timeout(sandbox_cluster: SandboxCluster) -> None:
-    async with aiohttp.ClientSession(sandbox_cluster.url) as http:
-        async with http.get("/api/v1/namespaces/default/pods?watch=true&allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1") as r:
-            lines = [json.loads(line) async for line in r.content]
+    query = (
+        "watch=true&allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1"
+    )
+    async with (
+        aiohttp.ClientSession(sandbox_cluster.url) as http,
+        http.get(f"/api/v1/namespaces/default/pods?{query}") as r,
+    ):
+        lines = [json.loads(line) async for line in r.content]
     assert lines and lines[-1]["type"] == "BOOKMARK"
     assert lines[-1]["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
 
@@ -196,7 +243,8 @@ async def test_watch_bookmarks_and_timeout(sandbox_cluster: SandboxCluster) -> N
 async def test_status_and_scale_subresources_and_generation(sandbox_cluster: SandboxCluster) -> None:
     base = "/apis/serving.neuronfleet.dev/v1alpha1/namespaces/default/inferencedeployments"
     body = {
-        "apiVersion": "serving.neuronfleet.dev/v1alpha1", "kind": "InferenceDeployment",
+        "apiVersion": "serving.neuronfleet.dev/v1alpha1",
+        "kind": "InferenceDeployment",
         "metadata": {"name": "bert", "labels": {"team": "search"}},
         "spec": {"model": {"source": "s3://acme-models/bert/"}, "scaling": {"mode": "Manual", "replicas": 2}},
         "status": {"replicas": 99},
@@ -209,12 +257,18 @@ async def test_status_and_scale_subresources_and_generation(sandbox_cluster: San
         assert created["metadata"]["generation"] == 1
         assert created["spec"]["scaling"]["minReplicas"] == 1  # structural defaulting from the CRD
         merge = {"Content-Type": "application/merge-patch+json"}
-        async with http.patch(f"{base}/bert/status", json={"status": {"replicas": 2, "selector": "app=bert"}, "spec": {"model": {"source": "s3://x/y/"}}}, headers=merge) as r:
+        async with http.patch(
+            f"{base}/bert/status",
+            json={"status": {"replicas": 2, "selector": "app=bert"}, "spec": {"model": {"source": "s3://x/y/"}}},
+            headers=merge,
+        ) as r:
             after_status = await r.json()
         assert after_status["status"]["replicas"] == 2
         assert after_status["spec"]["model"]["source"] == "s3://acme-models/bert/"  # /status ignores spec
         assert after_status["metadata"]["generation"] == 1
-        async with http.patch(f"{base}/bert", json={"status": {"replicas": 7}, "metadata": {"labels": {"x": "y"}}}, headers=merge) as r:
+        async with http.patch(
+            f"{base}/bert", json={"status": {"replicas": 7}, "metadata": {"labels": {"x": "y"}}}, headers=merge
+        ) as r:
             after_main = await r.json()
         assert after_main["status"]["replicas"] == 2  # main resource ignores status
         assert after_main["metadata"]["generation"] == 1  # metadata-only change
@@ -227,37 +281,59 @@ async def test_status_and_scale_subresources_and_generation(sandbox_cluster: San
             scaled = await r.json()
         assert scaled["spec"]["scaling"]["replicas"] == 5
         assert scaled["metadata"]["generation"] == 2
-        async with http.patch(f"{base}/bert", json={"spec": {"scaling": {"replicaz": 1}}}, headers=merge, params={"fieldValidation": "Strict"}) as r:
+        async with http.patch(
+            f"{base}/bert",
+            json={"spec": {"scaling": {"replicaz": 1}}},
+            headers=merge,
+            params={"fieldValidation": "Strict"},
+        ) as r:
             assert r.status == 400
             assert "unknown field" in (await r.json())["message"]
         async with http.patch(f"{base}/bert", json={"spec": {"scaling": {"minReplicas": -1}}}, headers=merge) as r:
             assert r.status == 422
             assert "spec.scaling.minReplicas" in (await r.json())["message"]
-        async with http.patch(f"{base}/bert", json={"spec": {}}, headers={"Content-Type": "application/strategic-merge-patch+json"}) as r:
+        async with http.patch(
+            f"{base}/bert", json={"spec": {}}, headers={"Content-Type": "application/strategic-merge-patch+json"}
+        ) as r:
             assert r.status == 415
 
 
 async def test_finalizers_and_cascading_gc(sandbox_cluster: SandboxCluster) -> None:
     async with aiohttp.ClientSession(sandbox_cluster.url) as http:
-        async with http.post("/api/v1/namespaces/default/configmaps", json={"metadata": {"name": "owner", "finalizers": ["test/hold"]}}) as r:
+        async with http.post(
+            "/api/v1/namespaces/default/configmaps", json={"metadata": {"name": "owner", "finalizers": ["test/hold"]}}
+        ) as r:
             owner = await r.json()
         ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}
-        async with http.post("/api/v1/namespaces/default/configmaps", json={"metadata": {"name": "child", "ownerReferences": [ref]}}) as r:
+        async with http.post(
+            "/api/v1/namespaces/default/configmaps", json={"metadata": {"name": "child", "ownerReferences": [ref]}}
+        ) as r:
             child = await r.json()
         grandchild_ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "child", "uid": child["metadata"]["uid"]}
-        async with http.post("/api/v1/namespaces/default/configmaps", json={"metadata": {"name": "grandchild", "ownerReferences": [grandchild_ref]}}) as r:
+        async with http.post(
+            "/api/v1/namespaces/default/configmaps",
+            json={"metadata": {"name": "grandchild", "ownerReferences": [grandchild_ref]}},
+        ) as r:
             assert r.status == 201
         async with http.delete("/api/v1/namespaces/default/configmaps/owner") as r:
             assert r.status == 202
             marked = await r.json()
         assert marked["metadata"]["deletionTimestamp"]
         assert sandbox_cluster.get("configmaps", "owner", "default") is not None  # held by its finalizer
-        async with http.patch("/api/v1/namespaces/default/configmaps/owner", json={"metadata": {"finalizers": None}}, headers={"Content-Type": "application/merge-patch+json"}) as r:
+        async with http.patch(
+            "/api/v1/namespaces/default/configmaps/owner",
+            json={"metadata": {"finalizers": None}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        ) as r:
             assert r.status == 200
     assert sandbox_cluster.get("configmaps", "owner", "default") is None
     await sandbox_cluster.wait_for(
-        lambda: sandbox_cluster.get("configmaps", "child", "default") is None and sandbox_cluster.get("configmaps", "grandchild", "default") is None,
-        timeout=5, what="cascading deletion",
+        lambda: (
+            sandbox_cluster.get("configmaps", "child", "default") is None
+            and sandbox_cluster.get("configmaps", "grandchild", "default") is None
+        ),
+        timeout=5,
+        what="cascading deletion",
     )
 
 
@@ -265,7 +341,15 @@ async def test_discovery_and_openapi(sandbox_cluster: SandboxCluster) -> None:
     async with aiohttp.ClientSession(sandbox_cluster.url) as http:
         async with http.get("/apis") as r:
             groups = {g["name"] for g in (await r.json())["groups"]}
-        assert {"serving.neuronfleet.dev", "policy", "batch", "scheduling.k8s.io", "coordination.k8s.io", "apiextensions.k8s.io", "events.k8s.io"} <= groups
+        assert {
+            "serving.neuronfleet.dev",
+            "policy",
+            "batch",
+            "scheduling.k8s.io",
+            "coordination.k8s.io",
+            "apiextensions.k8s.io",
+            "events.k8s.io",
+        } <= groups
         async with http.get("/apis/serving.neuronfleet.dev/v1alpha1") as r:
             resources = {res["name"]: res for res in (await r.json())["resources"]}
         assert resources["inferencedeployments/scale"]["kind"] == "Scale"
@@ -275,8 +359,12 @@ async def test_discovery_and_openapi(sandbox_cluster: SandboxCluster) -> None:
         async with http.get(url) as r:
             doc = await r.json()
         schema = doc["components"]["schemas"]["dev.neuronfleet.serving.v1alpha1.InferenceDeployment"]
-        assert schema["x-kubernetes-group-version-kind"] == [{"group": "serving.neuronfleet.dev", "version": "v1alpha1", "kind": "InferenceDeployment"}]
-        async with http.get("/api/v1/namespaces/default/pods", headers={"Accept": "application/json;as=Table;g=meta.k8s.io;v=v1"}) as r:
+        assert schema["x-kubernetes-group-version-kind"] == [
+            {"group": "serving.neuronfleet.dev", "version": "v1alpha1", "kind": "InferenceDeployment"}
+        ]
+        async with http.get(
+            "/api/v1/namespaces/default/pods", headers={"Accept": "application/json;as=Table;g=meta.k8s.io;v=v1"}
+        ) as r:
             table = await r.json()
         assert table["kind"] == "Table"
         assert [c["name"] for c in table["columnDefinitions"]][:3] == ["Name", "Ready", "Status"]
@@ -284,20 +372,40 @@ async def test_discovery_and_openapi(sandbox_cluster: SandboxCluster) -> None:
 
 async def test_crd_created_through_the_api_is_served(sandbox_cluster: SandboxCluster) -> None:
     crd = {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
         "metadata": {"name": "widgets.example.com"},
-        "spec": {"group": "example.com", "scope": "Namespaced", "names": {"kind": "Widget", "plural": "widgets"},
-                 "versions": [{"name": "v1", "served": True, "storage": True,
-                               "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}}}}]},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"kind": "Widget", "plural": "widgets"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}},
+                        }
+                    },
+                }
+            ],
+        },
     }
     async with aiohttp.ClientSession(sandbox_cluster.url) as http:
         async with http.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd) as r:
             assert r.status == 201
             established = await r.json()
         assert {c["type"] for c in established["status"]["conditions"]} == {"NamesAccepted", "Established"}
-        async with http.post("/apis/example.com/v1/namespaces/default/widgets", json={"metadata": {"name": "w"}, "spec": {"size": "big"}}) as r:
+        async with http.post(
+            "/apis/example.com/v1/namespaces/default/widgets", json={"metadata": {"name": "w"}, "spec": {"size": "big"}}
+        ) as r:
             assert r.status == 422
-        async with http.post("/apis/example.com/v1/namespaces/default/widgets", json={"metadata": {"name": "w"}, "spec": {"size": 3}}) as r:
+        async with http.post(
+            "/apis/example.com/v1/namespaces/default/widgets", json={"metadata": {"name": "w"}, "spec": {"size": 3}}
+        ) as r:
             assert r.status == 201
             assert (await r.json())["kind"] == "Widget"
 

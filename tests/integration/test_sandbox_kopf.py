@@ -8,7 +8,6 @@ from typing import Any
 
 import kopf
 import kubernetes_asyncio
-
 from neuronfleet.sandbox import SandboxCluster
 
 GROUP, VERSION, PLURAL = "serving.neuronfleet.dev", "v1alpha1", "inferencedeployments"
@@ -51,7 +50,12 @@ async def test_kopf_operator_against_the_sandbox(make_sandbox_cluster: Any) -> N
     runner = asyncio.create_task(kopf.run_tasks(tasks, ignored=set(asyncio.all_tasks()) - set(tasks)))
     try:
         await asyncio.wait_for(ready.wait(), timeout=10)
-        cluster.create(PLURAL, {"metadata": {"name": "bert"}, "spec": {"model": {"source": "s3://acme-models/bert/"}}}, "default", group=GROUP)
+        cluster.create(
+            PLURAL,
+            {"metadata": {"name": "bert"}, "spec": {"model": {"source": "s3://acme-models/bert/"}}},
+            "default",
+            group=GROUP,
+        )
 
         def reconciled() -> bool:
             obj = cluster.get(PLURAL, "bert", "default", group=GROUP)
@@ -69,8 +73,14 @@ async def test_kopf_operator_against_the_sandbox(make_sandbox_cluster: Any) -> N
         cluster.delete(PLURAL, "bert", "default", group=GROUP)
         marked = cluster.get(PLURAL, "bert", "default", group=GROUP)
         assert marked is not None and marked["metadata"]["deletionTimestamp"]  # held by Kopf's finalizer
-        await cluster.wait_for(lambda: cluster.get(PLURAL, "bert", "default", group=GROUP) is None, timeout=20, what="the finalizer removed")
-        await cluster.wait_for(lambda: cluster.get("configmaps", "bert-config", "default") is None, timeout=10, what="the child GC'd")
+        await cluster.wait_for(
+            lambda: cluster.get(PLURAL, "bert", "default", group=GROUP) is None,
+            timeout=20,
+            what="the finalizer removed",
+        )
+        await cluster.wait_for(
+            lambda: cluster.get("configmaps", "bert-config", "default") is None, timeout=10, what="the child GC'd"
+        )
         verbs = {(r.verb, r.resource) for r in cluster.request_log}
         assert {("watch", PLURAL), ("patch", PLURAL), ("create", "configmaps")} <= verbs
     finally:

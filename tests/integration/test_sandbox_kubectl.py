@@ -8,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from neuronfleet.sandbox import ThreadedSandboxCluster
 
 MANIFEST = """\
@@ -30,7 +29,10 @@ def run_kubectl(kubectl: str, threaded_sandbox_cluster: ThreadedSandboxCluster, 
     def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
             [kubectl, "--cache-dir", str(tmp_path / "cache"), *args],
-            env=env, capture_output=True, text=True, timeout=60,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         if check:
             assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
@@ -39,7 +41,9 @@ def run_kubectl(kubectl: str, threaded_sandbox_cluster: ThreadedSandboxCluster, 
     return run
 
 
-def test_kubectl_inference_deployment_lifecycle(run_kubectl, threaded_sandbox_cluster: ThreadedSandboxCluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_kubectl_inference_deployment_lifecycle(
+    run_kubectl, threaded_sandbox_cluster: ThreadedSandboxCluster, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     manifest = tmp_path / "bert.yaml"
     manifest.write_text(MANIFEST)
     assert "created" in run_kubectl("apply", "--validate=true", "-f", str(manifest)).stdout
@@ -57,15 +61,24 @@ def test_kubectl_inference_deployment_lifecycle(run_kubectl, threaded_sandbox_cl
 
     assert "scaled" in run_kubectl("scale", "infdep/bert", "--replicas=3").stdout
     assert run_kubectl("get", "infdep", "bert", "-o", "jsonpath={.spec.scaling.replicas}").stdout == "3"
-    stored = threaded_sandbox_cluster.call(lambda c: c.get("inferencedeployments", "bert", "default", group="serving.neuronfleet.dev"))
+    stored = threaded_sandbox_cluster.call(
+        lambda c: c.get("inferencedeployments", "bert", "default", group="serving.neuronfleet.dev")
+    )
     assert stored is not None and stored["metadata"]["generation"] == 2
 
     assert "deleted" in run_kubectl("delete", "infdep", "bert").stdout
-    assert threaded_sandbox_cluster.call(lambda c: c.get("inferencedeployments", "bert", "default", group="serving.neuronfleet.dev")) is None
+    assert (
+        threaded_sandbox_cluster.call(
+            lambda c: c.get("inferencedeployments", "bert", "default", group="serving.neuronfleet.dev")
+        )
+        is None
+    )
 
 
 def test_kubectl_validation_rejects_bad_manifests(run_kubectl, repo_root: Path) -> None:  # type: ignore[no-untyped-def]
-    unknown = run_kubectl("apply", "--validate=true", "-f", str(repo_root / "examples/invalid/unknown-field.yaml"), check=False)
+    unknown = run_kubectl(
+        "apply", "--validate=true", "-f", str(repo_root / "examples/invalid/unknown-field.yaml"), check=False
+    )
     assert unknown.returncode != 0
     assert 'unknown field "spec.scaling.replica"' in unknown.stderr
     negative = run_kubectl("apply", "-f", str(repo_root / "examples/invalid/negative-replicas.yaml"), check=False)
@@ -74,6 +87,13 @@ def test_kubectl_validation_rejects_bad_manifests(run_kubectl, repo_root: Path) 
 
 
 def test_kubectl_sees_inf2_nodes(run_kubectl) -> None:  # type: ignore[no-untyped-def]
-    out = run_kubectl("get", "nodes", "-l", "karpenter.k8s.aws/instance-family=inf2", "-o",
-                      "jsonpath={range .items[*]}{.metadata.labels.node\\.kubernetes\\.io/instance-type} {.status.allocatable.aws\\.amazon\\.com/neuroncore}{\"\\n\"}{end}").stdout
+    out = run_kubectl(
+        "get",
+        "nodes",
+        "-l",
+        "karpenter.k8s.aws/instance-family=inf2",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.labels.node\\.kubernetes\\.io/instance-type} "
+        '{.status.allocatable.aws\\.amazon\\.com/neuroncore}{"\\n"}{end}',
+    ).stdout
     assert out.split("\n")[:2] == ["inf2.xlarge 2", "inf2.xlarge 2"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from neuronfleet.sandbox import CORES_ANNOTATION, ColdStartProfile, NodeGroup, SandboxCluster
 
 pytestmark = pytest.mark.looptime
@@ -15,9 +14,20 @@ NEURON_TOLERATION = {"key": "aws.amazon.com/neuron", "operator": "Exists", "effe
 PROFILE = ColdStartProfile(image_pull_s=20.0, container_start_s=2.0, readiness_s=30.0, shutdown_s=1.0, jitter=0.0)
 
 
-def neuron_pod(name: str, cores: int, *, tolerate: bool = True, scheduler: str | None = None, **spec: Any) -> dict[str, Any]:
+def neuron_pod(
+    name: str, cores: int, *, tolerate: bool = True, scheduler: str | None = None, **spec: Any
+) -> dict[str, Any]:
     pod_spec: dict[str, Any] = {
-        "containers": [{"name": "server", "image": "neuronserve:1", "resources": {"limits": {"aws.amazon.com/neuroncore": str(cores)}, "requests": {"cpu": "500m", "memory": "1Gi"}}}],
+        "containers": [
+            {
+                "name": "server",
+                "image": "neuronserve:1",
+                "resources": {
+                    "limits": {"aws.amazon.com/neuroncore": str(cores)},
+                    "requests": {"cpu": "500m", "memory": "1Gi"},
+                },
+            }
+        ],
         **spec,
     }
     if tolerate:
@@ -44,9 +54,15 @@ def is_ready(cluster: SandboxCluster, name: str) -> bool:
 
 
 async def test_two_cores_land_on_node_with_room_and_start_like_a_kubelet() -> None:
-    groups = [NodeGroup("small", "inf2.xlarge", count=1, provisionable=False), NodeGroup("big", "inf2.24xlarge", count=1, provisionable=False)]
+    groups = [
+        NodeGroup("small", "inf2.xlarge", count=1, provisionable=False),
+        NodeGroup("big", "inf2.24xlarge", count=1, provisionable=False),
+    ]
     async with SandboxCluster(node_groups=groups, cold_start=PROFILE) as cluster:
-        nodes = {n["metadata"]["labels"]["node.kubernetes.io/instance-type"]: n["metadata"]["name"] for n in cluster.list("nodes")}
+        nodes = {
+            n["metadata"]["labels"]["node.kubernetes.io/instance-type"]: n["metadata"]["name"]
+            for n in cluster.list("nodes")
+        }
         cluster.create("pods", neuron_pod("filler", 2), "default")
         await cluster.wait_for(lambda: pod(cluster, "filler")["spec"].get("nodeName"), timeout=5)
         assert pod(cluster, "filler")["spec"]["nodeName"] == nodes["inf2.xlarge"]  # packs onto the smallest fit
@@ -58,7 +74,9 @@ async def test_two_cores_land_on_node_with_room_and_start_like_a_kubelet() -> No
         assert len(placed["metadata"]["annotations"][CORES_ANNOTATION].split(",")) == 2
         status = placed["status"]
         assert status["phase"] == "Running"
-        assert [condition(placed, k)["status"] for k in ("PodScheduled", "Initialized", "ContainersReady", "Ready")] == ["True"] * 4
+        assert [
+            condition(placed, k)["status"] for k in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+        ] == ["True"] * 4
         started = status["containerStatuses"][0]["state"]["running"]["startedAt"]
         assert status["startTime"] <= started <= condition(placed, "Ready")["lastTransitionTime"]
         # Cold start: image pull (20 s) + start (2 s) + readiness (30 s) on the loop clock.
@@ -66,7 +84,9 @@ async def test_two_cores_land_on_node_with_room_and_start_like_a_kubelet() -> No
 
 
 async def test_pod_without_toleration_stays_pending_with_reason() -> None:
-    async with SandboxCluster(node_groups=[NodeGroup("small", "inf2.xlarge", count=2)], run_provisioner=False) as cluster:
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=2)], run_provisioner=False
+    ) as cluster:
         cluster.create("pods", neuron_pod("untolerated", 1, tolerate=False), "default")
         await cluster.wait_for(lambda: condition(pod(cluster, "untolerated"), "PodScheduled"), timeout=5)
         scheduled = condition(pod(cluster, "untolerated"), "PodScheduled")
@@ -109,15 +129,21 @@ async def test_eight_cores_only_where_eight_contiguous_are_free() -> None:
 
 
 async def test_placeholder_is_preempted_for_a_higher_priority_pod() -> None:
-    async with SandboxCluster(node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False) as cluster:
-        cluster.create("priorityclasses", {"metadata": {"name": "placeholder"}, "value": -10}, group="scheduling.k8s.io")
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        cluster.create(
+            "priorityclasses", {"metadata": {"name": "placeholder"}, "value": -10}, group="scheduling.k8s.io"
+        )
         cluster.create("priorityclasses", {"metadata": {"name": "serving"}, "value": 1000}, group="scheduling.k8s.io")
         cluster.create("pods", neuron_pod("placeholder", 2, priorityClassName="placeholder"), "default")
         await cluster.wait_for(lambda: is_ready(cluster, "placeholder"), timeout=120)
         node = pod(cluster, "placeholder")["spec"]["nodeName"]
 
         cluster.create("pods", neuron_pod("model", 2, priorityClassName="serving"), "default")
-        await cluster.wait_for(lambda: cluster.get("pods", "placeholder", "default") is None, timeout=60, what="placeholder evicted")
+        await cluster.wait_for(
+            lambda: cluster.get("pods", "placeholder", "default") is None, timeout=60, what="placeholder evicted"
+        )
         await cluster.wait_for(lambda: is_ready(cluster, "model"), timeout=120)
         assert pod(cluster, "model")["spec"]["nodeName"] == node
         assert pod(cluster, "model")["spec"]["priority"] == 1000
@@ -129,7 +155,9 @@ async def test_provisioner_adds_a_node_after_its_delay_and_removes_it_when_empty
         NodeGroup("small", "inf2.xlarge", count=0, max_nodes=2),
         NodeGroup("big", "inf2.48xlarge", count=0, max_nodes=1),
     ]
-    async with SandboxCluster(node_groups=groups, cold_start=PROFILE, provisioning_delay_s=90, consolidation_delay_s=45) as cluster:
+    async with SandboxCluster(
+        node_groups=groups, cold_start=PROFILE, provisioning_delay_s=90, consolidation_delay_s=45
+    ) as cluster:
         start = cluster.clock.monotonic()
         cluster.create("pods", neuron_pod("model", 2), "default")
         await cluster.wait_for(lambda: cluster.list("nodes"), timeout=300, what="a node")
@@ -152,11 +180,20 @@ async def test_provisioner_adds_a_node_after_its_delay_and_removes_it_when_empty
 async def test_zone_spread_and_node_failure() -> None:
     group = NodeGroup("small", "inf2.xlarge", count=2, zones=("us-east-1a", "us-east-1b"), provisionable=False)
     async with SandboxCluster(node_groups=[group], cold_start=PROFILE, run_provisioner=False) as cluster:
-        spread = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "model"}}}]
+        spread = [
+            {
+                "maxSkew": 1,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": "model"}},
+            }
+        ]
         for i in range(2):
             cluster.create("pods", neuron_pod(f"m{i}", 1, topologySpreadConstraints=spread), "default")
         await cluster.wait_for(lambda: all(pod(cluster, f"m{i}")["spec"].get("nodeName") for i in range(2)), timeout=5)
-        zone_of = {n["metadata"]["name"]: n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in cluster.list("nodes")}
+        zone_of = {
+            n["metadata"]["name"]: n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in cluster.list("nodes")
+        }
         assert {zone_of[pod(cluster, f"m{i}")["spec"]["nodeName"]] for i in range(2)} == {"us-east-1a", "us-east-1b"}
 
         assert cluster.kubelet is not None
@@ -179,7 +216,9 @@ async def test_graceful_deletion_and_readiness_hook() -> None:
         hook_calls.append(p["metadata"]["name"])
         return True if p["metadata"]["name"] == "hooked" else None
 
-    async with SandboxCluster(node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False) as cluster:
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
         assert cluster.kubelet is not None
         cluster.kubelet.readiness_hook = ready_when_told
         body = neuron_pod("hooked", 1, terminationGracePeriodSeconds=20)

@@ -434,8 +434,8 @@ class ApiServer:
         elif content_type == "application/strategic-merge-patch+json":
             if rt.custom:
                 raise errors.unsupported_media_type(
-                    f"the body of the request was in an unknown format - accepted media types include: "
-                    f"application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+                    "the body of the request was in an unknown format - accepted media types include: "
+                    "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
                 )
             patched = strategic_merge_patch(base, patch)
         elif content_type == "application/apply-patch+yaml":
@@ -669,13 +669,15 @@ def bind_pod(store: Store, namespace: str, name: str, node_name: str, annotation
         raise ApiError(
             409,
             "Conflict",
-            f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"',
+            f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already assigned '
+            f'to node "{pod["spec"]["nodeName"]}"',
         )
     if pod["metadata"].get("deletionTimestamp"):
         raise ApiError(
             409,
             "Conflict",
-            f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is being deleted, cannot be assigned to a host',
+            f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is being deleted, '
+            "cannot be assigned to a host",
         )
     now = store.clock.timestamp()
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import datetime
 import tempfile
 import threading

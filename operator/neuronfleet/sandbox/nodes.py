@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from kubernetes.utils import parse_quantity  # type: ignore[attr-defined]
+from kubernetes.utils import parse_quantity
 
 from neuronfleet.planning import catalog
 from neuronfleet.planning.catalog import InstanceType
@@ -179,7 +179,7 @@ Resources = dict[str, Decimal]
 def quantity(value: Any) -> Decimal:
     """A Kubernetes quantity as a Decimal (via the kubernetes client's parser)."""
     try:
-        return Decimal(parse_quantity(value))
+        return Decimal(parse_quantity(value))  # type: ignore[no-untyped-call]
     except (ValueError, TypeError):
         return Decimal(0)
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import jsonpatch  # type: ignore[import-untyped]
-import jsonpointer  # type: ignore[import-untyped]
+import jsonpatch
+import jsonpointer
 
 from neuronfleet.sandbox.errors import ApiError, bad_request, unprocessable
 

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from neuronfleet.sandbox.clock import wait_event
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.nodes import NODE_GROUP_LABEL, NodeGroup, node_allocatable, node_object, pod_requests
 from neuronfleet.sandbox.scheduler import Scheduler
 from neuronfleet.sandbox.scheduling import allocate_cores, insufficient, is_active, node_chips, node_cores
-from neuronfleet.sandbox.clock import wait_event
 from neuronfleet.sandbox.store import Store, WatchEvent
 
 log = logging.getLogger(__name__)
@@ -150,7 +150,7 @@ class Provisioner:
         for pod in self._unschedulable():
             if pod["metadata"]["uid"] in claimed:
                 continue
-            launch = next((l for l in self.launches if self._fits(pod, l.template, l.pods)), None)
+            launch = next((x for x in self.launches if self._fits(pod, x.template, x.pods)), None)
             if launch is None:
                 launch = self._launch_for(pod)
             if launch is not None:

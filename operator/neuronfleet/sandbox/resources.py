@@ -272,9 +272,12 @@ def prune_unknown(value: Any, schema: dict[str, Any] | None, path: str, unknown:
                 value[name] = prune_unknown(value[name], properties[name], sub, unknown)
             elif isinstance(additional, dict):
                 value[name] = prune_unknown(value[name], additional, sub, unknown)
-            elif additional is True or preserve or schema.get("x-kubernetes-embedded-resource"):
-                continue
-            elif properties is None and additional is None and schema.get("type") != "object":
+            elif (
+                additional is True
+                or preserve
+                or schema.get("x-kubernetes-embedded-resource")
+                or (properties is None and additional is None and schema.get("type") != "object")
+            ):
                 continue
             else:
                 unknown.append(sub)

@@ -19,8 +19,9 @@ from collections import Counter
 from typing import Any
 
 from neuronfleet.sandbox.apiserver import bind_pod
+from neuronfleet.sandbox.clock import wait_event
 from neuronfleet.sandbox.errors import ApiError
-from neuronfleet.sandbox.nodes import node_allocatable
+from neuronfleet.sandbox.nodes import neuroncores_requested, node_allocatable
 from neuronfleet.sandbox.scheduling import (
     CORES_ANNOTATION,
     allocate_cores,
@@ -35,8 +36,6 @@ from neuronfleet.sandbox.scheduling import (
     untolerated_taint,
     used_resources,
 )
-from neuronfleet.sandbox.nodes import neuroncores_requested
-from neuronfleet.sandbox.clock import wait_event
 from neuronfleet.sandbox.store import Store, WatchEvent
 
 log = logging.getLogger(__name__)
@@ -51,7 +50,7 @@ def pod_priority(pod: Obj) -> int:
 def node_ready(node: Obj) -> bool:
     for condition in (node.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "Ready":
-            return condition.get("status") == "True"
+            return bool(condition.get("status") == "True")
     return False
 
 

@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from neuronfleet.planning import catalog
-from neuronfleet.sandbox.nodes import Resources, neuroncores_requested, node_allocatable, pod_requests
+from neuronfleet.sandbox.nodes import Resources, node_allocatable, pod_requests
 from neuronfleet.sandbox.selectors import selector_from_dict
 
 Obj = dict[str, Any]

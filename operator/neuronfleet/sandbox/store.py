@@ -34,6 +34,7 @@ from neuronfleet.sandbox.selectors import FieldSelector, LabelSelector
 Obj = dict[str, Any]
 ResourceKey = tuple[str, str]
 ObjectKey = tuple[str, str]  # (namespace or "", name)
+Replay = list[tuple[str, Obj]]
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -237,13 +238,13 @@ class Store:
 
     # ---- watch ---------------------------------------------------------------------------------
 
-    def watch(self, watcher: Watcher, since: int | None) -> list[tuple[str, Obj]]:
+    def watch(self, watcher: Watcher, since: int | None) -> Replay:
         """Subscribe ``watcher``; return the events to replay first.
 
         ``since`` None: synthetic ADDED for every current object (no resourceVersion given, or
         "0"). Otherwise every held event newer than ``since``; 410 if older events were dropped.
         """
-        replay: list[tuple[str, Obj]] = []
+        replay: Replay = []
         if since is None:
             items, _ = self.list(watcher.rt, watcher.namespace, watcher.labels, watcher.fields)
             replay = [("ADDED", obj) for obj in items]
@@ -302,7 +303,8 @@ class Store:
                 raise errors.not_found("namespaces", "", namespace)
             if _meta(ns_obj).get("deletionTimestamp"):
                 raise errors.forbidden(
-                    f'{rt.plural} "{meta.get("name", "")}" is forbidden: unable to create new content in namespace {namespace} because it is being terminated'
+                    f'{rt.plural} "{meta.get("name", "")}" is forbidden: unable to create new content in '
+                    f"namespace {namespace} because it is being terminated"
                 )
         else:
             meta.pop("namespace", None)
@@ -618,7 +620,8 @@ class Store:
         kind = obj.get("kind")
         if api_version is not None and api_version not in {rt.api_version(v) for v in rt.versions}:
             raise errors.bad_request(
-                f"the API version in the data ({api_version}) does not match the expected API version ({rt.api_version()})"
+                f"the API version in the data ({api_version}) does not match the expected API version "
+                f"({rt.api_version()})"
             )
         if kind is not None and kind != rt.kind:
             raise errors.bad_request(f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})")
@@ -649,7 +652,8 @@ class Store:
             if unknown and strict:
                 fields = ", ".join(f'unknown field "{path}"' for path in unknown)
                 raise errors.bad_request(
-                    f'{rt.kind} in version "{rt.storage_version}" cannot be handled as a {rt.kind}: strict decoding error: {fields}'
+                    f'{rt.kind} in version "{rt.storage_version}" cannot be handled as a {rt.kind}: '
+                    f"strict decoding error: {fields}"
                 )
             if validation_errors:
                 raise errors.invalid(rt.kind, rt.group, meta.get("name", ""), validation_errors)
@@ -689,7 +693,8 @@ class Store:
             pc = self.try_get(pc_rt, None, class_name)
             if pc is None:
                 raise errors.forbidden(
-                    f'pods "{_meta(pod).get("name", "")}" is forbidden: no PriorityClass with name {class_name} was found'
+                    f'pods "{_meta(pod).get("name", "")}" is forbidden: '
+                    f"no PriorityClass with name {class_name} was found"
                 )
             spec["priority"] = int(pc["value"])
             spec.setdefault("preemptionPolicy", pc.get("preemptionPolicy", "PreemptLowerPriority"))

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from jsonpath_ng.exceptions import JsonPathParserError  # type: ignore[import-untyped]
-from jsonpath_ng.ext import parse as parse_jsonpath  # type: ignore[import-untyped]
+from jsonpath_ng.exceptions import JsonPathParserError
+from jsonpath_ng.ext.parser import parse as parse_jsonpath
 
 from neuronfleet.sandbox.clock import Clock
 from neuronfleet.sandbox.resources import ResourceType
