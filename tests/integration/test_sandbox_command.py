@@ -1,0 +1,67 @@
+"""``neuronfleet sandbox up`` (via its ``register`` function): serves, writes a kubeconfig kubectl
+can use, stops on SIGINT; bad node-group specs get a clear error."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+DRIVER = (
+    "import argparse, sys\n"
+    "from neuronfleet.sandbox.command import register\n"
+    "parser = argparse.ArgumentParser(prog='neuronfleet')\n"
+    "register(parser.add_subparsers())\n"
+    "args = parser.parse_args(sys.argv[1:])\n"
+    "sys.exit(args.func(args))\n"
+)
+
+
+def test_sandbox_up_serves_until_interrupted(kubectl: str, repo_root: Path, tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    args = [
+        "sandbox",
+        "up",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--crd-dir",
+        str(repo_root / "crds"),
+        "--node-groups",
+        "small:inf2.xlarge:2@us-east-1a+us-east-1b",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        banner = [proc.stdout.readline() for _ in range(5)]
+        assert banner[0].startswith("sandbox API server: http://127.0.0.1:"), banner
+        assert f"export KUBECONFIG={kubeconfig}" in "".join(banner)
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig), "HOME": str(tmp_path)}
+        nodes = subprocess.run(
+            [kubectl, "get", "nodes", "-o", "name"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert nodes.returncode == 0, nodes.stderr
+        assert len(nodes.stdout.split()) == 2
+        crds = subprocess.run(
+            [kubectl, "get", "crd", "-o", "name"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert "inferencedeployments.serving.neuronfleet.dev" in crds.stdout
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=30)
+    assert code == 0
+
+
+def test_sandbox_up_rejects_bad_node_groups() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", DRIVER, "sandbox", "up", "--node-groups", "small:inf3.huge:2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "bad node group 'small:inf3.huge:2'" in result.stderr
+    assert "Traceback" not in result.stderr
