@@ -51,23 +51,37 @@ class ModelRunner:
             self._modules[bucket] = module.eval()
         self._dtypes = [getattr(torch, sig.dtype) for sig in manifest.inputs]
         self._pads = [sig.pad_value for sig in manifest.inputs]
+        self.bucket_seconds: dict[Bucket, float] = {}
         # One device, one execution at a time, whichever thread calls.
         self._lock = threading.Lock()
 
-    def warm(self) -> dict[str, float]:
-        """Run every bucket once (first runs allocate and, on Neuron, load the NEFF). Seconds per bucket."""
+    def warm(self, repeats: int = 3) -> dict[str, float]:
+        """Run every bucket (the first run allocates and, on Neuron, loads the NEFF), then time it.
+
+        Returns the first run's seconds per bucket file; the fastest later run becomes the
+        bucket's cost, which the batcher uses to pick the most efficient batch.
+        """
         timings = {}
         for bucket in self.manifest.buckets:
             arrays = [np.full((bucket.batch, bucket.sequence), 1 if p == 0 else p, dtype=np.int64) for p in self._pads]
-            start = time.perf_counter()
-            try:
-                self.execute(bucket, arrays)
-            except RuntimeError as exc:
-                raise LoadError(
-                    f"warming bucket (batch {bucket.batch}, sequence {bucket.sequence}) failed: {exc}"
-                ) from exc
-            timings[bucket.file_name] = time.perf_counter() - start
+            runs = []
+            for _ in range(1 + repeats):
+                start = time.perf_counter()
+                try:
+                    self.execute(bucket, arrays)
+                except RuntimeError as exc:
+                    raise LoadError(
+                        f"warming bucket (batch {bucket.batch}, sequence {bucket.sequence}) failed: {exc}"
+                    ) from exc
+                runs.append(time.perf_counter() - start)
+            timings[bucket.file_name] = runs[0]
+            self.bucket_seconds[bucket] = min(runs[1:]) if repeats else runs[0]
         return timings
+
+    def cost(self, rows: int, sequence: int) -> float | None:
+        """Measured seconds of the bucket that would run (rows, sequence); None if unknown or none fits."""
+        bucket = self.manifest.bucket_for(rows, sequence)
+        return self.bucket_seconds.get(bucket) if bucket is not None else None
 
     def execute(self, bucket: Bucket, arrays: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.float32]:
         """Run one bucket on inputs already padded to its exact shape."""

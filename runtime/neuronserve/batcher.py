@@ -31,6 +31,8 @@ log = logging.getLogger("neuronserve.batcher")
 class Runner(Protocol):
     def run(self, requests: Sequence[Sequence[npt.NDArray[Any]]]) -> tuple[list[npt.NDArray[np.float32]], Any]: ...
 
+    def cost(self, rows: int, sequence: int) -> float | None: ...
+
 
 class QueueFull(Exception):
     """The bounded queue is full: answer 429."""
@@ -150,7 +152,31 @@ class Batcher:
                 await asyncio.wait_for(self._arrived.wait(), remaining)
             except TimeoutError:
                 break
-        return batch
+        return self._most_efficient_prefix(batch)
+
+    def _most_efficient_prefix(self, batch: list[Job]) -> list[Job]:
+        """Keep the leading requests that give the most rows per second of device time; requeue the rest.
+
+        Padding 9 rows to a 16-row bucket can cost more than running 8 now and 1 with the next
+        batch; the bucket costs measured at warm-up decide. Order is kept (a prefix), so no request
+        is overtaken more than once.
+        """
+        if len(batch) == 1:
+            return batch
+        best, best_rate = len(batch), -1.0
+        rows = seq = 0
+        for index, job in enumerate(batch, start=1):
+            rows += job.request.rows
+            seq = max(seq, job.request.sequence)
+            cost = self.runner.cost(rows, seq)
+            if cost is None or cost <= 0:
+                return batch
+            rate = rows / cost
+            if rate >= best_rate:
+                best, best_rate = index, rate
+        for job in reversed(batch[best:]):
+            self._queue.appendleft(job)
+        return batch[:best]
 
     async def _run(self, batch: list[Job]) -> None:
         loop = asyncio.get_running_loop()

@@ -225,7 +225,7 @@ class ServeProcess:
 def http_json(url: str, method: str, path: str, body: bytes | None = None) -> tuple[int, dict[str, str], Any]:
     """One HTTP request with the standard library; the status, headers and decoded JSON (or text)."""
     parsed = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=60)
+    conn = http.client.HTTPConnection(parsed.hostname or "127.0.0.1", parsed.port, timeout=60)
     try:
         headers = {"Content-Type": "application/json"} if body is not None else {}
         conn.request(method, path, body=body, headers=headers)

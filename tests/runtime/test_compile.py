@@ -97,7 +97,8 @@ class TinyEncoder(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         mask = attention_mask.unsqueeze(-1).float()
-        return (self.embed(input_ids) * mask).sum(1)
+        pooled: torch.Tensor = (self.embed(input_ids) * mask).sum(1)
+        return pooled
 
 
 def test_a_torchscript_source_compiles_and_runs_like_the_module(tmp_path: Path) -> None:

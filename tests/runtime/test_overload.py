@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -38,11 +38,14 @@ class GatedRunner:
         self.gate.wait(timeout=60)
         return self.inner.run(requests)
 
+    def cost(self, rows: int, sequence: int) -> float | None:
+        return self.inner.cost(rows, sequence)
 
-async def _until(condition: Any, limit_seconds: float, what: str) -> None:
+
+async def _until(condition: Any, limit_seconds: float, what: Callable[[], str]) -> None:
     deadline = time.monotonic() + limit_seconds
     while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what()}"
         await asyncio.sleep(0.01)
 
 
@@ -63,29 +66,39 @@ async def test_a_full_queue_answers_429_and_accepted_requests_complete(
         assert server.state is not None and server.state.batcher is not None
         batcher = server.state.batcher
         rejected: list[tuple[int, str | None, dict[str, Any]]] = []
+        failures: list[str] = []
 
         async with aiohttp.ClientSession() as session:
 
             async def one() -> tuple[int, str | None, dict[str, Any]]:
-                async with session.post(f"{server.url}/v2/models/{MODEL_NAME}/infer", json=body) as response:
-                    result = (response.status, response.headers.get("Retry-After"), await response.json())
-                    if response.status == 429:
-                        rejected.append(result)
-                    return result
+                try:
+                    async with session.post(f"{server.url}/v2/models/{MODEL_NAME}/infer", json=body) as response:
+                        result = (response.status, response.headers.get("Retry-After"), await response.json())
+                except Exception as exc:
+                    failures.append(repr(exc))
+                    raise
+                if result[0] == 429:
+                    rejected.append(result)
+                return result
 
             tasks = [asyncio.create_task(one()) for _ in range(REQUESTS)]
-            await _until(
-                lambda: (
-                    gated.rows_waiting > 0
-                    and batcher.queue_depth == MAX_QUEUE
-                    and len(rejected) == REQUESTS - MAX_QUEUE - gated.rows_waiting
-                ),
-                30,
-                "the queue to fill and the excess to be refused",
-            )
-            executing = gated.rows_waiting
-            assert server.call(lambda: server.state.inflight if server.state else -1) == executing + MAX_QUEUE
-            gated.gate.set()
+            try:
+                await _until(
+                    lambda: (
+                        gated.rows_waiting > 0
+                        and batcher.queue_depth == MAX_QUEUE
+                        and len(rejected) == REQUESTS - MAX_QUEUE - gated.rows_waiting
+                    ),
+                    30,
+                    lambda: (
+                        f"the queue to fill and the excess to be refused: {gated.rows_waiting} rows executing, "
+                        f"{batcher.queue_depth} queued, {len(rejected)} refused, client errors {failures}"
+                    ),
+                )
+                executing = gated.rows_waiting
+                assert server.call(lambda: server.state.inflight if server.state else -1) == executing + MAX_QUEUE
+            finally:
+                gated.gate.set()
             results = await asyncio.gather(*tasks)
 
     statuses = sorted(status for status, _, _ in results)

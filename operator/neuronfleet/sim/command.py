@@ -48,7 +48,7 @@ the CR; a whole CR with `spec:` works too). A profile file has the fields that -
 """
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``simulate`` subcommand."""
     p = subparsers.add_parser(
         "simulate",

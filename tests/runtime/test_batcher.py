@@ -1,0 +1,85 @@
+"""The batcher's policy with a scripted device: bucket-cost-aware batch choice, FIFO order, drain,
+and the sliding-window busy ratio."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from neuronserve.batcher import Batcher, ShuttingDown
+from neuronserve.metrics import BusyTracker, ServerMetrics
+from neuronserve.protocol import InferRequest
+
+BUCKETS = (1, 8, 16)
+
+
+class ScriptedRunner:
+    """Echoes each row's first id; costs per batch bucket are given, as warm-up would measure them."""
+
+    def __init__(self, seconds: dict[int, float]) -> None:
+        self.seconds = seconds
+        self.runs: list[list[int]] = []
+
+    def cost(self, rows: int, sequence: int) -> float | None:
+        fitting = [b for b in BUCKETS if b >= rows]
+        return self.seconds[fitting[0]] if fitting else None
+
+    def run(self, requests: Sequence[Sequence[npt.NDArray[Any]]]) -> tuple[list[npt.NDArray[np.float32]], Any]:
+        self.runs.append([int(arrays[0][0, 0]) for arrays in requests])
+        return [arrays[0][:, :1].astype(np.float32) for arrays in requests], None
+
+
+def _request(value: int) -> InferRequest:
+    return InferRequest(None, [np.full((1, 4), value, dtype=np.int64), np.ones((1, 4), dtype=np.int64)])
+
+
+async def _run(runner: ScriptedRunner, count: int) -> list[float]:
+    batcher = Batcher(runner, ServerMetrics(BusyTracker()), max_rows=16, max_delay=0.0, max_queue=64)
+    futures = [batcher.submit(_request(i)) for i in range(count)]
+    batcher.start()
+    results = await asyncio.gather(*futures)
+    assert await batcher.drain(5.0)
+    return [float(r[0, 0]) for r in results]
+
+
+async def test_nine_rows_run_as_eight_then_one_when_padding_to_sixteen_costs_more() -> None:
+    runner = ScriptedRunner({1: 0.010, 8: 0.050, 16: 0.200})
+    assert await _run(runner, 9) == list(range(9))
+    assert runner.runs == [list(range(8)), [8]]
+
+
+async def test_nine_rows_pad_to_sixteen_when_that_is_cheaper_per_row() -> None:
+    runner = ScriptedRunner({1: 0.010, 8: 0.080, 16: 0.085})
+    assert await _run(runner, 9) == list(range(9))
+    assert runner.runs == [list(range(9))]
+
+
+async def test_drain_answers_queued_work_and_refuses_new_work() -> None:
+    runner = ScriptedRunner({1: 0.01, 8: 0.02, 16: 0.03})
+    batcher = Batcher(runner, ServerMetrics(BusyTracker()), max_rows=16, max_delay=0.0, max_queue=64)
+    futures = [batcher.submit(_request(i)) for i in range(3)]
+    batcher.start()
+    assert await batcher.drain(5.0)
+    assert [float(f.result()[0, 0]) for f in futures] == [0.0, 1.0, 2.0]
+    with pytest.raises(ShuttingDown, match="shutting down"):
+        batcher.submit(_request(9))
+
+
+def test_busy_ratio_covers_the_sliding_window() -> None:
+    now = [100.0]
+    tracker = BusyTracker(window_seconds=10.0, clock=lambda: now[0])
+    now[0] = 110.0
+    tracker.finished(101.0, 103.0)
+    tracker.finished(105.0, 106.0)
+    assert tracker.ratio() == 0.3
+    tracker.started(108.0)
+    now[0] = 112.0
+    # window [102, 112]: 1 s of the first interval, 1 s of the second, 4 s of the running batch
+    assert tracker.ratio() == 0.6
+    tracker.finished(108.0, 112.0)
+    now[0] = 130.0
+    assert tracker.ratio() == 0.0
