@@ -27,6 +27,7 @@ def make_operator(url: str) -> kopf.OperatorRegistry:
             child = {"metadata": {"name": f"{name}-config"}, "data": {"model": body["spec"]["model"]["source"]}}
             kopf.adopt(child, owner=body)
             await kubernetes_asyncio.client.CoreV1Api(client).create_namespaced_config_map(namespace, child)
+        kopf.info(body, reason="ChildCreated", message=f"created {name}-config")
         patch.status["replicas"] = 0
         patch.status["observedGeneration"] = body["metadata"]["generation"]
 
@@ -39,17 +40,24 @@ def make_operator(url: str) -> kopf.OperatorRegistry:
 
 async def test_kopf_operator_against_the_sandbox(make_sandbox_cluster: Any) -> None:
     cluster: SandboxCluster = await make_sandbox_cluster(kopf_peering=True)
+    cluster.create("kopfpeerings", {"metadata": {"name": "default"}}, "default", group="kopf.dev")
     registry = make_operator(cluster.url)
     settings = kopf.OperatorSettings()
     settings.watching.server_timeout = 10
     stop = asyncio.Event()
     ready = asyncio.Event()
     tasks = await kopf.spawn_tasks(
-        registry=registry, settings=settings, namespaces=["default"], standalone=True, stop_flag=stop, ready_flag=ready
+        registry=registry, settings=settings, namespaces=["default"], standalone=False, stop_flag=stop, ready_flag=ready
     )
     runner = asyncio.create_task(kopf.run_tasks(tasks, ignored=set(asyncio.all_tasks()) - set(tasks)))
     try:
         await asyncio.wait_for(ready.wait(), timeout=10)
+
+        def peered() -> bool:
+            peering = cluster.get("kopfpeerings", "default", "default", group="kopf.dev")
+            return bool(peering and peering.get("status"))
+
+        await cluster.wait_for(peered, timeout=20, what="Kopf to announce itself in the KopfPeering")
         cluster.create(
             PLURAL,
             {"metadata": {"name": "bert"}, "spec": {"model": {"source": "s3://acme-models/bert/"}}},
@@ -69,6 +77,13 @@ async def test_kopf_operator_against_the_sandbox(make_sandbox_cluster: Any) -> N
         assert child is not None
         assert child["metadata"]["ownerReferences"][0]["uid"] == obj["metadata"]["uid"]
         assert child["data"] == {"model": "s3://acme-models/bert/"}
+
+        def posted() -> list[dict[str, Any]]:
+            return [e for e in cluster.list("events", "default") if e.get("reason") == "ChildCreated"]
+
+        (event,) = await cluster.wait_for(posted, timeout=20, what="Kopf's event")
+        assert event["involvedObject"]["uid"] == obj["metadata"]["uid"]
+        assert event["message"] == "created bert-config"
 
         cluster.delete(PLURAL, "bert", "default", group=GROUP)
         marked = cluster.get(PLURAL, "bert", "default", group=GROUP)
