@@ -1,0 +1,190 @@
+"""The fleet model on the sandbox: promotion, refill, draining, warm-then-swap, failures.
+
+A store listener records every pod change the API server makes, so the tests check what happened
+in between (a promotion is a relabel of the same pod; a deletion comes only after draining; ready
+capacity never dips during a rollout), not only where the fleet ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from conftest import OperatorHarness, example, ready
+from neuronfleet.api.v1alpha1 import GROUP
+from neuronfleet.sandbox.store import WatchEvent
+
+ROLE = f"{GROUP}/role"
+NS = "fleet"
+
+
+def manual_bert(harness: OperatorHarness, replicas: int, warm: int) -> dict[str, Any]:
+    return harness.localize(
+        example(
+            "bert-embeddings",
+            scaling={"mode": "Manual", "replicas": replicas, "minReplicas": 0},
+            warmPool={"mode": "Fixed", "pods": warm, "nodePlaceholders": 0},
+        ),
+        namespace=NS,
+    )
+
+
+class PodHistory:
+    """Every pod change, in order: (event type, name, uid, role, ready, deleting), and prior roles."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str, str | None, bool, bool]] = []
+        self.first_role: dict[str, str | None] = {}
+
+    def __call__(self, event: WatchEvent) -> None:
+        if event.resource != ("", "pods"):
+            return
+        meta = event.obj["metadata"]
+        if (meta.get("labels") or {}).get(f"{GROUP}/deployment") is None:
+            return
+        if event.old is not None and meta["uid"] not in self.first_role:
+            self.first_role[meta["uid"]] = (event.old["metadata"].get("labels") or {}).get(ROLE)
+        self.events.append(
+            (
+                event.type,
+                meta["name"],
+                meta["uid"],
+                (meta.get("labels") or {}).get(ROLE),
+                ready(event.obj),
+                bool(meta.get("deletionTimestamp")),
+            )
+        )
+
+    def roles_of(self, uid: str) -> list[str | None]:
+        """The roles a pod went through while recording (starting with the one it had before)."""
+        roles: list[str | None] = [self.first_role[uid]] if uid in self.first_role else []
+        for _, _, event_uid, role, _, _ in self.events:
+            if event_uid == uid and (not roles or roles[-1] != role):
+                roles.append(role)
+        return roles
+
+    def created(self) -> list[str]:
+        return [uid for kind, _, uid, *_ in self.events if kind == "ADDED"]
+
+
+@contextmanager
+def recording(harness: OperatorHarness) -> Iterator[PodHistory]:
+    history = PodHistory()
+    harness.cluster.store.listeners.append(history)
+    try:
+        yield history
+    finally:
+        harness.cluster.store.listeners.remove(history)
+
+
+def counts(harness: OperatorHarness, name: str) -> tuple[int, int]:
+    active = [p for p in harness.pods(NS, name, "active") if ready(p)]
+    warm = [p for p in harness.pods(NS, name, "warm") if ready(p)]
+    return len(active), len(warm)
+
+
+async def test_scale_up_promotes_warm_pods_then_refills_and_scale_down_drains(harness: OperatorHarness) -> None:
+    manifest = manual_bert(harness, replicas=2, warm=2)
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+    name = manifest["metadata"]["name"]
+    await harness.wait(lambda: counts(harness, name) == (2, 2), timeout=90, what="2 active + 2 warm")
+    warm_before = {p["metadata"]["uid"] for p in harness.pods(NS, name, "warm")}
+
+    with recording(harness) as history:
+        await harness.scale(NS, name, 5)
+        await harness.wait(lambda: counts(harness, name) == (5, 2), timeout=120, what="5 active + 2 warm")
+    active_after = {p["metadata"]["uid"] for p in harness.pods(NS, name, "active")}
+    assert warm_before <= active_after, "the warm pods were not promoted in place"
+    for uid in warm_before:
+        assert history.roles_of(uid) == ["warm", "active"], history.roles_of(uid)
+    # 3 more active pods were needed; 2 came from the pool, so 1 new active and 2 new warm pods.
+    assert len(history.created()) == 3
+
+    with recording(harness) as history:
+        await harness.scale(NS, name, 1)
+        await harness.wait(
+            lambda: counts(harness, name) == (1, 2) and len(harness.pods(NS, name)) == 3,
+            timeout=120,
+            what="1 active + 2 warm, drained pods gone",
+        )
+    # Deleted: the API server set deletionTimestamp (the kubelet then ends them within their grace).
+    gone = {uid for kind, _, uid, _, _, deleting in history.events if deleting or kind == "DELETED"}
+    assert len(gone) == 4
+    for uid in gone:
+        roles = history.roles_of(uid)
+        assert roles[-1] == "draining" and "active" in roles, f"deleted without draining: {roles}"
+    status = harness.deployment(NS, name)["status"]
+    assert (status["replicas"], status["readyReplicas"], status["warmReplicas"]) == (1, 1, 2)
+
+
+async def test_new_artifact_is_warmed_then_swapped_without_losing_ready_capacity(harness: OperatorHarness) -> None:
+    manifest = manual_bert(harness, replicas=3, warm=0)
+    old_revision = harness.precompile(manifest, label="v1")
+    await harness.apply(manifest)
+    name = manifest["metadata"]["name"]
+    await harness.wait(lambda: counts(harness, name) == (3, 0), timeout=90, what="3 active")
+
+    ready_active: list[int] = []
+
+    def watch_capacity(_: WatchEvent) -> None:
+        ready_active.append(counts(harness, name)[0])
+
+    # A new compile of the same spec: change the compiler flags, record the new artifact.
+    new_manifest = manual_bert(harness, replicas=3, warm=0)
+    new_manifest["spec"]["compile"]["optLevel"] = 3
+    new_revision = harness.precompile(new_manifest, label="v2")
+    assert new_revision != old_revision
+    harness.cluster.store.listeners.append(watch_capacity)
+    try:
+        await harness.patch_spec(NS, name, {"compile": {"optLevel": 3}})
+
+        def swapped() -> bool:
+            pods = harness.pods(NS, name)
+            revisions = {p["metadata"]["labels"][f"{GROUP}/revision"] for p in pods}
+            return revisions == {new_revision} and counts(harness, name) == (3, 0)
+
+        await harness.wait(swapped, timeout=120, what="all pods on the new revision")
+    finally:
+        harness.cluster.store.listeners.remove(watch_capacity)
+    assert ready_active, "no pod changes observed during the rollout"
+    assert min(ready_active) >= 3, f"ready active pods dropped to {min(ready_active)} during the rollout"
+    assert harness.deployment(NS, name)["status"]["artifact"]["revision"] == new_revision
+
+
+async def test_failed_pod_and_lost_node_are_replaced(harness: OperatorHarness) -> None:
+    manifest = manual_bert(harness, replicas=3, warm=0)
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+    name = manifest["metadata"]["name"]
+    await harness.wait(lambda: counts(harness, name) == (3, 0), timeout=90, what="3 active")
+    kubelet = harness.cluster.kubelet
+    assert kubelet is not None
+
+    victim = harness.pods(NS, name, "active")[0]["metadata"]["name"]
+    kubelet.fail_pod(NS, victim)
+    await harness.wait(
+        lambda: (
+            counts(harness, name) == (3, 0) and victim not in {p["metadata"]["name"] for p in harness.pods(NS, name)}
+        ),
+        timeout=90,
+        what="failed pod replaced",
+    )
+
+    node = harness.pods(NS, name, "active")[0]["spec"]["nodeName"]
+    on_node = {p["metadata"]["uid"] for p in harness.pods(NS, name) if p["spec"].get("nodeName") == node}
+    await harness.cluster.delete_node(node) if hasattr(harness.cluster, "delete_node") else _remove_node(harness, node)
+    await harness.wait(
+        lambda: (
+            counts(harness, name) == (3, 0) and not on_node & {p["metadata"]["uid"] for p in harness.pods(NS, name)}
+        ),
+        timeout=120,
+        what="pods of the removed node replaced elsewhere",
+    )
+    assert all(p["spec"]["nodeName"] != node for p in harness.pods(NS, name))
+
+
+def _remove_node(harness: OperatorHarness, node: str) -> None:
+    store = harness.cluster.store
+    store.delete(store.resource("", "nodes"), None, node)
