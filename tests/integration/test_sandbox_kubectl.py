@@ -97,3 +97,41 @@ def test_kubectl_sees_inf2_nodes(run_kubectl) -> None:  # type: ignore[no-untype
         '{.status.allocatable.aws\\.amazon\\.com/neuroncore}{"\\n"}{end}',
     ).stdout
     assert out.split("\n")[:2] == ["inf2.xlarge 2", "inf2.xlarge 2"]
+
+
+@pytest.mark.parametrize(
+    ("example", "expected"),
+    [
+        ("cores-not-power-of-two.yaml", "spec.model.neuronCoresPerReplica"),
+        ("inverted-replica-bounds.yaml", "minReplicas must not exceed maxReplicas"),
+        ("warm-pool-bounds.yaml", "warmPool.minPods must not exceed warmPool.maxPods"),
+        ("unsupported-source.yaml", "spec.model.source"),
+    ],
+)
+def test_kubectl_apply_enforces_crd_schema_and_cel_rules(
+    run_kubectl, repo_root: Path, example: str, expected: str
+) -> None:  # type: ignore[no-untyped-def]
+    result = run_kubectl("apply", "-f", str(repo_root / "examples/invalid" / example), check=False)
+    assert result.returncode != 0
+    assert "is invalid" in result.stderr
+    assert expected in result.stderr
+
+
+def test_kubectl_applies_every_valid_example(run_kubectl, repo_root: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    examples = sorted((repo_root / "examples").glob("*.yaml"))
+    assert examples
+    for example in examples:
+        namespace = next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in example.read_text().splitlines()
+                if line.startswith("  namespace:")
+            ),
+            None,
+        )
+        if namespace:
+            namespace_manifest = tmp_path / f"{namespace}.yaml"
+            namespace_manifest.write_text(f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n")
+            run_kubectl("apply", "-f", str(namespace_manifest))
+        result = run_kubectl("apply", "--validate=true", "-f", str(example), check=False)
+        assert result.returncode == 0, f"{example.name}: {result.stderr}"

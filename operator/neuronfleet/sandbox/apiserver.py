@@ -371,6 +371,12 @@ class ApiServer:
         if not raw:
             raise errors.bad_request("the request body is empty")
         content_type = request.headers.get("Content-Type", "application/json")
+        if "protobuf" in content_type or "cbor" in content_type:
+            # Kubernetes' protobuf encoding needs the generated schemas of every built-in kind.
+            raise errors.unsupported_media_type(
+                f"the sandbox API server accepts JSON and YAML bodies, not {content_type} (kubectl's typed "
+                "generators such as `kubectl create namespace` send protobuf: use `kubectl apply -f` instead)"
+            )
         try:
             if "yaml" in content_type:
                 return yaml.safe_load(raw)

@@ -28,7 +28,14 @@ from typing import Any
 from neuronfleet.sandbox import errors
 from neuronfleet.sandbox.clock import Clock
 from neuronfleet.sandbox.errors import ApiError
-from neuronfleet.sandbox.resources import CrdError, ResourceType, builtin_resources, resource_from_crd
+from neuronfleet.sandbox.cel import check_rules
+from neuronfleet.sandbox.resources import (
+    CrdError,
+    ResourceType,
+    builtin_resources,
+    resource_from_crd,
+    validate_custom_object,
+)
 from neuronfleet.sandbox.selectors import FieldSelector, LabelSelector
 
 Obj = dict[str, Any]
@@ -630,8 +637,6 @@ class Store:
 
     def _admit(self, rt: ResourceType, obj: Obj, old: Obj | None, *, strict: bool) -> Obj:
         """Defaulting and validation per kind (what admission and the registry strategies do)."""
-        from neuronfleet.sandbox.resources import validate_custom_object
-
         meta = obj["metadata"]
         for list_field in ("finalizers", "ownerReferences"):
             if list_field in meta and meta[list_field] is None:
@@ -655,6 +660,8 @@ class Store:
                     f'{rt.kind} in version "{rt.storage_version}" cannot be handled as a {rt.kind}: '
                     f"strict decoding error: {fields}"
                 )
+            if not validation_errors:
+                validation_errors = check_rules(rt.schema(), obj, old, "")
             if validation_errors:
                 raise errors.invalid(rt.kind, rt.group, meta.get("name", ""), validation_errors)
         elif rt.key == ("", "pods"):
