@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Any
 
 import celpy
+from celpy.adapter import json_to_cel
 
 log = logging.getLogger(__name__)
 _ENV = celpy.Environment()
@@ -32,9 +33,9 @@ def _evaluate(rule: str, value: Any, old: Any) -> bool | None:
     program = _program(rule)
     if program is None:
         return None
-    activation: dict[str, Any] = {"self": celpy.json_to_cel(value)}
+    activation: dict[str, Any] = {"self": json_to_cel(value)}
     if old is not None:
-        activation["oldSelf"] = celpy.json_to_cel(old)
+        activation["oldSelf"] = json_to_cel(old)
     try:
         result = program.evaluate(activation)
     except Exception as exc:

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from neuronfleet.sandbox import errors
+from neuronfleet.sandbox.cel import check_rules
 from neuronfleet.sandbox.clock import Clock
 from neuronfleet.sandbox.errors import ApiError
-from neuronfleet.sandbox.cel import check_rules
 from neuronfleet.sandbox.resources import (
     CrdError,
     ResourceType,
