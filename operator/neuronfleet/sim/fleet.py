@@ -276,14 +276,16 @@ class Fleet:
         pod.bound_at = now
         node.pods.add(pod.name)
         node.empty_since = None
-        if node.image_at is None:
-            node.image_at = now + self._dist["pull"].sample(self.rng)
         if pod.role == "placeholder":
+            # A placeholder runs the server image, so its node pulls it ahead of any serving pod.
+            if node.image_at is None:
+                node.image_at = now + self._dist["pull"].sample(self.rng)
             pod.ready_at = now
             return
         start = now + self._dist["scheduling"].sample(self.rng)
-        start = max(start, node.image_at)
-        ready = start + sum(self._dist[p].sample(self.rng) for p in ("init", "load", "warmup"))
+        if node.image_at is None:
+            node.image_at = start + self._dist["pull"].sample(self.rng)
+        ready = max(start, node.image_at) + sum(self._dist[p].sample(self.rng) for p in ("init", "load", "warmup"))
         pod.ready_at = ready
         self.pod_cold_starts.append(ready - now)
 

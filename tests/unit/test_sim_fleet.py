@@ -1,0 +1,83 @@
+"""The simulated fleet: cold-start phases, promotion, placeholders, drain and node removal, billing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from neuronfleet.sim.fleet import Fleet
+from neuronfleet.sim.profiles import Profile, load_profile
+
+PHASES = {"node": 100, "scheduling": 1, "pull": 50, "init": 2, "load": 3, "warmup": 4}
+
+
+def fixed_profile() -> Profile:
+    bert = load_profile("bert-base")
+    return bert.model_copy(
+        update={
+            "cold_start": bert.cold_start.model_copy(update=PHASES),
+            "promote_seconds": 2.0,
+            "drain_seconds": 5.0,
+        }
+    )
+
+
+def run_until(fleet: Fleet, until: float) -> None:
+    now = 0.0
+    while True:
+        nxt = fleet.next_event(now)
+        if nxt > until:
+            break
+        now = max(nxt, now + 1e-6)
+        fleet.advance(now)
+    fleet.advance(until)
+
+
+def test_new_pod_pays_node_pull_and_start_phases() -> None:
+    fleet = Fleet(fixed_profile(), np.random.default_rng(0))
+    fleet.set_targets(0.0, active=1, warm=0, placeholders=0)
+    assert fleet.counts(0.0).nodes == 1
+    run_until(fleet, 159.9)
+    assert fleet.serving(159.9) == 0
+    run_until(fleet, 160.0)  # node 100 + scheduling 1 + pull 50 + init 2 + load 3 + warm-up 4
+    assert fleet.serving(160.0) == 1
+    assert fleet.pod_cold_starts == [pytest.approx(60.0)]  # bound at 100 s, ready at 160 s
+    assert fleet.node_cold_starts == [pytest.approx(100.0)]
+
+
+def test_warm_pods_are_promoted_in_seconds() -> None:
+    fleet = Fleet(fixed_profile(), np.random.default_rng(0))
+    fleet.start_ready(2)
+    fleet.set_targets(0.0, active=2, warm=1, placeholders=0)
+    run_until(fleet, 200.0)
+    assert fleet.counts(200.0).warm_ready == 1
+    fleet.set_targets(200.0, active=3, warm=1, placeholders=0)
+    assert fleet.serving(201.0) == 2
+    assert fleet.serving(202.0) == 3  # promote_seconds later, without a cold start
+    counts = fleet.counts(202.0)
+    assert counts.warm == 1 and counts.warm_ready == 0  # the pool refills with a new pod
+
+
+def test_placeholder_node_is_taken_by_a_serving_pod() -> None:
+    fleet = Fleet(fixed_profile(), np.random.default_rng(0))
+    fleet.start_ready(1)
+    fleet.set_targets(0.0, active=1, warm=0, placeholders=1)
+    run_until(fleet, 200.0)  # the placeholder's node is up and has pulled the image
+    fleet.set_targets(200.0, active=2, warm=0, placeholders=1)
+    # Bound at once on the placeholder's node, image present: 1 + 2 + 3 + 4 s.
+    run_until(fleet, 210.0)
+    assert fleet.serving(210.0) == 2
+    assert fleet.counts(210.0).nodes == 3  # the evicted placeholder got a new node
+
+
+def test_scale_down_demotes_to_the_warm_pool_then_drains_and_frees_nodes() -> None:
+    fleet = Fleet(fixed_profile(), np.random.default_rng(0), empty_node_seconds=30.0)
+    fleet.start_ready(4)
+    fleet.set_targets(0.0, active=2, warm=1, placeholders=0)
+    counts = fleet.counts(0.0)
+    assert (counts.serving, counts.warm_ready) == (2, 1)  # one demoted, one drained
+    assert counts.nodes == 4  # the drained pod's node is kept while it drains
+    run_until(fleet, 34.0)
+    assert fleet.counts(34.0).nodes == 4  # drain 5 s, then 30 s empty
+    run_until(fleet, 36.0)
+    assert fleet.counts(36.0).nodes == 3
+    assert fleet.node_seconds == pytest.approx(3 * 36.0 + 35.0)
