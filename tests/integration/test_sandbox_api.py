@@ -417,3 +417,34 @@ def test_threaded_cluster_serves_from_its_own_thread(threaded_sandbox_cluster: T
     loop_thread = threaded_sandbox_cluster.call(lambda c: threading.current_thread().name)
     assert loop_thread == "sandbox-cluster"
     assert asyncio.iscoroutinefunction(SandboxCluster.wait_for)
+
+
+async def test_dry_run_pagination_and_protobuf_bodies(sandbox_cluster: SandboxCluster) -> None:
+    async with aiohttp.ClientSession(sandbox_cluster.url) as http:
+        async with http.post(
+            "/api/v1/namespaces/default/configmaps?dryRun=All", json={"metadata": {"name": "ghost"}}
+        ) as r:
+            assert r.status == 201
+            assert (await r.json())["metadata"]["name"] == "ghost"
+        assert sandbox_cluster.get("configmaps", "ghost", "default") is None
+        for i in range(5):
+            async with http.post("/api/v1/namespaces/default/configmaps", json={"metadata": {"name": f"cm-{i}"}}) as r:
+                assert r.status == 201
+        names: list[str] = []
+        token = ""
+        pages = 0
+        while True:
+            async with http.get("/api/v1/namespaces/default/configmaps", params={"limit": "2", "continue": token}) as r:
+                page = await r.json()
+            pages += 1
+            names += [item["metadata"]["name"] for item in page["items"]]
+            token = page["metadata"].get("continue", "")
+            if not token:
+                break
+        assert (pages, names) == (3, [f"cm-{i}" for i in range(5)])
+        async with http.get("/api/v1/namespaces/default/configmaps", params={"continue": "%%%"}) as r:
+            assert r.status == 400
+        protobuf = {"Content-Type": "application/vnd.kubernetes.protobuf"}
+        async with http.post("/api/v1/namespaces", data=b"k8s\x00\n", headers=protobuf) as r:
+            assert r.status == 415
+            assert "kubectl apply" in (await r.json())["message"]

@@ -81,6 +81,13 @@ async def test_two_cores_land_on_node_with_room_and_start_like_a_kubelet() -> No
         assert status["startTime"] <= started <= condition(placed, "Ready")["lastTransitionTime"]
         # Cold start: image pull (20 s) + start (2 s) + readiness (30 s) on the loop clock.
         assert cluster.clock.seconds_since(status["startTime"]) == pytest.approx(52, abs=1)
+        events = sorted(
+            (e for e in cluster.list("events", "default") if e["involvedObject"]["name"] == "model-0"),
+            key=lambda e: int(e["metadata"]["resourceVersion"]),
+        )
+        assert [e["reason"] for e in events] == ["Scheduled", "Pulling", "Pulled", "Created", "Started"]
+        assert events[0]["message"] == f"Successfully assigned default/model-0 to {nodes['inf2.24xlarge']}"
+        assert events[2]["message"] == 'Successfully pulled image "neuronserve:1" in 20.000s'
 
 
 async def test_pod_without_toleration_stays_pending_with_reason() -> None:
@@ -94,6 +101,8 @@ async def test_pod_without_toleration_stays_pending_with_reason() -> None:
         assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
         assert "untolerated taint {aws.amazon.com/neuron: true}" in scheduled["message"]
         assert pod(cluster, "untolerated")["status"]["phase"] == "Pending"
+        (failed,) = [e for e in cluster.list("events", "default") if e["reason"] == "FailedScheduling"]
+        assert (failed["type"], failed["message"]) == ("Warning", scheduled["message"])
 
 
 async def test_pod_for_an_unknown_scheduler_is_left_alone() -> None:

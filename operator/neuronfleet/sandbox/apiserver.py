@@ -12,6 +12,7 @@ the per-request DSL filter walk, which matters for the one-hour churn benchmark.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -257,17 +258,44 @@ class ApiServer:
     def _list(self, request: web.Request, target: Target) -> web.Response:
         labels, fields = self._selectors(request, target)
         items, rv = self.store.list(target.rt, target.namespace, labels, fields)
+        items, list_meta = self._paginate(request, items)
         items = [self._versioned(target, obj) for obj in items]
         if self._wants_table(request):
-            return _json(to_table(target.rt, items, self.clock, request.query.get("includeObject", ""), str(rv)))
+            table = to_table(target.rt, items, self.clock, request.query.get("includeObject", ""), str(rv))
+            table["metadata"].update(list_meta)
+            return _json(table)
         return _json(
             {
                 "kind": target.rt.list_kind,
                 "apiVersion": target.rt.api_version(target.version),
-                "metadata": {"resourceVersion": str(rv)},
+                "metadata": {"resourceVersion": str(rv), **list_meta},
                 "items": items,
             }
         )
+
+    def _paginate(self, request: web.Request, items: list[Obj]) -> tuple[list[Obj], dict[str, Any]]:
+        """``limit``/``continue``: pages in (namespace, name) order; a token resumes after its key.
+
+        Pages come from the current state, not a snapshot at the first page's resourceVersion.
+        """
+        query = request.query
+        token = query.get("continue", "")
+        if token:
+            try:
+                after = tuple(json.loads(base64.urlsafe_b64decode(token.encode()).decode()))
+            except (ValueError, TypeError):
+                raise errors.bad_request(f"continue key is not valid: {token!r}") from None
+            items = [o for o in items if (o["metadata"].get("namespace", ""), o["metadata"]["name"]) > after]
+        try:
+            limit = int(query.get("limit", "0") or 0)
+        except ValueError:
+            raise errors.bad_request(f"limit must be an integer, got {query.get('limit')!r}") from None
+        if limit <= 0 or len(items) <= limit:
+            return items, {}
+        page, rest = items[:limit], items[limit:]
+        last = page[-1]["metadata"]
+        next_token = base64.urlsafe_b64encode(json.dumps([last.get("namespace", ""), last["name"]]).encode()).decode()
+        return page, {"continue": next_token, "remainingItemCount": len(rest)}
 
     def _get(self, request: web.Request, target: Target) -> web.Response:
         assert target.name is not None
@@ -387,13 +415,21 @@ class ApiServer:
     def _strict(self, request: web.Request) -> bool:
         return request.query.get("fieldValidation", "") == "Strict"
 
+    def _dry_run(self, request: web.Request) -> bool:
+        values = request.query.getall("dryRun", [])
+        if any(v != "All" for v in values):
+            raise errors.bad_request(f'dryRun: Unsupported value: {values!r}: supported values: "All"')
+        return bool(values)
+
     async def _create(self, request: web.Request, target: Target) -> web.Response:
         body = await self._body(request)
         if target.subresource == "binding":
             return self._bind(target, body)
         if target.subresource == "eviction":
             return self._evict(target, body)
-        obj = self.store.create(target.rt, target.namespace, body, strict=self._strict(request))
+        obj = self.store.create(
+            target.rt, target.namespace, body, strict=self._strict(request), dry_run=self._dry_run(request)
+        )
         return _json(self._versioned(target, obj), 201)
 
     def _bind(self, target: Target, body: Any) -> web.Response:
@@ -417,7 +453,13 @@ class ApiServer:
         if target.subresource == "scale":
             return _json(self._write_scale(target, body))
         obj = self.store.replace(
-            target.rt, target.namespace, target.name, body, subresource=target.subresource, strict=self._strict(request)
+            target.rt,
+            target.namespace,
+            target.name,
+            body,
+            subresource=target.subresource,
+            strict=self._strict(request),
+            dry_run=self._dry_run(request),
         )
         return _json(self._versioned(target, obj))
 
@@ -429,7 +471,9 @@ class ApiServer:
         current = self.store.try_get(rt, target.namespace, target.name)
         if current is None:
             if content_type == "application/apply-patch+yaml" and target.subresource is None:
-                obj = self.store.create(rt, target.namespace, patch, strict=self._strict(request))
+                obj = self.store.create(
+                    rt, target.namespace, patch, strict=self._strict(request), dry_run=self._dry_run(request)
+                )
                 return _json(self._versioned(target, obj), 201)
             raise errors.not_found(rt.plural, rt.group, target.name)
         base: Obj = self._scale_of(rt, current) if target.subresource == "scale" else current
@@ -455,7 +499,12 @@ class ApiServer:
         if target.subresource == "scale":
             return _json(self._write_scale(target, patched))
         obj = self.store.commit_patched(
-            rt, current, patched, subresource=target.subresource, strict=self._strict(request)
+            rt,
+            current,
+            patched,
+            subresource=target.subresource,
+            strict=self._strict(request),
+            dry_run=self._dry_run(request),
         )
         return _json(self._versioned(target, obj))
 
@@ -485,6 +534,8 @@ class ApiServer:
     async def _delete(self, request: web.Request, target: Target) -> web.Response:
         assert target.name is not None
         options = await self._delete_options(request)
+        if self._dry_run(request):
+            return _json(self._versioned(target, self.store.get(target.rt, target.namespace, target.name)))
         obj = self.store.delete(
             target.rt,
             target.namespace,

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from neuronfleet.sandbox.errors import ApiError
+from neuronfleet.sandbox.events import EventRecorder
 from neuronfleet.sandbox.scheduler import set_condition
 from neuronfleet.sandbox.store import Store, WatchEvent
 
@@ -72,6 +73,7 @@ class Kubelet:
         self._pods = store.resource("", "pods")
         self._nodes = store.resource("", "nodes")
         self._failed_nodes: set[str] = set()
+        self.events = EventRecorder(store, "kubelet")
         store.graceful_pods = True
         store.listeners.append(self._on_event)
 
@@ -188,12 +190,28 @@ class Kubelet:
         if not self._write_status(pod, creating):
             return
         cached = self.images.setdefault(node_name, set())
-        images = {c.get("image", "") for c in containers}
-        if not images <= cached:
-            await asyncio.sleep(self._duration(pod, "pull", profile.image_pull_s, profile.jitter))
-            cached.update(images)
+        images = [c.get("image", "") for c in containers]
+        missing = [image for image in dict.fromkeys(images) if image not in cached]
+        for image in missing:
+            self.events.record(pod, "Normal", "Pulling", f'Pulling image "{image}"', host=node_name)
+        if missing:
+            pull_s = self._duration(pod, "pull", profile.image_pull_s, profile.jitter)
+            await asyncio.sleep(pull_s)
+            cached.update(missing)
+            for image in missing:
+                self.events.record(
+                    pod, "Normal", "Pulled", f'Successfully pulled image "{image}" in {pull_s:.3f}s', host=node_name
+                )
+        for image in images:
+            if image not in missing:
+                self.events.record(
+                    pod, "Normal", "Pulled", f'Container image "{image}" already present on machine', host=node_name
+                )
         await asyncio.sleep(self._duration(pod, "start", profile.container_start_s, profile.jitter))
         running_at = self.clock.timestamp()
+        for container in containers:
+            self.events.record(pod, "Normal", "Created", f"Created container: {container['name']}", host=node_name)
+            self.events.record(pod, "Normal", "Started", f"Started container {container['name']}", host=node_name)
 
         def running(o: Obj) -> None:
             o["status"]["phase"] = "Running"
@@ -249,6 +267,14 @@ class Kubelet:
         uid = pod["metadata"]["uid"]
         try:
             grace = float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
+            for container in (pod.get("spec") or {}).get("containers") or []:
+                self.events.record(
+                    pod,
+                    "Normal",
+                    "Killing",
+                    f"Stopping container {container['name']}",
+                    host=pod["spec"].get("nodeName", ""),
+                )
             if grace > 0:
                 await asyncio.sleep(min(grace, self.profile_for(pod).shutdown_s))
             with contextlib.suppress(ApiError):

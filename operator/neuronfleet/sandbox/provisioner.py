@@ -19,6 +19,7 @@ from typing import Any
 
 from neuronfleet.sandbox.clock import wait_event
 from neuronfleet.sandbox.errors import ApiError
+from neuronfleet.sandbox.events import EventRecorder
 from neuronfleet.sandbox.nodes import NODE_GROUP_LABEL, NodeGroup, node_allocatable, node_object, pod_requests
 from neuronfleet.sandbox.scheduler import Scheduler
 from neuronfleet.sandbox.scheduling import allocate_cores, insufficient, is_active, node_chips, node_cores
@@ -35,6 +36,7 @@ class Launch:
     group: NodeGroup
     zone: str
     template: Obj
+    name: str
     pods: list[Obj] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
 
@@ -73,10 +75,12 @@ class Provisioner:
         self.interval_s = interval_s
         self.launches: list[Launch] = []
         self.nodes_launched = 0
+        self._claims = 0
         self.nodes_removed = 0
         self._empty_since: dict[str, float] = {}
         self._wake = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
+        self.events = EventRecorder(store, "karpenter")
         self._pods = store.resource("", "pods")
         self._nodes = store.resource("", "nodes")
         store.listeners.append(self._on_event)
@@ -155,6 +159,7 @@ class Provisioner:
                 launch = self._launch_for(pod)
             if launch is not None:
                 launch.pods.append(pod)
+                self.events.record(pod, "Normal", "Nominated", f"Pod should schedule on: nodeclaim/{launch.name}")
                 claimed.add(pod["metadata"]["uid"])
 
     def _launch_for(self, pod: Obj) -> Launch | None:
@@ -175,7 +180,8 @@ class Provisioner:
             return None
         options.sort(key=lambda o: (o[0], o[1]))
         _, _, group, zone, template = options[0]
-        launch = Launch(group, zone, template)
+        self._claims += 1
+        launch = Launch(group, zone, template, f"{group.name}-{self._claims:05d}")
         self.launches.append(launch)
         launch.task = asyncio.get_running_loop().create_task(self._register_after_delay(launch))
         return launch

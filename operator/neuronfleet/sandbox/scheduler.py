@@ -21,6 +21,7 @@ from typing import Any
 from neuronfleet.sandbox.apiserver import bind_pod
 from neuronfleet.sandbox.clock import wait_event
 from neuronfleet.sandbox.errors import ApiError
+from neuronfleet.sandbox.events import EventRecorder
 from neuronfleet.sandbox.nodes import neuroncores_requested, node_allocatable
 from neuronfleet.sandbox.scheduling import (
     CORES_ANNOTATION,
@@ -75,6 +76,7 @@ class Scheduler:
         self.retry_interval_s = retry_interval_s
         self.bindings = 0
         self.preemptions = 0
+        self.events = EventRecorder(store, DEFAULT_SCHEDULER)
         self._wake = asyncio.Event()
         self._pods = store.resource("", "pods")
         self._nodes = store.resource("", "nodes")
@@ -203,6 +205,11 @@ class Scheduler:
         except ApiError:
             return False
         self.bindings += 1
+        meta = pod["metadata"]
+        node_name = placement.node["metadata"]["name"]
+        self.events.record(
+            pod, "Normal", "Scheduled", f"Successfully assigned {meta['namespace']}/{meta['name']} to {node_name}"
+        )
         return True
 
     # ---- preemption --------------------------------------------------------------------------------
@@ -266,6 +273,9 @@ class Scheduler:
                     subresource="status",
                 )
                 self.store.delete(self._pods, meta["namespace"], meta["name"])
+                self.events.record(
+                    victim, "Normal", "Preempted", f"Preempted by pod {pod['metadata']['uid']} on node {node_name}"
+                )
         self.preemptions += len(victims)
         with contextlib.suppress(ApiError):
             self.store.update(
@@ -302,6 +312,7 @@ class Scheduler:
                 ),
                 subresource="status",
             )
+        self.events.record(pod, "Warning", "FailedScheduling", message)
 
 
 def _set_condition(obj: Obj, condition: Obj) -> None:

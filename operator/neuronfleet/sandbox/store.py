@@ -163,7 +163,7 @@ class Store:
         body.setdefault("metadata", {})["resourceVersion"] = _meta(existing)["resourceVersion"]
         return self.replace(crd_rt, None, name, body)
 
-    def _crd_accepted(self, crd: Obj) -> Obj:
+    def _crd_accepted(self, crd: Obj, *, register: bool = True) -> Obj:
         try:
             rt = resource_from_crd(crd)
         except CrdError as exc:
@@ -184,9 +184,15 @@ class Store:
                 ],
             )
         previous = self.resources.get(rt.key)
-        self.register(rt)
         if previous is not None and not previous.custom:
-            self.resources[rt.key] = previous
+            raise errors.invalid(
+                "CustomResourceDefinition",
+                "apiextensions.k8s.io",
+                expected,
+                [("spec.names.plural", f"Invalid value: {rt.plural!r}: the name of a built-in resource")],
+            )
+        if register:
+            self.register(rt)
         crd = copy.deepcopy(crd)
         names = crd["spec"]["names"]
         crd["status"] = {
@@ -285,7 +291,10 @@ class Store:
 
     # ---- writes --------------------------------------------------------------------------------
 
-    def create(self, rt: ResourceType, namespace: str | None, body: Any, *, strict: bool = False) -> Obj:
+    def create(
+        self, rt: ResourceType, namespace: str | None, body: Any, *, strict: bool = False, dry_run: bool = False
+    ) -> Obj:
+        """POST: admit and store ``body``; with ``dry_run`` only admit it (nothing stored, no event)."""
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request must be a JSON object")
         obj: Obj = copy.deepcopy(body)
@@ -346,8 +355,10 @@ class Store:
         meta["generation"] = 1
         if rt.status_subresource and rt.custom:
             obj.pop("status", None)
-        obj = self._admit(rt, obj, None, strict=strict)
+        obj = self._admit(rt, obj, None, strict=strict, dry_run=dry_run)
         meta = obj["metadata"]
+        if dry_run:
+            return obj
         meta["resourceVersion"] = self._next_rv()
         self.objects[rt.key][key] = obj
         self.uids[meta["uid"]] = (rt.key, key)
@@ -363,6 +374,7 @@ class Store:
         *,
         subresource: str | None = None,
         strict: bool = False,
+        dry_run: bool = False,
     ) -> Obj:
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request must be a JSON object")
@@ -381,7 +393,7 @@ class Store:
             )
         if given_rv not in (None, "") and str(given_rv) != _meta(old)["resourceVersion"]:
             raise errors.conflict(rt.plural, rt.group, name)
-        return self._commit(rt, old, copy.deepcopy(body), subresource=subresource, strict=strict)
+        return self._commit(rt, old, copy.deepcopy(body), subresource=subresource, strict=strict, dry_run=dry_run)
 
     def update(
         self,
@@ -406,6 +418,7 @@ class Store:
         *,
         subresource: str | None = None,
         strict: bool = False,
+        dry_run: bool = False,
     ) -> Obj:
         """Store the result of a PATCH computed from ``old``."""
         if not isinstance(patched, dict):
@@ -414,9 +427,18 @@ class Store:
         given_rv = meta.get("resourceVersion")
         if given_rv not in (None, "") and str(given_rv) != _meta(old)["resourceVersion"]:
             raise errors.conflict(rt.plural, rt.group, _meta(old)["name"])
-        return self._commit(rt, old, patched, subresource=subresource, strict=strict)
+        return self._commit(rt, old, patched, subresource=subresource, strict=strict, dry_run=dry_run)
 
-    def _commit(self, rt: ResourceType, old: Obj, new: Obj, *, subresource: str | None, strict: bool = False) -> Obj:
+    def _commit(
+        self,
+        rt: ResourceType,
+        old: Obj,
+        new: Obj,
+        *,
+        subresource: str | None,
+        strict: bool = False,
+        dry_run: bool = False,
+    ) -> Obj:
         old_meta = _meta(old)
         if subresource == "status":
             merged = copy.deepcopy(old)
@@ -450,12 +472,14 @@ class Store:
         meta["resourceVersion"] = old_meta["resourceVersion"]
         new.setdefault("apiVersion", old.get("apiVersion"))
         new.setdefault("kind", old.get("kind"))
-        new = self._admit(rt, new, old, strict=strict)
+        new = self._admit(rt, new, old, strict=strict, dry_run=dry_run)
         meta = new["metadata"]
         if new == old:
             return old
         if _spec_changed(rt, old, new):
             meta["generation"] = int(old_meta.get("generation", 1)) + 1
+        if dry_run:
+            return new
         meta["resourceVersion"] = self._next_rv()
         key = self._key(rt, meta.get("namespace"), meta["name"])
         self.objects[rt.key][key] = new
@@ -635,7 +659,7 @@ class Store:
         obj["apiVersion"] = api_version or rt.api_version()
         obj["kind"] = rt.kind
 
-    def _admit(self, rt: ResourceType, obj: Obj, old: Obj | None, *, strict: bool) -> Obj:
+    def _admit(self, rt: ResourceType, obj: Obj, old: Obj | None, *, strict: bool, dry_run: bool = False) -> Obj:
         """Defaulting and validation per kind (what admission and the registry strategies do)."""
         meta = obj["metadata"]
         for list_field in ("finalizers", "ownerReferences"):
@@ -670,7 +694,7 @@ class Store:
             obj.setdefault("spec", {"finalizers": ["kubernetes"]})
             obj["status"] = {"phase": "Terminating" if meta.get("deletionTimestamp") else "Active"}
         elif rt.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
-            obj = self._crd_accepted(obj)
+            obj = self._crd_accepted(obj, register=not dry_run)
         elif rt.key == ("scheduling.k8s.io", "priorityclasses"):
             if not isinstance(obj.get("value"), int):
                 raise errors.invalid(rt.kind, rt.group, meta.get("name", ""), [("value", "Required value")])
