@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
 import pytest
 from neuronfleet.sandbox import CORES_ANNOTATION, ColdStartProfile, NodeGroup, SandboxCluster
 
@@ -241,3 +242,37 @@ async def test_graceful_deletion_and_readiness_hook() -> None:
         terminating = pod(cluster, "hooked")
         assert terminating["metadata"]["deletionGracePeriodSeconds"] == 20
         await cluster.wait_for(lambda: cluster.get("pods", "hooked", "default") is None, timeout=60)
+
+
+async def test_eviction_respects_pod_disruption_budgets() -> None:
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=2)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        cluster.create(
+            "poddisruptionbudgets",
+            {"metadata": {"name": "model"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "model"}}}},
+            "default",
+            group="policy",
+        )
+        for i in range(2):
+            cluster.create("pods", neuron_pod(f"m{i}", 1), "default")
+        await cluster.wait_for(lambda: is_ready(cluster, "m0") and is_ready(cluster, "m1"), timeout=120)
+        async with aiohttp.ClientSession(cluster.url) as http:
+            eviction = {
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": "m0", "namespace": "default"},
+            }
+            async with http.post("/api/v1/namespaces/default/pods/m0/eviction", json=eviction) as r:
+                assert r.status == 201
+            eviction["metadata"]["name"] = "m1"
+            async with http.post("/api/v1/namespaces/default/pods/m1/eviction", json=eviction) as r:
+                assert r.status == 429
+                refusal = await r.json()
+        assert refusal["reason"] == "TooManyRequests"
+        assert (
+            refusal["details"]["causes"][0]["message"]
+            == "The disruption budget model needs 1 healthy pods and has 1 currently"
+        )
+        assert pod(cluster, "m1")["metadata"].get("deletionTimestamp") is None
+        await cluster.wait_for(lambda: cluster.get("pods", "m0", "default") is None, timeout=60)

@@ -25,6 +25,7 @@ import yaml
 from aiohttp import web
 
 from neuronfleet.sandbox import errors
+from neuronfleet.sandbox.disruption import check_eviction
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.openapi import document_hash, group_version_document, gv_path
 from neuronfleet.sandbox.patching import json_patch, merge_patch, strategic_merge_patch
@@ -444,6 +445,7 @@ class ApiServer:
     def _evict(self, target: Target, body: Any) -> web.Response:
         assert target.name is not None
         options = (body or {}).get("deleteOptions") or {} if isinstance(body, dict) else {}
+        check_eviction(self.store, self.store.get(target.rt, target.namespace, target.name))
         self.store.delete(target.rt, target.namespace, target.name, grace_period=options.get("gracePeriodSeconds"))
         return _json(_status_success(), 201)
 
