@@ -9,7 +9,10 @@ Torch threads: the machine this was written on has 2 cores shared by the server,
 generator and the OS. The model gets ``--torch-threads`` intra-op threads (default 1) in all three
 cases, so the raw limit and the servers have the same compute budget and the HTTP side has the
 other core; with 2 threads the model and the event loop fight over the cores and everything gets
-noisier. Targets (reported, not asserted): batched >= 90% of raw, batched >= 1.4x unbatched.
+noisier. Each throughput figure is the best of three short runs, because other work on a shared
+machine only ever lowers it. batched_p50_ms / batched_p99_ms come from an open-loop (Poisson) run
+at half the batched saturation throughput. Targets (reported, not asserted): batched >= 90% of
+raw, batched >= 1.4x unbatched.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ BATCH_BUCKETS = [1, 4, 8, 16]
 SEQUENCE = 32
 MODEL_NAME = "minilm"
 NEURONSERVE = str(Path(sys.executable).with_name("neuronserve"))
+# The machine is shared: interference only ever lowers throughput, so each throughput figure is the
+# best of REPEATS short runs (raw, batched and unbatched alike).
+REPEATS = 3
 
 
 # ------------------------------------------------------------------------------------------ loadgen
@@ -193,11 +199,14 @@ def raw_throughput(artifact: str, threads: int, seconds_per_bucket: float) -> di
             mask = np.ones((batch, SEQUENCE), dtype=np.int64)
             for _ in range(3):
                 runner.execute(bucket, [ids, mask])
-            count, start = 0, time.perf_counter()
-            while time.perf_counter() - start < seconds_per_bucket:
-                runner.execute(bucket, [ids, mask])
-                count += 1
-            rates[batch] = count * batch / (time.perf_counter() - start)
+            best = 0.0
+            for _ in range(REPEATS):
+                count, start = 0, time.perf_counter()
+                while time.perf_counter() - start < seconds_per_bucket:
+                    runner.execute(bucket, [ids, mask])
+                    count += 1
+                best = max(best, count * batch / (time.perf_counter() - start))
+            rates[batch] = best
     return rates
 
 
@@ -256,6 +265,7 @@ def measure_server(
     extra: list[str],
     concurrency: int,
     duration: float,
+    saturation_seconds: float,
     fractions: list[float],
     base_rps: float | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -265,7 +275,9 @@ def measure_server(
     try:
         url = server.wait_ready()
         run_loadgen(url, "closed", concurrency, 2.0, 10_000)  # warm the HTTP path and the allocator
-        saturation = run_loadgen(url, "closed", concurrency, duration, 100_000)
+        runs = [run_loadgen(url, "closed", concurrency, saturation_seconds, 100_000) for _ in range(REPEATS)]
+        saturation = max(runs, key=lambda r: float(r["throughput_rps"]))
+        saturation["repeats_rps"] = [r["throughput_rps"] for r in runs]
         base = base_rps if base_rps is not None else float(saturation["throughput_rps"])
         cases = []
         for fraction in fractions:
@@ -280,7 +292,8 @@ def measure_server(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--torch-threads", type=int, default=1)
-    parser.add_argument("--duration", type=float, default=8.0, help="seconds per load level")
+    parser.add_argument("--duration", type=float, default=6.0, help="seconds per open-loop load level")
+    parser.add_argument("--saturation-seconds", type=float, default=4.0, help="seconds per closed-loop run")
     parser.add_argument("--concurrency", type=int, default=48, help="closed-loop clients at saturation")
     parser.add_argument("--max-batch-delay-ms", type=float, default=5.0)
     parser.add_argument("--store", default=os.path.join(tempfile.gettempdir(), "neuronserve-bench-store"))
@@ -289,7 +302,7 @@ def main() -> int:
 
     artifact, cached = compile_artifact(Path(args.store))
     print(f"artifact {artifact} ({'cache hit' if cached else 'compiled'})", flush=True)
-    raw = raw_throughput(artifact, args.torch_threads, seconds_per_bucket=3.0)
+    raw = raw_throughput(artifact, args.torch_threads, seconds_per_bucket=1.0)
     best_batch = max(raw, key=lambda b: raw[b])
     raw_rps = raw[best_batch]
     print(f"raw: {', '.join(f'b{b}={r:.1f}' for b, r in raw.items())} rows/s; best batch {best_batch}", flush=True)
@@ -297,7 +310,7 @@ def main() -> int:
     load_fractions = [0.25, 0.5, 0.75, 1.25]
     delay = ["--max-batch-delay-ms", str(args.max_batch_delay_ms)]
     batched_sat, batched_cases = measure_server(
-        artifact, args.torch_threads, delay, args.concurrency, args.duration, load_fractions
+        artifact, args.torch_threads, delay, args.concurrency, args.duration, args.saturation_seconds, load_fractions
     )
     batched_rps = batched_sat["throughput_rps"]
     print(f"batched saturation: {batched_sat}", flush=True)
@@ -346,7 +359,9 @@ def main() -> int:
         "batch_buckets": BATCH_BUCKETS,
         "sequence": SEQUENCE,
         "torch_threads": args.torch_threads,
-        "duration_s": args.duration,
+        "open_loop_seconds": args.duration,
+        "saturation_seconds": args.saturation_seconds,
+        "repeats_best_of": REPEATS,
         "saturation_concurrency": args.concurrency,
         "max_batch_delay_ms": args.max_batch_delay_ms,
         "load_fractions_of_batched_saturation": load_fractions,

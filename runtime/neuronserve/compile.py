@@ -403,10 +403,10 @@ def _trace_buckets(
                     f"tracing bucket (batch {bucket.batch}, sequence {bucket.sequence}) failed: {exc}"
                 ) from exc
             if backend == "cpu":
+                # A Neuron-traced module runs only on a Neuron device, which a compile host may lack.
                 _check_trace(loaded.module, traced, bucket, loaded.inputs)
             with torch.no_grad():
-                result = traced(*example)
-            width = int(result.shape[-1])
+                width = int(loaded.module(*example).shape[-1])
             with warnings.catch_warnings():
                 # torch marks TorchScript deprecated, but it is the format torch-neuronx emits.
                 warnings.simplefilter("ignore", DeprecationWarning)

@@ -90,7 +90,9 @@ def _int_array(tensor: dict[str, Any], name: str, manifest: Manifest) -> npt.NDA
         array = np.asarray(data)
     except (ValueError, OverflowError):
         raise _fail(f"input {name!r}: 'data' is ragged or not numeric") from None
-    if array.dtype.kind not in "iub":
+    if array.dtype.kind == "u":  # JSON integers past int64's range come out unsigned
+        raise _fail(f"input {name!r}: values must fit in a signed 64-bit integer")
+    if array.dtype.kind not in "ib":
         if array.size == 0:
             raise _fail(f"input {name!r}: 'data' is empty")
         raise _fail(f"input {name!r}: 'data' must hold integers ({datatype}), found {array.dtype.kind!r}-kind values")

@@ -209,6 +209,12 @@ BAD_REQUESTS: list[tuple[str, bytes, int, str]] = [
         "must hold integers",
     ),
     (
+        "integer past int64",
+        json.dumps({"inputs": [{**_ids([1, 1]), "data": [2**63]}, _mask([1, 1])]}).encode(),
+        400,
+        "must fit in a signed 64-bit integer",
+    ),
+    (
         "infinite number",
         b'{"inputs": [{"name": "input_ids", "shape": [1, 1], "datatype": "INT64", "data": [1e400]}, '
         + json.dumps(_mask([1, 1])).encode()
