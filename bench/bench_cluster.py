@@ -1,7 +1,8 @@
 """Benchmark: one simulated hour of a 10-node sandbox cluster with pod churn, under looptime.
 
 Pods (1, 2 or 4 NeuronCores; a fifth are low-priority placeholders) are created and deleted at
-random around a steady state of ~30 pods; the
+random around a steady state of ~30 pods, while an HTTP client watches all pods (resuming every
+300 s like a client-go reflector); the
 scheduler, kubelet (cold starts) and provisioner work throughout. Figures: simulated_s, wall_s,
 nodes, pods_created (target: wall_s < 30). Writes bench/results/cluster.json.
 """
@@ -9,12 +10,14 @@ nodes, pods_created (target: wall_s < 30). Writes bench/results/cluster.json.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import looptime
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -47,6 +50,20 @@ def pod_body(name: str, cores: int, priority_class: str | None) -> dict[str, Any
     return {"metadata": {"name": name, "labels": {"app": "churn"}}, "spec": spec}
 
 
+async def watch_pods(url: str, counts: dict[str, int]) -> None:
+    """An HTTP watch client (as an operator runs one), resuming like a client-go reflector."""
+    resource_version = ""
+    # No client-side total timeout: the server ends each watch after timeoutSeconds.
+    async with aiohttp.ClientSession(url, timeout=aiohttp.ClientTimeout(total=None)) as http:
+        while True:
+            query = f"watch=1&allowWatchBookmarks=true&timeoutSeconds=300&resourceVersion={resource_version}"
+            async with http.get(f"/api/v1/pods?{query}") as response:
+                async for line in response.content:
+                    event = json.loads(line)
+                    counts["events"] += 1
+                    resource_version = event["object"]["metadata"].get("resourceVersion", resource_version)
+
+
 async def churn() -> dict[str, Any]:
     groups = [
         NodeGroup("small", "inf2.xlarge", count=6, zones=("us-east-1a", "us-east-1b"), min_nodes=6, max_nodes=10),
@@ -61,6 +78,8 @@ async def churn() -> dict[str, Any]:
         cluster.create(
             "priorityclasses", {"metadata": {"name": "placeholder"}, "value": -10}, group="scheduling.k8s.io"
         )
+        watch_counts = {"events": 0}
+        watcher = asyncio.create_task(watch_pods(cluster.url, watch_counts))
         start = cluster.clock.monotonic()
         live: list[str] = []
         max_nodes = 0
@@ -82,6 +101,8 @@ async def churn() -> dict[str, Any]:
                 created += 1
             max_nodes = max(max_nodes, len(cluster.list("nodes")))
         simulated = cluster.clock.monotonic() - start
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
         pods = cluster.list("pods", "default")
         running = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
         scheduler, kubelet, provisioner = cluster.scheduler, cluster.kubelet, cluster.provisioner
@@ -98,6 +119,8 @@ async def churn() -> dict[str, Any]:
             "nodes_launched": provisioner.nodes_launched,
             "nodes_removed": provisioner.nodes_removed,
             "resource_version": cluster.store.rv,
+            "watch_events_received": watch_counts["events"],
+            "requests_served": len(cluster.request_log),
         }
 
 
