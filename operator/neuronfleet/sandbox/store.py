@@ -115,6 +115,7 @@ class Store:
         self.resources: dict[ResourceKey, ResourceType] = {}
         self.objects: dict[ResourceKey, dict[ObjectKey, Obj]] = {}
         self.uids: dict[str, tuple[ResourceKey, ObjectKey]] = {}
+        self.owned: dict[str, set[tuple[ResourceKey, ObjectKey]]] = {}
         self.rv = 0
         #: Events up to this resourceVersion have left the history: watches from before get 410.
         self.floor_rv = 0
@@ -137,6 +138,9 @@ class Store:
     def unregister(self, key: ResourceKey) -> None:
         for obj in list(self.objects.get(key, {}).values()):
             self.uids.pop(_meta(obj).get("uid", ""), None)
+            self._index_owners(
+                key, self._key(self.resources[key], _meta(obj).get("namespace"), _meta(obj)["name"]), obj, None
+            )
         self.resources.pop(key, None)
         self.objects.pop(key, None)
 
@@ -362,6 +366,7 @@ class Store:
         meta["resourceVersion"] = self._next_rv()
         self.objects[rt.key][key] = obj
         self.uids[meta["uid"]] = (rt.key, key)
+        self._index_owners(rt.key, key, None, obj)
         self._emit(rt, "ADDED", obj, None)
         return obj
 
@@ -483,6 +488,7 @@ class Store:
         meta["resourceVersion"] = self._next_rv()
         key = self._key(rt, meta.get("namespace"), meta["name"])
         self.objects[rt.key][key] = new
+        self._index_owners(rt.key, key, old, new)
         self._emit(rt, "MODIFIED", new, old)
         if meta.get("deletionTimestamp") and not meta.get("finalizers") and not self._awaits_kubelet(rt, new):
             self._remove(rt, new, propagation=None)
@@ -555,6 +561,7 @@ class Store:
             return obj
         del self.objects[rt.key][key]
         self.uids.pop(meta.get("uid", ""), None)
+        self._index_owners(rt.key, key, obj, None)
         last = copy.deepcopy(obj)
         last["metadata"]["resourceVersion"] = self._next_rv()
         self._emit(rt, "DELETED", last, obj)
@@ -578,14 +585,26 @@ class Store:
     def _has_dependents(self, uid: str) -> bool:
         return any(True for _ in self._dependents(uid))
 
+    def _index_owners(self, rkey: ResourceKey, okey: ObjectKey, old: Obj | None, new: Obj | None) -> None:
+        """Keep ``owned``: owner uid -> the objects whose ownerReferences name it."""
+        before = {ref.get("uid") for ref in _meta(old).get("ownerReferences") or ()} if old else set()
+        after = {ref.get("uid") for ref in _meta(new).get("ownerReferences") or ()} if new else set()
+        for uid in before - after:
+            dependents = self.owned.get(uid)
+            if dependents is not None:
+                dependents.discard((rkey, okey))
+                if not dependents:
+                    del self.owned[uid]
+        for uid in after - before:
+            if uid:
+                self.owned.setdefault(uid, set()).add((rkey, okey))
+
     def _dependents(self, uid: str) -> Iterator[tuple[ResourceType, Obj]]:
-        for rkey, objects in self.objects.items():
+        for rkey, okey in sorted(self.owned.get(uid, ())):
             rt = self.resources.get(rkey)
-            if rt is None:
-                continue
-            for obj in objects.values():
-                if any(ref.get("uid") == uid for ref in _meta(obj).get("ownerReferences") or ()):
-                    yield rt, obj
+            obj = self.objects.get(rkey, {}).get(okey)
+            if rt is not None and obj is not None:
+                yield rt, obj
 
     def _schedule_gc(self, uid: str, propagation: str, owner_key: tuple[ResourceKey, ObjectKey] | None = None) -> None:
         if not uid:
