@@ -448,3 +448,48 @@ async def test_dry_run_pagination_and_protobuf_bodies(sandbox_cluster: SandboxCl
         async with http.post("/api/v1/namespaces", data=b"k8s\x00\n", headers=protobuf) as r:
             assert r.status == 415
             assert "kubectl apply" in (await r.json())["message"]
+
+
+async def test_namespace_and_crd_deletion_wait_for_their_contents(sandbox_cluster: SandboxCluster) -> None:
+    cluster = sandbox_cluster
+    cluster.create("namespaces", {"metadata": {"name": "team"}})
+    cluster.create("configmaps", {"metadata": {"name": "plain"}}, "team")
+    held = {
+        "metadata": {"name": "held", "finalizers": ["example.com/cleanup"]},
+        "spec": {"model": {"source": "s3://models/x/"}},
+    }
+    cluster.create("inferencedeployments", held, "team", group="serving.neuronfleet.dev")
+
+    cluster.delete("namespaces", "team")
+    namespace = cluster.get("namespaces", "team")
+    assert namespace is not None and namespace["status"]["phase"] == "Terminating"
+    assert cluster.get("configmaps", "plain", "team") is None
+    held_now = cluster.get("inferencedeployments", "held", "team", group="serving.neuronfleet.dev")
+    assert held_now is not None and held_now["metadata"]["deletionTimestamp"]  # its finalizer still holds it
+    async with aiohttp.ClientSession(cluster.url) as http:
+        async with http.post("/api/v1/namespaces/team/configmaps", json={"metadata": {"name": "late"}}) as r:
+            assert r.status == 403  # no new content in a terminating namespace
+        patch = {"metadata": {"finalizers": None}}
+        url = "/apis/serving.neuronfleet.dev/v1alpha1/namespaces/team/inferencedeployments/held"
+        async with http.patch(url, json=patch, headers={"Content-Type": "application/merge-patch+json"}) as r:
+            assert r.status == 200
+    assert cluster.get("namespaces", "team") is None
+
+    cluster.create(
+        "inferencedeployments",
+        {"metadata": {"name": "x"}, "spec": {"model": {"source": "s3://models/x/"}}},
+        "default",
+        group="serving.neuronfleet.dev",
+    )
+    cluster.delete(
+        "customresourcedefinitions", "inferencedeployments.serving.neuronfleet.dev", group="apiextensions.k8s.io"
+    )
+    assert (
+        cluster.get(
+            "customresourcedefinitions", "inferencedeployments.serving.neuronfleet.dev", group="apiextensions.k8s.io"
+        )
+        is None
+    )
+    gone_url = "/apis/serving.neuronfleet.dev/v1alpha1/inferencedeployments"
+    async with aiohttp.ClientSession(cluster.url) as http, http.get(gone_url) as r:
+        assert r.status == 404

@@ -16,6 +16,7 @@ Background; Orphan strips the ownerReference); a bounded event history for watch
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import random
 import re
@@ -42,10 +43,13 @@ Obj = dict[str, Any]
 ResourceKey = tuple[str, str]
 ObjectKey = tuple[str, str]  # (namespace or "", name)
 Replay = list[tuple[str, Obj]]
+Contents = list[tuple["ResourceType", Obj]]
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+NAMESPACES: tuple[str, str] = ("", "namespaces")
+CRDS: tuple[str, str] = ("apiextensions.k8s.io", "customresourcedefinitions")
 
 
 @dataclass(frozen=True)
@@ -513,6 +517,8 @@ class Store:
                 raise errors.conflict(rt.plural, rt.group, name)
         if propagation not in (None, "Background", "Foreground", "Orphan"):
             raise errors.bad_request(f"propagationPolicy: Unsupported value: {propagation!r}")
+        if rt.key in (NAMESPACES, CRDS):
+            return self._delete_container(rt, obj)
         if rt.key == ("", "pods") and self.graceful_pods and self._is_running_on_node(obj):
             grace = grace_period
             if grace is None:
@@ -565,20 +571,51 @@ class Store:
         last = copy.deepcopy(obj)
         last["metadata"]["resourceVersion"] = self._next_rv()
         self._emit(rt, "DELETED", last, obj)
-        if rt.key == ("", "namespaces"):
-            self._delete_namespace_contents(meta["name"])
-        if rt.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
-            spec = obj.get("spec") or {}
-            self.unregister((spec.get("group", ""), (spec.get("names") or {}).get("plural", "")))
+        if rt.key == CRDS:
+            self.unregister(_crd_resource_key(obj))
         self._schedule_gc(meta.get("uid", ""), propagation or "Background")
+        if rt.namespaced and meta.get("namespace"):
+            self._finish_container(NAMESPACES, ("", meta["namespace"]))
+        elif rt.custom:
+            self._finish_container(CRDS, ("", f"{rt.plural}.{rt.group}"))
         return last
 
-    def _delete_namespace_contents(self, namespace: str) -> None:
-        for rt in list(self.resources.values()):
-            if not rt.namespaced:
-                continue
-            for obj in list(self.iter(rt, namespace)):
-                self._remove(rt, obj, propagation="Background")
+    # ---- namespaces and CRDs: deleted after their contents ------------------------------------------
+
+    def _contents(self, rt: ResourceType, obj: Obj) -> Contents:
+        if rt.key == NAMESPACES:
+            namespace = _meta(obj)["name"]
+            return [(r, o) for r in self.resources.values() if r.namespaced for o in self.iter(r, namespace)]
+        served = self.resources.get(_crd_resource_key(obj))
+        if served is None or not served.custom:
+            return []
+        return [(served, o) for o in self.iter(served)]
+
+    def _delete_container(self, rt: ResourceType, obj: Obj) -> Obj:
+        """A namespace or CRD turns Terminating, its contents are deleted (their finalizers honoured),
+        and it goes once they are gone, as the namespace controller and the CRD finalizer do."""
+        meta = _meta(obj)
+        if not meta.get("deletionTimestamp"):
+            new = copy.deepcopy(obj)
+            new["metadata"]["deletionTimestamp"] = self.clock.timestamp()
+            new["metadata"]["deletionGracePeriodSeconds"] = 0
+            if rt.key == NAMESPACES:
+                new["status"] = {"phase": "Terminating"}
+            obj = self._store_marked(rt, obj, new)
+            for content_rt, content in self._contents(rt, obj):
+                content_meta = _meta(content)
+                with contextlib.suppress(ApiError):
+                    self.delete(content_rt, content_meta.get("namespace"), content_meta["name"])
+        return self._finish_container(rt.key, ("", meta["name"])) or obj
+
+    def _finish_container(self, key: ResourceKey, okey: ObjectKey) -> Obj | None:
+        rt = self.resources.get(key)
+        container = self.objects.get(key, {}).get(okey)
+        if rt is None or container is None or not _meta(container).get("deletionTimestamp"):
+            return None
+        if _meta(container).get("finalizers") or self._contents(rt, container):
+            return None
+        return self._remove(rt, container, propagation=None)
 
     # ---- garbage collection ----------------------------------------------------------------------
 
@@ -758,6 +795,11 @@ class Store:
             container.setdefault("terminationMessagePath", "/dev/termination-log")
             container.setdefault("resources", {})
         pod["status"] = {"phase": "Pending", "qosClass": _qos_class(spec)}
+
+
+def _crd_resource_key(crd: Obj) -> tuple[str, str]:
+    spec = crd.get("spec") or {}
+    return (str(spec.get("group", "")), str((spec.get("names") or {}).get("plural", "")))
 
 
 def _qos_class(spec: dict[str, Any]) -> str:
