@@ -276,3 +276,24 @@ async def test_eviction_respects_pod_disruption_budgets() -> None:
         )
         assert pod(cluster, "m1")["metadata"].get("deletionTimestamp") is None
         await cluster.wait_for(lambda: cluster.get("pods", "m0", "default") is None, timeout=60)
+
+
+async def test_crashed_container_restarts_after_back_off() -> None:
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        assert cluster.kubelet is not None
+        cluster.create("pods", neuron_pod("model", 1), "default")
+        await cluster.wait_for(lambda: is_ready(cluster, "model"), timeout=120)
+        assert cluster.kubelet.crash_container("default", "model", exit_code=137, reason="OOMKilled")
+        crashed = pod(cluster, "model")
+        (status,) = crashed["status"]["containerStatuses"]
+        assert (status["restartCount"], status["ready"]) == (1, False)
+        assert status["lastState"]["terminated"]["reason"] == "OOMKilled"
+        assert status["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+        assert crashed["status"]["phase"] == "Running"
+        crashed_at = cluster.clock.monotonic()
+        await cluster.wait_for(lambda: is_ready(cluster, "model"), timeout=120)
+        # back-off 10 s + container start 2 s + readiness 30 s
+        assert cluster.clock.monotonic() - crashed_at == pytest.approx(42, abs=1)
+        assert "running" in pod(cluster, "model")["status"]["containerStatuses"][0]["state"]

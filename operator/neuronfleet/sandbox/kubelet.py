@@ -12,9 +12,10 @@ returns ``False`` or raises, and falls back to the simulated delay when it retur
 ``set_ready()`` flips readiness (e.g. when a real process behind the pod dies).
 
 Deletion honours ``terminationGracePeriodSeconds``: a terminating pod is removed after
-``min(grace, profile.shutdown_s)``, at once when the grace is 0. Faults: ``fail_pod()`` (phase
-Failed), ``fail_node()`` (Ready Unknown, unreachable taint, then its pods are force-deleted as the
-pod GC does for lost nodes) and ``recover_node()``.
+``min(grace, profile.shutdown_s)``, at once when the grace is 0. Faults: ``crash_container()``
+(exit, then restart after the crash-loop back-off), ``fail_pod()`` (phase Failed), ``fail_node()``
+(Ready Unknown, unreachable taint, then its pods are force-deleted as the pod GC does for lost
+nodes) and ``recover_node()``.
 """
 
 from __future__ import annotations
@@ -207,7 +208,13 @@ class Kubelet:
                 self.events.record(
                     pod, "Normal", "Pulled", f'Container image "{image}" already present on machine', host=node_name
                 )
-        await asyncio.sleep(self._duration(pod, "start", profile.container_start_s, profile.jitter))
+        await self._start_containers(pod, profile, "start")
+
+    async def _start_containers(self, pod: Obj, profile: ColdStartProfile, phase: str) -> None:
+        """Container start, Running, then readiness (hook or the simulated model load)."""
+        node_name = pod["spec"]["nodeName"]
+        containers = pod["spec"].get("containers") or []
+        await asyncio.sleep(self._duration(pod, phase, profile.container_start_s, profile.jitter))
         running_at = self.clock.timestamp()
         for container in containers:
             self.events.record(pod, "Normal", "Created", f"Created container: {container['name']}", host=node_name)
@@ -223,7 +230,8 @@ class Kubelet:
 
         if not self._write_status(pod, running):
             return
-        self.pods_started += 1
+        if phase == "start":
+            self.pods_started += 1
         ready = None
         if self.readiness_hook is not None:
             try:
@@ -241,8 +249,79 @@ class Kubelet:
                 )
                 return
         if ready is None:
-            await asyncio.sleep(self._duration(pod, "ready", profile.readiness_s, profile.jitter))
+            await asyncio.sleep(self._duration(pod, f"ready-{phase}", profile.readiness_s, profile.jitter))
         self.set_ready(pod["metadata"]["namespace"], pod["metadata"]["name"], True)
+
+    def crash_container(self, namespace: str, name: str, *, exit_code: int = 1, reason: str = "Error") -> bool:
+        """A running pod's containers exit (e.g. the model server crashed or was OOM-killed).
+
+        With restartPolicy Always (or OnFailure and a non-zero exit code) the kubelet restarts them
+        after its crash-loop back-off (10 s doubling per restart, at most 300 s): the pod stays
+        Running but not Ready meanwhile, ``restartCount`` grows and ``lastState`` records the exit.
+        Otherwise the pod fails (phase Failed).
+        """
+        pod = self.store.try_get(self._pods, namespace, name)
+        if (
+            pod is None
+            or (pod.get("status") or {}).get("phase") != "Running"
+            or pod["metadata"].get("deletionTimestamp")
+        ):
+            return False
+        policy = pod["spec"].get("restartPolicy", "Always")
+        if not (policy == "Always" or (policy == "OnFailure" and exit_code != 0)):
+            return self.fail_pod(namespace, name, reason=reason, exit_code=exit_code)
+        uid = pod["metadata"]["uid"]
+        task = self._tasks.pop(uid, None)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+        statuses = pod["status"].get("containerStatuses") or []
+        restarts = 1 + max((int(c.get("restartCount", 0)) for c in statuses), default=0)
+        backoff = min(10.0 * 2 ** (restarts - 1), 300.0)
+        now = self.clock.timestamp()
+
+        def crashed(o: Obj) -> None:
+            for container in o["status"].get("containerStatuses") or []:
+                started = ((container.get("state") or {}).get("running") or {}).get("startedAt", now)
+                container["lastState"] = {
+                    "terminated": {"exitCode": exit_code, "reason": reason, "startedAt": started, "finishedAt": now}
+                }
+                container["state"] = {
+                    "waiting": {
+                        "reason": "CrashLoopBackOff",
+                        "message": f"back-off {int(backoff)}s restarting failed container",
+                    }
+                }
+                container["ready"] = False
+                container["started"] = False
+                container["restartCount"] = restarts
+            for kind in ("ContainersReady", "Ready"):
+                set_condition(
+                    o,
+                    {
+                        "type": kind,
+                        "status": "False",
+                        "reason": "ContainersNotReady",
+                        "lastProbeTime": None,
+                        "lastTransitionTime": now,
+                    },
+                )
+
+        if not self._write_status(pod, crashed):
+            return False
+        self.events.record(
+            pod, "Warning", "BackOff", "Back-off restarting failed container", host=pod["spec"]["nodeName"]
+        )
+        self._tasks[uid] = asyncio.get_running_loop().create_task(self._restart(pod, backoff, restarts))
+        return True
+
+    async def _restart(self, pod: Obj, backoff: float, restarts: int) -> None:
+        uid = pod["metadata"]["uid"]
+        try:
+            await asyncio.sleep(backoff)
+            await self._start_containers(pod, self.profile_for(pod), f"restart-{restarts}")
+        finally:
+            if self._tasks.get(uid) is asyncio.current_task():
+                del self._tasks[uid]
 
     def set_ready(self, namespace: str, name: str, ready: bool) -> bool:
         """Set a running pod's readiness (containers ready, ContainersReady, Ready)."""
