@@ -1,0 +1,117 @@
+"""The sandbox's patch and selector semantics, checked against what kube-apiserver does."""
+
+from __future__ import annotations
+
+import pytest
+from neuronfleet.sandbox.errors import ApiError
+from neuronfleet.sandbox.patching import json_patch, merge_patch, strategic_merge_patch
+from neuronfleet.sandbox.selectors import (
+    parse_field_selector,
+    parse_label_selector,
+    selector_from_dict,
+    selector_to_string,
+)
+
+POD = {
+    "metadata": {"name": "p", "finalizers": ["a"], "labels": {"x": "1"}},
+    "spec": {
+        "containers": [
+            {"name": "server", "image": "s:1", "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]},
+            {"name": "sidecar", "image": "envoy"},
+        ],
+        "tolerations": [{"key": "t1", "operator": "Exists"}],
+    },
+    "status": {"conditions": [{"type": "Ready", "status": "False"}, {"type": "PodScheduled", "status": "True"}]},
+}
+
+
+def test_strategic_merge_merges_keyed_lists_and_replaces_plain_ones() -> None:
+    patch = {
+        "metadata": {"finalizers": ["b", "a"]},
+        "spec": {
+            "containers": [
+                {"name": "server", "image": "s:2", "env": [{"name": "B", "value": "3"}]},
+                {"name": "sidecar", "$patch": "delete"},
+            ],
+            "tolerations": [{"key": "t2", "operator": "Exists"}],
+        },
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    result = strategic_merge_patch(POD, patch)
+    assert result["metadata"]["finalizers"] == ["a", "b"]
+    assert [c["name"] for c in result["spec"]["containers"]] == ["server"]
+    assert result["spec"]["containers"][0]["image"] == "s:2"
+    assert result["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "3"}]
+    assert result["spec"]["tolerations"] == [{"key": "t2", "operator": "Exists"}]  # no patch strategy: replaced
+    assert result["status"]["conditions"] == [
+        {"type": "Ready", "status": "True"},
+        {"type": "PodScheduled", "status": "True"},
+    ]
+    assert POD["spec"]["containers"][0]["image"] == "s:1"  # the original is untouched
+
+
+def test_strategic_merge_directives() -> None:
+    deleted = strategic_merge_patch(
+        POD,
+        {
+            "metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]},
+            "spec": {"$setElementOrder/containers": [{"name": "server"}]},
+        },
+    )
+    assert deleted["metadata"]["finalizers"] == []
+    replaced = strategic_merge_patch(POD, {"spec": {"$patch": "replace", "containers": [{"name": "only"}]}})
+    assert replaced["spec"] == {"containers": [{"name": "only"}]}
+    removed = strategic_merge_patch(POD, {"metadata": {"labels": {"x": None}}})
+    assert removed["metadata"]["labels"] == {}
+    with pytest.raises(ApiError) as bad:
+        strategic_merge_patch(POD, {"spec": {"$patch": "explode"}})
+    assert bad.value.code == 400
+
+
+def test_merge_and_json_patch() -> None:
+    assert merge_patch({"a": {"b": 1, "c": 2}, "l": [1, 2]}, {"a": {"b": None}, "l": [3]}) == {"a": {"c": 2}, "l": [3]}
+    assert json_patch({"a": [1]}, [{"op": "add", "path": "/a/-", "value": 2}]) == {"a": [1, 2]}
+    with pytest.raises(ApiError) as failed_test:
+        json_patch({"a": 1}, [{"op": "test", "path": "/a", "value": 2}])
+    assert failed_test.value.code == 422
+    with pytest.raises(ApiError) as missing_path:
+        json_patch({"a": 1}, [{"op": "remove", "path": "/b"}])
+    assert missing_path.value.code == 422
+    with pytest.raises(ApiError) as malformed:
+        json_patch({"a": 1}, {"op": "add"})
+    assert malformed.value.code == 400
+
+
+@pytest.mark.parametrize(
+    ("selector", "labels", "matches"),
+    [
+        ("app=web", {"app": "web"}, True),
+        ("app==web,tier", {"app": "web"}, False),
+        ("app!=web", {}, True),
+        ("app in (web, db)", {"app": "db"}, True),
+        ("app notin (web)", {"app": "web"}, False),
+        ("!app", {"other": "x"}, True),
+        ("example.com/role=gpu", {"example.com/role": "gpu"}, True),
+        ("", {"anything": "x"}, True),
+    ],
+)
+def test_label_selectors(selector: str, labels: dict[str, str], matches: bool) -> None:
+    assert parse_label_selector(selector).matches(labels) is matches
+
+
+@pytest.mark.parametrize("selector", ["app in (web", "app=we b", "-bad=x", "app in ()", "a,,b", "app=(x)"])
+def test_invalid_label_selectors_are_400(selector: str) -> None:
+    with pytest.raises(ApiError) as bad:
+        parse_label_selector(selector)
+    assert bad.value.code == 400
+
+
+def test_field_selectors_and_label_selector_objects() -> None:
+    fields = parse_field_selector("spec.nodeName=n1,status.phase!=Failed", {"spec.nodeName", "status.phase"})
+    assert fields.matches({"spec": {"nodeName": "n1"}, "status": {"phase": "Running"}})
+    assert not fields.matches({"spec": {"nodeName": "n2"}, "status": {"phase": "Running"}})
+    with pytest.raises(ApiError):
+        parse_field_selector("spec.image=x", {"spec.nodeName"})
+    spec = {"matchLabels": {"app": "m"}, "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["x"]}]}
+    assert selector_from_dict(spec).matches({"app": "m"})
+    assert parse_label_selector(selector_to_string(spec)).matches({"app": "m", "tier": "y"})
