@@ -114,3 +114,16 @@ def test_active_headroom_counts_against_the_growth() -> None:
     assert with_headroom.pods == 7
     assert with_headroom.node_placeholders == 6  # 18 - 5 headroom - 7 warm
     assert "active headroom 5" in with_headroom.reason
+
+
+def test_standby_never_exceeds_what_max_replicas_lets_promote() -> None:
+    demand = [10 + 6 * (i // 10) for i in range(200)]
+    spec = auto(coverage=0.95)
+    state = WarmPoolState()
+    for i, d in enumerate(demand[:-1]):
+        state = plan(spec, state, d, i * 15.0, ColdStart(300, 150)).new_state
+    capped = plan(
+        spec, state, demand[-1], 199 * 15.0, ColdStart(300, 150), active=demand[-1], max_active=demand[-1] + 3
+    )
+    assert capped.pods == 3
+    assert capped.node_placeholders == 0

@@ -22,7 +22,9 @@ inputs (it goes to ``status.warmPool.reason``). Modes:
     a node and pays only the pod cold start.
 
   Headroom the active fleet already holds above the current demand (given as ``active``) counts
-  against both. They are bounded by ``minPods``/``maxPods`` and ``maxNodePlaceholders``. Windows that run past the
+  against both, and standby beyond ``maxReplicas - active`` could never be promoted (``minPods``
+  still holds: warm pods also replace failed active ones). They are bounded by
+  ``minPods``/``maxPods`` and ``maxNodePlaceholders``. Windows that run past the
   end of the history are truncated there, so a young history gives smaller (not missing) figures.
   The history keeps :data:`HISTORY_SECONDS` or four node horizons, whichever is longer.
 """
@@ -95,13 +97,15 @@ def plan(
     now: float,
     cold_start: ColdStart | None = None,
     active: int | None = None,
+    max_active: int | None = None,
 ) -> WarmPoolDecision:
     """Warm pods and node placeholders for ``spec``; ``demand`` is this tick's demand in replicas.
 
     ``demand`` None (metrics missing) records nothing; the pool is sized from the history so far.
     ``active``, the active replicas wanted now, lets Auto mode count the headroom the active fleet
     already holds above ``demand`` (scale-down stabilization keeps recent peaks) against the growth
-    to cover, so the same growth is not paid for twice.
+    to cover, so the same growth is not paid for twice. ``max_active`` (the scaling spec's
+    ``maxReplicas``) caps the standby at what could ever be promoted: ``max_active - active``.
     """
     cold_start = cold_start or ColdStart()
     pod_seconds = cold_start.pod_seconds or spec.assumed_pod_cold_start_seconds
@@ -125,6 +129,12 @@ def plan(
     headroom = max(0, active - demand) if active is not None and demand is not None else 0
     pods = max(spec.min_pods, min(spec.max_pods, math.ceil(pod_increase) - headroom))
     placeholders = max(0, min(spec.max_node_placeholders, math.ceil(node_increase) - headroom - pods))
+    if max_active is not None and active is not None:
+        # Standby beyond maxReplicas could never be promoted (minPods still holds: warm pods also
+        # replace failed active ones).
+        room = max(0, max_active - active)
+        pods = max(spec.min_pods, min(pods, room))
+        placeholders = min(placeholders, room - pods)
     span = state.history[-1][0] - state.history[0][0] if state.history else 0.0
     reason = (
         f"p{spec.coverage * 100:g} demand increase {pod_increase:g} within {pod_horizon:.0f}s "

@@ -20,7 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from neuronfleet.sim import report, runner
 from neuronfleet.sim.profiles import BUILTIN, Profile, ProfileError, dump_profile, load_profile
-from neuronfleet.sim.trace import Trace, TraceError, load
+from neuronfleet.sim.trace import Trace, TraceError, load, with_history_pass
 from neuronfleet.sim.workload import Workload, build, factor_for_peak
 
 DESCRIPTION = """\
@@ -77,6 +77,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--jitter", type=float, default=1.0, metavar="S", help="copies of an arrival spread over S seconds (default: 1)"
     )
     p.add_argument("--duration", type=float, metavar="S", help="use only the first S seconds of the trace")
+    p.add_argument(
+        "--history-pass",
+        action="store_true",
+        help="replay the trace once before the measured pass, so policies that learn from history "
+        "(the warm pool) start it as in steady operation",
+    )
     p.add_argument(
         "--policies",
         default=",".join(runner.FAMILIES),
@@ -150,6 +156,7 @@ def _run_with_progress(
     todo: list[runner.Case],
     seed: int,
     start: int,
+    measure_from: float,
 ) -> list[runner.Outcome]:
     columns = (
         TextColumn("{task.description}"),
@@ -170,6 +177,7 @@ def _run_with_progress(
                 seed,
                 start,
                 on_progress=lambda fraction: progress.update(current, completed=fraction),
+                measure_from=measure_from,
             )
             progress.advance(overall)
     return outcomes
@@ -217,13 +225,14 @@ def _main(args: argparse.Namespace, console: Console) -> int:
             f"[bold]{profile.name}[/bold] on {profile.instance_type}: {len(trace):,} trace requests x {factor:.4g} "
             f"(jitter {args.jitter:g} s), SLO {profile.slo_ms:g} ms"
         )
-        workload = build(trace, profile, factor, args.jitter, args.seed)
-        oracle_result, schedule = runner.run_oracle(workload, profile, args.seed)
+        replayed, measure_from = with_history_pass(trace) if args.history_pass else (trace, 0.0)
+        workload = build(replayed, profile, factor, args.jitter, args.seed)
+        oracle_result, schedule = runner.run_oracle(workload, profile, args.seed, measure_from)
         max_replicas = args.max_replicas or max(2, 2 * max(schedule))
         todo = runner.cases(families, max_replicas, max(schedule), sweep=not args.no_sweep, policy_files=policy_files)
         start = runner.start_replicas(schedule)
         t0 = time.perf_counter()
-        outcomes = _run_with_progress(console, profile.name, workload, profile, todo, args.seed, start)
+        outcomes = _run_with_progress(console, profile.name, workload, profile, todo, args.seed, start, measure_from)
         chosen = runner.best(outcomes, args.slo_target)
         rows = report.records(profile, outcomes, oracle_result, chosen)
         console.print(report.table(f"{profile.name}: all runs", rows, profile.slo_ms, args.slo_target))
@@ -233,6 +242,7 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         )
         doc["profiles"][profile.name] = {
             "rate_factor": factor,
+            "history_pass": bool(args.history_pass),
             "requests": workload.requests,
             "oracle_peak_replicas": max(schedule),
             "max_replicas": max_replicas,

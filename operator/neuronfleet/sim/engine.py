@@ -68,6 +68,8 @@ class RunResult:
     timeline: dict[str, list[float]] = field(default_factory=dict)
     cdf_ms: list[float] = field(default_factory=list)
     last_reason: str = ""
+    #: Seconds of history pass before the measured span (0: the whole run is measured).
+    measured_from: float = 0.0
 
     @property
     def slo_attainment(self) -> float:
@@ -212,9 +214,15 @@ def run(
     seed: int,
     schedule: IntArray | None = None,
     progress: Callable[[float], None] | None = None,
+    measure_from: float = 0.0,
 ) -> RunResult:
     """Simulate ``policy`` over ``workload``; ``schedule`` (replicas per second) replaces the fleet
-    for the clairvoyant oracle: capacity follows it instantly and cost is replica-seconds."""
+    for the clairvoyant oracle: capacity follows it instantly and cost is replica-seconds.
+
+    Only requests arriving from ``measure_from`` on, and cost from then on, are reported: the time
+    before is a history pass that lets policies that learn from history (the warm pool) start the
+    measured span as they would in steady operation.
+    """
     wall = time.perf_counter()
     sim = Simulation(workload, profile)
     dt, bins = workload.dt, workload.bins
@@ -231,6 +239,8 @@ def run(
             if start >= bins:
                 break
             sim.serve(start, min(bins, start + per_second), int(replicas), False)
+            if second < measure_from:
+                continue
             replica_seconds += replicas * min(1.0, (bins - start) * dt)
             for key, value in (("t", float(second)), ("serving", replicas), ("active", replicas)):
                 timeline[key].append(float(value))
@@ -246,8 +256,14 @@ def run(
         now = 0.0
         b = 0
         next_tick = max(policy.interval, WARMUP_SECONDS)
-        next_sample = 0.0
+        next_sample = measure_from
+        base_node_seconds = base_pod_seconds = 0.0
+        measuring = measure_from <= 0.0
         while b < bins:
+            if not measuring and now >= measure_from - 1e-9:
+                fleet.account(now)
+                base_node_seconds, base_pod_seconds = fleet.node_seconds, fleet.pod_seconds
+                measuring = True
             counts = fleet.counts(now)
             if now >= next_sample:
                 for key, value in (
@@ -260,7 +276,7 @@ def run(
                 ):
                     timeline[key].append(float(value))
                 next_sample = now + 5.0
-            until = min(next_tick, fleet.next_event(now))
+            until = min(next_tick, fleet.next_event(now), measure_from if not measuring else math.inf)
             stop = min(bins, max(b + 1, math.ceil(until / dt - 1e-6)))
             sim.serve(b, stop, counts.serving, counts.starting_active > 0)
             b = stop
@@ -275,10 +291,14 @@ def run(
                 if progress is not None:
                     progress(now / (bins * dt))
         fleet.account(bins * dt)
-        node_hours = fleet.node_seconds / 3600
-        pod_hours = fleet.pod_seconds / 3600
+        node_hours = (fleet.node_seconds - base_node_seconds) / 3600
+        pod_hours = (fleet.pod_seconds - base_pod_seconds) / 3600
 
-    return _summarize(sim, workload, profile, policy, node_hours, pod_hours, timeline, last_reason, wall)
+    first = min(bins, math.ceil(measure_from / dt - 1e-9))
+    timeline["t"] = [t - measure_from for t in timeline["t"]]
+    result = _summarize(sim, workload, profile, policy, node_hours, pod_hours, timeline, last_reason, wall, first)
+    result.measured_from = measure_from
+    return result
 
 
 def _summarize(
@@ -291,28 +311,32 @@ def _summarize(
     timeline: dict[str, list[float]],
     last_reason: str,
     wall: float,
+    first: int = 0,
 ) -> RunResult:
     wait = sim.waits()
     slo_ms = profile.slo_ms
-    count = workload.count
+    # Arrivals before ``first`` belong to the history pass: they weigh nothing.
+    count = workload.count.copy()
+    count[:first] = 0.0
     with np.errstate(invalid="ignore", divide="ignore"):
         reject_share = np.where(workload.work > 0, sim.rejected / workload.work, 0.0)
     qs = np.linspace(0, 1, CDF_POINTS + 1)
     if workload.request_bin is not None and workload.request_latency is not None:
         rb = workload.request_bin
         latency_ms = (wait[rb] + workload.request_latency) * 1e3
+        measured = rb >= first
         # The last arrivals of a bin are the ones refused when its queue was full.
         first_of_bin = np.searchsorted(rb, rb, side="left")
         rank = np.arange(len(rb)) - first_of_bin
-        refused = rank >= np.round(count[rb] * (1 - reject_share[rb]))
-        served = ~refused
+        refused = (rank >= np.round(workload.count[rb] * (1 - reject_share[rb]))) & measured
+        served = ~refused & measured
         ok = served & (latency_ms <= slo_ms)
         finite = served & np.isfinite(latency_ms)
         lat = latency_ms[finite]
-        requests = float(len(rb))
+        requests = float(measured.sum())
         rejected = float(refused.sum())
         within = float(ok.sum())
-        cold_miss = float((~ok & sim.cold[rb]).sum())
+        cold_miss = float((~ok & measured & sim.cold[rb]).sum())
         p50, p99, worst = (float(np.quantile(lat, x)) if len(lat) else math.nan for x in (0.5, 0.99, 1.0))
         cdf = np.quantile(lat, qs).tolist() if len(lat) else []
     else:

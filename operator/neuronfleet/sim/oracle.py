@@ -66,17 +66,23 @@ def initial_schedule(workload: Workload, profile: Profile) -> IntArray:
     return np.asarray(np.maximum(replicas, 1), dtype=np.int64)
 
 
-def run(workload: Workload, profile: Profile, seed: int) -> tuple[engine.RunResult, IntArray]:
+def run(
+    workload: Workload, profile: Profile, seed: int, measure_from: float = 0.0
+) -> tuple[engine.RunResult, IntArray]:
     """Run the oracle, refining its schedule where requests still miss; returns the result and schedule."""
     schedule = initial_schedule(workload, profile)
-    result = engine.run(workload, profile, Oracle(), start_replicas=0, seed=seed, schedule=schedule)
+    result = engine.run(
+        workload, profile, Oracle(), start_replicas=0, seed=seed, schedule=schedule, measure_from=measure_from
+    )
     per_second = max(1, round(1.0 / workload.dt))
     for _ in range(REFINEMENTS):
         misses = _miss_seconds(workload, profile, schedule, seed, per_second)
         if not misses.any():
             break
         schedule = schedule + misses.astype(np.int64)
-        result = engine.run(workload, profile, Oracle(), start_replicas=0, seed=seed, schedule=schedule)
+        result = engine.run(
+            workload, profile, Oracle(), start_replicas=0, seed=seed, schedule=schedule, measure_from=measure_from
+        )
     return result, schedule
 
 

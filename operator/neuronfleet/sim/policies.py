@@ -104,6 +104,7 @@ class Ours:
             now,
             warmpool.ColdStart(observed.pod_cold_start_p90, observed.node_cold_start_p90),
             active=decision.desired,
+            max_active=self.scaling_spec.max_replicas,
         )
         self.warm_state = pool.new_state
         return Targets(decision.desired, pool.pods, pool.node_placeholders, f"{decision.reason} | {pool.reason}")

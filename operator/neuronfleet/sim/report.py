@@ -145,8 +145,11 @@ def plot_timeline(
     import matplotlib.pyplot as plt
 
     per = max(1, round(10.0 / workload.dt))
-    usable = len(workload.work) // per * per
-    demand = workload.work[:usable].reshape(-1, per).sum(axis=1) / (per * workload.dt)
+    measured_from = next(iter(shown.values())).measured_from if shown else 0.0
+    work = workload.work[round(measured_from / workload.dt) :]
+    usable = len(work) // per * per
+    demand = work[:usable].reshape(-1, per).sum(axis=1) / (per * workload.dt)
+    schedule = list(schedule[round(measured_from) :])
     families = list(shown)
     fig, axes = plt.subplots(len(families), 1, figsize=(11, 2.2 * len(families) + 0.6), sharex=True, squeeze=False)
     t_demand = np.arange(len(demand)) * per * workload.dt / 60

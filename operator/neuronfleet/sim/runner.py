@@ -145,10 +145,19 @@ def run_cases(
     start: int,
     on_done: Callable[[Outcome], None] | None = None,
     on_progress: Callable[[float], None] | None = None,
+    measure_from: float = 0.0,
 ) -> list[Outcome]:
     outcomes = []
     for case in todo:
-        result = engine.run(workload, profile, case.make(), start_replicas=start, seed=seed, progress=on_progress)
+        result = engine.run(
+            workload,
+            profile,
+            case.make(),
+            start_replicas=start,
+            seed=seed,
+            progress=on_progress,
+            measure_from=measure_from,
+        )
         result.setting = case.setting
         outcome = Outcome(case, result)
         outcomes.append(outcome)
@@ -170,6 +179,8 @@ def best(outcomes: Sequence[Outcome], slo_target: float) -> dict[str, Outcome]:
     return chosen
 
 
-def run_oracle(workload: Workload, profile: Profile, seed: int) -> tuple[engine.RunResult, list[int]]:
-    result, schedule = oracle.run(workload, profile, seed)
+def run_oracle(
+    workload: Workload, profile: Profile, seed: int, measure_from: float = 0.0
+) -> tuple[engine.RunResult, list[int]]:
+    result, schedule = oracle.run(workload, profile, seed, measure_from)
     return result, [int(x) for x in schedule.tolist()]

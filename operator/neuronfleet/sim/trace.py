@@ -159,3 +159,24 @@ def binned_counts(trace: Trace, factor: float, jitter: float, seed: int, dt: flo
     index = np.minimum(start[:, None] + np.arange(width)[None, :], bins - 1)
     counts += np.bincount(index.ravel(), weights=spread.ravel().astype(np.float64), minlength=bins)[:bins]
     return counts
+
+
+#: Seconds between the history pass and the measured copy of a trace.
+HISTORY_GAP_SECONDS = 1.0
+
+
+def with_history_pass(trace: Trace) -> tuple[Trace, float]:
+    """The trace played twice in a row, and when the second (measured) copy starts.
+
+    Policies that learn from history (the warm pool sizes itself from the recent demand) would start
+    a short trace with none; in operation they have hours of it. Replaying the trace once first
+    gives them that history, while the measured span is the trace itself.
+    """
+    offset = trace.duration + HISTORY_GAP_SECONDS
+    doubled = Trace(
+        np.concatenate([trace.arrivals, trace.arrivals + offset]),
+        np.concatenate([trace.context_tokens] * 2) if trace.context_tokens is not None else None,
+        np.concatenate([trace.generated_tokens] * 2) if trace.generated_tokens is not None else None,
+        trace.source,
+    )
+    return doubled, offset
