@@ -12,7 +12,7 @@ from neuronfleet.sim.baselines import Hpa, Keda, Kpa, RayServe
 from neuronfleet.sim.command import run_cli
 from neuronfleet.sim.policies import DEFAULT_OURS, Policy, Static, ours_from_policy_file
 from neuronfleet.sim.profiles import Profile, ProfileError, dump_profile, load_profile
-from neuronfleet.sim.trace import Trace, TraceError, load, scale
+from neuronfleet.sim.trace import Trace, TraceError, load, scale, with_history_pass
 from neuronfleet.sim.workload import build, factor_for_peak
 
 ZERO_COLD_START = {"node": 0, "scheduling": 0, "pull": 0, "init": 0, "load": 0, "warmup": 0}
@@ -299,3 +299,17 @@ def test_simulate_help_reads_well(capsys: pytest.CaptureFixture[str]) -> None:
     text = capsys.readouterr().out
     assert "clairvoyant oracle" in text
     assert "--peak-replicas" in text
+
+
+def test_history_pass_measures_only_the_second_copy(trace: Trace) -> None:
+    profile = load_profile("bert-base")
+    factor = factor_for_peak(trace, profile, 6)
+    single = build(trace, profile, factor, jitter=1.0, seed=1)
+    doubled_trace, measure_from = with_history_pass(trace)
+    doubled = build(doubled_trace, profile, factor, jitter=1.0, seed=1)
+    once = engine.run(single, profile, Static(10, "x"), start_replicas=10, seed=1)
+    twice = engine.run(doubled, profile, Static(10, "x"), start_replicas=10, seed=1, measure_from=measure_from)
+    assert twice.requests == pytest.approx(once.requests, rel=0.02)
+    measured_hours = (doubled.bins * doubled.dt - measure_from) / 3600
+    assert twice.usd == pytest.approx(10 * profile.usd_per_replica_hour * measured_hours, rel=1e-4)  # bin rounding
+    assert twice.timeline["t"][0] == pytest.approx(0.0)
