@@ -135,3 +135,34 @@ def test_kubectl_applies_every_valid_example(run_kubectl, repo_root: Path, tmp_p
             run_kubectl("apply", "-f", str(namespace_manifest))
         result = run_kubectl("apply", "--validate=true", "-f", str(example), check=False)
         assert result.returncode == 0, f"{example.name}: {result.stderr}"
+
+
+def test_kubectl_typed_commands_describe_events_and_logs(
+    run_kubectl, threaded_sandbox_cluster: ThreadedSandboxCluster, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    # Typed generators send protobuf bodies.
+    assert "created" in run_kubectl("create", "namespace", "team").stdout
+    run_kubectl("create", "configmap", "cfg", "--from-literal=model=bert", "-n", "team")
+    assert run_kubectl("get", "configmap", "cfg", "-n", "team", "-o", "jsonpath={.data.model}").stdout == "bert"
+    assert run_kubectl("auth", "can-i", "create", "pods").stdout.strip() == "yes"
+
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p1}\nspec:\n"
+        "  tolerations: [{key: aws.amazon.com/neuron, operator: Exists}]\n"
+        "  containers: [{name: server, image: neuronserve:1, resources: {limits: {aws.amazon.com/neuroncore: 1}}}]\n"
+    )
+    run_kubectl("apply", "-f", str(manifest))
+    threaded_sandbox_cluster.call(
+        lambda c: c.wait_for(
+            lambda: c.get("pods", "p1", "default") and c.get("pods", "p1", "default")["spec"].get("nodeName"),
+            timeout=30,
+        )
+    )
+    described = run_kubectl("describe", "pod", "p1").stdout
+    assert "Successfully assigned default/p1" in described
+    events = run_kubectl("get", "events").stdout.splitlines()
+    assert events[0].split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    assert any("Scheduled" in line and "pod/p1" in line for line in events[1:])
+    threaded_sandbox_cluster.call(lambda c: c.kubelet.write_log("default", "p1", "model loaded"))
+    assert "model loaded" in run_kubectl("logs", "p1").stdout

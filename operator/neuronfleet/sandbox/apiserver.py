@@ -17,19 +17,19 @@ import contextlib
 import json
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 from aiohttp import web
 
-from neuronfleet.sandbox import errors
+from neuronfleet.sandbox import errors, protobuf
 from neuronfleet.sandbox.disruption import check_eviction
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.openapi import document_hash, group_version_document, gv_path
 from neuronfleet.sandbox.patching import json_patch, merge_patch, strategic_merge_patch
-from neuronfleet.sandbox.resources import ResourceType, json_path_value, set_json_path
+from neuronfleet.sandbox.protobuf import ProtobufUnsupported
+from neuronfleet.sandbox.resources import REVIEWS, ResourceType, json_path_value, set_json_path
 from neuronfleet.sandbox.selectors import (
     FieldRequirement,
     FieldSelector,
@@ -109,7 +109,8 @@ class ApiServer:
         self._runner: web.AppRunner | None = None
         self.url = ""
         self.port = 0
-        self.hooks_before: list[Callable[[RequestRecord], Awaitable[None]]] = []
+        #: Container log lines per pod uid, served by ``pods/log`` (the kubelet and tests append).
+        self.pod_logs: dict[str, list[str]] = {}
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         # handler_cancellation: a client dropping a watch ends its handler (and its subscription).
@@ -220,6 +221,9 @@ class ApiServer:
         if method == "GET" and target.name is None:
             record.verb = "list"
             return self._list(request, target)
+        if method == "GET" and target.subresource == "log":
+            record.verb = "get"
+            return self._log(request, target)
         if method == "GET":
             record.verb = "get"
             return self._get(request, target)
@@ -400,11 +404,17 @@ class ApiServer:
         if not raw:
             raise errors.bad_request("the request body is empty")
         content_type = request.headers.get("Content-Type", "application/json")
-        if "protobuf" in content_type or "cbor" in content_type:
-            # Kubernetes' protobuf encoding needs the generated schemas of every built-in kind.
+        if "protobuf" in content_type:
+            try:
+                return protobuf.decode(raw)
+            except ProtobufUnsupported as exc:
+                raise errors.unsupported_media_type(
+                    f"the sandbox API server decodes protobuf bodies only for Namespace, ConfigMap and access "
+                    f"reviews, not {exc}: send JSON (e.g. `kubectl apply -f` instead of a typed `kubectl create`)"
+                ) from None
+        if "cbor" in content_type:
             raise errors.unsupported_media_type(
-                f"the sandbox API server accepts JSON and YAML bodies, not {content_type} (kubectl's typed "
-                "generators such as `kubectl create namespace` send protobuf: use `kubectl apply -f` instead)"
+                f"the sandbox API server accepts JSON, YAML and protobuf, not {content_type}"
             )
         try:
             if "yaml" in content_type:
@@ -424,6 +434,8 @@ class ApiServer:
 
     async def _create(self, request: web.Request, target: Target) -> web.Response:
         body = await self._body(request)
+        if target.rt.key in REVIEWS:
+            return self._review(body)
         if target.subresource == "binding":
             return self._bind(target, body)
         if target.subresource == "eviction":
@@ -432,6 +444,24 @@ class ApiServer:
             target.rt, target.namespace, body, strict=self._strict(request), dry_run=self._dry_run(request)
         )
         return _json(self._versioned(target, obj), 201)
+
+    def _review(self, body: Any) -> web.Response:
+        """Access reviews: the sandbox has no authorizer, every request is allowed (requests are
+        logged in ``request_log`` for RBAC checks instead)."""
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of the request must be a JSON object")
+        return _json(
+            {**body, "status": {"allowed": True, "reason": "the neuronfleet sandbox authorizes every request"}}, 201
+        )
+
+    def _log(self, request: web.Request, target: Target) -> web.Response:
+        assert target.name is not None
+        pod = self.store.get(target.rt, target.namespace, target.name)
+        lines = self.pod_logs.get(pod["metadata"]["uid"], [])
+        tail = request.query.get("tailLines")
+        if tail is not None and tail.isdigit():
+            lines = lines[-int(tail) :] if int(tail) else []
+        return web.Response(text="".join(f"{line}\n" for line in lines), content_type="text/plain")
 
     def _bind(self, target: Target, body: Any) -> web.Response:
         assert target.name is not None

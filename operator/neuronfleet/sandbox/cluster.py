@@ -135,6 +135,8 @@ class SandboxCluster:
         if cold_start is not None:
             profiles[(None, None)] = cold_start
         self.kubelet: Kubelet | None = Kubelet(self.store, profiles=profiles, seed=seed) if run_kubelet else None
+        if self.kubelet is not None:
+            self.kubelet.logs = self.apiserver.pod_logs
         self.provisioner: Provisioner | None = None
         if run_provisioner and self.scheduler is not None:
             self.provisioner = Provisioner(

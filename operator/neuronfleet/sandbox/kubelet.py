@@ -75,6 +75,9 @@ class Kubelet:
         self._nodes = store.resource("", "nodes")
         self._failed_nodes: set[str] = set()
         self.events = EventRecorder(store, "kubelet")
+        #: Container log lines per pod uid (``pods/log`` serves them; the cluster shares this dict
+        #: with its API server). ``write_log()`` appends, e.g. a real process's output.
+        self.logs: dict[str, list[str]] = {}
         store.graceful_pods = True
         store.listeners.append(self._on_event)
 
@@ -230,6 +233,12 @@ class Kubelet:
 
         if not self._write_status(pod, running):
             return
+        for container in containers:
+            self.write_log(
+                pod["metadata"]["namespace"],
+                pod["metadata"]["name"],
+                f"{running_at} sandbox: container {container['name']} started ({container.get('image', '')})",
+            )
         if phase == "start":
             self.pods_started += 1
         ready = None
@@ -322,6 +331,14 @@ class Kubelet:
         finally:
             if self._tasks.get(uid) is asyncio.current_task():
                 del self._tasks[uid]
+
+    def write_log(self, namespace: str, name: str, line: str) -> bool:
+        """Append a line to a pod's container log; False if there is no such pod."""
+        pod = self.store.try_get(self._pods, namespace, name)
+        if pod is None:
+            return False
+        self.logs.setdefault(pod["metadata"]["uid"], []).append(line)
+        return True
 
     def set_ready(self, namespace: str, name: str, ready: bool) -> bool:
         """Set a running pod's readiness (containers ready, ContainersReady, Ready)."""

@@ -109,6 +109,18 @@ def _builtin(
     )
 
 
+#: Review kinds are answered, never stored (see ``apiserver``).
+REVIEWS = frozenset(
+    {("authorization.k8s.io", "selfsubjectaccessreviews"), ("authorization.k8s.io", "subjectaccessreviews")}
+)
+
+
+def _review(plural: str, kind: str) -> ResourceType:
+    review = _builtin("authorization.k8s.io", "v1", plural, kind, False)
+    review.verbs = ("create",)
+    return review
+
+
 def builtin_resources() -> list[ResourceType]:
     """The built-in kinds the operator, Kopf and kubectl use."""
     event_fields = [
@@ -134,7 +146,7 @@ def builtin_resources() -> list[ResourceType]:
             True,
             ["po"],
             status=True,
-            extra=["binding", "eviction"],
+            extra=["binding", "eviction", "log"],
             categories=["all"],
             field_labels=[
                 "spec.nodeName",
@@ -158,6 +170,8 @@ def builtin_resources() -> list[ResourceType]:
         ),
         _builtin("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, ["pc"]),
         _builtin("coordination.k8s.io", "v1", "leases", "Lease", True),
+        _review("selfsubjectaccessreviews", "SelfSubjectAccessReview"),
+        _review("subjectaccessreviews", "SubjectAccessReview"),
         _builtin(
             "apiextensions.k8s.io",
             "v1",

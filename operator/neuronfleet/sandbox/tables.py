@@ -81,6 +81,11 @@ def _node_status(obj: Obj) -> str:
     return text
 
 
+def _event_object(obj: Obj) -> str:
+    involved = obj.get("involvedObject") or {}
+    return f"{str(involved.get('kind', '')).lower()}/{involved.get('name', '')}"
+
+
 def _builtin_columns(rt: ResourceType, clock: Clock) -> list[tuple[dict[str, Any], Callable[[Obj], Any]]]:
     def name(obj: Obj) -> Any:
         return (obj.get("metadata") or {}).get("name", "")
@@ -113,6 +118,17 @@ def _builtin_columns(rt: ResourceType, clock: Clock) -> list[tuple[dict[str, Any
                 _column("Instance-Type", priority=1),
                 lambda o: ((o.get("metadata") or {}).get("labels") or {}).get("node.kubernetes.io/instance-type", ""),
             ),
+        ]
+    if rt.plural == "events":
+        return [
+            (
+                _column("Last Seen"),
+                lambda o: human_duration(clock.seconds_since(o.get("lastTimestamp") or o.get("eventTime"))),
+            ),
+            (_column("Type"), lambda o: o.get("type", "")),
+            (_column("Reason"), lambda o: o.get("reason", "")),
+            (_column("Object"), _event_object),
+            (_column("Message"), lambda o: o.get("message", "")),
         ]
     if rt.key == ("", "namespaces"):
         return [name_column, (_column("Status"), lambda o: (o.get("status") or {}).get("phase", "")), age_column]
