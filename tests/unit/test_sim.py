@@ -312,4 +312,4 @@ def test_history_pass_measures_only_the_second_copy(trace: Trace) -> None:
     assert twice.requests == pytest.approx(once.requests, rel=0.02)
     measured_hours = (doubled.bins * doubled.dt - measure_from) / 3600
     assert twice.usd == pytest.approx(10 * profile.usd_per_replica_hour * measured_hours, rel=1e-4)  # bin rounding
-    assert twice.timeline["t"][0] == pytest.approx(0.0)
+    assert twice.timeline["t"][0] == pytest.approx(0.0, abs=0.01)  # the measured span starts the timeline
