@@ -40,6 +40,7 @@ def pod_body(name: str, cores: int, priority_class: str | None) -> dict[str, Any
                 "name": "server",
                 "image": f"neuronserve:{cores}",
                 "resources": {"limits": {"aws.amazon.com/neuroncore": str(cores)}},
+                "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": 8080}},
             }
         ],
         "tolerations": [TOLERATION],

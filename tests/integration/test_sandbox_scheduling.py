@@ -27,6 +27,7 @@ def neuron_pod(
                     "limits": {"aws.amazon.com/neuroncore": str(cores)},
                     "requests": {"cpu": "500m", "memory": "1Gi"},
                 },
+                "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": 8080}},
             }
         ],
         **spec,
@@ -297,3 +298,17 @@ async def test_crashed_container_restarts_after_back_off() -> None:
         # back-off 10 s + container start 2 s + readiness 30 s
         assert cluster.clock.monotonic() - crashed_at == pytest.approx(42, abs=1)
         assert "running" in pod(cluster, "model")["status"]["containerStatuses"][0]["state"]
+
+
+async def test_pod_without_probe_is_ready_when_started() -> None:
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        body = neuron_pod("placeholder", 1)
+        del body["spec"]["containers"][0]["readinessProbe"]
+        cluster.create("pods", body, "default")
+        await cluster.wait_for(lambda: is_ready(cluster, "placeholder"), timeout=120)
+        # image pull 20 s + container start 2 s, no model-load phase
+        assert cluster.clock.seconds_since(pod(cluster, "placeholder")["status"]["startTime"]) == pytest.approx(
+            22, abs=1
+        )

@@ -3,7 +3,9 @@
 A bound pod goes through what a real kubelet writes: PodScheduled (set at binding), Initialized,
 containers Waiting/ContainerCreating while the image is pulled (once per node and image: later
 pods on that node find it cached), Running with ``state.running.startedAt`` and phase Running, then
-ContainersReady and Ready once the readiness phase (model load and warm-up) ends. Phase durations
+ContainersReady and Ready once the readiness phase (model load and warm-up) ends. As in Kubernetes,
+only pods with a readiness or startup probe wait for that phase; a pod without probes is Ready as
+soon as its containers run. Init containers are not simulated. Phase durations
 are seeded and configurable per instance type and image (``ColdStartProfile``).
 
 Readiness hook: ``Kubelet.readiness_hook`` (an async callable taking the pod) replaces the
@@ -172,6 +174,7 @@ class Kubelet:
             status["podIP"] = _pod_ip(o["metadata"]["uid"])
             status["podIPs"] = [{"ip": status["podIP"]}]
             for condition in (
+                {"type": "PodReadyToStartContainers", "status": "True"},
                 {"type": "Initialized", "status": "True"},
                 {"type": "ContainersReady", "status": "False", "reason": "ContainersNotReady"},
                 {"type": "Ready", "status": "False", "reason": "ContainersNotReady"},
@@ -257,7 +260,9 @@ class Kubelet:
                     pod["metadata"]["namespace"], pod["metadata"]["name"], message="readiness hook reported failure"
                 )
                 return
-        if ready is None:
+        if ready is None and _has_probe(pod):
+            # A readiness (or startup) probe passes once the model is loaded and warmed up; without
+            # a probe the kubelet counts a started container as ready, as Kubernetes does.
             await asyncio.sleep(self._duration(pod, f"ready-{phase}", profile.readiness_s, profile.jitter))
         self.set_ready(pod["metadata"]["namespace"], pod["metadata"]["name"], True)
 
@@ -502,6 +507,12 @@ class Kubelet:
             ),
         )
         return True
+
+
+def _has_probe(pod: Obj) -> bool:
+    return any(
+        c.get("readinessProbe") or c.get("startupProbe") for c in (pod.get("spec") or {}).get("containers") or []
+    )
 
 
 def _pod_ip(uid: str) -> str:
