@@ -276,6 +276,16 @@ async def test_eviction_respects_pod_disruption_budgets() -> None:
             == "The disruption budget model needs 1 healthy pods and has 1 currently"
         )
         assert pod(cluster, "m1")["metadata"].get("deletionTimestamp") is None
+        budget = cluster.get("poddisruptionbudgets", "model", "default", group="policy")
+        assert budget is not None
+        assert {
+            k: budget["status"][k] for k in ("expectedPods", "currentHealthy", "desiredHealthy", "disruptionsAllowed")
+        } == {
+            "expectedPods": 2,
+            "currentHealthy": 1,
+            "desiredHealthy": 1,
+            "disruptionsAllowed": 0,
+        }
         await cluster.wait_for(lambda: cluster.get("pods", "m0", "default") is None, timeout=60)
 
 

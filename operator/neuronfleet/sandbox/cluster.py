@@ -21,6 +21,7 @@ import yaml
 
 from neuronfleet.sandbox.apiserver import ApiServer, RequestRecord
 from neuronfleet.sandbox.clock import Clock, wait_event
+from neuronfleet.sandbox.disruption import DisruptionController
 from neuronfleet.sandbox.kubelet import ColdStartProfile, Kubelet
 from neuronfleet.sandbox.nodes import NodeGroup, node_object
 from neuronfleet.sandbox.provisioner import NodeNamer, Provisioner
@@ -147,6 +148,7 @@ class SandboxCluster:
                 provisioning_delay_s=provisioning_delay_s,
                 consolidation_delay_s=consolidation_delay_s,
             )
+        self.disruption: DisruptionController | None = DisruptionController(self.store) if run_scheduler else None
         self._tasks: list[asyncio.Task[None]] = []
         self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
         self.url = ""
@@ -174,6 +176,8 @@ class SandboxCluster:
             self._tasks.append(loop.create_task(self.scheduler.run(), name="sandbox-scheduler"))
         if self.provisioner is not None:
             self._tasks.append(loop.create_task(self.provisioner.run(), name="sandbox-provisioner"))
+        if self.disruption is not None:
+            self._tasks.append(loop.create_task(self.disruption.run(), name="sandbox-disruption-controller"))
         return self
 
     async def stop(self) -> None:

@@ -2,17 +2,24 @@
 
 An eviction of a Ready pod covered by a PDB is refused with 429 when it would leave fewer healthy
 pods than ``minAvailable`` (or more unavailable than ``maxUnavailable``); integer and percentage
-values are supported. Not done: the disruption controller's PDB ``status`` updates.
+values are supported. ``DisruptionController`` keeps each PDB's ``status`` current.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import math
 from typing import Any
 
+from neuronfleet.sandbox.clock import wait_event
+from neuronfleet.sandbox.conditions import set_condition
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.selectors import selector_from_dict
-from neuronfleet.sandbox.store import Obj, Store
+from neuronfleet.sandbox.store import Obj, Store, WatchEvent
+
+log = logging.getLogger(__name__)
 
 
 def _ready(pod: Obj) -> bool:
@@ -73,3 +80,68 @@ def check_eviction(store: Store, pod: Obj) -> None:
                     ]
                 },
             )
+
+
+class DisruptionController:
+    """Keeps PodDisruptionBudget ``status`` current, as kube-controller-manager's disruption
+    controller does: expectedPods, currentHealthy, desiredHealthy, disruptionsAllowed and the
+    DisruptionAllowed condition."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._pdbs = store.resource("policy", "poddisruptionbudgets")
+        self._pods = store.resource("", "pods")
+        self._wake = asyncio.Event()
+        store.listeners.append(self._on_event)
+
+    def _on_event(self, event: WatchEvent) -> None:
+        if event.resource in (("", "pods"), ("policy", "poddisruptionbudgets")):
+            self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                self.sync()
+            except Exception:
+                log.exception("sandbox disruption controller: sync failed")
+            await wait_event(self._wake, None)
+
+    def sync(self) -> None:
+        now = self.store.clock.timestamp()
+        for pdb in list(self.store.iter(self._pdbs)):
+            meta = pdb["metadata"]
+            selector = selector_from_dict((pdb.get("spec") or {}).get("selector"))
+            pods = (
+                []
+                if selector.empty
+                else [
+                    p
+                    for p in self.store.iter(self._pods, meta["namespace"])
+                    if selector.matches(p["metadata"].get("labels"))
+                ]
+            )
+            allowed, desired, healthy = disruptions_allowed(pdb, pods)
+            status = {
+                "observedGeneration": meta.get("generation", 1),
+                "disruptionsAllowed": allowed,
+                "currentHealthy": healthy,
+                "desiredHealthy": desired,
+                "expectedPods": len(pods),
+            }
+            condition = {
+                "type": "DisruptionAllowed",
+                "status": "True" if allowed > 0 else "False",
+                "reason": "SufficientPods" if allowed > 0 else "InsufficientPods",
+                "message": "",
+                "observedGeneration": meta.get("generation", 1),
+                "lastTransitionTime": now,
+            }
+
+            def write(o: Obj, status: dict[str, Any] = status, condition: dict[str, Any] = condition) -> None:
+                current = o.get("status") or {}
+                o["status"] = {**current, **status}
+                set_condition(o, condition)
+
+            with contextlib.suppress(ApiError):
+                self.store.update(self._pdbs, meta["namespace"], meta["name"], write, subresource="status")

@@ -31,9 +31,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from neuronfleet.sandbox.conditions import set_condition
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.events import EventRecorder
-from neuronfleet.sandbox.scheduler import set_condition
 from neuronfleet.sandbox.store import Store, WatchEvent
 
 log = logging.getLogger(__name__)

@@ -320,16 +320,3 @@ def _set_condition(obj: Obj, condition: Obj) -> None:
     conditions = [c for c in status.get("conditions") or [] if c.get("type") != condition["type"]]
     conditions.append(condition)
     status["conditions"] = conditions
-
-
-def set_condition(obj: Obj, condition: Obj) -> None:
-    """Replace the condition of the same type, keeping lastTransitionTime if the status is unchanged."""
-    status = obj.setdefault("status", {})
-    conditions = status.setdefault("conditions", [])
-    for i, existing in enumerate(conditions):
-        if existing.get("type") == condition["type"]:
-            if existing.get("status") == condition.get("status") and existing.get("lastTransitionTime"):
-                condition = {**condition, "lastTransitionTime": existing["lastTransitionTime"]}
-            conditions[i] = condition
-            return
-    conditions.append(condition)

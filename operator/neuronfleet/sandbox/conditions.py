@@ -1,0 +1,20 @@
+"""Status conditions as Kubernetes controllers maintain them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+Obj = dict[str, Any]
+
+
+def set_condition(obj: Obj, condition: Obj) -> None:
+    """Replace the condition of the same type, keeping lastTransitionTime if the status is unchanged."""
+    status = obj.setdefault("status", {})
+    conditions = status.setdefault("conditions", [])
+    for i, existing in enumerate(conditions):
+        if existing.get("type") == condition["type"]:
+            if existing.get("status") == condition.get("status") and existing.get("lastTransitionTime"):
+                condition = {**condition, "lastTransitionTime": existing["lastTransitionTime"]}
+            conditions[i] = condition
+            return
+    conditions.append(condition)
