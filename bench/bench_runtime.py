@@ -322,8 +322,9 @@ def main() -> int:
         ["--no-batching"],
         args.concurrency,
         args.duration,
+        args.saturation_seconds,
         load_fractions[:2],
-        batched_rps,
+        base_rps=batched_rps,
     )
     print(f"unbatched saturation: {unbatched_sat}", flush=True)
     for case in unbatched_cases:

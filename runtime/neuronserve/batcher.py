@@ -34,6 +34,10 @@ class Runner(Protocol):
     def cost(self, rows: int, sequence: int) -> float | None: ...
 
 
+# A shorter batch must promise this much more throughput than the whole one to be chosen.
+PREFIX_MARGIN = 1.10
+
+
 class QueueFull(Exception):
     """The bounded queue is full: answer 429."""
 
@@ -59,6 +63,7 @@ class Batcher:
         max_delay: float,
         max_queue: int,
         batching: bool = True,
+        batch_sizes: Sequence[int] = (),
     ) -> None:
         self.runner = runner
         self.metrics = metrics
@@ -66,6 +71,8 @@ class Batcher:
         self.max_delay = max_delay
         self.max_queue = max_queue
         self.batching = batching
+        # The compiled batch sizes: a batch may be cut back to one of them (see _most_efficient_prefix).
+        self.batch_sizes = frozenset(batch_sizes)
         self.peak_queue_depth = 0
         self.batches_run = 0
         self._queue: collections.deque[Job] = collections.deque()
@@ -155,25 +162,29 @@ class Batcher:
         return self._most_efficient_prefix(batch)
 
     def _most_efficient_prefix(self, batch: list[Job]) -> list[Job]:
-        """Keep the leading requests that give the most rows per second of device time; requeue the rest.
+        """Keep the leading requests that give clearly more rows per second of device time; requeue the rest.
 
         Padding 9 rows to a 16-row bucket can cost more than running 8 now and 1 with the next
-        batch; the bucket costs measured at warm-up decide. Order is kept (a prefix), so no request
-        is overtaken more than once.
+        batch; the bucket costs measured at warm-up decide. Only prefixes that fill a bucket exactly
+        and keep at least half of the rows are candidates, and one must beat the whole batch by
+        PREFIX_MARGIN: warm-up timings are noisy, and a bad one must not switch batching off.
+        Order is kept (a prefix), so no request is overtaken more than once.
         """
-        if len(batch) == 1:
+        total_rows = sum(job.request.rows for job in batch)
+        seq = max(job.request.sequence for job in batch)
+        full_cost = self.runner.cost(total_rows, seq)
+        if len(batch) == 1 or full_cost is None or full_cost <= 0:
             return batch
-        best, best_rate = len(batch), -1.0
-        rows = seq = 0
-        for index, job in enumerate(batch, start=1):
+        best, best_rate = len(batch), total_rows / full_cost
+        rows = prefix_seq = 0
+        for index, job in enumerate(batch[:-1], start=1):
             rows += job.request.rows
-            seq = max(seq, job.request.sequence)
-            cost = self.runner.cost(rows, seq)
-            if cost is None or cost <= 0:
-                return batch
-            rate = rows / cost
-            if rate >= best_rate:
-                best, best_rate = index, rate
+            prefix_seq = max(prefix_seq, job.request.sequence)
+            if 2 * rows < total_rows or rows not in self.batch_sizes:
+                continue
+            cost = self.runner.cost(rows, prefix_seq)
+            if cost and rows / cost > best_rate * PREFIX_MARGIN:
+                best, best_rate = index, rows / cost
         for job in reversed(batch[best:]):
             self._queue.appendleft(job)
         return batch[:best]

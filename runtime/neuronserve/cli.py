@@ -10,11 +10,13 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from neuronserve import __version__
+from neuronserve.manifest import REQUEST_KEY_PATTERN
 
 DEFAULT_PORT = 8080
 
@@ -38,6 +40,12 @@ def _inputs(text: str) -> list[tuple[str, str]]:
             raise argparse.ArgumentTypeError(f"expected name[:int64|int32],..., got {text!r}")
         pairs.append((name, dtype))
     return pairs
+
+
+def _request_key(text: str) -> str:
+    if not re.match(REQUEST_KEY_PATTERN, text):
+        raise argparse.ArgumentTypeError(f"a request key is 1-128 of [A-Za-z0-9._-], got {text!r}")
+    return text
 
 
 def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
@@ -85,6 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--opt-level", "-O", type=int, default=2, choices=[1, 2, 3])
     c.add_argument("--extra-arg", action="append", default=[], help="further neuronx-cc flag (repeatable)")
     c.add_argument("--result-file", help="also write the result as JSON here (e.g. /dev/termination-log)")
+    c.add_argument(
+        "--request-key",
+        type=_request_key,
+        help="also record the result at <store>/requests/<key>.json (the operator's lookup)",
+    )
     c.set_defaults(func=run_compile)
 
     s = sub.add_parser("serve", help="serve a compiled artifact over the KServe v2 REST protocol")
@@ -120,8 +133,8 @@ def run_compile(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from neuronserve.compile import CompileError, CompileOptions, compile_model, configure_quiet_logging
-    from neuronserve.manifest import CompilerFlags
-    from neuronserve.store import StoreError
+    from neuronserve.manifest import CompilerFlags, RequestRecord, request_record_path, revision
+    from neuronserve.store import Store, StoreError
 
     console = Console(stderr=True, soft_wrap=True)
     configure_quiet_logging()
@@ -147,6 +160,15 @@ def run_compile(args: argparse.Namespace) -> int:
             ),
             console,
         )
+        if args.request_key:
+            record = RequestRecord(
+                cache_key=result.cache_key,
+                artifact_uri=result.uri,
+                manifest_sha256=result.manifest_sha256,
+                backend=result.backend,
+                revision=revision(result.cache_key),
+            )
+            Store(args.store).put_bytes(request_record_path(args.request_key), record.to_json_bytes())
     except (CompileError, StoreError) as exc:
         console.print(f"[red]compile failed[/]: {exc}")
         return 1

@@ -8,6 +8,8 @@ Store layout, under a store root (``s3://bucket/prefix`` or a directory)::
     <root>/<cache_key>/manifest.json             written last: its presence marks a complete artifact
     <root>/<cache_key>/model-b<B>-s<S>.pt        one traced module per (batch, sequence) bucket
     <root>/<cache_key>/tokenizer.json            optional, copied from a Hugging Face source
+    <root>/requests/<request_key>.json           RequestRecord: what a compile Job produced, for the
+                                                 operator's request key (``--request-key``)
 
 The artifact URI handed to ``neuronserve serve`` is ``<root>/<cache_key>``; the revision label the
 operator puts on pods is ``revision(cache_key)``; ``ArtifactStatus.sha256`` is ``manifest_sha256``
@@ -27,6 +29,8 @@ FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 TOKENIZER_NAME = "tokenizer.json"
 REVISION_LENGTH = 10
+REQUESTS_DIR = "requests"
+REQUEST_KEY_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
 
 Backend = Literal["neuron", "cpu"]
 DType = Literal["int64", "int32", "float32", "float16", "bfloat16"]
@@ -177,6 +181,25 @@ class Manifest(_Frozen):
     @classmethod
     def from_json_bytes(cls, data: bytes) -> Manifest:
         return cls.model_validate_json(data)
+
+
+class RequestRecord(_Frozen):
+    """Written by ``neuronserve compile --request-key K`` at ``<root>/requests/K.json`` once the
+    artifact is stored (or found in the cache): the operator's lookup from its request key."""
+
+    cache_key: str = Field(pattern=r"^[0-9a-f]{64}$")
+    artifact_uri: str
+    manifest_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    backend: Backend
+    revision: str
+
+    def to_json_bytes(self) -> bytes:
+        return (json.dumps(self.model_dump(mode="json"), sort_keys=True) + "\n").encode()
+
+
+def request_record_path(request_key: str) -> str:
+    """Path of a request record relative to the store root."""
+    return f"{REQUESTS_DIR}/{request_key}.json"
 
 
 def sha256_hex(data: bytes) -> str:

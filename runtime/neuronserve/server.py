@@ -84,6 +84,7 @@ class ServerState:
             max_delay=self.config.max_batch_delay_ms / 1000.0,
             max_queue=self.config.max_queue,
             batching=self.config.batching,
+            batch_sizes=manifest.batch_sizes,
         )
         self.batcher.start()
         self.phase = "ready"

@@ -80,6 +80,25 @@ class Store:
             raise _s3_error("look up", uri, exc) from exc
         return True
 
+    def put_bytes(self, relative: str, data: bytes) -> str:
+        """Write one small object under the root (replacing it atomically in a directory). Returns its URI."""
+        uri = f"{self.root.rstrip('/')}/{relative}"
+        if not is_s3(uri):
+            path = local_path(uri)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(path.name + ".partial")
+            partial.write_bytes(data)
+            partial.replace(path)
+            return str(path)
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        bucket, key = split_s3_uri(uri)
+        try:
+            s3_client().put_object(Bucket=bucket, Key=key, Body=data)
+        except (ClientError, BotoCoreError) as exc:
+            raise _s3_error("write", uri, exc) from exc
+        return uri
+
     def publish(self, local_dir: Path, manifest: Manifest) -> str:
         """Store an artifact directory under its cache key, manifest last. Returns the artifact URI."""
         target = self._key_uri(manifest.cache_key)

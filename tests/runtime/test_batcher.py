@@ -38,7 +38,9 @@ def _request(value: int) -> InferRequest:
 
 
 async def _run(runner: ScriptedRunner, count: int) -> list[float]:
-    batcher = Batcher(runner, ServerMetrics(BusyTracker()), max_rows=16, max_delay=0.0, max_queue=64)
+    batcher = Batcher(
+        runner, ServerMetrics(BusyTracker()), max_rows=16, max_delay=0.0, max_queue=64, batch_sizes=BUCKETS
+    )
     futures = [batcher.submit(_request(i)) for i in range(count)]
     batcher.start()
     results = await asyncio.gather(*futures)
@@ -56,6 +58,13 @@ async def test_nine_rows_pad_to_sixteen_when_that_is_cheaper_per_row() -> None:
     runner = ScriptedRunner({1: 0.010, 8: 0.080, 16: 0.085})
     assert await _run(runner, 9) == list(range(9))
     assert runner.runs == [list(range(9))]
+
+
+async def test_a_cheap_looking_small_bucket_does_not_switch_batching_off() -> None:
+    # A noisy warm-up could time the 1-row bucket far too fast; a full 8-row batch still runs whole.
+    runner = ScriptedRunner({1: 0.001, 8: 0.050, 16: 0.200})
+    assert await _run(runner, 8) == list(range(8))
+    assert runner.runs == [list(range(8))]
 
 
 async def test_drain_answers_queued_work_and_refuses_new_work() -> None:

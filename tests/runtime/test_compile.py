@@ -67,14 +67,26 @@ def test_compiling_again_hits_the_cache_and_traces_nothing(
         raise AssertionError("traced although the artifact is cached")
 
     monkeypatch.setattr(torch.jit, "trace", no_tracing)
-    assert cli.main(compile_argv(STORE)) == 0
+    assert cli.main([*compile_argv(STORE), "--request-key", "0123abcd"]) == 0
     out, err = capsys.readouterr()
     result = json.loads(out)
     assert result["cached"] is True
     assert result["uri"] == compiled.uri
     assert result["sha256"] == compiled.result["sha256"]
     assert "cache hit" in err and "nothing traced" in err
-    assert _objects("compiled/") == before
+    after = _objects("compiled/")
+    record_key = "compiled/requests/0123abcd.json"
+    assert after.pop(record_key)
+    assert after == before
+
+    record = json.loads(boto3.client("s3").get_object(Bucket=BUCKET, Key=record_key)["Body"].read())
+    assert record == {
+        "artifact_uri": compiled.uri,
+        "backend": "cpu",
+        "cache_key": compiled.result["cacheKey"],
+        "manifest_sha256": compiled.result["sha256"],
+        "revision": compiled.result["cacheKey"][:10],
+    }
 
 
 def test_other_buckets_make_another_artifact_in_a_directory_store(tmp_path: Path, compiled: Compiled) -> None:
