@@ -70,6 +70,8 @@ class RunResult:
     last_reason: str = ""
     #: Seconds of history pass before the measured span (0: the whole run is measured).
     measured_from: float = 0.0
+    #: CPU seconds of the run (wall time depends on what else the machine runs).
+    sim_cpu_s: float = 0.0
 
     @property
     def slo_attainment(self) -> float:
@@ -224,6 +226,7 @@ def run(
     measured span as they would in steady operation.
     """
     wall = time.perf_counter()
+    cpu = time.process_time()
     sim = Simulation(workload, profile)
     dt, bins = workload.dt, workload.bins
     rng = np.random.default_rng(seed)
@@ -258,6 +261,8 @@ def run(
         next_tick = max(policy.interval, WARMUP_SECONDS)
         next_sample = measure_from
         base_node_seconds = base_pod_seconds = 0.0
+        cold_measured: tuple[int, int] = (-1, -1)
+        cold_p90: tuple[float | None, float | None] = (None, None)
         measuring = measure_from <= 0.0
         while b < bins:
             if not measuring and now >= measure_from - 1e-9:
@@ -283,7 +288,11 @@ def run(
             now = b * dt
             fleet.advance(now)
             if now >= next_tick - 1e-9:
-                observed = Observed(fleet.counts(now), p90(fleet.pod_cold_starts), p90(fleet.node_cold_starts))
+                # Cold-start percentiles change only when a new cold start is measured.
+                measured = (len(fleet.pod_cold_starts), len(fleet.node_cold_starts))
+                if measured != cold_measured:
+                    cold_measured, cold_p90 = measured, (p90(fleet.pod_cold_starts), p90(fleet.node_cold_starts))
+                observed = Observed(fleet.counts(now), *cold_p90)
                 targets = policy.decide(now, sim.view, observed)
                 last_reason = targets.reason
                 fleet.set_targets(now, targets.active, targets.warm, targets.placeholders)
@@ -298,6 +307,7 @@ def run(
     timeline["t"] = [t - measure_from for t in timeline["t"]]
     result = _summarize(sim, workload, profile, policy, node_hours, pod_hours, timeline, last_reason, wall, first)
     result.measured_from = measure_from
+    result.sim_cpu_s = time.process_time() - cpu
     return result
 
 

@@ -23,6 +23,7 @@ All durations come from the profile's distributions on one seeded generator: sam
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -139,32 +140,40 @@ class Fleet:
         )
 
     def counts(self, now: float) -> FleetCounts:
-        active = [p for p in self.pods.values() if p.role == "active"]
-        warm = [p for p in self.pods.values() if p.role == "warm"]
-        return FleetCounts(
-            serving=self.serving(now),
-            active=len(active),
-            warm_ready=sum(1 for p in warm if p.ready(now)),
-            warm=len(warm),
-            placeholders=sum(1 for p in self.pods.values() if p.role == "placeholder"),
-            nodes=len(self.nodes),
-            starting_active=sum(1 for p in active if not p.ready(now)),
-        )
+        # One pass: this runs at every fleet event of a run.
+        serving = active = warm_ready = warm = placeholders = starting = 0
+        for p in self.pods.values():
+            ready = p.ready_at is not None and p.ready_at <= now
+            if p.role == "active":
+                active += 1
+                if not ready:
+                    starting += 1
+                elif p.serving_at is None or p.serving_at <= now:
+                    serving += 1
+            elif p.role == "warm":
+                warm += 1
+                warm_ready += ready
+            else:
+                placeholders += 1
+        return FleetCounts(serving, active, warm_ready, warm, placeholders, len(self.nodes), starting)
 
     def next_event(self, now: float) -> float:
-        """The next time the fleet changes by itself (a pod or node turning ready, a removal)."""
-        times = [INF]
+        """The next whole second at which the fleet changes by itself (a pod or node turning ready,
+        a promotion, drain or removal ending). Changes take effect on whole seconds, as endpoint
+        updates do, which merges the many events of a large scale-up."""
+        soonest = INF
         for pod in self.pods.values():
             for t in (pod.ready_at, pod.serving_at):
-                if t is not None and t > now:
-                    times.append(t)
+                if t is not None and now < t < soonest:
+                    soonest = t
         for node in self.nodes.values():
-            if node.ready_at > now:
-                times.append(node.ready_at)
+            if now < node.ready_at < soonest:
+                soonest = node.ready_at
             if node.empty_since is not None:
-                times.append(max(now, node.empty_since + self.empty_node_seconds))
-        times.extend(t for t, _ in self.draining)
-        return min(times)
+                soonest = min(soonest, max(now, node.empty_since + self.empty_node_seconds))
+        for t, _ in self.draining:
+            soonest = min(soonest, t)
+        return soonest if soonest == INF else float(math.ceil(soonest - 1e-9))
 
     def _info(self, pod: Pod) -> PodInfo:
         return PodInfo(pod.name, pod.node, None, pod.ready_at if pod.ready_at is not None else None, 0.0, None)

@@ -58,6 +58,7 @@ def record(profile: Profile, policy: str, setting: str, result: RunResult, oracl
         "usd_per_million": _num(result.usd_per_million, 5),
         "cost_vs_oracle": _num(result.usd / oracle_usd, 4) if oracle_usd > 0 else None,
         "sim_wall_s": _num(result.sim_wall_s, 3),
+        "sim_cpu_s": _num(result.sim_cpu_s, 3),
     }
 
 
