@@ -270,7 +270,13 @@ class Reconciler:
 
         scale, metrics_ok, scaling_message = await self._desired_active(dep, memory, len(active_now), ready_now)
         warm = warmpool.plan(
-            dep.spec.warm_pool, memory.warm_state, scale.recommendation, now.timestamp(), memory.cold_start
+            dep.spec.warm_pool,
+            memory.warm_state,
+            scale.demand,
+            now.timestamp(),
+            memory.cold_start,
+            active=scale.desired,
+            max_active=dep.spec.scaling.max_replicas,
         )
         memory.warm_state = warm.new_state
 

@@ -46,9 +46,18 @@ async def operator_tasks(
     priority: int = 0,
     liveness_endpoint: str | None = None,
     stop_flag: asyncio.Event | None = None,
+    in_process: bool = False,
 ) -> Collection[asyncio.Task[Any]]:
-    """Kopf's tasks for this operator; run them with ``kopf.run_tasks``; ``stop_flag`` stops them."""
+    """Kopf's tasks for this operator; run them with ``kopf.run_tasks``; ``stop_flag`` stops them.
+
+    ``in_process``: the operator shares its process with others (tests, the sandbox demo), so Kopf's
+    last-resort SIGKILL of a stuck exit, which would take the host process with it, is turned off.
+    """
+    settings = kopf.OperatorSettings()
+    if in_process:
+        settings.process.ultimate_exiting_timeout = None
     return await kopf.spawn_tasks(
+        settings=settings,
         stop_flag=stop_flag,
         registry=registry,
         memo=kopf.Memo(context=context),

@@ -68,7 +68,7 @@ class OperatorHarness:
         os.environ["KUBECONFIG"] = str(self.cluster.kubeconfig_path)
         await self.ensure_priority_classes()
         self.context = await build_context(self.settings, self.cluster.kubeconfig_path, clock=self.cluster.clock.wall)
-        self._tasks = list(await operator_tasks(self.context))
+        self._tasks = list(await operator_tasks(self.context, in_process=True))
         return self.context
 
     async def crash(self) -> None:
@@ -224,3 +224,11 @@ async def harness(tmp_path: Path) -> AsyncIterator[OperatorHarness]:
 
 
 __all__ = ["FAST_START", "OperatorHarness", "example", "kopf", "ready"]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every e2e test runs under looptime: minutes of kubelet delays and timers in seconds."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.looptime)
