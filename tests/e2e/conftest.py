@@ -20,6 +20,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
+
 from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION, InferenceDeployment
 from neuronfleet.artifacts.store import ArtifactStore
 from neuronfleet.handlers import OperatorContext

@@ -7,6 +7,7 @@ local store, so these tests exercise placement, the fleet and the status, not co
 from __future__ import annotations
 
 import pytest
+
 from conftest import OperatorHarness, example, ready
 from neuronfleet.api.v1alpha1 import GROUP
 from neuronfleet.planning.catalog import LABEL_INSTANCE_TYPE, RESOURCE_NEURONCORE

@@ -13,7 +13,6 @@ import random
 from typing import Any
 
 from conftest import OperatorHarness, example, ready
-
 from neuronfleet.api.v1alpha1 import GROUP
 
 NS = "chaos"
@@ -66,8 +65,10 @@ async def test_operator_converges_after_crashes_at_random_points(harness: Operat
 
         def converged(want_active: int = replicas, want_warm: int = warm, want_rev: str = revision) -> bool:
             pods = harness.pods(NS, name)
-            by_role = {role: [p for p in pods if p["metadata"]["labels"][f"{GROUP}/role"] == role]
-                       for role in ("active", "warm", "draining")}
+            by_role = {
+                role: [p for p in pods if p["metadata"]["labels"][f"{GROUP}/role"] == role]
+                for role in ("active", "warm", "draining")
+            }
             return (
                 len(by_role["active"]) == want_active
                 and len(by_role["warm"]) == want_warm
@@ -78,13 +79,17 @@ async def test_operator_converges_after_crashes_at_random_points(harness: Operat
 
         await harness.wait(converged, timeout=300, what=f"round {round_no} ({change}) converged")
         everything = [
-            p for p in harness.cluster.list("pods", NS) if (p["metadata"].get("labels") or {}).get(f"{GROUP}/deployment")
+            p
+            for p in harness.cluster.list("pods", NS)
+            if (p["metadata"].get("labels") or {}).get(f"{GROUP}/deployment")
         ]
         live = [p for p in everything if not p["metadata"].get("deletionTimestamp")]
         assert len(live) == replicas + warm, f"round {round_no}: {len(live)} pods for {replicas}+{warm}"
         for pod in everything:
             owners = pod["metadata"].get("ownerReferences") or []
-            assert [o["uid"] for o in owners] == [uid], f"round {round_no}: orphan or foreign pod {pod['metadata']['name']}"
+            assert [o["uid"] for o in owners] == [uid], (
+                f"round {round_no}: orphan or foreign pod {pod['metadata']['name']}"
+            )
         assert harness.cluster.get("services", name, NS) is not None
         status = harness.deployment(NS, name)["status"]
         assert status["artifact"]["revision"] == revision
