@@ -182,6 +182,7 @@ def raw_throughput(artifact: str, threads: int, seconds_per_bucket: float) -> di
     """Rows per second of the traced model called directly, per batch bucket."""
     import numpy as np
     import torch
+
     from neuronserve.backend import ModelRunner
     from neuronserve.manifest import Bucket
     from neuronserve.store import fetch_artifact
@@ -208,6 +209,22 @@ def raw_throughput(artifact: str, threads: int, seconds_per_bucket: float) -> di
                 best = max(best, count * batch / (time.perf_counter() - start))
             rates[batch] = best
     return rates
+
+
+def thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) per thread name of a process, from /proc (Linux)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    totals: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        # fields[11], fields[12]: utime, stime (stat(5) fields 14 and 15)
+        totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return totals
 
 
 class Server:
@@ -275,9 +292,17 @@ def measure_server(
     try:
         url = server.wait_ready()
         run_loadgen(url, "closed", concurrency, 2.0, 10_000)  # warm the HTTP path and the allocator
+        cpu_before = thread_cpu_seconds(server.proc.pid)
         runs = [run_loadgen(url, "closed", concurrency, saturation_seconds, 100_000) for _ in range(REPEATS)]
+        cpu_after = thread_cpu_seconds(server.proc.pid)
         saturation = max(runs, key=lambda r: float(r["throughput_rps"]))
         saturation["repeats_rps"] = [r["throughput_rps"] for r in runs]
+        answered = sum(int(r["ok"]) for r in runs)
+        # The event loop is the main thread (named like the process); the model runs in "neuronserve-exe*".
+        loop_cpu = sum(v - cpu_before.get(k, 0.0) for k, v in cpu_after.items() if k == "neuronserve")
+        model_cpu = sum(v - cpu_before.get(k, 0.0) for k, v in cpu_after.items() if k.startswith("neuronserve-exe"))
+        saturation["loop_cpu_ms_per_request"] = round(1000 * loop_cpu / answered, 3) if answered else None
+        saturation["model_cpu_ms_per_request"] = round(1000 * model_cpu / answered, 3) if answered else None
         base = base_rps if base_rps is not None else float(saturation["throughput_rps"])
         cases = []
         for fraction in fractions:
@@ -341,6 +366,9 @@ def main() -> int:
         "batched_p99_ms": half["p99_ms"],
         "batched_half_load_rps": half["level"],
         "batched_vs_raw": round(batched_rps / raw_rps, 3),
+        "batched_loop_cpu_ms_per_request": batched_sat.get("loop_cpu_ms_per_request"),
+        "batched_model_cpu_ms_per_request": batched_sat.get("model_cpu_ms_per_request"),
+        "unbatched_model_cpu_ms_per_request": unbatched_sat.get("model_cpu_ms_per_request"),
         "batched_vs_unbatched": round(batched_rps / unbatched_rps, 3) if unbatched_rps else None,
         "target_batched_vs_raw": 0.9,
         "target_batched_vs_unbatched": 1.4,

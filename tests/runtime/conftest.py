@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
+
 from neuronserve import cli
 from neuronserve.backend import ModelRunner
 from neuronserve.protocol import tokenizer_from_file

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from aiohttp import web
+
 from neuronserve.batcher import Runner
 from neuronserve.manifest import Manifest
 from neuronserve.protocol import Tokenize

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
+
 from neuronserve.batcher import Batcher, ShuttingDown
 from neuronserve.metrics import BusyTracker, ServerMetrics
 from neuronserve.protocol import InferRequest

@@ -10,6 +10,7 @@ import boto3
 import numpy as np
 import pytest
 import torch
+
 from neuronserve import cli
 from neuronserve.backend import ModelRunner
 from neuronserve.manifest import Manifest

@@ -11,6 +11,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from runtime_support import MODEL_NAME, LiveServer, http_json
 
 INFER = f"/v2/models/{MODEL_NAME}/infer"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
+
 from neuronserve.manifest import (
     Bucket,
     CompilerFlags,
@@ -16,7 +18,6 @@ from neuronserve.manifest import (
     split_s3_uri,
     verify_files,
 )
-from pydantic import ValidationError
 
 DIGEST = "a" * 64
 BUCKETS = [Bucket(batch=1, sequence=32), Bucket(batch=4, sequence=128)]

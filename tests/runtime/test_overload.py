@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 import numpy.typing as npt
+
 from neuronserve.backend import ModelRunner
 from neuronserve.manifest import Bucket
 from neuronserve.server import ServeConfig

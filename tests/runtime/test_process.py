@@ -15,6 +15,7 @@ import aiohttp
 import boto3
 import numpy as np
 import pytest
+
 from neuronserve.manifest import split_s3_uri
 from neuronserve.store import ArtifactRejected, fetch_artifact
 from runtime_support import MODEL_NAME, Compiled, Fetched, Reference, S3Server, ServeProcess

@@ -10,6 +10,7 @@ import aiohttp
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
 from runtime_support import MODEL_NAME, LiveServer, Reference, http_json
 
 INFER = f"/v2/models/{MODEL_NAME}/infer"
