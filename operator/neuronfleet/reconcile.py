@@ -153,6 +153,23 @@ def _describe(action: Action) -> Event:
     return Event("Normal", "DeletedPlaceholder", f"deleted node placeholder {action.name}: {action.reason}")
 
 
+def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == kind:
+            return dict(condition)
+    return {}
+
+
+def _degraded_events(old_status: Mapping[str, Any], new_status: Mapping[str, Any]) -> list[Event]:
+    """A Warning Event when Degraded turns True or its reason changes (not on every reconcile)."""
+    before, after = _condition(old_status, "Degraded"), _condition(new_status, "Degraded")
+    if after.get("status") != "True":
+        return []
+    if before.get("status") == "True" and before.get("reason") == after.get("reason"):
+        return []
+    return [Event("Warning", str(after.get("reason") or "Degraded"), str(after.get("message") or ""))]
+
+
 def _api_error(exc: ApiException) -> str:
     body = exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else str(exc.body or "")
     return f"{exc.status} {exc.reason}: {body[:300]}"
@@ -300,8 +317,6 @@ class Reconciler:
                 await self._ensure_service(dep)
             except ApiException as exc:
                 errors.append(_api_error(exc))
-        else:
-            events.append(Event("Warning", "Unplaceable", "; ".join(spec_problems or placement.problems)))
 
         status = self._status(
             dep,
@@ -317,8 +332,7 @@ class Reconciler:
             spec_problems,
             now,
         )
-        if errors:
-            events.append(Event("Warning", "ReconcileError", "; ".join(errors)))
+        events += _degraded_events(raw_status, status)
         if raw_status.get("desiredReplicas", 0) != status["desiredReplicas"]:
             events.append(
                 Event(
