@@ -1,0 +1,93 @@
+"""Pod and node objects -> :class:`~neuronfleet.planning.coldstart.PodTimeline` (the timestamps only).
+
+Reads what the API server and kubelet write: ``metadata.creationTimestamp``, the PodScheduled and
+Ready conditions' ``lastTransitionTime``, and the containers' ``state.running.startedAt`` (the
+latest over the pod's containers: the pod runs once all of them do); for the node,
+its ``creationTimestamp`` and its Ready condition's ``lastTransitionTime`` (the kubelet writes it
+when the node first turns Ready; a node that flapped later reports the flap, which only makes the
+measured provisioning longer). The instance type is the node's ``node.kubernetes.io/instance-type``
+label, else the pod's nodeSelector on it. Placeholders (pause containers) are not serving pods and
+are skipped. Malformed or missing fields give None, never an exception: the pod is then simply
+not measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from neuronfleet.planning.coldstart import PodTimeline
+from neuronfleet.planning.labels import LABEL_ROLE, SERVING_ROLES
+
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
+Obj = Mapping[str, Any]
+
+
+def parse_time(value: Any) -> float | None:
+    """An RFC 3339 timestamp (metav1.Time or MicroTime) as Unix seconds; None if absent or malformed."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def _condition_time(obj: Obj, kind: str) -> float | None:
+    """When the ``kind`` condition last turned True (None unless it is True now)."""
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == kind:
+            return parse_time(condition.get("lastTransitionTime")) if condition.get("status") == "True" else None
+    return None
+
+
+def _containers_started(pod: Obj) -> tuple[float | None, int]:
+    statuses = [s for s in (pod.get("status") or {}).get("containerStatuses") or [] if isinstance(s, Mapping)]
+    restarts = sum(int(s.get("restartCount") or 0) for s in statuses)
+    started = [parse_time(((s.get("state") or {}).get("running") or {}).get("startedAt")) for s in statuses]
+    if not started or any(t is None for t in started):
+        return None, restarts
+    return max(t for t in started if t is not None), restarts
+
+
+def pod_timeline(pod: Obj, nodes: Mapping[str, Obj]) -> PodTimeline | None:
+    """The pod's start-up timestamps, with its node's (``nodes``: name -> node object); None for placeholders."""
+    metadata = pod.get("metadata") or {}
+    role = (metadata.get("labels") or {}).get(LABEL_ROLE)
+    if role is not None and role not in SERVING_ROLES:
+        return None
+    uid = metadata.get("uid") or metadata.get("name")
+    if not uid:
+        return None
+    spec = pod.get("spec") or {}
+    node = nodes.get(spec.get("nodeName") or "") or {}
+    node_meta = node.get("metadata") or {}
+    instance_type = (node_meta.get("labels") or {}).get(INSTANCE_TYPE_LABEL) or (spec.get("nodeSelector") or {}).get(
+        INSTANCE_TYPE_LABEL
+    )
+    started, restarts = _containers_started(pod)
+    return PodTimeline(
+        uid=str(uid),
+        instance_type=instance_type,
+        created=parse_time(metadata.get("creationTimestamp")),
+        scheduled=_condition_time(pod, "PodScheduled"),
+        started=started,
+        ready=_condition_time(pod, "Ready"),
+        node_created=parse_time(node_meta.get("creationTimestamp")) if node else None,
+        node_ready=_condition_time(node, "Ready") if node else None,
+        restarts=restarts,
+    )
+
+
+def pod_timelines(pods: Iterable[Obj], nodes: Iterable[Obj]) -> list[PodTimeline]:
+    """Timelines of the serving pods among ``pods`` (nodes as listed from the API)."""
+    by_name = {(n.get("metadata") or {}).get("name") or "": n for n in nodes}
+    return [t for pod in pods if (t := pod_timeline(pod, by_name)) is not None]
+
+
+__all__ = ["INSTANCE_TYPE_LABEL", "parse_time", "pod_timeline", "pod_timelines"]

@@ -1,0 +1,208 @@
+"""Cold-start measurement: pod/node objects -> phases -> rolling p50/p90 -> status and warm pool."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from neuronfleet.api.v1alpha1 import InferenceDeploymentStatus, WarmPoolSpec
+from neuronfleet.kube.coldstart import parse_time, pod_timeline, pod_timelines
+from neuronfleet.planning import coldstart, warmpool
+from neuronfleet.planning.coldstart import ColdStartState, PodTimeline
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def stamp(seconds: float) -> str:
+    return (T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def node(name: str, created: float, ready: float | None, itype: str = "inf2.xlarge") -> dict[str, Any]:
+    conditions = [] if ready is None else [{"type": "Ready", "status": "True", "lastTransitionTime": stamp(ready)}]
+    return {
+        "metadata": {
+            "name": name,
+            "creationTimestamp": stamp(created),
+            "labels": {"node.kubernetes.io/instance-type": itype},
+        },
+        "status": {"conditions": conditions},
+    }
+
+
+def pod(
+    uid: str,
+    created: float,
+    scheduled: float | None,
+    started: float | None,
+    ready: float | None,
+    node_name: str = "n1",
+    role: str = "active",
+    restarts: int = 0,
+) -> dict[str, Any]:
+    conditions = []
+    if scheduled is not None:
+        conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": stamp(scheduled)})
+    conditions.append(
+        {"type": "Ready", "status": "True" if ready is not None else "False", "lastTransitionTime": stamp(ready or 0)}
+    )
+    state = {"running": {"startedAt": stamp(started)}} if started is not None else {"waiting": {"reason": "x"}}
+    return {
+        "metadata": {
+            "name": f"pod-{uid}",
+            "uid": uid,
+            "creationTimestamp": stamp(created),
+            "labels": {"serving.neuronfleet.dev/role": role},
+        },
+        "spec": {"nodeName": node_name},
+        "status": {"conditions": conditions, "containerStatuses": [{"restartCount": restarts, "state": state}]},
+    }
+
+
+NODES = [node("n1", -1000, -990), node("fresh", 5, 65)]
+
+
+def test_phases_of_a_pod_on_an_existing_node() -> None:
+    (timeline,) = pod_timelines([pod("a", 0, 2, 32, 80)], NODES)
+    sample = coldstart.measure(timeline)
+    assert sample is not None
+    assert (sample.scheduling, sample.start, sample.load, sample.pod, sample.node) == (2, 30, 48, 80, None)
+    assert timeline.instance_type == "inf2.xlarge"
+
+
+def test_a_pod_that_waited_for_a_new_node_reports_the_provisioning_time() -> None:
+    # Pod created at 0, node created at 5 and Ready at 65, pod scheduled at 66, ready at 150.
+    (timeline,) = pod_timelines([pod("a", 0, 66, 100, 150, node_name="fresh")], NODES)
+    sample = coldstart.measure(timeline)
+    assert sample is not None
+    assert sample.node == 65
+    assert sample.pod == 85  # node Ready -> pod Ready: the pod's own cold start
+    assert sample.scheduling == 66
+
+
+def test_incomplete_restarted_and_placeholder_pods_are_not_measured() -> None:
+    pods = [
+        pod("starting", 0, 2, None, None),
+        pod("not-ready", 0, 2, 30, None),
+        pod("restarted", 0, 2, 30, 70, restarts=1),
+        pod("placeholder", 0, 2, 3, 4, role="placeholder"),
+    ]
+    timelines = pod_timelines(pods, NODES)
+    assert [t.uid for t in timelines] == ["starting", "not-ready", "restarted"]
+    assert [coldstart.measure(t) for t in timelines] == [None, None, None]
+
+
+def test_malformed_timestamps_are_ignored_not_raised() -> None:
+    broken = pod("a", 0, 2, 30, 70)
+    broken["metadata"]["creationTimestamp"] = "yesterday"
+    broken["status"]["conditions"] = "garbage"
+    timeline = pod_timeline(broken, {})
+    assert timeline is not None and timeline.created is None and timeline.ready is None
+    assert coldstart.measure(timeline) is None
+    assert parse_time(None) is None and parse_time("2026-01-01T00:00:00.5Z") == T0.timestamp() + 0.5
+
+
+def test_out_of_order_stamps_are_not_a_cold_start() -> None:
+    assert coldstart.measure(PodTimeline("a", "t", created=10, scheduled=5, started=20, ready=30)) is None
+
+
+def test_each_pod_is_measured_once_and_gone_pods_are_forgotten() -> None:
+    timelines = pod_timelines([pod("a", 0, 2, 32, 80), pod("b", 0, 1, 11, 40)], NODES)
+    state = coldstart.observe(ColdStartState(), timelines)
+    again = coldstart.observe(state, timelines)
+    assert again == state
+    assert len(state.for_type("inf2.xlarge")) == 2
+    later = coldstart.observe(state, timelines[:1])
+    assert later.measured == frozenset({"a"})
+    assert len(later.for_type("inf2.xlarge")) == 2  # samples outlive their pods
+
+
+def test_status_reports_percentiles_in_the_api_shape() -> None:
+    timelines = [PodTimeline(str(i), "inf2.xlarge", 0, 1, 1 + i, 10 + 2 * i) for i in range(10)]
+    state = coldstart.observe(ColdStartState(), timelines)
+    wire = coldstart.status(state, "inf2.xlarge").to_wire()
+    parsed = InferenceDeploymentStatus.model_validate({"coldStart": wire}).cold_start
+    assert parsed.instance_type == "inf2.xlarge"
+    assert parsed.pod.samples == 10
+    assert parsed.pod.p50_seconds == pytest.approx(19.0)
+    assert parsed.pod.p90_seconds == pytest.approx(26.2)
+    assert parsed.load.p50_seconds == pytest.approx(13.5)  # 9 + i
+    assert parsed.node.samples == 0 and parsed.node.p90_seconds is None
+    assert coldstart.status(state, "inf2.48xlarge").pod.samples == 0
+    assert coldstart.status(state, None).to_wire() == {
+        "scheduling": {"samples": 0},
+        "start": {"samples": 0},
+        "load": {"samples": 0},
+        "pod": {"samples": 0},
+        "node": {"samples": 0},
+    }
+
+
+def test_warm_pool_gets_p90s_only_with_enough_samples() -> None:
+    two = coldstart.observe(ColdStartState(), [PodTimeline(str(i), "t", 0, 1, 2, 100) for i in range(2)])
+    assert coldstart.for_warm_pool(two, "t") == warmpool.ColdStart(None, None)
+    waited = [PodTimeline(f"n{i}", "t", 0, 70, 80, 150, node_created=1, node_ready=60 + i) for i in range(3)]
+    state = coldstart.observe(two, waited)
+    measured = coldstart.for_warm_pool(state, "t")
+    assert measured.node_seconds == pytest.approx(61.8)
+    assert measured.pod_seconds is not None and 88 < measured.pod_seconds <= 100
+    assert coldstart.for_warm_pool(state, None) == warmpool.ColdStart()
+
+
+def test_measured_cold_starts_change_the_auto_warm_pool() -> None:
+    spec = WarmPoolSpec.model_validate(
+        {"mode": "Auto", "maxPods": 10, "assumedPodColdStartSeconds": 30, "coldStartTargetSeconds": 5}
+    )
+    history = warmpool.WarmPoolState(tuple((float(t), t // 20) for t in range(0, 600, 10)))
+    slow = coldstart.observe(ColdStartState(), [PodTimeline(str(i), "t", 0, 1, 2, 300) for i in range(5)])
+    assumed = warmpool.plan(spec, history, 30, 600.0, coldstart.for_warm_pool(ColdStartState(), "t"))
+    measured = warmpool.plan(spec, history, 30, 600.0, coldstart.for_warm_pool(slow, "t"))
+    assert measured.pods > assumed.pods
+    assert "pod cold start 300s" in measured.reason
+
+
+timeline_strategy = st.builds(
+    lambda uid, itype, created, d1, d2, d3, node_offset: PodTimeline(
+        uid=uid,
+        instance_type=itype,
+        created=created,
+        scheduled=created + d1,
+        started=created + d1 + d2,
+        ready=created + d1 + d2 + d3,
+        node_created=None if node_offset is None else created + node_offset,
+        node_ready=None if node_offset is None else created + node_offset + 30,
+    ),
+    st.text("abcdef", min_size=1, max_size=3),
+    st.sampled_from(["inf2.xlarge", "inf2.8xlarge"]),
+    st.floats(0, 1e6),
+    st.floats(0, 600),
+    st.floats(0, 600),
+    st.floats(0, 600),
+    st.none() | st.floats(-100, 100),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(timeline_strategy, max_size=40), st.integers(1, 8))
+def test_properties_of_the_rolling_window(timelines: list[PodTimeline], bound: int) -> None:
+    state = coldstart.observe(ColdStartState(), timelines, max_samples=bound)
+    # Idempotent, and bounded per instance type.
+    assert coldstart.observe(state, timelines, max_samples=bound) == state
+    for itype, samples in state.samples:
+        assert 0 < len(samples) <= bound
+        report = coldstart.status(state, itype)
+        for name in coldstart.PHASES:
+            stats = getattr(report, name)
+            assert stats.samples <= len(samples)
+            if stats.samples:
+                assert stats.p50_seconds is not None and stats.p90_seconds is not None
+                assert 0 <= stats.p50_seconds <= stats.p90_seconds + 1e-9
+        for sample in samples:
+            total = sample.scheduling + sample.start + sample.load
+            assert min(sample.scheduling, sample.start, sample.load, sample.pod) >= 0
+            assert sample.pod + (sample.node or 0) == pytest.approx(total, abs=1e-6)
+    # Every pod measured belongs to one of the timelines given.
+    assert state.measured <= {t.uid for t in timelines}
