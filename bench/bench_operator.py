@@ -16,7 +16,6 @@ import asyncio
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -87,23 +86,11 @@ async def run(count: int, timeout: float) -> dict[str, Any]:
         manifests = [_manifest(i, model_dir, store) for i in range(count)]
         _record(manifests[0], store)
         env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig_path)}
-        operator = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "neuronfleet.cli",
-                "run",
-                "--kubeconfig",
-                str(cluster.kubeconfig_path),
-                "--artifact-store",
-                str(store),
-                "--interval",
-                "10",
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        operator = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "neuronfleet.cli", "run", "--kubeconfig", str(cluster.kubeconfig_path),
+            "--artifact-store", str(store), "--interval", "10",
+            env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
         try:
             requests_before = len(cluster.request_log)
             started = time.perf_counter()
@@ -131,8 +118,8 @@ async def run(count: int, timeout: float) -> dict[str, Any]:
         finally:
             operator.terminate()
             try:
-                operator.wait(timeout=30)
-            except subprocess.TimeoutExpired:
+                await asyncio.wait_for(operator.wait(), timeout=30)
+            except TimeoutError:
                 operator.kill()
     return {
         "resources": count,
