@@ -40,8 +40,9 @@ from neuronfleet.kube.builders import (
     relabel_patch,
 )
 from neuronfleet.kube.client import KubeClient
+from neuronfleet.kube.coldstart import pod_timelines
 from neuronfleet.kube.jobs import build_compile_job, compile_job_name, compile_job_selector, job_phase
-from neuronfleet.planning import scaling, warmpool
+from neuronfleet.planning import coldstart, scaling, warmpool
 from neuronfleet.planning.compile import (
     CompileDecision,
     CompileObservation,
@@ -111,6 +112,8 @@ class DeploymentMemory:
     last_scaling_at: float | None = None
     last_decision: scaling.ScalingDecision | None = None
     cold_start: warmpool.ColdStart = field(default_factory=warmpool.ColdStart)
+    #: Measured cold starts (rolling per instance type); ``cold_start`` is its p90s for the warm pool.
+    cold_start_state: coldstart.ColdStartState = field(default_factory=coldstart.ColdStartState)
 
 
 @dataclass(frozen=True)
@@ -280,8 +283,12 @@ class Reconciler:
             decision = CompileDecision(False, previous, "Unknown", "StoreUnavailable", detail)
 
         pods = await self.kube.list_pods(namespace, deployment_selector(dep.name))
-        nodes = {node["metadata"]["name"] for node in await self.kube.list_nodes()}
+        node_objects = await self.kube.list_nodes()
+        nodes = {node["metadata"]["name"] for node in node_objects}
         views = [parse_pod(pod, nodes) for pod in pods]
+        current_type = (raw_status.get("placement") or {}).get("instanceType")
+        memory.cold_start_state = coldstart.observe(memory.cold_start_state, pod_timelines(pods, node_objects))
+        memory.cold_start = coldstart.for_warm_pool(memory.cold_start_state, current_type)
         active_now = [v for v in views if v.role == "active" and not v.deleting]
         ready_now = sum(1 for v in active_now if v.ready)
 
@@ -297,7 +304,6 @@ class Reconciler:
         )
         memory.warm_state = warm.new_state
 
-        current_type = (raw_status.get("placement") or {}).get("instanceType")
         placement = plan_for_spec(dep.spec, max(1, scale.desired + warm.pods), current_type=current_type)
         artifact = decision.serve
         plan: FleetPlan | None = None
@@ -332,6 +338,8 @@ class Reconciler:
             spec_problems,
             now,
         )
+        measured_type = placement.chosen.instance_type.name if placement.chosen is not None else current_type
+        status["coldStart"] = coldstart.status(memory.cold_start_state, measured_type).to_wire()
         events += _degraded_events(raw_status, status)
         if raw_status.get("desiredReplicas", 0) != status["desiredReplicas"]:
             events.append(
