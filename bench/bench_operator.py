@@ -28,6 +28,7 @@ from neuronfleet.artifacts.store import ArtifactStore
 from neuronfleet.kube.builders import build_priority_classes
 from neuronfleet.planning.compile import compile_request
 from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
+from neuronserve.manifest import RequestRecord, revision
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -66,8 +67,10 @@ def _record(manifest: dict[str, Any], store: Path) -> None:
     key = hashlib.sha256(request.key.encode()).hexdigest()
     path = Path(request.record_uri)
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"cache_key": key, "artifact_uri": f"{store}/{key}", "manifest_sha256": key, "backend": "cpu"}
-    path.write_text(json.dumps(record))
+    record = RequestRecord(
+        cache_key=key, artifact_uri=f"{store}/{key}", manifest_sha256=key, backend="cpu", revision=revision(key)
+    )
+    path.write_bytes(record.to_json_bytes())
 
 
 async def run(count: int, timeout: float) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from neuronfleet.planning.fleet import FleetPolicy
 from neuronfleet.reconcile import OperatorSettings
 from neuronfleet.run_command import build_context, operator_tasks
 from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
+from neuronserve.manifest import RequestRecord, revision
 
 REPO = Path(__file__).resolve().parents[2]
 NEURON_SCHEDULER = "my-scheduler"
@@ -115,15 +116,16 @@ class OperatorHarness:
         store = ArtifactStore()
         request = compile_request(dep.spec, str(self.store_dir), store.fingerprint(dep.spec.model.source))
         cache_key = hashlib.sha256(f"{request.key}/{label}".encode()).hexdigest()
-        record = {
-            "cache_key": cache_key,
-            "artifact_uri": f"{self.store_dir}/{cache_key}",
-            "manifest_sha256": hashlib.sha256(label.encode()).hexdigest(),
-            "backend": "cpu",
-        }
+        record = RequestRecord(
+            cache_key=cache_key,
+            artifact_uri=f"{self.store_dir}/{cache_key}",
+            manifest_sha256=hashlib.sha256(label.encode()).hexdigest(),
+            backend="cpu",
+            revision=revision(cache_key),
+        )
         path = Path(request.record_uri)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record))
+        path.write_bytes(record.to_json_bytes())
         return cache_key[:10]
 
     async def ensure_priority_classes(self) -> None:

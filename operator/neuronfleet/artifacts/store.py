@@ -1,6 +1,8 @@
 """Read the compiled-artifact store: request records and source fingerprints (S3 or a directory).
 
-The operator only reads here; compile Jobs (``neuronserve compile``) write. S3 goes through boto3
+The operator only reads here; compile Jobs (``neuronserve compile --request-key``) write. The
+record's format is the runtime's (``neuronserve.manifest.RequestRecord``), read through that one
+pure module. S3 goes through boto3
 (``AWS_ENDPOINT_URL`` points it at another endpoint, e.g. a moto server in tests); a plain path is
 a local directory (the sandbox). Calls are blocking, so async callers run them in a thread.
 """
@@ -8,7 +10,6 @@ a local directory (the sandbox). Calls are blocking, so async callers run them i
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from neuronfleet.planning.compile import CompileRequest, StoredArtifact
+from neuronserve.manifest import RequestRecord
 
 
 class StoreUnavailable(Exception):
@@ -69,15 +71,15 @@ class ArtifactStore:
         if data is None:
             return None
         try:
-            doc = json.loads(data)
-            return StoredArtifact(
-                cache_key=str(doc["cache_key"]),
-                uri=str(doc["artifact_uri"]),
-                manifest_sha256=str(doc["manifest_sha256"]),
-                backend=doc["backend"],
-            )
-        except (ValueError, KeyError, TypeError) as exc:
+            record = RequestRecord.model_validate_json(data)
+        except ValueError as exc:
             raise StoreUnavailable(f"request record {request.record_uri} is unreadable: {exc}") from exc
+        return StoredArtifact(
+            cache_key=record.cache_key,
+            uri=record.artifact_uri,
+            manifest_sha256=record.manifest_sha256,
+            backend=record.backend,
+        )
 
     def fingerprint(self, source: str) -> str | None:
         """A digest of the source's file listing (names, sizes, ETags or mtimes); None if unreadable.

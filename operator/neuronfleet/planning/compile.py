@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
+from neuronserve.manifest import request_record_path
 
 REQUEST_KEY_LENGTH = 16
-REQUESTS_DIR = "requests"
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class CompileRequest:
 
     @property
     def record_uri(self) -> str:
-        return f"{self.store_root.rstrip('/')}/{REQUESTS_DIR}/{self.key}.json"
+        return f"{self.store_root.rstrip('/')}/{request_record_path(self.key)}"
 
 
 def compile_request(
