@@ -1,0 +1,134 @@
+"""The operator's own metrics (prometheus-client): reconciles, durations, errors, fleet sizes, scalings.
+
+One :class:`OperatorMetrics` per operator process, on its own ``CollectorRegistry`` (not the
+global one, so that several in-process operators in tests do not collide). The handlers call
+:meth:`OperatorMetrics.record_reconcile` after each reconcile with the object's status as written
+(desired vs actual counts come from there, so the metrics say what the status says) and
+:func:`serve` starts the HTTP endpoint (prometheus-client's own threaded server) on a port.
+
+Series, all labelled by ``namespace`` and ``name`` of the InferenceDeployment:
+
+- ``neuronfleet_reconciles_total{outcome="ok|error"}`` and ``neuronfleet_reconcile_duration_seconds``;
+- ``neuronfleet_reconcile_errors_total{kind}`` (``kind``: a short class such as ApiException);
+- ``neuronfleet_replicas{kind="desired|actual|ready|warm|warm_desired|draining|placeholders"}``;
+- ``neuronfleet_scaling_decisions_total{direction="up|down"}`` when desired active replicas change;
+- ``neuronfleet_metrics_available`` (1 when the autoscaler's Prometheus answered, from ScalingActive).
+
+``forget`` drops an object's series when it is deleted, so a long-running operator does not keep
+series of objects that are gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+Family = Counter | Gauge | Histogram
+
+#: Status fields -> the ``kind`` label of ``neuronfleet_replicas``.
+REPLICA_FIELDS = {
+    "desiredReplicas": "desired",
+    "replicas": "actual",
+    "readyReplicas": "ready",
+    "warmReplicas": "warm",
+    "drainingReplicas": "draining",
+    "placeholders": "placeholders",
+}
+#: Reconciles take milliseconds to seconds (API round trips, an artifact-store lookup).
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class OperatorMetrics:
+    """The operator's metric families on one registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        labels = ("namespace", "name")
+        self.reconciles = Counter(
+            "neuronfleet_reconciles",
+            "Reconciles of InferenceDeployments.",
+            (*labels, "outcome"),
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "neuronfleet_reconcile_duration_seconds",
+            "Time one reconcile took.",
+            labels,
+            buckets=DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "neuronfleet_reconcile_errors", "Reconcile errors by kind.", (*labels, "kind"), registry=self.registry
+        )
+        self.replicas = Gauge(
+            "neuronfleet_replicas", "Replicas wanted and present, by kind.", (*labels, "kind"), registry=self.registry
+        )
+        self.scaling_decisions = Counter(
+            "neuronfleet_scaling_decisions",
+            "Changes of the desired active replicas, by direction.",
+            (*labels, "direction"),
+            registry=self.registry,
+        )
+        self.metrics_available = Gauge(
+            "neuronfleet_metrics_available",
+            "1 when the autoscaler's metrics were readable at the last reconcile (ScalingActive True).",
+            labels,
+            registry=self.registry,
+        )
+        self._desired: dict[tuple[str, str], int] = {}
+        #: Label sets used per object, for :meth:`forget` (prometheus-client has no public listing).
+        self._series: dict[tuple[str, str], set[tuple[Family, tuple[str, ...]]]] = {}
+
+    def _child(self, family: Family, namespace: str, name: str, *extra: str) -> Any:
+        labels = (namespace, name, *extra)
+        self._series.setdefault((namespace, name), set()).add((family, labels))
+        return family.labels(*labels)
+
+    def record_reconcile(
+        self,
+        namespace: str,
+        name: str,
+        seconds: float,
+        status: Mapping[str, Any] | None,
+        error_kind: str | None = None,
+    ) -> None:
+        """One reconcile: its duration and outcome, and the counts in the status it wrote."""
+        self._child(self.reconciles, namespace, name, "error" if error_kind else "ok").inc()
+        self._child(self.duration, namespace, name).observe(max(0.0, seconds))
+        if error_kind:
+            self._child(self.errors, namespace, name, error_kind).inc()
+        if not status:
+            return
+        for field, kind in REPLICA_FIELDS.items():
+            value = status.get(field)
+            if isinstance(value, int | float):
+                self._child(self.replicas, namespace, name, kind).set(value)
+        warm_desired = (status.get("warmPool") or {}).get("desiredPods")
+        if isinstance(warm_desired, int | float):
+            self._child(self.replicas, namespace, name, "warm_desired").set(warm_desired)
+        for condition in status.get("conditions") or []:
+            if isinstance(condition, Mapping) and condition.get("type") == "ScalingActive":
+                self._child(self.metrics_available, namespace, name).set(1 if condition.get("status") == "True" else 0)
+        desired = status.get("desiredReplicas")
+        if isinstance(desired, int):
+            previous = self._desired.get((namespace, name))
+            if previous is not None and desired != previous:
+                self._child(self.scaling_decisions, namespace, name, "up" if desired > previous else "down").inc()
+            self._desired[(namespace, name)] = desired
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop every series of a deleted object."""
+        self._desired.pop((namespace, name), None)
+        for family, labels in self._series.pop((namespace, name), set()):
+            family.remove(*labels)
+
+
+def serve(metrics: OperatorMetrics, port: int, address: str = "0.0.0.0") -> int:
+    """Start the /metrics endpoint in a daemon thread; returns the port (useful with ``port=0``)."""
+    server, _thread = start_http_server(port, addr=address, registry=metrics.registry)
+    return int(server.server_address[1])
+
+
+__all__ = ["DURATION_BUCKETS", "REPLICA_FIELDS", "OperatorMetrics", "serve"]
