@@ -211,20 +211,12 @@ def raw_throughput(artifact: str, threads: int, seconds_per_bucket: float) -> di
     return rates
 
 
-def thread_cpu_seconds(pid: int) -> dict[str, float]:
-    """CPU seconds (user + system) per thread name of a process, from /proc (Linux)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    totals: dict[str, float] = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            stat = (task / "stat").read_text()
-        except OSError:
-            continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        # fields[11], fields[12]: utime, stime (stat(5) fields 14 and 15)
-        totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
-    return totals
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system, all threads) of a process, from /proc (Linux)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    # fields[11], fields[12]: utime, stime (stat(5) fields 14 and 15)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Server:
@@ -292,17 +284,13 @@ def measure_server(
     try:
         url = server.wait_ready()
         run_loadgen(url, "closed", concurrency, 2.0, 10_000)  # warm the HTTP path and the allocator
-        cpu_before = thread_cpu_seconds(server.proc.pid)
+        cpu_before = process_cpu_seconds(server.proc.pid)
         runs = [run_loadgen(url, "closed", concurrency, saturation_seconds, 100_000) for _ in range(REPEATS)]
-        cpu_after = thread_cpu_seconds(server.proc.pid)
+        cpu = process_cpu_seconds(server.proc.pid) - cpu_before
         saturation = max(runs, key=lambda r: float(r["throughput_rps"]))
         saturation["repeats_rps"] = [r["throughput_rps"] for r in runs]
         answered = sum(int(r["ok"]) for r in runs)
-        # The event loop is the main thread (named like the process); the model runs in "neuronserve-exe*".
-        loop_cpu = sum(v - cpu_before.get(k, 0.0) for k, v in cpu_after.items() if k == "neuronserve")
-        model_cpu = sum(v - cpu_before.get(k, 0.0) for k, v in cpu_after.items() if k.startswith("neuronserve-exe"))
-        saturation["loop_cpu_ms_per_request"] = round(1000 * loop_cpu / answered, 3) if answered else None
-        saturation["model_cpu_ms_per_request"] = round(1000 * model_cpu / answered, 3) if answered else None
+        saturation["server_cpu_ms_per_request"] = round(1000 * cpu / answered, 3) if answered else None
         base = base_rps if base_rps is not None else float(saturation["throughput_rps"])
         cases = []
         for fraction in fractions:
@@ -327,10 +315,8 @@ def main() -> int:
 
     artifact, cached = compile_artifact(Path(args.store))
     print(f"artifact {artifact} ({'cache hit' if cached else 'compiled'})", flush=True)
-    raw = raw_throughput(artifact, args.torch_threads, seconds_per_bucket=1.0)
-    best_batch = max(raw, key=lambda b: raw[b])
-    raw_rps = raw[best_batch]
-    print(f"raw: {', '.join(f'b{b}={r:.1f}' for b, r in raw.items())} rows/s; best batch {best_batch}", flush=True)
+    raw_before = raw_throughput(artifact, args.torch_threads, seconds_per_bucket=1.0)
+    print(f"raw (before the servers): {raw_before}", flush=True)
 
     load_fractions = [0.25, 0.5, 0.75, 1.25]
     delay = ["--max-batch-delay-ms", str(args.max_batch_delay_ms)]
@@ -354,6 +340,13 @@ def main() -> int:
     print(f"unbatched saturation: {unbatched_sat}", flush=True)
     for case in unbatched_cases:
         print(f"unbatched open loop: {case}", flush=True)
+    # The limit is measured on both sides of the server runs and the best kept, so a quiet spell
+    # during the server runs cannot make the servers look better than the model itself.
+    raw_after = raw_throughput(artifact, args.torch_threads, seconds_per_bucket=1.0)
+    raw = {b: max(raw_before[b], raw_after[b]) for b in raw_before}
+    best_batch = max(raw, key=lambda b: raw[b])
+    raw_rps = raw[best_batch]
+    print(f"raw: {', '.join(f'b{b}={r:.1f}' for b, r in raw.items())} rows/s; best batch {best_batch}", flush=True)
     unbatched_rps = unbatched_sat["throughput_rps"]
     half = batched_cases[load_fractions.index(0.5)]
 
@@ -366,9 +359,11 @@ def main() -> int:
         "batched_p99_ms": half["p99_ms"],
         "batched_half_load_rps": half["level"],
         "batched_vs_raw": round(batched_rps / raw_rps, 3),
-        "batched_loop_cpu_ms_per_request": batched_sat.get("loop_cpu_ms_per_request"),
-        "batched_model_cpu_ms_per_request": batched_sat.get("model_cpu_ms_per_request"),
-        "unbatched_model_cpu_ms_per_request": unbatched_sat.get("model_cpu_ms_per_request"),
+        # With one torch thread the raw model's wall time per row is its CPU time per row; what the
+        # server spends beyond it per request is the HTTP/JSON/batching overhead (an estimate).
+        "raw_cpu_ms_per_row": round(1000 / raw_rps, 3),
+        "batched_server_cpu_ms_per_request": batched_sat.get("server_cpu_ms_per_request"),
+        "unbatched_server_cpu_ms_per_request": unbatched_sat.get("server_cpu_ms_per_request"),
         "batched_vs_unbatched": round(batched_rps / unbatched_rps, 3) if unbatched_rps else None,
         "target_batched_vs_raw": 0.9,
         "target_batched_vs_unbatched": 1.4,
