@@ -26,12 +26,31 @@ Synchronous callers (the ``kubernetes`` client, kubectl, ``kopf.testing.KopfRunn
 ``with ThreadedSandboxCluster(node_groups=..., crd_dir=...) as c:`` and ``c.call(fn)`` to run
 ``fn(cluster)`` in the cluster's own loop.
 
-Modules: ``apiserver`` (HTTP, verbs, discovery, OpenAPI v3, Table, watch), ``store`` (objects,
-resourceVersion, finalizers, GC, watch history), ``selectors``, ``patching``, ``resources`` (kinds,
-CRD schemas: defaulting, pruning, validation), ``tables``, ``openapi``, ``nodes`` (node groups),
-``scheduling`` + ``scheduler``, ``kubelet``, ``provisioner``, ``cluster``, ``command``
-(``neuronfleet sandbox up``). Time comes from the loop (``clock.Clock``): wall-clock timestamps are
-a configurable epoch plus loop time, so they stay consistent under looptime.
+Test hooks: ``cluster.create/get/list/delete`` (in-process, same semantics as the HTTP verbs),
+``cluster.add_node(group)``, ``cluster.wait_for(predicate, timeout=...)`` (loop clock, woken by
+every change); ``kubelet.readiness_hook`` (async ``fn(pod) -> True | False | None``),
+``kubelet.set_ready()``, ``crash_container()``, ``fail_pod()``, ``fail_node()``,
+``recover_node()``, ``write_log()``; ``kubelet.profiles[(instance_type, image)] =
+ColdStartProfile(...)``; pods get their NeuronCore indices in the ``neuronfleet.dev/neuroncores``
+annotation (``CORES_ANNOTATION``).
+
+What the API server does (details in each module's docstring): uid, one global resourceVersion,
+generation, creationTimestamp; 201/409/404/400/410/415/422/429 with Status bodies; JSON merge,
+JSON and strategic merge patches (merge keys for pod/node lists: see ``patching``); label and field
+selectors on list and watch; watch resume from a bounded history, 410 Gone, timeoutSeconds,
+bookmarks (also the sendInitialEvents end marker); limit/continue; dryRun; status and scale
+subresources, pods/binding, pods/eviction (PodDisruptionBudgets), pods/log; finalizers,
+graceful pod deletion, background/foreground/orphan cascading GC, namespace and CRD termination
+after their contents; CRDs from files or POSTed (structural defaulting, pruning, JSON-schema and
+CEL validation, fieldValidation=Strict); discovery, OpenAPI v3 (kubectl apply --validate, explain),
+Table output with printer columns; protobuf bodies for Namespace/ConfigMap/access reviews;
+Events from the scheduler, kubelet and provisioner; a request log.
+
+Not done: authentication/authorization (every request is allowed; access reviews answer
+allowed), server-side apply field management (apply patches act as merge patches), protobuf for
+other kinds, list snapshots at an old resourceVersion, workload controllers (Deployments,
+ReplicaSets, Jobs run nothing), Services/endpoints and pod networking, node leases/heartbeats,
+init containers, CEL rules cel-python cannot evaluate (skipped).
 """
 
 from neuronfleet.sandbox.apiserver import ApiServer, RequestRecord
