@@ -257,6 +257,28 @@ class Reconciler:
         available = snapshot is not None
         return decision, available, decision.reason if available else f"{why}; {decision.reason}"
 
+    async def decide_targets(
+        self, dep: InferenceDeployment, memory: DeploymentMemory, current: int, ready: int, now: float
+    ) -> tuple[scaling.ScalingDecision, warmpool.WarmPoolDecision, bool, str]:
+        """Desired active replicas and standby for this tick, updating ``memory``.
+
+        The whole decision path of the operator (the simulator's :class:`neuronfleet.sim.policies.Ours`
+        must match it; tests/unit/test_operator_sim_parity.py checks that): the scaling decision at
+        the spec's interval, then the warm pool from its demand and the measured cold starts.
+        """
+        scale, metrics_ok, scaling_message = await self._desired_active(dep, memory, current, ready)
+        warm = warmpool.plan(
+            dep.spec.warm_pool,
+            memory.warm_state,
+            scale.demand,
+            now,
+            memory.cold_start,
+            active=scale.desired,
+            max_active=dep.spec.scaling.max_replicas,
+        )
+        memory.warm_state = warm.new_state
+        return scale, warm, metrics_ok, scaling_message
+
     # -------------------------------------------------------------------------------- reconcile
 
     async def reconcile(self, body: Mapping[str, Any], memory: DeploymentMemory) -> ReconcileReport:
@@ -292,17 +314,9 @@ class Reconciler:
         active_now = [v for v in views if v.role == "active" and not v.deleting]
         ready_now = sum(1 for v in active_now if v.ready)
 
-        scale, metrics_ok, scaling_message = await self._desired_active(dep, memory, len(active_now), ready_now)
-        warm = warmpool.plan(
-            dep.spec.warm_pool,
-            memory.warm_state,
-            scale.demand,
-            now.timestamp(),
-            memory.cold_start,
-            active=scale.desired,
-            max_active=dep.spec.scaling.max_replicas,
+        scale, warm, metrics_ok, scaling_message = await self.decide_targets(
+            dep, memory, len(active_now), ready_now, now.timestamp()
         )
-        memory.warm_state = warm.new_state
 
         placement = plan_for_spec(dep.spec, max(1, scale.desired + warm.pods), current_type=current_type)
         artifact = decision.serve
