@@ -22,7 +22,7 @@ import looptime
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import write_result  # type: ignore[import-not-found]
+from _common import write_result
 from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
 
 SIMULATED_S = 3600.0

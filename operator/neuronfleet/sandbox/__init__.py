@@ -30,7 +30,9 @@ Test hooks: ``cluster.create/get/list/delete`` (in-process, same semantics as th
 ``cluster.add_node(group)``, ``cluster.wait_for(predicate, timeout=...)`` (loop clock, woken by
 every change); ``kubelet.readiness_hook`` (async ``fn(pod) -> True | False | None``),
 ``kubelet.set_ready()``, ``crash_container()``, ``fail_pod()``, ``fail_node()``,
-``recover_node()``, ``write_log()``; ``kubelet.profiles[(instance_type, image)] =
+``recover_node()``, ``write_log()``; ``kubelet.container_runner`` decides how run-to-completion pods
+(restartPolicy Never/OnFailure, e.g. Jobs') end: ``runners.SubprocessRunner()`` runs their command
+locally, unset they exit 0 after ``ColdStartProfile.run_s``; ``kubelet.profiles[(instance_type, image)] =
 ColdStartProfile(...)``; pods get their NeuronCore indices in the ``neuronfleet.dev/neuroncores``
 annotation (``CORES_ANNOTATION``).
 
@@ -44,18 +46,19 @@ graceful pod deletion, background/foreground/orphan cascading GC, namespace and 
 after their contents; CRDs from files or POSTed (structural defaulting, pruning, JSON-schema and
 CEL validation, fieldValidation=Strict); discovery, OpenAPI v3 (kubectl apply --validate, explain),
 Table output with printer columns; protobuf bodies for Namespace/ConfigMap/access reviews;
-Events from the scheduler, kubelet and provisioner; a request log.
+Events from the scheduler, kubelet and provisioner; a request log. Controllers: scheduler,
+kubelet, provisioner, Job (+TTL), disruption (PDB status).
 
 Not done: authentication/authorization (every request is allowed; access reviews answer
 allowed), server-side apply field management (apply patches act as merge patches), protobuf for
-other kinds, list snapshots at an old resourceVersion, workload controllers (Deployments,
-ReplicaSets, Jobs run nothing), Services/endpoints and pod networking, node leases/heartbeats,
+other kinds, list snapshots at an old resourceVersion, Deployments/ReplicaSets/DaemonSets,
+Jobs with completions or parallelism above 1, Services/endpoints and pod networking, node leases/heartbeats,
 init containers, CEL rules cel-python cannot evaluate (skipped).
 """
 
 from neuronfleet.sandbox.apiserver import ApiServer, RequestRecord
 from neuronfleet.sandbox.cluster import SandboxCluster, ThreadedSandboxCluster, kopf_peering_crds, write_kubeconfig
-from neuronfleet.sandbox.kubelet import ColdStartProfile, Kubelet, ReadinessHook
+from neuronfleet.sandbox.kubelet import ColdStartProfile, ContainerResult, ContainerRunner, Kubelet, ReadinessHook
 from neuronfleet.sandbox.nodes import NodeGroup, parse_node_groups
 from neuronfleet.sandbox.provisioner import Provisioner
 from neuronfleet.sandbox.scheduler import Scheduler
@@ -65,6 +68,8 @@ __all__ = [
     "CORES_ANNOTATION",
     "ApiServer",
     "ColdStartProfile",
+    "ContainerResult",
+    "ContainerRunner",
     "Kubelet",
     "NodeGroup",
     "Provisioner",

@@ -22,6 +22,7 @@ import yaml
 from neuronfleet.sandbox.apiserver import ApiServer, RequestRecord
 from neuronfleet.sandbox.clock import Clock, wait_event
 from neuronfleet.sandbox.disruption import DisruptionController
+from neuronfleet.sandbox.jobs import JobController
 from neuronfleet.sandbox.kubelet import ColdStartProfile, Kubelet
 from neuronfleet.sandbox.nodes import NodeGroup, node_object
 from neuronfleet.sandbox.provisioner import NodeNamer, Provisioner
@@ -149,6 +150,7 @@ class SandboxCluster:
                 consolidation_delay_s=consolidation_delay_s,
             )
         self.disruption: DisruptionController | None = DisruptionController(self.store) if run_scheduler else None
+        self.jobs: JobController | None = JobController(self.store) if run_scheduler else None
         self._tasks: list[asyncio.Task[None]] = []
         self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
         self.url = ""
@@ -178,6 +180,8 @@ class SandboxCluster:
             self._tasks.append(loop.create_task(self.provisioner.run(), name="sandbox-provisioner"))
         if self.disruption is not None:
             self._tasks.append(loop.create_task(self.disruption.run(), name="sandbox-disruption-controller"))
+        if self.jobs is not None:
+            self._tasks.append(loop.create_task(self.jobs.run(), name="sandbox-job-controller"))
         return self
 
     async def stop(self) -> None:
@@ -189,6 +193,8 @@ class SandboxCluster:
             await self.kubelet.stop()
         if self.provisioner is not None:
             await self.provisioner.stop()
+        if self.jobs is not None:
+            self.jobs.stop()
         await self.apiserver.stop()
         if self._tmpdir is not None:
             self._tmpdir.cleanup()

@@ -49,7 +49,23 @@ class ColdStartProfile:
     container_start_s: float = 2.0
     readiness_s: float = 45.0
     shutdown_s: float = 2.0
+    #: How long a run-to-completion container (restartPolicy Never/OnFailure, e.g. a Job's) runs
+    #: before exiting 0, when no ``container_runner`` decides its outcome.
+    run_s: float = 60.0
     jitter: float = 0.1
+
+
+@dataclass(frozen=True)
+class ContainerResult:
+    """How a run-to-completion pod's containers ended."""
+
+    exit_code: int
+    message: str = ""
+    logs: tuple[str, ...] = ()
+
+
+#: Decides a run-to-completion pod's outcome (e.g. by running its command); None: simulate it.
+ContainerRunner = Callable[[Obj], Awaitable[ContainerResult | None]]
 
 
 class Kubelet:
@@ -69,6 +85,7 @@ class Kubelet:
         self.profiles.update(profiles or {})
         self.seed = seed
         self.readiness_hook: ReadinessHook | None = None
+        self.container_runner: ContainerRunner | None = None
         self.images: dict[str, set[str]] = {}
         self.pods_started = 0
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -265,6 +282,66 @@ class Kubelet:
             # a probe the kubelet counts a started container as ready, as Kubernetes does.
             await asyncio.sleep(self._duration(pod, f"ready-{phase}", profile.readiness_s, profile.jitter))
         self.set_ready(pod["metadata"]["namespace"], pod["metadata"]["name"], True)
+        if pod["spec"].get("restartPolicy", "Always") != "Always":
+            await self._run_to_completion(pod, profile, phase)
+
+    async def _run_to_completion(self, pod: Obj, profile: ColdStartProfile, phase: str) -> None:
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        result: ContainerResult | None = None
+        if self.container_runner is not None:
+            try:
+                result = await self.container_runner(pod)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                result = ContainerResult(exit_code=128, message=f"container runner failed: {exc!r}")
+        if result is None:
+            await asyncio.sleep(self._duration(pod, f"run-{phase}", profile.run_s, profile.jitter))
+            result = ContainerResult(exit_code=0)
+        for line in result.logs:
+            self.write_log(namespace, name, line)
+        if result.exit_code != 0 and pod["spec"].get("restartPolicy") == "OnFailure":
+            self.crash_container(namespace, name, exit_code=result.exit_code)
+            return
+        self._terminate_containers(namespace, name, result)
+
+    def _terminate_containers(self, namespace: str, name: str, result: ContainerResult) -> None:
+        pod = self.store.try_get(self._pods, namespace, name)
+        if pod is None:
+            return
+        now = self.clock.timestamp()
+        succeeded = result.exit_code == 0
+        reason = "Completed" if succeeded else "Error"
+
+        def finished(o: Obj) -> None:
+            status = o.setdefault("status", {})
+            status["phase"] = "Succeeded" if succeeded else "Failed"
+            for container in status.get("containerStatuses") or []:
+                started = ((container.get("state") or {}).get("running") or {}).get("startedAt", now)
+                terminated: Obj = {
+                    "exitCode": result.exit_code,
+                    "reason": reason,
+                    "startedAt": started,
+                    "finishedAt": now,
+                }
+                if result.message:
+                    terminated["message"] = result.message
+                container["state"] = {"terminated": terminated}
+                container["ready"] = False
+                container["started"] = False
+            for kind in ("ContainersReady", "Ready"):
+                set_condition(
+                    o,
+                    {
+                        "type": kind,
+                        "status": "False",
+                        "reason": "PodCompleted",
+                        "lastProbeTime": None,
+                        "lastTransitionTime": now,
+                    },
+                )
+
+        self._write_status(pod, finished)
 
     def crash_container(self, namespace: str, name: str, *, exit_code: int = 1, reason: str = "Error") -> bool:
         """A running pod's containers exit (e.g. the model server crashed or was OOM-killed).

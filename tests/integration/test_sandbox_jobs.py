@@ -1,0 +1,114 @@
+"""Jobs in the sandbox: the job controller, run-to-completion pods, a real command via
+SubprocessRunner, backoff limits and TTL (under looptime)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+
+from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
+from neuronfleet.sandbox.runners import SubprocessRunner
+
+pytestmark = pytest.mark.looptime
+
+PROFILE = ColdStartProfile(
+    image_pull_s=10.0, container_start_s=1.0, readiness_s=5.0, shutdown_s=1.0, run_s=120.0, jitter=0.0
+)
+
+
+def job_body(name: str, *, command: list[str] | None = None, **spec: Any) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "compile",
+        "image": "neuronserve:compile",
+        "resources": {"requests": {"cpu": "1"}},
+    }
+    if command:
+        container["command"] = command[:1]
+        container["args"] = command[1:]
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "metadata": {"labels": {"app": "compile"}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "tolerations": [{"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"}],
+                    "containers": [container],
+                },
+            },
+            **spec,
+        },
+    }
+
+
+def condition_types(job: dict[str, Any] | None) -> set[str]:
+    return {c["type"] for c in ((job or {}).get("status") or {}).get("conditions") or [] if c["status"] == "True"}
+
+
+def job(cluster: SandboxCluster, name: str) -> dict[str, Any] | None:
+    return cluster.get("jobs", name, "default", group="batch")
+
+
+async def test_job_runs_to_completion_and_expires() -> None:
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        cluster.create("jobs", job_body("compile", ttlSecondsAfterFinished=300), "default", group="batch")
+        start = cluster.clock.monotonic()
+        await cluster.wait_for(lambda: "Complete" in condition_types(job(cluster, "compile")), timeout=600)
+        # pull 10 s + start 1 s + run 120 s
+        assert cluster.clock.monotonic() - start == pytest.approx(131, abs=2)
+        done = job(cluster, "compile")
+        assert done is not None
+        assert {k: done["status"][k] for k in ("succeeded", "failed", "active")} == {
+            "succeeded": 1,
+            "failed": 0,
+            "active": 0,
+        }
+        assert "SuccessCriteriaMet" in condition_types(done)
+        (pod,) = [p for p in cluster.list("pods", "default") if p["metadata"]["labels"].get("job-name") == "compile"]
+        assert pod["status"]["phase"] == "Succeeded"
+        assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
+        await cluster.wait_for(lambda: job(cluster, "compile") is None, timeout=600, what="the TTL controller")
+        await cluster.wait_for(lambda: not cluster.list("pods", "default"), timeout=10, what="the job's pods GC'd")
+
+
+async def test_job_with_a_real_command_and_backoff_limit() -> None:
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        assert cluster.kubelet is not None
+        cluster.kubelet.container_runner = SubprocessRunner()
+        script = (
+            "import sys; open(sys.argv[1], 'w').write('artifact ok'); print('compiled'); sys.exit(int(sys.argv[2]))"
+        )
+        cluster.create(
+            "jobs",
+            job_body("good", command=[sys.executable, "-c", script, "/dev/termination-log", "0"]),
+            "default",
+            group="batch",
+        )
+        await cluster.wait_for(lambda: "Complete" in condition_types(job(cluster, "good")), timeout=600)
+        (pod,) = [p for p in cluster.list("pods", "default") if p["metadata"]["labels"].get("job-name") == "good"]
+        assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"] == "artifact ok"
+        assert cluster.apiserver.pod_logs[pod["metadata"]["uid"]][-1] == "compiled"
+
+        cluster.create(
+            "jobs",
+            job_body("bad", command=[sys.executable, "-c", script, "/dev/termination-log", "3"], backoffLimit=1),
+            "default",
+            group="batch",
+        )
+        await cluster.wait_for(lambda: "Failed" in condition_types(job(cluster, "bad")), timeout=600)
+        failed = job(cluster, "bad")
+        assert failed is not None and failed["status"]["failed"] == 2
+        reasons = {c["type"]: c["reason"] for c in failed["status"]["conditions"]}
+        assert reasons["Failed"] == "BackoffLimitExceeded"
+        exits = sorted(
+            p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
+            for p in cluster.list("pods", "default")
+            if p["metadata"]["labels"].get("job-name") == "bad"
+        )
+        assert exits == [3, 3]
