@@ -7,6 +7,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+
 from neuronfleet.sandbox import CORES_ANNOTATION, ColdStartProfile, NodeGroup, SandboxCluster
 
 pytestmark = pytest.mark.looptime
@@ -321,4 +322,43 @@ async def test_pod_without_probe_is_ready_when_started() -> None:
         # image pull 20 s + container start 2 s, no model-load phase
         assert cluster.clock.seconds_since(pod(cluster, "placeholder")["status"]["startTime"]) == pytest.approx(
             22, abs=1
+        )
+
+
+async def test_pod_anti_affinity_and_preferred_node_affinity() -> None:
+    group = NodeGroup("small", "inf2.xlarge", count=2, zones=("us-east-1a", "us-east-1b"), provisionable=False)
+    async with SandboxCluster(node_groups=[group], cold_start=PROFILE, run_provisioner=False) as cluster:
+        anti = {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "model"}}}
+                ]
+            },
+            "nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 50,
+                        "preference": {
+                            "matchExpressions": [
+                                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1b"]}
+                            ]
+                        },
+                    }
+                ]
+            },
+        }
+        cluster.create("pods", neuron_pod("first", 1, affinity=anti), "default")
+        await cluster.wait_for(lambda: pod(cluster, "first")["spec"].get("nodeName"), timeout=5)
+        zone_of = {
+            n["metadata"]["name"]: n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in cluster.list("nodes")
+        }
+        assert zone_of[pod(cluster, "first")["spec"]["nodeName"]] == "us-east-1b"  # the preferred zone
+        cluster.create("pods", neuron_pod("second", 1, affinity=anti), "default")
+        await cluster.wait_for(lambda: pod(cluster, "second")["spec"].get("nodeName"), timeout=5)
+        assert pod(cluster, "second")["spec"]["nodeName"] != pod(cluster, "first")["spec"]["nodeName"]
+        cluster.create("pods", neuron_pod("third", 1, affinity=anti), "default")
+        await cluster.wait_for(lambda: condition(pod(cluster, "third"), "PodScheduled"), timeout=5)
+        assert (
+            "2 node(s) didn't match pod anti-affinity rules"
+            in condition(pod(cluster, "third"), "PodScheduled")["message"]
         )

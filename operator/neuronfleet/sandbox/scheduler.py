@@ -4,8 +4,10 @@ Serves pods whose ``schedulerName`` is the default scheduler or the configured N
 pods addressed to any other scheduler stay Pending untouched (so the operator can detect an
 unknown scheduler). Filters: node readiness/unschedulable, taints and tolerations, nodeSelector
 and required node affinity, resource requests, NeuronCores (contiguous on the chip ring for the
-Neuron scheduler), zone topology spread (DoNotSchedule filters, ScheduleAnyway scores). Scoring
-packs pods (most-allocated NeuronCores first), which keeps nodes free for consolidation.
+Neuron scheduler), zone topology spread (DoNotSchedule filters, ScheduleAnyway scores), required
+inter-pod affinity and anti-affinity. Scoring: ScheduleAnyway skew, then preferred node affinity
+weight, then packing (most-allocated NeuronCores first, which keeps nodes free for consolidation).
+Not done: preferred inter-pod affinity, minDomains, nodeAffinityPolicy/nodeTaintsPolicy.
 Preemption: lower-priority pods are evicted (DisruptionTarget condition, graceful delete) from the
 node needing the fewest, lowest-priority victims; the preemptor is nominated to it.
 """
@@ -33,6 +35,8 @@ from neuronfleet.sandbox.scheduling import (
     node_chips,
     node_cores,
     node_matches,
+    pod_affinity_violation,
+    preferred_affinity_weight,
     spread_violation,
     untolerated_taint,
     used_resources,
@@ -175,8 +179,12 @@ class Scheduler:
         violated, penalty = spread_violation(pod, node, nodes, pods_by_node, hard=True)
         if violated:
             return "node(s) didn't match pod topology spread constraints", None
+        affinity_reason = pod_affinity_violation(pod, node, nodes, pods_by_node)
+        if affinity_reason is not None:
+            return affinity_reason, None
         free_after = node_cores(node) - len(cores_in_use(on_node)) - len(cores)
-        score = (penalty, free_after, node["metadata"]["name"])
+        preferred = preferred_affinity_weight(pod, labels_of(node))
+        score = (penalty, -preferred, free_after, node["metadata"]["name"])
         return "", Placement(node, cores, score)
 
     def static_filter(self, pod: Obj, node: Obj) -> tuple[str, bool]:

@@ -219,3 +219,40 @@ def spread_violation(
         if not is_hard:
             penalty += counts[domain]
     return False, penalty
+
+
+def preferred_affinity_weight(pod: Obj, labels: Mapping[str, str]) -> int:
+    """Sum of the weights of the pod's preferred node-affinity terms the node matches."""
+    node_affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    total = 0
+    for term in node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []:
+        expressions = (term.get("preference") or {}).get("matchExpressions") or []
+        if expressions and all(_expression_matches(e, labels) for e in expressions):
+            total += int(term.get("weight", 0))
+    return total
+
+
+def pod_affinity_violation(pod: Obj, node: Obj, nodes: list[Obj], pods_by_node: Mapping[str, list[Obj]]) -> str | None:
+    """Required inter-pod affinity / anti-affinity (labelSelector, topologyKey, namespaces)."""
+    affinity = (pod.get("spec") or {}).get("affinity") or {}
+    namespace = (pod.get("metadata") or {}).get("namespace")
+    node_labels = labels_of(node)
+    for kind, anti in (("podAffinity", False), ("podAntiAffinity", True)):
+        for term in (affinity.get(kind) or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or []:
+            key = str(term.get("topologyKey", ""))
+            selector = selector_from_dict(term.get("labelSelector"))
+            namespaces = set(term.get("namespaces") or [namespace])
+            domain = node_labels.get(key)
+            matched = False
+            for other in nodes:
+                if domain is None or labels_of(other).get(key) != domain:
+                    continue
+                for placed in pods_by_node.get(other["metadata"]["name"], []):
+                    meta = placed.get("metadata") or {}
+                    if meta.get("namespace") in namespaces and selector.matches(meta.get("labels")):
+                        matched = True
+            if anti and matched:
+                return "node(s) didn't match pod anti-affinity rules"
+            if not anti and not matched:
+                return "node(s) didn't match pod affinity rules"
+    return None
