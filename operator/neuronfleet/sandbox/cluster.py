@@ -109,7 +109,7 @@ class SandboxCluster:
         kubeconfig_path: Path | str | None = None,
         seed: int = 0,
         epoch: datetime.datetime | None = None,
-        neuron_scheduler_name: str = "neuron-scheduler",
+        neuron_scheduler_name: str | None = "neuron-scheduler",
         cold_start: ColdStartProfile | None = None,
         cold_start_profiles: dict[tuple[str | None, str | None], ColdStartProfile] | None = None,
         provisioning_delay_s: float = 60.0,

@@ -136,7 +136,8 @@ class Provisioner:
             return False
         if insufficient(pod, node_allocatable(template), _sum_requests(placed)):
             return False
-        contiguous = (pod.get("spec") or {}).get("schedulerName") == self.scheduler.neuron_scheduler_name
+        name = self.scheduler.neuron_scheduler_name
+        contiguous = name is not None and (pod.get("spec") or {}).get("schedulerName") == name
         from neuronfleet.sandbox.nodes import neuroncores_requested
 
         used = sum(neuroncores_requested(p) for p in placed)

@@ -72,11 +72,16 @@ class Scheduler:
     """Binds pending pods; runs as one task in the sandbox loop, woken by pod and node events."""
 
     def __init__(
-        self, store: Store, *, neuron_scheduler_name: str = "neuron-scheduler", retry_interval_s: float = 10.0
+        self,
+        store: Store,
+        *,
+        neuron_scheduler_name: str | None = "neuron-scheduler",
+        retry_interval_s: float = 10.0,
     ) -> None:
         self.store = store
         self.neuron_scheduler_name = neuron_scheduler_name
-        self.scheduler_names = {DEFAULT_SCHEDULER, neuron_scheduler_name}
+        # None: no Neuron scheduler extension runs (pods addressed to it stay Pending).
+        self.scheduler_names = {DEFAULT_SCHEDULER} | ({neuron_scheduler_name} if neuron_scheduler_name else set())
         self.retry_interval_s = retry_interval_s
         self.bindings = 0
         self.preemptions = 0
@@ -170,7 +175,10 @@ class Scheduler:
         if missing:
             return f"Insufficient {missing[0]}", None
         need = neuroncores_requested(pod)
-        contiguous = (pod.get("spec") or {}).get("schedulerName") == self.neuron_scheduler_name
+        contiguous = (
+            self.neuron_scheduler_name is not None
+            and (pod.get("spec") or {}).get("schedulerName") == self.neuron_scheduler_name
+        )
         cores = allocate_cores(
             node_cores(node), cores_in_use(on_node), need, contiguous=contiguous, ring=node_chips(node) > 1
         )
