@@ -6,12 +6,15 @@ HTTP to it.
 
 Usage (async, in the test's loop; fast under ``looptime``)::
 
-    from neuronfleet.sandbox import NodeGroup, SandboxCluster
+    from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
 
     async with SandboxCluster(
         node_groups=[NodeGroup("inf2-small", "inf2.xlarge", count=2, zones=("us-east-1a", "us-east-1b"))],
         crd_dir="crds",          # registers every CRD in crds/*.yaml
         kopf_peering=False,      # True registers kopf.dev peering CRDs
+        neuron_scheduler_name="neuron-scheduler",  # None: only default-scheduler pods get bound
+        cold_start=ColdStartProfile(image_pull_s=30, container_start_s=2, readiness_s=45),
+        provisioning_delay_s=60, consolidation_delay_s=30,
     ) as cluster:
         cluster.url               # http://127.0.0.1:<port>
         cluster.kubeconfig_path   # a kubeconfig pointing at it (plain http)
