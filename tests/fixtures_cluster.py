@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from neuronfleet.sandbox import NodeGroup, SandboxCluster, ThreadedSandboxCluster
 
 REPO = Path(__file__).resolve().parent.parent

@@ -12,6 +12,7 @@ import kubernetes
 import kubernetes_asyncio
 import pytest
 from kubernetes.client.rest import ApiException
+
 from neuronfleet.sandbox import SandboxCluster, ThreadedSandboxCluster
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import kopf
 import kubernetes_asyncio
+
 from neuronfleet.sandbox import SandboxCluster
 
 GROUP, VERSION, PLURAL = "serving.neuronfleet.dev", "v1alpha1", "inferencedeployments"

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from neuronfleet.sandbox import ThreadedSandboxCluster
 
 MANIFEST = """\

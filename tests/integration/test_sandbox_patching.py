@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.patching import json_patch, merge_patch, strategic_merge_patch
 from neuronfleet.sandbox.selectors import (

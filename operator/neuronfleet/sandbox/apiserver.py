@@ -409,7 +409,7 @@ class ApiServer:
                 return protobuf.decode(raw)
             except ProtobufUnsupported as exc:
                 raise errors.unsupported_media_type(
-                    f"the sandbox API server decodes protobuf bodies only for Namespace, ConfigMap and access "
+                    f"the sandbox API server decodes protobuf bodies only for Namespace, ConfigMap, Secret and access "
                     f"reviews, not {exc}: send JSON (e.g. `kubectl apply -f` instead of a typed `kubectl create`)"
                 ) from None
         if "cbor" in content_type:
@@ -543,7 +543,12 @@ class ApiServer:
     async def _delete_options(self, request: web.Request) -> dict[str, Any]:
         options: dict[str, Any] = {}
         raw = await request.read()
-        if raw:
+        if raw and "protobuf" in request.headers.get("Content-Type", ""):
+            try:
+                options.update(protobuf.decode_delete_options(raw))
+            except ProtobufUnsupported as exc:
+                raise errors.bad_request(f"invalid DeleteOptions body: {exc}") from None
+        elif raw:
             try:
                 parsed = json.loads(raw)
             except ValueError as exc:

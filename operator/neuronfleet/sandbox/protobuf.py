@@ -4,7 +4,8 @@ kubectl sends protobuf bodies (``application/vnd.kubernetes.protobuf``) from its
 ``kubectl create namespace``, ``create configmap``, ``auth can-i``. Decoding every built-in kind
 would need all of Kubernetes' generated schemas; this decodes the ``k8s\\0`` envelope
 (``runtime.Unknown``), ``ObjectMeta`` (name, generateName, namespace, labels, annotations,
-finalizers) and the bodies of Namespace, ConfigMap and the access reviews. Other kinds raise
+finalizers) and the bodies of Namespace, ConfigMap, Secret (Helm's release records) and the
+access reviews. Other kinds raise
 ``ProtobufUnsupported`` (answered 415). Hand-written: the wire format is a few lines, and the
 ``protobuf`` package has no schema for these messages either.
 """
@@ -121,7 +122,33 @@ def decode(body: bytes) -> dict[str, Any]:
         if raw.get(3):
             obj["binaryData"] = _map(raw, 3, decode_values=False)
         return obj
+    if (api_version, kind) == ("v1", "Secret"):
+        if raw.get(2):
+            obj["data"] = _map(raw, 2, decode_values=False)
+        if raw.get(4):
+            obj["stringData"] = _map(raw, 4)
+        if raw.get(3):
+            obj["type"] = _string(raw, 3)
+        return obj
     if api_version == "authorization.k8s.io/v1" and kind in ("SelfSubjectAccessReview", "SubjectAccessReview"):
         obj["spec"] = _access_review_spec(raw[2][-1]) if raw.get(2) else {}
         return obj
     raise ProtobufUnsupported(f"{api_version} {kind}")
+
+
+def decode_delete_options(body: bytes) -> dict[str, Any]:
+    """A protobuf ``DeleteOptions`` body (what client-go sends with DELETE) as JSON fields."""
+    if not body.startswith(MAGIC):
+        raise ProtobufUnsupported("not a Kubernetes protobuf envelope (missing the k8s\\0 prefix)")
+    raw = parse(parse(body[len(MAGIC) :]).get(2, [b""])[-1])
+    options: dict[str, Any] = {}
+    if raw.get(1):
+        grace = int(raw[1][-1])
+        options["gracePeriodSeconds"] = grace - (1 << 64) if grace >= 1 << 63 else grace
+    if raw.get(3):
+        options["orphanDependents"] = bool(raw[3][-1])
+    if raw.get(4):
+        options["propagationPolicy"] = _string(raw, 4)
+    if raw.get(5):
+        options["dryRun"] = [v.decode() for v in raw[5]]
+    return options

@@ -170,6 +170,17 @@ def builtin_resources() -> list[ResourceType]:
         ),
         _builtin("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, ["pc"]),
         _builtin("coordination.k8s.io", "v1", "leases", "Lease", True),
+        # Stored, but no controller acts on them (so that `helm install` of a chart works).
+        _builtin("", "v1", "secrets", "Secret", True, field_labels=["type"]),
+        _builtin("apps", "v1", "deployments", "Deployment", True, ["deploy"], status=True, categories=["all"]),
+        _builtin("apps", "v1", "replicasets", "ReplicaSet", True, ["rs"], status=True, categories=["all"]),
+        _builtin("apps", "v1", "daemonsets", "DaemonSet", True, ["ds"], status=True, categories=["all"]),
+        _builtin("apps", "v1", "statefulsets", "StatefulSet", True, ["sts"], status=True, categories=["all"]),
+        _builtin("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
+        _builtin("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
+        _builtin("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
+        _builtin("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
+        _builtin("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, ["netpol"]),
         _review("selfsubjectaccessreviews", "SelfSubjectAccessReview"),
         _review("subjectaccessreviews", "SubjectAccessReview"),
         _builtin(
