@@ -48,13 +48,15 @@ subresources, pods/binding, pods/eviction (PodDisruptionBudgets), pods/log; fina
 graceful pod deletion, background/foreground/orphan cascading GC, namespace and CRD termination
 after their contents; CRDs from files or POSTed (structural defaulting, pruning, JSON-schema and
 CEL validation, fieldValidation=Strict); discovery, OpenAPI v3 (kubectl apply --validate, explain),
-Table output with printer columns; protobuf bodies for Namespace/ConfigMap/access reviews;
+Table output with printer columns; protobuf bodies for Namespace/ConfigMap/Secret/access
+reviews/DeleteOptions (kubectl's typed commands, helm);
 Events from the scheduler, kubelet and provisioner; a request log. Controllers: scheduler,
 kubelet, provisioner, Job (+TTL), disruption (PDB status).
 
 Not done: authentication/authorization (every request is allowed; access reviews answer
 allowed), server-side apply field management (apply patches act as merge patches), protobuf for
-other kinds, list snapshots at an old resourceVersion, Deployments/ReplicaSets/DaemonSets,
+other kinds, list snapshots at an old resourceVersion, controllers for apps/v1 workloads
+(Deployments, ReplicaSets, DaemonSets, StatefulSets are stored only: enough for ``helm install``),
 Jobs with completions or parallelism above 1, Services/endpoints and pod networking, node leases/heartbeats,
 init containers, CEL rules cel-python cannot evaluate (skipped).
 """
