@@ -15,10 +15,10 @@ from neuronfleet.sandbox.nodes import parse_node_groups
 DEFAULT_NODE_GROUPS = "inf2-small:inf2.xlarge:2:6@us-east-1a+us-east-1b,inf2-large:inf2.24xlarge:0:2@us-east-1a"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add ``sandbox up`` to the ``neuronfleet`` CLI."""
+def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:  # type: ignore[type-arg]
+    """Add ``sandbox up`` to the ``neuronfleet`` CLI; return the ``sandbox`` sub-commands (add ``demo`` there)."""
     sandbox = subparsers.add_parser("sandbox", help="a local Kubernetes API with simulated Inf2 node groups")
-    actions = sandbox.add_subparsers(dest="sandbox_command", required=True)
+    actions: argparse._SubParsersAction = sandbox.add_subparsers(dest="sandbox_command", required=True)  # type: ignore[type-arg]
     up = actions.add_parser("up", help="start the sandbox cluster and serve until interrupted")
     up.add_argument(
         "--node-groups",
@@ -33,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     up.add_argument("--provisioning-delay", type=float, default=60.0, help="seconds until a launched node registers")
     up.add_argument("--seed", type=int, default=0)
     up.set_defaults(func=run_up)
+    return actions
 
 
 def run_up(args: argparse.Namespace) -> int:
