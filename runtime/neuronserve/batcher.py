@@ -82,6 +82,7 @@ class Batcher:
         self._closing = False
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="neuronserve-exec")
         self._worker: asyncio.Task[None] | None = None
+        self._running: list[Job] = []
         metrics.queue_depth.set_function(lambda: len(self._queue))
 
     @property
@@ -123,6 +124,10 @@ class Batcher:
         if self._worker is not None:
             self._worker.cancel()
             await asyncio.gather(self._worker, return_exceptions=True)
+        # A batch still executing past the grace period gets a definite answer too.
+        for job in self._running:
+            if not job.future.done():
+                job.future.set_exception(ShuttingDown("the server shut down while this request ran"))
         self._executor.shutdown(wait=False, cancel_futures=True)
         return finished
 
@@ -218,6 +223,8 @@ class Batcher:
     async def _work(self) -> None:
         while True:
             batch = await self._next_batch()
+            self._running = batch
             await self._run(batch)
+            self._running = []
             if not self._queue:
                 self._idle.set()

@@ -4,6 +4,7 @@ and the sliding-window busy ratio."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -93,3 +94,31 @@ def test_busy_ratio_covers_the_sliding_window() -> None:
     tracker.finished(108.0, 112.0)
     now[0] = 130.0
     assert tracker.ratio() == 0.0
+
+
+class BlockedRunner(ScriptedRunner):
+    """A device that never finishes until released (a stuck batch past the grace period)."""
+
+    def __init__(self) -> None:
+        super().__init__({1: 0.01, 8: 0.02, 16: 0.03})
+        self.release = threading.Event()
+
+    def run(self, requests: Sequence[Sequence[npt.NDArray[Any]]]) -> tuple[list[npt.NDArray[np.float32]], Any]:
+        self.release.wait(timeout=30)
+        return super().run(requests)
+
+
+async def test_past_the_grace_period_every_request_still_gets_an_answer() -> None:
+    runner = BlockedRunner()
+    batcher = Batcher(runner, ServerMetrics(BusyTracker()), max_rows=1, max_delay=0.0, max_queue=64)
+    batcher.start()
+    # One request reaches the stuck device, the other waits behind it (max_rows=1).
+    running = batcher.submit(_request(0))
+    queued = batcher.submit(_request(1))
+    try:
+        assert not await batcher.drain(0.05)
+    finally:
+        runner.release.set()
+    for future in (running, queued):
+        with pytest.raises(ShuttingDown):
+            future.result()
