@@ -362,3 +362,18 @@ async def test_pod_anti_affinity_and_preferred_node_affinity() -> None:
             "2 node(s) didn't match pod anti-affinity rules"
             in condition(pod(cluster, "third"), "PodScheduled")["message"]
         )
+
+
+async def test_launched_node_becomes_usable_after_ready_and_device_plugin_delays() -> None:
+    groups = [NodeGroup("small", "inf2.xlarge", count=0, max_nodes=2)]
+    async with SandboxCluster(
+        node_groups=groups, cold_start=PROFILE, provisioning_delay_s=60, node_ready_delay_s=20, device_plugin_delay_s=10
+    ) as cluster:
+        start = cluster.clock.monotonic()
+        cluster.create("pods", neuron_pod("model", 2), "default")
+        (node,) = await cluster.wait_for(lambda: cluster.list("nodes"), timeout=300)
+        assert condition(node, "Ready")["status"] == "False"
+        assert node["status"]["allocatable"]["aws.amazon.com/neuroncore"] == "0"
+        await cluster.wait_for(lambda: pod(cluster, "model")["spec"].get("nodeName"), timeout=300)
+        assert cluster.clock.monotonic() - start == pytest.approx(90, abs=1)  # 60 + 20 + 10
+        assert cluster.provisioner is not None and cluster.provisioner.nodes_launched == 1

@@ -114,6 +114,8 @@ class SandboxCluster:
         cold_start_profiles: dict[tuple[str | None, str | None], ColdStartProfile] | None = None,
         provisioning_delay_s: float = 60.0,
         consolidation_delay_s: float = 30.0,
+        node_ready_delay_s: float = 0.0,
+        device_plugin_delay_s: float = 0.0,
         run_scheduler: bool = True,
         run_kubelet: bool = True,
         run_provisioner: bool = True,
@@ -147,6 +149,8 @@ class SandboxCluster:
                 self.node_groups,
                 self.namer,
                 provisioning_delay_s=provisioning_delay_s,
+                node_ready_delay_s=node_ready_delay_s,
+                device_plugin_delay_s=device_plugin_delay_s,
                 consolidation_delay_s=consolidation_delay_s,
             )
         self.disruption: DisruptionController | None = DisruptionController(self.store) if run_scheduler else None

@@ -3,7 +3,9 @@
 For pods the scheduler marked Unschedulable, it launches a node of the cheapest node group whose
 instance type would take the pod (taints, nodeSelector/affinity incl. instance type and zone,
 resources, NeuronCores), within the group's ``max_nodes``; the node registers (Ready) after
-``provisioning_delay_s``. Pending pods are packed onto nodes already launching before another is
+``provisioning_delay_s``; optionally it registers NotReady (with the not-ready taint) for
+``node_ready_delay_s`` and advertises no Neuron resources until its device plugin registers
+``device_plugin_delay_s`` later. Pending pods are packed onto nodes still launching before another is
 launched. Nodes of provisionable groups that hold no pods except DaemonSet pods for
 ``consolidation_delay_s`` are deleted, down to the group's ``min_nodes``.
 """
@@ -37,6 +39,8 @@ class Launch:
     zone: str
     template: Obj
     name: str
+    #: Set once the node object exists (it may still be NotReady or lack Neuron resources).
+    node_name: str = ""
     pods: list[Obj] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
 
@@ -64,6 +68,8 @@ class Provisioner:
         *,
         provisioning_delay_s: float = 60.0,
         consolidation_delay_s: float = 30.0,
+        node_ready_delay_s: float = 0.0,
+        device_plugin_delay_s: float = 0.0,
         interval_s: float = 5.0,
     ) -> None:
         self.store = store
@@ -71,6 +77,8 @@ class Provisioner:
         self.groups = {g.name: g for g in groups}
         self.namer = namer
         self.provisioning_delay_s = provisioning_delay_s
+        self.node_ready_delay_s = node_ready_delay_s
+        self.device_plugin_delay_s = device_plugin_delay_s
         self.consolidation_delay_s = consolidation_delay_s
         self.interval_s = interval_s
         self.launches: list[Launch] = []
@@ -128,7 +136,7 @@ class Provisioner:
             for n in self.store.iter(self._nodes)
             if (n["metadata"].get("labels") or {}).get(NODE_GROUP_LABEL) == group.name
         )
-        return nodes + sum(1 for launch in self.launches if launch.group.name == group.name)
+        return nodes + sum(1 for launch in self.launches if launch.group.name == group.name and not launch.node_name)
 
     def _fits(self, pod: Obj, template: Obj, placed: list[Obj]) -> bool:
         _, ok = self.scheduler.static_filter(pod, template)
@@ -192,11 +200,60 @@ class Provisioner:
             await asyncio.sleep(self.provisioning_delay_s)
             name, instance_id = self.namer.next(launch.zone)
             node = node_object(launch.group, launch.zone, name, instance_id, True, self.store.clock.timestamp())
+            neuron = {k: v for k, v in node["status"]["allocatable"].items() if k.startswith("aws.amazon.com/")}
+            if self.node_ready_delay_s > 0:
+                node["spec"]["taints"].append({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"})
+                ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+                ready.update(status="False", reason="KubeletNotReady", message="container runtime network not ready")
+            if self.device_plugin_delay_s > 0:
+                # Extended resources appear only once the Neuron device plugin has registered.
+                node["status"]["allocatable"].update({k: "0" for k in neuron})
+                node["status"]["capacity"].update({k: "0" for k in neuron})
             self.store.create(self._nodes, None, node)
+            launch.node_name = name
             self.nodes_launched += 1
+            if self.node_ready_delay_s > 0:
+                await asyncio.sleep(self.node_ready_delay_s)
+                self._mark_ready(name)
+            if self.device_plugin_delay_s > 0:
+                await asyncio.sleep(self.device_plugin_delay_s)
+                self._advertise(name, neuron)
+        except ApiError:
+            pass  # the node was deleted meanwhile
         finally:
             with contextlib.suppress(ValueError):
                 self.launches.remove(launch)
+
+    def _mark_ready(self, name: str) -> None:
+        now = self.store.clock.timestamp()
+
+        def ready(o: Obj) -> None:
+            for condition in o["status"].get("conditions") or []:
+                if condition["type"] == "Ready":
+                    condition.update(
+                        status="True",
+                        reason="KubeletReady",
+                        message="kubelet is posting ready status",
+                        lastTransitionTime=now,
+                        lastHeartbeatTime=now,
+                    )
+
+        self.store.update(self._nodes, None, name, ready, subresource="status")
+        self.store.update(
+            self._nodes,
+            None,
+            name,
+            lambda o: o["spec"].__setitem__(
+                "taints", [t for t in o["spec"].get("taints") or [] if t.get("key") != "node.kubernetes.io/not-ready"]
+            ),
+        )
+
+    def _advertise(self, name: str, resources: dict[str, str]) -> None:
+        def advertise(o: Obj) -> None:
+            o["status"]["allocatable"].update(resources)
+            o["status"]["capacity"].update(resources)
+
+        self.store.update(self._nodes, None, name, advertise, subresource="status")
 
     # ---- consolidation ---------------------------------------------------------------------------
 
