@@ -43,10 +43,10 @@ from neuronfleet.kube.client import KubeClient
 from neuronfleet.kube.coldstart import pod_timelines
 from neuronfleet.kube.jobs import build_compile_job, compile_job_name, compile_job_selector, job_phase
 from neuronfleet.planning import coldstart, scaling, warmpool
+from neuronfleet.planning.catalog import LABEL_ZONE
 from neuronfleet.planning.compile import (
     CompileDecision,
     CompileObservation,
-    CompileRequest,
     JobPhase,
     StoredArtifact,
     compile_request,
@@ -64,6 +64,7 @@ from neuronfleet.planning.fleet import (
     FleetTarget,
     Relabel,
     plan_fleet,
+    policy_for_spec,
 )
 from neuronfleet.planning.labels import ArtifactRevision, deployment_selector
 from neuronfleet.planning.placement import check_fits, plan_for_spec
@@ -199,7 +200,7 @@ class Reconciler:
 
     async def _compile(
         self, dep: InferenceDeployment, previous: StoredArtifact | None
-    ) -> tuple[CompileDecision, CompileRequest, list[Event]]:
+    ) -> tuple[CompileDecision, list[Event]]:
         namespace = dep.metadata.namespace or "default"
         fingerprint = await asyncio.to_thread(self.store.fingerprint, dep.spec.model.source)
         request = compile_request(dep.spec, self.settings.artifact_store, fingerprint)
@@ -221,7 +222,7 @@ class Reconciler:
             name = job["metadata"]["name"]
             if name != job_name and job_phase(job)[0] == "running" and await self.kube.delete_job(namespace, name):
                 events.append(Event("Normal", "CompileSuperseded", f"deleted compile Job {name}: the spec changed"))
-        return decision, request, events
+        return decision, events
 
     async def _failure_details(self, namespace: str, job_name: str, message: str) -> str:
         pods = await self.kube.list_pods(namespace, {"job-name": job_name})
@@ -296,18 +297,25 @@ class Reconciler:
 
         spec_problems = check_fits(dep.spec)
         previous = _stored_from_status(raw_status)
-        try:
-            decision, _request, compile_events = await self._compile(dep, previous)
-            events += compile_events
-        except (ApiException, StoreUnavailable) as exc:
-            detail = _api_error(exc) if isinstance(exc, ApiException) else str(exc)
-            errors.append(f"compile pipeline: {detail}")
-            decision = CompileDecision(False, previous, "Unknown", "StoreUnavailable", detail)
+        if spec_problems:
+            # Nothing can serve this spec: do not spend a compile on it until the spec changes.
+            decision = CompileDecision(
+                False, previous, "Unknown", "Pending", "not compiled: " + "; ".join(spec_problems)
+            )
+        else:
+            try:
+                decision, compile_events = await self._compile(dep, previous)
+                events += compile_events
+            except (ApiException, StoreUnavailable) as exc:
+                detail = _api_error(exc) if isinstance(exc, ApiException) else str(exc)
+                errors.append(f"compile pipeline: {detail}")
+                decision = CompileDecision(False, previous, "Unknown", "StoreUnavailable", detail)
 
         pods = await self.kube.list_pods(namespace, deployment_selector(dep.name))
         node_objects = await self.kube.list_nodes()
         nodes = {node["metadata"]["name"] for node in node_objects}
-        views = [parse_pod(pod, nodes) for pod in pods]
+        zones = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(LABEL_ZONE, "") for n in node_objects}
+        views = [parse_pod(pod, nodes, node_zones=zones) for pod in pods]
         current_type = (raw_status.get("placement") or {}).get("instanceType")
         memory.cold_start_state = coldstart.observe(memory.cold_start_state, pod_timelines(pods, node_objects))
         memory.cold_start = coldstart.for_warm_pool(memory.cold_start_state, current_type)
@@ -330,7 +338,8 @@ class Reconciler:
                 warm=warm.pods,
                 placeholders=warm.node_placeholders,
             )
-            plan = plan_fleet(dep.name, target, views, now, self.settings.fleet)
+            policy = policy_for_spec(dep.spec, self.settings.fleet)
+            plan = plan_fleet(dep.name, target, views, now, policy)
             try:
                 await self._apply(dep, placement.chosen, plan.actions, namespace)
                 events += [_describe(a) for a in plan.actions]
@@ -459,6 +468,7 @@ class Reconciler:
             metrics_available=metrics_ok or dep.spec.scaling.mode == "Manual",
             scaling_message=scaling_message,
             errors=tuple(errors),
+            rollout_stalled=summary.rollout_stalled(now, dep.spec.rollout.progress_deadline_seconds),
             spec_problems=tuple(spec_problems),
         )
         status = build_status(dep.name, inputs, raw_status.get("conditions") or [], now)

@@ -292,16 +292,15 @@ def test_zone_aware_policy_promotes_into_the_thinnest_zone_and_drains_the_fulles
     ]
     up = plan_fleet("bert", target(4, warm=1), pods, NOW, policy)
     assert [a.name for a in up.actions if isinstance(a, Relabel)] == ["wb"]
-    # The default order would promote the longest-ready pod, whichever its zone.
+    # The zone-aware order is the default: the same rule the simulator uses.
     default = plan_fleet("bert", target(4, warm=1), pods, NOW)
-    assert [a.name for a in default.actions if isinstance(a, Relabel)] == ["wa"]
+    assert [a.name for a in default.actions if isinstance(a, Relabel)] == ["wb"]
     down = plan_fleet("bert", target(2, warm=2), pods, NOW, policy)
     drained = [a.name for a in down.actions if isinstance(a, Relabel) and a.role == "draining"]
     assert len(drained) == 1
     assert drained[0] in ("a0", "a1")  # from us-east-1a, which has two active pods
-    # The default order drains the youngest pod, whichever its zone.
     default_down = plan_fleet("bert", target(2, warm=2), pods, NOW)
-    assert [a.name for a in default_down.actions if isinstance(a, Relabel) and a.role == "draining"] == ["a2"]
+    assert [a.name for a in default_down.actions if isinstance(a, Relabel) and a.role == "draining"] == drained
 
 
 def test_pod_no_scheduler_acts_on_is_reported_after_the_timeout() -> None:

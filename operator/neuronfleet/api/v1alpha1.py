@@ -185,6 +185,16 @@ class CompileSpec(ApiModel):
     )
     timeout_seconds: int = Field(default=3600, ge=60, le=86400, description="Deadline of one compile Job.")
     backoff_limit: int = Field(default=2, ge=0, le=10, description="Retries of a failed compile Job.")
+    cpu: str = Field(
+        default="2",
+        pattern=QUANTITY_PATTERN,
+        description="CPU request of the compile Job (neuronx-cc is CPU-bound; large LLMs want 16+).",
+    )
+    memory: str = Field(
+        default="8Gi",
+        pattern=QUANTITY_PATTERN,
+        description="Memory request of the compile Job (BERT-class models need a few GiB, 7B LLMs 64Gi+).",
+    )
 
 
 # ------------------------------------------------------------------------------------------- runtime

@@ -2,7 +2,8 @@
 
 The Job runs ``neuronserve compile`` with the spec's buckets and compiler flags and records the
 result under the request key (see ``neuronfleet.planning.compile``). Tracing with torch-neuronx
-runs on any x86 host, so the Job asks for no Neuron device and lands on ordinary nodes.
+runs on any x86 host, so the Job asks for no Neuron device; it prefers ordinary nodes and tolerates
+the Neuron taint, so that a cluster of only Inf2 nodes can compile too.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.kube.builders import BuilderConfig, _container_security, _metadata, _pod_security, common_labels
+from neuronfleet.planning.catalog import LABEL_INSTANCE_FAMILY, NEURON_TAINT_KEY
 from neuronfleet.planning.compile import CompileRequest, JobPhase
 from neuronfleet.planning.labels import LABEL_DEPLOYMENT, short_hash
 
@@ -86,6 +88,23 @@ def build_compile_job(
                 "spec": {
                     "restartPolicy": "Never",
                     "securityContext": _pod_security(config),
+                    # Tracing needs no Neuron device: prefer ordinary nodes, but a cluster of only
+                    # Inf2 nodes (tainted) must still be able to compile.
+                    "tolerations": [{"key": NEURON_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+                    "affinity": {
+                        "nodeAffinity": {
+                            "preferredDuringSchedulingIgnoredDuringExecution": [
+                                {
+                                    "weight": 100,
+                                    "preference": {
+                                        "matchExpressions": [
+                                            {"key": LABEL_INSTANCE_FAMILY, "operator": "NotIn", "values": ["inf2"]}
+                                        ]
+                                    },
+                                }
+                            ]
+                        }
+                    },
                     "containers": [
                         {
                             "name": COMPILE_CONTAINER,
@@ -93,7 +112,9 @@ def build_compile_job(
                             "command": compile_args(dep, request)[:1],
                             "args": compile_args(dep, request)[1:],
                             "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}],
-                            "resources": {"requests": {"cpu": "2", "memory": "8Gi"}},
+                            "resources": {
+                                "requests": {"cpu": dep.spec.compile.cpu, "memory": dep.spec.compile.memory}
+                            },
                             "securityContext": {**_container_security(), "readOnlyRootFilesystem": False},
                             "terminationMessagePolicy": "FallbackToLogsOnError",
                         }

@@ -112,8 +112,8 @@ class PodView:
 
 #: ``order(candidates, active, now)`` returns the candidates in preference order; ``active`` is
 #: every live active pod of the deployment (for zone and node counts). Promotion: the first is
-#: promoted first. Drain: the first is demoted first. :func:`zone_aware_policy` plugs in
-#: :mod:`neuronfleet.planning.promotion`.
+#: promoted first. Drain: the first is demoted first. The defaults are the rules of
+#: :mod:`neuronfleet.planning.promotion`, shared with the simulator.
 OrderFunction = Callable[[Sequence[PodView], Sequence[PodView], datetime], list[PodView]]
 
 
@@ -121,17 +121,31 @@ def _timestamp(moment: datetime | None) -> float:
     return moment.timestamp() if moment is not None else float("inf")
 
 
-def default_promotion_order(pods: Sequence[PodView], active: Sequence[PodView], now: datetime) -> list[PodView]:
-    """Longest-ready first (its warm-up is surely over), then by name for a stable order."""
-    return sorted(pods, key=lambda pod: (not pod.ready, _timestamp(pod.ready_at), pod.name))
+def _info(pod: PodView) -> PodInfo:
+    ready_since = pod.ready_at.timestamp() if pod.ready_at is not None and pod.ready else None
+    return PodInfo(pod.name, pod.node, pod.zone, ready_since, float(pod.in_flight or 0), pod.revision)
 
 
-def default_drain_order(pods: Sequence[PodView], active: Sequence[PodView], now: datetime) -> list[PodView]:
-    """Unready first, then least in-flight work (drains fastest), then youngest, then by name."""
-    return sorted(
-        pods,
-        key=lambda pod: (pod.ready, pod.in_flight or 0, -_timestamp(pod.ready_at), pod.name),
-    )
+def zone_aware_promotion_order(pods: Sequence[PodView], active: Sequence[PodView], now: datetime) -> list[PodView]:
+    """:func:`neuronfleet.planning.promotion.promotion_order` over pod views (the one promotion rule).
+
+    Favours the zone with the fewest active pods and nodes already serving. Candidates passed in
+    are always of one revision, so its revision rule is moot.
+    """
+    by_name = {pod.name: pod for pod in pods}
+    ordered = promotion_order([_info(p) for p in pods], [_info(p) for p in active], None)
+    return [by_name[p.name] for p in ordered]
+
+
+def zone_aware_drain_order(pods: Sequence[PodView], active: Sequence[PodView], now: datetime) -> list[PodView]:
+    """:func:`neuronfleet.planning.promotion.drain_order` over pod views (the one drain rule).
+
+    Favours the most crowded zone, the emptiest nodes (a node is billed whole) and the least
+    in-flight work; zone and node counts come from every active pod, only candidates are returned.
+    """
+    by_name = {pod.name: pod for pod in pods}
+    everyone = [_info(p) for p in (*pods, *(a for a in active if a.name not in by_name))]
+    return [by_name[p.name] for p in drain_order(everyone, None) if p.name in by_name]
 
 
 @dataclass(frozen=True)
@@ -161,8 +175,8 @@ class FleetPolicy:
     min_drain_seconds: float = 5.0
     #: New-revision pods loading at once during a rollout; 0: as many as needed at once.
     max_surge: int = 0
-    promotion_order: OrderFunction = default_promotion_order
-    drain_order: OrderFunction = default_drain_order
+    promotion_order: OrderFunction = zone_aware_promotion_order
+    drain_order: OrderFunction = zone_aware_drain_order
     #: A pod neither bound nor reported unschedulable after this long has no scheduler acting on
     #: it (e.g. a schedulerName nobody runs): reported as stuck.
     scheduling_timeout_seconds: float = 120.0
@@ -195,30 +209,10 @@ def counts_from_spec(spec: InferenceDeploymentSpec) -> tuple[int, int, int]:
 
 
 def zone_aware_policy(policy: FleetPolicy | None = None) -> FleetPolicy:
-    """``policy`` ordering pods with :mod:`neuronfleet.planning.promotion`.
-
-    Promotion favours the zone with the fewest active pods and nodes already serving; draining
-    favours the most crowded zone, the emptiest nodes (a node is billed whole) and the least
-    in-flight work. Candidates passed in are always of one revision, so its revision rule is moot.
-    """
-    base = policy or FleetPolicy()
-
-    def info(pod: PodView) -> PodInfo:
-        ready_since = pod.ready_at.timestamp() if pod.ready_at is not None and pod.ready else None
-        return PodInfo(pod.name, pod.node, pod.zone, ready_since, float(pod.in_flight or 0), pod.revision)
-
-    def promote(pods: Sequence[PodView], active: Sequence[PodView], now: datetime) -> list[PodView]:
-        by_name = {pod.name: pod for pod in pods}
-        ordered = promotion_order([info(p) for p in pods], [info(p) for p in active], None)
-        return [by_name[p.name] for p in ordered]
-
-    def drain(pods: Sequence[PodView], active: Sequence[PodView], now: datetime) -> list[PodView]:
-        by_name = {pod.name: pod for pod in pods}
-        # Zone and node counts come from every active pod; only the candidates are returned.
-        ordered = drain_order([info(p) for p in (*pods, *(a for a in active if a.name not in by_name))], None)
-        return [by_name[p.name] for p in ordered if p.name in by_name]
-
-    return replace(base, promotion_order=promote, drain_order=drain)
+    """``policy`` with the zone-aware orders of :mod:`neuronfleet.planning.promotion` (the defaults)."""
+    return replace(
+        policy or FleetPolicy(), promotion_order=zone_aware_promotion_order, drain_order=zone_aware_drain_order
+    )
 
 
 # ------------------------------------------------------------------------------------------- actions
