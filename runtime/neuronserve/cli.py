@@ -208,10 +208,24 @@ def run_serve(args: argparse.Namespace) -> int:
     return asyncio.run(serve(opts))
 
 
+def _join_extra_args(argv: list[str]) -> list[str]:
+    """``--extra-arg --flag`` -> ``--extra-arg=--flag``: compiler flags start with dashes, which
+    argparse would otherwise take for options of its own (the operator passes them separately)."""
+    joined: list[str] = []
+    args = iter(argv)
+    for arg in args:
+        if arg == "--extra-arg":
+            value = next(args, None)
+            joined.append(arg if value is None else f"--extra-arg={value}")
+        else:
+            joined.append(arg)
+    return joined
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     logging.getLogger("botocore").setLevel(logging.WARNING)
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_join_extra_args(sys.argv[1:] if argv is None else argv))
     code: int = args.func(args)
     return code
 

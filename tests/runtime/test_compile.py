@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
+import types
+import warnings
 from pathlib import Path
+from typing import Any
 
 import boto3
 import numpy as np
@@ -12,7 +16,7 @@ import pytest
 import torch
 
 from neuronserve import cli
-from neuronserve.backend import ModelRunner
+from neuronserve.backend import LoadError, ModelRunner
 from neuronserve.manifest import Manifest
 from neuronserve.store import fetch_artifact
 from runtime_support import BUCKET, STORE, Compiled, Fetched, S3Server, compile_argv
@@ -115,10 +119,7 @@ class TinyEncoder(torch.nn.Module):
 
 
 def test_a_torchscript_source_compiles_and_runs_like_the_module(tmp_path: Path) -> None:
-    torch.manual_seed(0)
-    module = TinyEncoder().eval()
-    source = tmp_path / "tiny.pt"
-    torch.jit.save(torch.jit.script(module), str(source))
+    source, module = _tiny_source(tmp_path)
     store = tmp_path / "store"
     result_file = tmp_path / "r.json"
     argv = ["compile", "--source", str(source), "--store", str(store), "--name", "tiny"]
@@ -153,3 +154,63 @@ def test_bad_bucket_lists_are_refused_by_the_parser(tmp_path: Path, capsys: pyte
 
 def test_fetched_artifact_matches_the_manifest(fetched: Fetched) -> None:
     assert sorted(p.name for p in fetched.directory.iterdir()) == sorted(f.path for f in fetched.manifest.files)
+
+
+def _tiny_source(tmp_path: Path) -> tuple[Path, TinyEncoder]:
+    torch.manual_seed(0)
+    module = TinyEncoder().eval()
+    source = tmp_path / "tiny.pt"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.jit.save(torch.jit.script(module), str(source))
+    return source, module
+
+
+def test_a_source_in_s3_is_downloaded_and_compiled(tmp_path: Path, s3_env: S3Server) -> None:
+    source, _ = _tiny_source(tmp_path)
+    boto3.client("s3").upload_file(str(source), BUCKET, "sources/tiny/tiny.pt")
+    result_file = tmp_path / "r.json"
+    argv = ["compile", "--source", f"s3://{BUCKET}/sources/tiny", "--store", str(tmp_path / "store")]
+    assert cli.main([*argv, "--batch-buckets", "1", "--sequence-buckets", "4", "--result-file", str(result_file)]) == 0
+    manifest, _, _ = fetch_artifact(json.loads(result_file.read_text())["uri"], tmp_path / "unused")
+    assert manifest.source == f"s3://{BUCKET}/sources/tiny"
+    assert [(b.batch, b.sequence) for b in manifest.buckets] == [(1, 4)]
+
+
+def test_with_torch_neuronx_importable_the_neuron_compiler_gets_the_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # torch-neuronx is not installable here; this stand-in records what neuronserve hands it.
+    calls: list[list[str]] = []
+
+    def trace(module: torch.nn.Module, example: tuple[torch.Tensor, ...], compiler_args: list[str]) -> Any:
+        calls.append(compiler_args)
+        return torch.jit.trace(module, example)
+
+    monkeypatch.setitem(sys.modules, "torch_neuronx", types.SimpleNamespace(trace=trace))
+    source, _ = _tiny_source(tmp_path)
+    result_file = tmp_path / "r.json"
+    argv = ["compile", "--source", str(source), "--store", str(tmp_path / "store"), "--batch-buckets", "1,2"]
+    argv += [
+        "--sequence-buckets",
+        "4",
+        "--auto-cast",
+        "all",
+        "-O",
+        "3",
+        "--extra-arg",
+        "--enable-fast-loading-neuron-binaries",
+    ]
+    assert cli.main([*argv, "--result-file", str(result_file)]) == 0
+    err = capsys.readouterr().err
+    assert "compiling for Neuron" in err and "NOT a Neuron compile" not in err
+    flags = ["--target", "inf2", "--auto-cast", "all", "--auto-cast-type", "bf16", "-O3"]
+    assert calls == [[*flags, "--enable-fast-loading-neuron-binaries"]] * 2
+    manifest, _, directory = fetch_artifact(json.loads(result_file.read_text())["uri"], tmp_path / "unused")
+    assert manifest.backend == "neuron"
+    assert manifest.compiler.startswith("neuronx-cc==")
+
+    # Serving it needs the real Neuron runtime: without it the server refuses with the reason.
+    monkeypatch.delitem(sys.modules, "torch_neuronx")
+    with pytest.raises(LoadError, match="compiled for Neuron"):
+        ModelRunner(manifest, directory)
