@@ -17,4 +17,4 @@ def repo_root() -> Path:
     return REPO
 
 # Fixture plugins shared by several test folders (tests/ is on sys.path: this conftest's folder).
-pytest_plugins = ["fixtures_cluster"]
+pytest_plugins = ["fixtures_cluster", "fixtures_prometheus"]
