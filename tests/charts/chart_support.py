@@ -1,0 +1,96 @@
+"""Shared helpers of the chart tests: render the chart with the real helm binary, read its RBAC.
+
+The binaries come from ``hack/install-kube-tools.sh`` (run by ``make test``): helm 4 in .venv/bin.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "neuronfleet"
+CI_VALUES = Path(__file__).resolve().parent / "values-ci.yaml"
+
+
+def tool(name: str) -> str:
+    """A binary from the project's virtualenv (where make test installs it), else from PATH."""
+    local = Path(sys.executable).parent / name
+    if local.exists():
+        return str(local)
+    found = shutil.which(name)
+    if found is None:
+        pytest.skip(f"{name} is not installed: run hack/install-kube-tools.sh (make test does)")
+    return found
+
+
+def helm(*args: str, timeout: float = 60.0, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([tool("helm"), *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def render(
+    values_files: Sequence[Path] = (), sets: Sequence[str] = (), namespace: str = "neuronfleet-system"
+) -> list[dict[str, Any]]:
+    """``helm template`` output as documents (hooks included, like an install would apply them)."""
+    args = ["template", "nf", str(CHART), "--namespace", namespace]
+    for values in values_files:
+        args += ["--values", str(values)]
+    for item in sets:
+        args += ["--set", item]
+    result = helm(*args)
+    assert result.returncode == 0, f"helm template failed:\n{result.stderr}"
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def by_kind(docs: Iterable[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [doc for doc in docs if doc.get("kind") == kind]
+
+
+@dataclass(frozen=True)
+class Permission:
+    """One (API group, resource[/subresource], verb) triple, as RBAC authorizes a request."""
+
+    group: str
+    resource: str
+    verb: str
+
+    def __str__(self) -> str:
+        return f"{self.verb} {self.resource}.{self.group or 'core'}"
+
+
+def granted(cluster_role: dict[str, Any]) -> set[Permission]:
+    """Every permission a ClusterRole grants (it has no wildcards: a test checks that first)."""
+    return {
+        Permission(group, resource, verb)
+        for rule in cluster_role.get("rules") or []
+        for group in rule.get("apiGroups") or []
+        for resource in rule.get("resources") or []
+        for verb in rule.get("verbs") or []
+    }
+
+
+def load_e2e_harness() -> ModuleType:
+    """The e2e harness module (tests/e2e/conftest.py), under its own name.
+
+    Loaded by path: every test folder's conftest is called ``conftest``, so a plain import would
+    pick whichever pytest loaded last.
+    """
+    name = "neuronfleet_e2e_harness"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "tests" / "e2e" / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

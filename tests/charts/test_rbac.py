@@ -1,0 +1,197 @@
+"""The chart's ClusterRole against what the operator really calls.
+
+The real operator (Kopf + reconcile, peering on) runs on the sandbox through a realistic flow: a new
+InferenceDeployment starts a compile Job, a spec change supersedes it, a failed compile has its log
+read, a compiled artifact brings the fleet up (pods, Service, PDB), ``kubectl scale`` up and down
+(promote, drain, delete), then the object is deleted. Every API request of the operator (Kopf's
+and the reconcile's clients, told apart from the test's own client by their User-Agent) is taken
+from the sandbox's request log and mapped to the (apiGroup, resource[/subresource], verb) RBAC
+would check. The test asserts both directions: the role allows every call, and grants nothing the
+operator did not use, except the allow-listed permissions below (each with its reason).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chart_support import Permission, by_kind, granted, load_e2e_harness, render
+from kubernetes_asyncio import client as k8s
+
+from neuronfleet.api.v1alpha1 import GROUP, PLURAL
+from neuronfleet.run_command import build_context, operator_tasks
+from neuronfleet.sandbox import NodeGroup, SandboxCluster
+
+REPO = Path(__file__).resolve().parents[2]
+NS = "search"
+OPERATOR_AGENT = "neuronfleet-operator-under-test"
+TEST_AGENT = "neuronfleet-rbac-test"
+
+#: Granted but not exercised by this flow, with the reason each is needed.
+UNEXERCISED_BUT_NEEDED = {
+    # Namespaced peering (operator.watchNamespaces set): Kopf peers through KopfPeering objects.
+    Permission("kopf.dev", "kopfpeerings", "list"): "namespaced peering",
+    Permission("kopf.dev", "kopfpeerings", "watch"): "namespaced peering",
+    Permission("kopf.dev", "kopfpeerings", "patch"): "namespaced peering",
+}
+
+#: Requests the sandbox answers that RBAC does not check with a resource rule (discovery).
+NON_RESOURCE = "non-resource"
+
+
+def operator_permissions(records: list[Any]) -> set[Permission]:
+    used = set()
+    for record in records:
+        if record.user_agent != OPERATOR_AGENT and not record.user_agent.startswith("kopf/"):
+            continue
+        if not record.resource:
+            continue  # /api, /apis, /version: discovery, allowed to every authenticated user
+        resource = f"{record.resource}/{record.subresource}" if record.subresource else record.resource
+        used.add(Permission(record.group, resource, record.verb))
+    return used
+
+
+async def _flow(cluster: SandboxCluster, tmp_path: Path) -> None:
+    harness_module = load_e2e_harness()
+    harness = harness_module.OperatorHarness(cluster, tmp_path)
+    api = await harness.api()
+    api.user_agent = TEST_AGENT
+    cluster.create("clusterkopfpeerings", {"metadata": {"name": "neuronfleet"}}, group="kopf.dev")
+    os.environ["KUBECONFIG"] = str(cluster.kubeconfig_path)
+    await harness.ensure_priority_classes()
+    context = await build_context(harness.settings, cluster.kubeconfig_path, clock=cluster.clock.wall)
+    context.reconciler.kube.api_client.user_agent = OPERATOR_AGENT
+    harness.context = context
+    harness._tasks = list(await operator_tasks(context, peering_name="neuronfleet", priority=10, in_process=True))
+    try:
+        manifest = harness.localize(
+            harness_module.example(
+                "bert-embeddings",
+                scaling={"mode": "Manual", "replicas": 1, "minReplicas": 0},
+                warmPool={"mode": "Fixed", "pods": 1, "nodePlaceholders": 1},
+            ),
+            namespace=NS,
+        )
+        name = manifest["metadata"]["name"]
+        # Any: the generated stubs omit the `_content_type` keyword the methods accept.
+        batch: Any = k8s.BatchV1Api(api)
+
+        def jobs() -> list[dict[str, Any]]:
+            return [j for j in cluster.list("jobs", NS, group="batch") if not j["metadata"].get("deletionTimestamp")]
+
+        # 1. No artifact yet: a compile Job; a spec change supersedes (deletes) it.
+        await harness.apply(manifest)
+        first = (await harness.wait(jobs, what="a compile Job"))[0]["metadata"]["name"]
+        await harness.patch_spec(NS, name, {"compile": {"extraArgs": ["--tag=v2"]}})
+        await harness.wait(
+            lambda: (
+                [j for j in jobs() if j["metadata"]["name"] != first]
+                and first not in {j["metadata"]["name"] for j in jobs()}
+            ),
+            what="the first compile Job superseded",
+        )
+        # 2. The compile fails: the operator reads its pod's log for the Compiled condition.
+        second = jobs()[0]["metadata"]["name"]
+        cluster.create(
+            "pods",
+            {
+                "metadata": {"name": f"{second}-pod", "labels": {"job-name": second}},
+                "spec": {"containers": [{"name": "compile", "image": "neuronserve"}], "nodeName": "nowhere"},
+            },
+            NS,
+        )
+        await batch.patch_namespaced_job_status(
+            second,
+            NS,
+            {
+                "status": {
+                    "conditions": [
+                        {
+                            "type": "Failed",
+                            "status": "True",
+                            "reason": "BackoffLimitExceeded",
+                            "message": "neuronx-cc exited 70",
+                        }
+                    ]
+                }
+            },
+            _content_type="application/merge-patch+json",
+        )
+        await harness.wait(
+            lambda: harness.condition(NS, name, "Compiled").get("reason") == "CompileFailed", what="CompileFailed"
+        )
+        # 3. A compiled artifact: the fleet comes up; scale up and down through the scale subresource.
+        tagged = {
+            **manifest,
+            "spec": {**manifest["spec"], "compile": {**manifest["spec"]["compile"], "extraArgs": ["--tag=v3"]}},
+        }
+        harness.precompile(tagged, label="v3")
+        await harness.patch_spec(NS, name, {"compile": {"extraArgs": ["--tag=v3"]}})
+        ready = harness_module.ready
+        await harness.wait(
+            lambda: len([p for p in harness.pods(NS, name, "active") if ready(p)]) == 1, what="one active pod ready"
+        )
+        await harness.scale(NS, name, 3)
+        await harness.wait(
+            lambda: len([p for p in harness.pods(NS, name, "active") if ready(p)]) == 3, what="three active pods"
+        )
+        await harness.scale(NS, name, 1)
+        await harness.wait(
+            lambda: len(harness.pods(NS, name, "active")) == 1 and not harness.pods(NS, name, "draining"),
+            timeout=300,
+            what="scaled down to one, drained",
+        )
+        # 4. Drift: someone edits the Service and the PDB; the operator patches them back.
+        core: Any = k8s.CoreV1Api(api)
+        policy: Any = k8s.PolicyV1Api(api)
+        await core.patch_namespaced_service(
+            name, NS, {"spec": {"selector": {f"{GROUP}/role": "warm"}}}, _content_type="application/merge-patch+json"
+        )
+        await policy.patch_namespaced_pod_disruption_budget(
+            name, NS, {"spec": {"maxUnavailable": 5}}, _content_type="application/merge-patch+json"
+        )
+        await harness.wait(
+            lambda: (
+                (cluster.get("services", name, NS) or {})["spec"]["selector"][f"{GROUP}/role"] == "active"
+                and (cluster.get("poddisruptionbudgets", name, NS, group="policy") or {})["spec"]["maxUnavailable"] != 5
+            ),
+            what="the Service and the PDB repaired",
+        )
+        # 5. Deletion: garbage collection removes the children; the operator has nothing to do.
+        await k8s.CustomObjectsApi(api).delete_namespaced_custom_object(GROUP, "v1alpha1", NS, PLURAL, name)
+        await harness.wait(
+            lambda: not [p for p in cluster.list("pods", NS) if p["metadata"]["name"] != f"{second}-pod"],
+            timeout=300,
+            what="children collected",
+        )
+    finally:
+        await harness.close()
+
+
+@pytest.mark.looptime
+async def test_cluster_role_allows_exactly_what_the_operator_uses(tmp_path: Path) -> None:
+    groups = [NodeGroup("inf2-serving", "inf2.xlarge", count=2, zones=("us-east-1a", "us-east-1b"), max_nodes=6)]
+    harness_module = load_e2e_harness()
+    async with SandboxCluster(
+        node_groups=groups,
+        crd_dir=REPO / "crds",
+        kopf_peering=True,
+        cold_start=harness_module.FAST_START,
+        provisioning_delay_s=5.0,
+        neuron_scheduler_name=harness_module.NEURON_SCHEDULER,
+    ) as cluster:
+        await _flow(cluster, tmp_path)
+        used = operator_permissions(cluster.request_log)
+
+    (role,) = by_kind(render(), "ClusterRole")
+    rules = role["rules"]
+    assert all("*" not in rule.get(key, []) for rule in rules for key in ("apiGroups", "resources", "verbs"))
+    allowed = granted(role)
+    assert used, "the flow made no operator API call: the request log or the user agents are wrong"
+    missing = sorted(str(p) for p in used - allowed)
+    assert not missing, f"the ClusterRole denies calls the operator made: {missing}"
+    unused = sorted(str(p) for p in allowed - used - set(UNEXERCISED_BUT_NEEDED))
+    assert not unused, f"the ClusterRole grants what the operator never used: {unused}"
+    assert not [p for p in allowed if p.resource == "secrets"]
