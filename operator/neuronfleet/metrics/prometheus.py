@@ -20,6 +20,7 @@ from typing import Any
 import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
+from urllib3.util.retry import Retry
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment, MetricQueries
 from neuronfleet.planning.signals import MetricSnapshot
@@ -69,8 +70,10 @@ class PrometheusMetrics:
 
     def _client(self, url: str) -> PrometheusConnect:
         if url not in self._clients:
-            # No retries: a slow Prometheus must not stall the reconcile; the next tick asks again.
-            self._clients[url] = PrometheusConnect(url=url, disable_ssl=True, retry=None)
+            # No retries: a slow or absent Prometheus must not stall the reconcile; the next tick
+            # asks again. (retry=None would mean the library's default: 3 retries with back-off,
+            # about 6 s per query against a closed port.)
+            self._clients[url] = PrometheusConnect(url=url, disable_ssl=True, retry=Retry(total=0))
         return self._clients[url]
 
     def _query_all(self, url: str, queries: dict[str, str], timeout: float) -> dict[str, QueryResult]:
