@@ -39,10 +39,15 @@ def helm(*args: str, timeout: float = 60.0, env: dict[str, str] | None = None) -
 
 
 def render(
-    values_files: Sequence[Path] = (), sets: Sequence[str] = (), namespace: str = "neuronfleet-system"
+    values_files: Sequence[Path] = (),
+    sets: Sequence[str] = (),
+    namespace: str = "neuronfleet-system",
+    include_crds: bool = False,
 ) -> list[dict[str, Any]]:
     """``helm template`` output as documents (hooks included, like an install would apply them)."""
     args = ["template", "nf", str(CHART), "--namespace", namespace]
+    if include_crds:
+        args.append("--include-crds")
     for values in values_files:
         args += ["--values", str(values)]
     for item in sets:

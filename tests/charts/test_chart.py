@@ -1,0 +1,234 @@
+"""The Helm chart with the real helm 4 binary: lint, render, validate, install on the sandbox.
+
+- ``helm lint --strict`` with the default and the CI values (tests/charts/values-ci.yaml);
+- ``helm template`` output (CRDs included) validated with kubernetes-validate against the
+  Kubernetes 1.34 schemas in strict mode (unknown fields fail). Custom resources have no schema
+  there: the kopf.dev peering objects are validated against the peering CRD the chart renders; the
+  Prometheus Operator PodMonitor is checked by the fields the relabeling needs (its CRD is not
+  vendored here);
+- every pod template against the restricted Pod Security profile (``pod_security``);
+- ``helm install`` / ``helm uninstall`` against the sandbox API server over HTTP (its storage-only
+  apps, rbac and Secret resources are what helm's release storage and the chart need).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+from chart_support import CHART, CI_VALUES, by_kind, helm, render
+from pod_security import pod_spec_of, restricted_violations
+
+from neuronfleet.kube.builders import build_priority_classes
+from neuronfleet.sandbox.cluster import ThreadedSandboxCluster
+
+KUBERNETES_VERSION = "1.34.0"
+VALUES = {"default": [], "ci": [CI_VALUES]}
+
+
+@pytest.fixture(scope="module", params=sorted(VALUES))
+def rendered(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
+    return render(VALUES[request.param], include_crds=True)
+
+
+@pytest.mark.parametrize("values", sorted(VALUES))
+def test_helm_lint_strict(values: str) -> None:
+    args = ["lint", "--strict", str(CHART)] + [arg for path in VALUES[values] for arg in ("--values", str(path))]
+    result = helm(*args)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_manifests_valid_for_kubernetes_1_34(rendered: list[dict[str, Any]]) -> None:
+    peering_schemas = {
+        crd["spec"]["names"]["kind"]: crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        for crd in by_kind(rendered, "CustomResourceDefinition")
+        if crd["spec"]["group"] == "kopf.dev"
+    }
+    custom: list[str] = []
+    for doc in rendered:
+        name = f"{doc['kind']}/{doc['metadata']['name']}"
+        if doc["apiVersion"] == "kopf.dev/v1":
+            jsonschema.validate(doc, peering_schemas[doc["kind"]])
+            custom.append(doc["kind"])
+            continue
+        if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+            custom.append(doc["kind"])
+            continue
+        try:
+            kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{name} is invalid for Kubernetes {KUBERNETES_VERSION}: {exc.message} at {list(exc.path)}")
+    # Nothing else escaped the schema check.
+    assert set(custom) <= {"ClusterKopfPeering", "KopfPeering", "PodMonitor"}
+    assert {"Deployment", "ClusterRole", "ClusterRoleBinding", "ServiceAccount", "PriorityClass"} <= {
+        d["kind"] for d in rendered
+    }
+    crds = {crd["metadata"]["name"] for crd in by_kind(rendered, "CustomResourceDefinition")}
+    assert "inferencedeployments.serving.neuronfleet.dev" in crds
+
+
+def test_pod_templates_meet_restricted_pod_security(rendered: list[dict[str, Any]]) -> None:
+    pods = [(doc["metadata"]["name"], pod_spec_of(doc)) for doc in rendered]
+    pods_found = [(name, pod) for name, pod in pods if pod is not None]
+    assert pods_found, "no pod template rendered"
+    for name, pod in pods_found:
+        assert restricted_violations(pod) == [], name
+        for container in pod["containers"]:
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_pod_security_check_reports_each_violation() -> None:
+    pod = {
+        "hostNetwork": True,
+        "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
+        "containers": [
+            {
+                "name": "bad",
+                "securityContext": {"privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}},
+                "ports": [{"containerPort": 80, "hostPort": 80}],
+            }
+        ],
+    }
+    problems = "\n".join(restricted_violations(pod))
+    for expected in (
+        "hostNetwork",
+        "hostPath",
+        "privileged",
+        "allowPrivilegeEscalation",
+        "runAsNonRoot",
+        "seccomp",
+        "drop ALL",
+        "SYS_ADMIN",
+        "hostPort",
+    ):
+        assert expected in problems
+
+
+def test_priority_classes_are_the_operators() -> None:
+    """Same names, values and preemption as the operator's builder; placeholders in [-10, 0)."""
+    chart = {pc["metadata"]["name"]: pc for pc in by_kind(render(), "PriorityClass")}
+    for wanted in build_priority_classes():
+        got = chart[wanted["metadata"]["name"]]
+        assert (got["value"], got["preemptionPolicy"], got["globalDefault"]) == (
+            wanted["value"],
+            wanted["preemptionPolicy"],
+            wanted["globalDefault"],
+        )
+    assert -10 <= chart["neuronfleet-placeholder"]["value"] < 0
+
+
+def _operator_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (deployment,) = by_kind(docs, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return dict(container)
+
+
+def test_default_install_peers_cluster_wide() -> None:
+    docs = render()
+    (deployment,) = by_kind(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    container = _operator_container(docs)
+    assert "--peering=neuronfleet" in container["args"]
+    assert "--priority" in container["args"][0]
+    assert {e["name"] for e in container["env"]} >= {"POD_ID", "NEURONFLEET_ARTIFACT_STORE"}
+    (peering,) = by_kind(docs, "ClusterKopfPeering")
+    assert peering["metadata"]["name"] == "neuronfleet"
+    assert "post-install" in peering["metadata"]["annotations"]["helm.sh/hook"]
+    assert not by_kind(docs, "PodMonitor")
+
+
+def test_ci_values_reach_the_operator() -> None:
+    docs = render([CI_VALUES])
+    container = _operator_container(docs)
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NEURONFLEET_ARTIFACT_STORE"] == "s3://neuronfleet-ci-artifacts/compiled/"
+    assert env["NEURONFLEET_NEURON_SCHEDULER"] == "my-scheduler"
+    assert env["NEURONFLEET_PROMETHEUS_URL"] == "http://prometheus-operated.monitoring.svc:9090"
+    assert {"--namespace=search", "--namespace=chat", "--interval=5", "--verbose"} <= set(container["args"])
+    # Namespaced operator: a KopfPeering per namespace, and Kopf may follow namespaces.
+    assert sorted(p["metadata"]["namespace"] for p in by_kind(docs, "KopfPeering")) == ["chat", "search"]
+    (role,) = by_kind(docs, "ClusterRole")
+    assert any("namespaces" in rule["resources"] for rule in role["rules"])
+    (monitor,) = by_kind(docs, "PodMonitor")
+    relabel = {r["targetLabel"]: r["sourceLabels"] for r in monitor["spec"]["podMetricsEndpoints"][0]["relabelings"]}
+    assert relabel["deployment"] == ["__meta_kubernetes_pod_label_serving_neuronfleet_dev_deployment"]
+    assert relabel["role"] == ["__meta_kubernetes_pod_label_serving_neuronfleet_dev_role"]
+    assert relabel["namespace"] == ["__meta_kubernetes_namespace"]
+
+
+@pytest.mark.parametrize(
+    ("setting", "complaint"),
+    [
+        ("priorityClasses.placeholderValue=-20", "placeholderValue"),
+        ("operator.prometheusUrl=prometheus:9090", "prometheusUrl"),
+        ("operator.artifactStore=bucket/prefix", "artifactStore"),
+        ("replicaCont=2", "replicaCont"),
+    ],
+)
+def test_values_schema_rejects_bad_values(setting: str, complaint: str) -> None:
+    result = helm("template", "nf", str(CHART), "--set", setting)
+    assert result.returncode != 0
+    assert complaint in result.stderr
+
+
+def test_dashboard_has_the_fleet_panels() -> None:
+    (config_map,) = [cm for cm in by_kind(render(), "ConfigMap") if cm["metadata"]["name"].endswith("-dashboard")]
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(config_map["data"]["neuronfleet-fleet.json"])
+    titles = " | ".join(panel["title"] for panel in dashboard["panels"]).lower()
+    for topic in ("fleet size", "warm pool", "queue depth", "latency", "cold start", "cost"):
+        assert topic in titles
+    constants = {v["name"]: v["query"] for v in dashboard["templating"]["list"] if v["type"] == "constant"}
+    assert float(constants["usd_per_replica_hour"]) == pytest.approx(0.7582)
+
+
+def test_helm_install_and_uninstall_on_the_sandbox(tmp_path: Path) -> None:
+    with ThreadedSandboxCluster() as cluster:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(cluster.kubeconfig_path),
+            "HELM_CACHE_HOME": str(tmp_path / "cache"),
+            "HELM_CONFIG_HOME": str(tmp_path / "config"),
+            "HELM_DATA_HOME": str(tmp_path / "data"),
+        }
+        install = helm(
+            "install",
+            "nf",
+            str(CHART),
+            "--namespace",
+            "default",
+            "--values",
+            str(CI_VALUES),
+            # Cluster-wide, and no PodMonitor: the sandbox serves no monitoring.coreos.com.
+            "--set",
+            "operator.watchNamespaces=null,monitoring.runtimePodMonitor.enabled=false",
+            env=env,
+        )
+        assert install.returncode == 0, install.stderr
+
+        def stored(plural: str, name: str, namespace: str | None = None, group: str = "") -> dict[str, Any] | None:
+            return cluster.call(lambda c: c.get(plural, name, namespace, group=group))
+
+        assert stored("deployments", "nf-neuronfleet", "default", group="apps") is not None
+        role = stored("clusterroles", "nf-neuronfleet", group="rbac.authorization.k8s.io")
+        assert role is not None and role["rules"]
+        assert stored("priorityclasses", "neuronfleet-placeholder", group="scheduling.k8s.io")["value"] == -1  # type: ignore[index]
+        assert stored(
+            "customresourcedefinitions", "inferencedeployments.serving.neuronfleet.dev", group="apiextensions.k8s.io"
+        )
+        # The post-install hook created the peering object once its CRD (a template) was served.
+        assert stored("clusterkopfpeerings", "neuronfleet", group="kopf.dev") is not None
+        status = helm("status", "nf", "--namespace", "default", env=env)
+        assert status.returncode == 0 and "STATUS: deployed" in status.stdout
+
+        uninstall = helm("uninstall", "nf", "--namespace", "default", env=env)
+        assert uninstall.returncode == 0, uninstall.stderr
+        assert stored("deployments", "nf-neuronfleet", "default", group="apps") is None
+        assert stored("clusterroles", "nf-neuronfleet", group="rbac.authorization.k8s.io") is None
+        # Kept on purpose (helm.sh/resource-policy: keep): other Kopf operators may peer through it.
+        assert stored("customresourcedefinitions", "clusterkopfpeerings.kopf.dev", group="apiextensions.k8s.io")
