@@ -1,217 +1,29 @@
-"""Harness for end-to-end tests: the real Kopf operator against the sandbox cluster.
-
-``OperatorHarness`` starts the operator's Kopf tasks in the test's loop, pointed at a sandbox by its
-kubeconfig, with a local artifact store; ``crash()`` cancels them abruptly (as a killed pod), and
-``start()`` again is a restart with empty memory.
-"""
+"""End-to-end tests: the real Kopf operator against the sandbox, under looptime."""
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import json
-import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
-import kopf
 import pytest
-import yaml
-from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio import config as k8s_config
+from operator_harness import (  # the chart tests load this module by path and use these names
+    FAST_START,
+    NEURON_SCHEDULER,
+    REPO,
+    OperatorHarness,
+    example,
+    inf2_node_groups,
+    ready,
+)
 
-from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION, InferenceDeployment
-from neuronfleet.artifacts.store import ArtifactStore
-from neuronfleet.handlers import OperatorContext
-from neuronfleet.kube.builders import BuilderConfig, build_priority_classes
-from neuronfleet.planning.compile import compile_request
-from neuronfleet.planning.fleet import FleetPolicy
-from neuronfleet.reconcile import OperatorSettings
-from neuronfleet.run_command import build_context, operator_tasks
-from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
-from neuronserve.manifest import RequestRecord, revision
-
-REPO = Path(__file__).resolve().parents[2]
-NEURON_SCHEDULER = "my-scheduler"
-FAST_START = ColdStartProfile(image_pull_s=2.0, container_start_s=0.5, readiness_s=3.0, shutdown_s=0.5, jitter=0.1)
-
-
-def example(name: str, **overrides: Any) -> dict[str, Any]:
-    """An example manifest, with top-level spec sections replaced by ``overrides``."""
-    doc: dict[str, Any] = yaml.safe_load((REPO / "examples" / f"{name}.yaml").read_text())
-    for section, value in overrides.items():
-        doc["spec"][section] = {**doc["spec"].get(section, {}), **value}
-    return doc
-
-
-class OperatorHarness:
-    """The operator (Kopf + reconcile) and a local artifact store, against one sandbox cluster."""
-
-    def __init__(self, cluster: SandboxCluster, workdir: Path, interval: float = 2.0) -> None:
-        self.cluster = cluster
-        self.store_dir = workdir / "artifacts"
-        self.model_dir = workdir / "model"
-        self.model_dir.mkdir(parents=True, exist_ok=True)
-        (self.model_dir / "config.json").write_text('{"model_type": "bert"}')
-        self.settings = OperatorSettings(
-            artifact_store=str(self.store_dir),
-            builder=BuilderConfig(default_scheduler_name=NEURON_SCHEDULER),
-            fleet=FleetPolicy(drain_grace_seconds=30.0, min_drain_seconds=1.0),
-            interval_seconds=interval,
-        )
-        self.context: OperatorContext | None = None
-        self._tasks: list[asyncio.Task[Any]] = []
-        self._api: k8s.ApiClient | None = None
-
-    # ---------------------------------------------------------------- operator lifecycle
-
-    async def start(self) -> OperatorContext:
-        os.environ["KUBECONFIG"] = str(self.cluster.kubeconfig_path)
-        await self.ensure_priority_classes()
-        self.context = await build_context(self.settings, self.cluster.kubeconfig_path, clock=self.cluster.clock.wall)
-        self._tasks = list(await operator_tasks(self.context, in_process=True))
-        return self.context
-
-    async def crash(self) -> None:
-        """Stop the operator abruptly, wherever it is (a killed process)."""
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
-        if self.context is not None:
-            await self.context.reconciler.kube.close()
-            self.context = None
-
-    async def api(self) -> k8s.ApiClient:
-        if self._api is None:
-            configuration = k8s.Configuration()
-            await k8s_config.load_kube_config(
-                config_file=str(self.cluster.kubeconfig_path), client_configuration=configuration
-            )
-            self._api = k8s.ApiClient(configuration)
-        return self._api
-
-    async def close(self) -> None:
-        await self.crash()
-        if self._api is not None:
-            await self._api.close()
-
-    # ------------------------------------------------------------------- test helpers
-
-    def localize(self, manifest: dict[str, Any], namespace: str = "default") -> dict[str, Any]:
-        """The manifest with a local model source and store, in ``namespace``."""
-        manifest = json.loads(json.dumps(manifest))
-        manifest["metadata"]["namespace"] = namespace
-        manifest["spec"]["model"]["source"] = str(self.model_dir)
-        manifest["spec"].setdefault("compile", {})["artifactStore"] = str(self.store_dir)
-        return manifest
-
-    def precompile(self, manifest: dict[str, Any], label: str = "v1") -> str:
-        """Record a compiled artifact for the manifest's compile request, as a compile Job would.
-
-        Returns the revision. The fleet tests exercise placement and the fleet, not compilation.
-        """
-        dep = InferenceDeployment.model_validate(manifest)
-        store = ArtifactStore()
-        request = compile_request(dep.spec, str(self.store_dir), store.fingerprint(dep.spec.model.source))
-        cache_key = hashlib.sha256(f"{request.key}/{label}".encode()).hexdigest()
-        record = RequestRecord(
-            cache_key=cache_key,
-            artifact_uri=f"{self.store_dir}/{cache_key}",
-            manifest_sha256=hashlib.sha256(label.encode()).hexdigest(),
-            backend="cpu",
-            revision=revision(cache_key),
-        )
-        path = Path(request.record_uri)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(record.to_json_bytes())
-        return cache_key[:10]
-
-    async def ensure_priority_classes(self) -> None:
-        """The PriorityClasses the Helm chart installs on a real cluster (same builder)."""
-        scheduling = k8s.SchedulingV1Api(await self.api())
-        for priority_class in build_priority_classes(self.settings.builder):
-            if (
-                self.cluster.get("priorityclasses", priority_class["metadata"]["name"], group="scheduling.k8s.io")
-                is None
-            ):
-                await scheduling.create_priority_class(priority_class)
-
-    async def ensure_namespace(self, namespace: str) -> None:
-        if self.cluster.get("namespaces", namespace) is None:
-            await k8s.CoreV1Api(await self.api()).create_namespace({"metadata": {"name": namespace}})
-
-    async def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        namespace = manifest["metadata"].get("namespace", "default")
-        await self.ensure_namespace(namespace)
-        custom = k8s.CustomObjectsApi(await self.api())
-        result: dict[str, Any] = await custom.create_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, manifest
-        )
-        return result
-
-    async def patch_spec(self, namespace: str, name: str, spec: dict[str, Any]) -> None:
-        custom = k8s.CustomObjectsApi(await self.api())
-        await custom.patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name, {"spec": spec}, _content_type="application/merge-patch+json"
-        )
-
-    async def scale(self, namespace: str, name: str, replicas: int) -> None:
-        custom = k8s.CustomObjectsApi(await self.api())
-        await custom.patch_namespaced_custom_object_scale(
-            GROUP,
-            VERSION,
-            namespace,
-            PLURAL,
-            name,
-            {"spec": {"replicas": replicas}},
-            _content_type="application/merge-patch+json",
-        )
-
-    def deployment(self, namespace: str, name: str) -> dict[str, Any]:
-        obj = self.cluster.get(PLURAL, name, namespace, group=GROUP)
-        assert obj is not None, f"{namespace}/{name} is gone"
-        return obj
-
-    def pods(self, namespace: str, name: str, role: str | None = None) -> list[dict[str, Any]]:
-        pods = [
-            p
-            for p in self.cluster.list("pods", namespace)
-            if (p["metadata"].get("labels") or {}).get(f"{GROUP}/deployment") == name
-            and not p["metadata"].get("deletionTimestamp")
-        ]
-        if role is not None:
-            pods = [p for p in pods if p["metadata"]["labels"].get(f"{GROUP}/role") == role]
-        return pods
-
-    def condition(self, namespace: str, name: str, kind: str) -> dict[str, Any]:
-        for condition in (self.deployment(namespace, name).get("status") or {}).get("conditions") or []:
-            if condition["type"] == kind:
-                return dict(condition)
-        return {}
-
-    async def wait(self, predicate: Callable[[], Any], timeout: float = 120.0, what: str = "condition") -> Any:
-        return await self.cluster.wait_for(predicate, timeout=timeout, what=what)
-
-
-def ready(pod: dict[str, Any]) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (pod.get("status") or {}).get("conditions") or []
-    )
+from neuronfleet.sandbox import SandboxCluster
 
 
 @pytest.fixture
 async def harness(tmp_path: Path) -> AsyncIterator[OperatorHarness]:
     """Two inf2.xlarge nodes, a provisioner for more of every Inf2 type, and the operator."""
-    groups = [
-        NodeGroup("inf2-serving", "inf2.xlarge", count=2, zones=("us-east-1a", "us-east-1b"), max_nodes=8),
-        NodeGroup("inf2-large", "inf2.24xlarge", count=0, zones=("us-east-1a", "us-east-1b"), max_nodes=4),
-        NodeGroup("inf2-huge", "inf2.48xlarge", count=0, zones=("us-east-1a", "us-east-1b"), max_nodes=2),
-    ]
     async with SandboxCluster(
-        node_groups=groups,
+        node_groups=inf2_node_groups(),
         crd_dir=REPO / "crds",
         cold_start=FAST_START,
         provisioning_delay_s=5.0,
@@ -226,12 +38,12 @@ async def harness(tmp_path: Path) -> AsyncIterator[OperatorHarness]:
             await harness.close()
 
 
-__all__ = ["FAST_START", "OperatorHarness", "example", "kopf", "ready"]
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every e2e test runs under looptime: minutes of kubelet delays and timers in seconds."""
     here = Path(__file__).parent
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.looptime)
+
+
+__all__ = ["FAST_START", "NEURON_SCHEDULER", "REPO", "OperatorHarness", "example", "harness", "ready"]

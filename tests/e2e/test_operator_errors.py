@@ -7,8 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-
-from conftest import REPO, OperatorHarness, example, ready
+from operator_harness import REPO, OperatorHarness, example, ready
 
 NS = "errors"
 

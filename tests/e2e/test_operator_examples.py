@@ -7,8 +7,8 @@ local store, so these tests exercise placement, the fleet and the status, not co
 from __future__ import annotations
 
 import pytest
+from operator_harness import OperatorHarness, example, ready
 
-from conftest import OperatorHarness, example, ready
 from neuronfleet.api.v1alpha1 import GROUP
 from neuronfleet.planning.catalog import LABEL_INSTANCE_TYPE, RESOURCE_NEURONCORE
 

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from conftest import OperatorHarness, example, ready
+from operator_harness import OperatorHarness, example, ready
+
 from neuronfleet.api.v1alpha1 import GROUP
 from neuronfleet.sandbox.store import WatchEvent
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from conftest import OperatorHarness, example, ready
+from operator_harness import OperatorHarness, example, ready
 
 NS = "kubectl"
 

@@ -12,7 +12,8 @@ import asyncio
 import random
 from typing import Any
 
-from conftest import OperatorHarness, example, ready
+from operator_harness import OperatorHarness, example, ready
+
 from neuronfleet.api.v1alpha1 import GROUP
 
 NS = "chaos"
