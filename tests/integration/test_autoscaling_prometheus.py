@@ -52,7 +52,18 @@ POOL_SIZE = 5
 CONCURRENCY = 12
 SCALE_DOWN_WINDOW = 6
 TOKEN_IDS = [101, *(1000 + (i * 37) % 5000 for i in range(60)), 102]
-SERVE = [NEURONSERVE, "serve", "--host", "127.0.0.1", "--torch-threads", "1", "--max-batch-delay-ms", "2"]
+SERVE = [
+    NEURONSERVE,
+    "serve",
+    "--host",
+    "127.0.0.1",
+    "--torch-threads",
+    "1",
+    "--max-batch-delay-ms",
+    "2",
+    "--grace-seconds",
+    "1",
+]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 
 
