@@ -340,29 +340,37 @@ class Reconciler:
             )
             policy = policy_for_spec(dep.spec, self.settings.fleet)
             plan = plan_fleet(dep.name, target, views, now, policy)
+
+        def status_now() -> dict[str, Any]:
+            return self._status(
+                dep,
+                raw_status,
+                plan,
+                placement,
+                decision,
+                scale,
+                warm,
+                metrics_ok,
+                scaling_message,
+                errors,
+                spec_problems,
+                now,
+            ) | {"coldStart": coldstart.status(memory.cold_start_state, measured_type).to_wire()}
+
+        measured_type = placement.chosen.instance_type.name if placement.chosen is not None else current_type
+        # The status is published before the actions: what it reports (the compiled artifact above
+        # all) is then visible before any pod it leads to is created.
+        status = status_now()
+        await self._patch_status(namespace, dep.name, raw_status, status)
+        published = status
+        if plan is not None and placement.chosen is not None:
             try:
                 await self._apply(dep, placement.chosen, plan.actions, namespace)
                 events += [_describe(a) for a in plan.actions]
                 await self._ensure_service(dep)
             except ApiException as exc:
                 errors.append(_api_error(exc))
-
-        status = self._status(
-            dep,
-            raw_status,
-            plan,
-            placement,
-            decision,
-            scale,
-            warm,
-            metrics_ok,
-            scaling_message,
-            errors,
-            spec_problems,
-            now,
-        )
-        measured_type = placement.chosen.instance_type.name if placement.chosen is not None else current_type
-        status["coldStart"] = coldstart.status(memory.cold_start_state, measured_type).to_wire()
+                status = status_now()
         events += _degraded_events(raw_status, status)
         if raw_status.get("desiredReplicas", 0) != status["desiredReplicas"]:
             events.append(
@@ -373,7 +381,7 @@ class Reconciler:
                     f"{scale.reason}",
                 )
             )
-        await self._patch_status(namespace, dep.name, raw_status, status)
+        await self._patch_status(namespace, dep.name, published, status)
         converged = plan is not None and not plan.actions and plan.summary.converged
         return ReconcileReport(
             plan.actions if plan else (), tuple(events), status, converged, "; ".join(errors) or None

