@@ -283,9 +283,11 @@ class Provisioner:
             self._empty_since.pop(name, None)
 
     def _schedule_wake(self, delay: float) -> None:
-        # One pending timer at most: churn must not pile up timers.
+        # One pending timer at most: churn must not pile up timers. The floor matters under
+        # looptime: its clock is quantized, and a remainder that rounds to zero would fire at once,
+        # again and again, without fake time ever advancing (a livelock in real time).
         loop = asyncio.get_running_loop()
-        due = loop.time() + max(delay, 0.0)
+        due = loop.time() + max(delay, MIN_WAKE_S)
         if self._timer is not None and not self._timer.cancelled() and self._timer.when() <= due:
             return
         if self._timer is not None:
@@ -295,6 +297,10 @@ class Provisioner:
     def _timer_fired(self) -> None:
         self._timer = None
         self._wake.set()
+
+
+#: Shortest consolidation wake-up delay (see _schedule_wake).
+MIN_WAKE_S = 0.05
 
 
 def _is_daemon(pod: Obj) -> bool:
