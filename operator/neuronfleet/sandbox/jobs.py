@@ -146,7 +146,8 @@ class JobController:
                 self._timers.pop(key, None)
                 self._wake.set()
 
-            self._timers[key] = asyncio.get_running_loop().call_later(max(delay, 0.0), fire)
+            # A floor, as in the provisioner: a zero-rounded delay livelocks under looptime.
+            self._timers[key] = asyncio.get_running_loop().call_later(max(delay, 0.05), fire)
 
     def stop(self) -> None:
         for timer in self._timers.values():
