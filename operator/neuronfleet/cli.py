@@ -170,6 +170,7 @@ def _optional_registrars() -> list[Callable[[argparse._SubParsersAction[argparse
         "neuronfleet.sim.command",
         "neuronfleet.sandbox.command",
         "neuronfleet.run_command",
+        "neuronfleet.demo_command",
     ):
         try:
             module = __import__(module_name, fromlist=["register"])
