@@ -105,6 +105,12 @@ def test_malformed_timestamps_are_ignored_not_raised() -> None:
     assert parse_time(None) is None and parse_time("2026-01-01T00:00:00.5Z") == T0.timestamp() + 0.5
 
 
+def test_a_node_created_after_the_binding_is_not_a_wait_for_a_node() -> None:
+    # The node's creationTimestamp is after the pod was scheduled onto it: inconsistent clocks.
+    sample = coldstart.measure(PodTimeline("a", "t", 0, 0, 5, 10, node_created=4000, node_ready=4000))
+    assert sample is not None and sample.node is None and sample.pod == 10
+
+
 def test_out_of_order_stamps_are_not_a_cold_start() -> None:
     assert coldstart.measure(PodTimeline("a", "t", created=10, scheduled=5, started=20, ready=30)) is None
 

@@ -9,8 +9,9 @@ rolling window per instance type. Phases of one pod:
 - ``load``: container running -> Ready (runtime init, artifact load and warm-up);
 - ``pod``: the pod's own cold start, on a node that was there: created -> Ready, or for a pod that
   waited for a new node, node ready -> pod Ready (what a pod pays once a node has room);
-- ``node``: for pods that waited for a new node only (the node was created after the pod):
-  pod created -> node Ready (node created when the node's Ready time is unknown).
+- ``node``: for pods that waited for a new node only (the node was created after the pod and
+  before the pod was bound to it): pod created -> node Ready (node created when the node's Ready
+  time is unknown).
 
 Each pod counts once (its uid is remembered while the pod exists), and only on its first start:
 a restarted container's timestamps describe the restart, not a cold start. :func:`status` gives
@@ -100,7 +101,9 @@ def measure(timeline: PodTimeline) -> ColdStartSample | None:
         return None
     node: float | None = None
     pod = ready - created
-    if timeline.node_created is not None and timeline.node_created > created:
+    # A node created after the pod, yet before the pod was bound to it, is one the pod waited for.
+    # A node "created" after the binding has an inconsistent timestamp: no node sample from it.
+    if timeline.node_created is not None and created < timeline.node_created <= scheduled:
         node_up = timeline.node_ready if timeline.node_ready is not None else timeline.node_created
         node_up = min(max(node_up, created), ready)
         node = node_up - created

@@ -1,0 +1,173 @@
+"""Measured cold starts on the sandbox: phases in status, and the Auto warm pool sized from them.
+
+Two deployments with the same scripted demand (a metrics source replaying a sawtooth of queue
+depth, so the scaling decisions and the warm pool's demand history are identical) run on two
+instance types whose kubelets have different configured start-up delays. Both report their phases
+in ``status.coldStart`` close to the configured delays; the slow one, whose measured pod cold start
+is far beyond the target, keeps more warm pods than the fast one. Under looptime.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from operator_harness import NEURON_SCHEDULER, REPO, OperatorHarness, example
+
+from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.handlers import OperatorContext
+from neuronfleet.planning.signals import MetricSnapshot
+from neuronfleet.run_command import build_context, operator_tasks
+from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
+
+NS = "coldstart"
+FAST = ColdStartProfile(image_pull_s=4.0, container_start_s=1.0, readiness_s=5.0, shutdown_s=0.5, jitter=0.05)
+SLOW = ColdStartProfile(image_pull_s=40.0, container_start_s=2.0, readiness_s=120.0, shutdown_s=0.5, jitter=0.05)
+PROVISIONING_DELAY = 45.0
+TARGET_QUEUE_DEPTH = 16
+#: The scripted demand: active replicas worth of queue, stepping 1..5 every 40 s in a 200 s cycle.
+STEP_SECONDS = 40.0
+LEVELS = 5
+
+
+class SawtoothMetrics:
+    """A metrics source whose queue depth follows the same sawtooth for every deployment."""
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+
+    async def snapshot(self, dep: InferenceDeployment, now: float) -> tuple[MetricSnapshot | None, str]:
+        level = 1 + int((now - self.start) // STEP_SECONDS) % LEVELS
+        return MetricSnapshot(now, queue_depth=level * TARGET_QUEUE_DEPTH, in_flight=0.0, utilization=0.0), "scripted"
+
+
+class ScriptedHarness(OperatorHarness):
+    async def start(self) -> OperatorContext:
+        os.environ["KUBECONFIG"] = str(self.cluster.kubeconfig_path)
+        await self.ensure_priority_classes()
+        metrics = SawtoothMetrics(self.cluster.clock.wall().timestamp())
+        self.context = await build_context(
+            self.settings, self.cluster.kubeconfig_path, metrics=metrics, clock=self.cluster.clock.wall
+        )
+        self._tasks = list(await operator_tasks(self.context, in_process=True))
+        return self.context
+
+
+@pytest.fixture
+async def scripted(tmp_path: Path) -> AsyncIterator[ScriptedHarness]:
+    groups = [
+        NodeGroup("fast", "inf2.xlarge", count=1, zones=("us-east-1a",), max_nodes=12),
+        NodeGroup("slow", "inf2.8xlarge", count=1, zones=("us-east-1a",), max_nodes=12),
+    ]
+    async with SandboxCluster(
+        node_groups=groups,
+        crd_dir=REPO / "crds",
+        cold_start_profiles={("inf2.xlarge", None): FAST, ("inf2.8xlarge", None): SLOW},
+        provisioning_delay_s=PROVISIONING_DELAY,
+        consolidation_delay_s=600.0,
+        neuron_scheduler_name=NEURON_SCHEDULER,
+    ) as cluster:
+        harness = ScriptedHarness(cluster, tmp_path, interval=5.0)
+        try:
+            await harness.start()
+            yield harness
+        finally:
+            await harness.close()
+
+
+def manifest(harness: OperatorHarness, name: str, instance_type: str, nodepool: str) -> dict[str, Any]:
+    doc = example(
+        "bert-embeddings",
+        scaling={
+            "mode": "Auto",
+            "minReplicas": 1,
+            "maxReplicas": 20,
+            "targetQueueDepth": TARGET_QUEUE_DEPTH,
+            "intervalSeconds": 5,
+            "panicWindowSeconds": 0,
+        },
+        warmPool={
+            "mode": "Auto",
+            "minPods": 0,
+            "maxPods": 6,
+            "maxNodePlaceholders": 0,
+            "coverage": 0.9,
+            "coldStartTargetSeconds": 10,
+            "assumedPodColdStartSeconds": 30,
+        },
+        placement={"instanceTypes": [instance_type], "nodeSelector": {"karpenter.sh/nodepool": nodepool}},
+    )
+    doc["metadata"]["name"] = name
+    return harness.localize(doc, namespace=NS)
+
+
+def cold_start(harness: OperatorHarness, name: str) -> dict[str, Any]:
+    return dict((harness.deployment(NS, name).get("status") or {}).get("coldStart") or {})
+
+
+def warm_pool(harness: OperatorHarness, name: str) -> dict[str, Any]:
+    return dict((harness.deployment(NS, name).get("status") or {}).get("warmPool") or {})
+
+
+def close(measured: float | None, expected: float, slack: float) -> bool:
+    return measured is not None and math.isclose(measured, expected, abs_tol=slack)
+
+
+async def test_phases_in_status_and_the_auto_warm_pool_follows_the_measured_cold_start(
+    scripted: ScriptedHarness,
+) -> None:
+    harness = scripted
+    for name, itype, pool in (("fast", "inf2.xlarge", "fast"), ("slow", "inf2.8xlarge", "slow")):
+        doc = manifest(harness, name, itype, pool)
+        harness.precompile(doc)
+        await harness.apply(doc)
+
+    # Both measure at least 3 pods, some of which waited for a new node.
+    await harness.wait(
+        lambda: all(
+            cold_start(harness, n).get("pod", {}).get("samples", 0) >= 3
+            and cold_start(harness, n).get("node", {}).get("samples", 0) >= 1
+            for n in ("fast", "slow")
+        ),
+        timeout=1200,
+        what="3 pod samples and 1 node sample on each deployment",
+    )
+    fast, slow = cold_start(harness, "fast"), cold_start(harness, "slow")
+    assert fast["instanceType"] == "inf2.xlarge" and slow["instanceType"] == "inf2.8xlarge"
+    # Load (container running -> Ready) is the configured readiness phase, within jitter and the
+    # timestamps' one-second resolution.
+    assert close(fast["load"]["p50Seconds"], FAST.readiness_s, 1.5), fast
+    assert close(slow["load"]["p50Seconds"], SLOW.readiness_s, 0.05 * SLOW.readiness_s + 1), slow
+    # Start (scheduled -> running) is at most a pull plus the container start (pulls are cached per node).
+    for measured, profile in ((fast, FAST), (slow, SLOW)):
+        assert profile.container_start_s - 1 <= measured["start"]["p50Seconds"]
+        assert measured["start"]["p90Seconds"] <= (profile.image_pull_s + profile.container_start_s) * 1.05 + 1
+        # Node provisioning: at most the configured delay plus the provisioner's reaction; a pod
+        # created while a node was already on its way waits only for the rest of it, so the
+        # percentiles interpolate between partial and whole waits.
+        node = measured["node"]
+        assert 0 < node["p50Seconds"] <= node["p90Seconds"] <= PROVISIONING_DELAY + 15, measured
+    assert max(fast["node"]["p90Seconds"], slow["node"]["p90Seconds"]) >= PROVISIONING_DELAY / 2
+    assert slow["pod"]["p90Seconds"] > SLOW.readiness_s > fast["pod"]["p90Seconds"]
+
+    # The same demand history, different measured cold starts: the slow type keeps more warm pods.
+    def pod_cold_start_used(pool: dict[str, Any]) -> float:
+        found = re.search(r"pod cold start (\d+)s", pool.get("reason", ""))
+        return float(found.group(1)) if found else math.nan
+
+    def sized() -> tuple[dict[str, Any], dict[str, Any]] | None:
+        f, s = warm_pool(harness, "fast"), warm_pool(harness, "slow")
+        measured = pod_cold_start_used(s) > SLOW.readiness_s and pod_cold_start_used(f) < 30
+        return (f, s) if measured and s.get("desiredPods", 0) > f.get("desiredPods", 0) else None
+
+    fast_pool, slow_pool = await harness.wait(
+        sized, timeout=600, what="the slow type's warm pool to outgrow the fast's"
+    )
+    # The assumed 30 s no longer applies to either: each uses its own measured p90.
+    assert pod_cold_start_used(fast_pool) == pytest.approx(fast["pod"]["p90Seconds"], abs=8)
+    assert slow_pool["desiredPods"] >= 1, slow_pool
