@@ -36,10 +36,14 @@ $(STAMP):
 
 install: $(STAMP)  ## create .venv and install everything (done by demo and test)
 
-demo: $(STAMP)  ## run the main job on the local sandbox
+# DEMO_ARGS: e.g. DEMO_ARGS="--minutes 40 --speed 20" or "--skip-compile"; see `neuronfleet demo -h`.
+DEMO_ARGS ?=
+
+demo: $(STAMP)  ## the tour: sandbox cluster + operator + compile + trace replay; report in demo-out/
 	@echo "==> validating the example InferenceDeployments offline (schema, CEL rules, Inf2 catalog)"
 	$(BIN)/neuronfleet validate -f examples/
-	@for f in examples/*.yaml; do echo "==> placement plan for $$f"; $(BIN)/neuronfleet plan -f $$f; done
+	@echo "==> sandbox demo (live view on a terminal, a line per simulated minute otherwise)"
+	$(BIN)/neuronfleet demo --out demo-out $(DEMO_ARGS)
 
 lint: $(STAMP)  ## ruff, mypy --strict, import-linter layering contracts
 	$(BIN)/ruff check operator runtime tests bench hack

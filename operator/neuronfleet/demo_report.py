@@ -1,0 +1,215 @@
+"""The sandbox demo's outputs: the console summary, and report.md, timeline.png and summary.json.
+
+Kept apart from :mod:`neuronfleet.demo_command` (which runs the demo) so that the figures of a
+finished run can be written and checked without the cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+@dataclass(frozen=True)
+class ScaleEvent:
+    """A ``Scaled`` Event the operator posted, at replay time ``t`` (seconds)."""
+
+    t: float
+    message: str
+
+
+@dataclass
+class DemoResult:
+    """Every figure of one demo run (what summary.json holds)."""
+
+    facts: dict[str, Any]
+    compile: str
+    requests: float
+    served: float
+    rejected: float
+    slo_attainment: float
+    p50_ms: float
+    p99_ms: float
+    replica_hours: float
+    warm_pod_hours: float
+    node_hours: dict[str, float]
+    usd: float
+    scale_events: int
+    scale_ups: int
+    scale_downs: int
+    events: list[ScaleEvent]
+    peak_active: int
+    min_active: int
+    peak_nodes: int
+    cold_start: dict[str, Any]
+    conditions: list[dict[str, str]]
+    timeline: dict[str, list[float]] = field(default_factory=dict)
+    wall_s: float = 0.0
+    replay_wall_s: float = 0.0
+    speed: float = 1.0
+    attribution: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        # JSON has no NaN: a latency with no served request is null.
+        for key in ("p50_ms", "p99_ms"):
+            if isinstance(data[key], float) and math.isnan(data[key]):
+                data[key] = None
+        return data
+
+
+def _cold_start_lines(cold_start: dict[str, Any]) -> list[str]:
+    """``status.coldStart`` as lines: one per phase with samples (p50 and p90 seconds)."""
+    lines = []
+    for phase, stats in cold_start.items():
+        if isinstance(stats, dict) and stats.get("samples"):
+            lines.append(
+                f"{phase}: {stats['samples']} measured, p50 {stats.get('p50Seconds', math.nan):.0f} s, "
+                f"p90 {stats.get('p90Seconds', math.nan):.0f} s"
+            )
+    return lines or ["none measured"]
+
+
+def print_summary(result: DemoResult, console: Console, out: Path) -> None:
+    table = Table(title="neuronfleet sandbox demo: summary", show_header=False)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    facts = result.facts
+    rows = [
+        ("replayed", f"{facts['minutes']:g} trace minutes, x{facts['rate_factor']:.0f} rate (simulated load)"),
+        ("requests (simulated)", f"{result.requests:,.0f}"),
+        ("rejected (queue full / no endpoint)", f"{result.rejected:,.0f}"),
+        (f"within the {facts['slo_ms']:.0f} ms SLO", f"{result.slo_attainment:.2%}"),
+        ("latency p50 / p99 (simulated)", f"{result.p50_ms:.1f} / {result.p99_ms:.1f} ms"),
+        ("active replica-hours", f"{result.replica_hours:.2f}"),
+        ("warm pod-hours", f"{result.warm_pod_hours:.2f}"),
+        ("node-hours", ", ".join(f"{k} {v:.2f}" for k, v in sorted(result.node_hours.items()))),
+        ("cost (on-demand catalog prices)", f"${result.usd:.2f}"),
+        ("scale events (up / down)", f"{result.scale_events} ({result.scale_ups} / {result.scale_downs})"),
+        ("active pods min / peak", f"{result.min_active} / {result.peak_active}"),
+        ("nodes peak", str(result.peak_nodes)),
+        ("compile", result.compile),
+        ("wall time (replay part)", f"{result.wall_s:.0f} s ({result.replay_wall_s:.0f} s)"),
+    ]
+    for label, value in rows:
+        table.add_row(label, value)
+    console.print(table)
+    console.print("cold starts measured by the operator (status.coldStart):")
+    for line in _cold_start_lines(result.cold_start):
+        console.print(f"  {line}")
+    console.print(f"[dim]{result.attribution}[/dim]")
+    console.print(f"report: {out / 'report.md'}, {out / 'timeline.png'}, {out / 'summary.json'}")
+
+
+def write_report(result: DemoResult, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(result.to_json(), indent=2, allow_nan=False) + "\n")
+    plot_timeline(result, out / "timeline.png")
+    (out / "report.md").write_text(report_markdown(result))
+
+
+def plot_timeline(result: DemoResult, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tl = result.timeline
+    minutes = [t / 60 for t in tl.get("t", [])]
+    fig, demand_ax = plt.subplots(figsize=(11, 5))
+    demand_ax.plot(minutes, tl.get("demand", []), color="0.6", lw=1, label="demand (req/s, simulated)")
+    demand_ax.set_xlabel("replay time (min)")
+    demand_ax.set_ylabel("requests / s")
+    demand_ax.set_ylim(bottom=0)
+    pods_ax = demand_ax.twinx()
+    pods_ax.step(minutes, tl.get("active", []), where="post", color="tab:blue", label="active pods")
+    pods_ax.step(minutes, tl.get("ready", []), where="post", color="tab:cyan", ls=":", label="ready active")
+    pods_ax.step(minutes, tl.get("warm", []), where="post", color="tab:orange", label="warm pods")
+    pods_ax.step(minutes, tl.get("desired", []), where="post", color="tab:green", ls="--", lw=1, label="desired")
+    pods_ax.set_ylabel("pods")
+    pods_ax.set_ylim(bottom=0)
+    for event in result.events:
+        pods_ax.axvline(event.t / 60, color="tab:red", alpha=0.25, lw=1)
+    handles = demand_ax.get_legend_handles_labels()[0] + pods_ax.get_legend_handles_labels()[0]
+    labels = demand_ax.get_legend_handles_labels()[1] + pods_ax.get_legend_handles_labels()[1]
+    pods_ax.legend(handles, labels, loc="upper left", fontsize=8)
+    demand_ax.set_title("neuronfleet sandbox demo: demand vs pods (red lines: the operator's Scaled events)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def report_markdown(result: DemoResult) -> str:
+    facts = result.facts
+    events = "\n".join(f"| {e.t / 60:.1f} | {e.message} |" for e in result.events) or "| - | none |"
+    conditions = "\n".join(
+        f"| {c['type']} | {c['status']} | {c['reason']} | {c['message'][:160]} |" for c in result.conditions
+    )
+    node_hours = ", ".join(f"{k}: {v:.2f}" for k, v in sorted(result.node_hours.items()))
+    cold = "\n".join(f"- {line}" for line in _cold_start_lines(result.cold_start))
+    return f"""# neuronfleet sandbox demo
+
+## What ran
+
+- **The operator**: the real neuronfleet operator (Kopf handlers, reconcile, planning), in-process.
+- **The cluster**: the sandbox, an emulated Kubernetes API server with Inf2 node groups (inf2.xlarge),
+  scheduler, kubelet (emulated pod start-ups) and a Karpenter-like provisioner. Real HTTP between them.
+- **Compile**: {result.compile}.
+- **Load (simulated)**: {facts["minutes"]:g} minutes of the trace from minute {facts["trace_start_minute"]:g}
+  ({facts["trace_requests"]:,} requests), each arrival replicated x{facts["rate_factor"]:.0f} with 1 s
+  jitter (keeps the bursts), so that the busiest minute needs {facts["peak_replicas_at_full_throughput"]:g}
+  replicas at full throughput. The requests feed the simulator's fluid queue, served at
+  {facts["per_replica_req_per_s"]:,.0f} req/s per ready active replica (profile {facts["profile"]}:
+  bert-base on Inf2 from the Neuron performance page, per NeuronCore). **No model server runs in the
+  pods**: queue depth, in-flight requests, utilization and arrival rate are what the operator reads
+  instead of Prometheus, and the latency figures below are the simulator's.
+- Time: compressed with looptime, {result.speed:g} simulated seconds per wall second
+  (wall time {result.wall_s:.0f} s, of which {result.replay_wall_s:.0f} s for the replay).
+
+## Figures
+
+| figure | value |
+| --- | --- |
+| requests (simulated) | {result.requests:,.0f} |
+| rejected | {result.rejected:,.0f} |
+| within the {facts["slo_ms"]:.0f} ms SLO | {result.slo_attainment:.2%} |
+| latency p50 / p99 (simulated) | {result.p50_ms:.1f} / {result.p99_ms:.1f} ms |
+| active replica-hours | {result.replica_hours:.2f} |
+| warm pod-hours | {result.warm_pod_hours:.2f} |
+| node-hours | {node_hours} |
+| cost at on-demand catalog prices | ${result.usd:.2f} |
+| scale events (up / down) | {result.scale_events} ({result.scale_ups} / {result.scale_downs}) |
+| active pods min / peak | {result.min_active} / {result.peak_active} |
+| nodes peak | {result.peak_nodes} |
+
+![demand and pods over time](timeline.png)
+
+## Cold starts measured by the operator (`status.coldStart`)
+
+{cold}
+
+These are the emulated cluster's start-up delays (shortened from real Inf2 figures so the demo
+shows several scale-ups), as the operator measured them from pod and node timestamps.
+
+## Scaling events (the operator's `Scaled` Events)
+
+| minute | message |
+| --- | --- |
+{events}
+
+## Conditions at the end
+
+| type | status | reason | message |
+| --- | --- | --- | --- |
+{conditions}
+
+## Attribution
+
+{result.attribution}
+"""

@@ -1,0 +1,66 @@
+"""`neuronfleet demo` end to end on a short slice: the real operator scales the example under replayed load.
+
+Runs :func:`neuronfleet.demo_command.run_demo` itself (it makes its own looptime loop, so this test
+is synchronous) for three simulated minutes of the busiest stretch of the shared trace, with the
+compile skipped, at a speed the machine cannot reach (the pacer then never sleeps).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from neuronfleet.demo_command import DEFAULT_TRACE, DemoError, DemoOptions, run_demo
+from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES
+
+pytestmark = pytest.mark.skipif(not DEFAULT_TRACE.exists(), reason=f"trace {DEFAULT_TRACE} not present")
+
+
+def test_short_demo_scales_the_fleet_and_writes_a_consistent_report(tmp_path: Path) -> None:
+    out = tmp_path / "demo-out"
+    console = Console(file=(tmp_path / "console.txt").open("w"), width=140)
+    result = run_demo(
+        DemoOptions(minutes=3.0, speed=1000.0, out=out, live=False, skip_compile=True, start_minute=26.0),
+        console,
+    )
+
+    for name in ("report.md", "timeline.png", "summary.json"):
+        assert (out / name).stat().st_size > 0, name
+    summary = json.loads((out / "summary.json").read_text())
+    report = (out / "report.md").read_text()
+    assert "CC-BY 4.0" in report and "No model server runs" in report
+    assert "skipped (--skip-compile)" in summary["compile"]
+
+    # The operator scaled the fleet up from minReplicas (2) under the replayed load, through its Events.
+    timeline = summary["timeline"]
+    assert summary["min_active"] == 2
+    assert summary["peak_active"] > summary["min_active"]
+    assert summary["peak_active"] == max(timeline["active"])
+    assert summary["scale_ups"] >= 1 and summary["scale_events"] == len(summary["events"])
+    assert summary["peak_nodes"] > 2, "the provisioner launched nodes for the new pods"
+    assert max(timeline["ready"]) > 2, "new pods were scheduled and became ready"
+
+    # Figures agree with each other.
+    assert summary["requests"] == pytest.approx(summary["served"] + summary["rejected"], rel=1e-9)
+    assert summary["requests"] > 1000
+    assert 0.0 <= summary["slo_attainment"] <= 1.0
+    cost = sum(hours * INF2_INSTANCE_TYPES[kind].usd_per_hour for kind, hours in summary["node_hours"].items())
+    assert summary["usd"] == pytest.approx(cost)
+    # Replica-hours lie between the fleet's smallest and largest size over the three minutes.
+    hours = 3.0 / 60.0
+    assert summary["min_active"] * hours <= summary["replica_hours"] <= summary["peak_active"] * hours
+    assert math.isclose(result.replica_hours, summary["replica_hours"])
+    # The operator measured cold starts of the pods it added (status.coldStart).
+    assert summary["cold_start"]["pod"]["samples"] >= 1
+    assert timeline["t"][-1] <= 180.0 and len(timeline["t"]) >= 30
+
+
+def test_bad_trace_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "trace.csv"
+    bad.write_text("when,what\n1,2\n")
+    with pytest.raises(DemoError, match="no arrival-time column"):
+        run_demo(DemoOptions(trace=bad, out=tmp_path / "out", live=False, skip_compile=True), Console(file=None))
