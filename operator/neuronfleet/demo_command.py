@@ -39,6 +39,7 @@ from typing import Any
 
 import looptime
 import yaml
+from rich.columns import Columns
 from rich.console import Console, Group
 from rich.live import Live
 from rich.panel import Panel
@@ -248,7 +249,9 @@ class Recorder:
     min_active: int | None = None
     peak_nodes: int = 0
     events: list[ScaleEvent] = field(default_factory=list)
-    recent: deque[tuple[str, str, str]] = field(default_factory=lambda: deque(maxlen=8))
+    #: The operator's Events (on the InferenceDeployment), newest first, and the cluster's.
+    recent: deque[tuple[str, str, str]] = field(default_factory=lambda: deque(maxlen=7))
+    cluster_recent: deque[tuple[str, str, str]] = field(default_factory=lambda: deque(maxlen=3))
     started: bool = False
     replay_now: float = 0.0
 
@@ -259,7 +262,11 @@ class Recorder:
         reason = str(obj.get("reason") or "")
         message = str(obj.get("message") or "")
         stamp = f"{self.replay_now / 60:5.1f}m" if self.started else "setup"
-        self.recent.appendleft((stamp, reason, message))
+        kind = (obj.get("involvedObject") or {}).get("kind")
+        feed = self.recent if kind == "InferenceDeployment" else self.cluster_recent
+        if feed and feed[0][1:] == (reason, message):
+            return  # the same event again (e.g. FailedScheduling per pending pod)
+        feed.appendleft((stamp, reason, message))
         if self.started and reason == "Scaled":
             self.events.append(ScaleEvent(self.replay_now, message))
 
@@ -320,28 +327,34 @@ def render(
         str(view.placeholders),
         str(sum(view.nodes_by_type.values())),
     )
-    nodes = Table(title="pods per node (A active, W warm, D draining, P placeholder; lower case: not ready)")
-    nodes.add_column("node")
-    nodes.add_column("type")
-    nodes.add_column("zone")
-    nodes.add_column("pods")
     glyph = {"active": "A", "warm": "W", "draining": "D", "placeholder": "P"}
+    cells = []
     for name, (itype, zone, pods) in sorted(view.nodes.items()):
         marks = "".join(glyph.get(r, "?") if ok or r == "placeholder" else glyph.get(r, "?").lower() for r, ok in pods)
-        nodes.add_row(name, itype, zone, marks or "-")
-    events = Table(title="recent events (posted by the operator and the cluster)", expand=True)
+        cells.append(Text(f"{name.split('.')[0]} {itype} {zone[-2:]} [{marks or '-':<4}]"))
+    nodes = Panel(
+        Columns(cells, padding=(0, 3)),
+        title="pods per node: A active, W warm, D draining, P placeholder (lower case: starting)",
+    )
+    events = Table(title="the operator's Events (newest first)", expand=True)
     events.add_column("when", no_wrap=True)
     events.add_column("reason", no_wrap=True)
     events.add_column("message", overflow="ellipsis", no_wrap=True)
     for stamp, reason, message in recorder.recent:
-        events.add_row(stamp, reason, message[:140])
+        events.add_row(stamp, reason, message[:160])
+    cluster_events = Text(
+        "\n".join(f"{stamp} {reason}: {message[:120]}" for stamp, reason, message in recorder.cluster_recent),
+        style="dim",
+    )
     conds = Text(
         "  ".join(
             f"{c.get('type')}={c.get('status')}({c.get('reason', '')})" for c in view.status.get("conditions") or []
         ),
         style="dim",
     )
-    return Group(head, load, nodes, events, Panel(conds, title="conditions"))
+    return Group(
+        head, load, nodes, events, Panel(cluster_events, title="cluster events"), Panel(conds, title="conditions")
+    )
 
 
 class Display:
