@@ -106,6 +106,9 @@ class DemoOptions:
     peak_replicas: float = 9.0
     #: Minutes 22-42 of the default trace hold its busiest stretch and the drop after it.
     start_minute: float = 22.0
+    #: Minutes of the trace before ``start_minute`` replayed first and left out of the figures: the
+    #: fleet meets the measured span sized by the operator for the traffic, not at minReplicas.
+    lead_in_minutes: float = 3.0
     seed: int = 0
 
 
@@ -253,7 +256,14 @@ class Recorder:
     recent: deque[tuple[str, str, str]] = field(default_factory=lambda: deque(maxlen=7))
     cluster_recent: deque[tuple[str, str, str]] = field(default_factory=lambda: deque(maxlen=3))
     started: bool = False
+    #: Replay seconds of lead-in before the measured span (figures and timeline start after it).
+    lead_in: float = 0.0
     replay_now: float = 0.0
+
+    @property
+    def measured_now(self) -> float:
+        """Seconds into the measured span (negative during the lead-in)."""
+        return self.replay_now - self.lead_in
 
     def on_store_event(self, event: WatchEvent) -> None:
         if event.resource != ("", "events") or event.type != "ADDED":
@@ -261,14 +271,14 @@ class Recorder:
         obj = event.obj
         reason = str(obj.get("reason") or "")
         message = str(obj.get("message") or "")
-        stamp = f"{self.replay_now / 60:5.1f}m" if self.started else "setup"
+        stamp = f"{self.measured_now / 60:5.1f}m" if self.started else "setup"
         kind = (obj.get("involvedObject") or {}).get("kind")
         feed = self.recent if kind == "InferenceDeployment" else self.cluster_recent
         if feed and feed[0][1:] == (reason, message):
             return  # the same event again (e.g. FailedScheduling per pending pod)
         feed.appendleft((stamp, reason, message))
-        if self.started and reason == "Scaled":
-            self.events.append(ScaleEvent(self.replay_now, message))
+        if self.started and reason == "Scaled" and self.measured_now >= 0:
+            self.events.append(ScaleEvent(self.measured_now, message))
 
     def integrate(self, view: FleetView, seconds: float) -> None:
         for itype, count in view.nodes_by_type.items():
@@ -280,8 +290,9 @@ class Recorder:
         self.peak_nodes = max(self.peak_nodes, sum(view.nodes_by_type.values()))
 
     def sample(self, t: float, view: FleetView) -> None:
+        """One timeline row at replay second ``t`` (stored as measured time)."""
         row = {
-            "t": t,
+            "t": t - self.lead_in,
             "demand": self.replay.demand(t),
             "queue": self.replay.queue_depth(),
             "desired": view.desired,
@@ -317,7 +328,7 @@ def render(
     for column in ("demand req/s", "queue", "util", "desired", "active", "ready", "warm", "placeholders", "nodes"):
         load.add_column(column, justify="right")
     load.add_row(
-        f"{recorder.replay.demand(replay_t):,.0f}",
+        f"{recorder.replay.demand(replay_t + recorder.lead_in):,.0f}",
         f"{recorder.replay.queue_depth():,.0f}",
         f"{recorder.replay.utilization():.0%}",
         str(view.desired),
@@ -444,7 +455,8 @@ def prepare_load(options: DemoOptions, dep: InferenceDeployment) -> tuple[Replay
         trace = traces.load(options.trace)
     except traces.TraceError as exc:
         raise DemoError(str(exc)) from None
-    start_s, duration = options.start_minute * 60.0, options.minutes * 60.0
+    lead_in = min(options.lead_in_minutes, options.start_minute) * 60.0
+    start_s, duration = options.start_minute * 60.0 - lead_in, lead_in + options.minutes * 60.0
     keep = (trace.arrivals >= start_s) & (trace.arrivals < start_s + duration)
     if not keep.any():
         raise DemoError(
@@ -461,6 +473,7 @@ def prepare_load(options: DemoOptions, dep: InferenceDeployment) -> tuple[Replay
         "trace": str(options.trace),
         "trace_requests": len(sliced),
         "trace_start_minute": options.start_minute,
+        "lead_in_minutes": lead_in / 60.0,
         "minutes": options.minutes,
         "rate_factor": factor,
         "peak_replicas_at_full_throughput": options.peak_replicas,
@@ -468,7 +481,7 @@ def prepare_load(options: DemoOptions, dep: InferenceDeployment) -> tuple[Replay
         "profile": profile.name,
         "slo_ms": profile.slo_ms,
     }
-    replay = ReplayLoad(workload, profile, serving=lambda: 0, duration=duration)
+    replay = ReplayLoad(workload, profile, serving=lambda: 0, duration=duration, measure_from=lead_in)
     return replay, facts
 
 
@@ -574,7 +587,7 @@ async def _demo(options: DemoOptions, console: Console) -> DemoResult:
                 phase = "compiling" if not options.skip_compile else "starting"
 
                 def show(force: bool = False) -> None:
-                    t = replay.elapsed(cluster.clock.wall().timestamp())
+                    t = replay.elapsed(cluster.clock.wall().timestamp()) - float(facts["lead_in_minutes"]) * 60.0
                     view = read_fleet(cluster, namespace, name)
                     display.update(
                         lambda: render(options, phase, t, view, recorder, pacer.speed, time.monotonic() - wall_start),
@@ -614,13 +627,15 @@ async def _demo(options: DemoOptions, console: Console) -> DemoResult:
                     f"{min_replicas} ready replicas",
                     show,
                 )
-                phase = "replaying the trace"
+                lead_in = float(facts["lead_in_minutes"]) * 60.0
+                phase = "lead-in (not measured)" if lead_in > 0 else "replaying the trace"
                 replay.start(cluster.clock.wall().timestamp())
                 recorder.started = True
-                duration = options.minutes * 60.0
+                recorder.lead_in = lead_in
+                duration = replay.duration
                 replay_wall_start = time.monotonic()
                 last = 0.0
-                next_sample = 0.0
+                next_sample = lead_in
                 while last < duration:
                     await asyncio.sleep(1.0)
                     now = cluster.clock.wall().timestamp()
@@ -628,7 +643,10 @@ async def _demo(options: DemoOptions, console: Console) -> DemoResult:
                     replay.advance(replay.origin + t if replay.origin is not None else now)
                     recorder.replay_now = t
                     view = read_fleet(cluster, namespace, name)
-                    recorder.integrate(view, t - last)
+                    measured_step = t - max(last, lead_in)
+                    if measured_step > 0:
+                        phase = "replaying the trace"
+                        recorder.integrate(view, measured_step)
                     last = t
                     if t >= next_sample:
                         recorder.sample(t, view)
@@ -661,8 +679,10 @@ async def cluster_apply(cluster: SandboxCluster, manifest: dict[str, Any]) -> No
 
 
 def _line(phase: str, t: float, view: FleetView, replay: ReplayLoad) -> str:
+    """One progress line; ``t`` in measured seconds (negative during the lead-in)."""
+    demand = replay.demand(t + replay.measure_from)
     return (
-        f"[{t / 60:5.1f} min] {phase}: demand {replay.demand(t):7,.0f} req/s, queue {replay.queue_depth():6,.0f}, "
+        f"[{t / 60:5.1f} min] {phase}: demand {demand:7,.0f} req/s, queue {replay.queue_depth():6,.0f}, "
         f"desired {view.desired}, active {view.active} (ready {view.ready}), warm {view.warm_ready}/{view.warm}, "
         f"placeholders {view.placeholders}, nodes {sum(view.nodes_by_type.values())}"
     )
@@ -780,6 +800,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         skip_compile=args.skip_compile,
         peak_replicas=args.peak_replicas,
         start_minute=args.start_minute,
+        lead_in_minutes=args.lead_in,
         seed=args.seed,
     )
     try:
@@ -799,6 +820,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=22.0,
         help="trace minute to start at (default: 22: the busiest stretch of the default trace and the drop after it)",
+    )
+    parser.add_argument(
+        "--lead-in",
+        type=float,
+        default=3.0,
+        help="trace minutes before --start-minute replayed first and not measured (default: 3; 0: the fleet "
+        "meets the traffic at minReplicas)",
     )
     parser.add_argument("--speed", type=float, default=10.0, help="simulated seconds per wall second (default: 10)")
     parser.add_argument(

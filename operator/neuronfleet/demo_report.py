@@ -161,8 +161,10 @@ def report_markdown(result: DemoResult) -> str:
 - **The cluster**: the sandbox, an emulated Kubernetes API server with Inf2 node groups (inf2.xlarge),
   scheduler, kubelet (emulated pod start-ups) and a Karpenter-like provisioner. Real HTTP between them.
 - **Compile**: {result.compile}.
-- **Load (simulated)**: {facts["minutes"]:g} minutes of the trace from minute {facts["trace_start_minute"]:g}
-  ({facts["trace_requests"]:,} requests), each arrival replicated x{facts["rate_factor"]:.0f} with 1 s
+- **Load (simulated)**: {facts["minutes"]:g} minutes of the trace from minute {facts["trace_start_minute"]:g},
+  after a lead-in of {facts.get("lead_in_minutes", 0):g} minutes before it that is replayed but left out of every
+  figure below (so the fleet meets the measured span as the operator sized it, not at minReplicas)
+  ({facts["trace_requests"]:,} trace requests in all), each arrival replicated x{facts["rate_factor"]:.0f} with 1 s
   jitter (keeps the bursts), so that the busiest minute needs {facts["peak_replicas_at_full_throughput"]:g}
   replicas at full throughput. The requests feed the simulator's fluid queue, served at
   {facts["per_replica_req_per_s"]:,.0f} req/s per ready active replica (profile {facts["profile"]}:

@@ -24,7 +24,9 @@ def test_short_demo_scales_the_fleet_and_writes_a_consistent_report(tmp_path: Pa
     out = tmp_path / "demo-out"
     console = Console(file=(tmp_path / "console.txt").open("w"), width=140)
     result = run_demo(
-        DemoOptions(minutes=3.0, speed=1000.0, out=out, live=False, skip_compile=True, start_minute=26.0),
+        DemoOptions(
+            minutes=3.0, speed=1000.0, out=out, live=False, skip_compile=True, start_minute=26.0, lead_in_minutes=0.0
+        ),
         console,
     )
 

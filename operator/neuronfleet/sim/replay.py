@@ -77,12 +77,15 @@ class ReplayLoad:
         serving: Callable[[], int],
         *,
         duration: float,
+        measure_from: float = 0.0,
         scrape_delay: float = DEFAULT_SCRAPE_DELAY,
     ) -> None:
         self.workload = workload
         self.profile = profile
         self.serving = serving
         self.duration = duration
+        #: Replay seconds before which arrivals are a lead-in, left out of :meth:`totals`.
+        self.measure_from = measure_from
         self.scrape_delay = scrape_delay
         self.sim = Simulation(workload, profile)
         self.origin: float | None = None
@@ -146,13 +149,14 @@ class ReplayLoad:
     def totals(self) -> ReplayTotals:
         """Requests, rejections and latency of the arrivals replayed so far (the simulator's method)."""
         stop = min(self._bin, self._end_bin)
-        count = self.workload.count[:stop]
-        work = self.workload.work[:stop]
+        first = min(stop, int(self.measure_from / self.workload.dt + 1e-9))
+        count = self.workload.count[first:stop]
+        work = self.workload.work[first:stop]
         with np.errstate(invalid="ignore", divide="ignore"):
-            reject_share = np.where(work > 0, self.sim.rejected[:stop] / work, 0.0)
+            reject_share = np.where(work > 0, self.sim.rejected[first:stop] / work, 0.0)
         rejected = count * reject_share
         served = count - rejected
-        latency_ms = self.sim.waits()[:stop] * 1e3 + self.sim.service_ms[:stop]
+        latency_ms = self.sim.waits()[first:stop] * 1e3 + self.sim.service_ms[first:stop]
         within = np.where(latency_ms <= self.profile.slo_ms, served, 0.0)
         finite = np.isfinite(latency_ms) & (served > 0)
         p50 = p99 = math.nan

@@ -1,0 +1,74 @@
+"""ReplayLoad: the simulator's queue served by however many replicas the cluster reports, as a MetricsSource."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.sim.profiles import load_profile
+from neuronfleet.sim.replay import ReplayLoad, per_replica_profile
+from neuronfleet.sim.trace import Trace
+from neuronfleet.sim.workload import build
+
+ORIGIN = 1_800_000_000.0
+DEP = InferenceDeployment.model_validate(
+    {
+        "apiVersion": "serving.neuronfleet.dev/v1alpha1",
+        "kind": "InferenceDeployment",
+        "metadata": {"name": "m", "namespace": "n"},
+        "spec": {"model": {"name": "m", "source": "/tmp/m", "neuronCoresPerReplica": 1}},
+    }
+)
+
+
+def steady_load(rate_per_replica_share: float, seconds: int = 120) -> tuple[ReplayLoad, list[int]]:
+    """A constant arrival rate of ``share`` x one replica's throughput, and a settable replica count."""
+    profile = per_replica_profile(load_profile("bert-base"), 1)
+    best = max(p.throughput_per_s for p in profile.efficient_batches())
+    # 100 arrivals per second, scaled so the rate is ``share`` replicas' worth.
+    trace = Trace(np.arange(0, seconds, 0.01), None, None, "steady")
+    factor = rate_per_replica_share * best / 100.0
+    workload = build(trace, profile, factor, jitter=0.0, seed=0)
+    replicas = [1]
+    load = ReplayLoad(workload, profile, lambda: replicas[0], duration=float(seconds), measure_from=30.0)
+    return load, replicas
+
+
+def test_per_replica_profile_splits_throughput_by_neuroncores() -> None:
+    base = load_profile("bert-base")
+    half = per_replica_profile(base, 1, max_queue=512)
+    assert [p.throughput_per_s for p in half.batches or []] == [p.throughput_per_s / 2 for p in base.batches or []]
+    assert half.max_queue == 512 and half.replicas_per_node == 2
+
+
+async def test_before_the_start_the_fleet_reports_idle_not_unavailable() -> None:
+    load, _ = steady_load(0.5)
+    snapshot, why = await load.snapshot(DEP, ORIGIN)
+    assert snapshot is not None and why == ""
+    assert (snapshot.queue_depth, snapshot.arrival_rate, snapshot.utilization) == (0.0, 0.0, 0.0)
+
+
+async def test_queue_builds_when_underserved_and_drains_when_scaled() -> None:
+    load, replicas = steady_load(1.5)
+    load.start(ORIGIN)
+    for second in range(1, 61):
+        load.advance(ORIGIN + second)
+    backlog = load.queue_depth()
+    assert backlog == pytest.approx(load.profile.max_queue), "1.5 replicas' worth on one replica fills its queue"
+    snapshot, _ = await load.snapshot(DEP, ORIGIN + 60)
+    assert snapshot is not None
+    assert snapshot.time == pytest.approx(ORIGIN + 60 - load.scrape_delay)
+    assert snapshot.utilization == pytest.approx(1.0)
+    assert snapshot.arrival_rate == pytest.approx(load.demand(60.0, window=60.0), rel=0.05)
+
+    replicas[0] = 3
+    for second in range(61, 121):
+        load.advance(ORIGIN + second)
+    assert load.queue_depth() < 1.0, "three replicas drain the backlog"
+    totals = load.totals()
+    # Only arrivals from 30 s on count (the lead-in is left out).
+    assert totals.requests == pytest.approx(float(load.workload.count[3000:12000].sum()))
+    assert totals.served + totals.rejected == pytest.approx(totals.requests)
+    assert totals.rejected > 0, "past the queue bound requests are refused"
+    assert 0.0 < totals.slo_attainment < 1.0, "the backlog missed the SLO, the drained fleet met it"
