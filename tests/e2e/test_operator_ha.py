@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +53,11 @@ class Instance:
         self.priority = priority
         self.context: OperatorContext | None = None
         self.tasks: list[asyncio.Task[Any]] = []
-        self.stop_flag = asyncio.Event()
 
     async def start(self) -> None:
         cluster = self.harness.cluster
+        # Kopf's login reads $KUBECONFIG (as `neuronfleet run --kubeconfig` arranges).
+        os.environ["KUBECONFIG"] = str(cluster.kubeconfig_path)
         self.context = await build_context(self.harness.settings, cluster.kubeconfig_path, clock=cluster.clock.wall)
         # Kopf takes its peering identity from $POD_ID when it spawns its tasks (as in the chart).
         previous = os.environ.get("POD_ID")
@@ -67,7 +68,6 @@ class Instance:
                     self.context,
                     peering_name=PEERING,
                     priority=self.priority,
-                    stop_flag=self.stop_flag,
                     in_process=True,
                 )
             )
@@ -90,8 +90,9 @@ class Instance:
         self.tasks = []
 
     async def stop(self) -> None:
-        """A clean exit (SIGTERM): Kopf marks itself gone in the peering object."""
-        self.stop_flag.set()
+        """A clean exit: cancelled, Kopf's keep-alive task writes its goodbye (lifetime 0) on the way out."""
+        for task in self.tasks:
+            task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         self.tasks = []
 
@@ -104,7 +105,7 @@ class Instance:
 
 
 @pytest.fixture
-def silenced(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
+def silenced(monkeypatch: pytest.MonkeyPatch) -> set[str]:
     """Identities whose peering writes are dropped: a crashed process writes nothing more.
 
     Cancelling Kopf's tasks runs its keep-alive's ``finally`` (a last write with lifetime 0, its
@@ -126,7 +127,7 @@ def silenced(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
 
     real_settings = kopf.OperatorSettings
     monkeypatch.setattr(kopf, "OperatorSettings", settings)
-    yield identities
+    return identities
 
 
 @pytest.fixture
