@@ -7,7 +7,9 @@ read, a compiled artifact brings the fleet up (pods, Service, PDB), ``kubectl sc
 and the reconcile's clients, told apart from the test's own client by their User-Agent) is taken
 from the sandbox's request log and mapped to the (apiGroup, resource[/subresource], verb) RBAC
 would check. The test asserts both directions: the role allows every call, and grants nothing the
-operator did not use, except the allow-listed permissions below (each with its reason).
+operator did not use, except the allow-listed permissions below (each with its reason). It runs in
+both install modes: cluster-wide (ClusterKopfPeering) and namespaced (``operator.watchNamespaces``:
+KopfPeering objects, and Kopf then lists and watches namespaces).
 """
 
 from __future__ import annotations
@@ -29,12 +31,25 @@ NS = "search"
 OPERATOR_AGENT = "neuronfleet-operator-under-test"
 TEST_AGENT = "neuronfleet-rbac-test"
 
-#: Granted but not exercised by this flow, with the reason each is needed.
-UNEXERCISED_BUT_NEEDED = {
-    # Namespaced peering (operator.watchNamespaces set): Kopf peers through KopfPeering objects.
-    Permission("kopf.dev", "kopfpeerings", "list"): "namespaced peering",
-    Permission("kopf.dev", "kopfpeerings", "watch"): "namespaced peering",
-    Permission("kopf.dev", "kopfpeerings", "patch"): "namespaced peering",
+#: Per operator mode: (chart --set values, namespaces the operator watches, permissions granted but
+#: not exercised by the flow in that mode with the reason each is needed).
+MODES: dict[str, tuple[list[str], list[str], dict[Permission, str]]] = {
+    "cluster-wide": (
+        [],
+        [],
+        {
+            Permission("kopf.dev", "kopfpeerings", verb): "peering of a namespaced install (watchNamespaces)"
+            for verb in ("list", "watch", "patch")
+        },
+    ),
+    "namespaced": (
+        [f"operator.watchNamespaces={{{NS}}}"],
+        [NS],
+        {
+            Permission("kopf.dev", "clusterkopfpeerings", verb): "peering of a cluster-wide install"
+            for verb in ("list", "watch", "patch")
+        },
+    ),
 }
 
 #: Requests the sandbox answers that RBAC does not check with a resource rule (discovery).
@@ -53,18 +68,26 @@ def operator_permissions(records: list[Any]) -> set[Permission]:
     return used
 
 
-async def _flow(cluster: SandboxCluster, tmp_path: Path) -> None:
+async def _flow(cluster: SandboxCluster, tmp_path: Path, namespaces: list[str]) -> None:
     harness_module = load_e2e_harness()
     harness = harness_module.OperatorHarness(cluster, tmp_path)
     api = await harness.api()
     api.user_agent = TEST_AGENT
-    cluster.create("clusterkopfpeerings", {"metadata": {"name": "neuronfleet"}}, group="kopf.dev")
+    # The peering object the chart's post-install hook creates.
+    if namespaces:
+        for namespace in namespaces:
+            await harness.ensure_namespace(namespace)
+            cluster.create("kopfpeerings", {"metadata": {"name": "neuronfleet"}}, namespace, group="kopf.dev")
+    else:
+        cluster.create("clusterkopfpeerings", {"metadata": {"name": "neuronfleet"}}, group="kopf.dev")
     os.environ["KUBECONFIG"] = str(cluster.kubeconfig_path)
     await harness.ensure_priority_classes()
     context = await build_context(harness.settings, cluster.kubeconfig_path, clock=cluster.clock.wall)
     context.reconciler.kube.api_client.user_agent = OPERATOR_AGENT
     harness.context = context
-    harness._tasks = list(await operator_tasks(context, peering_name="neuronfleet", priority=10, in_process=True))
+    harness._tasks = list(
+        await operator_tasks(context, namespaces=namespaces, peering_name="neuronfleet", priority=10, in_process=True)
+    )
     try:
         manifest = harness.localize(
             harness_module.example(
@@ -171,7 +194,9 @@ async def _flow(cluster: SandboxCluster, tmp_path: Path) -> None:
 
 
 @pytest.mark.looptime
-async def test_cluster_role_allows_exactly_what_the_operator_uses(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", sorted(MODES))
+async def test_cluster_role_allows_exactly_what_the_operator_uses(mode: str, tmp_path: Path) -> None:
+    sets, namespaces, unexercised = MODES[mode]
     groups = [NodeGroup("inf2-serving", "inf2.xlarge", count=2, zones=("us-east-1a", "us-east-1b"), max_nodes=6)]
     harness_module = load_e2e_harness()
     async with SandboxCluster(
@@ -182,16 +207,16 @@ async def test_cluster_role_allows_exactly_what_the_operator_uses(tmp_path: Path
         provisioning_delay_s=5.0,
         neuron_scheduler_name=harness_module.NEURON_SCHEDULER,
     ) as cluster:
-        await _flow(cluster, tmp_path)
+        await _flow(cluster, tmp_path, namespaces)
         used = operator_permissions(cluster.request_log)
 
-    (role,) = by_kind(render(), "ClusterRole")
+    (role,) = by_kind(render(sets=sets), "ClusterRole")
     rules = role["rules"]
     assert all("*" not in rule.get(key, []) for rule in rules for key in ("apiGroups", "resources", "verbs"))
     allowed = granted(role)
     assert used, "the flow made no operator API call: the request log or the user agents are wrong"
     missing = sorted(str(p) for p in used - allowed)
     assert not missing, f"the ClusterRole denies calls the operator made: {missing}"
-    unused = sorted(str(p) for p in allowed - used - set(UNEXERCISED_BUT_NEEDED))
+    unused = sorted(str(p) for p in allowed - used - set(unexercised))
     assert not unused, f"the ClusterRole grants what the operator never used: {unused}"
     assert not [p for p in allowed if p.resource == "secrets"]
