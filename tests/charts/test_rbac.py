@@ -3,7 +3,8 @@
 The real operator (Kopf + reconcile, peering on) runs on the sandbox through a realistic flow: a new
 InferenceDeployment starts a compile Job, a spec change supersedes it, a failed compile has its log
 read, a compiled artifact brings the fleet up (pods, Service, PDB), ``kubectl scale`` up and down
-(promote, drain, delete), then the object is deleted. Every API request of the operator (Kopf's
+(promote, drain, delete), someone edits the Service and the PDB (the operator patches them
+back), then the object is deleted. Every API request of the operator (Kopf's
 and the reconcile's clients, told apart from the test's own client by their User-Agent) is taken
 from the sandbox's request log and mapped to the (apiGroup, resource[/subresource], verb) RBAC
 would check. The test asserts both directions: the role allows every call, and grants nothing the

@@ -256,6 +256,8 @@ async def test_a_clean_stop_hands_over_at_once(cluster: SandboxCluster, silenced
         assert standby.reconciles == 0
 
         await active.stop()
+        goodbye = _peers(cluster).get("operator-a")
+        assert goodbye is None or goodbye.get("lifetime") == 0, goodbye
         # Kopf's goodbye (lifetime 0) marks the peer dead at once: no need to wait out LIFETIME.
         await harness.wait(lambda: standby.reconciles > 0, timeout=LIFETIME + 5, what="the standby acting")
         await harness.scale(NS, name, 2)
