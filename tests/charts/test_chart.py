@@ -168,9 +168,10 @@ def test_ci_values_reach_the_operator() -> None:
         ("operator.prometheusUrl=prometheus:9090", "prometheusUrl"),
         ("operator.artifactStore=bucket/prefix", "artifactStore"),
         ("replicaCont=2", "replicaCont"),
+        ("peering.enabled=false", "needs peering.enabled=true"),
     ],
 )
-def test_values_schema_rejects_bad_values(setting: str, complaint: str) -> None:
+def test_bad_values_fail_with_a_clear_message(setting: str, complaint: str) -> None:
     result = helm("template", "nf", str(CHART), "--set", setting)
     assert result.returncode != 0
     assert complaint in result.stderr
@@ -232,3 +233,28 @@ def test_helm_install_and_uninstall_on_the_sandbox(tmp_path: Path) -> None:
         assert stored("clusterroles", "nf-neuronfleet", group="rbac.authorization.k8s.io") is None
         # Kept on purpose (helm.sh/resource-policy: keep): other Kopf operators may peer through it.
         assert stored("customresourcedefinitions", "clusterkopfpeerings.kopf.dev", group="apiextensions.k8s.io")
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "peering.enabled=false,replicaCount=1",
+        "liveness.enabled=false",
+        "rbac.create=false",
+        "serviceAccount.create=false,serviceAccount.name=existing",
+        "priorityClasses.create=false",
+        "monitoring.dashboard.enabled=false",
+        "operator.artifactStore=/data/artifacts",
+    ],
+)
+def test_optional_parts_render_valid_manifests(setting: str) -> None:
+    docs = render(sets=[setting])
+    for doc in docs:
+        if doc["apiVersion"].split("/")[0] not in ("kopf.dev", "monitoring.coreos.com"):
+            kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    container = _operator_container(docs)
+    if setting.startswith("peering.enabled=false"):
+        assert not any("--peering" in arg for arg in container["args"]) and "command" not in container
+        assert not by_kind(docs, "ClusterKopfPeering")
+    if setting.startswith("rbac.create=false"):
+        assert not by_kind(docs, "ClusterRole")
