@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ import pytest
 from chart_support import CHART, CI_VALUES, by_kind, helm, render
 from pod_security import pod_spec_of, restricted_violations
 
+from neuronfleet.cli import build_parser
 from neuronfleet.kube.builders import build_priority_classes
 from neuronfleet.sandbox.cluster import ThreadedSandboxCluster
 
@@ -258,3 +260,40 @@ def test_optional_parts_render_valid_manifests(setting: str) -> None:
         assert not by_kind(docs, "ClusterKopfPeering")
     if setting.startswith("rbac.create=false"):
         assert not by_kind(docs, "ClusterRole")
+
+
+@pytest.mark.parametrize("values", sorted(VALUES))
+def test_operator_command_is_what_neuronfleet_run_accepts(
+    values: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The container's command through a real shell, its argv parsed by the real CLI parser.
+
+    A stand-in ``neuronfleet`` on PATH records the argv the shell hands it (the random peering
+    priority included); ``neuronfleet.cli.build_parser`` must accept it and see the chart's values.
+    """
+    container = _operator_container(render(VALUES[values]))
+    argv_file = tmp_path / "argv"
+    shim = tmp_path / "bin" / "neuronfleet"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\nfor a in "$@"; do printf \'%s\\n\' "$a"; done > {argv_file}\n')
+    shim.chmod(0o755)
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    command = container.get("command", ["neuronfleet"]) + container["args"]
+    result = subprocess.run(
+        command, env={"PATH": f"{shim.parent}:/usr/bin:/bin", **env}, capture_output=True, text=True, timeout=10
+    )
+    assert result.returncode == 0, result.stderr
+    argv = argv_file.read_text().splitlines()
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    parsed = build_parser().parse_args(argv)
+    assert parsed.peering == "neuronfleet"
+    assert 0 <= parsed.priority < 2**31
+    assert parsed.artifact_store == env["NEURONFLEET_ARTIFACT_STORE"]
+    assert parsed.liveness == "http://0.0.0.0:8080/healthz"
+    if values == "ci":
+        assert parsed.namespace == ["search", "chat"]
+        assert parsed.neuron_scheduler == "my-scheduler"
+        assert parsed.prometheus_url == env["NEURONFLEET_PROMETHEUS_URL"]
+        assert parsed.interval == 5 and parsed.verbose
