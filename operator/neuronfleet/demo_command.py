@@ -29,6 +29,7 @@ import gc
 import logging
 import math
 import os
+import shutil
 import sys
 import time
 from collections import deque
@@ -46,6 +47,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from neuronfleet.api.crd import crd
 from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, InferenceDeployment
 from neuronfleet.api.validation import validate_manifest
 from neuronfleet.artifacts.store import ArtifactStore
@@ -134,6 +136,8 @@ class Pacer:
             if self._anchor is None:
                 self._anchor = (loop.time(), time.monotonic())
             await asyncio.sleep(self.STEP_S)
+            if self._anchor is None:
+                continue  # the speed changed while asleep: start over from here
             sim0, wall0 = self._anchor
             ahead = (loop.time() - sim0) / self.speed - (time.monotonic() - wall0)
             if ahead > 0:
@@ -505,6 +509,8 @@ async def _demo(options: DemoOptions, console: Console) -> DemoResult:
     out = options.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     store_dir = out / "artifacts"
+    # A fresh store each run: an artifact left by an earlier run would skip the compile shown here.
+    shutil.rmtree(store_dir, ignore_errors=True)
     namespace = manifest["metadata"].get("namespace") or "default"
     name = manifest["metadata"]["name"]
 
@@ -531,7 +537,9 @@ async def _demo(options: DemoOptions, console: Console) -> DemoResult:
     display = Display(console, options.live)
     async with SandboxCluster(
         node_groups=groups,
-        crd_dir=REPO / "crds",
+        # crds/ in a checkout; elsewhere (a wheel) the same CRD generated from the typed API.
+        crd_dir=REPO / "crds" if (REPO / "crds").is_dir() else None,
+        crds=() if (REPO / "crds").is_dir() else [crd()],
         cold_start=DEMO_COLD_START,
         provisioning_delay_s=DEMO_PROVISIONING_S,
         consolidation_delay_s=60.0,
