@@ -131,7 +131,8 @@ class BuilderConfig:
     placeholder_image: str = PAUSE_IMAGE
     #: How long the startup probe waits for the model to load and warm up.
     startup_budget_seconds: int = 1800
-    run_as_user: int = 1000
+    #: The uid the images create (runtime/Dockerfile, operator/Dockerfile).
+    run_as_user: int = 10001
 
 
 #: Below cluster-autoscaler's -10 cut-off placeholders would stop triggering scale-up.
