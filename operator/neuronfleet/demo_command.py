@@ -321,10 +321,11 @@ def render(
     wall_s: float,
 ) -> Group:
     """The live view: clock, load, the fleet, pods per node, recent events, conditions."""
+    measured_minutes = (recorder.replay.duration - recorder.replay.measure_from) / 60
     head = Table.grid(padding=(0, 2))
     head.add_row(
         Text(f"neuronfleet sandbox demo: {phase}", style="bold"),
-        Text(f"simulated {replay_t / 60:5.1f} / {options.minutes:.0f} min", style="cyan"),
+        Text(f"simulated {replay_t / 60:5.1f} / {measured_minutes:.0f} min", style="cyan"),
         Text(f"speed x{speed:g}", style="dim"),
         Text(f"wall {wall_s:5.0f} s", style="dim"),
     )
@@ -460,9 +461,11 @@ def prepare_load(options: DemoOptions, dep: InferenceDeployment) -> tuple[Replay
     except traces.TraceError as exc:
         raise DemoError(str(exc)) from None
     lead_in = min(options.lead_in_minutes, options.start_minute) * 60.0
-    start_s, duration = options.start_minute * 60.0 - lead_in, lead_in + options.minutes * 60.0
+    # A replay past the trace's end would only measure an idle fleet: stop where the trace does.
+    minutes = min(options.minutes, trace.duration / 60.0 - options.start_minute)
+    start_s, duration = options.start_minute * 60.0 - lead_in, lead_in + max(minutes, 0.0) * 60.0
     keep = (trace.arrivals >= start_s) & (trace.arrivals < start_s + duration)
-    if not keep.any():
+    if not keep.any() or minutes <= 0:
         raise DemoError(
             f"the trace {options.trace} has no arrivals in minutes {options.start_minute:g}-"
             f"{options.start_minute + options.minutes:g} (it lasts {trace.duration / 60:.1f} min)"
@@ -478,7 +481,7 @@ def prepare_load(options: DemoOptions, dep: InferenceDeployment) -> tuple[Replay
         "trace_requests": len(sliced),
         "trace_start_minute": options.start_minute,
         "lead_in_minutes": lead_in / 60.0,
-        "minutes": options.minutes,
+        "minutes": minutes,
         "rate_factor": factor,
         "peak_replicas_at_full_throughput": options.peak_replicas,
         "per_replica_req_per_s": per_replica,
@@ -526,6 +529,8 @@ async def _demo(options: DemoOptions, console: Console) -> DemoResult:
     spec.setdefault("compile", {})["artifactStore"] = str(store_dir)
     dep = InferenceDeployment.model_validate(manifest)
     replay, facts = prepare_load(options, dep)
+    if facts["minutes"] < options.minutes:
+        console.print(f"[yellow]the trace ends {facts['minutes']:.1f} minutes after --start-minute: replaying those[/]")
 
     max_nodes = max(4, math.ceil((dep.spec.scaling.max_replicas or 10) / 2) + 2)
     groups = [
@@ -652,8 +657,9 @@ async def _demo(options: DemoOptions, console: Console) -> DemoResult:
                     recorder.replay_now = t
                     view = read_fleet(cluster, namespace, name)
                     measured_step = t - max(last, lead_in)
-                    if measured_step > 0:
+                    if t >= lead_in:
                         phase = "replaying the trace"
+                    if measured_step > 0:
                         recorder.integrate(view, measured_step)
                     last = t
                     if t >= next_sample:

@@ -82,7 +82,7 @@ def print_summary(result: DemoResult, console: Console, out: Path) -> None:
     table.add_column("value", justify="right")
     facts = result.facts
     rows = [
-        ("replayed", f"{facts['minutes']:g} trace minutes, x{facts['rate_factor']:.0f} rate (simulated load)"),
+        ("replayed", f"{facts['minutes']:.3g} trace minutes, x{facts['rate_factor']:.0f} rate (simulated load)"),
         ("requests (simulated)", f"{result.requests:,.0f}"),
         ("rejected (queue full / no endpoint)", f"{result.rejected:,.0f}"),
         (f"within the {facts['slo_ms']:.0f} ms SLO", f"{result.slo_attainment:.2%}"),
@@ -161,7 +161,7 @@ def report_markdown(result: DemoResult) -> str:
 - **The cluster**: the sandbox, an emulated Kubernetes API server with Inf2 node groups (inf2.xlarge),
   scheduler, kubelet (emulated pod start-ups) and a Karpenter-like provisioner. Real HTTP between them.
 - **Compile**: {result.compile}.
-- **Load (simulated)**: {facts["minutes"]:g} minutes of the trace from minute {facts["trace_start_minute"]:g},
+- **Load (simulated)**: {facts["minutes"]:.3g} minutes of the trace from minute {facts["trace_start_minute"]:g},
   after a lead-in of {facts.get("lead_in_minutes", 0):g} minutes before it that is replayed but left out of every
   figure below (so the fleet meets the measured span as the operator sized it, not at minReplicas)
   ({facts["trace_requests"]:,} trace requests in all), each arrival replicated x{facts["rate_factor"]:.0f} with 1 s
