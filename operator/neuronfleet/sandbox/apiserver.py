@@ -383,7 +383,8 @@ class ApiServer:
                 if bookmarks:
                     wait = min(wait, next_bookmark - now) if wait is not None else next_bookmark - now
                 try:
-                    async with asyncio.timeout(None if wait is None else max(wait, 0.0)):
+                    # A floor: under looptime a sub-resolution remainder would time out at once, forever.
+                    async with asyncio.timeout(None if wait is None else max(wait, 0.05)):
                         type_, obj = await watcher.queue.get()
                 except TimeoutError:
                     if bookmarks and self.clock.monotonic() >= next_bookmark:
