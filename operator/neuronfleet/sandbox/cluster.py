@@ -258,7 +258,7 @@ class SandboxCluster:
                 if remaining <= 0:
                     raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
                 changed.clear()
-                await wait_event(changed, min(remaining, 1.0))
+                await wait_event(changed, min(max(remaining, 0.05), 1.0))  # floor: see the watch loop
         finally:
             self.store.listeners.remove(listener)
 
