@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,7 @@ import kopf
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION
+from neuronfleet.metrics.operator_metrics import OperatorMetrics
 from neuronfleet.planning.labels import LABEL_DEPLOYMENT
 from neuronfleet.reconcile import DeploymentMemory, Reconciler, ReconcileReport
 
@@ -47,6 +49,7 @@ class OperatorContext:
     memories: dict[Key, DeploymentMemory] = field(default_factory=lambda: defaultdict(DeploymentMemory))
     wakeups: dict[Key, asyncio.Event] = field(default_factory=lambda: defaultdict(asyncio.Event))
     locks: dict[Key, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
+    metrics: OperatorMetrics | None = None
     reconciles: int = 0
     failures: int = 0
 
@@ -55,7 +58,18 @@ class OperatorContext:
         key = (namespace, name)
         async with self.locks[key]:
             self.reconciles += 1
-            report = await self.reconciler.reconcile(dict(body), self.memories[key])
+            started = time.perf_counter()
+            try:
+                report = await self.reconciler.reconcile(dict(body), self.memories[key])
+            except Exception as exc:
+                if self.metrics is not None:
+                    self.metrics.record_reconcile(
+                        namespace, name, time.perf_counter() - started, None, type(exc).__name__
+                    )
+                raise
+            if self.metrics is not None:
+                error_kind = "ReconcileError" if report.error else None
+                self.metrics.record_reconcile(namespace, name, time.perf_counter() - started, report.status, error_kind)
         for event in report.events:
             kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1000])
         return report
@@ -136,3 +150,15 @@ async def pod_changed(labels: kopf.Labels, namespace: str | None, memo: kopf.Mem
     context = memo.get("context")
     if isinstance(context, OperatorContext):
         context.wakeups[(namespace or "default", labels[LABEL_DEPLOYMENT])].set()
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, optional=True)
+async def forget(memo: kopf.Memo, namespace: str | None, name: str, **_: Any) -> None:
+    """Drop the object's in-memory state and metric series (children go by garbage collection)."""
+    context = memo.get("context")
+    if isinstance(context, OperatorContext):
+        key = (namespace or "default", name)
+        for table in (context.memories, context.wakeups, context.locks):
+            table.pop(key, None)
+        if context.metrics is not None:
+            context.metrics.forget(*key)

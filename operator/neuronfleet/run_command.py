@@ -22,6 +22,8 @@ from neuronfleet.artifacts.store import ArtifactStore
 from neuronfleet.handlers import OperatorContext, registry
 from neuronfleet.kube.builders import BuilderConfig
 from neuronfleet.kube.client import KubeClient
+from neuronfleet.metrics.operator_metrics import OperatorMetrics
+from neuronfleet.metrics.operator_metrics import serve as serve_metrics
 from neuronfleet.reconcile import MetricsSource, OperatorSettings, Reconciler, utc_now
 
 logger = logging.getLogger(__name__)
@@ -85,6 +87,10 @@ async def _run(args: argparse.Namespace) -> None:
 
         metrics = PrometheusMetrics(args.prometheus_url)
     context = await build_context(replace(settings), args.kubeconfig, metrics)
+    if args.metrics_port is not None:
+        context.metrics = OperatorMetrics()
+        port = serve_metrics(context.metrics, args.metrics_port)
+        logger.info("operator metrics on :%d/metrics", port)
     tasks = await operator_tasks(
         context,
         namespaces=args.namespace or (),
@@ -135,5 +141,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--peering", help="Kopf peering name for high availability (one instance acts)")
     p.add_argument("--priority", type=int, default=0, help="peering priority of this instance")
     p.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve the operator's own Prometheus metrics on this port (reconciles, errors, replicas)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(func=_cmd_run)
