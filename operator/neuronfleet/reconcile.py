@@ -41,7 +41,13 @@ from neuronfleet.kube.builders import (
 )
 from neuronfleet.kube.client import KubeClient
 from neuronfleet.kube.coldstart import pod_timelines
-from neuronfleet.kube.jobs import build_compile_job, compile_job_name, compile_job_selector, job_phase
+from neuronfleet.kube.jobs import (
+    LABEL_COMPILE_REQUEST,
+    build_compile_job,
+    compile_job_name,
+    compile_job_selector,
+    job_phase,
+)
 from neuronfleet.planning import coldstart, scaling, warmpool
 from neuronfleet.planning.catalog import LABEL_ZONE
 from neuronfleet.planning.compile import (
@@ -311,7 +317,13 @@ class Reconciler:
                 errors.append(f"compile pipeline: {detail}")
                 decision = CompileDecision(False, previous, "Unknown", "StoreUnavailable", detail)
 
-        pods = await self.kube.list_pods(namespace, deployment_selector(dep.name))
+        pods = [
+            pod
+            for pod in await self.kube.list_pods(namespace, deployment_selector(dep.name))
+            # The compile Job's pods carry the deployment label too, but they are the Job's, not the
+            # fleet's: as role-less pods the fleet would drain and delete a running compile.
+            if LABEL_COMPILE_REQUEST not in (pod["metadata"].get("labels") or {})
+        ]
         node_objects = await self.kube.list_nodes()
         nodes = {node["metadata"]["name"] for node in node_objects}
         zones = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(LABEL_ZONE, "") for n in node_objects}

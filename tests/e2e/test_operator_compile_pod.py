@@ -1,0 +1,51 @@
+"""The operator leaves its compile Job's pod alone: it is the Job's, not a fleet pod to drain.
+
+The compile pod carries the deployment label (so `kubectl get pods -l` finds it with the fleet),
+but no role: read as a fleet pod it would be relabeled draining and deleted after the drain grace,
+killing a compile that takes longer than that. Here the emulated compile container runs 120 s,
+four times the harness's 30 s drain grace.
+"""
+
+from __future__ import annotations
+
+from operator_harness import OperatorHarness, example
+
+from neuronfleet.api.v1alpha1 import GROUP
+from neuronfleet.sandbox import ColdStartProfile
+from neuronfleet.sandbox.store import WatchEvent
+
+NS = "compile-pod"
+SLOW_COMPILE = ColdStartProfile(image_pull_s=2.0, container_start_s=0.5, readiness_s=3.0, run_s=120.0, jitter=0.0)
+
+
+async def test_a_long_compile_pod_is_never_relabeled_nor_deleted_by_the_operator(harness: OperatorHarness) -> None:
+    assert harness.cluster.kubelet is not None
+    harness.cluster.kubelet.profiles[(None, None)] = SLOW_COMPILE
+    manifest = harness.localize(
+        example(
+            "bert-embeddings", scaling={"mode": "Manual", "replicas": 1, "minReplicas": 0}, warmPool={"mode": "Off"}
+        ),
+        namespace=NS,
+    )
+    changes: list[tuple[str, dict[str, str], bool, str]] = []
+
+    def record(event: WatchEvent) -> None:
+        meta = event.obj["metadata"]
+        if event.resource == ("", "pods") and "job-name" in (meta.get("labels") or {}):
+            phase = (event.obj.get("status") or {}).get("phase", "")
+            changes.append((event.type, dict(meta.get("labels") or {}), bool(meta.get("deletionTimestamp")), phase))
+
+    harness.cluster.store.listeners.append(record)
+    try:
+        await harness.apply(manifest)
+        await harness.wait(
+            lambda: any(phase == "Succeeded" for *_, phase in changes), timeout=400, what="the compile pod to finish"
+        )
+    finally:
+        harness.cluster.store.listeners.remove(record)
+
+    assert changes, "a compile pod ran"
+    assert all(f"{GROUP}/role" not in labels for _, labels, _, _ in changes), "the operator relabeled the compile pod"
+    finished = next(i for i, (*_, phase) in enumerate(changes) if phase == "Succeeded")
+    before = changes[:finished]
+    assert not any(kind == "DELETED" or deleting for kind, _, deleting, _ in before), "deleted while compiling"
