@@ -353,8 +353,8 @@ def render(
         title="pods per node: A active, W warm, D draining, P placeholder (lower case: starting)",
     )
     events = Table(title="the operator's Events (newest first)", expand=True)
-    events.add_column("when", no_wrap=True)
-    events.add_column("reason", no_wrap=True)
+    events.add_column("when", no_wrap=True, min_width=6)
+    events.add_column("reason", no_wrap=True, min_width=18)
     events.add_column("message", overflow="ellipsis", no_wrap=True)
     for stamp, reason, message in recorder.recent:
         events.add_row(stamp, reason, message[:160])
