@@ -133,7 +133,7 @@ async def keep_converging(
         try:
             report = await context.reconcile(body, namespace, name)
             failures = failures + 1 if report.error else 0
-        except (ApiException, OSError) as exc:
+        except Exception as exc:  # any failure: report it, back off, try again; never crash-loop
             failures += 1
             context.failures += 1
             logger.warning("reconcile of %s/%s failed (%d in a row): %s", namespace, name, failures, exc)

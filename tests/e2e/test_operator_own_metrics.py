@@ -29,9 +29,8 @@ async def test_metrics_endpoint_follows_the_status(harness: OperatorHarness) -> 
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 if sample.labels.get("name") == name:
-                    samples[(sample.name, sample.labels.get("kind") or sample.labels.get("outcome") or "")] = (
-                        sample.value
-                    )
+                    label = next((sample.labels[k] for k in ("kind", "outcome", "direction") if k in sample.labels), "")
+                    samples[(sample.name, label)] = sample.value
         return samples
 
     # The status reaches the store before its reconcile returns and records it: wait for two more.
