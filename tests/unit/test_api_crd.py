@@ -9,6 +9,7 @@ import celpy
 import kubernetes_validate
 import pytest
 import yaml
+
 from neuronfleet.api.crd import CRD_FILENAME, crd, crd_yaml, openapi_schema
 from neuronfleet.cli import CRD_TARGET_DIRS
 
@@ -31,7 +32,14 @@ def test_no_other_crd_yaml_is_written_by_hand() -> None:
 
 
 def test_crd_is_a_valid_apiextensions_v1_object() -> None:
-    kubernetes_validate.validate(crd(), "1.34", strict=True)
+    assert kubernetes_validate.validate(crd(), "1.34", strict=True) == "1.34"
+
+
+def test_the_crd_validation_can_fail() -> None:
+    broken = crd()
+    broken["spec"]["scope"] = "Galactic"
+    with pytest.raises(kubernetes_validate.ValidationError, match="Galactic"):
+        kubernetes_validate.validate(broken, "1.34", strict=True)
 
 
 def _walk(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
@@ -58,9 +66,7 @@ def test_schema_is_structural_and_fully_described() -> None:
         if (path.startswith(".spec") or path.startswith(".status")) and not scalar_item:
             assert node.get("description"), f"no description at {path} (kubectl explain would be empty)"
         for bound in ("exclusiveMinimum", "exclusiveMaximum"):
-            assert isinstance(node.get(bound, True), bool), (
-                f"{bound} must be boolean in OpenAPI v3.0 at {path}"
-            )
+            assert isinstance(node.get(bound, True), bool), f"{bound} must be boolean in OpenAPI v3.0 at {path}"
 
 
 def test_subresources_printer_columns_and_names() -> None:
@@ -96,9 +102,7 @@ def test_every_cel_rule_compiles_and_names_existing_fields() -> None:
 def test_nested_defaults_let_a_minimal_spec_be_complete() -> None:
     spec = openapi_schema()["properties"]["spec"]["properties"]
     for section in ("compile", "runtime", "placement", "scaling", "warmPool", "rollout"):
-        assert "default" in spec[section], (
-            f"spec.{section} has no default: its nested defaults would not apply"
-        )
+        assert "default" in spec[section], f"spec.{section} has no default: its nested defaults would not apply"
     behavior = spec["scaling"]["properties"]["behavior"]
     assert behavior["default"] == {}  # filled from its children's defaults by the API server
     scale_down = behavior["properties"]["scaleDown"]["default"]
