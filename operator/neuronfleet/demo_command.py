@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import looptime
 import yaml
 from rich.columns import Columns
 from rich.console import Console, Group
@@ -772,6 +771,8 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> DemoResult
     try:
         # looptime: the loop's clock jumps to the next timer only when no I/O is ready, so the
         # HTTP between Kopf and the API server completes at one simulated instant.
+        import looptime  # the sandbox extra: imported here so `neuronfleet --help` works without it
+
         with asyncio.Runner(loop_factory=looptime.new_event_loop) as runner:
             result = runner.run(_demo(options, console))
     finally:
