@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pydantic
 import pytest
+
 from neuronfleet.api import InferenceDeployment
 
 

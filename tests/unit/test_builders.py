@@ -9,6 +9,7 @@ from typing import Any, Literal
 import kubernetes_validate
 import pytest
 import yaml
+
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.kube.builders import (
     PLACEHOLDER_PRIORITY,

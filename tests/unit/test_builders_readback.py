@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.kube.builders import object_for_action, parse_pod, pod_template_hash, relabel_patch
 from neuronfleet.planning.fleet import CreatePlaceholder, CreatePod, FleetTarget, Relabel, plan_fleet

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from neuronfleet.planning.fleet import (
     Action,
     CreatePlaceholder,

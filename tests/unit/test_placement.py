@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
 from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES
 from neuronfleet.planning.placement import (

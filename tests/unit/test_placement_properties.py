@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES
 from neuronfleet.planning.placement import (
     COST_TIE_TOLERANCE,

@@ -6,6 +6,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from neuronfleet.api.v1alpha1 import ScalingSpec
 from neuronfleet.planning.scaling import ScalingState, decide
 from neuronfleet.planning.signals import MetricSnapshot

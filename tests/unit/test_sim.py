@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from neuronfleet.sim import engine, oracle, runner
 from neuronfleet.sim.baselines import Hpa, Keda, Kpa, RayServe
 from neuronfleet.sim.command import run_cli

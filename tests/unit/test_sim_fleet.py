@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from neuronfleet.sim.fleet import Fleet
 from neuronfleet.sim.profiles import Profile, load_profile
 

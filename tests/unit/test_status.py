@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from neuronfleet.api.v1alpha1 import Condition, InferenceDeploymentStatus
 from neuronfleet.planning.fleet import FleetSummary, PodProblem
 from neuronfleet.planning.placement import ReplicaNeeds, plan_placement

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from neuronfleet.cli import main, validate_files
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,9 +54,7 @@ def test_multi_document_file_reports_each_document(tmp_path: Path) -> None:
     assert results[1].source.endswith("#2")
 
 
-def test_missing_file_and_empty_file_are_clear_errors(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_missing_file_and_empty_file_are_clear_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     empty = tmp_path / "empty.yaml"
     empty.write_text("")
     assert main(["validate", "-f", str(tmp_path / "nope.yaml"), str(empty)]) == 1

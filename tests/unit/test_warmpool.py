@@ -6,6 +6,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from neuronfleet.api.v1alpha1 import WarmPoolSpec
 from neuronfleet.planning.warmpool import ColdStart, WarmPoolState, demand_increase_quantile, plan
 
