@@ -31,6 +31,8 @@ $(STAMP):
 	$(PIP) install --quiet -c hack/constraints.txt torch==2.13.0
 	$(PIP) install --quiet -c hack/constraints.txt -e '.[dev]'
 	VENV=$(abspath $(VENV)) bash hack/install-kube-tools.sh
+	# Prometheus (Debian package) for the autoscaling integration tests, which run their own instance.
+	bash hack/install-prometheus.sh
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
