@@ -91,3 +91,41 @@ async def test_scheduler_nobody_runs(harness: OperatorHarness) -> None:
         what="the neighbour keeps being served",
     )
     assert all(ready(p) for p in harness.pods(NS, neighbour))
+
+
+async def test_image_that_never_pulls(harness: OperatorHarness) -> None:
+    neighbour = await _healthy_neighbour(harness)
+    kubelet = harness.cluster.kubelet
+    assert kubelet is not None
+    kubelet.unpullable_images.add("registry.example.com/does-not-exist:1.0")
+    manifest = harness.localize(
+        example(
+            "bert-embeddings",
+            scaling={"mode": "Manual", "replicas": 1, "minReplicas": 0},
+            warmPool={"mode": "Off"},
+            runtime={"image": "registry.example.com/does-not-exist:1.0"},
+        ),
+        namespace=NS,
+    )
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+    name = manifest["metadata"]["name"]
+
+    def reported() -> bool:
+        degraded = harness.condition(NS, name, "Degraded")
+        return degraded.get("status") == "True" and "does-not-exist" in degraded.get("message", "")
+
+    await harness.wait(reported, timeout=300, what="Degraded names the image")
+    degraded = harness.condition(NS, name, "Degraded")
+    assert degraded["reason"] == "ImagePullBackOff"
+    assert harness.condition(NS, name, "Ready")["status"] == "False"
+    await harness.wait(
+        lambda: any(
+            e.get("reason") == "ImagePullBackOff" and e.get("type") == "Warning" for e in events_for(harness, name)
+        ),
+        timeout=120,
+        what="a Warning Event",
+    )
+    await harness.wait(
+        lambda: harness.condition(NS, neighbour, "Ready").get("status") == "True", timeout=90, what="the neighbour"
+    )

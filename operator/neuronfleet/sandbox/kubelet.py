@@ -87,6 +87,8 @@ class Kubelet:
         self.readiness_hook: ReadinessHook | None = None
         self.container_runner: ContainerRunner | None = None
         self.images: dict[str, set[str]] = {}
+        #: Images no registry serves: pods using them stay Pending in ImagePullBackOff (fault tests).
+        self.unpullable_images: set[str] = set()
         self.pods_started = 0
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._terminating: dict[str, asyncio.Task[None]] = {}
@@ -221,6 +223,10 @@ class Kubelet:
         if missing:
             pull_s = self._duration(pod, "pull", profile.image_pull_s, profile.jitter)
             await asyncio.sleep(pull_s)
+            broken = [image for image in missing if image in self.unpullable_images]
+            if broken:
+                self._fail_pull(pod, broken[0], node_name)
+                return
             cached.update(missing)
             for image in missing:
                 self.events.record(
@@ -232,6 +238,21 @@ class Kubelet:
                     pod, "Normal", "Pulled", f'Container image "{image}" already present on machine', host=node_name
                 )
         await self._start_containers(pod, profile, "start")
+
+    def _fail_pull(self, pod: Obj, image: str, node_name: str) -> None:
+        """The pull fails for good: the container waits in ImagePullBackOff, the pod stays Pending."""
+        message = (
+            f'Back-off pulling image "{image}": ErrImagePull: failed to pull and unpack image "{image}": not found'
+        )
+        self.events.record(pod, "Warning", "Failed", f'Failed to pull image "{image}": not found', host=node_name)
+        self.events.record(pod, "Normal", "BackOff", f'Back-off pulling image "{image}"', host=node_name)
+
+        def backoff(o: Obj) -> None:
+            for status in o["status"].get("containerStatuses") or []:
+                if status.get("image") == image:
+                    status["state"] = {"waiting": {"reason": "ImagePullBackOff", "message": message}}
+
+        self._write_status(pod, backoff)
 
     async def _start_containers(self, pod: Obj, profile: ColdStartProfile, phase: str) -> None:
         """Container start, Running, then readiness (hook or the simulated model load)."""
