@@ -162,25 +162,35 @@ def _register_validate(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 # ---------------------------------------------------------------------------------------- assembly
 
 
-def _optional_registrars() -> list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]]:
-    """Subcommands owned by other modules (operator, sandbox, simulator, planner)."""
-    registrars = []
-    for module_name in (
-        "neuronfleet.plan_command",
-        "neuronfleet.sim.command",
-        "neuronfleet.sandbox.command",
-        "neuronfleet.run_command",
-        "neuronfleet.demo_command",
-    ):
+#: Subcommands owned by other modules, and the extra each needs beyond the operator's.
+OPTIONAL_COMMANDS = (
+    ("plan", "neuronfleet.plan_command", "neuronfleet"),
+    ("simulate", "neuronfleet.sim.command", "neuronfleet"),
+    ("sandbox", "neuronfleet.sandbox.command", "neuronfleet[sandbox]"),
+    ("run", "neuronfleet.run_command", "neuronfleet[operator]"),
+    ("demo", "neuronfleet.demo_command", "neuronfleet[sandbox]"),
+)
+
+
+def _optional_registrars() -> tuple[
+    list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]], list[str]
+]:
+    """The registrars that import, and a note for each that needs a package this install lacks.
+
+    The operator image installs only the operator's extra: the sandbox and the demo must not take
+    `neuronfleet run` down with them.
+    """
+    registrars, missing = [], []
+    for command, module_name, extra in OPTIONAL_COMMANDS:
         try:
             module = __import__(module_name, fromlist=["register"])
         except ImportError as exc:
-            # A missing optional dependency must not break the commands that do not need it.
             if exc.name and exc.name.startswith("neuronfleet"):
-                continue
-            raise
+                raise  # our own code is broken: say so, loudly
+            missing.append(f"{command}: needs {exc.name} (pip install '{extra}')")
+            continue
         registrars.append(module.register)
-    return registrars
+    return registrars, missing
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -191,8 +201,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"neuronfleet {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for register in [*_optional_registrars(), _register_validate, _register_crds]:
+    registrars, missing = _optional_registrars()
+    for register in [*registrars, _register_validate, _register_crds]:
         register(sub)
+    if missing:
+        parser.epilog = "Unavailable in this install: " + "; ".join(missing)
     return parser
 
 
