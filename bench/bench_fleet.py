@@ -28,12 +28,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.console import Console
+
 from _common import RESULTS_DIR, write_result
 from neuronfleet.sim import report, runner
 from neuronfleet.sim.profiles import load_profile
 from neuronfleet.sim.trace import load, with_history_pass
 from neuronfleet.sim.workload import Workload, build, factor_for_peak
-from rich.console import Console
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "azure-llm-2023-conv.csv"
 PROFILES = ("bert-base", "llama-2-7b")

@@ -16,5 +16,6 @@ REPO = Path(__file__).resolve().parent.parent
 def repo_root() -> Path:
     return REPO
 
+
 # Fixture plugins shared by several test folders (tests/ is on sys.path: this conftest's folder).
 pytest_plugins = ["fixtures_cluster", "fixtures_prometheus"]

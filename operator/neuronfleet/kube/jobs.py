@@ -112,9 +112,7 @@ def build_compile_job(
                             "command": compile_args(dep, request)[:1],
                             "args": compile_args(dep, request)[1:],
                             "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}],
-                            "resources": {
-                                "requests": {"cpu": dep.spec.compile.cpu, "memory": dep.spec.compile.memory}
-                            },
+                            "resources": {"requests": {"cpu": dep.spec.compile.cpu, "memory": dep.spec.compile.memory}},
                             "securityContext": {**_container_security(), "readOnlyRootFilesystem": False},
                             "terminationMessagePolicy": "FallbackToLogsOnError",
                         }
