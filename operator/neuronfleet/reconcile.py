@@ -334,8 +334,13 @@ class Reconciler:
         active_now = [v for v in views if v.role == "active" and not v.deleting]
         ready_now = sum(1 for v in active_now if v.ready)
 
+        # The autoscaler's "current" is the current scale, as HPA's: the last desired count (kept in
+        # status, so it survives a restart), not the pods that happen to be active at this instant.
+        # A pod that failed or is being replaced must not pull the desired count down with it.
+        previous_desired = raw_status.get("desiredReplicas")
+        current_scale = previous_desired if isinstance(previous_desired, int) else len(active_now)
         scale, warm, metrics_ok, scaling_message = await self.decide_targets(
-            dep, memory, len(active_now), ready_now, now.timestamp()
+            dep, memory, current_scale, ready_now, now.timestamp()
         )
 
         placement = plan_for_spec(dep.spec, max(1, scale.desired + warm.pods), current_type=current_type)
