@@ -190,7 +190,9 @@ def test_placeholder_holds_the_same_neuron_capacity_at_low_priority() -> None:
     replica = build_pod(dep, candidate, FleetRevision(ARTIFACT, "t"), "active", "llama-0")
     placeholder = build_placeholder_pod(dep, candidate, "t", "llama-ph-0")
     container = placeholder["spec"]["containers"][0]
-    assert container["image"].startswith("registry.k8s.io/pause:")
+    # The server's image, sleeping: the node has it pulled when a real replica takes the room.
+    assert container["image"] == dep.spec.runtime.image
+    assert container["command"] == ["sleep", "infinity"]
     assert container["resources"] == replica["spec"]["containers"][0]["resources"]
     assert placeholder["spec"]["affinity"] == replica["spec"]["affinity"]
     assert placeholder["spec"]["tolerations"] == replica["spec"]["tolerations"]

@@ -101,8 +101,6 @@ PORT_NAME = "http"
 READY_PATH = "/v2/health/ready"
 LIVE_PATH = "/v2/health/live"
 ARTIFACT_CACHE_DIR = "/var/cache/neuronserve"
-#: Kubernetes' own pause image: does nothing, costs nothing, holds the requested resources.
-PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 
 
 @dataclass(frozen=True)
@@ -128,7 +126,6 @@ class BuilderConfig:
     priority_classes: PriorityClassNames = field(default_factory=PriorityClassNames)
     #: Value of the active and warm classes; placeholders get PLACEHOLDER_PRIORITY.
     serving_priority: int = 1000
-    placeholder_image: str = PAUSE_IMAGE
     #: How long the startup probe waits for the model to load and warm up.
     startup_budget_seconds: int = 1800
     #: The uid the images create (runtime/Dockerfile, operator/Dockerfile).
@@ -385,11 +382,17 @@ def build_placeholder_pod(
     name: str,
     config: BuilderConfig | None = None,
 ) -> dict[str, Any]:
-    """A low-priority pause pod holding one replica's worth of an Inf2 node (same affinity)."""
+    """A low-priority pod holding one replica's worth of an Inf2 node (same affinity).
+
+    It runs the model server's *image* (sleeping, not serving): the node then has the image pulled
+    when a real replica replaces the placeholder, so the replica skips the pull (15-20 GB Neuron
+    images take minutes to pull) and pays only load and warm-up. The simulator assumes the same.
+    """
     config = config or BuilderConfig()
     container = {
         "name": "placeholder",
-        "image": config.placeholder_image,
+        "image": dep.spec.runtime.image,
+        "command": ["sleep", "infinity"],
         "imagePullPolicy": "IfNotPresent",
         "resources": _resources(candidate, dep.spec.model.neuron_cores_per_replica),
         "securityContext": _container_security(),
