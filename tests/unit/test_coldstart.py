@@ -55,7 +55,7 @@ def pod(
             "name": f"pod-{uid}",
             "uid": uid,
             "creationTimestamp": stamp(created),
-            "labels": {"serving.neuronfleet.dev/role": role},
+            "labels": {"serving.neuronfleet.dev/role": role} if role else {},
         },
         "spec": {"nodeName": node_name},
         "status": {"conditions": conditions, "containerStatuses": [{"restartCount": restarts, "state": state}]},
@@ -83,12 +83,13 @@ def test_a_pod_that_waited_for_a_new_node_reports_the_provisioning_time() -> Non
     assert sample.scheduling == 66
 
 
-def test_incomplete_restarted_and_placeholder_pods_are_not_measured() -> None:
+def test_incomplete_restarted_placeholder_and_compile_pods_are_not_measured() -> None:
     pods = [
         pod("starting", 0, 2, None, None),
         pod("not-ready", 0, 2, 30, None),
         pod("restarted", 0, 2, 30, 70, restarts=1),
         pod("placeholder", 0, 2, 3, 4, role="placeholder"),
+        pod("compile-job-pod", 0, 2, 3, 4, role=""),
     ]
     timelines = pod_timelines(pods, NODES)
     assert [t.uid for t in timelines] == ["starting", "not-ready", "restarted"]

@@ -6,8 +6,9 @@ latest over the pod's containers: the pod runs once all of them do); for the nod
 its ``creationTimestamp`` and its Ready condition's ``lastTransitionTime`` (the kubelet writes it
 when the node first turns Ready; a node that flapped later reports the flap, which only makes the
 measured provisioning longer). The instance type is the node's ``node.kubernetes.io/instance-type``
-label, else the pod's nodeSelector on it. Placeholders (pause containers) are not serving pods and
-are skipped. Malformed or missing fields give None, never an exception: the pod is then simply
+label, else the pod's nodeSelector on it. Only serving pods (role warm, active or draining) are
+measured: placeholders run no model and the compile Job's pods (deployment label, no role) are no
+replicas. Malformed or missing fields give None, never an exception: the pod is then simply
 not measured.
 """
 
@@ -59,7 +60,8 @@ def pod_timeline(pod: Obj, nodes: Mapping[str, Obj]) -> PodTimeline | None:
     """The pod's start-up timestamps, with its node's (``nodes``: name -> node object); None for placeholders."""
     metadata = pod.get("metadata") or {}
     role = (metadata.get("labels") or {}).get(LABEL_ROLE)
-    if role is not None and role not in SERVING_ROLES:
+    if role not in SERVING_ROLES:
+        # Placeholders run no model; pods without a role (the compile Job's) are no replicas.
         return None
     uid = metadata.get("uid") or metadata.get("name")
     if not uid:
