@@ -25,7 +25,7 @@ from neuronfleet.handlers import OperatorContext
 from neuronfleet.kube.builders import BuilderConfig, build_priority_classes
 from neuronfleet.planning.compile import compile_request
 from neuronfleet.planning.fleet import FleetPolicy
-from neuronfleet.reconcile import OperatorSettings
+from neuronfleet.reconcile import MetricsSource, OperatorSettings
 from neuronfleet.run_command import build_context, operator_tasks
 from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
 from neuronserve.manifest import RequestRecord, revision
@@ -46,8 +46,16 @@ def example(name: str, **overrides: Any) -> dict[str, Any]:
 class OperatorHarness:
     """The operator (Kopf + reconcile) and a local artifact store, against one sandbox cluster."""
 
-    def __init__(self, cluster: SandboxCluster, workdir: Path, interval: float = 2.0) -> None:
+    def __init__(
+        self,
+        cluster: SandboxCluster,
+        workdir: Path,
+        interval: float = 2.0,
+        metrics: Callable[[], MetricsSource] | None = None,
+    ) -> None:
+        """``metrics`` makes the autoscaler's metrics source at each start (None: no metrics)."""
         self.cluster = cluster
+        self.metrics_factory = metrics
         self.store_dir = workdir / "artifacts"
         self.model_dir = workdir / "model"
         self.model_dir.mkdir(parents=True, exist_ok=True)
@@ -67,7 +75,10 @@ class OperatorHarness:
     async def start(self) -> OperatorContext:
         os.environ["KUBECONFIG"] = str(self.cluster.kubeconfig_path)
         await self.ensure_priority_classes()
-        self.context = await build_context(self.settings, self.cluster.kubeconfig_path, clock=self.cluster.clock.wall)
+        metrics = self.metrics_factory() if self.metrics_factory is not None else None
+        self.context = await build_context(
+            self.settings, self.cluster.kubeconfig_path, metrics=metrics, clock=self.cluster.clock.wall
+        )
         self._tasks = list(await operator_tasks(self.context, in_process=True))
         return self.context
 

@@ -10,7 +10,6 @@ is far beyond the target, keeps more warm pods than the fast one. Under looptime
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,9 +19,7 @@ import pytest
 from operator_harness import NEURON_SCHEDULER, REPO, OperatorHarness, example
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
-from neuronfleet.handlers import OperatorContext
 from neuronfleet.planning.signals import MetricSnapshot
-from neuronfleet.run_command import build_context, operator_tasks
 from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
 
 NS = "coldstart"
@@ -47,15 +44,10 @@ class SawtoothMetrics:
 
 
 class ScriptedHarness(OperatorHarness):
-    async def start(self) -> OperatorContext:
-        os.environ["KUBECONFIG"] = str(self.cluster.kubeconfig_path)
-        await self.ensure_priority_classes()
-        metrics = SawtoothMetrics(self.cluster.clock.wall().timestamp())
-        self.context = await build_context(
-            self.settings, self.cluster.kubeconfig_path, metrics=metrics, clock=self.cluster.clock.wall
-        )
-        self._tasks = list(await operator_tasks(self.context, in_process=True))
-        return self.context
+    """The operator harness with the scripted sawtooth demand as its metrics source."""
+
+    def __init__(self, cluster: SandboxCluster, workdir: Path, interval: float) -> None:
+        super().__init__(cluster, workdir, interval, metrics=lambda: SawtoothMetrics(cluster.clock.wall().timestamp()))
 
 
 @pytest.fixture

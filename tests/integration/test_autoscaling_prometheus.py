@@ -34,9 +34,7 @@ from fixtures_prometheus import PrometheusServer, TargetGroup, free_port
 from operator_harness import NEURON_SCHEDULER, OperatorHarness, example, ready
 
 from neuronfleet.api.v1alpha1 import GROUP
-from neuronfleet.handlers import OperatorContext
 from neuronfleet.metrics.prometheus import PrometheusMetrics
-from neuronfleet.run_command import build_context, operator_tasks
 from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
 from neuronfleet.sandbox.store import WatchEvent
 
@@ -145,20 +143,8 @@ class PrometheusHarness(OperatorHarness):
     """The e2e operator harness with the Prometheus metrics source."""
 
     def __init__(self, cluster: SandboxCluster, workdir: Path, prometheus_url: str) -> None:
-        super().__init__(cluster, workdir, interval=1.0)
+        super().__init__(cluster, workdir, interval=1.0, metrics=lambda: PrometheusMetrics(prometheus_url))
         self.prometheus_url = prometheus_url
-
-    async def start(self) -> OperatorContext:
-        os.environ["KUBECONFIG"] = str(self.cluster.kubeconfig_path)
-        await self.ensure_priority_classes()
-        self.context = await build_context(
-            self.settings,
-            self.cluster.kubeconfig_path,
-            metrics=PrometheusMetrics(self.prometheus_url),
-            clock=self.cluster.clock.wall,
-        )
-        self._tasks = list(await operator_tasks(self.context, in_process=True))
-        return self.context
 
 
 class LoadGenerator:
