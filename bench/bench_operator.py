@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import os
 import sys
@@ -24,11 +23,9 @@ from typing import Any
 
 from _common import write_result
 from neuronfleet.api.v1alpha1 import GROUP, PLURAL, InferenceDeployment
-from neuronfleet.artifacts.store import ArtifactStore
 from neuronfleet.kube.builders import build_priority_classes
-from neuronfleet.planning.compile import compile_request
 from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
-from neuronserve.manifest import RequestRecord, revision
+from neuronfleet.sandbox.artifacts import record_uncompiled_artifact
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -61,16 +58,8 @@ def _manifest(index: int, model_dir: Path, store: Path) -> dict[str, Any]:
 
 
 def _record(manifest: dict[str, Any], store: Path) -> None:
-    """Pre-record the compiled artifact (every manifest shares one compile request)."""
-    dep = InferenceDeployment.model_validate(manifest)
-    request = compile_request(dep.spec, str(store), ArtifactStore().fingerprint(dep.spec.model.source))
-    key = hashlib.sha256(request.key.encode()).hexdigest()
-    path = Path(request.record_uri)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    record = RequestRecord(
-        cache_key=key, artifact_uri=f"{store}/{key}", manifest_sha256=key, backend="cpu", revision=revision(key)
-    )
-    path.write_bytes(record.to_json_bytes())
+    """Pre-record the artifact (every manifest shares one compile request): no compile is benchmarked."""
+    record_uncompiled_artifact(InferenceDeployment.model_validate(manifest).spec, store, "bench")
 
 
 async def run(count: int, timeout: float) -> dict[str, Any]:

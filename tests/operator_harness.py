@@ -8,7 +8,6 @@ kubeconfig, with a local artifact store; ``crash()`` cancels them abruptly (as a
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -20,15 +19,13 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 
 from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION, InferenceDeployment
-from neuronfleet.artifacts.store import ArtifactStore
 from neuronfleet.handlers import OperatorContext
 from neuronfleet.kube.builders import BuilderConfig, build_priority_classes
-from neuronfleet.planning.compile import compile_request
 from neuronfleet.planning.fleet import FleetPolicy
 from neuronfleet.reconcile import MetricsSource, OperatorSettings
 from neuronfleet.run_command import build_context, operator_tasks
 from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
-from neuronserve.manifest import RequestRecord, revision
+from neuronfleet.sandbox.artifacts import record_uncompiled_artifact
 
 REPO = Path(__file__).resolve().parents[1]
 NEURON_SCHEDULER = "my-scheduler"
@@ -122,20 +119,7 @@ class OperatorHarness:
         Returns the revision. The fleet tests exercise placement and the fleet, not compilation.
         """
         dep = InferenceDeployment.model_validate(manifest)
-        store = ArtifactStore()
-        request = compile_request(dep.spec, str(self.store_dir), store.fingerprint(dep.spec.model.source))
-        cache_key = hashlib.sha256(f"{request.key}/{label}".encode()).hexdigest()
-        record = RequestRecord(
-            cache_key=cache_key,
-            artifact_uri=f"{self.store_dir}/{cache_key}",
-            manifest_sha256=hashlib.sha256(label.encode()).hexdigest(),
-            backend="cpu",
-            revision=revision(cache_key),
-        )
-        path = Path(request.record_uri)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(record.to_json_bytes())
-        return cache_key[:10]
+        return record_uncompiled_artifact(dep.spec, self.store_dir, label)
 
     async def ensure_priority_classes(self) -> None:
         """The PriorityClasses the Helm chart installs on a real cluster (same builder)."""

@@ -49,15 +49,14 @@ from rich.text import Text
 from neuronfleet.api.crd import crd
 from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, InferenceDeployment
 from neuronfleet.api.validation import validate_manifest
-from neuronfleet.artifacts.store import ArtifactStore
 from neuronfleet.demo_report import DemoResult, ScaleEvent, print_summary, write_report
 from neuronfleet.kube.builders import BuilderConfig, build_priority_classes
 from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES
-from neuronfleet.planning.compile import compile_request
 from neuronfleet.planning.fleet import FleetPolicy
 from neuronfleet.reconcile import OperatorSettings
 from neuronfleet.run_command import build_context, operator_tasks
 from neuronfleet.sandbox import ColdStartProfile, ContainerResult, NodeGroup, SandboxCluster
+from neuronfleet.sandbox.artifacts import record_uncompiled_artifact
 from neuronfleet.sandbox.runners import SubprocessRunner
 from neuronfleet.sandbox.store import WatchEvent
 from neuronfleet.sim import trace as traces
@@ -434,23 +433,8 @@ def _minilm_path() -> Path:
 
 def _record_artifact(dep: InferenceDeployment, store_dir: Path) -> str:
     """Record an artifact for the compile request as a finished compile Job would (--skip-compile)."""
-    import hashlib
 
-    from neuronserve.manifest import RequestRecord, revision
-
-    request = compile_request(dep.spec, str(store_dir), ArtifactStore().fingerprint(dep.spec.model.source))
-    cache_key = hashlib.sha256(f"{request.key}/demo-skip-compile".encode()).hexdigest()
-    record = RequestRecord(
-        cache_key=cache_key,
-        artifact_uri=f"{store_dir}/{cache_key}",
-        manifest_sha256=hashlib.sha256(b"not compiled: --skip-compile").hexdigest(),
-        backend="cpu",
-        revision=revision(cache_key),
-    )
-    path = Path(request.record_uri)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(record.to_json_bytes())
-    return cache_key[:10]
+    return record_uncompiled_artifact(dep.spec, store_dir, "demo-skip-compile")
 
 
 def prepare_load(options: DemoOptions, dep: InferenceDeployment) -> tuple[ReplayLoad, dict[str, Any]]:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
 import time
+from collections.abc import Callable
 
 
 class Clock:
@@ -69,3 +71,17 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
     except TimeoutError:
         return event.is_set()
     return True
+
+
+async def run_controller(name: str, sync: Callable[[], object], wake: asyncio.Event, interval_s: float | None) -> None:
+    """The loop of every sandbox controller: one round, then sleep until woken or the interval ends.
+
+    A failing round is logged, never fatal: one bad object must not stop a controller.
+    """
+    while True:
+        wake.clear()
+        try:
+            sync()
+        except Exception:
+            logging.getLogger(__name__).exception("sandbox %s: round failed", name)
+        await wait_event(wake, interval_s)

@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import math
 from typing import Any
 
-from neuronfleet.sandbox.clock import wait_event
+from neuronfleet.sandbox.clock import run_controller
 from neuronfleet.sandbox.conditions import set_condition
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.selectors import selector_from_dict
 from neuronfleet.sandbox.store import Obj, Store, WatchEvent
-
-log = logging.getLogger(__name__)
 
 
 def _ready(pod: Obj) -> bool:
@@ -99,13 +96,7 @@ class DisruptionController:
             self._wake.set()
 
     async def run(self) -> None:
-        while True:
-            self._wake.clear()
-            try:
-                self.sync()
-            except Exception:
-                log.exception("sandbox disruption controller: sync failed")
-            await wait_event(self._wake, None)
+        await run_controller("disruption controller", self.sync, self._wake, None)
 
     def sync(self) -> None:
         now = self.store.clock.timestamp()

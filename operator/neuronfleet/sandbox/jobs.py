@@ -15,16 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import logging
 from typing import Any
 
-from neuronfleet.sandbox.clock import wait_event
+from neuronfleet.sandbox.clock import run_controller
 from neuronfleet.sandbox.conditions import set_condition
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.events import EventRecorder
 from neuronfleet.sandbox.store import Obj, Store, WatchEvent
-
-log = logging.getLogger(__name__)
 
 
 class JobController:
@@ -44,13 +41,7 @@ class JobController:
             self._wake.set()
 
     async def run(self) -> None:
-        while True:
-            self._wake.clear()
-            try:
-                self.sync()
-            except Exception:
-                log.exception("sandbox job controller: sync failed")
-            await wait_event(self._wake, self.interval_s)
+        await run_controller("job controller", self.sync, self._wake, self.interval_s)
 
     def sync(self) -> None:
         for job in list(self.store.iter(self._jobs)):

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from neuronfleet.sandbox.clock import wait_event
+from neuronfleet.sandbox.clock import run_controller
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.events import EventRecorder
 from neuronfleet.sandbox.nodes import NODE_GROUP_LABEL, NodeGroup, node_allocatable, node_object, pod_requests
@@ -27,7 +26,6 @@ from neuronfleet.sandbox.scheduler import Scheduler
 from neuronfleet.sandbox.scheduling import allocate_cores, insufficient, is_active, node_chips, node_cores
 from neuronfleet.sandbox.store import Store, WatchEvent
 
-log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
 
@@ -98,13 +96,7 @@ class Provisioner:
             self._wake.set()
 
     async def run(self) -> None:
-        while True:
-            self._wake.clear()
-            try:
-                self.reconcile()
-            except Exception:
-                log.exception("sandbox provisioner: round failed")
-            await wait_event(self._wake, self.interval_s)
+        await run_controller("provisioner", self.reconcile, self._wake, self.interval_s)
 
     async def stop(self) -> None:
         if self._timer is not None:

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections import Counter
 from typing import Any
 
 from neuronfleet.sandbox.apiserver import bind_pod
-from neuronfleet.sandbox.clock import wait_event
+from neuronfleet.sandbox.clock import run_controller
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.events import EventRecorder
 from neuronfleet.sandbox.nodes import neuroncores_requested, node_allocatable
@@ -43,7 +42,6 @@ from neuronfleet.sandbox.scheduling import (
 )
 from neuronfleet.sandbox.store import Store, WatchEvent
 
-log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 DEFAULT_SCHEDULER = "default-scheduler"
 
@@ -96,13 +94,7 @@ class Scheduler:
             self._wake.set()
 
     async def run(self) -> None:
-        while True:
-            self._wake.clear()
-            try:
-                self.schedule_pending()
-            except Exception:
-                log.exception("sandbox scheduler: scheduling round failed")
-            await wait_event(self._wake, self.retry_interval_s)
+        await run_controller("scheduler", self.schedule_pending, self._wake, self.retry_interval_s)
 
     # ---- one round -------------------------------------------------------------------------------
 
