@@ -17,6 +17,8 @@ PYTEST_ARGS ?=
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MPLBACKEND := Agg
+# Tests and the demo reach only 127.0.0.1: boto3 must not probe the EC2 metadata address for credentials.
+export AWS_EC2_METADATA_DISABLED := true
 
 .PHONY: help install demo test lint crds crds-check bench clean
 
