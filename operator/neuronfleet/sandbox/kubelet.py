@@ -350,17 +350,7 @@ class Kubelet:
                 container["state"] = {"terminated": terminated}
                 container["ready"] = False
                 container["started"] = False
-            for kind in ("ContainersReady", "Ready"):
-                set_condition(
-                    o,
-                    {
-                        "type": kind,
-                        "status": "False",
-                        "reason": "PodCompleted",
-                        "lastProbeTime": None,
-                        "lastTransitionTime": now,
-                    },
-                )
+            _set_readiness(o, False, now, "PodCompleted")
 
         self._write_status(pod, finished)
 
@@ -406,17 +396,7 @@ class Kubelet:
                 container["ready"] = False
                 container["started"] = False
                 container["restartCount"] = restarts
-            for kind in ("ContainersReady", "Ready"):
-                set_condition(
-                    o,
-                    {
-                        "type": kind,
-                        "status": "False",
-                        "reason": "ContainersNotReady",
-                        "lastProbeTime": None,
-                        "lastTransitionTime": now,
-                    },
-                )
+            _set_readiness(o, False, now, "ContainersNotReady")
 
         if not self._write_status(pod, crashed):
             return False
@@ -449,16 +429,11 @@ class Kubelet:
         if pod is None or (pod.get("status") or {}).get("phase") != "Running":
             return False
         now = self.clock.timestamp()
-        value = "True" if ready else "False"
 
         def apply(o: Obj) -> None:
             for status in o["status"].get("containerStatuses") or []:
                 status["ready"] = ready
-            for kind in ("ContainersReady", "Ready"):
-                condition: Obj = {"type": kind, "status": value, "lastProbeTime": None, "lastTransitionTime": now}
-                if not ready:
-                    condition["reason"] = "ContainersNotReady"
-                set_condition(o, condition)
+            _set_readiness(o, ready, now, None if ready else "ContainersNotReady")
 
         return self._write_status(pod, apply)
 
@@ -520,17 +495,7 @@ class Kubelet:
                 }
                 container["ready"] = False
                 container["started"] = False
-            for kind in ("ContainersReady", "Ready"):
-                set_condition(
-                    o,
-                    {
-                        "type": kind,
-                        "status": "False",
-                        "reason": "PodFailed",
-                        "lastProbeTime": None,
-                        "lastTransitionTime": now,
-                    },
-                )
+            _set_readiness(o, False, now, "PodFailed")
 
         return self._write_status(pod, failed)
 
@@ -605,6 +570,20 @@ class Kubelet:
             ),
         )
         return True
+
+
+def _set_readiness(pod: Obj, ready: bool, now: str, reason: str | None) -> None:
+    """Set the pod's ContainersReady and Ready conditions together, as the kubelet does."""
+    for kind in ("ContainersReady", "Ready"):
+        condition: Obj = {
+            "type": kind,
+            "status": "True" if ready else "False",
+            "lastProbeTime": None,
+            "lastTransitionTime": now,
+        }
+        if reason:
+            condition["reason"] = reason
+        set_condition(pod, condition)
 
 
 def _has_probe(pod: Obj) -> bool:
