@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 from operator_harness import REPO, OperatorHarness, example, ready
 
@@ -57,14 +58,35 @@ async def test_model_that_fits_no_allowed_instance_type(harness: OperatorHarness
     )
 
 
-async def test_scheduler_nobody_runs(harness: OperatorHarness) -> None:
+UNPULLABLE_IMAGE = "registry.example.com/does-not-exist:1.0"
+
+
+@pytest.mark.parametrize(
+    ("override", "needle", "reason"),
+    [
+        pytest.param(
+            {"placement": {"schedulerName": "no-such-scheduler"}},
+            "no-such-scheduler",
+            "NotScheduled",
+            id="scheduler-nobody-runs",
+        ),
+        pytest.param(
+            {"runtime": {"image": UNPULLABLE_IMAGE}}, "does-not-exist", "ImagePullBackOff", id="image-never-pulls"
+        ),
+    ],
+)
+async def test_pods_that_cannot_start(
+    harness: OperatorHarness, override: dict[str, Any], needle: str, reason: str
+) -> None:
     neighbour = await _healthy_neighbour(harness)
+    assert harness.cluster.kubelet is not None
+    harness.cluster.kubelet.unpullable_images.add(UNPULLABLE_IMAGE)
     manifest = harness.localize(
         example(
             "bert-embeddings",
             scaling={"mode": "Manual", "replicas": 1, "minReplicas": 0},
             warmPool={"mode": "Off"},
-            placement={"schedulerName": "no-such-scheduler"},
+            **override,
         ),
         namespace=NS,
     )
@@ -74,14 +96,16 @@ async def test_scheduler_nobody_runs(harness: OperatorHarness) -> None:
 
     def reported() -> bool:
         degraded = harness.condition(NS, name, "Degraded")
-        return degraded.get("status") == "True" and "no-such-scheduler" in degraded.get("message", "")
+        return degraded.get("status") == "True" and needle in degraded.get("message", "")
 
-    await harness.wait(reported, timeout=600, what="Degraded names the scheduler")
-    assert harness.condition(NS, name, "Degraded")["reason"] == "NotScheduled"
+    await harness.wait(reported, timeout=600, what=f"Degraded names {needle}")
+    assert harness.condition(NS, name, "Degraded")["reason"] == reason
     assert harness.condition(NS, name, "Ready")["status"] == "False"
-    assert all(not p["spec"].get("nodeName") for p in harness.pods(NS, name))
+    assert not any(ready(p) for p in harness.pods(NS, name))
+    if reason == "NotScheduled":
+        assert all(not p["spec"].get("nodeName") for p in harness.pods(NS, name)), "bound without a scheduler"
     await harness.wait(
-        lambda: any(e.get("reason") == "NotScheduled" for e in events_for(harness, name)),
+        lambda: any(e.get("reason") == reason and e.get("type") == "Warning" for e in events_for(harness, name)),
         timeout=120,
         what="a Warning Event",
     )
@@ -91,41 +115,3 @@ async def test_scheduler_nobody_runs(harness: OperatorHarness) -> None:
         what="the neighbour keeps being served",
     )
     assert all(ready(p) for p in harness.pods(NS, neighbour))
-
-
-async def test_image_that_never_pulls(harness: OperatorHarness) -> None:
-    neighbour = await _healthy_neighbour(harness)
-    kubelet = harness.cluster.kubelet
-    assert kubelet is not None
-    kubelet.unpullable_images.add("registry.example.com/does-not-exist:1.0")
-    manifest = harness.localize(
-        example(
-            "bert-embeddings",
-            scaling={"mode": "Manual", "replicas": 1, "minReplicas": 0},
-            warmPool={"mode": "Off"},
-            runtime={"image": "registry.example.com/does-not-exist:1.0"},
-        ),
-        namespace=NS,
-    )
-    harness.precompile(manifest)
-    await harness.apply(manifest)
-    name = manifest["metadata"]["name"]
-
-    def reported() -> bool:
-        degraded = harness.condition(NS, name, "Degraded")
-        return degraded.get("status") == "True" and "does-not-exist" in degraded.get("message", "")
-
-    await harness.wait(reported, timeout=300, what="Degraded names the image")
-    degraded = harness.condition(NS, name, "Degraded")
-    assert degraded["reason"] == "ImagePullBackOff"
-    assert harness.condition(NS, name, "Ready")["status"] == "False"
-    await harness.wait(
-        lambda: any(
-            e.get("reason") == "ImagePullBackOff" and e.get("type") == "Warning" for e in events_for(harness, name)
-        ),
-        timeout=120,
-        what="a Warning Event",
-    )
-    await harness.wait(
-        lambda: harness.condition(NS, neighbour, "Ready").get("status") == "True", timeout=90, what="the neighbour"
-    )
