@@ -57,6 +57,7 @@ from neuronfleet.planning.compile import (
     StoredArtifact,
     compile_request,
     decide_compile,
+    decide_unservable,
 )
 from neuronfleet.planning.fleet import (
     Action,
@@ -304,10 +305,7 @@ class Reconciler:
         spec_problems = check_fits(dep.spec)
         previous = _stored_from_status(raw_status)
         if spec_problems:
-            # Nothing can serve this spec: do not spend a compile on it until the spec changes.
-            decision = CompileDecision(
-                False, previous, "Unknown", "Pending", "not compiled: " + "; ".join(spec_problems)
-            )
+            decision = decide_unservable(spec_problems, previous)
         else:
             try:
                 decision, compile_events = await self._compile(dep, previous)

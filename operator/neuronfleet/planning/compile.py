@@ -146,3 +146,11 @@ def decide_compile(observed: CompileObservation, previous: StoredArtifact | None
         "Compiling",
         f"compile Job {waiting} for {observed.request.source} (request {observed.request.key})",
     )
+
+
+def decide_unservable(problems: list[str], previous: StoredArtifact | None) -> CompileDecision:
+    """No compile for a spec that no allowed instance type can serve: it would be spent for nothing.
+
+    The previous artifact (if any) stays recorded; a spec change that fixes the problems starts over.
+    """
+    return CompileDecision(False, previous, "Unknown", "Pending", "not compiled: " + "; ".join(problems))
