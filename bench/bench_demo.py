@@ -18,7 +18,8 @@ from pathlib import Path
 from rich.console import Console
 
 from _common import write_result
-from neuronfleet.demo_command import DEFAULT_TRACE, DemoOptions, run_demo
+from neuronfleet.demo.options import DEFAULT_TRACE, DemoOptions
+from neuronfleet.demo.orchestration import run_demo
 
 
 def main() -> None:

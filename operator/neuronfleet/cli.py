@@ -168,7 +168,7 @@ OPTIONAL_COMMANDS = (
     ("simulate", "neuronfleet.sim.command", "neuronfleet"),
     ("sandbox", "neuronfleet.sandbox.command", "neuronfleet[sandbox]"),
     ("run", "neuronfleet.run_command", "neuronfleet[operator]"),
-    ("demo", "neuronfleet.demo_command", "neuronfleet[sandbox]"),
+    ("demo", "neuronfleet.demo.cli", "neuronfleet[sandbox]"),
 )
 
 

@@ -1,8 +1,9 @@
 """`neuronfleet demo` end to end on a short slice: the real operator scales the example under replayed load.
 
-Runs :func:`neuronfleet.demo_command.run_demo` itself (it makes its own looptime loop, so this test
-is synchronous) for three simulated minutes of the busiest stretch of the shared trace, with the
-compile skipped, at a speed the machine cannot reach (the pacer then never sleeps).
+Runs :func:`neuronfleet.demo.orchestration.run_demo` itself (it makes its own looptime loop, so this
+test is synchronous) for three simulated minutes of the busiest stretch of the trace shipped with the
+package, with the compile skipped, at a speed the machine cannot reach (the pacer then never sleeps).
+The trace is part of the package: if it is missing, the test fails (it does not skip).
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from neuronfleet.demo_command import DEFAULT_TRACE, DemoError, DemoOptions, run_demo
+from neuronfleet.demo import options as demo_options
+from neuronfleet.demo.options import DEFAULT_TRACE, DemoError, DemoOptions
+from neuronfleet.demo.orchestration import run_demo
 from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES
-
-pytestmark = pytest.mark.skipif(not DEFAULT_TRACE.exists(), reason=f"trace {DEFAULT_TRACE} not present")
 
 
 def test_short_demo_scales_the_fleet_and_writes_a_consistent_report(tmp_path: Path) -> None:
@@ -66,3 +67,15 @@ def test_bad_trace_is_a_clear_error(tmp_path: Path) -> None:
     bad.write_text("when,what\n1,2\n")
     with pytest.raises(DemoError, match="no arrival-time column"):
         run_demo(DemoOptions(trace=bad, out=tmp_path / "out", live=False, skip_compile=True), Console(file=None))
+
+
+def test_the_default_trace_ships_with_the_package() -> None:
+    assert DEFAULT_TRACE.is_file(), f"{DEFAULT_TRACE} is package data: the demo's default must not need ../shared"
+    attribution = DEFAULT_TRACE.with_suffix(".README.md").read_text()
+    assert "CC-BY" in attribution and "Splitwise" in attribution
+
+
+def test_a_missing_default_trace_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(demo_options, "DEFAULT_TRACE", tmp_path / "gone.csv")
+    with pytest.raises(DemoError, match=r"default trace .* is missing"):
+        run_demo(DemoOptions(out=tmp_path / "out", live=False, skip_compile=True), Console(file=None))

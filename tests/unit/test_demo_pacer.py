@@ -6,7 +6,7 @@ import asyncio
 
 import looptime
 
-from neuronfleet.demo_command import Pacer
+from neuronfleet.demo.pacing import Pacer
 
 
 def test_pacer_keeps_running_across_speed_changes() -> None:

@@ -1,6 +1,6 @@
 """The sandbox demo's outputs: the console summary, and report.md, timeline.png and summary.json.
 
-Kept apart from :mod:`neuronfleet.demo_command` (which runs the demo) so that the figures of a
+Kept apart from :mod:`neuronfleet.demo.orchestration` (which runs the demo) so that the figures of a
 finished run can be written and checked without the cluster.
 """
 

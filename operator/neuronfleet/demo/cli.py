@@ -1,0 +1,112 @@
+"""``neuronfleet demo`` (also ``neuronfleet sandbox demo``): the command line of the one-command tour."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from neuronfleet.demo.options import DEFAULT_EXAMPLE, DEFAULT_TRACE, DemoError, DemoOptions
+from neuronfleet.demo.orchestration import run_demo
+from neuronfleet.demo.report import print_summary
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        # CI logs: one line per figure rather than rich's default 80 columns.
+        console = Console(highlight=False, width=140)
+    err = Console(stderr=True, highlight=False)
+    live = not args.no_live and console.is_terminal
+    options = DemoOptions(
+        trace=args.trace,
+        minutes=args.minutes,
+        speed=args.speed,
+        example=args.example,
+        out=args.out,
+        live=live,
+        skip_compile=args.skip_compile,
+        peak_replicas=args.peak_replicas,
+        start_minute=args.start_minute,
+        lead_in_minutes=args.lead_in,
+        seed=args.seed,
+    )
+    try:
+        result = run_demo(options, console)
+    except DemoError as exc:
+        err.print(f"neuronfleet demo: {exc}")
+        return 1
+    print_summary(result, console, options.out)
+    return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        default=None,
+        help=f"CSV trace to replay (default: the Azure LLM 2023 conversation trace shipped as {DEFAULT_TRACE.name})",
+    )
+    parser.add_argument("--minutes", type=float, default=20.0, help="trace minutes to replay (default: 20)")
+    parser.add_argument(
+        "--start-minute",
+        type=float,
+        default=22.0,
+        help="trace minute to start at (default: 22: the busiest stretch of the default trace and the drop after it)",
+    )
+    parser.add_argument(
+        "--lead-in",
+        type=float,
+        default=3.0,
+        help="trace minutes before --start-minute replayed first and not measured (default: 3; 0: the fleet "
+        "meets the traffic at minReplicas)",
+    )
+    parser.add_argument("--speed", type=float, default=10.0, help="simulated seconds per wall second (default: 10)")
+    parser.add_argument(
+        "--example", type=Path, default=DEFAULT_EXAMPLE, help="the InferenceDeployment (default: %(default)s)"
+    )
+    parser.add_argument("--out", type=Path, default=Path("demo-out"), help="report folder (default: demo-out)")
+    parser.add_argument(
+        "--no-live",
+        action="store_true",
+        help="print a line per minute instead of the live view (also when stdout is not a terminal)",
+    )
+    parser.add_argument(
+        "--skip-compile",
+        action="store_true",
+        help="record a compiled artifact instead of compiling all-MiniLM-L6-v2 on this CPU (said so on the console)",
+    )
+    parser.add_argument(
+        "--peak-replicas",
+        type=float,
+        default=9.0,
+        help="scale the trace so its busiest minute needs this many replicas at full throughput (default: 9)",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.set_defaults(func=_cmd_demo)
+
+
+def _sandbox_actions(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Any:
+    """The ``sandbox`` command's sub-commands, if `neuronfleet sandbox` is registered already."""
+    sandbox = sub.choices.get("sandbox")
+    if sandbox is None or sandbox._subparsers is None:
+        return None
+    for action in sandbox._subparsers._group_actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action
+    return None
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``neuronfleet demo`` and, when the sandbox command is there, ``neuronfleet sandbox demo``."""
+    description = (
+        "A one-command tour: the sandbox cluster with Inf2 node groups, the real operator, the example "
+        "InferenceDeployment (compiled for real on CPU), and a replay of a public trace as simulated load in "
+        "compressed time; a live view, then a summary and a report (report.md, timeline.png, summary.json)."
+    )
+    add_arguments(sub.add_parser("demo", help="run the sandbox demo (same as `sandbox demo`)", description=description))
+    actions = _sandbox_actions(sub)
+    if actions is not None and "demo" not in actions.choices:
+        add_arguments(actions.add_parser("demo", help="the one-command tour", description=description))

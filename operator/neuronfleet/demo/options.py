@@ -1,0 +1,73 @@
+"""The demo's options, constants and the trace it replays by default.
+
+The default trace ships with the package (``neuronfleet/data``, with its CC-BY attribution), so a
+plain clone or an installed wheel runs the demo with no file from outside the project.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from neuronfleet.sandbox import ColdStartProfile
+
+PACKAGE = Path(__file__).resolve().parents[1]
+#: The project's checkout (examples/, crds/), when the package runs from one.
+REPO = PACKAGE.parents[1]
+DEFAULT_TRACE = PACKAGE / "data" / "azure-llm-2023-conv.csv"
+DEFAULT_EXAMPLE = REPO / "examples" / "bert-embeddings.yaml"
+TRACE_ATTRIBUTION = (
+    "Trace: Azure LLM inference trace 2023 (conversation), Azure/AzurePublicDataset, Microsoft, CC-BY 4.0. "
+    'Patel et al., "Splitwise: Efficient generative LLM inference using phase splitting", ISCA 2024.'
+)
+NEURON_SCHEDULER = "neuron-scheduler"
+#: Emulated start-up of a serving pod on an inf2 node (image pull, runtime init, artifact load and
+#: warm-up): shortened from FACTS.md's minutes so a 20-minute replay shows several scale-ups.
+DEMO_COLD_START = ColdStartProfile(
+    image_pull_s=40.0, container_start_s=3.0, readiness_s=15.0, shutdown_s=2.0, jitter=0.2
+)
+DEMO_PROVISIONING_S = 75.0
+#: Buckets small enough for a CPU compile of all-MiniLM-L6-v2 in well under a minute here.
+DEMO_BATCH_BUCKETS = [1, 4]
+DEMO_SEQUENCE_BUCKETS = [32]
+SAMPLE_EVERY_S = 5.0
+WAIT_FOR_COMPILE_S = 900.0
+WAIT_FOR_READY_S = 900.0
+
+
+class DemoError(Exception):
+    """A demo that cannot start or went wrong, with a message for the console."""
+
+
+def default_trace() -> Path:
+    """The trace shipped with the package; a clear error if an install lost it."""
+    if not DEFAULT_TRACE.is_file():
+        raise DemoError(
+            f"the demo's default trace {DEFAULT_TRACE} is missing from this install (package data of "
+            "neuronfleet): reinstall the package, or give a trace with --trace"
+        )
+    return DEFAULT_TRACE
+
+
+@dataclass
+class DemoOptions:
+    #: None: the trace shipped with the package (:func:`default_trace`).
+    trace: Path | None = None
+    minutes: float = 20.0
+    speed: float = 10.0
+    example: Path = DEFAULT_EXAMPLE
+    out: Path = Path("demo-out")
+    live: bool = True
+    skip_compile: bool = False
+    #: Replicas the busiest minute of the replayed slice needs at full throughput.
+    peak_replicas: float = 9.0
+    #: Minutes 22-42 of the default trace hold its busiest stretch and the drop after it.
+    start_minute: float = 22.0
+    #: Minutes of the trace before ``start_minute`` replayed first and left out of the figures: the
+    #: fleet meets the measured span sized by the operator for the traffic, not at minReplicas.
+    lead_in_minutes: float = 3.0
+    seed: int = 0
+
+    @property
+    def trace_path(self) -> Path:
+        return self.trace if self.trace is not None else default_trace()
