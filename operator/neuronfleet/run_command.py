@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import logging
 import os
+import shlex
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -72,7 +73,42 @@ async def operator_tasks(
     )
 
 
+#: What ``neuronfleet sandbox up`` writes beside its kubeconfig: where its S3 and artifact store are.
+SANDBOX_ENV_FILE = "sandbox.env"
+DEFAULT_ARTIFACT_STORE = "/var/lib/neuronfleet/artifacts"
+
+
+def load_sandbox_env(kubeconfig: Path | None) -> dict[str, str]:
+    """Variables from ``sandbox.env`` beside the kubeconfig, set where the environment lacks them.
+
+    ``neuronfleet sandbox up`` writes ``export NAME=value`` lines there (its S3 endpoint and
+    credentials, the artifact store); explicit flags and variables still win. Returns what was set.
+    """
+    if kubeconfig is None:
+        return {}
+    path = kubeconfig.expanduser().resolve().parent / SANDBOX_ENV_FILE
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    loaded = {}
+    for line in text.splitlines():
+        name, sep, value = line.removeprefix("export ").partition("=")
+        if not sep or line.lstrip().startswith("#") or name in os.environ:
+            continue
+        loaded[name.strip()] = " ".join(shlex.split(value))
+    os.environ.update(loaded)
+    if loaded:
+        logger.info("read %s: %s", path, ", ".join(sorted(loaded)))
+    return loaded
+
+
 async def _run(args: argparse.Namespace) -> None:
+    kubeconfig_env = os.environ.get("KUBECONFIG")
+    load_sandbox_env(args.kubeconfig or (Path(kubeconfig_env.split(os.pathsep)[0]) if kubeconfig_env else None))
+    args.artifact_store = args.artifact_store or os.environ.get("NEURONFLEET_ARTIFACT_STORE") or DEFAULT_ARTIFACT_STORE
+    args.neuron_scheduler = args.neuron_scheduler or os.environ.get("NEURONFLEET_NEURON_SCHEDULER") or None
+    args.prometheus_url = args.prometheus_url or os.environ.get("NEURONFLEET_PROMETHEUS_URL") or None
     settings = OperatorSettings(
         artifact_store=args.artifact_store,
         builder=BuilderConfig(default_scheduler_name=args.neuron_scheduler),
@@ -123,19 +159,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("-n", "--namespace", action="append", help="watch only this namespace (repeatable; default: all)")
     p.add_argument(
         "--artifact-store",
-        default=os.environ.get("NEURONFLEET_ARTIFACT_STORE", "/var/lib/neuronfleet/artifacts"),
+        default=None,
         help="default store of compiled artifacts: s3://bucket/prefix or a directory "
-        "(a spec's compile.artifactStore overrides it; env NEURONFLEET_ARTIFACT_STORE)",
+        "(a spec's compile.artifactStore overrides it; env NEURONFLEET_ARTIFACT_STORE; "
+        f"default {DEFAULT_ARTIFACT_STORE}). "
+        f"Beside a sandbox's kubeconfig, {SANDBOX_ENV_FILE} supplies it and the S3 endpoint",
     )
     p.add_argument(
         "--neuron-scheduler",
-        default=os.environ.get("NEURONFLEET_NEURON_SCHEDULER") or None,
-        help="schedulerName of the Neuron scheduler extension for pods whose spec names none",
+        default=None,
+        help="schedulerName of the Neuron scheduler extension for pods whose spec names none "
+        "(env NEURONFLEET_NEURON_SCHEDULER)",
     )
     p.add_argument(
         "--prometheus-url",
-        default=os.environ.get("NEURONFLEET_PROMETHEUS_URL") or None,
-        help="Prometheus for the autoscaler's signals (a spec's scaling.metrics.prometheusUrl overrides it)",
+        default=None,
+        help="Prometheus for the autoscaler's signals (a spec's scaling.metrics.prometheusUrl overrides it; "
+        "env NEURONFLEET_PROMETHEUS_URL)",
     )
     p.add_argument("--interval", type=float, default=10.0, help="seconds between reconciles of one object")
     p.add_argument("--peering", help="Kopf peering name for high availability (one instance acts)")

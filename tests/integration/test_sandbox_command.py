@@ -36,9 +36,15 @@ def test_sandbox_up_serves_until_interrupted(kubectl: str, repo_root: Path, tmp_
     )
     try:
         assert proc.stdout is not None
-        banner = [proc.stdout.readline() for _ in range(5)]
+        banner: list[str] = []
+        while len(banner) < 40 and not (banner and banner[-1].startswith("Ctrl-C")):
+            banner.append(proc.stdout.readline())
         assert banner[0].startswith("sandbox API server: http://127.0.0.1:"), banner
         assert f"export KUBECONFIG={kubeconfig}" in "".join(banner)
+        # Where the operator finds the sandbox's S3: beside the kubeconfig, gone after the sandbox.
+        settings = (tmp_path / "sandbox.env").read_text()
+        assert "export AWS_ENDPOINT_URL=http://127.0.0.1:" in settings
+        assert "export NEURONFLEET_ARTIFACT_STORE=s3://" in settings
         env = {**os.environ, "KUBECONFIG": str(kubeconfig), "HOME": str(tmp_path)}
         nodes = subprocess.run(
             [kubectl, "get", "nodes", "-o", "name"], env=env, capture_output=True, text=True, timeout=60
@@ -53,6 +59,7 @@ def test_sandbox_up_serves_until_interrupted(kubectl: str, repo_root: Path, tmp_
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=30)
     assert code == 0
+    assert not (tmp_path / "sandbox.env").exists()
 
 
 def test_sandbox_up_rejects_bad_node_groups() -> None:

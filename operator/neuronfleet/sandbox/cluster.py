@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import datetime
+import os
+import sys
 import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import yaml
 
@@ -26,6 +28,8 @@ from neuronfleet.sandbox.jobs import JobController
 from neuronfleet.sandbox.kubelet import ColdStartProfile, Kubelet
 from neuronfleet.sandbox.nodes import NodeGroup, node_object
 from neuronfleet.sandbox.provisioner import NodeNamer, Provisioner
+from neuronfleet.sandbox.runners import SubprocessRunner
+from neuronfleet.sandbox.s3 import DEFAULT_ARTIFACT_STORE, SandboxS3, StockedSource, example_manifests, split_s3
 from neuronfleet.sandbox.scheduler import Scheduler
 from neuronfleet.sandbox.store import Obj, Store
 
@@ -120,7 +124,13 @@ class SandboxCluster:
         run_kubelet: bool = True,
         run_provisioner: bool = True,
         history_size: int = 20000,
+        s3: bool = False,
+        compile_jobs: Literal["simulated", "real"] = "simulated",
     ) -> None:
+        """``s3``: also run an S3 endpoint (``cluster.s3``, moto on 127.0.0.1). ``compile_jobs="real"``:
+        compile Jobs' ``neuronserve compile`` runs on this machine (pointed at ``cluster.s3`` when
+        there is one); "simulated": their pods exit 0 after ``ColdStartProfile.run_s``.
+        """
         self.node_groups = list(node_groups)
         self.crd_dir = Path(crd_dir) if crd_dir is not None else None
         self.extra_crds = list(crds) + (kopf_peering_crds() if kopf_peering else [])
@@ -155,6 +165,8 @@ class SandboxCluster:
             )
         self.disruption: DisruptionController | None = DisruptionController(self.store) if run_scheduler else None
         self.jobs: JobController | None = JobController(self.store) if run_scheduler else None
+        self.s3: SandboxS3 | None = SandboxS3(host) if s3 else None
+        self.compile_jobs = compile_jobs
         self._tasks: list[asyncio.Task[None]] = []
         self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
         self.url = ""
@@ -164,8 +176,31 @@ class SandboxCluster:
     def request_log(self) -> list[RequestRecord]:
         return list(self.apiserver.request_log)
 
+    def process_env(self) -> dict[str, str]:
+        """Environment for the processes the sandbox runs for pods (compile Jobs, model servers).
+
+        This interpreter's scripts come first on PATH (``neuronserve``), Hugging Face stays offline,
+        and boto3 reaches the sandbox's S3 as it would reach AWS from a pod with IAM credentials.
+        """
+        env = {
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "PYTHONUNBUFFERED": "1",
+        }
+        if self.s3 is not None:
+            env.update(self.s3.env)
+        return env
+
     async def start(self) -> SandboxCluster:
         self.clock.bind(asyncio.get_running_loop())
+        if self.s3 is not None:
+            await self.s3.start()
+        if self.compile_jobs == "real" and self.kubelet is not None:
+            self.kubelet.container_runner = SubprocessRunner(
+                commands={"neuronserve compile"}, extra_env=self.process_env(), timeout_s=3600.0
+            )
         crd_files = sorted(self.crd_dir.glob("*.yaml")) if self.crd_dir is not None else []
         for crd in [*load_crd_documents(crd_files), *self.extra_crds]:
             self.store.register_crd(crd)
@@ -200,6 +235,8 @@ class SandboxCluster:
         if self.jobs is not None:
             self.jobs.stop()
         await self.apiserver.stop()
+        if self.s3 is not None:
+            await self.s3.stop()
         if self._tmpdir is not None:
             self._tmpdir.cleanup()
             self._tmpdir = None
@@ -213,6 +250,21 @@ class SandboxCluster:
         await self.stop()
 
     # ---- conveniences for tests and the demo ---------------------------------------------------------
+
+    async def host_examples(self, examples_dir: Path) -> list[StockedSource]:
+        """Make the example manifests apply as they are: their namespaces exist, and (with ``s3``)
+        the model sources this machine has are uploaded where they name them (see ``sandbox.s3``)."""
+        manifests = example_manifests(examples_dir)
+        for path in manifests:
+            for doc in yaml.safe_load_all(path.read_text()):
+                namespace = ((doc or {}).get("metadata") or {}).get("namespace") if isinstance(doc, dict) else None
+                if namespace and self.get("namespaces", namespace) is None:
+                    self.create("namespaces", {"metadata": {"name": namespace}})
+        if self.s3 is None:
+            return []
+        s3 = self.s3
+        await asyncio.to_thread(s3.ensure_bucket, split_s3(DEFAULT_ARTIFACT_STORE)[0])
+        return await asyncio.to_thread(s3.stock_examples, manifests)
 
     def add_node(self, group: NodeGroup, zone: str | None = None) -> Obj:
         """Register one Ready node of ``group`` now (no provisioning delay)."""

@@ -1,25 +1,48 @@
-"""``neuronfleet sandbox up``: run the sandbox cluster on 127.0.0.1 until interrupted."""
+"""``neuronfleet sandbox up``: run the sandbox cluster on 127.0.0.1 until interrupted.
+
+Beside the API server it runs an S3 endpoint (moto) stocked with the examples' model sources,
+creates the examples' namespaces, runs compile Jobs for real, and writes ``sandbox.env`` next to
+the kubeconfig: the S3 endpoint, credentials and artifact store the operator needs.
+``neuronfleet run`` reads that file when its kubeconfig sits beside it (or ``source`` it).
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
+import shlex
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from neuronfleet.sandbox.cluster import SandboxCluster
+from neuronfleet.sandbox.kubelet import ColdStartProfile
 from neuronfleet.sandbox.nodes import parse_node_groups
+from neuronfleet.sandbox.s3 import DEFAULT_ARTIFACT_STORE
 
-DEFAULT_NODE_GROUPS = "inf2-small:inf2.xlarge:2:6@us-east-1a+us-east-1b,inf2-large:inf2.24xlarge:0:2@us-east-1a"
+#: ``inf2-serving`` is the Karpenter NodePool ``examples/bert-embeddings.yaml`` selects.
+DEFAULT_NODE_GROUPS = "inf2-serving:inf2.xlarge:2:6@us-east-1a+us-east-1b,inf2-large:inf2.24xlarge:0:2@us-east-1a"
+NEURON_SCHEDULER = "neuron-scheduler"
+#: The file beside the kubeconfig that tells the operator where the sandbox's S3 is.
+ENV_FILE_NAME = "sandbox.env"
+#: Pod start-up in ``sandbox up``: seconds, not EKS's minutes, so an example is Ready soon after
+#: its compile (the cold-start figures the simulator uses are in FACTS.md, not here).
+UP_COLD_START = ColdStartProfile(image_pull_s=6.0, container_start_s=1.0, readiness_s=6.0, shutdown_s=2.0, jitter=0.2)
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:  # type: ignore[type-arg]
     """Add ``sandbox up`` to the ``neuronfleet`` CLI; return the ``sandbox`` sub-commands (add ``demo`` there)."""
     sandbox = subparsers.add_parser("sandbox", help="a local Kubernetes API with simulated Inf2 node groups")
     actions: argparse._SubParsersAction = sandbox.add_subparsers(dest="sandbox_command", required=True)  # type: ignore[type-arg]
-    up = actions.add_parser("up", help="start the sandbox cluster and serve until interrupted")
+    up = actions.add_parser(
+        "up",
+        help="start the sandbox cluster (and its S3) and serve until interrupted",
+        description="Start a local Kubernetes API with simulated Inf2 node groups, an S3 endpoint (moto) "
+        "holding the examples' model sources, and real compile Jobs. Writes the kubeconfig and, beside it, "
+        f"{ENV_FILE_NAME} (S3 endpoint, credentials, artifact store) which `neuronfleet run` reads.",
+    )
     up.add_argument(
         "--node-groups",
         default=DEFAULT_NODE_GROUPS,
@@ -30,6 +53,19 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
         "--kubeconfig", type=Path, default=Path(".sandbox/kubeconfig"), help="where to write the kubeconfig"
     )
     up.add_argument("--crd-dir", type=Path, default=Path("crds"), help="register every CRD in this directory")
+    up.add_argument(
+        "--examples-dir",
+        type=Path,
+        default=Path("examples"),
+        help="create these manifests' namespaces and upload the model sources they name, when installed here",
+    )
+    up.add_argument("--no-s3", action="store_true", help="no S3 endpoint (s3:// sources and stores stay unreadable)")
+    up.add_argument(
+        "--compile-jobs",
+        choices=["real", "simulated"],
+        default="real",
+        help="real: compile Jobs run `neuronserve compile` on this machine; simulated: they just succeed",
+    )
     up.add_argument("--provisioning-delay", type=float, default=60.0, help="seconds until a launched node registers")
     up.add_argument("--seed", type=int, default=0)
     up.set_defaults(func=run_up)
@@ -54,26 +90,61 @@ def run_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def write_env_file(path: Path, env: Mapping[str, str]) -> Path:
+    """``export NAME=value`` lines: ``source`` it in a shell, or let ``neuronfleet run`` read it."""
+    lines = [
+        "# Written by `neuronfleet sandbox up`; removed when it stops. `source` it, or let",
+        "# `neuronfleet run` read it (it does when its kubeconfig is in this directory).",
+    ]
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 async def _serve(groups: list, args: argparse.Namespace, crd_dir: Path | None) -> None:  # type: ignore[type-arg]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+    kubeconfig = args.kubeconfig.resolve()
     cluster = SandboxCluster(
         node_groups=groups,
         crd_dir=crd_dir,
         port=args.port,
-        kubeconfig_path=args.kubeconfig.resolve(),
+        kubeconfig_path=kubeconfig,
         seed=args.seed,
         provisioning_delay_s=args.provisioning_delay,
         kopf_peering=True,
+        neuron_scheduler_name=NEURON_SCHEDULER,
+        cold_start=UP_COLD_START,
+        s3=not args.no_s3,
+        compile_jobs=args.compile_jobs,
     )
+    env_file = kubeconfig.parent / ENV_FILE_NAME
     async with cluster:
+        stocked = await cluster.host_examples(args.examples_dir)
+        env = {"KUBECONFIG": str(cluster.kubeconfig_path), "NEURONFLEET_NEURON_SCHEDULER": NEURON_SCHEDULER}
+        if cluster.s3 is not None:
+            env.update(cluster.s3.env)
+            env["NEURONFLEET_ARTIFACT_STORE"] = DEFAULT_ARTIFACT_STORE
+        write_env_file(env_file, env)
         nodes = len(cluster.list("nodes"))
         print(f"sandbox API server: {cluster.url}  ({nodes} nodes, groups: {', '.join(g.name for g in groups)})")
         print(f"kubeconfig: {cluster.kubeconfig_path}")
+        if cluster.s3 is not None:
+            print(f"S3 (moto): {cluster.s3.endpoint_url}  artifact store: {DEFAULT_ARTIFACT_STORE}")
+        for source in stocked:
+            mark = "stocked" if source.stocked else "NOT servable here"
+            print(f"  {source.example}: {source.source} {mark} ({source.note})")
+        print(f"compile Jobs: {args.compile_jobs}")
+        print(f"operator settings: {env_file}  (`neuronfleet run` reads it when KUBECONFIG points here)")
         print(f"  export KUBECONFIG={cluster.kubeconfig_path}")
-        print("  kubectl get nodes -L node.kubernetes.io/instance-type,topology.kubernetes.io/zone")
+        print("  neuronfleet run")
+        print("  kubectl apply -f examples/bert-embeddings.yaml && kubectl get infdep -A -w")
         print("Ctrl-C to stop.", flush=True)
-        await stop.wait()
+        try:
+            await stop.wait()
+        finally:
+            env_file.unlink(missing_ok=True)

