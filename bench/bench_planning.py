@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write_result
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.kube.builders import object_for_action, parse_pod, pod_template_hash
+from neuronfleet.planning.compile import CompileDecision, StoredArtifact
 from neuronfleet.planning.fleet import (
     CreatePlaceholder,
     CreatePod,
@@ -31,7 +32,8 @@ from neuronfleet.planning.fleet import (
 )
 from neuronfleet.planning.labels import ArtifactRevision
 from neuronfleet.planning.placement import plan_for_spec
-from neuronfleet.planning.status import CompileState, StatusInputs, build_status
+from neuronfleet.planning.reasons import Reason
+from neuronfleet.planning.status import StatusInputs, build_status
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 ACTIVE, WARM, PLACEHOLDERS = 8, 2, 1
@@ -77,7 +79,9 @@ def reconcile(dep: InferenceDeployment, pods: list[dict[str, Any]], artifact: Ar
     target = FleetTarget(pod_template_hash(dep, placement.chosen), artifact, ACTIVE, WARM, PLACEHOLDERS)
     views = [parse_pod(pod, node_names={"node-1"}) for pod in pods]
     plan = plan_fleet(dep.name, target, views, NOW)
-    inputs = StatusInputs(1, plan.summary, placement, CompileState(artifact.id, artifact.uri))
+    stored = StoredArtifact(artifact.id + "0" * 54, artifact.uri, "0" * 64, "cpu")
+    compiled = CompileDecision(False, stored, "True", Reason.ARTIFACT_READY, f"revision {artifact.id}")
+    inputs = StatusInputs(1, plan.summary, placement, compiled)
     build_status(dep.name, inputs, [], NOW)
     return len(plan.actions)
 

@@ -29,6 +29,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION
 from neuronfleet.metrics.operator_metrics import OperatorMetrics
 from neuronfleet.planning.labels import LABEL_DEPLOYMENT
+from neuronfleet.planning.reasons import Reason
 from neuronfleet.reconcile import DeploymentMemory, Reconciler, ReconcileReport
 
 logger = logging.getLogger(__name__)
@@ -137,7 +138,7 @@ async def keep_converging(
             failures += 1
             context.failures += 1
             logger.warning("reconcile of %s/%s failed (%d in a row): %s", namespace, name, failures, exc)
-            kopf.warn(body, reason="ReconcileFailed", message=f"{exc}"[:1000])
+            kopf.warn(body, reason=Reason.RECONCILE_FAILED, message=f"{exc}"[:1000])
         delay = min(MAX_BACKOFF_SECONDS, interval * (2 ** min(failures, 6))) if failures else interval
         wakeup.clear()
         with contextlib.suppress(TimeoutError):

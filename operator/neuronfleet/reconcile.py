@@ -23,12 +23,12 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import pydantic
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.api.v1alpha1 import ColdStartStatus, InferenceDeployment, WarmPoolStatus
 from neuronfleet.artifacts.store import ArtifactStore, StoreUnavailable
 from neuronfleet.kube.builders import (
     BuilderConfig,
@@ -70,26 +70,17 @@ from neuronfleet.planning.fleet import (
     FleetSummary,
     FleetTarget,
     Relabel,
+    describe_action,
     plan_fleet,
     policy_for_spec,
 )
 from neuronfleet.planning.labels import ArtifactRevision, deployment_selector
 from neuronfleet.planning.placement import check_fits, plan_for_spec
+from neuronfleet.planning.reasons import Event, Reason
 from neuronfleet.planning.signals import MetricSnapshot
-from neuronfleet.planning.status import CompileState, StatusInputs, build_status, rfc3339
+from neuronfleet.planning.status import LastScale, StatusInputs, build_status, rfc3339, status_patch
 
 logger = logging.getLogger(__name__)
-
-EventType = Literal["Normal", "Warning"]
-
-
-@dataclass(frozen=True)
-class Event:
-    """A Kubernetes Event the handler posts about the object."""
-
-    type: EventType
-    reason: str
-    message: str
 
 
 class MetricsSource(Protocol):
@@ -151,19 +142,6 @@ def _stored_from_status(status: Mapping[str, Any]) -> StoredArtifact | None:
     )
 
 
-def _describe(action: Action) -> Event:
-    if isinstance(action, CreatePod):
-        return Event("Normal", "CreatedPod", f"created {action.role} pod {action.name}")
-    if isinstance(action, Relabel):
-        verb = {"active": "Promoted", "draining": "Draining", "warm": "Demoted"}.get(action.role, "Relabeled")
-        return Event("Normal", verb, f"{action.name}: {action.previous_role} -> {action.role} ({action.reason})")
-    if isinstance(action, DeletePod):
-        return Event("Normal", "DeletedPod", f"deleted {action.name}: {action.reason}")
-    if isinstance(action, CreatePlaceholder):
-        return Event("Normal", "CreatedPlaceholder", f"created node placeholder {action.name}")
-    return Event("Normal", "DeletedPlaceholder", f"deleted node placeholder {action.name}: {action.reason}")
-
-
 def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
     for condition in status.get("conditions") or []:
         if condition.get("type") == kind:
@@ -178,7 +156,7 @@ def _degraded_events(old_status: Mapping[str, Any], new_status: Mapping[str, Any
         return []
     if before.get("status") == "True" and before.get("reason") == after.get("reason"):
         return []
-    return [Event("Warning", str(after.get("reason") or "Degraded"), str(after.get("message") or ""))]
+    return [Event("Warning", Reason(str(after.get("reason"))), str(after.get("message") or ""))]
 
 
 def _api_error(exc: ApiException) -> str:
@@ -223,12 +201,16 @@ class Reconciler:
         decision = decide_compile(CompileObservation(request, stored, phase, message), previous)
         events: list[Event] = []
         if decision.create_job and await self.kube.create(build_compile_job(dep, request, self.settings.builder)):
-            events.append(Event("Normal", "CompileStarted", f"compile Job {job_name} started: {decision.message}"))
+            events.append(
+                Event("Normal", Reason.COMPILE_STARTED, f"compile Job {job_name} started: {decision.message}")
+            )
         # A newer spec supersedes compiles of older requests that are still running.
         for job in await self.kube.list_jobs(namespace, compile_job_selector(dep.name)):
             name = job["metadata"]["name"]
             if name != job_name and job_phase(job)[0] == "running" and await self.kube.delete_job(namespace, name):
-                events.append(Event("Normal", "CompileSuperseded", f"deleted compile Job {name}: the spec changed"))
+                events.append(
+                    Event("Normal", Reason.COMPILE_SUPERSEDED, f"deleted compile Job {name}: the spec changed")
+                )
         return decision, events
 
     async def _failure_details(self, namespace: str, job_name: str, message: str) -> str:
@@ -313,7 +295,7 @@ class Reconciler:
             except (ApiException, StoreUnavailable) as exc:
                 detail = _api_error(exc) if isinstance(exc, ApiException) else str(exc)
                 errors.append(f"compile pipeline: {detail}")
-                decision = CompileDecision(False, previous, "Unknown", "StoreUnavailable", detail)
+                decision = CompileDecision(False, previous, "Unknown", Reason.STORE_UNAVAILABLE, detail)
 
         pods = [
             pod
@@ -370,7 +352,8 @@ class Reconciler:
                 errors,
                 spec_problems,
                 now,
-            ) | {"coldStart": coldstart.status(memory.cold_start_state, measured_type).to_wire()}
+                coldstart.status(memory.cold_start_state, measured_type),
+            )
 
         measured_type = placement.chosen.instance_type.name if placement.chosen is not None else current_type
         # The status is published before the actions: what it reports (the compiled artifact above
@@ -381,7 +364,7 @@ class Reconciler:
         if plan is not None and placement.chosen is not None:
             try:
                 await self._apply(dep, placement.chosen, plan.actions, namespace)
-                events += [_describe(a) for a in plan.actions]
+                events += [describe_action(a) for a in plan.actions]
                 await self._ensure_service(dep)
             except ApiException as exc:
                 errors.append(_api_error(exc))
@@ -391,7 +374,7 @@ class Reconciler:
             events.append(
                 Event(
                     "Normal",
-                    "Scaled",
+                    Reason.SCALED,
                     f"desired active replicas {raw_status.get('desiredReplicas', 0)} -> {status['desiredReplicas']}: "
                     f"{scale.reason}",
                 )
@@ -419,7 +402,7 @@ class Reconciler:
         conditions = [c for c in raw_status.get("conditions") or [] if c.get("type") != "Degraded"] + [condition]
         status = {**raw_status, "conditions": conditions, "observedGeneration": metadata.get("generation")}
         await self._patch_status(namespace, name, raw_status, status)
-        return ReconcileReport((), (Event("Warning", "InvalidSpec", message),), status, False, message)
+        return ReconcileReport((), (Event("Warning", Reason.INVALID_SPEC, message),), status, False, message)
 
     async def _apply(
         self, dep: InferenceDeployment, candidate: Any, actions: tuple[Action, ...], namespace: str
@@ -456,6 +439,7 @@ class Reconciler:
         errors: list[str],
         spec_problems: list[str],
         now: datetime,
+        cold_start: ColdStartStatus,
     ) -> dict[str, Any]:
         summary = (
             plan.summary
@@ -475,58 +459,36 @@ class Reconciler:
                 revision_known=decision.serve is not None,
             )
         )
-        serve = decision.serve
-        compile_state = CompileState(
-            revision=serve.revision if serve and decision.compiled_status == "True" else None,
-            uri=serve.uri if serve else None,
-            in_progress=decision.reason == "Compiling",
-            failed=decision.message if decision.compiled_status == "False" and decision.reason != "Compiling" else None,
-        )
+        previous_desired = raw_status.get("desiredReplicas")
+        if previous_desired != summary.desired_active:
+            last_scale: LastScale | None = LastScale(rfc3339(now), scale.reason)
+        elif raw_status.get("lastScaleTime"):
+            last_scale = LastScale(str(raw_status["lastScaleTime"]), str(raw_status.get("lastScaleReason") or ""))
+        else:
+            last_scale = None
         inputs = StatusInputs(
             generation=dep.metadata.generation,
             fleet=summary,
             placement=placement,
-            compile=compile_state,
+            compile=decision,
             scaling_mode=dep.spec.scaling.mode,
             metrics_available=metrics_ok or dep.spec.scaling.mode == "Manual",
             scaling_message=scaling_message,
             errors=tuple(errors),
             rollout_stalled=summary.rollout_stalled(now, dep.spec.rollout.progress_deadline_seconds),
             spec_problems=tuple(spec_problems),
+            warm_pool=WarmPoolStatus(
+                desired_pods=warm.pods, desired_placeholders=warm.node_placeholders, reason=warm.reason
+            ),
+            cold_start=cold_start,
+            last_scale=last_scale,
         )
-        status = build_status(dep.name, inputs, raw_status.get("conditions") or [], now)
-        if serve is not None:
-            status["artifact"] = {
-                "uri": serve.uri,
-                "sha256": serve.manifest_sha256,
-                "revision": serve.revision,
-                "cacheKey": serve.cache_key,
-                "backend": serve.backend,
-            }
-        status["warmPool"] = {
-            "desiredPods": warm.pods,
-            "desiredPlaceholders": warm.node_placeholders,
-            "reason": warm.reason,
-        }
-        previous_desired = raw_status.get("desiredReplicas")
-        if previous_desired != status["desiredReplicas"]:
-            status["lastScaleTime"] = rfc3339(now)
-            status["lastScaleReason"] = scale.reason
-        else:
-            for key in ("lastScaleTime", "lastScaleReason"):
-                if key in raw_status:
-                    status[key] = raw_status[key]
-        return status
+        return build_status(dep.name, inputs, raw_status.get("conditions") or [], now)
 
     async def _patch_status(self, namespace: str, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
-        if _same(old, new):
-            return
-        await self.kube.patch_status(namespace, name, new)
-
-
-def _same(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """Whether the status changed apart from condition timestamps kept by merge_conditions."""
-    return all(old.get(key) == value for key, value in new.items())
+        patch = status_patch(old, new)
+        if patch is not None:
+            await self.kube.patch_status(namespace, name, patch)
 
 
 __all__ = [

@@ -19,11 +19,9 @@ from neuronfleet.planning.fleet import (
     PodView,
     Relabel,
     apply_actions,
-    counts_from_spec,
     describe_action,
     plan_fleet,
     policy_for_spec,
-    zone_aware_policy,
 )
 from neuronfleet.planning.labels import ArtifactRevision, FleetRevision, serving_pod_name
 
@@ -281,8 +279,8 @@ def test_rollout_creates_active_pods_for_capacity_the_old_revision_lost() -> Non
     assert created == Counter({"active": 1, "warm": 1})
 
 
-def test_zone_aware_policy_promotes_into_the_thinnest_zone_and_drains_the_fullest() -> None:
-    policy = zone_aware_policy()
+def test_default_policy_promotes_into_the_thinnest_zone_and_drains_the_fullest() -> None:
+    policy = FleetPolicy()
     pods = [
         pod("a0", zone="us-east-1a", node="n1"),
         pod("a1", zone="us-east-1a", node="n2"),
@@ -292,15 +290,10 @@ def test_zone_aware_policy_promotes_into_the_thinnest_zone_and_drains_the_fulles
     ]
     up = plan_fleet("bert", target(4, warm=1), pods, NOW, policy)
     assert [a.name for a in up.actions if isinstance(a, Relabel)] == ["wb"]
-    # The zone-aware order is the default: the same rule the simulator uses.
-    default = plan_fleet("bert", target(4, warm=1), pods, NOW)
-    assert [a.name for a in default.actions if isinstance(a, Relabel)] == ["wb"]
     down = plan_fleet("bert", target(2, warm=2), pods, NOW, policy)
     drained = [a.name for a in down.actions if isinstance(a, Relabel) and a.role == "draining"]
     assert len(drained) == 1
     assert drained[0] in ("a0", "a1")  # from us-east-1a, which has two active pods
-    default_down = plan_fleet("bert", target(2, warm=2), pods, NOW)
-    assert [a.name for a in default_down.actions if isinstance(a, Relabel) and a.role == "draining"] == drained
 
 
 def test_pod_no_scheduler_acts_on_is_reported_after_the_timeout() -> None:
@@ -312,7 +305,7 @@ def test_pod_no_scheduler_acts_on_is_reported_after_the_timeout() -> None:
     assert "'neuron-scheduler'" in late.stuck[0].message
 
 
-def test_counts_and_policy_from_the_spec() -> None:
+def test_policy_from_the_spec() -> None:
     spec = InferenceDeploymentSpec.model_validate(
         {
             "model": {"source": "s3://models/bert/"},
@@ -322,20 +315,19 @@ def test_counts_and_policy_from_the_spec() -> None:
             "rollout": {"maxSurge": 2},
         }
     )
-    assert counts_from_spec(spec) == (3, 2, 1)
-    auto = spec.model_copy(update={"scaling": spec.scaling.model_copy(update={"mode": "Auto"})})
-    assert counts_from_spec(auto) == (1, 2, 1)
     policy = policy_for_spec(spec)
     assert (policy.drain_grace_seconds, policy.max_surge) == (90.0, 2)
 
 
 def test_every_action_has_an_event_description() -> None:
     plan = plan_fleet("bert", target(1, placeholders=1), [pod("a0"), pod("a1"), pod("a2", phase="Failed")], NOW)
-    described = [describe_action(a) for a in plan.actions]
+    described = [(e.reason, e.message) for e in map(describe_action, plan.actions)]
     # Equal pods drain in name order: a0 goes, a1 stays.
     assert ("Draining", "a0: active -> draining (scale-down: draining)") in described
     assert ("DeletedPod", "deleted pod a2: replacing: pod phase Failed") in described
     assert any(reason == "CreatedPlaceholder" for reason, _ in described)
+    demote = Relabel("a1", "warm", "active", "demoted into the warm pool")
+    assert describe_action(demote).reason == "Demoted"  # the one name, as the operator posts it
 
 
 def test_rollout_that_does_not_progress_is_reported_stalled() -> None:
@@ -351,3 +343,17 @@ def test_rollout_that_does_not_progress_is_reported_stalled() -> None:
 def test_summary_counts_serving_pods_without_a_node() -> None:
     pods = [pod("a0"), pod("a1", ready=False, node=None), PodView("ph0", "placeholder", template=TEMPLATE)]
     assert plan_fleet("bert", target(2, placeholders=1), pods, NOW).summary.unbound == 1
+
+
+def test_scale_down_with_nothing_ready_keeps_the_pods_furthest_along() -> None:
+    """8 -> 2 with no pod ready: the two running (loading) pods stay, waiting ones go first."""
+    running = [pod(f"r{i}", ready=False, phase="Running", node=f"n{i}") for i in range(2)]
+    creating = [pod(f"c{i}", ready=False, phase="Pending", node=f"m{i}") for i in range(4)]
+    waiting = [pod(f"w{i}", ready=False, phase="Pending", node=None) for i in range(2)]
+    plan = plan_fleet("bert", target(2), creating + waiting + running, NOW)
+    deleted = {a.name for a in plan.actions if isinstance(a, DeletePod)}
+    assert deleted == {p.name for p in creating + waiting}
+    # 8 -> 5: the running ones, then those on a node (pulling) before those still unbound.
+    kept = plan_fleet("bert", target(5), creating + waiting + running, NOW)
+    deleted = {a.name for a in kept.actions if isinstance(a, DeletePod)}
+    assert len(deleted) == 3 and {"w0", "w1"} < deleted and not deleted & {"r0", "r1"}

@@ -24,7 +24,6 @@ from neuronfleet.planning.fleet import (
     Relabel,
     apply_actions,
     plan_fleet,
-    zone_aware_policy,
 )
 from neuronfleet.planning.labels import ROLES, ArtifactRevision
 
@@ -107,11 +106,11 @@ def world_step(pods: list[PodView], now: datetime, becomes_ready: list[bool]) ->
 
 
 @PROPERTY_SETTINGS
-@given(pods=fleets(), target=targets, remove_deleted=st.booleans(), zone_aware=st.booleans())
+@given(pods=fleets(), target=targets, remove_deleted=st.booleans())
 def test_applying_the_plan_then_replanning_yields_nothing(
-    pods: list[PodView], target: FleetTarget, remove_deleted: bool, zone_aware: bool
+    pods: list[PodView], target: FleetTarget, remove_deleted: bool
 ) -> None:
-    policy = zone_aware_policy(POLICY) if zone_aware else POLICY
+    policy = POLICY
     plan = plan_fleet("svc", target, pods, NOW, policy)
     after = apply_actions(pods, plan.actions, NOW, remove_deleted=remove_deleted)
     assert plan_fleet("svc", target, after, NOW, policy).actions == ()
@@ -152,12 +151,11 @@ def test_ready_active_never_drops_below_the_count_before_a_step(pods: list[PodVi
     target=targets.filter(lambda t: t.artifact is not None),
     readiness=st.lists(st.booleans(), min_size=1, max_size=8),
     max_surge=st.sampled_from([0, 0, 1, 2]),
-    zone_aware=st.booleans(),
 )
 def test_reconcile_loop_converges_to_the_target(
-    pods: list[PodView], target: FleetTarget, readiness: list[bool], max_surge: int, zone_aware: bool
+    pods: list[PodView], target: FleetTarget, readiness: list[bool], max_surge: int
 ) -> None:
-    policy = replace(zone_aware_policy(POLICY) if zone_aware else POLICY, max_surge=max_surge)
+    policy = replace(POLICY, max_surge=max_surge)
     now = NOW
     state = pods
     floor = min(ready_active(pods), target.active)

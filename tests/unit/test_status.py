@@ -9,15 +9,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from neuronfleet.api.v1alpha1 import Condition, InferenceDeploymentStatus
+from neuronfleet.planning.compile import CompileDecision, StoredArtifact
 from neuronfleet.planning.fleet import FleetSummary, PodProblem
 from neuronfleet.planning.placement import ReplicaNeeds, plan_placement
+from neuronfleet.planning.reasons import Reason
 from neuronfleet.planning.status import (
-    CompileState,
     ConditionValue,
+    LastScale,
+    Refusal,
     StatusInputs,
     build_status,
     compute_conditions,
     merge_conditions,
+    status_patch,
 )
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -37,7 +41,9 @@ SERVING = FleetSummary(
     outdated=0,
     revision_known=True,
 )
-COMPILED = CompileState(revision="bbbbbbbbbb", uri="s3://artifacts/bert/bbbbbbbbbb/")
+ARTIFACT = StoredArtifact("bbbbbbbbbb" + "0" * 54, "s3://artifacts/bert/bbbbbbbbbb/", "f" * 64, "cpu")
+COMPILED = CompileDecision(False, ARTIFACT, "True", Reason.ARTIFACT_READY, "revision bbbbbbbbbb at s3://...")
+COMPILING = CompileDecision(True, None, "Unknown", Reason.COMPILING, "compile Job starting")
 PLACED = plan_placement(ReplicaNeeds(2), ["inf2.xlarge"], 3)
 
 
@@ -88,9 +94,9 @@ def test_unschedulable_pods_and_unknown_scheduler_errors_are_reported() -> None:
 
 def test_awaiting_artifact_and_rollout() -> None:
     no_artifact = replace(SERVING, revision_known=False, ready_active=0, active=0)
-    ready = by_type(compute_conditions(inputs(fleet=no_artifact, compile=CompileState(in_progress=True))))
+    ready = by_type(compute_conditions(inputs(fleet=no_artifact, compile=COMPILING)))
     assert (ready["Ready"].status, ready["Ready"].reason) == ("False", "AwaitingArtifact")
-    assert (ready["Compiled"].status, ready["Compiled"].reason) == ("False", "Compiling")
+    assert (ready["Compiled"].status, ready["Compiled"].reason) == ("Unknown", "Compiling")
     rolling = replace(SERVING, outdated=2, current_ready_active=1)
     ready_during_rollout = by_type(compute_conditions(inputs(fleet=rolling)))["Ready"]
     assert (ready_during_rollout.status, ready_during_rollout.reason) == ("True", "RollingOut")
@@ -101,7 +107,7 @@ def test_warm_pool_filling_and_auto_scaling_without_metrics() -> None:
     conditions = by_type(compute_conditions(inputs(fleet=filling, scaling_mode="Auto", metrics_available=False)))
     assert (conditions["WarmPoolReady"].status, conditions["WarmPoolReady"].message) == (
         "False",
-        "0/1 warm pods ready, 0/0 placeholders",
+        "0/1 warm pods ready, 0/0 placeholders on nodes",
     )
     assert (conditions["ScalingActive"].status, conditions["ScalingActive"].reason) == ("False", "MetricsUnavailable")
 
@@ -167,7 +173,7 @@ condition_values = st.lists(
         ConditionValue,
         type=st.sampled_from(["Ready", "Compiled", "Scheduled", "ScalingActive", "WarmPoolReady", "Degraded"]),
         status=st.sampled_from(["True", "False", "Unknown"]),
-        reason=st.sampled_from(["A", "B"]),
+        reason=st.sampled_from([Reason.PENDING, Reason.AS_EXPECTED]),
         message=st.text(max_size=5),
     ),
     max_size=6,
@@ -192,3 +198,58 @@ def test_transition_time_moves_exactly_when_the_status_flips(
         assert merged.last_transition_time == ("2026-11-30T12:05:00Z" if flipped else "2026-11-30T12:00:00Z")
     # Merging the same values again is a fixed point.
     assert merge_conditions(after, second, T1, 2) == after
+
+
+def test_reasons_are_members_of_the_closed_set() -> None:
+    for value in compute_conditions(inputs()):
+        assert isinstance(value.reason, Reason)
+
+
+def test_status_owns_every_section_and_drops_what_the_inputs_do_not_support() -> None:
+    full = build_status("bert", inputs(last_scale=LastScale("2026-11-30T12:00:00Z", "manual")), [], T0)
+    assert {"artifact", "placement", "lastScaleTime", "lastScaleReason"} <= set(full)
+    assert full["artifact"]["cacheKey"].startswith("bbbbbbbbbb") and full["artifact"]["backend"] == "cpu"
+    assert "metrics" not in full
+    unplaced = build_status("bert", inputs(placement=None, compile=COMPILING), full["conditions"], T1)
+    assert "placement" not in unplaced and "artifact" not in unplaced and "lastScaleTime" not in unplaced
+    patch = status_patch(full, unplaced)
+    assert patch is not None
+    assert patch["placement"] is None and patch["artifact"] is None and patch["lastScaleReason"] is None
+
+
+def test_status_patch_compares_both_ways() -> None:
+    old = {"a": 1, "nested": {"x": 1, "y": 2}, "list": [1, 2]}
+    assert status_patch(old, dict(old)) is None
+    assert status_patch(old, {"a": 1, "nested": {"x": 1}, "list": [1, 2]}) == {"nested": {"y": None}}
+    assert status_patch(old, {"a": 2, "nested": {"x": 1, "y": 2}, "list": [2]}) == {"a": 2, "list": [2]}
+    assert status_patch({}, {"a": 1}) == {"a": 1}
+    assert status_patch({"a": 1}, {}) == {"a": None}
+
+
+def test_ready_never_reads_more_ready_than_desired() -> None:
+    surplus = replace(SERVING, desired_active=15, ready_active=16, active=16, current_ready_active=16)
+    ready = by_type(compute_conditions(inputs(fleet=surplus)))["Ready"]
+    assert ready.message == "15/15 active replicas ready, 1 more being scaled down"
+
+
+def test_no_pods_is_not_all_pods_scheduled() -> None:
+    empty = replace(SERVING, active=0, ready_active=0, warm_ready=0, warm=0, current_ready_active=0)
+    scheduled = by_type(compute_conditions(inputs(fleet=empty)))["Scheduled"]
+    assert (scheduled.status, scheduled.reason) == ("False", Reason.PODS_NOT_CREATED)
+    refused = Refusal(Reason.PRIORITY_CLASS_MISSING, "PriorityClass neuronfleet-active does not exist")
+    conditions = by_type(compute_conditions(inputs(fleet=empty, refusals=(refused,))))
+    assert (conditions["Scheduled"].status, conditions["Scheduled"].reason) == ("False", "PriorityClassMissing")
+    assert (conditions["Degraded"].reason, conditions["Degraded"].message) == (
+        "PriorityClassMissing",
+        "PriorityClass neuronfleet-active does not exist",
+    )
+    nothing = replace(empty, desired_active=0, desired_warm=0)
+    assert by_type(compute_conditions(inputs(fleet=nothing)))["Scheduled"].reason == Reason.NO_PODS_WANTED
+
+
+def test_an_unscheduled_placeholder_does_not_fill_the_warm_pool() -> None:
+    pending = replace(SERVING, desired_placeholders=1, placeholders=1, placeholders_bound=0)
+    warm = by_type(compute_conditions(inputs(fleet=pending)))["WarmPoolReady"]
+    assert (warm.status, warm.reason) == ("False", "WarmPoolFilling")
+    bound = replace(pending, placeholders_bound=1)
+    assert by_type(compute_conditions(inputs(fleet=bound)))["WarmPoolReady"].status == "True"

@@ -610,9 +610,10 @@ ConditionType = Literal["Ready", "Compiled", "Scheduled", "ScalingActive", "Warm
 class Condition(ApiModel):
     """A kubebuilder-style condition (metav1.Condition)."""
 
+    # A str, not ConditionType: conditions other controllers add to the object are kept as they are.
     type: str = Field(description="Ready, Compiled, Scheduled, ScalingActive, WarmPoolReady or Degraded.")
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
-    reason: str = Field(default="", description="One CamelCase word saying why.")
+    reason: str = Field(default="", description="One CamelCase word saying why (docs/troubleshooting.md lists them).")
     message: str = Field(default="", description="Human-readable details.")
     last_transition_time: str | None = Field(default=None, description="When the status last changed (RFC 3339).")
     observed_generation: int | None = Field(
@@ -661,16 +662,6 @@ class ColdStartStatus(ApiModel):
     node: PhaseStats = Field(default_factory=PhaseStats, description="Node provisioning for pods that waited for one.")
 
 
-class MetricsStatus(ApiModel):
-    """The last metric snapshot the autoscaler used."""
-
-    queue_depth: float | None = Field(default=None, description="Queued requests.")
-    in_flight: float | None = Field(default=None, description="Requests in execution.")
-    arrival_rate: float | None = Field(default=None, description="Requests per second.")
-    utilization: float | None = Field(default=None, description="Device-busy ratio of active replicas.")
-    sampled_at: str | None = Field(default=None, description="When the snapshot was taken.")
-
-
 class WarmPoolStatus(ApiModel):
     """How the warm pool was sized."""
 
@@ -698,11 +689,15 @@ class InferenceDeploymentStatus(ApiModel):
         default=None,
         description="Label selector of the active pods (for the scale subresource and HPA tooling).",
     )
-    artifact: ArtifactStatus = Field(default_factory=ArtifactStatus, description="The compiled artifact.")
-    placement: PlacementStatus = Field(default_factory=PlacementStatus, description="The chosen placement.")
-    cold_start: ColdStartStatus = Field(default_factory=ColdStartStatus, description="Measured cold-start phases.")
-    warm_pool: WarmPoolStatus = Field(default_factory=WarmPoolStatus, description="Warm-pool sizing.")
-    metrics: MetricsStatus = Field(default_factory=MetricsStatus, description="Last metrics the autoscaler read.")
+    # Sections are absent (not empty) when the operator has nothing to say: no artifact yet, no
+    # instance type fits. The live metrics are in Prometheus, not here: a status write per scrape
+    # would load the API server for nothing.
+    artifact: ArtifactStatus | None = Field(default=None, description="The compiled artifact being served.")
+    placement: PlacementStatus | None = Field(
+        default=None, description="The chosen placement; absent when no allowed instance type fits."
+    )
+    cold_start: ColdStartStatus | None = Field(default=None, description="Measured cold-start phases.")
+    warm_pool: WarmPoolStatus | None = Field(default=None, description="Warm-pool sizing.")
     last_scale_time: str | None = Field(default=None, description="When the active replica count last changed.")
     last_scale_reason: str | None = Field(default=None, description="Why it changed.")
 
@@ -722,6 +717,12 @@ class ObjectMeta(ApiModel):
 
 #: Pod names are "<deployment>-<revision>-<role letter><slot>"; a label value holds at most 63 characters.
 MAX_NAME_LENGTH = 42
+#: The operator names a Service after the deployment, and Service names are DNS-1035 labels.
+DNS_1035_LABEL = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
+NAME_RULE_MESSAGE = (
+    "metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter "
+    "and ending with a letter or digit): the operator names a Service after it"
+)
 
 
 class InferenceDeployment(ApiModel):
@@ -733,7 +734,9 @@ class InferenceDeployment(ApiModel):
                 f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
                 f"metadata.name must be at most {MAX_NAME_LENGTH} characters: pod names and labels derive from it",
                 ".metadata.name",
-            )
+            ),
+            # Kubernetes lets a CRD's root rules read metadata.name (and generateName), nothing else of metadata.
+            cel(f"self.metadata.name.matches('{DNS_1035_LABEL}')", NAME_RULE_MESSAGE, ".metadata.name"),
         )
     )
 

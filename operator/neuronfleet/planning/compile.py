@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
+from neuronfleet.planning.reasons import Reason
 from neuronserve.manifest import request_record_path
 
 REQUEST_KEY_LENGTH = 16
@@ -100,7 +101,7 @@ class CompileDecision:
     #: The artifact to serve: the new one when stored, else the previous (still serving) one.
     serve: StoredArtifact | None
     compiled_status: Literal["True", "False", "Unknown"]
-    reason: str
+    reason: Reason
     message: str
 
 
@@ -117,7 +118,7 @@ def decide_compile(observed: CompileObservation, previous: StoredArtifact | None
             False,
             stored,
             "True",
-            "ArtifactReady",
+            Reason.ARTIFACT_READY,
             f"revision {stored.revision} ({stored.backend} backend) at {stored.uri}",
         )
     if observed.job_phase == "failed":
@@ -125,7 +126,7 @@ def decide_compile(observed: CompileObservation, previous: StoredArtifact | None
             False,
             previous,
             "False",
-            "CompileFailed",
+            Reason.COMPILE_FAILED,
             observed.job_message or f"compile Job for request {observed.request.key} failed",
         )
     if observed.job_phase == "succeeded":
@@ -135,7 +136,7 @@ def decide_compile(observed: CompileObservation, previous: StoredArtifact | None
             False,
             previous,
             "False",
-            "ArtifactMissing",
+            Reason.ARTIFACT_MISSING,
             f"compile Job succeeded but {observed.request.record_uri} is missing",
         )
     waiting = "running" if observed.job_phase == "running" else "starting"
@@ -143,7 +144,7 @@ def decide_compile(observed: CompileObservation, previous: StoredArtifact | None
         observed.job_phase == "absent",
         previous,
         "Unknown" if previous is None else "False",
-        "Compiling",
+        Reason.COMPILING,
         f"compile Job {waiting} for {observed.request.source} (request {observed.request.key})",
     )
 
@@ -153,4 +154,4 @@ def decide_unservable(problems: list[str], previous: StoredArtifact | None) -> C
 
     The previous artifact (if any) stays recorded; a spec change that fixes the problems starts over.
     """
-    return CompileDecision(False, previous, "Unknown", "Pending", "not compiled: " + "; ".join(problems))
+    return CompileDecision(False, previous, "Unknown", Reason.PENDING, "not compiled: " + "; ".join(problems))

@@ -10,10 +10,9 @@ Call :func:`plan_fleet` with
   from pod objects: labels, phase, readiness, timestamps, node presence, in-flight requests);
 - ``now`` and a :class:`FleetPolicy` (drain grace, rollout surge, optional ordering functions).
 
-Helpers: :func:`counts_from_spec` (desired counts without metrics), :func:`policy_for_spec`
-(drain grace and surge from the spec), :func:`zone_aware_policy` (promotion and drain order
-from :mod:`neuronfleet.planning.promotion`), :func:`describe_action` (Event reason and message)
-and :func:`apply_actions` (the actions applied to a list of views, for tests and the simulator).
+Helpers: :func:`policy_for_spec` (drain grace and surge from the spec), :func:`describe_action`
+(the Event recording an action) and :func:`apply_actions` (the actions applied to a list of
+views, for tests and the simulator).
 
 It returns a :class:`FleetPlan`: actions to apply **in list order** (promotions come before the
 demotions they make safe) and a :class:`FleetSummary` of the observed fleet for the status.
@@ -22,7 +21,9 @@ Rules (DESIGN.md, fleet model):
 
 - *Current* serving pods match the target's artifact revision and template hash. The ``active``
   set is the best ``target.active`` of them, ranked ready active, ready warm, unready active (an
-  unready warm pod is never promoted: it joins the Service once loaded); so scale-up promotes
+  unready warm pod is never promoted: it joins the Service once loaded); among unready pods the
+  furthest along is kept first (running and loading, then bound and pulling, then unbound), so a
+  scale-down never deletes a loading pod to keep one still waiting for a node. Scale-up promotes
   ready warm pods first (a label change). The warm set is the pool (``target.warm``) plus the
   loading pods that will complete the active set; a surplus ready active pod joins the pool
   rather than being deleted, sparing a cold start. Missing pods are created: as ``active`` up to
@@ -67,12 +68,9 @@ from neuronfleet.planning.labels import (
     serving_pod_name,
 )
 from neuronfleet.planning.promotion import PodInfo, drain_order, promotion_order
+from neuronfleet.planning.reasons import STUCK_WAITING_REASONS, Event, Reason
 
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]
-#: Container waiting reasons that mean the pod will not start by itself.
-STUCK_WAITING_REASONS = frozenset(
-    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CrashLoopBackOff"}
-)
 
 
 @dataclass(frozen=True)
@@ -191,30 +189,6 @@ def policy_for_spec(spec: InferenceDeploymentSpec, base: FleetPolicy | None = No
     )
 
 
-def counts_from_spec(spec: InferenceDeploymentSpec) -> tuple[int, int, int]:
-    """(active, warm, placeholders) as the spec states them, without metrics.
-
-    Active: ``scaling.replicas`` (Manual mode, or as written by ``kubectl scale``), else
-    ``minReplicas``. Warm pods and placeholders: the Fixed warm pool's, ``minPods`` and none in
-    Auto mode (until the warm-pool sizing feeds in), none when Off.
-    """
-    scaling = spec.scaling
-    active = scaling.replicas if scaling.mode == "Manual" and scaling.replicas is not None else scaling.min_replicas
-    pool = spec.warm_pool
-    if pool.mode == "Fixed":
-        return active, pool.pods, pool.node_placeholders
-    if pool.mode == "Auto":
-        return active, pool.min_pods, 0
-    return active, 0, 0
-
-
-def zone_aware_policy(policy: FleetPolicy | None = None) -> FleetPolicy:
-    """``policy`` with the zone-aware orders of :mod:`neuronfleet.planning.promotion` (the defaults)."""
-    return replace(
-        policy or FleetPolicy(), promotion_order=zone_aware_promotion_order, drain_order=zone_aware_drain_order
-    )
-
-
 # ------------------------------------------------------------------------------------------- actions
 
 
@@ -314,6 +288,8 @@ class FleetSummary:
     replaced: tuple[PodProblem, ...] = ()
     #: Serving pods not bound to a node yet (placeholders excluded).
     unbound: int = 0
+    #: Placeholders bound to a node (only those hold capacity).
+    placeholders_bound: int = 0
     #: During a rollout: when the oldest pod of the current revision was created.
     rollout_started_at: datetime | None = None
 
@@ -360,6 +336,13 @@ def _free_slots(used_names: set[str], name_of: Callable[[int], str], count: int)
     return slots
 
 
+def _progress(pod: PodView) -> int:
+    """How far an unready pod is on its way to ready: running (loading) 2, on a node 1, waiting 0."""
+    if pod.phase == "Running":
+        return 2
+    return 1 if pod.node is not None else 0
+
+
 def _is_current(pod: PodView, revision: FleetRevision | None) -> bool:
     return revision is not None and pod.revision == revision.artifact.id and pod.template == revision.template
 
@@ -378,18 +361,22 @@ def _problem_of(pod: PodView, now: datetime, policy: FleetPolicy) -> PodProblem 
     return None
 
 
-def describe_action(action: Action) -> tuple[str, str]:
-    """(reason, message) of a Kubernetes Event recording ``action``."""
+def describe_action(action: Action) -> Event:
+    """The Event recording ``action`` (one per action applied)."""
     if isinstance(action, CreatePod):
-        return "CreatedPod", f"created {action.role} pod {action.name} (revision {action.revision.artifact.id})"
+        return Event(
+            "Normal",
+            Reason.CREATED_POD,
+            f"created {action.role} pod {action.name} (revision {action.revision.artifact.id})",
+        )
     if isinstance(action, CreatePlaceholder):
-        return "CreatedPlaceholder", f"created node placeholder {action.name}"
+        return Event("Normal", Reason.CREATED_PLACEHOLDER, f"created node placeholder {action.name}")
     if isinstance(action, Relabel):
-        reason = {"active": "Promoted", "warm": "MovedToWarmPool", "draining": "Draining"}.get(action.role, "Relabeled")
-        return reason, f"{action.name}: {action.previous_role} -> {action.role} ({action.reason})"
+        reason = {"active": Reason.PROMOTED, "warm": Reason.DEMOTED}.get(action.role, Reason.DRAINING)
+        return Event("Normal", reason, f"{action.name}: {action.previous_role} -> {action.role} ({action.reason})")
     if isinstance(action, DeletePlaceholder):
-        return "DeletedPlaceholder", f"deleted node placeholder {action.name}: {action.reason}"
-    return "DeletedPod", f"deleted pod {action.name}: {action.reason}"
+        return Event("Normal", Reason.DELETED_PLACEHOLDER, f"deleted node placeholder {action.name}: {action.reason}")
+    return Event("Normal", Reason.DELETED_POD, f"deleted pod {action.name}: {action.reason}")
 
 
 def plan_fleet(
@@ -437,8 +424,11 @@ def plan_fleet(
     def ranked(pods_in: list[PodView], role: Role, *, ready: bool) -> list[PodView]:
         picked = [pod for pod in pods_in if pod.ready == ready and pod.role == role]
         if role == "warm":
-            return policy.promotion_order(picked, live_active, now)
-        return list(reversed(policy.drain_order(picked, live_active, now)))
+            ordered = policy.promotion_order(picked, live_active, now)
+        else:
+            ordered = list(reversed(policy.drain_order(picked, live_active, now)))
+        # Unready pods: the furthest along first (a stable sort keeps the zone order among equals).
+        return ordered if ready else sorted(ordered, key=_progress, reverse=True)
 
     active_set = (
         ranked(current, "active", ready=True)
@@ -554,6 +544,7 @@ def plan_fleet(
         stuck=tuple(problem for pod in healthy if (problem := _problem_of(pod, now, policy)) is not None),
         replaced=tuple(replaced),
         unbound=sum(1 for pod in serving if pod.node is None),
+        placeholders_bound=sum(1 for pod in placeholders if pod.node is not None),
         rollout_started_at=min(
             (pod.created_at for pod in current if pod.created_at is not None and outdated), default=None
         ),

@@ -1,30 +1,43 @@
-"""Status of an InferenceDeployment: conditions, counts and selector (pure).
+"""The status of an InferenceDeployment, built whole from one typed input (pure).
 
-Two steps, both pure:
+:func:`build_status` is the only place a status is made. It owns every section: conditions,
+counts, ``selector`` (for the scale subresource), ``artifact``, ``placement``, ``warmPool``,
+``coldStart`` and ``lastScaleTime`` / ``lastScaleReason``. A section the inputs do not support is
+absent, never carried over from the previous status: :func:`status_patch` then turns its absence
+into an explicit null, so a stale section (an instance type the spec can no longer use) leaves
+the object.
 
-1. :func:`compute_conditions` turns what the reconcile knows (:class:`StatusInputs`: the fleet
-   summary from :func:`neuronfleet.planning.fleet.plan_fleet`, the placement plan, the compile
-   state, the scaling mode, errors met while applying) into one :class:`ConditionValue` per type:
-   Ready, Compiled, Scheduled, ScalingActive, WarmPoolReady, Degraded.
-2. :func:`merge_conditions` folds them into the previous ``status.conditions``: a condition whose
-   status did not flip keeps its ``lastTransitionTime``; reason, message and
-   ``observedGeneration`` are refreshed. Conditions of other types are kept as they were.
+Three steps, all pure:
 
-:func:`build_status` does both and adds counts, ``selector`` (for the scale subresource) and the
-placement, returning the ``status`` dict to patch (camelCase wire form).
+1. :func:`compute_conditions` turns :class:`StatusInputs` into one :class:`ConditionValue` per
+   :data:`CONDITION_TYPES`, each with a :class:`~neuronfleet.planning.reasons.Reason`;
+2. :func:`merge_conditions` folds them into the previous conditions: a condition whose status did
+   not flip keeps its ``lastTransitionTime``; conditions of other types are kept as they were;
+3. :func:`status_patch` diffs the previous status against the new one, both ways (changed and
+   removed keys), into the JSON merge patch to send, or None when nothing changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from neuronfleet.api.v1alpha1 import Condition, ConditionType
+from neuronfleet.api.v1alpha1 import (
+    ArtifactStatus,
+    ColdStartStatus,
+    Condition,
+    ConditionType,
+    InferenceDeploymentStatus,
+    PlacementStatus,
+    WarmPoolStatus,
+)
+from neuronfleet.planning.compile import CompileDecision
 from neuronfleet.planning.fleet import FleetSummary
 from neuronfleet.planning.labels import active_selector, selector_string
 from neuronfleet.planning.placement import PlacementPlan
+from neuronfleet.planning.reasons import Reason
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 #: The order conditions are listed in.
@@ -36,6 +49,8 @@ CONDITION_TYPES: tuple[ConditionType, ...] = (
     "WarmPoolReady",
     "Degraded",
 )
+#: Compile outcomes a person has to act on (they also make the deployment Degraded).
+COMPILE_PROBLEMS = frozenset({Reason.COMPILE_FAILED, Reason.ARTIFACT_MISSING, Reason.SOURCE_UNREADABLE})
 
 
 @dataclass(frozen=True)
@@ -44,182 +59,214 @@ class ConditionValue:
 
     type: ConditionType
     status: ConditionStatus
-    reason: str
+    reason: Reason
     message: str = ""
 
 
 @dataclass(frozen=True)
-class CompileState:
-    """Where compilation stands. ``failed`` carries the compile Job's error when it failed."""
+class Refusal:
+    """The API server refused to create a pod (admission): why, in its words."""
 
-    revision: str | None = None
-    uri: str | None = None
-    in_progress: bool = False
-    failed: str | None = None
+    reason: Literal[Reason.PRIORITY_CLASS_MISSING, Reason.POD_CREATION_REFUSED]
+    message: str
+
+
+@dataclass(frozen=True)
+class LastScale:
+    """When the desired active replicas last changed, and why."""
+
+    time: str
+    reason: str
 
 
 @dataclass(frozen=True)
 class StatusInputs:
-    """Everything the conditions are computed from."""
+    """Everything the status is built from; nothing else is read."""
 
     generation: int | None
     fleet: FleetSummary
     placement: PlacementPlan | None
-    compile: CompileState
+    compile: CompileDecision
     scaling_mode: Literal["Auto", "Manual"] = "Manual"
     #: Auto mode: whether the metrics were read this round (False: held, no scale-down).
     metrics_available: bool = True
     #: Auto mode: why scaling holds or changed (shown as the ScalingActive message).
     scaling_message: str = ""
-    #: Errors met while applying actions or reading the cluster, e.g. "Forbidden: pods ...".
+    #: Errors met while applying actions or reading the cluster, e.g. "403 Forbidden: pods ...".
     errors: tuple[str, ...] = ()
+    #: Pod creations the API server refused this round (a missing PriorityClass, a quota...).
+    refusals: tuple[Refusal, ...] = ()
+    #: Annotations of the object that could not be parsed (e.g. Kopf's last-handled-configuration).
+    corrupt_annotations: tuple[str, ...] = ()
     #: A rollout running longer than spec.rollout.progressDeadlineSeconds.
     rollout_stalled: bool = False
-    #: Problems that stop any placement, e.g. from placement.check_fits or a missing scheduler.
+    #: Problems that stop any placement, e.g. from placement.check_fits.
     spec_problems: tuple[str, ...] = field(default=())
+    warm_pool: WarmPoolStatus | None = None
+    cold_start: ColdStartStatus | None = None
+    last_scale: LastScale | None = None
 
 
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def compute_conditions(inputs: StatusInputs) -> list[ConditionValue]:
-    """One value per condition type, each with a CamelCase reason and a readable message."""
+def _compiled(decision: CompileDecision) -> ConditionValue:
+    return ConditionValue("Compiled", decision.compiled_status, Reason(decision.reason), decision.message)
+
+
+def _scheduled(inputs: StatusInputs, placement_problems: list[str]) -> ConditionValue:
     fleet = inputs.fleet
-    conditions: list[ConditionValue] = []
-    placement_problems = list(inputs.spec_problems)
-    if inputs.placement is not None:
-        placement_problems += [p for p in inputs.placement.problems if p not in placement_problems]
-
-    # Compiled.
-    comp = inputs.compile
-    if comp.failed:
-        compiled = ConditionValue("Compiled", "False", "CompileFailed", comp.failed)
-    elif comp.revision:
-        compiled = ConditionValue("Compiled", "True", "ArtifactReady", f"revision {comp.revision} at {comp.uri}")
-    elif comp.in_progress:
-        compiled = ConditionValue("Compiled", "False", "Compiling", "the model is being compiled for Neuron")
-    else:
-        compiled = ConditionValue("Compiled", "Unknown", "Pending", "compilation has not started")
-    conditions.append(compiled)
-
-    # Scheduled.
     if placement_problems:
-        scheduled = ConditionValue("Scheduled", "False", "NoInstanceTypeFits", "; ".join(placement_problems))
-    elif fleet.unschedulable:
+        return ConditionValue("Scheduled", "False", Reason.NO_INSTANCE_TYPE_FITS, "; ".join(placement_problems))
+    if fleet.unschedulable:
         first = fleet.unschedulable[0]
-        scheduled = ConditionValue(
+        return ConditionValue(
             "Scheduled",
             "False",
-            "Unschedulable",
+            Reason.UNSCHEDULABLE,
             f"{_plural(len(fleet.unschedulable), 'pod')} waiting for a node; {first.name}: {first.message}",
         )
-    elif not_scheduled := [p for p in fleet.stuck if p.reason == "NotScheduled"]:
-        scheduled = ConditionValue(
+    if not_scheduled := [p for p in fleet.stuck if p.reason == Reason.NOT_SCHEDULED]:
+        return ConditionValue(
             "Scheduled",
             "False",
-            "NotScheduled",
+            Reason.NOT_SCHEDULED,
             f"{_plural(len(not_scheduled), 'pod')} not scheduled; {not_scheduled[0].name}: {not_scheduled[0].message}",
         )
-    elif fleet.unbound:
-        scheduled = ConditionValue(
-            "Scheduled", "False", "Scheduling", f"{_plural(fleet.unbound, 'pod')} waiting for the scheduler"
+    if inputs.refusals:
+        # Pods that were never created are not scheduled: say why they do not exist.
+        refusal = inputs.refusals[0]
+        return ConditionValue("Scheduled", "False", refusal.reason, refusal.message)
+    if fleet.unbound:
+        return ConditionValue(
+            "Scheduled", "False", Reason.SCHEDULING, f"{_plural(fleet.unbound, 'pod')} waiting for the scheduler"
         )
-    else:
-        where = ""
-        if inputs.placement is not None and inputs.placement.chosen is not None:
-            where = f" on {inputs.placement.chosen.name}"
-        scheduled = ConditionValue("Scheduled", "True", "AllPodsScheduled", f"every pod is bound to a node{where}")
-    conditions.append(scheduled)
+    serving = fleet.active + fleet.warm
+    # Serving pods are wanted only once there is an artifact to serve; placeholders at once.
+    wanted = (fleet.desired_active + fleet.desired_warm if fleet.revision_known else 0) + fleet.desired_placeholders
+    if serving == 0 and fleet.placeholders == 0:
+        if wanted == 0:
+            return ConditionValue("Scheduled", "True", Reason.NO_PODS_WANTED, "no pods wanted")
+        return ConditionValue("Scheduled", "False", Reason.PODS_NOT_CREATED, f"0/{_plural(wanted, 'pod')} created yet")
+    where = ""
+    if inputs.placement is not None and inputs.placement.chosen is not None:
+        where = f" on {inputs.placement.chosen.name}"
+    return ConditionValue("Scheduled", "True", Reason.ALL_PODS_SCHEDULED, f"every pod is bound to a node{where}")
 
-    # ScalingActive.
+
+def _scaling(inputs: StatusInputs) -> ConditionValue:
+    fleet = inputs.fleet
     if inputs.scaling_mode == "Manual":
-        scaling = ConditionValue(
-            "ScalingActive", "False", "ManualScaling", f"replicas set by spec.scaling.replicas: {fleet.desired_active}"
-        )
-    elif not inputs.metrics_available:
-        scaling = ConditionValue(
+        return ConditionValue(
             "ScalingActive",
             "False",
-            "MetricsUnavailable",
+            Reason.MANUAL_SCALING,
+            f"replicas set by spec.scaling.replicas: {fleet.desired_active}",
+        )
+    if not inputs.metrics_available:
+        return ConditionValue(
+            "ScalingActive",
+            "False",
+            Reason.METRICS_UNAVAILABLE,
             inputs.scaling_message or "metrics could not be read; holding the replica count",
         )
-    else:
-        scaling = ConditionValue(
-            "ScalingActive",
-            "True",
-            "MetricsRead",
-            inputs.scaling_message or f"autoscaling: {fleet.desired_active} active replicas wanted",
-        )
-    conditions.append(scaling)
+    return ConditionValue(
+        "ScalingActive",
+        "True",
+        Reason.METRICS_READ,
+        inputs.scaling_message or f"autoscaling: {fleet.desired_active} active replicas wanted",
+    )
 
-    # WarmPoolReady.
+
+def _warm_pool(fleet: FleetSummary) -> ConditionValue:
     if fleet.desired_warm == 0 and fleet.desired_placeholders == 0:
-        warm = ConditionValue("WarmPoolReady", "True", "NoWarmPool", "no warm pods or placeholders wanted")
-    elif fleet.warm_ready >= fleet.desired_warm and fleet.placeholders >= fleet.desired_placeholders:
-        warm = ConditionValue(
+        return ConditionValue("WarmPoolReady", "True", Reason.NO_WARM_POOL, "no warm pods or placeholders wanted")
+    # A placeholder holds capacity only once it is on a node: an unscheduled one holds nothing.
+    if fleet.warm_ready >= fleet.desired_warm and fleet.placeholders_bound >= fleet.desired_placeholders:
+        return ConditionValue(
             "WarmPoolReady",
             "True",
-            "WarmPoolFull",
-            f"{_plural(fleet.warm_ready, 'warm pod')} ready, {_plural(fleet.placeholders, 'placeholder')}",
+            Reason.WARM_POOL_FULL,
+            f"{_plural(fleet.warm_ready, 'warm pod')} ready, {_plural(fleet.placeholders_bound, 'placeholder')} "
+            "on nodes",
         )
-    else:
-        warm = ConditionValue(
-            "WarmPoolReady",
-            "False",
-            "WarmPoolFilling",
-            f"{fleet.warm_ready}/{fleet.desired_warm} warm pods ready, "
-            f"{fleet.placeholders}/{fleet.desired_placeholders} placeholders",
-        )
-    conditions.append(warm)
+    return ConditionValue(
+        "WarmPoolReady",
+        "False",
+        Reason.WARM_POOL_FILLING,
+        f"{fleet.warm_ready}/{fleet.desired_warm} warm pods ready, "
+        f"{fleet.placeholders_bound}/{fleet.desired_placeholders} placeholders on nodes",
+    )
 
-    # Degraded: anything a person should look at.
-    troubles: list[tuple[str, str]] = []
+
+def _degraded(inputs: StatusInputs, placement_problems: list[str]) -> ConditionValue:
+    fleet, decision = inputs.fleet, inputs.compile
+    troubles: list[tuple[Reason, str]] = []
     if placement_problems:
-        troubles.append(("NoInstanceTypeFits", "; ".join(placement_problems)))
-    if comp.failed:
-        troubles.append(("CompileFailed", comp.failed))
+        troubles.append((Reason.NO_INSTANCE_TYPE_FITS, "; ".join(placement_problems)))
+    if decision.reason in COMPILE_PROBLEMS:
+        troubles.append((Reason(decision.reason), decision.message))
+    for refusal in inputs.refusals:
+        troubles.append((refusal.reason, refusal.message))
     if fleet.stuck:
         first = fleet.stuck[0]
         troubles.append(
-            (first.reason, f"{_plural(len(fleet.stuck), 'pod')} not starting; {first.name}: {first.message}")
+            (Reason(first.reason), f"{_plural(len(fleet.stuck), 'pod')} not starting; {first.name}: {first.message}")
         )
     if inputs.rollout_stalled:
-        troubles.append(("RolloutStalled", "the new revision has not become ready within the progress deadline"))
-    if inputs.errors:
-        troubles.append(("ReconcileError", "; ".join(inputs.errors)))
-    if troubles:
-        degraded = ConditionValue("Degraded", "True", troubles[0][0], "; ".join(message for _, message in troubles))
-    else:
-        degraded = ConditionValue("Degraded", "False", "AsExpected", "")
-
-    # Ready: the desired active replicas of the current revision serve.
-    if fleet.desired_active == 0:
-        ready = ConditionValue("Ready", "True", "ScaledToZero", "no active replicas wanted")
-    elif not fleet.revision_known:
-        ready = ConditionValue("Ready", "False", "AwaitingArtifact", "no compiled artifact yet")
-    elif fleet.ready_active >= fleet.desired_active and not fleet.rolling_out:
-        ready = ConditionValue(
-            "Ready", "True", "ReplicasReady", f"{fleet.ready_active}/{fleet.desired_active} active replicas ready"
+        troubles.append((Reason.ROLLOUT_STALLED, "the new revision has not become ready within the progress deadline"))
+    for annotation in inputs.corrupt_annotations:
+        troubles.append(
+            (
+                Reason.CORRUPT_ANNOTATION,
+                f"annotation {annotation} is not valid JSON and is ignored; "
+                f"remove it with: kubectl annotate infdep <name> {annotation}-",
+            )
         )
-    elif fleet.rolling_out:
-        ready = ConditionValue(
+    if inputs.errors:
+        troubles.append((Reason.RECONCILE_ERROR, "; ".join(inputs.errors)))
+    if troubles:
+        return ConditionValue("Degraded", "True", troubles[0][0], "; ".join(message for _, message in troubles))
+    return ConditionValue("Degraded", "False", Reason.AS_EXPECTED, "")
+
+
+def _ready(fleet: FleetSummary) -> ConditionValue:
+    desired = fleet.desired_active
+    # Counts never read "16/15": surplus ready pods (about to drain) are said apart.
+    ready = min(fleet.ready_active, desired)
+    surplus = f", {fleet.ready_active - desired} more being scaled down" if fleet.ready_active > desired else ""
+    if desired == 0:
+        return ConditionValue("Ready", "True", Reason.SCALED_TO_ZERO, "no active replicas wanted")
+    if not fleet.revision_known:
+        return ConditionValue("Ready", "False", Reason.AWAITING_ARTIFACT, "no compiled artifact yet")
+    if fleet.rolling_out:
+        return ConditionValue(
             "Ready",
-            "True" if fleet.ready_active >= fleet.desired_active else "False",
-            "RollingOut",
-            f"{fleet.current_ready_active}/{fleet.desired_active} active replicas on the new revision, "
+            "True" if fleet.ready_active >= desired else "False",
+            Reason.ROLLING_OUT,
+            f"{min(fleet.current_ready_active, desired)}/{desired} active replicas on the new revision, "
             f"{fleet.ready_active} ready in all",
         )
-    else:
-        ready = ConditionValue(
-            "Ready",
-            "False",
-            "ReplicasNotReady",
-            f"{fleet.ready_active}/{fleet.desired_active} active replicas ready",
-        )
-    conditions.insert(0, ready)
-    conditions.append(degraded)
-    return conditions
+    if fleet.ready_active >= desired:
+        message = f"{ready}/{desired} active replicas ready{surplus}"
+        return ConditionValue("Ready", "True", Reason.REPLICAS_READY, message)
+    return ConditionValue("Ready", "False", Reason.REPLICAS_NOT_READY, f"{ready}/{desired} active replicas ready")
+
+
+def compute_conditions(inputs: StatusInputs) -> list[ConditionValue]:
+    """One value per condition type, in :data:`CONDITION_TYPES` order."""
+    placement_problems = list(inputs.spec_problems)
+    if inputs.placement is not None:
+        placement_problems += [p for p in inputs.placement.problems if p not in placement_problems]
+    return [
+        _ready(inputs.fleet),
+        _compiled(inputs.compile),
+        _scheduled(inputs, placement_problems),
+        _scaling(inputs),
+        _warm_pool(inputs.fleet),
+        _degraded(inputs, placement_problems),
+    ]
 
 
 def rfc3339(moment: datetime) -> str:
@@ -228,20 +275,26 @@ def rfc3339(moment: datetime) -> str:
 
 
 def merge_conditions(
-    previous: Sequence[Condition | dict[str, Any]],
+    previous: Sequence[Condition | Mapping[str, Any]],
     new: Sequence[ConditionValue],
     now: datetime,
     generation: int | None,
 ) -> list[Condition]:
     """The new conditions, keeping ``lastTransitionTime`` where the status did not flip.
 
-    ``previous`` may be API models or wire dicts (as read from the object). Types present only in
-    ``previous`` are kept unchanged; the result lists the known types in :data:`CONDITION_TYPES`
-    order, then the others.
+    ``previous`` may be API models or wire dicts (as read from the object); malformed entries are
+    dropped. Types present only in ``previous`` are kept unchanged; the result lists the known
+    types in :data:`CONDITION_TYPES` order, then the others.
     """
     old: dict[str, Condition] = {}
     for item in previous:
-        condition = item if isinstance(item, Condition) else Condition.model_validate(item)
+        if isinstance(item, Condition):
+            old[item.type] = item
+            continue
+        try:
+            condition = Condition.model_validate(item)
+        except ValueError:
+            continue
         old[condition.type] = condition
     merged: dict[str, Condition] = dict(old)
     for value in new:
@@ -250,7 +303,7 @@ def merge_conditions(
         merged[value.type] = Condition(
             type=value.type,
             status=value.status,
-            reason=value.reason,
+            reason=str(value.reason),
             message=value.message,
             last_transition_time=before.last_transition_time if keep_time and before else rfc3339(now),
             observed_generation=generation,
@@ -259,37 +312,75 @@ def merge_conditions(
     return sorted(merged.values(), key=lambda c: (order.get(c.type, len(order)), c.type))
 
 
+def _placement(plan: PlacementPlan | None) -> PlacementStatus | None:
+    if plan is None or plan.chosen is None:
+        return None
+    return PlacementStatus(
+        instance_type=plan.chosen.name,
+        replicas_per_node=plan.chosen.replicas_per_node,
+        nodes=plan.chosen.nodes,
+        usd_per_hour=round(plan.chosen.usd_per_hour, 5),
+        reason=plan.reason,
+    )
+
+
+def _artifact(decision: CompileDecision) -> ArtifactStatus | None:
+    serve = decision.serve
+    if serve is None:
+        return None
+    return ArtifactStatus(
+        uri=serve.uri,
+        sha256=serve.manifest_sha256,
+        revision=serve.revision,
+        cache_key=serve.cache_key,
+        backend=serve.backend,
+    )
+
+
 def build_status(
     deployment: str,
     inputs: StatusInputs,
-    previous_conditions: Sequence[Condition | dict[str, Any]],
+    previous_conditions: Sequence[Condition | Mapping[str, Any]],
     now: datetime,
 ) -> dict[str, Any]:
-    """The ``status`` to patch: observedGeneration, conditions, counts, selector, placement, artifact."""
+    """The whole ``status`` (wire form): what the inputs support, and nothing else."""
     fleet = inputs.fleet
     conditions = merge_conditions(previous_conditions, compute_conditions(inputs), now, inputs.generation)
-    status: dict[str, Any] = {
-        "observedGeneration": inputs.generation,
-        "conditions": [c.to_wire() for c in conditions],
-        "replicas": fleet.active,
-        "readyReplicas": fleet.ready_active,
-        "warmReplicas": fleet.warm_ready,
-        "drainingReplicas": fleet.draining,
-        "desiredReplicas": fleet.desired_active,
-        "placeholders": fleet.placeholders,
-        "selector": selector_string(active_selector(deployment)),
-    }
-    if inputs.generation is None:
-        del status["observedGeneration"]
-    plan = inputs.placement
-    if plan is not None and plan.chosen is not None:
-        status["placement"] = {
-            "instanceType": plan.chosen.name,
-            "replicasPerNode": plan.chosen.replicas_per_node,
-            "nodes": plan.chosen.nodes,
-            "usdPerHour": round(plan.chosen.usd_per_hour, 5),
-            "reason": plan.reason,
-        }
-    if inputs.compile.revision:
-        status["artifact"] = {"revision": inputs.compile.revision, "uri": inputs.compile.uri}
-    return status
+    status = InferenceDeploymentStatus(
+        observed_generation=inputs.generation,
+        conditions=conditions,
+        replicas=fleet.active,
+        ready_replicas=fleet.ready_active,
+        warm_replicas=fleet.warm_ready,
+        draining_replicas=fleet.draining,
+        desired_replicas=fleet.desired_active,
+        placeholders=fleet.placeholders,
+        selector=selector_string(active_selector(deployment)),
+        artifact=_artifact(inputs.compile),
+        placement=_placement(inputs.placement),
+        warm_pool=inputs.warm_pool,
+        cold_start=inputs.cold_start,
+        last_scale_time=inputs.last_scale.time if inputs.last_scale else None,
+        last_scale_reason=inputs.last_scale.reason if inputs.last_scale else None,
+    )
+    return status.to_wire()
+
+
+def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The JSON merge patch (RFC 7386) from ``old`` to ``new``; None when they are equal.
+
+    Compared both ways: a key of ``old`` that ``new`` lacks becomes an explicit null, so the
+    server removes it; nested objects are diffed key by key; lists are replaced whole.
+    """
+    patch: dict[str, Any] = {}
+    for key in old.keys() - new.keys():
+        patch[key] = None
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            nested = status_patch(before, value)
+            if nested is not None:
+                patch[key] = nested
+        elif before != value or key not in old:
+            patch[key] = value
+    return patch or None
