@@ -2,8 +2,10 @@
 
 Requests wait in a FIFO bounded by ``max_queue`` (a full queue refuses at once: the caller answers
 429). One worker task forms a batch from the head of the queue, up to ``max_rows`` rows or until
-``max_delay`` has passed since it took the first request, then runs it in a single-thread
-executor so the event loop stays free, and resolves each request's future with its rows.
+``max_delay`` has passed since it took the first request, then runs it and resolves each
+request's future with its rows. A model ``Runner`` runs in a single-thread executor so the event
+loop stays free, one batch at a time; a ``TimedDevice`` (the emulated NeuronCores) runs up to one
+batch per core at once on its own timeline, and no thread.
 Written by hand because the policy (row budget, bucket padding, drain on SIGTERM, busy tracking)
 is the server's core and small; no maintained asyncio batching library covers it.
 """
@@ -17,7 +19,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +34,25 @@ class Runner(Protocol):
     def run(self, requests: Sequence[Sequence[npt.NDArray[Any]]]) -> tuple[list[npt.NDArray[np.float32]], Any]: ...
 
     def cost(self, rows: int, sequence: int) -> float | None: ...
+
+
+class Reservation(Protocol):
+    start: float
+    end: float
+
+
+class TimedDevice(Protocol):
+    """A device that books each batch on one of ``cores`` and reports its busy interval itself."""
+
+    cores: int
+
+    def cost(self, rows: int, sequence: int) -> float | None: ...
+
+    def reserve(self, rows: int, sequence: int, ready_at: float) -> Any: ...
+
+    async def execute(
+        self, requests: Sequence[Sequence[npt.NDArray[Any]]], reservation: Any
+    ) -> list[npt.NDArray[np.float32]]: ...
 
 
 # A shorter batch must promise this much more throughput than the whole one to be chosen.
@@ -56,7 +77,7 @@ class Job:
 class Batcher:
     def __init__(
         self,
-        runner: Runner,
+        runner: Runner | TimedDevice,
         metrics: ServerMetrics,
         *,
         max_rows: int,
@@ -82,7 +103,10 @@ class Batcher:
         self._closing = False
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="neuronserve-exec")
         self._worker: asyncio.Task[None] | None = None
-        self._running: list[Job] = []
+        # Batches executing now: at most one on a model runner, one per core on a timed device.
+        self.parallel = runner.cores if _is_timed(runner) else 1
+        self._slots = asyncio.Semaphore(self.parallel)
+        self._running: dict[asyncio.Task[None], list[Job]] = {}
         metrics.queue_depth.set_function(lambda: len(self._queue))
 
     @property
@@ -125,17 +149,24 @@ class Batcher:
             self._worker.cancel()
             await asyncio.gather(self._worker, return_exceptions=True)
         # A batch still executing past the grace period gets a definite answer too.
-        for job in self._running:
-            if not job.future.done():
-                job.future.set_exception(ShuttingDown("the server shut down while this request ran"))
+        for task, jobs in list(self._running.items()):
+            task.cancel()
+            for job in jobs:
+                if not job.future.done():
+                    job.future.set_exception(ShuttingDown("the server shut down while this request ran"))
         self._executor.shutdown(wait=False, cancel_futures=True)
         return finished
 
-    async def _next_batch(self) -> list[Job]:
+    def _check_idle(self) -> None:
+        if not self._queue and not self._running:
+            self._idle.set()
+
+    async def _next_batch(self) -> tuple[list[Job], float]:
+        """The next batch, and when it was complete: the last arrival if it filled up, else now."""
         loop = asyncio.get_running_loop()
         while True:
             while not self._queue:
-                self._idle.set()
+                self._check_idle()
                 self._arrived.clear()
                 await self._arrived.wait()
             first = self._queue.popleft()
@@ -143,8 +174,9 @@ class Batcher:
                 break
         batch, rows = [first], first.request.rows
         if not self.batching:
-            return batch
+            return batch, first.enqueued
         deadline = loop.time() + self.max_delay
+        full = False
         while rows < self.max_rows:
             if self._queue:
                 head = self._queue[0]
@@ -152,6 +184,7 @@ class Batcher:
                     self._queue.popleft()
                     continue
                 if rows + head.request.rows > self.max_rows:
+                    full = True
                     break
                 batch.append(self._queue.popleft())
                 rows += head.request.rows
@@ -164,7 +197,11 @@ class Batcher:
                 await asyncio.wait_for(self._arrived.wait(), remaining)
             except TimeoutError:
                 break
-        return self._most_efficient_prefix(batch)
+        else:
+            full = True
+        batch = self._most_efficient_prefix(batch)
+        ready_at = max(job.enqueued for job in batch) if full else time.monotonic()
+        return batch, ready_at
 
     def _most_efficient_prefix(self, batch: list[Job]) -> list[Job]:
         """Keep the leading requests that give clearly more rows per second of device time; requeue the rest.
@@ -194,37 +231,72 @@ class Batcher:
             self._queue.appendleft(job)
         return batch[:best]
 
-    async def _run(self, batch: list[Job]) -> None:
-        loop = asyncio.get_running_loop()
-        arrays = [list(job.request.arrays) for job in batch]
-        self.metrics.batch_size.observe(sum(job.request.rows for job in batch))
-        self.batches_run += 1
+    async def _execute(self, arrays: list[list[npt.NDArray[Any]]], ready_at: float) -> list[npt.NDArray[np.float32]]:
+        """Run one batch on the device; records its busy interval."""
+        runner = self.runner
+        if _is_timed(runner):
+            rows = sum(a[0].shape[0] for a in arrays)
+            sequence = max(a[0].shape[1] for a in arrays)
+            reservation = runner.reserve(rows, sequence, ready_at)
+            self.metrics.busy.started(reservation.start)
+            try:
+                return await runner.execute(arrays, reservation)
+            finally:
+                self.metrics.busy.finished(reservation.start, reservation.end)
+        model = cast(Runner, runner)
         # Busy time is recorded from the loop thread: the tracker is read there by /metrics.
         start = time.monotonic()
         self.metrics.busy.started(start)
+        outputs: list[npt.NDArray[np.float32]]
         try:
-            outputs, _bucket = await loop.run_in_executor(self._executor, self.runner.run, arrays)
-        except Exception as exc:
+            outputs, _bucket = await asyncio.get_running_loop().run_in_executor(self._executor, model.run, arrays)
+        finally:
             self.metrics.busy.finished(start, time.monotonic())
+        return outputs
+
+    async def _run(self, batch: list[Job], ready_at: float) -> None:
+        arrays = [list(job.request.arrays) for job in batch]
+        self.metrics.batch_size.observe(sum(job.request.rows for job in batch))
+        self.batches_run += 1
+        try:
+            outputs = await self._execute(arrays, ready_at)
+        except Exception as exc:
             if len(batch) > 1:
                 # Isolate the request that breaks the batch instead of failing all of them.
                 log.warning("batch of %d failed (%s); rerunning its requests one by one", len(batch), exc)
                 for job in batch:
-                    await self._run([job])
+                    await self._run([job], time.monotonic())
                 return
             if not batch[0].future.done():
                 batch[0].future.set_exception(exc)
             return
-        self.metrics.busy.finished(start, time.monotonic())
         for job, rows in zip(batch, outputs, strict=True):
             if not job.future.done():
                 job.future.set_result(rows)
 
+    async def _run_in_slot(self, batch: list[Job], ready_at: float) -> None:
+        try:
+            await self._run(batch, ready_at)
+        finally:
+            self._running.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
+            self._slots.release()
+            self._check_idle()
+
     async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            batch = await self._next_batch()
-            self._running = batch
-            await self._run(batch)
-            self._running = []
-            if not self._queue:
-                self._idle.set()
+            await self._slots.acquire()
+            try:
+                batch, ready_at = await self._next_batch()
+            except BaseException:
+                self._slots.release()
+                raise
+            task = loop.create_task(self._run_in_slot(batch, ready_at))
+            self._running[task] = batch
+            if self.parallel == 1:
+                # One batch at a time: wait here, so the next batch is formed only when the device is free.
+                await asyncio.shield(task)
+
+
+def _is_timed(runner: Runner | TimedDevice) -> TypeGuard[TimedDevice]:
+    return hasattr(runner, "reserve")

@@ -19,6 +19,30 @@ from neuronserve import __version__
 from neuronserve.manifest import REQUEST_KEY_PATTERN
 
 DEFAULT_PORT = 8080
+# Kept here, not imported from neuronserve.emulated, so that --help stays instant (no numpy).
+EMULATED_DEVICE = "emulated-neuroncore"
+EMULATED_PROFILES = ["bert-base"]
+
+SERVE_DESCRIPTION = f"""\
+Serve a compiled artifact over the KServe v2 REST protocol (/v2/...), with Prometheus metrics at
+/metrics. Live at /v2/health/live as soon as it listens; ready (200 on /v2/health/ready) once the
+model is loaded and warmed. SIGTERM: stop taking work, finish what was accepted, exit 0.
+
+Emulated device (--device {EMULATED_DEVICE}): no model runs and torch is not imported. The real
+HTTP server, dynamic batching, bounded queue (429), metrics and drain run in front of emulated
+NeuronCores: each batch takes the profile's measured Inf2 time for its batch bucket (bert-base:
+bert-base-uncased seq 128 on inf2.xlarge, 2 NeuronCores, 1.00 / 2.95 / 5.97 / 10.9 ms at batch
+1 / 4 / 8 / 16, about 2,940 inferences/s at saturation). Outputs are deterministic placeholder
+rows of the right shape, NOT model outputs; /v2/health/ready, the model metadata, the responses,
+neuronserve_device_info and the log all say "emulated". With --artifact, only the artifact's
+manifest (and tokenizer.json) is read: the model name, buckets, signatures and real tokenizer
+apply, and no weights are downloaded. Without --artifact, the contract is built in: model
+--model-name (default: the profile name), inputs input_ids / attention_mask INT64 [batch, seq],
+output embedding FP32 [batch, 768], buckets 1/4/8/16 x 128, text input tokenized by length
+(whitespace words + 2, truncated to 128).
+
+Example: neuronserve serve --device {EMULATED_DEVICE} --profile bert-base --port 8081
+"""
 
 
 def _int_list(text: str) -> list[int]:
@@ -100,8 +124,44 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.set_defaults(func=run_compile)
 
-    s = sub.add_parser("serve", help="serve a compiled artifact over the KServe v2 REST protocol")
-    s.add_argument("--artifact", required=True, help="artifact URI: s3://bucket/prefix/<key> or a directory")
+    s = sub.add_parser(
+        "serve",
+        help="serve a compiled artifact over the KServe v2 REST protocol",
+        description=SERVE_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    s.add_argument(
+        "--artifact",
+        default=os.environ.get("NEURONSERVE_ARTIFACT") or None,
+        help="artifact URI: s3://bucket/prefix/<key> or a directory (default $NEURONSERVE_ARTIFACT); "
+        "required unless --device emulated-neuroncore",
+    )
+    s.add_argument(
+        "--device",
+        choices=["artifact", EMULATED_DEVICE],
+        default=os.environ.get("NEURONSERVE_DEVICE") or "artifact",
+        help="artifact (default): run the model on what it was compiled for (Neuron with torch-neuronx, "
+        f"else CPU TorchScript); {EMULATED_DEVICE}: no model runs, every batch takes the Inf2 profile's "
+        "measured time (see below). Default from $NEURONSERVE_DEVICE",
+    )
+    s.add_argument(
+        "--profile",
+        choices=EMULATED_PROFILES,
+        default=os.environ.get("NEURONSERVE_EMULATED_PROFILE") or "bert-base",
+        help=f"with --device {EMULATED_DEVICE}: the Inf2 profile (default bert-base; $NEURONSERVE_EMULATED_PROFILE)",
+    )
+    s.add_argument(
+        "--emulated-time-scale",
+        type=_positive(float),
+        default=float(os.environ.get("NEURONSERVE_EMULATED_TIME_SCALE") or 1.0),
+        help="multiply every emulated service time (2 = half the profile's capacity; default 1, "
+        "$NEURONSERVE_EMULATED_TIME_SCALE)",
+    )
+    s.add_argument(
+        "--model-name",
+        default=None,
+        help=f"with --device {EMULATED_DEVICE} and no artifact: the served model name (default: the profile name)",
+    )
     s.add_argument(
         "--host",
         default="0.0.0.0",
@@ -182,15 +242,26 @@ def run_compile(args: argparse.Namespace) -> int:
 def run_serve(args: argparse.Namespace) -> int:
     import asyncio
 
-    import torch
+    from neuronserve.server import EmulatedOptions, ServeConfig, ServeOptions, serve
 
-    from neuronserve.server import ServeConfig, ServeOptions, serve
-
-    threads = args.torch_threads or int(os.environ.get("NEURONSERVE_TORCH_THREADS", "0") or 0) or os.cpu_count() or 1
-    torch.set_num_threads(threads)
     if args.max_queue < 1:
         print("neuronserve: --max-queue must be at least 1", file=sys.stderr)
         return 2
+    threads = args.torch_threads or int(os.environ.get("NEURONSERVE_TORCH_THREADS", "0") or 0) or os.cpu_count() or 1
+    emulated = None
+    if args.device == EMULATED_DEVICE:
+        if args.emulated_time_scale <= 0:
+            print("neuronserve: --emulated-time-scale must be positive", file=sys.stderr)
+            return 2
+        emulated = EmulatedOptions(args.profile, args.emulated_time_scale, args.model_name)
+    else:
+        if args.artifact is None:
+            print(f"neuronserve: --artifact is required (unless --device {EMULATED_DEVICE})", file=sys.stderr)
+            return 2
+        # torch only when a model really runs: the emulated device stays light (a fleet shares a machine).
+        import torch
+
+        torch.set_num_threads(threads)
     opts = ServeOptions(
         artifact=args.artifact,
         host=args.host,
@@ -204,6 +275,7 @@ def run_serve(args: argparse.Namespace) -> int:
         ),
         torch_threads=threads,
         cache_dir=args.cache_dir,
+        emulated=emulated,
     )
     return asyncio.run(serve(opts))
 

@@ -11,6 +11,11 @@ and role labels are added by Prometheus relabeling from pod labels, never by the
 - ``neuronserve_batch_size``: rows per executed batch (before padding to the bucket).
 - ``neuronserve_request_latency_seconds``: arrival to answer of successful infer requests.
 - ``neuronserve_device_busy_ratio``: share of the last ``window`` seconds the device executed.
+- ``neuronserve_device_busy_seconds_total``: device time spent executing batches, summed over
+  cores (its rate over the core count is the long-run busy ratio).
+- ``neuronserve_device_info{device,profile,emulated}``: 1, saying what executes the batches:
+  ``device="cpu"`` or ``"neuron"`` (the artifact's backend) or ``"emulated-neuroncore"`` with
+  ``emulated="true"`` and the Inf2 profile whose service times it reproduces.
 - ``neuronserve_ready``: 1 when the model is loaded, warmed and not draining.
 """
 
@@ -21,6 +26,8 @@ import time
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 OUTCOMES = ("ok", "rejected", "bad_request", "error")
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -28,21 +35,31 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 class BusyTracker:
-    """Busy share of a sliding wall-clock window, from the executions' start and end times."""
+    """Busy share of a sliding wall-clock window, from the executions' start and end times.
 
-    def __init__(self, window_seconds: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+    ``capacity`` is how many executions the device runs at once (the emulated device: one per
+    NeuronCore); the ratio is busy time over ``capacity`` x the window, so 1.0 means every core busy.
+    """
+
+    def __init__(
+        self, window_seconds: float = 10.0, clock: Callable[[], float] = time.monotonic, capacity: int = 1
+    ) -> None:
         self.window = window_seconds
+        self.capacity = capacity
         self._clock = clock
         self._created = clock()
         self._intervals: collections.deque[tuple[float, float]] = collections.deque()
-        self._running_since: float | None = None
+        self._running: list[float] = []
+        self.busy_seconds_total = 0.0
 
     def started(self, at: float) -> None:
-        self._running_since = at
+        self._running.append(at)
 
     def finished(self, start: float, end: float) -> None:
-        self._running_since = None
+        if start in self._running:
+            self._running.remove(start)
         self._intervals.append((start, end))
+        self.busy_seconds_total += end - start
 
     def ratio(self) -> float:
         now = self._clock()
@@ -50,9 +67,8 @@ class BusyTracker:
         while self._intervals and self._intervals[0][1] <= horizon:
             self._intervals.popleft()
         busy = sum(min(end, now) - max(start, horizon) for start, end in self._intervals)
-        if self._running_since is not None:
-            busy += now - max(self._running_since, horizon)
-        span = min(self.window, now - self._created)
+        busy += sum(now - max(since, horizon) for since in self._running)
+        span = min(self.window, now - self._created) * self.capacity
         return min(1.0, max(0.0, busy / span)) if span > 0 else 0.0
 
 
@@ -86,6 +102,29 @@ class ServerMetrics:
         )
         self.device_busy.set_function(busy.ratio)
         self.ready = Gauge("neuronserve_ready", "1 when loaded, warmed and not draining.", registry=r)
+        r.register(_BusySeconds(busy))
+        self.device_info = Gauge(
+            "neuronserve_device_info",
+            "What executes the batches (emulated=true: no model runs, service times from an Inf2 profile).",
+            ["device", "profile", "emulated"],
+            registry=r,
+        )
+
+    def set_device(self, device: str, profile: str = "", emulated: bool = False) -> None:
+        self.device_info.clear()
+        self.device_info.labels(device=device, profile=profile, emulated=str(emulated).lower()).set(1)
 
     def outcome(self, outcome: str) -> None:
         self.requests.labels(outcome=outcome).inc()
+
+
+class _BusySeconds(Collector):
+    def __init__(self, busy: BusyTracker) -> None:
+        self._busy = busy
+
+    def collect(self) -> list[Metric]:
+        family = CounterMetricFamily(
+            "neuronserve_device_busy_seconds", "Device time spent executing batches, summed over cores."
+        )
+        family.add_metric([], self._busy.busy_seconds_total)
+        return [family]

@@ -191,25 +191,34 @@ def infer_response(
     return doc
 
 
-def model_metadata(manifest: Manifest, version: str, accepts_text: bool) -> dict[str, Any]:
+def model_metadata(
+    manifest: Manifest, version: str, accepts_text: bool, device: dict[str, Any] | None = None
+) -> dict[str, Any]:
     inputs: list[dict[str, Any]] = [
         {"name": s.name, "datatype": s.v2_datatype, "shape": s.shape} for s in manifest.inputs
     ]
     if accepts_text:
         inputs.append({"name": TEXT_INPUT, "datatype": "BYTES", "shape": [-1], "optional": True})
+    emulated = bool(device and device.get("emulated"))
+    if emulated:
+        platform = "emulated_neuroncore"
+    else:
+        platform = "pytorch_torchscript" if manifest.backend == "cpu" else "neuron_torchscript"
     doc: dict[str, Any] = {
         "name": manifest.name,
         "versions": [version],
-        "platform": "pytorch_torchscript" if manifest.backend == "cpu" else "neuron_torchscript",
+        "platform": platform,
         "inputs": inputs,
         "outputs": [{"name": s.name, "datatype": s.v2_datatype, "shape": s.shape} for s in manifest.outputs],
         "parameters": {
-            "backend": manifest.backend,
+            "backend": device["device"] if emulated and device else manifest.backend,
             "buckets": [[b.batch, b.sequence] for b in manifest.buckets],
             "output_description": manifest.output_description,
             "cache_key": manifest.cache_key,
         },
     }
+    if emulated and device:
+        doc["parameters"]["emulated_device"] = device
     return doc
 
 

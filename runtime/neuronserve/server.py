@@ -1,9 +1,11 @@
 """``neuronserve serve``: the HTTP server (KServe v2 REST protocol + /metrics) and its lifecycle.
 
 Lifecycle: listen at once (live, not ready) -> fetch and verify the artifact -> load -> warm every
-bucket -> ready. On SIGTERM/SIGINT: not ready, new infer requests get 503, queued and executing
-requests finish (bounded by the grace period), then exit 0. A verification or load failure exits
-non-zero with the reason on stderr.
+bucket -> ready. With ``--device emulated-neuroncore`` no model is loaded: the batches run on the
+emulated NeuronCore device (``neuronserve.emulated``), from an artifact's manifest or a built-in
+contract, and everything the server reports says "emulated". On SIGTERM/SIGINT: not ready, new
+infer requests get 503, queued and executing requests finish (bounded by the grace period), then
+exit 0. A verification or load failure exits non-zero with the reason on stderr.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from neuronserve import __version__
-from neuronserve.batcher import Batcher, QueueFull, Runner, ShuttingDown
+from neuronserve.batcher import Batcher, QueueFull, Runner, ShuttingDown, TimedDevice
 from neuronserve.manifest import Manifest, revision
 from neuronserve.metrics import BusyTracker, ServerMetrics
 from neuronserve.protocol import BadRequest, Tokenize, infer_response, model_metadata, parse_infer, parse_json
@@ -64,6 +66,8 @@ class ServerState:
         self.batcher: Batcher | None = None
         self.tokenize: Tokenize | None = None
         self.version = ""
+        # What executes the batches, as /v2/health/ready, model metadata and the metrics report it.
+        self.device: dict[str, Any] = {"device": "none", "emulated": False}
         self.inflight = 0
         self.answered = asyncio.Event()  # set whenever no accepted request is waiting for its answer
         self.answered.set()
@@ -71,9 +75,19 @@ class ServerState:
         self.metrics.inflight.set_function(lambda: self.inflight)
         self.metrics.ready.set(0)
 
-    def activate(self, manifest: Manifest, runner: Runner, tokenize: Tokenize | None) -> None:
+    def activate(
+        self,
+        manifest: Manifest,
+        runner: Runner | TimedDevice,
+        tokenize: Tokenize | None,
+        device: dict[str, Any] | None = None,
+    ) -> None:
         """Attach a loaded, warmed model and start taking requests (call from the event loop)."""
         self.manifest = manifest
+        self.device = device or {"device": manifest.backend, "emulated": False}
+        self.metrics.set_device(
+            self.device["device"], str(self.device.get("profile", "")), bool(self.device.get("emulated"))
+        )
         self.version = revision(manifest.cache_key)
         self.tokenize = tokenize
         self.body_limit = body_limit(manifest, self.config.max_body_bytes)
@@ -86,6 +100,7 @@ class ServerState:
             batching=self.config.batching,
             batch_sizes=manifest.batch_sizes,
         )
+        self.metrics.busy.capacity = self.batcher.parallel
         self.batcher.start()
         self.phase = "ready"
         self.metrics.ready.set(1)
@@ -160,7 +175,10 @@ async def live(request: web.Request) -> web.Response:
 async def ready(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     ok = state.phase == "ready"
-    return web.json_response({"ready": ok, "phase": state.phase}, status=200 if ok else 503)
+    return web.json_response(
+        {"ready": ok, "phase": state.phase, "device": state.device["device"], "emulated": state.device["emulated"]},
+        status=200 if ok else 503,
+    )
 
 
 async def server_metadata(request: web.Request) -> web.Response:
@@ -194,7 +212,7 @@ async def metadata(request: web.Request) -> web.Response:
         state, manifest = _model(request)
     except _Refusal as exc:
         return _error(exc.status, str(exc))
-    return web.json_response(model_metadata(manifest, state.version, state.tokenize is not None))
+    return web.json_response(model_metadata(manifest, state.version, state.tokenize is not None, state.device))
 
 
 async def model_ready(request: web.Request) -> web.Response:
@@ -242,6 +260,11 @@ async def infer(request: web.Request) -> web.Response:
             state.metrics.outcome("error")
             return _error(500, f"inference failed: {exc}")
         doc = infer_response(manifest.name, state.version, parsed.id, manifest.outputs[0].name, rows)
+        if state.device["emulated"]:
+            doc["parameters"] = {
+                "emulated": True,
+                "outputs": "placeholders from the emulated device, not model outputs",
+            }
         response = web.Response(body=json.dumps(doc).encode(), content_type="application/json")
         state.metrics.outcome("ok")
         state.metrics.latency.observe(time.monotonic() - arrived)
@@ -261,17 +284,58 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 @dataclass(frozen=True)
+class EmulatedOptions:
+    """``--device emulated-neuroncore``: which Inf2 profile, how much slower, the model name without an artifact."""
+
+    profile: str = "bert-base"
+    time_scale: float = 1.0
+    model_name: str | None = None
+
+
+@dataclass(frozen=True)
 class ServeOptions:
-    artifact: str
+    artifact: str | None
     host: str = "0.0.0.0"
     port: int = 8080
     grace_seconds: float = 30.0
     config: ServeConfig = ServeConfig()
     torch_threads: int | None = None
     cache_dir: str | None = None
+    emulated: EmulatedOptions | None = None
 
 
-def load_model(artifact: str, scratch: Path) -> tuple[Manifest, Runner, Tokenize | None, dict[str, float]]:
+Loaded = tuple[Manifest, Runner | TimedDevice, Tokenize | None, dict[str, float], dict[str, Any] | None]
+
+
+class EmulationError(Exception):
+    """The emulated device cannot serve this artifact (e.g. a batch bucket the profile has no figure for)."""
+
+
+def load_emulated(artifact: str | None, options: EmulatedOptions, scratch: Path) -> Loaded:
+    """The emulated device over an artifact's contract (manifest and tokenizer only) or a built-in one."""
+    from neuronserve.emulated import PROFILES, EmulatedDevice, synthetic_manifest, tokenize_by_length
+    from neuronserve.manifest import TOKENIZER_NAME
+    from neuronserve.store import fetch_manifest
+
+    profile = PROFILES[options.profile]
+    tokenize: Tokenize = tokenize_by_length
+    if artifact is None:
+        manifest = synthetic_manifest(profile, options.model_name or profile.name)
+    else:
+        manifest, directory = fetch_manifest(artifact, scratch, (TOKENIZER_NAME,))
+        if manifest.has_tokenizer():
+            from neuronserve.protocol import tokenizer_from_file
+
+            with contextlib.suppress(ImportError):
+                tokenize = tokenizer_from_file(str(directory / TOKENIZER_NAME))
+    try:
+        device = EmulatedDevice(profile, manifest, options.time_scale)
+    except ValueError as exc:
+        raise EmulationError(f"cannot emulate {manifest.name!r} with profile {profile.name!r}: {exc}") from exc
+    return manifest, device, tokenize, {}, device.describe()
+
+
+def load_model(artifact: str, scratch: Path) -> Loaded:
     """Fetch, verify, load and warm (blocking: run it off the event loop)."""
     from neuronserve.backend import ModelRunner
     from neuronserve.manifest import TOKENIZER_NAME
@@ -285,13 +349,18 @@ def load_model(artifact: str, scratch: Path) -> tuple[Manifest, Runner, Tokenize
     if manifest.has_tokenizer():
         with contextlib.suppress(ImportError):
             tokenize = tokenizer_from_file(str(directory / TOKENIZER_NAME))
-    return manifest, runner, tokenize, timings
+    return manifest, runner, tokenize, timings, None
 
 
 async def serve(opts: ServeOptions) -> int:
     """Run the server until SIGTERM/SIGINT; the process exit code."""
-    from neuronserve.backend import LoadError
     from neuronserve.store import ArtifactRejected, StoreError
+
+    load_errors: tuple[type[Exception], ...] = (ArtifactRejected, StoreError, EmulationError)
+    if opts.emulated is None:
+        from neuronserve.backend import LoadError  # torch: only when a model is really loaded
+
+        load_errors += (LoadError,)
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -311,10 +380,18 @@ async def serve(opts: ServeOptions) -> int:
         return 3
     port = runner.addresses[0][1] if runner.addresses else opts.port
     # Tests and scripts started with --port 0 read the bound port from this line.
-    log.info("listening on http://%s:%s (live; loading %s)", opts.host, port, opts.artifact)
+    what = opts.artifact or "no artifact"
+    if opts.emulated is not None:
+        what += f" on the EMULATED NeuronCore device, profile {opts.emulated.profile}"
+    log.info("listening on http://%s:%s (live; loading %s)", opts.host, port, what)
 
     with tempfile.TemporaryDirectory(prefix="neuronserve-artifact-", dir=opts.cache_dir) as scratch:
-        load = loop.run_in_executor(None, load_model, opts.artifact, Path(scratch))
+        if opts.emulated is not None:
+            load = loop.run_in_executor(None, load_emulated, opts.artifact, opts.emulated, Path(scratch))
+        elif opts.artifact is not None:
+            load = loop.run_in_executor(None, load_model, opts.artifact, Path(scratch))
+        else:
+            raise ValueError("an artifact is required unless the device is emulated")
         stopper: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
         pending: set[asyncio.Future[Any]] = {load, stopper}
         await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
@@ -323,20 +400,33 @@ async def serve(opts: ServeOptions) -> int:
             await runner.cleanup()
             return 0
         try:
-            manifest, model_runner, tokenize, timings = load.result()
-        except (ArtifactRejected, StoreError, LoadError) as exc:
+            manifest, model_runner, tokenize, timings, device = load.result()
+        except load_errors as exc:
             print(f"neuronserve: {exc}", file=sys.stderr)
             await runner.cleanup()
             return 2
-        state.activate(manifest, model_runner, tokenize)
-        log.info(
-            "ready: model %r (%s, %d buckets, warm-up %.2fs), batching %s",
-            manifest.name,
-            manifest.backend,
-            len(manifest.buckets),
-            sum(timings.values()),
-            "on" if opts.config.batching else "off",
-        )
+        state.activate(manifest, model_runner, tokenize, device)
+        if device is not None and device["emulated"]:
+            log.info(
+                "ready: model %r on the EMULATED NeuronCore device (profile %s: %s; %d cores, time scale %g; "
+                "%d buckets), batching %s. Outputs are placeholders, not model outputs",
+                manifest.name,
+                device["profile"],
+                device["profile_description"],
+                device["cores"],
+                device["time_scale"],
+                len(manifest.buckets),
+                "on" if opts.config.batching else "off",
+            )
+        else:
+            log.info(
+                "ready: model %r (%s, %d buckets, warm-up %.2fs), batching %s",
+                manifest.name,
+                manifest.backend,
+                len(manifest.buckets),
+                sum(timings.values()),
+                "on" if opts.config.batching else "off",
+            )
         await stopper
         log.info("SIGTERM: draining (grace %.0fs)", opts.grace_seconds)
         finished = await state.drain(opts.grace_seconds)

@@ -201,3 +201,50 @@ def _parse_manifest(data: bytes, uri: str) -> Manifest:
         return Manifest.from_json_bytes(data)
     except ValidationError as exc:
         raise ArtifactRejected(f"artifact {uri} has an invalid manifest: {exc}") from exc
+
+
+def fetch_manifest(uri: str, scratch: Path, extra: tuple[str, ...] = ()) -> tuple[Manifest, Path]:
+    """Fetch only an artifact's manifest and those of ``extra`` files it lists, verified; no model files.
+
+    For a server that needs the model's contract (name, buckets, signatures, tokenizer) but not its
+    weights: the emulated device. Returns the manifest and the directory holding the fetched files.
+    """
+    if is_s3(uri):
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        client = s3_client()
+        bucket, prefix = split_s3_uri(uri)
+
+        def get(name: str) -> bytes:
+            key = f"{prefix}/{name}" if prefix else name
+            try:
+                body: bytes = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+            except (ClientError, BotoCoreError) as exc:
+                raise _s3_error("read", f"s3://{bucket}/{key}", exc) from exc
+            return body
+
+        manifest = _parse_manifest(get(MANIFEST_NAME), uri)
+        scratch.mkdir(parents=True, exist_ok=True)
+        directory = scratch
+        wanted = [e for e in manifest.files if e.path in extra]
+        for entry in wanted:
+            target = scratch / entry.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(get(entry.path))
+    else:
+        directory = local_path(uri)
+        manifest_path = directory / MANIFEST_NAME
+        try:
+            manifest_bytes = manifest_path.read_bytes()
+        except OSError as exc:
+            raise StoreError(f"cannot read the manifest {manifest_path}: {exc.strerror or exc}") from exc
+        manifest = _parse_manifest(manifest_bytes, uri)
+        wanted = [e for e in manifest.files if e.path in extra]
+    problems = [
+        f"{e.path}: sha256 does not match the manifest"
+        for e in wanted
+        if not (directory / e.path).is_file() or file_sha256(directory / e.path) != e.sha256
+    ]
+    if problems:
+        raise ArtifactRejected(f"artifact {uri} does not match its manifest (refusing it):\n  " + "\n  ".join(problems))
+    return manifest, directory

@@ -64,7 +64,12 @@ def _metrics(server: LiveServer) -> dict[str, float]:
 
 def test_health_and_metadata(live_server: LiveServer) -> None:
     assert http_json(live_server.url, "GET", "/v2/health/live")[:1] == (200,)
-    assert http_json(live_server.url, "GET", "/v2/health/ready")[2] == {"ready": True, "phase": "ready"}
+    assert http_json(live_server.url, "GET", "/v2/health/ready")[2] == {
+        "ready": True,
+        "phase": "ready",
+        "device": "cpu",
+        "emulated": False,
+    }
     status, _, meta = http_json(live_server.url, "GET", f"/v2/models/{MODEL_NAME}")
     assert status == 200
     assert meta["name"] == MODEL_NAME

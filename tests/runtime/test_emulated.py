@@ -1,0 +1,162 @@
+"""The emulated NeuronCore device: a real ``neuronserve serve`` process whose batches take the Inf2
+profile's measured times. At saturation one process serves the profile's throughput (issue 12's
+e2e check), it says "emulated" wherever it reports, loads no torch, and can take an artifact's
+contract (name, buckets, tokenizer) without its weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from neuronserve.emulated import BERT_BASE
+from runtime_support import MODEL_NAME, Compiled, Fetched, S3Server, ServeProcess, http_json, wait_for
+
+EMULATED = ["--device", "emulated-neuroncore", "--profile", "bert-base"]
+
+
+def _ready(process: ServeProcess) -> None:
+    process.wait_listening(60)
+
+    def ready() -> bool:
+        assert process.proc.poll() is None, process.log
+        try:
+            return http_json(process.url, "GET", "/v2/health/ready")[0] == 200
+        except ConnectionRefusedError:
+            raise AssertionError(f"{process.url}: {process.log}") from None
+
+    wait_for(ready, 60, "the emulated server to be ready")
+
+
+def _metrics(url: str) -> dict[str, float]:
+    status, _, text = http_json(url, "GET", "/metrics")
+    assert status == 200
+    values = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            values[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return values
+
+
+def test_the_profile_holds_the_published_inf2_figures() -> None:
+    # FACTS.md: latency per batch on one NeuronCore; throughput of the inf2.xlarge's two cores.
+    assert [(p.batch, p.latency_ms) for p in BERT_BASE.batches] == [(1, 1.00), (4, 2.95), (8, 5.97), (16, 10.9)]
+    for point in BERT_BASE.batches:
+        assert BERT_BASE.throughput_per_s(point.batch) == pytest.approx(point.throughput_per_s, rel=0.02)
+    assert BERT_BASE.service_seconds(6) == pytest.approx((2.95 + (5.97 - 2.95) / 2) / 1000)
+    with pytest.raises(ValueError, match="up to 16, not 32"):
+        BERT_BASE.service_seconds(32)
+
+
+async def _saturate(url: str, model: str, rows: int, requests: int, concurrency: int) -> tuple[float, int]:
+    """Send ``requests`` requests of ``rows`` rows with ``concurrency`` clients; (seconds, rows served)."""
+    body = json.dumps(
+        {
+            "inputs": [
+                {"name": "input_ids", "shape": [rows, 128], "datatype": "INT64", "data": [1] * (rows * 128)},
+                {"name": "attention_mask", "shape": [rows, 128], "datatype": "INT64", "data": [1] * (rows * 128)},
+            ]
+        }
+    ).encode()
+    remaining = requests
+    served = 0
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as session:
+
+        async def client() -> None:
+            nonlocal remaining, served
+            while remaining > 0:
+                remaining -= 1
+                async with session.post(
+                    f"{url}/v2/models/{model}/infer", data=body, headers={"Content-Type": "application/json"}
+                ) as response:
+                    assert response.status == 200, await response.text()
+                    doc = await response.json()
+                    served += doc["outputs"][0]["shape"][0]
+
+        start = time.monotonic()
+        await asyncio.gather(*(client() for _ in range(concurrency)))
+        return time.monotonic() - start, served
+
+
+async def test_one_process_at_saturation_serves_the_profile_throughput(serve_process: Any) -> None:
+    process: ServeProcess = serve_process([*EMULATED, "--max-queue", "64"])
+    await asyncio.to_thread(_ready, process)
+    before = _metrics(process.url)
+    # 16-row requests: every batch is one request in the batch-16 bucket, whose published
+    # throughput is the profile's best (2,940 inf/s). 12 clients keep both cores' queues fed.
+    seconds, rows = await _saturate(process.url, "bert-base", rows=16, requests=400, concurrency=12)
+    after = _metrics(process.url)
+
+    published = next(p.throughput_per_s for p in BERT_BASE.batches if p.batch == 16)
+    measured = rows / seconds
+    assert rows == 400 * 16
+    assert measured == pytest.approx(published, rel=0.10), f"{measured:.0f} inf/s vs the profile's {published}"
+    # The server's own accounting agrees: each batch occupied one core for 10.9 ms.
+    batches = after["neuronserve_batch_size_count"] - before["neuronserve_batch_size_count"]
+    busy = after["neuronserve_device_busy_seconds_total"] - before["neuronserve_device_busy_seconds_total"]
+    assert batches == 400
+    assert busy == pytest.approx(400 * 0.0109, rel=1e-6)
+    assert busy / (BERT_BASE.cores * seconds) == pytest.approx(1.0, rel=0.10)
+
+
+def test_it_says_emulated_everywhere_and_loads_no_torch(serve_process: Any) -> None:
+    process: ServeProcess = serve_process([*EMULATED, "--model-name", "embedder"])
+    _ready(process)
+    assert http_json(process.url, "GET", "/v2/health/ready")[2] == {
+        "ready": True,
+        "phase": "ready",
+        "device": "emulated-neuroncore",
+        "emulated": True,
+    }
+    status, _, meta = http_json(process.url, "GET", "/v2/models/embedder")
+    assert status == 200
+    assert meta["platform"] == "emulated_neuroncore"
+    assert meta["parameters"]["emulated_device"]["profile"] == "bert-base"
+    assert meta["outputs"] == [{"name": "embedding", "datatype": "FP32", "shape": [-1, 768]}]
+    text = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [2], "data": ["hello world", "a b c"]}]}
+    status, _, doc = http_json(process.url, "POST", "/v2/models/embedder/infer", json.dumps(text).encode())
+    assert status == 200, doc
+    assert doc["outputs"][0]["shape"] == [2, 768]
+    assert doc["parameters"]["emulated"] is True
+    assert _metrics(process.url)["neuronserve_device_info{device=emulated-neuroncore,emulated=true,profile=bert-base}"]
+    assert "EMULATED NeuronCore device" in process.log
+    assert "not model outputs" in process.log
+    maps = Path(f"/proc/{process.proc.pid}/maps").read_text()
+    assert "libtorch" not in maps
+
+
+def test_it_serves_an_artifacts_contract_without_loading_its_weights(
+    compiled: Compiled, fetched: Fetched, s3_server: S3Server, serve_process: Any
+) -> None:
+    # From S3, as the sandbox's pods get it: only manifest.json and tokenizer.json are read.
+    process: ServeProcess = serve_process([*EMULATED, "--artifact", compiled.uri], env=s3_server.env)
+    _ready(process)
+    status, _, meta = http_json(process.url, "GET", f"/v2/models/{MODEL_NAME}")
+    assert status == 200, meta
+    assert meta["platform"] == "emulated_neuroncore"
+    assert meta["parameters"]["buckets"] == [[b.batch, b.sequence] for b in fetched.manifest.buckets]
+    text = {
+        "inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["emulated, with a real tokenizer"]}]
+    }
+    status, _, doc = http_json(process.url, "POST", f"/v2/models/{MODEL_NAME}/infer", json.dumps(text).encode())
+    assert status == 200, doc
+    assert doc["outputs"][0]["shape"] == [1, 384]
+    assert "libtorch" not in Path(f"/proc/{process.proc.pid}/maps").read_text()
+
+
+def test_an_artifact_with_a_bucket_the_profile_cannot_time_is_refused(fetched: Fetched, tmp_path: Path) -> None:
+    from neuronserve.emulated import EmulatedDevice
+    from neuronserve.manifest import Bucket
+
+    wide = fetched.manifest.model_copy(update={"buckets": [Bucket(batch=32, sequence=128)]})
+    with pytest.raises(ValueError, match="up to 16, not 32"):
+        EmulatedDevice(BERT_BASE, wide)
