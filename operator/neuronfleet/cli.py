@@ -94,9 +94,14 @@ def validate_files(paths: Iterable[str]) -> list[DocumentResult]:
     for path in _manifest_files(paths):
         source = str(path)
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
         except OSError as exc:
             results.append(DocumentResult(source, problems=[Problem("", f"cannot read: {exc.strerror}")]))
+            continue
+        except UnicodeDecodeError as exc:
+            # Kubernetes manifests are UTF-8 (kubectl refuses anything else too).
+            message = f"not UTF-8 text: byte 0x{exc.object[exc.start]:02x} at offset {exc.start}"
+            results.append(DocumentResult(source, problems=[Problem("", message)]))
             continue
         try:
             documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
