@@ -54,6 +54,23 @@ class DemoResult:
     replay_wall_s: float = 0.0
     speed: float = 1.0
     attribution: str = ""
+    #: Where the requests came from: ``real`` (a client sent them over HTTP and measured every
+    #: answer) or ``simulated`` (the simulator's queue; nothing was sent).
+    load: str = "simulated"
+    #: Requests sent and never answered (the connection dropped or the timeout ran out). Real load only.
+    lost: int = 0
+    #: Every request's outcome as the client counted it (real load only; see ``demo.loadgen``).
+    outcomes: dict[str, int] = field(default_factory=dict)
+    #: Where the operator read its scaling signals: ``prometheus`` or ``simulated queue``.
+    metrics_source: str = "simulated queue"
+    #: The client's own figures (CPU seconds, event-loop lag, send lateness): evidence that the
+    #: client was not the bottleneck of the latencies it measured. Real load only.
+    client: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def measured(self) -> str:
+        """How the request figures were obtained, for every label that shows one."""
+        return "measured at the client" if self.load == "real" else "simulated"
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -61,6 +78,7 @@ class DemoResult:
         for key in ("p50_ms", "p99_ms"):
             if isinstance(data[key], float) and math.isnan(data[key]):
                 data[key] = None
+        data["figures_from"] = self.measured
         return data
 
 
@@ -81,12 +99,15 @@ def print_summary(result: DemoResult, console: Console, out: Path) -> None:
     table.add_column("figure")
     table.add_column("value", justify="right")
     facts = result.facts
+    how = result.measured
     rows = [
-        ("replayed", f"{facts['minutes']:.3g} trace minutes, x{facts['rate_factor']:.0f} rate (simulated load)"),
-        ("requests (simulated)", f"{result.requests:,.0f}"),
-        ("rejected (queue full / no endpoint)", f"{result.rejected:,.0f}"),
-        (f"within the {facts['slo_ms']:.0f} ms SLO", f"{result.slo_attainment:.2%}"),
-        ("latency p50 / p99 (simulated)", f"{result.p50_ms:.1f} / {result.p99_ms:.1f} ms"),
+        ("replayed", f"{facts['minutes']:.3g} trace minutes, {_scaling_phrase(result)} ({result.load} load)"),
+        (f"requests ({how})", f"{result.requests:,.0f}"),
+        (f"rejected with 429 ({how})", f"{result.rejected:,.0f}"),
+        *([(f"lost: sent, never answered ({how})", f"{result.lost:,}")] if result.load == "real" else []),
+        (f"within the {facts['slo_ms']:.0f} ms SLO ({how})", f"{result.slo_attainment:.2%}"),
+        (f"latency p50 / p99 ({how})", f"{result.p50_ms:.1f} / {result.p99_ms:.1f} ms"),
+        ("the operator's signals from", result.metrics_source),
         ("active replica-hours", f"{result.replica_hours:.2f}"),
         ("warm pod-hours", f"{result.warm_pod_hours:.2f}"),
         ("node-hours", ", ".join(f"{k} {v:.2f}" for k, v in sorted(result.node_hours.items()))),
@@ -95,7 +116,7 @@ def print_summary(result: DemoResult, console: Console, out: Path) -> None:
         ("active pods min / peak", f"{result.min_active} / {result.peak_active}"),
         ("nodes peak", str(result.peak_nodes)),
         ("compile", result.compile),
-        ("wall time (replay part)", f"{result.wall_s:.0f} s ({result.replay_wall_s:.0f} s)"),
+        ("wall time (load part)", f"{result.wall_s:.0f} s ({result.replay_wall_s:.0f} s)"),
     ]
     for label, value in rows:
         table.add_row(label, value)
@@ -105,6 +126,13 @@ def print_summary(result: DemoResult, console: Console, out: Path) -> None:
         console.print(f"  {line}")
     console.print(f"[dim]{result.attribution}[/dim]")
     console.print(f"report: {out / 'report.md'}, {out / 'timeline.png'}, {out / 'summary.json'}")
+
+
+def _scaling_phrase(result: DemoResult) -> str:
+    facts = result.facts
+    if result.load == "real":
+        return f"{facts['copies']} superposed copies (offsets within {facts['offset_window_s']:g} s)"
+    return f"x{facts['rate_factor']:.0f} rate"
 
 
 def write_report(result: DemoResult, out: Path) -> None:
@@ -123,8 +151,15 @@ def plot_timeline(result: DemoResult, path: Path) -> None:
     tl = result.timeline
     minutes = [t / 60 for t in tl.get("t", [])]
     fig, demand_ax = plt.subplots(figsize=(11, 5))
-    demand_ax.plot(minutes, tl.get("demand", []), color="0.6", lw=1, label="demand (req/s, simulated)")
-    demand_ax.set_xlabel("replay time (min)")
+    demand_ax.plot(minutes, tl.get("demand", []), color="0.6", lw=1, label=f"demand (req/s, {result.measured})")
+    if tl.get("p99_ms"):
+        latency_ax = demand_ax.twinx()
+        latency_ax.spines["right"].set_position(("axes", 1.08))
+        latency_ax.plot(minutes, tl["p99_ms"], color="tab:purple", lw=0.8, alpha=0.7, label="p99 ms (client)")
+        latency_ax.axhline(result.facts["slo_ms"], color="tab:purple", ls=":", lw=0.8)
+        latency_ax.set_ylabel("p99 latency per second, ms (measured at the client)")
+        latency_ax.set_ylim(bottom=0)
+    demand_ax.set_xlabel("wall time (min)" if result.load == "real" else "replay time (min)")
     demand_ax.set_ylabel("requests / s")
     demand_ax.set_ylim(bottom=0)
     pods_ax = demand_ax.twinx()
@@ -139,21 +174,65 @@ def plot_timeline(result: DemoResult, path: Path) -> None:
     handles = demand_ax.get_legend_handles_labels()[0] + pods_ax.get_legend_handles_labels()[0]
     labels = demand_ax.get_legend_handles_labels()[1] + pods_ax.get_legend_handles_labels()[1]
     pods_ax.legend(handles, labels, loc="upper left", fontsize=8)
-    demand_ax.set_title("neuronfleet sandbox demo: demand vs pods (red lines: the operator's Scaled events)")
+    demand_ax.set_title(
+        f"neuronfleet sandbox demo ({result.load} load): demand vs pods (red lines: the operator's Scaled events)"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
+def _load_paragraph(result: DemoResult) -> str:
+    facts = result.facts
+    if result.load == "real":
+        client = result.client
+        return f"""- **Load (real, measured at the client)**: {facts["minutes"]:.3g} minutes of the trace from minute
+  {facts["trace_start_minute"]:g}, replayed in real time as {facts["copies"]} independent copies superposed
+  (each copy shifted by its own seeded offset within {facts["offset_window_s"]:g} s: the trace's shape above
+  that, smooth at 1 s), {result.requests:,.0f} requests. An open-loop HTTP client (its own process,
+  127.0.0.1 only) sent each one at its arrival time through the sandbox's router to real `neuronserve serve`
+  processes, one per ready serving pod, each on an **emulated NeuronCore device** ({facts["device"]}): the
+  server's HTTP, batching, bounded queue (429), metrics and drain are real; each batch takes the bert-base
+  Inf2 profile's measured time x{facts["time_scale"]:g} (so that one 2-core machine carries the fleet), and the
+  outputs are placeholders. Prometheus scraped the servers every {facts["scrape_interval_s"]:g} s and the
+  operator read queue depth, in-flight requests, utilization and arrival rate from it. Latency is taken at
+  the client from each request's scheduled send time. The client used {client.get("client_cpu_s", 0):.1f} CPU s;
+  its event loop lagged {client.get("loop_lag_p99_ms", 0):.1f} ms at p99 ({client.get("loop_lag_max_ms", 0):.0f} ms
+  at most) and sent {client.get("send_lateness_p99_ms", 0):.1f} ms late at p99.
+- Time: real (wall) time, {result.replay_wall_s:.0f} s of load; whole run {result.wall_s:.0f} s."""
+    return f"""- **Load (simulated)**: {facts["minutes"]:.3g} minutes of the trace from minute
+  {facts["trace_start_minute"]:g}, after a lead-in of {facts.get("lead_in_minutes", 0):g} minutes before it
+  that is replayed but left out of every figure below (so the fleet meets the measured span as the
+  operator sized it, not at minReplicas) ({facts["trace_requests"]:,} trace requests in all), each
+  arrival replicated x{facts["rate_factor"]:.0f} with 1 s jitter (keeps the bursts), so that the busiest
+  minute needs {facts["peak_replicas_at_full_throughput"]:g} replicas at full throughput. The requests
+  feed the simulator's fluid queue, served at {facts["per_replica_req_per_s"]:,.0f} req/s per ready
+  active replica (profile {facts["profile"]}: bert-base on Inf2 from the Neuron performance page, per
+  NeuronCore). **No model server runs in the pods**: queue depth, in-flight requests, utilization and
+  arrival rate are what the operator reads instead of Prometheus, and the latency figures below are
+  the simulator's.
+- Time: compressed with looptime, {result.speed:g} simulated seconds per wall second
+  (wall time {result.wall_s:.0f} s, of which {result.replay_wall_s:.0f} s for the replay)."""
+
+
 def report_markdown(result: DemoResult) -> str:
     facts = result.facts
+    how = result.measured
     events = "\n".join(f"| {e.t / 60:.1f} | {e.message} |" for e in result.events) or "| - | none |"
     conditions = "\n".join(
         f"| {c['type']} | {c['status']} | {c['reason']} | {c['message'][:160]} |" for c in result.conditions
     )
     node_hours = ", ".join(f"{k}: {v:.2f}" for k, v in sorted(result.node_hours.items()))
     cold = "\n".join(f"- {line}" for line in _cold_start_lines(result.cold_start))
-    return f"""# neuronfleet sandbox demo
+    outcomes = ", ".join(f"{k} {v:,}" for k, v in result.outcomes.items())
+    real_rows = (
+        f"""| lost (sent, never answered) | {result.lost:,} | {how} |
+| every outcome | {outcomes} | {how} |
+"""
+        if result.load == "real"
+        else ""
+    )
+    return f"""# neuronfleet sandbox demo ({result.load} load)
 
 ## What ran
 
@@ -161,34 +240,24 @@ def report_markdown(result: DemoResult) -> str:
 - **The cluster**: the sandbox, an emulated Kubernetes API server with Inf2 node groups (inf2.xlarge),
   scheduler, kubelet (emulated pod start-ups) and a Karpenter-like provisioner. Real HTTP between them.
 - **Compile**: {result.compile}.
-- **Load (simulated)**: {facts["minutes"]:.3g} minutes of the trace from minute {facts["trace_start_minute"]:g},
-  after a lead-in of {facts.get("lead_in_minutes", 0):g} minutes before it that is replayed but left out of every
-  figure below (so the fleet meets the measured span as the operator sized it, not at minReplicas)
-  ({facts["trace_requests"]:,} trace requests in all), each arrival replicated x{facts["rate_factor"]:.0f} with 1 s
-  jitter (keeps the bursts), so that the busiest minute needs {facts["peak_replicas_at_full_throughput"]:g}
-  replicas at full throughput. The requests feed the simulator's fluid queue, served at
-  {facts["per_replica_req_per_s"]:,.0f} req/s per ready active replica (profile {facts["profile"]}:
-  bert-base on Inf2 from the Neuron performance page, per NeuronCore). **No model server runs in the
-  pods**: queue depth, in-flight requests, utilization and arrival rate are what the operator reads
-  instead of Prometheus, and the latency figures below are the simulator's.
-- Time: compressed with looptime, {result.speed:g} simulated seconds per wall second
-  (wall time {result.wall_s:.0f} s, of which {result.replay_wall_s:.0f} s for the replay).
+{_load_paragraph(result)}
 
 ## Figures
 
-| figure | value |
-| --- | --- |
-| requests (simulated) | {result.requests:,.0f} |
-| rejected | {result.rejected:,.0f} |
-| within the {facts["slo_ms"]:.0f} ms SLO | {result.slo_attainment:.2%} |
-| latency p50 / p99 (simulated) | {result.p50_ms:.1f} / {result.p99_ms:.1f} ms |
-| active replica-hours | {result.replica_hours:.2f} |
-| warm pod-hours | {result.warm_pod_hours:.2f} |
-| node-hours | {node_hours} |
-| cost at on-demand catalog prices | ${result.usd:.2f} |
-| scale events (up / down) | {result.scale_events} ({result.scale_ups} / {result.scale_downs}) |
-| active pods min / peak | {result.min_active} / {result.peak_active} |
-| nodes peak | {result.peak_nodes} |
+| figure | value | how obtained |
+| --- | --- | --- |
+| requests | {result.requests:,.0f} | {how} |
+| rejected with 429 | {result.rejected:,.0f} | {how} |
+{real_rows}| within the {facts["slo_ms"]:.0f} ms SLO | {result.slo_attainment:.2%} | {how} |
+| latency p50 / p99 | {result.p50_ms:.1f} / {result.p99_ms:.1f} ms | {how} |
+| the operator's scaling signals | {result.metrics_source} | read by the operator |
+| active replica-hours | {result.replica_hours:.2f} | sandbox pods |
+| warm pod-hours | {result.warm_pod_hours:.2f} | sandbox pods |
+| node-hours | {node_hours} | sandbox nodes |
+| cost at on-demand catalog prices | ${result.usd:.2f} | node-hours x catalog |
+| scale events (up / down) | {result.scale_events} ({result.scale_ups} / {result.scale_downs}) | the operator's Events |
+| active pods min / peak | {result.min_active} / {result.peak_active} | sandbox pods |
+| nodes peak | {result.peak_nodes} | sandbox nodes |
 
 ![demand and pods over time](timeline.png)
 

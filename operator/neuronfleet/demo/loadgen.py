@@ -1,0 +1,327 @@
+"""The live demo's load: an open-loop HTTP client replaying a trace slice's arrival shape, measured at the client.
+
+- **Arrivals** (:func:`superposed_arrivals`): K independent copies of the trace slice, each seeing
+  the trace shifted by its own seeded offset in ``[0, window)`` seconds (K tenants of the same
+  kind, as ``../shared/traces/README.md`` describes): the shape above ``window`` is the trace's,
+  second-scale noise shrinks roughly as ``1/sqrt(K)``. Offsets are bounded (not spread over the
+  whole trace) so that a slice of a few minutes keeps its rise and fall.
+- **Open loop** (:class:`OpenLoopClient`): each request is sent at its arrival time whether or
+  not earlier ones were answered (a closed loop would slow down with the server and hide
+  overload). Bounded: at most ``max_requests``, for at most ``max_seconds``, at most
+  ``max_outstanding`` at once (beyond it a request is counted ``not_sent``, never queued), each
+  with a timeout; 127.0.0.1 only.
+- **Outcomes**, every request exactly one: ``ok`` (200), ``rejected`` (429: refused by a full
+  queue), ``unavailable`` (503), ``error`` (another status), ``refused`` (the connection was not
+  accepted: nothing was taken), ``lost`` (the request was sent and never answered: the server
+  went away mid-request or the timeout ran out), ``not_sent`` (the client's own bound).
+- **The client's honesty**: latency is taken from the scheduled send time, so a late client
+  counts its own delay against itself, and the event loop's lag is sampled (``loop_lag_*``)
+  along with the client process's CPU seconds: if the client is the bottleneck the figures say so.
+
+Run in its own process (``python -m neuronfleet.demo.loadgen``) so that its event loop shares
+nothing with the sandbox or the operator; it prints one JSON line per second (progress) and
+writes every request's (scheduled time, latency, outcome) to ``--out`` at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import sys
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+OUTCOMES = ("ok", "rejected", "unavailable", "error", "refused", "lost", "not_sent")
+#: Codes of the per-request outcome array (index into OUTCOMES).
+OUTCOME_CODE = {name: i for i, name in enumerate(OUTCOMES)}
+LOOP_LAG_PERIOD_S = 0.05
+
+
+def superposed_arrivals(
+    arrivals: FloatArray, start: float, duration: float, copies: int, window: float, seed: int
+) -> FloatArray:
+    """Arrival times in ``[0, duration)`` of ``copies`` copies of the trace, each shifted by a seeded offset.
+
+    ``arrivals`` are the trace's times in seconds (sorted). Copy k takes the trace's arrivals in
+    ``[start - o_k, start - o_k + duration)`` with ``o_k`` uniform in ``[0, window)``; the copies'
+    arrivals are merged. The mean rate over the slice is ``copies`` times the trace's around it.
+    """
+    if copies < 1 or duration <= 0 or window < 0:
+        raise ValueError("copies >= 1, duration > 0 and window >= 0 are required")
+    rng = np.random.default_rng(seed)
+    offsets = rng.uniform(0.0, window, size=copies) if window > 0 else np.zeros(copies)
+    parts = []
+    for offset in offsets:
+        begin = start - offset
+        lo, hi = np.searchsorted(arrivals, [begin, begin + duration], side="left")
+        parts.append(arrivals[lo:hi] - begin)
+    merged = np.sort(np.concatenate(parts)) if parts else np.empty(0)
+    return merged.astype(np.float64)
+
+
+def rate_per_second(times: FloatArray, duration: float) -> FloatArray:
+    """Arrivals per whole second of ``[0, duration)``."""
+    seconds = max(1, math.ceil(duration))
+    counts = np.bincount(np.clip(times.astype(np.int64), 0, seconds - 1), minlength=seconds)
+    return counts.astype(np.float64)
+
+
+def check_local(url: str) -> None:
+    """The demo's load goes to this machine only."""
+    host = urllib.parse.urlsplit(url).hostname
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        raise ValueError(f"the demo's load generator sends to 127.0.0.1 only, not {host!r} ({url})")
+
+
+@dataclass
+class Progress:
+    """One second of the run as the client saw it (printed as a JSON line)."""
+
+    t: float
+    sent: int
+    outstanding: int
+    counts: dict[str, int]
+    #: Latency quantiles (ms) of the requests answered ok in the last second.
+    p50_ms: float | None
+    p99_ms: float | None
+    loop_lag_max_ms: float
+
+
+@dataclass
+class ClientTotals:
+    """The whole run: counts by outcome, latency figures of ok answers, the client's own load."""
+
+    scheduled: int
+    counts: dict[str, int]
+    slo_ms: float
+    within_slo: int
+    p50_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+    wall_s: float
+    client_cpu_s: float
+    loop_lag_p99_ms: float
+    loop_lag_max_ms: float
+    send_lateness_p99_ms: float
+    peak_outstanding: int
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def answered(self) -> int:
+        return sum(self.counts[k] for k in ("ok", "rejected", "unavailable", "error"))
+
+    @property
+    def slo_attainment(self) -> float:
+        """Share of the scheduled requests answered ok within the SLO (anything else is a miss)."""
+        return self.within_slo / self.scheduled if self.scheduled else 1.0
+
+
+class OpenLoopClient:
+    """Sends one request per arrival time, open loop, and records each one's outcome and latency."""
+
+    def __init__(
+        self,
+        url: str,
+        body: bytes,
+        arrivals: FloatArray,
+        *,
+        slo_ms: float,
+        max_requests: int,
+        max_seconds: float,
+        max_outstanding: int = 2000,
+        timeout_s: float = 30.0,
+        progress: Callable[[Progress], None] | None = None,
+    ) -> None:
+        check_local(url)
+        if len(arrivals) > max_requests:
+            raise ValueError(f"{len(arrivals)} arrivals exceed the bound of {max_requests} requests")
+        if len(arrivals) and float(arrivals[-1]) > max_seconds:
+            raise ValueError(f"arrivals run to {float(arrivals[-1]):.0f} s, beyond the bound of {max_seconds:.0f} s")
+        self.url, self.body, self.arrivals = url, body, arrivals
+        self.slo_ms = slo_ms
+        self.max_seconds = max_seconds
+        self.max_outstanding = max_outstanding
+        self.timeout_s = timeout_s
+        self.progress = progress
+        n = len(arrivals)
+        self.latency_ms = np.full(n, np.nan)
+        self.outcome = np.full(n, OUTCOME_CODE["not_sent"], dtype=np.int8)
+        self.lateness_ms = np.zeros(n)
+        self.outstanding = 0
+        self.peak_outstanding = 0
+        self.loop_lags: list[float] = []
+        self._t0 = 0.0
+
+    async def run(self) -> ClientTotals:
+        import aiohttp  # imported here: the arrival functions above are used without it
+
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        connector = aiohttp.TCPConnector(limit=self.max_outstanding, force_close=False)
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+        headers = {"Content-Type": "application/json"}
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers) as session:
+            self._t0 = time.perf_counter()
+            lag_task = asyncio.create_task(self._watch_loop_lag())
+            progress_task = asyncio.create_task(self._report_progress())
+            requests: set[asyncio.Task[None]] = set()
+            try:
+                for index, at in enumerate(self.arrivals):
+                    delay = self._t0 + float(at) - time.perf_counter()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    if time.perf_counter() - self._t0 > self.max_seconds:
+                        break
+                    if self.outstanding >= self.max_outstanding:
+                        continue  # counted not_sent: the client's bound, never an unbounded queue
+                    self.outstanding += 1
+                    self.peak_outstanding = max(self.peak_outstanding, self.outstanding)
+                    task = asyncio.create_task(self._one(session, index, float(at)))
+                    requests.add(task)
+                    task.add_done_callback(requests.discard)
+                if requests:
+                    await asyncio.wait(requests, timeout=self.timeout_s + 5.0)
+            finally:
+                for task in (lag_task, progress_task, *requests):
+                    task.cancel()
+                await asyncio.gather(lag_task, progress_task, *requests, return_exceptions=True)
+        return self.totals(time.perf_counter() - wall0, time.process_time() - cpu0)
+
+    async def _one(self, session: Any, index: int, at: float) -> None:
+        import aiohttp
+
+        scheduled = self._t0 + at
+        self.lateness_ms[index] = (time.perf_counter() - scheduled) * 1000.0
+        outcome = "lost"
+        try:
+            async with session.post(self.url, data=self.body) as response:
+                await response.read()
+                status = response.status
+            outcome = {200: "ok", 429: "rejected", 503: "unavailable"}.get(status, "error")
+            self.latency_ms[index] = (time.perf_counter() - scheduled) * 1000.0
+        except aiohttp.ClientConnectorError:
+            outcome = "refused"  # the connection was not accepted: nothing was taken
+        except (aiohttp.ClientError, OSError, TimeoutError):
+            outcome = "lost"  # sent, then the answer never came
+        finally:
+            self.outcome[index] = OUTCOME_CODE[outcome]
+            self.outstanding -= 1
+
+    async def _watch_loop_lag(self) -> None:
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(LOOP_LAG_PERIOD_S)
+            self.loop_lags.append(max(0.0, time.perf_counter() - before - LOOP_LAG_PERIOD_S) * 1000.0)
+
+    async def _report_progress(self) -> None:
+        last_second = 0
+        lag_seen = 0
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.perf_counter() - self._t0
+            second = int(now)
+            sent_mask = self.arrivals < now
+            window = (self.arrivals >= last_second) & (self.arrivals < second) & (self.outcome == OUTCOME_CODE["ok"])
+            latencies = self.latency_ms[window]
+            lags = self.loop_lags[lag_seen:]
+            lag_seen = len(self.loop_lags)
+            if self.progress is not None:
+                self.progress(
+                    Progress(
+                        t=round(now, 3),
+                        sent=int(sent_mask.sum()),
+                        outstanding=self.outstanding,
+                        counts=self._counts(),
+                        p50_ms=_quantile(latencies, 0.5),
+                        p99_ms=_quantile(latencies, 0.99),
+                        loop_lag_max_ms=round(max(lags, default=0.0), 2),
+                    )
+                )
+            last_second = second
+
+    def _counts(self) -> dict[str, int]:
+        codes = np.bincount(self.outcome.astype(np.int64), minlength=len(OUTCOMES))
+        return {name: int(codes[i]) for i, name in enumerate(OUTCOMES)}
+
+    def totals(self, wall_s: float, cpu_s: float) -> ClientTotals:
+        ok = self.outcome == OUTCOME_CODE["ok"]
+        latencies = self.latency_ms[ok]
+        sent = self.outcome != OUTCOME_CODE["not_sent"]
+        return ClientTotals(
+            scheduled=len(self.arrivals),
+            counts=self._counts(),
+            slo_ms=self.slo_ms,
+            within_slo=int((latencies <= self.slo_ms).sum()),
+            p50_ms=_quantile(latencies, 0.5),
+            p99_ms=_quantile(latencies, 0.99),
+            max_ms=round(float(latencies.max()), 2) if len(latencies) else None,
+            wall_s=round(wall_s, 2),
+            client_cpu_s=round(cpu_s, 2),
+            loop_lag_p99_ms=_quantile(np.asarray(self.loop_lags), 0.99) or 0.0,
+            loop_lag_max_ms=round(max(self.loop_lags, default=0.0), 2),
+            send_lateness_p99_ms=_quantile(self.lateness_ms[sent], 0.99) or 0.0,
+            peak_outstanding=self.peak_outstanding,
+        )
+
+    def per_request(self) -> dict[str, list[Any]]:
+        """Every request: scheduled second, latency (ms, NaN when not answered), outcome name."""
+        return {
+            "t": [round(float(t), 4) for t in self.arrivals],
+            "latency_ms": [None if math.isnan(v) else round(float(v), 3) for v in self.latency_ms],
+            "outcome": [OUTCOMES[int(c)] for c in self.outcome],
+        }
+
+
+def _quantile(values: FloatArray, q: float) -> float | None:
+    return round(float(np.quantile(values, q)), 3) if len(values) else None
+
+
+# --------------------------------------------------------------------------------- the subprocess
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m neuronfleet.demo.loadgen", description=__doc__.splitlines()[0])
+    parser.add_argument("--url", required=True, help="POST target, e.g. http://127.0.0.1:PORT/v2/models/m/infer")
+    parser.add_argument("--body", type=Path, required=True, help="file holding the request body (JSON)")
+    parser.add_argument("--arrivals", type=Path, required=True, help=".npy of arrival seconds (sorted)")
+    parser.add_argument("--out", type=Path, required=True, help="JSON with the totals and every request")
+    parser.add_argument("--slo-ms", type=float, required=True)
+    parser.add_argument("--max-requests", type=int, required=True)
+    parser.add_argument("--max-seconds", type=float, required=True)
+    parser.add_argument("--max-outstanding", type=int, default=2000)
+    parser.add_argument("--timeout", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    arrivals = np.load(args.arrivals)
+
+    def emit(progress: Progress) -> None:
+        print(json.dumps(asdict(progress)), flush=True)
+
+    client = OpenLoopClient(
+        args.url,
+        args.body.read_bytes(),
+        arrivals,
+        slo_ms=args.slo_ms,
+        max_requests=args.max_requests,
+        max_seconds=args.max_seconds,
+        max_outstanding=args.max_outstanding,
+        timeout_s=args.timeout,
+        progress=emit,
+    )
+    totals = asyncio.run(client.run())
+    args.out.write_text(json.dumps({"totals": asdict(totals), "requests": client.per_request()}) + "\n")
+    print(json.dumps({"done": True}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

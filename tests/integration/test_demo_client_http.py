@@ -1,0 +1,62 @@
+"""The live demo's open-loop client against a real HTTP server on 127.0.0.1: every request gets exactly
+one outcome (200 ok, 429 rejected, dropped connection lost, closed port refused), measured at the client."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import numpy as np
+from aiohttp import web
+
+from neuronfleet.demo.loadgen import OpenLoopClient
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def test_every_request_gets_one_outcome_measured_at_the_client() -> None:
+    """200 -> ok, 429 -> rejected, a dropped connection -> lost; a closed port -> refused."""
+    seen = 0
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        nonlocal seen
+        await request.read()
+        seen += 1
+        if seen % 10 == 0:
+            return web.Response(status=429)
+        if seen % 10 == 5:
+            assert request.transport is not None
+            request.transport.close()  # accepted, never answered
+            await asyncio.sleep(1)
+        await asyncio.sleep(0.002)
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_post("/infer", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = _free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        arrivals = np.linspace(0.0, 1.0, 100, endpoint=False)
+        client = OpenLoopClient(
+            f"http://127.0.0.1:{port}/infer", b"{}", arrivals, slo_ms=50, max_requests=100, max_seconds=5, timeout_s=3
+        )
+        totals = await client.run()
+    finally:
+        await runner.cleanup()
+    counts = totals.counts
+    assert sum(counts.values()) == 100 == totals.scheduled
+    assert counts["rejected"] == 10 and counts["lost"] == 10 and counts["ok"] == 80, counts
+    assert totals.within_slo <= counts["ok"] and totals.p50_ms is not None and totals.p50_ms >= 2.0
+    assert totals.slo_attainment == totals.within_slo / 100
+
+    closed = OpenLoopClient(
+        f"http://127.0.0.1:{_free_port()}/infer", b"{}", np.zeros(3), slo_ms=50, max_requests=3, max_seconds=1
+    )
+    assert (await closed.run()).counts["refused"] == 3
