@@ -27,8 +27,6 @@ from celpy.evaluation import CELEvalError
 from neuronfleet.api.crd import openapi_schema
 from neuronfleet.api.v1alpha1 import API_VERSION, KIND, InferenceDeployment
 
-_NAME_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-
 
 @dataclass(frozen=True)
 class Problem:
@@ -130,7 +128,7 @@ def _rules_at(value: Any, schema: dict[str, Any], path: str) -> Iterator[Problem
             yield Problem(path, f"rule {rule['rule']!r} could not be evaluated: {exc}")
             continue
         if not bool(ok):
-            where = path + rule["fieldPath"] if rule.get("fieldPath") else path
+            where = (path + rule["fieldPath"]).lstrip(".") if rule.get("fieldPath") else path
             yield Problem(where, rule["message"])
     if isinstance(value, dict):
         for key, prop in schema.get("properties", {}).items():
@@ -168,10 +166,7 @@ def validate_manifest(obj: Any) -> tuple[InferenceDeployment | None, list[Proble
     name = metadata.get("name") if isinstance(metadata, dict) else None
     if not isinstance(name, str) or not name:
         problems.append(Problem("metadata.name", "required field is missing"))
-    elif not _NAME_PATTERN.match(name):
-        problems.append(
-            Problem("metadata.name", f"{name!r} is not a DNS-1123 label (lowercase letters, digits and '-')")
-        )
+    # The name's form is checked by the CRD's own CEL rule below, as the API server checks it.
     problems += _schema_problems(obj)
     if problems:
         return None, problems

@@ -17,16 +17,19 @@ import contextlib
 import json
 import logging
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 from aiohttp import web
+from multidict import CIMultiDict
 
 from neuronfleet.sandbox import errors, protobuf
 from neuronfleet.sandbox.disruption import check_eviction
 from neuronfleet.sandbox.errors import ApiError
-from neuronfleet.sandbox.openapi import document_hash, group_version_document, gv_path
+from neuronfleet.sandbox.managedfields import Manager
+from neuronfleet.sandbox.openapi import document_hash, group_version_document, gv_path, swagger_document
 from neuronfleet.sandbox.patching import json_patch, merge_patch, strategic_merge_patch
 from neuronfleet.sandbox.protobuf import ProtobufUnsupported
 from neuronfleet.sandbox.resources import REVIEWS, ResourceType, json_path_value, set_json_path
@@ -77,13 +80,23 @@ class Target:
     subresource: str | None
 
 
-def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+def _json(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
     return web.Response(
         body=json.dumps(body, separators=(",", ":")).encode(),
         status=status,
         content_type="application/json",
         headers=headers,
     )
+
+
+def _warning_headers(warnings: list[str] | None) -> CIMultiDict[str] | None:
+    """``Warning: 299 - "<text>"`` headers (RFC 7234), one per warning, as kube-apiserver sends them."""
+    if not warnings:
+        return None
+    headers: CIMultiDict[str] = CIMultiDict()
+    for text in dict.fromkeys(warnings):
+        headers.add("Warning", "299 - " + json.dumps(text))
+    return headers
 
 
 def _status_success(details: dict[str, Any] | None = None, code: int = 201) -> dict[str, Any]:
@@ -158,7 +171,7 @@ class ApiServer:
         if head in ("healthz", "livez", "readyz") and len(parts) == 1:
             return web.Response(text="ok")
         if head == "openapi":
-            return self._openapi(parts[1:])
+            return self._openapi(parts[1:], request.headers.get("Accept", ""))
         if head == "api":
             if len(parts) == 1:
                 return _json(
@@ -425,7 +438,32 @@ class ApiServer:
             raise errors.bad_request(f"couldn't get version/kind; json parse error: {exc}") from None
 
     def _strict(self, request: web.Request) -> bool:
-        return request.query.get("fieldValidation", "") == "Strict"
+        return self._field_validation(request) == "Strict"
+
+    def _field_validation(self, request: web.Request) -> str:
+        value = request.query.get("fieldValidation", "") or "Warn"
+        if value not in ("Ignore", "Warn", "Strict"):
+            raise errors.bad_request(
+                f'fieldValidation: Unsupported value: "{value}": supported values: "Ignore", "Strict", "Warn"'
+            )
+        return value
+
+    def _warnings(self, request: web.Request) -> list[str] | None:
+        """Where the store puts what the client should be warned about (None: fieldValidation=Ignore)."""
+        return None if self._field_validation(request) == "Ignore" else []
+
+    def _manager(self, request: web.Request, target: Target, *, apply: bool = False) -> Manager:
+        """The field manager of a write: ``?fieldManager=``, else the User-Agent's product, as
+        kube-apiserver derives it."""
+        name = request.query.get("fieldManager", "")
+        if not name:
+            if apply:
+                raise errors.bad_request("PATCH " + request.path + ": fieldManager is required for apply patch")
+            name = request.headers.get("User-Agent", "").split("/", 1)[0].strip() or "unknown"
+        if len(name) > 128:
+            raise errors.bad_request(f"fieldManager: Too long: may not be longer than 128 characters: {name[:20]}...")
+        subresource = target.subresource if target.subresource in ("status", "scale") else None
+        return Manager(name[:128], target.rt.api_version(target.version), subresource)
 
     def _dry_run(self, request: web.Request) -> bool:
         values = request.query.getall("dryRun", [])
@@ -441,10 +479,17 @@ class ApiServer:
             return self._bind(target, body)
         if target.subresource == "eviction":
             return self._evict(target, body)
+        warnings = self._warnings(request)
         obj = self.store.create(
-            target.rt, target.namespace, body, strict=self._strict(request), dry_run=self._dry_run(request)
+            target.rt,
+            target.namespace,
+            body,
+            strict=self._strict(request),
+            dry_run=self._dry_run(request),
+            manager=self._manager(request, target),
+            warnings=warnings,
         )
-        return _json(self._versioned(target, obj), 201)
+        return _json(self._versioned(target, obj), 201, headers=_warning_headers(warnings))
 
     def _review(self, body: Any) -> web.Response:
         """Access reviews: the sandbox has no authorizer, every request is allowed (requests are
@@ -470,7 +515,7 @@ class ApiServer:
         if not node_name:
             raise errors.invalid("Binding", "", target.name, [("target.name", "Required value")])
         annotations = ((body.get("metadata") or {}).get("annotations")) or None
-        bind_pod(self.store, target.namespace or "", target.name, node_name, annotations)
+        self.store.bind_pod(target.namespace or "", target.name, node_name, annotations)
         return _json(_status_success(), 201)
 
     def _evict(self, target: Target, body: Any) -> web.Response:
@@ -485,6 +530,7 @@ class ApiServer:
         body = await self._body(request)
         if target.subresource == "scale":
             return _json(self._write_scale(target, body))
+        warnings = self._warnings(request)
         obj = self.store.replace(
             target.rt,
             target.namespace,
@@ -493,21 +539,35 @@ class ApiServer:
             subresource=target.subresource,
             strict=self._strict(request),
             dry_run=self._dry_run(request),
+            manager=self._manager(request, target),
+            warnings=warnings,
         )
-        return _json(self._versioned(target, obj))
+        return _json(self._versioned(target, obj), headers=_warning_headers(warnings))
 
     async def _patch(self, request: web.Request, target: Target) -> web.Response:
         assert target.name is not None
         patch = await self._body(request)
         content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
         rt = target.rt
+        warnings = self._warnings(request)
+        force = request.query.get("force", "")
+        if force and content_type != "application/apply-patch+yaml":
+            raise errors.bad_request("force: Invalid value: true: may not be specified for non-apply patch")
+        if content_type == "application/apply-patch+yaml" and target.subresource != "scale":
+            obj, created = self.store.apply(
+                rt,
+                target.namespace,
+                target.name,
+                patch,
+                self._manager(request, target, apply=True),
+                force=force in _TRUE,
+                strict=self._strict(request),
+                dry_run=self._dry_run(request),
+                warnings=warnings,
+            )
+            return _json(self._versioned(target, obj), 201 if created else 200, headers=_warning_headers(warnings))
         current = self.store.try_get(rt, target.namespace, target.name)
         if current is None:
-            if content_type == "application/apply-patch+yaml" and target.subresource is None:
-                obj = self.store.create(
-                    rt, target.namespace, patch, strict=self._strict(request), dry_run=self._dry_run(request)
-                )
-                return _json(self._versioned(target, obj), 201)
             raise errors.not_found(rt.plural, rt.group, target.name)
         base: Obj = self._scale_of(rt, current) if target.subresource == "scale" else current
         if content_type == "application/merge-patch+json":
@@ -522,7 +582,7 @@ class ApiServer:
                 )
             patched = strategic_merge_patch(base, patch)
         elif content_type == "application/apply-patch+yaml":
-            patched = merge_patch(base, patch)
+            patched = merge_patch(base, patch)  # the scale subresource: replicas only
         else:
             raise errors.unsupported_media_type(
                 f"the body of the request was in an unknown format - accepted media types include: "
@@ -538,8 +598,10 @@ class ApiServer:
             subresource=target.subresource,
             strict=self._strict(request),
             dry_run=self._dry_run(request),
+            manager=self._manager(request, target),
+            warnings=warnings,
         )
-        return _json(self._versioned(target, obj))
+        return _json(self._versioned(target, obj), headers=_warning_headers(warnings))
 
     async def _delete_options(self, request: web.Request) -> dict[str, Any]:
         options: dict[str, Any] = {}
@@ -668,7 +730,7 @@ class ApiServer:
         return groups
 
     def _root_paths(self) -> list[str]:
-        paths = ["/api", "/api/v1", "/apis", "/version", "/openapi/v3", "/healthz", "/livez", "/readyz"]
+        paths = ["/api", "/api/v1", "/apis", "/version", "/openapi/v2", "/openapi/v3", "/healthz", "/livez", "/readyz"]
         for group, versions in self._group_versions().items():
             if group:
                 paths.append(f"/apis/{group}")
@@ -732,7 +794,15 @@ class ApiServer:
             "resources": resources,
         }
 
-    def _openapi(self, parts: list[str]) -> web.Response:
+    def _openapi(self, parts: list[str], accept: str = "") -> web.Response:
+        if parts == ["v2"]:
+            document = swagger_document([rt for rt in self.store.resources.values() if rt.key not in REVIEWS])
+            if "protobuf" in accept:
+                return web.Response(
+                    body=protobuf.encode_openapi_v2(document),
+                    headers={"Content-Type": protobuf.OPENAPI_V2_MEDIA_TYPE},
+                )
+            return _json(document)
         if parts == ["v3"]:
             index = {}
             for group, versions in self._group_versions().items():
@@ -754,40 +824,3 @@ class ApiServer:
         if not served:
             raise errors.resource_not_found(f"/openapi/v3/{gv_path(group, version)}")
         return group_version_document(group, version, served)
-
-
-def bind_pod(store: Store, namespace: str, name: str, node_name: str, annotations: dict[str, str] | None = None) -> Obj:
-    """Bind a pending pod to a node (the pods/binding subresource; also used by the scheduler)."""
-    pods = store.resource("", "pods")
-    pod = store.get(pods, namespace, name)
-    if (pod.get("spec") or {}).get("nodeName"):
-        raise ApiError(
-            409,
-            "Conflict",
-            f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already assigned '
-            f'to node "{pod["spec"]["nodeName"]}"',
-        )
-    if pod["metadata"].get("deletionTimestamp"):
-        raise ApiError(
-            409,
-            "Conflict",
-            f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is being deleted, '
-            "cannot be assigned to a host",
-        )
-    now = store.clock.timestamp()
-
-    def assign(obj: Obj) -> None:
-        obj["spec"]["nodeName"] = node_name
-        if annotations:
-            # The registry copies a Binding's annotations onto the pod.
-            obj["metadata"].setdefault("annotations", {}).update(annotations)
-        status = obj.setdefault("status", {})
-        status.pop("nominatedNodeName", None)
-        conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
-        conditions.insert(
-            0, {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
-        )
-        status["conditions"] = conditions
-
-    # The binding writes spec and status in one commit, as the registry's binding storage does.
-    return store.update(pods, namespace, name, assign, subresource="binding")

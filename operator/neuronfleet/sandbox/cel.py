@@ -46,6 +46,19 @@ def _evaluate(rule: str, value: Any, old: Any) -> bool | None:
     return bool(result)
 
 
+def _openapi_type(schema: dict[str, Any], value: Any) -> str:
+    """The schema type Kubernetes names in a CEL rule's error (``Invalid value: "object"``)."""
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        return declared
+    if isinstance(value, bool):
+        return "boolean"
+    for python_type, name in ((dict, "object"), (list, "array"), (str, "string"), (int, "integer"), (float, "number")):
+        if isinstance(value, python_type):
+            return name
+    return "object"
+
+
 def check_rules(schema: dict[str, Any] | None, value: Any, old: Any, path: str) -> list[tuple[str, str]]:
     """(field, message) for every rule that evaluates to false, walking schema and value."""
     if not schema or value is None:
@@ -58,7 +71,7 @@ def check_rules(schema: dict[str, Any] | None, value: Any, old: Any, path: str) 
         if _evaluate(text, value, old) is False:
             field = path + str(rule.get("fieldPath", "")) if rule.get("fieldPath") else path
             message = rule.get("message") or f"failed rule: {text}"
-            failures.append((field.lstrip("."), f'Invalid value: "{type(value).__name__}": {message}'))
+            failures.append((field.lstrip("."), f'Invalid value: "{_openapi_type(schema, value)}": {message}'))
     if isinstance(value, dict):
         for name, prop in (schema.get("properties") or {}).items():
             if name in value:

@@ -70,9 +70,24 @@ def bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
 
 
+_CAUSE_REASONS = (
+    ("Required value", "FieldValueRequired"),
+    ("Unsupported value", "FieldValueNotSupported"),
+    ("Forbidden", "FieldValueForbidden"),
+    ("Duplicate value", "FieldValueDuplicate"),
+    ("Too long", "FieldValueTooLong"),
+)
+
+
+def _cause_reason(message: str) -> str:
+    return next((reason for prefix, reason in _CAUSE_REASONS if message.startswith(prefix)), "FieldValueInvalid")
+
+
 def invalid(kind: str, group: str, name: str, causes: list[tuple[str, str]]) -> ApiError:
-    """422 Invalid with one cause per (field, message)."""
-    summary = ", ".join(f"{field}: {message}" if field else message for field, message in causes)
+    """422 Invalid with one cause per (field, message); several are listed in brackets, as Go's
+    aggregated field errors print."""
+    listed = list(dict.fromkeys(f"{field}: {message}" if field else message for field, message in causes))
+    summary = listed[0] if len(listed) == 1 else "[" + ", ".join(listed) + "]"
     return ApiError(
         422,
         "Invalid",
@@ -82,7 +97,7 @@ def invalid(kind: str, group: str, name: str, causes: list[tuple[str, str]]) -> 
             "group": group,
             "kind": kind,
             "causes": [
-                {"reason": "FieldValueInvalid", "message": message, "field": field} for field, message in causes
+                {"reason": _cause_reason(message), "message": message, "field": field} for field, message in causes
             ],
         },
     )

@@ -7,7 +7,9 @@ the ``aws.amazon.com/neuron:NoSchedule`` taint, and allocatable cpu, memory, pod
 
 from __future__ import annotations
 
+import hashlib
 import re
+import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -21,6 +23,7 @@ from neuronfleet.planning.catalog import InstanceType
 PROVISIONED_ANNOTATION = "neuronfleet.dev/provisioned"
 NODE_GROUP_LABEL = "eks.amazonaws.com/nodegroup"
 KUBELET_VERSION = "v1.34.0-eks-sandbox"
+KERNEL_VERSION = "6.1.134-150.224.amzn2023.x86_64"
 MAX_PODS = 58
 
 
@@ -153,14 +156,28 @@ def node_object(
             "allocatable": resources,
             "conditions": conditions,
             "addresses": [{"type": "InternalIP", "address": _ip_of(name)}, {"type": "Hostname", "address": name}],
-            "nodeInfo": {
-                "kubeletVersion": KUBELET_VERSION,
-                "containerRuntimeVersion": "containerd://1.7.27",
-                "operatingSystem": "linux",
-                "architecture": "amd64",
-                "osImage": "Amazon Linux 2023 (neuronfleet sandbox)",
-            },
+            "nodeInfo": node_info(instance_id),
         },
+    }
+
+
+def node_info(instance_id: str) -> dict[str, str]:
+    """``status.nodeInfo`` with every field the API requires (the official clients refuse a Node
+    without one); machine, system and boot ids are derived from the instance id, so stable per node."""
+    digest = hashlib.sha256(instance_id.encode()).hexdigest()
+    system_uuid = str(uuid.UUID(digest[:32]))
+    return {
+        "machineID": digest[32:64],
+        # EC2 instances report a system UUID starting with "ec2".
+        "systemUUID": "ec2" + system_uuid[3:],
+        "bootID": str(uuid.UUID(hashlib.sha256(f"boot:{instance_id}".encode()).hexdigest()[:32], version=4)),
+        "kernelVersion": KERNEL_VERSION,
+        "osImage": "Amazon Linux 2023 (neuronfleet sandbox)",
+        "containerRuntimeVersion": "containerd://1.7.27",
+        "kubeletVersion": KUBELET_VERSION,
+        "kubeProxyVersion": KUBELET_VERSION,
+        "operatingSystem": "linux",
+        "architecture": "amd64",
     }
 
 

@@ -1,9 +1,14 @@
-"""OpenAPI v3 documents: the root index and one document per group-version.
+"""OpenAPI documents: v3 (the root index and one document per group-version) and v2.
 
 Enough for ``kubectl apply --validate=true`` (it looks for the ``fieldValidation`` query
 parameter on the PATCH operation of the kind, then lets the server validate strictly) and for
 ``kubectl explain`` (schemas with descriptions, found by ``x-kubernetes-group-version-kind``).
 Built-in kinds get a minimal open schema; CRDs get their ``openAPIV3Schema``.
+
+``/openapi/v2`` (``swagger_document``) lists every kind as a definition with its
+``x-kubernetes-group-version-kind`` and no schema: kubectl reads it to find out that a kind it
+was asked to apply is not served (then says "no matches for kind"), and validates nothing against
+it. Without paths it never takes patch strategies from it (kubectl then uses its compiled-in types).
 """
 
 from __future__ import annotations
@@ -154,3 +159,20 @@ def group_version_document(group: str, version: str, resources: list[ResourceTyp
 
 def document_hash(document: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:32].upper()
+
+
+def swagger_document(resources: list[ResourceType]) -> dict[str, Any]:
+    """The swagger 2.0 document of ``/openapi/v2``: one schema-less definition per served kind and version."""
+    definitions: dict[str, Any] = {}
+    for rt in resources:
+        for version in rt.versions:
+            definitions[schema_name(rt, version)] = {
+                "description": f"{rt.kind} ({rt.api_version(version)}), served by the neuronfleet sandbox.",
+                "x-kubernetes-group-version-kind": [{"group": rt.group, "kind": rt.kind, "version": version}],
+            }
+    return {
+        "swagger": "2.0",
+        "info": {"title": "Kubernetes (neuronfleet sandbox)", "version": "v1.34.0"},
+        "paths": {},
+        "definitions": definitions,
+    }

@@ -68,21 +68,54 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 def json_patch(target: dict[str, Any], operations: Any) -> dict[str, Any]:
-    """RFC 6902 JSON patch; a failed ``test`` or a missing path answers 422, a malformed patch 400."""
+    """RFC 6902 JSON patch; a failed ``test`` or a missing path answers 422, a malformed patch 400.
+
+    Operations are applied one by one so that a failure names its operation and path in the words
+    of the Go library kube-apiserver uses (evanphx/json-patch), never with a dump of the document.
+    """
     if not isinstance(operations, list) or not all(isinstance(op, dict) for op in operations):
         raise bad_request("json: cannot unmarshal object into Go value of type []handlers.jsonPatchOp")
     try:
-        patch = jsonpatch.JsonPatch(operations)
-        result = patch.apply(copy.deepcopy(target))
-    except jsonpatch.JsonPatchTestFailed as exc:
-        raise unprocessable(f"the server rejected our request due to an error in our request: {exc}") from None
-    except (jsonpatch.JsonPatchConflict, jsonpointer.JsonPointerException) as exc:
-        raise unprocessable(f"the server rejected our request due to an error in our request: {exc}") from None
-    except (jsonpatch.InvalidJsonPatch, TypeError, KeyError) as exc:
+        patches = [jsonpatch.JsonPatch([op]) for op in operations]
+    except (jsonpatch.InvalidJsonPatch, jsonpointer.JsonPointerException, TypeError) as exc:
         raise bad_request(f"invalid JSON patch: {exc}") from None
-    if not isinstance(result, dict):
+    document: Any = copy.deepcopy(target)
+    for operation, patch in zip(operations, patches, strict=True):
+        try:
+            document = patch.apply(document, in_place=True)
+        except (jsonpatch.JsonPatchTestFailed, jsonpatch.JsonPatchConflict, jsonpointer.JsonPointerException):
+            failure = _json_patch_failure(document, operation)
+            raise unprocessable(f"the server rejected our request due to an error in our request: {failure}") from None
+        except (jsonpatch.InvalidJsonPatch, TypeError, KeyError) as exc:
+            raise bad_request(f"invalid JSON patch: {exc}") from None
+    if not isinstance(document, dict):
         raise unprocessable("the patched document is not an object")
-    return result
+    return document
+
+
+def _resolves(document: Any, path: str) -> bool:
+    try:
+        jsonpointer.resolve_pointer(document, path)
+    except (jsonpointer.JsonPointerException, TypeError):
+        return False
+    return True
+
+
+def _json_patch_failure(document: Any, operation: dict[str, Any]) -> str:
+    """Why one operation failed, as evanphx/json-patch (v4) words it."""
+    op, path = str(operation.get("op", "")), str(operation.get("path", ""))
+    parent, _, key = path.rpartition("/")
+    if op == "test":
+        return f"testing value {path} failed: test failed"
+    if op in ("move", "copy"):
+        return f"{op} operation does not apply: doc is missing from path: {operation.get('from', '')}: missing value"
+    if not _resolves(document, parent or ""):
+        return f'{op} operation does not apply: doc is missing path: "{path}": missing value'
+    if op == "remove":
+        return f"error in remove for path: '{path}': Unable to remove nonexistent key: {key}: missing value"
+    if op == "replace":
+        return f"replace operation does not apply: doc is missing key: {path}: missing value"
+    return f"{op} operation does not apply: {path}: invalid index or type"
 
 
 def _without_directives(value: Any) -> Any:

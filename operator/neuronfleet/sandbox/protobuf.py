@@ -6,7 +6,8 @@ would need all of Kubernetes' generated schemas; this decodes the ``k8s\\0`` env
 (``runtime.Unknown``), ``ObjectMeta`` (name, generateName, namespace, labels, annotations,
 finalizers) and the bodies of Namespace, ConfigMap, Secret (Helm's release records) and the
 access reviews. Other kinds raise
-``ProtobufUnsupported`` (answered 415). Hand-written: the wire format is a few lines, and the
+``ProtobufUnsupported`` (answered 415). It also encodes the one protobuf response kubectl needs:
+the ``/openapi/v2`` document (gnostic's ``openapi_v2.Document``). Hand-written: the wire format is a few lines, and the
 ``protobuf`` package has no schema for these messages either.
 """
 
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import base64
 from typing import Any
+
+import yaml
 
 MAGIC = b"k8s\x00"
 
@@ -152,3 +155,49 @@ def decode_delete_options(body: bytes) -> dict[str, Any]:
     if raw.get(5):
         options["dryRun"] = [v.decode() for v in raw[5]]
     return options
+
+
+# ---- encoding: the OpenAPI v2 document kubectl asks for ------------------------------------------
+
+#: What kube-openapi answers; kubectl asks for the older "...spec.v2@v1.0+protobuf", but Go's
+#: media type parser refuses that one in a response.
+OPENAPI_V2_MEDIA_TYPE = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _length_delimited(number: int, payload: bytes) -> bytes:
+    return _encode_varint(number << 3 | 2) + _encode_varint(len(payload)) + payload
+
+
+def _text(number: int, value: str) -> bytes:
+    return _length_delimited(number, value.encode()) if value else b""
+
+
+def encode_openapi_v2(document: dict[str, Any]) -> bytes:
+    """A swagger 2.0 document (``openapi.swagger_document``: info and definitions carrying a
+    description and vendor extensions) as gnostic's ``openapi_v2.Document`` message, which is what
+    kubectl decodes from ``/openapi/v2``. Field numbers from gnostic's OpenAPIv2.proto."""
+    info = document.get("info") or {}
+    encoded = _text(1, str(document.get("swagger", "2.0")))  # Document.swagger
+    encoded += _length_delimited(2, _text(1, str(info.get("title", ""))) + _text(2, str(info.get("version", ""))))
+    named_schemas = b""
+    for name, schema in (document.get("definitions") or {}).items():
+        body = _text(4, str(schema.get("description", "")))  # Schema.description
+        for key, value in schema.items():
+            if key.startswith("x-"):
+                any_value = _text(2, yaml.safe_dump(value, sort_keys=False))  # Any.yaml
+                body += _length_delimited(31, _text(1, key) + _length_delimited(2, any_value))  # vendor_extension
+        named_schemas += _length_delimited(1, _text(1, name) + _length_delimited(2, body))  # NamedSchema
+    encoded += _length_delimited(9, named_schemas)  # Document.definitions
+    return encoded

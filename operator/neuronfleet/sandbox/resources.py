@@ -342,6 +342,12 @@ def validate_custom_object(rt: ResourceType, obj: dict[str, Any]) -> tuple[list[
     validator = jsonschema.Draft4Validator(root)
     for error in sorted(validator.iter_errors(body), key=lambda e: list(e.absolute_path)):
         location = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in error.absolute_path).replace(".[", "[")
+        if error.validator == "required":
+            # Kubernetes names the missing field itself: "spec: Required value".
+            for missing in error.validator_value:
+                if isinstance(error.instance, dict) and missing not in error.instance:
+                    errors.append((f"{location}.{missing}" if location else missing, "Required value"))
+            continue
         errors.append((location, f"Invalid value: {json.dumps(error.instance)[:200]}: {error.message}"))
     return errors, unknown
 

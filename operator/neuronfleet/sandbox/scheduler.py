@@ -19,7 +19,6 @@ import contextlib
 from collections import Counter
 from typing import Any
 
-from neuronfleet.sandbox.apiserver import bind_pod
 from neuronfleet.sandbox.clock import run_controller
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.events import EventRecorder
@@ -203,8 +202,7 @@ class Scheduler:
     def _bind(self, pod: Obj, placement: Placement) -> bool:
         annotations = {CORES_ANNOTATION: ",".join(str(c) for c in placement.cores)} if placement.cores else None
         try:
-            bind_pod(
-                self.store,
+            self.store.bind_pod(
                 pod["metadata"]["namespace"],
                 pod["metadata"]["name"],
                 placement.node["metadata"]["name"],

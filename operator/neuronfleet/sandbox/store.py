@@ -19,17 +19,18 @@ import asyncio
 import contextlib
 import copy
 import random
-import re
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from neuronfleet.sandbox import errors
+from neuronfleet.sandbox import errors, managedfields
 from neuronfleet.sandbox.cel import check_rules
 from neuronfleet.sandbox.clock import Clock
 from neuronfleet.sandbox.errors import ApiError
+from neuronfleet.sandbox.managedfields import Manager
+from neuronfleet.sandbox.names import name_problems
 from neuronfleet.sandbox.resources import (
     CrdError,
     ResourceType,
@@ -44,8 +45,10 @@ ResourceKey = tuple[str, str]
 ObjectKey = tuple[str, str]  # (namespace or "", name)
 Replay = list[tuple[str, Obj]]
 Contents = list[tuple["ResourceType", Obj]]
+#: Texts for the response's Warning headers (Store.list shadows the builtin inside the class).
+Warnings = list[str]
+Causes = list[tuple[str, str]]
 
-_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 NAMESPACES: tuple[str, str] = ("", "namespaces")
@@ -300,9 +303,22 @@ class Store:
     # ---- writes --------------------------------------------------------------------------------
 
     def create(
-        self, rt: ResourceType, namespace: str | None, body: Any, *, strict: bool = False, dry_run: bool = False
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        body: Any,
+        *,
+        strict: bool = False,
+        dry_run: bool = False,
+        manager: Manager | None = None,
+        applied: bool = False,
+        warnings: Warnings | None = None,
     ) -> Obj:
-        """POST: admit and store ``body``; with ``dry_run`` only admit it (nothing stored, no event)."""
+        """POST: admit and store ``body``; with ``dry_run`` only admit it (nothing stored, no event).
+
+        ``manager`` (API writes) records the creator in managedFields, as an Apply when ``applied``
+        (a server-side apply of an absent object); pruned unknown fields go to ``warnings``.
+        """
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request must be a JSON object")
         obj: Obj = copy.deepcopy(body)
@@ -340,19 +356,9 @@ class Store:
                 )
             meta["name"] = prefix + "".join(self.random.choice(_GENERATE_ALPHABET) for _ in range(5))
         name = meta["name"]
-        if not isinstance(name, str) or len(name) > 253 or not _NAME_RE.match(name):
-            raise errors.invalid(
-                rt.kind,
-                rt.group,
-                str(name),
-                [
-                    (
-                        "metadata.name",
-                        f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case '
-                        "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
-                    )
-                ],
-            )
+        bad_name = name_problems(rt.key, name)
+        if bad_name and not rt.custom:
+            raise errors.invalid(rt.kind, rt.group, str(name), bad_name)
         key = self._key(rt, namespace, name)
         if key in self.objects[rt.key]:
             raise errors.already_exists(rt.plural, rt.group, name)
@@ -363,8 +369,29 @@ class Store:
         meta["generation"] = 1
         if rt.status_subresource and rt.custom:
             obj.pop("status", None)
-        obj = self._admit(rt, obj, None, strict=strict, dry_run=dry_run)
+        # A custom resource's name problems are reported with its schema and CEL ones, as the CR strategy does.
+        obj = self._admit(rt, obj, None, strict=strict, dry_run=dry_run, warnings=warnings, name_errors=bad_name)
         meta = obj["metadata"]
+        if manager is not None:
+            managed = (
+                managedfields.apply_to_new(
+                    body,
+                    manager,
+                    self.list_types(rt),
+                    status_subresource=rt.status_subresource,
+                    now=meta["creationTimestamp"],
+                )
+                if applied
+                else managedfields.record_update(
+                    None,
+                    obj,
+                    manager,
+                    self.list_types(rt),
+                    status_subresource=rt.status_subresource,
+                    now=meta["creationTimestamp"],
+                )
+            )
+            _set_managed_fields(meta, managed)
         if dry_run:
             return obj
         meta["resourceVersion"] = self._next_rv()
@@ -384,6 +411,8 @@ class Store:
         subresource: str | None = None,
         strict: bool = False,
         dry_run: bool = False,
+        manager: Manager | None = None,
+        warnings: Warnings | None = None,
     ) -> Obj:
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request must be a JSON object")
@@ -402,7 +431,16 @@ class Store:
             )
         if given_rv not in (None, "") and str(given_rv) != _meta(old)["resourceVersion"]:
             raise errors.conflict(rt.plural, rt.group, name)
-        return self._commit(rt, old, copy.deepcopy(body), subresource=subresource, strict=strict, dry_run=dry_run)
+        return self._commit(
+            rt,
+            old,
+            copy.deepcopy(body),
+            subresource=subresource,
+            strict=strict,
+            dry_run=dry_run,
+            manager=manager,
+            warnings=warnings,
+        )
 
     def update(
         self,
@@ -428,6 +466,8 @@ class Store:
         subresource: str | None = None,
         strict: bool = False,
         dry_run: bool = False,
+        manager: Manager | None = None,
+        warnings: Warnings | None = None,
     ) -> Obj:
         """Store the result of a PATCH computed from ``old``."""
         if not isinstance(patched, dict):
@@ -436,7 +476,69 @@ class Store:
         given_rv = meta.get("resourceVersion")
         if given_rv not in (None, "") and str(given_rv) != _meta(old)["resourceVersion"]:
             raise errors.conflict(rt.plural, rt.group, _meta(old)["name"])
-        return self._commit(rt, old, patched, subresource=subresource, strict=strict, dry_run=dry_run)
+        return self._commit(
+            rt,
+            old,
+            patched,
+            subresource=subresource,
+            strict=strict,
+            dry_run=dry_run,
+            manager=manager,
+            warnings=warnings,
+        )
+
+    def apply(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        config: Any,
+        manager: Manager,
+        *,
+        force: bool = False,
+        strict: bool = False,
+        dry_run: bool = False,
+        warnings: Warnings | None = None,
+    ) -> tuple[Obj, bool]:
+        """Server-side apply of ``config`` by ``manager`` (see ``managedfields``); creates the object
+        when it is absent. Returns (object, created)."""
+        if not isinstance(config, dict):
+            raise errors.bad_request("the body of the request must be a JSON object")
+        meta = config.get("metadata")
+        if not isinstance(meta, dict) or meta.get("name") in (None, ""):
+            raise errors.bad_request("metadata.name is required in an applied configuration")
+        if meta["name"] != name:
+            raise errors.bad_request("the name of the object does not match the name on the URL")
+        if config.get("apiVersion") is None or config.get("kind") is None:
+            raise errors.bad_request("apiVersion and kind are required in an applied configuration")
+        self._check_type(rt, copy.deepcopy(config))
+        live = self.try_get(rt, namespace, name)
+        if live is None:
+            if manager.subresource is not None:
+                raise errors.not_found(rt.plural, rt.group, name)
+            created = self.create(
+                rt, namespace, config, strict=strict, dry_run=dry_run, manager=manager, applied=True, warnings=warnings
+            )
+            return created, True
+        given_rv = meta.get("resourceVersion")
+        if given_rv not in (None, "") and str(given_rv) != _meta(live)["resourceVersion"]:
+            raise errors.conflict(rt.plural, rt.group, name)
+        merged = managedfields.apply(
+            live,
+            config,
+            manager,
+            self.list_types(rt),
+            force=force,
+            status_subresource=rt.status_subresource,
+            now=self.clock.timestamp(),
+        )
+        committed = self._commit(
+            rt, live, merged, subresource=manager.subresource, strict=strict, dry_run=dry_run, warnings=warnings
+        )
+        return committed, False
+
+    def list_types(self, rt: ResourceType) -> managedfields.ListTypes:
+        return managedfields.ListTypes(rt.schema() if rt.custom else None, builtin=not rt.custom)
 
     def _commit(
         self,
@@ -447,6 +549,8 @@ class Store:
         subresource: str | None,
         strict: bool = False,
         dry_run: bool = False,
+        manager: Manager | None = None,
+        warnings: Warnings | None = None,
     ) -> Obj:
         old_meta = _meta(old)
         if subresource == "status":
@@ -459,6 +563,9 @@ class Store:
         else:
             if not isinstance(new.get("metadata"), dict):
                 new["metadata"] = {}
+            if "managedFields" not in new["metadata"] and "managedFields" in old_meta:
+                # An update that leaves managedFields out keeps them; one that sends them replaces them.
+                new["metadata"]["managedFields"] = copy.deepcopy(old_meta["managedFields"])
             if rt.status_subresource and subresource is None:
                 if "status" in old:
                     new["status"] = copy.deepcopy(old["status"])
@@ -481,8 +588,20 @@ class Store:
         meta["resourceVersion"] = old_meta["resourceVersion"]
         new.setdefault("apiVersion", old.get("apiVersion"))
         new.setdefault("kind", old.get("kind"))
-        new = self._admit(rt, new, old, strict=strict, dry_run=dry_run)
+        new = self._admit(rt, new, old, strict=strict, dry_run=dry_run, warnings=warnings)
         meta = new["metadata"]
+        if manager is not None:
+            _set_managed_fields(
+                meta,
+                managedfields.record_update(
+                    old,
+                    new,
+                    manager,
+                    self.list_types(rt),
+                    status_subresource=rt.status_subresource,
+                    now=self.clock.timestamp(),
+                ),
+            )
         if new == old:
             return old
         if _spec_changed(rt, old, new):
@@ -497,6 +616,42 @@ class Store:
         if meta.get("deletionTimestamp") and not meta.get("finalizers") and not self._awaits_kubelet(rt, new):
             self._remove(rt, new, propagation=None)
         return new
+
+    def bind_pod(self, namespace: str, name: str, node_name: str, annotations: dict[str, str] | None = None) -> Obj:
+        """Bind a pending pod to a node: the pods/binding subresource, also the scheduler's way to bind."""
+        pods = self.resource("", "pods")
+        pod = self.get(pods, namespace, name)
+        if (pod.get("spec") or {}).get("nodeName"):
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is already assigned '
+                f'to node "{pod["spec"]["nodeName"]}"',
+            )
+        if pod["metadata"].get("deletionTimestamp"):
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is being deleted, '
+                "cannot be assigned to a host",
+            )
+        now = self.clock.timestamp()
+
+        def assign(obj: Obj) -> None:
+            obj["spec"]["nodeName"] = node_name
+            if annotations:
+                # The registry copies a Binding's annotations onto the pod.
+                obj["metadata"].setdefault("annotations", {}).update(annotations)
+            status = obj.setdefault("status", {})
+            status.pop("nominatedNodeName", None)
+            conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+            conditions.insert(
+                0, {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
+            )
+            status["conditions"] = conditions
+
+        # The binding writes spec and status in one commit, as the registry's binding storage does.
+        return self.update(pods, namespace, name, assign, subresource="binding")
 
     def delete(
         self,
@@ -715,7 +870,17 @@ class Store:
         obj["apiVersion"] = api_version or rt.api_version()
         obj["kind"] = rt.kind
 
-    def _admit(self, rt: ResourceType, obj: Obj, old: Obj | None, *, strict: bool, dry_run: bool = False) -> Obj:
+    def _admit(
+        self,
+        rt: ResourceType,
+        obj: Obj,
+        old: Obj | None,
+        *,
+        strict: bool,
+        dry_run: bool = False,
+        warnings: Warnings | None = None,
+        name_errors: Causes | None = None,
+    ) -> Obj:
         """Defaulting and validation per kind (what admission and the registry strategies do)."""
         meta = obj["metadata"]
         for list_field in ("finalizers", "ownerReferences"):
@@ -740,8 +905,12 @@ class Store:
                     f'{rt.kind} in version "{rt.storage_version}" cannot be handled as a {rt.kind}: '
                     f"strict decoding error: {fields}"
                 )
+            if warnings is not None:
+                # fieldValidation=Warn (the default): the fields are dropped and the client told.
+                warnings.extend(f'unknown field "{path}"' for path in unknown)
             if not validation_errors:
                 validation_errors = check_rules(rt.schema(), obj, old, "")
+            validation_errors = [*(name_errors or []), *validation_errors]
             if validation_errors:
                 raise errors.invalid(rt.kind, rt.group, meta.get("name", ""), validation_errors)
         elif rt.key == ("", "pods"):
@@ -795,6 +964,13 @@ class Store:
             container.setdefault("terminationMessagePath", "/dev/termination-log")
             container.setdefault("resources", {})
         pod["status"] = {"phase": "Pending", "qosClass": _qos_class(spec)}
+
+
+def _set_managed_fields(meta: dict[str, Any], managed: list[Obj]) -> None:
+    if managed:
+        meta["managedFields"] = managed
+    else:
+        meta.pop("managedFields", None)
 
 
 def _crd_resource_key(crd: Obj) -> tuple[str, str]:

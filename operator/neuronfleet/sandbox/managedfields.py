@@ -1,0 +1,482 @@
+"""Field management: ``metadata.managedFields`` and server-side apply, as structured-merge-diff does it.
+
+Every write through the API records which manager owns which fields (``fieldsV1`` sets):
+- an **Update** (POST, PUT, any non-apply PATCH) by manager *u* gives *u* the fields it added or
+  changed, and takes them from every other manager (no conflicts);
+- an **Apply** (PATCH ``application/apply-patch+yaml``) by manager *m* merges *m*'s applied
+  configuration into the object; fields *m* applied before and no longer applies are removed
+  unless another manager also owns them; a field another manager owns with a different value
+  is a conflict (409 listing fields and managers) unless ``force=true``, which takes it over.
+Fields are paths of ``f:<name>`` (map keys), ``k:{...}`` (items of associative lists, by their
+keys) and ``v:<json>`` (items of sets). List semantics come from the CRD schema's
+``x-kubernetes-list-type`` / ``x-kubernetes-list-map-keys``; built-in kinds use the strategic
+merge keys of ``patching`` (containers by name, ...); every other list is atomic (owned and
+replaced whole), as Kubernetes does for lists without a list type.
+Identity fields (apiVersion, kind, name, namespace, uid, ...) are never owned; ``status`` is
+owned only through the status subresource of kinds that have one.
+Not done: unions, ``x-kubernetes-map-type: atomic``, per-version conversion of field sets.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from neuronfleet.sandbox.errors import ApiError
+from neuronfleet.sandbox.patching import PRIMITIVE_SET, STRATEGIC_MERGE_KEYS
+
+Obj = dict[str, Any]
+Path = tuple[str, ...]
+
+#: Marks an associative-list item (its own membership, fieldsV1's ".") in a flattened object.
+ITEM = object()
+_UNOWNED_META = frozenset(
+    {
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "managedFields",
+        "selfLink",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Manager:
+    """Who writes: the ``fieldManager`` of the request, and through which endpoint."""
+
+    name: str
+    api_version: str
+    subresource: str | None = None
+
+
+@dataclass
+class Entry:
+    """One ``managedFields`` entry: a manager's field set for one operation."""
+
+    manager: str
+    operation: str
+    api_version: str
+    time: str
+    fields: set[Path]
+    subresource: str | None = None
+
+    @property
+    def identity(self) -> tuple[str, str, str | None]:
+        return (self.manager, self.operation, self.subresource)
+
+    def to_wire(self) -> Obj:
+        wire: Obj = {
+            "manager": self.manager,
+            "operation": self.operation,
+            "apiVersion": self.api_version,
+            "time": self.time,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": to_fields_v1(self.fields),
+        }
+        if self.subresource:
+            wire["subresource"] = self.subresource
+        return wire
+
+
+class ListTypes:
+    """How the lists of one kind merge: from a CRD schema, or the built-in strategic merge keys."""
+
+    def __init__(self, schema: dict[str, Any] | None, builtin: bool) -> None:
+        self.schema = schema
+        self.builtin = builtin
+
+    def kind(self, schema: dict[str, Any] | None, names: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+        """("atomic" | "set" | "map", map keys) for the list at ``names`` (field names, items skipped)."""
+        if schema is not None and not self.builtin:
+            list_type = schema.get("x-kubernetes-list-type")
+            if list_type == "map":
+                return "map", tuple(schema.get("x-kubernetes-list-map-keys") or ())
+            if list_type == "set":
+                return "set", ()
+            return "atomic", ()
+        key = STRATEGIC_MERGE_KEYS.get(names)
+        if key == PRIMITIVE_SET:
+            return "set", ()
+        if key is not None:
+            return "map", (key,)
+        return "atomic", ()
+
+
+def _child_schema(schema: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
+    if not schema:
+        return None
+    properties = schema.get("properties") or {}
+    if name in properties:
+        child: dict[str, Any] = properties[name]
+        return child
+    additional = schema.get("additionalProperties")
+    return additional if isinstance(additional, dict) else None
+
+
+def _item_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None:
+    items = (schema or {}).get("items")
+    return items if isinstance(items, dict) else None
+
+
+def _token(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def _item_token(item: Any, keys: tuple[str, ...]) -> str | None:
+    if not isinstance(item, dict) or not keys or not all(k in item for k in keys):
+        return None
+    return "k:" + _token({k: item[k] for k in keys})
+
+
+def flatten(obj: Any, types: ListTypes) -> dict[Path, Any]:
+    """Leaf path -> value of an object (associative-list items map to ``ITEM``)."""
+    out: dict[Path, Any] = {}
+    _walk(obj, types.schema, (), (), types, out)
+    return out
+
+
+def _walk(
+    value: Any,
+    schema: dict[str, Any] | None,
+    names: tuple[str, ...],
+    path: Path,
+    types: ListTypes,
+    out: dict[Path, Any],
+) -> None:
+    if isinstance(value, dict):
+        if not value and path:
+            out[path] = {}
+        for key, child in value.items():
+            if child is None:
+                continue
+            _walk(child, _child_schema(schema, key), (*names, key), (*path, f"f:{key}"), types, out)
+        return
+    if isinstance(value, list):
+        kind, keys = types.kind(schema, names)
+        if not value or kind == "atomic":
+            out[path] = value
+            return
+        if kind == "set":
+            for item in value:
+                out[(*path, "v:" + _token(item))] = item
+            return
+        tokens = [_item_token(item, keys) for item in value]
+        if None in tokens:  # an item without its keys: the list can only be owned whole
+            out[path] = value
+            return
+        for item, token in zip(value, tokens, strict=True):
+            assert token is not None
+            item_path = (*path, token)
+            out[item_path] = ITEM
+            _walk(item, _item_schema(schema), names, item_path, types, out)
+        return
+    out[path] = value
+
+
+def owned_paths(obj: Obj, types: ListTypes, subresource: str | None, status_subresource: bool) -> dict[Path, Any]:
+    """The ownable leaves of ``obj`` written through ``subresource``."""
+    flat = flatten({k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}, types)
+    result: dict[Path, Any] = {}
+    for path, value in flat.items():
+        if path[0] == "f:metadata" and (len(path) == 1 or path[1][2:] in _UNOWNED_META):
+            continue
+        is_status = path[0] == "f:status"
+        if subresource == "status" and not is_status:
+            continue
+        if subresource is None and status_subresource and is_status:
+            continue
+        result[path] = value
+    return result
+
+
+# ---- fieldsV1 -------------------------------------------------------------------------------------
+
+
+def to_fields_v1(paths: Iterable[Path]) -> Obj:
+    tree: Obj = {}
+    for path in sorted(paths):
+        node = tree
+        for element in path:
+            node = node.setdefault(element, {})
+        if node:
+            node["."] = {}
+    _mark_members(tree, set(paths), ())
+    return tree
+
+
+def _mark_members(node: Obj, paths: set[Path], prefix: Path) -> None:
+    for key, child in node.items():
+        if key == ".":
+            continue
+        path = (*prefix, key)
+        if child and path in paths:
+            child["."] = {}
+        _mark_members(child, paths, path)
+
+
+def from_fields_v1(tree: Any, prefix: Path = ()) -> set[Path]:
+    paths: set[Path] = set()
+    if not isinstance(tree, dict):
+        return paths
+    if prefix and (not tree or "." in tree):
+        paths.add(prefix)
+    for key, child in tree.items():
+        if key != ".":
+            paths |= from_fields_v1(child, (*prefix, key))
+    return paths
+
+
+def path_string(path: Path) -> str:
+    """A field path as Kubernetes prints it in conflicts: ``.spec.containers[name="c"].image``."""
+    parts: list[str] = []
+    for element in path:
+        kind, text = element[:2], element[2:]
+        if kind == "f:":
+            parts.append(f".{text}")
+        elif kind == "k:":
+            keys = json.loads(text)
+            parts.append("[" + ",".join(f"{k}={json.dumps(v)}" for k, v in keys.items()) + "]")
+        elif kind == "v:":
+            parts.append(f"[={text}]")
+        else:
+            parts.append(f"[{text}]")
+    return "".join(parts)
+
+
+def read_entries(meta: Obj) -> list[Entry]:
+    entries = []
+    for raw in meta.get("managedFields") or []:
+        if not isinstance(raw, dict) or not raw.get("manager"):
+            continue
+        entries.append(
+            Entry(
+                manager=str(raw["manager"]),
+                operation=str(raw.get("operation", "Update")),
+                api_version=str(raw.get("apiVersion", "")),
+                time=str(raw.get("time", "")),
+                fields=from_fields_v1(raw.get("fieldsV1") or {}),
+                subresource=raw.get("subresource") or None,
+            )
+        )
+    return entries
+
+
+def write_entries(entries: list[Entry]) -> list[Obj]:
+    return [entry.to_wire() for entry in entries if entry.fields]
+
+
+def _covers(owned: set[Path], path: Path) -> bool:
+    """Whether ``owned`` holds ``path`` or a field inside it or above it (a parent owned whole)."""
+    if path in owned:
+        return True
+    return any(p[: len(path)] == path or path[: len(p)] == p for p in owned)
+
+
+# ---- Update ---------------------------------------------------------------------------------------
+
+
+def record_update(
+    old: Obj | None,
+    new: Obj,
+    manager: Manager,
+    types: ListTypes,
+    *,
+    status_subresource: bool,
+    now: str,
+    operation: str = "Update",
+) -> list[Obj]:
+    """``new``'s managedFields after ``manager`` wrote it over ``old`` (None: a create)."""
+    entries = read_entries(_meta(new))
+    before = owned_paths(old, types, manager.subresource, status_subresource) if old is not None else {}
+    after = owned_paths(new, types, manager.subresource, status_subresource)
+    changed = {p for p, v in after.items() if p not in before or (before[p] is not v and before[p] != v)}
+    removed = set(before) - set(after)
+    if not changed and not removed:
+        return write_entries(entries)
+    identity = (manager.name, operation, manager.subresource)
+    mine = next((e for e in entries if e.identity == identity), None)
+    for entry in entries:
+        if entry is not mine:
+            entry.fields -= changed | removed
+            entry.fields = {p for p in entry.fields if not any(p[: len(r)] == r for r in removed)}
+    if mine is None:
+        mine = Entry(manager.name, operation, manager.api_version, now, set(), manager.subresource)
+        entries.append(mine)
+    mine.fields = (mine.fields | changed) - removed
+    mine.api_version = manager.api_version
+    mine.time = now
+    return write_entries(entries)
+
+
+# ---- Apply ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Conflict:
+    manager: Entry
+    path: Path
+
+
+def conflict_error(conflicts: list[Conflict]) -> ApiError:
+    """409 with kube-apiserver's message and one ``FieldManagerConflict`` cause per field."""
+
+    def who(entry: Entry) -> str:
+        name = json.dumps(entry.manager)
+        if entry.operation == "Update":
+            return f"{name} using {entry.api_version}" + (f" at {entry.time}" if entry.time else "")
+        return name
+
+    if len(conflicts) == 1:
+        only = conflicts[0]
+        message = f"Apply failed with 1 conflict: conflict with {who(only.manager)}: {path_string(only.path)}"
+    else:
+        by_manager: dict[str, list[Path]] = {}
+        for conflict in conflicts:
+            by_manager.setdefault(who(conflict.manager), []).append(conflict.path)
+        lines = []
+        for name in sorted(by_manager):
+            lines.append(f"conflicts with {name}")
+            lines.extend(f"- {path_string(p)}" for p in by_manager[name])
+        message = f"Apply failed with {len(conflicts)} conflicts: " + "\n".join(lines)
+    causes = [
+        {"reason": "FieldManagerConflict", "message": f"conflict with {who(c.manager)}", "field": path_string(c.path)}
+        for c in conflicts
+    ]
+    return ApiError(409, "Conflict", message, {"causes": causes})
+
+
+def merge_applied(
+    live: Any, config: Any, schema: dict[str, Any] | None, names: tuple[str, ...], types: ListTypes
+) -> Any:
+    """``config`` merged into ``live``: maps recursively, associative lists by key, sets as unions,
+    everything else replaced."""
+    if isinstance(config, dict):
+        result = dict(live) if isinstance(live, dict) else {}
+        for key, value in config.items():
+            if value is None:
+                continue
+            result[key] = merge_applied(result.get(key), value, _child_schema(schema, key), (*names, key), types)
+        return result
+    if isinstance(config, list) and isinstance(live, list):
+        kind, keys = types.kind(schema, names)
+        if kind == "set":
+            return list(live) + [item for item in config if item not in live]
+        if kind == "map":
+            live_tokens = [_item_token(item, keys) for item in live]
+            config_tokens = [_item_token(item, keys) for item in config]
+            if None in live_tokens or None in config_tokens:
+                return copy.deepcopy(config)
+            merged = list(live)
+            for item, token in zip(config, config_tokens, strict=True):
+                if token in live_tokens:
+                    index = live_tokens.index(token)
+                    merged[index] = merge_applied(live[index], item, _item_schema(schema), names, types)
+                else:
+                    merged.append(copy.deepcopy(item))
+                    live_tokens.append(token)
+            return merged
+    return copy.deepcopy(config)
+
+
+def _remove_path(obj: Any, path: Path) -> None:
+    """Delete the field or list item at ``path``; parents it leaves empty go too."""
+    if not path or not isinstance(obj, dict | list):
+        return
+    head, rest = path[0], path[1:]
+    if isinstance(obj, dict) and head.startswith("f:"):
+        key = head[2:]
+        if key not in obj:
+            return
+        if rest:
+            _remove_path(obj[key], rest)
+            if obj[key] in ({}, []):
+                del obj[key]
+        else:
+            del obj[key]
+        return
+    if isinstance(obj, list):
+        for index, item in enumerate(obj):
+            matches = (head.startswith("v:") and _token(item) == head[2:]) or (
+                head.startswith("k:")
+                and isinstance(item, dict)
+                and all(item.get(k) == v for k, v in json.loads(head[2:]).items())
+            )
+            if matches:
+                if rest:
+                    _remove_path(item, rest)
+                else:
+                    del obj[index]
+                return
+
+
+def apply(
+    live: Obj,
+    config: Obj,
+    manager: Manager,
+    types: ListTypes,
+    *,
+    force: bool,
+    status_subresource: bool,
+    now: str,
+) -> Obj:
+    """The object after ``manager`` applies ``config`` to ``live`` (its managedFields included).
+
+    Raises the 409 conflict error unless ``force``.
+    """
+    config = {k: v for k, v in config.items() if not (k == "status" and status_subresource and not manager.subresource)}
+    applied = set(owned_paths(config, types, manager.subresource, status_subresource))
+    entries = read_entries(_meta(live))
+    identity = (manager.name, "Apply", manager.subresource)
+    mine = next((e for e in entries if e.identity == identity), None)
+    others = [e for e in entries if e is not mine]
+
+    merged: Obj = merge_applied(live, config, types.schema, (), types)
+    merged["metadata"] = copy.deepcopy(_meta(live)) | {
+        k: copy.deepcopy(v) for k, v in _meta(merged).items() if k not in _UNOWNED_META
+    }
+    before = owned_paths(live, types, manager.subresource, status_subresource)
+    after = owned_paths(merged, types, manager.subresource, status_subresource)
+    changed = {p for p in applied if p in before and after.get(p) != before[p]}
+    conflicts = [Conflict(entry, path) for entry in others for path in sorted(changed) if path in entry.fields]
+    if conflicts and not force:
+        raise conflict_error(conflicts)
+    for conflict in conflicts:
+        conflict.manager.fields.discard(conflict.path)
+
+    # Fields this manager applied before and applies no more go, unless someone else holds them.
+    previous = mine.fields if mine is not None else set()
+    kept_by_others = set().union(*(e.fields for e in others)) if others else set()
+    for path in sorted(previous - applied, key=len, reverse=True):
+        if _covers(applied, path) or _covers(kept_by_others, path):
+            continue
+        _remove_path(merged, path)
+
+    if mine is None:
+        mine = Entry(manager.name, "Apply", manager.api_version, now, set(), manager.subresource)
+        entries.append(mine)
+    if mine.fields != applied or merged != live:
+        mine.time = now
+    mine.fields = applied
+    mine.api_version = manager.api_version
+    merged["metadata"]["managedFields"] = write_entries(entries)
+    return merged
+
+
+def apply_to_new(config: Obj, manager: Manager, types: ListTypes, *, status_subresource: bool, now: str) -> list[Obj]:
+    """managedFields of an object created by an apply."""
+    applied = set(owned_paths(config, types, manager.subresource, status_subresource))
+    return write_entries([Entry(manager.name, "Apply", manager.api_version, now, applied, manager.subresource)])
+
+
+def _meta(obj: Obj) -> Obj:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}

@@ -1,0 +1,156 @@
+"""Server-side apply in the sandbox as kubectl 1.34 (and GitOps tools) use it: managedFields per
+manager, removal of fields a manager stops applying, 409 conflicts unless forced; client-side
+apply keeps working; unknown kinds and unknown fields get kubectl's own messages."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from neuronfleet.sandbox import ThreadedSandboxCluster
+
+GROUP = "serving.neuronfleet.dev"
+
+
+@pytest.fixture
+def run_kubectl(kubectl: str, threaded_sandbox_cluster: ThreadedSandboxCluster, tmp_path: Path):  # type: ignore[no-untyped-def]
+    env = {**os.environ, "KUBECONFIG": str(threaded_sandbox_cluster.kubeconfig_path), "HOME": str(tmp_path)}
+
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [kubectl, "--cache-dir", str(tmp_path / "cache"), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if check:
+            assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+        return result
+
+    return run
+
+
+def example_with_labels(repo_root: Path, labels: dict[str, str]) -> dict[str, Any]:
+    manifest: dict[str, Any] = yaml.safe_load((repo_root / "examples" / "llama2-7b-chat.yaml").read_text())
+    manifest["metadata"].pop("namespace", None)
+    manifest["metadata"]["labels"] = labels
+    return manifest
+
+
+def write(path: Path, manifest: dict[str, Any]) -> str:
+    path.write_text(yaml.safe_dump(manifest))
+    return str(path)
+
+
+def stored(run_kubectl, name: str) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    out = run_kubectl("get", "inferencedeployment", name, "-o", "json", "--show-managed-fields").stdout
+    result: dict[str, Any] = json.loads(out)
+    return result
+
+
+def owners(obj: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(e["manager"], e["operation"]): e["fieldsV1"] for e in obj["metadata"].get("managedFields", [])}
+
+
+def test_server_side_apply_owns_removes_and_conflicts(run_kubectl, repo_root: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    manifest = example_with_labels(repo_root, {"team": "chat", "tier": "gold"})
+    name = manifest["metadata"]["name"]
+    path = write(tmp_path / "app.yaml", manifest)
+    assert "serverside-applied" in run_kubectl("apply", "--server-side", "-f", path).stdout
+    obj = stored(run_kubectl, name)
+    fields = owners(obj)[("kubectl", "Apply")]
+    assert fields["f:metadata"]["f:labels"] == {"f:team": {}, "f:tier": {}}
+    assert "f:model" in fields["f:spec"]
+    assert "f:status" not in fields
+    first_rv = obj["metadata"]["resourceVersion"]
+    assert "serverside-applied" in run_kubectl("apply", "--server-side", "-f", path).stdout
+    assert stored(run_kubectl, name)["metadata"]["resourceVersion"] == first_rv  # a no-op apply writes nothing
+
+    # The same manifest without one label: the label goes, the rest stays.
+    del manifest["metadata"]["labels"]["tier"]
+    write(tmp_path / "app.yaml", manifest)
+    run_kubectl("apply", "--server-side", "-f", path)
+    obj = stored(run_kubectl, name)
+    assert obj["metadata"]["labels"] == {"team": "chat"}
+    assert owners(obj)[("kubectl", "Apply")]["f:metadata"]["f:labels"] == {"f:team": {}}
+
+    # Another manager applying a different value for an owned field: 409, listing field and manager.
+    rival = {
+        "apiVersion": manifest["apiVersion"],
+        "kind": manifest["kind"],
+        "metadata": {"name": name, "labels": {"team": "platform"}},
+    }
+    rival_path = write(tmp_path / "rival.yaml", rival)
+    refused = run_kubectl("apply", "--server-side", "--field-manager=argocd", "-f", rival_path, check=False)
+    assert refused.returncode != 0
+    assert 'Apply failed with 1 conflict: conflict with "kubectl": .metadata.labels.team' in refused.stderr
+    assert stored(run_kubectl, name)["metadata"]["labels"] == {"team": "chat"}
+
+    forced = run_kubectl("apply", "--server-side", "--field-manager=argocd", "--force-conflicts", "-f", rival_path)
+    assert "serverside-applied" in forced.stdout
+    obj = stored(run_kubectl, name)
+    assert obj["metadata"]["labels"] == {"team": "platform"}
+    managed = owners(obj)
+    assert managed[("argocd", "Apply")]["f:metadata"]["f:labels"] == {"f:team": {}}
+    assert "f:labels" not in managed[("kubectl", "Apply")].get("f:metadata", {})
+    assert "f:model" in managed[("kubectl", "Apply")]["f:spec"]
+
+    # The first manager drops the label from its manifest: argocd owns it now, so it stays.
+    del manifest["metadata"]["labels"]
+    write(tmp_path / "app.yaml", manifest)
+    run_kubectl("apply", "--server-side", "-f", path)
+    assert stored(run_kubectl, name)["metadata"]["labels"] == {"team": "platform"}
+
+
+def test_updates_by_other_managers_are_recorded(run_kubectl, repo_root: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    manifest = example_with_labels(repo_root, {"team": "chat"})
+    name = manifest["metadata"]["name"]
+    run_kubectl("apply", "--server-side", "-f", write(tmp_path / "app.yaml", manifest))
+    run_kubectl("patch", "infdep", name, "--type", "merge", "-p", '{"metadata":{"labels":{"team":"ops"}}}')
+    obj = stored(run_kubectl, name)
+    managed = owners(obj)
+    assert managed[("kubectl-patch", "Update")]["f:metadata"]["f:labels"] == {"f:team": {}}
+    assert "f:labels" not in managed[("kubectl", "Apply")].get("f:metadata", {})  # the update took it over
+    entry = next(e for e in obj["metadata"]["managedFields"] if e["manager"] == "kubectl-patch")
+    assert entry["apiVersion"] == f"{GROUP}/v1alpha1" and entry["fieldsType"] == "FieldsV1" and entry["time"]
+
+
+def test_client_side_apply_still_works(run_kubectl, repo_root: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    manifest = example_with_labels(repo_root, {"team": "chat", "tier": "gold"})
+    name = manifest["metadata"]["name"]
+    path = write(tmp_path / "app.yaml", manifest)
+    assert "created" in run_kubectl("apply", "-f", path).stdout
+    del manifest["metadata"]["labels"]["tier"]
+    write(tmp_path / "app.yaml", manifest)
+    assert "configured" in run_kubectl("apply", "-f", path).stdout
+    obj = stored(run_kubectl, name)
+    assert obj["metadata"]["labels"] == {"team": "chat"}
+    assert ("kubectl-client-side-apply", "Update") in owners(obj)
+    # Moving the object to server-side apply (kubectl migrates the client-side owner's fields).
+    assert "serverside-applied" in run_kubectl("apply", "--server-side", "-f", path).stdout
+
+
+def test_unknown_kind_says_no_matches_for_kind(run_kubectl, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    widget = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 1}}
+    result = run_kubectl("apply", "-f", write(tmp_path / "widget.yaml", widget), check=False)
+    assert result.returncode != 0
+    assert 'no matches for kind "Widget" in version "example.com/v1"' in result.stderr
+    assert "openapi" not in result.stderr
+
+
+def test_unknown_fields_warn_with_kubectl(run_kubectl, repo_root: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    manifest = example_with_labels(repo_root, {"team": "chat"})
+    name = manifest["metadata"]["name"]
+    run_kubectl("apply", "-f", write(tmp_path / "app.yaml", manifest))
+    patched = run_kubectl("patch", "infdep", name, "--type", "merge", "-p", '{"spec":{"foo":1}}')
+    assert 'Warning: unknown field "spec.foo"' in patched.stderr
+    manifest["spec"]["bar"] = 2
+    applied = run_kubectl("apply", "--server-side", "--validate=warn", "-f", write(tmp_path / "app.yaml", manifest))
+    assert 'Warning: unknown field "spec.bar"' in applied.stderr
