@@ -21,6 +21,7 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
+from neuronfleet.kube.builders import build_priority_classes
 from neuronfleet.sandbox.apiserver import ApiServer, RequestRecord
 from neuronfleet.sandbox.clock import Clock, wait_event
 from neuronfleet.sandbox.disruption import DisruptionController
@@ -124,6 +125,7 @@ class SandboxCluster:
         run_kubelet: bool = True,
         run_provisioner: bool = True,
         history_size: int = 20000,
+        priority_classes: bool = False,
         s3: bool = False,
         compile_jobs: Literal["simulated", "real"] = "simulated",
     ) -> None:
@@ -134,6 +136,8 @@ class SandboxCluster:
         self.node_groups = list(node_groups)
         self.crd_dir = Path(crd_dir) if crd_dir is not None else None
         self.extra_crds = list(crds) + (kopf_peering_crds() if kopf_peering else [])
+        #: Create the PriorityClasses the Helm chart installs (the operator's pods name them).
+        self.priority_classes = priority_classes
         self.host = host
         self.port = port
         self._kubeconfig_path = Path(kubeconfig_path) if kubeconfig_path is not None else None
@@ -204,6 +208,9 @@ class SandboxCluster:
         crd_files = sorted(self.crd_dir.glob("*.yaml")) if self.crd_dir is not None else []
         for crd in [*load_crd_documents(crd_files), *self.extra_crds]:
             self.store.register_crd(crd)
+        if self.priority_classes:
+            for priority_class in build_priority_classes():
+                self.store.create(self.store.resource("scheduling.k8s.io", "priorityclasses"), None, priority_class)
         for group in self.node_groups:
             for i in range(group.count):
                 self.add_node(group, group.zones[i % len(group.zones)])

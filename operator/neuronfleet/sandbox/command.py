@@ -17,6 +17,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from neuronfleet.api.crd import crd as inference_deployment_crd
 from neuronfleet.sandbox.cluster import SandboxCluster
 from neuronfleet.sandbox.kubelet import ColdStartProfile
 from neuronfleet.sandbox.nodes import parse_node_groups
@@ -52,7 +53,13 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
     up.add_argument(
         "--kubeconfig", type=Path, default=Path(".sandbox/kubeconfig"), help="where to write the kubeconfig"
     )
-    up.add_argument("--crd-dir", type=Path, default=Path("crds"), help="register every CRD in this directory")
+    up.add_argument(
+        "--crd-dir",
+        type=Path,
+        default=None,
+        help="register every CRD in this directory instead of the InferenceDeployment CRD of the installed "
+        "package (the default, wherever this runs)",
+    )
     up.add_argument(
         "--examples-dir",
         type=Path,
@@ -81,7 +88,10 @@ def run_up(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         print(f"neuronfleet sandbox up: bad port {args.port}", file=sys.stderr)
         return 2
-    crd_dir = args.crd_dir if args.crd_dir.is_dir() else None
+    crd_dir: Path | None = args.crd_dir
+    if crd_dir is not None and not crd_dir.is_dir():
+        print(f"neuronfleet sandbox up: --crd-dir {crd_dir} is not a directory", file=sys.stderr)
+        return 2
     try:
         asyncio.run(_serve(groups, args, crd_dir))
     except OSError as exc:
@@ -112,6 +122,9 @@ async def _serve(groups: list, args: argparse.Namespace, crd_dir: Path | None) -
     cluster = SandboxCluster(
         node_groups=groups,
         crd_dir=crd_dir,
+        # One source of truth: the CRD generated from the typed API this package carries.
+        crds=[] if crd_dir is not None else [inference_deployment_crd()],
+        priority_classes=True,
         port=args.port,
         kubeconfig_path=kubeconfig,
         seed=args.seed,
