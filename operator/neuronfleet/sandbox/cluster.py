@@ -25,13 +25,17 @@ from neuronfleet.kube.builders import build_priority_classes
 from neuronfleet.sandbox.apiserver import ApiServer, RequestRecord
 from neuronfleet.sandbox.clock import Clock, wait_event
 from neuronfleet.sandbox.disruption import DisruptionController
+from neuronfleet.sandbox.endpoints import EndpointsController
 from neuronfleet.sandbox.jobs import JobController
 from neuronfleet.sandbox.kubelet import ColdStartProfile, Kubelet
 from neuronfleet.sandbox.nodes import NodeGroup, node_object
+from neuronfleet.sandbox.prometheus import PodTargets, PrometheusServer, find_binary
 from neuronfleet.sandbox.provisioner import NodeNamer, Provisioner
+from neuronfleet.sandbox.router import Routers
 from neuronfleet.sandbox.runners import SubprocessRunner
 from neuronfleet.sandbox.s3 import DEFAULT_ARTIFACT_STORE, SandboxS3, StockedSource, example_manifests, split_s3
 from neuronfleet.sandbox.scheduler import Scheduler
+from neuronfleet.sandbox.serving import ServerProcesses, ServingOptions
 from neuronfleet.sandbox.store import Obj, Store
 
 T = TypeVar("T")
@@ -128,10 +132,22 @@ class SandboxCluster:
         priority_classes: bool = False,
         s3: bool = False,
         compile_jobs: Literal["simulated", "real"] = "simulated",
+        serving: ServingOptions | None = None,
+        prometheus: bool = False,
+        prometheus_binary: str | None = None,
+        scrape_interval_s: float = 1.0,
+        workdir: Path | str | None = None,
     ) -> None:
         """``s3``: also run an S3 endpoint (``cluster.s3``, moto on 127.0.0.1). ``compile_jobs="real"``:
         compile Jobs' ``neuronserve compile`` runs on this machine (pointed at ``cluster.s3`` when
         there is one); "simulated": their pods exit 0 after ``ColdStartProfile.run_s``.
+        ``serving``: serving pods run ``neuronserve serve`` as real local processes
+        (``cluster.servers``, see ``sandbox.serving``), Services get Endpoints and EndpointSlices
+        and a router each (``cluster.routers``); None keeps them simulated (fast, no processes).
+        ``prometheus`` (with ``serving``): a real Prometheus (``cluster.prometheus``, Debian's binary
+        or ``prometheus_binary``) scrapes the served pods every ``scrape_interval_s``, its file_sd
+        targets labelled as the chart's PodMonitor does (see ``sandbox.prometheus``).
+        ``workdir``: where processes keep their scratch (default: a temporary directory).
         """
         self.node_groups = list(node_groups)
         self.crd_dir = Path(crd_dir) if crd_dir is not None else None
@@ -171,6 +187,17 @@ class SandboxCluster:
         self.jobs: JobController | None = JobController(self.store) if run_scheduler else None
         self.s3: SandboxS3 | None = SandboxS3(host) if s3 else None
         self.compile_jobs = compile_jobs
+        self.serving = serving
+        self._workdir = Path(workdir) if workdir is not None else None
+        self.servers: ServerProcesses | None = None
+        self.endpoints: EndpointsController | None = EndpointsController(self.store) if serving else None
+        self.routers: Routers | None = Routers(self.store, host) if serving else None
+        if prometheus and serving is None:
+            raise ValueError("prometheus=True scrapes served pods: it needs serving=ServingOptions(...)")
+        self._want_prometheus = prometheus
+        self._prometheus_binary = prometheus_binary
+        self.scrape_interval_s = scrape_interval_s
+        self.prometheus: PrometheusServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
         self.url = ""
@@ -205,6 +232,21 @@ class SandboxCluster:
             self.kubelet.container_runner = SubprocessRunner(
                 commands={"neuronserve compile"}, extra_env=self.process_env(), timeout_s=3600.0
             )
+        if self._workdir is None and (self.serving is not None or self._kubeconfig_path is None):
+            self._tmpdir = tempfile.TemporaryDirectory(prefix="neuronfleet-sandbox-")
+        if self.serving is not None and self.kubelet is not None:
+            workdir = self._workdir or Path(self._tmpdir.name if self._tmpdir else tempfile.gettempdir())
+            self.servers = ServerProcesses(self.serving, self.process_env(), workdir / "pods")
+            self.kubelet.server_processes = self.servers
+            if self.endpoints is not None:
+                endpoints = self.endpoints
+                self.kubelet.pre_stop_hooks.append(lambda _pod: endpoints.sync())
+            if self._want_prometheus:
+                binary = self._prometheus_binary or find_binary()
+                self.prometheus = PrometheusServer(
+                    binary, workdir / "prometheus", scrape_interval_s=self.scrape_interval_s
+                )
+                await asyncio.to_thread(self.prometheus.start)
         crd_files = sorted(self.crd_dir.glob("*.yaml")) if self.crd_dir is not None else []
         for crd in [*load_crd_documents(crd_files), *self.extra_crds]:
             self.store.register_crd(crd)
@@ -216,7 +258,7 @@ class SandboxCluster:
                 self.add_node(group, group.zones[i % len(group.zones)])
         self.url = await self.apiserver.start(self.host, self.port)
         if self._kubeconfig_path is None:
-            self._tmpdir = tempfile.TemporaryDirectory(prefix="neuronfleet-sandbox-")
+            assert self._tmpdir is not None
             self._kubeconfig_path = Path(self._tmpdir.name) / "kubeconfig"
         self.kubeconfig_path = write_kubeconfig(self._kubeconfig_path, self.url)
         loop = asyncio.get_running_loop()
@@ -228,6 +270,13 @@ class SandboxCluster:
             self._tasks.append(loop.create_task(self.disruption.run(), name="sandbox-disruption-controller"))
         if self.jobs is not None:
             self._tasks.append(loop.create_task(self.jobs.run(), name="sandbox-job-controller"))
+        if self.endpoints is not None:
+            self._tasks.append(loop.create_task(self.endpoints.run(), name="sandbox-endpoints-controller"))
+        if self.routers is not None:
+            self._tasks.append(loop.create_task(self.routers.run(), name="sandbox-routers"))
+        if self.prometheus is not None and self.servers is not None:
+            targets = PodTargets(self.store, self.servers, self.prometheus)
+            self._tasks.append(loop.create_task(targets.run(), name="sandbox-prometheus-targets"))
         return self
 
     async def stop(self) -> None:
@@ -235,6 +284,10 @@ class SandboxCluster:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        if self.routers is not None:
+            await self.routers.stop()
+        if self.prometheus is not None:
+            await asyncio.to_thread(self.prometheus.stop)
         if self.kubelet is not None:
             await self.kubelet.stop()
         if self.provisioner is not None:

@@ -1,9 +1,12 @@
 """``neuronfleet sandbox up``: run the sandbox cluster on 127.0.0.1 until interrupted.
 
 Beside the API server it runs an S3 endpoint (moto) stocked with the examples' model sources,
-creates the examples' namespaces, runs compile Jobs for real, and writes ``sandbox.env`` next to
-the kubeconfig: the S3 endpoint, credentials and artifact store the operator needs.
-``neuronfleet run`` reads that file when its kubeconfig sits beside it (or ``source`` it).
+creates the examples' namespaces, runs compile Jobs for real, runs serving pods as real
+``neuronserve serve`` processes (the emulated NeuronCore device by default) with a router per
+Service, starts Prometheus scraping them when its binary is installed, and writes
+``sandbox.env`` next to the kubeconfig: the S3 endpoint, credentials, artifact store and
+Prometheus URL the operator needs. ``neuronfleet run`` reads that file when its kubeconfig sits
+beside it (or ``source`` it).
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from neuronfleet.api.crd import crd as inference_deployment_crd
 from neuronfleet.sandbox.cluster import SandboxCluster
 from neuronfleet.sandbox.kubelet import ColdStartProfile
 from neuronfleet.sandbox.nodes import parse_node_groups
+from neuronfleet.sandbox.prometheus import PrometheusUnavailable, find_binary
 from neuronfleet.sandbox.s3 import DEFAULT_ARTIFACT_STORE
+from neuronfleet.sandbox.serving import ServingOptions
 
 #: ``inf2-serving`` is the Karpenter NodePool ``examples/bert-embeddings.yaml`` selects.
 DEFAULT_NODE_GROUPS = "inf2-serving:inf2.xlarge:2:6@us-east-1a+us-east-1b,inf2-large:inf2.24xlarge:0:2@us-east-1a"
@@ -31,6 +36,11 @@ ENV_FILE_NAME = "sandbox.env"
 #: Pod start-up in ``sandbox up``: seconds, not EKS's minutes, so an example is Ready soon after
 #: its compile (the cold-start figures the simulator uses are in FACTS.md, not here).
 UP_COLD_START = ColdStartProfile(image_pull_s=6.0, container_start_s=1.0, readiness_s=6.0, shutdown_s=2.0, jitter=0.2)
+#: How serving pods run: ``--serving`` choices.
+SERVING_MODES = {
+    "emulated-device": ServingOptions(),
+    "cpu": ServingOptions(device_args=(), extra_args=("--torch-threads", "1")),
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:  # type: ignore[type-arg]
@@ -72,6 +82,20 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
         choices=["real", "simulated"],
         default="real",
         help="real: compile Jobs run `neuronserve compile` on this machine; simulated: they just succeed",
+    )
+    up.add_argument(
+        "--serving",
+        choices=[*SERVING_MODES, "simulated"],
+        default="emulated-device",
+        help="serving pods run `neuronserve serve` on this machine, on the emulated NeuronCore device (Inf2 "
+        "service times, no model compute: a fleet fits on a laptop) or the CPU (the compiled model, heavy); "
+        "simulated: no process, simulated readiness (default: %(default)s)",
+    )
+    up.add_argument(
+        "--prometheus",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="a real Prometheus (Debian's binary) scraping the served pods; auto: when installed",
     )
     up.add_argument("--provisioning-delay", type=float, default=60.0, help="seconds until a launched node registers")
     up.add_argument("--seed", type=int, default=0)
@@ -119,6 +143,14 @@ async def _serve(groups: list, args: argparse.Namespace, crd_dir: Path | None) -
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     kubeconfig = args.kubeconfig.resolve()
+    serving = SERVING_MODES.get(args.serving)
+    prometheus = serving is not None and args.prometheus != "off"
+    if prometheus and args.prometheus == "auto":
+        try:
+            find_binary()
+        except PrometheusUnavailable as exc:
+            print(f"no Prometheus: {exc}", file=sys.stderr)
+            prometheus = False
     cluster = SandboxCluster(
         node_groups=groups,
         crd_dir=crd_dir,
@@ -134,6 +166,9 @@ async def _serve(groups: list, args: argparse.Namespace, crd_dir: Path | None) -
         cold_start=UP_COLD_START,
         s3=not args.no_s3,
         compile_jobs=args.compile_jobs,
+        serving=serving,
+        prometheus=prometheus,
+        workdir=kubeconfig.parent / "sandbox-work",
     )
     env_file = kubeconfig.parent / ENV_FILE_NAME
     async with cluster:
@@ -142,6 +177,8 @@ async def _serve(groups: list, args: argparse.Namespace, crd_dir: Path | None) -
         if cluster.s3 is not None:
             env.update(cluster.s3.env)
             env["NEURONFLEET_ARTIFACT_STORE"] = DEFAULT_ARTIFACT_STORE
+        if cluster.prometheus is not None:
+            env["NEURONFLEET_PROMETHEUS_URL"] = cluster.prometheus.url
         write_env_file(env_file, env)
         nodes = len(cluster.list("nodes"))
         print(f"sandbox API server: {cluster.url}  ({nodes} nodes, groups: {', '.join(g.name for g in groups)})")
@@ -151,11 +188,19 @@ async def _serve(groups: list, args: argparse.Namespace, crd_dir: Path | None) -
         for source in stocked:
             mark = "stocked" if source.stocked else "NOT servable here"
             print(f"  {source.example}: {source.source} {mark} ({source.note})")
-        print(f"compile Jobs: {args.compile_jobs}")
+        print(f"compile Jobs: {args.compile_jobs}; serving pods: {args.serving}")
+        if cluster.prometheus is not None:
+            print(
+                f"Prometheus: {cluster.prometheus.url} (targets: the served pods, labelled as the chart's PodMonitor)"
+            )
+        if cluster.routers is not None:
+            print("each Service gets a router on 127.0.0.1 to its ready endpoints (least outstanding requests)")
         print(f"operator settings: {env_file}  (`neuronfleet run` reads it when KUBECONFIG points here)")
         print(f"  export KUBECONFIG={cluster.kubeconfig_path}")
         print("  neuronfleet run")
         print("  kubectl apply -f examples/bert-embeddings.yaml && kubectl get infdep -A -w")
+        if cluster.routers is not None:
+            cluster.routers.announce = lambda ns, svc, url: print(f"service {ns}/{svc}: router {url}", flush=True)
         print("Ctrl-C to stop.", flush=True)
         try:
             await stop.wait()

@@ -34,6 +34,7 @@ from typing import Any
 from neuronfleet.sandbox.conditions import set_condition
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.events import EventRecorder
+from neuronfleet.sandbox.serving import LOCALHOST, PORT_ANNOTATION, ServerProcesses, grace_seconds, is_serving_pod
 from neuronfleet.sandbox.store import Store, WatchEvent
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,11 @@ class Kubelet:
         self.profiles.update(profiles or {})
         self.seed = seed
         self.readiness_hook: ReadinessHook | None = None
+        #: Runs serving pods' ``neuronserve serve`` as real local processes (None: simulate them).
+        self.server_processes: ServerProcesses | None = None
+        #: Called with a terminating pod before its containers get SIGTERM (the cluster takes the
+        #: pod out of its Services' endpoints there, so no new request reaches a draining server).
+        self.pre_stop_hooks: list[Callable[[Obj], object]] = []
         self.container_runner: ContainerRunner | None = None
         self.images: dict[str, set[str]] = {}
         #: Images no registry serves: pods using them stay Pending in ImagePullBackOff (fault tests).
@@ -111,6 +117,7 @@ class Kubelet:
         uid = pod["metadata"]["uid"]
         if event.type == "DELETED":
             self._cancel(uid)
+            self._kill_server(uid)
             return
         node_name = (pod.get("spec") or {}).get("nodeName")
         if not node_name or node_name in self._failed_nodes:
@@ -139,6 +146,14 @@ class Kubelet:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
         self._terminating.clear()
+        if self.server_processes is not None:
+            await self.server_processes.stop_all()
+
+    def _kill_server(self, uid: str) -> None:
+        """A pod that is gone at once (force deletion, lost node, failure) takes its process with it."""
+        processes = self.server_processes
+        if processes is not None and processes.get(uid) is not None:
+            asyncio.get_running_loop().create_task(processes.kill(uid))
 
     # ---- profiles ------------------------------------------------------------------------------------
 
@@ -282,6 +297,9 @@ class Kubelet:
             )
         if phase == "start":
             self.pods_started += 1
+        if self.server_processes is not None and is_serving_pod(pod):
+            await self._serve(pod, self.server_processes)
+            return
         ready = None
         if self.readiness_hook is not None:
             try:
@@ -305,6 +323,50 @@ class Kubelet:
         self.set_ready(pod["metadata"]["namespace"], pod["metadata"]["name"], True)
         if pod["spec"].get("restartPolicy", "Always") != "Always":
             await self._run_to_completion(pod, profile, phase)
+
+    async def _serve(self, pod: Obj, processes: ServerProcesses) -> None:
+        """Run the pod's server process: Ready when it says so, probed while it runs, restarted when it exits."""
+        namespace, name, uid = pod["metadata"]["namespace"], pod["metadata"]["name"], pod["metadata"]["uid"]
+        try:
+            server = await processes.start(pod, lambda line: self.write_log(namespace, name, line))
+        except OSError as exc:
+            self.write_log(namespace, name, f"sandbox: cannot start the server: {exc}")
+            self.crash_container(namespace, name, exit_code=127, reason="StartError")
+            return
+
+        def published(o: Obj) -> None:
+            o["metadata"].setdefault("annotations", {})[PORT_ANNOTATION] = str(server.port)
+
+        def local_ip(o: Obj) -> None:
+            o["status"]["podIP"] = LOCALHOST
+            o["status"]["podIPs"] = [{"ip": LOCALHOST}]
+
+        try:
+            self.store.update(self._pods, namespace, name, published)
+        except ApiError:
+            await processes.kill(uid)
+            return
+        self._write_status(pod, local_ip)
+        options = processes.options
+        if not await processes.wait_ready(uid):
+            code = await processes.kill(uid)
+            self.write_log(namespace, name, f"sandbox: the server did not become ready (exit code {code})")
+            self.crash_container(namespace, name, exit_code=code or 1)
+            return
+        self.set_ready(namespace, name, True)
+        ready, failures = True, 0
+        while True:
+            code = await processes.wait_exit(uid, options.probe_period_s)
+            if code is not None or processes.get(uid) is None:
+                await processes.kill(uid)
+                self.write_log(namespace, name, f"sandbox: the server exited with code {code}")
+                self.crash_container(namespace, name, exit_code=code if code else 137)
+                return
+            probed = await processes.probe(uid)
+            failures = 0 if probed else failures + 1
+            if (probed and not ready) or (not probed and ready and failures >= options.failure_threshold):
+                ready = bool(probed)
+                self.set_ready(namespace, name, ready)
 
     async def _run_to_completion(self, pod: Obj, profile: ColdStartProfile, phase: str) -> None:
         namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
@@ -449,7 +511,13 @@ class Kubelet:
                     f"Stopping container {container['name']}",
                     host=pod["spec"].get("nodeName", ""),
                 )
-            if grace > 0:
+            for hook in self.pre_stop_hooks:
+                hook(pod)
+            processes = self.server_processes
+            if processes is not None and processes.get(uid) is not None:
+                # The real thing: SIGTERM, the server drains, SIGKILL when the grace period ends.
+                await processes.terminate(uid, grace_seconds(pod))
+            elif grace > 0:
                 await asyncio.sleep(min(grace, self.profile_for(pod).shutdown_s))
             with contextlib.suppress(ApiError):
                 self.store.delete(self._pods, pod["metadata"]["namespace"], pod["metadata"]["name"], grace_period=0)
@@ -475,6 +543,7 @@ class Kubelet:
         task = self._tasks.pop(pod["metadata"]["uid"], None)
         if task is not None and task is not asyncio.current_task():
             task.cancel()
+        self._kill_server(pod["metadata"]["uid"])
         now = self.clock.timestamp()
 
         def failed(o: Obj) -> None:
@@ -534,6 +603,7 @@ class Kubelet:
         for pod in list(self.store.iter(self._pods)):
             if (pod.get("spec") or {}).get("nodeName") == name:
                 self._cancel(pod["metadata"]["uid"])
+                self._kill_server(pod["metadata"]["uid"])
                 with contextlib.suppress(ApiError):
                     self.store.delete(self._pods, pod["metadata"]["namespace"], pod["metadata"]["name"], grace_period=0)
         return True
