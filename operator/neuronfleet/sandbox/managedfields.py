@@ -184,17 +184,20 @@ def _walk(
 
 def owned_paths(obj: Obj, types: ListTypes, subresource: str | None, status_subresource: bool) -> dict[Path, Any]:
     """The ownable leaves of ``obj`` written through ``subresource``."""
-    flat = flatten({k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}, types)
     result: dict[Path, Any] = {}
-    for path, value in flat.items():
-        if path[0] == "f:metadata" and (len(path) == 1 or path[1][2:] in _UNOWNED_META):
+    schema = types.schema
+    for key, value in obj.items():
+        if key in ("apiVersion", "kind") or value is None:
             continue
-        is_status = path[0] == "f:status"
-        if subresource == "status" and not is_status:
+        is_status = key == "status"
+        if (subresource == "status" and not is_status) or (subresource is None and status_subresource and is_status):
             continue
-        if subresource is None and status_subresource and is_status:
+        if key == "metadata" and isinstance(value, dict):
+            for name, field in value.items():
+                if name not in _UNOWNED_META and field is not None:
+                    _walk(field, None, (key, name), (f"f:{key}", f"f:{name}"), types, result)
             continue
-        result[path] = value
+        _walk(value, _child_schema(schema, key), (key,), (f"f:{key}",), types, result)
     return result
 
 
@@ -275,10 +278,9 @@ def write_entries(entries: list[Entry]) -> list[Obj]:
 
 
 def _covers(owned: set[Path], path: Path) -> bool:
-    """Whether ``owned`` holds ``path`` or a field inside it or above it (a parent owned whole)."""
-    if path in owned:
-        return True
-    return any(p[: len(path)] == path or path[: len(p)] == p for p in owned)
+    """Whether ``owned`` holds ``path`` or a field inside it (owning a map or a list item is not
+    owning its fields: only atomic values are owned whole, and they have no fields)."""
+    return path in owned or any(p[: len(path)] == path for p in owned)
 
 
 # ---- Update ---------------------------------------------------------------------------------------
@@ -455,10 +457,13 @@ def apply(
     # Fields this manager applied before and applies no more go, unless someone else holds them.
     previous = mine.fields if mine is not None else set()
     kept_by_others = set().union(*(e.fields for e in others)) if others else set()
-    for path in sorted(previous - applied, key=len, reverse=True):
-        if _covers(applied, path) or _covers(kept_by_others, path):
+    removed: list[Path] = []
+    # Outermost first: a list item goes whole (its key fields must not go before it is found).
+    for path in sorted(previous - applied, key=len):
+        if any(path[: len(r)] == r for r in removed) or _covers(applied, path) or _covers(kept_by_others, path):
             continue
         _remove_path(merged, path)
+        removed.append(path)
 
     if mine is None:
         mine = Entry(manager.name, "Apply", manager.api_version, now, set(), manager.subresource)
