@@ -6,8 +6,11 @@ and role labels are added by Prometheus relabeling from pod labels, never by the
 - ``neuronserve_queue_depth``: requests accepted and waiting for a batch.
 - ``neuronserve_inflight_requests``: requests accepted and not yet answered (queued + executing);
   zero means a draining replica can go.
-- ``neuronserve_requests_total{outcome}``: ok | rejected (429 queue full, 503 not ready or
-  draining) | bad_request (4xx) | error (5xx).
+- ``neuronserve_requests_total{outcome}``: one count per infer request, by its answer:
+  ``ok`` (200), ``rejected`` (the server would not take it now: 429 queue full, 503 not ready,
+  draining or shut down before it ran), ``bad_request`` (the client must change it: 400 invalid
+  request or text the tokenizer refuses, 404 unknown model or version, 413 too large) or
+  ``error`` (500: the server failed, in execution or anywhere in answering).
 - ``neuronserve_batch_size``: rows per executed batch (before padding to the bucket).
 - ``neuronserve_request_latency_seconds``: arrival to answer of successful infer requests.
 - ``neuronserve_device_busy_ratio``: share of the last ``window`` seconds the device executed.

@@ -1,15 +1,23 @@
-"""KServe v2 (Open Inference Protocol) JSON: request validation and response shapes.
+"""KServe v2 (Open Inference Protocol): request validation and response shapes, JSON and binary.
 
 Pure data handling (numpy only), so every rule about what the server accepts sits in one place and
 each refusal carries the reason the client sees. The served models take 2-D [batch, sequence]
 integer inputs; a model artifact that ships a tokenizer also accepts a BYTES tensor named ``text``
 (strings are tokenized, truncated to the largest compiled sequence bucket).
+
+Triton's binary tensor data extension (what tritonclient and the kserve SDK send by default):
+the body is a JSON header of ``Inference-Header-Content-Length`` bytes followed by the raw
+little-endian, row-major data of each input whose ``parameters.binary_data_size`` is set, in the
+order the inputs are listed (a BYTES element is a 4-byte little-endian length and its UTF-8
+bytes). An output is answered the same way when its ``parameters.binary_data`` is true, or when
+the request's ``parameters.binary_data_output`` is and the output does not say otherwise.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +29,9 @@ from neuronserve.manifest import Manifest
 
 TEXT_INPUT = "text"
 ACCEPTED_INT_DATATYPES = ("INT64", "INT32")
+HEADER_LENGTH = "Inference-Header-Content-Length"
+BINARY_DTYPES: dict[str, np.dtype[np.signedinteger[Any]]] = {"INT64": np.dtype("<i8"), "INT32": np.dtype("<i4")}
+NO_BINARY = memoryview(b"")
 
 # A tokenizer turns strings into (input_ids rows, attention_mask rows), each [n, seq] int64.
 Tokenize = Callable[[Sequence[str], int], tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]
@@ -40,6 +51,8 @@ class InferRequest:
 
     id: str | None
     arrays: list[npt.NDArray[np.int64]]
+    # Answer the output as binary data (Triton's binary tensor data extension) instead of JSON.
+    binary_output: bool = False
 
     @property
     def rows(self) -> int:
@@ -66,6 +79,56 @@ def parse_json(body: bytes) -> dict[str, Any]:
     return doc
 
 
+def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], memoryview | None]:
+    """The JSON header and the binary data after it (None: no ``Inference-Header-Content-Length``)."""
+    if header_length is None:
+        return parse_json(body), None
+    try:
+        length = int(header_length)
+    except ValueError:
+        raise _fail(f"{HEADER_LENGTH} must be an integer, got {header_length!r}") from None
+    if length < 0 or length > len(body):
+        raise _fail(f"{HEADER_LENGTH} {length} is larger than the body ({len(body)} bytes)")
+    view = memoryview(body)
+    return parse_json(view[:length].tobytes()), view[length:]
+
+
+def _binary_size(tensor: dict[str, Any], name: str) -> int | None:
+    parameters = tensor.get("parameters")
+    if parameters is None:
+        return None
+    if not isinstance(parameters, dict):
+        raise _fail(f"input {name!r}: 'parameters' must be an object")
+    size = parameters.get("binary_data_size")
+    if size is None:
+        return None
+    if type(size) is not int or size < 0:
+        raise _fail(f"input {name!r}: binary_data_size must be a non-negative integer, got {size!r}")
+    return size
+
+
+def _binary_chunks(tensors: list[dict[str, Any]], blob: memoryview | None) -> dict[str, memoryview]:
+    """Each binary input's bytes, cut from the data after the JSON header in the inputs' order."""
+    chunks: dict[str, memoryview] = {}
+    offset = 0
+    for tensor in tensors:
+        name = tensor["name"]
+        size = _binary_size(tensor, name)
+        if size is None:
+            continue
+        if blob is None:
+            raise _fail(f"input {name!r}: binary_data_size needs the {HEADER_LENGTH} header")
+        if "data" in tensor:
+            raise _fail(f"input {name!r}: both 'data' and binary_data_size given; send one")
+        if offset + size > len(blob):
+            raise _fail(f"input {name!r}: binary data ends after {len(blob) - offset} of {size} bytes")
+        chunks[name] = blob[offset : offset + size]
+        offset += size
+    if blob is not None and offset != len(blob):
+        raise _fail(f"{len(blob) - offset} bytes of binary data after the last binary input")
+    return chunks
+
+
 def _shape(tensor: dict[str, Any], name: str) -> list[int]:
     shape = tensor.get("shape")
     if not isinstance(shape, list) or not all(type(d) is int for d in shape):
@@ -75,7 +138,9 @@ def _shape(tensor: dict[str, Any], name: str) -> list[int]:
     return shape
 
 
-def _int_array(tensor: dict[str, Any], name: str, manifest: Manifest) -> npt.NDArray[np.int64]:
+def _int_array(
+    tensor: dict[str, Any], name: str, manifest: Manifest, chunk: memoryview | None
+) -> npt.NDArray[np.int64]:
     shape = _shape(tensor, name)
     if len(shape) != 2:
         raise _fail(f"input {name!r}: shape must be [batch, sequence], got {shape}")
@@ -83,6 +148,16 @@ def _int_array(tensor: dict[str, Any], name: str, manifest: Manifest) -> npt.NDA
     datatype = tensor.get("datatype")
     if datatype not in ACCEPTED_INT_DATATYPES:
         raise _fail(f"input {name!r}: datatype must be INT64 (or INT32), got {datatype!r}")
+    if chunk is not None:
+        dtype = BINARY_DTYPES[datatype]
+        expected_bytes = math.prod(shape) * dtype.itemsize
+        if len(chunk) != expected_bytes:
+            raise _fail(
+                f"input {name!r}: binary_data_size {len(chunk)} does not match shape {shape} of {datatype} "
+                f"({expected_bytes} bytes)"
+            )
+        binary: npt.NDArray[np.int64] = np.frombuffer(chunk, dtype=dtype).reshape(shape).astype(np.int64, copy=False)
+        return binary
     data = tensor.get("data")
     if not isinstance(data, list):
         raise _fail(f"input {name!r}: 'data' must be a list (flat, row-major, or nested to the shape)")
@@ -113,8 +188,57 @@ def _check_limits(rows: int, sequence: int, manifest: Manifest) -> None:
         )
 
 
-def parse_infer(doc: dict[str, Any], manifest: Manifest, tokenize: Tokenize | None) -> InferRequest:
-    """Validate a v2 infer request against the artifact's signature and limits."""
+def parse_request(
+    body: bytes, header_length: str | None, manifest: Manifest, tokenize: Tokenize | None
+) -> InferRequest:
+    """Validate an infer request body (JSON, or JSON header + binary data) against the artifact."""
+    doc, blob = split_body(body, header_length)
+    return parse_infer(doc, manifest, tokenize, blob)
+
+
+def _binary_output(doc: dict[str, Any], manifest: Manifest) -> bool:
+    """Whether the (single) output goes back as binary data; refuses outputs the model does not have."""
+    parameters = doc.get("parameters", {})
+    if not isinstance(parameters, dict):
+        raise _fail("'parameters' must be an object")
+    binary = parameters.get("binary_data_output", False)
+    if not isinstance(binary, bool):
+        raise _fail(f"binary_data_output must be true or false, got {binary!r}")
+    requested = doc.get("outputs")
+    if requested is None:
+        return binary
+    if not isinstance(requested, list):
+        raise _fail("'outputs' must be a list of {name, parameters} objects")
+    known = [s.name for s in manifest.outputs]
+    seen: set[str] = set()
+    for output in requested:
+        if not isinstance(output, dict) or not isinstance(output.get("name"), str):
+            raise _fail("every requested output must be an object with a string 'name'")
+        name = output["name"]
+        if name not in known:
+            raise _fail(f"unknown output {name!r}: the model has {', '.join(known)}")
+        if name in seen:
+            raise _fail(f"output {name!r} requested twice")
+        seen.add(name)
+        out_parameters = output.get("parameters", {})
+        if not isinstance(out_parameters, dict):
+            raise _fail(f"output {name!r}: 'parameters' must be an object")
+        if out_parameters.get("classification"):
+            raise _fail(f"output {name!r}: the classification extension is not supported")
+        out_binary = out_parameters.get("binary_data", binary)
+        if not isinstance(out_binary, bool):
+            raise _fail(f"output {name!r}: binary_data must be true or false, got {out_binary!r}")
+        binary = out_binary
+    return binary
+
+
+def parse_infer(
+    doc: dict[str, Any], manifest: Manifest, tokenize: Tokenize | None, blob: memoryview | None = None
+) -> InferRequest:
+    """Validate a v2 infer request against the artifact's signature and limits.
+
+    ``blob``: the binary data after the JSON header (None when the request had no header length).
+    """
     request_id = doc.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise _fail("'id' must be a string")
@@ -131,11 +255,14 @@ def parse_infer(doc: dict[str, Any], manifest: Manifest, tokenize: Tokenize | No
         if name in by_name:
             raise _fail(f"input {name!r} given twice")
         by_name[name] = tensor
+    chunks = _binary_chunks(tensors, blob)
+    binary_output = _binary_output(doc, manifest)
     expected_names = [s.name for s in manifest.inputs]
     if TEXT_INPUT in by_name and TEXT_INPUT not in expected_names:
         if len(by_name) != 1:
             raise _fail(f"'{TEXT_INPUT}' cannot be combined with other inputs")
-        return InferRequest(request_id, _text_arrays(by_name[TEXT_INPUT], manifest, tokenize))
+        arrays = _text_arrays(by_name[TEXT_INPUT], manifest, tokenize, chunks.get(TEXT_INPUT))
+        return InferRequest(request_id, arrays, binary_output)
     unknown = sorted(set(by_name) - set(expected_names))
     if unknown:
         raise _fail(f"unknown input(s) {', '.join(map(repr, unknown))}: the model takes {', '.join(expected_names)}")
@@ -144,7 +271,7 @@ def parse_infer(doc: dict[str, Any], manifest: Manifest, tokenize: Tokenize | No
         raise _fail(f"missing input(s): {', '.join(missing)}")
     arrays = []
     for sig in manifest.inputs:
-        array = _int_array(by_name[sig.name], sig.name, manifest)
+        array = _int_array(by_name[sig.name], sig.name, manifest, chunks.get(sig.name))
         if sig.min_value is not None and int(array.min()) < sig.min_value:
             raise _fail(f"input {sig.name!r}: values must be >= {sig.min_value}, found {int(array.min())}")
         if sig.max_value is not None and int(array.max()) > sig.max_value:
@@ -155,10 +282,32 @@ def parse_infer(doc: dict[str, Any], manifest: Manifest, tokenize: Tokenize | No
             "all inputs must have the same shape: "
             + ", ".join(f"{s.name} {list(a.shape)}" for s, a in zip(manifest.inputs, arrays, strict=True))
         )
-    return InferRequest(request_id, arrays)
+    return InferRequest(request_id, arrays, binary_output)
 
 
-def _text_arrays(tensor: dict[str, Any], manifest: Manifest, tokenize: Tokenize | None) -> list[npt.NDArray[np.int64]]:
+def _binary_strings(chunk: memoryview, name: str) -> list[str]:
+    """A binary BYTES tensor: each element a 4-byte little-endian length and that many UTF-8 bytes."""
+    strings: list[str] = []
+    offset = 0
+    while offset < len(chunk):
+        index = len(strings)
+        if offset + 4 > len(chunk):
+            raise _fail(f"input {name!r}: element {index} runs past the end of the tensor's binary data")
+        (length,) = struct.unpack_from("<I", chunk, offset)
+        offset += 4
+        if offset + length > len(chunk):
+            raise _fail(f"input {name!r}: element {index} runs past the end of the tensor's binary data")
+        try:
+            strings.append(chunk[offset : offset + length].tobytes().decode("utf-8"))
+        except UnicodeDecodeError:
+            raise _fail(f"input {name!r}: element {index} is not valid UTF-8") from None
+        offset += length
+    return strings
+
+
+def _text_arrays(
+    tensor: dict[str, Any], manifest: Manifest, tokenize: Tokenize | None, chunk: memoryview | None
+) -> list[npt.NDArray[np.int64]]:
     if tokenize is None:
         raise _fail(f"this model has no tokenizer: send {', '.join(s.name for s in manifest.inputs)} instead of text")
     if [s.name for s in manifest.inputs] != ["input_ids", "attention_mask"]:
@@ -166,29 +315,53 @@ def _text_arrays(tensor: dict[str, Any], manifest: Manifest, tokenize: Tokenize 
     shape = _shape(tensor, TEXT_INPUT)
     if tensor.get("datatype") != "BYTES":
         raise _fail(f"input 'text': datatype must be BYTES, got {tensor.get('datatype')!r}")
-    data = tensor.get("data")
+    data = _binary_strings(chunk, TEXT_INPUT) if chunk is not None else tensor.get("data")
     if not isinstance(data, list) or not all(isinstance(s, str) for s in data):
         raise _fail("input 'text': 'data' must be a flat list of strings")
     if len(shape) != 1 or shape[0] != len(data):
         raise _fail(f"input 'text': shape must be [{len(data)}] for {len(data)} strings, got {shape}")
     _check_limits(len(data), 1, manifest)
-    ids, mask = tokenize(data, manifest.max_sequence)
+    for index, text in enumerate(data):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            # JSON can carry lone surrogates ("\ud800") that no UTF-8 tokenizer takes.
+            raise _fail(
+                f"input 'text': element {index} is not valid Unicode (lone surrogate at character {exc.start})"
+            ) from None
+    try:
+        ids, mask = tokenize(data, manifest.max_sequence)
+    except Exception as exc:  # the tokenizer's only input is the client's text: its refusal is a 400
+        raise _fail(f"input 'text': the tokenizer refused it: {exc}") from None
     return [ids, mask]
 
 
 def infer_response(
-    model_name: str, model_version: str, request_id: str | None, output_name: str, rows: npt.NDArray[np.float32]
-) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "model_name": model_name,
-        "model_version": model_version,
-        "outputs": [
-            {"name": output_name, "datatype": "FP32", "shape": list(rows.shape), "data": rows.ravel().tolist()}
-        ],
-    }
+    model_name: str,
+    model_version: str,
+    request_id: str | None,
+    output_name: str,
+    rows: npt.NDArray[np.float32],
+    binary: bool = False,
+    parameters: dict[str, Any] | None = None,
+) -> tuple[bytes, int | None]:
+    """The response body, and the JSON header's length when binary data follows it (else None)."""
+    output: dict[str, Any] = {"name": output_name, "datatype": "FP32", "shape": list(rows.shape)}
+    raw = b""
+    if binary:
+        raw = np.ascontiguousarray(rows, dtype="<f4").tobytes()
+        output["parameters"] = {"binary_data_size": len(raw)}
+    else:
+        output["data"] = rows.ravel().tolist()
+    doc: dict[str, Any] = {"model_name": model_name, "model_version": model_version, "outputs": [output]}
     if request_id is not None:
         doc["id"] = request_id
-    return doc
+    if parameters:
+        doc["parameters"] = parameters
+    header = json.dumps(doc).encode()
+    if not binary:
+        return header, None
+    return header + raw, len(header)
 
 
 def model_metadata(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import signal
 import sys
@@ -30,7 +29,7 @@ from neuronserve import __version__
 from neuronserve.batcher import Batcher, QueueFull, Runner, ShuttingDown, TimedDevice
 from neuronserve.manifest import Manifest, revision
 from neuronserve.metrics import BusyTracker, ServerMetrics
-from neuronserve.protocol import BadRequest, Tokenize, infer_response, model_metadata, parse_infer, parse_json
+from neuronserve.protocol import HEADER_LENGTH, BadRequest, Tokenize, infer_response, model_metadata, parse_request
 
 log = logging.getLogger("neuronserve")
 
@@ -134,10 +133,13 @@ async def json_errors(
         return _error(exc.status, exc.reason)
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
+        if request.method == "POST" and request.path.endswith("/infer"):
+            request.app[STATE_KEY].metrics.outcome("error")
         return _error(500, "internal server error")
 
 
 STATE_KEY = web.AppKey("state", ServerState)
+EMULATED_PARAMETERS = {"emulated": True, "outputs": "placeholders from the emulated device, not model outputs"}
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes:
@@ -162,6 +164,8 @@ def create_app(state: ServerState) -> web.Application:
     app.router.add_get("/v2", server_metadata)
     app.router.add_get("/v2/models/{name}", metadata)
     app.router.add_get("/v2/models/{name}/ready", model_ready)
+    app.router.add_get("/v2/models/{name}/versions/{version}", metadata)
+    app.router.add_get("/v2/models/{name}/versions/{version}/ready", model_ready)
     app.router.add_post("/v2/models/{name}/infer", infer)
     app.router.add_post("/v2/models/{name}/versions/{version}/infer", infer)
     app.router.add_get("/metrics", metrics)
@@ -182,7 +186,7 @@ async def ready(request: web.Request) -> web.Response:
 
 
 async def server_metadata(request: web.Request) -> web.Response:
-    return web.json_response({"name": "neuronserve", "version": __version__, "extensions": []})
+    return web.json_response({"name": "neuronserve", "version": __version__, "extensions": ["binary_tensor_data"]})
 
 
 def _model(request: web.Request) -> tuple[ServerState, Manifest]:
@@ -233,7 +237,7 @@ async def infer(request: web.Request) -> web.Response:
             raise _Refusal(503, f"not accepting requests ({state.phase})", "rejected")
         body = await _read_body(request, state.body_limit)
         try:
-            parsed = parse_infer(parse_json(body), manifest, state.tokenize)
+            parsed = parse_request(body, request.headers.get(HEADER_LENGTH), manifest, state.tokenize)
         except BadRequest as exc:
             raise _Refusal(exc.status, str(exc), "bad_request") from None
         try:
@@ -259,13 +263,21 @@ async def infer(request: web.Request) -> web.Response:
             log.error("inference failed: %s", exc)
             state.metrics.outcome("error")
             return _error(500, f"inference failed: {exc}")
-        doc = infer_response(manifest.name, state.version, parsed.id, manifest.outputs[0].name, rows)
-        if state.device["emulated"]:
-            doc["parameters"] = {
-                "emulated": True,
-                "outputs": "placeholders from the emulated device, not model outputs",
-            }
-        response = web.Response(body=json.dumps(doc).encode(), content_type="application/json")
+        payload, header_length = infer_response(
+            manifest.name,
+            state.version,
+            parsed.id,
+            manifest.outputs[0].name,
+            rows,
+            binary=parsed.binary_output,
+            parameters=EMULATED_PARAMETERS if state.device["emulated"] else None,
+        )
+        if header_length is None:
+            response = web.Response(body=payload, content_type="application/json")
+        else:
+            response = web.Response(
+                body=payload, content_type="application/octet-stream", headers={HEADER_LENGTH: str(header_length)}
+            )
         state.metrics.outcome("ok")
         state.metrics.latency.observe(time.monotonic() - arrived)
         return response

@@ -277,3 +277,31 @@ def test_metrics_have_the_names_the_operator_reads(live_server: LiveServer) -> N
     assert 0 <= values["neuronserve_device_busy_ratio"] <= 1
     assert values["neuronserve_queue_depth"] == 0
     assert values["neuronserve_inflight_requests"] == 0
+
+
+class _AnswerlessRunner:
+    """Runs the model, then hands back rows no response can be built from (a server bug)."""
+
+    def __init__(self, runner: Any) -> None:
+        self._runner = runner
+
+    def cost(self, rows: int, sequence: int) -> float | None:
+        cost: float | None = self._runner.cost(rows, sequence)
+        return cost
+
+    def run(self, requests: Any) -> tuple[list[Any], Any]:
+        return [object() for _ in requests], None
+
+
+def test_a_server_failure_is_a_500_counted_as_error(live_server: LiveServer) -> None:
+    from neuronserve.server import ServeConfig
+
+    assert live_server.state is not None and live_server.state.batcher is not None
+    runner = _AnswerlessRunner(live_server.state.batcher.runner)
+    with LiveServer(live_server.manifest, runner, ServeConfig()) as broken:
+        body = json.dumps({"inputs": [_ids([1, 4]), _mask([1, 4])]}).encode()
+        status, _, doc = http_json(broken.url, "POST", INFER, body)
+        assert (status, doc) == (500, {"error": "internal server error"})
+        values = _metrics(broken)
+        assert values["neuronserve_requests_total{outcome=error}"] == 1
+        assert values["neuronserve_requests_total{outcome=ok}"] == 0
