@@ -154,3 +154,18 @@ def test_unknown_fields_warn_with_kubectl(run_kubectl, repo_root: Path, tmp_path
     manifest["spec"]["bar"] = 2
     applied = run_kubectl("apply", "--server-side", "--validate=warn", "-f", write(tmp_path / "app.yaml", manifest))
     assert 'Warning: unknown field "spec.bar"' in applied.stderr
+
+
+def test_scale_subresource_writes_are_owned(run_kubectl, repo_root: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    manifest = example_with_labels(repo_root, {"team": "chat"})
+    manifest["spec"]["scaling"] = {"mode": "Manual", "replicas": 1}
+    name = manifest["metadata"]["name"]
+    path = write(tmp_path / "app.yaml", manifest)
+    run_kubectl("apply", "--server-side", "-f", path)
+    run_kubectl("scale", "infdep", name, "--replicas=3")
+    entry = next(e for e in stored(run_kubectl, name)["metadata"]["managedFields"] if e.get("subresource") == "scale")
+    assert entry["operation"] == "Update"
+    assert entry["fieldsV1"] == {"f:spec": {"f:scaling": {"f:replicas": {}}}}
+    refused = run_kubectl("apply", "--server-side", "-f", path, check=False)
+    assert refused.returncode != 0
+    assert "Apply failed with 1 conflict" in refused.stderr and ".spec.scaling.replicas" in refused.stderr

@@ -12,6 +12,7 @@ Usage (async, in the test's loop; fast under ``looptime``)::
         node_groups=[NodeGroup("inf2-small", "inf2.xlarge", count=2, zones=("us-east-1a", "us-east-1b"))],
         crd_dir="crds",          # registers every CRD in crds/*.yaml
         kopf_peering=False,      # True registers kopf.dev peering CRDs
+        priority_classes=False,  # True creates the chart's PriorityClasses (``sandbox up`` does)
         neuron_scheduler_name="neuron-scheduler",  # None: only default-scheduler pods get bound
         cold_start=ColdStartProfile(image_pull_s=30, container_start_s=2, readiness_s=45),
         provisioning_delay_s=60, consolidation_delay_s=30,
@@ -41,22 +42,29 @@ annotation (``CORES_ANNOTATION``).
 
 What the API server does (details in each module's docstring): uid, one global resourceVersion,
 generation, creationTimestamp; 201/409/404/400/410/415/422/429 with Status bodies; JSON merge,
-JSON and strategic merge patches (merge keys for pod/node lists: see ``patching``); label and field
+JSON and strategic merge patches (merge keys for pod/node lists: see ``patching``); server-side
+apply with ``managedFields`` per manager, removal of fields a manager stops applying and 409
+conflicts unless forced (``managedfields``; lists by CRD list type / strategic merge key, else
+atomic); name rules per kind with kube-apiserver's messages (``names``); label and field
 selectors on list and watch; watch resume from a bounded history, 410 Gone, timeoutSeconds,
 bookmarks (also the sendInitialEvents end marker); limit/continue; dryRun; status and scale
 subresources, pods/binding, pods/eviction (PodDisruptionBudgets), pods/log; finalizers,
 graceful pod deletion, background/foreground/orphan cascading GC, namespace and CRD termination
 after their contents; CRDs from files or POSTed (structural defaulting, pruning, JSON-schema and
-CEL validation, fieldValidation=Strict); discovery, OpenAPI v3 (kubectl apply --validate, explain),
+CEL validation, fieldValidation Strict/Warn with ``Warning`` headers for dropped fields);
+discovery, OpenAPI v3 (kubectl apply --validate, explain) and v2 (protobuf, kinds only: kubectl's
+"no matches for kind"),
 Table output with printer columns; protobuf bodies for Namespace/ConfigMap/Secret/access
 reviews/DeleteOptions (kubectl's typed commands, helm);
 Events from the scheduler, kubelet and provisioner; a request log. Controllers: scheduler,
 kubelet, provisioner, Job (+TTL), disruption (PDB status).
 
 Not done: authentication/authorization (every request is allowed; access reviews answer
-allowed), server-side apply field management (apply patches act as merge patches), protobuf for
-other kinds, list snapshots at an old resourceVersion, controllers for apps/v1 workloads
-(Deployments, ReplicaSets, DaemonSets, StatefulSets are stored only: enough for ``helm install``),
+allowed), field management of in-process controllers' writes (kubelet, scheduler: only API
+writes record managedFields), unions and atomic maps in server-side apply, schemas in the
+OpenAPI v2 document, protobuf for other kinds, list snapshots at an old resourceVersion,
+controllers for apps/v1 workloads (Deployments, ReplicaSets, DaemonSets, StatefulSets are stored
+only: enough for ``helm install``),
 Jobs with completions or parallelism above 1, Services/endpoints and pod networking, node leases/heartbeats,
 init containers, CEL rules cel-python cannot evaluate (skipped).
 """

@@ -529,7 +529,7 @@ class ApiServer:
         assert target.name is not None
         body = await self._body(request)
         if target.subresource == "scale":
-            return _json(self._write_scale(target, body))
+            return _json(self._write_scale(target, body, self._manager(request, target)))
         warnings = self._warnings(request)
         obj = self.store.replace(
             target.rt,
@@ -590,7 +590,7 @@ class ApiServer:
                 f"application/strategic-merge-patch+json (got {content_type!r})"
             )
         if target.subresource == "scale":
-            return _json(self._write_scale(target, patched))
+            return _json(self._write_scale(target, patched, self._manager(request, target)))
         obj = self.store.commit_patched(
             rt,
             current,
@@ -694,7 +694,7 @@ class ApiServer:
             "status": status,
         }
 
-    def _write_scale(self, target: Target, scale: Any) -> Obj:
+    def _write_scale(self, target: Target, scale: Any, manager: Manager | None = None) -> Obj:
         assert target.name is not None and target.rt.scale is not None
         rt, scale_spec = target.rt, target.rt.scale
         if not isinstance(scale, dict) or not isinstance((scale.get("spec") or {}).get("replicas"), int):
@@ -714,7 +714,11 @@ class ApiServer:
         if given_rv and str(given_rv) != current["metadata"]["resourceVersion"]:
             raise errors.conflict(rt.plural, rt.group, target.name)
         updated = self.store.update(
-            rt, target.namespace, target.name, lambda o: set_json_path(o, scale_spec.spec_replicas_path, replicas)
+            rt,
+            target.namespace,
+            target.name,
+            lambda o: set_json_path(o, scale_spec.spec_replicas_path, replicas),
+            manager=manager,
         )
         return self._scale_of(rt, updated)
 

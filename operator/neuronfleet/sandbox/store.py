@@ -450,12 +450,16 @@ class Store:
         mutate: Callable[[Obj], None],
         *,
         subresource: str | None = None,
+        manager: Manager | None = None,
     ) -> Obj:
-        """Read-modify-write for in-process controllers: ``mutate`` edits a deep copy."""
+        """Read-modify-write for in-process controllers: ``mutate`` edits a deep copy.
+
+        In-process controllers record no managedFields; ``manager`` is for API writes done this way
+        (the scale subresource)."""
         old = self.get(rt, namespace, name)
         new = copy.deepcopy(old)
         mutate(new)
-        return self._commit(rt, old, new, subresource=subresource)
+        return self._commit(rt, old, new, subresource=subresource, manager=manager)
 
     def commit_patched(
         self,
