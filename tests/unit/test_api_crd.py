@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -9,8 +10,10 @@ import celpy
 import kubernetes_validate
 import pytest
 import yaml
+from celpy.adapter import json_to_cel
 
 from neuronfleet.api.crd import CRD_FILENAME, crd, crd_yaml, openapi_schema
+from neuronfleet.api.v1alpha1 import NAME_RULE_MESSAGE
 from neuronfleet.cli import CRD_TARGET_DIRS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -111,3 +114,20 @@ def test_nested_defaults_let_a_minimal_spec_be_complete() -> None:
 
 def test_crd_yaml_round_trips() -> None:
     assert yaml.safe_load(crd_yaml()) == crd()
+
+
+def test_root_rules_read_only_what_kubernetes_lets_them_read_of_metadata() -> None:
+    """At a CRD's root, CEL may read metadata.name and metadata.generateName, nothing else of metadata."""
+    root_rules = openapi_schema()["x-kubernetes-validations"]
+    for rule in root_rules:
+        for reference in re.findall(r"self\.metadata\.(\w+)", rule["rule"]):
+            assert reference in ("name", "generateName"), rule["rule"]
+
+
+@pytest.mark.parametrize(("name", "accepted"), [("bert-v2", True), ("a.b", False), ("1abc", False), ("b-", False)])
+def test_the_name_rule_is_a_dns_1035_label(name: str, accepted: bool) -> None:
+    [rule] = [r for r in openapi_schema()["x-kubernetes-validations"] if r["message"] == NAME_RULE_MESSAGE]
+    env = celpy.Environment()
+    program = env.program(env.compile(rule["rule"]))
+    assert bool(program.evaluate({"self": json_to_cel({"metadata": {"name": name}})})) is accepted
+    assert rule["fieldPath"] == ".metadata.name"

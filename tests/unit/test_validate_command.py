@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from neuronfleet.api.v1alpha1 import NAME_RULE_MESSAGE
 from neuronfleet.cli import main, validate_files
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,3 +73,21 @@ def test_cli_runs_as_a_process_without_traceback() -> None:
     assert proc.returncode == 1
     assert "Traceback" not in proc.stdout + proc.stderr
     assert f"0 valid, {len(INVALID)} invalid" in proc.stdout
+
+
+@pytest.mark.parametrize("name", ["a.b", "1abc", "bert.v2", "Bert"])
+def test_names_the_operator_cannot_give_a_service_are_refused(name: str, tmp_path: Path) -> None:
+    # The same rule and message as the API server's (the CRD's CEL rule): Service names are DNS-1035 labels.
+    manifest = (REPO / "examples" / "invalid" / "name-not-dns-1035.yaml").read_text().replace("1bert.v2", name)
+    path = tmp_path / "named.yaml"
+    path.write_text(manifest)
+    [result] = validate_files([str(path)])
+    assert [str(p) for p in result.problems] == [f"metadata.name: {NAME_RULE_MESSAGE}"]
+
+
+def test_a_dns_1035_name_passes(tmp_path: Path) -> None:
+    manifest = (REPO / "examples" / "invalid" / "name-not-dns-1035.yaml").read_text().replace("1bert.v2", "bert-v2")
+    path = tmp_path / "named.yaml"
+    path.write_text(manifest)
+    [result] = validate_files([str(path)])
+    assert not result.problems
