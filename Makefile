@@ -40,13 +40,13 @@ $(STAMP):
 
 install: $(STAMP)  ## create .venv and install everything (done by demo and test)
 
-# DEMO_ARGS: e.g. DEMO_ARGS="--minutes 40 --speed 20" or "--skip-compile"; see `neuronfleet demo -h`.
+# DEMO_ARGS: e.g. DEMO_ARGS="--peak-rps 250" or "--load simulated --minutes 40 --speed 20"; see `neuronfleet demo -h`.
 DEMO_ARGS ?=
 
-demo: $(STAMP)  ## the tour: sandbox cluster + operator + compile + trace replay; report in demo-out/
+demo: $(STAMP)  ## the tour: sandbox + operator + compile + real requests to real servers via Prometheus; report in demo-out/
 	@echo "==> validating the example InferenceDeployments offline (schema, CEL rules, Inf2 catalog)"
 	$(BIN)/neuronfleet validate -f examples/
-	@echo "==> sandbox demo (live view on a terminal, a line per simulated minute otherwise)"
+	@echo "==> sandbox demo (live view on a terminal, a line per minute otherwise)"
 	$(BIN)/neuronfleet demo --out demo-out $(DEMO_ARGS)
 
 lint: $(STAMP)  ## ruff, mypy --strict, import-linter layering contracts

@@ -26,7 +26,14 @@ def test_short_demo_scales_the_fleet_and_writes_a_consistent_report(tmp_path: Pa
     console = Console(file=(tmp_path / "console.txt").open("w"), width=140)
     result = run_demo(
         DemoOptions(
-            minutes=3.0, speed=1000.0, out=out, live=False, skip_compile=True, start_minute=26.0, lead_in_minutes=0.0
+            load="simulated",
+            minutes=3.0,
+            speed=1000.0,
+            out=out,
+            live=False,
+            skip_compile=True,
+            start_minute=26.0,
+            lead_in_minutes=0.0,
         ),
         console,
     )
@@ -66,7 +73,10 @@ def test_bad_trace_is_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "trace.csv"
     bad.write_text("when,what\n1,2\n")
     with pytest.raises(DemoError, match="no arrival-time column"):
-        run_demo(DemoOptions(trace=bad, out=tmp_path / "out", live=False, skip_compile=True), Console(file=None))
+        run_demo(
+            DemoOptions(load="simulated", trace=bad, out=tmp_path / "out", live=False, skip_compile=True),
+            Console(file=None),
+        )
 
 
 def test_the_default_trace_ships_with_the_package() -> None:
@@ -78,4 +88,41 @@ def test_the_default_trace_ships_with_the_package() -> None:
 def test_a_missing_default_trace_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(demo_options, "DEFAULT_TRACE", tmp_path / "gone.csv")
     with pytest.raises(DemoError, match=r"default trace .* is missing"):
-        run_demo(DemoOptions(out=tmp_path / "out", live=False, skip_compile=True), Console(file=None))
+        run_demo(DemoOptions(load="simulated", out=tmp_path / "out", live=False, skip_compile=True), Console(file=None))
+
+
+@pytest.mark.slow
+@pytest.mark.prometheus
+@pytest.mark.timeout(420)
+def test_live_demo_serves_real_requests_loses_none_and_scales_up_from_prometheus(tmp_path: Path) -> None:
+    """The live part, short: a real compile, real servers (emulated device), Prometheus, the client.
+
+    75 s of the trace from minute 35.5 (its busiest 30 s): more than the two minReplicas pods
+    carry at the target utilization, so the operator must scale up from what Prometheus reads.
+    """
+    out = tmp_path / "demo-out"
+    console = Console(file=(tmp_path / "console.txt").open("w"), width=140)
+    result = run_demo(DemoOptions(load="real", out=out, live=False, live_start_minute=35.5, live_minutes=1.25), console)
+    summary = json.loads((out / "summary.json").read_text())
+    report = (out / "report.md").read_text()
+
+    assert summary["load"] == "real" and summary["figures_from"] == "measured at the client"
+    assert summary["metrics_source"] == "prometheus"
+    assert "measured at the client" in report and "emulated NeuronCore device" in report
+    assert "compiled for real on CPU" in summary["compile"]
+
+    # Every request the client scheduled has exactly one outcome; none was lost or left unsent.
+    outcomes = summary["outcomes"]
+    assert sum(outcomes.values()) == summary["requests"] == result.requests
+    assert summary["lost"] == outcomes["lost"] == 0, outcomes
+    assert outcomes["not_sent"] == 0 and outcomes["refused"] == 0, outcomes
+    assert outcomes["ok"] > 0.9 * summary["requests"] > 5000, outcomes
+    assert summary["served"] == outcomes["ok"] and summary["rejected"] == outcomes["rejected"]
+    assert 0.0 < summary["slo_attainment"] <= outcomes["ok"] / summary["requests"]
+
+    # The operator scaled up from minReplicas (2) on signals it read from Prometheus.
+    assert summary["scale_ups"] >= 1, summary["events"]
+    assert summary["peak_active"] > 2 and max(summary["timeline"]["ready"]) > 2
+    scaling = next(c for c in summary["conditions"] if c["type"] == "ScalingActive")
+    assert scaling["status"] == "True", scaling
+    assert summary["client"]["client_cpu_s"] > 0 and summary["client"]["peak_outstanding"] >= 1

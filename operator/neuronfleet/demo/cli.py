@@ -8,7 +8,14 @@ from typing import Any
 
 from rich.console import Console
 
-from neuronfleet.demo.options import DEFAULT_EXAMPLE, DEFAULT_TRACE, DemoError, DemoOptions
+from neuronfleet.demo.options import (
+    DEFAULT_EXAMPLE,
+    DEFAULT_TRACE,
+    LIVE_MINUTES,
+    LIVE_START_MINUTE,
+    DemoError,
+    DemoOptions,
+)
 from neuronfleet.demo.orchestration import run_demo
 from neuronfleet.demo.report import print_summary
 
@@ -20,18 +27,25 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         console = Console(highlight=False, width=140)
     err = Console(stderr=True, highlight=False)
     live = not args.no_live and console.is_terminal
+    real = args.load == "real"
+    slice_args: dict[str, float] = {}
+    if args.minutes is not None:
+        slice_args["live_minutes" if real else "minutes"] = args.minutes
+    if args.start_minute is not None:
+        slice_args["live_start_minute" if real else "start_minute"] = args.start_minute
     options = DemoOptions(
+        load=args.load,
         trace=args.trace,
-        minutes=args.minutes,
         speed=args.speed,
         example=args.example,
         out=args.out,
         live=live,
         skip_compile=args.skip_compile,
         peak_replicas=args.peak_replicas,
-        start_minute=args.start_minute,
         lead_in_minutes=args.lead_in,
         seed=args.seed,
+        peak_rps=args.peak_rps,
+        **slice_args,
     )
     try:
         result = run_demo(options, console)
@@ -44,26 +58,50 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
+        "--load",
+        choices=["real", "simulated"],
+        default="real",
+        help="real (default): an open-loop client sends the trace's requests in real time through the sandbox's "
+        "router to real neuronserve processes (emulated NeuronCore device), Prometheus scrapes them and the "
+        "operator scales from it; latency is measured at the client. simulated: the simulator's queue stands for "
+        "the load and for Prometheus, in compressed time (--speed)",
+    )
+    parser.add_argument(
         "--trace",
         type=Path,
         default=None,
         help=f"CSV trace to replay (default: the Azure LLM 2023 conversation trace shipped as {DEFAULT_TRACE.name})",
     )
-    parser.add_argument("--minutes", type=float, default=20.0, help="trace minutes to replay (default: 20)")
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=None,
+        help=f"trace minutes to replay (default: {LIVE_MINUTES:g} real, 20 simulated)",
+    )
     parser.add_argument(
         "--start-minute",
         type=float,
-        default=22.0,
-        help="trace minute to start at (default: 22: the busiest stretch of the default trace and the drop after it)",
+        default=None,
+        help=f"trace minute to start at (default: {LIVE_START_MINUTE:g} real: a rise to the trace's busiest 30 s, "
+        "then a lasting drop; 22 simulated: the busiest stretch and the drop after it)",
+    )
+    parser.add_argument(
+        "--peak-rps",
+        type=float,
+        default=360.0,
+        help="real load: superpose copies of the trace until its busiest 30 s reach this many requests/s "
+        "(default: 360, what this 2-core class of machine carries with the fleet)",
     )
     parser.add_argument(
         "--lead-in",
         type=float,
         default=3.0,
-        help="trace minutes before --start-minute replayed first and not measured (default: 3; 0: the fleet "
-        "meets the traffic at minReplicas)",
+        help="simulated load: trace minutes before --start-minute replayed first and not measured (default: 3; "
+        "0: the fleet meets the traffic at minReplicas)",
     )
-    parser.add_argument("--speed", type=float, default=10.0, help="simulated seconds per wall second (default: 10)")
+    parser.add_argument(
+        "--speed", type=float, default=10.0, help="simulated load: simulated seconds per wall second (default: 10)"
+    )
     parser.add_argument(
         "--example", type=Path, default=DEFAULT_EXAMPLE, help="the InferenceDeployment (default: %(default)s)"
     )
@@ -82,7 +120,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--peak-replicas",
         type=float,
         default=9.0,
-        help="scale the trace so its busiest minute needs this many replicas at full throughput (default: 9)",
+        help="simulated load: scale the trace so its busiest minute needs this many replicas at full throughput "
+        "(default: 9)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.set_defaults(func=_cmd_demo)
@@ -103,8 +142,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``neuronfleet demo`` and, when the sandbox command is there, ``neuronfleet sandbox demo``."""
     description = (
         "A one-command tour: the sandbox cluster with Inf2 node groups, the real operator, the example "
-        "InferenceDeployment (compiled for real on CPU), and a replay of a public trace as simulated load in "
-        "compressed time; a live view, then a summary and a report (report.md, timeline.png, summary.json)."
+        "InferenceDeployment (compiled for real on CPU), and a public trace replayed as load: by default real "
+        "requests in real time to real model servers (emulated NeuronCore device) scraped by Prometheus, or "
+        "(--load simulated) the simulator's queue in compressed time; a live view, then a summary and a report "
+        "(report.md, timeline.png, summary.json) that says how each figure was obtained."
     )
     add_arguments(sub.add_parser("demo", help="run the sandbox demo (same as `sandbox demo`)", description=description))
     actions = _sandbox_actions(sub)

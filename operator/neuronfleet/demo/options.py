@@ -49,8 +49,17 @@ def default_trace() -> Path:
     return DEFAULT_TRACE
 
 
+#: The live part's default slice of the default trace: a rise to its busiest 30 s at minute 36,
+#: then a drop by a third at minute 37 that lasts (a scale-up, then a scale-down).
+LIVE_START_MINUTE = 34.0
+LIVE_MINUTES = 5.5
+
+
 @dataclass
 class DemoOptions:
+    #: ``real``: requests from a client to real servers in real time (:mod:`neuronfleet.demo.live`);
+    #: ``simulated``: the simulator's queue in compressed time.
+    load: str = "real"
     #: None: the trace shipped with the package (:func:`default_trace`).
     trace: Path | None = None
     minutes: float = 20.0
@@ -67,6 +76,12 @@ class DemoOptions:
     #: fleet meets the measured span sized by the operator for the traffic, not at minReplicas.
     lead_in_minutes: float = 3.0
     seed: int = 0
+    #: Real load: the trace slice (real time), its busiest 30 s scaled to ``peak_rps`` by
+    #: superposing copies, each shifted by a seeded offset within ``offset_window_s``.
+    live_start_minute: float = LIVE_START_MINUTE
+    live_minutes: float = LIVE_MINUTES
+    peak_rps: float = 360.0
+    offset_window_s: float = 30.0
 
     @property
     def trace_path(self) -> Path:

@@ -61,7 +61,7 @@ from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES
 from neuronfleet.planning.fleet import FleetPolicy
 from neuronfleet.reconcile import MetricsSource, OperatorSettings
 from neuronfleet.run_command import build_context, operator_tasks
-from neuronfleet.sandbox import NodeGroup, SandboxCluster
+from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
 from neuronfleet.sandbox.artifacts import record_uncompiled_artifact
 from neuronfleet.sandbox.runners import SubprocessRunner
 from neuronfleet.sim import trace as traces
@@ -120,9 +120,14 @@ def minilm_path() -> Path:
     return Path(path)
 
 
-def prepare_example(options: DemoOptions, out: Path) -> Example:
-    """The example with the real model (or a stand-in when the compile is skipped) and a fresh store."""
+def prepare_example(options: DemoOptions, out: Path, spec_changes: dict[str, Any] | None = None) -> Example:
+    """The example with the real model (or a stand-in when the compile is skipped) and a fresh store.
+
+    ``spec_changes`` are merged into the spec first (the live part's shorter windows; the report
+    lists them).
+    """
     manifest = load_example(options.example)
+    _merge(manifest["spec"], spec_changes or {})
     store_dir = out / "artifacts"
     # A fresh store each run: an artifact left by an earlier run would skip the compile shown here.
     shutil.rmtree(store_dir, ignore_errors=True)
@@ -136,6 +141,14 @@ def prepare_example(options: DemoOptions, out: Path) -> Example:
     spec["model"].update(source=str(model_dir), batchBuckets=DEMO_BATCH_BUCKETS, sequenceBuckets=DEMO_SEQUENCE_BUCKETS)
     spec.setdefault("compile", {})["artifactStore"] = str(store_dir)
     return Example(manifest, InferenceDeployment.model_validate(manifest), store_dir)
+
+
+def _merge(base: dict[str, Any], changes: dict[str, Any]) -> None:
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
 
 
 # ------------------------------------------------------------------------------------- the load
@@ -196,8 +209,19 @@ def prepare_load(options: DemoOptions, dep: InferenceDeployment) -> SimulatedLoa
 # ------------------------------------------------------------------------------ cluster, operator
 
 
-def sandbox_cluster(example: Example, out: Path, seed: int) -> SandboxCluster:
-    """The sandbox with one inf2.xlarge node group (two nodes to start, room for maxReplicas)."""
+def sandbox_cluster(
+    example: Example,
+    out: Path,
+    seed: int,
+    *,
+    cold_start: ColdStartProfile = DEMO_COLD_START,
+    provisioning_delay_s: float = DEMO_PROVISIONING_S,
+    **live: Any,
+) -> SandboxCluster:
+    """The sandbox with one inf2.xlarge node group (two nodes to start, room for maxReplicas).
+
+    ``live``: the sandbox's options for serving pods that serve (``serving``, ``prometheus``, ...).
+    """
     dep = example.deployment
     max_nodes = max(4, math.ceil((dep.spec.scaling.max_replicas or 10) / 2) + 2)
     groups = [
@@ -211,12 +235,13 @@ def sandbox_cluster(example: Example, out: Path, seed: int) -> SandboxCluster:
         # crds/ in a checkout; elsewhere (a wheel) the same CRD generated from the typed API.
         crd_dir=REPO / "crds" if has_crds else None,
         crds=() if has_crds else [crd()],
-        cold_start=DEMO_COLD_START,
-        provisioning_delay_s=DEMO_PROVISIONING_S,
+        cold_start=cold_start,
+        provisioning_delay_s=provisioning_delay_s,
         consolidation_delay_s=60.0,
         neuron_scheduler_name=NEURON_SCHEDULER,
         kubeconfig_path=out / "kubeconfig",
         seed=seed,
+        **live,
     )
 
 
@@ -514,18 +539,25 @@ def simulated_result(
 
 
 def run_demo(options: DemoOptions, console: Console | None = None) -> DemoResult:
-    """Run the whole demo in a fresh looptime loop; write the report; return the figures."""
+    """Run the demo (real load in real time, or the simulated replay under looptime); write the report."""
     console = console or Console(highlight=False)
-    if options.minutes <= 0 or options.speed <= 0 or options.peak_replicas <= 0:
-        raise DemoError("--minutes, --speed and --peak-replicas must be positive")
+    if options.load not in ("real", "simulated"):
+        raise DemoError(f"--load is real or simulated, not {options.load!r}")
+    if min(options.minutes, options.speed, options.peak_replicas, options.live_minutes, options.peak_rps) <= 0:
+        raise DemoError("--minutes, --speed, --peak-replicas and --peak-rps must be positive")
     options.out.mkdir(parents=True, exist_ok=True)
     with _log_to_file(options.out / "operator.log"):
-        # looptime: the loop's clock jumps to the next timer only when no I/O is ready, so the
-        # HTTP between Kopf and the API server completes at one simulated instant.
-        import looptime  # the sandbox extra: imported here so `neuronfleet --help` works without it
+        if options.load == "real":
+            from neuronfleet.demo.live import live_demo  # real processes: a plain loop at wall speed
 
-        with asyncio.Runner(loop_factory=looptime.new_event_loop) as runner:
-            result = runner.run(simulated_demo(options, console))
+            result = asyncio.run(live_demo(options, console))
+        else:
+            # looptime: the loop's clock jumps to the next timer only when no I/O is ready, so the
+            # HTTP between Kopf and the API server completes at one simulated instant.
+            import looptime  # the sandbox extra: imported here so `neuronfleet --help` works without it
+
+            with asyncio.Runner(loop_factory=looptime.new_event_loop) as runner:
+                result = runner.run(simulated_demo(options, console))
     write_report(result, options.out)
     return result
 

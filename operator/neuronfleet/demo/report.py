@@ -78,6 +78,10 @@ class DemoResult:
         for key in ("p50_ms", "p99_ms"):
             if isinstance(data[key], float) and math.isnan(data[key]):
                 data[key] = None
+        data["timeline"] = {
+            key: [None if isinstance(v, float) and math.isnan(v) else v for v in values]
+            for key, values in data["timeline"].items()
+        }
         data["figures_from"] = self.measured
         return data
 
