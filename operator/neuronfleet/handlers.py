@@ -1,16 +1,20 @@
-"""The Kopf layer: thin handlers that call the one reconcile, and post its Events.
+"""The Kopf layer: one reconcile loop per object (a daemon), and handlers that only wake it.
 
 - start-up: clients are created once (Kubernetes, artifact store, metrics) and put in Kopf's
-  ``memo`` as an :class:`OperatorContext`; nothing is global.
-- create / update / resume: reconcile at once (so a new object gets its status immediately);
-- a per-object daemon: reconciles every ``interval`` seconds, or sooner when one of the object's
-  pods changes (a pod event handler wakes it);
-- deletion needs no handler: every child (pods, Service, PDB, compile Jobs) carries an
-  ownerReference, so the API server's garbage collector removes them, and the object is never
-  blocked by a finalizer while the operator is down.
+  ``memo`` as an :class:`OperatorContext`; nothing is global. Kopf's settings are made in one
+  place, :func:`kopf_settings`.
+- the per-object daemon is the only caller of the reconcile: at once when the object appears
+  (or the operator starts), then every ``interval`` seconds, or sooner when woken. Its back-off
+  after a failure (doubling from the interval, at most :data:`MAX_BACKOFF_SECONDS`) is the
+  operator's one retry policy.
+- wake-ups: a spec change (a new ``metadata.generation``; the operator's own status writes do
+  not wake it) and any change of one of the object's pods. Deletion drops the object's memory.
+- children (pods, Service, PDB, compile Jobs) carry an ownerReference, so the API server's garbage
+  collector removes them; Kopf's finalizer only lets it stop the daemon first.
 
-Failures never crash the operator: the reconcile reports errors in the Degraded condition, the
-handler posts a Warning Event and Kopf retries with back-off.
+There are no create/update handlers, so Kopf keeps no per-handler progress on the object; the
+framework still parses its ``last-handled-configuration`` annotation on every event, so a corrupted
+one is tolerated (:class:`TolerantDiffBaseStorage`) and reported by the reconcile as a condition.
 """
 
 from __future__ import annotations
@@ -24,22 +28,54 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION
 from neuronfleet.metrics.operator_metrics import OperatorMetrics
 from neuronfleet.planning.labels import LABEL_DEPLOYMENT
+from neuronfleet.planning.observation import DeploymentMemory
 from neuronfleet.planning.reasons import Reason
-from neuronfleet.reconcile import DeploymentMemory, Reconciler, ReconcileReport
+from neuronfleet.reconcile import Reconciler, ReconcileReport
 
 logger = logging.getLogger(__name__)
 
-#: Longest pause between retries of a failing reconcile.
-MAX_BACKOFF_SECONDS = 300.0
+#: Longest pause between retries of a failing reconcile: a blocked deployment (a missing
+#: PriorityClass, an unreachable store) is retried within this, not only when a pod changes.
+MAX_BACKOFF_SECONDS = 30.0
 
 registry = kopf.OperatorRegistry()
 
 Key = tuple[str, str]
+
+
+class TolerantDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
+    """Kopf's annotation storage, reading a value that is not JSON as absent instead of raising.
+
+    Kopf parses this annotation for every event of the object; unparseable, it raised each time
+    and the object was retried forever with nothing but log lines to show for it.
+    """
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        try:
+            return super().fetch(body=body)
+        except ValueError:
+            return None
+
+
+def kopf_settings(*, in_process: bool = False) -> kopf.OperatorSettings:
+    """Every Kopf setting of the operator.
+
+    ``in_process``: the operator shares its process with others (tests, the sandbox demo), so
+    Kopf's last-resort SIGKILL of a stuck exit, which would take the host process along, is off.
+    """
+    settings = kopf.OperatorSettings()
+    # The operator posts its own Events about what it did; Kopf's per-handler chatter is noise.
+    settings.posting.level = logging.WARNING
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = TolerantDiffBaseStorage(prefix=GROUP)
+    settings.watching.server_timeout = 300
+    if in_process:
+        settings.process.ultimate_exiting_timeout = None
+    return settings
 
 
 @dataclass
@@ -50,15 +86,20 @@ class OperatorContext:
     memories: dict[Key, DeploymentMemory] = field(default_factory=lambda: defaultdict(DeploymentMemory))
     wakeups: dict[Key, asyncio.Event] = field(default_factory=lambda: defaultdict(asyncio.Event))
     locks: dict[Key, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
+    #: The spec generation each object was last reconciled at (a new one wakes its daemon).
+    generations: dict[Key, int | None] = field(default_factory=dict)
     metrics: OperatorMetrics | None = None
     reconciles: int = 0
     failures: int = 0
+    #: Status writes made, in all (0 per idle object: nothing is written when nothing changed).
+    status_writes: int = 0
 
     async def reconcile(self, body: Any, namespace: str, name: str) -> ReconcileReport:
-        """Reconcile one object; one at a time per object, whoever asks."""
+        """Reconcile one object; one at a time per object; post its Events."""
         key = (namespace, name)
         async with self.locks[key]:
             self.reconciles += 1
+            self.generations[key] = (body.get("metadata") or {}).get("generation")
             started = time.perf_counter()
             try:
                 report = await self.reconciler.reconcile(dict(body), self.memories[key])
@@ -68,19 +109,31 @@ class OperatorContext:
                         namespace, name, time.perf_counter() - started, None, type(exc).__name__
                     )
                 raise
+            self.memories[key] = report.memory
+            self.status_writes += report.writes
             if self.metrics is not None:
                 error_kind = "ReconcileError" if report.error else None
                 self.metrics.record_reconcile(namespace, name, time.perf_counter() - started, report.status, error_kind)
         for event in report.events:
-            kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1000])
+            kopf.event(body, type=event.type, reason=event.reason.value, message=event.message[:1000])
         return report
 
+    def wake(self, namespace: str, name: str) -> None:
+        self.wakeups[(namespace, name)].set()
 
-def context_of(memo: Any) -> OperatorContext:
+    def forget(self, namespace: str, name: str) -> None:
+        key = (namespace, name)
+        self.memories.pop(key, None)
+        self.wakeups.pop(key, None)
+        self.locks.pop(key, None)
+        self.generations.pop(key, None)
+        if self.metrics is not None:
+            self.metrics.forget(namespace, name)
+
+
+def context_of(memo: Any) -> OperatorContext | None:
     context = memo.get("context") if hasattr(memo, "get") else None
-    if not isinstance(context, OperatorContext):
-        raise kopf.PermanentError("the operator was started without its context (see neuronfleet.run_command)")
-    return context
+    return context if isinstance(context, OperatorContext) else None
 
 
 @kopf.on.login(registry=registry)
@@ -89,48 +142,28 @@ def login(**kwargs: Any) -> Any:
     return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
 
-@kopf.on.startup(registry=registry)
-async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    # The operator posts its own Events about what it did; Kopf's per-handler chatter is noise.
-    settings.posting.level = logging.WARNING
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
-    settings.queueing.error_delays = [1, 2, 5, 10, 30, 60]
-    settings.watching.server_timeout = 300
-
-
 @kopf.on.cleanup(registry=registry)
 async def close_clients(memo: kopf.Memo, **_: Any) -> None:
-    context = memo.get("context")
-    if isinstance(context, OperatorContext):
-        await context.reconciler.kube.close()
-
-
-@kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec", registry=registry)
-@kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry)
-async def reconcile_now(body: kopf.Body, memo: kopf.Memo, namespace: str | None, name: str, **_: Any) -> None:
     context = context_of(memo)
-    namespace = namespace or "default"
-    try:
-        report = await context.reconcile(body, namespace, name)
-    except ApiException as exc:
-        raise kopf.TemporaryError(f"Kubernetes API: {exc.status} {exc.reason}", delay=5) from exc
-    if report.error:
-        raise kopf.TemporaryError(report.error, delay=10)
+    if context is not None:
+        await context.reconciler.kube.close()
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_timeout=2.0)
 async def keep_converging(
     body: kopf.Body, memo: kopf.Memo, namespace: str | None, name: str, stopped: kopf.DaemonStopped, **_: Any
 ) -> None:
-    """Reconcile every interval, or as soon as a pod of this deployment changes."""
+    """The object's one reconcile loop: now, then every interval or when woken; back off on failure."""
     context = context_of(memo)
+    if context is None:
+        raise kopf.PermanentError("the operator was started without its context (see neuronfleet.run_command)")
     namespace = namespace or "default"
     wakeup = context.wakeups[(namespace, name)]
     failures = 0
     while not stopped:
         interval = context.reconciler.settings.interval_seconds
+        # Cleared before the reconcile: a change during it wakes the next one at once.
+        wakeup.clear()
         try:
             report = await context.reconcile(body, namespace, name)
             failures = failures + 1 if report.error else 0
@@ -138,28 +171,35 @@ async def keep_converging(
             failures += 1
             context.failures += 1
             logger.warning("reconcile of %s/%s failed (%d in a row): %s", namespace, name, failures, exc)
-            kopf.warn(body, reason=Reason.RECONCILE_FAILED, message=f"{exc}"[:1000])
-        delay = min(MAX_BACKOFF_SECONDS, interval * (2 ** min(failures, 6))) if failures else interval
-        wakeup.clear()
+            kopf.warn(body, reason=Reason.RECONCILE_FAILED.value, message=f"{exc}"[:1000])
+        delay = min(MAX_BACKOFF_SECONDS, interval * 2 ** min(failures, 6)) if failures else interval
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(wakeup.wait(), timeout=delay)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+async def deployment_changed(
+    type: str, body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
+) -> None:
+    """A new spec generation wakes the object's daemon; deletion drops its memory."""
+    context = context_of(memo)
+    if context is None:
+        return
+    namespace = namespace or "default"
+    if type == "DELETED":
+        context.forget(namespace, name)
+        return
+    key = (namespace, name)
+    if key in context.generations and context.generations[key] != body.get("metadata", {}).get("generation"):
+        context.wake(namespace, name)
 
 
 @kopf.on.event("pods", labels={LABEL_DEPLOYMENT: kopf.PRESENT}, registry=registry)
 async def pod_changed(labels: kopf.Labels, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
     """A pod of a deployment changed (bound, ready, deleted...): wake that deployment's daemon."""
-    context = memo.get("context")
-    if isinstance(context, OperatorContext):
-        context.wakeups[(namespace or "default", labels[LABEL_DEPLOYMENT])].set()
+    context = context_of(memo)
+    if context is not None:
+        context.wake(namespace or "default", labels[LABEL_DEPLOYMENT])
 
 
-@kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, optional=True)
-async def forget(memo: kopf.Memo, namespace: str | None, name: str, **_: Any) -> None:
-    """Drop the object's in-memory state and metric series (children go by garbage collection)."""
-    context = memo.get("context")
-    if isinstance(context, OperatorContext):
-        key = (namespace or "default", name)
-        for table in (context.memories, context.wakeups, context.locks):
-            table.pop(key, None)
-        if context.metrics is not None:
-            context.metrics.forget(*key)
+__all__ = ["MAX_BACKOFF_SECONDS", "OperatorContext", "TolerantDiffBaseStorage", "kopf_settings", "registry"]

@@ -1,86 +1,86 @@
-"""One idempotent reconcile of an InferenceDeployment: observe -> pure plans -> apply.
+"""One idempotent reconcile of an InferenceDeployment: observe -> pure plan -> apply.
 
-Every Kopf handler (create, update, resume, the per-object daemon) calls :meth:`Reconciler.reconcile`.
-It holds no decision of its own; each step's rule lives in ``neuronfleet.planning``:
+The per-object daemon in :mod:`neuronfleet.handlers` is its only caller. This module decides
+nothing; it reads, hands everything to :func:`neuronfleet.planning.reconcile_plan.plan_reconcile`
+and writes what that returns:
 
-1. observe: the object, its pods and the nodes; the compile Job and the artifact store; metrics;
-2. plan (pure): compile (``planning.compile``), desired active replicas (``planning.scaling``),
-   warm pool (``planning.warmpool``), placement (``planning.placement``), fleet actions
-   (``planning.fleet``), status (``planning.status``);
-3. apply: Job, pod creations / relabels / deletions in the plan's order, Service and PDB (diffed
-   first), then the status (patched only when it changed).
+1. observe (:meth:`Reconciler.observe`): the compile request and whether the model source is
+   readable, the stored artifact (``artifacts``), the pods, nodes and compile Jobs (``kube``), the
+   metrics when the autoscaler is due (``metrics``), all into one ``Observation`` at one ``now``;
+2. plan (pure): actions, status and Events, from the observation, the in-process memory and the
+   durable memory read back from the status (``StatusMemory``: desired replicas, sticky placement,
+   the served artifact, last scale, condition times);
+3. apply (:meth:`Reconciler.apply`): the status (a merge patch of what changed, nothing when
+   nothing did; published first, so the artifact is visible before the pods it leads to), compile
+   Jobs, pod creations / relabels / deletions in the plan's order (stopping at the first refusal),
+   Service and PDB (diffed first), then the status again if the apply's outcome changed it.
 
 Everything the fleet needs to be rebuilt after a restart is on the pods (labels, deterministic
-names), so a restarted operator converges without duplicates. What lives only in memory
-(``DeploymentMemory``: the autoscaler's stabilization history, the warm pool's demand history)
-restarts empty, which only makes the autoscaler more conservative for one window.
+names) and in the durable memory, so a restarted operator converges without duplicates.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import pydantic
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from neuronfleet.api.v1alpha1 import ColdStartStatus, InferenceDeployment, WarmPoolStatus
-from neuronfleet.artifacts.store import ArtifactStore, StoreUnavailable
+from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.artifacts.store import ArtifactStore, SourceUnreadable, StoreUnavailable
 from neuronfleet.kube.builders import (
     BuilderConfig,
     build_pdb,
     build_service,
     object_for_action,
-    parse_pod,
     pod_template_hash,
     relabel_patch,
 )
-from neuronfleet.kube.client import KubeClient
-from neuronfleet.kube.coldstart import pod_timelines
-from neuronfleet.kube.jobs import (
-    LABEL_COMPILE_REQUEST,
-    build_compile_job,
-    compile_job_name,
-    compile_job_selector,
-    job_phase,
-)
-from neuronfleet.planning import coldstart, scaling, warmpool
-from neuronfleet.planning.catalog import LABEL_ZONE
-from neuronfleet.planning.compile import (
-    CompileDecision,
-    CompileObservation,
-    JobPhase,
-    StoredArtifact,
-    compile_request,
-    decide_compile,
-    decide_unservable,
-)
+from neuronfleet.kube.client import KubeApi
+from neuronfleet.kube.jobs import build_compile_job
+from neuronfleet.kube.observe import observe_cluster
+from neuronfleet.planning.compile import CompileObservation, CompileRequest, compile_request
 from neuronfleet.planning.fleet import (
     Action,
     CreatePlaceholder,
     CreatePod,
     DeletePlaceholder,
     DeletePod,
-    FleetPlan,
     FleetPolicy,
-    FleetSummary,
-    FleetTarget,
     Relabel,
     describe_action,
-    plan_fleet,
-    policy_for_spec,
 )
-from neuronfleet.planning.labels import ArtifactRevision, deployment_selector
-from neuronfleet.planning.placement import check_fits, plan_for_spec
+from neuronfleet.planning.observation import (
+    DeploymentMemory,
+    Observation,
+    StatusMemory,
+    corrupt_annotations,
+    scaling_due,
+    seen_status,
+)
+from neuronfleet.planning.placement import Candidate, check_fits
 from neuronfleet.planning.reasons import Event, Reason
+from neuronfleet.planning.reconcile_plan import (
+    DeleteCompileJob,
+    ReconcilePlan,
+    StartCompileJob,
+    plan_reconcile,
+    status_after_apply,
+    status_events,
+)
 from neuronfleet.planning.signals import MetricSnapshot
-from neuronfleet.planning.status import LastScale, StatusInputs, build_status, rfc3339, status_patch
+from neuronfleet.planning.status import Refusal, invalid_status, status_patch
 
 logger = logging.getLogger(__name__)
+
+#: The API server's words when a pod names a PriorityClass that does not exist (admission).
+_MISSING_PRIORITY_CLASS = re.compile(r"no PriorityClass with name (\S+) was found")
 
 
 class MetricsSource(Protocol):
@@ -102,61 +102,31 @@ class OperatorSettings:
     interval_seconds: float = 10.0
 
 
-@dataclass
-class DeploymentMemory:
-    """Per-object state that only shapes decisions over time (kept in Kopf's memo)."""
-
-    scaling_state: scaling.ScalingState = field(default_factory=scaling.ScalingState)
-    warm_state: warmpool.WarmPoolState = field(default_factory=warmpool.WarmPoolState)
-    last_scaling_at: float | None = None
-    last_decision: scaling.ScalingDecision | None = None
-    cold_start: warmpool.ColdStart = field(default_factory=warmpool.ColdStart)
-    #: Measured cold starts (rolling per instance type); ``cold_start`` is its p90s for the warm pool.
-    cold_start_state: coldstart.ColdStartState = field(default_factory=coldstart.ColdStartState)
-
-
 @dataclass(frozen=True)
 class ReconcileReport:
-    """What one reconcile saw and did."""
+    """What one reconcile saw and did, and the memory for the next one."""
 
     actions: tuple[Action, ...]
     events: tuple[Event, ...]
-    status: dict[str, Any]
+    status: Mapping[str, Any]
     converged: bool
+    memory: DeploymentMemory
     error: str | None = None
+    #: Status writes made (0 when nothing changed).
+    writes: int = 0
+
+
+@dataclass(frozen=True)
+class ApplyOutcome:
+    """What applying a plan met."""
+
+    events: tuple[Event, ...]
+    refusals: tuple[Refusal, ...]
+    errors: tuple[str, ...]
 
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-def _stored_from_status(status: Mapping[str, Any]) -> StoredArtifact | None:
-    artifact = status.get("artifact") or {}
-    if not artifact.get("cacheKey") or not artifact.get("uri"):
-        return None
-    return StoredArtifact(
-        cache_key=artifact["cacheKey"],
-        uri=artifact["uri"],
-        manifest_sha256=artifact.get("sha256") or "",
-        backend=artifact.get("backend") or "cpu",
-    )
-
-
-def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == kind:
-            return dict(condition)
-    return {}
-
-
-def _degraded_events(old_status: Mapping[str, Any], new_status: Mapping[str, Any]) -> list[Event]:
-    """A Warning Event when Degraded turns True or its reason changes (not on every reconcile)."""
-    before, after = _condition(old_status, "Degraded"), _condition(new_status, "Degraded")
-    if after.get("status") != "True":
-        return []
-    if before.get("status") == "True" and before.get("reason") == after.get("reason"):
-        return []
-    return [Event("Warning", Reason(str(after.get("reason"))), str(after.get("message") or ""))]
 
 
 def _api_error(exc: ApiException) -> str:
@@ -164,12 +134,26 @@ def _api_error(exc: ApiException) -> str:
     return f"{exc.status} {exc.reason}: {body[:300]}"
 
 
+def _refusal(exc: ApiException) -> Refusal | None:
+    """A pod creation refused at admission (403 Forbidden / 422), in the API server's words."""
+    if exc.status not in (403, 422):
+        return None
+    body = exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else str(exc.body or "")
+    if found := _MISSING_PRIORITY_CLASS.search(body):
+        return Refusal(
+            Reason.PRIORITY_CLASS_MISSING,
+            f"PriorityClass {found.group(1)} does not exist, so no pod naming it can be created: "
+            "install the chart's PriorityClasses (priorityClasses.create) or create it",
+        )
+    return Refusal(Reason.POD_CREATION_REFUSED, f"the API server refused a pod: {_api_error(exc)}")
+
+
 class Reconciler:
     """Observe -> plan -> apply for InferenceDeployments, with the clients made at start-up."""
 
     def __init__(
         self,
-        kube: KubeClient,
+        kube: KubeApi,
         store: ArtifactStore,
         settings: OperatorSettings,
         metrics: MetricsSource | None = None,
@@ -181,319 +165,182 @@ class Reconciler:
         self.metrics = metrics
         self.clock = clock
 
-    # ---------------------------------------------------------------------------------- compile
+    # ---------------------------------------------------------------------------------- observe
 
-    async def _compile(
-        self, dep: InferenceDeployment, previous: StoredArtifact | None
-    ) -> tuple[CompileDecision, list[Event]]:
+    async def _observe_compile(
+        self, dep: InferenceDeployment
+    ) -> tuple[CompileRequest | None, CompileObservation | None, str | None]:
+        """The compile request, the stored artifact and whether the source is readable."""
+        try:
+            problem = None
+            try:
+                fingerprint = await asyncio.to_thread(self.store.fingerprint, dep.spec.model.source)
+            except SourceUnreadable as exc:
+                fingerprint, problem = None, str(exc)
+            request = compile_request(dep.spec, self.settings.artifact_store, fingerprint)
+            stored = await asyncio.to_thread(self.store.lookup, request)
+        except StoreUnavailable as exc:
+            return None, None, str(exc)
+        return request, CompileObservation(request, stored, source_problem=problem), None
+
+    async def observe(self, dep: InferenceDeployment, memory: DeploymentMemory) -> Observation:
+        """Every read of one reconcile, at one ``now``."""
+        now = self.clock()
         namespace = dep.metadata.namespace or "default"
-        fingerprint = await asyncio.to_thread(self.store.fingerprint, dep.spec.model.source)
-        request = compile_request(dep.spec, self.settings.artifact_store, fingerprint)
-        stored = await asyncio.to_thread(self.store.lookup, request)
-        job_name = compile_job_name(dep.name, request)
-        phase: JobPhase = "absent"
-        message = ""
-        if stored is None:
-            job = await self.kube.get_job(namespace, job_name)
-            phase, message = job_phase(job)
-            if phase == "failed":
-                message = await self._failure_details(namespace, job_name, message)
-        decision = decide_compile(CompileObservation(request, stored, phase, message), previous)
-        events: list[Event] = []
-        if decision.create_job and await self.kube.create(build_compile_job(dep, request, self.settings.builder)):
-            events.append(
-                Event("Normal", Reason.COMPILE_STARTED, f"compile Job {job_name} started: {decision.message}")
+        request, compiled, compile_error = (None, None, None)
+        if not check_fits(dep.spec):  # an unservable spec is not compiled: nothing to read
+            request, compiled, compile_error = await self._observe_compile(dep)
+        try:
+            cluster = await observe_cluster(self.kube, namespace, dep.name, request)
+        except ApiException as exc:
+            if request is None:
+                raise
+            # The fleet's reads are needed; the compile Jobs' are reported and retried.
+            cluster = await observe_cluster(self.kube, namespace, dep.name, None)
+            compile_error = f"compile Jobs: {_api_error(exc)}"
+        if compiled is not None and cluster.jobs is not None:
+            jobs = cluster.jobs
+            compiled = replace(
+                compiled, job_phase=jobs.phase, job_message=jobs.message, job_name=jobs.name, running_jobs=jobs.running
             )
-        # A newer spec supersedes compiles of older requests that are still running.
-        for job in await self.kube.list_jobs(namespace, compile_job_selector(dep.name)):
-            name = job["metadata"]["name"]
-            if name != job_name and job_phase(job)[0] == "running" and await self.kube.delete_job(namespace, name):
-                events.append(
-                    Event("Normal", Reason.COMPILE_SUPERSEDED, f"deleted compile Job {name}: the spec changed")
-                )
-        return decision, events
-
-    async def _failure_details(self, namespace: str, job_name: str, message: str) -> str:
-        pods = await self.kube.list_pods(namespace, {"job-name": job_name})
-        for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True):
-            for status in (pod.get("status") or {}).get("containerStatuses") or []:
-                terminated = (status.get("state") or {}).get("terminated") or {}
-                if terminated.get("message"):
-                    return f"{message}; {terminated['message'].strip()[-800:]}"
-            tail = await self.kube.pod_log_tail(namespace, pod["metadata"]["name"])
-            if tail:
-                return f"{message}; log tail: {tail.strip()[-800:]}"
-        return message
-
-    # ---------------------------------------------------------------------------------- scaling
-
-    async def _desired_active(
-        self, dep: InferenceDeployment, memory: DeploymentMemory, current: int, ready: int
-    ) -> tuple[scaling.ScalingDecision, bool, str]:
-        """The scaling decision (at the spec's interval) and whether metrics were available."""
-        now = self.clock().timestamp()
+        snapshot, problem = None, "no metrics source configured"
         spec = dep.spec.scaling
-        due = memory.last_scaling_at is None or now - memory.last_scaling_at >= spec.interval_seconds
-        if not due and memory.last_decision is not None and spec.mode == "Auto":
-            last = memory.last_decision
-            return last, bool(last.signals), last.reason
-        snapshot, why = (None, "no metrics source configured")
-        if spec.mode == "Auto" and self.metrics is not None:
-            snapshot, why = await self.metrics.snapshot(dep, now)
-        decision = scaling.decide(spec, memory.scaling_state, snapshot, current, ready, now)
-        memory.scaling_state = decision.new_state
-        memory.last_scaling_at = now
-        memory.last_decision = decision
-        available = snapshot is not None
-        return decision, available, decision.reason if available else f"{why}; {decision.reason}"
-
-    async def decide_targets(
-        self, dep: InferenceDeployment, memory: DeploymentMemory, current: int, ready: int, now: float
-    ) -> tuple[scaling.ScalingDecision, warmpool.WarmPoolDecision, bool, str]:
-        """Desired active replicas and standby for this tick, updating ``memory``.
-
-        The whole decision path of the operator (the simulator's :class:`neuronfleet.sim.policies.Ours`
-        must match it; tests/unit/test_operator_sim_parity.py checks that): the scaling decision at
-        the spec's interval, then the warm pool from its demand and the measured cold starts.
-        """
-        scale, metrics_ok, scaling_message = await self._desired_active(dep, memory, current, ready)
-        warm = warmpool.plan(
-            dep.spec.warm_pool,
-            memory.warm_state,
-            scale.demand,
-            now,
-            memory.cold_start,
-            active=scale.desired,
-            max_active=dep.spec.scaling.max_replicas,
+        if (
+            spec.mode == "Auto"
+            and self.metrics is not None
+            and scaling_due(spec.interval_seconds, memory, now.timestamp())
+        ):
+            snapshot, problem = await self.metrics.snapshot(dep, now.timestamp())
+        return Observation(
+            now=now,
+            pods=cluster.pods,
+            timelines=cluster.timelines,
+            compile=compiled,
+            compile_error=compile_error,
+            metrics=snapshot,
+            metrics_problem=problem,
+            corrupt_annotations=corrupt_annotations(dep.metadata.annotations),
         )
-        memory.warm_state = warm.new_state
-        return scale, warm, metrics_ok, scaling_message
+
+    # ------------------------------------------------------------------------------------ apply
+
+    async def _write_status(self, namespace: str, name: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+        patch = status_patch(old, new)
+        if patch is None:
+            return False
+        await self.kube.patch_status(namespace, name, patch)
+        return True
+
+    async def _apply_compile(self, dep: InferenceDeployment, plan: ReconcilePlan) -> list[Event]:
+        namespace = dep.metadata.namespace or "default"
+        events = []
+        for action in plan.compile_actions:
+            if isinstance(action, StartCompileJob):
+                job = build_compile_job(dep, action.request, self.settings.builder)
+                if await self.kube.create(job):
+                    message = f"compile Job {action.name} started for {action.request.source}"
+                    events.append(Event("Normal", Reason.COMPILE_STARTED, message))
+            elif isinstance(action, DeleteCompileJob) and await self.kube.delete_job(namespace, action.name):
+                message = f"deleted compile Job {action.name}: the spec changed"
+                events.append(Event("Normal", Reason.COMPILE_SUPERSEDED, message))
+        return events
+
+    async def _apply_action(self, dep: InferenceDeployment, candidate: Candidate, action: Action) -> None:
+        namespace = dep.metadata.namespace or "default"
+        if isinstance(action, CreatePod | CreatePlaceholder):
+            await self.kube.create(object_for_action(dep, candidate, action, self.settings.builder))
+        elif isinstance(action, Relabel):
+            patch = relabel_patch(action)["metadata"]
+            await self.kube.patch_pod_metadata(
+                namespace, action.name, patch.get("labels", {}), patch.get("annotations", {})
+            )
+        elif isinstance(action, DeletePod | DeletePlaceholder):
+            await self.kube.delete_pod(namespace, action.name, action.grace_period_seconds)
+
+    async def apply(self, dep: InferenceDeployment, plan: ReconcilePlan) -> ApplyOutcome:
+        """Compile Jobs, then the fleet's actions in the plan's order (stopping at the first
+        failure: later ones may rely on it), then Service and PDB."""
+        events: list[Event] = []
+        errors: list[str] = []
+        refusals: list[Refusal] = []
+        try:
+            events += await self._apply_compile(dep, plan)
+        except ApiException as exc:
+            errors.append(f"compile Job: {_api_error(exc)}")
+        if plan.candidate is None:
+            return ApplyOutcome(tuple(events), (), tuple(errors))
+        for action in plan.actions:
+            try:
+                await self._apply_action(dep, plan.candidate, action)
+            except ApiException as exc:
+                refusal = _refusal(exc) if isinstance(action, CreatePod | CreatePlaceholder) else None
+                if refusal is not None:
+                    refusals.append(refusal)
+                else:
+                    errors.append(_api_error(exc))
+                break
+            events.append(describe_action(action))
+        namespace = dep.metadata.namespace or "default"
+        try:
+            for obj in (build_service(dep), build_pdb(dep)):
+                current = await self.kube.read(obj["kind"], namespace, obj["metadata"]["name"])
+                await self.kube.ensure(obj, current)
+        except ApiException as exc:
+            errors.append(_api_error(exc))
+        return ApplyOutcome(tuple(events), tuple(refusals), tuple(errors))
 
     # -------------------------------------------------------------------------------- reconcile
 
     async def reconcile(self, body: Mapping[str, Any], memory: DeploymentMemory) -> ReconcileReport:
-        now = self.clock()
-        raw_status = dict(body.get("status") or {})
+        body_status = body.get("status")
+        status = seen_status(body_status if isinstance(body_status, Mapping) else {}, memory)
         try:
             dep = InferenceDeployment.model_validate({k: v for k, v in body.items() if k != "status"})
         except pydantic.ValidationError as exc:
             message = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
-            return await self._report_invalid(body, raw_status, f"spec rejected by the operator: {message}")
+            return await self._report_invalid(body, status, memory, f"spec rejected by the operator: {message}")
 
         namespace = dep.metadata.namespace or "default"
-        events: list[Event] = []
-        errors: list[str] = []
-
-        spec_problems = check_fits(dep.spec)
-        previous = _stored_from_status(raw_status)
-        if spec_problems:
-            decision = decide_unservable(spec_problems, previous)
-        else:
-            try:
-                decision, compile_events = await self._compile(dep, previous)
-                events += compile_events
-            except (ApiException, StoreUnavailable) as exc:
-                detail = _api_error(exc) if isinstance(exc, ApiException) else str(exc)
-                errors.append(f"compile pipeline: {detail}")
-                decision = CompileDecision(False, previous, "Unknown", Reason.STORE_UNAVAILABLE, detail)
-
-        pods = [
-            pod
-            for pod in await self.kube.list_pods(namespace, deployment_selector(dep.name))
-            # The compile Job's pods carry the deployment label too, but they are the Job's, not the
-            # fleet's: as role-less pods the fleet would drain and delete a running compile.
-            if LABEL_COMPILE_REQUEST not in (pod["metadata"].get("labels") or {})
-        ]
-        node_objects = await self.kube.list_nodes()
-        nodes = {node["metadata"]["name"] for node in node_objects}
-        zones = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}).get(LABEL_ZONE, "") for n in node_objects}
-        views = [parse_pod(pod, nodes, node_zones=zones) for pod in pods]
-        current_type = (raw_status.get("placement") or {}).get("instanceType")
-        memory.cold_start_state = coldstart.observe(memory.cold_start_state, pod_timelines(pods, node_objects))
-        memory.cold_start = coldstart.for_warm_pool(memory.cold_start_state, current_type)
-        active_now = [v for v in views if v.role == "active" and not v.deleting]
-        ready_now = sum(1 for v in active_now if v.ready)
-
-        # The autoscaler's "current" is the current scale, as HPA's: the last desired count (kept in
-        # status, so it survives a restart), not the pods that happen to be active at this instant.
-        # A pod that failed or is being replaced must not pull the desired count down with it.
-        previous_desired = raw_status.get("desiredReplicas")
-        current_scale = previous_desired if isinstance(previous_desired, int) else len(active_now)
-        scale, warm, metrics_ok, scaling_message = await self.decide_targets(
-            dep, memory, current_scale, ready_now, now.timestamp()
+        durable = StatusMemory.from_status(status)
+        observation = await self.observe(dep, memory)
+        builder = self.settings.builder
+        plan = plan_reconcile(
+            dep,
+            observation,
+            memory,
+            durable,
+            self.settings.fleet,
+            lambda candidate: pod_template_hash(dep, candidate, builder),
         )
-
-        placement = plan_for_spec(dep.spec, max(1, scale.desired + warm.pods), current_type=current_type)
-        artifact = decision.serve
-        plan: FleetPlan | None = None
-        if placement.chosen is not None and not spec_problems:
-            template = pod_template_hash(dep, placement.chosen, self.settings.builder)
-            target = FleetTarget(
-                template=template,
-                artifact=ArtifactRevision(artifact.revision, artifact.uri) if artifact else None,
-                active=scale.desired,
-                warm=warm.pods,
-                placeholders=warm.node_placeholders,
-            )
-            policy = policy_for_spec(dep.spec, self.settings.fleet)
-            plan = plan_fleet(dep.name, target, views, now, policy)
-
-        def status_now() -> dict[str, Any]:
-            return self._status(
-                dep,
-                raw_status,
-                plan,
-                placement,
-                decision,
-                scale,
-                warm,
-                metrics_ok,
-                scaling_message,
-                errors,
-                spec_problems,
-                now,
-                coldstart.status(memory.cold_start_state, measured_type),
-            )
-
-        measured_type = placement.chosen.instance_type.name if placement.chosen is not None else current_type
-        # The status is published before the actions: what it reports (the compiled artifact above
-        # all) is then visible before any pod it leads to is created.
-        status = status_now()
-        await self._patch_status(namespace, dep.name, raw_status, status)
-        published = status
-        if plan is not None and placement.chosen is not None:
-            try:
-                await self._apply(dep, placement.chosen, plan.actions, namespace)
-                events += [describe_action(a) for a in plan.actions]
-                await self._ensure_service(dep)
-            except ApiException as exc:
-                errors.append(_api_error(exc))
-                status = status_now()
-        events += _degraded_events(raw_status, status)
-        if raw_status.get("desiredReplicas", 0) != status["desiredReplicas"]:
-            events.append(
-                Event(
-                    "Normal",
-                    Reason.SCALED,
-                    f"desired active replicas {raw_status.get('desiredReplicas', 0)} -> {status['desiredReplicas']}: "
-                    f"{scale.reason}",
-                )
-            )
-        await self._patch_status(namespace, dep.name, published, status)
-        converged = plan is not None and not plan.actions and plan.summary.converged
-        return ReconcileReport(
-            plan.actions if plan else (), tuple(events), status, converged, "; ".join(errors) or None
-        )
+        writes = 0
+        if await self._write_status(namespace, dep.name, status, plan.status):
+            writes += 1
+        outcome = await self.apply(dep, plan)
+        final, memory = status_after_apply(plan, dep, durable, outcome.refusals, outcome.errors, observation)
+        if await self._write_status(namespace, dep.name, plan.status, final):
+            writes += 1
+        if writes:
+            memory = replace(memory, written=(status, final))
+        events = outcome.events + tuple(status_events(durable, final, plan.scale_reason))
+        error = "; ".join(outcome.errors + plan.observe_errors) or None
+        return ReconcileReport(plan.actions, events, final, plan.converged, memory, error, writes)
 
     async def _report_invalid(
-        self, body: Mapping[str, Any], raw_status: dict[str, Any], message: str
+        self, body: Mapping[str, Any], status: Mapping[str, Any], memory: DeploymentMemory, message: str
     ) -> ReconcileReport:
         metadata = body.get("metadata") or {}
         namespace, name = metadata.get("namespace") or "default", metadata.get("name") or ""
-        now = rfc3339(self.clock())
-        condition = {
-            "type": "Degraded",
-            "status": "True",
-            "reason": "InvalidSpec",
-            "message": message,
-            "lastTransitionTime": now,
-            "observedGeneration": metadata.get("generation"),
-        }
-        conditions = [c for c in raw_status.get("conditions") or [] if c.get("type") != "Degraded"] + [condition]
-        status = {**raw_status, "conditions": conditions, "observedGeneration": metadata.get("generation")}
-        await self._patch_status(namespace, name, raw_status, status)
-        return ReconcileReport((), (Event("Warning", Reason.INVALID_SPEC, message),), status, False, message)
-
-    async def _apply(
-        self, dep: InferenceDeployment, candidate: Any, actions: tuple[Action, ...], namespace: str
-    ) -> None:
-        """Apply actions in the plan's order; stop at the first failure (later ones may rely on it)."""
-        for action in actions:
-            if isinstance(action, CreatePod | CreatePlaceholder):
-                await self.kube.create(object_for_action(dep, candidate, action, self.settings.builder))
-            elif isinstance(action, Relabel):
-                patch = relabel_patch(action)["metadata"]
-                await self.kube.patch_pod_metadata(
-                    namespace, action.name, patch.get("labels", {}), patch.get("annotations", {})
-                )
-            elif isinstance(action, DeletePod | DeletePlaceholder):
-                await self.kube.delete_pod(namespace, action.name, action.grace_period_seconds)
-
-    async def _ensure_service(self, dep: InferenceDeployment) -> None:
-        namespace = dep.metadata.namespace or "default"
-        for obj in (build_service(dep), build_pdb(dep)):
-            current = await self.kube.read(obj["kind"], namespace, obj["metadata"]["name"])
-            await self.kube.ensure(obj, current)
-
-    def _status(
-        self,
-        dep: InferenceDeployment,
-        raw_status: dict[str, Any],
-        plan: FleetPlan | None,
-        placement: Any,
-        decision: CompileDecision,
-        scale: scaling.ScalingDecision,
-        warm: warmpool.WarmPoolDecision,
-        metrics_ok: bool,
-        scaling_message: str,
-        errors: list[str],
-        spec_problems: list[str],
-        now: datetime,
-        cold_start: ColdStartStatus,
-    ) -> dict[str, Any]:
-        summary = (
-            plan.summary
-            if plan
-            else FleetSummary(
-                desired_active=scale.desired,
-                desired_warm=warm.pods,
-                desired_placeholders=warm.node_placeholders,
-                active=0,
-                ready_active=0,
-                warm_ready=0,
-                warm=0,
-                draining=0,
-                placeholders=0,
-                current_ready_active=0,
-                outdated=0,
-                revision_known=decision.serve is not None,
-            )
-        )
-        previous_desired = raw_status.get("desiredReplicas")
-        if previous_desired != summary.desired_active:
-            last_scale: LastScale | None = LastScale(rfc3339(now), scale.reason)
-        elif raw_status.get("lastScaleTime"):
-            last_scale = LastScale(str(raw_status["lastScaleTime"]), str(raw_status.get("lastScaleReason") or ""))
-        else:
-            last_scale = None
-        inputs = StatusInputs(
-            generation=dep.metadata.generation,
-            fleet=summary,
-            placement=placement,
-            compile=decision,
-            scaling_mode=dep.spec.scaling.mode,
-            metrics_available=metrics_ok or dep.spec.scaling.mode == "Manual",
-            scaling_message=scaling_message,
-            errors=tuple(errors),
-            rollout_stalled=summary.rollout_stalled(now, dep.spec.rollout.progress_deadline_seconds),
-            spec_problems=tuple(spec_problems),
-            warm_pool=WarmPoolStatus(
-                desired_pods=warm.pods, desired_placeholders=warm.node_placeholders, reason=warm.reason
-            ),
-            cold_start=cold_start,
-            last_scale=last_scale,
-        )
-        return build_status(dep.name, inputs, raw_status.get("conditions") or [], now)
-
-    async def _patch_status(self, namespace: str, name: str, old: dict[str, Any], new: dict[str, Any]) -> None:
-        patch = status_patch(old, new)
-        if patch is not None:
-            await self.kube.patch_status(namespace, name, patch)
+        new = invalid_status(status, message, metadata.get("generation"), self.clock())
+        writes = int(await self._write_status(namespace, name, status, new))
+        if writes:
+            memory = replace(memory, written=(status, new))
+        durable = StatusMemory.from_status(status)
+        events = tuple(status_events(durable, new, ""))
+        return ReconcileReport((), events, new, False, memory, message, writes)
 
 
 __all__ = [
     "DeploymentMemory",
-    "Event",
     "MetricsSource",
     "OperatorSettings",
     "ReconcileReport",

@@ -20,7 +20,7 @@ from typing import Any
 import kopf
 
 from neuronfleet.artifacts.store import ArtifactStore
-from neuronfleet.handlers import OperatorContext, registry
+from neuronfleet.handlers import OperatorContext, kopf_settings, registry
 from neuronfleet.kube.builders import BuilderConfig
 from neuronfleet.kube.client import KubeClient
 from neuronfleet.metrics.operator_metrics import OperatorMetrics
@@ -53,14 +53,11 @@ async def operator_tasks(
 ) -> Collection[asyncio.Task[Any]]:
     """Kopf's tasks for this operator; run them with ``kopf.run_tasks``; ``stop_flag`` stops them.
 
-    ``in_process``: the operator shares its process with others (tests, the sandbox demo), so Kopf's
-    last-resort SIGKILL of a stuck exit, which would take the host process with it, is turned off.
+    ``in_process``: the operator shares its process with others (tests, the sandbox demo); see
+    :func:`neuronfleet.handlers.kopf_settings`.
     """
-    settings = kopf.OperatorSettings()
-    if in_process:
-        settings.process.ultimate_exiting_timeout = None
     return await kopf.spawn_tasks(
-        settings=settings,
+        settings=kopf_settings(in_process=in_process),
         stop_flag=stop_flag,
         registry=registry,
         memo=kopf.Memo(context=context),

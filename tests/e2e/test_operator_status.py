@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import pytest
+from kubernetes_asyncio import client as k8s
 from operator_harness import OperatorHarness, example
+
+from neuronfleet.api.v1alpha1 import GROUP
 
 NS = "status"
 
@@ -52,3 +57,108 @@ async def test_a_spec_that_becomes_unservable_drops_its_placement(harness: Opera
     )
     status = harness.deployment(NS, "stale")["status"]
     assert "placement" not in status, status.get("placement")
+
+
+def resource_version(harness: OperatorHarness, name: str) -> str:
+    return str(harness.deployment(NS, name)["metadata"]["resourceVersion"])
+
+
+async def test_an_idle_deployment_gets_no_status_write_and_no_event(harness: OperatorHarness) -> None:
+    """Auto mode with no metrics source: nothing changes, so nothing is written or posted."""
+    manifest = harness.localize(manual("idle"), namespace=NS)
+    manifest["spec"]["scaling"] = {"mode": "Auto", "minReplicas": 1, "maxReplicas": 3, "intervalSeconds": 15}
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+    await harness.wait(lambda: harness.condition(NS, "idle", "Ready").get("status") == "True", timeout=90)
+    assert harness.condition(NS, "idle", "ScalingActive")["reason"] == "MetricsUnavailable"
+    await asyncio.sleep(30)  # let the last pod events settle (fake time)
+    before, events = resource_version(harness, "idle"), len(events_for(harness, "idle"))
+    reconciles = harness.context.reconciles if harness.context else 0
+
+    await asyncio.sleep(600)  # 40 autoscaler intervals, 300 reconcile intervals (fake time)
+    assert harness.context is not None and harness.context.reconciles > reconciles + 100
+    assert resource_version(harness, "idle") == before, "the status was written with nothing changed"
+    assert len(events_for(harness, "idle")) == events
+
+
+async def test_each_scale_is_one_event(harness: OperatorHarness) -> None:
+    manifest = harness.localize(manual("scaled", replicas=2), namespace=NS)
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+    await harness.wait(lambda: harness.condition(NS, "scaled", "Ready").get("status") == "True", timeout=90)
+    await asyncio.sleep(30)
+    scaled = [e["message"] for e in events_for(harness, "scaled", "Scaled")]
+    assert len(scaled) == 1 and scaled[0].startswith("desired active replicas 0 -> 2"), scaled
+    created = events_for(harness, "scaled", "CreatedPod")
+    assert len(created) == 2, [e["message"] for e in created]
+
+
+async def test_a_corrupted_kopf_annotation_is_reported_and_the_deployment_served(harness: OperatorHarness) -> None:
+    manifest = harness.localize(manual("garbled"), namespace=NS)
+    manifest["metadata"]["annotations"] = {f"{GROUP}/last-handled-configuration": '{"spec": {not json'}
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+    await harness.wait(
+        lambda: harness.condition(NS, "garbled", "Degraded").get("reason") == "CorruptAnnotation",
+        timeout=60,
+        what="Degraded=True CorruptAnnotation",
+    )
+    assert "last-handled-configuration" in harness.condition(NS, "garbled", "Degraded")["message"]
+    await harness.wait(lambda: harness.condition(NS, "garbled", "Ready").get("status") == "True", timeout=90)
+    assert events_for(harness, "garbled", "CorruptAnnotation")
+    # No retry loop: once served, the object is left alone.
+    await asyncio.sleep(30)
+    before = resource_version(harness, "garbled")
+    await asyncio.sleep(120)
+    assert resource_version(harness, "garbled") == before
+
+
+async def test_an_unreadable_s3_source_is_reported_and_no_job_started(
+    harness: OperatorHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An S3 endpoint that refuses connections, with credentials, one attempt: the listing fails.
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    manifest = harness.localize(manual("from-s3"), namespace=NS)
+    manifest["spec"]["model"]["source"] = "s3://acme-models/bert/"
+    await harness.apply(manifest)
+    await harness.wait(
+        lambda: harness.condition(NS, "from-s3", "Compiled").get("reason") == "SourceUnreadable",
+        timeout=60,
+        what="Compiled=False SourceUnreadable",
+    )
+    compiled = harness.condition(NS, "from-s3", "Compiled")
+    assert compiled["status"] == "False"
+    assert "cannot read the model source s3://acme-models/bert/" in compiled["message"]
+    assert harness.condition(NS, "from-s3", "Degraded")["reason"] == "SourceUnreadable"
+    await asyncio.sleep(30)
+    assert not harness.cluster.list("jobs", NS, group="batch"), "a compile Job was started for an unreadable source"
+    assert events_for(harness, "from-s3", "SourceUnreadable")
+
+
+async def test_a_missing_priority_class_is_named_and_retried(harness: OperatorHarness) -> None:
+    scheduling = k8s.SchedulingV1Api(await harness.api())
+    await scheduling.delete_priority_class("neuronfleet-active")
+    manifest = harness.localize(manual("unprioritized", replicas=2), namespace=NS)
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+    await harness.wait(
+        lambda: harness.condition(NS, "unprioritized", "Scheduled").get("reason") == "PriorityClassMissing",
+        timeout=60,
+        what="Scheduled=False PriorityClassMissing",
+    )
+    scheduled = harness.condition(NS, "unprioritized", "Scheduled")
+    assert scheduled["status"] == "False" and "PriorityClass neuronfleet-active does not exist" in scheduled["message"]
+    assert harness.condition(NS, "unprioritized", "Degraded")["reason"] == "PriorityClassMissing"
+    assert not harness.pods(NS, "unprioritized")
+
+    await asyncio.sleep(300)  # long enough for any back-off to have grown (fake time)
+    await harness.ensure_priority_classes()
+    await harness.wait(lambda: len(harness.pods(NS, "unprioritized")) == 2, timeout=30, what="pods created within 30 s")
+    await harness.wait(
+        lambda: harness.condition(NS, "unprioritized", "Ready").get("status") == "True", timeout=90, what="Ready"
+    )
+    assert harness.condition(NS, "unprioritized", "Degraded")["status"] == "False"

@@ -1,8 +1,8 @@
 """The simulator and the operator decide the same for the same metric sequence.
 
 One recorded sequence of :class:`MetricSnapshot` (a ramp up, a plateau, a metrics gap, a fall) is
-fed to the operator's decision path, :meth:`Reconciler.decide_targets` (the method ``reconcile``
-calls, with its :class:`DeploymentMemory` and a replaying metrics source), and to the simulator's
+fed to the operator's decision path, :func:`neuronfleet.planning.reconcile_plan.decide_targets` (the
+pure function the operator's plan calls, with its :class:`DeploymentMemory`), and to the simulator's
 policy, :class:`neuronfleet.sim.policies.Ours`, through a replaying :class:`MetricsView`. Both see
 the same fleet counts and measured cold starts each tick; their desired active replicas, warm pods,
 node placeholders and reasons must agree tick by tick.
@@ -10,9 +10,8 @@ node placeholders and reasons must agree tick by tick.
 
 from __future__ import annotations
 
-import asyncio
 import math
-from datetime import UTC, datetime
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +19,10 @@ import numpy as np
 import yaml
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.planning.observation import DeploymentMemory
+from neuronfleet.planning.reconcile_plan import decide_targets
 from neuronfleet.planning.signals import MetricSnapshot
 from neuronfleet.planning.warmpool import ColdStart
-from neuronfleet.reconcile import DeploymentMemory, OperatorSettings, Reconciler
 from neuronfleet.sim.fleet import FleetCounts
 from neuronfleet.sim.metrics import MetricsView
 from neuronfleet.sim.policies import Observed, ours_from_policy_file
@@ -67,17 +67,6 @@ def recorded_sequence() -> dict[float, MetricSnapshot | None]:
     return sequence
 
 
-class ReplaySource:
-    """The operator's MetricsSource, answering from the recording (None: unavailable)."""
-
-    def __init__(self, sequence: dict[float, MetricSnapshot | None]) -> None:
-        self.sequence = sequence
-
-    async def snapshot(self, dep: InferenceDeployment, now: float) -> tuple[MetricSnapshot | None, str]:
-        snapshot = self.sequence[now]
-        return (snapshot, "replayed") if snapshot is not None else (None, "Prometheus unavailable")
-
-
 class ReplayView(MetricsView):
     """The simulator's metrics view, answering from the same recording."""
 
@@ -102,14 +91,6 @@ def deployment() -> InferenceDeployment:
 def test_operator_and_simulator_decide_alike_tick_by_tick() -> None:
     sequence = recorded_sequence()
     dep = deployment()
-    clock_now = [0.0]
-    reconciler = Reconciler(
-        kube=None,  # type: ignore[arg-type]  # the decision path does no I/O
-        store=None,  # type: ignore[arg-type]
-        settings=OperatorSettings(),
-        metrics=ReplaySource(sequence),
-        clock=lambda: datetime.fromtimestamp(clock_now[0], UTC),
-    )
     memory = DeploymentMemory()
     sim_policy = ours_from_policy_file(POLICY, max_replicas=20, setting="parity")
     sim_policy.scrape_delay = DELAY
@@ -119,12 +100,13 @@ def test_operator_and_simulator_decide_alike_tick_by_tick() -> None:
     operator_decisions, sim_decisions = [], []
     for tick in range(1, TICKS + 1):
         now = tick * INTERVAL
-        clock_now[0] = now
         ready = min(active, ready_history[-2])  # new pods take two ticks to become ready
         # Cold starts measured part-way through the run change the warm-pool horizons of both.
         cold = ColdStart(pod_seconds=90.0, node_seconds=150.0) if tick >= 40 else ColdStart()
-        memory.cold_start = cold
-        scale, warm, _, _ = asyncio.run(reconciler.decide_targets(dep, memory, active, ready, now))
+        memory = replace(memory, cold_start=cold)
+        snapshot = sequence[now]  # None: Prometheus unavailable
+        targets, memory = decide_targets(dep.spec, memory, snapshot, "Prometheus unavailable", active, ready, now)
+        scale, warm = targets.scale, targets.warm
         targets = sim_policy.decide(
             now,
             view,

@@ -24,6 +24,10 @@ class StoreUnavailable(Exception):
     """The store could not be read (credentials, network, permissions): retry later."""
 
 
+class SourceUnreadable(Exception):
+    """The model source cannot be listed (no credentials, no such bucket or prefix, no endpoint)."""
+
+
 def _split_s3(uri: str) -> tuple[str, str]:
     rest = uri.removeprefix("s3://")
     bucket, _, key = rest.partition("/")
@@ -82,26 +86,37 @@ class ArtifactStore:
         )
 
     def fingerprint(self, source: str) -> str | None:
-        """A digest of the source's file listing (names, sizes, ETags or mtimes); None if unreadable.
+        """A digest of the source's file listing (names, sizes, ETags or mtimes).
 
         Cheap (a listing, no download), and it changes when files under the same URI are replaced.
+        An ``s3://`` source that cannot be listed, or holds nothing, raises :class:`SourceUnreadable`
+        (a compile Job could not read it either). A local path may exist only inside the compile
+        image or a volume the operator does not mount: None when it cannot be read here.
         """
         entries: list[str] = []
-        try:
-            if source.startswith("s3://"):
-                bucket, prefix = _split_s3(source)
+        if source.startswith("s3://"):
+            bucket, prefix = _split_s3(source)
+            try:
                 paginator = self.s3.get_paginator("list_objects_v2")
                 for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
                     for item in page.get("Contents", []):
                         entries.append(f"{item['Key']}\0{item['Size']}\0{item.get('ETag', '')}")
-            else:
+            except ClientError as exc:
+                error = exc.response.get("Error", {})
+                raise SourceUnreadable(f"{error.get('Code', 'error')}: {error.get('Message', exc)}") from exc
+            except BotoCoreError as exc:
+                raise SourceUnreadable(str(exc)) from exc
+            if not entries:
+                raise SourceUnreadable(f"no objects under s3://{bucket}/{prefix}")
+        else:
+            try:
                 root = _local(source)
                 files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
                 for path in files:
                     stat = path.stat()
                     entries.append(f"{path.relative_to(root.parent)}\0{stat.st_size}\0{stat.st_mtime_ns}")
-        except (ClientError, BotoCoreError, OSError):
-            return None
+            except OSError:
+                return None
         if not entries:
             return None
         return hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest()

@@ -14,21 +14,36 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION
+from neuronfleet.planning.labels import selector_string
 
 MERGE_PATCH = "application/merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
 
 Obj = dict[str, Any]
 
 
-def selector_string(labels: Mapping[str, str]) -> str:
-    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+class KubeApi(Protocol):
+    """The reads and writes a reconcile makes (what :class:`KubeClient` implements; tests may fake it)."""
+
+    async def list_pods(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]: ...
+    async def list_nodes(self) -> list[Obj]: ...
+    async def list_jobs(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]: ...
+    async def pod_log_tail(self, namespace: str, name: str, lines: int = 20) -> str: ...
+    async def create(self, obj: Obj) -> bool: ...
+    async def patch_pod_metadata(
+        self, namespace: str, name: str, labels: Mapping[str, str | None], annotations: Mapping[str, str | None]
+    ) -> bool: ...
+    async def delete_pod(self, namespace: str, name: str, grace_period_seconds: int | None = None) -> bool: ...
+    async def delete_job(self, namespace: str, name: str) -> bool: ...
+    async def read(self, kind: str, namespace: str, name: str) -> Obj | None: ...
+    async def ensure(self, obj: Obj, current: Obj | None) -> str: ...
+    async def patch_status(self, namespace: str, name: str, patch: Obj) -> None: ...
+    async def close(self) -> None: ...
 
 
 class KubeClient:
@@ -86,31 +101,11 @@ class KubeClient:
         doc = await self._json(self.core.list_node(_preload_content=False))
         return cast(list[Obj], doc.get("items", []))
 
-    async def get_deployment(self, namespace: str, name: str) -> Obj | None:
-        try:
-            return await self._json(
-                self.custom.get_namespaced_custom_object(
-                    GROUP, VERSION, namespace, PLURAL, name, _preload_content=False
-                )
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
     async def list_jobs(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
         doc = await self._json(
             self.batch.list_namespaced_job(namespace, label_selector=selector_string(labels), _preload_content=False)
         )
         return cast(list[Obj], doc.get("items", []))
-
-    async def get_job(self, namespace: str, name: str) -> Obj | None:
-        try:
-            return await self._json(self.batch.read_namespaced_job(name, namespace, _preload_content=False))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
 
     async def pod_log_tail(self, namespace: str, name: str, lines: int = 20) -> str:
         try:
@@ -220,7 +215,8 @@ class KubeClient:
                 return None
             raise
 
-    async def patch_status(self, namespace: str, name: str, status: Obj) -> None:
+    async def patch_status(self, namespace: str, name: str, patch: Obj) -> None:
+        """Merge-patch the status subresource (a null in ``patch`` removes that field)."""
         await self._json(
             self.custom.patch_namespaced_custom_object_status(
                 GROUP,
@@ -228,7 +224,7 @@ class KubeClient:
                 namespace,
                 PLURAL,
                 name,
-                {"status": status},
+                {"status": patch},
                 _content_type=MERGE_PATCH,
                 _preload_content=False,
             )

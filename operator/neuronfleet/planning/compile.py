@@ -89,8 +89,14 @@ class CompileObservation:
 
     request: CompileRequest
     stored: StoredArtifact | None
-    job_phase: JobPhase
+    job_phase: JobPhase = "absent"
+    #: Kubernetes' reason for a failed Job, with the compile pod's last words.
     job_message: str = ""
+    #: Why the model source cannot be read (then no Job is started); None when it can (or is unknown).
+    source_problem: str | None = None
+    #: The compile Job for this request, and every compile Job of the deployment still running.
+    job_name: str = ""
+    running_jobs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -106,7 +112,7 @@ class CompileDecision:
 
 
 def decide_compile(observed: CompileObservation, previous: StoredArtifact | None) -> CompileDecision:
-    """Use the stored artifact, start a Job, wait for it, or report its failure.
+    """Use the stored artifact, start a Job, wait for it, or report why there is none.
 
     A failed compile never rolls out: the previous artifact keeps serving, and the Job is not
     re-created for the same request (Kubernetes already retried it ``backoffLimit`` times with
@@ -120,6 +126,16 @@ def decide_compile(observed: CompileObservation, previous: StoredArtifact | None
             "True",
             Reason.ARTIFACT_READY,
             f"revision {stored.revision} ({stored.backend} backend) at {stored.uri}",
+        )
+    if observed.source_problem is not None and observed.job_phase == "absent":
+        # A Job could not read the source either: say so now rather than after a failed Job.
+        return CompileDecision(
+            False,
+            previous,
+            "False",
+            Reason.SOURCE_UNREADABLE,
+            f"cannot read the model source {observed.request.source}: {observed.source_problem}; "
+            "no compile Job started",
         )
     if observed.job_phase == "failed":
         return CompileDecision(

@@ -22,6 +22,7 @@ plans again asks for the same name and gets a harmless 409 instead of creating a
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -119,6 +120,6 @@ def active_selector(deployment: str) -> dict[str, str]:
     return {LABEL_DEPLOYMENT: label_value(deployment), LABEL_ROLE: "active"}
 
 
-def selector_string(labels: dict[str, str]) -> str:
+def selector_string(labels: Mapping[str, str]) -> str:
     """A label selector as a string (``k=v,k2=v2``), e.g. for ``status.selector``."""
     return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))

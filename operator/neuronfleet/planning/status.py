@@ -384,3 +384,16 @@ def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, An
         elif before != value or key not in old:
             patch[key] = value
     return patch or None
+
+
+def invalid_status(previous: Mapping[str, Any], message: str, generation: int | None, now: datetime) -> dict[str, Any]:
+    """The status of an object whose spec the operator cannot parse: Degraded InvalidSpec.
+
+    Nothing else can be computed, so the rest of the previous status stays as it was.
+    """
+    degraded = ConditionValue("Degraded", "True", Reason.INVALID_SPEC, message)
+    conditions = merge_conditions(previous.get("conditions") or [], [degraded], now, generation)
+    status = {**previous, "conditions": [c.to_wire() for c in conditions]}
+    if generation is not None:
+        status["observedGeneration"] = generation
+    return status

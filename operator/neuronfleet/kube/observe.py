@@ -1,0 +1,96 @@
+"""Read what the cluster says about one InferenceDeployment, in the planners' terms.
+
+:func:`observe_cluster` makes the reads of one reconcile (the deployment's pods, the nodes, its
+compile Jobs) and returns them parsed: the fleet's pods as ``PodView`` (the compile Job's pods
+left out: they carry the deployment label but are the Job's, and as role-less pods the fleet plan
+would drain and delete a running compile), node zones folded in, pod start-up timelines, and the
+state of the compile Job for the current request. It decides nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from neuronfleet.kube.builders import parse_pod
+from neuronfleet.kube.client import KubeApi, Obj
+from neuronfleet.kube.coldstart import pod_timelines
+from neuronfleet.kube.jobs import LABEL_COMPILE_REQUEST, compile_job_name, compile_job_selector, job_phase
+from neuronfleet.planning.catalog import LABEL_ZONE
+from neuronfleet.planning.coldstart import PodTimeline
+from neuronfleet.planning.compile import CompileRequest, JobPhase
+from neuronfleet.planning.fleet import PodView
+from neuronfleet.planning.labels import deployment_selector
+
+
+@dataclass(frozen=True)
+class CompileJobs:
+    """The compile Job of the current request and the deployment's running compile Jobs."""
+
+    name: str
+    phase: JobPhase
+    message: str
+    running: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ClusterObservation:
+    """What the API server says about one deployment's fleet and compile Jobs."""
+
+    pods: tuple[PodView, ...]
+    timelines: tuple[PodTimeline, ...]
+    jobs: CompileJobs | None
+
+
+async def _failure_details(kube: KubeApi, namespace: str, job_name: str, message: str) -> str:
+    """Kubernetes' reason for a failed Job, with the compile pod's termination message or log tail."""
+    pods = await kube.list_pods(namespace, {"job-name": job_name})
+    for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True):
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            terminated = (status.get("state") or {}).get("terminated") or {}
+            if terminated.get("message"):
+                return f"{message}; {terminated['message'].strip()[-800:]}"
+        tail = await kube.pod_log_tail(namespace, pod["metadata"]["name"])
+        if tail:
+            return f"{message}; log tail: {tail.strip()[-800:]}"
+    return message
+
+
+async def observe_compile_jobs(kube: KubeApi, namespace: str, deployment: str, request: CompileRequest) -> CompileJobs:
+    """One list of the deployment's compile Jobs: the current request's state and the running ones."""
+    name = compile_job_name(deployment, request)
+    jobs: list[Obj] = await kube.list_jobs(namespace, compile_job_selector(deployment))
+    phase: JobPhase = "absent"
+    message = ""
+    running = []
+    for job in jobs:
+        job_name = job["metadata"]["name"]
+        job_state, job_message = job_phase(job)
+        if job_state == "running":
+            running.append(job_name)
+        if job_name == name:
+            phase, message = job_state, job_message
+    if phase == "failed":
+        message = await _failure_details(kube, namespace, name, message)
+    return CompileJobs(name, phase, message, tuple(sorted(running)))
+
+
+async def observe_cluster(
+    kube: KubeApi, namespace: str, deployment: str, request: CompileRequest | None
+) -> ClusterObservation:
+    """The fleet's pods, their timelines and (with a ``request``) the compile Jobs."""
+    pods = [
+        pod
+        for pod in await kube.list_pods(namespace, deployment_selector(deployment))
+        if LABEL_COMPILE_REQUEST not in (pod["metadata"].get("labels") or {})
+    ]
+    nodes = await kube.list_nodes()
+    names = {node["metadata"]["name"] for node in nodes}
+    zones = {node["metadata"]["name"]: (node["metadata"].get("labels") or {}).get(LABEL_ZONE, "") for node in nodes}
+    jobs = None
+    if request is not None:
+        jobs = await observe_compile_jobs(kube, namespace, deployment, request)
+    return ClusterObservation(
+        pods=tuple(parse_pod(pod, names, node_zones=zones) for pod in pods),
+        timelines=tuple(pod_timelines(pods, nodes)),
+        jobs=jobs,
+    )

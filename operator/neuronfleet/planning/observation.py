@@ -1,0 +1,149 @@
+"""What one reconcile saw, and what it remembers between reconciles (pure data).
+
+- :class:`Observation`: everything the adapters read this round (the fleet's pods as
+  :class:`~neuronfleet.planning.fleet.PodView`, their start-up timelines, the compile pipeline,
+  the metrics, the object's own annotations), and the time it was read. The plan reads no clock
+  and no cluster: only this.
+- :class:`StatusMemory`: the *durable* memory, the few facts the operator keeps in the object's
+  status and reads back on the next reconcile (so they survive a restart): the last desired
+  replicas (the autoscaler's current scale, as HPA's), the instance type (sticky placement), the
+  artifact being served (kept while a new revision compiles), when and why it last scaled, and
+  the conditions (for their transition times). Nothing else of the status is ever an input.
+- :class:`DeploymentMemory`: the *in-process* memory (autoscaler and warm-pool histories, measured
+  cold starts, the outcome of the last apply). It restarts empty with the operator, which only
+  makes the autoscaler more conservative for one window.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from neuronfleet.api.v1alpha1 import GROUP
+from neuronfleet.planning import coldstart, scaling, warmpool
+from neuronfleet.planning.coldstart import PodTimeline
+from neuronfleet.planning.compile import CompileObservation, StoredArtifact
+from neuronfleet.planning.fleet import PodView
+from neuronfleet.planning.signals import MetricSnapshot
+from neuronfleet.planning.status import LastScale, Refusal
+
+#: Annotations holding JSON that the operator's framework (Kopf) parses on every event.
+JSON_ANNOTATIONS = (f"{GROUP}/last-handled-configuration",)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything one reconcile read, at ``now``."""
+
+    now: datetime
+    #: The fleet's pods (serving pods and placeholders; the compile Job's pods are not the fleet's).
+    pods: tuple[PodView, ...] = ()
+    timelines: tuple[PodTimeline, ...] = ()
+    #: None when the spec fits no instance type: nothing is compiled for it, so nothing is read.
+    compile: CompileObservation | None = None
+    #: The artifact store or the API could not be read for the compile pipeline.
+    compile_error: str | None = None
+    #: Read only when the autoscaler is due (see :func:`scaling_due`); None: not read or unavailable.
+    metrics: MetricSnapshot | None = None
+    #: Why ``metrics`` is None.
+    metrics_problem: str = "no metrics source configured"
+    corrupt_annotations: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StatusMemory:
+    """The facts read back from the object's status (the durable memory)."""
+
+    desired_replicas: int | None = None
+    instance_type: str | None = None
+    artifact: StoredArtifact | None = None
+    last_scale: LastScale | None = None
+    conditions: tuple[Mapping[str, Any], ...] = ()
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any]) -> StatusMemory:
+        """Tolerant of anything: a field of the wrong shape is simply not remembered."""
+        desired = status.get("desiredReplicas")
+        placement = status.get("placement")
+        instance_type = placement.get("instanceType") if isinstance(placement, Mapping) else None
+        artifact = status.get("artifact")
+        stored = None
+        if isinstance(artifact, Mapping) and artifact.get("cacheKey") and artifact.get("uri"):
+            stored = StoredArtifact(
+                cache_key=str(artifact["cacheKey"]),
+                uri=str(artifact["uri"]),
+                manifest_sha256=str(artifact.get("sha256") or ""),
+                backend="neuron" if artifact.get("backend") == "neuron" else "cpu",
+            )
+        last_time = status.get("lastScaleTime")
+        last_scale = (
+            LastScale(last_time, str(status.get("lastScaleReason") or "")) if isinstance(last_time, str) else None
+        )
+        conditions = status.get("conditions")
+        return cls(
+            desired_replicas=desired if isinstance(desired, int) and desired >= 0 else None,
+            instance_type=instance_type if isinstance(instance_type, str) else None,
+            artifact=stored,
+            last_scale=last_scale,
+            conditions=tuple(c for c in conditions if isinstance(c, Mapping)) if isinstance(conditions, list) else (),
+        )
+
+    def condition(self, kind: str) -> Mapping[str, Any]:
+        """The remembered condition of ``kind`` (empty when there is none)."""
+        return next((c for c in self.conditions if c.get("type") == kind), {})
+
+
+@dataclass(frozen=True)
+class DeploymentMemory:
+    """Per-object state kept in the operator's process between reconciles."""
+
+    scaling_state: scaling.ScalingState = field(default_factory=scaling.ScalingState)
+    warm_state: warmpool.WarmPoolState = field(default_factory=warmpool.WarmPoolState)
+    last_scaling_at: float | None = None
+    last_decision: scaling.ScalingDecision | None = None
+    #: The ScalingActive message and metrics availability of ``last_decision`` (held between decisions).
+    scaling_message: str = ""
+    metrics_available: bool = False
+    cold_start: warmpool.ColdStart = field(default_factory=warmpool.ColdStart)
+    #: Measured cold starts (rolling per instance type); ``cold_start`` is its p90s for the warm pool.
+    cold_start_state: coldstart.ColdStartState = field(default_factory=coldstart.ColdStartState)
+    #: What the last apply met: pod creations refused, API errors. Reported until an apply succeeds.
+    refusals: tuple[Refusal, ...] = ()
+    apply_errors: tuple[str, ...] = ()
+    #: The last status write: (the status before it, the status written).
+    written: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None
+
+
+def seen_status(body_status: Mapping[str, Any], memory: DeploymentMemory) -> Mapping[str, Any]:
+    """The object's status as it is: the one we last wrote when the body still shows the one before.
+
+    The body comes from a watch, which may not yet have delivered our own last write; reading the
+    older status back would repeat the write and its Events ("Scaled 0 -> 2" twice).
+    """
+    if memory.written is not None:
+        before, after = memory.written
+        if body_status == before and body_status != after:
+            return after
+    return body_status
+
+
+def scaling_due(interval_seconds: float, memory: DeploymentMemory, now: float) -> bool:
+    """Whether the autoscaler decides this round (every ``spec.scaling.intervalSeconds``)."""
+    return memory.last_scaling_at is None or now - memory.last_scaling_at >= interval_seconds
+
+
+def corrupt_annotations(annotations: Mapping[str, str]) -> tuple[str, ...]:
+    """The JSON annotations (:data:`JSON_ANNOTATIONS`) that do not parse."""
+    corrupt = []
+    for key in JSON_ANNOTATIONS:
+        value = annotations.get(key)
+        if value is None:
+            continue
+        try:
+            json.loads(value)
+        except ValueError:
+            corrupt.append(key)
+    return tuple(corrupt)

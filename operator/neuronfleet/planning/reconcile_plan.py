@@ -1,0 +1,305 @@
+"""One reconcile's whole decision: (deployment, observation, memories) -> actions, status, Events (pure).
+
+:func:`plan_reconcile` is what the operator decides each round and the only place it decides;
+the adapters only read (:class:`~neuronfleet.planning.observation.Observation`) and write what it
+returns. It reads no clock (``observation.now`` is the time) and no status other than the durable
+memory (:class:`~neuronfleet.planning.observation.StatusMemory`). In order:
+
+1. compile: use the stored artifact, start a Job, supersede Jobs of older requests, or report why
+   there is none (:mod:`.compile`); an unservable spec is not compiled;
+2. targets: the autoscaler at its interval and the warm pool (:func:`decide_targets`, the path the
+   simulator's ``Ours`` policy must match: tests/unit/test_operator_sim_parity.py);
+3. placement (sticky to the remembered instance type) and the fleet plan (:mod:`.fleet`);
+4. status (:mod:`.status`), and the Events that the status change makes (:func:`status_events`).
+
+After applying, :func:`status_after_apply` folds what the apply met (pods refused at admission,
+API errors) into the status; the in-process memory keeps them until an apply succeeds, so a
+refusal repeated every round changes nothing and writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from neuronfleet.api.v1alpha1 import InferenceDeployment, InferenceDeploymentSpec, WarmPoolStatus
+from neuronfleet.planning import coldstart, scaling, warmpool
+from neuronfleet.planning.compile import (
+    CompileDecision,
+    CompileRequest,
+    decide_compile,
+    decide_unservable,
+)
+from neuronfleet.planning.fleet import (
+    Action,
+    FleetPlan,
+    FleetPolicy,
+    FleetSummary,
+    FleetTarget,
+    describe_action,
+    plan_fleet,
+    policy_for_spec,
+)
+from neuronfleet.planning.labels import ArtifactRevision
+from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory, scaling_due
+from neuronfleet.planning.placement import Candidate, check_fits, plan_for_spec
+from neuronfleet.planning.reasons import Event, Reason
+from neuronfleet.planning.signals import MetricSnapshot
+from neuronfleet.planning.status import LastScale, Refusal, StatusInputs, build_status, rfc3339
+
+
+@dataclass(frozen=True)
+class StartCompileJob:
+    """Create the compile Job for ``request``."""
+
+    request: CompileRequest
+    name: str
+
+
+@dataclass(frozen=True)
+class DeleteCompileJob:
+    """Delete a compile Job of an older request: the spec changed while it ran."""
+
+    name: str
+
+
+CompileAction = StartCompileJob | DeleteCompileJob
+
+
+@dataclass(frozen=True)
+class Targets:
+    """Desired active replicas and standby for this round, and how the autoscaler stands."""
+
+    scale: scaling.ScalingDecision
+    warm: warmpool.WarmPoolDecision
+    metrics_available: bool
+    #: The ScalingActive message (stable between decisions: no status write for nothing).
+    message: str
+
+
+@dataclass(frozen=True)
+class ReconcilePlan:
+    """What to do this round and the status it leads to (before the apply's outcome)."""
+
+    compile_actions: tuple[CompileAction, ...]
+    #: The placement the fleet's pods are built for (None: no pod is created or changed).
+    candidate: Candidate | None
+    actions: tuple[Action, ...]
+    inputs: StatusInputs
+    status: dict[str, Any]
+    memory: DeploymentMemory
+    scale_reason: str
+    converged: bool
+    #: Errors of the observation (not of the apply), reported in every status of this round.
+    observe_errors: tuple[str, ...] = field(default=())
+
+
+def decide_targets(
+    spec: InferenceDeploymentSpec,
+    memory: DeploymentMemory,
+    snapshot: MetricSnapshot | None,
+    metrics_problem: str,
+    current: int,
+    ready: int,
+    now: float,
+) -> tuple[Targets, DeploymentMemory]:
+    """The autoscaler's decision at the spec's interval (held in between), then the warm pool.
+
+    ``snapshot`` is only looked at when :func:`~neuronfleet.planning.observation.scaling_due`;
+    in Auto mode the decision and its message are held until the next interval.
+    """
+    if (
+        not scaling_due(spec.scaling.interval_seconds, memory, now)
+        and memory.last_decision is not None
+        and (spec.scaling.mode == "Auto")
+    ):
+        scale, available, message = memory.last_decision, memory.metrics_available, memory.scaling_message
+    else:
+        scale = scaling.decide(spec.scaling, memory.scaling_state, snapshot, current, ready, now)
+        available = snapshot is not None
+        message = scale.reason if available else f"{metrics_problem}; {scale.reason}"
+        memory = replace(
+            memory,
+            scaling_state=scale.new_state,
+            last_scaling_at=now,
+            last_decision=scale,
+            scaling_message=message,
+            metrics_available=available,
+        )
+    warm = warmpool.plan(
+        spec.warm_pool,
+        memory.warm_state,
+        scale.demand,
+        now,
+        memory.cold_start,
+        active=scale.desired,
+        max_active=spec.scaling.max_replicas,
+    )
+    memory = replace(memory, warm_state=warm.new_state)
+    return Targets(scale, warm, available, message), memory
+
+
+def _compile(
+    dep: InferenceDeployment, observation: Observation, durable: StatusMemory, spec_problems: list[str]
+) -> tuple[CompileDecision, tuple[CompileAction, ...], tuple[str, ...]]:
+    observed = observation.compile
+    if spec_problems:
+        return decide_unservable(spec_problems, durable.artifact), (), ()
+    if observation.compile_error is not None or observed is None:
+        detail = observation.compile_error or "the compile pipeline was not read"
+        decision = CompileDecision(False, durable.artifact, "Unknown", Reason.STORE_UNAVAILABLE, detail)
+        return decision, (), (f"compile pipeline: {detail}",)
+    decision = decide_compile(observed, durable.artifact)
+    actions: list[CompileAction] = []
+    if decision.create_job:
+        actions.append(StartCompileJob(observed.request, observed.job_name))
+    # A newer spec supersedes compiles of older requests that are still running.
+    actions += [DeleteCompileJob(name) for name in observed.running_jobs if name != observed.job_name]
+    return decision, tuple(actions), ()
+
+
+def _idle_summary(targets: Targets, decision: CompileDecision) -> FleetSummary:
+    """The fleet when nothing can be placed: no pod is counted as the operator's."""
+    return FleetSummary(
+        desired_active=targets.scale.desired,
+        desired_warm=targets.warm.pods,
+        desired_placeholders=targets.warm.node_placeholders,
+        active=0,
+        ready_active=0,
+        warm_ready=0,
+        warm=0,
+        draining=0,
+        placeholders=0,
+        current_ready_active=0,
+        outdated=0,
+        revision_known=decision.serve is not None,
+    )
+
+
+def plan_reconcile(
+    dep: InferenceDeployment,
+    observation: Observation,
+    memory: DeploymentMemory,
+    durable: StatusMemory,
+    fleet_policy: FleetPolicy,
+    template_of: Callable[[Candidate], str],
+) -> ReconcilePlan:
+    """The whole decision of one reconcile (see the module docstring).
+
+    ``template_of`` hashes the pod template built for a placement (the builders live outside
+    planning; the hash is a pure function of the spec and the placement).
+    """
+    spec, now = dep.spec, observation.now
+    spec_problems = check_fits(spec)
+    decision, compile_actions, observe_errors = _compile(dep, observation, durable, spec_problems)
+
+    cold_state = coldstart.observe(memory.cold_start_state, observation.timelines)
+    memory = replace(
+        memory,
+        cold_start_state=cold_state,
+        cold_start=coldstart.for_warm_pool(cold_state, durable.instance_type),
+    )
+    active_now = [pod for pod in observation.pods if pod.role == "active" and not pod.deleting]
+    ready_now = sum(1 for pod in active_now if pod.ready)
+    # The autoscaler's "current" is the current scale, as HPA's: the last desired count (durable
+    # memory), not the pods active at this instant; a pod being replaced must not pull it down.
+    current = durable.desired_replicas if durable.desired_replicas is not None else len(active_now)
+    targets, memory = decide_targets(
+        spec, memory, observation.metrics, observation.metrics_problem, current, ready_now, now.timestamp()
+    )
+    scale, warm = targets.scale, targets.warm
+
+    placement = plan_for_spec(spec, max(1, scale.desired + warm.pods), current_type=durable.instance_type)
+    fleet: FleetPlan | None = None
+    if placement.chosen is not None and not spec_problems:
+        serve = decision.serve
+        target = FleetTarget(
+            template=template_of(placement.chosen),
+            artifact=ArtifactRevision(serve.revision, serve.uri) if serve else None,
+            active=scale.desired,
+            warm=warm.pods,
+            placeholders=warm.node_placeholders,
+        )
+        fleet = plan_fleet(dep.name, target, observation.pods, now, policy_for_spec(spec, fleet_policy))
+    summary = fleet.summary if fleet is not None else _idle_summary(targets, decision)
+
+    previous_desired = durable.desired_replicas or 0
+    last_scale = LastScale(rfc3339(now), scale.reason) if previous_desired != scale.desired else durable.last_scale
+    measured_type = placement.chosen.name if placement.chosen is not None else durable.instance_type
+    inputs = StatusInputs(
+        generation=dep.metadata.generation,
+        fleet=summary,
+        placement=placement,
+        compile=decision,
+        scaling_mode=spec.scaling.mode,
+        metrics_available=targets.metrics_available or spec.scaling.mode == "Manual",
+        scaling_message=targets.message,
+        errors=observe_errors + memory.apply_errors,
+        refusals=memory.refusals,
+        corrupt_annotations=observation.corrupt_annotations,
+        rollout_stalled=summary.rollout_stalled(now, spec.rollout.progress_deadline_seconds),
+        spec_problems=tuple(spec_problems),
+        warm_pool=WarmPoolStatus(
+            desired_pods=warm.pods, desired_placeholders=warm.node_placeholders, reason=warm.reason
+        ),
+        cold_start=coldstart.status(cold_state, measured_type),
+        last_scale=last_scale,
+    )
+    return ReconcilePlan(
+        compile_actions=compile_actions,
+        candidate=placement.chosen if fleet is not None else None,
+        actions=fleet.actions if fleet is not None else (),
+        inputs=inputs,
+        status=build_status(dep.name, inputs, durable.conditions, now),
+        memory=memory,
+        scale_reason=scale.reason,
+        converged=fleet is not None and not fleet.actions and fleet.summary.converged,
+        observe_errors=observe_errors,
+    )
+
+
+def status_after_apply(
+    plan: ReconcilePlan,
+    dep: InferenceDeployment,
+    durable: StatusMemory,
+    refusals: tuple[Refusal, ...],
+    apply_errors: tuple[str, ...],
+    observation: Observation,
+) -> tuple[dict[str, Any], DeploymentMemory]:
+    """The status and memory once the apply's outcome is known (unchanged when it is as remembered)."""
+    memory = replace(plan.memory, refusals=refusals, apply_errors=apply_errors)
+    if (refusals, apply_errors) == (plan.memory.refusals, plan.memory.apply_errors):
+        return plan.status, memory
+    inputs = replace(plan.inputs, refusals=refusals, errors=plan.observe_errors + apply_errors)
+    return build_status(dep.name, inputs, durable.conditions, observation.now), memory
+
+
+def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c.get("type") == kind), {})
+
+
+def status_events(durable: StatusMemory, status: Mapping[str, Any], scale_reason: str) -> list[Event]:
+    """Events of a status change: Scaled when the desired replicas change; a Warning when Degraded
+    turns True or changes reason. Nothing when nothing changed."""
+    events: list[Event] = []
+    before_desired, after_desired = durable.desired_replicas or 0, int(status.get("desiredReplicas") or 0)
+    if before_desired != after_desired:
+        events.append(
+            Event(
+                "Normal",
+                Reason.SCALED,
+                f"desired active replicas {before_desired} -> {after_desired}: {scale_reason}",
+            )
+        )
+    before, after = durable.condition("Degraded"), _condition(status, "Degraded")
+    if after.get("status") == "True" and (
+        before.get("status") != "True" or before.get("reason") != after.get("reason")
+    ):
+        events.append(Event("Warning", Reason(str(after.get("reason"))), str(after.get("message") or "")))
+    return events
+
+
+def action_events(actions: tuple[Action, ...]) -> list[Event]:
+    """One Event per fleet action applied."""
+    return [describe_action(action) for action in actions]

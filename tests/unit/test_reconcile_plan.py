@@ -1,0 +1,132 @@
+"""The reconcile's pure plan: the same inputs give the same outputs, and a steady fleet writes nothing."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.planning.compile import CompileObservation, StoredArtifact, compile_request
+from neuronfleet.planning.fleet import CreatePod, FleetPolicy, apply_actions
+from neuronfleet.planning.observation import (
+    DeploymentMemory,
+    Observation,
+    StatusMemory,
+    corrupt_annotations,
+    seen_status,
+)
+from neuronfleet.planning.reasons import Reason
+from neuronfleet.planning.reconcile_plan import (
+    DeleteCompileJob,
+    StartCompileJob,
+    plan_reconcile,
+    status_events,
+)
+from neuronfleet.planning.status import status_patch
+
+REPO = Path(__file__).resolve().parents[2]
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def deployment(**spec: Any) -> InferenceDeployment:
+    manifest = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
+    manifest["metadata"].update({"namespace": "ns", "generation": 1})
+    manifest["spec"].update(spec)
+    return InferenceDeployment.model_validate(manifest)
+
+
+MANUAL = {"scaling": {"mode": "Manual", "replicas": 2, "minReplicas": 0}, "warmPool": {"mode": "Off"}}
+
+
+def compiled(dep: InferenceDeployment, **changes: Any) -> CompileObservation:
+    request = compile_request(dep.spec, "/store", "fp")
+    stored = StoredArtifact("c" * 64, "/store/cccc", "d" * 64, "cpu")
+    return replace(CompileObservation(request, stored, job_name="job-now"), **changes)
+
+
+def plan(dep: InferenceDeployment, observation: Observation, memory: DeploymentMemory, status: dict[str, Any]) -> Any:
+    return plan_reconcile(dep, observation, memory, StatusMemory.from_status(status), FleetPolicy(), lambda c: "t" * 10)
+
+
+def test_a_new_deployment_creates_its_pods_and_scales_once_then_holds_still() -> None:
+    dep = deployment(**MANUAL)
+    first = plan(dep, Observation(T0, compile=compiled(dep)), DeploymentMemory(), {})
+    assert [type(a) for a in first.actions] == [CreatePod, CreatePod]
+    assert first.status["desiredReplicas"] == 2 and first.status["placement"]["instanceType"] == "inf2.xlarge"
+    events = status_events(StatusMemory.from_status({}), first.status, first.scale_reason)
+    assert [e.reason for e in events] == [Reason.SCALED]
+
+    # The pods exist (not yet bound); the status as written is read back: nothing more to do or say.
+    pods = tuple(apply_actions([], first.actions, T0))
+    later = Observation(T0 + timedelta(seconds=10), pods=pods, compile=compiled(dep))
+    second = plan(dep, later, first.memory, first.status)
+    assert second.actions == ()
+    again = plan(dep, replace(later, now=T0 + timedelta(seconds=20)), second.memory, second.status)
+    assert status_patch(second.status, again.status) is None
+    assert status_events(StatusMemory.from_status(second.status), again.status, again.scale_reason) == []
+
+
+def test_auto_mode_without_metrics_keeps_one_message_between_and_across_decisions() -> None:
+    dep = deployment(scaling={"mode": "Auto", "minReplicas": 1, "maxReplicas": 3, "intervalSeconds": 15})
+    memory, status = DeploymentMemory(), {}
+    statuses = []
+    for second in (0, 5, 10, 15, 20, 30, 45):
+        observation = Observation(T0 + timedelta(seconds=second), compile=compiled(dep))
+        result = plan(dep, observation, memory, status)
+        memory, status = result.memory, result.status
+        statuses.append(status)
+    scaling = {next(c["message"] for c in s["conditions"] if c["type"] == "ScalingActive") for s in statuses}
+    assert len(scaling) == 1 and scaling.pop().startswith("no metrics source configured; metrics missing")
+    assert all(status_patch(a, b) is None for a, b in itertools.pairwise(statuses[1:]))
+
+
+def test_an_unreadable_source_starts_no_job_and_older_jobs_are_superseded() -> None:
+    dep = deployment(**MANUAL)
+    blocked = compiled(dep, stored=None, source_problem="NoSuchBucket: the bucket does not exist")
+    result = plan(dep, Observation(T0, compile=blocked), DeploymentMemory(), {})
+    assert result.compile_actions == ()
+    compiled_condition = next(c for c in result.status["conditions"] if c["type"] == "Compiled")
+    assert (compiled_condition["status"], compiled_condition["reason"]) == ("False", "SourceUnreadable")
+    assert "NoSuchBucket" in compiled_condition["message"]
+
+    fresh = compiled(dep, stored=None, job_phase="running", running_jobs=("job-now", "job-old"))
+    actions = plan(dep, Observation(T0, compile=fresh), DeploymentMemory(), {}).compile_actions
+    assert actions == (DeleteCompileJob("job-old"),)
+    absent = compiled(dep, stored=None, running_jobs=("job-old",))
+    actions = plan(dep, Observation(T0, compile=absent), DeploymentMemory(), {}).compile_actions
+    assert actions == (StartCompileJob(absent.request, "job-now"), DeleteCompileJob("job-old"))
+
+
+def test_the_plan_reads_its_time_from_the_observation_only() -> None:
+    dep = deployment(**MANUAL)
+    at = Observation(datetime(2030, 1, 1, tzinfo=UTC), compile=compiled(dep))
+    result = plan(dep, at, DeploymentMemory(), {})
+    assert result.status["lastScaleTime"] == "2030-01-01T00:00:00Z"
+    assert {c["lastTransitionTime"] for c in result.status["conditions"]} == {"2030-01-01T00:00:00Z"}
+
+
+def test_durable_memory_reads_only_its_fields_and_tolerates_garbage() -> None:
+    memory = StatusMemory.from_status(
+        {"desiredReplicas": "two", "placement": "inf2", "artifact": {"uri": 3}, "conditions": [1, {"type": "Ready"}]}
+    )
+    assert memory == StatusMemory(conditions=({"type": "Ready"},))
+
+
+def test_a_stale_body_is_read_as_the_status_last_written() -> None:
+    before, after = {"desiredReplicas": 0}, {"desiredReplicas": 2}
+    memory = DeploymentMemory(written=(before, after))
+    assert seen_status(before, memory) == after
+    assert seen_status(after, memory) == after
+    assert seen_status({"desiredReplicas": 5}, memory) == {"desiredReplicas": 5}
+
+
+def test_a_corrupt_json_annotation_is_found() -> None:
+    key = "serving.neuronfleet.dev/last-handled-configuration"
+    assert corrupt_annotations({key: '{"spec": {}}'}) == ()
+    assert corrupt_annotations({key: "{nope"}) == (key,)
+    assert corrupt_annotations({"other": "{nope"}) == ()
