@@ -63,7 +63,6 @@ from neuronfleet.planning.catalog import (
     RESOURCE_NEURONCORE,
 )
 from neuronfleet.planning.fleet import (
-    Action,
     CreatePlaceholder,
     CreatePod,
     PodPhase,
@@ -94,7 +93,7 @@ from neuronfleet.planning.labels import (
     short_hash,
 )
 from neuronfleet.planning.placement import Candidate
-from neuronfleet.planning.status import rfc3339
+from neuronfleet.planning.status import find_condition, rfc3339
 
 CONTAINER_NAME = "neuronserve"
 PORT_NAME = "http"
@@ -438,10 +437,6 @@ def relabel_patch(action: Relabel) -> dict[str, Any]:
     return {"metadata": metadata}
 
 
-def is_creation(action: Action) -> bool:
-    return isinstance(action, CreatePod | CreatePlaceholder)
-
-
 # ------------------------------------------------------------------------------- service and budget
 
 
@@ -549,10 +544,9 @@ def parse_pod(
     # A pod whose role label was edited to something unknown is treated as draining: it leaves
     # the Service and is deleted after the drain, and the plan replaces it.
     role: Role = raw_role if raw_role in ROLES else "draining"
-    conditions = {c.get("type"): c for c in status.get("conditions") or [] if isinstance(c, dict)}
-    ready_condition = conditions.get("Ready") or {}
+    ready_condition = find_condition(pod, "Ready")
     ready = ready_condition.get("status") == "True"
-    scheduled_condition = conditions.get("PodScheduled") or {}
+    scheduled_condition = find_condition(pod, "PodScheduled")
     unschedulable = None
     if scheduled_condition.get("status") == "False" and scheduled_condition.get("reason") == "Unschedulable":
         unschedulable = scheduled_condition.get("message") or "no node fits"

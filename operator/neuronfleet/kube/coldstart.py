@@ -20,6 +20,7 @@ from typing import Any
 
 from neuronfleet.planning.coldstart import PodTimeline
 from neuronfleet.planning.labels import LABEL_ROLE, SERVING_ROLES
+from neuronfleet.planning.status import find_condition
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
@@ -41,10 +42,8 @@ def parse_time(value: Any) -> float | None:
 
 def _condition_time(obj: Obj, kind: str) -> float | None:
     """When the ``kind`` condition last turned True (None unless it is True now)."""
-    for condition in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(condition, Mapping) and condition.get("type") == kind:
-            return parse_time(condition.get("lastTransitionTime")) if condition.get("status") == "True" else None
-    return None
+    condition = find_condition(obj, kind)
+    return parse_time(condition.get("lastTransitionTime")) if condition.get("status") == "True" else None
 
 
 def _containers_started(pod: Obj) -> tuple[float | None, int]:

@@ -25,6 +25,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from neuronfleet.planning.status import find_condition
+
 Family = Counter | Gauge | Histogram
 
 #: Status fields -> the ``kind`` label of ``neuronfleet_replicas``.
@@ -108,9 +110,8 @@ class OperatorMetrics:
         warm_desired = (status.get("warmPool") or {}).get("desiredPods")
         if isinstance(warm_desired, int | float):
             self._child(self.replicas, namespace, name, "warm_desired").set(warm_desired)
-        for condition in status.get("conditions") or []:
-            if isinstance(condition, Mapping) and condition.get("type") == "ScalingActive":
-                self._child(self.metrics_available, namespace, name).set(1 if condition.get("status") == "True" else 0)
+        if scaling := find_condition({"status": status}, "ScalingActive"):
+            self._child(self.metrics_available, namespace, name).set(1 if scaling.get("status") == "True" else 0)
         desired = status.get("desiredReplicas")
         if isinstance(desired, int):
             previous = self._desired.get((namespace, name))

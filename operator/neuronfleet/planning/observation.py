@@ -28,7 +28,7 @@ from neuronfleet.planning.coldstart import PodTimeline
 from neuronfleet.planning.compile import CompileObservation, StoredArtifact
 from neuronfleet.planning.fleet import PodView
 from neuronfleet.planning.signals import MetricSnapshot
-from neuronfleet.planning.status import LastScale, Refusal
+from neuronfleet.planning.status import LastScale, Refusal, find_condition
 
 #: Annotations holding JSON that the operator's framework (Kopf) parses on every event.
 JSON_ANNOTATIONS = (f"{GROUP}/last-handled-configuration",)
@@ -93,7 +93,7 @@ class StatusMemory:
 
     def condition(self, kind: str) -> Mapping[str, Any]:
         """The remembered condition of ``kind`` (empty when there is none)."""
-        return next((c for c in self.conditions if c.get("type") == kind), {})
+        return find_condition({"status": {"conditions": list(self.conditions)}}, kind)
 
 
 @dataclass(frozen=True)

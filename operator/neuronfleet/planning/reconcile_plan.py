@@ -46,7 +46,14 @@ from neuronfleet.planning.observation import DeploymentMemory, Observation, Stat
 from neuronfleet.planning.placement import Candidate, check_fits, plan_for_spec
 from neuronfleet.planning.reasons import Event, Reason
 from neuronfleet.planning.signals import MetricSnapshot
-from neuronfleet.planning.status import LastScale, Refusal, StatusInputs, build_status, rfc3339
+from neuronfleet.planning.status import (
+    LastScale,
+    Refusal,
+    StatusInputs,
+    build_status,
+    find_condition,
+    rfc3339,
+)
 
 
 @dataclass(frozen=True)
@@ -275,10 +282,6 @@ def status_after_apply(
     return build_status(dep.name, inputs, durable.conditions, observation.now), memory
 
 
-def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
-    return next((c for c in status.get("conditions") or [] if c.get("type") == kind), {})
-
-
 def status_events(durable: StatusMemory, status: Mapping[str, Any], scale_reason: str) -> list[Event]:
     """Events of a status change: Scaled when the desired replicas change; a Warning when Degraded
     turns True or changes reason. Nothing when nothing changed."""
@@ -292,7 +295,7 @@ def status_events(durable: StatusMemory, status: Mapping[str, Any], scale_reason
                 f"desired active replicas {before_desired} -> {after_desired}: {scale_reason}",
             )
         )
-    before, after = durable.condition("Degraded"), _condition(status, "Degraded")
+    before, after = durable.condition("Degraded"), find_condition({"status": status}, "Degraded")
     if after.get("status") == "True" and (
         before.get("status") != "True" or before.get("reason") != after.get("reason")
     ):

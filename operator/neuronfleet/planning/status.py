@@ -269,6 +269,17 @@ def compute_conditions(inputs: StatusInputs) -> list[ConditionValue]:
     ]
 
 
+def find_condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    """The condition of type ``kind`` in ``obj["status"]["conditions"]`` (any Kubernetes object, or a
+    status given as ``{"status": status}``); empty when absent or malformed."""
+    status = obj.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    for condition in conditions if isinstance(conditions, list) else ():
+        if isinstance(condition, Mapping) and condition.get("type") == kind:
+            return condition
+    return {}
+
+
 def rfc3339(moment: datetime) -> str:
     """A UTC timestamp as Kubernetes writes it (seconds, ``Z``)."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
