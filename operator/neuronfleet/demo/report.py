@@ -155,7 +155,8 @@ def plot_timeline(result: DemoResult, path: Path) -> None:
     tl = result.timeline
     minutes = [t / 60 for t in tl.get("t", [])]
     fig, demand_ax = plt.subplots(figsize=(11, 5))
-    demand_ax.plot(minutes, tl.get("demand", []), color="0.6", lw=1, label=f"demand (req/s, {result.measured})")
+    sent = "sent by the client" if result.load == "real" else "simulated"
+    demand_ax.plot(minutes, tl.get("demand", []), color="0.6", lw=1, label=f"demand (req/s, {sent})")
     if tl.get("p99_ms"):
         latency_ax = demand_ax.twinx()
         latency_ax.spines["right"].set_position(("axes", 1.08))
@@ -202,7 +203,11 @@ def _load_paragraph(result: DemoResult) -> str:
   operator read queue depth, in-flight requests, utilization and arrival rate from it. Latency is taken at
   the client from each request's scheduled send time. The client used {client.get("client_cpu_s", 0):.1f} CPU s;
   its event loop lagged {client.get("loop_lag_p99_ms", 0):.1f} ms at p99 ({client.get("loop_lag_max_ms", 0):.0f} ms
-  at most) and sent {client.get("send_lateness_p99_ms", 0):.1f} ms late at p99.
+  at most) and sent {client.get("send_lateness_p99_ms", 0):.1f} ms late at p99 (lag on an idle
+  machine is about a millisecond: more means the machine, not the servers, delayed requests).
+- **The example as applied**: batch buckets [1, 4] x sequence [32] (a CPU compile in well under a
+  minute), and for a few minutes of real time instead of hours: `{json.dumps(facts.get("spec_changes", {}))}`
+  merged into its spec.
 - Time: real (wall) time, {result.replay_wall_s:.0f} s of load; whole run {result.wall_s:.0f} s."""
     return f"""- **Load (simulated)**: {facts["minutes"]:.3g} minutes of the trace from minute
   {facts["trace_start_minute"]:g}, after a lead-in of {facts.get("lead_in_minutes", 0):g} minutes before it
