@@ -232,7 +232,7 @@ class SandboxCluster:
             self.kubelet.container_runner = SubprocessRunner(
                 commands={"neuronserve compile"}, extra_env=self.process_env(), timeout_s=3600.0
             )
-        if self._workdir is None and (self.serving is not None or self._kubeconfig_path is None):
+        if self._kubeconfig_path is None or (self._workdir is None and self.serving is not None):
             self._tmpdir = tempfile.TemporaryDirectory(prefix="neuronfleet-sandbox-")
         if self.serving is not None and self.kubelet is not None:
             workdir = self._workdir or Path(self._tmpdir.name if self._tmpdir else tempfile.gettempdir())
