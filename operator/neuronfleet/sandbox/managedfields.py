@@ -286,6 +286,107 @@ def _covers(owned: set[Path], path: Path) -> bool:
 # ---- Update ---------------------------------------------------------------------------------------
 
 
+def _sections(obj: Obj, subresource: str | None, status_subresource: bool) -> dict[tuple[str, ...], Any]:
+    """The ownable top-level parts of ``obj`` (metadata split per field), by field-name path."""
+    sections: dict[tuple[str, ...], Any] = {}
+    for key, value in obj.items():
+        if key in ("apiVersion", "kind") or value is None:
+            continue
+        is_status = key == "status"
+        if (subresource == "status" and not is_status) or (subresource is None and status_subresource and is_status):
+            continue
+        if key == "metadata" and isinstance(value, dict):
+            for name, field in value.items():
+                if name not in _UNOWNED_META and field is not None:
+                    sections[(key, name)] = field
+            continue
+        sections[(key,)] = value
+    return sections
+
+
+def _changes(
+    old: Obj | None, new: Obj, types: ListTypes, subresource: str | None, status_subresource: bool
+) -> tuple[set[Path], set[Path]]:
+    """(added or modified, removed) leaves from ``old`` to ``new``; parts that are equal (often the
+    very same dicts, shared by a patch) are not walked."""
+    before_parts = _sections(old, subresource, status_subresource) if old is not None else {}
+    after_parts = _sections(new, subresource, status_subresource)
+    before: dict[Path, Any] = {}
+    after: dict[Path, Any] = {}
+    for names in before_parts.keys() | after_parts.keys():
+        old_value, new_value = before_parts.get(names), after_parts.get(names)
+        if old_value is new_value or old_value == new_value:
+            continue
+        schema = _child_schema(types.schema, names[0]) if len(names) == 1 else None
+        path = tuple(f"f:{name}" for name in names)
+        if old_value is not None:
+            _walk(old_value, schema, names, path, types, before)
+        if new_value is not None:
+            _walk(new_value, schema, names, path, types, after)
+    changed = {p for p, v in after.items() if p not in before or (before[p] is not v and before[p] != v)}
+    return changed, set(before) - set(after)
+
+
+# fieldsV1 trees are edited copy-on-write along the edited paths: the stored object's trees are
+# shared, never changed, and neither parsing every entry into sets nor deep-copying big trees is
+# paid on each update.
+
+
+def _tree_node(tree: Obj, path: Path) -> Obj | None:
+    node: Any = tree
+    for element in path:
+        node = node.get(element) if isinstance(node, dict) else None
+        if node is None:
+            return None
+    return node if isinstance(node, dict) else None
+
+
+def _tree_discard(root: Obj, path: Path, *, with_fields: bool) -> None:
+    """Remove ``path`` (and everything under it when ``with_fields``) from the tree ``root``
+    (a fresh copy whose children may be shared); nodes left empty go too."""
+    if _tree_node(root, path) is None:
+        return
+    chain = [root]
+    node = root
+    for element in path[:-1]:
+        child = dict(node[element])
+        node[element] = child
+        chain.append(child)
+        node = child
+    last = path[-1]
+    target = node[last]
+    if with_fields or all(k == "." for k in target):
+        del node[last]
+    elif "." in target:
+        node[last] = {k: v for k, v in target.items() if k != "."}
+        return
+    else:
+        return
+    for depth in range(len(path) - 1, 0, -1):  # an empty node would read as a member
+        parent, key = chain[depth - 1], path[depth - 1]
+        if parent.get(key) != {}:
+            return
+        del parent[key]
+
+
+def _tree_add(root: Obj, path: Path, copied: set[int]) -> None:
+    """Add ``path`` to ``root``; ``copied`` holds the ids of the nodes this edit owns already."""
+    node = root
+    for depth, element in enumerate(path, 1):
+        existing = node.get(element)
+        if isinstance(existing, dict) and id(existing) in copied:
+            child = existing
+        else:
+            child = dict(existing) if isinstance(existing, dict) else {}
+            copied.add(id(child))
+            node[element] = child
+        if existing == {} and depth < len(path):
+            child["."] = {}  # a member leaf that now has fields too
+        node = child
+    if any(k != "." for k in node):
+        node["."] = {}
+
+
 def record_update(
     old: Obj | None,
     new: Obj,
@@ -297,26 +398,41 @@ def record_update(
     operation: str = "Update",
 ) -> list[Obj]:
     """``new``'s managedFields after ``manager`` wrote it over ``old`` (None: a create)."""
-    entries = read_entries(_meta(new))
-    before = owned_paths(old, types, manager.subresource, status_subresource) if old is not None else {}
-    after = owned_paths(new, types, manager.subresource, status_subresource)
-    changed = {p for p, v in after.items() if p not in before or (before[p] is not v and before[p] != v)}
-    removed = set(before) - set(after)
+    current: list[Obj] = [e for e in _meta(new).get("managedFields") or [] if isinstance(e, dict)]
+    changed, removed = _changes(old, new, types, manager.subresource, status_subresource)
     if not changed and not removed:
-        return write_entries(entries)
+        return current
     identity = (manager.name, operation, manager.subresource)
-    mine = next((e for e in entries if e.identity == identity), None)
-    for entry in entries:
-        if entry is not mine:
-            entry.fields -= changed | removed
-            entry.fields = {p for p in entry.fields if not any(p[: len(r)] == r for r in removed)}
+    result: list[Obj] = []
+    mine: Obj | None = None
+    touched = changed | removed
+    for raw in current:
+        tree = raw.get("fieldsV1") or {}
+        is_mine = (raw.get("manager"), raw.get("operation", "Update"), raw.get("subresource") or None) == identity
+        if not is_mine and not any(_tree_node(tree, path) is not None for path in touched):
+            result.append(raw)  # untouched: shared with the stored object, never edited
+            continue
+        entry = {**raw, "fieldsV1": dict(tree)}
+        if is_mine:
+            mine = entry
+        else:
+            for path in changed:
+                _tree_discard(entry["fieldsV1"], path, with_fields=False)
+            for path in removed:
+                _tree_discard(entry["fieldsV1"], path, with_fields=True)
+        result.append(entry)
     if mine is None:
-        mine = Entry(manager.name, operation, manager.api_version, now, set(), manager.subresource)
-        entries.append(mine)
-    mine.fields = (mine.fields | changed) - removed
-    mine.api_version = manager.api_version
-    mine.time = now
-    return write_entries(entries)
+        mine = {"manager": manager.name, "operation": operation, "fieldsV1": {}}
+        if manager.subresource:
+            mine["subresource"] = manager.subresource
+        result.append(mine)
+    for path in sorted(removed, key=len, reverse=True):
+        _tree_discard(mine["fieldsV1"], path, with_fields=True)
+    copied = {id(mine["fieldsV1"])}
+    for path in sorted(changed):
+        _tree_add(mine["fieldsV1"], path, copied)
+    mine.update(apiVersion=manager.api_version, time=now, fieldsType="FieldsV1")
+    return [e for e in result if e["fieldsV1"]]
 
 
 # ---- Apply ----------------------------------------------------------------------------------------

@@ -457,7 +457,7 @@ class Store:
         In-process controllers record no managedFields; ``manager`` is for API writes done this way
         (the scale subresource)."""
         old = self.get(rt, namespace, name)
-        new = copy.deepcopy(old)
+        new = _copy_object(old)
         mutate(new)
         return self._commit(rt, old, new, subresource=subresource, manager=manager)
 
@@ -558,7 +558,7 @@ class Store:
     ) -> Obj:
         old_meta = _meta(old)
         if subresource == "status":
-            merged = copy.deepcopy(old)
+            merged = _copy_object(old)
             if "status" in new:
                 merged["status"] = new["status"]
             else:
@@ -569,7 +569,7 @@ class Store:
                 new["metadata"] = {}
             if "managedFields" not in new["metadata"] and "managedFields" in old_meta:
                 # An update that leaves managedFields out keeps them; one that sends them replaces them.
-                new["metadata"]["managedFields"] = copy.deepcopy(old_meta["managedFields"])
+                new["metadata"]["managedFields"] = old_meta["managedFields"]
             if rt.status_subresource and subresource is None:
                 if "status" in old:
                     new["status"] = copy.deepcopy(old["status"])
@@ -686,14 +686,14 @@ class Store:
                 current = meta.get("deletionGracePeriodSeconds")
                 if current is not None and current <= grace:
                     return obj
-                new = copy.deepcopy(obj)
+                new = _copy_object(obj)
                 new["metadata"]["deletionTimestamp"] = self.clock.timestamp(grace)
                 new["metadata"]["deletionGracePeriodSeconds"] = grace
                 return self._store_marked(rt, obj, new)
         elif meta.get("finalizers") or (propagation == "Foreground" and self._has_dependents(meta.get("uid", ""))):
             if meta.get("deletionTimestamp"):
                 return obj
-            new = copy.deepcopy(obj)
+            new = _copy_object(obj)
             new["metadata"]["deletionTimestamp"] = self.clock.timestamp()
             new["metadata"]["deletionGracePeriodSeconds"] = 0
             if propagation == "Foreground" and not meta.get("finalizers"):
@@ -727,7 +727,7 @@ class Store:
         del self.objects[rt.key][key]
         self.uids.pop(meta.get("uid", ""), None)
         self._index_owners(rt.key, key, obj, None)
-        last = copy.deepcopy(obj)
+        last = _copy_object(obj)
         last["metadata"]["resourceVersion"] = self._next_rv()
         self._emit(rt, "DELETED", last, obj)
         if rt.key == CRDS:
@@ -755,7 +755,7 @@ class Store:
         and it goes once they are gone, as the namespace controller and the CRD finalizer do."""
         meta = _meta(obj)
         if not meta.get("deletionTimestamp"):
-            new = copy.deepcopy(obj)
+            new = _copy_object(obj)
             new["metadata"]["deletionTimestamp"] = self.clock.timestamp()
             new["metadata"]["deletionGracePeriodSeconds"] = 0
             if rt.key == NAMESPACES:
@@ -968,6 +968,18 @@ class Store:
             container.setdefault("terminationMessagePath", "/dev/termination-log")
             container.setdefault("resources", {})
         pod["status"] = {"phase": "Pending", "qosClass": _qos_class(spec)}
+
+
+def _copy_object(obj: Obj) -> Obj:
+    """A deep copy to edit, sharing ``metadata.managedFields``: nothing edits those in place (field
+    management builds new entries), and they are as big as the object itself."""
+    copied = {k: copy.deepcopy(v) for k, v in obj.items() if k != "metadata"}
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        copied["metadata"] = {k: v if k == "managedFields" else copy.deepcopy(v) for k, v in meta.items()}
+    elif "metadata" in obj:
+        copied["metadata"] = copy.deepcopy(meta)
+    return copied
 
 
 def _set_managed_fields(meta: dict[str, Any], managed: list[Obj]) -> None:
