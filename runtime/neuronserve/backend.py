@@ -55,17 +55,19 @@ class ModelRunner:
         # One device, one execution at a time, whichever thread calls.
         self._lock = threading.Lock()
 
-    def warm(self, repeats: int = 3) -> dict[str, float]:
+    def warm(self, repeats: int = 3, min_seconds: float = 0.3, max_repeats: int = 20) -> dict[str, float]:
         """Run every bucket (the first run allocates and, on Neuron, loads the NEFF), then time it.
 
         Returns the first run's seconds per bucket file; the fastest later run becomes the
-        bucket's cost, which the batcher uses to pick the most efficient batch.
+        bucket's cost, which the batcher uses to pick the most efficient batch. Each bucket is
+        timed ``repeats`` times, and more (up to ``max_repeats``) until ``min_seconds`` were spent
+        on it: the minimum of enough runs is what the batcher can trust to within a few percent.
         """
         timings = {}
         for bucket in self.manifest.buckets:
             arrays = [np.full((bucket.batch, bucket.sequence), 1 if p == 0 else p, dtype=np.int64) for p in self._pads]
-            runs = []
-            for _ in range(1 + repeats):
+            runs: list[float] = []
+            while len(runs) < 1 + repeats or (repeats and sum(runs[1:]) < min_seconds and len(runs) < 1 + max_repeats):
                 start = time.perf_counter()
                 try:
                     self.execute(bucket, arrays)

@@ -6,6 +6,12 @@ Requests wait in a FIFO bounded by ``max_queue`` (a full queue refuses at once: 
 request's future with its rows. A model ``Runner`` runs in a single-thread executor so the event
 loop stays free, one batch at a time; a ``TimedDevice`` (the emulated NeuronCores) runs up to one
 batch per core at once on its own timeline, and no thread.
+
+Lookahead (model runner): while a batch executes, a *full* next batch is formed and handed to
+the executor at once, so the device starts it the moment the current one ends, without waiting
+for the event loop to be scheduled (on a busy machine that wait is milliseconds per batch). Only
+full batches go ahead: a batch still filling waits as before, so no request is served later than
+without lookahead. The requests of a batch waiting ahead still count as queued (depth and bound).
 Written by hand because the policy (row budget, bucket padding, drain on SIGTERM, busy tracking)
 is the server's core and small; no maintained asyncio batching library covers it.
 """
@@ -55,8 +61,9 @@ class TimedDevice(Protocol):
     ) -> list[npt.NDArray[np.float32]]: ...
 
 
-# A shorter batch must promise this much more throughput than the whole one to be chosen.
-PREFIX_MARGIN = 1.10
+# A shorter batch must promise this much more throughput than the whole one to be chosen (bucket
+# costs are the minimum of >= 0.3 s of warm-up runs each, steady to a few percent).
+PREFIX_MARGIN = 1.03
 
 
 class QueueFull(Exception):
@@ -105,13 +112,17 @@ class Batcher:
         self._worker: asyncio.Task[None] | None = None
         # Batches executing now: at most one on a model runner, one per core on a timed device.
         self.parallel = runner.cores if _is_timed(runner) else 1
-        self._slots = asyncio.Semaphore(self.parallel)
+        # Plus one full batch waiting in the executor behind a model runner's current one.
+        self.lookahead = 0 if _is_timed(runner) else 1
+        self._slots = asyncio.Semaphore(self.parallel + self.lookahead)
         self._running: dict[asyncio.Task[None], list[Job]] = {}
-        metrics.queue_depth.set_function(lambda: len(self._queue))
+        self._waiting_ahead = 0  # requests of the lookahead batch, not yet executing
+        metrics.queue_depth.set_function(lambda: self.queue_depth)
 
     @property
     def queue_depth(self) -> int:
-        return len(self._queue)
+        """Requests accepted and not executing yet: the queue plus a lookahead batch."""
+        return len(self._queue) + self._waiting_ahead
 
     def start(self) -> None:
         self._worker = asyncio.get_running_loop().create_task(self._work(), name="neuronserve-batcher")
@@ -120,11 +131,11 @@ class Batcher:
         """Queue a request; its future resolves to the request's output rows."""
         if self._closing:
             raise ShuttingDown("the server is shutting down")
-        if len(self._queue) >= self.max_queue:
+        if self.queue_depth >= self.max_queue:
             raise QueueFull(f"the queue is full ({self.max_queue} requests waiting)")
         future: asyncio.Future[npt.NDArray[np.float32]] = asyncio.get_running_loop().create_future()
         self._queue.append(Job(request, future))
-        self.peak_queue_depth = max(self.peak_queue_depth, len(self._queue))
+        self.peak_queue_depth = max(self.peak_queue_depth, self.queue_depth)
         self._idle.clear()
         self._arrived.set()
         return future
@@ -156,6 +167,21 @@ class Batcher:
                     job.future.set_exception(ShuttingDown("the server shut down while this request ran"))
         self._executor.shutdown(wait=False, cancel_futures=True)
         return finished
+
+    def _has_full_batch(self) -> bool:
+        rows = 0
+        for job in self._queue:
+            if not job.future.done():
+                rows += job.request.rows
+                if rows >= self.max_rows:
+                    return True
+        return False
+
+    async def _wait_for_full_batch_or_device(self) -> None:
+        """With every device slot busy: wait until a full batch is queued or a batch finishes."""
+        while len(self._running) >= self.parallel and not self._has_full_batch() and not self._closing:
+            self._arrived.clear()
+            await self._arrived.wait()
 
     def _check_idle(self) -> None:
         if not self._queue and not self._running:
@@ -244,14 +270,18 @@ class Batcher:
             finally:
                 self.metrics.busy.finished(reservation.start, reservation.end)
         model = cast(Runner, runner)
-        # Busy time is recorded from the loop thread: the tracker is read there by /metrics.
-        start = time.monotonic()
-        self.metrics.busy.started(start)
-        outputs: list[npt.NDArray[np.float32]]
+        # Busy time is recorded from the loop thread (the tracker is read there by /metrics); the
+        # execution's own start and end are taken in the executor thread, where it really runs.
+        submitted = time.monotonic()
+        self.metrics.busy.started(submitted)
         try:
-            outputs, _bucket = await asyncio.get_running_loop().run_in_executor(self._executor, model.run, arrays)
-        finally:
-            self.metrics.busy.finished(start, time.monotonic())
+            outputs, start, end = await asyncio.get_running_loop().run_in_executor(
+                self._executor, _timed_run, model, arrays
+            )
+        except BaseException:
+            self.metrics.busy.finished(submitted, time.monotonic())
+            raise
+        self.metrics.busy.finished(start, end, since=submitted)
         return outputs
 
     async def _run(self, batch: list[Job], ready_at: float) -> None:
@@ -279,7 +309,9 @@ class Batcher:
             await self._run(batch, ready_at)
         finally:
             self._running.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
+            self._waiting_ahead = 0  # whichever batch ended, a lookahead batch is executing or done
             self._slots.release()
+            self._arrived.set()  # a lookahead wait (device busy) may go on now
             self._check_idle()
 
     async def _work(self) -> None:
@@ -287,15 +319,24 @@ class Batcher:
         while True:
             await self._slots.acquire()
             try:
+                await self._wait_for_full_batch_or_device()
                 batch, ready_at = await self._next_batch()
             except BaseException:
                 self._slots.release()
                 raise
+            ahead = len(self._running) >= self.parallel
             task = loop.create_task(self._run_in_slot(batch, ready_at))
             self._running[task] = batch
-            if self.parallel == 1:
-                # One batch at a time: wait here, so the next batch is formed only when the device is free.
-                await asyncio.shield(task)
+            if ahead:
+                self._waiting_ahead = len(batch)
+
+
+def _timed_run(
+    runner: Runner, arrays: list[list[npt.NDArray[Any]]]
+) -> tuple[list[npt.NDArray[np.float32]], float, float]:
+    start = time.monotonic()
+    outputs, _bucket = runner.run(arrays)
+    return outputs, start, time.monotonic()
 
 
 def _is_timed(runner: Runner | TimedDevice) -> TypeGuard[TimedDevice]:

@@ -262,6 +262,9 @@ def run_serve(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(threads)
+        # The model thread needs the GIL back for a moment between batches; while the event loop
+        # holds it, the default 5 ms switch interval would leave the device idle that long.
+        sys.setswitchinterval(0.001)
     opts = ServeOptions(
         artifact=args.artifact,
         host=args.host,

@@ -58,9 +58,10 @@ class BusyTracker:
     def started(self, at: float) -> None:
         self._running.append(at)
 
-    def finished(self, start: float, end: float) -> None:
-        if start in self._running:
-            self._running.remove(start)
+    def finished(self, start: float, end: float, since: float | None = None) -> None:
+        """An execution ran from ``start`` to ``end``; ``since``: what ``started`` was given, if not ``start``."""
+        if (start if since is None else since) in self._running:
+            self._running.remove(start if since is None else since)
         self._intervals.append((start, end))
         self.busy_seconds_total += end - start
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 
 from neuronserve.manifest import Manifest
 
@@ -69,13 +70,24 @@ def _fail(message: str) -> BadRequest:
 
 def parse_json(body: bytes) -> dict[str, Any]:
     try:
+        # orjson: several times faster than json on the request path. It refuses what the standard
+        # parser takes (lone surrogates, NaN, numbers past a double); those get the standard parser,
+        # so the validator below, not the parser, decides and words the answer.
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        doc = _parse_json_slowly(body)
+    if not isinstance(doc, dict):
+        raise _fail("the request body must be a JSON object with an 'inputs' list")
+    return doc
+
+
+def _parse_json_slowly(body: bytes) -> Any:
+    try:
         doc = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise _fail(f"malformed JSON: {exc}") from None
     except RecursionError:
         raise _fail("malformed JSON: nested too deeply") from None
-    if not isinstance(doc, dict):
-        raise _fail("the request body must be a JSON object with an 'inputs' list")
     return doc
 
 
@@ -352,13 +364,15 @@ def infer_response(
         raw = np.ascontiguousarray(rows, dtype="<f4").tobytes()
         output["parameters"] = {"binary_data_size": len(raw)}
     else:
-        output["data"] = rows.ravel().tolist()
+        # orjson writes float32 arrays directly, each value in its shortest float32 form (what
+        # float32 holds, not 17 digits of its double), about 30x faster than json on a 384-wide row.
+        output["data"] = np.ascontiguousarray(rows, dtype=np.float32).ravel()
     doc: dict[str, Any] = {"model_name": model_name, "model_version": model_version, "outputs": [output]}
     if request_id is not None:
         doc["id"] = request_id
     if parameters:
         doc["parameters"] = parameters
-    header = json.dumps(doc).encode()
+    header = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
     if not binary:
         return header, None
     return header + raw, len(header)
