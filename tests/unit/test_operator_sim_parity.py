@@ -40,6 +40,7 @@ POLICY: dict[str, Any] = {
         "maxReplicas": 20,
         "targetQueueDepth": 8,
         "intervalSeconds": int(INTERVAL),
+        "scaleDownDelaySeconds": 0,
         "behavior": {"scaleDown": {"stabilizationWindowSeconds": 120, "policies": DOWN_POLICIES}},
     },
     "warmPool": {"mode": "Auto", "minPods": 0, "maxPods": 6, "maxNodePlaceholders": 3, "coverage": 0.9},

@@ -13,7 +13,13 @@ from neuronfleet.planning.signals import MetricSnapshot
 
 
 def spec(**overrides: Any) -> ScalingSpec:
-    base: dict[str, Any] = {"minReplicas": 1, "maxReplicas": 100, "targetQueueDepth": 10, "panicWindowSeconds": 0}
+    base: dict[str, Any] = {
+        "minReplicas": 1,
+        "maxReplicas": 100,
+        "targetQueueDepth": 10,
+        "panicWindowSeconds": 0,
+        "scaleDownDelaySeconds": 0,
+    }
     base.update(overrides)
     return ScalingSpec.model_validate(base)
 
@@ -67,6 +73,33 @@ def test_scale_down_waits_for_the_stabilization_window() -> None:
         desired.append((now, decision.desired))
     assert all(d == 10 for t, d in desired if t < 300)
     assert dict(desired)[300] == 2
+
+
+def test_scale_down_delay_holds_the_highest_recommendation_of_its_window() -> None:
+    # The default delay (1800 s) is longer than the stabilization window (300 s): it decides.
+    s = spec(scaleDownDelaySeconds=ScalingSpec().scale_down_delay_seconds)
+    assert s.scale_down_delay_seconds == 1800
+    state = decide(s, ScalingState(), snap(0, 100, 0.1), current=10, ready=10, now=0).new_state
+    desired = {}
+    for now in range(15, 1816, 15):
+        decision = decide(s, state, snap(now, 20, 0.1), current=10, ready=10, now=now)
+        state = decision.new_state
+        desired[now] = decision.desired
+    assert all(d == 10 for t, d in desired.items() if t < 1800)
+    assert desired[1800] == 2
+    # A longer stabilization window wins over a shorter delay.
+    longer = spec(
+        scaleDownDelaySeconds=60,
+        behavior={
+            "scaleDown": {
+                "stabilizationWindowSeconds": 120,
+                "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}],
+            }
+        },
+    )
+    state = decide(longer, ScalingState(), snap(0, 100, 0.1), 10, 10, 0).new_state
+    assert decide(longer, state, snap(90, 20, 0.1), 10, 10, 90).desired == 10
+    assert decide(longer, state, snap(120, 20, 0.1), 10, 10, 120).desired == 2
 
 
 def test_scale_down_rate_policy_limits_the_step() -> None:
@@ -183,12 +216,78 @@ def test_manual_mode() -> None:
     assert decision.desired == 3
 
 
-def test_arrival_rate_signal_after_service_rate_is_known() -> None:
-    # 4 replicas at 50 % serve 200/s: 100 /s each. Then 800/s arrive: 800 / (100 x 0.8) = 10.
-    first = decide(spec(), ScalingState(), snap(0, 20, 0.5, rate=200), 4, 4, 0)
-    assert first.new_state.service_rate == 100
-    second = decide(spec(), first.new_state, snap(15, 20, 0.5, rate=800), 4, 4, 15)
-    assert second.recommendation == 10
+def steady(s: ScalingSpec, rate: float, util: float, ready: int, ticks: int = 3) -> ScalingState:
+    """The state after ``ticks`` decisions 15 s apart at a steady rate, utilization and ready count."""
+    state = ScalingState()
+    for tick in range(ticks):
+        state = decide(s, state, snap(tick * 15, 0, util, rate=rate), ready, ready, tick * 15).new_state
+    return state
+
+
+def test_service_rate_is_measured_only_once_rate_and_ready_held_still() -> None:
+    # 4 replicas 50 % busy with 200/s: 100/s each. Measured from the third tick on (30 s steady).
+    s = spec()
+    assert steady(s, 200, 0.5, 4, ticks=2).service_rate is None
+    assert steady(s, 200, 0.5, 4, ticks=3).service_rate == 100
+    state = steady(s, 200, 0.5, 4, ticks=2)
+    moved = decide(s, state, snap(30, 0, 0.5, rate=260), 4, 4, 30).new_state  # rate moved 30 %
+    assert moved.service_rate is None
+    rescaled = decide(s, state, snap(30, 0, 0.5, rate=200), 5, 5, 30).new_state  # ready changed
+    assert rescaled.service_rate is None
+
+
+def test_service_rate_ignores_idle_saturated_and_backlogged_samples() -> None:
+    s = spec()
+    assert steady(s, 200, 0.1, 4).service_rate is None  # idle: too noisy
+    assert steady(s, 200, 0.99, 4).service_rate is None  # saturated: arrivals exceed throughput
+    state = ScalingState()
+    for tick in range(3):
+        backlog = MetricSnapshot(time=tick * 15, queue_depth=50, in_flight=4, arrival_rate=200, utilization=0.5)
+        state = decide(s, state, backlog, 4, 4, tick * 15).new_state
+    assert state.service_rate is None  # 50 queued > 1 per ready replica
+
+
+def test_service_rate_rises_fast_and_falls_slowly() -> None:
+    # Dynamic batching: at low load small batches show less than a replica can serve.
+    s = spec()
+    state = steady(s, 200, 0.5, 4)  # 100/s
+    higher = decide(s, state, snap(45, 0, 0.5, rate=204), 4, 4, 45).new_state  # shows 102/s
+    assert higher.service_rate is not None
+    assert abs(higher.service_rate - (100 + 0.3 * 2)) < 1e-9
+    lower = decide(s, state, snap(45, 0, 0.5, rate=196), 4, 4, 45).new_state  # shows 98/s
+    assert lower.service_rate is not None
+    assert abs(lower.service_rate - (100 - 0.005 * 2)) < 1e-9
+
+
+def test_arrival_rate_drives_replicas_once_the_service_rate_is_known() -> None:
+    state = steady(spec(), 200, 0.5, 4)  # 100/s per replica
+    # 800/s arrive: 800 / (100 x 0.8) = 10; utilization no longer counts (1.0 x 4 / 0.8 = 5).
+    decision = decide(spec(), state, snap(45, 0, 1.0, rate=800), 4, 4, 45)
+    assert decision.signals == {"rate": 10.0, "queue": 0.0}
+    assert decision.recommendation == 10
+    # 30 requests queued are worked off within 60 s: (400 + 30 / 60) / 80 = 5.00625 -> 6.
+    queued = MetricSnapshot(time=45, queue_depth=30, in_flight=0, arrival_rate=400, utilization=0.5)
+    decision = decide(spec(), state, queued, 4, 4, 45)
+    assert abs(decision.signals["rate"] - 5.00625) < 1e-9
+    assert decision.recommendation == 6
+
+
+def test_dynamic_batching_busy_device_at_low_load_does_not_scale_up() -> None:
+    # 10 replicas were seen to serve 1125/s each (9000/s at 80 % busy). At 6000/s with small batches
+    # the devices are 90 % busy, yet the demand needs 6000 / (1125 x 0.8) = 6.67 -> 7 replicas, not the
+    # 12 the busy ratio (0.9 x 10 / 0.8 = 11.25) would ask for.
+    state = steady(spec(), 9000, 0.8, 10)
+    assert state.service_rate == 1125
+    decision = decide(spec(), state, snap(45, 0, 0.9, rate=6000), 10, 10, 45)
+    assert decision.recommendation == 7
+
+
+def test_a_burst_shows_as_a_queue_and_counts_at_most_panic_threshold_times_ready() -> None:
+    state = steady(spec(), 200, 0.5, 4)
+    burst = MetricSnapshot(time=45, queue_depth=70, in_flight=30, arrival_rate=200, utilization=0.5)
+    assert decide(spec(), state, burst, 4, 4, 45).signals["queue"] == 7  # 70 queued / 10, in-flight aside
+    flood = MetricSnapshot(time=45, queue_depth=5000, in_flight=30, arrival_rate=200, utilization=0.5)
+    assert decide(spec(), state, flood, 4, 4, 45).signals["queue"] == 8  # 2 x 4 ready
 
 
 @settings(max_examples=200, deadline=None)
@@ -214,9 +313,9 @@ def test_desired_within_bounds_and_no_scale_down_on_missing(
 
 
 def test_demand_prefers_the_arrival_rate_over_a_saturated_queue() -> None:
-    first = decide(spec(), ScalingState(), snap(0, 20, 0.5, rate=200), 4, 4, 0)
-    saturated = decide(spec(), first.new_state, snap(15, 5000, 1.0, rate=600), 4, 4, 15)
-    assert saturated.signals["load"] == 8
-    assert saturated.demand == 8  # 600 / (100 x 0.8) = 7.5 -> 8, not the queue's 500
+    state = steady(spec(), 200, 0.5, 4)
+    saturated = decide(spec(), state, MetricSnapshot(45, 0, 5000, 600, 1.0), 4, 4, 45)
+    assert saturated.signals["queue"] == 0
+    assert saturated.demand == 8  # 600 / (100 x 0.8) = 7.5 -> 8, not the in-flight's 500
     no_rate = decide(spec(), ScalingState(), snap(0, 60, 0.1), 4, 4, 0)
     assert no_rate.demand == no_rate.recommendation == 6

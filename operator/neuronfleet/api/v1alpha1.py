@@ -445,15 +445,17 @@ class ScalingSpec(ApiModel):
         default=8.0,
         gt=0,
         le=10000,
-        description="Requests queued plus in flight per active replica that the autoscaler aims for "
-        "(the primary signal).",
+        description="Queued requests per active replica beyond which a queue counts as a burst to add "
+        "replicas for (bursts shorter than the 1-minute arrival rate show only as a queue). Until a "
+        "replica's service rate is measured, queued plus in-flight requests per replica to aim for.",
     )
     target_utilization: float = Field(
         default=0.8,
         gt=0,
         le=1,
-        description="Device-busy ratio per replica above which the autoscaler adds replicas (a guardrail: "
-        "under batching utilization saturates before latency shows it).",
+        description="Share of a replica's measured service rate (arrivals per busy device-second, the "
+        "highest seen recently) that the arrival rate may use: replicas = arrivals / (service rate x this). "
+        "Until the service rate is measured, the device-busy ratio per replica to aim for.",
     )
     latency_slo_ms: float | None = Field(
         default=None,
@@ -481,6 +483,15 @@ class ScalingSpec(ApiModel):
         gt=1,
         le=100,
         description="Ratio of panic-window demand to ready replicas that enters panic mode.",
+    )
+    scale_down_delay_seconds: int = Field(
+        default=1800,
+        ge=0,
+        le=3600,
+        description="Replicas are released only once no recommendation within this window needed them "
+        "(as Knative's scale-down-delay; the longer of this and behavior.scaleDown's stabilization window "
+        "applies). On Inf2 a released replica takes a cold start of minutes (node, image pull, load) to get "
+        "back, and bursts recur: holding the highest recent demand costs less than serving bursts late.",
     )
     behavior: ScalingBehavior = Field(
         default_factory=ScalingBehavior,

@@ -9,14 +9,22 @@ the state in memory per object, the simulator per run, and both call this functi
 The rule, in order:
 
 1. Signals, each turned into a replica count (float):
-   - load (primary): ``(queue_depth + in_flight) / target_queue_depth``, at most ``panic_threshold x
-     ready``: a bounded queue saturates, so beyond that a reading says "overloaded", not "by how much",
-     and re-deciding against the ready replicas each tick keeps pods in a cold start from compounding;
-   - utilization (guardrail): ``utilization * ready / target_utilization``; under dynamic batching
-     the device saturates before latency shows it, so it is never the only signal;
-   - arrival rate: ``arrival_rate / (service_rate * target_utilization)`` once a per-replica
-     service rate has been estimated (an exponential average of ``arrival_rate / (utilization *
-     ready)`` taken only while the fleet is not backlogged). It sees a ramp before queues build.
+   - arrival rate (primary, once a per-replica service rate is known):
+     ``(arrival_rate + queue_depth / BACKLOG_DRAIN_SECONDS) / (service_rate * target_utilization)``.
+     Linear in the demand, and it sees a ramp before queues build. The service rate is what a
+     replica has been seen to serve: ``arrival_rate / (utilization * ready)`` measured only while
+     the ready count and the arrival rate held still for :data:`STEADY_SECONDS` (the three are
+     sampled over different windows) and the device was neither idle nor saturated, folded into an
+     estimate that rises quickly and falls slowly: under dynamic batching a lightly loaded replica
+     runs small batches, keeps its device busy for less work and so shows less than it can serve;
+   - queue (bursts shorter than the rate window): ``queue_depth / target_queue_depth``, at most
+     ``panic_threshold x ready``: a bounded queue saturates, so beyond that a reading says
+     "overloaded", not "by how much", and re-deciding against the ready replicas each tick keeps
+     pods in a cold start from compounding;
+   - until the service rate is known: load ``(queue_depth + in_flight) / target_queue_depth`` (with
+     the same bound) and utilization ``utilization * ready / target_utilization``. Neither is used
+     afterwards: under dynamic batching in-flight requests grow with the batch size and the
+     device-busy ratio stays high at low load, so both overstate the replicas a demand needs.
    The recommendation is their maximum. Within ``tolerance`` of the current count it is the
    current count (HPA's tolerance); otherwise it is rounded up.
 2. Missing or stale signals (see :mod:`neuronfleet.planning.signals`): with none left the fleet
@@ -40,17 +48,28 @@ turns panic mode off.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from neuronfleet.api.v1alpha1 import ScalingRules, ScalingSpec
 from neuronfleet.planning.signals import MetricSnapshot
 
 #: Knative's stable window: the shortest time panic mode holds after its trigger last fired.
 MIN_PANIC_HOLD_SECONDS = 60.0
-#: Weight of a new observation in the service-rate estimate.
-SERVICE_RATE_SMOOTHING = 0.3
+#: Weight of an observation above the service-rate estimate: capacity shown is learned quickly.
+SERVICE_RATE_RISE = 0.3
+#: Weight of an observation below it: under dynamic batching a lightly loaded replica runs small
+#: batches and shows less than it can do, so the estimate forgets a higher figure only slowly.
+SERVICE_RATE_DECAY = 0.005
 #: Below this utilization the service-rate estimate is too noisy to update.
 SERVICE_RATE_MIN_UTILIZATION = 0.2
+#: The ready count and arrival rate must have held this long for a service-rate measurement.
+STEADY_SECONDS = 30.0
+#: ... with the arrival rate within this fraction of its current value.
+STEADY_RATE_CHANGE = 0.05
+#: Above this utilization a replica may be saturated: arrivals then overstate what it serves.
+SERVICE_RATE_MAX_UTILIZATION = 0.95
+#: Seconds within which a backlog should be worked off by added replicas (backlog signal).
+BACKLOG_DRAIN_SECONDS = 60.0
 #: Longest rate-policy period the API allows; older scale events are forgotten.
 MAX_POLICY_PERIOD_SECONDS = 1800.0
 
@@ -69,6 +88,10 @@ class ScalingState:
     panic_last_triggered: float | None = None
     #: Requests per second one replica serves, once estimated.
     service_rate: float | None = None
+    #: (time, ready replicas, arrival rate) of recent decisions: the service rate is measured only
+    #: while both held still, since the rate, utilization and ready count are sampled over different
+    #: windows and at different times.
+    recent: tuple[tuple[float, int, float | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,31 +118,55 @@ def _clamp(value: int, low: int, high: int) -> int:
 
 def _signals(spec: ScalingSpec, snapshot: MetricSnapshot, ready: int, service_rate: float | None) -> dict[str, float]:
     signals: dict[str, float] = {}
+    cap = spec.panic_threshold * max(ready, 1)
+    if snapshot.arrival_rate is not None and service_rate:
+        # Arrivals over what a replica has been seen to serve: linear in the demand, unlike the
+        # device-busy ratio (small batches at low load keep it high) and in-flight counts (a larger
+        # batch holds more requests at once). Requests already queued are worked off within
+        # BACKLOG_DRAIN_SECONDS on top.
+        queued = snapshot.queue_depth or 0.0
+        signals["rate"] = (snapshot.arrival_rate + queued / BACKLOG_DRAIN_SECONDS) / (
+            service_rate * spec.target_utilization
+        )
+        if snapshot.queue_depth is not None:
+            # Bursts shorter than the rate window show only as a queue. Queues are bounded: past
+            # saturation the reading measures the bound, not the demand, so one reading justifies at
+            # most panic_threshold x the replicas serving (relative to the ready count, as HPA's
+            # ratio is, so pods still cold-starting do not make it compound).
+            signals["queue"] = min(snapshot.queue_depth / spec.target_queue_depth, cap)
+        return signals
+    # Before a service rate is known: queued plus in-flight requests, and the device-busy ratio.
     if snapshot.load is not None:
-        # Queues are bounded: past saturation the reading measures the bound, not the demand. One
-        # reading justifies at most panic_threshold x the replicas actually serving; relative to the
-        # ready count (as HPA's utilization ratio is), pods still cold-starting do not make it compound.
-        signals["load"] = min(snapshot.load / spec.target_queue_depth, spec.panic_threshold * max(ready, 1))
+        signals["load"] = min(snapshot.load / spec.target_queue_depth, cap)
     if snapshot.utilization is not None and ready > 0:
         signals["utilization"] = snapshot.utilization * ready / spec.target_utilization
-    if snapshot.arrival_rate is not None and service_rate:
-        signals["rate"] = snapshot.arrival_rate / (service_rate * spec.target_utilization)
     return signals
 
 
+def _steady(recent: tuple[tuple[float, int, float | None], ...], ready: int, rate: float, now: float) -> bool:
+    """Whether the ready count and the arrival rate held still over the last STEADY_SECONDS."""
+    # Decision intervals jitter: look a little further back than the span the samples must cover.
+    window = [(t, r, a) for t, r, a in recent if t >= now - 1.5 * STEADY_SECONDS]
+    if not window or window[0][0] > now - STEADY_SECONDS:
+        return False
+    return all(r == ready and a is not None and abs(a - rate) <= STEADY_RATE_CHANGE * rate for _, r, a in window)
+
+
 def _update_service_rate(
-    spec: ScalingSpec, snapshot: MetricSnapshot, ready: int, previous: float | None
+    spec: ScalingSpec, snapshot: MetricSnapshot, ready: int, previous: float | None, steady: bool
 ) -> float | None:
-    util, rate, load = snapshot.utilization, snapshot.arrival_rate, snapshot.load
-    if util is None or rate is None or load is None or ready <= 0:
+    util, rate, queued = snapshot.utilization, snapshot.arrival_rate, snapshot.queue_depth
+    if util is None or rate is None or queued is None or ready <= 0 or not steady:
         return previous
     # Only an unsaturated fleet tells the service rate: when backlogged, arrivals exceed throughput.
-    if util < SERVICE_RATE_MIN_UTILIZATION or load > spec.target_queue_depth * ready:
+    # A saturated device (utilization near 1, or a queue building) serves less than arrives.
+    if not SERVICE_RATE_MIN_UTILIZATION <= util <= SERVICE_RATE_MAX_UTILIZATION or queued > ready:
         return previous
     observed = rate / (util * ready)
     if previous is None:
         return observed
-    return previous + SERVICE_RATE_SMOOTHING * (observed - previous)
+    gain = SERVICE_RATE_RISE if observed > previous else SERVICE_RATE_DECAY
+    return previous + gain * (observed - previous)
 
 
 def _period_change(events: tuple[tuple[float, int], ...], now: float, period: float, sign: int) -> int:
@@ -183,17 +230,22 @@ def decide(
     # The rate signal uses the estimate from earlier snapshots: this snapshot's own arrival rate and
     # utilization would only restate the utilization signal.
     signals = _signals(spec, snapshot, ready, state.service_rate)
-    service_rate = _update_service_rate(spec, snapshot, ready, state.service_rate)
+    steady = snapshot.arrival_rate is not None and _steady(state.recent, ready, snapshot.arrival_rate, now)
+    service_rate = _update_service_rate(spec, snapshot, ready, state.service_rate, steady)
+    recent = (*(x for x in state.recent if x[0] > now - 2 * STEADY_SECONDS), (now, ready, snapshot.arrival_rate))
+    down_window = max(spec.behavior.scale_down.stabilization_window_seconds, spec.scale_down_delay_seconds)
     horizon = max(
         spec.behavior.scale_up.stabilization_window_seconds,
-        spec.behavior.scale_down.stabilization_window_seconds,
+        down_window,
     )
     recommendations = tuple((t, r) for t, r in state.recommendations if t > now - horizon)
     events = tuple((t, c) for t, c in state.scale_events if t > now - MAX_POLICY_PERIOD_SECONDS)
 
     if not signals:
         desired = _clamp(current, low, high)
-        new_state = ScalingState(recommendations, events, state.panic_since, state.panic_last_triggered, service_rate)
+        new_state = ScalingState(
+            recommendations, events, state.panic_since, state.panic_last_triggered, service_rate, recent
+        )
         if desired != current:
             new_state = _with_event(new_state, now, desired - current)
         reason = f"metrics missing ({', '.join(missing) or 'all'}): holding {desired}"
@@ -232,7 +284,7 @@ def decide(
         )
     else:
         up_cut = now - spec.behavior.scale_up.stabilization_window_seconds
-        down_cut = now - spec.behavior.scale_down.stabilization_window_seconds
+        down_cut = now - down_window
         up_rec = min(r for t, r in recommendations if t > up_cut or t == now)
         down_rec = max(r for t, r in recommendations if t > down_cut or t == now)
         stabilized = current
@@ -257,7 +309,7 @@ def decide(
     bounded = _clamp(desired, low, high)
     if bounded != desired:
         notes.append(f"bounded to [{low}, {high}]")
-    new_state = ScalingState(recommendations, events, panic_since, panic_last, service_rate)
+    new_state = ScalingState(recommendations, events, panic_since, panic_last, service_rate, recent)
     if bounded != current:
         new_state = _with_event(new_state, now, bounded - current)
     reason = f"{_describe(signals)} -> {recommendation}"
@@ -268,10 +320,4 @@ def decide(
 
 
 def _with_event(state: ScalingState, now: float, change: int) -> ScalingState:
-    return ScalingState(
-        state.recommendations,
-        (*state.scale_events, (now, change)),
-        state.panic_since,
-        state.panic_last_triggered,
-        state.service_rate,
-    )
+    return replace(state, scale_events=(*state.scale_events, (now, change)))
