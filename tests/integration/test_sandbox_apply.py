@@ -121,6 +121,14 @@ def test_updates_by_other_managers_are_recorded(run_kubectl, repo_root: Path, tm
     entry = next(e for e in obj["metadata"]["managedFields"] if e["manager"] == "kubectl-patch")
     assert entry["apiVersion"] == f"{GROUP}/v1alpha1" and entry["fieldsType"] == "FieldsV1" and entry["time"]
 
+    # A PUT (kubectl replace) is an Update too.
+    del obj["metadata"]["managedFields"]
+    obj["metadata"]["labels"]["tier"] = "gold"
+    run_kubectl("replace", "-f", write(tmp_path / "replaced.yaml", obj))
+    managed = owners(stored(run_kubectl, name))
+    assert managed[("kubectl-replace", "Update")]["f:metadata"]["f:labels"] == {"f:tier": {}}
+    assert managed[("kubectl-patch", "Update")]["f:metadata"]["f:labels"] == {"f:team": {}}
+
 
 def test_client_side_apply_still_works(run_kubectl, repo_root: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     manifest = example_with_labels(repo_root, {"team": "chat", "tier": "gold"})
