@@ -116,6 +116,8 @@ def test_live_demo_serves_real_requests_loses_none_and_scales_up_from_prometheus
     assert sum(outcomes.values()) == summary["requests"] == result.requests
     assert summary["lost"] == outcomes["lost"] == 0, outcomes
     assert outcomes["not_sent"] == 0 and outcomes["refused"] == 0, outcomes
+    # Every request was answered, or refused with 429 (and counted): no 503, no error.
+    assert outcomes["ok"] + outcomes["rejected"] == summary["requests"], outcomes
     assert outcomes["ok"] > 0.9 * summary["requests"] > 5000, outcomes
     assert summary["served"] == outcomes["ok"] and summary["rejected"] == outcomes["rejected"]
     assert 0.0 < summary["slo_attainment"] <= outcomes["ok"] / summary["requests"]

@@ -15,6 +15,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+#: Above this p99 event-loop lag (ms) the client says the machine was busy (idle: about 1 ms).
+BUSY_MACHINE_LAG_MS = 5.0
+
 
 @dataclass(frozen=True)
 class ScaleEvent:
@@ -128,6 +131,13 @@ def print_summary(result: DemoResult, console: Console, out: Path) -> None:
     console.print("cold starts measured by the operator (status.coldStart):")
     for line in _cold_start_lines(result.cold_start):
         console.print(f"  {line}")
+    lag = float(result.client.get("loop_lag_p99_ms") or 0.0)
+    if result.load == "real" and lag > BUSY_MACHINE_LAG_MS:
+        console.print(
+            f"[yellow]the machine was busy: the client's own event loop lagged {lag:.0f} ms at p99 (about 1 ms on an "
+            "idle machine); the latencies above include such delays, and the servers and router had the same CPU "
+            "to share[/yellow]"
+        )
     console.print(f"[dim]{result.attribution}[/dim]")
     console.print(f"report: {out / 'report.md'}, {out / 'timeline.png'}, {out / 'summary.json'}")
 
