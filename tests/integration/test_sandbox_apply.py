@@ -59,6 +59,23 @@ def owners(obj: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     return {(e["manager"], e["operation"]): e["fieldsV1"] for e in obj["metadata"].get("managedFields", [])}
 
 
+def test_an_example_applied_server_side_then_without_one_label_loses_it(
+    run_kubectl, repo_root: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """What a new user (or Argo CD, Flux) does: apply an example, then the same file minus one label."""
+    example = repo_root / "examples" / "batch-classifier-fixed.yaml"
+    run_kubectl("create", "namespace", "support")
+    assert "serverside-applied" in run_kubectl("apply", "--server-side", "-f", str(example)).stdout
+    labels = "jsonpath={.metadata.labels}"
+    before = json.loads(run_kubectl("get", "infdep", "ticket-classifier", "-n", "support", "-o", labels).stdout)
+    assert before == {"app.kubernetes.io/part-of": "helpdesk", "team": "support"}
+    edited = tmp_path / example.name
+    edited.write_text(example.read_text().replace("    team: support\n", ""))
+    assert "serverside-applied" in run_kubectl("apply", "--server-side", "-f", str(edited)).stdout
+    after = json.loads(run_kubectl("get", "infdep", "ticket-classifier", "-n", "support", "-o", labels).stdout)
+    assert after == {"app.kubernetes.io/part-of": "helpdesk"}
+
+
 def test_server_side_apply_owns_removes_and_conflicts(run_kubectl, repo_root: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     manifest = example_with_labels(repo_root, {"team": "chat", "tier": "gold"})
     name = manifest["metadata"]["name"]
