@@ -44,6 +44,13 @@ class Distribution:
             return (self.a + self.b) / 2
         return self.a
 
+    def mean(self) -> float:
+        if self.kind == "uniform":
+            return (self.a + self.b) / 2
+        if self.kind == "lognormal":
+            return self.a * math.exp(self.b**2 / 2)
+        return self.a
+
     def describe(self) -> str:
         if self.kind == "fixed":
             return f"{self.a:g}s"

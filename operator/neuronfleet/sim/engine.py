@@ -1,29 +1,48 @@
-"""The simulation: a fluid FIFO queue on 10 ms bins, advanced between fleet events with numpy.
+"""The simulation: a fluid FIFO queue on 10 ms bins where it queues, whole seconds where it cannot.
 
-Method. Arrivals and their work (replica-seconds, :mod:`neuronfleet.sim.workload`) are binned at
-``dt`` = 10 ms. The active replicas form one FIFO queue served at ``C * dt`` replica-seconds per
-bin, ``C`` = serving replicas (the Service spreads requests over them; pooling them is a slight
-optimism against per-replica queues, the same for every policy). Between fleet events (a
-decision, a pod or node turning ready, a drain ending) ``C`` is constant, and the backlog follows
-Lindley's recursion ``Q[n] = max(0, Q[n-1] + work[n] - C dt)``, computed for a whole segment at
-once from a cumulative sum and its running minimum. When the backlog passes the queue bound
-(``max_queue`` requests per serving replica; none without replicas) a bin's excess arrivals are
-rejected (429), and that segment is recomputed bin by bin.
+Method. Arrivals and their work (replica-seconds, :mod:`neuronfleet.sim.workload`) are counted
+per second and, where needed, per ``dt`` = 10 ms bin. The active replicas form one FIFO queue
+served at ``C * dt`` replica-seconds per bin, ``C`` = serving replicas (the Service spreads requests
+over them; pooling them is a slight optimism against per-replica queues, the same for every
+policy). Between fleet events (a decision, a pod or node turning ready, a drain ending) ``C`` is
+constant, and the backlog follows Lindley's recursion ``Q[n] = max(0, Q[n-1] + work[n] - C dt)``,
+computed for a whole segment at once from a cumulative sum and its running minimum. When the
+backlog passes the queue bound (``max_queue`` requests per serving replica; none without
+replicas) a bin's excess arrivals are rejected (429), and that segment is recomputed bin by bin.
 
-Latency. Served work leaves in FIFO order, so a request's wait is the time between its arrival
-and the moment cumulative departures reach its place in cumulative accepted arrivals (FIFO
-virtual time, taken at its bin's midpoint: +-5 ms). Batch profiles add the batch latency of the
-bucket the dynamic batcher would run at that load (the largest while backlogged) and half the
-batch-fill wait; LLM profiles add each request's own time to first token. Every request is
-counted: per bin with its weight (batch) or one by one (LLM).
+Two resolutions, one queue. A second whose queue starts empty and whose work is at most
+:data:`COARSE_LOAD` of the serving capacity is advanced whole: nothing waits in it (a backlog
+worth an SLO would need the 10 ms bins of that second to exceed capacity for tens of
+milliseconds in a row against a 10 % margin: with the hundreds to thousands of requests per bin
+of a fleet, and even with one replica, the chance is below 1e-9), its requests see the batch
+latency of the bucket the dynamic batcher runs at that second's rate. Every other second (and each
+second after it until the queue is empty again) runs on 10 ms bins: a busy episode. Its FIFO
+waits are computed when it ends (the queue empty again), from cumulative accepted arrivals and
+departures (FIFO virtual time at the bin's midpoint: +-5 ms). ``coarse=False`` runs every second
+on bins (the reference the coarse engine is tested against). A fleet far from saturation, as most
+of a multi-day trace is, costs one vector operation per segment.
 
-The policy runs every ``policy.interval`` seconds on metrics the engine derived from these series
+Latency. Batch profiles add the batch latency of the bucket the dynamic batcher would run at that
+load (the largest while backlogged) and half the batch-fill wait; LLM profiles add each request's
+own time to first token. Every request is counted: per bin or second with its weight (batch, whose
+latency percentiles come from a log histogram of 0.5 % resolution) or one by one (LLM).
+
+Controllers' request paths (attributes a policy may carry): ``max_ongoing_requests`` caps what a
+replica runs at once (Ray Serve: the batcher cannot form larger batches, so a replica's throughput
+is that of the largest allowed batch) and ``router_queue_unbounded`` holds the rest in the
+router's queue without 429 (Ray Serve's ``max_queued_requests`` -1); ``activator_in_path`` (Knative
+with the activator buffering) also holds excess requests instead of refusing them.
+
+The policy runs every ``policy.interval`` seconds on metrics per second
 (:mod:`neuronfleet.sim.metrics`); its targets go to the :class:`~neuronfleet.sim.fleet.Fleet`.
-Cost is node-seconds x the catalog's on-demand price (the oracle pays replica-seconds).
+Cost is node-seconds x the catalog's on-demand price (the schedule mode's replica-seconds for the
+instant oracle).
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -34,17 +53,30 @@ import numpy.typing as npt
 
 from neuronfleet.sim.fleet import Fleet
 from neuronfleet.sim.metrics import MetricsView
-from neuronfleet.sim.policies import Observed, Policy, p90
+from neuronfleet.sim.policies import MIN_COLD_START_SAMPLES, Observed, Policy
 from neuronfleet.sim.profiles import Profile
-from neuronfleet.sim.workload import Workload
+from neuronfleet.sim.workload import PER_SECOND, Workload
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
 
 #: Every policy starts from the same ready fleet and decides only once it has this much metric history.
 WARMUP_SECONDS = 60.0
 #: Points of the latency CDF kept for plots.
 CDF_POINTS = 200
+#: A second is advanced whole when its queue starts empty and its work is at most this share of capacity.
+COARSE_LOAD = 0.9
+#: Whole seconds served ahead of the policy's next decision (see :meth:`SecondsSimulation.serve`).
+AHEAD_SECONDS = 120
+#: Backlog (replica-seconds) below which the queue counts as empty.
+EMPTY = 1e-9
+#: A busy episode longer than this is closed even with a backlog (its unserved tail counts as late).
+MAX_EPISODE_SECONDS = 3600
+#: Requests an upstream buffer (router queue, activator) holds beyond the replicas' queues.
+UPSTREAM_BUFFER_REQUESTS = 1e9
+#: Latency histogram: log-spaced bins from 1 us to 10^7 ms.
+_HIST_LO, _HIST_HI, _HIST_BINS = -3.0, 7.0, 2000
 
 
 @dataclass
@@ -72,6 +104,10 @@ class RunResult:
     measured_from: float = 0.0
     #: CPU seconds of the run (wall time depends on what else the machine runs).
     sim_cpu_s: float = 0.0
+    #: Seconds with an arrival that missed the SLO or was refused (for the oracles' refinement).
+    late_seconds: BoolArray | None = field(default=None, repr=False)
+    #: Seconds advanced on 10 ms bins (the rest were advanced whole).
+    fine_seconds: int = 0
 
     @property
     def slo_attainment(self) -> float:
@@ -82,8 +118,134 @@ class RunResult:
         return self.usd / self.requests * 1e6 if self.requests else 0.0
 
 
+# ---------------------------------------------------------------------------- queue kernels
+
+
+def lindley(work: FloatArray, q0: float, per_bin: float, bound: float) -> tuple[FloatArray, FloatArray]:
+    """Backlog after each bin and work refused per bin, for a constant service ``per_bin`` > 0.
+
+    ``Q[n] = min(bound, max(0, Q[n-1] + work[n] - per_bin))``, the excess over ``bound`` refused.
+    Between hitting one barrier and the other it is a one-sided reflection, computed vectorized
+    from a cumulative sum and its running minimum (below the bound: reflected at 0; at the bound:
+    ``bound - Q`` reflected at 0, the reflection being what is refused). An overloaded queue
+    switches barriers rarely; past :data:`_MAX_PHASES` switches it goes bin by bin.
+    """
+    x = work - per_bin
+    n = len(x)
+    q = np.empty(n)
+    rejected = np.zeros(n)
+    level, i, phases = q0, 0, 0
+    if q0 > bound:
+        # Fewer replicas than a moment ago: the backlog sits above the new bound.
+        phases = _MAX_PHASES
+    while i < n:
+        phases += 1
+        if phases > _MAX_PHASES:
+            _lindley_loop(work, level, per_bin, bound, i, q, rejected)
+            break
+        # Below the bound: reflected at 0 until the backlog passes the bound.
+        s = level + np.cumsum(x[i:])
+        low = s - np.minimum(np.minimum.accumulate(s), 0.0)
+        over = np.flatnonzero(low > bound)
+        if not len(over):
+            q[i:] = low
+            break
+        j = int(over[0])
+        q[i : i + j] = low[:j]
+        rejected[i + j] = low[j] - bound
+        q[i + j] = level = bound
+        i += j + 1
+        if i >= n:
+            break
+        # At the bound: the room left (bound - Q) is reflected at 0 until the queue empties.
+        s = np.cumsum(-x[i:])
+        floor = np.minimum(np.minimum.accumulate(s), 0.0)
+        room = s - floor
+        empty = np.flatnonzero(room > bound)
+        stop = int(empty[0]) if len(empty) else n - i
+        q[i : i + stop] = bound - room[:stop]
+        refused = -np.diff(np.concatenate(([0.0], floor[:stop])))
+        rejected[i : i + stop] = refused
+        i += stop
+        if i < n:
+            q[i] = level = 0.0
+            i += 1
+    return q, rejected
+
+
+#: Barrier switches :func:`lindley` computes vectorized before going bin by bin.
+_MAX_PHASES = 64
+
+
+def _lindley_loop(
+    work: FloatArray, level: float, per_bin: float, bound: float, start: int, q: FloatArray, rejected: FloatArray
+) -> None:
+    for i in range(start, len(work)):
+        arriving = float(work[i])
+        level = level + arriving - per_bin
+        if level < 0.0:
+            level = 0.0
+        if level > bound:
+            refused = min(arriving, level - max(bound, 0.0))
+            rejected[i] = refused
+            level -= refused
+        q[i] = level
+
+
+def fifo_waits(accepted: FloatArray, departed: FloatArray, dt: float, backlog: float = 0.0) -> FloatArray:
+    """Seconds each bin's (midpoint) accepted arrival waits, behind ``backlog`` queued before (inf: never)."""
+    cum_accepted = np.cumsum(accepted)
+    cum_departed = np.cumsum(departed)
+    position = backlog + cum_accepted - accepted / 2
+    leave = np.searchsorted(cum_departed, position - 1e-12, side="left")
+    served = leave < len(cum_departed)
+    leave_c = np.minimum(leave, len(cum_departed) - 1)
+    before = np.where(leave_c > 0, cum_departed[np.maximum(leave_c - 1, 0)], 0.0)
+    within = np.where(departed[leave_c] > 0, (position - before) / np.maximum(departed[leave_c], 1e-30), 0.5)
+    leave_time = (leave_c + np.clip(within, 0.0, 1.0)) * dt
+    arrive_time = (np.arange(len(position)) + 0.5) * dt
+    wait = np.maximum(leave_time - arrive_time, 0.0)
+    wait[~served] = np.inf
+    return np.asarray(wait, dtype=np.float64)
+
+
+class BatchModel:
+    """The dynamic batcher of a batch profile, optionally capped at ``max_batch`` requests at once."""
+
+    def __init__(self, profile: Profile, max_batch: int | None = None) -> None:
+        batches = profile.efficient_batches()
+        self.best = float(batches[-1].throughput_per_s)
+        allowed = [p for p in batches if max_batch is None or p.batch <= max_batch] or batches[:1]
+        self.thr = np.array([p.throughput_per_s for p in allowed])
+        self.lat = np.array([p.latency_ms for p in allowed])
+        self.size = np.array([float(p.batch) for p in allowed])
+        #: A replica's capacity in work units (1 / best throughput each) per second.
+        self.speed = float(self.thr[-1]) / self.best
+        self.max_delay_ms = profile.max_batch_delay_ms
+
+    def service(
+        self, rate_per_replica: FloatArray, backlogged: BoolArray | None
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Per bin or second: service ms (batch + half the fill wait), batch latency ms, and throughput/s."""
+        index = np.minimum(np.searchsorted(self.thr, rate_per_replica), len(self.thr) - 1)
+        if backlogged is not None:
+            index[backlogged] = len(self.thr) - 1
+        size = self.size[index]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            fill = np.where(
+                rate_per_replica > 0,
+                np.minimum(self.max_delay_ms, size / np.maximum(rate_per_replica, 1e-9) * 1e3),
+                0.0,
+            )
+        fill[size == 1] = 0.0
+        return self.lat[index] + fill / 2, self.lat[index], self.thr[index]
+
+
 class Simulation:
-    """The state of one run: per-bin series, the fleet, the policy."""
+    """A fine (10 ms) fluid queue over a materialized workload: the trace replay's model.
+
+    :func:`run` uses :class:`SecondsSimulation`, which calls the same kernels on busy episodes only.
+    """
 
     def __init__(self, workload: Workload, profile: Profile) -> None:
         self.w = workload
@@ -100,12 +262,7 @@ class Simulation:
         self.cold = np.zeros(n, dtype=bool)
         self.queue_requests = np.zeros(n)
         self.view = MetricsView(workload.dt, workload.count, self.queue_requests, self.in_flight, self.utilization)
-        if profile.kind == "batch":
-            batches = profile.efficient_batches()
-            self._thr = np.array([p.throughput_per_s for p in batches])
-            self._lat = np.array([p.latency_ms for p in batches])
-            self._size = np.array([float(p.batch) for p in batches])
-            self._best = float(self._thr[-1])
+        self.batch = BatchModel(profile) if profile.kind == "batch" else None
 
     def serve(self, start: int, stop: int, replicas: int, cold: bool) -> None:
         """Advance bins ``[start, stop)`` with ``replicas`` serving."""
@@ -116,18 +273,11 @@ class Simulation:
         work = w.work[start:stop]
         q0 = self.queue[start - 1] if start > 0 else 0.0
         per_bin = replicas * dt
-        bound = replicas * self.profile.max_queue * w.mean_work
-        rejected = np.zeros(stop - start)
         if replicas > 0:
-            s = np.cumsum(work - per_bin)
-            q = s - np.minimum(np.minimum.accumulate(s), -q0)
-            np.maximum(q, 0.0, out=q)
-            if q.max() > bound:
-                q, rejected = self._bounded(work, q0, per_bin, bound)
+            q, rejected = lindley(work, q0, per_bin, replicas * self.profile.max_queue * w.mean_work)
         else:
             # No endpoints: new requests are refused; anything queued waits for capacity.
-            q = np.full(stop - start, q0)
-            rejected = work.copy()
+            q, rejected = np.full(stop - start, q0), work.copy()
         accepted = work - rejected
         previous = np.concatenate(([q0], q[:-1]))
         departed = np.maximum(previous + accepted - q, 0.0)
@@ -140,62 +290,21 @@ class Simulation:
         self.queue_requests[start:stop] = q / w.mean_work
         if replicas == 0:
             return
-        busy = departed / per_bin
-        if self.profile.kind == "batch":
-            rate = w.count[start:stop] / (dt * replicas)
-            index = np.minimum(np.searchsorted(self._thr, rate), len(self._thr) - 1)
-            index[q > 1e-12] = len(self._thr) - 1
-            size = self._size[index]
-            fill = np.where(
-                rate > 0, np.minimum(self.profile.max_batch_delay_ms, size / np.maximum(rate, 1e-9) * 1e3), 0
-            )
-            fill[size == 1] = 0.0
-            self.service_ms[start:stop] = self._lat[index] + fill / 2
-            throughput = departed / dt * self._best
-            self.in_flight[start:stop] = throughput * self._lat[index] / 1e3
-            self.utilization[start:stop] = np.minimum(1.0, throughput / (replicas * self._thr[index]))
+        if self.batch is not None:
+            service, lat, thr = self.batch.service(w.count[start:stop] / (dt * replicas), q > 1e-12)
+            self.service_ms[start:stop] = service
+            throughput = departed / dt * self.batch.best
+            self.in_flight[start:stop] = throughput * lat / 1e3
+            self.utilization[start:stop] = np.minimum(1.0, throughput / (replicas * thr))
         else:
             assert self.profile.llm is not None
+            busy = departed / per_bin
             self.in_flight[start:stop] = busy * replicas * self.profile.llm.slots
             self.utilization[start:stop] = np.minimum(1.0, busy)
 
-    @staticmethod
-    def _bounded(work: FloatArray, q0: float, per_bin: float, bound: float) -> tuple[FloatArray, FloatArray]:
-        # Bin by bin: the two-sided reflection has no closed cumulative form (only overloaded segments).
-        q = np.empty(len(work))
-        rejected = np.zeros(len(work))
-        level = q0
-        for i, arriving in enumerate(work.tolist()):
-            level = level + arriving - per_bin
-            if level < 0.0:
-                level = 0.0
-            if level > bound:
-                refused = min(arriving, level - max(bound, 0.0))
-                rejected[i] = refused
-                level -= refused
-            q[i] = level
-        return q, rejected
-
-    # ---------------------------------------------------------------------------- latency
-
     def waits(self) -> FloatArray:
         """Seconds each bin's (midpoint) accepted arrival waits in the FIFO queue (inf: never served)."""
-        dt = self.w.dt
-        cum_accepted = np.cumsum(self.accepted)
-        cum_departed = np.cumsum(self.departed)
-        position = cum_accepted - self.accepted / 2
-        leave = np.searchsorted(cum_departed, position - 1e-12, side="left")
-        served = leave < len(cum_departed)
-        leave_c = np.minimum(leave, len(cum_departed) - 1)
-        before = np.where(leave_c > 0, cum_departed[np.maximum(leave_c - 1, 0)], 0.0)
-        within = np.where(
-            self.departed[leave_c] > 0, (position - before) / np.maximum(self.departed[leave_c], 1e-30), 0.5
-        )
-        leave_time = (leave_c + np.clip(within, 0.0, 1.0)) * dt
-        arrive_time = (np.arange(len(position)) + 0.5) * dt
-        wait = np.maximum(leave_time - arrive_time, 0.0)
-        wait[~served] = np.inf
-        return np.asarray(wait, dtype=np.float64)
+        return fifo_waits(self.accepted, self.departed, self.w.dt)
 
 
 def _weighted_quantiles(values: FloatArray, weights: FloatArray, qs: FloatArray) -> FloatArray:
@@ -205,6 +314,329 @@ def _weighted_quantiles(values: FloatArray, weights: FloatArray, qs: FloatArray)
         return np.full(len(qs), np.nan)
     index = np.searchsorted(cw, qs * cw[-1], side="left")
     return np.asarray(v[np.minimum(index, len(v) - 1)], dtype=np.float64)
+
+
+def _hist_index(latency_ms: FloatArray) -> IntArray:
+    x = np.log10(np.maximum(latency_ms, 10**_HIST_LO))
+    return np.minimum(((x - _HIST_LO) / (_HIST_HI - _HIST_LO) * _HIST_BINS).astype(np.int64), _HIST_BINS - 1)
+
+
+def _hist_value(index: IntArray) -> FloatArray:
+    return np.asarray(10 ** (_HIST_LO + (index + 0.5) * (_HIST_HI - _HIST_LO) / _HIST_BINS), dtype=np.float64)
+
+
+class SecondsSimulation:
+    """The run's queue: whole seconds where nothing can wait, 10 ms busy episodes elsewhere."""
+
+    def __init__(self, workload: Workload, profile: Profile, *, measure_from: int = 0, coarse: bool = True) -> None:
+        self.w = workload
+        self.profile = profile
+        self.coarse = coarse
+        self.measure_from = measure_from
+        n = workload.seconds
+        self.queue_end = np.zeros(n)
+        self.queue_mean = np.zeros(n)
+        self.in_flight = np.zeros(n)
+        self.utilization = np.zeros(n)
+        self.capacity = np.zeros(n, dtype=np.int64)
+        self.late = np.zeros(n, dtype=bool)
+        self.fine = np.zeros(n, dtype=bool)
+        self.cold = np.zeros(n, dtype=bool)
+        self._ahead_until = 0
+        self._ahead_as: tuple[int, bool] = (-1, False)
+        self.view = MetricsView(
+            1.0, workload.count_s, self.queue_end, self.in_flight, self.utilization, queue_mean=self.queue_mean
+        )
+        self.batch = BatchModel(profile) if profile.kind == "batch" else None
+        self.unbounded = False
+        self.q = 0.0
+        self._episode: list[tuple[int, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, BoolArray]] = []
+        self._episode_backlog = 0.0
+        self._episode_seconds = 0
+        # Totals over measured requests (batch); LLM profiles keep per-bin waits and refusals instead.
+        self.requests = self.rejected = self.within = self.cold_miss = 0.0
+        self.max_ms = 0.0
+        self.hist = np.zeros(_HIST_BINS)
+        self.llm = profile.kind == "llm"
+        if self.llm:
+            self.wait_bins = np.zeros(workload.bins)
+            self.refused_bins = np.zeros(workload.bins)
+            self.cold_bins = np.zeros(workload.bins, dtype=bool)
+
+    def set_request_path(self, max_ongoing: int | None, unbounded: bool) -> None:
+        """Apply a controller's request path (see the module docstring)."""
+        if self.batch is not None and max_ongoing is not None:
+            self.batch = BatchModel(self.profile, max_ongoing)
+        self.unbounded = unbounded
+
+    @property
+    def speed(self) -> float:
+        return self.batch.speed if self.batch is not None else 1.0
+
+    # ------------------------------------------------------------------ advancing
+
+    def serve(self, start: int, stop: int, replicas: int, cold: bool) -> None:
+        """Advance seconds ``[start, stop)`` with ``replicas`` serving.
+
+        Whole seconds are served ahead (up to :data:`AHEAD_SECONDS`, never past a second that needs
+        bins): a later call with the same fleet returns at once, one with another fleet serves
+        those seconds again (what they hold depends only on the second's arrivals and the fleet,
+        and no policy has read them: metrics are read before ``now``).
+        """
+        stop = min(stop, self.w.seconds)
+        if start < self._ahead_until and (replicas, cold) == self._ahead_as:
+            if stop <= self._ahead_until:
+                return
+            start = self._ahead_until
+        self._ahead_until = 0
+        s = start
+        capacity = replicas * self.speed
+        while s < stop:
+            if self.q <= EMPTY and self.coarse:
+                if replicas == 0 and not self.unbounded:
+                    self._close()
+                    self._whole(s, stop, 0, cold)
+                    s = stop
+                    continue
+                horizon = min(self.w.seconds, max(stop, s + AHEAD_SECONDS))
+                safe = self.w.work_s[s:horizon] <= COARSE_LOAD * capacity
+                flips = np.flatnonzero(safe != safe[0])
+                n = int(flips[0]) if len(flips) else horizon - s
+                if safe[0]:
+                    self._close()
+                    self._whole(s, s + n, replicas, cold)
+                    if s + n > stop:
+                        self._ahead_until, self._ahead_as = s + n, (replicas, cold)
+                    s += n
+                else:
+                    n = min(n, stop - s)
+                    self._fine(s, s + n, replicas, cold)
+                    s += n
+            else:
+                n = stop - s if not self.coarse else min(stop - s, 16)
+                self._fine(s, s + n, replicas, cold)
+                s += n
+
+    def _whole(self, start: int, stop: int, replicas: int, cold: bool) -> None:
+        """Seconds where nothing waits: the metrics now; latency and totals at :meth:`finish`."""
+        self.fine[start:stop] = False
+        self.capacity[start:stop] = replicas
+        self.cold[start:stop] = cold
+        self.queue_end[start:stop] = 0.0
+        self.queue_mean[start:stop] = 0.0
+        if replicas == 0:
+            self.in_flight[start:stop] = 0.0
+            self.utilization[start:stop] = 0.0
+            return
+        if self.llm:
+            assert self.profile.llm is not None
+            work = self.w.work_s[start:stop]
+            self.in_flight[start:stop] = work * self.profile.llm.slots
+            self.utilization[start:stop] = np.minimum(1.0, work / replicas)
+            return
+        assert self.batch is not None
+        count = self.w.count_s[start:stop]
+        rate = count / replicas
+        index = np.minimum(np.searchsorted(self.batch.thr, rate), len(self.batch.thr) - 1)
+        self.in_flight[start:stop] = count * self.batch.lat[index] / 1e3
+        self.utilization[start:stop] = np.minimum(1.0, rate / self.batch.thr[index])
+
+    def _whole_totals(self) -> None:
+        """Latency and totals of every second advanced whole (one vector pass at the end)."""
+        whole = np.flatnonzero(~self.fine & (self.w.count_s > 0))
+        if not len(whole):
+            return
+        replicas = self.capacity[whole]
+        cold = self.cold[whole]
+        refused = replicas == 0
+        if self.llm:
+            for second in whole[refused].tolist():
+                lo, hi = second * PER_SECOND, (second + 1) * PER_SECOND
+                self.refused_bins[lo:hi] = self.w.fine_works(second, second + 1)
+            self.cold_bins.reshape(self.w.seconds, PER_SECOND)[whole] = cold[:, None]
+            return
+        assert self.batch is not None
+        count = self.w.count_s[whole].copy()
+        count[whole < self.measure_from] = 0.0
+        service, _, _ = self.batch.service(count / np.maximum(replicas, 1), None)
+        ok = (service <= self.profile.slo_ms) & ~refused
+        self.late[whole] = ~ok
+        self._tally(count, np.where(refused, count, 0.0), np.where(refused, np.inf, service), ok, cold)
+
+    def _tally(
+        self, count: FloatArray, refused: FloatArray, latency_ms: FloatArray, ok: BoolArray, cold: bool | BoolArray
+    ) -> None:
+        served = count - refused
+        within = np.where(ok, served, 0.0)
+        self.requests += float(count.sum())
+        self.rejected += float(refused.sum())
+        self.within += float(within.sum())
+        self.cold_miss += float(((count - within) * cold).sum())
+        finite = np.isfinite(latency_ms) & (served > 0)
+        if finite.any():
+            self.hist += np.bincount(_hist_index(latency_ms[finite]), weights=served[finite], minlength=_HIST_BINS)
+            self.max_ms = max(self.max_ms, float(latency_ms[finite].max()))
+
+    def _fine(self, start: int, stop: int, replicas: int, cold: bool) -> None:
+        w = self.w
+        dt = w.dt
+        work = w.fine_works(start, stop)
+        count = w.fine_counts(start, stop)
+        q0 = self.q
+        if not self._episode:
+            self._episode_backlog = q0
+        per_bin = replicas * dt * self.speed
+        if replicas > 0:
+            bound = math.inf if self.unbounded else replicas * self.profile.max_queue * w.mean_work
+            q, rejected = lindley(work, q0, per_bin, bound)
+        else:
+            q = np.full(len(work), q0)
+            rejected = np.zeros(len(work)) if self.unbounded else work.copy()
+            if self.unbounded:
+                q = q0 + np.cumsum(work)
+        accepted = work - rejected
+        previous = np.concatenate(([q0], q[:-1]))
+        departed = np.maximum(previous + accepted - q, 0.0)
+        seconds = stop - start
+        self.queue_end[start:stop] = q[PER_SECOND - 1 :: PER_SECOND] / w.mean_work
+        self.queue_mean[start:stop] = q.reshape(seconds, PER_SECOND).mean(axis=1) / w.mean_work
+        self.fine[start:stop] = True
+        self.capacity[start:stop] = replicas
+        self.cold[start:stop] = cold
+        service = np.zeros(len(work))
+        if replicas > 0 and self.batch is not None:
+            service, lat, thr = self.batch.service(count / (dt * replicas), q > 1e-12)
+            throughput = departed / dt * self.batch.best
+            self.in_flight[start:stop] = (throughput * lat / 1e3).reshape(seconds, PER_SECOND).mean(axis=1)
+            util = np.minimum(1.0, throughput / (replicas * thr))
+            self.utilization[start:stop] = util.reshape(seconds, PER_SECOND).mean(axis=1)
+        elif replicas > 0:
+            assert self.profile.llm is not None
+            busy = departed / per_bin
+            self.in_flight[start:stop] = (busy * replicas * self.profile.llm.slots).reshape(seconds, PER_SECOND).mean(1)
+            self.utilization[start:stop] = np.minimum(1.0, busy).reshape(seconds, PER_SECOND).mean(axis=1)
+        else:
+            self.in_flight[start:stop] = self.utilization[start:stop] = 0.0
+        self._episode.append((start, count, work, accepted, departed, service, np.full(len(work), cold)))
+        self._episode_seconds += seconds
+        self.q = float(q[-1]) if q[-1] > EMPTY else 0.0
+        if self.q == 0.0 or self._episode_seconds >= MAX_EPISODE_SECONDS:
+            self._close()
+
+    def _close(self) -> None:
+        """Account a finished busy episode (see the module docstring)."""
+        if not self._episode:
+            return
+        start = self._episode[0][0]
+        parts = list(zip(*(e[1:] for e in self._episode), strict=True))
+        self._episode = []
+        self._episode_seconds = 0
+        count, work, accepted, departed, service, cold = (np.concatenate(p) for p in parts)
+        wait = fifo_waits(accepted, departed, self.w.dt, self._episode_backlog)
+        self._episode_backlog = self.q
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = np.where(work > 0, (work - accepted) / work, 0.0)
+        lo = start * PER_SECOND
+        seconds = len(count) // PER_SECOND
+        if self.llm:
+            self.wait_bins[lo : lo + len(wait)] = wait
+            self.refused_bins[lo : lo + len(wait)] = work - accepted
+            self.cold_bins[lo : lo + len(wait)] = cold
+            return
+        latency_ms = wait * 1e3 + service
+        ok = latency_ms <= self.profile.slo_ms
+        bad = (count > 0) & (~ok | (share > 0))
+        self.late[start : start + seconds] |= bad.reshape(seconds, PER_SECOND).any(axis=1)
+        if self.measure_from > start:
+            count = count.copy()
+            count[: (self.measure_from - start) * PER_SECOND] = 0.0
+        self._tally(count, count * share, latency_ms, ok, cold)
+
+    # ------------------------------------------------------------------ results
+
+    def finish(self) -> None:
+        self._close()
+        self._whole_totals()
+
+    def totals(self) -> tuple[float, float, float, float, float, float, float, list[float]]:
+        """requests, rejected, within SLO, cold misses, p50, p99, max, CDF (ms) of measured requests."""
+        qs = np.linspace(0, 1, CDF_POINTS + 1)
+        if self.llm:
+            return self._llm_totals(qs)
+        total = self.hist.sum()
+        if total <= 0:
+            return self.requests, self.rejected, self.within, self.cold_miss, math.nan, math.nan, math.nan, []
+        cum = np.cumsum(self.hist)
+        index = np.minimum(np.searchsorted(cum, qs * total, side="left"), _HIST_BINS - 1)
+        cdf = _hist_value(index)
+        cdf[-1] = self.max_ms
+        p50, p99 = (float(_hist_value(np.array([np.searchsorted(cum, x * total)]))[0]) for x in (0.5, 0.99))
+        return (
+            self.requests,
+            self.rejected,
+            self.within,
+            self.cold_miss,
+            p50,
+            p99,
+            self.max_ms,
+            [float(x) for x in cdf],
+        )
+
+    def _llm_totals(self, qs: FloatArray) -> tuple[float, float, float, float, float, float, float, list[float]]:
+        w = self.w
+        assert w.request_bin is not None and w.request_latency is not None
+        rb = w.request_bin
+        latency_ms = (self.wait_bins[rb] + w.request_latency) * 1e3
+        measured = rb >= self.measure_from * PER_SECOND
+        work = w.work
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = np.where(work > 0, self.refused_bins / work, 0.0)
+        # The last arrivals of a bin are the ones refused when its queue was full.
+        first_of_bin = np.searchsorted(rb, rb, side="left")
+        rank = np.arange(len(rb)) - first_of_bin
+        refused_all = rank >= np.round(w.count[rb] * (1 - share[rb]))
+        ok_all = ~refused_all & (latency_ms <= self.profile.slo_ms)
+        late_bins = np.zeros(w.bins, dtype=bool)
+        late_bins[rb[~ok_all]] = True
+        self.late |= late_bins.reshape(w.seconds, PER_SECOND).any(axis=1)
+        refused = refused_all & measured
+        served = ~refused & measured
+        ok = ok_all & measured
+        lat = latency_ms[served & np.isfinite(latency_ms)]
+        p50, p99, worst = (float(np.quantile(lat, x)) if len(lat) else math.nan for x in (0.5, 0.99, 1.0))
+        return (
+            float(measured.sum()),
+            float(refused.sum()),
+            float(ok.sum()),
+            float((~ok & measured & self.cold_bins[rb]).sum()),
+            p50,
+            p99,
+            worst,
+            np.quantile(lat, qs).tolist() if len(lat) else [],
+        )
+
+
+# ---------------------------------------------------------------------------- the run
+
+
+class _RunningP90:
+    """:func:`neuronfleet.sim.policies.p90` of a growing list of samples, kept sorted as it grows."""
+
+    def __init__(self) -> None:
+        self.sorted: list[float] = []
+        self.seen = 0
+
+    def update(self, samples: list[float]) -> float | None:
+        for value in samples[self.seen :]:
+            bisect.insort(self.sorted, value)
+        self.seen = len(samples)
+        if len(self.sorted) < MIN_COLD_START_SAMPLES:
+            return None
+        # numpy's default (linear) quantile, without converting the list on every decision.
+        position = 0.9 * (len(self.sorted) - 1)
+        low = int(position)
+        high = min(low + 1, len(self.sorted) - 1)
+        return self.sorted[low] + (self.sorted[high] - self.sorted[low]) * (position - low)
 
 
 def run(
@@ -217,55 +649,60 @@ def run(
     schedule: IntArray | None = None,
     progress: Callable[[float], None] | None = None,
     measure_from: float = 0.0,
+    coarse: bool = True,
+    node_schedule: bool = False,
 ) -> RunResult:
     """Simulate ``policy`` over ``workload``; ``schedule`` (replicas per second) replaces the fleet
-    for the clairvoyant oracle: capacity follows it instantly and cost is replica-seconds.
+    for the oracles: capacity follows it instantly and cost is replica-seconds (``node_schedule``:
+    the schedule's whole nodes, billed by :mod:`neuronfleet.sim.oracle`, cost left at 0 here).
 
-    Only requests arriving from ``measure_from`` on, and cost from then on, are reported: the time
-    before is a history pass that lets policies that learn from history (the warm pool) start the
-    measured span as they would in steady operation.
+    Only requests arriving from ``measure_from`` on (rounded up to a whole second), and cost from
+    then on, are reported: the time before is a history pass that lets policies that learn from
+    history (the warm pool) start the measured span as they would in steady operation.
     """
     wall = time.perf_counter()
     cpu = time.process_time()
-    sim = Simulation(workload, profile)
-    dt, bins = workload.dt, workload.bins
+    first = math.ceil(measure_from - 1e-9)
+    sim = SecondsSimulation(workload, profile, measure_from=first, coarse=coarse)
+    sim.set_request_path(
+        getattr(policy, "max_ongoing_requests", None), getattr(policy, "router_queue_unbounded", False)
+    )
+    seconds = workload.seconds
     rng = np.random.default_rng(seed)
     fleet = Fleet(profile, rng)
     timeline: dict[str, list[float]] = {k: [] for k in ("t", "serving", "active", "warm", "placeholders", "nodes")}
+    sample_every = max(5.0, 5.0 * round(seconds / 20_000 / 5.0))
     last_reason = ""
-    replica_seconds = 0.0
 
     if schedule is not None:
-        per_second = max(1, round(1.0 / dt))
-        for second, replicas in enumerate(schedule.tolist()):
-            start = second * per_second
-            if start >= bins:
-                break
-            sim.serve(start, min(bins, start + per_second), int(replicas), False)
-            if second < measure_from:
-                continue
-            replica_seconds += replicas * min(1.0, (bins - start) * dt)
-            for key, value in (("t", float(second)), ("serving", replicas), ("active", replicas)):
-                timeline[key].append(float(value))
-            for key in ("warm", "placeholders"):
-                timeline[key].append(0.0)
-            timeline["nodes"].append(replicas / profile.replicas_per_node)
-        node_hours = replica_seconds / 3600 / profile.replicas_per_node
+        changes = np.flatnonzero(np.diff(schedule[:seconds])) + 1
+        bounds = [0, *changes.tolist(), min(seconds, len(schedule))]
+        for a, b in itertools.pairwise(bounds):
+            sim.serve(a, b, int(schedule[a]), False)
+        measured = np.asarray(schedule[first:seconds], dtype=np.float64)
+        replica_seconds = float(measured.sum())
+        ts = np.arange(first, min(seconds, len(schedule)), int(sample_every))
+        timeline["t"] = [float(t) for t in ts]
+        timeline["serving"] = timeline["active"] = [float(schedule[t]) for t in ts]
+        timeline["warm"] = timeline["placeholders"] = [0.0] * len(ts)
+        timeline["nodes"] = [float(math.ceil(schedule[t] / profile.replicas_per_node)) for t in ts]
+        node_hours = 0.0 if node_schedule else replica_seconds / 3600 / profile.replicas_per_node
         pod_hours = replica_seconds / 3600
     else:
         initial = policy.start_replicas if policy.start_replicas is not None else start_replicas
         fleet.start_ready(initial)
         policy.prime(initial, 0.0)
         now = 0.0
-        b = 0
         next_tick = max(policy.interval, WARMUP_SECONDS)
-        next_sample = measure_from
+        next_sample = float(first)
         base_node_seconds = base_pod_seconds = 0.0
         cold_measured: tuple[int, int] = (-1, -1)
         cold_p90: tuple[float | None, float | None] = (None, None)
-        measuring = measure_from <= 0.0
-        while b < bins:
-            if not measuring and now >= measure_from - 1e-9:
+        pod_p90, node_p90 = _RunningP90(), _RunningP90()
+        measuring = first <= 0
+        next_progress = 0.0
+        while now < seconds:
+            if not measuring and now >= first:
                 fleet.account(now)
                 base_node_seconds, base_pod_seconds = fleet.node_seconds, fleet.pod_seconds
                 measuring = True
@@ -280,98 +717,42 @@ def run(
                     ("nodes", counts.nodes),
                 ):
                     timeline[key].append(float(value))
-                next_sample = now + 5.0
-            until = min(next_tick, fleet.next_event(now), measure_from if not measuring else math.inf)
-            stop = min(bins, max(b + 1, math.ceil(until / dt - 1e-6)))
-            sim.serve(b, stop, counts.serving, counts.starting_active > 0)
-            b = stop
-            now = b * dt
+                next_sample = now + sample_every
+            until = min(next_tick, fleet.next_event(now), next_sample, first if not measuring else math.inf)
+            stop = min(seconds, max(int(now) + 1, math.ceil(until - 1e-9)))
+            sim.serve(int(now), stop, counts.serving, counts.starting_active > 0)
+            now = float(stop)
             fleet.advance(now)
             if now >= next_tick - 1e-9:
                 # Cold-start percentiles change only when a new cold start is measured.
-                measured = (len(fleet.pod_cold_starts), len(fleet.node_cold_starts))
-                if measured != cold_measured:
-                    cold_measured, cold_p90 = measured, (p90(fleet.pod_cold_starts), p90(fleet.node_cold_starts))
+                cold_count = (len(fleet.pod_cold_starts), len(fleet.node_cold_starts))
+                if cold_count != cold_measured:
+                    cold_measured, cold_p90 = (
+                        cold_count,
+                        (pod_p90.update(fleet.pod_cold_starts), node_p90.update(fleet.node_cold_starts)),
+                    )
                 observed = Observed(fleet.counts(now), *cold_p90)
                 targets = policy.decide(now, sim.view, observed)
                 last_reason = targets.reason
                 fleet.set_targets(now, targets.active, targets.warm, targets.placeholders)
+                if hasattr(policy, "activator_in_path"):
+                    sim.unbounded = bool(policy.activator_in_path)
                 next_tick += policy.interval
-                if progress is not None:
-                    progress(now / (bins * dt))
-        fleet.account(bins * dt)
+                if progress is not None and now >= next_progress:
+                    progress(now / seconds)
+                    next_progress = now + seconds / 100
+        fleet.account(float(seconds))
         node_hours = (fleet.node_seconds - base_node_seconds) / 3600
         pod_hours = (fleet.pod_seconds - base_pod_seconds) / 3600
 
-    first = min(bins, math.ceil(measure_from / dt - 1e-9))
-    timeline["t"] = [t - measure_from for t in timeline["t"]]
-    result = _summarize(sim, workload, profile, policy, node_hours, pod_hours, timeline, last_reason, wall, first)
-    result.measured_from = measure_from
-    result.sim_cpu_s = time.process_time() - cpu
-    return result
-
-
-def _summarize(
-    sim: Simulation,
-    workload: Workload,
-    profile: Profile,
-    policy: Policy,
-    node_hours: float,
-    pod_hours: float,
-    timeline: dict[str, list[float]],
-    last_reason: str,
-    wall: float,
-    first: int = 0,
-) -> RunResult:
-    wait = sim.waits()
-    slo_ms = profile.slo_ms
-    # Arrivals before ``first`` belong to the history pass: they weigh nothing.
-    count = workload.count.copy()
-    count[:first] = 0.0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        reject_share = np.where(workload.work > 0, sim.rejected / workload.work, 0.0)
-    qs = np.linspace(0, 1, CDF_POINTS + 1)
-    if workload.request_bin is not None and workload.request_latency is not None:
-        rb = workload.request_bin
-        latency_ms = (wait[rb] + workload.request_latency) * 1e3
-        measured = rb >= first
-        # The last arrivals of a bin are the ones refused when its queue was full.
-        first_of_bin = np.searchsorted(rb, rb, side="left")
-        rank = np.arange(len(rb)) - first_of_bin
-        refused = (rank >= np.round(workload.count[rb] * (1 - reject_share[rb]))) & measured
-        served = ~refused & measured
-        ok = served & (latency_ms <= slo_ms)
-        finite = served & np.isfinite(latency_ms)
-        lat = latency_ms[finite]
-        requests = float(measured.sum())
-        rejected = float(refused.sum())
-        within = float(ok.sum())
-        cold_miss = float((~ok & measured & sim.cold[rb]).sum())
-        p50, p99, worst = (float(np.quantile(lat, x)) if len(lat) else math.nan for x in (0.5, 0.99, 1.0))
-        cdf = np.quantile(lat, qs).tolist() if len(lat) else []
-    else:
-        latency_ms = wait * 1e3 + sim.service_ms
-        rejected_n = count * reject_share
-        served_n = count - rejected_n
-        ok_n = np.where(latency_ms <= slo_ms, served_n, 0.0)
-        requests = float(count.sum())
-        rejected = float(rejected_n.sum())
-        within = float(ok_n.sum())
-        cold_miss = float(((count - ok_n) * sim.cold).sum())
-        finite = np.isfinite(latency_ms) & (served_n > 0)
-        lat, weights = latency_ms[finite], served_n[finite]
-        if len(lat):
-            p50, p99, worst = (float(x) for x in _weighted_quantiles(lat, weights, np.array([0.5, 0.99, 1.0])))
-            cdf = _weighted_quantiles(lat, weights, qs).tolist()
-        else:
-            p50 = p99 = worst = math.nan
-            cdf = []
-    served_total = requests - rejected
+    sim.finish()
+    requests, rejected, within, cold_miss, p50, p99, worst, cdf = sim.totals()
+    timeline["t"] = [t - first for t in timeline["t"]]
     return RunResult(
         policy=policy.name,
         setting=policy.setting,
         requests=requests,
-        served=served_total,
+        served=requests - rejected,
         rejected=rejected,
         within_slo=within,
         cold_start_misses=cold_miss,
@@ -383,6 +764,10 @@ def _summarize(
         usd=node_hours * profile.instance.usd_per_hour,
         sim_wall_s=time.perf_counter() - wall,
         timeline=timeline,
-        cdf_ms=[float(x) for x in cdf],
+        cdf_ms=cdf,
         last_reason=last_reason,
+        measured_from=float(first),
+        sim_cpu_s=time.process_time() - cpu,
+        late_seconds=sim.late,
+        fine_seconds=int(sim.fine.sum()),
     )

@@ -6,16 +6,26 @@ replicas, warm pods, node placeholders), following DESIGN.md's fleet model:
 - scale up: promote ready warm pods first (``promote_seconds``), in
   :func:`neuronfleet.planning.promotion.promotion_order`; then turn starting warm pods into
   active ones; then create pods;
-- scale down: cancel pods still starting, then take active pods in
-  :func:`neuronfleet.planning.promotion.drain_order`: each is demoted to the warm pool while the
-  pool is short, otherwise drained (out of service at once, deleted after ``drain_seconds``);
+- scale down: delete pods still starting first, in a ReplicaSet's order (``getPodsToDelete``:
+  unscheduled before scheduled, Pending (pulling the image) before Running-but-unready, newest
+  first), then take ready active pods in :func:`neuronfleet.planning.promotion.drain_order`: each is
+  demoted to the warm pool while the pool is short, otherwise drained (out of service at once,
+  deleted after ``drain_seconds``). A deleted starting pod's node keeps being billed: a node
+  Karpenter is launching cannot be recalled (it comes up, then empty consolidation removes it after
+  ``empty_node_seconds``), and a ready node whose pod was pulling loses the pull. This is why a
+  controller whose scale-down window (HPA's 300 s) is shorter than a cold start (~450 s) pays for
+  launches that never serve: the real controllers do the same;
 - a new pod binds to a free slot on a ready node, preempting a placeholder if needed; without one
   it waits for a node Karpenter-style provisioning starts for it. Its cold start is scheduling +
   image pull (only while the node has no image yet) + runtime init + artifact load + warm-up;
 - node placeholders are low-priority pods running the server image (so their node pulls the image
   ahead); they only hold a slot;
 - a node with nothing on it for ``empty_node_seconds`` is removed (consolidation); nodes are billed
-  from launch to removal.
+  per second from launch to removal, at least :data:`MIN_BILLED_SECONDS` (EC2's minimum).
+
+Speed: what the fleet holds changes only at events, so :meth:`Fleet.counts` and
+:meth:`Fleet.next_event` are cached until the next change, and a decision repeating the current
+targets on an unchanged fleet is a no-op (the reconcile is idempotent between events).
 
 All durations come from the profile's distributions on one seeded generator: same seed, same run.
 """
@@ -34,6 +44,8 @@ from neuronfleet.sim.profiles import Profile
 
 Role = Literal["active", "warm", "placeholder"]
 INF = float("inf")
+#: EC2 bills Linux on-demand instances per second with a 60 s minimum.
+MIN_BILLED_SECONDS = 60.0
 
 
 @dataclass
@@ -96,11 +108,19 @@ class Fleet:
         self.node_cold_starts: list[float] = []
         self.targets = (0, 0, 0)
         self._dist = {p: profile.cold_start.dist(p) for p in ("node", "scheduling", "pull", "init", "load", "warmup")}
+        #: Bumped on every change; keys the caches below.
+        self.version = 0
+        self._reconciled = -1
+        self._counts: tuple[int, float, float, FleetCounts] | None = None
+        self._next: tuple[int, float, float, float] | None = None
+        self._advanced_at = 0.0
+        self._model_pods = (-1, 0)
 
     # ------------------------------------------------------------------ setup and accounting
 
     def start_ready(self, active: int, now: float = 0.0) -> None:
         """Begin with ``active`` serving pods on ready nodes that have the image."""
+        self.version += 1
         for _ in range(active):
             node = self._new_node(now, ready_at=now)
             node.image_at = now
@@ -125,9 +145,10 @@ class Fleet:
         span = now - self._accounted_at
         if span > 0:
             self.node_seconds += span * len(self.nodes)
-            self.pod_seconds += span * (
-                sum(1 for p in self.pods.values() if p.role != "placeholder") + len(self.draining)
-            )
+            if self._model_pods[0] != self.version:
+                held = sum(1 for p in self.pods.values() if p.role != "placeholder") + len(self.draining)
+                self._model_pods = (self.version, held)
+            self.pod_seconds += span * self._model_pods[1]
             self._accounted_at = now
 
     # ------------------------------------------------------------------ views
@@ -140,7 +161,14 @@ class Fleet:
         )
 
     def counts(self, now: float) -> FleetCounts:
-        # One pass: this runs at every fleet event of a run.
+        cached = self._counts
+        if cached is not None and cached[0] == self.version and cached[1] <= now < cached[2]:
+            return cached[3]
+        counts = self._count(now)
+        self._counts = (self.version, now, self._soonest(now), counts)
+        return counts
+
+    def _count(self, now: float) -> FleetCounts:
         serving = active = warm_ready = warm = placeholders = starting = 0
         for p in self.pods.values():
             ready = p.ready_at is not None and p.ready_at <= now
@@ -161,6 +189,15 @@ class Fleet:
         """The next whole second at which the fleet changes by itself (a pod or node turning ready,
         a promotion, drain or removal ending). Changes take effect on whole seconds, as endpoint
         updates do, which merges the many events of a large scale-up."""
+        cached = self._next
+        if cached is not None and cached[0] == self.version and cached[1] <= now < cached[2]:
+            return cached[3]
+        soonest = self._soonest(now)
+        event = soonest if soonest == INF else float(math.ceil(soonest - 1e-9))
+        self._next = (self.version, now, soonest, event)
+        return event
+
+    def _soonest(self, now: float) -> float:
         soonest = INF
         for pod in self.pods.values():
             for t in (pod.ready_at, pod.serving_at):
@@ -173,7 +210,7 @@ class Fleet:
                 soonest = min(soonest, max(now, node.empty_since + self.empty_node_seconds))
         for t, _ in self.draining:
             soonest = min(soonest, t)
-        return soonest if soonest == INF else float(math.ceil(soonest - 1e-9))
+        return soonest
 
     def _info(self, pod: Pod) -> PodInfo:
         return PodInfo(pod.name, pod.node, None, pod.ready_at if pod.ready_at is not None else None, 0.0, None)
@@ -181,12 +218,21 @@ class Fleet:
     # ------------------------------------------------------------------ changes
 
     def set_targets(self, now: float, active: int, warm: int, placeholders: int) -> None:
-        self.targets = (max(0, active), max(0, warm), max(0, placeholders))
+        targets = (max(0, active), max(0, warm), max(0, placeholders))
+        if targets == self.targets and self._reconciled == self.version:
+            return
+        self.targets = targets
         self.reconcile(now)
 
     def advance(self, now: float) -> None:
         """Apply what happened by ``now``: drains finishing, nodes turning ready, empty nodes going."""
         self.account(now)
+        self.next_event(self._advanced_at)
+        assert self._next is not None
+        previous, self._advanced_at = self._advanced_at, now
+        if self._next[2] > now and previous <= now:
+            return  # nothing happened since the last advance
+        self.version += 1
         for until, name in [d for d in self.draining if d[0] <= now]:
             self.draining.remove((until, name))
             self._free_slot(name, until)
@@ -197,6 +243,7 @@ class Fleet:
             if not node.pods and node.empty_since is None and node.ready_at <= now:
                 node.empty_since = node.ready_at
             if node.empty_since is not None and now >= node.empty_since + self.empty_node_seconds:
+                self.node_seconds += max(0.0, MIN_BILLED_SECONDS - (now - node.launched_at))
                 del self.nodes[node.name]
         self.reconcile(now)
 
@@ -215,6 +262,11 @@ class Fleet:
             self._free_slot(pod.name, now)
 
     def reconcile(self, now: float) -> None:
+        self.version += 1
+        self._reconcile(now)
+        self._reconciled = self.version
+
+    def _reconcile(self, now: float) -> None:
         want_active, want_warm, want_placeholders = self.targets
         pods = self.pods.values()
         active = [p for p in pods if p.role == "active"]
@@ -239,10 +291,7 @@ class Fleet:
                 self._create("active", now)
         elif len(active) > want_active:
             surplus = len(active) - want_active
-            starting = sorted(
-                (p for p in active if not p.ready(now)),
-                key=lambda p: (-(p.ready_at if p.ready_at is not None else INF), p.name),
-            )
+            starting = sorted((p for p in active if not p.ready(now)), key=lambda p: self._deletion_rank(p, now))
             for pod in starting[:surplus]:
                 self._delete(pod, now)
                 surplus -= 1
@@ -275,6 +324,14 @@ class Fleet:
             for pod in extra[: len(holders) - want_placeholders]:
                 self._delete(pod, now)
         self._schedule(now)
+
+    def _deletion_rank(self, pod: Pod, now: float) -> tuple[int, int, float, str]:
+        """A ReplicaSet's order among unready pods: unscheduled, Pending, Running; newest first."""
+        if pod.node is None:
+            return (0, 0, -pod.created_at, pod.name)
+        node = self.nodes.get(pod.node)
+        running = node is not None and node.image_at is not None and node.image_at <= now
+        return (1, int(running), -pod.created_at, pod.name)
 
     def _create(self, role: Role, now: float) -> None:
         pod = Pod(self._name("ph" if role == "placeholder" else "pod"), role, now)

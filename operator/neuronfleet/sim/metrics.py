@@ -1,6 +1,8 @@
 """What the policies can observe of a simulated run: per-bin series, sampled like the real sources.
 
-The engine fills the arrays as simulated time advances; a policy deciding at ``now`` reads them
+The engine fills the arrays as simulated time advances (per second in
+:func:`neuronfleet.sim.engine.run`: queue gauge at the end of each second, queue, in-flight and
+busy ratio averaged over it; per 10 ms bin in the replay); a policy deciding at ``now`` reads them
 only up to ``now - delay``:
 
 - :meth:`MetricsView.snapshot` is what the operator's Prometheus reader returns
@@ -37,12 +39,15 @@ class MetricsView:
         queue_requests: FloatArray,
         in_flight: FloatArray,
         utilization: FloatArray,
+        queue_mean: FloatArray | None = None,
     ) -> None:
         self.dt = dt
         self.count = count
         self.queue_requests = queue_requests
         self.in_flight = in_flight
         self.utilization = utilization
+        #: Mean queue over each bin (for windowed averages); the gauge samples when not given.
+        self.queue_mean = queue_requests if queue_mean is None else queue_mean
 
     def _bin(self, t: float) -> int:
         return int(t / self.dt + 1e-9) - 1
@@ -72,6 +77,6 @@ class MetricsView:
         if k < 0:
             return None
         first = max(0, k + 1 - max(1, round(window / self.dt)))
-        q = self.queue_requests[first : k + 1]
+        q = self.queue_mean[first : k + 1]
         f = self.in_flight[first : k + 1]
-        return float(q.mean() + f.mean())
+        return float((q.sum() + f.sum()) / len(q))

@@ -3,30 +3,44 @@
 Each policy family has one main target and a grid of settings (geometric, chosen independently of
 any trace) that includes the family's documented default:
 
-- ``ours``: ``scaling.targetUtilization`` u with ``targetQueueDepth`` 10 u (default 0.8 and 8, the CR
-  defaults; the rest of the CR defaults, warm pool Auto with its bounds opened);
+- ``ours``: ``scaling.targetUtilization`` u with ``targetQueueDepth`` in the CRD defaults' ratio
+  (default: the CRD's own values); everything else at the CRD's defaults, warm pool included
+  (``maxReplicas`` is the run's, as for every policy);
 - ``ours-nowarm``: the same with the warm pool Off (what the warm pool adds or costs);
 - ``hpa``: target utilization (default 0.5, the Kubernetes HPA walkthrough; HPA has none);
 - ``keda``: threshold of queued + in-flight requests per pod (default 8: KEDA has none, so the
   CR's ``targetQueueDepth`` default);
 - ``kpa``: target concurrency per pod (default 70 = 100 x 0.7 target utilization);
 - ``ray``: ``target_ongoing_requests`` (default 2);
-- ``static``: replicas as a share of the oracle's peak (default 1.0: static peak provisioning).
+- ``static``: replicas as a share of the (tuning data's) oracle peak (default 1.0: peak provisioning).
 
 Ours gets exactly the same treatment as the baselines: one swept target, no other tuning. Every
 policy runs with the same ``min_replicas`` (1) and ``max_replicas`` and starts from the same ready
 fleet. :func:`best` picks, per family, the cheapest setting reaching the SLO target.
+
+Held-out scoring (:func:`score`): each family is swept and chosen on tuning data, then its chosen
+case (static keeps its replica count) runs on scoring data. :func:`monotonicity` says, per family,
+whether cost and attainment move monotonically with the swept target.
+
+Runs are independent: :func:`run_cases` runs them in ``jobs`` worker processes (forked, so the
+workload is shared, not copied).
 """
 
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from neuronfleet.api.v1alpha1 import ScalingSpec
 from neuronfleet.sim import baselines, engine, oracle
-from neuronfleet.sim.policies import DEFAULT_OURS, Policy, Static, ours_from_policy_file
+from neuronfleet.sim.policies import Policy, Static, ours_from_policy_file
 from neuronfleet.sim.profiles import Profile
 from neuronfleet.sim.workload import Workload
 
@@ -41,13 +55,14 @@ GRIDS: dict[str, tuple[float, ...]] = {
     "ray": (1, 2, 4, 8, 16, 32),
     "static": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
 }
+_CRD_SCALING = ScalingSpec()
 #: Ours has two targets (queue depth is primary, utilization the guardrail); its one swept knob moves
-#: both in the CR defaults' ratio (8 requests per replica at 0.8), like KPA's target x utilization.
-OURS_QUEUE_PER_UTILIZATION = 10.0
+#: both in the CRD defaults' ratio, like KPA's target x utilization.
+OURS_QUEUE_PER_UTILIZATION = _CRD_SCALING.target_queue_depth / _CRD_SCALING.target_utilization
 
 DEFAULTS: dict[str, float] = {
-    "ours": 0.8,
-    "ours-nowarm": 0.8,
+    "ours": _CRD_SCALING.target_utilization,
+    "ours-nowarm": _CRD_SCALING.target_utilization,
     "hpa": 0.5,
     "keda": 8,
     "kpa": 70,
@@ -64,6 +79,8 @@ class Case:
     setting: str
     default: bool
     make: Callable[[], Policy]
+    #: The swept target's value (NaN for policy files).
+    value: float = math.nan
 
 
 def _fmt(value: float) -> str:
@@ -81,6 +98,8 @@ def cases(
     out: list[Case] = []
     for family in families:
         grid = GRIDS[family] if sweep else (DEFAULTS[family],)
+        if DEFAULTS[family] not in grid:
+            grid = tuple(sorted((*grid, DEFAULTS[family])))
         for value in grid:
             out.append(_case(family, value, value == DEFAULTS[family], max_replicas, oracle_peak))
     for label, data in policy_files:
@@ -101,26 +120,23 @@ def _case(family: str, value: float, default: bool, max_replicas: int, oracle_pe
     setting = _fmt(value)
     low = 1
     if family in ("ours", "ours-nowarm"):
-        data = {
-            "scaling": {
-                **DEFAULT_OURS["scaling"],
-                "targetUtilization": value,
-                "targetQueueDepth": OURS_QUEUE_PER_UTILIZATION * value,
-            },
-            "warmPool": DEFAULT_OURS["warmPool"] if family == "ours" else {"mode": "Off"},
+        # The CRD's defaults but for the swept target (no simulator-only widening of the warm pool).
+        data: dict[str, Any] = {
+            "scaling": {"targetUtilization": value, "targetQueueDepth": OURS_QUEUE_PER_UTILIZATION * value},
+            "warmPool": {} if family == "ours" else {"mode": "Off"},
         }
-        return Case(family, setting, default, _from_file(data, max_replicas, setting, family))
+        return Case(family, setting, default, _from_file(data, max_replicas, setting, family), value)
     if family == "hpa":
-        return Case(family, setting, default, lambda: baselines.Hpa(value, low, max_replicas, setting))
+        return Case(family, setting, default, lambda: baselines.Hpa(value, low, max_replicas, setting), value)
     if family == "keda":
-        return Case(family, setting, default, lambda: baselines.Keda(value, low, max_replicas, setting))
+        return Case(family, setting, default, lambda: baselines.Keda(value, low, max_replicas, setting), value)
     if family == "kpa":
-        return Case(family, setting, default, lambda: baselines.Kpa(value, low, max_replicas, setting))
+        return Case(family, setting, default, lambda: baselines.Kpa(value, low, max_replicas, setting), value)
     if family == "ray":
-        return Case(family, setting, default, lambda: baselines.RayServe(value, low, max_replicas, setting))
+        return Case(family, setting, default, lambda: baselines.RayServe(value, low, max_replicas, setting), value)
     if family == "static":
         replicas = max(1, math.ceil(oracle_peak * value))
-        return Case(family, f"{replicas}={setting}xpeak", default, lambda: Static(replicas, setting))
+        return Case(family, f"{replicas}={setting}xpeak", default, lambda: Static(replicas, setting), value)
     raise ValueError(f"unknown policy {family!r}; known: {', '.join(FAMILIES)}")
 
 
@@ -137,6 +153,24 @@ def start_replicas(schedule: Sequence[int], seconds: int = 60) -> int:
     return max(1, max(schedule[:seconds]))
 
 
+_FORKED: tuple[Workload, Profile, Sequence[Case], int, int, float] | None = None
+
+
+def _run_one(index: int) -> engine.RunResult:
+    assert _FORKED is not None
+    workload, profile, todo, seed, start, measure_from = _FORKED
+    result = engine.run(
+        workload, profile, todo[index].make(), start_replicas=start, seed=seed, measure_from=measure_from
+    )
+    result.late_seconds = None  # not needed back in the parent
+    return result
+
+
+def default_jobs() -> int:
+    """Worker processes: one per CPU this process may use."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
 def run_cases(
     workload: Workload,
     profile: Profile,
@@ -146,8 +180,25 @@ def run_cases(
     on_done: Callable[[Outcome], None] | None = None,
     on_progress: Callable[[float], None] | None = None,
     measure_from: float = 0.0,
+    jobs: int = 1,
 ) -> list[Outcome]:
-    outcomes = []
+    """Run every case; with ``jobs`` > 1 in forked worker processes (results in ``todo``'s order)."""
+    global _FORKED
+    outcomes: list[Outcome] = []
+    if jobs > 1 and len(todo) > 1 and "fork" in multiprocessing.get_all_start_methods():
+        _FORKED = (workload, profile, todo, seed, start, measure_from)
+        try:
+            context = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context) as pool:
+                for case, result in zip(todo, pool.map(_run_one, range(len(todo))), strict=True):
+                    result.setting = case.setting
+                    outcome = Outcome(case, result)
+                    outcomes.append(outcome)
+                    if on_done is not None:
+                        on_done(outcome)
+        finally:
+            _FORKED = None
+        return outcomes
     for case in todo:
         result = engine.run(
             workload,
@@ -179,8 +230,84 @@ def best(outcomes: Sequence[Outcome], slo_target: float) -> dict[str, Outcome]:
     return chosen
 
 
+@dataclass
+class Oracles:
+    """Both oracles of one workload (see :mod:`neuronfleet.sim.oracle`)."""
+
+    instant: engine.RunResult
+    feasible: engine.RunResult
+    schedule: list[int]
+    feasible_schedule: list[int]
+
+    @property
+    def peak(self) -> int:
+        return max(self.schedule)
+
+    @property
+    def start(self) -> int:
+        return start_replicas(self.schedule)
+
+
 def run_oracle(
     workload: Workload, profile: Profile, seed: int, measure_from: float = 0.0
 ) -> tuple[engine.RunResult, list[int]]:
+    """The instant oracle (lower bound) and its schedule."""
     result, schedule = oracle.run(workload, profile, seed, measure_from)
     return result, [int(x) for x in schedule.tolist()]
+
+
+def run_oracles(workload: Workload, profile: Profile, seed: int, measure_from: float = 0.0) -> Oracles:
+    """The instant oracle, then the feasible one serving its schedule with whole nodes and cold starts."""
+    instant, schedule = oracle.run(workload, profile, seed, measure_from)
+    start = start_replicas([int(x) for x in schedule[: round(measure_from) + 60]]) if measure_from else None
+    feasible, feasible_schedule = oracle.run_feasible(
+        workload,
+        profile,
+        schedule,
+        start if start is not None else start_replicas(schedule.tolist()),
+        seed,
+        measure_from,
+    )
+    return Oracles(instant, feasible, [int(x) for x in schedule.tolist()], [int(x) for x in feasible_schedule.tolist()])
+
+
+def score(
+    chosen: dict[str, Outcome],
+    workload: Workload,
+    profile: Profile,
+    seed: int,
+    start: int,
+    measure_from: float = 0.0,
+    jobs: int = 1,
+) -> list[Outcome]:
+    """Each family's chosen case (chosen on tuning data) run on scoring data."""
+    return run_cases(
+        workload, profile, [o.case for o in chosen.values()], seed, start, measure_from=measure_from, jobs=jobs
+    )
+
+
+def monotonicity(outcomes: Sequence[Outcome]) -> dict[str, dict[str, bool | None]]:
+    """Per swept family: whether cost and attainment are monotonic (either way) in the swept target.
+
+    None when a family has fewer than three settings. Settings within 0.5 % of cost or 0.0005 of
+    attainment of each other count as equal (run-to-run noise of a seeded fleet).
+    """
+
+    def monotone(values: list[float], tolerance: float) -> bool:
+        steps = np.diff(values)
+        return bool(np.all(steps <= tolerance) or np.all(steps >= -tolerance))
+
+    out: dict[str, dict[str, bool | None]] = {}
+    for family in dict.fromkeys(o.case.family for o in outcomes):
+        swept = sorted(
+            (o for o in outcomes if o.case.family == family and math.isfinite(o.case.value)), key=lambda o: o.case.value
+        )
+        if len(swept) < 3:
+            out[family] = {"cost": None, "attainment": None}
+            continue
+        costs = [o.result.usd for o in swept]
+        out[family] = {
+            "cost": monotone(costs, 0.005 * max(costs)),
+            "attainment": monotone([o.result.slo_attainment for o in swept], 0.0005),
+        }
+    return out

@@ -7,6 +7,12 @@ Format: a header row and one request per row. Columns are found by name (case-in
 - optional prompt size: a column containing ``context``, ``prompt`` or ``input`` (tokens);
 - optional output size: a column containing ``generated``, ``output`` or ``completion`` (tokens).
 
+Two shapes in practice: Azure's ``TIMESTAMP,ContextTokens,GeneratedTokens`` (date-times with
+sub-second digits) and NASA-HTTP's single ``timestamp`` column of whole seconds. Logs of 1 s
+resolution put several requests in the same second: when every time is a whole number and
+seconds repeat, each second's requests are spread evenly within it (request ``i`` of ``n`` at
+``+ (i + 0.5) / n``), as the logs' resolution implies; the order of rows is kept.
+
 Malformed files raise :class:`TraceError` naming the file, line and problem.
 
 Rate scaling (:func:`scale`) replicates each arrival ``k`` times, each copy shifted by a seeded
@@ -109,11 +115,28 @@ def load(path: str | Path) -> Trace:
     if not times:
         raise TraceError(f"{path}: no requests after the header")
     arrivals = np.asarray(times, dtype=np.float64)
+    arrivals = spread_within_seconds(arrivals)
     order = np.argsort(arrivals, kind="stable")
     arrivals = arrivals[order] - arrivals[order[0]]
     ctx = np.asarray(contexts, dtype=np.float64)[order] if ctx_col is not None else None
     gen = np.asarray(generated, dtype=np.float64)[order] if gen_col is not None else None
     return Trace(arrivals, ctx, gen, str(path))
+
+
+def spread_within_seconds(arrivals: FloatArray) -> FloatArray:
+    """Whole-second times with repeats spread evenly within their second (see the module docstring)."""
+    if len(arrivals) < 2 or not np.all(arrivals == np.floor(arrivals)):
+        return arrivals
+    order = np.argsort(arrivals, kind="stable")
+    ordered = arrivals[order]
+    first = np.searchsorted(ordered, ordered, side="left")
+    last = np.searchsorted(ordered, ordered, side="right")
+    if np.all(last - first == 1):
+        return arrivals
+    rank = np.arange(len(ordered)) - first
+    spread = np.empty_like(arrivals)
+    spread[order] = ordered + (rank + 0.5) / (last - first)
+    return spread
 
 
 def scale(trace: Trace, factor: float, jitter: float, seed: int) -> Trace:
@@ -172,7 +195,8 @@ def with_history_pass(trace: Trace) -> tuple[Trace, float]:
     a short trace with none; in operation they have hours of it. Replaying the trace once first
     gives them that history, while the measured span is the trace itself.
     """
-    offset = trace.duration + HISTORY_GAP_SECONDS
+    # Whole seconds: the engine measures from the start of a second.
+    offset = float(math.ceil(trace.duration + 1e-9)) + HISTORY_GAP_SECONDS
     doubled = Trace(
         np.concatenate([trace.arrivals, trace.arrivals + offset]),
         np.concatenate([trace.context_tokens] * 2) if trace.context_tokens is not None else None,

@@ -1,19 +1,46 @@
-"""A trace turned into per-bin arrivals and work for one profile (shared by every policy of a run).
+"""A trace turned into arrivals and work for one profile (shared by every policy of a run).
 
 Work is measured in replica-seconds: the time one replica needs for the request at full batch.
 For a batch profile every request costs ``1 / max throughput``; for an LLM profile a request holds
 one of the replica's ``slots`` for prefill plus decode, i.e. ``service_time / slots`` replica-seconds.
 
-Token-less (batch) profiles are binned straight from the original trace
-(:func:`neuronfleet.sim.trace.binned_counts`), so a rate factor of tens of thousands costs nothing;
+Arrivals models (``arrivals``; how a small trace becomes a fleet's traffic at ``factor`` = K times
+its rate; see ``../shared/traces/README.md``):
+
+- ``superpose`` (the CLI's default): K independent copies of the trace, each shifted by a seeded
+  uniform offset in ``[0, spread)`` (default :data:`SUPERPOSE_SPREAD_SECONDS`) and wrapped around
+  the trace's length: K tenants of the same kind, in the same time zone, whose bursts are
+  independent. The shape slower than the spread (daily cycle, trends) is kept and second-scale
+  noise shrinks roughly as ``1/sqrt(K)`` (offsets spread over the whole trace would flatten the
+  daily cycle too: tenants of one kind share it). The sum of
+  K shifted histograms is the circular convolution of the trace's histogram ``h`` with the
+  histogram ``g`` of the K offsets, computed with one FFT pair in ``O(P log P)`` for ``P`` bins,
+  whatever K (tens of thousands of copies cost what one does); both histograms hold integers, so
+  rounding the result is exact. A fractional K adds one more copy thinned binomially.
+- ``rate``: a Poisson process at K times the trace's rate averaged over ``rate_window`` seconds
+  (a centred box), piecewise constant per second: the shape above the window, nothing below it.
+- ``replicate``: each arrival copied K times within ``jitter`` seconds (the correlated-burst stress
+  case: every original request becomes a pulse of K requests).
+
+Resolution. A workload keeps per-second counts and work (what the engine and the policies' metrics
+use) and, on demand, counts per ``BIN_SECONDS`` bin inside a second (what the queue needs near
+saturation). Short workloads materialize every fine bin: ``replicate`` keeps its sub-second pulses,
+``superpose`` offsets are drawn on fine bins. Long ones (more than :data:`MATERIALIZE_MAX_BINS`)
+are stored per second only, and a second's arrivals are spread uniformly over its fine bins (a
+seeded multinomial, generated block by block): exact for ``rate`` (Poisson within the second),
+and for ``superpose`` with whole-second offsets it is what a trace of 1 s resolution such as
+NASA's means by "spread within the second".
+
 LLM profiles materialize every scaled request, because each one's tokens set its own service and
-first-token times.
+first-token times (superposed copies keep their tokens; ``rate`` draws each arrival's tokens from a
+seeded pick of the trace's requests).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -24,31 +51,109 @@ from neuronfleet.sim.trace import Trace, binned_counts, scale
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-#: Width of a time bin: the resolution of queueing delays (well under any SLO of the profiles).
+Arrivals = Literal["superpose", "rate", "replicate"]
+ARRIVALS: tuple[Arrivals, ...] = ("superpose", "rate", "replicate")
+
+#: Width of a fine time bin: the resolution of queueing delays (well under any SLO of the profiles).
 BIN_SECONDS = 0.01
+#: Fine bins per second.
+PER_SECOND = 100
 #: Simulated time after the last arrival, so queues drain and late requests are accounted.
 TAIL_SECONDS = 120.0
+#: Default window of the ``rate`` model.
+RATE_WINDOW_SECONDS = 60.0
+#: Default range of the ``superpose`` copies' offsets.
+SUPERPOSE_SPREAD_SECONDS = 300.0
+#: Above this many fine bins (~11 h) a workload is kept per second and refined on demand.
+MATERIALIZE_MAX_BINS = 4_000_000
+#: Seconds per generated block of fine bins (for workloads kept per second).
+BLOCK_SECONDS = 600
+#: LLM workloads materialize each request: refuse what would not fit in memory.
+MAX_LLM_REQUESTS = 20_000_000
 
 
 @dataclass(frozen=True)
 class Workload:
-    """Arrivals and work per bin, plus per-request first-token times for LLM profiles."""
+    """Arrivals and work per second (and per fine bin on demand), plus LLM per-request times."""
 
     dt: float
-    bins: int
-    count: FloatArray
-    work: FloatArray
+    seconds: int
+    count_s: FloatArray
+    work_s: FloatArray
     mean_work: float
     #: Mean seconds a request occupies the replica (for in-flight counts by Little's law).
     mean_service_seconds: float
     duration: float
     factor: float
+    arrivals: str = "replicate"
+    seed: int = 0
+    #: Fine-bin counts and work of the whole span (None: generated per block on demand).
+    fine_count: FloatArray | None = None
+    fine_work: FloatArray | None = None
     request_bin: IntArray | None = None
     request_latency: FloatArray | None = None
+    _blocks: dict[int, FloatArray] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def requests(self) -> float:
-        return float(self.count.sum())
+        return float(self.count_s.sum())
+
+    @property
+    def bins(self) -> int:
+        return self.seconds * PER_SECOND
+
+    @property
+    def materialized(self) -> bool:
+        return self.fine_count is not None
+
+    @property
+    def count(self) -> FloatArray:
+        """Arrivals per fine bin of the whole span (materialized workloads only)."""
+        if self.fine_count is None:
+            raise ValueError("this workload is kept per second; use fine_counts(first, stop)")
+        return self.fine_count
+
+    @property
+    def work(self) -> FloatArray:
+        """Work per fine bin of the whole span (materialized workloads only)."""
+        if self.fine_work is not None:
+            return self.fine_work
+        return self.count * self.mean_work
+
+    def fine_counts(self, first: int, stop: int) -> FloatArray:
+        """Arrivals per fine bin of seconds ``[first, stop)``."""
+        if self.fine_count is not None:
+            return self.fine_count[first * PER_SECOND : stop * PER_SECOND]
+        parts = []
+        for block in range(first // BLOCK_SECONDS, (stop - 1) // BLOCK_SECONDS + 1):
+            data = self._block(block)
+            lo = max(first, block * BLOCK_SECONDS) - block * BLOCK_SECONDS
+            hi = min(stop, (block + 1) * BLOCK_SECONDS) - block * BLOCK_SECONDS
+            parts.append(data[lo * PER_SECOND : hi * PER_SECOND])
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+    def fine_works(self, first: int, stop: int) -> FloatArray:
+        """Work per fine bin of seconds ``[first, stop)``."""
+        if self.fine_work is not None:
+            return self.fine_work[first * PER_SECOND : stop * PER_SECOND]
+        return self.fine_counts(first, stop) * self.mean_work
+
+    def _block(self, block: int) -> FloatArray:
+        cached = self._blocks.get(block)
+        if cached is not None:
+            return cached
+        lo = block * BLOCK_SECONDS
+        hi = min(self.seconds, lo + BLOCK_SECONDS)
+        # Seeded by block, so a second's bins do not depend on which seconds were asked for first.
+        rng = np.random.default_rng((self.seed, 0xB10C, block))
+        counts = self.count_s[lo:hi].astype(np.int64)
+        spread = rng.multinomial(counts, np.full(PER_SECOND, 1.0 / PER_SECOND)).astype(np.float64)
+        data = np.zeros(BLOCK_SECONDS * PER_SECOND)
+        data[: (hi - lo) * PER_SECOND] = spread.ravel()
+        if len(self._blocks) >= 8:
+            self._blocks.pop(next(iter(self._blocks)))
+        self._blocks[block] = data
+        return data
 
 
 def _llm_times(trace: Trace, profile: Profile) -> tuple[FloatArray, FloatArray]:
@@ -82,31 +187,195 @@ def factor_for_peak(trace: Trace, profile: Profile, peak_replicas: float, window
     return peak_replicas / peak
 
 
-def build(trace: Trace, profile: Profile, factor: float, jitter: float, seed: int) -> Workload:
-    """Bin the trace scaled by ``factor`` (copies jittered over ``jitter`` s) for ``profile``."""
+def _copies(factor: float, rng: np.random.Generator) -> tuple[int, float]:
+    whole = math.floor(factor)
+    return whole, factor - whole
+
+
+def superpose_counts(histogram: FloatArray, factor: float, spread_bins: int, rng: np.random.Generator) -> FloatArray:
+    """``histogram`` (arrivals per bin over one period) summed over K copies, each shifted by a
+    uniform offset in ``[0, spread_bins)`` bins and wrapped.
+
+    ``sum_k h[(i - o_k) mod P]`` is the circular convolution of ``h`` with the offsets' histogram
+    ``g``: one real FFT pair, independent of K (see the module docstring).
+    """
+    period = len(histogram)
+    spread_bins = max(1, min(period, spread_bins))
+    whole, extra = _copies(factor, rng)
+    offsets = np.bincount(rng.integers(0, spread_bins, size=whole), minlength=period).astype(np.float64)
+    total = np.zeros(period)
+    if whole:
+        spectrum = np.fft.rfft(histogram) * np.fft.rfft(offsets)
+        total = np.rint(np.fft.irfft(spectrum, n=period))
+        np.maximum(total, 0.0, out=total)
+    if extra > 0:
+        thinned = rng.binomial(histogram.astype(np.int64), extra).astype(np.float64)
+        total += np.roll(thinned, int(rng.integers(0, spread_bins)))
+    return total
+
+
+def rate_counts(histogram_s: FloatArray, factor: float, window: float, rng: np.random.Generator) -> FloatArray:
+    """Per-second Poisson counts at ``factor`` x the per-second ``histogram_s`` averaged over ``window`` s."""
+    width = max(1, round(window))
+    cumulative = np.concatenate(([0.0], np.cumsum(histogram_s)))
+    index = np.arange(len(histogram_s))
+    half = width // 2
+    lo = np.clip(index - half, 0, len(histogram_s))
+    hi = np.clip(index - half + width, 0, len(histogram_s))
+    smoothed = (cumulative[hi] - cumulative[lo]) / np.maximum(hi - lo, 1)
+    return np.asarray(rng.poisson(factor * smoothed), dtype=np.float64)
+
+
+def _spread_requests(trace: Trace, picks: IntArray, arrivals: FloatArray) -> Trace:
+    order = np.argsort(arrivals, kind="stable")
+    pick = picks[order]
+    return Trace(
+        arrivals[order],
+        trace.context_tokens[pick] if trace.context_tokens is not None else None,
+        trace.generated_tokens[pick] if trace.generated_tokens is not None else None,
+        trace.source,
+    )
+
+
+def scaled_requests(
+    trace: Trace, factor: float, arrivals: Arrivals, jitter: float, seed: int, rate_window: float, spread: float
+) -> Trace:
+    """The scaled trace as individual requests (LLM profiles), under the given arrivals model."""
+    expected = factor * len(trace)
+    if expected > MAX_LLM_REQUESTS:
+        raise ValueError(
+            f"{expected:,.0f} scaled requests is more than an LLM workload can hold ({MAX_LLM_REQUESTS:,}); "
+            "use a shorter --duration or fewer replicas"
+        )
+    if arrivals == "replicate":
+        return scale(trace, factor, jitter, seed)
+    rng = np.random.default_rng(seed)
+    period = max(1.0, math.ceil(trace.duration + 1e-9))
+    if arrivals == "superpose":
+        whole, extra = _copies(factor, rng)
+        span = min(period, spread)
+        offsets = rng.random(whole) * span
+        index = np.tile(np.arange(len(trace)), whole)
+        times = (np.tile(trace.arrivals, whole) + np.repeat(offsets, len(trace))) % period
+        if extra > 0:
+            keep = np.flatnonzero(rng.random(len(trace)) < extra)
+            index = np.concatenate([index, keep])
+            times = np.concatenate([times, (trace.arrivals[keep] + rng.random() * span) % period])
+        return _spread_requests(trace, index, times)
+    histogram = np.bincount(trace.arrivals.astype(np.int64), minlength=int(period)).astype(np.float64)
+    per_second = rate_counts(histogram, factor, rate_window, rng).astype(np.int64)
+    times = np.repeat(np.arange(len(per_second), dtype=np.float64), per_second) + rng.random(int(per_second.sum()))
+    picks = rng.integers(0, len(trace), size=len(times))
+    return _spread_requests(trace, picks, times)
+
+
+def _per_second(fine: FloatArray, seconds: int) -> FloatArray:
+    padded = np.zeros(seconds * PER_SECOND)
+    padded[: min(len(fine), len(padded))] = fine[: len(padded)]
+    return np.asarray(padded.reshape(seconds, PER_SECOND).sum(axis=1), dtype=np.float64)
+
+
+def build(
+    trace: Trace,
+    profile: Profile,
+    factor: float,
+    jitter: float,
+    seed: int,
+    *,
+    arrivals: Arrivals = "replicate",
+    rate_window: float = RATE_WINDOW_SECONDS,
+    spread: float = SUPERPOSE_SPREAD_SECONDS,
+    materialize: bool | None = None,
+) -> Workload:
+    """Bin the trace at ``factor`` x its rate for ``profile`` under the ``arrivals`` model.
+
+    ``materialize`` forces (True) or forbids (False) keeping every fine bin; by default only
+    workloads up to :data:`MATERIALIZE_MAX_BINS` are materialized.
+    """
+    if arrivals not in ARRIVALS:
+        raise ValueError(f"unknown arrivals model {arrivals!r}; known: {', '.join(ARRIVALS)}")
+    if factor <= 0:
+        raise ValueError(f"rate factor must be positive, got {factor}")
     dt = BIN_SECONDS
-    duration = trace.duration + jitter
-    bins = math.ceil((duration + TAIL_SECONDS) / dt)
+    span = trace.duration + (jitter if arrivals == "replicate" else 0.0)
+    if arrivals != "replicate":
+        span = max(1.0, math.ceil(trace.duration + 1e-9))
+    seconds = math.ceil(span + TAIL_SECONDS)
+    fine_ok = seconds * PER_SECOND <= MATERIALIZE_MAX_BINS if materialize is None else materialize
+    common = {"duration": span, "factor": factor, "arrivals": arrivals, "seed": seed}
     if profile.kind == "batch":
         best = max(p.throughput_per_s for p in profile.efficient_batches())
-        count = binned_counts(trace, factor, jitter, seed, dt, bins)
         mean_latency = min(p.latency_ms for p in profile.efficient_batches()) / 1000.0
-        return Workload(dt, bins, count, count / best, 1.0 / best, mean_latency, duration, factor)
+        rng = np.random.default_rng(seed)
+        fine: FloatArray | None = None
+        if arrivals == "replicate":
+            if fine_ok:
+                fine = binned_counts(trace, factor, jitter, seed, dt, seconds * PER_SECOND)
+                count_s = _per_second(fine, seconds)
+            else:
+                count_s = binned_counts(trace, factor, 1.0, seed, 1.0, seconds)
+        elif arrivals == "superpose":
+            period_s = int(span)
+            if fine_ok:
+                h = np.bincount(
+                    np.minimum((trace.arrivals / dt).astype(np.int64), period_s * PER_SECOND - 1),
+                    minlength=period_s * PER_SECOND,
+                ).astype(np.float64)
+                fine = np.zeros(seconds * PER_SECOND)
+                fine[: period_s * PER_SECOND] = superpose_counts(h, factor, round(spread * PER_SECOND), rng)
+                count_s = _per_second(fine, seconds)
+            else:
+                per_s = np.bincount(np.minimum(trace.arrivals.astype(np.int64), period_s - 1), minlength=period_s)
+                count_s = np.zeros(seconds)
+                count_s[:period_s] = superpose_counts(per_s.astype(np.float64), factor, round(spread), rng)
+        else:
+            period_s = int(span)
+            per_s = np.bincount(np.minimum(trace.arrivals.astype(np.int64), period_s - 1), minlength=period_s)
+            count_s = np.zeros(seconds)
+            count_s[:period_s] = rate_counts(per_s.astype(np.float64), factor, rate_window, rng)
+        workload = Workload(
+            dt,
+            seconds,
+            count_s,
+            count_s / best,
+            1.0 / best,
+            mean_latency,
+            fine_count=fine,
+            **common,  # type: ignore[arg-type]
+        )
+        if fine_ok and fine is None:
+            # Uniform within each second, materialized once for the whole (short) span.
+            blocks = [
+                workload.fine_counts(s, min(seconds, s + BLOCK_SECONDS)) for s in range(0, seconds, BLOCK_SECONDS)
+            ]
+            workload = Workload(
+                dt,
+                seconds,
+                count_s,
+                count_s / best,
+                1.0 / best,
+                mean_latency,
+                fine_count=np.concatenate(blocks),
+                **common,  # type: ignore[arg-type]
+            )
+        return workload
     assert profile.llm is not None
-    scaled = scale(trace, factor, jitter, seed)
+    scaled = scaled_requests(trace, factor, arrivals, jitter, seed, rate_window, spread)
     first, busy = _llm_times(scaled, profile)
+    bins = seconds * PER_SECOND
     request_bin = np.minimum((scaled.arrivals / dt).astype(np.int64), bins - 1)
     count = np.bincount(request_bin, minlength=bins).astype(np.float64)
     work = np.asarray(np.bincount(request_bin, weights=busy / profile.llm.slots, minlength=bins), dtype=np.float64)
     return Workload(
         dt,
-        bins,
-        count,
-        work,
+        seconds,
+        _per_second(count, seconds),
+        _per_second(work, seconds),
         float(busy.mean() / profile.llm.slots),
         float(busy.mean()),
-        duration,
-        factor,
-        request_bin,
-        first,
+        fine_count=count,
+        fine_work=work,
+        request_bin=request_bin,
+        request_latency=first,
+        **common,  # type: ignore[arg-type]
     )
