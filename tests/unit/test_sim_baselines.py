@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
+
+from neuronfleet.sim import engine
 from neuronfleet.sim.baselines import Hpa, HpaBehavior, Keda, Kpa, RayServe
+from neuronfleet.sim.profiles import load_profile
+from neuronfleet.sim.trace import Trace
+from neuronfleet.sim.workload import build
 
 
 def test_hpa_tolerance_and_ratio() -> None:
@@ -90,3 +96,27 @@ def test_ray_serve_counter_resets_on_direction_change() -> None:
         ray.step(40.0, 5)
     ray.step(2.0, 5)  # one decision downwards resets the upscale count
     assert [ray.step(40.0, 5) for _ in range(30)] == [5] * 30
+
+
+def test_kpa_activator_in_path_when_excess_burst_capacity_is_negative() -> None:
+    kpa = Kpa(70, 1, 100, "70")
+    # 100 per pod before the 0.7 utilization; TBC 200: 3 pods and 99 in flight leave 1 -> out of path.
+    assert kpa.excess_burst_capacity(3, 99.0) == 1
+    assert kpa.excess_burst_capacity(3, 101.0) < 0
+    assert kpa.excess_burst_capacity(2, 0.0) == 0
+    assert Kpa(70, 1, 100, "70", target_burst_capacity=-1).excess_burst_capacity(50, 0.0) < 0
+
+
+def test_ray_serve_replicas_cap_ongoing_requests_and_queue_in_the_router() -> None:
+    profile = load_profile("bert-base")
+    # 2,800 requests/s for one minute: one replica with batches of 16 keeps up (2,940/s); capped at
+    # batches of 4 (max_ongoing_requests 5) it does not (2,700/s), and the excess waits, unrefused.
+    trace = Trace(np.arange(0, 60, 0.01), None, None, "steady")
+    workload = build(trace, profile, 28.0, jitter=0.0, seed=0)
+    ray = RayServe(2, 1, 1, "2")
+    result = engine.run(workload, profile, ray, start_replicas=1, seed=0)
+    uncapped = RayServe(2, 1, 1, "2", max_ongoing_requests=1000)
+    free = engine.run(workload, profile, uncapped, start_replicas=1, seed=0)
+    assert result.rejected == 0
+    assert result.p99_ms > 10 * free.p99_ms
+    assert free.slo_attainment > 0.99 > result.slo_attainment

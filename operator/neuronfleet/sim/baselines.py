@@ -17,10 +17,20 @@
   target)`` with ``target = 0.7 x container concurrency target`` (default 100 -> 70); the change per
   tick is limited to 1000x up and 2x down; panic starts when ``panic desired / ready >= 2``, then
   the count never drops and panic ends only after one stable window without the condition.
+  Activator (``target-burst-capacity`` 200, the default): each tick the excess burst capacity
+  ``floor(ready x total target - TBC - panic-window concurrency)`` is computed, ``total target`` =
+  the per-pod target before the 0.7 utilization; while it is negative the activator is in the
+  request path (the SKS in proxy mode) and buffers requests beyond what the pods hold instead of
+  refusing them (:attr:`Kpa.activator_in_path`, read by the engine), until capacity frees up.
 - :class:`RayServe`: Ray Serve's default autoscaling policy. ``desired = ceil(average total ongoing
   requests over look_back 30 s / target_ongoing_requests)`` (smoothing 1.0); applied only after the
   decision has pointed up for more than ``upscale_delay`` (30 s) of control-loop periods, or down for
   more than ``downscale_delay`` (600 s); a decision in the other direction resets the count.
+  Request path: a replica runs at most ``max_ongoing_requests`` (5, the default since Ray 2.32,
+  with target 2) at once, so its batcher never forms larger batches; the rest wait in the
+  router's queue, unbounded (``max_queued_requests`` -1, the default), instead of a 429
+  (:attr:`RayServe.max_ongoing_requests`, :attr:`RayServe.router_queue_unbounded`, read by the
+  engine). The ongoing-requests metric counts both (handles report their queued requests).
 
 Metrics: HPA and KEDA read Prometheus with the same scrape delay as ours; Knative and Ray Serve
 get their metrics straight from the pods (1 s and 2 s delay), as they do in real clusters.
@@ -198,8 +208,14 @@ class Kpa:
         max_scale_up_rate: float = 1000.0,
         max_scale_down_rate: float = 2.0,
         tick: float = 2.0,
+        target_utilization: float = 0.7,
+        target_burst_capacity: float = 200.0,
     ) -> None:
         self.target = target
+        #: Per-pod concurrency before the utilization factor (``TotalValue`` in the decider).
+        self.total_target = target / target_utilization
+        self.target_burst_capacity = target_burst_capacity
+        self.activator_in_path = True
         self.setting = setting
         self.start_replicas: int | None = None
         self.min_replicas = min_replicas
@@ -235,6 +251,14 @@ class Kpa:
                 desired = self.max_panic_pods
         return max(self.min_replicas, min(self.max_replicas, desired)), self.panic_time is not None
 
+    def excess_burst_capacity(self, ready: int, panic_concurrency: float) -> float:
+        """Knative's excess burst capacity; negative puts the activator in the request path."""
+        if self.target_burst_capacity == 0:
+            return 0.0
+        if self.target_burst_capacity < 0:
+            return -1.0
+        return math.floor(ready * self.total_target - self.target_burst_capacity - panic_concurrency)
+
     def prime(self, replicas: int, now: float) -> None:
         return None
 
@@ -244,6 +268,7 @@ class Kpa:
         if stable is None or panic is None:
             return Targets(observed.counts.active, reason="kpa: no metrics")
         desired, in_panic = self.step(now, stable, panic, observed.counts.serving)
+        self.activator_in_path = self.excess_burst_capacity(observed.counts.serving, panic) < 0
         return Targets(desired, reason=f"kpa: stable {stable:.1f} panic {panic:.1f}{' PANIC' if in_panic else ''}")
 
 
@@ -263,7 +288,10 @@ class RayServe:
         downscale_delay: float = 600.0,
         tick: float = 1.0,
         metrics_delay: float = 2.0,
+        max_ongoing_requests: int = 5,
     ) -> None:
+        self.max_ongoing_requests = max_ongoing_requests
+        self.router_queue_unbounded = True
         self.target = target_ongoing
         self.setting = setting
         self.start_replicas: int | None = None
