@@ -246,13 +246,38 @@ def test_simulate_command_writes_report_and_plots(tmp_path: Path, capsys: pytest
     doc = json.loads((out / "simulate.json").read_text())
     assert doc["attribution"] is None  # a synthetic trace: no third-party attribution to carry
     policies = {(c["policy"], c["setting"]) for c in doc["cases"]}
-    assert {("ours", "0.8"), ("hpa", "0.5"), ("ours", "tuning"), ("oracle", "clairvoyant")} <= policies
+    ours_default = f"{runner.DEFAULTS['ours']:g}"
+    assert {("ours", ours_default), ("hpa", "0.5"), ("ours", "tuning"), ("oracle", "clairvoyant")} <= policies
+    assert "oracle-feasible" in {c["policy"] for c in doc["cases"]}
+    assert doc["arrivals"] == "superpose"
     for case in doc["cases"]:
         assert 0 <= case["slo_attainment"] <= 1
         assert case["usd_per_million"] > 0
+        assert case["phase"] == "tune" and case["arrivals"] == "superpose"
+        assert case["cost_vs_feasible_oracle"] > 0
     assert (out / "bert-base-timeline.png").stat().st_size > 10_000
     assert (out / "bert-base-latency-cdf.png").stat().st_size > 10_000
-    assert "bert-base: best setting per policy" in capsys.readouterr().out
+    assert "bert-base superpose: best setting per policy" in capsys.readouterr().out
+
+
+def test_held_out_scoring_tunes_on_one_part_and_scores_on_the_rest(tmp_path: Path) -> None:
+    csv = write_trace(tmp_path / "t.csv", seconds=240)
+    out = tmp_path / "out"
+    args = ["--trace", str(csv), "--peak-replicas", "5", "--policies", "hpa,static", "--no-plots", "--out", str(out)]
+    assert run_cli([*args, "--tune-fraction", "0.5", "--jobs", "1"]) == 0
+    doc = json.loads((out / "simulate.json").read_text())
+    tune = [c for c in doc["cases"] if c["phase"] == "tune" and not c["policy"].startswith("oracle")]
+    score = [c for c in doc["cases"] if c["phase"] == "score" and not c["policy"].startswith("oracle")]
+    assert len(tune) == len(runner.GRIDS["hpa"]) + len(runner.GRIDS["static"])
+    # One scored case per family: its setting chosen on the tuning part.
+    chosen = doc["profiles"]["bert-base"]["chosen"]
+    assert sorted((c["policy"], c["setting"]) for c in score) == sorted(chosen.items())
+    assert {c["setting"] for c in tune if c["best"]} == set(chosen.values())
+    # The scored part is the second half: about half the requests, measured after the tuning half.
+    phases = doc["profiles"]["bert-base"]["phases"]
+    assert phases["score"]["measured_from_s"] == pytest.approx(120, abs=1)
+    assert set(doc["profiles"]["bert-base"]["monotonic_in_target"]) == {"hpa", "static"}
+    assert doc["held_out"] == {"tune_fraction": 0.5}
 
 
 def test_azure_trace_reports_carry_its_attribution(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -298,7 +323,16 @@ def test_simulate_help_reads_well(capsys: pytest.CaptureFixture[str]) -> None:
         run_cli(["--help"])
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
-    assert "clairvoyant oracle" in text
+    for topic in (
+        "superpose",
+        "rate",
+        "replicate",
+        "feasible oracle",
+        "instant oracle",
+        "--tune-fraction",
+        "--score-on",
+    ):
+        assert topic in text
     assert "--peak-replicas" in text
 
 

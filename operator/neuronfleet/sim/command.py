@@ -10,6 +10,7 @@ import argparse
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,24 +22,52 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from neuronfleet.sim import report, runner
 from neuronfleet.sim.profiles import BUILTIN, Profile, ProfileError, dump_profile, load_profile
 from neuronfleet.sim.trace import Trace, TraceError, load, with_history_pass
-from neuronfleet.sim.workload import Workload, build, factor_for_peak
+from neuronfleet.sim.workload import (
+    ARRIVALS,
+    RATE_WINDOW_SECONDS,
+    SUPERPOSE_SPREAD_SECONDS,
+    Workload,
+    build,
+    factor_for_peak,
+)
 
 DESCRIPTION = """\
 Replay a request trace (CSV: a timestamp column, optional context/generated token columns)
 through a simulated Inf2 fleet, once per autoscaling policy, and compare SLO attainment, latency,
 rejected requests, replica- and chip-hours and $ per million inferences.
 
-Policies: ours (the operator's scaling + warm-pool code, called as the operator calls it), hpa
-(Kubernetes HPA on utilization), keda (Prometheus scaler on queue depth), kpa (Knative), ray (Ray
-Serve), static (fixed replicas) and the clairvoyant oracle (knows the future, no cold starts; the
-cost floor). Each policy is swept over its main target; the cheapest setting reaching the SLO
-target is marked. The trace's rate is scaled by replicating each arrival (with seeded jitter), so
-bursts keep their shape and length. Runs are seeded and deterministic.
+Policies: ours (the operator's scaling + warm-pool code at the CRD's defaults, called as the
+operator calls it), hpa (Kubernetes HPA on utilization), keda (Prometheus scaler on queue depth),
+kpa (Knative, with its activator), ray (Ray Serve, with max_ongoing_requests and the router's
+queue) and static (fixed replicas). Each is swept over its main target; the cheapest setting
+reaching the SLO target is marked. Runs are seeded and deterministic.
+
+Arrivals (--arrivals): a small trace becomes a fleet's traffic at K x its rate (--peak-replicas
+sets K so the busiest minute needs N replicas). superpose (default): K independent copies of the
+trace, each shifted by a random offset within --superpose-spread seconds and wrapped: K tenants of
+the same kind; the daily cycle stays, second-scale noise shrinks as 1/sqrt(K). rate: a Poisson
+process at K x the trace's rate over --rate-window seconds: the shape above the window, nothing
+below. replicate: every arrival copied K times within --jitter seconds: each request becomes a
+pulse of K (perfectly correlated clients), a stress case.
+
+Oracles: both know the future. The feasible oracle (the "x feasible" column, the headline) serves
+the SLO with whole nodes, launching each one a full cold start (node + image pull + load) ahead,
+billed per second from launch with EC2's 60 s minimum, and keeps a node through a gap when that
+is cheaper than relaunching. The instant oracle ("x LB") switches replicas every second with no
+cold start and pays replica-seconds: a lower bound no fleet can reach.
+
+Held-out scoring: --tune-fraction F sweeps every family (static included) on the first F of the
+trace, picks each one's cheapest setting reaching the SLO target, and reports that setting on the
+rest (replayed after the tuning part, which serves as history); --tune-on A --score-on B tunes on
+trace A and scores on trace B. Cases carry "phase": "tune" or "score"; per family the JSON says
+whether cost and attainment moved monotonically with its target.
 """
 
 EPILOG = """\
 examples:
   neuronfleet simulate --trace traces/azure-llm-2023-conv.csv
+  neuronfleet simulate --trace nasa-http-1995-jul01-14.csv --arrivals rate --tune-fraction 0.5
+  neuronfleet simulate --tune-on azure-llm-2023-conv.csv --score-on nasa-http-1995-jul01-14.csv
   neuronfleet simulate --trace t.csv --profile llama-2-7b --peak-replicas 20 --policies ours,kpa --no-sweep
   neuronfleet simulate --trace t.csv --policy my-tuning.yaml --out sim-out
   neuronfleet simulate --dump-profile bert-base > my-profile.yaml
@@ -57,7 +86,45 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--trace", metavar="CSV", help="request trace (required unless --dump-profile)")
+    p.add_argument(
+        "--trace", metavar="CSV", help="request trace (required unless --dump-profile or --tune-on/--score-on)"
+    )
+    p.add_argument(
+        "--arrivals",
+        choices=ARRIVALS,
+        default="superpose",
+        help="how the trace is scaled up to the fleet: superpose (default), rate or replicate (see above)",
+    )
+    p.add_argument(
+        "--rate-window",
+        type=float,
+        default=RATE_WINDOW_SECONDS,
+        metavar="S",
+        help=f"window of the rate model's rate estimate (default: {RATE_WINDOW_SECONDS:g})",
+    )
+    p.add_argument(
+        "--superpose-spread",
+        type=float,
+        default=SUPERPOSE_SPREAD_SECONDS,
+        metavar="S",
+        help=f"superposed copies are shifted by up to S seconds (default: {SUPERPOSE_SPREAD_SECONDS:g})",
+    )
+    held = p.add_mutually_exclusive_group()
+    held.add_argument(
+        "--tune-fraction",
+        type=float,
+        metavar="F",
+        help="held-out scoring: tune on the first F of the trace, score on the rest",
+    )
+    held.add_argument("--tune-on", metavar="CSV", help="held-out scoring: tune on this trace (with --score-on)")
+    p.add_argument("--score-on", metavar="CSV", help="held-out scoring: report the chosen settings on this trace")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=runner.default_jobs(),
+        metavar="N",
+        help="simulations run in parallel (default: the CPUs available)",
+    )
     p.add_argument(
         "--profile",
         action="append",
@@ -72,9 +139,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="N",
         help="scale the trace so its busiest minute needs N replicas (default: 50)",
     )
-    rate.add_argument("--rate-factor", type=float, metavar="K", help="replicate each arrival K times instead")
+    rate.add_argument("--rate-factor", type=float, metavar="K", help="scale the trace's rate by K instead")
     p.add_argument(
-        "--jitter", type=float, default=1.0, metavar="S", help="copies of an arrival spread over S seconds (default: 1)"
+        "--jitter",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="replicate: copies of an arrival spread over S seconds (default: 1)",
     )
     p.add_argument("--duration", type=float, metavar="S", help="use only the first S seconds of the trace")
     p.add_argument(
@@ -136,12 +207,12 @@ def _policy_file(path: str) -> tuple[str, dict[str, Any]]:
     return Path(path).stem, data
 
 
-def _truncated(trace: Trace, seconds: float) -> Trace:
-    keep = trace.arrivals <= seconds
+def _truncated(trace: Trace, seconds: float, start: float = 0.0) -> Trace:
+    keep = (trace.arrivals >= start) & (trace.arrivals <= start + seconds)
     if not keep.any():
-        raise UsageError(f"--duration {seconds:g}: no arrivals in that span")
+        raise UsageError(f"no arrivals in the span {start:g}-{start + seconds:g} s")
     return Trace(
-        trace.arrivals[keep],
+        trace.arrivals[keep] - start,
         trace.context_tokens[keep] if trace.context_tokens is not None else None,
         trace.generated_tokens[keep] if trace.generated_tokens is not None else None,
         trace.source,
@@ -157,6 +228,7 @@ def _run_with_progress(
     seed: int,
     start: int,
     measure_from: float,
+    jobs: int,
 ) -> list[runner.Outcome]:
     columns = (
         TextColumn("{task.description}"),
@@ -167,6 +239,17 @@ def _run_with_progress(
     outcomes: list[runner.Outcome] = []
     with Progress(*columns, console=console, transient=True) as progress:
         overall = progress.add_task(f"{label}: {len(todo)} runs", total=len(todo))
+        if jobs > 1:
+            return runner.run_cases(
+                workload,
+                profile,
+                todo,
+                seed,
+                start,
+                on_done=lambda _: progress.advance(overall),
+                measure_from=measure_from,
+                jobs=jobs,
+            )
         current = progress.add_task("", total=1.0)
         for case in todo:
             progress.update(current, description=f"  {case.family} {case.setting}", completed=0.0)
@@ -193,74 +276,214 @@ def main(args: argparse.Namespace) -> int:
         return 2
 
 
-def _main(args: argparse.Namespace, console: Console) -> int:
-    if args.dump_profile:
-        sys.stdout.write(dump_profile(args.dump_profile))
-        return 0
-    if not args.trace:
+@dataclass
+class Phase:
+    """One workload's runs: the tuning sweep or the held-out scoring."""
+
+    name: str
+    label: str
+    workload: Workload
+    oracles: runner.Oracles
+    outcomes: list[runner.Outcome]
+    chosen: dict[str, runner.Outcome]
+    rows: list[dict[str, Any]]
+    measure_from: float
+
+
+def _check(args: argparse.Namespace) -> None:
+    if not (args.trace or args.tune_on or args.score_on):
         raise UsageError("--trace CSV is required (see --help)")
-    families = [f.strip() for f in args.policies.split(",") if f.strip()]
-    bad = [f for f in families if f not in runner.FAMILIES]
-    if bad:
-        raise UsageError(f"unknown policies {bad}; choose from {', '.join(runner.FAMILIES)}")
+    if bool(args.tune_on) != bool(args.score_on):
+        raise UsageError("--tune-on and --score-on go together")
+    if args.tune_on and args.trace:
+        raise UsageError("give either --trace or --tune-on/--score-on")
+    if args.tune_fraction is not None and not 0 < args.tune_fraction < 1:
+        raise UsageError("--tune-fraction must be between 0 and 1")
     for name, value in (("--peak-replicas", args.peak_replicas), ("--rate-factor", args.rate_factor)):
         if value is not None and not (value > 0 and math.isfinite(value)):
             raise UsageError(f"{name} must be a positive number")
     if args.jitter < 0 or not 0 < args.slo_target <= 1:
         raise UsageError("--jitter must be >= 0 and --slo-target in (0, 1]")
+    if not args.rate_window > 0 or not args.superpose_spread > 0 or args.jobs < 1:
+        raise UsageError("--rate-window and --superpose-spread must be positive, --jobs at least 1")
+
+
+def _main(args: argparse.Namespace, console: Console) -> int:
+    if args.dump_profile:
+        sys.stdout.write(dump_profile(args.dump_profile))
+        return 0
+    _check(args)
+    families = [f.strip() for f in args.policies.split(",") if f.strip()]
+    bad = [f for f in families if f not in runner.FAMILIES]
+    if bad:
+        raise UsageError(f"unknown policies {bad}; choose from {', '.join(runner.FAMILIES)}")
     policy_files = [_policy_file(path) for path in args.policy]
-    trace = load(args.trace)
+    trace = load(args.trace or args.tune_on)
     if args.duration:
         trace = _truncated(trace, args.duration)
+    score_trace = None
+    if args.score_on:
+        score_trace = load(args.score_on)
+        if args.duration:
+            score_trace = _truncated(score_trace, args.duration)
     profiles = [load_profile(name) for name in (args.profile or ["bert-base"])]
 
-    # The bundled Azure trace is CC-BY 4.0: its attribution goes with every report made from it.
-    attribution = report.ATTRIBUTION if "azure" in Path(trace.source).name.lower() else None
-    doc: dict[str, Any] = {"trace": trace.source, "attribution": attribution, "profiles": {}, "cases": []}
+    # Public traces carry attributions: they go with every report made from them.
+    attributions = [a for a in dict.fromkeys(report.attribution(t.source) for t in (trace, score_trace) if t) if a]
+    doc: dict[str, Any] = {
+        "trace": trace.source,
+        "score_trace": score_trace.source if score_trace else None,
+        "attribution": " | ".join(attributions) or None,
+        "arrivals": args.arrivals,
+        "rate_window_s": args.rate_window if args.arrivals == "rate" else None,
+        "superpose_spread_s": args.superpose_spread if args.arrivals == "superpose" else None,
+        "held_out": (
+            {"tune_fraction": args.tune_fraction}
+            if args.tune_fraction
+            else ({"tune_on": trace.source, "score_on": score_trace.source} if score_trace else None)
+        ),
+        "profiles": {},
+        "cases": [],
+    }
     for profile in profiles:
         if args.slo_ms:
             profile = profile.model_copy(update={"slo_ms": args.slo_ms})
+        t0 = time.perf_counter()
         factor = args.rate_factor or factor_for_peak(trace, profile, args.peak_replicas)
         console.print(
-            f"[bold]{profile.name}[/bold] on {profile.instance_type}: {len(trace):,} trace requests x {factor:.4g} "
-            f"(jitter {args.jitter:g} s), SLO {profile.slo_ms:g} ms"
+            f"[bold]{profile.name}[/bold] on {profile.instance_type}: {len(trace):,} trace requests x {factor:.4g}, "
+            f"arrivals {args.arrivals}, SLO {profile.slo_ms:g} ms"
         )
-        replayed, measure_from = with_history_pass(trace) if args.history_pass else (trace, 0.0)
-        workload = build(replayed, profile, factor, args.jitter, args.seed)
-        oracle_result, schedule = runner.run_oracle(workload, profile, args.seed, measure_from)
-        max_replicas = args.max_replicas or max(2, 2 * max(schedule))
-        todo = runner.cases(families, max_replicas, max(schedule), sweep=not args.no_sweep, policy_files=policy_files)
-        start = runner.start_replicas(schedule)
-        t0 = time.perf_counter()
-        outcomes = _run_with_progress(console, profile.name, workload, profile, todo, args.seed, start, measure_from)
-        chosen = runner.best(outcomes, args.slo_target)
-        rows = report.records(profile, outcomes, oracle_result, chosen)
-        console.print(report.table(f"{profile.name}: all runs", rows, profile.slo_ms, args.slo_target))
-        best_rows = [r for r in rows if r["best"]]
-        console.print(
-            report.table(f"{profile.name}: best setting per policy", best_rows, profile.slo_ms, args.slo_target)
+        tune_trace = trace
+        if args.tune_fraction:
+            split = math.floor(trace.duration * args.tune_fraction)
+            tune_trace = _truncated(trace, split - 1e-9)
+        tune = _phase(
+            "tune",
+            "tuning" if score_trace or args.tune_fraction else "",
+            tune_trace,
+            profile,
+            factor,
+            args,
+            families,
+            policy_files,
+            console,
         )
+        phases = [tune]
+        if score_trace is not None or args.tune_fraction:
+            if score_trace is not None:
+                score_factor = args.rate_factor or factor_for_peak(score_trace, profile, args.peak_replicas)
+                scored = _score(score_trace, 0.0, tune, profile, score_factor, args, console)
+            else:
+                scored = _score(trace, float(split), tune, profile, factor, args, console)
+            phases.append(scored)
+        monotonic = runner.monotonicity(tune.outcomes)
         doc["profiles"][profile.name] = {
             "rate_factor": factor,
             "history_pass": bool(args.history_pass),
-            "requests": workload.requests,
-            "oracle_peak_replicas": max(schedule),
-            "max_replicas": max_replicas,
+            "requests": tune.workload.requests,
+            "oracle_peak_replicas": tune.oracles.peak,
             "slo_ms": profile.slo_ms,
             "assumptions": profile.assumptions,
+            "chosen": {family: o.case.setting for family, o in tune.chosen.items()},
+            "monotonic_in_target": monotonic,
+            "phases": {
+                p.name: {"requests": p.workload.requests, "measured_from_s": p.measure_from, "label": p.label}
+                for p in phases
+            },
             "wall_s": round(time.perf_counter() - t0, 2),
         }
-        doc["cases"].extend(rows)
+        for phase in phases:
+            doc["cases"].extend(phase.rows)
         if not args.no_plots:
-            shown = {family: o.result for family, o in chosen.items()}
-            shown["oracle"] = oracle_result
-            report.plot_timeline(args.out / f"{profile.name}-timeline.png", workload, profile, shown, schedule)
-            report.plot_cdf(args.out / f"{profile.name}-latency-cdf.png", profile, shown)
+            shown_phase = phases[-1]
+            shown = {o.case.family: o.result for o in shown_phase.chosen.values()}
+            shown["oracle-feasible"] = shown_phase.oracles.feasible
+            label = f"{shown_phase.name} phase"
+            report.plot_timeline(
+                args.out / f"{profile.name}-timeline.png",
+                shown_phase.workload,
+                profile,
+                shown,
+                shown_phase.oracles.schedule,
+                label,
+            )
+            report.plot_cdf(args.out / f"{profile.name}-latency-cdf.png", profile, shown, args.arrivals)
     report.write_json(args.out / "simulate.json", doc)
     console.print(f"wrote {args.out}/simulate.json" + ("" if args.no_plots else " and PNG plots"))
-    if attribution:
-        console.print(f"[dim]{attribution}[/dim]")
+    for text in attributions:
+        console.print(f"[dim]{text}[/dim]")
     return 0
+
+
+def _build(trace: Trace, profile: Profile, factor: float, args: argparse.Namespace) -> Workload:
+    try:
+        return build(
+            trace,
+            profile,
+            factor,
+            args.jitter,
+            args.seed,
+            arrivals=args.arrivals,
+            rate_window=args.rate_window,
+            spread=args.superpose_spread,
+        )
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
+def _phase(
+    name: str,
+    label: str,
+    trace: Trace,
+    profile: Profile,
+    factor: float,
+    args: argparse.Namespace,
+    families: list[str],
+    policy_files: list[tuple[str, dict[str, Any]]],
+    console: Console,
+) -> Phase:
+    replayed, measure_from = with_history_pass(trace) if args.history_pass else (trace, 0.0)
+    workload = _build(replayed, profile, factor, args)
+    oracles = runner.run_oracles(workload, profile, args.seed, measure_from)
+    max_replicas = args.max_replicas or max(2, 2 * oracles.peak)
+    todo = runner.cases(families, max_replicas, oracles.peak, sweep=not args.no_sweep, policy_files=policy_files)
+    title = f"{profile.name} {args.arrivals}{f' ({label})' if label else ''}"
+    outcomes = _run_with_progress(
+        console, title, workload, profile, todo, args.seed, oracles.start, measure_from, args.jobs
+    )
+    chosen = runner.best(outcomes, args.slo_target)
+    rows = report.records(profile, outcomes, oracles, chosen, name, args.arrivals)
+    console.print(report.table(f"{title}: all runs", rows, profile.slo_ms, args.slo_target))
+    best_rows = [r for r in rows if r["best"]]
+    console.print(report.table(f"{title}: best setting per policy", best_rows, profile.slo_ms, args.slo_target))
+    return Phase(name, label, workload, oracles, outcomes, chosen, rows, measure_from)
+
+
+def _score(
+    trace: Trace,
+    measure_from: float,
+    tune: Phase,
+    profile: Profile,
+    factor: float,
+    args: argparse.Namespace,
+    console: Console,
+) -> Phase:
+    """The tuning phase's chosen cases on the scoring data (from ``measure_from`` on)."""
+    if args.history_pass and measure_from == 0.0:
+        trace, measure_from = with_history_pass(trace)
+    workload = _build(trace, profile, factor, args)
+    oracles = runner.run_oracles(workload, profile, args.seed, measure_from)
+    start = oracles.start
+    todo = [o.case for o in tune.chosen.values()]
+    title = f"{profile.name} {args.arrivals} (scored on held-out data)"
+    outcomes = _run_with_progress(console, title, workload, profile, todo, args.seed, start, measure_from, args.jobs)
+    chosen = {o.case.family: o for o in outcomes}
+    rows = report.records(profile, outcomes, oracles, chosen, "score", args.arrivals)
+    console.print(
+        report.table(f"{title}: each family's setting chosen on the tuning data", rows, profile.slo_ms, args.slo_target)
+    )
+    return Phase("score", "held-out", workload, oracles, outcomes, chosen, rows, measure_from)
 
 
 def run_cli(argv: list[str] | None = None) -> int:

@@ -259,12 +259,13 @@ def run_oracle(
 def run_oracles(workload: Workload, profile: Profile, seed: int, measure_from: float = 0.0) -> Oracles:
     """The instant oracle, then the feasible one serving its schedule with whole nodes and cold starts."""
     instant, schedule = oracle.run(workload, profile, seed, measure_from)
-    start = start_replicas([int(x) for x in schedule[: round(measure_from) + 60]]) if measure_from else None
+    # Every policy starts from the same ready fleet at t = 0 (history pass included): so does this one.
+    start = start_replicas([int(x) for x in schedule.tolist()])
     feasible, feasible_schedule = oracle.run_feasible(
         workload,
         profile,
         schedule,
-        start if start is not None else start_replicas(schedule.tolist()),
+        start,
         seed,
         measure_from,
     )
