@@ -10,17 +10,18 @@ computed for a whole segment at once from a cumulative sum and its running minim
 backlog passes the queue bound (``max_queue`` requests per serving replica; none without
 replicas) a bin's excess arrivals are rejected (429), and that segment is recomputed bin by bin.
 
-Two resolutions, one queue. A second whose queue starts empty and whose work is at most
-:data:`COARSE_LOAD` of the serving capacity is advanced whole: nothing waits in it (a backlog
-worth an SLO would need the 10 ms bins of that second to exceed capacity for tens of
-milliseconds in a row against a 10 % margin: with the hundreds to thousands of requests per bin
-of a fleet, and even with one replica, the chance is below 1e-9), its requests see the batch
-latency of the bucket the dynamic batcher runs at that second's rate. Every other second (and each
-second after it until the queue is empty again) runs on 10 ms bins: a busy episode. Its FIFO
-waits are computed when it ends (the queue empty again), from cumulative accepted arrivals and
-departures (FIFO virtual time at the bin's midpoint: +-5 ms). ``coarse=False`` runs every second
-on bins (the reference the coarse engine is tested against). A fleet far from saturation, as most
-of a multi-day trace is, costs one vector operation per segment.
+Two resolutions, one queue. A second is advanced whole when its queue starts empty, its work is
+at most :data:`COARSE_LOAD` of the serving capacity and its busiest 10 ms bin (taken
+:data:`BIN_SIGMAS` standard deviations above the mean of Poisson bins) still fits in one bin's
+service: then nothing queues in it on bins either. Its requests see the batch latency of the
+bucket the dynamic batcher runs at that second's rate, and its in-flight and busy-ratio metrics
+are the expectation, over its bins, of what the bins would report (the batcher's buckets make
+them nonlinear in the rate). Every other second (and each second after it until the queue is
+empty again) runs on 10 ms bins: a busy episode, whose FIFO waits are computed when it ends (the
+queue empty again) from cumulative accepted arrivals and departures (FIFO virtual time at the
+bin's midpoint: +-5 ms). ``coarse=False`` runs every second on bins: the reference the whole-second
+path is tested against (within 0.1 point of attainment). A fleet far from saturation, as most of a
+multi-day trace is, costs one vector operation per segment.
 
 Latency. Batch profiles add the batch latency of the bucket the dynamic batcher would run at that
 load (the largest while backlogged) and half the batch-fill wait; LLM profiles add each request's
@@ -67,6 +68,8 @@ WARMUP_SECONDS = 60.0
 CDF_POINTS = 200
 #: A second is advanced whole when its queue starts empty and its work is at most this share of capacity.
 COARSE_LOAD = 0.9
+#: ... and its busiest 10 ms bin, this many standard deviations above the mean, fits in a bin's service.
+BIN_SIGMAS = 4.0
 #: Whole seconds served ahead of the policy's next decision (see :meth:`SecondsSimulation.serve`).
 AHEAD_SECONDS = 120
 #: Backlog (replica-seconds) below which the queue counts as empty.
@@ -209,6 +212,19 @@ def fifo_waits(accepted: FloatArray, departed: FloatArray, dt: float, backlog: f
     return np.asarray(wait, dtype=np.float64)
 
 
+def _normal_cdf(z: FloatArray) -> FloatArray:
+    # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): numpy has no erf.
+    x = np.abs(z) / math.sqrt(2.0)
+    t = 1.0 / (1.0 + 0.3275911 * x)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    erf = 1.0 - poly * np.exp(-x * x)
+    return np.asarray(0.5 * (1.0 + np.sign(z) * erf), dtype=np.float64)
+
+
+def _normal_pdf(z: FloatArray) -> FloatArray:
+    return np.asarray(np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi), dtype=np.float64)
+
+
 class BatchModel:
     """The dynamic batcher of a batch profile, optionally capped at ``max_batch`` requests at once."""
 
@@ -222,6 +238,35 @@ class BatchModel:
         #: A replica's capacity in work units (1 / best throughput each) per second.
         self.speed = float(self.thr[-1]) / self.best
         self.max_delay_ms = profile.max_batch_delay_ms
+
+    def expected_bin_metrics(self, count_s: FloatArray, replicas: int, dt: float) -> tuple[FloatArray, FloatArray]:
+        """Per second: in-flight requests and busy ratio averaged over its bins, as the 10 ms queue
+        computes them when nothing waits (each bin's batch bucket set by that bin's arrivals).
+
+        A second's bins hold ~Poisson(m = count / bins) arrivals; the expectations over that
+        distribution (normal approximation, continuity-corrected; exact enough where it matters,
+        hundreds of arrivals per bin, and exact where every bin falls in the first bucket) stand
+        for the average over the second's bins, which the batcher's nonlinearity makes differ
+        from the metrics at the second's mean rate.
+        """
+        per_second = round(1.0 / dt)
+        m = count_s / per_second
+        sd = np.sqrt(np.maximum(m, 1e-12))
+        # E[X 1{X <= k}] for each bucket's upper edge k, in arrivals per bin.
+        partial = []
+        for threshold in self.thr[:-1]:
+            z = (threshold * dt * replicas + 0.5 - m) / sd
+            partial.append(m * _normal_cdf(z) - sd * _normal_pdf(z))
+        partial.append(m)
+        in_flight = np.zeros(len(m))
+        utilization = np.zeros(len(m))
+        below = np.zeros(len(m))
+        for i, upto in enumerate(partial):
+            share = np.maximum(upto - below, 0.0)
+            below = np.maximum(below, upto)
+            in_flight += share / dt * self.lat[i] / 1e3
+            utilization += share / (dt * replicas * self.thr[i])
+        return in_flight, np.minimum(1.0, utilization)
 
     def service(
         self, rate_per_replica: FloatArray, backlogged: BoolArray | None
@@ -399,7 +444,7 @@ class SecondsSimulation:
                     s = stop
                     continue
                 horizon = min(self.w.seconds, max(stop, s + AHEAD_SECONDS))
-                safe = self.w.work_s[s:horizon] <= COARSE_LOAD * capacity
+                safe = self._quiet(s, horizon, capacity)
                 flips = np.flatnonzero(safe != safe[0])
                 n = int(flips[0]) if len(flips) else horizon - s
                 if safe[0]:
@@ -416,6 +461,17 @@ class SecondsSimulation:
                 n = stop - s if not self.coarse else min(stop - s, 16)
                 self._fine(s, s + n, replicas, cold)
                 s += n
+
+    def _quiet(self, start: int, stop: int, capacity: float) -> BoolArray:
+        """Seconds whose 10 ms bins will not queue: the second's work is at most :data:`COARSE_LOAD`
+        of capacity and a bin :data:`BIN_SIGMAS` standard deviations above the mean (Poisson bins)
+        still fits in one bin's service."""
+        work = self.w.work_s[start:stop]
+        count = self.w.count_s[start:stop]
+        per_bin = count / PER_SECOND
+        with np.errstate(invalid="ignore", divide="ignore"):
+            busiest = np.where(count > 0, (per_bin + BIN_SIGMAS * np.sqrt(per_bin)) * work / count, 0.0)
+        return np.asarray((work <= COARSE_LOAD * capacity) & (busiest <= capacity / PER_SECOND), dtype=bool)
 
     def _whole(self, start: int, stop: int, replicas: int, cold: bool) -> None:
         """Seconds where nothing waits: the metrics now; latency and totals at :meth:`finish`."""
@@ -435,11 +491,9 @@ class SecondsSimulation:
             self.utilization[start:stop] = np.minimum(1.0, work / replicas)
             return
         assert self.batch is not None
-        count = self.w.count_s[start:stop]
-        rate = count / replicas
-        index = np.minimum(np.searchsorted(self.batch.thr, rate), len(self.batch.thr) - 1)
-        self.in_flight[start:stop] = count * self.batch.lat[index] / 1e3
-        self.utilization[start:stop] = np.minimum(1.0, rate / self.batch.thr[index])
+        in_flight, utilization = self.batch.expected_bin_metrics(self.w.count_s[start:stop], replicas, self.w.dt)
+        self.in_flight[start:stop] = in_flight
+        self.utilization[start:stop] = utilization
 
     def _whole_totals(self) -> None:
         """Latency and totals of every second advanced whole (one vector pass at the end)."""

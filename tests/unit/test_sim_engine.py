@@ -1,0 +1,80 @@
+"""The engine's whole-second path against every second on 10 ms bins, and the request paths it models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from neuronfleet.sim import engine, runner
+from neuronfleet.sim.baselines import Hpa, RayServe
+from neuronfleet.sim.policies import Policy, Static
+from neuronfleet.sim.profiles import load_profile
+from neuronfleet.sim.trace import Trace, load, spread_within_seconds
+from neuronfleet.sim.workload import Workload, build, factor_for_peak
+
+NASA = Path(__file__).resolve().parents[3] / "shared" / "traces" / "nasa-http-1995-jul01-14.csv"
+
+
+def daily_like(seconds: int = 5400, seed: int = 2) -> Trace:
+    """A rise, a plateau with bursts and a fall, logged at 1 s like the NASA trace."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(seconds)
+    rate = 1.0 + 3.0 * np.sin(np.pi * t / seconds) ** 2
+    rate[2400:2460] *= 2.5  # a burst no autoscaler follows in time
+    counts = rng.poisson(rate)
+    return Trace(spread_within_seconds(np.repeat(t, counts).astype(np.float64)), None, None, "daily-like")
+
+
+def policies(peak: int) -> list[Policy]:
+    return [
+        Hpa(0.7, 1, 2 * peak, "0.7"),
+        RayServe(2, 1, 2 * peak, "2"),
+        Static(max(1, int(0.45 * peak)), "0.45xpeak"),  # short of the peak: queues, refusals
+        runner.cases(["ours"], 2 * peak, peak, sweep=False)[0].make(),
+    ]
+
+
+def compare(workload: Workload, peak: int) -> None:
+    profile = load_profile("bert-base")
+    for policy_fine, policy_coarse in zip(policies(peak), policies(peak), strict=True):
+        fine = engine.run(workload, profile, policy_fine, start_replicas=peak // 2, seed=3, coarse=False)
+        coarse = engine.run(workload, profile, policy_coarse, start_replicas=peak // 2, seed=3)
+        assert coarse.requests == pytest.approx(fine.requests)
+        assert abs(coarse.slo_attainment - fine.slo_attainment) <= 0.001, policy_fine.name
+        assert coarse.usd == pytest.approx(fine.usd, rel=0.03), policy_fine.name  # decisions may differ by a tick
+        assert coarse.fine_seconds < fine.fine_seconds
+
+
+def test_whole_seconds_match_the_fine_engine_within_a_tenth_of_a_point() -> None:
+    trace = daily_like()
+    profile = load_profile("bert-base")
+    workload = build(trace, profile, factor_for_peak(trace, profile, 20), 1.0, 1, arrivals="superpose")
+    compare(workload, 20)
+
+
+@pytest.mark.skipif(not NASA.exists(), reason="the shared NASA trace is not on this machine")
+def test_whole_seconds_match_the_fine_engine_on_a_nasa_afternoon() -> None:
+    full = load(NASA)
+    # 5 July 1995, 12:00-14:00 local: the weekday peak.
+    start = 4 * 86400 + 12 * 3600
+    keep = (full.arrivals >= start) & (full.arrivals < start + 7200)
+    trace = Trace(full.arrivals[keep] - start, None, None, full.source)
+    profile = load_profile("bert-base")
+    workload = build(trace, profile, factor_for_peak(trace, profile, 30), 1.0, 1, arrivals="rate")
+    compare(workload, 30)
+
+
+def test_lindley_vectorized_equals_bin_by_bin() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(1, 300))
+        work = rng.exponential(1.0, n) * rng.choice([0.2, 1.0, 3.0])
+        per_bin, bound = float(rng.uniform(0.3, 2)), float(rng.uniform(0.5, 20))
+        q0 = float(rng.uniform(0, 1.5 * bound))
+        q, refused = engine.lindley(work, q0, per_bin, bound)
+        q_loop, refused_loop = np.empty(n), np.zeros(n)
+        engine._lindley_loop(work, q0, per_bin, bound, 0, q_loop, refused_loop)
+        assert np.allclose(q, q_loop, atol=1e-9)
+        assert np.allclose(refused, refused_loop, atol=1e-9)

@@ -1,0 +1,68 @@
+"""The feasible oracle on hand-computed cases, and its place between the instant oracle and a static fleet."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from neuronfleet.sim import engine, oracle, runner
+from neuronfleet.sim.policies import Static
+from neuronfleet.sim.profiles import load_profile
+from neuronfleet.sim.trace import Trace
+from neuronfleet.sim.workload import build
+
+
+def demand(*runs: tuple[int, int, int], seconds: int = 400) -> np.ndarray:
+    d = np.zeros(seconds, dtype=np.int64)
+    for start, stop, level in runs:
+        d[start:stop] = np.maximum(d[start:stop], level)
+    return d
+
+
+def test_a_gap_shorter_than_a_relaunch_is_bridged() -> None:
+    d = demand((100, 200, 1), (250, 350, 1))
+    # Launch 60 s: keeping the node through the 50 s gap (250 s + one launch = 310) beats two launches (320).
+    plan = oracle.feasible_plan(d, 60.0, start_nodes=0)
+    assert plan.billed_node_seconds == pytest.approx(310.0)
+    assert plan.launches == 1
+    assert plan.serving[100:350].min() == 1 and plan.serving[:100].max() == 0 and plan.serving[350:].max() == 0
+    # Launch 5 s: relaunching (2 x 105) is cheaper than keeping (255).
+    plan = oracle.feasible_plan(d, 5.0, start_nodes=0)
+    assert plan.billed_node_seconds == pytest.approx(210.0)
+    assert plan.launches == 2
+    assert plan.serving[210:240].max() == 0
+
+
+def test_levels_are_bridged_one_by_one_and_the_starting_fleet_is_free() -> None:
+    d = demand((0, 30, 2), (0, 100, 1), (70, 100, 2), seconds=100)
+    plan = oracle.feasible_plan(d, 60.0, start_nodes=2)
+    # Level 2's 40 s gap is bridged; both levels run from t = 0 on nodes already up.
+    assert list(np.unique(plan.serving)) == [2]
+    assert plan.billed_node_seconds == pytest.approx(200.0)
+    assert plan.launches == 0
+
+
+def test_ec2_minimum_bills_a_short_run_60_seconds() -> None:
+    plan = oracle.feasible_plan(demand((100, 120, 1)), 10.0, start_nodes=0)
+    assert plan.billed_node_seconds == pytest.approx(60.0)  # 10 s launch + 20 s serving, billed 60
+
+
+def test_only_billing_after_the_measured_start_counts() -> None:
+    plan = oracle.feasible_plan(demand((100, 200, 1)), 50.0, start_nodes=0, first=80)
+    assert plan.billed_node_seconds == pytest.approx(120.0)  # launched at 50, counted from 80
+
+
+def test_feasible_oracle_sits_between_the_instant_one_and_a_peak_static_fleet() -> None:
+    rng = np.random.default_rng(1)
+    # Ten minutes quiet, ten busy, ten quiet: a cold start (~450 s) fits in each quiet spell.
+    rate = np.concatenate([np.full(600, 2.0), np.full(600, 10.0), np.full(600, 2.0)])
+    times = np.concatenate([s + np.sort(rng.random(rng.poisson(r))) for s, r in enumerate(rate)])
+    trace = Trace(times, None, None, "steps")
+    profile = load_profile("bert-base")
+    workload = build(trace, profile, 2000.0, jitter=1.0, seed=1, arrivals="rate")
+    oracles = runner.run_oracles(workload, profile, seed=1)
+    static = engine.run(workload, profile, Static(oracles.peak, "peak"), start_replicas=oracles.peak, seed=1)
+    assert oracles.feasible.slo_attainment >= oracles.instant.slo_attainment - 1e-9
+    assert oracles.feasible.slo_attainment > 0.999
+    assert oracles.instant.usd < oracles.feasible.usd < static.usd
+    assert max(oracles.feasible_schedule) >= oracles.peak

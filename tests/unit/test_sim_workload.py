@@ -1,0 +1,89 @@
+"""Arrivals models: rate preserved, superposed noise shrinking as 1/sqrt(K), the FFT sum, trace shapes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from neuronfleet.sim.profiles import load_profile
+from neuronfleet.sim.trace import Trace, load
+from neuronfleet.sim.workload import ARRIVALS, build, superpose_counts
+
+
+def steady_trace(seconds: int = 2000, rate: float = 3.0, seed: int = 5) -> Trace:
+    rng = np.random.default_rng(seed)
+    arrivals = np.sort(rng.random(rng.poisson(rate * seconds)) * seconds)
+    return Trace(arrivals, None, None, "steady")
+
+
+@pytest.mark.parametrize("arrivals", ARRIVALS)
+def test_every_model_keeps_the_mean_rate(arrivals: str) -> None:
+    trace = steady_trace()
+    workload = build(trace, load_profile("bert-base"), 40.0, jitter=1.0, seed=2, arrivals=arrivals)  # type: ignore[arg-type]
+    assert workload.requests == pytest.approx(40 * len(trace), rel=0.01)
+    if workload.materialized:
+        assert workload.count.sum() == pytest.approx(workload.requests)
+
+
+def test_superposed_per_second_noise_falls_as_one_over_sqrt_k() -> None:
+    trace = steady_trace()
+    profile = load_profile("bert-base")
+
+    def cv(k: float) -> float:
+        w = build(trace, profile, k, jitter=1.0, seed=3, arrivals="superpose", spread=2000.0)
+        per_second = w.count_s[:2000]
+        return float(per_second.std() / per_second.mean())
+
+    ratio = cv(4) / cv(64)
+    assert ratio == pytest.approx(4.0, rel=0.3)  # sqrt(64 / 4)
+    # Replicating arrivals keeps every original burst: its noise does not shrink with K.
+    replicated = build(trace, profile, 64, jitter=1.0, seed=3, arrivals="replicate").count_s[:2000]
+    assert replicated.std() / replicated.mean() > 3 * cv(64)
+
+
+def test_superpose_by_fft_is_the_sum_of_shifted_copies() -> None:
+    rng = np.random.default_rng(0)
+    histogram = rng.poisson(2.0, 500).astype(np.float64)
+    k, spread = 37, 120
+    total = superpose_counts(histogram, k, spread, np.random.default_rng(9))
+    offsets = np.random.default_rng(9).integers(0, spread, size=k)
+    expected = sum(np.roll(histogram, int(o)) for o in offsets)
+    assert np.array_equal(total, expected)
+
+
+def test_rate_model_keeps_the_shape_above_its_window() -> None:
+    # A step from 2/s to 8/s: minute means follow it, within Poisson noise.
+    times = np.concatenate([np.arange(0, 600, 0.5), 600 + np.arange(0, 600, 0.125)])
+    trace = Trace(times, None, None, "step")
+    w = build(trace, load_profile("bert-base"), 100, jitter=1.0, seed=1, arrivals="rate")
+    minutes = w.count_s[:1200].reshape(20, 60).mean(axis=1)
+    assert minutes[:9] == pytest.approx(200, rel=0.05)
+    assert minutes[11:] == pytest.approx(800, rel=0.05)
+
+
+def test_long_workloads_are_kept_per_second_and_refined_on_demand() -> None:
+    trace = steady_trace(seconds=2000)
+    profile = load_profile("bert-base")
+    lazy = build(trace, profile, 50, jitter=1.0, seed=4, arrivals="rate", materialize=False)
+    assert not lazy.materialized
+    fine = lazy.fine_counts(595, 605)  # across two generated blocks
+    assert fine.reshape(10, 100).sum(axis=1) == pytest.approx(lazy.count_s[595:605])
+    assert np.array_equal(lazy.fine_counts(600, 601), fine[500:600])  # same bins whatever was asked first
+
+
+def test_both_trace_shapes_load(tmp_path: Path) -> None:
+    azure = tmp_path / "azure.csv"
+    azure.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n2023-11-16 18:15:50.99,396,109\n"
+    )
+    nasa = tmp_path / "nasa.csv"
+    nasa.write_text("timestamp\n0\n5\n5\n5\n6\n")
+    a = load(azure)
+    assert a.arrivals == pytest.approx([0.0, 4.31], abs=1e-6)
+    assert a.context_tokens is not None and list(a.context_tokens) == [374, 396]
+    n = load(nasa)
+    # Requests sharing a logged second are spread evenly within it (times from the first request).
+    assert n.arrivals == pytest.approx([0.0, 4 + 2 / 3, 5.0, 5 + 1 / 3, 6.0])
+    assert n.context_tokens is None
