@@ -66,3 +66,20 @@ def test_feasible_oracle_sits_between_the_instant_one_and_a_peak_static_fleet() 
     assert oracles.feasible.slo_attainment > 0.999
     assert oracles.instant.usd < oracles.feasible.usd < static.usd
     assert max(oracles.feasible_schedule) >= oracles.peak
+
+
+def test_per_second_oracle_schedules_meet_the_slo_by_construction() -> None:
+    rng = np.random.default_rng(4)
+    rate = 2.0 + 6.0 * np.sin(np.linspace(0, np.pi, 1800)) ** 2
+    times = np.concatenate([s + np.sort(rng.random(rng.poisson(r))) for s, r in enumerate(rate)])
+    trace = Trace(times, None, None, "hump")
+    profile = load_profile("bert-base")
+    lazy = build(trace, profile, 3000.0, jitter=1.0, seed=2, arrivals="rate", materialize=False)
+    schedule = oracle.initial_schedule(lazy, profile)
+    # The same arrivals, materialized, through the engine on that schedule.
+    fine = build(trace, profile, 3000.0, jitter=1.0, seed=2, arrivals="rate", materialize=True)
+    result = engine.run(fine, profile, oracle.Oracle(), start_replicas=0, seed=1, schedule=schedule)
+    assert result.slo_attainment >= 0.999
+    reported, _ = oracle.run(lazy, profile, seed=1)
+    assert reported.slo_attainment == 1.0
+    assert reported.usd == pytest.approx(result.usd)
