@@ -46,7 +46,8 @@ def render(frame: Frame, view: FleetView, recorder: Recorder) -> Group:
         else "load (real requests, measured at the client) and fleet (operator on the emulated cluster)"
     )
     load = Table(title=title, expand=True)
-    for column in ("demand req/s", "queue", "util", "desired", "active", "ready", "warm", "placeholders", "nodes"):
+    waiting = "queue" if frame.load == "simulated" else "outstanding"
+    for column in ("demand req/s", waiting, "util", "desired", "active", "ready", "warm", "placeholders", "nodes"):
         load.add_column(column, justify="right")
     load.add_row(
         f"{recorder.load.demand(frame.t + recorder.lead_in):,.0f}",
@@ -92,9 +93,10 @@ def render(frame: Frame, view: FleetView, recorder: Recorder) -> Group:
 def progress_line(frame: Frame, view: FleetView, recorder: Recorder) -> str:
     """One progress line; ``frame.t`` in measured seconds (negative during the lead-in)."""
     demand = recorder.load.demand(frame.t + recorder.lead_in)
+    waiting = "queue" if frame.load == "simulated" else "outstanding at the client"
     return (
         f"[{frame.t / 60:5.1f} min] {frame.phase}: demand {demand:7,.0f} req/s ({frame.load}), "
-        f"queue {recorder.load.queue_depth():6,.0f}, desired {view.desired}, active {view.active} "
+        f"{waiting} {recorder.load.queue_depth():6,.0f}, desired {view.desired}, active {view.active} "
         f"(ready {view.ready}), warm {view.warm_ready}/{view.warm}, placeholders {view.placeholders}, "
         f"nodes {sum(view.nodes_by_type.values())}"
     )

@@ -1,0 +1,89 @@
+"""The demo's report from a finished run's figures: every request figure says how it was obtained."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from neuronfleet.demo.report import DemoResult, ScaleEvent, write_report
+
+
+def _result(load: str) -> DemoResult:
+    facts = {
+        "minutes": 5.5,
+        "trace_start_minute": 34.0,
+        "lead_in_minutes": 0.0,
+        "slo_ms": 50.0,
+        "trace_requests": 2000,
+        "copies": 45,
+        "offset_window_s": 30.0,
+        "device": "emulated-neuroncore",
+        "time_scale": 8.0,
+        "scrape_interval_s": 1.0,
+        "spec_changes": {"scaling": {"intervalSeconds": 5}},
+        "rate_factor": 10.0,
+        "peak_replicas_at_full_throughput": 9.0,
+        "per_replica_req_per_s": 1000.0,
+        "profile": "bert-base/1nc",
+    }
+    outcomes = {"ok": 980, "rejected": 20, "unavailable": 0, "error": 0, "refused": 0, "lost": 0, "not_sent": 0}
+    return DemoResult(
+        facts=facts,
+        compile="compiled for real",
+        requests=1000,
+        served=980,
+        rejected=20,
+        slo_attainment=0.97,
+        p50_ms=12.0,
+        p99_ms=60.0,
+        replica_hours=0.2,
+        warm_pod_hours=0.1,
+        node_hours={"inf2.xlarge": 0.2},
+        usd=0.15,
+        scale_events=2,
+        scale_ups=1,
+        scale_downs=1,
+        events=[ScaleEvent(20.0, "desired active replicas 2 -> 3: load 2.6")],
+        peak_active=3,
+        min_active=2,
+        peak_nodes=3,
+        cold_start={},
+        conditions=[{"type": "ScalingActive", "status": "True", "reason": "MetricsRead", "message": "ok"}],
+        timeline={
+            **{key: [2.0, 3.0] for key in ("active", "ready", "warm", "desired")},
+            "t": [0.0, 5.0],
+            "demand": [100.0, 110.0],
+            "p99_ms": [math.nan, 40.0],
+        },
+        load=load,
+        lost=0,
+        outcomes=outcomes if load == "real" else {},
+        metrics_source="prometheus" if load == "real" else "simulated queue",
+        client={"client_cpu_s": 3.0, "loop_lag_p99_ms": 1.2, "loop_lag_max_ms": 4.0, "send_lateness_p99_ms": 2.0},
+    )
+
+
+def test_a_real_run_says_its_figures_were_measured_at_the_client(tmp_path: Path) -> None:
+    write_report(_result("real"), tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["load"] == "real" and summary["figures_from"] == "measured at the client"
+    assert summary["lost"] == 0 and summary["rejected"] == 20 and summary["outcomes"]["ok"] == 980
+    assert summary["timeline"]["p99_ms"] == [None, 40.0], "JSON has no NaN: a second without answers is null"
+    report = (tmp_path / "report.md").read_text()
+    assert "# neuronfleet sandbox demo (real load)" in report
+    for figure in ("requests", "rejected with 429", "lost (sent, never answered)", "within the 50 ms SLO"):
+        line = next(row for row in report.splitlines() if row.startswith(f"| {figure} |"))
+        assert line.endswith("| measured at the client |"), line
+    assert "No model server runs" not in report and "emulated NeuronCore device" in report
+    assert (tmp_path / "timeline.png").stat().st_size > 0
+
+
+def test_a_simulated_run_says_so(tmp_path: Path) -> None:
+    write_report(_result("simulated"), tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["load"] == "simulated" and summary["figures_from"] == "simulated"
+    report = (tmp_path / "report.md").read_text()
+    line = next(row for row in report.splitlines() if row.startswith("| within the 50 ms SLO |"))
+    assert line.endswith("| simulated |")
+    assert "No model server runs in the" in report and "lost (sent" not in report
