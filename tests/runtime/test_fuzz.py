@@ -91,3 +91,50 @@ def test_infer_never_answers_5xx(live_server: LiveServer, body: bytes) -> None:
     else:
         assert status in (400, 413, 429), (status, doc)
         assert isinstance(doc["error"], str) and doc["error"]
+
+
+@st.composite
+def binary_requests(draw: st.DrawFn) -> tuple[bytes, str]:
+    """Near-valid binary tensor requests: sizes, header lengths, datatypes and blobs perturbed."""
+    rows = draw(st.integers(min_value=1, max_value=5))
+    seq = draw(st.integers(min_value=1, max_value=130))
+    datatype = draw(st.sampled_from(["INT64", "INT32", "BYTES", "FP32"]))
+    itemsize = 4 if datatype == "INT32" else 8
+    inputs: list[dict[str, Any]] = []
+    blob = b""
+    for name in draw(st.sampled_from([["input_ids", "attention_mask"], ["attention_mask"], ["text"]])):
+        size = rows * seq * itemsize
+        size = draw(st.sampled_from([size, size - 1, size + 8, 0, 4]))
+        inputs.append(
+            {"name": name, "shape": [rows, seq], "datatype": datatype, "parameters": {"binary_data_size": size}}
+        )
+        blob += draw(st.binary(min_size=max(0, size - 4), max_size=size + 4))
+    doc: dict[str, Any] = {"inputs": inputs}
+    if draw(st.booleans()):
+        doc["parameters"] = {"binary_data_output": draw(json_values)}
+    if draw(st.booleans()):
+        doc["outputs"] = [{"name": draw(st.sampled_from(["embedding", "x"])), "parameters": draw(json_values)}]
+    header = json.dumps(doc).encode()
+    length = draw(st.sampled_from([len(header), len(header) - 1, len(header) + 3, 0]))
+    return header + blob, str(length) if draw(st.integers(0, 9)) else "not-a-number"
+
+
+@settings(max_examples=120, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(request=binary_requests())
+def test_binary_infer_never_answers_5xx(live_server: LiveServer, request: tuple[bytes, str]) -> None:
+    import http.client
+    import urllib.parse
+
+    body, header_length = request
+    parsed = urllib.parse.urlsplit(live_server.url)
+    conn = http.client.HTTPConnection(parsed.hostname or "127.0.0.1", parsed.port, timeout=60)
+    try:
+        conn.request("POST", INFER, body=body, headers={"Inference-Header-Content-Length": header_length})
+        response = conn.getresponse()
+        payload = response.read()
+    finally:
+        conn.close()
+    assert response.status < 500, (response.status, payload[:300])
+    if response.status != 200:
+        assert response.status in (400, 413, 429), (response.status, payload[:300])
+        assert json.loads(payload)["error"]
