@@ -51,6 +51,8 @@ from neuronfleet.demo.terminal import Display, Frame, progress_line, render
 from neuronfleet.metrics.prometheus import PrometheusMetrics
 from neuronfleet.planning.labels import service_name
 from neuronfleet.sandbox import ColdStartProfile
+from neuronfleet.sandbox.prometheus import PrometheusUnavailable
+from neuronfleet.sandbox.prometheus import find_binary as find_prometheus
 from neuronfleet.sandbox.serving import ServingOptions
 from neuronfleet.sim import trace as traces
 
@@ -241,6 +243,10 @@ async def live_demo(options: DemoOptions, console: Console) -> DemoResult:
     )
     display = Display(console, options.live)
     view = ClientView(load)
+    try:
+        find_prometheus()
+    except PrometheusUnavailable as exc:
+        raise DemoError(f"the live demo needs Prometheus: {exc}; or run --load simulated") from None
     async with cluster:
         assert cluster.prometheus is not None and cluster.routers is not None
         settings = operator_settings(example)
