@@ -16,6 +16,11 @@ Usage (async, in the test's loop; fast under ``looptime``)::
         neuron_scheduler_name="neuron-scheduler",  # None: only default-scheduler pods get bound
         cold_start=ColdStartProfile(image_pull_s=30, container_start_s=2, readiness_s=45),
         provisioning_delay_s=60, consolidation_delay_s=30,
+        s3=False,                # True: cluster.s3, moto's S3 on 127.0.0.1 (sandbox.s3)
+        compile_jobs="simulated",  # "real": compile Jobs run `neuronserve compile` here
+        serving=None,            # ServingOptions(): serving pods run `neuronserve serve` (sandbox.serving),
+                                 # with Endpoints/EndpointSlices and cluster.routers (sandbox.router)
+        prometheus=False,        # True (with serving): cluster.prometheus scrapes them (sandbox.prometheus)
     ) as cluster:
         cluster.url               # http://127.0.0.1:<port>
         cluster.kubeconfig_path   # a kubeconfig pointing at it (plain http)
@@ -57,7 +62,8 @@ discovery, OpenAPI v3 (kubectl apply --validate, explain) and v2 (protobuf, kind
 Table output with printer columns; protobuf bodies for Namespace/ConfigMap/Secret/access
 reviews/DeleteOptions (kubectl's typed commands, helm);
 Events from the scheduler, kubelet and provisioner; a request log. Controllers: scheduler,
-kubelet, provisioner, Job (+TTL), disruption (PDB status).
+kubelet, provisioner, Job (+TTL), disruption (PDB status); with ``serving``: endpoints
+(Endpoints and EndpointSlices), a router per Service (least outstanding requests).
 
 Not done: authentication/authorization (every request is allowed; access reviews answer
 allowed), field management of in-process controllers' writes (kubelet, scheduler: only API
@@ -65,7 +71,8 @@ writes record managedFields), unions and atomic maps in server-side apply, schem
 OpenAPI v2 document, protobuf for other kinds, list snapshots at an old resourceVersion,
 controllers for apps/v1 workloads (Deployments, ReplicaSets, DaemonSets, StatefulSets are stored
 only: enough for ``helm install``),
-Jobs with completions or parallelism above 1, Services/endpoints and pod networking, node leases/heartbeats,
+Jobs with completions or parallelism above 1, pod networking (served pods listen on 127.0.0.1,
+each on its own port; Service ClusterIPs route nowhere: use the router), node leases/heartbeats,
 init containers, CEL rules cel-python cannot evaluate (skipped).
 """
 

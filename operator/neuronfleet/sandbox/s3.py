@@ -21,9 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import boto3
 import yaml
-from botocore.exceptions import ClientError
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +103,8 @@ class SandboxS3:
         }
 
     def client(self) -> Any:
+        import boto3  # here: importing the sandbox must not cost boto3's import when S3 is off
+
         return boto3.client(
             "s3",
             endpoint_url=self.endpoint_url,
@@ -114,6 +114,8 @@ class SandboxS3:
         )
 
     def ensure_bucket(self, bucket: str) -> None:
+        from botocore.exceptions import ClientError
+
         client = self.client()
         try:
             client.create_bucket(Bucket=bucket)
