@@ -66,6 +66,7 @@ SCRAPE_INTERVAL_S = 1.0
 #: The client's bounds (the arrivals are checked against them before anything is sent).
 MAX_REQUESTS = 400_000
 CLIENT_TIMEOUT_S = 30.0
+CLIENT_SLACK_S = 120.0
 #: Token ids of one request (a short sentence of all-MiniLM-L6-v2's vocabulary, in the 32 bucket).
 TOKEN_IDS = [101, 7592, 1010, 2023, 2003, 1037, 6251, 2000, 2022, 11157, 2011, 1996, 2944, 1012, 102]
 #: What the demo changes in the example's spec for a few minutes of real time (stated in the report).
@@ -187,7 +188,9 @@ async def run_client(
     body_file.write_bytes(body)
     argv = [sys.executable, "-m", "neuronfleet.demo.loadgen", "--url", url, "--body", str(body_file)]
     argv += ["--arrivals", str(arrivals_file), "--out", str(result_file), "--slo-ms", str(slo_ms)]
-    argv += ["--max-requests", str(MAX_REQUESTS), "--max-seconds", str(load.duration + 1.0)]
+    # A client that falls behind its schedule (a busy machine) still sends every request, late, and
+    # counts the lateness against itself; the bound only stops a client that went wrong.
+    argv += ["--max-requests", str(MAX_REQUESTS), "--max-seconds", str(load.duration + CLIENT_SLACK_S)]
     argv += ["--timeout", str(CLIENT_TIMEOUT_S)]
     with (workdir / "client.log").open("wb") as stderr:
         process = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=stderr)
