@@ -5,9 +5,8 @@ extension (``Inference-Header-Content-Length`` + ``binary_data_size``) and asks 
 (``binary_data_output``); the server must answer both ways, versioned routes must work, unknown
 outputs and texts the tokenizer refuses must get 400s, and every outcome must be counted.
 
-The kserve SDK (``kserve.InferInput.set_data_from_numpy``) writes the same wire format, but it is
-not a test dependency: kserve 0.21 requires ``uvicorn[standard]``, which installs uvloop, and
-Kopf's CLI (KopfRunner in the e2e tests) switches to uvloop whenever it is importable.
+The kserve SDK (``kserve.InferInput.set_data_from_numpy``, binary by default, sent by its
+``InferenceRESTClient``) writes the same wire format and is driven here too.
 """
 
 from __future__ import annotations
@@ -242,3 +241,29 @@ def test_text_the_tokenizer_refuses_gets_400_and_is_counted(live_server: LiveSer
     assert status == 400, doc
     assert "not valid Unicode" in doc["error"]
     assert after["bad_request"] - before["bad_request"] == 1
+
+
+async def test_the_kserve_sdk_with_binary_inputs_gets_the_models_embeddings(
+    live_server: LiveServer, reference: Reference
+) -> None:
+    from kserve import InferenceRESTClient, InferInput, InferRequest, RESTConfig
+    from kserve.protocol.infer_type import RequestedOutput
+
+    ids, mask = _token_arrays(reference, SENTENCES)
+    inputs = []
+    for name, array in (("input_ids", ids), ("attention_mask", mask)):
+        tensor = InferInput(name, list(array.shape), "INT64")
+        tensor.set_data_from_numpy(array)  # binary_data=True: the SDK's default
+        inputs.append(tensor)
+    client = InferenceRESTClient(RESTConfig(protocol="v2", retries=0))
+    expected = reference.embed(SENTENCES)
+    for binary_output in (False, True):
+        request = InferRequest(
+            model_name=MODEL_NAME,
+            infer_inputs=inputs,
+            request_outputs=[RequestedOutput("embedding", {"binary_data": binary_output})],
+        )
+        response = await client.infer(live_server.url, request, model_name=MODEL_NAME)
+        (output,) = response.outputs
+        assert output.name == "embedding"
+        np.testing.assert_allclose(output.as_numpy(), expected, atol=1e-4)
