@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from neuronfleet.api.v1alpha1 import ScalingSpec
-from neuronfleet.planning.scaling import ScalingState, decide
+from neuronfleet.planning.scaling import SERVICE_RATE_DECAY, SERVICE_RATE_RISE, ScalingState, decide
 from neuronfleet.planning.signals import MetricSnapshot
 
 
@@ -253,10 +254,10 @@ def test_service_rate_rises_fast_and_falls_slowly() -> None:
     state = steady(s, 200, 0.5, 4)  # 100/s
     higher = decide(s, state, snap(45, 0, 0.5, rate=204), 4, 4, 45).new_state  # shows 102/s
     assert higher.service_rate is not None
-    assert abs(higher.service_rate - (100 + 0.3 * 2)) < 1e-9
+    assert abs(higher.service_rate - (100 + SERVICE_RATE_RISE * 2)) < 1e-9
     lower = decide(s, state, snap(45, 0, 0.5, rate=196), 4, 4, 45).new_state  # shows 98/s
     assert lower.service_rate is not None
-    assert abs(lower.service_rate - (100 - 0.005 * 2)) < 1e-9
+    assert abs(lower.service_rate - (100 - SERVICE_RATE_DECAY * 2)) < 1e-9
 
 
 def test_arrival_rate_drives_replicas_once_the_service_rate_is_known() -> None:
@@ -319,3 +320,36 @@ def test_demand_prefers_the_arrival_rate_over_a_saturated_queue() -> None:
     assert saturated.demand == 8  # 600 / (100 x 0.8) = 7.5 -> 8, not the in-flight's 500
     no_rate = decide(spec(), ScalingState(), snap(0, 60, 0.1), 4, 4, 0)
     assert no_rate.demand == no_rate.recommendation == 6
+
+
+def test_trend_adds_the_rise_expected_within_a_cold_start() -> None:
+    from neuronfleet.planning.scaling import _trend
+
+    # 10 -> 16 replicas over 1200 s: 0.005 per second; 480 s ahead: 16 + 2.4.
+    assert _trend(((0, 10.0), (600, 13.0), (1200, 16.0)), 480) == pytest.approx(18.4)
+    # The line, not the last reading: 10, 16, 13 has its line at 14.5 by 1200 s (slope 0.0025/s).
+    assert _trend(((0, 10.0), (600, 16.0), (1200, 13.0)), 480) == pytest.approx(14.5 + 1.2)
+    assert _trend(((0, 16.0), (600, 13.0), (1200, 10.0)), 480) is None  # falling
+    assert _trend(((0, 10.0), (300, 13.0), (600, 16.0)), 480) is None  # under half of the 1800 s window
+
+
+def test_a_rising_demand_asks_ahead_and_a_scale_up_measures_the_cold_start() -> None:
+    s = spec()
+    state = steady(s, 400, 0.5, 4)  # 200/s per replica; rate signal = arrivals / 160
+    rate, now, current = 400.0, 30, 4
+    for _ in range(61):  # +16/s every 15 s over 915 s: a slope of 0.00667 replicas per second
+        now += 15
+        rate += 16
+        # The 4 ready replicas get busier (200/s each at full use); the pods asked for are starting.
+        decision = decide(s, state, snap(now, 0, min(1.0, rate / 800), rate=rate), current, 4, now)
+        state, current = decision.new_state, decision.desired
+    assert decision.signals["trend"] > decision.signals["rate"]
+    # 1376/s / 160 = 8.6 now; the trend adds 0.1/15 s x 480 s = 3.2: 11.8 -> 12.
+    assert decision.signals["rate"] == pytest.approx(1376 / 160)
+    assert decision.signals["trend"] == pytest.approx(1376 / 160 + 0.1 / 15 * 480)
+    assert decision.desired == 12
+    assert state.cold_start is None and state.launches
+    # All the pods asked for serve 200 s after the last scale-up: the scale-ups' waits are measured.
+    later = decide(s, state, snap(now + 200, 0, 0.5, rate=rate), current, current, now + 200)
+    assert later.new_state.launches == ()
+    assert later.new_state.cold_start is not None and 200 <= later.new_state.cold_start <= 200 + 915

@@ -21,6 +21,10 @@ The rule, in order:
      ``panic_threshold x ready``: a bounded queue saturates, so beyond that a reading says
      "overloaded", not "by how much", and re-deciding against the ready replicas each tick keeps
      pods in a cold start from compounding;
+   - trend (a rising demand is met a cold start late): where the least-squares line of the rate
+     signal over :data:`TREND_WINDOW_SECONDS` will be one cold start after now, when it rises. The
+     cold start is measured here: the time from a scale-up until the ready count reaches it
+     (smoothed; :data:`ASSUMED_COLD_START_SECONDS` until then);
    - until the service rate is known: load ``(queue_depth + in_flight) / target_queue_depth`` (with
      the same bound) and utilization ``utilization * ready / target_utilization``. Neither is used
      afterwards: under dynamic batching in-flight requests grow with the batch size and the
@@ -38,6 +42,8 @@ The rule, in order:
    those in the scale-down window; rate policies limit the change against the replica count at the
    start of each policy's period, and ``select_policy`` picks the most (Max) or least (Min)
    permissive, or forbids the direction (Disabled).
+   The scale-down window is the longer of the stabilization window and ``scale_down_delay_seconds``
+   (default 30 minutes: a released replica takes minutes to get back on Inf2, and bursts recur).
 5. ``min_replicas`` / ``max_replicas`` bound the result. Manual mode returns ``replicas``.
 
 The panic signal is the snapshot's instantaneous load; a live reader that can average queue depth
@@ -59,7 +65,7 @@ MIN_PANIC_HOLD_SECONDS = 60.0
 SERVICE_RATE_RISE = 0.3
 #: Weight of an observation below it: under dynamic batching a lightly loaded replica runs small
 #: batches and shows less than it can do, so the estimate forgets a higher figure only slowly.
-SERVICE_RATE_DECAY = 0.005
+SERVICE_RATE_DECAY = 0.0005
 #: Below this utilization the service-rate estimate is too noisy to update.
 SERVICE_RATE_MIN_UTILIZATION = 0.2
 #: The ready count and arrival rate must have held this long for a service-rate measurement.
@@ -68,6 +74,15 @@ STEADY_SECONDS = 30.0
 STEADY_RATE_CHANGE = 0.05
 #: Above this utilization a replica may be saturated: arrivals then overstate what it serves.
 SERVICE_RATE_MAX_UTILIZATION = 0.95
+#: Window over which the demand's trend (least-squares slope of the rate signal) is taken.
+TREND_WINDOW_SECONDS = 1800.0
+#: Cold start (scale-up to serving) assumed until one is measured: the warm pool's assumed pod plus
+#: node cold starts (300 s + 180 s).
+ASSUMED_COLD_START_SECONDS = 480.0
+#: Weight of a new cold-start measurement.
+COLD_START_SMOOTHING = 0.3
+#: Scale-ups not served within this long are forgotten (replaced, cancelled or failed).
+MAX_LAUNCH_AGE_SECONDS = 3600.0
 #: Seconds within which a backlog should be worked off by added replicas (backlog signal).
 BACKLOG_DRAIN_SECONDS = 60.0
 #: Longest rate-policy period the API allows; older scale events are forgotten.
@@ -92,6 +107,13 @@ class ScalingState:
     #: while both held still, since the rate, utilization and ready count are sampled over different
     #: windows and at different times.
     recent: tuple[tuple[float, int, float | None], ...] = ()
+    #: (time, rate signal) within :data:`TREND_WINDOW_SECONDS`, for the trend.
+    rates: tuple[tuple[float, float], ...] = ()
+    #: (time, replicas) of scale-ups whose pods are not all ready yet: when ready reaches the count,
+    #: the time it took is a measured cold start.
+    launches: tuple[tuple[float, int], ...] = ()
+    #: Seconds from a scale-up to its pods serving, once measured.
+    cold_start: float | None = None
 
 
 @dataclass(frozen=True)
@@ -169,6 +191,37 @@ def _update_service_rate(
     return previous + gain * (observed - previous)
 
 
+def _trend(rates: tuple[tuple[float, float], ...], horizon: float) -> float | None:
+    """Where the rate signal's least-squares line over the window will be ``horizon`` seconds after
+    its last sample, if rising (None while the window is less than half full, or not rising). The
+    line, not the last sample: one noisy reading must not be extrapolated."""
+    if len(rates) < 3 or rates[-1][0] - rates[0][0] < TREND_WINDOW_SECONDS / 2:
+        return None
+    times = [t for t, _ in rates]
+    values = [v for _, v in rates]
+    mean_t, mean_v = sum(times) / len(times), sum(values) / len(values)
+    spread = sum((t - mean_t) ** 2 for t in times)
+    slope = sum((t - mean_t) * (v - mean_v) for t, v in rates) / spread
+    if slope <= 0:
+        return None
+    return mean_v + slope * (times[-1] - mean_t + horizon)
+
+
+def _measure_cold_start(
+    launches: tuple[tuple[float, int], ...], previous: float | None, ready: int, now: float
+) -> tuple[tuple[tuple[float, int], ...], float | None]:
+    """Scale-ups still waiting for their pods, and the cold-start estimate updated with those served."""
+    measured = previous
+    waiting = []
+    for started, target in launches:
+        if ready >= target:
+            took = now - started
+            measured = took if measured is None else measured + COLD_START_SMOOTHING * (took - measured)
+        elif started > now - MAX_LAUNCH_AGE_SECONDS:
+            waiting.append((started, target))
+    return tuple(waiting), measured
+
+
 def _period_change(events: tuple[tuple[float, int], ...], now: float, period: float, sign: int) -> int:
     """Replicas added (sign=1) or removed (sign=-1) by events within ``period`` before ``now``."""
     return sum(sign * change for t, change in events if t > now - period and sign * change > 0)
@@ -233,6 +286,14 @@ def decide(
     steady = snapshot.arrival_rate is not None and _steady(state.recent, ready, snapshot.arrival_rate, now)
     service_rate = _update_service_rate(spec, snapshot, ready, state.service_rate, steady)
     recent = (*(x for x in state.recent if x[0] > now - 2 * STEADY_SECONDS), (now, ready, snapshot.arrival_rate))
+    launches, cold_start = _measure_cold_start(state.launches, state.cold_start, ready, now)
+    rates = tuple((t, v) for t, v in state.rates if t > now - TREND_WINDOW_SECONDS)
+    if "rate" in signals:
+        rates = (*rates, (now, signals["rate"]))
+        # A rising demand is met a cold start late: ask now for where its trend will be by then.
+        trend = _trend(rates, cold_start if cold_start is not None else ASSUMED_COLD_START_SECONDS)
+        if trend is not None and trend > signals["rate"]:
+            signals["trend"] = trend
     down_window = max(spec.behavior.scale_down.stabilization_window_seconds, spec.scale_down_delay_seconds)
     horizon = max(
         spec.behavior.scale_up.stabilization_window_seconds,
@@ -244,7 +305,15 @@ def decide(
     if not signals:
         desired = _clamp(current, low, high)
         new_state = ScalingState(
-            recommendations, events, state.panic_since, state.panic_last_triggered, service_rate, recent
+            recommendations,
+            events,
+            state.panic_since,
+            state.panic_last_triggered,
+            service_rate,
+            recent,
+            rates,
+            launches,
+            cold_start,
         )
         if desired != current:
             new_state = _with_event(new_state, now, desired - current)
@@ -309,7 +378,14 @@ def decide(
     bounded = _clamp(desired, low, high)
     if bounded != desired:
         notes.append(f"bounded to [{low}, {high}]")
-    new_state = ScalingState(recommendations, events, panic_since, panic_last, service_rate, recent)
+    if bounded > max(current, ready):
+        launches = (*launches, (now, bounded))
+    elif bounded < current:
+        # Scale-ups above the new count will never be reached.
+        launches = tuple((t, target) for t, target in launches if target <= bounded)
+    new_state = ScalingState(
+        recommendations, events, panic_since, panic_last, service_rate, recent, rates, launches, cold_start
+    )
     if bounded != current:
         new_state = _with_event(new_state, now, bounded - current)
     reason = f"{_describe(signals)} -> {recommendation}"
