@@ -32,8 +32,8 @@ redistributable.
 
     .venv/bin/python bench/bench_fleet.py [--quick] [--jobs N] [--only conv-1h/superpose,...] [--plots]
 
-``--quick`` sweeps three settings per family (the default and its neighbours) and NASA's first
-and second weeks shortened to two weekdays each (5-6 and 11-12 July).
+``--narrow`` sweeps three settings per family (the default and its neighbours) on the full spans;
+``--quick`` does that and shortens NASA's weeks to two weekdays each (tune 5-6, score 11-12 July).
 """
 
 from __future__ import annotations
@@ -219,6 +219,7 @@ def scenario_figures(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="three settings per family, NASA 2 + 2 weekdays")
+    parser.add_argument("--narrow", action="store_true", help="three settings per family, full spans")
     parser.add_argument("--jobs", type=int, default=runner.default_jobs(), help="parallel simulations")
     parser.add_argument("--only", default="", help="comma-separated scenario names (default: all)")
     parser.add_argument("--plots", action="store_true", help="also write PNG plots to bench/results/")
@@ -239,7 +240,8 @@ def main() -> int:
     cases: list[dict[str, Any]] = []
     for scenario in todo:
         console.print(f"[bold]{scenario.name}[/bold]: tune {scenario.tune}, score {scenario.score}")
-        scenario_fig, rows = run_scenario(scenario, traces, profile, args.quick, args.jobs, console, args.plots)
+        narrow = args.quick or args.narrow
+        scenario_fig, rows = run_scenario(scenario, traces, profile, narrow, args.jobs, console, args.plots)
         figures.update(scenario_fig)
         cases.extend(rows)
         for key, value in scenario_fig.items():
@@ -255,6 +257,7 @@ def main() -> int:
         "seed": SEED,
         "slo_target": SLO_TARGET,
         "quick": args.quick,
+        "narrow": args.narrow or args.quick,
         "jobs": args.jobs,
         "scenarios": [{"name": s.name, "arrivals": s.arrivals, "tune_s": s.tune, "score_s": s.score} for s in todo],
         "grids": {k: list(v) for k, v in runner.GRIDS.items() if k in FAMILIES},
