@@ -173,6 +173,16 @@ class ClientView:
     def utilization(self) -> float:
         return 0.0 if math.isnan(self.utilization_now) else self.utilization_now
 
+    def status(self) -> str:
+        """The client's counts so far and the last second's latency, for the live view."""
+        counts = self.last.get("counts") or {}
+        p99 = self.last.get("p99_ms")
+        return (
+            f"client: sent {self.last.get('sent', 0):,}, answered ok {counts.get('ok', 0):,}, 429 "
+            f"{counts.get('rejected', 0):,}, lost {counts.get('lost', 0):,}; last second p99 "
+            f"{'-' if p99 is None else f'{p99:.0f} ms'}, client loop lag {self.last.get('loop_lag_max_ms', 0):.0f} ms"
+        )
+
     @property
     def p99_ms(self) -> float:
         value = self.last.get("p99_ms")

@@ -85,8 +85,16 @@ def render(frame: Frame, view: FleetView, recorder: Recorder) -> Group:
         ),
         style="dim",
     )
+    status = getattr(recorder.load, "status", None)
+    client = Text(status() if callable(status) else "", style="cyan")
     return Group(
-        head, load, nodes, events, Panel(cluster_events, title="cluster events"), Panel(conds, title="conditions")
+        head,
+        load,
+        client,
+        nodes,
+        events,
+        Panel(cluster_events, title="cluster events"),
+        Panel(conds, title="conditions"),
     )
 
 
