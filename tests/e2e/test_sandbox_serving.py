@@ -419,6 +419,7 @@ async def test_prometheus_outage_holds_the_fleet_and_says_so_then_it_scales_down
         "targetUtilization": 0.9,
         "intervalSeconds": 1,
         "panicWindowSeconds": 0,
+        "scaleDownDelaySeconds": 0,  # the stabilization window alone: the test waits for a scale-down
         "behavior": {
             "scaleUp": {
                 "stabilizationWindowSeconds": 0,
