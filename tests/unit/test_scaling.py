@@ -353,3 +353,22 @@ def test_a_rising_demand_asks_ahead_and_a_scale_up_measures_the_cold_start() -> 
     later = decide(s, state, snap(now + 200, 0, 0.5, rate=rate), current, current, now + 200)
     assert later.new_state.launches == ()
     assert later.new_state.cold_start is not None and 200 <= later.new_state.cold_start <= 200 + 915
+
+
+def test_recommendations_before_the_service_rate_is_known_do_not_hold_the_fleet() -> None:
+    s = spec(scaleDownDelaySeconds=1800)
+
+    def busy(now: float) -> MetricSnapshot:
+        return MetricSnapshot(time=now, queue_depth=0, in_flight=80, arrival_rate=400, utilization=0.9)
+
+    state, current = ScalingState(), 4
+    for now in (0, 15, 30):
+        decision = decide(s, state, busy(now), current, 4, now)
+        state, current = decision.new_state, decision.desired
+        assert decision.recommendation == 8  # in flight 80 / 10, at most 2 x 4 ready
+    # At 30 s the rate and the 4 ready replicas had held still: 400 / (0.9 x 4) = 111/s per replica.
+    assert state.service_rate == pytest.approx(400 / 3.6)
+    decision = decide(s, state, busy(45), current, 4, 45)
+    assert decision.signals["rate"] == pytest.approx(4.5)  # 400 / (111 x 0.8)
+    assert decision.desired == 5  # the earlier 8s, made without it, no longer hold the fleet
+    assert decision.new_state.recommendations == ((45, 5),)

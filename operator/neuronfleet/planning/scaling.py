@@ -300,6 +300,11 @@ def decide(
         down_window,
     )
     recommendations = tuple((t, r) for t, r in state.recommendations if t > now - horizon)
+    if "rate" in signals and not state.rates:
+        # The first decision on the measured service rate: the busy-ratio and in-flight signals it
+        # replaces overstate the demand under batching, so their recommendations must not hold the
+        # fleet up for a scale-down window.
+        recommendations = ()
     events = tuple((t, c) for t, c in state.scale_events if t > now - MAX_POLICY_PERIOD_SECONDS)
 
     if not signals:
