@@ -44,7 +44,7 @@ from neuronfleet.sandbox import ColdStartProfile, SandboxCluster
 from neuronfleet.sandbox.endpoints import ready_endpoints
 from neuronfleet.sandbox.serving import ServingOptions
 
-pytestmark = [pytest.mark.looptime(False), pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.looptime(False), pytest.mark.slow, pytest.mark.timeout(420)]
 
 BIN = Path(sys.executable).parent
 NAME = "minilm-embeddings"
@@ -254,18 +254,19 @@ def manifest(store: Path, **sections: Any) -> dict[str, Any]:
 
 
 class Load:
-    """``clients`` closed-loop clients posting to the router; at most ``limit`` requests in all."""
+    """``clients`` closed-loop clients posting to the router; at most ``limit`` requests and ``seconds``."""
 
-    def __init__(self, url: str, clients: int, limit: int) -> None:
+    def __init__(self, url: str, clients: int, limit: int, seconds: float = 120.0) -> None:
         self.url = f"{url}/v2/models/all-minilm-l6-v2/infer"
         self.clients, self.limit = clients, limit
+        self.deadline = time.monotonic() + seconds
         self.statuses: Counter[int] = Counter()
         self.errors: list[str] = []
         self.sent = 0
         self._tasks: list[asyncio.Task[None]] = []
 
     async def _client(self, session: aiohttp.ClientSession) -> None:
-        while self.sent < self.limit:
+        while self.sent < self.limit and time.monotonic() < self.deadline:
             self.sent += 1
             status = 0
             try:
