@@ -76,6 +76,9 @@ LIVE_SPEC_CHANGES = {
         # tens of them (each start takes CPU from the servers already behind).
         "maxReplicas": 6,
         "intervalSeconds": 5,
+        # The CRD's default holds replicas for 30 minutes after their last need (Inf2 cold starts are
+        # minutes); the demo shows a scale-down within its few minutes.
+        "scaleDownDelaySeconds": 60,
         "targetUtilization": 0.5,
         "behavior": {
             "scaleDown": {
