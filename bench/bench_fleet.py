@@ -33,7 +33,9 @@ redistributable.
     .venv/bin/python bench/bench_fleet.py [--quick] [--jobs N] [--only conv-1h/superpose,...] [--plots]
 
 ``--narrow`` sweeps three settings per family (the default and its neighbours) on the full spans;
-``--quick`` does that and shortens NASA's weeks to two weekdays each (tune 5-6, score 11-12 July).
+``--quick`` does that and shortens NASA's weeks to two weekdays each (tune 5-6, score 11-12 July),
+and writes ``fleet-quick.json`` (not the reference ``fleet.json``). The result file is rewritten
+after each scenario, so an interrupted run keeps what it finished.
 """
 
 from __future__ import annotations
@@ -223,6 +225,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=runner.default_jobs(), help="parallel simulations")
     parser.add_argument("--only", default="", help="comma-separated scenario names (default: all)")
     parser.add_argument("--plots", action="store_true", help="also write PNG plots to bench/results/")
+    parser.add_argument("--name", help="result file bench/results/NAME.json (default: fleet, fleet-quick)")
     args = parser.parse_args()
     for path in (CONV, NASA):
         if not path.exists():
@@ -238,17 +241,7 @@ def main() -> int:
     started = time.perf_counter()
     figures: dict[str, Any] = {}
     cases: list[dict[str, Any]] = []
-    for scenario in todo:
-        console.print(f"[bold]{scenario.name}[/bold]: tune {scenario.tune}, score {scenario.score}")
-        narrow = args.quick or args.narrow
-        scenario_fig, rows = run_scenario(scenario, traces, profile, narrow, args.jobs, console, args.plots)
-        figures.update(scenario_fig)
-        cases.extend(rows)
-        for key, value in scenario_fig.items():
-            if ".done." in key or key.endswith(".wall_s"):
-                console.print(f"  {key}: {value}")
-    figures["done.all_met"] = all(v for k, v in figures.items() if k.endswith(".done.met"))
-    figures["bench_wall_s"] = round(time.perf_counter() - started, 1)
+    name = args.name or ("fleet-quick" if args.quick else "fleet")
     params = {
         "traces": {"conv": CONV.name, "nasa": NASA.name},
         "trace_attribution": [report.ATTRIBUTION, report.NASA_ATTRIBUTION],
@@ -263,7 +256,20 @@ def main() -> int:
         "grids": {k: list(v) for k, v in runner.GRIDS.items() if k in FAMILIES},
         "defaults": {k: v for k, v in runner.DEFAULTS.items() if k in FAMILIES},
     }
-    path = write_result("fleet", params, figures, cases)
+    for scenario in todo:
+        console.print(f"[bold]{scenario.name}[/bold]: tune {scenario.tune}, score {scenario.score}")
+        narrow = args.quick or args.narrow
+        scenario_fig, rows = run_scenario(scenario, traces, profile, narrow, args.jobs, console, args.plots)
+        figures.update(scenario_fig)
+        cases.extend(rows)
+        for key, value in scenario_fig.items():
+            if ".done." in key or key.endswith(".wall_s"):
+                console.print(f"  {key}: {value}")
+        figures["bench_wall_s"] = round(time.perf_counter() - started, 1)
+        write_result(name, params, figures, cases)
+    figures["done.all_met"] = all(v for k, v in figures.items() if k.endswith(".done.met"))
+    figures["bench_wall_s"] = round(time.perf_counter() - started, 1)
+    path = write_result(name, params, figures, cases)
     console.print(f"wrote {path}")
     console.print(report.ATTRIBUTION)
     console.print(report.NASA_ATTRIBUTION)
