@@ -69,6 +69,7 @@ def test_a_real_run_says_its_figures_were_measured_at_the_client(tmp_path: Path)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["load"] == "real" and summary["figures_from"] == "measured at the client"
     assert summary["lost"] == 0 and summary["rejected"] == 20 and summary["outcomes"]["ok"] == 980
+    assert summary["within_slo_fraction"] == summary["slo_attainment"] == 0.97
     assert summary["timeline"]["p99_ms"] == [None, 40.0], "JSON has no NaN: a second without answers is null"
     report = (tmp_path / "report.md").read_text()
     assert "# neuronfleet sandbox demo (real load)" in report
