@@ -303,6 +303,8 @@ def spec_overrides(prometheus_url: str) -> dict[str, Any]:
             "targetUtilization": 0.9,
             "intervalSeconds": 1,
             "panicWindowSeconds": 0,
+            # The CRD's default holds replicas for 30 minutes; this test measures the stabilization window.
+            "scaleDownDelaySeconds": 0,
             "behavior": {
                 "scaleUp": {
                     "stabilizationWindowSeconds": 0,
