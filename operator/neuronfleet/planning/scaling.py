@@ -10,23 +10,24 @@ The rule, in order:
 
 1. Signals, each turned into a replica count (float):
    - arrival rate (primary, once a per-replica service rate is known):
-     ``(arrival_rate + queue_depth / BACKLOG_DRAIN_SECONDS) / (service_rate * target_utilization)``.
-     Linear in the demand, and it sees a ramp before queues build. The service rate is what a
-     replica has been seen to serve: ``arrival_rate / (utilization * ready)`` measured only while
-     the ready count and the arrival rate held still for :data:`STEADY_SECONDS` (the three are
-     sampled over different windows) and the device was neither idle nor saturated, folded into an
-     estimate that rises quickly and falls slowly: under dynamic batching a lightly loaded replica
-     runs small batches, keeps its device busy for less work and so shows less than it can serve;
-   - queue (bursts shorter than the rate window): ``queue_depth / target_queue_depth``, at most
-     ``panic_threshold x ready``: a bounded queue saturates, so beyond that a reading says
-     "overloaded", not "by how much", and re-deciding against the ready replicas each tick keeps
-     pods in a cold start from compounding;
+     ``arrival_rate / (service_rate * target_utilization)``. Linear in the demand, and it sees a
+     ramp before queues build. The service rate is what a replica has been seen to serve:
+     ``arrival_rate / (utilization * ready)`` measured only while the ready count and the arrival
+     rate held still for :data:`STEADY_SECONDS` (the three are sampled over different windows) and
+     the device was neither idle nor saturated, folded into an estimate that rises quickly and
+     falls slowly: under dynamic batching a lightly loaded replica runs small batches, keeps its
+     device busy for less work and so shows less than it can serve;
+   - burst (shorter than the rate's window, so seen only as a queue): when more than
+     ``target_queue_depth`` requests per ready replica are queued, the ready replicas plus what
+     the excess needs if it arrived within :data:`BURST_SECONDS`;
    - trend (a rising demand is met a cold start late): where the least-squares line of the rate
      signal over :data:`TREND_WINDOW_SECONDS` will be one cold start after now, when it rises. The
      cold start is measured here: the time from a scale-up until the ready count reaches it
      (smoothed; :data:`ASSUMED_COLD_START_SECONDS` until then);
-   - until the service rate is known: load ``(queue_depth + in_flight) / target_queue_depth`` (with
-     the same bound) and utilization ``utilization * ready / target_utilization``. Neither is used
+   - until the service rate is known: load ``(queue_depth + in_flight) / target_queue_depth``, at
+     most ``panic_threshold x ready`` (a bounded queue saturates, so beyond that a reading says
+     "overloaded", not "by how much"; relative to the ready count, pods still cold-starting do not
+     make it compound), and utilization ``utilization * ready / target_utilization``. Neither is used
      afterwards: under dynamic batching in-flight requests grow with the batch size and the
      device-busy ratio stays high at low load, so both overstate the replicas a demand needs.
    The recommendation is their maximum. Within ``tolerance`` of the current count it is the
@@ -83,8 +84,10 @@ ASSUMED_COLD_START_SECONDS = 480.0
 COLD_START_SMOOTHING = 0.3
 #: Scale-ups not served within this long are forgotten (replaced, cancelled or failed).
 MAX_LAUNCH_AGE_SECONDS = 3600.0
-#: Seconds within which a backlog should be worked off by added replicas (backlog signal).
-BACKLOG_DRAIN_SECONDS = 60.0
+#: A queue beyond its usual depth counts as requests that arrived within this many seconds: a
+#: burst the 1-minute arrival rate cannot show, caught part-way (a 15 s scrape samples it at a
+#: random instant).
+BURST_SECONDS = 0.25
 #: Longest rate-policy period the API allows; older scale events are forgotten.
 MAX_POLICY_PERIOD_SECONDS = 1800.0
 
@@ -144,18 +147,16 @@ def _signals(spec: ScalingSpec, snapshot: MetricSnapshot, ready: int, service_ra
     if snapshot.arrival_rate is not None and service_rate:
         # Arrivals over what a replica has been seen to serve: linear in the demand, unlike the
         # device-busy ratio (small batches at low load keep it high) and in-flight counts (a larger
-        # batch holds more requests at once). Requests already queued are worked off within
-        # BACKLOG_DRAIN_SECONDS on top.
-        queued = snapshot.queue_depth or 0.0
-        signals["rate"] = (snapshot.arrival_rate + queued / BACKLOG_DRAIN_SECONDS) / (
-            service_rate * spec.target_utilization
-        )
-        if snapshot.queue_depth is not None:
-            # Bursts shorter than the rate window show only as a queue. Queues are bounded: past
-            # saturation the reading measures the bound, not the demand, so one reading justifies at
-            # most panic_threshold x the replicas serving (relative to the ready count, as HPA's
-            # ratio is, so pods still cold-starting do not make it compound).
-            signals["queue"] = min(snapshot.queue_depth / spec.target_queue_depth, cap)
+        # batch holds more requests at once).
+        per_replica = service_rate * spec.target_utilization
+        signals["rate"] = snapshot.arrival_rate / per_replica
+        queued = snapshot.queue_depth
+        if queued is not None and queued > spec.target_queue_depth * ready:
+            # A burst shorter than the rate's window shows only as a queue: the ready replicas
+            # could not keep up, by the queue's excess over its usual depth arriving within about
+            # BURST_SECONDS.
+            excess = queued - spec.target_queue_depth * ready
+            signals["burst"] = ready + excess / (BURST_SECONDS * per_replica)
         return signals
     # Before a service rate is known: queued plus in-flight requests, and the device-busy ratio.
     if snapshot.load is not None:
