@@ -371,3 +371,18 @@ def test_recommendations_before_the_service_rate_is_known_do_not_hold_the_fleet(
     assert decision.signals["rate"] == pytest.approx(4.5)  # 400 / (111 x 0.8)
     assert decision.desired == 5  # the earlier 8s, made without it, no longer hold the fleet
     assert decision.new_state.recommendations == ((45, 5),)
+
+
+def test_a_falling_demand_is_followed_down_at_half_its_trend() -> None:
+    s = spec(scaleDownDelaySeconds=1800, tolerance=0)
+    state = steady(s, 400, 0.5, 4)  # 200/s per replica: the rate signal is arrivals / 160
+    current = 20
+    for k in range(81):  # the rate signal falls from 20 by 0.15 every 15 s, to 8 at 1245 s
+        now = 45 + 15 * k
+        rate = 160 * (20 - 0.15 * k)
+        decision = decide(s, state, snap(now, 0, min(1.0, rate / 4000), rate=rate), current, 20, now)
+        state, current = decision.new_state, decision.desired
+    assert decision.recommendation == 8
+    # Held with its level, the first recommendations (20 until 135 s) would keep 20. Lowered by half
+    # the decline since (0.005 per second), 20 at 135 s is 20 - 0.005 x 1110 = 14.45 -> 15 now.
+    assert decision.desired == 15

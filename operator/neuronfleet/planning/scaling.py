@@ -45,6 +45,9 @@ The rule, in order:
    permissive, or forbids the direction (Disabled).
    The scale-down window is the longer of the stabilization window and ``scale_down_delay_seconds``
    (default 30 minutes: a released replica takes minutes to get back on Inf2, and bursts recur).
+   While the rate signal's trend line falls, each recommendation that window holds is lowered by
+   :data:`DECLINE_CREDIT` of the decline since it was made: the fleet keeps its headroom for bursts
+   and follows the decline instead of holding the level of its peak.
 5. ``min_replicas`` / ``max_replicas`` bound the result. Manual mode returns ``replicas``.
 
 The panic signal is the snapshot's instantaneous load; a live reader that can average queue depth
@@ -77,6 +80,9 @@ STEADY_RATE_CHANGE = 0.05
 SERVICE_RATE_MAX_UTILIZATION = 0.95
 #: Window over which the demand's trend (least-squares slope of the rate signal) is taken.
 TREND_WINDOW_SECONDS = 1800.0
+#: Share of a falling trend's decline credited against the recommendations the scale-down window
+#: holds.
+DECLINE_CREDIT = 0.5
 #: Cold start (scale-up to serving) assumed until one is measured: the warm pool's assumed pod plus
 #: node cold starts (300 s + 180 s).
 ASSUMED_COLD_START_SECONDS = 480.0
@@ -192,20 +198,26 @@ def _update_service_rate(
     return previous + gain * (observed - previous)
 
 
+def _line(rates: tuple[tuple[float, float], ...]) -> tuple[float, float, float] | None:
+    """The least-squares line of the rate signal as (mean time, mean value, slope); None while the
+    window is less than half full."""
+    if len(rates) < 3 or rates[-1][0] - rates[0][0] < TREND_WINDOW_SECONDS / 2:
+        return None
+    times = [t for t, _ in rates]
+    mean_t, mean_v = sum(times) / len(times), sum(v for _, v in rates) / len(rates)
+    spread = sum((t - mean_t) ** 2 for t in times)
+    return mean_t, mean_v, sum((t - mean_t) * (v - mean_v) for t, v in rates) / spread
+
+
 def _trend(rates: tuple[tuple[float, float], ...], horizon: float) -> float | None:
     """Where the rate signal's least-squares line over the window will be ``horizon`` seconds after
     its last sample, if rising (None while the window is less than half full, or not rising). The
     line, not the last sample: one noisy reading must not be extrapolated."""
-    if len(rates) < 3 or rates[-1][0] - rates[0][0] < TREND_WINDOW_SECONDS / 2:
+    line = _line(rates)
+    if line is None or line[2] <= 0:
         return None
-    times = [t for t, _ in rates]
-    values = [v for _, v in rates]
-    mean_t, mean_v = sum(times) / len(times), sum(values) / len(values)
-    spread = sum((t - mean_t) ** 2 for t in times)
-    slope = sum((t - mean_t) * (v - mean_v) for t, v in rates) / spread
-    if slope <= 0:
-        return None
-    return mean_v + slope * (times[-1] - mean_t + horizon)
+    mean_t, mean_v, slope = line
+    return mean_v + slope * (rates[-1][0] - mean_t + horizon)
 
 
 def _measure_cold_start(
@@ -361,7 +373,16 @@ def decide(
         up_cut = now - spec.behavior.scale_up.stabilization_window_seconds
         down_cut = now - down_window
         up_rec = min(r for t, r in recommendations if t > up_cut or t == now)
-        down_rec = max(r for t, r in recommendations if t > down_cut or t == now)
+        held = [(t, r) for t, r in recommendations if t > down_cut or t == now]
+        down_rec = max(r for _, r in held)
+        line = _line(rates)
+        if line is not None and line[2] < 0:
+            # A falling demand: each recommendation is held lowered by the decline since it was
+            # made (at DECLINE_CREDIT of the trend line's slope), so the fleet keeps its headroom
+            # for bursts yet follows the decline instead of holding the level of its peak.
+            slope = line[2] * DECLINE_CREDIT
+            following = math.ceil(max(r + slope * (now - t) for t, r in held) - 1e-9)
+            down_rec = max(recommendation, min(down_rec, following))
         stabilized = current
         if stabilized < up_rec:
             stabilized = up_rec
