@@ -1,12 +1,19 @@
-"""Benchmark: N InferenceDeployments converging on the sandbox, driven by a real operator process.
+"""Benchmark: N InferenceDeployments converging on the sandbox, then idle, driven by a real operator process.
 
 The sandbox (API server, scheduler, kubelet) runs in this process; the operator runs as its own
 ``neuronfleet run`` process against it, so its CPU seconds and peak RSS are its own (read from
-/proc). Wall time runs from the first create until every deployment reports Ready. Real time, not
-looptime: the operator is another process.
+/proc). Two phases, in real time (the operator is another process, so no looptime):
 
-Writes bench/results/operator.json: figures ``resources``, ``converge_wall_s``, ``operator_cpu_s``,
-``operator_peak_rss_mb``, plus ``requests`` (API calls the server answered) and ``pods``.
+1. converge: from the first create until every deployment reports Ready;
+2. steady state: ``--steady`` seconds more with nothing changing. The operator keeps reconciling
+   every deployment each ``--interval``; its CPU over the window, per deployment per reconcile
+   cycle, is the cost of watching a fleet (goal <= 0.1 s), and the API writes it makes (status
+   patches, Events, pods: the server's request log) per idle deployment per hour should be 0.
+
+Writes bench/results/operator.json: figures ``resources``, ``converge_wall_s``, ``operator_cpu_s``
+(convergence), ``operator_peak_rss_mb`` (whole run), ``steady_cpu_s_per_deployment_cycle``,
+``steady_reconcile_cycles``, ``idle_writes_per_deployment_hour``, ``steady_requests_per_deployment_cycle``,
+plus ``requests`` (API calls during convergence) and ``pods``.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from typing import Any
 from _common import write_result
 from neuronfleet.api.v1alpha1 import GROUP, PLURAL, InferenceDeployment
 from neuronfleet.kube.builders import build_priority_classes
+from neuronfleet.planning.status import find_condition
 from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
 from neuronfleet.sandbox.artifacts import record_uncompiled_artifact
 
@@ -62,7 +70,19 @@ def _record(manifest: dict[str, Any], store: Path) -> None:
     record_uncompiled_artifact(InferenceDeployment.model_validate(manifest).spec, store, "bench")
 
 
-async def run(count: int, timeout: float) -> dict[str, Any]:
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def _requests_since(log: Any, marker: Any) -> list[Any]:
+    """The request records appended after ``marker`` (the log is a bounded deque)."""
+    records = list(log)
+    for index in range(len(records) - 1, -1, -1):
+        if records[index] is marker:
+            return records[index + 1 :]
+    return records
+
+
+async def run(count: int, timeout: float, interval: float, steady: float) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-operator-"))
     model_dir, store = work / "model", work / "artifacts"
     model_dir.mkdir()
@@ -78,10 +98,11 @@ async def run(count: int, timeout: float) -> dict[str, Any]:
         manifests = [_manifest(i, model_dir, store) for i in range(count)]
         _record(manifests[0], store)
         env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig_path)}
+        operator_log = work / "operator.log"
         operator = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "neuronfleet.cli", "run", "--kubeconfig", str(cluster.kubeconfig_path),
-            "--artifact-store", str(store), "--interval", "10",
-            env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            "--artifact-store", str(store), "--interval", str(interval),
+            env=env, stdout=asyncio.subprocess.DEVNULL, stderr=operator_log.open("wb"),
         )  # fmt: skip
         try:
             requests_before = len(cluster.request_log)
@@ -92,6 +113,8 @@ async def run(count: int, timeout: float) -> dict[str, Any]:
                 store_api.create(resource, "bench", manifest)
 
             def all_ready() -> bool:
+                if operator.returncode is not None:
+                    raise RuntimeError(f"the operator exited ({operator.returncode}); see {operator_log}")
                 items = cluster.list(PLURAL, "bench", group=GROUP)
                 return len(items) == count and all(
                     any(
@@ -101,23 +124,58 @@ async def run(count: int, timeout: float) -> dict[str, Any]:
                     for i in items
                 )
 
-            await cluster.wait_for(all_ready, timeout=timeout, what=f"{count} deployments Ready")
+            async def progress() -> None:
+                while True:
+                    await asyncio.sleep(30)
+                    items = cluster.list(PLURAL, "bench", group=GROUP)
+                    done = sum(1 for i in items if find_condition(i, "Ready").get("status") == "True")
+                    print(f"{time.perf_counter() - started:.0f}s: {done}/{count} Ready", file=sys.stderr, flush=True)
+
+            reporter = asyncio.create_task(progress())
+            try:
+                await cluster.wait_for(all_ready, timeout=timeout, what=f"{count} deployments Ready")
+            finally:
+                reporter.cancel()
             wall = time.perf_counter() - started
             cpu = _proc_cpu_seconds(operator.pid) - cpu_before
             rss = _proc_peak_rss_mb(operator.pid)
             pods = len(cluster.list("pods", "bench"))
             requests = len(cluster.request_log) - requests_before
+
+            # Steady state: let the last pod events and status writes of convergence pass, then measure.
+            await asyncio.sleep(2 * interval)
+            marker = cluster.request_log[-1]
+            steady_cpu_before, steady_started = _proc_cpu_seconds(operator.pid), time.perf_counter()
+            await asyncio.sleep(steady)
+            steady_cpu = _proc_cpu_seconds(operator.pid) - steady_cpu_before
+            steady_wall = time.perf_counter() - steady_started
+            window = _requests_since(cluster.request_log, marker)
+            writes = [r for r in window if r.method in WRITE_METHODS]
+            rss = _proc_peak_rss_mb(operator.pid)
         finally:
             operator.terminate()
             try:
                 await asyncio.wait_for(operator.wait(), timeout=30)
             except TimeoutError:
                 operator.kill()
+    cycles = steady_wall / interval
+    by_resource: dict[str, int] = {}
+    for record in writes:
+        key = f"{record.method} {record.resource}{'/' + record.subresource if record.subresource else ''}"
+        by_resource[key] = by_resource.get(key, 0) + 1
     return {
         "resources": count,
         "converge_wall_s": round(wall, 2),
         "operator_cpu_s": round(cpu, 2),
         "operator_peak_rss_mb": round(rss, 1),
+        "steady_window_s": round(steady_wall, 1),
+        "steady_reconcile_cycles": round(cycles, 2),
+        "steady_operator_cpu_s": round(steady_cpu, 2),
+        "steady_cpu_s_per_deployment_cycle": round(steady_cpu / (count * cycles), 5),
+        "steady_requests_per_deployment_cycle": round(len(window) / (count * cycles), 2),
+        "idle_writes": len(writes),
+        "idle_writes_by_kind": json.dumps(by_resource, sort_keys=True),
+        "idle_writes_per_deployment_hour": round(len(writes) / count / (steady_wall / 3600), 3),
         "pods": pods,
         "requests": requests,
     }
@@ -126,10 +184,19 @@ async def run(count: int, timeout: float) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=200, help="InferenceDeployments to create")
-    parser.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
+    parser.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
+    parser.add_argument("--interval", type=float, default=10.0, help="the operator's reconcile interval (seconds)")
+    parser.add_argument("--steady", type=float, default=120.0, help="seconds of steady state measured")
     args = parser.parse_args()
-    figures = asyncio.run(run(args.count, args.timeout))
-    path = write_result("operator", {"count": args.count, "replicas_each": 1, "instance_type": "inf2.xlarge"}, figures)
+    figures = asyncio.run(run(args.count, args.timeout, args.interval, args.steady))
+    params = {
+        "count": args.count,
+        "replicas_each": 1,
+        "instance_type": "inf2.xlarge",
+        "interval_s": args.interval,
+        "steady_s": args.steady,
+    }
+    path = write_result("operator", params, figures)
     print(json.dumps(figures, indent=2))
     print(f"wrote {path}")
 

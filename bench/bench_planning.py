@@ -1,9 +1,10 @@
 """Benchmark of the pure planning path one reconcile runs per InferenceDeployment.
 
-Per deployment: placement (all four Inf2 types scored), the pod-template hash (builds a pod and
-hashes it), the fleet plan over its observed pods, the pod read-back, and the status. Measured
-for a steady fleet (nothing to do) and a rollout (every pod outdated), and for one reconcile
-round over 200 deployments, the size of the operator benchmark. Writes
+Per deployment: the pod read-back, then the whole pure plan of a reconcile
+(``planning.reconcile_plan.plan_reconcile``: compile decision, autoscaler, warm pool, placement
+with all four Inf2 types scored, the pod-template hash (builds a pod and hashes it), the fleet plan,
+the status). Measured for a steady fleet (nothing to do) and a rollout (every pod outdated), and
+for one reconcile round over 200 deployments. Writes
 ``bench/results/planning.json``. Run: ``.venv/bin/python bench/bench_planning.py``.
 """
 
@@ -22,18 +23,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import write_result
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.kube.builders import object_for_action, parse_pod, pod_template_hash
-from neuronfleet.planning.compile import CompileDecision, StoredArtifact
+from neuronfleet.planning.compile import CompileObservation, StoredArtifact, compile_request
 from neuronfleet.planning.fleet import (
     CreatePlaceholder,
     CreatePod,
+    FleetPolicy,
     FleetTarget,
     apply_actions,
     plan_fleet,
 )
 from neuronfleet.planning.labels import ArtifactRevision
+from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory
 from neuronfleet.planning.placement import plan_for_spec
-from neuronfleet.planning.reasons import Reason
-from neuronfleet.planning.status import StatusInputs, build_status
+from neuronfleet.planning.reconcile_plan import plan_reconcile
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 ACTIVE, WARM, PLACEHOLDERS = 8, 2, 1
@@ -73,16 +75,17 @@ def stored_pods(dep: InferenceDeployment, artifact: ArtifactRevision) -> list[di
 
 
 def reconcile(dep: InferenceDeployment, pods: list[dict[str, Any]], artifact: ArtifactRevision) -> int:
-    """The pure part of one reconcile; returns the number of actions."""
-    placement = plan_for_spec(dep.spec, ACTIVE + WARM, current_type=None)
-    assert placement.chosen is not None
-    target = FleetTarget(pod_template_hash(dep, placement.chosen), artifact, ACTIVE, WARM, PLACEHOLDERS)
-    views = [parse_pod(pod, node_names={"node-1"}) for pod in pods]
-    plan = plan_fleet(dep.name, target, views, NOW)
+    """The pure part of one reconcile (planning.reconcile_plan.plan_reconcile); returns the number of actions."""
     stored = StoredArtifact(artifact.id + "0" * 54, artifact.uri, "0" * 64, "cpu")
-    compiled = CompileDecision(False, stored, "True", Reason.ARTIFACT_READY, f"revision {artifact.id}")
-    inputs = StatusInputs(1, plan.summary, placement, compiled)
-    build_status(dep.name, inputs, [], NOW)
+    request = compile_request(dep.spec, "/store", "fingerprint")
+    observation = Observation(
+        NOW,
+        pods=tuple(parse_pod(pod, node_names={"node-1"}) for pod in pods),
+        compile=CompileObservation(request, stored, job_name="job"),
+    )
+    plan = plan_reconcile(
+        dep, observation, DeploymentMemory(), StatusMemory(), FleetPolicy(), lambda c: pod_template_hash(dep, c)
+    )
     return len(plan.actions)
 
 

@@ -10,6 +10,7 @@ It is created once at operator start-up and passed to the handlers through Kopf'
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Mapping
@@ -31,7 +32,7 @@ class KubeApi(Protocol):
     """The reads and writes a reconcile makes (what :class:`KubeClient` implements; tests may fake it)."""
 
     async def list_pods(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]: ...
-    async def list_nodes(self) -> list[Obj]: ...
+    async def list_nodes(self, fresh: bool = False) -> list[Obj]: ...
     async def list_jobs(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]: ...
     async def pod_log_tail(self, namespace: str, name: str, lines: int = 20) -> str: ...
     async def create(self, obj: Obj) -> bool: ...
@@ -49,6 +50,9 @@ class KubeApi(Protocol):
 class KubeClient:
     """Async access to pods, nodes, services, PDBs, jobs and InferenceDeployments."""
 
+    #: How old a node list may be when reused (a lost node is noticed within this).
+    NODE_CACHE_SECONDS = 5.0
+
     def __init__(self, api_client: client.ApiClient) -> None:
         self.api_client = api_client
         # Typed as Any: the generated stubs omit the `_content_type` / `_preload_content` keywords
@@ -57,6 +61,8 @@ class KubeClient:
         self.policy: Any = client.PolicyV1Api(api_client)
         self.batch: Any = client.BatchV1Api(api_client)
         self.custom: Any = client.CustomObjectsApi(api_client)
+        self._nodes: tuple[float, list[Obj]] | None = None
+        self._nodes_lock = asyncio.Lock()
 
     @classmethod
     async def connect(cls, kubeconfig: str | os.PathLike[str] | None = None) -> KubeClient:
@@ -97,9 +103,19 @@ class KubeClient:
         )
         return cast(list[Obj], doc.get("items", []))
 
-    async def list_nodes(self) -> list[Obj]:
-        doc = await self._json(self.core.list_node(_preload_content=False))
-        return cast(list[Obj], doc.get("items", []))
+    async def list_nodes(self, fresh: bool = False) -> list[Obj]:
+        """The cluster's nodes, read at most once per :attr:`NODE_CACHE_SECONDS` for all deployments
+        (``fresh``: read now).
+
+        Every reconcile needs them (zones, lost nodes) and they are the same for every object: at
+        a thousand deployments, one list per reconcile would be most of the operator's work.
+        """
+        async with self._nodes_lock:
+            now = asyncio.get_running_loop().time()  # the loop's clock: fake time in looptime tests
+            if fresh or self._nodes is None or now - self._nodes[0] >= self.NODE_CACHE_SECONDS:
+                doc = await self._json(self.core.list_node(_preload_content=False))
+                self._nodes = (now, cast(list[Obj], doc.get("items", [])))
+            return self._nodes[1]
 
     async def list_jobs(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
         doc = await self._json(

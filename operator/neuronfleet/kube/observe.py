@@ -85,6 +85,11 @@ async def observe_cluster(
     ]
     nodes = await kube.list_nodes()
     names = {node["metadata"]["name"] for node in nodes}
+    if any((pod.get("spec") or {}).get("nodeName") not in names | {None, ""} for pod in pods):
+        # A node missing from a cached list may be new, not lost: a pod is replaced only when a
+        # fresh list agrees its node is gone.
+        nodes = await kube.list_nodes(fresh=True)
+        names = {node["metadata"]["name"] for node in nodes}
     zones = {node["metadata"]["name"]: (node["metadata"].get("labels") or {}).get(LABEL_ZONE, "") for node in nodes}
     jobs = None
     if request is not None:
