@@ -100,12 +100,22 @@ def load_sandbox_env(kubeconfig: Path | None) -> dict[str, str]:
     return loaded
 
 
-async def _run(args: argparse.Namespace) -> None:
-    kubeconfig_env = os.environ.get("KUBECONFIG")
-    load_sandbox_env(args.kubeconfig or (Path(kubeconfig_env.split(os.pathsep)[0]) if kubeconfig_env else None))
+def resolve_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill the flags left unset from the environment (after ``sandbox.env``), then the defaults.
+
+    Done at run time, not in the parser, so that ``sandbox.env`` (read once the kubeconfig is known)
+    can supply them; flags win over variables, variables over defaults.
+    """
     args.artifact_store = args.artifact_store or os.environ.get("NEURONFLEET_ARTIFACT_STORE") or DEFAULT_ARTIFACT_STORE
     args.neuron_scheduler = args.neuron_scheduler or os.environ.get("NEURONFLEET_NEURON_SCHEDULER") or None
     args.prometheus_url = args.prometheus_url or os.environ.get("NEURONFLEET_PROMETHEUS_URL") or None
+    return args
+
+
+async def _run(args: argparse.Namespace) -> None:
+    kubeconfig_env = os.environ.get("KUBECONFIG")
+    load_sandbox_env(args.kubeconfig or (Path(kubeconfig_env.split(os.pathsep)[0]) if kubeconfig_env else None))
+    resolve_defaults(args)
     settings = OperatorSettings(
         artifact_store=args.artifact_store,
         builder=BuilderConfig(default_scheduler_name=args.neuron_scheduler),

@@ -27,6 +27,7 @@ from pod_security import pod_spec_of, restricted_violations
 
 from neuronfleet.cli import build_parser
 from neuronfleet.kube.builders import build_priority_classes
+from neuronfleet.run_command import resolve_defaults
 from neuronfleet.sandbox.cluster import ThreadedSandboxCluster
 
 KUBERNETES_VERSION = "1.34.0"
@@ -287,7 +288,7 @@ def test_operator_command_is_what_neuronfleet_run_accepts(
 
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    parsed = build_parser().parse_args(argv)
+    parsed = resolve_defaults(build_parser().parse_args(argv))
     assert parsed.peering == "neuronfleet"
     assert 0 <= parsed.priority < 2**31
     assert parsed.artifact_store == env["NEURONFLEET_ARTIFACT_STORE"]
