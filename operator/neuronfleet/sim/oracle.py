@@ -114,6 +114,18 @@ def _schedule_from_seconds(workload: Workload, window: int) -> IntArray:
     return np.asarray(np.maximum(replicas, 1), dtype=np.int64)
 
 
+def _timeline(schedule: IntArray, profile: Profile, step: int = 60) -> dict[str, list[float]]:
+    serving = [float(x) for x in schedule[::step]]
+    return {
+        "t": [float(t) for t in range(0, len(schedule), step)],
+        "serving": serving,
+        "active": serving,
+        "warm": [0.0] * len(serving),
+        "placeholders": [0.0] * len(serving),
+        "nodes": [math.ceil(x / profile.replicas_per_node) for x in serving],
+    }
+
+
 def by_construction(
     workload: Workload, profile: Profile, schedule: IntArray, measure_from: float, policy: Oracle
 ) -> engine.RunResult:
@@ -137,7 +149,7 @@ def by_construction(
         chip_hours=node_hours * profile.instance.chips,
         usd=node_hours * profile.instance.usd_per_hour,
         sim_wall_s=0.0,
-        timeline={"t": [], "serving": [], "active": [], "warm": [], "placeholders": [], "nodes": []},
+        timeline=_timeline(schedule[first : workload.seconds], profile),
         measured_from=float(first),
     )
 
