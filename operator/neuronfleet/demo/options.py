@@ -27,8 +27,10 @@ DEMO_COLD_START = ColdStartProfile(
     image_pull_s=40.0, container_start_s=3.0, readiness_s=15.0, shutdown_s=2.0, jitter=0.2
 )
 DEMO_PROVISIONING_S = 75.0
-#: Buckets small enough for a CPU compile of all-MiniLM-L6-v2 in well under a minute here.
-DEMO_BATCH_BUCKETS = [1, 4]
+#: Buckets small enough for a CPU compile of all-MiniLM-L6-v2 in well under a minute here. Batch 1 only:
+#: the live part slows every emulated batch x8 (see demo.live), and a batch of 4 would then take
+#: 23.6 ms, so a request waiting for one to finish before its own would miss the 50 ms SLO.
+DEMO_BATCH_BUCKETS = [1]
 DEMO_SEQUENCE_BUCKETS = [32]
 SAMPLE_EVERY_S = 5.0
 WAIT_FOR_COMPILE_S = 900.0

@@ -15,6 +15,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from neuronfleet.demo.options import DEMO_BATCH_BUCKETS, DEMO_SEQUENCE_BUCKETS
+
 #: Above this p99 event-loop lag (ms) the client says the machine was busy (idle: about 1 ms).
 BUSY_MACHINE_LAG_MS = 5.0
 
@@ -217,8 +219,9 @@ def _load_paragraph(result: DemoResult) -> str:
   its event loop lagged {client.get("loop_lag_p99_ms", 0):.1f} ms at p99 ({client.get("loop_lag_max_ms", 0):.0f} ms
   at most) and sent {client.get("send_lateness_p99_ms", 0):.1f} ms late at p99 (lag on an idle
   machine is about a millisecond: more means the machine, not the servers, delayed requests).
-- **The example as applied**: batch buckets [1, 4] x sequence [32] (a CPU compile in well under a
-  minute), and for a few minutes of real time instead of hours: `{json.dumps(facts.get("spec_changes", {}))}`
+- **The example as applied**: batch buckets {DEMO_BATCH_BUCKETS} x sequence {DEMO_SEQUENCE_BUCKETS} (a CPU compile in
+  well under a minute; with every batch slowed x{facts["time_scale"]:g}, a batch of 4 alone would take half of the 50 ms
+  SLO), and for a few minutes of real time instead of hours: `{json.dumps(facts.get("spec_changes", {}))}`
   merged into its spec.
 - Time: real (wall) time, {result.replay_wall_s:.0f} s of load; whole run {result.wall_s:.0f} s."""
     return f"""- **Load (simulated)**: {facts["minutes"]:.3g} minutes of the trace from minute
