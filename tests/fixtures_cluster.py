@@ -16,7 +16,9 @@ so that its clock is anchored on the fake loop time.
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -72,3 +74,23 @@ def kubectl() -> str:
     if found is None:
         pytest.skip("no kubectl: run hack/install-kube-tools.sh")
     return found
+
+
+@pytest.fixture
+def run_kubectl(kubectl: str, threaded_sandbox_cluster: ThreadedSandboxCluster, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """kubectl against the threaded sandbox, with its own cache and HOME; fails the test on a non-zero exit."""
+    env = {**os.environ, "KUBECONFIG": str(threaded_sandbox_cluster.kubeconfig_path), "HOME": str(tmp_path)}
+
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [kubectl, "--cache-dir", str(tmp_path / "cache"), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if check:
+            assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+        return result
+
+    return run

@@ -5,36 +5,12 @@ apply keeps working; unknown kinds and unknown fields get kubectl's own messages
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
-from neuronfleet.sandbox import ThreadedSandboxCluster
-
 GROUP = "serving.neuronfleet.dev"
-
-
-@pytest.fixture
-def run_kubectl(kubectl: str, threaded_sandbox_cluster: ThreadedSandboxCluster, tmp_path: Path):  # type: ignore[no-untyped-def]
-    env = {**os.environ, "KUBECONFIG": str(threaded_sandbox_cluster.kubeconfig_path), "HOME": str(tmp_path)}
-
-    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [kubectl, "--cache-dir", str(tmp_path / "cache"), *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        if check:
-            assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
-        return result
-
-    return run
 
 
 def example_with_labels(repo_root: Path, labels: dict[str, str]) -> dict[str, Any]:

@@ -3,8 +3,6 @@ printer columns, label selectors, explain, scale, delete."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,25 +20,6 @@ spec:
   model: {source: "s3://acme-models/bert/"}
   scaling: {mode: Manual, replicas: 1}
 """
-
-
-@pytest.fixture
-def run_kubectl(kubectl: str, threaded_sandbox_cluster: ThreadedSandboxCluster, tmp_path: Path):  # type: ignore[no-untyped-def]
-    env = {**os.environ, "KUBECONFIG": str(threaded_sandbox_cluster.kubeconfig_path), "HOME": str(tmp_path)}
-
-    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [kubectl, "--cache-dir", str(tmp_path / "cache"), *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        if check:
-            assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
-        return result
-
-    return run
 
 
 def test_kubectl_inference_deployment_lifecycle(
