@@ -39,7 +39,7 @@ from neuronfleet.demo.options import SAMPLE_EVERY_S, TRACE_ATTRIBUTION, DemoErro
 from neuronfleet.demo.orchestration import (
     RunningOperator,
     compile_and_start,
-    fleet_cost,
+    fleet_figures,
     operator_settings,
     prepare_example,
     sandbox_cluster,
@@ -360,7 +360,6 @@ def live_result(
 ) -> DemoResult:
     totals = client["totals"]
     counts: dict[str, int] = totals["counts"]
-    node_hours, usd = fleet_cost(recorder.node_seconds)
     facts = {**facts, "client": {k: v for k, v in totals.items() if k not in ("counts", "timeline")}}
     return DemoResult(
         facts=facts,
@@ -371,23 +370,7 @@ def live_result(
         slo_attainment=totals["within_slo"] / totals["scheduled"] if totals["scheduled"] else 1.0,
         p50_ms=totals["p50_ms"] if totals["p50_ms"] is not None else math.nan,
         p99_ms=totals["p99_ms"] if totals["p99_ms"] is not None else math.nan,
-        replica_hours=recorder.active_seconds / 3600.0,
-        warm_pod_hours=recorder.warm_seconds / 3600.0,
-        node_hours=node_hours,
-        usd=usd,
-        scale_events=len(recorder.events),
-        scale_ups=recorder.scale_ups,
-        scale_downs=recorder.scale_downs,
-        events=recorder.events,
-        peak_active=recorder.peak_active,
-        min_active=recorder.min_active or 0,
-        peak_nodes=recorder.peak_nodes,
-        cold_start=dict(final.status.get("coldStart") or {}),
-        conditions=[
-            {k: str(c.get(k, "")) for k in ("type", "status", "reason", "message")}
-            for c in final.status.get("conditions") or []
-        ],
-        timeline=recorder.timeline,
+        **fleet_figures(recorder, final),
         wall_s=wall_s,
         replay_wall_s=load_wall_s,
         speed=1.0,

@@ -490,6 +490,30 @@ def fleet_cost(node_seconds: dict[str, float]) -> tuple[dict[str, float], float]
     return node_hours, usd
 
 
+def fleet_figures(recorder: Recorder, final: FleetView) -> dict[str, Any]:
+    """What a run's fleet did (sizes, scale events, node cost, cold starts, conditions), for either load."""
+    node_hours, usd = fleet_cost(recorder.node_seconds)
+    return {
+        "replica_hours": recorder.active_seconds / 3600.0,
+        "warm_pod_hours": recorder.warm_seconds / 3600.0,
+        "node_hours": node_hours,
+        "usd": usd,
+        "scale_events": len(recorder.events),
+        "scale_ups": recorder.scale_ups,
+        "scale_downs": recorder.scale_downs,
+        "events": recorder.events,
+        "peak_active": recorder.peak_active,
+        "min_active": recorder.min_active or 0,
+        "peak_nodes": recorder.peak_nodes,
+        "cold_start": dict(final.status.get("coldStart") or {}),
+        "conditions": [
+            {k: str(c.get(k, "")) for k in ("type", "status", "reason", "message")}
+            for c in final.status.get("conditions") or []
+        ],
+        "timeline": recorder.timeline,
+    }
+
+
 def simulated_result(
     options: DemoOptions,
     facts: dict[str, Any],
@@ -501,7 +525,6 @@ def simulated_result(
     replay_wall_s: float,
 ) -> DemoResult:
     totals = replay.totals()
-    node_hours, usd = fleet_cost(recorder.node_seconds)
     return DemoResult(
         facts=facts,
         compile=compile_note,
@@ -511,23 +534,7 @@ def simulated_result(
         slo_attainment=totals.slo_attainment,
         p50_ms=totals.p50_ms,
         p99_ms=totals.p99_ms,
-        replica_hours=recorder.active_seconds / 3600.0,
-        warm_pod_hours=recorder.warm_seconds / 3600.0,
-        node_hours=node_hours,
-        usd=usd,
-        scale_events=len(recorder.events),
-        scale_ups=recorder.scale_ups,
-        scale_downs=recorder.scale_downs,
-        events=recorder.events,
-        peak_active=recorder.peak_active,
-        min_active=recorder.min_active or 0,
-        peak_nodes=recorder.peak_nodes,
-        cold_start=dict(final.status.get("coldStart") or {}),
-        conditions=[
-            {k: str(c.get(k, "")) for k in ("type", "status", "reason", "message")}
-            for c in final.status.get("conditions") or []
-        ],
-        timeline=recorder.timeline,
+        **fleet_figures(recorder, final),
         wall_s=wall_s,
         replay_wall_s=replay_wall_s,
         speed=options.speed,
