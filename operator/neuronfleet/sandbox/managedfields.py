@@ -185,19 +185,10 @@ def _walk(
 def owned_paths(obj: Obj, types: ListTypes, subresource: str | None, status_subresource: bool) -> dict[Path, Any]:
     """The ownable leaves of ``obj`` written through ``subresource``."""
     result: dict[Path, Any] = {}
-    schema = types.schema
-    for key, value in obj.items():
-        if key in ("apiVersion", "kind") or value is None:
-            continue
-        is_status = key == "status"
-        if (subresource == "status" and not is_status) or (subresource is None and status_subresource and is_status):
-            continue
-        if key == "metadata" and isinstance(value, dict):
-            for name, field in value.items():
-                if name not in _UNOWNED_META and field is not None:
-                    _walk(field, None, (key, name), (f"f:{key}", f"f:{name}"), types, result)
-            continue
-        _walk(value, _child_schema(schema, key), (key,), (f"f:{key}",), types, result)
+    for path, value in _sections(obj, subresource, status_subresource).items():
+        # A metadata field has no schema of its own here; every other section has the object's.
+        schema = None if path[0] == "metadata" and len(path) == 2 else _child_schema(types.schema, path[0])
+        _walk(value, schema, path, tuple(f"f:{name}" for name in path), types, result)
     return result
 
 
