@@ -178,12 +178,7 @@ def fetch_artifact(uri: str, scratch: Path) -> tuple[Manifest, bytes, Path]:
                 raise _s3_error("download", f"s3://{bucket}/{key}", exc) from exc
         directory = scratch
     else:
-        directory = local_path(uri)
-        manifest_path = directory / MANIFEST_NAME
-        try:
-            manifest_bytes = manifest_path.read_bytes()
-        except OSError as exc:
-            raise StoreError(f"cannot read the manifest {manifest_path}: {exc.strerror or exc}") from exc
+        directory, manifest_bytes = _read_local_manifest(uri)
         manifest = _parse_manifest(manifest_bytes, uri)
     digests = {e.path: file_sha256(directory / e.path) for e in manifest.files if (directory / e.path).is_file()}
     problems = verify_files(manifest, digests)
@@ -192,6 +187,16 @@ def fetch_artifact(uri: str, scratch: Path) -> tuple[Manifest, bytes, Path]:
             f"artifact {uri} does not match its manifest (refusing to serve it):\n  " + "\n  ".join(problems)
         )
     return manifest, manifest_bytes, directory
+
+
+def _read_local_manifest(uri: str) -> tuple[Path, bytes]:
+    """A directory artifact's folder and its manifest's raw bytes."""
+    directory = local_path(uri)
+    manifest_path = directory / MANIFEST_NAME
+    try:
+        return directory, manifest_path.read_bytes()
+    except OSError as exc:
+        raise StoreError(f"cannot read the manifest {manifest_path}: {exc.strerror or exc}") from exc
 
 
 def _parse_manifest(data: bytes, uri: str) -> Manifest:
@@ -232,12 +237,7 @@ def fetch_manifest(uri: str, scratch: Path, extra: tuple[str, ...] = ()) -> tupl
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(get(entry.path))
     else:
-        directory = local_path(uri)
-        manifest_path = directory / MANIFEST_NAME
-        try:
-            manifest_bytes = manifest_path.read_bytes()
-        except OSError as exc:
-            raise StoreError(f"cannot read the manifest {manifest_path}: {exc.strerror or exc}") from exc
+        directory, manifest_bytes = _read_local_manifest(uri)
         manifest = _parse_manifest(manifest_bytes, uri)
         wanted = [e for e in manifest.files if e.path in extra]
     problems = [
