@@ -386,3 +386,13 @@ def test_a_falling_demand_is_followed_down_at_half_its_trend() -> None:
     # Held with its level, the first recommendations (20 until 135 s) would keep 20. Lowered by half
     # the decline since (0.005 per second), 20 at 135 s is 20 - 0.005 x 1110 = 14.45 -> 15 now.
     assert decision.desired == 15
+
+
+def test_panic_reason_says_how_long_not_an_epoch() -> None:
+    s = spec(panicWindowSeconds=6, panicThreshold=2.0)
+    start = 1_796_076_196.0  # an operator's clock is the epoch
+    burst = decide(s, ScalingState(), snap(start, 400), current=4, ready=4, now=start)
+    again = decide(s, burst.new_state, snap(start + 30, 400), current=8, ready=4, now=start + 30)
+    assert again.panic
+    assert "panic for 30 s" in again.reason, again.reason
+    assert "1796076" not in again.reason

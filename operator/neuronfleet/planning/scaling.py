@@ -365,7 +365,7 @@ def decide(
     if in_panic:
         desired = max(recommendation, current)
         notes.append(
-            f"panic since {panic_since:.0f}s: {demand:.1f} >= {spec.panic_threshold:g}x ready {ready}"
+            f"panic for {now - panic_since:.0f} s: {demand:.1f} >= {spec.panic_threshold:g}x ready {ready}"
             if triggered
             else "panic hold: no scale-down"
         )
