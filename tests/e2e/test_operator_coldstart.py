@@ -82,6 +82,9 @@ def manifest(harness: OperatorHarness, name: str, instance_type: str, nodepool: 
             "targetQueueDepth": TARGET_QUEUE_DEPTH,
             "intervalSeconds": 5,
             "panicWindowSeconds": 0,
+            # The sawtooth must take the fleet down as well as up, so that new pods (and nodes) keep
+            # coming: the CRD's default 30-minute scale-down delay would hold its peak for the whole test.
+            "scaleDownDelaySeconds": 0,
         },
         warmPool={
             "mode": "Auto",
@@ -119,15 +122,17 @@ async def test_phases_in_status_and_the_auto_warm_pool_follows_the_measured_cold
         harness.precompile(doc)
         await harness.apply(doc)
 
-    # Both measure at least 3 pods, some of which waited for a new node.
+    # Both measure at least 3 pods; pods that waited for a new node give node samples. Which
+    # deployment's pods wait for one depends on how the sandbox's provisioner packs the ramp (an
+    # empty node kept for consolidation takes new pods at once), so at least one must have them.
     await harness.wait(
-        lambda: all(
-            cold_start(harness, n).get("pod", {}).get("samples", 0) >= 3
-            and cold_start(harness, n).get("node", {}).get("samples", 0) >= 1
-            for n in ("fast", "slow")
+        lambda: (
+            all(cold_start(harness, n).get("pod", {}).get("samples", 0) >= 3 for n in ("fast", "slow"))
+            and any(cold_start(harness, n).get("node", {}).get("samples", 0) >= 1 for n in ("fast", "slow"))
         ),
-        timeout=1200,
-        what="3 pod samples and 1 node sample on each deployment",
+        # Fake time (looptime): a generous deadline costs seconds.
+        timeout=2400,
+        what="3 pod samples on each deployment and a node sample",
     )
     fast, slow = cold_start(harness, "fast"), cold_start(harness, "slow")
     assert fast["instanceType"] == "inf2.xlarge" and slow["instanceType"] == "inf2.8xlarge"
@@ -143,8 +148,9 @@ async def test_phases_in_status_and_the_auto_warm_pool_follows_the_measured_cold
         # created while a node was already on its way waits only for the rest of it, so the
         # percentiles interpolate between partial and whole waits.
         node = measured["node"]
-        assert 0 < node["p50Seconds"] <= node["p90Seconds"] <= PROVISIONING_DELAY + 15, measured
-    assert max(fast["node"]["p90Seconds"], slow["node"]["p90Seconds"]) >= PROVISIONING_DELAY / 2
+        if node.get("samples", 0):
+            assert 0 < node["p50Seconds"] <= node["p90Seconds"] <= PROVISIONING_DELAY + 15, measured
+    assert max(m["node"].get("p90Seconds", 0) for m in (fast, slow)) >= PROVISIONING_DELAY / 2
     assert slow["pod"]["p90Seconds"] > SLOW.readiness_s > fast["pod"]["p90Seconds"]
 
     # The same demand history, different measured cold starts: the slow type keeps more warm pods.
