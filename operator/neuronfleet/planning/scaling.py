@@ -362,7 +362,7 @@ def decide(
     in_panic = panic_since is not None
     recommendations = (*recommendations, (now, recommendation))
 
-    if in_panic:
+    if panic_since is not None:
         desired = max(recommendation, current)
         notes.append(
             f"panic for {now - panic_since:.0f} s: {demand:.1f} >= {spec.panic_threshold:g}x ready {ready}"
