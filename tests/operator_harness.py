@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -70,7 +69,6 @@ class OperatorHarness:
     # ---------------------------------------------------------------- operator lifecycle
 
     async def start(self) -> OperatorContext:
-        os.environ["KUBECONFIG"] = str(self.cluster.kubeconfig_path)
         await self.ensure_priority_classes()
         metrics = self.metrics_factory() if self.metrics_factory is not None else None
         self.context = await build_context(

@@ -25,16 +25,21 @@ import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import kopf
 
 from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION
+from neuronfleet.kube.client import load_configuration
 from neuronfleet.metrics.operator_metrics import OperatorMetrics
 from neuronfleet.planning.labels import LABEL_DEPLOYMENT
 from neuronfleet.planning.observation import DeploymentMemory
 from neuronfleet.planning.reasons import Reason
 from neuronfleet.reconcile import Reconciler, ReconcileReport
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio.client import Configuration
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +98,8 @@ class OperatorContext:
     failures: int = 0
     #: Status writes made, in all (0 per idle object: nothing is written when nothing changed).
     status_writes: int = 0
+    #: The kubeconfig Kopf logs in with, when one was given (never put in the process environment).
+    kubeconfig: Path | None = None
 
     async def reconcile(self, body: Any, namespace: str, name: str) -> ReconcileReport:
         """Reconcile one object; one at a time per object; post its Events."""
@@ -136,9 +143,28 @@ def context_of(memo: Any) -> OperatorContext | None:
     return context if isinstance(context, OperatorContext) else None
 
 
+def connection_info(configuration: Configuration) -> kopf.ConnectionInfo:
+    """Kopf's credentials from the operator's own client configuration: one reading of a kubeconfig
+    for both clients, so they cannot end up on different clusters."""
+    scheme, _, token = str(configuration.api_key.get("BearerToken") or "").partition(" ")
+    return kopf.ConnectionInfo(
+        server=str(configuration.host),
+        ca_path=configuration.ssl_ca_cert or None,
+        insecure=not configuration.verify_ssl,
+        scheme=scheme or None,
+        token=token or None,
+        certificate_path=configuration.cert_file or None,
+        private_key_path=configuration.key_file or None,
+    )
+
+
 @kopf.on.login(registry=registry)
-def login(**kwargs: Any) -> Any:
-    """In a pod: the service account; elsewhere: $KUBECONFIG (what `neuronfleet run` points at)."""
+async def login(memo: kopf.Memo, **kwargs: Any) -> Any:
+    """The kubeconfig the operator was given (``neuronfleet run --kubeconfig``, the sandbox demo),
+    read afresh at each login; else in a pod the service account, elsewhere ``$KUBECONFIG``."""
+    context = context_of(memo)
+    if context is not None and context.kubeconfig is not None:
+        return connection_info(await load_configuration(context.kubeconfig))
     return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
 

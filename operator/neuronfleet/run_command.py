@@ -38,7 +38,9 @@ async def build_context(
     clock: Callable[[], datetime] = utc_now,
 ) -> OperatorContext:
     kube = await KubeClient.connect(kubeconfig)
-    return OperatorContext(Reconciler(kube, store or ArtifactStore(), settings, metrics, clock))
+    context = OperatorContext(Reconciler(kube, store or ArtifactStore(), settings, metrics, clock))
+    context.kubeconfig = Path(kubeconfig) if kubeconfig is not None else None
+    return context
 
 
 async def operator_tasks(
@@ -121,9 +123,6 @@ async def _run(args: argparse.Namespace) -> None:
         builder=BuilderConfig(default_scheduler_name=args.neuron_scheduler),
         interval_seconds=args.interval,
     )
-    if args.kubeconfig:
-        # Kopf's own login reads $KUBECONFIG; keep both clients on the same cluster.
-        os.environ["KUBECONFIG"] = str(args.kubeconfig)
     metrics = None
     if args.prometheus_url:
         from neuronfleet.metrics.prometheus import PrometheusMetrics

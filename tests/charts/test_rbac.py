@@ -15,7 +15,6 @@ KopfPeering objects, and Kopf then lists and watches namespaces).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +80,6 @@ async def _flow(cluster: SandboxCluster, tmp_path: Path, namespaces: list[str]) 
             cluster.create("kopfpeerings", {"metadata": {"name": "neuronfleet"}}, namespace, group="kopf.dev")
     else:
         cluster.create("clusterkopfpeerings", {"metadata": {"name": "neuronfleet"}}, group="kopf.dev")
-    os.environ["KUBECONFIG"] = str(cluster.kubeconfig_path)
     await harness.ensure_priority_classes()
     context = await build_context(harness.settings, cluster.kubeconfig_path, clock=cluster.clock.wall)
     context.reconciler.kube.api_client.user_agent = OPERATOR_AGENT

@@ -56,8 +56,6 @@ class Instance:
 
     async def start(self) -> None:
         cluster = self.harness.cluster
-        # Kopf's login reads $KUBECONFIG (as `neuronfleet run --kubeconfig` arranges).
-        os.environ["KUBECONFIG"] = str(cluster.kubeconfig_path)
         self.context = await build_context(self.harness.settings, cluster.kubeconfig_path, clock=cluster.clock.wall)
         # Kopf takes its peering identity from $POD_ID when it spawns its tasks (as in the chart).
         previous = os.environ.get("POD_ID")

@@ -23,7 +23,6 @@ import contextlib
 import gc
 import logging
 import math
-import os
 import shutil
 import sys
 import time
@@ -271,25 +270,6 @@ def seed_cluster(cluster: SandboxCluster, settings: OperatorSettings, namespace:
         cluster.create("namespaces", {"metadata": {"name": namespace}})
 
 
-@contextlib.contextmanager
-def _kopf_login_kubeconfig(path: Path) -> Iterator[None]:
-    """Kopf's login handler reads $KUBECONFIG only: set it while the operator logs in, then restore it.
-
-    The operator's own client gets the path explicitly (``build_context``); this is the one place
-    the demo touches the environment, until the login handler takes the path from the context
-    (see /work/notes/demo-needs.md).
-    """
-    previous = os.environ.get("KUBECONFIG")
-    os.environ["KUBECONFIG"] = str(path)
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop("KUBECONFIG", None)
-        else:
-            os.environ["KUBECONFIG"] = previous
-
-
 class RunningOperator:
     """The real operator in this loop (Kopf's tasks), started against the sandbox's kubeconfig."""
 
@@ -302,14 +282,7 @@ class RunningOperator:
     async def __aenter__(self) -> RunningOperator:
         path = self.cluster.kubeconfig_path
         self.context = await build_context(self.settings, path, metrics=self.metrics, clock=self.cluster.clock.wall)
-        log = self.cluster.apiserver.request_log
-        seen = log[-1] if log else None
-        with _kopf_login_kubeconfig(path):
-            self.tasks = list(await operator_tasks(self.context, in_process=True, stop_flag=self.stop_flag))
-            # Kopf reads the path when it logs in, before its first request: hold it until then.
-            await self.cluster.wait_for(
-                lambda: bool(log) and log[-1] is not seen, timeout=60.0, what="the operator's first API request"
-            )
+        self.tasks = list(await operator_tasks(self.context, in_process=True, stop_flag=self.stop_flag))
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -47,6 +47,21 @@ class KubeApi(Protocol):
     async def close(self) -> None: ...
 
 
+async def load_configuration(kubeconfig: str | os.PathLike[str] | None = None) -> client.Configuration:
+    """Where the cluster is and how to authenticate, read afresh (tokens from exec plugins expire).
+
+    In a pod with no ``kubeconfig``: the service account. Elsewhere: ``kubeconfig``, else
+    ``$KUBECONFIG``, else ``~/.kube/config``.
+    """
+    configuration = client.Configuration()
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        path = kubeconfig or os.environ.get("KUBECONFIG") or Path.home() / ".kube" / "config"
+        await config.load_kube_config(config_file=str(path), client_configuration=configuration)
+    return configuration
+
+
 class KubeClient:
     """Async access to pods, nodes, services, PDBs, jobs and InferenceDeployments."""
 
@@ -67,13 +82,7 @@ class KubeClient:
     @classmethod
     async def connect(cls, kubeconfig: str | os.PathLike[str] | None = None) -> KubeClient:
         """In a pod: the service account. Elsewhere: ``kubeconfig`` or ``$KUBECONFIG``."""
-        configuration = client.Configuration()
-        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        else:
-            path = kubeconfig or os.environ.get("KUBECONFIG") or Path.home() / ".kube" / "config"
-            await config.load_kube_config(config_file=str(path), client_configuration=configuration)
-        return cls(client.ApiClient(configuration))
+        return cls(client.ApiClient(await load_configuration(kubeconfig)))
 
     async def close(self) -> None:
         await self.api_client.close()

@@ -1,0 +1,89 @@
+"""Kopf's login: the kubeconfig the operator was given is used as given, never via the environment."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+from pathlib import Path
+from typing import Any, cast
+
+import kopf
+import pytest
+import yaml
+
+from neuronfleet.handlers import OperatorContext, login
+
+CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
+
+
+def write_kubeconfig(path: Path, server: str, user: dict[str, Any], cluster_extra: dict[str, Any]) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": server, **cluster_extra}}],
+                "users": [{"name": "u", "user": user}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    return path
+
+
+def memo_for(kubeconfig: Path | None) -> kopf.Memo:
+    # The reconciler is not used by the login handler.
+    context = OperatorContext(reconciler=cast(Any, None), kubeconfig=kubeconfig)
+    return kopf.Memo(context=context)
+
+
+async def test_the_given_kubeconfig_wins_over_the_environment_and_the_environment_is_untouched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = write_kubeconfig(tmp_path / "other", "https://other.example:6443", {"token": "other"}, {})
+    monkeypatch.setenv("KUBECONFIG", str(other))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    ca = base64.b64encode(CA_PEM.encode()).decode()
+    given = write_kubeconfig(
+        tmp_path / "given", "https://given.example:6443", {"token": "s3cret"}, {"certificate-authority-data": ca}
+    )
+
+    info = await login(memo=memo_for(given), logger=logging.getLogger("test"))
+
+    assert isinstance(info, kopf.ConnectionInfo)
+    assert info.server == "https://given.example:6443"
+    assert (info.scheme, info.token) == ("Bearer", "s3cret")
+    assert info.insecure is False
+    assert info.ca_path is not None and Path(os.fsdecode(info.ca_path)).read_text() == CA_PEM
+    assert os.environ["KUBECONFIG"] == str(other)
+
+
+async def test_basic_auth_and_skip_tls_verify_are_carried(tmp_path: Path) -> None:
+    given = write_kubeconfig(
+        tmp_path / "given",
+        "https://basic.example",
+        {"username": "ada", "password": "pw"},
+        {"insecure-skip-tls-verify": True},
+    )
+
+    info = await login(memo=memo_for(given), logger=logging.getLogger("test"))
+
+    assert isinstance(info, kopf.ConnectionInfo)
+    assert info.scheme == "Basic"
+    assert info.token is not None and base64.b64decode(info.token) == b"ada:pw"
+    assert info.insecure is True
+
+
+async def test_without_a_given_kubeconfig_the_environment_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env_config = write_kubeconfig(tmp_path / "env", "http://127.0.0.1:1234", {"token": "t"}, {})
+    monkeypatch.setenv("KUBECONFIG", str(env_config))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+
+    info = await login(memo=memo_for(None), logger=logging.getLogger("test"), settings=kopf.OperatorSettings())
+
+    assert isinstance(info, kopf.ConnectionInfo)
+    assert info.server == "http://127.0.0.1:1234"
