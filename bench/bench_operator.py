@@ -183,10 +183,10 @@ async def run(count: int, timeout: float, interval: float, steady: float) -> dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=200, help="InferenceDeployments to create")
+    parser.add_argument("--count", type=int, default=1000, help="InferenceDeployments to create (goals: at 1,000)")
     parser.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
     parser.add_argument("--interval", type=float, default=10.0, help="the operator's reconcile interval (seconds)")
-    parser.add_argument("--steady", type=float, default=120.0, help="seconds of steady state measured")
+    parser.add_argument("--steady", type=float, default=60.0, help="seconds of steady state measured")
     args = parser.parse_args()
     figures = asyncio.run(run(args.count, args.timeout, args.interval, args.steady))
     params = {
