@@ -18,6 +18,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,45 @@ from neuronfleet.sandbox.prometheus import PrometheusServer, TargetGroup, free_p
 
 REPO = Path(__file__).resolve().parent.parent
 INSTALL_SCRIPT = REPO / "hack" / "install-prometheus.sh"
+
+
+def fast_scaling(scale_down_window: float, prometheus_url: str | None = None) -> dict[str, Any]:
+    """A ``spec.scaling`` that reacts within seconds, for tests that scale from Prometheus.
+
+    1 s decisions, no panic, the scale-up unstabilized and the scale-down held only for
+    ``scale_down_window`` seconds (no ``scaleDownDelaySeconds``: the CRD's default holds replicas for
+    30 minutes), and a 5 s arrival-rate window (the default [1m] keeps the signal up for a minute
+    after the load stops).
+    """
+    selector = 'namespace="$namespace",deployment="$name"'
+    metrics: dict[str, Any] = {
+        "staleAfterSeconds": 5,
+        "timeoutSeconds": 2,
+        "arrivalRate": f"sum(rate(neuronserve_requests_total{{{selector}}}[5s]))",
+    }
+    if prometheus_url is not None:
+        metrics["prometheusUrl"] = prometheus_url
+    return {
+        "mode": "Auto",
+        "minReplicas": 1,
+        "maxReplicas": 3,
+        "targetQueueDepth": 2,
+        "targetUtilization": 0.9,
+        "intervalSeconds": 1,
+        "panicWindowSeconds": 0,
+        "scaleDownDelaySeconds": 0,
+        "behavior": {
+            "scaleUp": {
+                "stabilizationWindowSeconds": 0,
+                "policies": [{"type": "Pods", "value": 4, "periodSeconds": 1}],
+            },
+            "scaleDown": {
+                "stabilizationWindowSeconds": scale_down_window,
+                "policies": [{"type": "Percent", "value": 100, "periodSeconds": 1}],
+            },
+        },
+        "metrics": metrics,
+    }
 
 
 def prometheus_binary() -> str | None:

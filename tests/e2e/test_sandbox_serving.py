@@ -32,7 +32,7 @@ from typing import Any
 import aiohttp
 import boto3
 import pytest
-from fixtures_prometheus import prometheus_binary
+from fixtures_prometheus import fast_scaling, prometheus_binary
 from operator_harness import NEURON_SCHEDULER, REPO, OperatorHarness, example, inf2_node_groups, ready
 
 from neuronfleet.api.v1alpha1 import GROUP, InferenceDeployment
@@ -411,32 +411,7 @@ async def test_a_killed_server_leaves_the_router_and_comes_back_a_deleted_pod_dr
 async def test_prometheus_outage_holds_the_fleet_and_says_so_then_it_scales_down(
     tmp_path: Path, compiled_store: Path
 ) -> None:
-    selector = 'namespace="$namespace",deployment="$name"'
-    scaling = {
-        "mode": "Auto",
-        "minReplicas": 1,
-        "maxReplicas": 3,
-        "targetQueueDepth": 2,
-        "targetUtilization": 0.9,
-        "intervalSeconds": 1,
-        "panicWindowSeconds": 0,
-        "scaleDownDelaySeconds": 0,  # the stabilization window alone: the test waits for a scale-down
-        "behavior": {
-            "scaleUp": {
-                "stabilizationWindowSeconds": 0,
-                "policies": [{"type": "Pods", "value": 4, "periodSeconds": 1}],
-            },
-            "scaleDown": {
-                "stabilizationWindowSeconds": 6,
-                "policies": [{"type": "Percent", "value": 100, "periodSeconds": 1}],
-            },
-        },
-        "metrics": {
-            "staleAfterSeconds": 5,
-            "timeoutSeconds": 2,
-            "arrivalRate": f"sum(rate(neuronserve_requests_total{{{selector}}}[5s]))",
-        },
-    }
+    scaling = fast_scaling(scale_down_window=6)
     async with served_fleet(tmp_path, compiled_store, prometheus=True) as (cluster, harness):
         assert cluster.prometheus is not None and cluster.routers is not None
         prometheus = cluster.prometheus

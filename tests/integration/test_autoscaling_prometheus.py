@@ -30,7 +30,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from fixtures_prometheus import PrometheusServer, TargetGroup, free_port
+from fixtures_prometheus import PrometheusServer, TargetGroup, fast_scaling, free_port
 from operator_harness import NEURON_SCHEDULER, OperatorHarness, example, ready
 
 from neuronfleet.api.v1alpha1 import GROUP
@@ -293,37 +293,8 @@ async def live(
 
 
 def spec_overrides(prometheus_url: str) -> dict[str, Any]:
-    selector = 'namespace="$namespace",deployment="$name"'
     return {
-        "scaling": {
-            "mode": "Auto",
-            "minReplicas": 1,
-            "maxReplicas": 3,
-            "targetQueueDepth": 2,
-            "targetUtilization": 0.9,
-            "intervalSeconds": 1,
-            "panicWindowSeconds": 0,
-            # The CRD's default holds replicas for 30 minutes; this test measures the stabilization window.
-            "scaleDownDelaySeconds": 0,
-            "behavior": {
-                "scaleUp": {
-                    "stabilizationWindowSeconds": 0,
-                    "policies": [{"type": "Pods", "value": 4, "periodSeconds": 1}],
-                },
-                "scaleDown": {
-                    "stabilizationWindowSeconds": SCALE_DOWN_WINDOW,
-                    "policies": [{"type": "Percent", "value": 100, "periodSeconds": 1}],
-                },
-            },
-            "metrics": {
-                "prometheusUrl": prometheus_url,
-                "staleAfterSeconds": 5,
-                "timeoutSeconds": 2,
-                # A short rate window: the default [1m] would keep the arrival-rate signal up for a
-                # minute after the load stops.
-                "arrivalRate": f"sum(rate(neuronserve_requests_total{{{selector}}}[5s]))",
-            },
-        },
+        "scaling": fast_scaling(SCALE_DOWN_WINDOW, prometheus_url),
         "warmPool": {"mode": "Fixed", "pods": 1, "nodePlaceholders": 0},
     }
 
