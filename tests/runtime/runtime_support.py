@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
 
 from neuronserve.batcher import Runner
 from neuronserve.manifest import Manifest
@@ -239,6 +240,18 @@ def http_json(url: str, method: str, path: str, body: bytes | None = None) -> tu
         return response.status, dict(response.getheaders()), decoded
     finally:
         conn.close()
+
+
+def scrape_metrics(url: str) -> dict[str, float]:
+    """The server's /metrics as ``{'name{label=value,...}': value}`` (labels sorted)."""
+    status, _, text = http_json(url, "GET", "/metrics")
+    assert status == 200, f"/metrics answered {status}"
+    values = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            values[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return values
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:

@@ -15,10 +15,9 @@ from typing import Any
 import aiohttp
 import numpy as np
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from neuronserve.emulated import BERT_BASE
-from runtime_support import MODEL_NAME, Compiled, Fetched, S3Server, ServeProcess, http_json, wait_for
+from runtime_support import MODEL_NAME, Compiled, Fetched, S3Server, ServeProcess, http_json, scrape_metrics, wait_for
 
 EMULATED = ["--device", "emulated-neuroncore", "--profile", "bert-base"]
 
@@ -34,17 +33,6 @@ def _ready(process: ServeProcess) -> None:
             raise AssertionError(f"{process.url}: {process.log}") from None
 
     wait_for(ready, 60, "the emulated server to be ready")
-
-
-def _metrics(url: str) -> dict[str, float]:
-    status, _, text = http_json(url, "GET", "/metrics")
-    assert status == 200
-    values = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
-            values[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
-    return values
 
 
 def test_the_profile_holds_the_published_inf2_figures() -> None:
@@ -98,11 +86,11 @@ async def _saturate(url: str, model: str, rows: int, requests: int, concurrency:
 async def test_one_process_at_saturation_serves_the_profile_throughput(serve_process: Any) -> None:
     process: ServeProcess = serve_process([*EMULATED, "--max-queue", "64"])
     await asyncio.to_thread(_ready, process)
-    before = _metrics(process.url)
+    before = scrape_metrics(process.url)
     # 16-row requests: every batch is one request in the batch-16 bucket, whose published
     # throughput is the profile's best (2,940 inf/s). 12 clients keep both cores' queues fed.
     seconds, rows = await _saturate(process.url, "bert-base", rows=16, requests=400, concurrency=12)
-    after = _metrics(process.url)
+    after = scrape_metrics(process.url)
 
     published = next(p.throughput_per_s for p in BERT_BASE.batches if p.batch == 16)
     measured = rows / seconds
@@ -135,7 +123,9 @@ def test_it_says_emulated_everywhere_and_loads_no_torch(serve_process: Any) -> N
     assert status == 200, doc
     assert doc["outputs"][0]["shape"] == [2, 768]
     assert doc["parameters"]["emulated"] is True
-    assert _metrics(process.url)["neuronserve_device_info{device=emulated-neuroncore,emulated=true,profile=bert-base}"]
+    assert scrape_metrics(process.url)[
+        "neuronserve_device_info{device=emulated-neuroncore,emulated=true,profile=bert-base}"
+    ]
     assert "EMULATED NeuronCore device" in process.log
     assert "not model outputs" in process.log
     maps = Path(f"/proc/{process.proc.pid}/maps").read_text()

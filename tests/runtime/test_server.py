@@ -9,9 +9,8 @@ from typing import Any
 import aiohttp
 import numpy as np
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from runtime_support import MODEL_NAME, LiveServer, Reference, http_json
+from runtime_support import MODEL_NAME, LiveServer, Reference, http_json, scrape_metrics
 
 INFER = f"/v2/models/{MODEL_NAME}/infer"
 SENTENCES = [
@@ -49,17 +48,6 @@ def _embedding(doc: dict[str, Any]) -> np.ndarray[Any, Any]:
     assert output["name"] == "embedding"
     assert output["datatype"] == "FP32"
     return np.asarray(output["data"], dtype=np.float32).reshape(output["shape"])
-
-
-def _metrics(server: LiveServer) -> dict[str, float]:
-    status, _, text = http_json(server.url, "GET", "/metrics")
-    assert status == 200
-    values = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
-            values[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
-    return values
 
 
 def test_health_and_metadata(live_server: LiveServer) -> None:
@@ -111,7 +99,7 @@ async def test_concurrent_requests_are_batched_and_each_gets_its_own_rows(
 ) -> None:
     sentences = [f"request number {i} says {'hello ' * (i % 7)}" for i in range(16)]
     expected = reference.embed(sentences)
-    before = _metrics(live_server)
+    before = scrape_metrics(live_server.url)
 
     async with aiohttp.ClientSession() as session:
 
@@ -126,7 +114,7 @@ async def test_concurrent_requests_are_batched_and_each_gets_its_own_rows(
 
     for doc, row in zip(docs, expected, strict=True):
         np.testing.assert_allclose(_embedding(doc)[0], row, atol=1e-4)
-    after = _metrics(live_server)
+    after = scrape_metrics(live_server.url)
     batches = after["neuronserve_batch_size_count"] - before["neuronserve_batch_size_count"]
     rows = after["neuronserve_batch_size_sum"] - before["neuronserve_batch_size_sum"]
     assert rows == len(sentences)
@@ -260,7 +248,7 @@ def test_a_too_large_body_gets_413(live_server: LiveServer) -> None:
 
 def test_metrics_have_the_names_the_operator_reads(live_server: LiveServer) -> None:
     http_json(live_server.url, "POST", INFER, b"{")
-    values = _metrics(live_server)
+    values = scrape_metrics(live_server.url)
     for name in (
         "neuronserve_queue_depth",
         "neuronserve_inflight_requests",
@@ -302,6 +290,6 @@ def test_a_server_failure_is_a_500_counted_as_error(live_server: LiveServer) -> 
         body = json.dumps({"inputs": [_ids([1, 4]), _mask([1, 4])]}).encode()
         status, _, doc = http_json(broken.url, "POST", INFER, body)
         assert (status, doc) == (500, {"error": "internal server error"})
-        values = _metrics(broken)
+        values = scrape_metrics(broken.url)
         assert values["neuronserve_requests_total{outcome=error}"] == 1
         assert values["neuronserve_requests_total{outcome=ok}"] == 0
