@@ -39,7 +39,7 @@ seeded pick of the trace's requests).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -348,16 +348,7 @@ def build(
             blocks = [
                 workload.fine_counts(s, min(seconds, s + BLOCK_SECONDS)) for s in range(0, seconds, BLOCK_SECONDS)
             ]
-            workload = Workload(
-                dt,
-                seconds,
-                count_s,
-                count_s / best,
-                1.0 / best,
-                mean_latency,
-                fine_count=np.concatenate(blocks),
-                **common,  # type: ignore[arg-type]
-            )
+            workload = replace(workload, fine_count=np.concatenate(blocks), _blocks={})
         return workload
     assert profile.llm is not None
     scaled = scaled_requests(trace, factor, arrivals, jitter, seed, rate_window, spread)
