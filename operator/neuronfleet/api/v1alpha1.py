@@ -488,10 +488,19 @@ class ScalingSpec(ApiModel):
         default=1800,
         ge=0,
         le=3600,
-        description="Replicas are released only once no recommendation within this window needed them "
-        "(as Knative's scale-down-delay; the longer of this and behavior.scaleDown's stabilization window "
+        description="Replicas are released only once no recommendation within the scale-down delay needed "
+        "them (as Knative's scale-down-delay; the longer of it and behavior.scaleDown's stabilization window "
         "applies). On Inf2 a released replica takes a cold start of minutes (node, image pull, load) to get "
-        "back, and bursts recur: holding the highest recent demand costs less than serving bursts late.",
+        "back, and bursts recur: holding the highest recent demand costs less than serving bursts late. "
+        "This is the delay in Fixed mode and the longest one in Learned mode.",
+    )
+    scale_down_delay_mode: Literal["Learned", "Fixed"] = Field(
+        default="Learned",
+        description="Learned: the delay is the shortest of 5, 10, 15 and 20 minutes and "
+        "scaleDownDelaySeconds that, replayed over the deployment's last day of demand with its measured "
+        "cold start, would have kept enough replicas serving for 99.8 % of the need (scaleDownDelaySeconds "
+        "until the history is long enough), re-chosen every 5 minutes: a steady decline is followed, "
+        "traffic that dips and rebounds is held. Fixed: always scaleDownDelaySeconds.",
     )
     behavior: ScalingBehavior = Field(
         default_factory=ScalingBehavior,

@@ -43,8 +43,11 @@ The rule, in order:
    those in the scale-down window; rate policies limit the change against the replica count at the
    start of each policy's period, and ``select_policy`` picks the most (Max) or least (Min)
    permissive, or forbids the direction (Disabled).
-   The scale-down window is the longer of the stabilization window and ``scale_down_delay_seconds``
-   (default 30 minutes: a released replica takes minutes to get back on Inf2, and bursts recur).
+   The scale-down window is the longer of the stabilization window and the scale-down delay: in
+   ``Fixed`` mode ``scale_down_delay_seconds`` (default 30 minutes: a released replica takes
+   minutes to get back on Inf2, and bursts recur); in ``Learned`` mode (the default) the shortest
+   window that a replay of the deployment's last day would have found enough, at most that
+   (:mod:`neuronfleet.planning.hold`), so a steady decline is followed and a bursty demand held.
    While the rate signal's trend line falls, each recommendation that window holds is lowered by
    :data:`DECLINE_CREDIT` of the decline since it was made: the fleet keeps its headroom for bursts
    and follows the decline instead of holding the level of its peak.
@@ -61,6 +64,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from neuronfleet.api.v1alpha1 import ScalingRules, ScalingSpec
+from neuronfleet.planning import hold
 from neuronfleet.planning.signals import MetricSnapshot
 
 #: Knative's stable window: the shortest time panic mode holds after its trigger last fired.
@@ -123,6 +127,11 @@ class ScalingState:
     launches: tuple[tuple[float, int], ...] = ()
     #: Seconds from a scale-up to its pods serving, once measured.
     cold_start: float | None = None
+    #: Per minute, the highest recommendation and need (see :mod:`neuronfleet.planning.hold`).
+    history: hold.History = field(default_factory=hold.History)
+    #: The scale-down window the history chose, and when (None until first chosen).
+    hold_seconds: float | None = None
+    hold_chosen_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -307,10 +316,20 @@ def decide(
         trend = _trend(rates, cold_start if cold_start is not None else ASSUMED_COLD_START_SECONDS)
         if trend is not None and trend > signals["rate"]:
             signals["trend"] = trend
-    down_window = max(spec.behavior.scale_down.stabilization_window_seconds, spec.scale_down_delay_seconds)
+    longest = float(spec.scale_down_delay_seconds)
+    hold_seconds, hold_chosen_at = state.hold_seconds, state.hold_chosen_at
+    if spec.scale_down_delay_mode == "Fixed":
+        hold_seconds = longest
+    elif hold_chosen_at is None or now - hold_chosen_at >= hold.REFRESH_SECONDS:
+        measured = cold_start if cold_start is not None else ASSUMED_COLD_START_SECONDS
+        hold_seconds, hold_chosen_at = hold.choose(state.history, longest, measured), now
+    hold_seconds = min(hold_seconds if hold_seconds is not None else longest, longest)
+    down_window = max(spec.behavior.scale_down.stabilization_window_seconds, hold_seconds)
+    # Recommendations are kept for the longest window, so that a hold that grows again has them.
     horizon = max(
         spec.behavior.scale_up.stabilization_window_seconds,
-        down_window,
+        spec.behavior.scale_down.stabilization_window_seconds,
+        longest,
     )
     recommendations = tuple((t, r) for t, r in state.recommendations if t > now - horizon)
     if "rate" in signals and not state.rates:
@@ -322,16 +341,17 @@ def decide(
 
     if not signals:
         desired = _clamp(current, low, high)
-        new_state = ScalingState(
-            recommendations,
-            events,
-            state.panic_since,
-            state.panic_last_triggered,
-            service_rate,
-            recent,
-            rates,
-            launches,
-            cold_start,
+        new_state = replace(
+            state,
+            recommendations=recommendations,
+            scale_events=events,
+            service_rate=service_rate,
+            recent=recent,
+            rates=rates,
+            launches=launches,
+            cold_start=cold_start,
+            hold_seconds=hold_seconds,
+            hold_chosen_at=hold_chosen_at,
         )
         if desired != current:
             new_state = _with_event(new_state, now, desired - current)
@@ -355,8 +375,8 @@ def decide(
         panic_last = now
         panic_since = panic_since if panic_since is not None else now
     elif panic_since is not None:
-        hold = max(MIN_PANIC_HOLD_SECONDS, float(spec.behavior.scale_down.stabilization_window_seconds))
-        if panic_last is None or now - panic_last >= hold:
+        panic_hold = max(MIN_PANIC_HOLD_SECONDS, float(spec.behavior.scale_down.stabilization_window_seconds))
+        if panic_last is None or now - panic_last >= panic_hold:
             panic_since, panic_last = None, None
             notes.append("panic over")
     in_panic = panic_since is not None
@@ -389,7 +409,9 @@ def decide(
         if stabilized > down_rec:
             stabilized = down_rec
         if stabilized != recommendation:
-            notes.append(f"stabilized to {stabilized}")
+            notes.append(
+                f"stabilized to {stabilized}" + (f" (hold {down_window:.0f} s)" if stabilized > recommendation else "")
+            )
         desired = stabilized
         if stabilized > current:
             limit = _scale_up_limit(spec.behavior.scale_up, events, current, now)
@@ -410,8 +432,25 @@ def decide(
     elif bounded < current:
         # Scale-ups above the new count will never be reached.
         launches = tuple((t, target) for t, target in launches if target <= bounded)
+    history = state.history
+    if "rate" in signals:
+        # The need, without the target utilization's headroom: what the replay must cover (a burst
+        # the rate's window cannot show included).
+        need = math.ceil(max(signals["rate"], signals.get("burst", 0.0)) * spec.target_utilization - 1e-9)
+        history = hold.record(history, now, recommendation, need)
     new_state = ScalingState(
-        recommendations, events, panic_since, panic_last, service_rate, recent, rates, launches, cold_start
+        recommendations,
+        events,
+        panic_since,
+        panic_last,
+        service_rate,
+        recent,
+        rates,
+        launches,
+        cold_start,
+        history,
+        hold_seconds,
+        hold_chosen_at,
     )
     if bounded != current:
         new_state = _with_event(new_state, now, bounded - current)

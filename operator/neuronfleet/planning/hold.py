@@ -1,0 +1,123 @@
+"""How long the autoscaler holds replicas before releasing them, learned from the deployment's past (pure).
+
+A released replica on Inf2 comes back a cold start (minutes) later, so the autoscaler keeps the
+highest recommendation of a scale-down window. How long that window should be depends on the
+traffic: web traffic that dips and rebounds within minutes needs a long hold, a demand that
+declines steadily (the end of a busy period) wastes every replica-second the hold keeps. No one
+window suits both, and an SRE cannot know ahead which one a deployment's traffic is.
+
+So the window is chosen from the deployment's own history. Each minute, :func:`record` keeps the
+highest recommendation (what the autoscaler asked for, headroom included) and the highest need (the
+replicas the arrival rate needs at the measured service rate, without the target utilization's
+headroom). :func:`choose` replays that history for each candidate window: the capacity the fleet
+would have asked for is the highest recommendation within the window, and what serves is the lowest
+of that over the last cold start (a replica released and asked for again is back only a cold start
+later). The shortest candidate whose replay kept the serving capacity at or above the need for
+:data:`COVERAGE` of the need is the window; until the history is long enough to replay a candidate
+over :data:`MIN_REPLAYED_SECONDS` beyond it, the longest (the spec's ``scaleDownDelaySeconds``) is
+used. The replay is the look-back rule that ``bench/bench_causal_bound.py`` tunes in hindsight,
+run causally on the past only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: Minutes are the history's unit: decisions come every 15 s or so, and a cold start is minutes.
+BUCKET_SECONDS = 60
+#: How much history the replay sees: a day, so that a daily cycle's every hour is in it.
+HISTORY_SECONDS = 24 * 3600
+#: Candidate windows, shortest first; those above the spec's longest are dropped, and the longest
+#: is always a candidate.
+CANDIDATE_SECONDS = (300, 600, 900, 1200)
+#: Share of the recorded need the replayed serving capacity must have covered.
+COVERAGE = 0.998
+#: A candidate is replayed only over history this long beyond its window and a cold start.
+MIN_REPLAYED_SECONDS = 600
+#: The window is re-chosen this often (the replay of a day costs about a millisecond).
+REFRESH_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class History:
+    """Per minute since ``first_minute`` (contiguous), the highest recommendation and need.
+
+    Two tuples of ints rather than a tuple per minute: a day of history is then ~25 KB per
+    deployment, not ~150 KB.
+    """
+
+    first_minute: int = 0
+    recommendations: tuple[int, ...] = ()
+    needs: tuple[int, ...] = ()
+
+
+def record(history: History, now: float, recommendation: int, need: int) -> History:
+    """The history with this decision's recommendation and need folded into its minute.
+
+    A minute with no decision (the operator was down, or the rate unknown) starts the history
+    afresh: a replay across a gap would treat it as a minute without demand.
+    """
+    minute = int(now // BUCKET_SECONDS)
+    last = history.first_minute + len(history.needs) - 1
+    if not history.needs or minute > last + 1 or minute < history.first_minute:
+        return History(minute, (recommendation,), (need,))
+    if minute <= last:
+        # Decisions within one minute (or a clock step back within it): fold into that minute.
+        i = minute - history.first_minute
+        if history.recommendations[i] >= recommendation and history.needs[i] >= need:
+            return history
+        recs, needs = list(history.recommendations), list(history.needs)
+        recs[i], needs[i] = max(recs[i], recommendation), max(needs[i], need)
+        return History(history.first_minute, tuple(recs), tuple(needs))
+    drop = max(0, len(history.needs) + 1 - HISTORY_SECONDS // BUCKET_SECONDS)
+    return History(
+        history.first_minute + drop,
+        (*history.recommendations[drop:], recommendation),
+        (*history.needs[drop:], need),
+    )
+
+
+def _sliding(values: Sequence[int], width: int, highest: bool) -> list[int]:
+    """``out[i]`` = the max (or min) of ``values[i - width .. i]``, with a monotonic deque."""
+    out: list[int] = []
+    window: deque[int] = deque()
+    for i, value in enumerate(values):
+        while window and (values[window[-1]] <= value if highest else values[window[-1]] >= value):
+            window.pop()
+        window.append(i)
+        if window[0] < i - width:
+            window.popleft()
+        out.append(values[window[0]])
+    return out
+
+
+def covered(history: History, window_seconds: float, cold_start_seconds: float) -> float | None:
+    """Share of the need a hold of ``window_seconds`` would have served in time over ``history``;
+    None when the history is too short to replay it."""
+    window = math.ceil(window_seconds / BUCKET_SECONDS)
+    lag = math.ceil(cold_start_seconds / BUCKET_SECONDS)
+    skip = window + lag
+    if len(history.needs) - skip < MIN_REPLAYED_SECONDS / BUCKET_SECONDS:
+        return None
+    asked = _sliding(history.recommendations, window, highest=True)
+    serving = _sliding(asked, lag, highest=False)
+    needs = history.needs[skip:]
+    total = sum(needs)
+    if total <= 0:
+        return 1.0
+    return sum(min(s, n) for s, n in zip(serving[skip:], needs, strict=True)) / total
+
+
+def choose(history: History, longest: float, cold_start_seconds: float) -> float:
+    """The shortest candidate window (below ``longest``) that the history says is enough, else
+    ``longest``."""
+    for candidate in CANDIDATE_SECONDS:
+        if candidate >= longest:
+            break
+        share = covered(history, candidate, cold_start_seconds)
+        if share is not None and share >= COVERAGE:
+            return float(candidate)
+    return float(longest)

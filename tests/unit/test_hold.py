@@ -1,0 +1,129 @@
+"""The learned scale-down delay: the per-minute history, its replay, the choice, and decide() using it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from neuronfleet.api.v1alpha1 import ScalingSpec
+from neuronfleet.planning import hold
+from neuronfleet.planning.hold import History, choose, covered, record
+from neuronfleet.planning.scaling import ScalingState, decide
+from neuronfleet.planning.signals import MetricSnapshot
+
+COLD_START = 480.0  # 8 one-minute buckets of lag
+
+
+def history_of(recommendations: list[int], needs: list[int]) -> History:
+    out = History()
+    for minute, (rec, need) in enumerate(zip(recommendations, needs, strict=True)):
+        out = record(out, minute * 60.0 + 7, rec, need)
+    return out
+
+
+def test_record_keeps_the_highest_of_each_minute_and_appends_the_next() -> None:
+    h = record(History(), 60.0, 5, 4)
+    h = record(h, 75.0, 9, 3)
+    h = record(h, 119.0, 7, 6)
+    assert (h.first_minute, h.recommendations, h.needs) == (1, (9,), (6,))
+    h = record(h, 120.0, 2, 1)
+    assert (h.first_minute, h.recommendations, h.needs) == (1, (9, 2), (6, 1))
+    # Nothing higher in a minute: the same history, not a copy.
+    assert record(h, 150.0, 1, 1) is h
+
+
+def test_a_gap_without_decisions_starts_the_history_afresh() -> None:
+    h = history_of([5, 6, 7], [4, 5, 6])
+    restarted = record(h, 10 * 60.0, 3, 2)
+    assert (restarted.first_minute, restarted.recommendations, restarted.needs) == (10, (3,), (2,))
+
+
+def test_history_keeps_one_day() -> None:
+    day = hold.HISTORY_SECONDS // hold.BUCKET_SECONDS
+    h = history_of(list(range(day + 5)), [1] * (day + 5))
+    assert len(h.needs) == day
+    assert h.first_minute == 5
+    assert h.recommendations[0] == 5
+
+
+def test_replay_counts_a_dip_released_and_missed_for_a_cold_start() -> None:
+    # Window 0 and a cold start of one bucket: what serves is the lower of this and the last
+    # minute's recommendation. The dip to 2 at minute 3 leaves minutes 3 and 4 serving 2 of 8.
+    recs = [10, 10, 10, 2] + [10] * 12
+    needs = [8] * 16
+    h = history_of(recs, needs)
+    replayed = len(needs) - 1  # skip = window 0 + lag 1
+    assert replayed * 60 >= hold.MIN_REPLAYED_SECONDS
+    expected = (replayed * 8 - 2 * (8 - 2)) / (replayed * 8)
+    assert covered(h, 0, 60) == pytest.approx(expected)
+    # Holding one minute bridges the dip.
+    assert covered(h, 60, 60) == 1.0
+
+
+def test_replay_needs_enough_history_beyond_window_and_cold_start() -> None:
+    h = history_of([10] * 20, [8] * 20)
+    assert covered(h, 300, COLD_START) is None  # 20 - (5 + 8) buckets < 10
+    assert choose(h, 1800, COLD_START) == 1800
+
+
+def test_a_steady_decline_gets_the_shortest_window() -> None:
+    needs = [max(1, 200 - m) for m in range(150)]
+    recs = [math.ceil(n / 0.8) for n in needs]
+    assert choose(history_of(recs, needs), 1800, COLD_START) == hold.CANDIDATE_SECONDS[0]
+
+
+def test_dips_that_rebound_get_a_window_longer_than_the_dips() -> None:
+    # 10 busy minutes, then 8 quiet ones, repeated: a 5-minute hold releases the busy capacity in
+    # the dip and the rebound finds it gone for a cold start; 10 minutes bridges the dips.
+    needs = ([40] * 10 + [10] * 8) * 10
+    recs = [math.ceil(n / 0.8) for n in needs]
+    h = history_of(recs, needs)
+    assert (covered(h, 300, COLD_START) or 0) < hold.COVERAGE
+    assert choose(h, 1800, COLD_START) == 600
+    # Dips longer than every candidate: the longest (the spec's delay) stays.
+    long_dips = ([40] * 10 + [10] * 25) * 6
+    assert choose(history_of([math.ceil(n / 0.8) for n in long_dips], long_dips), 1800, COLD_START) == 1800
+    # Candidates at or above the longest are never chosen.
+    assert choose(h, 500, COLD_START) == 500
+
+
+def test_the_api_describes_the_constants_the_planner_uses() -> None:
+    description = ScalingSpec.model_fields["scale_down_delay_mode"].description or ""
+    minutes = [str(c // 60) for c in hold.CANDIDATE_SECONDS]
+    assert f"{', '.join(minutes[:-1])} and {minutes[-1]} minutes" in description
+    assert f"{hold.COVERAGE * 100:g} %" in description
+    assert f"every {hold.REFRESH_SECONDS // 60} minutes" in description
+    assert "last day" in description and hold.HISTORY_SECONDS == 86400
+
+
+def _declining_run(mode: str) -> tuple[list[int], ScalingState]:
+    """Two hours of a demand declining steadily, with the service rate known (100/s a replica)."""
+    s = ScalingSpec.model_validate({"maxReplicas": 200, "panicWindowSeconds": 0, "scaleDownDelayMode": mode})
+    state = ScalingState(service_rate=100.0)
+    current = 80
+    desired = []
+    for step in range(0, 7200 // 15):
+        now = step * 15.0
+        rate = 6000.0 - 0.7 * now  # replicas needed: 60 falling to about 18
+        snapshot = MetricSnapshot(
+            time=now, queue_depth=0, in_flight=0, arrival_rate=rate, utilization=rate / (100.0 * current)
+        )
+        decision = decide(s, state, snapshot, current, current, now)
+        state, current = decision.new_state, decision.desired
+        desired.append(current)
+    return desired, state
+
+
+def test_decide_follows_a_steady_decline_sooner_when_learned() -> None:
+    learned, learned_state = _declining_run("Learned")
+    fixed, fixed_state = _declining_run("Fixed")
+    assert learned_state.hold_seconds == hold.CANDIDATE_SECONDS[0]
+    assert fixed_state.hold_seconds == ScalingSpec().scale_down_delay_seconds
+    # Both start from the same fleet; in the last hour the learned window releases sooner.
+    assert learned[0] == fixed[0]
+    assert sum(learned[240:]) < sum(fixed[240:])
+    # What it keeps still covers the demand at the target utilization, held 5 minutes.
+    for step in range(240, len(learned)):
+        needed = math.ceil((6000.0 - 0.7 * step * 15) / (100 * 0.8))
+        assert learned[step] >= needed
