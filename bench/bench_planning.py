@@ -4,16 +4,20 @@ Per deployment: the pod read-back, then the whole pure plan of a reconcile
 (``planning.reconcile_plan.plan_reconcile``: compile decision, autoscaler, warm pool, placement
 with all four Inf2 types scored, the pod-template hash (builds a pod and hashes it), the fleet plan,
 the status). Measured for a steady fleet (nothing to do) and a rollout (every pod outdated), and
-for one reconcile round over 200 deployments. Writes
+for one reconcile round over 200 deployments. The autoscaler with a full day of history (the
+learned scale-down delay's replay, :mod:`neuronfleet.planning.hold`): one decision, one decision
+that re-chooses the delay, and the history's size in memory. Writes
 ``bench/results/planning.json``. Run: ``.venv/bin/python bench/bench_planning.py``.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,8 +25,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import write_result
-from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.api.v1alpha1 import InferenceDeployment, ScalingSpec
 from neuronfleet.kube.builders import object_for_action, parse_pod, pod_template_hash
+from neuronfleet.planning import hold
 from neuronfleet.planning.compile import CompileObservation, StoredArtifact, compile_request
 from neuronfleet.planning.fleet import (
     CreatePlaceholder,
@@ -36,6 +41,8 @@ from neuronfleet.planning.labels import ArtifactRevision
 from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory
 from neuronfleet.planning.placement import plan_for_spec
 from neuronfleet.planning.reconcile_plan import plan_reconcile
+from neuronfleet.planning.scaling import ScalingState, decide
+from neuronfleet.planning.signals import MetricSnapshot
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 ACTIVE, WARM, PLACEHOLDERS = 8, 2, 1
@@ -99,6 +106,30 @@ def timed(fn: Callable[[], object], repeats: int = REPEATS) -> float:
     return statistics.median(samples)
 
 
+def day_of_history() -> tuple[ScalingSpec, ScalingState, MetricSnapshot]:
+    """A scaling state that has recorded a day of minutes (a daily cycle of 20 to 60 replicas)."""
+    spec = ScalingSpec()
+    history = hold.History()
+    for minute in range(hold.HISTORY_SECONDS // hold.BUCKET_SECONDS):
+        need = round(40 + 20 * math.sin(2 * math.pi * minute / 1440))
+        history = hold.record(history, minute * 60.0, math.ceil(need / spec.target_utilization), need)
+    now = float(hold.HISTORY_SECONDS)
+    state = ScalingState(service_rate=100.0, history=history, hold_seconds=600.0, hold_chosen_at=now)
+    snapshot = MetricSnapshot(time=now, queue_depth=0, in_flight=0, arrival_rate=4000.0, utilization=0.7)
+    return spec, state, snapshot
+
+
+def size_of(history: hold.History) -> int:
+    """Bytes the history holds (its tuples and the ints not shared with Python's small-int cache)."""
+    ints = {id(v): v for v in (*history.recommendations, *history.needs)}
+    return (
+        sys.getsizeof(history)
+        + sys.getsizeof(history.recommendations)
+        + sys.getsizeof(history.needs)
+        + sum(sys.getsizeof(v) for v in ints.values() if not -5 <= v <= 256)
+    )
+
+
 def main() -> None:
     old = ArtifactRevision("aaaaaaaaaa", "s3://artifacts/old/")
     new = ArtifactRevision("bbbbbbbbbb", "s3://artifacts/new/")
@@ -120,7 +151,16 @@ def main() -> None:
     after = apply_actions(views, plan_fleet(one.name, target, views, NOW).actions, NOW)
     replan_actions = len(plan_fleet(one.name, target, after, NOW).actions)
 
+    spec, state, snapshot = day_of_history()
+    now = snapshot.time
+    decide_us = timed(lambda: decide(spec, state, snapshot, 50, 50, now)) * 1e6
+    stale = replace(state, hold_chosen_at=now - hold.REFRESH_SECONDS)
+    rechoose_us = timed(lambda: decide(spec, stale, snapshot, 50, 50, now)) * 1e6
+
     figures: dict[str, float | int | str | None] = {
+        "scaling_decide_day_of_history_us": round(decide_us, 1),
+        "scaling_decide_rechoosing_delay_us": round(rechoose_us, 1),
+        "scaling_history_day_kib": round(size_of(state.history) / 1024, 1),
         "reconcile_steady_ms": round(steady_ms, 3),
         "reconcile_rollout_ms": round(rollout_ms, 3),
         "round_200_deployments_s": round(round_s, 4),
