@@ -498,7 +498,7 @@ class ScalingSpec(ApiModel):
         default="Learned",
         description="Learned: the delay is the shortest of 5, 10, 15 and 20 minutes and "
         "scaleDownDelaySeconds that, replayed over the deployment's last day of demand with its measured "
-        "cold start, would have kept enough replicas serving for 99.8 % of the need (scaleDownDelaySeconds "
+        "cold start, would have kept enough replicas serving for 99.9 % of the need (scaleDownDelaySeconds "
         "until the history is long enough), re-chosen every 5 minutes: a steady decline is followed, "
         "traffic that dips and rebounds is held. Fixed: always scaleDownDelaySeconds.",
     )

@@ -34,7 +34,7 @@ HISTORY_SECONDS = 24 * 3600
 #: is always a candidate.
 CANDIDATE_SECONDS = (300, 600, 900, 1200)
 #: Share of the recorded need the replayed serving capacity must have covered.
-COVERAGE = 0.998
+COVERAGE = 0.999
 #: A candidate is replayed only over history this long beyond its window and a cold start.
 MIN_REPLAYED_SECONDS = 600
 #: The window is re-chosen this often (the replay of a day costs about a millisecond).
