@@ -439,18 +439,18 @@ def decide(
         need = math.ceil(max(signals["rate"], signals.get("burst", 0.0)) * spec.target_utilization - 1e-9)
         history = hold.record(history, now, recommendation, need)
     new_state = ScalingState(
-        recommendations,
-        events,
-        panic_since,
-        panic_last,
-        service_rate,
-        recent,
-        rates,
-        launches,
-        cold_start,
-        history,
-        hold_seconds,
-        hold_chosen_at,
+        recommendations=recommendations,
+        scale_events=events,
+        panic_since=panic_since,
+        panic_last_triggered=panic_last,
+        service_rate=service_rate,
+        recent=recent,
+        rates=rates,
+        launches=launches,
+        cold_start=cold_start,
+        history=history,
+        hold_seconds=hold_seconds,
+        hold_chosen_at=hold_chosen_at,
     )
     if bounded != current:
         new_state = _with_event(new_state, now, bounded - current)
