@@ -47,6 +47,15 @@ def test_history_keeps_one_day() -> None:
     assert h.recommendations[0] == 5
 
 
+@pytest.mark.parametrize("width", [0, 1, 2, 5, 13])
+def test_sliding_window_matches_brute_force(width: int) -> None:
+    values = [(i * 37) % 23 for i in range(120)]
+    expected_max = [max(values[max(0, i - width) : i + 1]) for i in range(len(values))]
+    expected_min = [min(values[max(0, i - width) : i + 1]) for i in range(len(values))]
+    assert hold._sliding(values, width, highest=True) == expected_max
+    assert hold._sliding(values, width, highest=False) == expected_min
+
+
 def test_replay_counts_a_dip_released_and_missed_for_a_cold_start() -> None:
     # Window 0 and a cold start of one bucket: what serves is the lower of this and the last
     # minute's recommendation. The dip to 2 at minute 3 leaves minutes 3 and 4 serving 2 of 8.

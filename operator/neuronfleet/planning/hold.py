@@ -30,8 +30,8 @@ from dataclasses import dataclass
 BUCKET_SECONDS = 60
 #: How much history the replay sees: a day, so that a daily cycle's every hour is in it.
 HISTORY_SECONDS = 24 * 3600
-#: Candidate windows, shortest first; those above the spec's longest are dropped, and the longest
-#: is always a candidate.
+#: Candidate windows, shortest first; those at or above the spec's longest are not tried, and the
+#: longest is the fallback.
 CANDIDATE_SECONDS = (300, 600, 900, 1200)
 #: Share of the recorded need the replayed serving capacity must have covered.
 COVERAGE = 0.999
@@ -45,8 +45,8 @@ REFRESH_SECONDS = 300
 class History:
     """Per minute since ``first_minute`` (contiguous), the highest recommendation and need.
 
-    Two tuples of ints rather than a tuple per minute: a day of history is then ~25 KB per
-    deployment, not ~150 KB.
+    Two tuples of ints rather than a tuple per minute: a day of history is then 22.6 KiB per
+    deployment (``bench/bench_planning.py``), not ~150 KB.
     """
 
     first_minute: int = 0
@@ -81,7 +81,11 @@ def record(history: History, now: float, recommendation: int, need: int) -> Hist
 
 
 def _sliding(values: Sequence[int], width: int, highest: bool) -> list[int]:
-    """``out[i]`` = the max (or min) of ``values[i - width .. i]``, with a monotonic deque."""
+    """``out[i]`` = the max (or min) of ``values[i - width .. i]``, with a monotonic deque.
+
+    Written here rather than taken from scipy's ``maximum_filter1d`` (which ``bench_causal_bound``
+    uses over millions of seconds): planning stays plain Python, and a day is 1,440 values.
+    """
     out: list[int] = []
     window: deque[int] = deque()
     for i, value in enumerate(values):
