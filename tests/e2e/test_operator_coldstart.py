@@ -125,14 +125,18 @@ async def test_phases_in_status_and_the_auto_warm_pool_follows_the_measured_cold
     # Both measure at least 3 pods; pods that waited for a new node give node samples. Which
     # deployment's pods wait for one depends on how the sandbox's provisioner packs the ramp (an
     # empty node kept for consolidation takes new pods at once), so at least one must have them.
+    # The first node samples may all be pods created while a node was already on its way (a few
+    # seconds' wait each): wait until one pod has waited for at least half a node's provisioning.
     await harness.wait(
         lambda: (
             all(cold_start(harness, n).get("pod", {}).get("samples", 0) >= 3 for n in ("fast", "slow"))
             and any(cold_start(harness, n).get("node", {}).get("samples", 0) >= 1 for n in ("fast", "slow"))
+            and max(cold_start(harness, n).get("node", {}).get("p90Seconds", 0) for n in ("fast", "slow"))
+            >= PROVISIONING_DELAY / 2
         ),
         # Fake time (looptime): a generous deadline costs seconds.
         timeout=2400,
-        what="3 pod samples on each deployment and a node sample",
+        what="3 pod samples on each deployment and a node sample of a whole provisioning",
     )
     fast, slow = cold_start(harness, "fast"), cold_start(harness, "slow")
     assert fast["instanceType"] == "inf2.xlarge" and slow["instanceType"] == "inf2.8xlarge"
