@@ -121,20 +121,21 @@ def run_scenario(
     jobs: int,
     console: Console,
     plots: bool,
+    seed: int = SEED,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     started = time.perf_counter()
     full = traces[scenario.trace]
     factor = factor_for_peak(full, profile, PEAK_REPLICAS)
 
     def workload(start: float, stop: float) -> Workload:
-        return build(window(full, start, stop), profile, factor, 1.0, SEED, arrivals=scenario.arrivals)
+        return build(window(full, start, stop), profile, factor, 1.0, seed, arrivals=scenario.arrivals)
 
     # Tuning: the sweep over the first span.
     tune_w = workload(*scenario.tune)
-    tune_oracles = runner.run_oracles(tune_w, profile, SEED)
+    tune_oracles = runner.run_oracles(tune_w, profile, seed)
     max_replicas = 2 * tune_oracles.peak
     todo = [c for family in FAMILIES for c in grid_cases(family, quick, max_replicas, tune_oracles.peak)]
-    tune_out = runner.run_cases(tune_w, profile, todo, SEED, tune_oracles.start, jobs=jobs)
+    tune_out = runner.run_cases(tune_w, profile, todo, seed, tune_oracles.start, jobs=jobs)
     chosen = runner.best(tune_out, SLO_TARGET)
     rows = report.records(profile, tune_out, tune_oracles, chosen, "tune", scenario.arrivals)
 
@@ -142,13 +143,13 @@ def run_scenario(
     # after the tuning span (and whatever lies between) as history.
     score_w = workload(scenario.tune[0], scenario.score[1])
     measure_from = scenario.score[0] - scenario.tune[0]
-    score_oracles = runner.run_oracles(score_w, profile, SEED, measure_from)
+    score_oracles = runner.run_oracles(score_w, profile, seed, measure_from)
     score_todo = [o.case for o in chosen.values()]
     default_ours = next(c for c in todo if c.family == "ours" and c.default)
     if chosen["ours"].case is not default_ours:
         score_todo.append(default_ours)
     score_out = runner.run_cases(
-        score_w, profile, score_todo, SEED, score_oracles.start, measure_from=measure_from, jobs=jobs
+        score_w, profile, score_todo, seed, score_oracles.start, measure_from=measure_from, jobs=jobs
     )
     scored = {o.case.family: o for o in score_out if o.case is chosen[o.case.family].case}
     score_rows = report.records(profile, score_out, score_oracles, scored, "score", scenario.arrivals)

@@ -11,6 +11,10 @@ and role labels are added by Prometheus relabeling from pod labels, never by the
   draining or shut down before it ran), ``bad_request`` (the client must change it: 400 invalid
   request or text the tokenizer refuses, 404 unknown model or version, 413 too large) or
   ``error`` (500: the server failed, in execution or anywhere in answering).
+- ``neuronserve_arrivals_peak_per_second``: infer requests per second (any outcome) in the busiest
+  second of the last minute; at a rate below 400 a second, in the busiest stretch of as many whole
+  seconds as hold 400 requests at the minute's mean, so that Poisson noise is not read as a burst.
+  The operator sizes for the sum over replicas beside the 1-minute rate.
 - ``neuronserve_batch_size``: rows per executed batch (before padding to the bucket).
 - ``neuronserve_request_latency_seconds``: arrival to answer of successful infer requests.
 - ``neuronserve_device_busy_ratio``: share of the last ``window`` seconds the device executed.
@@ -25,6 +29,7 @@ and role labels are added by Prometheus relabeling from pod labels, never by the
 from __future__ import annotations
 
 import collections
+import math
 import time
 from collections.abc import Callable
 
@@ -76,10 +81,67 @@ class BusyTracker:
         return min(1.0, max(0.0, busy / span)) if span > 0 else 0.0
 
 
+#: The arrival peak's window and the fewest requests a stretch of it must hold at the mean rate
+#: (the operator's ``planning.signals`` has the same two; a test keeps them equal).
+PEAK_WINDOW_SECONDS = 60
+PEAK_MIN_REQUESTS = 400
+
+
+class ArrivalPeak:
+    """Requests per second in the busiest stretch of the last ``window`` whole seconds.
+
+    A stretch is one second, or as many as hold ``min_requests`` at the window's mean rate: at a
+    few requests a second, a single busy second is noise (one request more is +30 %), not a burst.
+    Counts are kept per whole second of ``clock``; the second under way is left out until it ends.
+    """
+
+    def __init__(
+        self,
+        window_seconds: int = PEAK_WINDOW_SECONDS,
+        min_requests: int = PEAK_MIN_REQUESTS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.window = window_seconds
+        self.min_requests = min_requests
+        self._clock = clock
+        self._created = int(clock())
+        self._counts: collections.deque[list[int]] = collections.deque()
+
+    def record(self) -> None:
+        second = int(self._clock())
+        if self._counts and self._counts[-1][0] == second:
+            self._counts[-1][1] += 1
+        else:
+            self._counts.append([second, 1])
+        while self._counts[0][0] <= second - self.window - 1:
+            self._counts.popleft()
+
+    def peak(self) -> float:
+        now = int(self._clock())
+        # Whole seconds only, and none before the tracker existed (a young server has fewer).
+        first = max(now - self.window, self._created)
+        seconds = now - first
+        if seconds <= 0:
+            return 0.0
+        per_second = [0] * seconds
+        for second, count in self._counts:
+            if first <= second < now:
+                per_second[second - first] = count
+        total = sum(per_second)
+        if total == 0:
+            return 0.0
+        stretch = max(1, min(seconds, math.ceil(self.min_requests * seconds / total)))
+        running = best = sum(per_second[:stretch])
+        for i in range(stretch, seconds):
+            running += per_second[i] - per_second[i - stretch]
+            best = max(best, running)
+        return best / stretch
+
+
 class ServerMetrics:
     """The metrics of one server instance, in their own registry (tests run several in a process)."""
 
-    def __init__(self, busy: BusyTracker) -> None:
+    def __init__(self, busy: BusyTracker, arrivals: ArrivalPeak | None = None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.queue_depth = Gauge("neuronserve_queue_depth", "Requests accepted and waiting for a batch.", registry=r)
@@ -106,6 +168,14 @@ class ServerMetrics:
         )
         self.device_busy.set_function(busy.ratio)
         self.ready = Gauge("neuronserve_ready", "1 when loaded, warmed and not draining.", registry=r)
+        self.arrivals = arrivals if arrivals is not None else ArrivalPeak()
+        self.arrivals_peak = Gauge(
+            "neuronserve_arrivals_peak_per_second",
+            f"Infer requests per second in the busiest second of the last {self.arrivals.window} s "
+            f"(at a low rate, of as many seconds as hold {self.arrivals.min_requests} requests).",
+            registry=r,
+        )
+        self.arrivals_peak.set_function(self.arrivals.peak)
         r.register(_BusySeconds(busy))
         self.device_info = Gauge(
             "neuronserve_device_info",
@@ -120,6 +190,7 @@ class ServerMetrics:
 
     def outcome(self, outcome: str) -> None:
         self.requests.labels(outcome=outcome).inc()
+        self.arrivals.record()
 
 
 class _BusySeconds(Collector):

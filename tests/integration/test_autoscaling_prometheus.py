@@ -33,7 +33,7 @@ import pytest
 from fixtures_prometheus import PrometheusServer, TargetGroup, fast_scaling, free_port
 from operator_harness import NEURON_SCHEDULER, OperatorHarness, example, ready
 
-from neuronfleet.api.v1alpha1 import GROUP
+from neuronfleet.api.v1alpha1 import GROUP, InferenceDeployment
 from neuronfleet.metrics.prometheus import PrometheusMetrics
 from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
 from neuronfleet.sandbox.store import WatchEvent
@@ -358,6 +358,12 @@ async def test_scales_on_prometheus_metrics_promotes_warm_first_and_holds_while_
         assert "load" in status()["lastScaleReason"]
         served_at_peak = load.ok
         assert served_at_peak > 0
+        # Every default query reads the real runtime through the real Prometheus, the arrival peak
+        # (the busiest stretch of the last minute, summed over replicas) included.
+        dep = InferenceDeployment.model_validate(harness.deployment(NS, NAME))
+        snapshot, why = await PrometheusMetrics(prometheus.url).snapshot(dep, 0.0)
+        assert snapshot is not None and snapshot.missing() == (), why
+        assert snapshot.arrival_rate and snapshot.arrival_peak and snapshot.arrival_peak >= snapshot.arrival_rate / 2
 
         # 3. Load stops: scale-down to minReplicas, not before the stabilization window.
         await load.stop()

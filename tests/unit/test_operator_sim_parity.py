@@ -76,7 +76,7 @@ class ReplayView(MetricsView):
         super().__init__(1.0, empty, empty, empty, empty)
         self.sequence = sequence
 
-    def snapshot(self, now: float, delay: float) -> MetricSnapshot:
+    def snapshot(self, now: float, delay: float, serving: int | None = None) -> MetricSnapshot:
         assert delay == DELAY
         # The simulator has no "unreachable": its gap is a snapshot with every signal missing.
         return self.sequence[now] or MetricSnapshot(time=now - delay)
@@ -89,8 +89,10 @@ def deployment() -> InferenceDeployment:
     return InferenceDeployment.model_validate(manifest)
 
 
-def test_operator_and_simulator_decide_alike_tick_by_tick() -> None:
-    sequence = recorded_sequence()
+def decide_both(
+    sequence: dict[float, MetricSnapshot | None],
+) -> tuple[list[tuple[int, int, int, str]], list[tuple[int, int, int, str]]]:
+    """Each tick's (active, warm pods, node placeholders, reason) from the operator and the simulator."""
     dep = deployment()
     memory = DeploymentMemory()
     sim_policy = ours_from_policy_file(POLICY, max_replicas=20, setting="parity")
@@ -117,7 +119,11 @@ def test_operator_and_simulator_decide_alike_tick_by_tick() -> None:
         sim_decisions.append((targets.active, targets.warm, targets.placeholders, targets.reason))
         active = scale.desired
         ready_history.append(active)
+    return operator_decisions, sim_decisions
 
+
+def test_operator_and_simulator_decide_alike_tick_by_tick() -> None:
+    operator_decisions, sim_decisions = decide_both(recorded_sequence())
     for tick, (ours, theirs) in enumerate(zip(operator_decisions, sim_decisions, strict=True), start=1):
         assert ours == theirs, f"tick {tick}: operator {ours} != simulator {theirs}"
     # The sequence exercises every path: scale-up, hold on missing metrics, scale-down, a warm pool.
@@ -126,6 +132,21 @@ def test_operator_and_simulator_decide_alike_tick_by_tick() -> None:
     assert any("metrics missing" in d[3] for d in operator_decisions[59:63])
     assert max(d[1] for d in operator_decisions) > 0
     assert any("pod cold start 90s" in d[3] for d in operator_decisions)
+
+
+def test_operator_and_simulator_agree_on_the_arrival_peak() -> None:
+    """A steady rate long enough to measure the service rate, then bursts within the minute."""
+    sequence: dict[float, MetricSnapshot | None] = {}
+    for tick in range(1, TICKS + 1):
+        now = tick * INTERVAL
+        peak = 150.0 * (4.0 if 50 <= tick < 70 else 1.05)
+        sequence[now] = MetricSnapshot(
+            time=now - DELAY, queue_depth=0.5, in_flight=4.0, arrival_rate=150.0, utilization=0.5, arrival_peak=peak
+        )
+    operator_decisions, sim_decisions = decide_both(sequence)
+    assert operator_decisions == sim_decisions
+    assert any(d[3].startswith("peak ") for d in operator_decisions)  # the busiest second led
+    assert max(d[0] for d in operator_decisions[50:70]) > max(d[0] for d in operator_decisions[30:49])
 
 
 def test_a_diverging_policy_is_detected() -> None:

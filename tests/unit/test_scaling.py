@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -396,3 +397,22 @@ def test_panic_reason_says_how_long_not_an_epoch() -> None:
     assert again.panic
     assert "panic for 30 s" in again.reason, again.reason
     assert "1796076" not in again.reason
+
+
+def test_the_busiest_second_needs_its_own_capacity() -> None:
+    state = steady(spec(), 200, 0.5, 4)  # 100/s per replica
+    # Steady traffic: a busiest second of 220/s at 1.1 x 100/s needs 2 replicas, fewer than the
+    # minute's rate at 0.8 (200 / 80 = 2.5 -> 3): the peak changes nothing.
+    calm = MetricSnapshot(time=45, queue_depth=0, in_flight=4, arrival_rate=200, utilization=0.5, arrival_peak=220)
+    decision = decide(spec(), state, calm, 4, 4, 45)
+    assert decision.signals["peak"] == pytest.approx(2.0)
+    assert decision.recommendation == 3
+    # Clients acting together: the same minute's rate arrives in bursts of 880/s, which need 8.
+    bursty = replace(calm, arrival_peak=880)
+    decision = decide(spec(), state, bursty, 4, 4, 45)
+    assert decision.signals["peak"] == pytest.approx(8.0)
+    assert decision.recommendation == 8
+    # peakUtilization is the knob: at 1.6, 880 / (100 x 1.6) = 5.5 -> 6.
+    assert decide(spec(peakUtilization=1.6), state, bursty, 4, 4, 45).recommendation == 6
+    # No peak reported (an older runtime, or the query returns nothing): the rate alone decides.
+    assert "peak" not in decide(spec(), state, replace(calm, arrival_peak=None), 4, 4, 45).signals

@@ -390,6 +390,12 @@ class MetricQueries(ApiModel):
         default='sum(rate(neuronserve_requests_total{namespace="$namespace",deployment="$name"}[1m]))',
         description="Requests per second arriving at the deployment.",
     )
+    arrival_peak: str = Field(
+        default='sum(neuronserve_arrivals_peak_per_second{namespace="$namespace",deployment="$name"})',
+        description="Requests per second in the busiest second of the last minute, summed over the "
+        "replicas (each replica reports its own; at a low rate, the busiest stretch of as many seconds "
+        "as hold 400 requests). Empty: the autoscaler sizes for the 1-minute rate only.",
+    )
     utilization: str = Field(
         default='avg(neuronserve_device_busy_ratio{namespace="$namespace",deployment="$name",role="active"})',
         description="Device-busy ratio (0..1) of active replicas. To use neuron-monitor instead: "
@@ -456,6 +462,16 @@ class ScalingSpec(ApiModel):
         description="Share of a replica's measured service rate (arrivals per busy device-second, the "
         "highest seen recently) that the arrival rate may use: replicas = arrivals / (service rate x this). "
         "Until the service rate is measured, the device-busy ratio per replica to aim for.",
+    )
+    peak_utilization: float = Field(
+        default=1.1,
+        gt=0,
+        le=2,
+        description="Share of a replica's measured service rate that the busiest second of the last "
+        "minute (metrics.arrivalPeak) may use: replicas >= peak / (service rate x this), beside the "
+        "1-minute rate's targetUtilization. Bursts shorter than a minute (clients acting together) need "
+        "capacity the minute's average hides; above 1 because within a burst batches fill and a "
+        "replica serves more than the rate measured at everyday batch sizes.",
     )
     latency_slo_ms: float | None = Field(
         default=None,

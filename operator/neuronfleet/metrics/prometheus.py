@@ -25,7 +25,7 @@ from urllib3.util.retry import Retry
 from neuronfleet.api.v1alpha1 import InferenceDeployment, MetricQueries
 from neuronfleet.planning.signals import MetricSnapshot
 
-SIGNALS = ("queue_depth", "in_flight", "arrival_rate", "utilization")
+SIGNALS = ("queue_depth", "in_flight", "arrival_rate", "utilization", "arrival_peak")
 
 
 def render(query: str, namespace: str, name: str) -> str:
@@ -100,6 +100,7 @@ class PrometheusMetrics:
             in_flight=results["in_flight"].value,
             arrival_rate=results["arrival_rate"].value,
             utilization=results["utilization"].value,
+            arrival_peak=results["arrival_peak"].value,
         )
         missing = snapshot.missing()
         return snapshot, f"signals missing: {', '.join(missing)}" if missing else "metrics read"

@@ -17,6 +17,9 @@ The rule, in order:
      the device was neither idle nor saturated, folded into an estimate that rises quickly and
      falls slowly: under dynamic batching a lightly loaded replica runs small batches, keeps its
      device busy for less work and so shows less than it can serve;
+   - peak: the busiest second of the last minute (``arrival_peak``) over the service rate at
+     ``peak_utilization``: bursts within the minute that the rate averages away (clients acting
+     together) need the capacity when they come, not a cold start later;
    - burst (shorter than the rate's window, so seen only as a queue): when more than
      ``target_queue_depth`` requests per ready replica are queued, the ready replicas plus what
      the excess needs if it arrived within :data:`BURST_SECONDS`;
@@ -165,6 +168,10 @@ def _signals(spec: ScalingSpec, snapshot: MetricSnapshot, ready: int, service_ra
         # batch holds more requests at once).
         per_replica = service_rate * spec.target_utilization
         signals["rate"] = snapshot.arrival_rate / per_replica
+        if snapshot.arrival_peak is not None:
+            # Clients acting together send bursts within the minute the rate averages over; the
+            # busiest second must fit too (a 50 ms SLO cannot queue a second's excess).
+            signals["peak"] = snapshot.arrival_peak / (service_rate * spec.peak_utilization)
         queued = snapshot.queue_depth
         if queued is not None and queued > spec.target_queue_depth * ready:
             # A burst shorter than the rate's window shows only as a queue: the ready replicas

@@ -12,7 +12,15 @@ signal as "unknown", never as zero, so missing data can hold or grow the fleet b
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+
+#: The arrival peak's window: the busiest stretch of this many seconds is reported...
+PEAK_WINDOW_SECONDS = 60
+#: ... each stretch long enough to hold this many requests at a replica's mean rate (at least one
+#: second): Poisson noise alone then moves a stretch's count by at most about 5 % (1/sqrt(400)), so
+#: a replica serving a few requests a second does not report its noise as a burst.
+PEAK_MIN_REQUESTS = 400
 
 
 @dataclass(frozen=True)
@@ -32,9 +40,13 @@ class MetricSnapshot:
     arrival_rate: float | None = None
     #: Device-busy ratio (0..1) averaged over the active replicas.
     utilization: float | None = None
+    #: Requests per second in the busiest stretch of the last minute (a second, or as many seconds as
+    #: hold :data:`PEAK_MIN_REQUESTS` at a replica's rate), summed over the replicas: the bursts
+    #: the 1-minute arrival rate averages away.
+    arrival_peak: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("queue_depth", "in_flight", "arrival_rate", "utilization"):
+        for name in ("queue_depth", "in_flight", "arrival_rate", "utilization", "arrival_peak"):
             value = getattr(self, name)
             if value is not None and (math.isnan(value) or value < 0):
                 # A NaN or negative sample is a broken exporter, not a measurement: store it as missing.
@@ -59,4 +71,25 @@ class MetricSnapshot:
         """This snapshot with every signal dropped when it is older than ``stale_after_seconds``."""
         if self.age(now) <= stale_after_seconds:
             return self
-        return replace(self, queue_depth=None, in_flight=None, arrival_rate=None, utilization=None)
+        return replace(self, queue_depth=None, in_flight=None, arrival_rate=None, utilization=None, arrival_peak=None)
+
+
+def peak_stretch_seconds(mean_per_second: float) -> int:
+    """How many seconds the arrival peak's stretches last at a replica's mean rate: enough to hold
+    :data:`PEAK_MIN_REQUESTS` requests, from one second to the whole window."""
+    if mean_per_second <= 0:
+        return PEAK_WINDOW_SECONDS
+    return max(1, min(PEAK_WINDOW_SECONDS, math.ceil(PEAK_MIN_REQUESTS / mean_per_second)))
+
+
+def busiest_rate(per_second: Sequence[float], stretch: int) -> float:
+    """Requests per second in the busiest run of ``stretch`` consecutive seconds of ``per_second``
+    (counts of whole seconds, oldest first); the whole span's rate when it is shorter."""
+    if not per_second:
+        return 0.0
+    stretch = max(1, min(stretch, len(per_second)))
+    total = best = float(sum(per_second[:stretch]))
+    for i in range(stretch, len(per_second)):
+        total += per_second[i] - per_second[i - stretch]
+        best = max(best, total)
+    return best / stretch

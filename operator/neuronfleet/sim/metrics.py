@@ -8,7 +8,8 @@ only up to ``now - delay``:
 - :meth:`MetricsView.snapshot` is what the operator's Prometheus reader returns
   (:class:`~neuronfleet.planning.signals.MetricSnapshot`): queue depth and in-flight requests as
   gauges at the sample time, arrival rate as ``rate(...[1m])``, device-busy ratio averaged over the
-  scrape interval. ``delay`` models scrape interval plus query lag.
+  scrape interval, arrival peak as the runtime's busiest-stretch gauge. ``delay`` models scrape
+  interval plus query lag.
 - :meth:`MetricsView.mean_load` is a windowed average of queued + in-flight requests, what
   Knative's autoscaler (scraping queue-proxies every second) and Ray Serve (replicas pushing their
   ongoing requests) compute.
@@ -19,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from neuronfleet.planning.signals import MetricSnapshot
+from neuronfleet.planning.signals import PEAK_WINDOW_SECONDS, MetricSnapshot, busiest_rate, peak_stretch_seconds
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -52,8 +53,11 @@ class MetricsView:
     def _bin(self, t: float) -> int:
         return int(t / self.dt + 1e-9) - 1
 
-    def snapshot(self, now: float, delay: float) -> MetricSnapshot:
-        """The Prometheus view at ``now``: samples taken ``delay`` seconds earlier (none before t=0)."""
+    def snapshot(self, now: float, delay: float, serving: int | None = None) -> MetricSnapshot:
+        """The Prometheus view at ``now``: samples taken ``delay`` seconds earlier (none before t=0).
+
+        With ``serving`` (the replicas taking traffic), also the arrival peak; see :meth:`arrival_peak`.
+        """
         at = now - delay
         k = self._bin(at)
         if k < 0:
@@ -69,7 +73,23 @@ class MetricsView:
             in_flight=float(self.in_flight[k]),
             arrival_rate=rate,
             utilization=util,
+            arrival_peak=self.arrival_peak(k, rate, serving) if serving else None,
         )
+
+    def arrival_peak(self, k: int, rate: float, serving: int) -> float:
+        """``sum(neuronserve_arrivals_peak_per_second)`` as of bin ``k``: the busiest stretch of the
+        last minute's whole seconds, the stretch as long as a replica at its share of ``rate`` needs.
+
+        The fleet's busiest stretch stands for the sum of the replicas' own: equal when bursts hit
+        every replica together (a load balancer spreads them), below it by the replicas' Poisson noise
+        otherwise (about 5 % at most, by the stretch's length), which the fluid fleet does not draw.
+        """
+        per_second = max(1, round(1.0 / self.dt))
+        seconds = min(PEAK_WINDOW_SECONDS, (k + 1) // per_second)
+        if seconds <= 0:
+            return rate
+        counts = self.count[k + 1 - seconds * per_second : k + 1].reshape(seconds, per_second).sum(axis=1)
+        return busiest_rate(counts.tolist(), peak_stretch_seconds(rate / serving))
 
     def mean_load(self, now: float, window: float, delay: float) -> float | None:
         """Average queued + in-flight requests over ``window`` seconds ending ``delay`` before ``now``."""

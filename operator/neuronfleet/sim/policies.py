@@ -93,8 +93,8 @@ class Ours:
         self.scaling_state = scaling.ScalingState(recommendations=((now, replicas),))
 
     def decide(self, now: float, metrics: MetricsView, observed: Observed) -> Targets:
-        snapshot = metrics.snapshot(now, self.scrape_delay)
         counts = observed.counts
+        snapshot = metrics.snapshot(now, self.scrape_delay, counts.serving)
         decision = scaling.decide(self.scaling_spec, self.scaling_state, snapshot, counts.active, counts.serving, now)
         self.scaling_state = decision.new_state
         pool = warmpool.plan(

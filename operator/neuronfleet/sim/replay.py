@@ -123,7 +123,7 @@ class ReplayLoad:
             # No traffic yet: an idle fleet reports zeros, not an outage.
             return MetricSnapshot(time=now, queue_depth=0.0, in_flight=0.0, arrival_rate=0.0, utilization=0.0), ""
         self.advance(now)
-        snap = self.sim.view.snapshot(min(self.elapsed(now), self.simulated), self.scrape_delay)
+        snap = self.sim.view.snapshot(min(self.elapsed(now), self.simulated), self.scrape_delay, self.serving())
         if snap.queue_depth is None:
             snap = MetricSnapshot(time=snap.time, queue_depth=0.0, in_flight=0.0, arrival_rate=0.0, utilization=0.0)
         return replace(snap, time=self.origin + snap.time), ""
