@@ -93,6 +93,9 @@ class ArrivalPeak:
     A stretch is one second, or as many as hold ``min_requests`` at the window's mean rate: at a
     few requests a second, a single busy second is noise (one request more is +30 %), not a burst.
     Counts are kept per whole second of ``clock``; the second under way is left out until it ends.
+    Not locked: the request handlers record and ``/metrics`` reads on the server's event loop thread.
+    The operator's ``planning.signals.busiest_rate`` slides the same way; the runtime may not import
+    the operator, so the few lines are written twice and a test keeps the constants equal.
     """
 
     def __init__(
