@@ -36,21 +36,20 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from bench_fleet import CONV, NASA, PEAK_REPLICAS, PROFILE, SEED, SLO_TARGET, Scenario, scenarios, window
+from bench_fleet import PEAK_REPLICAS, PROFILE, SEED, SLO_TARGET, Scenario, load_traces, scenarios, window
 from scipy.ndimage import maximum_filter1d, minimum_filter1d
 
 from _common import write_result
 from neuronfleet.sim import engine, runner
 from neuronfleet.sim.oracle import Oracle, launch_seconds
 from neuronfleet.sim.profiles import Profile, load_profile
-from neuronfleet.sim.trace import load
+from neuronfleet.sim.trace import Trace
 from neuronfleet.sim.workload import Workload, build, factor_for_peak
 
 FloatArray = npt.NDArray[np.float64]
@@ -198,9 +197,8 @@ def engine_headroom(
     return h, attainment, cost / fluid_cost
 
 
-def run_scenario(scenario: Scenario, trace_path: Any, launch: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def run_scenario(scenario: Scenario, full: Trace, launch: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     profile = load_profile(PROFILE)
-    full = load(trace_path)
     factor = factor_for_peak(full, profile, PEAK_REPLICAS)
     workload = build(
         window(full, scenario.tune[0], scenario.score[1]), profile, factor, 1.0, SEED, arrivals=scenario.arrivals
@@ -297,15 +295,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default="", help="comma-separated scenario names (default: all but replicate)")
     args = parser.parse_args()
-    for path in (CONV, NASA):
-        if not path.exists():
-            print(f"error: trace {path} not found", file=sys.stderr)
-            return 2
+    traces = load_traces()
+    if traces is None:
+        return 2
     _self_check()
     started = time.perf_counter()
     profile = load_profile(PROFILE)
     launch = round(launch_seconds(profile))
-    todo = scenarios(False, math.ceil(load(CONV).duration), math.ceil(load(NASA).duration))
+    todo = scenarios(False, math.ceil(traces["conv"].duration), math.ceil(traces["nasa"].duration))
     # replicate is the correlated-burst stress case, whose target is relative to a static fleet.
     todo = [s for s in todo if s.arrivals != "replicate"]
     if args.only:
@@ -315,7 +312,7 @@ def main() -> int:
     cases: list[dict[str, Any]] = []
     for scenario in todo:
         t0 = time.perf_counter()
-        scenario_figures, rows = run_scenario(scenario, CONV if scenario.trace == "conv" else NASA, launch)
+        scenario_figures, rows = run_scenario(scenario, traces[scenario.trace], launch)
         figures.update(scenario_figures)
         cases.extend(rows)
         for counting in ("engine", "generous", "strict"):

@@ -95,6 +95,15 @@ def scenarios(quick: bool, conv_seconds: float, nasa_seconds: float) -> list[Sce
     return out
 
 
+def load_traces() -> dict[str, Trace] | None:
+    """The shared traces by name; None, with the reason on stderr, when one is missing."""
+    for path in (CONV, NASA):
+        if not path.exists():
+            print(f"error: trace {path} not found", file=sys.stderr)
+            return None
+    return {"conv": load(CONV), "nasa": load(NASA)}
+
+
 def window(trace: Trace, start: float, stop: float) -> Trace:
     keep = (trace.arrivals >= start) & (trace.arrivals < stop)
     return Trace(
@@ -228,11 +237,9 @@ def main() -> int:
     parser.add_argument("--plots", action="store_true", help="also write PNG plots to bench/results/")
     parser.add_argument("--name", help="result file bench/results/NAME.json (default: fleet, fleet-quick)")
     args = parser.parse_args()
-    for path in (CONV, NASA):
-        if not path.exists():
-            print(f"error: trace {path} not found", file=sys.stderr)
-            return 2
-    traces = {"conv": load(CONV), "nasa": load(NASA)}
+    traces = load_traces()
+    if traces is None:
+        return 2
     profile = load_profile(PROFILE)
     console = Console(width=200)
     todo = scenarios(args.quick, math.ceil(traces["conv"].duration), math.ceil(traces["nasa"].duration))

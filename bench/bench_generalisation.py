@@ -27,18 +27,17 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import sys
 import time
 from dataclasses import replace
 from typing import Any
 
-from bench_fleet import CONV, NASA, PROFILE, SEED, SLO_TARGET, Scenario, run_scenario, scenarios
+from bench_fleet import CONV, NASA, PROFILE, SEED, SLO_TARGET, Scenario, load_traces, run_scenario, scenarios
 from rich.console import Console
 
 from _common import write_result
 from neuronfleet.sim import report, runner
 from neuronfleet.sim.profiles import load_profile
-from neuronfleet.sim.trace import Trace, load
+from neuronfleet.sim.trace import Trace
 
 #: (probe name, transform the traces?, seed, traces it covers).
 PROBES: tuple[tuple[str, bool, int, tuple[str, ...]], ...] = (
@@ -95,11 +94,9 @@ def main() -> int:
     parser.add_argument("--only", default="", help="comma-separated probe names (default: all)")
     parser.add_argument("--narrow", action="store_true", help="three settings per family (faster)")
     args = parser.parse_args()
-    for path in (CONV, NASA):
-        if not path.exists():
-            print(f"error: trace {path} not found", file=sys.stderr)
-            return 2
-    originals = {"conv": load(CONV), "nasa": load(NASA)}
+    originals = load_traces()
+    if originals is None:
+        return 2
     flipped = {name: reversed_trace(trace) for name, trace in originals.items()}
     profile = load_profile(PROFILE)
     console = Console(width=200)

@@ -1,16 +1,24 @@
-"""The arrival peak: the runtime's busiest-stretch gauge, the simulator's view of it, and their agreement."""
+"""The arrival peak: the runtime's busiest-stretch gauge, the simulator's view of it, their agreement,
+and the operator's query for it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+import yaml
 from prometheus_client import generate_latest
 
+from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.metrics.prometheus import queries_for
 from neuronfleet.planning import signals
 from neuronfleet.planning.signals import busiest_rate, peak_stretch_seconds
 from neuronfleet.sim.metrics import MetricsView
 from neuronserve import metrics as runtime_metrics
 from neuronserve.metrics import ArrivalPeak, BusyTracker, ServerMetrics
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_runtime_and_the_simulator_use_the_same_window_and_stretch_rule() -> None:
@@ -114,3 +122,11 @@ def test_runtime_exports_the_peak_and_counts_every_answered_request() -> None:
     clock.now = 51.0
     text = generate_latest(server.registry).decode()
     assert "neuronserve_arrivals_peak_per_second 450.0" in text
+
+
+def test_an_empty_query_turns_its_signal_off() -> None:
+    doc = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
+    assert "arrival_peak" in queries_for(InferenceDeployment.model_validate(doc))
+    doc["spec"]["scaling"].setdefault("metrics", {})["arrivalPeak"] = ""
+    queries = queries_for(InferenceDeployment.model_validate(doc))
+    assert "arrival_peak" not in queries and set(queries) == set(signals.SIGNALS) - {"arrival_peak"}

@@ -1,7 +1,8 @@
 """Read the autoscaler's signals from Prometheus (prometheus-api-client) as a typed snapshot.
 
 The queries are the spec's ``scaling.metrics`` (defaults match the names ``neuronserve`` exports;
-``$namespace`` and ``$name`` are replaced by the resource's). Each signal is one instant query.
+``$namespace`` and ``$name`` are replaced by the resource's). Each signal is one instant query; an
+empty query turns its signal off.
 
 Missing data is never a zero: an empty result (no series, e.g. every target down: Prometheus marks
 its series stale after a failed scrape) makes that signal ``None``, and the scaling policy then
@@ -23,9 +24,7 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment, MetricQueries
-from neuronfleet.planning.signals import MetricSnapshot
-
-SIGNALS = ("queue_depth", "in_flight", "arrival_rate", "utilization", "arrival_peak")
+from neuronfleet.planning.signals import SIGNALS, MetricSnapshot
 
 
 def render(query: str, namespace: str, name: str) -> str:
@@ -36,7 +35,12 @@ def render(query: str, namespace: str, name: str) -> str:
 def queries_for(dep: InferenceDeployment) -> dict[str, str]:
     metrics: MetricQueries = dep.spec.scaling.metrics
     namespace = dep.metadata.namespace or "default"
-    return {signal: render(getattr(metrics, signal), namespace, dep.name) for signal in SIGNALS}
+    # An empty query turns its signal off (missing, as if it returned nothing) without a round trip.
+    return {
+        signal: render(getattr(metrics, signal), namespace, dep.name)
+        for signal in SIGNALS
+        if getattr(metrics, signal).strip()
+    }
 
 
 @dataclass(frozen=True)
@@ -94,13 +98,7 @@ class PrometheusMetrics:
         if all(result.value is None for result in results.values()):
             return None, f"Prometheus at {url} returned no samples for {dep.name}"
         stamps = [r.evaluated_at for r in results.values() if r.evaluated_at is not None]
-        snapshot = MetricSnapshot(
-            time=min(stamps) if stamps else now,
-            queue_depth=results["queue_depth"].value,
-            in_flight=results["in_flight"].value,
-            arrival_rate=results["arrival_rate"].value,
-            utilization=results["utilization"].value,
-            arrival_peak=results["arrival_peak"].value,
-        )
+        values = {signal: results[signal].value if signal in results else None for signal in SIGNALS}
+        snapshot = MetricSnapshot(time=min(stamps) if stamps else now, **values)
         missing = snapshot.missing()
         return snapshot, f"signals missing: {', '.join(missing)}" if missing else "metrics read"

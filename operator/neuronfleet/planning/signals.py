@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 #: The arrival peak's window: the busiest stretch of this many seconds is reported...
 PEAK_WINDOW_SECONDS = 60
@@ -21,6 +21,10 @@ PEAK_WINDOW_SECONDS = 60
 #: second): Poisson noise alone then moves a stretch's count by at most about 5 % (1/sqrt(400)), so
 #: a replica serving a few requests a second does not report its noise as a burst.
 PEAK_MIN_REQUESTS = 400
+
+
+#: The snapshot's signals, each read by one query (``scaling.metrics``, same names in camelCase).
+SIGNALS = ("queue_depth", "in_flight", "arrival_rate", "utilization", "arrival_peak")
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,7 @@ class MetricSnapshot:
     arrival_peak: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("queue_depth", "in_flight", "arrival_rate", "utilization", "arrival_peak"):
+        for name in SIGNALS:
             value = getattr(self, name)
             if value is not None and (math.isnan(value) or value < 0):
                 # A NaN or negative sample is a broken exporter, not a measurement: store it as missing.
@@ -71,7 +75,7 @@ class MetricSnapshot:
         """This snapshot with every signal dropped when it is older than ``stale_after_seconds``."""
         if self.age(now) <= stale_after_seconds:
             return self
-        return replace(self, queue_depth=None, in_flight=None, arrival_rate=None, utilization=None, arrival_peak=None)
+        return MetricSnapshot(time=self.time)  # every field but the time is a signal
 
 
 def peak_stretch_seconds(mean_per_second: float) -> int:
