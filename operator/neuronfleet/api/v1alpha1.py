@@ -706,6 +706,32 @@ class WarmPoolStatus(ApiModel):
     reason: str | None = Field(default=None, description="The sizing inputs: cold start, demand growth, coverage.")
 
 
+class AutoscalerStatus(ApiModel):
+    """What the autoscaler has learned, renewed every 5 minutes while it measures traffic; a
+    restarted operator resumes from it instead of learning again."""
+
+    checkpoint_time: str | None = Field(default=None, description="When this was taken (RFC 3339).")
+    service_rate_per_replica: float | None = Field(
+        default=None, description="Requests per second one replica was measured to serve, at the batch sizes it ran."
+    )
+    cold_start_seconds: float | None = Field(
+        default=None, description="Measured time from a scale-up to its pods serving (smoothed)."
+    )
+    scale_down_delay_seconds: float | None = Field(
+        default=None,
+        description="The scale-down delay in effect: learned in Learned mode, the spec's in Fixed mode.",
+    )
+    history_start_minute: int | None = Field(default=None, description="Unix time / 60 of the history's first minute.")
+    history_recommendations: str | None = Field(
+        default=None,
+        description="Per minute since historyStartMinute, the most replicas recommended (base64 of uint16, LE).",
+    )
+    history_needs: str | None = Field(
+        default=None,
+        description="Per minute, the replicas the arrival rate needed without headroom (base64 of uint16, LE).",
+    )
+
+
 class InferenceDeploymentStatus(ApiModel):
     """Observed state of an InferenceDeployment, written by the operator."""
 
@@ -734,6 +760,9 @@ class InferenceDeploymentStatus(ApiModel):
     )
     cold_start: ColdStartStatus | None = Field(default=None, description="Measured cold-start phases.")
     warm_pool: WarmPoolStatus | None = Field(default=None, description="Warm-pool sizing.")
+    autoscaler: AutoscalerStatus | None = Field(
+        default=None, description="What the autoscaler has learned; absent until it has measured a service rate."
+    )
     last_scale_time: str | None = Field(default=None, description="When the active replica count last changed.")
     last_scale_reason: str | None = Field(default=None, description="Why it changed.")
 

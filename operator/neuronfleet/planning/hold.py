@@ -17,11 +17,20 @@ later). The shortest candidate whose replay kept the serving capacity at or abov
 over :data:`MIN_REPLAYED_SECONDS` beyond it, the longest (the spec's ``scaleDownDelaySeconds``) is
 used. The replay is the look-back rule that ``bench/bench_causal_bound.py`` tunes in hindsight,
 run causally on the past only.
+
+The history outlives the operator's process: :func:`pack` and :func:`unpack` turn its series into
+the short strings the status keeps (``status.autoscaler``), and :func:`resume` bridges the minutes
+the operator was down, so that a restart does not leave the replay with minutes of history to
+trust (a restarted operator that learned its hold from the last half hour released on a calm
+morning what the afternoon's bursts needed: ``bench/bench_restart.py``).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
+import struct
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,6 +48,11 @@ COVERAGE = 0.999
 MIN_REPLAYED_SECONDS = 600
 #: The window is re-chosen this often (the replay of a day costs about a millisecond).
 REFRESH_SECONDS = 300
+#: A history that ends at most this long before a restart is resumed, the missing minutes taken
+#: as its last one (a restart, a leader change, an upgrade); an older one starts afresh.
+RESUME_GAP_SECONDS = 1800
+#: :func:`pack` stores each minute's value in two bytes.
+MAX_PACKED_VALUE = 0xFFFF
 
 
 @dataclass(frozen=True)
@@ -125,3 +139,43 @@ def choose(history: History, longest: float, cold_start_seconds: float) -> float
         if share is not None and share >= COVERAGE:
             return float(candidate)
     return float(longest)
+
+
+def pack(values: Sequence[int]) -> str:
+    """``values`` as base64 of little-endian 16-bit integers (4 characters per 3 bytes: a day of
+    minutes is 3,840 characters), each clamped to 0..:data:`MAX_PACKED_VALUE`."""
+    clamped = [min(max(v, 0), MAX_PACKED_VALUE) for v in values]
+    return base64.b64encode(struct.pack(f"<{len(clamped)}H", *clamped)).decode("ascii")
+
+
+def unpack(text: str) -> tuple[int, ...]:
+    """The values :func:`pack` stored; ValueError when ``text`` is not such a string."""
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError) as error:
+        raise ValueError(f"not base64: {error}") from error
+    if len(raw) % 2:
+        raise ValueError(f"{len(raw)} bytes: not whole 16-bit values")
+    return struct.unpack(f"<{len(raw) // 2}H", raw)
+
+
+def resume(history: History, now: float) -> History:
+    """``history`` continued up to the minute before ``now`` after the operator was down.
+
+    The minutes missed are taken as the last one recorded (the demand is assumed to have held
+    while the operator was away); when the history ends more than :data:`RESUME_GAP_SECONDS`
+    before ``now``, or after it, it starts afresh.
+    """
+    if not history.needs:
+        return History()
+    minute = int(now // BUCKET_SECONDS)
+    last = history.first_minute + len(history.needs) - 1
+    missing = minute - 1 - last
+    if minute < history.first_minute or missing * BUCKET_SECONDS > RESUME_GAP_SECONDS:
+        return History()
+    if missing <= 0:
+        return history
+    recs = (*history.recommendations, *([history.recommendations[-1]] * missing))
+    needs = (*history.needs, *([history.needs[-1]] * missing))
+    drop = max(0, len(needs) - HISTORY_SECONDS // BUCKET_SECONDS)
+    return History(history.first_minute + drop, recs[drop:], needs[drop:])

@@ -7,11 +7,12 @@
 - :class:`StatusMemory`: the *durable* memory, the few facts the operator keeps in the object's
   status and reads back on the next reconcile (so they survive a restart): the last desired
   replicas (the autoscaler's current scale, as HPA's), the instance type (sticky placement), the
-  artifact being served (kept while a new revision compiles), when and why it last scaled, and
-  the conditions (for their transition times). Nothing else of the status is ever an input.
-- :class:`DeploymentMemory`: the *in-process* memory (autoscaler and warm-pool histories, measured
-  cold starts, the outcome of the last apply). It restarts empty with the operator, which only
-  makes the autoscaler more conservative for one window.
+  artifact being served (kept while a new revision compiles), when and why it last scaled, the
+  conditions (for their transition times), and the autoscaler's checkpoint (what it learned: a
+  restarted operator resumes from it). Nothing else of the status is ever an input.
+- :class:`DeploymentMemory`: the *in-process* memory (the autoscaler's state between checkpoints,
+  the warm pool's history, measured cold starts, the outcome of the last apply). It restarts
+  empty with the operator; the autoscaler then resumes from the checkpoint.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from neuronfleet.planning.coldstart import PodTimeline
 from neuronfleet.planning.compile import CompileObservation, StoredArtifact
 from neuronfleet.planning.fleet import PodView
 from neuronfleet.planning.signals import MetricSnapshot
-from neuronfleet.planning.status import LastScale, Refusal, find_condition
+from neuronfleet.planning.status import LastScale, Refusal, checkpoint_from_status, find_condition
 
 #: Annotations holding JSON that the operator's framework (Kopf) parses on every event.
 JSON_ANNOTATIONS = (f"{GROUP}/last-handled-configuration",)
@@ -62,6 +63,8 @@ class StatusMemory:
     artifact: StoredArtifact | None = None
     last_scale: LastScale | None = None
     conditions: tuple[Mapping[str, Any], ...] = ()
+    #: The autoscaler's last checkpoint, for a restarted operator to resume from.
+    autoscaler: scaling.Checkpoint | None = None
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any]) -> StatusMemory:
@@ -89,6 +92,7 @@ class StatusMemory:
             artifact=stored,
             last_scale=last_scale,
             conditions=tuple(c for c in conditions if isinstance(c, Mapping)) if isinstance(conditions, list) else (),
+            autoscaler=checkpoint_from_status(status.get("autoscaler")),
         )
 
     def condition(self, kind: str) -> Mapping[str, Any]:

@@ -50,6 +50,7 @@ from neuronfleet.planning.status import (
     LastScale,
     Refusal,
     StatusInputs,
+    autoscaler_status,
     build_status,
     find_condition,
     rfc3339,
@@ -110,12 +111,16 @@ def decide_targets(
     current: int,
     ready: int,
     now: float,
+    checkpoint: scaling.Checkpoint | None = None,
 ) -> tuple[Targets, DeploymentMemory]:
     """The autoscaler's decision at the spec's interval (held in between), then the warm pool.
 
     ``snapshot`` is only looked at when :func:`~neuronfleet.planning.observation.scaling_due`;
-    in Auto mode the decision and its message are held until the next interval.
+    in Auto mode the decision and its message are held until the next interval. ``checkpoint``
+    (the status's) starts the autoscaler of a memory that has never decided: a restarted operator.
     """
+    if checkpoint is not None and memory.last_scaling_at is None and memory.scaling_state == scaling.ScalingState():
+        memory = replace(memory, scaling_state=scaling.resume(checkpoint, now, current))
     if (
         not scaling_due(spec.scaling.interval_seconds, memory, now)
         and memory.last_decision is not None
@@ -213,7 +218,14 @@ def plan_reconcile(
     # memory), not the pods active at this instant; a pod being replaced must not pull it down.
     current = durable.desired_replicas if durable.desired_replicas is not None else len(active_now)
     targets, memory = decide_targets(
-        spec, memory, observation.metrics, observation.metrics_problem, current, ready_now, now.timestamp()
+        spec,
+        memory,
+        observation.metrics,
+        observation.metrics_problem,
+        current,
+        ready_now,
+        now.timestamp(),
+        durable.autoscaler,
     )
     scale, warm = targets.scale, targets.warm
 
@@ -251,6 +263,7 @@ def plan_reconcile(
             desired_pods=warm.pods, desired_placeholders=warm.node_placeholders, reason=warm.reason
         ),
         cold_start=coldstart.status(cold_state, measured_type),
+        autoscaler=autoscaler_status(memory.scaling_state.checkpoint),
         last_scale=last_scale,
     )
     return ReconcilePlan(

@@ -56,6 +56,14 @@ The rule, in order:
    and follows the decline instead of holding the level of its peak.
 5. ``min_replicas`` / ``max_replicas`` bound the result. Manual mode returns ``replicas``.
 
+What the autoscaler has learned (the service rate, the cold start, the scale-down window and the
+history it replays) is also kept as a :class:`Checkpoint`, renewed every
+:data:`CHECKPOINT_SECONDS` once the service rate is known; the operator writes it to the status.
+:func:`resume` starts a restarted operator from it, holding the fleet it finds as a recommendation
+made at the restart: without it, a restart forgets the scale-down window's recommendations (the
+first decision may release at once what the window held) and the day of history the learned
+window was chosen on.
+
 The panic signal is the snapshot's instantaneous load; a live reader that can average queue depth
 over ``panic_window_seconds`` should put that average in the snapshot. ``panic_window_seconds: 0``
 turns panic mode off.
@@ -103,6 +111,23 @@ MAX_LAUNCH_AGE_SECONDS = 3600.0
 BURST_SECONDS = 0.25
 #: Longest rate-policy period the API allows; older scale events are forgotten.
 MAX_POLICY_PERIOD_SECONDS = 1800.0
+#: The checkpoint is renewed this often: each renewal is a status write (12 an hour per deployment
+#: serving traffic), and a restart loses at most this much of the history.
+CHECKPOINT_SECONDS = float(hold.REFRESH_SECONDS)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What the autoscaler has learned, as of ``time``: enough to resume after a restart."""
+
+    time: float
+    #: Requests per second one replica serves (see :func:`_update_service_rate`).
+    service_rate: float
+    #: Seconds from a scale-up to its pods serving, once measured.
+    cold_start: float | None
+    #: The scale-down window in effect, once chosen.
+    hold_seconds: float | None
+    history: hold.History
 
 
 @dataclass(frozen=True)
@@ -135,6 +160,30 @@ class ScalingState:
     #: The scale-down window the history chose, and when (None until first chosen).
     hold_seconds: float | None = None
     hold_chosen_at: float | None = None
+    #: When the rate signal was first used (or the state resumed); None before. The first such
+    #: decision drops the recommendations the busy-ratio and in-flight signals made.
+    measured_since: float | None = None
+    #: The latest checkpoint (None until the service rate is known).
+    checkpoint: Checkpoint | None = None
+
+
+def resume(checkpoint: Checkpoint, now: float, current: int) -> ScalingState:
+    """The state of an autoscaler restarted at ``now`` with ``current`` replicas, from ``checkpoint``.
+
+    The fleet found is held as a recommendation made now (the scale-down window then keeps it, as
+    it would have kept the recommendations the restart lost); the service rate, cold start and
+    window are the checkpoint's, and its history is bridged up to now (:func:`hold.resume`).
+    """
+    return ScalingState(
+        recommendations=((now, current),) if current > 0 else (),
+        service_rate=checkpoint.service_rate,
+        cold_start=checkpoint.cold_start,
+        history=hold.resume(checkpoint.history, now),
+        hold_seconds=checkpoint.hold_seconds,
+        hold_chosen_at=now if checkpoint.hold_seconds is not None else None,
+        measured_since=now,
+        checkpoint=checkpoint,
+    )
 
 
 @dataclass(frozen=True)
@@ -339,11 +388,13 @@ def decide(
         longest,
     )
     recommendations = tuple((t, r) for t, r in state.recommendations if t > now - horizon)
-    if "rate" in signals and not state.rates:
+    measured_since = state.measured_since
+    if "rate" in signals and measured_since is None:
         # The first decision on the measured service rate: the busy-ratio and in-flight signals it
         # replaces overstate the demand under batching, so their recommendations must not hold the
         # fleet up for a scale-down window.
         recommendations = ()
+        measured_since = now
     events = tuple((t, c) for t, c in state.scale_events if t > now - MAX_POLICY_PERIOD_SECONDS)
 
     if not signals:
@@ -445,6 +496,9 @@ def decide(
         # the rate's window cannot show included).
         need = math.ceil(max(signals["rate"], signals.get("burst", 0.0)) * spec.target_utilization - 1e-9)
         history = hold.record(history, now, recommendation, need)
+    checkpoint = state.checkpoint
+    if service_rate is not None and (checkpoint is None or now - checkpoint.time >= CHECKPOINT_SECONDS):
+        checkpoint = Checkpoint(now, service_rate, cold_start, hold_seconds, history)
     new_state = ScalingState(
         recommendations=recommendations,
         scale_events=events,
@@ -458,6 +512,8 @@ def decide(
         history=history,
         hold_seconds=hold_seconds,
         hold_chosen_at=hold_chosen_at,
+        measured_since=measured_since,
+        checkpoint=checkpoint,
     )
     if bounded != current:
         new_state = _with_event(new_state, now, bounded - current)

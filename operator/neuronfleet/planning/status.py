@@ -2,7 +2,7 @@
 
 :func:`build_status` is the only place a status is made. It owns every section: conditions,
 counts, ``selector`` (for the scale subresource), ``artifact``, ``placement``, ``warmPool``,
-``coldStart`` and ``lastScaleTime`` / ``lastScaleReason``. A section the inputs do not support is
+``coldStart``, ``autoscaler`` and ``lastScaleTime`` / ``lastScaleReason``. A section the inputs do not support is
 absent, never carried over from the previous status: :func:`status_patch` then turns its absence
 into an explicit null, so a stale section (an instance type the spec can no longer use) leaves
 the object.
@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from neuronfleet.api.v1alpha1 import (
     ArtifactStatus,
+    AutoscalerStatus,
     ColdStartStatus,
     Condition,
     ConditionType,
@@ -33,11 +34,13 @@ from neuronfleet.api.v1alpha1 import (
     PlacementStatus,
     WarmPoolStatus,
 )
+from neuronfleet.planning import hold
 from neuronfleet.planning.compile import CompileDecision
 from neuronfleet.planning.fleet import FleetSummary
 from neuronfleet.planning.labels import active_selector, selector_string
 from neuronfleet.planning.placement import PlacementPlan
 from neuronfleet.planning.reasons import Reason
+from neuronfleet.planning.scaling import Checkpoint
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 #: The order conditions are listed in.
@@ -104,6 +107,7 @@ class StatusInputs:
     spec_problems: tuple[str, ...] = field(default=())
     warm_pool: WarmPoolStatus | None = None
     cold_start: ColdStartStatus | None = None
+    autoscaler: AutoscalerStatus | None = None
     last_scale: LastScale | None = None
 
 
@@ -285,6 +289,55 @@ def rfc3339(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def autoscaler_status(checkpoint: Checkpoint | None) -> AutoscalerStatus | None:
+    """The ``autoscaler`` section for ``checkpoint`` (absent without one).
+
+    Figures are rounded (0.1 request/s, whole seconds) so that the section reads well; the
+    section changes only when the checkpoint is renewed, so it costs at most one status write per
+    :data:`~neuronfleet.planning.scaling.CHECKPOINT_SECONDS`.
+    """
+    if checkpoint is None:
+        return None
+    history = checkpoint.history
+    return AutoscalerStatus(
+        checkpoint_time=rfc3339(datetime.fromtimestamp(checkpoint.time, UTC)),
+        service_rate_per_replica=round(checkpoint.service_rate, 1),
+        cold_start_seconds=round(checkpoint.cold_start) if checkpoint.cold_start is not None else None,
+        scale_down_delay_seconds=checkpoint.hold_seconds,
+        history_start_minute=history.first_minute if history.needs else None,
+        history_recommendations=hold.pack(history.recommendations) if history.needs else None,
+        history_needs=hold.pack(history.needs) if history.needs else None,
+    )
+
+
+def checkpoint_from_status(section: object) -> Checkpoint | None:
+    """The checkpoint an ``autoscaler`` status section holds; None when it holds none or is not
+    one (an edited or truncated section is not resumed from: the autoscaler learns again)."""
+    if not isinstance(section, Mapping):
+        return None
+    try:
+        parsed = AutoscalerStatus.model_validate(section)
+        if parsed.checkpoint_time is None or not parsed.service_rate_per_replica:
+            return None
+        time = datetime.fromisoformat(parsed.checkpoint_time).timestamp()
+        history = hold.History()
+        if parsed.history_start_minute is not None and parsed.history_recommendations and parsed.history_needs:
+            recommendations = hold.unpack(parsed.history_recommendations)
+            needs = hold.unpack(parsed.history_needs)
+            if len(recommendations) != len(needs):
+                return None
+            history = hold.History(parsed.history_start_minute, recommendations, needs)
+    except ValueError:  # pydantic's ValidationError is a ValueError
+        return None
+    return Checkpoint(
+        time=time,
+        service_rate=parsed.service_rate_per_replica,
+        cold_start=parsed.cold_start_seconds,
+        hold_seconds=parsed.scale_down_delay_seconds,
+        history=history,
+    )
+
+
 def merge_conditions(
     previous: Sequence[Condition | Mapping[str, Any]],
     new: Sequence[ConditionValue],
@@ -371,6 +424,7 @@ def build_status(
         placement=_placement(inputs.placement),
         warm_pool=inputs.warm_pool,
         cold_start=inputs.cold_start,
+        autoscaler=inputs.autoscaler,
         last_scale_time=inputs.last_scale.time if inputs.last_scale else None,
         last_scale_reason=inputs.last_scale.reason if inputs.last_scale else None,
     )

@@ -92,6 +92,17 @@ class Ours:
     def prime(self, replicas: int, now: float) -> None:
         self.scaling_state = scaling.ScalingState(recommendations=((now, replicas),))
 
+    def restart(self, now: float, current: int, resume: bool = True) -> None:
+        """The operator restarts at ``now`` with ``current`` active replicas: its in-process memory
+        is lost; the autoscaler resumes from its last checkpoint (the status's), or, without
+        ``resume``, starts afresh as before checkpoints were kept."""
+        checkpoint = self.scaling_state.checkpoint
+        if resume and checkpoint is not None:
+            self.scaling_state = scaling.resume(checkpoint, now, current)
+        else:
+            self.scaling_state = scaling.ScalingState()
+        self.warm_state = warmpool.WarmPoolState()
+
     def decide(self, now: float, metrics: MetricsView, observed: Observed) -> Targets:
         counts = observed.counts
         snapshot = metrics.snapshot(now, self.scrape_delay, counts.serving)

@@ -1,0 +1,266 @@
+"""The autoscaler's checkpoint: kept while it learns, written to the status, resumed after a restart."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from neuronfleet.api.v1alpha1 import InferenceDeployment, ScalingSpec
+from neuronfleet.planning import hold
+from neuronfleet.planning.compile import CompileObservation, StoredArtifact, compile_request
+from neuronfleet.planning.fleet import FleetPolicy, PodView, apply_actions
+from neuronfleet.planning.hold import History
+from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory
+from neuronfleet.planning.reconcile_plan import ReconcilePlan, plan_reconcile
+from neuronfleet.planning.scaling import CHECKPOINT_SECONDS, Checkpoint, ScalingState, decide, resume
+from neuronfleet.planning.signals import MetricSnapshot
+from neuronfleet.planning.status import autoscaler_status, checkpoint_from_status
+from neuronfleet.sim.policies import DEFAULT_OURS, ours_from_policy_file
+
+REPO = Path(__file__).resolve().parents[2]
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def spec(**overrides: Any) -> ScalingSpec:
+    base: dict[str, Any] = {"minReplicas": 1, "maxReplicas": 100, "panicWindowSeconds": 0}
+    base.update(overrides)
+    return ScalingSpec.model_validate(base)
+
+
+def load(now: float, rate: float, utilization: float) -> MetricSnapshot:
+    return MetricSnapshot(time=now, queue_depth=0, in_flight=4, arrival_rate=rate, utilization=utilization)
+
+
+def run(s: ScalingSpec, state: ScalingState, start: float, stop: float, rate: float, current: int) -> ScalingState:
+    """Decisions every 15 s from ``start`` to ``stop`` at a steady ``rate`` on ``current`` replicas
+    that serve 100/s each."""
+    now = start
+    while now < stop:
+        state = decide(s, state, load(now, rate, rate / (100 * current)), current, current, now).new_state
+        now += 15
+    return state
+
+
+# ------------------------------------------------------------------------------- history as text
+
+
+def test_pack_round_trips_and_clamps_to_sixteen_bits() -> None:
+    values = (0, 1, 7, 300, 65535)
+    assert hold.unpack(hold.pack(values)) == values
+    assert hold.unpack(hold.pack([-3, 70000])) == (0, hold.MAX_PACKED_VALUE)
+    assert hold.unpack(hold.pack([])) == ()
+    # A day of minutes is a few kilobytes of one line, not a list of 1,440 numbers.
+    assert len(hold.pack([5] * 1440)) == 3840
+
+
+@pytest.mark.parametrize("text", ["not base64!", "AAE", "AA==", "é"])
+def test_unpack_refuses_what_pack_cannot_have_written(text: str) -> None:
+    with pytest.raises(ValueError, match=r"not base64|16-bit"):
+        hold.unpack(text)
+
+
+# ------------------------------------------------------------------------------------- resume
+
+
+def minutes(first: int, recs: list[int], needs: list[int]) -> History:
+    return History(first, tuple(recs), tuple(needs))
+
+
+def test_resume_takes_the_missed_minutes_as_the_last_one() -> None:
+    history = minutes(100, [5, 9], [4, 7])  # minutes 100 and 101
+    resumed = hold.resume(history, 105 * 60 + 30)  # restarted in minute 105: 102-104 were missed
+    assert resumed == minutes(100, [5, 9, 9, 9, 9], [4, 7, 7, 7, 7])
+    # The next decision then records minute 105 onto it, not afresh.
+    assert hold.record(resumed, 105 * 60 + 45, 3, 2).first_minute == 100
+
+
+def test_resume_keeps_a_history_that_reaches_now_and_drops_one_too_old() -> None:
+    history = minutes(100, [5, 9], [4, 7])
+    assert hold.resume(history, 102 * 60) is history
+    assert hold.resume(history, 101 * 60 + 10) is history
+    too_late = (101 + 1 + hold.RESUME_GAP_SECONDS // 60 + 1) * 60
+    assert hold.resume(history, too_late) == History()
+    assert hold.resume(history, 99 * 60) == History()  # a clock before the history
+    assert hold.resume(History(), 1e6) == History()
+
+
+def test_resume_keeps_one_day() -> None:
+    day = hold.HISTORY_SECONDS // hold.BUCKET_SECONDS
+    history = minutes(0, [1] * day, [1] * day)
+    resumed = hold.resume(history, (day + 3) * 60)
+    assert len(resumed.needs) == day and resumed.first_minute == 3
+
+
+# ---------------------------------------------------------------------------------- checkpoint
+
+
+def test_the_checkpoint_is_taken_once_the_service_rate_is_known_and_renewed_every_five_minutes() -> None:
+    s = spec()
+    state = run(s, ScalingState(), 0, 30, 400, 8)
+    assert state.service_rate is None and state.checkpoint is None
+    state = run(s, state, 30, 45, 400, 8)
+    assert state.service_rate == pytest.approx(100)
+    first = state.checkpoint
+    assert first is not None and first.time == 30 and first.service_rate == pytest.approx(100)
+    state = run(s, state, 45, 30 + CHECKPOINT_SECONDS, 400, 8)
+    assert state.checkpoint is first  # unchanged in between: no status write
+    state = run(s, state, 30 + CHECKPOINT_SECONDS, 45 + CHECKPOINT_SECONDS, 400, 8)
+    renewed = state.checkpoint
+    assert renewed is not None and renewed.time == 30 + CHECKPOINT_SECONDS
+    assert renewed.history == state.history and len(renewed.history.needs) == 6
+
+
+def test_a_resumed_autoscaler_holds_the_fleet_it_finds_and_knows_its_service_rate() -> None:
+    # Two hours at 4,000/s on 50 replicas serving 100/s each, then the demand falls to 2,000/s.
+    s = spec(scaleDownDelayMode="Fixed", scaleDownDelaySeconds=1800)
+    before = run(s, ScalingState(), 0, 7200, 4000, 50)
+    assert before.checkpoint is not None
+    now = 7200 + 60  # the operator was down for a minute
+    falling = load(now, 2000, 2000 / (100 * 50))
+
+    resumed = decide(s, resume(before.checkpoint, now, 50), falling, 50, 50, now)
+    assert resumed.signals["rate"] == pytest.approx(25)  # 2,000 / (100 x 0.8): no relearning
+    assert resumed.desired == 50  # held: the window keeps the fleet found at the restart
+    assert "hold 1800 s" in resumed.reason
+
+    # Before checkpoints: an empty memory knew no service rate and no window to hold.
+    lost = decide(s, ScalingState(), falling, 50, 50, now)
+    assert "rate" not in lost.signals and lost.desired < 50
+
+
+def test_resume_restores_the_learned_window_and_its_day_of_history() -> None:
+    history = minutes(100, [8] * 600, [6] * 600)
+    checkpoint = Checkpoint(time=700 * 60, service_rate=120.0, cold_start=400.0, hold_seconds=600.0, history=history)
+    state = resume(checkpoint, 702 * 60, 9)
+    assert (state.service_rate, state.cold_start, state.hold_seconds) == (120.0, 400.0, 600.0)
+    assert state.hold_chosen_at == 702 * 60  # re-chosen on the usual schedule, over the whole day
+    assert len(state.history.needs) == 602 and state.history.first_minute == 100  # minutes 700, 701 bridged
+    assert state.recommendations == ((702 * 60, 9),)
+    assert state.checkpoint is checkpoint
+
+
+# ------------------------------------------------------------------------------------- status
+
+
+def test_the_status_section_round_trips_the_checkpoint() -> None:
+    history = minutes(29_000_000, [8, 9, 12], [6, 7, 10])
+    checkpoint = Checkpoint(
+        time=1_740_000_000.0, service_rate=2637.44, cold_start=451.3, hold_seconds=900.0, history=history
+    )
+    section = autoscaler_status(checkpoint)
+    assert section is not None
+    wire = section.to_wire()
+    assert wire["checkpointTime"] == "2025-02-19T21:20:00Z"
+    assert wire["serviceRatePerReplica"] == 2637.4 and wire["coldStartSeconds"] == 451
+    assert wire["scaleDownDelaySeconds"] == 900.0 and wire["historyStartMinute"] == 29_000_000
+    back = checkpoint_from_status(wire)
+    assert back == Checkpoint(1_740_000_000.0, 2637.4, 451, 900.0, history)
+    assert autoscaler_status(None) is None
+
+
+@pytest.mark.parametrize(
+    "section",
+    [
+        None,
+        "garbage",
+        {},
+        {"checkpointTime": "2025-02-19T21:20:00Z"},  # no service rate
+        {"checkpointTime": "yesterday", "serviceRatePerReplica": 100},
+        {"checkpointTime": "2025-02-19T21:20:00Z", "serviceRatePerReplica": "fast"},
+        {
+            "checkpointTime": "2025-02-19T21:20:00Z",
+            "serviceRatePerReplica": 100,
+            "historyStartMinute": 5,
+            "historyRecommendations": hold.pack([1, 2]),
+            "historyNeeds": hold.pack([1]),  # lengths differ
+        },
+        {
+            "checkpointTime": "2025-02-19T21:20:00Z",
+            "serviceRatePerReplica": 100,
+            "historyStartMinute": 5,
+            "historyRecommendations": "%%%",
+            "historyNeeds": "%%%",
+        },
+    ],
+)
+def test_a_section_that_is_not_a_checkpoint_is_not_resumed_from(section: object) -> None:
+    assert checkpoint_from_status(section) is None
+    assert StatusMemory.from_status({"autoscaler": section}).autoscaler is None
+
+
+# ---------------------------------------------------------------------------- the operator's plan
+
+
+def deployment() -> InferenceDeployment:
+    manifest = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
+    manifest["metadata"].update({"namespace": "ns", "generation": 1})
+    manifest["spec"].update(
+        {
+            "scaling": {"mode": "Auto", "minReplicas": 1, "maxReplicas": 20, "intervalSeconds": 15},
+            "warmPool": {"mode": "Off"},
+        }
+    )
+    return InferenceDeployment.model_validate(manifest)
+
+
+def plan_at(
+    dep: InferenceDeployment, second: float, pods: tuple[PodView, ...], memory: DeploymentMemory, status: dict[str, Any]
+) -> ReconcilePlan:
+    """One reconcile at ``T0 + second``: 400 requests/s on ``pods``, their devices half busy."""
+    request = compile_request(dep.spec, "/store", "fp")
+    stored = StoredArtifact("c" * 64, "/store/cccc", "d" * 64, "cpu")
+    now = T0 + timedelta(seconds=second)
+    metrics = MetricSnapshot(time=now.timestamp(), queue_depth=0, in_flight=2, arrival_rate=400, utilization=0.5)
+    observation = Observation(now, pods=pods, compile=CompileObservation(request, stored), metrics=metrics)
+    return plan_reconcile(dep, observation, memory, StatusMemory.from_status(status), FleetPolicy(), lambda c: "t" * 10)
+
+
+def serving(pods: list[PodView], now: datetime) -> tuple[PodView, ...]:
+    """The pods the actions left, all running and ready (a fleet that starts at once)."""
+    return tuple(replace(p, ready=True, phase="Running", ready_at=p.ready_at or now, node="node-1") for p in pods)
+
+
+def test_the_operator_writes_the_checkpoint_at_most_every_five_minutes_and_resumes_from_it() -> None:
+    dep = deployment()
+    memory, status, pods = DeploymentMemory(), {}, ()
+    sections = []
+    for second in range(0, 1200, 15):
+        result = plan_at(dep, second, pods, memory, status)
+        memory, status = result.memory, result.status
+        now = T0 + timedelta(seconds=second)
+        pods = serving(apply_actions(list(pods), result.actions, now), now)
+        sections.append(status.get("autoscaler"))
+    written = [s for s in sections if s is not None]
+    assert written, "no checkpoint in the status"
+    assert len({s["checkpointTime"] for s in written}) <= 1200 / CHECKPOINT_SECONDS
+    assert all(a == b for a, b in itertools.pairwise(written) if a["checkpointTime"] == b["checkpointTime"])
+
+    # A restarted operator (within five minutes of the last checkpoint): empty memory, the status
+    # and pods as they were.
+    assert written[-1]["checkpointTime"] == "2026-11-30T12:16:00Z"
+    restarted = plan_at(dep, 1215, pods, DeploymentMemory(), status)
+    state = restarted.memory.scaling_state
+    assert state.service_rate == pytest.approx(written[-1]["serviceRatePerReplica"])
+    assert state.checkpoint is not None and len(state.history.needs) >= 15
+    assert restarted.inputs.scaling_message.startswith("rate ")  # no relearning from busy ratios
+    assert restarted.status["autoscaler"] == written[-1]  # resuming writes nothing new
+
+
+# ------------------------------------------------------------------------------------ simulator
+
+
+def test_the_simulated_operator_restarts_with_or_without_its_checkpoint() -> None:
+    ours = ours_from_policy_file(DEFAULT_OURS, 100, "default")
+    ours.scaling_state = run(ours.scaling_spec, ScalingState(), 0, 900, 4000, 50)
+    kept = ours.scaling_state.checkpoint
+    assert kept is not None
+    ours.restart(960, 50)
+    assert ours.scaling_state.service_rate == kept.service_rate and ours.scaling_state.recommendations == ((960, 50),)
+    ours.restart(990, 50, resume=False)
+    assert ours.scaling_state == ScalingState()
