@@ -6,12 +6,16 @@ with all four Inf2 types scored, the pod-template hash (builds a pod and hashes 
 the status). Measured for a steady fleet (nothing to do) and a rollout (every pod outdated), and
 for one reconcile round over 200 deployments. The autoscaler with a full day of history (the
 learned scale-down delay's replay, :mod:`neuronfleet.planning.hold`): one decision, one decision
-that re-chooses the delay, and the history's size in memory. Writes
+that re-chooses the delay, and the history's size in memory. Its checkpoint in the status
+(``status.autoscaler``): the section's size, rendering it (the first time, which packs the
+history, and again, as every reconcile until the next checkpoint does) and a restarted operator's
+resume from it. Writes
 ``bench/results/planning.json``. Run: ``.venv/bin/python bench/bench_planning.py``.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import sys
@@ -41,8 +45,9 @@ from neuronfleet.planning.labels import ArtifactRevision
 from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory
 from neuronfleet.planning.placement import plan_for_spec
 from neuronfleet.planning.reconcile_plan import plan_reconcile
-from neuronfleet.planning.scaling import ScalingState, decide
+from neuronfleet.planning.scaling import Checkpoint, ScalingState, decide, resume
 from neuronfleet.planning.signals import MetricSnapshot
+from neuronfleet.planning.status import autoscaler_status, checkpoint_from_status
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 ACTIVE, WARM, PLACEHOLDERS = 8, 2, 1
@@ -157,10 +162,32 @@ def main() -> None:
     stale = replace(state, hold_chosen_at=now - hold.REFRESH_SECONDS)
     rechoose_us = timed(lambda: decide(spec, stale, snapshot, 50, 50, now)) * 1e6
 
+    def render(history: hold.History) -> dict[str, Any]:
+        section = autoscaler_status(Checkpoint(now, 100.0, 450.0, 600.0, history))
+        assert section is not None
+        return section.to_wire()
+
+    def resume_from(wire: dict[str, Any]) -> ScalingState:
+        kept = checkpoint_from_status(wire)
+        assert kept is not None
+        return resume(kept, now + 60, 50)
+
+    wire = render(state.history)
+    round_trip = checkpoint_from_status(wire)
+    assert round_trip is not None and round_trip.history == state.history
+    # A copy of the history is packed again on first use; the same one is packed once.
+    render_first_us = timed(lambda: render(replace(state.history))) * 1e6
+    render_again_us = timed(lambda: render(state.history)) * 1e6
+    resume_us = timed(lambda: resume_from(wire)) * 1e6
+
     figures: dict[str, float | int | str | None] = {
         "scaling_decide_day_of_history_us": round(decide_us, 1),
         "scaling_decide_rechoosing_delay_us": round(rechoose_us, 1),
         "scaling_history_day_kib": round(size_of(state.history) / 1024, 1),
+        "checkpoint_status_section_kib": round(len(json.dumps(wire)) / 1024, 1),
+        "checkpoint_render_first_us": round(render_first_us, 1),
+        "checkpoint_render_again_us": round(render_again_us, 1),
+        "checkpoint_resume_us": round(resume_us, 1),
         "reconcile_steady_ms": round(steady_ms, 3),
         "reconcile_rollout_ms": round(rollout_ms, 3),
         "round_200_deployments_s": round(round_s, 4),

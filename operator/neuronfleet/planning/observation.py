@@ -29,7 +29,7 @@ from neuronfleet.planning.coldstart import PodTimeline
 from neuronfleet.planning.compile import CompileObservation, StoredArtifact
 from neuronfleet.planning.fleet import PodView
 from neuronfleet.planning.signals import MetricSnapshot
-from neuronfleet.planning.status import LastScale, Refusal, checkpoint_from_status, find_condition
+from neuronfleet.planning.status import LastScale, Refusal, find_condition
 
 #: Annotations holding JSON that the operator's framework (Kopf) parses on every event.
 JSON_ANNOTATIONS = (f"{GROUP}/last-handled-configuration",)
@@ -63,8 +63,9 @@ class StatusMemory:
     artifact: StoredArtifact | None = None
     last_scale: LastScale | None = None
     conditions: tuple[Mapping[str, Any], ...] = ()
-    #: The autoscaler's last checkpoint, for a restarted operator to resume from.
-    autoscaler: scaling.Checkpoint | None = None
+    #: The status's ``autoscaler`` section as read (the last checkpoint), parsed only by a
+    #: restarted operator's first decision (:func:`~neuronfleet.planning.status.checkpoint_from_status`).
+    autoscaler: Mapping[str, Any] | None = None
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any]) -> StatusMemory:
@@ -92,7 +93,7 @@ class StatusMemory:
             artifact=stored,
             last_scale=last_scale,
             conditions=tuple(c for c in conditions if isinstance(c, Mapping)) if isinstance(conditions, list) else (),
-            autoscaler=checkpoint_from_status(status.get("autoscaler")),
+            autoscaler=autoscaler if isinstance(autoscaler := status.get("autoscaler"), Mapping) else None,
         )
 
     def condition(self, kind: str) -> Mapping[str, Any]:

@@ -52,6 +52,7 @@ from neuronfleet.planning.status import (
     StatusInputs,
     autoscaler_status,
     build_status,
+    checkpoint_from_status,
     find_condition,
     rfc3339,
 )
@@ -111,16 +112,23 @@ def decide_targets(
     current: int,
     ready: int,
     now: float,
-    checkpoint: scaling.Checkpoint | None = None,
+    checkpoint_section: Mapping[str, Any] | None = None,
 ) -> tuple[Targets, DeploymentMemory]:
     """The autoscaler's decision at the spec's interval (held in between), then the warm pool.
 
     ``snapshot`` is only looked at when :func:`~neuronfleet.planning.observation.scaling_due`;
-    in Auto mode the decision and its message are held until the next interval. ``checkpoint``
-    (the status's) starts the autoscaler of a memory that has never decided: a restarted operator.
+    in Auto mode the decision and its message are held until the next interval.
+    ``checkpoint_section`` (the status's ``autoscaler``) starts the autoscaler of a memory that has
+    never decided: a restarted operator.
     """
-    if checkpoint is not None and memory.last_scaling_at is None and memory.scaling_state == scaling.ScalingState():
-        memory = replace(memory, scaling_state=scaling.resume(checkpoint, now, current))
+    if (
+        checkpoint_section is not None
+        and memory.last_scaling_at is None
+        and memory.scaling_state == scaling.ScalingState()
+    ):
+        checkpoint = checkpoint_from_status(checkpoint_section)
+        if checkpoint is not None:
+            memory = replace(memory, scaling_state=scaling.resume(checkpoint, now, current))
     if (
         not scaling_due(spec.scaling.interval_seconds, memory, now)
         and memory.last_decision is not None

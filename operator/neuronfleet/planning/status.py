@@ -305,8 +305,8 @@ def autoscaler_status(checkpoint: Checkpoint | None) -> AutoscalerStatus | None:
         cold_start_seconds=round(checkpoint.cold_start) if checkpoint.cold_start is not None else None,
         scale_down_delay_seconds=checkpoint.hold_seconds,
         history_start_minute=history.first_minute if history.needs else None,
-        history_recommendations=hold.pack(history.recommendations) if history.needs else None,
-        history_needs=hold.pack(history.needs) if history.needs else None,
+        history_recommendations=history.packed[0] if history.needs else None,
+        history_needs=history.packed[1] if history.needs else None,
     )
 
 
