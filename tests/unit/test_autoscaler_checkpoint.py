@@ -162,6 +162,8 @@ def test_the_status_section_round_trips_the_checkpoint() -> None:
     back = checkpoint_from_status(wire)
     assert back == Checkpoint(1_740_000_000.0, 2637.4, 451, 900.0, history)
     assert autoscaler_status(None) is None
+    # A service rate that rounds to zero is none the autoscaler uses: no section, no invalid status.
+    assert autoscaler_status(Checkpoint(1.0, 0.04, None, None, History())) is None
 
 
 @pytest.mark.parametrize(
@@ -173,6 +175,8 @@ def test_the_status_section_round_trips_the_checkpoint() -> None:
         {"checkpointTime": "2025-02-19T21:20:00Z"},  # no service rate
         {"checkpointTime": "yesterday", "serviceRatePerReplica": 100},
         {"checkpointTime": "2025-02-19T21:20:00Z", "serviceRatePerReplica": "fast"},
+        {"checkpointTime": "2025-02-19T21:20:00Z", "serviceRatePerReplica": -5},  # an edit gone wrong
+        {"checkpointTime": "2025-02-19T21:20:00Z", "serviceRatePerReplica": 100, "coldStartSeconds": -1},
         {
             "checkpointTime": "2025-02-19T21:20:00Z",
             "serviceRatePerReplica": 100,

@@ -712,16 +712,21 @@ class AutoscalerStatus(ApiModel):
 
     checkpoint_time: str | None = Field(default=None, description="When this was taken (RFC 3339).")
     service_rate_per_replica: float | None = Field(
-        default=None, description="Requests per second one replica was measured to serve, at the batch sizes it ran."
+        default=None,
+        gt=0,
+        description="Requests per second one replica was measured to serve, at the batch sizes it ran.",
     )
     cold_start_seconds: float | None = Field(
-        default=None, description="Measured time from a scale-up to its pods serving (smoothed)."
+        default=None, ge=0, description="Measured time from a scale-up to its pods serving (smoothed)."
     )
     scale_down_delay_seconds: float | None = Field(
         default=None,
+        ge=0,
         description="The scale-down delay in effect: learned in Learned mode, the spec's in Fixed mode.",
     )
-    history_start_minute: int | None = Field(default=None, description="Unix time / 60 of the history's first minute.")
+    history_start_minute: int | None = Field(
+        default=None, ge=0, description="Unix time / 60 of the history's first minute."
+    )
     history_recommendations: str | None = Field(
         default=None,
         description="Per minute since historyStartMinute, the most replicas recommended (base64 of uint16, LE).",

@@ -497,7 +497,7 @@ def decide(
         need = math.ceil(max(signals["rate"], signals.get("burst", 0.0)) * spec.target_utilization - 1e-9)
         history = hold.record(history, now, recommendation, need)
     checkpoint = state.checkpoint
-    if service_rate is not None and (checkpoint is None or now - checkpoint.time >= CHECKPOINT_SECONDS):
+    if service_rate and (checkpoint is None or now - checkpoint.time >= CHECKPOINT_SECONDS):
         checkpoint = Checkpoint(now, service_rate, cold_start, hold_seconds, history)
     new_state = ScalingState(
         recommendations=recommendations,

@@ -296,8 +296,8 @@ def autoscaler_status(checkpoint: Checkpoint | None) -> AutoscalerStatus | None:
     section changes only when the checkpoint is renewed, so it costs at most one status write per
     :data:`~neuronfleet.planning.scaling.CHECKPOINT_SECONDS`.
     """
-    if checkpoint is None:
-        return None
+    if checkpoint is None or round(checkpoint.service_rate, 1) <= 0:
+        return None  # a service rate of zero is not one the autoscaler uses (nor the API accepts)
     history = checkpoint.history
     return AutoscalerStatus(
         checkpoint_time=rfc3339(datetime.fromtimestamp(checkpoint.time, UTC)),
