@@ -121,11 +121,7 @@ def decide_targets(
     ``checkpoint_section`` (the status's ``autoscaler``) starts the autoscaler of a memory that has
     never decided: a restarted operator.
     """
-    if (
-        checkpoint_section is not None
-        and memory.last_scaling_at is None
-        and memory.scaling_state == scaling.ScalingState()
-    ):
+    if checkpoint_section is not None and memory.last_scaling_at is None:
         checkpoint = checkpoint_from_status(checkpoint_section)
         if checkpoint is not None:
             memory = replace(memory, scaling_state=scaling.resume(checkpoint, now, current))
