@@ -4,7 +4,9 @@
   emulated NeuronCore device, Prometheus, the operator, the open-loop client) for the default
   slice. Figures: SLO attainment, lost / rejected requests, p50 / p99 at the client, scale events,
   and what it cost this machine: CPU seconds of the demo process (sandbox, router, operator) and
-  of its children (client, servers, Prometheus, compile), the client's event-loop lag. Baseline
+  of its children (client, servers, Prometheus, compile), the client's event-loop lag, and the
+  host's share: the machine's CPU time the hypervisor took (steal) and the SLO attainment of the
+  requests sent in quiet seconds (``quiet_slo_attainment``; loadgen's ``QUIET_STEAL_SHARE``). Baseline
   measured in the same run: the same client against one emulated server directly at a low rate
   (``direct_p99_ms``): ``p99_vs_direct`` says how much the fleet, the router and the machine's
   load add to the tail.
@@ -119,6 +121,13 @@ def real_case(scratch: Path) -> Figures:
         "client_cpu_s": client.get("client_cpu_s"),
         "client_loop_lag_p99_ms": client.get("loop_lag_p99_ms"),
         "client_send_lateness_p99_ms": client.get("send_lateness_p99_ms"),
+        # The host's share: CPU time the hypervisor took, and the SLO over the seconds it took little.
+        "machine_steal_share": client.get("machine_steal_share"),
+        "machine_busy_share": client.get("machine_busy_share"),
+        "quiet_requests": client.get("quiet_requests"),
+        "quiet_slo_attainment": (
+            round(client["quiet_within_slo"] / client["quiet_requests"], 4) if client.get("quiet_requests") else None
+        ),
         **baseline,
     }
     direct = baseline["direct_p99_ms"]

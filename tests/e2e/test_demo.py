@@ -128,3 +128,8 @@ def test_live_demo_serves_real_requests_loses_none_and_scales_up_from_prometheus
     scaling = next(c for c in summary["conditions"] if c["type"] == "ScalingActive")
     assert scaling["status"] == "True", scaling
     assert summary["client"]["client_cpu_s"] > 0 and summary["client"]["peak_outstanding"] >= 1
+    # The host's share is measured: the machine was busy (this very load), and the quiet seconds'
+    # requests are a subset of all of them.
+    client = summary["client"]
+    assert 0.0 <= client["machine_steal_share"] < 1.0 and 0.0 < client["machine_busy_share"] <= 1.0
+    assert 0 <= client["quiet_within_slo"] <= client["quiet_requests"] <= summary["requests"]

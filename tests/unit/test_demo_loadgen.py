@@ -1,12 +1,22 @@
 """The live demo's load generator: superposed arrivals keep the rate and shape and smooth the seconds;
-the client refuses to be unbounded or to leave this machine (its HTTP outcomes: tests/integration)."""
+the client refuses to be unbounded or to leave this machine, and tells the host's stolen CPU time
+from the fleet's misses (its HTTP outcomes: tests/integration)."""
 
 from __future__ import annotations
 
 import numpy as np
+import psutil
 import pytest
 
-from neuronfleet.demo.loadgen import OpenLoopClient, rate_per_second, superposed_arrivals
+from neuronfleet.demo.loadgen import (
+    QUIET_STEAL_SHARE,
+    MachineCpu,
+    MachineSecond,
+    OpenLoopClient,
+    quiet_seconds_attainment,
+    rate_per_second,
+    superposed_arrivals,
+)
 
 
 def _bursty_trace(seconds: int = 3600, seed: int = 1) -> np.ndarray:
@@ -51,3 +61,28 @@ def test_the_client_is_bounded() -> None:
         OpenLoopClient("http://127.0.0.1:1/x", b"{}", np.zeros(3), slo_ms=50, max_requests=2, max_seconds=1)
     with pytest.raises(ValueError, match="beyond the bound"):
         OpenLoopClient("http://127.0.0.1:1/x", b"{}", np.array([5.0]), slo_ms=50, max_requests=2, max_seconds=1)
+
+
+def test_quiet_seconds_count_only_the_requests_sent_while_the_hypervisor_took_little() -> None:
+    # Readings end at 1, 2, 3 s; the second one (1-2 s) lost 40 % of the machine to the hypervisor.
+    seconds = [
+        MachineSecond(t=1.0, steal_share=0.0, busy_share=0.5),
+        MachineSecond(t=2.0, steal_share=0.4, busy_share=0.5),
+        MachineSecond(t=3.0, steal_share=QUIET_STEAL_SHARE / 2, busy_share=0.5),
+    ]
+    times = np.array([0.2, 0.9, 1.0, 1.5, 2.5, 3.5])  # 1.0 is in the second reading; 3.5 in none
+    within = np.array([True, False, False, False, True, True])
+    quiet, quiet_within = quiet_seconds_attainment(times, within, seconds)
+    assert (quiet, quiet_within) == (3, 2), "0.2, 0.9 and 2.5 s are in quiet seconds; 0.9 s missed the SLO"
+    assert quiet_seconds_attainment(times, within, []) == (0, 0)
+
+
+def test_the_machine_reading_is_a_share_of_the_cpu_time_between_readings() -> None:
+    machine = MachineCpu()
+    # Spin for a little CPU time so that the counters move (wait on the counters, not a fixed sleep).
+    deadline_ticks = sum(psutil.cpu_times()) + 0.2
+    while sum(psutil.cpu_times()) < deadline_ticks:
+        sum(i * i for i in range(10_000))
+    steal, busy = machine.shares()
+    assert 0.0 <= steal <= 1.0 and 0.0 < busy <= 1.0
+    assert steal + busy <= 1.0 + 1e-9

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
 
-from neuronfleet.demo.report import DemoResult, ScaleEvent, write_report
+from rich.console import Console
+
+from neuronfleet.demo.report import DemoResult, ScaleEvent, print_summary, write_report
 
 
 def _result(load: str) -> DemoResult:
@@ -60,7 +63,16 @@ def _result(load: str) -> DemoResult:
         lost=0,
         outcomes=outcomes if load == "real" else {},
         metrics_source="prometheus" if load == "real" else "simulated queue",
-        client={"client_cpu_s": 3.0, "loop_lag_p99_ms": 1.2, "loop_lag_max_ms": 4.0, "send_lateness_p99_ms": 2.0},
+        client={
+            "client_cpu_s": 3.0,
+            "loop_lag_p99_ms": 1.2,
+            "loop_lag_max_ms": 4.0,
+            "send_lateness_p99_ms": 2.0,
+            "machine_steal_share": 0.081,
+            "machine_busy_share": 0.6,
+            "quiet_requests": 800,
+            "quiet_within_slo": 796,
+        },
     )
 
 
@@ -88,3 +100,21 @@ def test_a_simulated_run_says_so(tmp_path: Path) -> None:
     line = next(row for row in report.splitlines() if row.startswith("| within the 50 ms SLO |"))
     assert line.endswith("| simulated |")
     assert "No model server runs in the" in report and "lost (sent" not in report
+
+
+def test_a_real_run_tells_the_hosts_stolen_cpu_from_the_fleets_misses(tmp_path: Path) -> None:
+    result = _result("real")
+    write_report(result, tmp_path)
+    report = (tmp_path / "report.md").read_text()
+    steal_row = next(row for row in report.splitlines() if row.startswith("| CPU time taken by the hypervisor"))
+    assert "8.1% of the machine" in steal_row
+    quiet_row = next(row for row in report.splitlines() if row.startswith("| within the SLO, quiet seconds only |"))
+    assert "99.50% of the 800 requests (80%)" in quiet_row, quiet_row
+    printed = io.StringIO()
+    print_summary(result, Console(file=printed, width=300), tmp_path)
+    assert "the hypervisor took 8.1% of this machine's CPU time" in printed.getvalue()
+
+    # A client without the machine's figures (or a simulated run) adds no such rows.
+    result.client = {k: v for k, v in result.client.items() if not k.startswith(("machine", "quiet"))}
+    write_report(result, tmp_path)
+    assert "hypervisor" not in (tmp_path / "report.md").read_text()

@@ -387,6 +387,10 @@ def live_result(
                 "loop_lag_max_ms",
                 "send_lateness_p99_ms",
                 "peak_outstanding",
+                "machine_steal_share",
+                "machine_busy_share",
+                "quiet_requests",
+                "quiet_within_slo",
                 "wall_s",
                 "max_ms",
             )

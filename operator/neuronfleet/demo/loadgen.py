@@ -19,6 +19,11 @@
   along with the client process's CPU seconds: if the client is the bottleneck the figures say so.
   The client process asks for a higher scheduling priority (``nice -5``, when allowed), so that on a
   machine short of CPU it is the servers, not the measuring client, that wait.
+- **The machine's honesty**: on a virtual machine the hypervisor can take CPU time from every
+  process at once (``steal`` in ``/proc/stat``, read with psutil each second). The totals say how much
+  it took, and the SLO attainment of the requests scheduled in *quiet* seconds (the hypervisor took
+  under ``QUIET_STEAL_SHARE`` of the machine), so a miss caused by the host can be told from one
+  caused by the fleet.
 
 Run in its own process (``python -m neuronfleet.demo.loadgen``) so that its event loop shares
 nothing with the sandbox or the operator; it prints one JSON line per second (progress) and
@@ -52,6 +57,9 @@ OUTCOME_CODE = {name: i for i, name in enumerate(OUTCOMES)}
 LOOP_LAG_PERIOD_S = 0.05
 #: Niceness increment of the client process (negative: scheduled before the servers it measures).
 CLIENT_NICE = -5
+#: A second is quiet when the hypervisor took less than this share of the machine's CPU time (on 2
+#: cores: 5 % of one core). Above it, requests wait for CPU that no process on the machine had.
+QUIET_STEAL_SHARE = 0.025
 
 
 def superposed_arrivals(
@@ -102,6 +110,8 @@ class Progress:
     p50_ms: float | None
     p99_ms: float | None
     loop_lag_max_ms: float
+    #: Share of the machine's CPU time the hypervisor took in this second.
+    steal_share: float = 0.0
 
 
 @dataclass
@@ -121,6 +131,12 @@ class ClientTotals:
     loop_lag_max_ms: float
     send_lateness_p99_ms: float
     peak_outstanding: int
+    #: Share of the machine's CPU time the hypervisor took (steal) during the run, and the share busy.
+    machine_steal_share: float = 0.0
+    machine_busy_share: float = 0.0
+    #: Requests scheduled in quiet seconds (steal under QUIET_STEAL_SHARE); those of them ok within the SLO.
+    quiet_requests: int = 0
+    quiet_within_slo: int = 0
     timeline: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -131,6 +147,68 @@ class ClientTotals:
     def slo_attainment(self) -> float:
         """Share of the scheduled requests answered ok within the SLO (anything else is a miss)."""
         return self.within_slo / self.scheduled if self.scheduled else 1.0
+
+    @property
+    def quiet_slo_attainment(self) -> float | None:
+        """The same over the requests scheduled in quiet seconds; None when no second was quiet."""
+        return self.quiet_within_slo / self.quiet_requests if self.quiet_requests else None
+
+
+@dataclass(frozen=True)
+class MachineSecond:
+    """One second of the whole machine's CPU time, as shares of it (all cores)."""
+
+    #: End of the second, on the client's clock (seconds since its start).
+    t: float
+    steal_share: float
+    busy_share: float
+
+
+class MachineCpu:
+    """The machine's CPU time counters (psutil: ``/proc/stat`` on Linux), read as shares between readings."""
+
+    def __init__(self) -> None:
+        import psutil  # imported here: the arrival functions above are used without it
+
+        self._cpu_times = psutil.cpu_times
+        self._last = self._read()
+
+    def _read(self) -> tuple[float, float, float]:
+        times = self._cpu_times()
+        total = float(sum(times))
+        # steal exists on Linux only; guest time is already counted in user (so not in the total twice).
+        steal = float(getattr(times, "steal", 0.0))
+        idle = float(times.idle) + float(getattr(times, "iowait", 0.0))
+        guest = float(getattr(times, "guest", 0.0)) + float(getattr(times, "guest_nice", 0.0))
+        total -= guest
+        return total, steal, total - idle - steal
+
+    def shares(self) -> tuple[float, float]:
+        """(steal share, busy share) of the machine's CPU time since the last call (or since construction)."""
+        (total, steal, busy), (total0, steal0, busy0) = self._read(), self._last
+        span = total - total0
+        if span <= 0:
+            return 0.0, 0.0
+        self._last = (total, steal, busy)
+        return (steal - steal0) / span, (busy - busy0) / span
+
+
+def quiet_seconds_attainment(
+    times: FloatArray, within_slo: npt.NDArray[np.bool_], seconds: list[MachineSecond], quiet: float = QUIET_STEAL_SHARE
+) -> tuple[int, int]:
+    """Requests scheduled in quiet seconds, and how many of them were within the SLO.
+
+    A request at time ``t`` belongs to the first reading that ends after ``t``; a request after the
+    last reading is in no second (left out of both counts).
+    """
+    if not seconds:
+        return 0, 0
+    ends = np.array([s.t for s in seconds])
+    steal = np.array([s.steal_share for s in seconds])
+    index = np.searchsorted(ends, times, side="right")
+    inside = index < len(ends)
+    quiet_mask = inside & (steal[np.minimum(index, len(ends) - 1)] < quiet)
+    return int(quiet_mask.sum()), int((quiet_mask & within_slo).sum())
 
 
 class OpenLoopClient:
@@ -167,12 +245,15 @@ class OpenLoopClient:
         self.outstanding = 0
         self.peak_outstanding = 0
         self.loop_lags: list[float] = []
+        self.machine_seconds: list[MachineSecond] = []
+        self._machine: MachineCpu | None = None
         self._t0 = 0.0
 
     async def run(self) -> ClientTotals:
         import aiohttp  # imported here: the arrival functions above are used without it
 
         cpu0, wall0 = time.process_time(), time.perf_counter()
+        machine, self._machine = MachineCpu(), MachineCpu()
         connector = aiohttp.TCPConnector(limit=self.max_outstanding, force_close=False)
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         headers = {"Content-Type": "application/json"}
@@ -201,7 +282,7 @@ class OpenLoopClient:
                 for task in (lag_task, progress_task, *requests):
                     task.cancel()
                 await asyncio.gather(lag_task, progress_task, *requests, return_exceptions=True)
-        return self.totals(time.perf_counter() - wall0, time.process_time() - cpu0)
+        return self.totals(time.perf_counter() - wall0, time.process_time() - cpu0, machine.shares())
 
     async def _one(self, session: Any, index: int, at: float) -> None:
         import aiohttp
@@ -241,6 +322,8 @@ class OpenLoopClient:
             latencies = self.latency_ms[window]
             lags = self.loop_lags[lag_seen:]
             lag_seen = len(self.loop_lags)
+            steal, busy = self._machine.shares() if self._machine is not None else (0.0, 0.0)
+            self.machine_seconds.append(MachineSecond(round(now, 3), round(steal, 4), round(busy, 4)))
             if self.progress is not None:
                 self.progress(
                     Progress(
@@ -251,6 +334,7 @@ class OpenLoopClient:
                         p50_ms=_quantile(latencies, 0.5),
                         p99_ms=_quantile(latencies, 0.99),
                         loop_lag_max_ms=round(max(lags, default=0.0), 2),
+                        steal_share=round(steal, 4),
                     )
                 )
             last_second = second
@@ -259,15 +343,17 @@ class OpenLoopClient:
         codes = np.bincount(self.outcome.astype(np.int64), minlength=len(OUTCOMES))
         return {name: int(codes[i]) for i, name in enumerate(OUTCOMES)}
 
-    def totals(self, wall_s: float, cpu_s: float) -> ClientTotals:
+    def totals(self, wall_s: float, cpu_s: float, machine: tuple[float, float] = (0.0, 0.0)) -> ClientTotals:
         ok = self.outcome == OUTCOME_CODE["ok"]
         latencies = self.latency_ms[ok]
         sent = self.outcome != OUTCOME_CODE["not_sent"]
+        within = ok & (np.nan_to_num(self.latency_ms, nan=np.inf) <= self.slo_ms)
+        quiet_requests, quiet_within = quiet_seconds_attainment(self.arrivals, within, self.machine_seconds)
         return ClientTotals(
             scheduled=len(self.arrivals),
             counts=self._counts(),
             slo_ms=self.slo_ms,
-            within_slo=int((latencies <= self.slo_ms).sum()),
+            within_slo=int(within.sum()),
             p50_ms=_quantile(latencies, 0.5),
             p99_ms=_quantile(latencies, 0.99),
             max_ms=round(float(latencies.max()), 2) if len(latencies) else None,
@@ -277,6 +363,10 @@ class OpenLoopClient:
             loop_lag_max_ms=round(max(self.loop_lags, default=0.0), 2),
             send_lateness_p99_ms=_quantile(self.lateness_ms[sent], 0.99) or 0.0,
             peak_outstanding=self.peak_outstanding,
+            machine_steal_share=round(machine[0], 4),
+            machine_busy_share=round(machine[1], 4),
+            quiet_requests=quiet_requests,
+            quiet_within_slo=quiet_within,
         )
 
     def per_request(self) -> dict[str, list[Any]]:
@@ -328,7 +418,12 @@ def main(argv: list[str] | None = None) -> int:
         progress=emit,
     )
     totals = asyncio.run(client.run())
-    args.out.write_text(json.dumps({"totals": asdict(totals), "requests": client.per_request()}) + "\n")
+    result = {
+        "totals": asdict(totals),
+        "requests": client.per_request(),
+        "machine": [asdict(second) for second in client.machine_seconds],
+    }
+    args.out.write_text(json.dumps(result) + "\n")
     print(json.dumps({"done": True}), flush=True)
     return 0
 

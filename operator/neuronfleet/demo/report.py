@@ -19,6 +19,8 @@ from neuronfleet.demo.options import DEMO_BATCH_BUCKETS, DEMO_SEQUENCE_BUCKETS
 
 #: Above this p99 event-loop lag (ms) the client says the machine was busy (idle: about 1 ms).
 BUSY_MACHINE_LAG_MS = 5.0
+#: Above this share of the machine's CPU time taken by the hypervisor, the summary says so.
+STOLEN_MACHINE_SHARE = 0.025
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,21 @@ def _cold_start_lines(cold_start: dict[str, Any]) -> list[str]:
     return lines or ["none measured"]
 
 
+def machine_figures(client: dict[str, Any]) -> tuple[float, int, float | None] | None:
+    """(steal share, requests in quiet seconds, their SLO attainment) from the client's totals; None without them."""
+    if "machine_steal_share" not in client:
+        return None
+    quiet = int(client.get("quiet_requests") or 0)
+    attainment = int(client.get("quiet_within_slo") or 0) / quiet if quiet else None
+    return float(client["machine_steal_share"]), quiet, attainment
+
+
+def _quiet_phrase(quiet: int, attainment: float | None, requests: float) -> str:
+    if attainment is None:
+        return "no second was quiet"
+    return f"{attainment:.2%} of the {quiet:,} requests ({quiet / max(requests, 1):.0%}) sent in quiet seconds"
+
+
 def print_summary(result: DemoResult, console: Console, out: Path) -> None:
     table = Table(title="neuronfleet sandbox demo: summary", show_header=False)
     table.add_column("figure")
@@ -141,6 +158,14 @@ def print_summary(result: DemoResult, console: Console, out: Path) -> None:
             f"[yellow]the machine was busy: the client's own event loop lagged {lag:.0f} ms at p99 (about 1 ms on an "
             "idle machine); the latencies above include such delays, and the servers and router had the same CPU "
             "to share[/yellow]"
+        )
+    machine = machine_figures(result.client) if result.load == "real" else None
+    if machine is not None and machine[0] > STOLEN_MACHINE_SHARE:
+        steal, quiet, attainment = machine
+        console.print(
+            f"[yellow]the hypervisor took {steal:.1%} of this machine's CPU time during the load (steal: no process "
+            f"here could run then); within the SLO: {_quiet_phrase(quiet, attainment, result.requests)} (the "
+            f"hypervisor took under {STOLEN_MACHINE_SHARE:.1%})[/yellow]"
         )
     console.print(f"[dim]{result.attribution}[/dim]")
     console.print(f"report: {out / 'report.md'}, {out / 'timeline.png'}, {out / 'summary.json'}")
@@ -218,7 +243,7 @@ def _load_paragraph(result: DemoResult) -> str:
   the client from each request's scheduled send time. The client used {client.get("client_cpu_s", 0):.1f} CPU s;
   its event loop lagged {client.get("loop_lag_p99_ms", 0):.1f} ms at p99 ({client.get("loop_lag_max_ms", 0):.0f} ms
   at most) and sent {client.get("send_lateness_p99_ms", 0):.1f} ms late at p99 (lag on an idle
-  machine is about a millisecond: more means the machine, not the servers, delayed requests).
+  machine is about a millisecond: more means the machine, not the servers, delayed requests).{_machine_sentence(client)}
 - **The example as applied**: batch buckets {DEMO_BATCH_BUCKETS} x sequence {DEMO_SEQUENCE_BUCKETS} (a CPU compile in
   well under a minute; with every batch slowed x{facts["time_scale"]:g}, a batch of 4 alone would take half of the 50 ms
   SLO), and for a few minutes of real time instead of hours: `{json.dumps(facts.get("spec_changes", {}))}`
@@ -237,6 +262,28 @@ def _load_paragraph(result: DemoResult) -> str:
   the simulator's.
 - Time: compressed with looptime, {result.speed:g} simulated seconds per wall second
   (wall time {result.wall_s:.0f} s, of which {result.replay_wall_s:.0f} s for the replay)."""
+
+
+def _machine_sentence(client: dict[str, Any]) -> str:
+    machine = machine_figures(client)
+    if machine is None:
+        return ""
+    steal, _, _ = machine
+    return f"""
+  The machine's CPU time was {float(client.get("machine_busy_share") or 0):.0%} busy during the load, and the
+  hypervisor took {steal:.1%} of it (steal, read from `/proc/stat` each second): time in which no process here
+  ran. A second is *quiet* when it took under {STOLEN_MACHINE_SHARE:.1%}; the figures table gives the SLO
+  attainment of the requests sent in quiet seconds, to tell a miss caused by the host from one caused by the fleet."""
+
+
+def _machine_rows(result: DemoResult, how: str) -> str:
+    machine = machine_figures(result.client) if result.load == "real" else None
+    if machine is None:
+        return ""
+    steal, quiet, attainment = machine
+    return f"""| CPU time taken by the hypervisor (steal) | {steal:.1%} of the machine | `/proc/stat` at the client |
+| within the SLO, quiet seconds only | {_quiet_phrase(quiet, attainment, result.requests)} | {how} |
+"""
 
 
 def report_markdown(result: DemoResult) -> str:
@@ -273,7 +320,7 @@ def report_markdown(result: DemoResult) -> str:
 | requests | {result.requests:,.0f} | {how} |
 | rejected with 429 | {result.rejected:,.0f} | {how} |
 {real_rows}| within the {facts["slo_ms"]:.0f} ms SLO | {result.slo_attainment:.2%} | {how} |
-| latency p50 / p99 | {result.p50_ms:.1f} / {result.p99_ms:.1f} ms | {how} |
+{_machine_rows(result, how)}| latency p50 / p99 | {result.p50_ms:.1f} / {result.p99_ms:.1f} ms | {how} |
 | the operator's scaling signals | {result.metrics_source} | read by the operator |
 | active replica-hours | {result.replica_hours:.2f} | sandbox pods |
 | warm pod-hours | {result.warm_pod_hours:.2f} | sandbox pods |

@@ -131,9 +131,7 @@ class ApiServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         await site.start()
-        server = site._server
-        assert server is not None and isinstance(server, asyncio.base_events.Server)
-        self.port = int(server.sockets[0].getsockname()[1])
+        self.port = int(self._runner.addresses[0][1])
         self.url = f"http://{host}:{self.port}"
         return self.url
 
