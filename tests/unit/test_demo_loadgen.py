@@ -8,6 +8,7 @@ import numpy as np
 import psutil
 import pytest
 
+from neuronfleet.demo.live import ClientView, LiveLoad
 from neuronfleet.demo.loadgen import (
     QUIET_STEAL_SHARE,
     MachineCpu,
@@ -86,3 +87,9 @@ def test_the_machine_reading_is_a_share_of_the_cpu_time_between_readings() -> No
     steal, busy = machine.shares()
     assert 0.0 <= steal <= 1.0 and 0.0 < busy <= 1.0
     assert steal + busy <= 1.0 + 1e-9
+
+
+def test_the_live_view_shows_the_hypervisors_share_of_the_last_second() -> None:
+    view = ClientView(LiveLoad(np.array([0.5, 1.5]), 2.0, {}))
+    view.last = {"sent": 2, "counts": {"ok": 2}, "p99_ms": 12.0, "loop_lag_max_ms": 1.0, "steal_share": 0.12}
+    assert "CPU taken by the hypervisor 12%" in view.status()

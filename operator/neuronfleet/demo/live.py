@@ -186,7 +186,8 @@ class ClientView:
         return (
             f"client: sent {self.last.get('sent', 0):,}, answered ok {counts.get('ok', 0):,}, 429 "
             f"{counts.get('rejected', 0):,}, lost {counts.get('lost', 0):,}; last second p99 "
-            f"{'-' if p99 is None else f'{p99:.0f} ms'}, client loop lag {self.last.get('loop_lag_max_ms', 0):.0f} ms"
+            f"{'-' if p99 is None else f'{p99:.0f} ms'}, client loop lag {self.last.get('loop_lag_max_ms', 0):.0f} ms, "
+            f"CPU taken by the hypervisor {self.last.get('steal_share', 0):.0%}"
         )
 
     @property
