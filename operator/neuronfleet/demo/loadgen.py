@@ -148,11 +148,6 @@ class ClientTotals:
         """Share of the scheduled requests answered ok within the SLO (anything else is a miss)."""
         return self.within_slo / self.scheduled if self.scheduled else 1.0
 
-    @property
-    def quiet_slo_attainment(self) -> float | None:
-        """The same over the requests scheduled in quiet seconds; None when no second was quiet."""
-        return self.quiet_within_slo / self.quiet_requests if self.quiet_requests else None
-
 
 @dataclass(frozen=True)
 class MachineSecond:
