@@ -22,6 +22,14 @@ Rule families, each member scored on the scored span itself and the cheapest rea
 - ``lookback+daily`` (multi-day traces): also at least ``h * max D`` over the same hours one day
   earlier, from ``t`` to one cold start ahead (yesterday's ramp, seen in advance).
 
+A default is one rule for every trace. ``joint`` asks what the best single ``lookback`` rule (one
+``W``, one ``h``) costs when it must reach 99 % on all four scored halves at once, each trace's
+least ``h`` found through the simulator's queue and the largest of them applied everywhere, and
+sets it beside a static fleet tuned the same way (the least constant capacity reaching 99 % on the
+scored half, through the same queue). Issue 11 asks the CRD's default policy to be cheaper than
+every baseline on conv, static included, while it holds 99 % on NASA: ``joint.conv-1h/rate.vs_static``
+says whether a look-back default can, even in hindsight.
+
 The same fluid model's clairvoyant fleet, ``C(t) = max D over [t, t + T]``, is the reference
 (``fluid_oracle``); it is within a few percent of the simulator's feasible oracle, which is also
 reported. ``{generous,strict}.best_vs_fluid_oracle`` are the figures: what the best rule of these
@@ -151,35 +159,49 @@ def rule_signal(demand: FloatArray, family: str, lookback: int, launch: int) -> 
     return signal
 
 
-def engine_headroom(
-    signal: FloatArray,
-    demand: FloatArray,
-    launch: int,
-    first: int,
-    workload: Workload,
-    profile: Profile,
-    bracket: tuple[float, float],
-) -> tuple[float, float, float] | None:
-    """The least ``h`` whose ready capacity meets the SLO target through the simulator's queue.
+@dataclass(frozen=True)
+class Scored:
+    """One scenario's workload and demand, for plans counted through the simulator's queue."""
 
-    Returns (h, attainment, replica-seconds from ``first``); None if the bracket's top misses.
-    """
-    fluid_cost = float(forward_max(demand, launch)[first:].sum())
-    scored = len(demand)
+    demand: FloatArray
+    workload: Workload
+    profile: Profile
+    launch: int
+    first: int
 
-    def at(h: float) -> tuple[float, float]:
-        capacity = np.ceil(h * signal - 1e-9)
-        ready = np.asarray(backward_min(capacity, launch), dtype=np.int64)
+    @property
+    def fluid_cost(self) -> float:
+        return float(forward_max(self.demand, self.launch)[self.first :].sum())
+
+    def run(self, capacity: FloatArray) -> tuple[float, float]:
+        """Attainment over the scored span of paying ``capacity`` (each launch ready a cold start
+        late), and its replica-seconds there relative to the fluid oracle's."""
+        # Past the trace's end the last capacity holds while the queue drains.
+        padded = np.concatenate((capacity, np.full(max(0, self.workload.seconds - len(capacity)), capacity[-1])))
+        ready = np.asarray(backward_min(padded, self.launch), dtype=np.int64)
         result = engine.run(
-            workload,
-            profile,
-            Oracle("rule", f"h={h:.3f}"),
+            self.workload,
+            self.profile,
+            Oracle("rule", "plan"),
             start_replicas=0,
             seed=SEED,
             schedule=ready,
-            measure_from=first,
+            measure_from=self.first,
         )
-        return result.within_slo / max(result.requests, 1.0), float(capacity[first:scored].sum())
+        cost = float(capacity[self.first : len(self.demand)].sum())
+        return result.within_slo / max(result.requests, 1.0), cost / self.fluid_cost
+
+
+def engine_headroom(
+    signal: FloatArray, scored: Scored, bracket: tuple[float, float]
+) -> tuple[float, float, float] | None:
+    """The least ``h`` whose ready capacity meets the SLO target through the simulator's queue.
+
+    Returns (h, attainment, cost relative to the fluid oracle); None if the bracket's top misses.
+    """
+
+    def at(h: float) -> tuple[float, float]:
+        return scored.run(np.ceil(h * signal[: len(scored.demand)] - 1e-9))
 
     lo, hi = bracket
     top = at(hi)
@@ -193,11 +215,32 @@ def engine_headroom(
             hi, best = mid, (mid, *attained)
         else:
             lo = mid
-    h, attainment, cost = best
-    return h, attainment, cost / fluid_cost
+    return best
 
 
-def run_scenario(scenario: Scenario, full: Trace, launch: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def engine_static(scored: Scored) -> tuple[int, float, float]:
+    """The least constant capacity reaching the SLO target on the scored span through the queue:
+    (replicas, attainment, cost relative to the fluid oracle)."""
+    peak = float(scored.demand[scored.first :].max())
+
+    def at(replicas: int) -> tuple[float, float]:
+        return scored.run(np.full(len(scored.demand), float(replicas)))
+
+    lo, hi = max(1, math.floor(0.5 * peak)), math.ceil(2.0 * peak)
+    best = (hi, *at(hi))
+    if best[1] < SLO_TARGET:
+        return best
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        attained = at(mid)
+        if attained[0] >= SLO_TARGET:
+            hi, best = mid, (mid, *attained)
+        else:
+            lo = mid
+    return best
+
+
+def run_scenario(scenario: Scenario, full: Trace, launch: int) -> tuple[dict[str, Any], list[dict[str, Any]], Scored]:
     profile = load_profile(PROFILE)
     factor = factor_for_peak(full, profile, PEAK_REPLICAS)
     workload = build(
@@ -211,6 +254,7 @@ def run_scenario(scenario: Scenario, full: Trace, launch: int) -> tuple[dict[str
     end = math.ceil(scenario.score[1] - scenario.tune[0])
     demand, weights = demand[:end], weights[:end]
 
+    scored = Scored(demand, workload, profile, launch, first)
     fluid = forward_max(demand, launch)
     fluid_outcome = evaluate(fluid, demand, weights, launch, first)
     sim_feasible_replica_s = oracles.feasible.replica_hours * 3600
@@ -255,7 +299,6 @@ def run_scenario(scenario: Scenario, full: Trace, launch: int) -> tuple[dict[str
         )
         for counting in ("generous", "strict")
     }
-    ready_seconds = workload.seconds
     for (family, lookback), signal in signals.items():
         pair = {
             r["attainment_counted"]: r
@@ -266,12 +309,7 @@ def run_scenario(scenario: Scenario, full: Trace, launch: int) -> tuple[dict[str
             pair[c]["vs_fluid_oracle"] <= ENGINE_SHORTLIST * (fluid_best[c] or 0) for c in pair
         ):
             continue
-        heads = (pair["generous"]["headroom"], pair["strict"]["headroom"])
-        # Past the trace's end the last capacity holds while the queue drains.
-        padded = np.concatenate((signal, np.full(max(0, ready_seconds - len(signal)), signal[-1])))
-        found_engine = engine_headroom(
-            padded, demand, launch, first, workload, profile, (min(heads) - 0.1, max(heads) + 0.05)
-        )
+        found_engine = engine_headroom(signal, scored, engine_bracket(rows, scenario.name, family, lookback))
         rows.append(row(family, lookback, "engine", *(found_engine or (None, None, None))))
 
     key = scenario.name
@@ -288,7 +326,88 @@ def run_scenario(scenario: Scenario, full: Trace, launch: int) -> tuple[dict[str
             f"{best['family']} W={best['lookback_s']} s h={best['headroom']}" if best else None
         )
         figures[f"{prefix}.best_vs_fluid_oracle"] = best["vs_fluid_oracle"] if best else None
-    return figures, rows
+    return figures, rows, scored
+
+
+def engine_bracket(rows: list[dict[str, Any]], scenario: str, family: str, lookback: int) -> tuple[float, float]:
+    """Where the queue-counted headroom lies: around the generous and the strict fluid counts."""
+    heads = [
+        r["headroom"]
+        for r in rows
+        if (r["scenario"], r["family"], r["lookback_s"]) == (scenario, family, lookback)
+        and r["attainment_counted"] in ("generous", "strict")
+        and r["headroom"]
+    ]
+    return (min(heads) - 0.1, max(heads) + 0.05) if heads else (0.8, H_MAX)
+
+
+def joint(scored: dict[str, Scored], rows: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The best single look-back rule for every scenario at once, beside static fleets tuned in hindsight.
+
+    For each look-back, each scenario's least ``h`` through the queue, the largest of them applied
+    to every scenario; of the look-backs whose rule then reaches the target everywhere, the one
+    that costs least in total (the sum of the scenarios' ratios to their fluid oracles) is ``joint``.
+    """
+    statics = {name: engine_static(s) for name, s in scored.items()}
+    joint_rows: list[dict[str, Any]] = []
+    best: tuple[float, int, float, dict[str, tuple[float, float]]] | None = None
+    for lookback in LOOKBACKS:
+        heads: dict[str, float | None] = {}
+        for name, s in scored.items():
+            # Searched again rather than read from the rows: their headroom is rounded, and a
+            # rounded-down h can fall below an integer step of ceil(h x signal).
+            signal = rule_signal(s.demand, "lookback", lookback, s.launch)
+            found = engine_headroom(signal, s, engine_bracket(rows, name, "lookback", lookback))
+            heads[name] = found[0] if found else None
+        if any(h is None for h in heads.values()):
+            continue
+        h = max(h for h in heads.values() if h is not None)
+        outcomes = {
+            name: s.run(np.ceil(h * rule_signal(s.demand, "lookback", lookback, s.launch) - 1e-9))
+            for name, s in scored.items()
+        }
+        for name, (attainment, ratio) in outcomes.items():
+            static_ratio = statics[name][2]
+            joint_rows.append(
+                {
+                    "scenario": name,
+                    "family": "lookback",
+                    "lookback_s": lookback,
+                    "attainment_counted": "engine, one rule for every scenario",
+                    "headroom": round(h, 3),
+                    "own_headroom": heads[name],
+                    "attainment": round(attainment, 5),
+                    "vs_fluid_oracle": round(ratio, 4),
+                    "vs_static": round(ratio / static_ratio, 4),
+                }
+            )
+        total = sum(ratio for _, ratio in outcomes.values())
+        # The largest h is at least each scenario's own; a queue's attainment is not strictly
+        # monotonic in h, so it is checked rather than assumed.
+        reached = all(attainment >= SLO_TARGET for attainment, _ in outcomes.values())
+        if reached and (best is None or total < best[0]):
+            best = (total, lookback, h, outcomes)
+    figures: dict[str, Any] = {}
+    for name, (replicas, attainment, ratio) in statics.items():
+        figures[f"joint.{name}.static_replicas"] = replicas
+        figures[f"joint.{name}.static_attainment"] = round(attainment, 5)
+        figures[f"joint.{name}.static_vs_fluid_oracle"] = round(ratio, 4)
+        # bench_fleet's static is sized on the tuning half (1x its peak, when that reaches 99 %
+        # there): the same count here, for the comparison issue 11 names.
+        s = scored[name]
+        tuned = math.ceil(float(s.demand[: s.first].max()) - 1e-9)
+        figures[f"joint.{name}.static_tune_peak_replicas"] = tuned
+        figures[f"joint.{name}.static_tune_peak_vs_fluid_oracle"] = round(
+            tuned * (len(s.demand) - s.first) / s.fluid_cost, 4
+        )
+    if best is not None:
+        _, lookback, h, outcomes = best
+        figures["joint.best_rule"] = f"lookback W={lookback} s h={h:.3f}"
+        for name, (attainment, ratio) in outcomes.items():
+            figures[f"joint.{name}.attainment"] = round(attainment, 5)
+            figures[f"joint.{name}.vs_fluid_oracle"] = round(ratio, 4)
+            figures[f"joint.{name}.vs_static"] = round(ratio / statics[name][2], 4)
+    return figures, joint_rows
 
 
 def main() -> int:
@@ -310,9 +429,10 @@ def main() -> int:
         todo = [s for s in todo if s.name in wanted]
     figures: dict[str, Any] = {}
     cases: list[dict[str, Any]] = []
+    scored: dict[str, Scored] = {}
     for scenario in todo:
         t0 = time.perf_counter()
-        scenario_figures, rows = run_scenario(scenario, traces[scenario.trace], launch)
+        scenario_figures, rows, scored[scenario.name] = run_scenario(scenario, traces[scenario.trace], launch)
         figures.update(scenario_figures)
         cases.extend(rows)
         for counting in ("engine", "generous", "strict"):
@@ -320,6 +440,21 @@ def main() -> int:
             print(
                 f"{scenario.name} ({counting}): {scenario_figures[f'{prefix}.best_rule']}: "
                 f"{scenario_figures[f'{prefix}.best_vs_fluid_oracle']}x the fluid oracle",
+                flush=True,
+            )
+        print(f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
+    if len(scored) > 1:
+        t0 = time.perf_counter()
+        joint_figures, joint_rows = joint(scored, cases)
+        figures.update(joint_figures)
+        cases.extend(joint_rows)
+        print(f"one rule for every scenario: {joint_figures.get('joint.best_rule')}", flush=True)
+        for name in scored:
+            print(
+                f"  {name}: {joint_figures.get(f'joint.{name}.attainment')} within the SLO, "
+                f"{joint_figures.get(f'joint.{name}.vs_fluid_oracle')}x the fluid oracle, "
+                f"{joint_figures.get(f'joint.{name}.vs_static')}x a static fleet of "
+                f"{joint_figures[f'joint.{name}.static_replicas']} tuned in hindsight",
                 flush=True,
             )
         print(f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
