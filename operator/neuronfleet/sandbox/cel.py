@@ -2,9 +2,14 @@
 
 Each rule runs where it is declared in the schema, with ``self`` bound to the value there (only
 when that value is present), and ``oldSelf`` on updates; rules that mention ``oldSelf`` are
-transition rules and are skipped on create, as in Kubernetes. A rule cel-python cannot compile or
-evaluate (Kubernetes-only CEL libraries such as ``quantity()`` or ``format``) is skipped rather
-than rejecting valid objects; compiled programs are cached per rule text.
+transition rules and are skipped on create, as in Kubernetes. On updates, a rule that is not a
+transition rule is skipped where the value is unchanged: Kubernetes (CRD validation ratcheting,
+GA in 1.33; the sandbox serves 1.34) ignores its errors there, so an object that an older CRD let
+in can still have its status written. A rule cel-python cannot compile or evaluate
+(Kubernetes-only CEL libraries such as ``quantity()`` or ``format``) is skipped rather than
+rejecting valid objects; compiled programs are cached per rule text, and a value is converted to
+CEL once for all the rules declared where it sits (the whole object, with a status that carries
+the autoscaler's history, is the costly one).
 """
 
 from __future__ import annotations
@@ -29,13 +34,26 @@ def _program(rule: str) -> Any:
         return None
 
 
-def _evaluate(rule: str, value: Any, old: Any) -> bool | None:
+class _Bindings:
+    """``self`` and ``oldSelf`` for the rules of one schema node, converted to CEL on first use."""
+
+    def __init__(self, value: Any, old: Any) -> None:
+        self.value, self.old = value, old
+        self._activation: dict[str, Any] | None = None
+
+    def activation(self) -> dict[str, Any]:
+        if self._activation is None:
+            self._activation = {"self": json_to_cel(self.value)}
+            if self.old is not None:
+                self._activation["oldSelf"] = json_to_cel(self.old)
+        return self._activation
+
+
+def _evaluate(rule: str, bindings: _Bindings) -> bool | None:
     program = _program(rule)
     if program is None:
         return None
-    activation: dict[str, Any] = {"self": json_to_cel(value)}
-    if old is not None:
-        activation["oldSelf"] = json_to_cel(old)
+    activation = bindings.activation()
     try:
         result = program.evaluate(activation)
     except Exception as exc:
@@ -64,11 +82,15 @@ def check_rules(schema: dict[str, Any] | None, value: Any, old: Any, path: str) 
     if not schema or value is None:
         return []
     failures: list[tuple[str, str]] = []
-    for rule in schema.get("x-kubernetes-validations") or []:
+    bindings = _Bindings(value, old)
+    rules = schema.get("x-kubernetes-validations") or []
+    unchanged = bool(rules) and old is not None and value == old
+    for rule in rules:
         text = str(rule.get("rule", ""))
-        if "oldSelf" in text and old is None:
+        transition = "oldSelf" in text
+        if (transition and old is None) or (unchanged and not transition):
             continue
-        if _evaluate(text, value, old) is False:
+        if _evaluate(text, bindings) is False:
             field = path + str(rule.get("fieldPath", "")) if rule.get("fieldPath") else path
             message = rule.get("message") or f"failed rule: {text}"
             failures.append((field.lstrip("."), f'Invalid value: "{_openapi_type(schema, value)}": {message}'))
