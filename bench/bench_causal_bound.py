@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,19 +134,15 @@ def cheapest_headroom(
 ) -> tuple[float, Outcome] | None:
     """The least ``h`` (to :data:`H_STEP`) for which ``ceil(h * signal)`` reaches the SLO target."""
 
-    def at(h: float) -> Outcome:
-        return evaluate(np.ceil(h * signal - 1e-9), demand, weights, launch, first, strict)
+    def at(h: float) -> tuple[float, float]:
+        outcome = evaluate(np.ceil(h * signal - 1e-9), demand, weights, launch, first, strict)
+        return outcome.attainment, outcome.replica_seconds
 
-    if at(H_MAX).attainment < SLO_TARGET:
+    found = least_reaching(at, 0.5, H_MAX, H_STEP)
+    if found is None:
         return None
-    lo, hi = 0.5, H_MAX
-    while hi - lo > H_STEP:
-        mid = (lo + hi) / 2
-        if at(mid).attainment >= SLO_TARGET:
-            hi = mid
-        else:
-            lo = mid
-    return hi, at(hi)
+    h, attainment, replica_seconds = found
+    return h, Outcome(attainment, replica_seconds)
 
 
 def rule_signal(demand: FloatArray, family: str, lookback: int, launch: int) -> FloatArray:
@@ -192,6 +189,26 @@ class Scored:
         return result.within_slo / max(result.requests, 1.0), cost / self.fluid_cost
 
 
+def least_reaching(
+    at: Callable[[float], tuple[float, float]], lo: float, hi: float, step: float, whole: bool = False
+) -> tuple[float, float, float] | None:
+    """Bisection for the least ``x`` in ``(lo, hi]`` (to ``step``; whole numbers if ``whole``) whose
+    ``at(x) = (attainment, cost)`` reaches the SLO target: ``(x, attainment, cost)``, or None if
+    ``hi`` misses."""
+    top = at(hi)
+    if top[0] < SLO_TARGET:
+        return None
+    best = (hi, *top)
+    while hi - lo > step:
+        mid = (lo + hi) // 2 if whole else (lo + hi) / 2
+        attained = at(mid)
+        if attained[0] >= SLO_TARGET:
+            hi, best = mid, (mid, *attained)
+        else:
+            lo = mid
+    return best
+
+
 def engine_headroom(
     signal: FloatArray, scored: Scored, bracket: tuple[float, float]
 ) -> tuple[float, float, float] | None:
@@ -203,41 +220,21 @@ def engine_headroom(
     def at(h: float) -> tuple[float, float]:
         return scored.run(np.ceil(h * signal[: len(scored.demand)] - 1e-9))
 
-    lo, hi = bracket
-    top = at(hi)
-    if top[0] < SLO_TARGET:
-        return None
-    best = (hi, *top)
-    while hi - lo > ENGINE_H_STEP:
-        mid = (lo + hi) / 2
-        attained = at(mid)
-        if attained[0] >= SLO_TARGET:
-            hi, best = mid, (mid, *attained)
-        else:
-            lo = mid
-    return best
+    return least_reaching(at, *bracket, ENGINE_H_STEP)
 
 
 def engine_static(scored: Scored) -> tuple[int, float, float]:
     """The least constant capacity reaching the SLO target on the scored span through the queue:
-    (replicas, attainment, cost relative to the fluid oracle)."""
+    (replicas, attainment, cost relative to the fluid oracle); twice the peak if even that misses."""
     peak = float(scored.demand[scored.first :].max())
 
-    def at(replicas: int) -> tuple[float, float]:
-        return scored.run(np.full(len(scored.demand), float(replicas)))
+    def at(replicas: float) -> tuple[float, float]:
+        return scored.run(np.full(len(scored.demand), replicas))
 
     lo, hi = max(1, math.floor(0.5 * peak)), math.ceil(2.0 * peak)
-    best = (hi, *at(hi))
-    if best[1] < SLO_TARGET:
-        return best
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        attained = at(mid)
-        if attained[0] >= SLO_TARGET:
-            hi, best = mid, (mid, *attained)
-        else:
-            lo = mid
-    return best
+    found = least_reaching(at, lo, hi, 1, whole=True)
+    replicas, attainment, cost = found if found is not None else (hi, *at(hi))
+    return int(replicas), attainment, cost
 
 
 def run_scenario(scenario: Scenario, full: Trace, launch: int) -> tuple[dict[str, Any], list[dict[str, Any]], Scored]:
