@@ -196,7 +196,7 @@ Resources = dict[str, Decimal]
 def quantity(value: Any) -> Decimal:
     """A Kubernetes quantity as a Decimal (via the kubernetes client's parser)."""
     try:
-        return Decimal(parse_quantity(value))  # type: ignore[no-untyped-call]
+        return Decimal(parse_quantity(value))
     except (ValueError, TypeError):
         return Decimal(0)
 
