@@ -13,6 +13,9 @@ PIP := $(PY) -m pip
 # Reinstall when the dependency list or the install scripts change.
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml hack/constraints.txt hack/install-*.sh 2>/dev/null | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
+# Test workers (pytest-xdist): one per CPU, at most 4 (each worker compiles its own MiniLM for the
+# runtime tests); PYTEST_WORKERS=0 runs the suite in this process.
+PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n > 4 ? 4 : n )))
 
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -57,7 +60,7 @@ lint: $(STAMP)  ## ruff, mypy --strict, import-linter layering contracts
 
 test: $(STAMP)  ## install everything, lint, then run the whole test suite
 	$(MAKE) --no-print-directory lint
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 crds: $(STAMP)  ## regenerate the CRD YAML from the typed API (crds/ and the chart)
 	$(BIN)/neuronfleet crds --write
