@@ -13,6 +13,14 @@ one: its own command line, with
 - the pod's literal ``env`` values and its ``POD_NAME``/``POD_NAMESPACE`` field references, on
   top of :meth:`SandboxCluster.process_env` (PATH, the sandbox's S3).
 
+A server that is starting (importing its framework, loading its model) runs at
+``ServingOptions.starting_niceness`` until it is Ready, then at the sandbox's own priority. On a
+cluster a new pod starts on its own node (a warm-pool refill after a promotion, a scale-up); here
+it shares two cores with the servers already serving, and its second or two of start-up CPU would
+otherwise stall them (the demo measured every request of two seconds missing its 50 ms SLO right
+after a scale-up). Lowering a process' niceness again needs privilege (root, ``CAP_SYS_NICE`` or
+a high enough ``RLIMIT_NICE``); without it no server is started niced, so that all serve alike.
+
 The kubelet (see ``kubelet.Kubelet.server_processes``) marks the pod Ready when the server's
 ``/v2/health/ready`` answers 200, probes it every ``probe_period_s`` afterwards (Ready flips after
 ``failure_threshold`` failed probes), restarts it with the crash-loop back-off when the process
@@ -59,6 +67,8 @@ class ServingOptions:
     ready_timeout_s: float = 300.0
     probe_period_s: float = 1.0
     failure_threshold: int = 2
+    #: Niceness of a server until it is Ready (see the module docstring); 0 starts it as it serves.
+    starting_niceness: int = 10
     #: Variables added to every server's environment (after the cluster's).
     env: Mapping[str, str] = field(default_factory=dict)
 
@@ -77,6 +87,29 @@ def free_port(host: str = LOCALHOST) -> int:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def may_restore_priority() -> bool:
+    """Whether this process may set a child's niceness back to its own after raising it (Linux:
+    privileged, or ``RLIMIT_NICE`` reaching this process' niceness)."""
+    if os.geteuid() == 0:
+        return True
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NICE)
+    except (ImportError, AttributeError, OSError):
+        return False
+    return soft == resource.RLIM_INFINITY or 20 - soft <= os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def _set_niceness(pid: int, niceness: int) -> bool:
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid, niceness)
+    except (PermissionError, ProcessLookupError, OSError) as error:
+        log.debug("sandbox: niceness %d for process %d not set: %s", niceness, pid, error)
+        return False
+    return True
 
 
 def _without_options(args: list[str], options: set[str]) -> list[str]:
@@ -135,6 +168,8 @@ class ServerProcesses:
         self._session: aiohttp.ClientSession | None = None
         #: Every process started (pod uid, port), for tests and reports.
         self.started: list[tuple[str, int]] = []
+        self._own_niceness = os.getpriority(os.PRIO_PROCESS, 0)
+        self._nice_while_starting = options.starting_niceness > 0 and may_restore_priority()
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -187,6 +222,10 @@ class ServerProcesses:
             cwd=scratch,
             start_new_session=True,  # a Ctrl-C of the sandbox reaches it through stop_all(), with a grace
         )
+        if self._nice_while_starting:
+            # Raising a child's niceness needs no privilege; its start-up work (imports, loading)
+            # begins after this, so the few instructions it ran at full priority do not matter.
+            _set_niceness(process.pid, self._own_niceness + self.options.starting_niceness)
         server = ServerProcess(uid, port, process, scratch, argv, time.monotonic())
         server.exited = asyncio.ensure_future(process.wait())
         server.reader = asyncio.get_running_loop().create_task(self._pump(process, log_line))
@@ -226,9 +265,26 @@ class ServerProcesses:
             if ready is None:
                 return False
             if ready:
+                self._serving(uid)
                 return True
             await self.wait_exit(uid, 0.2)  # the next probe, unless the process exits first
         return False
+
+    def _serving(self, uid: str) -> None:
+        """A server that reported ready runs at the sandbox's own priority from now on."""
+        server = self.processes.get(uid)
+        if server is not None and self._nice_while_starting and server.exit_code is None:
+            _set_niceness(server.process.pid, self._own_niceness)
+
+    def niceness(self, uid: str) -> int | None:
+        """The niceness the pod's server process runs at (None when it is gone)."""
+        server = self.processes.get(uid)
+        if server is None or server.exit_code is not None:
+            return None
+        try:
+            return os.getpriority(os.PRIO_PROCESS, server.process.pid)
+        except ProcessLookupError:
+            return None
 
     async def wait_exit(self, uid: str, timeout: float | None) -> int | None:
         """The exit code once the process exits within ``timeout`` seconds, else None."""

@@ -1,0 +1,102 @@
+"""A starting server runs niced until it is Ready, then at the sandbox's own priority.
+
+The server here is a real process speaking the readiness protocol the kubelet probes (a few lines
+of ``http.server`` that answer ``/v2/health/ready`` with 503 until a file appears in the pod's
+scratch directory), so the test controls when it becomes ready and reads the niceness the kernel
+reports for it before and after.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from neuronfleet.sandbox import serving
+from neuronfleet.sandbox.serving import ServerProcesses, ServingOptions
+
+SERVER = textwrap.dedent(
+    """\
+    import http.server, pathlib, sys
+    port = int(sys.argv[sys.argv.index("--port") + 1])
+    flag = pathlib.Path(sys.argv[sys.argv.index("--cache-dir") + 1]) / "ready"
+
+    class Ready(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if flag.exists() else 503)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    http.server.HTTPServer(("127.0.0.1", port), Ready).serve_forever()
+    """
+)
+
+
+def pod(binary: Path) -> dict[str, object]:
+    return {
+        "metadata": {"uid": "0123456789abcdef", "name": "server-0", "namespace": "priority"},
+        "spec": {"containers": [{"name": "server", "command": [str(binary)], "args": ["serve"]}]},
+    }
+
+
+@pytest.fixture
+def binary(tmp_path: Path) -> Path:
+    script = tmp_path / "fake-neuronserve"
+    script.write_text(f"#!{sys.executable}\n{SERVER}")
+    script.chmod(0o755)
+    return script
+
+
+@pytest.fixture
+async def processes(tmp_path: Path) -> AsyncIterator[ServerProcesses]:
+    started = ServerProcesses(
+        ServingOptions(device_args=(), starting_niceness=7, ready_timeout_s=30.0),
+        {"PATH": os.environ.get("PATH", "")},
+        tmp_path / "work",
+    )
+    yield started
+    await started.stop_all()
+
+
+async def _starting(processes: ServerProcesses, binary: Path) -> tuple[str, Path]:
+    server = await processes.start(pod(binary), lambda line: None)
+    # Listening and answering "not ready": the probe says False, not None (gone).
+    for _ in range(200):
+        if await processes.probe(server.uid) is False:
+            break
+        assert await processes.wait_exit(server.uid, 0.05) is None, "the server exited"
+    else:
+        raise AssertionError("the server never answered its readiness probe")
+    return server.uid, server.scratch
+
+
+async def test_a_starting_server_is_niced_until_ready(processes: ServerProcesses, binary: Path) -> None:
+    if not serving.may_restore_priority():
+        pytest.skip("this user may not lower a process' niceness again (the sandbox then nices no server)")
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    uid, scratch = await _starting(processes, binary)
+    assert processes.niceness(uid) == own + 7
+
+    (scratch / "ready").touch()
+    assert await processes.wait_ready(uid)
+    assert processes.niceness(uid) == own
+
+
+async def test_without_the_privilege_to_restore_it_no_server_is_niced(
+    tmp_path: Path, binary: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(serving, "may_restore_priority", lambda: False)
+    unprivileged = ServerProcesses(
+        ServingOptions(device_args=(), starting_niceness=7), {"PATH": os.environ.get("PATH", "")}, tmp_path / "w"
+    )
+    try:
+        uid, _ = await _starting(unprivileged, binary)
+        assert unprivileged.niceness(uid) == os.getpriority(os.PRIO_PROCESS, 0)
+    finally:
+        await unprivileged.stop_all()
