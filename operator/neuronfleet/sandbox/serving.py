@@ -106,8 +106,10 @@ def may_restore_priority() -> bool:
 def _set_niceness(pid: int, niceness: int) -> bool:
     try:
         os.setpriority(os.PRIO_PROCESS, pid, niceness)
-    except (PermissionError, ProcessLookupError, OSError) as error:
-        log.debug("sandbox: niceness %d for process %d not set: %s", niceness, pid, error)
+    except ProcessLookupError:
+        return False  # it exited meanwhile: the kubelet sees that on its own
+    except OSError as error:
+        log.warning("sandbox: could not set process %d to niceness %d: %s", pid, niceness, error)
         return False
     return True
 
