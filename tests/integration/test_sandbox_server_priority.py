@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -54,14 +54,23 @@ def binary(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def processes(tmp_path: Path) -> AsyncIterator[ServerProcesses]:
-    started = ServerProcesses(
-        ServingOptions(device_args=(), starting_niceness=7, ready_timeout_s=30.0),
-        {"PATH": os.environ.get("PATH", "")},
-        tmp_path / "work",
-    )
-    yield started
-    await started.stop_all()
+async def new_processes(tmp_path: Path) -> AsyncIterator[Callable[[], ServerProcesses]]:
+    """Makes the kubelet's server processes (with a starting niceness of 7); stops them all after."""
+    made: list[ServerProcesses] = []
+
+    def make() -> ServerProcesses:
+        made.append(
+            ServerProcesses(
+                ServingOptions(device_args=(), starting_niceness=7, ready_timeout_s=30.0),
+                {"PATH": os.environ.get("PATH", "")},
+                tmp_path / f"work-{len(made)}",
+            )
+        )
+        return made[-1]
+
+    yield make
+    for processes in made:
+        await processes.stop_all()
 
 
 async def _starting(processes: ServerProcesses, binary: Path) -> tuple[str, Path]:
@@ -76,9 +85,12 @@ async def _starting(processes: ServerProcesses, binary: Path) -> tuple[str, Path
     return server.uid, server.scratch
 
 
-async def test_a_starting_server_is_niced_until_ready(processes: ServerProcesses, binary: Path) -> None:
+async def test_a_starting_server_is_niced_until_ready(
+    new_processes: Callable[[], ServerProcesses], binary: Path
+) -> None:
     if not serving.may_restore_priority():
         pytest.skip("this user may not lower a process' niceness again (the sandbox then nices no server)")
+    processes = new_processes()
     own = os.getpriority(os.PRIO_PROCESS, 0)
     uid, scratch = await _starting(processes, binary)
     assert processes.niceness(uid) == own + 7
@@ -89,14 +101,9 @@ async def test_a_starting_server_is_niced_until_ready(processes: ServerProcesses
 
 
 async def test_without_the_privilege_to_restore_it_no_server_is_niced(
-    tmp_path: Path, binary: Path, monkeypatch: pytest.MonkeyPatch
+    new_processes: Callable[[], ServerProcesses], binary: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(serving, "may_restore_priority", lambda: False)
-    unprivileged = ServerProcesses(
-        ServingOptions(device_args=(), starting_niceness=7), {"PATH": os.environ.get("PATH", "")}, tmp_path / "w"
-    )
-    try:
-        uid, _ = await _starting(unprivileged, binary)
-        assert unprivileged.niceness(uid) == os.getpriority(os.PRIO_PROCESS, 0)
-    finally:
-        await unprivileged.stop_all()
+    processes = new_processes()
+    uid, _ = await _starting(processes, binary)
+    assert processes.niceness(uid) == os.getpriority(os.PRIO_PROCESS, 0)

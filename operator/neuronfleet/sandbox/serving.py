@@ -16,7 +16,7 @@ one: its own command line, with
 A server that is starting (importing its framework, loading its model) runs at
 ``ServingOptions.starting_niceness`` until it is Ready, then at the sandbox's own priority. On a
 cluster a new pod starts on its own node (a warm-pool refill after a promotion, a scale-up); here
-it shares two cores with the servers already serving, and its second or two of start-up CPU would
+it shares this machine's cores with the servers already serving, and its second or two of start-up CPU would
 otherwise stall them (the demo measured every request of two seconds missing its 50 ms SLO right
 after a scale-up). Lowering a process' niceness again needs privilege (root, ``CAP_SYS_NICE`` or
 a high enough ``RLIMIT_NICE``); without it no server is started niced, so that all serve alike.
