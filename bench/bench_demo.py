@@ -3,8 +3,8 @@
 - ``real`` (``neuronfleet demo``'s default): the whole live loop (real compile, real servers on the
   emulated NeuronCore device, Prometheus, the operator, the open-loop client) for the default
   slice. Figures: SLO attainment, lost / rejected requests, p50 / p99 at the client, scale events,
-  and what it cost this machine: CPU seconds of the demo process (sandbox, router, operator) and
-  of its children (client, servers, Prometheus, compile), the client's event-loop lag, and the
+  and what it cost this machine: CPU seconds of the demo process (sandbox, operator) and
+  of its children (router, client, servers, Prometheus, compile), the client's event-loop lag, and the
   host's share: the machine's CPU time the hypervisor took (steal) and the SLO attainment of the
   requests sent in quiet seconds (``quiet_slo_attainment``; loadgen's ``QUIET_STEAL_SHARE``). Baseline
   measured in the same run: the same client against one emulated server directly at a low rate

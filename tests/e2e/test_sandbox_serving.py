@@ -359,9 +359,9 @@ async def test_a_killed_server_leaves_the_router_and_comes_back_a_deleted_pod_dr
             return {name: f"{ip}:{port}" for ip, port, name in ready_endpoints(cluster.store, "serving", NAME)}
 
         async with Load(url, clients=6, limit=6000) as load:
-            await until(
-                harness, lambda: len([e for e in endpoints().values() if router.answered[e]]) == 3, 30, "load on all 3"
-            )
+            await until(harness, lambda: load.answered >= 60, 30, "60 requests answered")
+            answered = (await router.counters()).answered
+            assert all(answered[e] for e in endpoints().values()), answered  # least outstanding spreads them
 
             # 1. SIGKILL one server (an OOM kill): out of the endpoints, no more requests to it.
             victim = active_ready(harness)[0]
@@ -369,10 +369,12 @@ async def test_a_killed_server_leaves_the_router_and_comes_back_a_deleted_pod_dr
             victim_endpoint = endpoints()[victim_name]
             cluster.servers.processes[victim_uid].process.kill()
             await until(harness, lambda: victim_name not in endpoints(), 15, "the killed pod out of the endpoints")
-            sent_at_removal = router.sent[victim_endpoint]
+            await router.synced()
+            sent_at_removal = (await router.counters()).sent[victim_endpoint]
             answered_then = load.answered
             await until(harness, lambda: load.answered >= answered_then + 200, 30, "200 more requests answered")
-            assert router.sent[victim_endpoint] == sent_at_removal, "the router kept sending to a dead endpoint"
+            sent_after = (await router.counters()).sent[victim_endpoint]
+            assert sent_after == sent_at_removal, "the router kept sending to a dead endpoint"
             killed = cluster.get("pods", victim_name, "serving")
             assert killed is not None and killed["status"]["containerStatuses"][0]["restartCount"] == 1
 
@@ -380,7 +382,10 @@ async def test_a_killed_server_leaves_the_router_and_comes_back_a_deleted_pod_dr
             await until(harness, lambda: victim_name in endpoints(), 40, "the restarted server back in the endpoints")
             restarted = endpoints()[victim_name]
             assert restarted != victim_endpoint
-            await until(harness, lambda: router.answered[restarted] > 0, 30, "requests to the restarted server")
+            await router.synced()
+            answered_then = load.answered
+            await until(harness, lambda: load.answered >= answered_then + 100, 30, "100 more requests answered")
+            assert (await router.counters()).answered[restarted] > 0
 
             # 2. A deleted pod drains (grace period) and the operator replaces it.
             leaving = active_ready(harness)[1]
@@ -388,7 +393,8 @@ async def test_a_killed_server_leaves_the_router_and_comes_back_a_deleted_pod_dr
             leaving_endpoint = endpoints()[leaving_name]
             cluster.delete("pods", leaving_name, "serving")
             await until(harness, lambda: leaving_name not in endpoints(), 10, "the deleted pod out of the endpoints")
-            sent_at_deletion = router.sent[leaving_endpoint]
+            await router.synced()
+            sent_at_deletion = (await router.counters()).sent[leaving_endpoint]
             await until(
                 harness,
                 lambda: (
@@ -398,14 +404,14 @@ async def test_a_killed_server_leaves_the_router_and_comes_back_a_deleted_pod_dr
                 60,
                 "a replacement pod ready",
             )
-            assert router.sent[leaving_endpoint] == sent_at_deletion
+            assert (await router.counters()).sent[leaving_endpoint] == sent_at_deletion
             answered_then = load.answered
             await until(harness, lambda: load.answered >= answered_then + 100, 30, "100 more requests answered")
         # Every request had an answer: served, or refused with 429 by full queues; none lost or failed.
         assert not load.errors, load.errors[:5]
         assert set(load.statuses) <= {200, 429}, load.statuses
         assert load.statuses[200] > 0
-        print(f"load: {dict(load.statuses)}; router sent {dict(router.sent)}")
+        print(f"load: {dict(load.statuses)}; router sent {dict((await router.counters()).sent)}")
 
 
 async def test_prometheus_outage_holds_the_fleet_and_says_so_then_it_scales_down(

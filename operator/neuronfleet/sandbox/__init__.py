@@ -63,7 +63,7 @@ Table output with printer columns; protobuf bodies for Namespace/ConfigMap/Secre
 reviews/DeleteOptions (kubectl's typed commands, helm);
 Events from the scheduler, kubelet and provisioner; a request log. Controllers: scheduler,
 kubelet, provisioner, Job (+TTL), disruption (PDB status); with ``serving``: endpoints
-(Endpoints and EndpointSlices), a router per Service (least outstanding requests).
+(Endpoints and EndpointSlices), a router process per Service (least outstanding requests).
 
 Not done: authentication/authorization (every request is allowed; access reviews answer
 allowed), field management of in-process controllers' writes (kubelet, scheduler: only API

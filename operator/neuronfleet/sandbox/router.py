@@ -1,10 +1,9 @@
-"""The sandbox's stand-in for a Service's load balancing: an aiohttp reverse proxy on 127.0.0.1.
+"""The sandbox's stand-in for a Service's load balancing: a reverse proxy on 127.0.0.1, in its own process.
 
-One :class:`ServiceRouter` per Service forwards every request (any method and path, e.g.
-``POST /v2/models/<name>/infer``) to one of the Service's **ready** endpoints, read from its
-EndpointSlices at each request (so a pod that stops being ready, or is terminating, gets no new
-request from the next one on). The choice is **least outstanding requests**: the endpoint with the
-fewest requests this router has in flight to it, ties broken round robin.
+One router per Service forwards every request (any method and path, e.g.
+``POST /v2/models/<name>/infer``) to one of the Service's **ready** endpoints. The choice is
+**least outstanding requests**: the endpoint with the fewest requests this router has in flight to
+it, ties broken round robin.
 
 When the chosen endpoint refuses (429: its queue is full; 503: it is draining or not ready) or
 cannot be reached (its process died), the request goes to the next endpoint, each at most once.
@@ -14,18 +13,31 @@ Answers when no endpoint takes it, both with a JSON body saying why:
   could be reached);
 - **429** with ``Retry-After`` when every ready endpoint refused with 429.
 
-:class:`Routers` keeps one router per Service of a cluster (``routers.url(namespace, name)``).
-Counters per endpoint (``sent``, ``answered``) let tests and the demo see where requests went.
+Each router is a child process (``python -m neuronfleet.sandbox.router``), as kube-proxy is a
+process apart from the API server on a node: the requests it proxies do not wait behind the API
+server, the operator and the controllers on the sandbox's event loop, and it can run on another
+core. :class:`Routers` starts one per Service and writes the Service's ready endpoints, read from
+its EndpointSlices, to the child's stdin (one JSON line each time they change), so a pod that
+stops being ready, or is terminating, gets no new request once its line has arrived; a request
+sent meanwhile meets a closed port or a 503 and goes on to the next endpoint. The child exits
+when its stdin closes (the sandbox stopped or died). ``GET /-/sandbox-router`` on the router
+answers its counters (:class:`RouterCounters`: endpoints in use, requests sent and answered per
+endpoint, its own refusals) for tests and the demo.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import itertools
+import json
 import logging
+import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -45,36 +57,51 @@ HOP_HEADERS = frozenset(
 )  # fmt: skip
 #: Statuses that mean "this endpoint does not take it now; another may".
 REFUSALS = frozenset({429, 503})
+#: Where a router answers its counters (not forwarded).
+COUNTERS_PATH = "/-/sandbox-router"
+#: How long a router process may take to listen (it imports the sandbox: about 2 s on 2 cores).
+START_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class RouterCounters:
+    """What a router has done: the endpoints it uses now, requests per endpoint, its own answers."""
+
+    endpoints: tuple[str, ...]
+    #: Requests forwarded to each endpoint, and those it answered (any status but a refusal).
+    sent: Counter[str]
+    answered: Counter[str]
+    #: Answers the router gave itself: 503 (no endpoint), 429 (all refused).
+    refused: Counter[int]
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> RouterCounters:
+        return cls(
+            endpoints=tuple(doc["endpoints"]),
+            sent=Counter(doc["sent"]),
+            answered=Counter(doc["answered"]),
+            refused=Counter({int(status): n for status, n in doc["refused"].items()}),
+        )
 
 
 class ServiceRouter:
     """Reverse proxy for one Service's ready endpoints (least outstanding requests).
 
-    ``await start()`` then send requests to ``url``; ``await stop()``.
+    ``await start()``, set ``endpoints``, then send requests to ``url``; ``await stop()``.
+    The process that runs it (:func:`main`) keeps ``endpoints`` current.
     """
 
-    def __init__(
-        self,
-        store: Store,
-        namespace: str,
-        service: str,
-        *,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        timeout_s: float = 60.0,
-    ) -> None:
-        self.store = store
-        self.namespace = namespace
+    def __init__(self, service: str, *, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 60.0) -> None:
         self.service = service
         self.host = host
         self.port = port
         self.timeout_s = timeout_s
-        #: Requests in flight per endpoint ("ip:port").
+        #: The Service's ready endpoints, as ``ip:port``.
+        self.endpoints: list[str] = []
+        #: Requests in flight per endpoint.
         self.outstanding: Counter[str] = Counter()
-        #: Requests forwarded to each endpoint, and those it answered (any status but a refusal).
         self.sent: Counter[str] = Counter()
         self.answered: Counter[str] = Counter()
-        #: Answers the router gave itself: 503 (no endpoint), 429 (all refused).
         self.refused: Counter[int] = Counter()
         self._turn = itertools.count()
         self._runner: web.AppRunner | None = None
@@ -83,6 +110,7 @@ class ServiceRouter:
 
     async def start(self) -> ServiceRouter:
         app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_get(COUNTERS_PATH, self._counters)  # before the catch-all: the first match wins
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -104,9 +132,13 @@ class ServiceRouter:
             await self._session.close()
             self._session = None
 
-    def endpoints(self) -> list[str]:
-        """The Service's ready endpoints now, as ``ip:port``."""
-        return [f"{ip}:{port}" for ip, port, _ in ready_endpoints(self.store, self.namespace, self.service)]
+    def counters(self) -> RouterCounters:
+        return RouterCounters(tuple(self.endpoints), Counter(self.sent), Counter(self.answered), Counter(self.refused))
+
+    async def _counters(self, _: web.Request) -> web.Response:
+        return web.json_response(
+            {"endpoints": self.endpoints, "sent": self.sent, "answered": self.answered, "refused": self.refused}
+        )
 
     def _order(self, endpoints: list[str]) -> list[str]:
         """Least outstanding first; among equals, a rotating start (round robin)."""
@@ -119,9 +151,9 @@ class ServiceRouter:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
-        candidates = self._order(self.endpoints())
+        candidates = self._order(self.endpoints)
         if not candidates:
-            return self._refuse(503, f"no ready endpoint for service {self.namespace}/{self.service}")
+            return self._refuse(503, f"no ready endpoint for service {self.service}")
         retry_after: list[str] = []
         unreachable = 0
         assert self._session is not None
@@ -147,10 +179,10 @@ class ServiceRouter:
             finally:
                 self.outstanding[endpoint] -= 1
         if unreachable == len(candidates):
-            return self._refuse(503, f"no ready endpoint of {self.namespace}/{self.service} answered")
+            return self._refuse(503, f"no ready endpoint of {self.service} answered")
         return self._refuse(
             429,
-            f"every ready endpoint of {self.namespace}/{self.service} refused the request (queues full)",
+            f"every ready endpoint of {self.service} refused the request (queues full)",
             retry_after=max(retry_after, key=_seconds, default="1"),
         )
 
@@ -167,15 +199,155 @@ def _seconds(value: str) -> float:
         return 1.0
 
 
+async def _serve(service: str, host: str, timeout_s: float) -> None:
+    """The router process: listen, say where on stdout, take endpoint lists from stdin until it
+    closes, acknowledging each on stdout (``{"applied": n}``: the n-th list is in use)."""
+    router = await ServiceRouter(service, host=host, timeout_s=timeout_s).start()
+    try:
+        loop = asyncio.get_running_loop()
+        updates = asyncio.StreamReader()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(updates), sys.stdin)
+        print(json.dumps({"url": router.url}), flush=True)
+        applied = 0
+        while line := await updates.readline():
+            router.endpoints = [str(e) for e in json.loads(line)]
+            applied += 1
+            print(json.dumps({"applied": applied}), flush=True)
+    finally:
+        await router.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -c 'from neuronfleet.sandbox.router import main; main()'",
+        description="One sandbox Service's router: proxies requests to the ready endpoints read from stdin "
+        "(a JSON list of ip:port per line, each acknowledged on stdout); exits when stdin closes.",
+    )
+    parser.add_argument("--service", required=True, help="namespace/name, for messages")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--timeout-s", type=float, default=60.0, help="per forwarded request")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    asyncio.run(_serve(args.service, args.host, args.timeout_s))
+
+
+class RouterProcess:
+    """The sandbox's handle on one Service's router process: start, push endpoints, read counters, stop."""
+
+    def __init__(self, namespace: str, service: str, *, host: str = "127.0.0.1") -> None:
+        self.namespace = namespace
+        self.service = service
+        self.host = host
+        self.url = ""
+        self._process: asyncio.subprocess.Process | None = None
+        self._readers: list[asyncio.Task[None]] = []
+        self._pushed: list[str] | None = None
+        #: Endpoint lists written to the process, and those it has acknowledged.
+        self._pushes = 0
+        self._applied = 0
+        self._acknowledged = asyncio.Condition()
+        self._listening: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> RouterProcess:
+        # -c, not -m: the sandbox package imports this module, so runpy would run it twice.
+        argv = [sys.executable, "-c", "from neuronfleet.sandbox.router import main; main()"]
+        argv += ["--service", f"{self.namespace}/{self.service}", "--host", self.host]
+        self._process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,  # a Ctrl-C reaches the sandbox, which stops it (stdin closes)
+        )
+        assert self._process.stdout is not None and self._process.stderr is not None
+        loop = asyncio.get_running_loop()
+        self._readers = [
+            loop.create_task(self._read_replies(self._process.stdout)),
+            loop.create_task(self._log(self._process.stderr)),
+        ]
+        try:
+            self.url = await asyncio.wait_for(asyncio.shield(self._listening), START_TIMEOUT_S)
+        except (TimeoutError, OSError) as exc:
+            await self.stop()
+            raise OSError(f"the router of {self.namespace}/{self.service} did not start: {exc!r}") from exc
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+        return self
+
+    async def _read_replies(self, stream: asyncio.StreamReader) -> None:
+        while line := await stream.readline():
+            reply = json.loads(line)
+            if "url" in reply and not self._listening.done():
+                self._listening.set_result(str(reply["url"]))
+            elif "applied" in reply:
+                async with self._acknowledged:
+                    self._applied = int(reply["applied"])
+                    self._acknowledged.notify_all()
+        if not self._listening.done():
+            self._listening.set_exception(OSError("the router process exited"))
+        async with self._acknowledged:
+            self._acknowledged.notify_all()  # synced() callers: it will never catch up
+
+    async def _log(self, stream: asyncio.StreamReader) -> None:
+        while line := await stream.readline():
+            log.warning("router %s/%s: %s", self.namespace, self.service, line.decode(errors="replace").rstrip())
+
+    @property
+    def exited(self) -> bool:
+        return self._process is None or self._process.returncode is not None
+
+    def push(self, endpoints: list[str]) -> None:
+        """Hand the router the Service's ready endpoints (nothing is written when they did not change)."""
+        if endpoints == self._pushed or self._process is None or self._process.stdin is None:
+            return
+        if self._process.stdin.is_closing():
+            return
+        self._process.stdin.write(json.dumps(endpoints).encode() + b"\n")
+        self._pushed = list(endpoints)
+        self._pushes += 1
+
+    async def synced(self, timeout: float = 10.0) -> None:
+        """Until the process uses the last endpoints pushed to it (a moment after the push)."""
+        async with asyncio.timeout(timeout), self._acknowledged:
+            await self._acknowledged.wait_for(lambda: self._applied >= self._pushes or self.exited)
+        if self._applied < self._pushes:
+            raise OSError(f"the router of {self.namespace}/{self.service} exited")
+
+    async def counters(self) -> RouterCounters:
+        """The router's counters, asked of the process."""
+        assert self._session is not None, "start() first"
+        async with self._session.get(f"{self.url}{COUNTERS_PATH}") as response:
+            response.raise_for_status()
+            return RouterCounters.from_json(await response.json())
+
+    async def stop(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        process, self._process = self._process, None
+        if process is not None:
+            if process.stdin is not None:
+                process.stdin.close()
+            try:
+                await asyncio.wait_for(process.wait(), 10.0)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        if self._readers:
+            await asyncio.wait(self._readers, timeout=5.0)
+            self._readers.clear()
+
+
 class Routers:
-    """One :class:`ServiceRouter` per Service with a selector, started and stopped with the Services."""
+    """One :class:`RouterProcess` per Service with a selector, started and stopped with the Services."""
 
     def __init__(self, store: Store, host: str = "127.0.0.1") -> None:
         self.store = store
         self.host = host
-        self.routers: dict[tuple[str, str], ServiceRouter] = {}
+        self.routers: dict[tuple[str, str], RouterProcess] = {}
         self._services = store.resource("", "services")
         self._wake = asyncio.Event()
+        self._routed = asyncio.Event()
         #: Called with (namespace, service, url) when a Service's router starts listening.
         self.announce: Callable[[str, str, str], object] | None = None
         store.listeners.append(self._on_event)
@@ -183,41 +355,53 @@ class Routers:
     def _on_event(self, event: WatchEvent) -> None:
         if event.resource == ("", "services"):
             self._wake.set()
+        elif event.resource == ("discovery.k8s.io", "endpointslices"):
+            namespace = event.obj["metadata"].get("namespace")
+            for (router_namespace, service), router in self.routers.items():
+                if router_namespace == namespace:
+                    self._push(router, router_namespace, service)
+
+    def _push(self, router: RouterProcess, namespace: str, service: str) -> None:
+        router.push([f"{ip}:{port}" for ip, port, _ in ready_endpoints(self.store, namespace, service)])
 
     def url(self, namespace: str, service: str) -> str | None:
         router = self.routers.get((namespace, service))
         return router.url if router is not None else None
 
-    def get(self, namespace: str, service: str) -> ServiceRouter | None:
+    def get(self, namespace: str, service: str) -> RouterProcess | None:
         return self.routers.get((namespace, service))
 
     async def wait_url(self, namespace: str, service: str, timeout: float = 60.0) -> str:
         """The router's URL once the Service exists and its router listens."""
         async with asyncio.timeout(timeout):
             while (url := self.url(namespace, service)) is None:
-                self._wake.clear()
+                self._routed.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), 1.0)
+                    await asyncio.wait_for(self._routed.wait(), 1.0)
         return url
 
     async def run(self) -> None:
         while True:
+            for key in [key for key, router in self.routers.items() if router.exited]:
+                log.error("sandbox: the router of service %s/%s exited; starting another", *key)
+                await self.routers.pop(key).stop()
             wanted = {
                 (s["metadata"]["namespace"], s["metadata"]["name"])
                 for s in self.store.iter(self._services)
                 if (s.get("spec") or {}).get("selector") and not s["metadata"].get("deletionTimestamp")
             }
             for key in sorted(wanted - set(self.routers)):
-                router = ServiceRouter(self.store, *key, host=self.host)
                 try:
-                    await router.start()
+                    router = await RouterProcess(*key, host=self.host).start()
                 except OSError:
                     log.exception("sandbox: cannot start the router of service %s/%s", *key)
                     continue
                 self.routers[key] = router
+                self._push(router, *key)
                 log.info("sandbox: service %s/%s is routed at %s", key[0], key[1], router.url)
                 if self.announce is not None:
                     self.announce(key[0], key[1], router.url)
+                self._routed.set()
             for key in sorted(set(self.routers) - wanted):
                 await self.routers.pop(key).stop()
             self._wake.clear()
@@ -225,11 +409,14 @@ class Routers:
                 await asyncio.wait_for(self._wake.wait(), 5.0)
 
     async def stop(self) -> None:
-        for router in self.routers.values():
-            await router.stop()
+        routers = list(self.routers.values())
         self.routers.clear()
+        await asyncio.gather(*(router.stop() for router in routers))
         with contextlib.suppress(ValueError):
             self.store.listeners.remove(self._on_event)
 
 
-__all__ = ["Routers", "ServiceRouter"]
+__all__ = ["COUNTERS_PATH", "RouterCounters", "RouterProcess", "Routers", "ServiceRouter", "main"]
+
+if __name__ == "__main__":
+    main()
