@@ -191,9 +191,13 @@ async def test_least_outstanding_requests_avoid_a_busy_endpoint(
     busy, idle = await Backend(slow).start(), await Backend(ok).start()
     try:
         await publish(cluster, router, {busy.port: True, idle.port: True})
+        # Two requests at once: one goes to each endpoint; the idle one answers, the busy one holds.
         held = [asyncio.create_task(post(session, router)) for _ in range(2)]
         await asyncio.wait_for(arrived.wait(), 10)
-        # While the busy endpoint holds a request, every further one goes to the idle endpoint.
+        answered, holding = await asyncio.wait(held, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        assert len(answered) == 1 and len(holding) == 1
+        assert next(iter(answered)).result()[2]["X-Sandbox-Endpoint"] == idle.endpoint
+        # While the busy endpoint holds its request, every further one goes to the idle endpoint.
         quick = [await post(session, router) for _ in range(5)]
         assert {headers["X-Sandbox-Endpoint"] for _, _, headers in quick} == {idle.endpoint}
         release.set()
