@@ -13,7 +13,7 @@ Answers when no endpoint takes it, both with a JSON body saying why:
   could be reached);
 - **429** with ``Retry-After`` when every ready endpoint refused with 429.
 
-Each router is a child process (``python -m neuronfleet.sandbox.router``), as kube-proxy is a
+Each router is a child process (:func:`main`, started by :class:`RouterProcess`), as kube-proxy is a
 process apart from the API server on a node: the requests it proxies do not wait behind the API
 server, the operator and the controllers on the sandbox's event loop, and it can run on another
 core. :class:`Routers` starts one per Service and writes the Service's ready endpoints, read from
@@ -22,7 +22,7 @@ stops being ready, or is terminating, gets no new request once its line has arri
 sent meanwhile meets a closed port or a 503 and goes on to the next endpoint. The child exits
 when its stdin closes (the sandbox stopped or died). ``GET /-/sandbox-router`` on the router
 answers its counters (:class:`RouterCounters`: endpoints in use, requests sent and answered per
-endpoint, its own refusals) for tests and the demo.
+endpoint, its own refusals): where requests went, for tests and for a user with curl.
 """
 
 from __future__ import annotations
