@@ -132,9 +132,6 @@ class ServiceRouter:
             await self._session.close()
             self._session = None
 
-    def counters(self) -> RouterCounters:
-        return RouterCounters(tuple(self.endpoints), Counter(self.sent), Counter(self.answered), Counter(self.refused))
-
     async def _counters(self, _: web.Request) -> web.Response:
         return web.json_response(
             {"endpoints": self.endpoints, "sent": self.sent, "answered": self.answered, "refused": self.refused}
@@ -298,11 +295,10 @@ class RouterProcess:
 
     def push(self, endpoints: list[str]) -> None:
         """Hand the router the Service's ready endpoints (nothing is written when they did not change)."""
-        if endpoints == self._pushed or self._process is None or self._process.stdin is None:
-            return
-        if self._process.stdin.is_closing():
-            return
-        self._process.stdin.write(json.dumps(endpoints).encode() + b"\n")
+        stdin = self._process.stdin if self._process is not None else None
+        if endpoints == self._pushed or stdin is None or stdin.is_closing():
+            return  # unchanged, or the process is gone: Routers.run starts another and pushes to it
+        stdin.write(json.dumps(endpoints).encode() + b"\n")
         self._pushed = list(endpoints)
         self._pushes += 1
 
@@ -417,6 +413,3 @@ class Routers:
 
 
 __all__ = ["COUNTERS_PATH", "RouterCounters", "RouterProcess", "Routers", "ServiceRouter", "main"]
-
-if __name__ == "__main__":
-    main()
