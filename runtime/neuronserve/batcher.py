@@ -220,7 +220,8 @@ class Batcher:
                 break
             self._arrived.clear()
             try:
-                await asyncio.wait_for(self._arrived.wait(), remaining)
+                async with asyncio.timeout(remaining):  # not wait_for: no task per wait (one per batch)
+                    await self._arrived.wait()
             except TimeoutError:
                 break
         else:
