@@ -122,6 +122,22 @@ async def test_garbage_is_a_400_and_a_body_over_the_limit_a_413_then_the_connect
     assert status == 413  # no Content-Length to check up front: counted as it arrives
 
 
+async def test_a_request_that_cannot_be_read_is_refused_after_the_ones_before_it() -> None:
+    async def slow_echo(request: http1.Request) -> http1.Response:
+        await asyncio.sleep(0.2)
+        return await echo(request)
+
+    server = await http1.serve(slow_echo, "127.0.0.1", 0, max_body_bytes=1024)
+    try:
+        answers = await raw(
+            server.sockets[0].getsockname()[:2], b"GET /first HTTP/1.1\r\nHost: h\r\n\r\nGARBAGE\r\n\r\n", answers=2
+        )
+    finally:
+        server.close()
+    assert [status for status, _, _ in answers] == [200, 400]
+    assert json.loads(answers[0][2])["target"] == "/first"
+
+
 async def test_the_client_tells_no_connection_from_no_answer_and_from_a_timeout() -> None:
     pool = http1.ConnectionPool()
     request = http1.encode_request("POST", b"/", "h", [], b"{}")

@@ -139,12 +139,13 @@ class ClientConnection(asyncio.Protocol):
         self.idle_since = 0.0
 
     @classmethod
-    async def open(cls, host: str, port: int) -> ClientConnection:
+    async def open(cls, host: str, port: int, timeout: float) -> ClientConnection:
         loop = asyncio.get_running_loop()
         try:
-            _, connection = await loop.create_connection(cls, host, port)
-        except OSError as exc:
-            raise ConnectFailed(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from exc
+            _, connection = await asyncio.wait_for(loop.create_connection(cls, host, port), timeout)
+        except (OSError, TimeoutError) as exc:
+            reason = "timed out" if isinstance(exc, TimeoutError) else exc.strerror or exc
+            raise ConnectFailed(f"cannot connect to {host}:{port}: {reason}") from exc
         return connection
 
     async def exchange(self, request: bytes, timeout: float, *, head: bool = False) -> Response:
@@ -224,7 +225,7 @@ class ConnectionPool:
         """
         connection = self._take(host, port)
         if connection is None:
-            connection = await asyncio.wait_for(ClientConnection.open(host, port), timeout)
+            connection = await ClientConnection.open(host, port, timeout)
             self.opened += 1
         try:
             response = await connection.exchange(request, timeout, head=head)
@@ -363,11 +364,12 @@ class ServerConnection(asyncio.Protocol):
         self._refused = True  # from here on nothing read is parsed or answered
         answer = Response.json(status, {"error": message})
         answer.keep_alive = False
+        answering = self._worker
 
         async def refuse() -> None:
-            if self._worker is not None:
+            if answering is not None:
                 with contextlib.suppress(Exception):
-                    await self._worker
+                    await answering  # the requests read before this one are answered first
             if self._transport is not None and not self._transport.is_closing():
                 self._transport.write(encode_response(answer))
                 self._transport.close()
