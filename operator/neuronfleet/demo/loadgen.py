@@ -9,7 +9,8 @@
   not earlier ones were answered (a closed loop would slow down with the server and hide
   overload). Bounded: at most ``max_requests``, for at most ``max_seconds``, at most
   ``max_outstanding`` at once (beyond it a request is counted ``not_sent``, never queued), each
-  with a timeout; 127.0.0.1 only.
+  with a timeout; 127.0.0.1 only. Its HTTP is :mod:`neuronfleet.sandbox.http1`'s keep-alive client
+  on uvloop, sending the same request bytes each time: its CPU is taken from the servers it measures.
 - **Outcomes**, every request exactly one: ``ok`` (200), ``rejected`` (429: refused by a full
   queue), ``unavailable`` (503), ``error`` (another status), ``refused`` (the connection was not
   accepted: nothing was taken), ``lost`` (the request was sent and never answered: the server
