@@ -138,6 +138,25 @@ async def test_a_request_that_cannot_be_read_is_refused_after_the_ones_before_it
     assert json.loads(answers[0][2])["target"] == "/first"
 
 
+async def test_a_head_answer_has_no_body_and_may_carry_the_length_a_get_would_have() -> None:
+    async def sized(request: http1.Request) -> http1.Response:
+        if request.method == "HEAD":
+            return http1.Response(200, [(b"Content-Length", b"10")])  # as the router passes it on
+        return http1.Response(200, [], b"x" * 10)
+
+    server = await http1.serve(sized, "127.0.0.1", 0, max_body_bytes=1024)
+    reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
+    try:
+        writer.write(b"HEAD / HTTP/1.1\r\nHost: h\r\n\r\nGET / HTTP/1.1\r\nHost: h\r\n\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.lower().count(b"content-length") == 1 and b"Content-Length: 10" in head
+        get = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)  # no body bytes in between
+        assert get.startswith(b"HTTP/1.1 200 ") and await reader.readexactly(10) == b"x" * 10
+    finally:
+        writer.close()
+        server.close()
+
+
 async def test_the_client_tells_no_connection_from_no_answer_and_from_a_timeout() -> None:
     pool = http1.ConnectionPool()
     request = http1.encode_request("POST", b"/", "h", [], b"{}")

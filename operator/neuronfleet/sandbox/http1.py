@@ -107,7 +107,9 @@ def encode_response(response: Response, *, head: bool = False) -> bytes:
         reason = "Unknown"
     lines = [b"HTTP/1.1 %d " % response.status + reason.encode()]
     lines += [key + b": " + value for key, value in response.headers]
-    lines.append(b"Content-Length: %d" % len(response.body))
+    if not (head and response.header(b"content-length") is not None):
+        # An answer to HEAD may carry the length a GET's body would have (a proxy passes it on).
+        lines.append(b"Content-Length: %d" % len(response.body))
     if not response.keep_alive:
         lines.append(b"Connection: close")
     return b"\r\n".join(lines) + b"\r\n\r\n" + (b"" if head else response.body)
@@ -348,7 +350,7 @@ class ServerConnection(asyncio.Protocol):
                 response = await self._handler(request)
             except Exception:
                 log.exception("error answering %s %r", request.method, request.target)
-                response = Response.json(500, {"error": "internal error of the sandbox router"})
+                response = Response.json(500, {"error": "internal error while answering the request"})
             response.keep_alive = response.keep_alive and request.keep_alive
             if self._transport.is_closing():
                 return

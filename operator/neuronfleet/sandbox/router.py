@@ -170,6 +170,8 @@ class ServiceRouter:
             self.answered[endpoint] += 1
             response_headers = http1.forwardable(upstream.headers)
             response_headers.append((b"X-Sandbox-Endpoint", endpoint.encode()))
+            if request.method == "HEAD" and (length := upstream.header(b"content-length")) is not None:
+                response_headers.append((b"Content-Length", length))  # of the body a GET would get
             return http1.Response(upstream.status, response_headers, upstream.body)
         if unreachable == len(candidates):
             return self._refuse(503, f"no ready endpoint of {self.service} answered")
