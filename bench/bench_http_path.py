@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,21 @@ def start_server() -> tuple[subprocess.Popen[str], int]:
         if match := re.search(r"listening on http://[^:]+:(\d+)", line):
             return server, int(match.group(1))
     raise RuntimeError("the server did not say where it listens")
+
+
+def wait_ready(port: int, timeout_s: float = 60.0) -> None:
+    """Until the server at ``port`` answers ``/v2/health/ready`` with 200."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass  # 503 while loading (HTTPError is an OSError), or not listening yet
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the server on port {port} was not ready within {timeout_s:.0f} s")
+        time.sleep(0.1)
 
 
 def start_router(kind: str, endpoints: list[str]) -> tuple[subprocess.Popen[str], str]:
@@ -153,7 +169,6 @@ class AiohttpClient(OpenLoopClient):
 def one_case(kind: str, ports: list[int], servers: list[int], arrivals: Any, body: bytes) -> dict[str, float]:
     router, url = start_router(kind, [f"127.0.0.1:{port}" for port in ports])
     try:
-        time.sleep(1.0)  # the router's start-up CPU is not the path's
         servers0, router0 = sum(process_cpu(pid) for pid in servers), process_cpu(router.pid)
         cls = OpenLoopClient if kind == "http1" else AiohttpClient
         client = cls(
@@ -197,7 +212,8 @@ def main() -> None:
     arrivals = arrivals[arrivals < args.seconds]
     runs: dict[str, list[dict[str, float]]] = {"aiohttp": [], "http1": []}
     try:
-        time.sleep(2.0)  # the servers' readiness: a fraction of a second
+        for _, port in started:
+            wait_ready(port)
         for round_ in range(args.rounds):
             for kind in ("aiohttp", "http1"):
                 runs[kind].append(one_case(kind, [p for _, p in started], [s.pid for s, _ in started], arrivals, body))
