@@ -9,7 +9,11 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -58,3 +62,39 @@ def write_result(
     path = RESULTS_DIR / f"{benchmark}.json"
     path.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
     return path
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system, all threads) of a process, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # stat(5) fields 14, 15
+
+
+def start_emulated_server(time_scale: float, model_name: str = "m") -> tuple[subprocess.Popen[str], int]:
+    """A ``neuronserve serve`` on the emulated NeuronCore device (bert-base profile), and its port
+    (read from its "listening on" line; it is live then, ready a moment later)."""
+    argv = [str(Path(sys.executable).with_name("neuronserve")), "serve", "--device", "emulated-neuroncore"]
+    argv += ["--profile", "bert-base", "--model-name", model_name, "--emulated-time-scale", f"{time_scale:g}"]
+    argv += ["--max-batch-delay-ms", "4", "--host", "127.0.0.1", "--port", "0"]
+    server = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    assert server.stderr is not None
+    for line in server.stderr:
+        if match := re.search(r"listening on http://[^:]+:(\d+)", line):
+            return server, int(match.group(1))
+    server.wait()
+    raise RuntimeError(f"the server exited ({server.returncode}) without saying where it listens")
+
+
+def wait_server_ready(port: int, timeout_s: float = 60.0) -> None:
+    """Until the server on 127.0.0.1:``port`` answers ``/v2/health/ready`` with 200."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass  # 503 while loading (HTTPError is an OSError), or not listening yet
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the server on port {port} was not ready within {timeout_s:.0f} s")
+        time.sleep(0.1)

@@ -22,10 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import resource
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,8 +31,8 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from _common import write_result
-from neuronfleet.demo.live import LIVE_TIME_SCALE, TOKEN_IDS
+from _common import start_emulated_server, wait_server_ready, write_result
+from neuronfleet.demo.live import LIVE_TIME_SCALE, request_body
 from neuronfleet.demo.loadgen import OpenLoopClient
 from neuronfleet.demo.options import DEFAULT_TRACE, DemoOptions
 from neuronfleet.demo.orchestration import run_demo
@@ -51,32 +48,13 @@ def _children_cpu() -> float:
 
 def direct_baseline(rate: float = 100.0, seconds: float = 20.0) -> Figures:
     """The client against one emulated server (no router, no fleet) at a low Poisson rate."""
-    neuronserve = str(Path(sys.executable).with_name("neuronserve"))
-    argv = [neuronserve, "serve", "--device", "emulated-neuroncore", "--profile", "bert-base", "--model-name", "m"]
-    argv += ["--emulated-time-scale", f"{LIVE_TIME_SCALE:g}", "--max-batch-delay-ms", "4", "--host", "127.0.0.1"]
-    argv += ["--port", "0"]
-    server = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    server, port = start_emulated_server(LIVE_TIME_SCALE)
     try:
-        assert server.stderr is not None
-        port = None
-        for line in server.stderr:
-            match = re.search(r"listening on http://[^:]+:(\d+)", line)
-            if match:
-                port = int(match.group(1))
-                break
-        assert port is not None, "the server did not say where it listens"
-        time.sleep(2.0)  # its readiness is a fraction of a second; the first requests must not wait for it
+        wait_server_ready(port)  # the first requests must not wait for its readiness
         rng = np.random.default_rng(0)
         arrivals = np.cumsum(rng.exponential(1.0 / rate, size=int(rate * seconds * 1.5)))
         arrivals = arrivals[arrivals < seconds]
-        body = json.dumps(
-            {
-                "inputs": [
-                    {"name": "input_ids", "shape": [1, len(TOKEN_IDS)], "datatype": "INT64", "data": TOKEN_IDS},
-                    {"name": "attention_mask", "shape": [1, len(TOKEN_IDS)], "datatype": "INT64", "data": [1] * 15},
-                ]
-            }
-        ).encode()
+        body = request_body(["input_ids", "attention_mask"])
         client = OpenLoopClient(
             f"http://127.0.0.1:{port}/v2/models/m/infer",
             body,

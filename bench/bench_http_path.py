@@ -16,13 +16,10 @@ import argparse
 import asyncio
 import itertools
 import json
-import os
-import re
 import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -30,43 +27,11 @@ from typing import Any
 import numpy as np
 import uvloop
 
-from _common import write_result
-from neuronfleet.demo.live import LIVE_TIME_SCALE, TOKEN_IDS
+from _common import process_cpu_seconds, start_emulated_server, wait_server_ready, write_result
+from neuronfleet.demo.live import LIVE_TIME_SCALE, request_body
 from neuronfleet.demo.loadgen import OpenLoopClient
 
 ROUTER = "from neuronfleet.sandbox.router import main; main()"
-
-
-def process_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def start_server() -> tuple[subprocess.Popen[str], int]:
-    argv = [str(Path(sys.executable).with_name("neuronserve")), "serve", "--device", "emulated-neuroncore"]
-    argv += ["--profile", "bert-base", "--model-name", "m", "--emulated-time-scale", f"{LIVE_TIME_SCALE:g}"]
-    argv += ["--max-batch-delay-ms", "4", "--host", "127.0.0.1", "--port", "0"]
-    server = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
-    assert server.stderr is not None
-    for line in server.stderr:
-        if match := re.search(r"listening on http://[^:]+:(\d+)", line):
-            return server, int(match.group(1))
-    raise RuntimeError("the server did not say where it listens")
-
-
-def wait_ready(port: int, timeout_s: float = 60.0) -> None:
-    """Until the server at ``port`` answers ``/v2/health/ready`` with 200."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=5) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass  # 503 while loading (HTTPError is an OSError), or not listening yet
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the server on port {port} was not ready within {timeout_s:.0f} s")
-        time.sleep(0.1)
 
 
 def start_router(kind: str, endpoints: list[str]) -> tuple[subprocess.Popen[str], str]:
@@ -169,14 +134,14 @@ class AiohttpClient(OpenLoopClient):
 def one_case(kind: str, ports: list[int], servers: list[int], arrivals: Any, body: bytes) -> dict[str, float]:
     router, url = start_router(kind, [f"127.0.0.1:{port}" for port in ports])
     try:
-        servers0, router0 = sum(process_cpu(pid) for pid in servers), process_cpu(router.pid)
+        servers0, router0 = sum(process_cpu_seconds(pid) for pid in servers), process_cpu_seconds(router.pid)
         cls = OpenLoopClient if kind == "http1" else AiohttpClient
         client = cls(
             f"{url}/v2/models/m/infer", body, arrivals, slo_ms=50.0, max_requests=len(arrivals),
             max_seconds=float(arrivals[-1]) + 1.0,
         )  # fmt: skip
         totals = uvloop.run(client.run()) if kind == "http1" else asyncio.run(client.run())
-        servers1, router1 = sum(process_cpu(pid) for pid in servers), process_cpu(router.pid)
+        servers1, router1 = sum(process_cpu_seconds(pid) for pid in servers), process_cpu_seconds(router.pid)
     finally:
         assert router.stdin is not None
         router.stdin.close()
@@ -198,22 +163,15 @@ def main() -> None:
     parser.add_argument("--servers", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2, help="each kind runs this many times, alternated")
     args = parser.parse_args()
-    started = [start_server() for _ in range(args.servers)]
-    body = json.dumps(
-        {
-            "inputs": [
-                {"name": "input_ids", "shape": [1, len(TOKEN_IDS)], "datatype": "INT64", "data": TOKEN_IDS},
-                {"name": "attention_mask", "shape": [1, len(TOKEN_IDS)], "datatype": "INT64", "data": [1] * 15},
-            ]
-        }
-    ).encode()
+    started = [start_emulated_server(LIVE_TIME_SCALE) for _ in range(args.servers)]
+    body = request_body(["input_ids", "attention_mask"])
     rng = np.random.default_rng(0)
     arrivals = np.cumsum(rng.exponential(1.0 / args.rate, size=int(args.rate * args.seconds * 1.5)))
     arrivals = arrivals[arrivals < args.seconds]
     runs: dict[str, list[dict[str, float]]] = {"aiohttp": [], "http1": []}
     try:
         for _, port in started:
-            wait_ready(port)
+            wait_server_ready(port)
         for round_ in range(args.rounds):
             for kind in ("aiohttp", "http1"):
                 runs[kind].append(one_case(kind, [p for _, p in started], [s.pid for s, _ in started], arrivals, body))

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import write_result
+from _common import process_cpu_seconds, write_result
 from neuronfleet.api.v1alpha1 import GROUP, PLURAL, InferenceDeployment
 from neuronfleet.kube.builders import build_priority_classes
 from neuronfleet.planning.status import find_condition
@@ -36,12 +36,6 @@ from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
 from neuronfleet.sandbox.artifacts import record_uncompiled_artifact
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _proc_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
 
 
 def _proc_peak_rss_mb(pid: int) -> float:
@@ -107,7 +101,7 @@ async def run(count: int, timeout: float, interval: float, steady: float) -> dic
         try:
             requests_before = len(cluster.request_log)
             started = time.perf_counter()
-            cpu_before = _proc_cpu_seconds(operator.pid)
+            cpu_before = process_cpu_seconds(operator.pid)
             resource = store_api.resource(GROUP, PLURAL)
             for manifest in manifests:
                 store_api.create(resource, "bench", manifest)
@@ -137,7 +131,7 @@ async def run(count: int, timeout: float, interval: float, steady: float) -> dic
             finally:
                 reporter.cancel()
             wall = time.perf_counter() - started
-            cpu = _proc_cpu_seconds(operator.pid) - cpu_before
+            cpu = process_cpu_seconds(operator.pid) - cpu_before
             rss = _proc_peak_rss_mb(operator.pid)
             pods = len(cluster.list("pods", "bench"))
             requests = len(cluster.request_log) - requests_before
@@ -145,9 +139,9 @@ async def run(count: int, timeout: float, interval: float, steady: float) -> dic
             # Steady state: let the last pod events and status writes of convergence pass, then measure.
             await asyncio.sleep(2 * interval)
             marker = cluster.request_log[-1]
-            steady_cpu_before, steady_started = _proc_cpu_seconds(operator.pid), time.perf_counter()
+            steady_cpu_before, steady_started = process_cpu_seconds(operator.pid), time.perf_counter()
             await asyncio.sleep(steady)
-            steady_cpu = _proc_cpu_seconds(operator.pid) - steady_cpu_before
+            steady_cpu = process_cpu_seconds(operator.pid) - steady_cpu_before
             steady_wall = time.perf_counter() - steady_started
             window = _requests_since(cluster.request_log, marker)
             writes = [r for r in window if r.method in WRITE_METHODS]

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import write_result
+from _common import process_cpu_seconds, write_result
 
 BATCH_BUCKETS = [1, 4, 8, 16]
 SEQUENCE = 32
@@ -225,14 +225,6 @@ class RawModel:
             rates[batch] = count * batch / (time.perf_counter() - start)
             cpu_per_row[batch] = 1000 * (time.process_time() - cpu_start) / (count * batch)
         return rates, cpu_per_row
-
-
-def process_cpu_seconds(pid: int) -> float:
-    """CPU seconds (user + system, all threads) of a process, from /proc (Linux)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    # fields[11], fields[12]: utime, stime (stat(5) fields 14 and 15)
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Server:
