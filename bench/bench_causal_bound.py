@@ -31,7 +31,8 @@ halves at once, each trace's least ``h`` found through the simulator's queue and
 them applied everywhere, and sets it beside a static fleet tuned the same way (the least constant
 capacity reaching 99 % on the scored half, through the same queue). Issue 11 asks the CRD's
 default policy to be cheaper than every baseline on conv, static included, while it holds 99 % on
-NASA: ``joint.conv-1h/rate.vs_static`` says whether such a default can, even in hindsight.
+NASA: the ``joint`` rows' ``vs_static`` on conv rate, for the rules that reach 99 % everywhere, say
+whether such a default can, even in hindsight (``joint.*`` figures are the cheapest in total).
 
 The same fluid model's clairvoyant fleet, ``C(t) = max D over [t, t + T]``, is the reference
 (``fluid_oracle``); it is within a few percent of the simulator's feasible oracle, which is also
