@@ -59,6 +59,7 @@ from bench_fleet import PEAK_REPLICAS, PROFILE, SEED, SLO_TARGET, Scenario, load
 from scipy.ndimage import maximum_filter1d, minimum_filter1d
 
 from _common import write_result
+from neuronfleet.planning import scaling
 from neuronfleet.sim import engine, runner
 from neuronfleet.sim.oracle import Oracle, launch_seconds
 from neuronfleet.sim.profiles import Profile, load_profile
@@ -68,10 +69,12 @@ from neuronfleet.sim.workload import Workload, build, factor_for_peak
 FloatArray = npt.NDArray[np.float64]
 DAY = 86400
 LOOKBACKS = (0, 60, 300, 900, 1800, 3600, 7200)
-#: Windows of the ``lookback+trend`` family's least-squares line.
-TREND_WINDOWS = (600, 1800, 3600)
-#: The families ``joint`` tries as one rule for every trace.
-JOINT_FAMILIES = ("lookback", "lookback+trend1800")
+#: Ours' trend window (the autoscaler's least-squares line of its rate signal).
+OURS_TREND_WINDOW = round(scaling.TREND_WINDOW_SECONDS)
+#: Windows of the ``lookback+trend`` family's least-squares line: ours' and one either side.
+TREND_WINDOWS = tuple(sorted({600, OURS_TREND_WINDOW, 3600}))
+#: The families ``joint`` tries as one rule for every trace: the look-back, and it with ours' trend.
+JOINT_FAMILIES = ("lookback", f"lookback+trend{OURS_TREND_WINDOW}")
 #: Headroom factors are searched to this precision (through the simulator's queue: ENGINE_H_STEP).
 H_STEP = 0.005
 ENGINE_H_STEP = 0.01
