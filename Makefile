@@ -32,9 +32,8 @@ $(STAMP):
 	@echo "==> creating $(VENV) and installing neuronfleet with its test and runtime dependencies"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	# torch first, from the CPU wheel, so no later requirement pulls a CUDA build.
-	$(PIP) install --quiet -c hack/constraints.txt torch==2.13.0
-	$(PIP) install --quiet -c hack/constraints.txt -e '.[dev]'
+	# torch's CPU build with pip, then the rest with uv (hack/install-python.sh says why).
+	VENV=$(abspath $(VENV)) bash hack/install-python.sh
 	VENV=$(abspath $(VENV)) bash hack/install-kube-tools.sh
 	# Prometheus (Debian package) for the autoscaling integration tests, which run their own instance.
 	bash hack/install-prometheus.sh
