@@ -39,5 +39,7 @@ else
     echo "install-python: uv could not be installed; installing with pip (a few minutes)" >&2
     "$PY" -m pip install --quiet -c "$CONSTRAINTS" torch==2.13.0 -e '.[dev]'
 fi
-# torch went in uncompiled (pip compiles on one core); compile it on all of them.
-"$PY" -m compileall -q -j 0 "$SITE/torch" "$SITE/torchgen" "$SITE/functorch" >/dev/null
+# torch went in uncompiled (pip compiles on one core); compile it on all of them. A few of its
+# files are written for newer Pythons and fail to compile, as under pip, which ignores that too:
+# they are never imported on this one.
+"$PY" -m compileall -q -j 0 "$SITE/torch" "$SITE/torchgen" "$SITE/functorch" >/dev/null || true
