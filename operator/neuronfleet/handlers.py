@@ -199,8 +199,11 @@ async def keep_converging(
             logger.warning("reconcile of %s/%s failed (%d in a row): %s", namespace, name, failures, exc)
             kopf.warn(body, reason=Reason.RECONCILE_FAILED.value, message=f"{exc}"[:1000])
         delay = min(MAX_BACKOFF_SECONDS, interval * 2 ** min(failures, 6)) if failures else interval
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation that comes
+        # in the same loop step as the wakeup (CPython issue 86296), and Kopf stops daemons by one.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wakeup.wait(), timeout=delay)
+            async with asyncio.timeout(delay):
+                await wakeup.wait()
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)

@@ -36,6 +36,7 @@ from operator_harness import NEURON_SCHEDULER, OperatorHarness, example, ready
 from neuronfleet.api.v1alpha1 import GROUP, InferenceDeployment
 from neuronfleet.metrics.prometheus import PrometheusMetrics
 from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
+from neuronfleet.sandbox.clock import wait_event
 from neuronfleet.sandbox.store import WatchEvent
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -226,8 +227,8 @@ async def refresh_targets(harness: OperatorHarness, pool: ServePool, prometheus:
                 prometheus.set_targets(groups)
                 written = groups
             changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), timeout=1.0)
+            # wait_event, not wait_for: a cancellation racing a pod event must end this loop.
+            await wait_event(changed, 1.0)
     finally:
         harness.cluster.store.listeners.remove(wake)
 

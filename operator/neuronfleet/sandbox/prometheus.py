@@ -16,7 +16,6 @@ select ``role="active"``); a pod leaves the list when its process is gone.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import shutil
@@ -33,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from neuronfleet.sandbox.clock import wait_event
 from neuronfleet.sandbox.serving import ServerProcesses
 from neuronfleet.sandbox.store import Store, WatchEvent
 
@@ -240,8 +240,7 @@ class PodTargets:
                 self._wake.clear()
                 self.refresh()
                 # Also every second: a process that died changes no pod until the kubelet notices.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), 1.0)
+                await wait_event(self._wake, 1.0)
         finally:
             self.store.listeners.remove(self._on_event)
 

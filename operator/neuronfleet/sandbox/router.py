@@ -43,6 +43,7 @@ import aiohttp
 import uvloop
 
 from neuronfleet.sandbox import http1
+from neuronfleet.sandbox.clock import wait_event
 from neuronfleet.sandbox.endpoints import ready_endpoints
 from neuronfleet.sandbox.store import Store, WatchEvent
 
@@ -374,8 +375,7 @@ class Routers:
         async with asyncio.timeout(timeout):
             while (url := self.url(namespace, service)) is None:
                 self._routed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._routed.wait(), 1.0)
+                await wait_event(self._routed, 1.0)
         return url
 
     async def run(self) -> None:
@@ -403,8 +403,7 @@ class Routers:
             for key in sorted(set(self.routers) - wanted):
                 await self.routers.pop(key).stop()
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), 5.0)
+            await wait_event(self._wake, 5.0)
 
     async def stop(self) -> None:
         routers = list(self.routers.values())
