@@ -200,7 +200,8 @@ async def keep_converging(
             kopf.warn(body, reason=Reason.RECONCILE_FAILED.value, message=f"{exc}"[:1000])
         delay = min(MAX_BACKOFF_SECONDS, interval * 2 ** min(failures, 6)) if failures else interval
         # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation that comes
-        # in the same loop step as the wakeup (CPython issue 86296), and Kopf stops daemons by one.
+        # in the same loop step as the wakeup (CPython issue 86296), and Kopf may stop a daemon by
+        # cancelling it.
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(delay):
                 await wakeup.wait()
