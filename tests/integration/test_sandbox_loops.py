@@ -1,11 +1,11 @@
 """The sandbox's background loops end when their task is cancelled, even as they are woken.
 
 Each loop (Prometheus targets, routers; the operator's reconcile daemon waits the same way) sleeps
-until an event or a timeout and ends only by cancellation. On Python 3.11, ``asyncio.wait_for`` returns the event's
-result instead of raising when the cancellation arrives in the same loop step as the event (CPython
-issue 86296): such a loop goes on forever and whoever awaits it after cancelling hangs (a test's
-teardown did, once). The loops wait with ``wait_event`` (``asyncio.timeout``), which passes the
-cancellation on.
+until an event or a timeout and ends only by cancellation. On Python 3.11, ``asyncio.wait_for``
+returns the event's result instead of raising when the cancellation arrives in the same loop step
+as the event (CPython issue 86296): such a loop goes on forever, and whoever awaits it after
+cancelling hangs (a test's teardown did, once). The loops wait with ``wait_event``
+(``asyncio.timeout``), which passes the cancellation on.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ async def cancel_as_woken(loop_body: Callable[[], Awaitable[None]], wake: Callab
     assert not task.done()
     wake()
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await asyncio.wait_for(asyncio.shield(task), 5.0)
+    done, _ = await asyncio.wait({task}, timeout=5.0)
+    assert task in done, "the loop went on after its task was cancelled"
     return task
 
 
