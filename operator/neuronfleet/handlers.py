@@ -20,7 +20,6 @@ one is tolerated (:class:`TolerantDiffBaseStorage`) and reported by the reconcil
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import defaultdict
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import kopf
 
+from neuronfleet.aio import wait_event
 from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION
 from neuronfleet.kube.client import load_configuration
 from neuronfleet.metrics.operator_metrics import OperatorMetrics
@@ -199,12 +199,8 @@ async def keep_converging(
             logger.warning("reconcile of %s/%s failed (%d in a row): %s", namespace, name, failures, exc)
             kopf.warn(body, reason=Reason.RECONCILE_FAILED.value, message=f"{exc}"[:1000])
         delay = min(MAX_BACKOFF_SECONDS, interval * 2 ** min(failures, 6)) if failures else interval
-        # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation that comes
-        # in the same loop step as the wakeup (CPython issue 86296), and Kopf may stop a daemon by
-        # cancelling it.
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(delay):
-                await wakeup.wait()
+        # wait_event, not wait_for: Kopf may stop a daemon by cancelling it (see neuronfleet.aio).
+        await wait_event(wakeup, delay)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)

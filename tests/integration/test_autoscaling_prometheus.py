@@ -33,10 +33,10 @@ import pytest
 from fixtures_prometheus import PrometheusServer, TargetGroup, fast_scaling, free_port
 from operator_harness import NEURON_SCHEDULER, OperatorHarness, example, ready
 
+from neuronfleet.aio import wait_event
 from neuronfleet.api.v1alpha1 import GROUP, InferenceDeployment
 from neuronfleet.metrics.prometheus import PrometheusMetrics
 from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
-from neuronfleet.sandbox.clock import wait_event
 from neuronfleet.sandbox.store import WatchEvent
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow, pytest.mark.timeout(240)]

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from neuronfleet.sandbox.clock import Clock, wait_event
+from neuronfleet.aio import wait_event
+from neuronfleet.sandbox.clock import Clock
 from neuronfleet.sandbox.prometheus import PodTargets, PrometheusServer
 from neuronfleet.sandbox.router import Routers
 from neuronfleet.sandbox.serving import ServerProcesses, ServingOptions

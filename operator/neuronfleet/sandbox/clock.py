@@ -13,6 +13,8 @@ import logging
 import time
 from collections.abc import Callable
 
+from neuronfleet.aio import wait_event
+
 
 class Clock:
     """Loop time for delays, epoch-anchored wall time for timestamps."""
@@ -56,21 +58,6 @@ class Clock:
         except ValueError:
             return None
         return (self.wall() - moment).total_seconds()
-
-
-async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
-    """Wait for ``event`` at most ``timeout`` seconds; True if it is set.
-
-    ``asyncio.timeout`` rather than ``asyncio.wait_for``: on Python 3.11 ``wait_for`` can swallow
-    a cancellation that races with the inner wait completing, which left controller loops
-    running after their task was cancelled.
-    """
-    try:
-        async with asyncio.timeout(timeout):
-            await event.wait()
-    except TimeoutError:
-        return event.is_set()
-    return True
 
 
 async def run_controller(name: str, sync: Callable[[], object], wake: asyncio.Event, interval_s: float | None) -> None:

@@ -21,9 +21,10 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
+from neuronfleet.aio import wait_event
 from neuronfleet.kube.builders import build_priority_classes
 from neuronfleet.sandbox.apiserver import ApiServer, RequestRecord
-from neuronfleet.sandbox.clock import Clock, wait_event
+from neuronfleet.sandbox.clock import Clock
 from neuronfleet.sandbox.disruption import DisruptionController
 from neuronfleet.sandbox.endpoints import EndpointsController
 from neuronfleet.sandbox.jobs import JobController

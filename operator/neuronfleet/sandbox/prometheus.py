@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from neuronfleet.sandbox.clock import wait_event
+from neuronfleet.aio import wait_event
 from neuronfleet.sandbox.serving import ServerProcesses
 from neuronfleet.sandbox.store import Store, WatchEvent
 

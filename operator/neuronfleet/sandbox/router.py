@@ -42,8 +42,8 @@ from typing import Any
 import aiohttp
 import uvloop
 
+from neuronfleet.aio import wait_event
 from neuronfleet.sandbox import http1
-from neuronfleet.sandbox.clock import wait_event
 from neuronfleet.sandbox.endpoints import ready_endpoints
 from neuronfleet.sandbox.store import Store, WatchEvent
 
