@@ -185,6 +185,41 @@ class OperatorHarness:
     async def wait(self, predicate: Callable[[], Any], timeout: float = 120.0, what: str = "condition") -> Any:
         return await self.cluster.wait_for(predicate, timeout=timeout, what=what)
 
+    async def wait_settled(
+        self, namespace: str, name: str, predicate: Callable[[], Any], timeout: float = 120.0, what: str = "condition"
+    ) -> None:
+        """Wait until ``predicate`` holds and the operator has acted on it: the deployment's pods keep
+        their roles and readiness through a whole reconcile that began after it held.
+
+        The operator plans from what its watch has delivered, which may lag the store the tests read.
+        A pod the test already sees ready may still be loading to the operator, which then promotes a
+        ready warm pod over it and demotes it (two patches). A test that records the fleet at rest
+        must wait for that, or it records a fleet halfway through a swap.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            await self.wait(predicate, timeout=max(deadline - loop.time(), 0.1), what=what)
+            before = self._roles(namespace, name)
+            assert self.context is not None, "the operator is not running"
+            started = self.context.reconciles
+            # The reconcile counted at ``started + 1`` began after ``before``; by ``started + 2`` it
+            # has finished (one reconcile at a time per object).
+            await self.wait(
+                lambda started=started: self.context is not None and self.context.reconciles >= started + 2,
+                timeout=max(deadline - loop.time(), 0.1),
+                what=f"{what}: a whole reconcile after it held",
+            )
+            if predicate() and self._roles(namespace, name) == before:
+                return
+
+    def _roles(self, namespace: str, name: str) -> set[tuple[str, str, bool]]:
+        """Each pod's uid, role and readiness."""
+        return {
+            (p["metadata"]["uid"], p["metadata"]["labels"].get(f"{GROUP}/role", ""), ready(p))
+            for p in self.pods(namespace, name)
+        }
+
 
 def ready(pod: dict[str, Any]) -> bool:
     return any(

@@ -90,7 +90,7 @@ async def test_scale_up_promotes_warm_pods_then_refills_and_scale_down_drains(ha
     harness.precompile(manifest)
     await harness.apply(manifest)
     name = manifest["metadata"]["name"]
-    await harness.wait(lambda: counts(harness, name) == (2, 2), timeout=90, what="2 active + 2 warm")
+    await harness.wait_settled(NS, name, lambda: counts(harness, name) == (2, 2), timeout=90, what="2 active + 2 warm")
     warm_before = {p["metadata"]["uid"] for p in harness.pods(NS, name, "warm")}
 
     with recording(harness) as history:

@@ -24,7 +24,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -318,6 +318,21 @@ async def until(harness: OperatorHarness, predicate: Any, timeout: float, what: 
         raise AssertionError(f"{exc}\n{describe(harness)}") from None
 
 
+async def until_scraped(
+    prometheus: PrometheusServer, expr: str, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float
+) -> list[dict[str, Any]]:
+    """Query ``expr`` until its result satisfies ``predicate``; fail with the last result."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        series = await asyncio.to_thread(prometheus.query, expr)
+        if predicate(series):
+            return series
+        if loop.time() > deadline:
+            raise AssertionError(f"{expr} did not reach the expected series in {timeout:g}s: {series}")
+        await asyncio.sleep(0.5)  # Prometheus scrapes every second here: poll at twice that rate
+
+
 async def test_scales_on_prometheus_metrics_promotes_warm_first_and_holds_while_prometheus_is_down(
     live: tuple[PrometheusHarness, ServePool, PrometheusServer],
 ) -> None:
@@ -341,11 +356,24 @@ async def test_scales_on_prometheus_metrics_promotes_warm_first_and_holds_while_
         return harness.condition(NS, NAME, "ScalingActive")
 
     # 1. At rest: one active and one warm pod, each backed by a process Prometheus scrapes.
-    await until(harness, lambda: ready_active() == 1 and ready_warm() == 1, 90, "1 active + 1 warm ready")
+    try:
+        await harness.wait_settled(
+            NS, NAME, lambda: ready_active() == 1 and ready_warm() == 1, 90, "1 active + 1 warm ready"
+        )
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{describe(harness)}") from None
     await until(harness, lambda: scaling_active().get("status") == "True", 30, "ScalingActive True")
     assert status()["desiredReplicas"] == 1
-    scraped = await asyncio.to_thread(prometheus.query, f'neuronserve_ready{{namespace="{NS}",role="active"}}')
-    assert len(scraped) == 1 and scraped[0]["metric"]["deployment"] == NAME
+    # Prometheus follows a relabelled pod within a target-sync period and a scrape (the old role's
+    # series then goes stale), so the scraped fleet is waited for, not read once.
+    active_pods = {p["metadata"]["name"] for p in harness.pods(NS, NAME, "active")}
+    scraped = await until_scraped(
+        prometheus,
+        f'neuronserve_ready{{namespace="{NS}",role="active"}}',
+        lambda series: {s["metric"].get("pod") for s in series} == active_pods,
+        30,
+    )
+    assert all(s["metric"]["deployment"] == NAME for s in scraped), scraped
 
     # 2. Load: the queue builds, the operator scales up to maxReplicas, promoting the warm pod first.
     warm_before = {p["metadata"]["uid"] for p in harness.pods(NS, NAME, "warm")}
