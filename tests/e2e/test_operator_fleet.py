@@ -116,8 +116,16 @@ async def test_scale_up_promotes_warm_pods_then_refills_and_scale_down_drains(ha
     for uid in gone:
         roles = history.roles_of(uid)
         assert roles[-1] == "draining" and "active" in roles, f"deleted without draining: {roles}"
-    status = harness.deployment(NS, name)["status"]
-    assert (status["replicas"], status["readyReplicas"], status["warmReplicas"]) == (1, 1, 2)
+    # The status follows the pods in the operator's next reconcile, so it is waited for.
+
+    def counted() -> tuple[Any, ...]:
+        status = harness.deployment(NS, name)["status"]
+        return status.get("replicas"), status.get("readyReplicas"), status.get("warmReplicas")
+
+    try:
+        await harness.wait(lambda: counted() == (1, 1, 2), timeout=30, what="status counts (1, 1, 2)")
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}: the status says {counted()}") from None
 
 
 async def test_new_artifact_is_warmed_then_swapped_without_losing_ready_capacity(harness: OperatorHarness) -> None:

@@ -101,6 +101,10 @@ async def test_placeholders_hold_inf2_room_yield_it_to_real_pods_and_are_recreat
     assert new_node is not None
     assert new_node["metadata"]["name"] not in nodes_before
     assert new_node["metadata"]["labels"][INSTANCE_TYPE] == held_node["metadata"]["labels"][INSTANCE_TYPE]
-    status = harness.deployment(NS, NAME)["status"]
-    assert status["placeholders"] == 1 and status["readyReplicas"] == 4
+    # The status follows the pods in the operator's next reconcile, so it is waited for.
+    await harness.wait(
+        lambda: (s := harness.deployment(NS, NAME)["status"]).get("placeholders") == 1 and s.get("readyReplicas") == 4,
+        timeout=30,
+        what="status: 1 placeholder and 4 ready replicas",
+    )
     harness.cluster.store.listeners.remove(preemptions)
