@@ -3,12 +3,14 @@ SubprocessRunner, backoff limits and TTL (under looptime)."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from typing import Any
 
 import pytest
 
 from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
+from neuronfleet.sandbox.kubelet import ContainerResult
 from neuronfleet.sandbox.runners import SubprocessRunner
 
 pytestmark = pytest.mark.looptime
@@ -16,6 +18,22 @@ pytestmark = pytest.mark.looptime
 PROFILE = ColdStartProfile(
     image_pull_s=10.0, container_start_s=1.0, readiness_s=5.0, shutdown_s=1.0, run_s=120.0, jitter=0.0
 )
+
+
+class RealTimeRunner:
+    """A container runner run in a worker thread, on its own event loop.
+
+    looptime moves the test loop's clock to its next timer whenever nothing is ready, and a real
+    process's pipes are I/O it cannot wait for: the fake clock ran past a 600 s wait while a child
+    Python started on a loaded machine (a 1 s delay in the child was enough to fail the test every
+    time). Work in an executor is what looptime waits for in real time.
+    """
+
+    def __init__(self, runner: SubprocessRunner) -> None:
+        self.runner = runner
+
+    async def __call__(self, pod: dict[str, Any]) -> ContainerResult | None:
+        return await asyncio.to_thread(asyncio.run, self.runner(pod))
 
 
 def job_body(name: str, *, command: list[str] | None = None, **spec: Any) -> dict[str, Any]:
@@ -80,7 +98,7 @@ async def test_job_with_a_real_command_and_backoff_limit() -> None:
         node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
     ) as cluster:
         assert cluster.kubelet is not None
-        cluster.kubelet.container_runner = SubprocessRunner()
+        cluster.kubelet.container_runner = RealTimeRunner(SubprocessRunner())
         script = (
             "import sys; open(sys.argv[1], 'w').write('artifact ok'); print('compiled'); sys.exit(int(sys.argv[2]))"
         )
