@@ -195,6 +195,9 @@ class OperatorHarness:
         A pod the test already sees ready may still be loading to the operator, which then promotes a
         ready warm pod over it and demotes it (two patches). A test that records the fleet at rest
         must wait for that, or it records a fleet halfway through a swap.
+
+        The operator's reconcile counter counts every object's reconciles, so this holds only while
+        the operator reconciles this one deployment alone; it fails if another one is reconciled.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -210,6 +213,8 @@ class OperatorHarness:
                 timeout=max(deadline - loop.time(), 0.1),
                 what=f"{what}: a whole reconcile after it held",
             )
+            others = set(self.context.memories) - {(namespace, name)} if self.context is not None else set()
+            assert not others, f"wait_settled counts reconciles of {namespace}/{name} alone, not of {others}"
             if predicate() and self._roles(namespace, name) == before:
                 return
 

@@ -311,8 +311,12 @@ def describe(harness: OperatorHarness) -> str:
     return "pods:\n  " + "\n  ".join(pods) + "\nstatus: " + json.dumps(obj.get("status"), indent=1)[:3000]
 
 
-async def until(harness: OperatorHarness, predicate: Any, timeout: float, what: str) -> Any:
+async def until(harness: OperatorHarness, predicate: Any, timeout: float, what: str, *, settled: bool = False) -> Any:
+    """Wait for ``predicate`` (``settled``: and for the operator to have acted on it, see
+    ``OperatorHarness.wait_settled``); a timeout fails with the fleet and the status."""
     try:
+        if settled:
+            return await harness.wait_settled(NS, NAME, predicate, timeout, what)
         return await harness.wait(predicate, timeout=timeout, what=what)
     except TimeoutError as exc:
         raise AssertionError(f"{exc}\n{describe(harness)}") from None
@@ -356,12 +360,7 @@ async def test_scales_on_prometheus_metrics_promotes_warm_first_and_holds_while_
         return harness.condition(NS, NAME, "ScalingActive")
 
     # 1. At rest: one active and one warm pod, each backed by a process Prometheus scrapes.
-    try:
-        await harness.wait_settled(
-            NS, NAME, lambda: ready_active() == 1 and ready_warm() == 1, 90, "1 active + 1 warm ready"
-        )
-    except TimeoutError as exc:
-        raise AssertionError(f"{exc}\n{describe(harness)}") from None
+    await until(harness, lambda: ready_active() == 1 and ready_warm() == 1, 90, "1 active + 1 warm ready", settled=True)
     await until(harness, lambda: scaling_active().get("status") == "True", 30, "ScalingActive True")
     assert status()["desiredReplicas"] == 1
     # Prometheus follows a relabelled pod within a target-sync period and a scrape (the old role's
