@@ -27,6 +27,21 @@ def test_examples_are_valid(capsys: pytest.CaptureFixture[str]) -> None:
     assert "3 valid, 0 invalid" in out
 
 
+def _readme_example() -> str:
+    """The YAML block under the README's "The API by example" heading."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("## The API by example", 1)[1]
+    return section.split("```yaml\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_example_is_valid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A user copies it first: it must pass the same checks as examples/ (schema, CEL rules, catalog).
+    path = tmp_path / "readme.yaml"
+    path.write_text(_readme_example())
+    assert main(["validate", "-f", str(path)]) == 0, capsys.readouterr().out
+    assert "1 valid, 0 invalid" in capsys.readouterr().out
+
+
 def test_there_are_at_least_three_examples() -> None:
     assert len(list((REPO / "examples").glob("*.yaml"))) >= 3
 

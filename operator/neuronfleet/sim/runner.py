@@ -56,8 +56,9 @@ GRIDS: dict[str, tuple[float, ...]] = {
     "static": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
 }
 _CRD_SCALING = ScalingSpec()
-#: Ours has two targets (queue depth is primary, utilization the guardrail); its one swept knob moves
-#: both in the CRD defaults' ratio, like KPA's target x utilization.
+#: Ours has two targets (the utilization of the measured service rate, and the queue depth that
+#: counts as a burst, which also sizes the fleet until the service rate is measured); its one swept
+#: knob moves both in the CRD defaults' ratio, like KPA's target x utilization.
 OURS_QUEUE_PER_UTILIZATION = _CRD_SCALING.target_queue_depth / _CRD_SCALING.target_utilization
 
 DEFAULTS: dict[str, float] = {
