@@ -275,8 +275,12 @@ def engine_static(scored: Scored) -> tuple[int, float, float]:
     return int(replicas), attainment, cost
 
 
-def run_scenario(scenario: Scenario, full: Trace, launch: int) -> tuple[dict[str, Any], list[dict[str, Any]], Scored]:
-    profile = load_profile(PROFILE)
+def scored_span(
+    scenario: Scenario, full: Trace, profile: Profile, launch: int
+) -> tuple[Scored, FloatArray, runner.Oracles]:
+    """A scenario's workload from the tuning span's start (``bench_fleet``'s scoring run) and its
+    demand, the instant oracle's schedule, up to the scored span's end; the requests per second
+    (weights) and both oracles."""
     factor = factor_for_peak(full, profile, PEAK_REPLICAS)
     workload = build(
         window(full, scenario.tune[0], scenario.score[1]), profile, factor, 1.0, SEED, arrivals=scenario.arrivals
@@ -287,9 +291,12 @@ def run_scenario(scenario: Scenario, full: Trace, launch: int) -> tuple[dict[str
     weights = workload.count_s[: len(demand)].astype(float)
     # The trace's tail (queues draining, no arrivals) is not part of the scored traffic.
     end = math.ceil(scenario.score[1] - scenario.tune[0])
-    demand, weights = demand[:end], weights[:end]
+    return Scored(demand[:end], workload, profile, launch, first), weights[:end], oracles
 
-    scored = Scored(demand, workload, profile, launch, first)
+
+def run_scenario(scenario: Scenario, full: Trace, launch: int) -> tuple[dict[str, Any], list[dict[str, Any]], Scored]:
+    scored, weights, oracles = scored_span(scenario, full, load_profile(PROFILE), launch)
+    demand, first = scored.demand, scored.first
     fluid = forward_max(demand, launch)
     fluid_outcome = evaluate(fluid, demand, weights, launch, first)
     sim_feasible_replica_s = oracles.feasible.replica_hours * 3600

@@ -48,15 +48,14 @@ from bench_causal_bound import (
     engine_static,
     forward_max,
     rule_signal,
+    scored_span,
 )
-from bench_fleet import PEAK_REPLICAS, PROFILE, SEED, SLO_TARGET, load_traces, scenarios, window
+from bench_fleet import PEAK_REPLICAS, PROFILE, SEED, SLO_TARGET, load_traces, scenarios
 
 from _common import write_result
 from neuronfleet.planning import scaling
-from neuronfleet.sim import runner
 from neuronfleet.sim.oracle import launch_seconds
 from neuronfleet.sim.profiles import load_profile
-from neuronfleet.sim.workload import build, factor_for_peak
 
 MINUTE = 60
 DAY_MINUTES = 24 * 60
@@ -184,16 +183,7 @@ def scored_scenarios(only: set[str]) -> dict[str, Scored]:
     for scenario in scenarios(False, math.ceil(traces["conv"].duration), math.ceil(traces["nasa"].duration)):
         if scenario.arrivals == "replicate" or (only and scenario.name not in only):
             continue
-        full = traces[scenario.trace]
-        factor = factor_for_peak(full, profile, PEAK_REPLICAS)
-        workload = build(
-            window(full, scenario.tune[0], scenario.score[1]), profile, factor, 1.0, SEED, arrivals=scenario.arrivals
-        )
-        first = math.ceil(scenario.score[0] - scenario.tune[0])
-        oracles = runner.run_oracles(workload, profile, SEED, first)
-        end = math.ceil(scenario.score[1] - scenario.tune[0])
-        demand = np.asarray(oracles.schedule, dtype=float)[:end]
-        out[scenario.name] = Scored(demand, workload, profile, launch, first)
+        out[scenario.name] = scored_span(scenario, traces[scenario.trace], profile, launch)[0]
     return out
 
 
