@@ -11,7 +11,9 @@ Lookahead (model runner): while a batch executes, a *full* next batch is formed 
 the executor at once, so the device starts it the moment the current one ends, without waiting
 for the event loop to be scheduled (on a busy machine that wait is milliseconds per batch). Only
 full batches go ahead: a batch still filling waits as before, so no request is served later than
-without lookahead. The requests of a batch waiting ahead still count as queued (depth and bound).
+without lookahead. The requests of a batch waiting ahead still count as queued (depth and bound),
+as do those of the batch being formed: they are accepted and not executing, so the queue's bound
+holds them too, a drain waits for them, and ``neuronserve_queue_depth`` shows them.
 Written by hand because the policy (row budget, bucket padding, drain on SIGTERM, busy tracking)
 is the server's core and small; no maintained asyncio batching library covers it.
 """
@@ -117,12 +119,14 @@ class Batcher:
         self._slots = asyncio.Semaphore(self.parallel + self.lookahead)
         self._running: dict[asyncio.Task[None], list[Job]] = {}
         self._waiting_ahead = 0  # requests of the lookahead batch, not yet executing
+        # The batch the worker is forming: taken from the queue, not yet handed to a device slot.
+        self._forming: list[Job] = []
         metrics.queue_depth.set_function(lambda: self.queue_depth)
 
     @property
     def queue_depth(self) -> int:
-        """Requests accepted and not executing yet: the queue plus a lookahead batch."""
-        return len(self._queue) + self._waiting_ahead
+        """Requests accepted and not executing yet: the queue, the batch being formed and a lookahead batch."""
+        return len(self._queue) + len(self._forming) + self._waiting_ahead
 
     def start(self) -> None:
         self._worker = asyncio.get_running_loop().create_task(self._work(), name="neuronserve-batcher")
@@ -152,13 +156,16 @@ class Batcher:
             finished = True
         except TimeoutError:
             finished = False
-            while self._queue:
-                job = self._queue.popleft()
-                if not job.future.done():
-                    job.future.set_exception(ShuttingDown("the server shut down before this request ran"))
         if self._worker is not None:
             self._worker.cancel()
             await asyncio.gather(self._worker, return_exceptions=True)
+        # Past the deadline, what never reached the device (queued, or in the batch the cancelled
+        # worker was forming) is refused; after a drain that finished, both are empty.
+        for job in (*self._forming, *self._queue):
+            if not job.future.done():
+                job.future.set_exception(ShuttingDown("the server shut down before this request ran"))
+        self._forming = []
+        self._queue.clear()
         # A batch still executing past the grace period gets a definite answer too.
         for task, jobs in list(self._running.items()):
             task.cancel()
@@ -184,7 +191,7 @@ class Batcher:
             await self._arrived.wait()
 
     def _check_idle(self) -> None:
-        if not self._queue and not self._running:
+        if not self._queue and not self._forming and not self._running:
             self._idle.set()
 
     async def _next_batch(self) -> tuple[list[Job], float]:
@@ -199,6 +206,7 @@ class Batcher:
             if not first.future.done():  # a client that went away cancelled its future
                 break
         batch, rows = [first], first.request.rows
+        self._forming = batch
         if not self.batching:
             return batch, first.enqueued
         deadline = loop.time() + self.max_delay
@@ -226,7 +234,7 @@ class Batcher:
                 break
         else:
             full = True
-        batch = self._most_efficient_prefix(batch)
+        batch = self._forming = self._most_efficient_prefix(batch)
         ready_at = max(job.enqueued for job in batch) if full else time.monotonic()
         return batch, ready_at
 
@@ -328,6 +336,7 @@ class Batcher:
             ahead = len(self._running) >= self.parallel
             task = loop.create_task(self._run_in_slot(batch, ready_at))
             self._running[task] = batch
+            self._forming = []
             if ahead:
                 self._waiting_ahead = len(batch)
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+import types
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 
-from neuronserve.batcher import Batcher, ShuttingDown
+from neuronserve.batcher import Batcher, QueueFull, ShuttingDown
 from neuronserve.metrics import BusyTracker, ServerMetrics
 from neuronserve.protocol import InferRequest
 
@@ -122,3 +123,82 @@ async def test_past_the_grace_period_every_request_still_gets_an_answer() -> Non
     for future in (running, queued):
         with pytest.raises(ShuttingDown):
             future.result()
+
+
+class GatedDevice:
+    """A timed device with two cores whose batches end only when the test opens their gates."""
+
+    cores = 2
+
+    def __init__(self) -> None:
+        self.gates: list[asyncio.Event] = []
+        self.batches: list[list[int]] = []
+
+    def cost(self, rows: int, sequence: int) -> float | None:
+        return None
+
+    def reserve(self, rows: int, sequence: int, ready_at: float) -> Any:
+        return types.SimpleNamespace(start=ready_at, end=ready_at)
+
+    async def execute(
+        self, requests: Sequence[Sequence[npt.NDArray[Any]]], reservation: Any
+    ) -> list[npt.NDArray[np.float32]]:
+        gate = asyncio.Event()
+        self.gates.append(gate)
+        self.batches.append([int(arrays[0][0, 0]) for arrays in requests])
+        await gate.wait()
+        return [arrays[0][:, :1].astype(np.float32) for arrays in requests]
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """Let the event loop turn until ``condition`` holds (the batcher's state has no event to wait on)."""
+    for _ in range(10_000):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the condition never held")
+
+
+async def test_a_drain_waits_for_the_batch_being_formed() -> None:
+    # One core runs a full batch; the worker has taken a late request off the queue and waits for a
+    # fuller batch on the other core. The full batch ending must not make the server look idle.
+    device = GatedDevice()
+    batcher = Batcher(device, ServerMetrics(BusyTracker()), max_rows=8, max_delay=30.0, max_queue=64)
+    batcher.start()
+    full = [batcher.submit(_request(i)) for i in range(8)]
+    await _until(lambda: len(device.gates) == 1)
+    late = batcher.submit(_request(8))
+    await _until(lambda: not batcher._queue)
+    device.gates[0].set()
+    await asyncio.gather(*full)
+
+    assert batcher.queue_depth == 1  # accepted, not executing: still the server's work
+
+    draining = asyncio.create_task(batcher.drain(5.0))
+    await _until(lambda: len(device.gates) == 2)  # the drain closes the forming batch and runs it
+    for _ in range(50):  # loop turns, not time: a drain that thought the server idle is over by now
+        await asyncio.sleep(0)
+    assert not draining.done() and not late.done()
+    device.gates[1].set()
+    assert await draining
+    assert float(late.result()[0, 0]) == 8.0
+    assert device.batches == [list(range(8)), [8]]
+
+
+async def test_the_batch_being_formed_counts_against_the_queue_bound_and_in_the_depth() -> None:
+    device = GatedDevice()
+    metrics = ServerMetrics(BusyTracker())
+    batcher = Batcher(device, metrics, max_rows=8, max_delay=30.0, max_queue=2)
+    batcher.start()
+    waiting = [batcher.submit(_request(i)) for i in range(2)]
+    await _until(lambda: not batcher._queue)  # the worker holds both, waiting for a fuller batch
+    assert batcher.queue_depth == 2
+    assert metrics.registry.get_sample_value("neuronserve_queue_depth") == 2
+    with pytest.raises(QueueFull):
+        batcher.submit(_request(2))
+
+    draining = asyncio.create_task(batcher.drain(5.0))
+    await _until(lambda: len(device.gates) == 1)
+    device.gates[0].set()
+    assert await draining
+    assert [float(f.result()[0, 0]) for f in waiting] == [0.0, 1.0]
