@@ -88,6 +88,9 @@ def _parse_json_slowly(body: bytes) -> Any:
         raise _fail(f"malformed JSON: {exc}") from None
     except RecursionError:
         raise _fail("malformed JSON: nested too deeply") from None
+    except ValueError:
+        # Python's integer-string conversion limit (4,300 digits).
+        raise _fail("malformed JSON: a number has thousands of digits; no tensor value holds it") from None
     return doc
 
 
@@ -191,6 +194,13 @@ def _int_array(
     return array.astype(np.int64, copy=False)
 
 
+def _check_fits(array: npt.NDArray[np.int64], name: str, datatype: str) -> None:
+    """Refuse values ``datatype`` cannot hold: cast to it they would wrap around, silently."""
+    info = np.iinfo(BINARY_DTYPES[datatype])
+    if array.size and (int(array.min()) < info.min or int(array.max()) > info.max):
+        raise _fail(f"input {name!r}: values must fit in {datatype} ({info.min} to {info.max})")
+
+
 def _check_limits(rows: int, sequence: int, manifest: Manifest) -> None:
     if rows > manifest.max_batch:
         raise _fail(f"batch of {rows} rows exceeds the largest compiled batch bucket ({manifest.max_batch})")
@@ -283,7 +293,11 @@ def parse_infer(
         raise _fail(f"missing input(s): {', '.join(missing)}")
     arrays = []
     for sig in manifest.inputs:
-        array = _int_array(by_name[sig.name], sig.name, manifest, chunks.get(sig.name))
+        tensor = by_name[sig.name]
+        array = _int_array(tensor, sig.name, manifest, chunks.get(sig.name))
+        # Both the datatype the client declared and the one the model takes must hold every value.
+        for datatype in {tensor["datatype"], sig.v2_datatype} & {"INT32"}:
+            _check_fits(array, sig.name, datatype)
         if sig.min_value is not None and int(array.min()) < sig.min_value:
             raise _fail(f"input {sig.name!r}: values must be >= {sig.min_value}, found {int(array.min())}")
         if sig.max_value is not None and int(array.max()) > sig.max_value:

@@ -148,11 +148,19 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
     if request.content_length is not None and request.content_length > limit:
         raise too_large
     chunks, size = [], 0
-    async for chunk in request.content.iter_chunked(64 * 1024):
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        chunks.append(chunk)
+    try:
+        async for chunk in request.content.iter_chunked(64 * 1024):
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            chunks.append(chunk)
+    except web.RequestPayloadError as exc:
+        # A body that does not decode (bad gzip or brotli, broken chunked encoding): the client's to fix.
+        raise _Refusal(400, f"unreadable request body: {exc}", "bad_request") from None
+    except ConnectionResetError:
+        # The client went away before sending its whole request: nobody reads the answer, and the
+        # server did not fail (an abort must not count as an error, nor log a traceback).
+        raise _Refusal(400, "the client closed the connection before sending the whole body", "aborted") from None
     return b"".join(chunks)
 
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import urllib.parse
 from typing import Any
 
 import aiohttp
 import numpy as np
 import pytest
 
-from runtime_support import MODEL_NAME, LiveServer, Reference, http_json, scrape_metrics
+from runtime_support import MODEL_NAME, LiveServer, Reference, http_json, scrape_metrics, wait_for
 
 INFER = f"/v2/models/{MODEL_NAME}/infer"
 SENTENCES = [
@@ -209,6 +211,22 @@ BAD_REQUESTS: list[tuple[str, bytes, int, str]] = [
         "must fit in a signed 64-bit integer",
     ),
     (
+        "an integer of thousands of digits",
+        b'{"inputs": [{"name": "input_ids", "shape": [1, 1], "datatype": "INT64", "data": ['
+        + b"9" * 5000
+        + b"]}, "
+        + json.dumps(_mask([1, 1])).encode()
+        + b"]}",
+        400,
+        "malformed JSON: a number has thousands of digits",
+    ),
+    (
+        "declared INT32, value past its range",
+        json.dumps({"inputs": [{**_ids([1, 2], datatype="INT32"), "data": [2**32 + 1, 7]}, _mask([1, 2])]}).encode(),
+        400,
+        "values must fit in INT32",
+    ),
+    (
         "infinite number",
         b'{"inputs": [{"name": "input_ids", "shape": [1, 1], "datatype": "INT64", "data": [1e400]}, '
         + json.dumps(_mask([1, 1])).encode()
@@ -293,3 +311,58 @@ def test_a_server_failure_is_a_500_counted_as_error(live_server: LiveServer) -> 
         values = scrape_metrics(broken.url)
         assert values["neuronserve_requests_total{outcome=error}"] == 1
         assert values["neuronserve_requests_total{outcome=ok}"] == 0
+
+
+def _int32_model(manifest: Any) -> Any:
+    """``manifest`` with inputs the model takes as int32 (a TorchScript source can declare so)."""
+    inputs = [s.model_copy(update={"dtype": "int32", "max_value": None}) for s in manifest.inputs]
+    return manifest.model_copy(update={"inputs": inputs})
+
+
+def test_a_value_the_models_int32_input_cannot_hold_is_refused_whatever_the_client_declared(
+    live_server: LiveServer,
+) -> None:
+    from neuronserve.protocol import BadRequest, parse_infer
+
+    manifest = _int32_model(live_server.manifest)
+    fits = {"inputs": [{**_ids([1, 2]), "data": [2**31 - 1, 7]}, _mask([1, 2])]}
+    assert parse_infer(fits, manifest, None).arrays[0].tolist() == [[2**31 - 1, 7]]
+    wraps = {"inputs": [{**_ids([1, 2]), "data": [2**32 + 1, 7]}, _mask([1, 2])]}
+    with pytest.raises(BadRequest, match=r"values must fit in INT32 \(-2147483648 to 2147483647\)"):
+        parse_infer(wraps, manifest, None)
+
+
+def _raw_post(url: str, head: dict[str, str], body: bytes, read: bool = True) -> bytes:
+    """A POST written by hand: a body that does not match its headers, or is cut short."""
+    parsed = urllib.parse.urlsplit(url)
+    with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 80), timeout=30) as conn:
+        lines = [f"POST {INFER} HTTP/1.1", f"Host: {parsed.netloc}", "Content-Type: application/json"]
+        lines.append("Connection: close")  # the answer ends where the connection does
+        lines += [f"{k}: {v}" for k, v in head.items()]
+        conn.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        if not read:
+            return b""
+        chunks = []
+        while chunk := conn.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def test_an_undecodable_body_is_a_400_and_a_client_hanging_up_is_no_server_error(live_server: LiveServer) -> None:
+    before = scrape_metrics(live_server.url)
+    garbage = b"this is not gzip"
+    answer = _raw_post(live_server.url, {"Content-Encoding": "gzip", "Content-Length": str(len(garbage))}, garbage)
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert b"unreadable request body" in answer
+
+    # Headers promise 1,000 bytes; ten come, then the client is gone.
+    _raw_post(live_server.url, {"Content-Length": "1000"}, b'{"inputs":', read=False)
+
+    def aborted() -> float:
+        return scrape_metrics(live_server.url)["neuronserve_requests_total{outcome=aborted}"]
+
+    wait_for(lambda: aborted() == before["neuronserve_requests_total{outcome=aborted}"] + 1, 10, "the abort counted")
+    after = scrape_metrics(live_server.url)
+    for outcome, added in (("bad_request", 1), ("error", 0), ("ok", 0)):
+        key = f"neuronserve_requests_total{{outcome={outcome}}}"
+        assert after[key] - before[key] == added, key
