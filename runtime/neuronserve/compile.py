@@ -406,7 +406,21 @@ def _trace_buckets(
                 # A Neuron-traced module runs only on a Neuron device, which a compile host may lack.
                 _check_trace(loaded.module, traced, bucket, loaded.inputs)
             with torch.no_grad():
-                width = int(loaded.module(*example).shape[-1])
+                shape = tuple(loaded.module(*example).shape)
+            if len(shape) != 2:
+                raise CompileError(
+                    f"the model's output has shape {list(shape)} at bucket (batch {bucket.batch}, sequence "
+                    f"{bucket.sequence}); the server answers one vector per row: [batch, width]"
+                )
+            if width not in (-1, shape[1]):
+                # A width that follows the bucket would make a request's answer depend on the
+                # requests it was batched with (and the metadata state one width only).
+                raise CompileError(
+                    f"the model's output width changes with the bucket: {width} before, {shape[1]} at (batch "
+                    f"{bucket.batch}, sequence {bucket.sequence}); the server needs one width for every bucket "
+                    "(pool or cut sequence-shaped outputs in the model)"
+                )
+            width = shape[1]
             with warnings.catch_warnings():
                 # torch marks TorchScript deprecated, but it is the format torch-neuronx emits.
                 warnings.simplefilter("ignore", DeprecationWarning)

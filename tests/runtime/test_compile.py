@@ -214,3 +214,47 @@ def test_with_torch_neuronx_importable_the_neuron_compiler_gets_the_flags(
     monkeypatch.delitem(sys.modules, "torch_neuronx")
     with pytest.raises(LoadError, match="compiled for Neuron"):
         ModelRunner(manifest, directory)
+
+
+class PerTokenScores(torch.nn.Module):
+    """One score per token: the output's width is the sequence length, so it follows the bucket."""
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return (input_ids * attention_mask).float()
+
+
+class HiddenStates(torch.nn.Module):
+    """A [batch, sequence, hidden] output: not one vector per row."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(100, 4)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden: torch.Tensor = self.embed(input_ids) * attention_mask.unsqueeze(-1).float()
+        return hidden
+
+
+@pytest.mark.parametrize(
+    ("module", "sequences", "message"),
+    [
+        (PerTokenScores(), "4,8", "output width changes with the bucket: 4 before, 8 at (batch 1, sequence 8)"),
+        (HiddenStates(), "4", "output has shape [1, 4, 4]"),
+    ],
+    ids=["width-follows-the-sequence", "three-dimensional"],
+)
+def test_an_output_that_is_not_one_fixed_width_vector_per_row_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], module: torch.nn.Module, sequences: str, message: str
+) -> None:
+    # Served, a request's rows would change with the requests batched beside it, and the metadata
+    # would state a shape the answers do not have.
+    source = tmp_path / "model.pt"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.jit.save(torch.jit.script(module.eval()), str(source))
+    argv = ["compile", "--source", str(source), "--store", str(tmp_path / "store"), "--name", "bad"]
+    code = cli.main([*argv, "--batch-buckets", "1", "--sequence-buckets", sequences])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert message in err and "Traceback" not in err
+    assert not list((tmp_path / "store").glob("*/manifest.json"))
