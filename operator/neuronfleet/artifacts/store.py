@@ -14,10 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from neuronfleet.planning.compile import CompileRequest, StoredArtifact
 from neuronserve.manifest import RequestRecord
+
+#: Each call runs in a reconcile (in a thread, which a timeout cannot stop): boto3's defaults (60 s
+#: to connect and per read, 5 legacy attempts) let a silent endpoint hold a reconcile ~5 minutes
+#: a call. Standard retries (3 attempts, AWS_MAX_ATTEMPTS overrides) of at most 5 + 10 s each.
+S3_CONFIG = Config(connect_timeout=5, read_timeout=10, retries={"mode": "standard"})
 
 
 class StoreUnavailable(Exception):
@@ -47,7 +53,7 @@ class ArtifactStore:
     @property
     def s3(self) -> Any:
         if self._s3 is None:
-            self._s3 = boto3.client("s3")
+            self._s3 = boto3.client("s3", config=S3_CONFIG)
         return self._s3
 
     def _read(self, uri: str) -> bytes | None:
