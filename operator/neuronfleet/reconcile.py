@@ -241,7 +241,7 @@ class Reconciler:
                     message = f"compile Job {action.name} started for {action.request.source}"
                     events.append(Event("Normal", Reason.COMPILE_STARTED, message))
             elif isinstance(action, DeleteCompileJob) and await self.kube.delete_job(namespace, action.name):
-                message = f"deleted compile Job {action.name}: the spec changed"
+                message = f"deleted compile Job {action.name}: the spec or the model source changed"
                 events.append(Event("Normal", Reason.COMPILE_SUPERSEDED, message))
         return events
 

@@ -102,6 +102,17 @@ def test_an_unreadable_source_starts_no_job_and_older_jobs_are_superseded() -> N
     assert actions == (StartCompileJob(absent.request, "job-now"), DeleteCompileJob("job-old"))
 
 
+def test_a_failed_source_listing_supersedes_no_running_compile() -> None:
+    # Without the listing the request key lacks the source's fingerprint, so it differs from the
+    # running Job's although nothing changed: deleting that Job would throw away hours of compile.
+    dep = deployment(**MANUAL)
+    blip = compiled(
+        dep, stored=None, source_problem="SlowDown: please reduce your request rate", running_jobs=("job-old",)
+    )
+    result = plan(dep, Observation(T0, compile=blip), DeploymentMemory(), {})
+    assert result.compile_actions == ()
+
+
 def test_the_plan_reads_its_time_from_the_observation_only() -> None:
     dep = deployment(**MANUAL)
     at = Observation(datetime(2030, 1, 1, tzinfo=UTC), compile=compiled(dep))

@@ -170,8 +170,11 @@ def _compile(
     actions: list[CompileAction] = []
     if decision.create_job:
         actions.append(StartCompileJob(observed.request, observed.job_name))
-    # A newer spec supersedes compiles of older requests that are still running.
-    actions += [DeleteCompileJob(name) for name in observed.running_jobs if name != observed.job_name]
+    if observed.source_problem is None:
+        # A newer spec (or source) supersedes compiles of older requests that are still running. Not
+        # on a round whose source listing failed: its request key lacks the fingerprint, so it
+        # differs from the running Job's although nothing changed, and a compile can take hours.
+        actions += [DeleteCompileJob(name) for name in observed.running_jobs if name != observed.job_name]
     return decision, tuple(actions), ()
 
 
