@@ -49,16 +49,28 @@ class QueryResult:
     evaluated_at: float | None
 
 
-def _scalar(result: list[dict[str, Any]]) -> QueryResult:
-    """One number from an instant-vector result: the sum over its series (None when empty)."""
+def _scalar(result: list[Any]) -> QueryResult:
+    """One number from an instant query's result: the sum over an instant vector's series, or a
+    scalar's value (a query may wrap its sum in ``scalar()``); None when empty, not a number (a
+    string) or not finite (NaN, or Inf from a division by zero, is no measurement)."""
     if not result:
+        return QueryResult(None, None)
+    samples: list[list[Any]]
+    if len(result) == 2 and not isinstance(result[0], dict):
+        # A scalar (or string) result is one [time, "value"] pair, not a list of series.
+        samples = [result]
+    else:
+        samples = [series["value"] for series in result if isinstance(series, dict) and "value" in series]
+    if not samples:
         return QueryResult(None, None)
     total = 0.0
     evaluated_at = None
-    for series in result:
-        stamp, raw = series["value"]
-        value = float(raw)
-        if math.isnan(value):
+    for stamp, raw in samples:
+        try:
+            value = float(raw)
+        except (TypeError, ValueError):  # a string result: no number to read
+            return QueryResult(None, float(stamp))
+        if not math.isfinite(value):
             return QueryResult(None, float(stamp))
         total += value
         evaluated_at = float(stamp)
@@ -76,8 +88,9 @@ class PrometheusMetrics:
         if url not in self._clients:
             # No retries: a slow or absent Prometheus must not stall the reconcile; the next tick
             # asks again. (retry=None would mean the library's default: 3 retries with back-off,
-            # about 6 s per query against a closed port.)
-            self._clients[url] = PrometheusConnect(url=url, disable_ssl=True, retry=Retry(total=0))
+            # about 6 s per query against a closed port.) TLS is verified (disable_ssl=False):
+            # REQUESTS_CA_BUNDLE names a private CA.
+            self._clients[url] = PrometheusConnect(url=url, disable_ssl=False, retry=Retry(total=0))
         return self._clients[url]
 
     def _query_all(self, url: str, queries: dict[str, str], timeout: float) -> dict[str, QueryResult]:
@@ -93,7 +106,14 @@ class PrometheusMetrics:
             results = await asyncio.wait_for(
                 asyncio.to_thread(self._query_all, url, queries_for(dep), timeout), timeout=timeout * len(SIGNALS) + 1
             )
-        except (requests.RequestException, PrometheusApiClientException, TimeoutError, ValueError, KeyError) as exc:
+        except (
+            requests.RequestException,
+            PrometheusApiClientException,
+            TimeoutError,
+            ValueError,
+            KeyError,
+            TypeError,  # an answer of an unexpected shape (e.g. a matrix from a range selector)
+        ) as exc:
             return None, f"Prometheus at {url} unavailable: {type(exc).__name__}: {str(exc)[:200]}"
         if all(result.value is None for result in results.values()):
             return None, f"Prometheus at {url} returned no samples for {dep.name}"

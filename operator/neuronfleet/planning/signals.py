@@ -52,8 +52,9 @@ class MetricSnapshot:
     def __post_init__(self) -> None:
         for name in SIGNALS:
             value = getattr(self, name)
-            if value is not None and (math.isnan(value) or value < 0):
-                # A NaN or negative sample is a broken exporter, not a measurement: store it as missing.
+            if value is not None and (not math.isfinite(value) or value < 0):
+                # A NaN, infinite (a division by zero in a query) or negative sample is a broken
+                # exporter or query, not a measurement: store it as missing.
                 object.__setattr__(self, name, None)
 
     @property

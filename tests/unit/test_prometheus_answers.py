@@ -1,0 +1,95 @@
+"""The Prometheus reader on answers of every shape: a scalar, a non-finite value, a matrix.
+
+A query is the user's to write (``scaling.metrics``); whatever Prometheus answers to it must become
+a number or a missing signal, never an exception that stops the reconcile (no status, no pods).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import yaml
+
+from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.metrics.prometheus import PrometheusMetrics, _scalar
+from neuronfleet.planning.signals import MetricSnapshot
+
+REPO = Path(__file__).resolve().parents[2]
+NOW = 1_700_000_000.0
+
+
+def _vector(*values: str) -> dict[str, Any]:
+    return {
+        "resultType": "vector",
+        "result": [{"metric": {"pod": f"p{i}"}, "value": [NOW, v]} for i, v in enumerate(values)],
+    }
+
+
+#: What the fake Prometheus answers, by a word the query holds.
+ANSWERS: dict[str, dict[str, Any]] = {
+    "queue": {"resultType": "scalar", "result": [NOW, "12"]},
+    "inflight": _vector("3", "4"),
+    "arrivals": _vector("+Inf"),
+    "busy": {"resultType": "matrix", "result": [{"metric": {}, "values": [[NOW - 15, "0.5"], [NOW, "0.6"]]}]},
+    "peak": {"resultType": "string", "result": [NOW, "not a number"]},
+}
+
+
+class FakePrometheus(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        query = parse_qs(urlsplit(self.path).query).get("query", [""])[0]
+        data = next(answer for word, answer in ANSWERS.items() if word in query)
+        body = json.dumps({"status": "success", "data": data}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def prometheus() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakePrometheus)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+async def test_a_scalar_a_vector_an_infinity_a_matrix_and_a_string_become_numbers_or_missing(
+    prometheus: str,
+) -> None:
+    doc = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
+    doc["spec"]["scaling"]["metrics"] = {
+        "prometheusUrl": prometheus,
+        "queueDepth": "scalar(sum(queue))",
+        "inFlight": "sum(inflight)",
+        "arrivalRate": "sum(arrivals) / 0",
+        "utilization": "busy[1m]",
+        "arrivalPeak": 'label_replace(peak, "a", "b", "", "")',
+    }
+    snapshot, reason = await PrometheusMetrics(None).snapshot(InferenceDeployment.model_validate(doc), NOW)
+    assert snapshot is not None, reason
+    assert (snapshot.queue_depth, snapshot.in_flight) == (12.0, 7.0)
+    assert snapshot.arrival_rate is None and snapshot.utilization is None and snapshot.arrival_peak is None
+    assert reason == "signals missing: utilization"
+
+
+def test_non_finite_values_are_missing() -> None:
+    assert _scalar([NOW, "NaN"]).value is None
+    assert _scalar(_vector("1", "-Inf")["result"]).value is None
+    snapshot = MetricSnapshot(time=time.time(), queue_depth=math.inf, utilization=0.5)
+    assert snapshot.queue_depth is None and snapshot.utilization == 0.5
