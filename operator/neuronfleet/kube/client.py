@@ -24,6 +24,10 @@ from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION
 from neuronfleet.planning.labels import selector_string
 
 MERGE_PATCH = "application/merge-patch+json"
+#: Seconds one API call may take, answer read included. kubernetes_asyncio sets no timeout of its
+#: own: a connection gone silent (a control-plane failover) would hold the reconcile, and the
+#: object's lock, forever. A timed-out call fails the reconcile, which is retried.
+REQUEST_TIMEOUT_SECONDS = 30.0
 
 Obj = dict[str, Any]
 
@@ -68,8 +72,9 @@ class KubeClient:
     #: How old a node list may be when reused (a lost node is noticed within this).
     NODE_CACHE_SECONDS = 5.0
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(self, api_client: client.ApiClient, request_timeout: float = REQUEST_TIMEOUT_SECONDS) -> None:
         self.api_client = api_client
+        self.request_timeout = request_timeout
         # Typed as Any: the generated stubs omit the `_content_type` / `_preload_content` keywords
         # that the methods accept, and every result here is a raw response read as a dict.
         self.core: Any = client.CoreV1Api(api_client)
@@ -89,22 +94,23 @@ class KubeClient:
 
     # ------------------------------------------------------------------------------------ reading
 
-    @staticmethod
-    async def _json(call: Any) -> Obj:
-        """Await a raw (``_preload_content=False``) call; raise ApiException on an error status.
+    async def _json(self, call: Any) -> Obj:
+        """Await a raw (``_preload_content=False``) call; raise ApiException on an error status, and
+        TimeoutError past :attr:`request_timeout`.
 
         kubernetes_asyncio raises for error statuses only when it preloads the content itself.
         """
-        response = await call
-        try:
-            data = await response.read()
-            if not 200 <= response.status <= 299:
-                error = ApiException(status=response.status, reason=response.reason or "")
-                error.body = data.decode(errors="replace")
-                raise error
-            return cast(Obj, json.loads(data))
-        finally:
-            response.release()
+        async with asyncio.timeout(self.request_timeout):
+            response = await call
+            try:
+                data = await response.read()
+            finally:
+                response.release()
+        if not 200 <= response.status <= 299:
+            error = ApiException(status=response.status, reason=response.reason or "")
+            error.body = data.decode(errors="replace")
+            raise error
+        return cast(Obj, json.loads(data))
 
     async def list_pods(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
         doc = await self._json(
@@ -134,16 +140,17 @@ class KubeClient:
 
     async def pod_log_tail(self, namespace: str, name: str, lines: int = 20) -> str:
         try:
-            response = await self.core.read_namespaced_pod_log(
-                name, namespace, tail_lines=lines, _preload_content=False
-            )
-            try:
-                data: bytes = await response.read()
-                return data.decode(errors="replace") if response.status == 200 else ""
-            finally:
-                response.release()
-        except ApiException:
-            return ""
+            async with asyncio.timeout(self.request_timeout):
+                response = await self.core.read_namespaced_pod_log(
+                    name, namespace, tail_lines=lines, _preload_content=False
+                )
+                try:
+                    data: bytes = await response.read()
+                    return data.decode(errors="replace") if response.status == 200 else ""
+                finally:
+                    response.release()
+        except (ApiException, TimeoutError):
+            return ""  # the log only adds detail to a failed Job's message
 
     # ------------------------------------------------------------------------------------ writing
 

@@ -1,0 +1,36 @@
+"""The Kubernetes API adapter gives up on a silent API server instead of waiting forever.
+
+kubernetes_asyncio sets no timeout of its own: without one, a connection that goes silent (a
+control-plane failover) holds the reconcile and the object's lock for good.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+from kubernetes_asyncio import client
+
+from neuronfleet.kube.client import KubeClient
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """A port that takes connections (the kernel's backlog) and never answers a byte."""
+    sock = socket.create_server(("127.0.0.1", 0), backlog=8)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    sock.close()
+
+
+async def test_a_call_to_a_silent_api_server_times_out(silent_server: str) -> None:
+    configuration = client.Configuration(host=silent_server)
+    kube = KubeClient(client.ApiClient(configuration), request_timeout=0.5)
+    try:
+        with pytest.raises(TimeoutError):
+            await kube.list_pods("default", {"app": "x"})
+        with pytest.raises(TimeoutError):
+            await kube.patch_status("default", "x", {"phase": "Ready"})
+        assert await kube.pod_log_tail("default", "x") == ""  # the log is optional detail
+    finally:
+        await kube.close()
