@@ -383,8 +383,11 @@ class MetricQueries(ApiModel):
         description="Total requests waiting in the replicas' queues.",
     )
     in_flight: str = Field(
-        default='sum(neuronserve_inflight_requests{namespace="$namespace",deployment="$name",role="active"})',
-        description="Total requests being executed.",
+        # neuronserve_inflight_requests counts every request accepted and not answered, queued ones
+        # included: the load signal (queued plus in flight) would count the queue twice.
+        default='sum(neuronserve_inflight_requests{namespace="$namespace",deployment="$name",role="active"}) '
+        '- sum(neuronserve_queue_depth{namespace="$namespace",deployment="$name",role="active"})',
+        description="Total requests being executed (accepted and not answered, less those queued).",
     )
     arrival_rate: str = Field(
         default='sum(rate(neuronserve_requests_total{namespace="$namespace",deployment="$name"}[1m]))',
