@@ -20,6 +20,7 @@ from neuronfleet.planning.status import (
     StatusInputs,
     build_status,
     compute_conditions,
+    invalid_status,
     merge_conditions,
     status_patch,
 )
@@ -253,3 +254,16 @@ def test_an_unscheduled_placeholder_does_not_fill_the_warm_pool() -> None:
     assert (warm.status, warm.reason) == ("False", "WarmPoolFilling")
     bound = replace(pending, placeholders_bound=1)
     assert by_type(compute_conditions(inputs(fleet=bound)))["WarmPoolReady"].status == "True"
+
+
+def test_an_invalid_spec_is_not_ready_for_its_generation_and_keeps_the_rest() -> None:
+    # A check that waits for observedGeneration and Ready must not pass on a refused spec.
+    ready = {"type": "Ready", "status": "True", "reason": "ReplicasReady", "message": "2/2", "observedGeneration": 1}
+    previous = {"observedGeneration": 1, "replicas": 2, "conditions": [ready]}
+    new = invalid_status(previous, "spec.scaling.maxReplicas: not an integer", 2, T1)
+    conditions = {c["type"]: c for c in new["conditions"]}
+    assert new["observedGeneration"] == 2 and new["replicas"] == 2
+    assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("False", "InvalidSpec")
+    assert conditions["Ready"]["observedGeneration"] == 2
+    assert (conditions["Degraded"]["status"], conditions["Degraded"]["reason"]) == ("True", "InvalidSpec")
+    assert "maxReplicas" in conditions["Degraded"]["message"]

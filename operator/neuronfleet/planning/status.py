@@ -452,12 +452,20 @@ def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, An
 
 
 def invalid_status(previous: Mapping[str, Any], message: str, generation: int | None, now: datetime) -> dict[str, Any]:
-    """The status of an object whose spec the operator cannot parse: Degraded InvalidSpec.
+    """The status of an object whose spec the operator cannot parse: Degraded InvalidSpec, and not
+    Ready for that generation (a check that waits for the observed generation and Ready must not
+    pass on a spec the operator refused).
 
     Nothing else can be computed, so the rest of the previous status stays as it was.
     """
     degraded = ConditionValue("Degraded", "True", Reason.INVALID_SPEC, message)
-    conditions = merge_conditions(previous.get("conditions") or [], [degraded], now, generation)
+    not_ready = ConditionValue(
+        "Ready",
+        "False",
+        Reason.INVALID_SPEC,
+        "the spec is invalid (see Degraded); pods of the last valid spec, if any, are left as they were",
+    )
+    conditions = merge_conditions(previous.get("conditions") or [], [degraded, not_ready], now, generation)
     status = {**previous, "conditions": [c.to_wire() for c in conditions]}
     if generation is not None:
         status["observedGeneration"] = generation
