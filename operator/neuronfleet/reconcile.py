@@ -38,6 +38,7 @@ from neuronfleet.kube.builders import (
     BuilderConfig,
     build_pdb,
     build_service,
+    foreign_controller,
     object_for_action,
     pod_template_hash,
     relabel_patch,
@@ -283,7 +284,15 @@ class Reconciler:
         namespace = dep.metadata.namespace or "default"
         try:
             for obj in (build_service(dep), build_pdb(dep)):
-                current = await self.kube.read(obj["kind"], namespace, obj["metadata"]["name"])
+                kind, name = obj["kind"], obj["metadata"]["name"]
+                current = await self.kube.read(kind, namespace, name)
+                owner = foreign_controller(current, obj)
+                if owner is not None:
+                    errors.append(
+                        f"{kind} {name} exists and belongs to {owner}, not to this InferenceDeployment: "
+                        "left as it is; delete or rename it"
+                    )
+                    continue
                 await self.kube.ensure(obj, current)
         except ApiException as exc:
             errors.append(_api_error(exc))

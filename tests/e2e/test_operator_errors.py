@@ -115,3 +115,41 @@ async def test_pods_that_cannot_start(
         what="the neighbour keeps being served",
     )
     assert all(ready(p) for p in harness.pods(NS, neighbour))
+
+
+async def test_a_service_of_the_same_name_made_by_someone_else_is_left_alone_and_reported(
+    harness: OperatorHarness,
+) -> None:
+    # Helm (or a person) made a Service called as the deployment's would be; patching our labels and
+    # selector into it would break what it serves, and its owner would patch it back.
+    manifest = harness.localize(
+        example(
+            "bert-embeddings", scaling={"mode": "Manual", "replicas": 1, "minReplicas": 0}, warmPool={"mode": "Off"}
+        ),
+        namespace=NS,
+    )
+    name = manifest["metadata"]["name"]
+    theirs = {
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "Helm"}},
+        "spec": {"selector": {"app": "legacy-embeddings"}, "ports": [{"port": 80, "targetPort": 8080}]},
+    }
+    await harness.ensure_namespace(NS)
+    harness.cluster.create("services", theirs, NS)
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+
+    await harness.wait(
+        lambda: "belongs to no controller" in harness.condition(NS, name, "Degraded").get("message", ""),
+        timeout=90,
+        what="Degraded names the Service it will not touch",
+    )
+    assert harness.condition(NS, name, "Degraded")["reason"] == "ReconcileError"
+    service = harness.cluster.get("services", name, NS)
+    assert service is not None
+    assert service["spec"]["selector"] == {"app": "legacy-embeddings"}
+    assert service["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "Helm"}
+    await harness.wait(
+        lambda: harness.condition(NS, name, "Ready").get("status") == "True",
+        timeout=90,
+        what="the deployment is served all the same",
+    )

@@ -156,6 +156,25 @@ def owner_reference(dep: InferenceDeployment) -> dict[str, Any]:
     }
 
 
+def foreign_controller(live: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> str | None:
+    """Who controls ``live``, when it is not the owner ``wanted`` names (None: absent or ours).
+
+    A Service or PodDisruptionBudget of the same name made by someone else (Helm, another
+    controller, a person) is not this deployment's to patch: merging our labels and selector into
+    it would break what it serves, and its owner would patch it back.
+    """
+    if live is None:
+        return None
+    ours = {ref.get("uid") for ref in wanted.get("metadata", {}).get("ownerReferences", [])}
+    refs = live.get("metadata", {}).get("ownerReferences") or []
+    controller = next((ref for ref in refs if ref.get("controller")), None)
+    if controller is not None and controller.get("uid") in ours:
+        return None
+    if controller is None:
+        return "no controller (made by hand, or by a tool that sets no owner)"
+    return f"{controller.get('kind', '?')} {controller.get('name', '?')}"
+
+
 def _metadata(
     dep: InferenceDeployment,
     name: str,
