@@ -17,8 +17,8 @@ from rich.console import Console
 
 from neuronfleet import __version__
 from neuronfleet.api.crd import CRD_FILENAME, crd_yaml
-from neuronfleet.api.v1alpha1 import InferenceDeployment
-from neuronfleet.api.validation import Problem, validate_manifest
+from neuronfleet.api.v1alpha1 import GROUP, KIND, InferenceDeployment
+from neuronfleet.api.validation import Problem, not_utf8_message, validate_manifest
 from neuronfleet.planning.placement import check_fits
 
 console = Console(highlight=False, soft_wrap=True)
@@ -67,6 +67,8 @@ class DocumentResult:
     name: str | None = None
     problems: list[Problem] = field(default_factory=list)
     summary: str = ""
+    #: Why the document was not validated (another kind of object); empty when it was.
+    skipped: str = ""
 
 
 def _manifest_files(paths: Iterable[str]) -> Iterator[Path]:
@@ -88,8 +90,28 @@ def _catalog_problems(model: InferenceDeployment) -> list[Problem]:
     return problems
 
 
+def _other_kind(doc: object) -> str:
+    """``Kind/name`` of a Kubernetes object of another API group (a Namespace beside the manifest), else "".
+
+    Objects of this API group with another kind stay errors: they are typos of the kind.
+    """
+    if not isinstance(doc, dict):
+        return ""
+    api_version, kind = doc.get("apiVersion"), doc.get("kind")
+    if not isinstance(api_version, str) or not isinstance(kind, str) or not kind or kind == KIND:
+        return ""
+    if api_version.split("/")[0] == GROUP:
+        return ""
+    metadata = doc.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return f"{kind}/{name}" if name else kind
+
+
 def validate_files(paths: Iterable[str]) -> list[DocumentResult]:
-    """Validate every InferenceDeployment document in the given files and folders."""
+    """Validate every InferenceDeployment document in the given files and folders.
+
+    Documents of other kinds (a Namespace in the same file) are returned with ``skipped`` set.
+    """
     results: list[DocumentResult] = []
     for path in _manifest_files(paths):
         source = str(path)
@@ -99,9 +121,7 @@ def validate_files(paths: Iterable[str]) -> list[DocumentResult]:
             results.append(DocumentResult(source, problems=[Problem("", f"cannot read: {exc.strerror}")]))
             continue
         except UnicodeDecodeError as exc:
-            # Kubernetes manifests are UTF-8 (kubectl refuses anything else too).
-            message = f"not UTF-8 text: byte 0x{exc.object[exc.start]:02x} at offset {exc.start}"
-            results.append(DocumentResult(source, problems=[Problem("", message)]))
+            results.append(DocumentResult(source, problems=[Problem("", not_utf8_message(exc))]))
             continue
         try:
             documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
@@ -117,6 +137,10 @@ def validate_files(paths: Iterable[str]) -> list[DocumentResult]:
             results.append(DocumentResult(source, problems=[Problem("", "no YAML documents in the file")]))
         for index, doc in enumerate(documents):
             label = source if len(documents) == 1 else f"{source}#{index + 1}"
+            other = _other_kind(doc)
+            if other:
+                results.append(DocumentResult(label, skipped=f"skipped {other}: not an InferenceDeployment"))
+                continue
             model, problems = validate_manifest(doc)
             result = DocumentResult(label, problems=problems)
             if model is not None:
@@ -134,10 +158,14 @@ def validate_files(paths: Iterable[str]) -> list[DocumentResult]:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    results = validate_files(args.filename)
+    everything = validate_files(args.filename)
+    results = [result for result in everything if not result.skipped]
     failed = 0
-    for result in results:
-        if result.problems:
+    for result in everything:
+        if result.skipped:
+            if not args.quiet:
+                console.print(f"- {result.source}: {result.skipped}", markup=False)
+        elif result.problems:
             failed += 1
             console.print(f"[red]✗[/red] {result.source}" + (f" ({result.name})" if result.name else ""))
             for problem in result.problems:
@@ -145,9 +173,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         elif not args.quiet:
             console.print(f"[green]✓[/green] {result.source}: {result.name}: {result.summary}")
     if not results:
-        err_console.print("no manifests found")
+        err_console.print("no InferenceDeployment manifests found" if everything else "no manifests found")
         return 1
-    console.print(f"{len(results) - failed} valid, {failed} invalid")
+    skipped = len(everything) - len(results)
+    console.print(f"{len(results) - failed} valid, {failed} invalid" + (f", {skipped} skipped" if skipped else ""))
     return 1 if failed else 0
 
 

@@ -5,13 +5,15 @@ Reads an InferenceDeployment manifest, validates it as the API server would
 replica count (``--replicas``, else the spec's ``replicas``/``minReplicas`` plus warm pods) and
 prints one table row per allowed instance type: replicas per node and what limits it, nodes,
 $/h, $ per replica-hour and $ per million inferences at ``--throughput`` requests per second
-per replica ("$/M inf."). The chosen row is marked and the plan's reason printed under the table. Exit codes:
+per replica ("$/M inf."). The chosen row is marked and the plan's reason printed under the table
+(for 0 replicas: no node and no cost, and the type a first replica would go on). Exit codes:
 0 a placement exists, 1 no allowed type fits, 2 the manifest cannot be read or is invalid.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
-from neuronfleet.api.validation import validate_manifest
+from neuronfleet.api.validation import not_utf8_message, validate_manifest
 from neuronfleet.planning.placement import PlacementPlan, QuantityError, needs_from_spec, plan_placement
 
 console = Console(highlight=False, soft_wrap=True)
@@ -34,9 +36,11 @@ class ManifestError(Exception):
 def load_manifest(path: str) -> InferenceDeployment:
     """The one InferenceDeployment in ``path``, validated; ManifestError with every problem otherwise."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
         raise ManifestError(f"{path}: cannot read: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise ManifestError(f"{path}: {not_utf8_message(error)}") from None
     try:
         documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
     except yaml.YAMLError as error:
@@ -61,6 +65,17 @@ def default_replicas(dep: InferenceDeployment) -> int:
     return active + warm
 
 
+def scaled_to_zero(plan: PlacementPlan) -> PlacementPlan:
+    """The plan for 0 replicas: no nodes, no cost.
+
+    The planner scores one replica (what fits, and where a first replica would go); here every
+    candidate keeps that fit and holds none.
+    """
+    candidates = tuple(dataclasses.replace(candidate, replicas=0) for candidate in plan.candidates)
+    chosen = next((c for c in candidates if plan.chosen is not None and c.name == plan.chosen.name), None)
+    return dataclasses.replace(plan, replicas=0, candidates=candidates, chosen=chosen)
+
+
 def plan_table(plan: PlacementPlan, title: str) -> Table:
     """The plan as a rich table, one row per allowed instance type."""
     table = Table(title=title, title_justify="left")
@@ -82,7 +97,7 @@ def plan_table(plan: PlacementPlan, title: str) -> Table:
             "cores" if candidate.limited_by == "neuroncores" else candidate.limited_by or "",
             str(candidate.nodes),
             f"{candidate.usd_per_hour:.2f}",
-            f"{candidate.usd_per_replica_hour:.3f}",
+            f"{candidate.usd_per_replica_hour:.3f}" if candidate.replicas else "-",
             f"{per_million:.4g}" if per_million is not None else "-",
             style="bold" if marked else None,
         )
@@ -94,19 +109,21 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         dep = load_manifest(args.filename)
         needs = needs_from_spec(dep.spec)
     except ManifestError as error:
-        err_console.print(str(error), markup=False)
+        err_console.print(f"error: {error}", markup=False)
         return 2
     except QuantityError as error:
-        err_console.print(f"{args.filename}: {error}", markup=False)
+        err_console.print(f"error: {args.filename}: {error}", markup=False)
         return 2
     if args.replicas is not None and args.replicas < 0:
-        err_console.print("--replicas must be 0 or more")
+        err_console.print("error: --replicas must be 0 or more")
         return 2
     if args.throughput is not None and args.throughput <= 0:
-        err_console.print("--throughput must be positive")
+        err_console.print("error: --throughput must be positive")
         return 2
     replicas = args.replicas if args.replicas is not None else default_replicas(dep)
     plan = plan_placement(needs, dep.spec.placement.instance_types, replicas, throughput_rps=args.throughput)
+    if replicas == 0:
+        plan = scaled_to_zero(plan)
     title = f"{dep.name}: {plan.replicas} replica(s) of {needs.describe()}"
     if args.throughput:
         title += f", {args.throughput:g} inferences/s per replica"
@@ -118,6 +135,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         for problem in plan.problems:
             console.print(f"[red]✗[/red] {problem}", markup=True)
         return 1
+    if plan.replicas == 0:
+        console.print(
+            f"chosen: none: 0 replicas need no node ($0.00/h); a first replica would go on {plan.chosen.name}",
+            markup=False,
+        )
+        return 0
     console.print(f"chosen: {plan.reason}", markup=False)
     return 0
 

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import shlex
+import sys
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import kopf
+from kubernetes_asyncio.config import ConfigException
 
 from neuronfleet.artifacts.store import ArtifactStore
 from neuronfleet.handlers import OperatorContext, kopf_settings, registry
@@ -143,7 +145,25 @@ async def _run(args: argparse.Namespace) -> None:
     await kopf.run_tasks(tasks)
 
 
+def kubeconfig_in_use(args: argparse.Namespace) -> Path | None:
+    """The kubeconfig ``run`` reads, picked as :func:`neuronfleet.kube.client.load_configuration`
+    picks it: ``--kubeconfig``, else ``$KUBECONFIG``, else ``~/.kube/config``; None in a pod without
+    ``--kubeconfig`` (the service account)."""
+    if args.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return None
+    return Path(args.kubeconfig or os.environ.get("KUBECONFIG") or Path.home() / ".kube" / "config").expanduser()
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
+    # A configuration that cannot be loaded ends with one line and exit code 2, never a traceback.
+    kubeconfig = kubeconfig_in_use(args)
+    if kubeconfig is not None and not kubeconfig.is_file():
+        problem = "is a directory" if kubeconfig.is_dir() else "not found"
+        print(
+            f"error: kubeconfig {kubeconfig} {problem}: pass --kubeconfig or set KUBECONFIG to an existing file",
+            file=sys.stderr,
+        )
+        return 2
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s"
     )
@@ -151,6 +171,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         asyncio.run(_run(args))
     except KeyboardInterrupt:
         return 130
+    except ConfigException as error:
+        detail = " ".join(str(error).split()).rstrip(".")
+        if kubeconfig is None:
+            print(f"error: in-cluster configuration: {detail}; check the pod's service account", file=sys.stderr)
+        else:
+            print(
+                f"error: kubeconfig {kubeconfig}: {detail}; fix it or pass another with --kubeconfig", file=sys.stderr
+            )
+        return 2
     return 0
 
 

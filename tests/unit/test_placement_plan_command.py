@@ -81,3 +81,24 @@ def test_every_example_manifest_has_a_placement(repo_root: Path, capsys: pytest.
         code, out, err = run(capsys, "-f", str(example))
         assert code == 0, f"{example.name}: {out}{err}"
         assert "chosen: inf2." in out
+
+
+def test_plan_reports_a_file_that_is_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The same message as `neuronfleet validate` (tests/unit/test_validate_encoding.py).
+    path = tmp_path / "utf16.yaml"
+    path.write_text(EIGHT_CORES, encoding="utf-16")
+    code, _, err = run(capsys, "-f", str(path))
+    assert code == 2
+    assert err.strip() == f"error: {path}: not UTF-8 text: byte 0xff at offset 0"
+
+
+def test_plan_for_zero_replicas_needs_no_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "-f", write(tmp_path, EIGHT_CORES), "--replicas", "0", "--throughput", "10")
+    assert code == 0
+    assert "0 replica(s) of 8 NeuronCores" in out
+    rows = [line.split("│")[1:-1] for line in out.splitlines() if "inf2." in line and "│" in line]
+    assert len(rows) == 2
+    for _, _, per_node, _, nodes, usd, per_replica, per_million in rows:
+        assert int(per_node) >= 1 and (nodes.strip(), usd.strip()) == ("0", "0.00")
+        assert per_replica.strip() == per_million.strip() == "-"
+    assert "chosen: none: 0 replicas need no node ($0.00/h); a first replica would go on inf2.24xlarge" in out

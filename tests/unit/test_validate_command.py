@@ -106,3 +106,21 @@ def test_a_dns_1035_name_passes(tmp_path: Path) -> None:
     path.write_text(manifest)
     [result] = validate_files([str(path)])
     assert not result.problems
+
+
+def test_other_kinds_in_a_file_are_skipped_with_a_note(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A file that creates its namespace first, as `kubectl apply -f` takes it (and `plan` reads it).
+    good = (REPO / "examples" / "bert-embeddings.yaml").read_text()
+    path = tmp_path / "with-namespace.yaml"
+    path.write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: search}\n---\n" + good)
+    assert main(["validate", "-f", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{path}#1: skipped Namespace/search: not an InferenceDeployment" in out
+    assert "1 valid, 0 invalid, 1 skipped" in out
+
+
+def test_a_file_with_no_inference_deployment_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "namespace.yaml"
+    path.write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: search}\n")
+    assert main(["validate", "-f", str(path)]) == 1
+    assert "no InferenceDeployment manifests found" in capsys.readouterr().err

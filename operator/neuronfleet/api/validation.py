@@ -39,6 +39,11 @@ class Problem:
         return f"{self.path}: {self.message}" if self.path else self.message
 
 
+def not_utf8_message(error: UnicodeDecodeError) -> str:
+    """What to say about a manifest that is not UTF-8 (Kubernetes manifests are; kubectl refuses others)."""
+    return f"not UTF-8 text: byte 0x{error.object[error.start]:02x} at offset {error.start}"
+
+
 def _strict(node: Any) -> Any:
     """A copy of the schema that rejects unknown fields (structural schemas merely prune them)."""
     if isinstance(node, list):
