@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from neuronfleet.sim.profiles import Profile, ProfileError, dump_profile, load_p
 from neuronfleet.sim.trace import Trace, TraceError, load, scale, with_history_pass
 from neuronfleet.sim.workload import build, factor_for_peak
 
+REPO = Path(__file__).resolve().parents[2]
 ZERO_COLD_START = {"node": 0, "scheduling": 0, "pull": 0, "init": 0, "load": 0, "warmup": 0}
 
 
@@ -183,6 +185,13 @@ def test_missing_trace_file(tmp_path: Path) -> None:
         load(tmp_path / "nope.csv")
 
 
+def test_compressed_trace_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv.gz"
+    path.write_bytes(gzip.compress(write_trace(tmp_path / "t.csv", seconds=30).read_bytes()))
+    with pytest.raises(TraceError, match=r"t\.csv\.gz: not a UTF-8 CSV \(byte 0x8b .*decompress it first\)"):
+        load(path)
+
+
 def test_scaling_keeps_the_burst_structure(trace: Trace) -> None:
     scaled = scale(trace, 10, jitter=1.0, seed=1)
     assert len(scaled) == 10 * len(trace)
@@ -316,6 +325,71 @@ def test_simulate_bad_policy_file(tmp_path: Path, capsys: pytest.CaptureFixture[
     csv = write_trace(tmp_path / "t.csv", seconds=30)
     assert run_cli(["--trace", str(csv), "--policy", str(policy)]) == 2
     assert "targetUtilization" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("scaling: 5\n", "p.yaml: `scaling` must be a mapping of its fields"),
+        ("warmPool: [Auto]\n", "p.yaml: `warmPool` must be a mapping of its fields"),
+        ("scaling: {}\nwarmpool: {mode: Auto}\n", "p.yaml: unknown key `warmpool`; expected `scaling`, `warmPool`"),
+        ("scaling:\ntargetQueueDepth: 4\n", "unknown key `targetQueueDepth`"),
+        ("scaling: {targetQueDepth: 4}\n", 'scaling.targetQueDepth: unknown field "targetQueDepth"'),
+        # The CRD's CEL rules, as `neuronfleet validate` applies them.
+        ("scaling: {minReplicas: 5, maxReplicas: 2}\n", "scaling.minReplicas: minReplicas must not exceed maxReplicas"),
+        ("warmPool: {minPods: 3, maxPods: 1}\n", "warmPool.minPods: warmPool.minPods must not exceed warmPool.maxPods"),
+        ("kind: InferenceDeployment\nspce: {}\nspec: {scaling: {}}\n", "unknown key `spce`"),
+        ("spec: {scaling: {}, scalling: {}}\n", "unknown key `spec.scalling`"),
+        ("spec: {scaling: {minReplicas: 3, maxReplicas: 1}}\n", "spec.scaling.minReplicas: minReplicas must not"),
+    ],
+    ids=[
+        "scaling-not-a-mapping",
+        "warmpool-not-a-mapping",
+        "unknown-section",
+        "misindented",
+        "unknown-field",
+        "inverted-replicas",
+        "inverted-warm-pods",
+        "cr-unknown-key",
+        "cr-unknown-spec-key",
+        "cr-inverted-replicas",
+    ],
+)
+def test_simulate_policy_file_is_checked_as_validate_checks_a_cr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str
+) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text(content)
+    assert run_cli(["--trace", str(tmp_path / "unread.csv"), "--policy", str(policy)]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "scaling:\nwarmPool: {mode: Auto}\n",
+        # maxReplicas comes from the run when the file leaves it out: no CRD default (10) to exceed.
+        "scaling: {minReplicas: 20}\n",
+        (REPO / "examples" / "bert-embeddings.yaml").read_text(),
+    ],
+    ids=["empty-section", "min-without-max", "whole-cr"],
+)
+def test_simulate_accepts_good_policy_files(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text(content)
+    # Policy files are read before the trace: reaching the missing trace means the policy passed.
+    assert run_cli(["--trace", str(tmp_path / "absent.csv"), "--policy", str(policy)]) == 2
+    assert "absent.csv: cannot open" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan"])
+def test_simulate_duration_must_be_positive(tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(["--trace", str(tmp_path / "t.csv"), "--duration", value])
+    assert exit_info.value.code == 2
+    assert f"argument --duration: must be a positive number of seconds, got {value}" in capsys.readouterr().err
 
 
 def test_simulate_help_reads_well(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,15 +10,18 @@ import argparse
 import math
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from neuronfleet.api.crd import openapi_schema
+from neuronfleet.api.v1alpha1 import API_VERSION, KIND
+from neuronfleet.api.validation import not_utf8_message, validate_manifest
 from neuronfleet.sim import report, runner
 from neuronfleet.sim.profiles import BUILTIN, Profile, ProfileError, dump_profile, load_profile
 from neuronfleet.sim.trace import Trace, TraceError, load, with_history_pass
@@ -73,7 +76,9 @@ examples:
   neuronfleet simulate --dump-profile bert-base > my-profile.yaml
 
 A policy file holds an InferenceDeployment's `scaling` and `warmPool` sections (camelCase, as in
-the CR; a whole CR with `spec:` works too). A profile file has the fields that --dump-profile prints.
+the CR; a whole CR with `spec:` works too), checked as `neuronfleet validate` checks a CR: unknown
+keys and the CRD's rules (minReplicas <= maxReplicas, ...) are errors. A profile file has the
+fields that --dump-profile prints.
 """
 
 
@@ -147,7 +152,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="S",
         help="replicate: copies of an arrival spread over S seconds (default: 1)",
     )
-    p.add_argument("--duration", type=float, metavar="S", help="use only the first S seconds of the trace")
+    p.add_argument("--duration", type=_positive_seconds, metavar="S", help="use only the first S seconds of the trace")
     p.add_argument(
         "--history-pass",
         action="store_true",
@@ -188,23 +193,89 @@ class UsageError(ValueError):
     """Bad options or input files."""
 
 
-def _policy_file(path: str) -> tuple[str, dict[str, Any]]:
+def _positive_seconds(text: str) -> float:
+    """An option's value that must be a positive, finite number of seconds (argparse type)."""
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+#: The sections of a policy file: an InferenceDeployment's, camelCase as in the CR.
+POLICY_SECTIONS = ("scaling", "warmPool")
+#: The top-level keys of a whole InferenceDeployment given as a policy file.
+RESOURCE_KEYS = ("apiVersion", "kind", "metadata", "spec", "status")
+
+
+def _policy_file(path: str) -> tuple[str, dict[str, Any]]:
+    """A policy file's ``scaling`` and ``warmPool`` sections, checked as ``neuronfleet validate``
+    checks a CR (schema with unknown fields refused, then the CRD's CEL rules); UsageError if not."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{path}: cannot read policy file: {not_utf8_message(error)}") from None
     except (OSError, yaml.YAMLError) as error:
         raise UsageError(f"{path}: cannot read policy file: {error}") from None
-    if isinstance(data, dict) and isinstance(data.get("spec"), dict):
-        data = data["spec"]
-    if not isinstance(data, dict) or not ({"scaling", "warmPool"} & data.keys()):
-        raise UsageError(f"{path}: expected a mapping with `scaling` and/or `warmPool` sections")
-    unknown = set(data) - {"scaling", "warmPool"}
-    data = {k: v for k, v in data.items() if k not in unknown}
-    try:
-        runner.cases(["ours"], 10, 1, sweep=False, policy_files=[(Path(path).stem, data)])[-1].make()
-    except ValidationError as error:
-        problems = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in error.errors())
-        raise UsageError(f"{path}: {problems}") from None
-    return Path(path).stem, data
+    allowed: Collection[str] = POLICY_SECTIONS
+    where = ""
+    if isinstance(data, dict) and "spec" in data:
+        # A whole InferenceDeployment: the simulator uses its spec's scaling and warmPool.
+        _refuse_unknown(path, data, RESOURCE_KEYS, "")
+        data, where = data["spec"], "spec."
+        allowed = tuple(_spec_fields())
+        if not isinstance(data, dict):
+            raise UsageError(f"{path}: `spec` must be a mapping, got {type(data).__name__}")
+    if isinstance(data, dict):
+        _refuse_unknown(path, data, allowed, where)
+    if not isinstance(data, dict) or not (set(POLICY_SECTIONS) & data.keys()):
+        raise UsageError(f"{path}: expected a mapping with `{where}scaling` and/or `{where}warmPool` sections")
+    sections: dict[str, Any] = {}
+    for name in POLICY_SECTIONS:
+        value = data.get(name)
+        if value is not None and not isinstance(value, dict):
+            raise UsageError(
+                f"{path}: `{where}{name}` must be a mapping of its fields "
+                f"(e.g. `{name}: {{mode: Auto}}`), got {type(value).__name__} {value!r}"
+            )
+        sections[name] = value or {}
+    problems = _policy_problems(sections)
+    if problems:
+        raise UsageError(f"{path}: " + "; ".join(f"{where}{problem}" for problem in problems))
+    return Path(path).stem, sections
+
+
+def _spec_fields() -> dict[str, Any]:
+    """The CRD's schema of each spec field, by name."""
+    fields: dict[str, Any] = openapi_schema()["properties"]["spec"]["properties"]
+    return fields
+
+
+def _refuse_unknown(path: str, data: dict[Any, Any], allowed: Collection[str], where: str) -> None:
+    unknown = [f"`{where}{key}`" for key in data if key not in allowed]
+    if unknown:
+        raise UsageError(
+            f"{path}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+            f"expected {', '.join(f'`{where}{key}`' for key in allowed)}"
+        )
+
+
+def _policy_problems(sections: dict[str, Any]) -> list[str]:
+    """What ``neuronfleet validate`` says about the sections, in an InferenceDeployment that holds them."""
+    scaling = dict(sections["scaling"])
+    # Without maxReplicas the run supplies it (--max-replicas, else 2 x the oracle's peak): check
+    # the file's other bounds against the largest the CRD allows.
+    scaling.setdefault("maxReplicas", _spec_fields()["scaling"]["properties"]["maxReplicas"]["maximum"])
+    manifest = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": "policy"},
+        "spec": {"model": {"source": "s3://policy-file/model/"}, "scaling": scaling, "warmPool": sections["warmPool"]},
+    }
+    _, problems = validate_manifest(manifest)
+    return [str(problem).removeprefix("spec.") for problem in problems]
 
 
 def _truncated(trace: Trace, seconds: float, start: float = 0.0) -> Trace:
@@ -319,12 +390,12 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"unknown policies {bad}; choose from {', '.join(runner.FAMILIES)}")
     policy_files = [_policy_file(path) for path in args.policy]
     trace = load(args.trace or args.tune_on)
-    if args.duration:
+    if args.duration is not None:
         trace = _truncated(trace, args.duration)
     score_trace = None
     if args.score_on:
         score_trace = load(args.score_on)
-        if args.duration:
+        if args.duration is not None:
             score_trace = _truncated(score_trace, args.duration)
     profiles = [load_profile(name) for name in (args.profile or ["bert-base"])]
 

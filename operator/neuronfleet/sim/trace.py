@@ -13,7 +13,8 @@ resolution put several requests in the same second: when every time is a whole n
 seconds repeat, each second's requests are spread evenly within it (request ``i`` of ``n`` at
 ``+ (i + 0.5) / n``), as the logs' resolution implies; the order of rows is kept.
 
-Malformed files raise :class:`TraceError` naming the file, line and problem.
+Malformed files raise :class:`TraceError` naming the file, line and problem; so do files that are
+not UTF-8 text (a compressed trace: decompress it first).
 
 Rate scaling (:func:`scale`) replicates each arrival ``k`` times, each copy shifted by a seeded
 uniform jitter in ``[0, jitter)`` seconds (copies keep the original's token counts). Compressing
@@ -26,6 +27,7 @@ from __future__ import annotations
 import csv
 import math
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,15 +72,27 @@ def _parse_time(value: str) -> float:
     return float(stamp.astype(np.int64)) / 1e9
 
 
+def _text_lines(path: Path, handle: Iterable[str]) -> Iterator[str]:
+    """The file's lines; TraceError at the first bytes that are not UTF-8 (a compressed or binary file)."""
+    try:
+        yield from handle
+    except UnicodeDecodeError as error:
+        # A gzip file fails at its second byte, 0x8b.
+        raise TraceError(
+            f"{path}: not a UTF-8 CSV (byte 0x{error.object[error.start]:02x} is not UTF-8 text; "
+            "compressed? decompress it first)"
+        ) from None
+
+
 def load(path: str | Path) -> Trace:
     """Read a CSV trace (see the module docstring for the format)."""
     path = Path(path)
     try:
-        handle = path.open(newline="")
+        handle = path.open(newline="", encoding="utf-8-sig")  # a BOM (Excel) is not part of the header
     except OSError as error:
         raise TraceError(f"{path}: cannot open: {error.strerror or error}") from None
     with handle:
-        reader = csv.reader(handle)
+        reader = csv.reader(_text_lines(path, handle))
         header = next(reader, None)
         if not header:
             raise TraceError(f"{path}: empty file; expected a header row such as TIMESTAMP,ContextTokens")
