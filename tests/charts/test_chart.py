@@ -172,12 +172,42 @@ def test_ci_values_reach_the_operator() -> None:
         ("operator.artifactStore=bucket/prefix", "artifactStore"),
         ("replicaCont=2", "replicaCont"),
         ("peering.enabled=false", "needs peering.enabled=true"),
+        # The pod runs as non-root with every capability dropped: no port below 1024.
+        ("operator.metricsPort=80", "/operator/metricsPort"),
+        ("operator.metricsPort=8080", "operator.metricsPort and liveness.port are both 8080"),
     ],
 )
 def test_bad_values_fail_with_a_clear_message(setting: str, complaint: str) -> None:
     result = helm("template", "nf", str(CHART), "--set", setting)
     assert result.returncode != 0
     assert complaint in result.stderr
+
+
+def _notes(*sets: str) -> str:
+    """The NOTES.txt an install prints (a client-side dry run: no cluster)."""
+    args = ["install", "nf", str(CHART), "--dry-run=client", "--namespace", "neuronfleet-system"]
+    result = helm(*args, *(arg for item in sets for arg in ("--set", item)))
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split("\nNOTES:\n", 1)[1]
+
+
+def test_notes_print_peering_commands_kubectl_accepts() -> None:
+    # kubectl refuses a name with -A ("a resource cannot be retrieved by name across all namespaces").
+    namespaced = _notes("operator.watchNamespaces={search,ml}")
+    assert "kubectl -n search get kopfpeering neuronfleet -o yaml" in namespaced
+    assert "kubectl -n ml get kopfpeering neuronfleet -o yaml" in namespaced
+    assert " -A neuronfleet" not in namespaced
+    assert "kubectl get clusterkopfpeering neuronfleet -o yaml" in _notes()
+
+
+def test_notes_say_what_to_change_in_the_example_before_applying_it() -> None:
+    notes = _notes()
+    assert "kubectl create namespace search" in notes
+    assert "spec.model.source" in notes and "spec.compile.artifactStore" in notes
+    assert "kubectl apply -f bert-embeddings.yaml" in notes
+    assert "kubectl apply -f https://" not in notes
+    elsewhere = _notes("operator.watchNamespaces={chat}")
+    assert "kubectl create namespace chat" in elsewhere and "set metadata.namespace to chat" in elsewhere
 
 
 def test_dashboard_has_the_fleet_panels() -> None:
@@ -248,6 +278,8 @@ def test_helm_install_and_uninstall_on_the_sandbox(tmp_path: Path) -> None:
         "priorityClasses.create=false",
         "monitoring.dashboard.enabled=false",
         "operator.artifactStore=/data/artifacts",
+        "operator.metricsPort=0",
+        "liveness.enabled=false,operator.metricsPort=8080",
     ],
 )
 def test_optional_parts_render_valid_manifests(setting: str) -> None:
