@@ -16,6 +16,7 @@ import logging
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -405,17 +406,22 @@ async def serve(opts: ServeOptions) -> int:
         what += f" on the EMULATED NeuronCore device, profile {opts.emulated.profile}"
     log.info("listening on http://%s:%s (live; loading %s)", opts.host, port, what)
 
-    with tempfile.TemporaryDirectory(prefix="neuronserve-artifact-", dir=opts.cache_dir) as scratch:
+    # A stop while loading may leave the loader writing here as the directory goes.
+    with tempfile.TemporaryDirectory(
+        prefix="neuronserve-artifact-", dir=opts.cache_dir, ignore_cleanup_errors=True
+    ) as scratch:
         if opts.emulated is not None:
-            load = loop.run_in_executor(None, load_emulated, opts.artifact, opts.emulated, Path(scratch))
+            load = _in_daemon_thread(loop, load_emulated, opts.artifact, opts.emulated, Path(scratch))
         elif opts.artifact is not None:
-            load = loop.run_in_executor(None, load_model, opts.artifact, Path(scratch))
+            load = _in_daemon_thread(loop, load_model, opts.artifact, Path(scratch))
         else:
             raise ValueError("an artifact is required unless the device is emulated")
         stopper: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
         pending: set[asyncio.Future[Any]] = {load, stopper}
         await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         if not load.done():
+            # The loader thread is a daemon: the process exits now, not when a download or a
+            # warm-up of minutes would have ended.
             log.info("stopped while loading")
             await runner.cleanup()
             return 0
@@ -453,3 +459,32 @@ async def serve(opts: ServeOptions) -> int:
         await runner.cleanup()
         log.info("drained (%s); exiting", "all work finished" if finished else "grace period ran out")
     return 0
+
+
+def _in_daemon_thread(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+    """``fn(*args)`` in a daemon thread, as a future of the loop.
+
+    Not the loop's executor: its threads are joined when the loop closes and at exit, so a stop
+    during a long load (an S3 download, minutes of warm-up on Neuron) would wait for the load.
+    """
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def run() -> None:
+        result, error = None, None
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # handed to the awaiting coroutine, as an executor would
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name="neuronserve-load", daemon=True).start()
+    return future

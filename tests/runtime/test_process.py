@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -138,3 +139,23 @@ async def test_sigterm_under_load_answers_every_accepted_request_then_exits_0(
     for status_code, doc in results:
         if status_code == 200:
             np.testing.assert_allclose(np.asarray(doc["outputs"][0]["data"]), expected, atol=1e-4)
+
+
+def test_sigterm_while_loading_exits_at_once_not_when_the_load_ends(serve_process: Any) -> None:
+    # The artifact's S3 endpoint takes the connection and never answers: the download would hang
+    # for minutes (boto3's timeouts and retries). A stop must not wait for it.
+    silent = socket.create_server(("127.0.0.1", 0), backlog=8)
+    try:
+        env = {
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{silent.getsockname()[1]}",
+            "AWS_ACCESS_KEY_ID": "test",
+            "AWS_SECRET_ACCESS_KEY": "test",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+        process: ServeProcess = serve_process(["--artifact", "s3://never/answers"], env=env)
+        process.wait_listening(120)
+        process.proc.send_signal(signal.SIGTERM)
+        assert process.wait_exit(timeout=30) == 0, process.log
+        assert "stopped while loading" in process.log
+    finally:
+        silent.close()
