@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,8 @@ neuronserve_queue_depth {QUEUED}
 neuronserve_inflight_requests {QUEUED + EXECUTING}
 # TYPE neuronserve_device_busy_ratio gauge
 neuronserve_device_busy_ratio 0.5
+# TYPE neuronserve_ready gauge
+neuronserve_ready 1
 """.encode()
 
 
@@ -51,13 +53,50 @@ class Exporter(BaseHTTPRequestHandler):
         pass
 
 
+class Replica:
+    """One replica's /metrics endpoint, which a test can take down."""
+
+    def __init__(self) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Exporter)
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.up = True
+
+    def stop(self) -> None:
+        if self.up:
+            self.server.shutdown()
+            self.server.server_close()
+            self.up = False
+
+
 @pytest.fixture
-def exporter() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Exporter)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+def replica() -> Iterator[Replica]:
+    served = Replica()
+    yield served
+    served.stop()
+
+
+@pytest.fixture
+def exporter(replica: Replica) -> str:
+    return replica.address
+
+
+def _deployment(prometheus: PrometheusServer, **metrics: Any) -> InferenceDeployment:
+    doc = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
+    doc["spec"]["scaling"]["metrics"] = {"prometheusUrl": prometheus.url, **metrics}
+    return InferenceDeployment.model_validate(doc)
+
+
+async def _snapshot_until(
+    reader: PrometheusMetrics, dep: InferenceDeployment, done: Callable[[MetricSnapshot], bool], what: str
+) -> MetricSnapshot:
+    deadline = time.monotonic() + 60
+    while True:
+        snapshot, reason = await reader.snapshot(dep, time.time())
+        if snapshot is not None and done(snapshot):
+            return snapshot
+        assert time.monotonic() < deadline, f"timed out waiting for {what} (last: {reason})"
+        await asyncio.sleep(0.2)  # a poll's pace, not a wait for an effect
 
 
 async def test_the_default_queries_count_a_queued_request_once(prometheus: PrometheusServer, exporter: str) -> None:
@@ -77,3 +116,26 @@ async def test_the_default_queries_count_a_queued_request_once(prometheus: Prome
     assert snapshot.queue_depth == QUEUED
     assert snapshot.in_flight == EXECUTING
     assert snapshot.load == QUEUED + EXECUTING
+
+
+async def test_samples_left_from_before_a_prometheus_restart_are_dated_by_their_scrape(
+    prometheus: PrometheusServer, replica: Replica
+) -> None:
+    # Prometheus restarted while the replica went away: the old samples are still answered (its
+    # 5-minute lookback, no staleness marker from the new process), stamped with the query's time.
+    # The snapshot must carry their scrape time, so that staleAfterSeconds drops them.
+    dep = _deployment(prometheus, staleAfterSeconds=5)
+    labels = {"namespace": dep.metadata.namespace or "default", "deployment": dep.name, "role": "active"}
+    prometheus.set_targets([TargetGroup((replica.address,), labels)])
+    reader = PrometheusMetrics(None)
+    fresh = await _snapshot_until(reader, dep, lambda s: not s.missing(), "the first scrape")
+    assert time.time() - fresh.time < 5
+
+    prometheus.stop()
+    replica.stop()
+    prometheus.start()
+    old = await _snapshot_until(
+        reader, dep, lambda s: s.queue_depth is not None and time.time() - s.time > 5, "samples older than 5 s"
+    )
+    assert old.queue_depth == QUEUED  # still answered...
+    assert old.without_stale(time.time(), 5).queue_depth is None  # ...and dropped as stale

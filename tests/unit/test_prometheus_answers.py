@@ -41,6 +41,7 @@ ANSWERS: dict[str, dict[str, Any]] = {
     "arrivals": _vector("+Inf"),
     "busy": {"resultType": "matrix", "result": [{"metric": {}, "values": [[NOW - 15, "0.5"], [NOW, "0.6"]]}]},
     "peak": {"resultType": "string", "result": [NOW, "not a number"]},
+    "timestamp": _vector(str(NOW - 20)),  # sampleTime: the newest sample is 20 s old
 }
 
 
@@ -86,6 +87,7 @@ async def test_a_scalar_a_vector_an_infinity_a_matrix_and_a_string_become_number
     assert (snapshot.queue_depth, snapshot.in_flight) == (12.0, 7.0)
     assert snapshot.arrival_rate is None and snapshot.utilization is None and snapshot.arrival_peak is None
     assert reason == "signals missing: utilization"
+    assert snapshot.time == NOW - 20  # dated by the samples, not by the queries' evaluation
 
 
 def test_non_finite_values_are_missing() -> None:

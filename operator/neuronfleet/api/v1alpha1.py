@@ -404,11 +404,18 @@ class MetricQueries(ApiModel):
         description="Device-busy ratio (0..1) of active replicas. To use neuron-monitor instead: "
         "avg(neuroncore_utilization_ratio{...}).",
     )
+    sample_time: str = Field(
+        default='max(timestamp(neuronserve_ready{namespace="$namespace",deployment="$name",role="active"}))',
+        description="When the newest sample of the replicas was scraped (Unix seconds): an instant query "
+        "answers samples up to 5 minutes old (Prometheus' lookback, e.g. after its restart) stamped with "
+        "the query's time, so staleAfterSeconds is measured from this. Empty: from the query's time.",
+    )
     stale_after_seconds: int = Field(
         default=60,
         ge=5,
         le=3600,
-        description="Samples older than this count as missing: the autoscaler then holds, never scales down.",
+        description="Samples older than this (see sampleTime) count as missing: the autoscaler then holds, "
+        "never scales down.",
     )
     timeout_seconds: float = Field(default=5.0, gt=0, le=60, description="Timeout of one Prometheus query.")
 

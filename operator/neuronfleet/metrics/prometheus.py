@@ -2,7 +2,9 @@
 
 The queries are the spec's ``scaling.metrics`` (defaults match the names ``neuronserve`` exports;
 ``$namespace`` and ``$name`` are replaced by the resource's). Each signal is one instant query; an
-empty query turns its signal off.
+empty query turns its signal off. One more, ``sampleTime``, says when the newest sample was
+scraped: an instant query answers samples up to Prometheus' lookback (5 minutes) old stamped with
+the query's time, so the snapshot is dated by the samples, and ``staleAfterSeconds`` can tell.
 
 Missing data is never a zero: an empty result (no series, e.g. every target down: Prometheus marks
 its series stale after a failed scrape) makes that signal ``None``, and the scaling policy then
@@ -97,14 +99,24 @@ class PrometheusMetrics:
         client = self._client(url)
         return {signal: _scalar(client.custom_query(query, timeout=timeout)) for signal, query in queries.items()}
 
+    def _sample_time(self, url: str, query: str, timeout: float) -> float | None:
+        return _scalar(self._client(url).custom_query(query, timeout=timeout)).value
+
     async def snapshot(self, dep: InferenceDeployment, now: float) -> tuple[MetricSnapshot | None, str]:
         url = dep.spec.scaling.metrics.prometheus_url or self.default_url
         if not url:
             return None, "no Prometheus URL configured (scaling.metrics.prometheusUrl or --prometheus-url)"
         timeout = dep.spec.scaling.metrics.timeout_seconds
+        namespace = dep.metadata.namespace or "default"
+        sample_query = render(dep.spec.scaling.metrics.sample_time, namespace, dep.name).strip()
         try:
             results = await asyncio.wait_for(
                 asyncio.to_thread(self._query_all, url, queries_for(dep), timeout), timeout=timeout * len(SIGNALS) + 1
+            )
+            sampled = (
+                await asyncio.wait_for(asyncio.to_thread(self._sample_time, url, sample_query, timeout), timeout + 1)
+                if sample_query
+                else None
             )
         except (
             requests.RequestException,
@@ -118,6 +130,9 @@ class PrometheusMetrics:
         if all(result.value is None for result in results.values()):
             return None, f"Prometheus at {url} returned no samples for {dep.name}"
         stamps = [r.evaluated_at for r in results.values() if r.evaluated_at is not None]
+        if sampled is not None:
+            # The samples' own age: the queries' stamp is their evaluation time, however old the data.
+            stamps.append(sampled)
         values = {signal: results[signal].value if signal in results else None for signal in SIGNALS}
         snapshot = MetricSnapshot(time=min(stamps) if stamps else now, **values)
         missing = snapshot.missing()
