@@ -131,7 +131,8 @@ async def json_errors(
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return _error(exc.status, exc.reason)
+        allow = exc.headers.get("Allow")  # a 405 says which methods the route takes (RFC 9110)
+        return _error(exc.status, exc.reason, {"Allow": allow} if allow else None)
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         if request.method == "POST" and request.path.endswith("/infer"):

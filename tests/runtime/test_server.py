@@ -252,8 +252,9 @@ def test_unknown_model_route_and_method_get_json_errors(live_server: LiveServer)
     assert (status, doc["error"]) == (404, "unknown model 'other'; this server serves 'minilm'")
     status, _, doc = http_json(live_server.url, "GET", "/v2/nothing-here")
     assert status == 404 and doc["error"]
-    status, _, doc = http_json(live_server.url, "GET", INFER)
+    status, headers, doc = http_json(live_server.url, "GET", INFER)
     assert status == 405 and doc["error"]
+    assert headers.get("Allow") == "POST"
 
 
 def test_a_too_large_body_gets_413(live_server: LiveServer) -> None:
