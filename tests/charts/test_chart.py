@@ -75,15 +75,6 @@ def test_manifests_valid_for_kubernetes_1_34(rendered: list[dict[str, Any]]) -> 
     assert "inferencedeployments.serving.neuronfleet.dev" in crds
 
 
-def test_the_role_lets_children_block_their_owners_deletion(rendered: list[dict[str, Any]]) -> None:
-    # Pods, Jobs, the Service and the PDB carry blockOwnerDeletion: with the
-    # OwnerReferencesPermissionEnforcement admission plugin (OpenShift) their creation needs this.
-    (role,) = by_kind(rendered, "ClusterRole")
-    assert any(
-        "inferencedeployments/finalizers" in rule["resources"] and "update" in rule["verbs"] for rule in role["rules"]
-    )
-
-
 def test_pod_templates_meet_restricted_pod_security(rendered: list[dict[str, Any]]) -> None:
     pods = [(doc["metadata"]["name"], pod_spec_of(doc)) for doc in rendered]
     pods_found = [(name, pod) for name, pod in pods if pod is not None]
