@@ -116,6 +116,10 @@ def resolve_defaults(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
+class RunSetupError(Exception):
+    """A setting ``run`` cannot act on (a port it cannot bind): reported in one line, exit code 2."""
+
+
 async def _run(args: argparse.Namespace) -> None:
     kubeconfig_env = os.environ.get("KUBECONFIG")
     load_sandbox_env(args.kubeconfig or (Path(kubeconfig_env.split(os.pathsep)[0]) if kubeconfig_env else None))
@@ -133,7 +137,11 @@ async def _run(args: argparse.Namespace) -> None:
     context = await build_context(replace(settings), args.kubeconfig, metrics)
     if args.metrics_port is not None:
         context.metrics = OperatorMetrics()
-        port = serve_metrics(context.metrics, args.metrics_port)
+        try:
+            port = serve_metrics(context.metrics, args.metrics_port)
+        except OSError as error:
+            reason = error.strerror or str(error)
+            raise RunSetupError(f"cannot serve metrics on port {args.metrics_port}: {reason}") from None
         logger.info("operator metrics on :%d/metrics", port)
     tasks = await operator_tasks(
         context,
@@ -171,6 +179,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         asyncio.run(_run(args))
     except KeyboardInterrupt:
         return 130
+    except RunSetupError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     except ConfigException as error:
         detail = " ".join(str(error).split()).rstrip(".")
         if kubeconfig is None:
@@ -181,6 +192,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
             )
         return 2
     return 0
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (0-65535; 0 picks a free one)")
+    return port
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -218,7 +239,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
     p.add_argument(
         "--metrics-port",
-        type=int,
+        type=_port,
         default=None,
         help="serve the operator's own Prometheus metrics on this port (reconciles, errors, replicas)",
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -40,3 +41,33 @@ def test_an_unusable_kubeconfig_is_one_line(tmp_path: Path, capsys: pytest.Captu
     assert err.startswith(f"error: kubeconfig {broken}: Invalid kube-config file. Expected key current-context")
     assert err.endswith("; fix it or pass another with --kubeconfig\n")
     assert err.count("\n") == 1
+
+
+def _kubeconfig(path: Path) -> Path:
+    # A well-formed kubeconfig; the server is never reached, since the failure comes first.
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    return path
+
+
+def test_a_metrics_port_in_use_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["run", "--kubeconfig", str(_kubeconfig(tmp_path / "kubeconfig")), "--metrics-port", str(port)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err == f"error: cannot serve metrics on port {port}: Address already in use\n"
+
+
+@pytest.mark.parametrize("port", ["-1", "65536", "http"])
+def test_a_metrics_port_out_of_range_is_refused_by_the_parser(port: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--metrics-port", port])
+    assert exit_.value.code == 2
+    assert "--metrics-port: " in capsys.readouterr().err
