@@ -18,7 +18,7 @@ from rich.console import Console
 from neuronfleet import __version__
 from neuronfleet.api.crd import CRD_FILENAME, crd_yaml
 from neuronfleet.api.v1alpha1 import GROUP, KIND, InferenceDeployment
-from neuronfleet.api.validation import Problem, not_utf8_message, validate_manifest
+from neuronfleet.api.validation import Problem, not_utf8_message, validate_manifest, yaml_error_message
 from neuronfleet.planning.placement import check_fits
 
 console = Console(highlight=False, soft_wrap=True)
@@ -126,12 +126,7 @@ def validate_files(paths: Iterable[str]) -> list[DocumentResult]:
         try:
             documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
         except yaml.YAMLError as exc:
-            where = ""
-            mark = getattr(exc, "problem_mark", None)
-            if mark is not None:
-                where = f" at line {mark.line + 1}, column {mark.column + 1}"
-            reason = getattr(exc, "problem", None) or str(exc)
-            results.append(DocumentResult(source, problems=[Problem("", f"malformed YAML{where}: {reason}")]))
+            results.append(DocumentResult(source, problems=[Problem("", yaml_error_message(exc))]))
             continue
         if not documents:
             results.append(DocumentResult(source, problems=[Problem("", "no YAML documents in the file")]))

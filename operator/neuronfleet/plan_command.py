@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
-from neuronfleet.api.validation import not_utf8_message, validate_manifest
+from neuronfleet.api.validation import not_utf8_message, validate_manifest, yaml_error_message
 from neuronfleet.planning.placement import PlacementPlan, QuantityError, needs_from_spec, plan_placement
 
 console = Console(highlight=False, soft_wrap=True)
@@ -44,9 +44,7 @@ def load_manifest(path: str) -> InferenceDeployment:
     try:
         documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
     except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ManifestError(f"{path}: malformed YAML{where}: {getattr(error, 'problem', None) or error}") from None
+        raise ManifestError(f"{path}: {yaml_error_message(error)}") from None
     deployments = [doc for doc in documents if isinstance(doc, dict) and doc.get("kind") == "InferenceDeployment"]
     if len(deployments) != 1:
         raise ManifestError(f"{path}: expected one InferenceDeployment document, found {len(deployments)}")

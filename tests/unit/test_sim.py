@@ -217,6 +217,10 @@ def test_profiles_round_trip_and_errors(tmp_path: Path) -> None:
         load_profile(str(path))
     with pytest.raises(ProfileError, match="neither a built-in profile"):
         load_profile("gpt-5")
+    path.write_text("name: x\n  batch: [1\n")
+    with pytest.raises(ProfileError, match=r"p\.yaml: cannot read: malformed YAML at line 2, column 8: ") as error:
+        load_profile(str(path))
+    assert "\n" not in str(error.value)
 
 
 def test_builtin_figures_match_facts() -> None:
@@ -341,6 +345,8 @@ def test_simulate_bad_policy_file(tmp_path: Path, capsys: pytest.CaptureFixture[
         ("kind: InferenceDeployment\nspce: {}\nspec: {scaling: {}}\n", "unknown key `spce`"),
         ("spec: {scaling: {}, scalling: {}}\n", "unknown key `spec.scalling`"),
         ("spec: {scaling: {minReplicas: 3, maxReplicas: 1}}\n", "spec.scaling.minReplicas: minReplicas must not"),
+        ("scaling: {mode: Auto}\n---\nwarmPool: {}\n", "holds several YAML documents and 0 InferenceDeployments"),
+        ("scaling: {minReplicas: 3\n", "cannot read policy file: malformed YAML at line 2, column 1: expected ','"),
     ],
     ids=[
         "scaling-not-a-mapping",
@@ -353,6 +359,8 @@ def test_simulate_bad_policy_file(tmp_path: Path, capsys: pytest.CaptureFixture[
         "cr-unknown-key",
         "cr-unknown-spec-key",
         "cr-inverted-replicas",
+        "two-documents",
+        "malformed-yaml",
     ],
 )
 def test_simulate_policy_file_is_checked_as_validate_checks_a_cr(
@@ -373,8 +381,10 @@ def test_simulate_policy_file_is_checked_as_validate_checks_a_cr(
         # maxReplicas comes from the run when the file leaves it out: no CRD default (10) to exceed.
         "scaling: {minReplicas: 20}\n",
         (REPO / "examples" / "bert-embeddings.yaml").read_text(),
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: ml}\n---\n"
+        + (REPO / "examples" / "bert-embeddings.yaml").read_text(),
     ],
-    ids=["empty-section", "min-without-max", "whole-cr"],
+    ids=["empty-section", "min-without-max", "whole-cr", "cr-beside-its-namespace"],
 )
 def test_simulate_accepts_good_policy_files(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str) -> None:
     policy = tmp_path / "p.yaml"

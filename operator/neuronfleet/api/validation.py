@@ -21,6 +21,7 @@ from typing import Any
 import celpy
 import jsonschema
 import pydantic
+import yaml
 from celpy.adapter import json_to_cel
 from celpy.evaluation import CELEvalError
 
@@ -42,6 +43,14 @@ class Problem:
 def not_utf8_message(error: UnicodeDecodeError) -> str:
     """What to say about a manifest that is not UTF-8 (Kubernetes manifests are; kubectl refuses others)."""
     return f"not UTF-8 text: byte 0x{error.object[error.start]:02x} at offset {error.start}"
+
+
+def yaml_error_message(error: yaml.YAMLError) -> str:
+    """One line for YAML that does not parse, with the line and column where the parser stopped
+    (PyYAML's own message spans several lines and quotes the text)."""
+    mark = getattr(error, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"malformed YAML{where}: {getattr(error, 'problem', None) or error}"
 
 
 def _strict(node: Any) -> Any:

@@ -21,7 +21,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from neuronfleet.api.crd import openapi_schema
 from neuronfleet.api.v1alpha1 import API_VERSION, KIND
-from neuronfleet.api.validation import not_utf8_message, validate_manifest
+from neuronfleet.api.validation import not_utf8_message, validate_manifest, yaml_error_message
 from neuronfleet.sim import report, runner
 from neuronfleet.sim.profiles import BUILTIN, Profile, ProfileError, dump_profile, load_profile
 from neuronfleet.sim.trace import Trace, TraceError, load, with_history_pass
@@ -214,11 +214,22 @@ def _policy_file(path: str) -> tuple[str, dict[str, Any]]:
     """A policy file's ``scaling`` and ``warmPool`` sections, checked as ``neuronfleet validate``
     checks a CR (schema with unknown fields refused, then the CRD's CEL rules); UsageError if not."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        documents = [doc for doc in yaml.safe_load_all(Path(path).read_text(encoding="utf-8")) if doc is not None]
     except UnicodeDecodeError as error:
         raise UsageError(f"{path}: cannot read policy file: {not_utf8_message(error)}") from None
-    except (OSError, yaml.YAMLError) as error:
-        raise UsageError(f"{path}: cannot read policy file: {error}") from None
+    except OSError as error:
+        raise UsageError(f"{path}: cannot read policy file: {error.strerror or error}") from None
+    except yaml.YAMLError as error:
+        raise UsageError(f"{path}: cannot read policy file: {yaml_error_message(error)}") from None
+    if len(documents) > 1:
+        # A manifest with a Namespace beside its InferenceDeployment: the simulator wants the latter.
+        documents = [doc for doc in documents if isinstance(doc, dict) and doc.get("kind") == KIND]
+        if len(documents) != 1:
+            raise UsageError(
+                f"{path}: holds several YAML documents and {len(documents)} InferenceDeployments; "
+                "a policy file is one mapping of `scaling`/`warmPool`, or holds one InferenceDeployment"
+            )
+    data = documents[0] if documents else None
     allowed: Collection[str] = POLICY_SECTIONS
     where = ""
     if isinstance(data, dict) and "spec" in data:

@@ -33,6 +33,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from neuronfleet.api.validation import yaml_error_message
 from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES, InstanceType
 from neuronfleet.sim.distributions import Distribution, DistributionError, parse
 
@@ -224,8 +225,10 @@ def load_profile(name_or_path: str) -> Profile:
     try:
         text = path.read_text()
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, json.JSONDecodeError, yaml.YAMLError) as error:
+    except (OSError, json.JSONDecodeError) as error:
         raise ProfileError(f"{path}: cannot read: {error}") from None
+    except yaml.YAMLError as error:
+        raise ProfileError(f"{path}: cannot read: {yaml_error_message(error)}") from None
     return _validated(data, str(path))
 
 
