@@ -4,7 +4,7 @@ The sandbox (API server, scheduler, kubelet) runs in this process; the operator 
 ``neuronfleet run`` process against it, so its CPU seconds and peak RSS are its own (read from
 /proc). Two phases, in real time (the operator is another process, so no looptime):
 
-1. converge: from the first create until every deployment reports Ready;
+1. converge: from the first create until every deployment reports Ready and has its Service and PDB;
 2. steady state: ``--steady`` seconds more with nothing changing. The operator keeps reconciling
    every deployment each ``--interval``; its CPU over the window, per deployment per reconcile
    cycle, is the cost of watching a fleet (goal <= 0.1 s), and the API writes it makes (status
@@ -13,6 +13,7 @@ The sandbox (API server, scheduler, kubelet) runs in this process; the operator 
 Writes bench/results/operator.json: figures ``resources``, ``converge_wall_s``, ``operator_cpu_s``
 (convergence), ``operator_peak_rss_mb`` (whole run), ``steady_cpu_s_per_deployment_cycle``,
 ``steady_reconcile_cycles``, ``idle_writes_per_deployment_hour``, ``steady_requests_per_deployment_cycle``,
+``reconcile_failures_converging`` and ``_steady`` (reconciles that raised, from the operator's log),
 plus ``requests`` (API calls during convergence) and ``pods``.
 """
 
@@ -67,6 +68,24 @@ def _record(manifest: dict[str, Any], store: Path) -> None:
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
+def _print_failure_reasons(operator_log: Path) -> None:
+    """Why reconciles failed, most common first (the figures count them; this says what they were)."""
+    reasons: dict[str, int] = {}
+    for line in operator_log.read_text(errors="replace").splitlines():
+        if "reconcile of " in line and " failed (" in line:
+            reason = line.split(" in a row): ", 1)[-1][:160]
+            reasons[reason] = reasons.get(reason, 0) + 1
+    for reason, times in sorted(reasons.items(), key=lambda item: -item[1])[:8]:
+        print(f"reconcile failed {times}x: {reason}", file=sys.stderr)
+
+
+def _reconcile_failures(operator_log: Path) -> int:
+    """Reconciles that raised (a timeout, a refused call) so far, from the operator's log; each is
+    retried after a backoff, so they slow convergence."""
+    text = operator_log.read_text(errors="replace")
+    return sum(1 for line in text.splitlines() if "reconcile of " in line and " failed (" in line)
+
+
 def _requests_since(log: Any, marker: Any) -> list[Any]:
     """The request records appended after ``marker`` (the log is a bounded deque)."""
     records = list(log)
@@ -107,15 +126,22 @@ async def run(count: int, timeout: float, interval: float, steady: float) -> dic
                 store_api.create(resource, "bench", manifest)
 
             def all_ready() -> bool:
+                # Converged: every deployment Ready, and the Service and PDB the operator keeps for
+                # each one exist (they are created after the pods, so Ready can come first).
                 if operator.returncode is not None:
                     raise RuntimeError(f"the operator exited ({operator.returncode}); see {operator_log}")
                 items = cluster.list(PLURAL, "bench", group=GROUP)
-                return len(items) == count and all(
+                ready = len(items) == count and all(
                     any(
                         c["type"] == "Ready" and c["status"] == "True"
                         for c in (i.get("status") or {}).get("conditions", [])
                     )
                     for i in items
+                )
+                return (
+                    ready
+                    and len(cluster.list("services", "bench")) == count
+                    and len(cluster.list("poddisruptionbudgets", "bench", group="policy")) == count
                 )
 
             async def progress() -> None:
@@ -131,6 +157,7 @@ async def run(count: int, timeout: float, interval: float, steady: float) -> dic
             finally:
                 reporter.cancel()
             wall = time.perf_counter() - started
+            failures_converging = _reconcile_failures(operator_log)
             cpu = process_cpu_seconds(operator.pid) - cpu_before
             rss = _proc_peak_rss_mb(operator.pid)
             pods = len(cluster.list("pods", "bench"))
@@ -145,6 +172,8 @@ async def run(count: int, timeout: float, interval: float, steady: float) -> dic
             steady_wall = time.perf_counter() - steady_started
             window = _requests_since(cluster.request_log, marker)
             writes = [r for r in window if r.method in WRITE_METHODS]
+            failures_steady = _reconcile_failures(operator_log) - failures_converging
+            _print_failure_reasons(operator_log)
             rss = _proc_peak_rss_mb(operator.pid)
         finally:
             operator.terminate()
@@ -155,7 +184,7 @@ async def run(count: int, timeout: float, interval: float, steady: float) -> dic
     cycles = steady_wall / interval
     by_resource: dict[str, int] = {}
     for record in writes:
-        key = f"{record.method} {record.resource}{'/' + record.subresource if record.subresource else ''}"
+        key = f"{record.method} {record.resource}{'/' + record.subresource if record.subresource else ''} {record.code}"
         by_resource[key] = by_resource.get(key, 0) + 1
     return {
         "resources": count,
@@ -170,6 +199,8 @@ async def run(count: int, timeout: float, interval: float, steady: float) -> dic
         "idle_writes": len(writes),
         "idle_writes_by_kind": json.dumps(by_resource, sort_keys=True),
         "idle_writes_per_deployment_hour": round(len(writes) / count / (steady_wall / 3600), 3),
+        "reconcile_failures_converging": failures_converging,
+        "reconcile_failures_steady": failures_steady,
         "pods": pods,
         "requests": requests,
     }

@@ -360,9 +360,11 @@ class ApiServer:
             replay = self.store.watch(watcher, since)
         except ApiError as exc:
             # A watch learns about an expired resourceVersion from an ERROR event, as from kube-apiserver.
-            await response.prepare(request)
-            await response.write(json.dumps({"type": "ERROR", "object": exc.status_body()}).encode() + b"\n")
-            await response.write_eof()
+            # The client may hang up as soon as it has read it: that ends the watch, it is no fault.
+            with contextlib.suppress(ConnectionError):
+                await response.prepare(request)
+                await response.write(json.dumps({"type": "ERROR", "object": exc.status_body()}).encode() + b"\n")
+                await response.write_eof()
             return response
         try:
             await response.prepare(request)
