@@ -175,6 +175,12 @@ async def close_clients(memo: kopf.Memo, **_: Any) -> None:
         await context.reconciler.kube.close()
 
 
+def failure_message(exc: BaseException) -> str:
+    """What a failed reconcile's log line and Warning Event say: the exception's message, else its
+    type (``asyncio.timeout`` raises a TimeoutError whose str() is empty)."""
+    return str(exc) or type(exc).__name__
+
+
 @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_timeout=2.0)
 async def keep_converging(
     body: kopf.Body, memo: kopf.Memo, namespace: str | None, name: str, stopped: kopf.DaemonStopped, **_: Any
@@ -196,8 +202,9 @@ async def keep_converging(
         except Exception as exc:  # any failure: report it, back off, try again; never crash-loop
             failures += 1
             context.failures += 1
-            logger.warning("reconcile of %s/%s failed (%d in a row): %s", namespace, name, failures, exc)
-            kopf.warn(body, reason=Reason.RECONCILE_FAILED.value, message=f"{exc}"[:1000])
+            message = failure_message(exc)
+            logger.warning("reconcile of %s/%s failed (%d in a row): %s", namespace, name, failures, message)
+            kopf.warn(body, reason=Reason.RECONCILE_FAILED.value, message=message[:1000])
         delay = min(MAX_BACKOFF_SECONDS, interval * 2 ** min(failures, 6)) if failures else interval
         # wait_event, not wait_for: Kopf may stop a daemon by cancelling it (see neuronfleet.aio).
         await wait_event(wakeup, delay)

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes_asyncio import client
 
+from neuronfleet.handlers import failure_message
 from neuronfleet.kube.client import KubeClient
 
 
@@ -27,10 +28,16 @@ async def test_a_call_to_a_silent_api_server_times_out(silent_server: str) -> No
     configuration = client.Configuration(host=silent_server)
     kube = KubeClient(client.ApiClient(configuration), request_timeout=0.5)
     try:
-        with pytest.raises(TimeoutError):
+        with pytest.raises(TimeoutError, match=r"^the Kubernetes API did not answer within 0\.5 s$"):
             await kube.list_pods("default", {"app": "x"})
         with pytest.raises(TimeoutError):
             await kube.patch_status("default", "x", {"phase": "Ready"})
         assert await kube.pod_log_tail("default", "x") == ""  # the log is optional detail
     finally:
         await kube.close()
+
+
+def test_a_failed_reconcile_always_says_something() -> None:
+    # The daemon logs and posts this as a Warning Event; an empty one tells the user nothing.
+    assert failure_message(TimeoutError()) == "TimeoutError"
+    assert failure_message(ValueError("bad port")) == "bad port"

@@ -100,12 +100,16 @@ class KubeClient:
 
         kubernetes_asyncio raises for error statuses only when it preloads the content itself.
         """
-        async with asyncio.timeout(self.request_timeout):
-            response = await call
-            try:
-                data = await response.read()
-            finally:
-                response.release()
+        try:
+            async with asyncio.timeout(self.request_timeout):
+                response = await call
+                try:
+                    data = await response.read()
+                finally:
+                    response.release()
+        except TimeoutError:
+            # asyncio's TimeoutError says nothing; this reaches the operator's log and a Warning Event.
+            raise TimeoutError(f"the Kubernetes API did not answer within {self.request_timeout:g} s") from None
         if not 200 <= response.status <= 299:
             error = ApiException(status=response.status, reason=response.reason or "")
             error.body = data.decode(errors="replace")
