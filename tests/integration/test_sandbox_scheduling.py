@@ -3,6 +3,7 @@ milliseconds)."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import aiohttp
@@ -221,6 +222,34 @@ async def test_zone_spread_and_node_failure() -> None:
         assert condition(pod(cluster, "m1"), "Ready")["status"] == "False"
 
 
+async def test_pods_bound_in_one_round_count_for_the_next_pod_in_it() -> None:
+    # Pods created together are placed in one scheduling round: each binding must count, for the
+    # spread and for the NeuronCores, before the next pod of the same round is placed.
+    group = NodeGroup("small", "inf2.xlarge", count=4, zones=("us-east-1a", "us-east-1b"), provisionable=False)
+    async with SandboxCluster(node_groups=[group], cold_start=PROFILE, run_provisioner=False) as cluster:
+        spread = [
+            {
+                "maxSkew": 1,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": "model"}},
+            }
+        ]
+        names = [f"m{i}" for i in range(6)]
+        for name in names:
+            cluster.create("pods", neuron_pod(name, 1, topologySpreadConstraints=spread), "default")
+        await cluster.wait_for(lambda: all(pod(cluster, name)["spec"].get("nodeName") for name in names), timeout=5)
+        assert cluster.scheduler is not None
+        zone_of = {
+            n["metadata"]["name"]: n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in cluster.list("nodes")
+        }
+        placed = [pod(cluster, name) for name in names]
+        zones = [zone_of[p["spec"]["nodeName"]] for p in placed]
+        assert sorted(zones) == ["us-east-1a"] * 3 + ["us-east-1b"] * 3
+        cores = [(p["spec"]["nodeName"], p["metadata"]["annotations"][CORES_ANNOTATION]) for p in placed]
+        assert len(set(cores)) == len(cores), f"two pods were given the same NeuronCore: {cores}"
+
+
 async def test_graceful_deletion_and_readiness_hook() -> None:
     hook_calls: list[str] = []
 
@@ -288,6 +317,40 @@ async def test_eviction_respects_pod_disruption_budgets() -> None:
             "disruptionsAllowed": 0,
         }
         await cluster.wait_for(lambda: cluster.get("pods", "m0", "default") is None, timeout=60)
+
+
+async def test_budget_status_follows_pods_joining_leaving_and_a_budget_made_after_them() -> None:
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=2)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        for i in range(3):
+            cluster.create("pods", neuron_pod(f"m{i}", 1), "default")
+        await cluster.wait_for(lambda: all(is_ready(cluster, f"m{i}") for i in range(3)), timeout=120)
+
+        def budget_status() -> tuple[int, int, int] | None:
+            budget = cluster.get("poddisruptionbudgets", "model", "default", group="policy")
+            status = (budget or {}).get("status") or {}
+            if "expectedPods" not in status:
+                return None
+            return status["expectedPods"], status["currentHealthy"], status["disruptionsAllowed"]
+
+        # Made after its pods: it counts them at once.
+        cluster.create(
+            "poddisruptionbudgets",
+            {"metadata": {"name": "model"}, "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "model"}}}},
+            "default",
+            group="policy",
+        )
+        await cluster.wait_for(lambda: budget_status() == (3, 3, 1), timeout=5)
+        # A pod relabelled out of the selector leaves it (its labels before the change name the budget).
+        relabelled = copy.deepcopy(pod(cluster, "m2"))  # the store's own object: edit a copy
+        relabelled["metadata"]["labels"] = {"app": "other"}
+        cluster.store.replace(cluster.store.resource("", "pods"), "default", "m2", relabelled)
+        await cluster.wait_for(lambda: budget_status() == (2, 2, 0), timeout=5)
+        # A pod made later joins it.
+        cluster.create("pods", neuron_pod("m3", 1), "default")
+        await cluster.wait_for(lambda: budget_status() == (3, 2, 0), timeout=5)
+        await cluster.wait_for(lambda: budget_status() == (3, 3, 1), timeout=120)
 
 
 async def test_crashed_container_restarts_after_back_off() -> None:

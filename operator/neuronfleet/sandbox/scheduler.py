@@ -123,16 +123,28 @@ class Scheduler:
     def schedule_pending(self) -> int:
         """Try every pending pod once; return how many were bound."""
         bound = 0
+        snapshot: tuple[list[Obj], dict[str, list[Obj]]] | None = None
         for pod in self.pending_pods():
-            nodes, pods_by_node = self._snapshot()
+            # A round runs without yielding to the loop: the cluster changes only by what it does
+            # itself, so the snapshot is read once, added to on a bind, and read again after a preemption.
+            if snapshot is None:
+                snapshot = self._snapshot()
+            nodes, pods_by_node = snapshot
             placement, reasons = self.find_placement(pod, nodes, pods_by_node)
             if placement is not None:
                 if self._bind(pod, placement):
                     bound += 1
+                    meta = pod["metadata"]
+                    bound_pod = self.store.try_get(self._pods, meta["namespace"], meta["name"])
+                    if bound_pod is None:
+                        snapshot = None
+                    else:
+                        pods_by_node.setdefault(placement.node["metadata"]["name"], []).append(bound_pod)
                 continue
             if self._waiting_for_victims(pod, pods_by_node):
                 continue
             if self._preempt(pod, nodes, pods_by_node):
+                snapshot = None
                 continue
             self._mark_unschedulable(pod, len(nodes), reasons)
         return bound
@@ -142,13 +154,14 @@ class Scheduler:
     ) -> tuple[Placement | None, Counter[str]]:
         reasons: Counter[str] = Counter()
         best: Placement | None = None
+        spread_counts: dict[int, dict[str, int]] = {}
         for node in nodes:
             on_node = [
                 p
                 for p in pods_by_node.get(node["metadata"]["name"], [])
                 if not ignore or p["metadata"]["uid"] not in ignore
             ]
-            reason, placement = self.fits(pod, node, on_node, nodes, pods_by_node)
+            reason, placement = self.fits(pod, node, on_node, nodes, pods_by_node, spread_counts)
             if placement is None:
                 reasons[reason] += 1
             elif best is None or placement.score < best.score:
@@ -156,9 +169,15 @@ class Scheduler:
         return best, reasons
 
     def fits(
-        self, pod: Obj, node: Obj, on_node: list[Obj], nodes: list[Obj], pods_by_node: dict[str, list[Obj]]
+        self,
+        pod: Obj,
+        node: Obj,
+        on_node: list[Obj],
+        nodes: list[Obj],
+        pods_by_node: dict[str, list[Obj]],
+        spread_counts: dict[int, dict[str, int]] | None = None,
     ) -> tuple[str, Placement | None]:
-        """(reason it does not fit, or the placement)."""
+        """(reason it does not fit, or the placement); ``spread_counts``: see :func:`spread_violation`."""
         reason, filtered = self.static_filter(pod, node)
         if not filtered:
             return reason, None
@@ -175,7 +194,7 @@ class Scheduler:
         )
         if cores is None:
             return "node(s) did not have enough contiguous free NeuronCores", None
-        violated, penalty = spread_violation(pod, node, nodes, pods_by_node, hard=True)
+        violated, penalty = spread_violation(pod, node, nodes, pods_by_node, hard=True, counts_cache=spread_counts)
         if violated:
             return "node(s) didn't match pod topology spread constraints", None
         affinity_reason = pod_affinity_violation(pod, node, nodes, pods_by_node)

@@ -182,12 +182,18 @@ def spread_violation(
     pods_by_node: Mapping[str, list[Obj]],
     *,
     hard: bool,
+    counts_cache: dict[int, dict[str, int]] | None = None,
 ) -> tuple[bool, int]:
-    """Topology spread: (violates a DoNotSchedule constraint, skew penalty of ScheduleAnyway ones)."""
+    """Topology spread: (violates a DoNotSchedule constraint, skew penalty of ScheduleAnyway ones).
+
+    The matching pods per domain depend on the pod and the cluster, not on the candidate node:
+    ``counts_cache`` (one dict per pod and snapshot) keeps them across the nodes tried, which
+    would otherwise cost nodes x (nodes + pods) per pod scheduled.
+    """
     spec = pod.get("spec") or {}
     namespace = (pod.get("metadata") or {}).get("namespace")
     penalty = 0
-    for constraint in spec.get("topologySpreadConstraints") or []:
+    for index, constraint in enumerate(spec.get("topologySpreadConstraints") or []):
         is_hard = constraint.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"
         key = str(constraint.get("topologyKey", ""))
         selector = selector_from_dict(constraint.get("labelSelector"))
@@ -197,21 +203,26 @@ def spread_violation(
             if is_hard and hard:
                 return True, penalty
             continue
-        counts: dict[str, int] = {}
-        for other in nodes:
-            other_labels = labels_of(other)
-            if key not in other_labels or not node_matches(pod, other_labels, other["metadata"]["name"]):
-                continue
-            value = other_labels[key]
-            counts.setdefault(value, 0)
-            for placed in pods_by_node.get(other["metadata"]["name"], []):
-                meta = placed.get("metadata") or {}
-                if (
-                    meta.get("namespace") == namespace
-                    and not meta.get("deletionTimestamp")
-                    and selector.matches(meta.get("labels"))
-                ):
-                    counts[value] += 1
+        domain_counts = counts_cache.get(index) if counts_cache is not None else None
+        if domain_counts is None:
+            domain_counts = {}
+            for other in nodes:
+                other_labels = labels_of(other)
+                if key not in other_labels or not node_matches(pod, other_labels, other["metadata"]["name"]):
+                    continue
+                value = other_labels[key]
+                domain_counts.setdefault(value, 0)
+                for placed in pods_by_node.get(other["metadata"]["name"], []):
+                    meta = placed.get("metadata") or {}
+                    if (
+                        meta.get("namespace") == namespace
+                        and not meta.get("deletionTimestamp")
+                        and selector.matches(meta.get("labels"))
+                    ):
+                        domain_counts[value] += 1
+            if counts_cache is not None:
+                counts_cache[index] = domain_counts
+        counts = {**domain_counts}
         counts.setdefault(domain, 0)
         skew = counts[domain] + 1 - min(counts.values())
         if is_hard and hard and skew > max_skew:
