@@ -358,3 +358,20 @@ def test_scale_down_with_nothing_ready_keeps_the_pods_furthest_along() -> None:
     plan = plan_fleet("bert", target(5), waiting + creating + running[:4], NOW)
     deleted = {a.name for a in plan.actions if isinstance(a, DeletePod)}
     assert deleted == {"w0", "w1", "c0"} or deleted == {"w0", "w1", "c1"}
+
+
+def test_a_slow_rollout_that_keeps_progressing_is_not_stalled() -> None:
+    # maxSurge 1 over a large fleet takes longer than the progress deadline in all; the deadline
+    # (spec.rollout.progressDeadlineSeconds: "has not progressed for this long") runs from the last
+    # new-revision pod that became ready, not from the rollout's start.
+    pods = [
+        pod("old0"),
+        pod("old1"),
+        pod("new0", artifact=NEW, created_at=NOW - timedelta(minutes=40), ready_at=NOW - timedelta(minutes=10)),
+        pod("new1", "warm", artifact=NEW, ready=False, created_at=NOW - timedelta(minutes=9)),
+    ]
+    summary = plan_fleet("bert", target(3, artifact=NEW), pods, NOW).summary
+    assert summary.rolling_out and summary.rollout_started_at == NOW - timedelta(minutes=40)
+    assert not summary.rollout_stalled(NOW, 1800)
+    assert not summary.rollout_stalled(NOW + timedelta(minutes=20), 1800)
+    assert summary.rollout_stalled(NOW + timedelta(minutes=21), 1800)

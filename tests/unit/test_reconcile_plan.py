@@ -24,9 +24,11 @@ from neuronfleet.planning.reasons import Reason
 from neuronfleet.planning.reconcile_plan import (
     DeleteCompileJob,
     StartCompileJob,
+    decide_targets,
     plan_reconcile,
     status_events,
 )
+from neuronfleet.planning.signals import MetricSnapshot
 from neuronfleet.planning.status import status_patch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -141,3 +143,50 @@ def test_a_corrupt_json_annotation_is_found() -> None:
     assert corrupt_annotations({key: '{"spec": {}}'}) == ()
     assert corrupt_annotations({key: "{nope"}) == (key,)
     assert corrupt_annotations({"other": "{nope"}) == ()
+
+
+def busy(now: float) -> MetricSnapshot:
+    return MetricSnapshot(time=now, queue_depth=40.0, in_flight=8.0, utilization=0.9)
+
+
+def test_a_held_decision_is_bounded_by_a_max_replicas_lowered_between_decisions() -> None:
+    auto = {"mode": "Auto", "minReplicas": 1, "maxReplicas": 10, "intervalSeconds": 600, "panicWindowSeconds": 0}
+    dep = deployment(scaling=auto, warmPool={"mode": "Auto", "minPods": 1, "maxPods": 4})
+    targets, memory = decide_targets(dep.spec, DeploymentMemory(), busy(0), "", 2, 2, 0.0)
+    assert targets.scale.desired > 3
+    # maxReplicas lowered a minute later: the autoscaler is not due for nine more minutes, but no
+    # desired count, status or fleet may go past the bound meanwhile.
+    lowered = deployment(scaling={**auto, "maxReplicas": 3}, warmPool={"mode": "Auto", "minPods": 1, "maxPods": 4})
+    held, memory = decide_targets(lowered.spec, memory, None, "not due", targets.scale.desired, 2, 60.0)
+    assert held.scale.desired == 3
+    assert held.warm.pods == 1 and held.warm.node_placeholders == 0
+    raised = deployment(scaling={**auto, "minReplicas": 8}, warmPool={"mode": "Off"})
+    held, _ = decide_targets(raised.spec, memory, None, "not due", 3, 2, 120.0)
+    assert held.scale.desired == 8
+
+
+def test_a_snapshot_with_no_usable_signal_is_not_reported_as_metrics_read() -> None:
+    # Prometheus answered, but with samples older than staleAfterSeconds (pods that stopped
+    # reporting stay in an instant query's answers for five minutes): the autoscaler holds, and
+    # ScalingActive must say so rather than "MetricsRead".
+    dep = deployment(scaling={"mode": "Auto", "minReplicas": 1, "maxReplicas": 5}, warmPool={"mode": "Off"})
+    now = T0.timestamp()
+    stale = MetricSnapshot(time=now - 300, queue_depth=1.0, in_flight=1.0, utilization=0.5)
+    result = plan(
+        dep,
+        Observation(T0, compile=compiled(dep), metrics=stale, metrics_problem="metrics read"),
+        DeploymentMemory(),
+        {},
+    )
+    condition = next(c for c in result.status["conditions"] if c["type"] == "ScalingActive")
+    assert (condition["status"], condition["reason"]) == ("False", "MetricsUnavailable")
+    assert condition["message"].startswith("metrics missing")
+    fresh = replace(stale, time=now)
+    result = plan(
+        dep,
+        Observation(T0, compile=compiled(dep), metrics=fresh, metrics_problem="metrics read"),
+        DeploymentMemory(),
+        {},
+    )
+    condition = next(c for c in result.status["conditions"] if c["type"] == "ScalingActive")
+    assert (condition["status"], condition["reason"]) == ("True", "MetricsRead")

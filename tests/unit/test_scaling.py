@@ -416,3 +416,92 @@ def test_the_busiest_second_needs_its_own_capacity() -> None:
     assert decide(spec(peakUtilization=1.6), state, bursty, 4, 4, 45).recommendation == 6
     # No peak reported (an older runtime, or the query returns nothing): the rate alone decides.
     assert "peak" not in decide(spec(), state, replace(calm, arrival_peak=None), 4, 4, 45).signals
+
+
+@pytest.mark.parametrize(
+    ("policies", "select"),
+    [
+        ([{"type": "Percent", "value": 100, "periodSeconds": 15}], "Max"),
+        (
+            [{"type": "Pods", "value": 4, "periodSeconds": 15}, {"type": "Percent", "value": 100, "periodSeconds": 15}],
+            "Min",
+        ),
+    ],
+)
+def test_a_percent_scale_up_policy_can_start_a_fleet_at_zero(policies: list[dict[str, Any]], select: str) -> None:
+    # A percentage of zero replicas is zero: without a floor a fleet scaled to zero stayed there
+    # for every demand short of panic (and for ever with panic mode off).
+    behavior = {"scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": select, "policies": policies}}
+    s = spec(minReplicas=0, behavior=behavior)
+    state = ScalingState()
+    desired = 0
+    for tick in range(4):
+        decision = decide(s, state, snap(tick * 15.0, 5), current=desired, ready=desired, now=tick * 15.0)
+        state, desired = decision.new_state, decision.desired
+    assert desired == 1
+
+
+def test_a_scale_up_limit_never_scales_the_fleet_down() -> None:
+    # Scale-ups and a scale-down within one scale-up period leave the period's start (current less
+    # what was added) below what the fleet had: the limit then fell below the current count and a
+    # recommendation to grow shrank the fleet. As HPA does, the limit is at least the current count.
+    behavior = {
+        "scaleUp": {
+            "stabilizationWindowSeconds": 0,
+            "selectPolicy": "Min",
+            "policies": [
+                {"type": "Pods", "value": 4, "periodSeconds": 60},
+                {"type": "Percent", "value": 100, "periodSeconds": 60},
+            ],
+        },
+        "scaleDown": {
+            "stabilizationWindowSeconds": 0,
+            "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}],
+        },
+    }
+    s = spec(panicThreshold=10, scaleDownDelayMode="Fixed", behavior=behavior)
+    up = decide(s, ScalingState(), snap(0, 70), current=3, ready=3, now=0)
+    assert up.desired == 6
+    down = decide(s, up.new_state, snap(5, 20, utilization=0.1), current=6, ready=6, now=5)
+    assert down.desired == 2
+    again = decide(s, down.new_state, snap(10, 80), current=2, ready=2, now=10)
+    assert again.recommendation is not None and again.recommendation > 2
+    assert again.desired >= 2
+
+
+def test_a_scale_down_limit_never_scales_the_fleet_up() -> None:
+    # maxReplicas lowered removes replicas outside the rate policy; raised again within the
+    # policy's period, the period's start (current plus what was removed) lay above the current
+    # count, and a recommendation to shrink grew the fleet back. The limit is at most the current
+    # count.
+    behavior = {
+        "scaleDown": {
+            "stabilizationWindowSeconds": 0,
+            "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
+        },
+    }
+    s = spec(scaleDownDelayMode="Fixed", behavior=behavior)
+    lowered = decide(replace_bounds(s, 4), ScalingState(), snap(0, 100), current=10, ready=10, now=0)
+    assert lowered.desired == 4
+    shrink = decide(s, lowered.new_state, snap(15, 20, utilization=0.1), current=4, ready=4, now=15)
+    assert shrink.recommendation == 2
+    assert shrink.desired <= 4
+
+
+def replace_bounds(s: ScalingSpec, max_replicas: int) -> ScalingSpec:
+    return s.model_copy(update={"max_replicas": max_replicas})
+
+
+@pytest.mark.parametrize("interval", [25, 60, 300])
+def test_the_service_rate_is_learned_at_any_interval(interval: int) -> None:
+    # Decisions further apart than the steadiness window left no sample to compare with (25 s: none
+    # 30-45 s back; 60 s and more: none kept at all), so the arrival rate, the primary signal, was
+    # never used at those (valid) intervalSeconds.
+    s = spec(intervalSeconds=interval)
+    state = ScalingState()
+    for tick in range(4):
+        now = tick * float(interval)
+        decision = decide(s, state, snap(now, 4, utilization=0.5, rate=20.0), current=2, ready=2, now=now)
+        state = decision.new_state
+    assert state.service_rate == pytest.approx(20.0)
+    assert "rate" in decision.signals

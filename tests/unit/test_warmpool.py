@@ -128,3 +128,16 @@ def test_standby_never_exceeds_what_max_replicas_lets_promote() -> None:
     )
     assert capped.pods == 3
     assert capped.node_placeholders == 0
+
+
+def test_min_pods_beyond_max_replicas_leaves_no_negative_placeholders() -> None:
+    # The active fleet is at maxReplicas, so there is no room to promote into, yet minPods still
+    # holds: the warm pods take more than the room, and the placeholders must stop at zero (a
+    # negative count made the fleet plan slice its placeholder list from the end).
+    spec = auto(minPods=2, maxPods=4, maxNodePlaceholders=2)
+    state = WarmPoolState()
+    for i, d in enumerate([1, 1, 3, 3, 1, 1, 3, 3]):
+        decision = plan(spec, state, d, i * 60.0, ColdStart(300, 150), active=3, max_active=3)
+        state = decision.new_state
+        assert decision.pods == 2
+        assert decision.node_placeholders == 0

@@ -12,7 +12,8 @@ Series, all labelled by ``namespace`` and ``name`` of the InferenceDeployment:
 - ``neuronfleet_reconcile_errors_total{kind}`` (``kind``: a short class such as ApiException);
 - ``neuronfleet_replicas{kind="desired|actual|ready|warm|warm_desired|draining|placeholders"}``;
 - ``neuronfleet_scaling_decisions_total{direction="up|down"}`` when desired active replicas change;
-- ``neuronfleet_metrics_available`` (1 when the autoscaler's Prometheus answered, from ScalingActive).
+- ``neuronfleet_metrics_available`` (1 when the autoscaler's Prometheus answered with a usable, fresh
+  signal, from ScalingActive).
 
 ``forget`` drops an object's series when it is deleted, so a long-running operator does not keep
 series of objects that are gone.
@@ -75,7 +76,7 @@ class OperatorMetrics:
         )
         self.metrics_available = Gauge(
             "neuronfleet_metrics_available",
-            "1 when the autoscaler's metrics were readable at the last reconcile (ScalingActive True).",
+            "1 when the autoscaler had a usable, fresh signal at its last decision (ScalingActive True).",
             labels,
             registry=self.registry,
         )

@@ -292,16 +292,22 @@ class FleetSummary:
     placeholders_bound: int = 0
     #: During a rollout: when the oldest pod of the current revision was created.
     rollout_started_at: datetime | None = None
+    #: During a rollout: when it last progressed (a pod of the current revision became ready), or
+    #: its start when none has yet.
+    rollout_progressed_at: datetime | None = None
 
     @property
     def rolling_out(self) -> bool:
         return self.revision_known and self.outdated > 0
 
     def rollout_stalled(self, now: datetime, deadline_seconds: float) -> bool:
-        """A rollout running longer than ``deadline_seconds`` (spec.rollout.progressDeadlineSeconds)."""
-        if not self.rolling_out or self.rollout_started_at is None:
+        """A rollout that has not progressed for longer than ``deadline_seconds``
+        (spec.rollout.progressDeadlineSeconds): no pod of the new revision became ready since; a
+        slow rollout (a small maxSurge over a large fleet) that keeps progressing is not stalled."""
+        since = self.rollout_progressed_at or self.rollout_started_at
+        if not self.rolling_out or since is None:
             return False
-        return (now - self.rollout_started_at).total_seconds() > deadline_seconds
+        return (now - since).total_seconds() > deadline_seconds
 
     @property
     def converged(self) -> bool:
@@ -523,6 +529,9 @@ def plan_fleet(
     ):
         creations.append(CreatePlaceholder(name, target.template, slot))
 
+    rollout_started_at = min(
+        (pod.created_at for pod in current if pod.created_at is not None and outdated), default=None
+    )
     summary = FleetSummary(
         desired_active=target.active,
         desired_warm=target.warm,
@@ -545,8 +554,13 @@ def plan_fleet(
         replaced=tuple(replaced),
         unbound=sum(1 for pod in serving if pod.node is None),
         placeholders_bound=sum(1 for pod in placeholders if pod.node is not None),
-        rollout_started_at=min(
-            (pod.created_at for pod in current if pod.created_at is not None and outdated), default=None
+        rollout_started_at=rollout_started_at,
+        rollout_progressed_at=max(
+            (
+                *(pod.ready_at for pod in current if pod.ready and pod.ready_at is not None and outdated),
+                *((rollout_started_at,) if rollout_started_at is not None else ()),
+            ),
+            default=None,
         ),
     )
     return FleetPlan(tuple(promotions + creations + demotions + deletions), summary)

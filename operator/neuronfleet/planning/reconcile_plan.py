@@ -117,7 +117,9 @@ def decide_targets(
     """The autoscaler's decision at the spec's interval (held in between), then the warm pool.
 
     ``snapshot`` is only looked at when :func:`~neuronfleet.planning.observation.scaling_due`;
-    in Auto mode the decision and its message are held until the next interval.
+    in Auto mode the decision and its message are held until the next interval (bounded at once by
+    a ``minReplicas`` / ``maxReplicas`` changed meanwhile). Metrics count as available when the
+    snapshot left the autoscaler a signal to decide on (not when every signal was missing or stale).
     ``checkpoint_section`` (the status's ``autoscaler``) starts the autoscaler of a memory that has
     never decided: a restarted operator.
     """
@@ -131,10 +133,23 @@ def decide_targets(
         and (spec.scaling.mode == "Auto")
     ):
         scale, available, message = memory.last_decision, memory.metrics_available, memory.scaling_message
+        low, high = spec.scaling.min_replicas, spec.scaling.max_replicas
+        if not low <= scale.desired <= high:
+            # The bounds changed since the decision (a spec edit between intervals): the held
+            # count obeys them at once, as the next decision would.
+            note = f"; bounded to [{low}, {high}]"
+            demand = None if scale.demand is None else max(low, min(high, scale.demand))
+            scale = replace(
+                scale, desired=max(low, min(high, scale.desired)), reason=scale.reason + note, demand=demand
+            )
+            message += note
+            memory = replace(memory, last_decision=scale, scaling_message=message)
     else:
         scale = scaling.decide(spec.scaling, memory.scaling_state, snapshot, current, ready, now)
-        available = snapshot is not None
-        message = scale.reason if available else f"{metrics_problem}; {scale.reason}"
+        # Read, and usable: a snapshot whose every signal is missing or stale leaves the autoscaler
+        # holding (no recommendation), which ScalingActive must not call "metrics read".
+        available = snapshot is not None and scale.recommendation is not None
+        message = scale.reason if snapshot is not None else f"{metrics_problem}; {scale.reason}"
         memory = replace(
             memory,
             scaling_state=scale.new_state,

@@ -45,7 +45,8 @@ The rule, in order:
    result between the minimum of the recommendations in the scale-up window and the maximum of
    those in the scale-down window; rate policies limit the change against the replica count at the
    start of each policy's period, and ``select_policy`` picks the most (Max) or least (Min)
-   permissive, or forbids the direction (Disabled).
+   permissive, or forbids the direction (Disabled). A limit never moves the fleet the other way
+   (HPA's guard), and from zero replicas a Percent policy allows one.
    The scale-down window is the longer of the stabilization window and the scale-down delay: in
    ``Fixed`` mode ``scale_down_delay_seconds`` (default 30 minutes: a released replica takes
    minutes to get back on Inf2, and bursts recur); in ``Learned`` mode (the default) the shortest
@@ -237,12 +238,21 @@ def _signals(spec: ScalingSpec, snapshot: MetricSnapshot, ready: int, service_ra
     return signals
 
 
-def _steady(recent: tuple[tuple[float, int, float | None], ...], ready: int, rate: float, now: float) -> bool:
+def _steady(
+    recent: tuple[tuple[float, int, float | None], ...], ready: int, rate: float, now: float, interval: float
+) -> bool:
     """Whether the ready count and the arrival rate held still over the last STEADY_SECONDS."""
     # Decision intervals jitter: look a little further back than the span the samples must cover.
     window = [(t, r, a) for t, r, a in recent if t >= now - 1.5 * STEADY_SECONDS]
     if not window or window[0][0] > now - STEADY_SECONDS:
-        return False
+        # Decisions further apart than that (a longer intervalSeconds): the span starts at the
+        # newest earlier sample, if it is the previous decision's (not one from before a pause).
+        earlier = [
+            sample for sample in recent if now - interval - 1.5 * STEADY_SECONDS <= sample[0] <= now - STEADY_SECONDS
+        ]
+        if not earlier:
+            return False
+        window = [earlier[-1], *window]
     return all(r == ready and a is not None and abs(a - rate) <= STEADY_RATE_CHANGE * rate for _, r, a in window)
 
 
@@ -314,8 +324,14 @@ def _scale_up_limit(rules: ScalingRules, events: tuple[tuple[float, int], ...], 
         if policy.type == "Pods":
             limits.append(start + policy.value)
         else:
-            limits.append(math.ceil(start * (1 + policy.value / 100)))
-    return max(limits) if rules.select_policy == "Max" else min(limits)
+            grown = math.ceil(start * (1 + policy.value / 100))
+            # A percentage of no replicas is none: from zero a Percent policy allows one replica,
+            # or a fleet scaled to zero could never start again.
+            limits.append(grown if start > 0 else max(grown, 1))
+    limit = max(limits) if rules.select_policy == "Max" else min(limits)
+    # As HPA: the period's start counts only what was added, so removals within the period can put
+    # the limit below the current count; a scale-up limit never shrinks the fleet.
+    return max(limit, current)
 
 
 def _scale_down_limit(rules: ScalingRules, events: tuple[tuple[float, int], ...], current: int, now: float) -> int:
@@ -329,7 +345,10 @@ def _scale_down_limit(rules: ScalingRules, events: tuple[tuple[float, int], ...]
         else:
             limits.append(math.ceil(start * (1 - policy.value / 100)))
     # Max selects the policy allowing the largest change, i.e. the lowest replica floor.
-    return min(limits) if rules.select_policy == "Max" else max(limits)
+    limit = min(limits) if rules.select_policy == "Max" else max(limits)
+    # As HPA: a scale-down limit never grows the fleet (additions within the period, or removals
+    # outside the policies, such as a lowered maxReplicas, put the period's start above the count).
+    return min(limit, current)
 
 
 def _describe(signals: dict[str, float]) -> str:
@@ -361,9 +380,18 @@ def decide(
     # The rate signal uses the estimate from earlier snapshots: this snapshot's own arrival rate and
     # utilization would only restate the utilization signal.
     signals = _signals(spec, snapshot, ready, state.service_rate)
-    steady = snapshot.arrival_rate is not None and _steady(state.recent, ready, snapshot.arrival_rate, now)
+    steady = snapshot.arrival_rate is not None and _steady(
+        state.recent, ready, snapshot.arrival_rate, now, float(spec.interval_seconds)
+    )
     service_rate = _update_service_rate(spec, snapshot, ready, state.service_rate, steady)
-    recent = (*(x for x in state.recent if x[0] > now - 2 * STEADY_SECONDS), (now, ready, snapshot.arrival_rate))
+    # The newest sample older than that is kept too: with decisions further apart than
+    # STEADY_SECONDS it is the only one to tell whether the rate held still.
+    older = [x for x in state.recent if x[0] <= now - 2 * STEADY_SECONDS][-1:]
+    recent = (
+        *older,
+        *(x for x in state.recent if x[0] > now - 2 * STEADY_SECONDS),
+        (now, ready, snapshot.arrival_rate),
+    )
     launches, cold_start = _measure_cold_start(state.launches, state.cold_start, ready, now)
     rates = tuple((t, v) for t, v in state.rates if t > now - TREND_WINDOW_SECONDS)
     if "rate" in signals:

@@ -134,7 +134,9 @@ def plan(
         # replace failed active ones).
         room = max(0, max_active - active)
         pods = max(spec.min_pods, min(pods, room))
-        placeholders = min(placeholders, room - pods)
+        # minPods may take more than the room: no room is then left for placeholders (never a
+        # negative count).
+        placeholders = max(0, min(placeholders, room - pods))
     span = state.history[-1][0] - state.history[0][0] if state.history else 0.0
     reason = (
         f"p{spec.coverage * 100:g} demand increase {pod_increase:g} within {pod_horizon:.0f}s "
