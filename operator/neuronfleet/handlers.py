@@ -4,7 +4,8 @@
   ``memo`` as an :class:`OperatorContext`; nothing is global. Kopf's settings are made in one
   place, :func:`kopf_settings`.
 - the per-object daemon is the only caller of the reconcile: at once when the object appears
-  (or the operator starts), then every ``interval`` seconds, or sooner when woken. Its back-off
+  (or the operator starts, or resumes after a peering pause: it then starts from the status, with
+  no in-process memory), then every ``interval`` seconds, or sooner when woken. Its back-off
   after a failure (doubling from the interval, at most :data:`MAX_BACKOFF_SECONDS`) is the
   operator's one retry policy.
 - wake-ups: a spec change (a new ``metadata.generation``; the operator's own status writes do
@@ -126,7 +127,11 @@ class OperatorContext:
         return report
 
     def wake(self, namespace: str, name: str) -> None:
-        self.wakeups[(namespace, name)].set()
+        """Wake the object's daemon, if it has one: a pod of a deleted object (the garbage collector
+        deletes them after it) must not leave an entry behind for good."""
+        wakeup = self.wakeups.get((namespace, name))
+        if wakeup is not None:
+            wakeup.set()
 
     def forget(self, namespace: str, name: str) -> None:
         key = (namespace, name)
@@ -191,6 +196,10 @@ async def keep_converging(
         raise kopf.PermanentError("the operator was started without its context (see neuronfleet.run_command)")
     namespace = namespace or "default"
     wakeup = context.wakeups[(namespace, name)]
+    # A daemon starts when the object appears, when the operator starts, and again when Kopf resumes
+    # it after a peering pause (a peer of higher priority ran the object meanwhile). Memory left from
+    # an earlier run is stale then: the object is picked up from its status, as after a restart.
+    context.memories.pop((namespace, name), None)
     failures = 0
     while not stopped:
         interval = context.reconciler.settings.interval_seconds

@@ -12,8 +12,11 @@ and writes what that returns:
    the served artifact, last scale, condition times);
 3. apply (:meth:`Reconciler.apply`): the status (a merge patch of what changed, nothing when
    nothing did; published first, so the artifact is visible before the pods it leads to), compile
-   Jobs, pod creations / relabels / deletions in the plan's order (stopping at the first refusal),
-   Service and PDB (diffed first), then the status again if the apply's outcome changed it.
+   Jobs, pod creations / relabels / deletions in the plan's order (stopping at the first failed
+   call, and at a pod to relabel that is gone), Service and PDB (diffed first), then the status
+   again if the apply's outcome changed it. A failed call after the first status write (an error
+   answer, a timeout, a refused connection) is recorded, not raised: the rest of the apply that does
+   not depend on it still runs, and the status and the daemon's back-off report it.
 
 Everything the fleet needs to be rebuilt after a restart is on the pods (labels, deterministic
 names) and in the durable memory, so a restarted operator converges without duplicates.
@@ -43,7 +46,7 @@ from neuronfleet.kube.builders import (
     pod_template_hash,
     relabel_patch,
 )
-from neuronfleet.kube.client import KubeApi
+from neuronfleet.kube.client import UNANSWERED, KubeApi
 from neuronfleet.kube.jobs import build_compile_job
 from neuronfleet.kube.observe import observe_cluster
 from neuronfleet.planning.compile import CompileObservation, CompileRequest, compile_request
@@ -133,6 +136,17 @@ def utc_now() -> datetime:
 def _api_error(exc: ApiException) -> str:
     body = exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else str(exc.body or "")
     return f"{exc.status} {exc.reason}: {body[:300]}"
+
+
+#: A call that failed: an error answer, or none (see :data:`neuronfleet.kube.client.UNANSWERED`).
+_CALL_FAILED: tuple[type[Exception], ...] = (ApiException, *UNANSWERED)
+
+
+def _call_error(exc: Exception) -> str:
+    """What a failed call says in the status: the API server's answer, else why there was none."""
+    if isinstance(exc, ApiException):
+        return _api_error(exc)
+    return str(exc) or type(exc).__name__
 
 
 def _refusal(exc: ApiException) -> Refusal | None:
@@ -246,42 +260,57 @@ class Reconciler:
                 events.append(Event("Normal", Reason.COMPILE_SUPERSEDED, message))
         return events
 
-    async def _apply_action(self, dep: InferenceDeployment, candidate: Candidate, action: Action) -> None:
+    async def _apply_action(self, dep: InferenceDeployment, candidate: Candidate, action: Action) -> bool:
+        """Apply one action; False when a relabelled pod is gone (the plan's later actions may rely
+        on it: a demotion follows the promotion that makes it safe)."""
         namespace = dep.metadata.namespace or "default"
         if isinstance(action, CreatePod | CreatePlaceholder):
             await self.kube.create(object_for_action(dep, candidate, action, self.settings.builder))
         elif isinstance(action, Relabel):
             patch = relabel_patch(action)["metadata"]
-            await self.kube.patch_pod_metadata(
+            return await self.kube.patch_pod_metadata(
                 namespace, action.name, patch.get("labels", {}), patch.get("annotations", {})
             )
         elif isinstance(action, DeletePod | DeletePlaceholder):
             await self.kube.delete_pod(namespace, action.name, action.grace_period_seconds)
+        return True
 
     async def apply(self, dep: InferenceDeployment, plan: ReconcilePlan) -> ApplyOutcome:
         """Compile Jobs, then the fleet's actions in the plan's order (stopping at the first
-        failure: later ones may rely on it), then Service and PDB."""
+        failure: later ones may rely on it), then Service and PDB.
+
+        A failed call (an error answer, a timeout, a refused connection) is recorded, not raised: what
+        does not depend on it is still applied, and the status then reports it.
+        """
         events: list[Event] = []
         errors: list[str] = []
         refusals: list[Refusal] = []
         try:
             events += await self._apply_compile(dep, plan)
-        except ApiException as exc:
-            errors.append(f"compile Job: {_api_error(exc)}")
+        except _CALL_FAILED as exc:
+            errors.append(f"compile Job: {_call_error(exc)}")
         if plan.candidate is None:
             return ApplyOutcome(tuple(events), (), tuple(errors))
+        namespace = dep.metadata.namespace or "default"
         for action in plan.actions:
             try:
-                await self._apply_action(dep, plan.candidate, action)
-            except ApiException as exc:
-                refusal = _refusal(exc) if isinstance(action, CreatePod | CreatePlaceholder) else None
+                if not await self._apply_action(dep, plan.candidate, action):
+                    # Deleted since it was observed: its deletion wakes the next reconcile, which
+                    # plans without it. No error: the fleet changed, the operator did not fail.
+                    logger.info("%s/%s: pod %s is gone; the rest of the plan waits", namespace, dep.name, action.name)
+                    break
+            except _CALL_FAILED as exc:
+                refusal = (
+                    _refusal(exc)
+                    if isinstance(exc, ApiException) and isinstance(action, CreatePod | CreatePlaceholder)
+                    else None
+                )
                 if refusal is not None:
                     refusals.append(refusal)
                 else:
-                    errors.append(_api_error(exc))
+                    errors.append(_call_error(exc))
                 break
             events.append(describe_action(action))
-        namespace = dep.metadata.namespace or "default"
         try:
             for obj in (build_service(dep), build_pdb(dep)):
                 kind, name = obj["kind"], obj["metadata"]["name"]
@@ -294,8 +323,8 @@ class Reconciler:
                     )
                     continue
                 await self.kube.ensure(obj, current)
-        except ApiException as exc:
-            errors.append(_api_error(exc))
+        except _CALL_FAILED as exc:
+            errors.append(_call_error(exc))
         return ApplyOutcome(tuple(events), tuple(refusals), tuple(errors))
 
     # -------------------------------------------------------------------------------- reconcile
@@ -326,12 +355,21 @@ class Reconciler:
             writes += 1
         outcome = await self.apply(dep, plan)
         final, memory = status_after_apply(plan, dep, durable, outcome.refusals, outcome.errors, observation)
-        if await self._write_status(namespace, dep.name, plan.status, final):
-            writes += 1
+        unwritten: tuple[str, ...] = ()
+        try:
+            if await self._write_status(namespace, dep.name, plan.status, final):
+                writes += 1
+        except _CALL_FAILED as exc:
+            # Raising here would lose the Events of what was applied and of the first write (a
+            # "Scaled" that the next reconcile, reading the new desired count, never posts). The
+            # outcome stays in memory, so the next reconcile's first write publishes it.
+            unwritten = (f"status: {_call_error(exc)}",)
+            logger.warning("%s/%s: the status after the apply was not written: %s", namespace, dep.name, unwritten[0])
+            final = plan.status
         if writes:
             memory = replace(memory, written=(status, final))
         events = outcome.events + tuple(status_events(durable, final, plan.scale_reason))
-        error = "; ".join(outcome.errors + plan.observe_errors) or None
+        error = "; ".join(outcome.errors + plan.observe_errors + unwritten) or None
         return ReconcileReport(plan.actions, events, final, plan.converged, memory, error, writes)
 
     async def _report_invalid(

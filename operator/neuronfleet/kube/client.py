@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, cast
 
+import aiohttp
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -28,6 +29,10 @@ MERGE_PATCH = "application/merge-patch+json"
 #: own: a connection gone silent (a control-plane failover) would hold the reconcile, and the
 #: object's lock, forever. A timed-out call fails the reconcile, which is retried.
 REQUEST_TIMEOUT_SECONDS = 30.0
+#: What a call that got no answer raises (the API server silent, refusing connections, hanging up),
+#: besides ApiException for an answer that is an error. Either may come from any call: a caller
+#: that goes on after one failed call catches all three.
+UNANSWERED: tuple[type[Exception], ...] = (TimeoutError, ConnectionError)
 
 Obj = dict[str, Any]
 
@@ -95,8 +100,9 @@ class KubeClient:
     # ------------------------------------------------------------------------------------ reading
 
     async def _json(self, call: Any) -> Obj:
-        """Await a raw (``_preload_content=False``) call; raise ApiException on an error status, and
-        TimeoutError past :attr:`request_timeout`.
+        """Await a raw (``_preload_content=False``) call; raise ApiException on an error status,
+        TimeoutError past :attr:`request_timeout` and ConnectionError when the API server cannot be
+        reached (see :data:`UNANSWERED`).
 
         kubernetes_asyncio raises for error statuses only when it preloads the content itself.
         """
@@ -110,6 +116,9 @@ class KubeClient:
         except TimeoutError:
             # asyncio's TimeoutError says nothing; this reaches the operator's log and a Warning Event.
             raise TimeoutError(f"the Kubernetes API did not answer within {self.request_timeout:g} s") from None
+        except aiohttp.ClientError as exc:
+            # aiohttp's own classes (a refused connection, a reset) are no ConnectionError.
+            raise ConnectionError(f"the Kubernetes API could not be reached: {exc or type(exc).__name__}") from exc
         if not 200 <= response.status <= 299:
             error = ApiException(status=response.status, reason=response.reason or "")
             error.body = data.decode(errors="replace")
@@ -153,7 +162,7 @@ class KubeClient:
                     return data.decode(errors="replace") if response.status == 200 else ""
                 finally:
                     response.release()
-        except (ApiException, TimeoutError):
+        except (ApiException, TimeoutError, aiohttp.ClientError):
             return ""  # the log only adds detail to a failed Job's message
 
     # ------------------------------------------------------------------------------------ writing
@@ -224,14 +233,22 @@ class KubeClient:
         """
         if current is None:
             return "created" if await self.create(obj) else "unchanged"
+        kind, namespace, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
         wanted_spec = obj.get("spec", {})
         live_spec = current.get("spec", {})
         wanted_labels = obj["metadata"].get("labels", {})
         live_labels = current.get("metadata", {}).get("labels", {})
-        if _contains(live_spec, wanted_spec) and _contains(live_labels, wanted_labels):
+        exact = [key for key in EXACT_SPEC_FIELDS.get(kind, ()) if key in wanted_spec]
+        if (
+            _contains(live_spec, wanted_spec)
+            and _contains(live_labels, wanted_labels)
+            and all(live_spec.get(key) == wanted_spec[key] for key in exact)
+        ):
             return "unchanged"
-        kind, namespace, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
-        body = {"metadata": {"labels": wanted_labels}, "spec": wanted_spec}
+        spec = dict(wanted_spec)
+        for key in exact:
+            spec[key] = _merge_patch(live_spec.get(key), wanted_spec[key])
+        body = {"metadata": {"labels": wanted_labels}, "spec": spec}
         patchers: dict[str, Any] = {
             "Service": self.core.patch_namespaced_service,
             "PodDisruptionBudget": self.policy.patch_namespaced_pod_disruption_budget,
@@ -265,6 +282,22 @@ class KubeClient:
                 _preload_content=False,
             )
         )
+
+
+#: Spec fields of a child compared exactly, not as "contains": the API server adds nothing to a
+#: selector, so a key found there that the builder does not set was added by someone else (and a
+#: widened selector selects no pod). The patch removes it.
+EXACT_SPEC_FIELDS: dict[str, tuple[str, ...]] = {"Service": ("selector",), "PodDisruptionBudget": ("selector",)}
+
+
+def _merge_patch(live: Any, wanted: Any) -> Any:
+    """The merge patch that makes ``live`` equal to ``wanted``: its values, and null for every key of
+    a map that only ``live`` has (a merge patch of a map otherwise only adds keys)."""
+    if not isinstance(wanted, dict) or not isinstance(live, dict):
+        return wanted
+    patch: dict[str, Any] = {key: _merge_patch(live.get(key), value) for key, value in wanted.items()}
+    patch.update({key: None for key in live if key not in wanted})
+    return patch
 
 
 def _contains(live: Any, wanted: Any) -> bool:

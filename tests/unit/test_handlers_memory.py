@@ -1,0 +1,77 @@
+"""The Kopf layer keeps nothing for objects that are gone, and no memory across a daemon's restart.
+
+A deleted InferenceDeployment's pods are deleted by the garbage collector after it, and each of
+their events reaches ``pod_changed``: waking a daemon that no longer exists must not create an
+entry that stays for the life of the operator (one per deleted deployment).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from neuronfleet.handlers import OperatorContext, deployment_changed, keep_converging, pod_changed
+from neuronfleet.planning.labels import LABEL_DEPLOYMENT
+from neuronfleet.planning.observation import DeploymentMemory
+from neuronfleet.reconcile import ReconcileReport
+
+
+def context() -> OperatorContext:
+    reconciler: Any = object()  # never called here
+    return OperatorContext(reconciler)
+
+
+async def test_pods_of_a_deleted_deployment_leave_nothing_behind() -> None:
+    ctx = context()
+    memo = kopf.Memo(context=ctx)
+    wakeup = ctx.wakeups[("ns", "gone")]  # what the daemon takes when it starts
+    await pod_changed(labels={LABEL_DEPLOYMENT: "gone"}, namespace="ns", memo=memo)
+    assert wakeup.is_set(), "a pod change wakes the running daemon"
+
+    await deployment_changed(type="DELETED", body=kopf.Body({}), namespace="ns", name="gone", memo=memo)
+    for _ in range(3):  # the garbage collector deletes the pods
+        await pod_changed(labels={LABEL_DEPLOYMENT: "gone"}, namespace="ns", memo=memo)
+    await pod_changed(labels={LABEL_DEPLOYMENT: "never-seen"}, namespace="ns", memo=memo)
+    assert dict(ctx.wakeups) == {}
+    assert (dict(ctx.memories), dict(ctx.locks), ctx.generations) == ({}, {}, {})
+
+
+class FakeReconciler:
+    """Records the memory each reconcile starts from; stops the daemon after one."""
+
+    def __init__(self, stop: list[bool], wakeup: Any) -> None:
+        self.settings = type("Settings", (), {"interval_seconds": 10.0})()
+        self.given: list[DeploymentMemory] = []
+        self.stop, self.wakeup = stop, wakeup
+
+    async def reconcile(self, body: Any, memory: DeploymentMemory) -> ReconcileReport:
+        self.given.append(memory)
+        self.stop.append(True)
+        self.wakeup().set()  # no wait for the interval
+        return ReconcileReport((), (), {}, True, DeploymentMemory(), None, 0)
+
+
+class Stopped:
+    def __init__(self, stop: list[bool]) -> None:
+        self.stop = stop
+
+    def __bool__(self) -> bool:
+        return bool(self.stop)
+
+
+async def test_a_daemon_that_starts_again_starts_from_the_status_not_from_old_memory() -> None:
+    # Kopf stops every daemon when a peer of higher priority appears and starts them again when it
+    # leaves: the memory kept from before the pause is stale (what the peer did meanwhile is only in
+    # the status). Its old apply errors were published again by the first status write of the resumed
+    # daemon (Degraded flapping True and back), and its autoscaler ignored the peer's checkpoint.
+    stop: list[bool] = []
+    ctx = context()
+    reconciler = FakeReconciler(stop, lambda: ctx.wakeups[("ns", "d")])
+    ctx.reconciler = reconciler  # type: ignore[assignment]
+    stale = DeploymentMemory(apply_errors=("Service d exists and belongs to no controller",))
+    ctx.memories[("ns", "d")] = stale  # left by the daemon's run before the pause
+
+    body = kopf.Body({"metadata": {"name": "d", "namespace": "ns", "generation": 3}})
+    await keep_converging(body=body, memo=kopf.Memo(context=ctx), namespace="ns", name="d", stopped=Stopped(stop))
+    assert reconciler.given == [DeploymentMemory()]
