@@ -23,6 +23,7 @@ from neuronfleet.api.crd import openapi_schema
 from neuronfleet.api.v1alpha1 import API_VERSION, KIND
 from neuronfleet.api.validation import not_utf8_message, validate_manifest, yaml_error_message
 from neuronfleet.sim import report, runner
+from neuronfleet.sim.policies import crd_max_replicas
 from neuronfleet.sim.profiles import BUILTIN, Profile, ProfileError, dump_profile, load_profile
 from neuronfleet.sim.trace import Trace, TraceError, load, with_history_pass
 from neuronfleet.sim.workload import (
@@ -174,7 +175,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--no-sweep", action="store_true", help="run each policy at its default setting only")
     p.add_argument(
-        "--max-replicas", type=int, metavar="N", help="max replicas for every policy (default: 2 x oracle peak)"
+        "--max-replicas",
+        type=int,
+        metavar="N",
+        help=f"max replicas for every policy (default: 2 x oracle peak; ours at most {crd_max_replicas()}, "
+        "the CRD's limit)",
     )
     p.add_argument("--slo-ms", type=float, metavar="MS", help="latency SLO (default: the profile's)")
     p.add_argument(
@@ -388,6 +393,10 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError("--jitter must be >= 0 and --slo-target in (0, 1]")
     if not args.rate_window > 0 or not args.superpose_spread > 0 or args.jobs < 1:
         raise UsageError("--rate-window and --superpose-spread must be positive, --jobs at least 1")
+    if args.max_replicas is not None and args.max_replicas < 1:
+        raise UsageError(f"--max-replicas must be at least 1, got {args.max_replicas}")
+    if args.slo_ms is not None and not (args.slo_ms > 0 and math.isfinite(args.slo_ms)):
+        raise UsageError(f"--slo-ms must be a positive number of milliseconds, got {args.slo_ms:g}")
 
 
 def _main(args: argparse.Namespace, console: Console) -> int:
@@ -428,7 +437,7 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         "cases": [],
     }
     for profile in profiles:
-        if args.slo_ms:
+        if args.slo_ms is not None:
             profile = profile.model_copy(update={"slo_ms": args.slo_ms})
         t0 = time.perf_counter()
         factor = args.rate_factor or factor_for_peak(trace, profile, args.peak_replicas)
@@ -439,6 +448,11 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         tune_trace = trace
         if args.tune_fraction:
             split = math.floor(trace.duration * args.tune_fraction)
+            if split < 1:
+                raise UsageError(
+                    f"--tune-fraction {args.tune_fraction:g} of a {trace.duration:g} s trace leaves no whole "
+                    "second to tune on; use a larger fraction or a longer trace"
+                )
             tune_trace = _truncated(trace, split - 1e-9)
         tune = _phase(
             "tune",
@@ -463,14 +477,14 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         doc["profiles"][profile.name] = {
             "rate_factor": factor,
             "history_pass": bool(args.history_pass),
-            "requests": tune.workload.requests,
+            "requests": _measured_requests(tune),
             "oracle_peak_replicas": tune.oracles.peak,
             "slo_ms": profile.slo_ms,
             "assumptions": profile.assumptions,
             "chosen": {family: o.case.setting for family, o in tune.chosen.items()},
             "monotonic_in_target": monotonic,
             "phases": {
-                p.name: {"requests": p.workload.requests, "measured_from_s": p.measure_from, "label": p.label}
+                p.name: {"requests": _measured_requests(p), "measured_from_s": p.measure_from, "label": p.label}
                 for p in phases
             },
             "wall_s": round(time.perf_counter() - t0, 2),
@@ -490,12 +504,24 @@ def _main(args: argparse.Namespace, console: Console) -> int:
                 shown_phase.oracles.schedule,
                 label,
             )
-            report.plot_cdf(args.out / f"{profile.name}-latency-cdf.png", profile, shown, args.arrivals)
+            report.plot_cdf(
+                args.out / f"{profile.name}-latency-cdf.png",
+                profile,
+                shown,
+                args.arrivals,
+                label if len(phases) > 1 else "",
+            )
     report.write_json(args.out / "simulate.json", doc)
     console.print(f"wrote {args.out}/simulate.json" + ("" if args.no_plots else " and PNG plots"))
     for text in attributions:
         console.print(f"[dim]{text}[/dim]")
     return 0
+
+
+def _measured_requests(phase: Phase) -> float:
+    """Requests of the phase's measured span (its workload also holds the history before it)."""
+    first = math.ceil(phase.measure_from - 1e-9)
+    return float(phase.workload.count_s[first:].sum())
 
 
 def _build(trace: Trace, profile: Profile, factor: float, args: argparse.Namespace) -> Workload:
@@ -529,6 +555,11 @@ def _phase(
     workload = _build(replayed, profile, factor, args)
     oracles = runner.run_oracles(workload, profile, args.seed, measure_from)
     max_replicas = args.max_replicas or max(2, 2 * oracles.peak)
+    if max_replicas > crd_max_replicas() and ({"ours", "ours-nowarm"} & set(families) or policy_files):
+        console.print(
+            f"[yellow]note:[/yellow] ours' maxReplicas defaults to {crd_max_replicas()} (the CRD's limit); "
+            f"the other policies run with {max_replicas}"
+        )
     todo = runner.cases(families, max_replicas, oracles.peak, sweep=not args.no_sweep, policy_files=policy_files)
     title = f"{profile.name} {args.arrivals}{f' ({label})' if label else ''}"
     outcomes = _run_with_progress(

@@ -93,10 +93,12 @@ def initial_schedule(workload: Workload, profile: Profile) -> IntArray:
     if not workload.materialized:
         return _schedule_from_seconds(workload, window)
     need = np.zeros(seconds)
-    # Block by block (a multi-day workload is not held per bin), each block seeing the next bins.
+    # Block by block (a multi-day workload is not held per bin), each block seeing the next bins:
+    # as many whole seconds as its last windows reach into (one, unless the budget exceeds a second).
+    ahead = max(1, math.ceil(window / PER_SECOND))
     for first in range(0, seconds, BLOCK_SECONDS):
         stop = min(seconds, first + BLOCK_SECONDS)
-        work = workload.fine_works(first, min(seconds, stop + 1))
+        work = workload.fine_works(first, min(seconds, stop + ahead))
         padded = np.zeros((stop - first) * PER_SECOND + window)
         padded[: min(len(work), len(padded))] = work[: len(padded)]
         sums = np.convolve(padded, np.ones(window), mode="full")[window - 1 : window - 1 + (stop - first) * PER_SECOND]

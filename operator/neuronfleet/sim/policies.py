@@ -121,13 +121,20 @@ class Ours:
         return Targets(decision.desired, pool.pods, pool.node_placeholders, f"{decision.reason} | {pool.reason}")
 
 
+def crd_max_replicas() -> int:
+    """The largest ``spec.scaling.maxReplicas`` the CRD accepts (the operator can never go above it)."""
+    bounds = [m.le for m in ScalingSpec.model_fields["max_replicas"].metadata if getattr(m, "le", None) is not None]
+    return int(min(bounds))
+
+
 def ours_from_policy_file(data: dict[str, Any], max_replicas: int, setting: str) -> Ours:
     """:class:`Ours` from a mapping with the CR's ``scaling`` and ``warmPool`` sections (camelCase).
 
-    ``maxReplicas`` defaults to ``max_replicas`` when the file does not set it.
+    ``maxReplicas`` defaults to ``max_replicas``, at most :func:`crd_max_replicas` (the run's bound
+    may be larger: twice the oracle's peak), when the file does not set it.
     """
     scaling_data = dict(data.get("scaling") or {})
-    scaling_data.setdefault("maxReplicas", max_replicas)
+    scaling_data.setdefault("maxReplicas", min(max_replicas, crd_max_replicas()))
     return Ours(
         ScalingSpec.model_validate(scaling_data),
         WarmPoolSpec.model_validate(data.get("warmPool") or {}),

@@ -223,7 +223,16 @@ def plot_timeline(
     plt.close(fig)
 
 
-def plot_cdf(path: Path, profile: Profile, shown: dict[str, RunResult], arrivals: str = "") -> None:
+def cdf_title(profile: Profile, arrivals: str = "", phase_label: str = "") -> str:
+    """The latency CDF's title: which settings it shows (on held-out data: those chosen on the tuning data)."""
+    shown = "setting chosen on the tuning data" if phase_label == "score phase" else "best setting per policy"
+    where = f", {phase_label}" if phase_label else ""
+    return f"{profile.name}: latency CDF ({shown}), arrivals {arrivals}{where}"
+
+
+def plot_cdf(
+    path: Path, profile: Profile, shown: dict[str, RunResult], arrivals: str = "", phase_label: str = ""
+) -> None:
     """Latency CDF of served requests per policy, with the SLO marked."""
     import matplotlib
 
@@ -239,7 +248,7 @@ def plot_cdf(path: Path, profile: Profile, shown: dict[str, RunResult], arrivals
     ax.set_xscale("log")
     ax.set_xlabel("latency (ms)" + (", time to first token" if profile.kind == "llm" else ""))
     ax.set_ylabel("share of served requests")
-    ax.set_title(f"{profile.name}: latency CDF (best setting per policy), arrivals {arrivals}", fontsize=10)
+    ax.set_title(cdf_title(profile, arrivals, phase_label), fontsize=10)
     ax.legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -63,13 +63,19 @@ class Trace:
 
 
 def _parse_time(value: str) -> float:
+    """Seconds from a number or an ISO-8601 date-time; ValueError for an empty, NaN, infinite or NaT time."""
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
-        pass
-    text = value.strip().replace(" ", "T", 1)
-    stamp = np.datetime64(text, "ns")
-    return float(stamp.astype(np.int64)) / 1e9
+        text = value.strip().replace(" ", "T", 1)
+        stamp = np.datetime64(text, "ns")
+        if np.isnat(stamp):
+            # numpy reads "" and "NaT" as not-a-time, whose integer value is -2**63 ns (the year 1677).
+            raise ValueError(f"not a time: {value!r}") from None
+        return float(stamp.astype(np.int64)) / 1e9
+    if not math.isfinite(seconds):
+        raise ValueError(f"not a finite time: {value!r}")
+    return seconds
 
 
 def _text_lines(path: Path, handle: Iterable[str]) -> Iterator[str]:

@@ -1,0 +1,148 @@
+"""`neuronfleet simulate` on unusual but valid (or plainly bad) input: large fleets, odd options,
+broken timestamps, tiny held-out splits, and what the report says a phase measured."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from neuronfleet.sim import runner
+from neuronfleet.sim.command import run_cli
+from neuronfleet.sim.policies import crd_max_replicas, ours_from_policy_file
+from neuronfleet.sim.trace import TraceError, load
+
+
+def write_trace(path: Path, seconds: int = 60, rate: float = 3.0, seed: int = 5) -> Path:
+    rng = np.random.default_rng(seed)
+    times = np.cumsum(rng.exponential(1 / rate, size=int(seconds * rate * 1.5)))
+    times = times[times < seconds]
+    path.write_text("timestamp\n" + "\n".join(f"{t:.4f}" for t in times) + "\n")
+    return path
+
+
+# ------------------------------------------------------------------------ fleets above the CRD's bound
+
+
+def test_ours_max_replicas_defaults_to_at_most_the_crd_limit() -> None:
+    # The run's bound is 2 x the oracle's peak: a peak of 700 replicas makes it 1,400, which the
+    # CRD (and so the operator) cannot hold; ours used to die on a pydantic ValidationError.
+    limit = crd_max_replicas()
+    assert limit == 1000
+    (case,) = runner.cases(["ours"], 2 * 700, 700, sweep=False)
+    policy = case.make()
+    assert policy.scaling_spec.max_replicas == limit  # type: ignore[attr-defined]
+    # Below the limit the run's bound is kept as it was.
+    assert ours_from_policy_file({}, 86, "x").scaling_spec.max_replicas == 86
+    # A policy file's own maxReplicas is its own.
+    assert ours_from_policy_file({"scaling": {"maxReplicas": 7}}, 1400, "x").scaling_spec.max_replicas == 7
+
+
+def test_simulate_with_more_replicas_than_the_crd_allows_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = write_trace(tmp_path / "t.csv", seconds=30)
+    out = tmp_path / "out"
+    args = ["--trace", str(csv), "--policies", "ours,hpa", "--no-sweep", "--no-plots", "--jobs", "1"]
+    assert run_cli([*args, "--peak-replicas", "3", "--max-replicas", "1500", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    assert "maxReplicas defaults to 1000" in captured.out
+    doc = json.loads((out / "simulate.json").read_text())
+    assert {"ours", "hpa"} <= {c["policy"] for c in doc["cases"]}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--max-replicas", "0"], "--max-replicas must be at least 1"),
+        (["--max-replicas", "-4"], "--max-replicas must be at least 1"),
+        (["--slo-ms", "0"], "--slo-ms must be a positive number"),
+        (["--slo-ms", "-50"], "--slo-ms must be a positive number"),
+        (["--slo-ms", "nan"], "--slo-ms must be a positive number"),
+    ],
+)
+def test_simulate_refuses_bounds_it_used_to_ignore_or_crash_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    # --max-replicas 0 and --slo-ms 0 were silently replaced by the defaults; -4 was a traceback;
+    # a negative SLO made every request late.
+    csv = write_trace(tmp_path / "t.csv", seconds=20)
+    code = run_cli(
+        ["--trace", str(csv), "--policies", "hpa", "--no-sweep", "--no-plots", "--out", str(tmp_path), *args]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err
+
+
+# ------------------------------------------------------------------------ timestamps that are not times
+
+
+@pytest.mark.parametrize("bad", ["", "nan", "inf", "-inf", "NaT"])
+def test_trace_refuses_missing_or_non_finite_times(tmp_path: Path, bad: str) -> None:
+    # An empty cell used to read as numpy's NaT (-2**63 ns): a 292-year trace that then asked for an
+    # 81 GiB array; "nan" and "inf" went through as arrival times and crashed later.
+    path = tmp_path / "t.csv"
+    path.write_text(f"timestamp,ContextTokens\n2023-11-16 18:15:46.68,10\n{bad},12\n2023-11-16 18:15:47.10,9\n")
+    with pytest.raises(TraceError, match=r"t\.csv:3: cannot read time"):
+        load(path)
+
+
+def test_trace_with_whole_second_and_iso_times_still_loads(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("TIMESTAMP\n2023-11-16 18:15:46.5\n2023-11-16 18:15:48.25\n")
+    assert load(path).arrivals.tolist() == pytest.approx([0.0, 1.75], abs=1e-6)
+
+
+# ------------------------------------------------------------------------ held-out splits
+
+
+def test_tune_fraction_leaving_no_second_to_tune_on_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    csv = write_trace(tmp_path / "t.csv", seconds=20)
+    code = run_cli(["--trace", str(csv), "--tune-fraction", "0.01", "--policies", "hpa", "--no-plots"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "leaves no whole second to tune on" in err  # was: "no arrivals in the span 0--1e-09 s"
+
+
+def test_phase_requests_count_the_measured_span_only(tmp_path: Path) -> None:
+    # The score phase's workload is the whole trace (the tuning part is its history) and a history
+    # pass doubles the tuning one: "requests" of a phase must be what its cases were measured on.
+    csv = write_trace(tmp_path / "t.csv", seconds=120)
+    out = tmp_path / "out"
+    args = ["--trace", str(csv), "--peak-replicas", "4", "--policies", "static", "--no-sweep", "--no-plots"]
+    assert run_cli([*args, "--tune-fraction", "0.5", "--history-pass", "--jobs", "1", "--out", str(out)]) == 0
+    doc = json.loads((out / "simulate.json").read_text())
+    profile = doc["profiles"]["bert-base"]
+    for phase in ("tune", "score"):
+        measured = {c["requests"] for c in doc["cases"] if c["phase"] == phase}
+        assert len(measured) == 1  # every case of a phase is measured on the same requests
+        assert profile["phases"][phase]["requests"] == pytest.approx(measured.pop(), abs=1)
+    assert profile["requests"] == profile["phases"]["tune"]["requests"]
+    total = profile["phases"]["tune"]["requests"] + profile["phases"]["score"]["requests"]
+    assert profile["phases"]["score"]["requests"] == pytest.approx(total / 2, rel=0.25)
+
+
+def test_held_out_latency_cdf_says_it_shows_the_scored_phase(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The CDF drawn after held-out scoring shows the scored phase's runs of the settings chosen on
+    # the tuning data; its title used to say "best setting per policy" and name no phase.
+    from neuronfleet.sim import report
+
+    titles: list[str] = []
+
+    def record_cdf(path: Path, profile: object, shown: object, arrivals: str = "", phase_label: str = "") -> None:
+        titles.append(report.cdf_title(profile, arrivals, phase_label))  # type: ignore[arg-type]
+
+    monkeypatch.setattr(report, "plot_cdf", record_cdf)
+    monkeypatch.setattr(report, "plot_timeline", lambda *args, **kwargs: None)
+    csv = write_trace(tmp_path / "t.csv", seconds=60)
+    args = ["--trace", str(csv), "--peak-replicas", "3", "--policies", "static", "--no-sweep", "--jobs", "1"]
+    assert run_cli([*args, "--out", str(tmp_path / "a")]) == 0
+    assert run_cli([*args, "--tune-fraction", "0.5", "--out", str(tmp_path / "b")]) == 0
+    plain, held_out = titles
+    assert "best setting per policy" in plain and "phase" not in plain
+    assert "setting chosen on the tuning data" in held_out and "score phase" in held_out
