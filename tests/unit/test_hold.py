@@ -39,6 +39,33 @@ def test_a_gap_without_decisions_starts_the_history_afresh() -> None:
     assert (restarted.first_minute, restarted.recommendations, restarted.needs) == (10, (3,), (2,))
 
 
+def test_minutes_skipped_by_a_long_decision_interval_repeat_the_held_decision() -> None:
+    # intervalSeconds 120: a decision every other minute. The minute between is no gap (the last
+    # decision held through it); at 15 s the same missing minute is one.
+    h = History()
+    for now, recommendation in ((0.0, 5), (120.0, 7), (240.0, 6)):
+        h = record(h, now, recommendation, recommendation - 1, interval=120.0)
+    assert (h.first_minute, h.recommendations, h.needs) == (0, (5, 5, 7, 7, 6), (4, 4, 6, 6, 5))
+    # A pause longer than the interval is still a gap.
+    assert record(h, 600.0, 3, 2, interval=120.0).first_minute == 10
+    assert record(history_of([5], [4]), 120.0, 3, 2, interval=15.0).first_minute == 2
+
+
+@pytest.mark.parametrize("interval", [120, 300])
+def test_the_scale_down_delay_is_learned_at_a_long_decision_interval(interval: int) -> None:
+    # Steady demand for three hours: the history (which the hold replays) must grow past a minute.
+    s = ScalingSpec.model_validate({"maxReplicas": 50, "intervalSeconds": interval, "panicWindowSeconds": 0})
+    state = ScalingState(service_rate=100.0)
+    current = 10
+    for step in range(3 * 3600 // interval):
+        now = step * float(interval)
+        snapshot = MetricSnapshot(time=now, queue_depth=0, in_flight=0, arrival_rate=600.0, utilization=0.6)
+        decision = decide(s, state, snapshot, current, current, now)
+        state, current = decision.new_state, decision.desired
+    assert len(state.history.needs) >= 3 * 60 - interval // 60
+    assert state.hold_seconds != s.scale_down_delay_seconds
+
+
 def test_history_keeps_one_day() -> None:
     day = hold.HISTORY_SECONDS // hold.BUCKET_SECONDS
     h = history_of(list(range(day + 5)), [1] * (day + 5))

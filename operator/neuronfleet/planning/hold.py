@@ -76,14 +76,25 @@ class History:
         return pack(self.recommendations), pack(self.needs)
 
 
-def record(history: History, now: float, recommendation: int, need: int) -> History:
+def record(history: History, now: float, recommendation: int, need: int, interval: float = 0.0) -> History:
     """The history with this decision's recommendation and need folded into its minute.
 
     A minute with no decision (the operator was down, or the rate unknown) starts the history
-    afresh: a replay across a gap would treat it as a minute without demand.
+    afresh: a replay across a gap would treat it as a minute without demand. Minutes skipped only
+    because decisions are ``interval`` seconds apart (an ``intervalSeconds`` over a minute) are no
+    gap: the last decision held through them, so they repeat its values.
     """
     minute = int(now // BUCKET_SECONDS)
     last = history.first_minute + len(history.needs) - 1
+    cadence_skips = max(0, math.ceil(interval / BUCKET_SECONDS) - 1)
+    if history.needs and last + 1 < minute <= last + 1 + cadence_skips:
+        skipped = minute - last - 1
+        history = History(
+            history.first_minute,
+            (*history.recommendations, *[history.recommendations[-1]] * skipped),
+            (*history.needs, *[history.needs[-1]] * skipped),
+        )
+        last = minute - 1
     if not history.needs or minute > last + 1 or minute < history.first_minute:
         return History(minute, (recommendation,), (need,))
     if minute <= last:
