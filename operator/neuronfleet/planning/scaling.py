@@ -315,7 +315,9 @@ def _period_change(events: tuple[tuple[float, int], ...], now: float, period: fl
     return sum(sign * change for t, change in events if t > now - period and sign * change > 0)
 
 
-def _scale_up_limit(rules: ScalingRules, events: tuple[tuple[float, int], ...], current: int, now: float) -> int:
+def scale_up_limit(rules: ScalingRules, events: tuple[tuple[float, int], ...], current: int, now: float) -> int:
+    """HPA's scale-up limit: the most replicas ``rules`` allow now, given the changes ``events``
+    (time, replicas added or removed) made; shared with the simulator's HPA and KEDA baselines."""
     if rules.select_policy == "Disabled":
         return current
     limits = []
@@ -334,7 +336,8 @@ def _scale_up_limit(rules: ScalingRules, events: tuple[tuple[float, int], ...], 
     return max(limit, current)
 
 
-def _scale_down_limit(rules: ScalingRules, events: tuple[tuple[float, int], ...], current: int, now: float) -> int:
+def scale_down_limit(rules: ScalingRules, events: tuple[tuple[float, int], ...], current: int, now: float) -> int:
+    """HPA's scale-down limit: the fewest replicas ``rules`` allow now (see :func:`scale_up_limit`)."""
     if rules.select_policy == "Disabled":
         return current
     limits = []
@@ -500,12 +503,12 @@ def decide(
             )
         desired = stabilized
         if stabilized > current:
-            limit = _scale_up_limit(spec.behavior.scale_up, events, current, now)
+            limit = scale_up_limit(spec.behavior.scale_up, events, current, now)
             if stabilized > limit:
                 desired = limit
                 notes.append(f"scale-up limited to {limit}")
         elif stabilized < current:
-            limit = _scale_down_limit(spec.behavior.scale_down, events, current, now)
+            limit = scale_down_limit(spec.behavior.scale_down, events, current, now)
             if stabilized < limit:
                 desired = limit
                 notes.append(f"scale-down limited to {limit}")

@@ -5,7 +5,8 @@
   ``ceil(ratio * ready)``; then behavior (:class:`HpaBehavior`): stabilization (the result stays
   between the minimum of the recommendations in the scale-up window and the maximum of those in
   the scale-down window) and rate policies measured from the replica count at the start of each
-  period; defaults scale-up 0 s, {4 Pods/15 s, 100 %/15 s} Max; scale-down 300 s, {100 %/15 s}.
+  period (the limit functions are planning.scaling's, which ours uses too); defaults scale-up 0 s,
+  {4 Pods/15 s, 100 %/15 s} Max; scale-down 300 s, {100 %/15 s}.
   Simplification: unready pods are left out of the ratio instead of HPA's assumed 0 %/100 % usage.
 - :class:`Keda`: KEDA's Prometheus scaler on queued + in-flight requests, AverageValue
   ``threshold`` per replica: the HPA it creates computes ``ceil(metric / threshold)`` (with the
@@ -41,7 +42,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from neuronfleet.api.v1alpha1 import ScalingBehavior, ScalingRules
+from neuronfleet.api.v1alpha1 import ScalingBehavior
+from neuronfleet.planning.scaling import scale_down_limit, scale_up_limit
 from neuronfleet.sim.metrics import MetricsView
 from neuronfleet.sim.policies import DEFAULT_SCRAPE_DELAY, Observed, Targets
 
@@ -59,28 +61,6 @@ class HpaBehavior:
     recommendations: list[tuple[float, int]] = field(default_factory=list)
     events: list[tuple[float, int]] = field(default_factory=list)
 
-    def _changed(self, now: float, period: float, sign: int) -> int:
-        return sum(sign * c for t, c in self.events if t > now - period and sign * c > 0)
-
-    def _limit(self, rules: ScalingRules, current: int, now: float, up: bool) -> int:
-        if rules.select_policy == "Disabled":
-            return current
-        limits = []
-        for policy in rules.policies:
-            if up:
-                start = current - self._changed(now, policy.period_seconds, 1)
-                limits.append(
-                    start + policy.value if policy.type == "Pods" else math.ceil(start * (1 + policy.value / 100))
-                )
-            else:
-                start = current + self._changed(now, policy.period_seconds, -1)
-                limits.append(
-                    start - policy.value if policy.type == "Pods" else math.ceil(start * (1 - policy.value / 100))
-                )
-        if up:
-            return max(limits) if rules.select_policy == "Max" else min(limits)
-        return min(limits) if rules.select_policy == "Max" else max(limits)
-
     def normalize(self, recommendation: int, current: int, now: float) -> int:
         up_window = self.behavior.scale_up.stabilization_window_seconds
         down_window = self.behavior.scale_down.stabilization_window_seconds
@@ -90,9 +70,9 @@ class HpaBehavior:
         down_rec = max(r for t, r in self.recommendations if t > now - down_window or t == now)
         desired = min(max(current, up_rec), down_rec)
         if desired > current:
-            desired = min(desired, self._limit(self.behavior.scale_up, current, now, up=True))
+            desired = min(desired, scale_up_limit(self.behavior.scale_up, tuple(self.events), current, now))
         elif desired < current:
-            desired = max(desired, self._limit(self.behavior.scale_down, current, now, up=False))
+            desired = max(desired, scale_down_limit(self.behavior.scale_down, tuple(self.events), current, now))
         desired = max(self.min_replicas, min(self.max_replicas, desired))
         self.events = [(t, c) for t, c in self.events if t > now - 1800]
         if desired != current:
