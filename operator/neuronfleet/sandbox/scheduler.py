@@ -17,12 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from neuronfleet.sandbox.clock import run_controller
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.events import EventRecorder
-from neuronfleet.sandbox.nodes import neuroncores_requested, node_allocatable
+from neuronfleet.sandbox.nodes import Resources, neuroncores_requested, node_allocatable
 from neuronfleet.sandbox.scheduling import (
     CORES_ANNOTATION,
     allocate_cores,
@@ -63,6 +64,20 @@ class Placement:
         self.node = node
         self.cores = cores
         self.score = score
+
+
+@dataclass(frozen=True)
+class NodeUsage:
+    """What a node offers and what its bound pods take: the same for every pod tried in a round
+    until a pod is bound there, so a round computes it once per node, not once per pod and node."""
+
+    allocatable: Resources
+    used: Resources
+    cores: set[int]
+
+    @classmethod
+    def of(cls, node: Obj, on_node: list[Obj]) -> NodeUsage:
+        return cls(node_allocatable(node), used_resources(on_node), cores_in_use(on_node))
 
 
 class Scheduler:
@@ -124,22 +139,25 @@ class Scheduler:
         """Try every pending pod once; return how many were bound."""
         bound = 0
         snapshot: tuple[list[Obj], dict[str, list[Obj]]] | None = None
+        usage: dict[str, NodeUsage] = {}
         for pod in self.pending_pods():
             # A round runs without yielding to the loop: the cluster changes only by what it does
-            # itself, so the snapshot is read once, added to on a bind, and read again after a preemption.
+            # itself, so the snapshot (and each node's usage) is read once, updated on a bind, and
+            # read again after a preemption.
             if snapshot is None:
-                snapshot = self._snapshot()
+                snapshot, usage = self._snapshot(), {}
             nodes, pods_by_node = snapshot
-            placement, reasons = self.find_placement(pod, nodes, pods_by_node)
+            placement, reasons = self.find_placement(pod, nodes, pods_by_node, usage=usage)
             if placement is not None:
                 if self._bind(pod, placement):
                     bound += 1
-                    meta = pod["metadata"]
+                    meta, node_name = pod["metadata"], placement.node["metadata"]["name"]
                     bound_pod = self.store.try_get(self._pods, meta["namespace"], meta["name"])
                     if bound_pod is None:
                         snapshot = None
                     else:
-                        pods_by_node.setdefault(placement.node["metadata"]["name"], []).append(bound_pod)
+                        pods_by_node.setdefault(node_name, []).append(bound_pod)
+                        usage.pop(node_name, None)
                 continue
             if self._waiting_for_victims(pod, pods_by_node):
                 continue
@@ -150,18 +168,28 @@ class Scheduler:
         return bound
 
     def find_placement(
-        self, pod: Obj, nodes: list[Obj], pods_by_node: dict[str, list[Obj]], *, ignore: set[str] | None = None
+        self,
+        pod: Obj,
+        nodes: list[Obj],
+        pods_by_node: dict[str, list[Obj]],
+        *,
+        ignore: set[str] | None = None,
+        usage: dict[str, NodeUsage] | None = None,
     ) -> tuple[Placement | None, Counter[str]]:
+        """The best node for ``pod``, or why none fits. ``usage``: each node's usage by name, kept
+        by the caller while ``pods_by_node`` stays as it is (not with ``ignore``)."""
         reasons: Counter[str] = Counter()
         best: Placement | None = None
         spread_counts: dict[int, dict[str, int]] = {}
         for node in nodes:
-            on_node = [
-                p
-                for p in pods_by_node.get(node["metadata"]["name"], [])
-                if not ignore or p["metadata"]["uid"] not in ignore
-            ]
-            reason, placement = self.fits(pod, node, on_node, nodes, pods_by_node, spread_counts)
+            name = node["metadata"]["name"]
+            on_node = [p for p in pods_by_node.get(name, []) if not ignore or p["metadata"]["uid"] not in ignore]
+            node_usage = None
+            if usage is not None and not ignore:
+                node_usage = usage.get(name)
+                if node_usage is None:
+                    node_usage = usage[name] = NodeUsage.of(node, on_node)
+            reason, placement = self.fits(pod, node, on_node, nodes, pods_by_node, spread_counts, node_usage)
             if placement is None:
                 reasons[reason] += 1
             elif best is None or placement.score < best.score:
@@ -176,12 +204,16 @@ class Scheduler:
         nodes: list[Obj],
         pods_by_node: dict[str, list[Obj]],
         spread_counts: dict[int, dict[str, int]] | None = None,
+        usage: NodeUsage | None = None,
     ) -> tuple[str, Placement | None]:
-        """(reason it does not fit, or the placement); ``spread_counts``: see :func:`spread_violation`."""
+        """(reason it does not fit, or the placement); ``spread_counts``: see :func:`spread_violation`;
+        ``usage``: the node's, when the caller keeps it (else read from ``on_node``)."""
         reason, filtered = self.static_filter(pod, node)
         if not filtered:
             return reason, None
-        missing = insufficient(pod, node_allocatable(node), used_resources(on_node))
+        if usage is None:
+            usage = NodeUsage.of(node, on_node)
+        missing = insufficient(pod, usage.allocatable, usage.used)
         if missing:
             return f"Insufficient {missing[0]}", None
         need = neuroncores_requested(pod)
@@ -189,9 +221,7 @@ class Scheduler:
             self.neuron_scheduler_name is not None
             and (pod.get("spec") or {}).get("schedulerName") == self.neuron_scheduler_name
         )
-        cores = allocate_cores(
-            node_cores(node), cores_in_use(on_node), need, contiguous=contiguous, ring=node_chips(node) > 1
-        )
+        cores = allocate_cores(node_cores(node), usage.cores, need, contiguous=contiguous, ring=node_chips(node) > 1)
         if cores is None:
             return "node(s) did not have enough contiguous free NeuronCores", None
         violated, penalty = spread_violation(pod, node, nodes, pods_by_node, hard=True, counts_cache=spread_counts)
@@ -200,7 +230,7 @@ class Scheduler:
         affinity_reason = pod_affinity_violation(pod, node, nodes, pods_by_node)
         if affinity_reason is not None:
             return affinity_reason, None
-        free_after = node_cores(node) - len(cores_in_use(on_node)) - len(cores)
+        free_after = node_cores(node) - len(usage.cores) - len(cores)
         preferred = preferred_affinity_weight(pod, labels_of(node))
         score = (penalty, -preferred, free_after, node["metadata"]["name"])
         return "", Placement(node, cores, score)
