@@ -101,11 +101,20 @@ class OperatorContext:
     status_writes: int = 0
     #: The kubeconfig Kopf logs in with, when one was given (never put in the process environment).
     kubeconfig: Path | None = None
+    #: Bounds the reconciles running at once (OperatorSettings.max_concurrent_reconciles); made on
+    #: first use, in the operator's event loop.
+    reconcile_slots: asyncio.Semaphore | None = None
+
+    def _slots(self) -> asyncio.Semaphore:
+        if self.reconcile_slots is None:
+            self.reconcile_slots = asyncio.Semaphore(max(1, self.reconciler.settings.max_concurrent_reconciles))
+        return self.reconcile_slots
 
     async def reconcile(self, body: Any, namespace: str, name: str) -> ReconcileReport:
-        """Reconcile one object; one at a time per object; post its Events."""
+        """Reconcile one object; one at a time per object, at most ``max_concurrent_reconciles``
+        across objects; post its Events."""
         key = (namespace, name)
-        async with self.locks[key]:
+        async with self.locks[key], self._slots():
             self.reconciles += 1
             self.generations[key] = (body.get("metadata") or {}).get("generation")
             started = time.perf_counter()

@@ -128,6 +128,7 @@ async def _run(args: argparse.Namespace) -> None:
         artifact_store=args.artifact_store,
         builder=BuilderConfig(default_scheduler_name=args.neuron_scheduler),
         interval_seconds=args.interval,
+        max_concurrent_reconciles=args.max_concurrent_reconciles,
     )
     metrics = None
     if args.prometheus_url:
@@ -204,6 +205,16 @@ def _port(text: str) -> int:
     return port
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "run",
@@ -234,6 +245,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "env NEURONFLEET_PROMETHEUS_URL)",
     )
     p.add_argument("--interval", type=float, default=10.0, help="seconds between reconciles of one object")
+    p.add_argument(
+        "--max-concurrent-reconciles",
+        type=_positive_int,
+        default=OperatorSettings.max_concurrent_reconciles,
+        metavar="N",
+        help="reconciles running at once across objects (default %(default)s; keep it under the "
+        "Kubernetes client's 100 connections)",
+    )
     p.add_argument("--peering", help="Kopf peering name for high availability (one instance acts)")
     p.add_argument("--priority", type=int, default=0, help="peering priority of this instance")
     p.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
