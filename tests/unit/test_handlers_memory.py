@@ -14,7 +14,7 @@ import kopf
 from neuronfleet.handlers import OperatorContext, deployment_changed, keep_converging, pod_changed
 from neuronfleet.planning.labels import LABEL_DEPLOYMENT
 from neuronfleet.planning.observation import DeploymentMemory
-from neuronfleet.reconcile import ReconcileReport
+from neuronfleet.reconcile import OperatorSettings, ReconcileReport
 
 
 def context() -> OperatorContext:
@@ -41,7 +41,7 @@ class FakeReconciler:
     """Records the memory each reconcile starts from; stops the daemon after one."""
 
     def __init__(self, stop: list[bool], wakeup: Any) -> None:
-        self.settings = type("Settings", (), {"interval_seconds": 10.0})()
+        self.settings = OperatorSettings(interval_seconds=10.0)
         self.given: list[DeploymentMemory] = []
         self.stop, self.wakeup = stop, wakeup
 
