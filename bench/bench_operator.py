@@ -33,6 +33,7 @@ from _common import process_cpu_seconds, write_result
 from neuronfleet.api.v1alpha1 import GROUP, PLURAL, InferenceDeployment
 from neuronfleet.kube.builders import build_priority_classes
 from neuronfleet.planning.status import find_condition
+from neuronfleet.reconcile import OperatorSettings
 from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
 from neuronfleet.sandbox.artifacts import record_uncompiled_artifact
 
@@ -95,7 +96,7 @@ def _requests_since(log: Any, marker: Any) -> list[Any]:
     return records
 
 
-async def run(count: int, timeout: float, interval: float, steady: float) -> dict[str, Any]:
+async def run(count: int, timeout: float, interval: float, steady: float, concurrency: int) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-operator-"))
     model_dir, store = work / "model", work / "artifacts"
     model_dir.mkdir()
@@ -115,6 +116,7 @@ async def run(count: int, timeout: float, interval: float, steady: float) -> dic
         operator = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "neuronfleet.cli", "run", "--kubeconfig", str(cluster.kubeconfig_path),
             "--artifact-store", str(store), "--interval", str(interval),
+            "--max-concurrent-reconciles", str(concurrency),
             env=env, stdout=asyncio.subprocess.DEVNULL, stderr=operator_log.open("wb"),
         )  # fmt: skip
         try:
@@ -211,14 +213,21 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=1000, help="InferenceDeployments to create (goals: at 1,000)")
     parser.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
     parser.add_argument("--interval", type=float, default=10.0, help="the operator's reconcile interval (seconds)")
+    parser.add_argument(
+        "--max-concurrent-reconciles",
+        type=int,
+        default=OperatorSettings.max_concurrent_reconciles,
+        help="the operator's bound on reconciles at once (default: the operator's)",
+    )
     parser.add_argument("--steady", type=float, default=60.0, help="seconds of steady state measured")
     args = parser.parse_args()
-    figures = asyncio.run(run(args.count, args.timeout, args.interval, args.steady))
+    figures = asyncio.run(run(args.count, args.timeout, args.interval, args.steady, args.max_concurrent_reconciles))
     params = {
         "count": args.count,
         "replicas_each": 1,
         "instance_type": "inf2.xlarge",
         "interval_s": args.interval,
+        "max_concurrent_reconciles": args.max_concurrent_reconciles,
         "steady_s": args.steady,
     }
     path = write_result("operator", params, figures)
