@@ -250,6 +250,23 @@ async def test_pods_bound_in_one_round_count_for_the_next_pod_in_it() -> None:
         assert len(set(cores)) == len(cores), f"two pods were given the same NeuronCore: {cores}"
 
 
+async def test_the_kubelets_progress_on_bound_pods_wakes_no_scheduling_round() -> None:
+    # A round tries every pending pod on every node: the kubelet's reports on pods already bound
+    # (container creating, running, ready) change no placement and must not each start one.
+    group = NodeGroup("small", "inf2.xlarge", count=2, provisionable=False)
+    async with SandboxCluster(node_groups=[group], cold_start=PROFILE, run_provisioner=False) as cluster:
+        assert cluster.scheduler is not None
+        names = [f"m{i}" for i in range(4)]
+        for name in names:
+            cluster.create("pods", neuron_pod(name, 1), "default")
+        await cluster.wait_for(lambda: all(pod(cluster, name)["spec"].get("nodeName") for name in names), timeout=5)
+        rounds, since = cluster.scheduler.rounds, cluster.clock.monotonic()
+        await cluster.wait_for(lambda: all(is_ready(cluster, name) for name in names), timeout=120)
+        # Only the periodic retries (every retry_interval_s) remain.
+        periodic = (cluster.clock.monotonic() - since) / cluster.scheduler.retry_interval_s
+        assert cluster.scheduler.rounds - rounds <= periodic + 1
+
+
 async def test_graceful_deletion_and_readiness_hook() -> None:
     hook_calls: list[str] = []
 

@@ -66,6 +66,32 @@ class Placement:
         self.score = score
 
 
+def _pod_key(pod: Obj) -> tuple[Any, ...]:
+    """What of a pod matters to placing others (or itself): where it is bound, whether it holds
+    resources, its labels (spread, affinity), its NeuronCores, its nomination and its spec."""
+    meta, status = pod["metadata"], pod.get("status") or {}
+    return (
+        (pod.get("spec") or {}),
+        is_active(pod),
+        bool(meta.get("deletionTimestamp")),
+        meta.get("labels"),
+        (meta.get("annotations") or {}).get(CORES_ANNOTATION),
+        status.get("nominatedNodeName"),
+    )
+
+
+def _node_key(node: Obj) -> tuple[Any, ...]:
+    """What of a node matters to placement: its spec (taints, unschedulable), labels, allocatable,
+    readiness and deletion; not its heartbeats."""
+    return (
+        node.get("spec"),
+        node["metadata"].get("labels"),
+        bool(node["metadata"].get("deletionTimestamp")),
+        (node.get("status") or {}).get("allocatable"),
+        node_ready(node),
+    )
+
+
 @dataclass(frozen=True)
 class NodeUsage:
     """What a node offers and what its bound pods take: the same for every pod tried in a round
@@ -97,6 +123,8 @@ class Scheduler:
         self.retry_interval_s = retry_interval_s
         self.bindings = 0
         self.preemptions = 0
+        #: Scheduling rounds run (each tries every pending pod on every node).
+        self.rounds = 0
         self.events = EventRecorder(store, DEFAULT_SCHEDULER)
         self._wake = asyncio.Event()
         self._pods = store.resource("", "pods")
@@ -104,7 +132,12 @@ class Scheduler:
         store.listeners.append(self._on_event)
 
     def _on_event(self, event: WatchEvent) -> None:
-        if event.resource in (("", "pods"), ("", "nodes")):
+        # A round costs pending pods x nodes: wake only for what can change a placement, not for the
+        # kubelet's progress reports on bound pods and its node heartbeats (most of the events).
+        if event.resource not in (("", "pods"), ("", "nodes")):
+            return
+        key = _pod_key if event.resource == ("", "pods") else _node_key
+        if event.type != "MODIFIED" or event.old is None or key(event.old) != key(event.obj):
             self._wake.set()
 
     async def run(self) -> None:
@@ -137,6 +170,7 @@ class Scheduler:
 
     def schedule_pending(self) -> int:
         """Try every pending pod once; return how many were bound."""
+        self.rounds += 1
         bound = 0
         snapshot: tuple[list[Obj], dict[str, list[Obj]]] | None = None
         usage: dict[str, NodeUsage] = {}
