@@ -195,24 +195,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is not a port number (0-65535; 0 picks a free one)")
-    return port
+def _whole_number(low: int, high: int, what: str) -> Callable[[str], int]:
+    """An argparse type: a whole number in [low, high], else a one-line error saying ``what``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is out of range: {what}")
+        return value
+
+    return parse
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+_port = _whole_number(0, 65535, "a port is 0-65535 (0 picks a free one)")
+_positive_int = _whole_number(1, 1000, "1-1000, as the chart allows")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

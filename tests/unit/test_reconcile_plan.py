@@ -172,21 +172,14 @@ def test_a_snapshot_with_no_usable_signal_is_not_reported_as_metrics_read() -> N
     dep = deployment(scaling={"mode": "Auto", "minReplicas": 1, "maxReplicas": 5}, warmPool={"mode": "Off"})
     now = T0.timestamp()
     stale = MetricSnapshot(time=now - 300, queue_depth=1.0, in_flight=1.0, utilization=0.5)
-    result = plan(
-        dep,
-        Observation(T0, compile=compiled(dep), metrics=stale, metrics_problem="metrics read"),
-        DeploymentMemory(),
-        {},
-    )
-    condition = next(c for c in result.status["conditions"] if c["type"] == "ScalingActive")
+
+    def scaling_active(snapshot: MetricSnapshot) -> dict[str, Any]:
+        observation = Observation(T0, compile=compiled(dep), metrics=snapshot, metrics_problem="metrics read")
+        result = plan(dep, observation, DeploymentMemory(), {})
+        return next(c for c in result.status["conditions"] if c["type"] == "ScalingActive")
+
+    condition = scaling_active(stale)
     assert (condition["status"], condition["reason"]) == ("False", "MetricsUnavailable")
     assert condition["message"].startswith("metrics missing")
-    fresh = replace(stale, time=now)
-    result = plan(
-        dep,
-        Observation(T0, compile=compiled(dep), metrics=fresh, metrics_problem="metrics read"),
-        DeploymentMemory(),
-        {},
-    )
-    condition = next(c for c in result.status["conditions"] if c["type"] == "ScalingActive")
+    condition = scaling_active(replace(stale, time=now))
     assert (condition["status"], condition["reason"]) == ("True", "MetricsRead")
