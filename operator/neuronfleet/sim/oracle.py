@@ -31,7 +31,9 @@ switching cost; Lin et al., "Dynamic right-sizing for power-proportional data ce
 within a level, each gap between two needed runs is bridged exactly when it is shorter than ``T``.
 With ``T`` above 60 s a run is always billed longer than the EC2 minimum, so the minimum never
 changes a decision; it is still applied. The nodes running at t = 0 (the common starting fleet
-every policy gets) are already launched. The serving capacity (bridged runs included) runs through
+every policy gets) are already launched; a node above them needed within ``T`` of t = 0 is billed
+from its launch before t = 0 (with a history pass that launch falls before the measured span, as
+every policy's would). The serving capacity (bridged runs included) runs through
 the engine for its attainment, which is never below the instant oracle's.
 """
 
@@ -199,9 +201,12 @@ def feasible_plan(demand: IntArray, launch: float, start_nodes: int, first: int 
     """Least-cost nodes meeting ``demand`` (nodes per second), level by level (module docstring).
 
     Each launch is billed from ``launch`` seconds before its run serves; ``start_nodes`` nodes are
-    running at t = 0; only billing from second ``first`` on counts.
+    running at t = 0; only billing from second ``first`` on counts. With no history (``first`` 0),
+    a run that serves within ``launch`` of t = 0 above the starting fleet was launched before
+    t = 0 and is billed from that launch: no policy can have such a node for free.
     """
     seconds = len(demand)
+    counted_from = float(first) if first > 0 else -math.inf
     delta = np.zeros(seconds + 1, dtype=np.int64)
     billed = 0.0
     launches = 0
@@ -221,7 +226,7 @@ def feasible_plan(demand: IntArray, launch: float, start_nodes: int, first: int 
             launched = float(a) if already else a - launch
             launches += 0 if already else 1
             end = max(float(b), launched + (0.0 if already else MIN_BILLED_SECONDS))
-            billed += max(0.0, end - max(launched, float(first)))
+            billed += max(0.0, end - max(launched, counted_from))
     serving = np.cumsum(delta[:-1])
     return FeasiblePlan(np.asarray(serving, dtype=np.int64), billed, launches)
 
