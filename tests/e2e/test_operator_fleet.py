@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from kubernetes_asyncio import client as k8s
 from operator_harness import OperatorHarness, example, ready
 
 from neuronfleet.api.v1alpha1 import GROUP
@@ -197,3 +198,45 @@ async def test_failed_pod_and_lost_node_are_replaced(harness: OperatorHarness) -
 def _remove_node(harness: OperatorHarness, node: str) -> None:
     store = harness.cluster.store
     store.delete(store.resource("", "nodes"), None, node)
+
+
+async def test_a_pod_it_does_not_control_is_neither_counted_nor_drained(harness: OperatorHarness) -> None:
+    # A pod with the fleet's labels but another controller (a deployment deleted and re-created
+    # under the same name leaves such pods until garbage collection) or none (made by hand).
+    manifest = manual_bert(harness, replicas=2, warm=0)
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+    name = manifest["metadata"]["name"]
+    await harness.wait_settled(NS, name, lambda: counts(harness, name) == (2, 0), timeout=90, what="2 active")
+    owned = {p["metadata"]["uid"] for p in harness.pods(NS, name, "active")}
+    template = harness.pods(NS, name, "active")[0]
+    spec = {k: v for k, v in template["spec"].items() if k != "nodeName"}
+    labels = dict(template["metadata"]["labels"])
+    strays = [
+        {"metadata": {"name": "by-hand", "labels": labels}, "spec": spec},
+        {
+            "metadata": {
+                "name": "previous-incarnation",
+                "labels": labels,
+                "ownerReferences": [
+                    {**template["metadata"]["ownerReferences"][0], "uid": "00000000-0000-0000-0000-000000000000"}
+                ],
+            },
+            "spec": spec,
+        },
+    ]
+    core = k8s.CoreV1Api(await harness.api())
+    for stray in strays:
+        await core.create_namespaced_pod(NS, stray)
+    stray_names = {s["metadata"]["name"] for s in strays}
+
+    def strays_ready() -> bool:
+        pods = {p["metadata"]["name"]: p for p in harness.pods(NS, name, "active")}
+        return all(n in pods and ready(pods[n]) for n in stray_names)
+
+    await harness.wait_settled(NS, name, strays_ready, timeout=90, what="the stray pods ready")
+    active = {p["metadata"]["uid"] for p in harness.pods(NS, name, "active")}
+    assert owned <= active, "the operator drained one of its own pods for a pod it does not control"
+    assert stray_names <= {p["metadata"]["name"] for p in harness.pods(NS, name, "active")}
+    status = harness.deployment(NS, name)["status"]
+    assert (status.get("replicas"), status.get("readyReplicas")) == (2, 2), status

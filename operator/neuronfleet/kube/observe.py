@@ -3,8 +3,9 @@
 :func:`observe_cluster` makes the reads of one reconcile (the deployment's pods, the nodes, its
 compile Jobs) and returns them parsed: the fleet's pods as ``PodView`` (the compile Job's pods
 left out: they carry the deployment label but are the Job's, and as role-less pods the fleet plan
-would drain and delete a running compile), node zones folded in, pod start-up timelines, and the
-state of the compile Job for the current request. It decides nothing.
+would drain and delete a running compile; so are pods another object controls), node zones folded
+in, pod start-up timelines, and the state of the compile Job for the current request. It decides
+nothing.
 """
 
 from __future__ import annotations
@@ -74,14 +75,26 @@ async def observe_compile_jobs(kube: KubeApi, namespace: str, deployment: str, r
     return CompileJobs(name, phase, message, tuple(sorted(running)))
 
 
+def controlled_by(pod: Obj, owner_uid: str | None) -> bool:
+    """Whether the pod's controller reference names the deployment with ``owner_uid``.
+
+    The label alone is not enough: a deployment deleted and created again under the same name
+    leaves pods the garbage collector has not yet removed, and a pod labelled by hand is no one's
+    to drain. Both would otherwise count as this deployment's fleet.
+    """
+    refs = pod["metadata"].get("ownerReferences") or []
+    return any(ref.get("controller") and ref.get("uid") == owner_uid for ref in refs)
+
+
 async def observe_cluster(
-    kube: KubeApi, namespace: str, deployment: str, request: CompileRequest | None
+    kube: KubeApi, namespace: str, deployment: str, request: CompileRequest | None, owner_uid: str | None
 ) -> ClusterObservation:
-    """The fleet's pods, their timelines and (with a ``request``) the compile Jobs."""
+    """The fleet's pods (those ``owner_uid`` controls), their timelines and (with a ``request``) the
+    compile Jobs."""
     pods = [
         pod
         for pod in await kube.list_pods(namespace, deployment_selector(deployment))
-        if LABEL_COMPILE_REQUEST not in (pod["metadata"].get("labels") or {})
+        if LABEL_COMPILE_REQUEST not in (pod["metadata"].get("labels") or {}) and controlled_by(pod, owner_uid)
     ]
     nodes = await kube.list_nodes()
     names = {node["metadata"]["name"] for node in nodes}
