@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import pydantic
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -144,7 +144,15 @@ def _api_error(exc: ApiException) -> str:
 
 
 #: A call that failed: an error answer, or none (see :data:`neuronfleet.kube.client.UNANSWERED`).
-_CALL_FAILED: tuple[type[Exception], ...] = (ApiException, *UNANSWERED)
+#: What applying one fleet action came to (see :meth:`Reconciler._apply_action`).
+ActionResult = Literal["applied", "already", "gone"]
+
+
+class NameTaken(Exception):
+    """A pod to create exists already and another object controls it."""
+
+
+_CALL_FAILED: tuple[type[Exception], ...] = (ApiException, NameTaken, *UNANSWERED)
 
 
 def _call_error(exc: Exception) -> str:
@@ -234,6 +242,7 @@ class Reconciler:
         return Observation(
             now=now,
             pods=cluster.pods,
+            foreign_pod_names=cluster.foreign_pod_names,
             timelines=cluster.timelines,
             compile=compiled,
             compile_error=compile_error,
@@ -265,20 +274,32 @@ class Reconciler:
                 events.append(Event("Normal", Reason.COMPILE_SUPERSEDED, message))
         return events
 
-    async def _apply_action(self, dep: InferenceDeployment, candidate: Candidate, action: Action) -> bool:
-        """Apply one action; False when a relabelled pod is gone (the plan's later actions may rely
-        on it: a demotion follows the promotion that makes it safe)."""
+    async def _apply_action(self, dep: InferenceDeployment, candidate: Candidate, action: Action) -> ActionResult:
+        """Apply one action: ``applied``; ``already`` when a pod to delete is gone (nothing done, no
+        Event); ``gone`` when a pod to relabel is gone (the plan's later actions may rely on it: a
+        demotion follows the promotion that makes it safe)."""
         namespace = dep.metadata.namespace or "default"
         if isinstance(action, CreatePod | CreatePlaceholder):
-            await self.kube.create(object_for_action(dep, candidate, action, self.settings.builder))
+            pod = object_for_action(dep, candidate, action, self.settings.builder)
+            if not await self.kube.create(pod):
+                # 409: a create retried after a lost answer (ours), or a name someone else holds
+                # without the fleet's labels (the plan skips the names of labelled ones).
+                owner = foreign_controller(await self.kube.read("Pod", namespace, action.name), pod)
+                if owner is not None:
+                    raise NameTaken(
+                        f"pod {action.name} exists and belongs to {owner}, not to this InferenceDeployment: "
+                        "left as it is; delete or rename it"
+                    )
         elif isinstance(action, Relabel):
             patch = relabel_patch(action)["metadata"]
-            return await self.kube.patch_pod_metadata(
-                namespace, action.name, patch.get("labels", {}), patch.get("annotations", {})
-            )
-        elif isinstance(action, DeletePod | DeletePlaceholder):
-            await self.kube.delete_pod(namespace, action.name, action.grace_period_seconds)
-        return True
+            labels, annotations = patch.get("labels", {}), patch.get("annotations", {})
+            if not await self.kube.patch_pod_metadata(namespace, action.name, labels, annotations):
+                return "gone"
+        elif isinstance(action, DeletePod | DeletePlaceholder) and not await self.kube.delete_pod(
+            namespace, action.name, action.grace_period_seconds
+        ):
+            return "already"
+        return "applied"
 
     async def apply(self, dep: InferenceDeployment, plan: ReconcilePlan) -> ApplyOutcome:
         """Compile Jobs, then the fleet's actions in the plan's order (stopping at the first
@@ -299,7 +320,8 @@ class Reconciler:
         namespace = dep.metadata.namespace or "default"
         for action in plan.actions:
             try:
-                if not await self._apply_action(dep, plan.candidate, action):
+                result = await self._apply_action(dep, plan.candidate, action)
+                if result == "gone":
                     # Deleted since it was observed: its deletion wakes the next reconcile, which
                     # plans without it. No error: the fleet changed, the operator did not fail.
                     logger.info("%s/%s: pod %s is gone; the rest of the plan waits", namespace, dep.name, action.name)
@@ -315,7 +337,8 @@ class Reconciler:
                 else:
                     errors.append(_call_error(exc))
                 break
-            events.append(describe_action(action))
+            if result == "applied":
+                events.append(describe_action(action))
         try:
             for obj in (build_service(dep), build_pdb(dep)):
                 kind, name = obj["kind"], obj["metadata"]["name"]

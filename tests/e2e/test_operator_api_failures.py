@@ -13,11 +13,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from kubernetes_asyncio import client as k8s
 from operator_harness import OperatorHarness, example, ready
 
 from neuronfleet.api.v1alpha1 import GROUP
 
 NS = "apifail"
+#: The UID of an object that is not the deployment (its predecessor under the same name).
+OTHER_UID = "00000000-0000-0000-0000-000000000000"
 
 
 def manual(harness: OperatorHarness, name: str, replicas: int = 2) -> dict[str, Any]:
@@ -231,3 +234,80 @@ async def test_a_service_and_pdb_whose_selectors_were_widened_by_hand_are_put_ba
     await asyncio.sleep(60)  # fake time: about 30 reconciles
     assert harness.context is not None and harness.context.reconciles > reconciles + 10
     assert child_patches() == patches
+
+
+def _slot_name(pod_name: str, slot: int) -> str:
+    """The deterministic name of another slot of the same revision (``<deployment>-<revision>-<slot>``)."""
+    return f"{pod_name.rsplit('-', 1)[0]}-{slot}"
+
+
+async def test_a_re_created_deployment_skips_its_predecessors_pod_names_and_a_taken_name_is_reported(
+    harness: OperatorHarness,
+) -> None:
+    manifest = manual(harness, "renamed", replicas=1)
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+    await harness.wait(lambda: _ready_active(harness, "renamed") == 1, timeout=90, what="one ready active pod")
+    first = harness.pods(NS, "renamed", "active")[0]
+    assert first["metadata"]["name"].endswith("-0")
+    core = k8s.CoreV1Api(await harness.api())
+    spec = {k: v for k, v in first["spec"].items() if k != "nodeName"}
+    # Slot 1: a predecessor's pod (the fleet's labels, another owner) awaiting garbage collection.
+    predecessor = {
+        "metadata": {
+            "name": _slot_name(first["metadata"]["name"], 1),
+            "labels": first["metadata"]["labels"],
+            "ownerReferences": [{**first["metadata"]["ownerReferences"][0], "uid": OTHER_UID}],
+        },
+        "spec": spec,
+    }
+    # Slot 2: an unrelated pod without the fleet's labels that happens to hold the name.
+    squatter = {"metadata": {"name": _slot_name(first["metadata"]["name"], 2)}, "spec": spec}
+    for pod in (predecessor, squatter):
+        await core.create_namespaced_pod(NS, pod)
+
+    await harness.scale(NS, "renamed", 2)
+    await harness.wait(
+        lambda: "belongs to" in harness.condition(NS, "renamed", "Degraded").get("message", ""),
+        timeout=120,
+        what="Degraded names the pod whose name is taken",
+    )
+    message = harness.condition(NS, "renamed", "Degraded")["message"]
+    assert squatter["metadata"]["name"] in message and "no controller" in message, message
+    assert not [e for e in events_for(harness, "renamed", "CreatedPod") if squatter["metadata"]["name"] in e["message"]]
+
+    # Once the squatter is gone, the next slot is created and the predecessor's pod is left alone.
+    await core.delete_namespaced_pod(squatter["metadata"]["name"], NS, grace_period_seconds=0)
+
+    def owned() -> list[dict[str, Any]]:
+        pods = harness.pods(NS, "renamed", "active")
+        return [p for p in pods if p["metadata"]["name"] != predecessor["metadata"]["name"]]
+
+    await harness.wait(lambda: sum(1 for p in owned() if ready(p)) == 2, timeout=120, what="two owned ready pods")
+    assert {p["metadata"]["name"] for p in owned()} == {first["metadata"]["name"], squatter["metadata"]["name"]}
+    assert harness.cluster.get("pods", predecessor["metadata"]["name"], NS) is not None
+
+
+async def test_a_pod_already_gone_when_deleted_gets_no_deleted_event(harness: OperatorHarness) -> None:
+    manifest = manual(harness, "vanishing", replicas=2)
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+    await harness.wait(lambda: _ready_active(harness, "vanishing") == 2, timeout=90, what="two ready active pods")
+    assert harness.context is not None
+    kube: Any = harness.context.reconciler.kube
+    real_delete = kube.delete_pod
+    raced: list[str] = []
+
+    async def delete_pod(namespace: str, name: str, grace_period_seconds: int | None = None) -> bool:
+        # Someone else deletes the pod first: the operator's own call then answers 404.
+        raced.append(name)
+        assert await real_delete(namespace, name, 0)
+        return bool(await real_delete(namespace, name, grace_period_seconds))
+
+    kube.delete_pod = delete_pod
+    await harness.scale(NS, "vanishing", 1)
+    # Settled: a whole reconcile after the deletion, so the Events of the one that deleted are posted.
+    await harness.wait_settled(NS, "vanishing", lambda: len(harness.pods(NS, "vanishing")) == 1, what="one pod left")
+    assert raced
+    deleted = [e["message"] for e in events_for(harness, "vanishing", "DeletedPod")]
+    assert not [m for m in deleted if any(name in m for name in raced)], deleted

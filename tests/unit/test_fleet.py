@@ -77,6 +77,15 @@ def test_planning_twice_on_the_same_view_asks_for_the_same_names() -> None:
     assert len({a.name for a in first.actions}) == len(first.actions)
 
 
+def test_names_held_by_pods_the_fleet_does_not_control_are_skipped() -> None:
+    # A re-created deployment's predecessor left slots 0 and 2 of the same revision behind.
+    def name(slot: int) -> str:
+        return serving_pod_name("bert", FleetRevision(OLD, TEMPLATE), slot)
+
+    plan = plan_fleet("bert", target(2), [], NOW, taken_names=[name(0), name(2)])
+    assert [a.name for a in plan.actions if isinstance(a, CreatePod)] == [name(1), name(3)]
+
+
 def test_no_artifact_yet_creates_only_placeholders() -> None:
     plan = plan_fleet("bert", target(2, warm=1, placeholders=2, artifact=None), [], NOW)
     assert kinds(plan.actions) == ["create-placeholder", "create-placeholder"]

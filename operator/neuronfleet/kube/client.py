@@ -258,6 +258,7 @@ class KubeClient:
 
     async def read(self, kind: str, namespace: str, name: str) -> Obj | None:
         readers: dict[str, Any] = {
+            "Pod": self.core.read_namespaced_pod,
             "Service": self.core.read_namespaced_service,
             "PodDisruptionBudget": self.policy.read_namespaced_pod_disruption_budget,
         }

@@ -38,6 +38,8 @@ class ClusterObservation:
     """What the API server says about one deployment's fleet and compile Jobs."""
 
     pods: tuple[PodView, ...]
+    #: Pods with the fleet's labels that another object controls: left out, but their names are taken.
+    foreign_pod_names: frozenset[str]
     timelines: tuple[PodTimeline, ...]
     jobs: CompileJobs | None
 
@@ -91,11 +93,13 @@ async def observe_cluster(
 ) -> ClusterObservation:
     """The fleet's pods (those ``owner_uid`` controls), their timelines and (with a ``request``) the
     compile Jobs."""
-    pods = [
+    labelled = [
         pod
         for pod in await kube.list_pods(namespace, deployment_selector(deployment))
-        if LABEL_COMPILE_REQUEST not in (pod["metadata"].get("labels") or {}) and controlled_by(pod, owner_uid)
+        if LABEL_COMPILE_REQUEST not in (pod["metadata"].get("labels") or {})
     ]
+    pods = [pod for pod in labelled if controlled_by(pod, owner_uid)]
+    foreign = frozenset(pod["metadata"]["name"] for pod in labelled if not controlled_by(pod, owner_uid))
     nodes = await kube.list_nodes()
     names = {node["metadata"]["name"] for node in nodes}
     if any((pod.get("spec") or {}).get("nodeName") not in names | {None, ""} for pod in pods):
@@ -109,6 +113,7 @@ async def observe_cluster(
         jobs = await observe_compile_jobs(kube, namespace, deployment, request)
     return ClusterObservation(
         pods=tuple(parse_pod(pod, names, node_zones=zones) for pod in pods),
+        foreign_pod_names=foreign,
         timelines=tuple(pod_timelines(pods, nodes)),
         jobs=jobs,
     )

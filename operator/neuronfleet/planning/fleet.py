@@ -43,7 +43,8 @@ Rules (DESIGN.md, fleet model):
 - Names are deterministic: the lowest free slot of a revision (:mod:`.labels`). Together with
   counting every observed pod (pending ones included) this makes the plan idempotent: applying
   it and planning again on the result yields no actions, and a create repeated after a crash
-  answers 409 instead of making a duplicate.
+  answers 409 instead of making a duplicate. Names held by pods the deployment does not control
+  (a re-created deployment's predecessor awaiting garbage collection) are skipped.
 - Problems are summarised for the status: unschedulable pods (the scheduler's message), pods
   stuck in ErrImagePull / ImagePullBackOff / CrashLoopBackOff, and pods no scheduler has acted
   on within ``FleetPolicy.scheduling_timeout_seconds`` (e.g. a ``schedulerName`` nobody runs).
@@ -391,12 +392,16 @@ def plan_fleet(
     pods: Iterable[PodView],
     now: datetime,
     policy: FleetPolicy | None = None,
+    taken_names: Iterable[str] = (),
 ) -> FleetPlan:
-    """The actions that move the observed ``pods`` towards ``target`` (see the module docstring)."""
+    """The actions that move the observed ``pods`` towards ``target`` (see the module docstring).
+
+    ``taken_names`` are names in use by pods that are not the fleet's: new pods skip them.
+    """
     policy = policy or FleetPolicy()
     revision = target.revision
     observed = list(pods)
-    used_names = {pod.name for pod in observed}
+    used_names = {pod.name for pod in observed} | set(taken_names)
     live = [pod for pod in observed if not pod.deleting]
     promotions: list[Action] = []
     creations: list[Action] = []

@@ -42,6 +42,9 @@ class Observation:
     now: datetime
     #: The fleet's pods (serving pods and placeholders; the compile Job's pods are not the fleet's).
     pods: tuple[PodView, ...] = ()
+    #: Names of pods with the fleet's labels that another object controls (a re-created
+    #: deployment's predecessor, a pod made by hand): not the fleet's, but their names are taken.
+    foreign_pod_names: frozenset[str] = frozenset()
     timelines: tuple[PodTimeline, ...] = ()
     #: None when the spec fits no instance type: nothing is compiled for it, so nothing is read.
     compile: CompileObservation | None = None

@@ -262,7 +262,14 @@ def plan_reconcile(
             warm=warm.pods,
             placeholders=warm.node_placeholders,
         )
-        fleet = plan_fleet(dep.name, target, observation.pods, now, policy_for_spec(spec, fleet_policy))
+        fleet = plan_fleet(
+            dep.name,
+            target,
+            observation.pods,
+            now,
+            policy_for_spec(spec, fleet_policy),
+            taken_names=observation.foreign_pod_names,
+        )
     summary = fleet.summary if fleet is not None else _idle_summary(targets, decision)
 
     previous_desired = durable.desired_replicas or 0
