@@ -31,6 +31,15 @@ NS = "search"
 OPERATOR_AGENT = "neuronfleet-operator-under-test"
 TEST_AGENT = "neuronfleet-rbac-test"
 
+#: Granted in every mode though no request uses it: the sandbox does not run the admission plugin
+#: that checks it.
+BLOCK_OWNER_DELETION = {
+    Permission(GROUP, f"{PLURAL}/finalizers", "update"): (
+        "children set blockOwnerDeletion, which OwnerReferencesPermissionEnforcement (OpenShift) admits "
+        "only with update on the owner's finalizers"
+    )
+}
+
 #: Per operator mode: (chart --set values, namespaces the operator watches, permissions granted but
 #: not exercised by the flow in that mode with the reason each is needed).
 MODES: dict[str, tuple[list[str], list[str], dict[Permission, str]]] = {
@@ -38,16 +47,22 @@ MODES: dict[str, tuple[list[str], list[str], dict[Permission, str]]] = {
         [],
         [],
         {
-            Permission("kopf.dev", "kopfpeerings", verb): "peering of a namespaced install (watchNamespaces)"
-            for verb in ("list", "watch", "patch")
+            **{
+                Permission("kopf.dev", "kopfpeerings", verb): "peering of a namespaced install (watchNamespaces)"
+                for verb in ("list", "watch", "patch")
+            },
+            **BLOCK_OWNER_DELETION,
         },
     ),
     "namespaced": (
         [f"operator.watchNamespaces={{{NS}}}"],
         [NS],
         {
-            Permission("kopf.dev", "clusterkopfpeerings", verb): "peering of a cluster-wide install"
-            for verb in ("list", "watch", "patch")
+            **{
+                Permission("kopf.dev", "clusterkopfpeerings", verb): "peering of a cluster-wide install"
+                for verb in ("list", "watch", "patch")
+            },
+            **BLOCK_OWNER_DELETION,
         },
     ),
 }
