@@ -3,7 +3,9 @@
 A thin layer over kubernetes_asyncio that speaks plain dicts (the builders in ``kube.builders``
 produce dicts, the planners read dicts), treats the idempotent outcomes of a retried reconcile as
 success (409 on create: the object is there already; 404 on delete: it is gone already), and
-diffs before it patches so that an unchanged fleet costs reads only.
+diffs before it patches so that an unchanged fleet costs reads only. A spec field the API server
+drops from a patch (one it does not know, on an older Kubernetes) is left out of later diffs, so it
+does not cost a write every reconcile.
 
 It is created once at operator start-up and passed to the handlers through Kopf's ``memo``.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +26,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION
 from neuronfleet.planning.labels import selector_string
+
+logger = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 #: Seconds one API call may take, answer read included. kubernetes_asyncio sets no timeout of its
@@ -88,6 +93,8 @@ class KubeClient:
         self.custom: Any = client.CustomObjectsApi(api_client)
         self._nodes: tuple[float, list[Obj]] | None = None
         self._nodes_lock = asyncio.Lock()
+        #: Per kind, top-level spec fields the API server dropped from a patch (see :meth:`ensure`).
+        self.dropped_spec_fields: dict[str, set[str]] = {}
 
     @classmethod
     async def connect(cls, kubeconfig: str | os.PathLike[str] | None = None) -> KubeClient:
@@ -234,7 +241,8 @@ class KubeClient:
         if current is None:
             return "created" if await self.create(obj) else "unchanged"
         kind, namespace, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
-        wanted_spec = obj.get("spec", {})
+        dropped = self.dropped_spec_fields.get(kind, set())
+        wanted_spec = {key: value for key, value in obj.get("spec", {}).items() if key not in dropped}
         live_spec = current.get("spec", {})
         wanted_labels = obj["metadata"].get("labels", {})
         live_labels = current.get("metadata", {}).get("labels", {})
@@ -253,7 +261,19 @@ class KubeClient:
             "Service": self.core.patch_namespaced_service,
             "PodDisruptionBudget": self.policy.patch_namespaced_pod_disruption_budget,
         }
-        await self._json(patchers[kind](name, namespace, body, _content_type=MERGE_PATCH, _preload_content=False))
+        patched = await self._json(
+            patchers[kind](name, namespace, body, _content_type=MERGE_PATCH, _preload_content=False)
+        )
+        unknown = set(wanted_spec) - set(patched.get("spec") or {})
+        if unknown:
+            # Sent and not kept: the API server does not know the field (e.g. a PodDisruptionBudget's
+            # unhealthyPodEvictionPolicy before Kubernetes 1.27). Compared again, it would differ forever.
+            self.dropped_spec_fields.setdefault(kind, set()).update(unknown)
+            logger.warning(
+                "the API server dropped %s spec field(s) %s (an older Kubernetes?): no longer set or compared",
+                kind,
+                ", ".join(sorted(unknown)),
+            )
         return "updated"
 
     async def read(self, kind: str, namespace: str, name: str) -> Obj | None:
