@@ -52,15 +52,18 @@ def test_only_billing_after_the_measured_start_counts() -> None:
     assert plan.billed_node_seconds == pytest.approx(120.0)  # launched at 50, counted from 80
 
 
-def test_a_node_needed_before_a_launch_could_land_is_billed_from_its_launch_before_t0() -> None:
-    # One node above the starting fleet from t = 20 with 100 s launches: launched at t = -80.
+def test_a_node_needed_sooner_than_a_launch_is_running_at_t0_as_a_static_fleets_are() -> None:
+    # One node above the starting fleet from t = 20 with 100 s launches: no launch within the
+    # replay serves it by then, so it is billed from t = 0 without a launch (not from t = -80).
     d = demand((0, 200, 1), (20, 200, 2), seconds=200)
     plan = oracle.feasible_plan(d, 100.0, start_nodes=1)
-    assert plan.billed_node_seconds == pytest.approx(200.0 + 280.0)
+    assert plan.billed_node_seconds == pytest.approx(200.0 + 200.0)
+    assert plan.launches == 0
+    # Needed at t = 150, after a launch could land: launched at 50, billed from then.
+    d = demand((0, 200, 1), (150, 200, 2), seconds=200)
+    plan = oracle.feasible_plan(d, 100.0, start_nodes=1)
+    assert plan.billed_node_seconds == pytest.approx(200.0 + 150.0)
     assert plan.launches == 1
-    # With a history pass the same launch falls before the measured span, as any policy's would.
-    plan = oracle.feasible_plan(d, 100.0, start_nodes=1, first=10)
-    assert plan.billed_node_seconds == pytest.approx(190.0 + 190.0)
 
 
 def test_feasible_oracle_sits_between_the_instant_one_and_a_peak_static_fleet() -> None:

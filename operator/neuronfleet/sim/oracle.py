@@ -31,10 +31,13 @@ switching cost; Lin et al., "Dynamic right-sizing for power-proportional data ce
 within a level, each gap between two needed runs is bridged exactly when it is shorter than ``T``.
 With ``T`` above 60 s a run is always billed longer than the EC2 minimum, so the minimum never
 changes a decision; it is still applied. The nodes running at t = 0 (the common starting fleet
-every policy gets) are already launched; a node above them needed within ``T`` of t = 0 is billed
-from its launch before t = 0 (with a history pass that launch falls before the measured span, as
-every policy's would). The serving capacity (bridged runs included) runs through
-the engine for its attainment, which is never below the instant oracle's.
+every policy gets) are already launched. So is a node needed sooner than ``T`` after t = 0: no
+launch within the replay could serve it, and it is billed from t = 0 without a launch, the terms
+on which a static fleet starts (all its nodes ready at t = 0). Billing it from a launch before
+t = 0 instead would price capacity no fleet in the replay can have: on a half-hour span of bursty
+traffic that oracle cost more than a static fleet meeting the SLO. The serving capacity (bridged
+runs included) runs through the engine for its attainment, which is never below the instant
+oracle's.
 """
 
 from __future__ import annotations
@@ -201,12 +204,11 @@ def feasible_plan(demand: IntArray, launch: float, start_nodes: int, first: int 
     """Least-cost nodes meeting ``demand`` (nodes per second), level by level (module docstring).
 
     Each launch is billed from ``launch`` seconds before its run serves; ``start_nodes`` nodes are
-    running at t = 0; only billing from second ``first`` on counts. With no history (``first`` 0),
-    a run that serves within ``launch`` of t = 0 above the starting fleet was launched before
-    t = 0 and is billed from that launch: no policy can have such a node for free.
+    running at t = 0; only billing from second ``first`` on counts. A run that serves sooner than
+    ``launch`` after t = 0 could not have been launched within the replay: its node is taken as
+    running at t = 0, billed from t = 0 without a launch, as a static fleet's nodes are.
     """
     seconds = len(demand)
-    counted_from = float(first) if first > 0 else -math.inf
     delta = np.zeros(seconds + 1, dtype=np.int64)
     billed = 0.0
     launches = 0
@@ -222,11 +224,11 @@ def feasible_plan(demand: IntArray, launch: float, start_nodes: int, first: int 
         np.add.at(delta, run_ends, -1)
         running_at_start = level <= start_nodes
         for a, b in zip(run_starts.tolist(), run_ends.tolist(), strict=True):
-            already = running_at_start and a == 0
-            launched = float(a) if already else a - launch
+            already = (running_at_start and a == 0) or a < launch
+            launched = 0.0 if already else a - launch
             launches += 0 if already else 1
             end = max(float(b), launched + (0.0 if already else MIN_BILLED_SECONDS))
-            billed += max(0.0, end - max(launched, counted_from))
+            billed += max(0.0, end - max(launched, float(first)))
     serving = np.cumsum(delta[:-1])
     return FeasiblePlan(np.asarray(serving, dtype=np.int64), billed, launches)
 
