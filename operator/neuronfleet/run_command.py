@@ -11,7 +11,9 @@ import asyncio
 import logging
 import os
 import shlex
+import socket
 import sys
+import urllib.parse
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -144,6 +146,8 @@ async def _run(args: argparse.Namespace) -> None:
             reason = error.strerror or str(error)
             raise RunSetupError(f"cannot serve metrics on port {args.metrics_port}: {reason}") from None
         logger.info("operator metrics on :%d/metrics", port)
+    if args.liveness:
+        check_liveness_endpoint(args.liveness)
     tasks = await operator_tasks(
         context,
         namespaces=args.namespace or (),
@@ -214,6 +218,34 @@ _port = _whole_number(0, 65535, "a port is 0-65535 (0 picks a free one)")
 _positive_int = _whole_number(1, 1000, "1-1000, as the chart allows")
 
 
+def _liveness_url(text: str) -> str:
+    """An argparse type: an ``http://host:port/path`` URL, as Kopf's probe server reads it."""
+    try:
+        parts = urllib.parse.urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
+    if parts.scheme != "http":
+        raise argparse.ArgumentTypeError(f"{text!r}: an http:// URL, e.g. http://0.0.0.0:8080/healthz")
+    return text
+
+
+def check_liveness_endpoint(url: str) -> None:
+    """Fail with one line if the liveness endpoint's address cannot be bound.
+
+    Kopf binds it inside its own tasks, where a port in use ends in a traceback; checking first
+    (and letting go at once) turns the common case into a clear error.
+    """
+    parts = urllib.parse.urlsplit(url)
+    host, port = parts.hostname or "localhost", parts.port or 80
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as error:
+        reason = os.strerror(error.errno) if error.errno else str(error)
+        raise RunSetupError(f"cannot serve the liveness endpoint {url}: {reason}") from None
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "run",
@@ -254,7 +286,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--peering", help="Kopf peering name for high availability (one instance acts)")
     p.add_argument("--priority", type=int, default=0, help="peering priority of this instance")
-    p.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument("--liveness", type=_liveness_url, help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
     p.add_argument(
         "--metrics-port",
         type=_port,

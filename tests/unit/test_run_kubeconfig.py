@@ -71,3 +71,27 @@ def test_a_metrics_port_out_of_range_is_refused_by_the_parser(port: str, capsys:
         main(["run", "--metrics-port", port])
     assert exit_.value.code == 2
     assert "--metrics-port: " in capsys.readouterr().err
+
+
+def test_a_liveness_port_in_use_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        url = f"http://127.0.0.1:{taken.getsockname()[1]}/healthz"
+        code = main(["run", "--kubeconfig", str(_kubeconfig(tmp_path / "kubeconfig")), "--liveness", url])
+    assert code == 2
+    assert capsys.readouterr().err == f"error: cannot serve the liveness endpoint {url}: Address already in use\n"
+
+
+@pytest.mark.parametrize(
+    ("url", "complaint"),
+    [("https://0.0.0.0:8080/healthz", "an http:// URL"), ("http://0.0.0.0:99999/healthz", "out of range")],
+)
+def test_a_liveness_endpoint_kopf_cannot_serve_is_refused_by_the_parser(
+    url: str, complaint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--liveness", url])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--liveness: " in err and complaint in err, err
