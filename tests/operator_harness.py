@@ -64,6 +64,7 @@ class OperatorHarness:
         )
         self.context: OperatorContext | None = None
         self._tasks: list[asyncio.Task[Any]] = []
+        self._stop_flag = asyncio.Event()
         self._api: k8s.ApiClient | None = None
 
     # ---------------------------------------------------------------- operator lifecycle
@@ -74,8 +75,23 @@ class OperatorHarness:
         self.context = await build_context(
             self.settings, self.cluster.kubeconfig_path, metrics=metrics, clock=self.cluster.clock.wall
         )
-        self._tasks = list(await operator_tasks(self.context, in_process=True))
+        self._stop_flag = asyncio.Event()
+        self._tasks = list(await operator_tasks(self.context, stop_flag=self._stop_flag, in_process=True))
         return self.context
+
+    async def stop(self) -> None:
+        """Stop the operator as SIGTERM does: the stop flag ends one of Kopf's root tasks, the rest
+        are cancelled (as ``kopf.run_tasks`` does; it is not used here because it would also cancel
+        the sandbox's tasks in this process), and Kopf then asks each daemon to stop and waits."""
+        self._stop_flag.set()
+        _, pending = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        if self.context is not None:
+            await self.context.reconciler.kube.close()
+            self.context = None
 
     async def crash(self) -> None:
         """Stop the operator abruptly, wherever it is (a killed process)."""

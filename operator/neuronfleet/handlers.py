@@ -195,7 +195,14 @@ def failure_message(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_timeout=2.0)
+#: Seconds a reconcile under way gets to finish when the operator stops (Kopf then cancels it);
+#: a loop between reconciles ends at once. Well inside the operator pod's termination grace.
+STOP_GRACE_SECONDS = 5.0
+
+
+@kopf.daemon(
+    GROUP, VERSION, PLURAL, registry=registry, cancellation_backoff=STOP_GRACE_SECONDS, cancellation_timeout=2.0
+)
 async def keep_converging(
     body: kopf.Body, memo: kopf.Memo, namespace: str | None, name: str, stopped: kopf.DaemonStopped, **_: Any
 ) -> None:
@@ -209,6 +216,28 @@ async def keep_converging(
     # it after a peering pause (a peer of higher priority ran the object meanwhile). Memory left from
     # an earlier run is stale then: the object is picked up from its status, as after a restart.
     context.memories.pop((namespace, name), None)
+    # Kopf stops a daemon by setting ``stopped`` and cancels it STOP_GRACE_SECONDS later, with a
+    # WARNING per object ("is cancelled. Will escalate."): the wait between reconciles must end on it.
+    stopping = asyncio.create_task(_wake_when_stopped(stopped, wakeup))
+    try:
+        await _converge(context, body, namespace, name, stopped, wakeup)
+    finally:
+        stopping.cancel()
+
+
+async def _wake_when_stopped(stopped: kopf.DaemonStopped, wakeup: asyncio.Event) -> None:
+    await stopped.wait()
+    wakeup.set()
+
+
+async def _converge(
+    context: OperatorContext,
+    body: kopf.Body,
+    namespace: str,
+    name: str,
+    stopped: kopf.DaemonStopped,
+    wakeup: asyncio.Event,
+) -> None:
     failures = 0
     while not stopped:
         interval = context.reconciler.settings.interval_seconds
