@@ -75,6 +75,9 @@ def demand_increase_quantile(history: tuple[tuple[float, int], ...], horizon_sec
     demand = np.fromiter((d for _, d in history), dtype=float, count=len(history))
     ends = np.searchsorted(times, times + horizon_seconds, side="right")
     # Running maximum from each start over its window; histories are short (one sample per tick).
+    # A window always reaches the next sample, even when the horizon is shorter than a tick: the
+    # demand between two samples is unknown, and the next one bounds its growth from above, where
+    # scaling it down by the horizon's share of the tick could leave a burst without warm pods.
     increases = np.empty(len(history) - 1)
     for i in range(len(history) - 1):
         increases[i] = demand[i + 1 : max(ends[i], i + 2)].max() - demand[i]
