@@ -102,7 +102,9 @@ def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], 
         length = int(header_length)
     except ValueError:
         raise _fail(f"{HEADER_LENGTH} must be an integer, got {header_length!r}") from None
-    if length < 0 or length > len(body):
+    if length < 0:
+        raise _fail(f"{HEADER_LENGTH} must not be negative, got {length}")
+    if length > len(body):
         raise _fail(f"{HEADER_LENGTH} {length} is larger than the body ({len(body)} bytes)")
     view = memoryview(body)
     return parse_json(view[:length].tobytes()), view[length:]
@@ -264,6 +266,12 @@ def parse_infer(
     request_id = doc.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise _fail("'id' must be a string")
+    if request_id is not None:
+        try:
+            request_id.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            # JSON can carry lone surrogates ("\ud800"); the response, UTF-8, could not echo the id.
+            raise _fail(f"'id' is not valid Unicode (lone surrogate at character {exc.start})") from None
     tensors = doc.get("inputs")
     if not isinstance(tensors, list) or not tensors:
         raise _fail("'inputs' must be a non-empty list of tensors")

@@ -154,6 +154,12 @@ BAD_BINARY: list[tuple[str, bytes, dict[str, str], str]] = [
     ),
     ("header length not a number", b"{}", {"Inference-Header-Content-Length": "ten"}, "must be an integer"),
     (
+        "header length negative",
+        b"{}",
+        {"Inference-Header-Content-Length": "-1"},
+        "Inference-Header-Content-Length must not be negative, got -1",
+    ),
+    (
         "binary size disagrees with the shape",
         *_framed({"inputs": [_binary_ids([1, 4], size=24), MASK_1x4]}, IDS_1x4[:24]),
         "binary_data_size 24 does not match shape [1, 4] of INT64 (32 bytes)",

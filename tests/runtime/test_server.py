@@ -227,6 +227,13 @@ BAD_REQUESTS: list[tuple[str, bytes, int, str]] = [
         "values must fit in INT32",
     ),
     (
+        # Valid JSON (an escaped lone surrogate), but no UTF-8 response can echo it back.
+        "id not valid Unicode",
+        json.dumps({"id": "r\ud800", "inputs": [_ids([1, 4]), _mask([1, 4])]}).encode(),
+        400,
+        "'id' is not valid Unicode (lone surrogate at character 1)",
+    ),
+    (
         "infinite number",
         b'{"inputs": [{"name": "input_ids", "shape": [1, 1], "datatype": "INT64", "data": [1e400]}, '
         + json.dumps(_mask([1, 1])).encode()
