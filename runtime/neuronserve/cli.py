@@ -85,6 +85,22 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
     return parse
 
 
+def _whole(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``low`` (and at most ``high``)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bounds = f"{low}-{high}" if high is not None else f"at least {low}"
+            raise argparse.ArgumentTypeError(f"expected {bounds}, got {value}")
+        return value
+
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="neuronserve", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"neuronserve {__version__}")
@@ -167,9 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="0.0.0.0",
         help="bind address (default 0.0.0.0: in a pod the kubelet and Service reach it on the pod IP)",
     )
-    s.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port (logged)")
+    s.add_argument("--port", type=_whole(0, 65535), default=DEFAULT_PORT, help="0 picks a free port (logged)")
     s.add_argument("--max-batch-delay-ms", type=_positive(float), default=5.0)
-    s.add_argument("--max-queue", type=int, default=256, help="queued requests beyond this get 429")
+    s.add_argument("--max-queue", type=_whole(0), default=256, help="queued requests beyond this get 429")
     s.add_argument("--no-batching", action="store_true", help="run every request alone (baseline)")
     s.add_argument(
         "--grace-seconds",
@@ -177,10 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=30.0,
         help="on SIGTERM, time to finish queued and in-flight work",
     )
-    s.add_argument("--max-body-bytes", type=int, default=None, help="default: sized from the largest bucket")
+    s.add_argument("--max-body-bytes", type=_whole(1), default=None, help="default: sized from the largest bucket")
     s.add_argument(
         "--torch-threads",
-        type=int,
+        type=_whole(1),
         default=None,
         help="intra-op threads (default: $NEURONSERVE_TORCH_THREADS or all CPUs)",
     )
