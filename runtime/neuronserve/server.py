@@ -4,8 +4,9 @@ Lifecycle: listen at once (live, not ready) -> fetch and verify the artifact -> 
 bucket -> ready. With ``--device emulated-neuroncore`` no model is loaded: the batches run on the
 emulated NeuronCore device (``neuronserve.emulated``), from an artifact's manifest or a built-in
 contract, and everything the server reports says "emulated". On SIGTERM/SIGINT: not ready, new
-infer requests get 503, queued and executing requests finish (bounded by the grace period), then
-exit 0. A verification or load failure exits non-zero with the reason on stderr.
+infer requests get 503, queued and executing requests finish, then exit 0, all within the grace
+period (what is still queued or running at its end is answered 503, and open connections are
+closed, about a second later). A verification or load failure exits non-zero with the reason on stderr.
 """
 
 from __future__ import annotations
@@ -106,15 +107,47 @@ class ServerState:
         self.metrics.ready.set(1)
 
     async def drain(self, grace_seconds: float) -> bool:
+        """Refuse new requests and finish the accepted ones within ``grace_seconds`` in all.
+
+        True if every accepted request was answered in time. Past the grace period what is still
+        queued or running is answered 503; ANSWER_SECONDS more let those answers be handed over.
+        """
         self.phase = "draining"
         self.metrics.ready.set(0)
         if self.batcher is None:
             return True
+        deadline = asyncio.get_running_loop().time() + grace_seconds
         finished = await self.batcher.drain(grace_seconds)
-        # Handlers whose futures just resolved still have to write their answers.
+        # Handlers whose futures just resolved still have to hand over their answers.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.answered.wait(), max(1.0, grace_seconds))
+            await asyncio.wait_for(self.answered.wait(), _until(deadline, ANSWER_SECONDS))
         return finished and self.inflight == 0
+
+
+#: After the grace period, this long again for answers already decided to reach their clients,
+#: and again for open connections to close. Both fit in the pod's margin between the runtime's
+#: grace period and the kubelet's SIGKILL (the operator gives the runtime 5 s less than the pod).
+ANSWER_SECONDS = 1.0
+
+
+def _until(deadline: float, floor: float) -> float:
+    """Seconds left before ``deadline`` on the running loop's clock, and at least ``floor``."""
+    return max(floor, deadline - asyncio.get_running_loop().time())
+
+
+async def close_server(runner: web.AppRunner, deadline: float) -> bool:
+    """Stop listening and close every connection by ``deadline`` (at least ANSWER_SECONDS from now).
+
+    aiohttp's own shutdown waits up to the runner's ``shutdown_timeout`` for each open connection's
+    handler (a client still uploading a body, say), counted from when it starts: after a drain that
+    used the whole grace period it would double the time to exit, past the kubelet's SIGKILL. False
+    if connections were still open at the deadline; what runs on them is cancelled as the loop ends.
+    """
+    try:
+        await asyncio.wait_for(runner.cleanup(), _until(deadline, ANSWER_SECONDS))
+    except TimeoutError:
+        return False
+    return True
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
@@ -456,9 +489,12 @@ async def serve(opts: ServeOptions) -> int:
             )
         await stopper
         log.info("SIGTERM: draining (grace %.0fs)", opts.grace_seconds)
+        deadline = loop.time() + opts.grace_seconds
         finished = await state.drain(opts.grace_seconds)
-        await runner.cleanup()
-        log.info("drained (%s); exiting", "all work finished" if finished else "grace period ran out")
+        closed = await close_server(runner, deadline)
+        if not closed:
+            log.warning("grace period ran out with connections still open: closing them")
+        log.info("drained (%s); exiting", "all work finished" if finished and closed else "grace period ran out")
     return 0
 
 
