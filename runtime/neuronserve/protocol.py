@@ -30,6 +30,7 @@ from neuronserve.manifest import Manifest
 
 TEXT_INPUT = "text"
 ACCEPTED_INT_DATATYPES = ("INT64", "INT32")
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 HEADER_LENGTH = "Inference-Header-Content-Length"
 BINARY_DTYPES: dict[str, np.dtype[np.signedinteger[Any]]] = {"INT64": np.dtype("<i8"), "INT32": np.dtype("<i4")}
 NO_BINARY = memoryview(b"")
@@ -182,18 +183,40 @@ def _int_array(
         array = np.asarray(data)
     except (ValueError, OverflowError):
         raise _fail(f"input {name!r}: 'data' is ragged or not numeric") from None
-    if array.dtype.kind == "u":  # JSON integers past int64's range come out unsigned
-        raise _fail(f"input {name!r}: values must fit in a signed 64-bit integer")
     if array.dtype.kind not in "ib":
         if array.size == 0:
             raise _fail(f"input {name!r}: 'data' is empty")
-        raise _fail(f"input {name!r}: 'data' must hold integers ({datatype}), found {array.dtype.kind!r}-kind values")
+        # numpy names what it made of the values (uint64, float64, object), not what is wrong with them.
+        raise _fail(f"input {name!r}: {_first_non_int64(data, datatype)}")
     expected = math.prod(shape)
     if array.ndim == 1 and array.size == expected:
         array = array.reshape(shape)
     elif list(array.shape) != shape:
         raise _fail(f"input {name!r}: 'data' has shape {list(array.shape)} ({array.size} values), 'shape' says {shape}")
     return array.astype(np.int64, copy=False)
+
+
+def _first_non_int64(data: list[Any], datatype: str) -> str:
+    """What is wrong with the first value of (nested) ``data`` that is not a signed 64-bit integer."""
+    pending: list[Any] = [data]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, list):
+            pending.extend(reversed(value))
+        elif isinstance(value, bool):
+            continue
+        elif isinstance(value, int):
+            if not INT64_MIN <= value <= INT64_MAX:
+                return f"values must fit in a signed 64-bit integer, found {value}"
+        elif isinstance(value, float) and value.is_integer() and not INT64_MIN <= value <= INT64_MAX:
+            # orjson reads an integer past 64 bits as a float.
+            return f"values must fit in a signed 64-bit integer, found about {value:.3g}"
+        else:
+            found = "null" if value is None else json.dumps(value)
+            if len(found) > 40:
+                found = found[:37] + "..."
+            return f"'data' must hold integers ({datatype}), found {found}"
+    return f"'data' must hold integers ({datatype})"
 
 
 def _check_fits(array: npt.NDArray[np.int64], name: str, datatype: str) -> None:

@@ -148,7 +148,7 @@ BAD_REQUESTS: list[tuple[str, bytes, int, str]] = [
         "float data",
         json.dumps({"inputs": [{**_ids([1, 2]), "data": [1.5, 2.0]}, _mask([1, 2])]}).encode(),
         400,
-        "must hold integers",
+        "input 'input_ids': 'data' must hold integers (INT64), found 1.5",
     ),
     (
         "shape and data disagree",
@@ -202,13 +202,32 @@ BAD_REQUESTS: list[tuple[str, bytes, int, str]] = [
         "integer beyond int64",
         json.dumps({"inputs": [{**_ids([1, 1]), "data": [2**70]}, _mask([1, 1])]}).encode(),
         400,
-        "must hold integers",
+        "input 'input_ids': values must fit in a signed 64-bit integer, found about 1.18e+21",
     ),
     (
         "integer past int64",
         json.dumps({"inputs": [{**_ids([1, 1]), "data": [2**63]}, _mask([1, 1])]}).encode(),
         400,
-        "must fit in a signed 64-bit integer",
+        "values must fit in a signed 64-bit integer, found 9223372036854775808",
+    ),
+    (
+        # numpy makes floats of a list mixing negatives with values past int64 (it said "'f'-kind").
+        "negative and past int64 together",
+        json.dumps({"inputs": [{**_ids([1, 2]), "data": [[-1, 2**63]]}, _mask([1, 2])]}).encode(),
+        400,
+        "values must fit in a signed 64-bit integer, found 9223372036854775808",
+    ),
+    (
+        "a string among integers",
+        json.dumps({"inputs": [{**_ids([1, 2]), "data": [1, "two"]}, _mask([1, 2])]}).encode(),
+        400,
+        "'data' must hold integers (INT64), found \"two\"",
+    ),
+    (
+        "null among integers",
+        json.dumps({"inputs": [{**_ids([1, 2]), "data": [[1, None]]}, _mask([1, 2])]}).encode(),
+        400,
+        "'data' must hold integers (INT64), found null",
     ),
     (
         "an integer of thousands of digits",
@@ -239,7 +258,7 @@ BAD_REQUESTS: list[tuple[str, bytes, int, str]] = [
         + json.dumps(_mask([1, 1])).encode()
         + b"]}",
         400,
-        "must hold integers",
+        "'data' must hold integers (INT64), found Infinity",
     ),
 ]
 
