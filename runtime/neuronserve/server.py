@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import signal
 import sys
 import tempfile
@@ -177,6 +178,23 @@ STATE_KEY = web.AppKey("state", ServerState)
 EMULATED_PARAMETERS = {"emulated": True, "outputs": "placeholders from the emulated device, not model outputs"}
 
 
+#: Content codings aiohttp decodes before the handler sees the body. br and zstd are decoded, or
+#: refused by aiohttp before the handler, depending on the optional Brotli and zstd packages.
+DECODED_CODINGS = ("gzip", "deflate", "br", "zstd")
+
+
+def _check_content_encoding(request: web.Request) -> None:
+    """A coding aiohttp passes through undecoded (``x-gzip``, ``gzip, br``, a typo) is a 415 (RFC 9110)."""
+    coding = request.headers.get("Content-Encoding", "").strip().lower()
+    if coding and coding != "identity" and coding not in DECODED_CODINGS:
+        raise _Refusal(
+            415,
+            f"Content-Encoding {coding!r} is not supported: send the body as is, or with one of gzip or deflate",
+            "bad_request",
+            headers={"Accept-Encoding": "gzip, deflate"},
+        )
+
+
 async def _read_body(request: web.Request, limit: int) -> bytes:
     """The body, refused with 413 past ``limit`` bytes without buffering more than that."""
     too_large = _Refusal(413, f"request body larger than {limit} bytes", "bad_request")
@@ -190,8 +208,12 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
                 raise too_large
             chunks.append(chunk)
     except web.RequestPayloadError as exc:
-        # A body that does not decode (bad gzip or brotli, broken chunked encoding): the client's to fix.
-        raise _Refusal(400, f"unreadable request body: {exc}", "bad_request") from None
+        # A body that does not decode (bad gzip or brotli, broken chunked encoding): the client's to
+        # fix. Nothing after it on this connection can be read, so the answer closes it; the body
+        # is marked read, or aiohttp reads it again to discard it and logs its error as a traceback.
+        request.content.feed_eof()
+        reason = " ".join(re.sub(r"^\d{3}, message:", "", str(exc)).split())  # aiohttp's "400, message:\n  ..."
+        raise _Refusal(400, f"unreadable request body: {reason}", "bad_request", close_connection=True) from None
     except ConnectionResetError:
         # The client went away before sending its whole request: nobody reads the answer, and the
         # server did not fail (an abort must not count as an error, nor log a traceback).
@@ -248,10 +270,20 @@ def _model(request: web.Request) -> tuple[ServerState, Manifest]:
 
 
 class _Refusal(Exception):
-    def __init__(self, status: int, message: str, outcome: str) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        outcome: str,
+        *,
+        close_connection: bool = False,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.outcome = outcome
+        self.close_connection = close_connection
+        self.headers = headers
 
 
 async def metadata(request: web.Request) -> web.Response:
@@ -278,6 +310,7 @@ async def infer(request: web.Request) -> web.Response:
         state, manifest = _model(request)
         if state.phase != "ready" or state.batcher is None:
             raise _Refusal(503, f"not accepting requests ({state.phase})", "rejected")
+        _check_content_encoding(request)
         body = await _read_body(request, state.body_limit)
         try:
             parsed = parse_request(body, request.headers.get(HEADER_LENGTH), manifest, state.tokenize)
@@ -292,7 +325,10 @@ async def infer(request: web.Request) -> web.Response:
             raise _Refusal(503, str(exc), "rejected") from None
     except _Refusal as exc:
         state.metrics.outcome(exc.outcome)
-        return _error(exc.status, str(exc))
+        refusal = _error(exc.status, str(exc), exc.headers)
+        if exc.close_connection:
+            refusal.force_close()
+        return refusal
 
     state.inflight += 1
     state.answered.clear()
