@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
+from neuronfleet.api.v1alpha1 import QUANTITY_PATTERN, InferenceDeploymentSpec
 from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES
 from neuronfleet.planning.placement import (
     DAEMONSET_HEADROOM,
@@ -156,20 +158,43 @@ def test_zero_replicas_still_plans_one() -> None:
     assert plan.chosen.name == "inf2.xlarge"
 
 
-@pytest.mark.parametrize(("quantity", "millis"), [("2", 2000), ("500m", 500), ("1.5", 1500), ("0.1", 100)])
+@pytest.mark.parametrize(
+    ("quantity", "millis"),
+    [("2", 2000), ("500m", 500), ("1.5", 1500), ("0.1", 100), ("1e1", 10_000), ("+1", 1000), ("1.", 1000), (".5", 500)],
+)
 def test_parse_cpu(quantity: str, millis: int) -> None:
     assert parse_cpu_millis(quantity) == millis
 
 
 @pytest.mark.parametrize(
-    ("quantity", "mib"), [("4Gi", 4096), ("512Mi", 512), ("1G", 954), ("1048576", 1), ("1Ti", 1024 * 1024)]
+    ("quantity", "mib"),
+    [
+        ("4Gi", 4096),
+        ("512Mi", 512),
+        ("1G", 954),
+        ("1048576", 1),
+        ("1Ti", 1024 * 1024),
+        ("1e9", 954),
+        ("1.5Gi", 1536),
+        ("1048576000m", 1),  # millibytes: a quantity Kubernetes takes
+    ],
 )
 def test_parse_memory(quantity: str, mib: int) -> None:
     assert parse_memory_mib(quantity) == mib
 
 
-def test_unreadable_quantity_is_reported_with_its_field() -> None:
+# Every form the CRD's pattern admits is one planning reads: they share QUANTITY_PATTERN.
+@pytest.mark.parametrize("quantity", ["-1", "-1Gi", "1e", "1e999", "2 Gi", "1.2.3", "Gi", "", "1ki", "0x10", "2E-1Mi"])
+def test_what_the_schema_refuses_planning_refuses(quantity: str) -> None:
+    assert re.fullmatch(QUANTITY_PATTERN, quantity) is None
     with pytest.raises(QuantityError):
-        parse_cpu_millis("2Gi")
+        parse_memory_mib(quantity)
+    with pytest.raises(QuantityError):
+        parse_cpu_millis(quantity)
+
+
+def test_unreadable_quantity_is_reported_with_its_field() -> None:
+    with pytest.raises(QuantityError, match="not a CPU quantity"):
+        parse_cpu_millis("2Gi")  # Kubernetes takes 2 GiB of CPUs; always a mistake
     bad = spec().model_copy(update={"runtime": spec().runtime.model_copy(update={"memory": "4 bananas"})})
     assert check_fits(bad)[0].startswith("spec.runtime.memory:")

@@ -183,3 +183,17 @@ def test_a_snapshot_with_no_usable_signal_is_not_reported_as_metrics_read() -> N
     assert condition["message"].startswith("metrics missing")
     condition = scaling_active(replace(stale, time=now))
     assert (condition["status"], condition["reason"]) == ("True", "MetricsRead")
+
+
+def test_requests_that_cannot_be_read_are_degraded_with_the_field_not_a_failed_reconcile() -> None:
+    # The CRD's pattern refuses "-1Gi"; an object stored under an older CRD, or a spec from
+    # elsewhere, still reaches the planner, which reports it instead of raising on every reconcile.
+    dep = deployment(**MANUAL)
+    runtime = dep.spec.runtime.model_copy(update={"memory": "-1Gi"})
+    dep = dep.model_copy(update={"spec": dep.spec.model_copy(update={"runtime": runtime})})
+    result = plan(dep, Observation(T0, compile=compiled(dep)), DeploymentMemory(), {})
+    assert result.actions == ()
+    degraded = next(c for c in result.status["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "True"
+    assert "spec.runtime.memory: '-1Gi' is not a memory quantity" in degraded["message"]
+    assert result.status["observedGeneration"] == 1

@@ -26,8 +26,11 @@ DEFAULT_IMAGE = "ghcr.io/neuronfleet/neuronserve:0.1.0"
 INSTANCE_TYPE_NAMES = ("inf2.xlarge", "inf2.8xlarge", "inf2.24xlarge", "inf2.48xlarge")
 InstanceTypeName = Literal["inf2.xlarge", "inf2.8xlarge", "inf2.24xlarge", "inf2.48xlarge"]
 
-#: Kubernetes quantity strings, e.g. "2", "500m", "4Gi". Validated by the API server's pattern.
-QUANTITY_PATTERN = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+#: Kubernetes quantity strings that are not negative, e.g. "2", "500m", "4Gi", "1e9": apimachinery's
+#: grammar (a number, then a binary SI suffix, a decimal SI suffix or a decimal exponent). Group 1
+#: is the number, group 2 the suffix; planning reads quantities with this same pattern.
+QUANTITY_MAX_LENGTH = 32
+QUANTITY_PATTERN = r"^\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]{1,2})?$"
 
 
 def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
@@ -188,11 +191,13 @@ class CompileSpec(ApiModel):
     cpu: str = Field(
         default="2",
         pattern=QUANTITY_PATTERN,
+        max_length=QUANTITY_MAX_LENGTH,
         description="CPU request of the compile Job (neuronx-cc is CPU-bound; large LLMs want 16+).",
     )
     memory: str = Field(
         default="8Gi",
         pattern=QUANTITY_PATTERN,
+        max_length=QUANTITY_MAX_LENGTH,
         description="Memory request of the compile Job (BERT-class models need a few GiB, 7B LLMs 64Gi+).",
     )
 
@@ -235,11 +240,13 @@ class RuntimeSpec(ApiModel):
     cpu: str | None = Field(
         default=None,
         pattern=QUANTITY_PATTERN,
+        max_length=QUANTITY_MAX_LENGTH,
         description="CPU request per replica (quantity). Defaults to the replica's share of the instance.",
     )
     memory: str | None = Field(
         default=None,
         pattern=QUANTITY_PATTERN,
+        max_length=QUANTITY_MAX_LENGTH,
         description="Memory request per replica (quantity). Defaults to the replica's share of the instance.",
     )
     termination_grace_period_seconds: int = Field(

@@ -38,9 +38,10 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Literal
 
-from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
+from neuronfleet.api.v1alpha1 import QUANTITY_PATTERN, InferenceDeploymentSpec
 from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES, InstanceType, is_power_of_two
 
 #: HBM a NeuronCore-v2 addresses: half of its chip's 32 GiB.
@@ -70,37 +71,50 @@ class QuantityError(ValueError):
     """A Kubernetes quantity string that cannot be read."""
 
 
-_QUANTITY = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
-_MEMORY_FACTORS_MIB = {
-    "": 1 / 2**20,
-    "k": 1000 / 2**20,
-    "M": 1000**2 / 2**20,
-    "G": 1000**3 / 2**20,
-    "T": 1000**4 / 2**20,
-    "Ki": 1 / 1024,
-    "Mi": 1.0,
-    "Gi": 1024.0,
-    "Ti": 1024.0**2,
-}
+_QUANTITY = re.compile(QUANTITY_PATTERN)
+_BINARY_SI = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL_SI = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+
+
+def parse_quantity(quantity: str) -> tuple[Fraction, str]:
+    """A Kubernetes quantity's exact value and its suffix ("" for none, "e" for an exponent).
+
+    Raises QuantityError for what the API server would refuse, and for negative values.
+    """
+    match = _QUANTITY.match(quantity)
+    if not match:
+        raise QuantityError(f"{quantity!r} is not a Kubernetes quantity")
+    number, suffix = Fraction(match[1]), match[2] or ""
+    if suffix in _BINARY_SI:
+        return number * _BINARY_SI[suffix], suffix
+    if suffix in _DECIMAL_SI:
+        return number * Fraction(10) ** _DECIMAL_SI[suffix], suffix
+    if suffix:
+        return number * Fraction(10) ** int(suffix[1:]), "e"
+    return number, ""
 
 
 # Hand-written rather than kubernetes.utils.parse_quantity: planning may not import the
 # Kubernetes client, and two units (millicores, MiB) are all placement needs.
 def parse_cpu_millis(quantity: str) -> int:
-    """CPU quantity ("2", "500m", "1.5") in millicores, rounded up."""
-    match = _QUANTITY.match(quantity)
-    if not match or match.group(2) not in ("", "m"):
+    """CPU quantity ("2", "500m", "1.5", "1e3") in millicores, rounded up."""
+    try:
+        cores, suffix = parse_quantity(quantity)
+    except QuantityError:
+        cores, suffix = Fraction(0), "invalid"
+    # "2Gi" CPUs is a quantity Kubernetes takes, and always a mistake.
+    if suffix == "invalid" or suffix in _BINARY_SI:
         raise QuantityError(f"{quantity!r} is not a CPU quantity (e.g. 2, 1.5 or 500m)")
-    value = float(match.group(1))
-    return math.ceil(value if match.group(2) == "m" else value * 1000)
+    return math.ceil(cores * 1000)
 
 
 def parse_memory_mib(quantity: str) -> int:
-    """Memory quantity ("4Gi", "512Mi", "2G", bytes) in MiB, rounded up."""
-    match = _QUANTITY.match(quantity)
-    if not match or match.group(2) not in _MEMORY_FACTORS_MIB:
-        raise QuantityError(f"{quantity!r} is not a memory quantity (e.g. 4Gi, 512Mi or 2G)")
-    return math.ceil(float(match.group(1)) * _MEMORY_FACTORS_MIB[match.group(2)])
+    """Memory quantity ("4Gi", "512Mi", "2G", "1e9", bytes) in MiB, rounded up."""
+    try:
+        size, _ = parse_quantity(quantity)
+    except QuantityError:
+        raise QuantityError(f"{quantity!r} is not a memory quantity (e.g. 4Gi, 512Mi or 2G)") from None
+    return math.ceil(size / 2**20)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ refusal repeated every round changes nothing and writes nothing.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -43,7 +44,7 @@ from neuronfleet.planning.fleet import (
 )
 from neuronfleet.planning.labels import ArtifactRevision
 from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory, scaling_due
-from neuronfleet.planning.placement import Candidate, check_fits, plan_for_spec
+from neuronfleet.planning.placement import Candidate, QuantityError, check_fits, plan_for_spec
 from neuronfleet.planning.reasons import Event, Reason
 from neuronfleet.planning.signals import MetricSnapshot
 from neuronfleet.planning.status import (
@@ -251,9 +252,12 @@ def plan_reconcile(
     )
     scale, warm = targets.scale, targets.warm
 
-    placement = plan_for_spec(spec, max(1, scale.desired + warm.pods), current_type=durable.instance_type)
+    # A spec whose requests cannot be read has no placement; spec_problems says why, as Degraded.
+    placement = None
+    with contextlib.suppress(QuantityError):
+        placement = plan_for_spec(spec, max(1, scale.desired + warm.pods), current_type=durable.instance_type)
     fleet: FleetPlan | None = None
-    if placement.chosen is not None and not spec_problems:
+    if placement is not None and placement.chosen is not None and not spec_problems:
         serve = decision.serve
         target = FleetTarget(
             template=template_of(placement.chosen),
@@ -274,7 +278,7 @@ def plan_reconcile(
 
     previous_desired = durable.desired_replicas or 0
     last_scale = LastScale(rfc3339(now), scale.reason) if previous_desired != scale.desired else durable.last_scale
-    measured_type = placement.chosen.name if placement.chosen is not None else durable.instance_type
+    measured_type = placement.chosen.name if placement and placement.chosen else durable.instance_type
     inputs = StatusInputs(
         generation=dep.metadata.generation,
         fleet=summary,
@@ -297,7 +301,7 @@ def plan_reconcile(
     )
     return ReconcilePlan(
         compile_actions=compile_actions,
-        candidate=placement.chosen if fleet is not None else None,
+        candidate=placement.chosen if placement is not None and fleet is not None else None,
         actions=fleet.actions if fleet is not None else (),
         inputs=inputs,
         status=build_status(dep.name, inputs, durable.conditions, now),
