@@ -186,6 +186,33 @@ def test_panic_scales_up_at_once_and_holds() -> None:
     assert "panic over" in decision.reason
 
 
+def test_scale_up_disabled_holds_in_panic_too() -> None:
+    # "Disabled turns scaling in this direction off": panic skips rate limits, not the switch.
+    s = spec(panicWindowSeconds=6, panicThreshold=2.0, behavior={"scaleUp": {"selectPolicy": "Disabled"}})
+    burst = decide(s, ScalingState(), snap(0, 400), current=4, ready=4, now=0)
+    assert burst.panic
+    assert burst.desired == 4
+    assert "scale-up disabled" in burst.reason
+
+
+def test_a_direction_given_in_part_takes_hpas_defaults_for_the_rest() -> None:
+    # As HPA v2: scaleDown: {selectPolicy: Disabled} or {stabilizationWindowSeconds: 60} is enough.
+    behavior = spec(behavior={"scaleDown": {"stabilizationWindowSeconds": 60}, "scaleUp": {"selectPolicy": "Min"}})
+    up, down = behavior.behavior.scale_up, behavior.behavior.scale_down
+    assert (down.stabilization_window_seconds, [(p.type, p.value, p.period_seconds) for p in down.policies]) == (
+        60,
+        [("Percent", 100, 15)],
+    )
+    assert (up.select_policy, up.stabilization_window_seconds, [(p.type, p.value) for p in up.policies]) == (
+        "Min",
+        0,
+        [("Pods", 4), ("Percent", 100)],
+    )
+    off = spec(behavior={"scaleDown": {"selectPolicy": "Disabled"}})
+    state = decide(off, ScalingState(), snap(0, 10), current=6, ready=6, now=0).new_state
+    assert decide(off, state, snap(600, 10), current=6, ready=6, now=600).desired == 6
+
+
 def test_below_panic_threshold_no_panic() -> None:
     s = spec(panicWindowSeconds=6, panicThreshold=2.0)
     decision = decide(s, ScalingState(), snap(0, 70), current=4, ready=4, now=0)

@@ -327,52 +327,63 @@ class ScalingPolicy(ApiModel):
     period_seconds: int = Field(ge=1, le=1800, description="Window the limit applies over.")
 
 
-class ScalingRules(ApiModel):
-    """Behavior in one direction (as HPA's HPAScalingRules)."""
-
-    stabilization_window_seconds: int = Field(
+StabilizationWindowSeconds = Annotated[
+    int,
+    Field(
         ge=0,
         le=3600,
         description="Recommendations within this window are considered: scale-up takes their minimum, "
         "scale-down their maximum, so a short dip or spike does not flap the fleet.",
-    )
+    ),
+]
+ScalingPolicies = Annotated[
+    list[ScalingPolicy],
+    Field(min_length=1, max_length=10, description="Rate limits; `selectPolicy` chooses among them."),
+]
+
+
+class ScalingRules(ApiModel):
+    """Behavior in one direction (as HPA's HPAScalingRules); a field left out takes its direction's default."""
+
+    stabilization_window_seconds: StabilizationWindowSeconds
     select_policy: Literal["Max", "Min", "Disabled"] = Field(
         default="Max",
-        description="Which policy wins when several apply; Disabled turns scaling in this direction off.",
+        description="Which policy wins when several apply; Disabled turns scaling in this direction off "
+        "(panic mode included).",
     )
-    policies: list[ScalingPolicy] = Field(
-        min_length=1, max_length=10, description="Rate limits; `selectPolicy` chooses among them."
-    )
+    policies: ScalingPolicies
 
 
-def _default_scale_up() -> ScalingRules:
-    return ScalingRules(
-        stabilization_window_seconds=0,
-        select_policy="Max",
-        policies=[
+class ScaleUpRules(ScalingRules):
+    """Scale-up behavior; HPA v2's defaults: no stabilization, at most max(4 pods, 100%) per 15 s."""
+
+    stabilization_window_seconds: StabilizationWindowSeconds = 0
+    policies: ScalingPolicies = Field(
+        default_factory=lambda: [
             ScalingPolicy(type="Pods", value=4, period_seconds=15),
             ScalingPolicy(type="Percent", value=100, period_seconds=15),
-        ],
+        ]
     )
 
 
-def _default_scale_down() -> ScalingRules:
-    return ScalingRules(
-        stabilization_window_seconds=300,
-        select_policy="Max",
-        policies=[ScalingPolicy(type="Percent", value=100, period_seconds=15)],
+class ScaleDownRules(ScalingRules):
+    """Scale-down behavior; HPA v2's defaults: 300 s stabilization, at most 100% per 15 s."""
+
+    stabilization_window_seconds: StabilizationWindowSeconds = 300
+    policies: ScalingPolicies = Field(
+        default_factory=lambda: [ScalingPolicy(type="Percent", value=100, period_seconds=15)]
     )
 
 
 class ScalingBehavior(ApiModel):
     """Scale-up and scale-down behavior; the defaults are Kubernetes HPA v2's."""
 
-    scale_up: ScalingRules = Field(
-        default_factory=_default_scale_up,
+    scale_up: ScaleUpRules = Field(
+        default_factory=ScaleUpRules,
         description="Scale-up rules. Default: no stabilization; at most max(4 pods, 100%) per 15 s.",
     )
-    scale_down: ScalingRules = Field(
-        default_factory=_default_scale_down,
+    scale_down: ScaleDownRules = Field(
+        default_factory=ScaleDownRules,
         description="Scale-down rules. Default: 300 s stabilization; at most 100% per 15 s.",
     )
 

@@ -478,6 +478,10 @@ def decide(
             if triggered
             else "panic hold: no scale-down"
         )
+        # Panic skips the scale-up rate limits (it exists to outrun them), not an SRE's "off".
+        if desired > current and spec.behavior.scale_up.select_policy == "Disabled":
+            desired = current
+            notes.append("scale-up disabled")
     else:
         up_cut = now - spec.behavior.scale_up.stabilization_window_seconds
         down_cut = now - down_window
