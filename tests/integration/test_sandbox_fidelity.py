@@ -78,9 +78,9 @@ def test_inference_deployment_names_must_be_dns_1035_labels(
     if name in ("a.b", "1abc"):  # valid DNS-1123 subdomains: only the CRD's CEL rule refuses them
         assert message == (
             f'InferenceDeployment.serving.neuronfleet.dev "{name}" is invalid: '
-            f'metadata.name: Invalid value: "object": {NAME_RULE_MESSAGE}'
+            f'<nil>: Invalid value: "object": {NAME_RULE_MESSAGE}'
         )
-    assert {"field": "metadata.name", "message": f'Invalid value: "object": {NAME_RULE_MESSAGE}'}.items() <= (
+    assert {"field": "<nil>", "message": f'Invalid value: "object": {NAME_RULE_MESSAGE}'}.items() <= (
         body["details"]["causes"][-1].items()
     )
 

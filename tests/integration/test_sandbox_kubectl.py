@@ -87,7 +87,7 @@ def test_kubectl_sees_inf2_nodes(run_kubectl) -> None:  # type: ignore[no-untype
         ("inverted-replica-bounds.yaml", "minReplicas must not exceed maxReplicas"),
         ("warm-pool-bounds.yaml", "warmPool.minPods must not exceed warmPool.maxPods"),
         ("unsupported-source.yaml", "spec.model.source"),
-        ("name-not-dns-1035.yaml", f'metadata.name: Invalid value: "object": {NAME_RULE_MESSAGE}'),
+        ("name-not-dns-1035.yaml", f'<nil>: Invalid value: "object": {NAME_RULE_MESSAGE}'),
     ],
 )
 def test_kubectl_apply_enforces_crd_schema_and_cel_rules(

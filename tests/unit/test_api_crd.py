@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -133,4 +134,28 @@ def test_the_name_rule_is_a_dns_1035_label(name: str, accepted: bool) -> None:
     env = celpy.Environment()
     program = env.program(env.compile(rule["rule"]))
     assert bool(program.evaluate({"self": json_to_cel({"metadata": {"name": name}})})) is accepted
-    assert rule["fieldPath"] == ".metadata.name"
+
+
+def _rules_with_their_schema(node: dict[str, Any]) -> Iterator[tuple[dict[str, str], dict[str, Any]]]:
+    for rule in node.get("x-kubernetes-validations", []):
+        yield rule, node
+    for child in node.get("properties", {}).values():
+        yield from _rules_with_their_schema(child)
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            yield from _rules_with_their_schema(node[key])
+
+
+def test_every_field_path_names_a_field_of_the_schema_where_its_rule_is() -> None:
+    """The API server refuses a CRD whose rule's fieldPath does not walk its structural schema's
+    properties (apiextensions' ValidFieldPath): the whole chart install would fail."""
+    checked = 0
+    for rule, node in _rules_with_their_schema(openapi_schema()):
+        if "fieldPath" not in rule:
+            continue
+        at = node
+        for name in rule["fieldPath"].lstrip(".").split("."):
+            assert name in at.get("properties", {}), f"{rule['fieldPath']} of {rule['rule']!r}: no field {name!r}"
+            at = at["properties"][name]
+        checked += 1
+    assert checked > 0

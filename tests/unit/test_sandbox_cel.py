@@ -71,3 +71,14 @@ def test_each_value_is_converted_once_for_all_its_rules(monkeypatch: pytest.Monk
     # Root: self and oldSelf once for its two rules. Spec: unchanged, so only its transition rule
     # runs, on self and oldSelf converted once.
     assert converted == [new, old, new["spec"], old["spec"]]
+
+
+def test_an_integer_in_a_number_field_is_a_double_to_cel_as_on_the_api_server() -> None:
+    # The CRD's own rule: hbmGiB is a `number`; written 300, it reaches CEL as 300.0 on the API
+    # server. As an int, `300 <= double(...)` fails to evaluate and the rule was skipped here.
+    from neuronfleet.api.crd import openapi_schema
+
+    model = openapi_schema()["properties"]["spec"]["properties"]["model"]
+    too_much = {"source": "s3://m/", "neuronCoresPerReplica": 16, "hbmGiB": 300}
+    assert [field for field, _ in cel.check_rules(model, too_much, None, "spec.model")] == ["spec.model.hbmGiB"]
+    assert cel.check_rules(model, {**too_much, "hbmGiB": 256}, None, "spec.model") == []

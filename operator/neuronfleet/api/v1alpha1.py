@@ -828,13 +828,14 @@ class InferenceDeployment(ApiModel):
 
     model_config = ConfigDict(
         json_schema_extra=rules(
+            # Kubernetes lets a CRD's root rules read metadata.name (and generateName), nothing else of
+            # metadata. No fieldPath: it must name a field of the CRD's schema, and metadata's is not
+            # there (an API server refuses the whole CRD over a fieldPath ".metadata.name").
             cel(
                 f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
                 f"metadata.name must be at most {MAX_NAME_LENGTH} characters: pod names and labels derive from it",
-                ".metadata.name",
             ),
-            # Kubernetes lets a CRD's root rules read metadata.name (and generateName), nothing else of metadata.
-            cel(f"self.metadata.name.matches('{DNS_1035_LABEL}')", NAME_RULE_MESSAGE, ".metadata.name"),
+            cel(f"self.metadata.name.matches('{DNS_1035_LABEL}')", NAME_RULE_MESSAGE),
         )
     )
 

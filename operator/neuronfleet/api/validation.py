@@ -118,7 +118,7 @@ def _schema_problems(obj: dict[str, Any]) -> list[Problem]:
     return problems
 
 
-def _cel_value(value: Any, schema: dict[str, Any]) -> Any:
+def cel_value(value: Any, schema: dict[str, Any]) -> Any:
     """Shape a wire value as the API server hands it to CEL: `number` fields are doubles."""
     kind = schema.get("type")
     if kind == "number" and isinstance(value, int) and not isinstance(value, bool):
@@ -126,9 +126,9 @@ def _cel_value(value: Any, schema: dict[str, Any]) -> Any:
     if kind == "object" and isinstance(value, dict):
         props = schema.get("properties", {})
         extra = schema.get("additionalProperties")
-        return {k: _cel_value(v, props.get(k, extra if isinstance(extra, dict) else {})) for k, v in value.items()}
+        return {k: cel_value(v, props.get(k, extra if isinstance(extra, dict) else {})) for k, v in value.items()}
     if kind == "array" and isinstance(value, list):
-        return [_cel_value(v, schema.get("items", {})) for v in value]
+        return [cel_value(v, schema.get("items", {})) for v in value]
     return value
 
 
@@ -137,7 +137,7 @@ def _rules_at(value: Any, schema: dict[str, Any], path: str) -> Iterator[Problem
     for rule in schema.get("x-kubernetes-validations", []):
         program = _cel_program(rule["rule"])
         try:
-            ok = program.evaluate({"self": json_to_cel(_cel_value(value, schema))})
+            ok = program.evaluate({"self": json_to_cel(cel_value(value, schema))})
         except CELEvalError as exc:
             yield Problem(path, f"rule {rule['rule']!r} could not be evaluated: {exc}")
             continue

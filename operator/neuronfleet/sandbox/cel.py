@@ -21,6 +21,8 @@ from typing import Any
 import celpy
 from celpy.adapter import json_to_cel
 
+from neuronfleet.api.validation import cel_value
+
 log = logging.getLogger(__name__)
 _ENV = celpy.Environment()
 
@@ -37,15 +39,17 @@ def _program(rule: str) -> Any:
 class _Bindings:
     """``self`` and ``oldSelf`` for the rules of one schema node, converted to CEL on first use."""
 
-    def __init__(self, value: Any, old: Any) -> None:
-        self.value, self.old = value, old
+    def __init__(self, value: Any, old: Any, schema: dict[str, Any]) -> None:
+        self.value, self.old, self.schema = value, old, schema
         self._activation: dict[str, Any] | None = None
 
     def activation(self) -> dict[str, Any]:
+        # As the API server: a `number` field holding 300 is the double 300.0 to CEL, or a rule
+        # comparing it with a double fails to evaluate (and was skipped here).
         if self._activation is None:
-            self._activation = {"self": json_to_cel(self.value)}
+            self._activation = {"self": json_to_cel(cel_value(self.value, self.schema))}
             if self.old is not None:
-                self._activation["oldSelf"] = json_to_cel(self.old)
+                self._activation["oldSelf"] = json_to_cel(cel_value(self.old, self.schema))
         return self._activation
 
 
@@ -82,7 +86,7 @@ def check_rules(schema: dict[str, Any] | None, value: Any, old: Any, path: str) 
     if not schema or value is None:
         return []
     failures: list[tuple[str, str]] = []
-    bindings = _Bindings(value, old)
+    bindings = _Bindings(value, old, schema)
     rules = schema.get("x-kubernetes-validations") or []
     unchanged = bool(rules) and old is not None and value == old
     for rule in rules:
@@ -93,7 +97,10 @@ def check_rules(schema: dict[str, Any] | None, value: Any, old: Any, path: str) 
         if _evaluate(text, bindings) is False:
             field = path + str(rule.get("fieldPath", "")) if rule.get("fieldPath") else path
             message = rule.get("message") or f"failed rule: {text}"
-            failures.append((field.lstrip("."), f'Invalid value: "{_openapi_type(schema, value)}": {message}'))
+            # A rule at the root with no fieldPath: the API server names the field "<nil>".
+            failures.append(
+                (field.lstrip(".") or "<nil>", f'Invalid value: "{_openapi_type(schema, value)}": {message}')
+            )
     if isinstance(value, dict):
         for name, prop in (schema.get("properties") or {}).items():
             if name in value:
