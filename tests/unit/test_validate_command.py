@@ -124,3 +124,12 @@ def test_a_file_with_no_inference_deployment_fails(tmp_path: Path, capsys: pytes
     path.write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: search}\n")
     assert main(["validate", "-f", str(path)]) == 1
     assert "no InferenceDeployment manifests found" in capsys.readouterr().err
+
+
+def test_a_fixed_warm_pool_is_not_capped_by_the_auto_modes_bounds(tmp_path: Path) -> None:
+    # maxPods and maxNodePlaceholders are Auto mode's: a Fixed pool of 6 needs no change to them.
+    manifest = (REPO / "examples" / "invalid" / "name-not-dns-1035.yaml").read_text().replace("1bert.v2", "bert-v2")
+    path = tmp_path / "fixed.yaml"
+    path.write_text(manifest + "  warmPool:\n    mode: Fixed\n    pods: 6\n    nodePlaceholders: 3\n")
+    [result] = validate_files([str(path)])
+    assert not result.problems

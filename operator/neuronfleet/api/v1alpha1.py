@@ -566,16 +566,6 @@ class WarmPoolSpec(ApiModel):
                 "warmPool.minPods must not exceed warmPool.maxPods",
                 ".minPods",
             ),
-            cel(
-                "self.mode != 'Fixed' || self.pods <= self.maxPods",
-                "warmPool.pods must not exceed warmPool.maxPods",
-                ".pods",
-            ),
-            cel(
-                "self.mode != 'Fixed' || self.nodePlaceholders <= self.maxNodePlaceholders",
-                "warmPool.nodePlaceholders must not exceed warmPool.maxNodePlaceholders",
-                ".nodePlaceholders",
-            ),
         )
     )
 
@@ -656,6 +646,18 @@ class RolloutSpec(ApiModel):
 
 class InferenceDeploymentSpec(ApiModel):
     """Desired state of an InferenceDeployment."""
+
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "!has(self.warmPool) || self.warmPool.mode != 'Auto' || !has(self.scaling) "
+                "|| self.scaling.mode != 'Manual'",
+                "warmPool.mode Auto sizes the pool from the demand the autoscaler measures, which "
+                "scaling.mode Manual does not measure: use warmPool.mode Fixed (or Off) with Manual scaling",
+                ".warmPool.mode",
+            ),
+        )
+    )
 
     model: ModelSpec = Field(description="The model to compile and serve.")
     compile: CompileSpec = Field(default_factory=CompileSpec, description="Ahead-of-time compilation.")

@@ -168,6 +168,13 @@ def decide_targets(
         active=scale.desired,
         max_active=spec.scaling.max_replicas,
     )
+    if spec.scaling.mode == "Manual" and spec.warm_pool.mode == "Auto":
+        # The CRD refuses this pair; an object stored before that rule still gets told why.
+        warm = replace(
+            warm,
+            reason=f"{warm.reason}; Auto sizing needs the demand that scaling.mode Manual does not measure: "
+            "only minPods are kept (use warmPool.mode Fixed)",
+        )
     memory = replace(memory, warm_state=warm.new_state)
     return Targets(scale, warm, available, message), memory
 
