@@ -176,7 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--model-name",
         default=None,
-        help=f"with --device {EMULATED_DEVICE} and no artifact: the served model name (default: the profile name)",
+        help="the name served under /v2/models/{name} (default: the artifact's; with --device "
+        f"{EMULATED_DEVICE} and no artifact, the profile's). One artifact serves deployments of any name",
     )
     s.add_argument(
         "--host",
@@ -295,6 +296,7 @@ def run_serve(args: argparse.Namespace) -> int:
         torch_threads=threads,
         cache_dir=args.cache_dir,
         emulated=emulated,
+        model_name=args.model_name,
     )
     # uvloop: the event loop uvicorn and most Python model servers run; about a tenth less CPU per
     # request than asyncio's own loop here, CPU a replica's batches need.

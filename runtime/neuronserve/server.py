@@ -393,6 +393,9 @@ class ServeOptions:
     torch_threads: int | None = None
     cache_dir: str | None = None
     emulated: EmulatedOptions | None = None
+    #: Served under this name, whatever name the artifact was compiled with: an artifact is shared
+    #: by every deployment of the same model, source and buckets (the compile cache's key).
+    model_name: str | None = None
 
 
 Loaded = tuple[Manifest, Runner | TimedDevice, Tokenize | None, dict[str, float], dict[str, Any] | None]
@@ -501,6 +504,8 @@ async def serve(opts: ServeOptions) -> int:
             print(f"neuronserve: {exc}", file=sys.stderr)
             await runner.cleanup()
             return 2
+        if opts.model_name is not None and opts.model_name != manifest.name:
+            manifest = manifest.model_copy(update={"name": opts.model_name})
         state.activate(manifest, model_runner, tokenize, device)
         if device is not None and device["emulated"]:
             log.info(

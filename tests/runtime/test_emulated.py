@@ -151,6 +151,23 @@ def test_it_serves_an_artifacts_contract_without_loading_its_weights(
     assert "libtorch" not in Path(f"/proc/{process.proc.pid}/maps").read_text()
 
 
+def test_an_artifact_is_served_under_the_name_it_is_given(
+    compiled: Compiled, s3_server: S3Server, serve_process: Any
+) -> None:
+    # One artifact serves every deployment of the same model (the compile cache's key leaves the
+    # name out); each serves it under its own name, as the operator passes --model-name.
+    process: ServeProcess = serve_process(
+        [*EMULATED, "--artifact", compiled.uri, "--model-name", "second-deployment"], env=s3_server.env
+    )
+    _ready(process)
+    text = json.dumps({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["renamed"]}]})
+    status, _, doc = http_json(process.url, "POST", "/v2/models/second-deployment/infer", text.encode())
+    assert status == 200, doc
+    assert doc["model_name"] == "second-deployment"
+    status, _, doc = http_json(process.url, "POST", f"/v2/models/{MODEL_NAME}/infer", text.encode())
+    assert (status, doc["error"]) == (404, f"unknown model {MODEL_NAME!r}; this server serves 'second-deployment'")
+
+
 def test_an_artifact_with_a_bucket_the_profile_cannot_time_is_refused(fetched: Fetched, tmp_path: Path) -> None:
     from neuronserve.emulated import EmulatedDevice
     from neuronserve.manifest import Bucket

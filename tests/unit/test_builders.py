@@ -266,6 +266,8 @@ def test_server_args_are_accepted_by_the_runtimes_own_parser() -> None:
     # The runtime finishes its work before the kubelet's SIGKILL at terminationGracePeriodSeconds.
     assert args.grace_seconds < pod["spec"]["terminationGracePeriodSeconds"]
     assert args.cache_dir in {mount["mountPath"] for mount in container["volumeMounts"]}
+    # Served under this deployment's name, whatever name the shared artifact was compiled with.
+    assert args.model_name == dep.served_model_name
 
 
 def test_long_deployment_names_still_make_valid_objects() -> None:

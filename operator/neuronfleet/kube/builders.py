@@ -313,6 +313,10 @@ def server_args(dep: InferenceDeployment, artifact_uri: str) -> list[str]:
         str(grace),
         "--cache-dir",
         ARTIFACT_CACHE_DIR,
+        # The artifact may have been compiled for another deployment of the same model: the
+        # compile cache's key leaves the name out, so a rename or a second deployment recompiles nothing.
+        "--model-name",
+        dep.served_model_name,
     ]
 
 
