@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
+from rich.markup import escape
 
 from neuronfleet import __version__
 from neuronfleet.api.crd import CRD_FILENAME, crd_yaml
@@ -39,9 +40,13 @@ def _cmd_crds(args: argparse.Namespace) -> int:
     root = Path(args.root)
     for target in CRD_TARGET_DIRS:
         path = root / target / CRD_FILENAME
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        console.print(f"wrote {path}")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        except OSError as error:
+            err_console.print(f"error: cannot write {path}: {error.strerror or error}", markup=False)
+            return 2
+        console.print(f"wrote {path}", markup=False)
     return 0
 
 
@@ -162,11 +167,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                 console.print(f"- {result.source}: {result.skipped}", markup=False)
         elif result.problems:
             failed += 1
-            console.print(f"[red]✗[/red] {result.source}" + (f" ({result.name})" if result.name else ""))
+            named = f"{result.source} ({result.name})" if result.name else result.source
+            console.print(f"[red]✗[/red] {escape(named)}")
             for problem in result.problems:
                 console.print(f"    {problem}", markup=False)
         elif not args.quiet:
-            console.print(f"[green]✓[/green] {result.source}: {result.name}: {result.summary}")
+            console.print(f"[green]✓[/green] {escape(f'{result.source}: {result.name}: {result.summary}')}")
     if not results:
         err_console.print("no InferenceDeployment manifests found" if everything else "no manifests found")
         return 1
@@ -183,7 +189,15 @@ def _register_validate(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         "API server would, then check that some allowed Inf2 instance type can hold the model. "
         "Prints every problem with its field path; exits 1 if any.",
     )
-    p.add_argument("-f", "--filename", action="extend", nargs="+", required=True, metavar="FILE_OR_DIR")
+    p.add_argument(
+        "-f",
+        "--filename",
+        action="extend",
+        nargs="+",
+        required=True,
+        metavar="FILE_OR_DIR",
+        help="manifests to check: files, or directories of *.yaml and *.yml (repeatable)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="print only problems and the total")
     p.set_defaults(func=_cmd_validate)
 

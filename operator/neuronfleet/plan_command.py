@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
@@ -115,8 +116,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if args.replicas is not None and args.replicas < 0:
         err_console.print("error: --replicas must be 0 or more")
         return 2
-    if args.throughput is not None and args.throughput <= 0:
-        err_console.print("error: --throughput must be positive")
+    if args.throughput is not None and not 0 < args.throughput < math.inf:  # nan fails both
+        err_console.print("error: --throughput must be a positive, finite number of inferences/s")
         return 2
     replicas = args.replicas if args.replicas is not None else default_replicas(dep)
     plan = plan_placement(needs, dep.spec.placement.instance_types, replicas, throughput_rps=args.throughput)

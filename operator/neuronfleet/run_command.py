@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import kopf
+import yaml
 from kubernetes_asyncio.config import ConfigException
 
 from neuronfleet.artifacts.store import ArtifactStore
@@ -187,7 +188,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except RunSetupError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except ConfigException as error:
+    except (ConfigException, yaml.YAMLError) as error:
+        # A kubeconfig that is not YAML reaches here as the parser's error, not a ConfigException.
         detail = " ".join(str(error).split()).rstrip(".")
         if kubeconfig is None:
             print(f"error: in-cluster configuration: {detail}; check the pod's service account", file=sys.stderr)
@@ -215,6 +217,22 @@ def _whole_number(low: int, high: int, what: str) -> Callable[[str], int]:
 
 
 _port = _whole_number(0, 65535, "a port is 0-65535 (0 picks a free one)")
+
+
+def _reconcile_interval(text: str) -> float:
+    """An argparse type: seconds between reconciles, above 0 and at most 3600 (as the chart allows).
+
+    0 would reconcile every object in a busy loop; nan and inf would never reconcile again.
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 3600:  # also false for nan
+        raise argparse.ArgumentTypeError(f"{text} is out of range: above 0 and at most 3600 seconds")
+    return value
+
+
 _positive_int = _whole_number(1, 1000, "1-1000, as the chart allows")
 
 
@@ -275,7 +293,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="Prometheus for the autoscaler's signals (a spec's scaling.metrics.prometheusUrl overrides it; "
         "env NEURONFLEET_PROMETHEUS_URL)",
     )
-    p.add_argument("--interval", type=float, default=10.0, help="seconds between reconciles of one object")
+    p.add_argument(
+        "--interval",
+        type=_reconcile_interval,
+        default=10.0,
+        help="seconds between reconciles of one object (default %(default)g; above 0, at most 3600)",
+    )
     p.add_argument(
         "--max-concurrent-reconciles",
         type=_positive_int,
@@ -285,7 +308,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "Kubernetes client's 100 connections)",
     )
     p.add_argument("--peering", help="Kopf peering name for high availability (one instance acts)")
-    p.add_argument("--priority", type=int, default=0, help="peering priority of this instance")
+    p.add_argument(
+        "--priority", type=int, default=0, help="peering priority of this instance (default 0; the highest acts)"
+    )
     p.add_argument("--liveness", type=_liveness_url, help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
     p.add_argument(
         "--metrics-port",

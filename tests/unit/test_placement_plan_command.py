@@ -102,3 +102,13 @@ def test_plan_for_zero_replicas_needs_no_node(tmp_path: Path, capsys: pytest.Cap
         assert int(per_node) >= 1 and (nodes.strip(), usd.strip()) == ("0", "0.00")
         assert per_replica.strip() == per_million.strip() == "-"
     assert "chosen: none: 0 replicas need no node ($0.00/h); a first replica would go on inf2.24xlarge" in out
+
+
+@pytest.mark.parametrize("throughput", ["nan", "inf", "0", "-1"])
+def test_plan_refuses_a_throughput_that_is_not_a_positive_finite_rate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], throughput: str
+) -> None:
+    # nan printed "nan" in the $/M column, inf printed 0.
+    code, out, err = run(capsys, "-f", write(tmp_path, EIGHT_CORES), "--throughput", throughput)
+    assert (code, out) == (2, "")
+    assert err == "error: --throughput must be a positive, finite number of inferences/s\n"

@@ -95,3 +95,23 @@ def test_a_liveness_endpoint_kopf_cannot_serve_is_refused_by_the_parser(
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "--liveness: " in err and complaint in err, err
+
+
+def test_a_kubeconfig_that_is_not_yaml_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("garbage: [\n")
+    assert main(["run", "--kubeconfig", str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: kubeconfig {broken}: while parsing a flow")
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("interval", ["0", "-5", "nan", "inf", "3601", "ten"])
+def test_a_reconcile_interval_that_never_waits_or_never_ends_is_refused_by_the_parser(
+    interval: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 0 reconciled every object in a busy loop (20 CPU-seconds in 24 s for one object).
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--interval", interval])
+    assert exit_.value.code == 2
+    assert "--interval: " in capsys.readouterr().err

@@ -133,3 +133,19 @@ def test_a_fixed_warm_pool_is_not_capped_by_the_auto_modes_bounds(tmp_path: Path
     path.write_text(manifest + "  warmPool:\n    mode: Fixed\n    pods: 6\n    nodePlaceholders: 3\n")
     [result] = validate_files([str(path)])
     assert not result.problems
+
+
+def test_square_brackets_in_a_file_name_are_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Rich read "[old]" as markup and printed "inv.yaml".
+    bad = tmp_path / "inv[old].yaml"
+    bad.write_text((REPO / "examples" / "invalid" / "inverted-replica-bounds.yaml").read_text())
+    assert main(["validate", "-f", str(bad)]) == 1
+    assert f"✗ {bad} (inverted)" in capsys.readouterr().out
+
+
+def test_crds_write_to_a_place_it_cannot_write_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["crds", "--write", "--root", str(blocker)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot write {blocker}/crds/") and err.count("\n") == 1

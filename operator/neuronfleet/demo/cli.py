@@ -25,7 +25,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     if not console.is_terminal:
         # CI logs: one line per figure rather than rich's default 80 columns.
         console = Console(highlight=False, width=140)
-    err = Console(stderr=True, highlight=False)
+    # soft_wrap: a path in an error stays whole, not cut at the 80th column.
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
     live = not args.no_live and console.is_terminal
     real = args.load == "real"
     slice_args: dict[str, float] = {}
@@ -50,7 +51,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     try:
         result = run_demo(options, console)
     except DemoError as exc:
-        err.print(f"neuronfleet demo: {exc}")
+        err.print(f"neuronfleet demo: {exc}", markup=False)
         return 1
     print_summary(result, console, options.out)
     return 0
@@ -114,7 +115,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--skip-compile",
         action="store_true",
-        help="record a compiled artifact instead of compiling all-MiniLM-L6-v2 on this CPU (said so on the console)",
+        help="with --load simulated: record a compiled artifact instead of compiling all-MiniLM-L6-v2 on this "
+        "CPU (said so on the console); real load serves a real model, so it needs the compile",
     )
     parser.add_argument(
         "--peak-replicas",
@@ -123,7 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="simulated load: scale the trace so its busiest minute needs this many replicas at full throughput "
         "(default: 9)",
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the simulated load's random draws (default: 0)")
     parser.set_defaults(func=_cmd_demo)
 
 

@@ -61,7 +61,10 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
     )
     up.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     up.add_argument(
-        "--kubeconfig", type=Path, default=Path(".sandbox/kubeconfig"), help="where to write the kubeconfig"
+        "--kubeconfig",
+        type=Path,
+        default=Path(".sandbox/kubeconfig"),
+        help="where to write the kubeconfig (default: %(default)s)",
     )
     up.add_argument(
         "--crd-dir",
@@ -74,14 +77,15 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
         "--examples-dir",
         type=Path,
         default=Path("examples"),
-        help="create these manifests' namespaces and upload the model sources they name, when installed here",
+        help="create these manifests' namespaces and upload the model sources they name, when installed here "
+        "(default: %(default)s; a directory that does not exist is skipped, and said so)",
     )
     up.add_argument("--no-s3", action="store_true", help="no S3 endpoint (s3:// sources and stores stay unreadable)")
     up.add_argument(
         "--compile-jobs",
         choices=["real", "simulated"],
         default="real",
-        help="real: compile Jobs run `neuronserve compile` on this machine; simulated: they just succeed",
+        help="real (default): compile Jobs run `neuronserve compile` on this machine; simulated: they just succeed",
     )
     up.add_argument(
         "--serving",
@@ -95,10 +99,15 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
         "--prometheus",
         choices=["auto", "on", "off"],
         default="auto",
-        help="a real Prometheus (Debian's binary) scraping the served pods; auto: when installed",
+        help="a real Prometheus (Debian's binary) scraping the served pods; auto (default): when installed",
     )
-    up.add_argument("--provisioning-delay", type=float, default=60.0, help="seconds until a launched node registers")
-    up.add_argument("--seed", type=int, default=0)
+    up.add_argument(
+        "--provisioning-delay",
+        type=float,
+        default=60.0,
+        help="seconds until a launched node registers (default: %(default)g)",
+    )
+    up.add_argument("--seed", type=int, default=0, help="seed of the sandbox's random draws (default: 0)")
     up.set_defaults(func=run_up)
     return actions
 
@@ -185,6 +194,8 @@ async def _serve(groups: list, args: argparse.Namespace, crd_dir: Path | None) -
         print(f"kubeconfig: {cluster.kubeconfig_path}")
         if cluster.s3 is not None:
             print(f"S3 (moto): {cluster.s3.endpoint_url}  artifact store: {DEFAULT_ARTIFACT_STORE}")
+        if not args.examples_dir.is_dir():
+            print(f"examples: {args.examples_dir} is not a directory here: no example namespaces or sources")
         for source in stocked:
             mark = "stocked" if source.stocked else "NOT servable here"
             print(f"  {source.example}: {source.source} {mark} ({source.note})")
