@@ -21,6 +21,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "neuronfleet"
 CI_VALUES = Path(__file__).resolve().parent / "values-ci.yaml"
+#: Only what the chart requires (operator.artifactStore): the chart's defaults for everything else.
+MINIMAL_VALUES = Path(__file__).resolve().parent / "values-minimal.yaml"
 
 
 def tool(name: str) -> str:
@@ -39,7 +41,7 @@ def helm(*args: str, timeout: float = 60.0, env: dict[str, str] | None = None) -
 
 
 def render(
-    values_files: Sequence[Path] = (),
+    values_files: Sequence[Path] = (MINIMAL_VALUES,),
     sets: Sequence[str] = (),
     namespace: str = "neuronfleet-system",
     include_crds: bool = False,

@@ -22,7 +22,7 @@ from typing import Any
 import jsonschema
 import kubernetes_validate
 import pytest
-from chart_support import CHART, CI_VALUES, by_kind, helm, render
+from chart_support import CHART, CI_VALUES, MINIMAL_VALUES, by_kind, helm, render
 from pod_security import pod_spec_of, restricted_violations
 
 from neuronfleet.cli import build_parser
@@ -31,7 +31,7 @@ from neuronfleet.run_command import resolve_defaults
 from neuronfleet.sandbox.cluster import ThreadedSandboxCluster
 
 KUBERNETES_VERSION = "1.34.0"
-VALUES = {"default": [], "ci": [CI_VALUES]}
+VALUES = {"default": [MINIMAL_VALUES], "ci": [CI_VALUES]}
 
 
 @pytest.fixture(scope="module", params=sorted(VALUES))
@@ -170,6 +170,8 @@ def test_ci_values_reach_the_operator() -> None:
         ("priorityClasses.placeholderValue=-20", "placeholderValue"),
         ("operator.prometheusUrl=prometheus:9090", "prometheusUrl"),
         ("operator.artifactStore=bucket/prefix", "artifactStore"),
+        # A directory would be a different one in the operator's, the Jobs' and the pods' filesystems.
+        ("operator.artifactStore=/data/artifacts", "artifactStore"),
         ("replicaCont=2", "replicaCont"),
         ("peering.enabled=false", "needs peering.enabled=true"),
         # The pod runs as non-root with every capability dropped: no port below 1024.
@@ -178,14 +180,22 @@ def test_ci_values_reach_the_operator() -> None:
     ],
 )
 def test_bad_values_fail_with_a_clear_message(setting: str, complaint: str) -> None:
-    result = helm("template", "nf", str(CHART), "--set", setting)
+    result = helm("template", "nf", str(CHART), "--values", str(MINIMAL_VALUES), "--set", setting)
     assert result.returncode != 0
     assert complaint in result.stderr
+
+
+def test_without_an_artifact_store_the_install_says_what_to_set() -> None:
+    # The store the operator, its compile Jobs and its serving pods share: nothing works without it.
+    result = helm("template", "nf", str(CHART))
+    assert result.returncode != 0
+    assert "operator.artifactStore is required: an s3://bucket/prefix" in result.stderr
 
 
 def _notes(*sets: str) -> str:
     """The NOTES.txt an install prints (a client-side dry run: no cluster)."""
     args = ["install", "nf", str(CHART), "--dry-run=client", "--namespace", "neuronfleet-system"]
+    args += ["--values", str(MINIMAL_VALUES)]
     result = helm(*args, *(arg for item in sets for arg in ("--set", item)))
     assert result.returncode == 0, result.stderr
     return result.stdout.split("\nNOTES:\n", 1)[1]
@@ -277,7 +287,6 @@ def test_helm_install_and_uninstall_on_the_sandbox(tmp_path: Path) -> None:
         "serviceAccount.create=false,serviceAccount.name=existing",
         "priorityClasses.create=false",
         "monitoring.dashboard.enabled=false",
-        "operator.artifactStore=/data/artifacts",
         "operator.metricsPort=0",
         "liveness.enabled=false,operator.metricsPort=8080",
     ],
