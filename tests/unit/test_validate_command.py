@@ -149,3 +149,33 @@ def test_crds_write_to_a_place_it_cannot_write_is_one_line(tmp_path: Path, capsy
     assert main(["crds", "--write", "--root", str(blocker)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: cannot write {blocker}/crds/") and err.count("\n") == 1
+
+
+def _model_manifest(tmp_path: Path, model: str) -> str:
+    path = tmp_path / "model.yaml"
+    path.write_text(
+        "apiVersion: serving.neuronfleet.dev/v1alpha1\nkind: InferenceDeployment\n"
+        f"metadata: {{name: m}}\nspec:\n  model:\n{model}"
+    )
+    return str(path)
+
+
+def test_inputs_are_for_torchscript_sources(tmp_path: Path) -> None:
+    # A huggingface source is compiled with input_ids and attention_mask whatever inputs says:
+    # a list naming others was silently ignored (yet changed the compile cache's key).
+    custom = "    source: s3://acme/llm/\n    inputs: [{name: input_ids}]\n"
+    [result] = validate_files([_model_manifest(tmp_path, custom)])
+    assert [str(p) for p in result.problems] == [
+        "spec.model.inputs: inputs are for torchscript sources: a huggingface source is compiled and served "
+        "with input_ids and attention_mask (int64) from its tokenizer; leave inputs out"
+    ]
+    scripted = "    source: s3://acme/m.pt\n    format: torchscript\n    inputs: [{name: tokens, dtype: int32}]\n"
+    [result] = validate_files([_model_manifest(tmp_path, scripted)])
+    assert not result.problems
+
+
+def test_a_float_input_is_refused_by_the_schema(tmp_path: Path) -> None:
+    # The runtime's wire types are INT64 and INT32: a float32 input was refused on every request.
+    floats = "    source: s3://acme/m.pt\n    format: torchscript\n    inputs: [{name: x, dtype: float32}]\n"
+    [result] = validate_files([_model_manifest(tmp_path, floats)])
+    assert [p.path for p in result.problems] == ["spec.model.inputs[0].dtype"]

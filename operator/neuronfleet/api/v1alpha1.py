@@ -65,17 +65,28 @@ class ApiModel(BaseModel):
 
 
 class TensorSpec(ApiModel):
-    """One input tensor of the model's signature."""
+    """One input tensor of the model's signature: token ids or a mask, [batch, sequence]."""
+
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "self.shape == [-1, -1]",
+                "shape must be [-1, -1]: the runtime serves [batch, sequence] tensors whose sizes "
+                "batchBuckets and sequenceBuckets fix",
+                ".shape",
+            ),
+        )
+    )
 
     name: str = Field(min_length=1, max_length=128, description="Input name as the model's forward() takes it.")
-    dtype: Literal["int64", "int32", "float32", "float16", "bfloat16"] = Field(
-        default="int64", description="Element type of the tensor."
-    )
+    # The runtime's wire types (KServe v2 INT64, INT32): a float input would be refused on every request.
+    dtype: Literal["int64", "int32"] = Field(default="int64", description="Element type of the tensor.")
     shape: list[int] = Field(
         default_factory=lambda: [-1, -1],
         min_length=1,
         max_length=8,
-        description="Shape with -1 for dimensions that vary per request and are bucketed (batch first, then sequence).",
+        description="[-1, -1]: batch, then sequence, both varying per request and padded to the compiled "
+        "buckets (batchBuckets, sequenceBuckets). The only shape the runtime serves.",
     )
 
 
@@ -93,6 +104,13 @@ class ModelSpec(ApiModel):
                 "neuronCoresPerReplica must be a power of two (1, 2, 4, 8 or 16): the Neuron scheduler "
                 "allocates contiguous cores on the chip ring",
                 ".neuronCoresPerReplica",
+            ),
+            cel(
+                "self.format == 'torchscript' || (self.inputs.map(i, i.name) == ['input_ids', 'attention_mask'] "
+                "&& self.inputs.all(i, i.dtype == 'int64'))",
+                "inputs are for torchscript sources: a huggingface source is compiled and served with "
+                "input_ids and attention_mask (int64) from its tokenizer; leave inputs out",
+                ".inputs",
             ),
             cel(
                 "!has(self.hbmGiB) || self.hbmGiB <= double(self.neuronCoresPerReplica * 16)",
@@ -123,7 +141,8 @@ class ModelSpec(ApiModel):
         default_factory=_default_inputs,
         min_length=1,
         max_length=16,
-        description="The input signature. Defaults to a BERT-style encoder (input_ids, attention_mask).",
+        description="The input signature of a torchscript source. Defaults to a BERT-style encoder "
+        "(input_ids, attention_mask), which is what a huggingface source always takes.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     batch_buckets: list[Annotated[int, Field(ge=1, le=1024)]] = Field(
