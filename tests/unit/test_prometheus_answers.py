@@ -45,12 +45,22 @@ ANSWERS: dict[str, dict[str, Any]] = {
 }
 
 
+#: Queries holding this word are refused as Prometheus refuses a typo (400 bad_data).
+TYPO = "bad_query_typo"
+
+
 class FakePrometheus(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         query = parse_qs(urlsplit(self.path).query).get("query", [""])[0]
+        if TYPO in query:
+            error = {"status": "error", "errorType": "bad_data", "error": '1:5: parse error: unexpected "("'}
+            self._answer(400, json.dumps(error).encode())
+            return
         data = next(answer for word, answer in ANSWERS.items() if word in query)
-        body = json.dumps({"status": "success", "data": data}).encode()
-        self.send_response(200)
+        self._answer(200, json.dumps({"status": "success", "data": data}).encode())
+
+    def _answer(self, status: int, body: bytes) -> None:
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -95,3 +105,37 @@ def test_non_finite_values_are_missing() -> None:
     assert _scalar(_vector("1", "-Inf")["result"]).value is None
     snapshot = MetricSnapshot(time=time.time(), queue_depth=math.inf, utilization=0.5)
     assert snapshot.queue_depth is None and snapshot.utilization == 0.5
+
+
+def _with_queries(prometheus: str, **queries: str) -> InferenceDeployment:
+    doc = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
+    doc["spec"]["scaling"]["metrics"] = {"prometheusUrl": prometheus, **queries}
+    return InferenceDeployment.model_validate(doc)
+
+
+async def test_a_query_prometheus_refuses_costs_its_own_signal_and_names_its_field(prometheus: str) -> None:
+    # A typo in one query threw away every signal, and the reason blamed Prometheus.
+    dep = _with_queries(
+        prometheus,
+        queueDepth="scalar(sum(queue))",
+        inFlight="sum(inflight)",
+        utilization=f"avg({TYPO}(",
+        arrivalRate="",
+        arrivalPeak="",
+    )
+    snapshot, reason = await PrometheusMetrics(None).snapshot(dep, NOW)
+    assert snapshot is not None, reason
+    assert (snapshot.queue_depth, snapshot.in_flight, snapshot.utilization) == (12.0, 7.0, None)
+    assert reason == (
+        "signals missing: utilization; "
+        'spec.scaling.metrics.utilization: Prometheus refused the query: 1:5: parse error: unexpected "("'
+    )
+
+
+async def test_when_every_query_is_refused_the_reason_names_the_fields(prometheus: str) -> None:
+    dep = _with_queries(prometheus, queueDepth=f"{TYPO}(", inFlight=f"{TYPO}(", utilization="", arrivalRate="")
+    dep.spec.scaling.metrics.arrival_peak = ""
+    snapshot, reason = await PrometheusMetrics(None).snapshot(dep, NOW)
+    assert snapshot is None
+    assert reason.startswith("spec.scaling.metrics.queueDepth: Prometheus refused the query: 1:5: parse error")
+    assert "; spec.scaling.metrics.inFlight: " in reason

@@ -205,3 +205,15 @@ def test_a_stored_manual_deployment_with_an_auto_warm_pool_is_told_why_it_keeps_
     result = plan(dep, Observation(T0, compile=compiled(dep)), DeploymentMemory(), {})
     reason = result.status["warmPool"]["reason"]
     assert "scaling.mode Manual does not measure: only minPods are kept (use warmPool.mode Fixed)" in reason
+
+
+def test_a_warning_event_when_the_autoscaler_loses_its_metrics_and_none_for_manual_scaling() -> None:
+    def scaling(reason: str) -> dict[str, Any]:
+        status = "False" if reason != "MetricsRead" else "True"
+        return {"conditions": [{"type": "ScalingActive", "status": status, "reason": reason, "message": "why"}]}
+
+    lost = status_events(StatusMemory.from_status(scaling("MetricsRead")), scaling("MetricsUnavailable"), "")
+    assert [(e.type, e.reason, e.message) for e in lost] == [("Warning", Reason.METRICS_UNAVAILABLE, "why")]
+    still = StatusMemory.from_status(scaling("MetricsUnavailable"))
+    assert status_events(still, scaling("MetricsUnavailable"), "") == []
+    assert status_events(StatusMemory.from_status({}), scaling("ManualScaling"), "") == []

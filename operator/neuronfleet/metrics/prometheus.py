@@ -8,15 +8,21 @@ the query's time, so the snapshot is dated by the samples, and ``staleAfterSecon
 
 Missing data is never a zero: an empty result (no series, e.g. every target down: Prometheus marks
 its series stale after a failed scrape) makes that signal ``None``, and the scaling policy then
-holds instead of scaling down. Prometheus unreachable, timing out or answering an error makes the
-whole snapshot unavailable, with the reason, which the status shows as ScalingActive=False.
+holds instead of scaling down. A query Prometheus refuses (400 or 422: a typo) makes only its own
+signal ``None``, and the reason names its ``scaling.metrics`` field. Prometheus unreachable, timing
+out or failing (5xx) makes the whole snapshot unavailable, with the reason, which the status shows
+as ScalingActive=False.
 prometheus-api-client is synchronous (requests), so queries run in a worker thread.
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import contextlib
+import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +49,28 @@ def queries_for(dep: InferenceDeployment) -> dict[str, str]:
         for signal in SIGNALS
         if getattr(metrics, signal).strip()
     }
+
+
+#: The spec field (under scaling.metrics) each signal's query comes from.
+SIGNAL_FIELDS = {signal: MetricQueries.model_fields[signal].alias or signal for signal in SIGNALS}
+
+_REFUSED = re.compile(r"^HTTP Status Code (400|422) \((?P<body>.*)\)$", re.DOTALL)
+
+
+def query_refusal(message: str) -> str | None:
+    """Prometheus' reason for refusing a query (400 bad_data, 422 execution), from the client's
+    exception text; None when the failure is not the query's (5xx, 503: Prometheus unavailable)."""
+    match = _REFUSED.match(message)
+    if match is None:
+        return None
+    body = match["body"]
+    with contextlib.suppress(ValueError, SyntaxError):
+        body = ast.literal_eval(body).decode(errors="replace")  # the client writes repr(bytes)
+    with contextlib.suppress(ValueError):
+        answer = json.loads(body)
+        if isinstance(answer, dict) and answer.get("error"):
+            return f"Prometheus refused the query: {answer['error']}"[:300]
+    return f"Prometheus refused the query: {body}"[:300]
 
 
 @dataclass(frozen=True)
@@ -95,9 +123,22 @@ class PrometheusMetrics:
             self._clients[url] = PrometheusConnect(url=url, disable_ssl=False, retry=Retry(total=0))
         return self._clients[url]
 
-    def _query_all(self, url: str, queries: dict[str, str], timeout: float) -> dict[str, QueryResult]:
+    def _query_all(
+        self, url: str, queries: dict[str, str], timeout: float
+    ) -> tuple[dict[str, QueryResult], dict[str, str]]:
+        """Each signal's result, and why Prometheus refused the queries it refused (by signal)."""
         client = self._client(url)
-        return {signal: _scalar(client.custom_query(query, timeout=timeout)) for signal, query in queries.items()}
+        results: dict[str, QueryResult] = {}
+        refused: dict[str, str] = {}
+        for signal, query in queries.items():
+            try:
+                results[signal] = _scalar(client.custom_query(query, timeout=timeout))
+            except PrometheusApiClientException as exc:
+                reason = query_refusal(str(exc))
+                if reason is None:
+                    raise  # not the query: Prometheus itself failed
+                refused[signal] = reason
+        return results, refused
 
     def _sample_time(self, url: str, query: str, timeout: float) -> float | None:
         return _scalar(self._client(url).custom_query(query, timeout=timeout)).value
@@ -110,7 +151,7 @@ class PrometheusMetrics:
         namespace = dep.metadata.namespace or "default"
         sample_query = render(dep.spec.scaling.metrics.sample_time, namespace, dep.name).strip()
         try:
-            results = await asyncio.wait_for(
+            results, refused = await asyncio.wait_for(
                 asyncio.to_thread(self._query_all, url, queries_for(dep), timeout), timeout=timeout * len(SIGNALS) + 1
             )
             sampled = (
@@ -127,8 +168,11 @@ class PrometheusMetrics:
             TypeError,  # an answer of an unexpected shape (e.g. a matrix from a range selector)
         ) as exc:
             return None, f"Prometheus at {url} unavailable: {type(exc).__name__}: {str(exc)[:200]}"
+        # A query Prometheus refuses (a typo in one of scaling.metrics) costs its own signal only,
+        # and the reason names the field to fix.
+        refusals = "; ".join(f"spec.scaling.metrics.{SIGNAL_FIELDS[s]}: {why}" for s, why in refused.items())
         if all(result.value is None for result in results.values()):
-            return None, f"Prometheus at {url} returned no samples for {dep.name}"
+            return None, refusals or f"Prometheus at {url} returned no samples for {dep.name}"
         stamps = [r.evaluated_at for r in results.values() if r.evaluated_at is not None]
         if sampled is not None:
             # The samples' own age: the queries' stamp is their evaluation time, however old the data.
@@ -136,4 +180,5 @@ class PrometheusMetrics:
         values = {signal: results[signal].value if signal in results else None for signal in SIGNALS}
         snapshot = MetricSnapshot(time=min(stamps) if stamps else now, **values)
         missing = snapshot.missing()
-        return snapshot, f"signals missing: {', '.join(missing)}" if missing else "metrics read"
+        reason = f"signals missing: {', '.join(missing)}" if missing else "metrics read"
+        return snapshot, f"{reason}; {refusals}" if refusals else reason
