@@ -179,3 +179,32 @@ def test_a_float_input_is_refused_by_the_schema(tmp_path: Path) -> None:
     floats = "    source: s3://acme/m.pt\n    format: torchscript\n    inputs: [{name: x, dtype: float32}]\n"
     [result] = validate_files([_model_manifest(tmp_path, floats)])
     assert [p.path for p in result.problems] == ["spec.model.inputs[0].dtype"]
+
+
+@pytest.mark.parametrize(
+    ("toleration", "problem"),
+    [
+        ("{effect: NoSchedule}", "spec.placement.tolerations[0].operator: operator must be Exists when key is empty"),
+        ("{key: k, operator: Exists, value: v}", "spec.placement.tolerations[0].value: value must be empty"),
+        (
+            "{key: k, value: v, effect: NoSchedule, tolerationSeconds: 30}",
+            "spec.placement.tolerations[0].tolerationSeconds: effect must be NoExecute",
+        ),
+    ],
+)
+def test_tolerations_the_api_server_refuses_in_a_pod_are_refused_in_the_spec(
+    tmp_path: Path, toleration: str, problem: str
+) -> None:
+    # Accepted by the CRD before, then refused at every pod create.
+    path = tmp_path / "tolerating.yaml"
+    path.write_text(
+        "apiVersion: serving.neuronfleet.dev/v1alpha1\nkind: InferenceDeployment\nmetadata: {name: m}\n"
+        f"spec:\n  model: {{source: s3://acme/m/}}\n  placement:\n    tolerations: [{toleration}]\n"
+    )
+    [result] = validate_files([str(path)])
+    [first] = [str(p) for p in result.problems]
+    assert first.startswith(problem), result.problems
+    ok = "{key: k, operator: Exists, effect: NoExecute, tolerationSeconds: 30}"
+    path.write_text(path.read_text().replace(toleration, ok))
+    [result] = validate_files([str(path)])
+    assert not result.problems

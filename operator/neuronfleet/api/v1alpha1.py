@@ -288,6 +288,28 @@ class RuntimeSpec(ApiModel):
 class Toleration(ApiModel):
     """A pod toleration (core/v1 Toleration)."""
 
+    # The API server's own checks of a pod's tolerations (core/v1 validation), so that a spec the
+    # pods could never be created from is refused when it is applied, not at every pod create.
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "(has(self.key) && self.key != '') || self.operator == 'Exists'",
+                "operator must be Exists when key is empty (a toleration of every taint)",
+                ".operator",
+            ),
+            cel(
+                "self.operator != 'Exists' || !has(self.value) || self.value == ''",
+                "value must be empty when operator is Exists",
+                ".value",
+            ),
+            cel(
+                "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+                "effect must be NoExecute when tolerationSeconds is set",
+                ".tolerationSeconds",
+            ),
+        )
+    )
+
     key: str | None = Field(default=None, description="Taint key the toleration applies to.")
     operator: Literal["Exists", "Equal"] = Field(default="Equal", description="Exists or Equal.")
     value: str | None = Field(default=None, description="Taint value for operator Equal.")
