@@ -9,11 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from neuronserve import __version__
 from neuronserve.manifest import REQUEST_KEY_PATTERN
@@ -22,6 +24,8 @@ DEFAULT_PORT = 8080
 # Kept here, not imported from neuronserve.emulated, so that --help stays instant (no numpy).
 EMULATED_DEVICE = "emulated-neuroncore"
 EMULATED_PROFILES = ["bert-base"]
+
+T = TypeVar("T")
 
 SERVE_DESCRIPTION = f"""\
 Serve a compiled artifact over the KServe v2 REST protocol (/v2/...), with Prometheus metrics at
@@ -72,17 +76,17 @@ def _request_key(text: str) -> str:
     return text
 
 
-def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text!r}")
-        return value
-
-    return parse
+def _non_negative_float(text: str) -> float:
+    """An argparse type: a finite number of at least 0 (nan or inf would hang every request)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text!r}")
+    return value
 
 
 def _whole(low: int, high: int | None = None) -> Callable[[str], int]:
@@ -101,6 +105,51 @@ def _whole(low: int, high: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+class _EnvText(str):
+    """An option's default taken from an environment variable: its errors name the variable."""
+
+    variable: str
+
+    def __new__(cls, value: str, variable: str) -> _EnvText:
+        text = super().__new__(cls, value)
+        text.variable = variable
+        return text
+
+
+def _env_default(variable: str, fallback: str | None) -> str | None:
+    """The default of an option backed by ``variable`` (unset or empty: ``fallback``).
+
+    A string default goes through the option's ``type`` when the command line is parsed, and only
+    if the option is not given there; so ``--help`` never reads it and the flag wins over the variable.
+    """
+    raw = os.environ.get(variable, "")
+    return _EnvText(raw, variable) if raw else fallback
+
+
+def _checked(parse: Callable[[str], T], choices: Sequence[T] | None = None) -> Callable[[str], T]:
+    """An argparse type that also checks a value from the environment (argparse checks ``choices``
+    only on the command line) and names the variable when that value is bad."""
+
+    def check(text: str) -> T:
+        if not isinstance(text, _EnvText):
+            return parse(text)
+        where = f"${text.variable}={str(text)!r}"
+        try:
+            value = parse(str(text))
+        except (argparse.ArgumentTypeError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(f"{where}: {exc}") from None
+        if choices is not None and value not in choices:
+            raise argparse.ArgumentTypeError(f"{where}: expected one of {', '.join(map(str, choices))}")
+        return value
+
+    check.__name__ = getattr(parse, "__name__", "value")  # argparse's "invalid <name> value" names it
+    return check
+
+
+def _text(text: str) -> str:
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="neuronserve", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"neuronserve {__version__}")
@@ -110,16 +159,24 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--source", required=True, help="TorchScript file or Hugging Face directory (path, file:// or s3://)"
     )
-    c.add_argument("--format", dest="source_format", choices=["auto", "huggingface", "torchscript"], default="auto")
+    c.add_argument(
+        "--format",
+        dest="source_format",
+        choices=["auto", "huggingface", "torchscript"],
+        default="auto",
+        help="source format (default: %(default)s, told from the files)",
+    )
     c.add_argument("--store", required=True, help="artifact store root: s3://bucket/prefix or a directory")
-    c.add_argument("--name", default="model", help="model name served under /v2/models/{name}")
-    c.add_argument("--batch-buckets", type=_int_list, default=[1, 4, 8, 16], help="e.g. 1,4,8,16")
-    c.add_argument("--sequence-buckets", type=_int_list, default=[128], help="e.g. 32,128")
+    c.add_argument("--name", default="model", help="model name served under /v2/models/{name} (default: %(default)s)")
+    # String defaults go through the type too: the help shows them as they are written.
+    c.add_argument("--batch-buckets", type=_int_list, default="1,4,8,16", help="batch sizes (default: %(default)s)")
+    c.add_argument("--sequence-buckets", type=_int_list, default="128", help="sequence lengths (default: %(default)s)")
     c.add_argument(
         "--inputs",
         type=_inputs,
-        default=[("input_ids", "int64"), ("attention_mask", "int64")],
-        help="TorchScript sources: forward() inputs as name[:dtype],... (HF sources are fixed)",
+        default="input_ids,attention_mask",
+        help="TorchScript sources: forward() inputs as name[:int64|int32],... (default: %(default)s, int64; "
+        "HF sources are fixed)",
     )
     c.add_argument(
         "--backend",
@@ -128,11 +185,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="auto: Neuron when torch_neuronx is importable, else CPU TorchScript",
     )
     c.add_argument("--target", default="inf2", choices=["inf2"], help="neuronx-cc --target")
-    c.add_argument("--auto-cast", default="matmult", choices=["none", "matmult", "all"])
-    c.add_argument("--auto-cast-type", default="bf16", choices=["bf16", "fp16", "tf32", "fp8_e4m3"])
-    c.add_argument("--opt-level", "-O", type=int, default=2, choices=[1, 2, 3])
+    c.add_argument(
+        "--auto-cast",
+        default="matmult",
+        choices=["none", "matmult", "all"],
+        help="neuronx-cc --auto-cast (default: %(default)s)",
+    )
+    c.add_argument(
+        "--auto-cast-type",
+        default="bf16",
+        choices=["bf16", "fp16", "tf32", "fp8_e4m3"],
+        help="neuronx-cc --auto-cast-type (default: %(default)s)",
+    )
+    c.add_argument(
+        "--opt-level", "-O", type=int, default=2, choices=[1, 2, 3], help="neuronx-cc -O level (default: %(default)s)"
+    )
     c.add_argument("--extra-arg", action="append", default=[], help="further neuronx-cc flag (repeatable)")
-    c.add_argument("--result-file", help="also write the result as JSON here (e.g. /dev/termination-log)")
+    c.add_argument(
+        "--result-file",
+        help="also write the result as JSON here (e.g. /dev/termination-log); if it cannot be written, "
+        "exit 1 although the artifact is stored (the result is on stdout too)",
+    )
     c.add_argument(
         "--request-key",
         type=_request_key,
@@ -146,30 +219,36 @@ def build_parser() -> argparse.ArgumentParser:
         description=SERVE_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    # Defaults from NEURONSERVE_* variables are read and checked (type and choices, like the flag's
+    # value) only when the command line is parsed: a bad one is a parser error naming the variable.
     s.add_argument(
         "--artifact",
-        default=os.environ.get("NEURONSERVE_ARTIFACT") or None,
+        type=_checked(_text),
+        default=_env_default("NEURONSERVE_ARTIFACT", None),
         help="artifact URI: s3://bucket/prefix/<key> or a directory (default $NEURONSERVE_ARTIFACT); "
         "required unless --device emulated-neuroncore",
     )
+    devices = ["artifact", EMULATED_DEVICE]
     s.add_argument(
         "--device",
-        choices=["artifact", EMULATED_DEVICE],
-        default=os.environ.get("NEURONSERVE_DEVICE") or "artifact",
+        type=_checked(_text, devices),
+        choices=devices,
+        default=_env_default("NEURONSERVE_DEVICE", "artifact"),
         help="artifact (default): run the model on what it was compiled for (Neuron with torch-neuronx, "
         f"else CPU TorchScript); {EMULATED_DEVICE}: no model runs, every batch takes the Inf2 profile's "
         "measured time (see below). Default from $NEURONSERVE_DEVICE",
     )
     s.add_argument(
         "--profile",
+        type=_checked(_text, EMULATED_PROFILES),
         choices=EMULATED_PROFILES,
-        default=os.environ.get("NEURONSERVE_EMULATED_PROFILE") or "bert-base",
+        default=_env_default("NEURONSERVE_EMULATED_PROFILE", "bert-base"),
         help=f"with --device {EMULATED_DEVICE}: the Inf2 profile (default bert-base; $NEURONSERVE_EMULATED_PROFILE)",
     )
     s.add_argument(
         "--emulated-time-scale",
-        type=_positive(float),
-        default=float(os.environ.get("NEURONSERVE_EMULATED_TIME_SCALE") or 1.0),
+        type=_checked(_non_negative_float),
+        default=_env_default("NEURONSERVE_EMULATED_TIME_SCALE", "1"),
         help="multiply every emulated service time (2 = half the profile's capacity; default 1, "
         "$NEURONSERVE_EMULATED_TIME_SCALE)",
     )
@@ -184,21 +263,33 @@ def build_parser() -> argparse.ArgumentParser:
         default="0.0.0.0",
         help="bind address (default 0.0.0.0: in a pod the kubelet and Service reach it on the pod IP)",
     )
-    s.add_argument("--port", type=_whole(0, 65535), default=DEFAULT_PORT, help="0 picks a free port (logged)")
-    s.add_argument("--max-batch-delay-ms", type=_positive(float), default=5.0)
-    s.add_argument("--max-queue", type=_whole(0), default=256, help="queued requests beyond this get 429")
+    s.add_argument(
+        "--port", type=_whole(0, 65535), default=DEFAULT_PORT, help="0 picks a free port, logged (default: %(default)s)"
+    )
+    s.add_argument(
+        "--max-batch-delay-ms",
+        type=_non_negative_float,
+        default=5.0,
+        help="longest wait for a batch to fill after its first request, in ms (default: %(default)s)",
+    )
+    s.add_argument(
+        "--max-queue",
+        type=_whole(1),
+        default=256,
+        help="queued requests beyond this get 429 (default: %(default)s)",
+    )
     s.add_argument("--no-batching", action="store_true", help="run every request alone (baseline)")
     s.add_argument(
         "--grace-seconds",
-        type=_positive(float),
+        type=_non_negative_float,
         default=30.0,
-        help="on SIGTERM, time to finish queued and in-flight work",
+        help="on SIGTERM, time to finish queued and in-flight work (default: %(default)s)",
     )
     s.add_argument("--max-body-bytes", type=_whole(1), default=None, help="default: sized from the largest bucket")
     s.add_argument(
         "--torch-threads",
-        type=_whole(1),
-        default=None,
+        type=_checked(_whole(1)),
+        default=_env_default("NEURONSERVE_TORCH_THREADS", None),
         help="intra-op threads (default: $NEURONSERVE_TORCH_THREADS or all CPUs)",
     )
     s.add_argument("--cache-dir", default=None, help="where S3 artifacts are downloaded (default: temp dir)")
@@ -207,7 +298,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_compile(args: argparse.Namespace) -> int:
+    """Compile (or find cached) and store; print the result as JSON on stdout.
+
+    Exit 0 on success, 1 when the compile or the store fails. A ``--result-file`` that cannot be
+    written is also exit 1, with one line saying that the artifact is stored (its URI) and the
+    result is on stdout: the caller asked for that file and would otherwise read a missing one.
+    """
     from rich.console import Console
+    from rich.markup import escape
 
     from neuronserve.compile import CompileError, CompileOptions, compile_model, configure_quiet_logging
     from neuronserve.manifest import CompilerFlags, RequestRecord, request_record_path, revision
@@ -247,12 +345,19 @@ def run_compile(args: argparse.Namespace) -> int:
             )
             Store(args.store).put_bytes(request_record_path(args.request_key), record.to_json_bytes())
     except (CompileError, StoreError) as exc:
-        console.print(f"[red]compile failed[/]: {exc}")
+        console.print(f"[red]compile failed[/]: {escape(str(exc))}")
         return 1
     doc = result.to_json()
-    print(json.dumps(doc))
+    print(json.dumps(doc), flush=True)
     if args.result_file:
-        Path(args.result_file).write_text(json.dumps(doc) + "\n")
+        try:
+            Path(args.result_file).write_text(json.dumps(doc) + "\n")
+        except OSError as exc:
+            console.print(
+                f"[red]cannot write the result file[/] {escape(args.result_file)}: {escape(exc.strerror or str(exc))}"
+                f" (the compile succeeded: the artifact is stored at {escape(result.uri)}; the result is on stdout)"
+            )
+            return 1
     return 0
 
 
@@ -261,10 +366,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from neuronserve.server import EmulatedOptions, ServeConfig, ServeOptions, serve
 
-    if args.max_queue < 1:
-        print("neuronserve: --max-queue must be at least 1", file=sys.stderr)
-        return 2
-    threads = args.torch_threads or int(os.environ.get("NEURONSERVE_TORCH_THREADS", "0") or 0) or os.cpu_count() or 1
+    # --max-queue, --torch-threads and their environment defaults are checked by the parser.
+    threads = args.torch_threads or os.cpu_count() or 1
     emulated = None
     if args.device == EMULATED_DEVICE:
         if args.emulated_time_scale <= 0:

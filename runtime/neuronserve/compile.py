@@ -30,9 +30,11 @@ from typing import Any, Literal
 
 import torch
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from neuronserve.manifest import (
+    MANIFEST_NAME,
     TOKENIZER_NAME,
     Backend,
     Bucket,
@@ -332,7 +334,9 @@ def compile_model(opts: CompileOptions, console: Console) -> CompileResult:
         key = cache_key(digest, compiler, opts.flags, buckets, signature_hint)
         if store.has_artifact(key):
             uri = f"{opts.store.rstrip('/')}/{key}"
-            console.print(f"[green]cache hit[/]: {uri} already holds this model (key {key[:12]}); nothing traced")
+            console.print(
+                f"[green]cache hit[/]: {escape(uri)} already holds this model (key {key[:12]}); nothing traced"
+            )
             sha = _stored_manifest_sha(store, key)
             return CompileResult(uri, key, sha, backend, cached=True)
 
@@ -342,7 +346,7 @@ def compile_model(opts: CompileOptions, console: Console) -> CompileResult:
                 "This is NOT a Neuron compile; the artifact runs on CPU only.[/]"
             )
         else:
-            console.print(f"compiling for Neuron with neuronx-cc {' '.join(opts.flags.neuronx_cc_args())}")
+            console.print(f"compiling for Neuron with neuronx-cc {escape(' '.join(opts.flags.neuronx_cc_args()))}")
         loaded = _load_huggingface(path) if fmt == "huggingface" else _load_torchscript(path, opts.inputs)
 
         with tempfile.TemporaryDirectory(prefix="neuronserve-art-") as tmp:
@@ -370,7 +374,7 @@ def compile_model(opts: CompileOptions, console: Console) -> CompileResult:
             data = manifest.to_json_bytes()
             (out / "manifest.json").write_bytes(data)
             uri = store.publish(out, manifest)
-    console.print(f"stored {len(buckets)} bucket(s) ({backend}) at {uri}")
+    console.print(f"stored {len(buckets)} bucket(s) ({backend}) at {escape(uri)}")
     return CompileResult(uri, key, manifest_sha256(data), backend, cached=False)
 
 
@@ -430,14 +434,7 @@ def _trace_buckets(
 
 
 def _stored_manifest_sha(store: Store, key: str) -> str:
-    uri = f"{store.root.rstrip('/')}/{key}/manifest.json"
-    if is_s3(uri):
-        from neuronserve.manifest import split_s3_uri
-        from neuronserve.store import s3_client
-
-        bucket, obj = split_s3_uri(uri)
-        return manifest_sha256(s3_client().get_object(Bucket=bucket, Key=obj)["Body"].read())
-    return manifest_sha256(local_path(uri).read_bytes())
+    return manifest_sha256(store.get_bytes(f"{key}/{MANIFEST_NAME}"))
 
 
 def configure_quiet_logging() -> None:

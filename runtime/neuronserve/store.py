@@ -7,6 +7,7 @@ come from boto3's own configuration (``AWS_ENDPOINT_URL``, profiles, IRSA in a p
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
 from dataclasses import dataclass
@@ -52,6 +53,14 @@ def _s3_error(action: str, uri: str, exc: Exception) -> StoreError:
     return StoreError(f"cannot {action} {uri}: {exc}")
 
 
+def _local_error(action: str, path: Path, exc: OSError) -> StoreError:
+    """A directory store's OSError as a StoreError: what was done where, why, and on which file."""
+    reason = exc.strerror or str(exc)
+    if exc.filename is not None and str(exc.filename) != str(path):
+        reason = f"{reason}: {exc.filename}"
+    return StoreError(f"cannot {action} {path}: {reason}")
+
+
 @dataclass(frozen=True)
 class Store:
     """A store root: ``s3://bucket/prefix`` or a directory."""
@@ -66,7 +75,10 @@ class Store:
         """True when a manifest is stored under this cache key (a complete artifact)."""
         uri = self._key_uri(key, MANIFEST_NAME)
         if not is_s3(self.root):
-            return local_path(uri).is_file()
+            try:
+                return local_path(uri).is_file()
+            except OSError as exc:  # is_file() is False for a missing path, raises for e.g. EACCES
+                raise _local_error("look up", local_path(uri), exc) from exc
         from botocore.exceptions import BotoCoreError, ClientError
 
         bucket, obj = split_s3_uri(uri)
@@ -85,10 +97,15 @@ class Store:
         uri = f"{self.root.rstrip('/')}/{relative}"
         if not is_s3(uri):
             path = local_path(uri)
-            path.parent.mkdir(parents=True, exist_ok=True)
             partial = path.with_name(path.name + ".partial")
-            partial.write_bytes(data)
-            partial.replace(path)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                partial.write_bytes(data)
+                partial.replace(path)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    partial.unlink()
+                raise _local_error("write", path, exc) from exc
             return str(path)
         from botocore.exceptions import BotoCoreError, ClientError
 
@@ -99,6 +116,23 @@ class Store:
             raise _s3_error("write", uri, exc) from exc
         return uri
 
+    def get_bytes(self, relative: str) -> bytes:
+        """Read one small object under the root."""
+        uri = f"{self.root.rstrip('/')}/{relative}"
+        if not is_s3(uri):
+            try:
+                return local_path(uri).read_bytes()
+            except OSError as exc:
+                raise _local_error("read", local_path(uri), exc) from exc
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        bucket, key = split_s3_uri(uri)
+        try:
+            body: bytes = s3_client().get_object(Bucket=bucket, Key=key)["Body"].read()
+        except (ClientError, BotoCoreError) as exc:
+            raise _s3_error("read", uri, exc) from exc
+        return body
+
     def publish(self, local_dir: Path, manifest: Manifest) -> str:
         """Store an artifact directory under its cache key, manifest last. Returns the artifact URI."""
         target = self._key_uri(manifest.cache_key)
@@ -106,13 +140,17 @@ class Store:
         if not is_s3(self.root):
             dest = local_path(target)
             staging = dest.with_name(dest.name + ".partial")
-            shutil.rmtree(staging, ignore_errors=True)
-            staging.mkdir(parents=True)
-            for name in names:
-                (staging / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(local_dir / name, staging / name)
-            shutil.rmtree(dest, ignore_errors=True)
-            staging.rename(dest)
+            try:
+                shutil.rmtree(staging, ignore_errors=True)
+                staging.mkdir(parents=True)
+                for name in names:
+                    (staging / name).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(local_dir / name, staging / name)
+                shutil.rmtree(dest, ignore_errors=True)
+                staging.rename(dest)
+            except OSError as exc:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise _local_error("store the artifact at", dest, exc) from exc
             return str(dest)
         from botocore.exceptions import BotoCoreError, ClientError
 
