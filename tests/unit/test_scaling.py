@@ -532,3 +532,9 @@ def test_the_service_rate_is_learned_at_any_interval(interval: int) -> None:
         state = decision.new_state
     assert state.service_rate == pytest.approx(20.0)
     assert "rate" in decision.signals
+
+
+def test_auto_mode_holds_one_replica_even_with_min_replicas_zero() -> None:
+    # An object stored before the CRD refused minReplicas 0 in Auto mode: idle, it keeps one.
+    s = spec(minReplicas=0, behavior={"scaleDown": {"stabilizationWindowSeconds": 0}})
+    assert decide(s, ScalingState(), snap(0, 0.0, 0.0, rate=0.0), current=3, ready=3, now=0).desired == 1

@@ -208,3 +208,15 @@ def test_tolerations_the_api_server_refuses_in_a_pod_are_refused_in_the_spec(
     path.write_text(path.read_text().replace(toleration, ok))
     [result] = validate_files([str(path)])
     assert not result.problems
+
+
+def test_auto_scaling_cannot_scale_to_zero(tmp_path: Path) -> None:
+    # With no replica serving, no metric shows the traffic that would scale the fleet up again.
+    path = tmp_path / "zero.yaml"
+    path.write_text(
+        "apiVersion: serving.neuronfleet.dev/v1alpha1\nkind: InferenceDeployment\nmetadata: {name: m}\n"
+        "spec:\n  model: {source: s3://acme/m/}\n  scaling: {minReplicas: 0}\n"
+    )
+    [result] = validate_files([str(path)])
+    assert [p.path for p in result.problems] == ["spec.scaling.minReplicas"]
+    assert "with no replica, no metric shows the traffic" in result.problems[0].message

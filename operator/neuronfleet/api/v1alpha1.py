@@ -489,6 +489,14 @@ class ScalingSpec(ApiModel):
                 "minReplicas must not exceed maxReplicas",
                 ".minReplicas",
             ),
+            # Scaled to zero, no replica serves, so none reports the traffic that would scale it
+            # back up (there is no activator buffering requests): the fleet would stay at zero.
+            cel(
+                "self.mode != 'Auto' || self.minReplicas >= 1",
+                "minReplicas must be at least 1 in Auto mode: with no replica, no metric shows the "
+                "traffic that would scale the fleet up again; to park a model use mode Manual with replicas 0",
+                ".minReplicas",
+            ),
             cel(
                 "!has(self.replicas) || self.replicas <= self.maxReplicas",
                 "replicas must not exceed maxReplicas",
@@ -514,7 +522,9 @@ class ScalingSpec(ApiModel):
         description="Active replicas in Manual mode (the scale subresource writes it). In Auto mode it is "
         "ignored. Unset: minReplicas.",
     )
-    min_replicas: int = Field(default=1, ge=0, le=1000, description="Lower bound of active replicas.")
+    min_replicas: int = Field(
+        default=1, ge=0, le=1000, description="Lower bound of active replicas; at least 1 in Auto mode."
+    )
     max_replicas: int = Field(default=10, ge=0, le=1000, description="Upper bound of active replicas.")
     target_queue_depth: float = Field(
         default=8.0,

@@ -375,6 +375,9 @@ def decide(
         wanted = spec.replicas if spec.replicas is not None else low
         desired = _clamp(wanted, 0, high)
         return ScalingDecision(desired, f"manual: replicas {desired}", state, recommendation=desired)
+    # Auto never scales to zero: no replica would report the traffic to scale up again (the CRD
+    # refuses minReplicas 0 in Auto mode; an object stored before that rule is held at one).
+    low = max(low, min(1, high))
 
     if snapshot is None:
         snapshot = MetricSnapshot(time=now)
