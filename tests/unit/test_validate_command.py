@@ -220,3 +220,17 @@ def test_auto_scaling_cannot_scale_to_zero(tmp_path: Path) -> None:
     [result] = validate_files([str(path)])
     assert [p.path for p in result.problems] == ["spec.scaling.minReplicas"]
     assert "with no replica, no metric shows the traffic" in result.problems[0].message
+
+
+def test_a_queue_target_above_the_queue_bound_is_refused(tmp_path: Path) -> None:
+    # The queue never grows past maxQueue (429 beyond it): the burst signal could never fire.
+    path = tmp_path / "queue.yaml"
+    path.write_text(
+        "apiVersion: serving.neuronfleet.dev/v1alpha1\nkind: InferenceDeployment\nmetadata: {name: m}\n"
+        "spec:\n  model: {source: s3://acme/m/}\n  runtime: {maxQueue: 4}\n  scaling: {targetQueueDepth: 8}\n"
+    )
+    [result] = validate_files([str(path)])
+    assert [p.path for p in result.problems] == ["spec.scaling.targetQueueDepth"]
+    path.write_text(path.read_text().replace("maxQueue: 4", "maxQueue: 8"))
+    [result] = validate_files([str(path)])
+    assert not result.problems

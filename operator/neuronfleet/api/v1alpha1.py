@@ -701,6 +701,13 @@ class InferenceDeploymentSpec(ApiModel):
     model_config = ConfigDict(
         json_schema_extra=rules(
             cel(
+                "!has(self.runtime) || !has(self.scaling) || double(self.runtime.maxQueue) >= "
+                "self.scaling.targetQueueDepth",
+                "scaling.targetQueueDepth must not exceed runtime.maxQueue: a replica's queue never grows "
+                "past maxQueue (429 beyond it), so a burst would never show as one",
+                ".scaling.targetQueueDepth",
+            ),
+            cel(
                 "!has(self.warmPool) || self.warmPool.mode != 'Auto' || !has(self.scaling) "
                 "|| self.scaling.mode != 'Manual'",
                 "warmPool.mode Auto sizes the pool from the demand the autoscaler measures, which "
