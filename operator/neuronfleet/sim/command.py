@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import tempfile
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any
 
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from neuronfleet.api.crd import openapi_schema
@@ -25,7 +27,7 @@ from neuronfleet.api.validation import not_utf8_message, validate_manifest, yaml
 from neuronfleet.sim import report, runner
 from neuronfleet.sim.policies import crd_max_replicas
 from neuronfleet.sim.profiles import BUILTIN, Profile, ProfileError, dump_profile, load_profile
-from neuronfleet.sim.trace import Trace, TraceError, load, with_history_pass
+from neuronfleet.sim.trace import MAX_SPAN_SECONDS, Trace, TraceError, load, with_history_pass
 from neuronfleet.sim.workload import (
     ARRIVALS,
     RATE_WINDOW_SECONDS,
@@ -69,12 +71,16 @@ whether cost and attainment moved monotonically with its target.
 
 EPILOG = """\
 examples:
-  neuronfleet simulate --trace traces/azure-llm-2023-conv.csv
-  neuronfleet simulate --trace nasa-http-1995-jul01-14.csv --arrivals rate --tune-fraction 0.5
-  neuronfleet simulate --tune-on azure-llm-2023-conv.csv --score-on nasa-http-1995-jul01-14.csv
+  neuronfleet simulate --trace ../shared/traces/azure-llm-2023-conv.csv
+  neuronfleet simulate --trace ../shared/traces/nasa-http-1995-jul01-14.csv --arrivals rate --tune-fraction 0.5
+  neuronfleet simulate --tune-on ../shared/traces/azure-llm-2023-conv.csv \\
+      --score-on ../shared/traces/nasa-http-1995-jul01-14.csv
   neuronfleet simulate --trace t.csv --profile llama-2-7b --peak-replicas 20 --policies ours,kpa --no-sweep
   neuronfleet simulate --trace t.csv --policy my-tuning.yaml --out sim-out
   neuronfleet simulate --dump-profile bert-base > my-profile.yaml
+
+The shared traces live in ../shared/traces/ (relative to the repository's root; see the README
+there for their sources and licences).
 
 A policy file holds an InferenceDeployment's `scaling` and `warmPool` sections (camelCase, as in
 the CR; a whole CR with `spec:` works too), checked as `neuronfleet validate` checks a CR: unknown
@@ -103,14 +109,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument(
         "--rate-window",
-        type=float,
+        type=_positive_seconds,
         default=RATE_WINDOW_SECONDS,
         metavar="S",
         help=f"window of the rate model's rate estimate (default: {RATE_WINDOW_SECONDS:g})",
     )
     p.add_argument(
         "--superpose-spread",
-        type=float,
+        type=_positive_seconds,
         default=SUPERPOSE_SPREAD_SECONDS,
         metavar="S",
         help=f"superposed copies are shifted by up to S seconds (default: {SUPERPOSE_SPREAD_SECONDS:g})",
@@ -148,7 +154,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     rate.add_argument("--rate-factor", type=float, metavar="K", help="scale the trace's rate by K instead")
     p.add_argument(
         "--jitter",
-        type=float,
+        type=_non_negative_seconds,
         default=1.0,
         metavar="S",
         help="replicate: copies of an arrival spread over S seconds (default: 1)",
@@ -185,7 +191,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--slo-target", type=float, default=0.99, metavar="F", help="attainment a setting must reach (default: 0.99)"
     )
-    p.add_argument("--seed", type=int, default=1, help="random seed (default: 1)")
+    p.add_argument("--seed", type=_non_negative_int, default=1, metavar="N", help="random seed, >= 0 (default: 1)")
     p.add_argument(
         "--out", type=Path, default=Path("sim-out"), metavar="DIR", help="output directory (default: sim-out)"
     )
@@ -206,6 +212,28 @@ def _positive_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
     if not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+def _non_negative_seconds(text: str) -> float:
+    """An option's value that must be a finite number of seconds >= 0 (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (value >= 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    """An option's value that must be a whole number >= 0 (argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text}")
     return value
 
 
@@ -325,7 +353,7 @@ def _run_with_progress(
     )
     outcomes: list[runner.Outcome] = []
     with Progress(*columns, console=console, transient=True) as progress:
-        overall = progress.add_task(f"{label}: {len(todo)} runs", total=len(todo))
+        overall = progress.add_task(escape(f"{label}: {len(todo)} runs"), total=len(todo))
         if jobs > 1:
             return runner.run_cases(
                 workload,
@@ -339,7 +367,7 @@ def _run_with_progress(
             )
         current = progress.add_task("", total=1.0)
         for case in todo:
-            progress.update(current, description=f"  {case.family} {case.setting}", completed=0.0)
+            progress.update(current, description=escape(f"  {case.family} {case.setting}"), completed=0.0)
             outcomes += runner.run_cases(
                 workload,
                 profile,
@@ -359,7 +387,9 @@ def main(args: argparse.Namespace) -> int:
     try:
         return _main(args, console)
     except (UsageError, TraceError, ProfileError) as error:
-        err.print(f"[red]error:[/red] {error}", highlight=False)
+        # The output directory made by the argument check is not left behind, empty, by an error.
+        _remove_empty(getattr(args, "created_out", []))
+        err.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
         return 2
 
 
@@ -389,14 +419,57 @@ def _check(args: argparse.Namespace) -> None:
     for name, value in (("--peak-replicas", args.peak_replicas), ("--rate-factor", args.rate_factor)):
         if value is not None and not (value > 0 and math.isfinite(value)):
             raise UsageError(f"{name} must be a positive number")
-    if args.jitter < 0 or not 0 < args.slo_target <= 1:
-        raise UsageError("--jitter must be >= 0 and --slo-target in (0, 1]")
-    if not args.rate_window > 0 or not args.superpose_spread > 0 or args.jobs < 1:
-        raise UsageError("--rate-window and --superpose-spread must be positive, --jobs at least 1")
+    if args.peak_replicas is not None and args.peak_replicas > crd_max_replicas():
+        # Beyond what one InferenceDeployment scales to; and the fleet engine's time grows with it
+        # (the rate model materializes nothing that a cap elsewhere would catch).
+        raise UsageError(
+            f"--peak-replicas {args.peak_replicas:g} is more than an InferenceDeployment scales to "
+            f"(maxReplicas at most {crd_max_replicas()}): simulate one deployment's share of the traffic"
+        )
+    if args.jitter > MAX_SPAN_SECONDS:
+        raise UsageError(
+            f"--jitter {args.jitter:g} s is longer than a trace may span ({MAX_SPAN_SECONDS / 86400:g} days)"
+        )
+    if not 0 < args.slo_target <= 1:
+        raise UsageError(f"--slo-target must be in (0, 1], got {args.slo_target:g}")
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
     if args.max_replicas is not None and args.max_replicas < 1:
         raise UsageError(f"--max-replicas must be at least 1, got {args.max_replicas}")
     if args.slo_ms is not None and not (args.slo_ms > 0 and math.isfinite(args.slo_ms)):
         raise UsageError(f"--slo-ms must be a positive number of milliseconds, got {args.slo_ms:g}")
+    args.created_out = _output_directory(args.out)
+
+
+def _output_directory(out: Path) -> list[Path]:
+    """Make ``--out`` (and its missing parents) and check that files can be written in it, before
+    any simulation runs; returns the directories made, outermost first. UsageError if it cannot be."""
+    missing = [d for d in (out, *out.parents) if not d.exists()][::-1]
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UsageError(f"--out {out}: not a directory") from None
+    except OSError as error:
+        _remove_empty(missing)
+        raise UsageError(f"--out {out}: cannot create the output directory: {error.strerror or error}") from None
+    if not out.is_dir():
+        raise UsageError(f"--out {out}: not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as error:
+        _remove_empty(missing)
+        raise UsageError(f"--out {out}: cannot write in the output directory: {error.strerror or error}") from None
+    return missing
+
+
+def _remove_empty(directories: list[Path]) -> None:
+    """Remove the directories (innermost first) that are still empty."""
+    for directory in reversed(directories):
+        try:
+            directory.rmdir()
+        except OSError:
+            return
 
 
 def _main(args: argparse.Namespace, console: Console) -> int:
@@ -442,7 +515,8 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         t0 = time.perf_counter()
         factor = args.rate_factor or factor_for_peak(trace, profile, args.peak_replicas)
         console.print(
-            f"[bold]{profile.name}[/bold] on {profile.instance_type}: {len(trace):,} trace requests x {factor:.4g}, "
+            f"[bold]{escape(profile.name)}[/bold] on {escape(profile.instance_type)}: "
+            f"{len(trace):,} trace requests x {factor:.4g}, "
             f"arrivals {args.arrivals}, SLO {profile.slo_ms:g} ms"
         )
         tune_trace = trace
@@ -512,9 +586,9 @@ def _main(args: argparse.Namespace, console: Console) -> int:
                 label if len(phases) > 1 else "",
             )
     report.write_json(args.out / "simulate.json", doc)
-    console.print(f"wrote {args.out}/simulate.json" + ("" if args.no_plots else " and PNG plots"))
+    console.print(escape(f"wrote {args.out}/simulate.json") + ("" if args.no_plots else " and PNG plots"))
     for text in attributions:
-        console.print(f"[dim]{text}[/dim]")
+        console.print(f"[dim]{escape(text)}[/dim]")
     return 0
 
 

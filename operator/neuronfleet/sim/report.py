@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.markup import escape
 from rich.table import Table
 
 from neuronfleet.sim.engine import RunResult
@@ -123,7 +124,7 @@ def table(title: str, rows: Sequence[dict[str, Any]], slo_ms: float, slo_target:
         "~ = none reaches it: highest attainment; x feasible = cost / feasible oracle (pays cold starts "
         "and whole nodes); x LB = cost / instant oracle (lower bound, infeasible)"
     )
-    t = Table(title=title, caption=caption)
+    t = Table(title=escape(title), caption=caption)
     for heading in (
         "policy",
         "setting",
@@ -148,8 +149,8 @@ def table(title: str, rows: Sequence[dict[str, Any]], slo_ms: float, slo_target:
         mark = ("*" if r.get("default") else "") + best_mark
         style = "green" if att is not None and att >= slo_target else None
         t.add_row(
-            r["policy"],
-            f"{r['setting']} {mark}".strip(),
+            escape(r["policy"]),
+            escape(f"{r['setting']} {mark}".strip()),
             f"{att:.4f}" if att is not None else "-",
             _cell(r["p50_ms"], "{:.1f}"),
             _cell(r["p99_ms"], "{:.1f}"),

@@ -3,7 +3,8 @@
 Format: a header row and one request per row. Columns are found by name (case-insensitive):
 
 - arrival time: the first column named like ``timestamp``, ``time``, ``ts`` or ``arrival``; values
-  are ISO-8601 date-times (``2023-11-16 18:15:46.68``) or numbers of seconds;
+  are ISO-8601 date-times (``2023-11-16 18:15:46.68``, optionally with a time zone: ``Z``,
+  ``+01:00``, ``-0500``; times with one are converted to UTC) or numbers of seconds;
 - optional prompt size: a column containing ``context``, ``prompt`` or ``input`` (tokens);
 - optional output size: a column containing ``generated``, ``output`` or ``completion`` (tokens).
 
@@ -14,7 +15,9 @@ seconds repeat, each second's requests are spread evenly within it (request ``i`
 ``+ (i + 0.5) / n``), as the logs' resolution implies; the order of rows is kept.
 
 Malformed files raise :class:`TraceError` naming the file, line and problem; so do files that are
-not UTF-8 text (a compressed trace: decompress it first).
+not UTF-8 text (a compressed trace: decompress it first), token counts that are not finite numbers
+>= 0, and traces spanning more than :data:`MAX_SPAN_SECONDS` (a stray row dated years later would
+make a simulation of all the time in between).
 
 Rate scaling (:func:`scale`) replicates each arrival ``k`` times, each copy shifted by a seeded
 uniform jitter in ``[0, jitter)`` seconds (copies keep the original's token counts). Compressing
@@ -27,6 +30,7 @@ from __future__ import annotations
 import csv
 import math
 import re
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +43,14 @@ FloatArray = npt.NDArray[np.float64]
 _TIME_NAMES = re.compile(r"^(timestamp|time|ts|arrival|arrival_time|arrived_at|start_time)$", re.I)
 _CONTEXT = re.compile(r"context|prompt|input", re.I)
 _GENERATED = re.compile(r"generated|output|completion", re.I)
+#: A date-time's time-zone suffix: ``Z``, ``+01:00``, ``+0100`` or ``+01`` (after the time of day).
+_ZONE = re.compile(r"(?<=\d)\s*(?:(?P<utc>Z)|(?P<sign>[+-])(?P<hours>\d{2})(?::?(?P<minutes>\d{2}))?)$", re.I)
+#: A date-time's fraction of a second.
+_FRACTION = re.compile(r"\.\d+$")
+#: Years numpy holds in nanoseconds (it wraps others around silently: 3000-01-01 reads as 1830).
+_NS_FIRST_YEAR, _NS_LAST_YEAR = 1678, 2262
+#: The longest span of arrivals a trace may have (the shared NASA trace spans 14 days).
+MAX_SPAN_SECONDS = 60 * 86400.0
 
 
 class TraceError(ValueError):
@@ -63,19 +75,39 @@ class Trace:
 
 
 def _parse_time(value: str) -> float:
-    """Seconds from a number or an ISO-8601 date-time; ValueError for an empty, NaN, infinite or NaT time."""
+    """Seconds from a number or an ISO-8601 date-time (UTC if it has a time zone); ValueError for an
+    empty, NaN, infinite or NaT time."""
     try:
         seconds = float(value)
     except ValueError:
-        text = value.strip().replace(" ", "T", 1)
-        stamp = np.datetime64(text, "ns")
-        if np.isnat(stamp):
-            # numpy reads "" and "NaT" as not-a-time, whose integer value is -2**63 ns (the year 1677).
-            raise ValueError(f"not a time: {value!r}") from None
-        return float(stamp.astype(np.int64)) / 1e9
+        return _parse_date_time(value)
     if not math.isfinite(seconds):
         raise ValueError(f"not a finite time: {value!r}")
     return seconds
+
+
+def _parse_date_time(value: str) -> float:
+    text = value.strip().replace(" ", "T", 1)
+    offset = 0.0
+    zone = _ZONE.search(text)
+    if zone and "T" in text[: zone.start()]:
+        # numpy reads an offset with a deprecation warning; the offset is applied here instead.
+        text = text[: zone.start()]
+        if not zone["utc"]:
+            offset = (int(zone["hours"]) * 3600 + int(zone["minutes"] or 0) * 60) * (-1 if zone["sign"] == "-" else 1)
+    if text[4:5] == "-" and text[:4].isdigit() and _NS_FIRST_YEAR <= int(text[:4]) < _NS_LAST_YEAR:
+        stamp = np.datetime64(text, "ns")
+        if np.isnat(stamp):
+            raise ValueError(f"not a time: {value!r}")
+        return float(stamp.astype(np.int64)) / 1e9 - offset
+    # Other years: whole seconds, which numpy holds for any year, plus the fraction.
+    fraction = _FRACTION.search(text)
+    whole = np.datetime64(text[: fraction.start()] if fraction else text, "s")
+    if np.isnat(whole):
+        # numpy reads "" and "NaT" as not-a-time, whose integer value is -2**63 ns (the year 1677).
+        raise ValueError(f"not a time: {value!r}")
+    seconds = float(whole.astype(np.int64)) + (float(fraction[0]) if fraction else 0.0)
+    return seconds - offset
 
 
 def _text_lines(path: Path, handle: Iterable[str]) -> Iterator[str]:
@@ -111,6 +143,7 @@ def load(path: str | Path) -> Trace:
         ctx_col = next((i for i, n in enumerate(names) if i != time_col and _CONTEXT.search(n)), None)
         gen_col = next((i for i, n in enumerate(names) if i != time_col and _GENERATED.search(n)), None)
         times: list[float] = []
+        lines: list[int] = []  # the file's line of each time (for the span check's error)
         contexts: list[float] = []
         generated: list[float] = []
         for line, row in enumerate(reader, start=2):
@@ -122,6 +155,7 @@ def load(path: str | Path) -> Trace:
                 times.append(_parse_time(row[time_col]))
             except ValueError:
                 raise TraceError(f"{path}:{line}: cannot read time {row[time_col]!r}") from None
+            lines.append(line)
             for col, out, label in ((ctx_col, contexts, "context"), (gen_col, generated, "generated")):
                 if col is None:
                     continue
@@ -129,18 +163,39 @@ def load(path: str | Path) -> Trace:
                     tokens = float(row[col])
                 except ValueError:
                     raise TraceError(f"{path}:{line}: {label} tokens {row[col]!r} is not a number") from None
-                if tokens < 0 or math.isnan(tokens):
-                    raise TraceError(f"{path}:{line}: {label} tokens must be >= 0, got {row[col]!r}")
+                if not (tokens >= 0 and math.isfinite(tokens)):
+                    raise TraceError(f"{path}:{line}: {label} tokens must be a finite number >= 0, got {row[col]!r}")
                 out.append(tokens)
     if not times:
         raise TraceError(f"{path}: no requests after the header")
     arrivals = np.asarray(times, dtype=np.float64)
+    _check_span(path, arrivals, lines)
     arrivals = spread_within_seconds(arrivals)
     order = np.argsort(arrivals, kind="stable")
     arrivals = arrivals[order] - arrivals[order[0]]
     ctx = np.asarray(contexts, dtype=np.float64)[order] if ctx_col is not None else None
     gen = np.asarray(generated, dtype=np.float64)[order] if gen_col is not None else None
     return Trace(arrivals, ctx, gen, str(path))
+
+
+def _check_span(path: Path, times: FloatArray, lines: list[int]) -> None:
+    """TraceError naming the outlying row when the times span more than :data:`MAX_SPAN_SECONDS`."""
+    first, last = int(np.argmin(times)), int(np.argmax(times))
+    span = float(times[last]) - float(times[first])  # Python floats: no overflow warning, inf at worst
+    if span <= MAX_SPAN_SECONDS:
+        return
+    # The row farthest from the median time is the stray one (a mistyped year, a test row).
+    median = float(np.median(times))
+    stray = last if float(times[last]) - median >= median - float(times[first]) else first
+    days = span / 86400
+    length = f"{days:,.1f} days" if days < 1e6 else f"{days:.3g} days"
+    if not math.isfinite(days):
+        length = f"more than {sys.float_info.max:.3g} seconds"
+    raise TraceError(
+        f"{path}:{lines[stray]}: this row's time makes the trace span {length} (earliest at line {lines[first]}, "
+        f"latest at line {lines[last]}); a trace may span at most {MAX_SPAN_SECONDS / 86400:g} days: "
+        "remove the stray row or split the trace"
+    )
 
 
 def spread_within_seconds(arrivals: FloatArray) -> FloatArray:

@@ -68,8 +68,11 @@ SUPERPOSE_SPREAD_SECONDS = 300.0
 MATERIALIZE_MAX_BINS = 4_000_000
 #: Seconds per generated block of fine bins (for workloads kept per second).
 BLOCK_SECONDS = 600
-#: LLM workloads materialize each request: refuse what would not fit in memory.
-MAX_LLM_REQUESTS = 20_000_000
+#: The most items a workload materializes (an LLM workload's scaled requests, superposed copies'
+#: offsets): refuse what would not fit in memory (see :func:`check_materialized`).
+MAX_MATERIALIZED = 20_000_000
+#: LLM workloads materialize each request (the limit of :func:`check_materialized`).
+MAX_LLM_REQUESTS = MAX_MATERIALIZED
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,16 @@ def factor_for_peak(trace: Trace, profile: Profile, peak_replicas: float, window
     return peak_replicas / peak
 
 
+def check_materialized(count: float, what: str) -> None:
+    """ValueError if a workload would materialize more than :data:`MAX_MATERIALIZED` items (one
+    rule for every arrivals model and profile kind: a large --peak-replicas or --rate-factor)."""
+    if not count <= MAX_MATERIALIZED:
+        raise ValueError(
+            f"{count:,.0f} {what} is more than a workload can hold ({MAX_MATERIALIZED:,}); "
+            "use a shorter --duration or fewer replicas (--peak-replicas, --rate-factor)"
+        )
+
+
 def _copies(factor: float, rng: np.random.Generator) -> tuple[int, float]:
     whole = math.floor(factor)
     return whole, factor - whole
@@ -201,6 +214,7 @@ def superpose_counts(histogram: FloatArray, factor: float, spread_bins: int, rng
     """
     period = len(histogram)
     spread_bins = max(1, min(period, spread_bins))
+    check_materialized(factor, "superposed copies of the trace")
     whole, extra = _copies(factor, rng)
     offsets = np.bincount(rng.integers(0, spread_bins, size=whole), minlength=period).astype(np.float64)
     total = np.zeros(period)
@@ -216,7 +230,9 @@ def superpose_counts(histogram: FloatArray, factor: float, spread_bins: int, rng
 
 def rate_counts(histogram_s: FloatArray, factor: float, window: float, rng: np.random.Generator) -> FloatArray:
     """Per-second Poisson counts at ``factor`` x the per-second ``histogram_s`` averaged over ``window`` s."""
-    width = max(1, round(window))
+    # Any window of twice the histogram or more averages every second over the whole histogram:
+    # bounding it so keeps a huge (finite) window from overflowing the index arithmetic.
+    width = max(1, round(min(window, 2.0 * len(histogram_s) + 2)))
     cumulative = np.concatenate(([0.0], np.cumsum(histogram_s)))
     index = np.arange(len(histogram_s))
     half = width // 2
@@ -241,12 +257,7 @@ def scaled_requests(
     trace: Trace, factor: float, arrivals: Arrivals, jitter: float, seed: int, rate_window: float, spread: float
 ) -> Trace:
     """The scaled trace as individual requests (LLM profiles), under the given arrivals model."""
-    expected = factor * len(trace)
-    if expected > MAX_LLM_REQUESTS:
-        raise ValueError(
-            f"{expected:,.0f} scaled requests is more than an LLM workload can hold ({MAX_LLM_REQUESTS:,}); "
-            "use a shorter --duration or fewer replicas"
-        )
+    check_materialized(factor * len(trace), "scaled requests")
     if arrivals == "replicate":
         return scale(trace, factor, jitter, seed)
     rng = np.random.default_rng(seed)

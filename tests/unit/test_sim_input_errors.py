@@ -1,0 +1,295 @@
+"""`neuronfleet simulate` on input that used to crash, hang or print the wrong thing: absurd trace
+spans, infinite token counts, non-finite option values, huge fleets, an unwritable --out, time
+zones, square brackets in messages, and the --help examples' paths. Each ends with a one-line error
+(or the right result), never a traceback or a silent hours-long run."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from neuronfleet.sim import runner
+from neuronfleet.sim.command import EPILOG, run_cli
+from neuronfleet.sim.profiles import dump_profile
+from neuronfleet.sim.trace import MAX_SPAN_SECONDS, TraceError, load
+
+REPO = Path(__file__).resolve().parents[2]
+HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
+#: Keeps each run small: one policy at its default setting, no plots, in this process.
+QUICK = ["--policies", "static", "--no-sweep", "--no-plots", "--jobs", "1"]
+
+
+def azure_like(path: Path, rows: int = 40, extra: str = "") -> Path:
+    """A small trace in the Azure shape (2023 date-times, token columns), plus ``extra`` lines."""
+    rng = np.random.default_rng(7)
+    start = np.datetime64("2023-11-16T18:15:46.680590", "us")
+    offsets = np.cumsum(rng.exponential(0.5, size=rows))
+    lines = [HEADER]
+    for offset in offsets:
+        stamp = str(start + np.timedelta64(int(offset * 1e6), "us")).replace("T", " ")
+        lines.append(f"{stamp},{rng.integers(50, 900)},{rng.integers(10, 300)}")
+    path.write_text("\n".join(lines) + "\n" + extra)
+    return path
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    return err
+
+
+# ------------------------------------------------------------------------ 1. absurd trace spans
+
+
+def test_a_row_dated_year_3000_is_refused_with_its_line_and_the_span(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Was a numpy MemoryError traceback; numpy also read 3000-01-01 in nanoseconds as 1830-11-23.
+    csv = azure_like(tmp_path / "t.csv", extra="3000-01-01 00:00:00,10,10\n")
+    assert run_cli(["--trace", str(csv), *QUICK, "--out", str(tmp_path / "out")]) == 2
+    err = one_line_error(capsys)
+    days = (datetime(3000, 1, 1) - datetime(2023, 11, 16, 18, 15, 46, 680590)).total_seconds() / 86400
+    assert f"t.csv:42: this row's time makes the trace span {days:,.1f} days" in err
+    assert "at most 60 days" in err
+
+
+@pytest.mark.parametrize(
+    ("rows", "line"),
+    [(["0", "5", "1e308", "-1e300"], 4), (["0", "5", "1e308", "-1e308"], 4), (["-1e300", "0", "5", "7"], 2)],
+    ids=["huge", "overflowing", "huge-first"],
+)
+def test_numeric_times_spanning_absurdly_long_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: list[str], line: int
+) -> None:
+    # Were ValueError / MemoryError tracebacks; the row named is the one far from the others.
+    csv = tmp_path / "t.csv"
+    csv.write_text("timestamp\n" + "\n".join(rows) + "\n")
+    assert run_cli(["--trace", str(csv), *QUICK, "--out", str(tmp_path / "out")]) == 2
+    err = one_line_error(capsys)
+    assert f"t.csv:{line}: this row's time makes the trace span" in err
+
+
+def test_a_stray_row_a_year_later_is_refused_not_simulated(tmp_path: Path) -> None:
+    # Used to load, then simulate the whole year in between (90 s and 2 GB for a 40-row trace).
+    csv = azure_like(tmp_path / "t.csv", extra="2024-11-16 18:15:46.5,10,10\n")
+    with pytest.raises(TraceError, match=r"t\.csv:42: this row's time makes the trace span 366\.0 days"):
+        load(csv)
+
+
+def test_a_span_just_under_the_limit_still_loads(tmp_path: Path) -> None:
+    # The shared NASA trace spans 14 days; the limit leaves room for longer real traces.
+    assert MAX_SPAN_SECONDS >= 14 * 86400
+    ok = tmp_path / "ok.csv"
+    ok.write_text(f"timestamp\n0\n{MAX_SPAN_SECONDS - 1:.0f}\n")
+    assert load(ok).duration == MAX_SPAN_SECONDS - 1
+    over = tmp_path / "over.csv"
+    over.write_text(f"timestamp\n0\n{MAX_SPAN_SECONDS + 1:.0f}\n")
+    with pytest.raises(TraceError, match=r"over\.csv:3: .* span 60\.0 days"):
+        load(over)
+
+
+# ------------------------------------------------------------------------ 2. token counts
+
+
+@pytest.mark.parametrize("bad", ["inf", "-inf", "nan", "-1"])
+def test_token_counts_must_be_finite_and_non_negative(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: str
+) -> None:
+    # `inf` was accepted and failed later with "rate factor must be positive, got 0.0".
+    csv = azure_like(tmp_path / "t.csv", rows=5, extra=f"2023-11-16 18:15:59.5,100,{bad}\n")
+    args = ["--trace", str(csv), "--profile", "llama-2-7b", *QUICK, "--out", str(tmp_path / "out")]
+    assert run_cli(args) == 2
+    err = one_line_error(capsys)
+    assert f"t.csv:7: generated tokens must be a finite number >= 0, got '{bad}'" in err
+
+
+# ------------------------------------------------------------------------ 3 and 6. option values
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--arrivals", "rate", "--rate-window", "inf"], "argument --rate-window: must be a positive number"),
+        (["--arrivals", "rate", "--rate-window", "nan"], "argument --rate-window: must be a positive number"),
+        (["--superpose-spread", "inf"], "argument --superpose-spread: must be a positive number"),
+        (["--superpose-spread", "-3"], "argument --superpose-spread: must be a positive number"),
+        (["--arrivals", "replicate", "--jitter", "nan"], "argument --jitter: must be a number of seconds >= 0"),
+        (["--arrivals", "replicate", "--jitter", "inf"], "argument --jitter: must be a number of seconds >= 0"),
+        (["--seed", "-1"], "argument --seed: must be a whole number >= 0, got -1"),
+        (["--seed", "1.5"], "argument --seed: expected a whole number, got '1.5'"),
+    ],
+)
+def test_non_finite_or_negative_option_values_are_argument_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    # Were an OverflowError traceback (inf windows), "cannot convert float NaN to integer" (jitter)
+    # and, for --seed -1, "expected non-negative integer" without the flag, after reading the trace.
+    csv = azure_like(tmp_path / "t.csv")
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(["--trace", str(csv), *QUICK, "--out", str(tmp_path / "out"), *args])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_huge_finite_windows_run_and_a_huge_jitter_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = azure_like(tmp_path / "t.csv")
+    base = ["--trace", str(csv), *QUICK, "--out", str(tmp_path / "out")]
+    # A window longer than the trace averages over all of it (was an OverflowError for 1e300).
+    assert run_cli([*base, "--arrivals", "rate", "--rate-window", "1e300", "--peak-replicas", "2"]) == 0
+    assert run_cli([*base, "--superpose-spread", "1e300", "--peak-replicas", "2"]) == 0
+    capsys.readouterr()
+    # A jitter of 1e300 s made a workload of that many seconds ("Maximum allowed dimension exceeded").
+    assert run_cli([*base, "--arrivals", "replicate", "--jitter", "1e300"]) == 2
+    assert "--jitter 1e+300 s is longer than a trace may span (60 days)" in one_line_error(capsys)
+
+
+# ------------------------------------------------------------------------ 4. huge fleets
+
+
+def test_a_huge_peak_replicas_with_superposed_copies_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Drew one offset per copy: a 35-50 GiB numpy MemoryError. Same rule as the LLM path's.
+    csv = azure_like(tmp_path / "t.csv")
+    assert run_cli(["--trace", str(csv), *QUICK, "--rate-factor", "1e10", "--out", str(tmp_path / "out")]) == 2
+    err = one_line_error(capsys)
+    assert re.search(r"[\d,]+ superposed copies of the trace is more than a workload can hold \(20,000,000\)", err)
+    assert "fewer replicas" in err
+
+
+@pytest.mark.parametrize("arrivals", ["rate", "superpose"])
+def test_a_peak_beyond_what_a_deployment_scales_to_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], arrivals: str
+) -> None:
+    # With rate arrivals nothing is materialized: 1e7 replicas ran for hours without a word.
+    csv = azure_like(tmp_path / "t.csv")
+    args = ["--trace", str(csv), *QUICK, "--arrivals", arrivals, "--peak-replicas", "1e7"]
+    assert run_cli([*args, "--out", str(tmp_path / "out")]) == 2
+    assert "--peak-replicas 1e+07 is more than an InferenceDeployment scales to (maxReplicas at most 1000)" in (
+        one_line_error(capsys)
+    )
+
+
+def test_the_llm_path_keeps_the_same_rule(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    csv = azure_like(tmp_path / "t.csv")
+    args = ["--trace", str(csv), "--profile", "llama-2-7b", *QUICK, "--rate-factor", "1e6"]
+    assert run_cli([*args, "--out", str(tmp_path / "out")]) == 2
+    assert "40,000,000 scaled requests is more than a workload can hold (20,000,000)" in one_line_error(capsys)
+
+
+# ------------------------------------------------------------------------ 5. the output directory
+
+
+@pytest.fixture
+def no_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if a simulation starts: the checks must come first."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the simulation ran before the output directory was checked")
+
+    monkeypatch.setattr(runner, "run_oracles", refuse)
+
+
+@pytest.mark.parametrize("where", ["file", "under-a-file", "proc"])
+@pytest.mark.usefixtures("no_simulation")
+def test_an_unusable_out_is_refused_before_simulating(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    # Used to fail with a traceback when writing the report, after the whole simulation ran.
+    csv = azure_like(tmp_path / "t.csv")
+    regular = tmp_path / "report.txt"
+    regular.write_text("not a directory\n")
+    out = {"file": regular, "under-a-file": regular / "sub", "proc": Path("/proc/nope")}[where]
+    if where == "proc" and not Path("/proc/self").exists():
+        pytest.skip("no /proc here")
+    assert run_cli(["--trace", str(csv), *QUICK, "--out", str(out)]) == 2
+    err = one_line_error(capsys)
+    assert f"--out {out}: " in err
+    assert ("not a directory" in err.lower()) if where != "proc" else ("cannot create the output directory" in err)
+
+
+def test_an_input_error_leaves_no_empty_out_behind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "new" / "out"
+    assert run_cli(["--trace", str(tmp_path / "absent.csv"), *QUICK, "--out", str(out)]) == 2
+    assert "absent.csv: cannot open" in one_line_error(capsys)
+    assert not (tmp_path / "new").exists()
+
+
+# ------------------------------------------------------------------------ 7. time zones
+
+
+def test_time_zone_suffixes_are_converted_to_utc_without_warnings(tmp_path: Path) -> None:
+    # numpy read "...Z" with "UserWarning: no explicit representation of timezones".
+    csv = tmp_path / "t.csv"
+    csv.write_text(
+        f"{HEADER}\n"
+        "2023-11-16T18:15:46Z,10,10\n"
+        "2023-11-16T19:15:47+01:00,10,10\n"
+        "2023-11-16 13:15:48.5-0500,10,10\n"
+        "2023-11-16T18:15:49.25,10,10\n"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        arrivals = load(csv).arrivals
+    assert arrivals.tolist() == pytest.approx([0.0, 1.0, 2.5, 3.25], abs=1e-6)
+
+
+def test_a_trace_with_time_zones_runs_without_warnings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    csv = tmp_path / "t.csv"
+    csv.write_text(f"{HEADER}\n" + "".join(f"2023-11-16T18:15:{s:02d}Z,100,20\n" for s in range(0, 60, 2)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert run_cli(["--trace", str(csv), *QUICK, "--peak-replicas", "2", "--out", str(tmp_path / "o")]) == 0
+    assert "Warning" not in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------ 8. square brackets
+
+
+def test_square_brackets_in_a_trace_path_are_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # rich read "[prod]" as markup: the error said "day.csv: cannot open".
+    assert run_cli(["--trace", str(tmp_path / "day[prod].csv"), *QUICK, "--out", str(tmp_path / "o")]) == 2
+    assert "day[prod].csv: cannot open" in one_line_error(capsys)
+
+
+def test_square_brackets_in_a_profile_error_are_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_text(dump_profile("bert-base").replace("- 240\n    - 360", "- 400\n    - 360"))
+    csv = azure_like(tmp_path / "t.csv")
+    assert run_cli(["--trace", str(csv), "--profile", str(profile), *QUICK, "--out", str(tmp_path / "o")]) == 2
+    assert "uniform bounds must be [low, high], got [400, 360]" in one_line_error(capsys)
+
+
+def test_square_brackets_in_a_profile_name_are_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_text(dump_profile("bert-base").replace("name: bert-base", 'name: "bert[prod]"', 1))
+    csv = azure_like(tmp_path / "t.csv")
+    args = ["--trace", str(csv), "--profile", str(profile), *QUICK, "--peak-replicas", "2"]
+    assert run_cli([*args, "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "bert[prod] on inf2.xlarge" in out
+    assert "bert[prod] superpose: all runs" in out
+
+
+# ------------------------------------------------------------------------ 9. the --help examples
+
+
+def test_help_examples_name_traces_where_the_readme_keeps_them() -> None:
+    # The first example named traces/azure-llm-2023-conv.csv, which is nowhere.
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    traces = [word for word in re.findall(r"\S+\.csv", EPILOG) if "/" in word]
+    assert traces, EPILOG
+    for trace in traces:
+        assert trace in readme, trace
+        if (REPO / "../shared/traces").is_dir():
+            assert (REPO / trace).is_file(), trace
