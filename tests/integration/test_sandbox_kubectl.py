@@ -86,7 +86,6 @@ def test_kubectl_sees_inf2_nodes(run_kubectl) -> None:  # type: ignore[no-untype
         ("cores-not-power-of-two.yaml", "spec.model.neuronCoresPerReplica"),
         ("inverted-replica-bounds.yaml", "minReplicas must not exceed maxReplicas"),
         ("warm-pool-bounds.yaml", "warmPool.minPods must not exceed warmPool.maxPods"),
-        ("manual-scaling-auto-warm-pool.yaml", 'spec.warmPool.mode: Invalid value: "object": warmPool.mode Auto'),
         ("unsupported-source.yaml", "spec.model.source"),
         ("name-not-dns-1035.yaml", f'<nil>: Invalid value: "object": {NAME_RULE_MESSAGE}'),
     ],

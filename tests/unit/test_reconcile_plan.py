@@ -199,8 +199,8 @@ def test_requests_that_cannot_be_read_are_degraded_with_the_field_not_a_failed_r
     assert result.status["observedGeneration"] == 1
 
 
-def test_a_stored_manual_deployment_with_an_auto_warm_pool_is_told_why_it_keeps_only_min_pods() -> None:
-    # The CRD refuses the pair now; an object stored before the rule still reaches the planner.
+def test_a_manual_deployment_with_an_auto_warm_pool_is_told_why_it_keeps_only_min_pods() -> None:
+    # Manual scaling measures no demand, so Auto sizing has nothing to size from.
     dep = deployment(scaling={"mode": "Manual", "replicas": 2}, warmPool={"mode": "Auto", "minPods": 1})
     result = plan(dep, Observation(T0, compile=compiled(dep)), DeploymentMemory(), {})
     reason = result.status["warmPool"]["reason"]

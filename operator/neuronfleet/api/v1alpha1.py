@@ -707,13 +707,6 @@ class InferenceDeploymentSpec(ApiModel):
                 "past maxQueue (429 beyond it), so a burst would never show as one",
                 ".scaling.targetQueueDepth",
             ),
-            cel(
-                "!has(self.warmPool) || self.warmPool.mode != 'Auto' || !has(self.scaling) "
-                "|| self.scaling.mode != 'Manual'",
-                "warmPool.mode Auto sizes the pool from the demand the autoscaler measures, which "
-                "scaling.mode Manual does not measure: use warmPool.mode Fixed (or Off) with Manual scaling",
-                ".warmPool.mode",
-            ),
         )
     )
 

@@ -169,7 +169,7 @@ def decide_targets(
         max_active=spec.scaling.max_replicas,
     )
     if spec.scaling.mode == "Manual" and spec.warm_pool.mode == "Auto":
-        # The CRD refuses this pair; an object stored before that rule still gets told why.
+        # Allowed (an SRE pinning the replicas in an incident need not retune the pool), but said.
         warm = replace(
             warm,
             reason=f"{warm.reason}; Auto sizing needs the demand that scaling.mode Manual does not measure: "
