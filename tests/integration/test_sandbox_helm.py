@@ -41,7 +41,9 @@ def test_helm_install_and_uninstall(
         assert result.returncode == 0, f"helm {' '.join(args)}: {result.stderr}"
         return result
 
-    run("install", "nf", str(repo_root / "charts" / "neuronfleet"), "--namespace", "default")
+    # The one value the chart requires.
+    store = "operator.artifactStore=s3://neuronfleet-test/compiled/"
+    run("install", "nf", str(repo_root / "charts" / "neuronfleet"), "--namespace", "default", "--set", store)
 
     def installed(cluster):  # type: ignore[no-untyped-def]
         return {
