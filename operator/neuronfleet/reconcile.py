@@ -47,7 +47,7 @@ from neuronfleet.kube.builders import (
     relabel_patch,
 )
 from neuronfleet.kube.client import UNANSWERED, KubeApi
-from neuronfleet.kube.jobs import build_compile_job
+from neuronfleet.kube.jobs import build_compile_job, wanted_job_spec
 from neuronfleet.kube.observe import observe_cluster
 from neuronfleet.planning.compile import CompileObservation, CompileRequest, compile_request
 from neuronfleet.planning.fleet import (
@@ -209,7 +209,8 @@ class Reconciler:
             stored = await asyncio.to_thread(self.store.lookup, request)
         except StoreUnavailable as exc:
             return None, None, str(exc)
-        return request, CompileObservation(request, stored, source_problem=problem), None
+        observed = CompileObservation(request, stored, source_problem=problem, wanted_job_spec=wanted_job_spec(dep))
+        return request, observed, None
 
     async def observe(self, dep: InferenceDeployment, memory: DeploymentMemory) -> Observation:
         """Every read of one reconcile, at one ``now``."""
@@ -229,7 +230,12 @@ class Reconciler:
         if compiled is not None and cluster.jobs is not None:
             jobs = cluster.jobs
             compiled = replace(
-                compiled, job_phase=jobs.phase, job_message=jobs.message, job_name=jobs.name, running_jobs=jobs.running
+                compiled,
+                job_phase=jobs.phase,
+                job_message=jobs.message,
+                job_name=jobs.name,
+                running_jobs=jobs.running,
+                job_spec=jobs.job_spec,
             )
         snapshot, problem = None, "no metrics source configured"
         spec = dep.spec.scaling

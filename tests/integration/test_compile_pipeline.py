@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes_asyncio import client as k8s
 from operator_harness import FAST_START, NEURON_SCHEDULER, REPO, OperatorHarness, example, inf2_node_groups, ready
 
-from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL
+from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION
 from neuronfleet.sandbox import SandboxCluster
 from neuronfleet.sandbox.runners import SubprocessRunner
 from neuronfleet.sandbox.store import WatchEvent
@@ -139,3 +140,52 @@ async def test_new_deployment_compiles_before_serving_then_a_broken_revision_nev
     assert len(serving) == 2 and all(ready(p) for p in serving)
     assert {p["metadata"]["labels"][f"{GROUP}/revision"] for p in serving} == {good_revision}
     assert harness.deployment(NS, name)["status"]["artifact"]["revision"] == good_revision
+
+
+async def test_a_failed_compile_is_not_run_again_when_its_job_is_gone_until_a_retry_is_asked(
+    compiling_harness: OperatorHarness, tmp_path: Path
+) -> None:
+    # Kubernetes deletes a finished Job after a day (ttlSecondsAfterFinished): the operator used to
+    # create it again, and a compile that fails deterministically ran again every day.
+    harness = compiling_harness
+    manifest = small_minilm(harness)
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text("{ this is not json")
+    manifest["spec"]["model"]["source"] = str(broken)
+    name = manifest["metadata"]["name"]
+    await harness.apply(manifest)
+
+    def failure() -> dict[str, Any]:
+        return harness.deployment(NS, name).get("status", {}).get("compileFailure") or {}
+
+    await harness.wait(lambda: bool(failure()), timeout=300, what="status.compileFailure")
+    first = failure()
+    [job] = harness.cluster.list("jobs", NS, group="batch")
+    assert "BackoffLimitExceeded" in first["message"]
+
+    # As the TTL controller would; the pods go with it.
+    harness.cluster.delete("jobs", job["metadata"]["name"], NS, group="batch", propagation="Background")
+
+    def remembered() -> bool:
+        return "compile-retry annotation" in harness.condition(NS, name, "Compiled").get("message", "")
+
+    await harness.wait(remembered, timeout=60, what="Compiled=False remembering the failure without its Job")
+    assert harness.cluster.list("jobs", NS, group="batch") == []
+    assert harness.condition(NS, name, "Compiled")["reason"] == "CompileFailed"
+
+    # An explicit retry runs it again (and it fails again, as attempt of another job spec key).
+    custom = k8s.CustomObjectsApi(await harness.api())
+    await custom.patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        NS,
+        PLURAL,
+        name,
+        {"metadata": {"annotations": {"serving.neuronfleet.dev/compile-retry": "1"}}},
+        _content_type="application/merge-patch+json",
+    )
+    await harness.wait(
+        lambda: failure().get("attempt", first["attempt"]) != first["attempt"], timeout=300, what="a retried compile"
+    )
+    assert len(harness.cluster.list("jobs", NS, group="batch")) == 1

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
 from neuronfleet.planning.compile import (
+    CompileFailure,
     CompileObservation,
     StoredArtifact,
     compile_request,
     decide_compile,
     decide_unservable,
+    job_spec_key,
 )
 
 SPEC = InferenceDeploymentSpec.model_validate({"model": {"source": "s3://models-bucket/bert/"}})
@@ -28,6 +32,12 @@ def test_request_key_follows_what_changes_the_artifact_only() -> None:
     assert compile_request(flags, "s3://store", "fp1").key != base.key
     resources = SPEC.model_copy(update={"compile": SPEC.compile.model_copy(update={"memory": "64Gi"})})
     assert compile_request(resources, "s3://store", "fp1").key == base.key  # Job size, same artifact
+    # Another store has no record of it yet: its compile is another request (and another Job).
+    assert compile_request(SPEC, "s3://other-store", "fp1").key != base.key
+    assert compile_request(SPEC, "s3://store/", "fp1").key == base.key
+    # Buckets are sets: their order and repeats ask for the same compile.
+    shuffled = SPEC.model_copy(update={"model": SPEC.model.model_copy(update={"batch_buckets": [16, 8, 4, 1, 4]})})
+    assert compile_request(shuffled, "s3://store", "fp1").key == base.key
 
 
 def test_stored_artifact_is_used_without_a_job() -> None:
@@ -57,3 +67,38 @@ def test_unservable_spec_is_not_compiled() -> None:
     decision = decide_unservable(["spec.placement.instanceTypes: no allowed instance type holds it"], OLD)
     assert (decision.create_job, decision.serve, decision.reason) == (False, OLD, "Pending")
     assert "no allowed instance type" in decision.message
+
+
+def test_a_failed_job_is_replaced_when_the_spec_asks_to_run_it_differently() -> None:
+    # More memory after an OOM, a longer deadline, or the compile-retry annotation: the Job's name is
+    # the request's (unchanged), so the failed one stays unless it is replaced.
+    before = job_spec_key(SPEC)
+    more = SPEC.model_copy(update={"compile": SPEC.compile.model_copy(update={"memory": "64Gi"})})
+    assert job_spec_key(more) != before and job_spec_key(SPEC, "retry-1") != before
+    failed = replace(_observe(None, "failed", "BackoffLimitExceeded"), job_spec=before, job_name="bert-compile-x")
+    decision = decide_compile(replace(failed, wanted_job_spec=job_spec_key(more)), OLD)
+    assert (decision.replace_job, decision.create_job, decision.reason) == (True, False, "Compiling")
+    same = decide_compile(replace(failed, wanted_job_spec=before), OLD)
+    assert (same.replace_job, same.reason, same.failure) == (
+        False,
+        "CompileFailed",
+        CompileFailure(f"{failed.request.key}/{before}", "BackoffLimitExceeded"),
+    )
+
+
+def test_a_failure_is_remembered_after_kubernetes_deletes_the_job() -> None:
+    # ttlSecondsAfterFinished removes the failed Job after a day: it was created again, daily.
+    wanted = job_spec_key(SPEC)
+    absent = replace(_observe(None, "absent"), wanted_job_spec=wanted)
+    failure = CompileFailure(absent.attempt, "BackoffLimitExceeded: OOMKilled")
+    decision = decide_compile(replace(absent, failed_before=failure), OLD)
+    assert (decision.create_job, decision.reason, decision.failure) == (False, "CompileFailed", failure)
+    assert "serving.neuronfleet.dev/compile-retry" in decision.message
+    # Another attempt (a changed spec.compile, a retry) runs.
+    other = CompileFailure(f"{absent.request.key}/0000000000", "old")
+    assert decide_compile(replace(absent, failed_before=other), OLD).create_job
+
+
+def test_a_running_job_whose_pod_waits_says_why() -> None:
+    decision = decide_compile(_observe(None, "running", "not scheduled: 0/3 nodes are available"), OLD)
+    assert decision.message.endswith("; its pod is waiting: not scheduled: 0/3 nodes are available")

@@ -818,6 +818,13 @@ class AutoscalerStatus(ApiModel):
     )
 
 
+class CompileFailureStatus(ApiModel):
+    """A compile that failed: not run again as it was, also once Kubernetes has deleted its Job."""
+
+    attempt: str = Field(description="<request key>/<job spec key> of the failed compile.")
+    message: str = Field(default="", description="Why it failed (the Job's reason, the compile's last words).")
+
+
 class InferenceDeploymentStatus(ApiModel):
     """Observed state of an InferenceDeployment, written by the operator."""
 
@@ -841,6 +848,11 @@ class InferenceDeploymentStatus(ApiModel):
     # instance type fits. The live metrics are in Prometheus, not here: a status write per scrape
     # would load the API server for nothing.
     artifact: ArtifactStatus | None = Field(default=None, description="The compiled artifact being served.")
+    compile_failure: CompileFailureStatus | None = Field(
+        default=None,
+        description="The current spec's compile failed: it runs again when spec.compile changes or the "
+        "serving.neuronfleet.dev/compile-retry annotation gets a new value.",
+    )
     placement: PlacementStatus | None = Field(
         default=None, description="The chosen placement; absent when no allowed instance type fits."
     )

@@ -13,13 +13,20 @@ from typing import Any
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.kube.builders import BuilderConfig, _container_security, _metadata, _pod_security, common_labels
 from neuronfleet.planning.catalog import LABEL_INSTANCE_FAMILY, NEURON_TAINT_KEY
-from neuronfleet.planning.compile import CompileRequest, JobPhase
+from neuronfleet.planning.compile import ANNOTATION_COMPILE_RETRY, CompileRequest, JobPhase, job_spec_key
 from neuronfleet.planning.labels import LABEL_DEPLOYMENT, short_hash
 
 LABEL_COMPILE_REQUEST = "serving.neuronfleet.dev/compile-request"
+#: The job spec key (planning.compile.job_spec_key) the Job was made with.
+ANNOTATION_JOB_SPEC = "serving.neuronfleet.dev/compile-job-spec"
 COMPILE_CONTAINER = "compile"
 #: Finished Jobs stay a day: a failed one is the record of why a revision did not roll out.
 FINISHED_JOB_TTL_SECONDS = 86400
+
+
+def wanted_job_spec(dep: InferenceDeployment) -> str:
+    """The job spec key of the deployment's spec and its compile-retry annotation."""
+    return job_spec_key(dep.spec, (dep.metadata.annotations or {}).get(ANNOTATION_COMPILE_RETRY))
 
 
 def compile_job_name(deployment: str, request: CompileRequest) -> str:
@@ -74,7 +81,7 @@ def build_compile_job(
     config = config or BuilderConfig()
     labels = common_labels(dep, "compile")
     labels[LABEL_COMPILE_REQUEST] = request.key
-    metadata = _metadata(dep, compile_job_name(dep.name, request), labels)
+    metadata = _metadata(dep, compile_job_name(dep.name, request), labels, {ANNOTATION_JOB_SPEC: wanted_job_spec(dep)})
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from neuronfleet.kube.builders import parse_pod
 from neuronfleet.kube.client import KubeApi, Obj
 from neuronfleet.kube.coldstart import pod_timelines
-from neuronfleet.kube.jobs import LABEL_COMPILE_REQUEST, compile_job_name, compile_job_selector, job_phase
+from neuronfleet.kube.jobs import (
+    ANNOTATION_JOB_SPEC,
+    LABEL_COMPILE_REQUEST,
+    compile_job_name,
+    compile_job_selector,
+    job_phase,
+)
 from neuronfleet.planning.catalog import LABEL_ZONE
 from neuronfleet.planning.coldstart import PodTimeline
 from neuronfleet.planning.compile import CompileRequest, JobPhase
@@ -31,6 +37,8 @@ class CompileJobs:
     phase: JobPhase
     message: str
     running: tuple[str, ...]
+    #: The job spec key the current request's Job was made with (None: no Job, or made before keys).
+    job_spec: str | None = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,12 @@ async def _failure_details(kube: KubeApi, namespace: str, job_name: str, message
     for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True):
         for status in (pod.get("status") or {}).get("containerStatuses") or []:
             terminated = (status.get("state") or {}).get("terminated") or {}
+            # With FallbackToLogsOnError the message is the log's tail; OOMKilled is only in the reason.
+            if terminated.get("reason") == "OOMKilled":
+                return (
+                    f"{message}; the compile ran out of memory (OOMKilled, exit code "
+                    f"{terminated.get('exitCode', 137)}): raise spec.compile.memory"
+                )
             if terminated.get("message"):
                 return f"{message}; {terminated['message'].strip()[-800:]}"
         tail = await kube.pod_log_tail(namespace, pod["metadata"]["name"])
@@ -58,12 +72,32 @@ async def _failure_details(kube: KubeApi, namespace: str, job_name: str, message
     return message
 
 
+async def _waiting_details(kube: KubeApi, namespace: str, job_name: str) -> str:
+    """Why a running compile Job's pod has not started: unschedulable, or its image not pulled.
+
+    Empty when it runs (or nothing says why not). A Job stuck so would otherwise read "running"
+    until its deadline, then "DeadlineExceeded" without the cause.
+    """
+    for pod in await kube.list_pods(namespace, {"job-name": job_name}):
+        status = pod.get("status") or {}
+        for container in status.get("containerStatuses") or []:
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") and waiting["reason"] not in ("ContainerCreating", "PodInitializing"):
+                return f"{waiting['reason']}: {(waiting.get('message') or '').strip()[:300]}".rstrip(": ")
+        for condition in status.get("conditions") or []:
+            if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+                why = (condition.get("message") or condition.get("reason") or "").strip()[:300]
+                return f"not scheduled: {why}"
+    return ""
+
+
 async def observe_compile_jobs(kube: KubeApi, namespace: str, deployment: str, request: CompileRequest) -> CompileJobs:
     """One list of the deployment's compile Jobs: the current request's state and the running ones."""
     name = compile_job_name(deployment, request)
     jobs: list[Obj] = await kube.list_jobs(namespace, compile_job_selector(deployment))
     phase: JobPhase = "absent"
     message = ""
+    job_spec = None
     running = []
     for job in jobs:
         job_name = job["metadata"]["name"]
@@ -72,9 +106,12 @@ async def observe_compile_jobs(kube: KubeApi, namespace: str, deployment: str, r
             running.append(job_name)
         if job_name == name:
             phase, message = job_state, job_message
+            job_spec = (job["metadata"].get("annotations") or {}).get(ANNOTATION_JOB_SPEC)
     if phase == "failed":
         message = await _failure_details(kube, namespace, name, message)
-    return CompileJobs(name, phase, message, tuple(sorted(running)))
+    elif phase == "running":
+        message = await _waiting_details(kube, namespace, name)
+    return CompileJobs(name, phase, message, tuple(sorted(running)), job_spec)
 
 
 def controlled_by(pod: Obj, owner_uid: str | None) -> bool:

@@ -53,10 +53,16 @@ def compile_request(
 ) -> CompileRequest:
     """The compile request of a spec, keyed by everything that changes the artifact."""
     store = spec.compile.artifact_store or default_store
+    model = spec.model.model_dump(
+        mode="json", include={"source", "format", "inputs", "batch_buckets", "sequence_buckets"}
+    )
+    # Buckets are sets (the CRD says so): [4, 1] asks for the same compile as [1, 4].
+    for buckets in ("batch_buckets", "sequence_buckets"):
+        model[buckets] = sorted(set(model[buckets]))
     doc = {
-        "model": spec.model.model_dump(
-            mode="json", include={"source", "format", "inputs", "batch_buckets", "sequence_buckets"}
-        ),
+        "model": model,
+        # The store: its request record says where the artifact is; another store has none yet.
+        "store": store.rstrip("/"),
         "compile": spec.compile.model_dump(
             mode="json", include={"image", "target_family", "auto_cast", "auto_cast_type", "opt_level", "extra_args"}
         ),
@@ -64,6 +70,32 @@ def compile_request(
     }
     digest = hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     return CompileRequest(digest[:REQUEST_KEY_LENGTH], store, spec.model.source, source_fingerprint)
+
+
+#: An InferenceDeployment annotation whose every new value retries a failed compile of the same spec.
+ANNOTATION_COMPILE_RETRY = "serving.neuronfleet.dev/compile-retry"
+
+
+def job_spec_key(spec: InferenceDeploymentSpec, retry: str | None = None) -> str:
+    """What a compile Job runs with beyond its request: resources, deadline, retries, and the
+    compile-retry annotation. None of it changes the artifact (so it is not in the request key),
+    but a failed Job whose key differs from the spec's is replaced: more memory after an OOM, a
+    longer deadline, or an explicit retry."""
+    doc = {
+        "job": spec.compile.model_dump(mode="json", include={"cpu", "memory", "timeout_seconds", "backoff_limit"}),
+        "retry": retry,
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:10]
+
+
+@dataclass(frozen=True)
+class CompileFailure:
+    """A compile that failed, remembered in the status after its Job is gone (Kubernetes deletes
+    finished Jobs after a day): it is not run again until the spec or the retry annotation changes."""
+
+    #: ``<request key>/<job spec key>`` of the failed attempt.
+    attempt: str
+    message: str
 
 
 @dataclass(frozen=True)
@@ -97,6 +129,17 @@ class CompileObservation:
     #: The compile Job for this request, and every compile Job of the deployment still running.
     job_name: str = ""
     running_jobs: tuple[str, ...] = ()
+    #: The job spec key the observed Job was made with (None: no Job, or one made before keys).
+    job_spec: str | None = None
+    #: The job spec key the spec asks for now (:func:`job_spec_key`).
+    wanted_job_spec: str = ""
+    #: The failure the status remembers, if any.
+    failed_before: CompileFailure | None = None
+
+    @property
+    def attempt(self) -> str:
+        """This request with this Job spec: what a remembered failure is matched against."""
+        return f"{self.request.key}/{self.wanted_job_spec}"
 
 
 @dataclass(frozen=True)
@@ -109,14 +152,20 @@ class CompileDecision:
     compiled_status: Literal["True", "False", "Unknown"]
     reason: Reason
     message: str
+    #: The failure to remember in the status (kept while the same attempt stays failed).
+    failure: CompileFailure | None = None
+    #: Delete the failed Job: the spec asks for it to be run differently (it is created again once gone).
+    replace_job: bool = False
 
 
 def decide_compile(observed: CompileObservation, previous: StoredArtifact | None) -> CompileDecision:
     """Use the stored artifact, start a Job, wait for it, or report why there is none.
 
     A failed compile never rolls out: the previous artifact keeps serving, and the Job is not
-    re-created for the same request (Kubernetes already retried it ``backoffLimit`` times with
-    exponential back-off); a new spec (a new request key) starts over.
+    re-created for the same attempt (Kubernetes already retried it ``backoffLimit`` times with
+    exponential back-off), also after Kubernetes deletes it: the status remembers the failure. A
+    new request key starts over; so does a new job spec key (more memory after an OOM, a longer
+    deadline, the compile-retry annotation): the failed Job is replaced.
     """
     if observed.stored is not None:
         stored = observed.stored
@@ -138,12 +187,31 @@ def decide_compile(observed: CompileObservation, previous: StoredArtifact | None
             "no compile Job started",
         )
     if observed.job_phase == "failed":
+        if observed.job_spec is not None and observed.job_spec != observed.wanted_job_spec:
+            return CompileDecision(
+                False,
+                previous,
+                "Unknown" if previous is None else "False",
+                Reason.COMPILING,
+                f"compile Job {observed.job_name} failed under an earlier spec.compile (resources, deadline, "
+                "retries) or before a retry was asked: replacing it",
+                replace_job=True,
+            )
+        message = observed.job_message or f"compile Job for request {observed.request.key} failed"
+        failure = CompileFailure(observed.attempt, message)
+        return CompileDecision(False, previous, "False", Reason.COMPILE_FAILED, message, failure=failure)
+    failed = observed.failed_before
+    if observed.job_phase == "absent" and failed is not None and failed.attempt == observed.attempt:
+        # Kubernetes deleted the failed Job (ttlSecondsAfterFinished): running it again would fail
+        # the same way, at the same cost, every day.
         return CompileDecision(
             False,
             previous,
             "False",
             Reason.COMPILE_FAILED,
-            observed.job_message or f"compile Job for request {observed.request.key} failed",
+            f"{failed.message} (to run it again: change spec.compile, or set the "
+            f"{ANNOTATION_COMPILE_RETRY} annotation to a new value)",
+            failure=failed,
         )
     if observed.job_phase == "succeeded":
         # The Job ended well but left no record: the store and the Job disagree. Not a retry loop:
@@ -156,12 +224,16 @@ def decide_compile(observed: CompileObservation, previous: StoredArtifact | None
             f"compile Job succeeded but {observed.request.record_uri} is missing",
         )
     waiting = "running" if observed.job_phase == "running" else "starting"
+    # A running Job's message says why its pod has not started (unschedulable, image not pulled).
+    stuck = ""
+    if observed.job_phase == "running" and observed.job_message:
+        stuck = f"; its pod is waiting: {observed.job_message}"
     return CompileDecision(
         observed.job_phase == "absent",
         previous,
         "Unknown" if previous is None else "False",
         Reason.COMPILING,
-        f"compile Job {waiting} for {observed.request.source} (request {observed.request.key})",
+        f"compile Job {waiting} for {observed.request.source} (request {observed.request.key}){stuck}",
     )
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from neuronfleet.api.v1alpha1 import GROUP
 from neuronfleet.planning import coldstart, scaling, warmpool
 from neuronfleet.planning.coldstart import PodTimeline
-from neuronfleet.planning.compile import CompileObservation, StoredArtifact
+from neuronfleet.planning.compile import CompileFailure, CompileObservation, StoredArtifact
 from neuronfleet.planning.fleet import PodView
 from neuronfleet.planning.signals import MetricSnapshot
 from neuronfleet.planning.status import LastScale, Refusal, find_condition
@@ -69,6 +69,8 @@ class StatusMemory:
     #: The status's ``autoscaler`` section as read (the last checkpoint), parsed only by a
     #: restarted operator's first decision (:func:`~neuronfleet.planning.status.checkpoint_from_status`).
     autoscaler: Mapping[str, Any] | None = None
+    #: A compile that failed and is not to be run again as it was (``status.compileFailure``).
+    compile_failure: CompileFailure | None = None
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any]) -> StatusMemory:
@@ -90,6 +92,12 @@ class StatusMemory:
             LastScale(last_time, str(status.get("lastScaleReason") or "")) if isinstance(last_time, str) else None
         )
         conditions = status.get("conditions")
+        failure = status.get("compileFailure")
+        compile_failure = (
+            CompileFailure(str(failure["attempt"]), str(failure.get("message") or ""))
+            if isinstance(failure, Mapping) and failure.get("attempt")
+            else None
+        )
         return cls(
             desired_replicas=desired if isinstance(desired, int) and desired >= 0 else None,
             instance_type=instance_type if isinstance(instance_type, str) else None,
@@ -97,6 +105,7 @@ class StatusMemory:
             last_scale=last_scale,
             conditions=tuple(c for c in conditions if isinstance(c, Mapping)) if isinstance(conditions, list) else (),
             autoscaler=autoscaler if isinstance(autoscaler := status.get("autoscaler"), Mapping) else None,
+            compile_failure=compile_failure,
         )
 
     def condition(self, kind: str) -> Mapping[str, Any]:

@@ -69,7 +69,8 @@ class StartCompileJob:
 
 @dataclass(frozen=True)
 class DeleteCompileJob:
-    """Delete a compile Job of an older request: the spec changed while it ran."""
+    """Delete a compile Job of an older request (the spec changed while it ran), or a failed one the
+    spec asks to run differently."""
 
     name: str
 
@@ -189,10 +190,13 @@ def _compile(
         detail = observation.compile_error or "the compile pipeline was not read"
         decision = CompileDecision(False, durable.artifact, "Unknown", Reason.STORE_UNAVAILABLE, detail)
         return decision, (), (f"compile pipeline: {detail}",)
-    decision = decide_compile(observed, durable.artifact)
+    decision = decide_compile(replace(observed, failed_before=durable.compile_failure), durable.artifact)
     actions: list[CompileAction] = []
     if decision.create_job:
         actions.append(StartCompileJob(observed.request, observed.job_name))
+    if decision.replace_job:
+        # Created again on a later round, once the API server has removed it.
+        actions.append(DeleteCompileJob(observed.job_name))
     if observed.source_problem is None:
         # A newer spec (or source) supersedes compiles of older requests that are still running. Not
         # on a round whose source listing failed: its request key lacks the fingerprint, so it

@@ -28,6 +28,7 @@ from neuronfleet.api.v1alpha1 import (
     ArtifactStatus,
     AutoscalerStatus,
     ColdStartStatus,
+    CompileFailureStatus,
     Condition,
     ConditionType,
     InferenceDeploymentStatus,
@@ -421,6 +422,11 @@ def build_status(
         placeholders=fleet.placeholders,
         selector=selector_string(active_selector(deployment)),
         artifact=_artifact(inputs.compile),
+        compile_failure=(
+            CompileFailureStatus(attempt=failure.attempt, message=failure.message[:2000])
+            if (failure := inputs.compile.failure) is not None
+            else None
+        ),
         placement=_placement(inputs.placement),
         warm_pool=inputs.warm_pool,
         cold_start=inputs.cold_start,
