@@ -346,7 +346,7 @@ class Reconciler:
             if result == "applied":
                 events.append(describe_action(action))
         try:
-            for obj in (build_service(dep), build_pdb(dep)):
+            for obj in (build_service(dep), build_pdb(dep, plan.inputs.fleet.desired_active)):
                 kind, name = obj["kind"], obj["metadata"]["name"]
                 current = await self.kube.read(kind, namespace, name)
                 owner = foreign_controller(current, obj)

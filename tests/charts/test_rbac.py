@@ -187,12 +187,12 @@ async def _flow(cluster: SandboxCluster, tmp_path: Path, namespaces: list[str]) 
             name, NS, {"spec": {"selector": {f"{GROUP}/role": "warm"}}}, _content_type="application/merge-patch+json"
         )
         await policy.patch_namespaced_pod_disruption_budget(
-            name, NS, {"spec": {"maxUnavailable": 5}}, _content_type="application/merge-patch+json"
+            name, NS, {"spec": {"minAvailable": 5}}, _content_type="application/merge-patch+json"
         )
         await harness.wait(
             lambda: (
                 (cluster.get("services", name, NS) or {})["spec"]["selector"][f"{GROUP}/role"] == "active"
-                and (cluster.get("poddisruptionbudgets", name, NS, group="policy") or {})["spec"]["maxUnavailable"] != 5
+                and (cluster.get("poddisruptionbudgets", name, NS, group="policy") or {})["spec"]["minAvailable"] != 5
             ),
             what="the Service and the PDB repaired",
         )

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from kubernetes_asyncio import client as k8s
 from operator_harness import OperatorHarness, example, ready
 
@@ -240,3 +241,37 @@ async def test_a_pod_it_does_not_control_is_neither_counted_nor_drained(harness:
     assert stray_names <= {p["metadata"]["name"] for p in harness.pods(NS, name, "active")}
     status = harness.deployment(NS, name)["status"]
     assert (status.get("replicas"), status.get("readyReplicas")) == (2, 2), status
+
+
+async def test_an_auto_scaled_fleet_can_be_drained_one_pod_at_a_time(harness: OperatorHarness) -> None:
+    # The PDB had maxUnavailable: 1, so the disruption controller expected the pods of the
+    # deployment's /scale, spec.scaling.replicas: unset in Auto mode, 0 expected, no eviction ever
+    # allowed (a node drain or a consolidation blocked). minAvailable counts the selected pods.
+    manifest = harness.localize(
+        example(
+            "bert-embeddings", scaling={"mode": "Auto", "minReplicas": 2, "maxReplicas": 4}, warmPool={"mode": "Off"}
+        ),
+        namespace=NS,
+    )
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+    name = manifest["metadata"]["name"]
+    await harness.wait(
+        lambda: sum(ready(p) for p in harness.pods(NS, name, "active")) == 2, timeout=120, what="2 ready active pods"
+    )
+    budget = harness.cluster.get("poddisruptionbudgets", name, NS, group="policy") or {}
+    assert budget["spec"]["minAvailable"] == 1
+
+    def allowed() -> int:
+        status = (harness.cluster.get("poddisruptionbudgets", name, NS, group="policy") or {}).get("status") or {}
+        return int(status.get("disruptionsAllowed", -1))
+
+    await harness.wait(lambda: allowed() == 1, timeout=30, what="one disruption allowed")
+    core = k8s.CoreV1Api(await harness.api())
+    first, second = (p["metadata"]["name"] for p in harness.pods(NS, name, "active"))
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": first, "namespace": NS}}
+    await core.create_namespaced_pod_eviction(first, NS, eviction)
+    eviction["metadata"]["name"] = second
+    with pytest.raises(k8s.ApiException) as refused:
+        await core.create_namespaced_pod_eviction(second, NS, eviction)
+    assert refused.value.status == 429

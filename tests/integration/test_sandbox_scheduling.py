@@ -4,16 +4,19 @@ milliseconds)."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from neuronfleet.api.v1alpha1 import GROUP
 from neuronfleet.sandbox import CORES_ANNOTATION, ColdStartProfile, NodeGroup, SandboxCluster
 
 pytestmark = pytest.mark.looptime
 
 NEURON_TOLERATION = {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"}
+REPO = Path(__file__).resolve().parents[2]
 PROFILE = ColdStartProfile(image_pull_s=20.0, container_start_s=2.0, readiness_s=30.0, shutdown_s=1.0, jitter=0.0)
 
 
@@ -459,3 +462,58 @@ async def test_launched_node_becomes_usable_after_ready_and_device_plugin_delays
         await cluster.wait_for(lambda: pod(cluster, "model")["spec"].get("nodeName"), timeout=300)
         assert cluster.clock.monotonic() - start == pytest.approx(90, abs=1)  # 60 + 20 + 10
         assert cluster.provisioner is not None and cluster.provisioner.nodes_launched == 1
+
+
+async def test_a_max_unavailable_budget_expects_the_pods_of_its_controllers_scale() -> None:
+    # As kube-controller-manager: with maxUnavailable the pods expected are the controllers' /scale
+    # replicas, an InferenceDeployment's spec.scaling.replicas, unset in Auto mode: 0 expected, so no
+    # eviction is allowed. The sandbox counted the selected pods, and hid an operator whose budget
+    # blocked every node drain in production.
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=2)],
+        cold_start=PROFILE,
+        run_provisioner=False,
+        crd_dir=REPO / "crds",
+    ) as cluster:
+        owner = cluster.create(
+            "inferencedeployments",
+            {
+                "apiVersion": f"{GROUP}/v1alpha1",
+                "kind": "InferenceDeployment",
+                "metadata": {"name": "bert"},
+                "spec": {"model": {"source": "s3://models/bert/"}, "scaling": {"mode": "Auto"}},
+            },
+            "default",
+            group=GROUP,
+        )
+        reference = {
+            "apiVersion": f"{GROUP}/v1alpha1",
+            "kind": "InferenceDeployment",
+            "name": "bert",
+            "uid": owner["metadata"]["uid"],
+            "controller": True,
+        }
+        for i in range(2):
+            controlled = neuron_pod(f"m{i}", 1)
+            controlled["metadata"]["ownerReferences"] = [reference]
+            cluster.create("pods", controlled, "default")
+        cluster.create(
+            "poddisruptionbudgets",
+            {
+                "metadata": {"name": "bert"},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "model"}}},
+            },
+            "default",
+            group="policy",
+        )
+        await cluster.wait_for(lambda: is_ready(cluster, "m0") and is_ready(cluster, "m1"), timeout=120)
+
+        def status() -> dict[str, Any]:
+            return (cluster.get("poddisruptionbudgets", "bert", "default", group="policy") or {}).get("status") or {}
+
+        await cluster.wait_for(lambda: status().get("currentHealthy") == 2, timeout=10)
+        assert (status()["expectedPods"], status()["disruptionsAllowed"]) == (0, 0)
+        async with aiohttp.ClientSession(cluster.url) as http:
+            eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "m0"}}
+            async with http.post("/api/v1/namespaces/default/pods/m0/eviction", json=eviction) as r:
+                assert r.status == 429

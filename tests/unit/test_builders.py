@@ -219,13 +219,17 @@ def test_template_hash_follows_the_pod_but_not_the_artifact() -> None:
 def test_service_pdb_and_priority_classes() -> None:
     dep = load("bert-embeddings.yaml")
     service = build_service(dep)
-    pdb = build_pdb(dep)
+    pdb = build_pdb(dep, desired_active=3)
     for obj in (service, pdb, *build_priority_classes()):
         validate(obj)
     active = {"serving.neuronfleet.dev/deployment": dep.name, "serving.neuronfleet.dev/role": "active"}
     assert service["spec"]["selector"] == active
     assert service["spec"]["ports"][0]["targetPort"] == "http"
     assert pdb["spec"]["selector"]["matchLabels"] == active
+    # An integer minAvailable: the disruption controller then counts the selected pods. With
+    # maxUnavailable it counts the controller's /scale replicas, unset in Auto mode: no eviction.
+    assert (pdb["spec"]["minAvailable"], "maxUnavailable" in pdb["spec"]) == (2, False)
+    assert build_pdb(dep, desired_active=0)["spec"]["minAvailable"] == 0
     classes = {c["metadata"]["name"]: c for c in build_priority_classes()}
     assert classes["neuronfleet-warm"]["value"] == classes["neuronfleet-active"]["value"]
     # Cluster-autoscaler ignores pods below -10: placeholders must stay at or above it.
@@ -279,7 +283,7 @@ def test_long_deployment_names_still_make_valid_objects() -> None:
     assert isinstance(create, CreatePod)
     pod = build_pod(dep, candidate, create.revision, "active", create.name)
     service = build_service(dep)
-    for obj in (pod, service, build_pdb(dep)):
+    for obj in (pod, service, build_pdb(dep, 1)):
         validate(obj)
     assert len(pod["metadata"]["name"]) <= 63 and len(service["metadata"]["name"]) <= 63
     assert all(len(value) <= 63 for value in pod["metadata"]["labels"].values())

@@ -97,3 +97,18 @@ async def test_a_field_the_api_server_drops_is_written_once_then_no_longer_compa
     current = await kube.read("PodDisruptionBudget", "default", "bert")
     assert await kube.ensure(wanted, current) == "updated"
     assert server.stored["spec"]["maxUnavailable"] == 2
+
+
+async def test_a_pdb_written_with_max_unavailable_loses_it_when_min_available_is_wanted(
+    older_server: tuple[OlderApiServer, KubeClient],
+) -> None:
+    # A PDB takes one of the two (an API server refuses both): an older operator's maxUnavailable
+    # is removed in the same patch that sets minAvailable, then nothing more is written.
+    server, kube = older_server
+    wanted = pdb(minAvailable=2)
+    del wanted["spec"]["maxUnavailable"]
+    current = await kube.read("PodDisruptionBudget", "default", "bert")
+    assert await kube.ensure(wanted, current) == "updated"
+    assert server.stored["spec"]["minAvailable"] == 2 and "maxUnavailable" not in server.stored["spec"]
+    current = await kube.read("PodDisruptionBudget", "default", "bert")
+    assert await kube.ensure(wanted, current) == "unchanged"

@@ -477,14 +477,21 @@ def build_service(dep: InferenceDeployment) -> dict[str, Any]:
     }
 
 
-def build_pdb(dep: InferenceDeployment) -> dict[str, Any]:
-    """PodDisruptionBudget over the active pods: voluntary evictions take one at a time."""
+def build_pdb(dep: InferenceDeployment, desired_active: int) -> dict[str, Any]:
+    """PodDisruptionBudget over the active pods: voluntary evictions take one at a time.
+
+    An integer minAvailable (the desired active replicas less one), not maxUnavailable: with
+    maxUnavailable the disruption controller counts the pods expected from their controller's
+    /scale, whose spec.replicas is spec.scaling.replicas, unset in Auto mode: 0 expected, so no
+    eviction would ever be allowed (every node drain and consolidation blocked). With an integer
+    minAvailable it counts the pods the PDB selects. Rewritten when the desired count changes.
+    """
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": _metadata(dep, dep.name, common_labels(dep, "disruption-budget")),
         "spec": {
-            "maxUnavailable": 1,
+            "minAvailable": max(0, desired_active - 1),
             "selector": {"matchLabels": active_selector(dep.name)},
             # Unready pods serve nothing: let evictions take them even when the budget is spent.
             "unhealthyPodEvictionPolicy": "AlwaysAllow",

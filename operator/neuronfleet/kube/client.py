@@ -247,13 +247,16 @@ class KubeClient:
         wanted_labels = obj["metadata"].get("labels", {})
         live_labels = current.get("metadata", {}).get("labels", {})
         exact = [key for key in EXACT_SPEC_FIELDS.get(kind, ()) if key in wanted_spec]
+        stale = [key for key in UNSET_SPEC_FIELDS.get(kind, ()) if key not in wanted_spec and key in live_spec]
         if (
             _contains(live_spec, wanted_spec)
             and _contains(live_labels, wanted_labels)
             and all(live_spec.get(key) == wanted_spec[key] for key in exact)
+            and not stale
         ):
             return "unchanged"
-        spec = dict(wanted_spec)
+        spec: dict[str, Any] = dict(wanted_spec)
+        spec.update(dict.fromkeys(stale))  # null: a merge patch removes them
         for key in exact:
             spec[key] = _merge_patch(live_spec.get(key), wanted_spec[key])
         body = {"metadata": {"labels": wanted_labels}, "spec": spec}
@@ -309,6 +312,9 @@ class KubeClient:
 #: selector, so a key found there that the builder does not set was added by someone else (and a
 #: widened selector selects no pod). The patch removes it.
 EXACT_SPEC_FIELDS: dict[str, tuple[str, ...]] = {"Service": ("selector",), "PodDisruptionBudget": ("selector",)}
+#: Spec fields that must not be live when the wanted object leaves them out: a PDB takes either
+#: minAvailable or maxUnavailable, so one written by an older operator must lose the other.
+UNSET_SPEC_FIELDS: dict[str, tuple[str, ...]] = {"PodDisruptionBudget": ("minAvailable", "maxUnavailable")}
 
 
 def _merge_patch(live: Any, wanted: Any) -> Any:

@@ -3,6 +3,11 @@
 An eviction of a Ready pod covered by a PDB is refused with 429 when it would leave fewer healthy
 pods than ``minAvailable`` (or more unavailable than ``maxUnavailable``); integer and percentage
 values are supported. ``DisruptionController`` keeps each PDB's ``status`` current.
+
+The pods expected are counted as kube-controller-manager's disruption controller counts them: the
+selected pods for an integer ``minAvailable``; otherwise (``maxUnavailable``, a percentage) the
+replicas of the pods' controllers, read as their ``/scale`` reads them (a custom resource's
+``specReplicasPath``, 0 when unset), and no disruption at all when that comes to 0.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any
 from neuronfleet.sandbox.clock import run_controller
 from neuronfleet.sandbox.conditions import set_condition
 from neuronfleet.sandbox.errors import ApiError
+from neuronfleet.sandbox.resources import json_path_value
 from neuronfleet.sandbox.selectors import LabelSelector, selector_from_dict
 from neuronfleet.sandbox.store import Obj, Store, WatchEvent
 
@@ -35,10 +41,39 @@ def _resolve(value: Any, total: int, round_up: bool) -> int:
     return int(value)
 
 
-def disruptions_allowed(pdb: Obj, pods: list[Obj]) -> tuple[int, int, int]:
-    """(disruptions allowed, desired healthy, currently healthy) for the pods ``pdb`` selects."""
+def _counts_selected_pods(spec: Obj) -> bool:
+    """An integer minAvailable: the budget counts the pods it selects, not their controllers' scale."""
+    return "minAvailable" in spec and not isinstance(spec["minAvailable"], str)
+
+
+def controllers_scale(store: Store, pods: list[Obj]) -> int:
+    """The replicas the pods' controllers want, as the disruption controller reads them: each
+    controller once, through its scale subresource (a custom resource's ``specReplicasPath``;
+    ``spec.replicas`` of a built-in one); a controller without either counts 0, pods without one none."""
+    total = 0
+    seen: set[str] = set()
+    for pod in pods:
+        for ref in pod["metadata"].get("ownerReferences") or []:
+            if not ref.get("controller") or ref.get("uid") in seen:
+                continue
+            seen.add(ref.get("uid", ""))
+            group = ref.get("apiVersion", "").rpartition("/")[0]
+            rt = next((r for r in store.resources.values() if r.group == group and r.kind == ref.get("kind")), None)
+            owner = store.try_get(rt, pod["metadata"].get("namespace"), ref.get("name", "")) if rt else None
+            if rt is None or owner is None:
+                continue
+            if rt.scale is not None:
+                total += int(json_path_value(owner, rt.scale.spec_replicas_path) or 0)
+            elif isinstance((owner.get("spec") or {}).get("replicas"), int):
+                total += owner["spec"]["replicas"]
+    return total
+
+
+def disruptions_allowed(pdb: Obj, pods: list[Obj], store: Store | None = None) -> tuple[int, int, int, int]:
+    """(disruptions allowed, desired healthy, currently healthy, expected) for the pods ``pdb``
+    selects; ``store`` reads their controllers' scale (without it, the pods are the expected ones)."""
     spec = pdb.get("spec") or {}
-    expected = len(pods)
+    expected = len(pods) if store is None or _counts_selected_pods(spec) else controllers_scale(store, pods)
     healthy = sum(1 for p in pods if _ready(p))
     if "minAvailable" in spec:
         desired = _resolve(spec["minAvailable"], expected, round_up=True)
@@ -46,7 +81,9 @@ def disruptions_allowed(pdb: Obj, pods: list[Obj]) -> tuple[int, int, int]:
         desired = max(0, expected - _resolve(spec["maxUnavailable"], expected, round_up=True))
     else:
         desired = 0
-    return max(0, healthy - desired), desired, healthy
+    # As the disruption controller: no pods expected, no disruption allowed.
+    allowed = max(0, healthy - desired) if expected > 0 else 0
+    return allowed, desired, healthy, expected
 
 
 def check_eviction(store: Store, pod: Obj) -> None:
@@ -60,7 +97,7 @@ def check_eviction(store: Store, pod: Obj) -> None:
         if selector.empty or not selector.matches(pod["metadata"].get("labels")):
             continue
         covered = [p for p in pods if selector.matches(p["metadata"].get("labels"))]
-        allowed, desired, healthy = disruptions_allowed(pdb, covered)
+        allowed, desired, healthy, _ = disruptions_allowed(pdb, covered, store)
         if allowed <= 0:
             name = pdb["metadata"]["name"]
             raise ApiError(
@@ -161,13 +198,13 @@ class DisruptionController:
                 if selector is None
                 else [p for p in pods_in[meta["namespace"]] if selector.matches(p["metadata"].get("labels"))]
             )
-            allowed, desired, healthy = disruptions_allowed(pdb, pods)
+            allowed, desired, healthy, expected = disruptions_allowed(pdb, pods, self.store)
             status = {
                 "observedGeneration": meta.get("generation", 1),
                 "disruptionsAllowed": allowed,
                 "currentHealthy": healthy,
                 "desiredHealthy": desired,
-                "expectedPods": len(pods),
+                "expectedPods": expected,
             }
             condition = {
                 "type": "DisruptionAllowed",
