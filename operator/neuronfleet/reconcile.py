@@ -366,6 +366,11 @@ class Reconciler:
     async def reconcile(self, body: Mapping[str, Any], memory: DeploymentMemory) -> ReconcileReport:
         body_status = body.get("status")
         status = seen_status(body_status if isinstance(body_status, Mapping) else {}, memory)
+        if (body.get("metadata") or {}).get("deletionTimestamp"):
+            # Being deleted: the garbage collector removes the pods, Jobs, Service and PDB; anything
+            # made now would be made only to be collected (the API server bumps the generation when
+            # it sets deletionTimestamp, which wakes a reconcile).
+            return ReconcileReport((), (), status, True, memory)
         try:
             dep = InferenceDeployment.model_validate({k: v for k, v in body.items() if k != "status"})
         except pydantic.ValidationError as exc:

@@ -45,3 +45,21 @@ async def test_at_most_the_configured_reconciles_run_at_once() -> None:
 
 def test_the_default_bound_leaves_room_in_the_client_connection_pool() -> None:
     assert 1 <= OperatorSettings().max_concurrent_reconciles < 100
+
+
+class Untouchable:
+    """A client or store that fails the test when anything is asked of it."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"{name} called while the deployment is being deleted")
+
+
+async def test_a_deployment_being_deleted_is_neither_read_nor_written() -> None:
+    # The API server bumps the generation when it sets deletionTimestamp, which wakes a reconcile:
+    # it would create pods and compile Jobs only for the garbage collector to remove them.
+    from neuronfleet.reconcile import Reconciler
+
+    reconciler = Reconciler(Untouchable(), Untouchable(), OperatorSettings())  # type: ignore[arg-type]
+    body = {"metadata": {"name": "m", "namespace": "ns", "deletionTimestamp": "2026-12-03T00:00:00Z"}, "spec": {}}
+    report = await reconciler.reconcile(body, DeploymentMemory())
+    assert (report.actions, report.events, report.writes) == ((), (), 0)

@@ -704,6 +704,9 @@ class Store:
         return self._remove(rt, obj, propagation=propagation)
 
     def _store_marked(self, rt: ResourceType, old: Obj, new: Obj) -> Obj:
+        if not _meta(old).get("deletionTimestamp") and int(_meta(old).get("generation") or 0) > 0:
+            # As the API server's markAsDeleting: setting deletionTimestamp bumps the generation.
+            new["metadata"]["generation"] = int(_meta(old)["generation"]) + 1
         new["metadata"]["resourceVersion"] = self._next_rv()
         key = self._key(rt, _meta(new).get("namespace"), _meta(new)["name"])
         self.objects[rt.key][key] = new
