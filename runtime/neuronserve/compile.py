@@ -3,13 +3,14 @@
 With torch-neuronx importable the buckets are compiled for Neuron (``torch_neuronx.trace`` with the
 neuronx-cc flags); otherwise they are traced to CPU TorchScript and the artifact says
 ``backend: cpu``. The artifact is looked up by its cache key first: an unchanged model, compiler,
-flag and bucket set is never traced twice.
+compile code (neuronserve, transformers), flag and bucket set is never traced twice.
 
-Sources: a TorchScript file (its forward takes the declared inputs) or a Hugging Face-style
-directory of a BERT-class encoder. For the latter the served output is the sentence embedding as
-sentence-transformers computes it: token embeddings mean-pooled over the attention mask (CLS when
-the directory's pooling config asks for it), then L2-normalized when the directory lists a
-Normalize module, as all-MiniLM-L6-v2 does. Shape [batch, hidden], float32.
+Sources: a TorchScript file (its forward takes the declared inputs; in S3, the URI of the object
+itself or of a prefix holding one) or a Hugging Face-style directory of a BERT-class encoder. For
+the latter the served output is the sentence embedding as sentence-transformers computes it:
+token embeddings mean-pooled over the attention mask (CLS when the directory's pooling config asks
+for it), then L2-normalized when the directory lists a Normalize module, as all-MiniLM-L6-v2 does.
+Shape [batch, hidden], float32.
 """
 
 from __future__ import annotations
@@ -223,16 +224,46 @@ def neuron_available() -> bool:
     return True
 
 
-def compiler_identity(backend: Backend) -> str:
+#: The version of what this module puts in an artifact (the wrappers, pooling, example inputs,
+#: trace calls). Bump it with any change that changes a traced module: it is in the cache key, so
+#: artifacts of the code it fixes are compiled again instead of served from the cache. A test pins
+#: this file's digest to it, so no change goes in without that decision (a comment's edit only
+#: updates the pinned digest; recompiling every model in every cluster costs hours for an LLM).
+COMPILE_CODE_VERSION = 1
+
+
+def _code_identity() -> str:
+    """``neuronserve==<version>/compile-<COMPILE_CODE_VERSION>``: the code that builds and traces the model.
+
+    The package version alone is not enough: a fixed compile image often keeps it.
+    """
+    import neuronserve
+
+    return f"neuronserve=={neuronserve.__version__}/compile-{COMPILE_CODE_VERSION}"
+
+
+def _dist_version(dist: str) -> str:
+    try:
+        return f"{dist}=={importlib.metadata.version(dist)}"
+    except importlib.metadata.PackageNotFoundError:
+        return f"{dist}==unknown"
+
+
+def compiler_identity(backend: Backend, source_format: Literal["huggingface", "torchscript"] = "torchscript") -> str:
+    """Everything besides the source, flags and buckets that decides the compiled artifact.
+
+    The compiler (neuronx-cc and torch-neuronx, or torch's TorchScript tracer), neuronserve's own
+    compile code and, for a Hugging Face source, transformers (which builds the traced model).
+    Part of the cache key, and the manifest's ``compiler``.
+    """
     if backend == "neuron":
-        parts = []
-        for dist in ("neuronx-cc", "torch-neuronx"):
-            try:
-                parts.append(f"{dist}=={importlib.metadata.version(dist)}")
-            except importlib.metadata.PackageNotFoundError:
-                parts.append(f"{dist}==unknown")
-        return ",".join(parts)
-    return f"torch.jit=={torch.__version__}"
+        parts = [_dist_version("neuronx-cc"), _dist_version("torch-neuronx")]
+    else:
+        parts = [f"torch.jit=={torch.__version__}"]
+    parts.append(_code_identity())
+    if source_format == "huggingface":
+        parts.append(_dist_version("transformers"))
+    return ",".join(parts)
 
 
 def _example(bucket: Bucket, inputs: Sequence[TensorSignature], seed: int) -> tuple[torch.Tensor, ...]:
@@ -317,13 +348,13 @@ def compile_model(opts: CompileOptions, console: Console) -> CompileResult:
         {Bucket(batch=b, sequence=s) for b in opts.batch_buckets for s in opts.sequence_buckets},
         key=lambda b: (b.batch, b.sequence),
     )
-    compiler = compiler_identity(backend)
     store = Store(opts.store)
 
     with _local_source(opts.source) as path:
         fmt = _resolve_format(path, opts.source_format)
         if fmt == "torchscript" and path.is_dir():
             path = next(p for p in path.iterdir() if p.suffix in (".pt", ".pth", ".ts"))
+        compiler = compiler_identity(backend, fmt)
         digest = digest_of(path)
         signature_hint = [TensorSignature(name=n, dtype=d, shape=[-1, -1]) for n, d in opts.inputs]
         if fmt == "huggingface":
@@ -339,6 +370,8 @@ def compile_model(opts: CompileOptions, console: Console) -> CompileResult:
             )
             sha = _stored_manifest_sha(store, key)
             return CompileResult(uri, key, sha, backend, cached=True)
+        # Before the trace (minutes to hours): a store that cannot take the artifact fails now.
+        store.check_writable(key)
 
         if backend == "cpu":
             console.print(
@@ -373,9 +406,15 @@ def compile_model(opts: CompileOptions, console: Console) -> CompileResult:
             )
             data = manifest.to_json_bytes()
             (out / "manifest.json").write_bytes(data)
-            uri = store.publish(out, manifest)
-    console.print(f"stored {len(buckets)} bucket(s) ({backend}) at {escape(uri)}")
-    return CompileResult(uri, key, manifest_sha256(data), backend, cached=False)
+            published = store.publish(out, manifest)
+    if not published.stored:
+        console.print(
+            f"[green]cache hit[/]: another compile stored this model at {escape(published.uri)} first "
+            f"(key {key[:12]}); it is kept and this trace discarded"
+        )
+        return CompileResult(published.uri, key, manifest_sha256(published.manifest_bytes), backend, cached=True)
+    console.print(f"stored {len(buckets)} bucket(s) ({backend}) at {escape(published.uri)}")
+    return CompileResult(published.uri, key, manifest_sha256(data), backend, cached=False)
 
 
 def _trace_buckets(

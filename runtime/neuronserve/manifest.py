@@ -112,8 +112,9 @@ class FileEntry(_Frozen):
     @classmethod
     def _relative(cls, path: str) -> str:
         # A manifest is input to the server: never let it name a file outside the artifact directory.
+        # A NUL byte is refused here too: the OS would raise ValueError on it, not a rejection.
         parts = path.split("/")
-        if path.startswith("/") or "\\" in path or any(p in ("", ".", "..") for p in parts):
+        if path.startswith("/") or "\\" in path or "\0" in path or any(p in ("", ".", "..") for p in parts):
             raise ValueError(f"file path must be relative and normalized, got {path!r}")
         return path
 
@@ -128,7 +129,10 @@ class Manifest(_Frozen):
     inputs: list[TensorSignature] = Field(min_length=1)
     outputs: list[TensorSignature] = Field(min_length=1)
     output_description: str = ""
-    compiler: str = Field(description="Compiler identity, e.g. neuronx-cc==2.15.128.0 or torch.jit==2.13.0+cpu.")
+    compiler: str = Field(
+        description="Compiler identity, e.g. neuronx-cc==2.15.128.0,torch-neuronx==2.1.2.2.3.0,neuronserve==0.1.0+"
+        "<code digest> or torch.jit==2.13.0+cpu,neuronserve==0.1.0+<code digest>,transformers==4.46.0."
+    )
     torch_version: str
     flags: CompilerFlags
     source_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
@@ -229,7 +233,8 @@ def cache_key(
 ) -> str:
     """The key an artifact is stored under: equal inputs give the same key, so nothing compiles twice.
 
-    It hashes the source digest, the compiler identity (which also tells the backend apart), the
+    It hashes the source digest, the compiler identity (which also tells the backend apart and
+    names the compile code: neuronserve's, transformers' for a Hugging Face source), the
     flags (target family included) and the bucket set (order and duplicates ignored), plus the
     input names and dtypes when given.
     """
@@ -270,15 +275,25 @@ def split_s3_uri(uri: str) -> tuple[str, str]:
     return bucket, prefix.strip("/")
 
 
-def verify_files(manifest: Manifest, digests: Mapping[str, str]) -> list[str]:
-    """Compare the sha256 of fetched files with the manifest; return one message per problem."""
+def verify_files(manifest: Manifest, digests: Mapping[str, str], sizes: Mapping[str, int] | None = None) -> list[str]:
+    """Compare fetched files with the manifest; return one message per problem.
+
+    ``digests`` maps a relative path to the file's sha256 and ``sizes`` (when given) to its size in
+    bytes. The size is compared first: a file whose size is wrong needs no digest (the caller may
+    leave it out of ``digests`` and skip hashing it), and a path in either mapping is present.
+    """
+    sizes = sizes or {}
     problems = []
     for entry in manifest.files:
-        actual = digests.get(entry.path)
-        if actual is None:
+        size, actual = sizes.get(entry.path), digests.get(entry.path)
+        if size is None and actual is None:
             problems.append(f"{entry.path}: missing")
+        elif size is not None and size != entry.size:
+            problems.append(f"{entry.path}: {size} bytes, the manifest says {entry.size}")
+        elif actual is None:
+            problems.append(f"{entry.path}: not hashed")
         elif actual != entry.sha256:
             problems.append(f"{entry.path}: sha256 {actual} does not match the manifest's {entry.sha256}")
     listed = {f.path for f in manifest.files}
-    problems.extend(f"{path}: not listed in the manifest" for path in sorted(set(digests) - listed))
+    problems.extend(f"{path}: not listed in the manifest" for path in sorted((set(digests) | set(sizes)) - listed))
     return problems

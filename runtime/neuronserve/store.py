@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import shutil
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neuronserve.manifest import MANIFEST_NAME, Manifest, split_s3_uri, verify_files
+from neuronserve.manifest import MANIFEST_NAME, FileEntry, Manifest, split_s3_uri, verify_files
 
 CHUNK = 1 << 20
 
@@ -53,6 +55,35 @@ def _s3_error(action: str, uri: str, exc: Exception) -> StoreError:
     return StoreError(f"cannot {action} {uri}: {exc}")
 
 
+def _s3_code(exc: Exception) -> str:
+    """The error code of a botocore ClientError ("404", "NoSuchBucket", "AccessDenied"...), else ""."""
+    response = getattr(exc, "response", None)
+    return str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
+
+
+def _unique_sibling(path: Path, tag: str) -> Path:
+    """A fresh name next to ``path`` for staging it: one per writer, so that writers never share one.
+
+    (Not tempfile.mkdtemp/mkstemp: their 0700/0600 modes would stay on the stored artifact, which
+    serving pods running as another user must be able to read.)
+    """
+    return path.with_name(f"{path.name}.{tag}-{uuid.uuid4().hex}")
+
+
+@dataclass(frozen=True)
+class Published:
+    """What ``Store.publish`` left under the cache key.
+
+    ``stored`` is False when another writer stored this cache key first: the artifact there is
+    theirs (complete, and kept as is), ``manifest_bytes`` are its stored manifest and this
+    writer's files were discarded.
+    """
+
+    uri: str
+    manifest_bytes: bytes
+    stored: bool
+
+
 def _local_error(action: str, path: Path, exc: OSError) -> StoreError:
     """A directory store's OSError as a StoreError: what was done where, why, and on which file."""
     reason = exc.strerror or str(exc)
@@ -85,23 +116,65 @@ class Store:
         try:
             s3_client().head_object(Bucket=bucket, Key=obj)
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            if _s3_code(exc) in ("404", "NoSuchKey", "NotFound"):
                 return False
             raise _s3_error("look up", uri, exc) from exc
         except BotoCoreError as exc:
             raise _s3_error("look up", uri, exc) from exc
         return True
 
+    def check_writable(self, key: str) -> None:
+        """Raise StoreError unless an artifact could be stored under ``key``: before a long trace.
+
+        A directory store is created and a probe file written in it. In S3 the bucket must exist
+        (head_bucket) and a probe object under the key's prefix be writable; the probe is deleted
+        again when the credentials allow it (it lies outside the manifest, so a leftover is inert).
+        """
+        target = self._key_uri(key)
+        if not is_s3(self.root):
+            dest = local_path(target)
+            probe = _unique_sibling(dest, "write-check")
+            try:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                with probe.open("xb"):
+                    pass
+                probe.unlink()
+            except OSError as exc:
+                raise _local_error("store the artifact at", dest, exc) from exc
+            return
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        client = s3_client()
+        bucket, _ = split_s3_uri(self.root)
+        try:
+            client.head_bucket(Bucket=bucket)
+        except ClientError as exc:
+            code = _s3_code(exc)
+            if code in ("404", "NoSuchBucket", "NotFound"):
+                raise StoreError(f"cannot store the artifact at {target}: the bucket {bucket} does not exist") from exc
+            # 403: the bucket exists, but this role may not list it; the probe below decides.
+            if code not in ("403", "AccessDenied", "Forbidden"):
+                raise _s3_error("store the artifact at", target, exc) from exc
+        except BotoCoreError as exc:
+            raise _s3_error("store the artifact at", target, exc) from exc
+        _, probe_key = split_s3_uri(f"{target}/.neuronserve-write-check")
+        try:
+            client.put_object(Bucket=bucket, Key=probe_key, Body=b"")
+        except (ClientError, BotoCoreError) as exc:
+            raise _s3_error("store the artifact at", target, exc) from exc
+        with contextlib.suppress(ClientError, BotoCoreError):
+            client.delete_object(Bucket=bucket, Key=probe_key)
+
     def put_bytes(self, relative: str, data: bytes) -> str:
         """Write one small object under the root (replacing it atomically in a directory). Returns its URI."""
         uri = f"{self.root.rstrip('/')}/{relative}"
         if not is_s3(uri):
             path = local_path(uri)
-            partial = path.with_name(path.name + ".partial")
+            partial = _unique_sibling(path, "partial")  # concurrent writers of one record never share it
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 partial.write_bytes(data)
-                partial.replace(path)
+                os.replace(partial, path)
             except OSError as exc:
                 with contextlib.suppress(OSError):
                     partial.unlink()
@@ -133,55 +206,102 @@ class Store:
             raise _s3_error("read", uri, exc) from exc
         return body
 
-    def publish(self, local_dir: Path, manifest: Manifest) -> str:
-        """Store an artifact directory under its cache key, manifest last. Returns the artifact URI."""
-        target = self._key_uri(manifest.cache_key)
+    def publish(self, local_dir: Path, manifest: Manifest) -> Published:
+        """Store an artifact directory under its cache key, manifest last.
+
+        An artifact already stored under the key is never replaced nor deleted (pods may be loading
+        it): the first writer wins and a later one gets ``Published(stored=False)`` with the stored
+        manifest. Equal keys mean equal inputs, so the stored artifact serves as well as this one.
+        """
+        key = manifest.cache_key
+        target = self._key_uri(key)
         names = [f.path for f in manifest.files] + [MANIFEST_NAME]
         if not is_s3(self.root):
             dest = local_path(target)
-            staging = dest.with_name(dest.name + ".partial")
+            # One staging directory per writer: concurrent compiles of one key never mix files.
+            staging = _unique_sibling(dest, "partial")
             try:
-                shutil.rmtree(staging, ignore_errors=True)
-                staging.mkdir(parents=True)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                staging.mkdir()
                 for name in names:
                     (staging / name).parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(local_dir / name, staging / name)
-                shutil.rmtree(dest, ignore_errors=True)
-                staging.rename(dest)
             except OSError as exc:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise _local_error("store the artifact at", dest, exc) from exc
-            return str(dest)
+            try:
+                # Atomic, and it fails when dest is a non-empty directory: nothing stored is replaced.
+                staging.rename(dest)
+            except OSError as exc:
+                shutil.rmtree(staging, ignore_errors=True)
+                if not self.has_artifact(key):
+                    raise _local_error("store the artifact at", dest, exc) from exc
+                return Published(str(dest), self.get_bytes(f"{key}/{MANIFEST_NAME}"), stored=False)
+            return Published(str(dest), (local_dir / MANIFEST_NAME).read_bytes(), stored=True)
+        from boto3.exceptions import Boto3Error  # S3UploadFailedError, RetriesExceededError...
         from botocore.exceptions import BotoCoreError, ClientError
 
+        # S3 has no atomic rename of a directory: this writer's files are uploaded in place. So look
+        # again right before uploading (a compile that started with us may have stored the key
+        # while we traced) and once more before the manifest. This narrows the race, it does not
+        # close it: two compiles uploading the same key at the same time can leave one's manifest
+        # over a mix of both one's files. Harmless when the traced files are byte-identical (CPU
+        # TorchScript of the same source and code is); otherwise fetch_artifact refuses the mix
+        # (every file's sha256 is pinned) and the key must be deleted to compile it again.
         client = s3_client()
         for name in names:
+            if name in (names[0], MANIFEST_NAME) and self.has_artifact(key):
+                return Published(target, self.get_bytes(f"{key}/{MANIFEST_NAME}"), stored=False)
             bucket, obj = split_s3_uri(f"{target}/{name}")
             try:
                 client.upload_file(str(local_dir / name), bucket, obj)
-            except (ClientError, BotoCoreError) as exc:
+            except (ClientError, BotoCoreError, Boto3Error) as exc:
                 raise _s3_error("upload", f"s3://{bucket}/{obj}", exc) from exc
-        return target
+        return Published(target, (local_dir / MANIFEST_NAME).read_bytes(), stored=True)
 
 
 def download_tree(uri: str, dest: Path) -> Path:
-    """Copy every object under an S3 prefix into ``dest`` (for s3:// model sources)."""
+    """Download an S3 model source into ``dest``; returns the downloaded file or directory.
+
+    When an object's key is exactly the URI's (``s3://bucket/m/model.pt``), the source is that one
+    file: it is downloaded as ``dest/<its name>`` and that path is returned. Otherwise the URI is a
+    directory: every object under ``<prefix>/`` (never a sibling such as ``<prefix>-large/``) is
+    downloaded below ``dest``, which is returned. A URI ending in '/' is always a directory.
+    """
+    from boto3.exceptions import Boto3Error  # S3UploadFailedError, RetriesExceededError...
     from botocore.exceptions import BotoCoreError, ClientError
 
     bucket, prefix = split_s3_uri(uri)
+    directory_only = uri.endswith("/") or not prefix
+    listed = f"{prefix}/" if prefix and directory_only else prefix
     client = s3_client()
-    count = 0
     try:
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys: list[str] = []
+        exact = False
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=listed):
             for obj in page.get("Contents", []):
-                rel = obj["Key"][len(prefix) :].lstrip("/") if prefix else obj["Key"]
-                if not rel or rel.endswith("/"):
-                    continue
-                target = dest / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                client.download_file(bucket, obj["Key"], str(target))
-                count += 1
-    except (ClientError, BotoCoreError) as exc:
+                key = obj["Key"]
+                if prefix and key == prefix:
+                    exact = True
+                elif not prefix or key.startswith(f"{prefix}/"):
+                    keys.append(key)
+        if exact:
+            target = dest / prefix.rsplit("/", 1)[-1]
+            dest.mkdir(parents=True, exist_ok=True)
+            client.download_file(bucket, prefix, str(target))
+            return target
+        count = 0
+        for key in keys:
+            rel = key[len(prefix) + 1 :] if prefix else key
+            if rel == "" or rel.endswith("/"):
+                continue  # a "folder" marker object
+            if any(part in ("", ".", "..") for part in rel.split("/")) or "\0" in rel:
+                raise StoreError(f"refusing the object s3://{bucket}/{key}: its name does not fit below {uri}")
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            client.download_file(bucket, key, str(target))
+            count += 1
+    except (ClientError, BotoCoreError, Boto3Error) as exc:
         raise _s3_error("download", uri, exc) from exc
     if count == 0:
         raise StoreError(f"nothing found under {uri}")
@@ -189,12 +309,14 @@ def download_tree(uri: str, dest: Path) -> Path:
 
 
 def fetch_artifact(uri: str, scratch: Path) -> tuple[Manifest, bytes, Path]:
-    """Fetch an artifact (S3 into ``scratch``, a directory in place) and verify every file's sha256.
+    """Fetch an artifact (S3 into ``scratch``, a directory in place) and verify every file's size and sha256.
 
     Returns the manifest, its raw bytes and the directory holding the files. Raises StoreError when
-    the artifact cannot be read and ArtifactRejected when any file differs from the manifest.
+    the artifact cannot be read and ArtifactRejected when any file differs from the manifest. In S3
+    every object's size is compared with the manifest before anything is downloaded.
     """
     if is_s3(uri):
+        from boto3.exceptions import Boto3Error  # RetriesExceededError of download_file
         from botocore.exceptions import BotoCoreError, ClientError
 
         client = s3_client()
@@ -205,26 +327,51 @@ def fetch_artifact(uri: str, scratch: Path) -> tuple[Manifest, bytes, Path]:
         except (ClientError, BotoCoreError) as exc:
             raise _s3_error("read the manifest", f"s3://{bucket}/{manifest_key}", exc) from exc
         manifest = _parse_manifest(manifest_bytes, uri)
+        keys = {e.path: f"{prefix}/{e.path}" if prefix else e.path for e in manifest.files}
+        problems = []
+        for entry in manifest.files:
+            try:
+                length = int(client.head_object(Bucket=bucket, Key=keys[entry.path])["ContentLength"])
+            except (ClientError, BotoCoreError) as exc:
+                raise _s3_error("download", f"s3://{bucket}/{keys[entry.path]}", exc) from exc
+            if length != entry.size:
+                problems.append(f"{entry.path}: {length} bytes, the manifest says {entry.size}")
+        _reject(uri, problems)
         scratch.mkdir(parents=True, exist_ok=True)
         for entry in manifest.files:
             target = scratch / entry.path
             target.parent.mkdir(parents=True, exist_ok=True)
-            key = f"{prefix}/{entry.path}" if prefix else entry.path
             try:
-                client.download_file(bucket, key, str(target))
-            except (ClientError, BotoCoreError) as exc:
-                raise _s3_error("download", f"s3://{bucket}/{key}", exc) from exc
+                client.download_file(bucket, keys[entry.path], str(target))
+            except (ClientError, BotoCoreError, Boto3Error) as exc:
+                raise _s3_error("download", f"s3://{bucket}/{keys[entry.path]}", exc) from exc
         directory = scratch
     else:
         directory, manifest_bytes = _read_local_manifest(uri)
         manifest = _parse_manifest(manifest_bytes, uri)
-    digests = {e.path: file_sha256(directory / e.path) for e in manifest.files if (directory / e.path).is_file()}
-    problems = verify_files(manifest, digests)
+    _reject(uri, _check_files(directory, manifest))
+    return manifest, manifest_bytes, directory
+
+
+def _check_files(directory: Path, manifest: Manifest, entries: list[FileEntry] | None = None) -> list[str]:
+    """Problems of the manifest's files (or only of ``entries``) in ``directory``.
+
+    Sizes are compared first (a stat); a file is hashed only when its size is right.
+    """
+    entries = manifest.files if entries is None else entries
+    try:
+        sizes = {e.path: (directory / e.path).stat().st_size for e in entries if (directory / e.path).is_file()}
+        digests = {e.path: file_sha256(directory / e.path) for e in entries if sizes.get(e.path) == e.size}
+    except OSError as exc:
+        raise _local_error("read the artifact", directory, exc) from exc
+    return verify_files(manifest.model_copy(update={"files": entries}), digests, sizes)
+
+
+def _reject(uri: str, problems: list[str]) -> None:
     if problems:
         raise ArtifactRejected(
             f"artifact {uri} does not match its manifest (refusing to serve it):\n  " + "\n  ".join(problems)
         )
-    return manifest, manifest_bytes, directory
 
 
 def _read_local_manifest(uri: str) -> tuple[Path, bytes]:
@@ -258,10 +405,14 @@ def fetch_manifest(uri: str, scratch: Path, extra: tuple[str, ...] = ()) -> tupl
         client = s3_client()
         bucket, prefix = split_s3_uri(uri)
 
-        def get(name: str) -> bytes:
+        def get(name: str, size: int | None = None) -> bytes:
             key = f"{prefix}/{name}" if prefix else name
             try:
-                body: bytes = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+                response = client.get_object(Bucket=bucket, Key=key)
+                if size is not None and int(response["ContentLength"]) != size:
+                    response["Body"].close()  # not read: the manifest says it is another file
+                    _reject(uri, [f"{name}: {response['ContentLength']} bytes, the manifest says {size}"])
+                body: bytes = response["Body"].read()
             except (ClientError, BotoCoreError) as exc:
                 raise _s3_error("read", f"s3://{bucket}/{key}", exc) from exc
             return body
@@ -273,16 +424,10 @@ def fetch_manifest(uri: str, scratch: Path, extra: tuple[str, ...] = ()) -> tupl
         for entry in wanted:
             target = scratch / entry.path
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(get(entry.path))
+            target.write_bytes(get(entry.path, entry.size))
     else:
         directory, manifest_bytes = _read_local_manifest(uri)
         manifest = _parse_manifest(manifest_bytes, uri)
         wanted = [e for e in manifest.files if e.path in extra]
-    problems = [
-        f"{e.path}: sha256 does not match the manifest"
-        for e in wanted
-        if not (directory / e.path).is_file() or file_sha256(directory / e.path) != e.sha256
-    ]
-    if problems:
-        raise ArtifactRejected(f"artifact {uri} does not match its manifest (refusing it):\n  " + "\n  ".join(problems))
+    _reject(uri, _check_files(directory, manifest, wanted))
     return manifest, directory

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import sys
 import types
@@ -15,7 +16,9 @@ import numpy as np
 import pytest
 import torch
 
+import neuronserve
 from neuronserve import cli
+from neuronserve import compile as ncompile
 from neuronserve.backend import LoadError, ModelRunner
 from neuronserve.manifest import Manifest
 from neuronserve.store import fetch_artifact
@@ -50,7 +53,11 @@ def test_compile_stores_a_cpu_artifact_with_a_complete_manifest(compiled: Compil
     manifest = Manifest.from_json_bytes(manifest_bytes)
     assert manifest.backend == "cpu"
     assert manifest.cache_key == key
-    assert manifest.compiler == f"torch.jit=={torch.__version__}"
+    # The compiler, neuronserve's compile code (package and compile code versions) and, for this
+    # Hugging Face source, transformers: a change to any of them is a new cache key.
+    code = f"neuronserve=={neuronserve.__version__}/compile-{ncompile.COMPILE_CODE_VERSION}"
+    transformers = importlib.metadata.version("transformers")
+    assert manifest.compiler == f"torch.jit=={torch.__version__},{code},transformers=={transformers}"
     assert [(b.batch, b.sequence) for b in manifest.buckets] == [(1, 32), (1, 128), (4, 32), (4, 128)]
     assert [(s.name, s.dtype, s.max_value) for s in manifest.inputs] == [
         ("input_ids", "int64", 30521),

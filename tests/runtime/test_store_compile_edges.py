@@ -1,0 +1,434 @@
+"""Edges of the store and the compile cache (a reviewer's findings): S3 source prefixes and single
+objects, a store that cannot take the artifact, concurrent publishes of one cache key, what the
+cache key names of the compile code, and manifest sizes and paths."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import io
+import json
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import torch
+from botocore.stub import Stubber
+from pydantic import ValidationError
+from rich.console import Console
+
+import neuronserve
+from neuronserve import cli
+from neuronserve import compile as ncompile
+from neuronserve import store as store_mod
+from neuronserve.compile import CompileOptions, compile_model, compiler_identity
+from neuronserve.manifest import Bucket, CompilerFlags, FileEntry, Manifest, TensorSignature
+from neuronserve.store import ArtifactRejected, Store, StoreError, download_tree, fetch_artifact, fetch_manifest
+from runtime_support import BUCKET, S3Server
+
+KEY = "c" * 64
+MISSING_BUCKET = "no-such-bucket-edges"
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(100, 4)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        pooled: torch.Tensor = (self.embed(input_ids) * attention_mask.unsqueeze(-1).float()).sum(1)
+        return pooled
+
+
+def _tiny(path: Path) -> Path:
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.jit.save(torch.jit.script(Tiny().eval()), str(path))
+    return path
+
+
+def _options(source: str, store: str | Path, fmt: Any = "torchscript") -> CompileOptions:
+    return CompileOptions(
+        source=source,
+        store=str(store),
+        name="tiny",
+        batch_buckets=[1],
+        sequence_buckets=[8],
+        flags=CompilerFlags(),
+        source_format=fmt,
+    )
+
+
+def _compile(opts: CompileOptions) -> ncompile.CompileResult:
+    return compile_model(opts, Console(file=io.StringIO()))
+
+
+def _no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
+    def trace(*args: object, **kwargs: object) -> int:
+        raise AssertionError("traced although the store cannot take the artifact")
+
+    monkeypatch.setattr(ncompile, "_trace_buckets", trace)
+
+
+def _artifact(directory: Path, name: str, body: bytes = b"traced ") -> Manifest:
+    """A hand-made artifact (two buckets, consistent manifest) in ``directory``."""
+    directory.mkdir(parents=True)
+    buckets = [Bucket(batch=1, sequence=8), Bucket(batch=4, sequence=8)]
+    for bucket in buckets:
+        (directory / bucket.file_name).write_bytes(body + name.encode() + bucket.file_name.encode())
+    signature = TensorSignature(name="input_ids", dtype="int64", shape=[-1, -1])
+    manifest = Manifest(
+        name=name,
+        backend="cpu",
+        buckets=buckets,
+        inputs=[signature],
+        outputs=[signature],
+        compiler="x",
+        torch_version="x",
+        flags=CompilerFlags(),
+        source_digest="d" * 64,
+        cache_key=KEY,
+        files=[
+            FileEntry(
+                path=b.file_name,
+                sha256=store_mod.file_sha256(directory / b.file_name),
+                size=(directory / b.file_name).stat().st_size,
+            )
+            for b in buckets
+        ],
+    )
+    (directory / "manifest.json").write_bytes(manifest.to_json_bytes())
+    return manifest
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+# ------------------------------------------------------------------- S3 sources: prefix or object
+
+
+def test_an_s3_directory_source_does_not_take_its_sibling_prefixes(s3_env: S3Server, tmp_path: Path) -> None:
+    client = boto3.client("s3")
+    client.put_object(Bucket=BUCKET, Key="edges/sib/bert/config.json", Body=b"{}")
+    client.put_object(Bucket=BUCKET, Key="edges/sib/bert/sub/vocab.txt", Body=b"a")
+    client.put_object(Bucket=BUCKET, Key="edges/sib/bert-large/config.json", Body=b'{"large": true}')
+    client.put_object(Bucket=BUCKET, Key="edges/sib/bert.json", Body=b"sibling object")
+    for n, uri in enumerate([f"s3://{BUCKET}/edges/sib/bert", f"s3://{BUCKET}/edges/sib/bert/"]):
+        dest = tmp_path / str(n)
+        assert download_tree(uri, dest) == dest
+        assert _files(dest) == ["config.json", "sub/vocab.txt"]  # was bert-large/... too, and "large"
+        assert (dest / "config.json").read_bytes() == b"{}"
+
+
+def test_an_s3_object_source_is_that_one_file_and_compiles_like_the_local_file(
+    s3_env: S3Server, tmp_path: Path
+) -> None:
+    local = _tiny(tmp_path / "model.pt")
+    client = boto3.client("s3")
+    client.upload_file(str(local), BUCKET, "edges/one/model.pt")
+    client.put_object(Bucket=BUCKET, Key="edges/one/model.pt.bak", Body=b"a sibling, not the source")
+    got = download_tree(f"s3://{BUCKET}/edges/one/model.pt", tmp_path / "src")
+    assert got == tmp_path / "src" / "model.pt"  # was StoreError "nothing found under ..."
+    assert _files(tmp_path / "src") == ["model.pt"]
+    assert got.read_bytes() == local.read_bytes()
+
+    store = tmp_path / "store"
+    from_s3 = _compile(_options(f"s3://{BUCKET}/edges/one/model.pt", store, fmt="auto"))
+    assert not from_s3.cached
+    # The same bytes under the same file name: the same source digest, so the local file hits the cache.
+    from_local = _compile(_options(str(local), store, fmt="auto"))
+    assert from_local.cached and from_local.cache_key == from_s3.cache_key
+
+    # With a trailing '/' the URI names a directory: the object itself is not taken as its content.
+    with pytest.raises(StoreError, match="nothing found under"):
+        download_tree(f"s3://{BUCKET}/edges/one/model.pt/", tmp_path / "dir")
+
+
+# ------------------------------------------------------------- a store that cannot take the artifact
+
+
+def test_a_missing_store_bucket_fails_in_one_line_before_tracing(
+    s3_env: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _no_tracing(monkeypatch)
+    source = _tiny(tmp_path / "tiny.pt")
+    argv = ["compile", "--source", str(source), "--store", f"s3://{MISSING_BUCKET}/c"]
+    code = cli.main([*argv, "--batch-buckets", "1", "--sequence-buckets", "8"])
+    out, err = capsys.readouterr()
+    assert code == 1 and out == ""
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if "compile failed" in line]
+    assert len(lines) == 1, err
+    assert f"cannot store the artifact at s3://{MISSING_BUCKET}/c/" in lines[0]
+    assert f"the bucket {MISSING_BUCKET} does not exist" in lines[0]
+
+
+def test_an_unwritable_directory_store_fails_before_tracing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _no_tracing(monkeypatch)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory\n")
+    with pytest.raises(StoreError, match=rf"cannot store the artifact at {a_file}/store/[0-9a-f]{{64}}: Not a dir"):
+        _compile(_options(str(_tiny(tmp_path / "tiny.pt")), a_file / "store"))
+
+
+def test_a_denied_store_write_fails_before_tracing(
+    s3_env: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # moto grants everything: the store's client answers as S3 does for a read-only role.
+    client = boto3.client("s3")
+    stub = Stubber(client)
+    stub.add_client_error("head_object", service_error_code="404", http_status_code=404)  # has_artifact: absent
+    stub.add_response("head_bucket", {})
+    stub.add_client_error("put_object", service_error_code="AccessDenied", http_status_code=403)
+    stub.activate()
+    monkeypatch.setattr(store_mod, "s3_client", lambda: client)
+    _no_tracing(monkeypatch)
+    with pytest.raises(StoreError, match=r"cannot store the artifact at s3://readonly/c/[0-9a-f]{64}: .*AccessDenied"):
+        _compile(_options(str(_tiny(tmp_path / "tiny.pt")), "s3://readonly/c"))
+    stub.assert_no_pending_responses()
+
+
+def test_a_role_that_may_not_list_the_store_bucket_but_write_to_it_passes_the_check(
+    s3_env: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = boto3.client("s3")
+    stub = Stubber(client)
+    stub.add_client_error("head_bucket", service_error_code="403", http_status_code=403)
+    stub.add_response(
+        "put_object", {}, {"Bucket": "writeonly", "Key": f"c/{KEY}/.neuronserve-write-check", "Body": b""}
+    )
+    stub.add_response("delete_object", {}, {"Bucket": "writeonly", "Key": f"c/{KEY}/.neuronserve-write-check"})
+    stub.activate()
+    monkeypatch.setattr(store_mod, "s3_client", lambda: client)
+    Store("s3://writeonly/c").check_writable(KEY)
+    stub.assert_no_pending_responses()
+
+
+def test_a_failed_upload_is_a_store_error(s3_env: S3Server, tmp_path: Path) -> None:
+    manifest = _artifact(tmp_path / "a", "a")
+    # upload_file raises boto3's S3UploadFailedError, which is no ClientError: it escaped as a traceback.
+    with pytest.raises(
+        StoreError, match=rf"cannot upload s3://{MISSING_BUCKET}/c/{KEY}/model-b1-s8\.pt: .*NoSuchBucket"
+    ):
+        Store(f"s3://{MISSING_BUCKET}/c").publish(tmp_path / "a", manifest)
+
+
+# ------------------------------------------------------------------ concurrent publishes of one key
+
+
+def test_concurrent_publishes_to_a_directory_store_leave_the_first_complete_artifact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "store"
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    ma, mb = _artifact(a_dir, "dep-a"), _artifact(b_dir, "dep-b")
+    real_copy = shutil.copyfile
+    published: dict[str, Any] = {}
+
+    def copy(src: Any, dst: Any, *args: Any, **kwargs: Any) -> Any:
+        out = real_copy(src, dst, *args, **kwargs)
+        if str(src).startswith(str(a_dir)) and "b" not in published:
+            published["b"] = Store(str(root)).publish(b_dir, mb)  # B runs its whole publish while A copies
+        return out
+
+    monkeypatch.setattr(store_mod.shutil, "copyfile", copy)
+    published["a"] = Store(str(root)).publish(a_dir, ma)
+    # B renamed first: its artifact is whole; A's files were discarded, and A was told it is B's.
+    assert published["b"].stored is True
+    assert published["a"].stored is False
+    assert published["a"].manifest_bytes == (b_dir / "manifest.json").read_bytes()
+    assert published["a"].uri == published["b"].uri == str(root / KEY)
+    manifest, _, _ = fetch_artifact(str(root / KEY), tmp_path / "unused")  # was ArtifactRejected for good
+    assert manifest.name == "dep-b"
+    assert sorted(p.name for p in root.iterdir()) == [KEY]  # no staging left behind
+
+
+def test_publishing_a_stored_key_again_leaves_the_served_files_in_place(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    first = Store(str(root)).publish(tmp_path / "a", _artifact(tmp_path / "a", "a"))
+    served = root / KEY / "model-b1-s8.pt"
+    inode, body = served.stat().st_ino, served.read_bytes()
+    again = Store(str(root)).publish(tmp_path / "b", _artifact(tmp_path / "b", "b"))
+    # was: rmtree of the directory pods load from, then a rename of the new one into its place
+    assert (again.stored, again.manifest_bytes) == (False, first.manifest_bytes)
+    assert (served.stat().st_ino, served.read_bytes()) == (inode, body)
+    assert sorted(p.name for p in root.iterdir()) == [KEY]
+
+
+def test_a_compile_that_loses_the_publish_race_returns_the_stored_artifact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source, store = _tiny(tmp_path / "tiny.pt"), tmp_path / "store"
+    first = _compile(_options(str(source), store))
+    assert not first.cached
+    # The other compile stored the key after this one looked it up (and before it published).
+    real = Store.has_artifact
+    lookups: list[str] = []
+
+    def has_artifact(self: Store, key: str) -> bool:
+        lookups.append(key)
+        return len(lookups) > 1 and real(self, key)
+
+    monkeypatch.setattr(Store, "has_artifact", has_artifact)
+    second = _compile(_options(str(source), store))
+    assert second.cached is True
+    assert (second.uri, second.cache_key, second.manifest_sha256) == (first.uri, first.cache_key, first.manifest_sha256)
+
+
+def test_an_s3_publish_of_a_stored_key_uploads_nothing(s3_env: S3Server, tmp_path: Path) -> None:
+    root = f"s3://{BUCKET}/edges/race"
+    first = Store(root).publish(tmp_path / "a", _artifact(tmp_path / "a", "a"))
+    client = boto3.client("s3")
+
+    def listing() -> dict[str, Any]:
+        contents = client.list_objects_v2(Bucket=BUCKET, Prefix="edges/race/").get("Contents", [])
+        return {o["Key"]: (o["ETag"], o["LastModified"]) for o in contents}
+
+    before = listing()
+    again = Store(root).publish(tmp_path / "b", _artifact(tmp_path / "b", "b"))
+    assert (again.stored, again.uri, again.manifest_bytes) == (False, first.uri, first.manifest_bytes)
+    assert listing() == before
+
+
+def test_a_request_record_is_written_through_a_private_staging_file(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    # Another writer's staging file of the same record (the shared name was "<record>.partial").
+    (tmp_path / "store" / "requests" / "k.json.partial").mkdir(parents=True)
+    store.put_bytes("requests/k.json", b"{}")
+    assert store.get_bytes("requests/k.json") == b"{}"
+    assert sorted(p.name for p in (tmp_path / "store" / "requests").iterdir()) == ["k.json", "k.json.partial"]
+
+
+# ------------------------------------------------------------------ the cache key names the compile code
+
+
+#: sha256 of runtime/neuronserve/compile.py -> its COMPILE_CODE_VERSION. A change to that file fails
+#: the test below until it is recorded here: bump COMPILE_CODE_VERSION if the change alters what a
+#: traced module holds (every stored artifact is then compiled again), else record the new digest
+#: with the same version.
+REVIEWED_COMPILE_CODE = {
+    "805b5f36d831aa72fb7b609dc450e7493546ed1a072cc6e1f29cb35689080407": 1,
+}
+
+
+def test_every_change_to_the_compile_code_was_weighed_for_the_cache_key() -> None:
+    digest = hashlib.sha256(Path(ncompile.__file__).read_bytes()).hexdigest()
+    assert REVIEWED_COMPILE_CODE.get(digest) == ncompile.COMPILE_CODE_VERSION, (
+        f"compile.py changed (sha256 {digest}): bump COMPILE_CODE_VERSION if traced modules change, "
+        "then record the digest in REVIEWED_COMPILE_CODE"
+    )
+
+
+def test_the_compiler_identity_names_neuronserve_and_for_hugging_face_transformers() -> None:
+    code = f"neuronserve=={neuronserve.__version__}/compile-{ncompile.COMPILE_CODE_VERSION}"
+    assert compiler_identity("cpu", "torchscript") == f"torch.jit=={torch.__version__},{code}"
+    transformers = importlib.metadata.version("transformers")
+    assert (
+        compiler_identity("cpu", "huggingface") == f"torch.jit=={torch.__version__},{code},transformers=={transformers}"
+    )
+
+
+def test_a_new_neuronserve_version_compiles_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source, store = _tiny(tmp_path / "tiny.pt"), tmp_path / "store"
+    first = _compile(_options(str(source), store))
+    monkeypatch.setattr(neuronserve, "__version__", "99.0.0")
+    second = _compile(_options(str(source), store))
+    assert not second.cached and second.cache_key != first.cache_key  # was: the old artifact, cached
+
+
+def test_a_new_compile_code_version_compiles_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A fixed compile image that kept the package version: its compile code's version differs.
+    source, store = _tiny(tmp_path / "tiny.pt"), tmp_path / "store"
+    first = _compile(_options(str(source), store))
+    monkeypatch.setattr(ncompile, "COMPILE_CODE_VERSION", ncompile.COMPILE_CODE_VERSION + 1)
+    second = _compile(_options(str(source), store))
+    assert not second.cached and second.cache_key != first.cache_key
+
+
+def _tiny_bert(directory: Path) -> Path:
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=64, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16)
+    BertModel(config).save_pretrained(str(directory))
+    return directory
+
+
+def test_a_new_transformers_compiles_a_hugging_face_source_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source, store = _tiny_bert(tmp_path / "bert"), tmp_path / "store"
+    first = _compile(_options(str(source), store, fmt="auto"))
+    stored = Manifest.from_json_bytes((Path(first.uri) / "manifest.json").read_bytes())
+    assert f"transformers=={importlib.metadata.version('transformers')}" in stored.compiler.split(",")
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda dist: "99.0.0" if dist == "transformers" else real(dist))
+    second = _compile(_options(str(source), store, fmt="auto"))
+    assert not second.cached and second.cache_key != first.cache_key  # was: the old artifact, cached
+
+
+# ------------------------------------------------------------------ manifest sizes and paths
+
+
+def _with_sizes(directory: Path, sizes: dict[str, int]) -> None:
+    doc = json.loads((directory / "manifest.json").read_bytes())
+    for entry in doc["files"]:
+        entry["size"] = sizes.get(entry["path"], entry["size"])
+    (directory / "manifest.json").write_bytes(Manifest.model_validate(doc).to_json_bytes())
+
+
+def test_a_file_whose_size_differs_from_the_manifest_is_refused_without_hashing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = tmp_path / "art"
+    _artifact(directory, "a")
+    _with_sizes(directory, {"model-b1-s8.pt": 1})
+    hashed: list[str] = []
+    real = store_mod.file_sha256
+    monkeypatch.setattr(store_mod, "file_sha256", lambda path: (hashed.append(path.name), real(path))[1])
+    with pytest.raises(ArtifactRejected, match=r"model-b1-s8\.pt: \d+ bytes, the manifest says 1"):
+        fetch_artifact(str(directory), tmp_path / "unused")  # was accepted: size never compared
+    assert hashed == ["model-b4-s8.pt"]
+
+
+def test_an_s3_object_larger_than_the_manifest_says_is_refused_before_any_download(
+    s3_env: S3Server, tmp_path: Path
+) -> None:
+    directory = tmp_path / "art"
+    _artifact(directory, "a")
+    _with_sizes(directory, {"model-b4-s8.pt": 3})
+    root = f"s3://{BUCKET}/edges/sizes"
+    client = boto3.client("s3")
+    for path in _files(directory):
+        client.upload_file(str(directory / path), BUCKET, f"edges/sizes/{KEY}/{path}")
+    scratch = tmp_path / "scratch"
+    with pytest.raises(ArtifactRejected, match=r"model-b4-s8\.pt: \d+ bytes, the manifest says 3"):
+        fetch_artifact(f"{root}/{KEY}", scratch)
+    assert not scratch.exists() or _files(scratch) == []  # nothing downloaded, not even the good file
+
+    # The emulated device's fetch of the tokenizer alone checks the size before reading the body too.
+    _, fetched = fetch_manifest(f"{root}/{KEY}", tmp_path / "scratch1", ("model-b1-s8.pt",))
+    assert _files(fetched) == ["model-b1-s8.pt"]
+    client.put_object(Bucket=BUCKET, Key=f"edges/sizes/{KEY}/model-b4-s8.pt", Body=b"x" * 10_000)
+    with pytest.raises(ArtifactRejected, match=r"model-b4-s8\.pt: 10000 bytes, the manifest says 3"):
+        fetch_manifest(f"{root}/{KEY}", tmp_path / "scratch2", ("model-b4-s8.pt",))
+
+
+def test_a_nul_byte_in_a_manifest_path_is_a_rejected_artifact(s3_env: S3Server, tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="relative and normalized"):
+        FileEntry(path="model\x00.pt", sha256="a" * 64, size=1)
+    directory = tmp_path / "art"
+    _artifact(directory, "a")
+    doc = json.loads((directory / "manifest.json").read_bytes())
+    doc["files"].append({"path": "extra\x00/x.bin", "sha256": "a" * 64, "size": 1})
+    client = boto3.client("s3")
+    for path in _files(directory):
+        client.upload_file(str(directory / path), BUCKET, f"edges/nul/{KEY}/{path}")
+    client.put_object(Bucket=BUCKET, Key=f"edges/nul/{KEY}/manifest.json", Body=json.dumps(doc).encode())
+    with pytest.raises(ArtifactRejected, match="invalid manifest"):  # was a ValueError: embedded null byte
+        fetch_artifact(f"s3://{BUCKET}/edges/nul/{KEY}", tmp_path / "scratch")
