@@ -15,7 +15,7 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from neuronfleet.planning.compile import CompileRequest, StoredArtifact
 from neuronserve.manifest import RequestRecord
@@ -32,6 +32,13 @@ class StoreUnavailable(Exception):
 
 class SourceUnreadable(Exception):
     """The model source cannot be listed (no credentials, no such bucket or prefix, no endpoint)."""
+
+
+def _transient(exc: ClientError) -> bool:
+    """Throttling or a server-side error: S3 answers differently in a moment, the source is fine."""
+    error = exc.response.get("Error", {})
+    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+    return status >= 500 or error.get("Code") in ("SlowDown", "Throttling", "ThrottlingException", "RequestTimeout")
 
 
 def _split_s3(uri: str) -> tuple[str, str]:
@@ -62,8 +69,12 @@ class ArtifactStore:
             try:
                 return bytes(self.s3.get_object(Bucket=bucket, Key=key)["Body"].read())
             except ClientError as exc:
-                if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NoSuchBucket"):
+                code = exc.response.get("Error", {}).get("Code")
+                if code in ("NoSuchKey", "404"):
                     return None
+                if code == "NoSuchBucket":
+                    # Not "never compiled": a compile Job would trace the whole model, then fail to store it.
+                    raise StoreUnavailable(f"the artifact store's bucket {bucket!r} does not exist ({uri})") from exc
                 raise StoreUnavailable(f"cannot read {uri}: {exc}") from exc
             except BotoCoreError as exc:
                 raise StoreUnavailable(f"cannot read {uri}: {exc}") from exc
@@ -95,23 +106,38 @@ class ArtifactStore:
         """A digest of the source's file listing (names, sizes, ETags or mtimes).
 
         Cheap (a listing, no download), and it changes when files under the same URI are replaced.
-        An ``s3://`` source that cannot be listed, or holds nothing, raises :class:`SourceUnreadable`
-        (a compile Job could not read it either). A local path may exist only inside the compile
+        An ``s3://`` source that cannot be listed (denied, no bucket) or holds nothing raises
+        :class:`SourceUnreadable` (a compile Job could not read it either); throttling, an S3 error
+        or an unreachable endpoint raises :class:`StoreUnavailable` (asked again next reconcile). A local path may exist only inside the compile
         image or a volume the operator does not mount: None when it cannot be read here.
         """
         entries: list[str] = []
         if source.startswith("s3://"):
             bucket, prefix = _split_s3(source)
+            # As the compile Job reads it (neuronserve.store.download_tree): the object named
+            # exactly, else what is under "<prefix>/", not s3://m/bert-large/* for s3://m/bert.
+            directory = prefix if not prefix or prefix.endswith("/") else f"{prefix}/"
+            exact: list[str] = []
             try:
                 paginator = self.s3.get_paginator("list_objects_v2")
                 for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
                     for item in page.get("Contents", []):
-                        entries.append(f"{item['Key']}\0{item['Size']}\0{item.get('ETag', '')}")
+                        entry = f"{item['Key']}\0{item['Size']}\0{item.get('ETag', '')}"
+                        if item["Key"] == prefix and not prefix.endswith("/"):
+                            exact.append(entry)
+                        elif item["Key"].startswith(directory):
+                            entries.append(entry)
             except ClientError as exc:
                 error = exc.response.get("Error", {})
+                if _transient(exc):
+                    raise StoreUnavailable(f"cannot list {source} now: {error.get('Code', 'error')}") from exc
                 raise SourceUnreadable(f"{error.get('Code', 'error')}: {error.get('Message', exc)}") from exc
-            except BotoCoreError as exc:
+            except NoCredentialsError as exc:
                 raise SourceUnreadable(str(exc)) from exc
+            except BotoCoreError as exc:
+                # Unreachable endpoint, timeouts: retried on the next reconcile, not a source problem.
+                raise StoreUnavailable(f"cannot list {source} now: {exc}") from exc
+            entries = exact or entries
             if not entries:
                 raise SourceUnreadable(f"no objects under s3://{bucket}/{prefix}")
         else:
