@@ -15,7 +15,7 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from neuronfleet.planning.compile import CompileRequest, StoredArtifact
 from neuronserve.manifest import RequestRecord
@@ -106,10 +106,11 @@ class ArtifactStore:
         """A digest of the source's file listing (names, sizes, ETags or mtimes).
 
         Cheap (a listing, no download), and it changes when files under the same URI are replaced.
-        An ``s3://`` source that cannot be listed (denied, no bucket) or holds nothing raises
-        :class:`SourceUnreadable` (a compile Job could not read it either); throttling, an S3 error
-        or an unreachable endpoint raises :class:`StoreUnavailable` (asked again next reconcile). A local path may exist only inside the compile
-        image or a volume the operator does not mount: None when it cannot be read here.
+        An ``s3://`` source that cannot be listed (denied, no bucket, no credentials, no endpoint)
+        or holds nothing raises :class:`SourceUnreadable` (a compile Job could not read it either);
+        throttling or an S3 server error raises :class:`StoreUnavailable` (asked again next
+        reconcile). A local path may exist only inside the compile image or a volume the operator
+        does not mount: None when it cannot be read here.
         """
         entries: list[str] = []
         if source.startswith("s3://"):
@@ -132,11 +133,9 @@ class ArtifactStore:
                 if _transient(exc):
                     raise StoreUnavailable(f"cannot list {source} now: {error.get('Code', 'error')}") from exc
                 raise SourceUnreadable(f"{error.get('Code', 'error')}: {error.get('Message', exc)}") from exc
-            except NoCredentialsError as exc:
-                raise SourceUnreadable(str(exc)) from exc
             except BotoCoreError as exc:
-                # Unreachable endpoint, timeouts: retried on the next reconcile, not a source problem.
-                raise StoreUnavailable(f"cannot list {source} now: {exc}") from exc
+                # No credentials, no endpoint: nothing to retry until the configuration changes.
+                raise SourceUnreadable(str(exc)) from exc
             entries = exact or entries
             if not entries:
                 raise SourceUnreadable(f"no objects under s3://{bucket}/{prefix}")
