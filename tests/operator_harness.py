@@ -164,6 +164,18 @@ class OperatorHarness:
             GROUP, VERSION, namespace, PLURAL, name, {"spec": spec}, _content_type="application/merge-patch+json"
         )
 
+    async def annotate(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        custom = k8s.CustomObjectsApi(await self.api())
+        await custom.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            {"metadata": {"annotations": annotations}},
+            _content_type="application/merge-patch+json",
+        )
+
     async def scale(self, namespace: str, name: str, replicas: int) -> None:
         custom = k8s.CustomObjectsApi(await self.api())
         await custom.patch_namespaced_custom_object_scale(

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client as k8s
 from operator_harness import FAST_START, NEURON_SCHEDULER, REPO, OperatorHarness, example, inf2_node_groups, ready
 
-from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, VERSION
+from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL
+from neuronfleet.planning.compile import ANNOTATION_COMPILE_RETRY
 from neuronfleet.sandbox import SandboxCluster
 from neuronfleet.sandbox.runners import SubprocessRunner
 from neuronfleet.sandbox.store import WatchEvent
@@ -175,16 +175,7 @@ async def test_a_failed_compile_is_not_run_again_when_its_job_is_gone_until_a_re
     assert harness.condition(NS, name, "Compiled")["reason"] == "CompileFailed"
 
     # An explicit retry runs it again (and it fails again, as attempt of another job spec key).
-    custom = k8s.CustomObjectsApi(await harness.api())
-    await custom.patch_namespaced_custom_object(
-        GROUP,
-        VERSION,
-        NS,
-        PLURAL,
-        name,
-        {"metadata": {"annotations": {"serving.neuronfleet.dev/compile-retry": "1"}}},
-        _content_type="application/merge-patch+json",
-    )
+    await harness.annotate(NS, name, {ANNOTATION_COMPILE_RETRY: "1"})
     await harness.wait(
         lambda: failure().get("attempt", first["attempt"]) != first["attempt"], timeout=300, what="a retried compile"
     )

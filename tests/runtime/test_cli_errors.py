@@ -4,34 +4,19 @@ an unwritable result file after a good compile, and messages that hold square br
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 
 import pytest
-import torch
+from tiny_model import save_tiny
 
 from neuronserve import cli
 from neuronserve.store import Store, StoreError
 from runtime_support import BUCKET, S3Server
 
 
-class Tiny(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = torch.nn.Embedding(100, 4)
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        pooled: torch.Tensor = (self.embed(input_ids) * attention_mask.unsqueeze(-1).float()).sum(1)
-        return pooled
-
-
 @pytest.fixture
 def source(tmp_path: Path) -> Path:
-    path = tmp_path / "tiny.pt"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.jit.save(torch.jit.script(Tiny().eval()), str(path))
-    return path
+    return save_tiny(tmp_path / "tiny.pt")
 
 
 @pytest.fixture

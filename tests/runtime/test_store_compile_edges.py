@@ -9,7 +9,6 @@ import importlib.metadata
 import io
 import json
 import shutil
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import torch
 from botocore.stub import Stubber
 from pydantic import ValidationError
 from rich.console import Console
+from tiny_model import save_tiny
 
 import neuronserve
 from neuronserve import cli
@@ -31,24 +31,6 @@ from runtime_support import BUCKET, S3Server
 
 KEY = "c" * 64
 MISSING_BUCKET = "no-such-bucket-edges"
-
-
-class Tiny(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = torch.nn.Embedding(100, 4)
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        pooled: torch.Tensor = (self.embed(input_ids) * attention_mask.unsqueeze(-1).float()).sum(1)
-        return pooled
-
-
-def _tiny(path: Path) -> Path:
-    torch.manual_seed(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.jit.save(torch.jit.script(Tiny().eval()), str(path))
-    return path
 
 
 def _options(source: str, store: str | Path, fmt: Any = "torchscript") -> CompileOptions:
@@ -128,7 +110,7 @@ def test_an_s3_directory_source_does_not_take_its_sibling_prefixes(s3_env: S3Ser
 def test_an_s3_object_source_is_that_one_file_and_compiles_like_the_local_file(
     s3_env: S3Server, tmp_path: Path
 ) -> None:
-    local = _tiny(tmp_path / "model.pt")
+    local = save_tiny(tmp_path / "model.pt")
     client = boto3.client("s3")
     client.upload_file(str(local), BUCKET, "edges/one/model.pt")
     client.put_object(Bucket=BUCKET, Key="edges/one/model.pt.bak", Body=b"a sibling, not the source")
@@ -156,7 +138,7 @@ def test_a_missing_store_bucket_fails_in_one_line_before_tracing(
     s3_env: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _no_tracing(monkeypatch)
-    source = _tiny(tmp_path / "tiny.pt")
+    source = save_tiny(tmp_path / "tiny.pt")
     argv = ["compile", "--source", str(source), "--store", f"s3://{MISSING_BUCKET}/c"]
     code = cli.main([*argv, "--batch-buckets", "1", "--sequence-buckets", "8"])
     out, err = capsys.readouterr()
@@ -173,7 +155,7 @@ def test_an_unwritable_directory_store_fails_before_tracing(tmp_path: Path, monk
     a_file = tmp_path / "a-file"
     a_file.write_text("not a directory\n")
     with pytest.raises(StoreError, match=rf"cannot store the artifact at {a_file}/store/[0-9a-f]{{64}}: Not a dir"):
-        _compile(_options(str(_tiny(tmp_path / "tiny.pt")), a_file / "store"))
+        _compile(_options(str(save_tiny(tmp_path / "tiny.pt")), a_file / "store"))
 
 
 def test_a_denied_store_write_fails_before_tracing(
@@ -189,7 +171,7 @@ def test_a_denied_store_write_fails_before_tracing(
     monkeypatch.setattr(store_mod, "s3_client", lambda: client)
     _no_tracing(monkeypatch)
     with pytest.raises(StoreError, match=r"cannot store the artifact at s3://readonly/c/[0-9a-f]{64}: .*AccessDenied"):
-        _compile(_options(str(_tiny(tmp_path / "tiny.pt")), "s3://readonly/c"))
+        _compile(_options(str(save_tiny(tmp_path / "tiny.pt")), "s3://readonly/c"))
     stub.assert_no_pending_responses()
 
 
@@ -263,7 +245,7 @@ def test_publishing_a_stored_key_again_leaves_the_served_files_in_place(tmp_path
 def test_a_compile_that_loses_the_publish_race_returns_the_stored_artifact(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    source, store = _tiny(tmp_path / "tiny.pt"), tmp_path / "store"
+    source, store = save_tiny(tmp_path / "tiny.pt"), tmp_path / "store"
     first = _compile(_options(str(source), store))
     assert not first.cached
     # The other compile stored the key after this one looked it up (and before it published).
@@ -334,7 +316,7 @@ def test_the_compiler_identity_names_neuronserve_and_for_hugging_face_transforme
 
 
 def test_a_new_neuronserve_version_compiles_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    source, store = _tiny(tmp_path / "tiny.pt"), tmp_path / "store"
+    source, store = save_tiny(tmp_path / "tiny.pt"), tmp_path / "store"
     first = _compile(_options(str(source), store))
     monkeypatch.setattr(neuronserve, "__version__", "99.0.0")
     second = _compile(_options(str(source), store))
@@ -343,7 +325,7 @@ def test_a_new_neuronserve_version_compiles_again(tmp_path: Path, monkeypatch: p
 
 def test_a_new_compile_code_version_compiles_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A fixed compile image that kept the package version: its compile code's version differs.
-    source, store = _tiny(tmp_path / "tiny.pt"), tmp_path / "store"
+    source, store = save_tiny(tmp_path / "tiny.pt"), tmp_path / "store"
     first = _compile(_options(str(source), store))
     monkeypatch.setattr(ncompile, "COMPILE_CODE_VERSION", ncompile.COMPILE_CODE_VERSION + 1)
     second = _compile(_options(str(source), store))

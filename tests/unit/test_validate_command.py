@@ -151,13 +151,17 @@ def test_crds_write_to_a_place_it_cannot_write_is_one_line(tmp_path: Path, capsy
     assert err.startswith(f"error: cannot write {blocker}/crds/") and err.count("\n") == 1
 
 
-def _model_manifest(tmp_path: Path, model: str) -> str:
-    path = tmp_path / "model.yaml"
+def _manifest(tmp_path: Path, spec: str) -> Path:
+    """An InferenceDeployment named m whose spec is ``spec`` (YAML indented under ``spec:``)."""
+    path = tmp_path / "m.yaml"
     path.write_text(
-        "apiVersion: serving.neuronfleet.dev/v1alpha1\nkind: InferenceDeployment\n"
-        f"metadata: {{name: m}}\nspec:\n  model:\n{model}"
+        f"apiVersion: serving.neuronfleet.dev/v1alpha1\nkind: InferenceDeployment\nmetadata: {{name: m}}\nspec:\n{spec}"
     )
-    return str(path)
+    return path
+
+
+def _model_manifest(tmp_path: Path, model: str) -> str:
+    return str(_manifest(tmp_path, f"  model:\n{model}"))
 
 
 def test_inputs_are_for_torchscript_sources(tmp_path: Path) -> None:
@@ -196,11 +200,7 @@ def test_tolerations_the_api_server_refuses_in_a_pod_are_refused_in_the_spec(
     tmp_path: Path, toleration: str, problem: str
 ) -> None:
     # Accepted by the CRD before, then refused at every pod create.
-    path = tmp_path / "tolerating.yaml"
-    path.write_text(
-        "apiVersion: serving.neuronfleet.dev/v1alpha1\nkind: InferenceDeployment\nmetadata: {name: m}\n"
-        f"spec:\n  model: {{source: s3://acme/m/}}\n  placement:\n    tolerations: [{toleration}]\n"
-    )
+    path = _manifest(tmp_path, f"  model: {{source: s3://acme/m/}}\n  placement:\n    tolerations: [{toleration}]\n")
     [result] = validate_files([str(path)])
     [first] = [str(p) for p in result.problems]
     assert first.startswith(problem), result.problems
@@ -212,11 +212,7 @@ def test_tolerations_the_api_server_refuses_in_a_pod_are_refused_in_the_spec(
 
 def test_auto_scaling_cannot_scale_to_zero(tmp_path: Path) -> None:
     # With no replica serving, no metric shows the traffic that would scale the fleet up again.
-    path = tmp_path / "zero.yaml"
-    path.write_text(
-        "apiVersion: serving.neuronfleet.dev/v1alpha1\nkind: InferenceDeployment\nmetadata: {name: m}\n"
-        "spec:\n  model: {source: s3://acme/m/}\n  scaling: {minReplicas: 0}\n"
-    )
+    path = _manifest(tmp_path, "  model: {source: s3://acme/m/}\n  scaling: {minReplicas: 0}\n")
     [result] = validate_files([str(path)])
     assert [p.path for p in result.problems] == ["spec.scaling.minReplicas"]
     assert "with no replica, no metric shows the traffic" in result.problems[0].message
@@ -224,10 +220,8 @@ def test_auto_scaling_cannot_scale_to_zero(tmp_path: Path) -> None:
 
 def test_a_queue_target_above_the_queue_bound_is_refused(tmp_path: Path) -> None:
     # The queue never grows past maxQueue (429 beyond it): the burst signal could never fire.
-    path = tmp_path / "queue.yaml"
-    path.write_text(
-        "apiVersion: serving.neuronfleet.dev/v1alpha1\nkind: InferenceDeployment\nmetadata: {name: m}\n"
-        "spec:\n  model: {source: s3://acme/m/}\n  runtime: {maxQueue: 4}\n  scaling: {targetQueueDepth: 8}\n"
+    path = _manifest(
+        tmp_path, "  model: {source: s3://acme/m/}\n  runtime: {maxQueue: 4}\n  scaling: {targetQueueDepth: 8}\n"
     )
     [result] = validate_files([str(path)])
     assert [p.path for p in result.problems] == ["spec.scaling.targetQueueDepth"]

@@ -11,7 +11,7 @@ import math
 import sys
 import tempfile
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -204,26 +204,24 @@ class UsageError(ValueError):
     """Bad options or input files."""
 
 
-def _positive_seconds(text: str) -> float:
-    """An option's value that must be a positive, finite number of seconds (argparse type)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return value
+def _seconds(zero_allowed: bool) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds, above 0 (or at least 0 if ``zero_allowed``)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+        if not (math.isfinite(value) and (value >= 0 if zero_allowed else value > 0)):
+            wanted = "a number of seconds >= 0" if zero_allowed else "a positive number of seconds"
+            raise argparse.ArgumentTypeError(f"must be {wanted}, got {text}")
+        return value
+
+    return parse
 
 
-def _non_negative_seconds(text: str) -> float:
-    """An option's value that must be a finite number of seconds >= 0 (argparse type)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not (value >= 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text}")
-    return value
+_positive_seconds = _seconds(zero_allowed=False)
+_non_negative_seconds = _seconds(zero_allowed=True)
 
 
 def _non_negative_int(text: str) -> int:
