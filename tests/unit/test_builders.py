@@ -23,6 +23,8 @@ from neuronfleet.kube.builders import (
     pod_template_hash,
     relabel_patch,
 )
+from neuronfleet.kube.jobs import LABEL_COMPILE_REQUEST, build_compile_job
+from neuronfleet.planning.compile import compile_request
 from neuronfleet.planning.fleet import CreatePod, FleetTarget, Relabel, plan_fleet
 from neuronfleet.planning.labels import ArtifactRevision, FleetRevision
 from neuronfleet.planning.placement import Candidate, plan_for_spec
@@ -289,3 +291,19 @@ def test_long_deployment_names_still_make_valid_objects() -> None:
     assert all(len(value) <= 63 for value in pod["metadata"]["labels"].values())
     # The Service still selects the pod once it is active.
     assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+
+
+@pytest.mark.parametrize("example", ["bert-embeddings.yaml", "llama2-7b-chat.yaml"])
+def test_compile_job_is_valid_restricted_and_bounded_in_memory(example: str) -> None:
+    dep = load(example)
+    dep.spec.compile.memory = "24Gi"
+    request = compile_request(dep.spec, "s3://artifacts", "fingerprint")
+    job = build_compile_job(dep, request)
+    validate(job)
+    pod = {"metadata": job["spec"]["template"]["metadata"], **job["spec"]["template"]}
+    assert restricted_violations(pod) == []
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    # Memory bounded at the request: an oversized compile is OOM-killed alone, not its node's pods.
+    assert container["resources"]["limits"] == {"memory": "24Gi"}
+    assert container["resources"]["requests"] == {"cpu": dep.spec.compile.cpu, "memory": "24Gi"}
+    assert job["metadata"]["labels"][LABEL_COMPILE_REQUEST] == request.key

@@ -217,7 +217,8 @@ class CompileSpec(ApiModel):
         default="8Gi",
         pattern=QUANTITY_PATTERN,
         max_length=QUANTITY_MAX_LENGTH,
-        description="Memory request of the compile Job (BERT-class models need a few GiB, 7B LLMs 64Gi+).",
+        description="Memory request and limit of the compile Job (BERT-class models need a few GiB, 7B LLMs "
+        "64Gi+); a compile that needs more is OOM-killed and reported so.",
     )
 
 

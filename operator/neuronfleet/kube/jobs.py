@@ -119,7 +119,14 @@ def build_compile_job(
                             "command": compile_args(dep, request)[:1],
                             "args": compile_args(dep, request)[1:],
                             "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}],
-                            "resources": {"requests": {"cpu": dep.spec.compile.cpu, "memory": dep.spec.compile.memory}},
+                            # Memory is not compressible: bounded, a compile that outgrows its
+                            # request is OOM-killed alone and named so (more memory is the fix)
+                            # instead of pressing the node's other pods to eviction. CPU stays
+                            # unbounded: neuronx-cc may use an idle node's spare cores.
+                            "resources": {
+                                "requests": {"cpu": dep.spec.compile.cpu, "memory": dep.spec.compile.memory},
+                                "limits": {"memory": dep.spec.compile.memory},
+                            },
                             "securityContext": {**_container_security(), "readOnlyRootFilesystem": False},
                             "terminationMessagePolicy": "FallbackToLogsOnError",
                         }
