@@ -414,7 +414,8 @@ def compile_model(opts: CompileOptions, console: Console) -> CompileResult:
         )
         return CompileResult(published.uri, key, manifest_sha256(published.manifest_bytes), backend, cached=True)
     console.print(f"stored {len(buckets)} bucket(s) ({backend}) at {escape(published.uri)}")
-    return CompileResult(published.uri, key, manifest_sha256(data), backend, cached=False)
+    # The stored manifest, not the local one: in S3 it also names the folder its files went to.
+    return CompileResult(published.uri, key, manifest_sha256(published.manifest_bytes), backend, cached=False)
 
 
 def _trace_buckets(

@@ -8,6 +8,8 @@ Store layout, under a store root (``s3://bucket/prefix`` or a directory)::
     <root>/<cache_key>/manifest.json             written last: its presence marks a complete artifact
     <root>/<cache_key>/model-b<B>-s<S>.pt        one traced module per (batch, sequence) bucket
     <root>/<cache_key>/tokenizer.json            optional, copied from a Hugging Face source
+    <root>/<cache_key>/<files_prefix>/...        the same files, in S3: under the folder of the
+                                                 writer whose manifest was stored (``files_prefix``)
     <root>/requests/<request_key>.json           RequestRecord: what a compile Job produced, for the
                                                  operator's request key (``--request-key``)
 
@@ -111,12 +113,16 @@ class FileEntry(_Frozen):
     @field_validator("path")
     @classmethod
     def _relative(cls, path: str) -> str:
-        # A manifest is input to the server: never let it name a file outside the artifact directory.
-        # A NUL byte is refused here too: the OS would raise ValueError on it, not a rejection.
-        parts = path.split("/")
-        if path.startswith("/") or "\\" in path or "\0" in path or any(p in ("", ".", "..") for p in parts):
-            raise ValueError(f"file path must be relative and normalized, got {path!r}")
-        return path
+        return _relative_path(path)
+
+
+def _relative_path(path: str) -> str:
+    # A manifest is input to the server: never let it name a file outside the artifact directory.
+    # A NUL byte is refused here too: the OS would raise ValueError on it, not a rejection.
+    parts = path.split("/")
+    if path.startswith("/") or "\\" in path or "\0" in path or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"file path must be relative and normalized, got {path!r}")
+    return path
 
 
 class Manifest(_Frozen):
@@ -140,6 +146,19 @@ class Manifest(_Frozen):
     cache_key: str = Field(pattern=r"^[0-9a-f]{64}$")
     files: list[FileEntry] = Field(min_length=1)
     created_at: str = ""
+    files_prefix: str = Field(
+        default="",
+        description="Where the files lie below the artifact, in an S3 store: the folder of the writer "
+        "that stored this manifest. S3 has no atomic rename, so each compile uploads into a folder of "
+        "its own and the manifest, stored only if none is yet (a conditional put), names the winner's: "
+        "two compiles of one key never mix their files. Empty in a directory store (a rename stores "
+        "the whole artifact at once) and in manifests written before it.",
+    )
+
+    @field_validator("files_prefix")
+    @classmethod
+    def _prefix_relative(cls, prefix: str) -> str:
+        return prefix and _relative_path(prefix)
 
     @model_validator(mode="after")
     def _consistent(self) -> Manifest:
@@ -180,7 +199,10 @@ class Manifest(_Frozen):
         return any(f.path == TOKENIZER_NAME for f in self.files)
 
     def to_json_bytes(self) -> bytes:
-        return (json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n").encode()
+        data = self.model_dump(mode="json")
+        if not data["files_prefix"]:
+            del data["files_prefix"]  # a directory store's manifest stays as it was before the field
+        return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
     @classmethod
     def from_json_bytes(cls, data: bytes) -> Manifest:

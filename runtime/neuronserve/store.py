@@ -1,7 +1,9 @@
 """Artifact and model-source storage: an S3 prefix (boto3) or a local directory.
 
 Both kinds follow the layout in ``neuronserve.manifest``. Publishing writes every model file first
-and the manifest last, so a reader that finds a manifest finds a complete artifact. S3 endpoints
+and the manifest last, so a reader that finds a manifest finds a complete artifact; the first
+writer of a key wins (a rename in a directory, a conditional put of the manifest in S3, whose files
+go to a folder of each writer's own) and a stored artifact is never replaced. S3 endpoints
 come from boto3's own configuration (``AWS_ENDPOINT_URL``, profiles, IRSA in a pod).
 """
 
@@ -11,6 +13,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +22,10 @@ from typing import Any
 from neuronserve.manifest import MANIFEST_NAME, FileEntry, Manifest, split_s3_uri, verify_files
 
 CHUNK = 1 << 20
+#: After a 409 on the manifest's conditional put (another writer's put in flight): how often and
+#: how long to look for the manifest it stores.
+_STORED_MANIFEST_LOOKS = 20
+_STORED_MANIFEST_PAUSE_S = 0.5
 
 
 class StoreError(Exception):
@@ -241,23 +248,57 @@ class Store:
         from boto3.exceptions import Boto3Error  # S3UploadFailedError, RetriesExceededError...
         from botocore.exceptions import BotoCoreError, ClientError
 
-        # S3 has no atomic rename of a directory: this writer's files are uploaded in place. So look
-        # again right before uploading (a compile that started with us may have stored the key
-        # while we traced) and once more before the manifest. This narrows the race, it does not
-        # close it: two compiles uploading the same key at the same time can leave one's manifest
-        # over a mix of both one's files. Harmless when the traced files are byte-identical (CPU
-        # TorchScript of the same source and code is); otherwise fetch_artifact refuses the mix
-        # (every file's sha256 is pinned) and the key must be deleted to compile it again.
+        # S3 has no atomic rename of a directory. So this writer uploads into a folder of its own
+        # under the key and then stores a manifest naming that folder, only if no manifest is
+        # there yet (If-None-Match: the first writer wins at S3 itself). A stored manifest thus
+        # always names one writer's complete files; a loser's folder is deleted again. A look
+        # before uploading saves the upload when the key is already stored.
+        if self.has_artifact(key):
+            return Published(target, self.get_bytes(f"{key}/{MANIFEST_NAME}"), stored=False)
+        folder = f"w-{uuid.uuid4().hex[:16]}"
+        stored_manifest = manifest.model_copy(update={"files_prefix": folder}).to_json_bytes()
         client = s3_client()
-        for name in names:
-            if name in (names[0], MANIFEST_NAME) and self.has_artifact(key):
-                return Published(target, self.get_bytes(f"{key}/{MANIFEST_NAME}"), stored=False)
-            bucket, obj = split_s3_uri(f"{target}/{name}")
+        uploaded: list[tuple[str, str]] = []
+        for name in names[:-1]:
+            bucket, obj = split_s3_uri(f"{target}/{folder}/{name}")
             try:
                 client.upload_file(str(local_dir / name), bucket, obj)
             except (ClientError, BotoCoreError, Boto3Error) as exc:
+                self._discard(uploaded)
                 raise _s3_error("upload", f"s3://{bucket}/{obj}", exc) from exc
-        return Published(target, (local_dir / MANIFEST_NAME).read_bytes(), stored=True)
+            uploaded.append((bucket, obj))
+        bucket, obj = split_s3_uri(f"{target}/{MANIFEST_NAME}")
+        try:
+            client.put_object(Bucket=bucket, Key=obj, Body=stored_manifest, IfNoneMatch="*")
+        except ClientError as exc:
+            # 412: a manifest is stored; 409: another conditional put of it is in flight.
+            if _s3_code(exc) not in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+                self._discard(uploaded)
+                raise _s3_error("upload", f"s3://{bucket}/{obj}", exc) from exc
+            self._discard(uploaded)
+            return Published(target, self._stored_manifest(key), stored=False)
+        except BotoCoreError as exc:
+            self._discard(uploaded)
+            raise _s3_error("upload", f"s3://{bucket}/{obj}", exc) from exc
+        return Published(target, stored_manifest, stored=True)
+
+    def _stored_manifest(self, key: str) -> bytes:
+        """The manifest another writer stored under ``key`` (after a 409, once its put completes)."""
+        for _ in range(_STORED_MANIFEST_LOOKS):
+            if self.has_artifact(key):
+                return self.get_bytes(f"{key}/{MANIFEST_NAME}")
+            time.sleep(_STORED_MANIFEST_PAUSE_S)
+        raise StoreError(f"another compile is storing {self._key_uri(key)} and its manifest did not appear")
+
+    @staticmethod
+    def _discard(objects: list[tuple[str, str]]) -> None:
+        """Delete this writer's own uploads (best effort: a leftover folder is named by no manifest)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        client = s3_client()
+        for bucket, obj in objects:
+            with contextlib.suppress(ClientError, BotoCoreError):
+                client.delete_object(Bucket=bucket, Key=obj)
 
 
 def download_tree(uri: str, dest: Path) -> Path:
@@ -327,7 +368,8 @@ def fetch_artifact(uri: str, scratch: Path) -> tuple[Manifest, bytes, Path]:
         except (ClientError, BotoCoreError) as exc:
             raise _s3_error("read the manifest", f"s3://{bucket}/{manifest_key}", exc) from exc
         manifest = _parse_manifest(manifest_bytes, uri)
-        keys = {e.path: f"{prefix}/{e.path}" if prefix else e.path for e in manifest.files}
+        folder = "/".join(p for p in (prefix, manifest.files_prefix) if p)
+        keys = {e.path: f"{folder}/{e.path}" if folder else e.path for e in manifest.files}
         problems = []
         for entry in manifest.files:
             try:
@@ -424,7 +466,7 @@ def fetch_manifest(uri: str, scratch: Path, extra: tuple[str, ...] = ()) -> tupl
         for entry in wanted:
             target = scratch / entry.path
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(get(entry.path, entry.size))
+            target.write_bytes(get("/".join(p for p in (manifest.files_prefix, entry.path) if p), entry.size))
     else:
         directory, manifest_bytes = _read_local_manifest(uri)
         manifest = _parse_manifest(manifest_bytes, uri)

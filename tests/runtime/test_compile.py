@@ -39,18 +39,26 @@ def test_compile_stores_a_cpu_artifact_with_a_complete_manifest(compiled: Compil
 
     client = boto3.client("s3")
     prefix = f"compiled/{key}/"
-    names = sorted(k[len(prefix) :] for k in _objects(prefix))
-    assert names == [
-        "manifest.json",
-        "model-b1-s128.pt",
-        "model-b1-s32.pt",
-        "model-b4-s128.pt",
-        "model-b4-s32.pt",
-        "tokenizer.json",
-    ]
     manifest_bytes = client.get_object(Bucket=BUCKET, Key=prefix + "manifest.json")["Body"].read()
     assert hashlib.sha256(manifest_bytes).hexdigest() == compiled.result["sha256"]
     manifest = Manifest.from_json_bytes(manifest_bytes)
+    # The files lie in the folder of the writer whose manifest was stored, and nothing else is there.
+    folder = manifest.files_prefix
+    assert folder.startswith("w-")
+    names = sorted(k[len(prefix) :] for k in _objects(prefix))
+    assert names == [
+        "manifest.json",
+        *(
+            f"{folder}/{name}"
+            for name in (
+                "model-b1-s128.pt",
+                "model-b1-s32.pt",
+                "model-b4-s128.pt",
+                "model-b4-s32.pt",
+                "tokenizer.json",
+            )
+        ),
+    ]
     assert manifest.backend == "cpu"
     assert manifest.cache_key == key
     # The compiler, neuronserve's compile code (package and compile code versions) and, for this
@@ -65,7 +73,7 @@ def test_compile_stores_a_cpu_artifact_with_a_complete_manifest(compiled: Compil
     ]
     assert manifest.outputs[0].shape == [-1, 384]
     for entry in manifest.files:
-        body = client.get_object(Bucket=BUCKET, Key=prefix + entry.path)["Body"].read()
+        body = client.get_object(Bucket=BUCKET, Key=f"{prefix}{folder}/{entry.path}")["Body"].read()
         assert hashlib.sha256(body).hexdigest() == entry.sha256
         assert len(body) == entry.size
 

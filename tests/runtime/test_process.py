@@ -17,7 +17,7 @@ import boto3
 import numpy as np
 import pytest
 
-from neuronserve.manifest import split_s3_uri
+from neuronserve.manifest import Manifest, split_s3_uri
 from neuronserve.store import ArtifactRejected, fetch_artifact
 from runtime_support import MODEL_NAME, Compiled, Fetched, Reference, S3Server, ServeProcess
 
@@ -51,7 +51,8 @@ def test_serve_refuses_an_artifact_with_one_byte_changed(fetched: Fetched, tmp_p
 def test_fetch_refuses_a_tampered_s3_artifact(compiled: Compiled, s3_env: S3Server, tmp_path: Path) -> None:
     client = boto3.client("s3")
     bucket, prefix = split_s3_uri(compiled.uri)
-    key = f"{prefix}/tokenizer.json"
+    manifest = Manifest.from_json_bytes(client.get_object(Bucket=bucket, Key=f"{prefix}/manifest.json")["Body"].read())
+    key = f"{prefix}/{manifest.files_prefix}/tokenizer.json"
     original = client.get_object(Bucket=bucket, Key=key)["Body"].read()
     tampered = bytearray(original)
     tampered[100] ^= 0x01

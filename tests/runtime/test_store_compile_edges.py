@@ -15,6 +15,7 @@ from typing import Any
 import boto3
 import pytest
 import torch
+from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 from pydantic import ValidationError
 from rich.console import Console
@@ -195,7 +196,8 @@ def test_a_failed_upload_is_a_store_error(s3_env: S3Server, tmp_path: Path) -> N
     manifest = _artifact(tmp_path / "a", "a")
     # upload_file raises boto3's S3UploadFailedError, which is no ClientError: it escaped as a traceback.
     with pytest.raises(
-        StoreError, match=rf"cannot upload s3://{MISSING_BUCKET}/c/{KEY}/model-b1-s8\.pt: .*NoSuchBucket"
+        StoreError,
+        match=rf"cannot upload s3://{MISSING_BUCKET}/c/{KEY}/w-[0-9a-f]{{16}}/model-b1-s8\.pt: .*NoSuchBucket",
     ):
         Store(f"s3://{MISSING_BUCKET}/c").publish(tmp_path / "a", manifest)
 
@@ -277,6 +279,110 @@ def test_an_s3_publish_of_a_stored_key_uploads_nothing(s3_env: S3Server, tmp_pat
     assert listing() == before
 
 
+def test_concurrent_s3_publishes_of_one_key_never_mix_their_files(
+    s3_env: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = f"s3://{BUCKET}/edges/concurrent"
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    ma, mb = _artifact(a_dir, "dep-a"), _artifact(b_dir, "dep-b")
+    real_client = store_mod.s3_client
+    published: dict[str, Any] = {}
+
+    class AUploadsSlowly:
+        """A's client: B runs its whole publish between A's first and second file."""
+
+        def __init__(self) -> None:
+            self._client = real_client()
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._client, name)
+
+        def upload_file(self, *args: Any, **kwargs: Any) -> Any:
+            out = self._client.upload_file(*args, **kwargs)
+            if "b" not in published:
+                monkeypatch.setattr(store_mod, "s3_client", real_client)
+                published["b"] = Store(root).publish(b_dir, mb)
+                monkeypatch.setattr(store_mod, "s3_client", lambda: self)
+            return out
+
+    a_client = AUploadsSlowly()
+    monkeypatch.setattr(store_mod, "s3_client", lambda: a_client)
+    published["a"] = Store(root).publish(a_dir, ma)
+    monkeypatch.setattr(store_mod, "s3_client", real_client)
+    # B's manifest was stored first: A is told the artifact is B's, and B's files are whole (in
+    # place, A's second file overwrote B's and every pod refused the artifact).
+    assert (published["b"].stored, published["a"].stored) == (True, False)
+    assert published["a"].manifest_bytes == published["b"].manifest_bytes
+    manifest, _, _ = fetch_artifact(published["b"].uri, tmp_path / "fetched")
+    assert manifest.name == "dep-b"
+    # A's folder is deleted again; B's files and its manifest are all that is there.
+    contents = boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix=f"edges/concurrent/{KEY}/")["Contents"]
+    assert sorted(o["Key"].split(f"{KEY}/", 1)[1] for o in contents) == [
+        "manifest.json",
+        *(f"{manifest.files_prefix}/{b.file_name}" for b in manifest.buckets),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("code", "status"), [("ConditionalRequestConflict", 409), ("AccessDenied", 403)], ids=["409", "denied"]
+)
+def test_a_refused_s3_manifest_put_leaves_none_of_this_writers_files(
+    s3_env: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str, status: int
+) -> None:
+    root = f"s3://{BUCKET}/edges/refused-{status}"
+    real_client = store_mod.s3_client
+    other = {}
+
+    class ManifestPutRefused:
+        def __init__(self) -> None:
+            self._client = real_client()
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._client, name)
+
+        def put_object(self, **kwargs: Any) -> Any:
+            if kwargs["Key"].endswith("manifest.json") and "IfNoneMatch" in kwargs:
+                if status == 409:  # another writer's conditional put was in flight, and it stored B
+                    monkeypatch.setattr(store_mod, "s3_client", real_client)
+                    other["b"] = Store(root).publish(tmp_path / "b", _artifact(tmp_path / "b", "dep-b"))
+                raise ClientError(
+                    {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
+                    "PutObject",
+                )
+            return self._client.put_object(**kwargs)
+
+    client = ManifestPutRefused()
+    monkeypatch.setattr(store_mod, "s3_client", lambda: client)
+    manifest = _artifact(tmp_path / "a", "dep-a")
+    if status == 409:
+        published = Store(root).publish(tmp_path / "a", manifest)
+        assert (published.stored, published.manifest_bytes) == (False, other["b"].manifest_bytes)
+    else:
+        with pytest.raises(StoreError, match=r"cannot upload .*/manifest\.json: .*AccessDenied"):
+            Store(root).publish(tmp_path / "a", manifest)
+    listing = boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix=f"edges/refused-{status}/")
+    kept = {o["Key"] for o in listing.get("Contents", [])}
+    expected = set()
+    if status == 409:
+        stored = Manifest.from_json_bytes(other["b"].manifest_bytes)
+        expected = {f"edges/refused-409/{KEY}/{stored.files_prefix}/{b.file_name}" for b in stored.buckets}
+        expected.add(f"edges/refused-409/{KEY}/manifest.json")
+    assert kept == expected
+
+
+def test_an_s3_manifest_with_no_writer_folder_still_serves(s3_env: S3Server, tmp_path: Path) -> None:
+    # Artifacts stored before writer folders keep their files beside the manifest.
+    manifest = _artifact(tmp_path / "a", "old")
+    client = boto3.client("s3")
+    for b in manifest.buckets:
+        client.upload_file(str(tmp_path / "a" / b.file_name), BUCKET, f"edges/old/{KEY}/{b.file_name}")
+    client.put_object(Bucket=BUCKET, Key=f"edges/old/{KEY}/manifest.json", Body=manifest.to_json_bytes())
+    assert b"files_prefix" not in manifest.to_json_bytes()
+    fetched, _, directory = fetch_artifact(f"s3://{BUCKET}/edges/old/{KEY}", tmp_path / "fetched")
+    assert fetched.name == "old"
+    assert sorted(p.name for p in directory.iterdir()) == sorted(b.file_name for b in manifest.buckets)
+
+
 def test_a_request_record_is_written_through_a_private_staging_file(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "store"))
     # Another writer's staging file of the same record (the shared name was "<record>.partial").
@@ -295,6 +401,8 @@ def test_a_request_record_is_written_through_a_private_staging_file(tmp_path: Pa
 #: with the same version.
 REVIEWED_COMPILE_CODE = {
     "805b5f36d831aa72fb7b609dc450e7493546ed1a072cc6e1f29cb35689080407": 1,
+    # The result's sha256 is the stored manifest's (in S3 it names the writer's folder): no traced change.
+    "fe67014c5ef2322cb325780643495695d6f94ee943646e7059604b644cdedb8d": 1,
 }
 
 
