@@ -18,6 +18,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 
 from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION, InferenceDeployment
+from neuronfleet.artifacts.store import ArtifactStore
 from neuronfleet.handlers import OperatorContext
 from neuronfleet.kube.builders import BuilderConfig, build_priority_classes
 from neuronfleet.planning.fleet import FleetPolicy
@@ -48,10 +49,13 @@ class OperatorHarness:
         workdir: Path,
         interval: float = 2.0,
         metrics: Callable[[], MetricsSource] | None = None,
+        store: ArtifactStore | None = None,
     ) -> None:
-        """``metrics`` makes the autoscaler's metrics source at each start (None: no metrics)."""
+        """``metrics`` makes the autoscaler's metrics source at each start (None: no metrics);
+        ``store`` is the operator's artifact store reader (e.g. with a clock of the test's)."""
         self.cluster = cluster
         self.metrics_factory = metrics
+        self.store = store
         self.store_dir = workdir / "artifacts"
         self.model_dir = workdir / "model"
         self.model_dir.mkdir(parents=True, exist_ok=True)
@@ -73,7 +77,11 @@ class OperatorHarness:
         await self.ensure_priority_classes()
         metrics = self.metrics_factory() if self.metrics_factory is not None else None
         self.context = await build_context(
-            self.settings, self.cluster.kubeconfig_path, metrics=metrics, clock=self.cluster.clock.wall
+            self.settings,
+            self.cluster.kubeconfig_path,
+            metrics=metrics,
+            store=self.store,
+            clock=self.cluster.clock.wall,
         )
         self._stop_flag = asyncio.Event()
         self._tasks = list(await operator_tasks(self.context, stop_flag=self._stop_flag, in_process=True))

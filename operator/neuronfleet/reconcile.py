@@ -49,7 +49,13 @@ from neuronfleet.kube.builders import (
 from neuronfleet.kube.client import UNANSWERED, KubeApi
 from neuronfleet.kube.jobs import build_compile_job, wanted_job_spec
 from neuronfleet.kube.observe import observe_cluster
-from neuronfleet.planning.compile import CompileObservation, CompileRequest, compile_request
+from neuronfleet.planning.compile import (
+    CompileObservation,
+    CompileRequest,
+    DanglingRecord,
+    StoredArtifact,
+    compile_request,
+)
 from neuronfleet.planning.fleet import (
     Action,
     CreatePlaceholder,
@@ -206,10 +212,16 @@ class Reconciler:
             except SourceUnreadable as exc:
                 fingerprint, problem = None, str(exc)
             request = compile_request(dep.spec, self.settings.artifact_store, fingerprint)
-            stored = await asyncio.to_thread(self.store.lookup, request)
+            found = await asyncio.to_thread(self.store.lookup, request)
         except StoreUnavailable as exc:
             return None, None, str(exc)
-        observed = CompileObservation(request, stored, source_problem=problem, wanted_job_spec=wanted_job_spec(dep))
+        observed = CompileObservation(
+            request,
+            found if isinstance(found, StoredArtifact) else None,
+            source_problem=problem,
+            wanted_job_spec=wanted_job_spec(dep),
+            dangling=found if isinstance(found, DanglingRecord) else None,
+        )
         return request, observed, None
 
     async def observe(self, dep: InferenceDeployment, memory: DeploymentMemory) -> Observation:
@@ -236,6 +248,7 @@ class Reconciler:
                 job_name=jobs.name,
                 running_jobs=jobs.running,
                 job_spec=jobs.job_spec,
+                job_republishes=jobs.republishes,
             )
         snapshot, problem = None, "no metrics source configured"
         spec = dep.spec.scaling
@@ -271,12 +284,14 @@ class Reconciler:
         events = []
         for action in plan.compile_actions:
             if isinstance(action, StartCompileJob):
-                job = build_compile_job(dep, action.request, self.settings.builder)
+                job = build_compile_job(dep, action.request, self.settings.builder, action.republish)
                 if await self.kube.create(job):
                     message = f"compile Job {action.name} started for {action.request.source}"
+                    if action.republish is not None:
+                        message += f": {action.republish.describe()}"
                     events.append(Event("Normal", Reason.COMPILE_STARTED, message))
             elif isinstance(action, DeleteCompileJob) and await self.kube.delete_job(namespace, action.name):
-                message = f"deleted compile Job {action.name}: the spec or the model source changed"
+                message = f"deleted compile Job {action.name}: {action.why}"
                 events.append(Event("Normal", Reason.COMPILE_SUPERSEDED, message))
         return events
 

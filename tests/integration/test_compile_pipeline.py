@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +20,8 @@ import pytest
 from operator_harness import FAST_START, NEURON_SCHEDULER, REPO, OperatorHarness, example, inf2_node_groups, ready
 
 from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL
+from neuronfleet.artifacts.store import VERIFIED_TTL_SECONDS, ArtifactStore
+from neuronfleet.kube.jobs import ANNOTATION_REPUBLISHES
 from neuronfleet.planning.compile import ANNOTATION_COMPILE_RETRY
 from neuronfleet.sandbox import SandboxCluster
 from neuronfleet.sandbox.runners import SubprocessRunner
@@ -34,8 +37,23 @@ def minilm_dir() -> Path:
     return path
 
 
+class StoreClock:
+    """The monotonic clock of the operator's artifact store: it moves only when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @pytest.fixture
-async def compiling_harness(tmp_path: Path) -> AsyncIterator[OperatorHarness]:
+def store_clock() -> StoreClock:
+    return StoreClock()
+
+
+@pytest.fixture
+async def compiling_harness(tmp_path: Path, store_clock: StoreClock) -> AsyncIterator[OperatorHarness]:
     async with SandboxCluster(
         node_groups=inf2_node_groups(),
         crd_dir=REPO / "crds",
@@ -50,7 +68,7 @@ async def compiling_harness(tmp_path: Path) -> AsyncIterator[OperatorHarness]:
             extra_env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
             timeout_s=300,
         )
-        harness = OperatorHarness(cluster, tmp_path, interval=1.0)
+        harness = OperatorHarness(cluster, tmp_path, interval=1.0, store=ArtifactStore(clock=store_clock))
         try:
             await harness.start()
             yield harness
@@ -180,3 +198,71 @@ async def test_a_failed_compile_is_not_run_again_when_its_job_is_gone_until_a_re
         lambda: failure().get("attempt", first["attempt"]) != first["attempt"], timeout=300, what="a retried compile"
     )
     assert len(harness.cluster.list("jobs", NS, group="batch")) == 1
+
+
+async def test_an_artifact_deleted_under_a_ready_deployment_is_reported_and_compiled_again(
+    compiling_harness: OperatorHarness, store_clock: StoreClock
+) -> None:
+    # The operator trusted the request record: replacement pods were rolled onto an artifact that
+    # was gone (an S3 lifecycle rule, a cleaned bucket) and crash-looped; nothing said why, and
+    # nothing compiled it again (the finished Job of the request, kept a day, also blocked a new one).
+    harness = compiling_harness
+    manifest = small_minilm(harness)
+    name = manifest["metadata"]["name"]
+    compiled_reasons: list[tuple[str, str]] = []  # each (reason, message) the Compiled condition took
+
+    def on_event(event: WatchEvent) -> None:
+        if event.resource == (GROUP, PLURAL) and event.obj["metadata"]["name"] == name:
+            for condition in (event.obj.get("status") or {}).get("conditions") or []:
+                seen = (condition["reason"], condition["message"])
+                if condition["type"] == "Compiled" and compiled_reasons[-1:] != [seen]:
+                    compiled_reasons.append(seen)
+
+    harness.cluster.store.listeners.append(on_event)
+    await harness.apply(manifest)
+    await harness.wait(lambda: harness.condition(NS, name, "Ready").get("status") == "True", timeout=300, what="Ready")
+    before = harness.deployment(NS, name)["status"]["artifact"]
+    [first_job] = harness.cluster.list("jobs", NS, group="batch")
+    artifact = Path(before["uri"])
+
+    shutil.rmtree(artifact)
+    store_clock.now += VERIFIED_TTL_SECONDS  # the operator's check of its served artifact is due
+
+    def republished() -> bool:
+        after = harness.deployment(NS, name)["status"].get("artifact") or {}
+        return (
+            harness.condition(NS, name, "Compiled").get("status") == "True"
+            and (artifact / "manifest.json").exists()
+            and after.get("sha256") == hashlib.sha256((artifact / "manifest.json").read_bytes()).hexdigest()
+        )
+
+    await harness.wait(republished, timeout=180, what="the artifact compiled again and served")
+    gone = f"the artifact {artifact} recorded for this request is gone (manifest missing)"
+    assert (
+        "ArtifactGone",
+        f"{gone}; compiling it again (replacing the finished compile Job {first_job['metadata']['name']})",
+    ) in compiled_reasons, compiled_reasons
+    warnings = [
+        e["message"]
+        for e in harness.cluster.list("events", NS)
+        if e.get("reason") == "ArtifactGone" and e.get("type") == "Warning"
+    ]
+    assert warnings and gone in warnings[0]
+    started = [e["message"] for e in harness.cluster.list("events", NS) if e.get("reason") == "CompileStarted"]
+    assert any(gone in message for message in started), started
+    [job] = harness.cluster.list("jobs", NS, group="batch")
+    assert job["metadata"]["uid"] != first_job["metadata"]["uid"]
+    # The record is written before the compile process exits: let the Job finish (and its process go).
+    await harness.wait(
+        lambda: (harness.cluster.list("jobs", NS, group="batch")[0].get("status") or {}).get("succeeded") == 1,
+        timeout=60,
+        what="the republishing Job complete",
+    )
+    assert job["metadata"]["annotations"][ANNOTATION_REPUBLISHES] == str(artifact)
+    # Same model, same cache key: the same revision, served on; Degraded clears.
+    after = harness.deployment(NS, name)["status"]["artifact"]
+    assert (after["uri"], after["revision"]) == (before["uri"], before["revision"])
+    await harness.wait(
+        lambda: harness.condition(NS, name, "Degraded").get("status") == "False", timeout=30, what="Degraded=False"
+    )
+    assert all(ready(p) for p in harness.pods(NS, name, "active"))

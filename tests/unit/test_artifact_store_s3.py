@@ -1,20 +1,26 @@
 """The operator's reads of S3 (a moto server, through boto3): a source's fingerprint covers what
-the compile Job downloads and nothing else, a missing store bucket is a store problem, and S3
-saying "not now" is not a source problem."""
+the compile Job downloads and nothing else, a missing store bucket is a store problem, S3
+saying "not now" is not a source problem, and a request record is trusted only while the artifact
+it names is stored as recorded (checked at most once per TTL; in a local directory too)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import io
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 from moto.server import ThreadedMotoServer
 
 from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
-from neuronfleet.artifacts.store import ArtifactStore, SourceUnreadable, StoreUnavailable
-from neuronfleet.planning.compile import compile_request
+from neuronfleet.artifacts.store import VERIFIED_TTL_SECONDS, ArtifactStore, SourceUnreadable, StoreUnavailable
+from neuronfleet.planning.compile import CompileRequest, DanglingRecord, StoredArtifact, compile_request
+from neuronserve.manifest import RequestRecord, manifest_sha256, request_record_path
 
 MODELS = "fingerprint-models"
 
@@ -84,3 +90,162 @@ def test_s3_saying_not_now_is_not_an_unreadable_source(s3: Any, code: str, statu
         stub.add_client_error("list_objects_v2", service_error_code="AccessDenied", http_status_code=403)
         with pytest.raises(SourceUnreadable, match="AccessDenied"):
             ArtifactStore(client).fingerprint(f"s3://{MODELS}/bert")
+
+
+# ------------------------------------------------------------------ dangling request records
+
+SPEC = InferenceDeploymentSpec.model_validate({"model": {"source": f"s3://{MODELS}/bert/"}})
+KEY = "c" * 64
+MANIFEST = b'{"name": "bert", "stand-in": true}\n'
+
+
+class StubClock:
+    """Monotonic seconds that move only when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 5000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _record(root: str, manifest: bytes = MANIFEST) -> tuple[CompileRequest, bytes]:
+    """The request and the record a compile Job writes for an artifact whose manifest is ``manifest``."""
+    request = compile_request(SPEC, root, "fp")
+    record = RequestRecord(
+        cache_key=KEY,
+        artifact_uri=f"{root}/{KEY}",
+        manifest_sha256=manifest_sha256(manifest),
+        backend="cpu",
+        revision=KEY[:10],
+    )
+    return request, record.to_json_bytes()
+
+
+@pytest.fixture
+def store_bucket(s3: Any) -> str:
+    """A bucket of this test's own (moto's one S3 is shared by the tests of a worker)."""
+    bucket = f"dangling-{uuid.uuid4().hex[:16]}"
+    s3.create_bucket(Bucket=bucket)
+    return bucket
+
+
+def _s3_store(s3: Any, bucket: str) -> tuple[CompileRequest, Callable[[str, bytes | None], None]]:
+    request, record = _record(f"s3://{bucket}/compiled")
+    s3.put_object(Bucket=bucket, Key=f"compiled/{request_record_path(request.key)}", Body=record)
+
+    def put_manifest(_: str, data: bytes | None) -> None:
+        if data is None:
+            s3.delete_object(Bucket=bucket, Key=f"compiled/{KEY}/manifest.json")
+        else:
+            s3.put_object(Bucket=bucket, Key=f"compiled/{KEY}/manifest.json", Body=data)
+
+    return request, put_manifest
+
+
+def _local_store(root: Path) -> tuple[CompileRequest, Callable[[str, bytes | None], None]]:
+    request, record = _record(str(root))
+    Path(request.record_uri).parent.mkdir(parents=True)
+    Path(request.record_uri).write_bytes(record)
+
+    def put_manifest(_: str, data: bytes | None) -> None:
+        path = root / KEY / "manifest.json"
+        if data is None:
+            path.unlink()
+        else:
+            path.parent.mkdir(exist_ok=True)
+            path.write_bytes(data)
+
+    return request, put_manifest
+
+
+@pytest.fixture(params=["s3", "directory"])
+def recorded(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> tuple[CompileRequest, Callable[[str, bytes | None], None]]:
+    """A request record in S3 or in a directory, and how to put (or delete, None) its manifest."""
+    if request.param == "s3":
+        return _s3_store(request.getfixturevalue("s3"), request.getfixturevalue("store_bucket"))
+    return _local_store(tmp_path / "store")
+
+
+def test_a_record_whose_manifest_is_there_as_recorded_is_the_artifact(recorded: Any) -> None:
+    request, put_manifest = recorded
+    put_manifest(KEY, MANIFEST)
+    found = ArtifactStore().lookup(request)
+    assert isinstance(found, StoredArtifact)
+    assert (found.cache_key, found.manifest_sha256) == (KEY, manifest_sha256(MANIFEST))
+
+
+def test_a_record_whose_artifact_is_gone_is_not_served_and_says_why(recorded: Any) -> None:
+    # The operator rolled pods onto an artifact an S3 lifecycle rule had expired: they crash-looped.
+    request, _ = recorded
+    found = ArtifactStore().lookup(request)
+    assert isinstance(found, DanglingRecord) and found.found_sha256 is None
+    assert found.describe() == (
+        f"the artifact {request.store_root}/{KEY} recorded for this request is gone (manifest missing)"
+    )
+
+
+def test_a_record_whose_artifact_holds_another_manifest_is_not_served(recorded: Any) -> None:
+    request, put_manifest = recorded
+    put_manifest(KEY, b'{"name": "bert", "republished": true}\n')
+    found = ArtifactStore().lookup(request)
+    assert isinstance(found, DanglingRecord)
+    assert found.found_sha256 == manifest_sha256(b'{"name": "bert", "republished": true}\n')
+    assert "holds another manifest" in found.describe()
+
+
+def test_a_verified_artifact_is_checked_again_only_after_the_ttl(recorded: Any) -> None:
+    # lookup runs on every reconcile of every deployment: a manifest GET each time is not free.
+    request, put_manifest = recorded
+    put_manifest(KEY, MANIFEST)
+    clock = StubClock()
+    store = ArtifactStore(clock=clock)
+    assert isinstance(store.lookup(request), StoredArtifact)
+    put_manifest(KEY, None)  # deleted behind the operator's back
+    clock.now += VERIFIED_TTL_SECONDS - 1
+    assert isinstance(store.lookup(request), StoredArtifact), "checked again within the TTL"
+    clock.now += 1
+    assert isinstance(store.lookup(request), DanglingRecord)
+    # A dangling record is not remembered: the republished artifact is found at the next lookup.
+    put_manifest(KEY, MANIFEST)
+    assert isinstance(store.lookup(request), StoredArtifact)
+
+
+def test_a_steady_fleet_reads_its_manifest_once_per_ttl(s3: Any, store_bucket: str) -> None:
+    request, put_manifest = _s3_store(s3, store_bucket)
+    put_manifest(KEY, MANIFEST)
+    client, clock = boto3.client("s3"), StubClock()
+    keys: list[str] = []
+    client.meta.events.register("provide-client-params.s3.GetObject", lambda params, **_: keys.append(params["Key"]))
+    store = ArtifactStore(client, clock=clock)
+    for _ in range(30):  # 30 reconciles, 10 s apart
+        assert isinstance(store.lookup(request), StoredArtifact)
+        clock.now += 10
+    assert sum(key.endswith("/manifest.json") for key in keys) == 1
+    assert sum(key.startswith("compiled/requests/") for key in keys) == 30
+    clock.now += VERIFIED_TTL_SECONDS
+    store.lookup(request)
+    assert sum(key.endswith("/manifest.json") for key in keys) == 2
+
+
+class _Refusing:
+    """An S3 client whose GETs of manifests fail with ``code``; the record it returns."""
+
+    def __init__(self, record: bytes, code: str, status: int) -> None:
+        self.record, self.code, self.status = record, code, status
+
+    def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:
+        if Key.endswith("/manifest.json"):
+            error = {"Error": {"Code": self.code, "Message": "no"}, "ResponseMetadata": {"HTTPStatusCode": self.status}}
+            raise ClientError(error, "GetObject")  # type: ignore[arg-type]
+        return {"Body": io.BytesIO(self.record)}
+
+
+@pytest.mark.parametrize(("code", "status"), [("SlowDown", 503), ("InternalError", 500), ("AccessDenied", 403)])
+def test_a_manifest_that_cannot_be_read_now_is_a_store_problem_not_a_dangling_record(code: str, status: int) -> None:
+    # "Dangling" compiles the request again: never on a throttled or refused GET.
+    request, record = _record("s3://some-store/compiled")
+    with pytest.raises(StoreUnavailable, match=code):
+        ArtifactStore(_Refusing(record, code, status)).lookup(request)

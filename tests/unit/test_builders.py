@@ -23,8 +23,9 @@ from neuronfleet.kube.builders import (
     pod_template_hash,
     relabel_patch,
 )
-from neuronfleet.kube.jobs import LABEL_COMPILE_REQUEST, build_compile_job
-from neuronfleet.planning.compile import compile_request
+from neuronfleet.kube.jobs import ANNOTATION_REPUBLISHES, LABEL_COMPILE_REQUEST, build_compile_job
+from neuronfleet.kube.observe import observe_compile_jobs
+from neuronfleet.planning.compile import DanglingRecord, StoredArtifact, compile_request
 from neuronfleet.planning.fleet import CreatePod, FleetTarget, Relabel, plan_fleet
 from neuronfleet.planning.labels import ArtifactRevision, FleetRevision
 from neuronfleet.planning.placement import Candidate, plan_for_spec
@@ -307,3 +308,29 @@ def test_compile_job_is_valid_restricted_and_bounded_in_memory(example: str) -> 
     assert container["resources"]["limits"] == {"memory": "24Gi"}
     assert container["resources"]["requests"] == {"cpu": dep.spec.compile.cpu, "memory": "24Gi"}
     assert job["metadata"]["labels"][LABEL_COMPILE_REQUEST] == request.key
+
+
+class _Jobs:
+    """A KubeApi that lists these Jobs (all the compile-Job reads need for a finished Job)."""
+
+    def __init__(self, *jobs: dict[str, Any]) -> None:
+        self.jobs = list(jobs)
+
+    async def list_jobs(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
+        return self.jobs
+
+
+async def test_a_job_compiling_a_dangling_record_again_is_marked_and_read_back_so() -> None:
+    # The mark is what stops a loop: a republish that succeeds and leaves the record dangling is
+    # reported, not replaced again (planning.compile.decide_compile).
+    dep = load("bert-embeddings.yaml")
+    request = compile_request(dep.spec, "s3://artifacts", "fingerprint")
+    gone = DanglingRecord(StoredArtifact("c" * 64, "s3://artifacts/cccc", "d" * 64, "cpu"), None)
+    first, again = build_compile_job(dep, request), build_compile_job(dep, request, republish=gone)
+    assert ANNOTATION_REPUBLISHES not in first["metadata"]["annotations"]
+    assert again["metadata"]["annotations"][ANNOTATION_REPUBLISHES] == "s3://artifacts/cccc"
+    validate(again)
+    for job, marked in ((first, False), (again, True)):
+        job["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+        seen = await observe_compile_jobs(_Jobs(job), "ns", dep.name, request)  # type: ignore[arg-type]
+        assert (seen.phase, seen.republishes) == ("succeeded", marked)

@@ -8,6 +8,7 @@ from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
 from neuronfleet.planning.compile import (
     CompileFailure,
     CompileObservation,
+    DanglingRecord,
     StoredArtifact,
     compile_request,
     decide_compile,
@@ -102,3 +103,51 @@ def test_a_failure_is_remembered_after_kubernetes_deletes_the_job() -> None:
 def test_a_running_job_whose_pod_waits_says_why() -> None:
     decision = decide_compile(_observe(None, "running", "not scheduled: 0/3 nodes are available"), OLD)
     assert decision.message.endswith("; its pod is waiting: not scheduled: 0/3 nodes are available")
+
+
+GONE = DanglingRecord(NEW, None)
+REPLACED = DanglingRecord(NEW, "e" * 64)
+
+
+def test_a_record_whose_artifact_is_gone_is_compiled_again_and_said_so() -> None:
+    # The operator served a record whose artifact an S3 lifecycle rule had expired: new pods
+    # crash-looped, nothing said why, nothing compiled it again.
+    decision = decide_compile(replace(_observe(None, "absent"), dangling=GONE), NEW)
+    assert (decision.create_job, decision.republish, decision.reason) == (True, GONE, "ArtifactGone")
+    assert decision.compiled_status == "False" and decision.serve == NEW  # its running pods loaded it
+    assert decision.message.startswith(
+        "the artifact s3://store/cccc recorded for this request is gone (manifest missing); compiling it again"
+    )
+    other = decide_compile(replace(_observe(None, "absent"), dangling=REPLACED), OLD)
+    assert (other.create_job, other.serve, other.reason) == (True, OLD, "ArtifactGone")
+    assert "holds another manifest (sha256 eeeeeeeeeeee, the record says dddddddddddd)" in other.message
+    running = decide_compile(replace(_observe(None, "running"), dangling=GONE), NEW)
+    assert (running.create_job, running.reason) == (False, "ArtifactGone")
+    assert "manifest missing" in running.message and "compile Job running" in running.message
+
+
+def test_the_finished_job_that_wrote_a_dangling_record_is_replaced_to_compile_it_again() -> None:
+    # Finished Jobs are kept a day: its name is the request's, so no new Job starts while it is there.
+    observed = replace(_observe(None, "succeeded"), dangling=GONE, job_name="bert-compile-x")
+    decision = decide_compile(observed, NEW)
+    assert (decision.replace_job, decision.create_job, decision.republish) == (True, False, GONE)
+    assert decision.reason == "ArtifactGone" and "replacing the finished compile Job bert-compile-x" in decision.message
+
+
+def test_a_republish_that_leaves_the_record_dangling_is_reported_not_compiled_in_a_loop() -> None:
+    spec = job_spec_key(SPEC)
+    observed = replace(
+        _observe(None, "succeeded"), dangling=GONE, job_republishes=True, job_spec=spec, wanted_job_spec=spec
+    )
+    decision = decide_compile(observed, NEW)
+    assert (decision.replace_job, decision.create_job, decision.reason) == (False, False, "ArtifactMissing")
+    assert "manifest missing" in decision.message and "compile-retry" in decision.message
+    # The compile-retry annotation (another job spec key) asks for it once more.
+    retried = decide_compile(replace(observed, wanted_job_spec=job_spec_key(SPEC, "1")), NEW)
+    assert (retried.replace_job, retried.reason) == (True, "ArtifactGone")
+
+
+def test_a_failed_republish_says_why_it_ran() -> None:
+    decision = decide_compile(replace(_observe(None, "failed", "BackoffLimitExceeded"), dangling=GONE), NEW)
+    assert decision.reason == "CompileFailed" and decision.failure is not None
+    assert "BackoffLimitExceeded (compiling it again because the artifact s3://store/cccc" in decision.message

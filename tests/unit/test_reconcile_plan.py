@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
-from neuronfleet.planning.compile import CompileObservation, StoredArtifact, compile_request
+from neuronfleet.planning.compile import CompileObservation, DanglingRecord, StoredArtifact, compile_request
 from neuronfleet.planning.fleet import CreatePod, FleetPolicy, apply_actions
 from neuronfleet.planning.observation import (
     DeploymentMemory,
@@ -102,6 +102,27 @@ def test_an_unreadable_source_starts_no_job_and_older_jobs_are_superseded() -> N
     absent = compiled(dep, stored=None, running_jobs=("job-old",))
     actions = plan(dep, Observation(T0, compile=absent), DeploymentMemory(), {}).compile_actions
     assert actions == (StartCompileJob(absent.request, "job-now"), DeleteCompileJob("job-old"))
+
+
+def test_a_dangling_record_compiles_again_with_a_marked_job_and_a_warning() -> None:
+    dep = deployment(**MANUAL)
+    serving = StoredArtifact("c" * 64, "/store/cccc", "d" * 64, "cpu")
+    gone = DanglingRecord(serving, None)
+    status = plan(dep, Observation(T0, compile=compiled(dep)), DeploymentMemory(), {}).status
+    # The finished Job that wrote the record is still there: replaced, its Event says why.
+    finished = compiled(dep, stored=None, dangling=gone, job_phase="succeeded")
+    result = plan(dep, Observation(T0, compile=finished), DeploymentMemory(), status)
+    assert result.compile_actions == (DeleteCompileJob("job-now", gone.describe()),)
+    compiled_condition = next(c for c in result.status["conditions"] if c["type"] == "Compiled")
+    assert (compiled_condition["status"], compiled_condition["reason"]) == ("False", "ArtifactGone")
+    assert "/store/cccc recorded for this request is gone (manifest missing)" in compiled_condition["message"]
+    events = status_events(StatusMemory.from_status(status), result.status, result.scale_reason)
+    assert [(e.type, e.reason) for e in events] == [("Warning", Reason.ARTIFACT_GONE)]
+    assert result.status["artifact"]["uri"] == "/store/cccc"  # its running pods keep serving
+    # Once gone, the new Job carries the mark of a republish.
+    absent = compiled(dep, stored=None, dangling=gone)
+    actions = plan(dep, Observation(T0, compile=absent), DeploymentMemory(), result.status).compile_actions
+    assert actions == (StartCompileJob(absent.request, "job-now", gone),)
 
 
 def test_a_failed_source_listing_supersedes_no_running_compile() -> None:

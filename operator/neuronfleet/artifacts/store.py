@@ -2,7 +2,9 @@
 
 The operator only reads here; compile Jobs (``neuronserve compile --request-key``) write. The
 record's format is the runtime's (``neuronserve.manifest.RequestRecord``), read through that one
-pure module. S3 goes through boto3
+pure module. A record is trusted only once the manifest at its artifact URI is there with the
+recorded sha256 (a lifecycle rule or a person may delete artifacts behind the operator's back);
+a verified artifact is remembered for :data:`VERIFIED_TTL_SECONDS`. S3 goes through boto3
 (``AWS_ENDPOINT_URL`` points it at another endpoint, e.g. a moto server in tests); a plain path is
 a local directory (the sandbox). Calls are blocking, so async callers run them in a thread.
 """
@@ -10,6 +12,9 @@ a local directory (the sandbox). Calls are blocking, so async callers run them i
 from __future__ import annotations
 
 import hashlib
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +22,20 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from neuronfleet.planning.compile import CompileRequest, StoredArtifact
-from neuronserve.manifest import RequestRecord
+from neuronfleet.planning.compile import CompileRequest, DanglingRecord, StoredArtifact
+from neuronserve.manifest import MANIFEST_NAME, RequestRecord, manifest_sha256
 
 #: Each call runs in a reconcile (in a thread, which a timeout cannot stop): boto3's defaults (60 s
 #: to connect and per read, 5 legacy attempts) let a silent endpoint hold a reconcile ~5 minutes
 #: a call. Standard retries (3 attempts, AWS_MAX_ATTEMPTS overrides) of at most 5 + 10 s each.
 S3_CONFIG = Config(connect_timeout=5, read_timeout=10, retries={"mode": "standard"})
+
+#: How long an artifact found as recorded is trusted without reading its manifest again. ``lookup``
+#: runs on every reconcile of every deployment (seconds apart): checking each time would add one
+#: GET per deployment per reconcile for something that rarely changes. So a steady fleet reads each
+#: artifact's manifest at most this often, and an artifact deleted under it is noticed (and compiled
+#: again) within this time; its running pods have loaded it already, only new ones need it.
+VERIFIED_TTL_SECONDS = 600.0
 
 
 class StoreUnavailable(Exception):
@@ -52,10 +64,24 @@ def _local(uri: str) -> Path:
 
 
 class ArtifactStore:
-    """Reads request records and fingerprints model sources."""
+    """Reads request records and fingerprints model sources.
 
-    def __init__(self, s3_client: Any | None = None) -> None:
+    ``clock`` (monotonic seconds) times the memory of verified artifacts; tests pass their own.
+    """
+
+    def __init__(
+        self,
+        s3_client: Any | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        verified_ttl_seconds: float = VERIFIED_TTL_SECONDS,
+    ) -> None:
         self._s3 = s3_client
+        self._clock = clock
+        self._verified_ttl = verified_ttl_seconds
+        #: (artifact URI, manifest sha256) -> when its manifest was last found as recorded.
+        self._verified: dict[tuple[str, str], float] = {}
+        # Lookups of several deployments run at once, each in a thread of its own.
+        self._lock = threading.Lock()
 
     @property
     def s3(self) -> Any:
@@ -86,8 +112,14 @@ class ArtifactStore:
         except OSError as exc:
             raise StoreUnavailable(f"cannot read {uri}: {exc.strerror}") from exc
 
-    def lookup(self, request: CompileRequest) -> StoredArtifact | None:
-        """The artifact recorded for a request, or None when it was never compiled."""
+    def lookup(self, request: CompileRequest) -> StoredArtifact | DanglingRecord | None:
+        """The artifact recorded for a request; None when it was never compiled; a
+        :class:`DanglingRecord` when the record names an artifact that is not stored as recorded
+        (no manifest at its URI, or one with another sha256): not to be served, to be compiled again.
+
+        A store that cannot be read (the record or the manifest) raises :class:`StoreUnavailable`,
+        never a dangling record: a throttled GET says nothing about the artifact.
+        """
         data = self._read(request.record_uri)
         if data is None:
             return None
@@ -95,12 +127,35 @@ class ArtifactStore:
             record = RequestRecord.model_validate_json(data)
         except ValueError as exc:
             raise StoreUnavailable(f"request record {request.record_uri} is unreadable: {exc}") from exc
-        return StoredArtifact(
+        stored = StoredArtifact(
             cache_key=record.cache_key,
             uri=record.artifact_uri,
             manifest_sha256=record.manifest_sha256,
             backend=record.backend,
         )
+        found = self._verify(stored)
+        return stored if found == stored.manifest_sha256 else DanglingRecord(stored, found)
+
+    def _verify(self, stored: StoredArtifact) -> str | None:
+        """The sha256 of the manifest at the artifact's URI (None: no manifest there), or the recorded
+        one without a read when it was found so within the TTL."""
+        key = (stored.uri, stored.manifest_sha256)
+        with self._lock:
+            checked = self._verified.get(key)
+        if checked is not None and self._clock() - checked < self._verified_ttl:
+            return stored.manifest_sha256
+        data = self._read(f"{stored.uri.rstrip('/')}/{MANIFEST_NAME}")
+        found = manifest_sha256(data) if data is not None else None
+        now = self._clock()
+        with self._lock:
+            # Forget expired entries (artifacts no longer served): the memory stays as small as the
+            # set of artifacts served within the TTL.
+            self._verified = {k: t for k, t in self._verified.items() if now - t < self._verified_ttl}
+            if found == stored.manifest_sha256:
+                self._verified[key] = now
+            else:
+                self._verified.pop(key, None)
+        return found
 
     def fingerprint(self, source: str) -> str | None:
         """A digest of the source's file listing (names, sizes, ETags or mtimes).

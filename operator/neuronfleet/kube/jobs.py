@@ -13,12 +13,21 @@ from typing import Any
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.kube.builders import BuilderConfig, _container_security, _metadata, _pod_security, common_labels
 from neuronfleet.planning.catalog import LABEL_INSTANCE_FAMILY, NEURON_TAINT_KEY
-from neuronfleet.planning.compile import ANNOTATION_COMPILE_RETRY, CompileRequest, JobPhase, job_spec_key
+from neuronfleet.planning.compile import (
+    ANNOTATION_COMPILE_RETRY,
+    CompileRequest,
+    DanglingRecord,
+    JobPhase,
+    job_spec_key,
+)
 from neuronfleet.planning.labels import LABEL_DEPLOYMENT, short_hash
 
 LABEL_COMPILE_REQUEST = "serving.neuronfleet.dev/compile-request"
 #: The job spec key (planning.compile.job_spec_key) the Job was made with.
 ANNOTATION_JOB_SPEC = "serving.neuronfleet.dev/compile-job-spec"
+#: On a Job that compiles a dangling request record again: the artifact URI it republishes. Should
+#: such a Job succeed and the record still dangle, the operator reports it rather than loop.
+ANNOTATION_REPUBLISHES = "serving.neuronfleet.dev/compile-republishes"
 COMPILE_CONTAINER = "compile"
 #: Finished Jobs stay a day: a failed one is the record of why a revision did not roll out.
 FINISHED_JOB_TTL_SECONDS = 86400
@@ -76,12 +85,19 @@ def compile_args(dep: InferenceDeployment, request: CompileRequest) -> list[str]
 
 
 def build_compile_job(
-    dep: InferenceDeployment, request: CompileRequest, config: BuilderConfig | None = None
+    dep: InferenceDeployment,
+    request: CompileRequest,
+    config: BuilderConfig | None = None,
+    republish: DanglingRecord | None = None,
 ) -> dict[str, Any]:
+    """The Job for ``request``; ``republish``: the dangling record it compiles again (marked so)."""
     config = config or BuilderConfig()
     labels = common_labels(dep, "compile")
     labels[LABEL_COMPILE_REQUEST] = request.key
-    metadata = _metadata(dep, compile_job_name(dep.name, request), labels, {ANNOTATION_JOB_SPEC: wanted_job_spec(dep)})
+    annotations = {ANNOTATION_JOB_SPEC: wanted_job_spec(dep)}
+    if republish is not None:
+        annotations[ANNOTATION_REPUBLISHES] = republish.artifact.uri
+    metadata = _metadata(dep, compile_job_name(dep.name, request), labels, annotations)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

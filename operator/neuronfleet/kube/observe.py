@@ -17,6 +17,7 @@ from neuronfleet.kube.client import KubeApi, Obj
 from neuronfleet.kube.coldstart import pod_timelines
 from neuronfleet.kube.jobs import (
     ANNOTATION_JOB_SPEC,
+    ANNOTATION_REPUBLISHES,
     LABEL_COMPILE_REQUEST,
     compile_job_name,
     compile_job_selector,
@@ -39,6 +40,8 @@ class CompileJobs:
     running: tuple[str, ...]
     #: The job spec key the current request's Job was made with (None: no Job, or made before keys).
     job_spec: str | None = None
+    #: The current request's Job was made to compile a dangling request record again.
+    republishes: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,7 @@ async def observe_compile_jobs(kube: KubeApi, namespace: str, deployment: str, r
     phase: JobPhase = "absent"
     message = ""
     job_spec = None
+    republishes = False
     running = []
     for job in jobs:
         job_name = job["metadata"]["name"]
@@ -106,12 +110,14 @@ async def observe_compile_jobs(kube: KubeApi, namespace: str, deployment: str, r
             running.append(job_name)
         if job_name == name:
             phase, message = job_state, job_message
-            job_spec = (job["metadata"].get("annotations") or {}).get(ANNOTATION_JOB_SPEC)
+            annotations = job["metadata"].get("annotations") or {}
+            job_spec = annotations.get(ANNOTATION_JOB_SPEC)
+            republishes = ANNOTATION_REPUBLISHES in annotations
     if phase == "failed":
         message = await _failure_details(kube, namespace, name, message)
     elif phase == "running":
         message = await _waiting_details(kube, namespace, name)
-    return CompileJobs(name, phase, message, tuple(sorted(running)), job_spec)
+    return CompileJobs(name, phase, message, tuple(sorted(running)), job_spec, republishes)
 
 
 def controlled_by(pod: Obj, owner_uid: str | None) -> bool:

@@ -12,9 +12,13 @@ knows its compiler. So the pipeline has two keys:
 - the **cache key** (``neuronserve.manifest.cache_key``), written into that record by the Job. The
   artifact lives at ``<store>/<cache key>``, its revision label is the cache key's first 10 digits.
 
-Per revision: if the record exists, the artifact is used as is (no Job); otherwise a Job runs
+Per revision: if the record exists and the artifact it names is still stored as recorded (the
+store checks its manifest's sha256), the artifact is used as is (no Job); otherwise a Job runs
 ``neuronserve compile``, which itself skips the trace when an artifact with the same cache key is
 stored already (so an unchanged model is never compiled twice, even under a new request key).
+A record whose artifact is gone (deleted by a lifecycle rule or by hand) or was replaced by another
+manifest is a :class:`DanglingRecord`: never served, said in the Compiled condition, and compiled
+again (the Job republishes the artifact, or takes the stored one, and rewrites the record).
 
 The *source fingerprint* (ETags / sizes of the source files, read by ``neuronfleet.artifacts``)
 goes into the request key, so replacing the files under the same URI compiles a new revision.
@@ -112,6 +116,25 @@ class StoredArtifact:
         return self.cache_key[:10]
 
 
+@dataclass(frozen=True)
+class DanglingRecord:
+    """A request record whose artifact is not in the store as recorded: its manifest is missing, or
+    another manifest (another sha256) is in its place. Pods could not load it as recorded."""
+
+    #: What the record says.
+    artifact: StoredArtifact
+    #: The sha256 of the manifest found at the artifact's URI; None when there is none.
+    found_sha256: str | None
+
+    def describe(self) -> str:
+        if self.found_sha256 is None:
+            return f"the artifact {self.artifact.uri} recorded for this request is gone (manifest missing)"
+        return (
+            f"the artifact {self.artifact.uri} recorded for this request holds another manifest (sha256 "
+            f"{self.found_sha256[:12]}, the record says {self.artifact.manifest_sha256[:12]})"
+        )
+
+
 JobPhase = Literal["absent", "running", "succeeded", "failed"]
 
 
@@ -120,6 +143,7 @@ class CompileObservation:
     """What the reconcile saw of the pipeline for the current request."""
 
     request: CompileRequest
+    #: The artifact the request record names, verified in the store; None when there is none.
     stored: StoredArtifact | None
     job_phase: JobPhase = "absent"
     #: Kubernetes' reason for a failed Job, with the compile pod's last words.
@@ -135,6 +159,10 @@ class CompileObservation:
     wanted_job_spec: str = ""
     #: The failure the status remembers, if any.
     failed_before: CompileFailure | None = None
+    #: The request record found, when its artifact is not stored as recorded (``stored`` is None then).
+    dangling: DanglingRecord | None = None
+    #: The observed Job was started to compile a dangling record again (it carries the mark).
+    job_republishes: bool = False
 
     @property
     def attempt(self) -> str:
@@ -154,8 +182,11 @@ class CompileDecision:
     message: str
     #: The failure to remember in the status (kept while the same attempt stays failed).
     failure: CompileFailure | None = None
-    #: Delete the failed Job: the spec asks for it to be run differently (it is created again once gone).
+    #: Delete the Job (it is created again once gone): a failed one the spec asks to run
+    #: differently, or a finished one whose record is dangling.
     replace_job: bool = False
+    #: Why the request is compiled (again): a dangling record, which the Job is marked with.
+    republish: DanglingRecord | None = None
 
 
 def decide_compile(observed: CompileObservation, previous: StoredArtifact | None) -> CompileDecision:
@@ -166,6 +197,12 @@ def decide_compile(observed: CompileObservation, previous: StoredArtifact | None
     exponential back-off), also after Kubernetes deletes it: the status remembers the failure. A
     new request key starts over; so does a new job spec key (more memory after an OOM, a longer
     deadline, the compile-retry annotation): the failed Job is replaced.
+
+    A dangling record (its artifact deleted, or another manifest in its place) is compiled again,
+    with the reason in the message (reason ArtifactGone). The finished Job that wrote it is kept a
+    day: it is replaced, and the new Job carries the mark of a republish. Should that one succeed and
+    the record still dangle, the store does not keep what Jobs write: reported, not compiled again
+    in a loop.
     """
     if observed.stored is not None:
         stored = observed.stored
@@ -198,6 +235,8 @@ def decide_compile(observed: CompileObservation, previous: StoredArtifact | None
                 replace_job=True,
             )
         message = observed.job_message or f"compile Job for request {observed.request.key} failed"
+        if observed.dangling is not None:
+            message = f"{message} (compiling it again because {observed.dangling.describe()})"
         failure = CompileFailure(observed.attempt, message)
         return CompileDecision(False, previous, "False", Reason.COMPILE_FAILED, message, failure=failure)
     failed = observed.failed_before
@@ -212,6 +251,33 @@ def decide_compile(observed: CompileObservation, previous: StoredArtifact | None
             f"{failed.message} (to run it again: change spec.compile, or set the "
             f"{ANNOTATION_COMPILE_RETRY} annotation to a new value)",
             failure=failed,
+        )
+    dangling = observed.dangling
+    if observed.job_phase == "succeeded" and dangling is not None:
+        if observed.job_republishes and observed.job_spec == observed.wanted_job_spec:
+            # The Job that was to republish it succeeded, and the record it wrote dangles again: the
+            # store does not keep what Jobs write, or the operator reads another store. Another Job
+            # would end the same way: report it instead of compiling in a loop.
+            return CompileDecision(
+                False,
+                previous,
+                "False",
+                Reason.ARTIFACT_MISSING,
+                f"compile Job {observed.job_name} succeeded, but {dangling.describe()} still: check that the "
+                "store keeps what compile Jobs write (no lifecycle rule expiring it) and that the Jobs and the "
+                f"operator read the same store; to compile it again set the {ANNOTATION_COMPILE_RETRY} "
+                "annotation to a new value",
+            )
+        # The finished Job that wrote the record (kept a day) ran before its artifact went, or a retry
+        # is asked: replace it; the next round starts one that republishes the artifact.
+        return CompileDecision(
+            False,
+            previous,
+            "False",
+            Reason.ARTIFACT_GONE,
+            f"{dangling.describe()}; compiling it again (replacing the finished compile Job {observed.job_name})",
+            replace_job=True,
+            republish=dangling,
         )
     if observed.job_phase == "succeeded":
         # The Job ended well but left no record: the store and the Job disagree. Not a retry loop:
@@ -228,6 +294,16 @@ def decide_compile(observed: CompileObservation, previous: StoredArtifact | None
     stuck = ""
     if observed.job_phase == "running" and observed.job_message:
         stuck = f"; its pod is waiting: {observed.job_message}"
+    if dangling is not None:
+        # False, not Unknown: the recorded artifact is known not to be there.
+        return CompileDecision(
+            observed.job_phase == "absent",
+            previous,
+            "False",
+            Reason.ARTIFACT_GONE,
+            f"{dangling.describe()}; compiling it again: compile Job {waiting} (request {observed.request.key}){stuck}",
+            republish=dangling,
+        )
     return CompileDecision(
         observed.job_phase == "absent",
         previous,

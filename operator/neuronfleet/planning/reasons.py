@@ -27,6 +27,7 @@ class Reason(StrEnum):
     ARTIFACT_READY = "ArtifactReady"
     COMPILE_FAILED = "CompileFailed"
     ARTIFACT_MISSING = "ArtifactMissing"
+    ARTIFACT_GONE = "ArtifactGone"
     SOURCE_UNREADABLE = "SourceUnreadable"
     STORE_UNAVAILABLE = "StoreUnavailable"
     # Scheduled
@@ -45,7 +46,8 @@ class Reason(StrEnum):
     NO_WARM_POOL = "NoWarmPool"
     WARM_POOL_FULL = "WarmPoolFull"
     WARM_POOL_FILLING = "WarmPoolFilling"
-    # Degraded (with NoInstanceTypeFits, CompileFailed, ArtifactMissing, SourceUnreadable, NotScheduled)
+    # Degraded (with NoInstanceTypeFits, CompileFailed, ArtifactMissing, ArtifactGone, SourceUnreadable,
+    # NotScheduled)
     AS_EXPECTED = "AsExpected"
     ERR_IMAGE_PULL = "ErrImagePull"
     IMAGE_PULL_BACK_OFF = "ImagePullBackOff"

@@ -29,6 +29,7 @@ from neuronfleet.planning import coldstart, scaling, warmpool
 from neuronfleet.planning.compile import (
     CompileDecision,
     CompileRequest,
+    DanglingRecord,
     decide_compile,
     decide_unservable,
 )
@@ -65,14 +66,18 @@ class StartCompileJob:
 
     request: CompileRequest
     name: str
+    #: The dangling record it compiles again (the Job is marked so; None: a first compile).
+    republish: DanglingRecord | None = None
 
 
 @dataclass(frozen=True)
 class DeleteCompileJob:
-    """Delete a compile Job of an older request (the spec changed while it ran), or a failed one the
-    spec asks to run differently."""
+    """Delete a compile Job of an older request (the spec changed while it ran), a failed one the
+    spec asks to run differently, or a finished one whose record dangles (to compile it again)."""
 
     name: str
+    #: Why, for its Event.
+    why: str = "the spec or the model source changed"
 
 
 CompileAction = StartCompileJob | DeleteCompileJob
@@ -193,10 +198,13 @@ def _compile(
     decision = decide_compile(replace(observed, failed_before=durable.compile_failure), durable.artifact)
     actions: list[CompileAction] = []
     if decision.create_job:
-        actions.append(StartCompileJob(observed.request, observed.job_name))
+        actions.append(StartCompileJob(observed.request, observed.job_name, decision.republish))
     if decision.replace_job:
         # Created again on a later round, once the API server has removed it.
-        actions.append(DeleteCompileJob(observed.job_name))
+        if decision.republish is not None:
+            actions.append(DeleteCompileJob(observed.job_name, decision.republish.describe()))
+        else:
+            actions.append(DeleteCompileJob(observed.job_name))
     if observed.source_problem is None:
         # A newer spec (or source) supersedes compiles of older requests that are still running. Not
         # on a round whose source listing failed: its request key lacks the fingerprint, so it

@@ -53,8 +53,11 @@ CONDITION_TYPES: tuple[ConditionType, ...] = (
     "WarmPoolReady",
     "Degraded",
 )
-#: Compile outcomes a person has to act on (they also make the deployment Degraded).
-COMPILE_PROBLEMS = frozenset({Reason.COMPILE_FAILED, Reason.ARTIFACT_MISSING, Reason.SOURCE_UNREADABLE})
+#: Compile outcomes a person has to act on, or know of (an artifact gone from the store: new pods
+#: cannot load it until it is compiled again). They make the deployment Degraded (a Warning Event).
+COMPILE_PROBLEMS = frozenset(
+    {Reason.COMPILE_FAILED, Reason.ARTIFACT_MISSING, Reason.ARTIFACT_GONE, Reason.SOURCE_UNREADABLE}
+)
 
 
 @dataclass(frozen=True)
