@@ -236,14 +236,18 @@ class Store:
             except OSError as exc:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise _local_error("store the artifact at", dest, exc) from exc
-            try:
-                # Atomic, and it fails when dest is a non-empty directory: nothing stored is replaced.
-                staging.rename(dest)
-            except OSError as exc:
-                shutil.rmtree(staging, ignore_errors=True)
-                if not self.has_artifact(key):
-                    raise _local_error("store the artifact at", dest, exc) from exc
-                return Published(str(dest), self.get_bytes(f"{key}/{MANIFEST_NAME}"), stored=False)
+            for attempt in range(2):
+                try:
+                    # Atomic, and it fails when dest is a non-empty directory: nothing stored is replaced.
+                    staging.rename(dest)
+                    break
+                except OSError as exc:
+                    if self.has_artifact(key):
+                        shutil.rmtree(staging, ignore_errors=True)
+                        return Published(str(dest), self.get_bytes(f"{key}/{MANIFEST_NAME}"), stored=False)
+                    if attempt or not self._set_aside_incomplete(dest):
+                        shutil.rmtree(staging, ignore_errors=True)
+                        raise _local_error("store the artifact at", dest, exc) from exc
             return Published(str(dest), (local_dir / MANIFEST_NAME).read_bytes(), stored=True)
         from boto3.exceptions import Boto3Error  # S3UploadFailedError, RetriesExceededError...
         from botocore.exceptions import BotoCoreError, ClientError
@@ -281,6 +285,27 @@ class Store:
             self._discard(uploaded)
             raise _s3_error("upload", f"s3://{bucket}/{obj}", exc) from exc
         return Published(target, stored_manifest, stored=True)
+
+    @staticmethod
+    def _set_aside_incomplete(dest: Path) -> bool:
+        """Move a key's directory that has no manifest out of the way (then delete it): files left
+        after someone deleted only the manifest, which no reader takes for an artifact. False when
+        there is nothing to move; another writer may have moved it first, which is as good."""
+        aside = _unique_sibling(dest, "incomplete")
+        try:
+            dest.rename(aside)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        if (aside / MANIFEST_NAME).is_file():
+            # Another writer stored a whole artifact between our look and the move: put it back
+            # (our next rename then fails and finds it stored).
+            with contextlib.suppress(OSError):
+                aside.rename(dest)
+                return True
+        shutil.rmtree(aside, ignore_errors=True)
+        return True
 
     def _stored_manifest(self, key: str) -> bytes:
         """The manifest another writer stored under ``key`` (after a 409, once its put completes)."""

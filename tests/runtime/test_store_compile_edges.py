@@ -522,3 +522,45 @@ def test_a_nul_byte_in_a_manifest_path_is_a_rejected_artifact(s3_env: S3Server, 
     client.put_object(Bucket=BUCKET, Key=f"edges/nul/{KEY}/manifest.json", Body=json.dumps(doc).encode())
     with pytest.raises(ArtifactRejected, match="invalid manifest"):  # was a ValueError: embedded null byte
         fetch_artifact(f"s3://{BUCKET}/edges/nul/{KEY}", tmp_path / "scratch")
+
+
+def test_a_directory_key_left_without_its_manifest_is_stored_again(tmp_path: Path) -> None:
+    # Someone deleted only the manifest (the operator then reports the record as dangling and
+    # compiles again): the rename onto the non-empty directory failed, so the compile failed.
+    root = tmp_path / "store"
+    Store(str(root)).publish(tmp_path / "a", _artifact(tmp_path / "a", "a"))
+    (root / KEY / "manifest.json").unlink()
+    (root / KEY / "stray.bin").write_bytes(b"left over")
+    again = Store(str(root)).publish(tmp_path / "b", _artifact(tmp_path / "b", "b"))
+    assert again.stored is True
+    manifest, _, directory = fetch_artifact(str(root / KEY), tmp_path / "unused")
+    assert manifest.name == "b"
+    assert not (directory / "stray.bin").exists()
+    assert sorted(p.name for p in root.iterdir()) == [KEY]  # nothing set aside is left behind
+
+
+def test_a_whole_artifact_stored_during_the_set_aside_is_put_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "store"
+    Store(str(root)).publish(tmp_path / "a", _artifact(tmp_path / "a", "a"))
+    (root / KEY / "manifest.json").unlink()
+    real_has = Store.has_artifact
+
+    def has_artifact(self: Store, key: str) -> bool:
+        found = real_has(self, key)
+        if not found and not (tmp_path / "b-done").exists():
+            # Writer B completes the key right after this writer looked.
+            (tmp_path / "b-done").touch()
+            shutil.rmtree(root / KEY)
+            monkeypatch.setattr(Store, "has_artifact", real_has)
+            Store(str(root)).publish(tmp_path / "b", _artifact(tmp_path / "b", "b"))
+            monkeypatch.setattr(Store, "has_artifact", has_artifact)
+        return found
+
+    monkeypatch.setattr(Store, "has_artifact", has_artifact)
+    published = Store(str(root)).publish(tmp_path / "c", _artifact(tmp_path / "c", "c"))
+    assert published.stored is False
+    manifest, _, _ = fetch_artifact(str(root / KEY), tmp_path / "unused")
+    assert manifest.name == "b"
+    assert sorted(p.name for p in root.iterdir()) == [KEY]
