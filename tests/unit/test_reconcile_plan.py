@@ -238,3 +238,14 @@ def test_a_warning_event_when_the_autoscaler_loses_its_metrics_and_none_for_manu
     still = StatusMemory.from_status(scaling("MetricsUnavailable"))
     assert status_events(still, scaling("MetricsUnavailable"), "") == []
     assert status_events(StatusMemory.from_status({}), scaling("ManualScaling"), "") == []
+
+
+def test_a_failed_job_asked_to_run_differently_is_replaced_and_the_event_says_why() -> None:
+    dep = deployment(**MANUAL)
+    failed = compiled(
+        dep, stored=None, job_phase="failed", job_message="OOMKilled", job_spec="old", wanted_job_spec="new"
+    )
+    (action,) = plan(dep, Observation(T0, compile=failed), DeploymentMemory(), {}).compile_actions
+    assert isinstance(action, DeleteCompileJob) and action.name == "job-now"
+    # Not "the spec or the model source changed": the request is the same, its Job's run is not.
+    assert "failed" in action.why and "compile-retry" in action.why

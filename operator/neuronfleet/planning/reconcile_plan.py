@@ -204,7 +204,10 @@ def _compile(
         if decision.republish is not None:
             actions.append(DeleteCompileJob(observed.job_name, decision.republish.describe()))
         else:
-            actions.append(DeleteCompileJob(observed.job_name))
+            # A failed Job the spec (resources, deadline) or the compile-retry annotation asks to
+            # run again differently: its name is the request's, so it must go first.
+            why = "it failed, and spec.compile or the compile-retry annotation asks for another run"
+            actions.append(DeleteCompileJob(observed.job_name, why))
     if observed.source_problem is None:
         # A newer spec (or source) supersedes compiles of older requests that are still running. Not
         # on a round whose source listing failed: its request key lacks the fingerprint, so it
