@@ -22,6 +22,7 @@ from typing import Any
 import jsonschema
 import kubernetes_validate
 import pytest
+import yaml
 from chart_support import CHART, CI_VALUES, MINIMAL_VALUES, by_kind, helm, render
 from pod_security import pod_spec_of, restricted_violations
 
@@ -143,6 +144,46 @@ def test_default_install_peers_cluster_wide() -> None:
     assert peering["metadata"]["name"] == "neuronfleet"
     assert "post-install" in peering["metadata"]["annotations"]["helm.sh/hook"]
     assert not by_kind(docs, "PodMonitor")
+
+
+def test_the_peering_object_is_rendered_only_while_it_is_absent(tmp_path: Path) -> None:
+    """Rendered against a cluster (``--dry-run=server``, as install and upgrade render), the peering
+    object is a hook only while it does not exist: an upgrade never deletes and recreates it (that
+    empties the keep-alives in its status, and the standby acts beside the leader until the next
+    one). Without a cluster it is rendered, as on a first install, as a post-install hook (its CRD
+    is a template, served only once the release's resources are applied)."""
+    (offline,) = by_kind(render(), "ClusterKopfPeering")
+    assert "post-install" in offline["metadata"]["annotations"]["helm.sh/hook"]
+    with ThreadedSandboxCluster(kopf_peering=True) as cluster:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(cluster.kubeconfig_path),
+            "HELM_CACHE_HOME": str(tmp_path / "cache"),
+            "HELM_CONFIG_HOME": str(tmp_path / "config"),
+            "HELM_DATA_HOME": str(tmp_path / "data"),
+        }
+
+        def peerings(*sets: str) -> list[tuple[str, str | None]]:
+            args = ["template", "nf", str(CHART), "--dry-run=server", "--namespace", "default"]
+            # The sandbox serves the peering CRDs already (not this release's: it must not take them).
+            args += ["--values", str(MINIMAL_VALUES), "--set", "peering.createCRDs=false"]
+            result = helm(*args, *(arg for item in sets for arg in ("--set", item)), env=env)
+            assert result.returncode == 0, result.stderr
+            docs = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+            return sorted(
+                (doc["kind"], doc["metadata"].get("namespace")) for doc in docs if doc["apiVersion"] == "kopf.dev/v1"
+            )
+
+        assert peerings() == [("ClusterKopfPeering", None)]
+        cluster.call(lambda c: c.create("clusterkopfpeerings", {"metadata": {"name": "neuronfleet"}}, group="kopf.dev"))
+        assert peerings() == []
+        # Namespaced: the same, per watched namespace.
+        for namespace in ("team-a", "team-b"):
+            cluster.call(lambda c, ns=namespace: c.create("namespaces", {"metadata": {"name": ns}}))
+        cluster.call(
+            lambda c: c.create("kopfpeerings", {"metadata": {"name": "neuronfleet"}}, "team-a", group="kopf.dev")
+        )
+        assert peerings("operator.watchNamespaces={team-a,team-b}") == [("KopfPeering", "team-b")]
 
 
 def test_ci_values_reach_the_operator() -> None:

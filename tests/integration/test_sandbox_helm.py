@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,3 +69,64 @@ def test_helm_install_and_uninstall(
     state = threaded_sandbox_cluster.call(installed)
     assert state["deployments"] == []
     assert state["release_secrets"] == []
+
+
+def test_helm_upgrade_and_reinstall_keep_the_peering_object(
+    helm: str, repo_root: Path, cluster_without_peering: ThreadedSandboxCluster, tmp_path: Path
+) -> None:
+    """The replicas' keep-alives live in the peering object's status: a new object (empty status)
+    lets a standby act beside the leader until the leader's next keep-alive. Upgrades and a
+    reinstall keep the first object, status and all; an upgrade that adds a watched namespace
+    creates that namespace's object."""
+    cluster = cluster_without_peering
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig_path), "HOME": str(tmp_path)}
+    chart = str(repo_root / "charts" / "neuronfleet")
+
+    def run(*args: str) -> None:
+        result = subprocess.run([helm, *args], env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, f"helm {' '.join(args)}: {result.stderr}"
+
+    def peering(plural: str, namespace: str | None = None) -> dict[str, Any] | None:
+        return cluster.call(lambda c: c.get(plural, "neuronfleet", namespace, group="kopf.dev"))
+
+    def keep_alive(plural: str, namespace: str | None = None) -> None:
+        """What a leader's Kopf writes into the object's status."""
+
+        def write(c: Any) -> None:
+            status = {"status": {"leader-pod": {"priority": 7, "lifetime": 60, "lastseen": "2030-01-01T00:00:00"}}}
+            c.store.update(c.store.resource("kopf.dev", plural), namespace, "neuronfleet", lambda o: o.update(status))
+
+        cluster.call(write)
+
+    store = "operator.artifactStore=s3://neuronfleet-test/compiled/"
+    run("install", "nf", chart, "--namespace", "default", "--set", store)
+    first = peering("clusterkopfpeerings")
+    assert first is not None
+    keep_alive("clusterkopfpeerings")
+    for step in (
+        ("upgrade", "nf", chart, "--namespace", "default", "--set", store),
+        ("upgrade", "nf", chart, "--namespace", "default", "--set", store, "--set", "replicaCount=3"),
+        ("uninstall", "nf", "--namespace", "default"),
+        ("install", "nf", chart, "--namespace", "default", "--set", store),
+    ):
+        run(*step)
+        now = peering("clusterkopfpeerings")
+        assert now is not None, f"helm {step[0]} removed the peering object"
+        assert now["metadata"]["uid"] == first["metadata"]["uid"], f"helm {step[0]} recreated the peering object"
+        assert "leader-pod" in now.get("status", {}), f"helm {step[0]} lost the keep-alives"
+
+    # Namespaced: one KopfPeering per watched namespace; an upgrade adding one creates only that one.
+    for namespace in ("team-a", "team-b"):
+        cluster.call(lambda c, ns=namespace: c.create("namespaces", {"metadata": {"name": ns}}))
+    run("uninstall", "nf", "--namespace", "default")
+    namespaced = ["--set", store, "--set", "operator.watchNamespaces={team-a}"]
+    run("install", "nf", chart, "--namespace", "default", *namespaced)
+    team_a = peering("kopfpeerings", "team-a")
+    assert team_a is not None and peering("kopfpeerings", "team-b") is None
+    keep_alive("kopfpeerings", "team-a")
+    namespaced[-1] = "operator.watchNamespaces={team-a,team-b}"
+    run("upgrade", "nf", chart, "--namespace", "default", *namespaced)
+    assert peering("kopfpeerings", "team-b") is not None
+    kept = peering("kopfpeerings", "team-a")
+    assert kept is not None and kept["metadata"]["uid"] == team_a["metadata"]["uid"]
+    assert "leader-pod" in kept.get("status", {})
