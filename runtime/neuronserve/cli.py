@@ -30,7 +30,9 @@ T = TypeVar("T")
 SERVE_DESCRIPTION = f"""\
 Serve a compiled artifact over the KServe v2 REST protocol (/v2/...), with Prometheus metrics at
 /metrics. Live at /v2/health/live as soon as it listens; ready (200 on /v2/health/ready) once the
-model is loaded and warmed. SIGTERM: stop taking work, finish what was accepted, exit 0.
+model is loaded and warmed. SIGTERM: not ready at once, new requests still served for
+--drain-delay-seconds (while the endpoints that route here are updated), then new ones refused
+(503), what was accepted finished, exit 0: all within --grace-seconds.
 
 Emulated device (--device {EMULATED_DEVICE}): no model runs and torch is not imported. The real
 HTTP server, dynamic batching, bounded queue (429), metrics and drain run in front of emulated
@@ -283,7 +285,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--grace-seconds",
         type=_non_negative_float,
         default=30.0,
-        help="on SIGTERM, time to finish queued and in-flight work (default: %(default)s)",
+        help="on SIGTERM, the time to shut down in all: the drain delay, then finishing queued and "
+        "in-flight work (default: %(default)s)",
+    )
+    s.add_argument(
+        "--drain-delay-seconds",
+        type=_non_negative_float,
+        default=5.0,
+        help="on SIGTERM, report not ready at once but keep serving new requests this long, while the "
+        "replica's endpoint removal reaches kube-proxy and load balancers; then refuse new ones (503). "
+        "Taken out of --grace-seconds, at most a third of it; 0: refuse at once; a second signal ends "
+        "it (default: %(default)s)",
     )
     s.add_argument("--max-body-bytes", type=_whole(1), default=None, help="default: sized from the largest bucket")
     s.add_argument(
@@ -390,6 +402,7 @@ def run_serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         grace_seconds=args.grace_seconds,
+        drain_delay_seconds=args.drain_delay_seconds,
         config=ServeConfig(
             max_batch_delay_ms=args.max_batch_delay_ms,
             max_queue=args.max_queue,

@@ -3,10 +3,14 @@
 Lifecycle: listen at once (live, not ready) -> fetch and verify the artifact -> load -> warm every
 bucket -> ready. With ``--device emulated-neuroncore`` no model is loaded: the batches run on the
 emulated NeuronCore device (``neuronserve.emulated``), from an artifact's manifest or a built-in
-contract, and everything the server reports says "emulated". On SIGTERM/SIGINT: not ready, new
-infer requests get 503, queued and executing requests finish, then exit 0, all within the grace
+contract, and everything the server reports says "emulated". On SIGTERM/SIGINT: not ready at
+once, but new infer requests are still served for the drain delay (endpoint removal takes seconds
+to reach kube-proxy and load balancers, so requests keep arriving); then new ones get 503 with
+Retry-After, queued and executing requests finish, and the process exits 0, all within the grace
 period (what is still queued or running at its end is answered 503, and open connections are
-closed, about a second later). A verification or load failure exits non-zero with the reason on stderr.
+closed, about a second later). From SIGTERM on every response says ``Connection: close``, so
+clients reconnect to another replica. A verification or load failure exits non-zero with the
+reason on stderr.
 """
 
 from __future__ import annotations
@@ -70,6 +74,8 @@ class ServerState:
         self.version = ""
         # What executes the batches, as /v2/health/ready, model metadata and the metrics report it.
         self.device: dict[str, Any] = {"device": "none", "emulated": False}
+        # Whether new infer requests are taken: from activate() until the drain delay ends.
+        self.accepting = False
         self.inflight = 0
         self.answered = asyncio.Event()  # set whenever no accepted request is waiting for its answer
         self.answered.set()
@@ -105,25 +111,41 @@ class ServerState:
         self.metrics.busy.capacity = self.batcher.parallel
         self.batcher.start()
         self.phase = "ready"
+        self.accepting = True
         self.metrics.ready.set(1)
 
-    async def drain(self, grace_seconds: float) -> bool:
-        """Refuse new requests and finish the accepted ones within ``grace_seconds`` in all.
+    async def drain(
+        self, grace_seconds: float, delay_seconds: float = 0.0, skip_delay: asyncio.Event | None = None
+    ) -> bool:
+        """Report not ready, serve new requests ``delay_seconds`` more, then refuse new requests and
+        finish the accepted ones: all within ``grace_seconds``.
 
-        True if every accepted request was answered in time. Past the grace period what is still
-        queued or running is answered 503; ANSWER_SECONDS more let those answers be handed over.
+        The delay is capped at DRAIN_DELAY_SHARE of the grace period, the rest being for the work
+        accepted; ``skip_delay`` set ends it early (a second signal). True if every accepted request
+        was answered in time. Past the grace period what is still queued or running is answered
+        503; ANSWER_SECONDS more let those answers be handed over.
         """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_seconds
         self.phase = "draining"
         self.metrics.ready.set(0)
+        delay = min(delay_seconds, grace_seconds * DRAIN_DELAY_SHARE)
+        if self.batcher is not None and delay > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for((skip_delay or asyncio.Event()).wait(), delay)
+            log.info("drain delay over: new requests get 503; finishing the %d accepted", self.inflight)
+        self.accepting = False
         if self.batcher is None:
             return True
-        deadline = asyncio.get_running_loop().time() + grace_seconds
-        finished = await self.batcher.drain(grace_seconds)
+        finished = await self.batcher.drain(max(0.0, deadline - loop.time()))
         # Handlers whose futures just resolved still have to hand over their answers.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.answered.wait(), _until(deadline, ANSWER_SECONDS))
         return finished and self.inflight == 0
 
+
+#: The most of the grace period the drain delay may take: the rest is for finishing the accepted work.
+DRAIN_DELAY_SHARE = 1 / 3
 
 #: After the grace period, this long again for answers already decided to reach their clients,
 #: and again for open connections to close. Both fit in the pod's margin between the runtime's
@@ -159,19 +181,26 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
 async def json_errors(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    """Unknown routes and methods answer in the protocol's JSON error shape, and no traceback leaks."""
+    """Unknown routes and methods answer in the protocol's JSON error shape, and no traceback leaks.
+
+    While draining, every answer closes its connection: a client's next request then opens a new
+    one, which the Service routes to a replica that stays (keep-alive would pin it to this one).
+    """
     try:
-        return await handler(request)
+        response = await handler(request)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         allow = exc.headers.get("Allow")  # a 405 says which methods the route takes (RFC 9110)
-        return _error(exc.status, exc.reason, {"Allow": allow} if allow else None)
+        response = _error(exc.status, exc.reason, {"Allow": allow} if allow else None)
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         if request.method == "POST" and request.path.endswith("/infer"):
             request.app[STATE_KEY].metrics.outcome("error")
-        return _error(500, "internal server error")
+        response = _error(500, "internal server error")
+    if request.app[STATE_KEY].phase == "draining":
+        response.force_close()
+    return response
 
 
 STATE_KEY = web.AppKey("state", ServerState)
@@ -258,7 +287,7 @@ def _model(request: web.Request) -> tuple[ServerState, Manifest]:
     state = request.app[STATE_KEY]
     name = request.match_info["name"]
     if state.manifest is None:
-        raise _Refusal(503, "the model is not loaded yet", "rejected")
+        raise _Refusal(503, "the model is not loaded yet", "rejected", headers=_retry_after(state))
     if name != state.manifest.name:
         raise _Refusal(404, f"unknown model {name!r}; this server serves {state.manifest.name!r}", "bad_request")
     version = request.match_info.get("version")
@@ -267,6 +296,11 @@ def _model(request: web.Request) -> tuple[ServerState, Manifest]:
             404, f"unknown version {version!r} of {name!r}; this server has {state.version!r}", "bad_request"
         )
     return state, state.manifest
+
+
+def _retry_after(state: ServerState) -> dict[str, str]:
+    """The header of a 429 or 503: when to try again (a draining replica's clients, elsewhere)."""
+    return {"Retry-After": str(state.config.retry_after_seconds)}
 
 
 class _Refusal(Exception):
@@ -308,8 +342,8 @@ async def infer(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     try:
         state, manifest = _model(request)
-        if state.phase != "ready" or state.batcher is None:
-            raise _Refusal(503, f"not accepting requests ({state.phase})", "rejected")
+        if not state.accepting or state.batcher is None:
+            raise _Refusal(503, f"not accepting requests ({state.phase})", "rejected", headers=_retry_after(state))
         _check_content_encoding(request)
         body = await _read_body(request, state.body_limit)
         try:
@@ -320,9 +354,9 @@ async def infer(request: web.Request) -> web.Response:
             future = state.batcher.submit(parsed)
         except QueueFull as exc:
             state.metrics.outcome("rejected")
-            return _error(429, str(exc), {"Retry-After": str(state.config.retry_after_seconds)})
+            return _error(429, str(exc), _retry_after(state))
         except ShuttingDown as exc:
-            raise _Refusal(503, str(exc), "rejected") from None
+            raise _Refusal(503, str(exc), "rejected", headers=_retry_after(state)) from None
     except _Refusal as exc:
         state.metrics.outcome(exc.outcome)
         refusal = _error(exc.status, str(exc), exc.headers)
@@ -337,7 +371,7 @@ async def infer(request: web.Request) -> web.Response:
             rows = await future
         except ShuttingDown as exc:
             state.metrics.outcome("rejected")
-            return _error(503, str(exc))
+            return _error(503, str(exc), _retry_after(state))
         except Exception as exc:
             log.error("inference failed: %s", exc)
             state.metrics.outcome("error")
@@ -389,6 +423,8 @@ class ServeOptions:
     host: str = "0.0.0.0"
     port: int = 8080
     grace_seconds: float = 30.0
+    #: After SIGTERM, new requests are still served this long (at most a third of the grace period).
+    drain_delay_seconds: float = 5.0
     config: ServeConfig = ServeConfig()
     torch_threads: int | None = None
     cache_dir: str | None = None
@@ -458,8 +494,13 @@ async def serve(opts: ServeOptions) -> int:
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+    again = asyncio.Event()  # a second signal: skip what is left of the drain delay
+
+    def on_signal() -> None:
+        (again if stop.is_set() else stop).set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
 
     state = ServerState(opts.config)
     app = create_app(state)
@@ -529,9 +570,15 @@ async def serve(opts: ServeOptions) -> int:
                 "on" if opts.config.batching else "off",
             )
         await stopper
-        log.info("SIGTERM: draining (grace %.0fs)", opts.grace_seconds)
+        delay = min(opts.drain_delay_seconds, opts.grace_seconds * DRAIN_DELAY_SHARE)
+        log.info(
+            "SIGTERM: not ready; serving new requests %.3gs more while endpoints update (a second signal "
+            "skips that), then draining (grace %.3gs in all)",
+            delay,
+            opts.grace_seconds,
+        )
         deadline = loop.time() + opts.grace_seconds
-        finished = await state.drain(opts.grace_seconds)
+        finished = await state.drain(opts.grace_seconds, delay, again)
         closed = await close_server(runner, deadline)
         if not closed:
             log.warning("grace period ran out with connections still open: closing them")

@@ -76,7 +76,19 @@ async def test_sigterm_under_load_answers_every_accepted_request_then_exits_0(
     compiled: Compiled, s3_server: S3Server, reference: Reference, serve_process: Any
 ) -> None:
     process: ServeProcess = serve_process(
-        ["--artifact", compiled.uri, "--grace-seconds", "60", "--max-queue", "200", "--max-batch-delay-ms", "2"],
+        [
+            "--artifact",
+            compiled.uri,
+            "--grace-seconds",
+            "60",
+            # No drain delay: new requests are refused at once (test_drain_delay has the delay).
+            "--drain-delay-seconds",
+            "0",
+            "--max-queue",
+            "200",
+            "--max-batch-delay-ms",
+            "2",
+        ],
         env=s3_server.env,
     )
     await asyncio.to_thread(process.wait_listening, 120)

@@ -1,0 +1,136 @@
+"""After SIGTERM a replica reports not ready at once but keeps serving new requests for the drain
+delay: on Kubernetes the endpoint removal takes seconds to reach kube-proxy and load balancers, so
+requests still arrive. Then new requests get 503 with Retry-After, every answer from SIGTERM on
+closes its connection (clients reconnect elsewhere), and the process exits within its grace period.
+The operator passes the delay, at most a third of the runtime's grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.kube.builders import server_args
+from neuronserve.cli import build_parser
+from runtime_support import ServeProcess
+
+REPO = Path(__file__).resolve().parents[2]
+DELAY_SECONDS = 2.0
+GRACE_SECONDS = 12.0
+# bert-base's batches take 1.00 ms (1 row) and 10.9 ms (16 rows) on a NeuronCore: 0.5 s and 5.45 s
+# here, on 2 cores. The 16-row request keeps the replica draining past the delay.
+EMULATED = ["--device", "emulated-neuroncore", "--profile", "bert-base", "--emulated-time-scale", "500"]
+INFER = "/v2/models/bert-base/infer"
+
+
+def _text(rows: int) -> dict[str, Any]:
+    return {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [rows], "data": ["drain me"] * rows}]}
+
+
+async def _until(condition: Any, limit_seconds: float, what: str) -> Any:
+    """Poll the async ``condition`` until it returns something true; that value."""
+    deadline = time.monotonic() + limit_seconds
+    while not (value := await condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+    return value
+
+
+async def test_after_sigterm_new_requests_are_served_for_the_delay_then_refused_and_it_exits_in_time(
+    serve_process: Any,
+) -> None:
+    process: ServeProcess = serve_process(
+        [
+            *EMULATED,
+            "--drain-delay-seconds",
+            str(DELAY_SECONDS),
+            "--grace-seconds",
+            str(GRACE_SECONDS),
+        ]
+    )
+    await asyncio.to_thread(process.wait_listening, 60)
+    # One keep-alive connection at most: answers during the drain must close it.
+    connector = aiohttp.TCPConnector(limit=1)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as session:
+
+        async def ready_status() -> tuple[int, dict[str, Any]]:
+            async with session.get(process.url + "/v2/health/ready") as response:
+                return response.status, await response.json()
+
+        await _until(lambda: _is(ready_status, 200), 60, "the server to be ready")
+
+        async def infer(rows: int) -> tuple[int, dict[str, str], dict[str, Any]]:
+            async with session.post(process.url + INFER, json=_text(rows)) as response:
+                return response.status, dict(response.headers), await response.json()
+
+        async def inflight() -> bool:
+            async with session.get(process.url + "/metrics") as response:
+                text = await response.text()
+            return "neuronserve_inflight_requests 1.0" in text
+
+        # A long batch in flight: without it an idle replica closes its listener as the delay ends.
+        long_request = asyncio.create_task(_infer_alone(process.url, 16))
+        await _until(inflight, 30, "the 16-row request to reach the device")
+
+        process.proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        status, doc = await _until(lambda: _ready_if(ready_status, 503), 10, "readiness to turn false")
+        assert doc["phase"] == "draining"
+
+        # Not ready, and a new request is still served (its endpoint may not have left every router).
+        status, headers, answer = await infer(1)
+        assert status == 200, answer
+        assert headers.get("Connection") == "close"
+        assert (await ready_status())[0] == 503
+
+        async def refused() -> tuple[int, dict[str, str], dict[str, Any]] | None:
+            got = await infer(1)
+            return got if got[0] != 200 else None
+
+        status, headers, answer = await _until(refused, 30, "new requests to be refused")
+        assert time.monotonic() - signalled >= DELAY_SECONDS
+        assert (status, answer["error"]) == (503, "not accepting requests (draining)")
+        assert headers.get("Retry-After") == "1"
+        assert headers.get("Connection") == "close"
+
+        # The request accepted before the signal is answered, not dropped.
+        assert (await long_request)[0] == 200
+
+    code = await asyncio.to_thread(process.wait_exit, max(0.1, signalled + GRACE_SECONDS - time.monotonic()))
+    assert code == 0, process.log
+    assert "drained (all work finished)" in process.log
+    assert "Traceback" not in process.log
+
+
+async def _infer_alone(url: str, rows: int) -> tuple[int, dict[str, Any]]:
+    async with aiohttp.ClientSession() as session, session.post(url + INFER, json=_text(rows)) as response:
+        return response.status, await response.json()
+
+
+async def _is(ready_status: Any, status: int) -> bool:
+    got: int = (await ready_status())[0]
+    return got == status
+
+
+async def _ready_if(ready_status: Any, status: int) -> tuple[int, dict[str, Any]] | None:
+    got: tuple[int, dict[str, Any]] = await ready_status()
+    return got if got[0] == status else None
+
+
+@pytest.mark.parametrize("pod_grace", [5, 6, 10, 20, 60, 3600])
+def test_the_operator_passes_a_drain_delay_of_at_most_a_third_of_the_runtimes_grace(pod_grace: int) -> None:
+    doc = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
+    dep = InferenceDeployment.model_validate(doc)
+    dep.spec.runtime.termination_grace_period_seconds = pod_grace
+    args = build_parser().parse_args(server_args(dep, "s3://artifacts/bert/abc/"))
+    assert args.grace_seconds < pod_grace
+    assert 0 <= args.drain_delay_seconds <= args.grace_seconds / 3
+    assert args.drain_delay_seconds == min(5, args.grace_seconds // 3)
