@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import shlex
 import socket
 import sys
@@ -20,14 +21,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import kopf
 import yaml
+from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException
 
 from neuronfleet.artifacts.store import ArtifactStore
 from neuronfleet.handlers import OperatorContext, kopf_settings, registry
 from neuronfleet.kube.builders import BuilderConfig
-from neuronfleet.kube.client import KubeClient
+from neuronfleet.kube.client import UNANSWERED, KubeClient
 from neuronfleet.metrics.operator_metrics import OperatorMetrics
 from neuronfleet.metrics.operator_metrics import serve as serve_metrics
 from neuronfleet.reconcile import MetricsSource, OperatorSettings, Reconciler, utc_now
@@ -75,6 +78,131 @@ async def operator_tasks(
         priority=priority,
         liveness_endpoint=liveness_endpoint,
     )
+
+
+#: Kopf's peering API: its CRDs come with the chart (peering.createCRDs), the object with it too
+#: (peering.createObject), or by hand.
+PEERING_GROUP = "kopf.dev"
+PEERING_VERSION = "v1"
+CLUSTER_PEERING_PLURAL = "clusterkopfpeerings"
+NAMESPACED_PEERING_PLURAL = "kopfpeerings"
+#: A peering check that got an error answer or none (these calls do not go through KubeClient._json,
+#: so aiohttp's own errors come through as they are).
+_CHECK_FAILED: tuple[type[Exception], ...] = (ApiException, aiohttp.ClientError, *UNANSWERED)
+#: Seconds between two checks for a missing peering object, until it is there.
+PEERING_RECHECK_SECONDS = 60.0
+#: A namespace name, as opposed to one of Kopf's patterns (``team-*``, ``!kube-system``), which
+#: is not checked.
+_NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+_PAUSED = "it reconciles nothing meanwhile, though its liveness endpoint answers"
+_CHART = (
+    "The Helm chart creates it (peering.createObject=true: a first install right after the operator's pods "
+    "start, so wait a moment; `helm upgrade` creates one that is missing)"
+)
+
+
+def _create_peering(name: str, namespace: str | None) -> str:
+    kind = "KopfPeering" if namespace else "ClusterKopfPeering"
+    body = f'{{"apiVersion": "{PEERING_GROUP}/{PEERING_VERSION}", "kind": "{kind}", "metadata": {{"name": "{name}"}}}}'
+    return f"echo '{body}' | kubectl{f' -n {namespace}' if namespace else ''} create -f -"
+
+
+async def missing_peering(kube: KubeClient, name: str, namespaces: Sequence[str] = ()) -> list[str]:
+    """What Kopf's peering lacks to let this operator act: one message each (what is missing, what
+    that does, how to create it); empty when nothing.
+
+    With ``--peering`` Kopf pauses the operator until it sees the named peering object: the
+    ClusterKopfPeering (cluster-wide) or a KopfPeering in each watched namespace, where one missing
+    pauses it in every namespace. A watched namespace that does not exist pauses nothing until it is
+    created. Namespace patterns (``team-*``) are not checked. Raises :data:`_CHECK_FAILED` errors
+    (e.g. a 403).
+    """
+    no_crds = (
+        "the kopf.dev peering CRDs are not installed ({kind} is not served): Kopf pauses this operator until "
+        f"they are ({_PAUSED}). The Helm chart installs them (peering.createCRDs=true), then the peering object"
+    )
+    async with asyncio.timeout(kube.request_timeout):
+        if not namespaces:
+            try:
+                found = await kube.custom.list_cluster_custom_object(
+                    PEERING_GROUP, PEERING_VERSION, CLUSTER_PEERING_PLURAL, field_selector=f"metadata.name={name}"
+                )
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+                return [no_crds.format(kind="ClusterKopfPeering")]
+            if found.get("items"):
+                return []
+            return [
+                f"ClusterKopfPeering {name} does not exist: Kopf pauses this operator until it does ({_PAUSED}). "
+                f"{_CHART}; by hand: {_create_peering(name, None)}"
+            ]
+        names = [namespace for namespace in namespaces if _NAMESPACE_NAME.fullmatch(namespace)]
+        if not names:
+            return []
+        existing = {ns.metadata.name for ns in (await kube.core.list_namespace()).items}
+        missing = []
+        for namespace in names:
+            if namespace not in existing:
+                missing.append(
+                    f"watched namespace {namespace} does not exist: once it is created, Kopf pauses this operator "
+                    f"in every namespace until KopfPeering {name} exists there too. {_CHART}; by hand: "
+                    f"{_create_peering(name, namespace)}"
+                )
+                continue
+            try:
+                found = await kube.custom.list_namespaced_custom_object(
+                    PEERING_GROUP,
+                    PEERING_VERSION,
+                    namespace,
+                    NAMESPACED_PEERING_PLURAL,
+                    field_selector=f"metadata.name={name}",
+                )
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+                return [no_crds.format(kind="KopfPeering")]
+            if not found.get("items"):
+                missing.append(
+                    f"KopfPeering {name} does not exist in namespace {namespace}: Kopf pauses this operator, in "
+                    f"every namespace it watches, until it does ({_PAUSED}). {_CHART}; by hand: "
+                    f"{_create_peering(name, namespace)}"
+                )
+        return missing
+
+
+async def watch_peering(
+    kube: KubeClient,
+    name: str,
+    namespaces: Sequence[str] = (),
+    *,
+    recheck_seconds: float = PEERING_RECHECK_SECONDS,
+) -> None:
+    """Log what Kopf's peering lacks (a warning for each new problem) until nothing is missing.
+
+    Without this, an operator whose peering object is missing sits idle with nothing in its log
+    after its login. A check that fails (the role cannot list peering objects) is logged once and
+    ends the watch: the operator runs on.
+    """
+    reported: list[str] = []
+    while True:
+        try:
+            missing = await missing_peering(kube, name, namespaces)
+        except _CHECK_FAILED as error:
+            reason = f"{error.status} {error.reason}" if isinstance(error, ApiException) else str(error)
+            logger.warning("could not check Kopf's peering object %r: %s", name, reason)
+            return
+        for problem in missing:
+            if problem not in reported:
+                logger.warning("peering %r: %s", name, problem)
+        if reported and not missing:
+            logger.info("peering %r: nothing is missing now: Kopf lets one replica act", name)
+        if not missing:
+            return
+        reported = missing
+        await asyncio.sleep(recheck_seconds)
 
 
 #: What ``neuronfleet sandbox up`` writes beside its kubeconfig: where its S3 and artifact store are.
@@ -149,6 +277,9 @@ async def _run(args: argparse.Namespace) -> None:
         logger.info("operator metrics on :%d/metrics", port)
     if args.liveness:
         check_liveness_endpoint(args.liveness)
+    peering_watch = None
+    if args.peering and isinstance(context.reconciler.kube, KubeClient):
+        peering_watch = asyncio.create_task(watch_peering(context.reconciler.kube, args.peering, args.namespace or ()))
     tasks = await operator_tasks(
         context,
         namespaces=args.namespace or (),
@@ -156,7 +287,11 @@ async def _run(args: argparse.Namespace) -> None:
         priority=args.priority,
         liveness_endpoint=args.liveness,
     )
-    await kopf.run_tasks(tasks)
+    try:
+        await kopf.run_tasks(tasks)
+    finally:
+        if peering_watch is not None:
+            peering_watch.cancel()
 
 
 def kubeconfig_in_use(args: argparse.Namespace) -> Path | None:
