@@ -186,6 +186,28 @@ def test_the_peering_object_is_rendered_only_while_it_is_absent(tmp_path: Path) 
         assert peerings("operator.watchNamespaces={team-a,team-b}") == [("KopfPeering", "team-b")]
 
 
+def test_a_namespaced_install_needs_its_namespaces_first(tmp_path: Path) -> None:
+    """Against a cluster, a watched namespace that does not exist fails the render with what to do,
+    before anything is applied (it failed the post-install hook, after the rest was installed)."""
+    with ThreadedSandboxCluster(kopf_peering=True) as cluster:
+        env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig_path), "HELM_CONFIG_HOME": str(tmp_path)}
+        args = ["template", "nf", str(CHART), "--dry-run=server", "--namespace", "default"]
+        args += ["--values", str(MINIMAL_VALUES), "--set", "peering.createCRDs=false"]
+        args += ["--set", "operator.watchNamespaces={default,team-a,team-b}"]
+        result = helm(*args, env=env)
+        assert result.returncode != 0
+        assert (
+            "operator.watchNamespaces: namespaces team-a, team-b do not exist. Create the watched namespaces "
+            "first (kubectl create namespace team-a team-b)"
+        ) in result.stderr
+        for namespace in ("team-a", "team-b"):
+            cluster.call(lambda c, ns=namespace: c.create("namespaces", {"metadata": {"name": ns}}))
+        result = helm(*args, env=env)
+        assert result.returncode == 0, result.stderr
+    # Without a cluster (helm template) nothing can be looked up: it renders.
+    assert by_kind(render(sets=["operator.watchNamespaces={team-a}"]), "KopfPeering")
+
+
 def test_ci_values_reach_the_operator() -> None:
     docs = render([CI_VALUES])
     container = _operator_container(docs)

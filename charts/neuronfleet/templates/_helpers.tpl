@@ -51,3 +51,26 @@ app.kubernetes.io/part-of: neuronfleet
 {{- define "neuronfleet.clusterwide" -}}
 {{- if .Values.operator.watchNamespaces }}false{{ else }}true{{ end }}
 {{- end }}
+
+{{- /*
+A namespaced install (operator.watchNamespaces) creates objects in each watched namespace (the
+KopfPeering), so the namespaces must exist first; and one created later without its KopfPeering
+would make Kopf pause the operator in every namespace. Fails with what to do when a watched
+namespace is missing. Only against a cluster: without one (`helm template`) lookup lists nothing.
+*/}}
+{{- define "neuronfleet.checkWatchedNamespaces" -}}
+{{- if and .Values.operator.watchNamespaces .Values.peering.enabled .Values.peering.createObject }}
+{{- $live := (lookup "v1" "Namespace" "" "").items | default list }}
+{{- if $live }}
+{{- $names := list }}
+{{- range $live }}{{ $names = append $names .metadata.name }}{{ end }}
+{{- $missing := list }}
+{{- range .Values.operator.watchNamespaces }}{{ if not (has . $names) }}{{ $missing = append $missing . }}{{ end }}{{ end }}
+{{- if $missing }}
+{{- $what := printf "namespace %s does not exist" (first $missing) }}
+{{- if gt (len $missing) 1 }}{{ $what = printf "namespaces %s do not exist" (join ", " $missing) }}{{ end }}
+{{- fail (printf "operator.watchNamespaces: %s. Create the watched namespaces first (kubectl create namespace %s), then install or upgrade: the chart creates a KopfPeering in each, and a watched namespace that appears later without one makes Kopf pause the operator in every namespace" $what (join " " $missing)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
