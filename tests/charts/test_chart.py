@@ -279,8 +279,18 @@ def test_notes_say_what_to_change_in_the_example_before_applying_it() -> None:
     assert "spec.model.source" in notes and "spec.compile.artifactStore" in notes
     assert "kubectl apply -f bert-embeddings.yaml" in notes
     assert "kubectl apply -f https://" not in notes
+    # The example of this release (its tag), not whatever main holds now; kubectl finds it in its
+    # namespace, by the name the example has.
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    url = f"https://raw.githubusercontent.com/neuronfleet/neuronfleet/v{version}/examples/bert-embeddings.yaml"
+    assert url in notes and "/main/" not in notes
+    example = yaml.safe_load((CHART.parents[1] / "examples" / "bert-embeddings.yaml").read_text())["metadata"]
+    assert f"kubectl -n {example['namespace']} describe inferencedeployment {example['name']} " in notes
     elsewhere = _notes("operator.watchNamespaces={chat}")
-    assert "kubectl create namespace chat" in elsewhere and "set metadata.namespace to chat" in elsewhere
+    assert "set metadata.namespace to chat" in elsewhere
+    assert f"kubectl -n chat describe inferencedeployment {example['name']} " in elsewhere
+    # A watched namespace exists before the install (the chart refuses otherwise): nothing to create.
+    assert "kubectl create namespace" not in elsewhere
 
 
 def test_dashboard_has_the_fleet_panels() -> None:
