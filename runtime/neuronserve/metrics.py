@@ -10,9 +10,10 @@ and role labels are added by Prometheus relabeling from pod labels, never by the
   ``ok`` (200), ``rejected`` (the server would not take it now: 429 queue full, 503 not ready,
   draining or shut down before it ran), ``bad_request`` (the client must change it: 400 invalid
   request or text the tokenizer refuses, 404 unknown model or version, 413 too large) or
-  ``error`` (500: the server failed, in execution or anywhere in answering) or ``aborted`` (the
-  client closed the connection before its whole body arrived: nothing to answer, and not the
-  server's failure).
+  ``model_error`` (500: the model raised on this request, alone; e.g. an input value outside what
+  the model handles, which the artifact declares no range for) or ``error`` (500: the server
+  failed anywhere else in answering) or ``aborted`` (the client closed the connection before its
+  whole body arrived: nothing to answer, and not the server's failure).
 - ``neuronserve_arrivals_peak_per_second``: infer requests per second (any outcome) in the busiest
   second of the last minute; at a rate below 400 a second, in the busiest stretch of as many whole
   seconds as hold 400 requests at the minute's mean, so that Poisson noise is not read as a burst.
@@ -39,7 +40,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-OUTCOMES = ("ok", "rejected", "bad_request", "error", "aborted")
+OUTCOMES = ("ok", "rejected", "bad_request", "model_error", "error", "aborted")
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 

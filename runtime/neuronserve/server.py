@@ -33,7 +33,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from neuronserve import __version__
-from neuronserve.batcher import Batcher, QueueFull, Runner, ShuttingDown, TimedDevice
+from neuronserve.batcher import Batcher, QueueFull, Runner, ShuttingDown, TimedDevice, failure_summary
 from neuronserve.manifest import Manifest, revision
 from neuronserve.metrics import BusyTracker, ServerMetrics
 from neuronserve.protocol import HEADER_LENGTH, BadRequest, Tokenize, infer_response, model_metadata, parse_request
@@ -373,9 +373,12 @@ async def infer(request: web.Request) -> web.Response:
             state.metrics.outcome("rejected")
             return _error(503, str(exc), _retry_after(state))
         except Exception as exc:
-            log.error("inference failed: %s", exc)
-            state.metrics.outcome("error")
-            return _error(500, f"inference failed: {exc}")
+            # The model failed on this request (alone: the batcher split the batch to find it). Its
+            # message can be a TorchScript traceback with the paths of the model's source: logged
+            # whole here, answered in one line.
+            log.error("inference failed for request %s: %s", parsed.id or "(no id)", exc)
+            state.metrics.outcome("model_error")
+            return _error(500, f"inference failed: {failure_summary(exc)}")
         payload, header_length = infer_response(
             manifest.name,
             state.version,

@@ -202,3 +202,50 @@ async def test_the_batch_being_formed_counts_against_the_queue_bound_and_in_the_
     device.gates[0].set()
     assert await draining
     assert [float(f.result()[0, 0]) for f in waiting] == [0.0, 1.0]
+
+
+class FailingRunner(ScriptedRunner):
+    """Fails any batch holding a negative id, as a model fails on a value it cannot handle."""
+
+    def run(self, requests: Sequence[Sequence[npt.NDArray[Any]]]) -> tuple[list[npt.NDArray[np.float32]], Any]:
+        result = super().run(requests)
+        bad = [int(arrays[0][0, 0]) for arrays in requests if int(arrays[0][0, 0]) < 0]
+        if bad:
+            raise RuntimeError(f'The following operation failed\n  File "/src/model.py", line 3\nIndexError: {bad}')
+        return result
+
+
+async def test_a_request_that_fails_the_batch_is_found_by_halving_and_the_others_are_answered() -> None:
+    runner = FailingRunner({1: 0.01, 8: 0.02, 16: 0.03})
+    batcher = Batcher(runner, ServerMetrics(BusyTracker()), max_rows=16, max_delay=0.0, max_queue=64)
+    values = [*range(11), -1, *range(12, 16)]
+    futures = [batcher.submit(_request(v)) for v in values]
+    batcher.start()
+    await asyncio.wait(futures)
+    assert await batcher.drain(5.0)
+
+    for value, future in zip(values, futures, strict=True):
+        if value < 0:
+            with pytest.raises(RuntimeError, match=r"IndexError: \[-1\]"):
+                future.result()
+        else:
+            assert float(future.result()[0, 0]) == value
+    # The batch of 16, then two halves per level down to the failing request alone: 1 + 2 * log2(16)
+    # runs (one run per request after the batch would be 17).
+    assert len(runner.runs) == 9, runner.runs
+    assert runner.runs[0] == values
+    assert [-1] in runner.runs
+
+
+def test_a_failure_is_summed_up_for_clients_without_traceback_or_paths() -> None:
+    from neuronserve.batcher import failure_summary
+
+    torchscript = RuntimeError(
+        "The following operation failed in the TorchScript interpreter.\n"
+        "Traceback of TorchScript, original code (most recent call last):\n"
+        '  File "/home/me/models/encoder.py", line 18, in forward\n'
+        "RuntimeError: index out of range in self\n"
+    )
+    assert failure_summary(torchscript) == "RuntimeError: index out of range in self"
+    assert failure_summary(ValueError("no file /opt/app/weights/model.pt here")) == "ValueError: no file <path> here"
+    assert failure_summary(MemoryError()) == "MemoryError"
