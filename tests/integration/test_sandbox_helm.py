@@ -82,9 +82,10 @@ def test_helm_upgrade_and_reinstall_keep_the_peering_object(
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig_path), "HOME": str(tmp_path)}
     chart = str(repo_root / "charts" / "neuronfleet")
 
-    def run(*args: str) -> None:
+    def run(*args: str) -> str:
         result = subprocess.run([helm, *args], env=env, capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, f"helm {' '.join(args)}: {result.stderr}"
+        return result.stdout
 
     def peering(plural: str, namespace: str | None = None) -> dict[str, Any] | None:
         return cluster.call(lambda c: c.get(plural, "neuronfleet", namespace, group="kopf.dev"))
@@ -99,10 +100,14 @@ def test_helm_upgrade_and_reinstall_keep_the_peering_object(
         cluster.call(write)
 
     store = "operator.artifactStore=s3://neuronfleet-test/compiled/"
-    run("install", "nf", chart, "--namespace", "default", "--set", store)
+    installed = run("install", "nf", chart, "--namespace", "default", "--set", store)
     first = peering("clusterkopfpeerings")
     assert first is not None
     keep_alive("clusterkopfpeerings")
+    # Helm never upgrades the CRDs of crds/: an upgrade's NOTES say how (install-eks's Upgrade).
+    crds = "kubectl apply --server-side --force-conflicts -f charts/neuronfleet/crds/"
+    assert crds not in installed
+    assert crds in run("upgrade", "nf", chart, "--namespace", "default", "--set", store)
     for step in (
         ("upgrade", "nf", chart, "--namespace", "default", "--set", store),
         ("upgrade", "nf", chart, "--namespace", "default", "--set", store, "--set", "replicaCount=3"),
