@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ import yaml
 from chart_support import CHART, CI_VALUES, MINIMAL_VALUES, by_kind, helm, render
 from pod_security import pod_spec_of, restricted_violations
 
+from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, InferenceDeployment
 from neuronfleet.cli import build_parser
 from neuronfleet.kube.builders import build_priority_classes
 from neuronfleet.run_command import resolve_defaults
@@ -278,6 +280,7 @@ def test_notes_say_what_to_change_in_the_example_before_applying_it() -> None:
     assert "kubectl create namespace search" in notes
     assert "spec.model.source" in notes and "spec.compile.artifactStore" in notes
     assert "kubectl apply -f bert-embeddings.yaml" in notes
+    assert "spec.compile.image" in notes and "spec.runtime.image" in notes
     assert "kubectl apply -f https://" not in notes
     # The example of this release (its tag), not whatever main holds now; kubectl finds it in its
     # namespace, by the name the example has.
@@ -291,6 +294,26 @@ def test_notes_say_what_to_change_in_the_example_before_applying_it() -> None:
     assert f"kubectl -n chat describe inferencedeployment {example['name']} " in elsewhere
     # A watched namespace exists before the install (the chart refuses otherwise): nothing to create.
     assert "kubectl create namespace" not in elsewhere
+
+
+def test_install_guide_builds_the_images_the_chart_and_the_specs_name() -> None:
+    """docs/install-eks.md says where the two images come from, with the Dockerfiles' real build
+    arguments, and names the chart value and the spec fields that point at them."""
+    guide = (CHART.parents[1] / "docs" / "install-eks.md").read_text()
+    images = guide.split("### The images: build and push", 1)[1].split("\n## ", 1)[0]
+    runtime_args = set(re.findall(r"^ARG (\w+)", (CHART.parents[1] / "runtime" / "Dockerfile").read_text(), re.M))
+    used_args = set(re.findall(r"--build-arg (\w+)=", images))
+    assert {"BASE_IMAGE", "INSTALL_TORCH"} <= used_args <= runtime_args
+    assert "--build-arg INSTALL_TORCH=none" in images and "docker build -f operator/Dockerfile" in images
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert f"`{values['image']['repository']}:<appVersion>`" in images and "`image.repository`" in images
+    # The spec fields, as the API spells them, and their default.
+    schema = InferenceDeployment.model_json_schema(by_alias=True)
+    spec = schema["$defs"]
+    assert "image" in spec["CompileSpec"]["properties"] and "image" in spec["RuntimeSpec"]["properties"]
+    assert "`spec.compile.image`" in images and "`spec.runtime.image`" in images
+    assert f"`{DEFAULT_IMAGE}`" in images
+    assert "backend: cpu" in images
 
 
 def test_dashboard_has_the_fleet_panels() -> None:
