@@ -19,7 +19,10 @@ and role labels are added by Prometheus relabeling from pod labels, never by the
   seconds as hold 400 requests at the minute's mean, so that Poisson noise is not read as a burst.
   The operator sizes for the sum over replicas beside the 1-minute rate.
 - ``neuronserve_batch_size``: rows per executed batch (before padding to the bucket).
-- ``neuronserve_request_latency_seconds``: arrival to answer of successful infer requests.
+- ``neuronserve_request_latency_seconds``: arrival to answer of successful (200) infer requests
+  only: refusals and failures are not in it, so an SLO's denominator is
+  ``neuronserve_requests_total`` (every outcome), not this histogram's count. Buckets are dense
+  from 25 to 100 ms, where latency SLOs of embedding models sit.
 - ``neuronserve_device_busy_ratio``: share of the last ``window`` seconds the device executed.
 - ``neuronserve_device_busy_seconds_total``: device time spent executing batches, summed over
   cores (its rate over the core count is the long-run busy ratio).
@@ -27,6 +30,9 @@ and role labels are added by Prometheus relabeling from pod labels, never by the
   ``device="cpu"`` or ``"neuron"`` (the artifact's backend) or ``"emulated-neuroncore"`` with
   ``emulated="true"`` and the Inf2 profile whose service times it reproduces.
 - ``neuronserve_ready``: 1 when the model is loaded, warmed and not draining.
+
+Also the process' own ``process_*`` (CPU, memory, open files, start time) and ``python_info``.
+No ``*_created`` series: nothing reads them, and they doubled the counters' and histograms' series.
 """
 
 from __future__ import annotations
@@ -36,12 +42,22 @@ import math
 import time
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 OUTCOMES = ("ok", "rejected", "bad_request", "model_error", "error", "aborted")
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+#: Dense from 25 to 100 ms, where the latency SLOs of embedding models sit (the quantiles interpolate
+#: within a bucket).
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
@@ -148,8 +164,14 @@ class ServerMetrics:
     """The metrics of one server instance, in their own registry (tests run several in a process)."""
 
     def __init__(self, busy: BusyTracker, arrivals: ArrivalPeak | None = None) -> None:
+        # prometheus_client's switch is process-wide (no registry has its own); the server's
+        # process exports this registry only.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry()
         r = self.registry
+        # Read at each scrape (a few /proc reads), never on the request path.
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
         self.queue_depth = Gauge("neuronserve_queue_depth", "Requests accepted and waiting for a batch.", registry=r)
         self.inflight = Gauge(
             "neuronserve_inflight_requests", "Requests accepted and not yet answered (queued + executing).", registry=r
@@ -162,7 +184,8 @@ class ServerMetrics:
         )
         self.latency = Histogram(
             "neuronserve_request_latency_seconds",
-            "Arrival to answer of successful infer requests.",
+            "Arrival to answer of successful (200) infer requests only; an SLO's denominator is "
+            "neuronserve_requests_total (every outcome).",
             buckets=LATENCY_BUCKETS,
             registry=r,
         )

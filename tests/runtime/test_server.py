@@ -314,6 +314,22 @@ def test_metrics_have_the_names_the_operator_reads(live_server: LiveServer) -> N
     assert values["neuronserve_inflight_requests"] == 0
 
 
+def test_metrics_say_what_the_latency_counts_and_carry_the_process_but_no_created_series(
+    live_server: LiveServer,
+) -> None:
+    status, _, text = http_json(live_server.url, "GET", "/metrics")
+    assert status == 200
+    lines = text.splitlines()
+    # Only successful requests are in the histogram: an SLO must divide by requests_total.
+    (help_line,) = [line for line in lines if line.startswith("# HELP neuronserve_request_latency_seconds ")]
+    assert "successful" in help_line and "neuronserve_requests_total" in help_line
+    bounds = [line.split('le="')[1].split('"')[0] for line in lines if "request_latency_seconds_bucket" in line]
+    assert {"0.025", "0.03", "0.04", "0.05", "0.075", "0.1"} <= set(bounds)
+    assert not [line for line in lines if "_created" in line]
+    names = {line.split("{")[0].split()[0] for line in lines if line and not line.startswith("#")}
+    assert {"process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds", "python_info"} <= names
+
+
 class _AnswerlessRunner:
     """Runs the model, then hands back rows no response can be built from (a server bug)."""
 
