@@ -400,6 +400,16 @@ def test_optional_parts_render_valid_manifests(setting: str) -> None:
         assert not by_kind(docs, "ClusterRole")
 
 
+@pytest.mark.parametrize("automount", [True, False])
+def test_automount_service_account_token_reaches_the_pod_and_the_account(automount: bool) -> None:
+    docs = render(sets=[f"serviceAccount.automountServiceAccountToken={str(automount).lower()}"])
+    (deployment,) = by_kind(docs, "Deployment")
+    (account,) = by_kind(docs, "ServiceAccount")
+    # The pod's field wins over the account's: both follow the value.
+    assert deployment["spec"]["template"]["spec"]["automountServiceAccountToken"] is automount
+    assert account["automountServiceAccountToken"] is automount
+
+
 @pytest.mark.parametrize("values", sorted(VALUES))
 def test_operator_command_is_what_neuronfleet_run_accepts(
     values: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
