@@ -400,6 +400,26 @@ def test_optional_parts_render_valid_manifests(setting: str) -> None:
         assert not by_kind(docs, "ClusterRole")
 
 
+def test_replicas_spread_over_nodes_by_default() -> None:
+    """values.yaml promises a standby on another node: a soft hostname spread over this release's
+    operator pods (a one-node cluster still schedules both)."""
+    (deployment,) = by_kind(render(), "Deployment")
+    pod = deployment["spec"]["template"]
+    (constraint,) = pod["spec"]["topologySpreadConstraints"]
+    assert constraint["topologyKey"] == "kubernetes.io/hostname"
+    assert constraint["whenUnsatisfiable"] == "ScheduleAnyway"
+    assert constraint["labelSelector"] == {"matchLabels": deployment["spec"]["selector"]["matchLabels"]}
+    # A constraint of the user's keeps its own selector; [] turns spreading off.
+    (ci,) = by_kind(render([CI_VALUES]), "Deployment")
+    (kept,) = ci["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert kept["labelSelector"] == {"matchLabels": {"app.kubernetes.io/name": "neuronfleet"}}
+    result = helm(
+        "template", "nf", str(CHART), "--values", str(MINIMAL_VALUES), "--set-json", "topologySpreadConstraints=[]"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "topologySpreadConstraints" not in result.stdout
+
+
 @pytest.mark.parametrize("automount", [True, False])
 def test_automount_service_account_token_reaches_the_pod_and_the_account(automount: bool) -> None:
     docs = render(sets=[f"serviceAccount.automountServiceAccountToken={str(automount).lower()}"])
