@@ -242,12 +242,60 @@ def test_ci_values_reach_the_operator() -> None:
         # The pod runs as non-root with every capability dropped: no port below 1024.
         ("operator.metricsPort=80", "/operator/metricsPort"),
         ("operator.metricsPort=8080", "operator.metricsPort and liveness.port are both 8080"),
+        # An env value is a string in Kubernetes: the schema says so, not the API server at apply.
+        ("operator.extraEnv[0].name=WORKERS,operator.extraEnv[0].value=4", "/operator/extraEnv/0/value"),
+        # Names of objects and label values: DNS-1123 labels.
+        ("nameOverride=Neuron_Fleet", "/nameOverride"),
+        ("fullnameOverride=nf.operator", "/fullnameOverride"),
+        # The Deployment's selector is the chart's: a pod label overriding it would orphan the pods.
+        (
+            "podLabels.app\\.kubernetes\\.io/instance=other",
+            "podLabels: app.kubernetes.io/instance is a selector label of the operator's Deployment",
+        ),
+        ("resources.requests.memory=lots", "/resources/requests/memory"),
+        ("resources.limits.cpu=-1", "/resources/limits/cpu"),
+        ("resources.request.cpu=1", "/resources"),
+        ("operator.reconcileIntervalSeconds=soon", "/operator/reconcileIntervalSeconds"),
+        # A fraction comes through --set as a string: the range is still checked.
+        ("operator.reconcileIntervalSeconds=3600.5", "operator.reconcileIntervalSeconds is 3600.5: it must be above 0"),
     ],
 )
 def test_bad_values_fail_with_a_clear_message(setting: str, complaint: str) -> None:
     result = helm("template", "nf", str(CHART), "--values", str(MINIMAL_VALUES), "--set", setting)
     assert result.returncode != 0
     assert complaint in result.stderr
+
+
+def test_fractions_and_quantities_given_with_set_are_accepted() -> None:
+    """``--set`` hands a fraction over as a string ("0.5"): the schema takes numeric strings where
+    the chart wants a number, and Kubernetes quantities as strings or numbers."""
+    docs = render(
+        sets=[
+            "operator.reconcileIntervalSeconds=0.5",
+            "monitoring.dashboard.usdPerReplicaHour=1.97",
+            "resources.requests.cpu=0.25,resources.requests.memory=256Mi,resources.limits.memory=1Gi",
+            "podLabels.team=search,nameOverride=nf-operator",
+        ]
+    )
+    container = _operator_container(docs)
+    assert "--interval=0.5" in container["args"]
+    assert resolve_defaults(build_parser().parse_args(["run", "--interval=0.5"])).interval == 0.5
+    assert container["resources"]["requests"] == {"cpu": "0.25", "memory": "256Mi"}
+    (dashboard,) = [cm for cm in by_kind(docs, "ConfigMap") if cm["metadata"]["name"].endswith("-dashboard")]
+    assert '"query": "1.97"' in dashboard["data"]["neuronfleet-fleet.json"]
+    for doc in docs:
+        if doc["apiVersion"].split("/")[0] not in ("kopf.dev", "monitoring.coreos.com"):
+            kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    # A quantity as a YAML number (values files, --set-json) is one too; an env value given as a
+    # string (--set-string) passes.
+    base = ("template", "nf", str(CHART), "--values", str(MINIMAL_VALUES))
+    result = helm(*base, "--set-json", "resources.limits.cpu=1.5")
+    assert result.returncode == 0, result.stderr
+    result = helm(*base, "--set", "operator.extraEnv[0].name=WORKERS", "--set-string", "operator.extraEnv[0].value=4")
+    assert result.returncode == 0, result.stderr
+    assert {"name": "WORKERS", "value": "4"} in _operator_container(
+        [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    )["env"]
 
 
 def test_without_an_artifact_store_the_install_says_what_to_set() -> None:
