@@ -30,6 +30,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from aiohttp import web
+from aiohttp.compression_utils import (
+    HAS_BROTLI,
+    HAS_ZSTD,
+    BrotliDecompressor,
+    ZLibDecompressor,
+    ZSTDDecompressor,
+)
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from neuronserve import __version__
@@ -207,26 +214,67 @@ STATE_KEY = web.AppKey("state", ServerState)
 EMULATED_PARAMETERS = {"emulated": True, "outputs": "placeholders from the emulated device, not model outputs"}
 
 
-#: Content codings aiohttp decodes before the handler sees the body. br and zstd are decoded, or
-#: refused by aiohttp before the handler, depending on the optional Brotli and zstd packages.
-DECODED_CODINGS = ("gzip", "deflate", "br", "zstd")
+#: Content codings of request bodies the server decodes: gzip and deflate always (zlib), br and
+#: zstd when the library aiohttp decodes them with is installed (Brotli; backports.zstd, or
+#: compression.zstd from Python 3.14). The server decodes them itself, not aiohttp (see
+#: ``app_runner``): aiohttp's parser refuses a coding it has no library for before any handler
+#: runs, with a text/plain 400, where the protocol's answer is a JSON 415.
+DECODED_CODINGS: tuple[str, ...] = (
+    ("gzip", "deflate") + (("br",) if HAS_BROTLI else ()) + (("zstd",) if HAS_ZSTD else ())
+)
 
 
-def _check_content_encoding(request: web.Request) -> None:
-    """A coding aiohttp passes through undecoded (``x-gzip``, ``gzip, br``, a typo) is a 415 (RFC 9110)."""
+def _check_content_encoding(request: web.Request) -> str | None:
+    """The body's content coding (None: as is); a coding the server does not decode (``x-gzip``,
+    ``gzip, br``, a typo, br or zstd without their library) is a 415 (RFC 9110)."""
     coding = request.headers.get("Content-Encoding", "").strip().lower()
-    if coding and coding != "identity" and coding not in DECODED_CODINGS:
+    if not coding or coding == "identity":
+        return None
+    if coding not in DECODED_CODINGS:
+        codings = ", ".join(DECODED_CODINGS)
         raise _Refusal(
             415,
-            f"Content-Encoding {coding!r} is not supported: send the body as is, or with one of gzip or deflate",
+            f"Content-Encoding {coding!r} is not supported: send the body as is, or with one of {codings}",
             "bad_request",
-            headers={"Accept-Encoding": "gzip, deflate"},
+            headers={"Accept-Encoding": codings},
         )
+    return coding
+
+
+def _decode_body(raw: bytes, coding: str, limit: int) -> bytes:
+    """``raw`` decoded from ``coding``; refused with 413 past ``limit`` bytes decoded, without
+    decoding more than that (a small body can decode to gigabytes), and with 400 if it does not decode."""
+    try:
+        if coding == "br":
+            body = BrotliDecompressor().decompress_sync(raw, limit + 1)
+            complete = True
+        elif coding == "zstd":
+            body = ZSTDDecompressor().decompress_sync(raw, limit + 1)
+            complete = True
+        else:
+            # RFC 9110's deflate is zlib-wrapped; some clients send it raw, which aiohttp took too.
+            raw_deflate = coding == "deflate" and bool(raw) and raw[0] & 0x0F != 8
+            zlib_decoder = ZLibDecompressor(encoding=coding, suppress_deflate_header=raw_deflate)
+            body = zlib_decoder.decompress_sync(raw, limit + 1)
+            # What aiohttp checked of a whole body: a deflate stream that ended.
+            complete = coding != "deflate" or not raw or zlib_decoder.eof or len(body) > limit
+    except Exception:  # zlib.error, brotli.error, ZstdError, too many gzip members: all the client's
+        complete = False
+    if not complete:
+        # The body was read whole (its length was framed): the connection can carry the next request.
+        raise _Refusal(400, f"unreadable request body: Can not decode content-encoding: {coding}", "bad_request")
+    if len(body) > limit:
+        raise _body_too_large(limit)
+    return body
+
+
+def _body_too_large(limit: int) -> _Refusal:
+    return _Refusal(413, f"request body larger than {limit} bytes", "bad_request")
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes:
-    """The body, refused with 413 past ``limit`` bytes without buffering more than that."""
-    too_large = _Refusal(413, f"request body larger than {limit} bytes", "bad_request")
+    """The body as sent, refused with 413 past ``limit`` bytes without buffering more than that."""
+    too_large = _body_too_large(limit)
     if request.content_length is not None and request.content_length > limit:
         raise too_large
     chunks, size = [], 0
@@ -237,9 +285,9 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
                 raise too_large
             chunks.append(chunk)
     except web.RequestPayloadError as exc:
-        # A body that does not decode (bad gzip or brotli, broken chunked encoding): the client's to
-        # fix. Nothing after it on this connection can be read, so the answer closes it; the body
-        # is marked read, or aiohttp reads it again to discard it and logs its error as a traceback.
+        # A body that does not arrive whole (broken chunked encoding): the client's to fix.
+        # Nothing after it on this connection can be read, so the answer closes it; the body is
+        # marked read, or aiohttp reads it again to discard it and logs its error as a traceback.
         request.content.feed_eof()
         reason = " ".join(re.sub(r"^\d{3}, message:", "", str(exc)).split())  # aiohttp's "400, message:\n  ..."
         raise _Refusal(400, f"unreadable request body: {reason}", "bad_request", close_connection=True) from None
@@ -250,7 +298,13 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def app_runner(state: ServerState, **options: Any) -> web.AppRunner:
+    """The server's app, in a runner that leaves request bodies encoded: ``infer`` decodes them."""
+    return web.AppRunner(create_app(state), auto_decompress=False, **options)
+
+
 def create_app(state: ServerState) -> web.Application:
+    """The routes and middleware; serve them through ``app_runner`` (bodies arrive undecoded)."""
     app = web.Application(middlewares=[json_errors])
     app[STATE_KEY] = state
     app.router.add_get("/v2/health/live", live)
@@ -344,8 +398,10 @@ async def infer(request: web.Request) -> web.Response:
         state, manifest = _model(request)
         if not state.accepting or state.batcher is None:
             raise _Refusal(503, f"not accepting requests ({state.phase})", "rejected", headers=_retry_after(state))
-        _check_content_encoding(request)
+        coding = _check_content_encoding(request)
         body = await _read_body(request, state.body_limit)
+        if coding is not None:
+            body = _decode_body(body, coding, state.body_limit)
         try:
             parsed = parse_request(body, request.headers.get(HEADER_LENGTH), manifest, state.tokenize)
         except BadRequest as exc:
@@ -506,8 +562,7 @@ async def serve(opts: ServeOptions) -> int:
         loop.add_signal_handler(sig, on_signal)
 
     state = ServerState(opts.config)
-    app = create_app(state)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=max(1.0, opts.grace_seconds))
+    runner = app_runner(state, access_log=None, handle_signals=False, shutdown_timeout=max(1.0, opts.grace_seconds))
     await runner.setup()
     site = web.TCPSite(runner, opts.host, opts.port)
     try:

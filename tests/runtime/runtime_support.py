@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from neuronserve.batcher import Runner
 from neuronserve.manifest import Manifest
 from neuronserve.protocol import Tokenize
-from neuronserve.server import ServeConfig, ServerState, create_app
+from neuronserve.server import ServeConfig, ServerState, app_runner
 
 BUCKET = "neuronserve-artifacts"
 
@@ -140,7 +140,7 @@ class LiveServer:
     async def _start(self) -> None:
         self.state = ServerState(self._config)
         self.state.activate(self.manifest, self._runner, self._tokenize)
-        self._app_runner = web.AppRunner(create_app(self.state), access_log=None)
+        self._app_runner = app_runner(self.state, access_log=None)
         await self._app_runner.setup()
         site = web.TCPSite(self._app_runner, "127.0.0.1", 0)
         await site.start()

@@ -8,11 +8,13 @@ import json
 import logging
 import socket
 import urllib.parse
+import zlib
 from typing import Any
 
 import aiohttp
 import numpy as np
 import pytest
+from aiohttp.compression_utils import HAS_BROTLI, HAS_ZSTD
 
 from runtime_support import MODEL_NAME, LiveServer, Reference, http_json, scrape_metrics, wait_for
 
@@ -402,16 +404,13 @@ def test_an_undecodable_body_is_a_400_and_a_client_hanging_up_is_no_server_error
 ) -> None:
     before = scrape_metrics(live_server.url)
     garbage = b"this is not gzip"
-    # A keep-alive connection: the server closes it, as nothing after the bad body can be parsed.
     with caplog.at_level(logging.ERROR):
-        answer = _raw_post(
-            live_server.url, {"Content-Encoding": "gzip", "Content-Length": str(len(garbage))}, garbage, close=False
-        )
+        answer = _raw_post(live_server.url, {"Content-Encoding": "gzip", "Content-Length": str(len(garbage))}, garbage)
     head, _, payload = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400"), answer[:200]
-    assert b"Connection: close" in head
     assert json.loads(payload) == {"error": "unreadable request body: Can not decode content-encoding: gzip"}
-    # aiohttp re-read the failed body to discard it and logged that as an unhandled exception.
+    # When aiohttp decoded bodies, it re-read a failed one to discard it and logged that as an
+    # unhandled exception.
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
     # Headers promise 1,000 bytes; ten come, then the client is gone.
@@ -427,18 +426,54 @@ def test_an_undecodable_body_is_a_400_and_a_client_hanging_up_is_no_server_error
         assert after[key] - before[key] == added, key
 
 
-@pytest.mark.parametrize("coding", ["x-gzip", "gzip, deflate", "compress"])
-def test_a_content_coding_the_server_does_not_decode_is_a_415_not_a_json_error(
-    live_server: LiveServer, coding: str
-) -> None:
+#: zstd without its library: aiohttp's parser answered it with its own text/plain 400.
+UNDECODED = ["x-gzip", "gzip, deflate", "compress", *([] if HAS_ZSTD else ["zstd"]), *([] if HAS_BROTLI else ["br"])]
+
+
+@pytest.mark.parametrize("coding", UNDECODED)
+def test_a_content_coding_the_server_does_not_decode_is_a_json_415(live_server: LiveServer, coding: str) -> None:
     body = gzip.compress(json.dumps({"inputs": [_ids([1, 4]), _mask([1, 4])]}).encode())
     answer = _raw_post(live_server.url, {"Content-Encoding": coding, "Content-Length": str(len(body))}, body)
     head, _, payload = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 415"), answer[:200]
-    assert b"Accept-Encoding: gzip, deflate" in head
+    assert b"Content-Type: application/json" in head
+    codings = ", ".join(["gzip", "deflate", *(["br"] if HAS_BROTLI else []), *(["zstd"] if HAS_ZSTD else [])])
+    assert f"Accept-Encoding: {codings}".encode() in head
     assert json.loads(payload)["error"] == (
-        f"Content-Encoding {coding!r} is not supported: send the body as is, or with one of gzip or deflate"
+        f"Content-Encoding {coding!r} is not supported: send the body as is, or with one of {codings}"
     )
+
+
+def _compressed(coding: str, data: bytes) -> bytes:
+    if coding == "gzip":
+        return gzip.compress(data)
+    if coding == "deflate":
+        return zlib.compress(data)
+    if coding == "raw deflate":
+        compressor = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+        return compressor.compress(data) + compressor.flush()
+    assert coding == "br"
+    import brotli
+
+    compressed: bytes = brotli.compress(data)
+    return compressed
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "raw deflate", *(["br"] if HAS_BROTLI else [])])
+def test_a_body_in_a_coding_the_server_decodes_is_served(live_server: LiveServer, coding: str) -> None:
+    body = _compressed(coding, json.dumps({"inputs": [_ids([1, 4]), _mask([1, 4])]}).encode())
+    header = coding.split()[-1]
+    answer = _raw_post(live_server.url, {"Content-Encoding": header, "Content-Length": str(len(body))}, body)
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+
+
+def test_a_small_body_that_decodes_past_the_limit_is_a_413(live_server: LiveServer) -> None:
+    assert live_server.state is not None
+    bomb = gzip.compress(b" " * (live_server.state.body_limit + 1))  # a few kB
+    answer = _raw_post(live_server.url, {"Content-Encoding": "gzip", "Content-Length": str(len(bomb))}, bomb)
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert "larger than" in json.loads(payload)["error"]
 
 
 def test_a_gzip_body_is_served(live_server: LiveServer) -> None:
