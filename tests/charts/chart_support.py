@@ -86,6 +86,51 @@ def granted(cluster_role: dict[str, Any]) -> set[Permission]:
     }
 
 
+@dataclass(frozen=True)
+class Grants:
+    """What a service account may do, as RBAC evaluates the chart's bindings: ``cluster`` through
+    ClusterRoleBindings (cluster-scoped resources, and namespaced ones in every namespace),
+    ``per_namespace`` through RoleBindings (there only)."""
+
+    cluster: frozenset[Permission]
+    per_namespace: dict[str, frozenset[Permission]]
+
+    def allows(self, permission: Permission, namespace: str = "") -> bool:
+        """``namespace``: where the request is (empty: cluster-scoped or across all namespaces)."""
+        return permission in self.cluster or (
+            bool(namespace) and permission in self.per_namespace.get(namespace, frozenset())
+        )
+
+    def everything(self) -> set[Permission]:
+        return set(self.cluster).union(*self.per_namespace.values())
+
+
+def grants(docs: Iterable[dict[str, Any]], service_account: str, namespace: str) -> Grants:
+    """The permissions the rendered roles and bindings give ``namespace/service_account``."""
+    docs = list(docs)
+    roles = {("", doc["metadata"]["name"]): granted(doc) for doc in by_kind(docs, "ClusterRole")}
+    roles |= {(doc["metadata"]["namespace"], doc["metadata"]["name"]): granted(doc) for doc in by_kind(docs, "Role")}
+    subject = {"kind": "ServiceAccount", "name": service_account, "namespace": namespace}
+
+    def bound(binding: dict[str, Any]) -> bool:
+        return any({key: item.get(key) for key in subject} == subject for item in binding.get("subjects") or [])
+
+    def role_of(binding: dict[str, Any], where: str) -> set[Permission]:
+        ref = binding["roleRef"]
+        return roles[("" if ref["kind"] == "ClusterRole" else where, ref["name"])]
+
+    cluster: set[Permission] = set()
+    for binding in by_kind(docs, "ClusterRoleBinding"):
+        if bound(binding):
+            cluster |= role_of(binding, "")
+    per_namespace: dict[str, set[Permission]] = {}
+    for binding in by_kind(docs, "RoleBinding"):
+        if bound(binding):
+            where = binding["metadata"]["namespace"]
+            per_namespace.setdefault(where, set()).update(role_of(binding, where))
+    return Grants(frozenset(cluster), {ns: frozenset(p) for ns, p in per_namespace.items()})
+
+
 def load_e2e_harness() -> ModuleType:
     """The e2e harness module (tests/e2e/conftest.py), under its own name.
 

@@ -218,9 +218,11 @@ def test_ci_values_reach_the_operator() -> None:
     assert env["NEURONFLEET_NEURON_SCHEDULER"] == "my-scheduler"
     assert env["NEURONFLEET_PROMETHEUS_URL"] == "http://prometheus-operated.monitoring.svc:9090"
     assert {"--namespace=search", "--namespace=chat", "--interval=5", "--verbose"} <= set(container["args"])
-    # Namespaced operator: a KopfPeering per namespace, and Kopf may follow namespaces.
+    # Namespaced operator: a KopfPeering and a RoleBinding per namespace, and Kopf may follow
+    # namespaces (cluster-wide).
     assert sorted(p["metadata"]["namespace"] for p in by_kind(docs, "KopfPeering")) == ["chat", "search"]
-    (role,) = by_kind(docs, "ClusterRole")
+    assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")) == ["chat", "search"]
+    (role,) = [r for r in by_kind(docs, "ClusterRole") if r["metadata"]["name"] == "nf-neuronfleet"]
     assert any("namespaces" in rule["resources"] for rule in role["rules"])
     (monitor,) = by_kind(docs, "PodMonitor")
     relabel = {r["targetLabel"]: r["sourceLabels"] for r in monitor["spec"]["podMetricsEndpoints"][0]["relabelings"]}

@@ -1,4 +1,4 @@
-"""The chart's ClusterRole against what the operator really calls.
+"""The chart's RBAC (its roles, and where each is bound) against what the operator really calls.
 
 The real operator (Kopf + reconcile, peering on) runs on the sandbox through a realistic flow: a new
 InferenceDeployment starts a compile Job, a spec change supersedes it, a failed compile has its log
@@ -7,17 +7,19 @@ read, a compiled artifact brings the fleet up (pods, Service, PDB), ``kubectl sc
 back), then the object is deleted. Every API request of the operator (Kopf's
 and the reconcile's clients, told apart from the test's own client by their User-Agent) is taken
 from the sandbox's request log and mapped to the (apiGroup, resource[/subresource], verb) RBAC
-would check. The test asserts both directions: the role allows every call, and grants nothing the
-operator did not use, except what its client can call (below) and the allow-listed permissions
-(each with its reason). It runs in both install modes: cluster-wide (ClusterKopfPeering) and
-namespaced (``operator.watchNamespaces``: KopfPeering objects, and Kopf then lists and watches
-namespaces).
+would check, and the namespace it is in. The test evaluates the chart's ClusterRoleBindings and
+RoleBindings as RBAC does and asserts both directions: every call is allowed where it was made,
+and nothing is granted that the operator did not use, except what its client can call (below)
+and the allow-listed permissions (each with its reason). It runs in both install modes:
+cluster-wide (ClusterKopfPeering) and namespaced (``operator.watchNamespaces``: KopfPeering
+objects, Kopf then lists and watches namespaces, and the operator may write only in the watched
+namespaces: cluster-wide it gets only what it did cluster-wide).
 
 A flow exercises only the paths it takes (a 409 on a pod create, answered by reading the pod, is
 not one of them). So a second test derives, from the operator's source, every Kubernetes API
 method its own clients can call (kubernetes_asyncio methods reached through ``KubeClient``'s API
 attributes, in the modules of :data:`CLIENT_MODULES`), maps each to the permission RBAC checks
-from the method's own path and HTTP method, and asserts the ClusterRole grants them all.
+and its scope from the method's own path and HTTP method, and asserts the chart grants them all.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chart_support import Permission, by_kind, granted, load_e2e_harness, render
+from chart_support import Grants, Permission, by_kind, grants, load_e2e_harness, render
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client import CustomObjectsApi
 
@@ -56,29 +58,20 @@ BLOCK_OWNER_DELETION = {
 #: Per operator mode: (chart --set values, namespaces the operator watches, permissions granted but
 #: not exercised by the flow in that mode with the reason each is needed).
 MODES: dict[str, tuple[list[str], list[str], dict[Permission, str]]] = {
-    "cluster-wide": (
-        [],
-        [],
-        {
-            **{
-                Permission("kopf.dev", "kopfpeerings", verb): "peering of a namespaced install (watchNamespaces)"
-                for verb in ("list", "watch", "patch")
-            },
-            **BLOCK_OWNER_DELETION,
-        },
-    ),
-    "namespaced": (
-        [f"operator.watchNamespaces={{{NS}}}"],
-        [NS],
-        {
-            **{
-                Permission("kopf.dev", "clusterkopfpeerings", verb): "peering of a cluster-wide install"
-                for verb in ("list", "watch", "patch")
-            },
-            **BLOCK_OWNER_DELETION,
-        },
-    ),
+    "cluster-wide": ([], [], BLOCK_OWNER_DELETION),
+    "namespaced": ([f"operator.watchNamespaces={{{NS}}}"], [NS], BLOCK_OWNER_DELETION),
 }
+#: The chart's service account, as render() names it (release nf in neuronfleet-system).
+SERVICE_ACCOUNT = ("nf-neuronfleet", "neuronfleet-system")
+
+
+def chart_grants(mode: str) -> Grants:
+    docs = render(sets=MODES[mode][0])
+    for role in by_kind(docs, "ClusterRole") + by_kind(docs, "Role"):
+        rules = role["rules"]
+        assert all("*" not in rule.get(key, []) for rule in rules for key in ("apiGroups", "resources", "verbs"))
+    return grants(docs, *SERVICE_ACCOUNT)
+
 
 #: Requests the sandbox answers that RBAC does not check with a resource rule (discovery).
 NON_RESOURCE = "non-resource"
@@ -123,9 +116,10 @@ def _argument(module: Any, call: ast.Call | None, method: Any, param: str) -> st
     raise AssertionError(f"{method.__name__}: {param} is not a constant: {ast.unparse(node) if node else 'missing'}")
 
 
-def permission_of(api_class: type, method: str, fill: dict[str, str]) -> Permission:
-    """The permission RBAC checks for a generated API method: from the path and HTTP method the
-    method sends (``call_api('/api/v1/namespaces/{namespace}/pods/{name}/log', 'GET', ...)``)."""
+def permission_of(api_class: type, method: str, fill: dict[str, str]) -> tuple[Permission, bool]:
+    """The permission RBAC checks for a generated API method, and whether the request is in a
+    namespace: from the path and HTTP method the method sends
+    (``call_api('/api/v1/namespaces/{namespace}/pods/{name}/log', 'GET', ...)``)."""
     source = inspect.getsource(getattr(api_class, f"{method}_with_http_info"))
     match = re.search(r"call_api\(\s*'([^']+)',\s*'(\w+)'", source)
     assert match, f"no call_api in {api_class.__name__}.{method}"
@@ -134,7 +128,8 @@ def permission_of(api_class: type, method: str, fill: dict[str, str]) -> Permiss
         path = path.replace("{" + key + "}", value)
     parts = path.strip("/").split("/")
     group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
-    if len(rest) > 2 and rest[0] == "namespaces" and rest[1] == "{namespace}":
+    namespaced = len(rest) > 2 and rest[0] == "namespaces" and rest[1] == "{namespace}"
+    if namespaced:
         rest = rest[2:]
     resource, named, subresource = rest[0], len(rest) > 1, rest[2] if len(rest) > 2 else ""
     verb = {
@@ -144,14 +139,15 @@ def permission_of(api_class: type, method: str, fill: dict[str, str]) -> Permiss
         "PATCH": "patch",
         "DELETE": "delete" if named else "deletecollection",
     }[http]
-    return Permission(group, f"{resource}/{subresource}" if subresource else resource, verb)
+    return Permission(group, f"{resource}/{subresource}" if subresource else resource, verb), namespaced
 
 
-def client_permissions() -> dict[Permission, set[str]]:
-    """Every permission the operator's own API calls need, with the methods that need each."""
+def client_permissions() -> dict[tuple[Permission, bool], set[str]]:
+    """Every permission the operator's own API calls need, whether in a namespace or not, with the
+    methods that need each."""
     classes = _client_api_classes()
     assert {"core", "batch"} <= set(classes), f"KubeClient's API attributes not found: {classes}"
-    found: dict[Permission, set[str]] = {}
+    found: dict[tuple[Permission, bool], set[str]] = {}
     for name in CLIENT_MODULES:
         module = importlib.import_module(name)
         tree = ast.parse(Path(module.__file__ or "").read_text())
@@ -173,7 +169,9 @@ def client_permissions() -> dict[Permission, set[str]]:
     return found
 
 
-def operator_permissions(records: list[Any]) -> set[Permission]:
+def operator_permissions(records: list[Any]) -> set[tuple[Permission, str]]:
+    """What the operator's requests needed, each with its namespace (empty: cluster-scoped, or a
+    list or watch across all namespaces)."""
     used = set()
     for record in records:
         if record.user_agent != OPERATOR_AGENT and not record.user_agent.startswith("kopf/"):
@@ -181,7 +179,7 @@ def operator_permissions(records: list[Any]) -> set[Permission]:
         if not record.resource:
             continue  # /api, /apis, /version: discovery, allowed to every authenticated user
         resource = f"{record.resource}/{record.subresource}" if record.subresource else record.resource
-        used.add(Permission(record.group, resource, record.verb))
+        used.add((Permission(record.group, resource, record.verb), record.namespace))
     return used
 
 
@@ -311,8 +309,8 @@ async def _flow(cluster: SandboxCluster, tmp_path: Path, namespaces: list[str]) 
 
 @pytest.mark.looptime
 @pytest.mark.parametrize("mode", sorted(MODES))
-async def test_cluster_role_allows_exactly_what_the_operator_uses(mode: str, tmp_path: Path) -> None:
-    sets, namespaces, unexercised = MODES[mode]
+async def test_rbac_allows_exactly_what_the_operator_uses(mode: str, tmp_path: Path) -> None:
+    _, namespaces, unexercised = MODES[mode]
     groups = [NodeGroup("inf2-serving", "inf2.xlarge", count=2, zones=("us-east-1a", "us-east-1b"), max_nodes=6)]
     harness_module = load_e2e_harness()
     async with SandboxCluster(
@@ -326,39 +324,68 @@ async def test_cluster_role_allows_exactly_what_the_operator_uses(mode: str, tmp
         await _flow(cluster, tmp_path, namespaces)
         used = operator_permissions(cluster.request_log)
 
-    (role,) = by_kind(render(sets=sets), "ClusterRole")
-    rules = role["rules"]
-    assert all("*" not in rule.get(key, []) for rule in rules for key in ("apiGroups", "resources", "verbs"))
-    allowed = granted(role)
+    rights = chart_grants(mode)
     assert used, "the flow made no operator API call: the request log or the user agents are wrong"
-    missing = sorted(str(p) for p in used - allowed)
-    assert not missing, f"the ClusterRole denies calls the operator made: {missing}"
+    missing = sorted(f"{p} in {ns or 'the cluster'}" for p, ns in used if not rights.allows(p, ns))
+    assert not missing, f"the chart's RBAC denies calls the operator made: {missing}"
     # What the operator's client can call but the flow did not (the pod read after a 409): the
     # test below derives those.
-    unused = sorted(str(p) for p in allowed - used - set(unexercised) - set(client_permissions()))
-    assert not unused, f"the ClusterRole grants what the operator never used: {unused}"
-    assert not [p for p in allowed if p.resource == "secrets"]
+    derived = {p for p, _ in client_permissions()}
+    unused = sorted(map(str, rights.everything() - {p for p, _ in used} - set(unexercised) - derived))
+    assert not unused, f"the chart's RBAC grants what the operator never used: {unused}"
+    if namespaces:
+        # Namespaced: cluster-wide only what the operator did cluster-wide (nodes, CRDs,
+        # namespaces); everything else only in the watched namespaces.
+        cluster_derived = {p for p, in_namespace in client_permissions() if not in_namespace}
+        wide = sorted(map(str, rights.cluster - {p for p, ns in used if not ns} - cluster_derived))
+        assert not wide, f"a namespaced install grants cluster-wide what the operator does in namespaces: {wide}"
+        assert set(rights.per_namespace) == set(namespaces)
+    assert not [p for p in rights.everything() if p.resource == "secrets"]
 
 
 #: Calls of the operator's client made in one install mode only: (the mode, where).
 ONLY_IN_MODE = {
     Permission("", "namespaces", "list"): ("namespaced", "run checks that the watched namespaces exist"),
+    Permission("kopf.dev", "clusterkopfpeerings", "list"): ("cluster-wide", "run checks its ClusterKopfPeering"),
+    Permission("kopf.dev", "kopfpeerings", "list"): ("namespaced", "run checks the watched namespaces' KopfPeerings"),
 }
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
-def test_cluster_role_allows_every_call_the_operators_client_can_make(mode: str) -> None:
+def test_rbac_allows_every_call_the_operators_client_can_make(mode: str) -> None:
     """Every API method the operator's own client can reach, taken or not by the flow above: e.g.
-    the pod read after a 409 on a pod create (is it ours, or another controller's?)."""
-    needed = {p: m for p, m in client_permissions().items() if ONLY_IN_MODE.get(p, (mode,))[0] == mode}
+    the pod read after a 409 on a pod create (is it ours, or another controller's?). A namespaced
+    call must be allowed in every watched namespace (in any, for a cluster-wide install), a
+    cluster-scoped one cluster-wide."""
+    needed = {
+        call: methods for call, methods in client_permissions().items() if ONLY_IN_MODE.get(call[0], (mode,))[0] == mode
+    }
     # The derivation sees what it must: the typed APIs, the subresources, the custom objects API.
     assert {
-        Permission("", "pods", "create"),
-        Permission("", "pods", "get"),
-        Permission("", "pods/log", "get"),
-        Permission("policy", "poddisruptionbudgets", "patch"),
-        Permission(GROUP, f"{PLURAL}/status", "patch"),
+        (Permission("", "pods", "create"), True),
+        (Permission("", "pods", "get"), True),
+        (Permission("", "pods/log", "get"), True),
+        (Permission("", "nodes", "list"), False),
+        (Permission("policy", "poddisruptionbudgets", "patch"), True),
+        (Permission(GROUP, f"{PLURAL}/status", "patch"), True),
     } <= set(needed), sorted(map(str, needed))
-    (role,) = by_kind(render(sets=MODES[mode][0]), "ClusterRole")
-    missing = sorted(f"{p} (for {', '.join(sorted(needed[p]))})" for p in set(needed) - granted(role))
-    assert not missing, f"the ClusterRole denies calls the operator's client makes: {missing}"
+    rights = chart_grants(mode)
+    where = MODES[mode][1] or [NS]
+    missing = sorted(
+        f"{p} in {ns or 'the cluster'} (for {', '.join(sorted(methods))})"
+        for (p, in_namespace), methods in needed.items()
+        for ns in (where if in_namespace else [""])
+        if not rights.allows(p, ns)
+    )
+    assert not missing, f"the chart's RBAC denies calls the operator's client makes: {missing}"
+
+
+def test_a_namespaced_install_can_write_nowhere_else() -> None:
+    """With watchNamespaces the operator's rights in a namespace it does not watch are read-only
+    and cluster-scoped: no pod, Job or custom resource write anywhere but in its namespaces."""
+    rights = chart_grants("namespaced")
+    writes = {"create", "patch", "update", "delete", "deletecollection"}
+    assert not [str(p) for p in rights.cluster if p.verb in writes]
+    assert not [p for p in rights.cluster if p.resource in ("pods", "jobs", "services", PLURAL)]
+    assert Permission("", "pods", "create") in rights.per_namespace[NS]
+    assert not rights.allows(Permission("", "pods", "create"), "kube-system")

@@ -54,12 +54,13 @@ app.kubernetes.io/part-of: neuronfleet
 
 {{- /*
 A namespaced install (operator.watchNamespaces) creates objects in each watched namespace (the
-KopfPeering), so the namespaces must exist first; and one created later without its KopfPeering
-would make Kopf pause the operator in every namespace. Fails with what to do when a watched
-namespace is missing. Only against a cluster: without one (`helm template`) lookup lists nothing.
+KopfPeering, the RoleBinding of the operator's rights there), so the namespaces must exist first;
+and one created later without its KopfPeering would make Kopf pause the operator in every
+namespace. Fails with what to do when a watched namespace is missing. Only against a cluster:
+without one (`helm template`) lookup lists nothing.
 */}}
 {{- define "neuronfleet.checkWatchedNamespaces" -}}
-{{- if and .Values.operator.watchNamespaces .Values.peering.enabled .Values.peering.createObject }}
+{{- if and .Values.operator.watchNamespaces (or .Values.rbac.create (and .Values.peering.enabled .Values.peering.createObject)) }}
 {{- $live := (lookup "v1" "Namespace" "" "").items | default list }}
 {{- if $live }}
 {{- $names := list }}
@@ -69,7 +70,7 @@ namespace is missing. Only against a cluster: without one (`helm template`) look
 {{- if $missing }}
 {{- $what := printf "namespace %s does not exist" (first $missing) }}
 {{- if gt (len $missing) 1 }}{{ $what = printf "namespaces %s do not exist" (join ", " $missing) }}{{ end }}
-{{- fail (printf "operator.watchNamespaces: %s. Create the watched namespaces first (kubectl create namespace %s), then install or upgrade: the chart creates a KopfPeering in each, and a watched namespace that appears later without one makes Kopf pause the operator in every namespace" $what (join " " $missing)) }}
+{{- fail (printf "operator.watchNamespaces: %s. Create the watched namespaces first (kubectl create namespace %s), then install or upgrade: the chart creates objects in each (its KopfPeering, the operator's RoleBinding), and a watched namespace that appears later without one makes Kopf pause the operator in every namespace" $what (join " " $missing)) }}
 {{- end }}
 {{- end }}
 {{- end }}
