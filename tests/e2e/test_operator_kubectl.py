@@ -32,10 +32,22 @@ async def test_get_shows_filled_columns_and_scale_changes_active_count(harness: 
 
     table = await run_kubectl(harness, kubectl, "get", "infdep", "-n", NS)
     header, row = table.strip().splitlines()[:2]
-    assert header.split() == ["NAME", "MODEL", "INSTANCE", "READY", "DESIRED", "WARM", "COMPILED", "AGE"]
+    assert header.split() == [
+        "NAME",
+        "MODEL",
+        "INSTANCE",
+        "READY",
+        "UP-TO-DATE",
+        "DESIRED",
+        "WARM",
+        "COMPILED",
+        "STATUS",
+        "AGE",
+    ]
     cells = row.split()
     assert cells[0] == name and cells[2] == "inf2.xlarge"
-    assert cells[3:7] == ["2", "2", "0", "True"], row
+    # STATUS is the Ready condition's reason: why the spec is not served yet, or that it is.
+    assert cells[3:9] == ["2", "2", "2", "0", "True", "ReplicasReady"], row
 
     await run_kubectl(harness, kubectl, "scale", f"infdep/{name}", "-n", NS, "--replicas=3")
     await harness.wait(

@@ -31,7 +31,18 @@ def test_kubectl_inference_deployment_lifecycle(
     assert "unchanged" in run_kubectl("apply", "--validate=true", "-f", str(manifest)).stdout
 
     table = run_kubectl("get", "infdep").stdout.splitlines()
-    assert table[0].split() == ["NAME", "MODEL", "INSTANCE", "READY", "DESIRED", "WARM", "COMPILED", "AGE"]
+    assert table[0].split() == [
+        "NAME",
+        "MODEL",
+        "INSTANCE",
+        "READY",
+        "UP-TO-DATE",
+        "DESIRED",
+        "WARM",
+        "COMPILED",
+        "STATUS",
+        "AGE",
+    ]
     assert table[1].split()[:2] == ["bert", "s3://acme-models/bert/"]
     assert "bert" in run_kubectl("get", "inferencedeployments", "-l", "team=search").stdout
     assert "No resources found" in run_kubectl("get", "inferencedeployments", "-l", "team=other").stderr

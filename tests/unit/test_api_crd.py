@@ -82,7 +82,7 @@ def test_subresources_printer_columns_and_names() -> None:
     }
     assert version["subresources"]["status"] == {}
     columns = {c["name"] for c in version["additionalPrinterColumns"]}
-    assert {"Model", "Instance", "Ready", "Desired", "Warm", "Compiled", "Age"} <= columns
+    assert {"Model", "Instance", "Ready", "Up-to-date", "Desired", "Warm", "Compiled", "Status", "Age"} <= columns
     names = crd()["spec"]["names"]
     assert "infdep" in names["shortNames"] and "neuronfleet" in names["categories"]
 

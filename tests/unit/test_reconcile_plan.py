@@ -249,3 +249,52 @@ def test_a_failed_job_asked_to_run_differently_is_replaced_and_the_event_says_wh
     assert isinstance(action, DeleteCompileJob) and action.name == "job-now"
     # Not "the spec or the model source changed": the request is the same, its Job's run is not.
     assert "failed" in action.why and "compile-retry" in action.why
+
+
+def condition_of(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == kind)
+
+
+def rounds(
+    dep: InferenceDeployment, compile: CompileObservation, pods: tuple[Any, ...], memory: Any, status: dict[str, Any]
+) -> tuple[Any, tuple[Any, ...], list[dict[str, Any]]]:
+    """Plan and apply until nothing is left to do; every pod made becomes ready, drained pods empty."""
+    statuses, result = [], None
+    now = T0
+    for _ in range(12):
+        now += timedelta(seconds=10)
+        result = plan(dep, Observation(now, pods=pods, compile=compile), memory, status)
+        memory, status = result.memory, result.status
+        statuses.append(status)
+        if not result.actions:
+            break
+        after = apply_actions(list(pods), result.actions, now)
+        pods = tuple(replace(p, ready=True, phase="Running", node="n1", ready_at=now, in_flight=0) for p in after)
+    return result, pods, statuses
+
+
+def test_ready_waits_for_the_current_spec_to_be_compiled_and_rolled_out_available_does_not() -> None:
+    dep = deployment(**MANUAL)
+    steady, pods, _ = rounds(dep, compiled(dep), (), DeploymentMemory(), {})
+    assert condition_of(steady.status, "Ready")["status"] == "True"
+    assert steady.status["updatedReplicas"] == 2
+
+    # Generation 2 asks for another compile: the old revision keeps serving meanwhile.
+    dep2 = dep.model_copy(update={"metadata": dep.metadata.model_copy(update={"generation": 2})})
+    waiting = compiled(dep2, stored=None, job_phase="running")
+    result, pods, _ = rounds(dep2, waiting, pods, steady.memory, steady.status)
+    ready, available = condition_of(result.status, "Ready"), condition_of(result.status, "Available")
+    assert (ready["status"], ready["reason"], ready["observedGeneration"]) == ("False", "Compiling", 2)
+    assert (available["status"], available["reason"]) == ("True", "ReplicasReady")
+    assert available["lastTransitionTime"] == condition_of(steady.status, "Available")["lastTransitionTime"]
+    assert (result.status["readyReplicas"], result.status["updatedReplicas"]) == (2, 0)
+
+    # Compiled: the new revision rolls out (Ready False RollingOut), then is served (Ready True).
+    new = compiled(dep2, stored=StoredArtifact("e" * 64, "/store/eeee", "f" * 64, "cpu"))
+    result, pods, statuses = rounds(dep2, new, pods, result.memory, result.status)
+    assert ("False", "RollingOut") in {
+        (condition_of(s, "Ready")["status"], condition_of(s, "Ready")["reason"]) for s in statuses
+    }
+    assert all(condition_of(s, "Available")["status"] == "True" for s in statuses)
+    assert (condition_of(result.status, "Ready")["status"], result.status["updatedReplicas"]) == ("True", 2)
+    assert {p.revision for p in pods if p.role == "active"} == {"eeeeeeeeee"}

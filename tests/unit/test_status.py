@@ -59,8 +59,18 @@ def by_type(values: list[ConditionValue]) -> dict[str, ConditionValue]:
 
 def test_healthy_fleet_is_ready_and_not_degraded() -> None:
     conditions = by_type(compute_conditions(inputs()))
-    assert [c for c in conditions] == ["Ready", "Compiled", "Scheduled", "ScalingActive", "WarmPoolReady", "Degraded"]
+    assert [c for c in conditions] == [
+        "Ready",
+        "Available",
+        "Compiled",
+        "Scheduled",
+        "ScalingActive",
+        "WarmPoolReady",
+        "Degraded",
+    ]
     assert (conditions["Ready"].status, conditions["Ready"].reason) == ("True", "ReplicasReady")
+    assert conditions["Ready"].message == "2/2 active replicas of revision bbbbbbbbbb ready"
+    assert (conditions["Available"].status, conditions["Available"].reason) == ("True", "ReplicasReady")
     assert conditions["Compiled"].status == "True"
     assert conditions["Scheduled"].message == "every pod is bound to a node on inf2.xlarge"
     assert (conditions["ScalingActive"].status, conditions["ScalingActive"].reason) == ("False", "ManualScaling")
@@ -96,11 +106,15 @@ def test_unschedulable_pods_and_unknown_scheduler_errors_are_reported() -> None:
 def test_awaiting_artifact_and_rollout() -> None:
     no_artifact = replace(SERVING, revision_known=False, ready_active=0, active=0)
     ready = by_type(compute_conditions(inputs(fleet=no_artifact, compile=COMPILING)))
-    assert (ready["Ready"].status, ready["Ready"].reason) == ("False", "AwaitingArtifact")
+    assert (ready["Ready"].status, ready["Ready"].reason) == ("False", "Compiling")
+    assert (ready["Available"].status, ready["Available"].reason) == ("False", "AwaitingArtifact")
     assert (ready["Compiled"].status, ready["Compiled"].reason) == ("Unknown", "Compiling")
+    # During a rollout the old revision serves the desired count: Available, not Ready.
     rolling = replace(SERVING, outdated=2, current_ready_active=1)
-    ready_during_rollout = by_type(compute_conditions(inputs(fleet=rolling)))["Ready"]
-    assert (ready_during_rollout.status, ready_during_rollout.reason) == ("True", "RollingOut")
+    during_rollout = by_type(compute_conditions(inputs(fleet=rolling)))
+    assert (during_rollout["Ready"].status, during_rollout["Ready"].reason) == ("False", "RollingOut")
+    assert during_rollout["Ready"].message == "1/2 active replicas on the new revision, 2 ready in all"
+    assert (during_rollout["Available"].status, during_rollout["Available"].reason) == ("True", "ReplicasReady")
 
 
 def test_warm_pool_filling_and_auto_scaling_without_metrics() -> None:
@@ -229,8 +243,11 @@ def test_status_patch_compares_both_ways() -> None:
 
 def test_ready_never_reads_more_ready_than_desired() -> None:
     surplus = replace(SERVING, desired_active=15, ready_active=16, active=16, current_ready_active=16)
-    ready = by_type(compute_conditions(inputs(fleet=surplus)))["Ready"]
-    assert ready.message == "15/15 active replicas ready, 1 more being scaled down"
+    conditions = by_type(compute_conditions(inputs(fleet=surplus)))
+    assert conditions["Available"].message == "15/15 active replicas ready, 1 more being scaled down"
+    assert conditions["Ready"].message == (
+        "15/15 active replicas of revision bbbbbbbbbb ready, 1 more being scaled down"
+    )
 
 
 def test_no_pods_is_not_all_pods_scheduled() -> None:
@@ -267,3 +284,72 @@ def test_an_invalid_spec_is_not_ready_for_its_generation_and_keeps_the_rest() ->
     assert conditions["Ready"]["observedGeneration"] == 2
     assert (conditions["Degraded"]["status"], conditions["Degraded"]["reason"]) == ("True", "InvalidSpec")
     assert "maxReplicas" in conditions["Degraded"]["message"]
+
+
+OLD_ARTIFACT = StoredArtifact("aaaaaaaaaa" + "0" * 54, "s3://artifacts/bert/aaaaaaaaaa/", "e" * 64, "cpu")
+
+
+def test_a_spec_whose_artifact_is_not_compiled_is_available_but_not_ready() -> None:
+    # Regression: after a spec change that needs a new compile, Ready=True ReplicasReady stood beside
+    # Compiled=False Compiling while the old revision served: `kubectl wait --for=condition=Ready`
+    # (and Argo CD / Flux health) passed on a spec not rolled out. The old fleet is still Available.
+    recompiling = CompileDecision(True, OLD_ARTIFACT, "False", Reason.COMPILING, "compile Job running")
+    conditions = by_type(compute_conditions(inputs(compile=recompiling)))
+    assert (conditions["Ready"].status, conditions["Ready"].reason) == ("False", "Compiling")
+    assert conditions["Ready"].message == (
+        "compiling this spec's artifact (see Compiled); revision aaaaaaaaaa keeps serving"
+    )
+    assert (conditions["Available"].status, conditions["Available"].reason) == ("True", "ReplicasReady")
+    assert build_status("bert", inputs(compile=recompiling), [], T0)["updatedReplicas"] == 0
+    assert build_status("bert", inputs(), [], T0)["updatedReplicas"] == 2
+
+
+def test_ready_says_what_blocks_the_spec_and_points_to_the_condition_with_the_detail() -> None:
+    cases = {
+        Reason.SOURCE_UNREADABLE: ("False", "cannot compile: spec.model.source is unreadable (see Degraded)"),
+        Reason.COMPILE_FAILED: ("False", "cannot compile: the compile of this spec failed (see Compiled"),
+        Reason.ARTIFACT_MISSING: ("False", "this spec's compile Job succeeded but its artifact is not in the store"),
+        Reason.ARTIFACT_GONE: ("False", "this spec's artifact is gone from the store"),
+        # Whether the served artifact is the spec's cannot be told: Unknown, not a flip to False.
+        Reason.STORE_UNAVAILABLE: ("Unknown", "the artifact store could not be read"),
+    }
+    for reason, (status, message) in cases.items():
+        decision = CompileDecision(False, OLD_ARTIFACT, "False", reason, "detail")
+        ready = by_type(compute_conditions(inputs(compile=decision)))["Ready"]
+        assert (ready.status, ready.reason) == (status, reason)
+        assert ready.message.startswith(message) and ready.message.endswith("revision aaaaaaaaaa keeps serving")
+    impossible = plan_placement(ReplicaNeeds(16, hbm_gib=200), ["inf2.xlarge"], 1)
+    conditions = by_type(compute_conditions(inputs(placement=impossible)))
+    assert (conditions["Ready"].status, conditions["Ready"].reason) == ("False", "NoInstanceTypeFits")
+    assert conditions["Ready"].message == (
+        "the spec fits no allowed instance type (spec.placement.instanceTypes; see Degraded): "
+        "the pods of the last valid spec, if any, are left as they were"
+    )
+    assert conditions["Available"].status == "True"
+
+
+def test_scaled_to_zero_is_ready_only_once_the_spec_is_compiled() -> None:
+    zero = replace(SERVING, desired_active=0, active=0, ready_active=0, current_ready_active=0)
+    ready = by_type(compute_conditions(inputs(fleet=zero)))["Ready"]
+    assert (ready.status, ready.reason) == ("True", "ScaledToZero")
+    recompiling = CompileDecision(True, OLD_ARTIFACT, "False", Reason.COMPILING, "compile Job running")
+    conditions = by_type(compute_conditions(inputs(fleet=zero, compile=recompiling)))
+    assert (conditions["Ready"].status, conditions["Ready"].reason) == ("False", "Compiling")
+    assert (conditions["Available"].status, conditions["Available"].reason) == ("True", "ScaledToZero")
+
+
+def test_ready_flips_once_and_available_keeps_its_time_through_a_recompile() -> None:
+    steady = build_status("bert", inputs(generation=1), [], T0)
+    recompiling = CompileDecision(True, OLD_ARTIFACT, "False", Reason.COMPILING, "compile Job running")
+    changed = build_status("bert", inputs(generation=2, compile=recompiling), steady["conditions"], T1)
+    before = {c["type"]: c for c in steady["conditions"]}
+    after = {c["type"]: c for c in changed["conditions"]}
+    assert after["Ready"]["lastTransitionTime"] == "2026-11-30T12:05:00Z"
+    assert after["Available"]["lastTransitionTime"] == before["Available"]["lastTransitionTime"]
+    assert all(c["observedGeneration"] == 2 for c in changed["conditions"])
+    assert (
+        status_patch(
+            changed, build_status("bert", inputs(generation=2, compile=recompiling), changed["conditions"], T1)
+        )
+        is None
+    )

@@ -52,6 +52,12 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "description": "Ready active replicas.",
     },
     {
+        "name": "Up-to-date",
+        "type": "integer",
+        "jsonPath": ".status.updatedReplicas",
+        "description": "Ready active replicas of the current spec's revision.",
+    },
+    {
         "name": "Desired",
         "type": "integer",
         "jsonPath": ".status.desiredReplicas",
@@ -68,6 +74,12 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "type": "string",
         "jsonPath": '.status.conditions[?(@.type=="Compiled")].status',
         "description": "Whether the current revision's artifact is compiled.",
+    },
+    {
+        "name": "Status",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
+        "description": "The Ready condition's reason: ReplicasReady once the current spec is served, else why not.",
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {

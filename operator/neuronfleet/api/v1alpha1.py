@@ -722,14 +722,18 @@ class InferenceDeploymentSpec(ApiModel):
 
 # -------------------------------------------------------------------------------------------- status
 
-ConditionType = Literal["Ready", "Compiled", "Scheduled", "ScalingActive", "WarmPoolReady", "Degraded"]
+ConditionType = Literal["Ready", "Available", "Compiled", "Scheduled", "ScalingActive", "WarmPoolReady", "Degraded"]
 
 
 class Condition(ApiModel):
     """A kubebuilder-style condition (metav1.Condition)."""
 
     # A str, not ConditionType: conditions other controllers add to the object are kept as they are.
-    type: str = Field(description="Ready, Compiled, Scheduled, ScalingActive, WarmPoolReady or Degraded.")
+    type: str = Field(
+        description="Ready (the current generation is served: wait on it for a rollout), Available (the "
+        "desired active replicas are ready, whatever revision they run: watch it for capacity), Compiled, "
+        "Scheduled, ScalingActive, WarmPoolReady or Degraded."
+    )
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(default="", description="One CamelCase word saying why (docs/troubleshooting.md lists them).")
     message: str = Field(default="", description="Human-readable details.")
@@ -832,11 +836,17 @@ class InferenceDeploymentStatus(ApiModel):
     observed_generation: int | None = Field(default=None, description="The spec generation this status reflects.")
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Ready, Compiled, Scheduled, ScalingActive, WarmPoolReady, Degraded.",
+        description="Ready, Available, Compiled, Scheduled, ScalingActive, WarmPoolReady, Degraded.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     replicas: int = Field(default=0, ge=0, description="Active replicas (pods in the Service).")
     ready_replicas: int = Field(default=0, ge=0, description="Active replicas that are ready.")
+    updated_replicas: int = Field(
+        default=0,
+        ge=0,
+        description="Ready active replicas of the current spec's revision (its compiled artifact and pod "
+        "template); 0 while that artifact is not compiled.",
+    )
     warm_replicas: int = Field(default=0, ge=0, description="Ready warm (standby) pods.")
     draining_replicas: int = Field(default=0, ge=0, description="Pods finishing in-flight work before deletion.")
     desired_replicas: int = Field(default=0, ge=0, description="Active replicas wanted.")

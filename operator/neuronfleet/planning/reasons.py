@@ -15,7 +15,8 @@ from typing import Literal
 class Reason(StrEnum):
     """Every reason the operator writes (conditions) or posts (Events)."""
 
-    # Ready
+    # Ready and Available (Ready also carries the Compiled reasons that block the spec, NoInstanceTypeFits
+    # and InvalidSpec)
     REPLICAS_READY = "ReplicasReady"
     SCALED_TO_ZERO = "ScaledToZero"
     AWAITING_ARTIFACT = "AwaitingArtifact"

@@ -7,6 +7,12 @@ absent, never carried over from the previous status: :func:`status_patch` then t
 into an explicit null, so a stale section (an instance type the spec can no longer use) leaves
 the object.
 
+``Ready`` and ``Available`` split as a Deployment's rollout status and ``Available`` do: Available
+is the desired active replicas ready, whatever revision they run (capacity); Ready is the current
+generation served: Available, by the current spec's revision (artifact and pod template, no compile
+or rollout pending), with nothing blocking the spec. Ready's reason says why not: the compile's
+reason, NoInstanceTypeFits, RollingOut or ReplicasNotReady.
+
 Three steps, all pure:
 
 1. :func:`compute_conditions` turns :class:`StatusInputs` into one :class:`ConditionValue` per
@@ -47,6 +53,7 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 #: The order conditions are listed in.
 CONDITION_TYPES: tuple[ConditionType, ...] = (
     "Ready",
+    "Available",
     "Compiled",
     "Scheduled",
     "ScalingActive",
@@ -239,41 +246,118 @@ def _degraded(inputs: StatusInputs, placement_problems: list[str]) -> ConditionV
     return ConditionValue("Degraded", "False", Reason.AS_EXPECTED, "")
 
 
-def _ready(fleet: FleetSummary) -> ConditionValue:
+def _ready_counts(fleet: FleetSummary, revision: str | None = None) -> str:
+    """The "ready/desired active replicas ready" message. Counts never read "16/15": surplus ready
+    pods (about to drain) are said apart."""
     desired = fleet.desired_active
-    # Counts never read "16/15": surplus ready pods (about to drain) are said apart.
     ready = min(fleet.ready_active, desired)
     surplus = f", {fleet.ready_active - desired} more being scaled down" if fleet.ready_active > desired else ""
+    of = f" of revision {revision}" if revision else ""
+    return f"{ready}/{desired} active replicas{of} ready{surplus}"
+
+
+def _fields(problems: Sequence[str]) -> str:
+    """The field paths that ``"spec.x: message"`` problems name, once each, in order."""
+    paths = dict.fromkeys(p.split(":", 1)[0] for p in problems if p.startswith("spec."))
+    return ", ".join(paths) or "spec.placement"
+
+
+#: Compile outcomes that leave the current spec's artifact unserved, and what Ready says of each
+#: (the Compiled condition, or Degraded, has the detail).
+_NOT_COMPILED: dict[Reason, str] = {
+    Reason.COMPILING: "compiling this spec's artifact (see Compiled)",
+    Reason.SOURCE_UNREADABLE: "cannot compile: spec.model.source is unreadable (see Degraded)",
+    Reason.COMPILE_FAILED: "cannot compile: the compile of this spec failed (see Compiled and status.compileFailure)",
+    Reason.ARTIFACT_MISSING: "this spec's compile Job succeeded but its artifact is not in the store (see Compiled)",
+    Reason.ARTIFACT_GONE: "this spec's artifact is gone from the store and is being compiled again (see Compiled)",
+    Reason.STORE_UNAVAILABLE: "the artifact store could not be read: whether this spec's artifact is the one "
+    "served is unknown (see Degraded)",
+}
+
+
+def compile_blocker(inputs: StatusInputs, placement_problems: Sequence[str]) -> tuple[Reason, str] | None:
+    """Why the current spec's artifact is not (known to be) the one served; None when it is."""
+    if placement_problems:
+        return (
+            Reason.NO_INSTANCE_TYPE_FITS,
+            f"the spec fits no allowed instance type ({_fields(placement_problems)}; see Degraded)",
+        )
+    decision = inputs.compile
+    if decision.reason == Reason.ARTIFACT_READY:
+        return None
+    reason = Reason(decision.reason)
+    return reason, _NOT_COMPILED.get(reason, decision.message)
+
+
+def _available(fleet: FleetSummary) -> ConditionValue:
+    """The desired active replicas are ready, whatever revision they run (capacity)."""
+    desired = fleet.desired_active
+    if desired == 0:
+        return ConditionValue("Available", "True", Reason.SCALED_TO_ZERO, "no active replicas wanted")
+    if not fleet.revision_known:
+        return ConditionValue("Available", "False", Reason.AWAITING_ARTIFACT, "no compiled artifact yet")
+    if fleet.ready_active >= desired:
+        return ConditionValue("Available", "True", Reason.REPLICAS_READY, _ready_counts(fleet))
+    return ConditionValue("Available", "False", Reason.REPLICAS_NOT_READY, _ready_counts(fleet))
+
+
+def _ready(inputs: StatusInputs, placement_problems: Sequence[str], available: ConditionValue) -> ConditionValue:
+    """The current generation is served: Available, by the fleet of the current spec (its artifact
+    and pod template, no compile or rollout pending), and nothing blocks the spec."""
+    fleet, serve = inputs.fleet, inputs.compile.serve
+    blocker = compile_blocker(inputs, placement_problems)
+    if blocker is not None:
+        reason, message = blocker
+        if reason == Reason.NO_INSTANCE_TYPE_FITS:
+            message += ": the pods of the last valid spec, if any, are left as they were"
+        elif serve is not None and fleet.revision_known:
+            message += f"; revision {serve.revision} keeps serving"
+        status: ConditionStatus = "Unknown" if reason == Reason.STORE_UNAVAILABLE else "False"
+        return ConditionValue("Ready", status, reason, message)
+    desired = fleet.desired_active
     if desired == 0:
         return ConditionValue("Ready", "True", Reason.SCALED_TO_ZERO, "no active replicas wanted")
-    if not fleet.revision_known:
-        return ConditionValue("Ready", "False", Reason.AWAITING_ARTIFACT, "no compiled artifact yet")
     if fleet.rolling_out:
         return ConditionValue(
             "Ready",
-            "True" if fleet.ready_active >= desired else "False",
+            "False",
             Reason.ROLLING_OUT,
             f"{min(fleet.current_ready_active, desired)}/{desired} active replicas on the new revision, "
             f"{fleet.ready_active} ready in all",
         )
-    if fleet.ready_active >= desired:
-        message = f"{ready}/{desired} active replicas ready{surplus}"
-        return ConditionValue("Ready", "True", Reason.REPLICAS_READY, message)
-    return ConditionValue("Ready", "False", Reason.REPLICAS_NOT_READY, f"{ready}/{desired} active replicas ready")
+    if available.status != "True":
+        return ConditionValue("Ready", "False", available.reason, available.message)
+    revision = serve.revision if serve is not None else None
+    return ConditionValue("Ready", "True", Reason.REPLICAS_READY, _ready_counts(fleet, revision))
+
+
+def updated_replicas(inputs: StatusInputs) -> int:
+    """Ready active replicas of the current spec's revision (its artifact and pod template)."""
+    if compile_blocker(inputs, placement_problems(inputs)) is not None:
+        return 0
+    return inputs.fleet.current_ready_active
+
+
+def placement_problems(inputs: StatusInputs) -> list[str]:
+    """What stops any placement of the spec (the spec's own problems first), once each."""
+    problems = list(inputs.spec_problems)
+    if inputs.placement is not None:
+        problems += [p for p in inputs.placement.problems if p not in problems]
+    return problems
 
 
 def compute_conditions(inputs: StatusInputs) -> list[ConditionValue]:
     """One value per condition type, in :data:`CONDITION_TYPES` order."""
-    placement_problems = list(inputs.spec_problems)
-    if inputs.placement is not None:
-        placement_problems += [p for p in inputs.placement.problems if p not in placement_problems]
+    problems = placement_problems(inputs)
+    available = _available(inputs.fleet)
     return [
-        _ready(inputs.fleet),
+        _ready(inputs, problems, available),
+        available,
         _compiled(inputs.compile),
-        _scheduled(inputs, placement_problems),
+        _scheduled(inputs, problems),
         _scaling(inputs),
         _warm_pool(inputs.fleet),
-        _degraded(inputs, placement_problems),
+        _degraded(inputs, problems),
     ]
 
 
@@ -419,6 +503,7 @@ def build_status(
         conditions=conditions,
         replicas=fleet.active,
         ready_replicas=fleet.ready_active,
+        updated_replicas=updated_replicas(inputs),
         warm_replicas=fleet.warm_ready,
         draining_replicas=fleet.draining,
         desired_replicas=fleet.desired_active,
