@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 from kubernetes_asyncio import client as k8s
-from operator_harness import OperatorHarness, example
+from operator_harness import OperatorHarness, example, ready
 
-from neuronfleet.api.v1alpha1 import GROUP
+from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION
 
 NS = "status"
 
@@ -36,7 +36,8 @@ def manual(name: str, replicas: int = 1, **overrides: Any) -> dict[str, Any]:
 
 
 async def test_a_spec_that_becomes_unservable_drops_its_placement(harness: OperatorHarness) -> None:
-    """Regression: status.placement said inf2.xlarge after the spec stopped fitting any allowed type."""
+    """Regression: status.placement said inf2.xlarge after the spec stopped fitting any allowed type;
+    and the counts (and /scale) read 0 while the pods of the last valid spec served."""
     manifest = harness.localize(manual("stale"), namespace=NS)
     harness.precompile(manifest)
     await harness.apply(manifest)
@@ -48,6 +49,7 @@ async def test_a_spec_that_becomes_unservable_drops_its_placement(harness: Opera
         timeout=60,
         what="placed on inf2.xlarge",
     )
+    await harness.wait(lambda: harness.condition(NS, "stale", "Ready").get("status") == "True", timeout=60)
 
     await harness.patch_spec(NS, "stale", {"model": {"neuronCoresPerReplica": 4}})
     await harness.wait(
@@ -57,6 +59,17 @@ async def test_a_spec_that_becomes_unservable_drops_its_placement(harness: Opera
     )
     status = harness.deployment(NS, "stale")["status"]
     assert "placement" not in status, status.get("placement")
+    # The pods of the last valid spec are left as they were, and still counted: they serve.
+    serving = [p for p in harness.pods(NS, "stale", "active") if ready(p)]
+    assert len(serving) == 1
+    assert (status["replicas"], status["readyReplicas"]) == (1, 1), status
+    assert harness.condition(NS, "stale", "Available")["status"] == "True"
+    ready_condition = harness.condition(NS, "stale", "Ready")
+    assert (ready_condition["status"], ready_condition["reason"]) == ("False", "NoInstanceTypeFits")
+    assert "the pods of the last valid spec, if any, are left as they were" in ready_condition["message"]
+    custom = k8s.CustomObjectsApi(await harness.api())
+    scale = await custom.get_namespaced_custom_object_scale(GROUP, VERSION, NS, PLURAL, "stale")
+    assert scale["status"]["replicas"] == 1
 
 
 def resource_version(harness: OperatorHarness, name: str) -> str:

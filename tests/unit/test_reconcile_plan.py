@@ -298,3 +298,28 @@ def test_ready_waits_for_the_current_spec_to_be_compiled_and_rolled_out_availabl
     assert all(condition_of(s, "Available")["status"] == "True" for s in statuses)
     assert (condition_of(result.status, "Ready")["status"], result.status["updatedReplicas"]) == ("True", 2)
     assert {p.revision for p in pods if p.role == "active"} == {"eeeeeeeeee"}
+
+
+def test_a_spec_that_fits_no_instance_type_still_counts_the_pods_that_serve() -> None:
+    # Regression: neuronCoresPerReplica 4 with only inf2.xlarge allowed, on a running deployment,
+    # zeroed replicas and readyReplicas (and /scale's status.replicas) while the old pods served.
+    dep = deployment(**MANUAL, placement={"instanceTypes": ["inf2.xlarge"]})
+    steady, pods, _ = rounds(dep, compiled(dep), (), DeploymentMemory(), {})
+    model = dep.spec.model.model_copy(update={"neuron_cores_per_replica": 4})
+    unfit = dep.model_copy(update={"spec": dep.spec.model_copy(update={"model": model})})
+    result = plan(unfit, Observation(T0 + timedelta(minutes=5), pods=pods), steady.memory, steady.status)
+    assert result.actions == () and result.candidate is None
+    status = result.status
+    assert (status["replicas"], status["readyReplicas"], status["updatedReplicas"]) == (2, 2, 0)
+    ready, available = condition_of(status, "Ready"), condition_of(status, "Available")
+    assert (ready["status"], ready["reason"]) == ("False", "NoInstanceTypeFits")
+    assert ready["message"] == (
+        "the spec fits no allowed instance type (spec.placement.instanceTypes; see Degraded): "
+        "the pods of the last valid spec, if any, are left as they were"
+    )
+    assert (available["status"], available["reason"], available["message"]) == (
+        "True",
+        "ReplicasReady",
+        "2/2 active replicas ready",
+    )
+    assert "placement" not in status  # no instance type holds the spec: none is claimed

@@ -11,8 +11,9 @@ Call :func:`plan_fleet` with
 - ``now`` and a :class:`FleetPolicy` (drain grace, rollout surge, optional ordering functions).
 
 Helpers: :func:`policy_for_spec` (drain grace and surge from the spec), :func:`describe_action`
-(the Event recording an action) and :func:`apply_actions` (the actions applied to a list of
-views, for tests and the simulator).
+(the Event recording an action), :func:`summarize_unplanned` (the summary of a fleet no plan can be
+made for: a spec that fits no instance type) and :func:`apply_actions` (the actions applied to a
+list of views, for tests and the simulator).
 
 It returns a :class:`FleetPlan`: actions to apply **in list order** (promotions come before the
 demotions they make safe) and a :class:`FleetSummary` of the observed fleet for the status.
@@ -569,6 +570,49 @@ def plan_fleet(
         ),
     )
     return FleetPlan(tuple(promotions + creations + demotions + deletions), summary)
+
+
+def summarize_unplanned(
+    pods: Iterable[PodView],
+    now: datetime,
+    *,
+    desired_active: int,
+    desired_warm: int,
+    desired_placeholders: int,
+    revision_known: bool,
+    policy: FleetPolicy | None = None,
+) -> FleetSummary:
+    """The observed fleet when no plan can be made for the spec (it fits no instance type, its
+    requests cannot be read): nothing is changed, so every pod is counted as it is, as the last
+    valid spec's. None is of the current spec (there is no template for it): no rollout is counted.
+    """
+    policy = policy or FleetPolicy()
+    healthy = [pod for pod in pods if not pod.deleting and not pod.broken]
+    serving = [pod for pod in healthy if pod.role != "placeholder"]
+    placeholders = [pod for pod in healthy if pod.role == "placeholder"]
+    active = [pod for pod in serving if pod.role == "active"]
+    return FleetSummary(
+        desired_active=desired_active,
+        desired_warm=desired_warm,
+        desired_placeholders=desired_placeholders,
+        active=len(active),
+        ready_active=sum(1 for pod in active if pod.ready),
+        warm_ready=sum(1 for pod in serving if pod.role == "warm" and pod.ready),
+        warm=sum(1 for pod in serving if pod.role == "warm"),
+        draining=sum(1 for pod in serving if pod.role == "draining"),
+        placeholders=len(placeholders),
+        current_ready_active=0,
+        outdated=0,
+        revision_known=revision_known,
+        unschedulable=tuple(
+            PodProblem(pod.name, "Unschedulable", pod.unschedulable_message)
+            for pod in healthy
+            if pod.unschedulable_message and pod.node is None
+        ),
+        stuck=tuple(problem for pod in healthy if (problem := _problem_of(pod, now, policy)) is not None),
+        unbound=sum(1 for pod in serving if pod.node is None),
+        placeholders_bound=sum(1 for pod in placeholders if pod.node is not None),
+    )
 
 
 # ------------------------------------------------------------------------------------ simulated apply

@@ -37,11 +37,11 @@ from neuronfleet.planning.fleet import (
     Action,
     FleetPlan,
     FleetPolicy,
-    FleetSummary,
     FleetTarget,
     describe_action,
     plan_fleet,
     policy_for_spec,
+    summarize_unplanned,
 )
 from neuronfleet.planning.labels import ArtifactRevision
 from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory, scaling_due
@@ -216,24 +216,6 @@ def _compile(
     return decision, tuple(actions), ()
 
 
-def _idle_summary(targets: Targets, decision: CompileDecision) -> FleetSummary:
-    """The fleet when nothing can be placed: no pod is counted as the operator's."""
-    return FleetSummary(
-        desired_active=targets.scale.desired,
-        desired_warm=targets.warm.pods,
-        desired_placeholders=targets.warm.node_placeholders,
-        active=0,
-        ready_active=0,
-        warm_ready=0,
-        warm=0,
-        draining=0,
-        placeholders=0,
-        current_ready_active=0,
-        outdated=0,
-        revision_known=decision.serve is not None,
-    )
-
-
 def plan_reconcile(
     dep: InferenceDeployment,
     observation: Observation,
@@ -296,7 +278,20 @@ def plan_reconcile(
             policy_for_spec(spec, fleet_policy),
             taken_names=observation.foreign_pod_names,
         )
-    summary = fleet.summary if fleet is not None else _idle_summary(targets, decision)
+    summary = (
+        fleet.summary
+        if fleet is not None
+        # No plan for this spec: nothing is changed, the pods of the last valid spec are counted as they are.
+        else summarize_unplanned(
+            observation.pods,
+            now,
+            desired_active=scale.desired,
+            desired_warm=warm.pods,
+            desired_placeholders=warm.node_placeholders,
+            revision_known=decision.serve is not None,
+            policy=policy_for_spec(spec, fleet_policy),
+        )
+    )
 
     previous_desired = durable.desired_replicas or 0
     last_scale = LastScale(rfc3339(now), scale.reason) if previous_desired != scale.desired else durable.last_scale
