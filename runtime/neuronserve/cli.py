@@ -27,6 +27,12 @@ EMULATED_PROFILES = ["bert-base"]
 
 T = TypeVar("T")
 
+#: ``neuronserve --help``'s description: plain text (the module docstring's first line is reST).
+DESCRIPTION = (
+    "The model server of neuronfleet: compile traces a model per (batch, sequence) bucket and stores "
+    "the artifact; serve serves an artifact over the KServe v2 REST protocol."
+)
+
 SERVE_DESCRIPTION = f"""\
 Serve a compiled artifact over the KServe v2 REST protocol (/v2/...), with Prometheus metrics at
 /metrics. Live at /v2/health/live as soon as it listens; ready (200 on /v2/health/ready) once the
@@ -88,6 +94,14 @@ def _non_negative_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    """An argparse type: a finite number above 0 (a time scale of 0 would make every batch free)."""
+    value = _non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
     return value
 
 
@@ -153,7 +167,7 @@ def _text(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="neuronserve", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(prog="neuronserve", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"neuronserve {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -249,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--emulated-time-scale",
-        type=_checked(_non_negative_float),
+        type=_checked(_positive_float),
         default=_env_default("NEURONSERVE_EMULATED_TIME_SCALE", "1"),
         help="multiply every emulated service time (2 = half the profile's capacity; default 1, "
         "$NEURONSERVE_EMULATED_TIME_SCALE)",
@@ -297,7 +311,21 @@ def build_parser() -> argparse.ArgumentParser:
         "Taken out of --grace-seconds, at most a third of it; 0: refuse at once; a second signal ends "
         "it (default: %(default)s)",
     )
-    s.add_argument("--max-body-bytes", type=_whole(1), default=None, help="default: sized from the largest bucket")
+    s.add_argument(
+        "--max-body-bytes",
+        type=_whole(1),
+        default=None,
+        help="largest infer request body accepted, in bytes, as sent and once its Content-Encoding is "
+        "decoded; a larger one gets 413 (default: the largest valid request of the largest bucket as JSON, "
+        "at least 1 MiB)",
+    )
+    s.add_argument(
+        "--retry-after-seconds",
+        type=_whole(0),
+        default=1,
+        help="the Retry-After of a 429 (queue full) or 503 (loading, draining) answer, in seconds "
+        "(default: %(default)s)",
+    )
     s.add_argument(
         "--torch-threads",
         type=_checked(_whole(1)),
@@ -382,9 +410,6 @@ def run_serve(args: argparse.Namespace) -> int:
     threads = args.torch_threads or os.cpu_count() or 1
     emulated = None
     if args.device == EMULATED_DEVICE:
-        if args.emulated_time_scale <= 0:
-            print("neuronserve: --emulated-time-scale must be positive", file=sys.stderr)
-            return 2
         emulated = EmulatedOptions(args.profile, args.emulated_time_scale, args.model_name)
     else:
         if args.artifact is None:
@@ -408,6 +433,7 @@ def run_serve(args: argparse.Namespace) -> int:
             max_queue=args.max_queue,
             batching=not args.no_batching,
             max_body_bytes=args.max_body_bytes,
+            retry_after_seconds=args.retry_after_seconds,
         ),
         torch_threads=threads,
         cache_dir=args.cache_dir,

@@ -157,7 +157,7 @@ def _shape(tensor: dict[str, Any], name: str) -> list[int]:
 
 
 def _int_array(
-    tensor: dict[str, Any], name: str, manifest: Manifest, chunk: memoryview | None
+    tensor: dict[str, Any], name: str, manifest: Manifest, chunk: memoryview | None, may_hold_booleans: bool = True
 ) -> npt.NDArray[np.int64]:
     shape = _shape(tensor, name)
     if len(shape) != 2:
@@ -183,7 +183,8 @@ def _int_array(
         array = np.asarray(data)
     except (ValueError, OverflowError):
         raise _fail(f"input {name!r}: 'data' is ragged or not numeric") from None
-    if array.dtype.kind not in "ib":
+    # JSON true/false are not integers: numpy makes booleans of them, or 1 and 0 among integers.
+    if array.dtype.kind != "i" or (may_hold_booleans and _holds_boolean(data)):
         if array.size == 0:
             raise _fail(f"input {name!r}: 'data' is empty")
         # numpy names what it made of the values (uint64, float64, object), not what is wrong with them.
@@ -196,6 +197,18 @@ def _int_array(
     return array.astype(np.int64, copy=False)
 
 
+def _holds_boolean(data: list[Any]) -> bool:
+    """Whether (nested) ``data`` holds a JSON true or false."""
+    pending = [data]
+    while pending:
+        for value in pending.pop():
+            if type(value) is bool:
+                return True
+            if type(value) is list:
+                pending.append(value)
+    return False
+
+
 def _first_non_int64(data: list[Any], datatype: str) -> str:
     """What is wrong with the first value of (nested) ``data`` that is not a signed 64-bit integer."""
     pending: list[Any] = [data]
@@ -203,9 +216,7 @@ def _first_non_int64(data: list[Any], datatype: str) -> str:
         value = pending.pop()
         if isinstance(value, list):
             pending.extend(reversed(value))
-        elif isinstance(value, bool):
-            continue
-        elif isinstance(value, int):
+        elif isinstance(value, int) and not isinstance(value, bool):
             if not INT64_MIN <= value <= INT64_MAX:
                 return f"values must fit in a signed 64-bit integer, found {value}"
         elif isinstance(value, float) and value.is_integer() and not INT64_MIN <= value <= INT64_MAX:
@@ -240,7 +251,11 @@ def parse_request(
 ) -> InferRequest:
     """Validate an infer request body (JSON, or JSON header + binary data) against the artifact."""
     doc, blob = split_body(body, header_length)
-    return parse_infer(doc, manifest, tokenize, blob)
+    # Integer data lists are searched for JSON booleans only if the JSON text holds one at all: a
+    # search of the bytes is a few microseconds, a walk of every value as long as numpy's conversion.
+    json_end = len(body) - (len(blob) if blob is not None else 0)
+    booleans = body.find(b"true", 0, json_end) >= 0 or body.find(b"false", 0, json_end) >= 0
+    return parse_infer(doc, manifest, tokenize, blob, may_hold_booleans=booleans)
 
 
 def _binary_output(doc: dict[str, Any], manifest: Manifest) -> bool:
@@ -280,11 +295,16 @@ def _binary_output(doc: dict[str, Any], manifest: Manifest) -> bool:
 
 
 def parse_infer(
-    doc: dict[str, Any], manifest: Manifest, tokenize: Tokenize | None, blob: memoryview | None = None
+    doc: dict[str, Any],
+    manifest: Manifest,
+    tokenize: Tokenize | None,
+    blob: memoryview | None = None,
+    may_hold_booleans: bool = True,
 ) -> InferRequest:
     """Validate a v2 infer request against the artifact's signature and limits.
 
     ``blob``: the binary data after the JSON header (None when the request had no header length).
+    ``may_hold_booleans`` false: the JSON had no true or false anywhere (no data list is searched).
     """
     request_id = doc.get("id")
     if request_id is not None and not isinstance(request_id, str):
@@ -325,7 +345,7 @@ def parse_infer(
     arrays = []
     for sig in manifest.inputs:
         tensor = by_name[sig.name]
-        array = _int_array(tensor, sig.name, manifest, chunks.get(sig.name))
+        array = _int_array(tensor, sig.name, manifest, chunks.get(sig.name), may_hold_booleans)
         # Both the datatype the client declared and the one the model takes must hold every value.
         for datatype in {tensor["datatype"], sig.v2_datatype} & {"INT32"}:
             _check_fits(array, sig.name, datatype)
@@ -373,10 +393,18 @@ def _text_arrays(
     if tensor.get("datatype") != "BYTES":
         raise _fail(f"input 'text': datatype must be BYTES, got {tensor.get('datatype')!r}")
     data = _binary_strings(chunk, TEXT_INPUT) if chunk is not None else tensor.get("data")
-    if not isinstance(data, list) or not all(isinstance(s, str) for s in data):
-        raise _fail("input 'text': 'data' must be a flat list of strings")
-    if len(shape) != 1 or shape[0] != len(data):
-        raise _fail(f"input 'text': shape must be [{len(data)}] for {len(data)} strings, got {shape}")
+    if not isinstance(data, list):
+        raise _fail("input 'text': 'data' must be a list of strings")
+    # One string per row, as [n] or [n, 1] (tritonclient's usual shape); with [n, 1] the data may
+    # also be nested to the shape, one one-string list per row.
+    if shape[1:] == [1] and data and all(isinstance(row, list) and len(row) == 1 for row in data):
+        data = [row[0] for row in data]
+    if not all(isinstance(s, str) for s in data):
+        raise _fail("input 'text': 'data' must be a list of strings (or, with shape [n, 1], of one-string lists)")
+    if shape not in ([len(data)], [len(data), 1]):
+        raise _fail(
+            f"input 'text': shape must be [{len(data)}] or [{len(data)}, 1] for {len(data)} strings, got {shape}"
+        )
     _check_limits(len(data), 1, manifest)
     for index, text in enumerate(data):
         try:

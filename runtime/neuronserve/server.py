@@ -269,7 +269,7 @@ def _decode_body(raw: bytes, coding: str, limit: int) -> bytes:
 
 
 def _body_too_large(limit: int) -> _Refusal:
-    return _Refusal(413, f"request body larger than {limit} bytes", "bad_request")
+    return _Refusal(413, f"request body larger than {limit} bytes (the server's --max-body-bytes)", "bad_request")
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes:

@@ -36,6 +36,10 @@ def no_env_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
         ("--max-batch-delay-ms", "inf", "expected a finite number, got 'inf'"),
         ("--emulated-time-scale", "inf", "expected a finite number, got 'inf'"),
         ("--emulated-time-scale", "NaN", "expected a finite number, got 'NaN'"),
+        # Every batch would take no time: it failed when the server started, not in the parser.
+        ("--emulated-time-scale", "0", "expected a positive number, got '0'"),
+        ("--retry-after-seconds", "-1", "expected at least 0, got -1"),
+        ("--drain-delay-seconds", "nan", "expected a finite number, got 'nan'"),
         ("--grace-seconds", "nan", "expected a finite number, got 'nan'"),
         ("--grace-seconds", "Infinity", "expected a finite number, got 'Infinity'"),
         ("--grace-seconds", "-1", "expected a non-negative number, got '-1'"),
@@ -75,6 +79,7 @@ def test_the_defaults_and_bounds_are_accepted() -> None:
         ("NEURONSERVE_EMULATED_TIME_SCALE", "abc", "--emulated-time-scale", "expected a number, got 'abc'"),
         ("NEURONSERVE_EMULATED_TIME_SCALE", "inf", "--emulated-time-scale", "expected a finite number, got 'inf'"),
         ("NEURONSERVE_EMULATED_TIME_SCALE", "-2", "--emulated-time-scale", "expected a non-negative number"),
+        ("NEURONSERVE_EMULATED_TIME_SCALE", "0", "--emulated-time-scale", "expected a positive number"),
         # int() of it crashed in run_serve.
         ("NEURONSERVE_TORCH_THREADS", "abc", "--torch-threads", "expected a whole number, got 'abc'"),
         ("NEURONSERVE_TORCH_THREADS", "0", "--torch-threads", "expected at least 1, got 0"),
@@ -172,3 +177,20 @@ def test_string_defaults_still_parse_to_lists() -> None:
     args = build_parser().parse_args(["compile", "--source", "/x", "--store", "/y"])
     assert (args.batch_buckets, args.sequence_buckets) == ([1, 4, 8, 16], [128])
     assert args.inputs == [("input_ids", "int64"), ("attention_mask", "int64")]
+
+
+def test_retry_after_has_a_flag() -> None:
+    assert build_parser().parse_args(["serve"]).retry_after_seconds == 1
+    assert build_parser().parse_args(["serve", "--retry-after-seconds", "7"]).retry_after_seconds == 7
+
+
+def test_the_help_is_plain_text_and_says_what_the_body_limit_limits(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    top = capsys.readouterr().out
+    assert "``" not in top and "neuronserve" in top
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--help"])
+    serve = " ".join(capsys.readouterr().out.split())
+    assert "``" not in serve
+    assert "--max-body-bytes MAX_BODY_BYTES largest infer request body accepted, in bytes" in serve

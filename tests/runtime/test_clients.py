@@ -104,6 +104,18 @@ def test_text_as_a_binary_bytes_tensor(live_server: LiveServer, reference: Refer
     np.testing.assert_allclose(result.as_numpy("embedding"), reference.embed(SENTENCES), atol=1e-4)
 
 
+@pytest.mark.parametrize("binary", [True, False])
+def test_text_shaped_one_string_per_row_as_tritonclient_sends_it(
+    live_server: LiveServer, reference: Reference, binary: bool
+) -> None:
+    # [n, 1]: a column of strings, the shape tritonclient's examples and most users give a BYTES input.
+    text = triton.InferInput("text", [len(SENTENCES), 1], "BYTES")
+    text.set_data_from_numpy(np.array([[s.encode()] for s in SENTENCES], dtype=np.object_), binary_data=binary)
+    with _client(live_server) as client:
+        result = client.infer(MODEL_NAME, [text])
+    np.testing.assert_allclose(result.as_numpy("embedding"), reference.embed(SENTENCES), atol=1e-4)
+
+
 def test_versioned_metadata_ready_and_infer(live_server: LiveServer, reference: Reference) -> None:
     ids, mask = _token_arrays(reference, SENTENCES[:1])
     with _client(live_server) as client:

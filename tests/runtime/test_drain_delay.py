@@ -54,6 +54,8 @@ async def test_after_sigterm_new_requests_are_served_for_the_delay_then_refused_
             str(DELAY_SECONDS),
             "--grace-seconds",
             str(GRACE_SECONDS),
+            "--retry-after-seconds",
+            "2",
         ]
     )
     await asyncio.to_thread(process.wait_listening, 60)
@@ -98,7 +100,7 @@ async def test_after_sigterm_new_requests_are_served_for_the_delay_then_refused_
         status, headers, answer = await _until(refused, 30, "new requests to be refused")
         assert time.monotonic() - signalled >= DELAY_SECONDS
         assert (status, answer["error"]) == (503, "not accepting requests (draining)")
-        assert headers.get("Retry-After") == "1"
+        assert headers.get("Retry-After") == "2"
         assert headers.get("Connection") == "close"
 
         # The request accepted before the signal is answered, not dropped.

@@ -257,6 +257,20 @@ BAD_REQUESTS: list[tuple[str, bytes, int, str]] = [
         "'id' is not valid Unicode (lone surrogate at character 1)",
     ),
     (
+        # numpy made booleans of them, then 1 and 0.
+        "booleans",
+        json.dumps({"inputs": [{**_ids([1, 2]), "data": [True, False]}, _mask([1, 2])]}).encode(),
+        400,
+        "input 'input_ids': 'data' must hold integers (INT64), found true",
+    ),
+    (
+        # numpy made 1 of it among integers.
+        "a boolean among integers",
+        json.dumps({"inputs": [_ids([1, 2]), {**_mask([1, 2]), "data": [[1, False]]}]}).encode(),
+        400,
+        "input 'attention_mask': 'data' must hold integers (INT64), found false",
+    ),
+    (
         "infinite number",
         b'{"inputs": [{"name": "input_ids", "shape": [1, 1], "datatype": "INT64", "data": [1e400]}, '
         + json.dumps(_mask([1, 1])).encode()
@@ -287,12 +301,54 @@ def test_unknown_model_route_and_method_get_json_errors(live_server: LiveServer)
     assert headers.get("Allow") == "POST"
 
 
-def test_a_too_large_body_gets_413(live_server: LiveServer) -> None:
+def test_a_too_large_body_gets_413_naming_the_setting(live_server: LiveServer) -> None:
     assert live_server.state is not None
-    body = b'{"inputs": "' + b"x" * (live_server.state.body_limit + 1) + b'"}'
+    limit = live_server.state.body_limit
+    body = b'{"inputs": "' + b"x" * (limit + 1) + b'"}'
     status, _, doc = http_json(live_server.url, "POST", INFER, body)
     assert status == 413
-    assert "larger than" in doc["error"]
+    assert doc["error"] == f"request body larger than {limit} bytes (the server's --max-body-bytes)"
+
+
+def test_true_elsewhere_in_the_body_does_not_refuse_integer_data(live_server: LiveServer) -> None:
+    # The booleans' search only runs when the JSON holds a true or false: here one is in the
+    # parameters, and the integers are still integers.
+    doc = {"inputs": [_ids([1, 4]), _mask([1, 4])], "parameters": {"binary_data_output": False}, "id": "true"}
+    status, _, answer = http_json(live_server.url, "POST", INFER, json.dumps(doc).encode())
+    assert status == 200, answer
+
+
+@pytest.mark.parametrize(
+    ("shape", "data"),
+    [([2, 1], ["Hello world.", "a"]), ([2, 1], [["Hello world."], ["a"]])],
+    ids=["flat", "nested"],
+)
+def test_text_as_a_column_of_strings_equals_text_as_a_list(
+    live_server: LiveServer, shape: list[int], data: list[Any]
+) -> None:
+    def embed(shape: list[int], data: list[Any]) -> Any:
+        body = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": shape, "data": data}]}
+        status, _, doc = http_json(live_server.url, "POST", INFER, json.dumps(body).encode())
+        assert status == 200, doc
+        return _embedding(doc)
+
+    np.testing.assert_array_equal(embed(shape, data), embed([2], ["Hello world.", "a"]))
+
+
+@pytest.mark.parametrize(
+    ("shape", "data", "message"),
+    [
+        ([2, 2], ["a", "b"], "shape must be [2] or [2, 1] for 2 strings, got [2, 2]"),
+        ([2], [["a"], ["b"]], "'data' must be a list of strings (or, with shape [n, 1], of one-string lists)"),
+        ([2, 1], [["a", "b"], ["c"]], "'data' must be a list of strings (or, with shape [n, 1], of one-string lists)"),
+    ],
+)
+def test_text_shaped_otherwise_is_refused(
+    live_server: LiveServer, shape: list[int], data: list[Any], message: str
+) -> None:
+    body = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": shape, "data": data}]}
+    status, _, doc = http_json(live_server.url, "POST", INFER, json.dumps(body).encode())
+    assert (status, doc["error"]) == (400, f"input 'text': {message}")
 
 
 def test_metrics_have_the_names_the_operator_reads(live_server: LiveServer) -> None:
