@@ -353,3 +353,37 @@ def test_ready_flips_once_and_available_keeps_its_time_through_a_recompile() -> 
         )
         is None
     )
+
+
+def test_a_placeholder_waiting_for_the_scheduler_is_not_scheduled() -> None:
+    # Regression: a placeholder Pending unbound for 91 s stood beside Scheduled=True AllPodsScheduled.
+    pending = replace(SERVING, desired_placeholders=1, placeholders=1, placeholders_bound=0)
+    scheduled = by_type(compute_conditions(inputs(fleet=pending)))["Scheduled"]
+    assert (scheduled.status, scheduled.reason, scheduled.message) == (
+        "False",
+        "Scheduling",
+        "1 pod (1 placeholder) waiting for the scheduler",
+    )
+    both = replace(pending, unbound=1)
+    assert by_type(compute_conditions(inputs(fleet=both)))["Scheduled"].message == (
+        "2 pods (1 placeholder) waiting for the scheduler"
+    )
+    bound = replace(pending, placeholders_bound=1)
+    assert by_type(compute_conditions(inputs(fleet=bound)))["Scheduled"].reason == "AllPodsScheduled"
+
+
+def test_pods_wanted_before_the_first_artifact_are_not_no_pods_wanted() -> None:
+    # Regression: desiredReplicas 2 before any artifact read Scheduled=True NoPodsWanted "no pods
+    # wanted", which the guide explains as scaled to zero.
+    waiting = replace(SERVING, desired_warm=0, revision_known=False, active=0, ready_active=0, warm=0, warm_ready=0)
+    scheduled = by_type(compute_conditions(inputs(fleet=waiting, compile=COMPILING)))["Scheduled"]
+    assert (scheduled.status, scheduled.reason, scheduled.message) == (
+        "False",
+        "AwaitingArtifact",
+        "2 pods wanted once compiled (see Compiled)",
+    )
+    # Placeholders are made at once, before the artifact: bound, they are scheduled; the rest is said.
+    held = replace(waiting, desired_placeholders=1, placeholders=1, placeholders_bound=1)
+    scheduled = by_type(compute_conditions(inputs(fleet=held, compile=COMPILING)))["Scheduled"]
+    assert (scheduled.status, scheduled.reason) == ("True", "AllPodsScheduled")
+    assert scheduled.message.endswith("; 2 pods wanted once compiled (see Compiled)")

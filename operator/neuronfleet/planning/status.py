@@ -153,21 +153,39 @@ def _scheduled(inputs: StatusInputs, placement_problems: list[str]) -> Condition
         # Pods that were never created are not scheduled: say why they do not exist.
         refusal = inputs.refusals[0]
         return ConditionValue("Scheduled", "False", refusal.reason, refusal.message)
-    if fleet.unbound:
+    # Every pod of the fleet, placeholders included: a placeholder not on a node holds no capacity.
+    unbound_placeholders = max(0, fleet.placeholders - fleet.placeholders_bound)
+    if fleet.unbound or unbound_placeholders:
+        which = f" ({_plural(unbound_placeholders, 'placeholder')})" if unbound_placeholders else ""
         return ConditionValue(
-            "Scheduled", "False", Reason.SCHEDULING, f"{_plural(fleet.unbound, 'pod')} waiting for the scheduler"
+            "Scheduled",
+            "False",
+            Reason.SCHEDULING,
+            f"{_plural(fleet.unbound + unbound_placeholders, 'pod')}{which} waiting for the scheduler",
         )
     serving = fleet.active + fleet.warm
     # Serving pods are wanted only once there is an artifact to serve; placeholders at once.
-    wanted = (fleet.desired_active + fleet.desired_warm if fleet.revision_known else 0) + fleet.desired_placeholders
+    wanted_serving = fleet.desired_active + fleet.desired_warm
+    wanted = (wanted_serving if fleet.revision_known else 0) + fleet.desired_placeholders
+    # Before the first artifact: the serving pods come once it is compiled (Compiled says when).
+    later = (
+        f"{_plural(wanted_serving, 'pod')} wanted once compiled (see Compiled)"
+        if not fleet.revision_known and wanted_serving
+        else ""
+    )
     if serving == 0 and fleet.placeholders == 0:
-        if wanted == 0:
-            return ConditionValue("Scheduled", "True", Reason.NO_PODS_WANTED, "no pods wanted")
-        return ConditionValue("Scheduled", "False", Reason.PODS_NOT_CREATED, f"0/{_plural(wanted, 'pod')} created yet")
+        if wanted:
+            return ConditionValue(
+                "Scheduled", "False", Reason.PODS_NOT_CREATED, f"0/{_plural(wanted, 'pod')} created yet"
+            )
+        if later:
+            return ConditionValue("Scheduled", "False", Reason.AWAITING_ARTIFACT, later)
+        return ConditionValue("Scheduled", "True", Reason.NO_PODS_WANTED, "no pods wanted")
     where = ""
     if inputs.placement is not None and inputs.placement.chosen is not None:
         where = f" on {inputs.placement.chosen.name}"
-    return ConditionValue("Scheduled", "True", Reason.ALL_PODS_SCHEDULED, f"every pod is bound to a node{where}")
+    message = f"every pod is bound to a node{where}" + (f"; {later}" if later else "")
+    return ConditionValue("Scheduled", "True", Reason.ALL_PODS_SCHEDULED, message)
 
 
 def _scaling(inputs: StatusInputs) -> ConditionValue:
