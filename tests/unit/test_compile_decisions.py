@@ -66,8 +66,12 @@ def test_succeeded_job_without_record_is_a_failure_not_a_loop() -> None:
 
 def test_unservable_spec_is_not_compiled() -> None:
     decision = decide_unservable(["spec.placement.instanceTypes: no allowed instance type holds it"], OLD)
-    assert (decision.create_job, decision.serve, decision.reason) == (False, OLD, "Pending")
-    assert "no allowed instance type" in decision.message
+    assert (decision.create_job, decision.serve, decision.reason) == (False, OLD, "NoInstanceTypeFits")
+    # Not a wait (it was Unknown Pending, which the guide calls transient): False until the spec changes.
+    assert decision.compiled_status == "False"
+    assert decision.message == (
+        "not compiled: the spec fits no allowed instance type (spec.placement.instanceTypes; see Degraded)"
+    )
 
 
 def test_a_failed_job_is_replaced_when_the_spec_asks_to_run_it_differently() -> None:

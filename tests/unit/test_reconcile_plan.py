@@ -323,3 +323,47 @@ def test_a_spec_that_fits_no_instance_type_still_counts_the_pods_that_serve() ->
         "2/2 active replicas ready",
     )
     assert "placement" not in status  # no instance type holds the spec: none is claimed
+
+
+def test_a_blocked_first_compile_says_why_instead_of_waiting() -> None:
+    # Regression: with an unreadable source or no instance type fitting, Ready read AwaitingArtifact
+    # "no compiled artifact yet" and Compiled Unknown Pending, which the guide calls transient.
+    dep = deployment(**MANUAL)
+    unreadable = compiled(dep, stored=None, source_problem="NoSuchBucket: the bucket does not exist")
+    status = plan(dep, Observation(T0, compile=unreadable), DeploymentMemory(), {}).status
+    blocked = "cannot compile: spec.model.source is unreadable (see Degraded)"
+    assert (condition_of(status, "Ready")["reason"], condition_of(status, "Ready")["message"]) == (
+        "SourceUnreadable",
+        blocked,
+    )
+    available = condition_of(status, "Available")
+    assert (available["status"], available["reason"]) == ("False", "AwaitingArtifact")
+    assert available["message"] == f"no compiled artifact: {blocked}"
+
+    model = dep.spec.model.model_copy(update={"neuron_cores_per_replica": 4})
+    unfit = dep.model_copy(
+        update={
+            "spec": dep.spec.model_copy(
+                update={
+                    "model": model,
+                    "placement": dep.spec.placement.model_copy(update={"instance_types": ["inf2.xlarge"]}),
+                }
+            )
+        }
+    )
+    status = plan(unfit, Observation(T0), DeploymentMemory(), {}).status
+    compiled_condition = condition_of(status, "Compiled")
+    assert (compiled_condition["status"], compiled_condition["reason"]) == ("False", "NoInstanceTypeFits")
+    assert compiled_condition["message"] == (
+        "not compiled: the spec fits no allowed instance type (spec.placement.instanceTypes; see Degraded)"
+    )
+    assert condition_of(status, "Ready")["reason"] == "NoInstanceTypeFits"
+    assert condition_of(status, "Available")["message"] == (
+        "no compiled artifact: the spec fits no allowed instance type (spec.placement.instanceTypes; see Degraded)"
+    )
+
+    # A compile under way is a wait, and said so.
+    running = compiled(dep, stored=None, job_phase="running")
+    status = plan(dep, Observation(T0, compile=running), DeploymentMemory(), {}).status
+    assert condition_of(status, "Available")["message"] == "no compiled artifact yet (see Compiled)"
+    assert condition_of(status, "Ready")["message"] == "compiling this spec's artifact (see Compiled)"

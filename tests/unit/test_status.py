@@ -188,7 +188,7 @@ condition_values = st.lists(
         ConditionValue,
         type=st.sampled_from(["Ready", "Compiled", "Scheduled", "ScalingActive", "WarmPoolReady", "Degraded"]),
         status=st.sampled_from(["True", "False", "Unknown"]),
-        reason=st.sampled_from([Reason.PENDING, Reason.AS_EXPECTED]),
+        reason=st.sampled_from([Reason.COMPILING, Reason.AS_EXPECTED]),
         message=st.text(max_size=5),
     ),
     max_size=6,

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
+from neuronfleet.planning.placement import problem_fields
 from neuronfleet.planning.reasons import Reason
 from neuronserve.manifest import request_record_path
 
@@ -316,6 +317,14 @@ def decide_compile(observed: CompileObservation, previous: StoredArtifact | None
 def decide_unservable(problems: list[str], previous: StoredArtifact | None) -> CompileDecision:
     """No compile for a spec that no allowed instance type can serve: it would be spent for nothing.
 
-    The previous artifact (if any) stays recorded; a spec change that fixes the problems starts over.
+    Compiled is False (not a wait: nothing happens until the spec changes), its message names the
+    fields (Degraded has the detail). The previous artifact (if any) stays recorded; a spec change
+    that fixes the problems starts over.
     """
-    return CompileDecision(False, previous, "Unknown", Reason.PENDING, "not compiled: " + "; ".join(problems))
+    return CompileDecision(
+        False,
+        previous,
+        "False",
+        Reason.NO_INSTANCE_TYPE_FITS,
+        f"not compiled: the spec fits no allowed instance type ({problem_fields(problems)}; see Degraded)",
+    )

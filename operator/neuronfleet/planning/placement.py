@@ -379,3 +379,9 @@ def check_fits(spec: InferenceDeploymentSpec) -> list[str]:
         field_path = "spec.runtime.cpu" if "CPU" in str(error) else "spec.runtime.memory"
         return [f"{field_path}: {error}"]
     return list(plan_placement(needs, spec.placement.instance_types, 1).problems)
+
+
+def problem_fields(problems: Sequence[str]) -> str:
+    """The field paths that ``"spec.x: message"`` problems (:func:`check_fits`) name, once each."""
+    paths = dict.fromkeys(p.split(":", 1)[0] for p in problems if p.startswith("spec."))
+    return ", ".join(paths) or "spec.placement"

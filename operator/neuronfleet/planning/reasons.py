@@ -22,8 +22,7 @@ class Reason(StrEnum):
     AWAITING_ARTIFACT = "AwaitingArtifact"
     ROLLING_OUT = "RollingOut"
     REPLICAS_NOT_READY = "ReplicasNotReady"
-    # Compiled
-    PENDING = "Pending"
+    # Compiled (with NoInstanceTypeFits: a spec no instance type holds is not compiled)
     COMPILING = "Compiling"
     ARTIFACT_READY = "ArtifactReady"
     COMPILE_FAILED = "CompileFailed"

@@ -45,7 +45,7 @@ from neuronfleet.planning import hold
 from neuronfleet.planning.compile import CompileDecision
 from neuronfleet.planning.fleet import FleetSummary
 from neuronfleet.planning.labels import active_selector, selector_string
-from neuronfleet.planning.placement import PlacementPlan
+from neuronfleet.planning.placement import PlacementPlan, problem_fields
 from neuronfleet.planning.reasons import Reason
 from neuronfleet.planning.scaling import Checkpoint
 
@@ -274,12 +274,6 @@ def _ready_counts(fleet: FleetSummary, revision: str | None = None) -> str:
     return f"{ready}/{desired} active replicas{of} ready{surplus}"
 
 
-def _fields(problems: Sequence[str]) -> str:
-    """The field paths that ``"spec.x: message"`` problems name, once each, in order."""
-    paths = dict.fromkeys(p.split(":", 1)[0] for p in problems if p.startswith("spec."))
-    return ", ".join(paths) or "spec.placement"
-
-
 #: Compile outcomes that leave the current spec's artifact unserved, and what Ready says of each
 #: (the Compiled condition, or Degraded, has the detail).
 _NOT_COMPILED: dict[Reason, str] = {
@@ -298,7 +292,7 @@ def compile_blocker(inputs: StatusInputs, placement_problems: Sequence[str]) -> 
     if placement_problems:
         return (
             Reason.NO_INSTANCE_TYPE_FITS,
-            f"the spec fits no allowed instance type ({_fields(placement_problems)}; see Degraded)",
+            f"the spec fits no allowed instance type ({problem_fields(placement_problems)}; see Degraded)",
         )
     decision = inputs.compile
     if decision.reason == Reason.ARTIFACT_READY:
@@ -307,13 +301,20 @@ def compile_blocker(inputs: StatusInputs, placement_problems: Sequence[str]) -> 
     return reason, _NOT_COMPILED.get(reason, decision.message)
 
 
-def _available(fleet: FleetSummary) -> ConditionValue:
+def _available(inputs: StatusInputs, placement_problems: Sequence[str]) -> ConditionValue:
     """The desired active replicas are ready, whatever revision they run (capacity)."""
+    fleet = inputs.fleet
     desired = fleet.desired_active
     if desired == 0:
         return ConditionValue("Available", "True", Reason.SCALED_TO_ZERO, "no active replicas wanted")
     if not fleet.revision_known:
-        return ConditionValue("Available", "False", Reason.AWAITING_ARTIFACT, "no compiled artifact yet")
+        blocker = compile_blocker(inputs, placement_problems)
+        # A compile under way is a wait; anything else is why there will be none: say which.
+        if blocker is None or blocker[0] == Reason.COMPILING:
+            message = "no compiled artifact yet (see Compiled)"
+        else:
+            message = f"no compiled artifact: {blocker[1]}"
+        return ConditionValue("Available", "False", Reason.AWAITING_ARTIFACT, message)
     if fleet.ready_active >= desired:
         return ConditionValue("Available", "True", Reason.REPLICAS_READY, _ready_counts(fleet))
     return ConditionValue("Available", "False", Reason.REPLICAS_NOT_READY, _ready_counts(fleet))
@@ -367,7 +368,7 @@ def placement_problems(inputs: StatusInputs) -> list[str]:
 def compute_conditions(inputs: StatusInputs) -> list[ConditionValue]:
     """One value per condition type, in :data:`CONDITION_TYPES` order."""
     problems = placement_problems(inputs)
-    available = _available(inputs.fleet)
+    available = _available(inputs, problems)
     return [
         _ready(inputs, problems, available),
         available,
