@@ -367,3 +367,40 @@ def test_a_blocked_first_compile_says_why_instead_of_waiting() -> None:
     status = plan(dep, Observation(T0, compile=running), DeploymentMemory(), {}).status
     assert condition_of(status, "Available")["message"] == "no compiled artifact yet (see Compiled)"
     assert condition_of(status, "Ready")["message"] == "compiling this spec's artifact (see Compiled)"
+
+
+def test_replicas_set_in_auto_mode_are_said_to_be_ignored_once() -> None:
+    # Regression: `kubectl scale` in Auto mode set spec.scaling.replicas to 5 while desiredReplicas
+    # stayed 2, and nothing said why. Accepted (no CEL rule: switching Manual -> Auto must not force
+    # an edit of replicas), but said: in ScalingActive's message and by one Event.
+    auto = {"mode": "Auto", "minReplicas": 2, "maxReplicas": 10, "intervalSeconds": 15}
+    dep = deployment(scaling=auto)
+    first = plan(dep, Observation(T0, compile=compiled(dep)), DeploymentMemory(), {})
+    assert "ignored" not in condition_of(first.status, "ScalingActive")["message"]
+
+    def scaled(replicas: int, mode: str = "Auto") -> InferenceDeployment:
+        return deployment(scaling={**auto, "mode": mode, "replicas": replicas})
+
+    later = Observation(T0 + timedelta(seconds=5), compile=compiled(dep))
+    result = plan(scaled(5), later, first.memory, first.status)
+    scaling_active = condition_of(result.status, "ScalingActive")
+    assert scaling_active["message"].endswith("; spec.scaling.replicas (5) is ignored in Auto mode")
+    assert result.status["desiredReplicas"] == 2
+    events = status_events(StatusMemory.from_status(first.status), result.status, result.scale_reason)
+    assert [(e.type, e.reason) for e in events] == [("Normal", Reason.REPLICAS_IGNORED)]
+    assert events[0].message.startswith("spec.scaling.replicas (5) is ignored in Auto mode: ")
+    assert "(2 now)" in events[0].message and "spec.scaling.mode to Manual" in events[0].message
+    # Once: the next rounds write and say nothing more; a new value is said again.
+    again = plan(scaled(5), replace(later, now=T0 + timedelta(seconds=10)), result.memory, result.status)
+    assert status_patch(result.status, again.status) is None
+    assert status_events(StatusMemory.from_status(result.status), again.status, again.scale_reason) == []
+    changed = plan(scaled(6), replace(later, now=T0 + timedelta(seconds=12)), again.memory, again.status)
+    events = status_events(StatusMemory.from_status(again.status), changed.status, changed.scale_reason)
+    assert [e.reason for e in events] == [Reason.REPLICAS_IGNORED]
+
+    # Switching Manual -> Auto with replicas left set: the message says it, no Event (the switch is known).
+    manual = plan(scaled(3, "Manual"), Observation(T0, compile=compiled(dep)), DeploymentMemory(), {})
+    switched = plan(scaled(3), later, manual.memory, manual.status)
+    assert "spec.scaling.replicas (3) is ignored" in condition_of(switched.status, "ScalingActive")["message"]
+    events = status_events(StatusMemory.from_status(manual.status), switched.status, switched.scale_reason)
+    assert Reason.REPLICAS_IGNORED not in [e.reason for e in events]

@@ -521,7 +521,8 @@ class ScalingSpec(ApiModel):
         ge=0,
         le=1000,
         description="Active replicas in Manual mode (the scale subresource writes it). In Auto mode it is "
-        "ignored. Unset: minReplicas.",
+        "ignored: the ScalingActive condition's message says so, and a ReplicasIgnored Event when it is set "
+        "or changed. Unset: minReplicas.",
     )
     min_replicas: int = Field(
         default=1, ge=0, le=1000, description="Lower bound of active replicas; at least 1 in Auto mode."

@@ -71,6 +71,7 @@ class Reason(StrEnum):
     COMPILE_STARTED = "CompileStarted"
     COMPILE_SUPERSEDED = "CompileSuperseded"
     SCALED = "Scaled"
+    REPLICAS_IGNORED = "ReplicasIgnored"
     RECONCILE_FAILED = "ReconcileFailed"
 
 

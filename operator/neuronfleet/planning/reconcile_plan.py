@@ -56,6 +56,8 @@ from neuronfleet.planning.status import (
     build_status,
     checkpoint_from_status,
     find_condition,
+    ignored_replicas,
+    ignored_replicas_note,
     rfc3339,
 )
 
@@ -304,6 +306,7 @@ def plan_reconcile(
         scaling_mode=spec.scaling.mode,
         metrics_available=targets.metrics_available or spec.scaling.mode == "Manual",
         scaling_message=targets.message,
+        spec_replicas=spec.scaling.replicas,
         errors=observe_errors + memory.apply_errors,
         refusals=memory.refusals,
         corrupt_annotations=observation.corrupt_annotations,
@@ -348,7 +351,8 @@ def status_after_apply(
 def status_events(durable: StatusMemory, status: Mapping[str, Any], scale_reason: str) -> list[Event]:
     """Events of a status change: Scaled when the desired replicas change; a Warning when Degraded
     turns True or changes reason, or when ScalingActive turns MetricsUnavailable (the autoscaler
-    holds: Prometheus is unavailable, or refuses every query). Nothing when nothing changed."""
+    holds: Prometheus is unavailable, or refuses every query); ReplicasIgnored when
+    spec.scaling.replicas is set or changed in Auto mode. Nothing when nothing changed."""
     events: list[Event] = []
     before_desired, after_desired = durable.desired_replicas or 0, int(status.get("desiredReplicas") or 0)
     if before_desired != after_desired:
@@ -368,6 +372,24 @@ def status_events(durable: StatusMemory, status: Mapping[str, Any], scale_reason
     before, after = durable.condition("ScalingActive"), find_condition({"status": status}, "ScalingActive")
     if after.get("reason") == Reason.METRICS_UNAVAILABLE and before.get("reason") != Reason.METRICS_UNAVAILABLE:
         events.append(Event("Warning", Reason.METRICS_UNAVAILABLE, str(after.get("message") or "")))
+    # spec.scaling.replicas set or changed in Auto mode (`kubectl scale`): accepted (a CEL rule refusing
+    # it would force an SRE switching Manual -> Auto in an incident to edit replicas too) but ignored:
+    # said once. Not on the switch itself, which the person making it knows of.
+    ignored = ignored_replicas(str(after.get("message") or ""))
+    if (
+        ignored is not None
+        and before.get("reason") != Reason.MANUAL_SCALING
+        and ignored_replicas(str(before.get("message") or "")) != ignored
+    ):
+        events.append(
+            Event(
+                "Normal",
+                Reason.REPLICAS_IGNORED,
+                f"{ignored_replicas_note(ignored)}: the autoscaler sets the active replicas ({after_desired} now) "
+                "between spec.scaling.minReplicas and maxReplicas; to set them by hand (kubectl scale), "
+                "set spec.scaling.mode to Manual",
+            )
+        )
     return events
 
 

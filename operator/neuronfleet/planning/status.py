@@ -25,6 +25,7 @@ Three steps, all pure:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -106,6 +107,8 @@ class StatusInputs:
     metrics_available: bool = True
     #: Auto mode: why scaling holds or changed (shown as the ScalingActive message).
     scaling_message: str = ""
+    #: spec.scaling.replicas as set (None: unset); ignored in Auto mode, which the status says.
+    spec_replicas: int | None = None
     #: Errors met while applying actions or reading the cluster, e.g. "403 Forbidden: pods ...".
     errors: tuple[str, ...] = ()
     #: Pod creations the API server refused this round (a missing PriorityClass, a quota...).
@@ -188,6 +191,20 @@ def _scheduled(inputs: StatusInputs, placement_problems: list[str]) -> Condition
     return ConditionValue("Scheduled", "True", Reason.ALL_PODS_SCHEDULED, message)
 
 
+def ignored_replicas_note(replicas: int) -> str:
+    """What the ScalingActive message says of a spec.scaling.replicas set in Auto mode."""
+    return f"spec.scaling.replicas ({replicas}) is ignored in Auto mode"
+
+
+_IGNORED_REPLICAS = re.compile(r"spec\.scaling\.replicas \((\d+)\) is ignored in Auto mode")
+
+
+def ignored_replicas(message: str) -> int | None:
+    """The spec.scaling.replicas a ScalingActive message says is ignored (None: it says none is)."""
+    found = _IGNORED_REPLICAS.search(message)
+    return int(found.group(1)) if found else None
+
+
 def _scaling(inputs: StatusInputs) -> ConditionValue:
     fleet = inputs.fleet
     if inputs.scaling_mode == "Manual":
@@ -197,18 +214,20 @@ def _scaling(inputs: StatusInputs) -> ConditionValue:
             Reason.MANUAL_SCALING,
             f"replicas set by spec.scaling.replicas: {fleet.desired_active}",
         )
+    # `kubectl scale` writes spec.scaling.replicas whatever the mode: in Auto mode say it is ignored.
+    note = f"; {ignored_replicas_note(inputs.spec_replicas)}" if inputs.spec_replicas is not None else ""
     if not inputs.metrics_available:
         return ConditionValue(
             "ScalingActive",
             "False",
             Reason.METRICS_UNAVAILABLE,
-            inputs.scaling_message or "metrics could not be read; holding the replica count",
+            (inputs.scaling_message or "metrics could not be read; holding the replica count") + note,
         )
     return ConditionValue(
         "ScalingActive",
         "True",
         Reason.METRICS_READ,
-        inputs.scaling_message or f"autoscaling: {fleet.desired_active} active replicas wanted",
+        (inputs.scaling_message or f"autoscaling: {fleet.desired_active} active replicas wanted") + note,
     )
 
 
