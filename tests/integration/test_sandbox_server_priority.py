@@ -107,3 +107,52 @@ async def test_without_the_privilege_to_restore_it_no_server_is_niced(
     processes = new_processes()
     uid, _ = await _starting(processes, binary)
     assert processes.niceness(uid) == os.getpriority(os.PRIO_PROCESS, 0)
+
+
+DRAINING_SERVER = textwrap.dedent(
+    """\
+    import http.server, signal, sys, threading
+    port = int(sys.argv[sys.argv.index("--port") + 1])
+    signals = []
+
+    def on_signal(number, frame):
+        # As neuronserve: the first signal starts a drain delay, a second one ends it.
+        signals.append(number)
+        if len(signals) == 2:
+            sys.exit(0)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    class Ready(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", port), Ready)
+    server.timeout = 0.05
+    while True:
+        server.handle_request()
+    """
+)
+
+
+async def test_a_sandbox_shutting_down_skips_the_servers_drain_delay(
+    new_processes: Callable[[], ServerProcesses], tmp_path: Path
+) -> None:
+    script = tmp_path / "draining-neuronserve"
+    script.write_text(f"#!{sys.executable}\n{DRAINING_SERVER}")
+    script.chmod(0o755)
+    processes = new_processes()
+    server = await processes.start(pod(script), lambda line: None)
+    for _ in range(200):
+        if await processes.probe(server.uid):
+            break
+        assert await processes.wait_exit(server.uid, 0.05) is None, "the server exited"
+    # A pod deletion gives the drain its grace; a sandbox shutting down sends the second signal
+    # at once: the server exits by itself (0) instead of being killed when the grace ends (-9).
+    await processes.stop_all(grace_s=30.0)
+    assert server.process.returncode == 0

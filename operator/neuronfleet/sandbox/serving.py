@@ -296,14 +296,21 @@ class ServerProcesses:
         done, _ = await asyncio.wait({server.exited}, timeout=timeout)
         return server.exited.result() if done else None
 
-    async def terminate(self, uid: str, grace_s: float) -> int | None:
-        """SIGTERM (the server drains), SIGKILL after ``grace_s``; returns the exit code."""
+    async def terminate(self, uid: str, grace_s: float, hurry: bool = False) -> int | None:
+        """SIGTERM (the server drains), SIGKILL after ``grace_s``; returns the exit code.
+
+        ``hurry``: also SIGINT, the server's second signal, which skips its drain delay (the time
+        it keeps serving while endpoints update): for a sandbox shutting down, where no traffic
+        comes any more. A different signal, so that the kernel does not merge it with the first.
+        """
         server = self.processes.get(uid)
         if server is None:
             return None
         if server.exit_code is None:
             with contextlib.suppress(ProcessLookupError):
                 server.process.send_signal(signal.SIGTERM)
+                if hurry:
+                    server.process.send_signal(signal.SIGINT)
             if await self.wait_exit(uid, max(grace_s, 0.0)) is None:
                 log.warning("sandbox: server of pod %s ignored SIGTERM for %.0fs: SIGKILL", uid, grace_s)
         return await self.kill(uid)
@@ -324,8 +331,10 @@ class ServerProcesses:
         return code
 
     async def stop_all(self, grace_s: float = 5.0) -> None:
-        """Stop every process (SIGTERM, then SIGKILL after ``grace_s``)."""
-        await asyncio.gather(*(self.terminate(uid, grace_s) for uid in list(self.processes)), return_exceptions=True)
+        """Stop every process (SIGTERM and SIGINT, then SIGKILL after ``grace_s``)."""
+        await asyncio.gather(
+            *(self.terminate(uid, grace_s, hurry=True) for uid in list(self.processes)), return_exceptions=True
+        )
         if self._session is not None:
             await self._session.close()
             self._session = None
