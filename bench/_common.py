@@ -76,6 +76,7 @@ def start_emulated_server(time_scale: float, model_name: str = "m") -> tuple[sub
     argv = [str(Path(sys.executable).with_name("neuronserve")), "serve", "--device", "emulated-neuroncore"]
     argv += ["--profile", "bert-base", "--model-name", model_name, "--emulated-time-scale", f"{time_scale:g}"]
     argv += ["--max-batch-delay-ms", "4", "--host", "127.0.0.1", "--port", "0"]
+    argv += ["--drain-delay-seconds", "0"]  # stopped by the benchmark alone: no endpoints to update
     server = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
     assert server.stderr is not None
     for line in server.stderr:

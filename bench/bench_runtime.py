@@ -243,6 +243,9 @@ class Server:
                 str(threads),
                 "--max-queue",
                 "1024",
+                # Stopped by the benchmark alone: no endpoints to wait for after SIGTERM.
+                "--drain-delay-seconds",
+                "0",
                 *extra,
             ],
             stderr=subprocess.PIPE,
