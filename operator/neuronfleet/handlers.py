@@ -94,6 +94,9 @@ class OperatorContext:
     locks: dict[Key, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
     #: The spec generation each object was last reconciled at (a new one wakes its daemon).
     generations: dict[Key, int | None] = field(default_factory=dict)
+    #: The message of the ReconcileFailed Event last posted per object, while its reconciles keep
+    #: raising: the Event is posted again only when the message changes or after a success.
+    failures_posted: dict[Key, str] = field(default_factory=dict)
     metrics: OperatorMetrics | None = None
     reconciles: int = 0
     failures: int = 0
@@ -135,6 +138,20 @@ class OperatorContext:
             kopf.event(body, type=event.type, reason=event.reason.value, message=event.message[:1000])
         return report
 
+    def failure_to_post(self, namespace: str, name: str, message: str | None) -> bool:
+        """Whether a reconcile that raised ``message`` (None: one that did not raise) gets a
+        ReconcileFailed Event: the first failure after a success, or a new message. A persistent
+        error retried every 30 s posted one per retry (Kopf names each Event anew, so they are not
+        aggregated): about 120 an hour per object."""
+        key = (namespace, name)
+        if message is None:
+            self.failures_posted.pop(key, None)
+            return False
+        if self.failures_posted.get(key) == message:
+            return False
+        self.failures_posted[key] = message
+        return True
+
     def wake(self, namespace: str, name: str) -> None:
         """Wake the object's daemon, if it has one: a pod of a deleted object (the garbage collector
         deletes them after it) must not leave an entry behind for good."""
@@ -148,6 +165,7 @@ class OperatorContext:
         self.wakeups.pop(key, None)
         self.locks.pop(key, None)
         self.generations.pop(key, None)
+        self.failures_posted.pop(key, None)
         if self.metrics is not None:
             self.metrics.forget(namespace, name)
 
@@ -246,12 +264,14 @@ async def _converge(
         try:
             report = await context.reconcile(body, namespace, name)
             failures = failures + 1 if report.error else 0
+            context.failure_to_post(namespace, name, None)
         except Exception as exc:  # any failure: report it, back off, try again; never crash-loop
             failures += 1
             context.failures += 1
             message = failure_message(exc)
             logger.warning("reconcile of %s/%s failed (%d in a row): %s", namespace, name, failures, message)
-            kopf.warn(body, reason=Reason.RECONCILE_FAILED.value, message=message[:1000])
+            if context.failure_to_post(namespace, name, message):
+                kopf.warn(body, reason=Reason.RECONCILE_FAILED.value, message=message[:1000])
         delay = min(MAX_BACKOFF_SECONDS, interval * 2 ** min(failures, 6)) if failures else interval
         # wait_event, not wait_for: Kopf may stop a daemon by cancelling it (see neuronfleet.aio).
         await wait_event(wakeup, delay)

@@ -75,3 +75,43 @@ async def test_a_daemon_that_starts_again_starts_from_the_status_not_from_old_me
     body = kopf.Body({"metadata": {"name": "d", "namespace": "ns", "generation": 3}})
     await keep_converging(body=body, memo=kopf.Memo(context=ctx), namespace="ns", name="d", stopped=Stopped(stop))
     assert reconciler.given == [DeploymentMemory()]
+
+
+class FailingReconciler:
+    """Raises the scripted errors in turn (None: a reconcile that succeeds), then stops the daemon."""
+
+    def __init__(self, script: list[str | None], stop: list[bool], wakeup: Any) -> None:
+        self.settings = OperatorSettings(interval_seconds=10.0)
+        self.script, self.stop, self.wakeup = list(script), stop, wakeup
+
+    async def reconcile(self, body: Any, memory: DeploymentMemory) -> ReconcileReport:
+        error = self.script.pop(0)
+        if not self.script:
+            self.stop.append(True)
+        self.wakeup().set()  # no wait for the back-off
+        if error is not None:
+            raise RuntimeError(error)
+        return ReconcileReport((), (), {}, True, DeploymentMemory(), None, 0)
+
+
+async def test_a_persistent_failure_posts_one_warning_until_its_message_changes_or_a_reconcile_succeeds(
+    monkeypatch: Any,
+) -> None:
+    # Regression: a Warning per failed reconcile, retried every 30 s at most, and Kopf names each
+    # Event anew (no aggregation): ~120 Events an hour per object for one persistent error.
+    posted: list[str] = []
+    monkeypatch.setattr(kopf, "warn", lambda body, *, reason, message: posted.append(f"{reason}: {message}"))
+    stop: list[bool] = []
+    ctx = context()
+    script = ["403 Forbidden", "403 Forbidden", "403 Forbidden", "timed out", None, "timed out", "timed out"]
+    ctx.reconciler = FailingReconciler(script, stop, lambda: ctx.wakeups[("ns", "d")])  # type: ignore[assignment]
+    body = kopf.Body({"metadata": {"name": "d", "namespace": "ns", "generation": 1}})
+    await keep_converging(body=body, memo=kopf.Memo(context=ctx), namespace="ns", name="d", stopped=Stopped(stop))
+    assert posted == [
+        "ReconcileFailed: 403 Forbidden",
+        "ReconcileFailed: timed out",
+        "ReconcileFailed: timed out",  # again after the success between
+    ]
+    assert ctx.failures == 6
+    await deployment_changed(type="DELETED", body=body, namespace="ns", name="d", memo=kopf.Memo(context=ctx))
+    assert ctx.failures_posted == {}

@@ -404,3 +404,18 @@ def test_replicas_set_in_auto_mode_are_said_to_be_ignored_once() -> None:
     assert "spec.scaling.replicas (3) is ignored" in condition_of(switched.status, "ScalingActive")["message"]
     events = status_events(StatusMemory.from_status(manual.status), switched.status, switched.scale_reason)
     assert Reason.REPLICAS_IGNORED not in [e.reason for e in events]
+
+
+def test_degraded_clearing_posts_one_recovered_event() -> None:
+    def degraded(status: str, reason: str) -> dict[str, Any]:
+        return {"conditions": [{"type": "Degraded", "status": status, "reason": reason, "message": "why"}]}
+
+    cleared = status_events(
+        StatusMemory.from_status(degraded("True", "CrashLoopBackOff")), degraded("False", "AsExpected"), ""
+    )
+    assert [(e.type, e.reason, e.message) for e in cleared] == [
+        ("Normal", Reason.RECOVERED, "no longer degraded (was CrashLoopBackOff)")
+    ]
+    still = StatusMemory.from_status(degraded("False", "AsExpected"))
+    assert status_events(still, degraded("False", "AsExpected"), "") == []
+    assert status_events(StatusMemory.from_status({}), degraded("False", "AsExpected"), "") == []

@@ -73,6 +73,7 @@ class Reason(StrEnum):
     SCALED = "Scaled"
     REPLICAS_IGNORED = "ReplicasIgnored"
     RECONCILE_FAILED = "ReconcileFailed"
+    RECOVERED = "Recovered"
 
 
 #: Container waiting reasons that mean a pod will not start by itself (each is a Degraded reason).

@@ -350,9 +350,10 @@ def status_after_apply(
 
 def status_events(durable: StatusMemory, status: Mapping[str, Any], scale_reason: str) -> list[Event]:
     """Events of a status change: Scaled when the desired replicas change; a Warning when Degraded
-    turns True or changes reason, or when ScalingActive turns MetricsUnavailable (the autoscaler
-    holds: Prometheus is unavailable, or refuses every query); ReplicasIgnored when
-    spec.scaling.replicas is set or changed in Auto mode. Nothing when nothing changed."""
+    turns True or changes reason, Recovered when it turns False again; a Warning when ScalingActive
+    turns MetricsUnavailable (the autoscaler holds: Prometheus is unavailable, or refuses every
+    query); ReplicasIgnored when spec.scaling.replicas is set or changed in Auto mode. Nothing when
+    nothing changed."""
     events: list[Event] = []
     before_desired, after_desired = durable.desired_replicas or 0, int(status.get("desiredReplicas") or 0)
     if before_desired != after_desired:
@@ -368,6 +369,8 @@ def status_events(durable: StatusMemory, status: Mapping[str, Any], scale_reason
         before.get("status") != "True" or before.get("reason") != after.get("reason")
     ):
         events.append(Event("Warning", Reason(str(after.get("reason"))), str(after.get("message") or "")))
+    elif before.get("status") == "True" and after.get("status") == "False":
+        events.append(Event("Normal", Reason.RECOVERED, f"no longer degraded (was {before.get('reason')})"))
     # Manual scaling is ScalingActive=False too, by choice: no warning for it.
     before, after = durable.condition("ScalingActive"), find_condition({"status": status}, "ScalingActive")
     if after.get("reason") == Reason.METRICS_UNAVAILABLE and before.get("reason") != Reason.METRICS_UNAVAILABLE:
