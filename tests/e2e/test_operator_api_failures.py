@@ -128,7 +128,7 @@ async def test_a_status_write_that_times_out_after_the_apply_loses_no_event(harn
     await harness.wait(lambda: harness.condition(NS, "lossy", "Ready").get("status") == "True", timeout=60)
     assert failed == ["create", "status"]
     scaled = [e["message"] for e in events_for(harness, "lossy", "Scaled")]
-    assert len(scaled) == 1 and "0 -> 2" in scaled[0], scaled
+    assert len(scaled) == 1 and scaled[0].startswith("initial size: 2 desired active replicas"), scaled
     assert harness.deployment(NS, "lossy")["status"]["desiredReplicas"] == 2
     assert {p["metadata"]["labels"][f"{GROUP}/role"] for p in harness.pods(NS, "lossy")} == {"active"}
 

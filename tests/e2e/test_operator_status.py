@@ -101,7 +101,7 @@ async def test_each_scale_is_one_event(harness: OperatorHarness) -> None:
     await harness.wait(lambda: harness.condition(NS, "scaled", "Ready").get("status") == "True", timeout=90)
     await asyncio.sleep(30)
     scaled = [e["message"] for e in events_for(harness, "scaled", "Scaled")]
-    assert len(scaled) == 1 and scaled[0].startswith("desired active replicas 0 -> 2"), scaled
+    assert len(scaled) == 1 and scaled[0].startswith("initial size: 2 desired active replicas ("), scaled
     created = events_for(harness, "scaled", "CreatedPod")
     assert len(created) == 2, [e["message"] for e in created]
 

@@ -50,6 +50,9 @@ def test_kubectl_inference_deployment_lifecycle(
     explained = run_kubectl("explain", "inferencedeployment.spec.scaling.replicas").stdout
     assert "FIELD: replicas <integer>" in explained
     assert "scale subresource" in explained  # the CRD's field description
+    # It said only "Why it changed.": say what changed.
+    explained = run_kubectl("explain", "inferencedeployment.status.lastScaleReason").stdout
+    assert "Why the desired active replicas (desiredReplicas) last changed" in explained
 
     assert "scaled" in run_kubectl("scale", "infdep/bert", "--replicas=3").stdout
     assert run_kubectl("get", "infdep", "bert", "-o", "jsonpath={.spec.scaling.replicas}").stdout == "3"

@@ -419,3 +419,24 @@ def test_degraded_clearing_posts_one_recovered_event() -> None:
     still = StatusMemory.from_status(degraded("False", "AsExpected"))
     assert status_events(still, degraded("False", "AsExpected"), "") == []
     assert status_events(StatusMemory.from_status({}), degraded("False", "AsExpected"), "") == []
+
+
+def test_the_first_size_of_a_new_deployment_is_said_to_be_its_initial_size() -> None:
+    # Regression: the first Scaled Event read "desired active replicas 0 -> 2: metrics missing (...):
+    # holding 2", a scale-up from a fleet that never was.
+    dep = deployment(scaling={"mode": "Auto", "minReplicas": 2, "maxReplicas": 4})
+    first = plan(dep, Observation(T0, compile=compiled(dep)), DeploymentMemory(), {})
+    events = status_events(StatusMemory.from_status({}), first.status, first.scale_reason)
+    [scaled] = [e for e in events if e.reason == Reason.SCALED]
+    assert scaled.message.startswith("initial size: 2 desired active replicas (metrics missing")
+    assert first.status["lastScaleReason"].startswith("initial size: ")
+    # A later change is a change.
+    later = plan(
+        deployment(scaling={"mode": "Manual", "replicas": 3}),
+        Observation(T0, compile=compiled(dep)),
+        first.memory,
+        first.status,
+    )
+    [scaled] = status_events(StatusMemory.from_status(first.status), later.status, later.scale_reason)
+    assert scaled.message == "desired active replicas 2 -> 3: manual: replicas 3"
+    assert later.status["lastScaleReason"] == "manual: replicas 3"

@@ -873,8 +873,15 @@ class InferenceDeploymentStatus(ApiModel):
     autoscaler: AutoscalerStatus | None = Field(
         default=None, description="What the autoscaler has learned; absent until it has measured a service rate."
     )
-    last_scale_time: str | None = Field(default=None, description="When the active replica count last changed.")
-    last_scale_reason: str | None = Field(default=None, description="Why it changed.")
+    last_scale_time: str | None = Field(
+        default=None, description="When the desired active replicas (desiredReplicas) last changed (RFC 3339)."
+    )
+    last_scale_reason: str | None = Field(
+        default=None,
+        description="Why the desired active replicas (desiredReplicas) last changed: the autoscaler's decision "
+        'in Auto mode (its signals, or why it holds), spec.scaling.replicas in Manual mode; "initial size: ..." '
+        "for the size a new deployment started at.",
+    )
 
 
 class ObjectMeta(ApiModel):

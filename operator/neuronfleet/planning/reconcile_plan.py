@@ -296,7 +296,10 @@ def plan_reconcile(
     )
 
     previous_desired = durable.desired_replicas or 0
-    last_scale = LastScale(rfc3339(now), scale.reason) if previous_desired != scale.desired else durable.last_scale
+    last_scale = durable.last_scale
+    if previous_desired != scale.desired:
+        initial = "initial size: " if durable.desired_replicas is None else ""
+        last_scale = LastScale(rfc3339(now), f"{initial}{scale.reason}")
     measured_type = placement.chosen.name if placement and placement.chosen else durable.instance_type
     inputs = StatusInputs(
         generation=dep.metadata.generation,
@@ -357,13 +360,13 @@ def status_events(durable: StatusMemory, status: Mapping[str, Any], scale_reason
     events: list[Event] = []
     before_desired, after_desired = durable.desired_replicas or 0, int(status.get("desiredReplicas") or 0)
     if before_desired != after_desired:
-        events.append(
-            Event(
-                "Normal",
-                Reason.SCALED,
-                f"desired active replicas {before_desired} -> {after_desired}: {scale_reason}",
-            )
+        # No count before: the deployment's first size, not a change from a fleet of 0.
+        message = (
+            f"initial size: {after_desired} desired active replicas ({scale_reason})"
+            if durable.desired_replicas is None
+            else f"desired active replicas {before_desired} -> {after_desired}: {scale_reason}"
         )
+        events.append(Event("Normal", Reason.SCALED, message))
     before, after = durable.condition("Degraded"), find_condition({"status": status}, "Degraded")
     if after.get("status") == "True" and (
         before.get("status") != "True" or before.get("reason") != after.get("reason")
