@@ -100,7 +100,11 @@ def test_kubectl_sees_inf2_nodes(run_kubectl) -> None:  # type: ignore[no-untype
         ("cores-not-power-of-two.yaml", "spec.model.neuronCoresPerReplica"),
         ("inverted-replica-bounds.yaml", "minReplicas must not exceed maxReplicas"),
         ("warm-pool-bounds.yaml", "warmPool.minPods must not exceed warmPool.maxPods"),
-        ("unsupported-source.yaml", "spec.model.source"),
+        # The API server's words, not a bare regular expression.
+        (
+            "unsupported-source.yaml",
+            'spec.model.source: Invalid value: "string": source must be s3://bucket/prefix, an absolute path',
+        ),
         ("name-not-dns-1035.yaml", f'<nil>: Invalid value: "object": {NAME_RULE_MESSAGE}'),
     ],
 )

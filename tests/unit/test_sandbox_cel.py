@@ -79,6 +79,6 @@ def test_an_integer_in_a_number_field_is_a_double_to_cel_as_on_the_api_server() 
     from neuronfleet.api.crd import openapi_schema
 
     model = openapi_schema()["properties"]["spec"]["properties"]["model"]
-    too_much = {"source": "s3://m/", "neuronCoresPerReplica": 16, "hbmGiB": 300}
+    too_much = {"source": "s3://models/", "neuronCoresPerReplica": 16, "hbmGiB": 300}
     assert [field for field, _ in cel.check_rules(model, too_much, None, "spec.model")] == ["spec.model.hbmGiB"]
     assert cel.check_rules(model, {**too_much, "hbmGiB": 256}, None, "spec.model") == []

@@ -7,8 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from neuronfleet.api.v1alpha1 import NAME_RULE_MESSAGE
+from neuronfleet.api.crd import openapi_schema
+from neuronfleet.api.v1alpha1 import ARTIFACT_STORE_MESSAGE, NAME_RULE_MESSAGE
 from neuronfleet.cli import main, validate_files
 
 REPO = Path(__file__).resolve().parents[2]
@@ -228,3 +230,18 @@ def test_a_queue_target_above_the_queue_bound_is_refused(tmp_path: Path) -> None
     path.write_text(path.read_text().replace("maxQueue: 4", "maxQueue: 8"))
     [result] = validate_files([str(path)])
     assert not result.problems
+
+
+def test_a_store_of_an_unsupported_scheme_is_explained_not_quoted_as_a_pattern(tmp_path: Path) -> None:
+    # The pattern's explanation was cut from the field description: "Expected //bucket/prefix or a
+    # directory). Defaults to ..."; the API server quoted the bare regular expression.
+    manifest = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
+    manifest["spec"]["compile"] = {"artifactStore": "https://example.com/store"}
+    path = tmp_path / "store.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    [result] = validate_files([str(path)])
+    assert [(p.path, p.message) for p in result.problems] == [
+        ("spec.compile.artifactStore", "artifactStore must be s3://bucket/prefix or an absolute directory path")
+    ]
+    rule = openapi_schema()["properties"]["spec"]["properties"]["compile"]["properties"]["artifactStore"]
+    assert [r["message"] for r in rule["x-kubernetes-validations"]] == [ARTIFACT_STORE_MESSAGE]

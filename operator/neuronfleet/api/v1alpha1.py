@@ -8,9 +8,10 @@ the fields; the generated CRD carries them as ``x-kubernetes-validations``, and
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 GROUP = "serving.neuronfleet.dev"
@@ -30,6 +31,15 @@ InstanceTypeName = Literal["inf2.xlarge", "inf2.8xlarge", "inf2.24xlarge", "inf2
 #: grammar (a number, then a binary SI suffix, a decimal SI suffix or a decimal exponent). Group 1
 #: is the number, group 2 the suffix; planning reads quantities with this same pattern.
 QUANTITY_MAX_LENGTH = 32
+#: What spec.model.source accepts, and what is said of anything else.
+MODEL_SOURCE_PATTERN = r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?|/.+|file:///.+)$"
+MODEL_SOURCE_MESSAGE = (
+    "source must be s3://bucket/prefix, an absolute path or a file:// URI on the compile host "
+    "(other schemes, such as https://, are not read)"
+)
+#: What spec.compile.artifactStore accepts, and what is said of anything else.
+ARTIFACT_STORE_PATTERN = r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?|/.+)$"
+ARTIFACT_STORE_MESSAGE = "artifactStore must be s3://bucket/prefix or an absolute directory path"
 QUANTITY_PATTERN = r"^\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]{1,2})?$"
 
 
@@ -127,13 +137,24 @@ class ModelSpec(ApiModel):
         description="Name the model is served under (KServe v2 /v2/models/{name}). "
         "Defaults to the InferenceDeployment's name.",
     )
+    # A CEL rule with a message, not a schema pattern: the API server answers a pattern with the bare
+    # regular expression ("should match '^(s3://...'"), where the rule's message says what is accepted.
     source: str = Field(
         min_length=1,
         max_length=1024,
-        pattern=r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?|/.+|file:///.+)$",
         description="Where the uncompiled model is: s3://bucket/prefix, or an absolute path / "
         "file:// URI on the compile host (a TorchScript file or a Hugging Face-style directory).",
+        json_schema_extra=rules(cel(f"self.matches('{MODEL_SOURCE_PATTERN}')", MODEL_SOURCE_MESSAGE)),
     )
+
+    @field_validator("source")
+    @classmethod
+    def _source_form(cls, value: str) -> str:
+        # The operator's own check of an object written around the CRD (the rule above is the API server's).
+        if not re.match(MODEL_SOURCE_PATTERN, value):
+            raise ValueError(MODEL_SOURCE_MESSAGE)
+        return value
+
     format: Literal["huggingface", "torchscript"] = Field(
         default="huggingface", description="How the source is stored."
     )
@@ -199,12 +220,22 @@ class CompileSpec(ApiModel):
         max_length=32,
         description="Further neuronx-cc flags, e.g. --enable-fast-loading-neuron-binaries.",
     )
+    # A CEL rule with a message rather than a pattern, as spec.model.source.
     artifact_store: str | None = Field(
         default=None,
-        pattern=r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?|/.+)$",
+        max_length=1024,
         description="Where compiled artifacts are kept (s3://bucket/prefix or a directory). "
         "Defaults to the operator's configured store.",
+        json_schema_extra=rules(cel(f"self.matches('{ARTIFACT_STORE_PATTERN}')", ARTIFACT_STORE_MESSAGE)),
     )
+
+    @field_validator("artifact_store")
+    @classmethod
+    def _store_form(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(ARTIFACT_STORE_PATTERN, value):
+            raise ValueError(ARTIFACT_STORE_MESSAGE)
+        return value
+
     timeout_seconds: int = Field(default=3600, ge=60, le=86400, description="Deadline of one compile Job.")
     backoff_limit: int = Field(default=2, ge=0, le=10, description="Retries of a failed compile Job.")
     cpu: str = Field(

@@ -159,7 +159,8 @@ def _pydantic_problems(error: pydantic.ValidationError) -> list[Problem]:
         path = ""
         for part in item["loc"]:
             path = _join(path, part if isinstance(part, int) else str(part))
-        problems.append(Problem(path, item["msg"]))
+        # A validator's own ValueError is already a sentence: pydantic's "Value error, " adds nothing.
+        problems.append(Problem(path, str(item["msg"]).removeprefix("Value error, ")))
     return problems
 
 
