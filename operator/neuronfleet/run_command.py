@@ -27,6 +27,7 @@ import yaml
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException
 
+from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE
 from neuronfleet.artifacts.store import ArtifactStore
 from neuronfleet.handlers import OperatorContext, kopf_settings, registry
 from neuronfleet.kube.builders import BuilderConfig
@@ -244,6 +245,9 @@ def resolve_defaults(args: argparse.Namespace) -> argparse.Namespace:
     args.artifact_store = args.artifact_store or os.environ.get("NEURONFLEET_ARTIFACT_STORE") or DEFAULT_ARTIFACT_STORE
     args.neuron_scheduler = args.neuron_scheduler or os.environ.get("NEURONFLEET_NEURON_SCHEDULER") or None
     args.prometheus_url = args.prometheus_url or os.environ.get("NEURONFLEET_PROMETHEUS_URL") or None
+    args.model_server_image = (
+        args.model_server_image or os.environ.get("NEURONFLEET_MODEL_SERVER_IMAGE") or DEFAULT_IMAGE
+    )
     return args
 
 
@@ -257,7 +261,7 @@ async def _run(args: argparse.Namespace) -> None:
     resolve_defaults(args)
     settings = OperatorSettings(
         artifact_store=args.artifact_store,
-        builder=BuilderConfig(default_scheduler_name=args.neuron_scheduler),
+        builder=BuilderConfig(default_scheduler_name=args.neuron_scheduler, model_server_image=args.model_server_image),
         interval_seconds=args.interval,
         max_concurrent_reconciles=args.max_concurrent_reconciles,
     )
@@ -421,6 +425,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         help="schedulerName of the Neuron scheduler extension for pods whose spec names none "
         "(env NEURONFLEET_NEURON_SCHEDULER)",
+    )
+    p.add_argument(
+        "--model-server-image",
+        default=None,
+        help="image of the model server (neuronserve, a Neuron build on Inf2) for the serving, "
+        "placeholder and compile pods of specs that name none (env NEURONFLEET_MODEL_SERVER_IMAGE; "
+        f"default {DEFAULT_IMAGE})",
     )
     p.add_argument(
         "--prometheus-url",

@@ -217,6 +217,9 @@ def test_ci_values_reach_the_operator() -> None:
     assert env["NEURONFLEET_ARTIFACT_STORE"] == "s3://neuronfleet-ci-artifacts/compiled/"
     assert env["NEURONFLEET_NEURON_SCHEDULER"] == "my-scheduler"
     assert env["NEURONFLEET_PROMETHEUS_URL"] == "http://prometheus-operated.monitoring.svc:9090"
+    assert (
+        env["NEURONFLEET_MODEL_SERVER_IMAGE"] == "123456789012.dkr.ecr.us-east-1.amazonaws.com/neuronserve:0.1.0-neuron"
+    )
     assert {"--namespace=search", "--namespace=chat", "--interval=5", "--verbose"} <= set(container["args"])
     # Namespaced operator: a KopfPeering and a RoleBinding per namespace, and Kopf may follow
     # namespaces (cluster-wide).
@@ -514,4 +517,16 @@ def test_operator_command_is_what_neuronfleet_run_accepts(
         assert parsed.namespace == ["search", "chat"]
         assert parsed.neuron_scheduler == "my-scheduler"
         assert parsed.prometheus_url == env["NEURONFLEET_PROMETHEUS_URL"]
+        assert parsed.model_server_image == env["NEURONFLEET_MODEL_SERVER_IMAGE"]
         assert parsed.interval == 5 and parsed.verbose
+    else:
+        # No chart value: the operator's own default, as before the value existed.
+        assert parsed.model_server_image == DEFAULT_IMAGE
+
+
+def test_notes_name_the_model_server_image_the_release_gives_every_deployment() -> None:
+    image = "registry.example/neuronserve:1.2-neuron"
+    notes = _notes(f"operator.modelServerImage={image}")
+    assert f"Its pods run {image} (operator.modelServerImage)" in notes
+    assert "set operator.modelServerImage" not in notes
+    assert "set operator.modelServerImage (once for all)" in _notes()

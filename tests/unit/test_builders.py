@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, InferenceDeployment
 from neuronfleet.kube.builders import (
     PLACEHOLDER_PRIORITY,
     BuilderConfig,
@@ -194,7 +194,7 @@ def test_placeholder_holds_the_same_neuron_capacity_at_low_priority() -> None:
     placeholder = build_placeholder_pod(dep, candidate, "t", "llama-ph-0")
     container = placeholder["spec"]["containers"][0]
     # The server's image, sleeping: the node has it pulled when a real replica takes the room.
-    assert container["image"] == dep.spec.runtime.image
+    assert container["image"] == replica["spec"]["containers"][0]["image"]
     assert container["command"] == ["sleep", "infinity"]
     assert container["resources"] == replica["spec"]["containers"][0]["resources"]
     assert placeholder["spec"]["affinity"] == replica["spec"]["affinity"]
@@ -334,3 +334,27 @@ async def test_a_job_compiling_a_dangling_record_again_is_marked_and_read_back_s
         job["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
         seen = await observe_compile_jobs(_Jobs(job), "ns", dep.name, request)  # type: ignore[arg-type]
         assert (seen.phase, seen.republishes) == ("succeeded", marked)
+
+
+def test_a_spec_without_images_takes_the_operators_model_server_image() -> None:
+    dep = load("bert-embeddings.yaml")
+    dep.spec.runtime.image = dep.spec.compile.image = None
+    candidate = chosen(dep)
+    config = BuilderConfig(model_server_image="registry.example/neuronserve:1.2-neuron")
+    request = compile_request(dep.spec, "s3://artifacts", "fingerprint")
+
+    def images(config: BuilderConfig) -> list[str]:
+        pods = [
+            build_pod(dep, candidate, FleetRevision(ARTIFACT, "t"), "active", "p-0", config),
+            build_placeholder_pod(dep, candidate, "t", "ph-0", config),
+            build_compile_job(dep, request, config)["spec"]["template"],
+        ]
+        return [pod["spec"]["containers"][0]["image"] for pod in pods]
+
+    assert images(config) == ["registry.example/neuronserve:1.2-neuron"] * 3
+    assert images(BuilderConfig()) == [DEFAULT_IMAGE] * 3
+    # A new default image is a new pod template: the fleet rolls to it, as for a spec's new image.
+    assert pod_template_hash(dep, candidate, config) != pod_template_hash(dep, candidate)
+    # A spec's own image wins.
+    dep.spec.runtime.image = dep.spec.compile.image = "registry.example/neuronserve:custom"
+    assert images(config) == ["registry.example/neuronserve:custom"] * 3

@@ -204,7 +204,13 @@ class ModelSpec(ApiModel):
 class CompileSpec(ApiModel):
     """How the model is compiled ahead of time for Neuron (torch-neuronx / neuronx-cc)."""
 
-    image: str = Field(default=DEFAULT_IMAGE, min_length=1, description="Image that runs `neuronserve compile`.")
+    image: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Image that runs `neuronserve compile`. Default: the operator's model-server image "
+        "(neuronfleet run --model-server-image; the chart's operator.modelServerImage), which platform "
+        "teams set once for every deployment.",
+    )
     target_family: Literal["inf2"] = Field(
         default="inf2", description="neuronx-cc --target: the chip family compiled for."
     )
@@ -275,7 +281,12 @@ class RuntimeSpec(ApiModel):
         )
     )
 
-    image: str = Field(default=DEFAULT_IMAGE, min_length=1, description="Image of the model server.")
+    image: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Image of the model server (a Neuron build on Inf2). Default: the operator's model-server "
+        "image (neuronfleet run --model-server-image; the chart's operator.modelServerImage).",
+    )
     port: int = Field(default=8080, ge=1024, le=65535, description="HTTP port (KServe v2 REST and /metrics).")
     max_batch_delay_ms: float = Field(
         default=5.0,

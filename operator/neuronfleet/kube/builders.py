@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from neuronfleet.api.v1alpha1 import API_VERSION, KIND, InferenceDeployment
+from neuronfleet.api.v1alpha1 import API_VERSION, DEFAULT_IMAGE, KIND, InferenceDeployment
 from neuronfleet.planning.catalog import (
     LABEL_INSTANCE_TYPE,
     LABEL_ZONE,
@@ -129,6 +129,8 @@ class BuilderConfig:
     startup_budget_seconds: int = 1800
     #: The uid the images create (runtime/Dockerfile, operator/Dockerfile).
     run_as_user: int = 10001
+    #: The model server's image (serving, placeholder and compile pods) where a spec names none.
+    model_server_image: str = DEFAULT_IMAGE
 
 
 #: Below cluster-autoscaler's -10 cut-off placeholders would stop triggering scale-up.
@@ -357,7 +359,7 @@ def build_pod(
     env += [variable.to_wire() for variable in runtime.env]
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
-        "image": runtime.image,
+        "image": runtime.image or config.model_server_image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["neuronserve"],
         "args": server_args(dep, revision.artifact.uri),
@@ -422,7 +424,7 @@ def build_placeholder_pod(
     config = config or BuilderConfig()
     container = {
         "name": "placeholder",
-        "image": dep.spec.runtime.image,
+        "image": dep.spec.runtime.image or config.model_server_image,
         "command": ["sleep", "infinity"],
         "imagePullPolicy": "IfNotPresent",
         "resources": _resources(candidate, dep.spec.model.neuron_cores_per_replica),

@@ -131,7 +131,7 @@ def build_compile_job(
                     "containers": [
                         {
                             "name": COMPILE_CONTAINER,
-                            "image": dep.spec.compile.image,
+                            "image": dep.spec.compile.image or config.model_server_image,
                             "command": compile_args(dep, request)[:1],
                             "args": compile_args(dep, request)[1:],
                             "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}],
