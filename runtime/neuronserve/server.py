@@ -136,7 +136,7 @@ class ServerState:
         deadline = loop.time() + grace_seconds
         self.phase = "draining"
         self.metrics.ready.set(0)
-        delay = min(delay_seconds, grace_seconds * DRAIN_DELAY_SHARE)
+        delay = drain_delay(grace_seconds, delay_seconds)
         if self.batcher is not None and delay > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for((skip_delay or asyncio.Event()).wait(), delay)
@@ -153,6 +153,12 @@ class ServerState:
 
 #: The most of the grace period the drain delay may take: the rest is for finishing the accepted work.
 DRAIN_DELAY_SHARE = 1 / 3
+
+
+def drain_delay(grace_seconds: float, delay_seconds: float) -> float:
+    """The drain delay a shutdown with ``grace_seconds`` takes: at most DRAIN_DELAY_SHARE of it."""
+    return min(delay_seconds, grace_seconds * DRAIN_DELAY_SHARE)
+
 
 #: After the grace period, this long again for answers already decided to reach their clients,
 #: and again for open connections to close. Both fit in the pod's margin between the runtime's
@@ -628,7 +634,7 @@ async def serve(opts: ServeOptions) -> int:
                 "on" if opts.config.batching else "off",
             )
         await stopper
-        delay = min(opts.drain_delay_seconds, opts.grace_seconds * DRAIN_DELAY_SHARE)
+        delay = drain_delay(opts.grace_seconds, opts.drain_delay_seconds)
         log.info(
             "SIGTERM: not ready; serving new requests %.3gs more while endpoints update (a second signal "
             "skips that), then draining (grace %.3gs in all)",

@@ -59,7 +59,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Literal
+from typing import Literal, TypedDict
 
 from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
 from neuronfleet.planning.labels import (
@@ -551,15 +551,8 @@ def plan_fleet(
         current_ready_active=sum(1 for pod in current if pod.role == "active" and pod.ready),
         outdated=sum(1 for pod in outdated if pod.role != "draining"),
         revision_known=revision is not None,
-        unschedulable=tuple(
-            PodProblem(pod.name, "Unschedulable", pod.unschedulable_message)
-            for pod in healthy
-            if pod.unschedulable_message and pod.node is None
-        ),
-        stuck=tuple(problem for pod in healthy if (problem := _problem_of(pod, now, policy)) is not None),
         replaced=tuple(replaced),
-        unbound=sum(1 for pod in serving if pod.node is None),
-        placeholders_bound=sum(1 for pod in placeholders if pod.node is not None),
+        **_pod_problems(healthy, serving, placeholders, now, policy),
         rollout_started_at=rollout_started_at,
         rollout_progressed_at=max(
             (
@@ -604,6 +597,26 @@ def summarize_unplanned(
         current_ready_active=0,
         outdated=0,
         revision_known=revision_known,
+        **_pod_problems(healthy, serving, placeholders, now, policy),
+    )
+
+
+class _PodProblems(TypedDict):
+    unschedulable: tuple[PodProblem, ...]
+    stuck: tuple[PodProblem, ...]
+    unbound: int
+    placeholders_bound: int
+
+
+def _pod_problems(
+    healthy: Sequence[PodView],
+    serving: Sequence[PodView],
+    placeholders: Sequence[PodView],
+    now: datetime,
+    policy: FleetPolicy,
+) -> _PodProblems:
+    """What a summary says of the pods that are not where they should be, planned or not."""
+    return _PodProblems(
         unschedulable=tuple(
             PodProblem(pod.name, "Unschedulable", pod.unschedulable_message)
             for pod in healthy
