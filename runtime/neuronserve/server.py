@@ -30,17 +30,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from aiohttp import web
-from aiohttp.compression_utils import (
-    HAS_BROTLI,
-    HAS_ZSTD,
-    BrotliDecompressor,
-    ZLibDecompressor,
-    ZSTDDecompressor,
-)
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from neuronserve import __version__
 from neuronserve.batcher import Batcher, QueueFull, Runner, ShuttingDown, TimedDevice, failure_summary
+from neuronserve.codings import CODINGS, Undecodable, decode_body
 from neuronserve.manifest import Manifest, revision
 from neuronserve.metrics import BusyTracker, ServerMetrics
 from neuronserve.protocol import HEADER_LENGTH, BadRequest, Tokenize, infer_response, model_metadata, parse_request
@@ -221,13 +215,11 @@ EMULATED_PARAMETERS = {"emulated": True, "outputs": "placeholders from the emula
 
 
 #: Content codings of request bodies the server decodes: gzip and deflate always (zlib), br and
-#: zstd when the library aiohttp decodes them with is installed (Brotli; backports.zstd, or
-#: compression.zstd from Python 3.14). The server decodes them itself, not aiohttp (see
-#: ``app_runner``): aiohttp's parser refuses a coding it has no library for before any handler
-#: runs, with a text/plain 400, where the protocol's answer is a JSON 415.
-DECODED_CODINGS: tuple[str, ...] = (
-    ("gzip", "deflate") + (("br",) if HAS_BROTLI else ()) + (("zstd",) if HAS_ZSTD else ())
-)
+#: zstd when their library is installed (Brotli; backports.zstd, or compression.zstd from Python
+#: 3.14). The server decodes them itself, not aiohttp (see ``app_runner``): aiohttp's parser refuses
+#: a coding it has no library for before any handler runs, with a text/plain 400, where the
+#: protocol's answer is a JSON 415; and it does not check that a body was a whole stream.
+DECODED_CODINGS: tuple[str, ...] = CODINGS
 
 
 def _check_content_encoding(request: web.Request) -> str | None:
@@ -249,26 +241,15 @@ def _check_content_encoding(request: web.Request) -> str | None:
 
 def _decode_body(raw: bytes, coding: str, limit: int) -> bytes:
     """``raw`` decoded from ``coding``; refused with 413 past ``limit`` bytes decoded, without
-    decoding more than that (a small body can decode to gigabytes), and with 400 if it does not decode."""
+    decoding more than that (a small body can decode to gigabytes), and with 400 if it is not one
+    whole stream of its coding (a gzip body cut before its checksum decodes to the text whole)."""
     try:
-        if coding == "br":
-            body = BrotliDecompressor().decompress_sync(raw, limit + 1)
-            complete = True
-        elif coding == "zstd":
-            body = ZSTDDecompressor().decompress_sync(raw, limit + 1)
-            complete = True
-        else:
-            # RFC 9110's deflate is zlib-wrapped; some clients send it raw, which aiohttp took too.
-            raw_deflate = coding == "deflate" and bool(raw) and raw[0] & 0x0F != 8
-            zlib_decoder = ZLibDecompressor(encoding=coding, suppress_deflate_header=raw_deflate)
-            body = zlib_decoder.decompress_sync(raw, limit + 1)
-            # What aiohttp checked of a whole body: a deflate stream that ended.
-            complete = coding != "deflate" or not raw or zlib_decoder.eof or len(body) > limit
-    except Exception:  # zlib.error, brotli.error, ZstdError, too many gzip members: all the client's
-        complete = False
-    if not complete:
+        body = decode_body(raw, coding, limit)
+    except Undecodable as exc:
         # The body was read whole (its length was framed): the connection can carry the next request.
-        raise _Refusal(400, f"unreadable request body: Can not decode content-encoding: {coding}", "bad_request")
+        raise _Refusal(
+            400, f"unreadable request body: Can not decode content-encoding: {coding} ({exc})", "bad_request"
+        ) from None
     if len(body) > limit:
         raise _body_too_large(limit)
     return body
