@@ -298,8 +298,8 @@ SHUTDOWN_MARGIN_SECONDS = 5
 
 #: After SIGTERM the runtime reports not ready at once but serves new requests this long more: the
 #: pod's removal from the endpoints takes seconds to reach kube-proxy and load balancers, and the
-#: pod has no preStop hook. At most a third of the runtime's grace period, the rest being for the
-#: work it accepted (the runtime caps it the same way; it may not import the operator).
+#: pod has no preStop hook. The runtime takes at most a third of its grace period for it, the rest
+#: being for the work it accepted: that cap is the runtime's alone (``neuronserve serve --help``).
 DRAIN_DELAY_SECONDS = 5
 
 
@@ -307,7 +307,6 @@ def server_args(dep: InferenceDeployment, artifact_uri: str) -> list[str]:
     """Arguments of ``neuronserve`` in a replica (``neuronserve serve``'s command line)."""
     runtime = dep.spec.runtime
     grace = max(1, runtime.termination_grace_period_seconds - SHUTDOWN_MARGIN_SECONDS)
-    drain_delay = min(DRAIN_DELAY_SECONDS, grace // 3)
     return [
         "serve",
         "--artifact",
@@ -321,7 +320,7 @@ def server_args(dep: InferenceDeployment, artifact_uri: str) -> list[str]:
         "--grace-seconds",
         str(grace),
         "--drain-delay-seconds",
-        str(drain_delay),
+        str(DRAIN_DELAY_SECONDS),
         "--cache-dir",
         ARTIFACT_CACHE_DIR,
         # The artifact may have been compiled for another deployment of the same model: the
