@@ -8,6 +8,7 @@ small buckets so a compile of all-MiniLM-L6-v2 takes seconds.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import shutil
@@ -24,10 +25,12 @@ from neuronfleet.artifacts.store import VERIFIED_TTL_SECONDS, ArtifactStore
 from neuronfleet.kube.jobs import ANNOTATION_REPUBLISHES
 from neuronfleet.planning.compile import ANNOTATION_COMPILE_RETRY
 from neuronfleet.sandbox import SandboxCluster
+from neuronfleet.sandbox.kubelet import ContainerResult
 from neuronfleet.sandbox.runners import SubprocessRunner
 from neuronfleet.sandbox.store import WatchEvent
 
 NS = "compile"
+ROLE = f"{GROUP}/role"
 
 
 def minilm_dir() -> Path:
@@ -206,6 +209,7 @@ async def test_an_artifact_deleted_under_a_ready_deployment_is_reported_and_comp
     # The operator trusted the request record: replacement pods were rolled onto an artifact that
     # was gone (an S3 lifecycle rule, a cleaned bucket) and crash-looped; nothing said why, and
     # nothing compiled it again (the finished Job of the request, kept a day, also blocked a new one).
+    # Then: replacements of failed pods were still made of it (and crash-looped) until the republish.
     harness = compiling_harness
     manifest = small_minilm(harness)
     name = manifest["metadata"]["name"]
@@ -224,9 +228,44 @@ async def test_an_artifact_deleted_under_a_ready_deployment_is_reported_and_comp
     before = harness.deployment(NS, name)["status"]["artifact"]
     [first_job] = harness.cluster.list("jobs", NS, group="batch")
     artifact = Path(before["uri"])
+    # The republishing compile waits until the test has seen a failed pod's replacement held.
+    kubelet, republish = harness.cluster.kubelet, asyncio.Event()
+    assert kubelet is not None and kubelet.container_runner is not None
+    run_compile = kubelet.container_runner
+
+    async def compile_when_let(pod: dict[str, Any]) -> ContainerResult | None:
+        await republish.wait()
+        return await run_compile(pod)
+
+    kubelet.container_runner = compile_when_let
+
+    def serving() -> list[str]:
+        roles = ("active", "warm", "draining")
+        return [p["metadata"]["name"] for p in harness.pods(NS, name) if p["metadata"]["labels"].get(ROLE) in roles]
 
     shutil.rmtree(artifact)
     store_clock.now += VERIFIED_TTL_SECONDS  # the operator's check of its served artifact is due
+    await harness.wait(
+        lambda: harness.condition(NS, name, "Compiled").get("reason") == "ArtifactGone", timeout=60, what="ArtifactGone"
+    )
+    failed, survivor = (p["metadata"]["name"] for p in harness.pods(NS, name, "active"))
+    kubelet.fail_pod(NS, failed)
+    await harness.wait(
+        lambda: failed not in serving(),
+        timeout=30,
+        what="failed pod gone",
+    )
+    # Deleted, not replaced: a new pod could not load the artifact. Available says so, with the numbers.
+    assert serving() == [survivor]
+    await harness.wait(
+        lambda: (
+            "1 new active pod held: the artifact of revision" in harness.condition(NS, name, "Available")["message"]
+        ),
+        timeout=30,
+        what="Available saying the replacement is held",
+    )
+    assert serving() == [survivor]
+    republish.set()
 
     def republished() -> bool:
         after = harness.deployment(NS, name)["status"].get("artifact") or {}
@@ -265,4 +304,7 @@ async def test_an_artifact_deleted_under_a_ready_deployment_is_reported_and_comp
     await harness.wait(
         lambda: harness.condition(NS, name, "Degraded").get("status") == "False", timeout=30, what="Degraded=False"
     )
-    assert all(ready(p) for p in harness.pods(NS, name, "active"))
+    # Stored again: the held replacement is made.
+    await harness.wait(
+        lambda: sum(ready(p) for p in harness.pods(NS, name, "active")) == 2, timeout=60, what="2 ready active pods"
+    )

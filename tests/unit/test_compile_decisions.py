@@ -155,3 +155,16 @@ def test_a_failed_republish_says_why_it_ran() -> None:
     decision = decide_compile(replace(_observe(None, "failed", "BackoffLimitExceeded"), dangling=GONE), NEW)
     assert decision.reason == "CompileFailed" and decision.failure is not None
     assert "BackoffLimitExceeded (compiling it again because the artifact s3://store/cccc" in decision.message
+
+
+def test_the_served_artifact_is_known_gone_only_when_the_dangling_record_names_it() -> None:
+    # Its running pods keep serving; no new pod may be made of it (it could not load it).
+    for phase, message in (("absent", ""), ("running", ""), ("succeeded", ""), ("failed", "BackoffLimitExceeded")):
+        observed = replace(_observe(None, phase, message), dangling=GONE)
+        assert decide_compile(observed, NEW).serve_gone, phase
+        # The previous spec's artifact (another URI) serves: nothing is known of it.
+        assert not decide_compile(observed, OLD).serve_gone, phase
+    stuck = replace(_observe(None, "succeeded"), dangling=GONE, job_republishes=True)
+    assert decide_compile(stuck, NEW).serve_gone  # republished and gone again: still gone
+    assert not decide_compile(_observe(NEW, "absent"), NEW).serve_gone  # stored as recorded again
+    assert not decide_compile(replace(_observe(None, "absent"), dangling=GONE), None).serve_gone  # nothing served

@@ -224,6 +224,32 @@ def test_failed_pod_is_deleted_and_replaced_under_a_new_name() -> None:
     assert plan.summary.replaced[0].name == failed_name
 
 
+def test_held_creations_make_no_serving_pod_but_the_rest_of_the_plan_goes_on() -> None:
+    # The served artifact is gone from the store: a new pod could not load it (it would crash-loop).
+    held = replace(target(4, warm=1, placeholders=1), hold_creations="the artifact is gone")
+    pods = [
+        pod("a0", phase="Failed", ready=False),
+        pod("a1"),
+        pod("w0", "warm"),
+        pod("d0", "draining", in_flight=0, drain_started_at=NOW - timedelta(minutes=1)),
+    ]
+    plan = plan_fleet("bert", held, pods, NOW)
+    assert not any(isinstance(a, CreatePod) for a in plan.actions)
+    assert DeletePod("a0", "replacing: pod phase Failed") in plan.actions  # broken pods still go
+    assert Relabel("w0", "active", "warm", "promoted: the fleet needs it active") in plan.actions  # loaded already
+    assert any(isinstance(a, DeletePod) and a.name == "d0" for a in plan.actions)  # drains finish
+    assert sum(isinstance(a, CreatePlaceholder) for a in plan.actions) == 1  # loads no model
+    summary = plan.summary
+    assert (summary.held_active, summary.held_warm, summary.hold_reason) == (2, 1, "the artifact is gone")
+    # Scale-down still works while held; nothing is said held when nothing would be created.
+    down = plan_fleet("bert", replace(held, active=0, warm=0, placeholders=0), [pod("a1", in_flight=2)], NOW)
+    assert [(a.kind, getattr(a, "role", "")) for a in down.actions] == [("relabel", "draining")]
+    assert (down.summary.held_active, down.summary.held_warm, down.summary.hold_reason) == (0, 0, None)
+    # Without the hold the same fleet is made whole again.
+    creates = [a for a in plan_fleet("bert", replace(held, hold_creations=None), pods, NOW).actions]
+    assert Counter(a.role for a in creates if isinstance(a, CreatePod)) == Counter({"active": 2, "warm": 1})
+
+
 def test_pod_on_a_vanished_node_is_force_deleted_and_replaced() -> None:
     pods = [pod("a0", node="gone", node_lost=True), pod("a1")]
     plan = plan_fleet("bert", target(2), pods, NOW)

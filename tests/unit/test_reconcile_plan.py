@@ -300,6 +300,34 @@ def test_ready_waits_for_the_current_spec_to_be_compiled_and_rolled_out_availabl
     assert {p.revision for p in pods if p.role == "active"} == {"eeeeeeeeee"}
 
 
+def test_no_pod_is_created_of_an_artifact_known_gone_until_it_is_republished() -> None:
+    # Regression: replacements of failed pods (and scale-ups) were created of the served artifact
+    # that the store no longer had; they crash-looped until the republish landed.
+    dep = deployment(**MANUAL)
+    steady, pods, _ = rounds(dep, compiled(dep), (), DeploymentMemory(), {})
+    gone = DanglingRecord(StoredArtifact("c" * 64, "/store/cccc", "d" * 64, "cpu"), None)
+    failed = pods[0].name
+    pods = (replace(pods[0], phase="Failed", ready=False), *pods[1:])
+    republishing = compiled(dep, stored=None, dangling=gone, job_phase="running")
+    later = Observation(T0 + timedelta(minutes=5), pods=pods, compile=republishing)
+    result = plan(dep, later, steady.memory, steady.status)
+    assert [(type(a).__name__, a.name) for a in result.actions] == [("DeletePod", failed)]
+    available = condition_of(result.status, "Available")
+    assert (available["status"], available["reason"]) == ("False", "ReplicasNotReady")
+    assert available["message"] == (
+        "1/2 active replicas ready; 1 new active pod held: the artifact of revision cccccccccc is gone from the "
+        "store; no new pod could load it until it is republished (see Compiled)"
+    )
+    assert condition_of(result.status, "Ready")["reason"] == "ArtifactGone"
+    assert result.status["artifact"]["uri"] == "/store/cccc"  # the running pod keeps serving it
+
+    # Republished (stored as recorded again): the replacement is created.
+    survivors = tuple(p for p in pods if p.name != failed)
+    back = plan(dep, replace(later, pods=survivors, compile=compiled(dep)), result.memory, result.status)
+    assert [(type(a), getattr(a, "role", "")) for a in back.actions] == [(CreatePod, "active")]
+    assert "held" not in condition_of(back.status, "Available")["message"]
+
+
 def test_a_spec_that_fits_no_instance_type_still_counts_the_pods_that_serve() -> None:
     # Regression: neuronCoresPerReplica 4 with only inf2.xlarge allowed, on a running deployment,
     # zeroed replicas and readyReplicas (and /scale's status.replicas) while the old pods served.

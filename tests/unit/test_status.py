@@ -387,3 +387,23 @@ def test_pods_wanted_before_the_first_artifact_are_not_no_pods_wanted() -> None:
     scheduled = by_type(compute_conditions(inputs(fleet=held, compile=COMPILING)))["Scheduled"]
     assert (scheduled.status, scheduled.reason) == ("True", "AllPodsScheduled")
     assert scheduled.message.endswith("; 2 pods wanted once compiled (see Compiled)")
+
+
+def test_pods_held_by_the_fleet_plan_are_said_where_the_capacity_is_short() -> None:
+    why = "the artifact of revision bbbbbbbbbb is gone from the store"
+    gone = CompileDecision(False, ARTIFACT, "False", Reason.ARTIFACT_GONE, "gone; compiling it again")
+    short = replace(SERVING, ready_active=1, active=1, current_ready_active=1, warm_ready=0, warm=0)
+    held = replace(short, held_active=1, held_warm=1, hold_reason=why)
+    conditions = by_type(compute_conditions(inputs(fleet=held, compile=gone)))
+    assert conditions["Available"].message == f"1/2 active replicas ready; 1 new active pod held: {why}"
+    assert conditions["WarmPoolReady"].message == (
+        f"0/1 warm pods ready, 0/0 placeholders on nodes; 1 new warm pod held: {why}"
+    )
+    assert conditions["Ready"].reason == Reason.ARTIFACT_GONE
+    # Every serving pod gone (and held): Scheduled says why none is created.
+    empty = replace(held, active=0, ready_active=0, current_ready_active=0, held_active=2)
+    scheduled = by_type(compute_conditions(inputs(fleet=empty, compile=gone)))["Scheduled"]
+    assert (scheduled.reason, scheduled.message) == ("PodsNotCreated", f"0/3 pods created yet; 3 new pods held: {why}")
+    # Nothing held: the messages are as ever.
+    plain = by_type(compute_conditions(inputs(fleet=short, compile=gone)))
+    assert plain["Available"].message == "1/2 active replicas ready"

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
@@ -188,6 +188,9 @@ class CompileDecision:
     replace_job: bool = False
     #: Why the request is compiled (again): a dangling record, which the Job is marked with.
     republish: DanglingRecord | None = None
+    #: ``serve`` is the artifact the dangling record names, known not to be in the store as recorded:
+    #: the pods running it keep serving, but a new pod could not load it until it is republished.
+    serve_gone: bool = False
 
 
 def decide_compile(observed: CompileObservation, previous: StoredArtifact | None) -> CompileDecision:
@@ -203,8 +206,17 @@ def decide_compile(observed: CompileObservation, previous: StoredArtifact | None
     with the reason in the message (reason ArtifactGone). The finished Job that wrote it is kept a
     day: it is replaced, and the new Job carries the mark of a republish. Should that one succeed and
     the record still dangle, the store does not keep what Jobs write: reported, not compiled again
-    in a loop.
+    in a loop. Whatever the Job's state, while the dangling record names the artifact still served
+    (the same URI), ``serve_gone`` says so: no new pod is made of it until it is stored again.
     """
+    decision = _decide(observed, previous)
+    dangling = observed.dangling
+    if dangling is not None and decision.serve is not None and decision.serve.uri == dangling.artifact.uri:
+        return replace(decision, serve_gone=True)
+    return decision
+
+
+def _decide(observed: CompileObservation, previous: StoredArtifact | None) -> CompileDecision:
     if observed.stored is not None:
         stored = observed.stored
         return CompileDecision(

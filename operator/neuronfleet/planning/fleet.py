@@ -5,7 +5,7 @@ Call :func:`plan_fleet` with
 - ``deployment``: the InferenceDeployment's name (pod names derive from it);
 - ``target`` (:class:`FleetTarget`): the pod-template hash, the current artifact revision (``None``
   before the first compile: then no serving pod is created), desired active, warm and
-  placeholder counts;
+  placeholder counts, and why serving pods are held (``hold_creations``, None: they are not);
 - ``pods``: every pod of the deployment as a :class:`PodView` (the Kubernetes adapter builds them
   from pod objects: labels, phase, readiness, timestamps, node presence, in-flight requests);
 - ``now`` and a :class:`FleetPolicy` (drain grace, rollout surge, optional ordering functions).
@@ -52,6 +52,11 @@ Rules (DESIGN.md, fleet model):
 - Placeholders (low-priority pods holding spare Inf2 capacity) are kept at ``target.placeholders``
   for the current template; they do not depend on the artifact, so they may be created while
   the model still compiles.
+- Held creations: while ``target.hold_creations`` says why (the served artifact is known gone from
+  the store, so a new pod could not load it and would crash-loop), no serving pod is created; every
+  other rule applies as usual (pods already loaded keep serving and are promoted, demoted, drained;
+  broken pods are deleted; placeholders, which load no model, are kept). The pods that would have
+  been created are counted in the summary (``held_active``, ``held_warm``) with that reason.
 """
 
 from __future__ import annotations
@@ -157,6 +162,9 @@ class FleetTarget:
     active: int
     warm: int = 0
     placeholders: int = 0
+    #: Why no serving pod may be created now (None: they may), e.g. the served artifact is gone from
+    #: the store until it is republished. Said in the summary with the count of pods held.
+    hold_creations: str | None = None
 
     @property
     def revision(self) -> FleetRevision | None:
@@ -297,6 +305,11 @@ class FleetSummary:
     #: During a rollout: when it last progressed (a pod of the current revision became ready), or
     #: its start when none has yet.
     rollout_progressed_at: datetime | None = None
+    #: Serving pods the plan would have created as active / warm but holds, and why
+    #: (:attr:`FleetTarget.hold_creations`).
+    held_active: int = 0
+    held_warm: int = 0
+    hold_reason: str | None = None
 
     @property
     def rolling_out(self) -> bool:
@@ -409,6 +422,7 @@ def plan_fleet(
     demotions: list[Action] = []
     deletions: list[Action] = []
     replaced: list[PodProblem] = []
+    held_active = held_warm = 0
 
     # Broken pods: delete and do not count, so that the rest of the plan replaces them.
     healthy: list[PodView] = []
@@ -512,11 +526,16 @@ def plan_fleet(
         # Warm pods beyond the pool are already on their way into the active set.
         incoming = max(0, len(warm_set) - target.warm)
         active_deficit = target.active - len(active_set) - len(old_ready_kept) - incoming
-        for index, (slot, name) in enumerate(
-            _free_slots(used_names, lambda s: serving_pod_name(deployment, revision, s), max(0, missing))
-        ):
-            role: Literal["warm", "active"] = "active" if index < active_deficit else "warm"
-            creations.append(CreatePod(name, role, revision, slot))
+        if target.hold_creations is not None:
+            # Counted, not created: a new pod could not load the artifact (it would crash-loop).
+            held_active = min(max(0, missing), max(0, active_deficit))
+            held_warm = max(0, missing) - held_active
+        else:
+            for index, (slot, name) in enumerate(
+                _free_slots(used_names, lambda s: serving_pod_name(deployment, revision, s), max(0, missing))
+            ):
+                role: Literal["warm", "active"] = "active" if index < active_deficit else "warm"
+                creations.append(CreatePod(name, role, revision, slot))
 
     # Placeholders.
     placeholders = [pod for pod in healthy if pod.role == "placeholder"]
@@ -561,6 +580,9 @@ def plan_fleet(
             ),
             default=None,
         ),
+        held_active=held_active,
+        held_warm=held_warm,
+        hold_reason=target.hold_creations if held_active or held_warm else None,
     )
     return FleetPlan(tuple(promotions + creations + demotions + deletions), summary)
 

@@ -9,7 +9,9 @@ memory (:class:`~neuronfleet.planning.observation.StatusMemory`). In order:
    there is none (:mod:`.compile`); an unservable spec is not compiled;
 2. targets: the autoscaler at its interval and the warm pool (:func:`decide_targets`, the path the
    simulator's ``Ours`` policy must match: tests/unit/test_operator_sim_parity.py);
-3. placement (sticky to the remembered instance type) and the fleet plan (:mod:`.fleet`);
+3. placement (sticky to the remembered instance type) and the fleet plan (:mod:`.fleet`), which
+   creates no serving pod while the served artifact is known gone from the store (a new pod could
+   not load it) until it is republished;
 4. status (:mod:`.status`), and the Events that the status change makes (:func:`status_events`).
 
 After applying, :func:`status_after_apply` folds what the apply met (pods refused at admission,
@@ -271,6 +273,13 @@ def plan_reconcile(
             active=scale.desired,
             warm=warm.pods,
             placeholders=warm.node_placeholders,
+            # Its running pods keep serving, but a new one could not load it and would crash-loop.
+            hold_creations=(
+                f"the artifact of revision {serve.revision} is gone from the store; no new pod could load it "
+                "until it is republished (see Compiled)"
+                if serve is not None and decision.serve_gone
+                else None
+            ),
         )
         fleet = plan_fleet(
             dep.name,

@@ -129,6 +129,13 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
+def _held(fleet: FleetSummary, count: int, role: str = "") -> str:
+    """The note "; N new pods held: why" for serving pods the fleet plan holds (empty when none is)."""
+    if not count or fleet.hold_reason is None:
+        return ""
+    return f"; {_plural(count, f'new {role} pod' if role else 'new pod')} held: {fleet.hold_reason}"
+
+
 def _compiled(decision: CompileDecision) -> ConditionValue:
     return ConditionValue("Compiled", decision.compiled_status, Reason(decision.reason), decision.message)
 
@@ -178,8 +185,9 @@ def _scheduled(inputs: StatusInputs, placement_problems: list[str]) -> Condition
     )
     if serving == 0 and fleet.placeholders == 0:
         if wanted:
+            held = _held(fleet, fleet.held_active + fleet.held_warm)
             return ConditionValue(
-                "Scheduled", "False", Reason.PODS_NOT_CREATED, f"0/{_plural(wanted, 'pod')} created yet"
+                "Scheduled", "False", Reason.PODS_NOT_CREATED, f"0/{_plural(wanted, 'pod')} created yet{held}"
             )
         if later:
             return ConditionValue("Scheduled", "False", Reason.AWAITING_ARTIFACT, later)
@@ -248,7 +256,8 @@ def _warm_pool(fleet: FleetSummary) -> ConditionValue:
         "False",
         Reason.WARM_POOL_FILLING,
         f"{fleet.warm_ready}/{fleet.desired_warm} warm pods ready, "
-        f"{fleet.placeholders_bound}/{fleet.desired_placeholders} placeholders on nodes",
+        f"{fleet.placeholders_bound}/{fleet.desired_placeholders} placeholders on nodes"
+        + _held(fleet, fleet.held_warm, "warm"),
     )
 
 
@@ -336,7 +345,9 @@ def _available(inputs: StatusInputs, placement_problems: Sequence[str]) -> Condi
         return ConditionValue("Available", "False", Reason.AWAITING_ARTIFACT, message)
     if fleet.ready_active >= desired:
         return ConditionValue("Available", "True", Reason.REPLICAS_READY, _ready_counts(fleet))
-    return ConditionValue("Available", "False", Reason.REPLICAS_NOT_READY, _ready_counts(fleet))
+    # Capacity short: when the fleet plan holds the pods that would add it, say why.
+    held = _held(fleet, fleet.held_active, "active")
+    return ConditionValue("Available", "False", Reason.REPLICAS_NOT_READY, _ready_counts(fleet) + held)
 
 
 def _ready(inputs: StatusInputs, placement_problems: Sequence[str], available: ConditionValue) -> ConditionValue:
