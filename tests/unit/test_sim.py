@@ -429,6 +429,8 @@ def test_history_pass_measures_only_the_second_copy(trace: Trace) -> None:
     once = engine.run(single, profile, Static(10, "x"), start_replicas=10, seed=1)
     twice = engine.run(doubled, profile, Static(10, "x"), start_replicas=10, seed=1, measure_from=measure_from)
     assert twice.requests == pytest.approx(once.requests, rel=0.02)
-    measured_hours = (doubled.bins * doubled.dt - measure_from) / 3600
+    # Billed from the measured copy's start to its last arrival (the tail after it is not billed).
+    measured_hours = (doubled.trace_seconds - measure_from) / 3600
     assert twice.usd == pytest.approx(10 * profile.usd_per_replica_hour * measured_hours, rel=1e-4)  # bin rounding
+    assert twice.usd == pytest.approx(once.usd, abs=10 * profile.usd_per_replica_hour / 3600)  # within a second
     assert twice.timeline["t"][0] == pytest.approx(0.0, abs=0.01)  # the measured span starts the timeline

@@ -37,7 +37,12 @@ with the activator buffering) also holds excess requests instead of refusing the
 The policy runs every ``policy.interval`` seconds on metrics per second
 (:mod:`neuronfleet.sim.metrics`); its targets go to the :class:`~neuronfleet.sim.fleet.Fleet`.
 Cost is node-seconds x the catalog's on-demand price (the schedule mode's replica-seconds for the
-instant oracle).
+instant oracle), billed over the span attainment is measured on: from ``measure_from`` to the
+second of the trace's last arrival (:attr:`~neuronfleet.sim.workload.Workload.trace_seconds`). The
+:data:`~neuronfleet.sim.workload.TAIL_SECONDS` after it are simulated, so that late requests'
+latency counts, but not billed: there the feasible oracle scales down and a static fleet cannot,
+which is no cost of serving the trace (on 20 minutes it put a static fleet holding the oracle's
+capacity at 1.09x the oracle).
 """
 
 from __future__ import annotations
@@ -712,7 +717,9 @@ def run(
 
     Only requests arriving from ``measure_from`` on (rounded up to a whole second), and cost from
     then on, are reported: the time before is a history pass that lets policies that learn from
-    history (the warm pool) start the measured span as they would in steady operation.
+    history (the warm pool) start the measured span as they would in steady operation. Cost stops
+    at the trace's end (``workload.trace_seconds``, module docstring); the simulation goes on
+    through the tail.
     """
     wall = time.perf_counter()
     cpu = time.process_time()
@@ -722,6 +729,7 @@ def run(
         getattr(policy, "max_ongoing_requests", None), getattr(policy, "router_queue_unbounded", False)
     )
     seconds = workload.seconds
+    end = min(seconds, workload.trace_seconds)
     rng = np.random.default_rng(seed)
     fleet = Fleet(profile, rng)
     timeline: dict[str, list[float]] = {k: [] for k in ("t", "serving", "active", "warm", "placeholders", "nodes")}
@@ -733,7 +741,7 @@ def run(
         bounds = [0, *changes.tolist(), min(seconds, len(schedule))]
         for a, b in itertools.pairwise(bounds):
             sim.serve(a, b, int(schedule[a]), False)
-        measured = np.asarray(schedule[first:seconds], dtype=np.float64)
+        measured = np.asarray(schedule[first:end], dtype=np.float64)
         replica_seconds = float(measured.sum())
         ts = np.arange(first, min(seconds, len(schedule)), int(sample_every))
         timeline["t"] = [float(t) for t in ts]
@@ -750,6 +758,7 @@ def run(
         next_tick = max(policy.interval, WARMUP_SECONDS)
         next_sample = float(first)
         base_node_seconds = base_pod_seconds = 0.0
+        billed: tuple[float, float] | None = None  # node- and pod-seconds at the trace's end
         cold_measured: tuple[int, int] = (-1, -1)
         cold_p90: tuple[float | None, float | None] = (None, None)
         pod_p90, node_p90 = _RunningP90(), _RunningP90()
@@ -760,6 +769,9 @@ def run(
                 fleet.account(now)
                 base_node_seconds, base_pod_seconds = fleet.node_seconds, fleet.pod_seconds
                 measuring = True
+            if billed is None and now >= end:
+                fleet.account(now)
+                billed = fleet.node_seconds, fleet.pod_seconds
             counts = fleet.counts(now)
             if now >= next_sample:
                 for key, value in (
@@ -772,7 +784,13 @@ def run(
                 ):
                     timeline[key].append(float(value))
                 next_sample = now + sample_every
-            until = min(next_tick, fleet.next_event(now), next_sample, first if not measuring else math.inf)
+            until = min(
+                next_tick,
+                fleet.next_event(now),
+                next_sample,
+                first if not measuring else math.inf,
+                end if billed is None else math.inf,
+            )
             stop = min(seconds, max(int(now) + 1, math.ceil(until - 1e-9)))
             sim.serve(int(now), stop, counts.serving, counts.starting_active > 0)
             now = float(stop)
@@ -795,9 +813,11 @@ def run(
                 if progress is not None and now >= next_progress:
                     progress(now / seconds)
                     next_progress = now + seconds / 100
-        fleet.account(float(seconds))
-        node_hours = (fleet.node_seconds - base_node_seconds) / 3600
-        pod_hours = (fleet.pod_seconds - base_pod_seconds) / 3600
+        if billed is None:
+            fleet.account(float(seconds))
+            billed = fleet.node_seconds, fleet.pod_seconds
+        node_hours = max(0.0, billed[0] - base_node_seconds) / 3600
+        pod_hours = max(0.0, billed[1] - base_pod_seconds) / 3600
 
     sim.finish()
     requests, rejected, within, cold_miss, p50, p99, worst, cdf = sim.totals()

@@ -1,6 +1,7 @@
 """Two clairvoyant oracles: the instant one (a lower bound, infeasible) and the feasible one.
 
-Both know every future arrival.
+Both know every future arrival. Like every policy, both are billed from the measured start to the
+trace's last arrival, not over the tail simulated after it (:mod:`neuronfleet.sim.engine`).
 
 **Instant oracle** (``oracle``, "lower bound (infeasible)"). Its schedule (replicas per second) is
 the least capacity whose queue never holds more than one latency budget of work: with ``L`` = SLO
@@ -139,7 +140,8 @@ def by_construction(
     """An oracle's result on a per-second workload, without simulating it (module docstring)."""
     first = math.ceil(measure_from - 1e-9)
     requests = float(workload.count_s[first:].sum())
-    replica_seconds = float(schedule[first : workload.seconds].sum())
+    # Billed up to the trace's end, as the engine bills every policy (not the tail after it).
+    replica_seconds = float(schedule[first : workload.trace_seconds].sum())
     node_hours = replica_seconds / 3600 / profile.replicas_per_node
     return engine.RunResult(
         policy=policy.name,
@@ -200,15 +202,19 @@ class FeasiblePlan:
     launches: int
 
 
-def feasible_plan(demand: IntArray, launch: float, start_nodes: int, first: int = 0) -> FeasiblePlan:
+def feasible_plan(
+    demand: IntArray, launch: float, start_nodes: int, first: int = 0, stop: int | None = None
+) -> FeasiblePlan:
     """Least-cost nodes meeting ``demand`` (nodes per second), level by level (module docstring).
 
     Each launch is billed from ``launch`` seconds before its run serves; ``start_nodes`` nodes are
-    running at t = 0; only billing from second ``first`` on counts. A run that serves sooner than
+    running at t = 0; only billing from second ``first`` on, and before second ``stop`` (the
+    trace's end; default: the demand's), counts. A run that serves sooner than
     ``launch`` after t = 0 could not have been launched within the replay: its node is taken as
     running at t = 0, billed from t = 0 without a launch, as a static fleet's nodes are.
     """
     seconds = len(demand)
+    until = float(seconds if stop is None else stop)
     delta = np.zeros(seconds + 1, dtype=np.int64)
     billed = 0.0
     launches = 0
@@ -228,7 +234,7 @@ def feasible_plan(demand: IntArray, launch: float, start_nodes: int, first: int 
             launched = 0.0 if already else a - launch
             launches += 0 if already else 1
             end = max(float(b), launched + (0.0 if already else MIN_BILLED_SECONDS))
-            billed += max(0.0, end - max(launched, float(first)))
+            billed += max(0.0, min(end, until) - max(launched, float(first)))
     serving = np.cumsum(delta[:-1])
     return FeasiblePlan(np.asarray(serving, dtype=np.int64), billed, launches)
 
@@ -245,7 +251,7 @@ def run_feasible(
     per_node = profile.replicas_per_node
     demand = -(-instant_schedule // per_node)
     first = math.ceil(measure_from - 1e-9)
-    plan = feasible_plan(demand, launch_seconds(profile), -(-start_replicas // per_node), first)
+    plan = feasible_plan(demand, launch_seconds(profile), -(-start_replicas // per_node), first, workload.trace_seconds)
     schedule = plan.serving * per_node
     policy = Oracle("oracle-feasible", f"clairvoyant, {launch_seconds(profile):.0f}s launches")
     if workload.materialized:

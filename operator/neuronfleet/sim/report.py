@@ -4,7 +4,8 @@ Per case: SLO attainment (share of all requests, rejected ones included, served 
 p50/p99/max latency of served requests, rejected requests, requests that missed the SLO while
 active replicas were cold-starting ("waited on a cold start"), replica-hours (pods holding the
 model: active, warm, starting, draining), chip-hours and dollars (nodes billed from launch to
-removal at the catalog's on-demand price), dollars per million requests, and cost relative to
+removal at the catalog's on-demand price; all three within the measured span, up to the trace's
+last arrival), dollars per million requests, and cost relative to
 the feasible clairvoyant oracle (the headline, ``cost_vs_feasible_oracle``) and to the instant one
 (``cost_vs_oracle``, a lower bound no fleet can reach). Each case names the arrivals model and its
 phase: ``tune`` (swept; with held-out scoring, on the tuning data) or ``score`` (a family's

@@ -31,6 +31,9 @@ seeded multinomial, generated block by block): exact for ``rate`` (Poisson withi
 and for ``superpose`` with whole-second offsets it is what a trace of 1 s resolution such as
 NASA's means by "spread within the second".
 
+A workload runs :data:`TAIL_SECONDS` past its last arrival so that queues drain and late requests
+are counted; :attr:`Workload.trace_seconds` marks where the arrivals end, and costs with them.
+
 LLM profiles materialize every scaled request, because each one's tokens set its own service and
 first-token times (superposed copies keep their tokens; ``rate`` draws each arrival's tokens from a
 seeded pick of the trace's requests).
@@ -58,7 +61,9 @@ ARRIVALS: tuple[Arrivals, ...] = ("superpose", "rate", "replicate")
 BIN_SECONDS = 0.01
 #: Fine bins per second.
 PER_SECOND = 100
-#: Simulated time after the last arrival, so queues drain and late requests are accounted.
+#: Simulated time after the last arrival, so queues drain and late requests are accounted. It is
+#: not billed (:attr:`Workload.trace_seconds`): what a fleet does once the traffic has ended is
+#: no cost of serving it.
 TAIL_SECONDS = 120.0
 #: Default window of the ``rate`` model.
 RATE_WINDOW_SECONDS = 60.0
@@ -88,6 +93,9 @@ class Workload:
     mean_service_seconds: float
     duration: float
     factor: float
+    #: Seconds ``[0, trace_seconds)`` hold every arrival: the span costs are billed over (the
+    #: :data:`TAIL_SECONDS` after it are simulated, so late requests count, but not billed).
+    trace_seconds: int
     arrivals: str = "replicate"
     seed: int = 0
     #: Fine-bin counts and work of the whole span (None: generated per block on demand).
@@ -312,8 +320,17 @@ def build(
     if arrivals != "replicate":
         span = max(1.0, math.ceil(trace.duration + 1e-9))
     seconds = math.ceil(span + TAIL_SECONDS)
+    # Arrivals fall before the span's end (superposed and rate ones wrap within it, a replicated
+    # copy lands in [t, t + jitter)), except a copy without jitter: at the end itself.
+    trace_seconds = math.floor(span) + 1 if arrivals == "replicate" and jitter == 0 else math.ceil(span)
     fine_ok = seconds * PER_SECOND <= MATERIALIZE_MAX_BINS if materialize is None else materialize
-    common = {"duration": span, "factor": factor, "arrivals": arrivals, "seed": seed}
+    common = {
+        "duration": span,
+        "factor": factor,
+        "trace_seconds": min(seconds, trace_seconds),
+        "arrivals": arrivals,
+        "seed": seed,
+    }
     if profile.kind == "batch":
         best = max(p.throughput_per_s for p in profile.efficient_batches())
         mean_latency = min(p.latency_ms for p in profile.efficient_batches()) / 1000.0
