@@ -97,7 +97,7 @@ def test_kubectl_sees_inf2_nodes(run_kubectl) -> None:  # type: ignore[no-untype
 @pytest.mark.parametrize(
     ("example", "expected"),
     [
-        ("cores-not-power-of-two.yaml", "spec.model.neuronCoresPerReplica"),
+        ("cores-beyond-a-node.yaml", "spec.model.neuronCoresPerReplica"),
         ("inverted-replica-bounds.yaml", "minReplicas must not exceed maxReplicas"),
         ("warm-pool-bounds.yaml", "warmPool.minPods must not exceed warmPool.maxPods"),
         # The API server's words, not a bare regular expression.

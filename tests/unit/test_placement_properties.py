@@ -16,8 +16,10 @@ from neuronfleet.planning.placement import (
 
 needs = st.builds(
     ReplicaNeeds,
-    neuron_cores=st.sampled_from([1, 2, 4, 8, 16]),
-    hbm_gib=st.one_of(st.none(), st.floats(1, 256)),
+    # Any count up to a whole inf2.48xlarge: the Neuron scheduler extension allocates any number of
+    # contiguous cores on the Inf2 chip ring, not only powers of two.
+    neuron_cores=st.integers(1, 24),
+    hbm_gib=st.one_of(st.none(), st.floats(1, 384)),
     cpu_millis=st.one_of(st.none(), st.integers(100, 200_000)),
     memory_mib=st.one_of(st.none(), st.integers(128, 800_000)),
 )

@@ -27,6 +27,13 @@ DEFAULT_IMAGE = "ghcr.io/neuronfleet/neuronserve:0.1.0"
 INSTANCE_TYPE_NAMES = ("inf2.xlarge", "inf2.8xlarge", "inf2.24xlarge", "inf2.48xlarge")
 InstanceTypeName = Literal["inf2.xlarge", "inf2.8xlarge", "inf2.24xlarge", "inf2.48xlarge"]
 
+#: HBM one NeuronCore-v2 addresses: an Inferentia2 chip has 32 GiB of HBM and 2 NeuronCores
+#: (Neuron docs ``inferentia2.html``, see shared FACTS.md); planning.catalog holds the per-chip figures.
+HBM_GIB_PER_NEURONCORE = 16
+#: Most NeuronCores one replica can request: a pod runs on one node, and inf2.48xlarge, the largest
+#: Inf2 type, has 24 (12 chips). planning.catalog's table must agree (a test checks it).
+MAX_NEURONCORES_PER_REPLICA = 24
+
 #: Kubernetes quantity strings that are not negative, e.g. "2", "500m", "4Gi", "1e9": apimachinery's
 #: grammar (a number, then a binary SI suffix, a decimal SI suffix or a decimal exponent). Group 1
 #: is the number, group 2 the suffix; planning reads quantities with this same pattern.
@@ -110,12 +117,6 @@ class ModelSpec(ApiModel):
     model_config = ConfigDict(
         json_schema_extra=rules(
             cel(
-                "self.neuronCoresPerReplica in [1, 2, 4, 8, 16]",
-                "neuronCoresPerReplica must be a power of two (1, 2, 4, 8 or 16): the Neuron scheduler "
-                "allocates contiguous cores on the chip ring",
-                ".neuronCoresPerReplica",
-            ),
-            cel(
                 "self.format == 'torchscript' || (self.inputs.map(i, i.name) == ['input_ids', 'attention_mask'] "
                 "&& self.inputs.all(i, i.dtype == 'int64'))",
                 "inputs are for torchscript sources: a huggingface source is compiled and served with "
@@ -123,9 +124,10 @@ class ModelSpec(ApiModel):
                 ".inputs",
             ),
             cel(
-                "!has(self.hbmGiB) || self.hbmGiB <= double(self.neuronCoresPerReplica * 16)",
-                "hbmGiB exceeds what neuronCoresPerReplica cores address: each NeuronCore-v2 has "
-                "16 GiB of its chip's 32 GiB HBM",
+                f"!has(self.hbmGiB) || self.hbmGiB <= double(self.neuronCoresPerReplica * {HBM_GIB_PER_NEURONCORE})",
+                f"hbmGiB exceeds what neuronCoresPerReplica cores address: each NeuronCore-v2 has "
+                f"{HBM_GIB_PER_NEURONCORE} GiB of its chip's 32 GiB HBM; request more cores (at most "
+                f"{MAX_NEURONCORES_PER_REPLICA}, {MAX_NEURONCORES_PER_REPLICA * HBM_GIB_PER_NEURONCORE} GiB)",
                 ".hbmGiB",
             ),
         )
@@ -184,17 +186,25 @@ class ModelSpec(ApiModel):
     neuron_cores_per_replica: int = Field(
         default=2,
         ge=1,
-        le=16,
-        description="NeuronCores each replica requests (aws.amazon.com/neuroncore); a power of two. "
-        "An Inferentia2 chip has 2 NeuronCores and 32 GiB HBM.",
+        le=MAX_NEURONCORES_PER_REPLICA,
+        description=f"NeuronCores each replica requests (aws.amazon.com/neuroncore), 1 to "
+        f"{MAX_NEURONCORES_PER_REPLICA}: a replica runs on one node, and inf2.48xlarge, the largest Inf2 "
+        "type, has 24 (12 Inferentia2 chips of 2 NeuronCores and 32 GiB HBM each). Any count in that "
+        "range is schedulable, not only powers of two: Inf2 chips form a ring, on which the Neuron "
+        "scheduler extension allocates any number of contiguous cores (it is needed when a replica "
+        "takes more than one core but not a whole node). 12 is a whole inf2.24xlarge and 24 a whole "
+        "inf2.48xlarge (tensor parallelism over the node); a count that does not divide a node's "
+        "cores leaves the rest idle.",
     )
     hbm_gib: float | None = Field(
         alias="hbmGiB",
         default=None,
         gt=0,
-        le=384,
-        description="Device memory (HBM) the compiled model needs per replica, in GiB. Used to check "
-        "placement; unset means it fits the requested cores.",
+        le=MAX_NEURONCORES_PER_REPLICA * HBM_GIB_PER_NEURONCORE,
+        description=f"Device memory (HBM) the compiled model needs per replica, in GiB; at most "
+        f"{HBM_GIB_PER_NEURONCORE} per requested NeuronCore (each has half of its chip's 32 GiB), so "
+        f"{MAX_NEURONCORES_PER_REPLICA * HBM_GIB_PER_NEURONCORE} with {MAX_NEURONCORES_PER_REPLICA} cores. "
+        "Used to check placement; unset means it fits the requested cores.",
     )
 
 

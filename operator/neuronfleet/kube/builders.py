@@ -15,7 +15,7 @@ Design notes (the *why* of the pod):
 
 - Resources: ``aws.amazon.com/neuroncore`` (single NeuronCores), not ``aws.amazon.com/neuron``
   (whole chips of 2 cores). Core granularity lets 1-core models pack two per chip and lets
-  power-of-two multi-core replicas share a node exactly as placement computed; the Neuron docs
+  like-sized multi-core replicas share a node exactly as placement computed; the Neuron docs
   advise against mixing both resources on one node, and Karpenter models both, so one kind is
   used throughout (the placeholders request the same). Extended resources need requests equal
   to limits. CPU and memory are the replica's share of the instance (placement); memory limit

@@ -74,7 +74,3 @@ def instance_type(name: str) -> InstanceType:
     except KeyError:
         known = ", ".join(INF2_INSTANCE_TYPES)
         raise KeyError(f"unknown instance type {name!r}; known Inf2 types: {known}") from None
-
-
-def is_power_of_two(n: int) -> bool:
-    return n > 0 and (n & (n - 1)) == 0

@@ -6,8 +6,13 @@ allowed type and picks the one with the lowest cost for the desired replica coun
 
 How a node is shared (figures from :mod:`neuronfleet.planning.catalog`):
 
-- NeuronCores: requests are powers of two and the Neuron scheduler extension allocates them
-  contiguously on the chip ring, so like-sized replicas pack as ``node_cores // cores``.
+- NeuronCores: any count from 1 to a node's cores. Inf2 chips form a ring, and the Neuron
+  scheduler extension allocates any number of contiguous cores on it: on Inf1/Inf2 it puts no
+  restriction on the count, where Trn1's torus takes 1, 4, 8 or 16 devices (Neuron docs,
+  ``deploy/infrastructure/scheduler.html`` and ``containers/tutorials/k8s-neuron-scheduler.html``:
+  3 devices get 0,1,2, never 0,2,4). So like-sized replicas pack as ``node_cores // cores``: a
+  12-core replica (tensor parallelism over a whole inf2.24xlarge) goes 1 per inf2.24xlarge and 2
+  per inf2.48xlarge; 24 cores take a whole inf2.48xlarge.
 - HBM: each NeuronCore-v2 addresses 16 GiB (half its chip's 32 GiB). A replica whose ``hbmGiB``
   exceeds what its cores address does not fit anywhere; otherwise ``node_hbm // hbm``.
 - Host CPU and memory: what is left of the node's *allocatable* (kubelet and system reservations
@@ -41,11 +46,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
 
-from neuronfleet.api.v1alpha1 import QUANTITY_PATTERN, InferenceDeploymentSpec
-from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES, InstanceType, is_power_of_two
-
-#: HBM a NeuronCore-v2 addresses: half of its chip's 32 GiB.
-HBM_GIB_PER_NEURONCORE = 16
+# HBM_GIB_PER_NEURONCORE (16: half of its chip's 32 GiB) is the API's figure, re-exported for planning.
+from neuronfleet.api.v1alpha1 import HBM_GIB_PER_NEURONCORE as HBM_GIB_PER_NEURONCORE
+from neuronfleet.api.v1alpha1 import MAX_NEURONCORES_PER_REPLICA, QUANTITY_PATTERN, InferenceDeploymentSpec
+from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES, InstanceType
 
 #: Costs closer than this fraction are a tie (2 x 24xlarge and 1 x 48xlarge differ by $0.00001/h).
 COST_TIE_TOLERANCE = 0.001
@@ -263,16 +267,19 @@ def score(
 
 def _needs_problems(needs: ReplicaNeeds) -> list[str]:
     problems: list[str] = []
-    if not is_power_of_two(needs.neuron_cores):
-        problems.append(
-            f"spec.model.neuronCoresPerReplica: {needs.neuron_cores} is not a power of two; the Neuron "
-            "scheduler allocates contiguous 1, 2, 4, 8 or 16 cores"
-        )
     addressable = needs.neuron_cores * HBM_GIB_PER_NEURONCORE
     if needs.hbm_gib is not None and needs.hbm_gib > addressable:
+        # Advise only what the schema lets one request: more than a node's cores is no remedy.
+        enough = math.ceil(needs.hbm_gib / HBM_GIB_PER_NEURONCORE)
+        remedy = (
+            f"request at least {enough} cores (spec.model.neuronCoresPerReplica)"
+            if enough <= MAX_NEURONCORES_PER_REPLICA
+            else f"no replica addresses more than {MAX_NEURONCORES_PER_REPLICA * HBM_GIB_PER_NEURONCORE} GiB "
+            f"({MAX_NEURONCORES_PER_REPLICA} cores, a whole inf2.48xlarge)"
+        )
         problems.append(
             f"spec.model.hbmGiB: {needs.hbm_gib:g} GiB exceeds the {addressable} GiB that "
-            f"{needs.neuron_cores} NeuronCore(s) address (16 GiB each); request more cores"
+            f"{needs.neuron_cores} NeuronCore(s) address ({HBM_GIB_PER_NEURONCORE} GiB each); {remedy}"
         )
     return problems
 
