@@ -96,7 +96,9 @@ async def test_a_scalar_a_vector_an_infinity_a_matrix_and_a_string_become_number
     assert snapshot is not None, reason
     assert (snapshot.queue_depth, snapshot.in_flight) == (12.0, 7.0)
     assert snapshot.arrival_rate is None and snapshot.utilization is None and snapshot.arrival_peak is None
-    assert reason == "signals missing: utilization"
+    # Every configured signal that came back empty is named: the arrival rate too (the autoscaler's
+    # primary signal once the service rate is known), or the status read "metrics read" without it.
+    assert reason == "signals missing: arrival_rate, utilization, arrival_peak"
     assert snapshot.time == NOW - 20  # dated by the samples, not by the queries' evaluation
 
 

@@ -296,6 +296,29 @@ def test_arrival_rate_drives_replicas_once_the_service_rate_is_known() -> None:
     assert decision.recommendation == 10
 
 
+def test_a_missing_arrival_rate_once_measured_is_a_missing_signal_not_the_load_fallback() -> None:
+    # 10 replicas seen to serve 50/s each serve 250/s; under batching 16 requests run per replica and
+    # the devices read 65 % busy. One scrape gap (rate()[1m] with fewer than two samples) left the
+    # arrival rate out, and the in-flight (160 / 8 = 20) and busy-ratio signals, which the rule drops
+    # once the service rate is known, doubled the fleet in panic.
+    s = spec(targetQueueDepth=8, panicWindowSeconds=6)
+    state = replace(steady(s, 400, 0.8, 10), measured_since=0.0)
+    assert state.service_rate == 50
+    gap = MetricSnapshot(time=45, queue_depth=10, in_flight=160, arrival_rate=None, utilization=0.65)
+    decision = decide(s, state, gap, 10, 10, 45)
+    assert (decision.desired, decision.panic, decision.signals) == (10, False, {})
+    assert "metrics missing (arrival_rate): holding 10" in decision.reason
+    # The signals left may grow the fleet (a burst in the queue), never shrink it, and the reason says so.
+    burst = replace(gap, queue_depth=200)
+    grown = decide(s, state, burst, 10, 10, 45)
+    assert set(grown.signals) == {"burst"} and grown.desired > 10
+    assert "arrival_rate missing" in grown.reason
+    quiet = MetricSnapshot(time=45, queue_depth=0, in_flight=1, arrival_rate=None, utilization=0.1, arrival_peak=50)
+    held = decide(s, state, quiet, 10, 10, 45)
+    assert held.signals == {"peak": pytest.approx(50 / (50 * 1.1))}
+    assert held.desired == 10 and "no scale-down: arrival_rate missing" in held.reason
+
+
 def test_dynamic_batching_busy_device_at_low_load_does_not_scale_up() -> None:
     # 10 replicas were seen to serve 1125/s each (9000/s at 80 % busy). At 6000/s with small batches
     # the devices are 90 % busy, yet the demand needs 6000 / (1125 x 0.8) = 6.67 -> 7 replicas, not the

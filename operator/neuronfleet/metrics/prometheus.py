@@ -150,9 +150,10 @@ class PrometheusMetrics:
         timeout = dep.spec.scaling.metrics.timeout_seconds
         namespace = dep.metadata.namespace or "default"
         sample_query = render(dep.spec.scaling.metrics.sample_time, namespace, dep.name).strip()
+        queries = queries_for(dep)
         try:
             results, refused = await asyncio.wait_for(
-                asyncio.to_thread(self._query_all, url, queries_for(dep), timeout), timeout=timeout * len(SIGNALS) + 1
+                asyncio.to_thread(self._query_all, url, queries, timeout), timeout=timeout * len(SIGNALS) + 1
             )
             sampled = (
                 await asyncio.wait_for(asyncio.to_thread(self._sample_time, url, sample_query, timeout), timeout + 1)
@@ -179,6 +180,9 @@ class PrometheusMetrics:
             stamps.append(sampled)
         values = {signal: results[signal].value if signal in results else None for signal in SIGNALS}
         snapshot = MetricSnapshot(time=min(stamps) if stamps else now, **values)
-        missing = snapshot.missing()
+        # Every configured signal that came back empty or refused (the arrival rate too: the
+        # autoscaler's primary signal once it knows the service rate), not only those a scale-down
+        # needs before that.
+        missing = [signal for signal in SIGNALS if signal in queries and getattr(snapshot, signal) is None]
         reason = f"signals missing: {', '.join(missing)}" if missing else "metrics read"
         return snapshot, f"{reason}; {refusals}" if refusals else reason

@@ -31,12 +31,15 @@ The rule, in order:
      most ``panic_threshold x ready`` (a bounded queue saturates, so beyond that a reading says
      "overloaded", not "by how much"; relative to the ready count, pods still cold-starting do not
      make it compound), and utilization ``utilization * ready / target_utilization``. Neither is used
-     afterwards: under dynamic batching in-flight requests grow with the batch size and the
-     device-busy ratio stays high at low load, so both overstate the replicas a demand needs.
+     afterwards, not even when the arrival rate is missing (rule 2): under dynamic batching
+     in-flight requests grow with the batch size and the device-busy ratio stays high at low load,
+     so both overstate the replicas a demand needs.
    The recommendation is their maximum. Within ``tolerance`` of the current count it is the
    current count (HPA's tolerance); otherwise it is rounded up.
 2. Missing or stale signals (see :mod:`neuronfleet.planning.signals`): with none left the fleet
-   holds; with some missing the recommendation may grow the fleet but never shrink it.
+   holds; with some missing the recommendation may grow the fleet but never shrink it, and the
+   reason names them. Once the service rate is known the arrival rate is one of the signals a
+   scale-down needs (``rate()`` over a window holding fewer than two scrapes returns nothing).
 3. Panic mode (Knative's idea, on our signals): when the recommendation reaches
    ``panic_threshold`` times the ready replicas, scaling up skips the scale-up stabilization and
    rate limits, and nothing scales down until the condition has been false for one scale-down
@@ -212,12 +215,17 @@ def _clamp(value: int, low: int, high: int) -> int:
 def _signals(spec: ScalingSpec, snapshot: MetricSnapshot, ready: int, service_rate: float | None) -> dict[str, float]:
     signals: dict[str, float] = {}
     cap = spec.panic_threshold * max(ready, 1)
-    if snapshot.arrival_rate is not None and service_rate:
-        # Arrivals over what a replica has been seen to serve: linear in the demand, unlike the
-        # device-busy ratio (small batches at low load keep it high) and in-flight counts (a larger
-        # batch holds more requests at once).
+    if service_rate:
         per_replica = service_rate * spec.target_utilization
-        signals["rate"] = snapshot.arrival_rate / per_replica
+        if snapshot.arrival_rate is not None:
+            # Arrivals over what a replica has been seen to serve: linear in the demand, unlike the
+            # device-busy ratio (small batches at low load keep it high) and in-flight counts (a
+            # larger batch holds more requests at once).
+            signals["rate"] = snapshot.arrival_rate / per_replica
+        # Without an arrival rate (a scrape gap: rate() needs two samples in its window) the rate
+        # signal is missing, not replaced: the in-flight and busy-ratio signals below overstate the
+        # demand under batching (one such tick once doubled a fleet in panic). The signals left
+        # decide, and a missing one never lets the fleet shrink (see decide()).
         if snapshot.arrival_peak is not None:
             # Clients acting together send bursts within the minute the rate averages over; the
             # busiest second must fit too (a 50 ms SLO cannot queue a second's excess).
@@ -382,7 +390,9 @@ def decide(
     if snapshot is None:
         snapshot = MetricSnapshot(time=now)
     snapshot = snapshot.without_stale(now, spec.metrics.stale_after_seconds)
-    missing = snapshot.missing()
+    # Once the service rate is known the arrival rate is the primary signal: without it the fleet
+    # may grow on the signals left, never shrink.
+    missing = snapshot.missing(measured=bool(state.service_rate))
     # The rate signal uses the estimate from earlier snapshots: this snapshot's own arrival rate and
     # utilization would only restate the utilization signal.
     signals = _signals(spec, snapshot, ready, state.service_rate)
@@ -459,6 +469,9 @@ def decide(
     if missing and recommendation < current:
         recommendation = current
         notes.append(f"no scale-down: {', '.join(missing)} missing")
+    elif missing:
+        # Said even when it changes nothing: ScalingActive must not read as if every signal was there.
+        notes.append(f"{', '.join(missing)} missing")
 
     # Panic mode.
     panic_since, panic_last = state.panic_since, state.panic_last_triggered

@@ -25,6 +25,8 @@ PEAK_MIN_REQUESTS = 400
 
 #: The snapshot's signals, each read by one query (``scaling.metrics``, same names in camelCase).
 SIGNALS = ("queue_depth", "in_flight", "arrival_rate", "utilization", "arrival_peak")
+#: The signals a scale-down needs before a replica's service rate is measured.
+NEEDED_UNMEASURED = ("queue_depth", "in_flight", "utilization")
 
 
 @dataclass(frozen=True)
@@ -64,9 +66,16 @@ class MetricSnapshot:
             return None
         return self.queue_depth + self.in_flight
 
-    def missing(self) -> tuple[str, ...]:
-        """Names of the signals a scale-down needs that are absent (arrival rate is optional)."""
-        return tuple(name for name in ("queue_depth", "in_flight", "utilization") if getattr(self, name) is None)
+    def missing(self, measured: bool = False) -> tuple[str, ...]:
+        """Names of the signals a scale-down needs that are absent.
+
+        ``measured``: the autoscaler knows a replica's service rate, so the arrival rate is its primary
+        signal and needed too; before that it is optional (the in-flight and busy-ratio signals size
+        the fleet until the service rate is measured, and not after: see
+        :mod:`neuronfleet.planning.scaling`).
+        """
+        names = ("arrival_rate", "queue_depth", "in_flight", "utilization") if measured else NEEDED_UNMEASURED
+        return tuple(name for name in names if getattr(self, name) is None)
 
     def age(self, now: float) -> float:
         """Seconds between the samples and ``now``."""
