@@ -503,7 +503,10 @@ class MetricQueries(ApiModel):
     )
     arrival_rate: str = Field(
         default='sum(rate(neuronserve_requests_total{namespace="$namespace",deployment="$name"}[1m]))',
-        description="Requests per second arriving at the deployment.",
+        description="Requests per second arriving at the deployment: the autoscaler's primary signal once "
+        "a replica's service rate is measured (then a snapshot without it lets the fleet grow, never "
+        "shrink). rate() needs two samples in its window, so the window must cover at least about 4 "
+        "scrape intervals: [1m] fits a 15 s scrape (the chart's PodMonitor); use [2m] for 30 s, [4m] for 60 s.",
     )
     arrival_peak: str = Field(
         default='sum(neuronserve_arrivals_peak_per_second{namespace="$namespace",deployment="$name"})',
