@@ -109,10 +109,67 @@ def test_tune_fraction_leaving_no_second_to_tune_on_says_so(tmp_path: Path, caps
     assert "leaves no whole second to tune on" in err  # was: "no arrivals in the span 0--1e-09 s"
 
 
+CONV = Path(__file__).resolve().parents[2] / "operator" / "neuronfleet" / "data" / "azure-llm-2023-conv.csv"
+
+
+@pytest.fixture
+def no_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if a simulation starts: a split too short to score is refused first."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a simulation ran")
+
+    monkeypatch.setattr(runner, "run_oracles", refuse)
+
+
+@pytest.mark.usefixtures("no_simulation")
+def test_a_tune_fraction_leaving_a_moment_to_score_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A reviewer's: 10 minutes of the conv trace, 0.999 tuned on, left under a second (7 requests)
+    # to score on, and the table presented that as a result.
+    args = ["--trace", str(CONV), "--duration", "600", "--tune-fraction", "0.999", "--out", str(tmp_path / "o")]
+    assert run_cli(args) == 2
+    err = capsys.readouterr().err
+    assert "--tune-fraction 0.999 of a 599.971 s trace leaves 0.971 s and 7 trace requests to score on" in err
+    assert "at least one cold start of bert-base (451 s)" in err
+    assert "at least 100 trace requests" in err
+
+
+@pytest.mark.parametrize(
+    ("seconds", "rate", "profile", "left"),
+    [
+        (800, 3.0, "bert-base", "leaves 400 s and"),  # many requests, shorter than a cold start (451 s)
+        (1000, 0.1, "bert-base", "leaves 488 s and 38 trace requests"),  # long enough, too few requests
+        (1000, 3.0, "llama-2-7b", "leaves 500 s and"),  # enough for bert-base, not llama's 553 s cold start
+    ],
+)
+@pytest.mark.usefixtures("no_simulation")
+def test_a_scored_half_shorter_than_a_cold_start_or_with_few_requests_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], seconds: int, rate: float, profile: str, left: str
+) -> None:
+    csv = write_trace(tmp_path / "t.csv", seconds=seconds, rate=rate)
+    args = ["--trace", str(csv), "--tune-fraction", "0.5", "--profile", profile, "--out", str(tmp_path / "o")]
+    assert run_cli(args) == 2
+    err = capsys.readouterr().err
+    assert left in err and f"one cold start of {profile}" in err
+
+
+@pytest.mark.usefixtures("no_simulation")
+def test_a_score_on_trace_too_short_to_score_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tune = write_trace(tmp_path / "tune.csv", seconds=1000)
+    score = write_trace(tmp_path / "score.csv", seconds=1000)
+    args = ["--tune-on", str(tune), "--score-on", str(score), "--out", str(tmp_path / "o")]
+    assert run_cli([*args, "--duration", "300"]) == 2
+    err = capsys.readouterr().err
+    assert f"--score-on {score} leaves 300 s and" in err
+    assert "score on a longer trace or a longer --duration" in err
+
+
 def test_phase_requests_count_the_measured_span_only(tmp_path: Path) -> None:
     # The score phase's workload is the whole trace (the tuning part is its history) and a history
     # pass doubles the tuning one: "requests" of a phase must be what its cases were measured on.
-    csv = write_trace(tmp_path / "t.csv", seconds=120)
+    csv = write_trace(tmp_path / "t.csv", seconds=1000)  # a scored half longer than a cold start
     out = tmp_path / "out"
     args = ["--trace", str(csv), "--peak-replicas", "4", "--policies", "static", "--no-sweep", "--no-plots"]
     assert run_cli([*args, "--tune-fraction", "0.5", "--history-pass", "--jobs", "1", "--out", str(out)]) == 0
@@ -139,7 +196,7 @@ def test_held_out_latency_cdf_says_it_shows_the_scored_phase(tmp_path: Path, mon
 
     monkeypatch.setattr(report, "plot_cdf", record_cdf)
     monkeypatch.setattr(report, "plot_timeline", lambda *args, **kwargs: None)
-    csv = write_trace(tmp_path / "t.csv", seconds=60)
+    csv = write_trace(tmp_path / "t.csv", seconds=1000)  # a scored half longer than a cold start
     args = ["--trace", str(csv), "--peak-replicas", "3", "--policies", "static", "--no-sweep", "--jobs", "1"]
     assert run_cli([*args, "--out", str(tmp_path / "a")]) == 0
     assert run_cli([*args, "--tune-fraction", "0.5", "--out", str(tmp_path / "b")]) == 0

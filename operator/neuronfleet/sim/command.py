@@ -25,6 +25,7 @@ from neuronfleet.api.crd import openapi_schema
 from neuronfleet.api.v1alpha1 import API_VERSION, KIND
 from neuronfleet.api.validation import not_utf8_message, validate_manifest, yaml_error_message
 from neuronfleet.sim import report, runner
+from neuronfleet.sim.oracle import launch_seconds
 from neuronfleet.sim.policies import crd_max_replicas
 from neuronfleet.sim.profiles import BUILTIN, Profile, ProfileError, dump_profile, load_profile
 from neuronfleet.sim.trace import MAX_SPAN_SECONDS, Trace, TraceError, load, with_history_pass
@@ -65,7 +66,8 @@ cold start and pays replica-seconds: a lower bound no fleet can reach.
 Held-out scoring: --tune-fraction F sweeps every family (static included) on the first F of the
 trace, picks each one's cheapest setting reaching the SLO target, and reports that setting on the
 rest (replayed after the tuning part, which serves as history); --tune-on A --score-on B tunes on
-trace A and scores on trace B. Cases carry "phase": "tune" or "score"; per family the JSON says
+trace A and scores on trace B. A scored span must last one cold start of the profile and hold 100
+trace requests. Cases carry "phase": "tune" or "score"; per family the JSON says
 whether cost and attainment moved monotonically with its target.
 """
 
@@ -126,7 +128,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--tune-fraction",
         type=float,
         metavar="F",
-        help="held-out scoring: tune on the first F of the trace, score on the rest",
+        help="held-out scoring: tune on the first F of the trace, score on the rest (which must last one cold "
+        "start of the profile and hold 100 trace requests)",
     )
     held.add_argument("--tune-on", metavar="CSV", help="held-out scoring: tune on this trace (with --score-on)")
     p.add_argument("--score-on", metavar="CSV", help="held-out scoring: report the chosen settings on this trace")
@@ -489,6 +492,31 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         if args.duration is not None:
             score_trace = _truncated(score_trace, args.duration)
     profiles = [load_profile(name) for name in (args.profile or ["bert-base"])]
+    split = 0
+    if args.tune_fraction:
+        split = math.floor(trace.duration * args.tune_fraction)
+        if split < 1:
+            raise UsageError(
+                f"--tune-fraction {args.tune_fraction:g} of a {trace.duration:g} s trace leaves no whole "
+                "second to tune on; use a larger fraction or a longer trace"
+            )
+        for profile in profiles:
+            _check_scored_span(
+                f"--tune-fraction {args.tune_fraction:g} of a {trace.duration:g} s trace",
+                trace.duration - split,
+                int((trace.arrivals >= split).sum()),
+                profile,
+                "use a smaller fraction or a longer trace",
+            )
+    if score_trace is not None:
+        for profile in profiles:
+            _check_scored_span(
+                f"--score-on {score_trace.source}",
+                score_trace.duration,
+                len(score_trace),
+                profile,
+                "score on a longer trace" + (" or a longer --duration" if args.duration is not None else ""),
+            )
 
     # Public traces carry attributions: they go with every report made from them.
     attributions = [a for a in dict.fromkeys(report.attribution(t.source) for t in (trace, score_trace) if t) if a]
@@ -517,15 +545,7 @@ def _main(args: argparse.Namespace, console: Console) -> int:
             f"{len(trace):,} trace requests x {factor:.4g}, "
             f"arrivals {args.arrivals}, SLO {profile.slo_ms:g} ms"
         )
-        tune_trace = trace
-        if args.tune_fraction:
-            split = math.floor(trace.duration * args.tune_fraction)
-            if split < 1:
-                raise UsageError(
-                    f"--tune-fraction {args.tune_fraction:g} of a {trace.duration:g} s trace leaves no whole "
-                    "second to tune on; use a larger fraction or a longer trace"
-                )
-            tune_trace = _truncated(trace, split - 1e-9)
+        tune_trace = _truncated(trace, split - 1e-9) if args.tune_fraction else trace
         tune = _phase(
             "tune",
             "tuning" if score_trace or args.tune_fraction else "",
@@ -588,6 +608,26 @@ def _main(args: argparse.Namespace, console: Console) -> int:
     for text in attributions:
         console.print(f"[dim]{escape(text)}[/dim]")
     return 0
+
+
+#: Trace requests a scored span must hold: with fewer than 100, one trace request (and the copies
+#: the arrivals model makes of it) is more than 1 % of the span, the whole margin of the default
+#: 99 % SLO target, so the verdict would rest on single requests.
+MIN_SCORED_REQUESTS = 100
+
+
+def _check_scored_span(what: str, seconds: float, requests: int, profile: Profile, remedy: str) -> None:
+    """UsageError if a held-out span is too short to score: shorter than one of ``profile``'s cold
+    starts (no scale-up decided within it serves in it: only the starting fleet would be measured)
+    or with fewer than :data:`MIN_SCORED_REQUESTS` trace requests."""
+    cold_start = launch_seconds(profile)
+    if seconds >= cold_start and requests >= MIN_SCORED_REQUESTS:
+        return
+    raise UsageError(
+        f"{what} leaves {seconds:.3g} s and {requests:,} trace request{'s' if requests != 1 else ''} to score "
+        f"on; a scored span must last at least one cold start of {profile.name} ({cold_start:.0f} s) and hold "
+        f"at least {MIN_SCORED_REQUESTS} trace requests: {remedy}"
+    )
 
 
 def _measured_requests(phase: Phase) -> float:
