@@ -10,6 +10,7 @@ from kubernetes_asyncio import client as k8s
 from operator_harness import OperatorHarness, example, ready
 
 from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION
+from neuronfleet.planning.status import KEPT_PLACEMENT_NOTE
 
 NS = "status"
 
@@ -35,9 +36,12 @@ def manual(name: str, replicas: int = 1, **overrides: Any) -> dict[str, Any]:
     return manifest
 
 
-async def test_a_spec_that_becomes_unservable_drops_its_placement(harness: OperatorHarness) -> None:
-    """Regression: status.placement said inf2.xlarge after the spec stopped fitting any allowed type;
-    and the counts (and /scale) read 0 while the pods of the last valid spec served."""
+async def test_a_spec_that_becomes_unservable_keeps_the_placement_of_the_pods_that_serve(
+    harness: OperatorHarness,
+) -> None:
+    """Regression: the counts (and /scale) read 0 while the pods of the last valid spec served; then
+    status.placement left the object (and with it the sticky instance type) while they still ran
+    there. It stays, saying it is the last valid spec's."""
     manifest = harness.localize(manual("stale"), namespace=NS)
     harness.precompile(manifest)
     await harness.apply(manifest)
@@ -58,7 +62,8 @@ async def test_a_spec_that_becomes_unservable_drops_its_placement(harness: Opera
         what="Scheduled=False NoInstanceTypeFits",
     )
     status = harness.deployment(NS, "stale")["status"]
-    assert "placement" not in status, status.get("placement")
+    assert status["placement"]["instanceType"] == "inf2.xlarge"
+    assert status["placement"]["reason"].startswith(KEPT_PLACEMENT_NOTE), status["placement"]
     # The pods of the last valid spec are left as they were, and still counted: they serve.
     serving = [p for p in harness.pods(NS, "stale", "active") if ready(p)]
     assert len(serving) == 1
@@ -70,6 +75,13 @@ async def test_a_spec_that_becomes_unservable_drops_its_placement(harness: Opera
     custom = k8s.CustomObjectsApi(await harness.api())
     scale = await custom.get_namespaced_custom_object_scale(GROUP, VERSION, NS, PLURAL, "stale")
     assert scale["status"]["replicas"] == 1
+
+    # Fixed: placed afresh, on the same type, the same pod serving on.
+    await harness.patch_spec(NS, "stale", {"model": {"neuronCoresPerReplica": 1}})
+    await harness.wait(lambda: harness.condition(NS, "stale", "Ready").get("status") == "True", timeout=60)
+    placement = harness.deployment(NS, "stale")["status"]["placement"]
+    assert placement["instanceType"] == "inf2.xlarge" and not placement["reason"].startswith(KEPT_PLACEMENT_NOTE)
+    assert [p["metadata"]["uid"] for p in harness.pods(NS, "stale", "active")] == [serving[0]["metadata"]["uid"]]
 
 
 def resource_version(harness: OperatorHarness, name: str) -> str:

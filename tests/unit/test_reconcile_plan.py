@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,6 +22,7 @@ from neuronfleet.planning.observation import (
     corrupt_annotations,
     seen_status,
 )
+from neuronfleet.planning.placement import Candidate
 from neuronfleet.planning.reasons import Reason
 from neuronfleet.planning.reconcile_plan import (
     DeleteCompileJob,
@@ -29,7 +32,7 @@ from neuronfleet.planning.reconcile_plan import (
     status_events,
 )
 from neuronfleet.planning.signals import MetricSnapshot
-from neuronfleet.planning.status import status_patch
+from neuronfleet.planning.status import KEPT_PLACEMENT_NOTE, status_patch
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -51,8 +54,23 @@ def compiled(dep: InferenceDeployment, **changes: Any) -> CompileObservation:
     return replace(CompileObservation(request, stored, job_name="job-now"), **changes)
 
 
-def plan(dep: InferenceDeployment, observation: Observation, memory: DeploymentMemory, status: dict[str, Any]) -> Any:
-    return plan_reconcile(dep, observation, memory, StatusMemory.from_status(status), FleetPolicy(), lambda c: "t" * 10)
+def one_template(candidate: Candidate) -> str:
+    return "t" * 10
+
+
+def template_per_type(candidate: Candidate) -> str:
+    """As the operator's: the pod template follows the placement (its instance-type affinity)."""
+    return hashlib.sha256(candidate.name.encode()).hexdigest()[:10]
+
+
+def plan(
+    dep: InferenceDeployment,
+    observation: Observation,
+    memory: DeploymentMemory,
+    status: dict[str, Any],
+    template_of: Callable[[Candidate], str] = one_template,
+) -> Any:
+    return plan_reconcile(dep, observation, memory, StatusMemory.from_status(status), FleetPolicy(), template_of)
 
 
 def test_a_new_deployment_creates_its_pods_and_scales_once_then_holds_still() -> None:
@@ -256,14 +274,19 @@ def condition_of(status: dict[str, Any], kind: str) -> dict[str, Any]:
 
 
 def rounds(
-    dep: InferenceDeployment, compile: CompileObservation, pods: tuple[Any, ...], memory: Any, status: dict[str, Any]
+    dep: InferenceDeployment,
+    compile: CompileObservation,
+    pods: tuple[Any, ...],
+    memory: Any,
+    status: dict[str, Any],
+    template_of: Callable[[Candidate], str] = one_template,
 ) -> tuple[Any, tuple[Any, ...], list[dict[str, Any]]]:
     """Plan and apply until nothing is left to do; every pod made becomes ready, drained pods empty."""
     statuses, result = [], None
     now = T0
     for _ in range(12):
         now += timedelta(seconds=10)
-        result = plan(dep, Observation(now, pods=pods, compile=compile), memory, status)
+        result = plan(dep, Observation(now, pods=pods, compile=compile), memory, status, template_of)
         memory, status = result.memory, result.status
         statuses.append(status)
         if not result.actions:
@@ -350,7 +373,44 @@ def test_a_spec_that_fits_no_instance_type_still_counts_the_pods_that_serve() ->
         "ReplicasReady",
         "2/2 active replicas ready",
     )
-    assert "placement" not in status  # no instance type holds the spec: none is claimed
+    # The pods that serve still run where they were placed: said, and remembered (sticky type).
+    kept = status["placement"]
+    assert kept == {**steady.status["placement"], "reason": KEPT_PLACEMENT_NOTE + steady.status["placement"]["reason"]}
+    again = plan(unfit, Observation(T0 + timedelta(minutes=6), pods=pods), result.memory, status)
+    assert status_patch(status, again.status) is None  # said once, not prefixed again every round
+
+
+def test_a_spec_that_fits_nothing_keeps_the_sticky_type_so_fixing_it_moves_no_pod() -> None:
+    # Regression: status.placement (the durable memory of the instance type) left the object while the
+    # spec fit nothing; once the spec was fixed the fleet moved to the cheapest type, a rollout of every
+    # pod for a saving the sticky placement would have judged too small.
+    def placed(replicas: int, types: list[str]) -> InferenceDeployment:
+        dep = deployment(
+            scaling={"mode": "Manual", "replicas": replicas, "minReplicas": 0},
+            warmPool={"mode": "Off"},
+            placement={"instanceTypes": types},
+        )
+        model = dep.spec.model.model_copy(update={"neuron_cores_per_replica": 8})
+        return dep.model_copy(update={"spec": dep.spec.model_copy(update={"model": model})})
+
+    both = ["inf2.24xlarge", "inf2.48xlarge"]
+    # 3 replicas of 8 cores: one 48xlarge is cheapest. At 4 the two types tie: the fleet stays.
+    dep3, dep4 = placed(3, both), placed(4, both)
+    three, pods, _ = rounds(dep3, compiled(dep3), (), DeploymentMemory(), {}, template_per_type)
+    four, pods, _ = rounds(dep4, compiled(dep4), pods, three.memory, three.status, template_per_type)
+    assert four.status["placement"]["instanceType"] == "inf2.48xlarge"
+    assert "kept the current type" in four.status["placement"]["reason"]
+
+    unfit = placed(4, ["inf2.xlarge"])
+    later = Observation(T0 + timedelta(minutes=5), pods=pods)
+    broken = plan(unfit, later, four.memory, four.status, template_per_type)
+    assert broken.actions == () and condition_of(broken.status, "Scheduled")["reason"] == "NoInstanceTypeFits"
+    assert broken.status["placement"]["instanceType"] == "inf2.48xlarge"
+
+    fixed = placed(4, both)
+    again = plan(fixed, replace(later, compile=compiled(fixed)), broken.memory, broken.status, template_per_type)
+    assert again.actions == ()  # no pod moves
+    assert again.status["placement"]["instanceType"] == "inf2.48xlarge"
 
 
 def test_a_blocked_first_compile_says_why_instead_of_waiting() -> None:

@@ -6,7 +6,8 @@
   and no cluster: only this.
 - :class:`StatusMemory`: the *durable* memory, the few facts the operator keeps in the object's
   status and reads back on the next reconcile (so they survive a restart): the last desired
-  replicas (the autoscaler's current scale, as HPA's), the instance type (sticky placement), the
+  replicas (the autoscaler's current scale, as HPA's), the placement and its instance type (sticky
+  placement; reported on while a spec change fits no instance type and the pods stay put), the
   artifact being served (kept while a new revision compiles), when and why it last scaled, the
   conditions (for their transition times), and the autoscaler's checkpoint (what it learned: a
   restarted operator resumes from it). Nothing else of the status is ever an input.
@@ -17,13 +18,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from neuronfleet.api.v1alpha1 import GROUP
+from neuronfleet.api.v1alpha1 import GROUP, PlacementStatus
 from neuronfleet.planning import coldstart, scaling, warmpool
 from neuronfleet.planning.coldstart import PodTimeline
 from neuronfleet.planning.compile import CompileFailure, CompileObservation, StoredArtifact
@@ -63,6 +65,9 @@ class StatusMemory:
 
     desired_replicas: int | None = None
     instance_type: str | None = None
+    #: The whole ``placement`` section as read (None: absent, or not one): the placement of the pods
+    #: that serve, reported on while the spec fits no instance type (the pods are left as they are).
+    placement: PlacementStatus | None = None
     artifact: StoredArtifact | None = None
     last_scale: LastScale | None = None
     conditions: tuple[Mapping[str, Any], ...] = ()
@@ -78,6 +83,10 @@ class StatusMemory:
         desired = status.get("desiredReplicas")
         placement = status.get("placement")
         instance_type = placement.get("instanceType") if isinstance(placement, Mapping) else None
+        placement_section = None
+        if isinstance(placement, Mapping) and isinstance(instance_type, str):
+            with contextlib.suppress(ValueError):  # pydantic's ValidationError is a ValueError
+                placement_section = PlacementStatus.model_validate(placement)
         artifact = status.get("artifact")
         stored = None
         if isinstance(artifact, Mapping) and artifact.get("cacheKey") and artifact.get("uri"):
@@ -101,6 +110,7 @@ class StatusMemory:
         return cls(
             desired_replicas=desired if isinstance(desired, int) and desired >= 0 else None,
             instance_type=instance_type if isinstance(instance_type, str) else None,
+            placement=placement_section,
             artifact=stored,
             last_scale=last_scale,
             conditions=tuple(c for c in conditions if isinstance(c, Mapping)) if isinstance(conditions, list) else (),

@@ -315,6 +315,7 @@ def plan_reconcile(
         fleet=summary,
         placement=placement,
         compile=decision,
+        kept_placement=durable.placement,
         scaling_mode=spec.scaling.mode,
         metrics_available=targets.metrics_available or spec.scaling.mode == "Manual",
         scaling_message=targets.message,

@@ -5,7 +5,9 @@ counts, ``selector`` (for the scale subresource), ``artifact``, ``placement``, `
 ``coldStart``, ``autoscaler`` and ``lastScaleTime`` / ``lastScaleReason``. A section the inputs do not support is
 absent, never carried over from the previous status: :func:`status_patch` then turns its absence
 into an explicit null, so a stale section (an instance type the spec can no longer use) leaves
-the object.
+the object. One section is an input read back: while the spec fits no instance type nothing is
+changed, and ``placement`` says where the pods of the last valid spec still serve
+(:attr:`StatusInputs.kept_placement`, from the durable memory, which keeps the sticky type with it).
 
 ``Ready`` and ``Available`` split as a Deployment's rollout status and ``Available`` do: Available
 is the desired active replicas ready, whatever revision they run (capacity); Ready is the current
@@ -102,6 +104,9 @@ class StatusInputs:
     fleet: FleetSummary
     placement: PlacementPlan | None
     compile: CompileDecision
+    #: The placement last reported (the durable memory's): reported again while ``placement`` has
+    #: none chosen (the spec fits no instance type; the pods of the last valid spec stay where they are).
+    kept_placement: PlacementStatus | None = None
     scaling_mode: Literal["Auto", "Manual"] = "Manual"
     #: Auto mode: whether the metrics were read this round (False: held, no scale-down).
     metrics_available: bool = True
@@ -513,9 +518,21 @@ def merge_conditions(
     return sorted(merged.values(), key=lambda c: (order.get(c.type, len(order)), c.type))
 
 
-def _placement(plan: PlacementPlan | None) -> PlacementStatus | None:
+#: What a kept placement's reason starts with: it is the last valid spec's, not the current one's.
+KEPT_PLACEMENT_NOTE = (
+    "kept: the pods of the last valid spec run here (the current spec fits no allowed instance type; "
+    "see Scheduled); chosen then: "
+)
+
+
+def _placement(plan: PlacementPlan | None, kept: PlacementStatus | None) -> PlacementStatus | None:
     if plan is None or plan.chosen is None:
-        return None
+        # The pods of the last valid spec still run there; and a spec fixed later should find them
+        # there too (the sticky type is read back from this section) rather than move them. Said so
+        # in the reason, once (the section is read back every round: no rewrite for nothing).
+        if kept is None or (kept.reason or "").startswith(KEPT_PLACEMENT_NOTE):
+            return kept
+        return kept.model_copy(update={"reason": KEPT_PLACEMENT_NOTE + (kept.reason or "")})
     return PlacementStatus(
         instance_type=plan.chosen.name,
         replicas_per_node=plan.chosen.replicas_per_node,
@@ -564,7 +581,7 @@ def build_status(
             if (failure := inputs.compile.failure) is not None
             else None
         ),
-        placement=_placement(inputs.placement),
+        placement=_placement(inputs.placement, inputs.kept_placement),
         warm_pool=inputs.warm_pool,
         cold_start=inputs.cold_start,
         autoscaler=inputs.autoscaler,
