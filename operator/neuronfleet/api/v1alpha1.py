@@ -912,7 +912,7 @@ class InferenceDeploymentStatus(ApiModel):
         description="Label selector of the active pods (for the scale subresource and HPA tooling).",
     )
     # Sections are absent (not empty) when the operator has nothing to say: no artifact yet, no
-    # instance type fits. The live metrics are in Prometheus, not here: a status write per scrape
+    # placement ever chosen. The live metrics are in Prometheus, not here: a status write per scrape
     # would load the API server for nothing.
     artifact: ArtifactStatus | None = Field(default=None, description="The compiled artifact being served.")
     compile_failure: CompileFailureStatus | None = Field(
@@ -921,7 +921,10 @@ class InferenceDeploymentStatus(ApiModel):
         "serving.neuronfleet.dev/compile-retry annotation gets a new value.",
     )
     placement: PlacementStatus | None = Field(
-        default=None, description="The chosen placement; absent when no allowed instance type fits."
+        default=None,
+        description="The chosen placement. While the spec fits no allowed instance type, the placement the "
+        'pods of the last valid spec still run on (its reason starts with "kept:"); absent when none was '
+        "ever chosen.",
     )
     cold_start: ColdStartStatus | None = Field(default=None, description="Measured cold-start phases.")
     warm_pool: WarmPoolStatus | None = Field(default=None, description="Warm-pool sizing.")
