@@ -20,7 +20,13 @@ from neuronfleet import __version__
 from neuronfleet.api.crd import CRD_FILENAME, crd_yaml
 from neuronfleet.api.v1alpha1 import GROUP, KIND, InferenceDeployment
 from neuronfleet.api.validation import Problem, not_utf8_message, validate_manifest, yaml_error_message
-from neuronfleet.planning.placement import check_fits
+from neuronfleet.planning.placement import (
+    UNLESS_OPERATOR_SCHEDULER,
+    check_fits,
+    needs_from_spec,
+    plan_placement,
+    scheduler_warning,
+)
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -74,6 +80,8 @@ class DocumentResult:
     summary: str = ""
     #: Why the document was not validated (another kind of object); empty when it was.
     skipped: str = ""
+    #: What may go wrong with a valid manifest (it passes all the same).
+    warnings: list[str] = field(default_factory=list)
 
 
 def _manifest_files(paths: Iterable[str]) -> Iterator[Path]:
@@ -95,6 +103,26 @@ def _catalog_problems(model: InferenceDeployment) -> list[Problem]:
     return problems
 
 
+def _scheduler_warning(model: InferenceDeployment, neuron_scheduler: str | None) -> str | None:
+    """The placement planner's warning (:func:`scheduler_warning`) at the first replica count the spec
+    can reach whose placement needs the Neuron scheduler extension, when the pods would name none.
+
+    The chosen instance type depends on the replica count (an 8xlarge for one replica, a 48xlarge
+    for many), so every count from 1 to maxReplicas plus the most warm pods is planned.
+    """
+    spec = model.spec
+    if spec.placement.scheduler_name or neuron_scheduler:
+        return None
+    needs = needs_from_spec(spec)  # the caller checked the quantities (check_fits)
+    warm = spec.warm_pool
+    most_warm = {"Off": 0, "Fixed": warm.pods, "Auto": warm.max_pods}[warm.mode]
+    for replicas in range(1, max(1, spec.scaling.max_replicas + most_warm) + 1):
+        warning = scheduler_warning(plan_placement(needs, spec.placement.instance_types, replicas), None)
+        if warning:
+            return f"at {replicas} pod(s): {warning}{UNLESS_OPERATOR_SCHEDULER}"
+    return None
+
+
 def _other_kind(doc: object) -> str:
     """``Kind/name`` of a Kubernetes object of another API group (a Namespace beside the manifest), else "".
 
@@ -112,10 +140,12 @@ def _other_kind(doc: object) -> str:
     return f"{kind}/{name}" if name else kind
 
 
-def validate_files(paths: Iterable[str]) -> list[DocumentResult]:
+def validate_files(paths: Iterable[str], neuron_scheduler: str | None = None) -> list[DocumentResult]:
     """Validate every InferenceDeployment document in the given files and folders.
 
     Documents of other kinds (a Namespace in the same file) are returned with ``skipped`` set.
+    ``neuron_scheduler`` is the operator's ``--neuron-scheduler``, when known: valid documents whose
+    replicas need the Neuron scheduler extension and name no scheduler get a warning.
     """
     results: list[DocumentResult] = []
     for path in _manifest_files(paths):
@@ -147,6 +177,9 @@ def validate_files(paths: Iterable[str]) -> list[DocumentResult]:
                 result.name = model.name
                 if not problems:
                     result.problems = _catalog_problems(model)
+                if not result.problems:
+                    warning = _scheduler_warning(model, neuron_scheduler)
+                    result.warnings = [warning] if warning else []
                 spec = model.spec
                 result.summary = (
                     f"{spec.model.neuron_cores_per_replica} NeuronCores/replica, "
@@ -158,7 +191,7 @@ def validate_files(paths: Iterable[str]) -> list[DocumentResult]:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    everything = validate_files(args.filename)
+    everything = validate_files(args.filename, args.neuron_scheduler)
     results = [result for result in everything if not result.skipped]
     failed = 0
     for result in everything:
@@ -171,8 +204,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             console.print(f"[red]✗[/red] {escape(named)}")
             for problem in result.problems:
                 console.print(f"    {problem}", markup=False)
-        elif not args.quiet:
-            console.print(f"[green]✓[/green] {escape(f'{result.source}: {result.name}: {result.summary}')}")
+        else:
+            if not args.quiet:
+                console.print(f"[green]✓[/green] {escape(f'{result.source}: {result.name}: {result.summary}')}")
+            # Also when quiet: a warning is about what the operator will do with the manifest.
+            for warning in result.warnings:
+                console.print(f"[yellow]![/yellow] {escape(result.source)}: warning: {escape(warning)}")
     if not results:
         err_console.print("no InferenceDeployment manifests found" if everything else "no manifests found")
         return 1
@@ -198,7 +235,14 @@ def _register_validate(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         metavar="FILE_OR_DIR",
         help="manifests to check: files, or directories of *.yaml and *.yml (repeatable)",
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="print only problems and the total")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only problems, warnings and the total")
+    p.add_argument(
+        "--neuron-scheduler",
+        metavar="NAME",
+        help="the operator's --neuron-scheduler (chart: operator.neuronSchedulerName), if it runs with one: "
+        "without it, replicas that need the Neuron scheduler extension (more than one NeuronCore, not a "
+        "whole node) and name no spec.placement.schedulerName are warned about",
+    )
     p.set_defaults(func=_cmd_validate)
 
 

@@ -6,7 +6,9 @@ replica count (``--replicas``, else the spec's ``replicas``/``minReplicas`` plus
 prints one table row per allowed instance type: replicas per node and what limits it, nodes,
 $/h, $ per replica-hour and $ per million inferences at ``--throughput`` requests per second
 per replica ("$/M inf."). The chosen row is marked and the plan's reason printed under the table
-(for 0 replicas: no node and no cost, and the type a first replica would go on). Exit codes:
+(for 0 replicas: no node and no cost, and the type a first replica would go on), then a warning
+when the chosen placement needs the Neuron scheduler extension and the pods would name no
+scheduler (``--neuron-scheduler`` gives the operator's setting). Exit codes:
 0 a placement exists, 1 no allowed type fits, 2 the manifest cannot be read or is invalid.
 """
 
@@ -20,11 +22,19 @@ from typing import Any
 
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.api.validation import not_utf8_message, validate_manifest, yaml_error_message
-from neuronfleet.planning.placement import PlacementPlan, QuantityError, needs_from_spec, plan_placement
+from neuronfleet.planning.placement import (
+    UNLESS_OPERATOR_SCHEDULER,
+    PlacementPlan,
+    QuantityError,
+    needs_from_spec,
+    plan_placement,
+    scheduler_warning,
+)
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -139,8 +149,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             f"chosen: none: 0 replicas need no node ($0.00/h); a first replica would go on {plan.chosen.name}",
             markup=False,
         )
-        return 0
-    console.print(f"chosen: {plan.reason}", markup=False)
+    else:
+        console.print(f"chosen: {plan.reason}", markup=False)
+    warning = scheduler_warning(plan, dep.spec.placement.scheduler_name or args.neuron_scheduler)
+    if warning:
+        # The operator's own setting is known only when given here.
+        unless = "" if args.neuron_scheduler else UNLESS_OPERATOR_SCHEDULER
+        console.print(f"[yellow]warning:[/yellow] {escape(warning + unless)}")
     return 0
 
 
@@ -163,5 +178,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=float,
         metavar="RPS",
         help="inferences per second one replica sustains; fills in $ per million inferences",
+    )
+    parser.add_argument(
+        "--neuron-scheduler",
+        metavar="NAME",
+        help="the operator's --neuron-scheduler (chart: operator.neuronSchedulerName), if it runs with one: "
+        "without it, a placement that needs the Neuron scheduler extension (more than one NeuronCore per "
+        "replica, not a whole node) and names no spec.placement.schedulerName is warned about",
     )
     parser.set_defaults(func=_cmd_plan)

@@ -251,6 +251,16 @@ def resolve_defaults(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
+#: Logged once at start-up when the operator has no Neuron scheduler name: pods that need the
+#: extension are created all the same, and nothing else in the operator's log would say why.
+NO_NEURON_SCHEDULER = (
+    "no Neuron scheduler name (--neuron-scheduler, env NEURONFLEET_NEURON_SCHEDULER, chart "
+    "operator.neuronSchedulerName): pods of specs without spec.placement.schedulerName go to the default "
+    "scheduler, which does not pick contiguous NeuronCores; replicas of more than one NeuronCore that do not "
+    "take a whole node need the Neuron scheduler extension (docs/install-eks.md)"
+)
+
+
 class RunSetupError(Exception):
     """A setting ``run`` cannot act on (a port it cannot bind): reported in one line, exit code 2."""
 
@@ -259,6 +269,8 @@ async def _run(args: argparse.Namespace) -> None:
     kubeconfig_env = os.environ.get("KUBECONFIG")
     load_sandbox_env(args.kubeconfig or (Path(kubeconfig_env.split(os.pathsep)[0]) if kubeconfig_env else None))
     resolve_defaults(args)
+    if not args.neuron_scheduler:
+        logger.warning(NO_NEURON_SCHEDULER)
     settings = OperatorSettings(
         artifact_store=args.artifact_store,
         builder=BuilderConfig(default_scheduler_name=args.neuron_scheduler, model_server_image=args.model_server_image),
@@ -424,7 +436,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--neuron-scheduler",
         default=None,
         help="schedulerName of the Neuron scheduler extension for pods whose spec names none "
-        "(env NEURONFLEET_NEURON_SCHEDULER)",
+        "(env NEURONFLEET_NEURON_SCHEDULER); needed for replicas of more than one NeuronCore that do "
+        "not take a whole node (contiguous cores), warned about at start-up when unset",
     )
     p.add_argument(
         "--model-server-image",

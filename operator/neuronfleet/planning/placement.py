@@ -12,7 +12,9 @@ How a node is shared (figures from :mod:`neuronfleet.planning.catalog`):
   ``deploy/infrastructure/scheduler.html`` and ``containers/tutorials/k8s-neuron-scheduler.html``:
   3 devices get 0,1,2, never 0,2,4). So like-sized replicas pack as ``node_cores // cores``: a
   12-core replica (tensor parallelism over a whole inf2.24xlarge) goes 1 per inf2.24xlarge and 2
-  per inf2.48xlarge; 24 cores take a whole inf2.48xlarge.
+  per inf2.48xlarge; 24 cores take a whole inf2.48xlarge. A replica of more than one core and
+  fewer than its node's needs the extension: :func:`scheduler_warning` says so when the pods name
+  no scheduler.
 - HBM: each NeuronCore-v2 addresses 16 GiB (half its chip's 32 GiB). A replica whose ``hbmGiB``
   exceeds what its cores address does not fit anywhere; otherwise ``node_hbm // hbm``.
 - Host CPU and memory: what is left of the node's *allocatable* (kubelet and system reservations
@@ -220,6 +222,19 @@ class PlacementPlan:
     #: Problems (field path first) when no allowed type holds a replica.
     problems: tuple[str, ...] = field(default=())
 
+    @property
+    def needs_contiguous_cores(self) -> bool:
+        """Whether the chosen placement needs the Neuron scheduler extension to allocate its cores.
+
+        The Neuron docs require the extension for pods that request more than one NeuronCore: it
+        picks cores that are contiguous on the chip ring. A pod that takes every core of its node
+        needs no choosing, and a 1-core pod is contiguous whatever core it gets. So: more than one
+        core and fewer than the node's (which covers several multi-core replicas on one node).
+        """
+        if self.chosen is None:
+            return False
+        return 1 < self.needs.neuron_cores < self.chosen.instance_type.neuroncores
+
 
 def score(
     needs: ReplicaNeeds,
@@ -386,6 +401,36 @@ def check_fits(spec: InferenceDeploymentSpec) -> list[str]:
         field_path = "spec.runtime.cpu" if "CPU" in str(error) else "spec.runtime.memory"
         return [f"{field_path}: {error}"]
     return list(plan_placement(needs, spec.placement.instance_types, 1).problems)
+
+
+def scheduler_warning(plan: PlacementPlan, scheduler_name: str | None) -> str | None:
+    """A warning when the chosen placement needs contiguous NeuronCores and no scheduler allocates them.
+
+    ``scheduler_name`` is the scheduler the pods name: ``spec.placement.schedulerName``, else the
+    operator's ``--neuron-scheduler`` (the builders' ``BuilderConfig.default_scheduler_name``); None
+    or "" when neither is set. Placement cannot see the operator's setting, so the caller passes it.
+    None when nothing is wrong: a scheduler is named, or the replicas need no contiguous cores
+    (:attr:`PlacementPlan.needs_contiguous_cores`). A warning, not a problem: the pods are
+    created either way.
+    """
+    if scheduler_name or not plan.needs_contiguous_cores or plan.chosen is None:
+        return None
+    chosen, cores = plan.chosen, plan.needs.neuron_cores
+    return (
+        f"replicas of {cores} NeuronCores on {chosen.name} ({chosen.instance_type.neuroncores} cores, room for "
+        f"{chosen.replicas_per_node} per node) need the Neuron scheduler extension to get contiguous cores on "
+        "the chip ring (the Neuron docs require it for pods taking more than one core but not a whole node), "
+        "and their pods name no scheduler: set spec.placement.schedulerName, or the operator's "
+        "--neuron-scheduler (chart: operator.neuronSchedulerName), to the extension's (AWS's Neuron chart "
+        "names it my-scheduler)"
+    )
+
+
+#: What ``neuronfleet validate`` and ``plan`` add to :func:`scheduler_warning` when they were not
+#: told the operator's setting: they run without it.
+UNLESS_OPERATOR_SCHEDULER = (
+    "; this holds unless the operator runs with a Neuron scheduler name (give it here with --neuron-scheduler)"
+)
 
 
 def problem_fields(problems: Sequence[str]) -> str:
