@@ -12,7 +12,8 @@ The rule, in order:
    - arrival rate (primary, once a per-replica service rate is known):
      ``arrival_rate / (service_rate * target_utilization)``. Linear in the demand, and it sees a
      ramp before queues build. The service rate is what a replica has been seen to serve:
-     ``arrival_rate / (utilization * ready)`` measured only while the ready count and the arrival
+     ``arrival_rate / (utilization * ready)`` measured only while every active replica is ready
+     (one still loading would dilute the utilization average), the ready count and the arrival
      rate held still for :data:`STEADY_SECONDS` (the three are sampled over different windows) and
      the device was neither idle nor saturated, folded into an estimate that rises quickly and
      falls slowly: under dynamic batching a lightly loaded replica runs small batches, keeps its
@@ -396,8 +397,14 @@ def decide(
     # The rate signal uses the estimate from earlier snapshots: this snapshot's own arrival rate and
     # utilization would only restate the utilization signal.
     signals = _signals(spec, snapshot, ready, state.service_rate)
-    steady = snapshot.arrival_rate is not None and _steady(
-        state.recent, ready, snapshot.arrival_rate, now, float(spec.interval_seconds)
+    # Measured only while every active replica serves: a replica still loading reports a busy ratio
+    # of 0 (or, under a custom utilization query, is averaged in all the same), so the average
+    # understates how busy the serving ones are and the rate came out about twice the truth, then
+    # kept (it falls slowly) and checkpointed.
+    steady = (
+        snapshot.arrival_rate is not None
+        and ready >= current
+        and _steady(state.recent, ready, snapshot.arrival_rate, now, float(spec.interval_seconds))
     )
     service_rate = _update_service_rate(spec, snapshot, ready, state.service_rate, steady)
     # The newest sample older than that is kept too: with decisions further apart than
