@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,15 @@ from neuronfleet.sim import report, runner
 from neuronfleet.sim.oracle import launch_seconds
 from neuronfleet.sim.policies import crd_max_replicas
 from neuronfleet.sim.profiles import BUILTIN, Profile, ProfileError, dump_profile, load_profile
-from neuronfleet.sim.trace import MAX_SPAN_SECONDS, Trace, TraceError, load, with_history_pass
+from neuronfleet.sim.trace import (
+    MAX_SPAN_SECONDS,
+    TIME_UNITS,
+    Trace,
+    TraceError,
+    describe,
+    load,
+    with_history_pass,
+)
 from neuronfleet.sim.workload import (
     ARRIVALS,
     RATE_WINDOW_SECONDS,
@@ -161,6 +169,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=1.0,
         metavar="S",
         help="replicate: copies of an arrival spread over S seconds (default: 1)",
+    )
+    p.add_argument(
+        "--time-unit",
+        choices=TIME_UNITS,
+        default="s",
+        help="unit of numeric trace times: s (default), ms or us (date-times are read as such)",
     )
     p.add_argument("--duration", type=_positive_seconds, metavar="S", help="use only the first S seconds of the trace")
     p.add_argument(
@@ -327,11 +341,12 @@ def _truncated(trace: Trace, seconds: float, start: float = 0.0) -> Trace:
     keep = (trace.arrivals >= start) & (trace.arrivals <= start + seconds)
     if not keep.any():
         raise UsageError(f"no arrivals in the span {start:g}-{start + seconds:g} s")
-    return Trace(
-        trace.arrivals[keep] - start,
-        trace.context_tokens[keep] if trace.context_tokens is not None else None,
-        trace.generated_tokens[keep] if trace.generated_tokens is not None else None,
-        trace.source,
+    return replace(
+        trace,
+        arrivals=trace.arrivals[keep] - start,
+        context_tokens=trace.context_tokens[keep] if trace.context_tokens is not None else None,
+        generated_tokens=trace.generated_tokens[keep] if trace.generated_tokens is not None else None,
+        start=trace.start + start,
     )
 
 
@@ -483,12 +498,12 @@ def _main(args: argparse.Namespace, console: Console) -> int:
     if bad:
         raise UsageError(f"unknown policies {bad}; choose from {', '.join(runner.FAMILIES)}")
     policy_files = [_policy_file(path) for path in args.policy]
-    trace = load(args.trace or args.tune_on)
+    trace = load(args.trace or args.tune_on, args.time_unit)
     if args.duration is not None:
         trace = _truncated(trace, args.duration)
     score_trace = None
     if args.score_on:
-        score_trace = load(args.score_on)
+        score_trace = load(args.score_on, args.time_unit)
         if args.duration is not None:
             score_trace = _truncated(score_trace, args.duration)
     profiles = [load_profile(name) for name in (args.profile or ["bert-base"])]
@@ -542,7 +557,7 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         factor = args.rate_factor or factor_for_peak(trace, profile, args.peak_replicas)
         console.print(
             f"[bold]{escape(profile.name)}[/bold] on {escape(profile.instance_type)}: "
-            f"{len(trace):,} trace requests x {factor:.4g}, "
+            f"trace {escape(describe(trace))}, x {factor:.4g}, "
             f"arrivals {args.arrivals}, SLO {profile.slo_ms:g} ms"
         )
         tune_trace = _truncated(trace, split - 1e-9) if args.tune_fraction else trace

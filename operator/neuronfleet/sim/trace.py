@@ -4,7 +4,10 @@ Format: a header row and one request per row. Columns are found by name (case-in
 
 - arrival time: the first column named like ``timestamp``, ``time``, ``ts`` or ``arrival``; values
   are ISO-8601 date-times (``2023-11-16 18:15:46.68``, optionally with a time zone: ``Z``,
-  ``+01:00``, ``-0500``; times with one are converted to UTC) or numbers of seconds;
+  ``+01:00``, ``-0500``; times with one are converted to UTC) or numbers of seconds (of
+  milliseconds or microseconds with ``time_unit``, the CLI's ``--time-unit``). Numbers around
+  more than :data:`MAX_NUMERIC_SECONDS` seconds (their median) are refused: Unix times in
+  milliseconds or microseconds read as seconds (an hour of them spans 42 days as seconds);
 - optional prompt size: a column containing ``context``, ``prompt`` or ``input`` (tokens);
 - optional output size: a column containing ``generated``, ``output`` or ``completion`` (tokens).
 
@@ -51,6 +54,13 @@ _FRACTION = re.compile(r"\.\d+$")
 _NS_FIRST_YEAR, _NS_LAST_YEAR = 1678, 2262
 #: The longest span of arrivals a trace may have (the shared NASA trace spans 14 days).
 MAX_SPAN_SECONDS = 60 * 86400.0
+#: Units a numeric time may be given in, and seconds per unit.
+TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "us": "microseconds"}
+#: The largest numeric time taken as seconds: 1e11 s is the year 5138 as Unix time, and 1e11 ms
+#: (or us) is 1973 (1970): every Unix time in milliseconds or microseconds since then is above it,
+#: every Unix time in seconds until then below.
+MAX_NUMERIC_SECONDS = 1e11
 
 
 class TraceError(ValueError):
@@ -65,6 +75,10 @@ class Trace:
     context_tokens: FloatArray | None
     generated_tokens: FloatArray | None
     source: str
+    #: The first arrival's time as read (seconds: a Unix time for date-times), and whether the
+    #: times were date-times (else numbers).
+    start: float = 0.0
+    dated: bool = False
 
     @property
     def duration(self) -> float:
@@ -74,16 +88,26 @@ class Trace:
         return len(self.arrivals)
 
 
-def _parse_time(value: str) -> float:
-    """Seconds from a number or an ISO-8601 date-time (UTC if it has a time zone); ValueError for an
-    empty, NaN, infinite or NaT time."""
+def _parse_time(value: str, unit: float = 1.0) -> tuple[float, bool]:
+    """Seconds from a number (of ``unit`` seconds) or an ISO-8601 date-time (UTC if it has a time
+    zone), and whether it was a number; ValueError for an empty, NaN, infinite or NaT time."""
     try:
-        seconds = float(value)
+        number = float(value)
     except ValueError:
-        return _parse_date_time(value)
-    if not math.isfinite(seconds):
+        return _parse_date_time(value), False
+    if not math.isfinite(number):
         raise ValueError(f"not a finite time: {value!r}")
-    return seconds
+    return number * unit, True
+
+
+def _unit_hint(number: float, time_unit: str) -> str:
+    """What to pass for a numeric time too large for ``time_unit``: the next unit that reads it as
+    a plausible Unix time, if one does."""
+    units = list(TIME_UNITS)
+    for candidate in units[units.index(time_unit) + 1 :]:
+        if abs(number) * TIME_UNITS[candidate] <= MAX_NUMERIC_SECONDS:
+            return f"pass --time-unit {candidate}"
+    return f"convert the times to seconds, milliseconds or microseconds ({', '.join(units)})"
 
 
 def _parse_date_time(value: str) -> float:
@@ -122,8 +146,11 @@ def _text_lines(path: Path, handle: Iterable[str]) -> Iterator[str]:
         ) from None
 
 
-def load(path: str | Path) -> Trace:
-    """Read a CSV trace (see the module docstring for the format)."""
+def load(path: str | Path, time_unit: str = "s") -> Trace:
+    """Read a CSV trace (see the module docstring for the format); numeric times are in ``time_unit``."""
+    if time_unit not in TIME_UNITS:
+        raise ValueError(f"unknown time unit {time_unit!r}; known: {', '.join(TIME_UNITS)}")
+    unit = TIME_UNITS[time_unit]
     path = Path(path)
     try:
         handle = path.open(newline="", encoding="utf-8-sig")  # a BOM (Excel) is not part of the header
@@ -143,6 +170,7 @@ def load(path: str | Path) -> Trace:
         ctx_col = next((i for i, n in enumerate(names) if i != time_col and _CONTEXT.search(n)), None)
         gen_col = next((i for i, n in enumerate(names) if i != time_col and _GENERATED.search(n)), None)
         times: list[float] = []
+        numeric: list[bool] = []
         lines: list[int] = []  # the file's line of each time (for the span check's error)
         contexts: list[float] = []
         generated: list[float] = []
@@ -152,9 +180,11 @@ def load(path: str | Path) -> Trace:
             if len(row) < len(names):
                 raise TraceError(f"{path}:{line}: {len(row)} fields, the header has {len(names)}")
             try:
-                times.append(_parse_time(row[time_col]))
+                seconds, is_number = _parse_time(row[time_col], unit)
             except ValueError:
                 raise TraceError(f"{path}:{line}: cannot read time {row[time_col]!r}") from None
+            times.append(seconds)
+            numeric.append(is_number)
             lines.append(line)
             for col, out, label in ((ctx_col, contexts, "context"), (gen_col, generated, "generated")):
                 if col is None:
@@ -169,13 +199,31 @@ def load(path: str | Path) -> Trace:
     if not times:
         raise TraceError(f"{path}: no requests after the header")
     arrivals = np.asarray(times, dtype=np.float64)
+    _check_unit(path, arrivals, np.asarray(numeric), time_unit)
     _check_span(path, arrivals, lines)
     arrivals = spread_within_seconds(arrivals)
     order = np.argsort(arrivals, kind="stable")
-    arrivals = arrivals[order] - arrivals[order[0]]
+    start = float(arrivals[order[0]])
+    arrivals = arrivals[order] - start
     ctx = np.asarray(contexts, dtype=np.float64)[order] if ctx_col is not None else None
     gen = np.asarray(generated, dtype=np.float64)[order] if gen_col is not None else None
-    return Trace(arrivals, ctx, gen, str(path))
+    return Trace(arrivals, ctx, gen, str(path), start, not numeric[int(order[0])])
+
+
+def _check_unit(path: Path, times: FloatArray, numeric: npt.NDArray[np.bool_], time_unit: str) -> None:
+    """TraceError when the numeric times are, as a whole, too large to be seconds (Unix times in
+    milliseconds or microseconds): their median, so that one stray row is left to the span check,
+    which names it."""
+    if not numeric.any():
+        return
+    typical = float(np.median(times[numeric]))
+    if typical <= MAX_NUMERIC_SECONDS:
+        return
+    raise TraceError(
+        f"{path}: the times read as {UNIT_NAMES[time_unit]} are around {typical:.3g} s, after the year 5000 as "
+        f"Unix times: they look like Unix times in milliseconds or microseconds; "
+        f"{_unit_hint(typical / TIME_UNITS[time_unit], time_unit)}"
+    )
 
 
 def _check_span(path: Path, times: FloatArray, lines: list[int]) -> None:
@@ -196,6 +244,31 @@ def _check_span(path: Path, times: FloatArray, lines: list[int]) -> None:
         f"latest at line {lines[last]}); a trace may span at most {MAX_SPAN_SECONDS / 86400:g} days: "
         "remove the stray row or split the trace"
     )
+
+
+def format_span(seconds: float) -> str:
+    """A duration in the unit that reads best (s, min, h or days)."""
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.2f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def describe(trace: Trace) -> str:
+    """The trace's requests, span, first time and mean rate: what a report's header says it read."""
+    if trace.dated:
+        start = str(np.datetime64(round(trace.start * 1e3), "ms")).replace("T", " ")
+    elif trace.start >= 1e8:
+        # A number this large is most likely a Unix time (1e8 s is 1973): say which date it is.
+        stamp = str(np.datetime64(round(trace.start), "s")).replace("T", " ")
+        start = f"{trace.start:.0f} s ({stamp} UTC as a Unix time)"
+    else:
+        start = f"t = {trace.start:g} s"
+    rate = f"{len(trace) / trace.duration:.3g} requests/s" if trace.duration > 0 else "all at one time"
+    return f"{len(trace):,} requests over {format_span(trace.duration)} from {start}, {rate}"
 
 
 def spread_within_seconds(arrivals: FloatArray) -> FloatArray:
