@@ -240,6 +240,30 @@ def test_partial_metrics_scale_up_but_not_down() -> None:
     assert decide(spec(), ScalingState(), high_util, 8, 8, 0).desired == 10
 
 
+def test_a_snapshot_covering_fewer_pods_than_are_ready_never_shrinks_the_fleet() -> None:
+    # Half of 10 pods' scrapes fail: their series go stale and leave the sums, which read half the
+    # demand with no signal missing. The fleet scaled down to 5 under 400/s it needed 10 for.
+    s = spec(targetQueueDepth=8)
+    state = steady(s, 400, 0.8, 10)  # 50/s per replica
+    half = MetricSnapshot(time=45, queue_depth=2, in_flight=8, arrival_rate=200, utilization=0.8, reporting=5)
+    decision = decide(s, state, half, 10, 10, 45)
+    assert decision.signals["rate"] == pytest.approx(5)  # 200 / (50 x 0.8)
+    assert decision.desired == 10 and decision.recommendation == 10
+    assert "no scale-down: metrics of 5 of 10 ready pods" in decision.reason
+    # Partial snapshots are not measured either: their arrival rate reads low, their utilization not.
+    later = decision.new_state
+    for now in (60, 75, 90):
+        later = decide(s, later, replace(half, time=now), 10, 10, now).new_state
+    assert later.service_rate == state.service_rate
+    # It may still grow the fleet, and says why the snapshot is partial.
+    burst = replace(half, arrival_rate=900)
+    grown = decide(s, state, burst, 10, 10, 45)
+    assert grown.desired > 10 and "metrics of 5 of 10 ready pods" in grown.reason
+    # All 10 reporting (or no count read): a scale-down as before.
+    whole = decide(s, state, replace(half, reporting=10), 10, 10, 45)
+    assert whole.recommendation == 5 and "ready pods" not in whole.reason
+
+
 def test_manual_mode() -> None:
     decision = decide(spec(mode="Manual", replicas=3), ScalingState(), None, 9, 9, 0)
     assert decision.desired == 3

@@ -41,6 +41,8 @@ The rule, in order:
    holds; with some missing the recommendation may grow the fleet but never shrink it, and the
    reason names them. Once the service rate is known the arrival rate is one of the signals a
    scale-down needs (``rate()`` over a window holding fewer than two scrapes returns nothing).
+   A snapshot whose samples cover fewer pods than the ready replicas (``reporting``: some pods'
+   scrapes failed, so every sum reads low) is partial and treated alike: grow, never shrink.
 3. Panic mode (Knative's idea, on our signals): when the recommendation reaches
    ``panic_threshold`` times the ready replicas, scaling up skips the scale-up stabilization and
    rate limits, and nothing scales down until the condition has been false for one scale-down
@@ -401,9 +403,11 @@ def decide(
     # of 0 (or, under a custom utilization query, is averaged in all the same), so the average
     # understates how busy the serving ones are and the rate came out about twice the truth, then
     # kept (it falls slowly) and checkpointed.
+    partial = snapshot.partial(ready)
     steady = (
         snapshot.arrival_rate is not None
         and ready >= current
+        and not partial  # the arrival rate reads low, the utilization average does not
         and _steady(state.recent, ready, snapshot.arrival_rate, now, float(spec.interval_seconds))
     )
     service_rate = _update_service_rate(spec, snapshot, ready, state.service_rate, steady)
@@ -473,12 +477,16 @@ def decide(
     else:
         recommendation = math.ceil(demand - 1e-9)
     notes: list[str] = []
-    if missing and recommendation < current:
+    gaps = [f"{', '.join(missing)} missing"] if missing else []
+    if partial:
+        # Some pods' scrapes failed (their series went stale): the sums read part of the demand.
+        gaps.append(f"metrics of {snapshot.reporting:.0f} of {ready} ready pods")
+    if gaps and recommendation < current:
         recommendation = current
-        notes.append(f"no scale-down: {', '.join(missing)} missing")
-    elif missing:
+        notes.append(f"no scale-down: {'; '.join(gaps)}")
+    elif gaps:
         # Said even when it changes nothing: ScalingActive must not read as if every signal was there.
-        notes.append(f"{', '.join(missing)} missing")
+        notes.append("; ".join(gaps))
 
     # Panic mode.
     panic_since, panic_last = state.panic_since, state.panic_last_triggered

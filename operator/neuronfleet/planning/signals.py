@@ -25,6 +25,8 @@ PEAK_MIN_REQUESTS = 400
 
 #: The snapshot's signals, each read by one query (``scaling.metrics``, same names in camelCase).
 SIGNALS = ("queue_depth", "in_flight", "arrival_rate", "utilization", "arrival_peak")
+#: Every field of the snapshot read by one query: the signals, and how many pods the samples cover.
+QUERIED = (*SIGNALS, "reporting")
 #: The signals a scale-down needs before a replica's service rate is measured.
 NEEDED_UNMEASURED = ("queue_depth", "in_flight", "utilization")
 
@@ -50,9 +52,14 @@ class MetricSnapshot:
     #: hold :data:`PEAK_MIN_REQUESTS` at a replica's rate), summed over the replicas: the bursts
     #: the 1-minute arrival rate averages away.
     arrival_peak: float | None = None
+    #: Ready active pods the samples come from (those reporting ``neuronserve_ready`` 1), or None when
+    #: not read. Sums over whatever series exist read low when some pods' scrapes fail: fewer pods
+    #: reporting than the operator counts ready makes the snapshot partial (see
+    #: :meth:`partial`), which may grow the fleet but never shrink it.
+    reporting: float | None = None
 
     def __post_init__(self) -> None:
-        for name in SIGNALS:
+        for name in QUERIED:
             value = getattr(self, name)
             if value is not None and (not math.isfinite(value) or value < 0):
                 # A NaN, infinite (a division by zero in a query) or negative sample is a broken
@@ -76,6 +83,14 @@ class MetricSnapshot:
         """
         names = ("arrival_rate", "queue_depth", "in_flight", "utilization") if measured else NEEDED_UNMEASURED
         return tuple(name for name in names if getattr(self, name) is None)
+
+    def partial(self, ready: int) -> bool:
+        """Whether the samples cover fewer pods than the ``ready`` active replicas (unknown: not partial).
+
+        A pod turning ready shows here a scrape later than in the API, so a scale-up's first decisions
+        after its pods turn ready may read partial: they hold the fleet, which is growing anyway.
+        """
+        return self.reporting is not None and self.reporting < ready
 
     def age(self, now: float) -> float:
         """Seconds between the samples and ``now``."""
