@@ -57,13 +57,15 @@ kpa (Knative, with its activator), ray (Ray Serve, with max_ongoing_requests and
 queue) and static (fixed replicas). Each is swept over its main target; the cheapest setting
 reaching the SLO target is marked. Runs are seeded and deterministic.
 
-Arrivals (--arrivals): a small trace becomes a fleet's traffic at K x its rate (--peak-replicas
-sets K so the busiest minute needs N replicas). superpose (default): K independent copies of the
-trace, each shifted by a random offset within --superpose-spread seconds and wrapped: K tenants of
-the same kind; the daily cycle stays, second-scale noise shrinks as 1/sqrt(K). rate: a Poisson
-process at K x the trace's rate over --rate-window seconds: the shape above the window, nothing
-below. replicate: every arrival copied K times within --jitter seconds: each request becomes a
-pulse of K (perfectly correlated clients), a stress case.
+Arrivals (--arrivals): a small trace becomes a fleet's traffic at K x its rate (--peak-replicas N
+sets K so that the mean work of the trace's busiest minute keeps N replicas 100 % busy at full
+batch; meeting the SLO through the bursts within that minute takes more: each run's header prints
+the clairvoyant oracle's peak). superpose (default): K independent copies of the trace, each
+shifted by a random offset within --superpose-spread seconds and wrapped: K tenants of the same
+kind; the daily cycle stays, second-scale noise shrinks as 1/sqrt(K). rate: a Poisson process at
+K x the trace's rate over --rate-window seconds: the shape above the window, nothing below.
+replicate: every arrival copied K times within --jitter seconds: each request becomes a pulse of
+K (perfectly correlated clients), a stress case.
 
 Oracles: both know the future. The feasible oracle (the "x feasible" column, the headline) serves
 the SLO with whole nodes, launching each one a full cold start (node + image pull + load) ahead,
@@ -75,8 +77,8 @@ Held-out scoring: --tune-fraction F sweeps every family (static included) on the
 trace, picks each one's cheapest setting reaching the SLO target, and reports that setting on the
 rest (replayed after the tuning part, which serves as history); --tune-on A --score-on B tunes on
 trace A and scores on trace B. A scored span must last one cold start of the profile and hold 100
-trace requests. Cases carry "phase": "tune" or "score"; per family the JSON says
-whether cost and attainment moved monotonically with its target.
+trace requests. Cases carry "phase": "tune" or "score"; per family the JSON says whether cost and
+attainment moved monotonically with its target.
 """
 
 EPILOG = """\
@@ -160,7 +162,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=float,
         default=50.0,
         metavar="N",
-        help="scale the trace so its busiest minute needs N replicas (default: 50)",
+        help="scale the trace so that the mean work of its busiest minute keeps N replicas 100 %% busy at full "
+        "batch (LLM: every slot busy); the SLO needs more at the peak: the header prints the clairvoyant "
+        "oracle's (default: 50)",
     )
     rate.add_argument("--rate-factor", type=float, metavar="K", help="scale the trace's rate by K instead")
     p.add_argument(
@@ -681,6 +685,7 @@ def _phase(
     replayed, measure_from = with_history_pass(trace) if args.history_pass else (trace, 0.0)
     workload = _build(replayed, profile, factor, args)
     oracles = runner.run_oracles(workload, profile, args.seed, measure_from)
+    console.print(_scale_line(args, oracles.peak, label))
     max_replicas = args.max_replicas or max(2, 2 * oracles.peak)
     if max_replicas > crd_max_replicas() and ({"ours", "ours-nowarm"} & set(families) or policy_files):
         console.print(
@@ -700,6 +705,19 @@ def _phase(
     return Phase(name, label, workload, oracles, outcomes, chosen, rows, measure_from)
 
 
+def _scale_line(args: argparse.Namespace, oracle_peak: int, label: str) -> str:
+    """What the scale option sized, against the peak the SLO needs (the instant oracle's)."""
+    where = f" ({label} data)" if label else ""
+    if args.rate_factor:
+        return f"  oracle peak {oracle_peak} replicas{where} at --rate-factor {args.rate_factor:g}"
+    # --peak-replicas sizes mean work over a minute at full use; bursts within it and a latency
+    # budget shorter than it need more (for llama-2-7b about twice as many).
+    return (
+        f"  oracle peak {oracle_peak} replicas{where}; --peak-replicas {args.peak_replicas:g} sizes the mean "
+        "work of the busiest minute (replicas 100 % busy at full batch), not the peak the SLO needs"
+    )
+
+
 def _score(
     trace: Trace,
     measure_from: float,
@@ -714,6 +732,7 @@ def _score(
         trace, measure_from = with_history_pass(trace)
     workload = _build(trace, profile, factor, args)
     oracles = runner.run_oracles(workload, profile, args.seed, measure_from)
+    console.print(_scale_line(args, oracles.peak, "held-out"))
     start = oracles.start
     todo = [o.case for o in tune.chosen.values()]
     title = f"{profile.name} {args.arrivals} (scored on held-out data)"

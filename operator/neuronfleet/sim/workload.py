@@ -189,7 +189,9 @@ def work_per_request(trace: Trace, profile: Profile) -> FloatArray:
 
 
 def factor_for_peak(trace: Trace, profile: Profile, peak_replicas: float, window: float = 60.0) -> float:
-    """The rate factor at which the busiest ``window`` of the trace needs ``peak_replicas`` replicas."""
+    """The rate factor at which the mean work of the trace's busiest ``window`` keeps ``peak_replicas``
+    replicas 100 % busy at full batch (LLM: every slot busy). The SLO needs more at the peak
+    (bursts within the window, a latency budget shorter than it): the oracles' schedule says how many."""
     per_second = np.bincount(trace.arrivals.astype(np.int64), weights=work_per_request(trace, profile), minlength=1)
     width = max(1, min(len(per_second), round(window)))
     peak = float(np.convolve(per_second, np.ones(width) / width, mode="valid").max())

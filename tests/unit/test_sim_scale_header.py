@@ -1,0 +1,55 @@
+"""What ``--peak-replicas`` sizes, said where it is used: the header next to the oracle's peak, and --help."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from neuronfleet.sim.command import run_cli
+
+QUICK = ["--policies", "static", "--no-sweep", "--no-plots", "--jobs", "1"]
+
+
+def llm_trace(path: Path, seconds: int = 300, rate: float = 3.0, seed: int = 2) -> Path:
+    rng = np.random.default_rng(seed)
+    times = np.sort(rng.random(int(seconds * rate)) * seconds)
+    rows = [f"{t:.3f},{rng.integers(50, 2000)},{rng.integers(10, 600)}" for t in times]
+    path.write_text("timestamp,context_tokens,generated_tokens\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def test_the_header_says_peak_replicas_sizes_the_busiest_minutes_mean_work_and_shows_the_oracles_peak(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --peak-replicas 8 with llama-2-7b gave an oracle peaking at 17 replicas, and nothing said so.
+    out = tmp_path / "out"
+    args = ["--trace", str(llm_trace(tmp_path / "t.csv")), "--profile", "llama-2-7b", *QUICK]
+    assert run_cli([*args, "--peak-replicas", "4", "--out", str(out)]) == 0
+    peak = json.loads((out / "simulate.json").read_text())["profiles"]["llama-2-7b"]["oracle_peak_replicas"]
+    assert peak > 4  # bursts within the minute and the latency budget need more than the minute's mean
+    assert (
+        f"oracle peak {peak} replicas; --peak-replicas 4 sizes the mean work of the busiest minute "
+        "(replicas 100 % busy at full batch), not the peak the SLO needs" in capsys.readouterr().out
+    )
+
+
+def test_with_a_rate_factor_the_header_shows_the_oracles_peak(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--trace", str(llm_trace(tmp_path / "t.csv")), *QUICK, "--rate-factor", "300"]
+    assert run_cli([*args, "--out", str(tmp_path / "out")]) == 0
+    assert "replicas at --rate-factor 300" in capsys.readouterr().out
+
+
+def test_help_says_what_peak_replicas_sizes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        run_cli(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert (
+        "--peak-replicas N scale the trace so that the mean work of its busiest minute keeps N replicas 100 % busy"
+        in text
+    )
+    assert "the header prints the clairvoyant oracle's" in text
