@@ -164,7 +164,13 @@ def test_the_plan_reads_its_time_from_the_observation_only() -> None:
 
 def test_durable_memory_reads_only_its_fields_and_tolerates_garbage() -> None:
     memory = StatusMemory.from_status(
-        {"desiredReplicas": "two", "placement": "inf2", "artifact": {"uri": 3}, "conditions": [1, {"type": "Ready"}]}
+        {
+            "desiredReplicas": "two",
+            "placement": "inf2",
+            "artifact": {"uri": 3},
+            "conditions": [1, {"type": "Ready"}],
+            "ignoredReplicas": -1,
+        }
     )
     assert memory == StatusMemory(conditions=({"type": "Ready"},))
 
@@ -492,6 +498,35 @@ def test_replicas_set_in_auto_mode_are_said_to_be_ignored_once() -> None:
     assert "spec.scaling.replicas (3) is ignored" in condition_of(switched.status, "ScalingActive")["message"]
     events = status_events(StatusMemory.from_status(manual.status), switched.status, switched.scale_reason)
     assert Reason.REPLICAS_IGNORED not in [e.reason for e in events]
+
+
+def test_replicas_ignored_compares_the_status_values_not_the_message_words() -> None:
+    # The Event used to read the value back out of the ScalingActive message with a regex: a reworded
+    # message would have silenced it (or repeated it every round).
+    def auto(ignored: int | None, message: str = "autoscaling: 2 active replicas wanted") -> dict[str, Any]:
+        scaling = {"type": "ScalingActive", "status": "True", "reason": "MetricsRead", "message": message}
+        return {"desiredReplicas": 2, "conditions": [scaling]} | (
+            {} if ignored is None else {"ignoredReplicas": ignored}
+        )
+
+    said = status_events(StatusMemory.from_status(auto(None)), auto(5, "reworded"), "")
+    assert [(e.reason, e.message.split(":")[0]) for e in said] == [
+        (Reason.REPLICAS_IGNORED, "spec.scaling.replicas (5) is ignored in Auto mode")
+    ]
+    misleading = "spec.scaling.replicas (6) is ignored in Auto mode"
+    assert status_events(StatusMemory.from_status(auto(5, misleading)), auto(5), "") == []
+    assert [e.reason for e in status_events(StatusMemory.from_status(auto(5)), auto(6, misleading), "")] == [
+        Reason.REPLICAS_IGNORED
+    ]
+
+    # The value is in the status in Auto mode only (Manual mode takes it), and read back as durable memory.
+    dep = deployment(scaling={"mode": "Auto", "minReplicas": 2, "maxReplicas": 10, "replicas": 5})
+    status = plan(dep, Observation(T0, compile=compiled(dep)), DeploymentMemory(), {}).status
+    assert status["ignoredReplicas"] == 5 and StatusMemory.from_status(status).ignored_replicas == 5
+    manual = deployment(**MANUAL)
+    assert (
+        "ignoredReplicas" not in plan(manual, Observation(T0, compile=compiled(manual)), DeploymentMemory(), {}).status
+    )
 
 
 def test_degraded_clearing_posts_one_recovered_event() -> None:

@@ -576,8 +576,8 @@ class ScalingSpec(ApiModel):
         ge=0,
         le=1000,
         description="Active replicas in Manual mode (the scale subresource writes it). In Auto mode it is "
-        "ignored: the ScalingActive condition's message says so, and a ReplicasIgnored Event when it is set "
-        "or changed. Unset: minReplicas.",
+        "ignored: status.ignoredReplicas and the ScalingActive condition's message say so, and a ReplicasIgnored "
+        "Event when it is set or changed. Unset: minReplicas.",
     )
     min_replicas: int = Field(
         default=1, ge=0, le=1000, description="Lower bound of active replicas; at least 1 in Auto mode."
@@ -906,6 +906,12 @@ class InferenceDeploymentStatus(ApiModel):
     warm_replicas: int = Field(default=0, ge=0, description="Ready warm (standby) pods.")
     draining_replicas: int = Field(default=0, ge=0, description="Pods finishing in-flight work before deletion.")
     desired_replicas: int = Field(default=0, ge=0, description="Active replicas wanted.")
+    ignored_replicas: int | None = Field(
+        default=None,
+        ge=0,
+        description="spec.scaling.replicas as set in Auto mode, where the autoscaler ignores it (a ReplicasIgnored "
+        "Event says so when it is set or changed); absent when it is unset or the mode is Manual.",
+    )
     placeholders: int = Field(default=0, ge=0, description="Node placeholder pods.")
     selector: str | None = Field(
         default=None,

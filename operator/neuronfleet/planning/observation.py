@@ -76,6 +76,9 @@ class StatusMemory:
     autoscaler: Mapping[str, Any] | None = None
     #: A compile that failed and is not to be run again as it was (``status.compileFailure``).
     compile_failure: CompileFailure | None = None
+    #: The spec.scaling.replicas that Auto mode ignored (``status.ignoredReplicas``): a new value is
+    #: said by one ReplicasIgnored Event.
+    ignored_replicas: int | None = None
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any]) -> StatusMemory:
@@ -101,6 +104,7 @@ class StatusMemory:
             LastScale(last_time, str(status.get("lastScaleReason") or "")) if isinstance(last_time, str) else None
         )
         conditions = status.get("conditions")
+        ignored = status.get("ignoredReplicas")
         failure = status.get("compileFailure")
         compile_failure = (
             CompileFailure(str(failure["attempt"]), str(failure.get("message") or ""))
@@ -116,6 +120,7 @@ class StatusMemory:
             conditions=tuple(c for c in conditions if isinstance(c, Mapping)) if isinstance(conditions, list) else (),
             autoscaler=autoscaler if isinstance(autoscaler := status.get("autoscaler"), Mapping) else None,
             compile_failure=compile_failure,
+            ignored_replicas=ignored if isinstance(ignored, int) and ignored >= 0 else None,
         )
 
     def condition(self, kind: str) -> Mapping[str, Any]:

@@ -58,7 +58,6 @@ from neuronfleet.planning.status import (
     build_status,
     checkpoint_from_status,
     find_condition,
-    ignored_replicas,
     ignored_replicas_note,
     rfc3339,
 )
@@ -390,12 +389,13 @@ def status_events(durable: StatusMemory, status: Mapping[str, Any], scale_reason
         events.append(Event("Warning", Reason.METRICS_UNAVAILABLE, str(after.get("message") or "")))
     # spec.scaling.replicas set or changed in Auto mode (`kubectl scale`): accepted (a CEL rule refusing
     # it would force an SRE switching Manual -> Auto in an incident to edit replicas too) but ignored:
-    # said once. Not on the switch itself, which the person making it knows of.
-    ignored = ignored_replicas(str(after.get("message") or ""))
+    # said once. Not on the switch itself, which the person making it knows of. Compared as the value
+    # the status holds (status.ignoredReplicas), not as read from the ScalingActive message's words.
+    ignored = status.get("ignoredReplicas")
     if (
-        ignored is not None
+        isinstance(ignored, int)
         and before.get("reason") != Reason.MANUAL_SCALING
-        and ignored_replicas(str(before.get("message") or "")) != ignored
+        and durable.ignored_replicas != ignored
     ):
         events.append(
             Event(

@@ -1,11 +1,11 @@
 """The status of an InferenceDeployment, built whole from one typed input (pure).
 
 :func:`build_status` is the only place a status is made. It owns every section: conditions,
-counts, ``selector`` (for the scale subresource), ``artifact``, ``placement``, ``warmPool``,
-``coldStart``, ``autoscaler`` and ``lastScaleTime`` / ``lastScaleReason``. A section the inputs do not support is
-absent, never carried over from the previous status: :func:`status_patch` then turns its absence
-into an explicit null, so a stale section (an instance type the spec can no longer use) leaves
-the object. One section is an input read back: while the spec fits no instance type nothing is
+counts, ``ignoredReplicas``, ``selector`` (for the scale subresource), ``artifact``, ``placement``,
+``warmPool``, ``coldStart``, ``autoscaler`` and ``lastScaleTime`` / ``lastScaleReason``. A section the
+inputs do not support is absent, never carried over from the previous status: :func:`status_patch`
+then turns its absence into an explicit null, so a stale section (a compile failure once the spec
+changes) leaves the object. One section is an input read back: while the spec fits no instance type nothing is
 changed, and ``placement`` says where the pods of the last valid spec still serve
 (:attr:`StatusInputs.kept_placement`, from the durable memory, which keeps the sticky type with it).
 
@@ -27,7 +27,6 @@ Three steps, all pure:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -209,13 +208,13 @@ def ignored_replicas_note(replicas: int) -> str:
     return f"spec.scaling.replicas ({replicas}) is ignored in Auto mode"
 
 
-_IGNORED_REPLICAS = re.compile(r"spec\.scaling\.replicas \((\d+)\) is ignored in Auto mode")
+def ignored_replicas(inputs: StatusInputs) -> int | None:
+    """spec.scaling.replicas when Auto mode ignores it (None: unset, or Manual mode takes it).
 
-
-def ignored_replicas(message: str) -> int | None:
-    """The spec.scaling.replicas a ScalingActive message says is ignored (None: it says none is)."""
-    found = _IGNORED_REPLICAS.search(message)
-    return int(found.group(1)) if found else None
+    Written as ``status.ignoredReplicas``: the ReplicasIgnored Event compares it with the value read
+    back (the durable memory), not with the wording of the ScalingActive message.
+    """
+    return inputs.spec_replicas if inputs.scaling_mode == "Auto" else None
 
 
 def _scaling(inputs: StatusInputs) -> ConditionValue:
@@ -228,7 +227,8 @@ def _scaling(inputs: StatusInputs) -> ConditionValue:
             f"replicas set by spec.scaling.replicas: {fleet.desired_active}",
         )
     # `kubectl scale` writes spec.scaling.replicas whatever the mode: in Auto mode say it is ignored.
-    note = f"; {ignored_replicas_note(inputs.spec_replicas)}" if inputs.spec_replicas is not None else ""
+    ignored = ignored_replicas(inputs)
+    note = f"; {ignored_replicas_note(ignored)}" if ignored is not None else ""
     if not inputs.metrics_available:
         return ConditionValue(
             "ScalingActive",
@@ -573,6 +573,7 @@ def build_status(
         warm_replicas=fleet.warm_ready,
         draining_replicas=fleet.draining,
         desired_replicas=fleet.desired_active,
+        ignored_replicas=ignored_replicas(inputs),
         placeholders=fleet.placeholders,
         selector=selector_string(active_selector(deployment)),
         artifact=_artifact(inputs.compile),
