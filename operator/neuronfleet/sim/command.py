@@ -354,6 +354,20 @@ def _truncated(trace: Trace, seconds: float, start: float = 0.0) -> Trace:
     )
 
 
+def _note(text: str) -> None:
+    """A plain progress line on stderr (stdout not a terminal; see :func:`_run_with_progress`)."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def _oracles(label: str, workload: Workload, profile: Profile, seed: int, measure_from: float) -> runner.Oracles:
+    """Both oracles; on a pipe, a line saying when they are done (the first step of every phase)."""
+    started = time.perf_counter()
+    oracles = runner.run_oracles(workload, profile, seed, measure_from)
+    if not sys.stdout.isatty():
+        _note(f"{label}: oracles done in {time.perf_counter() - started:.1f} s")
+    return oracles
+
+
 def _run_with_progress(
     console: Console,
     label: str,
@@ -365,6 +379,22 @@ def _run_with_progress(
     measure_from: float,
     jobs: int,
 ) -> list[runner.Outcome]:
+    if not sys.stdout.isatty():
+        # Rich draws no progress bar on a pipe or a CI log (and a transient one leaves nothing):
+        # one plain line per finished run on stderr shows the run is alive, and what each costs.
+        done = 0
+
+        def finished(outcome: runner.Outcome) -> None:
+            nonlocal done
+            done += 1
+            _note(
+                f"{label}: run {done}/{len(todo)} done: {outcome.case.family} {outcome.case.setting} "
+                f"in {outcome.result.sim_wall_s:.1f} s"
+            )
+
+        return runner.run_cases(
+            workload, profile, todo, seed, start, on_done=finished, measure_from=measure_from, jobs=jobs
+        )
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -684,7 +714,8 @@ def _phase(
 ) -> Phase:
     replayed, measure_from = with_history_pass(trace) if args.history_pass else (trace, 0.0)
     workload = _build(replayed, profile, factor, args)
-    oracles = runner.run_oracles(workload, profile, args.seed, measure_from)
+    title = f"{profile.name} {args.arrivals}{f' ({label})' if label else ''}"
+    oracles = _oracles(title, workload, profile, args.seed, measure_from)
     console.print(_scale_line(args, oracles.peak, label))
     max_replicas = args.max_replicas or max(2, 2 * oracles.peak)
     if max_replicas > crd_max_replicas() and ({"ours", "ours-nowarm"} & set(families) or policy_files):
@@ -693,7 +724,6 @@ def _phase(
             f"the other policies run with {max_replicas}"
         )
     todo = runner.cases(families, max_replicas, oracles.peak, sweep=not args.no_sweep, policy_files=policy_files)
-    title = f"{profile.name} {args.arrivals}{f' ({label})' if label else ''}"
     outcomes = _run_with_progress(
         console, title, workload, profile, todo, args.seed, oracles.start, measure_from, args.jobs
     )
@@ -731,11 +761,11 @@ def _score(
     if args.history_pass and measure_from == 0.0:
         trace, measure_from = with_history_pass(trace)
     workload = _build(trace, profile, factor, args)
-    oracles = runner.run_oracles(workload, profile, args.seed, measure_from)
+    title = f"{profile.name} {args.arrivals} (scored on held-out data)"
+    oracles = _oracles(title, workload, profile, args.seed, measure_from)
     console.print(_scale_line(args, oracles.peak, "held-out"))
     start = oracles.start
     todo = [o.case for o in tune.chosen.values()]
-    title = f"{profile.name} {args.arrivals} (scored on held-out data)"
     outcomes = _run_with_progress(console, title, workload, profile, todo, args.seed, start, measure_from, args.jobs)
     chosen = {o.case.family: o for o in outcomes}
     rows = report.records(profile, outcomes, oracles, chosen, "score", args.arrivals)

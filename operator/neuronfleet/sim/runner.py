@@ -32,7 +32,7 @@ import math
 import multiprocessing
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
@@ -191,15 +191,19 @@ def run_cases(
         try:
             context = multiprocessing.get_context("fork")
             with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context) as pool:
-                for case, result in zip(todo, pool.map(_run_one, range(len(todo))), strict=True):
+                # As each finishes (``on_done`` reports progress), returned in ``todo``'s order.
+                futures = {pool.submit(_run_one, index): index for index in range(len(todo))}
+                finished: dict[int, Outcome] = {}
+                for future in as_completed(futures):
+                    case = todo[futures[future]]
+                    result = future.result()
                     result.setting = case.setting
-                    outcome = Outcome(case, result)
-                    outcomes.append(outcome)
+                    finished[futures[future]] = outcome = Outcome(case, result)
                     if on_done is not None:
                         on_done(outcome)
         finally:
             _FORKED = None
-        return outcomes
+        return [finished[index] for index in range(len(todo))]
     for case in todo:
         result = engine.run(
             workload,
