@@ -9,8 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from neuronfleet.api.v1alpha1 import ScalingSpec
-from neuronfleet.planning.scaling import SERVICE_RATE_DECAY, SERVICE_RATE_RISE, ScalingState, decide
+from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec, ScalingSpec
+from neuronfleet.planning.scaling import (
+    SERVICE_RATE_DECAY,
+    SERVICE_RATE_RISE,
+    Checkpoint,
+    ScalingState,
+    decide,
+    resume,
+    service_rate_key,
+)
 from neuronfleet.planning.signals import MetricSnapshot
 
 
@@ -356,6 +364,63 @@ def test_a_missing_arrival_rate_once_measured_is_a_missing_signal_not_the_load_f
     held = decide(s, state, quiet, 10, 10, 45)
     assert held.signals == {"peak": pytest.approx(50 / (50 * 1.1))}
     assert held.desired == 10 and "no scale-down: arrival_rate missing" in held.reason
+
+
+def test_a_new_revision_forgets_the_service_rate_learned_on_the_old_one() -> None:
+    # v1 served 50/s per replica. v2, twice as slow, kept that rate: 400/s sized 10 replicas where 20
+    # were needed, queues filled, panic doubled the fleet, the rate signal halved it again, for a day.
+    s = spec(maxReplicas=40)
+    state = ScalingState()
+    for tick in range(3):
+        state = decide(s, state, snap(tick * 15, 0, 0.8, rate=400), 10, 10, tick * 15, rate_key="v1").new_state
+    assert (state.service_rate, state.service_rate_key) == (50, "v1")
+    assert state.checkpoint is not None and state.checkpoint.service_rate_key == "v1"
+    # v2 rolled out: its replicas are saturated.
+    saturated = MetricSnapshot(time=45, queue_depth=500, in_flight=40, arrival_rate=400, utilization=1.0)
+    decision = decide(s, state, saturated, 10, 10, 45, rate_key="v2")
+    assert decision.new_state.service_rate is None and decision.new_state.checkpoint is None
+    assert "rate" not in decision.signals and decision.signals["utilization"] == pytest.approx(12.5)
+    assert "service rate 50.0/s forgotten: now v2" in decision.reason
+    # Measured again on v2 (20 replicas 80 % busy with 400/s: 25/s each), it sizes v2's fleet.
+    state = decision.new_state
+    for tick in range(4, 8):
+        state = decide(s, state, snap(tick * 15, 0, 0.8, rate=400), 20, 20, tick * 15, rate_key="v2").new_state
+    assert state.service_rate == 25
+    assert decide(s, state, snap(120, 0, 0.8, rate=400), 20, 20, 120, rate_key="v2").recommendation == 20
+    # No key (the simulator), or the same key: nothing forgotten.
+    assert decide(s, state, snap(120, 0, 0.8, rate=400), 20, 20, 120).new_state.service_rate == 25
+
+
+def test_a_checkpoint_of_another_key_is_forgotten_and_one_without_a_key_trusted() -> None:
+    s = spec()
+    old = Checkpoint(0.0, 50.0, None, None, ScalingState().history, service_rate_key="v1")
+    assert decide(s, resume(old, 60, 10), snap(60, 0, 0.8, rate=400), 10, 10, 60, "v2").new_state.service_rate is None
+    keyless = replace(old, service_rate_key=None)
+    kept = decide(s, resume(keyless, 60, 10), snap(60, 0, 0.8, rate=400), 10, 10, 60, "v2").new_state
+    assert (kept.service_rate, kept.service_rate_key) == (50.0, "v2")
+
+
+def test_the_service_rate_key_names_what_the_rate_depends_on() -> None:
+    base = InferenceDeploymentSpec.model_validate({"model": {"source": "s3://models/bert"}})
+    key = service_rate_key(base, "r1", "inf2.xlarge")
+    assert key is not None and "r1" in key and "inf2.xlarge" in key
+    assert service_rate_key(base, None, "inf2.xlarge") is None  # unknown: nothing is forgotten
+    assert service_rate_key(base, "r1", None) is None
+    changed = [
+        service_rate_key(base, "r2", "inf2.xlarge"),
+        service_rate_key(base, "r1", "inf2.8xlarge"),
+        service_rate_key(
+            base.model_copy(update={"model": base.model.model_copy(update={"neuron_cores_per_replica": 1})}),
+            "r1",
+            "inf2.xlarge",
+        ),
+        service_rate_key(
+            base.model_copy(update={"runtime": base.runtime.model_copy(update={"max_batch_delay_ms": 20.0})}),
+            "r1",
+            "inf2.xlarge",
+        ),
+    ]
+    assert len({key, *changed}) == 5
 
 
 def test_dynamic_batching_busy_device_at_low_load_does_not_scale_up() -> None:

@@ -63,6 +63,11 @@ The rule, in order:
    and follows the decline instead of holding the level of its peak.
 5. ``min_replicas`` / ``max_replicas`` bound the result. Manual mode returns ``replicas``.
 
+The service rate belongs to what it was measured on: the caller passes a key of it
+(:func:`service_rate_key`: artifact revision, instance type, NeuronCores per replica, batching), and
+a rate measured under another key is forgotten, with its checkpoint and the trend's readings: the
+fleet is sized as before any measurement until the new one is measured. The simulator passes none.
+
 What the autoscaler has learned (the service rate, the cold start, the scale-down window and the
 history it replays) is also kept as a :class:`Checkpoint`, renewed every
 :data:`CHECKPOINT_SECONDS` once the service rate is known; the operator writes it to the status.
@@ -81,7 +86,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from neuronfleet.api.v1alpha1 import ScalingRules, ScalingSpec
+from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec, ScalingRules, ScalingSpec
 from neuronfleet.planning import hold
 from neuronfleet.planning.signals import MetricSnapshot
 
@@ -135,6 +140,9 @@ class Checkpoint:
     #: The scale-down window in effect, once chosen.
     hold_seconds: float | None
     history: hold.History
+    #: What the service rate was measured on (:func:`service_rate_key`); None: not known (a checkpoint
+    #: written without it is trusted, as before keys existed).
+    service_rate_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -151,6 +159,8 @@ class ScalingState:
     panic_last_triggered: float | None = None
     #: Requests per second one replica serves, once estimated.
     service_rate: float | None = None
+    #: What it was measured on (:func:`service_rate_key`; None: not known).
+    service_rate_key: str | None = None
     #: (time, ready replicas, arrival rate) of recent decisions: the service rate is measured only
     #: while both held still, since the rate, utilization and ready count are sampled over different
     #: windows and at different times.
@@ -184,6 +194,7 @@ def resume(checkpoint: Checkpoint, now: float, current: int) -> ScalingState:
     return ScalingState(
         recommendations=((now, current),) if current > 0 else (),
         service_rate=checkpoint.service_rate,
+        service_rate_key=checkpoint.service_rate_key,
         cold_start=checkpoint.cold_start,
         history=hold.resume(checkpoint.history, now),
         hold_seconds=checkpoint.hold_seconds,
@@ -209,6 +220,22 @@ class ScalingDecision:
     #: arrival-rate signal once the service rate is known (a backlog inflates the queue signal far
     #: beyond the demand, up to the queue bound), else the recommendation.
     demand: int | None = None
+
+
+def service_rate_key(spec: InferenceDeploymentSpec, revision: str | None, instance_type: str | None) -> str | None:
+    """What a replica's service rate depends on, as a key for :func:`decide`: the artifact revision
+    (the compiled model, its buckets included), the instance type, the NeuronCores per replica and
+    the batching (buckets, batch delay). None while the revision or instance type is not known: the
+    learned rate is then kept, not forgotten on a reading that says nothing.
+    """
+    if not revision or not instance_type:
+        return None
+    model = spec.model
+    buckets = ",".join(str(b) for b in model.batch_buckets)
+    return (
+        f"{revision} on {instance_type}, {model.neuron_cores_per_replica} cores, "
+        f"batches {buckets}, delay {spec.runtime.max_batch_delay_ms:g} ms"
+    )
 
 
 def _clamp(value: int, low: int, high: int) -> int:
@@ -376,10 +403,13 @@ def decide(
     current: int,
     ready: int,
     now: float,
+    rate_key: str | None = None,
 ) -> ScalingDecision:
     """Desired active replicas for ``spec`` given the metrics; see the module docstring for the rule.
 
     ``current`` is the active replicas the fleet has (ready or starting), ``ready`` those serving.
+    ``rate_key`` says what the replicas' service rate depends on (:func:`service_rate_key`; None:
+    unknown, nothing forgotten): a learned rate measured under another key is forgotten.
     """
     low, high = spec.min_replicas, spec.max_replicas
     if spec.mode == "Manual":
@@ -389,6 +419,18 @@ def decide(
     # Auto never scales to zero: no replica would report the traffic to scale up again (the CRD
     # refuses minReplicas 0 in Auto mode; an object stored before that rule is held at one).
     low = max(low, min(1, high))
+
+    forgotten = ""
+    if rate_key is not None and state.service_rate_key not in (None, rate_key):
+        # A new artifact revision, instance type, core count or batching serves at another rate: a
+        # rate kept from before sized a model twice as slow at half its need for a day. Back to the
+        # signals of an unmeasured fleet until it is measured again (and no checkpoint of the old one).
+        if state.service_rate is not None:
+            forgotten = f"service rate {state.service_rate:.1f}/s forgotten: now {rate_key}"
+        # The trend's readings were taken at the old rate: a line through both would be a jump.
+        state = replace(state, service_rate=None, measured_since=None, recent=(), rates=(), checkpoint=None)
+    if rate_key is not None:
+        state = replace(state, service_rate_key=rate_key)
 
     if snapshot is None:
         snapshot = MetricSnapshot(time=now)
@@ -469,6 +511,8 @@ def decide(
         if desired != current:
             new_state = _with_event(new_state, now, desired - current)
         reason = f"metrics missing ({', '.join(missing) or 'all'}): holding {desired}"
+        if forgotten:
+            reason += f"; {forgotten}"
         return ScalingDecision(desired, reason, new_state, recommendation=None, signals=signals)
 
     demand = max(signals.values())
@@ -476,7 +520,7 @@ def decide(
         recommendation = current
     else:
         recommendation = math.ceil(demand - 1e-9)
-    notes: list[str] = []
+    notes: list[str] = [forgotten] if forgotten else []
     gaps = [f"{', '.join(missing)} missing"] if missing else []
     if partial:
         # Some pods' scrapes failed (their series went stale): the sums read part of the demand.
@@ -564,13 +608,14 @@ def decide(
         history = hold.record(history, now, recommendation, need, float(spec.interval_seconds))
     checkpoint = state.checkpoint
     if service_rate and (checkpoint is None or now - checkpoint.time >= CHECKPOINT_SECONDS):
-        checkpoint = Checkpoint(now, service_rate, cold_start, hold_seconds, history)
+        checkpoint = Checkpoint(now, service_rate, cold_start, hold_seconds, history, state.service_rate_key)
     new_state = ScalingState(
         recommendations=recommendations,
         scale_events=events,
         panic_since=panic_since,
         panic_last_triggered=panic_last,
         service_rate=service_rate,
+        service_rate_key=state.service_rate_key,
         recent=recent,
         rates=rates,
         launches=launches,
