@@ -5,8 +5,8 @@ counts, ``ignoredReplicas``, ``selector`` (for the scale subresource), ``artifac
 ``warmPool``, ``coldStart``, ``autoscaler`` and ``lastScaleTime`` / ``lastScaleReason``. A section the
 inputs do not support is absent, never carried over from the previous status: :func:`status_patch`
 then turns its absence into an explicit null, so a stale section (a compile failure once the spec
-changes) leaves the object. One section is an input read back: while the spec fits no instance type nothing is
-changed, and ``placement`` says where the pods of the last valid spec still serve
+changes) leaves the object. One section is an input read back: while the spec fits no instance
+type nothing is changed, and ``placement`` says where the pods of the last valid spec still serve
 (:attr:`StatusInputs.kept_placement`, from the durable memory, which keeps the sticky type with it).
 
 ``Ready`` and ``Available`` split as a Deployment's rollout status and ``Available`` do: Available
