@@ -77,8 +77,9 @@ Held-out scoring: --tune-fraction F sweeps every family (static included) on the
 trace, picks each one's cheapest setting reaching the SLO target, and reports that setting on the
 rest (replayed after the tuning part, which serves as history); --tune-on A --score-on B tunes on
 trace A and scores on trace B. A scored span must last one cold start of the profile and hold 100
-trace requests. Cases carry "phase": "tune" or "score"; per family the JSON says whether cost and
-attainment moved monotonically with its target.
+trace requests. Cases carry "phase": "in-sample" (no held-out scoring: chosen and reported on the
+same data), else "tune" or "score"; per family the JSON says whether cost and attainment moved
+monotonically with its target.
 """
 
 EPILOG = """\
@@ -595,9 +596,11 @@ def _main(args: argparse.Namespace, console: Console) -> int:
             f"arrivals {args.arrivals}, SLO {profile.slo_ms:g} ms"
         )
         tune_trace = _truncated(trace, split - 1e-9) if args.tune_fraction else trace
+        held_out = score_trace is not None or bool(args.tune_fraction)
+        # Without held-out scoring the sweep is reported on the data it was chosen on: in-sample.
         tune = _phase(
-            "tune",
-            "tuning" if score_trace or args.tune_fraction else "",
+            "tune" if held_out else "in-sample",
+            "tuning" if held_out else "",
             tune_trace,
             profile,
             factor,
@@ -607,7 +610,7 @@ def _main(args: argparse.Namespace, console: Console) -> int:
             console,
         )
         phases = [tune]
-        if score_trace is not None or args.tune_fraction:
+        if held_out:
             if score_trace is not None:
                 score_factor = args.rate_factor or factor_for_peak(score_trace, profile, args.peak_replicas)
                 scored = _score(score_trace, 0.0, tune, profile, score_factor, args, console)
@@ -636,7 +639,7 @@ def _main(args: argparse.Namespace, console: Console) -> int:
             shown_phase = phases[-1]
             shown = {o.case.family: o.result for o in shown_phase.chosen.values()}
             shown["oracle-feasible"] = shown_phase.oracles.feasible
-            label = f"{shown_phase.name} phase"
+            label = "in-sample" if shown_phase.name == "in-sample" else f"{shown_phase.name} phase"
             report.plot_timeline(
                 args.out / f"{profile.name}-timeline.png",
                 shown_phase.workload,
@@ -650,7 +653,7 @@ def _main(args: argparse.Namespace, console: Console) -> int:
                 profile,
                 shown,
                 args.arrivals,
-                label if len(phases) > 1 else "",
+                label,
             )
     report.write_json(args.out / "simulate.json", doc)
     console.print(escape(f"wrote {args.out}/simulate.json") + ("" if args.no_plots else " and PNG plots"))

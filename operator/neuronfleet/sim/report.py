@@ -8,8 +8,9 @@ removal at the catalog's on-demand price; all three within the measured span, up
 last arrival), dollars per million requests, and cost relative to
 the feasible clairvoyant oracle (the headline, ``cost_vs_feasible_oracle``) and to the instant one
 (``cost_vs_oracle``, a lower bound no fleet can reach). Each case names the arrivals model and its
-phase: ``tune`` (swept; with held-out scoring, on the tuning data) or ``score`` (a family's
-chosen setting on the scoring data).
+phase: ``in-sample`` (no held-out scoring: swept, chosen and reported on the same data), ``tune``
+(held-out scoring: swept on the tuning data) or ``score`` (a family's setting chosen on the tuning
+data, on the scoring data).
 
 Trace attribution (printed with every report): the Azure LLM inference trace is published by
 Microsoft (Azure/AzurePublicDataset) under CC-BY 4.0; cite Patel et al., "Splitwise: Efficient
@@ -65,7 +66,7 @@ def record(
     result: RunResult,
     oracle_usd: float,
     feasible_usd: float | None = None,
-    phase: str = "tune",
+    phase: str = "in-sample",
     arrivals: str | None = None,
 ) -> dict[str, Any]:
     """One case in the project's fleet.json shape."""
@@ -99,7 +100,7 @@ def records(
     outcomes: Sequence[Outcome],
     oracles: Oracles,
     best: dict[str, Outcome],
-    phase: str = "tune",
+    phase: str = "in-sample",
     arrivals: str | None = None,
 ) -> list[dict[str, Any]]:
     """Every case, then both oracles; ``default`` and ``best`` flags mark the reported settings."""

@@ -1,0 +1,47 @@
+"""Outputs of ``neuronfleet simulate`` that say what they are: the phase a run was measured in, the
+knob each setting is, one table where two would be the same, both traces of a held-out run, and
+no run that measures nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from neuronfleet.sim import report
+from neuronfleet.sim.command import run_cli
+
+
+def write_trace(path: Path, seconds: int = 120, rate: float = 3.0, seed: int = 4) -> Path:
+    rng = np.random.default_rng(seed)
+    path.write_text("timestamp\n" + "\n".join(f"{t:.3f}" for t in np.sort(rng.random(int(seconds * rate)) * seconds)))
+    return path
+
+
+QUICK = ["--no-sweep", "--jobs", "1", "--peak-replicas", "3"]
+
+
+def test_a_run_without_held_out_scoring_is_labelled_in_sample(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its cases said "phase": "tune" and its timeline "(tune phase)", as if a scored phase followed.
+    labels: list[str] = []
+    cdf_titles: list[str] = []
+
+    def timeline(*args: Any) -> None:
+        labels.append(args[-1])
+
+    def cdf(path: Path, profile: Any, shown: Any, arrivals: str = "", phase_label: str = "") -> None:
+        cdf_titles.append(report.cdf_title(profile, arrivals, phase_label))
+
+    monkeypatch.setattr(report, "plot_timeline", timeline)
+    monkeypatch.setattr(report, "plot_cdf", cdf)
+    out = tmp_path / "out"
+    args = ["--trace", str(write_trace(tmp_path / "t.csv")), "--policies", "static", *QUICK, "--out", str(out)]
+    assert run_cli(args) == 0
+    doc = json.loads((out / "simulate.json").read_text())
+    assert {case["phase"] for case in doc["cases"]} == {"in-sample"}
+    assert list(doc["profiles"]["bert-base"]["phases"]) == ["in-sample"]
+    assert labels == ["in-sample"]
+    assert cdf_titles == ["bert-base: latency CDF (best setting per policy), arrivals superpose, in-sample"]
