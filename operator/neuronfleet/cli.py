@@ -20,9 +20,14 @@ from neuronfleet import __version__
 from neuronfleet.api.crd import CRD_FILENAME, crd_yaml
 from neuronfleet.api.v1alpha1 import GROUP, KIND, InferenceDeployment
 from neuronfleet.api.validation import Problem, not_utf8_message, validate_manifest, yaml_error_message
+from neuronfleet.plan_command import add_headroom_flags
 from neuronfleet.planning.placement import (
+    DAEMONSET_HEADROOM,
     UNLESS_OPERATOR_SCHEDULER,
+    Headroom,
+    QuantityError,
     check_fits,
+    headroom_from_quantities,
     needs_from_spec,
     plan_placement,
     scheduler_warning,
@@ -94,16 +99,16 @@ def _manifest_files(paths: Iterable[str]) -> Iterator[Path]:
             yield path
 
 
-def _catalog_problems(model: InferenceDeployment) -> list[Problem]:
+def _catalog_problems(model: InferenceDeployment, headroom: Headroom) -> list[Problem]:
     """The placement planner's check that some allowed instance type holds one replica."""
     problems = []
-    for text in check_fits(model.spec):
+    for text in check_fits(model.spec, headroom):
         path, _, message = text.partition(": ")
         problems.append(Problem(path, message) if message else Problem("spec", text))
     return problems
 
 
-def _scheduler_warning(model: InferenceDeployment, neuron_scheduler: str | None) -> str | None:
+def _scheduler_warning(model: InferenceDeployment, neuron_scheduler: str | None, headroom: Headroom) -> str | None:
     """The placement planner's warning (:func:`scheduler_warning`) at the first replica count the spec
     can reach whose placement needs the Neuron scheduler extension, when the pods would name none.
 
@@ -117,7 +122,8 @@ def _scheduler_warning(model: InferenceDeployment, neuron_scheduler: str | None)
     warm = spec.warm_pool
     most_warm = {"Off": 0, "Fixed": warm.pods, "Auto": warm.max_pods}[warm.mode]
     for replicas in range(1, max(1, spec.scaling.max_replicas + most_warm) + 1):
-        warning = scheduler_warning(plan_placement(needs, spec.placement.instance_types, replicas), None)
+        plan = plan_placement(needs, spec.placement.instance_types, replicas, headroom=headroom)
+        warning = scheduler_warning(plan, None)
         if warning:
             return f"at {replicas} pod(s): {warning}{UNLESS_OPERATOR_SCHEDULER}"
     return None
@@ -140,12 +146,15 @@ def _other_kind(doc: object) -> str:
     return f"{kind}/{name}" if name else kind
 
 
-def validate_files(paths: Iterable[str], neuron_scheduler: str | None = None) -> list[DocumentResult]:
+def validate_files(
+    paths: Iterable[str], neuron_scheduler: str | None = None, headroom: Headroom = DAEMONSET_HEADROOM
+) -> list[DocumentResult]:
     """Validate every InferenceDeployment document in the given files and folders.
 
     Documents of other kinds (a Namespace in the same file) are returned with ``skipped`` set.
     ``neuron_scheduler`` is the operator's ``--neuron-scheduler``, when known: valid documents whose
-    replicas need the Neuron scheduler extension and name no scheduler get a warning.
+    replicas need the Neuron scheduler extension and name no scheduler get a warning. ``headroom``
+    is the operator's DaemonSet allowance, which explicit CPU and memory requests must fit beside.
     """
     results: list[DocumentResult] = []
     for path in _manifest_files(paths):
@@ -176,9 +185,9 @@ def validate_files(paths: Iterable[str], neuron_scheduler: str | None = None) ->
             if model is not None:
                 result.name = model.name
                 if not problems:
-                    result.problems = _catalog_problems(model)
+                    result.problems = _catalog_problems(model, headroom)
                 if not result.problems:
-                    warning = _scheduler_warning(model, neuron_scheduler)
+                    warning = _scheduler_warning(model, neuron_scheduler, headroom)
                     result.warnings = [warning] if warning else []
                 spec = model.spec
                 result.summary = (
@@ -191,7 +200,12 @@ def validate_files(paths: Iterable[str], neuron_scheduler: str | None = None) ->
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    everything = validate_files(args.filename, args.neuron_scheduler)
+    try:
+        headroom = headroom_from_quantities(args.daemonset_headroom_cpu, args.daemonset_headroom_memory)
+    except QuantityError as error:
+        err_console.print(f"error: --daemonset-headroom-cpu/--daemonset-headroom-memory: {error}", markup=False)
+        return 2
+    everything = validate_files(args.filename, args.neuron_scheduler, headroom)
     results = [result for result in everything if not result.skipped]
     failed = 0
     for result in everything:
@@ -243,6 +257,7 @@ def _register_validate(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         "without it, replicas that need the Neuron scheduler extension (more than one NeuronCore, not a "
         "whole node) and name no spec.placement.schedulerName are warned about",
     )
+    add_headroom_flags(p)
     p.set_defaults(func=_cmd_validate)
 
 

@@ -28,9 +28,12 @@ from rich.table import Table
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.api.validation import not_utf8_message, validate_manifest, yaml_error_message
 from neuronfleet.planning.placement import (
+    DAEMONSET_HEADROOM_CPU,
+    DAEMONSET_HEADROOM_MEMORY,
     UNLESS_OPERATOR_SCHEDULER,
     PlacementPlan,
     QuantityError,
+    headroom_from_quantities,
     needs_from_spec,
     plan_placement,
     scheduler_warning,
@@ -123,6 +126,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     except QuantityError as error:
         err_console.print(f"error: {args.filename}: {error}", markup=False)
         return 2
+    try:
+        headroom = headroom_from_quantities(args.daemonset_headroom_cpu, args.daemonset_headroom_memory)
+    except QuantityError as error:
+        err_console.print(f"error: --daemonset-headroom-cpu/--daemonset-headroom-memory: {error}", markup=False)
+        return 2
     if args.replicas is not None and args.replicas < 0:
         err_console.print("error: --replicas must be 0 or more")
         return 2
@@ -130,12 +138,16 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         err_console.print("error: --throughput must be a positive, finite number of inferences/s")
         return 2
     replicas = args.replicas if args.replicas is not None else default_replicas(dep)
-    plan = plan_placement(needs, dep.spec.placement.instance_types, replicas, throughput_rps=args.throughput)
+    plan = plan_placement(
+        needs, dep.spec.placement.instance_types, replicas, throughput_rps=args.throughput, headroom=headroom
+    )
     if replicas == 0:
         plan = scaled_to_zero(plan)
     title = f"{dep.name}: {plan.replicas} replica(s) of {needs.describe()}"
     if args.throughput:
         title += f", {args.throughput:g} inferences/s per replica"
+    # The replicas' shares of a node are what is left after this: say it beside the figures.
+    title += f"; {headroom.cpu_millis}m CPU and {headroom.memory_mib}Mi per node left for DaemonSets"
     console.print(plan_table(plan, title))
     for candidate in plan.candidates:
         if not candidate.fits:
@@ -159,6 +171,25 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_headroom_flags(parser: argparse.ArgumentParser) -> None:
+    """The operator's DaemonSet allowance (its flags of the same names), which the replicas' shares
+    of a node and the fit of explicit requests depend on; ``validate`` takes them too."""
+    parser.add_argument(
+        "--daemonset-headroom-cpu",
+        default=DAEMONSET_HEADROOM_CPU,
+        metavar="QUANTITY",
+        help="the operator's --daemonset-headroom-cpu (chart: operator.daemonSetHeadroom.cpu): CPU left on "
+        "every node for its DaemonSets, beside the replicas' shares and spec.runtime.cpu (default %(default)s)",
+    )
+    parser.add_argument(
+        "--daemonset-headroom-memory",
+        default=DAEMONSET_HEADROOM_MEMORY,
+        metavar="QUANTITY",
+        help="the operator's --daemonset-headroom-memory (chart: operator.daemonSetHeadroom.memory) "
+        "(default %(default)s)",
+    )
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``plan`` to the ``neuronfleet`` command line."""
     parser = subparsers.add_parser(
@@ -179,6 +210,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="RPS",
         help="inferences per second one replica sustains; fills in $ per million inferences",
     )
+    add_headroom_flags(parser)
     parser.add_argument(
         "--neuron-scheduler",
         metavar="NAME",

@@ -34,6 +34,14 @@ from neuronfleet.kube.builders import BuilderConfig
 from neuronfleet.kube.client import UNANSWERED, KubeClient
 from neuronfleet.metrics.operator_metrics import OperatorMetrics
 from neuronfleet.metrics.operator_metrics import serve as serve_metrics
+from neuronfleet.planning.placement import (
+    DAEMONSET_HEADROOM_CPU,
+    DAEMONSET_HEADROOM_MEMORY,
+    Headroom,
+    QuantityError,
+    parse_cpu_millis,
+    parse_memory_mib,
+)
 from neuronfleet.reconcile import MetricsSource, OperatorSettings, Reconciler, utc_now
 
 logger = logging.getLogger(__name__)
@@ -248,7 +256,31 @@ def resolve_defaults(args: argparse.Namespace) -> argparse.Namespace:
     args.model_server_image = (
         args.model_server_image or os.environ.get("NEURONFLEET_MODEL_SERVER_IMAGE") or DEFAULT_IMAGE
     )
+    args.daemonset_headroom_cpu = (
+        args.daemonset_headroom_cpu or os.environ.get("NEURONFLEET_DAEMONSET_HEADROOM_CPU") or DAEMONSET_HEADROOM_CPU
+    )
+    args.daemonset_headroom_memory = (
+        args.daemonset_headroom_memory
+        or os.environ.get("NEURONFLEET_DAEMONSET_HEADROOM_MEMORY")
+        or DAEMONSET_HEADROOM_MEMORY
+    )
     return args
+
+
+def daemonset_headroom(args: argparse.Namespace) -> Headroom:
+    """The DaemonSet allowance of the resolved flags; RunSetupError naming the setting if unreadable
+    (a variable, unlike a flag, is not checked by the parser)."""
+    try:
+        cpu = parse_cpu_millis(args.daemonset_headroom_cpu)
+    except QuantityError as error:
+        raise RunSetupError(f"--daemonset-headroom-cpu (env NEURONFLEET_DAEMONSET_HEADROOM_CPU): {error}") from None
+    try:
+        memory = parse_memory_mib(args.daemonset_headroom_memory)
+    except QuantityError as error:
+        raise RunSetupError(
+            f"--daemonset-headroom-memory (env NEURONFLEET_DAEMONSET_HEADROOM_MEMORY): {error}"
+        ) from None
+    return Headroom(cpu_millis=cpu, memory_mib=memory)
 
 
 #: Logged once at start-up when the operator has no Neuron scheduler name: pods that need the
@@ -271,9 +303,19 @@ async def _run(args: argparse.Namespace) -> None:
     resolve_defaults(args)
     if not args.neuron_scheduler:
         logger.warning(NO_NEURON_SCHEDULER)
+    headroom = daemonset_headroom(args)
+    logger.info(
+        "left for DaemonSets on every node: %dm CPU, %dMi memory (--daemonset-headroom-cpu/-memory)",
+        headroom.cpu_millis,
+        headroom.memory_mib,
+    )
     settings = OperatorSettings(
         artifact_store=args.artifact_store,
-        builder=BuilderConfig(default_scheduler_name=args.neuron_scheduler, model_server_image=args.model_server_image),
+        builder=BuilderConfig(
+            default_scheduler_name=args.neuron_scheduler,
+            model_server_image=args.model_server_image,
+            daemonset_headroom=headroom,
+        ),
         interval_seconds=args.interval,
         max_concurrent_reconciles=args.max_concurrent_reconciles,
     )
@@ -445,6 +487,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="image of the model server (neuronserve, a Neuron build on Inf2) for the serving, "
         "placeholder and compile pods of specs that name none (env NEURONFLEET_MODEL_SERVER_IMAGE; "
         f"default {DEFAULT_IMAGE})",
+    )
+    p.add_argument(
+        "--daemonset-headroom-cpu",
+        default=None,
+        metavar="QUANTITY",
+        help="CPU left on every Inf2 node for its DaemonSets, beside the replicas' shares of the rest "
+        "(env NEURONFLEET_DAEMONSET_HEADROOM_CPU; default "
+        f"{DAEMONSET_HEADROOM_CPU}): at least the sum of the DaemonSets' requests, or a node's last replica "
+        "stays Pending (docs/install-eks.md measures it)",
+    )
+    p.add_argument(
+        "--daemonset-headroom-memory",
+        default=None,
+        metavar="QUANTITY",
+        help="memory left on every Inf2 node for its DaemonSets (env NEURONFLEET_DAEMONSET_HEADROOM_MEMORY; "
+        f"default {DAEMONSET_HEADROOM_MEMORY})",
     )
     p.add_argument(
         "--prometheus-url",

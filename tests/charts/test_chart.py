@@ -30,7 +30,8 @@ from pod_security import pod_spec_of, restricted_violations
 from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, InferenceDeployment
 from neuronfleet.cli import build_parser
 from neuronfleet.kube.builders import build_priority_classes
-from neuronfleet.run_command import resolve_defaults
+from neuronfleet.planning.placement import DAEMONSET_HEADROOM, Headroom, headroom_from_quantities
+from neuronfleet.run_command import daemonset_headroom, resolve_defaults
 from neuronfleet.sandbox.cluster import ThreadedSandboxCluster
 
 KUBERNETES_VERSION = "1.34.0"
@@ -216,6 +217,7 @@ def test_ci_values_reach_the_operator() -> None:
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["NEURONFLEET_ARTIFACT_STORE"] == "s3://neuronfleet-ci-artifacts/compiled/"
     assert env["NEURONFLEET_NEURON_SCHEDULER"] == "my-scheduler"
+    assert (env["NEURONFLEET_DAEMONSET_HEADROOM_CPU"], env["NEURONFLEET_DAEMONSET_HEADROOM_MEMORY"]) == ("1500m", "2Gi")
     assert env["NEURONFLEET_PROMETHEUS_URL"] == "http://prometheus-operated.monitoring.svc:9090"
     assert (
         env["NEURONFLEET_MODEL_SERVER_IMAGE"] == "123456789012.dkr.ecr.us-east-1.amazonaws.com/neuronserve:0.1.0-neuron"
@@ -261,6 +263,9 @@ def test_ci_values_reach_the_operator() -> None:
         ("resources.limits.cpu=-1", "/resources/limits/cpu"),
         ("resources.request.cpu=1", "/resources"),
         ("operator.reconcileIntervalSeconds=soon", "/operator/reconcileIntervalSeconds"),
+        # The operator refuses a CPU quantity in bytes at start-up: the schema refuses it first.
+        ("operator.daemonSetHeadroom.cpu=2Gi", "/operator/daemonSetHeadroom/cpu"),
+        ("operator.daemonSetHeadroom.memory=lots", "/operator/daemonSetHeadroom/memory"),
         # A fraction comes through --set as a string: the range is still checked.
         ("operator.reconcileIntervalSeconds=3600.5", "operator.reconcileIntervalSeconds is 3600.5: it must be above 0"),
     ],
@@ -286,6 +291,21 @@ def test_fractions_and_quantities_given_with_set_are_accepted() -> None:
     assert "--interval=0.5" in container["args"]
     assert resolve_defaults(build_parser().parse_args(["run", "--interval=0.5"])).interval == 0.5
     assert container["resources"]["requests"] == {"cpu": "0.25", "memory": "256Mi"}
+    # A DaemonSet allowance as YAML numbers (a values file, --set-json) reaches the operator as quantities.
+    result = helm(
+        "template",
+        "nf",
+        str(CHART),
+        "--values",
+        str(MINIMAL_VALUES),
+        "--set-json",
+        'operator.daemonSetHeadroom={"cpu": 1.5, "memory": 536870912}',
+    )
+    assert result.returncode == 0, result.stderr
+    numeric = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    env = {e["name"]: e.get("value") for e in _operator_container(numeric)["env"]}
+    cpu, memory = env["NEURONFLEET_DAEMONSET_HEADROOM_CPU"], env["NEURONFLEET_DAEMONSET_HEADROOM_MEMORY"]
+    assert headroom_from_quantities(cpu, memory) == Headroom(1500, 512)
     (dashboard,) = [cm for cm in by_kind(docs, "ConfigMap") if cm["metadata"]["name"].endswith("-dashboard")]
     assert '"query": "1.97"' in dashboard["data"]["neuronfleet-fleet.json"]
     for doc in docs:
@@ -513,6 +533,8 @@ def test_operator_command_is_what_neuronfleet_run_accepts(
     assert 0 <= parsed.priority < 2**31
     assert parsed.artifact_store == env["NEURONFLEET_ARTIFACT_STORE"]
     assert parsed.liveness == "http://0.0.0.0:8080/healthz"
+    # The DaemonSet allowance the placement planner gets, from the chart's value or its default.
+    assert daemonset_headroom(parsed) == (Headroom(1500, 2048) if values == "ci" else DAEMONSET_HEADROOM)
     if values == "ci":
         assert parsed.namespace == ["search", "chat"]
         assert parsed.neuron_scheduler == "my-scheduler"

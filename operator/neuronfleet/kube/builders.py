@@ -92,7 +92,7 @@ from neuronfleet.planning.labels import (
     service_name,
     short_hash,
 )
-from neuronfleet.planning.placement import Candidate
+from neuronfleet.planning.placement import DAEMONSET_HEADROOM, Candidate, Headroom
 from neuronfleet.planning.status import find_condition, rfc3339
 
 CONTAINER_NAME = "neuronserve"
@@ -118,10 +118,15 @@ class PriorityClassNames:
 
 @dataclass(frozen=True)
 class BuilderConfig:
-    """Operator-wide settings the builders use (from the operator's configuration)."""
+    """Operator-wide settings the builders use (from the operator's configuration), and the
+    placement planner: the pods' CPU and memory requests are the shares it computes."""
 
     #: Scheduler of the Neuron scheduler extension when the spec names none (None: default scheduler).
     default_scheduler_name: str | None = None
+    #: Host CPU and memory left on every node for its DaemonSets (neuronfleet run
+    #: --daemonset-headroom-cpu/--daemonset-headroom-memory), for the placement planner
+    #: (plan_for_spec and check_fits take it as ``headroom``).
+    daemonset_headroom: Headroom = DAEMONSET_HEADROOM
     priority_classes: PriorityClassNames = field(default_factory=PriorityClassNames)
     #: Value of the active and warm classes; placeholders get PLACEHOLDER_PRIORITY.
     serving_priority: int = 1000

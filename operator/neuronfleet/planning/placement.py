@@ -18,10 +18,13 @@ How a node is shared (figures from :mod:`neuronfleet.planning.catalog`):
 - HBM: each NeuronCore-v2 addresses 16 GiB (half its chip's 32 GiB). A replica whose ``hbmGiB``
   exceeds what its cores address does not fit anywhere; otherwise ``node_hbm // hbm``.
 - Host CPU and memory: what is left of the node's *allocatable* (kubelet and system reservations
-  already removed, per Karpenter's table) after :data:`DAEMONSET_HEADROOM` for the DaemonSets of
-  an EKS Inf2 node. Without an explicit request a replica gets the share of that matching its
-  share of the NeuronCores (8 of 12 cores -> 8/12 of the CPU and memory), so a neighbour on the
-  remaining cores still gets its own share. With a request, ``usable // request`` limits packing.
+  already removed, per Karpenter's table) after the allowance for the node's DaemonSets
+  (:class:`Headroom`: the operator's ``--daemonset-headroom-cpu`` / ``--daemonset-headroom-memory``,
+  chart ``operator.daemonSetHeadroom``; :data:`DAEMONSET_HEADROOM` when not given). Without an
+  explicit request a replica gets the share of that matching its share of the NeuronCores (8 of
+  12 cores -> 8/12 of the CPU and memory), so a neighbour on the remaining cores still gets its
+  own share. With a request, ``usable // request`` limits packing. The allowance is passed in, as
+  every input here: DaemonSets that request more than it leave the node's last replica Pending.
 
 Cost: ``nodes = ceil(replicas / replicas_per_node)``, ``$/h = nodes x on-demand price``. The
 chosen type minimises $/h for the replica count (equivalently $ per replica-hour). Costs within
@@ -59,16 +62,26 @@ COST_TIE_TOLERANCE = 0.001
 
 @dataclass(frozen=True)
 class Headroom:
-    """Host resources left for DaemonSets on every node (not given to replicas)."""
+    """Host resources left for DaemonSets on every node (not given to replicas).
+
+    An operator setting (``neuronfleet run --daemonset-headroom-cpu/--daemonset-headroom-memory``,
+    chart ``operator.daemonSetHeadroom``): the DaemonSets a cluster runs on its Inf2 nodes are its
+    own (CloudWatch or Datadog agents, log shippers, security scanners), so the sum of their
+    requests is measured per cluster (docs/install-eks.md says how).
+    """
 
     cpu_millis: int
     memory_mib: int
 
 
-#: DaemonSets of an EKS Inf2 node: aws-node (VPC CNI), kube-proxy, the Neuron device plugin,
-#: neuron-monitor, the EBS CSI node plugin, a log shipper. Their requests add up to roughly
-#: 0.5 CPU and 0.5 GiB; a round margin rather than a measured figure.
+#: The allowance when none is configured. DaemonSets of an EKS Inf2 node: aws-node (VPC CNI),
+#: kube-proxy, the Neuron device plugin, neuron-monitor, the EBS CSI node plugin, a log shipper.
+#: Their requests add up to roughly 0.5 CPU and 0.5 GiB; a round margin rather than a measured
+#: figure, hence a setting.
 DAEMONSET_HEADROOM = Headroom(cpu_millis=500, memory_mib=512)
+#: DAEMONSET_HEADROOM as the quantities the operator's flags and the chart take.
+DAEMONSET_HEADROOM_CPU = "500m"
+DAEMONSET_HEADROOM_MEMORY = "512Mi"
 
 LimitingFactor = Literal["neuroncores", "hbm", "cpu", "memory"]
 
@@ -121,6 +134,11 @@ def parse_memory_mib(quantity: str) -> int:
     except QuantityError:
         raise QuantityError(f"{quantity!r} is not a memory quantity (e.g. 4Gi, 512Mi or 2G)") from None
     return math.ceil(size / 2**20)
+
+
+def headroom_from_quantities(cpu: str, memory: str) -> Headroom:
+    """The DaemonSet allowance from Kubernetes quantities ("500m", "512Mi"). Raises QuantityError."""
+    return Headroom(cpu_millis=parse_cpu_millis(cpu), memory_mib=parse_memory_mib(memory))
 
 
 @dataclass(frozen=True)
@@ -251,11 +269,18 @@ def score(
     cpu = needs.cpu_millis if needs.cpu_millis is not None else int(usable_cpu * share)
     memory = needs.memory_mib if needs.memory_mib is not None else int(usable_memory * share)
 
+    def host_limit(usable: int, request: int) -> int:
+        if request > 0:
+            return usable // request
+        # Nothing to divide by: the cores bound packing, unless the DaemonSet allowance (a setting)
+        # takes the whole node, when a share would be a pod requesting no CPU or memory at all.
+        return itype.neuroncores if usable > 0 else 0
+
     limits: list[tuple[int, LimitingFactor]] = [
         (itype.neuroncores // needs.neuron_cores, "neuroncores"),
         (int(itype.hbm_gib // needs.effective_hbm_gib), "hbm"),
-        (usable_cpu // cpu if cpu > 0 else itype.neuroncores, "cpu"),
-        (usable_memory // memory if memory > 0 else itype.neuroncores, "memory"),
+        (host_limit(usable_cpu, cpu), "cpu"),
+        (host_limit(usable_memory, memory), "memory"),
     ]
     per_node, limited_by = min(limits, key=lambda item: item[0])
 
@@ -266,8 +291,16 @@ def score(
         problems.append(f"{itype.hbm_gib} GiB HBM < {needs.effective_hbm_gib:g} GiB")
     if cpu > usable_cpu:
         problems.append(f"{usable_cpu}m usable CPU < spec.runtime.cpu {cpu}m")
+    elif usable_cpu == 0:
+        problems.append(
+            f"the DaemonSet allowance of {headroom.cpu_millis}m CPU leaves none of {itype.allocatable_cpu_millis}m"
+        )
     if memory > usable_memory:
         problems.append(f"{usable_memory}Mi usable memory < spec.runtime.memory {memory}Mi")
+    elif usable_memory == 0:
+        problems.append(
+            f"the DaemonSet allowance of {headroom.memory_mib}Mi memory leaves none of {itype.allocatable_memory_mib}Mi"
+        )
     return Candidate(
         instance_type=itype,
         replicas=replicas,
@@ -382,25 +415,33 @@ def plan_for_spec(
     *,
     throughput_rps: float | None = None,
     current_type: str | None = None,
+    headroom: Headroom = DAEMONSET_HEADROOM,
 ) -> PlacementPlan:
-    """:func:`plan_placement` for a spec's model, runtime requests and allowed types."""
+    """:func:`plan_placement` for a spec's model, runtime requests and allowed types.
+
+    ``headroom``: the operator's DaemonSet allowance (``BuilderConfig.daemonset_headroom``).
+    """
     return plan_placement(
         needs_from_spec(spec),
         spec.placement.instance_types,
         replicas,
         throughput_rps=throughput_rps,
         current_type=current_type,
+        headroom=headroom,
     )
 
 
-def check_fits(spec: InferenceDeploymentSpec) -> list[str]:
-    """Problems ("field.path: message") that stop any allowed instance type holding one replica."""
+def check_fits(spec: InferenceDeploymentSpec, headroom: Headroom = DAEMONSET_HEADROOM) -> list[str]:
+    """Problems ("field.path: message") that stop any allowed instance type holding one replica.
+
+    ``headroom``: the operator's DaemonSet allowance, which a replica's explicit requests must fit beside.
+    """
     try:
         needs = needs_from_spec(spec)
     except QuantityError as error:
         field_path = "spec.runtime.cpu" if "CPU" in str(error) else "spec.runtime.memory"
         return [f"{field_path}: {error}"]
-    return list(plan_placement(needs, spec.placement.instance_types, 1).problems)
+    return list(plan_placement(needs, spec.placement.instance_types, 1, headroom=headroom).problems)
 
 
 def scheduler_warning(plan: PlacementPlan, scheduler_name: str | None) -> str | None:
