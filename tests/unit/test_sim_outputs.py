@@ -45,3 +45,24 @@ def test_a_run_without_held_out_scoring_is_labelled_in_sample(tmp_path: Path, mo
     assert list(doc["profiles"]["bert-base"]["phases"]) == ["in-sample"]
     assert labels == ["in-sample"]
     assert cdf_titles == ["bert-base: latency CDF (best setting per policy), arrivals superpose, in-sample"]
+
+
+def test_the_setting_column_names_each_policys_knob(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # "0.5", "70", "10=1xpeak" in one column: HPA's utilization, KPA's concurrency, replicas.
+    policy = tmp_path / "warm.yaml"
+    policy.write_text("warmPool: {mode: Auto}\n")
+    out = tmp_path / "out"
+    trace = write_trace(tmp_path / "t.csv")
+    args = ["--trace", str(trace), "--policies", "hpa,kpa,static", "--policy", str(policy), "--no-plots", *QUICK]
+    assert run_cli([*args, "--out", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert (
+        "setting: hpa: HPA's target average utilization; kpa: KPA's concurrency target per pod (x 0.7 "
+        "utilization applied); static: replicas=share x the oracle's peak; ours: a --policy file (ours with "
+        "its scaling and warmPool)" in text
+    )
+    assert "ours-nowarm" not in text  # only the policies that ran
+    knobs = {(c["policy"], c["setting"]): c["knob"] for c in json.loads((out / "simulate.json").read_text())["cases"]}
+    assert knobs[("hpa", "0.5")] == "HPA's target average utilization"
+    assert knobs[("ours", "warm")] == "a --policy file (ours with its scaling and warmPool)"
+    assert knobs[("oracle", "clairvoyant")] is None

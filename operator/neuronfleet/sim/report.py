@@ -108,11 +108,13 @@ def records(
     instant, feasible = oracles.instant.usd, oracles.feasible.usd
     for o in outcomes:
         rec = record(profile, o.case.family, o.case.setting, o.result, instant, feasible, phase, arrivals)
+        rec["knob"] = o.case.knob
         rec["default"] = o.case.default
         rec["best"] = best.get(o.case.family) is o
         out.append(rec)
     for name, result in (("oracle-feasible", oracles.feasible), ("oracle", oracles.instant)):
         rec = record(profile, name, result.setting, result, instant, feasible, phase, arrivals)
+        rec["knob"] = None
         rec["default"] = True
         rec["best"] = True
         out.append(rec)
@@ -121,12 +123,16 @@ def records(
 
 def table(title: str, rows: Sequence[dict[str, Any]], slo_ms: float, slo_target: float) -> Table:
     """A rich table of the given records."""
+    knobs = dict.fromkeys((r["policy"], r["knob"]) for r in rows if r.get("knob"))
     caption = (
         f"SLO {slo_ms:g} ms; * = default setting, ✓ = cheapest reaching {slo_target:.0%}, "
         "~ = none reaches it: highest attainment; x feasible = cost / feasible oracle (pays cold starts "
         "and whole nodes); x LB = cost / instant oracle (lower bound, infeasible)"
     )
-    t = Table(title=escape(title), caption=caption)
+    if knobs:
+        # A setting is a number whose meaning differs per policy: name each one's knob.
+        caption += "\nsetting: " + "; ".join(f"{policy}: {knob}" for policy, knob in knobs)
+    t = Table(title=escape(title), caption=caption, caption_justify="left")
     for heading in (
         "policy",
         "setting",

@@ -55,6 +55,18 @@ GRIDS: dict[str, tuple[float, ...]] = {
     "ray": (1, 2, 4, 8, 16, 32),
     "static": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
 }
+#: What each family's setting is (its swept knob), for the reports' legends.
+KNOBS: dict[str, str] = {
+    "ours": "scaling.targetUtilization (targetQueueDepth moves with it)",
+    "ours-nowarm": "scaling.targetUtilization, warm pool Off",
+    "hpa": "HPA's target average utilization",
+    "keda": "KEDA's threshold of queued + in-flight requests per pod",
+    "kpa": "KPA's concurrency target per pod (x 0.7 utilization applied)",
+    "ray": "Ray Serve's target_ongoing_requests",
+    "static": "replicas=share x the oracle's peak",
+}
+#: A --policy file's case: its setting is the file's name.
+POLICY_FILE_KNOB = "a --policy file (ours with its scaling and warmPool)"
 _CRD_SCALING = ScalingSpec()
 #: Ours has two targets (the utilization of the measured service rate, and the queue depth that
 #: counts as a burst, which also sizes the fleet until the service rate is measured); its one swept
@@ -82,6 +94,11 @@ class Case:
     make: Callable[[], Policy]
     #: The swept target's value (NaN for policy files).
     value: float = math.nan
+
+    @property
+    def knob(self) -> str:
+        """What the setting is (see :data:`KNOBS`)."""
+        return KNOBS[self.family] if math.isfinite(self.value) else POLICY_FILE_KNOB
 
 
 def _fmt(value: float) -> str:
