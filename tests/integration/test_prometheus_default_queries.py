@@ -139,3 +139,72 @@ async def test_samples_left_from_before_a_prometheus_restart_are_dated_by_their_
     )
     assert old.queue_depth == QUEUED  # still answered...
     assert old.without_stale(time.time(), 5).queue_depth is None  # ...and dropped as stale
+
+
+def _exposition(queued: float, executing: float, busy: float, ready: int) -> bytes:
+    return (
+        f"neuronserve_queue_depth {queued}\n"
+        f"neuronserve_inflight_requests {queued + executing}\n"
+        f"neuronserve_device_busy_ratio {busy}\n"
+        f"neuronserve_ready {ready}\n"
+    ).encode()
+
+
+class Pod:
+    """One pod's /metrics with the given exposition."""
+
+    def __init__(self, body: bytes) -> None:
+        class Handler(Exporter):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def pods() -> Iterator[Callable[[bytes], Pod]]:
+    made: list[Pod] = []
+
+    def make(body: bytes) -> Pod:
+        made.append(Pod(body))
+        return made[-1]
+
+    yield make
+    for pod in made:
+        pod.stop()
+
+
+async def test_the_default_queries_average_and_sum_over_ready_pods_only(
+    prometheus: PrometheusServer, pods: Callable[[bytes], Pod]
+) -> None:
+    # An active pod still loading its model reports a busy ratio of 0: averaged in, it halved the
+    # utilization of the one serving, and the autoscaler learned a service rate twice the truth.
+    dep = _deployment(prometheus)
+    labels = {"namespace": dep.metadata.namespace or "default", "deployment": dep.name, "role": "active"}
+    serving = pods(_exposition(queued=2, executing=3, busy=0.6, ready=1))
+    loading = pods(_exposition(queued=0, executing=0, busy=0.0, ready=0))
+    prometheus.set_targets(
+        [
+            TargetGroup((serving.address,), {**labels, "pod": "bert-a"}),
+            TargetGroup((loading.address,), {**labels, "pod": "bert-b"}),
+        ]
+    )
+    selector = f'neuronserve_ready{{namespace="{labels["namespace"]}",deployment="{dep.name}"}}'
+    deadline = time.monotonic() + 60
+    while len(prometheus.query(selector)) < 2:
+        assert time.monotonic() < deadline, "Prometheus never scraped both pods"
+        await asyncio.sleep(0.2)  # a poll's pace, not a wait for an effect
+    snapshot, reason = await PrometheusMetrics(None).snapshot(dep, time.time())
+    assert snapshot is not None, reason
+    assert snapshot.utilization == pytest.approx(0.6)
+    assert (snapshot.queue_depth, snapshot.in_flight) == (2.0, 3.0)

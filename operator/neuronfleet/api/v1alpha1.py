@@ -482,6 +482,13 @@ class ScalingBehavior(ApiModel):
     )
 
 
+#: The label selector of an InferenceDeployment's active pods' series in the default queries.
+_ACTIVE = 'namespace="$namespace",deployment="$name",role="active"'
+#: ``and`` this to keep the series of pods that report ready (model loaded and warmed): per-pod
+#: gauges of pods still loading must not be averaged in.
+_READY = f"on(namespace, pod) neuronserve_ready{{{_ACTIVE}}} == 1"
+
+
 class MetricQueries(ApiModel):
     """PromQL the autoscaler reads. `$namespace` and `$name` are replaced by the resource's."""
 
@@ -491,15 +498,15 @@ class MetricQueries(ApiModel):
         description="Prometheus to query; defaults to the operator's configured URL.",
     )
     queue_depth: str = Field(
-        default='sum(neuronserve_queue_depth{namespace="$namespace",deployment="$name",role="active"})',
-        description="Total requests waiting in the replicas' queues.",
+        default=f"sum(neuronserve_queue_depth{{{_ACTIVE}}} and {_READY})",
+        description="Total requests waiting in the ready replicas' queues.",
     )
     in_flight: str = Field(
         # neuronserve_inflight_requests counts every request accepted and not answered, queued ones
         # included: the load signal (queued plus in flight) would count the queue twice.
-        default='sum(neuronserve_inflight_requests{namespace="$namespace",deployment="$name",role="active"}) '
-        '- sum(neuronserve_queue_depth{namespace="$namespace",deployment="$name",role="active"})',
-        description="Total requests being executed (accepted and not answered, less those queued).",
+        default=f"sum(neuronserve_inflight_requests{{{_ACTIVE}}} and {_READY}) "
+        f"- sum(neuronserve_queue_depth{{{_ACTIVE}}} and {_READY})",
+        description="Total requests the ready replicas are executing (accepted and not answered, less those queued).",
     )
     arrival_rate: str = Field(
         default='sum(rate(neuronserve_requests_total{namespace="$namespace",deployment="$name"}[1m]))',
@@ -515,9 +522,11 @@ class MetricQueries(ApiModel):
         "as hold 400 requests). Empty: the autoscaler sizes for the 1-minute rate only.",
     )
     utilization: str = Field(
-        default='avg(neuronserve_device_busy_ratio{namespace="$namespace",deployment="$name",role="active"})',
-        description="Device-busy ratio (0..1) of active replicas. To use neuron-monitor instead: "
-        "avg(neuroncore_utilization_ratio{...}).",
+        # Ready pods only: an active pod still loading its model reports 0 and halved the average.
+        default=f"avg(neuronserve_device_busy_ratio{{{_ACTIVE}}} and {_READY})",
+        description="Device-busy ratio (0..1) averaged over the ready active replicas (one still loading "
+        "reports 0 and would dilute it). To use neuron-monitor instead: avg(neuroncore_utilization_ratio{...}); "
+        "the default queries need a `pod` label on the series (the chart's PodMonitor adds it).",
     )
     sample_time: str = Field(
         default='max(timestamp(neuronserve_ready{namespace="$namespace",deployment="$name",role="active"}))',
