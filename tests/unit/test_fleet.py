@@ -156,6 +156,22 @@ def test_idle_draining_pod_waits_for_endpoints_to_drop_it() -> None:
     ]
 
 
+def test_a_draining_pod_whose_work_is_not_observed_goes_once_endpoints_have_dropped_it() -> None:
+    # The operator does not read a pod's in-flight count: waiting for it kept the node for the
+    # whole grace period (then SIGTERM gave the pod that period again).
+    draining = pod("d0", "draining", drain_started_at=NOW)
+    assert draining.in_flight is None
+    policy = FleetPolicy(min_drain_seconds=5, drain_grace_seconds=600)
+    assert plan_fleet("bert", target(0), [draining], NOW + timedelta(seconds=2), policy).actions == ()
+    gone = plan_fleet("bert", target(0), [draining], NOW + timedelta(seconds=5), policy).actions
+    assert [(a.kind, a.name, a.reason) for a in gone if isinstance(a, DeletePod)] == [
+        ("delete-pod", "d0", "out of the Service: the model server finishes its accepted requests on SIGTERM")
+    ]
+    # One that reports work in flight still waits for it.
+    busy = replace(draining, in_flight=2)
+    assert plan_fleet("bert", target(0), [busy], NOW + timedelta(seconds=300), policy).actions == ()
+
+
 def test_scale_down_fills_an_empty_pool_with_a_surplus_active_pod() -> None:
     pods = [pod("a0"), pod("a1"), pod("a2")]
     plan = plan_fleet("bert", target(1, warm=1), pods, NOW)

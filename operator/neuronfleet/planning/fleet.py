@@ -32,8 +32,12 @@ Rules (DESIGN.md, fleet model):
   ``warm`` (refilling the pool).
 - Surplus serving pods: ready active ones become ``draining`` (out of the Service; the
   ``drain-started-at`` annotation is written in the same patch); unready or warm ones are deleted.
-  A draining pod is deleted once it reports no in-flight work (after ``min_drain_seconds``, so
-  Service endpoints have dropped it) or once the drain grace period has passed.
+  A draining pod is deleted ``min_drain_seconds`` after its drain started (so that Service
+  endpoints have dropped it before it gets SIGTERM) when it reports no in-flight work or its
+  in-flight work is not observed (``PodView.in_flight`` None, as the operator observes pods): the
+  model server finishes the requests it accepted after SIGTERM, within the pod's grace period, so
+  keeping the pod longer only keeps its node. A pod that reports work in flight is kept until it
+  has none, or until the drain grace period has passed.
 - New revision (warm-then-swap): pods of the new revision are created as ``warm`` while the old
   actives serve; once ready they are promoted and old actives are demoted only as far as the
   count of ready active pods stays at ``min(ready active before this step, target.active)``.
@@ -175,11 +179,11 @@ class FleetTarget:
 class FleetPolicy:
     """How the plan drains and rolls out."""
 
-    #: A draining pod is deleted after this long even with work in flight (the runtime's
+    #: A draining pod that reports work in flight is deleted after this long even so (the runtime's
     #: terminationGracePeriodSeconds gives it the same again after SIGTERM).
     drain_grace_seconds: float = 60.0
-    #: A draining pod with nothing in flight still waits this long, so that Service endpoints
-    #: have dropped it before it gets SIGTERM.
+    #: A draining pod with nothing in flight, or whose in-flight work is not observed, waits this
+    #: long, so that Service endpoints have dropped it before it gets SIGTERM.
     min_drain_seconds: float = 5.0
     #: New-revision pods loading at once during a rollout; 0: as many as needed at once.
     max_surge: int = 0
@@ -513,6 +517,12 @@ def plan_fleet(
         elapsed = (now - pod.drain_started_at).total_seconds()
         if pod.in_flight == 0 and elapsed >= policy.min_drain_seconds:
             deletions.append(DeletePod(pod.name, "drained: no requests in flight"))
+        elif pod.in_flight is None and elapsed >= policy.min_drain_seconds:
+            # Waiting for a count nobody reports would keep the node for the whole grace period
+            # and then give the pod that period again after SIGTERM.
+            deletions.append(
+                DeletePod(pod.name, "out of the Service: the model server finishes its accepted requests on SIGTERM")
+            )
         elif elapsed >= policy.drain_grace_seconds:
             deletions.append(DeletePod(pod.name, f"drain grace period of {policy.drain_grace_seconds:g}s passed"))
 
