@@ -278,7 +278,7 @@ def test_square_brackets_in_a_profile_name_are_printed(tmp_path: Path, capsys: p
     assert run_cli([*args, "--out", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
     assert "bert[prod] on inf2.xlarge" in out
-    assert "bert[prod] superpose: all runs" in out
+    assert "bert[prod] superpose: one setting per policy" in out
 
 
 # ------------------------------------------------------------------------ 9. the --help examples

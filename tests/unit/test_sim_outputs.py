@@ -66,3 +66,18 @@ def test_the_setting_column_names_each_policys_knob(tmp_path: Path, capsys: pyte
     assert knobs[("hpa", "0.5")] == "HPA's target average utilization"
     assert knobs[("ours", "warm")] == "a --policy file (ours with its scaling and warmPool)"
     assert knobs[("oracle", "clairvoyant")] is None
+
+
+def test_no_sweep_prints_one_table_not_two_identical_ones(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--trace", str(write_trace(tmp_path / "t.csv")), "--policies", "hpa,static", "--no-plots", *QUICK]
+    assert run_cli([*args, "--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("bert-base superpose: ") == 1
+    assert "bert-base superpose: one setting per policy" in out
+    # A policy file adds a second setting of ours: then the best settings are a subset, in a table of their own.
+    policy = tmp_path / "warm.yaml"
+    policy.write_text("warmPool: {mode: Auto}\n")
+    args[args.index("hpa,static")] = "ours,hpa,static"
+    assert run_cli([*args, "--policy", str(policy), "--out", str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert "bert-base superpose: all runs" in out and "bert-base superpose: best setting per policy" in out

@@ -732,9 +732,13 @@ def _phase(
     )
     chosen = runner.best(outcomes, args.slo_target)
     rows = report.records(profile, outcomes, oracles, chosen, name, args.arrivals)
-    console.print(report.table(f"{title}: all runs", rows, profile.slo_ms, args.slo_target))
     best_rows = [r for r in rows if r["best"]]
-    console.print(report.table(f"{title}: best setting per policy", best_rows, profile.slo_ms, args.slo_target))
+    if len(best_rows) == len(rows):
+        # One run per policy (--no-sweep): the best settings are all the runs, one table says it.
+        console.print(report.table(f"{title}: one setting per policy", rows, profile.slo_ms, args.slo_target))
+    else:
+        console.print(report.table(f"{title}: all runs", rows, profile.slo_ms, args.slo_target))
+        console.print(report.table(f"{title}: best setting per policy", best_rows, profile.slo_ms, args.slo_target))
     return Phase(name, label, workload, oracles, outcomes, chosen, rows, measure_from)
 
 
