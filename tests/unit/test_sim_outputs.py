@@ -81,3 +81,20 @@ def test_no_sweep_prints_one_table_not_two_identical_ones(tmp_path: Path, capsys
     assert run_cli([*args, "--policy", str(policy), "--out", str(tmp_path / "b")]) == 0
     out = capsys.readouterr().out
     assert "bert-base superpose: all runs" in out and "bert-base superpose: best setting per policy" in out
+
+
+def test_a_held_out_run_on_two_traces_names_both_and_both_factors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The header named only the tuning trace and its factor; the scoring trace is sized on its own.
+    tune = write_trace(tmp_path / "tune.csv", seconds=500, rate=3.0)
+    score = write_trace(tmp_path / "score.csv", seconds=500, rate=6.0, seed=5)
+    out = tmp_path / "out"
+    args = ["--tune-on", str(tune), "--score-on", str(score), "--policies", "static", "--no-plots", *QUICK]
+    assert run_cli([*args, "--out", str(out)]) == 0
+    header = " ".join(capsys.readouterr().out.split()).split("; arrivals")[0]
+    factors = json.loads((out / "simulate.json").read_text())["profiles"]["bert-base"]
+    assert factors["score_rate_factor"] < factors["rate_factor"]  # twice the rate: half the factor
+    assert "tuning trace tune.csv: 1,500 requests over 8.3 min from t = 0.294 s, 3 requests/s" in header
+    assert f", x {factors['rate_factor']:.4g}; scoring trace score.csv: 3,000 requests over 8.3 min" in header
+    assert header.endswith(f", x {factors['score_rate_factor']:.4g}")

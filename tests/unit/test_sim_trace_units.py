@@ -64,7 +64,7 @@ def test_the_header_says_what_the_trace_is(tmp_path: Path, capsys: pytest.Captur
     assert run_cli(["--trace", str(path), "--time-unit", "ms", *QUICK, "--out", str(tmp_path / "o")]) == 0
     header = capsys.readouterr().out.splitlines()[0]
     assert (
-        "trace 3,000 requests over 60.0 min from 1700000000 s (2023-11-14 22:13:20 UTC as a Unix time), "
+        "trace t.csv: 3,000 requests over 60.0 min from 1700000000 s (2023-11-14 22:13:20 UTC as a Unix time), "
         "0.833 requests/s" in header
     )
 

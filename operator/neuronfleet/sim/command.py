@@ -590,9 +590,15 @@ def _main(args: argparse.Namespace, console: Console) -> int:
             profile = profile.model_copy(update={"slo_ms": args.slo_ms})
         t0 = time.perf_counter()
         factor = args.rate_factor or factor_for_peak(trace, profile, args.peak_replicas)
+        # --peak-replicas sizes each trace on its own: a scoring trace gets its own factor.
+        score_factor = (
+            args.rate_factor or factor_for_peak(score_trace, profile, args.peak_replicas) if score_trace else None
+        )
+        traces = f"{'tuning trace' if score_trace else 'trace'} {_trace_line(trace, factor)}"
+        if score_trace is not None and score_factor is not None:
+            traces += f"; scoring trace {_trace_line(score_trace, score_factor)}"
         console.print(
-            f"[bold]{escape(profile.name)}[/bold] on {escape(profile.instance_type)}: "
-            f"trace {escape(describe(trace))}, x {factor:.4g}, "
+            f"[bold]{escape(profile.name)}[/bold] on {escape(profile.instance_type)}: {escape(traces)}; "
             f"arrivals {args.arrivals}, SLO {profile.slo_ms:g} ms"
         )
         tune_trace = _truncated(trace, split - 1e-9) if args.tune_fraction else trace
@@ -611,8 +617,7 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         )
         phases = [tune]
         if held_out:
-            if score_trace is not None:
-                score_factor = args.rate_factor or factor_for_peak(score_trace, profile, args.peak_replicas)
+            if score_trace is not None and score_factor is not None:
                 scored = _score(score_trace, 0.0, tune, profile, score_factor, args, console)
             else:
                 scored = _score(trace, float(split), tune, profile, factor, args, console)
@@ -620,6 +625,7 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         monotonic = runner.monotonicity(tune.outcomes)
         doc["profiles"][profile.name] = {
             "rate_factor": factor,
+            "score_rate_factor": score_factor,
             "history_pass": bool(args.history_pass),
             "requests": _measured_requests(tune),
             "oracle_peak_replicas": tune.oracles.peak,
@@ -680,6 +686,11 @@ def _check_scored_span(what: str, seconds: float, requests: int, profile: Profil
         f"on; a scored span must last at least one cold start of {profile.name} ({cold_start:.0f} s) and hold "
         f"at least {MIN_SCORED_REQUESTS} trace requests: {remedy}"
     )
+
+
+def _trace_line(trace: Trace, factor: float) -> str:
+    """A trace's name, what it holds and the factor its rate is scaled by, for the header."""
+    return f"{Path(trace.source).name}: {describe(trace)}, x {factor:.4g}"
 
 
 def _measured_requests(phase: Phase) -> float:
