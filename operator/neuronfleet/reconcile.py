@@ -229,7 +229,8 @@ class Reconciler:
         now = self.clock()
         namespace = dep.metadata.namespace or "default"
         request, compiled, compile_error = (None, None, None)
-        if not check_fits(dep.spec):  # an unservable spec is not compiled: nothing to read
+        # An unservable spec is not compiled: nothing to read.
+        if not check_fits(dep.spec, self.settings.builder.daemonset_headroom):
             request, compiled, compile_error = await self._observe_compile(dep)
         try:
             cluster = await observe_cluster(self.kube, namespace, dep.name, request, dep.metadata.uid)
@@ -403,6 +404,8 @@ class Reconciler:
             durable,
             self.settings.fleet,
             lambda candidate: pod_template_hash(dep, candidate, builder),
+            builder.daemonset_headroom,
+            builder.default_scheduler_name,
         )
         writes = 0
         if await self._write_status(namespace, dep.name, status, plan.status):

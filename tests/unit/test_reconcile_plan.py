@@ -22,7 +22,7 @@ from neuronfleet.planning.observation import (
     corrupt_annotations,
     seen_status,
 )
-from neuronfleet.planning.placement import Candidate
+from neuronfleet.planning.placement import Candidate, Headroom
 from neuronfleet.planning.reasons import Reason
 from neuronfleet.planning.reconcile_plan import (
     DeleteCompileJob,
@@ -563,3 +563,56 @@ def test_the_first_size_of_a_new_deployment_is_said_to_be_its_initial_size() -> 
     [scaled] = status_events(StatusMemory.from_status(first.status), later.status, later.scale_reason)
     assert scaled.message == "desired active replicas 2 -> 3: manual: replicas 3"
     assert later.status["lastScaleReason"] == "manual: replicas 3"
+
+
+def test_the_operators_daemonset_allowance_decides_what_fits_a_node() -> None:
+    # The allowance is the operator's setting (neuronfleet run --daemonset-headroom-cpu): a plan
+    # that ignored it sized replicas for the default 500m whatever the cluster's DaemonSets take.
+    dep = deployment(**MANUAL)
+    observation = Observation(T0, compile=compiled(dep))
+    fits = plan_reconcile(
+        dep, observation, DeploymentMemory(), StatusMemory.from_status({}), FleetPolicy(), one_template
+    )
+    assert fits.status["placement"]["instanceType"] == "inf2.xlarge"
+    whole_node = Headroom(cpu_millis=3920, memory_mib=512)  # an inf2.xlarge's allocatable CPU
+    crowded = plan_reconcile(
+        dep, observation, DeploymentMemory(), StatusMemory.from_status({}), FleetPolicy(), one_template, whole_node
+    )
+    scheduled = condition_of(crowded.status, "Scheduled")
+    assert (scheduled["status"], scheduled["reason"]) == ("False", Reason.NO_INSTANCE_TYPE_FITS)
+    assert not any(isinstance(a, CreatePod) for a in crowded.actions)
+
+
+def test_replicas_needing_contiguous_cores_without_a_neuron_scheduler_are_warned_of_in_scheduled() -> None:
+    dep = deployment(
+        scaling={"mode": "Manual", "replicas": 2, "minReplicas": 0},
+        warmPool={"mode": "Off"},
+        model={**deployment().spec.model.model_dump(by_alias=True, exclude_none=True), "neuronCoresPerReplica": 4},
+        placement={"instanceTypes": ["inf2.24xlarge"]},
+    )
+
+    def scheduled(default_scheduler: str | None) -> dict[str, Any]:
+        status: dict[str, Any] = {}
+        pods: tuple[Any, ...] = ()
+        result: Any = None
+        for second in (10, 20):
+            observation = Observation(T0 + timedelta(seconds=second), pods=pods, compile=compiled(dep))
+            result = plan_reconcile(
+                dep,
+                observation,
+                DeploymentMemory() if result is None else result.memory,
+                StatusMemory.from_status(status),
+                FleetPolicy(),
+                one_template,
+                default_scheduler_name=default_scheduler,
+            )
+            status = result.status
+            after = apply_actions(list(pods), result.actions, observation.now)
+            pods = tuple(replace(p, ready=True, phase="Running", node="n1", ready_at=observation.now) for p in after)
+        return condition_of(status, "Scheduled")
+
+    warned = scheduled(None)
+    assert warned["status"] == "True"
+    assert "warning: replicas of 4 NeuronCores on inf2.24xlarge" in warned["message"]
+    assert "need the Neuron scheduler extension" in warned["message"]
+    assert "warning" not in scheduled("my-scheduler")["message"]

@@ -47,7 +47,15 @@ from neuronfleet.planning.fleet import (
 )
 from neuronfleet.planning.labels import ArtifactRevision
 from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory, scaling_due
-from neuronfleet.planning.placement import Candidate, QuantityError, check_fits, plan_for_spec
+from neuronfleet.planning.placement import (
+    DAEMONSET_HEADROOM,
+    Candidate,
+    Headroom,
+    QuantityError,
+    check_fits,
+    plan_for_spec,
+    scheduler_warning,
+)
 from neuronfleet.planning.reasons import Event, Reason
 from neuronfleet.planning.signals import MetricSnapshot
 from neuronfleet.planning.status import (
@@ -226,14 +234,18 @@ def plan_reconcile(
     durable: StatusMemory,
     fleet_policy: FleetPolicy,
     template_of: Callable[[Candidate], str],
+    headroom: Headroom = DAEMONSET_HEADROOM,
+    default_scheduler_name: str | None = None,
 ) -> ReconcilePlan:
     """The whole decision of one reconcile (see the module docstring).
 
     ``template_of`` hashes the pod template built for a placement (the builders live outside
-    planning; the hash is a pure function of the spec and the placement).
+    planning; the hash is a pure function of the spec and the placement). ``headroom`` is the
+    operator's allowance for a node's DaemonSets, ``default_scheduler_name`` the scheduler its pods
+    name when the spec names none (the operator's ``--neuron-scheduler``).
     """
     spec, now = dep.spec, observation.now
-    spec_problems = check_fits(spec)
+    spec_problems = check_fits(spec, headroom)
     decision, compile_actions, observe_errors = _compile(dep, observation, durable, spec_problems)
 
     cold_state = coldstart.observe(memory.cold_start_state, observation.timelines)
@@ -262,7 +274,9 @@ def plan_reconcile(
     # A spec whose requests cannot be read has no placement; spec_problems says why, as Degraded.
     placement = None
     with contextlib.suppress(QuantityError):
-        placement = plan_for_spec(spec, max(1, scale.desired + warm.pods), current_type=durable.instance_type)
+        placement = plan_for_spec(
+            spec, max(1, scale.desired + warm.pods), current_type=durable.instance_type, headroom=headroom
+        )
     fleet: FleetPlan | None = None
     if placement is not None and placement.chosen is not None and not spec_problems:
         serve = decision.serve
@@ -324,6 +338,11 @@ def plan_reconcile(
         corrupt_annotations=observation.corrupt_annotations,
         rollout_stalled=summary.rollout_stalled(now, spec.rollout.progress_deadline_seconds),
         spec_problems=tuple(spec_problems),
+        scheduler_warning=(
+            scheduler_warning(placement, spec.placement.scheduler_name or default_scheduler_name)
+            if placement is not None
+            else None
+        ),
         warm_pool=WarmPoolStatus(
             desired_pods=warm.pods, desired_placeholders=warm.node_placeholders, reason=warm.reason
         ),

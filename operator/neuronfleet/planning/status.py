@@ -123,6 +123,9 @@ class StatusInputs:
     rollout_stalled: bool = False
     #: Problems that stop any placement, e.g. from placement.check_fits.
     spec_problems: tuple[str, ...] = field(default=())
+    #: The replicas need contiguous NeuronCores and their pods name no scheduler that allocates
+    #: them (placement.scheduler_warning): said in the Scheduled condition, which stays as it is.
+    scheduler_warning: str | None = None
     warm_pool: WarmPoolStatus | None = None
     cold_start: ColdStartStatus | None = None
     autoscaler: AutoscalerStatus | None = None
@@ -148,13 +151,15 @@ def _scheduled(inputs: StatusInputs, placement_problems: list[str]) -> Condition
     fleet = inputs.fleet
     if placement_problems:
         return ConditionValue("Scheduled", "False", Reason.NO_INSTANCE_TYPE_FITS, "; ".join(placement_problems))
+    # The pods are placed either way; a pod of several cores may then get cores apart on the ring.
+    caution = f"; warning: {inputs.scheduler_warning}" if inputs.scheduler_warning else ""
     if fleet.unschedulable:
         first = fleet.unschedulable[0]
         return ConditionValue(
             "Scheduled",
             "False",
             Reason.UNSCHEDULABLE,
-            f"{_plural(len(fleet.unschedulable), 'pod')} waiting for a node; {first.name}: {first.message}",
+            f"{_plural(len(fleet.unschedulable), 'pod')} waiting for a node; {first.name}: {first.message}{caution}",
         )
     if not_scheduled := [p for p in fleet.stuck if p.reason == Reason.NOT_SCHEDULED]:
         return ConditionValue(
@@ -199,7 +204,7 @@ def _scheduled(inputs: StatusInputs, placement_problems: list[str]) -> Condition
     where = ""
     if inputs.placement is not None and inputs.placement.chosen is not None:
         where = f" on {inputs.placement.chosen.name}"
-    message = f"every pod is bound to a node{where}" + (f"; {later}" if later else "")
+    message = f"every pod is bound to a node{where}" + (f"; {later}" if later else "") + caution
     return ConditionValue("Scheduled", "True", Reason.ALL_PODS_SCHEDULED, message)
 
 
