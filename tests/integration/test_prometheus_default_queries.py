@@ -208,3 +208,39 @@ async def test_the_default_queries_average_and_sum_over_ready_pods_only(
     assert snapshot is not None, reason
     assert snapshot.utilization == pytest.approx(0.6)
     assert (snapshot.queue_depth, snapshot.in_flight) == (2.0, 3.0)
+
+
+async def test_the_default_queries_count_a_pod_scraped_twice_once_and_say_how_many_pods_report(
+    prometheus: PrometheusServer, pods: Callable[[bytes], Pod]
+) -> None:
+    # The chart's PodMonitor beside a plain scrape config (or an HA pair without deduplication):
+    # every series of pod a twice, and every sum doubled. Then pod b's scrapes fail: its series go
+    # stale and leave the sums, which read low with no signal missing; the count of pods reporting
+    # is what tells the autoscaler the snapshot is partial.
+    dep = _deployment(prometheus)
+    labels = {"namespace": dep.metadata.namespace or "default", "deployment": dep.name, "role": "active"}
+    a = pods(_exposition(queued=2, executing=3, busy=0.6, ready=1) + b"neuronserve_arrivals_peak_per_second 10\n")
+    b = pods(_exposition(queued=4, executing=1, busy=0.2, ready=1) + b"neuronserve_arrivals_peak_per_second 30\n")
+    prometheus.set_targets(
+        [
+            TargetGroup((a.address,), {**labels, "pod": "bert-a", "scraper": "podmonitor"}),
+            TargetGroup((a.address,), {**labels, "pod": "bert-a", "scraper": "static"}),
+            TargetGroup((b.address,), {**labels, "pod": "bert-b", "scraper": "podmonitor"}),
+        ]
+    )
+    selector = f'neuronserve_ready{{namespace="{labels["namespace"]}",deployment="{dep.name}"}}'
+    deadline = time.monotonic() + 60
+    while len(prometheus.query(selector)) < 3:
+        assert time.monotonic() < deadline, "Prometheus never scraped the three targets"
+        await asyncio.sleep(0.2)  # a poll's pace, not a wait for an effect
+    reader = PrometheusMetrics(None)
+    snapshot, reason = await reader.snapshot(dep, time.time())
+    assert snapshot is not None, reason
+    assert (snapshot.queue_depth, snapshot.in_flight, snapshot.arrival_peak) == (6.0, 4.0, 40.0)
+    assert snapshot.utilization == pytest.approx(0.4)
+    assert snapshot.reporting == 2.0
+
+    b.stop()
+    partial = await _snapshot_until(reader, dep, lambda s: s.reporting == 1.0, "pod b's series to go stale")
+    assert (partial.queue_depth, partial.in_flight) == (2.0, 3.0)
+    assert partial.partial(ready=2)

@@ -129,4 +129,4 @@ def test_an_empty_query_turns_its_signal_off() -> None:
     assert "arrival_peak" in queries_for(InferenceDeployment.model_validate(doc))
     doc["spec"]["scaling"].setdefault("metrics", {})["arrivalPeak"] = ""
     queries = queries_for(InferenceDeployment.model_validate(doc))
-    assert "arrival_peak" not in queries and set(queries) == set(signals.SIGNALS) - {"arrival_peak"}
+    assert "arrival_peak" not in queries and set(queries) == set(signals.QUERIED) - {"arrival_peak"}

@@ -42,6 +42,7 @@ ANSWERS: dict[str, dict[str, Any]] = {
     "busy": {"resultType": "matrix", "result": [{"metric": {}, "values": [[NOW - 15, "0.5"], [NOW, "0.6"]]}]},
     "peak": {"resultType": "string", "result": [NOW, "not a number"]},
     "timestamp": _vector(str(NOW - 20)),  # sampleTime: the newest sample is 20 s old
+    "count(": _vector("2"),  # reporting: pods reporting ready
 }
 
 

@@ -32,7 +32,7 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment, MetricQueries
-from neuronfleet.planning.signals import SIGNALS, MetricSnapshot
+from neuronfleet.planning.signals import QUERIED, SIGNALS, MetricSnapshot
 
 
 def render(query: str, namespace: str, name: str) -> str:
@@ -46,13 +46,13 @@ def queries_for(dep: InferenceDeployment) -> dict[str, str]:
     # An empty query turns its signal off (missing, as if it returned nothing) without a round trip.
     return {
         signal: render(getattr(metrics, signal), namespace, dep.name)
-        for signal in SIGNALS
+        for signal in QUERIED
         if getattr(metrics, signal).strip()
     }
 
 
 #: The spec field (under scaling.metrics) each signal's query comes from.
-SIGNAL_FIELDS = {signal: MetricQueries.model_fields[signal].alias or signal for signal in SIGNALS}
+SIGNAL_FIELDS = {signal: MetricQueries.model_fields[signal].alias or signal for signal in QUERIED}
 
 _REFUSED = re.compile(r"^HTTP Status Code (400|422) \((?P<body>.*)\)$", re.DOTALL)
 
@@ -153,7 +153,7 @@ class PrometheusMetrics:
         queries = queries_for(dep)
         try:
             results, refused = await asyncio.wait_for(
-                asyncio.to_thread(self._query_all, url, queries, timeout), timeout=timeout * len(SIGNALS) + 1
+                asyncio.to_thread(self._query_all, url, queries, timeout), timeout=timeout * len(QUERIED) + 1
             )
             sampled = (
                 await asyncio.wait_for(asyncio.to_thread(self._sample_time, url, sample_query, timeout), timeout + 1)
@@ -172,13 +172,14 @@ class PrometheusMetrics:
         # A query Prometheus refuses (a typo in one of scaling.metrics) costs its own signal only,
         # and the reason names the field to fix.
         refusals = "; ".join(f"spec.scaling.metrics.{SIGNAL_FIELDS[s]}: {why}" for s, why in refused.items())
-        if all(result.value is None for result in results.values()):
+        # The pods-reporting count alone is no signal to decide on.
+        if all(result.value is None for signal, result in results.items() if signal in SIGNALS):
             return None, refusals or f"Prometheus at {url} returned no samples for {dep.name}"
         stamps = [r.evaluated_at for r in results.values() if r.evaluated_at is not None]
         if sampled is not None:
             # The samples' own age: the queries' stamp is their evaluation time, however old the data.
             stamps.append(sampled)
-        values = {signal: results[signal].value if signal in results else None for signal in SIGNALS}
+        values = {signal: results[signal].value if signal in results else None for signal in QUERIED}
         snapshot = MetricSnapshot(time=min(stamps) if stamps else now, **values)
         # Every configured signal that came back empty or refused (the arrival rate too: the
         # autoscaler's primary signal once it knows the service rate), not only those a scale-down
