@@ -98,3 +98,23 @@ def test_a_held_out_run_on_two_traces_names_both_and_both_factors(
     assert "tuning trace tune.csv: 1,500 requests over 8.3 min from t = 0.294 s, 3 requests/s" in header
     assert f", x {factors['rate_factor']:.4g}; scoring trace score.csv: 3,000 requests over 8.3 min" in header
     assert header.endswith(f", x {factors['score_rate_factor']:.4g}")
+
+
+@pytest.mark.parametrize("policies", ["", " , "])
+def test_policies_naming_none_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], policies: str) -> None:
+    # Ran only the oracles and reported them as a comparison.
+    args = ["--trace", str(write_trace(tmp_path / "t.csv")), "--policies", policies, "--no-plots", *QUICK]
+    assert run_cli([*args, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"error: --policies {policies!r} names no policy; choose from ours, ours-nowarm, hpa" in err
+    assert not (tmp_path / "out").exists()  # nothing ran, nothing written
+
+
+def test_an_empty_policies_list_runs_only_the_policy_files(tmp_path: Path) -> None:
+    policy = tmp_path / "warm.yaml"
+    policy.write_text("warmPool: {mode: Auto}\n")
+    out = tmp_path / "out"
+    args = ["--trace", str(write_trace(tmp_path / "t.csv")), "--policies", "", "--policy", str(policy)]
+    assert run_cli([*args, "--no-plots", *QUICK, "--out", str(out)]) == 0
+    cases = json.loads((out / "simulate.json").read_text())["cases"]
+    assert [(c["policy"], c["setting"]) for c in cases if not c["policy"].startswith("oracle")] == [("ours", "warm")]

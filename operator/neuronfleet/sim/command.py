@@ -192,7 +192,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--policies",
         default=",".join(runner.FAMILIES),
         metavar="LIST",
-        help=f"comma-separated subset of {','.join(runner.FAMILIES)} (default: all; the oracle always runs)",
+        help=f"comma-separated subset of {','.join(runner.FAMILIES)} (default: all; the oracles always run; "
+        "empty: only the --policy files)",
     )
     p.add_argument(
         "--policy",
@@ -532,6 +533,12 @@ def _main(args: argparse.Namespace, console: Console) -> int:
     bad = [f for f in families if f not in runner.FAMILIES]
     if bad:
         raise UsageError(f"unknown policies {bad}; choose from {', '.join(runner.FAMILIES)}")
+    if not families and not args.policy:
+        # Only the oracles would run: a report comparing nothing.
+        raise UsageError(
+            f"--policies {args.policies!r} names no policy; choose from {', '.join(runner.FAMILIES)} "
+            "(or run only --policy files)"
+        )
     policy_files = [_policy_file(path) for path in args.policy]
     trace = load(args.trace or args.tune_on, args.time_unit)
     if args.duration is not None:
