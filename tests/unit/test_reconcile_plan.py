@@ -14,7 +14,7 @@ import yaml
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.planning.compile import CompileObservation, DanglingRecord, StoredArtifact, compile_request
-from neuronfleet.planning.fleet import CreatePod, FleetPolicy, apply_actions
+from neuronfleet.planning.fleet import CreatePod, DeletePod, FleetPolicy, Relabel, apply_actions
 from neuronfleet.planning.observation import (
     DeploymentMemory,
     Observation,
@@ -616,3 +616,38 @@ def test_replicas_needing_contiguous_cores_without_a_neuron_scheduler_are_warned
     assert "warning: replicas of 4 NeuronCores on inf2.24xlarge" in warned["message"]
     assert "need the Neuron scheduler extension" in warned["message"]
     assert "warning" not in scheduled("my-scheduler")["message"]
+
+
+def test_a_fleet_is_not_moved_to_a_cheaper_type_in_the_middle_of_a_scale_up_but_once_its_size_holds() -> None:
+    # 8-core replicas, one warm: 1 active + 1 warm run on two inf2.24xlarge; 2 active + 1 warm cost
+    # a third less on one inf2.48xlarge. Moving then was a new template: the warm pod the scale-up
+    # was to promote was deleted as outdated, and 3 pods waited for nodes of the other type.
+    manifest = yaml.safe_load((REPO / "examples" / "llama2-7b-chat.yaml").read_text())
+    manifest["metadata"]["generation"] = 1
+    manifest["spec"]["scaling"] = {"mode": "Manual", "replicas": 1, "minReplicas": 0}
+    manifest["spec"]["warmPool"] = {"mode": "Fixed", "pods": 1, "nodePlaceholders": 0}
+    dep = InferenceDeployment.model_validate(manifest)
+    compile = compiled(dep)
+    result, pods, _ = rounds(dep, compile, (), DeploymentMemory(), {}, template_per_type)
+    assert result.status["placement"]["instanceType"] == "inf2.24xlarge"
+    assert sorted(p.role for p in pods) == ["active", "warm"]
+    warm_pod = next(p.name for p in pods if p.role == "warm")
+
+    bigger = dep.model_copy(deep=True)
+    bigger.spec.scaling.replicas = 2
+    now = T0 + timedelta(hours=1)
+    up = plan(bigger, Observation(now, pods=pods, compile=compile), result.memory, result.status, template_per_type)
+    assert up.status["placement"]["instanceType"] == "inf2.24xlarge"
+    assert "kept the current type while the fleet's size changes" in up.status["placement"]["reason"]
+    assert Relabel(warm_pod, "active", "warm", "promoted: the fleet needs it active") in up.actions
+    assert not any(isinstance(a, DeletePod) for a in up.actions)
+
+    # Settled: the same size 29 minutes on, it stays; 30 minutes on, it moves (a warm-then-swap rollout).
+    after = tuple(
+        replace(p, ready=True, phase="Running", node="n1", ready_at=now)
+        for p in apply_actions(list(pods), up.actions, now)
+    )
+    for minutes, expected in ((29, "inf2.24xlarge"), (30, "inf2.48xlarge")):
+        later = now + timedelta(minutes=minutes)
+        held = plan(bigger, Observation(later, pods=after, compile=compile), up.memory, up.status, template_per_type)
+        assert held.status["placement"]["instanceType"] == expected, minutes

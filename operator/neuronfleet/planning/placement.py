@@ -32,7 +32,11 @@ chosen type minimises $/h for the replica count (equivalently $ per replica-hour
 survives the loss of an active one's node, and replicas can spread across zones), then more
 spare replica slots, then catalog order. With
 ``current_type`` set, the plan keeps that type while it costs at most ``keep_current_within``
-more than the best, so a fleet does not move between types on every scale step.
+more than the best, so a fleet does not move between types on every scale step; and, with
+``may_move`` false, whatever the saving. A move is a new pod template, so a rollout of every pod
+on nodes that do not exist yet: made in the middle of a scale-up it would replace the warm pods
+the scale-up was to promote and give up the spare nodes the placeholders held. So the operator
+moves a fleet only once its size has held (:func:`may_move_type`, :data:`TYPE_MOVE_SETTLE_SECONDS`).
 
 A single instance type serves the whole fleet: pods carry one required instance-type affinity.
 Mixed fleets (e.g. one 48xlarge plus one 24xlarge for four 8-core replicas) are cheaper at some
@@ -48,6 +52,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from fractions import Fraction
 from typing import Literal
 
@@ -341,6 +346,7 @@ def plan_placement(
     current_type: str | None = None,
     keep_current_within: float = 0.15,
     headroom: Headroom = DAEMONSET_HEADROOM,
+    may_move: bool = True,
 ) -> PlacementPlan:
     """Score each allowed type for ``replicas`` (at least 1 is planned) and choose the cheapest.
 
@@ -369,13 +375,10 @@ def plan_placement(
     best = min(tied, key=lambda c: (-c.nodes, -c.spare_slots, order.index(c.name)))
     chosen = best
     current = next((c for c in fitting if c.name == current_type), None)
-    if (
-        current is not None
-        and current is not best
-        and current.usd_per_hour <= best.usd_per_hour * (1 + keep_current_within)
-    ):
+    saves_little = current is not None and current.usd_per_hour <= best.usd_per_hour * (1 + keep_current_within)
+    if current is not None and current is not best and (saves_little or not may_move):
         chosen = current
-    reason = _explain(chosen, best, fitting, tied, current)
+    reason = _explain(chosen, best, fitting, tied, current, waits_to_move=not saves_little)
     return PlacementPlan(needs, planned, candidates, chosen, reason, ())
 
 
@@ -385,12 +388,20 @@ def _explain(
     fitting: list[Candidate],
     tied: list[Candidate],
     current: Candidate | None,
+    *,
+    waits_to_move: bool = False,
 ) -> str:
     head = (
         f"{chosen.name}: {chosen.replicas_per_node} replica(s) per node (limited by {chosen.limited_by}), "
         f"{chosen.nodes} node(s) for {chosen.replicas} replica(s) = ${chosen.usd_per_hour:.2f}/h "
         f"(${chosen.usd_per_replica_hour:.3f} per replica-hour)"
     )
+    if chosen is not best and chosen is current and waits_to_move:
+        return (
+            f"{head}; kept the current type while the fleet's size changes: {best.name} at "
+            f"${best.usd_per_hour:.2f}/h is cheaper, and the fleet moves there once its size has held for "
+            f"{TYPE_MOVE_SETTLE_SECONDS // 60:g} minutes (a move replaces every pod)"
+        )
     if chosen is not best and chosen is current:
         return (
             f"{head}; kept the current type: the cheapest, {best.name} at ${best.usd_per_hour:.2f}/h, "
@@ -409,6 +420,19 @@ def _explain(
     return f"{head}; cheapest: next is {runner_up.name} at ${runner_up.usd_per_hour:.2f}/h"
 
 
+#: A fleet moves to a cheaper instance type only once its desired size has held this long.
+TYPE_MOVE_SETTLE_SECONDS = 1800
+
+
+def may_move_type(last_scale_at: datetime | None, now: datetime, *, resizing: bool) -> bool:
+    """Whether a fleet may move to another instance type now: not while it is being resized
+    (``resizing``: this round changes its desired size), nor within :data:`TYPE_MOVE_SETTLE_SECONDS`
+    of its last resize (``last_scale_at``; None: never resized)."""
+    if resizing:
+        return False
+    return last_scale_at is None or (now - last_scale_at).total_seconds() >= TYPE_MOVE_SETTLE_SECONDS
+
+
 def plan_for_spec(
     spec: InferenceDeploymentSpec,
     replicas: int,
@@ -416,10 +440,12 @@ def plan_for_spec(
     throughput_rps: float | None = None,
     current_type: str | None = None,
     headroom: Headroom = DAEMONSET_HEADROOM,
+    may_move: bool = True,
 ) -> PlacementPlan:
     """:func:`plan_placement` for a spec's model, runtime requests and allowed types.
 
-    ``headroom``: the operator's DaemonSet allowance (``BuilderConfig.daemonset_headroom``).
+    ``headroom``: the operator's DaemonSet allowance (``BuilderConfig.daemonset_headroom``);
+    ``may_move``: see :func:`may_move_type`.
     """
     return plan_placement(
         needs_from_spec(spec),
@@ -428,6 +454,7 @@ def plan_for_spec(
         throughput_rps=throughput_rps,
         current_type=current_type,
         headroom=headroom,
+        may_move=may_move,
     )
 
 

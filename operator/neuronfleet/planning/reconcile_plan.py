@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment, InferenceDeploymentSpec, WarmPoolStatus
@@ -53,6 +54,7 @@ from neuronfleet.planning.placement import (
     Headroom,
     QuantityError,
     check_fits,
+    may_move_type,
     plan_for_spec,
     scheduler_warning,
 )
@@ -273,9 +275,18 @@ def plan_reconcile(
 
     # A spec whose requests cannot be read has no placement; spec_problems says why, as Degraded.
     placement = None
+    last_scale_at = None
+    if durable.last_scale is not None:
+        with contextlib.suppress(ValueError):
+            last_scale_at = datetime.fromisoformat(durable.last_scale.time)
+    resizing = durable.desired_replicas is not None and durable.desired_replicas != scale.desired
     with contextlib.suppress(QuantityError):
         placement = plan_for_spec(
-            spec, max(1, scale.desired + warm.pods), current_type=durable.instance_type, headroom=headroom
+            spec,
+            max(1, scale.desired + warm.pods),
+            current_type=durable.instance_type,
+            headroom=headroom,
+            may_move=may_move_type(last_scale_at, now, resizing=resizing),
         )
     fleet: FleetPlan | None = None
     if placement is not None and placement.chosen is not None and not spec_problems:
