@@ -887,6 +887,13 @@ class AutoscalerStatus(ApiModel):
         gt=0,
         description="Requests per second one replica was measured to serve, at the batch sizes it ran.",
     )
+    service_rate_key: str | None = Field(
+        default=None,
+        max_length=512,
+        description="What the service rate was measured on: artifact revision, instance type, NeuronCores "
+        "per replica and batching. A restarted operator does not resume a rate measured on anything else "
+        "(absent: resumed as it is).",
+    )
     cold_start_seconds: float | None = Field(
         default=None, ge=0, description="Measured time from a scale-up to its pods serving (smoothed)."
     )
