@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -549,6 +549,11 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         if args.duration is not None:
             score_trace = _truncated(score_trace, args.duration)
     profiles = [load_profile(name) for name in (args.profile or ["bert-base"])]
+    for read in (trace, score_trace):
+        if read is not None and read.columns is not None:
+            # Columns are found by name: say which were taken and which not (a "tokens" column
+            # is no context size, and was silently ignored).
+            console.print(escape(f"columns of {Path(read.source).name}: {read.columns.describe()}"))
     split = 0
     if args.tune_fraction:
         split = math.floor(trace.duration * args.tune_fraction)
@@ -581,6 +586,10 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         "trace": trace.source,
         "score_trace": score_trace.source if score_trace else None,
         "attribution": " | ".join(attributions) or None,
+        "columns": {
+            key: asdict(t.columns) if t is not None and t.columns is not None else None
+            for key, t in (("trace", trace), ("score_trace", score_trace))
+        },
         "arrivals": args.arrivals,
         "rate_window_s": args.rate_window if args.arrivals == "rate" else None,
         "superpose_spread_s": args.superpose_spread if args.arrivals == "superpose" else None,
@@ -608,6 +617,11 @@ def _main(args: argparse.Namespace, console: Console) -> int:
             f"[bold]{escape(profile.name)}[/bold] on {escape(profile.instance_type)}: {escape(traces)}; "
             f"arrivals {args.arrivals}, SLO {profile.slo_ms:g} ms"
         )
+        defaults = [
+            note for read in (trace, score_trace) if read is not None for note in _token_defaults(read, profile)
+        ]
+        for note in defaults:
+            console.print(f"  [yellow]note:[/yellow] {escape(note)}")
         tune_trace = _truncated(trace, split - 1e-9) if args.tune_fraction else trace
         held_out = score_trace is not None or bool(args.tune_fraction)
         # Without held-out scoring the sweep is reported on the data it was chosen on: in-sample.
@@ -637,7 +651,7 @@ def _main(args: argparse.Namespace, console: Console) -> int:
             "requests": _measured_requests(tune),
             "oracle_peak_replicas": tune.oracles.peak,
             "slo_ms": profile.slo_ms,
-            "assumptions": profile.assumptions,
+            "assumptions": [*profile.assumptions, *defaults],
             "chosen": {family: o.case.setting for family, o in tune.chosen.items()},
             "monotonic_in_target": monotonic,
             "phases": {
@@ -693,6 +707,23 @@ def _check_scored_span(what: str, seconds: float, requests: int, profile: Profil
         f"on; a scored span must last at least one cold start of {profile.name} ({cold_start:.0f} s) and hold "
         f"at least {MIN_SCORED_REQUESTS} trace requests: {remedy}"
     )
+
+
+def _token_defaults(trace: Trace, profile: Profile) -> list[str]:
+    """For an LLM profile, the token counts its defaults stand in for because the trace has none."""
+    if profile.llm is None:
+        return []
+    notes = []
+    for counts, what, default in (
+        (trace.context_tokens, "context", profile.llm.default_context_tokens),
+        (trace.generated_tokens, "output", profile.llm.default_generated_tokens),
+    ):
+        if counts is None:
+            notes.append(
+                f"{Path(trace.source).name} has no {what}-token column: every request takes "
+                f"{profile.name}'s default of {default:,g} {what} tokens"
+            )
+    return notes
 
 
 def _trace_line(trace: Trace, factor: float) -> str:

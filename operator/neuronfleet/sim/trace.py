@@ -11,6 +11,10 @@ Format: a header row and one request per row. Columns are found by name (case-in
 - optional prompt size: a column containing ``context``, ``prompt`` or ``input`` (tokens);
 - optional output size: a column containing ``generated``, ``output`` or ``completion`` (tokens).
 
+Other columns are ignored; :class:`Columns` records which column was taken for what and which were
+ignored, so that a report can say so (a ``tokens`` column is no context size: an LLM profile then
+gives every request its default, which the report must say too).
+
 Two shapes in practice: Azure's ``TIMESTAMP,ContextTokens,GeneratedTokens`` (date-times with
 sub-second digits) and NASA-HTTP's single ``timestamp`` column of whole seconds. Logs of 1 s
 resolution put several requests in the same second: when every time is a whole number and
@@ -68,6 +72,28 @@ class TraceError(ValueError):
 
 
 @dataclass(frozen=True)
+class Columns:
+    """The header's columns as read: which was taken for what, and which were ignored."""
+
+    time: str
+    context: str | None
+    generated: str | None
+    ignored: tuple[str, ...]
+
+    def describe(self) -> str:
+        """One line: the time, context-token and output-token columns, then the ignored ones."""
+
+        def name(column: str | None) -> str:
+            return f"{column!r}" if column is not None else "none"
+
+        ignored = ", ".join(repr(c) for c in self.ignored) or "none"
+        return (
+            f"time {name(self.time)}, context tokens {name(self.context)}, output tokens {name(self.generated)}; "
+            f"ignored {ignored}"
+        )
+
+
+@dataclass(frozen=True)
 class Trace:
     """Arrivals in seconds from the first one (sorted), with optional token counts per request."""
 
@@ -79,6 +105,8 @@ class Trace:
     #: times were date-times (else numbers).
     start: float = 0.0
     dated: bool = False
+    #: The file's columns (None: not read from a file).
+    columns: Columns | None = None
 
     @property
     def duration(self) -> float:
@@ -207,7 +235,14 @@ def load(path: str | Path, time_unit: str = "s") -> Trace:
     arrivals = arrivals[order] - start
     ctx = np.asarray(contexts, dtype=np.float64)[order] if ctx_col is not None else None
     gen = np.asarray(generated, dtype=np.float64)[order] if gen_col is not None else None
-    return Trace(arrivals, ctx, gen, str(path), start, not numeric[int(order[0])])
+    taken = {time_col, ctx_col, gen_col}
+    columns = Columns(
+        names[time_col],
+        names[ctx_col] if ctx_col is not None else None,
+        names[gen_col] if gen_col is not None else None,
+        tuple(n for i, n in enumerate(names) if i not in taken),
+    )
+    return Trace(arrivals, ctx, gen, str(path), start, not numeric[int(order[0])], columns)
 
 
 def _check_unit(path: Path, times: FloatArray, numeric: npt.NDArray[np.bool_], time_unit: str) -> None:
