@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import random
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -651,3 +652,48 @@ def test_a_fleet_is_not_moved_to_a_cheaper_type_in_the_middle_of_a_scale_up_but_
         later = now + timedelta(minutes=minutes)
         held = plan(bigger, Observation(later, pods=after, compile=compile), up.memory, up.status, template_per_type)
         assert held.status["placement"]["instanceType"] == expected, minutes
+
+
+def test_a_steady_fleet_writes_its_status_with_its_checkpoints_not_on_every_decision() -> None:
+    # The ScalingActive message lists each signal's value, which jitters with the traffic (and the
+    # trend signal comes and goes with the line's slope): rewritten on every decision, a fleet whose
+    # size never changed wrote its status ~60 times an hour.
+    rng = random.Random(1)
+    dep = deployment(scaling={"mode": "Auto", "minReplicas": 1, "maxReplicas": 40, "intervalSeconds": 15})
+    memory, status, pods = DeploymentMemory(), {}, ()
+    writes, messages = 0, set()
+    for tick in range(480):  # two hours of decisions; the second is counted
+        now = T0 + timedelta(seconds=15 * tick)
+        rate = 800 * rng.uniform(0.97, 1.03)
+        snapshot = MetricSnapshot(
+            time=now.timestamp(),
+            queue_depth=rng.choice([0.0, 1.0, 2.0]),
+            in_flight=3.0,
+            arrival_rate=rate,
+            utilization=0.5,
+            arrival_peak=rate * 1.1,
+        )
+        result = plan(dep, Observation(now, pods=pods, compile=compiled(dep), metrics=snapshot), memory, status)
+        pods = tuple(
+            replace(p, ready=True, phase="Running", node="n1") for p in apply_actions(list(pods), result.actions, now)
+        )
+        if tick >= 240:
+            writes += status_patch(status, result.status) is not None
+            messages.add(condition_of(result.status, "ScalingActive")["message"])
+        memory, status = result.memory, result.status
+    assert result.status["desiredReplicas"] == status["desiredReplicas"]
+    assert writes <= 12 + 3, writes  # a checkpoint every 5 minutes, and what else changed
+    assert 1 < len(messages) <= 13  # the figures are renewed, with the checkpoints
+
+    # A decision that changes the count is said at once.
+    busier = MetricSnapshot(
+        time=(now := now + timedelta(seconds=15)).timestamp(),
+        queue_depth=0.0,
+        in_flight=3.0,
+        arrival_rate=4000.0,
+        utilization=0.5,
+        arrival_peak=4400.0,
+    )
+    up = plan(dep, Observation(now, pods=pods, compile=compiled(dep), metrics=busier), memory, status)
+    assert up.status["desiredReplicas"] > status["desiredReplicas"]
+    assert condition_of(up.status, "ScalingActive")["message"] != condition_of(status, "ScalingActive")["message"]

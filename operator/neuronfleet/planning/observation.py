@@ -138,6 +138,8 @@ class DeploymentMemory:
     last_decision: scaling.ScalingDecision | None = None
     #: The ScalingActive message and metrics availability of ``last_decision`` (held between decisions).
     scaling_message: str = ""
+    #: When ``scaling_message`` was last rewritten (a decision that changes nothing keeps it a while).
+    scaling_message_at: float | None = None
     metrics_available: bool = False
     cold_start: warmpool.ColdStart = field(default_factory=warmpool.ColdStart)
     #: Measured cold starts (rolling per instance type); ``cold_start`` is its p90s for the warm pool.

@@ -22,6 +22,7 @@ refusal repeated every round changes nothing and writes nothing.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -124,6 +125,40 @@ class ReconcilePlan:
     observe_errors: tuple[str, ...] = field(default=())
 
 
+#: A decision that changes nothing but the figures in its message rewrites the ScalingActive
+#: message with the next checkpoint, or after this long, so the status is not written on every one.
+MESSAGE_REFRESH_SECONDS = 300.0
+
+_FIGURES = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _same_decision(
+    memory: DeploymentMemory, scale: scaling.ScalingDecision, available: bool, message: str, now: float
+) -> bool:
+    """Whether a decision repeats the last (the same desired count and recommendation, the same
+    notes on what limited it) in all but the signals' values, and the message was written less than
+    :data:`MESSAGE_REFRESH_SECONDS` ago. The message lists every signal's value, which jitters with
+    the traffic, and a signal (the trend while the line's slope hovers around 0) comes and goes:
+    rewritten each decision, it made a steady fleet write its status ~60 times an hour (each write a
+    watch event for every client of the object)."""
+    last, written = memory.last_decision, memory.scaling_message_at
+    return (
+        last is not None
+        and written is not None
+        and now - written < MESSAGE_REFRESH_SECONDS
+        # A new checkpoint writes the status anyway: the message's figures are renewed with it.
+        and scale.new_state.checkpoint is memory.scaling_state.checkpoint
+        and (last.desired, last.recommendation) == (scale.desired, scale.recommendation)
+        and available == memory.metrics_available
+        and _outcome(message) == _outcome(memory.scaling_message)
+    )
+
+
+def _outcome(message: str) -> str:
+    """A scaling message without the signals' list (before ``->``) and figures."""
+    return _FIGURES.sub("#", message.partition(" -> ")[2])
+
+
 def decide_targets(
     spec: InferenceDeploymentSpec,
     memory: DeploymentMemory,
@@ -170,12 +205,16 @@ def decide_targets(
         # holding (no recommendation), which ScalingActive must not call "metrics read".
         available = snapshot is not None and scale.recommendation is not None
         message = scale.reason if snapshot is not None else f"{metrics_problem}; {scale.reason}"
+        message_at: float | None = now
+        if _same_decision(memory, scale, available, message, now):
+            message, message_at = memory.scaling_message, memory.scaling_message_at
         memory = replace(
             memory,
             scaling_state=scale.new_state,
             last_scaling_at=now,
             last_decision=scale,
             scaling_message=message,
+            scaling_message_at=message_at,
             metrics_available=available,
         )
     warm = warmpool.plan(
