@@ -194,6 +194,28 @@ def test_panic_scales_up_at_once_and_holds() -> None:
     assert "panic over" in decision.reason
 
 
+def test_the_panic_window_averages_the_demand_of_the_decisions_within_it() -> None:
+    # panicWindowSeconds was only an on/off switch: 6, 60 and 600 decided alike.
+    def run(window: int, loads: list[float]) -> list[bool]:
+        s = spec(panicWindowSeconds=window, panicThreshold=2.0)
+        state, panics = ScalingState(), []
+        for k, load in enumerate(loads):
+            decision = decide(s, state, snap(15 * k, load, 0.1), 4, 4, 15 * k)
+            state = decision.new_state
+            panics.append(decision.panic)
+        return panics
+
+    # One decision reads a queue of 200 (demand 8 = 2 x 4 ready) among quiet ones (demand 2).
+    spike = [20.0, 20.0, 20.0, 200.0]
+    assert run(6, spike)[-1]  # no longer than the 15 s interval: the latest decision alone
+    assert not run(60, spike)[-1]  # (2 + 2 + 2 + 8) / 4 = 3.5 < 8: the burst did not last
+    # A burst that lasts the window panics there too, once the window's mean reaches the threshold.
+    lasting = [20.0, 20.0, 20.0, 200.0, 200.0, 200.0, 200.0, 200.0]
+    assert run(60, lasting) == [False] * 6 + [True] * 2  # from 90 s the window (30, 90] holds only it
+    assert run(6, lasting) == [False] * 3 + [True] * 5
+    assert not any(run(0, lasting))
+
+
 def test_scale_up_disabled_holds_in_panic_too() -> None:
     # "Disabled turns scaling in this direction off": panic skips rate limits, not the switch.
     s = spec(panicWindowSeconds=6, panicThreshold=2.0, behavior={"scaleUp": {"selectPolicy": "Disabled"}})

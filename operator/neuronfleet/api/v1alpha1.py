@@ -656,8 +656,12 @@ class ScalingSpec(ApiModel):
         default=6,
         ge=0,
         le=600,
-        description="Short window for bursts: when demand over it needs panicThreshold times the ready "
-        "replicas, scale up at once and hold until demand falls (0 disables panic mode).",
+        description="Window the panic test averages the demand over: when the demand of the autoscaler's "
+        "decisions within it needs panicThreshold times the ready replicas on average, scale up at once "
+        "(past the scale-up rate limits) and scale nothing down until it has been below for the scale-down "
+        "stabilization window (at least 60 s). Decisions come every intervalSeconds, so a window no longer "
+        "than that (the default 6 s against 15 s) is the latest decision alone; a longer one lets a burst "
+        "that does not last it pass without panic. 0 disables panic mode.",
     )
     panic_threshold: float = Field(
         default=2.0,

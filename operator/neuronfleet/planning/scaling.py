@@ -43,10 +43,13 @@ The rule, in order:
    scale-down needs (``rate()`` over a window holding fewer than two scrapes returns nothing).
    A snapshot whose samples cover fewer pods than the ready replicas (``reporting``: some pods'
    scrapes failed, so every sum reads low) is partial and treated alike: grow, never shrink.
-3. Panic mode (Knative's idea, on our signals): when the recommendation reaches
-   ``panic_threshold`` times the ready replicas, scaling up skips the scale-up stabilization and
-   rate limits, and nothing scales down until the condition has been false for one scale-down
-   stabilization window (at least :data:`MIN_PANIC_HOLD_SECONDS`, Knative's stable window).
+3. Panic mode (Knative's idea, on our signals): when the demand (the signals' maximum) averaged
+   over the decisions within ``panic_window_seconds`` reaches ``panic_threshold`` times the ready
+   replicas, scaling up skips the scale-up stabilization and rate limits, and nothing scales down
+   until the condition has been false for one scale-down stabilization window (at least
+   :data:`MIN_PANIC_HOLD_SECONDS`, Knative's stable window). Decisions come every
+   ``interval_seconds``, so a window no longer than that (the default 6 s against 15 s) is the
+   latest decision alone, and a longer one lets a burst that does not last pass without panic.
 4. Otherwise HPA v2 behavior, as ``pkg/controller/podautoscaler`` does it: stabilization keeps the
    result between the minimum of the recommendations in the scale-up window and the maximum of
    those in the scale-down window; rate policies limit the change against the replica count at the
@@ -76,9 +79,9 @@ made at the restart: without it, a restart forgets the scale-down window's recom
 first decision may release at once what the window held) and the day of history the learned
 window was chosen on.
 
-The panic signal is the snapshot's instantaneous load; a live reader that can average queue depth
-over ``panic_window_seconds`` should put that average in the snapshot. ``panic_window_seconds: 0``
-turns panic mode off.
+The window averages the decisions' demands, not Prometheus samples: the runtime is scraped every
+15 s or so, so a window of seconds holds at most one sample of a gauge, and the simulator and the
+operator then judge panic on the same numbers. ``panic_window_seconds: 0`` turns panic mode off.
 """
 
 from __future__ import annotations
@@ -155,6 +158,8 @@ class ScalingState:
     scale_events: tuple[tuple[float, int], ...] = ()
     #: When panic mode last started, or None outside panic mode.
     panic_since: float | None = None
+    #: (time, demand) of the decisions within the panic window, the latest included.
+    demands: tuple[tuple[float, float], ...] = ()
     #: When the panic condition last held.
     panic_last_triggered: float | None = None
     #: Requests per second one replica serves, once estimated.
@@ -534,7 +539,12 @@ def decide(
 
     # Panic mode.
     panic_since, panic_last = state.panic_since, state.panic_last_triggered
-    triggered = spec.panic_window_seconds > 0 and demand >= spec.panic_threshold * max(ready, 1)
+    window = float(spec.panic_window_seconds)
+    demands = (*((t, d) for t, d in state.demands if t > now - window), (now, demand)) if window > 0 else ()
+    # The demand over the panic window: a burst must last it to panic (the latest decision alone
+    # when the window is no longer than the decision interval).
+    panic_demand = sum(d for _, d in demands) / len(demands) if demands else demand
+    triggered = window > 0 and panic_demand >= spec.panic_threshold * max(ready, 1)
     if triggered:
         panic_last = now
         panic_since = panic_since if panic_since is not None else now
@@ -549,7 +559,9 @@ def decide(
     if panic_since is not None:
         desired = max(recommendation, current)
         notes.append(
-            f"panic for {now - panic_since:.0f} s: {demand:.1f} >= {spec.panic_threshold:g}x ready {ready}"
+            f"panic for {now - panic_since:.0f} s: {panic_demand:.1f}"
+            + (f" (mean of {len(demands)} over {window:g} s)" if len(demands) > 1 else "")
+            + f" >= {spec.panic_threshold:g}x ready {ready}"
             if triggered
             else "panic hold: no scale-down"
         )
@@ -613,6 +625,7 @@ def decide(
         recommendations=recommendations,
         scale_events=events,
         panic_since=panic_since,
+        demands=demands,
         panic_last_triggered=panic_last,
         service_rate=service_rate,
         service_rate_key=state.service_rate_key,
