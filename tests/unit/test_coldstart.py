@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,6 +14,7 @@ from neuronfleet.api.v1alpha1 import InferenceDeploymentStatus, WarmPoolSpec
 from neuronfleet.kube.coldstart import parse_time, pod_timeline, pod_timelines
 from neuronfleet.planning import coldstart, warmpool
 from neuronfleet.planning.coldstart import ColdStartState, PodTimeline
+from neuronfleet.sim.profiles import load_profile
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -157,6 +159,73 @@ def test_warm_pool_gets_p90s_only_with_enough_samples() -> None:
     assert measured.node_seconds == pytest.approx(61.8)
     assert measured.pod_seconds is not None and 88 < measured.pod_seconds <= 100
     assert coldstart.for_warm_pool(state, None) == warmpool.ColdStart()
+
+
+def test_one_slow_start_among_few_does_not_size_the_warm_pool() -> None:
+    # Three 4-minute cold starts and one 26-minute image pull: numpy's p90 of 4 samples (1169 s) is
+    # nearly that outlier, and sized the Auto warm pool to maxPods for as long as it was kept.
+    def start(uid: str, at: float, pull: float) -> PodTimeline:
+        return PodTimeline(uid, "t", at, at + 5, at + 5 + pull, at + 65 + pull)
+
+    normal = [start(f"p{i}", i * 600.0, 180) for i in range(3)]
+    state = coldstart.observe(ColdStartState(), [*normal, start("slow", 2000.0, 1500)])
+    assert coldstart.for_warm_pool(state, "t").pod_seconds == pytest.approx(245)
+    spec = WarmPoolSpec(mode="Auto")
+    history = warmpool.WarmPoolState(tuple((120.0 * i, min(4 + i, 20)) for i in range(30)))
+    robust = warmpool.plan(spec, history, 20, 3600.0, coldstart.for_warm_pool(state, "t"), active=20, max_active=40)
+    outlier = warmpool.ColdStart(pod_seconds=1169.0)
+    assert robust.pods < warmpool.plan(spec, history, 20, 3600.0, outlier, active=20, max_active=40).pods
+    # A slow mode seen twice is no outlier (pods that pull the image beside pods on nodes that have it).
+    twice = coldstart.observe(state, [start("slow2", 2600.0, 1500)])
+    assert coldstart.for_warm_pool(twice, "t").pod_seconds == pytest.approx(
+        float(np.quantile([245] * 3 + [1565] * 2, 0.9))
+    )
+    # Ten samples or more: the plain p90, which one sample above the rest hardly moves.
+    many = [start(f"q{i}", i * 60.0, 180) for i in range(12)]
+    assert coldstart.estimate([s.pod for s in coldstart.observe(ColdStartState(), many).for_type("t")] + [1565]) == 245
+
+
+def test_the_simulators_cold_starts_estimate_as_their_plain_p90() -> None:
+    # The estimate leaves a lone outlier out, and nothing else: the simulator's pod cold starts
+    # (scheduling, image pull, init, load, warm-up drawn from its profiles' distributions) have
+    # none, so every estimate from 3 samples on is numpy's p90, as the simulator computes it.
+    for name in ("bert-base", "llama-2-7b"):
+        phases = [load_profile(name).cold_start.dist(p) for p in ("scheduling", "pull", "init", "load", "warmup")]
+        for seed in range(20):
+            rng = np.random.default_rng(seed)
+            starts = [sum(d.sample(rng) for d in phases) for _ in range(15)]
+            for n in range(3, 16):
+                assert coldstart.estimate(starts[:n]) == pytest.approx(float(np.quantile(starts[:n], 0.9)))
+
+
+def test_samples_expire_after_a_day() -> None:
+    day = coldstart.MAX_SAMPLE_AGE_SECONDS
+    old = [PodTimeline(f"o{i}", "t", 0, 1, 2, 1000) for i in range(3)]
+    state = coldstart.observe(ColdStartState(), old)
+    assert len(state.for_type("t")) == 3
+    assert coldstart.observe(state, old, now=1000 + day - 1) == state
+    gone = coldstart.observe(state, old, now=1000 + day + 1)
+    assert gone.samples == () and coldstart.for_warm_pool(gone, "t").pod_seconds is None
+    # Without a clock, a day before the newest sample.
+    fresh = [PodTimeline(f"f{i}", "t", day + 500, day + 501, day + 502, day + 1100) for i in range(3)]
+    newer = coldstart.observe(state, fresh)
+    assert {s.uid for s in newer.for_type("t")} == {"f0", "f1", "f2"}
+
+
+def test_a_pod_seen_failing_to_pull_its_image_is_no_cold_start() -> None:
+    # ErrImagePull / ImagePullBackOff are no container restarts: once the pull succeeds the pod
+    # looks like one slow start. Seen failing once, it is never measured.
+    failing = pod("a", 0, 2, None, None)
+    failing["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "ImagePullBackOff"}}
+    (timeline,) = pod_timelines([failing], NODES)
+    assert timeline.start_failed
+    state = coldstart.observe(ColdStartState(), [timeline])
+    assert state.failed == frozenset({"a"})
+    started = pod_timelines([pod("a", 0, 2, 1500, 1560), pod("b", 0, 2, 30, 90)], NODES)
+    assert not any(t.start_failed for t in started)
+    later = coldstart.observe(state, started)
+    assert [s.uid for s in later.for_type("inf2.xlarge")] == ["b"]
+    assert coldstart.observe(later, started[1:]).failed == frozenset()  # forgotten once the pod is gone
 
 
 def test_measured_cold_starts_change_the_auto_warm_pool() -> None:

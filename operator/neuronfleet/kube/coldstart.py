@@ -6,7 +6,11 @@ latest over the pod's containers: the pod runs once all of them do); for the nod
 its ``creationTimestamp`` and its Ready condition's ``lastTransitionTime`` (the kubelet writes it
 when the node first turns Ready; a node that flapped later reports the flap, which only makes the
 measured provisioning longer). The instance type is the node's ``node.kubernetes.io/instance-type``
-label, else the pod's nodeSelector on it. Only serving pods (role warm, active or draining) are
+label, else the pod's nodeSelector on it. A container (or init container) waiting for a reason that
+means its start failed (:data:`~neuronfleet.planning.reasons.STUCK_WAITING_REASONS`: an image pull
+that failed, a container that could not be created) marks the timeline ``start_failed``: the pull
+retried in back-off is not a restart, and once the container runs nothing on the pod says it
+failed. Only serving pods (role warm, active or draining) are
 measured: placeholders run no model and the compile Job's pods (deployment label, no role) are no
 replicas. Malformed or missing fields give None, never an exception: the pod is then simply
 not measured.
@@ -20,6 +24,7 @@ from typing import Any
 
 from neuronfleet.planning.coldstart import PodTimeline
 from neuronfleet.planning.labels import LABEL_ROLE, SERVING_ROLES
+from neuronfleet.planning.reasons import STUCK_WAITING_REASONS
 from neuronfleet.planning.status import find_condition
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
@@ -55,6 +60,17 @@ def _containers_started(pod: Obj) -> tuple[float | None, int]:
     return max(t for t in started if t is not None), restarts
 
 
+def _start_failed(pod: Obj) -> bool:
+    """Whether a container of the pod waits for a reason that means its start failed."""
+    status = pod.get("status") or {}
+    statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+    return any(
+        ((s.get("state") or {}).get("waiting") or {}).get("reason") in STUCK_WAITING_REASONS
+        for s in statuses
+        if isinstance(s, Mapping)
+    )
+
+
 def pod_timeline(pod: Obj, nodes: Mapping[str, Obj]) -> PodTimeline | None:
     """The pod's start-up timestamps, with its node's (``nodes``: name -> node object); None for placeholders."""
     metadata = pod.get("metadata") or {}
@@ -82,6 +98,7 @@ def pod_timeline(pod: Obj, nodes: Mapping[str, Obj]) -> PodTimeline | None:
         node_created=parse_time(node_meta.get("creationTimestamp")) if node else None,
         node_ready=_condition_time(node, "Ready") if node else None,
         restarts=restarts,
+        start_failed=_start_failed(pod),
     )
 
 

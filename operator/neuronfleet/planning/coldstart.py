@@ -14,10 +14,17 @@ rolling window per instance type. Phases of one pod:
   time is unknown).
 
 Each pod counts once (its uid is remembered while the pod exists), and only on its first start:
-a restarted container's timestamps describe the restart, not a cold start. :func:`status` gives
-``status.coldStart`` (p50/p90 with numpy's default linear interpolation, as the simulator reports
-them) and :func:`for_warm_pool` the p90s that size the Auto warm pool, once a phase has
-:data:`MIN_SAMPLES` samples (before that the spec's assumed values apply, as in the simulator).
+a restarted container's timestamps describe the restart, not a cold start, and a pod once seen
+failing to start (an image pull that failed, a container that could not be created: not
+restarts, so its timestamps look like one long start) is no cold start either. Samples expire
+after :data:`MAX_SAMPLE_AGE_SECONDS`, besides the newest :data:`MAX_SAMPLES` being kept.
+:func:`status` gives ``status.coldStart`` (p50/p90 with numpy's default linear interpolation, as
+the simulator reports them) and :func:`for_warm_pool` the cold starts that size the Auto warm pool
+(:func:`estimate`: the p90, without a slowest sample that stands alone, more than
+:data:`OUTLIER_FACTOR` times the next, while there are fewer than :data:`ROBUST_SAMPLES`: with 3
+samples numpy's p90 is nearly their maximum, so one slow start sized the pool), once a phase has
+:data:`MIN_SAMPLES` samples (before that the spec's assumed values apply, as in the
+simulator).
 
 State in, state out: :func:`observe` returns a new :class:`ColdStartState`; the operator keeps it in
 its per-object memory, so after a restart only the pods still present are measured again.
@@ -25,7 +32,7 @@ its per-object memory, so after a restart only the pods still present are measur
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +44,17 @@ from neuronfleet.planning.warmpool import ColdStart
 MAX_SAMPLES = 100
 #: Samples a phase needs before its p90 replaces the spec's assumed cold start (the simulator's rule).
 MIN_SAMPLES = 3
+#: Samples older than this (by their Ready time) are dropped: the image, the model and the nodes
+#: change, and one slow start must not size the warm pool until a hundred newer ones displace it.
+MAX_SAMPLE_AGE_SECONDS = 86400.0
+#: Below this many samples, the slowest sample is left out of the p90 when it is more than
+#: OUTLIER_FACTOR times the next slowest: with 3 samples numpy's p90 is nearly the maximum, so one
+#: slow start (a retried image pull, a bad node) sized the pool alone. From 11 samples on, one
+#: sample above the rest no longer moves the p90. Samples of one distribution (the simulator's
+#: uniform and log-normal phases) hardly ever have such a gap, so their estimate is the plain p90;
+#: a slow mode seen twice (pods that pull the image beside pods on nodes that have it) is kept.
+ROBUST_SAMPLES = 10
+OUTLIER_FACTOR = 2.0
 #: Phases reported in ``status.coldStart``, in the API's order.
 PHASES = ("scheduling", "start", "load", "pod", "node")
 
@@ -56,6 +74,9 @@ class PodTimeline:
     node_ready: float | None = None
     #: Container restarts: after one, the timestamps describe the restart, not the cold start.
     restarts: int = 0
+    #: A start-up failure is seen now (an image pull that failed, a container that could not be
+    #: created): the pod's start, once it succeeds, is no cold start sample.
+    start_failed: bool = False
 
 
 @dataclass(frozen=True)
@@ -77,10 +98,12 @@ class ColdStartSample:
 
 @dataclass(frozen=True)
 class ColdStartState:
-    """Rolling samples per instance type (oldest first) and the uids already measured."""
+    """Rolling samples per instance type (oldest first), the uids already measured, and those of
+    pods seen failing to start (never measured)."""
 
     samples: tuple[tuple[str, tuple[ColdStartSample, ...]], ...] = ()
     measured: frozenset[str] = frozenset()
+    failed: frozenset[str] = frozenset()
 
     def for_type(self, instance_type: str) -> tuple[ColdStartSample, ...]:
         for name, samples in self.samples:
@@ -119,8 +142,14 @@ def measure(timeline: PodTimeline) -> ColdStartSample | None:
     )
 
 
-def observe(state: ColdStartState, timelines: Iterable[PodTimeline], max_samples: int = MAX_SAMPLES) -> ColdStartState:
-    """The state with every newly Ready pod of ``timelines`` measured.
+def observe(
+    state: ColdStartState,
+    timelines: Iterable[PodTimeline],
+    max_samples: int = MAX_SAMPLES,
+    now: float | None = None,
+) -> ColdStartState:
+    """The state with every newly Ready pod of ``timelines`` measured, and samples older than
+    :data:`MAX_SAMPLE_AGE_SECONDS` before ``now`` dropped (None: before the newest sample).
 
     ``timelines`` are the deployment's current serving pods: uids of pods that are gone are
     forgotten (they cannot come back), which keeps the memory bounded by the fleet's size.
@@ -129,19 +158,51 @@ def observe(state: ColdStartState, timelines: Iterable[PodTimeline], max_samples
     present = {t.uid for t in timelines}
     by_type = {name: list(samples) for name, samples in state.samples}
     measured = set(state.measured & present)
+    # Remembered while the pod exists: once its container runs, nothing on it says the pull failed.
+    failed = (state.failed & present) | {t.uid for t in timelines if t.start_failed}
     for timeline in timelines:
-        if timeline.uid in measured or timeline.instance_type is None:
+        if timeline.uid in measured or timeline.uid in failed or timeline.instance_type is None:
             continue
         sample = measure(timeline)
         if sample is None:
             continue
         measured.add(timeline.uid)
         by_type.setdefault(timeline.instance_type, []).append(sample)
-    samples = tuple(
-        (name, tuple(sorted(kept, key=lambda s: (s.ready_at, s.uid))[-max_samples:]))
-        for name, kept in sorted(by_type.items())
-    )
-    return ColdStartState(samples, frozenset(measured))
+    newest = max((s.ready_at for kept in by_type.values() for s in kept), default=None)
+    until = now if now is not None else newest
+    oldest = None if until is None else until - MAX_SAMPLE_AGE_SECONDS
+    samples: list[tuple[str, tuple[ColdStartSample, ...]]] = []
+    for name, kept in sorted(by_type.items()):
+        fresh = [s for s in kept if oldest is None or s.ready_at >= oldest]
+        if fresh:
+            samples.append((name, tuple(sorted(fresh, key=lambda s: (s.ready_at, s.uid))[-max_samples:])))
+    return ColdStartState(tuple(samples), frozenset(measured), frozenset(failed))
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    """numpy's default (linear) quantile of sorted values."""
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def estimate_sorted(ordered: Sequence[float], min_samples: int = MIN_SAMPLES) -> float | None:
+    """The cold start the warm pool sizes for, from samples sorted ascending (see :func:`estimate`):
+    for a caller that keeps them sorted as they come, as the simulator does."""
+    if len(ordered) < min_samples:
+        return None
+    if len(ordered) < ROBUST_SAMPLES and ordered[-1] > OUTLIER_FACTOR * ordered[-2]:
+        # A few samples' p90 is about their maximum: a lone outlier would be the estimate.
+        ordered = ordered[:-1]
+    return _quantile(ordered, 0.9)
+
+
+def estimate(values: Iterable[float], min_samples: int = MIN_SAMPLES) -> float | None:
+    """The cold start the warm pool sizes for: the p90 of ``values``, while fewer than
+    :data:`ROBUST_SAMPLES` without a slowest one more than :data:`OUTLIER_FACTOR` times the next;
+    None below ``min_samples``."""
+    return estimate_sorted(sorted(values), min_samples)
 
 
 def phase_stats(values: Iterable[float]) -> PhaseStats:
@@ -163,24 +224,28 @@ def status(state: ColdStartState, instance_type: str | None) -> ColdStartStatus:
 
 
 def for_warm_pool(state: ColdStartState, instance_type: str | None, min_samples: int = MIN_SAMPLES) -> ColdStart:
-    """The p90 pod and node cold starts to size the Auto warm pool; None where too few samples."""
+    """The pod and node cold starts to size the Auto warm pool (:func:`estimate`); None where too
+    few samples."""
     if instance_type is None:
         return ColdStart()
     samples = state.for_type(instance_type)
-    pods = [s.pod for s in samples]
-    nodes = [s.node for s in samples if s.node is not None]
-    pod_p90 = float(np.quantile(pods, 0.9)) if len(pods) >= min_samples else None
-    node_p90 = float(np.quantile(nodes, 0.9)) if len(nodes) >= min_samples else None
-    return ColdStart(pod_seconds=pod_p90, node_seconds=node_p90)
+    pods = estimate((s.pod for s in samples), min_samples)
+    nodes = estimate((s.node for s in samples if s.node is not None), min_samples)
+    return ColdStart(pod_seconds=pods, node_seconds=nodes)
 
 
 __all__ = [
     "MAX_SAMPLES",
+    "MAX_SAMPLE_AGE_SECONDS",
     "MIN_SAMPLES",
+    "OUTLIER_FACTOR",
     "PHASES",
+    "ROBUST_SAMPLES",
     "ColdStartSample",
     "ColdStartState",
     "PodTimeline",
+    "estimate",
+    "estimate_sorted",
     "for_warm_pool",
     "measure",
     "observe",
