@@ -697,3 +697,42 @@ def test_a_steady_fleet_writes_its_status_with_its_checkpoints_not_on_every_deci
     up = plan(dep, Observation(now, pods=pods, compile=compiled(dep), metrics=busier), memory, status)
     assert up.status["desiredReplicas"] > status["desiredReplicas"]
     assert condition_of(up.status, "ScalingActive")["message"] != condition_of(status, "ScalingActive")["message"]
+
+
+def _steady_hour(dep: InferenceDeployment, compile: CompileObservation, memory: Any, status: dict[str, Any]) -> Any:
+    """An hour of steady traffic, decided every 15 s; the last plan."""
+    pods: tuple[Any, ...] = ()
+    result: Any = None
+    for tick in range(240):
+        now = T0 + timedelta(seconds=15 * tick)
+        snapshot = MetricSnapshot(
+            time=now.timestamp(), queue_depth=0.0, in_flight=3.0, arrival_rate=800.0, utilization=0.5
+        )
+        result = plan(dep, Observation(now, pods=pods, compile=compile, metrics=snapshot), memory, status)
+        pods = tuple(
+            replace(p, ready=True, phase="Running", node="n1") for p in apply_actions(list(pods), result.actions, now)
+        )
+        memory, status = result.memory, result.status
+    return result
+
+
+def test_a_service_rate_learned_on_one_revision_is_not_kept_nor_resumed_on_another() -> None:
+    # A new artifact (another model, other buckets) serves at another rate: a rate kept from the old
+    # one sized a model twice as slow at half its need for a day.
+    dep = deployment(scaling={"mode": "Auto", "minReplicas": 1, "maxReplicas": 40, "intervalSeconds": 15})
+    old = compiled(dep)
+    learned = _steady_hour(dep, old, DeploymentMemory(), {})
+    section = learned.status["autoscaler"]
+    assert section["serviceRatePerReplica"] > 0
+    assert section["serviceRateKey"].startswith(f"{old.stored.revision} on inf2.xlarge")  # type: ignore[union-attr]
+
+    new = replace(old, stored=StoredArtifact("e" * 64, "/store/eeee", "f" * 64, "cpu"))
+    later = T0 + timedelta(hours=1, seconds=15)
+    snapshot = MetricSnapshot(
+        time=later.timestamp(), queue_depth=0.0, in_flight=3.0, arrival_rate=800.0, utilization=0.5
+    )
+    # The same operator, and one restarted from the status: neither sizes the new revision by the old rate.
+    for memory in (learned.memory, DeploymentMemory()):
+        result = plan(dep, Observation(later, compile=new, metrics=snapshot), memory, learned.status)
+        assert result.memory.scaling_state.service_rate is None
+        assert "autoscaler" not in result.status

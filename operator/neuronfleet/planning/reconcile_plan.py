@@ -168,6 +168,7 @@ def decide_targets(
     ready: int,
     now: float,
     checkpoint_section: Mapping[str, Any] | None = None,
+    rate_key: str | None = None,
 ) -> tuple[Targets, DeploymentMemory]:
     """The autoscaler's decision at the spec's interval (held in between), then the warm pool.
 
@@ -176,7 +177,9 @@ def decide_targets(
     a ``minReplicas`` / ``maxReplicas`` changed meanwhile). Metrics count as available when the
     snapshot left the autoscaler a signal to decide on (not when every signal was missing or stale).
     ``checkpoint_section`` (the status's ``autoscaler``) starts the autoscaler of a memory that has
-    never decided: a restarted operator.
+    never decided: a restarted operator. ``rate_key``: what the replicas' service rate depends on
+    (:func:`~neuronfleet.planning.scaling.service_rate_key`), so a rate learned on another artifact
+    revision or placement is forgotten, not resumed.
     """
     if checkpoint_section is not None and memory.last_scaling_at is None:
         checkpoint = checkpoint_from_status(checkpoint_section)
@@ -200,7 +203,7 @@ def decide_targets(
             message += note
             memory = replace(memory, last_decision=scale, scaling_message=message)
     else:
-        scale = scaling.decide(spec.scaling, memory.scaling_state, snapshot, current, ready, now)
+        scale = scaling.decide(spec.scaling, memory.scaling_state, snapshot, current, ready, now, rate_key)
         # Read, and usable: a snapshot whose every signal is missing or stale leaves the autoscaler
         # holding (no recommendation), which ScalingActive must not call "metrics read".
         available = snapshot is not None and scale.recommendation is not None
@@ -309,6 +312,8 @@ def plan_reconcile(
         ready_now,
         now.timestamp(),
         durable.autoscaler,
+        # The sticky type, which the pods run on (the plan below may only keep it or move it).
+        scaling.service_rate_key(spec, decision.serve.revision if decision.serve else None, durable.instance_type),
     )
     scale, warm = targets.scale, targets.warm
 

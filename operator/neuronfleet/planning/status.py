@@ -454,6 +454,7 @@ def autoscaler_status(checkpoint: Checkpoint | None) -> AutoscalerStatus | None:
         history_start_minute=history.first_minute if history.needs else None,
         history_recommendations=history.packed[0] if history.needs else None,
         history_needs=history.packed[1] if history.needs else None,
+        service_rate_key=checkpoint.service_rate_key,
     )
 
 
@@ -482,6 +483,7 @@ def checkpoint_from_status(section: object) -> Checkpoint | None:
         cold_start=parsed.cold_start_seconds,
         hold_seconds=parsed.scale_down_delay_seconds,
         history=history,
+        service_rate_key=parsed.service_rate_key,
     )
 
 
