@@ -1,22 +1,29 @@
-"""The Prometheus reader fails fast: one connection per snapshot when Prometheus is down, no retries.
+"""The Prometheus reader fails fast: one connection per snapshot when Prometheus is down, no retries,
+then none at all while its URL backs off.
 
-A reconcile waits for the snapshot, so retries with back-off against a dead Prometheus (the
-client library's default when no Retry is given) would stall every reconcile by seconds.
+A reconcile waits for the snapshot inside its reconcile slot, so retries with back-off against a
+dead Prometheus (the client library's default when no Retry is given) would stall every reconcile
+by seconds, and a Prometheus that accepts connections and never answers held all 32 slots for
+5-26 s each. Time is measured here by connections made and the back-off's state, not wall clocks.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
-from neuronfleet.metrics.prometheus import PrometheusMetrics
+from neuronfleet.metrics.prometheus import BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, QUERY_THREADS, PrometheusMetrics
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,6 +48,70 @@ class SlammingServer:
             conn.close()
 
 
+class HungServer:
+    """Accepts TCP connections and never answers (overloaded, a hung query, a load balancer in front
+    of a dead pod); counts them and keeps them open."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=1000)
+        self.port = self.sock.getsockname()[1]
+        self.held: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @property
+    def accepted(self) -> int:
+        return len(self.held)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+class Clock:
+    """The back-off's clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class SlowPrometheus(BaseHTTPRequestHandler):
+    """Answers every query, each after DELAY seconds (an overloaded Prometheus); counts them."""
+
+    DELAY = 0.4
+    received = 0
+
+    def do_GET(self) -> None:
+        type(self).received += 1
+        threading.Event().wait(self.DELAY)  # the server's slowness, not a wait for an effect
+        body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # the reader hung up on a slow answer: expected
+
+
 @pytest.fixture
 def slamming() -> Iterator[SlammingServer]:
     server = SlammingServer()
@@ -48,23 +119,96 @@ def slamming() -> Iterator[SlammingServer]:
     server.sock.close()
 
 
-def deployment(url: str) -> InferenceDeployment:
+@pytest.fixture
+def hung() -> Iterator[HungServer]:
+    server = HungServer()
+    yield server
+    server.close()
+
+
+def deployment(url: str, name: str = "bert", timeout: float = 2) -> InferenceDeployment:
     doc = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
-    doc["spec"]["scaling"]["metrics"] = {"prometheusUrl": url, "timeoutSeconds": 2}
+    doc["metadata"]["name"] = name
+    doc["spec"]["scaling"]["metrics"] = {"prometheusUrl": url, "timeoutSeconds": timeout}
     return InferenceDeployment.model_validate(doc)
 
 
 async def test_one_connection_per_snapshot_and_the_reason_names_prometheus(slamming: SlammingServer) -> None:
     url = f"http://127.0.0.1:{slamming.port}"
-    metrics = PrometheusMetrics(None)
-    for round_ in range(1, 3):
-        snapshot, reason = await metrics.snapshot(deployment(url), time.time())
-        assert snapshot is None
-        assert reason.startswith(f"Prometheus at {url} unavailable")
-        assert slamming.accepted == round_
+    clock = Clock()
+    metrics = PrometheusMetrics(None, clock=clock)
+    snapshot, reason = await metrics.snapshot(deployment(url), time.time())
+    assert snapshot is None
+    assert reason.startswith(f"Prometheus at {url} unavailable: ConnectionError")
+    assert slamming.accepted == 1
+    # Backing off: unavailable at once, without a connection, and said so.
+    snapshot, reason = await metrics.snapshot(deployment(url), time.time())
+    assert snapshot is None and slamming.accepted == 1
+    assert reason.startswith(f"Prometheus at {url} unavailable: ConnectionError") and "backing off" in reason
+    # Once the back-off has passed, the next snapshot asks again: one connection.
+    clock.now += BACKOFF_SECONDS
+    snapshot, reason = await metrics.snapshot(deployment(url), time.time())
+    assert snapshot is None and slamming.accepted == 2
+
+
+async def test_a_prometheus_that_never_answers_holds_no_reconcile_beyond_one_deadline(hung: HungServer) -> None:
+    # 32 reconciles (the default --max-concurrent-reconciles) read metrics at once from a Prometheus
+    # that accepts and never answers. They shared the 6 threads of the default executor with
+    # everything else, each query had its own timeout and the snapshot 5 of them (26 s for all).
+    url = f"http://127.0.0.1:{hung.port}"
+    clock = Clock()
+    metrics = PrometheusMetrics(None, clock=clock)
+    deps = [deployment(url, f"m{i}", timeout=0.5) for i in range(32)]
+
+    async def wave() -> list[tuple[object, str]]:
+        return await asyncio.gather(*(metrics.snapshot(dep, time.time()) for dep in deps))
+
+    first = await wave()
+    assert all(snapshot is None and reason.startswith(f"Prometheus at {url}") for snapshot, reason in first)
+    # One connection per query thread at most: the snapshots queued behind them found the URL
+    # backing off when a thread came free, and asked nothing.
+    assert 1 <= hung.accepted <= QUERY_THREADS
+    backoff = metrics.backoff(url)
+    assert backoff is not None and backoff.failures == 1 and backoff.seconds == BACKOFF_SECONDS
+    assert sum("backing off" in reason for _, reason in first) >= len(deps) - QUERY_THREADS
+    # While it backs off: every snapshot unavailable at once, no connection at all.
+    connections = hung.accepted
+    assert all("backing off" in reason for _, reason in await wave())
+    assert hung.accepted == connections
+    # Then one probe, not 32; it fails, and the back-off doubles.
+    clock.now += BACKOFF_SECONDS
+    probe = await wave()
+    assert hung.accepted == connections + 1
+    assert sum("backing off" not in reason for _, reason in probe) == 1
+    backoff = metrics.backoff(url)
+    assert backoff is not None and (backoff.failures, backoff.seconds) == (2, 2 * BACKOFF_SECONDS)
+    for _ in range(3):  # 60, 120, then at most 120
+        clock.now += MAX_BACKOFF_SECONDS
+        await metrics.snapshot(deps[0], time.time())
+    backoff = metrics.backoff(url)
+    assert backoff is not None and backoff.seconds == MAX_BACKOFF_SECONDS
+    metrics.close()
 
 
 async def test_no_url_is_a_reason_not_an_error() -> None:
     doc = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
     snapshot, reason = await PrometheusMetrics(None).snapshot(InferenceDeployment.model_validate(doc), time.time())
     assert snapshot is None and "no Prometheus URL configured" in reason
+
+
+async def test_one_deadline_bounds_all_the_queries_of_a_snapshot() -> None:
+    # Each query had its own timeout: 8 queries answered in 0.4 s each took 3.2 s against a 1 s
+    # timeout. One deadline from the snapshot's start leaves the later queries unasked.
+    server = QuietServer(("127.0.0.1", 0), SlowPrometheus)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        metrics = PrometheusMetrics(None)
+        snapshot, reason = await metrics.snapshot(deployment(url, timeout=1), time.time())
+        assert snapshot is None and reason.startswith(f"Prometheus at {url} unavailable")
+        assert 1 <= SlowPrometheus.received <= 3  # of the 7 queries and the sample time
+        assert metrics.backoff(url) is not None
+        metrics.close()
+    finally:
+        server.shutdown()
+        server.server_close()

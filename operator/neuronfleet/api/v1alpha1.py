@@ -561,7 +561,15 @@ class MetricQueries(ApiModel):
         description="Samples older than this (see sampleTime) count as missing: the autoscaler then holds, "
         "never scales down.",
     )
-    timeout_seconds: float = Field(default=5.0, gt=0, le=60, description="Timeout of one Prometheus query.")
+    timeout_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=60,
+        description="Deadline of one metrics read: all its queries, from when the first starts (a read also "
+        "waits at most this long for one of the operator's Prometheus query threads). After a failure the "
+        "operator backs off that Prometheus URL (15 s, doubling to 120 s) and reports metrics unavailable "
+        "without asking.",
+    )
 
 
 class ScalingSpec(ApiModel):

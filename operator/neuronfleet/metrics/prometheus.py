@@ -12,7 +12,20 @@ holds instead of scaling down. A query Prometheus refuses (400 or 422: a typo) m
 signal ``None``, and the reason names its ``scaling.metrics`` field. Prometheus unreachable, timing
 out or failing (5xx) makes the whole snapshot unavailable, with the reason, which the status shows
 as ScalingActive=False.
-prometheus-api-client is synchronous (requests), so queries run in a worker thread.
+
+A reconcile waits for its snapshot inside its reconcile slot, so a Prometheus that accepts
+connections and never answers must not hold the slots (32 snapshots against one took 26 s, a
+median of 15 s each):
+
+- one deadline per snapshot, ``timeoutSeconds`` from when its queries start, bounds all of them
+  (each query gets what is left);
+- prometheus-api-client is synchronous (requests), so the queries run in a small pool of
+  :data:`QUERY_THREADS` threads of their own, not the default executor the rest of the operator's
+  ``to_thread`` calls share; a snapshot waits at most another ``timeoutSeconds`` for a thread, and
+  one still queued then is dropped unrun (not counted against Prometheus);
+- after a failure the URL backs off (:class:`Backoff`): for :data:`BACKOFF_SECONDS`, doubling per
+  failed probe up to :data:`MAX_BACKOFF_SECONDS`, every snapshot of it is unavailable at once,
+  without a connection; then one snapshot probes while the others keep backing off.
 """
 
 from __future__ import annotations
@@ -23,7 +36,12 @@ import contextlib
 import json
 import math
 import re
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import requests
@@ -107,12 +125,112 @@ def _scalar(result: list[Any]) -> QueryResult:
     return QueryResult(total, evaluated_at)
 
 
-class PrometheusMetrics:
-    """A metrics source for the reconcile; one client per Prometheus URL."""
+#: Threads for Prometheus queries, shared by every deployment (a snapshot's queries run in one).
+QUERY_THREADS = 8
+#: How long a URL is skipped after its first failure...
+BACKOFF_SECONDS = 15.0
+#: ... doubling with each failed probe, up to this.
+MAX_BACKOFF_SECONDS = 120.0
 
-    def __init__(self, default_url: str | None) -> None:
+#: Failures that say Prometheus (or the way to it) is unavailable, not that a query is wrong.
+_UNAVAILABLE: tuple[type[Exception], ...] = (requests.RequestException, PrometheusApiClientException, TimeoutError)
+#: ... and those of an answer of an unexpected shape (e.g. a matrix from a range selector).
+_MALFORMED: tuple[type[Exception], ...] = (ValueError, KeyError, TypeError)
+
+
+@dataclass
+class Backoff:
+    """A URL that failed: no query to it before ``until`` (the clock's seconds), then one probe."""
+
+    failures: int
+    until: float
+    seconds: float
+    reason: str
+    #: While a probe is under way (until this time), the others keep backing off.
+    probe_until: float = 0.0
+
+
+class _Skipped(Exception):
+    """A snapshot that asked Prometheus nothing: its URL backs off."""
+
+
+class _Breaker:
+    """The back-off of every URL; used from the event loop and the query threads."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._state: dict[str, Backoff] = {}
+
+    def get(self, url: str) -> Backoff | None:
+        with self._lock:
+            return self._state.get(url)
+
+    def _unavailable(self, url: str, backoff: Backoff, now: float) -> str:
+        left = max(backoff.until, backoff.probe_until) - now
+        return f"Prometheus at {url} unavailable: {backoff.reason} (backing off: asked again in {left:.0f} s)"
+
+    def admit(self, url: str, probe_seconds: float) -> bool:
+        """Whether a snapshot that may query ``url`` is its probe; raises _Skipped if it may not."""
+        with self._lock:
+            backoff, now = self._state.get(url), self._clock()
+            if backoff is None:
+                return False
+            if now < backoff.until or now < backoff.probe_until:
+                raise _Skipped(self._unavailable(url, backoff, now))
+            backoff.probe_until = now + probe_seconds
+            return True
+
+    def check(self, url: str) -> None:
+        """Raise _Skipped if ``url`` backs off (for a snapshot queued while it started to)."""
+        with self._lock:
+            backoff, now = self._state.get(url), self._clock()
+            if backoff is not None and now < backoff.until:
+                raise _Skipped(self._unavailable(url, backoff, now))
+
+    def failed(self, url: str, reason: str) -> None:
+        with self._lock:
+            backoff, now = self._state.get(url), self._clock()
+            if backoff is not None and now < backoff.until:
+                return  # the same outage, met by a snapshot that had started before it was known
+            failures = backoff.failures + 1 if backoff is not None else 1
+            seconds = min(MAX_BACKOFF_SECONDS, BACKOFF_SECONDS * 2 ** (failures - 1))
+            self._state[url] = Backoff(failures, now + seconds, seconds, reason)
+
+    def answered(self, url: str) -> None:
+        with self._lock:
+            self._state.pop(url, None)
+
+
+class PrometheusMetrics:
+    """A metrics source for the reconcile; one client per Prometheus URL.
+
+    ``clock`` (monotonic seconds) times the back-off only; the queries' timeouts are real time.
+    """
+
+    def __init__(
+        self, default_url: str | None, clock: Callable[[], float] = time.monotonic, threads: int = QUERY_THREADS
+    ) -> None:
         self.default_url = default_url
         self._clients: dict[str, PrometheusConnect] = {}
+        self._breaker = _Breaker(clock)
+        self._threads = threads
+        self._executor: ThreadPoolExecutor | None = None
+
+    def backoff(self, url: str) -> Backoff | None:
+        """The back-off ``url`` is in, if any."""
+        return self._breaker.get(url)
+
+    def close(self) -> None:
+        """Stop the query threads (those under way end with their query's timeout)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="prometheus")
+        return self._executor
 
     def _client(self, url: str) -> PrometheusConnect:
         if url not in self._clients:
@@ -123,25 +241,51 @@ class PrometheusMetrics:
             self._clients[url] = PrometheusConnect(url=url, disable_ssl=False, retry=Retry(total=0))
         return self._clients[url]
 
-    def _query_all(
-        self, url: str, queries: dict[str, str], timeout: float
-    ) -> tuple[dict[str, QueryResult], dict[str, str]]:
-        """Each signal's result, and why Prometheus refused the queries it refused (by signal)."""
-        client = self._client(url)
-        results: dict[str, QueryResult] = {}
-        refused: dict[str, str] = {}
-        for signal, query in queries.items():
-            try:
-                results[signal] = _scalar(client.custom_query(query, timeout=timeout))
-            except PrometheusApiClientException as exc:
-                reason = query_refusal(str(exc))
-                if reason is None:
-                    raise  # not the query: Prometheus itself failed
-                refused[signal] = reason
-        return results, refused
+    def _read(
+        self,
+        client: PrometheusConnect,
+        url: str,
+        queries: dict[str, str],
+        sample_query: str,
+        timeout: float,
+        probe: bool,
+        started: threading.Event,
+    ) -> tuple[dict[str, QueryResult], dict[str, str], float | None]:
+        """One snapshot's queries, in a query thread, within ``timeout`` from now: each signal's
+        result, why Prometheus refused the queries it refused (by signal), and the sample time."""
+        started.set()
+        if not probe:
+            self._breaker.check(url)  # it may have started to back off while this one queued
+        deadline = time.monotonic() + timeout
 
-    def _sample_time(self, url: str, query: str, timeout: float) -> float | None:
-        return _scalar(self._client(url).custom_query(query, timeout=timeout)).value
+        def left() -> float:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no answer within the snapshot's {timeout:g} s")
+            return remaining
+
+        try:
+            results: dict[str, QueryResult] = {}
+            refused: dict[str, str] = {}
+            for signal, query in queries.items():
+                try:
+                    results[signal] = _scalar(client.custom_query(query, timeout=left()))
+                except PrometheusApiClientException as exc:
+                    reason = query_refusal(str(exc))
+                    if reason is None:
+                        raise  # not the query: Prometheus itself failed
+                    refused[signal] = reason
+            sampled = _scalar(client.custom_query(sample_query, timeout=left())).value if sample_query else None
+        except _UNAVAILABLE as exc:
+            # Recorded here, not when the reconcile hears of it: a query thread that takes the next
+            # snapshot of this URL must already see the back-off.
+            self._breaker.failed(url, f"{type(exc).__name__}: {str(exc)[:200]}")
+            raise
+        except _MALFORMED:
+            self._breaker.answered(url)  # an answer of an unexpected shape: Prometheus is there
+            raise
+        self._breaker.answered(url)
+        return results, refused, sampled
 
     async def snapshot(self, dep: InferenceDeployment, now: float) -> tuple[MetricSnapshot | None, str]:
         url = dep.spec.scaling.metrics.prometheus_url or self.default_url
@@ -151,23 +295,27 @@ class PrometheusMetrics:
         namespace = dep.metadata.namespace or "default"
         sample_query = render(dep.spec.scaling.metrics.sample_time, namespace, dep.name).strip()
         queries = queries_for(dep)
+        # At most `timeout` waiting for a query thread, then at most `timeout` of queries.
+        wait = 2 * timeout + 1
+        started = threading.Event()
         try:
-            results, refused = await asyncio.wait_for(
-                asyncio.to_thread(self._query_all, url, queries, timeout), timeout=timeout * len(QUERIED) + 1
+            probe = self._breaker.admit(url, wait)
+            job = partial(self._read, self._client(url), url, queries, sample_query, timeout, probe, started)
+            results, refused, sampled = await asyncio.wait_for(
+                asyncio.get_running_loop().run_in_executor(self._pool(), job), wait
             )
-            sampled = (
-                await asyncio.wait_for(asyncio.to_thread(self._sample_time, url, sample_query, timeout), timeout + 1)
-                if sample_query
-                else None
-            )
-        except (
-            requests.RequestException,
-            PrometheusApiClientException,
-            TimeoutError,
-            ValueError,
-            KeyError,
-            TypeError,  # an answer of an unexpected shape (e.g. a matrix from a range selector)
-        ) as exc:
+        except _Skipped as exc:
+            return None, str(exc)
+        except TimeoutError as exc:
+            if not started.is_set():
+                # Dropped unrun (cancelling a queued job cancels it): the operator's query threads
+                # were busy, which says nothing of Prometheus.
+                return None, (
+                    f"Prometheus at {url} not asked: its query threads ({self._threads}) were busy for {timeout:g} s"
+                )
+            self._breaker.failed(url, f"no answer within {wait:g} s")
+            return None, f"Prometheus at {url} unavailable: {type(exc).__name__}: {str(exc)[:200]}"
+        except _UNAVAILABLE + _MALFORMED as exc:
             return None, f"Prometheus at {url} unavailable: {type(exc).__name__}: {str(exc)[:200]}"
         # A query Prometheus refuses (a typo in one of scaling.metrics) costs its own signal only,
         # and the reason names the field to fix.
