@@ -292,7 +292,7 @@ def plan_reconcile(
     spec_problems = check_fits(spec, headroom)
     decision, compile_actions, observe_errors = _compile(dep, observation, durable, spec_problems)
 
-    cold_state = coldstart.observe(memory.cold_start_state, observation.timelines)
+    cold_state = coldstart.observe(memory.cold_start_state, observation.timelines, now=now.timestamp())
     memory = replace(
         memory,
         cold_start_state=cold_state,

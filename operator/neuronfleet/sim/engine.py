@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from neuronfleet.planning import coldstart
 from neuronfleet.sim.fleet import Fleet
 from neuronfleet.sim.metrics import MetricsView
 from neuronfleet.sim.policies import MIN_COLD_START_SAMPLES, Observed, Policy
@@ -689,13 +690,8 @@ class _RunningP90:
         for value in samples[self.seen :]:
             bisect.insort(self.sorted, value)
         self.seen = len(samples)
-        if len(self.sorted) < MIN_COLD_START_SAMPLES:
-            return None
-        # numpy's default (linear) quantile, without converting the list on every decision.
-        position = 0.9 * (len(self.sorted) - 1)
-        low = int(position)
-        high = min(low + 1, len(self.sorted) - 1)
-        return self.sorted[low] + (self.sorted[high] - self.sorted[low]) * (position - low)
+        # The operator's rule, without sorting the list again on every decision.
+        return coldstart.estimate_sorted(self.sorted, MIN_COLD_START_SAMPLES)
 
 
 def run(

@@ -15,10 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import numpy as np
-
 from neuronfleet.api.v1alpha1 import ScalingSpec, WarmPoolSpec
-from neuronfleet.planning import scaling, warmpool
+from neuronfleet.planning import coldstart, scaling, warmpool
 from neuronfleet.sim.fleet import FleetCounts
 from neuronfleet.sim.metrics import MetricsView
 
@@ -63,9 +61,8 @@ class Policy(Protocol):
 
 
 def p90(samples: list[float]) -> float | None:
-    if len(samples) < MIN_COLD_START_SAMPLES:
-        return None
-    return float(np.quantile(samples, 0.9))
+    """The cold start the warm pool sizes for: the operator's rule (:func:`coldstart.estimate`)."""
+    return coldstart.estimate(samples, MIN_COLD_START_SAMPLES)
 
 
 class Ours:
