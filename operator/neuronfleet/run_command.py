@@ -350,6 +350,8 @@ async def _run(args: argparse.Namespace) -> None:
     finally:
         if peering_watch is not None:
             peering_watch.cancel()
+        if metrics is not None:
+            metrics.close()  # its query threads: a query under way ends with its timeout
 
 
 def kubeconfig_in_use(args: argparse.Namespace) -> Path | None:
