@@ -21,6 +21,7 @@ from neuronfleet.api.crd import CRD_FILENAME, crd_yaml
 from neuronfleet.api.v1alpha1 import GROUP, KIND, InferenceDeployment
 from neuronfleet.api.validation import Problem, not_utf8_message, validate_manifest, yaml_error_message
 from neuronfleet.plan_command import add_headroom_flags
+from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES
 from neuronfleet.planning.placement import (
     DAEMONSET_HEADROOM,
     UNLESS_OPERATOR_SCHEDULER,
@@ -129,6 +130,26 @@ def _scheduler_warning(model: InferenceDeployment, neuron_scheduler: str | None,
     return None
 
 
+def _packing_warning(model: InferenceDeployment) -> str | None:
+    """A warning for a core count that is neither a power of two nor a whole node's cores.
+
+    Replicas of one deployment pack on the chip ring as they are (like-sized blocks), but beside
+    other deployments' pods of other sizes the ring can fragment, and Karpenter, which does not see
+    the Neuron scheduler extension's choices, can leave a pod pending on a node it counts as having
+    room (FACTS.md: use like-sized, power-of-two requests).
+    """
+    cores = model.spec.model.neuron_cores_per_replica
+    whole_nodes = sorted({t.neuroncores for t in INF2_INSTANCE_TYPES.values()})
+    if cores & (cores - 1) == 0 or cores in whole_nodes:
+        return None
+    return (
+        f"spec.model.neuronCoresPerReplica {cores} is neither a power of two nor a whole node's cores "
+        f"({', '.join(map(str, whole_nodes))}): where other deployments' pods share its nodes, the chip ring "
+        "can fragment, and Karpenter, which does not see the Neuron scheduler's choices, may leave a pod "
+        "pending on a node it counts as having room; prefer 1, 2, 4, 8 or 16, or a whole node"
+    )
+
+
 def _other_kind(doc: object) -> str:
     """``Kind/name`` of a Kubernetes object of another API group (a Namespace beside the manifest), else "".
 
@@ -187,8 +208,8 @@ def validate_files(
                 if not problems:
                     result.problems = _catalog_problems(model, headroom)
                 if not result.problems:
-                    warning = _scheduler_warning(model, neuron_scheduler, headroom)
-                    result.warnings = [warning] if warning else []
+                    warnings = (_scheduler_warning(model, neuron_scheduler, headroom), _packing_warning(model))
+                    result.warnings = [warning for warning in warnings if warning]
                 spec = model.spec
                 result.summary = (
                     f"{spec.model.neuron_cores_per_replica} NeuronCores/replica, "

@@ -147,3 +147,15 @@ def test_run_warns_once_at_start_up_without_a_neuron_scheduler(
         kubeconfig = str(_kubeconfig(tmp_path / "kubeconfig"))
         assert main(["run", "--kubeconfig", kubeconfig, "--metrics-port", port, *flags]) == 2
     assert [r.getMessage() for r in caplog.records].count(NO_NEURON_SCHEDULER) == warnings
+
+
+@pytest.mark.parametrize(("cores", "warned"), [(3, True), (6, True), (4, False), (12, False), (24, False)])
+def test_validate_warns_of_a_core_count_that_can_fragment_shared_nodes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cores: int, warned: bool
+) -> None:
+    # Any count is schedulable, but FACTS.md's advice stands where deployments of other sizes share
+    # the nodes: Karpenter does not see the extension's choices on the ring.
+    path = manifest(tmp_path, cores, "inf2.48xlarge", ", schedulerName: my-scheduler")
+    assert main(["validate", "-f", path]) == 0
+    out = capsys.readouterr().out
+    assert ("is neither a power of two nor a whole node's cores (2, 12, 24)" in out) is warned, out

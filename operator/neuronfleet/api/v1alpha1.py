@@ -194,7 +194,9 @@ class ModelSpec(ApiModel):
         "scheduler extension allocates any number of contiguous cores (it is needed when a replica "
         "takes more than one core but not a whole node). 12 is a whole inf2.24xlarge and 24 a whole "
         "inf2.48xlarge (tensor parallelism over the node); a count that does not divide a node's "
-        "cores leaves the rest idle.",
+        "cores leaves the rest idle. Where deployments of other sizes share nodes, prefer a power of two "
+        "or a whole node: Karpenter does not see the extension's choices, and a fragmented ring can "
+        "leave a pod pending on a node it counts as having room (neuronfleet validate warns).",
     )
     hbm_gib: float | None = Field(
         alias="hbmGiB",
