@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
-from neuronfleet.metrics.prometheus import PrometheusMetrics, _scalar
+from neuronfleet.metrics.prometheus import REASON_CHARS, PrometheusMetrics, _scalar
 from neuronfleet.planning.signals import MetricSnapshot
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,3 +142,91 @@ async def test_when_every_query_is_refused_the_reason_names_the_fields(prometheu
     assert snapshot is None
     assert reason.startswith("spec.scaling.metrics.queueDepth: Prometheus refused the query: 1:5: parse error")
     assert "; spec.scaling.metrics.inFlight: " in reason
+
+
+#: What an internal endpoint (not Prometheus) a spec's prometheusUrl may point at answers.
+INTERNAL_BODY = b"internal-only: db_password=hunter2"
+
+
+class InternalEndpoint(BaseHTTPRequestHandler):
+    """Answers every query with the server's ``status`` and ``body`` (set by the test)."""
+
+    def do_GET(self) -> None:
+        server: Any = self.server
+        self.send_response(server.status)
+        self.send_header("Content-Type", server.content_type)
+        self.send_header("Content-Length", str(len(server.body)))
+        self.end_headers()
+        self.wfile.write(server.body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _one_query(url: str) -> InferenceDeployment:
+    """Only queueDepth asked (no sample time either): its answer alone makes the reason."""
+    dep = _with_queries(url, queueDepth="sum(queue)", inFlight="", utilization="", arrivalRate="", sampleTime="")
+    dep.spec.scaling.metrics.arrival_peak = ""
+    return dep
+
+
+@pytest.fixture
+def endpoint() -> Iterator[Any]:
+    server: Any = ThreadingHTTPServer(("127.0.0.1", 0), InternalEndpoint)
+    server.url = f"http://127.0.0.1:{server.server_address[1]}"
+    server.content_type = "text/plain"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("status", [400, 422, 500, 503])
+async def test_an_error_answers_body_is_not_copied_into_the_reason(endpoint: Any, status: int) -> None:
+    # A namespace user may point prometheusUrl at any endpoint the operator reaches; its error
+    # body went into the status: "HTTP Status Code 400 (b'internal-only: db_password=...')".
+    endpoint.status, endpoint.body = status, INTERNAL_BODY
+    dep = _one_query(endpoint.url)
+    snapshot, reason = await PrometheusMetrics(None).snapshot(dep, NOW)
+    assert snapshot is None
+    assert "db_password" not in reason and "internal-only" not in reason
+    if status in (400, 422):  # a refusal of the query: its code only
+        assert reason.startswith(f"spec.scaling.metrics.queueDepth: Prometheus refused the query (HTTP {status});")
+    else:
+        assert reason == f"Prometheus at {endpoint.url} unavailable: PrometheusApiClientException: HTTP {status}"
+
+
+async def test_prometheus_json_error_gives_its_error_on_one_short_line(endpoint: Any) -> None:
+    error = "query processing would load too many samples into memory\n" + "x" * 500
+    body = {"status": "error", "errorType": "execution", "error": error}
+    endpoint.status, endpoint.body, endpoint.content_type = 503, json.dumps(body).encode(), "application/json"
+    dep = _one_query(endpoint.url)
+    snapshot, reason = await PrometheusMetrics(None).snapshot(dep, NOW)
+    assert snapshot is None
+    prefix = f"Prometheus at {endpoint.url} unavailable: PrometheusApiClientException: HTTP 503: "
+    assert reason.startswith(prefix + "query processing would load too many samples into memory x")
+    assert "\n" not in reason and len(reason) == len(prefix) + REASON_CHARS
+
+
+async def test_json_that_is_not_prometheus_error_format_is_not_copied(endpoint: Any) -> None:
+    # An "error" field alone does not make the answer Prometheus': another service's JSON may hold one.
+    endpoint.status, endpoint.content_type = 400, "application/json"
+    endpoint.body = json.dumps({"error": "db_password=hunter2"}).encode()
+    dep = _one_query(endpoint.url)
+    snapshot, reason = await PrometheusMetrics(None).snapshot(dep, NOW)
+    assert snapshot is None
+    assert reason.startswith("spec.scaling.metrics.queueDepth: Prometheus refused the query (HTTP 400);")
+    assert "db_password" not in reason
+
+
+async def test_an_answer_of_an_unexpected_shape_is_not_quoted(endpoint: Any) -> None:
+    # A 200 whose result is a pair of strings: float() of it raised "could not convert string to
+    # float: 'db_password=hunter2'", and that text went into the status.
+    endpoint.status, endpoint.content_type = 200, "application/json"
+    data = {"resultType": "scalar", "result": ["db_password=hunter2", "1"]}
+    endpoint.body = json.dumps({"status": "success", "data": data}).encode()
+    dep = _one_query(endpoint.url)
+    snapshot, reason = await PrometheusMetrics(None).snapshot(dep, NOW)
+    assert snapshot is None
+    assert reason == f"Prometheus at {endpoint.url} unavailable: ValueError: an answer of an unexpected shape"

@@ -23,7 +23,13 @@ import pytest
 import yaml
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
-from neuronfleet.metrics.prometheus import BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, QUERY_THREADS, PrometheusMetrics
+from neuronfleet.metrics.prometheus import (
+    BACKOFF_SECONDS,
+    MAX_BACKOFF_SECONDS,
+    QUERY_THREADS,
+    PrometheusMetrics,
+    redact_url,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -212,3 +218,49 @@ async def test_one_deadline_bounds_all_the_queries_of_a_snapshot() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize("from_spec", [True, False], ids=["prometheusUrl", "--prometheus-url"])
+async def test_the_reason_shows_neither_the_urls_credentials_nor_its_query_values(
+    slamming: SlammingServer, from_spec: bool
+) -> None:
+    # The status (readable by anyone who may get the resource, and its Events) read
+    # "Prometheus at http://user:S3cr3t@127.0.0.1:9/ unavailable: ...".
+    url = f"http://prom-user:S3cr3t@127.0.0.1:{slamming.port}/?token=T0kenValue"
+    metrics = PrometheusMetrics(None if from_spec else url, clock=Clock())
+    dep = deployment(url)
+    if not from_spec:
+        dep.spec.scaling.metrics.prometheus_url = None
+    printed = f"http://***@127.0.0.1:{slamming.port}/?token=***"
+    for backing_off in (False, True):  # the failure, then the back-off's message
+        snapshot, reason = await metrics.snapshot(dep, time.time())
+        assert snapshot is None
+        assert reason.startswith(f"Prometheus at {printed} unavailable: ConnectionError")
+        assert ("backing off" in reason) is backing_off
+        # The connection error prints the request's path, the URL's query string in it.
+        assert "S3cr3t" not in reason and "prom-user" not in reason and "T0kenValue" not in reason
+    assert slamming.accepted == 1
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://prom-user:S3/cr3t@127.0.0.1:9/",  # an unencoded / ends the host: requests quotes "prom-user:S3"
+        "http://prom-user:S3cr3t@/",  # no host: requests quotes the URL whole
+        "http://prom-user:S3cr3t@[::1/",  # not parsed at all
+    ],
+)
+async def test_a_url_that_cannot_be_requested_is_not_quoted(url: str) -> None:
+    snapshot, reason = await PrometheusMetrics(None).snapshot(deployment(url), time.time())
+    assert snapshot is None
+    assert reason.startswith("Prometheus at http://***@") and reason.endswith(": not a valid URL")
+    assert "S3" not in reason and "prom-user" not in reason
+
+
+def test_redact_url() -> None:
+    assert redact_url("https://prom.example:9090/prefix") == "https://prom.example:9090/prefix"
+    assert redact_url("http://user:pass@host:9090/") == "http://***@host:9090/"
+    assert redact_url("http://user@host/?token=abc&empty=&bare#frag") == "http://***@host/?token=***&empty=***&***"
+    assert redact_url("http://a:p@ss@host/") == "http://***@host/"  # an unencoded @ in the password
+    assert redact_url("http://a:p?ss@host/") == "http://***@host/"  # not taken for a query string
+    assert redact_url("http://a:p/s#s@host/") == "http://***@host/"

@@ -26,6 +26,12 @@ median of 15 s each):
 - after a failure the URL backs off (:class:`Backoff`): for :data:`BACKOFF_SECONDS`, doubling per
   failed probe up to :data:`MAX_BACKOFF_SECONDS`, every snapshot of it is unavailable at once,
   without a connection; then one snapshot probes while the others keep backing off.
+
+What a failure says goes to the status (readable by anyone who may get the resource), its Events and
+the log, and the URL is the user's (a spec may point ``prometheusUrl`` anywhere the operator can
+reach): a URL is printed only through :func:`redact_url` (no user-info, no query-string values), and
+an HTTP error is its status code plus, when the body is Prometheus' JSON error, its short ``error``;
+never the body itself.
 """
 
 from __future__ import annotations
@@ -72,23 +78,110 @@ def queries_for(dep: InferenceDeployment) -> dict[str, str]:
 #: The spec field (under scaling.metrics) each signal's query comes from.
 SIGNAL_FIELDS = {signal: MetricQueries.model_fields[signal].alias or signal for signal in QUERIED}
 
-_REFUSED = re.compile(r"^HTTP Status Code (400|422) \((?P<body>.*)\)$", re.DOTALL)
+#: A URL's user-info in any text: from ``://`` to the last ``@`` before a space or a quote, so that
+#: a password with an unencoded ``/``, ``?`` or ``#`` is hidden whole too (a path's or a query's
+#: ``@``, which a Prometheus URL has no use for, is hidden with what comes before it).
+_USERINFO = re.compile(r"(?<=://)[^\s'\"<>]*@")
+#: The longest reason taken from an answer (Prometheus' ``error``) or an exception's text.
+REASON_CHARS = 200
+
+
+def redact_url(url: str) -> str:
+    """``url`` fit for a status, an Event or a log line: its user-info and its query string's values
+    replaced by ``***``, its fragment dropped.
+
+    A ``--prometheus-url`` or ``scaling.metrics.prometheusUrl`` may carry basic-auth credentials
+    (``http://user:password@host/``) or a token (``?token=...``); what the operator prints of it
+    is readable by anyone who may get the resource or list its Events.
+    """
+    base, question, query = _USERINFO.sub("***@", url).partition("#")[0].partition("?")
+    if not question:
+        return base
+    pairs = (pair.partition("=") for pair in query.split("&") if pair)
+    # A key without a value may be a bare token: hidden whole.
+    return f"{base}?{'&'.join(f'{key}=***' if equals else '***' for key, equals, _ in pairs)}"
+
+
+def _scrub(text: str, url: str) -> str:
+    """An exception's ``text`` without ``url``'s secrets: a URL's user-info anywhere in it (an error
+    may print a URL whole) and ``url``'s query-string pairs (the client appends its path to the URL,
+    query and all, and the connection errors print that path)."""
+    text = _USERINFO.sub("***@", text)
+    query = url.partition("#")[0].partition("?")[2]
+    for pair in query.split("&"):
+        key, equals, value = pair.partition("=")
+        if value:
+            text = text.replace(pair, f"{key}{equals}***")
+        elif pair and not equals:
+            text = text.replace(pair, "***")
+    return text
+
+
+def _short(text: str) -> str:
+    """``text`` on one line (no control characters: a status message, an Event, a log line) of at
+    most REASON_CHARS characters."""
+    text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1] + "\u2026"
+
+
+_HTTP_ERROR = re.compile(r"^HTTP Status Code (?P<code>\d{3}) \((?P<body>.*)\)$", re.DOTALL)
+
+
+def _prometheus_error(body: str) -> str | None:
+    """The ``error`` of Prometheus' JSON error answer (``{"status": "error", "errorType": ...,
+    "error": ...}``), short; None for any other body (an HTML page, a proxy's text, another service's
+    JSON), which is not copied: the URL may be any endpoint the operator can reach."""
+    with contextlib.suppress(ValueError, SyntaxError):
+        body = ast.literal_eval(body).decode(errors="replace")  # the client writes repr(bytes)
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(answer, dict) or answer.get("status") != "error":
+        return None
+    error, error_type = answer.get("error"), answer.get("errorType")
+    if not isinstance(error, str) or not isinstance(error_type, str) or not error.strip():
+        return None
+    return _short(_USERINFO.sub("***@", error))
+
+
+def http_failure(message: str) -> tuple[int, str | None] | None:
+    """The status code and Prometheus' short ``error`` (None unless the body is Prometheus' JSON
+    error) of the client's exception text for an HTTP error; None for any other text."""
+    match = _HTTP_ERROR.match(message)
+    if match is None:
+        return None
+    return int(match["code"]), _prometheus_error(match["body"])
 
 
 def query_refusal(message: str) -> str | None:
     """Prometheus' reason for refusing a query (400 bad_data, 422 execution), from the client's
     exception text; None when the failure is not the query's (5xx, 503: Prometheus unavailable)."""
-    match = _REFUSED.match(message)
-    if match is None:
+    failure = http_failure(message)
+    if failure is None or failure[0] not in (400, 422):
         return None
-    body = match["body"]
-    with contextlib.suppress(ValueError, SyntaxError):
-        body = ast.literal_eval(body).decode(errors="replace")  # the client writes repr(bytes)
-    with contextlib.suppress(ValueError):
-        answer = json.loads(body)
-        if isinstance(answer, dict) and answer.get("error"):
-            return f"Prometheus refused the query: {answer['error']}"[:300]
-    return f"Prometheus refused the query: {body}"[:300]
+    code, error = failure
+    return f"Prometheus refused the query: {error}" if error else f"Prometheus refused the query (HTTP {code})"
+
+
+def _failure(exc: BaseException, url: str) -> str:
+    """Why a snapshot's queries failed, for the status: the exception's type and a reason holding
+    neither ``url``'s secrets nor what the endpoint answered."""
+    name = type(exc).__name__
+    if isinstance(exc, PrometheusApiClientException):
+        failure = http_failure(str(exc))
+        if failure is None:
+            return f"{name}: an error answer"
+        code, error = failure
+        return f"{name}: HTTP {code}: {error}" if error else f"{name}: HTTP {code}"
+    if isinstance(exc, _INVALID_URL):
+        # Its text is the URL, or a piece of it (the part before the @ of a malformed user-info).
+        return f"{name}: not a valid URL"
+    if isinstance(exc, (requests.RequestException, TimeoutError)):
+        text = _short(_scrub(str(exc), url))
+        return f"{name}: {text}" if text else name
+    # ValueError, KeyError, TypeError of reading the answer: their text may quote it.
+    return f"{name}: an answer of an unexpected shape"
 
 
 @dataclass(frozen=True)
@@ -136,6 +229,13 @@ MAX_BACKOFF_SECONDS = 120.0
 _UNAVAILABLE: tuple[type[Exception], ...] = (requests.RequestException, PrometheusApiClientException, TimeoutError)
 #: ... and those of an answer of an unexpected shape (e.g. a matrix from a range selector).
 _MALFORMED: tuple[type[Exception], ...] = (ValueError, KeyError, TypeError)
+#: Failures of a URL that cannot be requested, whose text holds the URL.
+_INVALID_URL: tuple[type[Exception], ...] = (
+    requests.exceptions.InvalidURL,
+    requests.exceptions.MissingSchema,
+    requests.exceptions.InvalidSchema,
+    requests.exceptions.URLRequired,
+)
 
 
 @dataclass
@@ -168,7 +268,9 @@ class _Breaker:
 
     def _unavailable(self, url: str, backoff: Backoff, now: float) -> str:
         left = max(backoff.until, backoff.probe_until) - now
-        return f"Prometheus at {url} unavailable: {backoff.reason} (backing off: asked again in {left:.0f} s)"
+        return (
+            f"Prometheus at {redact_url(url)} unavailable: {backoff.reason} (backing off: asked again in {left:.0f} s)"
+        )
 
     def admit(self, url: str, probe_seconds: float) -> bool:
         """Whether a snapshot that may query ``url`` is its probe; raises _Skipped if it may not."""
@@ -279,7 +381,7 @@ class PrometheusMetrics:
         except _UNAVAILABLE as exc:
             # Recorded here, not when the reconcile hears of it: a query thread that takes the next
             # snapshot of this URL must already see the back-off.
-            self._breaker.failed(url, f"{type(exc).__name__}: {str(exc)[:200]}")
+            self._breaker.failed(url, _failure(exc, url))
             raise
         except _MALFORMED:
             self._breaker.answered(url)  # an answer of an unexpected shape: Prometheus is there
@@ -298,9 +400,15 @@ class PrometheusMetrics:
         # At most `timeout` waiting for a query thread, then at most `timeout` of queries.
         wait = 2 * timeout + 1
         started = threading.Event()
+        printed = redact_url(url)
+        try:
+            client = self._client(url)
+        except ValueError as exc:
+            # Its text may quote the URL's user-info (a netloc that does not normalise).
+            return None, f"Prometheus at {printed} unavailable: {type(exc).__name__}: not a valid URL"
         try:
             probe = self._breaker.admit(url, wait)
-            job = partial(self._read, self._client(url), url, queries, sample_query, timeout, probe, started)
+            job = partial(self._read, client, url, queries, sample_query, timeout, probe, started)
             results, refused, sampled = await asyncio.wait_for(
                 asyncio.get_running_loop().run_in_executor(self._pool(), job), wait
             )
@@ -311,18 +419,19 @@ class PrometheusMetrics:
                 # Dropped unrun (cancelling a queued job cancels it): the operator's query threads
                 # were busy, which says nothing of Prometheus.
                 return None, (
-                    f"Prometheus at {url} not asked: its query threads ({self._threads}) were busy for {timeout:g} s"
+                    f"Prometheus at {printed} not asked: "
+                    f"its query threads ({self._threads}) were busy for {timeout:g} s"
                 )
             self._breaker.failed(url, f"no answer within {wait:g} s")
-            return None, f"Prometheus at {url} unavailable: {type(exc).__name__}: {str(exc)[:200]}"
+            return None, f"Prometheus at {printed} unavailable: {_failure(exc, url)}"
         except _UNAVAILABLE + _MALFORMED as exc:
-            return None, f"Prometheus at {url} unavailable: {type(exc).__name__}: {str(exc)[:200]}"
+            return None, f"Prometheus at {printed} unavailable: {_failure(exc, url)}"
         # A query Prometheus refuses (a typo in one of scaling.metrics) costs its own signal only,
         # and the reason names the field to fix.
         refusals = "; ".join(f"spec.scaling.metrics.{SIGNAL_FIELDS[s]}: {why}" for s, why in refused.items())
         # The pods-reporting count alone is no signal to decide on.
         if all(result.value is None for signal, result in results.items() if signal in SIGNALS):
-            return None, refusals or f"Prometheus at {url} returned no samples for {dep.name}"
+            return None, refusals or f"Prometheus at {printed} returned no samples for {dep.name}"
         stamps = [r.evaluated_at for r in results.values() if r.evaluated_at is not None]
         if sampled is not None:
             # The samples' own age: the queries' stamp is their evaluation time, however old the data.
