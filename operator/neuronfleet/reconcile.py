@@ -219,7 +219,7 @@ class Reconciler:
             request,
             found if isinstance(found, StoredArtifact) else None,
             source_problem=problem,
-            wanted_job_spec=wanted_job_spec(dep),
+            wanted_job_spec=wanted_job_spec(dep, self.settings.builder),
             dangling=found if isinstance(found, DanglingRecord) else None,
         )
         return request, observed, None

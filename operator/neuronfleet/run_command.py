@@ -27,7 +27,7 @@ import yaml
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException
 
-from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE
+from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, SERVICE_ACCOUNT_NAME_MAX_LENGTH, SERVICE_ACCOUNT_NAME_PATTERN
 from neuronfleet.artifacts.store import ArtifactStore
 from neuronfleet.handlers import OperatorContext, kopf_settings, registry
 from neuronfleet.kube.builders import BuilderConfig
@@ -264,7 +264,38 @@ def resolve_defaults(args: argparse.Namespace) -> argparse.Namespace:
         or os.environ.get("NEURONFLEET_DAEMONSET_HEADROOM_MEMORY")
         or DAEMONSET_HEADROOM_MEMORY
     )
+    args.compile_service_account = (
+        args.compile_service_account or os.environ.get("NEURONFLEET_COMPILE_SERVICE_ACCOUNT") or None
+    )
+    args.serving_service_account = (
+        args.serving_service_account or os.environ.get("NEURONFLEET_SERVING_SERVICE_ACCOUNT") or None
+    )
     return args
+
+
+def _service_account_name(text: str) -> str:
+    """An argparse type: a ServiceAccount name (a DNS-1123 subdomain), as a pod's serviceAccountName."""
+    if len(text) > SERVICE_ACCOUNT_NAME_MAX_LENGTH or not re.fullmatch(SERVICE_ACCOUNT_NAME_PATTERN, text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a ServiceAccount name (lower-case letters, digits, '-' and '.', at most "
+            f"{SERVICE_ACCOUNT_NAME_MAX_LENGTH} characters)"
+        )
+    return text
+
+
+def workload_service_accounts(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """The compile and serving ServiceAccounts of the resolved flags; RunSetupError naming the setting
+    if one is not a name (a variable, unlike a flag, is not checked by the parser)."""
+    names = []
+    for flag, variable, value in (
+        ("--compile-service-account", "NEURONFLEET_COMPILE_SERVICE_ACCOUNT", args.compile_service_account),
+        ("--serving-service-account", "NEURONFLEET_SERVING_SERVICE_ACCOUNT", args.serving_service_account),
+    ):
+        try:
+            names.append(_service_account_name(value) if value else None)
+        except argparse.ArgumentTypeError as error:
+            raise RunSetupError(f"{flag} (env {variable}): {error}") from None
+    return names[0], names[1]
 
 
 def daemonset_headroom(args: argparse.Namespace) -> Headroom:
@@ -309,12 +340,15 @@ async def _run(args: argparse.Namespace) -> None:
         headroom.cpu_millis,
         headroom.memory_mib,
     )
+    compile_account, serving_account = workload_service_accounts(args)
     settings = OperatorSettings(
         artifact_store=args.artifact_store,
         builder=BuilderConfig(
             default_scheduler_name=args.neuron_scheduler,
             model_server_image=args.model_server_image,
             daemonset_headroom=headroom,
+            compile_service_account=compile_account,
+            serving_service_account=serving_account,
         ),
         interval_seconds=args.interval,
         max_concurrent_reconciles=args.max_concurrent_reconciles,
@@ -505,6 +539,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="QUANTITY",
         help="memory left on every Inf2 node for its DaemonSets (env NEURONFLEET_DAEMONSET_HEADROOM_MEMORY; "
         f"default {DAEMONSET_HEADROOM_MEMORY})",
+    )
+    p.add_argument(
+        "--compile-service-account",
+        type=_service_account_name,
+        default=None,
+        metavar="NAME",
+        help="ServiceAccount of the compile Jobs of specs that name none (spec.compile.serviceAccountName; env "
+        "NEURONFLEET_COMPILE_SERVICE_ACCOUNT; default: the namespace's default account): the one account "
+        "whose role writes the artifact store. It must exist in each workload namespace",
+    )
+    p.add_argument(
+        "--serving-service-account",
+        type=_service_account_name,
+        default=None,
+        metavar="NAME",
+        help="ServiceAccount of the serving pods of specs that name none (spec.runtime.serviceAccountName; env "
+        "NEURONFLEET_SERVING_SERVICE_ACCOUNT; default: the namespace's default account), with a read-only role "
+        "on the artifact store. It must exist in each workload namespace",
     )
     p.add_argument(
         "--prometheus-url",

@@ -31,7 +31,7 @@ from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, InferenceDeployment
 from neuronfleet.cli import build_parser
 from neuronfleet.kube.builders import build_priority_classes
 from neuronfleet.planning.placement import DAEMONSET_HEADROOM, Headroom, headroom_from_quantities
-from neuronfleet.run_command import daemonset_headroom, resolve_defaults
+from neuronfleet.run_command import daemonset_headroom, resolve_defaults, workload_service_accounts
 from neuronfleet.sandbox.cluster import ThreadedSandboxCluster
 
 KUBERNETES_VERSION = "1.34.0"
@@ -222,6 +222,10 @@ def test_ci_values_reach_the_operator() -> None:
     assert (
         env["NEURONFLEET_MODEL_SERVER_IMAGE"] == "123456789012.dkr.ecr.us-east-1.amazonaws.com/neuronserve:0.1.0-neuron"
     )
+    assert (env["NEURONFLEET_COMPILE_SERVICE_ACCOUNT"], env["NEURONFLEET_SERVING_SERVICE_ACCOUNT"]) == (
+        "neuronfleet-compile",
+        "neuronfleet-serving",
+    )
     assert {"--namespace=search", "--namespace=chat", "--interval=5", "--verbose"} <= set(container["args"])
     # Namespaced operator: a KopfPeering and a RoleBinding per namespace, and Kopf may follow
     # namespaces (cluster-wide).
@@ -266,6 +270,9 @@ def test_ci_values_reach_the_operator() -> None:
         # The operator refuses a CPU quantity in bytes at start-up: the schema refuses it first.
         ("operator.daemonSetHeadroom.cpu=2Gi", "/operator/daemonSetHeadroom/cpu"),
         ("operator.daemonSetHeadroom.memory=lots", "/operator/daemonSetHeadroom/memory"),
+        # A pod naming an account that is no DNS-1123 subdomain is refused: the schema refuses it first.
+        ("workloads.compileServiceAccount=Compile_SA", "/workloads/compileServiceAccount"),
+        ("workloads.servingSA=reader", "servingSA"),
         # A fraction comes through --set as a string: the range is still checked.
         ("operator.reconcileIntervalSeconds=3600.5", "operator.reconcileIntervalSeconds is 3600.5: it must be above 0"),
     ],
@@ -541,9 +548,11 @@ def test_operator_command_is_what_neuronfleet_run_accepts(
         assert parsed.prometheus_url == env["NEURONFLEET_PROMETHEUS_URL"]
         assert parsed.model_server_image == env["NEURONFLEET_MODEL_SERVER_IMAGE"]
         assert parsed.interval == 5 and parsed.verbose
+        assert workload_service_accounts(parsed) == ("neuronfleet-compile", "neuronfleet-serving")
     else:
         # No chart value: the operator's own default, as before the value existed.
         assert parsed.model_server_image == DEFAULT_IMAGE
+        assert workload_service_accounts(parsed) == (None, None)
 
 
 def test_notes_name_the_model_server_image_the_release_gives_every_deployment() -> None:

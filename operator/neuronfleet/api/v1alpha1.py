@@ -48,6 +48,9 @@ MODEL_SOURCE_MESSAGE = (
 ARTIFACT_STORE_PATTERN = r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?|/.+)$"
 ARTIFACT_STORE_MESSAGE = "artifactStore must be s3://bucket/prefix or an absolute directory path"
 QUANTITY_PATTERN = r"^\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]{1,2})?$"
+#: A ServiceAccount's name: a DNS-1123 subdomain, as the API server checks a pod's serviceAccountName.
+SERVICE_ACCOUNT_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+SERVICE_ACCOUNT_NAME_MAX_LENGTH = 253
 
 
 def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
@@ -269,6 +272,17 @@ class CompileSpec(ApiModel):
         description="Memory request and limit of the compile Job (BERT-class models need a few GiB, 7B LLMs "
         "64Gi+); a compile that needs more is OOM-killed and reported so.",
     )
+    service_account_name: str | None = Field(
+        default=None,
+        pattern=SERVICE_ACCOUNT_NAME_PATTERN,
+        max_length=SERVICE_ACCOUNT_NAME_MAX_LENGTH,
+        description="ServiceAccount the compile Job runs as, in this namespace. Give it (IRSA or EKS Pod "
+        "Identity) the role that writes the artifact store: s3:PutObject and s3:DeleteObject on the store "
+        "prefix, and reading the model source; the serving pods' account should only read the store. Default: "
+        "the operator's (neuronfleet run --compile-service-account; the chart's "
+        "workloads.compileServiceAccount), else the namespace's default ServiceAccount. It must exist: a Job "
+        "naming a missing account creates no pod. Changing it runs a failed compile again.",
+    )
 
 
 # ------------------------------------------------------------------------------------------- runtime
@@ -334,6 +348,19 @@ class RuntimeSpec(ApiModel):
         max_length=64,
         description="Extra environment variables.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    service_account_name: str | None = Field(
+        default=None,
+        pattern=SERVICE_ACCOUNT_NAME_PATTERN,
+        max_length=SERVICE_ACCOUNT_NAME_MAX_LENGTH,
+        description="ServiceAccount the serving pods run as, in this namespace. Give it (IRSA or EKS Pod "
+        "Identity) a read-only role on the artifact store (s3:GetObject, and s3:ListBucket limited to the store "
+        "prefix): a serving pod never writes there. Default: the operator's (neuronfleet run "
+        "--serving-service-account; the chart's workloads.servingServiceAccount), else the namespace's default "
+        "ServiceAccount. Node placeholders keep the default account: they only sleep. The pods mount no "
+        "Kubernetes API token either way (IRSA and Pod Identity inject their own AWS token). It must exist: the "
+        "API server refuses pods naming a missing account (Degraded, PodCreationRefused). Changing it replaces "
+        "the pods, warm first.",
     )
 
 

@@ -32,6 +32,10 @@ Design notes (the *why* of the pod):
   and active the same value (a promoted pod must not be preempted for a newer active pod); the
   separate names serve quotas and visibility. Placeholders get -1: preempted by anything, yet at
   or above cluster-autoscaler's -10 cut-off so they still make it provision nodes.
+- ServiceAccounts: serving pods and compile Jobs run as accounts of their own (spec, else the
+  operator's defaults, else the namespace's ``default``), so that the role that writes the artifact
+  store (compile) is not the one every serving pod holds, nor every other pod of the namespace
+  running as ``default``. Placeholders only sleep: they keep ``default``, with no token.
 - Pod Security "restricted": runAsNonRoot with a fixed non-root uid, no privilege escalation,
   all capabilities dropped, RuntimeDefault seccomp; also a read-only root filesystem with
   emptyDirs for /tmp and the artifact cache, and no service-account token (the server never
@@ -136,6 +140,12 @@ class BuilderConfig:
     run_as_user: int = 10001
     #: The model server's image (serving, placeholder and compile pods) where a spec names none.
     model_server_image: str = DEFAULT_IMAGE
+    #: ServiceAccount of the compile Jobs where a spec names none (spec.compile.serviceAccountName);
+    #: None: the namespace's default account.
+    compile_service_account: str | None = None
+    #: ServiceAccount of the serving pods where a spec names none (spec.runtime.serviceAccountName);
+    #: None: the namespace's default account. Placeholders never take one.
+    serving_service_account: str | None = None
 
 
 #: Below cluster-autoscaler's -10 cut-off placeholders would stop triggering scale-up.
@@ -380,6 +390,9 @@ def build_pod(
         ],
     }
     spec = _common_pod_spec(dep, candidate, role, config)
+    service_account = runtime.service_account_name or config.serving_service_account
+    if service_account:
+        spec["serviceAccountName"] = service_account
     spec.update(
         {
             "containers": [container],

@@ -8,6 +8,7 @@ the Neuron taint, so that a cluster of only Inf2 nodes can compile too.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
@@ -33,9 +34,33 @@ COMPILE_CONTAINER = "compile"
 FINISHED_JOB_TTL_SECONDS = 86400
 
 
-def wanted_job_spec(dep: InferenceDeployment) -> str:
-    """The job spec key of the deployment's spec and its compile-retry annotation."""
-    return job_spec_key(dep.spec, (dep.metadata.annotations or {}).get(ANNOTATION_COMPILE_RETRY))
+def compile_service_account(dep: InferenceDeployment, config: BuilderConfig) -> str | None:
+    """The compile Job's ServiceAccount: the spec's, else the operator's (None: the namespace's default)."""
+    return dep.spec.compile.service_account_name or config.compile_service_account
+
+
+def _job_settings(dep: InferenceDeployment, config: BuilderConfig) -> dict[str, str]:
+    """What the Job runs with beyond what planning.compile.job_spec_key hashes, where it is set."""
+    settings = {}
+    service_account = compile_service_account(dep, config)
+    if service_account:
+        settings["serviceAccountName"] = service_account
+    return settings
+
+
+def wanted_job_spec(dep: InferenceDeployment, config: BuilderConfig | None = None) -> str:
+    """The job spec key of the deployment's spec, the operator's settings and its compile-retry annotation.
+
+    A failed Job whose key differs is replaced, and a remembered failure is run again: a compile
+    refused by S3 runs again once it has an account with the right role. The settings
+    job_spec_key does not hash (the ServiceAccount) join the retry annotation in what it hashes,
+    only when set: the key of a Job made without them stays what it was.
+    """
+    retry = (dep.metadata.annotations or {}).get(ANNOTATION_COMPILE_RETRY)
+    settings = _job_settings(dep, config or BuilderConfig())
+    if settings:
+        retry = json.dumps({"retry": retry, **settings}, sort_keys=True, separators=(",", ":"))
+    return job_spec_key(dep.spec, retry)
 
 
 def compile_job_name(deployment: str, request: CompileRequest) -> str:
@@ -94,10 +119,11 @@ def build_compile_job(
     config = config or BuilderConfig()
     labels = common_labels(dep, "compile")
     labels[LABEL_COMPILE_REQUEST] = request.key
-    annotations = {ANNOTATION_JOB_SPEC: wanted_job_spec(dep)}
+    annotations = {ANNOTATION_JOB_SPEC: wanted_job_spec(dep, config)}
     if republish is not None:
         annotations[ANNOTATION_REPUBLISHES] = republish.artifact.uri
     metadata = _metadata(dep, compile_job_name(dep.name, request), labels, annotations)
+    service_account = compile_service_account(dep, config)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -110,6 +136,7 @@ def build_compile_job(
                 "metadata": {"labels": dict(labels)},
                 "spec": {
                     "restartPolicy": "Never",
+                    **({"serviceAccountName": service_account} if service_account else {}),
                     "securityContext": _pod_security(config),
                     # Tracing needs no Neuron device: prefer ordinary nodes, but a cluster of only
                     # Inf2 nodes (tainted) must still be able to compile.

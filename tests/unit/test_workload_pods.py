@@ -1,0 +1,165 @@
+"""What the operator's pods may do beyond serving: their ServiceAccounts, and what the settings that
+choose them change (the pod template, the compile Job's spec key)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from neuronfleet import run_command
+from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.cli import main
+from neuronfleet.kube.builders import BuilderConfig, build_placeholder_pod, build_pod, pod_template_hash
+from neuronfleet.kube.jobs import ANNOTATION_JOB_SPEC, build_compile_job, wanted_job_spec
+from neuronfleet.planning.compile import CompileObservation, compile_request, decide_compile, job_spec_key
+from neuronfleet.planning.labels import ArtifactRevision, FleetRevision
+from neuronfleet.planning.placement import Candidate, plan_for_spec
+from neuronfleet.reconcile import OperatorSettings
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACT = ArtifactRevision("bbbbbbbbbb", "s3://artifacts/bert/bbbbbbbbbb/")
+
+
+def bert() -> InferenceDeployment:
+    dep = InferenceDeployment.model_validate(yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text()))
+    dep.metadata.uid = "0f6c3f5e-1111-2222-3333-444455556666"
+    return dep
+
+
+def chosen(dep: InferenceDeployment) -> Candidate:
+    plan = plan_for_spec(dep.spec, 2)
+    assert plan.chosen is not None
+    return plan.chosen
+
+
+def pods(dep: InferenceDeployment, config: BuilderConfig) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The pod specs of a serving pod, a placeholder and the compile Job."""
+    candidate = chosen(dep)
+    serving = build_pod(dep, candidate, FleetRevision(ARTIFACT, "t"), "active", "p-0", config)
+    placeholder = build_placeholder_pod(dep, candidate, "t", "ph-0", config)
+    job = build_compile_job(dep, compile_request(dep.spec, "s3://artifacts", "fp"), config)
+    return serving["spec"], placeholder["spec"], job["spec"]["template"]["spec"]
+
+
+# ------------------------------------------------------------------------------ ServiceAccounts
+
+
+def test_compile_jobs_and_serving_pods_run_as_accounts_of_their_own() -> None:
+    # The compile role writes the artifact store; serving pods only read it. With both on the
+    # namespace's default account, every serving pod (and any pod there) could overwrite artifacts.
+    dep = bert()
+    config = BuilderConfig(compile_service_account="nf-compile", serving_service_account="nf-serving")
+    serving, placeholder, job = pods(dep, config)
+    assert (serving["serviceAccountName"], job["serviceAccountName"]) == ("nf-serving", "nf-compile")
+    # Placeholders only sleep: no account of the store's roles.
+    assert "serviceAccountName" not in placeholder
+    # A spec's own account wins over the operator's.
+    dep.spec.compile.service_account_name = "bert-compile"
+    dep.spec.runtime.service_account_name = "bert-serving"
+    serving, placeholder, job = pods(dep, config)
+    assert (serving["serviceAccountName"], job["serviceAccountName"]) == ("bert-serving", "bert-compile")
+    assert "serviceAccountName" not in placeholder
+    # The pods still mount no Kubernetes API token (IRSA and Pod Identity inject their own).
+    assert serving["automountServiceAccountToken"] is False and placeholder["automountServiceAccountToken"] is False
+
+
+def test_without_accounts_the_pods_are_as_before() -> None:
+    # No account set anywhere: no serviceAccountName (the namespace's default), so the pod template
+    # and its hash are what they were: an upgrade rolls no pod for it.
+    dep = bert()
+    serving, placeholder, job = pods(dep, BuilderConfig())
+    assert not {"serviceAccountName"} & (set(serving) | set(placeholder) | set(job))
+    candidate = chosen(dep)
+    named = dep.model_copy(deep=True)
+    named.spec.runtime.service_account_name = "bert-serving"
+    assert pod_template_hash(named, candidate) != pod_template_hash(dep, candidate)
+    # The compile account is not part of the serving pods.
+    compile_only = dep.model_copy(deep=True)
+    compile_only.spec.compile.service_account_name = "bert-compile"
+    assert pod_template_hash(compile_only, candidate) == pod_template_hash(dep, candidate)
+
+
+def test_a_compile_refused_by_s3_runs_again_under_another_account() -> None:
+    # The Job spec key decides whether a failed Job is replaced: it follows the account, and stays
+    # what it was for a spec (and operator) that names none.
+    dep = bert()
+    assert wanted_job_spec(dep) == job_spec_key(dep.spec)
+    request = compile_request(dep.spec, "s3://artifacts", "fp")
+    failed = build_compile_job(dep, request)["metadata"]["annotations"][ANNOTATION_JOB_SPEC]
+    fixed = dep.model_copy(deep=True)
+    fixed.spec.compile.service_account_name = "bert-compile"
+    assert wanted_job_spec(fixed) != failed
+    by_operator = wanted_job_spec(dep, BuilderConfig(compile_service_account="nf-compile"))
+    assert by_operator not in (failed, wanted_job_spec(fixed))
+    job = build_compile_job(fixed, request)
+    assert job["metadata"]["annotations"][ANNOTATION_JOB_SPEC] == wanted_job_spec(fixed)
+    observed = CompileObservation(
+        request, None, "failed", "AccessDenied", job_name="j", job_spec=failed, wanted_job_spec=wanted_job_spec(fixed)
+    )
+    assert decide_compile(observed, None).replace_job
+    assert not decide_compile(replace(observed, wanted_job_spec=failed), None).replace_job
+
+
+@pytest.mark.parametrize("field", ["compile", "runtime"])
+def test_account_names_are_checked_as_the_api_server_does(field: str) -> None:
+    doc = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
+    doc["spec"].setdefault(field, {})["serviceAccountName"] = "Bert_Compile"
+    with pytest.raises(ValueError, match="serviceAccountName"):
+        InferenceDeployment.model_validate(doc)
+
+
+def _kubeconfig(path: Path) -> str:
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    return str(path)
+
+
+SETTINGS_ENV = ("NEURONFLEET_COMPILE_SERVICE_ACCOUNT", "NEURONFLEET_SERVING_SERVICE_ACCOUNT")
+
+
+def _run_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *flags: str) -> OperatorSettings:
+    seen: list[OperatorSettings] = []
+
+    async def build_context(settings: OperatorSettings, *args: Any, **kwargs: Any) -> Any:
+        seen.append(settings)
+        raise run_command.RunSetupError("stopped before connecting")
+
+    monkeypatch.setattr(run_command, "build_context", build_context)
+    assert main(["run", "--kubeconfig", _kubeconfig(tmp_path / "kubeconfig"), *flags]) == 2
+    (settings,) = seen
+    return settings
+
+
+def test_run_takes_the_accounts_from_flags_and_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    for name in SETTINGS_ENV:
+        monkeypatch.delenv(name, raising=False)
+    builder = _run_settings(tmp_path, monkeypatch).builder
+    assert (builder.compile_service_account, builder.serving_service_account) == (None, None)
+    monkeypatch.setenv("NEURONFLEET_COMPILE_SERVICE_ACCOUNT", "nf-compile")
+    monkeypatch.setenv("NEURONFLEET_SERVING_SERVICE_ACCOUNT", "nf-serving")
+    builder = _run_settings(tmp_path, monkeypatch).builder
+    assert (builder.compile_service_account, builder.serving_service_account) == ("nf-compile", "nf-serving")
+    # A flag wins over its variable.
+    builder = _run_settings(tmp_path, monkeypatch, "--serving-service-account", "reader").builder
+    assert (builder.compile_service_account, builder.serving_service_account) == ("nf-compile", "reader")
+
+
+def test_run_refuses_an_account_that_is_no_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("NEURONFLEET_COMPILE_SERVICE_ACCOUNT", "Compile SA")
+    assert main(["run", "--kubeconfig", _kubeconfig(tmp_path / "kubeconfig")]) == 2
+    assert capsys.readouterr().err.startswith(
+        "error: --compile-service-account (env NEURONFLEET_COMPILE_SERVICE_ACCOUNT): 'Compile SA' is not a "
+        "ServiceAccount name"
+    )
