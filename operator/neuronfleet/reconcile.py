@@ -233,12 +233,12 @@ class Reconciler:
         if not check_fits(dep.spec, self.settings.builder.daemonset_headroom):
             request, compiled, compile_error = await self._observe_compile(dep)
         try:
-            cluster = await observe_cluster(self.kube, namespace, dep.name, request, dep.metadata.uid)
+            cluster = await observe_cluster(self.kube, namespace, dep.name, request, dep.metadata.uid, now)
         except ApiException as exc:
             if request is None:
                 raise
             # The fleet's reads are needed; the compile Jobs' are reported and retried.
-            cluster = await observe_cluster(self.kube, namespace, dep.name, None, dep.metadata.uid)
+            cluster = await observe_cluster(self.kube, namespace, dep.name, None, dep.metadata.uid, now)
             compile_error = f"compile Jobs: {_api_error(exc)}"
         if compiled is not None and cluster.jobs is not None:
             jobs = cluster.jobs

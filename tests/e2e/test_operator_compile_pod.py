@@ -8,10 +8,14 @@ four times the harness's 30 s drain grace.
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from operator_harness import OperatorHarness, example
 
 from neuronfleet.api.v1alpha1 import GROUP
 from neuronfleet.sandbox import ColdStartProfile
+from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.store import WatchEvent
 
 NS = "compile-pod"
@@ -49,3 +53,35 @@ async def test_a_long_compile_pod_is_never_relabeled_nor_deleted_by_the_operator
     finished = next(i for i, (*_, phase) in enumerate(changes) if phase == "Succeeded")
     before = changes[:finished]
     assert not any(kind == "DELETED" or deleting for kind, _, deleting, _ in before), "deleted while compiling"
+
+
+async def test_a_compile_pod_the_api_server_refuses_is_named_in_the_compiled_condition(
+    harness: OperatorHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A ResourceQuota (or a LimitRange, a webhook) refuses the Job's pod: the Job controller makes
+    # none, says why in a FailedCreate Event only, and the Compiled condition read "compile Job
+    # running" until the Job's deadline (1-2 h), then DeadlineExceeded without the cause.
+    assert harness.cluster.jobs is not None
+    quota = 'pods "bert-compile" is forbidden: exceeded quota: compute, requested: memory=24Gi, limited: memory=8Gi'
+
+    def refuse(job: dict[str, Any]) -> None:
+        raise ApiError(403, "Forbidden", quota)
+
+    monkeypatch.setattr(harness.cluster.jobs, "_create_pod", refuse)
+    manifest = harness.localize(
+        example(
+            "bert-embeddings", scaling={"mode": "Manual", "replicas": 1, "minReplicas": 0}, warmPool={"mode": "Off"}
+        ),
+        namespace="refused",
+    )
+    await harness.apply(manifest)
+    name = manifest["metadata"]["name"]
+
+    def compiled() -> str:
+        return str(harness.condition("refused", name, "Compiled").get("message") or "")
+
+    await harness.wait(lambda: "compile Job running" in compiled(), timeout=60, what="the compile Job")
+    assert "its pod is waiting" not in compiled()  # a young Job is only running
+    await harness.wait(lambda: "its pod is waiting: no pod created" in compiled(), timeout=300, what="the refusal")
+    assert "the API server may be refusing it (a ResourceQuota, LimitRange or admission policy)" in compiled()
+    assert "kubectl describe job" in compiled() and " -n refused" in compiled()

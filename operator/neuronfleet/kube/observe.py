@@ -6,11 +6,17 @@ left out: they carry the deployment label but are the Job's, and as role-less po
 would drain and delete a running compile; so are pods another object controls), node zones folded
 in, pod start-up timelines, and the state of the compile Job for the current request. It decides
 nothing.
+
+A running compile Job's message says why its pod has not started: unschedulable, its image not
+pulled, or no pod at all :data:`NO_POD_SECONDS` after the Job was made (the API server refusing the
+pod: a ResourceQuota, a LimitRange, an admission webhook). Without it the Compiled condition reads
+"compile Job running" for the Job's whole ``timeoutSeconds``, then DeadlineExceeded without a cause.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from neuronfleet.kube.builders import parse_pod
 from neuronfleet.kube.client import KubeApi, Obj
@@ -75,13 +81,68 @@ async def _failure_details(kube: KubeApi, namespace: str, job_name: str, message
     return message
 
 
-async def _waiting_details(kube: KubeApi, namespace: str, job_name: str) -> str:
-    """Why a running compile Job's pod has not started: unschedulable, or its image not pulled.
+#: How long a running compile Job may have no pod before its message says the API server may be
+#: refusing it. The Job controller creates the pod within seconds of the Job; a create the API
+#: server refuses (403 exceeded quota, a LimitRange's maximum, a webhook's denial) it retries with
+#: back-off, and says why only in a FailedCreate Event, which the operator may not list (no RBAC on
+#: events but create). A minute leaves a slow controller time without calling it refused.
+NO_POD_SECONDS = 60.0
+
+#: A Job condition whose reason names a failed pod create is reported as is. Kubernetes' Job status
+#: has no such condition today (FailedCreate is an Event's reason, as a ReplicaSet's ReplicaFailure
+#: condition has it), so this is read in case a version or a controller sets one.
+_FAILED_CREATE = "FailedCreate"
+
+
+def _created(obj: Obj) -> datetime | None:
+    stamp = obj["metadata"].get("creationTimestamp")
+    if not isinstance(stamp, str):
+        return None
+    try:
+        created = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return created if created.tzinfo is not None else None
+
+
+def _no_pod_details(job: Obj, now: datetime | None) -> str:
+    """Why a running compile Job has no pod: a FailedCreate-like condition's message if its status
+    has one, else, once it is :data:`NO_POD_SECONDS` old on ``now``, that the API server may be
+    refusing the pod. Empty while it is younger, suspended, or its age is unknown."""
+    status = job.get("status") or {}
+    for condition in status.get("conditions") or []:
+        reason = str(condition.get("reason") or "")
+        if condition.get("status") == "True" and _FAILED_CREATE.lower() in reason.lower():
+            return f"{reason}: {str(condition.get('message') or '').strip()[:300]}".rstrip(": ")
+    if (job.get("spec") or {}).get("suspend"):
+        return ""  # no pod by design
+    created = _created(job)
+    if now is None or created is None:
+        return ""
+    age = (now - created).total_seconds()
+    if age < NO_POD_SECONDS:
+        return ""
+    name, namespace = job["metadata"]["name"], job["metadata"].get("namespace") or ""
+    describe = f"kubectl describe job {name}" + (f" -n {namespace}" if namespace else "")
+    # Whole minutes: the message is in the Compiled condition, and one that changed with every
+    # reconcile would rewrite the status every interval for as long as the Job is stuck.
+    return (
+        f"no pod created for {int(age // 60)} min: the API server may be refusing it (a ResourceQuota, "
+        f"LimitRange or admission policy); see the FailedCreate events of {describe}"
+    )
+
+
+async def _waiting_details(kube: KubeApi, namespace: str, job: Obj, now: datetime | None) -> str:
+    """Why a running compile Job's pod has not started: unschedulable, its image not pulled, or no
+    pod made at all (see :func:`_no_pod_details`).
 
     Empty when it runs (or nothing says why not). A Job stuck so would otherwise read "running"
     until its deadline, then "DeadlineExceeded" without the cause.
     """
-    for pod in await kube.list_pods(namespace, {"job-name": job_name}):
+    pods = await kube.list_pods(namespace, {"job-name": job["metadata"]["name"]})
+    if not pods:
+        return _no_pod_details(job, now)
+    for pod in pods:
         status = pod.get("status") or {}
         for container in status.get("containerStatuses") or []:
             waiting = (container.get("state") or {}).get("waiting") or {}
@@ -94,8 +155,14 @@ async def _waiting_details(kube: KubeApi, namespace: str, job_name: str) -> str:
     return ""
 
 
-async def observe_compile_jobs(kube: KubeApi, namespace: str, deployment: str, request: CompileRequest) -> CompileJobs:
-    """One list of the deployment's compile Jobs: the current request's state and the running ones."""
+async def observe_compile_jobs(
+    kube: KubeApi, namespace: str, deployment: str, request: CompileRequest, now: datetime | None = None
+) -> CompileJobs:
+    """One list of the deployment's compile Jobs: the current request's state and the running ones.
+
+    ``now`` (the reconcile's clock, which stamps the Jobs' creation in the sandbox) ages a running
+    Job that has no pod; without it such a Job is not reported as refused.
+    """
     name = compile_job_name(deployment, request)
     jobs: list[Obj] = await kube.list_jobs(namespace, compile_job_selector(deployment))
     phase: JobPhase = "absent"
@@ -103,20 +170,21 @@ async def observe_compile_jobs(kube: KubeApi, namespace: str, deployment: str, r
     job_spec = None
     republishes = False
     running = []
+    current: Obj | None = None
     for job in jobs:
         job_name = job["metadata"]["name"]
         job_state, job_message = job_phase(job)
         if job_state == "running":
             running.append(job_name)
         if job_name == name:
-            phase, message = job_state, job_message
+            phase, message, current = job_state, job_message, job
             annotations = job["metadata"].get("annotations") or {}
             job_spec = annotations.get(ANNOTATION_JOB_SPEC)
             republishes = ANNOTATION_REPUBLISHES in annotations
     if phase == "failed":
         message = await _failure_details(kube, namespace, name, message)
-    elif phase == "running":
-        message = await _waiting_details(kube, namespace, name)
+    elif phase == "running" and current is not None:
+        message = await _waiting_details(kube, namespace, current, now)
     return CompileJobs(name, phase, message, tuple(sorted(running)), job_spec, republishes)
 
 
@@ -132,10 +200,15 @@ def controlled_by(pod: Obj, owner_uid: str | None) -> bool:
 
 
 async def observe_cluster(
-    kube: KubeApi, namespace: str, deployment: str, request: CompileRequest | None, owner_uid: str | None
+    kube: KubeApi,
+    namespace: str,
+    deployment: str,
+    request: CompileRequest | None,
+    owner_uid: str | None,
+    now: datetime,
 ) -> ClusterObservation:
     """The fleet's pods (those ``owner_uid`` controls), their timelines and (with a ``request``) the
-    compile Jobs."""
+    compile Jobs, as of ``now`` (the reconcile's clock)."""
     labelled = [
         pod
         for pod in await kube.list_pods(namespace, deployment_selector(deployment))
@@ -153,7 +226,7 @@ async def observe_cluster(
     zones = {node["metadata"]["name"]: (node["metadata"].get("labels") or {}).get(LABEL_ZONE, "") for node in nodes}
     jobs = None
     if request is not None:
-        jobs = await observe_compile_jobs(kube, namespace, deployment, request)
+        jobs = await observe_compile_jobs(kube, namespace, deployment, request, now)
     return ClusterObservation(
         pods=tuple(parse_pod(pod, names, node_zones=zones) for pod in pods),
         foreign_pod_names=foreign,

@@ -1,0 +1,130 @@
+"""What a running compile Job's observation says when its pod has not started.
+
+A pod the API server refuses (a ResourceQuota, a LimitRange, an admission webhook) is never made:
+the Job controller retries the create and says why only in a FailedCreate Event, so the Compiled
+condition read "compile Job running" for the Job's whole timeoutSeconds (1-2 h), then
+DeadlineExceeded with no cause. Time here is the reconcile's ``now`` against the Job's
+creationTimestamp; no clock is waited on.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.kube.jobs import compile_job_name
+from neuronfleet.kube.observe import NO_POD_SECONDS, observe_compile_jobs
+from neuronfleet.planning.compile import CompileObservation, compile_request, decide_compile
+
+REPO = Path(__file__).resolve().parents[2]
+CREATED = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+
+class _Kube:
+    """A KubeApi that lists these Jobs and these pods (all the compile-Job reads need)."""
+
+    def __init__(self, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
+        self.jobs, self.pods = jobs, pods
+
+    async def list_jobs(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
+        return self.jobs
+
+    async def list_pods(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
+        return self.pods
+
+
+def _deployment() -> InferenceDeployment:
+    doc = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
+    doc["metadata"]["namespace"] = "search"
+    return InferenceDeployment.model_validate(doc)
+
+
+def _running_job(dep: InferenceDeployment, **status: Any) -> dict[str, Any]:
+    """The current request's compile Job (what observe reads of it), made at CREATED, with no
+    condition: running."""
+    name = compile_job_name(dep.name, compile_request(dep.spec, "s3://artifacts", "fingerprint"))
+    created = CREATED.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "metadata": {"name": name, "namespace": "search", "creationTimestamp": created, "annotations": {}},
+        "spec": {"backoffLimit": 0},
+        "status": status,
+    }
+
+
+async def _message(job: dict[str, Any], pods: list[dict[str, Any]], now: datetime | None) -> str:
+    dep = _deployment()
+    request = compile_request(dep.spec, "s3://artifacts", "fingerprint")
+    seen = await observe_compile_jobs(_Kube([job], pods), "search", dep.name, request, now)  # type: ignore[arg-type]
+    assert seen.phase == "running"
+    return seen.message
+
+
+async def test_a_job_without_a_pod_after_a_minute_says_the_api_server_may_be_refusing_it() -> None:
+    dep = _deployment()
+    job = _running_job(dep, active=0)
+    request = compile_request(dep.spec, "s3://artifacts", "fingerprint")
+    seen = await observe_compile_jobs(
+        _Kube([job], []),  # type: ignore[arg-type]
+        "search",
+        dep.name,
+        request,
+        CREATED + timedelta(seconds=150),
+    )
+    name = job["metadata"]["name"]
+    assert seen.message == (
+        "no pod created for 2 min: the API server may be refusing it (a ResourceQuota, LimitRange or "
+        f"admission policy); see the FailedCreate events of kubectl describe job {name} -n search"
+    )
+    # The planner puts it in the Compiled condition, instead of a plain "running" for 1-2 h.
+    observed = CompileObservation(request, None, "running", seen.message, job_name=seen.name)
+    assert decide_compile(observed, None).message.endswith(f"; its pod is waiting: {seen.message}")
+
+
+async def test_a_young_job_without_a_pod_is_only_running() -> None:
+    # The Job controller makes the pod within seconds; a slow one is not called refused.
+    job = _running_job(_deployment())
+    assert await _message(job, [], CREATED + timedelta(seconds=NO_POD_SECONDS - 1)) == ""
+    assert await _message(job, [], CREATED + timedelta(seconds=NO_POD_SECONDS)) != ""
+
+
+async def test_without_the_reconciles_clock_or_a_creation_time_nothing_is_guessed() -> None:
+    job = _running_job(_deployment())
+    assert await _message(job, [], None) == ""
+    del job["metadata"]["creationTimestamp"]
+    assert await _message(job, [], CREATED + timedelta(hours=1)) == ""
+
+
+async def test_a_suspended_job_has_no_pod_by_design() -> None:
+    job = _running_job(_deployment())
+    job["spec"]["suspend"] = True
+    assert await _message(job, [], CREATED + timedelta(hours=1)) == ""
+
+
+async def test_a_failed_create_condition_is_reported_as_is() -> None:
+    condition = {
+        "type": "ReplicaFailure",
+        "status": "True",
+        "reason": "FailedCreate",
+        "message": 'pods "bert-compile-x" is forbidden: exceeded quota: compute, requested: memory=24Gi',
+    }
+    job = _running_job(_deployment(), conditions=[condition])
+    # Young or not: the cause is known.
+    assert await _message(job, [], CREATED + timedelta(seconds=5)) == (
+        'FailedCreate: pods "bert-compile-x" is forbidden: exceeded quota: compute, requested: memory=24Gi'
+    )
+
+
+async def test_a_job_whose_pod_exists_reads_the_pod_not_its_age() -> None:
+    job = _running_job(_deployment(), active=1)
+    pulling = {
+        "metadata": {"name": "bert-compile-x-abcde"},
+        "status": {"containerStatuses": [{"state": {"waiting": {"reason": "ImagePullBackOff", "message": "denied"}}}]},
+    }
+    running = {"metadata": {"name": "bert-compile-x-abcde"}, "status": {"containerStatuses": [{"state": {}}]}}
+    late = CREATED + timedelta(hours=1)
+    assert await _message(job, [pulling], late) == "ImagePullBackOff: denied"
+    assert await _message(job, [running], late) == ""
