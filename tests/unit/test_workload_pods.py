@@ -163,3 +163,109 @@ def test_run_refuses_an_account_that_is_no_name(
         "error: --compile-service-account (env NEURONFLEET_COMPILE_SERVICE_ACCOUNT): 'Compile SA' is not a "
         "ServiceAccount name"
     )
+
+
+# ----------------------------------------------------------------- quotas, LimitRanges and disk
+
+
+def quota_refusals(pod_spec: dict[str, Any], hard: set[str]) -> list[str]:
+    """What a ResourceQuota with these ``hard`` entries refuses of a pod: Kubernetes' quota admission
+    requires every container to set each request (``requests.X``) and limit (``limits.X``) the
+    quota constrains (ResourceQuota docs: "you must specify requests or limits for those values")."""
+    refused = []
+    for container in pod_spec["containers"]:
+        resources = container.get("resources") or {}
+        for entry in sorted(hard):
+            kind, _, name = entry.partition(".")
+            if name not in (resources.get(kind) or {}):
+                refused.append(f"{container['name']}: must specify {entry}")
+    return refused
+
+
+def with_limit_range_default_cpu(pod_spec: dict[str, Any], default_limit_millis: int) -> list[str]:
+    """A LimitRange default CPU limit, as the LimitRanger admission applies it (to containers that set
+    none), then the validation a request above its limit fails."""
+    invalid = []
+    for container in pod_spec["containers"]:
+        resources = container.get("resources") or {}
+        limit = (resources.get("limits") or {}).get("cpu", f"{default_limit_millis}m")
+        request = (resources.get("requests") or {}).get("cpu")
+        if request is not None and _millis(request) > _millis(limit):
+            invalid.append(f"{container['name']}: cpu request {request} above its limit {limit}")
+    return invalid
+
+
+def _millis(quantity: str) -> int:
+    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
+
+
+QUOTA = {"requests.cpu", "limits.cpu", "requests.memory", "limits.memory"}
+DISK_QUOTA = {"requests.ephemeral-storage", "limits.ephemeral-storage"}
+
+
+def test_a_disk_quota_admits_every_pod_and_a_cpu_limit_quota_once_the_spec_sets_one() -> None:
+    dep = bert()
+    for spec in pods(dep, BuilderConfig()):
+        assert quota_refusals(spec, DISK_QUOTA) == []
+        # No CPU limit unless asked for: throttling a batching server only adds latency.
+        assert quota_refusals(spec, QUOTA) == [f"{spec['containers'][0]['name']}: must specify limits.cpu"]
+    dep.spec.runtime.cpu_limit = "2"
+    dep.spec.compile.cpu_limit = "4"
+    serving, placeholder, job = pods(dep, BuilderConfig())
+    for spec in (serving, placeholder, job):
+        assert quota_refusals(spec, QUOTA | DISK_QUOTA) == []
+    assert serving["containers"][0]["resources"]["limits"]["cpu"] == "2"
+    assert placeholder["containers"][0]["resources"] == serving["containers"][0]["resources"]
+    assert job["containers"][0]["resources"]["limits"]["cpu"] == "4"
+
+
+def test_a_limit_range_default_below_the_request_is_overridden_by_the_specs_limit() -> None:
+    # Two 1-core replicas on an inf2.xlarge request 1710m each; a LimitRange defaulting the CPU
+    # limit to 1 made every pod invalid.
+    dep = bert()
+    serving, placeholder, _ = pods(dep, BuilderConfig())
+    assert serving["containers"][0]["resources"]["requests"]["cpu"] == "1710m"
+    assert with_limit_range_default_cpu(serving, 1000) != []
+    assert with_limit_range_default_cpu(placeholder, 1000) != []
+    dep.spec.runtime.cpu_limit = "1710m"
+    for spec in pods(dep, BuilderConfig())[:2]:
+        assert with_limit_range_default_cpu(spec, 1000) == []
+
+
+def test_the_disk_follows_the_emptydirs_and_the_model() -> None:
+    dep = bert()
+    assert (dep.spec.model.neuron_cores_per_replica, dep.spec.model.hbm_gib) == (1, 2)
+    dep.spec.model.hbm_gib = None  # the device memory of one NeuronCore, 16 GiB
+    serving, placeholder, job = pods(dep, BuilderConfig())
+    resources = serving["containers"][0]["resources"]
+    assert (resources["requests"]["ephemeral-storage"], resources["limits"]["ephemeral-storage"]) == ("2Gi", "17Gi")
+    volumes = {v["name"]: v["emptyDir"] for v in serving["volumes"]}
+    assert volumes == {"tmp": {"sizeLimit": "1Gi"}, "artifact-cache": {"sizeLimit": "16Gi"}}
+    # A placeholder holds the disk of the replica that preempts it.
+    assert placeholder["containers"][0]["resources"] == resources
+    compile_disk = job["containers"][0]["resources"]
+    assert (compile_disk["requests"]["ephemeral-storage"], compile_disk["limits"]["ephemeral-storage"]) == (
+        "8Gi",
+        "64Gi",
+    )
+    # hbmGiB bounds the artifact (it is loaded whole onto the replica's NeuronCores).
+    dep.spec.model.hbm_gib = 2.5
+    assert pods(dep, BuilderConfig())[0]["containers"][0]["resources"]["limits"]["ephemeral-storage"] == "4Gi"
+    # The spec's quantity is both request and limit, and the cache's bound.
+    dep.spec.runtime.ephemeral_storage = "40Gi"
+    dep.spec.compile.ephemeral_storage = "100Gi"
+    serving, placeholder, job = pods(dep, BuilderConfig())
+    resources = serving["containers"][0]["resources"]
+    assert (resources["requests"]["ephemeral-storage"], resources["limits"]["ephemeral-storage"]) == ("40Gi", "40Gi")
+    assert {v["name"]: v["emptyDir"]["sizeLimit"] for v in serving["volumes"]}["artifact-cache"] == "40Gi"
+    compile_disk = job["containers"][0]["resources"]
+    assert compile_disk["requests"]["ephemeral-storage"] == compile_disk["limits"]["ephemeral-storage"] == "100Gi"
+
+
+def test_an_evicted_compile_runs_again_with_more_disk() -> None:
+    dep = bert()
+    before = wanted_job_spec(dep)
+    for change in ({"ephemeral_storage": "100Gi"}, {"cpu_limit": "8"}):
+        changed = dep.model_copy(deep=True)
+        changed.spec.compile = changed.spec.compile.model_copy(update=change)
+        assert wanted_job_spec(changed) != before

@@ -272,6 +272,26 @@ class CompileSpec(ApiModel):
         description="Memory request and limit of the compile Job (BERT-class models need a few GiB, 7B LLMs "
         "64Gi+); a compile that needs more is OOM-killed and reported so.",
     )
+    cpu_limit: str | None = Field(
+        default=None,
+        pattern=QUANTITY_PATTERN,
+        max_length=QUANTITY_MAX_LENGTH,
+        description="CPU limit of the compile Job, at least compile.cpu (the API server refuses a request above "
+        "its limit). Unset: none, so that neuronx-cc may use an idle node's spare cores. Set it where a "
+        "ResourceQuota caps limits.cpu (it refuses pods without a limit) or a LimitRange would give the pod a "
+        "default limit below compile.cpu (the pod would be invalid).",
+    )
+    ephemeral_storage: str | None = Field(
+        default=None,
+        pattern=QUANTITY_PATTERN,
+        max_length=QUANTITY_MAX_LENGTH,
+        description="Local disk (ephemeral-storage) the compile Job requests and is limited to: the downloaded "
+        "model source, the compiler's working files and the compiled artifact before its upload, all in its "
+        "/tmp. Unset: a request of 8Gi and a limit of 64Gi. BERT-class models need a few GiB; a 7B LLM 100Gi "
+        "(its source and every bucket's compiled graph, weights included). A compile that outgrows the limit "
+        "is evicted and reported as failed; one that outgrows the request may be evicted when its node runs "
+        "short of disk.",
+    )
     service_account_name: str | None = Field(
         default=None,
         pattern=SERVICE_ACCOUNT_NAME_PATTERN,
@@ -336,6 +356,28 @@ class RuntimeSpec(ApiModel):
         pattern=QUANTITY_PATTERN,
         max_length=QUANTITY_MAX_LENGTH,
         description="Memory request per replica (quantity). Defaults to the replica's share of the instance.",
+    )
+    cpu_limit: str | None = Field(
+        default=None,
+        pattern=QUANTITY_PATTERN,
+        max_length=QUANTITY_MAX_LENGTH,
+        description="CPU limit per replica and node placeholder, at least the CPU request (runtime.cpu, else "
+        "the replica's share of the node: neuronfleet plan shows it); the API server refuses a request above "
+        "its limit. Unset: none (throttling a batching server only adds latency). Set it where a ResourceQuota "
+        "caps limits.cpu (it refuses pods without a limit) or a LimitRange would give the pods a default limit "
+        "below their request (they would be invalid).",
+    )
+    ephemeral_storage: str | None = Field(
+        default=None,
+        pattern=QUANTITY_PATTERN,
+        max_length=QUANTITY_MAX_LENGTH,
+        description="Local disk (ephemeral-storage) each replica and node placeholder requests and is limited "
+        "to: the replica's artifact cache (the compiled artifact, downloaded at start and kept), its /tmp and "
+        "its logs. At least the artifact's size (aws s3 ls --recursive --summarize on status.artifact.uri) plus "
+        "1Gi. Unset: a request of 2Gi (a BERT-class artifact) and a limit as large as the model "
+        "can be: the device memory it needs (hbmGiB, else 16Gi per NeuronCore) plus 1Gi. A replica whose disk "
+        "outgrows the limit is evicted; one that outgrows the request may be evicted when its node runs short "
+        "of disk. Changing it replaces the pods, warm first.",
     )
     termination_grace_period_seconds: int = Field(
         default=60,

@@ -20,7 +20,12 @@ Design notes (the *why* of the pod):
   used throughout (the placeholders request the same). Extended resources need requests equal
   to limits. CPU and memory are the replica's share of the instance (placement); memory limit
   equals the request (memory is not compressible; a bounded pod gets OOM-killed alone instead of
-  the node under pressure), CPU has no limit (throttling a batching server only adds latency).
+  the node under pressure), CPU has no limit unless the spec sets one (throttling a batching server
+  only adds latency; a quota on ``limits.cpu`` or a LimitRange's default limit needs one).
+  Ephemeral storage has a request and a limit (:func:`serving_disk`), and the emptyDirs a
+  sizeLimit: a namespace quota on it refuses pods that name none, and the artifact cache holds a
+  whole compiled model. Placeholders request what a replica does, so the one that preempts one
+  fits in what it held.
 - Scheduling: required node affinity on ``node.kubernetes.io/instance-type`` = the chosen type,
   plus ``spec.placement.nodeSelector`` labels and zones in the same term; the
   ``aws.amazon.com/neuron:NoSchedule`` toleration (Exists) plus the spec's; a zone topology
@@ -54,12 +59,13 @@ The compile Job is built in :mod:`neuronfleet.kube.jobs`.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from neuronfleet.api.v1alpha1 import API_VERSION, DEFAULT_IMAGE, KIND, InferenceDeployment
+from neuronfleet.api.v1alpha1 import API_VERSION, DEFAULT_IMAGE, HBM_GIB_PER_NEURONCORE, KIND, InferenceDeployment
 from neuronfleet.planning.catalog import (
     LABEL_INSTANCE_TYPE,
     LABEL_ZONE,
@@ -104,6 +110,12 @@ PORT_NAME = "http"
 READY_PATH = "/v2/health/ready"
 LIVE_PATH = "/v2/health/live"
 ARTIFACT_CACHE_DIR = "/var/cache/neuronserve"
+#: sizeLimit of a replica's /tmp: the server itself writes nothing there; Python's and the Neuron
+#: runtime's scratch files do.
+SERVING_TMP_SIZE = "1Gi"
+#: The disk a replica (and its placeholder) requests unless spec.runtime.ephemeralStorage says:
+#: a BERT-class artifact (a few hundred MiB per bucket), /tmp and the logs.
+DEFAULT_SERVING_DISK_REQUEST = "2Gi"
 
 
 @dataclass(frozen=True)
@@ -258,12 +270,38 @@ def _scheduler_name(dep: InferenceDeployment, config: BuilderConfig) -> str | No
     return dep.spec.placement.scheduler_name or config.default_scheduler_name
 
 
-def _resources(candidate: Candidate, cores: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ServingDisk:
+    """A replica's local disk: what it requests and is limited to, and its emptyDirs' sizes."""
+
+    request: str
+    limit: str
+    artifact_cache: str
+    tmp: str = SERVING_TMP_SIZE
+
+
+def serving_disk(dep: InferenceDeployment) -> ServingDisk:
+    """spec.runtime.ephemeralStorage as request and limit; unset, a request for a BERT-class artifact
+    and a limit as large as the artifact can be: it is loaded whole onto the replica's NeuronCores,
+    so it hardly exceeds the device memory they hold (1Gi more for /tmp and the logs)."""
+    runtime, model = dep.spec.runtime, dep.spec.model
+    if runtime.ephemeral_storage:
+        return ServingDisk(runtime.ephemeral_storage, runtime.ephemeral_storage, runtime.ephemeral_storage)
+    device_gib = math.ceil(model.hbm_gib) if model.hbm_gib else model.neuron_cores_per_replica * HBM_GIB_PER_NEURONCORE
+    return ServingDisk(DEFAULT_SERVING_DISK_REQUEST, f"{device_gib + 1}Gi", f"{device_gib}Gi")
+
+
+def _resources(dep: InferenceDeployment, candidate: Candidate) -> dict[str, Any]:
+    cores = str(dep.spec.model.neuron_cores_per_replica)
     cpu = f"{candidate.cpu_millis_per_replica}m"
     memory = f"{candidate.memory_mib_per_replica}Mi"
+    disk = serving_disk(dep)
+    limits = {"memory": memory, "ephemeral-storage": disk.limit, RESOURCE_NEURONCORE: cores}
+    if dep.spec.runtime.cpu_limit:
+        limits["cpu"] = dep.spec.runtime.cpu_limit
     return {
-        "requests": {"cpu": cpu, "memory": memory, RESOURCE_NEURONCORE: str(cores)},
-        "limits": {"memory": memory, RESOURCE_NEURONCORE: str(cores)},
+        "requests": {"cpu": cpu, "memory": memory, "ephemeral-storage": disk.request, RESOURCE_NEURONCORE: cores},
+        "limits": limits,
     }
 
 
@@ -379,7 +417,7 @@ def build_pod(
         "args": server_args(dep, revision.artifact.uri),
         "ports": [{"name": PORT_NAME, "containerPort": runtime.port, "protocol": "TCP"}],
         "env": env,
-        "resources": _resources(candidate, dep.spec.model.neuron_cores_per_replica),
+        "resources": _resources(dep, candidate),
         "startupProbe": _probe(READY_PATH, startup_period, -(-config.startup_budget_seconds // startup_period)),
         "readinessProbe": _probe(READY_PATH, 5, 2),
         "livenessProbe": _probe(LIVE_PATH, 10, 3),
@@ -389,6 +427,7 @@ def build_pod(
             {"name": "artifact-cache", "mountPath": ARTIFACT_CACHE_DIR},
         ],
     }
+    disk = serving_disk(dep)
     spec = _common_pod_spec(dep, candidate, role, config)
     service_account = runtime.service_account_name or config.serving_service_account
     if service_account:
@@ -396,7 +435,10 @@ def build_pod(
     spec.update(
         {
             "containers": [container],
-            "volumes": [{"name": "tmp", "emptyDir": {}}, {"name": "artifact-cache", "emptyDir": {}}],
+            "volumes": [
+                {"name": "tmp", "emptyDir": {"sizeLimit": disk.tmp}},
+                {"name": "artifact-cache", "emptyDir": {"sizeLimit": disk.artifact_cache}},
+            ],
             "restartPolicy": "Always",
             "terminationGracePeriodSeconds": runtime.termination_grace_period_seconds,
             "topologySpreadConstraints": [
@@ -444,7 +486,7 @@ def build_placeholder_pod(
         "image": dep.spec.runtime.image or config.model_server_image,
         "command": ["sleep", "infinity"],
         "imagePullPolicy": "IfNotPresent",
-        "resources": _resources(candidate, dep.spec.model.neuron_cores_per_replica),
+        "resources": _resources(dep, candidate),
         "securityContext": _container_security(),
     }
     spec = _common_pod_spec(dep, candidate, "placeholder", config)

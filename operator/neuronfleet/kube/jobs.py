@@ -32,6 +32,11 @@ ANNOTATION_REPUBLISHES = "serving.neuronfleet.dev/compile-republishes"
 COMPILE_CONTAINER = "compile"
 #: Finished Jobs stay a day: a failed one is the record of why a revision did not roll out.
 FINISHED_JOB_TTL_SECONDS = 86400
+#: The compile's disk unless spec.compile.ephemeralStorage says: requested, enough for a BERT-class
+#: model's source, working files and artifact; the limit, where the kubelet evicts it, lets a model
+#: of a few billion parameters through.
+DEFAULT_COMPILE_DISK_REQUEST = "8Gi"
+DEFAULT_COMPILE_DISK_LIMIT = "64Gi"
 
 
 def compile_service_account(dep: InferenceDeployment, config: BuilderConfig) -> str | None:
@@ -45,16 +50,40 @@ def _job_settings(dep: InferenceDeployment, config: BuilderConfig) -> dict[str, 
     service_account = compile_service_account(dep, config)
     if service_account:
         settings["serviceAccountName"] = service_account
+    if dep.spec.compile.cpu_limit:
+        settings["cpuLimit"] = dep.spec.compile.cpu_limit
+    if dep.spec.compile.ephemeral_storage:
+        settings["ephemeralStorage"] = dep.spec.compile.ephemeral_storage
     return settings
+
+
+def compile_resources(dep: InferenceDeployment) -> dict[str, Any]:
+    """The compile container's requests and limits.
+
+    Memory is not compressible: bounded, a compile that outgrows its request is OOM-killed alone and
+    named so (more memory is the fix) instead of pressing the node's other pods to eviction. CPU has
+    no limit unless the spec sets one: neuronx-cc may use an idle node's spare cores.
+    """
+    flags = dep.spec.compile
+    disk_request = flags.ephemeral_storage or DEFAULT_COMPILE_DISK_REQUEST
+    disk_limit = flags.ephemeral_storage or DEFAULT_COMPILE_DISK_LIMIT
+    limits = {"memory": flags.memory, "ephemeral-storage": disk_limit}
+    if flags.cpu_limit:
+        limits["cpu"] = flags.cpu_limit
+    return {
+        "requests": {"cpu": flags.cpu, "memory": flags.memory, "ephemeral-storage": disk_request},
+        "limits": limits,
+    }
 
 
 def wanted_job_spec(dep: InferenceDeployment, config: BuilderConfig | None = None) -> str:
     """The job spec key of the deployment's spec, the operator's settings and its compile-retry annotation.
 
     A failed Job whose key differs is replaced, and a remembered failure is run again: a compile
-    refused by S3 runs again once it has an account with the right role. The settings
-    job_spec_key does not hash (the ServiceAccount) join the retry annotation in what it hashes,
-    only when set: the key of a Job made without them stays what it was.
+    refused by S3 runs again once it has an account with the right role, an evicted one once it
+    has more disk. The settings job_spec_key does not hash (the ServiceAccount, the CPU limit, the
+    disk) join the retry annotation in what it hashes, only when set: the key of a Job made without
+    them stays what it was.
     """
     retry = (dep.metadata.annotations or {}).get(ANNOTATION_COMPILE_RETRY)
     settings = _job_settings(dep, config or BuilderConfig())
@@ -162,14 +191,7 @@ def build_compile_job(
                             "command": compile_args(dep, request)[:1],
                             "args": compile_args(dep, request)[1:],
                             "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}],
-                            # Memory is not compressible: bounded, a compile that outgrows its
-                            # request is OOM-killed alone and named so (more memory is the fix)
-                            # instead of pressing the node's other pods to eviction. CPU stays
-                            # unbounded: neuronx-cc may use an idle node's spare cores.
-                            "resources": {
-                                "requests": {"cpu": dep.spec.compile.cpu, "memory": dep.spec.compile.memory},
-                                "limits": {"memory": dep.spec.compile.memory},
-                            },
+                            "resources": compile_resources(dep),
                             "securityContext": {**_container_security(), "readOnlyRootFilesystem": False},
                             "terminationMessagePolicy": "FallbackToLogsOnError",
                         }
