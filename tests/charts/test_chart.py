@@ -355,6 +355,16 @@ def test_notes_print_peering_commands_kubectl_accepts() -> None:
     assert "kubectl get clusterkopfpeering neuronfleet -o yaml" in _notes()
 
 
+def test_notes_print_the_prometheus_url_without_its_credentials() -> None:
+    # The install's output is shared and logged; the URL may carry basic-auth or a token.
+    notes = _notes("operator.prometheusUrl=http://prom-user:S3cr3t@prometheus.monitoring:9090/?token=T0ken")
+    assert "Prometheus: http://***@prometheus.monitoring:9090/?***\n" in notes
+    assert "S3cr3t" not in notes and "prom-user" not in notes and "T0ken" not in notes
+    assert "Prometheus: http://prometheus.monitoring:9090\n" in _notes(
+        "operator.prometheusUrl=http://prometheus.monitoring:9090"
+    )
+
+
 def test_notes_say_what_to_change_in_the_example_before_applying_it() -> None:
     notes = _notes()
     assert "kubectl create namespace search" in notes
