@@ -269,3 +269,26 @@ def test_an_evicted_compile_runs_again_with_more_disk() -> None:
         changed = dep.model_copy(deep=True)
         changed.spec.compile = changed.spec.compile.model_copy(update=change)
         assert wanted_job_spec(changed) != before
+
+
+# ------------------------------------------------------------------------- the compile Job's pod
+
+
+def test_the_compile_pod_is_hardened_as_the_serving_pod() -> None:
+    # It loads untrusted model sources (pickled weights run code when loaded): no API token, no
+    # service links, nothing writable but its own sized /tmp.
+    dep = bert()
+    serving, _, job = pods(dep, BuilderConfig())
+    assert (job["automountServiceAccountToken"], job["enableServiceLinks"]) == (False, False)
+    (container,) = job["containers"]
+    assert container["securityContext"] == serving["containers"][0]["securityContext"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    assert job["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "64Gi"}}]
+    assert container["resources"]["limits"]["ephemeral-storage"] == "64Gi"
+    # Its temporary files, home (~/.cache) and working directory are that /tmp.
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert (env["TMPDIR"], env["HOME"], container["workingDir"]) == ("/tmp", "/tmp", "/tmp")
+    assert env["HF_HUB_OFFLINE"] == "1"
+    dep.spec.compile.ephemeral_storage = "100Gi"
+    assert pods(dep, BuilderConfig())[2]["volumes"][0]["emptyDir"] == {"sizeLimit": "100Gi"}

@@ -4,6 +4,15 @@ The Job runs ``neuronserve compile`` with the spec's buckets and compiler flags 
 result under the request key (see ``neuronfleet.planning.compile``). Tracing with torch-neuronx
 runs on any x86 host, so the Job asks for no Neuron device; it prefers ordinary nodes and tolerates
 the Neuron taint, so that a cluster of only Inf2 nodes can compile too.
+
+The compile loads untrusted input (a model source may be pickled weights, which run code when
+loaded), so its pod is hardened at least as the serving pods are: no Kubernetes API token, no
+service links, a read-only root filesystem. It writes only to its ``/tmp`` (an emptyDir, sized),
+the artifact store (S3) and its termination log: neuronserve's compile code puts its downloads and
+traced buckets in ``tempfile`` directories, and the variables below send what else its libraries
+write to ``/tmp``. Checked by tracing the file writes of a CPU compile (torch, transformers, boto3);
+what torch-neuronx and neuronx-cc write on a Neuron compile was not (they cannot run here):
+torch_neuronx.trace compiles in a temporary directory, and the working directory is ``/tmp``.
 """
 
 from __future__ import annotations
@@ -32,6 +41,18 @@ ANNOTATION_REPUBLISHES = "serving.neuronfleet.dev/compile-republishes"
 COMPILE_CONTAINER = "compile"
 #: Finished Jobs stay a day: a failed one is the record of why a revision did not roll out.
 FINISHED_JOB_TTL_SECONDS = 86400
+#: The compile's writable directory (an emptyDir): its temporary files, home and working directory.
+COMPILE_TMP = "/tmp"
+#: Where the compile's libraries write, all in COMPILE_TMP. HOME holds ~/.cache (transformers' and
+#: torch's caches; compile.py sets no HF_HOME of its own). NEURON_COMPILE_CACHE_URL moves torch-neuronx's
+#: persistent compile cache off its default /var/tmp/neuron-compile-cache, on the read-only root, should
+#: it be used.
+COMPILE_ENV = (
+    ("HF_HUB_OFFLINE", "1"),
+    ("TMPDIR", COMPILE_TMP),
+    ("HOME", COMPILE_TMP),
+    ("NEURON_COMPILE_CACHE_URL", f"{COMPILE_TMP}/neuron-compile-cache"),
+)
 #: The compile's disk unless spec.compile.ephemeralStorage says: requested, enough for a BERT-class
 #: model's source, working files and artifact; the limit, where the kubelet evicts it, lets a model
 #: of a few billion parameters through.
@@ -57,6 +78,11 @@ def _job_settings(dep: InferenceDeployment, config: BuilderConfig) -> dict[str, 
     return settings
 
 
+def compile_disk_limit(dep: InferenceDeployment) -> str:
+    """The compile's ephemeral-storage limit, and the sizeLimit of its /tmp, where all of it is written."""
+    return dep.spec.compile.ephemeral_storage or DEFAULT_COMPILE_DISK_LIMIT
+
+
 def compile_resources(dep: InferenceDeployment) -> dict[str, Any]:
     """The compile container's requests and limits.
 
@@ -66,7 +92,7 @@ def compile_resources(dep: InferenceDeployment) -> dict[str, Any]:
     """
     flags = dep.spec.compile
     disk_request = flags.ephemeral_storage or DEFAULT_COMPILE_DISK_REQUEST
-    disk_limit = flags.ephemeral_storage or DEFAULT_COMPILE_DISK_LIMIT
+    disk_limit = compile_disk_limit(dep)
     limits = {"memory": flags.memory, "ephemeral-storage": disk_limit}
     if flags.cpu_limit:
         limits["cpu"] = flags.cpu_limit
@@ -166,6 +192,10 @@ def build_compile_job(
                 "spec": {
                     "restartPolicy": "Never",
                     **({"serviceAccountName": service_account} if service_account else {}),
+                    # The compile never calls the Kubernetes API: a model that runs code when
+                    # loaded gets no token to call it with, nor the namespace's Services' addresses.
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
                     "securityContext": _pod_security(config),
                     # Tracing needs no Neuron device: prefer ordinary nodes, but a cluster of only
                     # Inf2 nodes (tainted) must still be able to compile.
@@ -190,12 +220,15 @@ def build_compile_job(
                             "image": dep.spec.compile.image or config.model_server_image,
                             "command": compile_args(dep, request)[:1],
                             "args": compile_args(dep, request)[1:],
-                            "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}],
+                            "workingDir": COMPILE_TMP,
+                            "env": [{"name": name, "value": value} for name, value in COMPILE_ENV],
                             "resources": compile_resources(dep),
-                            "securityContext": {**_container_security(), "readOnlyRootFilesystem": False},
+                            "securityContext": _container_security(),
+                            "volumeMounts": [{"name": "tmp", "mountPath": COMPILE_TMP}],
                             "terminationMessagePolicy": "FallbackToLogsOnError",
                         }
                     ],
+                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": compile_disk_limit(dep)}}],
                 },
             },
         },
