@@ -270,7 +270,21 @@ def resolve_defaults(args: argparse.Namespace) -> argparse.Namespace:
     args.serving_service_account = (
         args.serving_service_account or os.environ.get("NEURONFLEET_SERVING_SERVICE_ACCOUNT") or None
     )
+    if args.device_group_id is None:
+        args.device_group_id = os.environ.get("NEURONFLEET_DEVICE_GROUP_ID") or None
     return args
+
+
+def device_group_id(args: argparse.Namespace) -> int | None:
+    """The Neuron devices' group of the resolved flags; RunSetupError naming the setting if it is no
+    group id (a variable, unlike a flag, is not checked by the parser)."""
+    value = args.device_group_id
+    if value is None or isinstance(value, int):
+        return value
+    try:
+        return _device_gid(value)
+    except argparse.ArgumentTypeError as error:
+        raise RunSetupError(f"--device-group-id (env NEURONFLEET_DEVICE_GROUP_ID): {error}") from None
 
 
 def _service_account_name(text: str) -> str:
@@ -341,6 +355,7 @@ async def _run(args: argparse.Namespace) -> None:
         headroom.memory_mib,
     )
     compile_account, serving_account = workload_service_accounts(args)
+    device_group = device_group_id(args)
     settings = OperatorSettings(
         artifact_store=args.artifact_store,
         builder=BuilderConfig(
@@ -349,6 +364,7 @@ async def _run(args: argparse.Namespace) -> None:
             daemonset_headroom=headroom,
             compile_service_account=compile_account,
             serving_service_account=serving_account,
+            device_group_id=device_group,
         ),
         interval_seconds=args.interval,
         max_concurrent_reconciles=args.max_concurrent_reconciles,
@@ -463,6 +479,8 @@ def _reconcile_interval(text: str) -> float:
 
 
 _positive_int = _whole_number(1, 1000, "1-1000, as the chart allows")
+#: A group id the pods may take for the Neuron devices: not 0 (root's group), within Linux's gids.
+_device_gid = _whole_number(1, 2**31 - 1, "a group id is 1 to 2147483647 (0, root's group, is refused)")
 
 
 def _liveness_url(text: str) -> str:
@@ -557,6 +575,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="ServiceAccount of the serving pods of specs that name none (spec.runtime.serviceAccountName; env "
         "NEURONFLEET_SERVING_SERVICE_ACCOUNT; default: the namespace's default account), with a read-only role "
         "on the artifact store. It must exist in each workload namespace",
+    )
+    p.add_argument(
+        "--device-group-id",
+        type=_device_gid,
+        default=None,
+        metavar="GID",
+        help="group that owns the Neuron devices (/dev/neuron*) on the nodes, when a udev rule makes them "
+        'GROUP="neuron", MODE="0660" instead of the EKS AMI\'s 0666: serving pods and compile Jobs get it as a '
+        "supplemental group, or their non-root user cannot open the devices (env NEURONFLEET_DEVICE_GROUP_ID; "
+        "default none)",
     )
     p.add_argument(
         "--prometheus-url",

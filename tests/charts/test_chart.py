@@ -31,7 +31,7 @@ from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, InferenceDeployment
 from neuronfleet.cli import build_parser
 from neuronfleet.kube.builders import build_priority_classes
 from neuronfleet.planning.placement import DAEMONSET_HEADROOM, Headroom, headroom_from_quantities
-from neuronfleet.run_command import daemonset_headroom, resolve_defaults, workload_service_accounts
+from neuronfleet.run_command import daemonset_headroom, device_group_id, resolve_defaults, workload_service_accounts
 from neuronfleet.sandbox.cluster import ThreadedSandboxCluster
 
 KUBERNETES_VERSION = "1.34.0"
@@ -226,6 +226,7 @@ def test_ci_values_reach_the_operator() -> None:
         "neuronfleet-compile",
         "neuronfleet-serving",
     )
+    assert env["NEURONFLEET_DEVICE_GROUP_ID"] == "994"
     assert {"--namespace=search", "--namespace=chat", "--interval=5", "--verbose"} <= set(container["args"])
     # Namespaced operator: a KopfPeering and a RoleBinding per namespace, and Kopf may follow
     # namespaces (cluster-wide).
@@ -273,6 +274,9 @@ def test_ci_values_reach_the_operator() -> None:
         # A pod naming an account that is no DNS-1123 subdomain is refused: the schema refuses it first.
         ("workloads.compileServiceAccount=Compile_SA", "/workloads/compileServiceAccount"),
         ("workloads.servingSA=reader", "servingSA"),
+        # supplementalGroups [0] would give the pods root's group.
+        ("workloads.deviceGroupId=0", "/workloads/deviceGroupId"),
+        ("workloads.deviceGroupId=neuron", "/workloads/deviceGroupId"),
         # A fraction comes through --set as a string: the range is still checked.
         ("operator.reconcileIntervalSeconds=3600.5", "operator.reconcileIntervalSeconds is 3600.5: it must be above 0"),
     ],
@@ -559,10 +563,22 @@ def test_operator_command_is_what_neuronfleet_run_accepts(
         assert parsed.model_server_image == env["NEURONFLEET_MODEL_SERVER_IMAGE"]
         assert parsed.interval == 5 and parsed.verbose
         assert workload_service_accounts(parsed) == ("neuronfleet-compile", "neuronfleet-serving")
+        assert device_group_id(parsed) == 994
     else:
         # No chart value: the operator's own default, as before the value existed.
         assert parsed.model_server_image == DEFAULT_IMAGE
         assert workload_service_accounts(parsed) == (None, None)
+        assert device_group_id(parsed) is None
+
+
+def test_a_large_device_group_id_reaches_the_operator_whole() -> None:
+    # A values file's number is a float to Helm: printed as is, 1000000 would be "1e+06".
+    for args in (("--set-json", "workloads.deviceGroupId=1000000"), ("--set", "workloads.deviceGroupId=1000000")):
+        result = helm("template", "nf", str(CHART), "--values", str(MINIMAL_VALUES), *args)
+        assert result.returncode == 0, result.stderr
+        docs = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+        env = {e["name"]: e.get("value") for e in _operator_container(docs)["env"]}
+        assert env["NEURONFLEET_DEVICE_GROUP_ID"] == "1000000"
 
 
 def test_notes_name_the_model_server_image_the_release_gives_every_deployment() -> None:

@@ -292,3 +292,40 @@ def test_the_compile_pod_is_hardened_as_the_serving_pod() -> None:
     assert env["HF_HUB_OFFLINE"] == "1"
     dep.spec.compile.ephemeral_storage = "100Gi"
     assert pods(dep, BuilderConfig())[2]["volumes"][0]["emptyDir"] == {"sizeLimit": "100Gi"}
+
+
+# --------------------------------------------------------------------------- the Neuron devices
+
+
+def test_the_device_group_lets_the_non_root_user_open_the_neuron_devices() -> None:
+    # A udev rule GROUP="neuron", MODE="0660" (AWS's Neuron security guidance) leaves uid/gid 10001
+    # out of the devices unless the pod has the group.
+    dep = bert()
+    serving, placeholder, job = pods(dep, BuilderConfig(device_group_id=994))
+    assert serving["securityContext"]["supplementalGroups"] == [994]
+    assert job["securityContext"]["supplementalGroups"] == [994]
+    # Placeholders only sleep: they open no device.
+    assert "supplementalGroups" not in placeholder["securityContext"]
+    assert serving["securityContext"]["runAsUser"] == serving["securityContext"]["runAsGroup"] == 10001
+    # Without the setting, the pods are as before (0666 devices, or containerd's
+    # device_ownership_from_security_context): same template hash, no rollout.
+    for spec in pods(dep, BuilderConfig()):
+        assert "supplementalGroups" not in spec["securityContext"]
+    candidate = chosen(dep)
+    assert pod_template_hash(dep, candidate, BuilderConfig(device_group_id=994)) != pod_template_hash(dep, candidate)
+
+
+def test_run_takes_the_device_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("NEURONFLEET_DEVICE_GROUP_ID", raising=False)
+    assert _run_settings(tmp_path, monkeypatch).builder.device_group_id is None
+    monkeypatch.setenv("NEURONFLEET_DEVICE_GROUP_ID", "994")
+    assert _run_settings(tmp_path, monkeypatch).builder.device_group_id == 994
+    assert _run_settings(tmp_path, monkeypatch, "--device-group-id", "995").builder.device_group_id == 995
+    capsys.readouterr()
+    # Root's group would be a way in, not out.
+    monkeypatch.setenv("NEURONFLEET_DEVICE_GROUP_ID", "0")
+    assert main(["run", "--kubeconfig", _kubeconfig(tmp_path / "kubeconfig")]) == 2
+    assert capsys.readouterr().err.startswith("error: --device-group-id (env NEURONFLEET_DEVICE_GROUP_ID): 0 is out")

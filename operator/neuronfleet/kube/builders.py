@@ -45,7 +45,11 @@ Design notes (the *why* of the pod):
   all capabilities dropped, RuntimeDefault seccomp; also a read-only root filesystem with
   emptyDirs for /tmp and the artifact cache, and no service-account token (the server never
   calls the API). The Neuron device plugin passes /dev/neuron* into the container; a non-root
-  uid relies on the device nodes being accessible (they are 0666 on the EKS Neuron AMI).
+  uid relies on the device nodes being accessible: 0666 on the EKS Neuron AMI; where a udev rule
+  makes them ``GROUP="neuron", MODE="0660"`` (AWS's Neuron security guidance), the operator's
+  device group (``BuilderConfig.device_group_id``) is a supplemental group of serving pods and
+  compile Jobs (placeholders only sleep), or containerd's ``device_ownership_from_security_context``
+  hands the devices to the pod's uid.
 - Probes: the runtime serves KServe v2 ``/v2/health/live`` (process up) and ``/v2/health/ready``
   (artifact loaded and warmed). The startup probe waits on *ready* with a long budget, so a
   model that loads for minutes is never killed by liveness; readiness gates the Service.
@@ -158,6 +162,12 @@ class BuilderConfig:
     #: ServiceAccount of the serving pods where a spec names none (spec.runtime.serviceAccountName);
     #: None: the namespace's default account. Placeholders never take one.
     serving_service_account: str | None = None
+    #: Group owning the Neuron devices on the nodes (/dev/neuron*, by a udev rule GROUP="neuron",
+    #: MODE="0660"): serving pods and compile Jobs get it as a supplemental group, without which the
+    #: non-root uid cannot open the devices. None: the devices are world-accessible (the EKS Neuron
+    #: AMI's 0666) or the runtime hands them to the pod's user (containerd's
+    #: device_ownership_from_security_context).
+    device_group_id: int | None = None
 
 
 #: Below cluster-autoscaler's -10 cut-off placeholders would stop triggering scale-up.
@@ -305,14 +315,18 @@ def _resources(dep: InferenceDeployment, candidate: Candidate) -> dict[str, Any]
     }
 
 
-def _pod_security(config: BuilderConfig) -> dict[str, Any]:
-    return {
+def _pod_security(config: BuilderConfig, neuron_devices: bool = False) -> dict[str, Any]:
+    """The pod's securityContext; ``neuron_devices``: its process may open the Neuron devices."""
+    security: dict[str, Any] = {
         "runAsNonRoot": True,
         "runAsUser": config.run_as_user,
         "runAsGroup": config.run_as_user,
         "fsGroup": config.run_as_user,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
+    if neuron_devices and config.device_group_id is not None:
+        security["supplementalGroups"] = [config.device_group_id]
+    return security
 
 
 def _container_security() -> dict[str, Any]:
@@ -429,6 +443,7 @@ def build_pod(
     }
     disk = serving_disk(dep)
     spec = _common_pod_spec(dep, candidate, role, config)
+    spec["securityContext"] = _pod_security(config, neuron_devices=True)
     service_account = runtime.service_account_name or config.serving_service_account
     if service_account:
         spec["serviceAccountName"] = service_account

@@ -196,7 +196,7 @@ def build_compile_job(
                     # loaded gets no token to call it with, nor the namespace's Services' addresses.
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
-                    "securityContext": _pod_security(config),
+                    "securityContext": _pod_security(config, neuron_devices=True),
                     # Tracing needs no Neuron device: prefer ordinary nodes, but a cluster of only
                     # Inf2 nodes (tainted) must still be able to compile.
                     "tolerations": [{"key": NEURON_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
