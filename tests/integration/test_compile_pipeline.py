@@ -280,7 +280,7 @@ async def test_an_artifact_deleted_under_a_ready_deployment_is_reported_and_comp
     assert (
         "ArtifactGone",
         f"{gone}; compiling it again (replacing the finished compile Job {first_job['metadata']['name']})",
-    ) in compiled_reasons, compiled_reasons
+    ) in compiled_reasons, "\n".join(map(repr, compiled_reasons))  # whole: pytest would elide the list
     warnings = [
         e["message"]
         for e in harness.cluster.list("events", NS)
