@@ -46,6 +46,30 @@ def _namespaces_work() -> bool:
     return probe.returncode == 0
 
 
+#: Where a volume's old contents are kept visible while a fresh tmpfs covers it (see _fresh_tmpfs).
+STASH = Path("/var/tmp")
+
+
+def _fresh_tmpfs(paths: list[str], needed: list[Path]) -> list[str]:
+    """Shell lines mounting a fresh tmpfs at each of ``paths``, as an emptyDir is. A checkout or
+    virtualenv under one of them (CI clones into /tmp) would be hidden by it: it is bound back,
+    read-only, from the old tree, kept visible at :data:`STASH` first."""
+    lines = []
+    for path in paths:
+        under = [p for p in needed if p.is_relative_to(path)]
+        if under:
+            lines.append(f"mount --bind {shlex.quote(path)} {STASH}")
+        lines.append(f"mount -t tmpfs tmpfs {shlex.quote(path)}")
+        for p in under:
+            kept = STASH / p.relative_to(path)
+            lines += [
+                f"mkdir -p {shlex.quote(str(p))}",
+                f"mount --bind {shlex.quote(str(kept))} {shlex.quote(str(p))}",
+                f"mount -o remount,ro,bind {shlex.quote(str(p))}",
+            ]
+    return lines
+
+
 @pytest.mark.skipif(not _namespaces_work(), reason="needs unshare -rm (user and mount namespaces)")
 def test_a_compile_writes_only_where_its_job_mounts_volumes() -> None:
     doc = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
@@ -73,7 +97,7 @@ def test_a_compile_writes_only_where_its_job_mounts_volumes() -> None:
             '  case "$m" in /proc*|/sys*|/dev*) ;; *) mount -o remount,ro,bind "$m" 2>/dev/null || true ;; esac',
             "done",
             "touch /ro-check 2>/dev/null && { echo 'the root is writable'; exit 97; }",
-            *(f"mount -t tmpfs tmpfs {shlex.quote(path)}" for path in writable),
+            *_fresh_tmpfs(writable, needed=[REPO, Path(sys.prefix), minilm_dir()]),
             "mkdir -p /tmp/store",
             f"cd {shlex.quote(container['workingDir'])}",
             "exec env -i " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " " + shlex.join(argv),
