@@ -241,6 +241,12 @@ async def test_the_default_queries_count_a_pod_scraped_twice_once_and_say_how_ma
     assert snapshot.reporting == 2.0
 
     b.stop()
-    partial = await _snapshot_until(reader, dep, lambda s: s.reporting == 1.0, "pod b's series to go stale")
-    assert (partial.queue_depth, partial.in_flight) == (2.0, 3.0)
+    # A snapshot's queries run one after another: one may be answered just before b's series go
+    # stale and the next just after, so wait for a snapshot taken wholly after.
+    partial = await _snapshot_until(
+        reader,
+        dep,
+        lambda s: s.reporting == 1.0 and (s.queue_depth, s.in_flight) == (2.0, 3.0),
+        "pod b's series to go stale, and the sums to read pod a's alone",
+    )
     assert partial.partial(ready=2)
