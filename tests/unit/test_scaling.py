@@ -672,3 +672,19 @@ def test_auto_mode_holds_one_replica_even_with_min_replicas_zero() -> None:
     # An object stored before the CRD refused minReplicas 0 in Auto mode: idle, it keeps one.
     s = spec(minReplicas=0, behavior={"scaleDown": {"stabilizationWindowSeconds": 0}})
     assert decide(s, ScalingState(), snap(0, 0.0, 0.0, rate=0.0), current=3, ready=3, now=0).desired == 1
+
+
+def test_a_measured_fleet_scales_down_without_the_signals_it_no_longer_uses() -> None:
+    # Once the service rate is known, the in-flight count and the busy ratio size nothing: an exporter
+    # without the in-flight gauge, or a utilization query that answers nothing, must not hold the
+    # fleet at its peak for good. The arrival rate and the queue are still needed.
+    s = spec(scaleDownDelayMode="Fixed", scaleDownDelaySeconds=0)
+    state = replace(steady(s, 400, 0.8, 10), measured_since=0.0)
+    assert state.service_rate == 50
+    quiet = MetricSnapshot(time=45, queue_depth=0, in_flight=None, arrival_rate=100, utilization=None)
+    decision = decide(s, state, quiet, 10, 10, 45)
+    assert decision.recommendation == 3  # 100 / (50 x 0.8) = 2.5
+    assert "missing" not in decision.reason
+    without_queue = replace(quiet, queue_depth=None)
+    held = decide(s, state, without_queue, 10, 10, 45)
+    assert held.recommendation == 10 and "no scale-down: queue_depth missing" in held.reason

@@ -40,8 +40,9 @@ The rule, in order:
    current count (HPA's tolerance); otherwise it is rounded up.
 2. Missing or stale signals (see :mod:`neuronfleet.planning.signals`): with none left the fleet
    holds; with some missing the recommendation may grow the fleet but never shrink it, and the
-   reason names them. Once the service rate is known the arrival rate is one of the signals a
-   scale-down needs (``rate()`` over a window holding fewer than two scrapes returns nothing).
+   reason names them. Once the service rate is known the arrival rate and the queue depth are the
+   signals a scale-down needs (``rate()`` over a window holding fewer than two scrapes returns
+   nothing), and the in-flight count and busy ratio are not: they no longer size the fleet.
    A snapshot whose samples cover fewer pods than the ready replicas (``reporting``: some pods'
    scrapes failed, so every sum reads low) is partial and treated alike: grow, never shrink.
 3. Panic mode (Knative's idea, on our signals): when the demand (the signals' maximum) averaged

@@ -29,6 +29,11 @@ SIGNALS = ("queue_depth", "in_flight", "arrival_rate", "utilization", "arrival_p
 QUERIED = (*SIGNALS, "reporting")
 #: The signals a scale-down needs before a replica's service rate is measured.
 NEEDED_UNMEASURED = ("queue_depth", "in_flight", "utilization")
+#: ... and after: the arrival rate sizes the fleet and the queue shows bursts the rate averages away.
+#: The in-flight count and the busy ratio no longer size it (the busy ratio only refines the service
+#: rate), so their absence (an exporter without the in-flight gauge, a utilization query returning
+#: nothing) must not hold a measured fleet at its peak.
+NEEDED_MEASURED = ("arrival_rate", "queue_depth")
 
 
 @dataclass(frozen=True)
@@ -77,11 +82,11 @@ class MetricSnapshot:
         """Names of the signals a scale-down needs that are absent.
 
         ``measured``: the autoscaler knows a replica's service rate, so the arrival rate is its primary
-        signal and needed too; before that it is optional (the in-flight and busy-ratio signals size
-        the fleet until the service rate is measured, and not after: see
-        :mod:`neuronfleet.planning.scaling`).
+        signal and needed, and the in-flight and busy-ratio signals are not (they size the fleet until
+        the service rate is measured, and not after: see :mod:`neuronfleet.planning.scaling`); before
+        that the arrival rate is optional.
         """
-        names = ("arrival_rate", "queue_depth", "in_flight", "utilization") if measured else NEEDED_UNMEASURED
+        names = NEEDED_MEASURED if measured else NEEDED_UNMEASURED
         return tuple(name for name in names if getattr(self, name) is None)
 
     def partial(self, ready: int) -> bool:
