@@ -203,3 +203,24 @@ def test_held_out_latency_cdf_says_it_shows_the_scored_phase(tmp_path: Path, mon
     plain, held_out = titles
     assert "best setting per policy" in plain and "phase" not in plain
     assert "setting chosen on the tuning data" in held_out and "score phase" in held_out
+
+
+@pytest.mark.usefixtures("no_simulation")
+def test_a_tuning_span_shorter_than_a_cold_start_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Only the scored side was checked: 0.2 of 1,000 s (199 s, shorter than one cold start) picked every
+    # family's setting on a span where no scale-up could serve, and scored that choice as "held out".
+    csv = write_trace(tmp_path / "t.csv", seconds=1000)
+    assert run_cli(["--trace", str(csv), "--tune-fraction", "0.2", "--out", str(tmp_path / "o")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--tune-fraction 0.2 of a" in err and "leaves 199 s and" in err and "to tune on; a tuning span" in err
+    assert "use a larger fraction or a longer trace" in err
+
+
+@pytest.mark.usefixtures("no_simulation")
+def test_a_tune_on_trace_too_short_to_tune_on_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tune = write_trace(tmp_path / "tune.csv", seconds=300)
+    score = write_trace(tmp_path / "score.csv", seconds=1000)
+    assert run_cli(["--tune-on", str(tune), "--score-on", str(score), "--out", str(tmp_path / "o")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"--tune-on {tune} leaves" in err and "to tune on; a tuning span must last" in err
+    assert "tune on a longer trace" in err

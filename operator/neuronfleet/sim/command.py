@@ -76,8 +76,8 @@ cold start and pays replica-seconds: a lower bound no fleet can reach.
 Held-out scoring: --tune-fraction F sweeps every family (static included) on the first F of the
 trace, picks each one's cheapest setting reaching the SLO target, and reports that setting on the
 rest (replayed after the tuning part, which serves as history); --tune-on A --score-on B tunes on
-trace A and scores on trace B. A scored span must last one cold start of the profile and hold 100
-trace requests. Cases carry "phase": "in-sample" (no held-out scoring: chosen and reported on the
+trace A and scores on trace B. Each span, tuning and scored, must last one cold start of the
+profile and hold 100 trace requests. Cases carry "phase": "in-sample" (no held-out scoring: chosen and reported on the
 same data), else "tune" or "score"; per family the JSON says whether cost and attainment moved
 monotonically with its target.
 """
@@ -563,21 +563,39 @@ def _main(args: argparse.Namespace, console: Console) -> int:
                 "second to tune on; use a larger fraction or a longer trace"
             )
         for profile in profiles:
-            _check_scored_span(
+            # Each side is checked: a tuning span a moment long picks every family's setting on a few
+            # requests (the choice then scored is noise), as a scored one would judge it on them.
+            _check_span(
                 f"--tune-fraction {args.tune_fraction:g} of a {trace.duration:g} s trace",
                 trace.duration - split,
                 int((trace.arrivals >= split).sum()),
                 profile,
                 "use a smaller fraction or a longer trace",
             )
+            _check_span(
+                f"--tune-fraction {args.tune_fraction:g} of a {trace.duration:g} s trace",
+                split,
+                int((trace.arrivals < split).sum()),
+                profile,
+                "use a larger fraction or a longer trace",
+                purpose="tune on",
+            )
     if score_trace is not None:
         for profile in profiles:
-            _check_scored_span(
+            _check_span(
                 f"--score-on {score_trace.source}",
                 score_trace.duration,
                 len(score_trace),
                 profile,
                 "score on a longer trace" + (" or a longer --duration" if args.duration is not None else ""),
+            )
+            _check_span(
+                f"--tune-on {trace.source}",
+                trace.duration,
+                len(trace),
+                profile,
+                "tune on a longer trace" + (" or a longer --duration" if args.duration is not None else ""),
+                purpose="tune on",
             )
 
     # Public traces carry attributions: they go with every report made from them.
@@ -689,22 +707,25 @@ def _main(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-#: Trace requests a scored span must hold: with fewer than 100, one trace request (and the copies
-#: the arrivals model makes of it) is more than 1 % of the span, the whole margin of the default
-#: 99 % SLO target, so the verdict would rest on single requests.
+#: Trace requests a tuning or scored span must hold: with fewer than 100, one trace request (and the
+#: copies the arrivals model makes of it) is more than 1 % of the span, the whole margin of the
+#: default 99 % SLO target, so the choice or the verdict would rest on single requests.
 MIN_SCORED_REQUESTS = 100
 
 
-def _check_scored_span(what: str, seconds: float, requests: int, profile: Profile, remedy: str) -> None:
-    """UsageError if a held-out span is too short to score: shorter than one of ``profile``'s cold
-    starts (no scale-up decided within it serves in it: only the starting fleet would be measured)
-    or with fewer than :data:`MIN_SCORED_REQUESTS` trace requests."""
+def _check_span(
+    what: str, seconds: float, requests: int, profile: Profile, remedy: str, purpose: str = "score on"
+) -> None:
+    """UsageError if a held-out span (to ``purpose``: "tune on" or "score on") is too short: shorter
+    than one of ``profile``'s cold starts (no scale-up decided within it serves in it: only the
+    starting fleet would be measured) or with fewer than :data:`MIN_SCORED_REQUESTS` trace requests."""
     cold_start = launch_seconds(profile)
     if seconds >= cold_start and requests >= MIN_SCORED_REQUESTS:
         return
+    kind = "tuning" if purpose == "tune on" else "scored"
     raise UsageError(
-        f"{what} leaves {seconds:.3g} s and {requests:,} trace request{'s' if requests != 1 else ''} to score "
-        f"on; a scored span must last at least one cold start of {profile.name} ({cold_start:.0f} s) and hold "
+        f"{what} leaves {seconds:.3g} s and {requests:,} trace request{'s' if requests != 1 else ''} to {purpose}; "
+        f"a {kind} span must last at least one cold start of {profile.name} ({cold_start:.0f} s) and hold "
         f"at least {MIN_SCORED_REQUESTS} trace requests: {remedy}"
     )
 
