@@ -75,6 +75,7 @@ from neuronfleet.planning.observation import (
     seen_status,
 )
 from neuronfleet.planning.placement import Candidate, check_fits
+from neuronfleet.planning.prometheus_urls import PrometheusUrlPolicy
 from neuronfleet.planning.reasons import Event, Reason
 from neuronfleet.planning.reconcile_plan import (
     DeleteCompileJob,
@@ -115,6 +116,8 @@ class OperatorSettings:
     #: budget is spent on the API server, not queued for a connection behind a burst of objects
     #: (a thousand created at once timed out by the thousand).
     max_concurrent_reconciles: int = 32
+    #: Which spec.scaling.metrics.prometheusUrl the operator may request (default: any).
+    prometheus_urls: PrometheusUrlPolicy = field(default_factory=PrometheusUrlPolicy)
 
 
 @dataclass(frozen=True)
@@ -251,14 +254,19 @@ class Reconciler:
                 job_spec=jobs.job_spec,
                 job_republishes=jobs.republishes,
             )
-        snapshot, problem = None, "no metrics source configured"
+        snapshot, problem, problem_reason = None, "no metrics source configured", Reason.METRICS_UNAVAILABLE
         spec = dep.spec.scaling
-        if (
-            spec.mode == "Auto"
-            and self.metrics is not None
-            and scaling_due(spec.interval_seconds, memory, now.timestamp())
-        ):
-            snapshot, problem = await self.metrics.snapshot(dep, now.timestamp())
+        if spec.mode == "Auto" and scaling_due(spec.interval_seconds, memory, now.timestamp()):
+            # A spec's URL outside the allow-list is refused before any metrics source sees it.
+            refusal = (
+                self.settings.prometheus_urls.refusal(spec.metrics.prometheus_url)
+                if spec.metrics.prometheus_url
+                else None
+            )
+            if refusal is not None:
+                problem, problem_reason = refusal, Reason.PROMETHEUS_URL_NOT_ALLOWED
+            elif self.metrics is not None:
+                snapshot, problem = await self.metrics.snapshot(dep, now.timestamp())
         return Observation(
             now=now,
             pods=cluster.pods,
@@ -268,6 +276,7 @@ class Reconciler:
             compile_error=compile_error,
             metrics=snapshot,
             metrics_problem=problem,
+            metrics_problem_reason=problem_reason,
             corrupt_annotations=corrupt_annotations(dep.metadata.annotations),
         )
 

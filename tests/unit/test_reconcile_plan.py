@@ -276,6 +276,39 @@ def test_a_failed_job_asked_to_run_differently_is_replaced_and_the_event_says_wh
     assert "failed" in action.why and "compile-retry" in action.why
 
 
+def test_a_prometheus_url_the_allow_list_refuses_is_its_own_reason_held_between_decisions_and_warned_once() -> None:
+    dep = deployment(scaling={"mode": "Auto", "minReplicas": 1, "maxReplicas": 3, "intervalSeconds": 15})
+    refused = "spec.scaling.metrics.prometheusUrl (at http://10.0.0.1:80) is not requested: ..."
+    memory, status = DeploymentMemory(), {}
+    events, conditions = [], []
+    for second in (0, 5, 15):
+        observation = Observation(
+            T0 + timedelta(seconds=second),
+            compile=compiled(dep),
+            metrics_problem=refused,
+            metrics_problem_reason=Reason.PROMETHEUS_URL_NOT_ALLOWED,
+        )
+        result = plan(dep, observation, memory, status)
+        events += status_events(StatusMemory.from_status(status), result.status, result.scale_reason)
+        memory, status = result.memory, result.status
+        conditions.append(condition_of(status, "ScalingActive"))
+    assert {(c["status"], c["reason"]) for c in conditions} == {("False", "PrometheusUrlNotAllowed")}
+    assert all(c["message"].startswith(refused) and "holding" in c["message"] for c in conditions)
+    warnings = [e for e in events if e.type == "Warning"]
+    assert [(e.reason, e.message) for e in warnings] == [(Reason.PROMETHEUS_URL_NOT_ALLOWED, conditions[0]["message"])]
+    # Allowed again (the spec's URL removed, or the allow-list widened): metrics are read.
+    snapshot = MetricSnapshot(time=T0.timestamp() + 30, queue_depth=1.0, in_flight=1.0, utilization=0.5)
+    observation = Observation(T0 + timedelta(seconds=30), compile=compiled(dep), metrics=snapshot)
+    result = plan(dep, observation, memory, status)
+    assert condition_of(result.status, "ScalingActive")["reason"] == "MetricsRead"
+    # Unavailable for another cause after a refusal is a change of reason: warned of too.
+    lost = Observation(T0 + timedelta(seconds=45), compile=compiled(dep), metrics_problem="Prometheus down")
+    after = plan(dep, lost, result.memory, result.status)
+    events = status_events(StatusMemory.from_status(status), after.status, after.scale_reason)
+    assert condition_of(after.status, "ScalingActive")["reason"] == "MetricsUnavailable"
+    assert [e.reason for e in events if e.type == "Warning"] == [Reason.METRICS_UNAVAILABLE]
+
+
 def condition_of(status: dict[str, Any], kind: str) -> dict[str, Any]:
     return next(c for c in status["conditions"] if c["type"] == kind)
 

@@ -30,6 +30,7 @@ from neuronfleet.planning import coldstart, scaling, warmpool
 from neuronfleet.planning.coldstart import PodTimeline
 from neuronfleet.planning.compile import CompileFailure, CompileObservation, StoredArtifact
 from neuronfleet.planning.fleet import PodView
+from neuronfleet.planning.reasons import Reason
 from neuronfleet.planning.signals import MetricSnapshot
 from neuronfleet.planning.status import LastScale, Refusal, find_condition
 
@@ -56,6 +57,9 @@ class Observation:
     metrics: MetricSnapshot | None = None
     #: Why ``metrics`` is None.
     metrics_problem: str = "no metrics source configured"
+    #: The ScalingActive reason of ``metrics_problem``: PrometheusUrlNotAllowed when the operator's
+    #: allow-list refused the spec's prometheusUrl (nothing was requested).
+    metrics_problem_reason: Reason = Reason.METRICS_UNAVAILABLE
     corrupt_annotations: tuple[str, ...] = ()
 
 
@@ -141,6 +145,8 @@ class DeploymentMemory:
     #: When ``scaling_message`` was last rewritten (a decision that changes nothing keeps it a while).
     scaling_message_at: float | None = None
     metrics_available: bool = False
+    #: Why metrics were not available at ``last_decision`` (its ScalingActive reason).
+    metrics_problem_reason: Reason = Reason.METRICS_UNAVAILABLE
     cold_start: warmpool.ColdStart = field(default_factory=warmpool.ColdStart)
     #: Measured cold starts (rolling per instance type); ``cold_start`` is its p90s for the warm pool.
     cold_start_state: coldstart.ColdStartState = field(default_factory=coldstart.ColdStartState)

@@ -42,6 +42,7 @@ class Reason(StrEnum):
     MANUAL_SCALING = "ManualScaling"
     METRICS_READ = "MetricsRead"
     METRICS_UNAVAILABLE = "MetricsUnavailable"
+    PROMETHEUS_URL_NOT_ALLOWED = "PrometheusUrlNotAllowed"
     # WarmPoolReady
     NO_WARM_POOL = "NoWarmPool"
     WARM_POOL_FULL = "WarmPoolFull"

@@ -106,6 +106,8 @@ class Targets:
     metrics_available: bool
     #: The ScalingActive message (stable between decisions: no status write for nothing).
     message: str
+    #: The ScalingActive reason while metrics are not available.
+    problem_reason: Reason = Reason.METRICS_UNAVAILABLE
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,7 @@ def decide_targets(
     now: float,
     checkpoint_section: Mapping[str, Any] | None = None,
     rate_key: str | None = None,
+    metrics_problem_reason: Reason = Reason.METRICS_UNAVAILABLE,
 ) -> tuple[Targets, DeploymentMemory]:
     """The autoscaler's decision at the spec's interval (held in between), then the warm pool.
 
@@ -179,7 +182,9 @@ def decide_targets(
     ``checkpoint_section`` (the status's ``autoscaler``) starts the autoscaler of a memory that has
     never decided: a restarted operator. ``rate_key``: what the replicas' service rate depends on
     (:func:`~neuronfleet.planning.scaling.service_rate_key`), so a rate learned on another artifact
-    revision or placement is forgotten, not resumed.
+    revision or placement is forgotten, not resumed. ``metrics_problem_reason``: the ScalingActive
+    reason of ``metrics_problem`` when there is no snapshot (PrometheusUrlNotAllowed: the spec's URL
+    was refused, not requested).
     """
     if checkpoint_section is not None and memory.last_scaling_at is None:
         checkpoint = checkpoint_from_status(checkpoint_section)
@@ -191,6 +196,7 @@ def decide_targets(
         and (spec.scaling.mode == "Auto")
     ):
         scale, available, message = memory.last_decision, memory.metrics_available, memory.scaling_message
+        problem_reason = memory.metrics_problem_reason
         low, high = spec.scaling.min_replicas, spec.scaling.max_replicas
         if not low <= scale.desired <= high:
             # The bounds changed since the decision (a spec edit between intervals): the held
@@ -208,6 +214,7 @@ def decide_targets(
         # holding (no recommendation), which ScalingActive must not call "metrics read".
         available = snapshot is not None and scale.recommendation is not None
         message = scale.reason if snapshot is not None else f"{metrics_problem}; {scale.reason}"
+        problem_reason = metrics_problem_reason if snapshot is None else Reason.METRICS_UNAVAILABLE
         message_at: float | None = now
         if _same_decision(memory, scale, available, message, now):
             message, message_at = memory.scaling_message, memory.scaling_message_at
@@ -219,6 +226,7 @@ def decide_targets(
             scaling_message=message,
             scaling_message_at=message_at,
             metrics_available=available,
+            metrics_problem_reason=problem_reason,
         )
     warm = warmpool.plan(
         spec.warm_pool,
@@ -237,7 +245,7 @@ def decide_targets(
             "only minPods are kept (use warmPool.mode Fixed)",
         )
     memory = replace(memory, warm_state=warm.new_state)
-    return Targets(scale, warm, available, message), memory
+    return Targets(scale, warm, available, message, problem_reason), memory
 
 
 def _compile(
@@ -314,6 +322,7 @@ def plan_reconcile(
         durable.autoscaler,
         # The sticky type, which the pods run on (the plan below may only keep it or move it).
         scaling.service_rate_key(spec, decision.serve.revision if decision.serve else None, durable.instance_type),
+        observation.metrics_problem_reason,
     )
     scale, warm = targets.scale, targets.warm
 
@@ -387,6 +396,7 @@ def plan_reconcile(
         scaling_mode=spec.scaling.mode,
         metrics_available=targets.metrics_available or spec.scaling.mode == "Manual",
         scaling_message=targets.message,
+        metrics_problem_reason=targets.problem_reason,
         spec_replicas=spec.scaling.replicas,
         errors=observe_errors + memory.apply_errors,
         refusals=memory.refusals,
@@ -438,8 +448,9 @@ def status_events(durable: StatusMemory, status: Mapping[str, Any], scale_reason
     """Events of a status change: Scaled when the desired replicas change; a Warning when Degraded
     turns True or changes reason, Recovered when it turns False again; a Warning when ScalingActive
     turns MetricsUnavailable (the autoscaler holds: Prometheus is unavailable, or refuses every
-    query); ReplicasIgnored when spec.scaling.replicas is set or changed in Auto mode. Nothing when
-    nothing changed."""
+    query) or PrometheusUrlNotAllowed (the spec's prometheusUrl is outside the operator's allow-list);
+    ReplicasIgnored when spec.scaling.replicas is set or changed in Auto mode. Nothing when nothing
+    changed."""
     events: list[Event] = []
     before_desired, after_desired = durable.desired_replicas or 0, int(status.get("desiredReplicas") or 0)
     if before_desired != after_desired:
@@ -459,8 +470,9 @@ def status_events(durable: StatusMemory, status: Mapping[str, Any], scale_reason
         events.append(Event("Normal", Reason.RECOVERED, f"no longer degraded (was {before.get('reason')})"))
     # Manual scaling is ScalingActive=False too, by choice: no warning for it.
     before, after = durable.condition("ScalingActive"), find_condition({"status": status}, "ScalingActive")
-    if after.get("reason") == Reason.METRICS_UNAVAILABLE and before.get("reason") != Reason.METRICS_UNAVAILABLE:
-        events.append(Event("Warning", Reason.METRICS_UNAVAILABLE, str(after.get("message") or "")))
+    holding = (Reason.METRICS_UNAVAILABLE, Reason.PROMETHEUS_URL_NOT_ALLOWED)
+    if after.get("reason") in holding and before.get("reason") != after.get("reason"):
+        events.append(Event("Warning", Reason(str(after.get("reason"))), str(after.get("message") or "")))
     # spec.scaling.replicas set or changed in Auto mode (`kubectl scale`): accepted (a CEL rule refusing
     # it would force an SRE switching Manual -> Auto in an incident to edit replicas too) but ignored:
     # said once. Not on the switch itself, which the person making it knows of. Compared as the value

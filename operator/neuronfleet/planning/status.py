@@ -111,6 +111,8 @@ class StatusInputs:
     metrics_available: bool = True
     #: Auto mode: why scaling holds or changed (shown as the ScalingActive message).
     scaling_message: str = ""
+    #: Auto mode: the ScalingActive reason while ``metrics_available`` is False.
+    metrics_problem_reason: Reason = Reason.METRICS_UNAVAILABLE
     #: spec.scaling.replicas as set (None: unset); ignored in Auto mode, which the status says.
     spec_replicas: int | None = None
     #: Errors met while applying actions or reading the cluster, e.g. "403 Forbidden: pods ...".
@@ -238,7 +240,7 @@ def _scaling(inputs: StatusInputs) -> ConditionValue:
         return ConditionValue(
             "ScalingActive",
             "False",
-            Reason.METRICS_UNAVAILABLE,
+            inputs.metrics_problem_reason,
             (inputs.scaling_message or "metrics could not be read; holding the replica count") + note,
         )
     return ConditionValue(
