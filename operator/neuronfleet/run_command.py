@@ -34,6 +34,7 @@ from neuronfleet.kube.builders import BuilderConfig
 from neuronfleet.kube.client import UNANSWERED, KubeClient
 from neuronfleet.metrics.operator_metrics import OperatorMetrics
 from neuronfleet.metrics.operator_metrics import serve as serve_metrics
+from neuronfleet.metrics.prometheus_auth import CredentialsError, PrometheusCredentials
 from neuronfleet.planning.placement import (
     DAEMONSET_HEADROOM_CPU,
     DAEMONSET_HEADROOM_MEMORY,
@@ -42,6 +43,7 @@ from neuronfleet.planning.placement import (
     parse_cpu_millis,
     parse_memory_mib,
 )
+from neuronfleet.planning.prometheus_urls import AllowListError, PrometheusUrlPolicy
 from neuronfleet.reconcile import MetricsSource, OperatorSettings, Reconciler, utc_now
 
 logger = logging.getLogger(__name__)
@@ -253,6 +255,14 @@ def resolve_defaults(args: argparse.Namespace) -> argparse.Namespace:
     args.artifact_store = args.artifact_store or os.environ.get("NEURONFLEET_ARTIFACT_STORE") or DEFAULT_ARTIFACT_STORE
     args.neuron_scheduler = args.neuron_scheduler or os.environ.get("NEURONFLEET_NEURON_SCHEDULER") or None
     args.prometheus_url = args.prometheus_url or os.environ.get("NEURONFLEET_PROMETHEUS_URL") or None
+    for name in ("bearer_token_file", "username", "password_file", "ca_file"):
+        attribute = f"prometheus_{name}"
+        value = getattr(args, attribute) or os.environ.get(f"NEURONFLEET_{attribute.upper()}") or None
+        setattr(args, attribute, value)
+    if not args.prometheus_allowed_url:
+        # The variable is one list: entries separated by commas or whitespace.
+        listed = os.environ.get("NEURONFLEET_PROMETHEUS_ALLOWED_URLS") or ""
+        args.prometheus_allowed_url = listed.replace(",", " ").split()
     args.model_server_image = (
         args.model_server_image or os.environ.get("NEURONFLEET_MODEL_SERVER_IMAGE") or DEFAULT_IMAGE
     )
@@ -312,6 +322,37 @@ def workload_service_accounts(args: argparse.Namespace) -> tuple[str | None, str
     return names[0], names[1]
 
 
+def prometheus_url_policy(args: argparse.Namespace) -> PrometheusUrlPolicy:
+    """The allow-list of spec Prometheus URLs of the resolved flags; RunSetupError naming the setting
+    for an entry that is not ``scheme://host[:port][/path]``."""
+    try:
+        return PrometheusUrlPolicy.from_entries(args.prometheus_allowed_url or ())
+    except AllowListError as error:
+        raise RunSetupError(f"--prometheus-allowed-url (env NEURONFLEET_PROMETHEUS_ALLOWED_URLS): {error}") from None
+
+
+def prometheus_credentials(args: argparse.Namespace) -> PrometheusCredentials:
+    """The credentials of the resolved flags for ``--prometheus-url``; RunSetupError when they are
+    set without that URL (they would be sent nowhere)."""
+
+    def path(value: str | None) -> Path | None:
+        return Path(value) if value else None
+
+    credentials = PrometheusCredentials(
+        bearer_token_file=path(args.prometheus_bearer_token_file),
+        username=args.prometheus_username,
+        password_file=path(args.prometheus_password_file),
+        ca_file=path(args.prometheus_ca_file),
+    )
+    given = credentials.bearer_token_file or credentials.username or credentials.password_file
+    if given and not args.prometheus_url:
+        raise RunSetupError(
+            "Prometheus credentials are set but --prometheus-url (env NEURONFLEET_PROMETHEUS_URL) is not: they are "
+            "sent only to the operator's own Prometheus, never to a spec's scaling.metrics.prometheusUrl"
+        )
+    return credentials
+
+
 def daemonset_headroom(args: argparse.Namespace) -> Headroom:
     """The DaemonSet allowance of the resolved flags; RunSetupError naming the setting if unreadable
     (a variable, unlike a flag, is not checked by the parser)."""
@@ -356,6 +397,9 @@ async def _run(args: argparse.Namespace) -> None:
     )
     compile_account, serving_account = workload_service_accounts(args)
     device_group = device_group_id(args)
+    url_policy = prometheus_url_policy(args)
+    logger.info("Prometheus URLs: %s (--prometheus-allowed-url)", url_policy.describe())
+    credentials = prometheus_credentials(args)
     settings = OperatorSettings(
         artifact_store=args.artifact_store,
         builder=BuilderConfig(
@@ -368,12 +412,17 @@ async def _run(args: argparse.Namespace) -> None:
         ),
         interval_seconds=args.interval,
         max_concurrent_reconciles=args.max_concurrent_reconciles,
+        prometheus_urls=url_policy,
     )
     metrics = None
     if args.prometheus_url:
-        from neuronfleet.metrics.prometheus import PrometheusMetrics
+        from neuronfleet.metrics.prometheus import PrometheusMetrics, redact_url
 
-        metrics = PrometheusMetrics(args.prometheus_url)
+        try:
+            metrics = PrometheusMetrics(args.prometheus_url, credentials=credentials, url_policy=url_policy)
+        except CredentialsError as error:
+            raise RunSetupError(str(error)) from None
+        logger.info("Prometheus at %s: %s", redact_url(args.prometheus_url), credentials.describe())
     context = await build_context(replace(settings), args.kubeconfig, metrics)
     if args.metrics_port is not None:
         context.metrics = OperatorMetrics()
@@ -590,7 +639,46 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--prometheus-url",
         default=None,
         help="Prometheus for the autoscaler's signals (a spec's scaling.metrics.prometheusUrl overrides it; "
-        "env NEURONFLEET_PROMETHEUS_URL)",
+        "env NEURONFLEET_PROMETHEUS_URL). Put no credentials in it: use the --prometheus-*-file flags",
+    )
+    p.add_argument(
+        "--prometheus-bearer-token-file",
+        default=None,
+        metavar="PATH",
+        help="file holding a bearer token sent to --prometheus-url only, never to a spec's prometheusUrl (env "
+        "NEURONFLEET_PROMETHEUS_BEARER_TOKEN_FILE); read again when it changes, so a rotated token needs no restart",
+    )
+    p.add_argument(
+        "--prometheus-username",
+        default=None,
+        metavar="NAME",
+        help="HTTP basic auth user for --prometheus-url, with --prometheus-password-file (env "
+        "NEURONFLEET_PROMETHEUS_USERNAME)",
+    )
+    p.add_argument(
+        "--prometheus-password-file",
+        default=None,
+        metavar="PATH",
+        help="file holding the basic auth password for --prometheus-url only (env "
+        "NEURONFLEET_PROMETHEUS_PASSWORD_FILE); read again when it changes",
+    )
+    p.add_argument(
+        "--prometheus-ca-file",
+        default=None,
+        metavar="PATH",
+        help="CA bundle (PEM) to verify Prometheus' TLS certificate, for a private CA (env "
+        "NEURONFLEET_PROMETHEUS_CA_FILE; default: the system's CAs). Trusted for spec URLs too",
+    )
+    p.add_argument(
+        "--prometheus-allowed-url",
+        action="append",
+        default=None,
+        metavar="PREFIX",
+        help="allow a spec's scaling.metrics.prometheusUrl under this scheme://host[:port][/path] (repeatable; env "
+        "NEURONFLEET_PROMETHEUS_ALLOWED_URLS, comma-separated). Scheme, host and port must be equal (host exactly, "
+        "never a suffix) and the path at or under PREFIX's on a '/' boundary. 'none' allows no spec URL. Default: "
+        "any URL (a spec can then make the operator request any address it reaches). A URL not allowed is not "
+        "requested: ScalingActive says PrometheusUrlNotAllowed and the autoscaler holds",
     )
     p.add_argument(
         "--interval",

@@ -55,7 +55,8 @@ def manifest(harness: OperatorHarness, name: str, prometheus_url: str | None) ->
         warmPool={"mode": "Off"},
     )
     doc["metadata"]["name"] = name
-    return harness.localize(doc, namespace=NS)
+    localized: dict[str, Any] = harness.localize(doc, namespace=NS)
+    return localized
 
 
 async def test_a_spec_url_not_allowed_is_not_asked_and_says_which_setting_allows_it(
@@ -67,7 +68,8 @@ async def test_a_spec_url_not_allowed_is_not_asked_and_says_which_setting_allows
     await harness.apply(manifest(harness, "default", None))
 
     def reason(name: str) -> str | None:
-        return harness.condition(NS, name, "ScalingActive").get("reason")
+        found = harness.condition(NS, name, "ScalingActive").get("reason")
+        return str(found) if found is not None else None
 
     await harness.wait(
         lambda: (

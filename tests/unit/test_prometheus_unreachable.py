@@ -174,7 +174,7 @@ async def test_a_prometheus_that_never_answers_holds_no_reconcile_beyond_one_dea
     # One connection per query thread at most: the snapshots queued behind them found the URL
     # backing off when a thread came free, and asked nothing.
     assert 1 <= hung.accepted <= QUERY_THREADS
-    backoff = metrics.backoff(url)
+    backoff = metrics.backoff(url, own=False)
     assert backoff is not None and backoff.failures == 1 and backoff.seconds == BACKOFF_SECONDS
     assert sum("backing off" in reason for _, reason in first) >= len(deps) - QUERY_THREADS
     # While it backs off: every snapshot unavailable at once, no connection at all.
@@ -186,12 +186,12 @@ async def test_a_prometheus_that_never_answers_holds_no_reconcile_beyond_one_dea
     probe = await wave()
     assert hung.accepted == connections + 1
     assert sum("backing off" not in reason for _, reason in probe) == 1
-    backoff = metrics.backoff(url)
+    backoff = metrics.backoff(url, own=False)
     assert backoff is not None and (backoff.failures, backoff.seconds) == (2, 2 * BACKOFF_SECONDS)
     for _ in range(3):  # 60, 120, then at most 120
         clock.now += MAX_BACKOFF_SECONDS
         await metrics.snapshot(deps[0], time.time())
-    backoff = metrics.backoff(url)
+    backoff = metrics.backoff(url, own=False)
     assert backoff is not None and backoff.seconds == MAX_BACKOFF_SECONDS
     metrics.close()
 
@@ -213,7 +213,7 @@ async def test_one_deadline_bounds_all_the_queries_of_a_snapshot() -> None:
         snapshot, reason = await metrics.snapshot(deployment(url, timeout=1), time.time())
         assert snapshot is None and reason.startswith(f"Prometheus at {url} unavailable")
         assert 1 <= SlowPrometheus.received <= 3  # of the 7 queries and the sample time
-        assert metrics.backoff(url) is not None
+        assert metrics.backoff(url, own=False) is not None
         metrics.close()
     finally:
         server.shutdown()

@@ -32,6 +32,14 @@ the log, and the URL is the user's (a spec may point ``prometheusUrl`` anywhere 
 reach): a URL is printed only through :func:`redact_url` (no user-info, no query-string values), and
 an HTTP error is its status code plus, when the body is Prometheus' JSON error, its short ``error``;
 never the body itself.
+
+Whom the operator asks, and with what (see :mod:`neuronfleet.metrics.prometheus_auth` and
+:mod:`neuronfleet.planning.prometheus_urls`):
+
+- the operator's credentials (a bearer token or basic auth, ``--prometheus-*-file``) go only to its
+  own ``--prometheus-url``, for deployments whose spec names no ``prometheusUrl``. A spec's URL is
+  asked without them, even when it is the same URL: a client and a back-off of its own each;
+- a spec's URL outside the operator's allow-list is not requested at all.
 """
 
 from __future__ import annotations
@@ -56,6 +64,8 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment, MetricQueries
+from neuronfleet.metrics.prometheus_auth import PrometheusCredentials
+from neuronfleet.planning.prometheus_urls import PrometheusUrlPolicy
 from neuronfleet.planning.signals import QUERIED, SIGNALS, MetricSnapshot
 
 
@@ -238,6 +248,16 @@ _INVALID_URL: tuple[type[Exception], ...] = (
 )
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """A Prometheus the operator asks: its URL, and whether it is the operator's own (asked with its
+    credentials) or a spec's (asked without them; it backs off on its own, so a spec that names the
+    operator's URL and fails without credentials does not stop the operator's own reads)."""
+
+    url: str
+    own: bool
+
+
 @dataclass
 class Backoff:
     """A URL that failed: no query to it before ``until`` (the clock's seconds), then one probe."""
@@ -260,19 +280,20 @@ class _Breaker:
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
         self._lock = threading.Lock()
-        self._state: dict[str, Backoff] = {}
+        self._state: dict[Endpoint, Backoff] = {}
 
-    def get(self, url: str) -> Backoff | None:
+    def get(self, url: Endpoint) -> Backoff | None:
         with self._lock:
             return self._state.get(url)
 
-    def _unavailable(self, url: str, backoff: Backoff, now: float) -> str:
+    def _unavailable(self, url: Endpoint, backoff: Backoff, now: float) -> str:
         left = max(backoff.until, backoff.probe_until) - now
         return (
-            f"Prometheus at {redact_url(url)} unavailable: {backoff.reason} (backing off: asked again in {left:.0f} s)"
+            f"Prometheus at {redact_url(url.url)} unavailable: {backoff.reason} "
+            f"(backing off: asked again in {left:.0f} s)"
         )
 
-    def admit(self, url: str, probe_seconds: float) -> bool:
+    def admit(self, url: Endpoint, probe_seconds: float) -> bool:
         """Whether a snapshot that may query ``url`` is its probe; raises _Skipped if it may not."""
         with self._lock:
             backoff, now = self._state.get(url), self._clock()
@@ -283,14 +304,14 @@ class _Breaker:
             backoff.probe_until = now + probe_seconds
             return True
 
-    def check(self, url: str) -> None:
+    def check(self, url: Endpoint) -> None:
         """Raise _Skipped if ``url`` backs off (for a snapshot queued while it started to)."""
         with self._lock:
             backoff, now = self._state.get(url), self._clock()
             if backoff is not None and now < backoff.until:
                 raise _Skipped(self._unavailable(url, backoff, now))
 
-    def failed(self, url: str, reason: str) -> None:
+    def failed(self, url: Endpoint, reason: str) -> None:
         with self._lock:
             backoff, now = self._state.get(url), self._clock()
             if backoff is not None and now < backoff.until:
@@ -299,7 +320,7 @@ class _Breaker:
             seconds = min(MAX_BACKOFF_SECONDS, BACKOFF_SECONDS * 2 ** (failures - 1))
             self._state[url] = Backoff(failures, now + seconds, seconds, reason)
 
-    def answered(self, url: str) -> None:
+    def answered(self, url: Endpoint) -> None:
         with self._lock:
             self._state.pop(url, None)
 
@@ -308,20 +329,33 @@ class PrometheusMetrics:
     """A metrics source for the reconcile; one client per Prometheus URL.
 
     ``clock`` (monotonic seconds) times the back-off only; the queries' timeouts are real time.
+    ``credentials`` are sent to ``default_url`` only; ``url_policy`` says which spec URLs may be
+    asked (default: any).
     """
 
     def __init__(
-        self, default_url: str | None, clock: Callable[[], float] = time.monotonic, threads: int = QUERY_THREADS
+        self,
+        default_url: str | None,
+        clock: Callable[[], float] = time.monotonic,
+        threads: int = QUERY_THREADS,
+        *,
+        credentials: PrometheusCredentials | None = None,
+        url_policy: PrometheusUrlPolicy | None = None,
     ) -> None:
         self.default_url = default_url
-        self._clients: dict[str, PrometheusConnect] = {}
+        self.credentials = credentials or PrometheusCredentials()
+        self.url_policy = url_policy or PrometheusUrlPolicy()
+        # Built now: a token file that cannot be read fails at start-up, not at the first query.
+        self._auth = self.credentials.auth()
+        self._verify = self.credentials.verify()
+        self._clients: dict[Endpoint, PrometheusConnect] = {}
         self._breaker = _Breaker(clock)
         self._threads = threads
         self._executor: ThreadPoolExecutor | None = None
 
-    def backoff(self, url: str) -> Backoff | None:
-        """The back-off ``url`` is in, if any."""
-        return self._breaker.get(url)
+    def backoff(self, url: str, *, own: bool) -> Backoff | None:
+        """The back-off ``url`` is in, if any (``own``: asked as the operator's URL, else as a spec's)."""
+        return self._breaker.get(Endpoint(url, own))
 
     def close(self) -> None:
         """Stop the query threads (those under way end with their query's timeout)."""
@@ -334,19 +368,27 @@ class PrometheusMetrics:
             self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="prometheus")
         return self._executor
 
-    def _client(self, url: str) -> PrometheusConnect:
-        if url not in self._clients:
+    def _client(self, endpoint: Endpoint) -> PrometheusConnect:
+        if endpoint not in self._clients:
+            # TLS is verified: against --prometheus-ca-file when given, else the system's CAs (or
+            # REQUESTS_CA_BUNDLE's). The client takes a session's verify as it is.
+            session = requests.Session()
+            session.verify = self._verify
             # No retries: a slow or absent Prometheus must not stall the reconcile; the next tick
             # asks again. (retry=None would mean the library's default: 3 retries with back-off,
-            # about 6 s per query against a closed port.) TLS is verified (disable_ssl=False):
-            # REQUESTS_CA_BUNDLE names a private CA.
-            self._clients[url] = PrometheusConnect(url=url, disable_ssl=False, retry=Retry(total=0))
-        return self._clients[url]
+            # about 6 s per query against a closed port.) Credentials only for the operator's own.
+            self._clients[endpoint] = PrometheusConnect(
+                url=endpoint.url,
+                session=session,
+                retry=Retry(total=0),
+                auth=self._auth if endpoint.own else None,
+            )
+        return self._clients[endpoint]
 
     def _read(
         self,
         client: PrometheusConnect,
-        url: str,
+        endpoint: Endpoint,
         queries: dict[str, str],
         sample_query: str,
         timeout: float,
@@ -356,8 +398,9 @@ class PrometheusMetrics:
         """One snapshot's queries, in a query thread, within ``timeout`` from now: each signal's
         result, why Prometheus refused the queries it refused (by signal), and the sample time."""
         started.set()
+        url = endpoint.url
         if not probe:
-            self._breaker.check(url)  # it may have started to back off while this one queued
+            self._breaker.check(endpoint)  # it may have started to back off while this one queued
         deadline = time.monotonic() + timeout
 
         def left() -> float:
@@ -381,18 +424,22 @@ class PrometheusMetrics:
         except _UNAVAILABLE as exc:
             # Recorded here, not when the reconcile hears of it: a query thread that takes the next
             # snapshot of this URL must already see the back-off.
-            self._breaker.failed(url, _failure(exc, url))
+            self._breaker.failed(endpoint, _failure(exc, url))
             raise
         except _MALFORMED:
-            self._breaker.answered(url)  # an answer of an unexpected shape: Prometheus is there
+            self._breaker.answered(endpoint)  # an answer of an unexpected shape: Prometheus is there
             raise
-        self._breaker.answered(url)
+        self._breaker.answered(endpoint)
         return results, refused, sampled
 
     async def snapshot(self, dep: InferenceDeployment, now: float) -> tuple[MetricSnapshot | None, str]:
-        url = dep.spec.scaling.metrics.prometheus_url or self.default_url
+        spec_url = dep.spec.scaling.metrics.prometheus_url
+        url = spec_url or self.default_url
         if not url:
             return None, "no Prometheus URL configured (scaling.metrics.prometheusUrl or --prometheus-url)"
+        if spec_url and (refusal := self.url_policy.refusal(spec_url)) is not None:
+            return None, refusal
+        endpoint = Endpoint(url, own=not spec_url)
         timeout = dep.spec.scaling.metrics.timeout_seconds
         namespace = dep.metadata.namespace or "default"
         sample_query = render(dep.spec.scaling.metrics.sample_time, namespace, dep.name).strip()
@@ -402,13 +449,13 @@ class PrometheusMetrics:
         started = threading.Event()
         printed = redact_url(url)
         try:
-            client = self._client(url)
+            client = self._client(endpoint)
         except ValueError as exc:
             # Its text may quote the URL's user-info (a netloc that does not normalise).
             return None, f"Prometheus at {printed} unavailable: {type(exc).__name__}: not a valid URL"
         try:
-            probe = self._breaker.admit(url, wait)
-            job = partial(self._read, client, url, queries, sample_query, timeout, probe, started)
+            probe = self._breaker.admit(endpoint, wait)
+            job = partial(self._read, client, endpoint, queries, sample_query, timeout, probe, started)
             results, refused, sampled = await asyncio.wait_for(
                 asyncio.get_running_loop().run_in_executor(self._pool(), job), wait
             )
@@ -422,7 +469,7 @@ class PrometheusMetrics:
                     f"Prometheus at {printed} not asked: "
                     f"its query threads ({self._threads}) were busy for {timeout:g} s"
                 )
-            self._breaker.failed(url, f"no answer within {wait:g} s")
+            self._breaker.failed(endpoint, f"no answer within {wait:g} s")
             return None, f"Prometheus at {printed} unavailable: {_failure(exc, url)}"
         except _UNAVAILABLE + _MALFORMED as exc:
             return None, f"Prometheus at {printed} unavailable: {_failure(exc, url)}"

@@ -1,0 +1,407 @@
+"""The operator's Prometheus credentials reach its own URL and nothing else.
+
+Real HTTP: small servers on 127.0.0.1 answer Prometheus' query API and record the Authorization
+header of every request, so each test sees which URL got the token. A spec author who points
+``prometheusUrl`` at their own endpoint must not receive it (nor through a redirect of the
+operator's Prometheus), a rotated token file is sent without a restart, and a private CA is
+trusted through ``--prometheus-ca-file``.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import ipaddress
+import json
+import os
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from neuronfleet import run_command
+from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.cli import main
+from neuronfleet.metrics.prometheus import PrometheusMetrics
+from neuronfleet.metrics.prometheus_auth import CredentialsError, PrometheusCredentials
+from neuronfleet.planning.prometheus_urls import PrometheusUrlPolicy
+from neuronfleet.reconcile import OperatorSettings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class RecordingPrometheus:
+    """Answers /api/v1/query with one sample; records (path, Authorization or None) per request.
+
+    ``redirect_to``: answer every request with a 307 to that URL instead (same path and query);
+    ``require``: answer 401 to a request without this Authorization.
+    """
+
+    def __init__(
+        self, tls: ssl.SSLContext | None = None, redirect_to: str | None = None, require: str | None = None
+    ) -> None:
+        self.seen: list[tuple[str, str | None]] = []
+        self.redirect_to = redirect_to
+        self.require = require
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                recorder.seen.append((self.path, self.headers.get("Authorization")))
+                if recorder.redirect_to is not None:
+                    self.send_response(307)
+                    self.send_header("Location", recorder.redirect_to + self.path)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if recorder.require is not None and self.headers.get("Authorization") != recorder.require:
+                    self.send_response(401)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                body = json.dumps(
+                    {
+                        "status": "success",
+                        "data": {"resultType": "vector", "result": [{"metric": {}, "value": [time.time(), "1"]}]},
+                    }
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        scheme = "https" if tls is not None else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def authorizations(self) -> set[str | None]:
+        return {authorization for _, authorization in self.seen}
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def operators() -> Iterator[RecordingPrometheus]:
+    """The operator's own Prometheus (--prometheus-url)."""
+    server = RecordingPrometheus()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def harvester() -> Iterator[RecordingPrometheus]:
+    """An endpoint a spec author controls and names in prometheusUrl."""
+    server = RecordingPrometheus()
+    yield server
+    server.close()
+
+
+def deployment(url: str | None, name: str = "bert") -> InferenceDeployment:
+    doc = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
+    doc["metadata"]["name"] = name
+    doc["spec"]["scaling"]["metrics"] = {"timeoutSeconds": 2, **({"prometheusUrl": url} if url else {})}
+    return InferenceDeployment.model_validate(doc)
+
+
+def token_file(tmp_path: Path, token: str) -> Path:
+    path = tmp_path / "token"
+    path.write_text(token + "\n")
+    return path
+
+
+async def read(metrics: PrometheusMetrics, url: str | None) -> str:
+    snapshot, reason = await metrics.snapshot(deployment(url), time.time())
+    assert snapshot is not None, reason
+    return reason
+
+
+async def test_the_token_goes_to_the_operators_url_and_never_to_a_spec_url(
+    tmp_path: Path, operators: RecordingPrometheus, harvester: RecordingPrometheus
+) -> None:
+    metrics = PrometheusMetrics(
+        operators.url, credentials=PrometheusCredentials(bearer_token_file=token_file(tmp_path, "T0ken-1"))
+    )
+    try:
+        await read(metrics, None)
+        assert operators.seen and operators.authorizations == {"Bearer T0ken-1"}
+        # A spec author's endpoint gets the queries, never the token.
+        await read(metrics, f"{harvester.url}/")
+        assert harvester.seen and harvester.authorizations == {None}
+        # Nor does a spec that names the operator's own URL: a spec's URL is asked without credentials.
+        asked_before = len(operators.seen)
+        await read(metrics, operators.url)
+        assert len(operators.seen) > asked_before
+        assert {authorization for _, authorization in operators.seen[asked_before:]} == {None}
+    finally:
+        metrics.close()
+
+
+async def test_a_spec_naming_the_operators_url_without_its_token_does_not_make_the_operator_back_off(
+    tmp_path: Path,
+) -> None:
+    # The spec's reads fail (401: no token) and back off; the operator's own reads of the same URL
+    # go on: a back-off of their own.
+    server = RecordingPrometheus(require="Bearer T0ken-1")
+    token = token_file(tmp_path, "T0ken-1")
+    metrics = PrometheusMetrics(server.url, credentials=PrometheusCredentials(bearer_token_file=token))
+    try:
+        snapshot, reason = await metrics.snapshot(deployment(server.url, "spec-url"), time.time())
+        assert snapshot is None and "HTTP 401" in reason
+        assert metrics.backoff(server.url, own=False) is not None
+        await read(metrics, None)
+        assert metrics.backoff(server.url, own=True) is None
+    finally:
+        metrics.close()
+        server.close()
+
+
+async def test_a_redirect_of_the_operators_prometheus_does_not_carry_the_token_away(
+    tmp_path: Path, harvester: RecordingPrometheus
+) -> None:
+    redirecting = RecordingPrometheus(redirect_to=harvester.url)
+    metrics = PrometheusMetrics(
+        redirecting.url, credentials=PrometheusCredentials(bearer_token_file=token_file(tmp_path, "T0ken-1"))
+    )
+    try:
+        await read(metrics, None)
+        assert redirecting.authorizations == {"Bearer T0ken-1"}
+        assert harvester.seen and harvester.authorizations == {None}
+    finally:
+        metrics.close()
+        redirecting.close()
+
+
+async def test_a_rotated_token_is_sent_without_a_restart(tmp_path: Path, operators: RecordingPrometheus) -> None:
+    path = token_file(tmp_path, "T0ken-1")
+    metrics = PrometheusMetrics(operators.url, credentials=PrometheusCredentials(bearer_token_file=path))
+    try:
+        await read(metrics, None)
+        # A Secret volume's update: a new file swapped in (a new inode).
+        replacement = tmp_path / "token.new"
+        replacement.write_text("T0ken-2")
+        os.replace(replacement, path)
+        operators.seen.clear()
+        await read(metrics, None)
+        assert operators.authorizations == {"Bearer T0ken-2"}
+        # A projected token rewritten in place.
+        path.write_text("T0ken-three\n")
+        operators.seen.clear()
+        await read(metrics, None)
+        assert operators.authorizations == {"Bearer T0ken-three"}
+        # Gone for a moment (mid-swap): the last token is sent rather than none.
+        path.unlink()
+        operators.seen.clear()
+        await read(metrics, None)
+        assert operators.authorizations == {"Bearer T0ken-three"}
+    finally:
+        metrics.close()
+
+
+async def test_basic_auth_goes_to_the_operators_url_only(
+    tmp_path: Path, operators: RecordingPrometheus, harvester: RecordingPrometheus
+) -> None:
+    password = tmp_path / "password"
+    password.write_text("pa:ss\n")
+    credentials = PrometheusCredentials(username="nf", password_file=password)
+    metrics = PrometheusMetrics(operators.url, credentials=credentials)
+    try:
+        await read(metrics, None)
+        assert operators.authorizations == {"Basic " + base64.b64encode(b"nf:pa:ss").decode()}
+        await read(metrics, harvester.url)
+        assert harvester.seen and harvester.authorizations == {None}
+    finally:
+        metrics.close()
+
+
+async def test_a_spec_url_the_allow_list_refuses_is_not_requested(
+    operators: RecordingPrometheus, harvester: RecordingPrometheus
+) -> None:
+    policy = PrometheusUrlPolicy.from_entries([operators.url])
+    metrics = PrometheusMetrics(operators.url, url_policy=policy)
+    try:
+        snapshot, reason = await metrics.snapshot(deployment(harvester.url), time.time())
+        assert snapshot is None and "is not requested" in reason and "--prometheus-allowed-url" in reason
+        assert harvester.seen == []
+        await read(metrics, f"{operators.url}/")  # under an allowed prefix
+    finally:
+        metrics.close()
+
+
+def _certificates(tmp_path: Path) -> tuple[Path, ssl.SSLContext]:
+    """A private CA (its PEM file) and a server context with a certificate it signed for 127.0.0.1."""
+    pytest.importorskip("cryptography")
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "neuronfleet test CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    ca_file = tmp_path / "ca.pem"
+    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    chain = tmp_path / "server.pem"
+    chain.write_bytes(
+        cert.public_bytes(serialization.Encoding.PEM)
+        + key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(chain)
+    return ca_file, context
+
+
+async def test_a_private_ca_is_trusted_through_the_ca_file(tmp_path: Path) -> None:
+    ca_file, context = _certificates(tmp_path)
+    server = RecordingPrometheus(tls=context)
+    token = token_file(tmp_path, "T0ken-1")
+    without = PrometheusMetrics(server.url, credentials=PrometheusCredentials(bearer_token_file=token))
+    with_ca = PrometheusMetrics(server.url, credentials=PrometheusCredentials(bearer_token_file=token, ca_file=ca_file))
+    try:
+        snapshot, reason = await without.snapshot(deployment(None), time.time())
+        assert snapshot is None and "SSLError" in reason
+        await read(with_ca, None)
+        assert server.authorizations == {"Bearer T0ken-1"}
+    finally:
+        without.close()
+        with_ca.close()
+        server.close()
+
+
+def test_credentials_that_cannot_be_used_fail_at_start_up(tmp_path: Path) -> None:
+    token, password = token_file(tmp_path, "t"), tmp_path / "password"
+    password.write_text("p")
+    with pytest.raises(CredentialsError, match="both set"):
+        PrometheusCredentials(bearer_token_file=token, username="u", password_file=password).auth()
+    with pytest.raises(CredentialsError, match="needs both"):
+        PrometheusCredentials(username="u").auth()
+    with pytest.raises(CredentialsError, match=r"--prometheus-bearer-token-file .*missing: No such file"):
+        PrometheusCredentials(bearer_token_file=tmp_path / "missing").auth()
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(CredentialsError, match="the file is empty"):
+        PrometheusCredentials(password_file=tmp_path / "empty", username="u").auth()
+    with pytest.raises(CredentialsError, match=r"--prometheus-ca-file .* not a readable file"):
+        PrometheusCredentials(ca_file=tmp_path).verify()
+
+
+def _kubeconfig(path: Path) -> str:
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    return str(path)
+
+
+_VARIABLES = (
+    "NEURONFLEET_PROMETHEUS_URL",
+    "NEURONFLEET_PROMETHEUS_BEARER_TOKEN_FILE",
+    "NEURONFLEET_PROMETHEUS_USERNAME",
+    "NEURONFLEET_PROMETHEUS_PASSWORD_FILE",
+    "NEURONFLEET_PROMETHEUS_CA_FILE",
+    "NEURONFLEET_PROMETHEUS_ALLOWED_URLS",
+)
+
+
+@pytest.fixture
+def run_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    for name in _VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_run_reads_the_settings_from_the_environment(
+    tmp_path: Path, run_env: pytest.MonkeyPatch, operators: RecordingPrometheus
+) -> None:
+    token = token_file(tmp_path, "T0ken-env")
+    run_env.setenv("NEURONFLEET_PROMETHEUS_URL", operators.url)
+    run_env.setenv("NEURONFLEET_PROMETHEUS_BEARER_TOKEN_FILE", str(token))
+    run_env.setenv("NEURONFLEET_PROMETHEUS_ALLOWED_URLS", "http://prom-a.monitoring:9090, https://prom-b/ws-1")
+    seen: list[tuple[OperatorSettings, Any]] = []
+
+    async def build_context(settings: OperatorSettings, kubeconfig: Any, metrics: Any, *args: Any) -> Any:
+        seen.append((settings, metrics))
+        raise run_command.RunSetupError("stopped before connecting")
+
+    run_env.setattr(run_command, "build_context", build_context)
+    assert main(["run", "--kubeconfig", _kubeconfig(tmp_path / "kubeconfig")]) == 2
+    ((settings, metrics),) = seen
+    assert isinstance(metrics, PrometheusMetrics) and metrics.credentials.bearer_token_file == token
+    assert settings.prometheus_urls == metrics.url_policy
+    assert settings.prometheus_urls.refusal("http://prom-a.monitoring:9090/") is None
+    assert settings.prometheus_urls.refusal("https://prom-b/ws-1/x") is None
+    assert settings.prometheus_urls.refusal("https://prom-b/ws-2") is not None
+
+
+@pytest.mark.parametrize(
+    ("flags", "complaint"),
+    [
+        (
+            ["--prometheus-bearer-token-file", "/dev/null"],
+            "error: Prometheus credentials are set but --prometheus-url (env NEURONFLEET_PROMETHEUS_URL) is not",
+        ),
+        (
+            ["--prometheus-url", "http://p:9090", "--prometheus-bearer-token-file", "/nonexistent/token"],
+            "error: --prometheus-bearer-token-file /nonexistent/token: No such file or directory",
+        ),
+        (
+            ["--prometheus-allowed-url", "http://user@prom"],
+            "error: --prometheus-allowed-url (env NEURONFLEET_PROMETHEUS_ALLOWED_URLS): 'http://user@prom': an "
+            "allowed URL has no user-info, query or fragment",
+        ),
+    ],
+)
+def test_run_refuses_unusable_prometheus_settings_in_one_line(
+    tmp_path: Path,
+    run_env: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    flags: list[str],
+    complaint: str,
+) -> None:
+    assert main(["run", "--kubeconfig", _kubeconfig(tmp_path / "kubeconfig"), *flags]) == 2
+    assert capsys.readouterr().err.startswith(complaint)
