@@ -580,7 +580,12 @@ class MetricQueries(ApiModel):
     prometheus_url: str | None = Field(
         default=None,
         pattern=r"^https?://.+",
-        description="Prometheus to query; defaults to the operator's configured URL.",
+        description=(
+            "Prometheus to query; defaults to the operator's configured URL. It is asked without the "
+            "operator's Prometheus credentials, and only if the operator's allow-list "
+            "(--prometheus-allowed-url) includes it: otherwise ScalingActive says PrometheusUrlNotAllowed "
+            "and the autoscaler holds."
+        ),
     )
     queue_depth: str = Field(
         default=f"sum({_ready_pods(f'neuronserve_queue_depth{{{_ACTIVE}}}')})",
