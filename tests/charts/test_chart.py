@@ -31,7 +31,14 @@ from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, InferenceDeployment
 from neuronfleet.cli import build_parser
 from neuronfleet.kube.builders import build_priority_classes
 from neuronfleet.planning.placement import DAEMONSET_HEADROOM, Headroom, headroom_from_quantities
-from neuronfleet.run_command import daemonset_headroom, device_group_id, resolve_defaults, workload_service_accounts
+from neuronfleet.run_command import (
+    daemonset_headroom,
+    device_group_id,
+    prometheus_credentials,
+    prometheus_url_policy,
+    resolve_defaults,
+    workload_service_accounts,
+)
 from neuronfleet.sandbox.cluster import ThreadedSandboxCluster
 
 KUBERNETES_VERSION = "1.34.0"
@@ -227,6 +234,9 @@ def test_ci_values_reach_the_operator() -> None:
         "neuronfleet-serving",
     )
     assert env["NEURONFLEET_DEVICE_GROUP_ID"] == "994"
+    assert env["NEURONFLEET_PROMETHEUS_ALLOWED_URLS"] == (
+        "http://prometheus-operated.monitoring.svc:9090,https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-ci"
+    )
     assert {"--namespace=search", "--namespace=chat", "--interval=5", "--verbose"} <= set(container["args"])
     # Namespaced operator: a KopfPeering and a RoleBinding per namespace, and Kopf may follow
     # namespaces (cluster-wide).
@@ -277,6 +287,27 @@ def test_ci_values_reach_the_operator() -> None:
         # supplementalGroups [0] would give the pods root's group.
         ("workloads.deviceGroupId=0", "/workloads/deviceGroupId"),
         ("workloads.deviceGroupId=neuron", "/workloads/deviceGroupId"),
+        # Prometheus credentials: one Authorization header, basic auth whole, a URL to send them to.
+        (
+            "operator.prometheusUrl=http://p:9090,operator.prometheusAuth.existingSecret=s,"
+            "operator.prometheusAuth.bearerTokenKey=t,operator.prometheusAuth.usernameKey=u,"
+            "operator.prometheusAuth.passwordKey=p",
+            "bearerTokenKey and usernameKey/passwordKey are both set",
+        ),
+        (
+            "operator.prometheusUrl=http://p:9090,operator.prometheusAuth.existingSecret=s,"
+            "operator.prometheusAuth.usernameKey=u",
+            "basic auth needs both usernameKey and passwordKey",
+        ),
+        ("operator.prometheusAuth.existingSecret=s", "existingSecret is set but none of its keys"),
+        (
+            "operator.prometheusAuth.existingSecret=s,operator.prometheusAuth.bearerTokenKey=t",
+            "operator.prometheusUrl is empty",
+        ),
+        ("operator.prometheusAuth.bearerKey=t", "bearerKey"),
+        # An allowed URL is scheme://host[:port][/path]: no user-info, query or list in one entry.
+        ("operator.prometheusAllowedUrls={http://user@prom:9090}", "/operator/prometheusAllowedUrls/0"),
+        ("operator.prometheusAllowedUrls={prom.monitoring:9090}", "/operator/prometheusAllowedUrls/0"),
         # A fraction comes through --set as a string: the range is still checked.
         ("operator.reconcileIntervalSeconds=3600.5", "operator.reconcileIntervalSeconds is 3600.5: it must be above 0"),
     ],
@@ -367,6 +398,55 @@ def test_notes_print_the_prometheus_url_without_its_credentials() -> None:
     assert "Prometheus: http://prometheus.monitoring:9090\n" in _notes(
         "operator.prometheusUrl=http://prometheus.monitoring:9090"
     )
+
+
+def test_prometheus_credentials_are_files_of_the_secret_the_operator_reads() -> None:
+    docs = render(
+        sets=[
+            "operator.prometheusUrl=https://prom-proxy.monitoring:8443",
+            "operator.prometheusAuth.existingSecret=prometheus-auth",
+            "operator.prometheusAuth.usernameKey=user,operator.prometheusAuth.passwordKey=pass",
+            "operator.prometheusAuth.caBundleKey=ca",
+        ]
+    )
+    for doc in docs:
+        if doc["apiVersion"].split("/")[0] not in ("kopf.dev", "monitoring.coreos.com"):
+            kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    (deployment,) = by_kind(docs, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    container = _operator_container(docs)
+    env = {e["name"]: e for e in container["env"]}
+    # The username from the Secret's key; nothing secret in a plain value.
+    assert env["NEURONFLEET_PROMETHEUS_USERNAME"]["valueFrom"]["secretKeyRef"] == {
+        "name": "prometheus-auth",
+        "key": "user",
+    }
+    assert "NEURONFLEET_PROMETHEUS_BEARER_TOKEN_FILE" not in env
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "prometheus-auth"]
+    assert "subPath" not in mount  # a subPath mount is never updated: rotation needs the directory
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "prometheus-auth"]
+    files = {item["key"]: f"{mount['mountPath']}/{item['path']}" for item in volume["secret"]["items"]}
+    assert volume["secret"]["secretName"] == "prometheus-auth"
+    assert files == {
+        "pass": env["NEURONFLEET_PROMETHEUS_PASSWORD_FILE"]["value"],
+        "ca": env["NEURONFLEET_PROMETHEUS_CA_FILE"]["value"],
+    }
+    # Nothing of it without a Secret.
+    plain = _operator_container(render())
+    assert not [e for e in plain["env"] if e["name"].startswith("NEURONFLEET_PROMETHEUS_")]
+    assert [m["name"] for m in plain["volumeMounts"]] == ["tmp"]
+
+
+def test_notes_say_which_spec_prometheus_urls_the_operator_may_request() -> None:
+    assert "Spec Prometheus URLs: any (operator.prometheusAllowedUrls is empty)" in _notes()
+    assert "Spec Prometheus URLs: none" in _notes("operator.prometheusAllowedUrls={none}")
+    only = _notes("operator.prometheusAllowedUrls={http://prom.monitoring:9090}")
+    assert "Spec Prometheus URLs: only under http://prom.monitoring:9090 (operator.prometheusAllowedUrls)" in only
+    with_secret = _notes(
+        "operator.prometheusUrl=http://prom.monitoring:9090,operator.prometheusAuth.existingSecret=pa,"
+        "operator.prometheusAuth.bearerTokenKey=token"
+    )
+    assert "Prometheus credentials: Secret pa (bearer token), sent to that URL only" in with_secret
 
 
 def test_notes_say_what_to_change_in_the_example_before_applying_it() -> None:
@@ -564,11 +644,20 @@ def test_operator_command_is_what_neuronfleet_run_accepts(
         assert parsed.interval == 5 and parsed.verbose
         assert workload_service_accounts(parsed) == ("neuronfleet-compile", "neuronfleet-serving")
         assert device_group_id(parsed) == 994
+        policy = prometheus_url_policy(parsed)
+        assert policy.refusal("http://prometheus-operated.monitoring.svc:9090/") is None
+        assert policy.refusal("https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-ci/api") is None
+        assert policy.refusal("http://prometheus-operated.monitoring.svc.evil.io:9090/") is not None
+        credentials = prometheus_credentials(parsed)
+        assert credentials.bearer_token_file == Path("/etc/neuronfleet/prometheus-auth/token")
+        assert credentials.ca_file == Path("/etc/neuronfleet/prometheus-auth/ca.crt")
     else:
         # No chart value: the operator's own default, as before the value existed.
         assert parsed.model_server_image == DEFAULT_IMAGE
         assert workload_service_accounts(parsed) == (None, None)
         assert device_group_id(parsed) is None
+        assert prometheus_url_policy(parsed).allowed is None  # any spec URL, as before the allow-list
+        assert prometheus_credentials(parsed).auth() is None
 
 
 def test_a_large_device_group_id_reaches_the_operator_whole() -> None:
