@@ -33,6 +33,7 @@ from neuronfleet.planning.placement import (
     plan_placement,
     scheduler_warning,
 )
+from neuronfleet.planning.prometheus_urls import AllowListError, PrometheusUrlPolicy, url_target
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -150,6 +151,27 @@ def _packing_warning(model: InferenceDeployment) -> str | None:
     )
 
 
+def _prometheus_url_warning(model: InferenceDeployment, url_policy: PrometheusUrlPolicy | None) -> str | None:
+    """What the operator will do with the spec's own ``scaling.metrics.prometheusUrl``, when it matters:
+    credentials in it (plain text in the object), a URL an allow-list cannot judge (any allow-list
+    refuses it), or one that ``url_policy`` (the operator's ``--prometheus-allowed-url``) refuses."""
+    url = model.spec.scaling.metrics.prometheus_url
+    if not url:
+        return None
+    target = url_target(url)
+    if target is None or (url_policy is not None and url_policy.refusal(url) is not None):
+        policy = url_policy if url_policy is not None and url_policy.allowed is not None else PrometheusUrlPolicy(())
+        return f"{policy.refusal(url)}; the deployment would hold its replicas (ScalingActive PrometheusUrlNotAllowed)"
+    netloc = url.partition("://")[2].partition("/")[0]
+    if "@" in netloc or "?" in url:
+        return (
+            f"spec.scaling.metrics.prometheusUrl (at {target.origin}) carries credentials or a query string, plain "
+            "text in the object for anyone who may read it; leave it unset to use the operator's Prometheus, whose "
+            "credentials come from a Secret (a spec's URL never gets them)"
+        )
+    return None
+
+
 def _other_kind(doc: object) -> str:
     """``Kind/name`` of a Kubernetes object of another API group (a Namespace beside the manifest), else "".
 
@@ -168,7 +190,10 @@ def _other_kind(doc: object) -> str:
 
 
 def validate_files(
-    paths: Iterable[str], neuron_scheduler: str | None = None, headroom: Headroom = DAEMONSET_HEADROOM
+    paths: Iterable[str],
+    neuron_scheduler: str | None = None,
+    headroom: Headroom = DAEMONSET_HEADROOM,
+    url_policy: PrometheusUrlPolicy | None = None,
 ) -> list[DocumentResult]:
     """Validate every InferenceDeployment document in the given files and folders.
 
@@ -176,6 +201,8 @@ def validate_files(
     ``neuron_scheduler`` is the operator's ``--neuron-scheduler``, when known: valid documents whose
     replicas need the Neuron scheduler extension and name no scheduler get a warning. ``headroom``
     is the operator's DaemonSet allowance, which explicit CPU and memory requests must fit beside.
+    ``url_policy`` is the operator's allow-list of spec Prometheus URLs, when known: a spec URL it
+    refuses is warned about.
     """
     results: list[DocumentResult] = []
     for path in _manifest_files(paths):
@@ -208,7 +235,11 @@ def validate_files(
                 if not problems:
                     result.problems = _catalog_problems(model, headroom)
                 if not result.problems:
-                    warnings = (_scheduler_warning(model, neuron_scheduler, headroom), _packing_warning(model))
+                    warnings = (
+                        _scheduler_warning(model, neuron_scheduler, headroom),
+                        _packing_warning(model),
+                        _prometheus_url_warning(model, url_policy),
+                    )
                     result.warnings = [warning for warning in warnings if warning]
                 spec = model.spec
                 result.summary = (
@@ -226,7 +257,14 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     except QuantityError as error:
         err_console.print(f"error: --daemonset-headroom-cpu/--daemonset-headroom-memory: {error}", markup=False)
         return 2
-    everything = validate_files(args.filename, args.neuron_scheduler, headroom)
+    try:
+        url_policy = (
+            PrometheusUrlPolicy.from_entries(args.prometheus_allowed_url) if args.prometheus_allowed_url else None
+        )
+    except AllowListError as error:
+        err_console.print(f"error: --prometheus-allowed-url: {error}", markup=False)
+        return 2
+    everything = validate_files(args.filename, args.neuron_scheduler, headroom, url_policy)
     results = [result for result in everything if not result.skipped]
     failed = 0
     for result in everything:
@@ -277,6 +315,13 @@ def _register_validate(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         help="the operator's --neuron-scheduler (chart: operator.neuronSchedulerName), if it runs with one: "
         "without it, replicas that need the Neuron scheduler extension (more than one NeuronCore, not a "
         "whole node) and name no spec.placement.schedulerName are warned about",
+    )
+    p.add_argument(
+        "--prometheus-allowed-url",
+        action="append",
+        metavar="PREFIX",
+        help="the operator's --prometheus-allowed-url (chart: operator.prometheusAllowedUrls), repeatable: a "
+        "spec.scaling.metrics.prometheusUrl outside it is warned about (the operator would not request it)",
     )
     add_headroom_flags(p)
     p.set_defaults(func=_cmd_validate)

@@ -245,3 +245,49 @@ def test_a_store_of_an_unsupported_scheme_is_explained_not_quoted_as_a_pattern(t
     ]
     rule = openapi_schema()["properties"]["spec"]["properties"]["compile"]["properties"]["artifactStore"]
     assert [r["message"] for r in rule["x-kubernetes-validations"]] == [ARTIFACT_STORE_MESSAGE]
+
+
+def _with_prometheus_url(tmp_path: Path, url: str) -> Path:
+    doc = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
+    doc["spec"]["scaling"].setdefault("metrics", {})["prometheusUrl"] = url
+    path = tmp_path / "with-url.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_a_prometheus_url_the_operators_allow_list_refuses_is_warned_of(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _with_prometheus_url(tmp_path, "http://prometheus.monitoring.svc.evil.io:9090/")
+    allowed = ["--prometheus-allowed-url", "http://prometheus.monitoring.svc:9090"]
+    assert main(["validate", "-f", str(path), *allowed]) == 0  # valid all the same
+    out = capsys.readouterr().out
+    assert (
+        "warning: spec.scaling.metrics.prometheusUrl (at http://prometheus.monitoring.svc.evil.io:9090) is not" in out
+    )
+    assert "PrometheusUrlNotAllowed" in out
+    # Without the operator's allow-list nothing is known of it; under it, nothing to say.
+    assert main(["validate", "-f", str(path)]) == 0
+    assert "warning" not in capsys.readouterr().out
+    allowed_path = _with_prometheus_url(tmp_path, "http://prometheus.monitoring.svc:9090/")
+    assert main(["validate", "-f", str(allowed_path), *allowed]) == 0
+    assert "warning" not in capsys.readouterr().out
+    assert main(["validate", "-f", str(path), "--prometheus-allowed-url", "prometheus:9090"]) == 2
+    assert "error: --prometheus-allowed-url: 'prometheus:9090' is not an http(s)://host" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("http://user:S3cr3t@prometheus.monitoring:9090/", "carries credentials or a query string"),
+        ("http://prometheus.monitoring:9090/?token=T0ken", "carries credentials or a query string"),
+        ("http://evil.io\\@prometheus.monitoring:9090/", "not an http(s) URL that the operator's allow-list"),
+    ],
+)
+def test_a_prometheus_url_with_credentials_or_that_no_allow_list_can_judge_is_warned_of(
+    tmp_path: Path, url: str, said: str
+) -> None:
+    [result] = validate_files([str(_with_prometheus_url(tmp_path, url))])
+    assert not result.problems
+    assert len(result.warnings) == 1 and said in result.warnings[0]
+    assert "S3cr3t" not in result.warnings[0] and "T0ken" not in result.warnings[0]
