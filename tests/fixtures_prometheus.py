@@ -13,6 +13,8 @@ be done (no root, no apt) the tests that need it are skipped with the reason.
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import os
 import shutil
 import subprocess
@@ -80,6 +82,53 @@ def prometheus_binary() -> str | None:
     return shutil.which("prometheus")
 
 
+def private_ca(directory: Path) -> tuple[Path, Path, Path]:
+    """A private CA and a server certificate it signed for 127.0.0.1, as PEM files in ``directory``:
+    (the CA bundle, the server's certificate, its key). Skips the test without ``cryptography``."""
+    pytest.importorskip("cryptography")
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "neuronfleet test CA")])
+
+    def signed(builder: x509.CertificateBuilder) -> x509.Certificate:
+        return (
+            builder.issuer_name(ca_name)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .sign(ca_key, hashes.SHA256())
+        )
+
+    ca = signed(
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .public_key(ca_key.public_key())
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+    )
+    cert = signed(
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .public_key(key.public_key())
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+    )
+    ca_file, cert_file, key_file = directory / "ca.pem", directory / "server.pem", directory / "server-key.pem"
+    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return ca_file, cert_file, key_file
+
+
 @pytest.fixture(scope="session")
 def prometheus_bin() -> str:
     binary = prometheus_binary()
@@ -104,4 +153,12 @@ def prometheus(prometheus_bin: str, tmp_path: Path) -> Iterator[PrometheusServer
         server.stop()
 
 
-__all__ = ["PrometheusServer", "TargetGroup", "free_port", "prometheus", "prometheus_bin", "prometheus_binary"]
+__all__ = [
+    "PrometheusServer",
+    "TargetGroup",
+    "free_port",
+    "private_ca",
+    "prometheus",
+    "prometheus_bin",
+    "prometheus_binary",
+]

@@ -10,8 +10,6 @@ trusted through ``--prometheus-ca-file``.
 from __future__ import annotations
 
 import base64
-import datetime
-import ipaddress
 import json
 import os
 import ssl
@@ -24,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from fixtures_prometheus import private_ca
 
 from neuronfleet import run_command
 from neuronfleet.api.v1alpha1 import InferenceDeployment
@@ -244,58 +243,10 @@ async def test_a_spec_url_the_allow_list_refuses_is_not_requested(
         metrics.close()
 
 
-def _certificates(tmp_path: Path) -> tuple[Path, ssl.SSLContext]:
-    """A private CA (its PEM file) and a server context with a certificate it signed for 127.0.0.1."""
-    pytest.importorskip("cryptography")
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "neuronfleet test CA")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    ca_file = tmp_path / "ca.pem"
-    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    chain = tmp_path / "server.pem"
-    chain.write_bytes(
-        cert.public_bytes(serialization.Encoding.PEM)
-        + key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(chain)
-    return ca_file, context
-
-
 async def test_a_private_ca_is_trusted_through_the_ca_file(tmp_path: Path) -> None:
-    ca_file, context = _certificates(tmp_path)
+    ca_file, cert_file, key_file = private_ca(tmp_path)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_file, key_file)
     server = RecordingPrometheus(tls=context)
     token = token_file(tmp_path, "T0ken-1")
     without = PrometheusMetrics(server.url, credentials=PrometheusCredentials(bearer_token_file=token))
