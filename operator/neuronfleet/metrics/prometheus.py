@@ -275,58 +275,58 @@ class _Skipped(Exception):
 
 
 class _Breaker:
-    """The back-off of every URL; used from the event loop and the query threads."""
+    """The back-off of every endpoint; used from the event loop and the query threads."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
         self._lock = threading.Lock()
         self._state: dict[Endpoint, Backoff] = {}
 
-    def get(self, url: Endpoint) -> Backoff | None:
+    def get(self, endpoint: Endpoint) -> Backoff | None:
         with self._lock:
-            return self._state.get(url)
+            return self._state.get(endpoint)
 
-    def _unavailable(self, url: Endpoint, backoff: Backoff, now: float) -> str:
+    def _unavailable(self, endpoint: Endpoint, backoff: Backoff, now: float) -> str:
         left = max(backoff.until, backoff.probe_until) - now
         return (
-            f"Prometheus at {redact_url(url.url)} unavailable: {backoff.reason} "
+            f"Prometheus at {redact_url(endpoint.url)} unavailable: {backoff.reason} "
             f"(backing off: asked again in {left:.0f} s)"
         )
 
-    def admit(self, url: Endpoint, probe_seconds: float) -> bool:
-        """Whether a snapshot that may query ``url`` is its probe; raises _Skipped if it may not."""
+    def admit(self, endpoint: Endpoint, probe_seconds: float) -> bool:
+        """Whether a snapshot that may query ``endpoint`` is its probe; raises _Skipped if it may not."""
         with self._lock:
-            backoff, now = self._state.get(url), self._clock()
+            backoff, now = self._state.get(endpoint), self._clock()
             if backoff is None:
                 return False
             if now < backoff.until or now < backoff.probe_until:
-                raise _Skipped(self._unavailable(url, backoff, now))
+                raise _Skipped(self._unavailable(endpoint, backoff, now))
             backoff.probe_until = now + probe_seconds
             return True
 
-    def check(self, url: Endpoint) -> None:
-        """Raise _Skipped if ``url`` backs off (for a snapshot queued while it started to)."""
+    def check(self, endpoint: Endpoint) -> None:
+        """Raise _Skipped if ``endpoint`` backs off (for a snapshot queued while it started to)."""
         with self._lock:
-            backoff, now = self._state.get(url), self._clock()
+            backoff, now = self._state.get(endpoint), self._clock()
             if backoff is not None and now < backoff.until:
-                raise _Skipped(self._unavailable(url, backoff, now))
+                raise _Skipped(self._unavailable(endpoint, backoff, now))
 
-    def failed(self, url: Endpoint, reason: str) -> None:
+    def failed(self, endpoint: Endpoint, reason: str) -> None:
         with self._lock:
-            backoff, now = self._state.get(url), self._clock()
+            backoff, now = self._state.get(endpoint), self._clock()
             if backoff is not None and now < backoff.until:
                 return  # the same outage, met by a snapshot that had started before it was known
             failures = backoff.failures + 1 if backoff is not None else 1
             seconds = min(MAX_BACKOFF_SECONDS, BACKOFF_SECONDS * 2 ** (failures - 1))
-            self._state[url] = Backoff(failures, now + seconds, seconds, reason)
+            self._state[endpoint] = Backoff(failures, now + seconds, seconds, reason)
 
-    def answered(self, url: Endpoint) -> None:
+    def answered(self, endpoint: Endpoint) -> None:
         with self._lock:
-            self._state.pop(url, None)
+            self._state.pop(endpoint, None)
 
 
 class PrometheusMetrics:
-    """A metrics source for the reconcile; one client per Prometheus URL.
+    """A metrics source for the reconcile; one client per :class:`Endpoint` (a URL, own or a spec's).
 
     ``clock`` (monotonic seconds) times the back-off only; the queries' timeouts are real time.
     ``credentials`` are sent to ``default_url`` only; ``url_policy`` says which spec URLs may be
