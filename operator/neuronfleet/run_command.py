@@ -414,15 +414,18 @@ async def _run(args: argparse.Namespace) -> None:
         max_concurrent_reconciles=args.max_concurrent_reconciles,
         prometheus_urls=url_policy,
     )
-    metrics = None
-    if args.prometheus_url:
-        from neuronfleet.metrics.prometheus import PrometheusMetrics, redact_url
+    from neuronfleet.metrics.prometheus import PrometheusMetrics, redact_url
 
-        try:
-            metrics = PrometheusMetrics(args.prometheus_url, credentials=credentials, url_policy=url_policy)
-        except CredentialsError as error:
-            raise RunSetupError(str(error)) from None
+    # Built without --prometheus-url too: a spec's scaling.metrics.prometheusUrl is read on its own
+    # (the CRD and the chart's NOTES say so); specs naming none then hold and say why.
+    try:
+        metrics = PrometheusMetrics(args.prometheus_url, credentials=credentials, url_policy=url_policy)
+    except CredentialsError as error:
+        raise RunSetupError(str(error)) from None
+    if args.prometheus_url:
         logger.info("Prometheus at %s: %s", redact_url(args.prometheus_url), credentials.describe())
+    else:
+        logger.info("no --prometheus-url: Auto scaling reads only the Prometheus a spec names (prometheusUrl)")
     context = await build_context(replace(settings), args.kubeconfig, metrics)
     if args.metrics_port is not None:
         context.metrics = OperatorMetrics()

@@ -9,6 +9,7 @@ trusted through ``--prometheus-ca-file``.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -356,3 +357,27 @@ def test_run_refuses_unusable_prometheus_settings_in_one_line(
 ) -> None:
     assert main(["run", "--kubeconfig", _kubeconfig(tmp_path / "kubeconfig"), *flags]) == 2
     assert capsys.readouterr().err.startswith(complaint)
+
+
+def test_run_without_an_operator_url_still_reads_a_spec_url(
+    tmp_path: Path, run_env: pytest.MonkeyPatch, harvester: RecordingPrometheus
+) -> None:
+    # Without --prometheus-url no metrics source was built at all: a spec's prometheusUrl, which the
+    # CRD says is the Prometheus to query, was never asked, and its fleet held ("no metrics source").
+    seen: list[Any] = []
+
+    async def build_context(settings: OperatorSettings, kubeconfig: Any, metrics: Any, *args: Any) -> Any:
+        seen.append(metrics)
+        raise run_command.RunSetupError("stopped before connecting")
+
+    run_env.setattr(run_command, "build_context", build_context)
+    assert main(["run", "--kubeconfig", _kubeconfig(tmp_path / "kubeconfig")]) == 2
+    (metrics,) = seen
+    assert isinstance(metrics, PrometheusMetrics) and metrics.default_url is None
+    try:
+        asyncio.run(read(metrics, harvester.url))
+        assert harvester.seen and harvester.authorizations == {None}
+        snapshot, reason = asyncio.run(metrics.snapshot(deployment(None), time.time()))
+        assert snapshot is None and "no Prometheus URL configured" in reason
+    finally:
+        metrics.close()
