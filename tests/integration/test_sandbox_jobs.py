@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
+from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.kubelet import ContainerResult
 from neuronfleet.sandbox.runners import SubprocessRunner
 
@@ -59,6 +60,10 @@ def job_body(name: str, *, command: list[str] | None = None, **spec: Any) -> dic
             **spec,
         },
     }
+
+
+#: A pod spec the sandbox admits (and the kubelet runs), with no ServiceAccount named.
+POD_SPEC: dict[str, Any] = {"containers": [{"name": "main", "image": "neuronserve:compile"}]}
 
 
 def condition_types(job: dict[str, Any] | None) -> set[str]:
@@ -130,3 +135,42 @@ async def test_job_with_a_real_command_and_backoff_limit() -> None:
             if p["metadata"]["labels"].get("job-name") == "bad"
         )
         assert exits == [3, 3]
+
+
+async def test_service_account_admission_refuses_pods_and_the_job_controller_says_so_in_an_event() -> None:
+    # Real kube-apiserver: the ServiceAccount admission plugin refuses a pod naming an account absent
+    # from its namespace; the Job controller reports it only in a FailedCreate Event and tries again.
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        pod = {"metadata": {"name": "reader"}, "spec": {"serviceAccountName": "model-reader", **POD_SPEC}}
+        with pytest.raises(ApiError) as refused:
+            cluster.create("pods", pod, "default")
+        assert refused.value.code == 403
+        assert refused.value.message == (
+            'pods "reader" is forbidden: error looking up service account default/model-reader: '
+            'serviceaccount "model-reader" not found'
+        )
+        # No name, or `default`: the account the ServiceAccount controller keeps in every namespace.
+        plain = cluster.create("pods", {"metadata": {"name": "plain"}, "spec": POD_SPEC}, "default")
+        assert plain["spec"]["serviceAccountName"] == "default"
+
+        body = job_body("compile")
+        body["spec"]["template"]["spec"]["serviceAccountName"] = "model-compiler"
+        cluster.create("jobs", body, "default", group="batch")
+
+        def failed_creates() -> list[dict[str, Any]]:
+            return [e for e in cluster.list("events", "default") if e["reason"] == "FailedCreate"]
+
+        (event,) = await cluster.wait_for(failed_creates, timeout=60, what="a FailedCreate Event")
+        assert event["type"] == "Warning" and event["involvedObject"]["name"] == "compile"
+        assert event["message"] == (
+            'Error creating: pods "compile-" is forbidden: error looking up service account '
+            'default/model-compiler: serviceaccount "model-compiler" not found'
+        )
+        assert not [p for p in cluster.list("pods", "default") if (p["metadata"].get("labels") or {}).get("job-name")]
+
+        cluster.create("serviceaccounts", {"metadata": {"name": "model-compiler"}}, "default")
+        await cluster.wait_for(lambda: "Complete" in condition_types(job(cluster, "compile")), timeout=600)
+        (made,) = [p for p in cluster.list("pods", "default") if (p["metadata"].get("labels") or {}).get("job-name")]
+        assert made["spec"]["serviceAccountName"] == "model-compiler"

@@ -6,7 +6,10 @@ labelled ``batch.kubernetes.io/job-name`` and ``controller-uid``). A Succeeded p
 (``Complete`` and ``SuccessCriteriaMet`` conditions, ``succeeded``, ``completionTime``); a Failed
 pod counts against ``backoffLimit`` (default 6) and is replaced until the limit is exceeded
 (``Failed`` condition, reason BackoffLimitExceeded); ``activeDeadlineSeconds`` fails the Job with
-DeadlineExceeded; ``ttlSecondsAfterFinished`` deletes a finished Job (and, by GC, its pods).
+DeadlineExceeded; ``ttlSecondsAfterFinished`` deletes a finished Job (and, by GC, its pods). A pod
+the API server refuses (admission: a missing ServiceAccount or PriorityClass) is reported as the
+real controller does, in a FailedCreate Warning Event on the Job ("Error creating: <the API
+server's message>"), and tried again at the next round, the Job's status unchanged.
 Not done: ``completions``/``parallelism`` above 1, indexed Jobs, pod failure policies.
 """
 
@@ -106,7 +109,12 @@ class JobController:
         if deadline is not None:
             self._wake_at(f"{uid}/deadline", float(deadline) - (now - started))
         if not active:
-            self._create_pod(job)
+            try:
+                self._create_pod(job)
+            except ApiError as exc:
+                # As kube-controller-manager: said only in an Event, and tried again next round.
+                self.events.record(job, "Warning", "FailedCreate", f"Error creating: {exc.message}")
+                return
             active_count = 1
         else:
             active_count = len(active)

@@ -933,6 +933,20 @@ class Store:
             obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
         return obj
 
+    def _admit_service_account(self, pod: Obj, spec: dict[str, Any]) -> None:
+        """The ServiceAccount admission plugin: a pod runs as the account it names, else ``default``,
+        which must exist in its namespace. ``default`` always does here: kube-controller-manager's
+        ServiceAccount controller makes it in every namespace, and the sandbox serves no such object."""
+        name = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
+        spec["serviceAccountName"] = spec["serviceAccount"] = name
+        if name == "default":
+            return
+        namespace = _meta(pod).get("namespace")
+        if self.try_get(self.resources[("", "serviceaccounts")], namespace, name) is None:
+            raise _forbidden_pod(
+                pod, f'error looking up service account {namespace}/{name}: serviceaccount "{name}" not found'
+            )
+
     def _admit_pod(self, pod: Obj, old: Obj | None) -> None:
         spec = pod.get("spec")
         if not isinstance(spec, dict) or not isinstance(spec.get("containers"), list) or not spec["containers"]:
@@ -950,15 +964,13 @@ class Store:
                 tolerations.append(
                     {"key": taint_key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
                 )
+        self._admit_service_account(pod, spec)
         class_name = spec.get("priorityClassName")
         pc_rt = self.resources[("scheduling.k8s.io", "priorityclasses")]
         if class_name:
             pc = self.try_get(pc_rt, None, class_name)
             if pc is None:
-                raise errors.forbidden(
-                    f'pods "{_meta(pod).get("name", "")}" is forbidden: '
-                    f"no PriorityClass with name {class_name} was found"
-                )
+                raise _forbidden_pod(pod, f"no PriorityClass with name {class_name} was found")
             spec["priority"] = int(pc["value"])
             spec.setdefault("preemptionPolicy", pc.get("preemptionPolicy", "PreemptLowerPriority"))
         elif "priority" not in spec:
@@ -971,6 +983,17 @@ class Store:
             container.setdefault("terminationMessagePath", "/dev/termination-log")
             container.setdefault("resources", {})
         pod["status"] = {"phase": "Pending", "qosClass": _qos_class(spec)}
+
+
+def _forbidden_pod(pod: Obj, why: str) -> errors.ApiError:
+    """Admission's 403, named as kube-apiserver names it: a pod made with generateName (a Job
+    controller's) is called by its prefix, its name being generated after admission there (here
+    before: a generated name is the prefix and five characters)."""
+    meta = _meta(pod)
+    name, prefix = str(meta.get("name") or ""), str(meta.get("generateName") or "")
+    if prefix and name.startswith(prefix) and len(name) == len(prefix) + 5:
+        name = prefix
+    return errors.forbidden(f'pods "{name or "Unknown"}" is forbidden: {why}')
 
 
 def _copy_object(obj: Obj) -> Obj:
