@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -49,6 +48,7 @@ from neuronfleet.kube.builders import (
 from neuronfleet.kube.client import UNANSWERED, KubeApi
 from neuronfleet.kube.jobs import build_compile_job, wanted_job_spec
 from neuronfleet.kube.observe import observe_cluster
+from neuronfleet.planning.admission import WorkloadAccount, missing_account_message, refusal_for, workload_account
 from neuronfleet.planning.compile import (
     CompileObservation,
     CompileRequest,
@@ -89,9 +89,6 @@ from neuronfleet.planning.signals import MetricSnapshot
 from neuronfleet.planning.status import Refusal, invalid_status, status_patch
 
 logger = logging.getLogger(__name__)
-
-#: The API server's words when a pod names a PriorityClass that does not exist (admission).
-_MISSING_PRIORITY_CLASS = re.compile(r"no PriorityClass with name (\S+) was found")
 
 
 class MetricsSource(Protocol):
@@ -171,18 +168,10 @@ def _call_error(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _refusal(exc: ApiException) -> Refusal | None:
-    """A pod creation refused at admission (403 Forbidden / 422), in the API server's words."""
-    if exc.status not in (403, 422):
-        return None
+def _refusal(exc: ApiException, serving: WorkloadAccount) -> Refusal | None:
+    """A pod creation refused at admission (403 Forbidden / 422), named by planning when it can."""
     body = exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else str(exc.body or "")
-    if found := _MISSING_PRIORITY_CLASS.search(body):
-        return Refusal(
-            Reason.PRIORITY_CLASS_MISSING,
-            f"PriorityClass {found.group(1)} does not exist, so no pod naming it can be created: "
-            "install the chart's PriorityClasses (priorityClasses.create) or create it",
-        )
-    return Refusal(Reason.POD_CREATION_REFUSED, f"the API server refused a pod: {_api_error(exc)}")
+    return refusal_for(exc.status or 0, body, serving, _api_error(exc))
 
 
 class Reconciler:
@@ -245,6 +234,12 @@ class Reconciler:
             compile_error = f"compile Jobs: {_api_error(exc)}"
         if compiled is not None and cluster.jobs is not None:
             jobs = cluster.jobs
+            missing = None
+            if jobs.missing_service_account is not None:
+                account = workload_account(
+                    "compile", dep.spec.compile.service_account_name, self.settings.builder.compile_service_account
+                )
+                missing = missing_account_message(account, namespace, jobs.missing_service_account)
             compiled = replace(
                 compiled,
                 job_phase=jobs.phase,
@@ -253,6 +248,7 @@ class Reconciler:
                 running_jobs=jobs.running,
                 job_spec=jobs.job_spec,
                 job_republishes=jobs.republishes,
+                missing_account=missing,
             )
         snapshot, problem, problem_reason = None, "no metrics source configured", Reason.METRICS_UNAVAILABLE
         spec = dep.spec.scaling
@@ -358,8 +354,11 @@ class Reconciler:
                     logger.info("%s/%s: pod %s is gone; the rest of the plan waits", namespace, dep.name, action.name)
                     break
             except _CALL_FAILED as exc:
+                serving = workload_account(
+                    "serving", dep.spec.runtime.service_account_name, self.settings.builder.serving_service_account
+                )
                 refusal = (
-                    _refusal(exc)
+                    _refusal(exc, serving)
                     if isinstance(exc, ApiException) and isinstance(action, CreatePod | CreatePlaceholder)
                     else None
                 )

@@ -284,6 +284,7 @@ class KubeClient:
             "Pod": self.core.read_namespaced_pod,
             "Service": self.core.read_namespaced_service,
             "PodDisruptionBudget": self.policy.read_namespaced_pod_disruption_budget,
+            "ServiceAccount": self.core.read_namespaced_service_account,
         }
         try:
             return await self._json(readers[kind](name, namespace, _preload_content=False))

@@ -11,15 +11,21 @@ A running compile Job's message says why its pod has not started: unschedulable,
 pulled, or no pod at all :data:`NO_POD_SECONDS` after the Job was made (the API server refusing the
 pod: a ResourceQuota, a LimitRange, an admission webhook). Without it the Compiled condition reads
 "compile Job running" for the Job's whole ``timeoutSeconds``, then DeadlineExceeded without a cause.
+Such a Job's ServiceAccount is then read (only then: a healthy fleet costs no read), since a missing
+account is the refusal a person most often causes (a typo, or a namespace not yet set up); a read
+the operator may not make (403) or that fails leaves it unknown, and the message as it was.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 
+from kubernetes_asyncio.client.exceptions import ApiException
+
 from neuronfleet.kube.builders import parse_pod
-from neuronfleet.kube.client import KubeApi, Obj
+from neuronfleet.kube.client import UNANSWERED, KubeApi, Obj
 from neuronfleet.kube.coldstart import pod_timelines
 from neuronfleet.kube.jobs import (
     ANNOTATION_JOB_SPEC,
@@ -29,11 +35,16 @@ from neuronfleet.kube.jobs import (
     compile_job_selector,
     job_phase,
 )
+from neuronfleet.planning.admission import DEFAULT_ACCOUNT
 from neuronfleet.planning.catalog import LABEL_ZONE
 from neuronfleet.planning.coldstart import PodTimeline
 from neuronfleet.planning.compile import CompileRequest, JobPhase
 from neuronfleet.planning.fleet import PodView
 from neuronfleet.planning.labels import deployment_selector
+
+logger = logging.getLogger(__name__)
+
+_READ_FAILED: tuple[type[Exception], ...] = (ApiException, *UNANSWERED)
 
 
 @dataclass(frozen=True)
@@ -48,6 +59,9 @@ class CompileJobs:
     job_spec: str | None = None
     #: The current request's Job was made to compile a dangling request record again.
     republishes: bool = False
+    #: The ServiceAccount the current request's running Job names, read because the Job has made no
+    #: pod, and found missing; None when it exists, was not read, or could not be.
+    missing_service_account: str | None = None
 
 
 @dataclass(frozen=True)
@@ -132,27 +146,45 @@ def _no_pod_details(job: Obj, now: datetime | None) -> str:
     )
 
 
-async def _waiting_details(kube: KubeApi, namespace: str, job: Obj, now: datetime | None) -> str:
+async def _missing_account(kube: KubeApi, namespace: str, job: Obj) -> str | None:
+    """The ServiceAccount the Job's pods name, when a read finds it missing (None: it exists, it is
+    the namespace's ``default``, which the ServiceAccount controller keeps, or the read failed)."""
+    pod_spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+    name = pod_spec.get("serviceAccountName") or pod_spec.get("serviceAccount") or DEFAULT_ACCOUNT
+    if name == DEFAULT_ACCOUNT:
+        return None
+    try:
+        found = await kube.read("ServiceAccount", namespace, name)
+    except _READ_FAILED as exc:
+        # 403: the operator's role lacks `get serviceaccounts` (an older chart): unknown, not missing.
+        logger.debug("%s: ServiceAccount %s not read: %s", namespace, name, exc)
+        return None
+    return name if found is None else None
+
+
+async def _waiting_details(kube: KubeApi, namespace: str, job: Obj, now: datetime | None) -> tuple[str, str | None]:
     """Why a running compile Job's pod has not started: unschedulable, its image not pulled, or no
-    pod made at all (see :func:`_no_pod_details`).
+    pod made at all (see :func:`_no_pod_details`); with the latter, the Job's ServiceAccount when a
+    read finds it missing.
 
     Empty when it runs (or nothing says why not). A Job stuck so would otherwise read "running"
     until its deadline, then "DeadlineExceeded" without the cause.
     """
     pods = await kube.list_pods(namespace, {"job-name": job["metadata"]["name"]})
     if not pods:
-        return _no_pod_details(job, now)
+        details = _no_pod_details(job, now)
+        return details, (await _missing_account(kube, namespace, job) if details else None)
     for pod in pods:
         status = pod.get("status") or {}
         for container in status.get("containerStatuses") or []:
             waiting = (container.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") and waiting["reason"] not in ("ContainerCreating", "PodInitializing"):
-                return f"{waiting['reason']}: {(waiting.get('message') or '').strip()[:300]}".rstrip(": ")
+                return f"{waiting['reason']}: {(waiting.get('message') or '').strip()[:300]}".rstrip(": "), None
         for condition in status.get("conditions") or []:
             if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
                 why = (condition.get("message") or condition.get("reason") or "").strip()[:300]
-                return f"not scheduled: {why}"
-    return ""
+                return f"not scheduled: {why}", None
+    return "", None
 
 
 async def observe_compile_jobs(
@@ -169,6 +201,7 @@ async def observe_compile_jobs(
     message = ""
     job_spec = None
     republishes = False
+    missing_account = None
     running = []
     current: Obj | None = None
     for job in jobs:
@@ -184,8 +217,8 @@ async def observe_compile_jobs(
     if phase == "failed":
         message = await _failure_details(kube, namespace, name, message)
     elif phase == "running" and current is not None:
-        message = await _waiting_details(kube, namespace, current, now)
-    return CompileJobs(name, phase, message, tuple(sorted(running)), job_spec, republishes)
+        message, missing_account = await _waiting_details(kube, namespace, current, now)
+    return CompileJobs(name, phase, message, tuple(sorted(running)), job_spec, republishes, missing_account)
 
 
 def controlled_by(pod: Obj, owner_uid: str | None) -> bool:

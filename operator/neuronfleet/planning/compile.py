@@ -164,6 +164,9 @@ class CompileObservation:
     dangling: DanglingRecord | None = None
     #: The observed Job was started to compile a dangling record again (it carries the mark).
     job_republishes: bool = False
+    #: The running Job has made no pod because its ServiceAccount does not exist: what to say of it
+    #: (:func:`neuronfleet.planning.admission.missing_account_message`); None when it exists or is unknown.
+    missing_account: str | None = None
 
     @property
     def attempt(self) -> str:
@@ -302,6 +305,9 @@ def _decide(observed: CompileObservation, previous: StoredArtifact | None) -> Co
             Reason.ARTIFACT_MISSING,
             f"compile Job succeeded but {observed.request.record_uri} is missing",
         )
+    if observed.job_phase == "running" and observed.missing_account is not None:
+        # Not a wait: nothing compiles until the account exists (the Job then makes its pod itself).
+        return CompileDecision(False, previous, "False", Reason.SERVICE_ACCOUNT_MISSING, observed.missing_account)
     waiting = "running" if observed.job_phase == "running" else "starting"
     # A running Job's message says why its pod has not started (unschedulable, image not pulled).
     stuck = ""

@@ -30,6 +30,10 @@ class Reason(StrEnum):
     ARTIFACT_GONE = "ArtifactGone"
     SOURCE_UNREADABLE = "SourceUnreadable"
     STORE_UNAVAILABLE = "StoreUnavailable"
+    # Compiled and Degraded (the compile Job's account is missing, or its CPU limit is below its
+    # request); Scheduled and Degraded (the serving pods' account is missing, or their CPU limit is)
+    SERVICE_ACCOUNT_MISSING = "ServiceAccountMissing"
+    CPU_LIMIT_BELOW_REQUEST = "CPULimitBelowRequest"
     # Scheduled
     ALL_PODS_SCHEDULED = "AllPodsScheduled"
     NO_PODS_WANTED = "NoPodsWanted"

@@ -30,6 +30,7 @@ from typing import Any
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment, InferenceDeploymentSpec, WarmPoolStatus
 from neuronfleet.planning import coldstart, scaling, warmpool
+from neuronfleet.planning.admission import compile_cpu_limit_problem, serving_cpu_limit_problem
 from neuronfleet.planning.compile import (
     CompileDecision,
     CompileRequest,
@@ -259,6 +260,9 @@ def _compile(
         decision = CompileDecision(False, durable.artifact, "Unknown", Reason.STORE_UNAVAILABLE, detail)
         return decision, (), (f"compile pipeline: {detail}",)
     decision = decide_compile(replace(observed, failed_before=durable.compile_failure), durable.artifact)
+    if decision.create_job and (problem := compile_cpu_limit_problem(dep.spec.compile)) is not None:
+        # The Job's pod would be refused at every try: no Job until the spec is fixed.
+        decision = CompileDecision(False, decision.serve, "False", Reason.CPU_LIMIT_BELOW_REQUEST, problem)
     actions: list[CompileAction] = []
     if decision.create_job:
         actions.append(StartCompileJob(observed.request, observed.job_name, decision.republish))
@@ -342,19 +346,27 @@ def plan_reconcile(
             may_move=may_move_type(last_scale_at, now, resizing=resizing),
         )
     fleet: FleetPlan | None = None
+    foreseen: tuple[Refusal, ...] = ()
     if placement is not None and placement.chosen is not None and not spec_problems:
         serve = decision.serve
+        cpu_problem = serving_cpu_limit_problem(spec.runtime, placement.chosen)
+        if cpu_problem is not None:
+            foreseen = (Refusal(Reason.CPU_LIMIT_BELOW_REQUEST, cpu_problem),)
         target = FleetTarget(
             template=template_of(placement.chosen),
             artifact=ArtifactRevision(serve.revision, serve.uri) if serve else None,
             active=scale.desired,
             warm=warm.pods,
-            placeholders=warm.node_placeholders,
+            # A placeholder has the replicas' resources: the API server would refuse it too.
+            placeholders=0 if cpu_problem is not None else warm.node_placeholders,
             # Its running pods keep serving, but a new one could not load it and would crash-loop.
             hold_creations=(
                 f"the artifact of revision {serve.revision} is gone from the store; no new pod could load it "
                 "until it is republished (see Compiled)"
                 if serve is not None and decision.serve_gone
+                # Pods the API server would refuse: the ones running (of an earlier spec) keep serving.
+                else "spec.runtime.cpuLimit is below the pods' CPU request (see Degraded)"
+                if cpu_problem is not None
                 else None
             ),
         )
@@ -400,6 +412,7 @@ def plan_reconcile(
         spec_replicas=spec.scaling.replicas,
         errors=observe_errors + memory.apply_errors,
         refusals=memory.refusals,
+        foreseen_refusals=foreseen,
         corrupt_annotations=observation.corrupt_annotations,
         rollout_stalled=summary.rollout_stalled(now, spec.rollout.progress_deadline_seconds),
         spec_problems=tuple(spec_problems),

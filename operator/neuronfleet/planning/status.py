@@ -65,7 +65,14 @@ CONDITION_TYPES: tuple[ConditionType, ...] = (
 #: Compile outcomes a person has to act on, or know of (an artifact gone from the store: new pods
 #: cannot load it until it is compiled again). They make the deployment Degraded (a Warning Event).
 COMPILE_PROBLEMS = frozenset(
-    {Reason.COMPILE_FAILED, Reason.ARTIFACT_MISSING, Reason.ARTIFACT_GONE, Reason.SOURCE_UNREADABLE}
+    {
+        Reason.COMPILE_FAILED,
+        Reason.ARTIFACT_MISSING,
+        Reason.ARTIFACT_GONE,
+        Reason.SOURCE_UNREADABLE,
+        Reason.SERVICE_ACCOUNT_MISSING,
+        Reason.CPU_LIMIT_BELOW_REQUEST,
+    }
 )
 
 
@@ -81,9 +88,15 @@ class ConditionValue:
 
 @dataclass(frozen=True)
 class Refusal:
-    """The API server refused to create a pod (admission): why, in its words."""
+    """The API server refused to create a pod (admission), or would (the plan makes none): why, with
+    the setting to change where it is known (:mod:`neuronfleet.planning.admission`)."""
 
-    reason: Literal[Reason.PRIORITY_CLASS_MISSING, Reason.POD_CREATION_REFUSED]
+    reason: Literal[
+        Reason.PRIORITY_CLASS_MISSING,
+        Reason.POD_CREATION_REFUSED,
+        Reason.SERVICE_ACCOUNT_MISSING,
+        Reason.CPU_LIMIT_BELOW_REQUEST,
+    ]
     message: str
 
 
@@ -119,6 +132,9 @@ class StatusInputs:
     errors: tuple[str, ...] = ()
     #: Pod creations the API server refused this round (a missing PriorityClass, a quota...).
     refusals: tuple[Refusal, ...] = ()
+    #: Pod creations the plan held because the API server would refuse them (a CPU limit below the
+    #: request): said as the refusals are.
+    foreseen_refusals: tuple[Refusal, ...] = ()
     #: Annotations of the object that could not be parsed (e.g. Kopf's last-handled-configuration).
     corrupt_annotations: tuple[str, ...] = ()
     #: A rollout running longer than spec.rollout.progressDeadlineSeconds.
@@ -170,9 +186,9 @@ def _scheduled(inputs: StatusInputs, placement_problems: list[str]) -> Condition
             Reason.NOT_SCHEDULED,
             f"{_plural(len(not_scheduled), 'pod')} not scheduled; {not_scheduled[0].name}: {not_scheduled[0].message}",
         )
-    if inputs.refusals:
+    if refusals := inputs.foreseen_refusals + inputs.refusals:
         # Pods that were never created are not scheduled: say why they do not exist.
-        refusal = inputs.refusals[0]
+        refusal = refusals[0]
         return ConditionValue("Scheduled", "False", refusal.reason, refusal.message)
     # Every pod of the fleet, placeholders included: a placeholder not on a node holds no capacity.
     unbound_placeholders = max(0, fleet.placeholders - fleet.placeholders_bound)
@@ -280,7 +296,7 @@ def _degraded(inputs: StatusInputs, placement_problems: list[str]) -> ConditionV
         troubles.append((Reason.NO_INSTANCE_TYPE_FITS, "; ".join(placement_problems)))
     if decision.reason in COMPILE_PROBLEMS:
         troubles.append((Reason(decision.reason), decision.message))
-    for refusal in inputs.refusals:
+    for refusal in inputs.foreseen_refusals + inputs.refusals:
         troubles.append((refusal.reason, refusal.message))
     if fleet.stuck:
         first = fleet.stuck[0]
@@ -322,6 +338,8 @@ _NOT_COMPILED: dict[Reason, str] = {
     Reason.COMPILE_FAILED: "cannot compile: the compile of this spec failed (see Compiled and status.compileFailure)",
     Reason.ARTIFACT_MISSING: "this spec's compile Job succeeded but its artifact is not in the store (see Compiled)",
     Reason.ARTIFACT_GONE: "this spec's artifact is gone from the store and is being compiled again (see Compiled)",
+    Reason.SERVICE_ACCOUNT_MISSING: "cannot compile: the compile Job's ServiceAccount does not exist (see Compiled)",
+    Reason.CPU_LIMIT_BELOW_REQUEST: "cannot compile: spec.compile.cpuLimit is below spec.compile.cpu (see Compiled)",
     Reason.STORE_UNAVAILABLE: "the artifact store could not be read: whether this spec's artifact is the one "
     "served is unknown (see Degraded)",
 }

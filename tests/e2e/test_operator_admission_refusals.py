@@ -1,0 +1,140 @@
+"""Settings the API server refuses every pod for are named, with the field and the fix (real Kopf
+operator, sandbox API server emulating ServiceAccount admission for the operator's pods and the Job
+controller's).
+
+A ServiceAccount missing from the namespace (a typo, a namespace not set up yet) used to read
+"PodCreationRefused" (serving) or "no pod created for N min" (compile); a spec.runtime.cpuLimit below
+the CPU request the placement computes made every pod a refused create.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes_asyncio import client as k8s
+from operator_harness import OperatorHarness, example, ready
+
+NS = "accounts"
+
+
+def events_for(harness: OperatorHarness, name: str, reason: str) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in harness.cluster.list("events", NS)
+        if (e.get("involvedObject") or {}).get("name") == name and e.get("reason") == reason
+    ]
+
+
+def manual(name: str, **overrides: Any) -> dict[str, Any]:
+    manifest = example(
+        "bert-embeddings",
+        scaling={"mode": "Manual", "replicas": 1, "minReplicas": 0},
+        warmPool={"mode": "Off"},
+        **overrides,
+    )
+    manifest["metadata"]["name"] = name
+    return manifest
+
+
+async def create_account(harness: OperatorHarness, name: str) -> None:
+    await k8s.CoreV1Api(await harness.api()).create_namespaced_service_account(NS, {"metadata": {"name": name}})
+
+
+async def test_a_missing_serving_account_is_named_with_its_field_and_pods_follow_once_it_exists(
+    harness: OperatorHarness,
+) -> None:
+    manifest = harness.localize(manual("reader", runtime={"serviceAccountName": "model-reader"}), namespace=NS)
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+    await harness.wait(
+        lambda: harness.condition(NS, "reader", "Degraded").get("reason") == "ServiceAccountMissing",
+        timeout=120,
+        what="Degraded=True ServiceAccountMissing",
+    )
+    degraded = harness.condition(NS, "reader", "Degraded")
+    assert degraded["status"] == "True"
+    assert "ServiceAccount model-reader does not exist in namespace accounts" in degraded["message"]
+    assert "named by spec.runtime.serviceAccountName" in degraded["message"]
+    assert harness.condition(NS, "reader", "Scheduled")["reason"] == "ServiceAccountMissing"
+    assert not harness.pods(NS, "reader")
+    await harness.wait(
+        lambda: any(e["type"] == "Warning" for e in events_for(harness, "reader", "ServiceAccountMissing")),
+        timeout=60,
+        what="a Warning Event",
+    )
+
+    await create_account(harness, "model-reader")
+    await harness.wait(
+        lambda: harness.condition(NS, "reader", "Ready").get("status") == "True", timeout=300, what="Ready"
+    )
+    assert harness.condition(NS, "reader", "Degraded")["status"] == "False"
+    (pod,) = harness.pods(NS, "reader")
+    assert ready(pod) and pod["spec"]["serviceAccountName"] == "model-reader"
+
+
+async def test_a_missing_compile_account_is_named_on_compiled_and_the_job_compiles_once_it_exists(
+    harness: OperatorHarness,
+) -> None:
+    manifest = harness.localize(manual("compiler"), namespace=NS)
+    manifest["spec"]["compile"]["serviceAccountName"] = "model-compiler"
+    await harness.apply(manifest)
+
+    def compiled() -> dict[str, Any]:
+        return harness.condition(NS, "compiler", "Compiled")
+
+    await harness.wait(
+        lambda: compiled().get("reason") == "ServiceAccountMissing", timeout=400, what="Compiled ServiceAccountMissing"
+    )
+    assert compiled()["status"] == "False"
+    message = compiled()["message"]
+    assert "ServiceAccount model-compiler does not exist in namespace accounts" in message
+    assert "named by spec.compile.serviceAccountName" in message
+    assert harness.condition(NS, "compiler", "Degraded")["reason"] == "ServiceAccountMissing"
+    await harness.wait(
+        lambda: events_for(harness, "compiler", "ServiceAccountMissing"), timeout=60, what="a Warning Event"
+    )
+    # What the Job controller says on a real cluster (kubectl describe job), in the API server's words.
+    (job,) = harness.cluster.list("jobs", NS, group="batch")
+    (failed_create,) = events_for(harness, job["metadata"]["name"], "FailedCreate")
+    assert failed_create["message"] == (
+        f'Error creating: pods "{job["metadata"]["name"]}-" is forbidden: error looking up service account '
+        'accounts/model-compiler: serviceaccount "model-compiler" not found'
+    )
+
+    await create_account(harness, "model-compiler")
+    # The Job controller makes the pod at its next try; the Compiled condition follows the Job.
+    await harness.wait(
+        lambda: any(
+            p["metadata"]["labels"].get("job-name") == job["metadata"]["name"] for p in harness.cluster.list("pods", NS)
+        ),
+        timeout=120,
+        what="the compile pod",
+    )
+    await harness.wait(
+        lambda: compiled().get("reason") != "ServiceAccountMissing", timeout=120, what="Compiled to move on"
+    )
+    assert harness.condition(NS, "compiler", "Degraded")["reason"] != "ServiceAccountMissing"
+
+
+async def test_a_cpu_limit_below_the_computed_request_creates_no_pod_and_is_named(harness: OperatorHarness) -> None:
+    # No spec.runtime.cpu: each replica requests its share of the node (an inf2.xlarge's ~1.7 cores).
+    manifest = harness.localize(manual("throttled", runtime={"cpuLimit": "500m"}), namespace=NS)
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+    await harness.wait(
+        lambda: harness.condition(NS, "throttled", "Degraded").get("reason") == "CPULimitBelowRequest",
+        timeout=120,
+        what="Degraded=True CPULimitBelowRequest",
+    )
+    message = harness.condition(NS, "throttled", "Degraded")["message"]
+    assert "spec.runtime.cpuLimit 500m is below the CPU request of each replica" in message
+    assert "spec.runtime.cpu is unset" in message
+    await harness.wait(
+        lambda: events_for(harness, "throttled", "CPULimitBelowRequest"), timeout=60, what="a Warning Event"
+    )
+    assert not harness.pods(NS, "throttled")
+
+    await harness.patch_spec(NS, "throttled", {"runtime": {"cpuLimit": "4"}})
+    await harness.wait(
+        lambda: harness.condition(NS, "throttled", "Ready").get("status") == "True", timeout=300, what="Ready"
+    )

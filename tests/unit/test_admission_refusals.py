@@ -1,0 +1,264 @@
+"""Pods the API server must refuse are named with the field or flag and the fix, or not made.
+
+A missing ServiceAccount (serving pods: the operator's create is refused; compile Jobs: the Job
+makes no pod, and the operator reads the account) and a CPU limit below the CPU request (checked in
+the plan, before any pod is made).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.kube.builders import BuilderConfig
+from neuronfleet.kube.jobs import build_compile_job, compile_job_name
+from neuronfleet.kube.observe import observe_compile_jobs
+from neuronfleet.planning.admission import (
+    compile_cpu_limit_problem,
+    missing_account_message,
+    refusal_for,
+    serving_cpu_limit_problem,
+    workload_account,
+)
+from neuronfleet.planning.compile import CompileObservation, StoredArtifact, compile_request, decide_compile
+from neuronfleet.planning.fleet import CreatePlaceholder, CreatePod, FleetPolicy
+from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory
+from neuronfleet.planning.placement import plan_for_spec
+from neuronfleet.planning.reasons import Reason
+from neuronfleet.planning.reconcile_plan import StartCompileJob, plan_reconcile, status_events
+from neuronfleet.planning.status import find_condition
+
+REPO = Path(__file__).resolve().parents[2]
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def deployment(**spec: Any) -> InferenceDeployment:
+    manifest = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
+    manifest["metadata"].update({"namespace": "search", "generation": 1, "uid": "5f0c6a3e-0000-4000-8000-000000000001"})
+    for key, value in spec.items():
+        manifest["spec"].setdefault(key, {}).update(value)
+    return InferenceDeployment.model_validate(manifest)
+
+
+def forbidden_body(message: str) -> str:
+    """A 403 answer's body as kube-apiserver sends it (JSON: the quotes in the message escaped)."""
+    return json.dumps(
+        {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": "Forbidden"}
+    )
+
+
+# ------------------------------------------------------------------------ serving ServiceAccount
+
+
+SA_REFUSAL = (
+    'pods "bert-embeddings-a1b2c3d4e5-0" is forbidden: error looking up service account '
+    'search/model-reader: serviceaccount "model-reader" not found'
+)
+
+
+def test_a_refusal_for_a_missing_serving_account_names_the_account_namespace_field_and_fix() -> None:
+    account = workload_account("serving", "model-reader", "fleet-reader")
+    refusal = refusal_for(403, forbidden_body(SA_REFUSAL), account)
+    assert refusal is not None and refusal.reason == Reason.SERVICE_ACCOUNT_MISSING
+    assert refusal.message.startswith(
+        "ServiceAccount model-reader does not exist in namespace search, so no serving pod can be created; "
+        "it is named by spec.runtime.serviceAccountName. Create it there"
+    )
+    assert "workloads.serviceAccounts" in refusal.message
+
+
+def test_the_operators_flag_is_named_when_the_spec_names_no_serving_account() -> None:
+    account = workload_account("serving", None, "model-reader")
+    refusal = refusal_for(403, forbidden_body(SA_REFUSAL), account)
+    assert refusal is not None
+    assert "named by the operator's --serving-service-account (chart: workloads.servingServiceAccount)" in (
+        refusal.message
+    )
+
+
+def test_other_refusals_keep_their_reasons() -> None:
+    account = workload_account("serving", None, None)
+    priority = refusal_for(
+        403, forbidden_body('pods "x" is forbidden: no PriorityClass with name a was found'), account
+    )
+    assert priority is not None and priority.reason == Reason.PRIORITY_CLASS_MISSING
+    quota = refusal_for(403, forbidden_body("exceeded quota: compute"), account, "403 Forbidden: exceeded quota")
+    assert quota is not None and quota.reason == Reason.POD_CREATION_REFUSED
+    assert quota.message == "the API server refused a pod: 403 Forbidden: exceeded quota"
+    assert refusal_for(500, forbidden_body(SA_REFUSAL), account) is None
+
+
+# ------------------------------------------------------------------------ compile ServiceAccount
+
+CREATED = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+class _Kube:
+    """A KubeApi with one compile Job, no pod, and the ServiceAccounts ``accounts`` (or a refused read)."""
+
+    def __init__(self, job: dict[str, Any], accounts: set[str], read_error: Exception | None = None) -> None:
+        self.job, self.accounts, self.read_error = job, accounts, read_error
+        self.reads: list[str] = []
+
+    async def list_jobs(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
+        return [self.job]
+
+    async def list_pods(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
+        return []
+
+    async def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        assert kind == "ServiceAccount"
+        self.reads.append(name)
+        if self.read_error is not None:
+            raise self.read_error
+        return {"metadata": {"name": name}} if name in self.accounts else None
+
+
+def _compile_job(dep: InferenceDeployment, config: BuilderConfig) -> dict[str, Any]:
+    request = compile_request(dep.spec, "s3://artifacts", "fingerprint")
+    job = build_compile_job(dep, request, config)
+    job["metadata"]["creationTimestamp"] = CREATED.strftime("%Y-%m-%dT%H:%M:%SZ")
+    job["status"] = {"active": 0}
+    assert job["metadata"]["name"] == compile_job_name(dep.name, request)
+    return job
+
+
+async def _observe(kube: _Kube, dep: InferenceDeployment, seconds: float) -> Any:
+    request = compile_request(dep.spec, "s3://artifacts", "fingerprint")
+    now = CREATED + timedelta(seconds=seconds)
+    return await observe_compile_jobs(kube, "search", dep.name, request, now)  # type: ignore[arg-type]
+
+
+async def test_a_job_without_a_pod_has_its_account_read_and_found_missing() -> None:
+    dep = deployment(compile={"serviceAccountName": "model-compiler"})
+    kube = _Kube(_compile_job(dep, BuilderConfig()), accounts=set())
+    assert (await _observe(kube, dep, 30)).missing_service_account is None
+    assert kube.reads == [], "a young Job is not a reason to read the account"
+    assert (await _observe(kube, dep, 150)).missing_service_account == "model-compiler"
+    kube.accounts.add("model-compiler")
+    assert (await _observe(kube, dep, 210)).missing_service_account is None
+
+
+@pytest.mark.parametrize(
+    "error", [ApiException(status=403, reason="Forbidden"), TimeoutError("the API server did not answer")]
+)
+async def test_an_account_the_operator_may_not_read_is_unknown_not_missing(error: Exception) -> None:
+    dep = deployment(compile={"serviceAccountName": "model-compiler"})
+    kube = _Kube(_compile_job(dep, BuilderConfig()), accounts=set(), read_error=error)
+    seen = await _observe(kube, dep, 150)
+    assert seen.missing_service_account is None
+    assert seen.message.startswith("no pod created for 2 min")
+
+
+async def test_the_default_account_is_never_read() -> None:
+    dep = deployment()
+    kube = _Kube(_compile_job(dep, BuilderConfig()), accounts=set())
+    assert (await _observe(kube, dep, 150)).missing_service_account is None
+    assert kube.reads == []
+
+
+def test_a_missing_compile_account_turns_compiled_false_with_the_operators_flag_named() -> None:
+    dep = deployment()
+    account = workload_account("compile", dep.spec.compile.service_account_name, "model-compiler")
+    message = missing_account_message(account, "search", "model-compiler")
+    request = compile_request(dep.spec, "s3://artifacts", "fingerprint")
+    observed = CompileObservation(request, None, job_phase="running", job_name="job", missing_account=message)
+    decision = decide_compile(observed, None)
+    assert (decision.compiled_status, decision.reason, decision.create_job) == (
+        "False",
+        Reason.SERVICE_ACCOUNT_MISSING,
+        False,
+    )
+    assert decision.message.startswith(
+        "ServiceAccount model-compiler does not exist in namespace search, so the compile Job makes no pod"
+    )
+    assert "named by the operator's --compile-service-account (chart: workloads.compileServiceAccount)" in (
+        decision.message
+    )
+
+
+# ------------------------------------------------------------------------------------ CPU limits
+
+MANUAL = {"scaling": {"mode": "Manual", "replicas": 2, "minReplicas": 0}, "warmPool": {"mode": "Off"}}
+
+
+def _stored(dep: InferenceDeployment) -> CompileObservation:
+    request = compile_request(dep.spec, "/store", "fp")
+    return CompileObservation(request, StoredArtifact("c" * 64, "/store/cccc", "d" * 64, "cpu"), job_name="job")
+
+
+def _plan(dep: InferenceDeployment, observation: Observation) -> Any:
+    return plan_reconcile(
+        dep, observation, DeploymentMemory(), StatusMemory.from_status({}), FleetPolicy(), lambda _: "t" * 10
+    )
+
+
+def test_a_cpu_limit_below_the_computed_request_names_both_figures() -> None:
+    dep = deployment(runtime={"cpuLimit": "1"})
+    chosen = plan_for_spec(dep.spec, 1).chosen
+    assert chosen is not None and chosen.cpu_millis_per_replica > 1000  # an inf2.xlarge's share
+    problem = serving_cpu_limit_problem(dep.spec.runtime, chosen)
+    assert problem == (
+        f"spec.runtime.cpuLimit 1 is below the CPU request of each replica, {chosen.cpu_millis_per_replica}m "
+        f"(spec.runtime.cpu is unset: the replica's share of an {chosen.name} node, as neuronfleet plan shows): "
+        "the API server refuses a pod whose CPU limit is below its request, so no serving pod or placeholder "
+        f"is created; raise spec.runtime.cpuLimit to at least {chosen.cpu_millis_per_replica}m, or set "
+        "spec.runtime.cpu to at most 1 (placement then packs replicas by it)"
+    )
+    assert serving_cpu_limit_problem(deployment(runtime={"cpuLimit": "4"}).spec.runtime, chosen) is None
+    # Exact, as the API server compares: a limit equal to the request is fine.
+    equal = deployment(runtime={"cpu": "1500m", "cpuLimit": "1.5"})
+    equal_chosen = plan_for_spec(equal.spec, 1).chosen
+    assert equal_chosen is not None and equal_chosen.cpu_millis_per_replica == 1500
+    assert serving_cpu_limit_problem(equal.spec.runtime, equal_chosen) is None
+    below = deployment(runtime={"cpu": "1500m", "cpuLimit": "1.499"})
+    assert serving_cpu_limit_problem(below.spec.runtime, equal_chosen) == (
+        "spec.runtime.cpuLimit 1.499 is below the CPU request of each replica, 1500m (spec.runtime.cpu 1500m): "
+        "the API server refuses a pod whose CPU limit is below its request, so no serving pod or placeholder is "
+        "created; raise spec.runtime.cpuLimit to at least 1500m, or lower spec.runtime.cpu"
+    )
+
+
+def test_a_plan_with_an_impossible_cpu_limit_creates_no_pod_and_says_why_once() -> None:
+    # A node placeholder has a replica's resources: it would be refused too.
+    with_placeholder = {**MANUAL, "warmPool": {"mode": "Fixed", "pods": 0, "nodePlaceholders": 1}}
+    dep = deployment(runtime={"cpuLimit": "500m"}, **with_placeholder)
+    plan = _plan(dep, Observation(T0, compile=_stored(dep)))
+    assert not [a for a in plan.actions if isinstance(a, CreatePod | CreatePlaceholder)]
+    degraded = find_condition({"status": plan.status}, "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == Reason.CPU_LIMIT_BELOW_REQUEST
+    assert "spec.runtime.cpuLimit 500m is below the CPU request of each replica" in degraded["message"]
+    assert find_condition({"status": plan.status}, "Scheduled")["reason"] == Reason.CPU_LIMIT_BELOW_REQUEST
+    events = status_events(StatusMemory.from_status({}), plan.status, plan.scale_reason)
+    assert [e.reason for e in events if e.type == "Warning"] == [Reason.CPU_LIMIT_BELOW_REQUEST]
+
+    fixed = deployment(runtime={"cpuLimit": "4"}, **with_placeholder)
+    actions = _plan(fixed, Observation(T0, compile=_stored(fixed))).actions
+    assert sorted(type(a).__name__ for a in actions) == ["CreatePlaceholder", "CreatePod", "CreatePod"]
+
+
+def test_a_compile_cpu_limit_below_its_request_starts_no_job() -> None:
+    dep = deployment(compile={"cpu": "4", "cpuLimit": "3500m"}, **MANUAL)
+    assert compile_cpu_limit_problem(dep.spec.compile) == (
+        "spec.compile.cpuLimit 3500m is below spec.compile.cpu 4: the API server refuses a pod whose CPU limit "
+        "is below its request, so no compile Job is started; raise spec.compile.cpuLimit or lower spec.compile.cpu"
+    )
+    request = compile_request(dep.spec, "/store", "fp")
+    plan = _plan(dep, Observation(T0, compile=CompileObservation(request, None, job_name="job")))
+    assert not [a for a in plan.compile_actions if isinstance(a, StartCompileJob)]
+    compiled = find_condition({"status": plan.status}, "Compiled")
+    assert (compiled["status"], compiled["reason"]) == ("False", Reason.CPU_LIMIT_BELOW_REQUEST)
+    assert find_condition({"status": plan.status}, "Degraded")["reason"] == Reason.CPU_LIMIT_BELOW_REQUEST
+
+    # A stored artifact needs no Job: the compile limit then stops nothing.
+    served = _plan(dep, Observation(T0, compile=_stored(dep)))
+    assert find_condition({"status": served.status}, "Compiled")["reason"] == Reason.ARTIFACT_READY
+    fine = deployment(compile={"cpu": "4", "cpuLimit": "4"}, **MANUAL)
+    assert compile_cpu_limit_problem(fine.spec.compile) is None
