@@ -21,6 +21,7 @@ from neuronfleet.api.crd import CRD_FILENAME, crd_yaml
 from neuronfleet.api.v1alpha1 import GROUP, KIND, InferenceDeployment
 from neuronfleet.api.validation import Problem, not_utf8_message, validate_manifest, yaml_error_message
 from neuronfleet.plan_command import add_headroom_flags
+from neuronfleet.planning.admission import compile_cpu_limit_problem, serving_cpu_limit_problem
 from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES
 from neuronfleet.planning.placement import (
     DAEMONSET_HEADROOM,
@@ -102,12 +103,37 @@ def _manifest_files(paths: Iterable[str]) -> Iterator[Path]:
 
 
 def _catalog_problems(model: InferenceDeployment, headroom: Headroom) -> list[Problem]:
-    """The placement planner's check that some allowed instance type holds one replica."""
+    """The placement planner's check that some allowed instance type holds one replica, then that
+    the pods' CPU limits are not below their requests (the API server would refuse every pod)."""
     problems = []
     for text in check_fits(model.spec, headroom):
         path, _, message = text.partition(": ")
         problems.append(Problem(path, message) if message else Problem("spec", text))
+    if problems:
+        return problems
+    # The messages start with the field's path, which the Problem prints.
+    if compile_problem := compile_cpu_limit_problem(model.spec.compile):
+        problems.append(Problem("spec.compile.cpuLimit", compile_problem.removeprefix("spec.compile.cpuLimit ")))
+    if serving_problem := _serving_cpu_limit_problem(model, headroom):
+        problems.append(Problem("spec.runtime.cpuLimit", serving_problem.removeprefix("spec.runtime.cpuLimit ")))
     return problems
+
+
+def _serving_cpu_limit_problem(model: InferenceDeployment, headroom: Headroom) -> str | None:
+    """spec.runtime.cpuLimit below the CPU request of the replicas at the first pod count the spec can
+    reach where it is (a computed request is the replica's share of the type chosen for that count)."""
+    spec = model.spec
+    if not spec.runtime.cpu_limit:
+        return None
+    needs = needs_from_spec(spec)  # the caller checked the quantities (check_fits)
+    warm = spec.warm_pool
+    most_warm = {"Off": 0, "Fixed": warm.pods, "Auto": warm.max_pods}[warm.mode]
+    for replicas in range(1, max(1, spec.scaling.max_replicas + most_warm) + 1):
+        chosen = plan_placement(needs, spec.placement.instance_types, replicas, headroom=headroom).chosen
+        problem = serving_cpu_limit_problem(spec.runtime, chosen) if chosen is not None else None
+        if problem:
+            return problem if replicas == 1 else f"at {replicas} pod(s): {problem}"
+    return None
 
 
 def _scheduler_warning(model: InferenceDeployment, neuron_scheduler: str | None, headroom: Headroom) -> str | None:

@@ -27,6 +27,7 @@ from rich.table import Table
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.api.validation import not_utf8_message, validate_manifest, yaml_error_message
+from neuronfleet.planning.admission import compile_cpu_limit_problem, serving_cpu_limit_problem
 from neuronfleet.planning.placement import (
     DAEMONSET_HEADROOM_CPU,
     DAEMONSET_HEADROOM_MEMORY,
@@ -163,12 +164,22 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         )
     else:
         console.print(f"chosen: {plan.reason}", markup=False)
+    problems = [
+        problem
+        for problem in (
+            serving_cpu_limit_problem(dep.spec.runtime, plan.chosen),
+            compile_cpu_limit_problem(dep.spec.compile),
+        )
+        if problem
+    ]
+    for problem in problems:
+        console.print(f"[red]✗[/red] {escape(problem)}", markup=True)
     warning = scheduler_warning(plan, dep.spec.placement.scheduler_name or args.neuron_scheduler)
     if warning:
         # The operator's own setting is known only when given here.
         unless = "" if args.neuron_scheduler else UNLESS_OPERATOR_SCHEDULER
         console.print(f"[yellow]warning:[/yellow] {escape(warning + unless)}")
-    return 0
+    return 1 if problems else 0
 
 
 def add_headroom_flags(parser: argparse.ArgumentParser) -> None:

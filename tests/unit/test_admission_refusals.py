@@ -16,7 +16,9 @@ import pytest
 import yaml
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.api.v1alpha1 import CPU_LIMIT_MESSAGE, InferenceDeployment
+from neuronfleet.api.validation import validate_manifest
+from neuronfleet.cli import main
 from neuronfleet.kube.builders import BuilderConfig
 from neuronfleet.kube.jobs import build_compile_job, compile_job_name
 from neuronfleet.kube.observe import observe_compile_jobs
@@ -262,3 +264,33 @@ def test_a_compile_cpu_limit_below_its_request_starts_no_job() -> None:
     assert find_condition({"status": served.status}, "Compiled")["reason"] == Reason.ARTIFACT_READY
     fine = deployment(compile={"cpu": "4", "cpuLimit": "4"}, **MANUAL)
     assert compile_cpu_limit_problem(fine.spec.compile) is None
+
+
+@pytest.mark.parametrize(
+    ("section", "cpu", "limit", "refused"),
+    [
+        ("compile", "4", "2", True),
+        ("compile", "4", "4.0", False),
+        ("compile", "1500m", "999m", True),
+        ("compile", "900m", "1000m", False),
+        ("runtime", "2", "1.5", True),
+        ("runtime", "2500m", "2500m", False),
+        # Forms standard CEL cannot compare: the CRD lets them in, the operator's plan checks them.
+        ("compile", "4", "500m", False),
+        ("runtime", None, "500m", False),
+    ],
+)
+def test_the_crd_refuses_a_cpu_limit_below_the_request_of_the_same_section(
+    section: str, cpu: str | None, limit: str, refused: bool
+) -> None:
+    manifest = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
+    manifest["spec"].setdefault(section, {}).update({"cpuLimit": limit, **({"cpu": cpu} if cpu else {})})
+    _, problems = validate_manifest(manifest)
+    messages = [f"{p.path}: {p.message}" for p in problems]
+    assert (f"spec.{section}: {CPU_LIMIT_MESSAGE}" in messages) is refused, messages
+
+
+def test_neuronfleet_plan_says_a_cpu_limit_below_the_request_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "-f", str(REPO / "examples" / "invalid" / "cpu-limit-below-computed-request.yaml")]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "✗ spec.runtime.cpuLimit 500m is below the CPU request of each replica, 3420m" in out

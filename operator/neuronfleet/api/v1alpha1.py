@@ -66,6 +66,25 @@ def rules(*entries: dict[str, str]) -> dict[str, Any]:
     return {"x-kubernetes-validations": list(entries)}
 
 
+def cpu_limit_rule(request: str, guard: str = "") -> str:
+    """CEL: ``cpuLimit`` at least the CPU request ``request``, where both are written alike (both plain
+    numbers, or both whole millicores), the forms standard CEL can compare: its quantity() library is
+    not in every Kubernetes the chart supports (1.28). The operator checks every other form, and a
+    limit below a computed request (planning.admission)."""
+    plain, millis = "'^[0-9]+([.][0-9]*)?$'", "'^[1-9][0-9]*m$'"
+    limit = "self.cpuLimit"
+    return (
+        f"!has(self.cpuLimit){guard} || ("
+        f"{request}.matches({plain}) && {limit}.matches({plain}) ? double({limit}) >= double({request}) : "
+        f"{request}.matches({millis}) && {limit}.matches({millis}) ? "
+        f"size({limit}) > size({request}) || (size({limit}) == size({request}) && {limit} >= {request}) : true)"
+    )
+
+
+#: The message of :func:`cpu_limit_rule`.
+CPU_LIMIT_MESSAGE = "cpuLimit must be at least cpu: the API server refuses a pod whose CPU limit is below its request"
+
+
 class ApiModel(BaseModel):
     """Base of every API object: camelCase on the wire, unknown fields rejected."""
 
@@ -219,6 +238,8 @@ class ModelSpec(ApiModel):
 class CompileSpec(ApiModel):
     """How the model is compiled ahead of time for Neuron (torch-neuronx / neuronx-cc)."""
 
+    model_config = ConfigDict(json_schema_extra=rules(cel(cpu_limit_rule("self.cpu"), CPU_LIMIT_MESSAGE)))
+
     image: str | None = Field(
         default=None,
         min_length=1,
@@ -323,7 +344,8 @@ class RuntimeSpec(ApiModel):
             cel(
                 "self.maxQueue >= 1",
                 "maxQueue must be at least 1: the queue is bounded, overload is answered with 429",
-            )
+            ),
+            cel(cpu_limit_rule("self.cpu", " || !has(self.cpu)"), CPU_LIMIT_MESSAGE),
         )
     )
 
