@@ -284,6 +284,22 @@ def test_ci_values_reach_the_operator() -> None:
         # A pod naming an account that is no DNS-1123 subdomain is refused: the schema refuses it first.
         ("workloads.compileServiceAccount=Compile_SA", "/workloads/compileServiceAccount"),
         ("workloads.servingSA=reader", "servingSA"),
+        # Accounts to create need names and namespaces; one account cannot carry two IAM roles.
+        (
+            "workloads.serviceAccounts.create=true,workloads.compileServiceAccount=c",
+            "needs workloads.serviceAccounts.namespaces",
+        ),
+        (
+            "workloads.serviceAccounts.create=true,workloads.serviceAccounts.namespaces={search}",
+            "needs the accounts' names",
+        ),
+        (
+            "workloads.serviceAccounts.create=true,workloads.serviceAccounts.namespaces={search},"
+            "workloads.compileServiceAccount=nf,workloads.servingServiceAccount=nf,"
+            "workloads.serviceAccounts.servingAnnotations.role=reader",
+            "both nf, with different annotations",
+        ),
+        ("workloads.serviceAccounts.namespaces={Search}", "/workloads/serviceAccounts/namespaces/0"),
         # supplementalGroups [0] would give the pods root's group.
         ("workloads.deviceGroupId=0", "/workloads/deviceGroupId"),
         ("workloads.deviceGroupId=neuron", "/workloads/deviceGroupId"),
@@ -676,3 +692,41 @@ def test_notes_name_the_model_server_image_the_release_gives_every_deployment() 
     assert f"Its pods run {image} (operator.modelServerImage)" in notes
     assert "set operator.modelServerImage" not in notes
     assert "set operator.modelServerImage (once for all)" in _notes()
+
+
+def test_the_workload_service_accounts_are_created_only_when_asked_in_each_namespace_listed() -> None:
+    """The compile and serving accounts the operator's pods name, in the namespaces where
+    InferenceDeployments run, with IRSA's role annotation; none by default (only the operator's)."""
+    assert [a["metadata"]["name"] for a in by_kind(render(), "ServiceAccount")] == ["nf-neuronfleet"]
+    role = "eks.amazonaws.com/role-arn"
+    docs = render(
+        sets=[
+            "workloads.serviceAccounts.create=true",
+            "workloads.serviceAccounts.namespaces={search,ads}",
+            "workloads.compileServiceAccount=nf-compile,workloads.servingServiceAccount=nf-serving",
+            f"workloads.serviceAccounts.compileAnnotations.{role.replace('.', chr(92) + '.')}="
+            "arn:aws:iam::111122223333:role/neuronfleet-compile",
+        ]
+    )
+    accounts = {
+        (a["metadata"]["namespace"], a["metadata"]["name"]): a
+        for a in by_kind(docs, "ServiceAccount")
+        if a["metadata"]["name"] != "nf-neuronfleet"
+    }
+    assert set(accounts) == {
+        (namespace, name) for namespace in ("search", "ads") for name in ("nf-compile", "nf-serving")
+    }
+    for (_, name), account in accounts.items():
+        kubernetes_validate.validate(account, KUBERNETES_VERSION, strict=True)
+        assert account["automountServiceAccountToken"] is False
+        annotations = account["metadata"].get("annotations") or {}
+        if name == "nf-compile":
+            assert annotations == {role: "arn:aws:iam::111122223333:role/neuronfleet-compile"}
+            assert account["metadata"]["labels"]["app.kubernetes.io/component"] == "compile"
+        else:
+            assert annotations == {}
+            assert account["metadata"]["labels"]["app.kubernetes.io/component"] == "serving"
+    # The operator names the same accounts on the pods it makes.
+    env = {e["name"]: e.get("value") for e in _operator_container(docs).get("env") or []}
+    assert env["NEURONFLEET_COMPILE_SERVICE_ACCOUNT"] == "nf-compile"
+    assert env["NEURONFLEET_SERVING_SERVICE_ACCOUNT"] == "nf-serving"
