@@ -298,7 +298,8 @@ class CompileSpec(ApiModel):
         pattern=QUANTITY_PATTERN,
         max_length=QUANTITY_MAX_LENGTH,
         description="CPU limit of the compile Job, at least compile.cpu (the API server refuses a request above "
-        "its limit). Unset: none, so that neuronx-cc may use an idle node's spare cores. Set it where a "
+        "its limit; no Job is started then: Compiled False, CPULimitBelowRequest). Unset: none, so that "
+        "neuronx-cc may use an idle node's spare cores. Set it where a "
         "ResourceQuota caps limits.cpu (it refuses pods without a limit) or a LimitRange would give the pod a "
         "default limit below compile.cpu (the pod would be invalid).",
     )
@@ -322,7 +323,8 @@ class CompileSpec(ApiModel):
         "prefix, and reading the model source; the serving pods' account should only read the store. Default: "
         "the operator's (neuronfleet run --compile-service-account; the chart's "
         "workloads.compileServiceAccount), else the namespace's default ServiceAccount. It must exist: a Job "
-        "naming a missing account creates no pod. Changing it runs a failed compile again.",
+        "naming a missing account creates no pod (Compiled False, ServiceAccountMissing). Changing it runs a "
+        "failed compile again.",
     )
 
 
@@ -385,7 +387,8 @@ class RuntimeSpec(ApiModel):
         max_length=QUANTITY_MAX_LENGTH,
         description="CPU limit per replica and node placeholder, at least the CPU request (runtime.cpu, else "
         "the replica's share of the node: neuronfleet plan shows it); the API server refuses a request above "
-        "its limit. Unset: none (throttling a batching server only adds latency). Set it where a ResourceQuota "
+        "its limit, so no pod is created then (Degraded, CPULimitBelowRequest). Unset: none (throttling a "
+        "batching server only adds latency). Set it where a ResourceQuota "
         "caps limits.cpu (it refuses pods without a limit) or a LimitRange would give the pods a default limit "
         "below their request (they would be invalid).",
     )
@@ -423,8 +426,8 @@ class RuntimeSpec(ApiModel):
         "--serving-service-account; the chart's workloads.servingServiceAccount), else the namespace's default "
         "ServiceAccount. Node placeholders keep the default account: they only sleep. The pods mount no "
         "Kubernetes API token either way (IRSA and Pod Identity inject their own AWS token). It must exist: the "
-        "API server refuses pods naming a missing account (Degraded, PodCreationRefused). Changing it replaces "
-        "the pods, warm first.",
+        "API server refuses pods naming a missing account (Degraded, ServiceAccountMissing). Changing it "
+        "replaces the pods, warm first.",
     )
 
 
