@@ -537,6 +537,9 @@ def test_helm_install_and_uninstall_on_the_sandbox(tmp_path: Path) -> None:
             # Cluster-wide, and no PodMonitor: the sandbox serves no monitoring.coreos.com.
             "--set",
             "operator.watchNamespaces=null,monitoring.runtimePodMonitor.enabled=false",
+            # The workload accounts of values-ci.yaml, made in the namespace the workloads run in.
+            "--set",
+            "workloads.serviceAccounts.create=true,workloads.serviceAccounts.namespaces={default}",
             env=env,
         )
         assert install.returncode == 0, install.stderr
@@ -553,6 +556,9 @@ def test_helm_install_and_uninstall_on_the_sandbox(tmp_path: Path) -> None:
         )
         # The post-install hook created the peering object once its CRD (a template) was served.
         assert stored("clusterkopfpeerings", "neuronfleet", group="kopf.dev") is not None
+        for account in ("neuronfleet-compile", "neuronfleet-serving"):
+            made = stored("serviceaccounts", account, "default")
+            assert made is not None and made["automountServiceAccountToken"] is False
         status = helm("status", "nf", "--namespace", "default", env=env)
         assert status.returncode == 0 and "STATUS: deployed" in status.stdout
 
@@ -560,6 +566,7 @@ def test_helm_install_and_uninstall_on_the_sandbox(tmp_path: Path) -> None:
         assert uninstall.returncode == 0, uninstall.stderr
         assert stored("deployments", "nf-neuronfleet", "default", group="apps") is None
         assert stored("clusterroles", "nf-neuronfleet", group="rbac.authorization.k8s.io") is None
+        assert stored("serviceaccounts", "neuronfleet-compile", "default") is None
         # Kept on purpose (helm.sh/resource-policy: keep): other Kopf operators may peer through it.
         assert stored("customresourcedefinitions", "clusterkopfpeerings.kopf.dev", group="apiextensions.k8s.io")
 

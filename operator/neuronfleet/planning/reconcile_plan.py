@@ -11,7 +11,9 @@ memory (:class:`~neuronfleet.planning.observation.StatusMemory`). In order:
    simulator's ``Ours`` policy must match: tests/unit/test_operator_sim_parity.py);
 3. placement (sticky to the remembered instance type) and the fleet plan (:mod:`.fleet`), which
    creates no serving pod while the served artifact is known gone from the store (a new pod could
-   not load it) until it is republished;
+   not load it) until it is republished, nor any pod (placeholders included) while
+   spec.runtime.cpuLimit is below the CPU request the placement gives each replica (the API server
+   would refuse it: :mod:`.admission`; a compile Job is held likewise for spec.compile.cpuLimit);
 4. status (:mod:`.status`), and the Events that the status change makes (:func:`status_events`).
 
 After applying, :func:`status_after_apply` folds what the apply met (pods refused at admission,
