@@ -138,3 +138,29 @@ async def test_a_cpu_limit_below_the_computed_request_creates_no_pod_and_is_name
     await harness.wait(
         lambda: harness.condition(NS, "throttled", "Ready").get("status") == "True", timeout=300, what="Ready"
     )
+
+
+async def test_a_compile_job_stuck_on_a_missing_account_is_replaced_when_the_spec_names_another(
+    harness: OperatorHarness,
+) -> None:
+    manifest = harness.localize(manual("retyped"), namespace=NS)
+    manifest["spec"]["compile"]["serviceAccountName"] = "model-compiler-typo"
+    await harness.apply(manifest)
+    await harness.wait(
+        lambda: harness.condition(NS, "retyped", "Compiled").get("reason") == "ServiceAccountMissing",
+        timeout=400,
+        what="Compiled ServiceAccountMissing",
+    )
+    (stuck,) = harness.cluster.list("jobs", NS, group="batch")
+    await create_account(harness, "model-compiler")
+    await harness.patch_spec(NS, "retyped", {"compile": {"serviceAccountName": "model-compiler"}})
+
+    def compile_pods() -> list[dict[str, Any]]:
+        return [p for p in harness.cluster.list("pods", NS) if (p["metadata"].get("labels") or {}).get("job-name")]
+
+    # Not left to its timeoutSeconds: replaced, and the new Job's pod runs as the account named now.
+    pods = await harness.wait(compile_pods, timeout=120, what="a compile pod")
+    assert all(p["spec"]["serviceAccountName"] == "model-compiler" for p in pods)
+    assert stuck["metadata"]["uid"] not in {
+        j["metadata"]["uid"] for j in harness.cluster.list("jobs", NS, group="batch")
+    }

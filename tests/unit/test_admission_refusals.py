@@ -8,6 +8,7 @@ the plan, before any pod is made).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from neuronfleet.planning.fleet import CreatePlaceholder, CreatePod, FleetPolicy
 from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory
 from neuronfleet.planning.placement import plan_for_spec
 from neuronfleet.planning.reasons import Reason
-from neuronfleet.planning.reconcile_plan import StartCompileJob, plan_reconcile, status_events
+from neuronfleet.planning.reconcile_plan import DeleteCompileJob, StartCompileJob, plan_reconcile, status_events
 from neuronfleet.planning.status import find_condition
 
 REPO = Path(__file__).resolve().parents[2]
@@ -294,3 +295,30 @@ def test_neuronfleet_plan_says_a_cpu_limit_below_the_request_and_fails(capsys: p
     assert main(["plan", "-f", str(REPO / "examples" / "invalid" / "cpu-limit-below-computed-request.yaml")]) == 1
     out = " ".join(capsys.readouterr().out.split())
     assert "✗ spec.runtime.cpuLimit 500m is below the CPU request of each replica, 3420m" in out
+
+
+def test_a_job_stuck_on_a_missing_account_is_replaced_once_another_account_is_named() -> None:
+    # The Job was made naming "typo"; the spec now names an account that exists. Without replacing
+    # it, the Job would sit without a pod until its timeoutSeconds (an hour by default).
+    dep = deployment(compile={"serviceAccountName": "model-compiler"}, **MANUAL)
+    request = compile_request(dep.spec, "/store", "fp")
+    message = missing_account_message(workload_account("compile", "model-compiler", None), "search", "typo")
+    observed = CompileObservation(
+        request,
+        None,
+        job_phase="running",
+        job_name="job",
+        running_jobs=("job",),
+        job_spec="made-with-typo",
+        wanted_job_spec="now-model-compiler",
+        missing_account=message,
+    )
+    plan = _plan(dep, Observation(T0, compile=observed))
+    (action,) = plan.compile_actions
+    assert isinstance(action, DeleteCompileJob) and action.name == "job"
+    assert action.why.startswith("its ServiceAccount does not exist")
+    assert find_condition({"status": plan.status}, "Compiled")["reason"] == Reason.COMPILING
+    # The same settings: reported, and left to make its pod once the account exists.
+    same = _plan(dep, Observation(T0, compile=replace(observed, wanted_job_spec="made-with-typo")))
+    assert same.compile_actions == ()
+    assert find_condition({"status": same.status}, "Compiled")["reason"] == Reason.SERVICE_ACCOUNT_MISSING

@@ -56,7 +56,7 @@ class WorkloadAccount:
 
     workload: Workload
     name: str
-    #: Where the name comes from, as a person would look for it.
+    #: Where the name comes from, as a person would look for it (what follows "it is").
     origin: str
 
 
@@ -65,13 +65,15 @@ def workload_account(workload: Workload, spec_value: str | None, operator_value:
     else the namespace's ``default`` (the same order as ``kube.jobs`` and ``kube.builders``)."""
     field, flag, value = _SETTINGS[workload]
     if spec_value:
-        return WorkloadAccount(workload, spec_value, field)
+        return WorkloadAccount(workload, spec_value, f"named by {field}")
     if operator_value:
-        return WorkloadAccount(workload, operator_value, f"the operator's {flag} (chart: {value}), as {field} is unset")
+        return WorkloadAccount(
+            workload, operator_value, f"named by the operator's {flag} (chart: {value}), as {field} is unset"
+        )
     return WorkloadAccount(
         workload,
         DEFAULT_ACCOUNT,
-        f"no setting: {field} and the operator's {flag} (chart: {value}) are unset, so the namespace's default",
+        f"the namespace's default, as neither {field} nor the operator's {flag} (chart: {value}) names one",
     )
 
 
@@ -80,9 +82,12 @@ def _named_by(account: WorkloadAccount, name: str) -> str:
     if name == account.name:
         return account.origin
     if name == DEFAULT_ACCOUNT:
-        return "no setting: pods that name no account run as the namespace's default"
+        return "the namespace's default, which pods that name no account run as"
     # Not the account the current settings name: a Job made under earlier ones.
-    return f"the {account.workload} pod's spec, made before the current settings ({account.origin}: {account.name})"
+    return (
+        f"named by the {account.workload} pod's spec, made under earlier settings "
+        f"(now {account.name}, {account.origin})"
+    )
 
 
 def missing_account_message(account: WorkloadAccount, namespace: str, name: str | None = None) -> str:
@@ -94,11 +99,20 @@ def missing_account_message(account: WorkloadAccount, namespace: str, name: str 
         else "no serving pod can be created"
     )
     field, _, _ = _SETTINGS[account.workload]
+    if name == DEFAULT_ACCOUNT:
+        # Kubernetes makes it in every namespace: its absence is the cluster's, not a setting's.
+        fix = (
+            "kube-controller-manager's ServiceAccount controller makes it in every namespace: check that it "
+            f"runs, or set {field} to an account that exists"
+        )
+    else:
+        fix = (
+            "Create it there (the chart does with workloads.serviceAccounts.create and this namespace in "
+            f"workloads.serviceAccounts.namespaces: docs/install-eks.md), or set {field} to an account that exists"
+        )
     return (
-        f"ServiceAccount {name} does not exist in namespace {namespace}, so {what}; it is named by "
-        f"{_named_by(account, name)}. Create it there (the chart does with workloads.serviceAccounts.create "
-        f"and this namespace in workloads.serviceAccounts.namespaces: docs/install-eks.md), or set {field} to "
-        "an account that exists"
+        f"ServiceAccount {name} does not exist in namespace {namespace}, so {what}; it is "
+        f"{_named_by(account, name)}. {fix}"
     )
 
 

@@ -306,6 +306,18 @@ def _decide(observed: CompileObservation, previous: StoredArtifact | None) -> Co
             f"compile Job succeeded but {observed.request.record_uri} is missing",
         )
     if observed.job_phase == "running" and observed.missing_account is not None:
+        if observed.job_spec is not None and observed.job_spec != observed.wanted_job_spec:
+            # The fix (another account, in the spec or the operator's settings) is in the job spec
+            # key: a Job that never ran is replaced at once, not left to its deadline.
+            return CompileDecision(
+                False,
+                previous,
+                "Unknown" if previous is None else "False",
+                Reason.COMPILING,
+                f"compile Job {observed.job_name} made no pod, its ServiceAccount missing, and spec.compile or "
+                "the operator's settings changed since: replacing it",
+                replace_job=True,
+            )
         # Not a wait: nothing compiles until the account exists (the Job then makes its pod itself).
         return CompileDecision(False, previous, "False", Reason.SERVICE_ACCOUNT_MISSING, observed.missing_account)
     waiting = "running" if observed.job_phase == "running" else "starting"

@@ -274,8 +274,13 @@ def _compile(
             actions.append(DeleteCompileJob(observed.job_name, decision.republish.describe()))
         else:
             # A failed Job the spec (resources, deadline) or the compile-retry annotation asks to
-            # run again differently: its name is the request's, so it must go first.
-            why = "it failed, and spec.compile or the compile-retry annotation asks for another run"
+            # run again differently, or one that never made a pod for want of its ServiceAccount
+            # and is now asked to run as another: its name is the request's, so it must go first.
+            why = (
+                "it failed, and spec.compile or the compile-retry annotation asks for another run"
+                if observed.job_phase == "failed"
+                else "its ServiceAccount does not exist, and spec.compile or the operator's settings now name another"
+            )
             actions.append(DeleteCompileJob(observed.job_name, why))
     if observed.source_problem is None:
         # A newer spec (or source) supersedes compiles of older requests that are still running. Not
