@@ -9,6 +9,7 @@ the CPU request the placement computes made every pod a refused create.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from kubernetes_asyncio import client as k8s
@@ -70,6 +71,9 @@ async def test_a_missing_serving_account_is_named_with_its_field_and_pods_follow
     assert harness.condition(NS, "reader", "Degraded")["status"] == "False"
     (pod,) = harness.pods(NS, "reader")
     assert ready(pod) and pod["spec"]["serviceAccountName"] == "model-reader"
+    # The refused create's answer named the account: nothing was read to find it (only a compile Job
+    # without a pod is a reason to read one).
+    assert not [r for r in harness.cluster.request_log if r.resource == "serviceaccounts" and r.method == "GET"]
 
 
 async def test_a_missing_compile_account_is_named_on_compiled_and_the_job_compiles_once_it_exists(
@@ -101,6 +105,8 @@ async def test_a_missing_compile_account_is_named_on_compiled_and_the_job_compil
         'accounts/model-compiler: serviceaccount "model-compiler" not found'
     )
 
+    reads = [r for r in harness.cluster.request_log if r.resource == "serviceaccounts" and r.method == "GET"]
+    assert reads and {r.name for r in reads} == {"model-compiler"}
     await create_account(harness, "model-compiler")
     # The Job controller makes the pod at its next try; the Compiled condition follows the Job.
     await harness.wait(
@@ -114,6 +120,10 @@ async def test_a_missing_compile_account_is_named_on_compiled_and_the_job_compil
         lambda: compiled().get("reason") != "ServiceAccountMissing", timeout=120, what="Compiled to move on"
     )
     assert harness.condition(NS, "compiler", "Degraded")["reason"] != "ServiceAccountMissing"
+    # With a pod, the account is no longer read: a working compile costs no read per reconcile.
+    count = len([r for r in harness.cluster.request_log if r.resource == "serviceaccounts"])
+    await asyncio.sleep(120)  # fake time: about a dozen reconciles
+    assert len([r for r in harness.cluster.request_log if r.resource == "serviceaccounts"]) == count
 
 
 async def test_a_cpu_limit_below_the_computed_request_creates_no_pod_and_is_named(harness: OperatorHarness) -> None:
