@@ -226,6 +226,15 @@ async def test_an_artifact_deleted_under_a_ready_deployment_is_reported_and_comp
     await harness.apply(manifest)
     await harness.wait(lambda: harness.condition(NS, name, "Ready").get("status") == "True", timeout=300, what="Ready")
     before = harness.deployment(NS, name)["status"]["artifact"]
+    # The case is a finished Job's artifact going (the Job is kept a day). Ready comes as soon as the
+    # record is written, before the compile process exits: once, under load, the Job was still running
+    # when the artifact went, ArtifactGone rightly said "compile Job running", and that same Job then
+    # stored the artifact again, so the replacement this test is about never came.
+    await harness.wait(
+        lambda: (harness.cluster.list("jobs", NS, group="batch")[0].get("status") or {}).get("succeeded") == 1,
+        timeout=60,
+        what="the first compile Job complete",
+    )
     [first_job] = harness.cluster.list("jobs", NS, group="batch")
     artifact = Path(before["uri"])
     # The republishing compile waits until the test has seen a failed pod's replacement held.
