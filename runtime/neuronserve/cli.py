@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from neuronserve import __version__
-from neuronserve.manifest import REQUEST_KEY_PATTERN
+from neuronserve.manifest import REQUEST_KEY_PATTERN, SHA256_PATTERN
 
 DEFAULT_PORT = 8080
 # Kept here, not imported from neuronserve.emulated, so that --help stays instant (no numpy).
@@ -82,6 +82,14 @@ def _request_key(text: str) -> str:
     if not re.match(REQUEST_KEY_PATTERN, text):
         raise argparse.ArgumentTypeError(f"a request key is 1-128 of [A-Za-z0-9._-], got {text!r}")
     return text
+
+
+def _sha256(text: str) -> str:
+    """An argparse type: a sha256 as 64 hex digits (either case; kept lower-case)."""
+    digest = text.strip().lower()
+    if not re.match(SHA256_PATTERN, digest):
+        raise argparse.ArgumentTypeError(f"expected a sha256 (64 hex digits), got {text!r}")
+    return digest
 
 
 def _non_negative_float(text: str) -> float:
@@ -243,6 +251,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=_env_default("NEURONSERVE_ARTIFACT", None),
         help="artifact URI: s3://bucket/prefix/<key> or a directory (default $NEURONSERVE_ARTIFACT); "
         "required unless --device emulated-neuroncore",
+    )
+    s.add_argument(
+        "--manifest-sha256",
+        type=_checked(_sha256),
+        default=_env_default("NEURONSERVE_MANIFEST_SHA256", None),
+        help="serve the artifact only if its manifest.json has this sha256 (checked before anything "
+        "else is read); another manifest at the URI (the artifact was replaced) exits 4 with both "
+        "digests, serving nothing. Default $NEURONSERVE_MANIFEST_SHA256; unset: whatever manifest is there. "
+        "The operator passes the one its status records (status.artifact.sha256)",
     )
     devices = ["artifact", EMULATED_DEVICE]
     s.add_argument(
@@ -407,6 +424,9 @@ def run_serve(args: argparse.Namespace) -> int:
     from neuronserve.server import EmulatedOptions, ServeConfig, ServeOptions, serve
 
     # --max-queue, --torch-threads and their environment defaults are checked by the parser.
+    if args.manifest_sha256 is not None and args.artifact is None:
+        print("neuronserve: --manifest-sha256 pins an artifact's manifest: it needs --artifact", file=sys.stderr)
+        return 2
     threads = args.torch_threads or os.cpu_count() or 1
     emulated = None
     if args.device == EMULATED_DEVICE:
@@ -439,6 +459,7 @@ def run_serve(args: argparse.Namespace) -> int:
         cache_dir=args.cache_dir,
         emulated=emulated,
         model_name=args.model_name,
+        manifest_sha256=args.manifest_sha256,
     )
     # uvloop: the event loop uvicorn and most Python model servers run; about a tenth less CPU per
     # request than asyncio's own loop here, CPU a replica's batches need.

@@ -33,6 +33,11 @@ TOKENIZER_NAME = "tokenizer.json"
 REVISION_LENGTH = 10
 REQUESTS_DIR = "requests"
 REQUEST_KEY_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+#: ``neuronserve serve``'s exit code when the manifest at its artifact URI is not the one its
+#: ``--manifest-sha256`` pins: the operator reads it from a crashed pod's last state to check the
+#: store again at once (other load failures exit 2).
+MANIFEST_MISMATCH_EXIT_CODE = 4
 
 Backend = Literal["neuron", "cpu"]
 DType = Literal["int64", "int32", "float32", "float16", "bfloat16"]

@@ -10,7 +10,8 @@ Retry-After, queued and executing requests finish, and the process exits 0, all 
 period (what is still queued or running at its end is answered 503, and open connections are
 closed, about a second later). From SIGTERM on every response says ``Connection: close``, so
 clients reconnect to another replica. A verification or load failure exits non-zero with the
-reason on stderr.
+reason on stderr: 2, or ``MANIFEST_MISMATCH_EXIT_CODE`` (4) when the manifest at the artifact URI
+is not the one ``--manifest-sha256`` pins (checked before anything else is read or loaded).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from neuronserve import __version__
 from neuronserve.batcher import Batcher, QueueFull, Runner, ShuttingDown, TimedDevice, failure_summary
 from neuronserve.codings import CODINGS, Undecodable, decode_body
-from neuronserve.manifest import Manifest, revision
+from neuronserve.manifest import MANIFEST_MISMATCH_EXIT_CODE, Manifest, revision
 from neuronserve.metrics import BusyTracker, ServerMetrics
 from neuronserve.protocol import HEADER_LENGTH, BadRequest, Tokenize, infer_response, model_metadata, parse_request
 
@@ -478,6 +479,10 @@ class ServeOptions:
     #: Served under this name, whatever name the artifact was compiled with: an artifact is shared
     #: by every deployment of the same model, source and buckets (the compile cache's key).
     model_name: str | None = None
+    #: The sha256 the artifact's manifest must have (None: whatever manifest is at the URI). The
+    #: operator passes the one its status records, so that a pod never serves an artifact that was
+    #: replaced at the same URI after it was recorded.
+    manifest_sha256: str | None = None
 
 
 Loaded = tuple[Manifest, Runner | TimedDevice, Tokenize | None, dict[str, float], dict[str, Any] | None]
@@ -487,7 +492,9 @@ class EmulationError(Exception):
     """The emulated device cannot serve this artifact (e.g. a batch bucket the profile has no figure for)."""
 
 
-def load_emulated(artifact: str | None, options: EmulatedOptions, scratch: Path) -> Loaded:
+def load_emulated(
+    artifact: str | None, options: EmulatedOptions, scratch: Path, manifest_sha256: str | None = None
+) -> Loaded:
     """The emulated device over an artifact's contract (manifest and tokenizer only) or a built-in one."""
     from neuronserve.emulated import PROFILES, EmulatedDevice, synthetic_manifest, tokenize_by_length
     from neuronserve.manifest import TOKENIZER_NAME
@@ -498,7 +505,7 @@ def load_emulated(artifact: str | None, options: EmulatedOptions, scratch: Path)
     if artifact is None:
         manifest = synthetic_manifest(profile, options.model_name or profile.name)
     else:
-        manifest, directory = fetch_manifest(artifact, scratch, (TOKENIZER_NAME,))
+        manifest, directory = fetch_manifest(artifact, scratch, (TOKENIZER_NAME,), manifest_sha256)
         if manifest.has_tokenizer():
             from neuronserve.protocol import tokenizer_from_file
 
@@ -511,14 +518,14 @@ def load_emulated(artifact: str | None, options: EmulatedOptions, scratch: Path)
     return manifest, device, tokenize, {}, device.describe()
 
 
-def load_model(artifact: str, scratch: Path) -> Loaded:
+def load_model(artifact: str, scratch: Path, manifest_sha256: str | None = None) -> Loaded:
     """Fetch, verify, load and warm (blocking: run it off the event loop)."""
     from neuronserve.backend import ModelRunner
     from neuronserve.manifest import TOKENIZER_NAME
     from neuronserve.protocol import tokenizer_from_file
     from neuronserve.store import fetch_artifact
 
-    manifest, _, directory = fetch_artifact(artifact, scratch)
+    manifest, _, directory = fetch_artifact(artifact, scratch, manifest_sha256)
     runner = ModelRunner(manifest, directory)
     timings = runner.warm()
     tokenize = None
@@ -530,7 +537,7 @@ def load_model(artifact: str, scratch: Path) -> Loaded:
 
 async def serve(opts: ServeOptions) -> int:
     """Run the server until SIGTERM/SIGINT; the process exit code."""
-    from neuronserve.store import ArtifactRejected, StoreError
+    from neuronserve.store import ArtifactRejected, ManifestMismatch, StoreError
 
     load_errors: tuple[type[Exception], ...] = (ArtifactRejected, StoreError, EmulationError)
     if opts.emulated is None:
@@ -561,6 +568,8 @@ async def serve(opts: ServeOptions) -> int:
     port = runner.addresses[0][1] if runner.addresses else opts.port
     # Tests and scripts started with --port 0 read the bound port from this line.
     what = opts.artifact or "no artifact"
+    if opts.manifest_sha256 is not None:
+        what += f" (manifest sha256 {opts.manifest_sha256})"
     if opts.emulated is not None:
         what += f" on the EMULATED NeuronCore device, profile {opts.emulated.profile}"
     log.info("listening on http://%s:%s (live; loading %s)", opts.host, port, what)
@@ -570,9 +579,11 @@ async def serve(opts: ServeOptions) -> int:
         prefix="neuronserve-artifact-", dir=opts.cache_dir, ignore_cleanup_errors=True
     ) as scratch:
         if opts.emulated is not None:
-            load = _in_daemon_thread(loop, load_emulated, opts.artifact, opts.emulated, Path(scratch))
+            load = _in_daemon_thread(
+                loop, load_emulated, opts.artifact, opts.emulated, Path(scratch), opts.manifest_sha256
+            )
         elif opts.artifact is not None:
-            load = _in_daemon_thread(loop, load_model, opts.artifact, Path(scratch))
+            load = _in_daemon_thread(loop, load_model, opts.artifact, Path(scratch), opts.manifest_sha256)
         else:
             raise ValueError("an artifact is required unless the device is emulated")
         stopper: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
@@ -589,7 +600,7 @@ async def serve(opts: ServeOptions) -> int:
         except load_errors as exc:
             print(f"neuronserve: {exc}", file=sys.stderr)
             await runner.cleanup()
-            return 2
+            return MANIFEST_MISMATCH_EXIT_CODE if isinstance(exc, ManifestMismatch) else 2
         if opts.model_name is not None and opts.model_name != manifest.name:
             manifest = manifest.model_copy(update={"name": opts.model_name})
         state.activate(manifest, model_runner, tokenize, device)

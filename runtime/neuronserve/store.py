@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neuronserve.manifest import MANIFEST_NAME, FileEntry, Manifest, split_s3_uri, verify_files
+from neuronserve.manifest import MANIFEST_NAME, FileEntry, Manifest, manifest_sha256, split_s3_uri, verify_files
 
 CHUNK = 1 << 20
 #: After a 409 on the manifest's conditional put (another writer's put in flight): how often and
@@ -34,6 +34,30 @@ class StoreError(Exception):
 
 class ArtifactRejected(Exception):
     """A fetched artifact does not match its manifest; the message lists every mismatch."""
+
+
+class ManifestMismatch(ArtifactRejected):
+    """The manifest at an artifact's URI is not the one the caller pinned (another sha256).
+
+    The artifact was replaced after it was recorded (republished, overwritten): its files may be
+    valid for *that* manifest, but they are not the bytes the caller was told to serve.
+    """
+
+    def __init__(self, uri: str, expected: str, found: str) -> None:
+        super().__init__(
+            f"the manifest at {uri} has sha256 {found}, not the pinned {expected} (--manifest-sha256): "
+            "the artifact was replaced after it was recorded; refusing to serve it"
+        )
+        self.uri, self.expected, self.found = uri, expected, found
+
+
+def check_pinned(uri: str, manifest_bytes: bytes, expected_sha256: str | None) -> None:
+    """Raise :class:`ManifestMismatch` unless the manifest bytes have ``expected_sha256`` (None: no pin)."""
+    if expected_sha256 is None:
+        return
+    found = manifest_sha256(manifest_bytes)
+    if found != expected_sha256.lower():
+        raise ManifestMismatch(uri, expected_sha256.lower(), found)
 
 
 def file_sha256(path: Path) -> str:
@@ -374,12 +398,14 @@ def download_tree(uri: str, dest: Path) -> Path:
     return dest
 
 
-def fetch_artifact(uri: str, scratch: Path) -> tuple[Manifest, bytes, Path]:
+def fetch_artifact(uri: str, scratch: Path, expected_sha256: str | None = None) -> tuple[Manifest, bytes, Path]:
     """Fetch an artifact (S3 into ``scratch``, a directory in place) and verify every file's size and sha256.
 
     Returns the manifest, its raw bytes and the directory holding the files. Raises StoreError when
     the artifact cannot be read and ArtifactRejected when any file differs from the manifest. In S3
-    every object's size is compared with the manifest before anything is downloaded.
+    every object's size is compared with the manifest before anything is downloaded. With
+    ``expected_sha256`` the manifest's own bytes are checked first, before they are even parsed:
+    another manifest raises :class:`ManifestMismatch` and nothing else is read.
     """
     if is_s3(uri):
         from boto3.exceptions import Boto3Error  # RetriesExceededError of download_file
@@ -392,6 +418,7 @@ def fetch_artifact(uri: str, scratch: Path) -> tuple[Manifest, bytes, Path]:
             manifest_bytes = client.get_object(Bucket=bucket, Key=manifest_key)["Body"].read()
         except (ClientError, BotoCoreError) as exc:
             raise _s3_error("read the manifest", f"s3://{bucket}/{manifest_key}", exc) from exc
+        check_pinned(uri, manifest_bytes, expected_sha256)
         manifest = _parse_manifest(manifest_bytes, uri)
         folder = "/".join(p for p in (prefix, manifest.files_prefix) if p)
         keys = {e.path: f"{folder}/{e.path}" if folder else e.path for e in manifest.files}
@@ -415,6 +442,7 @@ def fetch_artifact(uri: str, scratch: Path) -> tuple[Manifest, bytes, Path]:
         directory = scratch
     else:
         directory, manifest_bytes = _read_local_manifest(uri)
+        check_pinned(uri, manifest_bytes, expected_sha256)
         manifest = _parse_manifest(manifest_bytes, uri)
     _reject(uri, _check_files(directory, manifest))
     return manifest, manifest_bytes, directory
@@ -460,11 +488,14 @@ def _parse_manifest(data: bytes, uri: str) -> Manifest:
         raise ArtifactRejected(f"artifact {uri} has an invalid manifest: {exc}") from exc
 
 
-def fetch_manifest(uri: str, scratch: Path, extra: tuple[str, ...] = ()) -> tuple[Manifest, Path]:
+def fetch_manifest(
+    uri: str, scratch: Path, extra: tuple[str, ...] = (), expected_sha256: str | None = None
+) -> tuple[Manifest, Path]:
     """Fetch only an artifact's manifest and those of ``extra`` files it lists, verified; no model files.
 
     For a server that needs the model's contract (name, buckets, signatures, tokenizer) but not its
     weights: the emulated device. Returns the manifest and the directory holding the fetched files.
+    ``expected_sha256`` pins the manifest as in :func:`fetch_artifact`.
     """
     if is_s3(uri):
         from botocore.exceptions import BotoCoreError, ClientError
@@ -484,7 +515,9 @@ def fetch_manifest(uri: str, scratch: Path, extra: tuple[str, ...] = ()) -> tupl
                 raise _s3_error("read", f"s3://{bucket}/{key}", exc) from exc
             return body
 
-        manifest = _parse_manifest(get(MANIFEST_NAME), uri)
+        manifest_bytes = get(MANIFEST_NAME)
+        check_pinned(uri, manifest_bytes, expected_sha256)
+        manifest = _parse_manifest(manifest_bytes, uri)
         scratch.mkdir(parents=True, exist_ok=True)
         directory = scratch
         wanted = [e for e in manifest.files if e.path in extra]
@@ -494,6 +527,7 @@ def fetch_manifest(uri: str, scratch: Path, extra: tuple[str, ...] = ()) -> tupl
             target.write_bytes(get("/".join(p for p in (manifest.files_prefix, entry.path) if p), entry.size))
     else:
         directory, manifest_bytes = _read_local_manifest(uri)
+        check_pinned(uri, manifest_bytes, expected_sha256)
         manifest = _parse_manifest(manifest_bytes, uri)
         wanted = [e for e in manifest.files if e.path in extra]
     _reject(uri, _check_files(directory, manifest, wanted))
