@@ -71,6 +71,7 @@ from neuronfleet.planning.observation import (
     Observation,
     StatusMemory,
     corrupt_annotations,
+    manifest_refused,
     scaling_due,
     seen_status,
 )
@@ -232,6 +233,19 @@ class Reconciler:
             # The fleet's reads are needed; the compile Jobs' are reported and retried.
             cluster = await observe_cluster(self.kube, namespace, dep.name, None, dep.metadata.uid, now)
             compile_error = f"compile Jobs: {_api_error(exc)}"
+        if request is not None and compiled is not None and manifest_refused(cluster.pods, compiled.stored):
+            # A pod found another manifest at the artifact's URI than the one recorded (and verified
+            # within the store's TTL): read it again now rather than let new pods crash-loop on it.
+            try:
+                found = await asyncio.to_thread(self.store.lookup, request, True)
+            except StoreUnavailable as exc:
+                compile_error = str(exc)
+            else:
+                compiled = replace(
+                    compiled,
+                    stored=found if isinstance(found, StoredArtifact) else None,
+                    dangling=found if isinstance(found, DanglingRecord) else None,
+                )
         if compiled is not None and cluster.jobs is not None:
             jobs = cluster.jobs
             missing = None

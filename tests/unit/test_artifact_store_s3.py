@@ -249,3 +249,19 @@ def test_a_manifest_that_cannot_be_read_now_is_a_store_problem_not_a_dangling_re
     request, record = _record("s3://some-store/compiled")
     with pytest.raises(StoreUnavailable, match=code):
         ArtifactStore(_Refusing(record, code, status)).lookup(request)
+
+
+def test_a_recheck_reads_a_verified_manifest_again_within_the_ttl(recorded: Any) -> None:
+    # A serving pod found another manifest at the URI than the recorded one (it exited, pinned to
+    # the record): the operator asks for a recheck rather than trust its memory for ten minutes.
+    request, put_manifest = recorded
+    put_manifest(KEY, MANIFEST)
+    clock = StubClock()
+    store = ArtifactStore(clock=clock)
+    assert isinstance(store.lookup(request), StoredArtifact)
+    put_manifest(KEY, b'{"name": "bert", "overwritten": true}\n')
+    clock.now += 10
+    assert isinstance(store.lookup(request), StoredArtifact), "remembered as verified"
+    found = store.lookup(request, recheck=True)
+    assert isinstance(found, DanglingRecord)
+    assert found.found_sha256 == manifest_sha256(b'{"name": "bert", "overwritten": true}\n')

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -275,6 +276,32 @@ def test_server_args_are_accepted_by_the_runtimes_own_parser() -> None:
     assert args.cache_dir in {mount["mountPath"] for mount in container["volumeMounts"]}
     # Served under this deployment's name, whatever name the shared artifact was compiled with.
     assert args.model_name == dep.served_model_name
+
+
+def test_a_replica_is_pinned_to_the_recorded_manifest_sha256() -> None:
+    from neuronserve.cli import build_parser
+
+    dep = load("bert-embeddings.yaml")
+    candidate = chosen(dep)
+    pinned = ArtifactRevision(ARTIFACT.id, ARTIFACT.uri, "e" * 64)
+    pod = build_pod(dep, candidate, FleetRevision(pinned, "t"), "warm", "bert-0")
+    validate(pod)
+    container = pod["spec"]["containers"][0]
+    args = build_parser().parse_args(container["args"])
+    assert (args.artifact, args.manifest_sha256) == (pinned.uri, pinned.sha256)
+    assert pod["metadata"]["annotations"]["serving.neuronfleet.dev/manifest-sha256"] == pinned.sha256
+    # Its refusal (the server's last log line) becomes the container's termination message.
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    # No sha256 recorded (a status written before it was): not pinned, as before.
+    unpinned = build_pod(dep, candidate, FleetRevision(ARTIFACT, "t"), "warm", "bert-0")
+    assert build_parser().parse_args(unpinned["spec"]["containers"][0]["args"]).manifest_sha256 is None
+    assert "serving.neuronfleet.dev/manifest-sha256" not in unpinned["metadata"]["annotations"]
+    # The pin is the artifact's, like its URI: not the template's (placeholders do not follow it).
+    other = build_pod(dep, candidate, FleetRevision(replace(pinned, sha256="f" * 64), "t"), "warm", "bert-0")
+    assert {k: v for k, v in other["spec"].items() if k != "containers"} == {
+        k: v for k, v in pod["spec"].items() if k != "containers"
+    }
+    assert pod_template_hash(dep, candidate) == pod_template_hash(dep, candidate)
 
 
 def test_long_deployment_names_still_make_valid_objects() -> None:

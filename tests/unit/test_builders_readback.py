@@ -89,6 +89,31 @@ def test_parse_reports_unschedulable_and_image_pull_problems() -> None:
     assert (view.waiting_reason, view.waiting_message) == ("ImagePullBackOff", "pull access denied")
 
 
+def test_a_crash_looping_pod_says_why_its_server_exited_and_which_manifest_it_is_pinned_to() -> None:
+    dep = deployment()
+    plan = plan_for_spec(dep.spec, 2)
+    assert plan.chosen is not None
+    pinned = ArtifactRevision(ARTIFACT.id, ARTIFACT.uri, "a" * 64)
+    create = plan_fleet(dep.name, FleetTarget(pod_template_hash(dep, plan.chosen), pinned, 1), [], NOW).actions[0]
+    assert isinstance(create, CreatePod)
+    stored = as_stored(object_for_action(dep, plan.chosen, create), ready=False)
+    refusal = f"neuronserve: the manifest at {pinned.uri} has sha256 {'b' * 64}, not the pinned {'a' * 64}"
+    stored["status"]["containerStatuses"] = [
+        {
+            "name": "neuronserve",
+            "restartCount": 3,
+            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container"}},
+            # FallbackToLogsOnError: the log's tail, the server's fatal line last.
+            "lastState": {"terminated": {"exitCode": 4, "reason": "Error", "message": f"INFO listening\n{refusal}\n"}},
+        }
+    ]
+    view = parse_pod(stored)
+    assert view.artifact_sha256 == pinned.sha256
+    assert view.last_exit_code == 4
+    assert view.waiting_reason == "CrashLoopBackOff"
+    assert view.waiting_message == f"back-off 40s restarting failed container; last exit (code 4): {refusal}"
+
+
 def test_unknown_role_label_is_read_as_draining() -> None:
     view = parse_pod({"metadata": {"name": "p", "labels": {"serving.neuronfleet.dev/role": "hero"}}})
     assert view.role == "draining"

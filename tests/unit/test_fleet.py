@@ -297,6 +297,33 @@ def test_template_change_rolls_pods_like_a_new_artifact() -> None:
     assert [(a.kind, getattr(a, "role", "")) for a in plan.actions] == [("create-pod", "warm")]
 
 
+PINNED = replace(OLD, sha256="a" * 64)
+REPUBLISHED = replace(OLD, sha256="b" * 64)
+
+
+def test_a_manifest_republished_under_the_same_revision_rolls_the_pods_to_it() -> None:
+    # Same revision id and URI, another manifest sha256 recorded: the pods pinned to the old one
+    # would serve other bytes than the status says (or refuse to start); warm-then-swap to the new.
+    pods = [replace(pod(f"a{i}"), artifact_sha256=PINNED.sha256) for i in range(2)]
+    assert plan_fleet("bert", target(2, artifact=PINNED), pods, NOW).actions == ()
+    plan = plan_fleet("bert", target(2, artifact=REPUBLISHED), pods, NOW)
+    creates = [a for a in plan.actions if isinstance(a, CreatePod)]
+    assert [(a.role, a.revision.artifact.sha256) for a in creates] == [("warm", REPUBLISHED.sha256)] * 2
+    assert {a.name for a in creates}.isdisjoint(p.name for p in pods)
+    assert plan.summary.rolling_out
+    after = apply_actions(pods, plan.actions, NOW)
+    assert all(p.artifact_sha256 == REPUBLISHED.sha256 for p in after if p.name not in {q.name for q in pods})
+
+
+def test_pods_made_before_pinning_roll_once_and_unpinned_targets_keep_them() -> None:
+    unpinned = [pod("a0")]  # no manifest-sha256 annotation: made by an operator before pinning
+    assert plan_fleet("bert", target(1), unpinned, NOW).actions == ()  # no sha256 recorded: current
+    plan = plan_fleet("bert", target(1, artifact=PINNED), unpinned, NOW)
+    assert [(a.kind, getattr(a, "role", "")) for a in plan.actions] == [("create-pod", "warm")]
+    after = apply_actions(unpinned, plan.actions, NOW)
+    assert plan_fleet("bert", target(1, artifact=PINNED), after, NOW).actions == ()  # once
+
+
 def test_draining_pod_without_a_recorded_start_gets_one() -> None:
     plan = plan_fleet("bert", target(0), [pod("d0", "draining")], NOW)
     assert plan.actions == (Relabel("d0", "draining", "draining", "drain start was not recorded", NOW),)

@@ -15,12 +15,13 @@ import yaml
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.planning.compile import CompileObservation, DanglingRecord, StoredArtifact, compile_request
-from neuronfleet.planning.fleet import CreatePod, DeletePod, FleetPolicy, Relabel, apply_actions
+from neuronfleet.planning.fleet import CreatePod, DeletePod, FleetPolicy, PodView, Relabel, apply_actions
 from neuronfleet.planning.observation import (
     DeploymentMemory,
     Observation,
     StatusMemory,
     corrupt_annotations,
+    manifest_refused,
     seen_status,
 )
 from neuronfleet.planning.placement import Candidate, Headroom
@@ -769,3 +770,29 @@ def test_a_service_rate_learned_on_one_revision_is_not_kept_nor_resumed_on_anoth
         result = plan(dep, Observation(later, compile=new, metrics=snapshot), memory, learned.status)
         assert result.memory.scaling_state.service_rate is None
         assert "autoscaler" not in result.status
+
+
+def test_pods_are_pinned_to_the_recorded_manifest_and_roll_when_it_is_republished() -> None:
+    dep = deployment(**MANUAL)
+    first = plan(dep, Observation(T0, compile=compiled(dep)), DeploymentMemory(), {})
+    assert [a.revision.artifact.sha256 for a in first.actions if isinstance(a, CreatePod)] == ["d" * 64] * 2
+    assert first.status["artifact"]["sha256"] == "d" * 64
+    pods = tuple(replace(p, ready=True, phase="Running") for p in apply_actions([], first.actions, T0))
+    # The compile Job republished the artifact under the same cache key: another manifest recorded.
+    republished = compiled(dep, stored=StoredArtifact("c" * 64, "/store/cccc", "e" * 64, "cpu"))
+    later = Observation(T0 + timedelta(seconds=10), pods=pods, compile=republished)
+    second = plan(dep, later, first.memory, first.status)
+    creates = [a for a in second.actions if isinstance(a, CreatePod)]
+    assert [(a.role, a.revision.artifact.sha256) for a in creates] == [("warm", "e" * 64)] * 2
+    assert second.status["artifact"]["sha256"] == "e" * 64
+
+
+def test_a_pod_refusing_the_manifest_it_is_pinned_to_calls_for_a_fresh_store_check() -> None:
+    stored = StoredArtifact("c" * 64, "/store/cccc", "d" * 64, "cpu")
+    refused = PodView("p0", "warm", "cccccccccc", "t", phase="Running", artifact_sha256="d" * 64, last_exit_code=4)
+    assert manifest_refused([refused], stored)
+    assert not manifest_refused([replace(refused, last_exit_code=2)], stored)  # another failure
+    assert not manifest_refused([replace(refused, artifact_sha256="e" * 64)], stored)  # pinned to another
+    assert not manifest_refused([replace(refused, ready=True)], stored)  # serving again (lastState lingers)
+    assert not manifest_refused([replace(refused, deleting=True)], stored)
+    assert not manifest_refused([refused], None)

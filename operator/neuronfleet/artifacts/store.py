@@ -112,10 +112,11 @@ class ArtifactStore:
         except OSError as exc:
             raise StoreUnavailable(f"cannot read {uri}: {exc.strerror}") from exc
 
-    def lookup(self, request: CompileRequest) -> StoredArtifact | DanglingRecord | None:
+    def lookup(self, request: CompileRequest, recheck: bool = False) -> StoredArtifact | DanglingRecord | None:
         """The artifact recorded for a request; None when it was never compiled; a
         :class:`DanglingRecord` when the record names an artifact that is not stored as recorded
         (no manifest at its URI, or one with another sha256): not to be served, to be compiled again.
+        ``recheck``: read the manifest even if it was verified within the TTL (a pod found another).
 
         A store that cannot be read (the record or the manifest) raises :class:`StoreUnavailable`,
         never a dangling record: a throttled GET says nothing about the artifact.
@@ -133,16 +134,16 @@ class ArtifactStore:
             manifest_sha256=record.manifest_sha256,
             backend=record.backend,
         )
-        found = self._verify(stored)
+        found = self._verify(stored, recheck)
         return stored if found == stored.manifest_sha256 else DanglingRecord(stored, found)
 
-    def _verify(self, stored: StoredArtifact) -> str | None:
+    def _verify(self, stored: StoredArtifact, recheck: bool = False) -> str | None:
         """The sha256 of the manifest at the artifact's URI (None: no manifest there), or the recorded
-        one without a read when it was found so within the TTL."""
+        one without a read when it was found so within the TTL (unless ``recheck``)."""
         key = (stored.uri, stored.manifest_sha256)
         with self._lock:
             checked = self._verified.get(key)
-        if checked is not None and self._clock() - checked < self._verified_ttl:
+        if not recheck and checked is not None and self._clock() - checked < self._verified_ttl:
             return stored.manifest_sha256
         data = self._read(f"{stored.uri.rstrip('/')}/{MANIFEST_NAME}")
         found = manifest_sha256(data) if data is not None else None

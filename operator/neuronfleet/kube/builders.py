@@ -86,6 +86,7 @@ from neuronfleet.planning.fleet import (
 from neuronfleet.planning.labels import (
     ANNOTATION_ARTIFACT_URI,
     ANNOTATION_DRAIN_STARTED,
+    ANNOTATION_MANIFEST_SHA256,
     APP_NAME,
     LABEL_APP_COMPONENT,
     LABEL_APP_INSTANCE,
@@ -370,14 +371,20 @@ SHUTDOWN_MARGIN_SECONDS = 5
 DRAIN_DELAY_SECONDS = 5
 
 
-def server_args(dep: InferenceDeployment, artifact_uri: str) -> list[str]:
-    """Arguments of ``neuronserve`` in a replica (``neuronserve serve``'s command line)."""
+def server_args(dep: InferenceDeployment, artifact_uri: str, manifest_sha256: str = "") -> list[str]:
+    """Arguments of ``neuronserve`` in a replica (``neuronserve serve``'s command line).
+
+    ``manifest_sha256`` (the status' ``artifact.sha256``) pins the manifest: a pod never serves an
+    artifact replaced at the same URI after it was recorded, it exits naming both digests.
+    """
     runtime = dep.spec.runtime
     grace = max(1, runtime.termination_grace_period_seconds - SHUTDOWN_MARGIN_SECONDS)
+    pin = ["--manifest-sha256", manifest_sha256] if manifest_sha256 else []
     return [
         "serve",
         "--artifact",
         artifact_uri,
+        *pin,
         "--port",
         str(runtime.port),
         "--max-batch-delay-ms",
@@ -428,7 +435,7 @@ def build_pod(
         "image": runtime.image or config.model_server_image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["neuronserve"],
-        "args": server_args(dep, revision.artifact.uri),
+        "args": server_args(dep, revision.artifact.uri, revision.artifact.sha256),
         "ports": [{"name": PORT_NAME, "containerPort": runtime.port, "protocol": "TCP"}],
         "env": env,
         "resources": _resources(dep, candidate),
@@ -436,6 +443,9 @@ def build_pod(
         "readinessProbe": _probe(READY_PATH, 5, 2),
         "livenessProbe": _probe(LIVE_PATH, 10, 3),
         "securityContext": _container_security(),
+        # The server says why it exits (a refused or unloadable artifact) on its last log line: as
+        # the termination message it reaches the pod's lastState, and the status' Degraded message.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
             {"name": "tmp", "mountPath": "/tmp"},
             {"name": "artifact-cache", "mountPath": ARTIFACT_CACHE_DIR},
@@ -476,7 +486,8 @@ def build_pod(
             dep,
             name,
             pod_labels(dep, role, revision.template, revision.artifact.id),
-            {ANNOTATION_ARTIFACT_URI: revision.artifact.uri},
+            {ANNOTATION_ARTIFACT_URI: revision.artifact.uri}
+            | ({ANNOTATION_MANIFEST_SHA256: revision.artifact.sha256} if revision.artifact.sha256 else {}),
         ),
         "spec": spec,
     }
@@ -638,6 +649,29 @@ def _parse_time(value: Any) -> datetime | None:
         return None
 
 
+def _terminated(container_status: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The container's current or else last termination (exit code, termination message), or {}."""
+    current = (container_status.get("state") or {}).get("terminated")
+    last = (container_status.get("lastState") or {}).get("terminated")
+    found = current or last or {}
+    return found if isinstance(found, Mapping) else {}
+
+
+#: The most of a termination message's last line that a pod problem quotes.
+MAX_LAST_LINE = 600
+
+
+def _last_line(message: Any) -> str:
+    """The last non-blank line of a termination message (the server's fatal error comes last)."""
+    if not isinstance(message, str):
+        return ""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[-1]
+    return line if len(line) <= MAX_LAST_LINE else line[: MAX_LAST_LINE - 3] + "..."
+
+
 def parse_pod(
     pod: dict[str, Any],
     node_names: Collection[str] | None = None,
@@ -670,7 +704,15 @@ def parse_pod(
         waiting = (container_status.get("state") or {}).get("waiting") or {}
         if waiting.get("reason"):
             waiting_reason, waiting_message = waiting.get("reason"), waiting.get("message") or ""
+            last_words = _last_line(_terminated(container_status).get("message"))
+            if last_words:
+                # "back-off 40s restarting failed container" says nothing of why: the server's last
+                # line (its termination message) does.
+                code = _terminated(container_status).get("exitCode")
+                waiting_message = f"{waiting_message}; last exit (code {code}): {last_words}"
             break
+    statuses = status.get("containerStatuses") or []
+    exit_code = _terminated(statuses[0]).get("exitCode") if statuses else None
     node = spec.get("nodeName") or None
     phase = _PHASES.get(status.get("phase") or "Pending", "Unknown")
     drain_started = _parse_time(annotations.get(ANNOTATION_DRAIN_STARTED))
@@ -693,4 +735,6 @@ def parse_pod(
         unschedulable_message=unschedulable,
         waiting_reason=waiting_reason,
         waiting_message=waiting_message,
+        artifact_sha256=annotations.get(ANNOTATION_MANIFEST_SHA256) or None,
+        last_exit_code=exit_code if isinstance(exit_code, int) else None,
     )

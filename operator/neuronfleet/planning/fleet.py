@@ -20,7 +20,8 @@ demotions they make safe) and a :class:`FleetSummary` of the observed fleet for 
 
 Rules (DESIGN.md, fleet model):
 
-- *Current* serving pods match the target's artifact revision and template hash. The ``active``
+- *Current* serving pods match the target's artifact revision and template hash, and the manifest
+  sha256 the artifact records (``PodView.artifact_sha256``, when one is recorded). The ``active``
   set is the best ``target.active`` of them, ranked ready active, ready warm, unready active (an
   unready warm pod is never promoted: it joins the Service once loaded); among unready pods the
   furthest along is kept first (running and loading, then bound and pulling, then unbound), so a
@@ -112,6 +113,10 @@ class PodView:
     #: A container waiting reason (ErrImagePull, CrashLoopBackOff...) and its message.
     waiting_reason: str | None = None
     waiting_message: str | None = None
+    #: The manifest sha256 the pod's server is pinned to (None: a pod made before pinning).
+    artifact_sha256: str | None = None
+    #: The exit code of the container's last run, when it has exited (restarted or not).
+    last_exit_code: int | None = None
 
     @property
     def broken(self) -> bool:
@@ -369,7 +374,12 @@ def _progress(pod: PodView) -> int:
 
 
 def _is_current(pod: PodView, revision: FleetRevision | None) -> bool:
-    return revision is not None and pod.revision == revision.artifact.id and pod.template == revision.template
+    """The pod runs the target's artifact and template; pinned to the recorded manifest when one is
+    recorded (a manifest republished under the same revision id rolls the pods to it, and the
+    pods made before pinning are replaced once)."""
+    if revision is None or pod.revision != revision.artifact.id or pod.template != revision.template:
+        return False
+    return not revision.artifact.sha256 or pod.artifact_sha256 == revision.artifact.sha256
 
 
 def _problem_of(pod: PodView, now: datetime, policy: FleetPolicy) -> PodProblem | None:
@@ -687,6 +697,7 @@ def apply_actions(
                     revision=action.revision.artifact.id,
                     template=action.revision.template,
                     created_at=now,
+                    artifact_sha256=action.revision.artifact.sha256 or None,
                 ),
             )
         elif isinstance(action, CreatePlaceholder):

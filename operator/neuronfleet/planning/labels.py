@@ -47,6 +47,8 @@ APP_NAME = "neuronserve"
 
 ANNOTATION_DRAIN_STARTED = f"{GROUP}/drain-started-at"
 ANNOTATION_ARTIFACT_URI = f"{GROUP}/artifact-uri"
+#: The manifest sha256 a serving pod is pinned to (64 hex digits: longer than a label value may be).
+ANNOTATION_MANIFEST_SHA256 = f"{GROUP}/manifest-sha256"
 ANNOTATION_PLACEMENT_REASON = f"{GROUP}/placement"
 
 #: Kubernetes object names used as hostnames must fit a DNS label.
@@ -55,10 +57,12 @@ MAX_NAME_LENGTH = 63
 
 @dataclass(frozen=True)
 class ArtifactRevision:
-    """A compiled artifact the fleet serves: its revision id and where it is stored."""
+    """A compiled artifact the fleet serves: its revision id, where it is stored, and the sha256 of
+    its manifest as recorded (empty when unknown: then pods are not pinned to one)."""
 
     id: str
     uri: str
+    sha256: str = ""
 
 
 @dataclass(frozen=True)
@@ -70,8 +74,13 @@ class FleetRevision:
 
     @property
     def key(self) -> str:
-        """8 hex digits naming this (artifact, template) pair in pod names."""
-        return short_hash(f"{self.artifact.id}/{self.template}", 8)
+        """8 hex digits naming this (artifact, template) pair in pod names.
+
+        A manifest republished under the same revision id (another sha256) is another pair: its
+        pods get other names than the ones they replace.
+        """
+        pinned = f"/{self.artifact.sha256}" if self.artifact.sha256 else ""
+        return short_hash(f"{self.artifact.id}/{self.template}{pinned}", 8)
 
 
 def short_hash(text: str, length: int) -> str:

@@ -14,13 +14,15 @@
 - :class:`DeploymentMemory`: the *in-process* memory (the autoscaler's state between checkpoints,
   the warm pool's history, measured cold starts, the outcome of the last apply). It restarts
   empty with the operator; the autoscaler then resumes from the checkpoint.
+
+:func:`manifest_refused` says when a pod's last exit calls for reading the store again at once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -33,6 +35,7 @@ from neuronfleet.planning.fleet import PodView
 from neuronfleet.planning.reasons import Reason
 from neuronfleet.planning.signals import MetricSnapshot
 from neuronfleet.planning.status import LastScale, Refusal, find_condition
+from neuronserve.manifest import MANIFEST_MISMATCH_EXIT_CODE
 
 #: Annotations holding JSON that the operator's framework (Kopf) parses on every event.
 JSON_ANNOTATIONS = (f"{GROUP}/last-handled-configuration",)
@@ -187,3 +190,21 @@ def corrupt_annotations(annotations: Mapping[str, str]) -> tuple[str, ...]:
         except ValueError:
             corrupt.append(key)
     return tuple(corrupt)
+
+
+def manifest_refused(pods: Iterable[PodView], stored: StoredArtifact | None) -> bool:
+    """Whether a serving pod pinned to ``stored``'s manifest exited because the manifest at its URI
+    is another one (``neuronserve serve`` exit code ``MANIFEST_MISMATCH_EXIT_CODE``) and is not
+    serving: the artifact was replaced after it was recorded. The store's memory of having verified
+    it (up to ``VERIFIED_TTL_SECONDS``) is then out of date: it is read again this reconcile, so the
+    record is found dangling and republished at once, not after minutes of crash loop.
+    """
+    if stored is None or not stored.manifest_sha256:
+        return False
+    return any(
+        pod.artifact_sha256 == stored.manifest_sha256
+        and pod.last_exit_code == MANIFEST_MISMATCH_EXIT_CODE
+        and not pod.ready
+        and not pod.deleting
+        for pod in pods
+    )

@@ -361,7 +361,7 @@ def plan_reconcile(
             foreseen = (Refusal(Reason.CPU_LIMIT_BELOW_REQUEST, cpu_problem),)
         target = FleetTarget(
             template=template_of(placement.chosen),
-            artifact=ArtifactRevision(serve.revision, serve.uri) if serve else None,
+            artifact=ArtifactRevision(serve.revision, serve.uri, serve.manifest_sha256) if serve else None,
             active=scale.desired,
             warm=warm.pods,
             # A placeholder has the replicas' resources: the API server would refuse it too.

@@ -69,6 +69,15 @@ class ContainerResult:
 ContainerRunner = Callable[[Obj], Awaitable[ContainerResult | None]]
 
 
+def fallback_termination_message(container: Obj, logs: list[str] | tuple[str, ...], exit_code: int) -> str:
+    """The termination message Kubernetes takes from the log under ``terminationMessagePolicy:
+    FallbackToLogsOnError`` when a container fails with no message file: the log's last 80 lines,
+    at most 2048 bytes. Empty when the container succeeded or its policy is the default (File)."""
+    if exit_code == 0 or container.get("terminationMessagePolicy") != "FallbackToLogsOnError":
+        return ""
+    return "\n".join(logs[-80:])[-2048:]
+
+
 class Kubelet:
     """All nodes' kubelets in one object (they share the store and the clock)."""
 
@@ -327,6 +336,12 @@ class Kubelet:
     async def _serve(self, pod: Obj, processes: ServerProcesses) -> None:
         """Run the pod's server process: Ready when it says so, probed while it runs, restarted when it exits."""
         namespace, name, uid = pod["metadata"]["namespace"], pod["metadata"]["name"], pod["metadata"]["uid"]
+        run_log = len(self.logs.get(uid, []))  # where this run's output starts in the pod's log
+
+        def last_words(code: int | None) -> str:
+            container = pod["spec"]["containers"][0]
+            return fallback_termination_message(container, self.logs.get(uid, [])[run_log:], code or 0)
+
         try:
             server = await processes.start(pod, lambda line: self.write_log(namespace, name, line))
         except OSError as exc:
@@ -350,8 +365,9 @@ class Kubelet:
         options = processes.options
         if not await processes.wait_ready(uid):
             code = await processes.kill(uid)
+            message = last_words(code or 1)
             self.write_log(namespace, name, f"sandbox: the server did not become ready (exit code {code})")
-            self.crash_container(namespace, name, exit_code=code or 1)
+            self.crash_container(namespace, name, exit_code=code or 1, message=message)
             return
         self.set_ready(namespace, name, True)
         ready, failures = True, 0
@@ -359,8 +375,9 @@ class Kubelet:
             code = await processes.wait_exit(uid, options.probe_period_s)
             if code is not None or processes.get(uid) is None:
                 await processes.kill(uid)
+                message = last_words(code if code else 137)
                 self.write_log(namespace, name, f"sandbox: the server exited with code {code}")
-                self.crash_container(namespace, name, exit_code=code if code else 137)
+                self.crash_container(namespace, name, exit_code=code if code else 137, message=message)
                 return
             probed = await processes.probe(uid)
             failures = 0 if probed else failures + 1
@@ -416,13 +433,16 @@ class Kubelet:
 
         self._write_status(pod, finished)
 
-    def crash_container(self, namespace: str, name: str, *, exit_code: int = 1, reason: str = "Error") -> bool:
+    def crash_container(
+        self, namespace: str, name: str, *, exit_code: int = 1, reason: str = "Error", message: str = ""
+    ) -> bool:
         """A running pod's containers exit (e.g. the model server crashed or was OOM-killed).
 
         With restartPolicy Always (or OnFailure and a non-zero exit code) the kubelet restarts them
         after its crash-loop back-off (10 s doubling per restart, at most 300 s): the pod stays
-        Running but not Ready meanwhile, ``restartCount`` grows and ``lastState`` records the exit.
-        Otherwise the pod fails (phase Failed).
+        Running but not Ready meanwhile, ``restartCount`` grows and ``lastState`` records the exit
+        (with ``message``, the termination message, when there is one). Otherwise the pod fails
+        (phase Failed).
         """
         pod = self.store.try_get(self._pods, namespace, name)
         if (
@@ -446,9 +466,10 @@ class Kubelet:
         def crashed(o: Obj) -> None:
             for container in o["status"].get("containerStatuses") or []:
                 started = ((container.get("state") or {}).get("running") or {}).get("startedAt", now)
-                container["lastState"] = {
-                    "terminated": {"exitCode": exit_code, "reason": reason, "startedAt": started, "finishedAt": now}
-                }
+                terminated = {"exitCode": exit_code, "reason": reason, "startedAt": started, "finishedAt": now}
+                if message:
+                    terminated["message"] = message
+                container["lastState"] = {"terminated": terminated}
                 container["state"] = {
                     "waiting": {
                         "reason": "CrashLoopBackOff",

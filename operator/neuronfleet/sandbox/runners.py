@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from neuronfleet.sandbox.kubelet import ContainerResult
+from neuronfleet.sandbox.kubelet import ContainerResult, fallback_termination_message
 
 DEFAULT_TERMINATION_PATH = "/dev/termination-log"
 
@@ -81,6 +81,6 @@ class SubprocessRunner:
                 return ContainerResult(exit_code=137, message=f"killed after {self.timeout_s}s")
             message = message_file.read_text(errors="replace")[-4096:]
         logs = tuple(output.decode(errors="replace").splitlines())
-        if not message and process.returncode and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
-            message = "\n".join(logs[-80:])[-2048:]
+        if not message:
+            message = fallback_termination_message(container, logs, process.returncode or 0)
         return ContainerResult(exit_code=process.returncode or 0, message=message, logs=logs)
