@@ -796,3 +796,15 @@ def test_a_pod_refusing_the_manifest_it_is_pinned_to_calls_for_a_fresh_store_che
     assert not manifest_refused([replace(refused, ready=True)], stored)  # serving again (lastState lingers)
     assert not manifest_refused([replace(refused, deleting=True)], stored)
     assert not manifest_refused([refused], None)
+
+
+def test_pods_held_for_a_replaced_artifact_say_it_was_replaced_not_gone() -> None:
+    dep = deployment(**MANUAL)
+    serving = StoredArtifact("c" * 64, "/store/cccc", "d" * 64, "cpu")
+    status = plan(dep, Observation(T0, compile=compiled(dep)), DeploymentMemory(), {}).status
+    for found, why in ((None, "is gone from the store"), ("e" * 64, "was replaced in the store (another manifest)")):
+        dangling = compiled(dep, stored=None, dangling=DanglingRecord(serving, found), job_phase="running")
+        result = plan(dep, Observation(T0, compile=dangling), DeploymentMemory(), status)
+        assert not [a for a in result.actions if isinstance(a, CreatePod)]
+        available = next(c for c in result.status["conditions"] if c["type"] == "Available")
+        assert f"2 new active pods held: the artifact of revision cccccccccc {why}" in available["message"], available

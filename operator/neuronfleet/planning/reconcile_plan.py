@@ -37,6 +37,7 @@ from neuronfleet.planning.compile import (
     CompileDecision,
     CompileRequest,
     DanglingRecord,
+    StoredArtifact,
     decide_compile,
     decide_unservable,
 )
@@ -290,6 +291,20 @@ def _compile(
     return decision, tuple(actions), ()
 
 
+def _held_because(serve: StoredArtifact, dangling: DanglingRecord | None) -> str:
+    """Why no serving pod of ``serve`` is created: its artifact is not in the store as recorded."""
+    if dangling is not None and dangling.found_sha256 is not None:
+        # Replaced, not deleted: a new pod (pinned to the recorded manifest) would refuse it.
+        return (
+            f"the artifact of revision {serve.revision} was replaced in the store (another manifest); no new "
+            "pod would serve it as recorded until it is republished (see Compiled)"
+        )
+    return (
+        f"the artifact of revision {serve.revision} is gone from the store; no new pod could load it "
+        "until it is republished (see Compiled)"
+    )
+
+
 def plan_reconcile(
     dep: InferenceDeployment,
     observation: Observation,
@@ -368,8 +383,7 @@ def plan_reconcile(
             placeholders=0 if cpu_problem is not None else warm.node_placeholders,
             # Its running pods keep serving, but a new one could not load it and would crash-loop.
             hold_creations=(
-                f"the artifact of revision {serve.revision} is gone from the store; no new pod could load it "
-                "until it is republished (see Compiled)"
+                _held_because(serve, observation.compile.dangling if observation.compile else None)
                 if serve is not None and decision.serve_gone
                 # Pods the API server would refuse: the ones running (of an earlier spec) keep serving.
                 else "spec.runtime.cpuLimit is below the pods' CPU request (see Degraded)"
