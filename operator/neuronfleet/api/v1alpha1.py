@@ -945,7 +945,11 @@ class ArtifactStatus(ApiModel):
     """The compiled artifact of the current revision."""
 
     uri: str | None = Field(default=None, description="Where the compiled artifact is stored.")
-    sha256: str | None = Field(default=None, description="Digest of the artifact manifest.")
+    sha256: str | None = Field(
+        default=None,
+        description="The sha256 of the artifact's manifest, which pins every file's. Serving pods are pinned to it "
+        "(neuronserve serve --manifest-sha256): a pod that finds another manifest at the URI refuses to start.",
+    )
     revision: str | None = Field(default=None, description="Revision label: the first 10 hex digits of the cache key.")
     cache_key: str | None = Field(default=None, description="Hash of source, compiler, flags, buckets.")
     backend: Literal["neuron", "cpu"] | None = Field(
