@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from neuronserve import __version__
-from neuronserve.manifest import REQUEST_KEY_PATTERN, SHA256_PATTERN
+from neuronserve.manifest import MANIFEST_PIN_ENV, REQUEST_KEY_PATTERN, SHA256_PATTERN
 
 DEFAULT_PORT = 8080
 # Kept here, not imported from neuronserve.emulated, so that --help stays instant (no numpy).
@@ -255,11 +255,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--manifest-sha256",
         type=_checked(_sha256),
-        default=_env_default("NEURONSERVE_MANIFEST_SHA256", None),
+        default=_env_default(MANIFEST_PIN_ENV, None),
         help="serve the artifact only if its manifest.json has this sha256 (checked before anything "
         "else is read); another manifest at the URI (the artifact was replaced) exits 4 with both "
-        "digests, serving nothing. Default $NEURONSERVE_MANIFEST_SHA256; unset: whatever manifest is there. "
-        "The operator passes the one its status records (status.artifact.sha256)",
+        f"digests, serving nothing. Default ${MANIFEST_PIN_ENV}; unset: whatever manifest is there. "
+        f"The operator sets ${MANIFEST_PIN_ENV} to the one its status records (status.artifact.sha256)",
     )
     devices = ["artifact", EMULATED_DEVICE]
     s.add_argument(

@@ -38,6 +38,10 @@ SHA256_PATTERN = r"^[0-9a-f]{64}$"
 #: ``--manifest-sha256`` pins: the operator reads it from a crashed pod's last state to check the
 #: store again at once (other load failures exit 2).
 MANIFEST_MISMATCH_EXIT_CODE = 4
+#: The environment variable ``neuronserve serve`` reads the pin from (``--manifest-sha256``'s default).
+#: The operator sets the pin there rather than as an argument: a model server older than the pin
+#: ignores an unknown variable, where an unknown argument would make every new pod exit 2.
+MANIFEST_PIN_ENV = "NEURONSERVE_MANIFEST_SHA256"
 
 Backend = Literal["neuron", "cpu"]
 DType = Literal["int64", "int32", "float32", "float16", "bfloat16"]

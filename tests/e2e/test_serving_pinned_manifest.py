@@ -2,8 +2,9 @@
 
 The artifact's manifest is replaced at the recorded URI behind the operator's back (an overwritten
 prefix). A pod started after that (here: the replacement of a deleted pod) runs ``neuronserve
-serve --manifest-sha256 <recorded>``, finds the other manifest and refuses to start: it crash-loops
-instead of silently serving other bytes next to the pods that loaded the recorded ones. The
+serve`` pinned to the recorded sha256 (``$NEURONSERVE_MANIFEST_SHA256``), finds the other manifest
+and refuses to start: it crash-loops instead of silently serving other bytes next to the pods that
+loaded the recorded ones. The
 operator reads the pod's exit (code 4, its termination message quoted in Degraded), looks the
 record up again at once, reports the artifact as replaced (Compiled: ArtifactGone), holds new pods
 and starts a republishing compile Job. Once the record names the manifest now stored (what that Job
@@ -115,8 +116,8 @@ async def test_a_pod_refuses_a_manifest_replaced_at_the_recorded_uri_and_the_ope
             await until(harness, lambda: len(active_ready()) == 1, 90, "one ready active pod")
             first = active_ready()[0]
             assert first["metadata"]["annotations"][PIN] == recorded
-            args = first["spec"]["containers"][0]["args"]
-            assert args[args.index("--manifest-sha256") + 1] == recorded
+            env = {v["name"]: v.get("value") for v in first["spec"]["containers"][0]["env"]}
+            assert env["NEURONSERVE_MANIFEST_SHA256"] == recorded
             assert harness.deployment(NAMESPACE, NAME)["status"]["artifact"]["sha256"] == recorded
 
             # Someone overwrites the artifact's prefix: another (valid) manifest at the recorded URI.

@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, InferenceDeployment
+from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, EnvVar, InferenceDeployment
 from neuronfleet.kube.builders import (
     PLACEHOLDER_PRIORITY,
     BuilderConfig,
@@ -278,23 +278,33 @@ def test_server_args_are_accepted_by_the_runtimes_own_parser() -> None:
     assert args.model_name == dep.served_model_name
 
 
-def test_a_replica_is_pinned_to_the_recorded_manifest_sha256() -> None:
+def test_a_replica_is_pinned_to_the_recorded_manifest_sha256(monkeypatch: pytest.MonkeyPatch) -> None:
     from neuronserve.cli import build_parser
 
     dep = load("bert-embeddings.yaml")
+    dep.spec.runtime.env = [EnvVar(name="NEURONSERVE_MANIFEST_SHA256", value="0" * 64)]  # cannot unpin it
     candidate = chosen(dep)
     pinned = ArtifactRevision(ARTIFACT.id, ARTIFACT.uri, "e" * 64)
     pod = build_pod(dep, candidate, FleetRevision(pinned, "t"), "warm", "bert-0")
     validate(pod)
     container = pod["spec"]["containers"][0]
+    # In the environment, not the arguments: a model server older than the pin (a user-built Neuron
+    # image) refuses an unknown argument, and every new pod of the upgrade's roll crash-looped.
+    assert not any("manifest" in arg for arg in container["args"])
+    env = {variable["name"]: variable.get("value") for variable in container["env"]}  # the last one wins
+    for name, value in env.items():
+        if value is not None:
+            monkeypatch.setenv(name, value)
     args = build_parser().parse_args(container["args"])
     assert (args.artifact, args.manifest_sha256) == (pinned.uri, pinned.sha256)
+    monkeypatch.delenv("NEURONSERVE_MANIFEST_SHA256")
     assert pod["metadata"]["annotations"]["serving.neuronfleet.dev/manifest-sha256"] == pinned.sha256
     # Its refusal (the server's last log line) becomes the container's termination message.
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
     # No sha256 recorded (a status written before it was): not pinned, as before.
     unpinned = build_pod(dep, candidate, FleetRevision(ARTIFACT, "t"), "warm", "bert-0")
-    assert build_parser().parse_args(unpinned["spec"]["containers"][0]["args"]).manifest_sha256 is None
+    pins = [v["value"] for v in unpinned["spec"]["containers"][0]["env"] if v["name"] == "NEURONSERVE_MANIFEST_SHA256"]
+    assert pins == ["0" * 64]  # the spec's own variable only
     assert "serving.neuronfleet.dev/manifest-sha256" not in unpinned["metadata"]["annotations"]
     # The pin is the artifact's, like its URI: not the template's (placeholders do not follow it).
     other = build_pod(dep, candidate, FleetRevision(replace(pinned, sha256="f" * 64), "t"), "warm", "bert-0")

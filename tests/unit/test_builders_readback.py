@@ -112,6 +112,13 @@ def test_a_crash_looping_pod_says_why_its_server_exited_and_which_manifest_it_is
     assert view.last_exit_code == 4
     assert view.waiting_reason == "CrashLoopBackOff"
     assert view.waiting_message == f"back-off 40s restarting failed container; last exit (code 4): {refusal}"
+    # An injected sidecar: the kubelet sorts containerStatuses by name, so istio-proxy comes first
+    # (its exit code was read as the server's, and the refusal went unseen).
+    sidecar = {"name": "istio-proxy", "ready": True, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
+    stored["status"]["containerStatuses"].insert(0, sidecar)
+    assert parse_pod(stored).last_exit_code == 4
+    sidecar["lastState"] = {"terminated": {"exitCode": 0, "reason": "Completed"}}
+    assert parse_pod(stored).last_exit_code == 4
 
 
 def test_unknown_role_label_is_read_as_draining() -> None:

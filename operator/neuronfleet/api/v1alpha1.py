@@ -948,7 +948,8 @@ class ArtifactStatus(ApiModel):
     sha256: str | None = Field(
         default=None,
         description="The sha256 of the artifact's manifest, which pins every file's. Serving pods are pinned to it "
-        "(neuronserve serve --manifest-sha256): a pod that finds another manifest at the URI refuses to start.",
+        "($NEURONSERVE_MANIFEST_SHA256, neuronserve serve --manifest-sha256): a pod that finds another "
+        "manifest at the URI refuses to start.",
     )
     revision: str | None = Field(default=None, description="Revision label: the first 10 hex digits of the cache key.")
     cache_key: str | None = Field(default=None, description="Hash of source, compiler, flags, buckets.")

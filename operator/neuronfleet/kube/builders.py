@@ -109,6 +109,7 @@ from neuronfleet.planning.labels import (
 )
 from neuronfleet.planning.placement import DAEMONSET_HEADROOM, Candidate, Headroom
 from neuronfleet.planning.status import find_condition, rfc3339
+from neuronserve.manifest import MANIFEST_PIN_ENV
 
 CONTAINER_NAME = "neuronserve"
 PORT_NAME = "http"
@@ -371,20 +372,17 @@ SHUTDOWN_MARGIN_SECONDS = 5
 DRAIN_DELAY_SECONDS = 5
 
 
-def server_args(dep: InferenceDeployment, artifact_uri: str, manifest_sha256: str = "") -> list[str]:
+def server_args(dep: InferenceDeployment, artifact_uri: str) -> list[str]:
     """Arguments of ``neuronserve`` in a replica (``neuronserve serve``'s command line).
 
-    ``manifest_sha256`` (the status' ``artifact.sha256``) pins the manifest: a pod never serves an
-    artifact replaced at the same URI after it was recorded, it exits naming both digests.
+    The manifest pin is not among them: see :func:`build_pod` (an environment variable).
     """
     runtime = dep.spec.runtime
     grace = max(1, runtime.termination_grace_period_seconds - SHUTDOWN_MARGIN_SECONDS)
-    pin = ["--manifest-sha256", manifest_sha256] if manifest_sha256 else []
     return [
         "serve",
         "--artifact",
         artifact_uri,
-        *pin,
         "--port",
         str(runtime.port),
         "--max-batch-delay-ms",
@@ -430,12 +428,19 @@ def build_pod(
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
     ]
     env += [variable.to_wire() for variable in runtime.env]
+    if revision.artifact.sha256:
+        # The pin (the status' artifact.sha256): a pod never serves an artifact replaced at the same
+        # URI after it was recorded, it exits naming both digests. An environment variable, not an
+        # argument: a model-server image older than the pin (a user-built Neuron image, a node's cached
+        # default tag) ignores it, where it would refuse an unknown argument and every new pod would
+        # crash-loop. Last, so that a variable of spec.runtime.env cannot unpin it.
+        env.append({"name": MANIFEST_PIN_ENV, "value": revision.artifact.sha256})
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": runtime.image or config.model_server_image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["neuronserve"],
-        "args": server_args(dep, revision.artifact.uri, revision.artifact.sha256),
+        "args": server_args(dep, revision.artifact.uri),
         "ports": [{"name": PORT_NAME, "containerPort": runtime.port, "protocol": "TCP"}],
         "env": env,
         "resources": _resources(dep, candidate),
@@ -712,7 +717,10 @@ def parse_pod(
                 waiting_message = f"{waiting_message}; last exit (code {code}): {last_words}"
             break
     statuses = status.get("containerStatuses") or []
-    exit_code = _terminated(statuses[0]).get("exitCode") if statuses else None
+    # The server's own status, by name: the kubelet sorts containerStatuses by name, so an injected
+    # sidecar (istio-proxy, linkerd-proxy) may come first.
+    server = [c for c in statuses if isinstance(c, Mapping) and c.get("name") == CONTAINER_NAME]
+    exit_code = _terminated(server[0]).get("exitCode") if server else None
     node = spec.get("nodeName") or None
     phase = _PHASES.get(status.get("phase") or "Pending", "Unknown")
     drain_started = _parse_time(annotations.get(ANNOTATION_DRAIN_STARTED))
