@@ -669,8 +669,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--prometheus-ca-file",
         default=None,
         metavar="PATH",
-        help="CA bundle (PEM) to verify Prometheus' TLS certificate, for a private CA (env "
-        "NEURONFLEET_PROMETHEUS_CA_FILE; default: the system's CAs). Trusted for spec URLs too",
+        help="CA bundle (PEM) trusted besides the system's CAs (or REQUESTS_CA_BUNDLE's) to verify Prometheus' "
+        "TLS certificate, for a private CA (env NEURONFLEET_PROMETHEUS_CA_FILE); for spec URLs too. Read again "
+        "when it changes",
     )
     p.add_argument(
         "--prometheus-allowed-url",

@@ -263,6 +263,59 @@ async def test_a_private_ca_is_trusted_through_the_ca_file(tmp_path: Path) -> No
         server.close()
 
 
+async def test_the_ca_file_adds_to_what_requests_trusts_for_every_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CA file widens trust: a spec's Prometheus with a certificate requests trusts without it
+    (here REQUESTS_CA_BUNDLE's, standing for the system's bundle) is still verified."""
+    (tmp_path / "public").mkdir()
+    (tmp_path / "private").mkdir()
+    public_ca, public_cert, public_key = private_ca(tmp_path / "public")
+    own_ca, own_cert, own_key = private_ca(tmp_path / "private")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(public_ca))
+    servers = []
+    for cert, key in ((public_cert, public_key), (own_cert, own_key)):
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        servers.append(RecordingPrometheus(tls=context))
+    spec_server, own_server = servers
+    metrics = PrometheusMetrics(own_server.url, credentials=PrometheusCredentials(ca_file=own_ca))
+    try:
+        await read(metrics, None)
+        await read(metrics, spec_server.url)
+        assert own_server.seen and spec_server.seen
+    finally:
+        metrics.close()
+        for server in servers:
+            server.close()
+
+
+async def test_a_changed_ca_file_is_trusted_without_a_restart(tmp_path: Path) -> None:
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    old_ca, _, _ = private_ca(tmp_path / "old")
+    new_ca, cert, key = private_ca(tmp_path / "new")
+    ca_file = tmp_path / "ca.crt"
+    ca_file.write_bytes(old_ca.read_bytes())
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server = RecordingPrometheus(tls=context)
+    clock = [0.0]
+    metrics = PrometheusMetrics(server.url, clock=lambda: clock[0], credentials=PrometheusCredentials(ca_file=ca_file))
+    try:
+        snapshot, reason = await metrics.snapshot(deployment(None), time.time())
+        assert snapshot is None and "SSLError" in reason
+        # A Secret volume's update: the new CA swapped in.
+        replacement = tmp_path / "ca.new"
+        replacement.write_bytes(new_ca.read_bytes())
+        os.replace(replacement, ca_file)
+        clock[0] += 1000  # past the back-off the TLS failure began
+        await read(metrics, None)
+    finally:
+        metrics.close()
+        server.close()
+
+
 def test_credentials_that_cannot_be_used_fail_at_start_up(tmp_path: Path) -> None:
     token, password = token_file(tmp_path, "t"), tmp_path / "password"
     password.write_text("p")
@@ -276,7 +329,11 @@ def test_credentials_that_cannot_be_used_fail_at_start_up(tmp_path: Path) -> Non
     with pytest.raises(CredentialsError, match="the file is empty"):
         PrometheusCredentials(password_file=tmp_path / "empty", username="u").auth()
     with pytest.raises(CredentialsError, match=r"--prometheus-ca-file .* not a readable file"):
-        PrometheusCredentials(ca_file=tmp_path).verify()
+        PrometheusCredentials(ca_file=tmp_path).trust()
+    with pytest.raises(CredentialsError, match=r"--prometheus-ca-file .*missing: No such file"):
+        PrometheusCredentials(ca_file=tmp_path / "missing").trust()
+    with pytest.raises(CredentialsError, match=r"--prometheus-ca-file .* no PEM certificate in it"):
+        PrometheusCredentials(ca_file=password).trust()
 
 
 def _kubeconfig(path: Path) -> str:

@@ -39,7 +39,9 @@ Whom the operator asks, and with what (see :mod:`neuronfleet.metrics.prometheus_
 - the operator's credentials (a bearer token or basic auth, ``--prometheus-*-file``) go only to its
   own ``--prometheus-url``, for deployments whose spec names no ``prometheusUrl``. A spec's URL is
   asked without them, even when it is the same URL: a client and a back-off of its own each;
-- a spec's URL outside the operator's allow-list is not requested at all.
+- a spec's URL outside the operator's allow-list is not requested at all;
+- TLS is verified against what requests trusts (the system's bundle, or REQUESTS_CA_BUNDLE's) plus
+  ``--prometheus-ca-file`` when set, for every URL.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment, MetricQueries
-from neuronfleet.metrics.prometheus_auth import PrometheusCredentials
+from neuronfleet.metrics.prometheus_auth import PrometheusCredentials, TrustBundle
 from neuronfleet.planning.prometheus_urls import PrometheusUrlPolicy
 from neuronfleet.planning.signals import QUERIED, SIGNALS, MetricSnapshot
 
@@ -347,7 +349,7 @@ class PrometheusMetrics:
         self.url_policy = url_policy or PrometheusUrlPolicy()
         # Built now: a token file that cannot be read fails at start-up, not at the first query.
         self._auth = self.credentials.auth()
-        self._verify = self.credentials.verify()
+        self._trust: TrustBundle | None = self.credentials.trust()
         self._clients: dict[Endpoint, PrometheusConnect] = {}
         self._breaker = _Breaker(clock)
         self._threads = threads
@@ -358,10 +360,13 @@ class PrometheusMetrics:
         return self._breaker.get(Endpoint(url, own))
 
     def close(self) -> None:
-        """Stop the query threads (those under way end with their query's timeout)."""
+        """Stop the query threads (those under way end with their query's timeout); remove the
+        trust bundle's file."""
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
+        if self._trust is not None:
+            self._trust.close()
 
     def _pool(self) -> ThreadPoolExecutor:
         if self._executor is None:
@@ -370,10 +375,12 @@ class PrometheusMetrics:
 
     def _client(self, endpoint: Endpoint) -> PrometheusConnect:
         if endpoint not in self._clients:
-            # TLS is verified: against --prometheus-ca-file when given, else the system's CAs (or
-            # REQUESTS_CA_BUNDLE's). The client takes a session's verify as it is.
+            # TLS is verified: against requests' own trust, plus --prometheus-ca-file when given
+            # (the two in one bundle: a bundle given to requests replaces its own). The client
+            # takes a session's verify as it is.
             session = requests.Session()
-            session.verify = self._verify
+            if self._trust is not None:
+                session.verify = str(self._trust.path)
             # No retries: a slow or absent Prometheus must not stall the reconcile; the next tick
             # asks again. (retry=None would mean the library's default: 3 retries with back-off,
             # about 6 s per query against a closed port.) Credentials only for the operator's own.
@@ -399,6 +406,8 @@ class PrometheusMetrics:
         result, why Prometheus refused the queries it refused (by signal), and the sample time."""
         started.set()
         url = endpoint.url
+        if self._trust is not None:
+            self._trust.refresh()
         if not probe:
             self._breaker.check(endpoint)  # it may have started to back off while this one queued
         deadline = time.monotonic() + timeout

@@ -10,18 +10,22 @@ gives them to the client of that URL alone, never to the client of a spec's
 ``scaling.metrics.prometheusUrl`` (whoever writes a spec could otherwise point it at their own
 endpoint and read the operator's token). requests itself drops the ``Authorization`` header when
 an answer redirects to another host. The CA bundle is no secret: it is trusted for every URL, so a
-spec's Prometheus behind the same private CA works too.
+spec's Prometheus behind the same private CA works too, and it only adds to what requests trusts
+without it (:class:`TrustBundle`): a spec's Prometheus with a publicly trusted certificate still works.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import ssl
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import requests
+import requests.utils
 from requests.auth import AuthBase, HTTPBasicAuth
 
 logger = logging.getLogger(__name__)
@@ -126,13 +130,10 @@ class PrometheusCredentials:
             return FileBasicAuth(self.username, FileSecret(self.password_file, "--prometheus-password-file"))
         return None
 
-    def verify(self) -> str | bool:
-        """requests' ``verify``: the CA bundle file, else True (the system's CAs, or REQUESTS_CA_BUNDLE)."""
-        if self.ca_file is None:
-            return True
-        if not self.ca_file.is_file() or not os.access(self.ca_file, os.R_OK):
-            raise CredentialsError(f"--prometheus-ca-file {self.ca_file}: not a readable file")
-        return str(self.ca_file)
+    def trust(self) -> TrustBundle | None:
+        """What TLS is verified against when ``--prometheus-ca-file`` is set (None: requests' own
+        trust, unchanged); CredentialsError for a file that is not a readable PEM bundle."""
+        return None if self.ca_file is None else TrustBundle(self.ca_file)
 
     def describe(self) -> str:
         """What is sent to ``--prometheus-url``, for the start-up log (no secret)."""
@@ -144,3 +145,101 @@ class PrometheusCredentials:
         if self.ca_file is not None:
             parts.append(f"TLS verified with the CA bundle {self.ca_file}")
         return ", ".join(parts) or "no credentials"
+
+
+def requests_trust() -> Path:
+    """The CA bundle (file or directory) requests verifies TLS against without ``verify`` set:
+    REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE when set (requests reads them), else certifi's bundle."""
+    for name in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+        if value := os.environ.get(name):
+            return Path(value)
+    return Path(requests.utils.DEFAULT_CA_BUNDLE_PATH)
+
+
+def _pem_text(source: Path) -> str:
+    """The PEM text of a bundle file, or of every certificate file in a (c_rehash) directory;
+    CredentialsError naming it when it cannot be read."""
+    try:
+        if not source.is_dir():
+            return source.read_text(errors="replace")
+        files = sorted(p for p in source.iterdir() if p.is_file())
+        return "\n".join(p.read_text(errors="replace") for p in files)
+    except OSError as error:
+        raise CredentialsError(
+            f"the CA bundle requests trusts without --prometheus-ca-file, {source} "
+            f"(REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE or certifi's): {error.strerror or error}"
+        ) from None
+
+
+class TrustBundle:
+    """requests' own trust (:func:`requests_trust`) plus ``--prometheus-ca-file``, in one PEM file.
+
+    requests takes one ``verify`` bundle, and a bundle replaces what it trusts: given the CA file
+    alone, every endpoint with a publicly trusted certificate (a spec's Prometheus, a managed
+    service) would fail TLS. So the file is added to what requests would trust without it, written
+    to a file of the operator's own (:attr:`path`, given to requests as ``verify``). :meth:`refresh`
+    writes it again when the CA file changes (a Secret's update), so new connections trust the new
+    CA without a restart. A PEM file and not an ``ssl.SSLContext``: requests takes a path through
+    its public API, while a context has to be slipped past its adapter's internals.
+    """
+
+    def __init__(self, ca_file: Path) -> None:
+        self.ca_file = ca_file
+        self.base = requests_trust()
+        handle, name = tempfile.mkstemp(prefix="neuronfleet-prometheus-ca-", suffix=".pem")
+        os.close(handle)
+        self.path = Path(name)
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int, int, int] | None = None
+        self._warned: str | None = None
+        try:
+            self.refresh()
+        except CredentialsError:
+            self.close()
+            raise
+
+    def _check(self) -> tuple[int, int, int, int]:
+        if not self.ca_file.is_file() or not os.access(self.ca_file, os.R_OK):
+            raise CredentialsError(f"--prometheus-ca-file {self.ca_file}: not a readable file")
+        try:
+            ssl.create_default_context(cafile=str(self.ca_file))
+        except (ssl.SSLError, ValueError) as error:
+            raise CredentialsError(
+                f"--prometheus-ca-file {self.ca_file}: no PEM certificate in it ({error.__class__.__name__})"
+            ) from None
+        stat = os.stat(self.ca_file)
+        return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+    def refresh(self) -> None:
+        """Write the bundle again if the CA file changed; a CA file that became unusable keeps the
+        bundle as it was (a Secret's update swaps files), with a warning. CredentialsError the first
+        time only."""
+        with self._lock:
+            try:
+                stat = os.stat(self.ca_file)
+                if self._stamp == (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns):
+                    return
+                stamp = self._check()
+                text = _pem_text(self.base).rstrip("\n") + "\n" + self.ca_file.read_text(errors="replace")
+            except (OSError, CredentialsError) as error:
+                problem = (
+                    str(error)
+                    if isinstance(error, CredentialsError)
+                    else f"--prometheus-ca-file {self.ca_file}: {error.strerror or error}"
+                )
+                if self._stamp is None:
+                    raise CredentialsError(problem) from None
+                if self._warned != problem:
+                    logger.warning("%s; verifying TLS with the bundle read before", problem)
+                    self._warned = problem
+                return
+            # Replaced whole, never rewritten in place: a connection opening meanwhile reads a whole file.
+            handle, partial = tempfile.mkstemp(prefix=self.path.stem, suffix=".tmp", dir=self.path.parent)
+            with os.fdopen(handle, "w") as out:
+                out.write(text)
+            os.replace(partial, self.path)
+            self._stamp, self._warned = stamp, None
+
+    def close(self) -> None:
+        """Remove the bundle file."""
+        self.path.unlink(missing_ok=True)
