@@ -682,7 +682,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "NEURONFLEET_PROMETHEUS_ALLOWED_URLS, comma-separated). Scheme, host and port must be equal (host exactly, "
         "never a suffix) and the path at or under PREFIX's on a '/' boundary. 'none' allows no spec URL. Default: "
         "any URL (a spec can then make the operator request any address it reaches). A URL not allowed is not "
-        "requested: ScalingActive says PrometheusUrlNotAllowed and the autoscaler holds",
+        "requested: ScalingActive says PrometheusUrlNotAllowed and the autoscaler holds. A spec's URL is never "
+        "followed through a redirect",
     )
     p.add_argument(
         "--interval",

@@ -316,6 +316,26 @@ async def test_a_changed_ca_file_is_trusted_without_a_restart(tmp_path: Path) ->
         server.close()
 
 
+async def test_a_spec_url_that_redirects_is_not_followed(
+    operators: RecordingPrometheus, harvester: RecordingPrometheus
+) -> None:
+    """An allowed spec URL answering a redirect must not lead the operator to a URL the allow-list
+    does not name (e.g. the instance metadata service)."""
+    redirecting = RecordingPrometheus(redirect_to=harvester.url)
+    policy = PrometheusUrlPolicy.from_entries([redirecting.url])
+    metrics = PrometheusMetrics(operators.url, url_policy=policy)
+    try:
+        snapshot, reason = await metrics.snapshot(deployment(redirecting.url), time.time())
+        assert snapshot is None and redirecting.seen
+        assert "RedirectNotFollowed: the endpoint redirected (HTTP 307)" in reason, reason
+        assert "not followed for a spec's scaling.metrics.prometheusUrl" in reason, reason
+        assert harvester.seen == []
+        assert metrics.backoff(redirecting.url, own=False) is not None
+    finally:
+        metrics.close()
+        redirecting.close()
+
+
 def test_credentials_that_cannot_be_used_fail_at_start_up(tmp_path: Path) -> None:
     token, password = token_file(tmp_path, "t"), tmp_path / "password"
     password.write_text("p")

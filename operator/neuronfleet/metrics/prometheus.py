@@ -39,7 +39,10 @@ Whom the operator asks, and with what (see :mod:`neuronfleet.metrics.prometheus_
 - the operator's credentials (a bearer token or basic auth, ``--prometheus-*-file``) go only to its
   own ``--prometheus-url``, for deployments whose spec names no ``prometheusUrl``. A spec's URL is
   asked without them, even when it is the same URL: a client and a back-off of its own each;
-- a spec's URL outside the operator's allow-list is not requested at all;
+- a spec's URL outside the operator's allow-list is not requested at all, and a spec's URL is
+  asked without following redirects (:class:`RedirectNotFollowed`): an allowed endpoint answering
+  3xx must not send the operator to a URL the allow-list does not name. The operator's own URL is
+  trusted configuration and keeps following them (requests drops the credentials across hosts);
 - TLS is verified against what requests trusts (the system's bundle, or REQUESTS_CA_BUNDLE's) plus
   ``--prometheus-ca-file`` when set, for every URL.
 """
@@ -250,6 +253,22 @@ _INVALID_URL: tuple[type[Exception], ...] = (
 )
 
 
+class RedirectNotFollowed(requests.RequestException):
+    """A spec's Prometheus answered a redirect, which the operator does not follow."""
+
+
+def _refuse_redirect(response: requests.Response, *args: Any, **kwargs: Any) -> requests.Response:
+    """A session's response hook: a redirect ends the request (before requests follows it) as an
+    error that says so. The target is not printed: it is whatever the endpoint answered."""
+    if response.is_redirect:
+        response.close()
+        raise RedirectNotFollowed(
+            f"the endpoint redirected (HTTP {response.status_code}); redirects are not followed for a spec's "
+            "scaling.metrics.prometheusUrl: name the URL it redirects to"
+        )
+    return response
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """A Prometheus the operator asks: its URL, and whether it is the operator's own (asked with its
@@ -381,6 +400,8 @@ class PrometheusMetrics:
             session = requests.Session()
             if self._trust is not None:
                 session.verify = str(self._trust.path)
+            if not endpoint.own:
+                session.hooks["response"].append(_refuse_redirect)
             # No retries: a slow or absent Prometheus must not stall the reconcile; the next tick
             # asks again. (retry=None would mean the library's default: 3 retries with back-off,
             # about 6 s per query against a closed port.) Credentials only for the operator's own.
