@@ -59,6 +59,16 @@ def test_allowed(url: str) -> None:
         "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/../ws-2",
         "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/%2e%2E/ws-2",
         "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1%2F..%2Fws-2",
+        # "..;" is ".." to Tomcat and Spring (they drop a segment's ";" parameters); any segment
+        # starting with "..", and any path parameter, is refused.
+        "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/..;/ws-2",
+        "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/..;x=1/ws-2",
+        "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/%2e%2e%3b/ws-2",
+        "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/..%00/ws-2",
+        "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/.;/api",
+        "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1;jsessionid=x/api",
+        # Encoded twice: ".." to a server that decodes twice.
+        "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/%252e%252e/ws-2",
         # Parser differentials: urllib3 and browsers end the host at a backslash, urllib.parse does not.
         "http://evil.io\\@prom.example.com:9090/",
         "http://evil.io\\.prom.example.com:9090/",

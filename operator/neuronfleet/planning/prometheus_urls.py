@@ -17,9 +17,13 @@ The matching rule (:meth:`PrometheusUrlPolicy.refusal`): an entry is ``scheme://
 
 Whatever the entry, a URL is refused when parsers could disagree on where it goes: a backslash,
 whitespace, a control or non-ASCII character, a host that is not plain letters, digits, dots and
-dashes (or a bracketed IPv6 address), a ``.`` or ``..`` path segment (also percent-encoded), an
-unreadable port. User-info is read as urllib3 reads it (the host is after the last ``@``), so
-``http://prom.example.com@evil.io`` goes to, and is judged as, ``evil.io``.
+dashes (or a bracketed IPv6 address), a ``.`` path segment or one that starts with ``..`` (also
+percent-encoded: ``..;`` is ``..`` to Tomcat and Spring, which drop a segment's ``;`` parameters), a
+``;`` anywhere in the path (a path parameter, which such servers drop before routing, so
+``/ws-1;x`` is ``/ws-1`` to them and not to this rule), a ``%`` still there once the path is decoded
+(encoded twice, for a server that decodes twice), an unreadable port. User-info is read as urllib3
+reads it (the host is after the last ``@``), so ``http://prom.example.com@evil.io`` goes to, and is
+judged as, ``evil.io``.
 
 No entries (the default) allows every URL, as before the allow-list existed; the one entry ``none``
 allows no spec URL (only the operator's own ``--prometheus-url`` is asked).
@@ -89,8 +93,8 @@ def url_target(url: str) -> UrlTarget | None:
     host = host.lower()
     if scheme not in _DEFAULT_PORTS or not _HOST.fullmatch(host):
         return None
-    segments = urllib.parse.unquote(parts.path).split("/")
-    if any(segment in (".", "..") for segment in segments):
+    path = urllib.parse.unquote(parts.path)
+    if ";" in path or "%" in path or any(segment == "." or segment.startswith("..") for segment in path.split("/")):
         return None
     return UrlTarget(scheme, host, port if port is not None else _DEFAULT_PORTS[scheme], parts.path)
 
@@ -101,7 +105,7 @@ def parse_allowed_entry(entry: str) -> UrlTarget:
     if target is None:
         raise AllowListError(
             f"{entry!r} is not an http(s)://host[:port][/path] URL (a plain host name or IP address, "
-            "no spaces, backslashes or '.'/'..' segments)"
+            "no spaces, backslashes, ';', '.'/'..' segments)"
         )
     parts = urllib.parse.urlsplit(entry)
     if "@" in parts.netloc or parts.query or parts.fragment or entry.endswith(("?", "#")):
@@ -148,8 +152,8 @@ class PrometheusUrlPolicy:
         if target is None:
             return (
                 "spec.scaling.metrics.prometheusUrl is not requested: it is not an http(s) URL that the operator's "
-                "allow-list of Prometheus URLs can judge (a plain host name or IP address, no spaces, backslashes or "
-                f"'.'/'..' segments); the allow-list is {ALLOW_LIST_SETTING}"
+                "allow-list of Prometheus URLs can judge (a plain host name or IP address, no spaces, backslashes, "
+                f"';', '.'/'..' segments); the allow-list is {ALLOW_LIST_SETTING}"
             )
         if any(target.under(prefix) for prefix in self.allowed):
             return None
