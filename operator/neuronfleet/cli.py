@@ -34,7 +34,7 @@ from neuronfleet.planning.placement import (
     plan_placement,
     scheduler_warning,
 )
-from neuronfleet.planning.prometheus_urls import AllowListError, PrometheusUrlPolicy, url_target
+from neuronfleet.planning.prometheus_urls import ALLOW_LIST_SETTING, AllowListError, PrometheusUrlPolicy, url_target
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -179,15 +179,24 @@ def _packing_warning(model: InferenceDeployment) -> str | None:
 
 def _prometheus_url_warning(model: InferenceDeployment, url_policy: PrometheusUrlPolicy | None) -> str | None:
     """What the operator will do with the spec's own ``scaling.metrics.prometheusUrl``, when it matters:
-    credentials in it (plain text in the object), a URL an allow-list cannot judge (any allow-list
-    refuses it), or one that ``url_policy`` (the operator's ``--prometheus-allowed-url``) refuses."""
+    credentials in it (plain text in the object), one that ``url_policy`` (the operator's
+    ``--prometheus-allowed-url``) refuses, or, with no allow-list given, a URL no allow-list can judge
+    (any list refuses it; an operator without one, the default, requests it)."""
     url = model.spec.scaling.metrics.prometheus_url
     if not url:
         return None
     target = url_target(url)
-    if target is None or (url_policy is not None and url_policy.refusal(url) is not None):
-        policy = url_policy if url_policy is not None and url_policy.allowed is not None else PrometheusUrlPolicy(())
-        return f"{policy.refusal(url)}; the deployment would hold its replicas (ScalingActive PrometheusUrlNotAllowed)"
+    refusal = url_policy.refusal(url) if url_policy is not None else None
+    if refusal is not None:
+        return f"{refusal}; the deployment would hold its replicas (ScalingActive PrometheusUrlNotAllowed)"
+    if target is None:
+        # Without an allow-list (the default) the operator requests it: say only what a list would do.
+        return (
+            "spec.scaling.metrics.prometheusUrl is not an http(s) URL that an allow-list of Prometheus URLs can "
+            "judge (a plain host name or IP address, no spaces, backslashes, ';', '.'/'..' segments): an operator "
+            f"with any allow-list ({ALLOW_LIST_SETTING}) would not request it and the deployment would hold its "
+            "replicas (ScalingActive PrometheusUrlNotAllowed); one without (the default) requests it"
+        )
     netloc = url.partition("://")[2].partition("/")[0]
     if "@" in netloc or "?" in url:
         return (

@@ -12,6 +12,7 @@ import yaml
 from neuronfleet.api.crd import openapi_schema
 from neuronfleet.api.v1alpha1 import ARTIFACT_STORE_MESSAGE, NAME_RULE_MESSAGE
 from neuronfleet.cli import main, validate_files
+from neuronfleet.planning.prometheus_urls import PrometheusUrlPolicy
 
 REPO = Path(__file__).resolve().parents[2]
 INVALID = sorted((REPO / "examples" / "invalid").glob("*.yaml"))
@@ -281,7 +282,7 @@ def test_a_prometheus_url_the_operators_allow_list_refuses_is_warned_of(
     [
         ("http://user:S3cr3t@prometheus.monitoring:9090/", "carries credentials or a query string"),
         ("http://prometheus.monitoring:9090/?token=T0ken", "carries credentials or a query string"),
-        ("http://evil.io\\@prometheus.monitoring:9090/", "not an http(s) URL that the operator's allow-list"),
+        ("http://evil.io\\@prometheus.monitoring:9090/", "not an http(s) URL that an allow-list of Prometheus URLs"),
     ],
 )
 def test_a_prometheus_url_with_credentials_or_that_no_allow_list_can_judge_is_warned_of(
@@ -291,3 +292,19 @@ def test_a_prometheus_url_with_credentials_or_that_no_allow_list_can_judge_is_wa
     assert not result.problems
     assert len(result.warnings) == 1 and said in result.warnings[0]
     assert "S3cr3t" not in result.warnings[0] and "T0ken" not in result.warnings[0]
+
+
+def test_a_url_no_allow_list_can_judge_is_not_said_to_be_refused_by_an_operator_without_one(tmp_path: Path) -> None:
+    """An operator with the default (empty) allow-list requests ``http://prometheus_server:9090``
+    (an underscore: no allow-list can judge it); validate without --prometheus-allowed-url must not
+    say it is refused, only what an allow-list would do. With one, it is refused."""
+    url = "http://prometheus_server:9090"
+    assert PrometheusUrlPolicy().refusal(url) is None
+    path = _with_prometheus_url(tmp_path, url)
+    [result] = validate_files([str(path)])
+    [warning] = result.warnings
+    assert "is not requested" not in warning
+    assert "an operator with any allow-list" in warning and "one without (the default) requests it" in warning
+    [result] = validate_files([str(path)], url_policy=PrometheusUrlPolicy.from_entries(["http://prometheus:9090"]))
+    [warning] = result.warnings
+    assert "is not requested" in warning and "PrometheusUrlNotAllowed" in warning
