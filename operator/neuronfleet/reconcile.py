@@ -76,6 +76,7 @@ from neuronfleet.planning.observation import (
     seen_status,
 )
 from neuronfleet.planning.placement import Candidate, check_fits
+from neuronfleet.planning.prometheus_queries import query_override_refusal
 from neuronfleet.planning.prometheus_urls import PrometheusUrlPolicy
 from neuronfleet.planning.reasons import Event, Reason
 from neuronfleet.planning.reconcile_plan import (
@@ -116,6 +117,8 @@ class OperatorSettings:
     max_concurrent_reconciles: int = 32
     #: Which spec.scaling.metrics.prometheusUrl the operator may request (default: any).
     prometheus_urls: PrometheusUrlPolicy = field(default_factory=PrometheusUrlPolicy)
+    #: Refuse a spec's query overrides when they would run against the operator's own Prometheus.
+    refuse_query_overrides: bool = False
 
 
 @dataclass(frozen=True)
@@ -273,8 +276,12 @@ class Reconciler:
                 if spec.metrics.prometheus_url
                 else None
             )
+            # ... and so are queries of its own to run with the operator's credentials, when refused.
+            query_refusal = query_override_refusal(spec.metrics) if self.settings.refuse_query_overrides else None
             if refusal is not None:
                 problem, problem_reason = refusal, Reason.PROMETHEUS_URL_NOT_ALLOWED
+            elif query_refusal is not None:
+                problem, problem_reason = query_refusal, Reason.PROMETHEUS_QUERY_NOT_ALLOWED
             elif self.metrics is not None:
                 snapshot, problem = await self.metrics.snapshot(dep, now.timestamp())
         return Observation(

@@ -259,6 +259,11 @@ def resolve_defaults(args: argparse.Namespace) -> argparse.Namespace:
         attribute = f"prometheus_{name}"
         value = getattr(args, attribute) or os.environ.get(f"NEURONFLEET_{attribute.upper()}") or None
         setattr(args, attribute, value)
+    if not args.prometheus_refuse_query_overrides:
+        flag = os.environ.get("NEURONFLEET_PROMETHEUS_REFUSE_QUERY_OVERRIDES", "").strip().lower()
+        if flag not in ("", "true", "false"):
+            raise RunSetupError(f"NEURONFLEET_PROMETHEUS_REFUSE_QUERY_OVERRIDES is {flag!r}: true or false")
+        args.prometheus_refuse_query_overrides = flag == "true"
     if not args.prometheus_allowed_url:
         # The variable is one list: entries separated by commas or whitespace.
         listed = os.environ.get("NEURONFLEET_PROMETHEUS_ALLOWED_URLS") or ""
@@ -413,6 +418,7 @@ async def _run(args: argparse.Namespace) -> None:
         interval_seconds=args.interval,
         max_concurrent_reconciles=args.max_concurrent_reconciles,
         prometheus_urls=url_policy,
+        refuse_query_overrides=args.prometheus_refuse_query_overrides,
     )
     from neuronfleet.metrics.prometheus import PrometheusMetrics, redact_url
 
@@ -424,6 +430,8 @@ async def _run(args: argparse.Namespace) -> None:
         raise RunSetupError(str(error)) from None
     if args.prometheus_url:
         logger.info("Prometheus at %s: %s", redact_url(args.prometheus_url), credentials.describe())
+    if args.prometheus_refuse_query_overrides:
+        logger.info("only the default scaling.metrics queries run against --prometheus-url (query overrides refused)")
     else:
         logger.info("no --prometheus-url: Auto scaling reads only the Prometheus a spec names (prometheusUrl)")
     context = await build_context(replace(settings), args.kubeconfig, metrics)
@@ -684,6 +692,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "any URL (a spec can then make the operator request any address it reaches). A URL not allowed is not "
         "requested: ScalingActive says PrometheusUrlNotAllowed and the autoscaler holds. A spec's URL is never "
         "followed through a redirect",
+    )
+    p.add_argument(
+        "--prometheus-refuse-query-overrides",
+        action="store_true",
+        default=False,
+        help="run only the default queries against --prometheus-url: a spec naming no prometheusUrl whose "
+        "scaling.metrics queries differ from the defaults is asked nothing (they would run with the operator's "
+        "credentials and their values show in its status); ScalingActive says PrometheusQueryNotAllowed and the "
+        "autoscaler holds (env NEURONFLEET_PROMETHEUS_REFUSE_QUERY_OVERRIDES=true)",
     )
     p.add_argument(
         "--interval",

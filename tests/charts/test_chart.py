@@ -324,6 +324,7 @@ def test_ci_values_reach_the_operator() -> None:
         # An allowed URL is scheme://host[:port][/path]: no user-info, query or list in one entry.
         ("operator.prometheusAllowedUrls={http://user@prom:9090}", "/operator/prometheusAllowedUrls/0"),
         ("operator.prometheusAllowedUrls={prom.monitoring:9090}", "/operator/prometheusAllowedUrls/0"),
+        ("operator.prometheusRefuseQueryOverrides=yes", "/operator/prometheusRefuseQueryOverrides"),
         # A fraction comes through --set as a string: the range is still checked.
         ("operator.reconcileIntervalSeconds=3600.5", "operator.reconcileIntervalSeconds is 3600.5: it must be above 0"),
     ],
@@ -674,6 +675,7 @@ def test_operator_command_is_what_neuronfleet_run_accepts(
         credentials = prometheus_credentials(parsed)
         assert credentials.bearer_token_file == Path("/etc/neuronfleet/prometheus-auth/token")
         assert credentials.ca_file == Path("/etc/neuronfleet/prometheus-auth/ca.crt")
+        assert parsed.prometheus_refuse_query_overrides is True
     else:
         # No chart value: the operator's own default, as before the value existed.
         assert parsed.model_server_image == DEFAULT_IMAGE
@@ -681,6 +683,8 @@ def test_operator_command_is_what_neuronfleet_run_accepts(
         assert device_group_id(parsed) is None
         assert prometheus_url_policy(parsed).allowed is None  # any spec URL, as before the allow-list
         assert prometheus_credentials(parsed).auth() is None
+        assert parsed.prometheus_refuse_query_overrides is False  # any query, as before the value
+        assert "NEURONFLEET_PROMETHEUS_REFUSE_QUERY_OVERRIDES" not in env
 
 
 def test_a_large_device_group_id_reaches_the_operator_whole() -> None:

@@ -373,6 +373,7 @@ _VARIABLES = (
     "NEURONFLEET_PROMETHEUS_PASSWORD_FILE",
     "NEURONFLEET_PROMETHEUS_CA_FILE",
     "NEURONFLEET_PROMETHEUS_ALLOWED_URLS",
+    "NEURONFLEET_PROMETHEUS_REFUSE_QUERY_OVERRIDES",
 )
 
 
@@ -434,6 +435,41 @@ def test_run_refuses_unusable_prometheus_settings_in_one_line(
 ) -> None:
     assert main(["run", "--kubeconfig", _kubeconfig(tmp_path / "kubeconfig"), *flags]) == 2
     assert capsys.readouterr().err.startswith(complaint)
+
+
+@pytest.mark.parametrize(
+    ("flags", "variable", "refused"),
+    [
+        ([], None, False),
+        (["--prometheus-refuse-query-overrides"], None, True),
+        ([], "true", True),
+        ([], "False", False),
+    ],
+)
+def test_run_takes_refuse_query_overrides_from_the_flag_or_the_environment(
+    tmp_path: Path, run_env: pytest.MonkeyPatch, flags: list[str], variable: str | None, refused: bool
+) -> None:
+    if variable is not None:
+        run_env.setenv("NEURONFLEET_PROMETHEUS_REFUSE_QUERY_OVERRIDES", variable)
+    seen: list[OperatorSettings] = []
+
+    async def build_context(settings: OperatorSettings, kubeconfig: Any, metrics: Any, *args: Any) -> Any:
+        seen.append(settings)
+        metrics.close()
+        raise run_command.RunSetupError("stopped before connecting")
+
+    run_env.setattr(run_command, "build_context", build_context)
+    assert main(["run", "--kubeconfig", _kubeconfig(tmp_path / "kubeconfig"), *flags]) == 2
+    (settings,) = seen
+    assert settings.refuse_query_overrides is refused
+
+
+def test_run_refuses_a_refuse_query_overrides_variable_that_is_not_true_or_false(
+    tmp_path: Path, run_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_env.setenv("NEURONFLEET_PROMETHEUS_REFUSE_QUERY_OVERRIDES", "yes")
+    assert main(["run", "--kubeconfig", _kubeconfig(tmp_path / "kubeconfig")]) == 2
+    assert capsys.readouterr().err.startswith("error: NEURONFLEET_PROMETHEUS_REFUSE_QUERY_OVERRIDES is 'yes': true or")
 
 
 def test_run_without_an_operator_url_still_reads_a_spec_url(

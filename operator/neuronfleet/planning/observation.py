@@ -61,7 +61,8 @@ class Observation:
     #: Why ``metrics`` is None.
     metrics_problem: str = "no metrics source configured"
     #: The ScalingActive reason of ``metrics_problem``: PrometheusUrlNotAllowed when the operator's
-    #: allow-list refused the spec's prometheusUrl (nothing was requested).
+    #: allow-list refused the spec's prometheusUrl (nothing was requested); PrometheusQueryNotAllowed
+    #: when it refuses the spec's query overrides (likewise).
     metrics_problem_reason: Reason = Reason.METRICS_UNAVAILABLE
     corrupt_annotations: tuple[str, ...] = ()
 

@@ -47,6 +47,7 @@ class Reason(StrEnum):
     METRICS_READ = "MetricsRead"
     METRICS_UNAVAILABLE = "MetricsUnavailable"
     PROMETHEUS_URL_NOT_ALLOWED = "PrometheusUrlNotAllowed"
+    PROMETHEUS_QUERY_NOT_ALLOWED = "PrometheusQueryNotAllowed"
     # WarmPoolReady
     NO_WARM_POOL = "NoWarmPool"
     WARM_POOL_FULL = "WarmPoolFull"

@@ -482,7 +482,8 @@ def status_events(durable: StatusMemory, status: Mapping[str, Any], scale_reason
     """Events of a status change: Scaled when the desired replicas change; a Warning when Degraded
     turns True or changes reason, Recovered when it turns False again; a Warning when ScalingActive
     turns MetricsUnavailable (the autoscaler holds: Prometheus is unavailable, or refuses every
-    query) or PrometheusUrlNotAllowed (the spec's prometheusUrl is outside the operator's allow-list);
+    query), PrometheusUrlNotAllowed (the spec's prometheusUrl is outside the operator's allow-list) or
+    PrometheusQueryNotAllowed (a query override the operator refuses to run with its credentials);
     ReplicasIgnored when spec.scaling.replicas is set or changed in Auto mode. Nothing when nothing
     changed."""
     events: list[Event] = []
@@ -504,7 +505,7 @@ def status_events(durable: StatusMemory, status: Mapping[str, Any], scale_reason
         events.append(Event("Normal", Reason.RECOVERED, f"no longer degraded (was {before.get('reason')})"))
     # Manual scaling is ScalingActive=False too, by choice: no warning for it.
     before, after = durable.condition("ScalingActive"), find_condition({"status": status}, "ScalingActive")
-    holding = (Reason.METRICS_UNAVAILABLE, Reason.PROMETHEUS_URL_NOT_ALLOWED)
+    holding = (Reason.METRICS_UNAVAILABLE, Reason.PROMETHEUS_URL_NOT_ALLOWED, Reason.PROMETHEUS_QUERY_NOT_ALLOWED)
     if after.get("reason") in holding and before.get("reason") != after.get("reason"):
         events.append(Event("Warning", Reason(str(after.get("reason"))), str(after.get("message") or "")))
     # spec.scaling.replicas set or changed in Auto mode (`kubectl scale`): accepted (a CEL rule refusing
