@@ -33,10 +33,21 @@ on conv only (``params.nasa_skipped`` says why; ``--nasa-all`` runs them too). W
 the cases also carry the learned rate's 10th/50th/90th percentiles over the scored half (the
 policies live in worker processes otherwise).
 
+Five scenarios are few to choose a sizing rule on, so every variant also runs on
+``bench_generalisation.py``'s probes of the conv scenarios (its ``PROBES``: ``reversed``, the trace
+played backwards by its ``reversed_trace``; ``seed-2`` and ``seed-3``, the workload and the fleet's
+cold starts drawn at another seed; the spans are the unprobed scenarios', as there), scored the same
+way. Their figures are ``probe.<probe>.<scenario>.<variant>.*``; ``learned`` must equal
+``generalisation.json``'s ``ours_default`` for the probe (checked; the script stops if not), and
+``x_static`` divides by the static fleet ``generalisation.json`` chose for that probe (read, not
+rerun). The reversed NASA weeks, the only NASA probes, are not run (``params.probe_nasa_skipped``).
+``verdict.<variant>`` also says whether it reaches 99 % on every probe and is cheaper than
+``learned`` on every probe, and which probes it misses or is not cheaper on.
+
     .venv/bin/python bench/bench_known_capacity.py [--quick] [--nasa-all] [--jobs N]
 
-``--quick`` runs conv only and writes ``known-capacity-quick.json``. The result file is rewritten
-after each scenario, so an interrupted run keeps what it finished.
+``--quick`` runs conv (and its probes) only and writes ``known-capacity-quick.json``. The result
+file is rewritten after each scenario, so an interrupted run keeps what it finished.
 """
 
 from __future__ import annotations
@@ -50,6 +61,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bench_fleet import PEAK_REPLICAS, PROFILE, SEED, SLO_TARGET, Scenario, load_traces, scenarios, window
+from bench_generalisation import PROBES, reversed_trace
 
 from _common import RESULTS_DIR, write_result
 from neuronfleet.api.v1alpha1 import ScalingSpec
@@ -62,8 +74,9 @@ from neuronfleet.sim.trace import Trace
 from neuronfleet.sim.workload import Workload, build, factor_for_peak
 
 FLEET_JSON = RESULTS_DIR / "fleet.json"
+GENERALISATION_JSON = RESULTS_DIR / "generalisation.json"
 _CRD_DEFAULT = {name: ScalingSpec.model_fields[name].default for name in ("target_utilization", "peak_utilization")}
-#: ``fleet.json``'s ours_default fields the ``learned`` variant must reproduce exactly.
+#: ``fleet.json``'s (``generalisation.json``'s, on a probe) ours_default fields ``learned`` must reproduce exactly.
 CHECKED = ("slo_attainment", "usd_per_million", "cost_vs_feasible_oracle", "cost_vs_oracle")
 
 
@@ -232,18 +245,22 @@ def run_scenario(
     variants: list[Variant],
     capacity: float,
     jobs: int,
+    seed: int = SEED,
 ) -> tuple[list[dict[str, Any]], float]:
-    """One row per variant on the scenario's scored half, and the feasible oracle's $/M."""
+    """One row per variant on the scenario's scored half, and the feasible oracle's $/M.
+
+    ``seed`` draws the workload and the fleet, as ``bench_fleet.run_scenario``'s does (a probe's).
+    """
     factor = factor_for_peak(trace, profile, PEAK_REPLICAS)
 
     def workload(start: float, stop: float) -> Workload:
-        return build(window(trace, start, stop), profile, factor, 1.0, SEED, arrivals=scenario.arrivals)
+        return build(window(trace, start, stop), profile, factor, 1.0, seed, arrivals=scenario.arrivals)
 
     # max_replicas as bench_fleet sets it: twice the tuning half's oracle peak.
-    max_replicas = 2 * runner.run_oracles(workload(*scenario.tune), profile, SEED).peak
+    max_replicas = 2 * runner.run_oracles(workload(*scenario.tune), profile, seed).peak
     score_w = workload(scenario.tune[0], scenario.score[1])
     measure_from = scenario.score[0] - scenario.tune[0]
-    oracles = runner.run_oracles(score_w, profile, SEED, measure_from)
+    oracles = runner.run_oracles(score_w, profile, seed, measure_from)
     made: dict[str, KnownCapacityOurs] = {}
     cases = [make_case(v, max_replicas, capacity, made) for v in variants]
     started = time.perf_counter()
@@ -257,7 +274,7 @@ def run_scenario(
         )
 
     outcomes = runner.run_cases(
-        score_w, profile, cases, SEED, oracles.start, on_done=done, measure_from=measure_from, jobs=jobs
+        score_w, profile, cases, seed, oracles.start, on_done=done, measure_from=measure_from, jobs=jobs
     )
     records = report.records(profile, outcomes, oracles, {}, "score", scenario.arrivals)
     rows = [r for r in records if r["policy"] == "ours"]
@@ -269,36 +286,90 @@ def run_scenario(
     return rows, oracles.feasible.usd_per_million
 
 
-def check_learned(name: str, row: dict[str, Any], fleet: dict[str, Any]) -> dict[str, Any]:
-    """The learned row against fleet.json's ours_default: per field, both values and whether they are equal."""
+def check_learned(name: str, row: dict[str, Any], ref: dict[str, Any], source: str = "fleet_json") -> dict[str, Any]:
+    """The learned row against ``ref``'s (fleet.json's figures, or generalisation.json's) ours_default
+    for scenario ``name``: per field, both values and whether they are equal."""
     out: dict[str, Any] = {}
     for field in CHECKED:
-        expected = fleet.get(f"{name}.ours_default.{field}")
-        out[field] = {"fleet_json": expected, "here": row[field], "equal": expected == row[field]}
+        expected = ref.get(f"{name}.ours_default.{field}")
+        out[field] = {source: expected, "here": row[field], "equal": expected == row[field]}
     return out
 
 
-def verdicts(figures: dict[str, Any], names: list[str], variants: list[Variant]) -> dict[str, Any]:
+def score_rows(
+    figures: dict[str, Any], key: str, rows: list[dict[str, Any]], static_usd: float | None, feasible_usd: float
+) -> None:
+    """Each row's x_static, and its figures under ``<key>.<variant>.*``."""
+    for row in rows:
+        row["x_static"] = round(row["usd_per_million"] / static_usd, 4) if static_usd else None
+        prefix = f"{key}.{row['setting']}"
+        figures[f"{prefix}.slo_attainment"] = row["slo_attainment"]
+        figures[f"{prefix}.usd_per_million"] = row["usd_per_million"]
+        figures[f"{prefix}.x_feasible_oracle"] = row["cost_vs_feasible_oracle"]
+        figures[f"{prefix}.x_static"] = row["x_static"]
+    figures[f"{key}.feasible_oracle_usd_per_million"] = round(feasible_usd, 5)
+
+
+def _standing(figures: dict[str, Any], keys: list[str], variant: str) -> tuple[list[str], list[str], list[str]]:
+    """Of the ``keys`` (``<key>.<variant>.*`` in figures) the variant ran on: all, those it reaches 99 % on,
+    and those it is cheaper than learned on."""
+    ran = [k for k in keys if f"{k}.{variant}.slo_attainment" in figures]
+    reaches = [k for k in ran if figures[f"{k}.{variant}.slo_attainment"] >= SLO_TARGET]
+    cheaper = [k for k in ran if figures[f"{k}.{variant}.usd_per_million"] < figures[f"{k}.learned.usd_per_million"]]
+    return ran, reaches, cheaper
+
+
+def verdicts(
+    figures: dict[str, Any], names: list[str], variants: list[Variant], probes: list[str] | None = None
+) -> dict[str, Any]:
+    """Per variant, over the scenarios ``names`` and the probe scenarios ``probes`` (``<probe>:<scenario>``)."""
     out: dict[str, Any] = {}
     for v in variants:
-        ran = [n for n in names if f"{n}.{v.name}.slo_attainment" in figures]
-        reaches = all(figures[f"{n}.{v.name}.slo_attainment"] >= SLO_TARGET for n in ran)
-        cheaper = [n for n in ran if figures[f"{n}.{v.name}.usd_per_million"] < figures[f"{n}.learned.usd_per_million"]]
+        ran, reaches, cheaper = _standing(figures, names, v.name)
         prefix = f"verdict.{v.name}"
         out[f"{prefix}.scenarios_run"] = len(ran)
-        out[f"{prefix}.reaches_99_everywhere"] = bool(ran) and reaches
+        out[f"{prefix}.reaches_99_everywhere"] = bool(ran) and len(reaches) == len(ran)
         out[f"{prefix}.cheaper_than_learned_everywhere"] = None if v.name == "learned" else len(cheaper) == len(ran)
         out[f"{prefix}.cheaper_than_learned_on"] = None if v.name == "learned" else ", ".join(cheaper) or None
+        if probes is None:
+            continue
+        keys = {probe_key(p): p for p in probes}
+        ran, reaches, cheaper = _standing(figures, list(keys), v.name)
+        out[f"{prefix}.probes_run"] = len(ran)
+        out[f"{prefix}.reaches_99_on_every_probe"] = bool(ran) and len(reaches) == len(ran)
+        out[f"{prefix}.probes_missing_99"] = ", ".join(keys[k] for k in ran if k not in reaches) or None
+        learned = v.name == "learned"
+        out[f"{prefix}.cheaper_than_learned_on_every_probe"] = (
+            None if learned else bool(ran) and len(cheaper) == len(ran)
+        )
+        out[f"{prefix}.probes_not_cheaper_than_learned"] = (
+            None if learned else ", ".join(keys[k] for k in ran if k not in cheaper) or None
+        )
     return out
 
 
-def print_table(figures: dict[str, Any], names: list[str], variants: list[Variant]) -> None:
+def probe_key(probed: str) -> str:
+    """The figures' key of probe scenario ``<probe>:<scenario>``: ``probe.<probe>.<scenario>``."""
+    probe, scenario = probed.split(":", 1)
+    return f"probe.{probe}.{scenario}"
+
+
+def print_table(
+    figures: dict[str, Any], names: list[str], variants: list[Variant], probes: bool = False, static: str = "fleet"
+) -> None:
+    """The scenarios' table, or with ``probes`` the probe scenarios' (``names`` as ``<probe>:<scenario>``)."""
     short = {n: n.replace("conv-1h/", "conv ").replace("nasa-14d/", "nasa ") for n in names}
+    keys = {n: probe_key(n) if probes else n for n in names}
+    reaches_key, cheaper_key = (
+        ("reaches_99_on_every_probe", "cheaper_than_learned_on_every_probe")
+        if probes
+        else ("reaches_99_everywhere", "cheaper_than_learned_everywhere")
+    )
     print(f"{'variant':22s}" + "".join(f"{short[n]:>26s}" for n in names) + "  all>=99  cheaper everywhere")
     for v in variants:
         cells = []
         for n in names:
-            key = f"{n}.{v.name}"
+            key = f"{keys[n]}.{v.name}"
             if f"{key}.slo_attainment" not in figures:
                 cells.append(f"{'-':>26s}")
                 continue
@@ -306,10 +377,10 @@ def print_table(figures: dict[str, Any], names: list[str], variants: list[Varian
                 f"{figures[f'{key}.slo_attainment']:8.2%} {figures[f'{key}.x_feasible_oracle']:6.3f}x "
                 f"{figures[f'{key}.x_static']:5.3f}s"
             )
-        reaches = figures[f"verdict.{v.name}.reaches_99_everywhere"]
-        cheaper = figures[f"verdict.{v.name}.cheaper_than_learned_everywhere"]
+        reaches = figures[f"verdict.{v.name}.{reaches_key}"]
+        cheaper = figures[f"verdict.{v.name}.{cheaper_key}"]
         print(f"{v.name:22s}" + "".join(f"{c:>26s}" for c in cells) + f"  {reaches!s:7s}  {cheaper}")
-    print("cells: attainment, x feasible oracle, x static (fleet.json's chosen static)")
+    print(f"cells: attainment, x feasible oracle, x static ({static}.json's chosen static)")
 
 
 def main() -> int:
@@ -323,6 +394,8 @@ def main() -> int:
         return 2
     fleet_doc = json.loads(FLEET_JSON.read_text())
     fleet = fleet_doc["figures"]
+    generalisation_doc = json.loads(GENERALISATION_JSON.read_text())
+    generalisation = generalisation_doc["figures"]
     profile = load_profile(PROFILE)
     # The replica's known capacity: the profile's best full-batch throughput.
     capacity = max(p.throughput_per_s for p in profile.efficient_batches())
@@ -330,6 +403,17 @@ def main() -> int:
     if args.quick:
         todo = [s for s in todo if s.trace == "conv"]
     names = [s.name for s in todo]
+    # bench_generalisation's probes of the conv scenarios: (probe, its scenario, trace, seed). The spans
+    # are the unprobed scenarios', as bench_generalisation keeps them.
+    conv = [s for s in todo if s.trace == "conv"]
+    flipped = reversed_trace(traces["conv"])
+    probe_todo = [
+        (probe, replace(s, name=f"{probe}:{s.name}"), flipped if flip else traces["conv"], seed)
+        for probe, flip, seed, covers in PROBES
+        if "conv" in covers
+        for s in conv
+    ]
+    probed = [p.name for _, p, _, _ in probe_todo]
     name = "known-capacity-quick" if args.quick else "known-capacity"
     params: dict[str, Any] = {
         "profile": PROFILE,
@@ -357,6 +441,18 @@ def main() -> int:
         "static_chosen": {n: fleet.get(f"{n}.static.chosen_setting") for n in names},
         "static_usd_per_million": {n: fleet.get(f"{n}.static.usd_per_million") for n in names},
         "fleet_json_commit": fleet_doc.get("commit"),
+        "probes": [
+            {"name": probe, "reversed": flip, "seed": seed, "scenarios": [f"{probe}:{s.name}" for s in conv]}
+            for probe, flip, seed, covers in PROBES
+            if "conv" in covers
+        ],
+        "probe_nasa_skipped": "bench_generalisation's reversed NASA weeks (its only NASA probes) are not run: "
+        "each NASA scenario takes about 4 minutes here (nasa-14d/*.wall_s), the conv probes about 1.5 s",
+        "probe_static": "probe x_static divides by the scored $/M of the static fleet bench_generalisation chose "
+        "on the probe's tuning half, read from bench/results/generalisation.json (not rerun here)",
+        "probe_static_chosen": {n: generalisation.get(f"{n}.static.chosen_setting") for n in probed},
+        "probe_static_usd_per_million": {n: generalisation.get(f"{n}.static.usd_per_million") for n in probed},
+        "generalisation_json_commit": generalisation_doc.get("commit"),
     }
     started = time.perf_counter()
     figures: dict[str, Any] = {}
@@ -368,14 +464,7 @@ def main() -> int:
         print(f"{scenario.name}: {len(variants)} variants, tune {scenario.tune}, score {scenario.score}", flush=True)
         rows, feasible_usd = run_scenario(scenario, traces[scenario.trace], profile, variants, capacity, args.jobs)
         static_usd = fleet.get(f"{scenario.name}.static.usd_per_million")
-        for row in rows:
-            key = f"{scenario.name}.{row['setting']}"
-            row["x_static"] = round(row["usd_per_million"] / static_usd, 4) if static_usd else None
-            figures[f"{key}.slo_attainment"] = row["slo_attainment"]
-            figures[f"{key}.usd_per_million"] = row["usd_per_million"]
-            figures[f"{key}.x_feasible_oracle"] = row["cost_vs_feasible_oracle"]
-            figures[f"{key}.x_static"] = row["x_static"]
-        figures[f"{scenario.name}.feasible_oracle_usd_per_million"] = round(feasible_usd, 5)
+        score_rows(figures, scenario.name, rows, static_usd, feasible_usd)
         learned = next(r for r in rows if r["setting"] == "learned")
         figures[f"{scenario.name}.learned_rate_p10_p50_p90"] = learned["learned_rate_p10_p50_p90"]
         checks[scenario.name] = check_learned(scenario.name, learned, fleet)
@@ -396,10 +485,44 @@ def main() -> int:
             )
             return 1
     figures["check.learned_reproduces_fleet_json"] = True
-    figures.update(verdicts(figures, names, list(VARIANTS)))
+    probe_checks: dict[str, Any] = {}
+    for probe, scenario, trace, seed in probe_todo:
+        t0 = time.perf_counter()
+        key = probe_key(scenario.name)
+        print(
+            f"{scenario.name}: {len(VARIANTS)} variants, seed {seed}, tune {scenario.tune}, score {scenario.score}",
+            flush=True,
+        )
+        rows, feasible_usd = run_scenario(scenario, trace, profile, list(VARIANTS), capacity, args.jobs, seed)
+        for row in rows:
+            row["probe"] = probe
+        static_usd = generalisation.get(f"{scenario.name}.static.usd_per_million")
+        score_rows(figures, key, rows, static_usd, feasible_usd)
+        learned = next(r for r in rows if r["setting"] == "learned")
+        figures[f"{key}.learned_rate_p10_p50_p90"] = learned["learned_rate_p10_p50_p90"]
+        probe_checks[scenario.name] = check_learned(scenario.name, learned, generalisation, "generalisation_json")
+        reproduced = all(c["equal"] for c in probe_checks[scenario.name].values())
+        figures[f"check.{key}.learned_reproduces_generalisation_json"] = reproduced
+        figures[f"{key}.wall_s"] = round(time.perf_counter() - t0, 1)
+        figures["bench_wall_s"] = round(time.perf_counter() - started, 1)
+        cases.extend(rows)
+        params["check_learned_vs_generalisation_json"] = probe_checks
+        write_result(name, params, figures, cases)
+        print(f"{scenario.name}: done in {figures[f'{key}.wall_s']:.0f} s", flush=True)
+        if not reproduced:
+            # The probe rows are read against learned and generalisation.json, as the scenarios' against fleet.json.
+            print(
+                f"error: learned does not reproduce generalisation.json's ours_default on {scenario.name}: "
+                f"{json.dumps(probe_checks[scenario.name])}",
+                file=sys.stderr,
+            )
+            return 1
+    figures["check.learned_reproduces_generalisation_json"] = True
+    figures.update(verdicts(figures, names, list(VARIANTS), probed))
     figures["bench_wall_s"] = round(time.perf_counter() - started, 1)
     path = write_result(name, params, figures, cases)
     print_table(figures, names, list(VARIANTS))
+    print_table(figures, probed, list(VARIANTS), probes=True, static="generalisation")
     print(f"wrote {path} in {figures['bench_wall_s']:.0f} s")
     return 0
 
