@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
+from neuronfleet.api.default_queries import ONE_DEPLOYMENT, default_queries
+
 GROUP = "serving.neuronfleet.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -578,25 +580,8 @@ class ScalingBehavior(ApiModel):
     )
 
 
-#: The label selector of an InferenceDeployment's pods' series in the default queries...
-_DEPLOYMENT = 'namespace="$namespace",deployment="$name"'
-#: ... and of its active pods'.
-_ACTIVE = f'{_DEPLOYMENT},role="active"'
-
-
-def _per_pod(series: str, by: str = "namespace, pod") -> str:
-    """One series per pod: the same pod scraped twice (a PodMonitor beside a scrape config, an HA
-    pair without deduplication) must not count twice in a sum."""
-    return f"max by ({by}) ({series})"
-
-
-#: ``and`` this to keep the series of pods that report ready (model loaded and warmed): per-pod
-#: gauges of pods still loading must not be averaged in.
-_READY = f"on(namespace, pod) {_per_pod(f'neuronserve_ready{{{_ACTIVE}}}')} == 1"
-
-
-def _ready_pods(series: str) -> str:
-    return f"{_per_pod(series)} and {_READY}"
+#: The default queries (the same building blocks give the operator's fleet-wide form of them).
+_DEFAULT_QUERIES = default_queries(ONE_DEPLOYMENT)
 
 
 class MetricQueries(ApiModel):
@@ -613,44 +598,40 @@ class MetricQueries(ApiModel):
         ),
     )
     queue_depth: str = Field(
-        default=f"sum({_ready_pods(f'neuronserve_queue_depth{{{_ACTIVE}}}')})",
+        default=_DEFAULT_QUERIES["queue_depth"],
         description="Total requests waiting in the ready replicas' queues.",
     )
     in_flight: str = Field(
-        # neuronserve_inflight_requests counts every request accepted and not answered, queued ones
-        # included: the load signal (queued plus in flight) would count the queue twice.
-        default=f"sum({_ready_pods(f'neuronserve_inflight_requests{{{_ACTIVE}}}')}) "
-        f"- sum({_ready_pods(f'neuronserve_queue_depth{{{_ACTIVE}}}')})",
+        default=_DEFAULT_QUERIES["in_flight"],
         description="Total requests the ready replicas are executing (accepted and not answered, less those queued).",
     )
     arrival_rate: str = Field(
-        default=f"sum({_per_pod(f'rate(neuronserve_requests_total{{{_DEPLOYMENT}}}[1m])', 'namespace, pod, outcome')})",
+        default=_DEFAULT_QUERIES["arrival_rate"],
         description="Requests per second arriving at the deployment: the autoscaler's primary signal once "
         "a replica's service rate is measured (then a snapshot without it lets the fleet grow, never "
         "shrink). rate() needs two samples in its window, so the window must cover at least about 4 "
         "scrape intervals: [1m] fits a 15 s scrape (the chart's PodMonitor); use [2m] for 30 s, [4m] for 60 s.",
     )
     arrival_peak: str = Field(
-        default=f"sum({_per_pod(f'neuronserve_arrivals_peak_per_second{{{_DEPLOYMENT}}}')})",
+        default=_DEFAULT_QUERIES["arrival_peak"],
         description="Requests per second in the busiest second of the last minute, summed over the "
         "replicas (each replica reports its own; at a low rate, the busiest stretch of as many seconds "
         "as hold 400 requests). Empty: the autoscaler sizes for the 1-minute rate only.",
     )
     utilization: str = Field(
-        # Ready pods only: an active pod still loading its model reports 0 and halved the average.
-        default=f"avg({_ready_pods(f'neuronserve_device_busy_ratio{{{_ACTIVE}}}')})",
+        default=_DEFAULT_QUERIES["utilization"],
         description="Device-busy ratio (0..1) averaged over the ready active replicas (one still loading "
         "reports 0 and would dilute it). To use neuron-monitor instead: avg(neuroncore_utilization_ratio{...}); "
         "the default queries need a `pod` label on the series (the chart's PodMonitor adds it).",
     )
     reporting: str = Field(
-        default=f"count({_per_pod(f'neuronserve_ready{{{_ACTIVE}}}')} == 1)",
+        default=_DEFAULT_QUERIES["reporting"],
         description="How many ready active pods the samples come from. Fewer than the pods the operator "
         "counts ready means some pods' scrapes failed and every sum reads low: the autoscaler then may "
         "grow the fleet but not shrink it, and says so. Empty: no such check.",
     )
     sample_time: str = Field(
-        default='max(timestamp(neuronserve_ready{namespace="$namespace",deployment="$name",role="active"}))',
+        default=_DEFAULT_QUERIES["sample_time"],
         description="When the newest sample of the replicas was scraped (Unix seconds): an instant query "
         "answers samples up to 5 minutes old (Prometheus' lookback, e.g. after its restart) stamped with "
         "the query's time, so staleAfterSeconds is measured from this. Empty: from the query's time.",

@@ -1,0 +1,75 @@
+"""The CRD's default PromQL, built in two forms from the same pieces (pure text, no I/O).
+
+- :data:`ONE_DEPLOYMENT`: one InferenceDeployment's queries, ``$namespace`` and ``$name`` to be
+  replaced (the ``scaling.metrics`` defaults, and what a deployment asks when any of its queries is
+  overridden);
+- :data:`FLEET`: the same queries for every deployment at once, one row per ``(namespace,
+  deployment)``, which the operator asks once per Prometheus and shares among the deployments whose
+  queries are the defaults.
+
+Both come from :func:`default_queries`, so a change to a default changes both: within one
+deployment's series, keeping ``deployment`` in every ``by``/``on`` list changes nothing, and the
+fleet form's row for a deployment is the number the one-deployment form answers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class QueryScope:
+    """Which deployments' series a default query reads, and which labels its aggregations keep."""
+
+    #: Label matchers of the deployments' series (without the role).
+    selector: str
+    #: Labels kept besides ``namespace`` and ``pod`` in the per-pod step (empty: one deployment).
+    pod_labels: tuple[str, ...]
+    #: Labels the outer aggregation keeps (empty: one number).
+    grouped_by: tuple[str, ...]
+
+
+#: One deployment, named by ``$namespace`` and ``$name``.
+ONE_DEPLOYMENT = QueryScope('namespace="$namespace",deployment="$name"', (), ())
+#: Every deployment: one series per (namespace, deployment).
+FLEET = QueryScope('deployment!=""', ("deployment",), ("namespace", "deployment"))
+
+#: The labels of a fleet-wide answer's rows, in the order of :attr:`QueryScope.grouped_by`.
+ROW_LABELS = FLEET.grouped_by
+
+
+def default_queries(scope: QueryScope) -> dict[str, str]:
+    """The default query of every ``scaling.metrics`` signal (by field name, snake_case) and of
+    ``sample_time``, for ``scope``."""
+    active = f'{scope.selector},role="active"'
+    pod = ", ".join(("namespace", *scope.pod_labels, "pod"))
+
+    def per_pod(series: str, *more: str) -> str:
+        # One series per pod: the same pod scraped twice (a PodMonitor beside a scrape config, an HA
+        # pair without deduplication) must not count twice in a sum.
+        return f"max by ({', '.join((pod, *more))}) ({series})"
+
+    # ``and`` this to keep the series of pods that report ready (model loaded and warmed): per-pod
+    # gauges of pods still loading must not be averaged in.
+    ready = f"on({pod}) {per_pod(f'neuronserve_ready{{{active}}}')} == 1"
+
+    def ready_pods(series: str) -> str:
+        return f"{per_pod(series)} and {ready}"
+
+    def total(op: str, vector: str) -> str:
+        return f"{op} by ({', '.join(scope.grouped_by)}) ({vector})" if scope.grouped_by else f"{op}({vector})"
+
+    queued = ready_pods(f"neuronserve_queue_depth{{{active}}}")
+    accepted = ready_pods(f"neuronserve_inflight_requests{{{active}}}")
+    return {
+        "queue_depth": total("sum", queued),
+        # neuronserve_inflight_requests counts every request accepted and not answered, queued ones
+        # included: the load signal (queued plus in flight) would count the queue twice.
+        "in_flight": f"{total('sum', accepted)} - {total('sum', queued)}",
+        "arrival_rate": total("sum", per_pod(f"rate(neuronserve_requests_total{{{scope.selector}}}[1m])", "outcome")),
+        "arrival_peak": total("sum", per_pod(f"neuronserve_arrivals_peak_per_second{{{scope.selector}}}")),
+        # Ready pods only: an active pod still loading its model reports 0 and halved the average.
+        "utilization": total("avg", ready_pods(f"neuronserve_device_busy_ratio{{{active}}}")),
+        "reporting": total("count", f"{per_pod(f'neuronserve_ready{{{active}}}')} == 1"),
+        "sample_time": total("max", f"timestamp(neuronserve_ready{{{active}}})"),
+    }
