@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import yaml
@@ -34,6 +35,8 @@ from neuronfleet.planning.prometheus_urls import PrometheusUrlPolicy
 from neuronfleet.reconcile import OperatorSettings
 
 REPO = Path(__file__).resolve().parents[2]
+#: The deployments the tests read (in the example's namespace, search).
+DEPLOYMENT_NAMES = ("bert", "spec-url")
 
 
 class RecordingPrometheus:
@@ -65,12 +68,16 @@ class RecordingPrometheus:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                body = json.dumps(
-                    {
-                        "status": "success",
-                        "data": {"resultType": "vector", "result": [{"metric": {}, "value": [time.time(), "1"]}]},
-                    }
-                ).encode()
+                # A fleet-wide query (the default queries' shared form) is answered a row for each
+                # deployment the tests name, a deployment's own query one sample.
+                query = parse_qs(urlsplit(self.path).query).get("query", [""])[0]
+                labels = (
+                    [{"namespace": "search", "deployment": name} for name in DEPLOYMENT_NAMES]
+                    if "by (namespace, deployment)" in query
+                    else [{}]
+                )
+                result = [{"metric": metric, "value": [time.time(), "1"]} for metric in labels]
+                body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -190,7 +197,10 @@ async def test_a_redirect_of_the_operators_prometheus_does_not_carry_the_token_a
 
 async def test_a_rotated_token_is_sent_without_a_restart(tmp_path: Path, operators: RecordingPrometheus) -> None:
     path = token_file(tmp_path, "T0ken-1")
-    metrics = PrometheusMetrics(operators.url, credentials=PrometheusCredentials(bearer_token_file=path))
+    # Every read asks Prometheus (a fleet-wide answer would serve the next reads for seconds).
+    metrics = PrometheusMetrics(
+        operators.url, credentials=PrometheusCredentials(bearer_token_file=path), group_default_queries=False
+    )
     try:
         await read(metrics, None)
         # A Secret volume's update: a new file swapped in (a new inode).

@@ -27,6 +27,22 @@ median of 15 s each):
   failed probe up to :data:`MAX_BACKOFF_SECONDS`, every snapshot of it is unavailable at once,
   without a connection; then one snapshot probes while the others keep backing off.
 
+Deployments whose queries are the defaults (all of them, compared as rendered text: an override
+equal to the default counts as the default) are read together: each default signal is asked once
+per :class:`Endpoint` in its fleet-wide form (:data:`neuronfleet.api.default_queries.FLEET`, one
+row per namespace and deployment), and each deployment's snapshot takes its row; a deployment
+absent from an answer reads as missing, as its own query returning nothing would. That read is:
+
+- shared by every snapshot asked within :func:`fleet_read_max_age` of when it started (at most
+  :data:`FLEET_READ_MAX_AGE_SECONDS`, and at most half the asking deployment's interval, so that no
+  deployment reads the same answer at two evaluations);
+- single-flight: a snapshot asked while the read is under way waits for it, not for one of its own;
+- one snapshot's worth of work as above: one deadline (the ``timeoutSeconds`` of the deployments
+  sharing it; deployments with another timeout share another read), a query thread, and the
+  endpoint's back-off, so a failure backs off every deployment on that endpoint at once.
+
+A deployment with any query overridden asks its own queries, as described above.
+
 What a failure says goes to the status (readable by anyone who may get the resource), its Events and
 the log, and the URL is the user's (a spec may point ``prometheusUrl`` anywhere the operator can
 reach): a URL is printed only through :func:`redact_url` (no user-info, no query-string values), and
@@ -61,13 +77,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
+from neuronfleet.api.default_queries import FLEET, ONE_DEPLOYMENT, ROW_LABELS, default_queries
 from neuronfleet.api.v1alpha1 import InferenceDeployment, MetricQueries
 from neuronfleet.metrics.prometheus_auth import PrometheusCredentials, TrustBundle
 from neuronfleet.planning.prometheus_urls import PrometheusUrlPolicy
@@ -88,6 +105,26 @@ def queries_for(dep: InferenceDeployment) -> dict[str, str]:
         for signal in QUERIED
         if getattr(metrics, signal).strip()
     }
+
+
+#: The per-deployment default of every query (templates), and their fleet-wide form, by field name.
+DEFAULT_QUERIES = default_queries(ONE_DEPLOYMENT)
+FLEET_QUERIES = default_queries(FLEET)
+#: Every query a snapshot may ask: the signals' and the sample time's.
+QUERY_FIELDS = (*QUERIED, "sample_time")
+
+
+def uses_default_queries(dep: InferenceDeployment) -> bool:
+    """Whether every one of ``dep``'s queries, rendered, is the default's: its snapshot may then take
+    its row of the fleet-wide read (an override spelling out the default for this deployment is the
+    default; any other text, an empty query included, is asked on its own)."""
+    metrics = dep.spec.scaling.metrics
+    namespace = dep.metadata.namespace or "default"
+    return all(
+        render(getattr(metrics, field), namespace, dep.name).strip()
+        == render(DEFAULT_QUERIES[field], namespace, dep.name)
+        for field in QUERY_FIELDS
+    )
 
 
 #: The spec field (under scaling.metrics) each signal's query comes from.
@@ -233,12 +270,57 @@ def _scalar(result: list[Any]) -> QueryResult:
     return QueryResult(total, evaluated_at)
 
 
+#: A row of a fleet-wide answer: (namespace, deployment).
+Row = tuple[str, str]
+_NOTHING = QueryResult(None, None)
+
+
+def _rows(result: list[Any]) -> dict[Row, QueryResult]:
+    """A fleet-wide query's answer by (namespace, deployment), each row read as :func:`_scalar`
+    reads a one-deployment answer; raises ValueError for an answer that is not a vector."""
+    rows: dict[Row, QueryResult] = {}
+    for series in result:
+        if not isinstance(series, dict) or "value" not in series:
+            raise ValueError("not an instant vector")
+        labels = series.get("metric") or {}
+        namespace, deployment = (str(labels.get(label, "")) for label in ROW_LABELS)
+        rows[(namespace, deployment)] = _scalar([series])
+    return rows
+
+
+_Parsed = TypeVar("_Parsed")
+
+
+@dataclass(frozen=True)
+class FleetAnswer:
+    """One fleet-wide read: each signal's rows, the queries Prometheus refused, the sample times."""
+
+    #: When the read started, on the reader's clock.
+    started: float
+    results: dict[str, dict[Row, QueryResult]]
+    refused: dict[str, str]
+    sampled: dict[Row, QueryResult]
+
+
 #: Threads for Prometheus queries, shared by every deployment (a snapshot's queries run in one).
 QUERY_THREADS = 8
 #: How long a URL is skipped after its first failure...
 BACKOFF_SECONDS = 15.0
 #: ... doubling with each failed probe, up to this.
 MAX_BACKOFF_SECONDS = 120.0
+
+#: A fleet-wide read serves the snapshots asked at most this long after it started: Prometheus'
+#: data moves once per scrape (the chart's PodMonitor: 15 s), and a reconcile that waits for the
+#: pods and the API server is seconds late anyway; 200 deployments at 15 s then send 7 queries per
+#: 5 s instead of 90 per second.
+FLEET_READ_MAX_AGE_SECONDS = 5.0
+
+
+def fleet_read_max_age(interval_seconds: float) -> float:
+    """How old a fleet-wide read a deployment evaluated every ``interval_seconds`` may take: at most
+    half its interval, so that each of its evaluations reads data newer than the last one's."""
+    return min(FLEET_READ_MAX_AGE_SECONDS, interval_seconds / 2)
+
 
 #: Failures that say Prometheus (or the way to it) is unavailable, not that a query is wrong.
 _UNAVAILABLE: tuple[type[Exception], ...] = (requests.RequestException, PrometheusApiClientException, TimeoutError)
@@ -293,6 +375,10 @@ class Backoff:
 
 class _Skipped(Exception):
     """A snapshot that asked Prometheus nothing: its URL backs off."""
+
+
+class _Unavailable(Exception):
+    """A read that got no answer; its text is the reason for the status."""
 
 
 class _Breaker:
@@ -351,7 +437,8 @@ class PrometheusMetrics:
 
     ``clock`` (monotonic seconds) times the back-off only; the queries' timeouts are real time.
     ``credentials`` are sent to ``default_url`` only; ``url_policy`` says which spec URLs may be
-    asked (default: any).
+    asked (default: any). ``group_default_queries`` False: every deployment asks its own queries,
+    as one with an overridden query does.
     """
 
     def __init__(
@@ -362,6 +449,7 @@ class PrometheusMetrics:
         *,
         credentials: PrometheusCredentials | None = None,
         url_policy: PrometheusUrlPolicy | None = None,
+        group_default_queries: bool = True,
     ) -> None:
         self.default_url = default_url
         self.credentials = credentials or PrometheusCredentials()
@@ -373,14 +461,21 @@ class PrometheusMetrics:
         self._breaker = _Breaker(clock)
         self._threads = threads
         self._executor: ThreadPoolExecutor | None = None
+        self.group_default_queries = group_default_queries
+        self._clock = clock
+        # The last fleet-wide answer and the read under way, by endpoint and deadline.
+        self._fleet_answers: dict[tuple[Endpoint, float], FleetAnswer] = {}
+        self._fleet_reads: dict[tuple[Endpoint, float], asyncio.Task[FleetAnswer]] = {}
 
     def backoff(self, url: str, *, own: bool) -> Backoff | None:
         """The back-off ``url`` is in, if any (``own``: asked as the operator's URL, else as a spec's)."""
         return self._breaker.get(Endpoint(url, own))
 
     def close(self) -> None:
-        """Stop the query threads (those under way end with their query's timeout); remove the
-        trust bundle's file."""
+        """Stop the query threads (those under way end with their query's timeout) and the fleet-wide
+        reads; remove the trust bundle's file."""
+        for read in self._fleet_reads.values():
+            read.cancel()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
@@ -419,12 +514,14 @@ class PrometheusMetrics:
         endpoint: Endpoint,
         queries: dict[str, str],
         sample_query: str,
+        parse: Callable[[list[Any]], _Parsed],
         timeout: float,
         probe: bool,
         started: threading.Event,
-    ) -> tuple[dict[str, QueryResult], dict[str, str], float | None]:
-        """One snapshot's queries, in a query thread, within ``timeout`` from now: each signal's
-        result, why Prometheus refused the queries it refused (by signal), and the sample time."""
+    ) -> tuple[dict[str, _Parsed], dict[str, str], _Parsed | None]:
+        """One read's queries, in a query thread, within ``timeout`` from now: each signal's result
+        (as ``parse`` reads it), why Prometheus refused the queries it refused (by signal), and the
+        sample time's."""
         started.set()
         url = endpoint.url
         if self._trust is not None:
@@ -440,17 +537,17 @@ class PrometheusMetrics:
             return remaining
 
         try:
-            results: dict[str, QueryResult] = {}
+            results: dict[str, _Parsed] = {}
             refused: dict[str, str] = {}
             for signal, query in queries.items():
                 try:
-                    results[signal] = _scalar(client.custom_query(query, timeout=left()))
+                    results[signal] = parse(client.custom_query(query, timeout=left()))
                 except PrometheusApiClientException as exc:
                     reason = query_refusal(str(exc))
                     if reason is None:
                         raise  # not the query: Prometheus itself failed
                     refused[signal] = reason
-            sampled = _scalar(client.custom_query(sample_query, timeout=left())).value if sample_query else None
+            sampled = parse(client.custom_query(sample_query, timeout=left())) if sample_query else None
         except _UNAVAILABLE as exc:
             # Recorded here, not when the reconcile hears of it: a query thread that takes the next
             # snapshot of this URL must already see the back-off.
@@ -462,6 +559,70 @@ class PrometheusMetrics:
         self._breaker.answered(endpoint)
         return results, refused, sampled
 
+    async def _ask(self, endpoint: Endpoint, timeout: float, read: Callable[..., _Parsed]) -> _Parsed:
+        """``read(probe, started)`` in a query thread, within the deadline and the endpoint's
+        back-off; raises _Unavailable with the reason when it gets no answer."""
+        # At most `timeout` waiting for a query thread, then at most `timeout` of queries.
+        wait = 2 * timeout + 1
+        started = threading.Event()
+        printed = redact_url(endpoint.url)
+        try:
+            probe = self._breaker.admit(endpoint, wait)
+            job = partial(read, probe, started)
+            return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(self._pool(), job), wait)
+        except _Skipped as exc:
+            raise _Unavailable(str(exc)) from None
+        except TimeoutError as exc:
+            if not started.is_set():
+                # Dropped unrun (cancelling a queued job cancels it): the operator's query threads
+                # were busy, which says nothing of Prometheus.
+                raise _Unavailable(
+                    f"Prometheus at {printed} not asked: "
+                    f"its query threads ({self._threads}) were busy for {timeout:g} s"
+                ) from None
+            self._breaker.failed(endpoint, f"no answer within {wait:g} s")
+            raise _Unavailable(f"Prometheus at {printed} unavailable: {_failure(exc, endpoint.url)}") from None
+        except _UNAVAILABLE + _MALFORMED as exc:
+            raise _Unavailable(f"Prometheus at {printed} unavailable: {_failure(exc, endpoint.url)}") from None
+
+    async def _fleet_read(self, key: tuple[Endpoint, float], client: PrometheusConnect) -> FleetAnswer:
+        endpoint, timeout = key
+        started = self._clock()
+        queries = {signal: FLEET_QUERIES[signal] for signal in QUERIED}
+        read = partial(self._read, client, endpoint, queries, FLEET_QUERIES["sample_time"], _rows, timeout)
+        results, refused, sampled = await self._ask(endpoint, timeout, read)
+        answer = FleetAnswer(started, results, refused, sampled or {})
+        # Answers of endpoints no longer asked (a spec's URL changed) are dropped with the next read.
+        self._fleet_answers = {
+            k: a for k, a in self._fleet_answers.items() if started - a.started <= FLEET_READ_MAX_AGE_SECONDS
+        }
+        self._fleet_answers[key] = answer
+        return answer
+
+    async def _fleet_answer(
+        self, endpoint: Endpoint, client: PrometheusConnect, timeout: float, max_age: float
+    ) -> FleetAnswer:
+        """The fleet-wide answer of ``endpoint`` no older than ``max_age``: the last one, the one
+        under way, or a new read. Raises _Unavailable as :meth:`_ask`."""
+        key = (endpoint, timeout)
+        answer = self._fleet_answers.get(key)
+        if answer is not None and self._clock() - answer.started <= max_age:
+            return answer
+        read = self._fleet_reads.get(key)
+        if read is None:
+            # A task of its own: a reconcile cancelled while waiting does not cancel the others' read.
+            read = asyncio.create_task(self._fleet_read(key, client))
+            self._fleet_reads[key] = read
+
+            def done(task: asyncio.Task[FleetAnswer]) -> None:
+                if self._fleet_reads.get(key) is task:
+                    del self._fleet_reads[key]
+                if not task.cancelled():
+                    task.exception()  # every waiter may be gone: retrieved here, reported by them
+
+            read.add_done_callback(done)
+        return await asyncio.shield(read)
+
     async def snapshot(self, dep: InferenceDeployment, now: float) -> tuple[MetricSnapshot | None, str]:
         spec_url = dep.spec.scaling.metrics.prometheus_url
         url = spec_url or self.default_url
@@ -472,37 +633,31 @@ class PrometheusMetrics:
         endpoint = Endpoint(url, own=not spec_url)
         timeout = dep.spec.scaling.metrics.timeout_seconds
         namespace = dep.metadata.namespace or "default"
-        sample_query = render(dep.spec.scaling.metrics.sample_time, namespace, dep.name).strip()
-        queries = queries_for(dep)
-        # At most `timeout` waiting for a query thread, then at most `timeout` of queries.
-        wait = 2 * timeout + 1
-        started = threading.Event()
         printed = redact_url(url)
         try:
             client = self._client(endpoint)
         except ValueError as exc:
             # Its text may quote the URL's user-info (a netloc that does not normalise).
             return None, f"Prometheus at {printed} unavailable: {type(exc).__name__}: not a valid URL"
+        queries = queries_for(dep)
+        results: dict[str, QueryResult]
         try:
-            probe = self._breaker.admit(endpoint, wait)
-            job = partial(self._read, client, endpoint, queries, sample_query, timeout, probe, started)
-            results, refused, sampled = await asyncio.wait_for(
-                asyncio.get_running_loop().run_in_executor(self._pool(), job), wait
-            )
-        except _Skipped as exc:
+            if self.group_default_queries and uses_default_queries(dep):
+                # A spec's URL is grouped too: its read is asked without credentials and backs off
+                # on its own, as its deployments' own queries would.
+                max_age = fleet_read_max_age(dep.spec.scaling.interval_seconds)
+                answer = await self._fleet_answer(endpoint, client, timeout, max_age)
+                row = (namespace, dep.name)
+                results = {signal: rows.get(row, _NOTHING) for signal, rows in answer.results.items()}
+                refused = answer.refused
+                sampled = answer.sampled.get(row, _NOTHING).value
+            else:
+                sample_query = render(dep.spec.scaling.metrics.sample_time, namespace, dep.name).strip()
+                read = partial(self._read, client, endpoint, queries, sample_query, _scalar, timeout)
+                results, refused, sampled_result = await self._ask(endpoint, timeout, read)
+                sampled = sampled_result.value if sampled_result is not None else None
+        except _Unavailable as exc:
             return None, str(exc)
-        except TimeoutError as exc:
-            if not started.is_set():
-                # Dropped unrun (cancelling a queued job cancels it): the operator's query threads
-                # were busy, which says nothing of Prometheus.
-                return None, (
-                    f"Prometheus at {printed} not asked: "
-                    f"its query threads ({self._threads}) were busy for {timeout:g} s"
-                )
-            self._breaker.failed(endpoint, f"no answer within {wait:g} s")
-            return None, f"Prometheus at {printed} unavailable: {_failure(exc, url)}"
-        except _UNAVAILABLE + _MALFORMED as exc:
-            return None, f"Prometheus at {printed} unavailable: {_failure(exc, url)}"
         # A query Prometheus refuses (a typo in one of scaling.metrics) costs its own signal only,
         # and the reason names the field to fix.
         refusals = "; ".join(f"spec.scaling.metrics.{SIGNAL_FIELDS[s]}: {why}" for s, why in refused.items())

@@ -1,0 +1,255 @@
+"""The default queries asked once per Prometheus for every deployment, each snapshot taking its row.
+
+Real HTTP: a small server on 127.0.0.1 answers Prometheus' query API from a table of values by
+deployment, and records every query. A deployment's own (one-deployment) query is answered its row
+of the same table, so the snapshot a deployment gets from the fleet-wide read can be compared with
+the one its own queries give. The equality of the two forms' PromQL over real series is
+tests/integration/test_prometheus_fleet_queries.py's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import yaml
+
+from neuronfleet.api.v1alpha1 import InferenceDeployment, MetricQueries
+from neuronfleet.metrics.prometheus import (
+    BACKOFF_SECONDS,
+    DEFAULT_QUERIES,
+    FLEET_QUERIES,
+    FLEET_READ_MAX_AGE_SECONDS,
+    PrometheusMetrics,
+    render,
+)
+from neuronfleet.planning.signals import QUERIED
+
+REPO = Path(__file__).resolve().parents[2]
+NOW = 1_700_000_000.0
+
+#: Each query's values by (namespace, deployment), found by the first word of it the query holds
+#: (the in-flight query holds the queue depth's too: its word comes first).
+VALUES: dict[str, dict[tuple[str, str], str]] = {
+    "inflight": {("search", "bert"): "5", ("search", "gpt"): "1"},
+    "queue_depth": {("search", "bert"): "2", ("search", "gpt"): "0"},
+    "requests_total": {("search", "bert"): "40.5", ("search", "gpt"): "3"},
+    "arrivals_peak": {("search", "bert"): "60", ("search", "gpt"): "4"},
+    "busy_ratio": {("search", "bert"): "0.7"},  # gpt's pods report no busy ratio
+    "timestamp(": {("search", "bert"): str(NOW - 3), ("search", "gpt"): str(NOW - 8)},
+    "count": {("search", "bert"): "2", ("search", "gpt"): "1"},
+}
+FLEET = "by (namespace, deployment)"
+_ONE = re.compile(r'namespace="(?P<namespace>[^"]*)",deployment="(?P<name>[^"]*)"')
+
+
+class FakePrometheus:
+    """Answers fleet-wide queries a row per deployment, a deployment's own queries its row; records
+    every query. ``failing``: answer 503 (Prometheus unavailable)."""
+
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+        self.failing = False
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                query = parse_qs(urlsplit(self.path).query)["query"][0]
+                fake.queries.append(query)
+                if fake.failing:
+                    self._answer(503, b"overloaded")
+                    return
+                values = next(table for word, table in VALUES.items() if word in query)
+                if FLEET in query:
+                    result = [
+                        {"metric": {"namespace": ns, "deployment": name}, "value": [NOW, value]}
+                        for (ns, name), value in values.items()
+                    ]
+                else:
+                    match = _ONE.search(query)
+                    assert match is not None, query
+                    value = values.get((match["namespace"], match["name"]))
+                    result = [] if value is None else [{"metric": {}, "value": [NOW, value]}]
+                body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}})
+                self._answer(200, body.encode())
+
+            def _answer(self, status: int, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def fleet_queries(self) -> list[str]:
+        return [query for query in self.queries if FLEET in query]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def prometheus() -> Iterator[FakePrometheus]:
+    server = FakePrometheus()
+    yield server
+    server.close()
+
+
+class Clock:
+    """The reader's clock (the back-off's and the fleet-wide answers' age), moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def deployment(
+    name: str, namespace: str = "search", url: str | None = None, interval: int = 15, **metrics: Any
+) -> InferenceDeployment:
+    doc = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
+    doc["metadata"].update(name=name, namespace=namespace)
+    doc["spec"]["scaling"]["intervalSeconds"] = interval
+    doc["spec"]["scaling"]["metrics"] = {**metrics, **({"prometheusUrl": url} if url else {})}
+    return InferenceDeployment.model_validate(doc)
+
+
+def test_the_per_deployment_defaults_are_the_crds_and_the_fleet_form_groups_every_one() -> None:
+    defaults = MetricQueries()
+    assert {field: getattr(defaults, field) for field in DEFAULT_QUERIES} == DEFAULT_QUERIES
+    assert set(FLEET_QUERIES) == {*QUERIED, "sample_time"}
+    for field, query in FLEET_QUERIES.items():
+        assert FLEET in query and "$" not in query, field
+
+
+@pytest.mark.parametrize("spec_url", [False, True], ids=["--prometheus-url", "prometheusUrl"])
+async def test_one_read_serves_every_deployment_and_each_takes_its_row(
+    prometheus: FakePrometheus, spec_url: bool
+) -> None:
+    url = prometheus.url if spec_url else None
+    deps = [
+        deployment("bert", url=url),
+        deployment("gpt", url=url),  # no busy ratio: that signal missing
+        deployment("ghost", url=url),  # no series at all: no row in any answer
+        deployment("bert", namespace="other", url=url),  # bert's name, another namespace: no row
+    ]
+    grouped = PrometheusMetrics(None if spec_url else prometheus.url)
+    # Asked at once, as concurrent reconciles do: they wait for the one read under way.
+    answers = await asyncio.gather(*(grouped.snapshot(dep, NOW) for dep in deps))
+    assert len(prometheus.queries) == len(FLEET_QUERIES)
+    assert prometheus.fleet_queries == prometheus.queries
+
+    # The same snapshots (and reasons) as each deployment's own queries give.
+    prometheus.queries.clear()
+    own = PrometheusMetrics(None if spec_url else prometheus.url, group_default_queries=False)
+    expected = [await own.snapshot(dep, NOW) for dep in deps]
+    assert len(prometheus.queries) == len(deps) * len(FLEET_QUERIES) and not prometheus.fleet_queries
+    assert answers == expected
+
+    bert, gpt, ghost, other = answers
+    assert bert[0] is not None and (bert[0].queue_depth, bert[0].in_flight, bert[0].utilization) == (2, 5, 0.7)
+    assert bert[0].time == NOW - 3  # the sample time of bert's row
+    assert gpt[0] is not None and gpt[0].utilization is None and gpt[1] == "signals missing: utilization"
+    for snapshot, reason in (ghost, other):
+        assert snapshot is None and reason.startswith(f"Prometheus at {prometheus.url} returned no samples")
+    grouped.close()
+    own.close()
+
+
+async def test_a_read_serves_for_its_validity_then_the_next_snapshot_reads_again(prometheus: FakePrometheus) -> None:
+    clock = Clock()
+    metrics = PrometheusMetrics(prometheus.url, clock=clock)
+    bert, gpt = deployment("bert"), deployment("gpt")
+    await metrics.snapshot(bert, NOW)
+    assert len(prometheus.queries) == len(FLEET_QUERIES)
+    clock.now += FLEET_READ_MAX_AGE_SECONDS
+    snapshot, _ = await metrics.snapshot(gpt, NOW)
+    assert snapshot is not None and len(prometheus.queries) == len(FLEET_QUERIES)  # the same read
+    clock.now += 0.5
+    await metrics.snapshot(gpt, NOW)
+    assert len(prometheus.queries) == 2 * len(FLEET_QUERIES)
+    # A deployment evaluated every 2 s takes a read at most 1 s old: each evaluation reads anew.
+    clock.now += 1.5
+    snapshot, _ = await metrics.snapshot(deployment("bert", interval=2), NOW)
+    assert snapshot is not None and len(prometheus.queries) == 3 * len(FLEET_QUERIES)
+    metrics.close()
+
+
+async def test_a_failed_read_backs_off_every_deployment_on_its_endpoint(prometheus: FakePrometheus) -> None:
+    clock = Clock()
+    metrics = PrometheusMetrics(None, clock=clock)
+    deps = [deployment(name, url=prometheus.url) for name in ("bert", "gpt", "ghost")]
+    prometheus.failing = True
+    answers = await asyncio.gather(*(metrics.snapshot(dep, NOW) for dep in deps))
+    assert len(prometheus.queries) == 1  # one read, stopped at its first failure
+    assert {reason for _, reason in answers} == {
+        f"Prometheus at {prometheus.url} unavailable: PrometheusApiClientException: HTTP 503"
+    }
+    assert all(snapshot is None for snapshot, _ in answers)
+    backoff = metrics.backoff(prometheus.url, own=False)
+    assert backoff is not None and backoff.failures == 1
+
+    # Backing off: nothing asked, whichever deployment asks, even with Prometheus back.
+    prometheus.failing = False
+    clock.now += 1
+    for dep in deps:
+        snapshot, reason = await metrics.snapshot(dep, NOW)
+        assert snapshot is None and "backing off" in reason
+    assert len(prometheus.queries) == 1
+    # Then one read probes, and serves them all.
+    clock.now += BACKOFF_SECONDS
+    answers = await asyncio.gather(*(metrics.snapshot(dep, NOW) for dep in deps))
+    assert len(prometheus.queries) == 1 + len(FLEET_QUERIES)
+    assert answers[0][0] is not None and answers[1][0] is not None
+    assert metrics.backoff(prometheus.url, own=False) is None
+    metrics.close()
+
+
+async def test_a_deployment_with_an_overridden_query_asks_its_own_queries(prometheus: FakePrometheus) -> None:
+    metrics = PrometheusMetrics(prometheus.url)
+    custom = deployment(
+        "custom", arrivalRate='sum(rate(neuronserve_requests_total{namespace="$namespace",deployment="$name"}[2m]))'
+    )
+    turned_off = deployment("quiet", arrivalPeak="")
+    # The default spelled out for this deployment is the default.
+    spelled = deployment("bert", arrivalRate=render(DEFAULT_QUERIES["arrival_rate"], "search", "bert"))
+    await metrics.snapshot(custom, NOW)
+    assert not prometheus.fleet_queries
+    assert len(prometheus.queries) == len(FLEET_QUERIES)
+    assert all('deployment="custom"' in query for query in prometheus.queries)
+    prometheus.queries.clear()
+    await metrics.snapshot(turned_off, NOW)
+    assert not prometheus.fleet_queries and len(prometheus.queries) == len(FLEET_QUERIES) - 1
+    prometheus.queries.clear()
+    snapshot, _ = await metrics.snapshot(spelled, NOW)
+    assert snapshot is not None and snapshot.arrival_rate == 40.5
+    assert prometheus.queries == prometheus.fleet_queries and len(prometheus.queries) == len(FLEET_QUERIES)
+    metrics.close()
+
+
+async def test_a_reconcile_cancelled_while_waiting_leaves_the_read_to_the_others(prometheus: FakePrometheus) -> None:
+    metrics = PrometheusMetrics(prometheus.url)
+    first = asyncio.create_task(metrics.snapshot(deployment("bert"), NOW))
+    second = asyncio.create_task(metrics.snapshot(deployment("gpt"), NOW))
+    await asyncio.sleep(0)  # both waiting for the read the first started
+    first.cancel()
+    snapshot, reason = await second
+    assert snapshot is not None and snapshot.queue_depth == 0, reason
+    assert len(prometheus.queries) == len(FLEET_QUERIES)
+    metrics.close()
