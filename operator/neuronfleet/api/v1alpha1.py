@@ -781,7 +781,12 @@ class ScalingSpec(ApiModel):
         default_factory=ScalingBehavior,
         description="Stabilization windows and rate limits, as HPA v2 behavior.",
     )
-    metrics: MetricQueries = Field(default_factory=MetricQueries, description="Where the signals come from.")
+    metrics: MetricQueries = Field(
+        default_factory=MetricQueries,
+        description="Where the signals come from. With every query at its default, the operator asks each "
+        "query once for all such deployments and this one takes its row; overriding any query makes it "
+        "send its own queries.",
+    )
 
 
 # ----------------------------------------------------------------------------------------- warm pool
