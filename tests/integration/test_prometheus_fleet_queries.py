@@ -2,7 +2,9 @@
 
 A real Prometheus scrapes pods of four deployments in two namespaces: one with a pod scraped twice,
 one with a pod still loading (not ready) and a warm pod, one with the same name (and a pod of the
-same name) in the other namespace, and one with no series at all. Counters grow at every scrape, so
+same name) in the other namespace, and one with no series at all; a fifth deployment reads the
+first's series with its arrival rate overridden (a longer window), which it asks itself while
+taking its other signals from the shared read. Counters grow at every scrape, so
 the arrival rates are not zero. The operator's reader asks through a proxy that pins every query's
 evaluation time to one instant in the past (data Prometheus no longer changes), so the snapshot
 read from the fleet-wide answer and the one read from the deployment's own queries are compared
@@ -128,10 +130,19 @@ def pinned(prometheus: PrometheusServer) -> Iterator[PinnedTime]:
     proxy.stop()
 
 
-def _deployment(namespace: str, name: str) -> InferenceDeployment:
+#: The usual override (a longer arrival-rate window, for a slower scrape): the deployment asks this
+#: one itself and takes the six other queries' rows of the shared read.
+LONGER_RATE = (
+    "sum(max by (namespace, pod, outcome) "
+    '(rate(neuronserve_requests_total{namespace="$namespace",deployment="$name"}[2m])))'
+)
+
+
+def _deployment(namespace: str, name: str, **metrics: str) -> InferenceDeployment:
     doc = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
     doc["metadata"].update(namespace=namespace, name=name)
-    doc["spec"]["scaling"]["metrics"] = {}  # every query at its default, from the operator's URL
+    # Every query at its default unless given, from the operator's URL.
+    doc["spec"]["scaling"]["metrics"] = metrics
     return InferenceDeployment.model_validate(doc)
 
 
@@ -171,9 +182,12 @@ async def test_each_deployments_row_of_the_fleet_wide_answer_is_its_own_queries_
 
     deps = [_deployment("ml", "bert"), _deployment("ml", "gpt"), _deployment("search", "bert")]
     deps.append(_deployment("search", "ghost"))  # no series
+    deps.append(_deployment("ml", "bert", arrivalRate=LONGER_RATE))  # one query its own
     grouped = PrometheusMetrics(pinned.url)
     from_rows = await asyncio.gather(*(grouped.snapshot(dep, time.time()) for dep in deps))
-    assert sorted(pinned.queries) == sorted(FLEET_QUERIES.values())  # one read for the four
+    # One read for the five, and the overridden query of the fifth.
+    own_rate = LONGER_RATE.replace("$namespace", "ml").replace("$name", "bert")
+    assert sorted(pinned.queries) == sorted([*FLEET_QUERIES.values(), own_rate])
     pinned.queries.clear()
     own = PrometheusMetrics(pinned.url, group_default_queries=False)
     from_own = [await own.snapshot(dep, time.time()) for dep in deps]
@@ -195,7 +209,7 @@ async def test_each_deployments_row_of_the_fleet_wide_answer_is_its_own_queries_
 
     # The cases are what they say: no pod counted twice, the loading and warm pods left out, each
     # namespace its own row, and no row for the deployment without series.
-    ml_bert, ml_gpt, search_bert, ghost = (snapshot for snapshot, _ in from_rows)
+    ml_bert, ml_gpt, search_bert, ghost, ml_bert_longer_rate = (snapshot for snapshot, _ in from_rows)
     assert ml_bert is not None and (ml_bert.queue_depth, ml_bert.in_flight, ml_bert.reporting) == (6, 4, 2)
     assert ml_bert.arrival_peak == 40 and ml_bert.utilization == pytest.approx(0.4)
     assert ml_bert.arrival_rate is not None and ml_bert.arrival_rate > 0
@@ -203,4 +217,7 @@ async def test_each_deployments_row_of_the_fleet_wide_answer_is_its_own_queries_
     assert ml_gpt.utilization == pytest.approx(0.9)
     assert search_bert is not None and (search_bert.queue_depth, search_bert.reporting) == (7, 1)
     assert ghost is None and from_rows[3][1] == f"Prometheus at {pinned.url} returned no samples for ghost"
+    # Its rows are ml/bert's, and its arrival rate its own query's (compared above with asking it all).
+    assert ml_bert_longer_rate is not None and ml_bert_longer_rate.queue_depth == ml_bert.queue_depth
+    assert ml_bert_longer_rate.arrival_rate is not None and ml_bert_longer_rate.arrival_rate > 0
     assert ml_bert.time <= pinned.at and time.time() - ml_bert.time < 10  # dated by the samples

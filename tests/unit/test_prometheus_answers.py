@@ -46,6 +46,13 @@ ANSWERS: dict[str, dict[str, Any]] = {
 }
 
 
+def _own_queries() -> PrometheusMetrics:
+    """A reader asking every query of the deployment itself: the fake answers one deployment's
+    queries (no rows by namespace and deployment), and these tests leave the pods-reporting and
+    sample-time queries at their defaults, which would otherwise come from the fleet-wide read."""
+    return PrometheusMetrics(None, group_default_queries=False)
+
+
 #: Queries holding this word are refused as Prometheus refuses a typo (400 bad_data).
 TYPO = "bad_query_typo"
 
@@ -93,7 +100,7 @@ async def test_a_scalar_a_vector_an_infinity_a_matrix_and_a_string_become_number
         "utilization": "busy[1m]",
         "arrivalPeak": 'label_replace(peak, "a", "b", "", "")',
     }
-    snapshot, reason = await PrometheusMetrics(None).snapshot(InferenceDeployment.model_validate(doc), NOW)
+    snapshot, reason = await _own_queries().snapshot(InferenceDeployment.model_validate(doc), NOW)
     assert snapshot is not None, reason
     assert (snapshot.queue_depth, snapshot.in_flight) == (12.0, 7.0)
     assert snapshot.arrival_rate is None and snapshot.utilization is None and snapshot.arrival_peak is None
@@ -126,7 +133,7 @@ async def test_a_query_prometheus_refuses_costs_its_own_signal_and_names_its_fie
         arrivalRate="",
         arrivalPeak="",
     )
-    snapshot, reason = await PrometheusMetrics(None).snapshot(dep, NOW)
+    snapshot, reason = await _own_queries().snapshot(dep, NOW)
     assert snapshot is not None, reason
     assert (snapshot.queue_depth, snapshot.in_flight, snapshot.utilization) == (12.0, 7.0, None)
     assert reason == (
@@ -138,7 +145,7 @@ async def test_a_query_prometheus_refuses_costs_its_own_signal_and_names_its_fie
 async def test_when_every_query_is_refused_the_reason_names_the_fields(prometheus: str) -> None:
     dep = _with_queries(prometheus, queueDepth=f"{TYPO}(", inFlight=f"{TYPO}(", utilization="", arrivalRate="")
     dep.spec.scaling.metrics.arrival_peak = ""
-    snapshot, reason = await PrometheusMetrics(None).snapshot(dep, NOW)
+    snapshot, reason = await _own_queries().snapshot(dep, NOW)
     assert snapshot is None
     assert reason.startswith("spec.scaling.metrics.queueDepth: Prometheus refused the query: 1:5: parse error")
     assert "; spec.scaling.metrics.inFlight: " in reason
@@ -164,8 +171,11 @@ class InternalEndpoint(BaseHTTPRequestHandler):
 
 
 def _one_query(url: str) -> InferenceDeployment:
-    """Only queueDepth asked (no sample time either): its answer alone makes the reason."""
-    dep = _with_queries(url, queueDepth="sum(queue)", inFlight="", utilization="", arrivalRate="", sampleTime="")
+    """Only queueDepth asked (no pods-reporting count, no sample time either): its answer alone
+    makes the reason."""
+    dep = _with_queries(
+        url, queueDepth="sum(queue)", inFlight="", utilization="", arrivalRate="", reporting="", sampleTime=""
+    )
     dep.spec.scaling.metrics.arrival_peak = ""
     return dep
 
@@ -192,7 +202,7 @@ async def test_an_error_answers_body_is_not_copied_into_the_reason(endpoint: Any
     assert snapshot is None
     assert "db_password" not in reason and "internal-only" not in reason
     if status in (400, 422):  # a refusal of the query: its code only
-        assert reason.startswith(f"spec.scaling.metrics.queueDepth: Prometheus refused the query (HTTP {status});")
+        assert reason.startswith(f"spec.scaling.metrics.queueDepth: Prometheus refused the query (HTTP {status})")
     else:
         assert reason == f"Prometheus at {endpoint.url} unavailable: PrometheusApiClientException: HTTP {status}"
 
@@ -216,7 +226,7 @@ async def test_json_that_is_not_prometheus_error_format_is_not_copied(endpoint: 
     dep = _one_query(endpoint.url)
     snapshot, reason = await PrometheusMetrics(None).snapshot(dep, NOW)
     assert snapshot is None
-    assert reason.startswith("spec.scaling.metrics.queueDepth: Prometheus refused the query (HTTP 400);")
+    assert reason.startswith("spec.scaling.metrics.queueDepth: Prometheus refused the query (HTTP 400)")
     assert "db_password" not in reason
 
 

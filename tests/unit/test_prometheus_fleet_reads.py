@@ -53,11 +53,13 @@ _ONE = re.compile(r'namespace="(?P<namespace>[^"]*)",deployment="(?P<name>[^"]*)
 
 class FakePrometheus:
     """Answers fleet-wide queries a row per deployment, a deployment's own queries its row; records
-    every query. ``failing``: answer 503 (Prometheus unavailable)."""
+    every query. ``failing``: answer 503 (Prometheus unavailable). ``own_evaluated_at``: the
+    evaluation time a deployment's own query is answered at (a fleet-wide one's is NOW)."""
 
     def __init__(self) -> None:
         self.queries: list[str] = []
         self.failing = False
+        self.own_evaluated_at = NOW
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -77,7 +79,7 @@ class FakePrometheus:
                     match = _ONE.search(query)
                     assert match is not None, query
                     value = values.get((match["namespace"], match["name"]))
-                    result = [] if value is None else [{"metric": {}, "value": [NOW, value]}]
+                    result = [] if value is None else [{"metric": {}, "value": [fake.own_evaluated_at, value]}]
                 body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}})
                 self._answer(200, body.encode())
 
@@ -221,25 +223,78 @@ async def test_a_failed_read_backs_off_every_deployment_on_its_endpoint(promethe
     metrics.close()
 
 
-async def test_a_deployment_with_an_overridden_query_asks_its_own_queries(prometheus: FakePrometheus) -> None:
+#: The usual override: a longer arrival-rate window (for a 30 s scrape).
+LONGER_RATE = 'sum(rate(neuronserve_requests_total{namespace="$namespace",deployment="$name"}[2m]))'
+
+
+async def test_a_deployment_with_one_overridden_query_asks_that_one_and_takes_the_others_rows(
+    prometheus: FakePrometheus,
+) -> None:
     metrics = PrometheusMetrics(prometheus.url)
-    custom = deployment(
-        "custom", arrivalRate='sum(rate(neuronserve_requests_total{namespace="$namespace",deployment="$name"}[2m]))'
-    )
-    turned_off = deployment("quiet", arrivalPeak="")
-    # The default spelled out for this deployment is the default.
-    spelled = deployment("bert", arrivalRate=render(DEFAULT_QUERIES["arrival_rate"], "search", "bert"))
-    await metrics.snapshot(custom, NOW)
-    assert not prometheus.fleet_queries
-    assert len(prometheus.queries) == len(FLEET_QUERIES)
-    assert all('deployment="custom"' in query for query in prometheus.queries)
-    prometheus.queries.clear()
-    await metrics.snapshot(turned_off, NOW)
-    assert not prometheus.fleet_queries and len(prometheus.queries) == len(FLEET_QUERIES) - 1
-    prometheus.queries.clear()
-    snapshot, _ = await metrics.snapshot(spelled, NOW)
-    assert snapshot is not None and snapshot.arrival_rate == 40.5
+    custom = deployment("bert", arrivalRate=LONGER_RATE)
+    answers = await asyncio.gather(metrics.snapshot(custom, NOW), metrics.snapshot(deployment("gpt"), NOW))
+    # One shared read for both, and custom's one query of its own.
+    assert sorted(prometheus.fleet_queries) == sorted(FLEET_QUERIES.values())
+    own_queries = [query for query in prometheus.queries if query not in prometheus.fleet_queries]
+    assert own_queries == [render(LONGER_RATE, "search", "bert")]
+    snapshot, reason = answers[0]
+    assert snapshot is not None and reason == "metrics read"
+    assert (snapshot.arrival_rate, snapshot.queue_depth, snapshot.utilization) == (40.5, 2, 0.7)
+
+    # The same snapshot (and reason) as asking all of custom's queries itself.
+    everything_own = PrometheusMetrics(prometheus.url, group_default_queries=False)
+    assert await everything_own.snapshot(custom, NOW) == answers[0]
+    metrics.close()
+    everything_own.close()
+
+
+async def test_a_snapshot_from_the_shared_read_and_its_own_queries_is_dated_by_its_oldest_part(
+    prometheus: FakePrometheus,
+) -> None:
+    metrics = PrometheusMetrics(prometheus.url)
+    custom = deployment("bert", arrivalRate=LONGER_RATE)
+    snapshot, _ = await metrics.snapshot(custom, NOW)
+    assert snapshot is not None and snapshot.time == NOW - 3  # the sample time, from the shared read
+    assert len(prometheus.fleet_queries) == len(FLEET_QUERIES) == len(prometheus.queries) - 1
+    # Its own query evaluated before the shared read's sample time: that is the snapshot's time.
+    prometheus.own_evaluated_at = NOW - 10
+    fresh = PrometheusMetrics(prometheus.url)
+    snapshot, _ = await fresh.snapshot(custom, NOW)
+    assert snapshot is not None and snapshot.time == NOW - 10
+    metrics.close()
+    fresh.close()
+
+
+async def test_a_turned_off_signal_stays_off_and_a_spelled_out_default_is_the_default(
+    prometheus: FakePrometheus,
+) -> None:
+    metrics = PrometheusMetrics(prometheus.url)
+    turned_off = deployment("bert", arrivalPeak="")
+    snapshot, reason = await metrics.snapshot(turned_off, NOW)
     assert prometheus.queries == prometheus.fleet_queries and len(prometheus.queries) == len(FLEET_QUERIES)
+    assert snapshot is not None and snapshot.arrival_peak is None and snapshot.arrival_rate == 40.5
+    assert reason == "metrics read"  # a signal turned off is not missing
+    everything_own = PrometheusMetrics(prometheus.url, group_default_queries=False)
+    assert await everything_own.snapshot(turned_off, NOW) == (snapshot, reason)
+    everything_own.close()
+
+    # The default spelled out for this deployment is the default: the read already there serves it.
+    prometheus.queries.clear()
+    spelled = deployment("gpt", arrivalRate=render(DEFAULT_QUERIES["arrival_rate"], "search", "gpt"))
+    snapshot, _ = await metrics.snapshot(spelled, NOW)
+    assert snapshot is not None and snapshot.arrival_rate == 3 and not prometheus.queries
+    metrics.close()
+
+
+async def test_a_deployment_with_every_query_overridden_asks_no_shared_read(prometheus: FakePrometheus) -> None:
+    metrics = PrometheusMetrics(prometheus.url)
+    overrides = {
+        MetricQueries.model_fields[field].alias or field: f"({query})" for field, query in DEFAULT_QUERIES.items()
+    }
+    snapshot, _ = await metrics.snapshot(deployment("bert", **overrides), NOW)
+    assert snapshot is not None and snapshot.queue_depth == 2
+    assert not prometheus.fleet_queries and len(prometheus.queries) == len(FLEET_QUERIES)
+    assert all('deployment="bert"' in query for query in prometheus.queries)
     metrics.close()
 
 

@@ -163,7 +163,7 @@ async def test_a_prometheus_that_never_answers_holds_no_reconcile_beyond_one_dea
     # everything else, each query had its own timeout and the snapshot 5 of them (26 s for all).
     url = f"http://127.0.0.1:{hung.port}"
     clock = Clock()
-    # Each deployment its own queries (as one with an overridden query does): the default queries'
+    # Each deployment all its queries itself (as it does those it overrides): the default queries'
     # fleet-wide read is one read for all (tests/unit/test_prometheus_fleet_reads.py).
     metrics = PrometheusMetrics(None, clock=clock, group_default_queries=False)
     deps = [deployment(url, f"m{i}", timeout=0.5) for i in range(32)]

@@ -1,11 +1,10 @@
 """The CRD's default PromQL, built in two forms from the same pieces (pure text, no I/O).
 
 - :data:`ONE_DEPLOYMENT`: one InferenceDeployment's queries, ``$namespace`` and ``$name`` to be
-  replaced (the ``scaling.metrics`` defaults, and what a deployment asks when any of its queries is
-  overridden);
+  replaced (the ``scaling.metrics`` defaults, against which a deployment's queries are compared);
 - :data:`FLEET`: the same queries for every deployment at once, one row per ``(namespace,
-  deployment)``, which the operator asks once per Prometheus and shares among the deployments whose
-  queries are the defaults.
+  deployment)``, which the operator asks once per Prometheus and shares among the deployments, each
+  taking its row of the queries it leaves at their default.
 
 Both come from :func:`default_queries`, so a change to a default changes both: within one
 deployment's series, keeping ``deployment`` in every ``by``/``on`` list changes nothing, and the

@@ -27,11 +27,12 @@ median of 15 s each):
   failed probe up to :data:`MAX_BACKOFF_SECONDS`, every snapshot of it is unavailable at once,
   without a connection; then one snapshot probes while the others keep backing off.
 
-Deployments whose queries are the defaults (all of them, compared as rendered text: an override
-equal to the default counts as the default) are read together: each default signal is asked once
-per :class:`Endpoint` in its fleet-wide form (:data:`neuronfleet.api.default_queries.FLEET`, one
-row per namespace and deployment), and each deployment's snapshot takes its row; a deployment
-absent from an answer reads as missing, as its own query returning nothing would. That read is:
+Each query of a deployment that is the default (compared as rendered text: an override equal to
+the default counts as the default) is read together with the other deployments': each default
+signal is asked once per :class:`Endpoint` in its fleet-wide form
+(:data:`neuronfleet.api.default_queries.FLEET`, one row per namespace and deployment), and each
+deployment's snapshot takes its row of the queries it has at their default; a deployment absent
+from an answer reads as missing, as its own query returning nothing would. That read is:
 
 - shared by every snapshot asked within :func:`fleet_read_max_age` of when it started (at most
   :data:`FLEET_READ_MAX_AGE_SECONDS`, and at most half the asking deployment's interval, so that no
@@ -41,7 +42,13 @@ absent from an answer reads as missing, as its own query returning nothing would
   sharing it; deployments with another timeout share another read), a query thread, and the
   endpoint's back-off, so a failure backs off every deployment on that endpoint at once.
 
-A deployment with any query overridden asks its own queries, as described above.
+A deployment's overridden queries (the usual one: a longer ``arrivalRate`` window for a slower
+scrape) are its own: asked together as one read as described above, after the shared read (which
+is usually there already) answered: one after the other, not at once, so that a probe of a backing
+off endpoint is one read, and the other is not turned away by the probe under way. Each of the two
+has its ``timeoutSeconds``. A snapshot mixing the two is dated as any: by the earliest of its
+queries' evaluation times (the shared read's and its own) and its sample time (from whichever
+read asked ``sampleTime``), so it is never newer than its oldest part.
 
 What a failure says goes to the status (readable by anyone who may get the resource), its Events and
 the log, and the URL is the user's (a spec may point ``prometheusUrl`` anywhere the operator can
@@ -114,16 +121,18 @@ FLEET_QUERIES = default_queries(FLEET)
 QUERY_FIELDS = (*QUERIED, "sample_time")
 
 
-def uses_default_queries(dep: InferenceDeployment) -> bool:
-    """Whether every one of ``dep``'s queries, rendered, is the default's: its snapshot may then take
-    its row of the fleet-wide read (an override spelling out the default for this deployment is the
-    default; any other text, an empty query included, is asked on its own)."""
+def default_query_fields(dep: InferenceDeployment) -> frozenset[str]:
+    """The fields (of :data:`QUERY_FIELDS`) whose query, rendered for ``dep``, is the default's: its
+    snapshot takes those from its row of the fleet-wide read. An override spelling out the default for
+    this deployment is the default; any other text is asked on its own, and an empty query (its
+    signal off) is asked by neither."""
     metrics = dep.spec.scaling.metrics
     namespace = dep.metadata.namespace or "default"
-    return all(
-        render(getattr(metrics, field), namespace, dep.name).strip()
-        == render(DEFAULT_QUERIES[field], namespace, dep.name)
+    return frozenset(
+        field
         for field in QUERY_FIELDS
+        if render(getattr(metrics, field), namespace, dep.name).strip()
+        == render(DEFAULT_QUERIES[field], namespace, dep.name)
     )
 
 
@@ -437,8 +446,8 @@ class PrometheusMetrics:
 
     ``clock`` (monotonic seconds) times the back-off only; the queries' timeouts are real time.
     ``credentials`` are sent to ``default_url`` only; ``url_policy`` says which spec URLs may be
-    asked (default: any). ``group_default_queries`` False: every deployment asks its own queries,
-    as one with an overridden query does.
+    asked (default: any). ``group_default_queries`` False: every deployment asks all its queries
+    itself, as it does those it overrides.
     """
 
     def __init__(
@@ -640,30 +649,43 @@ class PrometheusMetrics:
             # Its text may quote the URL's user-info (a netloc that does not normalise).
             return None, f"Prometheus at {printed} unavailable: {type(exc).__name__}: not a valid URL"
         queries = queries_for(dep)
-        results: dict[str, QueryResult]
+        sample_query = render(dep.spec.scaling.metrics.sample_time, namespace, dep.name).strip()
+        shared = default_query_fields(dep) if self.group_default_queries else frozenset()
+        own_queries = {signal: query for signal, query in queries.items() if signal not in shared}
+        own_sample_query = "" if "sample_time" in shared else sample_query
+        results: dict[str, QueryResult] = {}
+        refused: dict[str, str] = {}
+        sampled: float | None = None
         try:
-            if self.group_default_queries and uses_default_queries(dep):
+            if shared:
                 # A spec's URL is grouped too: its read is asked without credentials and backs off
                 # on its own, as its deployments' own queries would.
                 max_age = fleet_read_max_age(dep.spec.scaling.interval_seconds)
                 answer = await self._fleet_answer(endpoint, client, timeout, max_age)
                 row = (namespace, dep.name)
-                results = {signal: rows.get(row, _NOTHING) for signal, rows in answer.results.items()}
-                refused = answer.refused
-                sampled = answer.sampled.get(row, _NOTHING).value
-            else:
-                sample_query = render(dep.spec.scaling.metrics.sample_time, namespace, dep.name).strip()
-                read = partial(self._read, client, endpoint, queries, sample_query, _scalar, timeout)
-                results, refused, sampled_result = await self._ask(endpoint, timeout, read)
-                sampled = sampled_result.value if sampled_result is not None else None
+                results = {
+                    signal: rows.get(row, _NOTHING) for signal, rows in answer.results.items() if signal in shared
+                }
+                refused = {signal: why for signal, why in answer.refused.items() if signal in shared}
+                if "sample_time" in shared:
+                    sampled = answer.sampled.get(row, _NOTHING).value
+            if own_queries or own_sample_query:
+                read = partial(self._read, client, endpoint, own_queries, own_sample_query, _scalar, timeout)
+                own_results, own_refused, sampled_result = await self._ask(endpoint, timeout, read)
+                results |= own_results
+                refused |= own_refused
+                if sampled_result is not None:
+                    sampled = sampled_result.value
         except _Unavailable as exc:
             return None, str(exc)
         # A query Prometheus refuses (a typo in one of scaling.metrics) costs its own signal only,
         # and the reason names the field to fix.
-        refusals = "; ".join(f"spec.scaling.metrics.{SIGNAL_FIELDS[s]}: {why}" for s, why in refused.items())
+        refusals = "; ".join(f"spec.scaling.metrics.{SIGNAL_FIELDS[s]}: {refused[s]}" for s in QUERIED if s in refused)
         # The pods-reporting count alone is no signal to decide on.
         if all(result.value is None for signal, result in results.items() if signal in SIGNALS):
             return None, refusals or f"Prometheus at {printed} returned no samples for {dep.name}"
+        # Every part's stamp, the shared read's rows and the deployment's own queries alike: a snapshot
+        # is as old as its oldest part.
         stamps = [r.evaluated_at for r in results.values() if r.evaluated_at is not None]
         if sampled is not None:
             # The samples' own age: the queries' stamp is their evaluation time, however old the data.
