@@ -783,9 +783,9 @@ class ScalingSpec(ApiModel):
     )
     metrics: MetricQueries = Field(
         default_factory=MetricQueries,
-        description="Where the signals come from. With every query at its default, the operator asks each "
-        "query once for all such deployments and this one takes its row; overriding any query makes it "
-        "send its own queries.",
+        description="Where the signals come from. The operator asks each default query once for all "
+        "deployments and this one takes its row of every query left at its default; a query overridden "
+        'here is sent for this deployment alone, and one set to "" is not sent.',
     )
 
 
