@@ -65,7 +65,7 @@ from bench_generalisation import PROBES, reversed_trace
 
 from _common import RESULTS_DIR, write_result
 from neuronfleet.api.v1alpha1 import ScalingSpec
-from neuronfleet.planning import scaling, warmpool
+from neuronfleet.planning import scaling
 from neuronfleet.sim import report, runner
 from neuronfleet.sim.metrics import MetricsView
 from neuronfleet.sim.policies import Observed, Ours, Targets, ours_from_policy_file
@@ -164,7 +164,7 @@ class KnownCapacityOurs(Ours):
             snapshot = replace(snapshot, arrival_peak=snapshot.arrival_peak * scale)
         decision = scaling.decide(spec, self.scaling_state, snapshot, counts.active, counts.serving, now)
         self.scaling_state = decision.new_state
-        return self._targets(decision, now, observed)
+        return self.targets(decision, now, observed)
 
     def _decide_known(self, now: float, metrics: MetricsView, observed: Observed) -> Targets:
         counts = observed.counts
@@ -192,21 +192,7 @@ class KnownCapacityOurs(Ours):
         )
         self.learned = scaling._update_service_rate(spec, fresh, ready, learned, steady)
         self.scaling_state = decision.new_state
-        return self._targets(decision, now, observed)
-
-    def _targets(self, decision: scaling.ScalingDecision, now: float, observed: Observed) -> Targets:
-        """The warm pool's plan for ``decision``, as :meth:`Ours.decide` makes it."""
-        pool = warmpool.plan(
-            self.warm_spec,
-            self.warm_state,
-            decision.demand,
-            now,
-            warmpool.ColdStart(observed.pod_cold_start_p90, observed.node_cold_start_p90),
-            active=decision.desired,
-            max_active=self.scaling_spec.max_replicas,
-        )
-        self.warm_state = pool.new_state
-        return Targets(decision.desired, pool.pods, pool.node_placeholders, f"{decision.reason} | {pool.reason}")
+        return self.targets(decision, now, observed)
 
 
 def make_case(variant: Variant, max_replicas: int, capacity: float, made: dict[str, KnownCapacityOurs]) -> runner.Case:

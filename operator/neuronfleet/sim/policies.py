@@ -105,6 +105,11 @@ class Ours:
         snapshot = metrics.snapshot(now, self.scrape_delay, counts.serving)
         decision = scaling.decide(self.scaling_spec, self.scaling_state, snapshot, counts.active, counts.serving, now)
         self.scaling_state = decision.new_state
+        return self.targets(decision, now, observed)
+
+    def targets(self, decision: scaling.ScalingDecision, now: float, observed: Observed) -> Targets:
+        """The targets of a scaling ``decision``, with the warm pool planned from its demand (variants
+        of this policy that decide otherwise, e.g. a benchmark's, plan their pool here too)."""
         pool = warmpool.plan(
             self.warm_spec,
             self.warm_state,
