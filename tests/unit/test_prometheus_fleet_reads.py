@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
+from neuronfleet.api.default_queries import FORMER_DEFAULTS
 from neuronfleet.api.v1alpha1 import InferenceDeployment, MetricQueries
 from neuronfleet.metrics.prometheus import (
     BACKOFF_SECONDS,
@@ -307,4 +308,17 @@ async def test_a_reconcile_cancelled_while_waiting_leaves_the_read_to_the_others
     snapshot, reason = await second
     assert snapshot is not None and snapshot.queue_depth == 0, reason
     assert len(prometheus.queries) == len(FLEET_QUERIES)
+    metrics.close()
+
+
+async def test_a_deployment_stored_with_an_earlier_releases_defaults_takes_the_shared_read(
+    prometheus: FakePrometheus,
+) -> None:
+    metrics = PrometheusMetrics(prometheus.url)
+    fields = MetricQueries.model_fields
+    earlier = {fields[field].alias or field: queries[-1] for field, queries in FORMER_DEFAULTS.items()}
+    snapshot, reason = await metrics.snapshot(deployment("bert", **earlier), NOW)
+    assert prometheus.queries == prometheus.fleet_queries and len(prometheus.queries) == len(FLEET_QUERIES)
+    assert snapshot is not None and reason == "metrics read"
+    assert (snapshot.queue_depth, snapshot.in_flight, snapshot.arrival_rate) == (2, 5, 40.5)
     metrics.close()

@@ -9,6 +9,9 @@
 Both come from :func:`default_queries`, so a change to a default changes both: within one
 deployment's series, keeping ``deployment`` in every ``by``/``on`` list changes nothing, and the
 fleet form's row for a deployment is the number the one-deployment form answers.
+
+:data:`FORMER_DEFAULTS` keeps every earlier release's default text, which objects made then still
+hold, so that :func:`current_default` can read them as today's.
 """
 
 from __future__ import annotations
@@ -72,3 +75,42 @@ def default_queries(scope: QueryScope) -> dict[str, str]:
         "reporting": total("count", f"{per_pod(f'neuronserve_ready{{{active}}}')} == 1"),
         "sample_time": total("max", f"timestamp(neuronserve_ready{{{active}}})"),
     }
+
+
+# The API server stores a schema default in the object when the object is created, so an
+# InferenceDeployment made under an earlier release keeps that release's default text after an upgrade.
+# Each was superseded for a reason (a pod scraped twice counted twice, a loading pod diluted the
+# average, queued requests counted twice in in_flight), and the operator reads its signals with
+# today's meaning. Read as overrides, they would also be asked one deployment at a time instead of in
+# the fleet-wide read, and refused under --prometheus-refuse-query-overrides. Literal text on purpose:
+# these are history (the CRD's defaults at earlier commits, `git log -p` of its YAML), not built
+# from today's pieces. Append the old text here whenever a default changes.
+_NS_NAME = 'namespace="$namespace",deployment="$name"'
+_ACTIVE = f'{_NS_NAME},role="active"'
+_READY = f"and on(namespace, pod) neuronserve_ready{{{_ACTIVE}}} == 1"
+#: Every earlier default of a ``scaling.metrics`` query (one-deployment form), by field name.
+FORMER_DEFAULTS: dict[str, tuple[str, ...]] = {
+    "queue_depth": (
+        f"sum(neuronserve_queue_depth{{{_ACTIVE}}})",
+        f"sum(neuronserve_queue_depth{{{_ACTIVE}}} {_READY})",
+    ),
+    "in_flight": (
+        f"sum(neuronserve_inflight_requests{{{_ACTIVE}}})",
+        f"sum(neuronserve_inflight_requests{{{_ACTIVE}}}) - sum(neuronserve_queue_depth{{{_ACTIVE}}})",
+        f"sum(neuronserve_inflight_requests{{{_ACTIVE}}} {_READY})"
+        f" - sum(neuronserve_queue_depth{{{_ACTIVE}}} {_READY})",
+    ),
+    "arrival_rate": (f"sum(rate(neuronserve_requests_total{{{_NS_NAME}}}[1m]))",),
+    "utilization": (
+        f"avg(neuronserve_device_busy_ratio{{{_ACTIVE}}})",
+        f"avg(neuronserve_device_busy_ratio{{{_ACTIVE}}} {_READY})",
+    ),
+    "arrival_peak": (f"sum(neuronserve_arrivals_peak_per_second{{{_NS_NAME}}})",),
+}
+
+
+def current_default(field: str, query: str) -> str:
+    """``query``, or today's default of ``field`` when ``query`` is one of its earlier defaults."""
+    if query in FORMER_DEFAULTS.get(field, ()):
+        return default_queries(ONE_DEPLOYMENT)[field]
+    return query

@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 
-from neuronfleet.api.default_queries import ONE_DEPLOYMENT, default_queries
+from neuronfleet.api.default_queries import FORMER_DEFAULTS, ONE_DEPLOYMENT, current_default, default_queries
 
 GROUP = "serving.neuronfleet.dev"
 VERSION = "v1alpha1"
@@ -585,7 +585,9 @@ _DEFAULT_QUERIES = default_queries(ONE_DEPLOYMENT)
 
 
 class MetricQueries(ApiModel):
-    """PromQL the autoscaler reads. `$namespace` and `$name` are replaced by the resource's."""
+    """PromQL the autoscaler reads. `$namespace` and `$name` are replaced by the resource's. A query
+    equal to an earlier release's default (which the API server stored when the object was made) is
+    read as today's default."""
 
     prometheus_url: str | None = Field(
         default=None,
@@ -652,6 +654,12 @@ class MetricQueries(ApiModel):
         "operator backs off that Prometheus URL (15 s, doubling to 120 s) and reports metrics unavailable "
         "without asking.",
     )
+
+    @field_validator(*FORMER_DEFAULTS, mode="after")
+    @classmethod
+    def _earlier_default_reads_as_todays(cls, query: str, info: ValidationInfo) -> str:
+        # The stored text of an earlier default is no choice of the user's: read it with today's fix.
+        return current_default(info.field_name or "", query)
 
 
 class ScalingSpec(ApiModel):
@@ -785,7 +793,8 @@ class ScalingSpec(ApiModel):
         default_factory=MetricQueries,
         description="Where the signals come from. The operator asks each default query once for all "
         "deployments and this one takes its row of every query left at its default; a query overridden "
-        'here is sent for this deployment alone, and one set to "" is not sent.',
+        'here is sent for this deployment alone, and one set to "" is not sent. A query holding an earlier '
+        "release's default (stored when the object was made) is read as today's default.",
     )
 
 
