@@ -174,3 +174,46 @@ async def test_service_account_admission_refuses_pods_and_the_job_controller_say
         await cluster.wait_for(lambda: "Complete" in condition_types(job(cluster, "compile")), timeout=600)
         (made,) = [p for p in cluster.list("pods", "default") if (p["metadata"].get("labels") or {}).get("job-name")]
         assert made["spec"]["serviceAccountName"] == "model-compiler"
+
+
+def resourced_pod(name: str, requests: dict[str, str], limits: dict[str, str] | None = None) -> dict[str, Any]:
+    resources = {"requests": requests, **({"limits": limits} if limits else {})}
+    container = {"name": "main", "image": "neuronserve:compile", "resources": resources}
+    return {"metadata": {"name": name}, "spec": {"containers": [container]}}
+
+
+async def test_limit_range_admission_defaults_then_validates_then_checks_min_and_max() -> None:
+    # Real kube-apiserver: the LimitRanger's mutating half gives a container the default limit it
+    # lacks; pod validation then refuses a request above it (422); its validating half refuses what is
+    # outside min/max (403). Wording: pkg/apis/core/validation and plugin/pkg/admission/limitranger.
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        limits = {"type": "Container", "default": {"cpu": "1"}, "min": {"cpu": "100m"}, "max": {"memory": "1Gi"}}
+        cluster.create("limitranges", {"metadata": {"name": "defaults"}, "spec": {"limits": [limits]}}, "default")
+
+        with pytest.raises(ApiError) as invalid:
+            cluster.create("pods", resourced_pod("greedy", {"cpu": "2"}), "default")
+        assert invalid.value.code == 422
+        assert invalid.value.message == (
+            'Pod "greedy" is invalid: spec.containers[0].resources.requests: Invalid value: "2": '
+            "must be less than or equal to cpu limit of 1"
+        )
+        with pytest.raises(ApiError) as forbidden:
+            cluster.create("pods", resourced_pod("big", {"cpu": "2"}, {"cpu": "2", "memory": "2Gi"}), "default")
+        assert forbidden.value.code == 403
+        assert forbidden.value.message == (
+            'pods "big" is forbidden: maximum memory usage per Container is 1Gi, but limit is 2Gi'
+        )
+        with pytest.raises(ApiError) as both:
+            cluster.create("pods", resourced_pod("odd", {"cpu": "50m"}, {"cpu": "50m", "memory": "2Gi"}), "default")
+        assert both.value.message == (
+            'pods "odd" is forbidden: [minimum cpu usage per Container is 100m, but request is 50m, '
+            "maximum memory usage per Container is 1Gi, but limit is 2Gi]"
+        )
+        fits = resourced_pod("fits", {"cpu": "500m", "memory": "512Mi"}, {"memory": "512Mi"})
+        made = cluster.create("pods", fits, "default")
+        assert made["spec"]["containers"][0]["resources"] == {
+            "requests": {"cpu": "500m", "memory": "512Mi"},
+            "limits": {"memory": "512Mi", "cpu": "1"},
+        }

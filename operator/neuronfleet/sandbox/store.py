@@ -31,6 +31,7 @@ from neuronfleet.sandbox.clock import Clock
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.managedfields import Manager
 from neuronfleet.sandbox.names import name_problems
+from neuronfleet.sandbox.nodes import quantity
 from neuronfleet.sandbox.resources import (
     CrdError,
     ResourceType,
@@ -947,6 +948,81 @@ class Store:
                 pod, f'error looking up service account {namespace}/{name}: serviceaccount "{name}" not found'
             )
 
+    def _limit_ranges(self, pod: Obj) -> tuple[dict[str, Any], ...]:
+        """The ``type: Container`` items of the LimitRanges in the pod's namespace, with the API's
+        defaulting (SetDefaults_LimitRange): a ``default`` limit unset is the ``max``, a
+        ``defaultRequest`` unset is the ``default`` limit, else the ``min``."""
+        items = []
+        for limit_range in self.iter(self.resources[("", "limitranges")], _meta(pod).get("namespace")):
+            for item in (limit_range.get("spec") or {}).get("limits") or []:
+                if item.get("type") != "Container":
+                    continue
+                default = {**(item.get("max") or {}), **(item.get("default") or {})}
+                default_request = {**(item.get("min") or {}), **default, **(item.get("defaultRequest") or {})}
+                items.append({**item, "default": default, "defaultRequest": default_request})
+        return tuple(items)
+
+    def _default_limit_ranges(self, pod: Obj, spec: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+        """The LimitRanger admission plugin's mutating half (kubernetes plugin/pkg/admission/limitranger):
+        a container gets the LimitRanges' defaults of what it does not set. Returns their items, for
+        :meth:`_check_limit_ranges`."""
+        items = self._limit_ranges(pod)
+        for item in items:
+            for container in spec["containers"]:
+                resources = container.setdefault("resources", {})
+                for side, defaults in (("limits", item["default"]), ("requests", item["defaultRequest"])):
+                    given = resources.get(side) or {}
+                    unset = {k: v for k, v in defaults.items() if k not in given}
+                    if side == "requests":
+                        # A request left unset is its limit (the pod's own defaulting), not the default.
+                        unset = {k: v for k, v in unset.items() if k not in (resources.get("limits") or {})}
+                    if unset:
+                        resources[side] = {**given, **unset}
+        return items
+
+    @staticmethod
+    def _validate_requests(pod: Obj, spec: dict[str, Any]) -> None:
+        """Pod validation (kubernetes pkg/apis/core/validation): no request above its limit (422)."""
+        invalid = []
+        for index, container in enumerate(spec["containers"]):
+            resources = container.get("resources") or {}
+            limits = resources.get("limits") or {}
+            for name, request in (resources.get("requests") or {}).items():
+                if name in limits and quantity(request) > quantity(limits[name]):
+                    why = f'Invalid value: "{request}": must be less than or equal to {name} limit of {limits[name]}'
+                    invalid.append((f"spec.containers[{index}].resources.requests", why))
+        if invalid:
+            raise errors.invalid("Pod", "", _meta(pod).get("name", ""), invalid)
+
+    @staticmethod
+    def _check_limit_ranges(pod: Obj, spec: dict[str, Any], items: tuple[dict[str, Any], ...]) -> None:
+        """The LimitRanger's validating half: a container's request and limit within each item's
+        ``min`` and ``max`` (403, in its words). ``maxLimitRequestRatio`` is not emulated."""
+        refusals = []
+        for item in items:
+            for container in spec["containers"]:
+                resources = container.get("resources") or {}
+                requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+                for name, least in (item.get("min") or {}).items():
+                    if name in requests and quantity(requests[name]) < quantity(least):
+                        refusals.append(
+                            f"minimum {name} usage per Container is {least}, but request is {requests[name]}"
+                        )
+                    elif name in limits and quantity(limits[name]) < quantity(least):
+                        refusals.append(f"minimum {name} usage per Container is {least}, but limit is {limits[name]}")
+                for name, most in (item.get("max") or {}).items():
+                    if name not in limits:
+                        refusals.append(f"maximum {name} usage per Container is {most}.  No limit is specified")
+                    elif quantity(limits[name]) > quantity(most):
+                        refusals.append(f"maximum {name} usage per Container is {most}, but limit is {limits[name]}")
+                    elif name in requests and quantity(requests[name]) > quantity(most):
+                        refusals.append(
+                            f"maximum {name} usage per Container is {most}, but request is {requests[name]}"
+                        )
+        if refusals:
+            # Go's aggregated error: one message as it is, several in brackets.
+            raise _forbidden_pod(pod, refusals[0] if len(refusals) == 1 else "[" + ", ".join(refusals) + "]")
+
     def _admit_pod(self, pod: Obj, old: Obj | None) -> None:
         spec = pod.get("spec")
         if not isinstance(spec, dict) or not isinstance(spec.get("containers"), list) or not spec["containers"]:
@@ -964,6 +1040,9 @@ class Store:
                 tolerations.append(
                     {"key": taint_key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
                 )
+        # kube-apiserver's order: mutating admission (LimitRanger, ServiceAccount, Priority), then the
+        # object's validation, then validating admission (LimitRanger's min/max).
+        limit_ranges = self._default_limit_ranges(pod, spec)
         self._admit_service_account(pod, spec)
         class_name = spec.get("priorityClassName")
         pc_rt = self.resources[("scheduling.k8s.io", "priorityclasses")]
@@ -978,6 +1057,8 @@ class Store:
             spec["priority"] = int(default["value"]) if default else 0
             if default:
                 spec["priorityClassName"] = _meta(default)["name"]
+        self._validate_requests(pod, spec)
+        self._check_limit_ranges(pod, spec, limit_ranges)
         for container in spec["containers"]:
             container.setdefault("imagePullPolicy", "IfNotPresent")
             container.setdefault("terminationMessagePath", "/dev/termination-log")
