@@ -48,7 +48,14 @@ from neuronfleet.kube.builders import (
 from neuronfleet.kube.client import UNANSWERED, KubeApi
 from neuronfleet.kube.jobs import build_compile_job, wanted_job_spec
 from neuronfleet.kube.observe import observe_cluster
-from neuronfleet.planning.admission import WorkloadAccount, missing_account_message, refusal_for, workload_account
+from neuronfleet.planning.admission import (
+    ServingPods,
+    WorkloadAccount,
+    missing_account_message,
+    refusal_for,
+    serving_pods,
+    workload_account,
+)
 from neuronfleet.planning.compile import (
     CompileObservation,
     CompileRequest,
@@ -172,10 +179,10 @@ def _call_error(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _refusal(exc: ApiException, serving: WorkloadAccount) -> Refusal | None:
+def _refusal(exc: ApiException, serving: WorkloadAccount, pods: ServingPods) -> Refusal | None:
     """A pod creation refused at admission (403 Forbidden / 422), named by planning when it can."""
     body = exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else str(exc.body or "")
-    return refusal_for(exc.status or 0, body, serving, _api_error(exc))
+    return refusal_for(exc.status or 0, body, serving, _api_error(exc), pods)
 
 
 class Reconciler:
@@ -378,8 +385,9 @@ class Reconciler:
                 serving = workload_account(
                     "serving", dep.spec.runtime.service_account_name, self.settings.builder.serving_service_account
                 )
+                pods = serving_pods(namespace, dep.spec.runtime, plan.candidate)
                 refusal = (
-                    _refusal(exc, serving)
+                    _refusal(exc, serving, pods)
                     if isinstance(exc, ApiException) and isinstance(action, CreatePod | CreatePlaceholder)
                     else None
                 )

@@ -174,3 +174,67 @@ async def test_a_compile_job_stuck_on_a_missing_account_is_replaced_when_the_spe
     assert stuck["metadata"]["uid"] not in {
         j["metadata"]["uid"] for j in harness.cluster.list("jobs", NS, group="batch")
     }
+
+
+async def create_limit_range(harness: OperatorHarness, namespace: str, limits: dict[str, Any]) -> None:
+    await harness.ensure_namespace(namespace)
+    await k8s.CoreV1Api(await harness.api()).create_namespaced_limit_range(
+        namespace, {"metadata": {"name": "container-defaults"}, "spec": {"limits": [{"type": "Container", **limits}]}}
+    )
+
+
+async def test_a_limit_ranges_default_cpu_limit_below_the_request_is_named_and_a_cpu_limit_fixes_it(
+    harness: OperatorHarness,
+) -> None:
+    # No spec.runtime.cpu nor cpuLimit: the LimitRanger gives the container a CPU limit of 1, below
+    # the replica's share of an inf2.xlarge, and pod validation refuses every pod (422).
+    await create_limit_range(harness, "limited", {"default": {"cpu": "1"}, "defaultRequest": {"cpu": "500m"}})
+    manifest = harness.localize(manual("defaulted"), namespace="limited")
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+    await harness.wait(
+        lambda: harness.condition("limited", "defaulted", "Degraded").get("reason") == "LimitRangeRefused",
+        timeout=120,
+        what="Degraded=True LimitRangeRefused",
+    )
+    message = harness.condition("limited", "defaulted", "Degraded")["message"]
+    assert message.startswith(
+        "a LimitRange in namespace limited gives a container that sets no CPU limit a default CPU limit of 1, "
+        "below the CPU request of each replica, "
+    )
+    assert "(kubectl describe limitrange -n limited). Set spec.runtime.cpuLimit to at least" in message
+    assert harness.condition("limited", "defaulted", "Scheduled")["reason"] == "LimitRangeRefused"
+    await harness.wait(
+        lambda: [e for e in harness.cluster.list("events", "limited") if e.get("reason") == "LimitRangeRefused"],
+        timeout=60,
+        what="a Warning Event",
+    )
+    assert not harness.pods("limited", "defaulted")
+
+    await harness.patch_spec("limited", "defaulted", {"runtime": {"cpuLimit": "4"}})
+    await harness.wait(
+        lambda: harness.condition("limited", "defaulted", "Ready").get("status") == "True", timeout=300, what="Ready"
+    )
+    (pod,) = harness.pods("limited", "defaulted")
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "4"
+
+
+async def test_a_limit_ranges_max_below_the_pods_memory_is_named_with_spec_runtime_memory(
+    harness: OperatorHarness,
+) -> None:
+    await create_limit_range(harness, "capped", {"max": {"memory": "1Gi"}})
+    manifest = harness.localize(manual("capped"), namespace="capped")
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+    await harness.wait(
+        lambda: harness.condition("capped", "capped", "Degraded").get("reason") == "LimitRangeRefused",
+        timeout=120,
+        what="Degraded=True LimitRangeRefused",
+    )
+    message = harness.condition("capped", "capped", "Degraded")["message"]
+    assert message.startswith(
+        "a LimitRange in namespace capped refuses the serving pods: maximum memory usage per Container is 1Gi, "
+        "but limit is "
+    )
+    assert message.endswith(": set spec.runtime.memory to at most 1Gi, or change the LimitRange")
+    assert not harness.pods("capped", "capped")

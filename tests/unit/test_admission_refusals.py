@@ -1,8 +1,8 @@
 """Pods the API server must refuse are named with the field or flag and the fix, or not made.
 
 A missing ServiceAccount (serving pods: the operator's create is refused; compile Jobs: the Job
-makes no pod, and the operator reads the account) and a CPU limit below the CPU request (checked in
-the plan, before any pod is made).
+makes no pod, and the operator reads the account), a CPU limit below the CPU request (checked in
+the plan, before any pod is made) and a LimitRange's default, min or max (named from the refusal).
 """
 
 from __future__ import annotations
@@ -24,10 +24,12 @@ from neuronfleet.kube.builders import BuilderConfig
 from neuronfleet.kube.jobs import build_compile_job, compile_job_name
 from neuronfleet.kube.observe import observe_compile_jobs
 from neuronfleet.planning.admission import (
+    ServingPods,
     compile_cpu_limit_problem,
     missing_account_message,
     refusal_for,
     serving_cpu_limit_problem,
+    serving_pods,
     workload_account,
 )
 from neuronfleet.planning.compile import CompileObservation, StoredArtifact, compile_request, decide_compile
@@ -50,11 +52,9 @@ def deployment(**spec: Any) -> InferenceDeployment:
     return InferenceDeployment.model_validate(manifest)
 
 
-def forbidden_body(message: str) -> str:
+def forbidden_body(message: str, reason: str = "Forbidden") -> str:
     """A 403 answer's body as kube-apiserver sends it (JSON: the quotes in the message escaped)."""
-    return json.dumps(
-        {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": "Forbidden"}
-    )
+    return json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason})
 
 
 # ------------------------------------------------------------------------ serving ServiceAccount
@@ -96,6 +96,92 @@ def test_other_refusals_keep_their_reasons() -> None:
     assert quota is not None and quota.reason == Reason.POD_CREATION_REFUSED
     assert quota.message == "the API server refused a pod: 403 Forbidden: exceeded quota"
     assert refusal_for(500, forbidden_body(SA_REFUSAL), account) is None
+
+
+# ------------------------------------------------------------------------------------ LimitRange
+
+#: Pod validation's 422 after the LimitRanger gave the container its default CPU limit (Kubernetes
+#: 1.29 and later add "of <limit>"; kubernetes/kubernetes#112835 quotes the older form).
+DEFAULT_LIMIT_REFUSAL = (
+    'Pod "bert-embeddings-a1b2c3d4e5-0" is invalid: spec.containers[0].resources.requests: '
+    'Invalid value: "3420m": must be less than or equal to cpu limit of 1'
+)
+
+
+def computed_pods() -> ServingPods:
+    dep = deployment()
+    chosen = plan_for_spec(dep.spec, 1).chosen
+    assert chosen is not None
+    return serving_pods("search", dep.spec.runtime, chosen)
+
+
+def test_a_limit_ranges_default_cpu_limit_below_the_request_names_the_request_and_the_fixes() -> None:
+    pods = computed_pods()
+    request = pods.cpu_request
+    answer = forbidden_body(DEFAULT_LIMIT_REFUSAL.replace("3420m", request), "Invalid")
+    refusal = refusal_for(422, answer, workload_account("serving", None, None), "422 Invalid", pods)
+    assert refusal is not None and refusal.reason == Reason.LIMIT_RANGE_REFUSED
+    assert refusal.message == (
+        "a LimitRange in namespace search gives a container that sets no CPU limit a default CPU limit of 1, "
+        f"below the CPU request of each replica, {request} (the replica's share of an inf2.xlarge node, as "
+        "spec.runtime.cpu is unset): the API server refuses a pod whose CPU limit is below its request, so no "
+        "serving pod or placeholder is created (kubectl describe limitrange -n search). Set spec.runtime.cpuLimit "
+        f"to at least {request} (a pod's own limit is not replaced by the default), or set spec.runtime.cpu to at "
+        "most 1, or raise the LimitRange's default CPU limit"
+    )
+    # The wording before Kubernetes 1.29 does not say the limit.
+    older = forbidden_body(DEFAULT_LIMIT_REFUSAL.removesuffix(" of 1"), "Invalid")
+    refusal = refusal_for(422, older, workload_account("serving", None, None), "", pods)
+    assert refusal is not None and refusal.reason == Reason.LIMIT_RANGE_REFUSED
+    assert "a default CPU limit, below the CPU request" in refusal.message
+    assert "or lower spec.runtime.cpu, or raise the LimitRange's default CPU limit" in refusal.message
+
+
+def test_a_limit_below_the_request_is_the_specs_own_when_it_sets_one() -> None:
+    pods = ServingPods("search", "2000m", "spec.runtime.cpu 2", "1")
+    answer = forbidden_body(DEFAULT_LIMIT_REFUSAL.replace("3420m", "2"), "Invalid")
+    refusal = refusal_for(422, answer, workload_account("serving", None, None), "", pods)
+    assert refusal is not None and refusal.reason == Reason.CPU_LIMIT_BELOW_REQUEST
+    assert refusal.message.startswith("spec.runtime.cpuLimit 1 is below the CPU request of each replica, 2000m")
+
+
+@pytest.mark.parametrize(
+    ("said", "fix"),
+    [
+        # LimitRanger (plugin/pkg/admission/limitranger, maxConstraint / minConstraint), 403.
+        ("maximum cpu usage per Container is 2, but request is 3420m", "set spec.runtime.cpu to at most 2"),
+        ("maximum cpu usage per Container is 2, but limit is 4", "set spec.runtime.cpuLimit to at most 2"),
+        ("minimum cpu usage per Container is 4, but request is 3420m", "set spec.runtime.cpu to at least 4"),
+        ("minimum cpu usage per Container is 4, but limit is 2", "set spec.runtime.cpuLimit to at least 4"),
+        ("maximum memory usage per Pod is 8Gi, but limit is 13Gi", "set spec.runtime.memory to at most 8Gi"),
+        (
+            "maximum ephemeral-storage usage per Container is 10Gi, but limit is 17Gi",
+            "set spec.runtime.ephemeralStorage to at most 10Gi",
+        ),
+    ],
+)
+def test_a_limit_ranges_min_or_max_is_named_with_the_field_that_sets_what_it_compares(said: str, fix: str) -> None:
+    pods = ServingPods("search", "3420m", "spec.runtime.cpu 3420m", "4" if "limit is 4" in said else None)
+    answer = forbidden_body(f'pods "bert-embeddings-a1b2c3d4e5-0" is forbidden: {said}')
+    refusal = refusal_for(403, answer, workload_account("serving", None, None), "", pods)
+    assert refusal is not None and refusal.reason == Reason.LIMIT_RANGE_REFUSED
+    assert refusal.message == (
+        f"a LimitRange in namespace search refuses the serving pods: {said} (each replica requests 3420m CPU: "
+        "spec.runtime.cpu 3420m); so no serving pod or placeholder is created (kubectl describe limitrange -n "
+        f"search): {fix}, or change the LimitRange"
+    )
+
+
+def test_several_limit_range_refusals_are_all_named() -> None:
+    said = "maximum cpu usage per Container is 2, but request is 3420m, maximum memory usage per Container is 8Gi"
+    answer = forbidden_body(f'pods "p" is forbidden: [{said}, but limit is 13Gi]')
+    refusal = refusal_for(403, answer, workload_account("serving", None, None))
+    assert refusal is not None and refusal.reason == Reason.LIMIT_RANGE_REFUSED
+    assert refusal.message.endswith(
+        "(kubectl describe limitrange -n <namespace>): set spec.runtime.cpu to at most 2, set spec.runtime.memory "
+        "to at most 8Gi, or change the LimitRange"
+    )
+    assert "maximum cpu usage per Container is 2, but request is 3420m; maximum memory usage" in refusal.message
 
 
 # ------------------------------------------------------------------------ compile ServiceAccount

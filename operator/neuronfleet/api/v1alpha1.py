@@ -392,7 +392,7 @@ class RuntimeSpec(ApiModel):
         "its limit, so no pod is created then (Degraded, CPULimitBelowRequest). Unset: none (throttling a "
         "batching server only adds latency). Set it where a ResourceQuota "
         "caps limits.cpu (it refuses pods without a limit) or a LimitRange would give the pods a default limit "
-        "below their request (they would be invalid).",
+        "below their request (they would be refused: Degraded, LimitRangeRefused).",
     )
     ephemeral_storage: str | None = Field(
         default=None,

@@ -13,11 +13,17 @@ field that caused it nor what to do:
   serving pods' request may be computed (the replica's share of its node), so
   :func:`serving_cpu_limit_problem` compares the limit with the request of the chosen placement
   before any pod is made; :func:`compile_cpu_limit_problem` does it for the compile Job (the CRD's
-  CEL rules refuse what they can compare on their own: see ``api.v1alpha1``).
+  CEL rules refuse what they can compare on their own: see ``api.v1alpha1``);
+- a LimitRange of the namespace: its default CPU limit, given to a container that sets none, below
+  the pod's CPU request (pod validation then refuses the pod, 422), or its ``min`` / ``max`` (the
+  LimitRanger admission plugin, 403). :func:`refusal_for` names them from the refused create's
+  answer alone (:data:`LIMIT_RANGE_REFUSED`): the answer says what was wrong, the spec says which
+  field sets it.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from fractions import Fraction
@@ -48,6 +54,38 @@ _ACCOUNT_NOT_FOUND = re.compile(
 )
 #: The Priority admission plugin's refusal: the class a pod names does not exist.
 _PRIORITY_CLASS_NOT_FOUND = re.compile(r"no PriorityClass with name (\S+) was found")
+#: A CPU request above the container's CPU limit, in pod validation's words (kubernetes
+#: pkg/apis/core/validation, ValidateResourceRequirements: ``must be less than or equal to %s limit of
+#: %s``; before Kubernetes 1.29 without `` of <limit>``, e.g. kubernetes/kubernetes#112835:
+#: ``spec.containers[0].resources.requests: Invalid value: "700m": must be less than or equal to cpu
+#: limit``). The operator never sends a CPU limit below the request (CPULimitBelowRequest), so with
+#: spec.runtime.cpuLimit unset the limit is a LimitRange's default, which the LimitRanger's mutating
+#: admission gives a container that sets none, before validation.
+_REQUEST_ABOVE_CPU_LIMIT = re.compile(
+    r'spec\.containers\[\d+\]\.resources\.requests: Invalid value: "([^"]+)": '
+    r"must be less than or equal to cpu limit(?: of ([0-9][0-9.]*[a-zA-Z]*))?"
+)
+#: The LimitRanger admission plugin's refusals (kubernetes plugin/pkg/admission/limitranger,
+#: minConstraint / maxConstraint: ``minimum %s usage per %s is %s, but request is %s``, ``maximum %s
+#: usage per %s is %s, but limit is %s``, ``maximum %s usage per %s is %s.  No limit is specified``;
+#: up to Kubernetes 1.8 capitalised and ending in a period). Several are listed in brackets.
+_LIMIT_RANGER_BOUND = re.compile(
+    r"(?i:(minimum|maximum)) ([a-z0-9./-]+) usage per (Container|Pod) is ([0-9][0-9.]*[a-zA-Z]*)"
+    r"(?:, but (request|limit) is ([0-9][0-9.]*[a-zA-Z]*)|\.  No (request|limit) is specified)"
+)
+#: ... and its ratio (limitRequestRatioConstraint: ``%s max limit to request ratio per %s is %s, but
+#: provided ratio is %f``, or ``but no request|limit is specified or request|limit is 0``).
+_LIMIT_RANGER_RATIO = re.compile(
+    r"([a-z0-9./-]+) max limit to request ratio per (Container|Pod) is ([0-9][0-9.]*[a-zA-Z]*), but "
+    r"(?:provided ratio is ([0-9.]+)|no (request|limit) is specified)"
+)
+#: The spec fields that set a serving pod's request and limit of each resource: CPU has a limit of its
+#: own; memory and disk are request and limit alike (see ``kube.builders``).
+_SERVING_FIELDS: dict[str, tuple[str, str]] = {
+    "cpu": ("spec.runtime.cpu", "spec.runtime.cpuLimit"),
+    "memory": ("spec.runtime.memory", "spec.runtime.memory"),
+    "ephemeral-storage": ("spec.runtime.ephemeralStorage", "spec.runtime.ephemeralStorage"),
+}
 
 
 @dataclass(frozen=True)
@@ -116,12 +154,128 @@ def missing_account_message(account: WorkloadAccount, namespace: str, name: str 
     )
 
 
-def refusal_for(status: int, answer: str, serving: WorkloadAccount, shown: str = "") -> Refusal | None:
+@dataclass(frozen=True)
+class ServingPods:
+    """Where the serving pods are made and the CPU they ask for: what a refusal is explained with."""
+
+    namespace: str
+    #: Each replica's CPU request, in millicores (spec.runtime.cpu, else its share of the node).
+    cpu_request: str
+    #: Where the request comes from, as a person would look for it.
+    cpu_request_origin: str
+    #: spec.runtime.cpuLimit (None: the pods set no CPU limit).
+    cpu_limit: str | None
+
+
+def serving_pods(namespace: str, runtime: RuntimeSpec, chosen: Candidate) -> ServingPods:
+    """The serving pods of the placement ``chosen``, as :func:`refusal_for` explains them."""
+    origin = (
+        f"spec.runtime.cpu {runtime.cpu}"
+        if runtime.cpu
+        else f"the replica's share of an {chosen.name} node, as spec.runtime.cpu is unset"
+    )
+    return ServingPods(namespace, f"{chosen.cpu_millis_per_replica}m", origin, runtime.cpu_limit or None)
+
+
+def _status_message(answer: str) -> str:
+    """The ``message`` of a ``kind: Status`` body (quotes unescaped), else the body as it is."""
+    try:
+        body = json.loads(answer)
+    except ValueError:
+        return answer
+    message = body.get("message") if isinstance(body, dict) else None
+    return message if isinstance(message, str) else answer
+
+
+def _limit_range_where(pods: ServingPods | None) -> tuple[str, str]:
+    """The namespace as a message names it, and the command that shows its LimitRanges."""
+    if pods is None or not pods.namespace:
+        return "the namespace", "kubectl describe limitrange -n <namespace>"
+    return f"namespace {pods.namespace}", f"kubectl describe limitrange -n {pods.namespace}"
+
+
+def _default_cpu_limit_refusal(found: re.Match[str], pods: ServingPods | None) -> Refusal:
+    """Pod validation refused a CPU request above the container's CPU limit: with spec.runtime.cpuLimit
+    unset, the limit was a LimitRange's default."""
+    request = pods.cpu_request if pods is not None else found.group(1)
+    origin = f" ({pods.cpu_request_origin})" if pods is not None else ""
+    default = found.group(2)
+    if pods is not None and pods.cpu_limit:
+        # The pod's own limit (a LimitRange default never replaces one): the plan's check missed it.
+        return Refusal(
+            Reason.CPU_LIMIT_BELOW_REQUEST,
+            f"spec.runtime.cpuLimit {pods.cpu_limit} is below the CPU request of each replica, {request}{origin}: "
+            "the API server refuses a pod whose CPU limit is below its request, so no serving pod or placeholder "
+            "is created; raise spec.runtime.cpuLimit or lower spec.runtime.cpu",
+        )
+    where, describe = _limit_range_where(pods)
+    of = f" of {default}" if default else ""
+    lower = f", or set spec.runtime.cpu to at most {default}" if default else ", or lower spec.runtime.cpu"
+    return Refusal(
+        Reason.LIMIT_RANGE_REFUSED,
+        f"a LimitRange in {where} gives a container that sets no CPU limit a default CPU limit{of}, below the "
+        f"CPU request of each replica, {request}{origin}: the API server refuses a pod whose CPU limit is below "
+        f"its request, so no serving pod or placeholder is created ({describe}). Set spec.runtime.cpuLimit to at "
+        f"least {request} (a pod's own limit is not replaced by the default){lower}, or raise the LimitRange's "
+        "default CPU limit",
+    )
+
+
+def _bound_fix(bound: str, resource: str, value: str, side: str, cpu_limit_set: bool) -> str | None:
+    """What to set so that a serving pod's ``side`` (request or limit) of ``resource`` is within a
+    LimitRange's ``bound`` (minimum or maximum) ``value``; None for a resource no spec field sets."""
+    fields = _SERVING_FIELDS.get(resource)
+    if fields is None:
+        return None
+    request_field, limit_field = fields
+    if resource == "cpu" and side == "limit" and bound == "maximum" and not cpu_limit_set:
+        # The pods set no CPU limit of their own: the LimitRange gave them its default, or none.
+        return f"set spec.runtime.cpuLimit to at most {value} (and at least the request)"
+    field = limit_field if side == "limit" else request_field
+    return f"set {field} to {'at most' if bound == 'maximum' else 'at least'} {value}"
+
+
+def _limit_ranger_refusal(message: str, pods: ServingPods | None) -> Refusal | None:
+    """The LimitRanger's refusals in ``message``, named with the fields that set what they compare."""
+    said: list[str] = []
+    fixes: list[str] = []
+    cpu_limit_set = pods is not None and bool(pods.cpu_limit)
+    for found in _LIMIT_RANGER_BOUND.finditer(message):
+        # Per Container or per Pod: a serving pod has one container, so the same fields set both.
+        bound, resource, value, side = found.group(1).lower(), found.group(2), found.group(4), found.group(5)
+        said.append(found.group(0))
+        fixes.append(_bound_fix(bound, resource, value, side or found.group(7), cpu_limit_set) or "")
+    for found in _LIMIT_RANGER_RATIO.finditer(message):
+        said.append(found.group(0))
+        if found.group(1) == "cpu":
+            fixes.append(f"set spec.runtime.cpuLimit to at most {found.group(3)} times the CPU request")
+    if not said:
+        return None
+    where, describe = _limit_range_where(pods)
+    request = f" (each replica requests {pods.cpu_request} CPU: {pods.cpu_request_origin})" if pods else ""
+    steps = [*dict.fromkeys(fix for fix in fixes if fix), "change the LimitRange"]
+    fix = steps[0] if len(steps) == 1 else f"{', '.join(steps[:-1])}, or {steps[-1]}"
+    return Refusal(
+        Reason.LIMIT_RANGE_REFUSED,
+        f"a LimitRange in {where} refuses the serving pods: {'; '.join(said)}{request}; so no serving pod or "
+        f"placeholder is created ({describe}): {fix}",
+    )
+
+
+def refusal_for(
+    status: int, answer: str, serving: WorkloadAccount, shown: str = "", pods: ServingPods | None = None
+) -> Refusal | None:
     """Why the API server refused a serving pod or placeholder (``status`` 403 or 422, ``answer``
     its body), named when the refusal is one the operator knows, else in its words (``shown``: the
-    answer as the status shows it); None for another status."""
+    answer as the status shows it); None for another status. ``pods``: the pods' namespace and CPU,
+    which a LimitRange's refusal is explained with."""
     if status not in (403, 422):
         return None
+    message = _status_message(answer)
+    if found := _REQUEST_ABOVE_CPU_LIMIT.search(message):
+        return _default_cpu_limit_refusal(found, pods)
+    if limit_range := _limit_ranger_refusal(message, pods):
+        return limit_range
     if found := _PRIORITY_CLASS_NOT_FOUND.search(answer):
         return Refusal(
             Reason.PRIORITY_CLASS_MISSING,

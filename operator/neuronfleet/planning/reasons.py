@@ -34,6 +34,8 @@ class Reason(StrEnum):
     # request); Scheduled and Degraded (the serving pods' account is missing, or their CPU limit is)
     SERVICE_ACCOUNT_MISSING = "ServiceAccountMissing"
     CPU_LIMIT_BELOW_REQUEST = "CPULimitBelowRequest"
+    # Scheduled and Degraded (a LimitRange of the namespace refuses the serving pods)
+    LIMIT_RANGE_REFUSED = "LimitRangeRefused"
     # Scheduled
     ALL_PODS_SCHEDULED = "AllPodsScheduled"
     NO_PODS_WANTED = "NoPodsWanted"

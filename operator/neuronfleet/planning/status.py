@@ -96,6 +96,7 @@ class Refusal:
         Reason.POD_CREATION_REFUSED,
         Reason.SERVICE_ACCOUNT_MISSING,
         Reason.CPU_LIMIT_BELOW_REQUEST,
+        Reason.LIMIT_RANGE_REFUSED,
     ]
     message: str
 
