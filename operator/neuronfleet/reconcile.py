@@ -47,7 +47,7 @@ from neuronfleet.kube.builders import (
 )
 from neuronfleet.kube.client import UNANSWERED, KubeApi
 from neuronfleet.kube.jobs import build_compile_job, wanted_job_spec
-from neuronfleet.kube.observe import observe_cluster
+from neuronfleet.kube.observe import AccountReads, observe_cluster
 from neuronfleet.planning.admission import (
     ServingPods,
     WorkloadAccount,
@@ -201,6 +201,8 @@ class Reconciler:
         self.settings = settings
         self.metrics = metrics
         self.clock = clock
+        #: Answers about compile Jobs' ServiceAccounts, shared by every deployment's reconcile.
+        self.account_reads = AccountReads()
 
     # ---------------------------------------------------------------------------------- observe
 
@@ -236,7 +238,9 @@ class Reconciler:
         if not check_fits(dep.spec, self.settings.builder.daemonset_headroom):
             request, compiled, compile_error = await self._observe_compile(dep)
         try:
-            cluster = await observe_cluster(self.kube, namespace, dep.name, request, dep.metadata.uid, now)
+            cluster = await observe_cluster(
+                self.kube, namespace, dep.name, request, dep.metadata.uid, now, self.account_reads
+            )
         except ApiException as exc:
             if request is None:
                 raise

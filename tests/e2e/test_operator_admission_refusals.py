@@ -238,3 +238,37 @@ async def test_a_limit_ranges_max_below_the_pods_memory_is_named_with_spec_runti
     )
     assert message.endswith(": set spec.runtime.memory to at most 1Gi, or change the LimitRange")
     assert not harness.pods("capped", "capped")
+
+
+async def test_deployments_stuck_on_one_missing_compile_account_read_it_about_once_a_minute(
+    harness: OperatorHarness,
+) -> None:
+    # Four deployments whose compile Jobs all name an account missing from their namespace: each is
+    # reconciled every interval (2 s here), and each reconcile would read the account.
+    names = [f"stuck-{index}" for index in range(4)]
+    for name in names:
+        manifest = harness.localize(manual(name), namespace="shared")
+        manifest["spec"]["compile"]["serviceAccountName"] = "model-compiler"
+        await harness.apply(manifest)
+
+    def stuck() -> bool:
+        return all(
+            harness.condition("shared", name, "Compiled").get("reason") == "ServiceAccountMissing" for name in names
+        )
+
+    await harness.wait(stuck, timeout=400, what="every deployment Compiled ServiceAccountMissing")
+
+    def reads() -> int:
+        return len(
+            [
+                r
+                for r in harness.cluster.request_log
+                if r.resource == "serviceaccounts" and r.method == "GET" and r.namespace == "shared"
+            ]
+        )
+
+    before = reads()
+    await asyncio.sleep(180)  # fake time: 90 intervals of each of the four deployments
+    assert stuck()
+    # One read per answer's minute for all of them, not one per deployment per reconcile (360).
+    assert reads() - before <= 4, reads() - before

@@ -7,6 +7,7 @@ the plan, before any pod is made) and a LimitRange's default, min or max (named 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -22,7 +23,7 @@ from neuronfleet.api.validation import validate_manifest
 from neuronfleet.cli import main
 from neuronfleet.kube.builders import BuilderConfig
 from neuronfleet.kube.jobs import build_compile_job, compile_job_name
-from neuronfleet.kube.observe import observe_compile_jobs
+from neuronfleet.kube.observe import AccountReads, observe_compile_jobs
 from neuronfleet.planning.admission import (
     ServingPods,
     compile_cpu_limit_problem,
@@ -205,6 +206,7 @@ class _Kube:
     async def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         assert kind == "ServiceAccount"
         self.reads.append(name)
+        await asyncio.sleep(0)  # an answer takes a turn of the loop: other reconciles run meanwhile
         if self.read_error is not None:
             raise self.read_error
         return {"metadata": {"name": name}} if name in self.accounts else None
@@ -219,10 +221,10 @@ def _compile_job(dep: InferenceDeployment, config: BuilderConfig) -> dict[str, A
     return job
 
 
-async def _observe(kube: _Kube, dep: InferenceDeployment, seconds: float) -> Any:
+async def _observe(kube: _Kube, dep: InferenceDeployment, seconds: float, accounts: AccountReads | None = None) -> Any:
     request = compile_request(dep.spec, "s3://artifacts", "fingerprint")
     now = CREATED + timedelta(seconds=seconds)
-    return await observe_compile_jobs(kube, "search", dep.name, request, now)  # type: ignore[arg-type]
+    return await observe_compile_jobs(kube, "search", dep.name, request, now, accounts)  # type: ignore[arg-type]
 
 
 async def test_a_job_without_a_pod_has_its_account_read_and_found_missing() -> None:
@@ -233,6 +235,32 @@ async def test_a_job_without_a_pod_has_its_account_read_and_found_missing() -> N
     assert (await _observe(kube, dep, 150)).missing_service_account == "model-compiler"
     kube.accounts.add("model-compiler")
     assert (await _observe(kube, dep, 210)).missing_service_account is None
+
+
+async def test_the_operators_answer_about_an_account_is_kept_a_minute_for_every_deployment() -> None:
+    dep = deployment(compile={"serviceAccountName": "model-compiler"})
+    kube = _Kube(_compile_job(dep, BuilderConfig()), accounts=set())
+    accounts = AccountReads()
+    # Many deployments' reconciles at once, then every interval: one read answers them all.
+    seen = await asyncio.gather(*(_observe(kube, dep, 150, accounts) for _ in range(8)))
+    assert {s.missing_service_account for s in seen} == {"model-compiler"}
+    for seconds in range(160, 210, 10):
+        assert (await _observe(kube, dep, seconds, accounts)).missing_service_account == "model-compiler"
+    assert kube.reads == ["model-compiler"]
+    # A minute on, it is read again: an account created meanwhile is seen.
+    kube.accounts.add("model-compiler")
+    assert (await _observe(kube, dep, 210, accounts)).missing_service_account is None
+    assert kube.reads == ["model-compiler"] * 2
+
+
+async def test_an_unanswered_read_of_an_account_is_not_kept() -> None:
+    dep = deployment(compile={"serviceAccountName": "model-compiler"})
+    kube = _Kube(_compile_job(dep, BuilderConfig()), set(), TimeoutError("the API server did not answer"))
+    accounts = AccountReads()
+    assert (await _observe(kube, dep, 150, accounts)).missing_service_account is None
+    kube.read_error = None
+    assert (await _observe(kube, dep, 160, accounts)).missing_service_account == "model-compiler"
+    assert len(kube.reads) == 2
 
 
 @pytest.mark.parametrize(

@@ -13,14 +13,19 @@ pod: a ResourceQuota, a LimitRange, an admission webhook). Without it the Compil
 "compile Job running" for the Job's whole ``timeoutSeconds``, then DeadlineExceeded without a cause.
 Such a Job's ServiceAccount is then read (only then: a healthy fleet costs no read), since a missing
 account is the refusal a person most often causes (a typo, or a namespace not yet set up); a read
-the operator may not make (403) or that fails leaves it unknown, and the message as it was.
+the operator may not make (403) or that fails leaves it unknown, and the message as it was. The
+answer is kept :data:`ACCOUNT_ANSWER_SECONDS` per namespace and account (:class:`AccountReads`, one
+per operator, held by the reconciler in Kopf's memo): a fleet of deployments stuck on one missing
+account reads it about once a minute, not once per deployment per reconcile.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Literal
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -146,23 +151,79 @@ def _no_pod_details(job: Obj, now: datetime | None) -> str:
     )
 
 
-async def _missing_account(kube: KubeApi, namespace: str, job: Obj) -> str | None:
+#: How long an answer about a ServiceAccount (found, missing, or not readable: 403) is used before it
+#: is read again. A compile Job stuck on a missing account is reconciled every interval (10 s) per
+#: deployment; the account's creation is then noticed within a minute (the Job controller's own
+#: retry of the pod is what starts the compile, not this read).
+ACCOUNT_ANSWER_SECONDS = 60.0
+
+#: What one read of a ServiceAccount found. ``unreadable``: an error answer (403: the operator's role
+#: lacks `get serviceaccounts`, an older chart); ``unanswered``: a timeout, a refused connection.
+AccountAnswer = Literal["missing", "found", "unreadable", "unanswered"]
+
+
+@dataclass
+class AccountReads:
+    """The operator's recent answers about ServiceAccounts, per (namespace, account), each used for
+    ``ttl_seconds`` on the reconcile's clock. Concurrent reconciles asking for the same account wait
+    for one read. An unanswered read (a timeout, a refused connection) is not kept: the next asks again."""
+
+    ttl_seconds: float = ACCOUNT_ANSWER_SECONDS
+    #: When each answer was read, and what it was.
+    _answers: dict[tuple[str, str], tuple[datetime, AccountAnswer]] = field(default_factory=dict)
+    _locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
+
+    async def answer(self, kube: KubeApi, namespace: str, name: str, now: datetime) -> AccountAnswer:
+        """What a read of ``name`` in ``namespace`` finds: read now unless a fresh answer is kept."""
+        key = (namespace, name)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            kept = self._answers.get(key)
+            if kept is not None and 0 <= (now - kept[0]).total_seconds() < self.ttl_seconds:
+                return kept[1]
+            answer = await _read_account(kube, namespace, name)
+            if answer != "unanswered":
+                # Expired answers of other accounts go too: a namespace left behind keeps no entry.
+                for other in [
+                    k for k, (at, _) in self._answers.items() if (now - at).total_seconds() >= self.ttl_seconds
+                ]:
+                    del self._answers[other]
+                    lock = self._locks.get(other)
+                    if lock is not None and not lock.locked():
+                        del self._locks[other]
+                self._answers[key] = (now, answer)
+            return answer
+
+
+async def _read_account(kube: KubeApi, namespace: str, name: str) -> AccountAnswer:
+    """One read of the ServiceAccount ``name`` in ``namespace``."""
+    try:
+        found = await kube.read("ServiceAccount", namespace, name)
+    except _READ_FAILED as exc:
+        logger.debug("%s: ServiceAccount %s not read: %s", namespace, name, exc)
+        return "unreadable" if isinstance(exc, ApiException) else "unanswered"
+    return "missing" if found is None else "found"
+
+
+async def _missing_account(
+    kube: KubeApi, namespace: str, job: Obj, now: datetime, accounts: AccountReads | None
+) -> str | None:
     """The ServiceAccount the Job's pods name, when a read finds it missing (None: it exists, it is
-    the namespace's ``default``, which the ServiceAccount controller keeps, or the read failed)."""
+    the namespace's ``default``, which the ServiceAccount controller keeps, or it could not be read:
+    unknown, not missing). ``accounts``: the operator's recent answers (None: read now)."""
     pod_spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
     name = pod_spec.get("serviceAccountName") or pod_spec.get("serviceAccount") or DEFAULT_ACCOUNT
     if name == DEFAULT_ACCOUNT:
         return None
-    try:
-        found = await kube.read("ServiceAccount", namespace, name)
-    except _READ_FAILED as exc:
-        # 403: the operator's role lacks `get serviceaccounts` (an older chart): unknown, not missing.
-        logger.debug("%s: ServiceAccount %s not read: %s", namespace, name, exc)
-        return None
-    return name if found is None else None
+    if accounts is not None:
+        answer = await accounts.answer(kube, namespace, name, now)
+    else:
+        answer = await _read_account(kube, namespace, name)
+    return name if answer == "missing" else None
 
 
-async def _waiting_details(kube: KubeApi, namespace: str, job: Obj, now: datetime | None) -> tuple[str, str | None]:
+async def _waiting_details(
+    kube: KubeApi, namespace: str, job: Obj, now: datetime | None, accounts: AccountReads | None = None
+) -> tuple[str, str | None]:
     """Why a running compile Job's pod has not started: unschedulable, its image not pulled, or no
     pod made at all (see :func:`_no_pod_details`); with the latter, the Job's ServiceAccount when a
     read finds it missing.
@@ -173,7 +234,9 @@ async def _waiting_details(kube: KubeApi, namespace: str, job: Obj, now: datetim
     pods = await kube.list_pods(namespace, {"job-name": job["metadata"]["name"]})
     if not pods:
         details = _no_pod_details(job, now)
-        return details, (await _missing_account(kube, namespace, job) if details else None)
+        if not details or now is None:
+            return details, None
+        return details, await _missing_account(kube, namespace, job, now, accounts)
     for pod in pods:
         status = pod.get("status") or {}
         for container in status.get("containerStatuses") or []:
@@ -188,12 +251,18 @@ async def _waiting_details(kube: KubeApi, namespace: str, job: Obj, now: datetim
 
 
 async def observe_compile_jobs(
-    kube: KubeApi, namespace: str, deployment: str, request: CompileRequest, now: datetime | None = None
+    kube: KubeApi,
+    namespace: str,
+    deployment: str,
+    request: CompileRequest,
+    now: datetime | None = None,
+    accounts: AccountReads | None = None,
 ) -> CompileJobs:
     """One list of the deployment's compile Jobs: the current request's state and the running ones.
 
     ``now`` (the reconcile's clock, which stamps the Jobs' creation in the sandbox) ages a running
-    Job that has no pod; without it such a Job is not reported as refused.
+    Job that has no pod; without it such a Job is not reported as refused. ``accounts``: the
+    operator's recent answers about ServiceAccounts (None: such a Job's account is read every time).
     """
     name = compile_job_name(deployment, request)
     jobs: list[Obj] = await kube.list_jobs(namespace, compile_job_selector(deployment))
@@ -217,7 +286,7 @@ async def observe_compile_jobs(
     if phase == "failed":
         message = await _failure_details(kube, namespace, name, message)
     elif phase == "running" and current is not None:
-        message, missing_account = await _waiting_details(kube, namespace, current, now)
+        message, missing_account = await _waiting_details(kube, namespace, current, now, accounts)
     return CompileJobs(name, phase, message, tuple(sorted(running)), job_spec, republishes, missing_account)
 
 
@@ -239,9 +308,10 @@ async def observe_cluster(
     request: CompileRequest | None,
     owner_uid: str | None,
     now: datetime,
+    accounts: AccountReads | None = None,
 ) -> ClusterObservation:
     """The fleet's pods (those ``owner_uid`` controls), their timelines and (with a ``request``) the
-    compile Jobs, as of ``now`` (the reconcile's clock)."""
+    compile Jobs, as of ``now`` (the reconcile's clock); ``accounts``: see :func:`observe_compile_jobs`."""
     labelled = [
         pod
         for pod in await kube.list_pods(namespace, deployment_selector(deployment))
@@ -259,7 +329,7 @@ async def observe_cluster(
     zones = {node["metadata"]["name"]: (node["metadata"].get("labels") or {}).get(LABEL_ZONE, "") for node in nodes}
     jobs = None
     if request is not None:
-        jobs = await observe_compile_jobs(kube, namespace, deployment, request, now)
+        jobs = await observe_compile_jobs(kube, namespace, deployment, request, now, accounts)
     return ClusterObservation(
         pods=tuple(parse_pod(pod, names, node_zones=zones) for pod in pods),
         foreign_pod_names=foreign,
