@@ -34,6 +34,7 @@ from neuronfleet.planning.placement import (
     plan_placement,
     scheduler_warning,
 )
+from neuronfleet.planning.prometheus_queries import REFUSE_OVERRIDES_SETTING, overridden_queries, query_override_refusal
 from neuronfleet.planning.prometheus_urls import ALLOW_LIST_SETTING, AllowListError, PrometheusUrlPolicy, url_target
 
 console = Console(highlight=False, soft_wrap=True)
@@ -207,6 +208,32 @@ def _prometheus_url_warning(model: InferenceDeployment, url_policy: PrometheusUr
     return None
 
 
+def _query_override_finding(model: InferenceDeployment, refused: bool) -> Problem | str | None:
+    """What the operator will do with the spec's own scaling.metrics queries when it names no
+    prometheusUrl (they run against the operator's Prometheus): with ``refused`` (the operator's
+    ``--prometheus-refuse-query-overrides``), a problem, as it would not run them; else a warning, as
+    it runs them for this deployment alone and an operator with the setting would not. None when
+    there are none, the spec names its own Prometheus, or it does not scale on metrics (Manual)."""
+    scaling = model.spec.scaling
+    if scaling.mode != "Auto" or scaling.metrics.prometheus_url:
+        return None
+    if refused:
+        refusal = query_override_refusal(scaling.metrics)
+        return Problem("spec.scaling.metrics", refusal) if refusal is not None else None
+    overridden = overridden_queries(scaling.metrics)
+    if not overridden:
+        return None
+    names = ", ".join(f"spec.scaling.metrics.{name}" for name in overridden)
+    verb, it = ("differs", "it") if len(overridden) == 1 else ("differ", "them")
+    return (
+        f"{names} {verb} from the default and spec.scaling.metrics.prometheusUrl is unset: the operator sends {it} "
+        "to its own Prometheus, with its credentials, for this deployment alone (a query left at its default comes "
+        f"from the shared fleet-wide read), and an operator with {REFUSE_OVERRIDES_SETTING} asks this deployment "
+        "nothing (ScalingActive PrometheusQueryNotAllowed: the autoscaler holds its replicas). Remove the override "
+        "(an empty query turns its signal off), or name a Prometheus of your own in spec.scaling.metrics.prometheusUrl"
+    )
+
+
 def _other_kind(doc: object) -> str:
     """``Kind/name`` of a Kubernetes object of another API group (a Namespace beside the manifest), else "".
 
@@ -229,6 +256,7 @@ def validate_files(
     neuron_scheduler: str | None = None,
     headroom: Headroom = DAEMONSET_HEADROOM,
     url_policy: PrometheusUrlPolicy | None = None,
+    refuse_query_overrides: bool = False,
 ) -> list[DocumentResult]:
     """Validate every InferenceDeployment document in the given files and folders.
 
@@ -237,7 +265,9 @@ def validate_files(
     replicas need the Neuron scheduler extension and name no scheduler get a warning. ``headroom``
     is the operator's DaemonSet allowance, which explicit CPU and memory requests must fit beside.
     ``url_policy`` is the operator's allow-list of spec Prometheus URLs, when known: a spec URL it
-    refuses is warned about.
+    refuses is warned about. Queries of a spec's own run against the operator's Prometheus are
+    warned about, and are a problem with ``refuse_query_overrides`` (the operator's
+    ``--prometheus-refuse-query-overrides``).
     """
     results: list[DocumentResult] = []
     for path in _manifest_files(paths):
@@ -269,13 +299,17 @@ def validate_files(
                 result.name = model.name
                 if not problems:
                     result.problems = _catalog_problems(model, headroom)
+                queries = _query_override_finding(model, refuse_query_overrides) if not problems else None
+                if isinstance(queries, Problem):
+                    result.problems.append(queries)
                 if not result.problems:
                     warnings = (
                         _scheduler_warning(model, neuron_scheduler, headroom),
                         _packing_warning(model),
                         _prometheus_url_warning(model, url_policy),
+                        queries,
                     )
-                    result.warnings = [warning for warning in warnings if warning]
+                    result.warnings = [warning for warning in warnings if isinstance(warning, str)]
                 spec = model.spec
                 result.summary = (
                     f"{spec.model.neuron_cores_per_replica} NeuronCores/replica, "
@@ -299,7 +333,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     except AllowListError as error:
         err_console.print(f"error: --prometheus-allowed-url: {error}", markup=False)
         return 2
-    everything = validate_files(args.filename, args.neuron_scheduler, headroom, url_policy)
+    everything = validate_files(
+        args.filename, args.neuron_scheduler, headroom, url_policy, args.prometheus_refuse_query_overrides
+    )
     results = [result for result in everything if not result.skipped]
     failed = 0
     for result in everything:
@@ -357,6 +393,14 @@ def _register_validate(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         metavar="PREFIX",
         help="the operator's --prometheus-allowed-url (chart: operator.prometheusAllowedUrls), repeatable: a "
         "spec.scaling.metrics.prometheusUrl outside it is warned about (the operator would not request it)",
+    )
+    p.add_argument(
+        "--prometheus-refuse-query-overrides",
+        action="store_true",
+        help="the operator runs with --prometheus-refuse-query-overrides (chart: "
+        "operator.prometheusRefuseQueryOverrides): a spec in Auto mode naming no spec.scaling.metrics.prometheusUrl "
+        "whose queries differ from the defaults is an error (the operator would run none of them and hold its "
+        "replicas); without the flag it is a warning",
     )
     add_headroom_flags(p)
     p.set_defaults(func=_cmd_validate)

@@ -308,3 +308,55 @@ def test_a_url_no_allow_list_can_judge_is_not_said_to_be_refused_by_an_operator_
     [result] = validate_files([str(path)], url_policy=PrometheusUrlPolicy.from_entries(["http://prometheus:9090"]))
     [warning] = result.warnings
     assert "is not requested" in warning and "PrometheusUrlNotAllowed" in warning
+
+
+def _with_metrics(tmp_path: Path, mode: str = "Auto", **metrics: str) -> Path:
+    doc = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
+    doc["spec"]["scaling"]["mode"] = mode
+    if mode == "Manual":
+        doc["spec"]["scaling"]["replicas"] = 2
+    doc["spec"]["scaling"].setdefault("metrics", {}).update(metrics)
+    path = tmp_path / "with-queries.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_query_overrides_for_the_operators_prometheus_are_a_warning_and_an_error_under_the_refusal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _with_metrics(tmp_path, utilization="avg(my_utilization)", reporting="count(up)")
+    assert main(["validate", "-f", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "warning: spec.scaling.metrics.utilization, spec.scaling.metrics.reporting differ from the default and "
+        "spec.scaling.metrics.prometheusUrl is unset: the operator sends them to its own Prometheus, with its "
+        "credentials, for this deployment alone (a query left at its default comes from the shared fleet-wide read), "
+        "and an operator with --prometheus-refuse-query-overrides"
+    ) in out
+    assert "PrometheusQueryNotAllowed" in out and "1 valid, 0 invalid" in out
+    assert "avg(my_utilization)" not in out  # the fields are named, not the queries
+
+    assert main(["validate", "-f", str(path), "--prometheus-refuse-query-overrides"]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "✗ " in out
+        and "spec.scaling.metrics: spec.scaling.metrics.utilization, spec.scaling.metrics.reporting are not run"
+    ) in out
+    assert "warning" not in out and "0 valid, 1 invalid" in out
+
+
+@pytest.mark.parametrize(
+    ("mode", "metrics"),
+    [
+        ("Auto", {}),  # the defaults
+        ("Auto", {"utilization": ""}),  # a signal turned off asks nothing
+        ("Auto", {"utilization": "avg(my_utilization)", "prometheusUrl": "http://prometheus.team-a:9090"}),
+        ("Manual", {"utilization": "avg(my_utilization)"}),  # no metrics are read
+    ],
+)
+def test_no_query_override_finding_where_the_operator_would_run_none_against_its_own_prometheus(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: str, metrics: dict[str, str]
+) -> None:
+    path = _with_metrics(tmp_path, mode, **metrics)
+    assert main(["validate", "-f", str(path), "--prometheus-refuse-query-overrides"]) == 0
+    assert "spec.scaling.metrics" not in capsys.readouterr().out
