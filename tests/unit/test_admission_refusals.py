@@ -101,8 +101,8 @@ def test_other_refusals_keep_their_reasons() -> None:
 
 # ------------------------------------------------------------------------------------ LimitRange
 
-#: Pod validation's 422 after the LimitRanger gave the container its default CPU limit (Kubernetes
-#: 1.29 and later add "of <limit>"; kubernetes/kubernetes#112835 quotes the older form).
+#: Pod validation's 422 after the LimitRanger gave the container its default CPU limit (recent
+#: versions add "of <limit>"; kubernetes/kubernetes#112835 quotes the older form, on 1.24).
 DEFAULT_LIMIT_REFUSAL = (
     'Pod "bert-embeddings-a1b2c3d4e5-0" is invalid: spec.containers[0].resources.requests: '
     'Invalid value: "3420m": must be less than or equal to cpu limit of 1'
@@ -130,7 +130,7 @@ def test_a_limit_ranges_default_cpu_limit_below_the_request_names_the_request_an
         f"to at least {request} (a pod's own limit is not replaced by the default), or set spec.runtime.cpu to at "
         "most 1, or raise the LimitRange's default CPU limit"
     )
-    # The wording before Kubernetes 1.29 does not say the limit.
+    # The older wording does not say the limit.
     older = forbidden_body(DEFAULT_LIMIT_REFUSAL.removesuffix(" of 1"), "Invalid")
     refusal = refusal_for(422, older, workload_account("serving", None, None), "", pods)
     assert refusal is not None and refusal.reason == Reason.LIMIT_RANGE_REFUSED

@@ -17,7 +17,7 @@ field that caused it nor what to do:
 - a LimitRange of the namespace: its default CPU limit, given to a container that sets none, below
   the pod's CPU request (pod validation then refuses the pod, 422), or its ``min`` / ``max`` (the
   LimitRanger admission plugin, 403). :func:`refusal_for` names them from the refused create's
-  answer alone (:data:`LIMIT_RANGE_REFUSED`): the answer says what was wrong, the spec says which
+  answer alone (``Reason.LIMIT_RANGE_REFUSED``): the answer says what was wrong, the spec says which
   field sets it.
 """
 
@@ -56,7 +56,7 @@ _ACCOUNT_NOT_FOUND = re.compile(
 _PRIORITY_CLASS_NOT_FOUND = re.compile(r"no PriorityClass with name (\S+) was found")
 #: A CPU request above the container's CPU limit, in pod validation's words (kubernetes
 #: pkg/apis/core/validation, ValidateResourceRequirements: ``must be less than or equal to %s limit of
-#: %s``; before Kubernetes 1.29 without `` of <limit>``, e.g. kubernetes/kubernetes#112835:
+#: %s``; older versions without `` of <limit>``, e.g. in kubernetes/kubernetes#112835, on 1.24:
 #: ``spec.containers[0].resources.requests: Invalid value: "700m": must be less than or equal to cpu
 #: limit``). The operator never sends a CPU limit below the request (CPULimitBelowRequest), so with
 #: spec.runtime.cpuLimit unset the limit is a LimitRange's default, which the LimitRanger's mutating
@@ -68,7 +68,7 @@ _REQUEST_ABOVE_CPU_LIMIT = re.compile(
 #: The LimitRanger admission plugin's refusals (kubernetes plugin/pkg/admission/limitranger,
 #: minConstraint / maxConstraint: ``minimum %s usage per %s is %s, but request is %s``, ``maximum %s
 #: usage per %s is %s, but limit is %s``, ``maximum %s usage per %s is %s.  No limit is specified``;
-#: up to Kubernetes 1.8 capitalised and ending in a period). Several are listed in brackets.
+#: older versions capitalise it or end it with a period). Several are listed in brackets.
 _LIMIT_RANGER_BOUND = re.compile(
     r"(?i:(minimum|maximum)) ([a-z0-9./-]+) usage per (Container|Pod) is ([0-9][0-9.]*[a-zA-Z]*)"
     r"(?:, but (request|limit) is ([0-9][0-9.]*[a-zA-Z]*)|\.  No (request|limit) is specified)"
