@@ -67,3 +67,53 @@ def test_forget_drops_a_deleted_objects_series_only() -> None:
     metrics.forget("ns", "bert")
     names = {dict(labels).get("name") for _, labels in scrape(port)}
     assert "bert" not in names and "other" in names
+
+
+def with_conditions(*conditions: dict[str, str]) -> dict[str, object]:
+    return {**status(2, 2), "conditions": list(conditions)}
+
+
+def test_metrics_available_has_no_series_in_manual_mode() -> None:
+    # An alert on neuronfleet_metrics_available == 0 means "the autoscaler holds": a Manual
+    # deployment reads no signal and must not look like one holding.
+    metrics = OperatorMetrics()
+    port = serve(metrics, 0, "127.0.0.1")
+    auto_holding = {"type": "ScalingActive", "status": "False", "reason": "MetricsUnavailable"}
+    manual = {"type": "ScalingActive", "status": "False", "reason": "ManualScaling"}
+    metrics.record_reconcile("ns", "bert", 0.01, with_conditions(auto_holding))
+    assert scrape(port)[key("neuronfleet_metrics_available")] == 0
+    metrics.record_reconcile("ns", "bert", 0.01, with_conditions(manual))
+    assert key("neuronfleet_metrics_available") not in scrape(port)
+    metrics.record_reconcile(
+        "ns", "bert", 0.01, with_conditions({**auto_holding, "status": "True", "reason": "MetricsRead"})
+    )
+    assert scrape(port)[key("neuronfleet_metrics_available")] == 1
+
+
+def test_degraded_is_one_series_per_object_with_the_current_reason() -> None:
+    def other(reason: str) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted({"namespace": "ns", "name": "other", "reason": reason}.items()))
+
+    metrics = OperatorMetrics()
+    port = serve(metrics, 0, "127.0.0.1")
+    metrics.record_reconcile(
+        "ns", "bert", 0.01, with_conditions({"type": "Degraded", "status": "False", "reason": "AsExpected"})
+    )
+    assert scrape(port)[key("neuronfleet_degraded", reason="AsExpected")] == 0
+    metrics.record_reconcile(
+        "ns", "bert", 0.01, with_conditions({"type": "Degraded", "status": "True", "reason": "CompileFailed"})
+    )
+    metrics.record_reconcile(
+        "ns", "other", 0.01, with_conditions({"type": "Degraded", "status": "True", "reason": "CompileFailed"})
+    )
+    samples = scrape(port)
+    degraded = {labels: value for (name, labels), value in samples.items() if name == "neuronfleet_degraded"}
+    assert degraded == {
+        key("neuronfleet_degraded", reason="CompileFailed")[1]: 1,
+        other("CompileFailed"): 1,
+    }
+    metrics.forget("ns", "other")
+    metrics.record_reconcile(
+        "ns", "other", 0.01, with_conditions({"type": "Degraded", "status": "True", "reason": "RolloutStalled"})
+    )
+    assert scrape(port)[("neuronfleet_degraded", other("RolloutStalled"))] == 1

@@ -13,7 +13,10 @@ Series, all labelled by ``namespace`` and ``name`` of the InferenceDeployment:
 - ``neuronfleet_replicas{kind="desired|actual|ready|warm|warm_desired|draining|placeholders"}``;
 - ``neuronfleet_scaling_decisions_total{direction="up|down"}`` when desired active replicas change;
 - ``neuronfleet_metrics_available`` (1 when the autoscaler's Prometheus answered with a usable, fresh
-  signal, from ScalingActive).
+  signal, 0 when it holds for want of one, from ScalingActive; no series in Manual mode, which reads
+  no signal, so that an alert on 0 means an autoscaler holding);
+- ``neuronfleet_degraded{reason}`` (1 while the Degraded condition is True, 0 while False; ``reason``:
+  the condition's reason, one of the operator's CamelCase reasons, so one series per object at a time).
 
 ``forget`` drops an object's series when it is deleted, so a long-running operator does not keep
 series of objects that are gone.
@@ -26,6 +29,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from neuronfleet.planning.reasons import Reason
 from neuronfleet.planning.status import find_condition
 
 Family = Counter | Gauge | Histogram
@@ -80,7 +84,15 @@ class OperatorMetrics:
             labels,
             registry=self.registry,
         )
+        self.degraded = Gauge(
+            "neuronfleet_degraded",
+            "1 while the Degraded condition is True (reason: its reason), 0 while it is False.",
+            (*labels, "reason"),
+            registry=self.registry,
+        )
         self._desired: dict[tuple[str, str], int] = {}
+        #: The reason label of each object's neuronfleet_degraded series, so a new reason replaces it.
+        self._degraded_reason: dict[tuple[str, str], str] = {}
         #: Label sets used per object, for :meth:`forget` (prometheus-client has no public listing).
         self._series: dict[tuple[str, str], set[tuple[Family, tuple[str, ...]]]] = {}
 
@@ -88,6 +100,13 @@ class OperatorMetrics:
         labels = (namespace, name, *extra)
         self._series.setdefault((namespace, name), set()).add((family, labels))
         return family.labels(*labels)
+
+    def _drop(self, family: Family, namespace: str, name: str, *extra: str) -> None:
+        labels = (namespace, name, *extra)
+        series = self._series.get((namespace, name), set())
+        if (family, labels) in series:
+            series.discard((family, labels))
+            family.remove(*labels)
 
     def record_reconcile(
         self,
@@ -112,7 +131,17 @@ class OperatorMetrics:
         if isinstance(warm_desired, int | float):
             self._child(self.replicas, namespace, name, "warm_desired").set(warm_desired)
         if scaling := find_condition({"status": status}, "ScalingActive"):
-            self._child(self.metrics_available, namespace, name).set(1 if scaling.get("status") == "True" else 0)
+            if scaling.get("reason") == Reason.MANUAL_SCALING:
+                self._drop(self.metrics_available, namespace, name)
+            else:
+                self._child(self.metrics_available, namespace, name).set(1 if scaling.get("status") == "True" else 0)
+        if degraded := find_condition({"status": status}, "Degraded"):
+            reason = str(degraded.get("reason") or "")
+            previous_reason = self._degraded_reason.get((namespace, name))
+            if previous_reason is not None and previous_reason != reason:
+                self._drop(self.degraded, namespace, name, previous_reason)
+            self._degraded_reason[(namespace, name)] = reason
+            self._child(self.degraded, namespace, name, reason).set(1 if degraded.get("status") == "True" else 0)
         desired = status.get("desiredReplicas")
         if isinstance(desired, int):
             previous = self._desired.get((namespace, name))
@@ -123,6 +152,7 @@ class OperatorMetrics:
     def forget(self, namespace: str, name: str) -> None:
         """Drop every series of a deleted object."""
         self._desired.pop((namespace, name), None)
+        self._degraded_reason.pop((namespace, name), None)
         for family, labels in self._series.pop((namespace, name), set()):
             family.remove(*labels)
 
