@@ -5,7 +5,7 @@
   Kubernetes 1.34 schemas in strict mode (unknown fields fail). Custom resources have no schema
   there: the kopf.dev peering objects are validated against the peering CRD the chart renders; the
   Prometheus Operator PodMonitor is checked by the fields the relabeling needs (its CRD is not
-  vendored here);
+  vendored here), its PrometheusRule by promtool (test_alert_rules.py);
 - every pod template against the restricted Pod Security profile (``pod_security``);
 - ``helm install`` / ``helm uninstall`` against the sandbox API server over HTTP (its storage-only
   apps, rbac and Secret resources are what helm's release storage and the chart need).
@@ -78,7 +78,7 @@ def test_manifests_valid_for_kubernetes_1_34(rendered: list[dict[str, Any]]) -> 
         except kubernetes_validate.ValidationError as exc:
             pytest.fail(f"{name} is invalid for Kubernetes {KUBERNETES_VERSION}: {exc.message} at {list(exc.path)}")
     # Nothing else escaped the schema check.
-    assert set(custom) <= {"ClusterKopfPeering", "KopfPeering", "PodMonitor"}
+    assert set(custom) <= {"ClusterKopfPeering", "KopfPeering", "PodMonitor", "PrometheusRule"}
     assert {"Deployment", "ClusterRole", "ClusterRoleBinding", "ServiceAccount", "PriorityClass"} <= {
         d["kind"] for d in rendered
     }
@@ -244,11 +244,13 @@ def test_ci_values_reach_the_operator() -> None:
     assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")) == ["chat", "search"]
     (role,) = [r for r in by_kind(docs, "ClusterRole") if r["metadata"]["name"] == "nf-neuronfleet"]
     assert any("namespaces" in rule["resources"] for rule in role["rules"])
-    (monitor,) = by_kind(docs, "PodMonitor")
+    (monitor,) = [m for m in by_kind(docs, "PodMonitor") if m["metadata"]["name"].endswith("-runtime")]
     relabel = {r["targetLabel"]: r["sourceLabels"] for r in monitor["spec"]["podMetricsEndpoints"][0]["relabelings"]}
     assert relabel["deployment"] == ["__meta_kubernetes_pod_label_serving_neuronfleet_dev_deployment"]
     assert relabel["role"] == ["__meta_kubernetes_pod_label_serving_neuronfleet_dev_role"]
     assert relabel["namespace"] == ["__meta_kubernetes_namespace"]
+    (rule,) = by_kind(docs, "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "prometheus"
 
 
 @pytest.mark.parametrize(
@@ -535,9 +537,11 @@ def test_helm_install_and_uninstall_on_the_sandbox(tmp_path: Path) -> None:
             "default",
             "--values",
             str(CI_VALUES),
-            # Cluster-wide, and no PodMonitor: the sandbox serves no monitoring.coreos.com.
+            # Cluster-wide, and no PodMonitor or PrometheusRule: the sandbox serves no
+            # monitoring.coreos.com (an install with them there fails on the unknown kinds).
             "--set",
-            "operator.watchNamespaces=null,monitoring.runtimePodMonitor.enabled=false",
+            "operator.watchNamespaces=null,monitoring.runtimePodMonitor.enabled=false,"
+            "monitoring.operatorPodMonitor.enabled=false,monitoring.alerts.enabled=false",
             # The workload accounts of values-ci.yaml, made in the namespace the workloads run in.
             "--set",
             "workloads.serviceAccounts.create=true,workloads.serviceAccounts.namespaces={default}",

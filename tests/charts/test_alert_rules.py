@@ -1,0 +1,259 @@
+"""The chart's alerting rules and dashboard queries, checked with Prometheus' own promtool.
+
+- the PrometheusRule the chart renders (``monitoring.alerts.enabled``) is written out as a rule file
+  and checked with ``promtool check rules``;
+- ``promtool test rules`` runs tests/charts/alert_rule_tests.yaml against that file: each alert
+  fires on its condition and not just below it nor before its ``for:``;
+- every ``neuronfleet_*`` / ``neuronserve_*`` series the dashboard's panels and the alerts name is
+  one the operator's and the model server's prometheus-client registries export.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+from chart_support import MINIMAL_VALUES, REPO, by_kind, helm, render, tool
+from prometheus_client import CollectorRegistry, generate_latest
+
+from neuronfleet.metrics.operator_metrics import OperatorMetrics
+from neuronserve.metrics import LATENCY_BUCKETS, BusyTracker, ServerMetrics
+
+HERE = Path(__file__).resolve().parent
+UNIT_TESTS = HERE / "alert_rule_tests.yaml"
+#: The rule file alert_rule_tests.yaml names.
+RULE_FILE = "neuronfleet-alerts.rules.yaml"
+ALERTS_ON = ("monitoring.alerts.enabled=true", "monitoring.operatorPodMonitor.enabled=true")
+TROUBLESHOOTING = REPO / "docs" / "troubleshooting.md"
+
+
+def prometheus_rule(sets: tuple[str, ...] = ()) -> dict[str, Any]:
+    (rule,) = by_kind(render(sets=[*ALERTS_ON, *sets]), "PrometheusRule")
+    return rule
+
+
+def alerts(rule: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+
+
+def write_rule_file(rule: dict[str, Any], path: Path, annotations: bool = True) -> Path:
+    """The PrometheusRule's groups as a Prometheus rule file (what the Prometheus Operator loads)."""
+    groups = rule["spec"]["groups"]
+    if not annotations:
+        groups = [
+            {**g, "rules": [{k: v for k, v in r.items() if k != "annotations"} for r in g["rules"]]} for g in groups
+        ]
+    path.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+    return path
+
+
+def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([tool("promtool"), *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+def test_the_rendered_rules_pass_promtool_check(tmp_path: Path) -> None:
+    result = promtool("check", "rules", str(write_rule_file(prometheus_rule(), tmp_path / RULE_FILE)))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 9 rules found" in result.stdout
+
+
+def test_each_alert_fires_on_its_condition_and_not_below_it_nor_before_its_for(tmp_path: Path) -> None:
+    # Annotations are left out: promtool compares them whole, and the unit tests are about when an
+    # alert fires and with which labels (promtool check rules parses the annotations' templates).
+    write_rule_file(prometheus_rule(), tmp_path / RULE_FILE, annotations=False)
+    shutil.copy(UNIT_TESTS, tmp_path / UNIT_TESTS.name)
+    result = promtool("test", "rules", UNIT_TESTS.name, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_alert_has_unit_tests_where_it_fires_and_where_it_does_not() -> None:
+    fires: set[str] = set()
+    silent: set[str] = set()
+    for test in yaml.safe_load(UNIT_TESTS.read_text())["tests"]:
+        for case in test["alert_rule_test"]:
+            (fires if case.get("exp_alerts") else silent).add(case["alertname"])
+    rendered = set(alerts(prometheus_rule()))
+    assert rendered - fires == set(), "alerts no unit test makes fire"
+    assert rendered - silent == set(), "alerts no unit test holds back"
+
+
+def test_every_alert_has_a_severity_a_summary_and_a_troubleshooting_entry() -> None:
+    headings = set(re.findall(r"^### (\S+)$", TROUBLESHOOTING.read_text(), flags=re.MULTILINE))
+    for name, rule in alerts(prometheus_rule()).items():
+        assert rule["labels"]["severity"] in ("critical", "warning"), name
+        assert rule["annotations"]["summary"], name
+        assert f'docs/troubleshooting.md, "{name}"' in rule["annotations"]["description"], name
+        assert name in headings, f"docs/troubleshooting.md has no '### {name}'"
+
+
+def test_thresholds_and_durations_come_from_the_values(tmp_path: Path) -> None:
+    rule = prometheus_rule(
+        (
+            "monitoring.alerts.requestsRejected.ratio=0.2",
+            "monitoring.alerts.requestsRejected.for=30m",
+            "monitoring.alerts.latencySLO.latencySeconds=0.25",
+            "monitoring.alerts.latencySLO.objective=0.999",
+            "monitoring.alerts.replicasBelowDesired.severity=critical",
+            "monitoring.alerts.labels.release=kube-prometheus-stack",
+        )
+    )
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    rules = alerts(rule)
+    assert rules["NeuronserveRequestsRejected"]["expr"].endswith("> 0.2")
+    assert rules["NeuronserveRequestsRejected"]["for"] == "30m"
+    assert rules["NeuronfleetReplicasBelowDesired"]["labels"]["severity"] == "critical"
+    fast = rules["NeuronserveLatencySLOFastBurn"]["expr"]
+    assert "le=~`0\\.25(\\.0)?`" in fast and "14.4 * (1 - 0.999)" in fast
+    result = promtool("check", "rules", str(write_rule_file(rule, tmp_path / RULE_FILE)))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "NeuronserveLatencySLOFastBurn" not in alerts(
+        prometheus_rule(("monitoring.alerts.latencySLO.enabled=false",))
+    )
+
+
+def exposed_latency_bounds() -> list[str]:
+    """The `le` values of the model server's latency histogram as its /metrics text writes them."""
+    text = generate_latest(ServerMetrics(BusyTracker()).registry).decode()
+    return re.findall(r'^neuronserve_request_latency_seconds_bucket\{le="([^"]+)"\}', text, flags=re.MULTILINE)
+
+
+def test_the_latency_threshold_must_be_a_bound_of_the_servers_histogram() -> None:
+    schema = json.loads((REPO / "charts" / "neuronfleet" / "values.schema.json").read_text())
+    latency = schema["properties"]["monitoring"]["properties"]["alerts"]["properties"]["latencySLO"]["properties"]
+    numbers, strings = (choice["enum"] for choice in latency["latencySeconds"]["anyOf"])
+    assert numbers == list(LATENCY_BUCKETS)
+    # How --set passes a fraction.
+    assert strings == [f"{bound:g}" for bound in LATENCY_BUCKETS]
+    exposed = exposed_latency_bounds()
+    assert len(exposed) == len(LATENCY_BUCKETS) + 1  # and +Inf
+    # The rendered `le` matcher selects exactly the bucket asked for, as the server writes it
+    # (1 second is "1.0" there).
+    for asked in ("0.025", "0.1", "1", "2.5", "30"):
+        expr = alerts(prometheus_rule((f"monitoring.alerts.latencySLO.latencySeconds={asked}",)))[
+            "NeuronserveLatencySLOFastBurn"
+        ]["expr"]
+        (pattern,) = set(re.findall(r"le=~`([^`]*)`", expr))
+        assert [le for le in exposed if re.fullmatch(pattern, le)] == [
+            le for le in exposed if le != "+Inf" and float(le) == float(asked)
+        ], asked
+    result = helm(
+        "template", "nf", str(REPO / "charts" / "neuronfleet"), "--values", str(MINIMAL_VALUES),
+        *(arg for item in (*ALERTS_ON, "monitoring.alerts.latencySLO.latencySeconds=0.2") for arg in ("--set", item)),
+    )  # fmt: skip
+    assert result.returncode != 0 and "latencySeconds" in result.stderr
+
+
+def test_the_default_install_has_no_prometheus_rule() -> None:
+    assert by_kind(render(), "PrometheusRule") == []
+
+
+def test_alerts_need_the_operators_metrics_scraped() -> None:
+    def failure(*sets: str) -> str:
+        args = ["template", "nf", str(REPO / "charts" / "neuronfleet"), "--values", str(MINIMAL_VALUES)]
+        result = helm(*args, *(arg for item in sets for arg in ("--set", item)))
+        assert result.returncode != 0, f"{sets} rendered"
+        return result.stderr
+
+    assert "enable it, or set monitoring.alerts.operatorJob" in failure("monitoring.alerts.enabled=true")
+    assert "set operator.metricsPort" in failure(*ALERTS_ON, "operator.metricsPort=0")
+    rule = by_kind(
+        render(sets=["monitoring.alerts.enabled=true", "monitoring.alerts.operatorJob=neuronfleet"]), "PrometheusRule"
+    )
+    assert 'up{job="neuronfleet"}' in alerts(rule[0])["NeuronfleetOperatorDown"]["expr"]
+
+
+def test_the_operator_podmonitor_keeps_the_deployments_namespace_label() -> None:
+    # Without honorLabels Prometheus renames the series' `namespace` (the InferenceDeployment's) to
+    # `exported_namespace` and sets the operator pod's: every alert would group by the wrong one.
+    docs = render(sets=["monitoring.operatorPodMonitor.enabled=true"])
+    (monitor,) = [m for m in by_kind(docs, "PodMonitor") if m["metadata"]["name"].endswith("-operator")]
+    assert monitor["spec"]["podMetricsEndpoints"][0]["honorLabels"] is True
+    rules = alerts(prometheus_rule())
+    assert f'job="neuronfleet-system/{monitor["metadata"]["name"]}"' in rules["NeuronfleetOperatorDown"]["expr"]
+
+
+# --- the series the queries name ---------------------------------------------------------------
+
+#: The sample names of a metric family of each type, as the text exposition writes them.
+SUFFIXES = {
+    "counter": ("_total",),
+    "gauge": ("",),
+    "histogram": ("_bucket", "_sum", "_count"),
+    "summary": ("", "_sum", "_count"),
+    "info": ("_info",),
+    "stateset": ("",),
+    "enum": ("",),
+    "unknown": ("",),
+}
+#: A metric name of the project's (a label name inside one, e.g. label_serving_neuronfleet_dev_x, has
+#: no word boundary before it).
+SERIES = re.compile(r"\b(?:neuronfleet|neuronserve)_[A-Za-z0-9_:]*")
+#: PromQL strings (label values, regexes): their text is no series name.
+STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+
+
+def exported(registry: CollectorRegistry) -> set[str]:
+    """Every sample name the registry's collectors can expose (labelled families with no child yet
+    expose none, so their type says which)."""
+    names: set[str] = set()
+    for family in registry.collect():
+        names |= {sample.name for sample in family.samples}
+        names |= {family.name + suffix for suffix in SUFFIXES[family.type]}
+    return names
+
+
+def exported_series() -> set[str]:
+    return exported(OperatorMetrics().registry) | exported(ServerMetrics(BusyTracker()).registry)
+
+
+def named_series(query: str) -> set[str]:
+    return set(SERIES.findall(STRINGS.sub('""', query)))
+
+
+def dashboard_queries() -> dict[str, str]:
+    """Each query of the rendered dashboard, keyed by where it is (panel title, or variable)."""
+    (config_map,) = [cm for cm in by_kind(render(), "ConfigMap") if cm["metadata"]["name"].endswith("-dashboard")]
+    dashboard = json.loads(config_map["data"]["neuronfleet-fleet.json"])
+    queries: dict[str, str] = {}
+
+    def panels(items: list[dict[str, Any]]) -> None:
+        for panel in items:
+            for i, target in enumerate(panel.get("targets") or []):
+                if target.get("expr"):
+                    queries[f"panel {panel.get('title')!r} target {i}"] = target["expr"]
+            panels(panel.get("panels") or [])
+
+    panels(dashboard["panels"])
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            query = variable["query"]
+            queries[f"variable ${variable['name']}"] = query if isinstance(query, str) else query.get("query", "")
+    return queries
+
+
+def test_exported_series_are_collected_from_the_real_registries() -> None:
+    names = exported_series()
+    assert {"neuronfleet_reconciles_total", "neuronfleet_replicas", "neuronfleet_degraded"} <= names
+    assert {"neuronserve_request_latency_seconds_bucket", "neuronserve_device_busy_seconds_total"} <= names
+    assert "neuronfleet_reconciles" not in names and "neuronserve_requests" not in names
+    assert named_series('rate(neuronserve_requests_total{namespace=~"neuronfleet_x"}[5m])') == {
+        "neuronserve_requests_total"
+    }
+
+
+def test_dashboard_and_alert_queries_name_only_exported_series() -> None:
+    known = exported_series()
+    queries = dashboard_queries()
+    queries |= {f"alert {name}": rule["expr"] for name, rule in alerts(prometheus_rule()).items()}
+    named = {where: named_series(query) for where, query in queries.items()}
+    unknown = {where: sorted(names - known) for where, names in named.items() if names - known}
+    assert unknown == {}, "queries naming series nothing exports"
+    # The check reads something: the dashboard's panels and both alert groups name series.
+    assert sum(bool(names) for where, names in named.items() if where.startswith("panel")) >= 8
+    read = set().union(*named.values())
+    assert any(n.startswith("neuronfleet_") for n in read) and any(n.startswith("neuronserve_") for n in read)
