@@ -329,6 +329,12 @@ def test_ci_values_reach_the_operator() -> None:
         ("operator.prometheusRefuseQueryOverrides=yes", "/operator/prometheusRefuseQueryOverrides"),
         # A fraction comes through --set as a string: the range is still checked.
         ("operator.reconcileIntervalSeconds=3600.5", "operator.reconcileIntervalSeconds is 3600.5: it must be above 0"),
+        # Alert thresholds: shares between 0 and 1 (a number, or a fraction as --set passes it),
+        # Prometheus durations.
+        ("monitoring.alerts.requestsRejected.ratio=5", "/monitoring/alerts/requestsRejected/ratio"),
+        ("monitoring.alerts.latencySLO.objective=99%", "/monitoring/alerts/latencySLO/objective"),
+        ("monitoring.alerts.operatorDown.for=5min", "/monitoring/alerts/operatorDown/for"),
+        ("monitoring.alerts.ruleLabels.release=x", "ruleLabels"),
     ],
 )
 def test_bad_values_fail_with_a_clear_message(setting: str, complaint: str) -> None:
