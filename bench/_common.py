@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,13 +71,17 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # stat(5) fields 14, 15
 
 
-def start_emulated_server(time_scale: float, model_name: str = "m") -> tuple[subprocess.Popen[str], int]:
+def start_emulated_server(
+    time_scale: float, model_name: str = "m", extra_args: Sequence[str] = ()
+) -> tuple[subprocess.Popen[str], int]:
     """A ``neuronserve serve`` on the emulated NeuronCore device (bert-base profile), and its port
-    (read from its "listening on" line; it is live then, ready a moment later)."""
+    (read from its "listening on" line; it is live then, ready a moment later). ``extra_args`` go
+    last on its command line (``--no-batching``, ``--max-queue``, ...)."""
     argv = [str(Path(sys.executable).with_name("neuronserve")), "serve", "--device", "emulated-neuroncore"]
     argv += ["--profile", "bert-base", "--model-name", model_name, "--emulated-time-scale", f"{time_scale:g}"]
     argv += ["--max-batch-delay-ms", "4", "--host", "127.0.0.1", "--port", "0"]
     argv += ["--drain-delay-seconds", "0"]  # stopped by the benchmark alone: no endpoints to update
+    argv += extra_args
     server = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
     assert server.stderr is not None
     for line in server.stderr:
@@ -99,3 +104,14 @@ def wait_server_ready(port: int, timeout_s: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"the server on port {port} was not ready within {timeout_s:.0f} s")
         time.sleep(0.1)
+
+
+def unlabelled_metrics(port: int, names: Sequence[str]) -> dict[str, float]:
+    """The named samples without labels (counters, a histogram's ``_count`` and ``_sum``) of the
+    server on 127.0.0.1:``port``'s /metrics; a name it does not export is left out."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    families = text_string_to_metric_families(text)
+    return {s.name: s.value for f in families for s in f.samples if s.name in names and not s.labels}
