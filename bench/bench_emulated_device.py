@@ -16,10 +16,9 @@ server; its CPU time is reported, and so is the server's, per wall second (1.0 =
 
 Beside the wall-clock rate, each run reads the server's accounting from /metrics: device busy
 seconds and batches. ``device_utilisation`` = busy seconds / (cores x wall seconds): 1.0 is a
-device never idle; the wall rate is that share of what the profile's cores serve.
-``vs_latency_bound``: the wall rate over cores x batch / latency, the most the device's timing
-allows (the published throughputs are rounded: 2,700 inf/s for batch 4 where 2 x 4 / 2.95 ms is
-2,712, so ``vs_profile`` can pass 1.0 by that much). When the ratio
+device never idle. With every batch full it is also the wall rate over cores x batch / latency,
+the most the device's timing allows; the published throughputs are rounded (2,700 inf/s for batch
+4 where 2 x 4 / 2.95 ms is 2,712), so ``vs_profile`` can pass 1.0 by that much. When the ratio
 misses, ``limited_by`` names the first part that was out of CPU (the client, the server, or the
 machine with its other tenants and the hypervisor), else the device idled for want of queued work.
 The buckets are measured in interleaved rounds (the machine is shared: its load drifts within a
@@ -276,9 +275,6 @@ def main() -> int:
                 summary = summarize(run, published_throughput(PROFILE, case.bucket), PROFILE.cores)
                 loads.append(round(os.getloadavg()[0], 2))
                 record = {"round": index, **summary, "limited_by": limited_by(summary), "loadavg_1m": loads[-1]}
-                # The device times batches by the profile's latency; its published throughput is
-                # rounded ("~2,700"), so the latency's bound (cores x batch / latency) differs a little.
-                record["vs_latency_bound"] = round(run.rows / run.wall_s / PROFILE.throughput_per_s(case.bucket), 4)
                 record |= {"batches": run.batches, "busy_s": round(run.busy_s, 4), "wall_s": round(run.wall_s, 3)}
                 record |= {"client_cpu_s": round(run.client_cpu_s, 3), "server_cpu_s": round(run.server_cpu_s, 3)}
                 runs[case.bucket].append(record)
@@ -299,8 +295,7 @@ def main() -> int:
         figures[f"{prefix}_vs_profile_min"] = ratio["min"]
         figures[f"{prefix}_vs_profile_max"] = ratio["max"]
         figures[f"{prefix}_met"] = verdict(ratio["median"])
-        keys = ("vs_latency_bound", "device_utilisation", "rows_per_batch", "client_cpu_share", "server_cpu_share")
-        for key in (*keys, "steal_share"):
+        for key in ("device_utilisation", "rows_per_batch", "client_cpu_share", "server_cpu_share", "steal_share"):
             figures[f"{prefix}_{key}"] = spread([r[key] for r in per_round])["median"]
         # The median run's diagnosis: the run whose ratio is the median one (odd round counts).
         median_run = sorted(per_round, key=lambda r: r["vs_profile"])[len(per_round) // 2]
