@@ -100,7 +100,8 @@ async def test_one_process_at_saturation_runs_full_batches_at_the_profile_latenc
     # The server's own accounting: each batch occupied one core for 10.9 ms, so the profile's two
     # cores, kept busy, serve its published throughput. (The wall-clock rate is not asserted: it is the
     # client's and the host's as much as the server's; with `make test`'s four workers on two cores it
-    # read 2,011 inf/s once, 2,485 with fewer clients. Speed belongs in benchmarks, not tests.)
+    # read 2,011 inf/s once, 2,485 with fewer clients. Speed belongs in benchmarks, not tests:
+    # bench/bench_emulated_device.py measures it per batch bucket.)
     batches = after["neuronserve_batch_size_count"] - before["neuronserve_batch_size_count"]
     busy = after["neuronserve_device_busy_seconds_total"] - before["neuronserve_device_busy_seconds_total"]
     assert batches == 400
