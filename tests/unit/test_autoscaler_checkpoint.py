@@ -141,7 +141,7 @@ def test_resume_restores_the_learned_window_and_its_day_of_history() -> None:
     assert (state.service_rate, state.cold_start, state.hold_seconds) == (120.0, 400.0, 600.0)
     assert state.hold_chosen_at == 702 * 60  # re-chosen on the usual schedule, over the whole day
     assert len(state.history.needs) == 602 and state.history.first_minute == 100  # minutes 700, 701 bridged
-    assert state.recommendations == ((702 * 60, 9),)
+    assert state.fleet_found == (702 * 60, 9) and state.recommendations == ()
     assert state.checkpoint is checkpoint
 
 
@@ -264,6 +264,6 @@ def test_the_simulated_operator_restarts_with_or_without_its_checkpoint() -> Non
     kept = ours.scaling_state.checkpoint
     assert kept is not None
     ours.restart(960, 50)
-    assert ours.scaling_state.service_rate == kept.service_rate and ours.scaling_state.recommendations == ((960, 50),)
+    assert ours.scaling_state.service_rate == kept.service_rate and ours.scaling_state.fleet_found == (960, 50)
     ours.restart(990, 50, resume=False)
     assert ours.scaling_state == ScalingState()

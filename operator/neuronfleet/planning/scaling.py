@@ -76,10 +76,13 @@ fleet is sized as before any measurement until the new one is measured. The simu
 What the autoscaler has learned (the service rate, the cold start, the scale-down window and the
 history it replays) is also kept as a :class:`Checkpoint`, renewed every
 :data:`CHECKPOINT_SECONDS` once the service rate is known; the operator writes it to the status.
-:func:`resume` starts a restarted operator from it, holding the fleet it finds as a recommendation
-made at the restart: without it, a restart forgets the scale-down window's recommendations (the
-first decision may release at once what the window held) and the day of history the learned
-window was chosen on.
+:func:`resume` starts a restarted operator (or a new leader) from it, and :func:`take_over` starts
+one that finds no checkpoint (no service rate learned yet: a new deployment, revision or
+placement). Either holds the fleet it finds through the scale-down window (``fleet_found``), as
+a recommendation made at the takeover: without it, the first decision may release at once what the
+lost recommendations held. The fleet found holds a scale-down only, never a scale-up: nobody
+recommended that size at the takeover, so the first decision may grow the fleet as the old leader's
+would have.
 
 The window averages the decisions' demands, not Prometheus samples: the runtime is scraped every
 15 s or so, so a window of seconds holds at most one sample of a gauge, and the simulator and the
@@ -189,17 +192,32 @@ class ScalingState:
     measured_since: float | None = None
     #: The latest checkpoint (None until the service rate is known).
     checkpoint: Checkpoint | None = None
+    #: (time, active replicas) of the fleet found when this autoscaler took over (a restart, a new
+    #: leader: :func:`resume`, :func:`take_over`). The scale-down window holds it as a recommendation
+    #: made then; the scale-up window ignores it (see the module docstring).
+    fleet_found: tuple[float, int] | None = None
+
+
+def take_over(checkpoint: Checkpoint | None, now: float, current: int) -> ScalingState:
+    """The state of an autoscaler that takes over a fleet of ``current`` active replicas at ``now``
+    (a restarted operator, a new leader), from its last ``checkpoint`` when there is one
+    (:func:`resume`). Without one the autoscaler has learned nothing worth keeping (no service rate
+    yet), but the scale-down window its predecessor was in still holds the fleet found.
+    """
+    if checkpoint is not None:
+        return resume(checkpoint, now, current)
+    return ScalingState(fleet_found=(now, current) if current > 0 else None)
 
 
 def resume(checkpoint: Checkpoint, now: float, current: int) -> ScalingState:
     """The state of an autoscaler restarted at ``now`` with ``current`` replicas, from ``checkpoint``.
 
-    The fleet found is held as a recommendation made now (the scale-down window then keeps it, as
-    it would have kept the recommendations the restart lost); the service rate, cold start and
-    window are the checkpoint's, and its history is bridged up to now (:func:`hold.resume`).
+    The fleet found is held through the scale-down window (as it would have kept the
+    recommendations the restart lost); the service rate, cold start and window are the
+    checkpoint's, and its history is bridged up to now (:func:`hold.resume`).
     """
     return ScalingState(
-        recommendations=((now, current),) if current > 0 else (),
+        fleet_found=(now, current) if current > 0 else None,
         service_rate=checkpoint.service_rate,
         service_rate_key=checkpoint.service_rate_key,
         cold_start=checkpoint.cold_start,
@@ -492,12 +510,14 @@ def decide(
         longest,
     )
     recommendations = tuple((t, r) for t, r in state.recommendations if t > now - horizon)
+    fleet_found = state.fleet_found if state.fleet_found and state.fleet_found[0] > now - horizon else None
     measured_since = state.measured_since
     if "rate" in signals and measured_since is None:
         # The first decision on the measured service rate: the busy-ratio and in-flight signals it
         # replaces overstate the demand under batching, so their recommendations must not hold the
-        # fleet up for a scale-down window.
+        # fleet up for a scale-down window (nor the fleet found, which they sized).
         recommendations = ()
+        fleet_found = None
         measured_since = now
     events = tuple((t, c) for t, c in state.scale_events if t > now - MAX_POLICY_PERIOD_SECONDS)
 
@@ -506,6 +526,7 @@ def decide(
         new_state = replace(
             state,
             recommendations=recommendations,
+            fleet_found=fleet_found,
             scale_events=events,
             service_rate=service_rate,
             recent=recent,
@@ -576,6 +597,8 @@ def decide(
         down_cut = now - down_window
         up_rec = min(r for t, r in recommendations if t > up_cut or t == now)
         held = [(t, r) for t, r in recommendations if t > down_cut or t == now]
+        if fleet_found is not None and fleet_found[0] > down_cut:
+            held.append(fleet_found)
         down_rec = max(r for _, r in held)
         line = _line(rates)
         if line is not None and line[2] < 0:
@@ -640,6 +663,7 @@ def decide(
         hold_chosen_at=hold_chosen_at,
         measured_since=measured_since,
         checkpoint=checkpoint,
+        fleet_found=fleet_found,
     )
     if bounded != current:
         new_state = _with_event(new_state, now, bounded - current)
