@@ -11,8 +11,9 @@ CRD's defaults runs three ways:
 
 - ``steady``: no restart (``bench_fleet``'s ``ours_default``);
 - ``restart-lost``: restarted with its memory lost (:meth:`Ours.restart` with ``resume=False``);
-- ``restart-resumed``: restarted from its last checkpoint (:meth:`Ours.restart`, the operator's path:
-  :func:`neuronfleet.planning.scaling.resume`).
+- ``restart-resumed``: restarted from its last checkpoint and the pool it wanted (:meth:`Ours.restart`,
+  the operator's path: :func:`neuronfleet.planning.scaling.take_over`,
+  :func:`neuronfleet.planning.warmpool.take_over`).
 
 NASA (the scored week): a restart every day at 04:00, 10:00 or 16:00 trace time (three runs of
 each restarting kind). Conv (the scored half hour): one restart 10 minutes in.

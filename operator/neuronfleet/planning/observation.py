@@ -9,11 +9,13 @@
   replicas (the autoscaler's current scale, as HPA's), the placement and its instance type (sticky
   placement; reported on while a spec change fits no instance type and the pods stay put), the
   artifact being served (kept while a new revision compiles), when and why it last scaled, the
-  conditions (for their transition times), and the autoscaler's checkpoint (what it learned: a
-  restarted operator resumes from it). Nothing else of the status is ever an input.
+  conditions (for their transition times), the autoscaler's checkpoint (what it learned: a
+  restarted operator resumes from it) and the warm pool's size (held by a restarted operator until
+  it has a history to size it from). Nothing else of the status is ever an input.
 - :class:`DeploymentMemory`: the *in-process* memory (the autoscaler's state between checkpoints,
   the warm pool's history, measured cold starts, the outcome of the last apply). It restarts
-  empty with the operator; the autoscaler then resumes from the checkpoint.
+  empty with the operator (and on a new leader); the autoscaler then resumes from the checkpoint,
+  or holds the fleet it finds, and the warm pool holds the pool it finds.
 
 :func:`manifest_refused` says when a pod's last exit calls for reading the store again at once.
 """
@@ -87,6 +89,10 @@ class StatusMemory:
     #: The spec.scaling.replicas that Auto mode ignored (``status.ignoredReplicas``): a new value is
     #: said by one ReplicasIgnored Event.
     ignored_replicas: int | None = None
+    #: The warm pods and node placeholders last wanted (``status.warmPool``): a restarted operator
+    #: holds them until it has a demand history of its own (:func:`~neuronfleet.planning.warmpool.take_over`).
+    warm_pods: int | None = None
+    warm_placeholders: int | None = None
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any]) -> StatusMemory:
@@ -119,6 +125,9 @@ class StatusMemory:
             if isinstance(failure, Mapping) and failure.get("attempt")
             else None
         )
+        warm_pool = status.get("warmPool")
+        warm_pods = warm_pool.get("desiredPods") if isinstance(warm_pool, Mapping) else None
+        warm_placeholders = warm_pool.get("desiredPlaceholders") if isinstance(warm_pool, Mapping) else None
         return cls(
             desired_replicas=desired if isinstance(desired, int) and desired >= 0 else None,
             instance_type=instance_type if isinstance(instance_type, str) else None,
@@ -129,6 +138,10 @@ class StatusMemory:
             autoscaler=autoscaler if isinstance(autoscaler := status.get("autoscaler"), Mapping) else None,
             compile_failure=compile_failure,
             ignored_replicas=ignored if isinstance(ignored, int) and ignored >= 0 else None,
+            warm_pods=warm_pods if isinstance(warm_pods, int) and warm_pods >= 0 else None,
+            warm_placeholders=(
+                warm_placeholders if isinstance(warm_placeholders, int) and warm_placeholders >= 0 else None
+            ),
         )
 
     def condition(self, kind: str) -> Mapping[str, Any]:

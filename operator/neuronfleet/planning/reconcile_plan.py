@@ -173,7 +173,7 @@ def decide_targets(
     current: int,
     ready: int,
     now: float,
-    checkpoint_section: Mapping[str, Any] | None = None,
+    durable: StatusMemory | None = None,
     rate_key: str | None = None,
     metrics_problem_reason: Reason = Reason.METRICS_UNAVAILABLE,
 ) -> tuple[Targets, DeploymentMemory]:
@@ -183,17 +183,23 @@ def decide_targets(
     in Auto mode the decision and its message are held until the next interval (bounded at once by
     a ``minReplicas`` / ``maxReplicas`` changed meanwhile). Metrics count as available when the
     snapshot left the autoscaler a signal to decide on (not when every signal was missing or stale).
-    ``checkpoint_section`` (the status's ``autoscaler``) starts the autoscaler of a memory that has
-    never decided: a restarted operator. ``rate_key``: what the replicas' service rate depends on
+    ``durable`` (what the status holds; the operator's, not the simulator's) starts a memory that has
+    never decided, i.e. an operator that takes the object over (a restart, a new leader): the
+    autoscaler resumes from the checkpoint, or without one holds the ``current`` fleet through its
+    scale-down window (:func:`~neuronfleet.planning.scaling.take_over`), and the warm pool holds the
+    pool the status wants until it has a history (:func:`~neuronfleet.planning.warmpool.take_over`).
+    ``rate_key``: what the replicas' service rate depends on
     (:func:`~neuronfleet.planning.scaling.service_rate_key`), so a rate learned on another artifact
     revision or placement is forgotten, not resumed. ``metrics_problem_reason``: the ScalingActive
     reason of ``metrics_problem`` when there is no snapshot (PrometheusUrlNotAllowed: the spec's URL
     was refused, not requested).
     """
-    if checkpoint_section is not None and memory.last_scaling_at is None:
-        checkpoint = checkpoint_from_status(checkpoint_section)
-        if checkpoint is not None:
-            memory = replace(memory, scaling_state=scaling.resume(checkpoint, now, current))
+    if durable is not None and memory.last_scaling_at is None:
+        memory = replace(
+            memory,
+            scaling_state=scaling.take_over(checkpoint_from_status(durable.autoscaler), now, current),
+            warm_state=warmpool.take_over(now, durable.warm_pods, durable.warm_placeholders),
+        )
     if (
         not scaling_due(spec.scaling.interval_seconds, memory, now)
         and memory.last_decision is not None
@@ -345,7 +351,7 @@ def plan_reconcile(
         current,
         ready_now,
         now.timestamp(),
-        durable.autoscaler,
+        durable,
         # The sticky type, which the pods run on (the plan below may only keep it or move it).
         scaling.service_rate_key(spec, decision.serve.revision if decision.serve else None, durable.instance_type),
         observation.metrics_problem_reason,

@@ -27,12 +27,23 @@ inputs (it goes to ``status.warmPool.reason``). Modes:
   ``minPods``/``maxPods`` and ``maxNodePlaceholders``. Windows that run past the
   end of the history are truncated there, so a young history gives smaller (not missing) figures.
   The history keeps :data:`HISTORY_SECONDS` or four node horizons, whichever is longer.
+
+  The history lives in the operator's memory only. An operator that takes over a pool (a new
+  leader, a restart, an upgrade: :func:`take_over`) finds the warm pods and placeholders its
+  predecessor wanted (``status.warmPool``); sized from an empty history, the pool would drop to
+  ``minPods`` and the next burst would pay the cold starts it was kept for. The predecessor's
+  history showed at least those increases (the warm pods within the pod horizon, warm pods plus
+  placeholders within the node horizon: the active headroom it counted only lowered them), so they
+  count as the increases until the new history is as long as the one lost, and the usual rules
+  (headroom now, bounds) apply to them. The predecessor's bursts leave its history within that
+  time too, so the pool is never released sooner than it would have been; at most it is kept that
+  much longer.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -51,10 +62,28 @@ class ColdStart:
 
 
 @dataclass(frozen=True)
+class FoundPool:
+    """The standby an operator found when it took over the pool (see the module docstring)."""
+
+    since: float
+    pods: int
+    placeholders: int
+
+
+@dataclass(frozen=True)
 class WarmPoolState:
-    """The demand history: (time, active replicas recommended) pairs, oldest first."""
+    """The demand history: (time, active replicas recommended) pairs, oldest first; and the pool
+    found at a takeover, held while the history is younger than the one lost."""
 
     history: tuple[tuple[float, int], ...] = ()
+    found: FoundPool | None = None
+
+
+def take_over(now: float, pods: int | None, placeholders: int | None) -> WarmPoolState:
+    """The state of an operator that takes over at ``now`` a pool its predecessor sized at ``pods``
+    warm pods and ``placeholders`` node placeholders (None: not known, taken as none)."""
+    pods, placeholders = max(0, pods or 0), max(0, placeholders or 0)
+    return WarmPoolState(found=FoundPool(now, pods, placeholders) if pods or placeholders else None)
 
 
 @dataclass(frozen=True)
@@ -90,7 +119,7 @@ def record(state: WarmPoolState, now: float, demand: int | None, keep_seconds: f
     history = tuple((t, d) for t, d in state.history if t >= cutoff)
     if demand is not None:
         history = (*history, (now, demand))
-    return WarmPoolState(history)
+    return replace(state, history=history)
 
 
 def plan(
@@ -115,8 +144,14 @@ def plan(
     node_seconds = cold_start.node_seconds or spec.assumed_node_cold_start_seconds
     pod_horizon = max(0.0, pod_seconds - spec.cold_start_target_seconds)
     node_horizon = max(0.0, pod_seconds + node_seconds - spec.cold_start_target_seconds)
-    state = record(state, now, demand, max(HISTORY_SECONDS, 4 * node_horizon))
+    keep_seconds = max(HISTORY_SECONDS, 4 * node_horizon)
+    state = record(state, now, demand, keep_seconds)
+    if state.found is not None and now - state.found.since >= keep_seconds:
+        state = replace(state, found=None)  # the history is as long as the one lost
 
+    if spec.mode != "Auto":
+        # The pool found is Auto's: a pool of another mode says nothing of the demand's growth.
+        state = replace(state, found=None)
     if spec.mode == "Off":
         return WarmPoolDecision(0, 0, "warm pool off", state)
     if spec.mode == "Fixed":
@@ -129,6 +164,10 @@ def plan(
 
     pod_increase = demand_increase_quantile(state.history, pod_horizon, spec.coverage)
     node_increase = demand_increase_quantile(state.history, node_horizon, spec.coverage)
+    found = state.found
+    if found is not None:
+        pod_increase = max(pod_increase, float(found.pods))
+        node_increase = max(node_increase, float(found.pods + found.placeholders))
     headroom = max(0, active - demand) if active is not None and demand is not None else 0
     pods = max(spec.min_pods, min(spec.max_pods, math.ceil(pod_increase) - headroom))
     placeholders = max(0, min(spec.max_node_placeholders, math.ceil(node_increase) - headroom - pods))
@@ -147,4 +186,9 @@ def plan(
         f"{node_increase:g} within {node_horizon:.0f}s (+node {node_seconds:.0f}s) -> {placeholders} "
         f"placeholders; active headroom {headroom}; history {len(state.history)} samples over {span:.0f}s"
     )
+    if found is not None:
+        reason += (
+            f"; at least the increases of the {found.pods} warm pods and {found.placeholders} placeholders "
+            f"found at the takeover until the history spans {keep_seconds:.0f}s"
+        )
     return WarmPoolDecision(pods, placeholders, reason, state)

@@ -85,20 +85,23 @@ class Ours:
         self.start_replicas: int | None = None
         self.scaling_state = scaling.ScalingState()
         self.warm_state = warmpool.WarmPoolState()
+        #: The warm pods and placeholders last wanted (the operator's ``status.warmPool``).
+        self.pool_wanted = (0, 0)
 
     def prime(self, replicas: int, now: float) -> None:
         self.scaling_state = scaling.ScalingState(recommendations=((now, replicas),))
 
     def restart(self, now: float, current: int, resume: bool = True) -> None:
         """The operator restarts at ``now`` with ``current`` active replicas: its in-process memory
-        is lost; the autoscaler resumes from its last checkpoint (the status's), or, without
-        ``resume``, starts afresh as before checkpoints were kept."""
-        checkpoint = self.scaling_state.checkpoint
-        if resume and checkpoint is not None:
-            self.scaling_state = scaling.resume(checkpoint, now, current)
+        is lost; it takes over from the status as the operator does (the autoscaler from its last
+        checkpoint, else holding the fleet found; the warm pool holding the pool last wanted), or,
+        without ``resume``, starts afresh as before it kept either."""
+        if resume:
+            self.scaling_state = scaling.take_over(self.scaling_state.checkpoint, now, current)
+            self.warm_state = warmpool.take_over(now, *self.pool_wanted)
         else:
             self.scaling_state = scaling.ScalingState()
-        self.warm_state = warmpool.WarmPoolState()
+            self.warm_state = warmpool.WarmPoolState()
 
     def decide(self, now: float, metrics: MetricsView, observed: Observed) -> Targets:
         counts = observed.counts
@@ -120,6 +123,7 @@ class Ours:
             max_active=self.scaling_spec.max_replicas,
         )
         self.warm_state = pool.new_state
+        self.pool_wanted = (pool.pods, pool.node_placeholders)
         return Targets(decision.desired, pool.pods, pool.node_placeholders, f"{decision.reason} | {pool.reason}")
 
 

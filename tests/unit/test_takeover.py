@@ -1,0 +1,229 @@
+"""An operator that takes a deployment over (a new leader, a restart, a rolling upgrade) decides as the
+one before it would have: the autoscaler holds the fleet it finds through the scale-down window
+(with or without a checkpoint in the status), and the Auto warm pool holds the pool the status
+wants until it has a demand history of its own."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from neuronfleet.api.v1alpha1 import InferenceDeployment, ScalingSpec, WarmPoolSpec
+from neuronfleet.planning import hold, scaling, warmpool
+from neuronfleet.planning.compile import CompileObservation, StoredArtifact, compile_request
+from neuronfleet.planning.fleet import DeletePod, FleetPolicy, PodView, apply_actions
+from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory
+from neuronfleet.planning.reconcile_plan import ReconcilePlan, decide_targets, plan_reconcile
+from neuronfleet.planning.signals import MetricSnapshot
+from neuronfleet.sim.policies import DEFAULT_OURS, ours_from_policy_file
+
+REPO = Path(__file__).resolve().parents[2]
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def deployment(**spec: Any) -> InferenceDeployment:
+    manifest = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
+    manifest["metadata"].update({"namespace": "ns", "generation": 1})
+    manifest["spec"].update(spec)
+    return InferenceDeployment.model_validate(manifest)
+
+
+def queued(now: float, replicas_worth: float, utilization: float) -> MetricSnapshot:
+    """Signals of a fleet whose service rate is not measured (no arrival rate): queued plus
+    in-flight requests worth ``replicas_worth`` replicas at the default target queue depth of 8."""
+    load = 8 * replicas_worth
+    return MetricSnapshot(time=now, queue_depth=load * 0.8, in_flight=load * 0.2, utilization=utilization)
+
+
+# ------------------------------------------------------------------------------------ autoscaler
+
+AUTO = {
+    "mode": "Auto",
+    "minReplicas": 1,
+    "maxReplicas": 10,
+    "intervalSeconds": 15,
+    "panicWindowSeconds": 0,
+    "scaleDownDelayMode": "Fixed",
+    "scaleDownDelaySeconds": 300,
+}
+#: A fleet that follows the demand down at once: no scale-down window.
+FOLLOWING = {
+    **AUTO,
+    "scaleDownDelaySeconds": 0,
+    "behavior": {"scaleDown": {"stabilizationWindowSeconds": 0}},
+}
+
+
+def test_a_new_leader_without_a_checkpoint_holds_the_fleet_through_the_scale_down_window() -> None:
+    dep = deployment(scaling=AUTO, warmPool={"mode": "Off"})
+    # The old leader: busy for a minute, so it grows the fleet; then the load drops and it holds.
+    memory, current = DeploymentMemory(), 1
+    for t in range(0, 61, 15):
+        targets, memory = decide_targets(dep.spec, memory, queued(t, 40, 0.9), "", current, current, float(t))
+        current = targets.scale.desired
+    assert current >= 8
+    targets, memory = decide_targets(dep.spec, memory, queued(75, 0, 0.05), "", current, current, 75.0)
+    assert targets.scale.desired == current and memory.scaling_state.checkpoint is None  # no rate learned
+    stayed, _ = decide_targets(dep.spec, memory, queued(90, 0, 0.05), "", current, current, 90.0)
+    assert stayed.scale.desired == current
+
+    # A new leader at 90 s: empty memory, and a status with no autoscaler section.
+    durable = StatusMemory.from_status({"desiredReplicas": current})
+    fresh, taken = decide_targets(
+        dep.spec, DeploymentMemory(), queued(90, 0, 0.05), "", current, current, 90.0, durable
+    )
+    assert fresh.scale.desired == stayed.scale.desired, fresh.scale.reason
+    assert "hold 300 s" in fresh.scale.reason
+
+    # Held for the window from the takeover, then released as the old leader's would have been.
+    t, desired = 90.0, fresh.scale.desired
+    while desired == current:
+        t += 15
+        later, taken = decide_targets(dep.spec, taken, queued(t, 0, 0.05), "", desired, desired, t, durable)
+        desired = later.scale.desired
+    assert t == 90 + 300 and desired < current
+
+
+def test_a_taken_over_fleet_still_grows_at_the_first_decision() -> None:
+    """The fleet found holds a scale-down, not a scale-up: nobody recommended that size at the
+    takeover. (A resumed autoscaler used to hold its first scale-up for one interval.)"""
+    s = ScalingSpec.model_validate({"minReplicas": 1, "maxReplicas": 100, "panicWindowSeconds": 0})
+    checkpoint = scaling.Checkpoint(0.0, 100.0, None, None, hold.History())
+    busier = MetricSnapshot(time=100, queue_depth=0, in_flight=4, arrival_rate=2000, utilization=0.9)
+    for state in (scaling.take_over(checkpoint, 100.0, 5), scaling.take_over(None, 100.0, 5)):
+        decision = scaling.decide(s, state, busier, 5, 5, 100.0)
+        assert decision.desired > 5, decision.reason
+
+
+def test_the_fleet_found_is_not_held_when_the_window_is_zero() -> None:
+    s = ScalingSpec.model_validate(FOLLOWING)
+    decision = scaling.decide(s, scaling.take_over(None, 100.0, 8), queued(100, 1, 0.1), 8, 8, 100.0)
+    assert decision.desired < 8, decision.reason
+
+
+# ------------------------------------------------------------------------------------- warm pool
+
+
+def swinging(t: float) -> int:
+    """Demand swinging between 2 and 10 replicas every 2 minutes."""
+    return 10 if int(t // 120) % 2 else 2
+
+
+def test_a_new_leader_keeps_the_auto_warm_pool_it_finds() -> None:
+    spec = WarmPoolSpec.model_validate({"mode": "Auto", "minPods": 0, "maxPods": 8})
+    state, t = warmpool.WarmPoolState(), 0.0
+    while t < 1200:  # the old leader's 20 minutes
+        state = warmpool.plan(spec, state, swinging(t), t, active=swinging(t), max_active=20).new_state
+        t += 15
+    stayed = warmpool.plan(spec, state, 2, t, active=2, max_active=20)
+    assert stayed.pods == 8
+
+    fresh = warmpool.plan(spec, warmpool.take_over(t, stayed.pods, 1), 2, t, active=2, max_active=20)
+    assert (fresh.pods, fresh.node_placeholders) == (8, 1)
+    assert "the 8 warm pods and 1 placeholders found at the takeover" in fresh.reason
+
+
+def test_the_pool_found_is_held_until_the_history_is_as_long_as_the_one_lost() -> None:
+    spec = WarmPoolSpec.model_validate({"mode": "Auto", "minPods": 1, "maxPods": 8})
+    state, t, pods = warmpool.take_over(0.0, 6, 2), 0.0, []
+    while t <= warmpool.HISTORY_SECONDS:
+        decision = warmpool.plan(spec, state, 2, t, active=2, max_active=20)
+        state, t = decision.new_state, t + 15
+        pods.append(decision.pods)
+    # A flat demand needs minPods only, once the history is an hour long; until then, the pool found.
+    assert set(pods[:-1]) == {6} and pods[-1] == 1
+    assert state.found is None
+
+
+def test_the_pool_found_obeys_the_bounds_of_today() -> None:
+    spec = WarmPoolSpec.model_validate({"mode": "Auto", "minPods": 0, "maxPods": 3, "maxNodePlaceholders": 1})
+    decision = warmpool.plan(spec, warmpool.take_over(0.0, 8, 4), 2, 0.0, active=2, max_active=20)
+    assert (decision.pods, decision.node_placeholders) == (3, 1)
+    # No more standby than maxReplicas lets promote.
+    decision = warmpool.plan(spec, warmpool.take_over(0.0, 8, 4), 18, 0.0, active=18, max_active=20)
+    assert (decision.pods, decision.node_placeholders) == (2, 0)
+    # Headroom the active fleet holds now counts against the increases found, as against any.
+    decision = warmpool.plan(spec, warmpool.take_over(0.0, 8, 4), 2, 0.0, active=9, max_active=20)
+    assert (decision.pods, decision.node_placeholders) == (1, 1)
+    # Fixed and Off are what the spec says.
+    fixed = WarmPoolSpec.model_validate({"mode": "Fixed", "pods": 1, "nodePlaceholders": 0})
+    decision = warmpool.plan(fixed, warmpool.take_over(0.0, 8, 4), 2, 0.0)
+    assert decision.pods == 1 and decision.new_state.found is None  # not carried into a later Auto
+    assert warmpool.take_over(0.0, None, 0).found is None
+
+
+def test_the_status_section_of_the_pool_is_read_tolerantly() -> None:
+    memory = StatusMemory.from_status({"warmPool": {"desiredPods": 4, "desiredPlaceholders": 1}})
+    assert (memory.warm_pods, memory.warm_placeholders) == (4, 1)
+    for section in ("garbage", {"desiredPods": -1, "desiredPlaceholders": "two"}, None):
+        memory = StatusMemory.from_status({"warmPool": section})
+        assert (memory.warm_pods, memory.warm_placeholders) == (None, None)
+
+
+# ------------------------------------------------------------------------------ the operator's plan
+
+
+def plan_at(
+    dep: InferenceDeployment, second: float, pods: tuple[PodView, ...], memory: DeploymentMemory, status: dict[str, Any]
+) -> ReconcilePlan:
+    request = compile_request(dep.spec, "/store", "fp")
+    stored = StoredArtifact("c" * 64, "/store/cccc", "d" * 64, "cpu")
+    now = T0 + timedelta(seconds=second)
+    ready = sum(1 for p in pods if p.role == "active" and p.ready) or 1
+    metrics = queued(now.timestamp(), swinging(second), min(1.0, 0.8 * swinging(second) / ready))
+    observation = Observation(now, pods=pods, compile=CompileObservation(request, stored), metrics=metrics)
+    return plan_reconcile(dep, observation, memory, StatusMemory.from_status(status), FleetPolicy(), lambda c: "t" * 10)
+
+
+def serving(pods: list[PodView], now: datetime) -> tuple[PodView, ...]:
+    return tuple(replace(p, ready=True, phase="Running", ready_at=p.ready_at or now, node="node-1") for p in pods)
+
+
+@pytest.mark.parametrize("scaling_spec", [AUTO, FOLLOWING], ids=["scale-down window", "no window"])
+def test_a_restarted_operator_plans_what_the_old_one_would_have(scaling_spec: dict[str, Any]) -> None:
+    """The whole plan, from the status and pods alone, with no checkpoint (no arrival rate: the
+    service rate is never learned), right after the demand fell: the new leader's first plan is the
+    old leader's. With a scale-down window the active fleet holds (and its headroom covers the
+    growth: no warm pod); without one the warm pool covers it."""
+    dep = deployment(
+        scaling={**scaling_spec, "maxReplicas": 20},
+        warmPool={"mode": "Auto", "minPods": 0, "maxPods": 8, "maxNodePlaceholders": 0},
+    )
+    memory, status, pods = DeploymentMemory(), {}, ()
+    second = 0
+    while second < 1200 or swinging(second) == 10:  # 20 minutes, until the demand is low again
+        result = plan_at(dep, second, pods, memory, status)
+        memory, status = result.memory, result.status
+        now = T0 + timedelta(seconds=second)
+        pods = serving(apply_actions(list(pods), result.actions, now), now)
+        second += 15
+    assert "autoscaler" not in status
+    stayed = plan_at(dep, second, pods, memory, status)
+    restarted = plan_at(dep, second, pods, DeploymentMemory(), status)
+    assert restarted.status["desiredReplicas"] == stayed.status["desiredReplicas"]
+    assert restarted.status["warmPool"]["desiredPods"] == stayed.status["warmPool"]["desiredPods"]
+    assert restarted.actions == stayed.actions
+    if scaling_spec is AUTO:
+        assert stayed.status["desiredReplicas"] == status["desiredReplicas"] >= 8
+    else:
+        assert stayed.status["warmPool"]["desiredPods"] >= 4
+        warm = {pod.name for pod in pods if pod.role == "warm"}
+        assert len(warm) >= 4 and not [a for a in restarted.actions if isinstance(a, DeletePod) and a.name in warm]
+
+
+# ------------------------------------------------------------------------------------- simulator
+
+
+def test_the_simulated_operator_takes_over_as_the_operator_does() -> None:
+    ours = ours_from_policy_file(DEFAULT_OURS, 100, "default")
+    ours.pool_wanted = (3, 1)
+    ours.restart(960, 7)  # no checkpoint yet
+    assert ours.scaling_state == scaling.ScalingState(fleet_found=(960, 7))
+    assert ours.warm_state == warmpool.take_over(960, 3, 1)
+    ours.restart(990, 7, resume=False)
+    assert (ours.scaling_state, ours.warm_state) == (scaling.ScalingState(), warmpool.WarmPoolState())
