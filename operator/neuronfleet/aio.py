@@ -6,6 +6,10 @@ Pure asyncio, no I/O; the innermost layer, so both the operator's path and the s
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
@@ -23,4 +27,24 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
     return True
 
 
-__all__ = ["wait_event"]
+async def unless_set(work: Coroutine[Any, Any, T], event: asyncio.Event) -> T | None:
+    """The result of ``work``, or None when ``event`` is set first (``work`` is then cancelled
+    and awaited). An exception of ``work`` propagates."""
+    task = asyncio.ensure_future(work)
+    if event.is_set():
+        task.cancel()
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait((task, waiter), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        if not task.done():
+            task.cancel()
+            # Awaited, so that nothing of it runs on after this returns (or is cancelled).
+            await asyncio.gather(task, return_exceptions=True)
+    if task.cancelled():
+        return None
+    return task.result()
+
+
+__all__ = ["unless_set", "wait_event"]

@@ -9,7 +9,12 @@
   after a failure (doubling from the interval, at most :data:`MAX_BACKOFF_SECONDS`) is the
   operator's one retry policy.
 - wake-ups: a spec change (a new ``metadata.generation``; the operator's own status writes do
-  not wake it) and any change of one of the object's pods. Deletion drops the object's memory.
+  not wake it) and any change of one of the object's pods.
+- stopping: when the daemon stops (the operator exits, or pauses because a peer of higher priority
+  runs: Kopf's peering), its reconcile under way writes nothing more and its reads are cancelled,
+  since the peer taking over acts at once. Everything kept for the object (memory, its metric
+  series) is dropped then, and on its deletion: a replica holds state and exports series only for
+  the objects whose daemons run on it.
 - children (pods, Service, PDB, compile Jobs) carry an ownerReference, so the API server's garbage
   collector removes them; Kopf's finalizer only lets it stop the daemon first.
 
@@ -113,16 +118,18 @@ class OperatorContext:
             self.reconcile_slots = asyncio.Semaphore(max(1, self.reconciler.settings.max_concurrent_reconciles))
         return self.reconcile_slots
 
-    async def reconcile(self, body: Any, namespace: str, name: str) -> ReconcileReport:
+    async def reconcile(
+        self, body: Any, namespace: str, name: str, stopping: asyncio.Event | None = None
+    ) -> ReconcileReport:
         """Reconcile one object; one at a time per object, at most ``max_concurrent_reconciles``
-        across objects; post its Events."""
+        across objects; post its Events. Nothing is written once ``stopping`` is set."""
         key = (namespace, name)
         async with self.locks[key], self._slots():
             self.reconciles += 1
             self.generations[key] = (body.get("metadata") or {}).get("generation")
             started = time.perf_counter()
             try:
-                report = await self.reconciler.reconcile(dict(body), self.memories[key])
+                report = await self.reconciler.reconcile(dict(body), self.memories[key], stopping)
             except Exception as exc:
                 if self.metrics is not None:
                     self.metrics.record_reconcile(
@@ -160,6 +167,10 @@ class OperatorContext:
             wakeup.set()
 
     def forget(self, namespace: str, name: str) -> None:
+        """Drop everything kept for an object, its metric series included: when it is deleted, and
+        when its daemon stops. A paused replica then exports no stale series of objects a peer runs
+        (nor, later, of objects deleted meanwhile, whose DELETED event it never saw), and its scaling
+        decisions count from the status it resumes from, not from before the pause."""
         key = (namespace, name)
         self.memories.pop(key, None)
         self.wakeups.pop(key, None)
@@ -235,16 +246,33 @@ async def keep_converging(
     # an earlier run is stale then: the object is picked up from its status, as after a restart.
     context.memories.pop((namespace, name), None)
     # Kopf stops a daemon by setting ``stopped`` and cancels it STOP_GRACE_SECONDS later, with a
-    # WARNING per object ("is cancelled. Will escalate."): the wait between reconciles must end on it.
-    stopping = asyncio.create_task(_wake_when_stopped(stopped, wakeup))
+    # WARNING per object ("is cancelled. Will escalate."): the wait between reconciles must end on it,
+    # and the reconcile under way must write nothing more: the peer taking over (Kopf's goodbye on
+    # exit, or its pausing of this replica, lets it act at once) may be reconciling a newer spec.
+    stopping = DaemonStopping(stopped)
+    watch = asyncio.create_task(_signal_when_stopped(stopped, wakeup, stopping))
     try:
-        await _converge(context, body, namespace, name, stopped, wakeup)
+        await _converge(context, body, namespace, name, stopped, wakeup, stopping)
     finally:
-        stopping.cancel()
+        watch.cancel()
+        context.forget(namespace, name)
 
 
-async def _wake_when_stopped(stopped: kopf.DaemonStopped, wakeup: asyncio.Event) -> None:
+class DaemonStopping(asyncio.Event):
+    """An event set when Kopf's ``stopped`` is; ``is_set()`` reads ``stopped`` itself, so a check
+    before a write is not a loop step behind (``wait()`` wakes once the daemon's watch sets it)."""
+
+    def __init__(self, stopped: kopf.DaemonStopped) -> None:
+        super().__init__()
+        self.stopped = stopped
+
+    def is_set(self) -> bool:
+        return super().is_set() or bool(self.stopped)
+
+
+async def _signal_when_stopped(stopped: kopf.DaemonStopped, wakeup: asyncio.Event, stopping: asyncio.Event) -> None:
     await stopped.wait()
+    stopping.set()
     wakeup.set()
 
 
@@ -255,6 +283,7 @@ async def _converge(
     name: str,
     stopped: kopf.DaemonStopped,
     wakeup: asyncio.Event,
+    stopping: asyncio.Event,
 ) -> None:
     failures = 0
     while not stopped:
@@ -262,7 +291,7 @@ async def _converge(
         # Cleared before the reconcile: a change during it wakes the next one at once.
         wakeup.clear()
         try:
-            report = await context.reconcile(body, namespace, name)
+            report = await context.reconcile(body, namespace, name, stopping)
             failures = failures + 1 if report.error else 0
             context.failure_to_post(namespace, name, None)
         except Exception as exc:  # any failure: report it, back off, try again; never crash-loop
@@ -281,7 +310,8 @@ async def _converge(
 async def deployment_changed(
     type: str, body: kopf.Body, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
 ) -> None:
-    """A new spec generation wakes the object's daemon; deletion drops its memory."""
+    """A new spec generation wakes the object's daemon; deletion drops its memory (already dropped
+    when its daemon stopped, unless it had none)."""
     context = context_of(memo)
     if context is None:
         return

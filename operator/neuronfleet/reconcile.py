@@ -18,6 +18,11 @@ and writes what that returns:
    answer, a timeout, a refused connection) is recorded, not raised: the rest of the apply that does
    not depend on it still runs, and the status and the daemon's back-off report it.
 
+The caller's ``stopping`` event is checked before every write, and the reads under way when it is
+set are cancelled: once the daemon is stopping (the operator exits, or a peer of higher priority
+pauses it), the peer that takes over is already reconciling, perhaps from a newer spec, so the rest
+is left undone (the apply is idempotent: the next leader does it, and posts its Events).
+
 Everything the fleet needs to be rebuilt after a restart is on the pods (labels, deterministic
 names) and in the durable memory, so a restarted operator converges without duplicates.
 """
@@ -34,6 +39,7 @@ from typing import Any, Literal, Protocol
 import pydantic
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from neuronfleet.aio import unless_set
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.artifacts.store import ArtifactStore, SourceUnreadable, StoreUnavailable
 from neuronfleet.kube.builders import (
@@ -140,6 +146,8 @@ class ReconcileReport:
     error: str | None = None
     #: Status writes made (0 when nothing changed).
     writes: int = 0
+    #: The daemon stopped during the reconcile: the writes after that point were left undone.
+    stopped: bool = False
 
 
 @dataclass(frozen=True)
@@ -149,6 +157,8 @@ class ApplyOutcome:
     events: tuple[Event, ...]
     refusals: tuple[Refusal, ...]
     errors: tuple[str, ...]
+    #: The apply ended early because the daemon is stopping.
+    stopped: bool = False
 
 
 def utc_now() -> datetime:
@@ -317,10 +327,14 @@ class Reconciler:
         await self.kube.patch_status(namespace, name, patch)
         return True
 
-    async def _apply_compile(self, dep: InferenceDeployment, plan: ReconcilePlan) -> list[Event]:
+    async def _apply_compile(
+        self, dep: InferenceDeployment, plan: ReconcilePlan, stopping: asyncio.Event
+    ) -> list[Event]:
         namespace = dep.metadata.namespace or "default"
         events = []
         for action in plan.compile_actions:
+            if stopping.is_set():
+                break
             if isinstance(action, StartCompileJob):
                 job = build_compile_job(dep, action.request, self.settings.builder, action.republish)
                 if await self.kube.create(job):
@@ -360,24 +374,29 @@ class Reconciler:
             return "already"
         return "applied"
 
-    async def apply(self, dep: InferenceDeployment, plan: ReconcilePlan) -> ApplyOutcome:
+    async def apply(
+        self, dep: InferenceDeployment, plan: ReconcilePlan, stopping: asyncio.Event | None = None
+    ) -> ApplyOutcome:
         """Compile Jobs, then the fleet's actions in the plan's order (stopping at the first
-        failure: later ones may rely on it), then Service and PDB.
+        failure: later ones may rely on it), then Service and PDB; nothing more once ``stopping`` is set.
 
         A failed call (an error answer, a timeout, a refused connection) is recorded, not raised: what
         does not depend on it is still applied, and the status then reports it.
         """
+        stopping = stopping or asyncio.Event()
         events: list[Event] = []
         errors: list[str] = []
         refusals: list[Refusal] = []
         try:
-            events += await self._apply_compile(dep, plan)
+            events += await self._apply_compile(dep, plan, stopping)
         except _CALL_FAILED as exc:
             errors.append(f"compile Job: {_call_error(exc)}")
-        if plan.candidate is None:
-            return ApplyOutcome(tuple(events), (), tuple(errors))
+        if plan.candidate is None or stopping.is_set():
+            return ApplyOutcome(tuple(events), (), tuple(errors), stopping.is_set())
         namespace = dep.metadata.namespace or "default"
         for action in plan.actions:
+            if stopping.is_set():
+                return ApplyOutcome(tuple(events), tuple(refusals), tuple(errors), True)
             try:
                 result = await self._apply_action(dep, plan.candidate, action)
                 if result == "gone":
@@ -406,6 +425,8 @@ class Reconciler:
             for obj in (build_service(dep), build_pdb(dep, plan.inputs.fleet.desired_active)):
                 kind, name = obj["kind"], obj["metadata"]["name"]
                 current = await self.kube.read(kind, namespace, name)
+                if stopping.is_set():
+                    return ApplyOutcome(tuple(events), tuple(refusals), tuple(errors), True)
                 owner = foreign_controller(current, obj)
                 if owner is not None:
                     errors.append(
@@ -420,7 +441,12 @@ class Reconciler:
 
     # -------------------------------------------------------------------------------- reconcile
 
-    async def reconcile(self, body: Mapping[str, Any], memory: DeploymentMemory) -> ReconcileReport:
+    async def reconcile(
+        self, body: Mapping[str, Any], memory: DeploymentMemory, stopping: asyncio.Event | None = None
+    ) -> ReconcileReport:
+        """Observe, plan and apply once; nothing more is written once ``stopping`` is set (see the
+        module), and the reads under way then are cancelled."""
+        stopping = stopping or asyncio.Event()
         body_status = body.get("status")
         status = seen_status(body_status if isinstance(body_status, Mapping) else {}, memory)
         if (body.get("metadata") or {}).get("deletionTimestamp"):
@@ -432,11 +458,15 @@ class Reconciler:
             dep = InferenceDeployment.model_validate({k: v for k, v in body.items() if k != "status"})
         except pydantic.ValidationError as exc:
             message = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
-            return await self._report_invalid(body, status, memory, f"spec rejected by the operator: {message}")
+            return await self._report_invalid(
+                body, status, memory, f"spec rejected by the operator: {message}", stopping
+            )
 
         namespace = dep.metadata.namespace or "default"
         durable = StatusMemory.from_status(status)
-        observation = await self.observe(dep, memory)
+        observation = await unless_set(self.observe(dep, memory), stopping)
+        if observation is None:
+            return ReconcileReport((), (), status, False, memory, None, 0, stopped=True)
         builder = self.settings.builder
         plan = plan_reconcile(
             dep,
@@ -448,14 +478,18 @@ class Reconciler:
             builder.daemonset_headroom,
             builder.default_scheduler_name,
         )
+        if stopping.is_set():
+            return ReconcileReport((), (), status, False, memory, None, 0, stopped=True)
         writes = 0
         if await self._write_status(namespace, dep.name, status, plan.status):
             writes += 1
-        outcome = await self.apply(dep, plan)
+        outcome = await self.apply(dep, plan, stopping)
         final, memory = status_after_apply(plan, dep, durable, outcome.refusals, outcome.errors, observation)
         unwritten: tuple[str, ...] = ()
         try:
-            if await self._write_status(namespace, dep.name, plan.status, final):
+            if stopping.is_set():
+                final = plan.status
+            elif await self._write_status(namespace, dep.name, plan.status, final):
                 writes += 1
         except _CALL_FAILED as exc:
             # Raising here would lose the Events of what was applied and of the first write (a
@@ -468,14 +502,22 @@ class Reconciler:
             memory = replace(memory, written=(status, final))
         events = outcome.events + tuple(status_events(durable, final, plan.scale_reason))
         error = "; ".join(outcome.errors + plan.observe_errors + unwritten) or None
-        return ReconcileReport(plan.actions, events, final, plan.converged, memory, error, writes)
+        stopped = outcome.stopped or stopping.is_set()
+        return ReconcileReport(plan.actions, events, final, plan.converged, memory, error, writes, stopped)
 
     async def _report_invalid(
-        self, body: Mapping[str, Any], status: Mapping[str, Any], memory: DeploymentMemory, message: str
+        self,
+        body: Mapping[str, Any],
+        status: Mapping[str, Any],
+        memory: DeploymentMemory,
+        message: str,
+        stopping: asyncio.Event,
     ) -> ReconcileReport:
         metadata = body.get("metadata") or {}
         namespace, name = metadata.get("namespace") or "default", metadata.get("name") or ""
         new = invalid_status(status, message, metadata.get("generation"), self.clock())
+        if stopping.is_set():
+            return ReconcileReport((), (), status, False, memory, message, 0, stopped=True)
         writes = int(await self._write_status(namespace, name, status, new))
         if writes:
             memory = replace(memory, written=(status, new))

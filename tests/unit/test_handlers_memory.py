@@ -7,11 +7,13 @@ entry that stays for the life of the operator (one per deleted deployment).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import kopf
 
 from neuronfleet.handlers import OperatorContext, deployment_changed, keep_converging, pod_changed
+from neuronfleet.metrics.operator_metrics import OperatorMetrics
 from neuronfleet.planning.labels import LABEL_DEPLOYMENT
 from neuronfleet.planning.observation import DeploymentMemory
 from neuronfleet.reconcile import OperatorSettings, ReconcileReport
@@ -44,12 +46,13 @@ class FakeReconciler:
         self.settings = OperatorSettings(interval_seconds=10.0)
         self.given: list[DeploymentMemory] = []
         self.stop, self.wakeup = stop, wakeup
+        self.status: dict[str, Any] = {}
 
-    async def reconcile(self, body: Any, memory: DeploymentMemory) -> ReconcileReport:
+    async def reconcile(self, body: Any, memory: DeploymentMemory, stopping: Any = None) -> ReconcileReport:
         self.given.append(memory)
         self.stop.append(True)
         self.wakeup().set()  # no wait for the interval
-        return ReconcileReport((), (), {}, True, DeploymentMemory(), None, 0)
+        return ReconcileReport((), (), self.status, True, DeploymentMemory(), None, 0)
 
 
 class Stopped:
@@ -58,6 +61,9 @@ class Stopped:
 
     def __bool__(self) -> bool:
         return bool(self.stop)
+
+    async def wait(self) -> None:
+        await asyncio.Event().wait()  # the daemon ends on ``bool(self)`` in these tests
 
 
 async def test_a_daemon_that_starts_again_starts_from_the_status_not_from_old_memory() -> None:
@@ -84,7 +90,7 @@ class FailingReconciler:
         self.settings = OperatorSettings(interval_seconds=10.0)
         self.script, self.stop, self.wakeup = list(script), stop, wakeup
 
-    async def reconcile(self, body: Any, memory: DeploymentMemory) -> ReconcileReport:
+    async def reconcile(self, body: Any, memory: DeploymentMemory, stopping: Any = None) -> ReconcileReport:
         error = self.script.pop(0)
         if not self.script:
             self.stop.append(True)
@@ -115,3 +121,31 @@ async def test_a_persistent_failure_posts_one_warning_until_its_message_changes_
     assert ctx.failures == 6
     await deployment_changed(type="DELETED", body=body, namespace="ns", name="d", memo=kopf.Memo(context=ctx))
     assert ctx.failures_posted == {}
+
+
+async def test_a_stopped_daemon_leaves_no_state_and_no_metric_series_behind() -> None:
+    # A daemon stops when the operator pauses for a peer of higher priority: the paused replica kept
+    # exporting the object's last counts (stale once the peer scales) and, for an object deleted
+    # while it was paused (a DELETED event it never sees), for good; and its remembered desired count
+    # made it count the peer's scale-up again as its own scaling decision once it resumed.
+    stop: list[bool] = []
+    ctx = context()
+    ctx.metrics = OperatorMetrics()
+    reconciler = FakeReconciler(stop, lambda: ctx.wakeups[("ns", "d")])
+    reconciler.status = {"desiredReplicas": 2, "replicas": 2}
+    ctx.reconciler = reconciler  # type: ignore[assignment]
+    body = kopf.Body({"metadata": {"name": "d", "namespace": "ns", "generation": 3}})
+    ctx.failures_posted[("ns", "d")] = "an old failure"
+    await keep_converging(body=body, memo=kopf.Memo(context=ctx), namespace="ns", name="d", stopped=Stopped(stop))
+    exported = [s for f in ctx.metrics.registry.collect() for s in f.samples if s.labels.get("name") == "d"]
+    assert exported == []
+    assert (dict(ctx.memories), ctx.generations, ctx.failures_posted, dict(ctx.wakeups)) == ({}, {}, {}, {})
+
+    # Resumed after the peer scaled to 3: the first reconcile is no scaling decision of this replica.
+    stop.clear()
+    reconciler.status = {"desiredReplicas": 3, "replicas": 3}
+    await keep_converging(body=body, memo=kopf.Memo(context=ctx), namespace="ns", name="d", stopped=Stopped(stop))
+    decisions = [
+        s for f in ctx.metrics.registry.collect() for s in f.samples if s.name == "neuronfleet_scaling_decisions_total"
+    ]
+    assert decisions == []

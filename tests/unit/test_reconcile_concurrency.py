@@ -20,7 +20,7 @@ class GatedReconciler:
         self.running = 0
         self.most = 0
 
-    async def reconcile(self, body: Any, memory: DeploymentMemory) -> ReconcileReport:
+    async def reconcile(self, body: Any, memory: DeploymentMemory, stopping: Any = None) -> ReconcileReport:
         self.running += 1
         self.most = max(self.most, self.running)
         try:
