@@ -751,3 +751,20 @@ def test_the_workload_service_accounts_are_created_only_when_asked_in_each_names
     env = {e["name"]: e.get("value") for e in _operator_container(docs).get("env") or []}
     assert env["NEURONFLEET_COMPILE_SERVICE_ACCOUNT"] == "nf-compile"
     assert env["NEURONFLEET_SERVING_SERVICE_ACCOUNT"] == "nf-serving"
+
+
+def test_a_disruption_budget_keeps_a_peer_of_the_operator_through_a_drain() -> None:
+    """replicaCount > 1: evictions take one replica at a time; at 1 (or disabled) no budget."""
+    docs = render()
+    (deployment,) = by_kind(docs, "Deployment")
+    assert deployment["spec"]["replicas"] > 1
+    (budget,) = by_kind(docs, "PodDisruptionBudget")
+    assert budget["metadata"]["namespace"] == "neuronfleet-system"
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"] == {"matchLabels": deployment["spec"]["selector"]["matchLabels"]}
+    kubernetes_validate.validate(budget, KUBERNETES_VERSION, strict=True)
+    assert not by_kind(render(sets=["replicaCount=1"]), "PodDisruptionBudget")
+    assert not by_kind(render(sets=["podDisruptionBudget.enabled=false"]), "PodDisruptionBudget")
+    result = helm("template", "nf", str(CHART), "--values", str(MINIMAL_VALUES), "--set", "podDisruptionBudget=1")
+    assert result.returncode != 0
+    assert "podDisruptionBudget" in result.stderr
