@@ -80,7 +80,8 @@ def test_alert_expressions_find_the_deployments_in_trouble_in_scraped_series(
     monitors = {m["metadata"]["name"].rsplit("-", 1)[1]: m for m in by_kind(docs, "PodMonitor")}
 
     # The operator pair: the leader reconciles ml/bert (failing, Degraded, 1 of 3 ready, no metrics)
-    # and ml/gpt (healthy); the paused replica last saw gpt starting and keeps saying so.
+    # and ml/gpt (healthy); the paused replica last saw gpt starting and keeps saying so (an operator
+    # now drops its series on a pause; one of an earlier version, during an upgrade, did not).
     leader, paused = OperatorMetrics(), OperatorMetrics()
     paused.record_reconcile("ml", "gpt", 0.01, status(2, 0, "ImagePullBackOff", "MetricsUnavailable"))
 
