@@ -224,8 +224,9 @@ def failure_message(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-#: Seconds a reconcile under way gets to finish when the operator stops (Kopf then cancels it);
-#: a loop between reconciles ends at once. Well inside the operator pod's termination grace.
+#: Seconds a reconcile under way gets to end when its daemon stops (Kopf then cancels it); it
+#: normally ends at once: its reads are cancelled and it skips its writes (a write already sent
+#: completes). A loop between reconciles ends at once. Well inside the operator pod's termination grace.
 STOP_GRACE_SECONDS = 5.0
 
 
