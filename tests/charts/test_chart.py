@@ -768,32 +768,3 @@ def test_a_disruption_budget_keeps_a_peer_of_the_operator_through_a_drain() -> N
     result = helm("template", "nf", str(CHART), "--values", str(MINIMAL_VALUES), "--set", "podDisruptionBudget=1")
     assert result.returncode != 0
     assert "podDisruptionBudget" in result.stderr
-
-
-def test_an_older_operator_replica_outranks_a_newer_one(tmp_path: Path) -> None:
-    """The rendered command run by /bin/sh with a fake clock: a new pod of a rolling update draws a
-    lower priority than the replicas already running, so the leader changes only when it goes (a
-    uniform random priority changed it a second time in a third of the rollouts of two replicas)."""
-    container = _operator_container(render())
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "date").write_text('#!/bin/sh\necho "$FAKE_NOW"\n')
-    (bin_dir / "neuronfleet").write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
-    for script in bin_dir.iterdir():
-        script.chmod(0o755)
-
-    def priority(now: int) -> int:
-        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_NOW": str(now)}
-        result = subprocess.run(
-            [*container["command"], *container["args"]], env=env, capture_output=True, text=True, check=True
-        )
-        args = result.stdout.split()
-        return int(args[args.index("--priority") + 1])
-
-    started = 1_780_000_000  # 2026
-    older, newer = priority(started), priority(started + 1)
-    assert older > newer > 0
-    assert priority(4_102_444_799) > 0  # still positive on 2099-12-31
-    same_second = {priority(started) for _ in range(5)}
-    assert len(same_second) > 1, "replicas started in the same second draw different priorities"
-    assert all(p > newer for p in same_second)
