@@ -53,10 +53,12 @@ from neuronfleet.kube.builders import (
 )
 from neuronfleet.kube.client import UNANSWERED, KubeApi
 from neuronfleet.kube.jobs import build_compile_job, wanted_job_spec
-from neuronfleet.kube.observe import AccountReads, observe_cluster
+from neuronfleet.kube.observe import AccountReads, JobEventReads, observe_cluster
 from neuronfleet.planning.admission import (
-    ServingPods,
     WorkloadAccount,
+    WorkloadPods,
+    compile_pods,
+    compile_refusal,
     missing_account_message,
     refusal_for,
     serving_pods,
@@ -91,7 +93,7 @@ from neuronfleet.planning.observation import (
 from neuronfleet.planning.placement import Candidate, check_fits
 from neuronfleet.planning.prometheus_queries import query_override_refusal
 from neuronfleet.planning.prometheus_urls import PrometheusUrlPolicy
-from neuronfleet.planning.reasons import Event, Reason
+from neuronfleet.planning.reasons import Event, Reason, Refusal
 from neuronfleet.planning.reconcile_plan import (
     DeleteCompileJob,
     ReconcilePlan,
@@ -101,7 +103,7 @@ from neuronfleet.planning.reconcile_plan import (
     status_events,
 )
 from neuronfleet.planning.signals import MetricSnapshot
-from neuronfleet.planning.status import Refusal, invalid_status, status_patch
+from neuronfleet.planning.status import invalid_status, status_patch
 
 logger = logging.getLogger(__name__)
 
@@ -189,7 +191,7 @@ def _call_error(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _refusal(exc: ApiException, serving: WorkloadAccount, pods: ServingPods) -> Refusal | None:
+def _refusal(exc: ApiException, serving: WorkloadAccount, pods: WorkloadPods) -> Refusal | None:
     """A pod creation refused at admission (403 Forbidden / 422), named by planning when it can."""
     body = exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else str(exc.body or "")
     return refusal_for(exc.status or 0, body, serving, _api_error(exc), pods)
@@ -211,8 +213,10 @@ class Reconciler:
         self.settings = settings
         self.metrics = metrics
         self.clock = clock
-        #: Answers about compile Jobs' ServiceAccounts, shared by every deployment's reconcile.
+        #: Answers about compile Jobs' ServiceAccounts and FailedCreate Events, shared by every
+        #: deployment's reconcile.
         self.account_reads = AccountReads()
+        self.job_event_reads = JobEventReads()
 
     # ---------------------------------------------------------------------------------- observe
 
@@ -249,7 +253,7 @@ class Reconciler:
             request, compiled, compile_error = await self._observe_compile(dep)
         try:
             cluster = await observe_cluster(
-                self.kube, namespace, dep.name, request, dep.metadata.uid, now, self.account_reads
+                self.kube, namespace, dep.name, request, dep.metadata.uid, now, self.account_reads, self.job_event_reads
             )
         except ApiException as exc:
             if request is None:
@@ -272,12 +276,17 @@ class Reconciler:
                 )
         if compiled is not None and cluster.jobs is not None:
             jobs = cluster.jobs
-            missing = None
-            if jobs.missing_service_account is not None:
-                account = workload_account(
-                    "compile", dep.spec.compile.service_account_name, self.settings.builder.compile_service_account
+            account = workload_account(
+                "compile", dep.spec.compile.service_account_name, self.settings.builder.compile_service_account
+            )
+            refused = None
+            if jobs.failed_create is not None:
+                refused = compile_refusal(jobs.failed_create, account, compile_pods(namespace, dep.spec.compile))
+            elif jobs.missing_service_account is not None:
+                refused = Refusal(
+                    Reason.SERVICE_ACCOUNT_MISSING,
+                    missing_account_message(account, namespace, jobs.missing_service_account),
                 )
-                missing = missing_account_message(account, namespace, jobs.missing_service_account)
             compiled = replace(
                 compiled,
                 job_phase=jobs.phase,
@@ -286,7 +295,7 @@ class Reconciler:
                 running_jobs=jobs.running,
                 job_spec=jobs.job_spec,
                 job_republishes=jobs.republishes,
-                missing_account=missing,
+                pod_refused=refused,
             )
         snapshot, problem, problem_reason = None, "no metrics source configured", Reason.METRICS_UNAVAILABLE
         spec = dep.spec.scaling

@@ -25,7 +25,7 @@ from neuronfleet.kube.builders import BuilderConfig
 from neuronfleet.kube.jobs import build_compile_job, compile_job_name
 from neuronfleet.kube.observe import AccountReads, observe_compile_jobs
 from neuronfleet.planning.admission import (
-    ServingPods,
+    WorkloadPods,
     compile_cpu_limit_problem,
     missing_account_message,
     refusal_for,
@@ -37,7 +37,7 @@ from neuronfleet.planning.compile import CompileObservation, StoredArtifact, com
 from neuronfleet.planning.fleet import CreatePlaceholder, CreatePod, FleetPolicy
 from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory
 from neuronfleet.planning.placement import plan_for_spec
-from neuronfleet.planning.reasons import Reason
+from neuronfleet.planning.reasons import Reason, Refusal
 from neuronfleet.planning.reconcile_plan import DeleteCompileJob, StartCompileJob, plan_reconcile, status_events
 from neuronfleet.planning.status import find_condition
 
@@ -109,7 +109,7 @@ DEFAULT_LIMIT_REFUSAL = (
 )
 
 
-def computed_pods() -> ServingPods:
+def computed_pods() -> WorkloadPods:
     dep = deployment()
     chosen = plan_for_spec(dep.spec, 1).chosen
     assert chosen is not None
@@ -139,7 +139,7 @@ def test_a_limit_ranges_default_cpu_limit_below_the_request_names_the_request_an
 
 
 def test_a_limit_below_the_request_is_the_specs_own_when_it_sets_one() -> None:
-    pods = ServingPods("search", "2000m", "spec.runtime.cpu 2", "1")
+    pods = WorkloadPods("search", "2000m", "spec.runtime.cpu 2", "1")
     answer = forbidden_body(DEFAULT_LIMIT_REFUSAL.replace("3420m", "2"), "Invalid")
     refusal = refusal_for(422, answer, workload_account("serving", None, None), "", pods)
     assert refusal is not None and refusal.reason == Reason.CPU_LIMIT_BELOW_REQUEST
@@ -162,7 +162,7 @@ def test_a_limit_below_the_request_is_the_specs_own_when_it_sets_one() -> None:
     ],
 )
 def test_a_limit_ranges_min_or_max_is_named_with_the_field_that_sets_what_it_compares(said: str, fix: str) -> None:
-    pods = ServingPods("search", "3420m", "spec.runtime.cpu 3420m", "4" if "limit is 4" in said else None)
+    pods = WorkloadPods("search", "3420m", "spec.runtime.cpu 3420m", "4" if "limit is 4" in said else None)
     answer = forbidden_body(f'pods "bert-embeddings-a1b2c3d4e5-0" is forbidden: {said}')
     refusal = refusal_for(403, answer, workload_account("serving", None, None), "", pods)
     assert refusal is not None and refusal.reason == Reason.LIMIT_RANGE_REFUSED
@@ -191,11 +191,28 @@ CREATED = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
 class _Kube:
-    """A KubeApi with one compile Job, no pod, and the ServiceAccounts ``accounts`` (or a refused read)."""
+    """A KubeApi with one compile Job, no pod, and the ServiceAccounts ``accounts`` (or a refused read);
+    its FailedCreate Events are ``failed_creates`` (or a refused list: ``events_error``)."""
 
-    def __init__(self, job: dict[str, Any], accounts: set[str], read_error: Exception | None = None) -> None:
+    def __init__(
+        self,
+        job: dict[str, Any],
+        accounts: set[str],
+        read_error: Exception | None = None,
+        failed_creates: list[dict[str, Any]] | None = None,
+        events_error: Exception | None = None,
+    ) -> None:
         self.job, self.accounts, self.read_error = job, accounts, read_error
+        self.failed_creates, self.events_error = failed_creates or [], events_error
         self.reads: list[str] = []
+        self.event_reads: list[dict[str, str]] = []
+
+    async def list_events(self, namespace: str, fields: dict[str, str]) -> list[dict[str, Any]]:
+        self.event_reads.append(dict(fields))
+        await asyncio.sleep(0)  # an answer takes a turn of the loop: other reconciles run meanwhile
+        if self.events_error is not None:
+            raise self.events_error
+        return self.failed_creates
 
     async def list_jobs(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
         return [self.job]
@@ -286,7 +303,8 @@ def test_a_missing_compile_account_turns_compiled_false_with_the_operators_flag_
     account = workload_account("compile", dep.spec.compile.service_account_name, "model-compiler")
     message = missing_account_message(account, "search", "model-compiler")
     request = compile_request(dep.spec, "s3://artifacts", "fingerprint")
-    observed = CompileObservation(request, None, job_phase="running", job_name="job", missing_account=message)
+    refused = Refusal(Reason.SERVICE_ACCOUNT_MISSING, message)
+    observed = CompileObservation(request, None, job_phase="running", job_name="job", pod_refused=refused)
     decision = decide_compile(observed, None)
     assert (decision.compiled_status, decision.reason, decision.create_job) == (
         "False",
@@ -425,12 +443,12 @@ def test_a_job_stuck_on_a_missing_account_is_replaced_once_another_account_is_na
         running_jobs=("job",),
         job_spec="made-with-typo",
         wanted_job_spec="now-model-compiler",
-        missing_account=message,
+        pod_refused=Refusal(Reason.SERVICE_ACCOUNT_MISSING, message),
     )
     plan = _plan(dep, Observation(T0, compile=observed))
     (action,) = plan.compile_actions
     assert isinstance(action, DeleteCompileJob) and action.name == "job"
-    assert action.why.startswith("its ServiceAccount does not exist")
+    assert action.why.startswith("the API server refuses its pod, and spec.compile")
     assert find_condition({"status": plan.status}, "Compiled")["reason"] == Reason.COMPILING
     # The same settings: reported, and left to make its pod once the account exists.
     same = _plan(dep, Observation(T0, compile=replace(observed, wanted_job_spec="made-with-typo")))

@@ -36,6 +36,9 @@ class _Kube:
     async def list_pods(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
         return self.pods
 
+    async def list_events(self, namespace: str, fields: Any) -> list[dict[str, Any]]:
+        return []  # no FailedCreate Event (expired, or never recorded): the message stays general
+
 
 def _deployment() -> InferenceDeployment:
     doc = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())

@@ -49,6 +49,7 @@ class KubeApi(Protocol):
     async def list_nodes(self, fresh: bool = False) -> list[Obj]: ...
     async def list_jobs(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]: ...
     async def pod_log_tail(self, namespace: str, name: str, lines: int = 20) -> str: ...
+    async def list_events(self, namespace: str, fields: Mapping[str, str]) -> list[Obj]: ...
     async def create(self, obj: Obj) -> bool: ...
     async def patch_pod_metadata(
         self, namespace: str, name: str, labels: Mapping[str, str | None], annotations: Mapping[str, str | None]
@@ -155,6 +156,15 @@ class KubeClient:
     async def list_jobs(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
         doc = await self._json(
             self.batch.list_namespaced_job(namespace, label_selector=selector_string(labels), _preload_content=False)
+        )
+        return cast(list[Obj], doc.get("items", []))
+
+    async def list_events(self, namespace: str, fields: Mapping[str, str]) -> list[Obj]:
+        """core/v1 Events in ``namespace`` whose fields equal ``fields`` (a field selector: the API
+        server filters, so only the matching Events cross the wire)."""
+        selector = ",".join(f"{key}={value}" for key, value in fields.items())
+        doc = await self._json(
+            self.core.list_namespaced_event(namespace, field_selector=selector, _preload_content=False)
         )
         return cast(list[Obj], doc.get("items", []))
 

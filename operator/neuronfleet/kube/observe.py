@@ -11,21 +11,25 @@ A running compile Job's message says why its pod has not started: unschedulable,
 pulled, or no pod at all :data:`NO_POD_SECONDS` after the Job was made (the API server refusing the
 pod: a ResourceQuota, a LimitRange, an admission webhook). Without it the Compiled condition reads
 "compile Job running" for the Job's whole ``timeoutSeconds``, then DeadlineExceeded without a cause.
-Such a Job's ServiceAccount is then read (only then: a healthy fleet costs no read), since a missing
+Such a Job's FailedCreate Events are then read (only then: a healthy fleet costs no read): the Job
+controller's record of each refused create, in the API server's words, which planning names
+(``planning.admission.compile_refusal``). When there is none, or the operator may not list Events
+(403: an older chart) or the read fails, the Job's ServiceAccount is read instead, since a missing
 account is the refusal a person most often causes (a typo, or a namespace not yet set up); a read
-the operator may not make (403) or that fails leaves it unknown, and the message as it was. The
-answer is kept :data:`ACCOUNT_ANSWER_SECONDS` per namespace and account (:class:`AccountReads`, one
-per operator, held by the reconciler in Kopf's memo): a fleet of deployments stuck on one missing
-account reads it about once a minute, not once per deployment per reconcile.
+that fails too leaves the cause unknown, and the message as it was. Each answer is kept a minute,
+per Job (:class:`JobEventReads`) and per namespace and account (:class:`AccountReads`), one of each
+per operator, held by the reconciler: a fleet of deployments stuck so reads about once a minute per
+Job, not once per deployment per reconcile.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Literal
+from datetime import UTC, datetime
+from typing import Generic, Literal, TypeVar
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -67,6 +71,10 @@ class CompileJobs:
     #: The ServiceAccount the current request's running Job names, read because the Job has made no
     #: pod, and found missing; None when it exists, was not read, or could not be.
     missing_service_account: str | None = None
+    #: The message of the newest FailedCreate Event of the current request's running Job, read because
+    #: the Job has made no pod (``Error creating: <the API server's refusal>``); None when there is
+    #: none, or it could not be read (then ``missing_service_account`` is read instead).
+    failed_create: str | None = None
 
 
 @dataclass(frozen=True)
@@ -103,8 +111,8 @@ async def _failure_details(kube: KubeApi, namespace: str, job_name: str, message
 #: How long a running compile Job may have no pod before its message says the API server may be
 #: refusing it. The Job controller creates the pod within seconds of the Job; a create the API
 #: server refuses (403 exceeded quota, a LimitRange's maximum, a webhook's denial) it retries with
-#: back-off, and says why only in a FailedCreate Event, which the operator may not list (no RBAC on
-#: events but create). A minute leaves a slow controller time without calling it refused.
+#: back-off, and says why only in a FailedCreate Event (read then). A minute leaves a slow controller
+#: time without calling it refused.
 NO_POD_SECONDS = 60.0
 
 #: A Job condition whose reason names a failed pod create is reported as is. Kubernetes' Job status
@@ -151,38 +159,44 @@ def _no_pod_details(job: Obj, now: datetime | None) -> str:
     )
 
 
-#: How long an answer about a ServiceAccount (found, missing, or not readable: 403) is used before it
-#: is read again. A compile Job stuck on a missing account is reconciled every interval (10 s) per
-#: deployment; the account's creation is then noticed within a minute (the Job controller's own
-#: retry of the pod is what starts the compile, not this read).
+#: How long an answer about a ServiceAccount or a Job's FailedCreate Events (found, missing, or not
+#: readable: 403) is used before it is read again. A compile Job stuck on a refused pod is reconciled
+#: every interval (10 s) per deployment; a fix (the account created, the LimitRange or the quota
+#: changed) is then noticed within a minute (the Job controller's own retry of the pod is what starts
+#: the compile, not this read).
 ACCOUNT_ANSWER_SECONDS = 60.0
+EVENT_ANSWER_SECONDS = 60.0
 
 #: What one read of a ServiceAccount found. ``unreadable``: an error answer (403: the operator's role
 #: lacks `get serviceaccounts`, an older chart); ``unanswered``: a timeout, a refused connection.
 AccountAnswer = Literal["missing", "found", "unreadable", "unanswered"]
 
+_Key = TypeVar("_Key", bound=Hashable)
+_Answer = TypeVar("_Answer")
+
 
 @dataclass
-class AccountReads:
-    """The operator's recent answers about ServiceAccounts, per (namespace, account), each used for
-    ``ttl_seconds`` on the reconcile's clock. Concurrent reconciles asking for the same account wait
-    for one read. An unanswered read (a timeout, a refused connection) is not kept: the next asks again."""
+class RecentAnswers(Generic[_Key, _Answer]):
+    """The operator's recent answers to one kind of read, per key, each used for ``ttl_seconds`` on
+    the reconcile's clock. Concurrent reconciles asking for the same key wait for one read. An
+    unanswered read (a timeout, a refused connection) is not kept: the next asks again."""
 
-    ttl_seconds: float = ACCOUNT_ANSWER_SECONDS
+    ttl_seconds: float
     #: When each answer was read, and what it was.
-    _answers: dict[tuple[str, str], tuple[datetime, AccountAnswer]] = field(default_factory=dict)
-    _locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
+    _answers: dict[_Key, tuple[datetime, _Answer]] = field(default_factory=dict)
+    _locks: dict[_Key, asyncio.Lock] = field(default_factory=dict)
 
-    async def answer(self, kube: KubeApi, namespace: str, name: str, now: datetime) -> AccountAnswer:
-        """What a read of ``name`` in ``namespace`` finds: read now unless a fresh answer is kept."""
-        key = (namespace, name)
+    async def _answer(
+        self, key: _Key, now: datetime, read: Callable[[], Awaitable[_Answer]], kept: Callable[[_Answer], bool]
+    ) -> _Answer:
+        """The answer for ``key``: ``read`` now unless a fresh one is kept; kept only if ``kept`` says."""
         async with self._locks.setdefault(key, asyncio.Lock()):
-            kept = self._answers.get(key)
-            if kept is not None and 0 <= (now - kept[0]).total_seconds() < self.ttl_seconds:
-                return kept[1]
-            answer = await _read_account(kube, namespace, name)
-            if answer != "unanswered":
-                # Expired answers of other accounts go too: a namespace left behind keeps no entry.
+            held = self._answers.get(key)
+            if held is not None and 0 <= (now - held[0]).total_seconds() < self.ttl_seconds:
+                return held[1]
+            answer = await read()
+            if kept(answer):
+                # Expired answers of other keys go too: a namespace or Job left behind keeps no entry.
                 for other in [
                     k for k, (at, _) in self._answers.items() if (now - at).total_seconds() >= self.ttl_seconds
                 ]:
@@ -194,6 +208,20 @@ class AccountReads:
             return answer
 
 
+@dataclass
+class AccountReads(RecentAnswers[tuple[str, str], AccountAnswer]):
+    """The operator's recent answers about ServiceAccounts, per (namespace, account): one per
+    operator, held by the reconciler."""
+
+    ttl_seconds: float = ACCOUNT_ANSWER_SECONDS
+
+    async def answer(self, kube: KubeApi, namespace: str, name: str, now: datetime) -> AccountAnswer:
+        """What a read of ``name`` in ``namespace`` finds: read now unless a fresh answer is kept."""
+        return await self._answer(
+            (namespace, name), now, lambda: _read_account(kube, namespace, name), lambda a: a != "unanswered"
+        )
+
+
 async def _read_account(kube: KubeApi, namespace: str, name: str) -> AccountAnswer:
     """One read of the ServiceAccount ``name`` in ``namespace``."""
     try:
@@ -202,6 +230,80 @@ async def _read_account(kube: KubeApi, namespace: str, name: str) -> AccountAnsw
         logger.debug("%s: ServiceAccount %s not read: %s", namespace, name, exc)
         return "unreadable" if isinstance(exc, ApiException) else "unanswered"
     return "missing" if found is None else "found"
+
+
+@dataclass(frozen=True)
+class FailedCreateAnswer:
+    """What one read of a Job's FailedCreate Events found: ``found`` (the newest one's ``message``),
+    ``none``, ``unreadable`` (an error answer: 403, the operator's role lacks `list events`, an older
+    chart) or ``unanswered`` (a timeout, a refused connection)."""
+
+    state: Literal["found", "none", "unreadable", "unanswered"]
+    message: str = ""
+
+
+@dataclass
+class JobEventReads(RecentAnswers[tuple[str, str, str], FailedCreateAnswer]):
+    """The operator's recent answers about compile Jobs' FailedCreate Events, per (namespace, Job,
+    uid): one per operator, held by the reconciler, so a Job is read at most once a minute whatever
+    reconciles it."""
+
+    ttl_seconds: float = EVENT_ANSWER_SECONDS
+
+    async def answer(self, kube: KubeApi, job: Obj, now: datetime) -> FailedCreateAnswer:
+        """The newest FailedCreate Event of ``job``: read now unless a fresh answer is kept."""
+        meta = job["metadata"]
+        key = (str(meta.get("namespace") or ""), str(meta["name"]), str(meta.get("uid") or ""))
+        return await self._answer(key, now, lambda: _read_failed_create(kube, job), lambda a: a.state != "unanswered")
+
+
+_NEVER = datetime.min.replace(tzinfo=UTC)
+
+
+def _event_time(event: Obj) -> datetime:
+    """When an Event last happened: a repeated one (``count`` > 1) has its ``lastTimestamp`` moved;
+    events.k8s.io writers set ``series.lastObservedTime`` or only ``eventTime``."""
+    series = event.get("series") or {}
+    for stamp in (
+        series.get("lastObservedTime"),
+        event.get("lastTimestamp"),
+        event.get("eventTime"),
+        event.get("firstTimestamp"),
+        (event.get("metadata") or {}).get("creationTimestamp"),
+    ):
+        if isinstance(stamp, str) and stamp:
+            try:
+                when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+            except ValueError:
+                continue
+            return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+    return _NEVER
+
+
+async def _read_failed_create(kube: KubeApi, job: Obj) -> FailedCreateAnswer:
+    """One list of the FailedCreate Events of ``job`` (the Job controller's refused pod creates),
+    filtered by the API server (pkg/registry/core/event: involvedObject.kind, .name, .uid and reason
+    are selectable fields); the newest one's message."""
+    meta = job["metadata"]
+    namespace = str(meta.get("namespace") or "")
+    fields = {"involvedObject.kind": "Job", "involvedObject.name": str(meta["name"]), "reason": _FAILED_CREATE}
+    if meta.get("uid"):
+        # A Job deleted and made again under the same name (a superseded compile) has a new uid: the
+        # old one's Events are not this one's.
+        fields["involvedObject.uid"] = str(meta["uid"])
+    try:
+        events = await kube.list_events(namespace, fields)
+    except _READ_FAILED as exc:
+        logger.debug("%s: Events of Job %s not read: %s", namespace, meta["name"], exc)
+        return FailedCreateAnswer("unreadable" if isinstance(exc, ApiException) else "unanswered")
+    messages = [
+        (_event_time(event), str(event.get("message") or ""))
+        for event in events
+        if event.get("reason") == _FAILED_CREATE and event.get("message")
+    ]
+    if not messages:
+        return FailedCreateAnswer("none")
+    return FailedCreateAnswer("found", max(messages)[1])
 
 
 async def _missing_account(
@@ -222,11 +324,17 @@ async def _missing_account(
 
 
 async def _waiting_details(
-    kube: KubeApi, namespace: str, job: Obj, now: datetime | None, accounts: AccountReads | None = None
-) -> tuple[str, str | None]:
+    kube: KubeApi,
+    namespace: str,
+    job: Obj,
+    now: datetime | None,
+    accounts: AccountReads | None = None,
+    events: JobEventReads | None = None,
+) -> tuple[str, str | None, str | None]:
     """Why a running compile Job's pod has not started: unschedulable, its image not pulled, or no
-    pod made at all (see :func:`_no_pod_details`); with the latter, the Job's ServiceAccount when a
-    read finds it missing.
+    pod made at all (see :func:`_no_pod_details`); with the latter, the message of the Job's newest
+    FailedCreate Event (the API server's refusal, in the Job controller's words), else (none, or
+    the Events could not be read) the Job's ServiceAccount when a read finds it missing.
 
     Empty when it runs (or nothing says why not). A Job stuck so would otherwise read "running"
     until its deadline, then "DeadlineExceeded" without the cause.
@@ -235,19 +343,22 @@ async def _waiting_details(
     if not pods:
         details = _no_pod_details(job, now)
         if not details or now is None:
-            return details, None
-        return details, await _missing_account(kube, namespace, job, now, accounts)
+            return details, None, None
+        failed = await (events or JobEventReads()).answer(kube, job, now)
+        if failed.state == "found":
+            return details, None, failed.message
+        return details, await _missing_account(kube, namespace, job, now, accounts), None
     for pod in pods:
         status = pod.get("status") or {}
         for container in status.get("containerStatuses") or []:
             waiting = (container.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") and waiting["reason"] not in ("ContainerCreating", "PodInitializing"):
-                return f"{waiting['reason']}: {(waiting.get('message') or '').strip()[:300]}".rstrip(": "), None
+                return f"{waiting['reason']}: {(waiting.get('message') or '').strip()[:300]}".rstrip(": "), None, None
         for condition in status.get("conditions") or []:
             if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
                 why = (condition.get("message") or condition.get("reason") or "").strip()[:300]
-                return f"not scheduled: {why}", None
-    return "", None
+                return f"not scheduled: {why}", None, None
+    return "", None, None
 
 
 async def observe_compile_jobs(
@@ -257,12 +368,14 @@ async def observe_compile_jobs(
     request: CompileRequest,
     now: datetime | None = None,
     accounts: AccountReads | None = None,
+    events: JobEventReads | None = None,
 ) -> CompileJobs:
     """One list of the deployment's compile Jobs: the current request's state and the running ones.
 
     ``now`` (the reconcile's clock, which stamps the Jobs' creation in the sandbox) ages a running
-    Job that has no pod; without it such a Job is not reported as refused. ``accounts``: the
-    operator's recent answers about ServiceAccounts (None: such a Job's account is read every time).
+    Job that has no pod; without it such a Job is not reported as refused. ``accounts`` and
+    ``events``: the operator's recent answers about ServiceAccounts and Jobs' FailedCreate Events
+    (None: such a Job's are read every time).
     """
     name = compile_job_name(deployment, request)
     jobs: list[Obj] = await kube.list_jobs(namespace, compile_job_selector(deployment))
@@ -270,7 +383,7 @@ async def observe_compile_jobs(
     message = ""
     job_spec = None
     republishes = False
-    missing_account = None
+    missing_account = failed_create = None
     running = []
     current: Obj | None = None
     for job in jobs:
@@ -286,8 +399,12 @@ async def observe_compile_jobs(
     if phase == "failed":
         message = await _failure_details(kube, namespace, name, message)
     elif phase == "running" and current is not None:
-        message, missing_account = await _waiting_details(kube, namespace, current, now, accounts)
-    return CompileJobs(name, phase, message, tuple(sorted(running)), job_spec, republishes, missing_account)
+        message, missing_account, failed_create = await _waiting_details(
+            kube, namespace, current, now, accounts, events
+        )
+    return CompileJobs(
+        name, phase, message, tuple(sorted(running)), job_spec, republishes, missing_account, failed_create
+    )
 
 
 def controlled_by(pod: Obj, owner_uid: str | None) -> bool:
@@ -309,9 +426,11 @@ async def observe_cluster(
     owner_uid: str | None,
     now: datetime,
     accounts: AccountReads | None = None,
+    events: JobEventReads | None = None,
 ) -> ClusterObservation:
     """The fleet's pods (those ``owner_uid`` controls), their timelines and (with a ``request``) the
-    compile Jobs, as of ``now`` (the reconcile's clock); ``accounts``: see :func:`observe_compile_jobs`."""
+    compile Jobs, as of ``now`` (the reconcile's clock); ``accounts``, ``events``: see
+    :func:`observe_compile_jobs`."""
     labelled = [
         pod
         for pod in await kube.list_pods(namespace, deployment_selector(deployment))
@@ -329,7 +448,7 @@ async def observe_cluster(
     zones = {node["metadata"]["name"]: (node["metadata"].get("labels") or {}).get(LABEL_ZONE, "") for node in nodes}
     jobs = None
     if request is not None:
-        jobs = await observe_compile_jobs(kube, namespace, deployment, request, now, accounts)
+        jobs = await observe_compile_jobs(kube, namespace, deployment, request, now, accounts, events)
     return ClusterObservation(
         pods=tuple(parse_pod(pod, names, node_zones=zones) for pod in pods),
         foreign_pod_names=foreign,

@@ -19,6 +19,11 @@ field that caused it nor what to do:
   LimitRanger admission plugin, 403). :func:`refusal_for` names them from the refused create's
   answer alone (``Reason.LIMIT_RANGE_REFUSED``): the answer says what was wrong, the spec says which
   field sets it.
+
+The compile Job's pod is refused to the Job controller, not to the operator: :func:`compile_refusal`
+names it from the Job's FailedCreate Event (``Error creating: <the API server's refusal>``) with the
+same recognition, and the spec.compile fields; a refusal it does not know (a ResourceQuota, an
+admission webhook) is ``Reason.POD_CREATION_REFUSED``, quoting the API server, for either workload.
 """
 
 from __future__ import annotations
@@ -31,8 +36,7 @@ from typing import Literal
 
 from neuronfleet.api.v1alpha1 import CompileSpec, RuntimeSpec
 from neuronfleet.planning.placement import Candidate, QuantityError, parse_quantity
-from neuronfleet.planning.reasons import Reason
-from neuronfleet.planning.status import Refusal
+from neuronfleet.planning.reasons import Reason, Refusal
 
 #: The account a pod that names none runs as. The ServiceAccount controller keeps it in every
 #: namespace (it creates it again when deleted), so the operator never reads it.
@@ -79,13 +83,39 @@ _LIMIT_RANGER_RATIO = re.compile(
     r"([a-z0-9./-]+) max limit to request ratio per (Container|Pod) is ([0-9][0-9.]*[a-zA-Z]*), but "
     r"(?:provided ratio is ([0-9.]+)|no (request|limit) is specified)"
 )
-#: The spec fields that set a serving pod's request and limit of each resource: CPU has a limit of its
-#: own; memory and disk are request and limit alike (see ``kube.builders``).
-_SERVING_FIELDS: dict[str, tuple[str, str]] = {
-    "cpu": ("spec.runtime.cpu", "spec.runtime.cpuLimit"),
-    "memory": ("spec.runtime.memory", "spec.runtime.memory"),
-    "ephemeral-storage": ("spec.runtime.ephemeralStorage", "spec.runtime.ephemeralStorage"),
+#: The ResourceQuota admission plugin's refusal of a pod that sets no value for a resource a quota
+#: caps (k8s.io/apiserver admission/plugin/resourcequota: ``failed quota: %s: must specify %s``).
+_QUOTA_MUST_SPECIFY = re.compile(r"failed quota: ([a-z0-9][-a-z0-9.]*): must specify ([^\n\]]+)")
+#: ... and of one that would take the namespace over a quota (``exceeded quota: %s, requested: %s,
+#: used: %s, limited: %s``).
+_QUOTA_EXCEEDED = re.compile(r"exceeded quota: ([a-z0-9][-a-z0-9.]*), requested: (\S+?), used: ")
+#: A quota's resource names, as those messages list them (``limits.cpu``, ``requests.memory``, ``cpu``).
+_QUOTA_RESOURCE = re.compile(r"(?:(requests|limits)\.)?(cpu|memory|ephemeral-storage)\b")
+#: The spec fields that set a pod's request and limit of each resource, per workload: CPU has a limit
+#: of its own; memory and disk are request and limit alike (see ``kube.builders`` and ``kube.jobs``).
+_FIELDS: dict[Workload, dict[str, tuple[str, str]]] = {
+    "serving": {
+        "cpu": ("spec.runtime.cpu", "spec.runtime.cpuLimit"),
+        "memory": ("spec.runtime.memory", "spec.runtime.memory"),
+        "ephemeral-storage": ("spec.runtime.ephemeralStorage", "spec.runtime.ephemeralStorage"),
+    },
+    "compile": {
+        "cpu": ("spec.compile.cpu", "spec.compile.cpuLimit"),
+        "memory": ("spec.compile.memory", "spec.compile.memory"),
+        "ephemeral-storage": ("spec.compile.ephemeralStorage", "spec.compile.ephemeralStorage"),
+    },
 }
+#: What a refusal leaves undone, per workload.
+_NOT_MADE: dict[Workload, str] = {
+    "serving": "no serving pod or placeholder is created",
+    "compile": "the compile Job makes no pod (the Job controller keeps trying)",
+}
+#: The Job controller's FailedCreate Event (kubernetes pkg/controller/controller_utils.go,
+#: RealPodControl.createPods: ``r.Recorder.Eventf(object, v1.EventTypeWarning, FailedCreatePodReason,
+#: "Error creating: %v", err)``, FailedCreatePodReason = "FailedCreate"): the API server's error
+#: after this prefix. client-go's EventAggregator prefixes a message it stands for many similar ones.
+_FAILED_CREATE_PREFIX = "Error creating: "
+_COMBINED_PREFIX = "(combined from similar events): "
 
 
 @dataclass(frozen=True)
@@ -155,26 +185,44 @@ def missing_account_message(account: WorkloadAccount, namespace: str, name: str 
 
 
 @dataclass(frozen=True)
-class ServingPods:
-    """Where the serving pods are made and the CPU they ask for: what a refusal is explained with."""
+class WorkloadPods:
+    """Where a workload's pods are made and the CPU they ask for: what a refusal is explained with."""
 
     namespace: str
-    #: Each replica's CPU request, in millicores (spec.runtime.cpu, else its share of the node).
+    #: Each pod's CPU request (serving: in millicores, spec.runtime.cpu, else its share of the node).
     cpu_request: str
     #: Where the request comes from, as a person would look for it.
     cpu_request_origin: str
-    #: spec.runtime.cpuLimit (None: the pods set no CPU limit).
+    #: spec.runtime.cpuLimit or spec.compile.cpuLimit (None: the pods set no CPU limit).
     cpu_limit: str | None
+    workload: Workload = "serving"
+
+    @property
+    def fields(self) -> dict[str, tuple[str, str]]:
+        """The spec fields that set these pods' request and limit of each resource."""
+        return _FIELDS[self.workload]
+
+    @property
+    def whose_request(self) -> str:
+        """Whose CPU request a message compares with."""
+        return "each replica" if self.workload == "serving" else "the compile Job's pod"
 
 
-def serving_pods(namespace: str, runtime: RuntimeSpec, chosen: Candidate) -> ServingPods:
+def serving_pods(namespace: str, runtime: RuntimeSpec, chosen: Candidate) -> WorkloadPods:
     """The serving pods of the placement ``chosen``, as :func:`refusal_for` explains them."""
     origin = (
         f"spec.runtime.cpu {runtime.cpu}"
         if runtime.cpu
         else f"the replica's share of an {chosen.name} node, as spec.runtime.cpu is unset"
     )
-    return ServingPods(namespace, f"{chosen.cpu_millis_per_replica}m", origin, runtime.cpu_limit or None)
+    return WorkloadPods(namespace, f"{chosen.cpu_millis_per_replica}m", origin, runtime.cpu_limit or None)
+
+
+def compile_pods(namespace: str, compile_spec: CompileSpec) -> WorkloadPods:
+    """The compile Job's pod (``kube.jobs``), as :func:`compile_refusal` explains its refusal."""
+    return WorkloadPods(
+        namespace, compile_spec.cpu, f"spec.compile.cpu {compile_spec.cpu}", compile_spec.cpu_limit or None, "compile"
+    )
 
 
 def _status_message(answer: str) -> str:
@@ -187,83 +235,145 @@ def _status_message(answer: str) -> str:
     return message if isinstance(message, str) else answer
 
 
-def _limit_range_where(pods: ServingPods | None) -> tuple[str, str]:
+def _limit_range_where(pods: WorkloadPods | None) -> tuple[str, str]:
     """The namespace as a message names it, and the command that shows its LimitRanges."""
     if pods is None or not pods.namespace:
         return "the namespace", "kubectl describe limitrange -n <namespace>"
     return f"namespace {pods.namespace}", f"kubectl describe limitrange -n {pods.namespace}"
 
 
-def _default_cpu_limit_refusal(found: re.Match[str], pods: ServingPods | None) -> Refusal:
-    """Pod validation refused a CPU request above the container's CPU limit: with spec.runtime.cpuLimit
+def _default_cpu_limit_refusal(found: re.Match[str], pods: WorkloadPods | None) -> Refusal:
+    """Pod validation refused a CPU request above the container's CPU limit: with the spec's CPU limit
     unset, the limit was a LimitRange's default."""
     request = pods.cpu_request if pods is not None else found.group(1)
     origin = f" ({pods.cpu_request_origin})" if pods is not None else ""
     default = found.group(2)
+    workload: Workload = pods.workload if pods is not None else "serving"
+    cpu_field, limit_field = _FIELDS[workload]["cpu"]
+    whose = pods.whose_request if pods is not None else "each replica"
     if pods is not None and pods.cpu_limit:
         # The pod's own limit (a LimitRange default never replaces one): the plan's check missed it.
         return Refusal(
             Reason.CPU_LIMIT_BELOW_REQUEST,
-            f"spec.runtime.cpuLimit {pods.cpu_limit} is below the CPU request of each replica, {request}{origin}: "
-            "the API server refuses a pod whose CPU limit is below its request, so no serving pod or placeholder "
-            "is created; raise spec.runtime.cpuLimit or lower spec.runtime.cpu",
+            f"{limit_field} {pods.cpu_limit} is below the CPU request of {whose}, {request}{origin}: "
+            f"the API server refuses a pod whose CPU limit is below its request, so {_NOT_MADE[workload]}; "
+            f"raise {limit_field} or lower {cpu_field}",
         )
     where, describe = _limit_range_where(pods)
     of = f" of {default}" if default else ""
-    lower = f", or set spec.runtime.cpu to at most {default}" if default else ", or lower spec.runtime.cpu"
+    lower = f", or set {cpu_field} to at most {default}" if default else f", or lower {cpu_field}"
     return Refusal(
         Reason.LIMIT_RANGE_REFUSED,
         f"a LimitRange in {where} gives a container that sets no CPU limit a default CPU limit{of}, below the "
-        f"CPU request of each replica, {request}{origin}: the API server refuses a pod whose CPU limit is below "
-        f"its request, so no serving pod or placeholder is created ({describe}). Set spec.runtime.cpuLimit to at "
+        f"CPU request of {whose}, {request}{origin}: the API server refuses a pod whose CPU limit is below "
+        f"its request, so {_NOT_MADE[workload]} ({describe}). Set {limit_field} to at "
         f"least {request} (a pod's own limit is not replaced by the default){lower}, or raise the LimitRange's "
         "default CPU limit",
     )
 
 
-def _bound_fix(bound: str, resource: str, value: str, side: str, cpu_limit_set: bool) -> str | None:
-    """What to set so that a serving pod's ``side`` (request or limit) of ``resource`` is within a
+def _bound_fix(bound: str, resource: str, value: str, side: str, pods: WorkloadPods | None) -> str | None:
+    """What to set so that a pod's ``side`` (request or limit) of ``resource`` is within a
     LimitRange's ``bound`` (minimum or maximum) ``value``; None for a resource no spec field sets."""
-    fields = _SERVING_FIELDS.get(resource)
+    fields = _FIELDS[pods.workload if pods is not None else "serving"].get(resource)
     if fields is None:
         return None
     request_field, limit_field = fields
+    cpu_limit_set = pods is not None and bool(pods.cpu_limit)
     if resource == "cpu" and side == "limit" and bound == "maximum" and not cpu_limit_set:
         # The pods set no CPU limit of their own: the LimitRange gave them its default, or none.
-        return f"set spec.runtime.cpuLimit to at most {value} (and at least the request)"
+        return f"set {limit_field} to at most {value} (and at least the request)"
     field = limit_field if side == "limit" else request_field
     return f"set {field} to {'at most' if bound == 'maximum' else 'at least'} {value}"
 
 
-def _limit_ranger_refusal(message: str, pods: ServingPods | None) -> Refusal | None:
+def _limit_ranger_refusal(message: str, pods: WorkloadPods | None) -> Refusal | None:
     """The LimitRanger's refusals in ``message``, named with the fields that set what they compare."""
     said: list[str] = []
     fixes: list[str] = []
-    cpu_limit_set = pods is not None and bool(pods.cpu_limit)
+    workload: Workload = pods.workload if pods is not None else "serving"
     for found in _LIMIT_RANGER_BOUND.finditer(message):
-        # Per Container or per Pod: a serving pod has one container, so the same fields set both.
+        # Per Container or per Pod: the operator's pods have one container, so the same fields set both.
         bound, resource, value, side = found.group(1).lower(), found.group(2), found.group(4), found.group(5)
         said.append(found.group(0))
-        fixes.append(_bound_fix(bound, resource, value, side or found.group(7), cpu_limit_set) or "")
+        fixes.append(_bound_fix(bound, resource, value, side or found.group(7), pods) or "")
     for found in _LIMIT_RANGER_RATIO.finditer(message):
         said.append(found.group(0))
         if found.group(1) == "cpu":
-            fixes.append(f"set spec.runtime.cpuLimit to at most {found.group(3)} times the CPU request")
+            fixes.append(f"set {_FIELDS[workload]['cpu'][1]} to at most {found.group(3)} times the CPU request")
     if not said:
         return None
     where, describe = _limit_range_where(pods)
-    request = f" (each replica requests {pods.cpu_request} CPU: {pods.cpu_request_origin})" if pods else ""
+    if pods is None:
+        request, whom = "", "the serving pods"
+    elif workload == "serving":
+        request, whom = (
+            f" (each replica requests {pods.cpu_request} CPU: {pods.cpu_request_origin})",
+            "the serving pods",
+        )
+    else:
+        request, whom = f" (it requests {pods.cpu_request} CPU: {pods.cpu_request_origin})", "the compile Job's pod"
     steps = [*dict.fromkeys(fix for fix in fixes if fix), "change the LimitRange"]
     fix = steps[0] if len(steps) == 1 else f"{', '.join(steps[:-1])}, or {steps[-1]}"
     return Refusal(
         Reason.LIMIT_RANGE_REFUSED,
-        f"a LimitRange in {where} refuses the serving pods: {'; '.join(said)}{request}; so no serving pod or "
-        f"placeholder is created ({describe}): {fix}",
+        f"a LimitRange in {where} refuses {whom}: {'; '.join(said)}{request}; so {_NOT_MADE[workload]} "
+        f"({describe}): {fix}",
     )
 
 
+def _quota_fix(message: str, pods: WorkloadPods | None) -> str:
+    """What to do about a ResourceQuota's refusal in ``message`` (empty: not one): the spec fields
+    that set what the quota counts, and the command that shows the quota."""
+    workload: Workload = pods.workload if pods is not None else "serving"
+    namespace = pods.namespace if pods is not None and pods.namespace else "<namespace>"
+    if found := _QUOTA_MUST_SPECIFY.search(message):
+        # The quota caps a resource the pod sets no value of: only a CPU limit is ever left unset.
+        fields = [
+            _FIELDS[workload][resource][1 if side == "limits" else 0]
+            for side, resource in _QUOTA_RESOURCE.findall(found.group(2))
+        ]
+        named = " and ".join(dict.fromkeys(fields))
+        if not named:
+            return ""
+        return (
+            f" (ResourceQuota {found.group(1)} caps what the pod leaves unset: set {named}; kubectl describe "
+            f"resourcequota {found.group(1)} -n {namespace})"
+        )
+    if found := _QUOTA_EXCEEDED.search(message):
+        fields = [
+            _FIELDS[workload][resource][1 if side == "limits" else 0]
+            for side, resource in _QUOTA_RESOURCE.findall(found.group(2))
+        ]
+        lower = f"lower {' or '.join(dict.fromkeys(fields))}, or " if fields else ""
+        return (
+            f" (the pod would take the namespace over ResourceQuota {found.group(1)}: {lower}raise the quota or "
+            f"free some of it; kubectl describe resourcequota {found.group(1)} -n {namespace})"
+        )
+    return ""
+
+
+def _named_refusal(message: str, account: WorkloadAccount, pods: WorkloadPods | None) -> Refusal | None:
+    """A refusal the operator knows by its words in ``message`` (the API server's, quotes unescaped
+    or not), named with the fields of ``pods``' workload; None for any other."""
+    if found := _REQUEST_ABOVE_CPU_LIMIT.search(message):
+        return _default_cpu_limit_refusal(found, pods)
+    if limit_range := _limit_ranger_refusal(message, pods):
+        return limit_range
+    if found := _PRIORITY_CLASS_NOT_FOUND.search(message):
+        return Refusal(
+            Reason.PRIORITY_CLASS_MISSING,
+            f"PriorityClass {found.group(1)} does not exist, so no pod naming it can be created: "
+            "install the chart's PriorityClasses (priorityClasses.create) or create it",
+        )
+    if found := _ACCOUNT_NOT_FOUND.search(message):
+        namespace, name = found.group(1), found.group(2)
+        return Refusal(Reason.SERVICE_ACCOUNT_MISSING, missing_account_message(account, namespace, name))
+    return None
+
+
 def refusal_for(
-    status: int, answer: str, serving: WorkloadAccount, shown: str = "", pods: ServingPods | None = None
+    status: int, answer: str, serving: WorkloadAccount, shown: str = "", pods: WorkloadPods | None = None
 ) -> Refusal | None:
     """Why the API server refused a serving pod or placeholder (``status`` 403 or 422, ``answer``
     its body), named when the refusal is one the operator knows, else in its words (``shown``: the
@@ -272,20 +382,34 @@ def refusal_for(
     if status not in (403, 422):
         return None
     message = _status_message(answer)
-    if found := _REQUEST_ABOVE_CPU_LIMIT.search(message):
-        return _default_cpu_limit_refusal(found, pods)
-    if limit_range := _limit_ranger_refusal(message, pods):
-        return limit_range
-    if found := _PRIORITY_CLASS_NOT_FOUND.search(answer):
-        return Refusal(
-            Reason.PRIORITY_CLASS_MISSING,
-            f"PriorityClass {found.group(1)} does not exist, so no pod naming it can be created: "
-            "install the chart's PriorityClasses (priorityClasses.create) or create it",
-        )
-    if found := _ACCOUNT_NOT_FOUND.search(answer):
-        namespace, name = found.group(1), found.group(2)
-        return Refusal(Reason.SERVICE_ACCOUNT_MISSING, missing_account_message(serving, namespace, name))
-    return Refusal(Reason.POD_CREATION_REFUSED, f"the API server refused a pod: {shown or answer[:300]}")
+    named = _named_refusal(message, serving, pods)
+    if named is not None:
+        return named
+    return Refusal(
+        Reason.POD_CREATION_REFUSED, f"the API server refused a pod: {shown or answer[:300]}{_quota_fix(message, pods)}"
+    )
+
+
+def failed_create_refusal(event_message: str) -> str:
+    """The API server's refusal in a Job controller's FailedCreate Event message."""
+    message = event_message.strip()
+    message = message.removeprefix(_COMBINED_PREFIX)
+    return message.removeprefix(_FAILED_CREATE_PREFIX)
+
+
+def compile_refusal(event_message: str, account: WorkloadAccount, pods: WorkloadPods) -> Refusal:
+    """Why the API server refuses the compile Job's pod, from the Job's newest FailedCreate Event
+    (``event_message``): named as :func:`refusal_for` names a serving pod's refusal, with the
+    spec.compile fields (``pods``: :func:`compile_pods`), else quoting the API server."""
+    message = failed_create_refusal(event_message)
+    named = _named_refusal(message, account, pods)
+    if named is not None:
+        return named
+    return Refusal(
+        Reason.POD_CREATION_REFUSED,
+        f"the API server refuses the compile Job's pod, so {_NOT_MADE['compile']}: {message[:400]}"
+        f"{_quota_fix(message, pods)}",
+    )
 
 
 def _cores(quantity: str) -> Fraction | None:

@@ -33,7 +33,7 @@ from typing import Literal
 
 from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
 from neuronfleet.planning.placement import problem_fields
-from neuronfleet.planning.reasons import Reason
+from neuronfleet.planning.reasons import Reason, Refusal
 from neuronserve.manifest import request_record_path
 
 REQUEST_KEY_LENGTH = 16
@@ -164,9 +164,10 @@ class CompileObservation:
     dangling: DanglingRecord | None = None
     #: The observed Job was started to compile a dangling record again (it carries the mark).
     job_republishes: bool = False
-    #: The running Job has made no pod because its ServiceAccount does not exist: what to say of it
-    #: (:func:`neuronfleet.planning.admission.missing_account_message`); None when it exists or is unknown.
-    missing_account: str | None = None
+    #: Why the API server refuses the running Job's pod, which it has not made (its FailedCreate Event,
+    #: else its ServiceAccount read and found missing: :mod:`neuronfleet.planning.admission`); None
+    #: when it has a pod, or nothing says why not.
+    pod_refused: Refusal | None = None
 
     @property
     def attempt(self) -> str:
@@ -305,21 +306,22 @@ def _decide(observed: CompileObservation, previous: StoredArtifact | None) -> Co
             Reason.ARTIFACT_MISSING,
             f"compile Job succeeded but {observed.request.record_uri} is missing",
         )
-    if observed.job_phase == "running" and observed.missing_account is not None:
+    if observed.job_phase == "running" and observed.pod_refused is not None:
+        refused = observed.pod_refused
         if observed.job_spec is not None and observed.job_spec != observed.wanted_job_spec:
-            # The fix (another account, in the spec or the operator's settings) is in the job spec
-            # key: a Job that never ran is replaced at once, not left to its deadline.
+            # The fix (another account, other resources, in the spec or the operator's settings) is in
+            # the job spec key: a Job that never ran is replaced at once, not left to its deadline.
             return CompileDecision(
                 False,
                 previous,
                 "Unknown" if previous is None else "False",
                 Reason.COMPILING,
-                f"compile Job {observed.job_name} made no pod, its ServiceAccount missing, and spec.compile or "
-                "the operator's settings changed since: replacing it",
+                f"compile Job {observed.job_name} made no pod ({refused.reason}), and spec.compile or the "
+                "operator's settings changed since: replacing it",
                 replace_job=True,
             )
-        # Not a wait: nothing compiles until the account exists (the Job then makes its pod itself).
-        return CompileDecision(False, previous, "False", Reason.SERVICE_ACCOUNT_MISSING, observed.missing_account)
+        # Not a wait: nothing compiles until the refusal's cause is fixed (the Job then makes its pod).
+        return CompileDecision(False, previous, "False", refused.reason, refused.message)
     waiting = "running" if observed.job_phase == "running" else "starting"
     # A running Job's message says why its pod has not started (unschedulable, image not pulled).
     stuck = ""

@@ -34,9 +34,9 @@ from neuronfleet.planning import coldstart, scaling, warmpool
 from neuronfleet.planning.coldstart import PodTimeline
 from neuronfleet.planning.compile import CompileFailure, CompileObservation, StoredArtifact
 from neuronfleet.planning.fleet import PodView
-from neuronfleet.planning.reasons import Reason
+from neuronfleet.planning.reasons import Reason, Refusal
 from neuronfleet.planning.signals import MetricSnapshot
-from neuronfleet.planning.status import LastScale, Refusal, find_condition
+from neuronfleet.planning.status import LastScale, find_condition
 from neuronserve.manifest import MANIFEST_MISMATCH_EXIT_CODE
 
 #: Annotations holding JSON that the operator's framework (Kopf) parses on every event.

@@ -103,3 +103,19 @@ class Event:
     type: Literal["Normal", "Warning"]
     reason: Reason
     message: str
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The API server refused to create a pod (admission), or would (the plan makes none): why, with
+    the setting to change where it is known (:mod:`neuronfleet.planning.admission`). Here, not with
+    the status, so that the compile decision can carry one (the status module builds on it)."""
+
+    reason: Literal[
+        Reason.PRIORITY_CLASS_MISSING,
+        Reason.POD_CREATION_REFUSED,
+        Reason.SERVICE_ACCOUNT_MISSING,
+        Reason.CPU_LIMIT_BELOW_REQUEST,
+        Reason.LIMIT_RANGE_REFUSED,
+    ]
+    message: str

@@ -63,11 +63,10 @@ from neuronfleet.planning.placement import (
     plan_for_spec,
     scheduler_warning,
 )
-from neuronfleet.planning.reasons import Event, Reason
+from neuronfleet.planning.reasons import Event, Reason, Refusal
 from neuronfleet.planning.signals import MetricSnapshot
 from neuronfleet.planning.status import (
     LastScale,
-    Refusal,
     StatusInputs,
     autoscaler_status,
     build_status,
@@ -281,12 +280,13 @@ def _compile(
             actions.append(DeleteCompileJob(observed.job_name, decision.republish.describe()))
         else:
             # A failed Job the spec (resources, deadline) or the compile-retry annotation asks to
-            # run again differently, or one that never made a pod for want of its ServiceAccount
-            # and is now asked to run as another: its name is the request's, so it must go first.
+            # run again differently, or one whose pod the API server refuses (its ServiceAccount
+            # missing, a LimitRange, a quota) and that is now asked to run differently: its name is
+            # the request's, so it must go first.
             why = (
                 "it failed, and spec.compile or the compile-retry annotation asks for another run"
                 if observed.job_phase == "failed"
-                else "its ServiceAccount does not exist, and spec.compile or the operator's settings now name another"
+                else "the API server refuses its pod, and spec.compile or the operator's settings changed since"
             )
             actions.append(DeleteCompileJob(observed.job_name, why))
     if observed.source_problem is None:

@@ -48,7 +48,7 @@ from neuronfleet.planning.compile import CompileDecision
 from neuronfleet.planning.fleet import FleetSummary
 from neuronfleet.planning.labels import active_selector, selector_string
 from neuronfleet.planning.placement import PlacementPlan, problem_fields
-from neuronfleet.planning.reasons import Reason
+from neuronfleet.planning.reasons import Reason, Refusal
 from neuronfleet.planning.scaling import Checkpoint
 
 ConditionStatus = Literal["True", "False", "Unknown"]
@@ -72,6 +72,9 @@ COMPILE_PROBLEMS = frozenset(
         Reason.SOURCE_UNREADABLE,
         Reason.SERVICE_ACCOUNT_MISSING,
         Reason.CPU_LIMIT_BELOW_REQUEST,
+        Reason.LIMIT_RANGE_REFUSED,
+        Reason.POD_CREATION_REFUSED,
+        Reason.PRIORITY_CLASS_MISSING,
     }
 )
 
@@ -84,21 +87,6 @@ class ConditionValue:
     status: ConditionStatus
     reason: Reason
     message: str = ""
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """The API server refused to create a pod (admission), or would (the plan makes none): why, with
-    the setting to change where it is known (:mod:`neuronfleet.planning.admission`)."""
-
-    reason: Literal[
-        Reason.PRIORITY_CLASS_MISSING,
-        Reason.POD_CREATION_REFUSED,
-        Reason.SERVICE_ACCOUNT_MISSING,
-        Reason.CPU_LIMIT_BELOW_REQUEST,
-        Reason.LIMIT_RANGE_REFUSED,
-    ]
-    message: str
 
 
 @dataclass(frozen=True)
@@ -341,6 +329,9 @@ _NOT_COMPILED: dict[Reason, str] = {
     Reason.ARTIFACT_GONE: "this spec's artifact is gone from the store and is being compiled again (see Compiled)",
     Reason.SERVICE_ACCOUNT_MISSING: "cannot compile: the compile Job's ServiceAccount does not exist (see Compiled)",
     Reason.CPU_LIMIT_BELOW_REQUEST: "cannot compile: spec.compile.cpuLimit is below spec.compile.cpu (see Compiled)",
+    Reason.LIMIT_RANGE_REFUSED: "cannot compile: a LimitRange refuses the compile Job's pod (see Compiled)",
+    Reason.POD_CREATION_REFUSED: "cannot compile: the API server refuses the compile Job's pod (see Compiled)",
+    Reason.PRIORITY_CLASS_MISSING: "cannot compile: the compile Job's PriorityClass does not exist (see Compiled)",
     Reason.STORE_UNAVAILABLE: "the artifact store could not be read: whether this spec's artifact is the one "
     "served is unknown (see Degraded)",
 }
