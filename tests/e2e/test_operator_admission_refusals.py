@@ -76,9 +76,21 @@ async def test_a_missing_serving_account_is_named_with_its_field_and_pods_follow
     assert not [r for r in harness.cluster.request_log if r.resource == "serviceaccounts" and r.method == "GET"]
 
 
-async def test_a_missing_compile_account_is_named_on_compiled_and_the_job_compiles_once_it_exists(
+def event_lists(harness: OperatorHarness, namespace: str) -> list[Any]:
+    """The operator's lists of Events in ``namespace`` (the test reads the store directly)."""
+    return [
+        r
+        for r in harness.cluster.request_log
+        if r.resource == "events" and r.verb == "list" and r.namespace == namespace
+    ]
+
+
+async def test_without_list_events_a_missing_compile_account_is_still_named_and_the_job_compiles_once_it_exists(
     harness: OperatorHarness,
 ) -> None:
+    # An operator whose role lacks `list events` (a chart older than this one): the FailedCreate
+    # Events cannot be read (403), and the account read names the missing account as before.
+    harness.cluster.apiserver.denied.add(("", "events", "list"))
     manifest = harness.localize(manual("compiler"), namespace=NS)
     manifest["spec"]["compile"]["serviceAccountName"] = "model-compiler"
     await harness.apply(manifest)
@@ -107,6 +119,12 @@ async def test_a_missing_compile_account_is_named_on_compiled_and_the_job_compil
 
     reads = [r for r in harness.cluster.request_log if r.resource == "serviceaccounts" and r.method == "GET"]
     assert reads and {r.name for r in reads} == {"model-compiler"}
+    # Tried, refused, and not asked again every reconcile: kept a minute like any answer.
+    refused = event_lists(harness, NS)
+    assert refused and {r.code for r in refused} == {403}
+    await asyncio.sleep(60)  # fake time: 30 reconciles
+    assert len(event_lists(harness, NS)) - len(refused) <= 2
+    assert compiled()["reason"] == "ServiceAccountMissing"
     await create_account(harness, "model-compiler")
     # The Job controller makes the pod at its next try; the Compiled condition follows the Job.
     await harness.wait(
@@ -267,8 +285,70 @@ async def test_deployments_stuck_on_one_missing_compile_account_read_it_about_on
             ]
         )
 
-    before = reads()
+    before, lists_before = reads(), len(event_lists(harness, "shared"))
     await asyncio.sleep(180)  # fake time: 90 intervals of each of the four deployments
     assert stuck()
-    # One read per answer's minute for all of them, not one per deployment per reconcile (360).
-    assert reads() - before <= 4, reads() - before
+    # Each Job's FailedCreate Events are read at most once a minute, whatever reconciles it (four
+    # Jobs: 4 x 4 at most, not one list per deployment per reconcile, 360); the Events name the
+    # account, so it is not read at all.
+    lists = len(event_lists(harness, "shared")) - lists_before
+    assert 0 < lists <= 16, lists
+    assert reads() - before == 0, reads() - before
+
+
+async def test_a_limit_range_refusing_the_compile_pod_is_named_on_compiled_with_spec_compile(
+    harness: OperatorHarness,
+) -> None:
+    # The compile pod's memory limit (spec.compile.memory, 8Gi by default) is above the LimitRange's
+    # max: the Job controller's creates are refused (403), said only in the Job's FailedCreate Event.
+    await create_limit_range(harness, "small", {"max": {"memory": "4Gi"}})
+    manifest = harness.localize(manual("squeezed"), namespace="small")
+    await harness.apply(manifest)
+
+    def compiled() -> dict[str, Any]:
+        return harness.condition("small", "squeezed", "Compiled")
+
+    await harness.wait(
+        lambda: compiled().get("reason") == "LimitRangeRefused", timeout=400, what="Compiled LimitRangeRefused"
+    )
+    assert compiled()["status"] == "False"
+    assert compiled()["message"].startswith(
+        "a LimitRange in namespace small refuses the compile Job's pod: maximum memory usage per Container is 4Gi, "
+        "but limit is 8Gi (it requests 2 CPU: spec.compile.cpu 2); so the compile Job makes no pod"
+    )
+    assert compiled()["message"].endswith(": set spec.compile.memory to at most 4Gi, or change the LimitRange")
+    assert harness.condition("small", "squeezed", "Degraded")["reason"] == "LimitRangeRefused"
+    await harness.wait(
+        lambda: [
+            e
+            for e in harness.cluster.list("events", "small")
+            if e.get("reason") == "LimitRangeRefused" and e["involvedObject"]["name"] == "squeezed"
+        ],
+        timeout=60,
+        what="a Warning Event",
+    )
+    # The Job controller's own Event, as on a real cluster (kubectl describe job).
+    (job,) = harness.cluster.list("jobs", "small", group="batch")
+    failed = [
+        e
+        for e in harness.cluster.list("events", "small")
+        if e["involvedObject"]["name"] == job["metadata"]["name"] and e.get("reason") == "FailedCreate"
+    ]
+    assert [e["message"] for e in failed] == [
+        f'Error creating: pods "{job["metadata"]["name"]}-" is forbidden: maximum memory usage per Container is '
+        "4Gi, but limit is 8Gi"
+    ]
+    # One Job, reconciled every interval (2 s): its Events are listed at most once a minute.
+    lists = len(event_lists(harness, "small"))
+    await asyncio.sleep(180)  # fake time
+    assert 0 < len(event_lists(harness, "small")) - lists <= 4
+    assert not [r for r in harness.cluster.request_log if r.resource == "serviceaccounts"]
+
+    # Fixed in the spec: the pod-less Job is replaced at once, and its pod is admitted.
+    await harness.patch_spec("small", "squeezed", {"compile": {"memory": "4Gi"}})
+    await harness.wait(
+        lambda: any((p["metadata"].get("labels") or {}).get("job-name") for p in harness.cluster.list("pods", "small")),
+        timeout=120,
+        what="the compile pod",
+    )
+    await harness.wait(lambda: compiled().get("reason") != "LimitRangeRefused", timeout=120, what="Compiled to move on")

@@ -58,11 +58,15 @@ async def test_a_long_compile_pod_is_never_relabeled_nor_deleted_by_the_operator
 async def test_a_compile_pod_the_api_server_refuses_is_named_in_the_compiled_condition(
     harness: OperatorHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A ResourceQuota (or a LimitRange, a webhook) refuses the Job's pod: the Job controller makes
-    # none, says why in a FailedCreate Event only, and the Compiled condition read "compile Job
-    # running" until the Job's deadline (1-2 h), then DeadlineExceeded without the cause.
+    # A ResourceQuota refuses the Job's pod: the Job controller makes none and says why in a
+    # FailedCreate Event only. The Compiled condition read "compile Job running" until the Job's
+    # deadline (1-2 h), then DeadlineExceeded without the cause; then "the API server may be refusing
+    # it". It now quotes the Event, naming the quota and the field that sets what it counts.
     assert harness.cluster.jobs is not None
-    quota = 'pods "bert-compile" is forbidden: exceeded quota: compute, requested: memory=24Gi, limited: memory=8Gi'
+    quota = (
+        'pods "bert-compile" is forbidden: exceeded quota: compute, requested: requests.memory=8Gi, '
+        "used: requests.memory=28Gi, limited: requests.memory=32Gi"
+    )
 
     def refuse(job: dict[str, Any]) -> None:
         raise ApiError(403, "Forbidden", quota)
@@ -77,11 +81,27 @@ async def test_a_compile_pod_the_api_server_refuses_is_named_in_the_compiled_con
     await harness.apply(manifest)
     name = manifest["metadata"]["name"]
 
-    def compiled() -> str:
-        return str(harness.condition("refused", name, "Compiled").get("message") or "")
+    def compiled() -> dict[str, Any]:
+        return harness.condition("refused", name, "Compiled")
 
-    await harness.wait(lambda: "compile Job running" in compiled(), timeout=60, what="the compile Job")
-    assert "its pod is waiting" not in compiled()  # a young Job is only running
-    await harness.wait(lambda: "its pod is waiting: no pod created" in compiled(), timeout=300, what="the refusal")
-    assert "the API server may be refusing it (a ResourceQuota, LimitRange or admission policy)" in compiled()
-    assert "kubectl describe job" in compiled() and " -n refused" in compiled()
+    await harness.wait(lambda: "compile Job running" in compiled().get("message", ""), timeout=60, what="the Job")
+    assert "its pod is waiting" not in compiled()["message"]  # a young Job is only running
+    await harness.wait(
+        lambda: compiled().get("reason") == "PodCreationRefused", timeout=300, what="Compiled PodCreationRefused"
+    )
+    assert compiled()["status"] == "False"
+    assert compiled()["message"] == (
+        "the API server refuses the compile Job's pod, so the compile Job makes no pod (the Job controller keeps "
+        f"trying): {quota} (the pod would take the namespace over ResourceQuota compute: lower spec.compile.memory, "
+        "or raise the quota or free some of it; kubectl describe resourcequota compute -n refused)"
+    )
+    assert harness.condition("refused", name, "Degraded")["reason"] == "PodCreationRefused"
+    await harness.wait(
+        lambda: [
+            e
+            for e in harness.cluster.list("events", "refused")
+            if e.get("reason") == "PodCreationRefused" and e["involvedObject"]["name"] == name
+        ],
+        timeout=60,
+        what="a Warning Event",
+    )

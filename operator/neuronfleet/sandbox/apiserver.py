@@ -124,6 +124,10 @@ class ApiServer:
         self.port = 0
         #: Container log lines per pod uid, served by ``pods/log`` (the kubelet and tests append).
         self.pod_logs: dict[str, list[str]] = {}
+        #: Requests RBAC would deny, as (API group, resource, verb): answered 403 in kube-apiserver's
+        #: words. The sandbox authorizes everything else (it has no RBAC); tests use this to run the
+        #: operator as a role without a permission (an older chart's) would.
+        self.denied: set[tuple[str, str, str]] = set()
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         # handler_cancellation: a client dropping a watch ends its handler (and its subscription).
@@ -223,37 +227,52 @@ class ApiServer:
     # ---- verbs -----------------------------------------------------------------------------------
 
     async def _serve(self, request: web.Request, target: Target, record: RequestRecord) -> web.StreamResponse:
-        method = request.method
-        query = request.query
-        watch = query.get("watch", "") in _TRUE
-        if method == "GET" and watch:
-            record.verb = "watch"
+        record.verb = self._verb(request, target)
+        self._authorize(target, record.verb)
+        verb = record.verb
+        if verb == "watch":
             return await self._watch(request, target)
-        if method == "GET" and target.name is None:
-            record.verb = "list"
+        if verb == "list":
             return self._list(request, target)
-        if method == "GET" and target.subresource == "log":
-            record.verb = "get"
-            return self._log(request, target)
-        if method == "GET":
-            record.verb = "get"
-            return self._get(request, target)
-        if method == "POST" and (target.name is None or target.subresource in ("binding", "eviction")):
-            record.verb = "create"
+        if verb == "get":
+            return self._log(request, target) if target.subresource == "log" else self._get(request, target)
+        if verb == "create":
             return await self._create(request, target)
-        if method == "PUT" and target.name is not None:
-            record.verb = "update"
+        if verb == "update":
             return await self._replace(request, target)
-        if method == "PATCH" and target.name is not None:
-            record.verb = "patch"
+        if verb == "patch":
             return await self._patch(request, target)
-        if method == "DELETE" and target.name is not None:
-            record.verb = "delete"
+        if verb == "delete":
             return await self._delete(request, target)
+        return await self._delete_collection(request, target)
+
+    @staticmethod
+    def _verb(request: web.Request, target: Target) -> str:
+        """The verb RBAC checks for the request (what an audit log records)."""
+        method = request.method
+        if method == "GET" and request.query.get("watch", "") in _TRUE:
+            return "watch"
+        if method == "GET":
+            return "list" if target.name is None else "get"
+        if method == "POST" and (target.name is None or target.subresource in ("binding", "eviction")):
+            return "create"
+        if method == "PUT" and target.name is not None:
+            return "update"
+        if method == "PATCH" and target.name is not None:
+            return "patch"
         if method == "DELETE":
-            record.verb = "deletecollection"
-            return await self._delete_collection(request, target)
+            return "delete" if target.name is not None else "deletecollection"
         raise errors.method_not_allowed()
+
+    def _authorize(self, target: Target, verb: str) -> None:
+        """RBAC's refusal of a request :attr:`denied` names (the authorizer's reason, as kubectl shows it)."""
+        if (target.rt.group, target.rt.plural, verb) not in self.denied:
+            return
+        where = f' in the namespace "{target.namespace}"' if target.namespace else " at the cluster scope"
+        raise errors.forbidden(
+            f'{target.rt.plural} is forbidden: User "system:anonymous" cannot {verb} resource "{target.rt.plural}" '
+            f'in API group "{target.rt.group}"{where}'
+        )
 
     def _versioned(self, target: Target, obj: Obj) -> Obj:
         api_version = target.rt.api_version(target.version)
