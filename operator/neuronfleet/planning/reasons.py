@@ -34,7 +34,8 @@ class Reason(StrEnum):
     # request); Scheduled and Degraded (the serving pods' account is missing, or their CPU limit is)
     SERVICE_ACCOUNT_MISSING = "ServiceAccountMissing"
     CPU_LIMIT_BELOW_REQUEST = "CPULimitBelowRequest"
-    # Scheduled and Degraded (a LimitRange of the namespace refuses the serving pods)
+    # Scheduled and Degraded (a LimitRange of the namespace refuses the serving pods); Compiled and
+    # Degraded (it refuses the compile Job's pod, as its FailedCreate Event says)
     LIMIT_RANGE_REFUSED = "LimitRangeRefused"
     # Scheduled
     ALL_PODS_SCHEDULED = "AllPodsScheduled"
@@ -64,6 +65,7 @@ class Reason(StrEnum):
     CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
     ROLLOUT_STALLED = "RolloutStalled"
     PRIORITY_CLASS_MISSING = "PriorityClassMissing"
+    # ... and Compiled, for the compile Job's pod
     POD_CREATION_REFUSED = "PodCreationRefused"
     CORRUPT_ANNOTATION = "CorruptAnnotation"
     INVALID_SPEC = "InvalidSpec"
