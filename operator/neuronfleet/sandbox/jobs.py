@@ -112,7 +112,10 @@ class JobController:
             try:
                 self._create_pod(job)
             except ApiError as exc:
-                # As kube-controller-manager: said only in an Event, and tried again next round.
+                # As kube-controller-manager: said only in an Event, and tried again next round. The
+                # wording is RealPodControl.createPods' (kubernetes pkg/controller/controller_utils.go:
+                # Eventf(object, Warning, FailedCreatePodReason, "Error creating: %v", err)), which the
+                # operator reads (planning.admission.compile_refusal).
                 self.events.record(job, "Warning", "FailedCreate", f"Error creating: {exc.message}")
                 return
             active_count = 1
