@@ -198,11 +198,6 @@ class WorkloadPods:
     workload: Workload = "serving"
 
     @property
-    def fields(self) -> dict[str, tuple[str, str]]:
-        """The spec fields that set these pods' request and limit of each resource."""
-        return _FIELDS[self.workload]
-
-    @property
     def whose_request(self) -> str:
         """Whose CPU request a message compares with."""
         return "each replica" if self.workload == "serving" else "the compile Job's pod"
