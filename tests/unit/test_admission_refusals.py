@@ -127,8 +127,9 @@ def test_a_limit_ranges_default_cpu_limit_below_the_request_names_the_request_an
         f"below the CPU request of each replica, {request} (the replica's share of an inf2.xlarge node, as "
         "spec.runtime.cpu is unset): the API server refuses a pod whose CPU limit is below its request, so no "
         "serving pod or placeholder is created (kubectl describe limitrange -n search). Set spec.runtime.cpuLimit "
-        f"to at least {request} (a pod's own limit is not replaced by the default), or set spec.runtime.cpu to at "
-        "most 1, or raise the LimitRange's default CPU limit"
+        f"to at least {request} (a pod's own limit is not replaced by the default; unless the LimitRange's max CPU "
+        f"is below {request}, which then refuses that limit), or set spec.runtime.cpu to at most 1, or raise the "
+        "LimitRange's default CPU limit"
     )
     # The older wording does not say the limit.
     older = forbidden_body(DEFAULT_LIMIT_REFUSAL.removesuffix(" of 1"), "Invalid")
@@ -150,8 +151,18 @@ def test_a_limit_below_the_request_is_the_specs_own_when_it_sets_one() -> None:
     ("said", "fix"),
     [
         # LimitRanger (plugin/pkg/admission/limitranger, maxConstraint / minConstraint), 403.
-        ("maximum cpu usage per Container is 2, but request is 3420m", "set spec.runtime.cpu to at most 2"),
-        ("maximum cpu usage per Container is 2, but limit is 4", "set spec.runtime.cpuLimit to at most 2"),
+        (
+            "maximum cpu usage per Container is 2, but request is 3420m",
+            "set spec.runtime.cpu to at most 2 (the request is 3420m: a spec.runtime.cpuLimit between the request "
+            "and the maximum cannot exist)",
+        ),
+        # A maximum below the request: a limit within it would be below the request, refused as well.
+        (
+            "maximum cpu usage per Container is 2, but limit is 4",
+            "set spec.runtime.cpu to at most 2 (the request is 3420m: a spec.runtime.cpuLimit between the request "
+            "and the maximum cannot exist)",
+        ),
+        ("maximum cpu usage per Container is 4, but limit is 6", "set spec.runtime.cpuLimit to at most 4"),
         ("minimum cpu usage per Container is 4, but request is 3420m", "set spec.runtime.cpu to at least 4"),
         ("minimum cpu usage per Container is 4, but limit is 2", "set spec.runtime.cpuLimit to at least 4"),
         ("maximum memory usage per Pod is 8Gi, but limit is 13Gi", "set spec.runtime.memory to at most 8Gi"),
@@ -162,7 +173,8 @@ def test_a_limit_below_the_request_is_the_specs_own_when_it_sets_one() -> None:
     ],
 )
 def test_a_limit_ranges_min_or_max_is_named_with_the_field_that_sets_what_it_compares(said: str, fix: str) -> None:
-    pods = WorkloadPods("search", "3420m", "spec.runtime.cpu 3420m", "4" if "limit is 4" in said else None)
+    limit = next((value for value in ("4", "6") if f"limit is {value}" in said), None)
+    pods = WorkloadPods("search", "3420m", "spec.runtime.cpu 3420m", limit)
     answer = forbidden_body(f'pods "bert-embeddings-a1b2c3d4e5-0" is forbidden: {said}')
     refusal = refusal_for(403, answer, workload_account("serving", None, None), "", pods)
     assert refusal is not None and refusal.reason == Reason.LIMIT_RANGE_REFUSED

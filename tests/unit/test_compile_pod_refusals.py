@@ -67,7 +67,8 @@ def test_a_limit_ranges_default_cpu_limit_below_the_compile_request_names_spec_c
         "the CPU request of the compile Job's pod, 2 (spec.compile.cpu 2): the API server refuses a pod whose CPU "
         "limit is below its request, so the compile Job makes no pod (the Job controller keeps trying) (kubectl "
         "describe limitrange -n search). Set spec.compile.cpuLimit to at least 2 (a pod's own limit is not replaced "
-        "by the default), or set spec.compile.cpu to at most 1, or raise the LimitRange's default CPU limit"
+        "by the default; unless the LimitRange's max CPU is below 2, which then refuses that limit), or set "
+        "spec.compile.cpu to at most 1, or raise the LimitRange's default CPU limit"
     )
 
 
@@ -76,7 +77,12 @@ def test_a_limit_ranges_default_cpu_limit_below_the_compile_request_names_spec_c
     [
         ("maximum memory usage per Container is 4Gi, but limit is 8Gi", "set spec.compile.memory to at most 4Gi"),
         ("minimum cpu usage per Container is 4, but request is 2", "set spec.compile.cpu to at least 4"),
-        ("maximum cpu usage per Container is 1.  No limit is specified", "set spec.compile.cpuLimit to at most 1"),
+        ("maximum cpu usage per Container is 4.  No limit is specified", "set spec.compile.cpuLimit to at most 4"),
+        (
+            "maximum cpu usage per Container is 1.  No limit is specified",
+            "set spec.compile.cpu to at most 1 (the request is 2: a spec.compile.cpuLimit between the request and "
+            "the maximum cannot exist)",
+        ),
         (
             "maximum ephemeral-storage usage per Container is 20Gi, but limit is 64Gi",
             "set spec.compile.ephemeralStorage to at most 20Gi",

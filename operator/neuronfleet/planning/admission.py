@@ -262,8 +262,8 @@ def _default_cpu_limit_refusal(found: re.Match[str], pods: WorkloadPods | None) 
         f"a LimitRange in {where} gives a container that sets no CPU limit a default CPU limit{of}, below the "
         f"CPU request of {whose}, {request}{origin}: the API server refuses a pod whose CPU limit is below "
         f"its request, so {_NOT_MADE[workload]} ({describe}). Set {limit_field} to at "
-        f"least {request} (a pod's own limit is not replaced by the default){lower}, or raise the LimitRange's "
-        "default CPU limit",
+        f"least {request} (a pod's own limit is not replaced by the default; unless the LimitRange's max CPU is "
+        f"below {request}, which then refuses that limit){lower}, or raise the LimitRange's default CPU limit",
     )
 
 
@@ -275,11 +275,24 @@ def _bound_fix(bound: str, resource: str, value: str, side: str, pods: WorkloadP
         return None
     request_field, limit_field = fields
     cpu_limit_set = pods is not None and bool(pods.cpu_limit)
+    if resource == "cpu" and bound == "maximum" and pods is not None and _below(value, pods.cpu_request):
+        # A CPU limit at most the maximum would be below the request, which the API server refuses
+        # too: only a smaller request (or another LimitRange) lets a pod in.
+        return (
+            f"set {request_field} to at most {value} (the request is {pods.cpu_request}: a {limit_field} "
+            "between the request and the maximum cannot exist)"
+        )
     if resource == "cpu" and side == "limit" and bound == "maximum" and not cpu_limit_set:
         # The pods set no CPU limit of their own: the LimitRange gave them its default, or none.
         return f"set {limit_field} to at most {value} (and at least the request)"
     field = limit_field if side == "limit" else request_field
     return f"set {field} to {'at most' if bound == 'maximum' else 'at least'} {value}"
+
+
+def _below(quantity: str, other: str) -> bool:
+    """Whether CPU ``quantity`` is known to be less than ``other``."""
+    mine, theirs = _cores(quantity), _cores(other)
+    return mine is not None and theirs is not None and mine < theirs
 
 
 def _limit_ranger_refusal(message: str, pods: WorkloadPods | None) -> Refusal | None:
