@@ -140,6 +140,36 @@ def test_the_pool_found_is_held_until_the_history_is_as_long_as_the_one_lost() -
     assert state.found is None
 
 
+def test_takeovers_in_a_row_hold_the_pool_found_one_history_length_after_the_first() -> None:
+    """Takeovers every 50 minutes at a flat demand: each finds the pool its predecessor held, which
+    must not start the hold again (it would never end: 6 warm pods for good)."""
+    spec = WarmPoolSpec.model_validate({"mode": "Auto", "minPods": 1, "maxPods": 8})
+    t, state, wanted = 0.0, warmpool.take_over(0.0, 6, 0), []
+    for _ in range(6):
+        end = t + 50 * 60
+        while t < end:
+            decision = warmpool.plan(spec, state, 2, t, active=2, max_active=20)
+            state, t = decision.new_state, t + 15
+        wanted.append((decision.pods, decision.held_since))
+        state = warmpool.take_over(t, decision.pods, decision.node_placeholders, decision.held_since)
+    assert wanted == [(6, 0.0)] + [(1, None)] * 5
+
+
+def test_a_pool_the_history_alone_wants_is_not_marked_held() -> None:
+    """What the history alone sizes is the predecessor's own evidence: the next takeover holds it anew."""
+    spec = WarmPoolSpec.model_validate({"mode": "Auto", "minPods": 0, "maxPods": 8})
+    state, t = warmpool.take_over(0.0, 2, 0), 0.0
+    while t < 1200:
+        decision = warmpool.plan(spec, state, swinging(t), t, active=swinging(t), max_active=20)
+        state, t = decision.new_state, t + 15
+    assert decision.pods == 8 and decision.held_since is None  # the swings want 8, more than the 2 found
+    found = warmpool.take_over(t, 8, 0, decision.held_since).found
+    assert found is not None and found.since == t
+    # A heldSince ahead of the clock (skew) starts no later than now.
+    later = warmpool.take_over(t, 8, 0, t + 600).found
+    assert later is not None and later.since == t
+
+
 def test_the_pool_found_obeys_the_bounds_of_today() -> None:
     spec = WarmPoolSpec.model_validate({"mode": "Auto", "minPods": 0, "maxPods": 3, "maxNodePlaceholders": 1})
     decision = warmpool.plan(spec, warmpool.take_over(0.0, 8, 4), 2, 0.0, active=2, max_active=20)
@@ -159,10 +189,13 @@ def test_the_pool_found_obeys_the_bounds_of_today() -> None:
 
 def test_the_status_section_of_the_pool_is_read_tolerantly() -> None:
     memory = StatusMemory.from_status({"warmPool": {"desiredPods": 4, "desiredPlaceholders": 1}})
-    assert (memory.warm_pods, memory.warm_placeholders) == (4, 1)
-    for section in ("garbage", {"desiredPods": -1, "desiredPlaceholders": "two"}, None):
+    assert (memory.warm_pods, memory.warm_placeholders, memory.warm_held_since) == (4, 1, None)
+    for section in ("garbage", {"desiredPods": -1, "desiredPlaceholders": "two", "heldSince": "noon"}, None):
         memory = StatusMemory.from_status({"warmPool": section})
-        assert (memory.warm_pods, memory.warm_placeholders) == (None, None)
+        assert (memory.warm_pods, memory.warm_placeholders, memory.warm_held_since) == (None, None, None)
+    for written in ("2026-11-30T12:00:00Z", "2026-11-30T12:00:00"):  # without a zone: UTC
+        memory = StatusMemory.from_status({"warmPool": {"desiredPods": 4, "heldSince": written}})
+        assert memory.warm_held_since == T0.timestamp()
 
 
 # ------------------------------------------------------------------------------ the operator's plan
@@ -216,14 +249,53 @@ def test_a_restarted_operator_plans_what_the_old_one_would_have(scaling_spec: di
         assert len(warm) >= 4 and not [a for a in restarted.actions if isinstance(a, DeletePod) and a.name in warm]
 
 
+def test_takeovers_in_a_row_release_the_pool_found_one_hour_after_the_first() -> None:
+    """The whole plan at a flat demand of 2, the status's pool 6 warm pods, and a takeover every 50
+    minutes (a crash-looping operator, rolling upgrades): only the status and the pods carry over.
+    The pool falls to minPods an hour after the first takeover, not never."""
+    dep = deployment(
+        scaling={**FOLLOWING, "maxReplicas": 20},
+        warmPool={"mode": "Auto", "minPods": 1, "maxPods": 8, "maxNodePlaceholders": 0},
+    )
+    request = compile_request(dep.spec, "/store", "fp")
+    stored = StoredArtifact("c" * 64, "/store/cccc", "d" * 64, "cpu")
+    status: dict[str, Any] = {"desiredReplicas": 2, "warmPool": {"desiredPods": 6, "desiredPlaceholders": 0}}
+    pods: tuple[PodView, ...] = ()
+    wanted, held = [], []
+    for takeover in range(4):
+        memory = DeploymentMemory()
+        for second in range(takeover * 50 * 60, (takeover + 1) * 50 * 60, 60):
+            now = T0 + timedelta(seconds=second)
+            ready = sum(1 for p in pods if p.role == "active" and p.ready) or 1
+            observation = Observation(
+                now,
+                pods=pods,
+                compile=CompileObservation(request, stored),
+                metrics=queued(now.timestamp(), 2, min(1.0, 1.6 / ready)),
+            )
+            result = plan_reconcile(
+                dep, observation, memory, StatusMemory.from_status(status), FleetPolicy(), lambda c: "t" * 10
+            )
+            memory, status = result.memory, result.status
+            pods = serving(apply_actions(list(pods), result.actions, now), now)
+        wanted.append(status["warmPool"]["desiredPods"])
+        held.append(status["warmPool"].get("heldSince"))
+    assert wanted == [6, 1, 1, 1], status["warmPool"]
+    # The hold's start is written while it holds, and the status says nothing once it has ended.
+    assert held == ["2026-11-30T12:00:00Z", None, None, None]
+
+
 # ------------------------------------------------------------------------------------- simulator
 
 
 def test_the_simulated_operator_takes_over_as_the_operator_does() -> None:
     ours = ours_from_policy_file(DEFAULT_OURS, 100, "default")
-    ours.pool_wanted = (3, 1)
+    ours.pool_wanted = (3, 1, None)
     ours.restart(960, 7)  # no checkpoint yet
     assert ours.scaling_state == scaling.ScalingState(fleet_found=(960, 7))
     assert ours.warm_state == warmpool.take_over(960, 3, 1)
+    ours.pool_wanted = (3, 1, 900.0)  # the pool was held since 900: still since then
+    ours.restart(975, 7)
+    assert ours.warm_state == warmpool.take_over(900, 3, 1)
     ours.restart(990, 7, resume=False)
     assert (ours.scaling_state, ours.warm_state) == (scaling.ScalingState(), warmpool.WarmPoolState())

@@ -988,6 +988,13 @@ class WarmPoolStatus(ApiModel):
     desired_pods: int | None = Field(default=None, description="Warm pods wanted.")
     desired_placeholders: int | None = Field(default=None, description="Node placeholders wanted.")
     reason: str | None = Field(default=None, description="The sizing inputs: cold start, demand growth, coverage.")
+    held_since: str | None = Field(
+        default=None,
+        description="Auto mode, after the operator restarted or a new leader took over: since when (RFC 3339) "
+        "the warm pool it found is held above what its own demand history wants. A later takeover holds it "
+        "until the same end, one history length (an hour by default) after this time; absent when the "
+        "history alone sizes the pool.",
+    )
 
 
 class AutoscalerStatus(ApiModel):

@@ -26,7 +26,7 @@ import contextlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from neuronfleet.api.v1alpha1 import GROUP, PlacementStatus
@@ -69,6 +69,17 @@ class Observation:
     corrupt_annotations: tuple[str, ...] = ()
 
 
+def _utc_seconds(value: object) -> float | None:
+    """An RFC 3339 time as Unix seconds (a time without a zone taken as UTC); None if not one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)).timestamp()
+
+
 @dataclass(frozen=True)
 class StatusMemory:
     """The facts read back from the object's status (the durable memory)."""
@@ -93,6 +104,9 @@ class StatusMemory:
     #: holds them until it has a demand history of its own (:func:`~neuronfleet.planning.warmpool.take_over`).
     warm_pods: int | None = None
     warm_placeholders: int | None = None
+    #: Since when the predecessor held a pool found (``status.warmPool.heldSince``, Unix time): the
+    #: hold is not started again. None: absent (as in a status written before the field), or not a time.
+    warm_held_since: float | None = None
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any]) -> StatusMemory:
@@ -128,6 +142,7 @@ class StatusMemory:
         warm_pool = status.get("warmPool")
         warm_pods = warm_pool.get("desiredPods") if isinstance(warm_pool, Mapping) else None
         warm_placeholders = warm_pool.get("desiredPlaceholders") if isinstance(warm_pool, Mapping) else None
+        held_since = _utc_seconds(warm_pool.get("heldSince")) if isinstance(warm_pool, Mapping) else None
         return cls(
             desired_replicas=desired if isinstance(desired, int) and desired >= 0 else None,
             instance_type=instance_type if isinstance(instance_type, str) else None,
@@ -142,6 +157,7 @@ class StatusMemory:
             warm_placeholders=(
                 warm_placeholders if isinstance(warm_placeholders, int) and warm_placeholders >= 0 else None
             ),
+            warm_held_since=held_since,
         )
 
     def condition(self, kind: str) -> Mapping[str, Any]:

@@ -27,7 +27,7 @@ import contextlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment, InferenceDeploymentSpec, WarmPoolStatus
@@ -186,7 +186,8 @@ def decide_targets(
     never decided, i.e. an operator that takes the object over (a restart, a new leader): the
     autoscaler resumes from the checkpoint, or without one holds the ``current`` fleet through its
     scale-down window (:func:`~neuronfleet.planning.scaling.take_over`), and the warm pool holds the
-    pool the status wants until it has a history (:func:`~neuronfleet.planning.warmpool.take_over`).
+    pool the status wants until it has a history, or until the end of the hold the status says its
+    predecessor was in (:func:`~neuronfleet.planning.warmpool.take_over`).
     ``rate_key``: what the replicas' service rate depends on
     (:func:`~neuronfleet.planning.scaling.service_rate_key`), so a rate learned on another artifact
     revision or placement is forgotten, not resumed. ``metrics_problem_reason``: the ScalingActive
@@ -197,7 +198,7 @@ def decide_targets(
         memory = replace(
             memory,
             scaling_state=scaling.take_over(checkpoint_from_status(durable.autoscaler), now, current),
-            warm_state=warmpool.take_over(now, durable.warm_pods, durable.warm_placeholders),
+            warm_state=warmpool.take_over(now, durable.warm_pods, durable.warm_placeholders, durable.warm_held_since),
         )
     if (
         not scaling_due(spec.scaling.interval_seconds, memory, now)
@@ -449,7 +450,10 @@ def plan_reconcile(
             else None
         ),
         warm_pool=WarmPoolStatus(
-            desired_pods=warm.pods, desired_placeholders=warm.node_placeholders, reason=warm.reason
+            desired_pods=warm.pods,
+            desired_placeholders=warm.node_placeholders,
+            reason=warm.reason,
+            held_since=rfc3339(datetime.fromtimestamp(warm.held_since, UTC)) if warm.held_since is not None else None,
         ),
         cold_start=coldstart.status(cold_state, measured_type),
         autoscaler=autoscaler_status(memory.scaling_state.checkpoint),

@@ -36,8 +36,16 @@ inputs (it goes to ``status.warmPool.reason``). Modes:
   placeholders within the node horizon: the active headroom it counted only lowered them), so they
   count as the increases until the new history is as long as the one lost, and the usual rules
   (headroom now, bounds) apply to them. The predecessor's bursts leave its history within that
-  time too, so the pool is never released sooner than it would have been; at most it is kept that
-  much longer.
+  time too, so after one takeover the pool is never released sooner than it would have been; at
+  most it is kept that much longer.
+
+  A pool found is not found again: while the hold raises the pool above what the new history alone
+  wants, its start goes to the status (``status.warmPool.heldSince``, :attr:`WarmPoolDecision.held_since`),
+  and the next takeover holds what it finds only until the same end. Otherwise takeovers less than
+  an hour apart (a crash-looping or often rescheduled operator, rolling upgrades) would renew the
+  hold for good and the pool would never fall to what the demand needs. So whatever the takeovers,
+  a pool is held at most one history length after the first takeover that held it; the price is
+  that increases an operator saw while it held a pool count only until that hold ends.
 """
 
 from __future__ import annotations
@@ -79,11 +87,17 @@ class WarmPoolState:
     found: FoundPool | None = None
 
 
-def take_over(now: float, pods: int | None, placeholders: int | None) -> WarmPoolState:
+def take_over(now: float, pods: int | None, placeholders: int | None, held_since: float | None = None) -> WarmPoolState:
     """The state of an operator that takes over at ``now`` a pool its predecessor sized at ``pods``
-    warm pods and ``placeholders`` node placeholders (None: not known, taken as none)."""
+    warm pods and ``placeholders`` node placeholders (None: not known, taken as none).
+
+    ``held_since``: the predecessor itself held a pool found since then (its
+    :attr:`WarmPoolDecision.held_since`); the hold goes on from there instead of starting again at
+    ``now`` (a time ahead of ``now``, from a skewed clock, counts as ``now``). None: it sized the
+    pool from its own history, or the status predates the field."""
     pods, placeholders = max(0, pods or 0), max(0, placeholders or 0)
-    return WarmPoolState(found=FoundPool(now, pods, placeholders) if pods or placeholders else None)
+    since = now if held_since is None else min(now, held_since)
+    return WarmPoolState(found=FoundPool(since, pods, placeholders) if pods or placeholders else None)
 
 
 @dataclass(frozen=True)
@@ -94,6 +108,10 @@ class WarmPoolDecision:
     node_placeholders: int
     reason: str
     new_state: WarmPoolState
+    #: When the hold of a pool found began, while that hold raises ``pods`` or
+    #: ``node_placeholders`` above what the history alone wants; None otherwise. Written to the
+    #: status so that the next takeover ends the hold at the same time (see the module docstring).
+    held_since: float | None = None
 
 
 def demand_increase_quantile(history: tuple[tuple[float, int], ...], horizon_seconds: float, coverage: float) -> float:
@@ -162,23 +180,32 @@ def plan(
             state,
         )
 
+    headroom = max(0, active - demand) if active is not None and demand is not None else 0
+
+    def size(pod_increase: float, node_increase: float) -> tuple[int, int]:
+        pods = max(spec.min_pods, min(spec.max_pods, math.ceil(pod_increase) - headroom))
+        placeholders = max(0, min(spec.max_node_placeholders, math.ceil(node_increase) - headroom - pods))
+        if max_active is not None and active is not None:
+            # Standby beyond maxReplicas could never be promoted (minPods still holds: warm pods also
+            # replace failed active ones).
+            room = max(0, max_active - active)
+            pods = max(spec.min_pods, min(pods, room))
+            # minPods may take more than the room: no room is then left for placeholders (never a
+            # negative count).
+            placeholders = max(0, min(placeholders, room - pods))
+        return pods, placeholders
+
     pod_increase = demand_increase_quantile(state.history, pod_horizon, spec.coverage)
     node_increase = demand_increase_quantile(state.history, node_horizon, spec.coverage)
-    found = state.found
+    pods, placeholders = size(pod_increase, node_increase)
+    found, held_since = state.found, None
     if found is not None:
         pod_increase = max(pod_increase, float(found.pods))
         node_increase = max(node_increase, float(found.pods + found.placeholders))
-    headroom = max(0, active - demand) if active is not None and demand is not None else 0
-    pods = max(spec.min_pods, min(spec.max_pods, math.ceil(pod_increase) - headroom))
-    placeholders = max(0, min(spec.max_node_placeholders, math.ceil(node_increase) - headroom - pods))
-    if max_active is not None and active is not None:
-        # Standby beyond maxReplicas could never be promoted (minPods still holds: warm pods also
-        # replace failed active ones).
-        room = max(0, max_active - active)
-        pods = max(spec.min_pods, min(pods, room))
-        # minPods may take more than the room: no room is then left for placeholders (never a
-        # negative count).
-        placeholders = max(0, min(placeholders, room - pods))
+        history_alone = (pods, placeholders)
+        pods, placeholders = size(pod_increase, node_increase)
+        if (pods, placeholders) != history_alone:
+            held_since = found.since
     span = state.history[-1][0] - state.history[0][0] if state.history else 0.0
     reason = (
         f"p{spec.coverage * 100:g} demand increase {pod_increase:g} within {pod_horizon:.0f}s "
@@ -189,6 +216,7 @@ def plan(
     if found is not None:
         reason += (
             f"; at least the increases of the {found.pods} warm pods and {found.placeholders} placeholders "
-            f"found at the takeover until the history spans {keep_seconds:.0f}s"
+            f"found at the takeover, for {found.since + keep_seconds - now:.0f}s more (held {keep_seconds:.0f}s "
+            "from the first takeover that held them)"
         )
-    return WarmPoolDecision(pods, placeholders, reason, state)
+    return WarmPoolDecision(pods, placeholders, reason, state, held_since)

@@ -85,8 +85,9 @@ class Ours:
         self.start_replicas: int | None = None
         self.scaling_state = scaling.ScalingState()
         self.warm_state = warmpool.WarmPoolState()
-        #: The warm pods and placeholders last wanted (the operator's ``status.warmPool``).
-        self.pool_wanted = (0, 0)
+        #: The warm pods and placeholders last wanted, and since when a pool found was held (the
+        #: operator's ``status.warmPool``: desiredPods, desiredPlaceholders, heldSince).
+        self.pool_wanted: tuple[int, int, float | None] = (0, 0, None)
 
     def prime(self, replicas: int, now: float) -> None:
         self.scaling_state = scaling.ScalingState(recommendations=((now, replicas),))
@@ -123,7 +124,7 @@ class Ours:
             max_active=self.scaling_spec.max_replicas,
         )
         self.warm_state = pool.new_state
-        self.pool_wanted = (pool.pods, pool.node_placeholders)
+        self.pool_wanted = (pool.pods, pool.node_placeholders, pool.held_since)
         return Targets(decision.desired, pool.pods, pool.node_placeholders, f"{decision.reason} | {pool.reason}")
 
 
