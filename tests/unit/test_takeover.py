@@ -285,6 +285,23 @@ def test_takeovers_in_a_row_release_the_pool_found_one_hour_after_the_first() ->
     assert held == ["2026-11-30T12:00:00Z", None, None, None]
 
 
+def test_manual_scaling_says_the_auto_pool_found_is_kept_while_held() -> None:
+    dep = deployment(
+        scaling={"mode": "Manual", "replicas": 2, "minReplicas": 0, "maxReplicas": 10},
+        warmPool={"mode": "Auto", "minPods": 0, "maxPods": 8},
+    )
+    durable = StatusMemory.from_status({"desiredReplicas": 2, "warmPool": {"desiredPods": 5, "desiredPlaceholders": 0}})
+    targets, memory = decide_targets(dep.spec, DeploymentMemory(), None, "", 2, 2, T0.timestamp(), durable)
+    assert targets.warm.pods == 5
+    assert "only minPods are kept" not in targets.warm.reason
+    assert "Manual does not measure: the pool found at the takeover is kept while held" in targets.warm.reason
+    # Once the hold has ended, only minPods.
+    later = T0.timestamp() + warmpool.HISTORY_SECONDS
+    targets, _ = decide_targets(dep.spec, memory, None, "", 2, 2, later, durable)
+    assert targets.warm.pods == 0
+    assert "Manual does not measure: only minPods are kept" in targets.warm.reason
+
+
 # ------------------------------------------------------------------------------------- simulator
 
 

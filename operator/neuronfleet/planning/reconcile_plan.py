@@ -249,10 +249,15 @@ def decide_targets(
     )
     if spec.scaling.mode == "Manual" and spec.warm_pool.mode == "Auto":
         # Allowed (an SRE pinning the replicas in an incident need not retune the pool), but said.
+        kept = (
+            "the pool found at the takeover is kept while held (above), then only minPods"
+            if warm.new_state.found is not None
+            else "only minPods are kept"
+        )
         warm = replace(
             warm,
             reason=f"{warm.reason}; Auto sizing needs the demand that scaling.mode Manual does not measure: "
-            "only minPods are kept (use warmPool.mode Fixed)",
+            f"{kept} (use warmPool.mode Fixed)",
         )
     memory = replace(memory, warm_state=warm.new_state)
     return Targets(scale, warm, available, message, problem_reason), memory
