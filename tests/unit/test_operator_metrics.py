@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.metrics.operator_metrics import OperatorMetrics, serve
+from neuronfleet.planning.compile import CompileObservation, compile_request
+from neuronfleet.planning.fleet import FleetPolicy
+from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory
+from neuronfleet.planning.reconcile_plan import plan_reconcile
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -117,6 +127,60 @@ def test_degraded_is_one_series_per_object_with_the_current_reason() -> None:
         "ns", "other", 0.01, with_conditions({"type": "Degraded", "status": "True", "reason": "RolloutStalled"})
     )
     assert scrape(port)[("neuronfleet_degraded", other("RolloutStalled"))] == 1
+
+
+def series_of(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], family: str) -> dict[str, float]:
+    """The reason label -> value of one family's series of ns/bert."""
+    return {
+        dict(labels)["reason"]: value
+        for (name, labels), value in samples.items()
+        if name == family and dict(labels)["name"] == "bert"
+    }
+
+
+def test_available_is_one_series_per_object_with_the_current_reason() -> None:
+    metrics = OperatorMetrics()
+    port = serve(metrics, 0, "127.0.0.1")
+    for status_, reason in (("False", "AwaitingArtifact"), ("False", "ReplicasNotReady"), ("True", "ReplicasReady")):
+        metrics.record_reconcile(
+            "ns", "bert", 0.01, with_conditions({"type": "Available", "status": status_, "reason": reason})
+        )
+        assert series_of(scrape(port), "neuronfleet_available") == {reason: 1 if status_ == "True" else 0}
+    # A status without the condition (an error before any status) leaves the series as it was.
+    metrics.record_reconcile("ns", "bert", 0.01, with_conditions())
+    assert series_of(scrape(port), "neuronfleet_available") == {"ReplicasReady": 1}
+    metrics.forget("ns", "bert")
+    assert series_of(scrape(port), "neuronfleet_available") == {}
+    # After a forget the first reason is the only series again (nothing remembered of before).
+    metrics.record_reconcile(
+        "ns", "bert", 0.01, with_conditions({"type": "Available", "status": "False", "reason": "ReplicasNotReady"})
+    )
+    assert series_of(scrape(port), "neuronfleet_available") == {"ReplicasNotReady": 0}
+
+
+def test_a_deployment_on_its_first_compile_says_so_in_neuronfleet_available() -> None:
+    # The series the chart's NeuronfleetReplicasBelowDesired leaves out: desired 1, ready 0 and
+    # metrics unavailable while the first compile runs are a deployment coming up, not one failing.
+    manifest = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
+    manifest["metadata"].update({"namespace": "ns", "name": "bert", "generation": 1})
+    manifest["spec"]["scaling"] = {"mode": "Auto", "minReplicas": 1, "maxReplicas": 5}
+    manifest["spec"]["warmPool"] = {"mode": "Off"}
+    dep = InferenceDeployment.model_validate(manifest)
+    compiling = CompileObservation(compile_request(dep.spec, "/store", "fp"), None, job_phase="running", job_name="j")
+    observation = Observation(
+        datetime(2026, 11, 30, 12, 0, tzinfo=UTC), compile=compiling, metrics=None, metrics_problem="no samples"
+    )
+    result = plan_reconcile(
+        dep, observation, DeploymentMemory(), StatusMemory.from_status({}), FleetPolicy(), lambda _: "t" * 10
+    )
+    metrics = OperatorMetrics()
+    port = serve(metrics, 0, "127.0.0.1")
+    metrics.record_reconcile("ns", "bert", 0.01, result.status)
+    samples = scrape(port)
+    assert samples[key("neuronfleet_replicas", kind="desired")] == 1
+    assert samples[key("neuronfleet_replicas", kind="ready")] == 0
+    assert samples[key("neuronfleet_metrics_available")] == 0
+    assert series_of(samples, "neuronfleet_available") == {"AwaitingArtifact": 0}
 
 
 def test_the_reconcile_duration_histogram_is_the_operators_not_one_per_deployment() -> None:

@@ -18,7 +18,10 @@ deployment. The other series are labelled by ``namespace`` and ``name`` of the I
   signal, 0 when it holds for want of one, from ScalingActive; no series in Manual mode, which reads
   no signal, so that an alert on 0 means an autoscaler holding);
 - ``neuronfleet_degraded{reason}`` (1 while the Degraded condition is True, 0 while False; ``reason``:
-  the condition's reason, one of the operator's CamelCase reasons, so one series per object at a time).
+  the condition's reason, one of the operator's CamelCase reasons, so one series per object at a time);
+- ``neuronfleet_available{reason}`` (1 while the Available condition is True, 0 while False; ``reason``
+  as for Degraded: ``AwaitingArtifact`` before a first compiled artifact, so that an alert on missing
+  replicas can tell a deployment still compiling from one whose pods do not come up).
 
 ``forget`` drops an object's series when it is deleted or its daemon stops (a peering pause), so a
 replica exports series only of the objects it reconciles, and none of objects that are gone.
@@ -91,9 +94,16 @@ class OperatorMetrics:
             (*labels, "reason"),
             registry=self.registry,
         )
+        self.available = Gauge(
+            "neuronfleet_available",
+            "1 while the Available condition is True (reason: its reason), 0 while it is False.",
+            (*labels, "reason"),
+            registry=self.registry,
+        )
         self._desired: dict[tuple[str, str], int] = {}
-        #: The reason label of each object's neuronfleet_degraded series, so a new reason replaces it.
-        self._degraded_reason: dict[tuple[str, str], str] = {}
+        #: The reason label of each object's series of a condition gauge (neuronfleet_degraded,
+        #: neuronfleet_available), so that a new reason replaces the series instead of adding one.
+        self._condition_reason: dict[tuple[Gauge, str, str], str] = {}
         #: Label sets used per object, for :meth:`forget` (prometheus-client has no public listing).
         self._series: dict[tuple[str, str], set[tuple[Family, tuple[str, ...]]]] = {}
 
@@ -136,13 +146,8 @@ class OperatorMetrics:
                 self._drop(self.metrics_available, namespace, name)
             else:
                 self._child(self.metrics_available, namespace, name).set(1 if scaling.get("status") == "True" else 0)
-        if degraded := find_condition({"status": status}, "Degraded"):
-            reason = str(degraded.get("reason") or "")
-            previous_reason = self._degraded_reason.get((namespace, name))
-            if previous_reason is not None and previous_reason != reason:
-                self._drop(self.degraded, namespace, name, previous_reason)
-            self._degraded_reason[(namespace, name)] = reason
-            self._child(self.degraded, namespace, name, reason).set(1 if degraded.get("status") == "True" else 0)
+        self._record_condition(self.degraded, namespace, name, find_condition({"status": status}, "Degraded"))
+        self._record_condition(self.available, namespace, name, find_condition({"status": status}, "Available"))
         desired = status.get("desiredReplicas")
         if isinstance(desired, int):
             previous = self._desired.get((namespace, name))
@@ -150,10 +155,23 @@ class OperatorMetrics:
                 self._child(self.scaling_decisions, namespace, name, "up" if desired > previous else "down").inc()
             self._desired[(namespace, name)] = desired
 
+    def _record_condition(self, family: Gauge, namespace: str, name: str, condition: Mapping[str, Any]) -> None:
+        """A condition as a gauge labelled by its reason: 1 while True, else 0; one series per object.
+        An absent condition (empty) leaves the series as they were."""
+        if not condition:
+            return
+        reason = str(condition.get("reason") or "")
+        previous_reason = self._condition_reason.get((family, namespace, name))
+        if previous_reason is not None and previous_reason != reason:
+            self._drop(family, namespace, name, previous_reason)
+        self._condition_reason[(family, namespace, name)] = reason
+        self._child(family, namespace, name, reason).set(1 if condition.get("status") == "True" else 0)
+
     def forget(self, namespace: str, name: str) -> None:
         """Drop every series of an object (deleted, or reconciled by a peer now)."""
         self._desired.pop((namespace, name), None)
-        self._degraded_reason.pop((namespace, name), None)
+        for gauge in (self.degraded, self.available):
+            self._condition_reason.pop((gauge, namespace, name), None)
         for family, labels in self._series.pop((namespace, name), set()):
             family.remove(*labels)
 
