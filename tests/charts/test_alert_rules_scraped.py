@@ -6,7 +6,8 @@ with the target labels the Prometheus Operator adds (``namespace`` of the scrape
 ``job`` = ``<namespace>/<PodMonitor name>``) and the rendered PodMonitors' ``honorLabels``, loads the
 rendered rule groups (they must evaluate without error), and answers each alert's expression: the
 alerts find the InferenceDeployment and the model-server deployment that are in trouble, by their
-own namespace, and not the one only a paused operator replica still reports.
+own namespace, and neither the one only a paused operator replica still reports nor a new one still
+compiling.
 """
 
 from __future__ import annotations
@@ -32,12 +33,14 @@ pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(120)]
 RELEASE_NAMESPACE = "neuronfleet-system"
 
 
-def status(desired: int, ready: int, degraded: str, metrics: str) -> dict[str, Any]:
+def status(desired: int, ready: int, degraded: str, metrics: str, compiled: bool = True) -> dict[str, Any]:
+    available = "ReplicasReady" if ready >= desired else "ReplicasNotReady" if compiled else "AwaitingArtifact"
     return {
         "desiredReplicas": desired,
-        "replicas": desired,
+        "replicas": desired if compiled else 0,
         "readyReplicas": ready,
         "conditions": [
+            {"type": "Available", "status": "True" if ready >= desired else "False", "reason": available},
             {"type": "Degraded", "status": "False" if degraded == "AsExpected" else "True", "reason": degraded},
             {"type": "ScalingActive", "status": "True" if metrics == "MetricsRead" else "False", "reason": metrics},
         ],
@@ -79,9 +82,10 @@ def test_alert_expressions_find_the_deployments_in_trouble_in_scraped_series(
     (rule,) = by_kind(docs, "PrometheusRule")
     monitors = {m["metadata"]["name"].rsplit("-", 1)[1]: m for m in by_kind(docs, "PodMonitor")}
 
-    # The operator pair: the leader reconciles ml/bert (failing, Degraded, 1 of 3 ready, no metrics)
-    # and ml/gpt (healthy); the paused replica last saw gpt starting and keeps saying so (an operator
-    # now drops its series on a pause; one of an earlier version, during an upgrade, did not).
+    # The operator pair: the leader reconciles ml/bert (failing, Degraded, 1 of 3 ready, no metrics),
+    # ml/gpt (healthy) and ml/llama (new, its first compile running: no pod, no metrics yet); the
+    # paused replica last saw gpt starting and keeps saying so (an operator now drops its series on
+    # a pause; one of an earlier version, during an upgrade, did not).
     leader, paused = OperatorMetrics(), OperatorMetrics()
     paused.record_reconcile("ml", "gpt", 0.01, status(2, 0, "ImagePullBackOff", "MetricsUnavailable"))
 
@@ -90,6 +94,7 @@ def test_alert_expressions_find_the_deployments_in_trouble_in_scraped_series(
             "ml", "bert", 0.01, status(3, 1, "CompileFailed", "MetricsUnavailable"), error_kind="ApiException"
         )
         leader.record_reconcile("ml", "gpt", 0.01, status(2, 2, "AsExpected", "MetricsRead"))
+        leader.record_reconcile("ml", "llama", 0.01, status(1, 0, "AsExpected", "MetricsUnavailable", compiled=False))
 
     # Two model-server deployments: bert refuses and fails requests and answers slowly; gpt is fine.
     bert, gpt = ServerMetrics(BusyTracker()), ServerMetrics(BusyTracker())
