@@ -116,6 +116,29 @@ def test_thresholds_and_durations_come_from_the_values(tmp_path: Path) -> None:
     )
 
 
+#: The alerts read from the operator replica that reconciles a deployment: an operator hand-over
+#: leaves them without series for a while (keep_firing_for).
+PER_DEPLOYMENT_OPERATOR_ALERTS = {
+    "NeuronfleetReplicasBelowDesired",
+    "NeuronfleetDeploymentDegraded",
+    "NeuronfleetScalingMetricsUnavailable",
+}
+
+
+def test_keep_firing_for_is_on_the_alerts_a_hand_over_interrupts_and_can_be_left_out() -> None:
+    def keep_firing_for(*sets: str) -> dict[str, str]:
+        return {
+            name: r["keep_firing_for"] for name, r in alerts(prometheus_rule(sets)).items() if "keep_firing_for" in r
+        }
+
+    assert keep_firing_for() == dict.fromkeys(PER_DEPLOYMENT_OPERATOR_ALERTS, "5m")
+    assert keep_firing_for("monitoring.alerts.keepFiringFor=15m") == dict.fromkeys(
+        PER_DEPLOYMENT_OPERATOR_ALERTS, "15m"
+    )
+    # For a Prometheus before 2.42, or a Prometheus Operator before v0.66.
+    assert keep_firing_for("monitoring.alerts.keepFiringFor=") == {}
+
+
 def exposed_latency_bounds() -> list[str]:
     """The `le` values of the model server's latency histogram as its /metrics text writes them."""
     text = generate_latest(ServerMetrics(BusyTracker()).registry).decode()

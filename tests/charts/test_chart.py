@@ -334,6 +334,7 @@ def test_ci_values_reach_the_operator() -> None:
         ("monitoring.alerts.requestsRejected.ratio=5", "/monitoring/alerts/requestsRejected/ratio"),
         ("monitoring.alerts.latencySLO.objective=99%", "/monitoring/alerts/latencySLO/objective"),
         ("monitoring.alerts.operatorDown.for=5min", "/monitoring/alerts/operatorDown/for"),
+        ("monitoring.alerts.keepFiringFor=5 minutes", "/monitoring/alerts/keepFiringFor"),
         ("monitoring.alerts.ruleLabels.release=x", "ruleLabels"),
     ],
 )
