@@ -139,6 +139,45 @@ def test_keep_firing_for_is_on_the_alerts_a_hand_over_interrupts_and_can_be_left
     assert keep_firing_for("monitoring.alerts.keepFiringFor=") == {}
 
 
+def template_failure(*sets: str) -> str:
+    """helm template's error for the alerts turned on with these settings (it must refuse them)."""
+    args = ["template", "nf", str(REPO / "charts" / "neuronfleet"), "--values", str(MINIMAL_VALUES)]
+    result = helm(*args, *(arg for item in (*ALERTS_ON, *sets) for arg in ("--set", item)))
+    assert result.returncode != 0, f"{sets} rendered"
+    return result.stderr
+
+
+def test_a_burn_rate_alert_that_could_never_fire_is_refused() -> None:
+    # 14.4 x (1 - 0.93) = 1.008: no share of slow requests exceeds it.
+    fast = template_failure("monitoring.alerts.latencySLO.objective=0.93")
+    assert "fastBurn.rate 14.4 x (1 - objective 0.93) = 1.008, 1 or more" in fast
+    assert (
+        "NeuronserveLatencySLOFastBurn would never fire; keep fastBurn.rate below 1 / (1 - objective) = 14.29" in fast
+    )
+    # Exactly 1 (computed in decimal: not 0.9999...) is refused too.
+    assert "= 1, 1 or more" in template_failure(
+        "monitoring.alerts.latencySLO.objective=0.9", "monitoring.alerts.latencySLO.fastBurn.rate=10"
+    )
+    slow = template_failure(
+        "monitoring.alerts.latencySLO.objective=0.85",
+        "monitoring.alerts.latencySLO.fastBurn.rate=6",
+        "monitoring.alerts.latencySLO.slowBurn.rate=7",
+    )
+    assert "slowBurn.rate 7 x (1 - objective 0.85) = 1.05" in slow and "NeuronserveLatencySLOSlowBurn" in slow
+    # A low objective works with burn rates to match, and without the SLO alerts nothing is checked.
+    rules = alerts(
+        prometheus_rule(
+            (
+                "monitoring.alerts.latencySLO.objective=0.9",
+                "monitoring.alerts.latencySLO.fastBurn.rate=9",
+                "monitoring.alerts.latencySLO.slowBurn.rate=5",
+            )
+        )
+    )
+    assert "> 9 * (1 - 0.9)" in rules["NeuronserveLatencySLOFastBurn"]["expr"]
+    assert prometheus_rule(("monitoring.alerts.latencySLO.objective=0.5", "monitoring.alerts.latencySLO.enabled=false"))
+
+
 def exposed_latency_bounds() -> list[str]:
     """The `le` values of the model server's latency histogram as its /metrics text writes them."""
     text = generate_latest(ServerMetrics(BusyTracker()).registry).decode()
