@@ -29,7 +29,8 @@ async def test_metrics_endpoint_follows_the_status(harness: OperatorHarness) -> 
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 if sample.labels.get("name") == name:
-                    label = next((sample.labels[k] for k in ("kind", "outcome", "direction") if k in sample.labels), "")
+                    keys = ("kind", "outcome", "direction", "reason")
+                    label = next((sample.labels[k] for k in keys if k in sample.labels), "")
                     samples[(sample.name, label)] = sample.value
         return samples
 
@@ -44,6 +45,10 @@ async def test_metrics_endpoint_follows_the_status(harness: OperatorHarness) -> 
     assert samples[("neuronfleet_replicas", "desired")] == 3
     assert samples[("neuronfleet_replicas", "ready")] == 3
     assert samples[("neuronfleet_reconciles_total", "ok")] >= 2
+    # The Available condition: one series, labelled by its current reason.
+    assert {k: v for k, v in samples.items() if k[0] == "neuronfleet_available"} == {
+        ("neuronfleet_available", "ReplicasReady"): 1
+    }
 
     await harness.scale(NS, name, 4)
     await harness.wait(lambda: harness.deployment(NS, name)["status"]["desiredReplicas"] == 4, timeout=60, what="4")
