@@ -302,8 +302,9 @@ class CompileSpec(ApiModel):
         description="CPU limit of the compile Job, at least compile.cpu (the API server refuses a request above "
         "its limit; no Job is started then: Compiled False, CPULimitBelowRequest). Unset: none, so that "
         "neuronx-cc may use an idle node's spare cores. Set it where a "
-        "ResourceQuota caps limits.cpu (it refuses pods without a limit) or a LimitRange would give the pod a "
-        "default limit below compile.cpu (the pod would be invalid).",
+        "ResourceQuota caps limits.cpu (it refuses pods without a limit: Compiled False, PodCreationRefused) or a "
+        "LimitRange would give the pod a default limit below compile.cpu (the pod would be invalid: Compiled "
+        "False, LimitRangeRefused).",
     )
     ephemeral_storage: str | None = Field(
         default=None,
