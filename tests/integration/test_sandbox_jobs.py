@@ -217,3 +217,76 @@ async def test_limit_range_admission_defaults_then_validates_then_checks_min_and
             "requests": {"cpu": "500m", "memory": "512Mi"},
             "limits": {"memory": "512Mi", "cpu": "1"},
         }
+
+
+async def test_resource_quota_admission_after_limit_range_defaults_must_specify_then_exceeded() -> None:
+    # Real kube-apiserver: ResourceQuota is the last validating admission, after the LimitRanger's
+    # defaults; a quota capping cpu or memory first refuses a container setting none ("failed quota",
+    # pods.go's Constraints), then any quota taken over its hard ("exceeded quota", only what exceeds).
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        hard = {"pods": "2", "limits.cpu": "3", "requests.memory": "1Gi", "requests.aws.amazon.com/neuroncore": "2"}
+        cluster.create("resourcequotas", {"metadata": {"name": "compute"}, "spec": {"hard": hard}}, "default")
+        two = {"name": "side", "image": "neuronserve:compile", "resources": {"requests": {"memory": "1Mi"}}}
+        bare = resourced_pod("bare", {"memory": "1Mi"})
+        bare["spec"]["containers"].append(two)
+        with pytest.raises(ApiError) as unset:
+            cluster.create("pods", bare, "default")
+        assert unset.value.code == 403
+        assert (
+            unset.value.message
+            == 'pods "bare" is forbidden: failed quota: compute: must specify limits.cpu for: main,side'
+        )
+        assert unset.value.status_body()["reason"] == "Forbidden"
+
+        # The LimitRange's default limit is given before the quota sees the pod.
+        limits = {"type": "Container", "default": {"cpu": "2"}}
+        cluster.create("limitranges", {"metadata": {"name": "defaults"}, "spec": {"limits": [limits]}}, "default")
+        cluster.create("pods", resourced_pod("first", {"memory": "512Mi", "cpu": "1"}), "default")
+
+        def quota_status() -> dict[str, Any]:
+            return (cluster.get("resourcequotas", "compute", "default") or {}).get("status") or {}
+
+        await cluster.wait_for(lambda: quota_status().get("used", {}).get("pods") == "1", timeout=10)
+        assert quota_status() == {
+            "hard": hard,
+            "used": {
+                "pods": "1",
+                "limits.cpu": "2",
+                "requests.memory": "512Mi",
+                "requests.aws.amazon.com/neuroncore": "0",
+            },
+        }
+
+        # Every exceeded resource, sorted, and only those: limits.cpu 2+2 > 3 and memory 512Mi+1Gi > 1Gi.
+        with pytest.raises(ApiError) as over:
+            cluster.create("pods", resourced_pod("second", {"memory": "1Gi", "cpu": "1"}), "default")
+        assert over.value.code == 403
+        assert over.value.message == (
+            'pods "second" is forbidden: exceeded quota: compute, requested: limits.cpu=2,requests.memory=1Gi, '
+            "used: limits.cpu=2,requests.memory=512Mi, limited: limits.cpu=3,requests.memory=1Gi"
+        )
+        # An extended resource's request (defaulted from its limit) counts as requests.<name>.
+        cores = {"aws.amazon.com/neuroncore": "3"}
+        with pytest.raises(ApiError) as neuron:
+            cluster.create("pods", resourced_pod("cores", {"memory": "1Mi", **cores}, {"cpu": "1", **cores}), "default")
+        assert neuron.value.message == (
+            'pods "cores" is forbidden: exceeded quota: compute, requested: requests.aws.amazon.com/neuroncore=3, '
+            "used: requests.aws.amazon.com/neuroncore=0, limited: requests.aws.amazon.com/neuroncore=2"
+        )
+        cluster.create("pods", resourced_pod("fits", {"memory": "1Mi"}, {"cpu": "1"}), "default")
+        with pytest.raises(ApiError) as full:
+            cluster.create("pods", resourced_pod("third", {"memory": "1Mi"}, {"cpu": "100m"}), "default")
+        assert full.value.message == (
+            'pods "third" is forbidden: exceeded quota: compute, requested: limits.cpu=100m,pods=1, '
+            "used: limits.cpu=3,pods=2, limited: limits.cpu=3,pods=2"
+        )
+        # A terminal pod no longer counts (a pod being deleted still does, until it is gone).
+        pods = cluster.store.resource("", "pods")
+        cluster.store.update(
+            pods, "default", "fits", lambda p: p["status"].update(phase="Succeeded"), subresource="status"
+        )
+        cluster.create("pods", resourced_pod("third", {"memory": "1Mi"}, {"cpu": "100m"}), "default")
+        await cluster.wait_for(lambda: quota_status()["used"]["limits.cpu"] == "2100m", timeout=10)
+        assert quota_status()["used"]["pods"] == "2"

@@ -32,6 +32,7 @@ from neuronfleet.sandbox.kubelet import ColdStartProfile, Kubelet
 from neuronfleet.sandbox.nodes import NodeGroup, node_object
 from neuronfleet.sandbox.prometheus import PodTargets, PrometheusServer, find_binary
 from neuronfleet.sandbox.provisioner import NodeNamer, Provisioner
+from neuronfleet.sandbox.resourcequota import QuotaController
 from neuronfleet.sandbox.router import Routers
 from neuronfleet.sandbox.runners import SubprocessRunner
 from neuronfleet.sandbox.s3 import DEFAULT_ARTIFACT_STORE, SandboxS3, StockedSource, example_manifests, split_s3
@@ -186,6 +187,7 @@ class SandboxCluster:
             )
         self.disruption: DisruptionController | None = DisruptionController(self.store) if run_scheduler else None
         self.jobs: JobController | None = JobController(self.store) if run_scheduler else None
+        self.quotas: QuotaController | None = QuotaController(self.store) if run_scheduler else None
         self.s3: SandboxS3 | None = SandboxS3(host) if s3 else None
         self.compile_jobs = compile_jobs
         self.serving = serving
@@ -271,6 +273,8 @@ class SandboxCluster:
             self._tasks.append(loop.create_task(self.disruption.run(), name="sandbox-disruption-controller"))
         if self.jobs is not None:
             self._tasks.append(loop.create_task(self.jobs.run(), name="sandbox-job-controller"))
+        if self.quotas is not None:
+            self._tasks.append(loop.create_task(self.quotas.run(), name="sandbox-resource-quota-controller"))
         if self.endpoints is not None:
             self._tasks.append(loop.create_task(self.endpoints.run(), name="sandbox-endpoints-controller"))
         if self.routers is not None:

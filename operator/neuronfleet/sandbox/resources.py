@@ -164,6 +164,7 @@ def builtin_resources() -> list[ResourceType]:
         _builtin("", "v1", "configmaps", "ConfigMap", True, ["cm"]),
         _builtin("", "v1", "serviceaccounts", "ServiceAccount", True, ["sa"]),
         _builtin("", "v1", "limitranges", "LimitRange", True, ["limits"]),
+        _builtin("", "v1", "resourcequotas", "ResourceQuota", True, ["quota"], status=True),
         _builtin("events.k8s.io", "v1", "events", "Event", True, ["ev"], field_labels=["reason", "type"]),
         _builtin("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ["pdb"], status=True),
         _builtin(

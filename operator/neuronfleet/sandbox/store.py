@@ -23,6 +23,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from neuronfleet.sandbox import errors, managedfields
@@ -32,6 +33,13 @@ from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.managedfields import Manager
 from neuronfleet.sandbox.names import name_problems
 from neuronfleet.sandbox.nodes import quantity
+from neuronfleet.sandbox.quotas import (
+    format_quantity,
+    namespace_quota_usage,
+    pod_quota_usage,
+    quota_constraint_problem,
+    quota_tracks_for_pods,
+)
 from neuronfleet.sandbox.resources import (
     CrdError,
     ResourceType,
@@ -1023,6 +1031,41 @@ class Store:
             # Go's aggregated error: one message as it is, several in brackets.
             raise _forbidden_pod(pod, refusals[0] if len(refusals) == 1 else "[" + ", ".join(refusals) + "]")
 
+    def _check_resource_quotas(self, pod: Obj, spec: dict[str, Any]) -> None:
+        """The ResourceQuota admission plugin, the last validating one (k8s.io/apiserver
+        pkg/admission/plugin/resourcequota/controller.go, checkRequest): first every quota whose hard
+        names a resource of pods must find a value for the cpu and memory ones it caps in each container
+        (``failed quota: %s: %v`` around pods.go's Constraints, ``must specify %s`` of ``%s for: %s``),
+        then none may be taken over its hard (``exceeded quota: %s, requested: %s, used: %s, limited:
+        %s``, only the resources exceeded). Usage is computed here from the stored pods, not read from
+        the quota's status (which :class:`~neuronfleet.sandbox.resourcequota.QuotaController` keeps for
+        kubectl); scopes and scopeSelector are not emulated (a scoped quota counts every pod)."""
+        namespace = _meta(pod).get("namespace")
+        quotas = []
+        for resource_quota in self.iter(self.resources[("", "resourcequotas")], namespace):
+            hard = {str(k): v for k, v in ((resource_quota.get("spec") or {}).get("hard") or {}).items()}
+            tracked = {name: quantity(value) for name, value in hard.items() if quota_tracks_for_pods(name)}
+            if not tracked:
+                continue
+            name = str(_meta(resource_quota).get("name", ""))
+            missing = quota_constraint_problem(spec, set(tracked))
+            if missing:
+                raise _forbidden_pod(pod, f"failed quota: {name}: {missing}")
+            quotas.append((name, tracked))
+        if not quotas:
+            return
+        requested = pod_quota_usage(spec)
+        used = namespace_quota_usage(self.iter(self.resources[("", "pods")], namespace))
+        for name, hard_of in quotas:
+            asked = {k: v for k, v in requested.items() if k in hard_of and v != 0}
+            exceeded = sorted(k for k, v in asked.items() if used.get(k, Decimal(0)) + v > hard_of[k])
+            if exceeded:
+                raise _forbidden_pod(
+                    pod,
+                    f"exceeded quota: {name}, requested: {_pretty(asked, exceeded)}, "
+                    f"used: {_pretty(used, exceeded)}, limited: {_pretty(hard_of, exceeded)}",
+                )
+
     def _admit_pod(self, pod: Obj, old: Obj | None) -> None:
         spec = pod.get("spec")
         if not isinstance(spec, dict) or not isinstance(spec.get("containers"), list) or not spec["containers"]:
@@ -1059,6 +1102,7 @@ class Store:
                 spec["priorityClassName"] = _meta(default)["name"]
         self._validate_requests(pod, spec)
         self._check_limit_ranges(pod, spec, limit_ranges)
+        self._check_resource_quotas(pod, spec)
         for container in spec["containers"]:
             container.setdefault("imagePullPolicy", "IfNotPresent")
             container.setdefault("terminationMessagePath", "/dev/termination-log")
@@ -1075,6 +1119,11 @@ def _forbidden_pod(pod: Obj, why: str) -> errors.ApiError:
     if prefix and name.startswith(prefix) and len(name) == len(prefix) + 5:
         name = prefix
     return errors.forbidden(f'pods "{name or "Unknown"}" is forbidden: {why}')
+
+
+def _pretty(values: dict[str, Decimal], names: list[str]) -> str:
+    """The quota admission's prettyPrint of ``names`` in ``values``: ``name=quantity`` joined by commas."""
+    return ",".join(f"{name}={format_quantity(values.get(name, Decimal(0)), name)}" for name in names)
 
 
 def _copy_object(obj: Obj) -> Obj:
