@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
+from kubernetes_asyncio import client as k8s
 from operator_harness import OperatorHarness, example
 
 from neuronfleet.api.v1alpha1 import GROUP
 from neuronfleet.sandbox import ColdStartProfile
-from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.store import WatchEvent
 
 NS = "compile-pod"
@@ -56,22 +55,20 @@ async def test_a_long_compile_pod_is_never_relabeled_nor_deleted_by_the_operator
 
 
 async def test_a_compile_pod_the_api_server_refuses_is_named_in_the_compiled_condition(
-    harness: OperatorHarness, monkeypatch: pytest.MonkeyPatch
+    harness: OperatorHarness,
 ) -> None:
     # A ResourceQuota refuses the Job's pod: the Job controller makes none and says why in a
     # FailedCreate Event only. The Compiled condition read "compile Job running" until the Job's
     # deadline (1-2 h), then DeadlineExceeded without the cause; then "the API server may be refusing
-    # it". It now quotes the Event, naming the quota and the field that sets what it counts.
-    assert harness.cluster.jobs is not None
-    quota = (
-        'pods "bert-compile" is forbidden: exceeded quota: compute, requested: requests.memory=8Gi, '
-        "used: requests.memory=28Gi, limited: requests.memory=32Gi"
+    # it". It now quotes the Event, naming the quota and the field that sets what it counts. The
+    # sandbox's quota admission refuses it (spec.compile.memory is 8Gi by default).
+    await harness.ensure_namespace("refused")
+    await k8s.CoreV1Api(await harness.api()).create_namespaced_resource_quota(
+        "refused", {"metadata": {"name": "compute"}, "spec": {"hard": {"requests.memory": "4Gi"}}}
     )
-
-    def refuse(job: dict[str, Any]) -> None:
-        raise ApiError(403, "Forbidden", quota)
-
-    monkeypatch.setattr(harness.cluster.jobs, "_create_pod", refuse)
+    quota = (
+        "exceeded quota: compute, requested: requests.memory=8Gi, used: requests.memory=0, limited: requests.memory=4Gi"
+    )
     manifest = harness.localize(
         example(
             "bert-embeddings", scaling={"mode": "Manual", "replicas": 1, "minReplicas": 0}, warmPool={"mode": "Off"}
@@ -90,9 +87,11 @@ async def test_a_compile_pod_the_api_server_refuses_is_named_in_the_compiled_con
         lambda: compiled().get("reason") == "PodCreationRefused", timeout=300, what="Compiled PodCreationRefused"
     )
     assert compiled()["status"] == "False"
+    (job,) = harness.cluster.list("jobs", "refused", group="batch")
+    refused = f'pods "{job["metadata"]["name"]}-" is forbidden: {quota}'
     assert compiled()["message"] == (
         "the API server refuses the compile Job's pod, so the compile Job makes no pod (the Job controller keeps "
-        f"trying): {quota} (the pod would take the namespace over ResourceQuota compute: lower spec.compile.memory, "
+        f"trying): {refused} (the pod would take the namespace over ResourceQuota compute: lower spec.compile.memory, "
         "or raise the quota or free some of it; kubectl describe resourcequota compute -n refused)"
     )
     assert harness.condition("refused", name, "Degraded")["reason"] == "PodCreationRefused"

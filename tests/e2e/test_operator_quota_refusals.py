@@ -1,0 +1,104 @@
+"""ResourceQuota refusals of the operator's pods, named end to end (real Kopf operator, the sandbox API
+server emulating the ResourceQuota admission plugin over real HTTP).
+
+A quota refuses a serving pod at the operator's own create: the answer names the quota, and the
+operator names the spec field that sets what the quota counts and `kubectl describe resourcequota`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes_asyncio import client as k8s
+from operator_harness import OperatorHarness, example
+
+
+def manual(name: str, **overrides: Any) -> dict[str, Any]:
+    manifest = example(
+        "bert-embeddings",
+        scaling={"mode": "Manual", "replicas": 1, "minReplicas": 0},
+        warmPool={"mode": "Off"},
+        **overrides,
+    )
+    manifest["metadata"]["name"] = name
+    return manifest
+
+
+async def create_quota(harness: OperatorHarness, namespace: str, name: str, hard: dict[str, str]) -> None:
+    await harness.ensure_namespace(namespace)
+    await k8s.CoreV1Api(await harness.api()).create_namespaced_resource_quota(
+        namespace, {"metadata": {"name": name}, "spec": {"hard": hard}}
+    )
+
+
+async def refused_serving(harness: OperatorHarness, namespace: str, name: str, **overrides: Any) -> str:
+    """Apply a precompiled deployment and wait for its pods to be refused: Degraded's message."""
+    manifest = harness.localize(manual(name, **overrides), namespace=namespace)
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+    await harness.wait(
+        lambda: harness.condition(namespace, name, "Degraded").get("reason") == "PodCreationRefused",
+        timeout=120,
+        what="Degraded=True PodCreationRefused",
+    )
+    assert harness.condition(namespace, name, "Scheduled")["reason"] == "PodCreationRefused"
+    await harness.wait(
+        lambda: [
+            e
+            for e in harness.cluster.list("events", namespace)
+            if e.get("reason") == "PodCreationRefused" and e["involvedObject"]["name"] == name
+        ],
+        timeout=60,
+        what="a Warning Event",
+    )
+    assert not harness.pods(namespace, name)
+    return str(harness.condition(namespace, name, "Degraded")["message"])
+
+
+async def test_a_neuroncore_quota_refusing_the_serving_pods_is_named_with_the_quota(harness: OperatorHarness) -> None:
+    await create_quota(harness, "cores", "neuron", {"requests.aws.amazon.com/neuroncore": "0"})
+    message = await refused_serving(harness, "cores", "cores")
+    assert (
+        "is forbidden: exceeded quota: neuron, requested: requests.aws.amazon.com/neuroncore=1, "
+        "used: requests.aws.amazon.com/neuroncore=0, limited: requests.aws.amazon.com/neuroncore=0"
+    ) in message
+    assert message.endswith(
+        " (the pod would take the namespace over ResourceQuota neuron: raise the quota or free some of it; "
+        "kubectl describe resourcequota neuron -n cores)"
+    )
+
+
+async def test_a_pods_quota_refusing_the_serving_pods_is_named_with_the_quota(harness: OperatorHarness) -> None:
+    await create_quota(harness, "counted", "pod-count", {"pods": "0"})
+    message = await refused_serving(harness, "counted", "counted")
+    assert "is forbidden: exceeded quota: pod-count, requested: pods=1, used: pods=0, limited: pods=0" in message
+    assert message.endswith("kubectl describe resourcequota pod-count -n counted)")
+
+
+async def test_a_limits_cpu_quota_refuses_pods_without_a_cpu_limit_and_names_spec_runtime_cpu_limit(
+    harness: OperatorHarness,
+) -> None:
+    await create_quota(harness, "capped-cpu", "cpu-cap", {"limits.cpu": "100"})
+    message = await refused_serving(harness, "capped-cpu", "unlimited")
+    assert "is forbidden: failed quota: cpu-cap: must specify limits.cpu for: " in message
+    assert message.endswith(
+        " (ResourceQuota cpu-cap caps what the pod leaves unset: set spec.runtime.cpuLimit; "
+        "kubectl describe resourcequota cpu-cap -n capped-cpu)"
+    )
+    # With a CPU limit the same quota admits the pods.
+    await harness.patch_spec("capped-cpu", "unlimited", {"runtime": {"cpuLimit": "4"}})
+    await harness.wait(
+        lambda: harness.condition("capped-cpu", "unlimited", "Ready").get("status") == "True",
+        timeout=300,
+        what="Ready",
+    )
+    quota = harness.cluster.get("resourcequotas", "cpu-cap", "capped-cpu")
+    assert quota is not None
+    await harness.wait(
+        lambda: (
+            (harness.cluster.get("resourcequotas", "cpu-cap", "capped-cpu") or {})["status"]["used"]
+            == {"limits.cpu": "4"}
+        ),
+        timeout=30,
+        what="the quota's status",
+    )
