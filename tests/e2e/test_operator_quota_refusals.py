@@ -7,10 +7,14 @@ operator names the spec field that sets what the quota counts and `kubectl descr
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio import client as k8s
 from operator_harness import OperatorHarness, example
+from test_operator_kubectl import run_kubectl
 
 
 def manual(name: str, **overrides: Any) -> dict[str, Any]:
@@ -68,11 +72,24 @@ async def test_a_neuroncore_quota_refusing_the_serving_pods_is_named_with_the_qu
     )
 
 
-async def test_a_pods_quota_refusing_the_serving_pods_is_named_with_the_quota(harness: OperatorHarness) -> None:
-    await create_quota(harness, "counted", "pod-count", {"pods": "0"})
+async def test_a_pods_quota_applied_with_kubectl_refuses_the_serving_pods_and_kubectl_describes_it(
+    harness: OperatorHarness, kubectl: str, tmp_path: Path
+) -> None:
+    await harness.ensure_namespace("counted")
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "pod-count"},
+        "spec": {"hard": {"pods": "0"}},
+    }
+    (tmp_path / "quota.yaml").write_text(json.dumps(quota))
+    await run_kubectl(harness, kubectl, "apply", "-n", "counted", "-f", str(tmp_path / "quota.yaml"))
     message = await refused_serving(harness, "counted", "counted")
     assert "is forbidden: exceeded quota: pod-count, requested: pods=1, used: pods=0, limited: pods=0" in message
     assert message.endswith("kubectl describe resourcequota pod-count -n counted)")
+    assert "pod-count" in await run_kubectl(harness, kubectl, "get", "quota", "-n", "counted")
+    described = await run_kubectl(harness, kubectl, "describe", "resourcequota", "pod-count", "-n", "counted")
+    assert re.search(r"Resource\s+Used\s+Hard\n-+\s+-+\s+-+\npods\s+0\s+0\n", described), described
 
 
 async def test_a_limits_cpu_quota_refuses_pods_without_a_cpu_limit_and_names_spec_runtime_cpu_limit(
