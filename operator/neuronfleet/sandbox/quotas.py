@@ -35,12 +35,12 @@ POD_RESOURCES = frozenset(
 #: it ("it was a mistake ... do not add more resources to this list").
 MUST_SPECIFY = frozenset({"cpu", "memory", "requests.cpu", "requests.memory", "limits.cpu", "limits.memory"})
 
-_NATIVE_PREFIX = "kubernetes.io/"
+_NATIVE_DOMAIN = "kubernetes.io/"
 
 
 def _extended(resource: str) -> bool:
-    """Not a native resource (helper.IsNativeResource): one with a domain outside kubernetes.io."""
-    return "/" in resource and not resource.startswith(_NATIVE_PREFIX) and f".{_NATIVE_PREFIX}" not in resource
+    """Not a native resource (helper.IsNativeResource: one with no domain, or kubernetes.io's)."""
+    return "/" in resource and _NATIVE_DOMAIN not in resource
 
 
 def quota_tracks_for_pods(name: str) -> bool:
