@@ -1084,7 +1084,7 @@ class Store:
                     {"key": taint_key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
                 )
         # kube-apiserver's order: mutating admission (LimitRanger, ServiceAccount, Priority), then the
-        # object's validation, then validating admission (LimitRanger's min/max).
+        # object's validation, then validating admission (LimitRanger's min/max, then ResourceQuota).
         limit_ranges = self._default_limit_ranges(pod, spec)
         self._admit_service_account(pod, spec)
         class_name = spec.get("priorityClassName")

@@ -1,0 +1,89 @@
+"""The sandbox's ResourceQuota arithmetic (sandbox.quotas): what a pod counts, the resources a quota
+must find set, and quantities printed as resource.Quantity prints them."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from neuronfleet.sandbox.quotas import (
+    format_quantity,
+    namespace_quota_usage,
+    pod_quota_usage,
+    quota_constraint_problem,
+    quota_tracks_for_pods,
+)
+
+
+def container(name: str, requests: dict[str, str] | None = None, limits: dict[str, str] | None = None) -> dict:
+    return {"name": name, "resources": {"requests": requests or {}, "limits": limits or {}}}
+
+
+@pytest.mark.parametrize(
+    ("name", "tracked"),
+    [
+        ("pods", True),
+        ("limits.cpu", True),
+        ("requests.aws.amazon.com/neuroncore", True),
+        ("limits.aws.amazon.com/neuroncore", False),  # only requests of an extended resource
+        ("requests.example.kubernetes.io/thing", False),  # native
+        ("services", False),
+        ("count/pods", False),  # not emulated
+    ],
+)
+def test_quota_tracks_for_pods(name: str, tracked: bool) -> None:
+    assert quota_tracks_for_pods(name) is tracked
+
+
+def test_pod_usage_sums_containers_takes_the_init_maximum_and_defaults_requests_to_limits() -> None:
+    spec = {
+        "containers": [
+            container("a", {"cpu": "500m"}, {"memory": "1Gi", "aws.amazon.com/neuroncore": "2"}),
+            container("b", {"cpu": "1", "memory": "512Mi"}),
+        ],
+        "initContainers": [container("init", {"cpu": "2"})],
+    }
+    assert pod_quota_usage(spec) == {
+        "pods": 1,
+        "cpu": 2,
+        "requests.cpu": 2,
+        "memory": Decimal(1536 * 2**20),
+        "requests.memory": Decimal(1536 * 2**20),
+        "limits.memory": Decimal(2**30),
+        "requests.aws.amazon.com/neuroncore": 2,
+    }
+
+
+def test_terminal_pods_use_nothing() -> None:
+    running = {"spec": {"containers": [container("a", {"cpu": "1"})]}, "status": {"phase": "Running"}}
+    done = {"spec": {"containers": [container("a", {"cpu": "1"})]}, "status": {"phase": "Succeeded"}}
+    assert namespace_quota_usage([running, done, running])["requests.cpu"] == 2
+
+
+def test_must_specify_lists_each_resource_sorted_with_its_containers() -> None:
+    spec = {
+        "containers": [container("b", {"cpu": "1"}), container("a")],
+        "initContainers": [container("c", {"memory": "1"})],
+    }
+    tracked = {"limits.cpu", "requests.cpu", "pods", "requests.aws.amazon.com/neuroncore"}
+    assert quota_constraint_problem(spec, tracked) == "must specify limits.cpu for: a,b,c; requests.cpu for: a,c"
+    assert quota_constraint_problem(spec, {"pods", "requests.aws.amazon.com/neuroncore"}) == ""
+
+
+@pytest.mark.parametrize(
+    ("value", "resource", "shown"),
+    [
+        (Decimal(0), "requests.memory", "0"),
+        (Decimal(8 * 2**30), "requests.memory", "8Gi"),
+        (Decimal(1536 * 2**20), "limits.memory", "1536Mi"),
+        (Decimal(1500), "memory", "1500"),
+        (Decimal("0.5"), "cpu", "500m"),
+        (Decimal("2.1"), "limits.cpu", "2100m"),
+        (Decimal(4), "limits.cpu", "4"),
+        (Decimal(2000), "requests.cpu", "2k"),
+        (Decimal(3), "requests.aws.amazon.com/neuroncore", "3"),
+    ],
+)
+def test_quantities_print_as_the_api_server_prints_them(value: Decimal, resource: str, shown: str) -> None:
+    assert format_quantity(value, resource) == shown
