@@ -13,19 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio import client as k8s
-from operator_harness import OperatorHarness, example
+from operator_harness import OperatorHarness
+from test_operator_admission_refusals import manual
 from test_operator_kubectl import run_kubectl
-
-
-def manual(name: str, **overrides: Any) -> dict[str, Any]:
-    manifest = example(
-        "bert-embeddings",
-        scaling={"mode": "Manual", "replicas": 1, "minReplicas": 0},
-        warmPool={"mode": "Off"},
-        **overrides,
-    )
-    manifest["metadata"]["name"] = name
-    return manifest
 
 
 async def create_quota(harness: OperatorHarness, namespace: str, name: str, hard: dict[str, str]) -> None:

@@ -6,12 +6,11 @@ wants until it has a demand history of its own."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-import yaml
+from test_reconcile_plan import T0, deployment
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment, ScalingSpec, WarmPoolSpec
 from neuronfleet.planning import hold, scaling, warmpool
@@ -21,16 +20,6 @@ from neuronfleet.planning.observation import DeploymentMemory, Observation, Stat
 from neuronfleet.planning.reconcile_plan import ReconcilePlan, decide_targets, plan_reconcile
 from neuronfleet.planning.signals import MetricSnapshot
 from neuronfleet.sim.policies import DEFAULT_OURS, ours_from_policy_file
-
-REPO = Path(__file__).resolve().parents[2]
-T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-
-
-def deployment(**spec: Any) -> InferenceDeployment:
-    manifest = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
-    manifest["metadata"].update({"namespace": "ns", "generation": 1})
-    manifest["spec"].update(spec)
-    return InferenceDeployment.model_validate(manifest)
 
 
 def queued(now: float, replicas_worth: float, utilization: float) -> MetricSnapshot:
