@@ -161,12 +161,18 @@ async def test_a_restarted_operator_holds_the_fleet_and_the_warm_pool_it_finds(
     # The pool found is kept: its pods (promoted, when the demand rose, is fine), or as many warm pods.
     # Which pods: the sawtooth's scale-downs demote active pods into the pool, and the fleet plan may
     # then delete a found warm pod rather than a demoted one (seen once in a loaded CI run; the pool's
-    # size held). Before the hold, the pool fell to minPods (0) at the first decision.
-    remaining = live_pods(harness, "pool")
+    # size held). A scale-down of more active pods than the pool takes drains the rest, so a
+    # draining pod is not a fault; a found warm pod draining counts as gone. Before the hold, the pool
+    # fell to minPods (0) at the first decision.
+    kept_roles = {"active", "warm"}
+    remaining = {
+        p["metadata"]["name"]
+        for p in harness.pods(NS, "pool")
+        if p["metadata"]["labels"][f"{GROUP}/role"] in kept_roles
+    }
     gone = warm - remaining
     warm_now = live_pods(harness, "pool", "warm")
-    assert not gone or len(warm_now) >= kept, f"deleted after the restart: {sorted(gone)}; warm now {sorted(warm_now)}"
-    assert {p["metadata"]["labels"][f"{GROUP}/role"] for p in harness.pods(NS, "pool")} <= {"active", "warm"}
+    assert not gone or len(warm_now) >= kept, f"gone after the restart: {sorted(gone)}; warm now {sorted(warm_now)}"
 
     # The window ends 300 s after the takeover at the latest: the idle fleet is then released.
     await harness.wait(
