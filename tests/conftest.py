@@ -18,4 +18,4 @@ def repo_root() -> Path:
 
 
 # Fixture plugins shared by several test folders (tests/ is on sys.path: this conftest's folder).
-pytest_plugins = ["fixtures_cluster", "fixtures_peering", "fixtures_prometheus"]
+pytest_plugins = ["fixtures_aws", "fixtures_cluster", "fixtures_peering", "fixtures_prometheus"]

@@ -34,7 +34,7 @@ from neuronfleet.kube.builders import BuilderConfig
 from neuronfleet.kube.client import UNANSWERED, KubeClient
 from neuronfleet.metrics.operator_metrics import OperatorMetrics
 from neuronfleet.metrics.operator_metrics import serve as serve_metrics
-from neuronfleet.metrics.prometheus_auth import CredentialsError, PrometheusCredentials
+from neuronfleet.metrics.prometheus_auth import CredentialsError, PrometheusCredentials, amp_region
 from neuronfleet.planning.placement import (
     DAEMONSET_HEADROOM_CPU,
     DAEMONSET_HEADROOM_MEMORY,
@@ -255,7 +255,7 @@ def resolve_defaults(args: argparse.Namespace) -> argparse.Namespace:
     args.artifact_store = args.artifact_store or os.environ.get("NEURONFLEET_ARTIFACT_STORE") or DEFAULT_ARTIFACT_STORE
     args.neuron_scheduler = args.neuron_scheduler or os.environ.get("NEURONFLEET_NEURON_SCHEDULER") or None
     args.prometheus_url = args.prometheus_url or os.environ.get("NEURONFLEET_PROMETHEUS_URL") or None
-    for name in ("bearer_token_file", "username", "password_file", "ca_file"):
+    for name in ("bearer_token_file", "username", "password_file", "ca_file", "sigv4_region"):
         attribute = f"prometheus_{name}"
         value = getattr(args, attribute) or os.environ.get(f"NEURONFLEET_{attribute.upper()}") or None
         setattr(args, attribute, value)
@@ -348,12 +348,27 @@ def prometheus_credentials(args: argparse.Namespace) -> PrometheusCredentials:
         username=args.prometheus_username,
         password_file=path(args.prometheus_password_file),
         ca_file=path(args.prometheus_ca_file),
+        sigv4_region=args.prometheus_sigv4_region,
     )
-    given = credentials.bearer_token_file or credentials.username or credentials.password_file
+    given = (
+        credentials.bearer_token_file or credentials.username or credentials.password_file or credentials.sigv4_region
+    )
     if given and not args.prometheus_url:
         raise RunSetupError(
             "Prometheus credentials are set but --prometheus-url (env NEURONFLEET_PROMETHEUS_URL) is not: they are "
             "sent only to the operator's own Prometheus, never to a spec's scaling.metrics.prometheusUrl"
+        )
+    workspace_region = amp_region(args.prometheus_url or "")
+    if credentials.sigv4_region and workspace_region and workspace_region != credentials.sigv4_region:
+        raise RunSetupError(
+            f"--prometheus-sigv4-region is {credentials.sigv4_region} but --prometheus-url is an AMP workspace in "
+            f"{workspace_region}: AMP accepts only signatures for its own region"
+        )
+    if workspace_region and not credentials.sigv4_region:
+        logger.warning(
+            "--prometheus-url is an AMP workspace but --prometheus-sigv4-region is not set: AMP refuses unsigned "
+            "requests (HTTP 403); set it to %s",
+            workspace_region,
         )
     return credentials
 
@@ -672,6 +687,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="PATH",
         help="file holding the basic auth password for --prometheus-url only (env "
         "NEURONFLEET_PROMETHEUS_PASSWORD_FILE); read again when it changes",
+    )
+    p.add_argument(
+        "--prometheus-sigv4-region",
+        default=None,
+        metavar="REGION",
+        help="sign requests to --prometheus-url with AWS SigV4 for Amazon Managed Service for Prometheus in REGION "
+        "(env NEURONFLEET_PROMETHEUS_SIGV4_REGION), with the credentials botocore finds: on EKS the "
+        "ServiceAccount's IAM role (IRSA or EKS Pod Identity), renewed before they expire; it needs "
+        "aps:QueryMetrics. Not with a bearer token or basic auth; never sent to a spec's prometheusUrl",
     )
     p.add_argument(
         "--prometheus-ca-file",

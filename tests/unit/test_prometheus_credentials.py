@@ -35,6 +35,8 @@ from neuronfleet.planning.prometheus_urls import PrometheusUrlPolicy
 from neuronfleet.reconcile import OperatorSettings
 
 REPO = Path(__file__).resolve().parents[2]
+#: An AMP workspace's endpoint, in us-east-1.
+AMP = "https://aps-workspaces.us-east-1.amazonaws.com"
 #: The deployments the tests read (in the example's namespace, search).
 DEPLOYMENT_NAMES = ("bert", "spec-url")
 
@@ -382,6 +384,7 @@ _VARIABLES = (
     "NEURONFLEET_PROMETHEUS_USERNAME",
     "NEURONFLEET_PROMETHEUS_PASSWORD_FILE",
     "NEURONFLEET_PROMETHEUS_CA_FILE",
+    "NEURONFLEET_PROMETHEUS_SIGV4_REGION",
     "NEURONFLEET_PROMETHEUS_ALLOWED_URLS",
     "NEURONFLEET_PROMETHEUS_REFUSE_QUERY_OVERRIDES",
 )
@@ -430,6 +433,35 @@ def test_run_reads_the_settings_from_the_environment(
             "error: --prometheus-bearer-token-file /nonexistent/token: No such file or directory",
         ),
         (
+            ["--prometheus-sigv4-region", "eu-west-1"],
+            "error: Prometheus credentials are set but --prometheus-url (env NEURONFLEET_PROMETHEUS_URL) is not",
+        ),
+        (
+            ["--prometheus-url", f"{AMP}/workspaces/ws-1", "--prometheus-sigv4-region", "eu-west-1"],
+            "error: --prometheus-sigv4-region is eu-west-1 but --prometheus-url is an AMP workspace in us-east-1: "
+            "AMP accepts only signatures for its own region",
+        ),
+        (
+            ["--prometheus-url", "https://prometheus-proxy.example", "--prometheus-sigv4-region", "us-east1"],
+            "error: --prometheus-sigv4-region 'us-east1' is not an AWS region (e.g. us-east-1)",
+        ),
+        (
+            [
+                "--prometheus-url",
+                f"{AMP}/workspaces/ws-1",
+                "--prometheus-sigv4-region",
+                "us-east-1",
+                "--prometheus-bearer-token-file",
+                "/dev/null",
+            ],
+            "error: --prometheus-sigv4-region and a bearer token or basic auth are both set",
+        ),
+        (
+            ["--prometheus-url", f"{AMP}/workspaces/ws-1", "--prometheus-sigv4-region", "us-east-1"],
+            "error: --prometheus-sigv4-region is set but botocore finds no AWS credentials: give the operator's "
+            "ServiceAccount an IAM role",
+        ),
+        (
             ["--prometheus-allowed-url", "http://user@prom"],
             "error: --prometheus-allowed-url (env NEURONFLEET_PROMETHEUS_ALLOWED_URLS): 'http://user@prom': an "
             "allowed URL has no user-info, query or fragment",
@@ -439,6 +471,7 @@ def test_run_reads_the_settings_from_the_environment(
 def test_run_refuses_unusable_prometheus_settings_in_one_line(
     tmp_path: Path,
     run_env: pytest.MonkeyPatch,
+    aws_env: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     flags: list[str],
     complaint: str,
@@ -504,3 +537,31 @@ def test_run_without_an_operator_url_still_reads_a_spec_url(
         assert snapshot is None and "no Prometheus URL configured" in reason
     finally:
         metrics.close()
+
+
+def test_run_signs_for_amp_with_the_region_from_the_environment_and_warns_of_an_unsigned_workspace(
+    tmp_path: Path, run_env: pytest.MonkeyPatch, aws_env: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    aws_env.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+    aws_env.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    run_env.setenv("NEURONFLEET_PROMETHEUS_URL", f"{AMP}/workspaces/ws-1")
+    seen: list[Any] = []
+
+    async def build_context(settings: OperatorSettings, kubeconfig: Any, metrics: Any, *args: Any) -> Any:
+        seen.append(metrics)
+        metrics.close()
+        raise run_command.RunSetupError("stopped before connecting")
+
+    run_env.setattr(run_command, "build_context", build_context)
+    with caplog.at_level("WARNING"):
+        assert main(["run", "--kubeconfig", _kubeconfig(tmp_path / "kubeconfig")]) == 2
+    assert "AMP workspace but --prometheus-sigv4-region is not set" in caplog.text
+    assert seen.pop().credentials.sigv4_region is None
+    caplog.clear()
+    run_env.setenv("NEURONFLEET_PROMETHEUS_SIGV4_REGION", "us-east-1")
+    with caplog.at_level("WARNING"):
+        assert main(["run", "--kubeconfig", _kubeconfig(tmp_path / "kubeconfig")]) == 2
+    assert "sigv4" not in caplog.text
+    credentials = seen.pop().credentials
+    assert credentials.sigv4_region == "us-east-1"
+    assert credentials.describe() == "requests signed with AWS SigV4 for aps in us-east-1"

@@ -1,4 +1,4 @@
-"""The operator's credentials for its own Prometheus: a bearer token or basic auth, and a CA bundle.
+"""The operator's credentials for its own Prometheus: a bearer token, basic auth or AWS SigV4, and a CA bundle.
 
 They come from files (the chart mounts them from a Secret), never from the URL or the command
 line, which sit in plain text in the Deployment. A token or password file is read again when it
@@ -9,21 +9,35 @@ They go only to ``--prometheus-url``: :class:`neuronfleet.metrics.prometheus.Pro
 gives them to the client of that URL alone, never to the client of a spec's
 ``scaling.metrics.prometheusUrl`` (whoever writes a spec could otherwise point it at their own
 endpoint and read the operator's token). requests itself drops the ``Authorization`` header when
-an answer redirects to another host. The CA bundle is no secret: it is trusted for every URL, so a
-spec's Prometheus behind the same private CA works too, and it only adds to what requests trusts
-without it (:class:`TrustBundle`): a spec's Prometheus with a publicly trusted certificate still works.
+an answer redirects to another host.
+
+Amazon Managed Service for Prometheus (AMP) takes no token: each request is signed with SigV4
+(:class:`AwsSigV4Auth`) with the credentials botocore finds (on EKS, the ServiceAccount's IAM role
+through IRSA or EKS Pod Identity), which it renews before they expire.
+
+The CA bundle is no secret: it is trusted for every URL, so a spec's Prometheus behind the same
+private CA works too, and it only adds to what requests trusts without it (:class:`TrustBundle`):
+a spec's Prometheus with a publicly trusted certificate still works.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import ssl
 import tempfile
 import threading
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
+import botocore.auth
+import botocore.awsrequest
+import botocore.config
+import botocore.credentials
+import botocore.exceptions
+import botocore.session
 import requests
 import requests.utils
 from requests.auth import AuthBase, HTTPBasicAuth
@@ -102,6 +116,93 @@ class FileBasicAuth(AuthBase):
         return result
 
 
+class AwsCredentialsUnavailable(requests.RequestException):
+    """No AWS credentials to sign a request with (the role cannot be assumed, STS unreachable):
+    the query fails as an unavailable Prometheus does, and the autoscaler holds."""
+
+
+#: The service name AMP's query API is signed for.
+AMP_SIGNING_SERVICE = "aps"
+#: An AWS region's name (us-east-1, us-gov-west-1, ap-southeast-2).
+AWS_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]+")
+#: AMP's query endpoint, whose host names the workspace's region.
+AMP_HOST = re.compile(r"aps-workspaces(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?")
+
+
+def amp_region(url: str) -> str | None:
+    """The region of an AMP workspace URL (None: not AMP's host)."""
+    match = AMP_HOST.fullmatch(urllib.parse.urlsplit(url).hostname or "")
+    return match.group(1) if match else None
+
+
+def _rfc3986_query(query: str) -> str:
+    """``query`` re-encoded as SigV4's canonical form encodes it (every byte but ``A-Za-z0-9-_.~``
+    percent-encoded, a space as ``%20``), its order kept.
+
+    requests encodes a space as ``+``, which an AWS endpoint decodes as a literal ``+`` when it
+    rebuilds the canonical request: a PromQL query with a space would never verify. Sent in this
+    form, the URL is its own canonical query and Prometheus reads the same query.
+    """
+    pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+    return "&".join(f"{urllib.parse.quote(k, safe='-_.~')}={urllib.parse.quote(v, safe='-_.~')}" for k, v in pairs)
+
+
+class AwsSigV4Auth(AuthBase):
+    """Sign each request with AWS Signature Version 4 for AMP (``service``, ``region``).
+
+    The credentials are botocore's default chain (environment, IRSA's web identity token, EKS Pod
+    Identity, the instance's role): botocore renews refreshable ones before they expire, so a
+    request is always signed with current ones. Only ``host``, ``x-amz-date`` and the session
+    token are signed (with the payload's hash): headers a proxy or requests may rewrite are not.
+    """
+
+    def __init__(self, region: str, credentials: botocore.credentials.Credentials, service: str = AMP_SIGNING_SERVICE):
+        self.region = region
+        self.service = service
+        self.credentials = credentials
+
+    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
+        url = urllib.parse.urlsplit(request.url or "")
+        if url.query:
+            request.url = urllib.parse.urlunsplit(url._replace(query=_rfc3986_query(url.query)))
+        try:
+            frozen = self.credentials.get_frozen_credentials()
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as error:
+            # ClientError: STS refused (the role's trust policy, an expired web identity token).
+            raise AwsCredentialsUnavailable(f"no AWS credentials to sign with SigV4: {error}") from None
+        body = request.body if request.body is not None else b""
+        signed = botocore.awsrequest.AWSRequest(method=request.method, url=request.url, data=body)
+        botocore.auth.SigV4Auth(frozen, self.service, self.region).add_auth(signed)
+        for name in ("Authorization", "X-Amz-Date", "X-Amz-Security-Token"):
+            if name in signed.headers:
+                request.headers[name] = signed.headers[name]
+        return request
+
+
+def aws_credentials() -> botocore.credentials.Credentials:
+    """botocore's default credentials chain, resolved without a network call (IRSA's are fetched at
+    the first request); CredentialsError when no provider has any."""
+    session = botocore.session.get_session()
+    # STS (IRSA) is asked within a metrics read's deadline (5 s by default): botocore's default
+    # retries (11 s against a closed port) and 60 s connect timeout would outlast it and hold a
+    # query thread. The next read asks again after the back-off of a failed Prometheus.
+    session.set_default_client_config(
+        botocore.config.Config(connect_timeout=2, read_timeout=3, retries={"mode": "standard", "total_max_attempts": 2})
+    )
+    try:
+        found = session.get_credentials()
+    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as error:
+        # A provider that fetches at once (EKS Pod Identity's agent, the instance's metadata) failed.
+        raise CredentialsError(f"--prometheus-sigv4-region: AWS credentials could not be had: {error}") from None
+    if found is None:
+        raise CredentialsError(
+            "--prometheus-sigv4-region is set but botocore finds no AWS credentials: give the operator's "
+            "ServiceAccount an IAM role (IRSA's eks.amazonaws.com/role-arn annotation, or an EKS Pod Identity "
+            "association) allowed aps:QueryMetrics on the workspace"
+        )
+    return found
+
+
 @dataclass(frozen=True)
 class PrometheusCredentials:
     """What the operator's flags give for its own Prometheus (all optional)."""
@@ -110,10 +211,23 @@ class PrometheusCredentials:
     username: str | None = None
     password_file: Path | None = None
     ca_file: Path | None = None
+    #: Sign requests with SigV4 for AMP in this region (None: no signing).
+    sigv4_region: str | None = None
 
     def auth(self) -> AuthBase | None:
         """The requests auth for ``--prometheus-url``; CredentialsError for settings that do not fit
         together or a file that cannot be read."""
+        if self.sigv4_region and (self.bearer_token_file is not None or self.username or self.password_file):
+            raise CredentialsError(
+                "--prometheus-sigv4-region and a bearer token or basic auth are both set: a SigV4 signature is the "
+                "Authorization header, so set one of them"
+            )
+        if self.sigv4_region:
+            if not AWS_REGION.fullmatch(self.sigv4_region):
+                raise CredentialsError(
+                    f"--prometheus-sigv4-region {self.sigv4_region!r} is not an AWS region (e.g. us-east-1)"
+                )
+            return AwsSigV4Auth(self.sigv4_region, aws_credentials())
         if self.bearer_token_file is not None and (self.username or self.password_file is not None):
             raise CredentialsError(
                 "--prometheus-bearer-token-file and --prometheus-username/--prometheus-password-file are both set: "
@@ -142,6 +256,8 @@ class PrometheusCredentials:
             parts.append(f"a bearer token from {self.bearer_token_file}")
         if self.username:
             parts.append(f"basic auth with the password in {self.password_file}")
+        if self.sigv4_region:
+            parts.append(f"requests signed with AWS SigV4 for {AMP_SIGNING_SERVICE} in {self.sigv4_region}")
         if self.ca_file is not None:
             parts.append(f"TLS verified with the CA bundle {self.ca_file}")
         return ", ".join(parts) or "no credentials"
