@@ -319,6 +319,16 @@ def test_ci_values_reach_the_operator() -> None:
         ),
         ("operator.prometheusAuth.existingSecret=s", "existingSecret is set but none of its keys"),
         (
+            "operator.prometheusUrl=http://p:9090,operator.prometheusAuth.existingSecret=s,"
+            "operator.prometheusAuth.bearerTokenKey=t,operator.prometheusAuth.sigv4Region=us-east-1",
+            "sigv4Region and bearerTokenKey or basic auth are both set",
+        ),
+        ("operator.prometheusAuth.sigv4Region=us-east-1", "sigv4Region is set but operator.prometheusUrl is empty"),
+        (
+            "operator.prometheusUrl=http://p:9090,operator.prometheusAuth.sigv4Region=us-east1",
+            "/operator/prometheusAuth/sigv4Region",
+        ),
+        (
             "operator.prometheusAuth.existingSecret=s,operator.prometheusAuth.bearerTokenKey=t",
             "operator.prometheusUrl is empty",
         ),
@@ -461,6 +471,19 @@ def test_prometheus_credentials_are_files_of_the_secret_the_operator_reads() -> 
     plain = _operator_container(render())
     assert not [e for e in plain["env"] if e["name"].startswith("NEURONFLEET_PROMETHEUS_")]
     assert [m["name"] for m in plain["volumeMounts"]] == ["tmp"]
+
+
+def test_amp_signing_needs_no_secret_and_reaches_the_operators_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    url = "https://aps-workspaces.eu-west-1.amazonaws.com/workspaces/ws-1"
+    docs = render(sets=[f"operator.prometheusUrl={url}", "operator.prometheusAuth.sigv4Region=eu-west-1"])
+    container = _operator_container(docs)
+    env = {e["name"]: e["value"] for e in container["env"] if e["name"].startswith("NEURONFLEET_PROMETHEUS_")}
+    assert env == {"NEURONFLEET_PROMETHEUS_URL": url, "NEURONFLEET_PROMETHEUS_SIGV4_REGION": "eu-west-1"}
+    assert [m["name"] for m in container["volumeMounts"]] == ["tmp"]
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    credentials = prometheus_credentials(resolve_defaults(build_parser().parse_args(["run"])))
+    assert credentials.sigv4_region == "eu-west-1" and credentials.bearer_token_file is None
 
 
 def test_notes_say_which_spec_prometheus_urls_the_operator_may_request() -> None:
