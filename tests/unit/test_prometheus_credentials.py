@@ -398,6 +398,19 @@ def run_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     return monkeypatch
 
 
+def stopped_before_connecting(monkeypatch: pytest.MonkeyPatch) -> list[tuple[OperatorSettings, PrometheusMetrics]]:
+    """Make ``neuronfleet run`` stop where it would connect to the cluster; the list returned gets
+    the settings and the metrics reader it built."""
+    seen: list[tuple[OperatorSettings, PrometheusMetrics]] = []
+
+    async def build_context(settings: OperatorSettings, kubeconfig: Any, metrics: Any, *args: Any) -> Any:
+        seen.append((settings, metrics))
+        raise run_command.RunSetupError("stopped before connecting")
+
+    monkeypatch.setattr(run_command, "build_context", build_context)
+    return seen
+
+
 def test_run_reads_the_settings_from_the_environment(
     tmp_path: Path, run_env: pytest.MonkeyPatch, operators: RecordingPrometheus
 ) -> None:
@@ -405,13 +418,7 @@ def test_run_reads_the_settings_from_the_environment(
     run_env.setenv("NEURONFLEET_PROMETHEUS_URL", operators.url)
     run_env.setenv("NEURONFLEET_PROMETHEUS_BEARER_TOKEN_FILE", str(token))
     run_env.setenv("NEURONFLEET_PROMETHEUS_ALLOWED_URLS", "http://prom-a.monitoring:9090, https://prom-b/ws-1")
-    seen: list[tuple[OperatorSettings, Any]] = []
-
-    async def build_context(settings: OperatorSettings, kubeconfig: Any, metrics: Any, *args: Any) -> Any:
-        seen.append((settings, metrics))
-        raise run_command.RunSetupError("stopped before connecting")
-
-    run_env.setattr(run_command, "build_context", build_context)
+    seen = stopped_before_connecting(run_env)
     assert main(["run", "--kubeconfig", _kubeconfig(tmp_path / "kubeconfig")]) == 2
     ((settings, metrics),) = seen
     assert isinstance(metrics, PrometheusMetrics) and metrics.credentials.bearer_token_file == token
@@ -494,16 +501,10 @@ def test_run_takes_refuse_query_overrides_from_the_flag_or_the_environment(
 ) -> None:
     if variable is not None:
         run_env.setenv("NEURONFLEET_PROMETHEUS_REFUSE_QUERY_OVERRIDES", variable)
-    seen: list[OperatorSettings] = []
-
-    async def build_context(settings: OperatorSettings, kubeconfig: Any, metrics: Any, *args: Any) -> Any:
-        seen.append(settings)
-        metrics.close()
-        raise run_command.RunSetupError("stopped before connecting")
-
-    run_env.setattr(run_command, "build_context", build_context)
+    seen = stopped_before_connecting(run_env)
     assert main(["run", "--kubeconfig", _kubeconfig(tmp_path / "kubeconfig"), *flags]) == 2
-    (settings,) = seen
+    ((settings, metrics),) = seen
+    metrics.close()
     assert settings.refuse_query_overrides is refused
 
 
@@ -520,15 +521,9 @@ def test_run_without_an_operator_url_still_reads_a_spec_url(
 ) -> None:
     # Without --prometheus-url no metrics source was built at all: a spec's prometheusUrl, which the
     # CRD says is the Prometheus to query, was never asked, and its fleet held ("no metrics source").
-    seen: list[Any] = []
-
-    async def build_context(settings: OperatorSettings, kubeconfig: Any, metrics: Any, *args: Any) -> Any:
-        seen.append(metrics)
-        raise run_command.RunSetupError("stopped before connecting")
-
-    run_env.setattr(run_command, "build_context", build_context)
+    seen = stopped_before_connecting(run_env)
     assert main(["run", "--kubeconfig", _kubeconfig(tmp_path / "kubeconfig")]) == 2
-    (metrics,) = seen
+    ((_, metrics),) = seen
     assert isinstance(metrics, PrometheusMetrics) and metrics.default_url is None
     try:
         asyncio.run(read(metrics, harvester.url))
@@ -545,23 +540,20 @@ def test_run_signs_for_amp_with_the_region_from_the_environment_and_warns_of_an_
     aws_env.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
     aws_env.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     run_env.setenv("NEURONFLEET_PROMETHEUS_URL", f"{AMP}/workspaces/ws-1")
-    seen: list[Any] = []
-
-    async def build_context(settings: OperatorSettings, kubeconfig: Any, metrics: Any, *args: Any) -> Any:
-        seen.append(metrics)
-        metrics.close()
-        raise run_command.RunSetupError("stopped before connecting")
-
-    run_env.setattr(run_command, "build_context", build_context)
+    seen = stopped_before_connecting(run_env)
     with caplog.at_level("WARNING"):
         assert main(["run", "--kubeconfig", _kubeconfig(tmp_path / "kubeconfig")]) == 2
     assert "AMP workspace but --prometheus-sigv4-region is not set" in caplog.text
-    assert seen.pop().credentials.sigv4_region is None
+    _, metrics = seen.pop()
+    metrics.close()
+    assert metrics.credentials.sigv4_region is None
     caplog.clear()
     run_env.setenv("NEURONFLEET_PROMETHEUS_SIGV4_REGION", "us-east-1")
     with caplog.at_level("WARNING"):
         assert main(["run", "--kubeconfig", _kubeconfig(tmp_path / "kubeconfig")]) == 2
     assert "sigv4" not in caplog.text
-    credentials = seen.pop().credentials
+    _, metrics = seen.pop()
+    metrics.close()
+    credentials = metrics.credentials
     assert credentials.sigv4_region == "us-east-1"
     assert credentials.describe() == "requests signed with AWS SigV4 for aps in us-east-1"
