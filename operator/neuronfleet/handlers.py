@@ -29,6 +29,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,7 +42,7 @@ from neuronfleet.kube.client import load_configuration
 from neuronfleet.metrics.operator_metrics import OperatorMetrics
 from neuronfleet.planning.labels import LABEL_DEPLOYMENT
 from neuronfleet.planning.observation import DeploymentMemory
-from neuronfleet.planning.reasons import Reason
+from neuronfleet.planning.reasons import Event, Reason
 from neuronfleet.reconcile import Reconciler, ReconcileReport
 
 if TYPE_CHECKING:
@@ -141,9 +142,17 @@ class OperatorContext:
             if self.metrics is not None:
                 error_kind = "ReconcileError" if report.error else None
                 self.metrics.record_reconcile(namespace, name, time.perf_counter() - started, report.status, error_kind)
-        for event in report.events:
-            kopf.event(body, type=event.type, reason=event.reason.value, message=event.message[:1000])
+        # Posted even once the daemon is stopping: they tell of writes made, which stand.
+        await self.post_events(body, report.events)
         return report
+
+    async def post_events(self, body: Any, events: Sequence[Event]) -> None:
+        """Post ``events`` about the object ``body``, with the operator's own client (see
+        :meth:`neuronfleet.kube.client.KubeClient.post_event`)."""
+        if not events:
+            return
+        kube = self.reconciler.kube
+        await asyncio.gather(*(kube.post_event(dict(body), e.type, e.reason.value, e.message) for e in events))
 
     def failure_to_post(self, namespace: str, name: str, message: str | None) -> bool:
         """Whether a reconcile that raised ``message`` (None: one that did not raise) gets a
@@ -301,7 +310,7 @@ async def _converge(
             message = failure_message(exc)
             logger.warning("reconcile of %s/%s failed (%d in a row): %s", namespace, name, failures, message)
             if context.failure_to_post(namespace, name, message):
-                kopf.warn(body, reason=Reason.RECONCILE_FAILED.value, message=message[:1000])
+                await context.post_events(body, [Event("Warning", Reason.RECONCILE_FAILED, message)])
         delay = min(MAX_BACKOFF_SECONDS, interval * 2 ** min(failures, 6)) if failures else interval
         # wait_event, not wait_for: Kopf may stop a daemon by cancelling it (see neuronfleet.aio).
         await wait_event(wakeup, delay)

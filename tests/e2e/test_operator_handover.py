@@ -197,3 +197,44 @@ async def test_a_scale_up_under_way_at_sigterm_is_applied_with_its_event_by_the_
         timeout=30,
         what="the Scaled Event of the scale-up",
     )
+
+
+@pytest.mark.looptime(False)
+@pytest.mark.timeout(120)
+async def test_the_event_of_a_write_on_the_wire_at_sigterm_is_posted_by_the_stopping_operator(
+    harness: OperatorHarness,
+) -> None:
+    # The write is sent before the stop, so it lands, and the next operator, reading the new status,
+    # has nothing to tell. Kopf's Event poster, cancelled at once on SIGTERM, lost its Event.
+    namespace = "on-the-wire"
+    manifest = harness.localize(
+        example("bert-embeddings", scaling={"mode": "Manual", "replicas": 1, "minReplicas": 0}), namespace=namespace
+    )
+    name = manifest["metadata"]["name"]
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+    await harness.wait(lambda: any(ready(p) for p in harness.pods(namespace, name, "active")), timeout=90, what="up")
+
+    assert harness.context is not None
+    kube = harness.context.reconciler.kube
+    real_patch_status = kube.patch_status
+    in_write = asyncio.Event()
+
+    async def slow_patch_status(ns: str, obj_name: str, patch: dict[str, Any]) -> None:
+        if obj_name == name and patch.get("desiredReplicas") == 2 and not in_write.is_set():
+            in_write.set()
+            await asyncio.sleep(SLOW_READ)  # the API server slow to answer, inside Kopf's grace
+        await real_patch_status(ns, obj_name, patch)
+
+    kube.patch_status = slow_patch_status  # type: ignore[method-assign]
+    await harness.scale(namespace, name, 2)
+    await harness.wait(in_write.is_set, timeout=30, what="the status write of the scale-up under way")
+    await harness.stop()  # SIGTERM while the write is on the wire
+    assert (harness.deployment(namespace, name).get("status") or {}).get("desiredReplicas") == 2
+    scaled = [
+        e
+        for e in harness.cluster.list("events", namespace)
+        if (e.get("involvedObject") or {}).get("name") == name and "1 -> 2" in (e.get("message") or "")
+    ]
+    assert scaled, events_of(harness, namespace, name)
+    assert {e["source"]["component"] for e in scaled} == {"neuronfleet"}

@@ -34,3 +34,16 @@ async def test_a_refused_connection_is_a_connection_error_naming_the_api() -> No
         assert await kube.pod_log_tail("default", "x") == ""  # the log is optional detail
     finally:
         await kube.close()
+
+
+async def test_an_event_that_cannot_be_posted_is_logged_never_raised(caplog: pytest.LogCaptureFixture) -> None:
+    # An Event is a note: a reconcile that applied its plan must not fail because its Event did not
+    # reach the API server.
+    kube = KubeClient(client.ApiClient(client.Configuration(host=refusing_url())), request_timeout=5)
+    involved = {"apiVersion": "neuronfleet.dev/v1alpha1", "kind": "InferenceDeployment", "metadata": {"name": "d"}}
+    try:
+        with caplog.at_level("WARNING"):
+            assert await kube.post_event(involved, "Normal", "Scaled", "1 -> 2") is False
+        assert "Event Scaled of default/d not posted (ConnectionError): 1 -> 2" in caplog.text
+    finally:
+        await kube.close()

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -40,6 +41,10 @@ REQUEST_TIMEOUT_SECONDS = 30.0
 UNANSWERED: tuple[type[Exception], ...] = (TimeoutError, ConnectionError)
 
 Obj = dict[str, Any]
+#: Who posts the operator's Events: the "From" of ``kubectl describe``.
+EVENT_COMPONENT = "neuronfleet"
+#: An Event's message is cut to this (the API server refuses longer notes of events.k8s.io).
+EVENT_MESSAGE_MAX = 1000
 
 
 class KubeApi(Protocol):
@@ -50,6 +55,7 @@ class KubeApi(Protocol):
     async def list_jobs(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]: ...
     async def pod_log_tail(self, namespace: str, name: str, lines: int = 20) -> str: ...
     async def list_events(self, namespace: str, fields: Mapping[str, str]) -> list[Obj]: ...
+    async def post_event(self, involved: Obj, type_: str, reason: str, message: str) -> bool: ...
     async def create(self, obj: Obj) -> bool: ...
     async def patch_pod_metadata(
         self, namespace: str, name: str, labels: Mapping[str, str | None], annotations: Mapping[str, str | None]
@@ -96,6 +102,8 @@ class KubeClient:
         self._nodes_lock = asyncio.Lock()
         #: Per kind, top-level spec fields the API server dropped from a patch (see :meth:`ensure`).
         self.dropped_spec_fields: dict[str, set[str]] = {}
+        #: The Events' reportingInstance: this replica (its pod's name in a cluster).
+        self.instance = (os.environ.get("HOSTNAME") or EVENT_COMPONENT)[:128]
 
     @classmethod
     async def connect(cls, kubeconfig: str | os.PathLike[str] | None = None) -> KubeClient:
@@ -183,6 +191,49 @@ class KubeClient:
             return ""  # the log only adds detail to a failed Job's message
 
     # ------------------------------------------------------------------------------------ writing
+
+    async def post_event(self, involved: Obj, type_: str, reason: str, message: str) -> bool:
+        """Post a core/v1 Event about ``involved`` (an object as read), shown by ``kubectl describe``
+        from ``neuronfleet``. False, logged, when the API server refuses it or does not answer: an
+        Event is a note, never worth failing a reconcile over.
+
+        Awaited, where Kopf's ``kopf.event`` queues it for a poster task that Kopf cancels at once
+        when the operator stops: the Event of a write made just before a SIGTERM was lost.
+        """
+        meta = involved.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name', 'object')}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": involved.get("apiVersion", ""),
+                "kind": involved.get("kind", ""),
+                "name": meta.get("name", ""),
+                "namespace": namespace,
+                "uid": meta.get("uid", ""),
+                "resourceVersion": meta.get("resourceVersion", ""),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:EVENT_MESSAGE_MAX],
+            "source": {"component": EVENT_COMPONENT},
+            "reportingComponent": EVENT_COMPONENT,
+            "reportingInstance": self.instance,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await self._json(self.core.create_namespaced_event(namespace, body, _preload_content=False))
+        except (ApiException, TimeoutError, ConnectionError, aiohttp.ClientError) as exc:
+            detail = f"HTTP {exc.status}: {exc.reason}" if isinstance(exc, ApiException) else type(exc).__name__
+            logger.warning(
+                "Event %s of %s/%s not posted (%s): %s", reason, namespace, meta.get("name"), detail, message
+            )
+            return False
+        return True
 
     async def create(self, obj: Obj) -> bool:
         """Create a namespaced object. False when it exists already (a retried create)."""
