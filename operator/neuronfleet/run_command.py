@@ -15,7 +15,7 @@ import shlex
 import socket
 import sys
 import urllib.parse
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -27,6 +27,7 @@ import yaml
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException
 
+from neuronfleet import __version__
 from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, SERVICE_ACCOUNT_NAME_MAX_LENGTH, SERVICE_ACCOUNT_NAME_PATTERN
 from neuronfleet.artifacts.store import ArtifactStore
 from neuronfleet.handlers import OperatorContext, kopf_settings, registry
@@ -214,6 +215,54 @@ async def watch_peering(
             return
         reported = missing
         await asyncio.sleep(recheck_seconds)
+
+
+#: Every ``NEURONFLEET_*`` variable ``run`` reads (:func:`resolve_defaults`). Any other is refused at
+#: start-up: a chart newer than the operator's image sets variables the image does not read (the
+#: Prometheus URL allow-list, the refusal of query overrides), and the operator would run without
+#: them, silently.
+KNOWN_VARIABLES = frozenset(
+    {
+        "NEURONFLEET_ARTIFACT_STORE",
+        "NEURONFLEET_NEURON_SCHEDULER",
+        "NEURONFLEET_PROMETHEUS_URL",
+        "NEURONFLEET_PROMETHEUS_BEARER_TOKEN_FILE",
+        "NEURONFLEET_PROMETHEUS_USERNAME",
+        "NEURONFLEET_PROMETHEUS_PASSWORD_FILE",
+        "NEURONFLEET_PROMETHEUS_CA_FILE",
+        "NEURONFLEET_PROMETHEUS_SIGV4_REGION",
+        "NEURONFLEET_PROMETHEUS_REFUSE_QUERY_OVERRIDES",
+        "NEURONFLEET_PROMETHEUS_ALLOWED_URLS",
+        "NEURONFLEET_MODEL_SERVER_IMAGE",
+        "NEURONFLEET_DAEMONSET_HEADROOM_CPU",
+        "NEURONFLEET_DAEMONSET_HEADROOM_MEMORY",
+        "NEURONFLEET_COMPILE_SERVICE_ACCOUNT",
+        "NEURONFLEET_SERVING_SERVICE_ACCOUNT",
+        "NEURONFLEET_DEVICE_GROUP_ID",
+    }
+)
+#: Read by the test suite (tests/fixtures_prometheus.py), not by ``run``: the ``neuronfleet run``
+#: processes the suite starts inherit it.
+_NOT_RUNS_VARIABLES = frozenset({"NEURONFLEET_NO_INSTALL"})
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """The ``NEURONFLEET_*`` names in ``environ`` that ``run`` does not read, sorted."""
+    known = KNOWN_VARIABLES | _NOT_RUNS_VARIABLES
+    return sorted(name for name in environ if name.startswith("NEURONFLEET_") and name not in known)
+
+
+def check_variables(environ: Mapping[str, str]) -> None:
+    """RunSetupError naming the ``NEURONFLEET_*`` variables ``run`` does not read, if any."""
+    unknown = unknown_variables(environ)
+    if not unknown:
+        return
+    what = f"{unknown[0]} is not a variable" if len(unknown) == 1 else f"{', '.join(unknown)} are not variables"
+    raise RunSetupError(
+        f"{what} this operator (neuronfleet {__version__}) reads: its image may be older than the chart that "
+        "set it (build and push the operator's image from the chart's checkout under a new tag, then set "
+        'image.tag: docs/install-eks.md, "Upgrade"), or the name is misspelt'
+    )
 
 
 #: What ``neuronfleet sandbox up`` writes beside its kubeconfig: where its S3 and artifact store are.
@@ -490,6 +539,11 @@ def kubeconfig_in_use(args: argparse.Namespace) -> Path | None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     # A configuration that cannot be loaded ends with one line and exit code 2, never a traceback.
+    try:
+        check_variables(os.environ)
+    except RunSetupError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     kubeconfig = kubeconfig_in_use(args)
     if kubeconfig is not None and not kubeconfig.is_file():
         problem = "is a directory" if kubeconfig.is_dir() else "not found"

@@ -32,6 +32,8 @@ from neuronfleet.cli import build_parser
 from neuronfleet.kube.builders import build_priority_classes
 from neuronfleet.planning.placement import DAEMONSET_HEADROOM, Headroom, headroom_from_quantities
 from neuronfleet.run_command import (
+    KNOWN_VARIABLES,
+    check_variables,
     daemonset_headroom,
     device_group_id,
     prometheus_credentials,
@@ -719,6 +721,36 @@ def test_operator_command_is_what_neuronfleet_run_accepts(
         assert prometheus_credentials(parsed).auth() is None
         assert parsed.prometheus_refuse_query_overrides is False  # any query, as before the value
         assert "NEURONFLEET_PROMETHEUS_REFUSE_QUERY_OVERRIDES" not in env
+
+
+def test_every_variable_the_chart_can_set_is_one_its_operator_reads() -> None:
+    """``neuronfleet run`` refuses a NEURONFLEET_* variable it does not read (an image older than the
+    chart): each one the templates name is known, and renders with some values (no dead name)."""
+    templates = "".join(path.read_text() for path in (CHART / "templates").iterdir())
+    named = set(re.findall(r"name: (NEURONFLEET_[A-Z0-9_]+)", templates))
+    assert named <= KNOWN_VARIABLES, named - KNOWN_VARIABLES
+    variants = [
+        render(),
+        render([CI_VALUES]),
+        render(
+            sets=[
+                "operator.prometheusUrl=http://prometheus:9090,operator.prometheusAuth.existingSecret=auth",
+                "operator.prometheusAuth.usernameKey=user,operator.prometheusAuth.passwordKey=password",
+            ]
+        ),
+        render(
+            sets=[
+                "operator.prometheusUrl=https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1",
+                "operator.prometheusAuth.sigv4Region=us-east-1",
+            ]
+        ),
+    ]
+    rendered = set()
+    for docs in variants:
+        env = {e["name"]: e.get("value", "") for e in _operator_container(docs)["env"]}
+        check_variables(env)  # raises naming any the operator would refuse
+        rendered |= {name for name in env if name.startswith("NEURONFLEET_")}
+    assert rendered == named
 
 
 def test_a_large_device_group_id_reaches_the_operator_whole() -> None:

@@ -1,0 +1,103 @@
+"""`neuronfleet run` refuses a ``NEURONFLEET_*`` variable it does not read: one line, exit code 2.
+
+A chart newer than the operator's image sets variables the image does not read (an older operator
+ran without the Prometheus URL allow-list or the query refusal, silently); the refusal names the
+variable and says the image may be older than the chart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+import neuronfleet
+from neuronfleet.cli import build_parser, main
+from neuronfleet.run_command import KNOWN_VARIABLES, resolve_defaults
+
+
+@pytest.fixture(autouse=True)
+def no_neuronfleet_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [name for name in os.environ if name.startswith("NEURONFLEET_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+
+
+def test_an_unknown_variable_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("NEURONFLEET_PROMETHEUS_QUERY_TIMEOUT", "5")
+    monkeypatch.setenv("NEURONFLEET_ARTIFACT_STORE", "s3://bucket/prefix")  # known: not named
+    assert main(["run", "--kubeconfig", str(tmp_path / "nonexistent")]) == 2
+    assert capsys.readouterr().err == (
+        "error: NEURONFLEET_PROMETHEUS_QUERY_TIMEOUT is not a variable this operator "
+        f"(neuronfleet {neuronfleet.__version__}) reads: its image may be older than the chart that set it "
+        "(build and push the operator's image from the chart's checkout under a new tag, then set image.tag: "
+        'docs/install-eks.md, "Upgrade"), or the name is misspelt\n'
+    )
+
+
+def test_several_unknown_variables_are_all_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("NEURONFLEET_ZONE", "a")
+    monkeypatch.setenv("NEURONFLEET_ARTIFACT_STOR", "s3://bucket/prefix")
+    assert main(["run", "--kubeconfig", str(tmp_path / "nonexistent")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: NEURONFLEET_ARTIFACT_STOR, NEURONFLEET_ZONE are not variables this operator ")
+    assert err.count("\n") == 1
+
+
+def test_known_variables_and_the_test_suites_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in KNOWN_VARIABLES:
+        monkeypatch.setenv(name, "")
+    monkeypatch.setenv("NEURONFLEET_NO_INSTALL", "1")  # the test suite's, inherited by its runs
+    missing = tmp_path / "nonexistent"
+    assert main(["run", "--kubeconfig", str(missing)]) == 2
+    # Past the check: the next setup error is the kubeconfig's.
+    assert capsys.readouterr().err.startswith(f"error: kubeconfig {missing} not found")
+
+
+#: A value each variable takes that differs from its default.
+SAMPLES = {
+    "NEURONFLEET_ARTIFACT_STORE": "s3://bucket/prefix",
+    "NEURONFLEET_NEURON_SCHEDULER": "my-scheduler",
+    "NEURONFLEET_PROMETHEUS_URL": "http://prometheus:9090",
+    "NEURONFLEET_PROMETHEUS_BEARER_TOKEN_FILE": "/etc/token",
+    "NEURONFLEET_PROMETHEUS_USERNAME": "user",
+    "NEURONFLEET_PROMETHEUS_PASSWORD_FILE": "/etc/password",
+    "NEURONFLEET_PROMETHEUS_CA_FILE": "/etc/ca.crt",
+    "NEURONFLEET_PROMETHEUS_SIGV4_REGION": "us-east-1",
+    "NEURONFLEET_PROMETHEUS_REFUSE_QUERY_OVERRIDES": "true",
+    "NEURONFLEET_PROMETHEUS_ALLOWED_URLS": "http://prometheus:9090",
+    "NEURONFLEET_MODEL_SERVER_IMAGE": "registry.example/neuronserve:1",
+    "NEURONFLEET_DAEMONSET_HEADROOM_CPU": "1500m",
+    "NEURONFLEET_DAEMONSET_HEADROOM_MEMORY": "2Gi",
+    "NEURONFLEET_COMPILE_SERVICE_ACCOUNT": "compile",
+    "NEURONFLEET_SERVING_SERVICE_ACCOUNT": "serving",
+    "NEURONFLEET_DEVICE_GROUP_ID": "994",
+}
+
+
+def _resolved() -> argparse.Namespace:
+    return resolve_defaults(build_parser().parse_args(["run"]))
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_VARIABLES))
+def test_each_known_variable_is_read(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No name is known that ``run`` ignores: each one changes a resolved setting."""
+    default = vars(_resolved())
+    monkeypatch.setenv(name, SAMPLES[name])
+    assert vars(_resolved()) != default
+
+
+def test_the_known_variables_are_those_run_help_names() -> None:
+    parser = build_parser()
+    subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    help_text = subcommands.choices["run"].format_help()
+    assert set(re.findall(r"NEURONFLEET_[A-Z0-9_]+", help_text)) == KNOWN_VARIABLES == set(SAMPLES)
