@@ -154,6 +154,11 @@ def test_the_pods_the_operator_makes_take_the_serving_port_from_their_namespace_
     assert not admits(policies, "search", serving, PORT_NAME, "chat", client)
     assert not admits(policies, "search", serving, PORT_NAME, RELEASE_NS, client)
     assert admits(policies, "search", serving, PORT_NAME, "monitoring", PROMETHEUS)
+    # The port takes inference requests too: a pod of another namespace labelled as Prometheus
+    # (any tenant may label its own pod so) is not the monitoring namespace's Prometheus.
+    assert not admits(policies, "search", serving, PORT_NAME, "team-b", PROMETHEUS)
+    assert not admits(policies, "search", serving, PORT_NAME, "chat", PROMETHEUS)
+    assert not admits(policies, "search", serving, PORT_NAME, "monitoring", {"app": "grafana"})
     assert not admits(policies, "search", serving, "grpc", "search", client)
     # The compile Jobs' and the placeholders' pods carry the label and have no port `http`: no
     # connection reaches them.
