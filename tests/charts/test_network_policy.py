@@ -119,7 +119,7 @@ def test_off_by_default() -> None:
     assert not by_kind(render(sets=["operator.watchNamespaces={search}"]), "NetworkPolicy")
 
 
-def test_the_operator_takes_its_metrics_scrape_from_its_namespace_and_its_probe_from_anywhere() -> None:
+def test_the_operator_takes_its_metrics_scrape_from_its_namespace_and_monitoring_and_its_probe_from_anywhere() -> None:
     docs = render(sets=NAMESPACED, namespace=RELEASE_NS)
     policies = _policies(docs)
     (policy,) = [p for p in policies if p["metadata"]["namespace"] == RELEASE_NS]
@@ -132,7 +132,11 @@ def test_the_operator_takes_its_metrics_scrape_from_its_namespace_and_its_probe_
     neighbour = {"app": "grafana"}
     assert admits(policies, RELEASE_NS, operator, "metrics", RELEASE_NS, neighbour)
     assert not admits(policies, RELEASE_NS, operator, "metrics", "search", neighbour)
-    assert not admits(policies, RELEASE_NS, operator, "metrics", "monitoring", PROMETHEUS)
+    # The usual Prometheus (the operator PodMonitor's, in monitoring): were its scrape refused,
+    # NeuronfleetOperatorDown would fire for good.
+    assert admits(policies, RELEASE_NS, operator, "metrics", "monitoring", PROMETHEUS)
+    assert not admits(policies, RELEASE_NS, operator, "metrics", "monitoring", {"app": "grafana"})
+    assert not admits(policies, RELEASE_NS, operator, "metrics", "search", PROMETHEUS)
     assert admits(policies, RELEASE_NS, operator, "healthz", "search", neighbour)
     # No other port is open.
     assert not admits(policies, RELEASE_NS, operator, "debug", RELEASE_NS, neighbour)
