@@ -106,6 +106,37 @@ def test_built_in_names_follow_their_kind(threaded_sandbox_cluster: ThreadedSand
     assert "RFC 1123 label" in error_of(lambda: core.create_namespace(namespace))[2]
 
 
+def test_a_priority_class_keeps_its_value_and_preemption_policy(
+    threaded_sandbox_cluster: ThreadedSandboxCluster,
+) -> None:
+    """kube-apiserver's ValidatePriorityClassUpdate: value and preemptionPolicy are immutable, so a
+    ``helm upgrade`` changing priorityClasses.servingValue fails there; the rest may change."""
+    scheduling = kubernetes.client.SchedulingV1Api(api_client(threaded_sandbox_cluster))
+    scheduling.create_priority_class({"metadata": {"name": "neuronfleet-active"}, "value": 1000})
+    code, body, message = error_of(lambda: scheduling.patch_priority_class("neuronfleet-active", {"value": 100000}))
+    assert code == 422
+    assert message == (
+        'PriorityClass.scheduling.k8s.io "neuronfleet-active" is invalid: value: Forbidden: may not be changed in '
+        "an update."
+    )
+    assert body["details"]["causes"] == [
+        {"reason": "FieldValueForbidden", "message": "Forbidden: may not be changed in an update.", "field": "value"}
+    ]
+    code, _, message = error_of(
+        lambda: scheduling.patch_priority_class("neuronfleet-active", {"preemptionPolicy": "Never"})
+    )
+    assert code == 422
+    assert message.endswith('is invalid: preemptionPolicy: Invalid value: "Never": field is immutable')
+    changed = scheduling.patch_priority_class(
+        "neuronfleet-active", {"description": "d", "metadata": {"labels": {"a": "b"}}}
+    )
+    assert (changed.value, changed.description, changed.preemption_policy) == (1000, "d", "PreemptLowerPriority")
+    # Replaced whole with the same value: allowed.
+    current = scheduling.read_priority_class("neuronfleet-active")
+    current.description = "e"
+    assert scheduling.replace_priority_class("neuronfleet-active", current).value == 1000
+
+
 def test_long_inference_deployment_name_gets_the_length_message(
     threaded_sandbox_cluster: ThreadedSandboxCluster,
 ) -> None:

@@ -940,7 +940,23 @@ class Store:
             if not isinstance(obj.get("value"), int):
                 raise errors.invalid(rt.kind, rt.group, meta.get("name", ""), [("value", "Required value")])
             obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
+            if old is not None:
+                self._validate_priority_class_update(rt, obj, old)
         return obj
+
+    @staticmethod
+    def _validate_priority_class_update(rt: ResourceType, obj: Obj, old: Obj) -> None:
+        """A PriorityClass's value and preemptionPolicy are immutable (kubernetes
+        pkg/apis/scheduling/validation, ValidatePriorityClassUpdate): a ``helm upgrade`` that changes
+        one fails on a real API server, so it must fail here too."""
+        causes = []
+        if obj["value"] != old.get("value"):
+            causes.append(("value", "Forbidden: may not be changed in an update."))
+        policy = obj["preemptionPolicy"]
+        if policy != old.get("preemptionPolicy", "PreemptLowerPriority"):
+            causes.append(("preemptionPolicy", f'Invalid value: "{policy}": field is immutable'))
+        if causes:
+            raise errors.invalid(rt.kind, rt.group, _meta(obj).get("name", ""), causes)
 
     def _admit_service_account(self, pod: Obj, spec: dict[str, Any]) -> None:
         """The ServiceAccount admission plugin: a pod runs as the account it names, else ``default``,
