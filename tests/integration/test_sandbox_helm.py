@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -135,3 +136,53 @@ def test_helm_upgrade_and_reinstall_keep_the_peering_object(
     kept = peering("kopfpeerings", "team-a")
     assert kept is not None and kept["metadata"]["uid"] == team_a["metadata"]["uid"]
     assert "leader-pod" in kept.get("status", {})
+
+
+def test_a_priority_class_value_changes_only_through_a_deleted_class(
+    helm: str, repo_root: Path, cluster_without_peering: ThreadedSandboxCluster, tmp_path: Path
+) -> None:
+    """The API server refuses to change a PriorityClass's value: an upgrade changing
+    priorityClasses.servingValue fails before applying anything, saying how (delete the class
+    first); after the delete the same upgrade creates the class with the new value."""
+    cluster = cluster_without_peering
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig_path), "HOME": str(tmp_path)}
+    chart = str(repo_root / "charts" / "neuronfleet")
+
+    def helm_run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([helm, *args], env=env, capture_output=True, text=True, timeout=120)
+
+    def value(name: str) -> int:
+        stored = cluster.call(lambda c: c.get("priorityclasses", name, group="scheduling.k8s.io"))
+        assert stored is not None, f"no PriorityClass {name}"
+        return int(stored["value"])
+
+    store = ["--set", "operator.artifactStore=s3://neuronfleet-test/compiled/"]
+    assert helm_run("install", "nf", chart, "--namespace", "default", *store).returncode == 0
+    refused = helm_run(
+        "upgrade", "nf", chart, "--namespace", "default", *store, "--set", "priorityClasses.servingValue=100000"
+    )
+    assert refused.returncode != 0
+    assert (
+        "priorityClasses.servingValue is 100000 but PriorityClass neuronfleet-active exists with value 1000: the API "
+        "server refuses to change a PriorityClass's value. Keep 1000, or delete the class first (kubectl delete "
+        "priorityclass neuronfleet-active neuronfleet-warm)"
+    ) in refused.stderr
+    assert (value("neuronfleet-active"), value("neuronfleet-warm")) == (1000, 1000)
+    history = helm_run("history", "nf", "--namespace", "default", "--output", "json")
+    assert [entry["status"] for entry in json.loads(history.stdout)] == ["deployed"]  # nothing applied
+    placeholder = helm_run(
+        "upgrade", "nf", chart, "--namespace", "default", *store, "--set", "priorityClasses.placeholderValue=-5"
+    )
+    assert "kubectl delete priorityclass neuronfleet-placeholder)" in placeholder.stderr
+
+    for name in ("neuronfleet-active", "neuronfleet-warm"):
+        cluster.call(lambda c, n=name: c.delete("priorityclasses", n, group="scheduling.k8s.io"))
+    upgraded = helm_run(
+        "upgrade", "nf", chart, "--namespace", "default", *store, "--set", "priorityClasses.servingValue=100000"
+    )
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert (value("neuronfleet-active"), value("neuronfleet-warm"), value("neuronfleet-placeholder")) == (
+        100000,
+        100000,
+        -1,
+    )
