@@ -6,6 +6,7 @@ The binaries come from ``hack/install-kube-tools.sh`` (run by ``make test``): he
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -146,3 +147,26 @@ def load_e2e_harness() -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def section(markdown: str, heading: str) -> str:
+    """A guide's section under ``heading`` (a line of its own), up to the next ``## `` heading."""
+    return markdown.split(heading + "\n", 1)[1].split("\n## ", 1)[0]
+
+
+def shell_lines(markdown: str) -> list[str]:
+    """The commands of a guide's console and sh blocks, continuations joined, comments dropped."""
+    blocks = re.findall(r"^```(?:console|sh)\n(.*?)^```", markdown, re.M | re.S)
+    lines = []
+    for block in blocks:
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("   #", 1)[0].split("  # ", 1)[0].strip()
+            if line and not line.startswith("#"):
+                lines.append(line)
+    return lines
+
+
+def helm_command(markdown: str, verb: str) -> str:
+    """The one ``helm <verb>`` command of a guide's text."""
+    (line,) = [line for line in shell_lines(markdown) if line.startswith(f"helm {verb} ")]
+    return line

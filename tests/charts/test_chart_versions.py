@@ -10,7 +10,6 @@ and upgrade command of the guides sets the image repository and a tag of its own
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from chart_support import CHART, by_kind, helm, render, tool
+from chart_support import CHART, by_kind, helm, helm_command, render, section, shell_lines, tool
 
 import neuronfleet
 
@@ -38,27 +37,6 @@ def test_the_charts_app_version_is_the_operator_packages_version() -> None:
     (deployment,) = by_kind(render(), "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["image"] == f"ghcr.io/neuronfleet/neuronfleet-operator:{neuronfleet.__version__}"
-
-
-def _section(text: str, heading: str) -> str:
-    return text.split(heading + "\n", 1)[1].split("\n## ", 1)[0]
-
-
-def _shell_lines(markdown: str) -> list[str]:
-    """The lines of the console and sh blocks, continuations joined, comments dropped."""
-    blocks = re.findall(r"^```(?:console|sh)\n(.*?)^```", markdown, re.M | re.S)
-    lines = []
-    for block in blocks:
-        for line in block.replace("\\\n", " ").splitlines():
-            line = line.split("   #", 1)[0].split("  # ", 1)[0].strip()
-            if line and not line.startswith("#"):
-                lines.append(line)
-    return lines
-
-
-def _helm_command(markdown: str, verb: str) -> str:
-    (line,) = [line for line in _shell_lines(markdown) if line.startswith(f"helm {verb} ")]
-    return line
 
 
 def _image_rendered(command: str, substitutions: dict[str, str]) -> str:
@@ -88,23 +66,22 @@ def _image_rendered(command: str, substitutions: dict[str, str]) -> str:
 
 
 def test_the_readme_install_runs_the_operator_image_pushed() -> None:
-    section = _section(README.read_text(), "## Install on EKS with Helm")
-    command = _helm_command(section, "install")
+    command = helm_command(section(README.read_text(), "## Install on EKS with Helm"), "install")
     image = _image_rendered(command, {"<registry>": "registry.example", "<tag>": "0.2.0-abc1234"})
     assert image == "registry.example/neuronfleet-operator:0.2.0-abc1234"
 
 
 def test_the_install_guide_pushes_a_tag_per_build_and_installs_it() -> None:
     text = GUIDE.read_text()
-    images = _shell_lines(_section(text, "### The images: build and push"))
+    images = shell_lines(section(text, "### The images: build and push"))
     (tag,) = [line for line in images if line.startswith("TAG=")]
     assert "docker build -f operator/Dockerfile -t $REGISTRY/neuronfleet-operator:$TAG ." in images
     assert "docker push $REGISTRY/neuronfleet-operator:$TAG" in images
-    install = _helm_command(_section(text, "## 2. Install"), "install")
+    install = helm_command(section(text, "## 2. Install"), "install")
     registry = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
     assert _image_rendered(install, {"$TAG": "0.2.0-abc1234"}) == f"{registry}/neuronfleet-operator:0.2.0-abc1234"
     # The Upgrade section builds, pushes and sets a new tag, the same way, before the upgrade.
-    upgrade = _shell_lines(_section(text, "## Upgrade"))
+    upgrade = shell_lines(section(text, "## Upgrade"))
     assert upgrade.index(tag) < upgrade.index("docker push $REGISTRY/neuronfleet-operator:$TAG")
     helm_upgrade = next(i for i, line in enumerate(upgrade) if line.startswith("helm upgrade "))
     assert upgrade.index("docker push $REGISTRY/neuronfleet-operator:$TAG") < helm_upgrade
@@ -116,7 +93,7 @@ def test_the_guides_tag_is_the_charts_app_version_and_the_commit() -> None:
     git = shutil.which("git")
     if git is None or not (REPO / ".git").exists():
         pytest.skip("not a git checkout")
-    tags = {line for line in _shell_lines(GUIDE.read_text()) if line.startswith("TAG=")}
+    tags = {line for line in shell_lines(GUIDE.read_text()) if line.startswith("TAG=")}
     (tag,) = tags  # one way to compute it, wherever the guide builds
     path = f"{Path(tool('helm')).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     result = subprocess.run(
