@@ -24,7 +24,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from chart_support import CHART, CI_VALUES, MINIMAL_VALUES, by_kind, helm, render
+from chart_support import CHART, CI_VALUES, MINIMAL_VALUES, by_kind, grants, helm, render
 from pod_security import pod_spec_of, restricted_violations
 
 from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, InferenceDeployment
@@ -348,6 +348,12 @@ def test_ci_values_reach_the_operator() -> None:
         ("monitoring.alerts.operatorDown.for=5min", "/monitoring/alerts/operatorDown/for"),
         ("monitoring.alerts.keepFiringFor=5 minutes", "/monitoring/alerts/keepFiringFor"),
         ("monitoring.alerts.ruleLabels.release=x", "ruleLabels"),
+        # Never the namespace's default account: it would get the operator's cluster-wide rights.
+        ("serviceAccount.create=false", "serviceAccount.create is false but serviceAccount.name is empty"),
+        (
+            "serviceAccount.create=false,serviceAccount.name=nf-operator,serviceAccount.annotations.a=b",
+            "serviceAccount.annotations are set but serviceAccount.create is false",
+        ),
     ],
 )
 def test_bad_values_fail_with_a_clear_message(setting: str, complaint: str) -> None:
@@ -652,6 +658,15 @@ def test_replicas_spread_over_nodes_by_default() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "topologySpreadConstraints" not in result.stdout
+
+
+def test_an_existing_service_account_gets_the_operators_roles_and_default_never_does() -> None:
+    docs = render(sets=["serviceAccount.create=false,serviceAccount.name=existing"])
+    assert not by_kind(docs, "ServiceAccount")
+    (deployment,) = by_kind(docs, "Deployment")
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "existing"
+    assert grants(docs, "existing", "neuronfleet-system").everything()
+    assert not grants(docs, "default", "neuronfleet-system").everything()
 
 
 @pytest.mark.parametrize("automount", [True, False])

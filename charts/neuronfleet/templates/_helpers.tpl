@@ -35,11 +35,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: neuronfleet
 {{- end }}
 
+{{- /*
+The operator's account, which the chart binds its roles to. Without create, never the namespace's
+`default` account: every pod of the release's namespace that names no account runs as it, and
+would get the operator's cluster-wide rights. An account of the release's full name might not
+exist, or be another's: the name must be given.
+*/}}
 {{- define "neuronfleet.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "neuronfleet.fullname" .) .Values.serviceAccount.name }}
 {{- else }}
-{{- default "default" .Values.serviceAccount.name }}
+{{- required "serviceAccount.create is false but serviceAccount.name is empty: name the existing ServiceAccount the operator runs as, which the chart binds the operator's roles to (falling back to the namespace's default account would give its rights to every pod there that names no account), or set serviceAccount.create=true" .Values.serviceAccount.name }}
 {{- end }}
 {{- end }}
 
