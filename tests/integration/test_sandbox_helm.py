@@ -186,3 +186,45 @@ def test_a_priority_class_value_changes_only_through_a_deleted_class(
         100000,
         -1,
     )
+
+
+def test_a_reinstall_under_another_name_and_namespace_uses_the_kept_peering_crds(
+    helm: str, repo_root: Path, cluster_without_peering: ThreadedSandboxCluster, tmp_path: Path
+) -> None:
+    """The kopf.dev CRDs outlive ``helm uninstall`` with the old release's ownership: a release of
+    another name and namespace uses them instead of trying (and failing) to adopt them."""
+    cluster = cluster_without_peering
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig_path), "HOME": str(tmp_path)}
+    chart = str(repo_root / "charts" / "neuronfleet")
+    store = ["--set", "operator.artifactStore=s3://neuronfleet-test/compiled/"]
+
+    def helm_run(*args: str) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([helm, *args], env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, f"helm {' '.join(args)}: {result.stderr}"
+        return result
+
+    def owners() -> dict[str, tuple[str, str]]:
+        found = {}
+        for name in ("clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"):
+            crd = cluster.call(lambda c, n=name: c.get("customresourcedefinitions", n, group="apiextensions.k8s.io"))
+            assert crd is not None, f"{name} is gone"
+            notes = crd["metadata"].get("annotations") or {}
+            found[name] = (notes.get("meta.helm.sh/release-name", ""), notes.get("meta.helm.sh/release-namespace", ""))
+        return found
+
+    helm_run("install", "neuronfleet", chart, "--namespace", "default", *store)
+    helm_run("uninstall", "neuronfleet", "--namespace", "default")
+    assert set(owners().values()) == {("neuronfleet", "default")}  # kept, with the old release's ownership
+
+    helm_run("install", "nf", chart, "--namespace", "ml-platform", "--create-namespace", *store)
+    assert cluster.call(lambda c: c.get("deployments", "nf-neuronfleet", "ml-platform", group="apps")) is not None
+    assert cluster.call(lambda c: c.get("clusterkopfpeerings", "neuronfleet", group="kopf.dev")) is not None
+    helm_run("upgrade", "nf", chart, "--namespace", "ml-platform", *store)
+    # Left as they were: the new release neither took them nor changed their owner.
+    assert set(owners().values()) == {("neuronfleet", "default")}
+    manifest = helm_run("get", "manifest", "nf", "--namespace", "ml-platform").stdout
+    assert "kind: CustomResourceDefinition" not in manifest
+    # The release that owns them still renders them (an upgrade keeps them up to date).
+    helm_run("uninstall", "nf", "--namespace", "ml-platform")
+    helm_run("install", "neuronfleet", chart, "--namespace", "default", *store)
+    assert "kopfpeerings.kopf.dev" in helm_run("get", "manifest", "neuronfleet", "--namespace", "default").stdout
