@@ -74,7 +74,7 @@ def prometheus_binary() -> str | None:
     found = shutil.which("prometheus")
     if found:
         return found
-    if os.environ.get("NEURONFLEET_NO_INSTALL"):
+    if os.environ.get("NO_PROMETHEUS_INSTALL"):  # tests that must not install anything
         return None
     result = subprocess.run(["bash", str(INSTALL_SCRIPT)], capture_output=True, text=True, timeout=600, check=False)
     if result.returncode != 0:

@@ -241,15 +241,11 @@ KNOWN_VARIABLES = frozenset(
         "NEURONFLEET_DEVICE_GROUP_ID",
     }
 )
-#: Read by the test suite (tests/fixtures_prometheus.py), not by ``run``: the ``neuronfleet run``
-#: processes the suite starts inherit it.
-_NOT_RUNS_VARIABLES = frozenset({"NEURONFLEET_NO_INSTALL"})
 
 
 def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     """The ``NEURONFLEET_*`` names in ``environ`` that ``run`` does not read, sorted."""
-    known = KNOWN_VARIABLES | _NOT_RUNS_VARIABLES
-    return sorted(name for name in environ if name.startswith("NEURONFLEET_") and name not in known)
+    return sorted(name for name in environ if name.startswith("NEURONFLEET_") and name not in KNOWN_VARIABLES)
 
 
 def check_variables(environ: Mapping[str, str]) -> None:
