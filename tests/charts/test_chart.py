@@ -492,6 +492,9 @@ def test_amp_signing_needs_no_secret_and_reaches_the_operators_credentials(monke
         monkeypatch.setenv(name, value)
     credentials = prometheus_credentials(resolve_defaults(build_parser().parse_args(["run"])))
     assert credentials.sigv4_region == "eu-west-1" and credentials.bearer_token_file is None
+    notes = _notes(f"operator.prometheusUrl={url}", "operator.prometheusAuth.sigv4Region=eu-west-1")
+    assert "Prometheus requests signed with AWS SigV4 for Amazon Managed Service for Prometheus in eu-west-1" in notes
+    assert "SigV4" not in _notes(f"operator.prometheusUrl={url}")
 
 
 def test_notes_say_which_spec_prometheus_urls_the_operator_may_request() -> None:
