@@ -319,3 +319,27 @@ def test_dashboard_and_alert_queries_name_only_exported_series() -> None:
     assert sum(bool(names) for where, names in named.items() if where.startswith("panel")) >= 8
     read = set().union(*named.values())
     assert any(n.startswith("neuronfleet_") for n in read) and any(n.startswith("neuronserve_") for n in read)
+
+
+def test_the_rules_render_as_a_rule_file_without_the_prometheus_operator(tmp_path: Path) -> None:
+    # docs/install-eks.md: `helm template --show-only templates/prometheusrule.yaml | yq '.spec'`,
+    # with no PodMonitor and the collector's job named, is a rule file for AMP's ruler or a Prometheus.
+    result = helm(
+        "template",
+        "neuronfleet",
+        str(REPO / "charts" / "neuronfleet"),
+        "--namespace",
+        "neuronfleet-system",
+        "--values",
+        str(MINIMAL_VALUES),
+        "--set",
+        "monitoring.alerts.enabled=true,monitoring.alerts.operatorJob=neuronfleet-operator",
+        "--show-only",
+        "templates/prometheusrule.yaml",
+    )
+    assert result.returncode == 0, result.stderr
+    rule_file = tmp_path / "neuronfleet-rules.yaml"
+    rule_file.write_text(yaml.safe_dump(yaml.safe_load(result.stdout)["spec"], sort_keys=False))
+    checked = promtool("check", "rules", str(rule_file))
+    assert checked.returncode == 0 and "SUCCESS: 9 rules found" in checked.stdout, checked.stdout + checked.stderr
+    assert 'job="neuronfleet-operator"' in rule_file.read_text()
