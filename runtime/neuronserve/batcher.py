@@ -14,6 +14,11 @@ full batches go ahead: a batch still filling waits as before, so no request is s
 without lookahead. The requests of a batch waiting ahead still count as queued (depth and bound),
 as do those of the batch being formed: they are accepted and not executing, so the queue's bound
 holds them too, a drain waits for them, and ``neuronserve_queue_depth`` shows them.
+A request whose future is cancelled (its client hung up: the server cancels the handler, which
+cancels the future it awaits) leaves the queue, the batch being formed or the batch waiting ahead
+at once, so it holds no queue slot and a drain does not wait for it; a batch drops its cancelled
+requests when it starts executing (a batch waiting ahead, in the executor thread) and is not run
+when none is left. One cancelled while its batch executes is run, and its rows dropped.
 A batch the device fails on is split in halves, and each half run again, until every failing
 request is alone: its future gets the error and the others their rows. One request the model
 cannot run (say an id past an embedding table a TorchScript artifact declares no range for) costs
@@ -27,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import logging
 import re
 import time
@@ -101,11 +107,16 @@ def failure_summary(exc: BaseException) -> str:
     return f"{name}: {last}" if last else name
 
 
-@dataclass
+@dataclass(eq=False)  # identity: a job is removed from the queue by itself, never by an equal one
 class Job:
     request: InferRequest
     future: asyncio.Future[npt.NDArray[np.float32]]
     enqueued: float = field(default_factory=time.monotonic)
+
+
+def _live(jobs: Sequence[Job]) -> list[Job]:
+    """The jobs still wanted (a cancelled or already answered one is not run)."""
+    return [job for job in jobs if not job.future.done()]
 
 
 class Batcher:
@@ -143,7 +154,7 @@ class Batcher:
         self.lookahead = 0 if _is_timed(runner) else 1
         self._slots = asyncio.Semaphore(self.parallel + self.lookahead)
         self._running: dict[asyncio.Task[None], list[Job]] = {}
-        self._waiting_ahead = 0  # requests of the lookahead batch, not yet executing
+        self._ahead: list[Job] = []  # the lookahead batch's requests, not yet executing
         # The batch the worker is forming: taken from the queue, not yet handed to a device slot.
         self._forming: list[Job] = []
         metrics.queue_depth.set_function(lambda: self.queue_depth)
@@ -151,7 +162,12 @@ class Batcher:
     @property
     def queue_depth(self) -> int:
         """Requests accepted and not executing yet: the queue, the batch being formed and a lookahead batch."""
-        return len(self._queue) + len(self._forming) + self._waiting_ahead
+        return len(self._queue) + len(self._forming) + len(self._ahead)
+
+    @property
+    def full(self) -> bool:
+        """Whether a new request would be refused now (QueueFull)."""
+        return self.queue_depth >= self.max_queue
 
     def start(self) -> None:
         self._worker = asyncio.get_running_loop().create_task(self._work(), name="neuronserve-batcher")
@@ -160,14 +176,26 @@ class Batcher:
         """Queue a request; its future resolves to the request's output rows."""
         if self._closing:
             raise ShuttingDown("the server is shutting down")
-        if self.queue_depth >= self.max_queue:
+        if self.full:
             raise QueueFull(f"the queue is full ({self.max_queue} requests waiting)")
         future: asyncio.Future[npt.NDArray[np.float32]] = asyncio.get_running_loop().create_future()
-        self._queue.append(Job(request, future))
+        job = Job(request, future)
+        future.add_done_callback(lambda done: self._abandoned(job) if done.cancelled() else None)
+        self._queue.append(job)
         self.peak_queue_depth = max(self.peak_queue_depth, self.queue_depth)
         self._idle.clear()
         self._arrived.set()
         return future
+
+    def _abandoned(self, job: Job) -> None:
+        """A cancelled request gives its place back at once: out of the queue, the batch being
+        formed or the batch waiting ahead (wherever it is; executing, it is in none)."""
+        for holder in (self._queue, self._forming, self._ahead):
+            with contextlib.suppress(ValueError):
+                holder.remove(job)
+                break
+        self._arrived.set()  # the worker re-reads what it is forming (it may be empty now)
+        self._check_idle()
 
     async def drain(self, grace_seconds: float) -> bool:
         """Refuse new work, finish what is queued and executing; True if all of it finished in time.
@@ -223,45 +251,54 @@ class Batcher:
         """The next batch, and when it was complete: the last arrival if it filled up, else now."""
         loop = asyncio.get_running_loop()
         while True:
+            first = await self._first_job()
+            # The same list as ``_forming``: a request cancelled while the batch fills leaves both.
+            batch = self._forming = [first]
+            if not self.batching:
+                return batch, first.enqueued
+            full = await self._fill(batch, loop.time() + self.max_delay)
+            if batch:  # else every request of it was cancelled while it filled: start again
+                break
+        batch = self._forming = self._most_efficient_prefix(batch)
+        ready_at = max(job.enqueued for job in batch) if full else time.monotonic()
+        return batch, ready_at
+
+    async def _first_job(self) -> Job:
+        while True:
             while not self._queue:
                 self._check_idle()
                 self._arrived.clear()
                 await self._arrived.wait()
             first = self._queue.popleft()
-            if not first.future.done():  # a client that went away cancelled its future
-                break
-        batch, rows = [first], first.request.rows
-        self._forming = batch
-        if not self.batching:
-            return batch, first.enqueued
-        deadline = loop.time() + self.max_delay
-        full = False
-        while rows < self.max_rows:
+            if not first.future.done():
+                return first
+
+    async def _fill(self, batch: list[Job], deadline: float) -> bool:
+        """Add queued requests to ``batch`` until it is full (True) or ``deadline`` passes (False)."""
+        loop = asyncio.get_running_loop()
+        while batch:
+            rows = sum(job.request.rows for job in batch)
+            if rows >= self.max_rows:
+                return True
             if self._queue:
                 head = self._queue[0]
                 if head.future.done():
                     self._queue.popleft()
                     continue
                 if rows + head.request.rows > self.max_rows:
-                    full = True
-                    break
+                    return True
                 batch.append(self._queue.popleft())
-                rows += head.request.rows
                 continue
             remaining = deadline - loop.time()
             if remaining <= 0 or self._closing:
-                break
+                return False
             self._arrived.clear()
             try:
                 async with asyncio.timeout(remaining):  # not wait_for: no task per wait (one per batch)
                     await self._arrived.wait()
             except TimeoutError:
-                break
-        else:
-            full = True
-        batch = self._forming = self._most_efficient_prefix(batch)
-        ready_at = max(job.enqueued for job in batch) if full else time.monotonic()
-        return batch, ready_at
+                return False
+        return False
 
     def _most_efficient_prefix(self, batch: list[Job]) -> list[Job]:
         """Keep the leading requests that give clearly more rows per second of device time; requeue the rest.
@@ -291,16 +328,19 @@ class Batcher:
             self._queue.appendleft(job)
         return batch[:best]
 
-    async def _execute(self, arrays: list[list[npt.NDArray[Any]]], ready_at: float) -> list[npt.NDArray[np.float32]]:
-        """Run one batch on the device; records its busy interval."""
+    async def _execute(self, batch: list[Job], ready_at: float) -> tuple[list[Job], list[npt.NDArray[np.float32]]]:
+        """Run one batch on the device, its cancelled requests left out; the requests run and
+        their outputs. Records the batch's size and busy interval."""
         runner = self.runner
         if _is_timed(runner):
+            arrays = [list(job.request.arrays) for job in batch]
+            self.metrics.batch_size.observe(sum(job.request.rows for job in batch))
             rows = sum(a[0].shape[0] for a in arrays)
             sequence = max(a[0].shape[1] for a in arrays)
             reservation = runner.reserve(rows, sequence, ready_at)
             self.metrics.busy.started(reservation.start)
             try:
-                return await runner.execute(arrays, reservation)
+                return batch, await runner.execute(arrays, reservation)
             finally:
                 self.metrics.busy.finished(reservation.start, reservation.end)
         model = cast(Runner, runner)
@@ -309,22 +349,26 @@ class Batcher:
         submitted = time.monotonic()
         self.metrics.busy.started(submitted)
         try:
-            outputs, start, end = await asyncio.get_running_loop().run_in_executor(
-                self._executor, _timed_run, model, arrays
+            ran, outputs, start, end = await asyncio.get_running_loop().run_in_executor(
+                self._executor, _timed_run, model, batch
             )
         except BaseException:
             self.metrics.busy.finished(submitted, time.monotonic())
             raise
         self.metrics.busy.finished(start, end, since=submitted)
-        return outputs
+        if ran:
+            self.metrics.batch_size.observe(sum(job.request.rows for job in ran))
+        return ran, outputs
 
     async def _run(self, batch: list[Job], ready_at: float, splitting: bool = False) -> None:
-        arrays = [list(job.request.arrays) for job in batch]
-        self.metrics.batch_size.observe(sum(job.request.rows for job in batch))
+        batch = _live(batch)  # a copy: the batch a task runs is never changed under it
+        if not batch:
+            return
         self.batches_run += 1
         try:
-            outputs = await self._execute(arrays, ready_at)
+            ran, outputs = await self._execute(batch, ready_at)
         except Exception as exc:
+            batch = _live(batch)
             if len(batch) > 1:
                 # Isolate the request(s) that break the batch instead of failing all of them: by
                 # halves, so one bad request costs O(log n) more runs, not one run per request.
@@ -338,10 +382,10 @@ class Batcher:
                 for part in (batch[:half], batch[half:]):
                     await self._run(part, time.monotonic(), splitting=True)
                 return
-            if not batch[0].future.done():
+            if batch:
                 batch[0].future.set_exception(exc)
             return
-        for job, rows in zip(batch, outputs, strict=True):
+        for job, rows in zip(ran, outputs, strict=True):
             if not job.future.done():
                 job.future.set_result(rows)
 
@@ -350,7 +394,7 @@ class Batcher:
             await self._run(batch, ready_at)
         finally:
             self._running.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
-            self._waiting_ahead = 0  # whichever batch ended, a lookahead batch is executing or done
+            self._ahead = []  # whichever batch ended, a lookahead batch is executing or done
             self._slots.release()
             self._arrived.set()  # a lookahead wait (device busy) may go on now
             self._check_idle()
@@ -370,15 +414,23 @@ class Batcher:
             self._running[task] = batch
             self._forming = []
             if ahead:
-                self._waiting_ahead = len(batch)
+                self._ahead = list(batch)  # a copy: a cancelled request leaves it, not the batch the task runs
 
 
-def _timed_run(
-    runner: Runner, arrays: list[list[npt.NDArray[Any]]]
-) -> tuple[list[npt.NDArray[np.float32]], float, float]:
+def _timed_run(runner: Runner, batch: list[Job]) -> tuple[list[Job], list[npt.NDArray[np.float32]], float, float]:
+    """Run a batch's requests not cancelled by now (in the executor thread); those, their outputs,
+    and when the run started and ended.
+
+    A batch waiting ahead was handed over before it could run: requests cancelled since are left
+    out here. ``future.done()`` is one read of state only the loop thread writes; a request
+    cancelled at this very instant may still run (its rows are then dropped).
+    """
     start = time.monotonic()
-    outputs, _bucket = runner.run(arrays)
-    return outputs, start, time.monotonic()
+    live = _live(batch)
+    if not live:
+        return [], [], start, start
+    outputs, _bucket = runner.run([list(job.request.arrays) for job in live])
+    return live, outputs, start, time.monotonic()
 
 
 def _is_timed(runner: Runner | TimedDevice) -> TypeGuard[TimedDevice]:

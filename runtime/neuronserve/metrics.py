@@ -13,7 +13,8 @@ and role labels are added by Prometheus relabeling from pod labels, never by the
   ``model_error`` (500: the model raised on this request, alone; e.g. an input value outside what
   the model handles, which the artifact declares no range for) or ``error`` (500: the server
   failed anywhere else in answering) or ``aborted`` (the client closed the connection before its
-  whole body arrived: nothing to answer, and not the server's failure).
+  answer: mid-body, queued or while its batch ran; nothing to answer, and not the server's failure.
+  Its request leaves the queue at once and, unless its batch had started, never runs).
 - ``neuronserve_arrivals_peak_per_second``: infer requests per second (any outcome) in the busiest
   second of the last minute; at a rate below 400 a second, in the busiest stretch of as many whole
   seconds as hold 400 requests at the minute's mean, so that Poisson noise is not read as a burst.

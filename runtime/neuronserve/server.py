@@ -287,8 +287,15 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
 
 
 def app_runner(state: ServerState, **options: Any) -> web.AppRunner:
-    """The server's app, in a runner that leaves request bodies encoded: ``infer`` decodes them."""
-    return web.AppRunner(create_app(state), auto_decompress=False, **options)
+    """The server's app, in a runner that leaves request bodies encoded (``infer`` decodes them) and
+    cancels a request's handler when its client hangs up.
+
+    aiohttp lets a handler run on by default after its connection is lost: an abandoned request
+    would keep its queue slot (live clients get 429), run on the device, count as ``ok`` and
+    inflate the queue depth and in-flight count the autoscaler reads. Cancelled, its future is
+    cancelled too, which takes it out of the batcher's queue at once (``Batcher``).
+    """
+    return web.AppRunner(create_app(state), auto_decompress=False, handler_cancellation=True, **options)
 
 
 def create_app(state: ServerState) -> web.Application:
@@ -380,8 +387,18 @@ async def model_ready(request: web.Request) -> web.Response:
 
 
 async def infer(request: web.Request) -> web.Response:
-    arrived = time.monotonic()
     state = request.app[STATE_KEY]
+    try:
+        return await _infer(request, state)
+    except asyncio.CancelledError:
+        # The client hung up (aiohttp cancels the handler, see ``app_runner``): nobody reads an
+        # answer, and the server did not fail. Every other path counts its own outcome.
+        state.metrics.outcome("aborted")
+        raise
+
+
+async def _infer(request: web.Request, state: ServerState) -> web.Response:
+    arrived = time.monotonic()
     try:
         state, manifest = _model(request)
         if not state.accepting or state.batcher is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import http.client
 import json
@@ -13,10 +14,10 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +29,8 @@ from neuronserve.batcher import Runner
 from neuronserve.manifest import Manifest
 from neuronserve.protocol import Tokenize
 from neuronserve.server import ServeConfig, ServerState, app_runner
+
+T = TypeVar("T")
 
 BUCKET = "neuronserve-artifacts"
 
@@ -159,6 +162,10 @@ class LiveServer:
             return fn()
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=30)
+
+    def start_soon(self, coroutine: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Run ``coroutine`` on the server's loop thread; its future, to await from any loop."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
     def __exit__(self, *exc: object) -> None:
         async def stop() -> None:
