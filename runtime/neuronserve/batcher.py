@@ -172,12 +172,16 @@ class Batcher:
     def start(self) -> None:
         self._worker = asyncio.get_running_loop().create_task(self._work(), name="neuronserve-batcher")
 
+    def check_room(self) -> None:
+        """Raise QueueFull if a new request would be refused now (the server asks before it reads a body)."""
+        if self.full:
+            raise QueueFull(f"the queue is full ({self.max_queue} requests waiting)")
+
     def submit(self, request: InferRequest) -> asyncio.Future[npt.NDArray[np.float32]]:
         """Queue a request; its future resolves to the request's output rows."""
         if self._closing:
             raise ShuttingDown("the server is shutting down")
-        if self.full:
-            raise QueueFull(f"the queue is full ({self.max_queue} requests waiting)")
+        self.check_room()
         future: asyncio.Future[npt.NDArray[np.float32]] = asyncio.get_running_loop().create_future()
         job = Job(request, future)
         future.add_done_callback(lambda done: self._abandoned(job) if done.cancelled() else None)

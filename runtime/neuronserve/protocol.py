@@ -65,6 +65,25 @@ class InferRequest:
         return int(self.arrays[0].shape[1])
 
 
+@dataclass(frozen=True)
+class TextRequest:
+    """A validated text request, not tokenized yet: tokenizing takes about a second per megabyte of
+    text, so the server does it off its event loop (``tokenized``)."""
+
+    id: str | None
+    texts: list[str]
+    binary_output: bool = False
+
+    def tokenized(self, manifest: Manifest, tokenize: Tokenize) -> InferRequest:
+        """The request as token ids, truncated to the largest sequence bucket; a text the tokenizer
+        refuses is a BadRequest (400)."""
+        try:
+            ids, mask = tokenize(self.texts, manifest.max_sequence)
+        except Exception as exc:  # the tokenizer's only input is the client's text: its refusal is a 400
+            raise _fail(f"input 'text': the tokenizer refused it: {exc}") from None
+        return InferRequest(self.id, [ids, mask], self.binary_output)
+
+
 def _fail(message: str) -> BadRequest:
     return BadRequest(message)
 
@@ -250,12 +269,27 @@ def parse_request(
     body: bytes, header_length: str | None, manifest: Manifest, tokenize: Tokenize | None
 ) -> InferRequest:
     """Validate an infer request body (JSON, or JSON header + binary data) against the artifact."""
+    request = parse_request_untokenized(body, header_length, manifest, tokenize is not None)
+    return _tokenized(request, manifest, tokenize)
+
+
+def parse_request_untokenized(
+    body: bytes, header_length: str | None, manifest: Manifest, accepts_text: bool
+) -> InferRequest | TextRequest:
+    """As ``parse_request``, but a text request is validated and left to tokenize (``TextRequest``)."""
     doc, blob = split_body(body, header_length)
     # Integer data lists are searched for JSON booleans only if the JSON text holds one at all: a
     # search of the bytes is a few microseconds, a walk of every value as long as numpy's conversion.
     json_end = len(body) - (len(blob) if blob is not None else 0)
     booleans = body.find(b"true", 0, json_end) >= 0 or body.find(b"false", 0, json_end) >= 0
-    return parse_infer(doc, manifest, tokenize, blob, may_hold_booleans=booleans)
+    return _parse_infer(doc, manifest, accepts_text, blob, may_hold_booleans=booleans)
+
+
+def _tokenized(request: InferRequest | TextRequest, manifest: Manifest, tokenize: Tokenize | None) -> InferRequest:
+    if isinstance(request, InferRequest):
+        return request
+    assert tokenize is not None  # a TextRequest is only made when there is a tokenizer
+    return request.tokenized(manifest, tokenize)
 
 
 def _binary_output(doc: dict[str, Any], manifest: Manifest) -> bool:
@@ -306,6 +340,17 @@ def parse_infer(
     ``blob``: the binary data after the JSON header (None when the request had no header length).
     ``may_hold_booleans`` false: the JSON had no true or false anywhere (no data list is searched).
     """
+    request = _parse_infer(doc, manifest, tokenize is not None, blob, may_hold_booleans)
+    return _tokenized(request, manifest, tokenize)
+
+
+def _parse_infer(
+    doc: dict[str, Any],
+    manifest: Manifest,
+    accepts_text: bool,
+    blob: memoryview | None,
+    may_hold_booleans: bool,
+) -> InferRequest | TextRequest:
     request_id = doc.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise _fail("'id' must be a string")
@@ -334,8 +379,8 @@ def parse_infer(
     if TEXT_INPUT in by_name and TEXT_INPUT not in expected_names:
         if len(by_name) != 1:
             raise _fail(f"'{TEXT_INPUT}' cannot be combined with other inputs")
-        arrays = _text_arrays(by_name[TEXT_INPUT], manifest, tokenize, chunks.get(TEXT_INPUT))
-        return InferRequest(request_id, arrays, binary_output)
+        texts = _texts(by_name[TEXT_INPUT], manifest, accepts_text, chunks.get(TEXT_INPUT))
+        return TextRequest(request_id, texts, binary_output)
     unknown = sorted(set(by_name) - set(expected_names))
     if unknown:
         raise _fail(f"unknown input(s) {', '.join(map(repr, unknown))}: the model takes {', '.join(expected_names)}")
@@ -382,10 +427,8 @@ def _binary_strings(chunk: memoryview, name: str) -> list[str]:
     return strings
 
 
-def _text_arrays(
-    tensor: dict[str, Any], manifest: Manifest, tokenize: Tokenize | None, chunk: memoryview | None
-) -> list[npt.NDArray[np.int64]]:
-    if tokenize is None:
+def _texts(tensor: dict[str, Any], manifest: Manifest, accepts_text: bool, chunk: memoryview | None) -> list[str]:
+    if not accepts_text:
         raise _fail(f"this model has no tokenizer: send {', '.join(s.name for s in manifest.inputs)} instead of text")
     if [s.name for s in manifest.inputs] != ["input_ids", "attention_mask"]:
         raise _fail("text input is only supported for models taking input_ids and attention_mask")
@@ -414,11 +457,7 @@ def _text_arrays(
             raise _fail(
                 f"input 'text': element {index} is not valid Unicode (lone surrogate at character {exc.start})"
             ) from None
-    try:
-        ids, mask = tokenize(data, manifest.max_sequence)
-    except Exception as exc:  # the tokenizer's only input is the client's text: its refusal is a 400
-        raise _fail(f"input 'text': the tokenizer refused it: {exc}") from None
-    return [ids, mask]
+    return data
 
 
 def infer_response(

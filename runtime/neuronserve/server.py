@@ -17,6 +17,7 @@ is not the one ``--manifest-sha256`` pins (checked before anything else is read 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import re
@@ -38,12 +39,25 @@ from neuronserve.batcher import Batcher, QueueFull, Runner, ShuttingDown, TimedD
 from neuronserve.codings import CODINGS, Undecodable, decode_body
 from neuronserve.manifest import MANIFEST_MISMATCH_EXIT_CODE, Manifest, revision
 from neuronserve.metrics import BusyTracker, ServerMetrics
-from neuronserve.protocol import HEADER_LENGTH, BadRequest, Tokenize, infer_response, model_metadata, parse_request
+from neuronserve.protocol import (
+    HEADER_LENGTH,
+    BadRequest,
+    InferRequest,
+    TextRequest,
+    Tokenize,
+    infer_response,
+    model_metadata,
+    parse_request_untokenized,
+)
 
 log = logging.getLogger("neuronserve")
 
 Phase = Literal["starting", "ready", "draining"]
 MIN_BODY_BYTES = 1 << 20
+#: Threads that tokenize text requests, off the event loop (a megabyte of text takes about a second,
+#: during which the loop would answer nothing, health probes included). A few, not one per request:
+#: they share the host's CPUs with the event loop and the model; more text requests wait their turn.
+TOKENIZE_THREADS = 2
 
 
 @dataclass(frozen=True)
@@ -84,6 +98,13 @@ class ServerState:
         self.body_limit = MIN_BODY_BYTES
         self.metrics.inflight.set_function(lambda: self.inflight)
         self.metrics.ready.set(0)
+        self._tokenizers = concurrent.futures.ThreadPoolExecutor(TOKENIZE_THREADS, "neuronserve-tokenize")
+
+    async def tokenized(self, request: TextRequest, manifest: Manifest) -> InferRequest:
+        """``request`` tokenized in one of TOKENIZE_THREADS threads (BadRequest if the tokenizer refuses it)."""
+        assert self.tokenize is not None  # a TextRequest is only parsed when there is a tokenizer
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._tokenizers, request.tokenized, manifest, self.tokenize)
 
     def activate(
         self,
@@ -347,6 +368,14 @@ def _model(request: web.Request) -> tuple[ServerState, Manifest]:
     return state, state.manifest
 
 
+def _check_room(batcher: Batcher, state: ServerState) -> None:
+    """A 429 with Retry-After if the batcher's queue is full."""
+    try:
+        batcher.check_room()
+    except QueueFull as exc:
+        raise _Refusal(429, str(exc), "rejected", headers=_retry_after(state)) from None
+
+
 def _retry_after(state: ServerState) -> dict[str, str]:
     """The header of a 429 or 503: when to try again (a draining replica's clients, elsewhere)."""
     return {"Retry-After": str(state.config.retry_after_seconds)}
@@ -403,19 +432,25 @@ async def _infer(request: web.Request, state: ServerState) -> web.Response:
         state, manifest = _model(request)
         if not state.accepting or state.batcher is None:
             raise _Refusal(503, f"not accepting requests ({state.phase})", "rejected", headers=_retry_after(state))
+        # A full queue refuses before the body is read, parsed or tokenized (aiohttp reads the rest
+        # of it and drops it); submit checks again, as the queue may fill meanwhile.
+        _check_room(state.batcher, state)
         coding = _check_content_encoding(request)
         body = await _read_body(request, state.body_limit)
         if coding is not None:
             body = _decode_body(body, coding, state.body_limit)
         try:
-            parsed = parse_request(body, request.headers.get(HEADER_LENGTH), manifest, state.tokenize)
+            parsed = parse_request_untokenized(
+                body, request.headers.get(HEADER_LENGTH), manifest, state.tokenize is not None
+            )
+            if isinstance(parsed, TextRequest):
+                parsed = await state.tokenized(parsed, manifest)
         except BadRequest as exc:
             raise _Refusal(exc.status, str(exc), "bad_request") from None
         try:
             future = state.batcher.submit(parsed)
         except QueueFull as exc:
-            state.metrics.outcome("rejected")
-            return _error(429, str(exc), _retry_after(state))
+            raise _Refusal(429, str(exc), "rejected", headers=_retry_after(state)) from None
         except ShuttingDown as exc:
             raise _Refusal(503, str(exc), "rejected", headers=_retry_after(state)) from None
     except _Refusal as exc:

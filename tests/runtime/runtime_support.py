@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -122,6 +122,22 @@ class Reference:
     def tokens(self, text: str) -> list[int]:
         ids: list[int] = self.tokenizer(text)["input_ids"]
         return ids
+
+
+class GatedEcho:
+    """Runs nothing until the gate opens; records each request's first id, and answers it as rows."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.ran: list[int] = []
+
+    def run(self, requests: Sequence[Sequence[npt.NDArray[Any]]]) -> tuple[list[npt.NDArray[np.float32]], None]:
+        self.ran.extend(int(arrays[0][0, 0]) for arrays in requests)
+        self.gate.wait(timeout=60)
+        return [np.full((arrays[0].shape[0], 4), arrays[0][0, 0], dtype=np.float32) for arrays in requests], None
+
+    def cost(self, rows: int, sequence: int) -> float | None:
+        return None
 
 
 class LiveServer:

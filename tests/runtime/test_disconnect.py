@@ -11,37 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
-import numpy as np
-import numpy.typing as npt
 
 from neuronserve.emulated import BERT_BASE, synthetic_manifest
 from neuronserve.server import ServeConfig
-from runtime_support import LiveServer, scrape_metrics
+from runtime_support import GatedEcho, LiveServer, scrape_metrics
 
 MODEL = "bert-base"
 INFER = f"/v2/models/{MODEL}/infer"
-
-
-class GatedEcho:
-    """Runs nothing until the gate opens; records each request's first id, and answers it as rows."""
-
-    def __init__(self) -> None:
-        self.gate = threading.Event()
-        self.ran: list[int] = []
-
-    def run(self, requests: Sequence[Sequence[npt.NDArray[Any]]]) -> tuple[list[npt.NDArray[np.float32]], None]:
-        self.ran.extend(int(arrays[0][0, 0]) for arrays in requests)
-        self.gate.wait(timeout=60)
-        return [np.full((arrays[0].shape[0], 4), arrays[0][0, 0], dtype=np.float32) for arrays in requests], None
-
-    def cost(self, rows: int, sequence: int) -> float | None:
-        return None
 
 
 def _body(first_id: int, rows: int = 1) -> bytes:

@@ -1,0 +1,133 @@
+"""Text requests cost the event loop nothing it cannot spare: a full queue refuses with 429 before
+a body is read, parsed or tokenized, and text is tokenized in a few worker threads, so health probes
+and other requests are answered meanwhile (a megabyte of text takes the real tokenizer 1-3 s).
+
+A real server on 127.0.0.1 over the emulated replica's contract, with tokenizers the test can hold
+or count, and a device it holds busy with a gate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import aiohttp
+import numpy as np
+import numpy.typing as npt
+
+from neuronserve.emulated import BERT_BASE, synthetic_manifest, tokenize_by_length
+from neuronserve.server import TOKENIZE_THREADS, ServeConfig
+from runtime_support import GatedEcho, LiveServer, scrape_metrics
+
+MODEL = "bert-base"
+INFER = f"/v2/models/{MODEL}/infer"
+
+
+class HeldTokenizer:
+    """Tokenizes by length, each call held until the gate opens; counts calls and the most at once."""
+
+    def __init__(self, held: bool = True) -> None:
+        self.gate = threading.Event()
+        if not held:
+            self.gate.set()
+        self.calls = 0
+        self.running = 0
+        self.peak = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, texts: Sequence[str], max_length: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        with self._lock:
+            self.calls += 1
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+        try:
+            self.gate.wait(timeout=20)
+            return tokenize_by_length(texts, max_length)
+        finally:
+            with self._lock:
+                self.running -= 1
+
+
+def _text(text: str) -> bytes:
+    return json.dumps({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": [text]}]}).encode()
+
+
+def _ids(first_id: int) -> bytes:
+    return json.dumps(
+        {
+            "inputs": [
+                {"name": "input_ids", "shape": [1, 4], "datatype": "INT64", "data": [first_id] * 4},
+                {"name": "attention_mask", "shape": [1, 4], "datatype": "INT64", "data": [1] * 4},
+            ]
+        }
+    ).encode()
+
+
+async def _until(condition: Callable[[], bool], what: str, limit_seconds: float = 20) -> None:
+    deadline = time.monotonic() + limit_seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_full_queue_refuses_before_reading_parsing_or_tokenizing_the_body() -> None:
+    device, tokenizer = GatedEcho(), HeldTokenizer(held=False)
+    config = ServeConfig(max_batch_delay_ms=0, max_queue=1, batching=False, retry_after_seconds=3)
+    with LiveServer(synthetic_manifest(BERT_BASE, MODEL), device, config, tokenizer) as server:
+        assert server.state is not None and server.state.batcher is not None
+        batcher = server.state.batcher
+        before = scrape_metrics(server.url)
+        async with aiohttp.ClientSession() as session:
+
+            async def infer(body: bytes) -> tuple[int, str | None, Any]:
+                async with session.post(server.url + INFER, data=body) as response:
+                    return response.status, response.headers.get("Retry-After"), await response.json()
+
+            releasing = asyncio.get_running_loop().call_later(15, device.gate.set)  # a failure must not hang
+            held = [asyncio.create_task(infer(_ids(1)))]
+            await _until(lambda: device.ran == [1], "request 1 to execute")
+            held.append(asyncio.create_task(infer(_ids(2))))
+            await _until(lambda: server.call(lambda: batcher.queue_depth) == 1, "request 2 to fill the queue")
+            # Not JSON at all: refused for the full queue, so it was never parsed (else a 400).
+            assert await infer(b"{not json") == (429, "3", {"error": "the queue is full (1 requests waiting)"})
+            status, retry_after, _ = await infer(_text("a long text " * 10_000))
+            assert (status, retry_after, tokenizer.calls) == (429, "3", 0)
+            device.gate.set()
+            releasing.cancel()
+            assert [status for status, _, _ in await asyncio.gather(*held)] == [200, 200]
+            # With room again, text is tokenized and served.
+            assert (await infer(_text("served now")))[0] == 200 and tokenizer.calls == 1
+        after = scrape_metrics(server.url)
+        rejected = "neuronserve_requests_total{outcome=rejected}"
+        assert after[rejected] - before[rejected] == 2
+
+
+async def test_text_is_tokenized_off_the_event_loop_in_a_bounded_number_of_threads() -> None:
+    device, tokenizer = GatedEcho(), HeldTokenizer()
+    device.gate.set()
+    with LiveServer(synthetic_manifest(BERT_BASE, MODEL), device, ServeConfig(), tokenizer) as server:
+        timeout = aiohttp.ClientTimeout(total=5)  # the kubelet's probes time out in seconds
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+
+            async def infer(body: bytes) -> int:
+                async with session.post(server.url + INFER, data=body) as response:
+                    await response.read()
+                    return response.status
+
+            texts = [asyncio.create_task(infer(_text(f"text {i}"))) for i in range(TOKENIZE_THREADS + 2)]
+            try:
+                await _until(lambda: tokenizer.running == TOKENIZE_THREADS, "the tokenizer threads to be busy")
+                # While every tokenizer thread is held, the loop still answers probes and token-id requests.
+                async with session.get(server.url + "/v2/health/ready", timeout=timeout) as response:
+                    assert response.status == 200
+                async with session.post(server.url + INFER, data=_ids(7), timeout=timeout) as response:
+                    assert response.status == 200
+            finally:
+                tokenizer.gate.set()
+            assert await asyncio.gather(*texts) == [200] * (TOKENIZE_THREADS + 2)
+        assert tokenizer.calls == TOKENIZE_THREADS + 2
+        assert tokenizer.peak == TOKENIZE_THREADS
