@@ -293,8 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--host",
-        default="0.0.0.0",
-        help="bind address (default 0.0.0.0: in a pod the kubelet and Service reach it on the pod IP)",
+        default=None,
+        help="listen on this address only (default: every interface, IPv4 and IPv6, so that the "
+        "kubelet and Service reach it on the pod IP of any cluster family; IPv4 only where the kernel "
+        "has no IPv6). 0.0.0.0: every IPv4 interface only; '::': every IPv6 interface only",
     )
     s.add_argument(
         "--port", type=_whole(0, 65535), default=DEFAULT_PORT, help="0 picks a free port, logged (default: %(default)s)"

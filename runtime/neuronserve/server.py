@@ -19,9 +19,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import errno
 import logging
 import re
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -519,7 +521,8 @@ class EmulatedOptions:
 @dataclass(frozen=True)
 class ServeOptions:
     artifact: str | None
-    host: str = "0.0.0.0"
+    #: None: every interface of both families (``all_interfaces_socket``).
+    host: str | None = None
     port: int = 8080
     grace_seconds: float = 30.0
     #: After SIGTERM, new requests are still served this long (at most a third of the grace period).
@@ -610,11 +613,16 @@ async def serve(opts: ServeOptions) -> int:
     state = ServerState(opts.config)
     runner = app_runner(state, access_log=None, handle_signals=False, shutdown_timeout=max(1.0, opts.grace_seconds))
     await runner.setup()
-    site = web.TCPSite(runner, opts.host, opts.port)
+    where = "every interface" if opts.host is None else opts.host
     try:
+        if opts.host is None:
+            sock, where = all_interfaces_socket(opts.port)
+            site: web.BaseSite = web.SockSite(runner, sock)
+        else:
+            site = web.TCPSite(runner, opts.host, opts.port)
         await site.start()
     except OSError as exc:
-        print(f"neuronserve: cannot listen on {opts.host}:{opts.port}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"neuronserve: cannot listen on {where}, port {opts.port}: {exc.strerror or exc}", file=sys.stderr)
         await runner.cleanup()
         return 3
     port = runner.addresses[0][1] if runner.addresses else opts.port
@@ -624,7 +632,10 @@ async def serve(opts: ServeOptions) -> int:
         what += f" (manifest sha256 {opts.manifest_sha256})"
     if opts.emulated is not None:
         what += f" on the EMULATED NeuronCore device, profile {opts.emulated.profile}"
-    log.info("listening on http://%s:%s (live; loading %s)", opts.host, port, what)
+    if opts.host is None:
+        log.info("listening on http://*:%s (%s; live; loading %s)", port, where, what)
+    else:
+        log.info("listening on http://%s:%s (live; loading %s)", _url_host(opts.host), port, what)
 
     # A stop while loading may leave the loader writing here as the directory goes.
     with tempfile.TemporaryDirectory(
@@ -692,6 +703,48 @@ async def serve(opts: ServeOptions) -> int:
             log.warning("grace period ran out with connections still open: closing them")
         log.info("drained (%s); exiting", "all work finished" if finished and closed else "grace period ran out")
     return 0
+
+
+def all_interfaces_socket(port: int) -> tuple[socket.socket, str]:
+    """A bound socket on every interface of both families, and what it listens on (for the log).
+
+    One IPv6 socket with IPV6_V6ONLY off takes IPv4 connections too (as Go's and Java's listeners
+    do): a pod answers on its IP in an IPv4, IPv6 or dual-stack cluster, and ``--port 0`` gets one
+    port for both. 0.0.0.0, the former default, is IPv4 only: on an IPv6 cluster no probe reached
+    it. Where IPv6 is disabled (sysctl) the socket still takes IPv4; where the kernel has no IPv6
+    at all, an IPv4 socket is bound instead. Any other failure (the port is taken) is raised.
+    """
+    try:
+        return _bound(socket.AF_INET6, ("::", port)), "every interface, IPv4 and IPv6"
+    except OSError as exc:
+        if exc.errno not in _NO_IPV6:
+            raise
+        ipv6_error = exc
+    sock = _bound(socket.AF_INET, ("0.0.0.0", port))
+    log.warning("IPv6 unavailable (%s): listening on IPv4 only", ipv6_error.strerror or ipv6_error)
+    return sock, "every IPv4 interface; no IPv6"
+
+
+#: What creating or binding an IPv6 socket fails with where the host has no IPv6.
+_NO_IPV6 = {errno.EAFNOSUPPORT, errno.EPROTONOSUPPORT, errno.EADDRNOTAVAIL}
+
+
+def _bound(family: socket.AddressFamily, address: tuple[str, int]) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # whatever net.ipv6.bindv6only says
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp's TCPSite does
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _url_host(host: str) -> str:
+    """``host`` as a URL writes it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host
 
 
 def _in_daemon_thread(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:

@@ -105,8 +105,8 @@ def live_server(fetched: Fetched, model_runner: ModelRunner) -> Iterator[LiveSer
 def serve_process() -> Iterator[Callable[..., ServeProcess]]:
     started: list[ServeProcess] = []
 
-    def start(args: list[str], env: dict[str, str] | None = None) -> ServeProcess:
-        process = ServeProcess(args, env)
+    def start(args: list[str], env: dict[str, str] | None = None, host: str | None = "127.0.0.1") -> ServeProcess:
+        process = ServeProcess(args, env, host)
         started.append(process)
         return process
 

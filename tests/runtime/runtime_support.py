@@ -198,10 +198,11 @@ class LiveServer:
 class ServeProcess:
     """``neuronserve serve`` as a real process on 127.0.0.1 with a free port read from its log."""
 
-    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(self, args: list[str], env: dict[str, str] | None = None, host: str | None = "127.0.0.1") -> None:
         full_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+        listen = ["--host", host] if host is not None else []  # None: the default, every interface
         self.proc = subprocess.Popen(
-            [NEURONSERVE, "serve", "--host", "127.0.0.1", "--port", "0", "--torch-threads", "1", *args],
+            [NEURONSERVE, "serve", *listen, "--port", "0", "--torch-threads", "1", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
