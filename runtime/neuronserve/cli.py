@@ -339,10 +339,26 @@ def build_parser() -> argparse.ArgumentParser:
         "at least 1 MiB)",
     )
     s.add_argument(
+        "--max-uploads",
+        type=_whole(1),
+        default=64,
+        help="infer requests received at once (from their headers until they are queued: body read, "
+        "decoded, parsed, tokenized); more get 503 with Retry-After before their body is read. Bounds "
+        "the memory uploads hold: each up to --max-body-bytes, twice that while a compressed body is "
+        "decoded (default: %(default)s)",
+    )
+    s.add_argument(
+        "--body-timeout-seconds",
+        type=_positive_float,
+        default=30.0,
+        help="a request body not whole this long after its headers gets 408 and its connection is "
+        "closed (a stalled or trickling upload; default: %(default)s)",
+    )
+    s.add_argument(
         "--retry-after-seconds",
         type=_whole(0),
         default=1,
-        help="the Retry-After of a 429 (queue full) or 503 (loading, draining) answer, in seconds "
+        help="the Retry-After of a 429 (queue full) or 503 (loading, draining, --max-uploads) answer, in seconds "
         "(default: %(default)s)",
     )
     s.add_argument(
@@ -456,6 +472,8 @@ def run_serve(args: argparse.Namespace) -> int:
             batching=not args.no_batching,
             max_body_bytes=args.max_body_bytes,
             retry_after_seconds=args.retry_after_seconds,
+            max_uploads=args.max_uploads,
+            body_timeout_seconds=args.body_timeout_seconds,
         ),
         torch_threads=threads,
         cache_dir=args.cache_dir,

@@ -8,13 +8,15 @@ and role labels are added by Prometheus relabeling from pod labels, never by the
   zero means a draining replica can go.
 - ``neuronserve_requests_total{outcome}``: one count per infer request, by its answer:
   ``ok`` (200), ``rejected`` (the server would not take it now: 429 queue full, 503 not ready,
-  draining or shut down before it ran), ``bad_request`` (the client must change it: 400 invalid
-  request or text the tokenizer refuses, 404 unknown model or version, 413 too large) or
+  draining, shut down before it ran, or too many requests being received: ``--max-uploads``),
+  ``bad_request`` (the client must change it: 400 invalid request or text the tokenizer refuses,
+  404 unknown model or version, 413 too large) or
   ``model_error`` (500: the model raised on this request, alone; e.g. an input value outside what
   the model handles, which the artifact declares no range for) or ``error`` (500: the server
   failed anywhere else in answering) or ``aborted`` (the client closed the connection before its
   answer: mid-body, queued or while its batch ran; nothing to answer, and not the server's failure.
-  Its request leaves the queue at once and, unless its batch had started, never runs).
+  Its request leaves the queue at once and, unless its batch had started, never runs; also 408, a
+  body not whole within ``--body-timeout-seconds``).
 - ``neuronserve_arrivals_peak_per_second``: infer requests per second (any outcome) in the busiest
   second of the last minute; at a rate below 400 a second, in the busiest stretch of as many whole
   seconds as hold 400 requests at the minute's mean, so that Poisson noise is not read as a burst.

@@ -69,6 +69,10 @@ class ServeConfig:
     batching: bool = True
     max_body_bytes: int | None = None
     retry_after_seconds: int = 1
+    #: Infer requests whose bodies are read, decoded, parsed or tokenized at once; more get 503.
+    max_uploads: int = 64
+    #: A request body not whole this long after its headers is refused with 408.
+    body_timeout_seconds: float = 30.0
 
 
 def body_limit(manifest: Manifest, configured: int | None) -> int:
@@ -95,6 +99,7 @@ class ServerState:
         # Whether new infer requests are taken: from activate() until the drain delay ends.
         self.accepting = False
         self.inflight = 0
+        self.uploads = 0  # requests between their headers and their submission to the batcher
         self.answered = asyncio.Event()  # set whenever no accepted request is waiting for its answer
         self.answered.set()
         self.body_limit = MIN_BODY_BYTES
@@ -283,18 +288,30 @@ def _body_too_large(limit: int) -> _Refusal:
     return _Refusal(413, f"request body larger than {limit} bytes (the server's --max-body-bytes)", "bad_request")
 
 
-async def _read_body(request: web.Request, limit: int) -> bytes:
-    """The body as sent, refused with 413 past ``limit`` bytes without buffering more than that."""
+async def _read_body(request: web.Request, limit: int, timeout: float) -> bytes:
+    """The body as sent, refused with 413 past ``limit`` bytes without buffering more than that,
+    and with 408 if it is not whole within ``timeout`` seconds (a stalled or trickling upload)."""
     too_large = _body_too_large(limit)
     if request.content_length is not None and request.content_length > limit:
         raise too_large
     chunks, size = [], 0
     try:
-        async for chunk in request.content.iter_chunked(64 * 1024):
-            size += len(chunk)
-            if size > limit:
-                raise too_large
-            chunks.append(chunk)
+        async with asyncio.timeout(timeout):
+            async for chunk in request.content.iter_chunked(64 * 1024):
+                size += len(chunk)
+                if size > limit:
+                    raise too_large
+                chunks.append(chunk)
+    except TimeoutError:
+        # The rest of the body may still come: nothing after it on this connection can be read, so
+        # the answer closes it; marked read, or aiohttp would wait up to 10 s more to discard it.
+        request.content.feed_eof()
+        raise _Refusal(
+            408,
+            f"the request body did not arrive whole within {timeout:g} s (the server's --body-timeout-seconds)",
+            "aborted",
+            close_connection=True,
+        ) from None
     except web.RequestPayloadError as exc:
         # A body that does not arrive whole (broken chunked encoding): the client's to fix.
         # Nothing after it on this connection can be read, so the answer closes it; the body is
@@ -370,6 +387,22 @@ def _model(request: web.Request) -> tuple[ServerState, Manifest]:
     return state, state.manifest
 
 
+async def _receive(request: web.Request, state: ServerState, manifest: Manifest, coding: str | None) -> InferRequest:
+    """Read, decode, parse and tokenize an infer request's body (refusals as ``_Refusal``)."""
+    body = await _read_body(request, state.body_limit, state.config.body_timeout_seconds)
+    if coding is not None:
+        body = _decode_body(body, coding, state.body_limit)
+    try:
+        parsed = parse_request_untokenized(
+            body, request.headers.get(HEADER_LENGTH), manifest, state.tokenize is not None
+        )
+        if isinstance(parsed, TextRequest):
+            parsed = await state.tokenized(parsed, manifest)
+    except BadRequest as exc:
+        raise _Refusal(exc.status, str(exc), "bad_request") from None
+    return parsed
+
+
 def _check_room(batcher: Batcher, state: ServerState) -> None:
     """A 429 with Retry-After if the batcher's queue is full."""
     try:
@@ -438,17 +471,21 @@ async def _infer(request: web.Request, state: ServerState) -> web.Response:
         # of it and drops it); submit checks again, as the queue may fill meanwhile.
         _check_room(state.batcher, state)
         coding = _check_content_encoding(request)
-        body = await _read_body(request, state.body_limit)
-        if coding is not None:
-            body = _decode_body(body, coding, state.body_limit)
-        try:
-            parsed = parse_request_untokenized(
-                body, request.headers.get(HEADER_LENGTH), manifest, state.tokenize is not None
+        if state.uploads >= state.config.max_uploads:
+            # Each upload holds up to a body's worth of memory until it is queued: a bound, or slow
+            # clients could hold any amount. 503, not 429: the server's receiving capacity is used
+            # up (by other, perhaps slow, clients), not this client's share of requests.
+            raise _Refusal(
+                503,
+                f"too many requests being received ({state.config.max_uploads}, the server's --max-uploads)",
+                "rejected",
+                headers=_retry_after(state),
             )
-            if isinstance(parsed, TextRequest):
-                parsed = await state.tokenized(parsed, manifest)
-        except BadRequest as exc:
-            raise _Refusal(exc.status, str(exc), "bad_request") from None
+        state.uploads += 1
+        try:
+            parsed = await _receive(request, state, manifest, coding)
+        finally:
+            state.uploads -= 1
         try:
             future = state.batcher.submit(parsed)
         except QueueFull as exc:
