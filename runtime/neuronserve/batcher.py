@@ -177,15 +177,18 @@ class Batcher:
         if self.full:
             raise QueueFull(f"the queue is full ({self.max_queue} requests waiting)")
 
-    def submit(self, request: InferRequest) -> asyncio.Future[npt.NDArray[np.float32]]:
-        """Queue a request; its future resolves to the request's output rows."""
+    def submit(self, request: InferRequest, first: bool = False) -> asyncio.Future[npt.NDArray[np.float32]]:
+        """Queue a request (``first``: at the head of the queue); its future resolves to its output rows."""
         if self._closing:
             raise ShuttingDown("the server is shutting down")
         self.check_room()
         future: asyncio.Future[npt.NDArray[np.float32]] = asyncio.get_running_loop().create_future()
         job = Job(request, future)
         future.add_done_callback(lambda done: self._abandoned(job) if done.cancelled() else None)
-        self._queue.append(job)
+        if first:
+            self._queue.appendleft(job)
+        else:
+            self._queue.append(job)
         self.peak_queue_depth = max(self.peak_queue_depth, self.queue_depth)
         self._idle.clear()
         self._arrived.set()

@@ -355,6 +355,22 @@ def build_parser() -> argparse.ArgumentParser:
         "closed (a stalled or trickling upload; default: %(default)s)",
     )
     s.add_argument(
+        "--device-failure-requests",
+        type=_whole(1),
+        default=5,
+        help="after this many requests in a row failed alone (the model raised on each, no success "
+        "between), run the warm-up input to tell a failed device from bad inputs; if it fails too, the "
+        "device has failed: not ready, failures count as outcome=error, the check repeats every 5 s and "
+        "a success makes it ready again (default: %(default)s)",
+    )
+    s.add_argument(
+        "--device-failure-restart-seconds",
+        type=_positive_float,
+        default=60.0,
+        help="report not live (/v2/health/live 503, so the kubelet restarts the process) once the device "
+        "has been failed this long (default: %(default)s)",
+    )
+    s.add_argument(
         "--retry-after-seconds",
         type=_whole(0),
         default=1,
@@ -474,6 +490,8 @@ def run_serve(args: argparse.Namespace) -> int:
             retry_after_seconds=args.retry_after_seconds,
             max_uploads=args.max_uploads,
             body_timeout_seconds=args.body_timeout_seconds,
+            device_suspect_after=args.device_failure_requests,
+            device_restart_seconds=args.device_failure_restart_seconds,
         ),
         torch_threads=threads,
         cache_dir=args.cache_dir,

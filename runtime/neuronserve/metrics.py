@@ -13,7 +13,8 @@ and role labels are added by Prometheus relabeling from pod labels, never by the
   404 unknown model or version, 413 too large) or
   ``model_error`` (500: the model raised on this request, alone; e.g. an input value outside what
   the model handles, which the artifact declares no range for) or ``error`` (500: the server
-  failed anywhere else in answering) or ``aborted`` (the client closed the connection before its
+  failed anywhere else in answering, or the request failed on a device that has failed: see
+  ``neuronserve.health``) or ``aborted`` (the client closed the connection before its
   answer: mid-body, queued or while its batch ran; nothing to answer, and not the server's failure.
   Its request leaves the queue at once and, unless its batch had started, never runs; also 408, a
   body not whole within ``--body-timeout-seconds``).
@@ -32,7 +33,8 @@ and role labels are added by Prometheus relabeling from pod labels, never by the
 - ``neuronserve_device_info{device,profile,emulated}``: 1, saying what executes the batches:
   ``device="cpu"`` or ``"neuron"`` (the artifact's backend) or ``"emulated-neuroncore"`` with
   ``emulated="true"`` and the Inf2 profile whose service times it reproduces.
-- ``neuronserve_ready``: 1 when the model is loaded, warmed and not draining.
+- ``neuronserve_ready``: 1 when the model is loaded, warmed and not draining, and the device has
+  not failed.
 
 Also the process' own ``process_*`` (CPU, memory, open files, start time) and ``python_info``.
 No ``*_created`` series: nothing reads them, and they doubled the counters' and histograms' series.
@@ -199,7 +201,9 @@ class ServerMetrics:
             registry=r,
         )
         self.device_busy.set_function(busy.ratio)
-        self.ready = Gauge("neuronserve_ready", "1 when loaded, warmed and not draining.", registry=r)
+        self.ready = Gauge(
+            "neuronserve_ready", "1 when loaded, warmed and not draining, and the device has not failed.", registry=r
+        )
         self.arrivals = arrivals if arrivals is not None else ArrivalPeak()
         self.arrivals_peak = Gauge(
             "neuronserve_arrivals_peak_per_second",

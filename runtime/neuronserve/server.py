@@ -33,12 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from neuronserve import __version__
 from neuronserve.batcher import Batcher, QueueFull, Runner, ShuttingDown, TimedDevice, failure_summary
 from neuronserve.codings import CODINGS, Undecodable, decode_body
+from neuronserve.health import SELF_TEST_SECONDS, DeviceHealth
 from neuronserve.manifest import MANIFEST_MISMATCH_EXIT_CODE, Manifest, revision
 from neuronserve.metrics import BusyTracker, ServerMetrics
 from neuronserve.protocol import (
@@ -73,6 +75,10 @@ class ServeConfig:
     max_uploads: int = 64
     #: A request body not whole this long after its headers is refused with 408.
     body_timeout_seconds: float = 30.0
+    #: Requests failed alone in a row, no success between, after which the device is checked.
+    device_suspect_after: int = 5
+    #: A device failed this long makes the server report not live (the kubelet restarts it).
+    device_restart_seconds: float = 60.0
 
 
 def body_limit(manifest: Manifest, configured: int | None) -> int:
@@ -103,6 +109,8 @@ class ServerState:
         self.answered = asyncio.Event()  # set whenever no accepted request is waiting for its answer
         self.answered.set()
         self.body_limit = MIN_BODY_BYTES
+        self.health = DeviceHealth(config.device_suspect_after, config.device_restart_seconds)
+        self._device_check: asyncio.Task[None] | None = None
         self.metrics.inflight.set_function(lambda: self.inflight)
         self.metrics.ready.set(0)
         self._tokenizers = concurrent.futures.ThreadPoolExecutor(TOKENIZE_THREADS, "neuronserve-tokenize")
@@ -144,6 +152,55 @@ class ServerState:
         self.accepting = True
         self.metrics.ready.set(1)
 
+    @property
+    def serving(self) -> bool:
+        """Ready: loaded, warmed, not draining, and the device has not failed."""
+        return self.phase == "ready" and not self.health.failed
+
+    @property
+    def reported_phase(self) -> str:
+        """The phase /v2/health/ready reports: ``device_failed`` while ready but the device failed."""
+        return "device_failed" if self.phase == "ready" and self.health.failed else self.phase
+
+    def request_succeeded(self) -> None:
+        if self.health.succeeded():
+            log.warning("the device answers again: ready")
+            self.metrics.ready.set(1 if self.serving else 0)
+
+    def request_failed_alone(self) -> str:
+        """Record a request the device failed on, alone; its outcome (``error`` once the device failed)."""
+        outcome = "error" if self.health.failed else "model_error"
+        if self.health.failed_alone() and self._device_check is None and self.batcher is not None:
+            self._device_check = asyncio.get_running_loop().create_task(self._check_device(self.batcher))
+        return outcome
+
+    async def _check_device(self, batcher: Batcher) -> None:
+        """Run the known-good request until it succeeds (or the server drains); see ``health``."""
+        assert self.manifest is not None
+        try:
+            while self.phase == "ready":
+                try:
+                    # At the head of the queue: the verdict must not wait for the requests it decides on.
+                    await batcher.submit(known_good_request(self.manifest), first=True)
+                except (QueueFull, ShuttingDown):
+                    return  # no verdict: the device is busy with requests, or the server is stopping
+                except Exception as exc:
+                    if self.health.self_test_failed():
+                        log.error(
+                            "device failure: %d requests in a row failed alone, and the warm-up input too (%s): "
+                            "not ready; not live after %gs unless a request succeeds",
+                            self.health.run,
+                            failure_summary(exc),
+                            self.health.restart_after,
+                        )
+                        self.metrics.ready.set(0)
+                else:
+                    self.request_succeeded()
+                    return
+                await asyncio.sleep(SELF_TEST_SECONDS)
+        finally:
+            self._device_check = None
+
     async def drain(
         self, grace_seconds: float, delay_seconds: float = 0.0, skip_delay: asyncio.Event | None = None
     ) -> bool:
@@ -176,6 +233,12 @@ class ServerState:
 
 #: The most of the grace period the drain delay may take: the rest is for finishing the accepted work.
 DRAIN_DELAY_SHARE = 1 / 3
+
+
+def known_good_request(manifest: Manifest) -> InferRequest:
+    """One row of the warm-up input (every value 1, which the model ran at start) at the shortest sequence."""
+    sequence = min(bucket.sequence for bucket in manifest.buckets)
+    return InferRequest(None, [np.ones((1, sequence), dtype=np.int64) for _ in manifest.inputs])
 
 
 def drain_delay(grace_seconds: float, delay_seconds: float) -> float:
@@ -356,14 +419,23 @@ def create_app(state: ServerState) -> web.Application:
 
 
 async def live(request: web.Request) -> web.Response:
-    return web.json_response({"live": True})
+    state = request.app[STATE_KEY]
+    if state.health.live():
+        return web.json_response({"live": True})
+    reason = f"the device has failed for {state.health.restart_after:g}s or more (every request fails)"
+    return web.json_response({"live": False, "reason": reason}, status=503)
 
 
 async def ready(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
-    ok = state.phase == "ready"
+    ok = state.serving
     return web.json_response(
-        {"ready": ok, "phase": state.phase, "device": state.device["device"], "emulated": state.device["emulated"]},
+        {
+            "ready": ok,
+            "phase": state.reported_phase,
+            "device": state.device["device"],
+            "emulated": state.device["emulated"],
+        },
         status=200 if ok else 503,
     )
 
@@ -446,7 +518,7 @@ async def model_ready(request: web.Request) -> web.Response:
         state, _ = _model(request)
     except _Refusal as exc:
         return _error(exc.status, str(exc))
-    ok = state.phase == "ready"
+    ok = state.serving
     return web.json_response({"name": request.match_info["name"], "ready": ok}, status=200 if ok else 503)
 
 
@@ -512,8 +584,9 @@ async def _infer(request: web.Request, state: ServerState) -> web.Response:
             # message can be a TorchScript traceback with the paths of the model's source: logged
             # whole here, answered in one line.
             log.error("inference failed for request %s: %s", parsed.id or "(no id)", exc)
-            state.metrics.outcome("model_error")
+            state.metrics.outcome(state.request_failed_alone())
             return _error(500, f"inference failed: {failure_summary(exc)}")
+        state.request_succeeded()
         payload, header_length = infer_response(
             manifest.name,
             state.version,

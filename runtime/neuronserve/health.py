@@ -1,0 +1,61 @@
+"""Telling a failed device from requests the model cannot run: the state behind readiness and liveness.
+
+A request the model raises on is retried alone (the batcher splits a failing batch), so one bad
+input costs that request only and the others of its batch succeed. A failed device (an NRT error,
+a NeuronCore that stopped answering) makes every request fail alone, which looked the same, request
+by request. The sign is a run: ``suspect_after`` requests in a row failed alone with no success
+between them. The server then runs a request known to be good (the warm-up input, which ran at
+start) through the batcher: if it fails too, the device has failed (``failed``): the server reports
+not ready and counts further failures as errors, and runs that check again every
+``SELF_TEST_SECONDS``; once the device has been failed ``restart_after`` seconds it reports not live,
+so that the kubelet restarts the process (the Neuron runtime initializes the device again at start).
+Any request that succeeds, a check included, ends the run and the failure.
+
+Pure state with a clock: the server's event loop calls it; no I/O here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+#: How often a failed device is checked again with the known-good request.
+SELF_TEST_SECONDS = 5.0
+
+
+class DeviceHealth:
+    """Consecutive requests that failed alone, and since when the device has been failed."""
+
+    def __init__(self, suspect_after: int, restart_after: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.suspect_after = suspect_after
+        self.restart_after = restart_after
+        self._clock = clock
+        self.run = 0  # requests failed alone since the last success
+        self.failed_since: float | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.failed_since is not None
+
+    def failed_alone(self) -> bool:
+        """A request failed alone; True when the run is long enough to check the device."""
+        self.run += 1
+        return self.run >= self.suspect_after
+
+    def succeeded(self) -> bool:
+        """A request succeeded: the run ends; True if the device had been failed (it recovered)."""
+        recovered = self.failed
+        self.run = 0
+        self.failed_since = None
+        return recovered
+
+    def self_test_failed(self) -> bool:
+        """The known-good request failed too: the device has failed. True if it just did."""
+        if self.failed_since is not None:
+            return False
+        self.failed_since = self._clock()
+        return True
+
+    def live(self) -> bool:
+        """False once the device has been failed ``restart_after`` seconds: restart the process."""
+        return self.failed_since is None or self._clock() - self.failed_since < self.restart_after
