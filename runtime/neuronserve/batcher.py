@@ -2,8 +2,10 @@
 
 Requests wait in a FIFO bounded by ``max_queue`` (a full queue refuses at once: the caller answers
 429). One worker task forms a batch from the head of the queue, up to ``max_rows`` rows or until
-``max_delay`` has passed since it took the first request, then runs it and resolves each
-request's future with its rows. A model ``Runner`` runs in a single-thread executor so the event
+``max_delay`` has passed since its first request arrived (as Triton's max_queue_delay: a request
+that already waited that long behind busy cores closes its batch at once, with whatever is
+queued, instead of waiting the delay again while the device idles), then runs it and resolves
+each request's future with its rows. A model ``Runner`` runs in a single-thread executor so the event
 loop stays free, one batch at a time; a ``TimedDevice`` (the emulated NeuronCores) runs up to one
 batch per core at once on its own timeline, and no thread.
 
@@ -36,7 +38,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeGuard, cast
 
@@ -130,8 +132,10 @@ class Batcher:
         max_queue: int,
         batching: bool = True,
         batch_sizes: Sequence[int] = (),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.runner = runner
+        self._clock = clock  # when requests arrive (a test moves it; the emulated device reads time.monotonic)
         self.metrics = metrics
         self.max_rows = max_rows
         self.max_delay = max_delay
@@ -183,7 +187,7 @@ class Batcher:
             raise ShuttingDown("the server is shutting down")
         self.check_room()
         future: asyncio.Future[npt.NDArray[np.float32]] = asyncio.get_running_loop().create_future()
-        job = Job(request, future)
+        job = Job(request, future, self._clock())
         future.add_done_callback(lambda done: self._abandoned(job) if done.cancelled() else None)
         if first:
             self._queue.appendleft(job)
@@ -263,11 +267,12 @@ class Batcher:
             batch = self._forming = [first]
             if not self.batching:
                 return batch, first.enqueued
-            full = await self._fill(batch, loop.time() + self.max_delay)
+            waited = self._clock() - first.enqueued
+            full = await self._fill(batch, loop.time() + max(0.0, self.max_delay - waited))
             if batch:  # else every request of it was cancelled while it filled: start again
                 break
         batch = self._forming = self._most_efficient_prefix(batch)
-        ready_at = max(job.enqueued for job in batch) if full else time.monotonic()
+        ready_at = max(job.enqueued for job in batch) if full else self._clock()
         return batch, ready_at
 
     async def _first_job(self) -> Job:

@@ -305,7 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-batch-delay-ms",
         type=_non_negative_float,
         default=5.0,
-        help="longest wait for a batch to fill after its first request, in ms (default: %(default)s)",
+        help="longest wait for a batch to fill, in ms, counted from its first request's arrival (as "
+        "Triton's max_queue_delay): a request that already waited this long behind busy cores runs with "
+        "the next free core, with whatever is queued (default: %(default)s)",
     )
     s.add_argument(
         "--max-queue",

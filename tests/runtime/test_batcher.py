@@ -249,3 +249,40 @@ def test_a_failure_is_summed_up_for_clients_without_traceback_or_paths() -> None
     assert failure_summary(torchscript) == "RuntimeError: index out of range in self"
     assert failure_summary(ValueError("no file /opt/app/weights/model.pt here")) == "ValueError: no file <path> here"
     assert failure_summary(MemoryError()) == "MemoryError"
+
+
+class HeldRunner(ScriptedRunner):
+    """Echoes like ScriptedRunner; each run starts (``started``) and then waits until ``release``."""
+
+    def __init__(self) -> None:
+        super().__init__({1: 0.01, 8: 0.02, 16: 0.03})
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def run(self, requests: Sequence[Sequence[npt.NDArray[Any]]]) -> tuple[list[npt.NDArray[np.float32]], Any]:
+        self.started.set()
+        self.release.wait(timeout=30)
+        return super().run(requests)
+
+
+async def test_the_batch_delay_counts_from_the_first_requests_arrival_not_from_when_it_is_taken() -> None:
+    # As Triton's max_queue_delay: a request that already waited the whole delay behind a busy
+    # device runs as soon as the device is free, not after waiting the delay again.
+    now = [0.0]
+    runner = HeldRunner()
+    batcher = Batcher(
+        runner, ServerMetrics(BusyTracker()), max_rows=16, max_delay=60.0, max_queue=64, clock=lambda: now[0]
+    )
+    batcher.start()
+    full = InferRequest(None, [np.zeros((16, 4), dtype=np.int64), np.ones((16, 4), dtype=np.int64)])
+    busy = batcher.submit(full)  # a full batch: it runs at once, and holds the device
+    try:
+        assert await asyncio.to_thread(runner.started.wait, 10)
+        waiting = batcher.submit(_request(1))
+        now[0] = 61.0  # it has waited longer than the delay for the device
+    finally:
+        runner.release.set()
+    assert float((await asyncio.wait_for(waiting, 10))[0, 0]) == 1.0
+    await busy
+    assert runner.runs == [[0], [1]]
+    assert await batcher.drain(5.0)

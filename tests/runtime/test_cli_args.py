@@ -146,8 +146,9 @@ def test_good_environment_defaults_are_parsed_like_the_flags(monkeypatch: pytest
                 "--port PORT 0 picks a free port, logged (default: 8080)",
                 "--max-queue MAX_QUEUE queued requests beyond this get 429 (default: 256)",
                 "(default: 30.0)",
-                "--max-batch-delay-ms MAX_BATCH_DELAY_MS longest wait for a batch to fill after its first request, "
-                "in ms (default: 5.0)",
+                "--max-batch-delay-ms MAX_BATCH_DELAY_MS longest wait for a batch to fill, in ms, counted from its "
+                "first request's arrival",
+                "with whatever is queued (default: 5.0)",
             ],
         ),
         (

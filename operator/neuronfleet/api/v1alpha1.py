@@ -365,7 +365,9 @@ class RuntimeSpec(ApiModel):
         default=5.0,
         ge=0,
         le=1000,
-        description="How long the dynamic batcher waits to fill a batch before running it.",
+        description="How long the dynamic batcher waits to fill a batch, counted from the arrival of its "
+        "first request (as Triton's max_queue_delay): a request that already waited this long for a busy "
+        "NeuronCore runs as soon as one is free, with whatever requests are queued.",
     )
     max_queue: int = Field(
         default=256,
