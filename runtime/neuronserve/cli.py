@@ -35,8 +35,9 @@ DESCRIPTION = (
 
 SERVE_DESCRIPTION = f"""\
 Serve a compiled artifact over the KServe v2 REST protocol (/v2/...), with Prometheus metrics at
-/metrics. Live at /v2/health/live as soon as it listens; ready (200 on /v2/health/ready) once the
-model is loaded and warmed. SIGTERM: not ready at once, new requests still served for
+/metrics. Live at /v2/health/live as soon as it listens (until its device has failed for
+--device-failure-restart-seconds); ready (200 on /v2/health/ready) once the model is loaded and
+warmed, and while the device has not failed. SIGTERM: not ready at once, new requests still served for
 --drain-delay-seconds (while the endpoints that route here are updated), then new ones refused
 (503), what was accepted finished, exit 0: all within --grace-seconds.
 
