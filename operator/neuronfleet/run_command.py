@@ -498,11 +498,13 @@ async def _run(args: argparse.Namespace) -> None:
     if args.metrics_port is not None:
         context.metrics = OperatorMetrics()
         try:
-            port = serve_metrics(context.metrics, args.metrics_port)
+            port = serve_metrics(context.metrics, args.metrics_port, args.metrics_address)
         except OSError as error:
             reason = error.strerror or str(error)
-            raise RunSetupError(f"cannot serve metrics on port {args.metrics_port}: {reason}") from None
-        logger.info("operator metrics on :%d/metrics", port)
+            raise RunSetupError(
+                f"cannot serve metrics on {args.metrics_address} port {args.metrics_port}: {reason}"
+            ) from None
+        logger.info("operator metrics on %s port %d, /metrics", args.metrics_address, port)
     if args.liveness:
         check_liveness_endpoint(args.liveness)
     peering_watch = None
@@ -616,7 +618,9 @@ def _liveness_url(text: str) -> str:
     except ValueError as error:
         raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
     if parts.scheme != "http":
-        raise argparse.ArgumentTypeError(f"{text!r}: an http:// URL, e.g. http://0.0.0.0:8080/healthz")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: an http:// URL, e.g. http://0.0.0.0:8080/healthz (http://[::]:8080/healthz on an IPv6 cluster)"
+        )
     return text
 
 
@@ -628,8 +632,10 @@ def check_liveness_endpoint(url: str) -> None:
     """
     parts = urllib.parse.urlsplit(url)
     host, port = parts.hostname or "localhost", parts.port or 80
+    # An IPv6 address ([::] on an IPv6 cluster) needs an IPv6 socket: create_server's default is IPv4.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        with socket.create_server((host, port)):
+        with socket.create_server((host, port), family=family):
             pass
     except OSError as error:
         reason = os.strerror(error.errno) if error.errno else str(error)
@@ -794,12 +800,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--priority", type=int, default=0, help="peering priority of this instance (default 0; the highest acts)"
     )
-    p.add_argument("--liveness", type=_liveness_url, help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    p.add_argument(
+        "--liveness",
+        type=_liveness_url,
+        help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz (http://[::]:8080/healthz on an IPv6 cluster)",
+    )
     p.add_argument(
         "--metrics-port",
         type=_port,
         default=None,
         help="serve the operator's own Prometheus metrics on this port (reconciles, errors, replicas)",
+    )
+    p.add_argument(
+        "--metrics-address",
+        default="0.0.0.0",
+        metavar="ADDRESS",
+        help="address the metrics are served on (default 0.0.0.0: IPv4; '::' on an IPv6 cluster, where pods "
+        "have only an IPv6 address: the chart's ipFamily: IPv6 sets it)",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(func=_cmd_run)

@@ -842,3 +842,19 @@ def test_a_disruption_budget_keeps_a_peer_of_the_operator_through_a_drain() -> N
     result = helm("template", "nf", str(CHART), "--values", str(MINIMAL_VALUES), "--set", "podDisruptionBudget=1")
     assert result.returncode != 0
     assert "podDisruptionBudget" in result.stderr
+
+
+def test_an_ipv6_cluster_gets_the_operators_endpoints_on_ipv6() -> None:
+    def args(*sets: str) -> list[str]:
+        return [
+            a
+            for a in _operator_container(render(sets=list(sets)))["args"]
+            if a.startswith(("--liveness", "--metrics-a"))
+        ]
+
+    assert args() == ["--liveness=http://0.0.0.0:8080/healthz"]
+    assert args("ipFamily=IPv6") == ["--liveness=http://[::]:8080/healthz", "--metrics-address=::"]
+    parsed = build_parser().parse_args(["run", *args("ipFamily=IPv6")])
+    assert (parsed.liveness, parsed.metrics_address) == ("http://[::]:8080/healthz", "::")
+    refused = helm("template", "nf", str(CHART), "--values", str(MINIMAL_VALUES), "--set", "ipFamily=ipv6")
+    assert refused.returncode != 0 and "ipFamily" in refused.stderr

@@ -62,7 +62,7 @@ def test_a_metrics_port_in_use_is_one_line(tmp_path: Path, capsys: pytest.Captur
         code = main(["run", "--kubeconfig", str(_kubeconfig(tmp_path / "kubeconfig")), "--metrics-port", str(port)])
     assert code == 2
     err = capsys.readouterr().err
-    assert err == f"error: cannot serve metrics on port {port}: Address already in use\n"
+    assert err == f"error: cannot serve metrics on 0.0.0.0 port {port}: Address already in use\n"
 
 
 @pytest.mark.parametrize("port", ["-1", "65536", "http"])
@@ -115,3 +115,27 @@ def test_a_reconcile_interval_that_never_waits_or_never_ends_is_refused_by_the_p
         main(["run", "--interval", interval])
     assert exit_.value.code == 2
     assert "--interval: " in capsys.readouterr().err
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.create_server(("::1", 0), family=socket.AF_INET6):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="this host has no IPv6 loopback")
+def test_an_ipv6_cluster_gets_its_liveness_endpoint_and_metrics_on_ipv6() -> None:
+    # On an IPv6 EKS cluster a pod has only an IPv6 address: the kubelet's probe and Prometheus
+    # reach the operator there (the chart's ipFamily: IPv6 passes [::]). The liveness check bound
+    # an IPv4 socket whatever the address, so it refused [::] and the operator never started.
+    import urllib.request
+
+    from neuronfleet.metrics.operator_metrics import OperatorMetrics, serve
+    from neuronfleet.run_command import check_liveness_endpoint
+
+    check_liveness_endpoint("http://[::]:0/healthz")
+    port = serve(OperatorMetrics(), 0, "::")
+    with urllib.request.urlopen(f"http://[::1]:{port}/metrics", timeout=5) as answer:
+        assert answer.status == 200 and b"neuronfleet_" in answer.read()
