@@ -378,22 +378,10 @@ def _kubeconfig(path: Path) -> str:
     return str(path)
 
 
-_VARIABLES = (
-    "NEURONFLEET_PROMETHEUS_URL",
-    "NEURONFLEET_PROMETHEUS_BEARER_TOKEN_FILE",
-    "NEURONFLEET_PROMETHEUS_USERNAME",
-    "NEURONFLEET_PROMETHEUS_PASSWORD_FILE",
-    "NEURONFLEET_PROMETHEUS_CA_FILE",
-    "NEURONFLEET_PROMETHEUS_SIGV4_REGION",
-    "NEURONFLEET_PROMETHEUS_ALLOWED_URLS",
-    "NEURONFLEET_PROMETHEUS_REFUSE_QUERY_OVERRIDES",
-)
-
-
 @pytest.fixture
 def run_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    for name in _VARIABLES:
+    for name in run_command.KNOWN_VARIABLES:  # every variable run reads, so none leaks in from the shell
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
