@@ -102,3 +102,16 @@ def test_trace_seconds_hold_every_arrival(arrivals: str, jitter: float, last: fl
     workload = build(Trace(times, None, None, "t"), PROFILE, 3.0, jitter, 1, arrivals=arrivals)  # type: ignore[arg-type]
     assert workload.trace_seconds == expected
     assert workload.trace_seconds == trace_end(workload)
+
+
+@pytest.mark.parametrize("replicas", [44, 45])
+def test_a_static_fleet_at_two_replicas_per_node_is_billed_for_ceil_half_the_nodes(replicas: int) -> None:
+    # The start fleet is packed as the scheduler (and the feasible oracle) packs it: 44 replicas at
+    # 2 per node hold 22 nodes, 45 hold 23; not one node per replica.
+    profile = PROFILE.model_copy(update={"replicas_per_node": 2})
+    workload = build(flat(), profile, 3000.0, jitter=1.0, seed=1, arrivals="rate")
+    result = engine.run(workload, profile, Static(replicas, "n"), start_replicas=replicas, seed=1)
+    node_hours = -(-replicas // 2) * 900 / 3600
+    assert result.usd == pytest.approx(node_hours * profile.instance.usd_per_hour)
+    assert result.chip_hours == pytest.approx(node_hours * profile.instance.chips)
+    assert result.replica_hours == pytest.approx(replicas * 900 / 3600)

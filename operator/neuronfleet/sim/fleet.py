@@ -119,11 +119,15 @@ class Fleet:
     # ------------------------------------------------------------------ setup and accounting
 
     def start_ready(self, active: int, now: float = 0.0) -> None:
-        """Begin with ``active`` serving pods on ready nodes that have the image."""
+        """Begin with ``active`` serving pods packed onto ready nodes that have the image:
+        ``ceil(active / replicas_per_node)`` nodes, as the scheduler would fill them (and as the
+        oracles bill them), so a fleet at several replicas per node is not billed per replica."""
         self.version += 1
+        node: Node | None = None
         for _ in range(active):
-            node = self._new_node(now, ready_at=now)
-            node.image_at = now
+            if node is None or len(node.pods) >= node.slots:
+                node = self._new_node(now, ready_at=now)
+                node.image_at = now
             pod = Pod(self._name("pod"), "active", now, node.name, ready_at=now, bound_at=now)
             self.pods[pod.name] = pod
             node.pods.add(pod.name)
