@@ -86,3 +86,21 @@ def test_lindley_vectorized_equals_bin_by_bin() -> None:
         engine._lindley_loop(work, q0, per_bin, bound, 0, q_loop, refused_loop)
         assert np.allclose(q, q_loop, atol=1e-9)
         assert np.allclose(refused, refused_loop, atol=1e-9)
+
+
+def test_ours_warm_runs_the_auto_warm_pool_that_ours_at_the_crd_defaults_does_not() -> None:
+    # ours is the CRD's defaults, warm pool Off; ours-warm differs only in warmPool.mode Auto, so
+    # the pair shows what the Auto pool adds or costs (they were once the same policy twice).
+    profile = load_profile("bert-base")
+    trace = daily_like()
+    workload = build(trace, profile, factor_for_peak(trace, profile, 10), 1.0, 1)
+    runs = {}
+    for family in ("ours", "ours-warm"):
+        (case,) = runner.cases([family], 40, 10, sweep=False)
+        policy = case.make()
+        runs[family] = (policy.warm_spec.mode, engine.run(workload, profile, policy, start_replicas=5, seed=3))  # type: ignore[attr-defined]
+    assert runs["ours"][0] == "Off"
+    assert max(runs["ours"][1].timeline["warm"]) == 0
+    assert runs["ours-warm"][0] == "Auto"
+    assert max(runs["ours-warm"][1].timeline["warm"]) > 0
+    assert runs["ours-warm"][1].usd > runs["ours"][1].usd

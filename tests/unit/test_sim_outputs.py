@@ -61,7 +61,7 @@ def test_the_setting_column_names_each_policys_knob(tmp_path: Path, capsys: pyte
         "utilization applied); static: replicas=share x the oracle's peak; ours: a --policy file (ours with "
         "its scaling and warmPool)" in text
     )
-    assert "ours-nowarm" not in text  # only the policies that ran
+    assert "ours-warm" not in text  # only the policies that ran
     knobs = {(c["policy"], c["setting"]): c["knob"] for c in json.loads((out / "simulate.json").read_text())["cases"]}
     assert knobs[("hpa", "0.5")] == "HPA's target average utilization"
     assert knobs[("ours", "warm")] == "a --policy file (ours with its scaling and warmPool)"
@@ -106,7 +106,7 @@ def test_policies_naming_none_is_an_error(tmp_path: Path, capsys: pytest.Capture
     args = ["--trace", str(write_trace(tmp_path / "t.csv")), "--policies", policies, "--no-plots", *QUICK]
     assert run_cli([*args, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert f"error: --policies {policies!r} names no policy; choose from ours, ours-nowarm, hpa" in err
+    assert f"error: --policies {policies!r} names no policy; choose from ours, ours-warm, hpa" in err
     assert not (tmp_path / "out").exists()  # nothing ran, nothing written
 
 
@@ -118,3 +118,11 @@ def test_an_empty_policies_list_runs_only_the_policy_files(tmp_path: Path) -> No
     assert run_cli([*args, "--no-plots", *QUICK, "--out", str(out)]) == 0
     cases = json.loads((out / "simulate.json").read_text())["cases"]
     assert [(c["policy"], c["setting"]) for c in cases if not c["policy"].startswith("oracle")] == [("ours", "warm")]
+
+
+def test_the_retired_ours_nowarm_says_what_to_run_instead(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--trace", str(write_trace(tmp_path / "t.csv")), "--policies", "ours-nowarm", "--no-plots", *QUICK]
+    assert run_cli([*args, "--out", str(tmp_path / "out")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "ours-nowarm is gone: it ran the same policy as ours" in err
+    assert "ours-warm runs ours with warmPool mode Auto" in err

@@ -51,10 +51,11 @@ Replay a request trace (CSV: a timestamp column, optional context/generated toke
 through a simulated Inf2 fleet, once per autoscaling policy, and compare SLO attainment, latency,
 rejected requests, replica- and chip-hours and $ per million inferences.
 
-Policies: ours (the operator's scaling + warm-pool code at the CRD's defaults, called as the
-operator calls it), hpa (Kubernetes HPA on utilization), keda (Prometheus scaler on queue depth),
-kpa (Knative, with its activator), ray (Ray Serve, with max_ongoing_requests and the router's
-queue) and static (fixed replicas). Each is swept over its main target; the cheapest setting
+Policies: ours (the operator's scaling + warm-pool code at the CRD's defaults, so the warm pool
+Off, called as the operator calls it), ours-warm (the same with warmPool mode Auto), hpa
+(Kubernetes HPA on utilization), keda (Prometheus scaler on queue depth), kpa (Knative, with its
+activator), ray (Ray Serve, with max_ongoing_requests and the router's queue) and static (fixed
+replicas). Each is swept over its main target; the cheapest setting
 reaching the SLO target is marked. Runs are seeded and deterministic.
 
 Arrivals (--arrivals): a small trace becomes a fleet's traffic at K x its rate (--peak-replicas N
@@ -530,6 +531,9 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         return 0
     _check(args)
     families = [f.strip() for f in args.policies.split(",") if f.strip()]
+    retired = [f for f in families if f in runner.RETIRED]
+    if retired:
+        raise UsageError(f"--policies: {retired[0]} is gone: {runner.RETIRED[retired[0]]}")
     bad = [f for f in families if f not in runner.FAMILIES]
     if bad:
         raise UsageError(f"unknown policies {bad}; choose from {', '.join(runner.FAMILIES)}")
@@ -791,7 +795,7 @@ def _phase(
     oracles = _oracles(title, workload, profile, args.seed, measure_from)
     console.print(_scale_line(args, oracles.peak, label))
     max_replicas = args.max_replicas or max(2, 2 * oracles.peak)
-    if max_replicas > crd_max_replicas() and ({"ours", "ours-nowarm"} & set(families) or policy_files):
+    if max_replicas > crd_max_replicas() and (set(runner.OURS_FAMILIES) & set(families) or policy_files):
         console.print(
             f"[yellow]note:[/yellow] ours' maxReplicas defaults to {crd_max_replicas()} (the CRD's limit); "
             f"the other policies run with {max_replicas}"

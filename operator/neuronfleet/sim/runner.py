@@ -4,9 +4,10 @@ Each policy family has one main target and a grid of settings (geometric, chosen
 any trace) that includes the family's documented default:
 
 - ``ours``: ``scaling.targetUtilization`` u with ``targetQueueDepth`` in the CRD defaults' ratio
-  (default: the CRD's own values); everything else at the CRD's defaults, warm pool included
-  (``maxReplicas`` is the run's, as for every policy);
-- ``ours-nowarm``: the same with the warm pool Off (what the warm pool adds or costs);
+  (default: the CRD's own values); everything else at the CRD's defaults, so with the warm pool
+  Off, its default mode (``maxReplicas`` is the run's, as for every policy);
+- ``ours-warm``: the same with ``warmPool.mode: Auto`` at the CRD's other warm-pool defaults
+  (what the Auto warm pool adds or costs);
 - ``hpa``: target utilization (default 0.5, the Kubernetes HPA walkthrough; HPA has none);
 - ``keda``: threshold of queued + in-flight requests per pod (default 8: KEDA has none, so the
   CR's ``targetQueueDepth`` default);
@@ -44,11 +45,18 @@ from neuronfleet.sim.policies import Policy, Static, ours_from_policy_file
 from neuronfleet.sim.profiles import Profile
 from neuronfleet.sim.workload import Workload
 
-FAMILIES = ("ours", "ours-nowarm", "hpa", "keda", "kpa", "ray", "static")
+FAMILIES = ("ours", "ours-warm", "hpa", "keda", "kpa", "ray", "static")
+#: The families that run the operator's own code (ours' maxReplicas limit applies to them).
+OURS_FAMILIES = ("ours", "ours-warm")
+#: Families a release no longer has, with what to run instead.
+RETIRED: dict[str, str] = {
+    "ours-nowarm": "it ran the same policy as ours (the CRD's warm pool default is mode Off); "
+    "ours-warm runs ours with warmPool mode Auto",
+}
 
 GRIDS: dict[str, tuple[float, ...]] = {
     "ours": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
-    "ours-nowarm": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+    "ours-warm": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
     "hpa": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
     "keda": (4, 8, 16, 32, 64, 128),
     "kpa": (5, 10, 20, 40, 70, 140),
@@ -58,7 +66,7 @@ GRIDS: dict[str, tuple[float, ...]] = {
 #: What each family's setting is (its swept knob), for the reports' legends.
 KNOBS: dict[str, str] = {
     "ours": "scaling.targetUtilization (targetQueueDepth moves with it)",
-    "ours-nowarm": "scaling.targetUtilization, warm pool Off",
+    "ours-warm": "scaling.targetUtilization, warmPool mode Auto",
     "hpa": "HPA's target average utilization",
     "keda": "KEDA's threshold of queued + in-flight requests per pod",
     "kpa": "KPA's concurrency target per pod (x 0.7 utilization applied)",
@@ -75,7 +83,7 @@ OURS_QUEUE_PER_UTILIZATION = _CRD_SCALING.target_queue_depth / _CRD_SCALING.targ
 
 DEFAULTS: dict[str, float] = {
     "ours": _CRD_SCALING.target_utilization,
-    "ours-nowarm": _CRD_SCALING.target_utilization,
+    "ours-warm": _CRD_SCALING.target_utilization,
     "hpa": 0.5,
     "keda": 8,
     "kpa": 70,
@@ -137,11 +145,11 @@ def _from_file(data: dict[str, Any], max_replicas: int, label: str, family: str 
 def _case(family: str, value: float, default: bool, max_replicas: int, oracle_peak: int) -> Case:
     setting = _fmt(value)
     low = 1
-    if family in ("ours", "ours-nowarm"):
+    if family in OURS_FAMILIES:
         # The CRD's defaults but for the swept target (no simulator-only widening of the warm pool).
         data: dict[str, Any] = {
             "scaling": {"targetUtilization": value, "targetQueueDepth": OURS_QUEUE_PER_UTILIZATION * value},
-            "warmPool": {} if family == "ours" else {"mode": "Off"},
+            "warmPool": {} if family == "ours" else {"mode": "Auto"},
         }
         return Case(family, setting, default, _from_file(data, max_replicas, setting, family), value)
     if family == "hpa":
