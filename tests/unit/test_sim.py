@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from neuronfleet.sim import engine, oracle, runner
 from neuronfleet.sim.baselines import Hpa, Keda, Kpa, RayServe
@@ -435,3 +436,33 @@ def test_history_pass_measures_only_the_second_copy(trace: Trace) -> None:
     assert twice.usd == pytest.approx(10 * profile.usd_per_replica_hour * measured_hours, rel=1e-4)  # bin rounding
     assert twice.usd == pytest.approx(once.usd, abs=10 * profile.usd_per_replica_hour / 3600)  # within a second
     assert twice.timeline["t"][0] == pytest.approx(0.0, abs=0.01)  # the measured span starts the timeline
+
+
+def test_simulate_names_the_fields_of_a_whole_cr_it_does_not_use(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A CR's maxQueue, cores per replica and SLO were silently ignored, so a tighter CR printed the
+    # same row as the original as if they had been applied.
+    cr = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
+    cr["spec"]["runtime"] = {**cr["spec"].get("runtime", {}), "maxQueue": 1}
+    cr["spec"]["model"]["neuronCoresPerReplica"] = 2
+    cr["spec"]["scaling"]["latencySloMs"] = 2
+    policy = tmp_path / "p.yaml"
+    policy.write_text(yaml.safe_dump(cr, sort_keys=False))
+    assert run_cli(["--trace", str(tmp_path / "absent.csv"), "--policy", str(policy)]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"note: {policy}: fields the simulator does not use: " in out
+    assert "spec.runtime.maxQueue (set by the profile's max_queue)" in out
+    assert "spec.model.neuronCoresPerReplica (set by the profile's replicas_per_node and service times)" in out
+    assert "spec.scaling.latencySloMs (set by --slo-ms, default the profile's slo_ms)" in out
+    assert "not modelled: spec.model.name, spec.model.source" in out
+    assert "spec.scaling.targetUtilization" not in out and "spec.warmPool" not in out
+
+
+def test_simulate_says_nothing_of_a_policy_file_it_uses_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text("scaling: {targetUtilization: 0.6}\nwarmPool: {mode: Auto}\n")
+    assert run_cli(["--trace", str(tmp_path / "absent.csv"), "--policy", str(policy)]) == 2
+    assert "note:" not in capsys.readouterr().out

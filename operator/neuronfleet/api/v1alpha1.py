@@ -743,8 +743,9 @@ class ScalingSpec(ApiModel):
         default=None,
         gt=0,
         le=600000,
-        description="Latency objective per request in milliseconds (reported against; the simulator "
-        "measures attainment of it).",
+        description="Latency objective per request in milliseconds, for the record: the autoscaler "
+        "does not scale on it, and neuronfleet simulate measures attainment against its --slo-ms "
+        "(default: the profile's SLO), not this field.",
     )
     interval_seconds: int = Field(default=15, ge=1, le=600, description="How often the autoscaler evaluates.")
     tolerance: float = Field(

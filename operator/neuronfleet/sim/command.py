@@ -265,9 +265,43 @@ POLICY_SECTIONS = ("scaling", "warmPool")
 RESOURCE_KEYS = ("apiVersion", "kind", "metadata", "spec", "status")
 
 
-def _policy_file(path: str) -> tuple[str, dict[str, Any]]:
+#: Spec fields of a whole CR that the simulator does not take from a policy file, with what governs
+#: the same thing in a run instead (fields not listed are not modelled at all).
+GOVERNED_ELSEWHERE: dict[str, str] = {
+    "scaling.latencySloMs": "--slo-ms, default the profile's slo_ms",
+    "model.neuronCoresPerReplica": "the profile's replicas_per_node and service times",
+    "model.batchBuckets": "the profile's batches",
+    "model.sequenceBuckets": "the profile's batches or llm section",
+    "runtime.maxQueue": "the profile's max_queue",
+    "runtime.maxBatchDelayMs": "the profile's max_batch_delay_ms",
+    "placement.instanceTypes": "the profile's instance_type",
+}
+
+
+def unused_spec_fields(spec: dict[str, Any], where: str = "spec.") -> str:
+    """The fields a CR's ``spec`` (or a policy file) sets that a run does not use, as one line ('' if
+    none): every field outside ``scaling``/``warmPool``, and ``scaling.latencySloMs`` (attainment is
+    measured against ``--slo-ms`` or the profile's SLO, so a CR's own would otherwise look applied)."""
+    governed, unmodelled = [], []
+    for section, value in spec.items():
+        if section == "warmPool":
+            continue
+        for key in value if isinstance(value, dict) else [None]:
+            field = section if key is None else f"{section}.{key}"
+            if field in GOVERNED_ELSEWHERE:
+                governed.append(f"{where}{field} (set by {GOVERNED_ELSEWHERE[field]})")
+            elif section != "scaling":
+                unmodelled.append(f"{where}{field}")
+    parts = [", ".join(governed)] if governed else []
+    if unmodelled:
+        parts.append("not modelled: " + ", ".join(unmodelled))
+    return "; ".join(parts)
+
+
+def _policy_file(path: str, notes: list[str] | None = None) -> tuple[str, dict[str, Any]]:
     """A policy file's ``scaling`` and ``warmPool`` sections, checked as ``neuronfleet validate``
-    checks a CR (schema with unknown fields refused, then the CRD's CEL rules); UsageError if not."""
+    checks a CR (schema with unknown fields refused, then the CRD's CEL rules); UsageError if not.
+    For a whole CR, a line naming the spec fields the simulator does not use goes to ``notes``."""
     try:
         documents = [doc for doc in yaml.safe_load_all(Path(path).read_text(encoding="utf-8")) if doc is not None]
     except UnicodeDecodeError as error:
@@ -310,6 +344,9 @@ def _policy_file(path: str) -> tuple[str, dict[str, Any]]:
     problems = _policy_problems(sections)
     if problems:
         raise UsageError(f"{path}: " + "; ".join(f"{where}{problem}" for problem in problems))
+    unused = unused_spec_fields(data, where)
+    if unused and notes is not None:
+        notes.append(f"{path}: fields the simulator does not use: {unused}")
     return Path(path).stem, sections
 
 
@@ -543,7 +580,10 @@ def _main(args: argparse.Namespace, console: Console) -> int:
             f"--policies {args.policies!r} names no policy; choose from {', '.join(runner.FAMILIES)} "
             "(or run only --policy files)"
         )
-    policy_files = [_policy_file(path) for path in args.policy]
+    notes: list[str] = []
+    policy_files = [_policy_file(path, notes) for path in args.policy]
+    for note in notes:
+        console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
     trace = load(args.trace or args.tune_on, args.time_unit)
     if args.duration is not None:
         trace = _truncated(trace, args.duration)
