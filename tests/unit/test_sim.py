@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 ZERO_COLD_START = {"node": 0, "scheduling": 0, "pull": 0, "init": 0, "load": 0, "warmup": 0}
 
 
-def write_trace(path: Path, seconds: int = 240, seed: int = 3) -> Path:
+def write_trace(path: Path, seconds: int = 600, seed: int = 3) -> Path:
     """A bursty synthetic trace: a base rate with a doubling in the middle, tokens included."""
     rng = np.random.default_rng(seed)
     times: list[float] = []
@@ -237,7 +237,7 @@ def test_builtin_figures_match_facts() -> None:
 
 
 def test_simulate_command_writes_report_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    csv = write_trace(tmp_path / "t.csv", seconds=180)
+    csv = write_trace(tmp_path / "t.csv", seconds=600)
     policy = tmp_path / "tuning.yaml"
     policy.write_text("scaling:\n  targetUtilization: 0.6\nwarmPool:\n  mode: Fixed\n  pods: 1\n")
     out = tmp_path / "out"
@@ -296,7 +296,7 @@ def test_held_out_scoring_tunes_on_one_part_and_scores_on_the_rest(tmp_path: Pat
 
 
 def test_azure_trace_reports_carry_its_attribution(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    csv = write_trace(tmp_path / "azure-llm-sample.csv", seconds=60)
+    csv = write_trace(tmp_path / "azure-llm-sample.csv", seconds=600)
     out = tmp_path / "out"
     assert run_cli(["--trace", str(csv), "--policies", "static", "--no-sweep", "--no-plots", "--out", str(out)]) == 0
     doc = json.loads((out / "simulate.json").read_text())

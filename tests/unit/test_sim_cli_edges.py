@@ -15,7 +15,7 @@ from neuronfleet.sim.policies import crd_max_replicas, ours_from_policy_file
 from neuronfleet.sim.trace import TraceError, load
 
 
-def write_trace(path: Path, seconds: int = 60, rate: float = 3.0, seed: int = 5) -> Path:
+def write_trace(path: Path, seconds: int = 600, rate: float = 3.0, seed: int = 5) -> Path:
     rng = np.random.default_rng(seed)
     times = np.cumsum(rng.exponential(1 / rate, size=int(seconds * rate * 1.5)))
     times = times[times < seconds]
@@ -43,7 +43,7 @@ def test_ours_max_replicas_defaults_to_at_most_the_crd_limit() -> None:
 def test_simulate_with_more_replicas_than_the_crd_allows_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    csv = write_trace(tmp_path / "t.csv", seconds=30)
+    csv = write_trace(tmp_path / "t.csv", seconds=600)
     out = tmp_path / "out"
     args = ["--trace", str(csv), "--policies", "ours,hpa", "--no-sweep", "--no-plots", "--jobs", "1"]
     assert run_cli([*args, "--peak-replicas", "3", "--max-replicas", "1500", "--out", str(out)]) == 0

@@ -24,8 +24,9 @@ HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
 QUICK = ["--policies", "static", "--no-sweep", "--no-plots", "--jobs", "1"]
 
 
-def azure_like(path: Path, rows: int = 40, extra: str = "") -> Path:
-    """A small trace in the Azure shape (2023 date-times, token columns), plus ``extra`` lines."""
+def azure_like(path: Path, rows: int = 1200, extra: str = "") -> Path:
+    """A small trace in the Azure shape (2023 date-times, token columns), plus ``extra`` lines; its
+    default 1,200 rows span ~10 minutes, past one cold start (a shorter trace is refused)."""
     rng = np.random.default_rng(7)
     start = np.datetime64("2023-11-16T18:15:46.680590", "us")
     offsets = np.cumsum(rng.exponential(0.5, size=rows))
@@ -51,7 +52,7 @@ def test_a_row_dated_year_3000_is_refused_with_its_line_and_the_span(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Was a numpy MemoryError traceback; numpy also read 3000-01-01 in nanoseconds as 1830-11-23.
-    csv = azure_like(tmp_path / "t.csv", extra="3000-01-01 00:00:00,10,10\n")
+    csv = azure_like(tmp_path / "t.csv", rows=40, extra="3000-01-01 00:00:00,10,10\n")
     assert run_cli(["--trace", str(csv), *QUICK, "--out", str(tmp_path / "out")]) == 2
     err = one_line_error(capsys)
     days = (datetime(3000, 1, 1) - datetime(2023, 11, 16, 18, 15, 46, 680590)).total_seconds() / 86400
@@ -77,7 +78,7 @@ def test_numeric_times_spanning_absurdly_long_are_refused(
 
 def test_a_stray_row_a_year_later_is_refused_not_simulated(tmp_path: Path) -> None:
     # Used to load, then simulate the whole year in between (90 s and 2 GB for a 40-row trace).
-    csv = azure_like(tmp_path / "t.csv", extra="2024-11-16 18:15:46.5,10,10\n")
+    csv = azure_like(tmp_path / "t.csv", rows=40, extra="2024-11-16 18:15:46.5,10,10\n")
     with pytest.raises(TraceError, match=r"t\.csv:42: this row's time makes the trace span 366\.0 days"):
         load(csv)
 
@@ -184,7 +185,7 @@ def test_the_llm_path_keeps_the_same_rule(tmp_path: Path, capsys: pytest.Capture
     csv = azure_like(tmp_path / "t.csv")
     args = ["--trace", str(csv), "--profile", "llama-2-7b", *QUICK, "--rate-factor", "1e6"]
     assert run_cli([*args, "--out", str(tmp_path / "out")]) == 2
-    assert "40,000,000 scaled requests is more than a workload can hold (20,000,000)" in one_line_error(capsys)
+    assert "1,200,000,000 scaled requests is more than a workload can hold (20,000,000)" in one_line_error(capsys)
 
 
 # ------------------------------------------------------------------------ 5. the output directory
@@ -246,7 +247,8 @@ def test_time_zone_suffixes_are_converted_to_utc_without_warnings(tmp_path: Path
 
 def test_a_trace_with_time_zones_runs_without_warnings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     csv = tmp_path / "t.csv"
-    csv.write_text(f"{HEADER}\n" + "".join(f"2023-11-16T18:15:{s:02d}Z,100,20\n" for s in range(0, 60, 2)))
+    rows = (f"2023-11-16T18:{15 + s // 60}:{s % 60:02d}Z,100,20\n" for s in range(0, 600, 2))
+    csv.write_text(f"{HEADER}\n" + "".join(rows))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert run_cli(["--trace", str(csv), *QUICK, "--peak-replicas", "2", "--out", str(tmp_path / "o")]) == 0
@@ -293,3 +295,44 @@ def test_help_examples_name_traces_where_the_readme_keeps_them() -> None:
         assert trace in readme, trace
         if (REPO / "../shared/traces").is_dir():
             assert (REPO / trace).is_file(), trace
+
+
+# ------------------------------------------------------------------------ 9. too little to judge
+
+
+@pytest.mark.parametrize(
+    ("rows", "extra", "left"),
+    [
+        (1, [], "leaves 0 s and 1 trace request to measure"),  # one request got a ✓
+        (1200, ["--duration", "60"], "cut to --duration 60 leaves 59.9 s and 116 trace requests to measure"),
+    ],
+)
+def test_an_in_sample_run_needs_a_cold_start_and_100_requests_as_a_scored_span_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: int, extra: list[str], left: str
+) -> None:
+    csv = azure_like(tmp_path / "t.csv", rows=rows)
+    assert run_cli(["--trace", str(csv), *QUICK, *extra, "--out", str(tmp_path / "o")]) == 2
+    err = one_line_error(capsys)
+    assert left in err
+    assert (
+        "a measured span must last at least one cold start of bert-base (451 s) and hold at least 100 trace requests"
+        in err
+    )
+    assert not (tmp_path / "o").exists()
+
+
+def test_relative_milliseconds_read_as_seconds_get_the_time_unit_hint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = tmp_path / "t.csv"
+    csv.write_text("time\n" + "".join(f"{ms}\n" for ms in range(0, 7_200_001, 1000)))  # 2 h in ms
+    assert run_cli(["--trace", str(csv), *QUICK, "--out", str(tmp_path / "o")]) == 2
+    err = one_line_error(capsys)
+    assert "remove the stray row or split the trace; or, if the times are milliseconds, pass --time-unit ms" in err
+    assert "(the trace then spans 2.00 h)" in err
+    assert (
+        run_cli(
+            ["--trace", str(csv), *QUICK, "--time-unit", "ms", "--peak-replicas", "2", "--out", str(tmp_path / "o")]
+        )
+        == 0
+    )

@@ -15,7 +15,7 @@ from neuronfleet.sim import report
 from neuronfleet.sim.command import run_cli
 
 
-def write_trace(path: Path, seconds: int = 120, rate: float = 3.0, seed: int = 4) -> Path:
+def write_trace(path: Path, seconds: int = 600, rate: float = 3.0, seed: int = 4) -> Path:
     rng = np.random.default_rng(seed)
     path.write_text("timestamp\n" + "\n".join(f"{t:.3f}" for t in np.sort(rng.random(int(seconds * rate)) * seconds)))
     return path

@@ -11,7 +11,7 @@ import pytest
 from neuronfleet.sim.command import run_cli
 
 
-def write_trace(path: Path, seconds: int = 120, rate: float = 3.0) -> Path:
+def write_trace(path: Path, seconds: int = 600, rate: float = 3.0) -> Path:
     rng = np.random.default_rng(3)
     path.write_text("timestamp\n" + "\n".join(f"{t:.3f}" for t in np.sort(rng.random(int(seconds * rate)) * seconds)))
     return path

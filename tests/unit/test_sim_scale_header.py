@@ -13,7 +13,7 @@ from neuronfleet.sim.command import run_cli
 QUICK = ["--policies", "static", "--no-sweep", "--no-plots", "--jobs", "1"]
 
 
-def llm_trace(path: Path, seconds: int = 300, rate: float = 3.0, seed: int = 2) -> Path:
+def llm_trace(path: Path, seconds: int = 600, rate: float = 3.0, seed: int = 2) -> Path:
     rng = np.random.default_rng(seed)
     times = np.sort(rng.random(int(seconds * rate)) * seconds)
     rows = [f"{t:.3f},{rng.integers(50, 2000)},{rng.integers(10, 600)}" for t in times]

@@ -16,7 +16,7 @@ from neuronfleet.sim.trace import Columns, load
 QUICK = ["--policies", "static", "--no-sweep", "--no-plots", "--jobs", "1", "--peak-replicas", "4"]
 
 
-def write(path: Path, header: str, seconds: int = 120, rate: float = 3.0) -> Path:
+def write(path: Path, header: str, seconds: int = 600, rate: float = 3.0) -> Path:
     rng = np.random.default_rng(6)
     times = np.sort(rng.random(int(seconds * rate)) * seconds)
     extra = header.count(",")

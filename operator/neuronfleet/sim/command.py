@@ -77,10 +77,11 @@ cold start and pays replica-seconds: a lower bound no fleet can reach.
 Held-out scoring: --tune-fraction F sweeps every family (static included) on the first F of the
 trace, picks each one's cheapest setting reaching the SLO target, and reports that setting on the
 rest (replayed after the tuning part, which serves as history); --tune-on A --score-on B tunes on
-trace A and scores on trace B. Each span, tuning and scored, must last one cold start of the
-profile and hold 100 trace requests. Cases carry "phase": "in-sample" (no held-out scoring: chosen and reported on the
-same data), else "tune" or "score"; per family the JSON says whether cost and attainment moved
-monotonically with its target.
+trace A and scores on trace B. Each span, tuning and scored (or the whole trace, after --duration,
+in an in-sample run), must last one cold start of the profile and hold 100 trace requests. Cases
+carry "phase": "in-sample" (no held-out scoring: chosen and reported on the same data), else "tune"
+or "score"; per family the JSON says whether cost and attainment moved monotonically with its
+target.
 """
 
 EPILOG = """\
@@ -641,6 +642,19 @@ def _main(args: argparse.Namespace, console: Console) -> int:
                 "tune on a longer trace" + (" or a longer --duration" if args.duration is not None else ""),
                 purpose="tune on",
             )
+    if not args.tune_fraction and score_trace is None:
+        for profile in profiles:
+            # In-sample runs get the floor held-out spans get: a trace of one request reached the
+            # SLO target and earned a ✓ on a single answer.
+            cut = f" cut to --duration {args.duration:g}" if args.duration is not None else ""
+            _check_span(
+                f"--trace {trace.source}{cut}",
+                trace.duration,
+                len(trace),
+                profile,
+                "use a longer trace" + (" or a longer --duration" if args.duration is not None else ""),
+                purpose="measure",
+            )
 
     # Public traces carry attributions: they go with every report made from them.
     attributions = [a for a in dict.fromkeys(report.attribution(t.source) for t in (trace, score_trace) if t) if a]
@@ -760,13 +774,14 @@ MIN_SCORED_REQUESTS = 100
 def _check_span(
     what: str, seconds: float, requests: int, profile: Profile, remedy: str, purpose: str = "score on"
 ) -> None:
-    """UsageError if a held-out span (to ``purpose``: "tune on" or "score on") is too short: shorter
+    """UsageError if a span (to ``purpose``: "tune on", "score on", or "measure" for an in-sample run,
+    which chooses and reports on the same span) is too short: shorter
     than one of ``profile``'s cold starts (no scale-up decided within it serves in it: only the
     starting fleet would be measured) or with fewer than :data:`MIN_SCORED_REQUESTS` trace requests."""
     cold_start = launch_seconds(profile)
     if seconds >= cold_start and requests >= MIN_SCORED_REQUESTS:
         return
-    kind = "tuning" if purpose == "tune on" else "scored"
+    kind = {"tune on": "tuning", "score on": "scored"}.get(purpose, "measured")
     raise UsageError(
         f"{what} leaves {seconds:.3g} s and {requests:,} trace request{'s' if requests != 1 else ''} to {purpose}; "
         f"a {kind} span must last at least one cold start of {profile.name} ({cold_start:.0f} s) and hold "

@@ -228,7 +228,7 @@ def load(path: str | Path, time_unit: str = "s") -> Trace:
         raise TraceError(f"{path}: no requests after the header")
     arrivals = np.asarray(times, dtype=np.float64)
     _check_unit(path, arrivals, np.asarray(numeric), time_unit)
-    _check_span(path, arrivals, lines)
+    _check_span(path, arrivals, lines, time_unit if all(numeric) else None)
     arrivals = spread_within_seconds(arrivals)
     order = np.argsort(arrivals, kind="stable")
     start = float(arrivals[order[0]])
@@ -261,8 +261,10 @@ def _check_unit(path: Path, times: FloatArray, numeric: npt.NDArray[np.bool_], t
     )
 
 
-def _check_span(path: Path, times: FloatArray, lines: list[int]) -> None:
-    """TraceError naming the outlying row when the times span more than :data:`MAX_SPAN_SECONDS`."""
+def _check_span(path: Path, times: FloatArray, lines: list[int], time_unit: str | None = None) -> None:
+    """TraceError naming the outlying row when the times span more than :data:`MAX_SPAN_SECONDS`;
+    for numeric times read in ``time_unit``, it also names the smaller unit, if one, in which the
+    span is plausible (relative milliseconds read as seconds span months: no stray row then)."""
     first, last = int(np.argmin(times)), int(np.argmax(times))
     span = float(times[last]) - float(times[first])  # Python floats: no overflow warning, inf at worst
     if span <= MAX_SPAN_SECONDS:
@@ -277,8 +279,24 @@ def _check_span(path: Path, times: FloatArray, lines: list[int]) -> None:
     raise TraceError(
         f"{path}:{lines[stray]}: this row's time makes the trace span {length} (earliest at line {lines[first]}, "
         f"latest at line {lines[last]}); a trace may span at most {MAX_SPAN_SECONDS / 86400:g} days: "
-        "remove the stray row or split the trace"
+        f"remove the stray row or split the trace{_span_unit_hint(span, time_unit)}"
     )
+
+
+def _span_unit_hint(span: float, time_unit: str | None) -> str:
+    """'; or, if the times are in X, pass --time-unit X' for the first smaller unit in which numeric
+    times read in ``time_unit`` span at most :data:`MAX_SPAN_SECONDS` ('' if none or not numeric)."""
+    if time_unit is None or not math.isfinite(span):
+        return ""
+    units = list(TIME_UNITS)
+    for candidate in units[units.index(time_unit) + 1 :]:
+        scaled = span * TIME_UNITS[candidate] / TIME_UNITS[time_unit]
+        if scaled <= MAX_SPAN_SECONDS:
+            return (
+                f"; or, if the times are {UNIT_NAMES[candidate]}, pass --time-unit {candidate} "
+                f"(the trace then spans {format_span(scaled)})"
+            )
+    return ""
 
 
 def format_span(seconds: float) -> str:
