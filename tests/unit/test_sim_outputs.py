@@ -13,6 +13,7 @@ import pytest
 
 from neuronfleet.sim import report
 from neuronfleet.sim.command import run_cli
+from neuronfleet.sim.profiles import dump_profile
 
 
 def write_trace(path: Path, seconds: int = 600, rate: float = 3.0, seed: int = 4) -> Path:
@@ -126,3 +127,31 @@ def test_the_retired_ours_nowarm_says_what_to_run_instead(tmp_path: Path, capsys
     err = " ".join(capsys.readouterr().err.split())
     assert "ours-nowarm is gone: it ran the same policy as ours" in err
     assert "ours-warm runs ours with warmPool mode Auto" in err
+
+
+def test_two_profiles_of_one_name_are_refused_naming_both(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A dumped and edited bert-base keeps `name: bert-base`: its JSON entry and PNGs replaced the built-in's.
+    edited = tmp_path / "my-model.yaml"
+    edited.write_text(dump_profile("bert-base").replace("throughput_per_s: 1998", "throughput_per_s: 1500"))
+    args = ["--trace", str(write_trace(tmp_path / "t.csv")), "--policies", "static", *QUICK]
+    assert run_cli([*args, "--profile", "bert-base", "--profile", str(edited), "--out", str(tmp_path / "o")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"error: --profile bert-base and --profile {edited} are both named 'bert-base'" in err
+    assert "give one of them its own `name`" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_two_policy_files_of_one_stem_are_refused_naming_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = []
+    for folder, utilization in (("a", 0.6), ("b", 0.7)):
+        (tmp_path / folder).mkdir()
+        paths.append(tmp_path / folder / "tuning.yaml")
+        paths[-1].write_text(f"scaling: {{targetUtilization: {utilization}}}\n")
+    args = ["--trace", str(write_trace(tmp_path / "t.csv")), "--policies", "", *QUICK]
+    assert run_cli([*args, "--policy", str(paths[0]), "--policy", str(paths[1]), "--out", str(tmp_path / "o")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"error: --policy {paths[0]} and --policy {paths[1]} are both named 'tuning'" in err
+    assert "rename one of the files" in err
+    assert not (tmp_path / "o").exists()

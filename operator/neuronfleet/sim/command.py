@@ -583,6 +583,11 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         )
     notes: list[str] = []
     policy_files = [_policy_file(path, notes) for path in args.policy]
+    _refuse_duplicate_names(
+        [(label, path) for (label, _), path in zip(policy_files, args.policy, strict=True)],
+        "--policy",
+        "a policy file's run is named after its file name: rename one of the files",
+    )
     for note in notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
     trace = load(args.trace or args.tune_on, args.time_unit)
@@ -593,7 +598,13 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         score_trace = load(args.score_on, args.time_unit)
         if args.duration is not None:
             score_trace = _truncated(score_trace, args.duration)
-    profiles = [load_profile(name) for name in (args.profile or ["bert-base"])]
+    profile_sources = args.profile or ["bert-base"]
+    profiles = [load_profile(name) for name in profile_sources]
+    _refuse_duplicate_names(
+        [(profile.name, source) for profile, source in zip(profiles, profile_sources, strict=True)],
+        "--profile",
+        "give one of them its own `name` (a dumped and edited profile keeps the built-in one)",
+    )
     for read in (trace, score_trace):
         if read is not None and read.columns is not None:
             # Columns are found by name: say which were taken and which not (a "tokens" column
@@ -787,6 +798,19 @@ def _check_span(
         f"a {kind} span must last at least one cold start of {profile.name} ({cold_start:.0f} s) and hold "
         f"at least {MIN_SCORED_REQUESTS} trace requests: {remedy}"
     )
+
+
+def _refuse_duplicate_names(named: list[tuple[str, str]], option: str, remedy: str) -> None:
+    """UsageError when two sources (files or built-in names) give the same name: outputs are keyed by
+    it (simulate.json's entries, the PNGs' file names), so one would overwrite the other's."""
+    seen: dict[str, str] = {}
+    for name, source in named:
+        if name in seen:
+            raise UsageError(
+                f"{option} {seen[name]} and {option} {source} are both named {name!r}; the outputs (simulate.json "
+                f"entries and plots) are keyed by that name and would overwrite each other: {remedy}"
+            )
+        seen[name] = source
 
 
 def _token_defaults(trace: Trace, profile: Profile) -> list[str]:
