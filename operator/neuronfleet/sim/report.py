@@ -2,7 +2,8 @@
 
 Per case: SLO attainment (share of all requests, rejected ones included, served within the SLO),
 p50/p99/max latency of served requests, rejected requests, requests that missed the SLO while
-active replicas were cold-starting ("waited on a cold start"), replica-hours (pods holding the
+active replicas were cold-starting, rejected ones included (``cold_start_waits``, the table's
+"cold waits": a count of requests, not of seconds), replica-hours (pods holding the
 model: active, warm, starting, draining), chip-hours and dollars (nodes billed from launch to
 removal at the catalog's on-demand price; all three within the measured span, up to the trace's
 last arrival), dollars per million requests, and cost relative to
@@ -126,7 +127,8 @@ def table(title: str, rows: Sequence[dict[str, Any]], slo_ms: float, slo_target:
     knobs = dict.fromkeys((r["policy"], r["knob"]) for r in rows if r.get("knob"))
     caption = (
         f"SLO {slo_ms:g} ms; * = default setting, ✓ = cheapest reaching {slo_target:.0%}, "
-        "~ = none reaches it: highest attainment; x feasible = cost / feasible oracle (pays cold starts "
+        "~ = none reaches it: highest attainment; cold waits = requests that missed the SLO (rejected "
+        "included) while a replica was starting; x feasible = cost / feasible oracle (pays cold starts "
         "and whole nodes); x LB = cost / instant oracle (lower bound, infeasible)"
     )
     if knobs:
