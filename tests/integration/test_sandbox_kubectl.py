@@ -81,6 +81,24 @@ def test_kubectl_validation_rejects_bad_manifests(run_kubectl, repo_root: Path) 
     assert "spec.scaling.minReplicas" in negative.stderr
 
 
+def test_kubectl_apply_refuses_repeated_items_of_set_and_map_lists(  # type: ignore[no-untyped-def]
+    run_kubectl, tmp_path: Path
+) -> None:
+    # As kube-apiserver's listtype validation does; the sandbox stored them.
+    manifest = tmp_path / "dup.yaml"
+    manifest.write_text(
+        MANIFEST.replace(
+            'model: {source: "s3://acme-models/bert/"}',
+            'model: {source: "s3://acme-models/bert/", format: torchscript, batchBuckets: [1, 4, 4],'
+            " inputs: [{name: input_ids}, {name: input_ids}]}",
+        )
+    )
+    result = run_kubectl("apply", "--dry-run=server", "-f", str(manifest), check=False)
+    assert result.returncode != 0
+    assert "spec.model.batchBuckets[2]: Duplicate value: 4" in result.stderr
+    assert 'spec.model.inputs[1]: Duplicate value: map[string]interface {}{"name":"input_ids"}' in result.stderr
+
+
 def test_kubectl_sees_inf2_nodes(run_kubectl) -> None:  # type: ignore[no-untyped-def]
     out = run_kubectl(
         "get",

@@ -2,7 +2,8 @@
 
 Three passes, in the API server's order:
 1. the structural schema of the generated CRD (types, bounds, enums, patterns; unknown fields
-   rejected as ``kubectl apply`` does with strict field validation);
+   rejected as ``kubectl apply`` does with strict field validation), then the uniqueness of the
+   items of ``x-kubernetes-list-type`` set and map lists (kube-apiserver's listtype validation);
 2. defaulting, through the typed model;
 3. the CEL rules (``x-kubernetes-validations``) of the same CRD, evaluated with cel-python on the
    defaulted object.
@@ -13,6 +14,7 @@ catalog check (can any allowed instance type hold the model?) lives in ``plannin
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -118,6 +120,64 @@ def _schema_problems(obj: dict[str, Any]) -> list[Problem]:
     return problems
 
 
+def go_value(value: Any) -> str:
+    """A value as apimachinery's field errors print it: numbers and booleans bare, strings quoted,
+    anything else as Go's ``%#v`` of the decoded JSON (``map[string]interface {}{"name":"x"}``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return json.dumps(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if value is None:
+        return '"null"'
+    if isinstance(value, dict):
+        items = ",".join(f"{json.dumps(k, ensure_ascii=False)}:{go_value(v)}" for k, v in sorted(value.items()))
+        return f"map[string]interface {{}}{{{items}}}"
+    if isinstance(value, list):
+        return "[]interface {}{" + ", ".join(go_value(v) for v in value) + "}"
+    return repr(value)
+
+
+def _identity(item: Any) -> str:
+    # Go compares scalars by dynamic type and value (int64 4 is not float64 4) and objects by their
+    # JSON encoding; the type name keeps True apart from 1 as Go keeps bool apart from int64.
+    return f"{type(item).__name__}:{json.dumps(item, sort_keys=True)}"
+
+
+def duplicate_items(value: Any, schema: dict[str, Any], path: str) -> Iterator[tuple[str, str]]:
+    """(field path, message) for each repeated item of a list-type set or key of a list-type map,
+    as kube-apiserver's ``ValidateListSetsAndMaps`` reports them: once per repeated value, at the
+    index of its second appearance, "Duplicate value: <value>" (a map reports its key fields)."""
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        for key, item in value.items():
+            sub = props.get(key, extra if isinstance(extra, dict) else None)
+            if isinstance(sub, dict):
+                yield from duplicate_items(item, sub, _join(path, key))
+        return
+    if not isinstance(value, list):
+        return
+    list_type = schema.get("x-kubernetes-list-type")
+    keys: list[Any] = []
+    if list_type == "set":
+        keys = list(value)
+    elif list_type == "map":
+        names = schema.get("x-kubernetes-list-map-keys") or []
+        keys = [{n: item[n] for n in names if n in item} if isinstance(item, dict) else {} for item in value]
+    seen: dict[str, int] = {}
+    for index, key in enumerate(keys):
+        identity = _identity(key)
+        seen[identity] = seen.get(identity, 0) + 1
+        if seen[identity] == 2:
+            yield _join(path, index), f"Duplicate value: {go_value(key)}"
+    items = schema.get("items")
+    if isinstance(items, dict):
+        for index, item in enumerate(value):
+            yield from duplicate_items(item, items, _join(path, index))
+
+
 def cel_value(value: Any, schema: dict[str, Any]) -> Any:
     """Shape a wire value as the API server hands it to CEL: `number` fields are doubles."""
     kind = schema.get("type")
@@ -183,6 +243,9 @@ def validate_manifest(obj: Any) -> tuple[InferenceDeployment | None, list[Proble
         problems.append(Problem("metadata.name", "required field is missing"))
     # The name's form is checked by the CRD's own CEL rule below, as the API server checks it.
     problems += _schema_problems(obj)
+    # kube-apiserver reports repeated items along with the schema's errors, not after them.
+    spec_schema = openapi_schema()["properties"]["spec"]
+    problems += [Problem(path, message) for path, message in duplicate_items(obj.get("spec"), spec_schema, "spec")]
     if problems:
         return None, problems
     try:

@@ -3,7 +3,8 @@
 A ``ResourceType`` carries what discovery, OpenAPI, the Table format, subresources and field
 selectors need. CRD schemas are turned into JSON Schema for validation (``jsonschema``) and used for
 structural defaulting and pruning of unknown fields, as a real apiserver does for CRs.
-Not done: CEL ``x-kubernetes-validations`` rules and ``x-kubernetes-list-type`` uniqueness checks.
+Repeated items of ``x-kubernetes-list-type`` set and map lists are refused as kube-apiserver's
+listtype validation refuses them. Not done here: CEL ``x-kubernetes-validations`` rules (cel.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
+
+from neuronfleet.api.validation import duplicate_items
 
 COMMON_FIELD_LABELS = frozenset({"metadata.name", "metadata.namespace"})
 
@@ -351,6 +354,10 @@ def validate_custom_object(rt: ResourceType, obj: dict[str, Any]) -> tuple[list[
                     errors.append((f"{location}.{missing}" if location else missing, "Required value"))
             continue
         errors.append((location, f"Invalid value: {json.dumps(error.instance)[:200]}: {error.message}"))
+    for name, value in body.items():
+        sub = (schema.get("properties") or {}).get(name)
+        if isinstance(sub, dict):
+            errors.extend(duplicate_items(value, sub, name))
     return errors, unknown
 
 
