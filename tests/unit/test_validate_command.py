@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import yaml
 
 from neuronfleet.api.crd import openapi_schema
 from neuronfleet.api.v1alpha1 import ARTIFACT_STORE_MESSAGE, NAME_RULE_MESSAGE
+from neuronfleet.api.validation import PATTERN_EXAMPLES
 from neuronfleet.cli import main, validate_files
 from neuronfleet.planning.prometheus_urls import PrometheusUrlPolicy
 
@@ -422,3 +424,52 @@ def test_every_set_and_map_list_of_the_crd_is_one_the_duplicate_tests_cover() ->
         ".spec.runtime.env",
         ".status.conditions",
     ]
+
+
+def test_a_value_its_pattern_refuses_is_quoted_with_the_pattern_and_an_example(tmp_path: Path) -> None:
+    # The message quoted the field's description ("Expected Memory request and limit of the compile
+    # Job ..."), which says nothing of the form accepted.
+    spec = (
+        "  model: {source: s3://acme/bert/, name: Bad_Name}\n  compile: {cpu: two, memory: 8GB}\n"
+        "  scaling: {metrics: {prometheusUrl: not a url}}\n"
+    )
+    [result] = validate_files([str(_manifest(tmp_path, spec))])
+    quantity = r"^\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]{1,2})?$"
+    assert [str(p) for p in result.problems] == [
+        f"spec.compile.cpu: Invalid value: \"two\": should match '{quantity}' (e.g. 16 or 500m)",
+        f"spec.compile.memory: Invalid value: \"8GB\": should match '{quantity}' (e.g. 8Gi)",
+        "spec.model.name: Invalid value: \"Bad_Name\": should match '^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$' "
+        "(e.g. bert-base)",
+        "spec.scaling.metrics.prometheusUrl: Invalid value: \"not a url\": should match '^https?://.+' "
+        "(e.g. http://prometheus.monitoring:9090)",
+    ]
+
+
+def test_every_pattern_field_has_an_example_that_its_pattern_accepts() -> None:
+    found: dict[str, str] = {}
+
+    def walk(node: object, path: str) -> None:
+        if isinstance(node, dict):
+            if "pattern" in node:
+                found[path] = node["pattern"]
+            for key, sub in (node.get("properties") or {}).items():
+                walk(sub, f"{path}.{key}" if path else key)
+            walk(node.get("items"), path)
+
+    walk(openapi_schema(), "")
+    assert sorted(found) == sorted(PATTERN_EXAMPLES)
+    for path, example in PATTERN_EXAMPLES.items():
+        for value in example.split(" or "):
+            assert re.search(found[path], value), (path, value)
+
+
+def test_simulate_policy_quotes_a_refused_pattern_as_validate_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text('scaling: {metrics: {prometheusUrl: "not a url"}}\n')
+    assert main(["simulate", "--trace", str(tmp_path / "unread.csv"), "--policy", str(policy)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f'error: {policy}: scaling.metrics.prometheusUrl: Invalid value: "not a url": should match '
+        "'^https?://.+' (e.g. http://prometheus.monitoring:9090)"
+    )

@@ -93,6 +93,33 @@ def _join(path: str, key: str | int) -> str:
     return f"{path}.{key}" if path else key
 
 
+#: A value each pattern field accepts, by field path (list indices dropped): the regular expression
+#: alone does not show that memory is 8Gi rather than 8GB.
+PATTERN_EXAMPLES = {
+    "spec.model.name": "bert-base",
+    "spec.compile.cpu": "16 or 500m",
+    "spec.compile.cpuLimit": "16 or 500m",
+    "spec.compile.memory": "8Gi",
+    "spec.compile.ephemeralStorage": "50Gi",
+    "spec.compile.serviceAccountName": "model-reader",
+    "spec.runtime.cpu": "2 or 500m",
+    "spec.runtime.cpuLimit": "2 or 500m",
+    "spec.runtime.memory": "8Gi",
+    "spec.runtime.ephemeralStorage": "20Gi",
+    "spec.runtime.env.name": "LOG_LEVEL",
+    "spec.runtime.serviceAccountName": "model-reader",
+    "spec.placement.schedulerName": "my-scheduler",
+    "spec.scaling.metrics.prometheusUrl": "http://prometheus.monitoring:9090",
+}
+
+
+def pattern_message(path: str, value: Any, regex: str) -> str:
+    """What a value that does not match its field's pattern gets: the value as kube-apiserver quotes
+    it, its "should match '<regex>'", and an example of an accepted value where there is one."""
+    example = PATTERN_EXAMPLES.get(re.sub(r"\[\d+\]", "", path))
+    return f"Invalid value: {go_value(value)}: should match '{regex}'" + (f" (e.g. {example})" if example else "")
+
+
 def _schema_problems(obj: dict[str, Any]) -> list[Problem]:
     problems = []
     for error in sorted(_schema_validator().iter_errors(obj), key=lambda e: list(map(str, e.absolute_path))):
@@ -112,9 +139,7 @@ def _schema_problems(obj: dict[str, Any]) -> list[Problem]:
             problems.append(Problem(_join(path, field) if field else path, "required field is missing"))
             continue
         if error.validator == "pattern":
-            # A regular expression explains nothing to a user: say what the field accepts instead.
-            accepted = node_schema.get("description", "").split(":", 1)[-1].strip() or error.message
-            problems.append(Problem(path, f"{error.instance!r} is not accepted here. Expected {accepted}"))
+            problems.append(Problem(path, pattern_message(path, error.instance, str(error.validator_value))))
             continue
         problems.append(Problem(path, error.message))
     return problems

@@ -353,6 +353,11 @@ def validate_custom_object(rt: ResourceType, obj: dict[str, Any]) -> tuple[list[
                 if isinstance(error.instance, dict) and missing not in error.instance:
                     errors.append((f"{location}.{missing}" if location else missing, "Required value"))
             continue
+        if error.validator == "pattern":
+            # kube-openapi's own words for a pattern mismatch (jsonschema's are "'x' does not match").
+            detail = f"{location} in body should match '{error.validator_value}'"
+            errors.append((location, f"Invalid value: {json.dumps(error.instance)[:200]}: {detail}"))
+            continue
         errors.append((location, f"Invalid value: {json.dumps(error.instance)[:200]}: {error.message}"))
     for name, value in body.items():
         sub = (schema.get("properties") or {}).get(name)
