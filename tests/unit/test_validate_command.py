@@ -12,7 +12,7 @@ import yaml
 
 from neuronfleet.api.crd import openapi_schema
 from neuronfleet.api.v1alpha1 import ARTIFACT_STORE_MESSAGE, NAME_RULE_MESSAGE
-from neuronfleet.api.validation import PATTERN_EXAMPLES
+from neuronfleet.api.validation import PATTERN_EXAMPLES, load_manifests, validate_manifest
 from neuronfleet.cli import main, validate_files
 from neuronfleet.planning.prometheus_urls import PrometheusUrlPolicy
 
@@ -473,3 +473,38 @@ def test_simulate_policy_quotes_a_refused_pattern_as_validate_does(
         f'error: {policy}: scaling.metrics.prometheusUrl: Invalid value: "not a url": should match '
         "'^https?://.+' (e.g. http://prometheus.monitoring:9090)"
     )
+
+
+def test_whole_number_floats_pass_for_integer_fields_as_the_api_server_takes_them(tmp_path: Path) -> None:
+    # kube-apiserver accepts 2.0 and 1e3 for `type: integer` (and kubectl sends them as 2 and 1000);
+    # validate and plan refused them.
+    spec = "  model: {source: s3://acme/bert/}\n  scaling: {minReplicas: 2.0, maxReplicas: 1e3}\n"
+    [result] = validate_files([str(_manifest(tmp_path, spec))])
+    assert not result.problems
+    model, problems = validate_manifest(load_manifests(_manifest(tmp_path, spec).read_text())[0])
+    assert not problems and model is not None
+    assert (model.spec.scaling.min_replicas, model.spec.scaling.max_replicas) == (2, 1000)
+
+
+@pytest.mark.parametrize(
+    ("scaling", "problem"),
+    [
+        ("{minReplicas: 2.5}", "spec.scaling.minReplicas: 2.5 is not of type 'integer'"),
+        ("{maxReplicas: '1e3'}", "spec.scaling.maxReplicas: '1e3' is not of type 'integer'"),
+        ("{maxReplicas: 1e16}", "spec.scaling.maxReplicas: 1e+16 is not of type 'integer'"),
+    ],
+)
+def test_fractions_strings_and_floats_beyond_json_integers_are_still_refused(
+    tmp_path: Path, scaling: str, problem: str
+) -> None:
+    [result] = validate_files(
+        [str(_manifest(tmp_path, f"  model: {{source: s3://acme/bert/}}\n  scaling: {scaling}\n"))]
+    )
+    assert problem in [str(p) for p in result.problems]
+
+
+def test_manifests_are_read_as_kubectl_reads_them() -> None:
+    # go-yaml reads a plain 1e3 as a float; PyYAML's YAML 1.1 rules as the string '1e3'.
+    assert load_manifests("a: 1e3\nb: -5E-1\nc: '1e3'\nd: 10\ne: 1.5\nf: e3\n") == [
+        {"a": 1000.0, "b": -0.5, "c": "1e3", "d": 10, "e": 1.5, "f": "e3"}
+    ]

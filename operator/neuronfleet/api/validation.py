@@ -7,6 +7,9 @@ Three passes, in the API server's order:
 2. defaulting, through the typed model;
 3. the CEL rules (``x-kubernetes-validations``) of the same CRD, evaluated with cel-python on the
    defaulted object.
+A whole number written as a float (``minReplicas: 2.0``, ``maxReplicas: 1e3``) is an integer, as
+kube-apiserver takes it; manifests are read with :class:`ManifestLoader`, which reads ``1e3`` as
+kubectl does (a number, where PyYAML's YAML 1.1 rules make it a string).
 Every problem carries the field path it concerns. Nothing here reads files or the network; the
 catalog check (can any allowed instance type hold the model?) lives in ``planning``.
 """
@@ -53,6 +56,47 @@ def yaml_error_message(error: yaml.YAMLError) -> str:
     mark = getattr(error, "problem_mark", None)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
     return f"malformed YAML{where}: {getattr(error, 'problem', None) or error}"
+
+
+class ManifestLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a plain scalar with an exponent and no dot (``1e3``, ``5E-1``) is a
+    float, as go-yaml (sigs.k8s.io/yaml, which kubectl and kube-apiserver read YAML with) resolves it."""
+
+
+ManifestLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"),
+)
+
+
+def load_manifests(text: str) -> list[Any]:
+    """The non-empty YAML documents of ``text``, read as kubectl reads them."""
+    return [doc for doc in yaml.load_all(text, Loader=ManifestLoader) if doc is not None]
+
+
+#: kube-openapi takes a float for an ``integer`` field when it is a whole number within JSON's safe
+#: integers (go-openapi swag.IsFloat64AJSONInteger); Go then writes it back without a fraction.
+_LARGEST_JSON_INTEGER = 2**53 - 1
+
+
+def whole_floats_to_int(value: Any, schema: dict[str, Any]) -> Any:
+    """``value`` with each whole-number float at an ``integer`` field made an int (2.0 -> 2, 1e3 ->
+    1000), as the API server accepts and stores it; other values are left for the schema to judge."""
+    kind = schema.get("type")
+    if kind == "integer" and isinstance(value, float):
+        if value.is_integer() and abs(value) <= _LARGEST_JSON_INTEGER:
+            return int(value)
+        return value
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        return {
+            k: whole_floats_to_int(v, props.get(k, extra if isinstance(extra, dict) else {})) for k, v in value.items()
+        }
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [whole_floats_to_int(v, schema["items"]) for v in value]
+    return value
 
 
 def _strict(node: Any) -> Any:
@@ -267,6 +311,7 @@ def validate_manifest(obj: Any) -> tuple[InferenceDeployment | None, list[Proble
     if not isinstance(name, str) or not name:
         problems.append(Problem("metadata.name", "required field is missing"))
     # The name's form is checked by the CRD's own CEL rule below, as the API server checks it.
+    obj = whole_floats_to_int(obj, openapi_schema())
     problems += _schema_problems(obj)
     # kube-apiserver reports repeated items along with the schema's errors, not after them.
     spec_schema = openapi_schema()["properties"]["spec"]

@@ -3,7 +3,8 @@
 A ``ResourceType`` carries what discovery, OpenAPI, the Table format, subresources and field
 selectors need. CRD schemas are turned into JSON Schema for validation (``jsonschema``) and used for
 structural defaulting and pruning of unknown fields, as a real apiserver does for CRs.
-Repeated items of ``x-kubernetes-list-type`` set and map lists are refused as kube-apiserver's
+A whole-number float at an integer field (2.0) is accepted and stored as an integer, as
+kube-apiserver does. Repeated items of ``x-kubernetes-list-type`` set and map lists are refused as kube-apiserver's
 listtype validation refuses them. Not done here: CEL ``x-kubernetes-validations`` rules (cel.py).
 """
 
@@ -17,7 +18,7 @@ from typing import Any
 
 import jsonschema
 
-from neuronfleet.api.validation import duplicate_items
+from neuronfleet.api.validation import duplicate_items, whole_floats_to_int
 
 COMMON_FIELD_LABELS = frozenset({"metadata.name", "metadata.namespace"})
 
@@ -333,6 +334,8 @@ def validate_custom_object(rt: ResourceType, obj: dict[str, Any]) -> tuple[list[
         properties = schema.get("properties") or {}
         if name in properties:
             obj[name] = prune_unknown(obj[name], properties[name], name, unknown)
+            # kube-apiserver takes 2.0 for an integer field and stores it as 2.
+            obj[name] = whole_floats_to_int(obj[name], properties[name])
         elif not schema.get("x-kubernetes-preserve-unknown-fields"):
             unknown.append(name)
             del obj[name]
