@@ -19,7 +19,13 @@ from rich.markup import escape
 from neuronfleet import __version__
 from neuronfleet.api.crd import CRD_FILENAME, crd_yaml
 from neuronfleet.api.v1alpha1 import GROUP, KIND, InferenceDeployment
-from neuronfleet.api.validation import Problem, not_utf8_message, validate_manifest, yaml_error_message
+from neuronfleet.api.validation import (
+    Problem,
+    load_manifests,
+    not_utf8_message,
+    validate_manifest,
+    yaml_error_message,
+)
 from neuronfleet.plan_command import add_headroom_flags
 from neuronfleet.planning.admission import compile_cpu_limit_problem, serving_cpu_limit_problem
 from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES
@@ -281,7 +287,7 @@ def validate_files(
             results.append(DocumentResult(source, problems=[Problem("", not_utf8_message(exc))]))
             continue
         try:
-            documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+            documents = load_manifests(text)
         except yaml.YAMLError as exc:
             results.append(DocumentResult(source, problems=[Problem("", yaml_error_message(exc))]))
             continue

@@ -26,7 +26,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
-from neuronfleet.api.validation import not_utf8_message, validate_manifest, yaml_error_message
+from neuronfleet.api.validation import load_manifests, not_utf8_message, validate_manifest, yaml_error_message
 from neuronfleet.planning.admission import compile_cpu_limit_problem, serving_cpu_limit_problem
 from neuronfleet.planning.placement import (
     DAEMONSET_HEADROOM_CPU,
@@ -57,7 +57,7 @@ def load_manifest(path: str) -> InferenceDeployment:
     except UnicodeDecodeError as error:
         raise ManifestError(f"{path}: {not_utf8_message(error)}") from None
     try:
-        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        documents = load_manifests(text)
     except yaml.YAMLError as error:
         raise ManifestError(f"{path}: {yaml_error_message(error)}") from None
     deployments = [doc for doc in documents if isinstance(doc, dict) and doc.get("kind") == "InferenceDeployment"]

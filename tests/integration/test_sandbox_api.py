@@ -494,3 +494,32 @@ async def test_namespace_and_crd_deletion_wait_for_their_contents(sandbox_cluste
     gone_url = "/apis/serving.neuronfleet.dev/v1alpha1/inferencedeployments"
     async with aiohttp.ClientSession(cluster.url) as http, http.get(gone_url) as r:
         assert r.status == 404
+
+
+async def test_whole_number_floats_are_integers_as_kube_apiserver_takes_them(sandbox_cluster: SandboxCluster) -> None:
+    # kube-openapi accepts a whole-number float for an `integer` field and Go writes it back as an
+    # integer; kubectl already sends 2 and 1000, but other clients may send these bodies as they are.
+    path = "/apis/serving.neuronfleet.dev/v1alpha1/namespaces/default/inferencedeployments?dryRun=All"
+    head = '{"apiVersion": "serving.neuronfleet.dev/v1alpha1", "kind": "InferenceDeployment",'
+    model = '"model": {"source": "s3://acme/bert/"}'
+    as_json = {"Content-Type": "application/json"}
+    as_yaml = {"Content-Type": "application/yaml"}
+    async with aiohttp.ClientSession(sandbox_cluster.url) as http:
+        scaling = '"scaling": {"minReplicas": 2.0, "maxReplicas": 1e3}'
+        body = f'{head} "metadata": {{"name": "f"}}, "spec": {{{model}, {scaling}}}}}'
+        async with http.post(path, data=body.encode(), headers=as_json) as r:
+            assert r.status == 201, await r.text()
+            stored = (await r.json())["spec"]["scaling"]
+        assert (stored["minReplicas"], stored["maxReplicas"]) == (2, 1000)
+        assert isinstance(stored["minReplicas"], int) and isinstance(stored["maxReplicas"], int)
+        yaml_body = (
+            "apiVersion: serving.neuronfleet.dev/v1alpha1\nkind: InferenceDeployment\nmetadata: {name: y}\n"
+            "spec: {model: {source: 's3://acme/bert/'}, scaling: {maxReplicas: 1e3}}\n"
+        )
+        async with http.post(path, data=yaml_body.encode(), headers=as_yaml) as r:
+            assert r.status == 201, await r.text()
+            assert (await r.json())["spec"]["scaling"]["maxReplicas"] == 1000
+        fraction = f'{head} "metadata": {{"name": "h"}}, "spec": {{{model}, "scaling": {{"minReplicas": 2.5}}}}}}'
+        async with http.post(path, data=fraction.encode(), headers=as_json) as r:
+            assert r.status == 422
+            assert "spec.scaling.minReplicas" in (await r.json())["message"]

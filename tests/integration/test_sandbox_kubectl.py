@@ -81,6 +81,39 @@ def test_kubectl_validation_rejects_bad_manifests(run_kubectl, repo_root: Path) 
     assert "spec.scaling.minReplicas" in negative.stderr
 
 
+def test_kubectl_apply_refuses_repeated_items_of_set_and_map_lists(  # type: ignore[no-untyped-def]
+    run_kubectl, tmp_path: Path
+) -> None:
+    # As kube-apiserver's listtype validation does; the sandbox stored them.
+    manifest = tmp_path / "dup.yaml"
+    manifest.write_text(
+        MANIFEST.replace(
+            'model: {source: "s3://acme-models/bert/"}',
+            'model: {source: "s3://acme-models/bert/", format: torchscript, batchBuckets: [1, 4, 4],'
+            " inputs: [{name: input_ids}, {name: input_ids}]}",
+        )
+    )
+    result = run_kubectl("apply", "--dry-run=server", "-f", str(manifest), check=False)
+    assert result.returncode != 0
+    assert "spec.model.batchBuckets[2]: Duplicate value: 4" in result.stderr
+    assert 'spec.model.inputs[1]: Duplicate value: map[string]interface {}{"name":"input_ids"}' in result.stderr
+
+
+def test_kubectl_apply_quotes_a_refused_pattern_in_kube_apiservers_words(  # type: ignore[no-untyped-def]
+    run_kubectl, tmp_path: Path
+) -> None:
+    # The sandbox said jsonschema's "'8GB' does not match '...'".
+    manifest = tmp_path / "pattern.yaml"
+    manifest.write_text(MANIFEST + "  compile: {memory: 8GB}\n")
+    result = run_kubectl("apply", "--dry-run=server", "-f", str(manifest), check=False)
+    assert result.returncode != 0
+    quantity = r"^\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]{1,2})?$"
+    assert (
+        f"spec.compile.memory: Invalid value: \"8GB\": spec.compile.memory in body should match '{quantity}'"
+        in result.stderr
+    )
+
+
 def test_kubectl_sees_inf2_nodes(run_kubectl) -> None:  # type: ignore[no-untyped-def]
     out = run_kubectl(
         "get",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import yaml
 
 from neuronfleet.api.crd import openapi_schema
 from neuronfleet.api.v1alpha1 import ARTIFACT_STORE_MESSAGE, NAME_RULE_MESSAGE
+from neuronfleet.api.validation import PATTERN_EXAMPLES, load_manifests, validate_manifest
 from neuronfleet.cli import main, validate_files
 from neuronfleet.planning.prometheus_urls import PrometheusUrlPolicy
 
@@ -360,3 +362,149 @@ def test_no_query_override_finding_where_the_operator_would_run_none_against_its
     path = _with_metrics(tmp_path, mode, **metrics)
     assert main(["validate", "-f", str(path), "--prometheus-refuse-query-overrides"]) == 0
     assert "spec.scaling.metrics" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        (
+            "  model: {source: s3://acme/bert/, batchBuckets: [1, 4, 4, 4]}\n",
+            "spec.model.batchBuckets[2]: Duplicate value: 4",
+        ),
+        (
+            "  model: {source: s3://acme/bert/, sequenceBuckets: [128, 512, 128]}\n",
+            "spec.model.sequenceBuckets[2]: Duplicate value: 128",
+        ),
+        (
+            "  model:\n    source: s3://acme/m.pt\n    format: torchscript\n"
+            "    inputs: [{name: input_ids}, {name: input_ids, dtype: int32}]\n",
+            'spec.model.inputs[1]: Duplicate value: map[string]interface {}{"name":"input_ids"}',
+        ),
+        (
+            "  model: {source: s3://acme/bert/}\n  runtime:\n    env: [{name: A, value: '1'}, {name: A, value: '2'}]\n",
+            'spec.runtime.env[1]: Duplicate value: map[string]interface {}{"name":"A"}',
+        ),
+        (
+            "  model: {source: s3://acme/bert/}\n  placement: {instanceTypes: [inf2.xlarge, inf2.xlarge]}\n",
+            'spec.placement.instanceTypes[1]: Duplicate value: "inf2.xlarge"',
+        ),
+        (
+            "  model: {source: s3://acme/bert/}\n  placement: {zones: [us-east-1a, us-east-1b, us-east-1a]}\n",
+            'spec.placement.zones[2]: Duplicate value: "us-east-1a"',
+        ),
+    ],
+)
+def test_repeated_items_of_set_and_map_lists_are_refused_in_the_api_servers_words(
+    tmp_path: Path, spec: str, problem: str
+) -> None:
+    # kube-apiserver's listtype validation refuses these; validate and plan passed them.
+    [result] = validate_files([str(_manifest(tmp_path, spec))])
+    assert [str(p) for p in result.problems] == [problem]
+
+
+def test_every_set_and_map_list_of_the_crd_is_one_the_duplicate_tests_cover() -> None:
+    # A new list-type field would need its own case above.
+    found: list[str] = []
+
+    def walk(node: object, path: str) -> None:
+        if isinstance(node, dict):
+            if node.get("x-kubernetes-list-type") in ("set", "map"):
+                found.append(path)
+            for key, sub in (node.get("properties") or {}).items():
+                walk(sub, f"{path}.{key}")
+            walk(node.get("items"), path)
+
+    walk(openapi_schema(), "")
+    assert sorted(found) == [
+        ".spec.model.batchBuckets",
+        ".spec.model.inputs",
+        ".spec.model.sequenceBuckets",
+        ".spec.placement.instanceTypes",
+        ".spec.placement.zones",
+        ".spec.runtime.env",
+        ".status.conditions",
+    ]
+
+
+def test_a_value_its_pattern_refuses_is_quoted_with_the_pattern_and_an_example(tmp_path: Path) -> None:
+    # The message quoted the field's description ("Expected Memory request and limit of the compile
+    # Job ..."), which says nothing of the form accepted.
+    spec = (
+        "  model: {source: s3://acme/bert/, name: Bad_Name}\n  compile: {cpu: two, memory: 8GB}\n"
+        "  scaling: {metrics: {prometheusUrl: not a url}}\n"
+    )
+    [result] = validate_files([str(_manifest(tmp_path, spec))])
+    quantity = r"^\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]{1,2})?$"
+    assert [str(p) for p in result.problems] == [
+        f"spec.compile.cpu: Invalid value: \"two\": should match '{quantity}' (e.g. 16 or 500m)",
+        f"spec.compile.memory: Invalid value: \"8GB\": should match '{quantity}' (e.g. 8Gi)",
+        "spec.model.name: Invalid value: \"Bad_Name\": should match '^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$' "
+        "(e.g. bert-base)",
+        "spec.scaling.metrics.prometheusUrl: Invalid value: \"not a url\": should match '^https?://.+' "
+        "(e.g. http://prometheus.monitoring:9090)",
+    ]
+
+
+def test_every_pattern_field_has_an_example_that_its_pattern_accepts() -> None:
+    found: dict[str, str] = {}
+
+    def walk(node: object, path: str) -> None:
+        if isinstance(node, dict):
+            if "pattern" in node:
+                found[path] = node["pattern"]
+            for key, sub in (node.get("properties") or {}).items():
+                walk(sub, f"{path}.{key}" if path else key)
+            walk(node.get("items"), path)
+
+    walk(openapi_schema(), "")
+    assert sorted(found) == sorted(PATTERN_EXAMPLES)
+    for path, example in PATTERN_EXAMPLES.items():
+        for value in example.split(" or "):
+            assert re.search(found[path], value), (path, value)
+
+
+def test_simulate_policy_quotes_a_refused_pattern_as_validate_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text('scaling: {metrics: {prometheusUrl: "not a url"}}\n')
+    assert main(["simulate", "--trace", str(tmp_path / "unread.csv"), "--policy", str(policy)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f'error: {policy}: scaling.metrics.prometheusUrl: Invalid value: "not a url": should match '
+        "'^https?://.+' (e.g. http://prometheus.monitoring:9090)"
+    )
+
+
+def test_whole_number_floats_pass_for_integer_fields_as_the_api_server_takes_them(tmp_path: Path) -> None:
+    # kube-apiserver accepts 2.0 and 1e3 for `type: integer` (and kubectl sends them as 2 and 1000);
+    # validate and plan refused them.
+    spec = "  model: {source: s3://acme/bert/}\n  scaling: {minReplicas: 2.0, maxReplicas: 1e3}\n"
+    [result] = validate_files([str(_manifest(tmp_path, spec))])
+    assert not result.problems
+    model, problems = validate_manifest(load_manifests(_manifest(tmp_path, spec).read_text())[0])
+    assert not problems and model is not None
+    assert (model.spec.scaling.min_replicas, model.spec.scaling.max_replicas) == (2, 1000)
+
+
+@pytest.mark.parametrize(
+    ("scaling", "problem"),
+    [
+        ("{minReplicas: 2.5}", "spec.scaling.minReplicas: 2.5 is not of type 'integer'"),
+        ("{maxReplicas: '1e3'}", "spec.scaling.maxReplicas: '1e3' is not of type 'integer'"),
+        ("{maxReplicas: 1e16}", "spec.scaling.maxReplicas: 1e+16 is not of type 'integer'"),
+    ],
+)
+def test_fractions_strings_and_floats_beyond_json_integers_are_still_refused(
+    tmp_path: Path, scaling: str, problem: str
+) -> None:
+    [result] = validate_files(
+        [str(_manifest(tmp_path, f"  model: {{source: s3://acme/bert/}}\n  scaling: {scaling}\n"))]
+    )
+    assert problem in [str(p) for p in result.problems]
+
+
+def test_manifests_are_read_as_kubectl_reads_them() -> None:
+    # go-yaml reads a plain 1e3 as a float; PyYAML's YAML 1.1 rules as the string '1e3'.
+    assert load_manifests("a: 1e3\nb: -5E-1\nc: '1e3'\nd: 10\ne: 1.5\nf: e3\n") == [
+        {"a": 1000.0, "b": -0.5, "c": "1e3", "d": 10, "e": 1.5, "f": "e3"}
+    ]

@@ -2,10 +2,14 @@
 
 Three passes, in the API server's order:
 1. the structural schema of the generated CRD (types, bounds, enums, patterns; unknown fields
-   rejected as ``kubectl apply`` does with strict field validation);
+   rejected as ``kubectl apply`` does with strict field validation), then the uniqueness of the
+   items of ``x-kubernetes-list-type`` set and map lists (kube-apiserver's listtype validation);
 2. defaulting, through the typed model;
 3. the CEL rules (``x-kubernetes-validations``) of the same CRD, evaluated with cel-python on the
    defaulted object.
+A whole number written as a float (``minReplicas: 2.0``, ``maxReplicas: 1e3``) is an integer, as
+kube-apiserver takes it; manifests are read with :class:`ManifestLoader`, which reads ``1e3`` as
+kubectl does (a number, where PyYAML's YAML 1.1 rules make it a string).
 Every problem carries the field path it concerns. Nothing here reads files or the network; the
 catalog check (can any allowed instance type hold the model?) lives in ``planning``.
 """
@@ -13,6 +17,7 @@ catalog check (can any allowed instance type hold the model?) lives in ``plannin
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -53,6 +58,47 @@ def yaml_error_message(error: yaml.YAMLError) -> str:
     return f"malformed YAML{where}: {getattr(error, 'problem', None) or error}"
 
 
+class ManifestLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a plain scalar with an exponent and no dot (``1e3``, ``5E-1``) is a
+    float, as go-yaml (sigs.k8s.io/yaml, which kubectl and kube-apiserver read YAML with) resolves it."""
+
+
+ManifestLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"),
+)
+
+
+def load_manifests(text: str) -> list[Any]:
+    """The non-empty YAML documents of ``text``, read as kubectl reads them."""
+    return [doc for doc in yaml.load_all(text, Loader=ManifestLoader) if doc is not None]
+
+
+#: kube-openapi takes a float for an ``integer`` field when it is a whole number within JSON's safe
+#: integers (go-openapi swag.IsFloat64AJSONInteger); Go then writes it back without a fraction.
+_LARGEST_JSON_INTEGER = 2**53 - 1
+
+
+def whole_floats_to_int(value: Any, schema: dict[str, Any]) -> Any:
+    """``value`` with each whole-number float at an ``integer`` field made an int (2.0 -> 2, 1e3 ->
+    1000), as the API server accepts and stores it; other values are left for the schema to judge."""
+    kind = schema.get("type")
+    if kind == "integer" and isinstance(value, float):
+        if value.is_integer() and abs(value) <= _LARGEST_JSON_INTEGER:
+            return int(value)
+        return value
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        return {
+            k: whole_floats_to_int(v, props.get(k, extra if isinstance(extra, dict) else {})) for k, v in value.items()
+        }
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [whole_floats_to_int(v, schema["items"]) for v in value]
+    return value
+
+
 def _strict(node: Any) -> Any:
     """A copy of the schema that rejects unknown fields (structural schemas merely prune them)."""
     if isinstance(node, list):
@@ -91,6 +137,33 @@ def _join(path: str, key: str | int) -> str:
     return f"{path}.{key}" if path else key
 
 
+#: A value each pattern field accepts, by field path (list indices dropped): the regular expression
+#: alone does not show that memory is 8Gi rather than 8GB.
+PATTERN_EXAMPLES = {
+    "spec.model.name": "bert-base",
+    "spec.compile.cpu": "16 or 500m",
+    "spec.compile.cpuLimit": "16 or 500m",
+    "spec.compile.memory": "8Gi",
+    "spec.compile.ephemeralStorage": "50Gi",
+    "spec.compile.serviceAccountName": "model-reader",
+    "spec.runtime.cpu": "2 or 500m",
+    "spec.runtime.cpuLimit": "2 or 500m",
+    "spec.runtime.memory": "8Gi",
+    "spec.runtime.ephemeralStorage": "20Gi",
+    "spec.runtime.env.name": "LOG_LEVEL",
+    "spec.runtime.serviceAccountName": "model-reader",
+    "spec.placement.schedulerName": "my-scheduler",
+    "spec.scaling.metrics.prometheusUrl": "http://prometheus.monitoring:9090",
+}
+
+
+def pattern_message(path: str, value: Any, regex: str) -> str:
+    """What a value that does not match its field's pattern gets: the value as kube-apiserver quotes
+    it, its "should match '<regex>'", and an example of an accepted value where there is one."""
+    example = PATTERN_EXAMPLES.get(re.sub(r"\[\d+\]", "", path))
+    return f"Invalid value: {go_value(value)}: should match '{regex}'" + (f" (e.g. {example})" if example else "")
+
+
 def _schema_problems(obj: dict[str, Any]) -> list[Problem]:
     problems = []
     for error in sorted(_schema_validator().iter_errors(obj), key=lambda e: list(map(str, e.absolute_path))):
@@ -110,12 +183,68 @@ def _schema_problems(obj: dict[str, Any]) -> list[Problem]:
             problems.append(Problem(_join(path, field) if field else path, "required field is missing"))
             continue
         if error.validator == "pattern":
-            # A regular expression explains nothing to a user: say what the field accepts instead.
-            accepted = node_schema.get("description", "").split(":", 1)[-1].strip() or error.message
-            problems.append(Problem(path, f"{error.instance!r} is not accepted here. Expected {accepted}"))
+            problems.append(Problem(path, pattern_message(path, error.instance, str(error.validator_value))))
             continue
         problems.append(Problem(path, error.message))
     return problems
+
+
+def go_value(value: Any) -> str:
+    """A value as apimachinery's field errors print it: numbers and booleans bare, strings quoted,
+    anything else as Go's ``%#v`` of the decoded JSON (``map[string]interface {}{"name":"x"}``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return json.dumps(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if value is None:
+        return '"null"'
+    if isinstance(value, dict):
+        items = ",".join(f"{json.dumps(k, ensure_ascii=False)}:{go_value(v)}" for k, v in sorted(value.items()))
+        return f"map[string]interface {{}}{{{items}}}"
+    if isinstance(value, list):
+        return "[]interface {}{" + ", ".join(go_value(v) for v in value) + "}"
+    return repr(value)
+
+
+def _identity(item: Any) -> str:
+    # Go compares scalars by dynamic type and value (int64 4 is not float64 4) and objects by their
+    # JSON encoding; the type name keeps True apart from 1 as Go keeps bool apart from int64.
+    return f"{type(item).__name__}:{json.dumps(item, sort_keys=True)}"
+
+
+def duplicate_items(value: Any, schema: dict[str, Any], path: str) -> Iterator[tuple[str, str]]:
+    """(field path, message) for each repeated item of a list-type set or key of a list-type map,
+    as kube-apiserver's ``ValidateListSetsAndMaps`` reports them: once per repeated value, at the
+    index of its second appearance, "Duplicate value: <value>" (a map reports its key fields)."""
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        for key, item in value.items():
+            sub = props.get(key, extra if isinstance(extra, dict) else None)
+            if isinstance(sub, dict):
+                yield from duplicate_items(item, sub, _join(path, key))
+        return
+    if not isinstance(value, list):
+        return
+    list_type = schema.get("x-kubernetes-list-type")
+    keys: list[Any] = []
+    if list_type == "set":
+        keys = list(value)
+    elif list_type == "map":
+        names = schema.get("x-kubernetes-list-map-keys") or []
+        keys = [{n: item[n] for n in names if n in item} if isinstance(item, dict) else {} for item in value]
+    seen: dict[str, int] = {}
+    for index, key in enumerate(keys):
+        identity = _identity(key)
+        seen[identity] = seen.get(identity, 0) + 1
+        if seen[identity] == 2:
+            yield _join(path, index), f"Duplicate value: {go_value(key)}"
+    items = schema.get("items")
+    if isinstance(items, dict):
+        for index, item in enumerate(value):
+            yield from duplicate_items(item, items, _join(path, index))
 
 
 def cel_value(value: Any, schema: dict[str, Any]) -> Any:
@@ -182,7 +311,11 @@ def validate_manifest(obj: Any) -> tuple[InferenceDeployment | None, list[Proble
     if not isinstance(name, str) or not name:
         problems.append(Problem("metadata.name", "required field is missing"))
     # The name's form is checked by the CRD's own CEL rule below, as the API server checks it.
+    obj = whole_floats_to_int(obj, openapi_schema())
     problems += _schema_problems(obj)
+    # kube-apiserver reports repeated items along with the schema's errors, not after them.
+    spec_schema = openapi_schema()["properties"]["spec"]
+    problems += [Problem(path, message) for path, message in duplicate_items(obj.get("spec"), spec_schema, "spec")]
     if problems:
         return None, problems
     try:

@@ -3,7 +3,9 @@
 A ``ResourceType`` carries what discovery, OpenAPI, the Table format, subresources and field
 selectors need. CRD schemas are turned into JSON Schema for validation (``jsonschema``) and used for
 structural defaulting and pruning of unknown fields, as a real apiserver does for CRs.
-Not done: CEL ``x-kubernetes-validations`` rules and ``x-kubernetes-list-type`` uniqueness checks.
+A whole-number float at an integer field (2.0) is accepted and stored as an integer, as
+kube-apiserver does. Repeated items of ``x-kubernetes-list-type`` set and map lists are refused as kube-apiserver's
+listtype validation refuses them. Not done here: CEL ``x-kubernetes-validations`` rules (cel.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
+
+from neuronfleet.api.validation import duplicate_items, whole_floats_to_int
 
 COMMON_FIELD_LABELS = frozenset({"metadata.name", "metadata.namespace"})
 
@@ -330,6 +334,8 @@ def validate_custom_object(rt: ResourceType, obj: dict[str, Any]) -> tuple[list[
         properties = schema.get("properties") or {}
         if name in properties:
             obj[name] = prune_unknown(obj[name], properties[name], name, unknown)
+            # kube-apiserver takes 2.0 for an integer field and stores it as 2.
+            obj[name] = whole_floats_to_int(obj[name], properties[name])
         elif not schema.get("x-kubernetes-preserve-unknown-fields"):
             unknown.append(name)
             del obj[name]
@@ -350,7 +356,16 @@ def validate_custom_object(rt: ResourceType, obj: dict[str, Any]) -> tuple[list[
                 if isinstance(error.instance, dict) and missing not in error.instance:
                     errors.append((f"{location}.{missing}" if location else missing, "Required value"))
             continue
+        if error.validator == "pattern":
+            # kube-openapi's own words for a pattern mismatch (jsonschema's are "'x' does not match").
+            detail = f"{location} in body should match '{error.validator_value}'"
+            errors.append((location, f"Invalid value: {json.dumps(error.instance)[:200]}: {detail}"))
+            continue
         errors.append((location, f"Invalid value: {json.dumps(error.instance)[:200]}: {error.message}"))
+    for name, value in body.items():
+        sub = (schema.get("properties") or {}).get(name)
+        if isinstance(sub, dict):
+            errors.extend(duplicate_items(value, sub, name))
     return errors, unknown
 
 
