@@ -12,7 +12,7 @@ import yaml
 
 from neuronfleet.sim import engine, oracle, runner
 from neuronfleet.sim.baselines import Hpa, Keda, Kpa, RayServe
-from neuronfleet.sim.command import run_cli
+from neuronfleet.sim.command import _policy_file, run_cli
 from neuronfleet.sim.policies import DEFAULT_OURS, Policy, Static, ours_from_policy_file
 from neuronfleet.sim.profiles import Profile, ProfileError, dump_profile, load_profile
 from neuronfleet.sim.trace import Trace, TraceError, load, scale, with_history_pass
@@ -457,6 +457,25 @@ def test_simulate_names_the_fields_of_a_whole_cr_it_does_not_use(
     assert "spec.scaling.latencySloMs (set by --slo-ms, default the profile's slo_ms)" in out
     assert "not modelled: spec.model.name, spec.model.source" in out
     assert "spec.scaling.targetUtilization" not in out and "spec.warmPool" not in out
+
+
+def test_simulate_policy_takes_whole_number_floats_as_validate_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `neuronfleet validate` and the API server take maxReplicas: 1e3 and minReplicas: 2.0; the
+    # simulator refused the same file ("'1e3' is not of type 'integer'").
+    policy = tmp_path / "p.yaml"
+    policy.write_text("scaling: {minReplicas: 2.0, maxReplicas: 1e3}\n")
+    assert run_cli(["--trace", str(tmp_path / "absent.csv"), "--policy", str(policy)]) == 2
+    assert "absent.csv: cannot open" in capsys.readouterr().err
+    name, sections = _policy_file(str(policy))
+    assert sections["scaling"] == {"minReplicas": 2, "maxReplicas": 1000}
+    assert all(type(value) is int for value in sections["scaling"].values())
+    ours = ours_from_policy_file(sections, 50, name)
+    assert (ours.scaling_spec.min_replicas, ours.scaling_spec.max_replicas) == (2, 1000)
+    policy.write_text("scaling: {minReplicas: 2.5}\n")
+    assert run_cli(["--trace", str(tmp_path / "absent.csv"), "--policy", str(policy)]) == 2
+    assert "scaling.minReplicas: 2.5 is not of type 'integer'" in capsys.readouterr().err
 
 
 def test_simulate_says_nothing_of_a_policy_file_it_uses_whole(

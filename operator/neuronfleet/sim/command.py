@@ -23,7 +23,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from neuronfleet.api.crd import openapi_schema
 from neuronfleet.api.v1alpha1 import API_VERSION, KIND
-from neuronfleet.api.validation import not_utf8_message, validate_manifest, yaml_error_message
+from neuronfleet.api.validation import (
+    load_manifests,
+    not_utf8_message,
+    validate_manifest,
+    whole_floats_to_int,
+    yaml_error_message,
+)
 from neuronfleet.sim import report, runner
 from neuronfleet.sim.oracle import launch_seconds
 from neuronfleet.sim.policies import crd_max_replicas
@@ -304,7 +310,8 @@ def _policy_file(path: str, notes: list[str] | None = None) -> tuple[str, dict[s
     checks a CR (schema with unknown fields refused, then the CRD's CEL rules); UsageError if not.
     For a whole CR, a line naming the spec fields the simulator does not use goes to ``notes``."""
     try:
-        documents = [doc for doc in yaml.safe_load_all(Path(path).read_text(encoding="utf-8")) if doc is not None]
+        # Read as kubectl reads a manifest (a plain 1e3 is a number), so a file `validate` takes runs here.
+        documents = load_manifests(Path(path).read_text(encoding="utf-8"))
     except UnicodeDecodeError as error:
         raise UsageError(f"{path}: cannot read policy file: {not_utf8_message(error)}") from None
     except OSError as error:
@@ -341,7 +348,8 @@ def _policy_file(path: str, notes: list[str] | None = None) -> tuple[str, dict[s
                 f"{path}: `{where}{name}` must be a mapping of its fields "
                 f"(e.g. `{name}: {{mode: Auto}}`), got {type(value).__name__} {value!r}"
             )
-        sections[name] = value or {}
+        # A whole-number float (minReplicas: 2.0, maxReplicas: 1e3) is the integer the API server stores.
+        sections[name] = whole_floats_to_int(value or {}, _spec_fields()[name])
     problems = _policy_problems(sections)
     if problems:
         raise UsageError(f"{path}: " + "; ".join(f"{where}{problem}" for problem in problems))
