@@ -86,6 +86,18 @@ def record_reports(instance: Instance, reports: list[ReconcileReport]) -> None:
     context.reconcile = reconcile  # type: ignore[method-assign]
 
 
+async def serving_one_manual_replica(harness: OperatorHarness, namespace: str) -> str:
+    """The example deployment at one Manual replica in ``namespace``, its pod ready; its name."""
+    manifest = harness.localize(
+        example("bert-embeddings", scaling={"mode": "Manual", "replicas": 1, "minReplicas": 0}), namespace=namespace
+    )
+    name: str = manifest["metadata"]["name"]
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+    await harness.wait(lambda: any(ready(p) for p in harness.pods(namespace, name, "active")), timeout=90, what="up")
+    return name
+
+
 @pytest.mark.looptime(False)
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("hand_over", ["sigterm", "new-pod-outranks"])
@@ -159,13 +171,7 @@ async def test_a_scale_up_under_way_at_sigterm_is_applied_with_its_event_by_the_
     harness: OperatorHarness,
 ) -> None:
     namespace = "sigterm"
-    manifest = harness.localize(
-        example("bert-embeddings", scaling={"mode": "Manual", "replicas": 1, "minReplicas": 0}), namespace=namespace
-    )
-    name = manifest["metadata"]["name"]
-    harness.precompile(manifest)
-    await harness.apply(manifest)
-    await harness.wait(lambda: any(ready(p) for p in harness.pods(namespace, name, "active")), timeout=90, what="up")
+    name = await serving_one_manual_replica(harness, namespace)
     await harness.wait(
         lambda: any("initial size" in e for e in events_of(harness, namespace, name)), timeout=30, what="Events"
     )
@@ -207,13 +213,7 @@ async def test_the_event_of_a_write_on_the_wire_at_sigterm_is_posted_by_the_stop
     # The write is sent before the stop, so it lands, and the next operator, reading the new status,
     # has nothing to tell. Kopf's Event poster, cancelled at once on SIGTERM, lost its Event.
     namespace = "on-the-wire"
-    manifest = harness.localize(
-        example("bert-embeddings", scaling={"mode": "Manual", "replicas": 1, "minReplicas": 0}), namespace=namespace
-    )
-    name = manifest["metadata"]["name"]
-    harness.precompile(manifest)
-    await harness.apply(manifest)
-    await harness.wait(lambda: any(ready(p) for p in harness.pods(namespace, name, "active")), timeout=90, what="up")
+    name = await serving_one_manual_replica(harness, namespace)
 
     assert harness.context is not None
     kube = harness.context.reconciler.kube

@@ -376,6 +376,15 @@ def test_simulate_policy_file_is_checked_as_validate_checks_a_cr(
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
+def read_policy_only(tmp_path: Path, content: str) -> Path:
+    """``content`` as a policy file, given to a run whose trace is missing: policy files are read
+    before the trace, so the run ends at the trace (exit 2, "cannot open") when the file passed."""
+    policy = tmp_path / "p.yaml"
+    policy.write_text(content)
+    assert run_cli(["--trace", str(tmp_path / "absent.csv"), "--policy", str(policy)]) == 2
+    return policy
+
+
 @pytest.mark.parametrize(
     "content",
     [
@@ -389,10 +398,7 @@ def test_simulate_policy_file_is_checked_as_validate_checks_a_cr(
     ids=["empty-section", "min-without-max", "whole-cr", "cr-beside-its-namespace"],
 )
 def test_simulate_accepts_good_policy_files(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str) -> None:
-    policy = tmp_path / "p.yaml"
-    policy.write_text(content)
-    # Policy files are read before the trace: reaching the missing trace means the policy passed.
-    assert run_cli(["--trace", str(tmp_path / "absent.csv"), "--policy", str(policy)]) == 2
+    read_policy_only(tmp_path, content)
     assert "absent.csv: cannot open" in capsys.readouterr().err
 
 
@@ -447,9 +453,7 @@ def test_simulate_names_the_fields_of_a_whole_cr_it_does_not_use(
     cr["spec"]["runtime"] = {**cr["spec"].get("runtime", {}), "maxQueue": 1}
     cr["spec"]["model"]["neuronCoresPerReplica"] = 2
     cr["spec"]["scaling"]["latencySloMs"] = 2
-    policy = tmp_path / "p.yaml"
-    policy.write_text(yaml.safe_dump(cr, sort_keys=False))
-    assert run_cli(["--trace", str(tmp_path / "absent.csv"), "--policy", str(policy)]) == 2
+    policy = read_policy_only(tmp_path, yaml.safe_dump(cr, sort_keys=False))
     out = " ".join(capsys.readouterr().out.split())
     assert f"note: {policy}: fields the simulator does not use: " in out
     assert "spec.runtime.maxQueue (set by the profile's max_queue)" in out
@@ -464,24 +468,19 @@ def test_simulate_policy_takes_whole_number_floats_as_validate_does(
 ) -> None:
     # `neuronfleet validate` and the API server take maxReplicas: 1e3 and minReplicas: 2.0; the
     # simulator refused the same file ("'1e3' is not of type 'integer'").
-    policy = tmp_path / "p.yaml"
-    policy.write_text("scaling: {minReplicas: 2.0, maxReplicas: 1e3}\n")
-    assert run_cli(["--trace", str(tmp_path / "absent.csv"), "--policy", str(policy)]) == 2
+    policy = read_policy_only(tmp_path, "scaling: {minReplicas: 2.0, maxReplicas: 1e3}\n")
     assert "absent.csv: cannot open" in capsys.readouterr().err
     name, sections = _policy_file(str(policy))
     assert sections["scaling"] == {"minReplicas": 2, "maxReplicas": 1000}
     assert all(type(value) is int for value in sections["scaling"].values())
     ours = ours_from_policy_file(sections, 50, name)
     assert (ours.scaling_spec.min_replicas, ours.scaling_spec.max_replicas) == (2, 1000)
-    policy.write_text("scaling: {minReplicas: 2.5}\n")
-    assert run_cli(["--trace", str(tmp_path / "absent.csv"), "--policy", str(policy)]) == 2
+    read_policy_only(tmp_path, "scaling: {minReplicas: 2.5}\n")
     assert "scaling.minReplicas: 2.5 is not of type 'integer'" in capsys.readouterr().err
 
 
 def test_simulate_says_nothing_of_a_policy_file_it_uses_whole(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    policy = tmp_path / "p.yaml"
-    policy.write_text("scaling: {targetUtilization: 0.6}\nwarmPool: {mode: Auto}\n")
-    assert run_cli(["--trace", str(tmp_path / "absent.csv"), "--policy", str(policy)]) == 2
+    read_policy_only(tmp_path, "scaling: {targetUtilization: 0.6}\nwarmPool: {mode: Auto}\n")
     assert "note:" not in capsys.readouterr().out
