@@ -14,6 +14,7 @@ Real time, not looptime: Kopf's peering compares keep-alives with the wall clock
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,6 @@ from fixtures_peering import NS, Instance, converged, ha_manifest
 from operator_harness import OperatorHarness, example, ready
 
 from neuronfleet.api.v1alpha1 import GROUP
-from neuronfleet.planning.observation import DeploymentMemory
 from neuronfleet.reconcile import ReconcileReport
 from neuronfleet.sandbox import SandboxCluster
 from neuronfleet.sandbox.store import WatchEvent
@@ -58,19 +58,20 @@ class FleetChanges:
         self.roles[pod] = role
 
 
-def slow_observe_once(instance: Instance, started: asyncio.Event) -> None:
-    """The instance's next read of the cluster takes SLOW_READ seconds; ``started`` is set in it."""
-    assert instance.context is not None
-    reconciler = instance.context.reconciler
-    real = reconciler.observe
+def slow_once(target: Any, method: str, when: Callable[..., bool] = lambda *args: True) -> asyncio.Event:
+    """``target.method``'s first call for which ``when(*args)`` holds takes SLOW_READ seconds more
+    (a slow answer of the API server, Prometheus or S3); the Event returned is set in it."""
+    real = getattr(target, method)
+    started = asyncio.Event()
 
-    async def observe(dep: Any, memory: DeploymentMemory) -> Any:
-        if not started.is_set():
+    async def slow(*args: Any) -> Any:
+        if not started.is_set() and when(*args):
             started.set()
-            await asyncio.sleep(SLOW_READ)  # the slow read itself, not a wait for something
-        return await real(dep, memory)
+            await asyncio.sleep(SLOW_READ)  # the slow answer itself, not a wait for something
+        return await real(*args)
 
-    reconciler.observe = observe  # type: ignore[method-assign]
+    setattr(target, method, slow)
+    return started
 
 
 def record_reports(instance: Instance, reports: list[ReconcileReport]) -> None:
@@ -124,8 +125,8 @@ async def test_a_leader_stopped_in_a_reconcile_writes_nothing_once_a_peer_takes_
         changes = FleetChanges(cluster, name)
         a_reports: list[ReconcileReport] = []
         record_reports(a, a_reports)
-        in_slow_read = asyncio.Event()
-        slow_observe_once(a, in_slow_read)
+        assert a.context is not None
+        in_slow_read = slow_once(a.context.reconciler, "observe")
         await harness.wait(in_slow_read.is_set, timeout=30, what="A in a slow read")
         reports_before = len(a_reports)
 
@@ -178,17 +179,7 @@ async def test_a_scale_up_under_way_at_sigterm_is_applied_with_its_event_by_the_
     before = events_of(harness, namespace, name)
 
     assert harness.context is not None
-    reconciler = harness.context.reconciler
-    real_observe = reconciler.observe
-    in_slow_read = asyncio.Event()
-
-    async def slow_observe(dep: Any, memory: DeploymentMemory) -> Any:
-        if dep.spec.scaling.replicas == 2 and not in_slow_read.is_set():
-            in_slow_read.set()
-            await asyncio.sleep(SLOW_READ)  # the slow read itself, inside Kopf's grace
-        return await real_observe(dep, memory)
-
-    reconciler.observe = slow_observe  # type: ignore[method-assign]
+    in_slow_read = slow_once(harness.context.reconciler, "observe", lambda dep, memory: dep.spec.scaling.replicas == 2)
     await harness.scale(namespace, name, 2)
     await harness.wait(in_slow_read.is_set, timeout=30, what="the reconcile of the scale-up in a slow read")
     await harness.stop()  # SIGTERM: Kopf's Event poster is cancelled at once
@@ -216,17 +207,11 @@ async def test_the_event_of_a_write_on_the_wire_at_sigterm_is_posted_by_the_stop
     name = await serving_one_manual_replica(harness, namespace)
 
     assert harness.context is not None
-    kube = harness.context.reconciler.kube
-    real_patch_status = kube.patch_status
-    in_write = asyncio.Event()
-
-    async def slow_patch_status(ns: str, obj_name: str, patch: dict[str, Any]) -> None:
-        if obj_name == name and patch.get("desiredReplicas") == 2 and not in_write.is_set():
-            in_write.set()
-            await asyncio.sleep(SLOW_READ)  # the API server slow to answer, inside Kopf's grace
-        await real_patch_status(ns, obj_name, patch)
-
-    kube.patch_status = slow_patch_status  # type: ignore[method-assign]
+    in_write = slow_once(
+        harness.context.reconciler.kube,
+        "patch_status",
+        lambda ns, obj_name, patch: obj_name == name and patch.get("desiredReplicas") == 2,
+    )
     await harness.scale(namespace, name, 2)
     await harness.wait(in_write.is_set, timeout=30, what="the status write of the scale-up under way")
     await harness.stop()  # SIGTERM while the write is on the wire
