@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import os
 import re
@@ -243,9 +244,79 @@ KNOWN_VARIABLES = frozenset(
 )
 
 
+#: The variables the kubelet sets in every pod for each Service of its namespace (its "service
+#: links", pkg/kubelet/envvars): the Service's name upper-cased with '-' as '_', then a suffix.
+#: A Service named ``neuronfleet`` or ``neuronfleet-<x>`` (the operator names one after each
+#: InferenceDeployment) gives ``NEURONFLEET_*`` names that are no settings. Each form, with what
+#: its value is; a name may have more than one form (a Service ``a-service`` gives A_SERVICE_PORT).
+_SERVICE = r"[A-Z](?:[A-Z0-9_]*[A-Z0-9])?"
+_SERVICE_LINKS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str], str], bool]], ...] = (
+    (re.compile(rf"{_SERVICE}_SERVICE_HOST"), lambda _, value: _is_ip(value)),
+    (re.compile(rf"{_SERVICE}_SERVICE_PORT(?:_[A-Z0-9](?:[A-Z0-9_]*[A-Z0-9])?)?"), lambda _, value: _is_port(value)),
+    (re.compile(rf"{_SERVICE}_PORT"), lambda _, value: _is_link_url(value)),
+    (
+        re.compile(rf"{_SERVICE}_PORT_(?P<port>[0-9]+)_(?P<protocol>TCP|UDP|SCTP)"),
+        lambda m, value: _is_link_url(value, m["protocol"].lower(), m["port"]),
+    ),
+    (
+        re.compile(rf"{_SERVICE}_PORT_[0-9]+_(?P<protocol>TCP|UDP|SCTP)_PROTO"),
+        lambda m, value: value == m["protocol"].lower(),
+    ),
+    (re.compile(rf"{_SERVICE}_PORT_(?P<port>[0-9]+)_(?:TCP|UDP|SCTP)_PORT"), lambda m, value: value == m["port"]),
+    (re.compile(rf"{_SERVICE}_PORT_[0-9]+_(?:TCP|UDP|SCTP)_ADDR"), lambda _, value: _is_ip(value)),
+)
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_port(text: str) -> bool:
+    return text.isascii() and text.isdigit() and 0 < int(text) <= 65535
+
+
+def _is_link_url(text: str, protocol: str | None = None, port: str | None = None) -> bool:
+    """``tcp://10.0.0.1:80`` or ``udp://[fd00::1]:53``, as the kubelet writes a service link."""
+    scheme, sep, address = text.partition("://")
+    host, colon, number = address.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return (
+        bool(sep and colon)
+        and scheme in ("tcp", "udp", "sctp")
+        and (protocol is None or scheme == protocol)
+        and _is_port(number)
+        and (port is None or number == port)
+        and _is_ip(host)
+    )
+
+
+def is_service_link(name: str, value: str) -> bool:
+    """Whether ``name=value`` is a variable the kubelet sets for a Service of the pod's namespace.
+
+    The name and the value must both have a link's form (the value an IP, a port or
+    ``tcp://IP:port``), so that a misspelt setting (``NEURONFLEET_PROMETHEUS_URLS=http://...``) is
+    still refused.
+    """
+    for pattern, value_fits in _SERVICE_LINKS:
+        match = pattern.fullmatch(name)
+        if match is not None and value_fits(match, value):
+            return True
+    return False
+
+
 def unknown_variables(environ: Mapping[str, str]) -> list[str]:
-    """The ``NEURONFLEET_*`` names in ``environ`` that ``run`` does not read, sorted."""
-    return sorted(name for name in environ if name.startswith("NEURONFLEET_") and name not in KNOWN_VARIABLES)
+    """The ``NEURONFLEET_*`` names in ``environ`` that ``run`` does not read, sorted (the kubelet's
+    service links left out)."""
+    return sorted(
+        name
+        for name, value in environ.items()
+        if name.startswith("NEURONFLEET_") and name not in KNOWN_VARIABLES and not is_service_link(name, value)
+    )
 
 
 def check_variables(environ: Mapping[str, str]) -> None:

@@ -672,6 +672,15 @@ def test_an_existing_service_account_gets_the_operators_roles_and_default_never_
     assert not grants(docs, "default", "neuronfleet-system").everything()
 
 
+def test_the_operators_pod_gets_no_service_links() -> None:
+    """The kubelet would set NEURONFLEET_*_SERVICE_HOST and the like for each Service neuronfleet-*
+    of the release's namespace (the operator makes one for each InferenceDeployment neuronfleet-*
+    there): the operator needs none."""
+    for values in VALUES.values():
+        (deployment,) = by_kind(render(values), "Deployment")
+        assert deployment["spec"]["template"]["spec"]["enableServiceLinks"] is False
+
+
 @pytest.mark.parametrize("automount", [True, False])
 def test_automount_service_account_token_reaches_the_pod_and_the_account(automount: bool) -> None:
     docs = render(sets=[f"serviceAccount.automountServiceAccountToken={str(automount).lower()}"])

@@ -16,7 +16,7 @@ import pytest
 
 import neuronfleet
 from neuronfleet.cli import build_parser, main
-from neuronfleet.run_command import KNOWN_VARIABLES, resolve_defaults
+from neuronfleet.run_command import KNOWN_VARIABLES, is_service_link, resolve_defaults
 
 
 @pytest.fixture(autouse=True)
@@ -49,6 +49,72 @@ def test_several_unknown_variables_are_all_named(
     err = capsys.readouterr().err
     assert err.startswith("error: NEURONFLEET_ARTIFACT_STOR, NEURONFLEET_ZONE are not variables this operator ")
     assert err.count("\n") == 1
+
+
+#: What the kubelet sets in a pod for the Service the operator makes for an InferenceDeployment
+#: ``neuronfleet-demo`` in its own namespace (port ``http``), and for a Service
+#: ``neuronfleet`` (two ports, the second UDP, an IPv6 cluster IP), as pkg/kubelet/envvars writes them.
+SERVICE_LINKS = {
+    "NEURONFLEET_DEMO_SERVICE_HOST": "10.100.0.7",
+    "NEURONFLEET_DEMO_SERVICE_PORT": "8080",
+    "NEURONFLEET_DEMO_SERVICE_PORT_HTTP": "8080",
+    "NEURONFLEET_DEMO_PORT": "tcp://10.100.0.7:8080",
+    "NEURONFLEET_DEMO_PORT_8080_TCP": "tcp://10.100.0.7:8080",
+    "NEURONFLEET_DEMO_PORT_8080_TCP_PROTO": "tcp",
+    "NEURONFLEET_DEMO_PORT_8080_TCP_PORT": "8080",
+    "NEURONFLEET_DEMO_PORT_8080_TCP_ADDR": "10.100.0.7",
+    "NEURONFLEET_SERVICE_HOST": "fd00::8",
+    "NEURONFLEET_SERVICE_PORT": "9090",
+    "NEURONFLEET_PORT": "tcp://[fd00::8]:9090",
+    "NEURONFLEET_PORT_9090_TCP": "tcp://[fd00::8]:9090",
+    "NEURONFLEET_PORT_9090_TCP_PROTO": "tcp",
+    "NEURONFLEET_PORT_9090_TCP_PORT": "9090",
+    "NEURONFLEET_PORT_9090_TCP_ADDR": "fd00::8",
+    "NEURONFLEET_PORT_53_UDP": "udp://[fd00::8]:53",
+    "NEURONFLEET_PORT_53_UDP_PROTO": "udp",
+    "NEURONFLEET_PORT_53_UDP_PORT": "53",
+    "NEURONFLEET_PORT_53_UDP_ADDR": "fd00::8",
+}
+
+
+def test_the_kubelets_service_links_are_no_settings_to_refuse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Service ``neuronfleet-<x>`` in the operator's namespace put the operator in a crash loop:
+    the kubelet sets its service links in every pod (unless enableServiceLinks is false, as the
+    chart sets it; a pod spec of the user's may not)."""
+    for name, value in SERVICE_LINKS.items():
+        monkeypatch.setenv(name, value)
+    missing = tmp_path / "nonexistent"
+    assert main(["run", "--kubeconfig", str(missing)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: kubeconfig {missing} not found")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        # Misspelt settings, some with a link's suffix: the value is not a link's.
+        ("NEURONFLEET_PROMETHEUS_URLS", "http://prometheus:9090"),
+        ("NEURONFLEET_PROMETHEUS_URL_", "http://prometheus:9090"),
+        ("NEURONFLEET_METRICS_PORT", "9090"),
+        ("NEURONFLEET_PROMETHEUS_PORT", "http://prometheus:9090"),
+        ("NEURONFLEET_PROMETHEUS_SERVICE_HOST", "prometheus.monitoring"),
+        ("NEURONFLEET_PROMETHEUS_SERVICE_PORT", "web"),
+        ("NEURONFLEET_WEB_PORT_8080_TCP", "tcp://10.100.0.7:8081"),
+        ("NEURONFLEET_WEB_PORT_8080_TCP_PROTO", "udp"),
+        ("NEURONFLEET_DEMO_PORT_8080_HTTP", "tcp://10.100.0.7:8080"),
+        ("NEURONFLEET__SERVICE_HOST", "10.100.0.7"),
+    ],
+)
+def test_a_misspelt_setting_is_no_service_link(
+    name: str, value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert not is_service_link(name, value)
+    monkeypatch.setenv(name, value)
+    for link, link_value in SERVICE_LINKS.items():
+        monkeypatch.setenv(link, link_value)
+    assert main(["run", "--kubeconfig", str(tmp_path / "nonexistent")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {name} is not a variable this operator ")
 
 
 def test_known_variables_pass(
