@@ -319,14 +319,18 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     )
 
 
+def _not_read(unknown: Sequence[str]) -> str:
+    what = f"{unknown[0]} is not a variable" if len(unknown) == 1 else f"{', '.join(unknown)} are not variables"
+    return f"{what} this operator (neuronfleet {__version__}) reads"
+
+
 def check_variables(environ: Mapping[str, str]) -> None:
     """RunSetupError naming the ``NEURONFLEET_*`` variables ``run`` does not read, if any."""
     unknown = unknown_variables(environ)
     if not unknown:
         return
-    what = f"{unknown[0]} is not a variable" if len(unknown) == 1 else f"{', '.join(unknown)} are not variables"
     raise RunSetupError(
-        f"{what} this operator (neuronfleet {__version__}) reads: its image may be older than the chart that "
+        f"{_not_read(unknown)}: its image may be older than the chart that "
         "set it (build and push the operator's image from the chart's checkout under a new tag, then set "
         'image.tag: docs/install-eks.md, "Upgrade"), or the name is misspelt'
     )
@@ -342,6 +346,8 @@ def load_sandbox_env(kubeconfig: Path | None) -> dict[str, str]:
 
     ``neuronfleet sandbox up`` writes ``export NAME=value`` lines there (its S3 endpoint and
     credentials, the artifact store); explicit flags and variables still win. Returns what was set.
+    RunSetupError for a ``NEURONFLEET_*`` name there that ``run`` does not read, as for the
+    environment's (:func:`check_variables`, which runs before this file is read).
     """
     if kubeconfig is None:
         return {}
@@ -356,6 +362,12 @@ def load_sandbox_env(kubeconfig: Path | None) -> dict[str, str]:
         if not sep or line.lstrip().startswith("#") or name in os.environ:
             continue
         loaded[name.strip()] = " ".join(shlex.split(value))
+    unknown = unknown_variables(loaded)
+    if unknown:
+        raise RunSetupError(
+            f"{path}: {_not_read(unknown)}: the name is misspelt, or another version's `neuronfleet sandbox up` "
+            "wrote the file"
+        )
     os.environ.update(loaded)
     if loaded:
         logger.info("read %s: %s", path, ", ".join(sorted(loaded)))
