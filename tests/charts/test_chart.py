@@ -33,6 +33,7 @@ from neuronfleet.kube.builders import build_priority_classes
 from neuronfleet.planning.placement import DAEMONSET_HEADROOM, Headroom, headroom_from_quantities
 from neuronfleet.run_command import (
     KNOWN_VARIABLES,
+    RunSetupError,
     check_variables,
     daemonset_headroom,
     device_group_id,
@@ -495,6 +496,49 @@ def test_amp_signing_needs_no_secret_and_reaches_the_operators_credentials(monke
     notes = _notes(f"operator.prometheusUrl={url}", "operator.prometheusAuth.sigv4Region=eu-west-1")
     assert "Prometheus requests signed with AWS SigV4 for Amazon Managed Service for Prometheus in eu-west-1" in notes
     assert "SigV4" not in _notes(f"operator.prometheusUrl={url}")
+
+
+@pytest.mark.parametrize(
+    ("url", "region"),
+    [
+        ("https://aps-workspaces.eu-west-1.amazonaws.com/workspaces/ws-1", "us-east-1"),
+        ("https://aps-workspaces.eu-west-1.amazonaws.com/workspaces/ws-1", "eu-west-1"),
+        ("https://aps-workspaces-fips.us-gov-west-1.amazonaws.com/workspaces/ws-1", "us-east-1"),
+        ("https://aps-workspaces.cn-north-1.amazonaws.com.cn/workspaces/ws-1", "cn-north-1"),
+        ("https://APS-Workspaces.EU-West-1.amazonaws.com:443/workspaces/ws-1", "us-east-1"),
+        ("https://APS-Workspaces.EU-West-1.amazonaws.com:443/workspaces/ws-1", "eu-west-1"),
+        ("http://sigv4-proxy.monitoring:8005/workspaces/ws-1", "us-east-1"),  # not AMP's host: not checked
+    ],
+)
+def test_the_chart_refuses_a_sigv4_region_the_operator_would_refuse(
+    url: str, region: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An AMP workspace of one region with sigv4Region of another rendered, and the operator then
+    refused to start (a crash loop): the chart fails on exactly what the operator refuses."""
+    for name, value in {"NEURONFLEET_PROMETHEUS_URL": url, "NEURONFLEET_PROMETHEUS_SIGV4_REGION": region}.items():
+        monkeypatch.setenv(name, value)
+    try:
+        prometheus_credentials(resolve_defaults(build_parser().parse_args(["run"])))
+        refused = ""
+    except RunSetupError as error:
+        refused = str(error)
+    result = helm(
+        "template",
+        "nf",
+        str(CHART),
+        "--values",
+        str(MINIMAL_VALUES),
+        "--set",
+        f"operator.prometheusUrl={url},operator.prometheusAuth.sigv4Region={region}",
+    )
+    assert (result.returncode != 0) == bool(refused), result.stderr
+    if refused:
+        workspace = refused.rpartition(" AMP workspace in ")[2].partition(":")[0]
+        assert (
+            f"operator.prometheusAuth.sigv4Region is {region} but operator.prometheusUrl is an AMP workspace in "
+            f"{workspace}: AMP accepts only signatures for its own region, and the operator would refuse to start; "
+            f"set sigv4Region to {workspace}"
+        ) in result.stderr
 
 
 def test_notes_say_which_spec_prometheus_urls_the_operator_may_request() -> None:
