@@ -707,6 +707,33 @@ def _liveness_url(text: str) -> str:
     return text
 
 
+def _listen_address(text: str) -> str:
+    """An argparse type: the address to serve the metrics on, an IP or a host name; an IPv6
+    address may come in brackets, as in a URL (``[::]``), and is returned without them.
+
+    Checked here, before anything connects: ``[::]`` was taken for a host name and failed only
+    once the operator had connected to the API server.
+    """
+    address = text.strip()
+    if address.startswith("[") and address.endswith("]"):
+        inner = address[1:-1]
+        if _is_ipv6(inner):
+            return inner
+        raise argparse.ArgumentTypeError(f"{text!r}: brackets hold an IPv6 address, e.g. [::]")
+    if not address or any(c in address for c in "[]/ ") or (":" in address and not _is_ipv6(address)):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an address: an IP or a host name, e.g. 0.0.0.0 or :: (the port is --metrics-port)"
+        )
+    return address
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        return ipaddress.ip_address(text).version == 6
+    except ValueError:
+        return False
+
+
 def check_liveness_endpoint(url: str) -> None:
     """Fail with one line if the liveness endpoint's address cannot be bound.
 
@@ -896,10 +923,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--metrics-address",
+        type=_listen_address,
         default="0.0.0.0",
         metavar="ADDRESS",
-        help="address the metrics are served on (default 0.0.0.0: IPv4; '::' on an IPv6 cluster, where pods "
-        "have only an IPv6 address: the chart's ipFamily: IPv6 sets it)",
+        help="address the metrics are served on (default 0.0.0.0: IPv4; '::' or '[::]' on an IPv6 cluster, where "
+        "pods have only an IPv6 address: the chart's ipFamily: IPv6 sets it)",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.set_defaults(func=_cmd_run)

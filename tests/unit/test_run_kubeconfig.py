@@ -139,3 +139,39 @@ def test_an_ipv6_cluster_gets_its_liveness_endpoint_and_metrics_on_ipv6() -> Non
     port = serve(OperatorMetrics(), 0, "::")
     with urllib.request.urlopen(f"http://[::1]:{port}/metrics", timeout=5) as answer:
         assert answer.status == 200 and b"neuronfleet_" in answer.read()
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="this host has no IPv6 loopback")
+def test_a_bracketed_ipv6_metrics_address_is_served() -> None:
+    # [::], written as in the liveness URL, was taken for a host name: "Name or service not known",
+    # and only after the operator had connected to the API server.
+    import urllib.request
+
+    from neuronfleet.cli import build_parser
+    from neuronfleet.metrics.operator_metrics import OperatorMetrics, serve
+
+    address = build_parser().parse_args(["run", "--metrics-address=[::1]"]).metrics_address
+    assert address == "::1"
+    port = serve(OperatorMetrics(), 0, address)
+    with urllib.request.urlopen(f"http://[::1]:{port}/metrics", timeout=5) as answer:
+        assert answer.status == 200 and b"neuronfleet_" in answer.read()
+
+
+@pytest.mark.parametrize(
+    ("address", "complaint"),
+    [
+        ("[0.0.0.0]", "brackets hold an IPv6 address"),
+        ("[metrics.local]", "brackets hold an IPv6 address"),
+        ("0.0.0.0:9090", "the port is --metrics-port"),
+        ("[::]:9090", "the port is --metrics-port"),
+        ("", "is not an address"),
+    ],
+)
+def test_a_metrics_address_that_cannot_be_served_is_refused_by_the_parser(
+    address: str, complaint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", f"--metrics-address={address}"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--metrics-address: " in err and complaint in err, err
