@@ -573,10 +573,10 @@ async def _run(args: argparse.Namespace) -> None:
         raise RunSetupError(str(error)) from None
     if args.prometheus_url:
         logger.info("Prometheus at %s: %s", redact_url(args.prometheus_url), credentials.describe())
-    if args.prometheus_refuse_query_overrides:
-        logger.info("only the default scaling.metrics queries run against --prometheus-url (query overrides refused)")
     else:
         logger.info("no --prometheus-url: Auto scaling reads only the Prometheus a spec names (prometheusUrl)")
+    if args.prometheus_refuse_query_overrides:
+        logger.info("only the default scaling.metrics queries run against --prometheus-url (query overrides refused)")
     context = await build_context(replace(settings), args.kubeconfig, metrics)
     if args.metrics_port is not None:
         context.metrics = OperatorMetrics()

@@ -54,6 +54,29 @@ def _kubeconfig(path: Path) -> Path:
     return path
 
 
+@pytest.mark.parametrize("url", [None, "http://prometheus.monitoring:9090"])
+def test_the_start_up_log_says_whether_a_prometheus_url_is_set(
+    url: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # With a URL set, the log said both "Prometheus at <url>" and "no --prometheus-url".
+    for name in ("NEURONFLEET_PROMETHEUS_URL", "NEURONFLEET_PROMETHEUS_REFUSE_QUERY_OVERRIDES"):
+        monkeypatch.delenv(name, raising=False)
+    unusable = tmp_path / "kubeconfig"  # read after the start-up log: run stops there, exit code 2
+    unusable.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    flags = ["--prometheus-url", url] if url else []
+    with caplog.at_level("INFO", logger="neuronfleet.run_command"):
+        assert main(["run", "--kubeconfig", str(unusable), "--artifact-store", str(tmp_path), *flags]) == 2
+    said = [
+        r.getMessage()
+        for r in caplog.records
+        if "Prometheus at" in r.getMessage() or "prometheus-url" in r.getMessage()
+    ]
+    if url:
+        assert said == [f"Prometheus at {url}: no credentials"]
+    else:
+        assert said == ["no --prometheus-url: Auto scaling reads only the Prometheus a spec names (prometheusUrl)"]
+
+
 def test_a_metrics_port_in_use_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))
