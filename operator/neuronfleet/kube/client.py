@@ -194,8 +194,8 @@ class KubeClient:
 
     async def post_event(self, involved: Obj, type_: str, reason: str, message: str) -> bool:
         """Post a core/v1 Event about ``involved`` (an object as read), shown by ``kubectl describe``
-        from ``neuronfleet``. False, logged, when the API server refuses it or does not answer: an
-        Event is a note, never worth failing a reconcile over.
+        from ``neuronfleet``. False, logged, when the API server refuses it or does not answer, or
+        the client fails otherwise: an Event is a note, never worth failing a reconcile over.
 
         Awaited, where Kopf's ``kopf.event`` queues it for a poster task that Kopf cancels at once
         when the operator stops: the Event of a write made just before a SIGTERM was lost.
@@ -227,8 +227,16 @@ class KubeClient:
         }
         try:
             await self._json(self.core.create_namespaced_event(namespace, body, _preload_content=False))
-        except (ApiException, TimeoutError, ConnectionError, aiohttp.ClientError) as exc:
-            detail = f"HTTP {exc.status}: {exc.reason}" if isinstance(exc, ApiException) else type(exc).__name__
+        except Exception as exc:  # any failure; CancelledError (no Exception) still stops it
+            # Not only the API's answers: the client's own failures too (a closed session's
+            # RuntimeError, a credentials refresh's ConfigException or OSError) came through and
+            # failed a reconcile whose writes had landed, or ended an object's daemon.
+            if isinstance(exc, ApiException):
+                detail = f"HTTP {exc.status}: {exc.reason}"
+            elif isinstance(exc, (*UNANSWERED, aiohttp.ClientError)):
+                detail = type(exc).__name__
+            else:
+                detail = f"{type(exc).__name__}: {exc}"
             logger.warning(
                 "Event %s of %s/%s not posted (%s): %s", reason, namespace, meta.get("name"), detail, message
             )
