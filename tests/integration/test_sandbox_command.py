@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from neuronfleet.run_command import KNOWN_VARIABLES
+
 DRIVER = (
     "import argparse, sys\n"
     "from neuronfleet.sandbox.command import register\n"
@@ -45,6 +47,9 @@ def test_sandbox_up_serves_until_interrupted(kubectl: str, repo_root: Path, tmp_
         settings = (tmp_path / "sandbox.env").read_text()
         assert "export AWS_ENDPOINT_URL=http://127.0.0.1:" in settings
         assert "export NEURONFLEET_ARTIFACT_STORE=s3://" in settings
+        # neuronfleet run refuses a NEURONFLEET_* name there that it does not read.
+        names = {line.removeprefix("export ").partition("=")[0] for line in settings.splitlines()}
+        assert {name for name in names if name.startswith("NEURONFLEET_")} <= KNOWN_VARIABLES
         env = {**os.environ, "KUBECONFIG": str(kubeconfig), "HOME": str(tmp_path)}
         nodes = subprocess.run(
             [kubectl, "get", "nodes", "-o", "name"], env=env, capture_output=True, text=True, timeout=60
