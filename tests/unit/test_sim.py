@@ -376,13 +376,19 @@ def test_simulate_policy_file_is_checked_as_validate_checks_a_cr(
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def read_policy_only(tmp_path: Path, content: str) -> Path:
+def read_policy_only(
+    tmp_path: Path, content: str, capsys: pytest.CaptureFixture[str], *, accepted: bool
+) -> tuple[Path, str, str]:
     """``content`` as a policy file, given to a run whose trace is missing: policy files are read
-    before the trace, so the run ends at the trace (exit 2, "cannot open") when the file passed."""
+    before the trace, so the run ends at the trace (exit 2, "cannot open") when the file passed,
+    and before it when the file is refused. Asserts which of the two happened (exit 2 alone holds
+    either way); returns the file and the run's stdout and stderr."""
     policy = tmp_path / "p.yaml"
     policy.write_text(content)
     assert run_cli(["--trace", str(tmp_path / "absent.csv"), "--policy", str(policy)]) == 2
-    return policy
+    out, err = capsys.readouterr()
+    assert ("absent.csv: cannot open" in err) == accepted, err
+    return policy, out, err
 
 
 @pytest.mark.parametrize(
@@ -398,8 +404,21 @@ def read_policy_only(tmp_path: Path, content: str) -> Path:
     ids=["empty-section", "min-without-max", "whole-cr", "cr-beside-its-namespace"],
 )
 def test_simulate_accepts_good_policy_files(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str) -> None:
-    read_policy_only(tmp_path, content)
-    assert "absent.csv: cannot open" in capsys.readouterr().err
+    read_policy_only(tmp_path, content, capsys, accepted=True)
+
+
+def test_read_policy_only_tells_an_accepted_file_from_a_refused_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It asserted exit 2 alone, which a refused file gives too: a test that a file runs with no
+    # note passed for a file the run refused.
+    refused = "scaling: {targetUtilization: 7}\nwarmPool: {mode: Bogus}\n"
+    _, _, err = read_policy_only(tmp_path, refused, capsys, accepted=False)
+    assert "p.yaml: " in err and "warmPool.mode" in err
+    with pytest.raises(AssertionError):
+        read_policy_only(tmp_path, refused, capsys, accepted=True)
+    with pytest.raises(AssertionError):
+        read_policy_only(tmp_path, "scaling: {targetUtilization: 0.6}\n", capsys, accepted=False)
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "nan"])
@@ -453,8 +472,8 @@ def test_simulate_names_the_fields_of_a_whole_cr_it_does_not_use(
     cr["spec"]["runtime"] = {**cr["spec"].get("runtime", {}), "maxQueue": 1}
     cr["spec"]["model"]["neuronCoresPerReplica"] = 2
     cr["spec"]["scaling"]["latencySloMs"] = 2
-    policy = read_policy_only(tmp_path, yaml.safe_dump(cr, sort_keys=False))
-    out = " ".join(capsys.readouterr().out.split())
+    policy, out, _ = read_policy_only(tmp_path, yaml.safe_dump(cr, sort_keys=False), capsys, accepted=True)
+    out = " ".join(out.split())
     assert f"note: {policy}: fields the simulator does not use: " in out
     assert "spec.runtime.maxQueue (set by the profile's max_queue)" in out
     assert "spec.model.neuronCoresPerReplica (set by the profile's replicas_per_node and service times)" in out
@@ -468,19 +487,20 @@ def test_simulate_policy_takes_whole_number_floats_as_validate_does(
 ) -> None:
     # `neuronfleet validate` and the API server take maxReplicas: 1e3 and minReplicas: 2.0; the
     # simulator refused the same file ("'1e3' is not of type 'integer'").
-    policy = read_policy_only(tmp_path, "scaling: {minReplicas: 2.0, maxReplicas: 1e3}\n")
-    assert "absent.csv: cannot open" in capsys.readouterr().err
+    policy, _, _ = read_policy_only(tmp_path, "scaling: {minReplicas: 2.0, maxReplicas: 1e3}\n", capsys, accepted=True)
     name, sections = _policy_file(str(policy))
     assert sections["scaling"] == {"minReplicas": 2, "maxReplicas": 1000}
     assert all(type(value) is int for value in sections["scaling"].values())
     ours = ours_from_policy_file(sections, 50, name)
     assert (ours.scaling_spec.min_replicas, ours.scaling_spec.max_replicas) == (2, 1000)
-    read_policy_only(tmp_path, "scaling: {minReplicas: 2.5}\n")
-    assert "scaling.minReplicas: 2.5 is not of type 'integer'" in capsys.readouterr().err
+    _, _, err = read_policy_only(tmp_path, "scaling: {minReplicas: 2.5}\n", capsys, accepted=False)
+    assert "scaling.minReplicas: 2.5 is not of type 'integer'" in err
 
 
 def test_simulate_says_nothing_of_a_policy_file_it_uses_whole(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    read_policy_only(tmp_path, "scaling: {targetUtilization: 0.6}\nwarmPool: {mode: Auto}\n")
-    assert "note:" not in capsys.readouterr().out
+    _, out, _ = read_policy_only(
+        tmp_path, "scaling: {targetUtilization: 0.6}\nwarmPool: {mode: Auto}\n", capsys, accepted=True
+    )
+    assert "note:" not in out
