@@ -61,19 +61,25 @@ def test_a_row_dated_year_3000_is_refused_with_its_line_and_the_span(
 
 
 @pytest.mark.parametrize(
-    ("rows", "line"),
-    [(["0", "5", "1e308", "-1e300"], 4), (["0", "5", "1e308", "-1e308"], 4), (["-1e300", "0", "5", "7"], 2)],
+    ("rows", "named"),
+    [
+        (["0", "5", "1e308", "-1e300"], "t.csv: the times span 1.16e+303 days (earliest at line 5, latest at line 4)"),
+        (["0", "5", "1e308", "-1e308"], "t.csv: the times span more than 1.8e+308 seconds (earliest at line 5"),
+        (["-1e300", "0", "5", "7"], "t.csv:2: this row's time makes the trace span"),
+    ],
     ids=["huge", "overflowing", "huge-first"],
 )
 def test_numeric_times_spanning_absurdly_long_are_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: list[str], line: int
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: list[str], named: str
 ) -> None:
-    # Were ValueError / MemoryError tracebacks; the row named is the one far from the others.
+    # Were ValueError / MemoryError tracebacks. One row far from the others is named as the stray
+    # one; two far apart (huge, overflowing) are not one stray row: the span's ends are named.
     csv = tmp_path / "t.csv"
     csv.write_text("timestamp\n" + "\n".join(rows) + "\n")
     assert run_cli(["--trace", str(csv), *QUICK, "--out", str(tmp_path / "out")]) == 2
     err = one_line_error(capsys)
-    assert f"t.csv:{line}: this row's time makes the trace span" in err
+    assert named in err
+    assert ("remove the stray row" in err) == ("t.csv:2:" in named)
 
 
 def test_a_stray_row_a_year_later_is_refused_not_simulated(tmp_path: Path) -> None:
@@ -91,7 +97,10 @@ def test_a_span_just_under_the_limit_still_loads(tmp_path: Path) -> None:
     assert load(ok).duration == MAX_SPAN_SECONDS - 1
     over = tmp_path / "over.csv"
     over.write_text(f"timestamp\n0\n{MAX_SPAN_SECONDS + 1:.0f}\n")
-    with pytest.raises(TraceError, match=r"over\.csv:3: .* span 60\.0 days"):
+    # Two rows: neither is the stray one.
+    with pytest.raises(
+        TraceError, match=r"over\.csv: the times span 60\.0 days \(earliest at line 2, latest at line 3\)"
+    ):
         load(over)
 
 
@@ -328,8 +337,12 @@ def test_relative_milliseconds_read_as_seconds_get_the_time_unit_hint(
     csv.write_text("time\n" + "".join(f"{ms}\n" for ms in range(0, 7_200_001, 1000)))  # 2 h in ms
     assert run_cli(["--trace", str(csv), *QUICK, "--out", str(tmp_path / "o")]) == 2
     err = one_line_error(capsys)
-    assert "remove the stray row or split the trace; or, if the times are milliseconds, pass --time-unit ms" in err
-    assert "(the trace then spans 2.00 h)" in err
+    # Evenly spread rows: no stray row to remove; microseconds would span 7.2 s, too short to name.
+    assert (
+        "t.csv: the times span 83.3 days (earliest at line 2, latest at line 7202); a trace may span at most "
+        "60 days: split the trace; or pass --time-unit ms if the times are milliseconds (the trace then spans "
+        "2.00 h)\n" in err
+    )
     assert (
         run_cli(
             ["--trace", str(csv), *QUICK, "--time-unit", "ms", "--peak-replicas", "2", "--out", str(tmp_path / "o")]

@@ -50,6 +50,33 @@ def test_microseconds_read_as_milliseconds_name_the_next_unit_and_nanoseconds_as
         load(epoch_trace(tmp_path / "ns.csv", 1e9))
 
 
+def test_relative_microseconds_read_as_seconds_name_both_smaller_units_with_their_spans(tmp_path: Path) -> None:
+    # Ten minutes of relative microseconds span 6.9 days as milliseconds, within the 60-day bound:
+    # the hint named ms alone, and following it simulated 6.9 days, 1,000x stretched.
+    path = tmp_path / "us.csv"
+    path.write_text("timestamp\n" + "".join(f"{i * 6_000_000}\n" for i in range(101)))
+    with pytest.raises(TraceError) as refused:
+        load(path)
+    assert str(refused.value) == (
+        f"{path}: the times span 6,944.4 days (earliest at line 2, latest at line 102); a trace may span at "
+        "most 60 days: split the trace; or pass --time-unit ms if the times are milliseconds (the trace then "
+        "spans 6.9 days) or --time-unit us if the times are microseconds (the trace then spans 10.0 min)"
+    )
+    assert load(path, "us").duration == pytest.approx(600.0)
+
+
+def test_one_stray_row_is_named_as_such_without_a_unit_hint(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("timestamp\n" + "".join(f"{i * 6}\n" for i in range(100)) + "1000000000\n")
+    with pytest.raises(TraceError) as refused:
+        load(path)
+    assert str(refused.value) == (
+        f"{path}:102: this row's time makes the trace span 11,574.1 days (earliest at line 2, latest at line "
+        "102), and without it the trace spans 9.9 min; a trace may span at most 60 days: remove the stray row "
+        "or split the trace"
+    )
+
+
 def test_unix_seconds_and_relative_times_still_read_as_seconds(tmp_path: Path) -> None:
     # Whole seconds, a second's repeats spread within it: within a second of the hour.
     assert load(epoch_trace(tmp_path / "s.csv", 1.0)).duration == pytest.approx(3600.0, abs=1.0)

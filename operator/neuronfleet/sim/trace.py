@@ -261,42 +261,79 @@ def _check_unit(path: Path, times: FloatArray, numeric: npt.NDArray[np.bool_], t
     )
 
 
+#: The shortest span a unit hint calls plausible: a shorter trace cannot be simulated anyway (every
+#: run must last one cold start, minutes of node provisioning and image pull).
+MIN_PLAUSIBLE_SPAN_SECONDS = 60.0
+
+
 def _check_span(path: Path, times: FloatArray, lines: list[int], time_unit: str | None = None) -> None:
-    """TraceError naming the outlying row when the times span more than :data:`MAX_SPAN_SECONDS`;
-    for numeric times read in ``time_unit``, it also names the smaller unit, if one, in which the
-    span is plausible (relative milliseconds read as seconds span months: no stray row then)."""
+    """TraceError when the times span more than :data:`MAX_SPAN_SECONDS`. When one row lies far
+    from all the others (a mistyped year, a test row), it names that row; otherwise the rows are
+    spread over the whole span (relative milliseconds read as seconds span months), and for numeric
+    times read in ``time_unit`` it names every smaller unit in which the span is plausible."""
     first, last = int(np.argmin(times)), int(np.argmax(times))
     span = float(times[last]) - float(times[first])  # Python floats: no overflow warning, inf at worst
     if span <= MAX_SPAN_SECONDS:
         return
-    # The row farthest from the median time is the stray one (a mistyped year, a test row).
-    median = float(np.median(times))
-    stray = last if float(times[last]) - median >= median - float(times[first]) else first
-    days = span / 86400
-    length = f"{days:,.1f} days" if days < 1e6 else f"{days:.3g} days"
-    if not math.isfinite(days):
-        length = f"more than {sys.float_info.max:.3g} seconds"
+    limit = f"a trace may span at most {MAX_SPAN_SECONDS / 86400:g} days"
+    extent = f"earliest at line {lines[first]}, latest at line {lines[last]}"
+    stray = _stray_row(times, first, last)
+    if stray is not None:
+        raise TraceError(
+            f"{path}:{lines[stray]}: this row's time makes the trace span {_days(span)} ({extent}), and "
+            f"without it the trace spans {format_span(_span_without(times, stray))}; {limit}: remove the "
+            "stray row or split the trace"
+        )
     raise TraceError(
-        f"{path}:{lines[stray]}: this row's time makes the trace span {length} (earliest at line {lines[first]}, "
-        f"latest at line {lines[last]}); a trace may span at most {MAX_SPAN_SECONDS / 86400:g} days: "
-        f"remove the stray row or split the trace{_span_unit_hint(span, time_unit)}"
+        f"{path}: the times span {_days(span)} ({extent}); {limit}: split the trace{_span_unit_hint(span, time_unit)}"
     )
 
 
+def _days(seconds: float) -> str:
+    days = seconds / 86400
+    if not math.isfinite(days):
+        return f"more than {sys.float_info.max:.3g} seconds"
+    return f"{days:,.1f} days" if days < 1e6 else f"{days:.3g} days"
+
+
+def _span_without(times: FloatArray, row: int) -> float:
+    rest = np.delete(times, row)
+    return float(rest.max()) - float(rest.min())
+
+
+def _stray_row(times: FloatArray, first: int, last: int) -> int | None:
+    """The earliest or latest row when it alone makes the span too long: without it the others fit
+    :data:`MAX_SPAN_SECONDS`, and it lies farther from the nearest of them than they span (evenly
+    spread rows have no such row; two rows cannot tell which is stray)."""
+    if len(times) < 3:
+        return None
+    # The row farther from the median time is the candidate.
+    median = float(np.median(times))
+    row = last if float(times[last]) - median >= median - float(times[first]) else first
+    rest = np.delete(times, row)
+    rest_span = float(rest.max()) - float(rest.min())
+    gap = float(times[row]) - float(rest.max()) if row == last else float(rest.min()) - float(times[row])
+    return row if rest_span <= MAX_SPAN_SECONDS and gap > rest_span else None
+
+
 def _span_unit_hint(span: float, time_unit: str | None) -> str:
-    """'; or, if the times are in X, pass --time-unit X' for the first smaller unit in which numeric
-    times read in ``time_unit`` span at most :data:`MAX_SPAN_SECONDS` ('' if none or not numeric)."""
+    """'; or pass --time-unit X if the times are ... (the trace then spans ...)' for every smaller unit in
+    which numeric times read in ``time_unit`` span a plausible time (from
+    :data:`MIN_PLAUSIBLE_SPAN_SECONDS` to :data:`MAX_SPAN_SECONDS`) and what each gives ('' if none
+    or not numeric). All of them: a trace of relative microseconds shorter than ~1.4 h also spans
+    less than 60 days as milliseconds, so naming the first that fits sent it there."""
     if time_unit is None or not math.isfinite(span):
         return ""
     units = list(TIME_UNITS)
+    options = []
     for candidate in units[units.index(time_unit) + 1 :]:
         scaled = span * TIME_UNITS[candidate] / TIME_UNITS[time_unit]
-        if scaled <= MAX_SPAN_SECONDS:
-            return (
-                f"; or, if the times are {UNIT_NAMES[candidate]}, pass --time-unit {candidate} "
-                f"(the trace then spans {format_span(scaled)})"
+        if MIN_PLAUSIBLE_SPAN_SECONDS <= scaled <= MAX_SPAN_SECONDS:
+            options.append(
+                f"--time-unit {candidate} if the times are {UNIT_NAMES[candidate]} (the trace then spans "
+                f"{format_span(scaled)})"
             )
-    return ""
+    return f"; or pass {' or '.join(options)}" if options else ""
 
 
 def format_span(seconds: float) -> str:
