@@ -155,3 +155,32 @@ def test_two_policy_files_of_one_stem_are_refused_naming_both(
     assert f"error: --policy {paths[0]} and --policy {paths[1]} are both named 'tuning'" in err
     assert "rename one of the files" in err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(("sweep", "stem"), [([], "0.6"), (["--no-sweep"], "0.8")], ids=["swept", "default"])
+def test_a_policy_file_named_as_a_setting_of_ours_is_refused_naming_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], sweep: list[str], stem: str
+) -> None:
+    # 0.6.yaml beside ours' swept 0.6 gave two "ours 0.6" rows, and simulate.json's chosen
+    # {"ours": "0.6"} could be either.
+    policy = tmp_path / f"{stem}.yaml"
+    policy.write_text("scaling: {targetUtilization: 0.3}\n")
+    run = ["--trace", str(write_trace(tmp_path / "t.csv")), "--jobs", "1", "--peak-replicas", "3", "--no-plots"]
+    assert run_cli([*run, *sweep, "--policies", "ours", "--policy", str(policy), "--out", str(tmp_path / "o")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert (
+        f"error: --policy {policy} is named '{stem}' (its file name), as ours' swept setting targetUtilization "
+        f"{stem} is: both would be 'ours {stem}' in the tables and in simulate.json's cases and chosen; rename the "
+        f"file (e.g. file-{stem}.yaml) or leave ours out of --policies" in err
+    )
+    assert not (tmp_path / "o").exists()
+    # Without ours the name is the file's alone; so is one ours does not run at.
+    assert (
+        run_cli([*run, "--no-sweep", "--policies", "static", "--policy", str(policy), "--out", str(tmp_path / "a")])
+        == 0
+    )
+    other = tmp_path / "0.35.yaml"
+    other.write_text("scaling: {targetUtilization: 0.3}\n")
+    assert run_cli([*run, *sweep, "--policies", "ours", "--policy", str(other), "--out", str(tmp_path / "b")]) == 0
+    cases = json.loads((tmp_path / "b" / "simulate.json").read_text())["cases"]
+    assert [c["setting"] for c in cases if c["policy"] == "ours"].count("0.35") == 1

@@ -208,7 +208,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="append",
         default=[],
         metavar="FILE",
-        help="YAML with the CR's scaling and warmPool sections: one more tuning of ours; repeatable",
+        help="YAML with the CR's scaling and warmPool sections: one more tuning of ours, named after the file "
+        "(a name ours' sweep uses, such as 0.6, is refused while ours runs); repeatable",
     )
     p.add_argument("--no-sweep", action="store_true", help="run each policy at its default setting only")
     p.add_argument(
@@ -596,6 +597,16 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         "--policy",
         "a policy file's run is named after its file name: rename one of the files",
     )
+    clashes = runner.policy_file_clashes(families, not args.no_sweep, [label for label, _ in policy_files])
+    if clashes:
+        path = args.policy[[label for label, _ in policy_files].index(clashes[0])]
+        # Refused rather than relabelled: a file's run keeps the name it has always had (its file name).
+        raise UsageError(
+            f"--policy {path} is named {clashes[0]!r} (its file name), as ours' swept setting targetUtilization "
+            f"{clashes[0]} is: both would be 'ours {clashes[0]}' in the tables and in simulate.json's cases and "
+            f"chosen; rename the file (e.g. {Path(path).with_stem('file-' + clashes[0]).name}) or leave ours out "
+            "of --policies"
+        )
     for note in notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
     trace = load(args.trace or args.tune_on, args.time_unit)

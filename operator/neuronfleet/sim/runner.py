@@ -123,14 +123,26 @@ def cases(
     """The cases to run: each family at its default (and its grid with ``sweep``), plus policy files."""
     out: list[Case] = []
     for family in families:
-        grid = GRIDS[family] if sweep else (DEFAULTS[family],)
-        if DEFAULTS[family] not in grid:
-            grid = tuple(sorted((*grid, DEFAULTS[family])))
-        for value in grid:
+        for value in _grid(family, sweep):
             out.append(_case(family, value, value == DEFAULTS[family], max_replicas, oracle_peak))
     for label, data in policy_files:
         out.append(Case("ours", label, False, _from_file(data, max_replicas, label)))
     return out
+
+
+def _grid(family: str, sweep: bool) -> tuple[float, ...]:
+    """The values a family runs at: its grid (with its default) or, without ``sweep``, its default."""
+    grid = GRIDS[family] if sweep else (DEFAULTS[family],)
+    return grid if DEFAULTS[family] in grid else tuple(sorted((*grid, DEFAULTS[family])))
+
+
+def policy_file_clashes(families: Sequence[str], sweep: bool, labels: Sequence[str]) -> list[str]:
+    """The policy-file labels equal to a setting ours runs at: a file's case is ``ours`` with its
+    label as the setting, so the two would share a row name and simulate.json's (policy, setting)."""
+    if "ours" not in families:
+        return []
+    swept = {_fmt(value) for value in _grid("ours", sweep)}
+    return [label for label in labels if label in swept]
 
 
 def _from_file(data: dict[str, Any], max_replicas: int, label: str, family: str = "ours") -> Callable[[], Policy]:
