@@ -2,20 +2,40 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from neuronfleet.sim.command import run_cli
-from neuronfleet.sim.distributions import MAX_LOGNORMAL_SIGMA, DistributionError, parse
+from neuronfleet.sim.distributions import MAX_LOGNORMAL_SIGMA, MAX_PHASE_SECONDS, DistributionError, parse
 from neuronfleet.sim.profiles import dump_profile
 
 
 def test_the_widest_accepted_lognormal_samples_finite_durations() -> None:
-    dist = parse({"lognormal": {"median": 86_400, "sigma": MAX_LOGNORMAL_SIGMA}}, "node")
+    # The widest: sigma 3 at the median whose mean is one day (median 86,400 s, sigma 3 has a mean
+    # of 90 days and was accepted, though the docs said phases above a day are refused).
+    median = MAX_PHASE_SECONDS / math.exp(MAX_LOGNORMAL_SIGMA**2 / 2)
+    dist = parse({"lognormal": {"median": median, "sigma": MAX_LOGNORMAL_SIGMA}}, "node")
     samples = [dist.sample(np.random.default_rng(seed)) for seed in range(200)]
-    assert all(np.isfinite(samples)) and np.isfinite(dist.mean())
+    assert all(np.isfinite(samples)) and dist.mean() == pytest.approx(MAX_PHASE_SECONDS)
+    with pytest.raises(DistributionError, match=r"node: logN\(median 961s, sigma 3\) has a mean of 86,506 s"):
+        parse({"lognormal": {"median": 961, "sigma": MAX_LOGNORMAL_SIGMA}}, "node")
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        86_400,
+        {"fixed": 86_400},
+        {"uniform": [0, 86_400]},
+        {"uniform": [86_400, 86_400]},
+        {"normal": {"mean": 80_000, "sd": 1_000}},
+    ],
+)
+def test_phases_up_to_a_day_are_accepted(spec: object) -> None:
+    assert parse(spec, "node").mean() <= MAX_PHASE_SECONDS
 
 
 @pytest.mark.parametrize(
@@ -26,6 +46,13 @@ def test_the_widest_accepted_lognormal_samples_finite_durations() -> None:
         ({"normal": {"mean": 10, "sd": 1e300}}, "node: N(10s, sd 1e+300) is longer than a cold-start phase can be"),
         ({"uniform": [0, 1e308]}, "node: U(0-1e+308s) is longer than a cold-start phase can be"),
         (1e200, "node: 1e+200s is longer than a cold-start phase can be (at most 86,400 s, one day)"),
+        (
+            {"lognormal": {"median": 86_400, "sigma": 3}},
+            "node: logN(median 86400s, sigma 3) has a mean of 7,777,480 s (90.0 days), longer than a cold-start "
+            "phase can be (at most 86,400 s, one day)",
+        ),
+        # Cut at zero, a normal's mean is above its `mean` parameter: 93,598 s here.
+        ({"normal": {"mean": 86_400, "sd": 86_400}}, "node: N(86400s, sd 86400) has a mean of 93,598 s (1.1 days)"),
     ],
 )
 def test_distributions_beyond_the_bounds_are_refused(spec: object, message: str) -> None:
@@ -62,3 +89,31 @@ def test_a_huge_sigma_in_a_profile_is_a_profile_error_not_a_traceback(
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert "lognormal sigma 50 is above 3" in err
+
+
+def test_a_phase_with_a_mean_of_months_is_a_profile_error_not_a_refused_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It was accepted, and every trace was then refused as shorter than its 90-day cold start.
+    profile = tmp_path / "p.yaml"
+    profile.write_text(
+        dump_profile("bert-base").replace("median: 120", "median: 86400", 1).replace("sigma: 0.3", "sigma: 3", 1)
+    )
+    csv = tmp_path / "t.csv"
+    csv.write_text("timestamp\n" + "".join(f"{t}\n" for t in range(0, 600)))
+    args = [
+        "--trace",
+        str(csv),
+        "--profile",
+        str(profile),
+        "--policies",
+        "static",
+        "--no-plots",
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    assert run_cli(args) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"error: {profile}: " in err
+    assert "cold_start.node: logN(median 86400s, sigma 3) has a mean of 7,777,480 s (90.0 days)" in err
+    assert "leaves" not in err

@@ -45,10 +45,17 @@ class Distribution:
         return self.a
 
     def mean(self) -> float:
+        """The mean of what :meth:`sample` draws (a normal's cut at zero included)."""
         if self.kind == "uniform":
             return (self.a + self.b) / 2
         if self.kind == "lognormal":
             return self.a * math.exp(self.b**2 / 2)
+        if self.kind == "normal" and self.b > 0:
+            # E[max(0, X)] for X ~ N(a, b): the cut moves the mean up by up to 0.4 sd.
+            z = self.a / self.b
+            return self.a * 0.5 * (1 + math.erf(z / math.sqrt(2))) + self.b * math.exp(-(z**2) / 2) / math.sqrt(
+                2 * math.pi
+            )
         return self.a
 
     def describe(self) -> str:
@@ -91,8 +98,10 @@ def parse(spec: Any, where: str) -> Distribution:
 #: (e^(3 x 2.33)) and the mean 90x it; measured cold-start phases are far narrower (the built-in
 #: profiles use 0.3). Past it nothing is modelled better, and from sigma ~38 the mean overflows.
 MAX_LOGNORMAL_SIGMA = 3.0
-#: The longest duration or spread a phase may be given (one day): a cold-start phase longer than a
-#: day is a typo, and larger values drove cold-start arithmetic to overflow.
+#: The longest a phase may be (one day): no parameter (a fixed value, a uniform bound, a log-normal
+#: median, a normal mean or sd) and no mean may exceed it. A cold-start phase longer than a day is a
+#: typo; larger parameters drove cold-start arithmetic to overflow, and a larger mean (median one day,
+#: sigma 3: 90 days) made the profile's cold start longer than any trace, so every run was refused.
 MAX_PHASE_SECONDS = 86_400.0
 
 
@@ -115,4 +124,9 @@ def _checked(dist: Distribution, where: str) -> Distribution:
         mean = math.inf
     if not math.isfinite(mean):
         raise DistributionError(f"{where}: {dist.describe()} has no finite mean")
+    if mean > MAX_PHASE_SECONDS:
+        raise DistributionError(
+            f"{where}: {dist.describe()} has a mean of {mean:,.0f} s ({mean / 86_400:,.1f} days), longer than a "
+            f"cold-start phase can be (at most {MAX_PHASE_SECONDS:,.0f} s, one day)"
+        )
     return dist
