@@ -482,6 +482,26 @@ def test_simulate_names_the_fields_of_a_whole_cr_it_does_not_use(
     assert "spec.scaling.targetUtilization" not in out and "spec.warmPool" not in out
 
 
+def test_simulate_names_the_scaling_metrics_fields_it_does_not_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The simulator computes each signal as the default queries read it: a Prometheus URL or a
+    # custom query in the file changed nothing, and no note said so. staleAfterSeconds does apply.
+    content = (
+        "scaling:\n  targetUtilization: 0.6\n  metrics:\n    prometheusUrl: http://prom.example:9090\n"
+        "    utilization: 'sum(rate(foo[1m]))'\n    arrivalPeak: ''\n    staleAfterSeconds: 30\n"
+    )
+    policy, out, _ = read_policy_only(tmp_path, content, capsys, accepted=True)
+    out = " ".join(out.split())
+    assert (
+        f"note: {policy}: fields the simulator does not use: not modelled: scaling.metrics.prometheusUrl, "
+        "scaling.metrics.utilization, scaling.metrics.arrivalPeak" in out
+    )
+    assert "staleAfterSeconds" not in out and "targetUtilization" not in out
+    _, out, _ = read_policy_only(tmp_path, "scaling: {metrics: {staleAfterSeconds: 30}}\n", capsys, accepted=True)
+    assert "note:" not in out
+
+
 def test_simulate_policy_takes_whole_number_floats_as_validate_does(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -105,8 +105,9 @@ there for their sources and licences).
 
 A policy file holds an InferenceDeployment's `scaling` and `warmPool` sections (camelCase, as in
 the CR; a whole CR with `spec:` works too), checked as `neuronfleet validate` checks a CR: unknown
-keys and the CRD's rules (minReplicas <= maxReplicas, ...) are errors. A profile file has the
-fields that --dump-profile prints.
+keys and the CRD's rules (minReplicas <= maxReplicas, ...) are errors. Fields it sets that a run
+does not use (scaling.latencySloMs, scaling.metrics but staleAfterSeconds, a CR's other sections)
+are named in a note. A profile file has the fields that --dump-profile prints.
 """
 
 
@@ -286,10 +287,17 @@ GOVERNED_ELSEWHERE: dict[str, str] = {
 }
 
 
+#: The one ``scaling.metrics`` field a run uses: the simulated samples are 10 s old at each decision
+#: (:data:`~neuronfleet.sim.policies.DEFAULT_SCRAPE_DELAY`), and ``scaling.decide`` drops older ones.
+USED_METRICS_FIELDS = ("staleAfterSeconds",)
+
+
 def unused_spec_fields(spec: dict[str, Any], where: str = "spec.") -> str:
     """The fields a CR's ``spec`` (or a policy file) sets that a run does not use, as one line ('' if
-    none): every field outside ``scaling``/``warmPool``, and ``scaling.latencySloMs`` (attainment is
-    measured against ``--slo-ms`` or the profile's SLO, so a CR's own would otherwise look applied)."""
+    none): every field outside ``scaling``/``warmPool``; ``scaling.latencySloMs`` (attainment is
+    measured against ``--slo-ms`` or the profile's SLO, so a CR's own would otherwise look applied);
+    and ``scaling.metrics`` but its ``staleAfterSeconds`` (the simulator computes each signal as the
+    default queries read it: a Prometheus URL, a custom or empty query changes nothing)."""
     governed, unmodelled = [], []
     for section, value in spec.items():
         if section == "warmPool":
@@ -298,6 +306,9 @@ def unused_spec_fields(spec: dict[str, Any], where: str = "spec.") -> str:
             field = section if key is None else f"{section}.{key}"
             if field in GOVERNED_ELSEWHERE:
                 governed.append(f"{where}{field} (set by {GOVERNED_ELSEWHERE[field]})")
+            elif field == "scaling.metrics":
+                queries = value[key] if isinstance(value[key], dict) else {}
+                unmodelled += [f"{where}{field}.{name}" for name in queries if name not in USED_METRICS_FIELDS]
             elif section != "scaling":
                 unmodelled.append(f"{where}{field}")
     parts = [", ".join(governed)] if governed else []
