@@ -13,7 +13,7 @@ import pytest
 
 from neuronfleet.sim import report
 from neuronfleet.sim.command import run_cli
-from neuronfleet.sim.profiles import dump_profile
+from neuronfleet.sim.profiles import dump_profile, load_profile
 
 
 def write_trace(path: Path, seconds: int = 600, rate: float = 3.0, seed: int = 4) -> Path:
@@ -139,6 +139,43 @@ def test_two_profiles_of_one_name_are_refused_naming_both(tmp_path: Path, capsys
     assert f"error: --profile bert-base and --profile {edited} are both named 'bert-base'" in err
     assert "give one of them its own `name`" in err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("../escaped", "holds '/', unfit for a file name"),  # wrote ../escaped-timeline.png outside --out
+        ("sub/../bert-base", "holds '/', unfit for a file name"),  # overwrote bert-base's plots
+        ("team/bert", "holds '/', unfit for a file name"),  # wrote into a subfolder of --out
+        ("..", "holds '..', a path's step up"),
+        ("a\\b", "holds '\\\\', unfit for a file name"),
+        ("bert:v2", "holds ':', unfit for a file name"),
+        ("tab\tname", "holds '\\t', unfit for a file name"),
+        ("  ", "is empty"),
+        ("x" * 240, "is longer than 239 bytes"),
+    ],
+)
+def test_a_profile_name_unfit_for_a_file_name_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, problem: str
+) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_text(dump_profile("bert-base").replace("name: bert-base", f"name: {json.dumps(name)}", 1))
+    out = tmp_path / "runs" / "o"
+    args = ["--trace", str(write_trace(tmp_path / "t.csv")), "--policies", "static", *QUICK]
+    assert run_cli([*args, "--profile", "bert-base", "--profile", str(profile), "--out", str(out)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert " ".join(f"error: {profile}: name: {name!r} {problem}".split()) in err  # as err, whitespace runs as one
+    assert (
+        "the name is its outputs' (simulate.json's key, <name>-timeline.png and <name>-latency-cdf.png in --out)" in err
+    )
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["p.yaml", "t.csv"]
+
+
+@pytest.mark.parametrize("name", ["bert[prod]", "my-model_v1.2", "bert base", "bert.v2"])
+def test_profile_names_fit_for_file_names_are_taken(tmp_path: Path, name: str) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_text(dump_profile("bert-base").replace("name: bert-base", f"name: {json.dumps(name)}", 1))
+    assert load_profile(str(profile)).name == name
 
 
 def test_two_policy_files_of_one_stem_are_refused_naming_both(

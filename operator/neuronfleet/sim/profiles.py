@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from neuronfleet.api.validation import yaml_error_message
 from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES, InstanceType
@@ -40,6 +40,29 @@ from neuronfleet.sim.distributions import Distribution, DistributionError, parse
 
 class ProfileError(ValueError):
     """A profile that cannot be used."""
+
+
+#: Characters a profile name may not hold: path separators, and those Windows or macOS refuse in a
+#: file name (the name is the PNGs' file name; outputs are copied to other machines).
+_UNFIT_IN_FILE_NAMES = '/\\<>:"|?*'
+#: The longest name in bytes (UTF-8): "<name>-latency-cdf.png" must fit a file name's 255 bytes.
+MAX_NAME_BYTES = 255 - len("-latency-cdf.png")
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a profile's output files (``<name>-timeline.png`` in ``--out``), or
+    None. A name with ``/`` or ``..`` wrote them outside ``--out`` (``../x``) or into a subfolder, and
+    ``sub/../bert-base`` passed the duplicate-name check yet overwrote bert-base's plots."""
+    unfit = sorted({c for c in name if c in _UNFIT_IN_FILE_NAMES or ord(c) < 32 or ord(c) == 127})
+    if unfit:
+        return f"holds {', '.join(repr(c) for c in unfit)}, unfit for a file name"
+    if ".." in name:
+        return "holds '..', a path's step up"
+    if not name.strip():
+        return "is empty"
+    if len(name.encode()) > MAX_NAME_BYTES:
+        return f"is longer than {MAX_NAME_BYTES} bytes (its plots' file names would pass 255)"
+    return None
 
 
 class _Model(BaseModel):
@@ -100,6 +123,17 @@ class Profile(_Model):
     cold_start: ColdStartPhases
     assumptions: list[str] = Field(default_factory=list)
     sources: list[str] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _fit_for_file_names(cls, name: str) -> str:
+        problem = name_problem(name)
+        if problem:
+            raise ValueError(
+                f"{name!r} {problem}; the name is its outputs' (simulate.json's key, <name>-timeline.png "
+                "and <name>-latency-cdf.png in --out): use letters, digits, '-', '_' or '.'"
+            )
+        return name
 
     @model_validator(mode="after")
     def _consistent(self) -> Profile:
@@ -209,7 +243,11 @@ def _validated(data: Any, where: str) -> Profile:
     try:
         return Profile.model_validate(data)
     except ValidationError as error:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in error.errors())
+        # A validator's own ValueError is already a sentence: pydantic's "Value error, " adds nothing.
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in error.errors()
+        )
         raise ProfileError(f"{where}: {problems}") from None
     except DistributionError as error:
         raise ProfileError(f"{where}: {error}") from None
