@@ -130,29 +130,53 @@ def test_a_tune_fraction_leaving_a_moment_to_score_is_refused(
     # to score on, and the table presented that as a result.
     args = ["--trace", str(CONV), "--duration", "600", "--tune-fraction", "0.999", "--out", str(tmp_path / "o")]
     assert run_cli(args) == 2
-    err = capsys.readouterr().err
-    assert "--tune-fraction 0.999 of a 599.971 s trace leaves 0.971 s and 7 trace requests to score on" in err
-    assert "at least one cold start of bert-base (451 s)" in err
-    assert "at least 100 trace requests" in err
+    err = " ".join(capsys.readouterr().err.split())
+    assert (
+        "--tune-fraction 0.999 of a 599 s trace (cut to --duration 600) leaves under 1 s and 7 trace requests to "
+        "score on; a scored span must last at least one cold start of bert-base (450.52 s) and hold at least 100 "
+        "trace requests: use a smaller fraction, a longer trace with more requests or a longer --duration" in err
+    )
 
 
 @pytest.mark.parametrize(
-    ("seconds", "rate", "profile", "left"),
+    ("seconds", "rate", "profile", "message"),
     [
-        (800, 3.0, "bert-base", "leaves 400 s and"),  # many requests, shorter than a cold start (451 s)
-        (1000, 0.1, "bert-base", "leaves 488 s and 38 trace requests"),  # long enough, too few requests
-        (1000, 3.0, "llama-2-7b", "leaves 500 s and"),  # enough for bert-base, not llama's 553 s cold start
+        # Many requests, shorter than a cold start (450.52 s).
+        (
+            800,
+            3.0,
+            "bert-base",
+            "of a 798 s trace leaves 399 s and 1,201 trace requests to score on; a scored span must last at least "
+            "one cold start of bert-base (450.52 s): use a smaller fraction or a longer trace",
+        ),
+        # Long enough, too few requests: only that limit is named, and so is its remedy (the cold
+        # start and "a longer trace" were named too).
+        (
+            1000,
+            0.1,
+            "bert-base",
+            "of a 975 s trace leaves 488 s and 38 trace requests to score on; a scored span must hold at least 100 "
+            "trace requests: use a smaller fraction or a trace with more requests",
+        ),
+        # Enough for bert-base, not for llama's cold start.
+        (
+            1000,
+            3.0,
+            "llama-2-7b",
+            "of a 999 s trace leaves 500 s and 1,546 trace requests to score on; a scored span must last at least "
+            "one cold start of llama-2-7b (553.02 s): use a smaller fraction or a longer trace",
+        ),
     ],
 )
 @pytest.mark.usefixtures("no_simulation")
 def test_a_scored_half_shorter_than_a_cold_start_or_with_few_requests_is_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], seconds: int, rate: float, profile: str, left: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], seconds: int, rate: float, profile: str, message: str
 ) -> None:
     csv = write_trace(tmp_path / "t.csv", seconds=seconds, rate=rate)
     args = ["--trace", str(csv), "--tune-fraction", "0.5", "--profile", profile, "--out", str(tmp_path / "o")]
     assert run_cli(args) == 2
-    err = capsys.readouterr().err
-    assert left in err and f"one cold start of {profile}" in err
+    err = " ".join(capsys.readouterr().err.split())
+    assert "error: --tune-fraction 0.5 of a " in err and message in err
 
 
 @pytest.mark.usefixtures("no_simulation")
@@ -161,9 +185,12 @@ def test_a_score_on_trace_too_short_to_score_is_refused(tmp_path: Path, capsys: 
     score = write_trace(tmp_path / "score.csv", seconds=1000)
     args = ["--tune-on", str(tune), "--score-on", str(score), "--out", str(tmp_path / "o")]
     assert run_cli([*args, "--duration", "300"]) == 2
-    err = capsys.readouterr().err
-    assert f"--score-on {score} leaves 300 s and" in err
-    assert "score on a longer trace or a longer --duration" in err
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"--score-on {score} cut to --duration 300 leaves 299 s and " in err
+    assert (
+        "a scored span must last at least one cold start of bert-base (450.52 s): score on a longer trace or a "
+        "longer --duration" in err
+    )
 
 
 def test_phase_requests_count_the_measured_span_only(tmp_path: Path) -> None:

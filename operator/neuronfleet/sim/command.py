@@ -84,10 +84,10 @@ Held-out scoring: --tune-fraction F sweeps every family (static included) on the
 trace, picks each one's cheapest setting reaching the SLO target, and reports that setting on the
 rest (replayed after the tuning part, which serves as history); --tune-on A --score-on B tunes on
 trace A and scores on trace B. Each span, tuning and scored (or the whole trace, after --duration,
-in an in-sample run), must last one cold start of the profile and hold 100 trace requests. Cases
-carry "phase": "in-sample" (no held-out scoring: chosen and reported on the same data), else "tune"
-or "score"; per family the JSON says whether cost and attainment moved monotonically with its
-target.
+in an in-sample run), must last one cold start of the profile (the sum of its phases' means) and
+hold 100 trace requests. Cases carry "phase": "in-sample" (no held-out scoring: chosen and
+reported on the same data), else "tune" or "score"; per family the JSON says whether cost and
+attainment moved monotonically with its target.
 """
 
 EPILOG = """\
@@ -645,57 +645,13 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         split = math.floor(trace.duration * args.tune_fraction)
         if split < 1:
             raise UsageError(
-                f"--tune-fraction {args.tune_fraction:g} of a {trace.duration:g} s trace leaves no whole "
-                "second to tune on; use a larger fraction or a longer trace"
+                f"--tune-fraction {args.tune_fraction:g} of a {_whole_seconds(trace.duration)} trace leaves no "
+                "whole second to tune on; use a larger fraction or a longer trace"
             )
-        for profile in profiles:
-            # Each side is checked: a tuning span a moment long picks every family's setting on a few
-            # requests (the choice then scored is noise), as a scored one would judge it on them.
-            _check_span(
-                f"--tune-fraction {args.tune_fraction:g} of a {trace.duration:g} s trace",
-                trace.duration - split,
-                int((trace.arrivals >= split).sum()),
-                profile,
-                "use a smaller fraction or a longer trace",
-            )
-            _check_span(
-                f"--tune-fraction {args.tune_fraction:g} of a {trace.duration:g} s trace",
-                split,
-                int((trace.arrivals < split).sum()),
-                profile,
-                "use a larger fraction or a longer trace",
-                purpose="tune on",
-            )
-    if score_trace is not None:
-        for profile in profiles:
-            _check_span(
-                f"--score-on {score_trace.source}",
-                score_trace.duration,
-                len(score_trace),
-                profile,
-                "score on a longer trace" + (" or a longer --duration" if args.duration is not None else ""),
-            )
-            _check_span(
-                f"--tune-on {trace.source}",
-                trace.duration,
-                len(trace),
-                profile,
-                "tune on a longer trace" + (" or a longer --duration" if args.duration is not None else ""),
-                purpose="tune on",
-            )
-    if not args.tune_fraction and score_trace is None:
-        for profile in profiles:
-            # In-sample runs get the floor held-out spans get: a trace of one request reached the
-            # SLO target and earned a ✓ on a single answer.
-            cut = f" cut to --duration {args.duration:g}" if args.duration is not None else ""
-            _check_span(
-                f"--trace {trace.source}{cut}",
-                trace.duration,
-                len(trace),
-                profile,
-                "use a longer trace" + (" or a longer --duration" if args.duration is not None else ""),
-                purpose="measure",
-            )
+    spans = _spans(args, trace, score_trace, split)
+    for profile in profiles:
+        for span in spans:
+            _check_span(span, profile)
 
     # Public traces carry attributions: they go with every report made from them.
     attributions = [a for a in dict.fromkeys(report.attribution(t.source) for t in (trace, score_trace) if t) if a]
@@ -812,21 +768,88 @@ def _main(args: argparse.Namespace, console: Console) -> int:
 MIN_SCORED_REQUESTS = 100
 
 
-def _check_span(
-    what: str, seconds: float, requests: int, profile: Profile, remedy: str, purpose: str = "score on"
-) -> None:
-    """UsageError if a span (to ``purpose``: "tune on", "score on", or "measure" for an in-sample run,
-    which chooses and reports on the same span) is too short: shorter
-    than one of ``profile``'s cold starts (no scale-up decided within it serves in it: only the
-    starting fleet would be measured) or with fewer than :data:`MIN_SCORED_REQUESTS` trace requests."""
-    cold_start = launch_seconds(profile)
-    if seconds >= cold_start and requests >= MIN_SCORED_REQUESTS:
+@dataclass(frozen=True)
+class Span:
+    """A stretch of trace a run tunes on, scores on or measures, and how a user would lengthen it."""
+
+    #: The options that made it ("--trace t.csv cut to --duration 60").
+    what: str
+    seconds: float
+    requests: int
+    #: "tune on", "score on", or "measure" for an in-sample run (chosen and reported on one span).
+    purpose: str
+    #: How the remedy starts: "use", "tune on", "score on".
+    verb: str
+    #: A remedy besides a longer trace ("a smaller fraction"), named first.
+    lever: str = ""
+    #: Whether --duration cut it (a longer one is a remedy too).
+    cut: bool = False
+
+
+def _spans(args: argparse.Namespace, trace: Trace, score_trace: Trace | None, split: int) -> list[Span]:
+    """The spans a run must find long enough: both sides of a --tune-fraction split (a tuning span
+    a moment long picks every family's setting on a few requests, as a scored one would judge it on
+    them), both held-out traces, or the whole trace of an in-sample run (a trace of one request
+    reached the SLO target and earned a ✓ on a single answer)."""
+    cut = args.duration is not None
+    after = f" cut to --duration {args.duration:g}" if cut else ""
+    if args.tune_fraction:
+        what = f"--tune-fraction {args.tune_fraction:g} of a {_whole_seconds(trace.duration)} trace"
+        what += f" ({after.strip()})" if cut else ""
+        scored = int((trace.arrivals >= split).sum())
+        return [
+            Span(what, trace.duration - split, scored, "score on", "use", "a smaller fraction", cut),
+            Span(what, split, len(trace) - scored, "tune on", "use", "a larger fraction", cut),
+        ]
+    if score_trace is not None:
+        return [
+            Span(
+                f"--score-on {score_trace.source}{after}",
+                score_trace.duration,
+                len(score_trace),
+                "score on",
+                "score on",
+                cut=cut,
+            ),
+            Span(f"--tune-on {trace.source}{after}", trace.duration, len(trace), "tune on", "tune on", cut=cut),
+        ]
+    return [Span(f"--trace {trace.source}{after}", trace.duration, len(trace), "measure", "use", cut=cut)]
+
+
+def _whole_seconds(seconds: float) -> str:
+    """Seconds rounded down, with thousands separators: a span just short of a bound never reads as
+    reaching it."""
+    if 0 < seconds < 1:
+        return "under 1 s"
+    return f"{math.floor(seconds):,} s"
+
+
+def _check_span(span: Span, profile: Profile) -> None:
+    """UsageError if ``span`` is too short: shorter than one of ``profile``'s cold starts (no scale-up
+    decided within it serves in it: only the starting fleet would be measured), or holding fewer
+    than :data:`MIN_SCORED_REQUESTS` trace requests. The message names the limit missed."""
+    # The sum of the phases' means, to the hundredth of a second the message prints: the bound
+    # printed is the bound compared.
+    cold_start = round(launch_seconds(profile), 2)
+    short = span.seconds < cold_start
+    few = span.requests < MIN_SCORED_REQUESTS
+    if not (short or few):
         return
-    kind = {"tune on": "tuning", "score on": "scored"}.get(purpose, "measured")
+    kind = {"tune on": "tuning", "score on": "scored"}.get(span.purpose, "measured")
+    needs = []
+    if short:
+        needs.append(f"last at least one cold start of {profile.name} ({cold_start:,.2f} s)")
+    if few:
+        needs.append(f"hold at least {MIN_SCORED_REQUESTS} trace requests")
+    longer = {(True, False): "a longer trace", (False, True): "a trace with more requests"}.get(
+        (short, few), "a longer trace with more requests"
+    )
+    remedies = [r for r in (span.lever, longer, "a longer --duration" if span.cut else "") if r]
+    remedy = " or ".join([", ".join(remedies[:-1]), remedies[-1]] if len(remedies) > 1 else remedies)
     raise UsageError(
-        f"{what} leaves {seconds:.3g} s and {requests:,} trace request{'s' if requests != 1 else ''} to {purpose}; "
-        f"a {kind} span must last at least one cold start of {profile.name} ({cold_start:.0f} s) and hold "
-        f"at least {MIN_SCORED_REQUESTS} trace requests: {remedy}"
+        f"{span.what} leaves {_whole_seconds(span.seconds)} and {span.requests:,} trace "
+        f"request{'s' if span.requests != 1 else ''} to {span.purpose}; a {kind} span must {' and '.join(needs)}: "
+        f"{span.verb} {remedy}"
     )
 
 
