@@ -57,9 +57,10 @@ class QuotaController:
     def sync(self) -> None:
         marked, self._marked = self._marked, set()
         for namespace in sorted(marked):
-            used = namespace_quota_usage(self.store.iter(self._pods, namespace))
+            pods = list(self.store.iter(self._pods, namespace))
             for quota in list(self.store.iter(self._quotas, namespace)):
-                status = quota_status((quota.get("spec") or {}).get("hard") or {}, used)
+                spec = quota.get("spec") or {}
+                status = quota_status(spec.get("hard") or {}, namespace_quota_usage(pods, spec))
                 if quota.get("status") == status:
                     continue
 

@@ -36,8 +36,10 @@ from neuronfleet.sandbox.nodes import quantity
 from neuronfleet.sandbox.quotas import (
     format_quantity,
     namespace_quota_usage,
+    pod_in_quota_scopes,
     pod_quota_usage,
     quota_constraint_problem,
+    quota_scope_problems,
     quota_tracks_for_pods,
 )
 from neuronfleet.sandbox.resources import (
@@ -931,6 +933,10 @@ class Store:
                 raise errors.invalid(rt.kind, rt.group, meta.get("name", ""), validation_errors)
         elif rt.key == ("", "pods"):
             self._admit_pod(obj, old)
+        elif rt.key == ("", "resourcequotas"):
+            problems = quota_scope_problems(obj.get("spec") or {})
+            if problems:
+                raise errors.invalid(rt.kind, rt.group, meta.get("name", ""), problems)
         elif rt.key == ("", "namespaces"):
             obj.setdefault("spec", {"finalizers": ["kubernetes"]})
             obj["status"] = {"phase": "Terminating" if meta.get("deletionTimestamp") else "Active"}
@@ -1055,24 +1061,27 @@ class Store:
         then none may be taken over its hard (``exceeded quota: %s, requested: %s, used: %s, limited:
         %s``, only the resources exceeded). Usage is computed here from the stored pods, not read from
         the quota's status (which :class:`~neuronfleet.sandbox.resourcequota.QuotaController` keeps for
-        kubectl); scopes and scopeSelector are not emulated (a scoped quota counts every pod)."""
+        kubectl). A quota whose scopes or scopeSelector leave the pod out (a PriorityClass it does not
+        select) is skipped, and counts only the pods it takes in (pods.go's podMatchesScopeFunc)."""
         namespace = _meta(pod).get("namespace")
         quotas = []
         for resource_quota in self.iter(self.resources[("", "resourcequotas")], namespace):
-            hard = {str(k): v for k, v in ((resource_quota.get("spec") or {}).get("hard") or {}).items()}
+            quota_spec = resource_quota.get("spec") or {}
+            hard = {str(k): v for k, v in (quota_spec.get("hard") or {}).items()}
             tracked = {name: quantity(value) for name, value in hard.items() if quota_tracks_for_pods(name)}
-            if not tracked:
+            if not tracked or not pod_in_quota_scopes(quota_spec, spec):
                 continue
             name = str(_meta(resource_quota).get("name", ""))
             missing = quota_constraint_problem(spec, set(tracked))
             if missing:
                 raise _forbidden_pod(pod, f"failed quota: {name}: {missing}")
-            quotas.append((name, tracked))
+            quotas.append((name, quota_spec, tracked))
         if not quotas:
             return
         requested = pod_quota_usage(spec)
-        used = namespace_quota_usage(self.iter(self.resources[("", "pods")], namespace))
-        for name, hard_of in quotas:
+        pods = list(self.iter(self.resources[("", "pods")], namespace))
+        for name, quota_spec, hard_of in quotas:
+            used = namespace_quota_usage(pods, quota_spec)
             asked = {k: v for k, v in requested.items() if k in hard_of and v != 0}
             exceeded = sorted(k for k, v in asked.items() if used.get(k, Decimal(0)) + v > hard_of[k])
             if exceeded:
