@@ -1,6 +1,6 @@
-"""kubectl against the sandbox's ResourceQuotas with scopes: the install guide's two quotas scoped by
-PriorityClass each count only the pods of their classes, every scope kube-apiserver knows is
-applied, and a scope kube-apiserver refuses is refused with its words."""
+"""kubectl against the sandbox's ResourceQuotas: the install guide's two quotas scoped by PriorityClass
+each count only the pods of their classes, every scope kube-apiserver knows is applied, and a scope
+or a hard quantity kube-apiserver refuses is refused with its words."""
 
 from __future__ import annotations
 
@@ -166,3 +166,36 @@ def test_scopes_kube_apiserver_refuses_are_refused(run_kubectl, tmp_path: Path) 
     conflict = create("conflict", "  hard: {pods: '1'}\n  scopes: [BestEffort, NotBestEffort]\n")
     assert "conflicting scopes" in conflict.stderr
     assert "No resources found" in run_kubectl("get", "resourcequota").stderr
+
+
+def test_hard_quantities_kube_apiserver_refuses_are_refused(run_kubectl, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    def apply(name: str, hard: str, verb: str = "create"):  # type: ignore[no-untyped-def]
+        path = tmp_path / f"{name}-{verb}.yaml"
+        path.write_text(f"apiVersion: v1\nkind: ResourceQuota\nmetadata: {{name: {name}}}\nspec:\n  hard: {hard}\n")
+        return run_kubectl(verb, "-f", str(path), check=False)
+
+    # One it cannot parse is not decoded at all (400, no field path), as resource.Quantity fails.
+    for bad in ("'10 pods'", "abc", "'1.5.5'", "1e+", "true"):
+        typo = apply("typo", f"{{pods: '2', requests.cpu: {bad}}}")
+        assert typo.returncode != 0
+        assert 'Error from server (BadRequest): error when creating "' in typo.stderr
+        assert (
+            'ResourceQuota in version "v1" cannot be handled as a ResourceQuota: quantities must match the '
+            "regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+        ) in typo.stderr, bad
+    negative = apply("negative", "{pods: '2', requests.memory: '-1.5Gi', requests.cpu: '-1'}")
+    # kubectl lists the causes one a line.
+    assert negative.stderr.splitlines() == [
+        'The ResourceQuota "negative" is invalid: ',
+        '* spec.hard[requests.cpu]: Invalid value: "-1": must be greater than or equal to 0',
+        '* spec.hard[requests.memory]: Invalid value: "-1536Mi": must be greater than or equal to 0',
+    ]
+    assert "No resources found" in run_kubectl("get", "resourcequota").stderr
+
+    # An update is validated too, and a valid quota still admits pods.
+    assert apply("fine", "{pods: '2', requests.cpu: '1'}").returncode == 0
+    assert "must be greater than or equal to 0" in apply("fine", "{pods: '-2'}", verb="apply").stderr
+    assert "quantities must match" in apply("fine", "{pods: two}", verb="replace").stderr
+    assert run_kubectl("get", "resourcequota", "fine", "-o", "jsonpath={.spec.hard.pods}").stdout == "2"
+    (tmp_path / "pod.yaml").write_text(pod("p1", None))
+    run_kubectl("create", "-f", str(tmp_path / "pod.yaml"))

@@ -13,6 +13,7 @@ validateResourceQuotaScopes and validateScopedResourceSelectorRequirement).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any
@@ -361,3 +362,56 @@ def quota_scope_problems(quota_spec: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _conflicting(scopes: set[str]) -> bool:
     return {"BestEffort", "NotBestEffort"} <= scopes or {"Terminating", "NotTerminating"} <= scopes
+
+
+#: The pattern resource.ParseQuantity's errors quote (splitREString), and the quantities it parses:
+#: sign, digits with at most one dot, then one suffix it can interpret (binary, decimal SI, or a
+#: decimal exponent).
+QUANTITY_PATTERN = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+_PARSABLE = re.compile(r"[+-]?[0-9]*(\.[0-9]*)?(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?")
+_EXPONENTS = {"k": "e3", "M": "e6", "G": "e9", "T": "e12", "P": "e15", "E": "e18", "m": "e-3", "u": "e-6", "n": "e-9"}
+
+
+def quantity_decode_error(hard: dict[str, Any]) -> str:
+    """resource.Quantity's UnmarshalJSON error for the first value of ``hard`` it cannot parse (the
+    API server fails to decode the object: 400, not a field error); empty when all parse. A JSON
+    number is a quantity, null a zero one; any other value is parsed as its JSON text, and fails."""
+    for value in hard.values():
+        if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
+            continue
+        text = value.strip() if isinstance(value, str) else json.dumps(value)
+        if not text or _PARSABLE.fullmatch(text) is None:
+            return f"quantities must match the regular expression '{QUANTITY_PATTERN}'"
+    return ""
+
+
+def canonical_quantity(text: str) -> str:
+    """A parsed quantity as resource.Quantity's String() prints it, in the format its suffix chose:
+    binary (``Ki``...), decimal exponent (``e3``), else decimal SI."""
+    value = quantity(text)
+    if re.search(r"[KMGTPE]i$", text):
+        return format_quantity(value, "memory")
+    shown = format_quantity(value, "cpu")
+    if re.search(r"[0-9.][eE][+-]?[0-9]+$", text):
+        suffix = shown.lstrip("-0123456789")
+        return shown.removesuffix(suffix) + _EXPONENTS.get(suffix, "")
+    return shown
+
+
+def quota_hard_problems(hard: dict[str, Any]) -> list[tuple[str, str]]:
+    """ValidateResourceQuotaSpec's field errors on ``hard`` (each key in sorted order; Go walks a
+    map): a negative quantity, in its words. Call after :func:`quantity_decode_error` found none."""
+    problems = []
+    for name in sorted(hard, key=str):
+        value = hard[name]
+        if value is None:
+            continue
+        text = value.strip() if isinstance(value, str) else json.dumps(value)
+        if quantity(text) < 0:
+            problems.append(
+                (
+                    f"spec.hard[{name}]",
+                    f'Invalid value: "{canonical_quantity(text)}": must be greater than or equal to 0',
+                )
+            )
+    return problems

@@ -38,7 +38,9 @@ from neuronfleet.sandbox.quotas import (
     namespace_quota_usage,
     pod_in_quota_scopes,
     pod_quota_usage,
+    quantity_decode_error,
     quota_constraint_problem,
+    quota_hard_problems,
     quota_scope_problems,
     quota_tracks_for_pods,
 )
@@ -934,7 +936,14 @@ class Store:
         elif rt.key == ("", "pods"):
             self._admit_pod(obj, old)
         elif rt.key == ("", "resourcequotas"):
-            problems = quota_scope_problems(obj.get("spec") or {})
+            spec = obj.get("spec") or {}
+            hard = spec.get("hard") or {}
+            undecodable = quantity_decode_error(hard)
+            if undecodable:
+                raise errors.bad_request(
+                    f'{rt.kind} in version "{rt.storage_version}" cannot be handled as a {rt.kind}: {undecodable}'
+                )
+            problems = quota_hard_problems(hard) + quota_scope_problems(spec)
             if problems:
                 raise errors.invalid(rt.kind, rt.group, meta.get("name", ""), problems)
         elif rt.key == ("", "namespaces"):
