@@ -114,6 +114,24 @@ def test_kubectl_apply_quotes_a_refused_pattern_in_kube_apiservers_words(  # typ
     )
 
 
+def test_kubectl_apply_quotes_a_refused_value_as_go_does(run_kubectl, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # Go's %q keeps printable characters of any script and escapes the others its own way; the
+    # sandbox printed JSON's "8\u0413\u0411" and "8G\u0001".
+    quantity = r"^\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]{1,2})?$"
+    for written, shown in (('"8ГБ"', '"8ГБ"'), ('"8G\\x01"', '"8G\\x01"'), ('"8\\u00a0G"', '"8\\u00a0G"')):
+        manifest = tmp_path / "value.yaml"
+        manifest.write_text(MANIFEST + f"  compile: {{memory: {written}}}\n", encoding="utf-8")
+        result = run_kubectl("apply", "--dry-run=server", "-f", str(manifest), check=False)
+        assert result.returncode != 0
+        expected = f"spec.compile.memory: Invalid value: {shown}: spec.compile.memory in body should match '{quantity}'"
+        assert expected in result.stderr, written
+    # A name is quoted the same way.
+    named = tmp_path / "name.yaml"
+    named.write_text(MANIFEST.replace("name: bert", "name: берт"), encoding="utf-8")
+    refused = run_kubectl("apply", "--dry-run=server", "-f", str(named), check=False)
+    assert 'metadata.name: Invalid value: "берт": ' in refused.stderr
+
+
 def test_kubectl_sees_inf2_nodes(run_kubectl) -> None:  # type: ignore[no-untyped-def]
     out = run_kubectl(
         "get",

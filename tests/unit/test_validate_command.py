@@ -508,3 +508,20 @@ def test_manifests_are_read_as_kubectl_reads_them() -> None:
     assert load_manifests("a: 1e3\nb: -5E-1\nc: '1e3'\nd: 10\ne: 1.5\nf: e3\n") == [
         {"a": 1000.0, "b": -0.5, "c": "1e3", "d": 10, "e": 1.5, "f": "e3"}
     ]
+
+
+@pytest.mark.parametrize(
+    ("memory", "shown"),
+    [("8ГБ", '"8ГБ"'), ("8G\x01", '"8G\\x01"'), ("8\u00a0G", '"8\\u00a0G"'), ('8"G', '"8\\"G"')],
+)
+def test_a_refused_string_is_quoted_as_go_quotes_it(memory: str, shown: str) -> None:
+    # kube-apiserver prints field values with Go's %q: printable characters of any script as they
+    # are, others as \x01 or \u00a0 (JSON would write \u0001 and \u00a0 both ways).
+    obj = yaml.safe_load(
+        "apiVersion: serving.neuronfleet.dev/v1alpha1\nkind: InferenceDeployment\nmetadata: {name: x}\n"
+        "spec: {model: {source: 's3://b/m/'}}\n"
+    )
+    obj["spec"]["compile"] = {"memory": memory}
+    _, problems = validate_manifest(obj)
+    assert [p.path for p in problems] == ["spec.compile.memory"]
+    assert problems[0].message.startswith(f"Invalid value: {shown}: should match ")

@@ -189,6 +189,33 @@ def _schema_problems(obj: dict[str, Any]) -> list[Problem]:
     return problems
 
 
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+
+
+def go_quote(text: str) -> str:
+    """``text`` as Go's ``%q`` (strconv.Quote) prints it: printable characters as they are, whatever
+    the script (``"8ГБ"``), others escaped (``\\x01``, ``\\u00a0``; JSON would write ``\\u0001``)."""
+    out = ['"']
+    for char in text:
+        code = ord(char)
+        if char in ('"', "\\"):
+            out.append("\\" + char)
+        elif char.isprintable():
+            out.append(char)
+        elif char in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[char])
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\x{code:02x}")
+        elif 0xD800 <= code <= 0xDFFF:
+            out.append("\ufffd")  # Go's JSON decoder makes a lone surrogate U+FFFD, a printable rune
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
+
+
 def go_value(value: Any) -> str:
     """A value as apimachinery's field errors print it: numbers and booleans bare, strings quoted,
     anything else as Go's ``%#v`` of the decoded JSON (``map[string]interface {}{"name":"x"}``)."""
@@ -197,11 +224,11 @@ def go_value(value: Any) -> str:
     if isinstance(value, int | float):
         return json.dumps(value)
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+        return go_quote(value)
     if value is None:
         return '"null"'
     if isinstance(value, dict):
-        items = ",".join(f"{json.dumps(k, ensure_ascii=False)}:{go_value(v)}" for k, v in sorted(value.items()))
+        items = ",".join(f"{go_quote(str(k))}:{go_value(v)}" for k, v in sorted(value.items()))
         return f"map[string]interface {{}}{{{items}}}"
     if isinstance(value, list):
         return "[]interface {}{" + ", ".join(go_value(v) for v in value) + "}"

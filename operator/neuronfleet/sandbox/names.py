@@ -8,9 +8,10 @@ one cause each, as ``apimachinery/pkg/util/validation`` returns them.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
+
+from neuronfleet.api.validation import go_value
 
 DNS1123_LABEL_MAX = 63
 DNS1123_SUBDOMAIN_MAX = 253
@@ -75,6 +76,6 @@ _RULES: dict[tuple[str, str], NameRule] = {
 def name_problems(resource: tuple[str, str], name: object) -> list[tuple[str, str]]:
     """(field, message) causes for ``name`` as the name of a ``resource`` (group, plural) object."""
     if not isinstance(name, str):
-        return [("metadata.name", f"Invalid value: {json.dumps(name)}: must be a string")]
+        return [("metadata.name", f"Invalid value: {go_value(name)}: must be a string")]
     rule = _RULES.get(resource, dns1123_subdomain)
-    return [("metadata.name", f"Invalid value: {json.dumps(name)}: {problem}") for problem in rule(name)]
+    return [("metadata.name", f"Invalid value: {go_value(name)}: {problem}") for problem in rule(name)]

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any
 
+from neuronfleet.api.validation import go_quote
 from neuronfleet.sandbox.nodes import quantity
 
 #: Resources of pods a quota can cap by name (pods.go, podResources; ``count/pods`` is not emulated).
@@ -266,15 +267,15 @@ def _go_strings(type_name: str, values: Any) -> str:
     """A string slice as Go's ``%#v`` prints it (``[]string{"a", "b"}``; nil as ``[]string(nil)``)."""
     if values is None:
         return f"[]{type_name}(nil)"
-    return f"[]{type_name}{{" + ", ".join(json.dumps(str(v), ensure_ascii=False) for v in values) + "}"
+    return f"[]{type_name}{{" + ", ".join(go_quote(str(v)) for v in values) + "}"
 
 
 def _go_scope_selector(selector: dict[str, Any]) -> str:
     """``*core.ScopeSelector`` as field errors print it (dereferenced, then ``%#v``)."""
     items = ", ".join(
         "core.ScopedResourceSelectorRequirement{"
-        f"ScopeName:{json.dumps(str(req.get('scopeName') or ''), ensure_ascii=False)}, "
-        f"Operator:{json.dumps(str(req.get('operator') or ''), ensure_ascii=False)}, "
+        f"ScopeName:{go_quote(str(req.get('scopeName') or ''))}, "
+        f"Operator:{go_quote(str(req.get('operator') or ''))}, "
         f"Values:{_go_strings('string', req.get('values'))}}}"
         for req in selector.get("matchExpressions") or []
     )
@@ -321,7 +322,7 @@ def quota_scope_problems(quota_spec: dict[str, Any]) -> list[tuple[str, str]]:
                 problems.append(
                     (
                         f"{path}.scopeName",
-                        f"Invalid value: {json.dumps(str(scope or ''), ensure_ascii=False)}: unsupported scope",
+                        f"Invalid value: {go_quote(str(scope or ''))}: unsupported scope",
                     )
                 )
             for resource in standard:
@@ -329,7 +330,7 @@ def quota_scope_problems(quota_spec: dict[str, Any]) -> list[tuple[str, str]]:
                     problems.append(
                         (path, f"Invalid value: {_go_scope_selector(selector)}: unsupported scope applied to resource")
                     )
-            shown_operator = json.dumps(str(operator or ""), ensure_ascii=False)
+            shown_operator = go_quote(str(operator or ""))
             if scope in _EXISTS_ONLY and operator != "Exists":
                 problems.append((f"{path}.operator", f"Invalid value: {shown_operator}: {_EXISTS_ONLY_MESSAGE}"))
             if operator in ("In", "NotIn"):

@@ -11,14 +11,13 @@ listtype validation refuses them. Not done here: CEL ``x-kubernetes-validations`
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
 
-from neuronfleet.api.validation import duplicate_items, whole_floats_to_int
+from neuronfleet.api.validation import duplicate_items, go_value, whole_floats_to_int
 
 COMMON_FIELD_LABELS = frozenset({"metadata.name", "metadata.namespace"})
 
@@ -359,9 +358,9 @@ def validate_custom_object(rt: ResourceType, obj: dict[str, Any]) -> tuple[list[
         if error.validator == "pattern":
             # kube-openapi's own words for a pattern mismatch (jsonschema's are "'x' does not match").
             detail = f"{location} in body should match '{error.validator_value}'"
-            errors.append((location, f"Invalid value: {json.dumps(error.instance)[:200]}: {detail}"))
+            errors.append((location, f"Invalid value: {go_value(error.instance)[:200]}: {detail}"))
             continue
-        errors.append((location, f"Invalid value: {json.dumps(error.instance)[:200]}: {error.message}"))
+        errors.append((location, f"Invalid value: {go_value(error.instance)[:200]}: {error.message}"))
     for name, value in body.items():
         sub = (schema.get("properties") or {}).get(name)
         if isinstance(sub, dict):
