@@ -513,12 +513,16 @@ async def test_whole_number_floats_are_integers_as_kube_apiserver_takes_them(san
         assert (stored["minReplicas"], stored["maxReplicas"]) == (2, 1000)
         assert isinstance(stored["minReplicas"], int) and isinstance(stored["maxReplicas"], int)
         yaml_body = (
-            "apiVersion: serving.neuronfleet.dev/v1alpha1\nkind: InferenceDeployment\nmetadata: {name: y}\n"
+            "apiVersion: serving.neuronfleet.dev/v1alpha1\nkind: InferenceDeployment\nmetadata: {name: g}\n"
             "spec: {model: {source: 's3://acme/bert/'}, scaling: {maxReplicas: 1e3}}\n"
         )
         async with http.post(path, data=yaml_body.encode(), headers=as_yaml) as r:
             assert r.status == 201, await r.text()
             assert (await r.json())["spec"]["scaling"]["maxReplicas"] == 1000
+        # A YAML body is read as go-yaml reads it: an unquoted y is true, not a name.
+        async with http.post(path, data=yaml_body.replace("name: g", "name: y").encode(), headers=as_yaml) as r:
+            assert r.status == 422
+            assert "metadata.name: Invalid value: true: must be a string" in (await r.json())["message"]
         fraction = f'{head} "metadata": {{"name": "h"}}, "spec": {{{model}, "scaling": {{"minReplicas": 2.5}}}}}}'
         async with http.post(path, data=fraction.encode(), headers=as_json) as r:
             assert r.status == 422

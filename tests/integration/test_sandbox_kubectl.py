@@ -3,11 +3,13 @@ printer columns, label selectors, explain, scale, delete."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from neuronfleet.api.v1alpha1 import NAME_RULE_MESSAGE
+from neuronfleet.api.validation import go_value, load_manifests, validate_manifest
 from neuronfleet.sandbox import ThreadedSandboxCluster
 
 MANIFEST = """\
@@ -130,6 +132,57 @@ def test_kubectl_apply_quotes_a_refused_value_as_go_does(run_kubectl, tmp_path: 
     named.write_text(MANIFEST.replace("name: bert", "name: берт"), encoding="utf-8")
     refused = run_kubectl("apply", "--dry-run=server", "-f", str(named), check=False)
     assert 'metadata.name: Invalid value: "берт": ' in refused.stderr
+
+
+#: Plain scalars PyYAML 1.1 and go-yaml v2 (kubectl's reader) resolve differently, and some they agree on.
+GO_YAML_SCALARS = [
+    "1:30",
+    "y",
+    "n",
+    "Y",
+    "0o17",
+    "0b11",
+    "1_000",
+    "1e3",
+    "-.5",
+    "08",
+    "0x1F",
+    "on",
+    "2001-01-01",
+    "abc",
+    "=",
+    "1e400",
+    "+0b11",
+    "0B11",
+    ".5e3",
+    "1_0.5",
+]
+
+
+@pytest.mark.parametrize("scalar", GO_YAML_SCALARS)
+def test_validate_reads_a_plain_scalar_as_kubectl_sends_it(run_kubectl, tmp_path: Path, scalar: str) -> None:  # type: ignore[no-untyped-def]
+    # The real go-yaml (inside kubectl) decides what the API server receives: a string env value is
+    # accepted, anything else refused. validate must read the same manifest the same way.
+    text = MANIFEST.replace("  model:", f"  runtime: {{env: [{{name: V, value: {scalar}}}]}}\n  model:")
+    manifest = tmp_path / "scalar.yaml"
+    manifest.write_text(text)
+    result = run_kubectl("create", "--dry-run=server", "-f", str(manifest), check=False)
+    loaded = load_manifests(text)[0]["spec"]["runtime"]["env"][0]["value"]
+    _, problems = validate_manifest(load_manifests(text)[0])
+    assert (result.returncode == 0) == (not problems), (scalar, loaded, result.stderr, problems)
+    if isinstance(loaded, int):  # an int or a bool: kubectl sent the same value
+        assert f"spec.runtime.env[0].value: Invalid value: {go_value(loaded)}: " in result.stderr
+
+
+def test_validate_reads_mapping_keys_as_kubectl_sends_them(run_kubectl, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # sigs.k8s.io/yaml writes a key go-yaml resolves to a boolean or a number as its text; a merge
+    # key merges. Python's dict would also take the True of "y" and the 1 of "1" for one key.
+    text = MANIFEST.replace("labels: {team: search}", "labels: {y: a, 1: b, 0x10: c, no: d, <<: {e: f}}")
+    manifest = tmp_path / "keys.yaml"
+    manifest.write_text(text)
+    sent = run_kubectl("create", "--dry-run=server", "-f", str(manifest), "-o", "json").stdout
+    assert json.loads(sent)["metadata"]["labels"] == load_manifests(text)[0]["metadata"]["labels"]
+    assert load_manifests(text)[0]["metadata"]["labels"] == {"true": "a", "1": "b", "16": "c", "false": "d", "e": "f"}
 
 
 def test_kubectl_sees_inf2_nodes(run_kubectl) -> None:  # type: ignore[no-untyped-def]

@@ -525,3 +525,12 @@ def test_a_refused_string_is_quoted_as_go_quotes_it(memory: str, shown: str) -> 
     _, problems = validate_manifest(obj)
     assert [p.path for p in problems] == ["spec.compile.memory"]
     assert problems[0].message.startswith(f"Invalid value: {shown}: should match ")
+
+
+def test_manifest_loader_resolves_tags_as_go_yaml_v2() -> None:
+    # go-yaml v2 resolve.go: a written tag is resolved the same way (an int is taken for !!float, a
+    # timestamp decoded into interface{} stays its text); what does not resolve to it is an error.
+    doc = "a: !!int '0o17'\nb: !!float 1\nc: !!timestamp 2001-01-02\nd: !!bool y\ne: !!str 0o17\nf: 2001-01-02\n"
+    assert load_manifests(doc) == [{"a": 15, "b": 1.0, "c": "2001-01-02", "d": True, "e": "0o17", "f": "2001-01-02"}]
+    with pytest.raises(yaml.YAMLError, match="cannot decode !!str `abc` as a !!int"):
+        load_manifests("a: !!int abc\n")

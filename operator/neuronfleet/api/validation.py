@@ -8,8 +8,9 @@ Three passes, in the API server's order:
 3. the CEL rules (``x-kubernetes-validations``) of the same CRD, evaluated with cel-python on the
    defaulted object.
 A whole number written as a float (``minReplicas: 2.0``, ``maxReplicas: 1e3``) is an integer, as
-kube-apiserver takes it; manifests are read with :class:`ManifestLoader`, which reads ``1e3`` as
-kubectl does (a number, where PyYAML's YAML 1.1 rules make it a string).
+kube-apiserver takes it; manifests are read with :class:`ManifestLoader`, which resolves plain
+scalars as kubectl does (go-yaml v2: ``1e3`` and ``0o17`` are numbers, ``y`` a boolean, ``1:30`` a
+string, where PyYAML's YAML 1.1 rules read them otherwise).
 Every problem carries the field path it concerns. Nothing here reads files or the network; the
 catalog check (can any allowed instance type hold the model?) lives in ``planning``.
 """
@@ -18,8 +19,10 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
-from collections.abc import Iterator
+import struct
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,16 +61,150 @@ def yaml_error_message(error: yaml.YAMLError) -> str:
     return f"malformed YAML{where}: {getattr(error, 'problem', None) or error}"
 
 
-class ManifestLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, but a plain scalar with an exponent and no dot (``1e3``, ``5E-1``) is a
-    float, as go-yaml (sigs.k8s.io/yaml, which kubectl and kube-apiserver read YAML with) resolves it."""
+_INT, _FLOAT, _BOOL, _NULL, _STR = (f"tag:yaml.org,2002:{t}" for t in ("int", "float", "bool", "null", "str"))
+_TIMESTAMP, _MERGE = "tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:merge"
 
-
-ManifestLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+$"),
-    list("-+.0123456789"),
+#: go-yaml v2's resolveMap: the plain scalars it reads by table (YAML 1.1's booleans with ``y`` and
+#: ``n``, which PyYAML leaves strings; null; infinities and NaN).
+_GO_TABLE: dict[str, tuple[str, Any]] = {
+    **dict.fromkeys(("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"), (_BOOL, True)),
+    **dict.fromkeys(("n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"), (_BOOL, False)),
+    **dict.fromkeys(("", "~", "null", "Null", "NULL"), (_NULL, None)),
+    **dict.fromkeys((".nan", ".NaN", ".NAN"), (_FLOAT, math.nan)),
+    **dict.fromkeys((".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"), (_FLOAT, math.inf)),
+    **dict.fromkeys(("-.inf", "-.Inf", "-.INF"), (_FLOAT, -math.inf)),
+}
+_GO_HINTS = frozenset("+-0123456789yYnNtTfFoO~.")
+#: go-yaml v2's yamlStyleFloat, tried after the integer forms.
+_GO_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+_GO_DOT_FLOAT = re.compile(r"\.[0-9]+([eE][-+]?[0-9]+)?")  # what strconv.ParseFloat takes of ".5"-like text
+_GO_TIMESTAMP = re.compile(
+    r"[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}"
+    r"([Tt][0-9]{1,2}:[0-9]{1,2}:[0-9]{1,2}(\.[0-9]+)?(Z|[-+][0-9]{2}:[0-9]{2})"
+    r"| [0-9]{1,2}:[0-9]{1,2}:[0-9]{1,2}(\.[0-9]+)?)?"
 )
+_DIGITS = {2: "01", 8: "01234567", 10: "0123456789", 16: "0123456789abcdefABCDEF"}
+
+
+def _go_parse_int(text: str, *, signed: bool) -> int | None:
+    """strconv.ParseInt(text, 0, 64) (signed) or ParseUint(text, 0, 64): an optional sign (signed
+    only), then ``0x``, ``0o``, ``0b`` or a leading ``0`` (octal) or decimal digits; None when it fails."""
+    negative = signed and text[:1] == "-"
+    body = text[1:] if signed and text[:1] in "+-" else text
+    if len(body) > 1 and body[0] == "0" and body[1] in "xXoObB":
+        base, digits = {"x": 16, "o": 8, "b": 2}[body[1].lower()], body[2:]
+    elif len(body) > 1 and body[0] == "0":
+        base, digits = 8, body[1:]
+    else:
+        base, digits = 10, body
+    if not digits or any(c not in _DIGITS[base] for c in digits):
+        return None
+    value = -int(digits, base) if negative else int(digits, base)
+    if signed:
+        return value if -(2**63) <= value < 2**63 else None
+    return value if value < 2**64 else None
+
+
+def _go_resolve(text: str) -> tuple[str, Any]:
+    """go-yaml v2's resolve() of a plain scalar (resolve.go): the tag and value kubectl and
+    kube-apiserver read (sigs.k8s.io/yaml uses it). A timestamp stays its text: decoded into an
+    interface{}, as sigs.k8s.io/yaml decodes, go-yaml v2 keeps timestamps strings."""
+    if text == "<<":
+        return _MERGE, text  # go-yaml's decoder merges a plain << by its text (isMerge)
+    if not text or text[0] in _GO_HINTS:
+        if text in _GO_TABLE:
+            return _GO_TABLE[text]
+        if text[0] == ".":
+            if _GO_DOT_FLOAT.fullmatch(text):
+                return _FLOAT, float(text)
+        elif text[0] in "+-0123456789":
+            if _GO_TIMESTAMP.fullmatch(text):
+                return _TIMESTAMP, text
+            plain = text.replace("_", "")
+            for signed in (True, False):
+                number = _go_parse_int(plain, signed=signed)
+                if number is not None:
+                    return _INT, number
+            if _GO_FLOAT.fullmatch(plain) and math.isfinite(float(plain)):  # ParseFloat fails out of range
+                return _FLOAT, float(plain)
+            for prefix, sign in (("0b", 1), ("-0b", -1)):
+                digits = plain[len(prefix) :]
+                if plain.startswith(prefix) and digits and set(digits) <= set("01"):
+                    return _INT, sign * int(digits, 2)
+    return _STR, text
+
+
+def _go_key(key: Any) -> Any:
+    """A mapping key as sigs.k8s.io/yaml writes it into JSON: booleans and numbers as their text."""
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if isinstance(key, int):
+        return str(key)
+    if isinstance(key, float):
+        if math.isnan(key):
+            return ".nan"
+        if math.isinf(key):
+            return ".inf" if key > 0 else "-.inf"
+        # strconv.FormatFloat(key, 'g', -1, 32): the shortest text of the float32 nearest.
+        single = struct.unpack("f", struct.pack("f", key))[0]
+        for digits in range(1, 10):
+            text = f"{single:.{digits}g}"
+            if struct.unpack("f", struct.pack("f", float(text)))[0] == single:
+                return text
+    return key
+
+
+class ManifestLoader(yaml.SafeLoader):
+    """PyYAML's safe loader reading plain scalars as go-yaml v2 does (sigs.k8s.io/yaml, which kubectl
+    and kube-apiserver read YAML with), not by PyYAML's YAML 1.1 rules: ``1:30`` is a string, not the
+    sexagesimal 90; ``y`` / ``n`` are booleans; ``0o17`` is 15; ``1e3`` and ``-.5`` are numbers; a
+    date is a string. Mapping keys that resolve to booleans or numbers become their text, as
+    sigs.k8s.io/yaml writes them into JSON."""
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        if kind is yaml.ScalarNode and implicit[0]:
+            return _go_resolve(value)[0]
+        return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        # PyYAML's, with each key made text as it is read: a dict would take True and 1 for one key.
+        if not isinstance(node, yaml.MappingNode):
+            return super().construct_mapping(node, deep=deep)
+        self.flatten_mapping(node)
+        mapping = {}
+        for key_node, value_node in node.value:
+            key = _go_key(self.construct_object(key_node, deep=deep))
+            if not isinstance(key, Hashable):
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark, "found unhashable key", key_node.start_mark
+                )
+            mapping[key] = self.construct_object(value_node, deep=deep)
+        return mapping
+
+
+def _go_construct(tag: str) -> Any:
+    """A constructor for ``tag``, implicit or written (``!!int 0o17``), with go-yaml's reading: an
+    integer is taken for ``!!float``; anything else that does not resolve to ``tag`` is an error."""
+
+    def construct(loader: yaml.SafeLoader, node: Any) -> Any:
+        text = loader.construct_scalar(node)
+        resolved, value = _go_resolve(text)
+        if resolved == tag:
+            return value
+        if tag == _FLOAT and resolved == _INT:
+            return float(value)
+        if tag == _TIMESTAMP and _GO_TIMESTAMP.fullmatch(text):
+            return text
+        short = {t: "!!" + t.rsplit(":", 1)[1] for t in (_INT, _FLOAT, _BOOL, _NULL, _STR, _TIMESTAMP)}
+        raise yaml.constructor.ConstructorError(
+            None, None, f"cannot decode {short.get(resolved, resolved)} `{text}` as a {short[tag]}", node.start_mark
+        )
+
+    return construct
+
+
+for _tag in (_INT, _FLOAT, _BOOL, _NULL, _TIMESTAMP):
+    ManifestLoader.add_constructor(_tag, _go_construct(_tag))
 
 
 def load_manifests(text: str) -> list[Any]:
