@@ -24,7 +24,9 @@ when none is left. One cancelled while its batch executes is run, and its rows d
 A batch the device fails on is split in halves, and each half run again, until every failing
 request is alone: its future gets the error and the others their rows. One request the model
 cannot run (say an id past an embedding table a TorchScript artifact declares no range for) costs
-about 2 log2(n) more runs of a batch of n, not n.
+about 2 log2(n) more runs of a batch of n, not n. A request gets an error only from a run that held
+it alone: the one request left of a failed batch whose others were cancelled meanwhile runs again
+alone, as the error may have been theirs.
 Written by hand because the policy (row budget, bucket padding, drain on SIGTERM, busy tracking)
 is the server's core and small; no maintained asyncio batching library covers it.
 """
@@ -353,6 +355,8 @@ class Batcher:
             self.metrics.busy.started(reservation.start)
             try:
                 return batch, await runner.execute(arrays, reservation)
+            except Exception as exc:
+                raise BatchFailed(batch, exc) from exc
             finally:
                 self.metrics.busy.finished(reservation.start, reservation.end)
         model = cast(Runner, runner)
@@ -380,22 +384,31 @@ class Batcher:
         try:
             ran, outputs = await self._execute(batch, ready_at)
         except Exception as exc:
-            batch = _live(batch)
-            if len(batch) > 1:
+            # Any other error (say the device refusing the reservation) is the whole batch's.
+            failure = exc if isinstance(exc, BatchFailed) else BatchFailed(batch, exc)
+            if len(failure.ran) == 1:
+                # It ran alone: the error is this request's own.
+                if not failure.ran[0].future.done():
+                    failure.ran[0].future.set_exception(failure.error)
+                return
+            survivors = _live(batch)
+            if len(survivors) > 1:
                 # Isolate the request(s) that break the batch instead of failing all of them: by
                 # halves, so one bad request costs O(log n) more runs, not one run per request.
                 if not splitting:
                     log.warning(
                         "batch of %d requests failed (%s); splitting it to find the failing ones",
-                        len(batch),
-                        failure_summary(exc),
+                        len(failure.ran),
+                        failure_summary(failure.error),
                     )
-                half = len(batch) // 2
-                for part in (batch[:half], batch[half:]):
-                    await self._run(part, time.monotonic(), splitting=True)
-                return
-            if batch:
-                batch[0].future.set_exception(exc)
+                half = len(survivors) // 2
+                parts = [survivors[:half], survivors[half:]]
+            else:
+                # The others of the batch were cancelled while it ran: the error may have been
+                # theirs, so the one left runs alone before it is blamed (and counted against the device).
+                parts = [survivors]
+            for part in parts:
+                await self._run(part, time.monotonic(), splitting=True)
             return
         for job, rows in zip(ran, outputs, strict=True):
             if not job.future.done():
@@ -429,9 +442,18 @@ class Batcher:
                 self._ahead = list(batch)  # a copy: a cancelled request leaves it, not the batch the task runs
 
 
+class BatchFailed(Exception):
+    """The device failed on a batch: the requests it was run with (``ran``) and its error."""
+
+    def __init__(self, ran: Sequence[Job], error: Exception) -> None:
+        super().__init__(str(error))
+        self.ran = list(ran)
+        self.error = error
+
+
 def _timed_run(runner: Runner, batch: list[Job]) -> tuple[list[Job], list[npt.NDArray[np.float32]], float, float]:
     """Run a batch's requests not cancelled by now (in the executor thread); those, their outputs,
-    and when the run started and ended.
+    and when the run started and ended; a failure is raised as ``BatchFailed``.
 
     A batch waiting ahead was handed over before it could run: requests cancelled since are left
     out here. ``future.done()`` is one read of state only the loop thread writes; a request
@@ -441,7 +463,10 @@ def _timed_run(runner: Runner, batch: list[Job]) -> tuple[list[Job], list[npt.ND
     live = _live(batch)
     if not live:
         return [], [], start, start
-    outputs, _bucket = runner.run([list(job.request.arrays) for job in live])
+    try:
+        outputs, _bucket = runner.run([list(job.request.arrays) for job in live])
+    except Exception as exc:
+        raise BatchFailed(live, exc) from exc
     return live, outputs, start, time.monotonic()
 
 

@@ -286,3 +286,49 @@ async def test_the_batch_delay_counts_from_the_first_requests_arrival_not_from_w
     await busy
     assert runner.runs == [[0], [1]]
     assert await batcher.drain(5.0)
+
+
+class GatedFailingRunner(FailingRunner):
+    """A FailingRunner whose runs wait for ``release`` (the test acts while a batch executes)."""
+
+    def __init__(self) -> None:
+        super().__init__({1: 0.01, 8: 0.02, 16: 0.03})
+        self.release = threading.Event()
+
+    def run(self, requests: Sequence[Sequence[npt.NDArray[Any]]]) -> tuple[list[npt.NDArray[np.float32]], Any]:
+        self.release.wait(timeout=30)
+        return super().run(requests)
+
+
+async def _until_seconds(condition: Callable[[], bool], limit_seconds: float = 10.0) -> None:
+    """Wait for ``condition``, which an executor thread makes true, checking every 10 ms."""
+    deadline = asyncio.get_running_loop().time() + limit_seconds
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "the condition never held"
+        await asyncio.sleep(0.01)
+
+
+async def test_the_one_request_left_of_a_failed_batch_runs_alone_before_it_gets_an_error() -> None:
+    # A bad request and a good one run as one batch; the bad one's client hangs up while it runs.
+    # The good one must not get the bad one's error: it runs again, alone, and gets its rows.
+    runner = GatedFailingRunner()
+    batcher = Batcher(runner, ServerMetrics(BusyTracker()), max_rows=16, max_delay=0.0, max_queue=64)
+    bad, good = batcher.submit(_request(-1)), batcher.submit(_request(2))
+    batcher.start()
+    await _until_seconds(lambda: batcher.batches_run == 1)
+    bad.cancel()
+    runner.release.set()
+    assert float((await good)[0, 0]) == 2.0
+    assert await batcher.drain(5.0)
+    assert runner.runs == [[-1, 2], [2]]
+
+
+async def test_a_request_that_fails_alone_gets_its_error_once_without_running_again() -> None:
+    runner = FailingRunner({1: 0.01, 8: 0.02, 16: 0.03})
+    batcher = Batcher(runner, ServerMetrics(BusyTracker()), max_rows=16, max_delay=0.0, max_queue=64)
+    alone = batcher.submit(_request(-1))
+    batcher.start()
+    with pytest.raises(RuntimeError, match=r"IndexError: \[-1\]"):
+        await alone
+    assert await batcher.drain(5.0)
+    assert runner.runs == [[-1]]
