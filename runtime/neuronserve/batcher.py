@@ -27,6 +27,8 @@ cannot run (say an id past an embedding table a TorchScript artifact declares no
 about 2 log2(n) more runs of a batch of n, not n. A request gets an error only from a run that held
 it alone: the one request left of a failed batch whose others were cancelled meanwhile runs again
 alone, as the error may have been theirs.
+``neuronserve_batch_size`` records the rows of every batch the device starts, whether it then
+succeeds or fails (a split batch's runs each count).
 Written by hand because the policy (row budget, bucket padding, drain on SIGTERM, busy tracking)
 is the server's core and small; no maintained asyncio batching library covers it.
 """
@@ -366,14 +368,12 @@ class Batcher:
         self.metrics.busy.started(submitted)
         try:
             ran, outputs, start, end = await asyncio.get_running_loop().run_in_executor(
-                self._executor, _timed_run, model, batch
+                self._executor, _timed_run, model, batch, self.metrics.batch_size.observe
             )
         except BaseException:
             self.metrics.busy.finished(submitted, time.monotonic())
             raise
         self.metrics.busy.finished(start, end, since=submitted)
-        if ran:
-            self.metrics.batch_size.observe(sum(job.request.rows for job in ran))
         return ran, outputs
 
     async def _run(self, batch: list[Job], ready_at: float, splitting: bool = False) -> None:
@@ -451,9 +451,12 @@ class BatchFailed(Exception):
         self.error = error
 
 
-def _timed_run(runner: Runner, batch: list[Job]) -> tuple[list[Job], list[npt.NDArray[np.float32]], float, float]:
+def _timed_run(
+    runner: Runner, batch: list[Job], observe_rows: Callable[[float], None]
+) -> tuple[list[Job], list[npt.NDArray[np.float32]], float, float]:
     """Run a batch's requests not cancelled by now (in the executor thread); those, their outputs,
-    and when the run started and ended; a failure is raised as ``BatchFailed``.
+    and when the run started and ended. Its rows are recorded (``observe_rows``) before it runs,
+    so a batch that fails counts as one that succeeds; a failure is raised as ``BatchFailed``.
 
     A batch waiting ahead was handed over before it could run: requests cancelled since are left
     out here. ``future.done()`` is one read of state only the loop thread writes; a request
@@ -463,6 +466,7 @@ def _timed_run(runner: Runner, batch: list[Job]) -> tuple[list[Job], list[npt.ND
     live = _live(batch)
     if not live:
         return [], [], start, start
+    observe_rows(sum(job.request.rows for job in live))  # a prometheus_client histogram: thread-safe
     try:
         outputs, _bucket = runner.run([list(job.request.arrays) for job in live])
     except Exception as exc:

@@ -22,7 +22,8 @@ and role labels are added by Prometheus relabeling from pod labels, never by the
   second of the last minute; at a rate below 400 a second, in the busiest stretch of as many whole
   seconds as hold 400 requests at the minute's mean, so that Poisson noise is not read as a burst.
   The operator sizes for the sum over replicas beside the 1-minute rate.
-- ``neuronserve_batch_size``: rows per executed batch (before padding to the bucket).
+- ``neuronserve_batch_size``: rows per batch the device runs (before padding to the bucket), failed
+  ones included: each run of a failed batch split to find its failing request counts.
 - ``neuronserve_request_latency_seconds``: arrival to answer of successful (200) infer requests
   only: refusals and failures are not in it, so an SLO's denominator is
   ``neuronserve_requests_total`` (every outcome), not this histogram's count. Buckets are dense
@@ -185,7 +186,10 @@ class ServerMetrics:
         for outcome in OUTCOMES:
             self.requests.labels(outcome=outcome)
         self.batch_size = Histogram(
-            "neuronserve_batch_size", "Rows per executed batch, before padding.", buckets=BATCH_BUCKETS, registry=r
+            "neuronserve_batch_size",
+            "Rows per batch the device runs, failed ones included, before padding.",
+            buckets=BATCH_BUCKETS,
+            registry=r,
         )
         self.latency = Histogram(
             "neuronserve_request_latency_seconds",

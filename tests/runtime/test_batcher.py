@@ -332,3 +332,32 @@ async def test_a_request_that_fails_alone_gets_its_error_once_without_running_ag
         await alone
     assert await batcher.drain(5.0)
     assert runner.runs == [[-1]]
+
+
+class FailingDevice(GatedDevice):
+    """A timed device (GatedDevice) that fails any batch holding a negative id, its gates open."""
+
+    async def execute(
+        self, requests: Sequence[Sequence[npt.NDArray[Any]]], reservation: Any
+    ) -> list[npt.NDArray[np.float32]]:
+        self.batches.append([int(arrays[0][0, 0]) for arrays in requests])
+        if any(int(arrays[0][0, 0]) < 0 for arrays in requests):
+            raise RuntimeError("index out of range in self")
+        return [arrays[0][:, :1].astype(np.float32) for arrays in requests]
+
+
+@pytest.mark.parametrize("device", ["model runner", "timed device"])
+async def test_every_batch_the_device_starts_counts_in_the_batch_size_histogram_failed_or_not(device: str) -> None:
+    runner: Any = FailingRunner({1: 0.01, 8: 0.02, 16: 0.03}) if device == "model runner" else FailingDevice()
+    metrics = ServerMetrics(BusyTracker())
+    batcher = Batcher(runner, metrics, max_rows=16, max_delay=0.0, max_queue=64)
+    good, bad = batcher.submit(_request(0)), batcher.submit(_request(-1))
+    batcher.start()
+    assert float((await good)[0, 0]) == 0.0
+    with pytest.raises(RuntimeError):
+        await bad
+    assert await batcher.drain(5.0)
+    runs = runner.runs if device == "model runner" else runner.batches
+    assert runs == [[0, -1], [0], [-1]]  # the batch fails, then each half runs alone
+    assert metrics.registry.get_sample_value("neuronserve_batch_size_count") == 3
+    assert metrics.registry.get_sample_value("neuronserve_batch_size_sum") == 4
