@@ -521,15 +521,29 @@ def model_metadata(
     return doc
 
 
-def tokenizer_from_file(path: str) -> Tokenize:
-    """A Tokenize over a Hugging Face tokenizer.json (the `tokenizers` package, a transformers dependency)."""
+def tokenizer_from_file(path: str, max_length: int) -> Tokenize:
+    """A Tokenize over a Hugging Face tokenizer.json (the `tokenizers` package, a transformers
+    dependency) that truncates at ``max_length`` tokens (the manifest's largest sequence bucket)."""
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(path)
+    return tokenize_with(Tokenizer.from_file(path), max_length)
+
+
+def tokenize_with(tokenizer: Any, max_length: int) -> Tokenize:
+    """A Tokenize over a ``tokenizers.Tokenizer``, truncating at ``max_length`` tokens.
+
+    The truncation is set here, once: setting it on each call waited for every encoding in progress
+    in the other tokenizer threads, so a short text tokenized beside a megabyte of text waited the
+    second that one took. Encodings themselves run side by side. A call
+    for another length is refused (ValueError): the one tokenizer is shared by the threads.
+    """
     tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length=max_length)
+    truncation = max_length
 
     def tokenize(texts: Sequence[str], max_length: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        tokenizer.enable_truncation(max_length=max_length)
+        if max_length != truncation:
+            raise ValueError(f"this tokenizer truncates at {truncation} tokens, not {max_length}")
         encodings = tokenizer.encode_batch(list(texts))
         width = max(1, *(len(e.ids) for e in encodings))
         ids = np.zeros((len(encodings), width), dtype=np.int64)

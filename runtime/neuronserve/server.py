@@ -675,7 +675,7 @@ def load_emulated(
             from neuronserve.protocol import tokenizer_from_file
 
             with contextlib.suppress(ImportError):
-                tokenize = tokenizer_from_file(str(directory / TOKENIZER_NAME))
+                tokenize = tokenizer_from_file(str(directory / TOKENIZER_NAME), manifest.max_sequence)
     try:
         device = EmulatedDevice(profile, manifest, options.time_scale)
     except ValueError as exc:
@@ -696,7 +696,7 @@ def load_model(artifact: str, scratch: Path, manifest_sha256: str | None = None)
     tokenize = None
     if manifest.has_tokenizer():
         with contextlib.suppress(ImportError):
-            tokenize = tokenizer_from_file(str(directory / TOKENIZER_NAME))
+            tokenize = tokenizer_from_file(str(directory / TOKENIZER_NAME), manifest.max_sequence)
     return manifest, runner, tokenize, timings, None
 
 

@@ -95,7 +95,7 @@ def reference() -> Reference:
 
 @pytest.fixture(scope="module")
 def live_server(fetched: Fetched, model_runner: ModelRunner) -> Iterator[LiveServer]:
-    tokenize = tokenizer_from_file(str(fetched.directory / "tokenizer.json"))
+    tokenize = tokenizer_from_file(str(fetched.directory / "tokenizer.json"), fetched.manifest.max_sequence)
     config = ServeConfig(max_batch_delay_ms=5.0, max_queue=64)
     with LiveServer(fetched.manifest, model_runner, config, tokenize) as server:
         yield server

@@ -3,13 +3,17 @@ a body is read, parsed or tokenized, and text is tokenized in a few worker threa
 and other requests are answered meanwhile (a megabyte of text takes the real tokenizer 1-3 s).
 
 A real server on 127.0.0.1 over the emulated replica's contract, with tokenizers the test can hold
-or count, and a device it holds busy with a gate.
+or count, and a device it holds busy with a gate; and the real MiniLM tokenizer.json, whose threads
+must not wait for one another.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -18,10 +22,11 @@ from typing import Any
 import aiohttp
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from neuronserve.emulated import BERT_BASE, synthetic_manifest, tokenize_by_length
 from neuronserve.server import TOKENIZE_THREADS, ServeConfig
-from runtime_support import GatedEcho, LiveServer, scrape_metrics
+from runtime_support import GatedEcho, LiveServer, minilm_dir, scrape_metrics
 
 MODEL = "bert-base"
 INFER = f"/v2/models/{MODEL}/infer"
@@ -131,3 +136,55 @@ async def test_text_is_tokenized_off_the_event_loop_in_a_bounded_number_of_threa
             assert await asyncio.gather(*texts) == [200] * (TOKENIZE_THREADS + 2)
         assert tokenizer.calls == TOKENIZE_THREADS + 2
         assert tokenizer.peak == TOKENIZE_THREADS
+
+
+#: Run in a child process: without the fix the tokenizer's threads deadlock, the whole process with them.
+SHORT_BESIDE_HELD_LONG = """
+import json, sys, threading
+from tokenizers import Tokenizer, pre_tokenizers
+from neuronserve.protocol import tokenize_with
+
+holding, release = threading.Event(), threading.Event()
+
+class Hold:  # a step ahead of the real pre-tokenizer that holds the encoding of a text with "hold"
+    def pre_tokenize(self, pretok):
+        if any("hold" in split[0] for split in pretok.get_splits()):
+            holding.set()
+            release.wait(30)
+
+tokenizer = Tokenizer.from_file(sys.argv[1])
+tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.PreTokenizer.custom(Hold()), tokenizer.pre_tokenizer])
+tokenize = tokenize_with(tokenizer, 128)
+shapes, done = {}, {"long": threading.Event(), "short": threading.Event()}
+
+def run(name, text):
+    shapes[name] = list(tokenize([text], 128)[0].shape)
+    done[name].set()
+
+threading.Thread(target=run, args=("long", "hold " + "wordy " * 1000), daemon=True).start()
+assert holding.wait(20), "the long text never reached the tokenizer"
+threading.Thread(target=run, args=("short", "hello world"), daemon=True).start()
+short_done = done["short"].wait(20)
+long_was_held = not done["long"].is_set()
+release.set()
+assert done["long"].wait(20)
+print(json.dumps({"short_done_while_long_held": short_done and long_was_held, "shapes": shapes}))
+"""
+
+
+def test_a_short_text_is_tokenized_while_another_thread_is_inside_the_real_tokenizer() -> None:
+    # The server's tokenizer threads share one tokenizer: a short text must not wait for a long one
+    # being encoded in the other thread (setting the truncation on each call did: about a second
+    # per megabyte of the other text). The real MiniLM tokenizer.json, with a step ahead of its
+    # pre-tokenizer that holds one encoding in progress until the short one is done.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    command = [sys.executable, "-c", SHORT_BESIDE_HELD_LONG, str(minilm_dir() / "tokenizer.json")]
+    try:
+        child = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the tokenizer threads hung: the short text waited for the encoding in progress")
+    assert child.returncode == 0, child.stderr
+    result = json.loads(child.stdout)
+    assert result["short_done_while_long_held"]
+    # [CLS] hello world [SEP]; the long text truncated to the largest sequence bucket
+    assert result["shapes"] == {"short": [1, 4], "long": [1, 128]}
