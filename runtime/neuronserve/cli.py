@@ -363,15 +363,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=5,
         help="after this many requests in a row failed alone (the model raised on each, no success "
         "between), run the warm-up input to tell a failed device from bad inputs; if it fails too, the "
-        "device has failed: not ready, failures count as outcome=error, the check repeats every 5 s and "
-        "a success makes it ready again (default: %(default)s)",
+        "device has failed: not ready, failures count as outcome=error, the check repeats every 5 s, and "
+        "this many successes in a row (requests or checks; an isolated success does not) make it ready "
+        "again and stop the --device-failure-restart-seconds clock (default: %(default)s)",
     )
     s.add_argument(
         "--device-failure-restart-seconds",
         type=_positive_float,
         default=60.0,
         help="report not live (/v2/health/live 503, so the kubelet restarts the process) once the device "
-        "has been failed this long (default: %(default)s)",
+        "has been failed this long, isolated successes included (default: %(default)s)",
     )
     s.add_argument(
         "--retry-after-seconds",

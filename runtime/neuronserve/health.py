@@ -9,7 +9,11 @@ start) through the batcher: if it fails too, the device has failed (``failed``):
 not ready and counts further failures as errors, and runs that check again every
 ``SELF_TEST_SECONDS``; once the device has been failed ``restart_after`` seconds it reports not live,
 so that the kubelet restarts the process (the Neuron runtime initializes the device again at start).
-Any request that succeeds, a check included, ends the run and the failure.
+Any request that succeeds, a check included, ends the run. The failure ends only after
+``recover_after`` successes in a row (by default as many as ``suspect_after``): a device that fails
+most requests and not all (an intermittent NRT fault) has isolated successes, and ending the failure
+on each made readiness flap and restarted the liveness clock, so the process was never restarted.
+After a check succeeds, the server checks again at once until the device has recovered or fails.
 
 Pure state with a clock: the server's event loop calls it; no I/O here.
 """
@@ -26,11 +30,19 @@ SELF_TEST_SECONDS = 5.0
 class DeviceHealth:
     """Consecutive requests that failed alone, and since when the device has been failed."""
 
-    def __init__(self, suspect_after: int, restart_after: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        suspect_after: int,
+        restart_after: float,
+        clock: Callable[[], float] = time.monotonic,
+        recover_after: int | None = None,
+    ) -> None:
         self.suspect_after = suspect_after
         self.restart_after = restart_after
+        self.recover_after = suspect_after if recover_after is None else recover_after
         self._clock = clock
         self.run = 0  # requests failed alone since the last success
+        self.successes = 0  # successes in a row since the device failed
         self.failed_since: float | None = None
 
     @property
@@ -40,17 +52,25 @@ class DeviceHealth:
     def failed_alone(self) -> bool:
         """A request failed alone; True when the run is long enough to check the device."""
         self.run += 1
+        self.successes = 0
         return self.run >= self.suspect_after
 
     def succeeded(self) -> bool:
-        """A request succeeded: the run ends; True if the device had been failed (it recovered)."""
-        recovered = self.failed
+        """A request succeeded: the run ends; True if the device had been failed and this is the
+        ``recover_after``-th success in a row (it recovered)."""
         self.run = 0
+        if self.failed_since is None:
+            return False
+        self.successes += 1
+        if self.successes < self.recover_after:
+            return False  # an isolated success: still failed, the liveness clock runs on
         self.failed_since = None
-        return recovered
+        self.successes = 0
+        return True
 
     def self_test_failed(self) -> bool:
         """The known-good request failed too: the device has failed. True if it just did."""
+        self.successes = 0
         if self.failed_since is not None:
             return False
         self.failed_since = self._clock()

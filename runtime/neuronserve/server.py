@@ -75,7 +75,8 @@ class ServeConfig:
     max_uploads: int = 64
     #: A request body not whole this long after its headers is refused with 408.
     body_timeout_seconds: float = 30.0
-    #: Requests failed alone in a row, no success between, after which the device is checked.
+    #: Requests failed alone in a row, no success between, after which the device is checked; and
+    #: successes in a row after which a failed device counts as recovered.
     device_suspect_after: int = 5
     #: A device failed this long makes the server report not live (the kubelet restarts it).
     device_restart_seconds: float = 60.0
@@ -164,7 +165,7 @@ class ServerState:
 
     def request_succeeded(self) -> None:
         if self.health.succeeded():
-            log.warning("the device answers again: ready")
+            log.warning("the device answered %d requests in a row again: ready", self.health.recover_after)
             self.metrics.ready.set(1 if self.serving else 0)
 
     def request_failed_alone(self) -> str:
@@ -196,7 +197,9 @@ class ServerState:
                         self.metrics.ready.set(0)
                 else:
                     self.request_succeeded()
-                    return
+                    if not self.health.failed:
+                        return
+                    continue  # recovering: the successes in a row that end the failure, without waiting
                 await asyncio.sleep(SELF_TEST_SECONDS)
         finally:
             self._device_check = None

@@ -2,7 +2,8 @@
 alone with no success between, the server runs the warm-up input; if that fails too it reports not
 ready, counts further failures as ``error`` (what NeuronserveRequestErrors alerts on), reports not
 live once failed ``--device-failure-restart-seconds`` (the kubelet restarts it), and is ready and
-live again as soon as a request succeeds. Bad inputs alone never make it unready.
+live again after as many successes in a row as the failures that raised the suspicion; isolated
+successes neither make it ready nor stop that clock. Bad inputs alone never make it unready.
 
 A real server on 127.0.0.1 over the emulated replica's contract, in front of a device the test
 breaks and mends (torch-neuronx surfaces a Neuron runtime failure as a RuntimeError on every run).
@@ -19,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from neuronserve.emulated import BERT_BASE, synthetic_manifest
+from neuronserve.health import DeviceHealth
 from neuronserve.server import ServeConfig
 from runtime_support import LiveServer, http_json, scrape_metrics
 
@@ -76,7 +78,7 @@ def _outcomes(url: str) -> dict[str, float]:
 CONFIG = ServeConfig(max_batch_delay_ms=0, device_suspect_after=3, device_restart_seconds=0.5)
 
 
-def test_a_failed_device_turns_unready_counts_errors_turns_unlive_and_recovers_when_a_request_succeeds() -> None:
+def test_a_failed_device_turns_unready_counts_errors_turns_unlive_and_recovers_after_successes_in_a_row() -> None:
     device = BreakableDevice()
     with LiveServer(synthetic_manifest(BERT_BASE, MODEL), device, CONFIG) as server:
         assert _infer(server.url, 3) == 200
@@ -93,11 +95,52 @@ def test_a_failed_device_turns_unready_counts_errors_turns_unlive_and_recovers_w
         assert _outcomes(server.url) == {"ok": 1, "model_error": 3, "error": 2}
         # Failed for --device-failure-restart-seconds: not live, so that the kubelet restarts it.
         _until(lambda: _health(server.url, "live")[0] == 503, "liveness to turn false")
-        # A request that succeeds again (the device came back) makes it ready and live at once.
+        # The device came back: as many successes in a row as the failures that raised the
+        # suspicion (3) make it ready and live again; fewer do not.
         device.broken = False
-        assert _infer(server.url, 9) == 200
+        assert [_infer(server.url, i) for i in (9, 10)] == [200] * 2
+        assert _health(server.url, "ready")[0] == 503 and _health(server.url, "live")[0] == 503
+        assert _infer(server.url, 11) == 200
         assert _health(server.url, "ready")[0] == 200 and _health(server.url, "live")[0] == 200
         assert scrape_metrics(server.url)["neuronserve_ready"] == 1
+
+
+def test_a_device_failing_most_requests_stays_unready_and_turns_unlive_through_isolated_successes() -> None:
+    # An intermittent fault: every other request fails. Each isolated success ended the failure
+    # (readiness flapped, the liveness clock restarted), so the process was never restarted.
+    device = BreakableDevice()
+    with LiveServer(synthetic_manifest(BERT_BASE, MODEL), device, CONFIG) as server:
+        device.broken = True
+        assert [_infer(server.url, i) for i in (4, 5, 6)] == [500] * 3
+        _until(lambda: _health(server.url, "ready")[0] == 503, "readiness to turn false")
+        readiness: list[int] = []
+
+        def alternate_until_unlive() -> bool:
+            device.broken = not device.broken
+            _infer(server.url, 7)
+            readiness.append(_health(server.url, "ready")[0])
+            return _health(server.url, "live")[0] == 503
+
+        _until(alternate_until_unlive, "liveness to turn false")
+        assert set(readiness) == {503}
+        assert _outcomes(server.url)["ok"] >= 1  # successes there were
+
+
+def test_the_device_health_state_ends_a_failure_only_after_successes_in_a_row() -> None:
+    now = [0.0]
+    health = DeviceHealth(suspect_after=3, restart_after=60.0, clock=lambda: now[0])
+    assert [health.failed_alone() for _ in range(3)] == [False, False, True]
+    assert health.self_test_failed() and health.failed
+    for _ in range(10):  # 20 s of a device failing every other request
+        now[0] += 1.0
+        assert not health.succeeded()
+        now[0] += 1.0
+        health.failed_alone()
+    assert health.failed and health.failed_since == 0.0
+    now[0] = 60.0
+    assert not health.live()  # the clock ran through the isolated successes
+    assert [health.succeeded() for _ in range(3)] == [False, False, True]
+    assert not health.failed and health.live()
 
 
 def test_bad_inputs_in_a_row_on_a_sound_device_stay_model_errors_and_it_stays_ready() -> None:
