@@ -362,7 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_whole(1),
         default=5,
         help="after this many requests in a row failed alone (the model raised on each, no success "
-        "between), run the warm-up input to tell a failed device from bad inputs; if it fails too, the "
+        "between), run the warm-up input at the last failing request's shape (its bucket) to tell a failed "
+        "device from bad inputs; if it fails too, the "
         "device has failed: not ready, failures count as outcome=error, the check repeats every 5 s, and "
         "this many successes in a row (requests or checks; an isolated success does not) make it ready "
         "again and stop the --device-failure-restart-seconds clock (default: %(default)s)",

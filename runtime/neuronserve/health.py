@@ -5,8 +5,9 @@ input costs that request only and the others of its batch succeed. A failed devi
 a NeuronCore that stopped answering) makes every request fail alone, which looked the same, request
 by request. The sign is a run: ``suspect_after`` requests in a row failed alone with no success
 between them. The server then runs a request known to be good (the warm-up input, which ran at
-start) through the batcher: if it fails too, the device has failed (``failed``): the server reports
-not ready and counts further failures as errors, and runs that check again every
+start in every bucket) through the batcher, at the shape of the last request that failed alone (so
+in its bucket): if it fails too, the device has failed (``failed``): the server reports not ready
+and counts further failures as errors, and runs that check again every
 ``SELF_TEST_SECONDS``; once the device has been failed ``restart_after`` seconds it reports not live,
 so that the kubelet restarts the process (the Neuron runtime initializes the device again at start).
 Any request that succeeds, a check included, ends the run. The failure ends only after

@@ -112,6 +112,8 @@ class ServerState:
         self.body_limit = MIN_BODY_BYTES
         self.health = DeviceHealth(config.device_suspect_after, config.device_restart_seconds)
         self._device_check: asyncio.Task[None] | None = None
+        # (rows, sequence) of the last request that failed alone: the device check runs that shape.
+        self._suspect_shape = (1, 0)
         self.metrics.inflight.set_function(lambda: self.inflight)
         self.metrics.ready.set(0)
         self._tokenizers = concurrent.futures.ThreadPoolExecutor(TOKENIZE_THREADS, "neuronserve-tokenize")
@@ -168,8 +170,9 @@ class ServerState:
             log.warning("the device answered %d requests in a row again: ready", self.health.recover_after)
             self.metrics.ready.set(1 if self.serving else 0)
 
-    def request_failed_alone(self) -> str:
+    def request_failed_alone(self, request: InferRequest) -> str:
         """Record a request the device failed on, alone; its outcome (``error`` once the device failed)."""
+        self._suspect_shape = (request.rows, request.sequence)
         outcome = "error" if self.health.failed else "model_error"
         if self.health.failed_alone() and self._device_check is None and self.batcher is not None:
             self._device_check = asyncio.get_running_loop().create_task(self._check_device(self.batcher))
@@ -182,7 +185,7 @@ class ServerState:
             while self.phase == "ready":
                 try:
                     # At the head of the queue: the verdict must not wait for the requests it decides on.
-                    await batcher.submit(known_good_request(self.manifest), first=True)
+                    await batcher.submit(known_good_request(self.manifest, *self._suspect_shape), first=True)
                 except (QueueFull, ShuttingDown):
                     return  # no verdict: the device is busy with requests, or the server is stopping
                 except Exception as exc:
@@ -238,10 +241,19 @@ class ServerState:
 DRAIN_DELAY_SHARE = 1 / 3
 
 
-def known_good_request(manifest: Manifest) -> InferRequest:
-    """One row of the warm-up input (every value 1, which the model ran at start) at the shortest sequence."""
-    sequence = min(bucket.sequence for bucket in manifest.buckets)
-    return InferRequest(None, [np.ones((1, sequence), dtype=np.int64) for _ in manifest.inputs])
+def known_good_request(manifest: Manifest, rows: int = 1, sequence: int = 0) -> InferRequest:
+    """The warm-up input (every value 1, which the model ran at start in every bucket) as ``rows``
+    rows of ``sequence`` tokens (0: the shortest bucket's).
+
+    The server checks the device at the shape of the last request that failed alone, so the check
+    runs in the same (batch, sequence) bucket: a device failing in one bucket (one NEFF) only was
+    never found failed by a check of one row at the shortest sequence. Not every bucket, as warm-up
+    does: that costs a run per bucket each check, and a failure in a bucket no request uses now
+    says nothing about the requests that failed.
+    """
+    rows = max(1, min(rows, manifest.max_batch))
+    sequence = min(sequence, manifest.max_sequence) or min(bucket.sequence for bucket in manifest.buckets)
+    return InferRequest(None, [np.ones((rows, sequence), dtype=np.int64) for _ in manifest.inputs])
 
 
 def drain_delay(grace_seconds: float, delay_seconds: float) -> float:
@@ -587,7 +599,7 @@ async def _infer(request: web.Request, state: ServerState) -> web.Response:
             # message can be a TorchScript traceback with the paths of the model's source: logged
             # whole here, answered in one line.
             log.error("inference failed for request %s: %s", parsed.id or "(no id)", exc)
-            state.metrics.outcome(state.request_failed_alone())
+            state.metrics.outcome(state.request_failed_alone(parsed))
             return _error(500, f"inference failed: {failure_summary(exc)}")
         state.request_succeeded()
         payload, header_length = infer_response(

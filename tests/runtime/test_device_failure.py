@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from neuronserve.emulated import BERT_BASE, synthetic_manifest
 from neuronserve.health import DeviceHealth
+from neuronserve.manifest import Bucket, FileEntry
 from neuronserve.server import ServeConfig
 from runtime_support import LiveServer, http_json, scrape_metrics
 
@@ -153,3 +154,36 @@ def test_bad_inputs_in_a_row_on_a_sound_device_stay_model_errors_and_it_stays_re
         assert _health(server.url, "ready")[0] == 200 and _health(server.url, "live")[0] == 200
         assert _infer(server.url, BAD_ID) == 500
         assert _outcomes(server.url) == {"ok": 0, "model_error": 4, "error": 0}
+
+
+class LongBucketBroken(BreakableDevice):
+    """A device whose long-sequence bucket fails on every run (one NEFF's fault); short runs succeed."""
+
+    def run(self, requests: Sequence[Sequence[npt.NDArray[Any]]]) -> tuple[list[npt.NDArray[np.float32]], None]:
+        self.runs.append([int(arrays[0].shape[1]) for arrays in requests])
+        if any(arrays[0].shape[1] > 32 for arrays in requests):
+            raise RuntimeError("nrt_execute status=1006 (NRT_EXEC_HW_ERR_NC_UE) in the sequence-128 bucket")
+        return [np.zeros((arrays[0].shape[0], 4), dtype=np.float32) for arrays in requests], None
+
+
+def test_the_device_check_runs_in_the_bucket_of_the_requests_that_failed() -> None:
+    # The check ran one row at the shortest sequence only: a device failing in its longer bucket
+    # passed it, stayed ready and counted every failure as the clients' (model_error).
+    synthetic = synthetic_manifest(BERT_BASE, MODEL)
+    buckets = [Bucket(batch=1, sequence=32), Bucket(batch=1, sequence=128)]
+    files = [FileEntry(path=b.file_name, sha256=synthetic.files[0].sha256, size=0) for b in buckets]
+    manifest = synthetic.model_copy(update={"buckets": buckets, "files": files})
+    device = LongBucketBroken()
+    long_body = {
+        "inputs": [
+            {"name": "input_ids", "shape": [1, 100], "datatype": "INT64", "data": [3] * 100},
+            {"name": "attention_mask", "shape": [1, 100], "datatype": "INT64", "data": [1] * 100},
+        ]
+    }
+    with LiveServer(manifest, device, CONFIG) as server:
+        assert _infer(server.url, 3) == 200  # 4 tokens: the short bucket works
+        for _ in range(3):
+            assert http_json(server.url, "POST", INFER, json.dumps(long_body).encode())[0] == 500
+        _until(lambda: _health(server.url, "ready")[0] == 503, "readiness to turn false")
+        assert [100] in device.runs[4:]  # the check: the warm-up input at the failing requests' length
+        assert _health(server.url, "ready")[1]["phase"] == "device_failed"
