@@ -6,9 +6,10 @@ emulated NeuronCore device (``neuronserve.emulated``), from an artifact's manife
 contract, and everything the server reports says "emulated". On SIGTERM/SIGINT: not ready at
 once, but new infer requests are still served for the drain delay (endpoint removal takes seconds
 to reach kube-proxy and load balancers, so requests keep arriving); then new ones get 503 with
-Retry-After, queued and executing requests finish, and the process exits 0, all within the grace
-period (what is still queued or running at its end is answered 503, and open connections are
-closed, about a second later). From SIGTERM on every response says ``Connection: close``, so
+Retry-After, requests received whole (still parsed or tokenized), queued and executing finish, and
+the process exits 0, all within the grace period (what is still queued or running at its end is
+answered 503, and open connections are closed, about a second later; a text being tokenized then
+delays the exit until it is, about a second per megabyte). From SIGTERM on every response says ``Connection: close``, so
 clients reconnect to another replica. A verification or load failure exits non-zero with the
 reason on stderr: 2, or ``MANIFEST_MISMATCH_EXIT_CODE`` (4) when the manifest at the artifact URI
 is not the one ``--manifest-sha256`` pins (checked before anything else is read or loaded).
@@ -107,6 +108,11 @@ class ServerState:
         self.accepting = False
         self.inflight = 0
         self.uploads = 0  # requests between their headers and their submission to the batcher
+        # Requests whose body has arrived whole, being decoded, parsed or tokenized: accepted work a
+        # drain waits for (within the grace period) before it closes the batcher.
+        self.received = 0
+        self.received_all = asyncio.Event()  # set whenever ``received`` is 0
+        self.received_all.set()
         self.answered = asyncio.Event()  # set whenever no accepted request is waiting for its answer
         self.answered.set()
         self.body_limit = MIN_BODY_BYTES
@@ -117,6 +123,12 @@ class ServerState:
         self.metrics.inflight.set_function(lambda: self.inflight)
         self.metrics.ready.set(0)
         self._tokenizers = concurrent.futures.ThreadPoolExecutor(TOKENIZE_THREADS, "neuronserve-tokenize")
+
+    def close(self) -> None:
+        """Let the tokenizer threads go: texts waiting for one are dropped, and the process exits
+        when the one being tokenized (if any) ends. Their threads are not daemons: left running, the
+        interpreter waited at exit for every text queued, seconds past the grace period."""
+        self._tokenizers.shutdown(wait=False, cancel_futures=True)
 
     async def tokenized(self, request: TextRequest, manifest: Manifest) -> InferRequest:
         """``request`` tokenized in one of TOKENIZE_THREADS threads (BadRequest if the tokenizer refuses it)."""
@@ -211,7 +223,8 @@ class ServerState:
         self, grace_seconds: float, delay_seconds: float = 0.0, skip_delay: asyncio.Event | None = None
     ) -> bool:
         """Report not ready, serve new requests ``delay_seconds`` more, then refuse new requests and
-        finish the accepted ones: all within ``grace_seconds``.
+        finish the accepted ones (those received whole and still being parsed or tokenized first
+        reach the batcher): all within ``grace_seconds``.
 
         The delay is capped at DRAIN_DELAY_SHARE of the grace period, the rest being for the work
         accepted; ``skip_delay`` set ends it early (a second signal). True if every accepted request
@@ -230,6 +243,10 @@ class ServerState:
         self.accepting = False
         if self.batcher is None:
             return True
+        # Requests received whole before now, still being parsed or tokenized, were accepted: they
+        # reach the batcher before it closes (within the grace period), not a 503.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.received_all.wait(), max(0.0, deadline - loop.time()))
         finished = await self.batcher.drain(max(0.0, deadline - loop.time()))
         # Handlers whose futures just resolved still have to hand over their answers.
         with contextlib.suppress(TimeoutError):
@@ -474,9 +491,10 @@ def _model(request: web.Request) -> tuple[ServerState, Manifest]:
     return state, state.manifest
 
 
-async def _receive(request: web.Request, state: ServerState, manifest: Manifest, coding: str | None) -> InferRequest:
-    """Read, decode, parse and tokenize an infer request's body (refusals as ``_Refusal``)."""
-    body = await _read_body(request, state.body_limit, state.config.body_timeout_seconds)
+async def _parse(
+    body: bytes, request: web.Request, state: ServerState, manifest: Manifest, coding: str | None
+) -> InferRequest:
+    """Decode, parse and tokenize an infer request's body, read whole (refusals as ``_Refusal``)."""
     if coding is not None:
         body = _decode_body(body, coding, state.body_limit)
     try:
@@ -570,15 +588,26 @@ async def _infer(request: web.Request, state: ServerState) -> web.Response:
             )
         state.uploads += 1
         try:
-            parsed = await _receive(request, state, manifest, coding)
-        finally:
+            body = await _read_body(request, state.body_limit, state.config.body_timeout_seconds)
+        except BaseException:
             state.uploads -= 1
+            raise
+        state.received += 1
+        state.received_all.clear()
         try:
+            try:
+                parsed = await _parse(body, request, state, manifest, coding)
+            finally:
+                state.uploads -= 1
             future = state.batcher.submit(parsed)
         except QueueFull as exc:
             raise _Refusal(429, str(exc), "rejected", headers=_retry_after(state)) from None
         except ShuttingDown as exc:
             raise _Refusal(503, str(exc), "rejected", headers=_retry_after(state)) from None
+        finally:
+            state.received -= 1
+            if state.received == 0:
+                state.received_all.set()
     except _Refusal as exc:
         state.metrics.outcome(exc.outcome)
         refusal = _error(exc.status, str(exc), exc.headers)
@@ -824,6 +853,7 @@ async def serve(opts: ServeOptions) -> int:
         deadline = loop.time() + opts.grace_seconds
         finished = await state.drain(opts.grace_seconds, delay, again)
         closed = await close_server(runner, deadline)
+        state.close()
         if not closed:
             log.warning("grace period ran out with connections still open: closing them")
         log.info("drained (%s); exiting", "all work finished" if finished and closed else "grace period ran out")

@@ -188,3 +188,28 @@ def test_a_short_text_is_tokenized_while_another_thread_is_inside_the_real_token
     assert result["short_done_while_long_held"]
     # [CLS] hello world [SEP]; the long text truncated to the largest sequence bucket
     assert result["shapes"] == {"short": [1, 4], "long": [1, 128]}
+
+
+async def test_a_text_received_whole_before_the_drain_is_tokenized_and_answered_not_refused() -> None:
+    # The body arrived before SIGTERM; its tokenization ended after the drain had begun. It was
+    # accepted work: the drain waits for it (within the grace period) instead of answering 503.
+    device, tokenizer = GatedEcho(), HeldTokenizer()
+    device.gate.set()
+    with LiveServer(synthetic_manifest(BERT_BASE, MODEL), device, ServeConfig(), tokenizer) as server:
+        assert server.state is not None
+        state = server.state
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+
+            async def infer(body: bytes) -> int:
+                async with session.post(server.url + INFER, data=body) as response:
+                    await response.read()
+                    return response.status
+
+            text = asyncio.create_task(infer(_text("received before the drain")))
+            await _until(lambda: tokenizer.running == 1, "the text to be tokenizing")
+            draining = asyncio.wrap_future(server.start_soon(state.drain(20.0)))
+            await _until(lambda: server.call(lambda: not state.accepting), "the drain to refuse new requests")
+            assert await infer(_text("after the drain began")) == 503
+            tokenizer.gate.set()
+            assert await text == 200
+            assert await draining
