@@ -195,6 +195,7 @@ class ServerState:
         assert self.manifest is not None
         try:
             while self.phase == "ready":
+                streak = self.health.successes
                 try:
                     # At the head of the queue: the verdict must not wait for the requests it decides on.
                     await batcher.submit(known_good_request(self.manifest, *self._suspect_shape), first=True)
@@ -214,7 +215,10 @@ class ServerState:
                     self.request_succeeded()
                     if not self.health.failed:
                         return
-                    continue  # recovering: the successes in a row that end the failure, without waiting
+                    if self.health.successes > streak:
+                        # Recovering: the next of the successes in a row that end the failure, at
+                        # once. A request that failed meanwhile reset the streak: wait as after a failure.
+                        continue
                 await asyncio.sleep(SELF_TEST_SECONDS)
         finally:
             self._device_check = None
