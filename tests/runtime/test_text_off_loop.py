@@ -25,7 +25,8 @@ import numpy.typing as npt
 import pytest
 
 from neuronserve.emulated import BERT_BASE, synthetic_manifest, tokenize_by_length
-from neuronserve.server import TOKENIZE_THREADS, ServeConfig
+from neuronserve.protocol import TextRequest
+from neuronserve.server import TOKENIZE_THREADS, ServeConfig, ServerState
 from runtime_support import GatedEcho, LiveServer, minilm_dir, scrape_metrics
 
 MODEL = "bert-base"
@@ -213,3 +214,19 @@ async def test_a_text_received_whole_before_the_drain_is_tokenized_and_answered_
             tokenizer.gate.set()
             assert await text == 200
             assert await draining
+
+
+async def test_closing_drops_the_texts_waiting_for_a_tokenizer_thread() -> None:
+    # serve() closes the state at exit: texts still queued for a tokenizer thread are dropped, so the
+    # interpreter, which joins those threads, waits for the ones being tokenized only.
+    tokenizer = HeldTokenizer()
+    state = ServerState(ServeConfig())
+    state.tokenize = tokenizer
+    manifest = synthetic_manifest(BERT_BASE, MODEL)
+    texts = [asyncio.ensure_future(state.tokenized(TextRequest(None, [f"text {i}"]), manifest)) for i in range(4)]
+    await _until(lambda: tokenizer.running == TOKENIZE_THREADS, "the tokenizer threads to be busy")
+    state.close()
+    tokenizer.gate.set()
+    await asyncio.wait(texts)
+    assert [task.cancelled() for task in texts] == [False] * TOKENIZE_THREADS + [True] * (4 - TOKENIZE_THREADS)
+    assert tokenizer.calls == TOKENIZE_THREADS
