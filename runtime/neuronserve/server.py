@@ -9,8 +9,8 @@ to reach kube-proxy and load balancers, so requests keep arriving); then new one
 Retry-After, requests received whole (still parsed or tokenized), queued and executing finish, and
 the process exits 0, all within the grace period (what is still queued or running at its end is
 answered 503, and open connections are closed, about a second later; a text being tokenized then
-delays the exit until it is, about a second per megabyte). From SIGTERM on every response says ``Connection: close``, so
-clients reconnect to another replica. A verification or load failure exits non-zero with the
+delays the exit until it is, about a second per megabyte). From SIGTERM on every response says
+``Connection: close``, so clients reconnect to another replica. A verification or load failure exits non-zero with the
 reason on stderr: 2, or ``MANIFEST_MISMATCH_EXIT_CODE`` (4) when the manifest at the artifact URI
 is not the one ``--manifest-sha256`` pins (checked before anything else is read or loaded).
 """
@@ -205,10 +205,11 @@ class ServerState:
                     if self.health.self_test_failed():
                         log.error(
                             "device failure: %d requests in a row failed alone, and the warm-up input too (%s): "
-                            "not ready; not live after %gs unless a request succeeds",
+                            "not ready; not live after %gs unless %d requests in a row succeed",
                             self.health.run,
                             failure_summary(exc),
                             self.health.restart_after,
+                            self.health.recover_after,
                         )
                         self.metrics.ready.set(0)
                 else:
