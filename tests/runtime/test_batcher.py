@@ -98,7 +98,8 @@ def test_busy_ratio_covers_the_sliding_window() -> None:
 
 
 class BlockedRunner(ScriptedRunner):
-    """A device that never finishes until released (a stuck batch past the grace period)."""
+    """A device whose runs wait until ``release`` is set (a stuck batch past the grace period, or a
+    batch the test acts on while it executes)."""
 
     def __init__(self) -> None:
         super().__init__({1: 0.01, 8: 0.02, 16: 0.03})
@@ -288,16 +289,8 @@ async def test_the_batch_delay_counts_from_the_first_requests_arrival_not_from_w
     assert await batcher.drain(5.0)
 
 
-class GatedFailingRunner(FailingRunner):
+class GatedFailingRunner(BlockedRunner, FailingRunner):
     """A FailingRunner whose runs wait for ``release`` (the test acts while a batch executes)."""
-
-    def __init__(self) -> None:
-        super().__init__({1: 0.01, 8: 0.02, 16: 0.03})
-        self.release = threading.Event()
-
-    def run(self, requests: Sequence[Sequence[npt.NDArray[Any]]]) -> tuple[list[npt.NDArray[np.float32]], Any]:
-        self.release.wait(timeout=30)
-        return super().run(requests)
 
 
 async def _until_seconds(condition: Callable[[], bool], limit_seconds: float = 10.0) -> None:

@@ -60,6 +60,14 @@ def test_distributions_beyond_the_bounds_are_refused(spec: object, message: str)
         parse(spec, "node")
 
 
+def simulate_with_profile(tmp_path: Path, profile: Path) -> int:
+    """``simulate`` of a 600-request, 600 s trace with ``profile`` (static only, no plots): its exit code."""
+    csv = tmp_path / "t.csv"
+    csv.write_text("timestamp\n" + "".join(f"{t}\n" for t in range(0, 600)))
+    args = ["--trace", str(csv), "--profile", str(profile), "--policies", "static", "--no-plots"]
+    return run_cli([*args, "--out", str(tmp_path / "o")])
+
+
 def test_a_huge_sigma_in_a_profile_is_a_profile_error_not_a_traceback(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -68,24 +76,7 @@ def test_a_huge_sigma_in_a_profile_is_a_profile_error_not_a_traceback(
     text = dump_profile("bert-base")
     assert "sigma: 0.3" in text
     profile.write_text(text.replace("sigma: 0.3", "sigma: 50", 1))
-    csv = tmp_path / "t.csv"
-    csv.write_text("timestamp\n" + "".join(f"{t}\n" for t in range(0, 600)))
-    assert (
-        run_cli(
-            [
-                "--trace",
-                str(csv),
-                "--profile",
-                str(profile),
-                "--policies",
-                "static",
-                "--no-plots",
-                "--out",
-                str(tmp_path / "o"),
-            ]
-        )
-        == 2
-    )
+    assert simulate_with_profile(tmp_path, profile) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert "lognormal sigma 50 is above 3" in err
@@ -99,20 +90,7 @@ def test_a_phase_with_a_mean_of_months_is_a_profile_error_not_a_refused_trace(
     profile.write_text(
         dump_profile("bert-base").replace("median: 120", "median: 86400", 1).replace("sigma: 0.3", "sigma: 3", 1)
     )
-    csv = tmp_path / "t.csv"
-    csv.write_text("timestamp\n" + "".join(f"{t}\n" for t in range(0, 600)))
-    args = [
-        "--trace",
-        str(csv),
-        "--profile",
-        str(profile),
-        "--policies",
-        "static",
-        "--no-plots",
-        "--out",
-        str(tmp_path / "o"),
-    ]
-    assert run_cli(args) == 2
+    assert simulate_with_profile(tmp_path, profile) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert f"error: {profile}: " in err
     assert "cold_start.node: logN(median 86400s, sigma 3) has a mean of 7,777,480 s (90.0 days)" in err
