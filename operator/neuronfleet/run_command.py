@@ -267,12 +267,16 @@ _SERVICE_LINKS: tuple[tuple[re.Pattern[str], Callable[[re.Match[str], str], bool
 )
 
 
-def _is_ip(text: str) -> bool:
+def _ip_version(text: str) -> int | None:
+    """4 or 6 for an IP address, None for anything else (a host name)."""
     try:
-        ipaddress.ip_address(text)
+        return ipaddress.ip_address(text).version
     except ValueError:
-        return False
-    return True
+        return None
+
+
+def _is_ip(text: str) -> bool:
+    return _ip_version(text) is not None
 
 
 def _is_port(text: str) -> bool:
@@ -728,10 +732,7 @@ def _listen_address(text: str) -> str:
 
 
 def _is_ipv6(text: str) -> bool:
-    try:
-        return ipaddress.ip_address(text).version == 6
-    except ValueError:
-        return False
+    return _ip_version(text) == 6
 
 
 def check_liveness_endpoint(url: str) -> None:
