@@ -16,7 +16,7 @@ import pytest
 from neuronfleet.sim import runner
 from neuronfleet.sim.command import EPILOG, run_cli
 from neuronfleet.sim.profiles import dump_profile
-from neuronfleet.sim.trace import MAX_SPAN_SECONDS, TraceError, load
+from neuronfleet.sim.trace import MAX_SPAN_SECONDS, TraceError, load, unit_note
 
 REPO = Path(__file__).resolve().parents[2]
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
@@ -367,6 +367,40 @@ def test_the_cold_start_bound_printed_is_the_one_compared(
             "t.csv leaves 450 s and 101 trace requests to measure; a measured span must last at least one cold "
             "start of bert-base (450.52 s): use a longer trace" in err
         )
+
+
+def test_short_relative_milliseconds_read_as_seconds_get_a_unit_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 40 min in ms read as seconds spans 27.8 days: under the 60-day limit, so no refusal; the note
+    # is what tells the user the trace was read 1000x stretched.
+    csv = tmp_path / "t.csv"
+    csv.write_text("time\n" + "".join(f"{ms}\n" for ms in range(0, 2_400_001, 2000)))
+    out_dir = str(tmp_path / "o")
+    assert run_cli(["--trace", str(csv), *QUICK, "--peak-replicas", "2", "--out", out_dir]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "note: t.csv: its times, read as seconds, span 27.8 days at 0.0005 requests/s; pass --time-unit ms if "
+        "they are milliseconds (40.0 min at 0.5 requests/s)" in out
+    )
+    # A unit chosen on the command line is the user's word: no note.
+    assert run_cli(["--trace", str(csv), *QUICK, "--time-unit", "s", "--peak-replicas", "2", "--out", out_dir]) == 0
+    assert "note:" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("times", "noted"),
+    [
+        pytest.param([i * 0.5 for i in range(0, 400_000)], False, id="dense-multi-day-like-nasa"),
+        pytest.param([i * 600.0 for i in range(0, 300)], True, id="sparse-multi-day"),
+        pytest.param([i * 600.0 for i in range(0, 100)], False, id="under-a-day"),
+        pytest.param([1.7e9 + i * 600.0 for i in range(0, 300)], False, id="unix-seconds"),
+    ],
+)
+def test_unit_note_only_for_sparse_relative_multi_day_traces(tmp_path: Path, times: list[float], noted: bool) -> None:
+    csv = tmp_path / "t.csv"
+    csv.write_text("time\n" + "".join(f"{t}\n" for t in times))
+    assert (unit_note(load(csv), "s") is not None) is noted
 
 
 def test_relative_milliseconds_read_as_seconds_get_the_time_unit_hint(

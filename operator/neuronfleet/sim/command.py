@@ -41,6 +41,7 @@ from neuronfleet.sim.trace import (
     TraceError,
     describe,
     load,
+    unit_note,
     with_history_pass,
 )
 from neuronfleet.sim.workload import (
@@ -187,8 +188,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--time-unit",
         choices=TIME_UNITS,
-        default="s",
-        help="unit of numeric trace times: s (default), ms or us (date-times are read as such)",
+        help="unit of numeric trace times: s (default), ms or us (date-times are read as such); "
+        "relative times that read as a sparse multi-day trace in the default get a note",
     )
     p.add_argument("--duration", type=_positive_seconds, metavar="S", help="use only the first S seconds of the trace")
     p.add_argument(
@@ -620,13 +621,17 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         )
     for note in notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
-    trace = load(args.trace or args.tune_on, args.time_unit)
+    time_unit = args.time_unit or "s"
+    trace = load(args.trace or args.tune_on, time_unit)
+    score_trace = load(args.score_on, time_unit) if args.score_on else None
+    if args.time_unit is None:
+        # Before --duration cuts them: the note is about how the file was read.
+        unit_notes = [unit_note(read, time_unit) for read in (trace, score_trace) if read is not None]
+        for unit_hint in filter(None, unit_notes):
+            console.print(f"[yellow]note:[/yellow] {escape(unit_hint)}", highlight=False)
     if args.duration is not None:
         trace = _truncated(trace, args.duration)
-    score_trace = None
-    if args.score_on:
-        score_trace = load(args.score_on, args.time_unit)
-        if args.duration is not None:
+        if score_trace is not None:
             score_trace = _truncated(score_trace, args.duration)
     profile_sources = args.profile or ["bert-base"]
     profiles = [load_profile(name) for name in profile_sources]

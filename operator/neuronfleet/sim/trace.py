@@ -361,6 +361,43 @@ def describe(trace: Trace) -> str:
     return f"{len(trace):,} requests over {format_span(trace.duration)} from {start}, {rate}"
 
 
+#: A relative numeric trace read as seconds that spans more than this at less than
+#: :data:`SPARSE_RATE` requests/s gets a unit note (:func:`unit_note`): relative milliseconds under
+#: ~1.4 h read as seconds span less than :data:`MAX_SPAN_SECONDS`, so the span check passes them.
+SPARSE_SPAN_SECONDS = 86400.0
+#: Requests per second below which a day-long relative trace is more likely milliseconds than a
+#: fleet's traffic (the shared NASA trace, relative seconds over 14 days, carries 1.6/s).
+SPARSE_RATE = 0.1
+
+
+def unit_note(trace: Trace, time_unit: str) -> str | None:
+    """A note for numeric relative times read in ``time_unit`` (the default, not chosen) that span over a
+    day at under :data:`SPARSE_RATE` requests/s: each smaller unit in which they would span a
+    plausible time, with that span and rate. None otherwise. A note, not a refusal: a sparse
+    multi-day trace is possible, and the header says what was read."""
+    if trace.dated or trace.start >= 1e8 or trace.duration <= SPARSE_SPAN_SECONDS:
+        return None
+    rate = len(trace) / trace.duration
+    if rate >= SPARSE_RATE:
+        return None
+    units = list(TIME_UNITS)
+    options = []
+    for candidate in units[units.index(time_unit) + 1 :]:
+        factor = TIME_UNITS[candidate] / TIME_UNITS[time_unit]
+        scaled = trace.duration * factor
+        if scaled >= MIN_PLAUSIBLE_SPAN_SECONDS:
+            options.append(
+                f"--time-unit {candidate} if they are {UNIT_NAMES[candidate]} ({format_span(scaled)} at "
+                f"{rate / factor:.3g} requests/s)"
+            )
+    if not options:
+        return None
+    return (
+        f"{Path(trace.source).name}: its times, read as {UNIT_NAMES[time_unit]}, span {format_span(trace.duration)} "
+        f"at {rate:.3g} requests/s; pass {' or '.join(options)}"
+    )
+
+
 def spread_within_seconds(arrivals: FloatArray) -> FloatArray:
     """Whole-second times with repeats spread evenly within their second (see the module docstring)."""
     if len(arrivals) < 2 or not np.all(arrivals == np.floor(arrivals)):
