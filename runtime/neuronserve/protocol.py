@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -67,8 +68,9 @@ class InferRequest:
 
 @dataclass(frozen=True)
 class TextRequest:
-    """A validated text request, not tokenized yet: tokenizing takes about a second per megabyte of
-    text, so the server does it off its event loop (``tokenized``)."""
+    """A validated text request, not tokenized yet: tokenizing can take up to about a second per
+    megabyte of text (a text with no blank to cut it at, :func:`tokenize_with`), so the server does
+    it off its event loop (``tokenized``)."""
 
     id: str | None
     texts: list[str]
@@ -529,6 +531,28 @@ def tokenizer_from_file(path: str, max_length: int) -> Tokenize:
     return tokenize_with(Tokenizer.from_file(path), max_length)
 
 
+#: Characters of a long text tokenized first, per token kept (:func:`tokenize_with`): English
+#: averages 4-5 characters a token; a prefix that still yields too few tokens (much whitespace,
+#: characters the normalizer drops) is tokenized whole instead.
+PREFIX_CHARS_PER_TOKEN = 16
+#: The end of a word followed by ASCII whitespace: where a cut leaves the tokens before it as the
+#: whole text has them (every tokenizer whitespace-splits at ASCII blanks).
+_WORD_END = re.compile(r"(?<=\S)[ \t\n\r]")
+
+
+def _splits_at_whitespace(tokenizer: Any) -> bool:
+    """Whether ``tokenizer``'s pre-tokenizer splits words at a blank (BERT, byte-level BPE, SentencePiece's
+    Metaspace): then the tokens of a prefix cut at a word end are the first tokens of the whole text."""
+    pre_tokenizer = getattr(tokenizer, "pre_tokenizer", None)
+    if pre_tokenizer is None:
+        return False
+    try:
+        pieces = pre_tokenizer.pre_tokenize_str("ab cd")
+    except Exception:  # an exotic pre-tokenizer: tokenize every text whole, as before
+        return False
+    return len(pieces) == 2 and pieces[0][1][1] <= 2
+
+
 def tokenize_with(tokenizer: Any, max_length: int) -> Tokenize:
     """A Tokenize over a ``tokenizers.Tokenizer``, truncating at ``max_length`` tokens.
 
@@ -536,15 +560,38 @@ def tokenize_with(tokenizer: Any, max_length: int) -> Tokenize:
     in the other tokenizer threads, so a short text tokenized beside a megabyte of text waited the
     second that one took. Encodings themselves run side by side. A call
     for another length is refused (ValueError): the one tokenizer is shared by the threads.
+
+    A text longer than :data:`PREFIX_CHARS_PER_TOKEN` characters per kept token is first tokenized
+    only up to the end of a word past that many characters: when that prefix fills ``max_length``,
+    its tokens are the whole text's (words are tokenized apart), and a megabyte of text costs what
+    its first kilobytes do (1.5 ms instead of 0.7 s of CPU for MiniLM). A prefix that does not fill
+    it, a text with no blank to cut at, or a tokenizer that does not split words at blanks, is
+    tokenized whole.
     """
     tokenizer.no_padding()
     tokenizer.enable_truncation(max_length=max_length)
     truncation = max_length
+    prefix_chars = max_length * PREFIX_CHARS_PER_TOKEN if _splits_at_whitespace(tokenizer) else None
+
+    def cut(text: str) -> str:
+        if prefix_chars is None or len(text) <= prefix_chars:
+            return text
+        end = _WORD_END.search(text, prefix_chars)
+        return text[: end.start()] if end else text
 
     def tokenize(texts: Sequence[str], max_length: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         if max_length != truncation:
             raise ValueError(f"this tokenizer truncates at {truncation} tokens, not {max_length}")
-        encodings = tokenizer.encode_batch(list(texts))
+        cuts = [cut(text) for text in texts]
+        encodings = tokenizer.encode_batch(cuts)
+        short = [
+            row
+            for row, (text, prefix, enc) in enumerate(zip(texts, cuts, encodings, strict=True))
+            if len(prefix) < len(text) and len(enc.ids) < truncation
+        ]
+        if short:
+            for row, enc in zip(short, tokenizer.encode_batch([texts[row] for row in short]), strict=True):
+                encodings[row] = enc
         width = max(1, *(len(e.ids) for e in encodings))
         ids = np.zeros((len(encodings), width), dtype=np.int64)
         mask = np.zeros((len(encodings), width), dtype=np.int64)

@@ -9,7 +9,7 @@ to reach kube-proxy and load balancers, so requests keep arriving); then new one
 Retry-After, requests received whole (still parsed or tokenized), queued and executing finish, and
 the process exits 0, all within the grace period (what is still queued or running at its end is
 answered 503, and open connections are closed, about a second later; a text being tokenized then
-delays the exit until it is, about a second per megabyte). From SIGTERM on every response says
+delays the exit until it is, at most about a second per megabyte). From SIGTERM on every response says
 ``Connection: close``, so clients reconnect to another replica. A verification or load failure exits non-zero with the
 reason on stderr: 2, or ``MANIFEST_MISMATCH_EXIT_CODE`` (4) when the manifest at the artifact URI
 is not the one ``--manifest-sha256`` pins (checked before anything else is read or loaded).
@@ -59,9 +59,10 @@ log = logging.getLogger("neuronserve")
 
 Phase = Literal["starting", "ready", "draining"]
 MIN_BODY_BYTES = 1 << 20
-#: Threads that tokenize text requests, off the event loop (a megabyte of text takes about a second,
-#: during which the loop would answer nothing, health probes included). A few, not one per request:
-#: they share the host's CPUs with the event loop and the model; more text requests wait their turn.
+#: Threads that tokenize text requests, off the event loop (a megabyte of text with no blank to cut
+#: it at takes about a second, during which the loop would answer nothing, health probes included).
+#: A few, not one per request: they share the host's CPUs with the event loop and the model; more
+#: text requests wait their turn.
 TOKENIZE_THREADS = 2
 
 
