@@ -343,3 +343,16 @@ def test_the_rules_render_as_a_rule_file_without_the_prometheus_operator(tmp_pat
     checked = promtool("check", "rules", str(rule_file))
     assert checked.returncode == 0 and "SUCCESS: 9 rules found" in checked.stdout, checked.stdout + checked.stderr
     assert 'job="neuronfleet-operator"' in rule_file.read_text()
+
+
+def test_hand_over_gap_bridges_the_alerts_a_hand_over_interrupts_and_can_be_left_out() -> None:
+    def bridged(*sets: str) -> set[str]:
+        return {name for name, r in alerts(prometheus_rule(sets)).items() if r["expr"].startswith("last_over_time((")}
+
+    assert bridged() == PER_DEPLOYMENT_OPERATOR_ALERTS
+    assert all(
+        r["expr"].endswith(")[7m:])")
+        for name, r in alerts(prometheus_rule(("monitoring.alerts.handOverGap=7m",))).items()
+        if name in PER_DEPLOYMENT_OPERATOR_ALERTS
+    )
+    assert bridged("monitoring.alerts.handOverGap=") == set()
