@@ -17,6 +17,7 @@ from neuronfleet.planning.scaling import (
     ScalingState,
     decide,
     resume,
+    scale_down_limit,
     service_rate_key,
 )
 from neuronfleet.planning.signals import MetricSnapshot
@@ -688,3 +689,24 @@ def test_a_measured_fleet_scales_down_without_the_signals_it_no_longer_uses() ->
     without_queue = replace(quiet, queue_depth=None)
     held = decide(s, state, without_queue, 10, 10, 45)
     assert held.recommendation == 10 and "no scale-down: queue_depth missing" in held.reason
+
+
+def test_a_percent_scale_down_floor_is_truncated_as_hpa_does() -> None:
+    # HPA's calculateScaleDownLimitWithBehaviors truncates int32(start * (1 - value/100)); rounded
+    # up, a 10 % policy kept a fleet of 10 or fewer at its size for good (8 x 0.9 = 7.2 -> 8).
+    behavior = {
+        "scaleDown": {
+            "stabilizationWindowSeconds": 0,
+            "policies": [{"type": "Percent", "value": 10, "periodSeconds": 60}],
+        }
+    }
+    s = spec(scaleDownDelayMode="Fixed", behavior=behavior)
+    assert scale_down_limit(s.behavior.scale_down, (), 8, 0.0) == 7
+    assert scale_down_limit(s.behavior.scale_down, (), 10, 0.0) == 9
+    state, current = ScalingState(), 8
+    for tick in range(9):
+        now = tick * 15.0
+        decision = decide(s, state, snap(now, 5, 0.05), current=current, ready=current, now=now)
+        state, current = decision.new_state, decision.desired
+    assert decision.recommendation == 1
+    assert current == 5  # one replica per 60 s period: at 0, 60 and 120 s

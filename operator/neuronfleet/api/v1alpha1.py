@@ -517,7 +517,10 @@ class PlacementSpec(ApiModel):
 class ScalingPolicy(ApiModel):
     """One rate limit on scaling, as in HPA behavior: at most `value` pods or percent per period."""
 
-    type: Literal["Pods", "Percent"] = Field(description="Pods: an absolute count; Percent: of the current replicas.")
+    type: Literal["Pods", "Percent"] = Field(
+        description="Pods: an absolute count; Percent: of the replicas at the period's start, a scale-up "
+        "limit rounded up and a scale-down floor rounded down, as HPA (10% of 8 replicas lets one go)."
+    )
     value: int = Field(ge=1, le=10000, description="How many pods (or percent) may be added or removed per period.")
     period_seconds: int = Field(ge=1, le=1800, description="Window the limit applies over.")
 

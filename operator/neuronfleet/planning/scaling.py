@@ -409,7 +409,10 @@ def scale_down_limit(rules: ScalingRules, events: tuple[tuple[float, int], ...],
         if policy.type == "Pods":
             limits.append(start - policy.value)
         else:
-            limits.append(math.ceil(start * (1 - policy.value / 100)))
+            # Truncated, as HPA's calculateScaleDownLimitWithBehaviors does
+            # (int32(float64(periodStartReplicas) * (1 - value/100))): rounded up, a 10 % policy
+            # never let a fleet of 10 or fewer replicas shrink at all.
+            limits.append(int(start * (1 - policy.value / 100)))
     # Max selects the policy allowing the largest change, i.e. the lowest replica floor.
     limit = min(limits) if rules.select_policy == "Max" else max(limits)
     # As HPA: a scale-down limit never grows the fleet (additions within the period, or removals
