@@ -18,6 +18,7 @@ from neuronfleet.planning.scaling import (
     decide,
     resume,
     scale_down_limit,
+    scale_up_limit,
     service_rate_key,
 )
 from neuronfleet.planning.signals import MetricSnapshot
@@ -604,9 +605,10 @@ def test_a_percent_scale_up_policy_can_start_a_fleet_at_zero(policies: list[dict
 
 
 def test_a_scale_up_limit_never_scales_the_fleet_down() -> None:
-    # Scale-ups and a scale-down within one scale-up period leave the period's start (current less
-    # what was added) below what the fleet had: the limit then fell below the current count and a
-    # recommendation to grow shrank the fleet. As HPA does, the limit is at least the current count.
+    # Scale-ups and a scale-down within one scale-up period: when the period's start counted only
+    # what was added, it lay below what the fleet had, the limit fell below the current count and a
+    # recommendation to grow shrank the fleet. As HPA does, the limit is at least the current count
+    # (growth beyond the policies, as in panic, still puts the start that low).
     behavior = {
         "scaleUp": {
             "stabilizationWindowSeconds": 0,
@@ -710,3 +712,26 @@ def test_a_percent_scale_down_floor_is_truncated_as_hpa_does() -> None:
         state, current = decision.new_state, decision.desired
     assert decision.recommendation == 1
     assert current == 5  # one replica per 60 s period: at 0, 60 and 120 s
+
+
+def test_a_policy_period_starts_at_current_less_added_plus_removed_as_in_hpa() -> None:
+    # HPA (kubernetes/kubernetes#109058) starts both directions' periods at current - added +
+    # deleted. Counting only additions for a scale-up, a burst right after 10 -> 4 was limited to 8
+    # (twice the lowered count) where HPA allows 20; counting only removals for a scale-down, a
+    # shrink right after 4 -> 10 at 50 %/60 s stopped at 5 where HPA goes to 2.
+    s = spec()
+    assert scale_up_limit(s.behavior.scale_up, ((0.0, -6),), 4, 10.0) == 20
+    halve = spec(behavior={"scaleDown": {"policies": [{"type": "Percent", "value": 50, "periodSeconds": 60}]}})
+    assert scale_down_limit(halve.behavior.scale_down, ((0.0, 6),), 10, 10.0) == 2
+    # Events outside the period do not count, and the limit never moves the fleet the other way.
+    assert scale_up_limit(s.behavior.scale_up, ((0.0, -6),), 4, 20.0) == 8
+    assert scale_down_limit(halve.behavior.scale_down, ((0.0, 6), (5.0, -8)), 2, 10.0) == 2
+    # Through decide: 10 -> 4 on a quiet reading, then a burst within the scale-up period.
+    quick = spec(
+        panicThreshold=10, scaleDownDelayMode="Fixed", behavior={"scaleDown": {"stabilizationWindowSeconds": 0}}
+    )
+    down = decide(quick, ScalingState(), snap(0, 35, 0.1), current=10, ready=10, now=0)
+    assert down.desired == 4
+    burst = decide(quick, down.new_state, snap(10, 350, 0.1), current=4, ready=4, now=10)
+    assert burst.recommendation == 35
+    assert burst.desired == 20

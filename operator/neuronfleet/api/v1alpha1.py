@@ -522,7 +522,12 @@ class ScalingPolicy(ApiModel):
         "limit rounded up and a scale-down floor rounded down, as HPA (10% of 8 replicas lets one go)."
     )
     value: int = Field(ge=1, le=10000, description="How many pods (or percent) may be added or removed per period.")
-    period_seconds: int = Field(ge=1, le=1800, description="Window the limit applies over.")
+    period_seconds: int = Field(
+        ge=1,
+        le=1800,
+        description="Window the limit applies over: it counts from the replicas at the window's start "
+        "(the current count less what was added within it, plus what was removed, as HPA).",
+    )
 
 
 StabilizationWindowSeconds = Annotated[

@@ -55,7 +55,8 @@ The rule, in order:
 4. Otherwise HPA v2 behavior, as ``pkg/controller/podautoscaler`` does it: stabilization keeps the
    result between the minimum of the recommendations in the scale-up window and the maximum of
    those in the scale-down window; rate policies limit the change against the replica count at the
-   start of each policy's period, and ``select_policy`` picks the most (Max) or least (Min)
+   start of each policy's period (the current count less what was added within it, plus what was
+   removed, in both directions), and ``select_policy`` picks the most (Max) or least (Min)
    permissive, or forbids the direction (Disabled). A limit never moves the fleet the other way
    (HPA's guard), and from zero replicas a Percent policy allows one.
    The scale-down window is the longer of the stabilization window and the scale-down delay: in
@@ -373,9 +374,14 @@ def _measure_cold_start(
     return tuple(waiting), measured
 
 
-def _period_change(events: tuple[tuple[float, int], ...], now: float, period: float, sign: int) -> int:
-    """Replicas added (sign=1) or removed (sign=-1) by events within ``period`` before ``now``."""
-    return sum(sign * change for t, change in events if t > now - period and sign * change > 0)
+def _period_start(events: tuple[tuple[float, int], ...], current: int, now: float, period: float) -> int:
+    """The replicas at the start of the ``period`` before ``now``: ``current`` less what the events
+    within it added, plus what they removed. HPA counts both since kubernetes/kubernetes#109058
+    (``currentReplicas - replicasAddedInCurrentPeriod + replicasDeletedInCurrentPeriod`` in
+    calculateScaleUpLimitWithScalingRules and calculateScaleDownLimitWithBehaviors): counting one
+    direction, a scale-up right after a scale-down was limited from the lowered count (10 -> 4, then
+    at most 8 where HPA allows 20)."""
+    return current - sum(change for t, change in events if t > now - period)
 
 
 def scale_up_limit(rules: ScalingRules, events: tuple[tuple[float, int], ...], current: int, now: float) -> int:
@@ -385,7 +391,7 @@ def scale_up_limit(rules: ScalingRules, events: tuple[tuple[float, int], ...], c
         return current
     limits = []
     for policy in rules.policies:
-        start = current - _period_change(events, now, policy.period_seconds, 1)
+        start = _period_start(events, current, now, policy.period_seconds)
         if policy.type == "Pods":
             limits.append(start + policy.value)
         else:
@@ -394,8 +400,9 @@ def scale_up_limit(rules: ScalingRules, events: tuple[tuple[float, int], ...], c
             # or a fleet scaled to zero could never start again.
             limits.append(grown if start > 0 else max(grown, 1))
     limit = max(limits) if rules.select_policy == "Max" else min(limits)
-    # As HPA: the period's start counts only what was added, so removals within the period can put
-    # the limit below the current count; a scale-up limit never shrinks the fleet.
+    # As HPA (convertDesiredReplicasWithBehaviorRate): a scale-up limit never shrinks the fleet.
+    # Growth beyond the policies within the period (panic mode skips them, a raised minReplicas)
+    # puts the period's start low enough for the limit to fall below the count.
     return max(limit, current)
 
 
@@ -405,7 +412,7 @@ def scale_down_limit(rules: ScalingRules, events: tuple[tuple[float, int], ...],
         return current
     limits = []
     for policy in rules.policies:
-        start = current + _period_change(events, now, policy.period_seconds, -1)
+        start = _period_start(events, current, now, policy.period_seconds)
         if policy.type == "Pods":
             limits.append(start - policy.value)
         else:
@@ -415,8 +422,9 @@ def scale_down_limit(rules: ScalingRules, events: tuple[tuple[float, int], ...],
             limits.append(int(start * (1 - policy.value / 100)))
     # Max selects the policy allowing the largest change, i.e. the lowest replica floor.
     limit = min(limits) if rules.select_policy == "Max" else max(limits)
-    # As HPA: a scale-down limit never grows the fleet (additions within the period, or removals
-    # outside the policies, such as a lowered maxReplicas, put the period's start above the count).
+    # As HPA (convertDesiredReplicasWithBehaviorRate): a scale-down limit never grows the fleet
+    # (removals beyond the policies within the period, such as a lowered maxReplicas, put the
+    # period's start high enough for the floor to lie above the count).
     return min(limit, current)
 
 
