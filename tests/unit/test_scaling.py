@@ -735,3 +735,30 @@ def test_a_policy_period_starts_at_current_less_added_plus_removed_as_in_hpa() -
     burst = decide(quick, down.new_state, snap(10, 350, 0.1), current=4, ready=4, now=10)
     assert burst.recommendation == 35
     assert burst.desired == 20
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "service_rate"),
+    [
+        (MetricSnapshot(0, queue_depth=0.0, in_flight=1.0, utilization=1e308), None),
+        (MetricSnapshot(0, queue_depth=0.0, in_flight=1.0, arrival_rate=1e308, utilization=0.5), 1.0),
+        (MetricSnapshot(0, queue_depth=1e308, in_flight=1.0, arrival_rate=10.0, utilization=0.5), 1.0),
+    ],
+)
+def test_a_huge_finite_sample_asks_for_the_most_replicas_instead_of_raising(
+    snapshot: MetricSnapshot, service_rate: float | None
+) -> None:
+    # A finite sample passes the snapshot's check; the signal it made overflowed to inf, and
+    # math.ceil(inf) raised OverflowError out of every reconcile of the deployment.
+    s = spec(panicWindowSeconds=6, maxReplicas=50)
+    state = replace(ScalingState(), service_rate=service_rate, measured_since=0.0 if service_rate else None)
+    decision = decide(s, state, snapshot, current=4, ready=4, now=0)
+    assert decision.recommendation is not None and decision.recommendation >= 50
+    assert decision.desired == 50  # panic: past the rate limits, up to maxReplicas
+
+
+def test_an_arrival_rate_overflowing_over_the_busy_ratio_is_no_service_rate() -> None:
+    # 1e308 / 0.2 is inf: learned, it read every later arrival rate as no demand at all.
+    snapshot = MetricSnapshot(60, queue_depth=0.0, in_flight=1.0, arrival_rate=1e308, utilization=0.2)
+    state = replace(ScalingState(), recent=((0.0, 1, 1e308), (30.0, 1, 1e308)))
+    assert decide(spec(), state, snapshot, current=1, ready=1, now=60).new_state.service_rate is None

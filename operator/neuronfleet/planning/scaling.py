@@ -130,6 +130,10 @@ MAX_LAUNCH_AGE_SECONDS = 3600.0
 #: burst the 1-minute arrival rate cannot show, caught part-way (a 15 s scrape samples it at a
 #: random instant).
 BURST_SECONDS = 0.25
+#: A signal above this many replicas counts as this many: far above any ``maxReplicas`` (the API
+#: allows 1,000), so the bounded result is the same, and a huge but finite sample (1e308) no longer
+#: overflows to inf, which ``math.ceil`` refuses (every reconcile of the deployment then failed).
+MAX_SIGNAL_REPLICAS = 1e9
 #: Longest rate-policy period the API allows; older scale events are forgotten.
 MAX_POLICY_PERIOD_SECONDS = 1800.0
 #: The checkpoint is renewed this often: each renewal is a status write (12 an hour per deployment
@@ -293,13 +297,18 @@ def _signals(spec: ScalingSpec, snapshot: MetricSnapshot, ready: int, service_ra
             # BURST_SECONDS.
             excess = queued - spec.target_queue_depth * ready
             signals["burst"] = ready + excess / (BURST_SECONDS * per_replica)
-        return signals
+        return _capped(signals)
     # Before a service rate is known: queued plus in-flight requests, and the device-busy ratio.
     if snapshot.load is not None:
         signals["load"] = min(snapshot.load / spec.target_queue_depth, cap)
     if snapshot.utilization is not None and ready > 0:
         signals["utilization"] = snapshot.utilization * ready / spec.target_utilization
-    return signals
+    return _capped(signals)
+
+
+def _capped(signals: dict[str, float]) -> dict[str, float]:
+    """``signals`` with each value at most :data:`MAX_SIGNAL_REPLICAS` (inf included)."""
+    return {name: min(value, MAX_SIGNAL_REPLICAS) for name, value in signals.items()}
 
 
 def _steady(
@@ -331,6 +340,8 @@ def _update_service_rate(
     if not SERVICE_RATE_MIN_UTILIZATION <= util <= SERVICE_RATE_MAX_UTILIZATION or queued > ready:
         return previous
     observed = rate / (util * ready)
+    if not math.isfinite(observed):
+        return previous  # a huge sample over a small busy ratio: no rate a replica serves
     if previous is None:
         return observed
     gain = SERVICE_RATE_RISE if observed > previous else SERVICE_RATE_DECAY
@@ -504,7 +515,7 @@ def decide(
         # A rising demand is met a cold start late: ask now for where its trend will be by then.
         trend = _trend(rates, cold_start if cold_start is not None else ASSUMED_COLD_START_SECONDS)
         if trend is not None and trend > signals["rate"]:
-            signals["trend"] = trend
+            signals["trend"] = min(trend, MAX_SIGNAL_REPLICAS)
     longest = float(spec.scale_down_delay_seconds)
     hold_seconds, hold_chosen_at = state.hold_seconds, state.hold_chosen_at
     if spec.scale_down_delay_mode == "Fixed":
