@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec, ScalingSpec
+from neuronfleet.planning.observation import DeploymentMemory, scaling_due
+from neuronfleet.planning.reconcile_plan import decide_targets
 from neuronfleet.planning.scaling import (
     SERVICE_RATE_DECAY,
     SERVICE_RATE_RISE,
@@ -762,3 +764,42 @@ def test_an_arrival_rate_overflowing_over_the_busy_ratio_is_no_service_rate() ->
     snapshot = MetricSnapshot(60, queue_depth=0.0, in_flight=1.0, arrival_rate=1e308, utilization=0.2)
     state = replace(ScalingState(), recent=((0.0, 1, 1e308), (30.0, 1, 1e308)))
     assert decide(spec(), state, snapshot, current=1, ready=1, now=60).new_state.service_rate is None
+
+
+def test_a_wall_clock_stepped_back_neither_skips_decisions_nor_holds_a_burst() -> None:
+    # Stepped back 600 s (NTP, a restored VM): now - last decision stayed negative, so no decision
+    # was due for 615 s and the last one (3 replicas) was served through a burst; decided, the calm
+    # recommendation stamped in the future still held the scale-up window's minimum at the fleet.
+    deployment = InferenceDeploymentSpec.model_validate(
+        {
+            "model": {"source": "s3://models/bert"},
+            "scaling": {"minReplicas": 1, "maxReplicas": 40, "targetQueueDepth": 8},
+        }
+    )
+    start = 1_800_000_000.0
+    calm = MetricSnapshot(start, queue_depth=0.0, in_flight=4.0, utilization=0.5)
+    targets, memory = decide_targets(deployment, DeploymentMemory(), calm, "", 4, 4, start)
+    assert targets.scale.desired == 3
+    stepped = start - 600 + 15
+    assert scaling_due(deployment.scaling.interval_seconds, memory, stepped)
+    burst = MetricSnapshot(stepped, queue_depth=400.0, in_flight=40.0, utilization=1.0)
+    targets, memory = decide_targets(deployment, memory, burst, "", 4, 4, stepped)
+    assert targets.scale.desired == 8 and targets.scale.panic
+    # The state's times were moved back with the clock: nothing is left in its future.
+    state = memory.scaling_state
+    assert all(t <= stepped for t, _ in (*state.recommendations, *state.scale_events, *state.demands))
+
+
+def test_a_clock_stepped_back_moves_the_history_and_renews_the_checkpoint() -> None:
+    s = spec(scaleDownDelayMode="Learned")
+    state = replace(steady(s, 400, 0.8, 10), measured_since=0.0)
+    for tick in range(3, 40):
+        state = decide(s, state, snap(15.0 * tick, 4, 0.8, rate=400), 10, 10, 15.0 * tick).new_state
+    history, checkpoint = state.history, state.checkpoint
+    assert checkpoint is not None and len(history.needs) == 10
+    back = 15.0 * 40 - 300  # the clock stepped back 5 minutes
+    after = decide(s, state, snap(back, 4, 0.8, rate=400), 10, 10, back).new_state
+    # The minutes go on from the last one (not folded into minutes that are now in the future).
+    assert after.history.first_minute + len(after.history.needs) - 1 == int(back // 60)
+    assert len(after.history.needs) in (10, 11)
+    assert after.checkpoint is not None and after.checkpoint.time == back

@@ -755,7 +755,13 @@ class ScalingSpec(ApiModel):
         "does not scale on it, and neuronfleet simulate measures attainment against its --slo-ms "
         "(default: the profile's SLO), not this field.",
     )
-    interval_seconds: int = Field(default=15, ge=1, le=600, description="How often the autoscaler evaluates.")
+    interval_seconds: int = Field(
+        default=15,
+        ge=1,
+        le=600,
+        description="How often the autoscaler evaluates: at the first reconcile at least this long after its "
+        "last decision, and at once when the clock reads before that decision (stepped back).",
+    )
     tolerance: float = Field(
         default=0.1,
         ge=0,

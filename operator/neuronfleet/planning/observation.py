@@ -204,8 +204,13 @@ def seen_status(body_status: Mapping[str, Any], memory: DeploymentMemory) -> Map
 
 
 def scaling_due(interval_seconds: float, memory: DeploymentMemory, now: float) -> bool:
-    """Whether the autoscaler decides this round (every ``spec.scaling.intervalSeconds``)."""
-    return memory.last_scaling_at is None or now - memory.last_scaling_at >= interval_seconds
+    """Whether the autoscaler decides this round (every ``spec.scaling.intervalSeconds``).
+
+    A clock that reads before the last decision was stepped back (NTP, a restored VM): due, or the
+    autoscaler re-served its last decision, a burst unseen, until the clock caught up with it.
+    """
+    last = memory.last_scaling_at
+    return last is None or now < last or now - last >= interval_seconds
 
 
 def corrupt_annotations(annotations: Mapping[str, str]) -> tuple[str, ...]:

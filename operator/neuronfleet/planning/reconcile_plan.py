@@ -150,7 +150,7 @@ def _same_decision(
     return (
         last is not None
         and written is not None
-        and now - written < MESSAGE_REFRESH_SECONDS
+        and 0 <= now - written < MESSAGE_REFRESH_SECONDS  # (a clock stepped back renews it)
         # A new checkpoint writes the status anyway: the message's figures are renewed with it.
         and scale.new_state.checkpoint is memory.scaling_state.checkpoint
         and (last.desired, last.recommendation) == (scale.desired, scale.recommendation)

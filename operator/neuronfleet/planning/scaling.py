@@ -466,6 +466,7 @@ def decide(
     # Auto never scales to zero: no replica would report the traffic to scale up again (the CRD
     # refuses minReplicas 0 in Auto mode; an object stored before that rule is held at one).
     low = max(low, min(1, high))
+    state = _rebased(state, now, float(spec.interval_seconds))
 
     forgotten = ""
     if rate_key is not None and state.service_rate_key not in (None, rate_key):
@@ -666,7 +667,7 @@ def decide(
         need = math.ceil(max(signals["rate"], signals.get("burst", 0.0)) * spec.target_utilization - 1e-9)
         history = hold.record(history, now, recommendation, need, float(spec.interval_seconds))
     checkpoint = state.checkpoint
-    if service_rate and (checkpoint is None or now - checkpoint.time >= CHECKPOINT_SECONDS):
+    if service_rate and (checkpoint is None or not 0 <= now - checkpoint.time < CHECKPOINT_SECONDS):
         checkpoint = Checkpoint(now, service_rate, cold_start, hold_seconds, history, state.service_rate_key)
     new_state = ScalingState(
         recommendations=recommendations,
@@ -694,6 +695,59 @@ def decide(
         reason += "; " + "; ".join(notes)
     demand = math.ceil(signals["rate"] - 1e-9) if "rate" in signals else recommendation
     return ScalingDecision(bounded, reason, new_state, recommendation, in_panic, signals, _clamp(demand, low, high))
+
+
+def _latest(state: ScalingState) -> float | None:
+    """The latest time ``state`` holds (its last decision's, or its takeover's)."""
+    times = [
+        *(t for t, *_ in state.recent[-1:]),
+        *(t for t, _ in state.recommendations[-1:]),
+        *(t for t, _ in state.scale_events[-1:]),
+        *(t for t, _ in state.launches[-1:]),
+    ]
+    found = state.fleet_found[0] if state.fleet_found is not None else None
+    times += [
+        t for t in (found, state.hold_chosen_at, state.measured_since, state.panic_last_triggered) if t is not None
+    ]
+    return max(times) if times else None
+
+
+def _rebased(state: ScalingState, now: float, interval: float) -> ScalingState:
+    """``state`` with every time moved back so that its latest lies ``interval`` before ``now``, when
+    ``now`` reads before it (a wall clock stepped back: NTP, a restored VM); else ``state``.
+
+    Left in the future, its recommendations held the fleet (the scale-up window's minimum included a
+    calm recommendation for the length of the step, so a burst was served late), its scale events
+    counted against every rate limit and its history's minutes were folded into. The checkpoint keeps
+    its time: it is renewed at once (its time is after ``now``).
+    """
+    latest = _latest(state)
+    if latest is None or now >= latest:
+        return state
+    shift = now - interval - latest
+
+    def moved(pairs: tuple[tuple[float, int], ...]) -> tuple[tuple[float, int], ...]:
+        return tuple((t + shift, v) for t, v in pairs)
+
+    history = state.history
+    if history.needs:
+        minutes = int((latest + shift) // hold.BUCKET_SECONDS) - int(latest // hold.BUCKET_SECONDS)
+        history = replace(history, first_minute=history.first_minute + minutes)
+    return replace(
+        state,
+        recommendations=moved(state.recommendations),
+        scale_events=moved(state.scale_events),
+        launches=moved(state.launches),
+        demands=tuple((t + shift, d) for t, d in state.demands),
+        rates=tuple((t + shift, v) for t, v in state.rates),
+        recent=tuple((t + shift, r, a) for t, r, a in state.recent),
+        panic_since=None if state.panic_since is None else state.panic_since + shift,
+        panic_last_triggered=None if state.panic_last_triggered is None else state.panic_last_triggered + shift,
+        hold_chosen_at=None if state.hold_chosen_at is None else state.hold_chosen_at + shift,
+        measured_since=None if state.measured_since is None else state.measured_since + shift,
+        fleet_found=None if state.fleet_found is None else (state.fleet_found[0] + shift, state.fleet_found[1]),
+        history=history,
+    )
 
 
 def _with_event(state: ScalingState, now: float, change: int) -> ScalingState:
