@@ -162,8 +162,23 @@ def test_the_status_section_round_trips_the_checkpoint() -> None:
     back = checkpoint_from_status(wire)
     assert back == Checkpoint(1_740_000_000.0, 2637.4, 451, 900.0, history)
     assert autoscaler_status(None) is None
-    # A service rate that rounds to zero is none the autoscaler uses: no section, no invalid status.
-    assert autoscaler_status(Checkpoint(1.0, 0.04, None, None, History())) is None
+    # No service rate: no section, no invalid status.
+    assert autoscaler_status(Checkpoint(1.0, 0.0, None, None, History())) is None
+
+
+@pytest.mark.parametrize(
+    ("learned", "written"),
+    [(0.06, 0.06), (0.04, 0.04), (0.14, 0.14), (0.0612345, 0.06123), (12.34567, 12.35), (2637.44, 2637.4)],
+)
+def test_a_slow_replicas_service_rate_is_checkpointed_to_four_significant_digits(
+    learned: float, written: float
+) -> None:
+    # Rounded to 0.1/s, an LLM replica's 0.06/s resumed as 0.1 (sized a third too small: 8 replicas
+    # where 13 were needed, then panic to 49) and one of 0.04/s wrote no checkpoint at all.
+    section = autoscaler_status(Checkpoint(1_740_000_000.0, learned, None, None, History()))
+    assert section is not None and section.service_rate_per_replica == written
+    back = checkpoint_from_status(section.to_wire())
+    assert back is not None and back.service_rate == written
 
 
 @pytest.mark.parametrize(

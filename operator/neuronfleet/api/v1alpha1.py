@@ -1023,7 +1023,8 @@ class AutoscalerStatus(ApiModel):
     service_rate_per_replica: float | None = Field(
         default=None,
         gt=0,
-        description="Requests per second one replica was measured to serve, at the batch sizes it ran.",
+        description="Requests per second one replica was measured to serve, at the batch sizes it ran (to "
+        "0.1 or 4 significant digits, whichever is finer: a restarted operator resumes from it).",
     )
     service_rate_key: str | None = Field(
         default=None,

@@ -27,6 +27,7 @@ Three steps, all pure:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -451,16 +452,20 @@ def rfc3339(moment: datetime) -> str:
 def autoscaler_status(checkpoint: Checkpoint | None) -> AutoscalerStatus | None:
     """The ``autoscaler`` section for ``checkpoint`` (absent without one).
 
-    Figures are rounded (0.1 request/s, whole seconds) so that the section reads well; the
-    section changes only when the checkpoint is renewed, so it costs at most one status write per
+    Figures are rounded so that the section reads well: whole seconds, and the service rate to 0.1
+    request/s or 4 significant digits, whichever is finer (a restarted operator resumes from it:
+    rounded to 0.1/s, a slow LLM replica's 0.06/s came back as 0.1 and one of 0.04/s not at all,
+    and the fleet then oscillated between a third too few replicas and panic). The section
+    changes only when the checkpoint is renewed, so it costs at most one status write per
     :data:`~neuronfleet.planning.scaling.CHECKPOINT_SECONDS`.
     """
-    if checkpoint is None or round(checkpoint.service_rate, 1) <= 0:
+    rate = _service_rate_figure(checkpoint.service_rate) if checkpoint is not None else 0.0
+    if checkpoint is None or rate <= 0:
         return None  # a service rate of zero is not one the autoscaler uses (nor the API accepts)
     history = checkpoint.history
     return AutoscalerStatus(
         checkpoint_time=rfc3339(datetime.fromtimestamp(checkpoint.time, UTC)),
-        service_rate_per_replica=round(checkpoint.service_rate, 1),
+        service_rate_per_replica=rate,
         cold_start_seconds=round(checkpoint.cold_start) if checkpoint.cold_start is not None else None,
         scale_down_delay_seconds=checkpoint.hold_seconds,
         history_start_minute=history.first_minute if history.needs else None,
@@ -468,6 +473,13 @@ def autoscaler_status(checkpoint: Checkpoint | None) -> AutoscalerStatus | None:
         history_needs=history.packed[1] if history.needs else None,
         service_rate_key=checkpoint.service_rate_key,
     )
+
+
+def _service_rate_figure(rate: float) -> float:
+    """``rate`` to 0.1 or to 4 significant digits, whichever is finer (0.0 for no positive rate)."""
+    if not rate > 0 or not math.isfinite(rate):
+        return 0.0
+    return round(rate, max(1, 3 - math.floor(math.log10(rate))))
 
 
 def checkpoint_from_status(section: object) -> Checkpoint | None:
