@@ -803,3 +803,31 @@ def test_a_clock_stepped_back_moves_the_history_and_renews_the_checkpoint() -> N
     assert after.history.first_minute + len(after.history.needs) - 1 == int(back // 60)
     assert len(after.history.needs) in (10, 11)
     assert after.checkpoint is not None and after.checkpoint.time == back
+
+
+@pytest.mark.parametrize("query", ["queueDepth", "utilization"])
+def test_a_signal_the_spec_turned_off_is_not_missing(query: str) -> None:
+    # An empty query turns its signal off (the operator's refusal message calls it allowed). Counted
+    # as missing, it forbade every scale-down: a fleet grown for a busy hour stayed at its peak, and
+    # with the queue off the service rate (which waited for a queue reading) was never measured.
+    s = spec(scaleDownDelayMode="Fixed", metrics={query: ""})
+    field = {"queueDepth": "queue_depth", "utilization": "utilization"}[query]
+    state, current = ScalingState(), 8
+    for tick in range(6):
+        now = 15.0 * tick
+        values: dict[str, float | None] = {
+            "queue_depth": 1.0,
+            "in_flight": 2.0,
+            "arrival_rate": 20.0,
+            "utilization": 0.3,
+        }
+        values[field] = None
+        decision = decide(s, state, MetricSnapshot(now, **values), current=current, ready=current, now=now)
+        state, current = decision.new_state, decision.desired
+    assert "missing" not in decision.reason
+    assert current < 8
+    if query == "queueDepth":
+        assert state.service_rate is not None and "rate" in decision.signals
+    # A query that is set and answers nothing is still missing: no scale-down on it.
+    held = decide(spec(scaleDownDelayMode="Fixed"), ScalingState(), MetricSnapshot(0, **values), 8, 8, 0)
+    assert held.desired == 8 and f"{field} missing" in held.reason

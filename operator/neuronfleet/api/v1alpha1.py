@@ -612,11 +612,15 @@ class MetricQueries(ApiModel):
     )
     queue_depth: str = Field(
         default=_DEFAULT_QUERIES["queue_depth"],
-        description="Total requests waiting in the ready replicas' queues.",
+        description="Total requests waiting in the ready replicas' queues. Empty: turned off (not "
+        "missing: the fleet still scales down; the busy ratio alone then keeps a saturated fleet out of the "
+        "service-rate measurement, and bursts shorter than the arrival rate's window go unseen).",
     )
     in_flight: str = Field(
         default=_DEFAULT_QUERIES["in_flight"],
-        description="Total requests the ready replicas are executing (accepted and not answered, less those queued).",
+        description="Total requests the ready replicas are executing (accepted and not answered, less those "
+        "queued). Empty: turned off (not missing; until the service rate is measured there is then no "
+        "queued-plus-in-flight signal).",
     )
     arrival_rate: str = Field(
         default=_DEFAULT_QUERIES["arrival_rate"],
@@ -635,7 +639,9 @@ class MetricQueries(ApiModel):
         default=_DEFAULT_QUERIES["utilization"],
         description="Device-busy ratio (0..1) averaged over the ready active replicas (one still loading "
         "reports 0 and would dilute it). To use neuron-monitor instead: avg(neuroncore_utilization_ratio{...}); "
-        "the default queries need a `pod` label on the series (the chart's PodMonitor adds it).",
+        "the default queries need a `pod` label on the series (the chart's PodMonitor adds it). Empty: "
+        "turned off (not missing): no service rate is measured, and the fleet is sized on queued plus "
+        "in-flight requests.",
     )
     reporting: str = Field(
         default=_DEFAULT_QUERIES["reporting"],

@@ -44,7 +44,8 @@ The rule, in order:
    signals a scale-down needs (``rate()`` over a window holding fewer than two scrapes returns
    nothing), and the in-flight count and busy ratio are not: they no longer size the fleet.
    A snapshot whose samples cover fewer pods than the ready replicas (``reporting``: some pods'
-   scrapes failed, so every sum reads low) is partial and treated alike: grow, never shrink.
+   scrapes failed, so every sum reads low) is partial and treated alike: grow, never shrink. A
+   signal whose query the spec left empty is turned off, not missing (:func:`turned_off`).
 3. Panic mode (Knative's idea, on our signals): when the demand (the signals' maximum) averaged
    over the decisions within ``panic_window_seconds`` reaches ``panic_threshold`` times the ready
    replicas, scaling up skips the scale-up stabilization and rate limits, and nothing scales down
@@ -97,7 +98,7 @@ from dataclasses import dataclass, field, replace
 
 from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec, ScalingRules, ScalingSpec
 from neuronfleet.planning import hold
-from neuronfleet.planning.signals import MetricSnapshot
+from neuronfleet.planning.signals import SIGNALS, MetricSnapshot
 
 #: Knative's stable window: the shortest time panic mode holds after its trigger last fired.
 MIN_PANIC_HOLD_SECONDS = 60.0
@@ -268,6 +269,11 @@ def service_rate_key(spec: InferenceDeploymentSpec, revision: str | None, instan
     )
 
 
+def turned_off(spec: ScalingSpec) -> frozenset[str]:
+    """The signals whose query ``spec`` left empty: turned off, never read, so never missing."""
+    return frozenset(name for name in SIGNALS if not getattr(spec.metrics, name).strip())
+
+
 def _clamp(value: int, low: int, high: int) -> int:
     return max(low, min(high, value))
 
@@ -330,14 +336,16 @@ def _steady(
 
 
 def _update_service_rate(
-    spec: ScalingSpec, snapshot: MetricSnapshot, ready: int, previous: float | None, steady: bool
+    spec: ScalingSpec, snapshot: MetricSnapshot, ready: int, previous: float | None, steady: bool, queue_off: bool
 ) -> float | None:
     util, rate, queued = snapshot.utilization, snapshot.arrival_rate, snapshot.queue_depth
-    if util is None or rate is None or queued is None or ready <= 0 or not steady:
+    # With the queue signal turned off (an empty query) the busy ratio alone must show saturation;
+    # waiting for a queue that is never read, the rate was never measured.
+    if util is None or rate is None or (queued is None and not queue_off) or ready <= 0 or not steady:
         return previous
     # Only an unsaturated fleet tells the service rate: when backlogged, arrivals exceed throughput.
     # A saturated device (utilization near 1, or a queue building) serves less than arrives.
-    if not SERVICE_RATE_MIN_UTILIZATION <= util <= SERVICE_RATE_MAX_UTILIZATION or queued > ready:
+    if not SERVICE_RATE_MIN_UTILIZATION <= util <= SERVICE_RATE_MAX_UTILIZATION or (queued or 0.0) > ready:
         return previous
     observed = rate / (util * ready)
     if not math.isfinite(observed):
@@ -485,7 +493,8 @@ def decide(
     snapshot = snapshot.without_stale(now, spec.metrics.stale_after_seconds)
     # Once the service rate is known the arrival rate is the primary signal: without it the fleet
     # may grow on the signals left, never shrink.
-    missing = snapshot.missing(measured=bool(state.service_rate))
+    off = turned_off(spec)
+    missing = snapshot.missing(measured=bool(state.service_rate), off=off)
     # The rate signal uses the estimate from earlier snapshots: this snapshot's own arrival rate and
     # utilization would only restate the utilization signal.
     signals = _signals(spec, snapshot, ready, state.service_rate)
@@ -500,7 +509,7 @@ def decide(
         and not partial
         and _steady(state.recent, ready, snapshot.arrival_rate, now, float(spec.interval_seconds))
     )
-    service_rate = _update_service_rate(spec, snapshot, ready, state.service_rate, steady)
+    service_rate = _update_service_rate(spec, snapshot, ready, state.service_rate, steady, "queue_depth" in off)
     # The newest sample older than that is kept too: with decisions further apart than
     # STEADY_SECONDS it is the only one to tell whether the rate held still.
     older = [x for x in state.recent if x[0] <= now - 2 * STEADY_SECONDS][-1:]

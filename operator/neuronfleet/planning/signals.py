@@ -12,7 +12,7 @@ signal as "unknown", never as zero, so missing data can hold or grow the fleet b
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 #: The arrival peak's window: the busiest stretch of this many seconds is reported...
@@ -78,16 +78,17 @@ class MetricSnapshot:
             return None
         return self.queue_depth + self.in_flight
 
-    def missing(self, measured: bool = False) -> tuple[str, ...]:
+    def missing(self, measured: bool = False, off: Collection[str] = ()) -> tuple[str, ...]:
         """Names of the signals a scale-down needs that are absent.
 
         ``measured``: the autoscaler knows a replica's service rate, so the arrival rate is its primary
         signal and needed, and the in-flight and busy-ratio signals are not (they size the fleet until
         the service rate is measured, and not after: see :mod:`neuronfleet.planning.scaling`); before
-        that the arrival rate is optional.
+        that the arrival rate is optional. ``off``: signals the spec turned off (an empty query); never
+        read, they are not missing: counted so, they forbade every scale-down for good.
         """
         names = NEEDED_MEASURED if measured else NEEDED_UNMEASURED
-        return tuple(name for name in names if getattr(self, name) is None)
+        return tuple(name for name in names if getattr(self, name) is None and name not in off)
 
     def partial(self, ready: int) -> bool:
         """Whether the samples cover fewer pods than the ``ready`` active replicas (unknown: not partial).
