@@ -35,8 +35,23 @@ def test_record_keeps_the_highest_of_each_minute_and_appends_the_next() -> None:
 
 def test_a_gap_without_decisions_starts_the_history_afresh() -> None:
     h = history_of([5, 6, 7], [4, 5, 6])
-    restarted = record(h, 10 * 60.0, 3, 2)
-    assert (restarted.first_minute, restarted.recommendations, restarted.needs) == (10, (3,), (2,))
+    later = 3 * 60.0 + hold.RESUME_GAP_SECONDS + 60.0  # 31 minutes missing
+    restarted = record(h, later, 3, 2)
+    assert (restarted.first_minute, restarted.recommendations, restarted.needs) == (34, (3,), (2,))
+
+
+def test_a_short_live_gap_is_bridged_as_a_restart_is() -> None:
+    # Two minutes without an arrival rate (a Prometheus restart, a scrape gap) once started the day
+    # of history afresh: the Learned delay was then chosen from minutes for the next hours.
+    day = hold.HISTORY_SECONDS // hold.BUCKET_SECONDS
+    h = history_of([9] * day, [7] * day)
+    after = record(h, (day + 2) * 60.0 + 7, 4, 3)  # minutes day and day + 1 missing
+    assert len(after.needs) == day and after.first_minute == 3
+    assert after.recommendations[-3:] == (9, 9, 4) and after.needs[-3:] == (7, 7, 3)
+    assert after == record(hold.resume(h, (day + 2) * 60.0 + 7), (day + 2) * 60.0 + 7, 4, 3)
+    # 30 minutes missing are bridged, 31 are not.
+    edge = 3 * 60.0 + hold.RESUME_GAP_SECONDS
+    assert record(history_of([5, 6, 7], [4, 5, 6]), edge, 3, 2).first_minute == 0
 
 
 def test_minutes_skipped_by_a_long_decision_interval_repeat_the_held_decision() -> None:
@@ -46,9 +61,9 @@ def test_minutes_skipped_by_a_long_decision_interval_repeat_the_held_decision() 
     for now, recommendation in ((0.0, 5), (120.0, 7), (240.0, 6)):
         h = record(h, now, recommendation, recommendation - 1, interval=120.0)
     assert (h.first_minute, h.recommendations, h.needs) == (0, (5, 5, 7, 7, 6), (4, 4, 6, 6, 5))
-    # A pause longer than the interval is still a gap.
-    assert record(h, 600.0, 3, 2, interval=120.0).first_minute == 10
-    assert record(history_of([5], [4]), 120.0, 3, 2, interval=15.0).first_minute == 2
+    # A pause longer than the interval is bridged too, up to RESUME_GAP_SECONDS.
+    assert record(h, 600.0, 3, 2, interval=120.0).first_minute == 0
+    assert record(history_of([5], [4]), 120.0, 3, 2, interval=15.0).needs == (4, 4, 2)
 
 
 @pytest.mark.parametrize("interval", [120, 300])
@@ -163,3 +178,15 @@ def test_decide_follows_a_steady_decline_sooner_when_learned() -> None:
     for step in range(240, len(learned)):
         needed = math.ceil((6000.0 - 0.7 * step * 15) / (100 * 0.8))
         assert learned[step] >= needed
+
+
+def test_decisions_without_an_arrival_rate_for_two_minutes_keep_the_history() -> None:
+    s = ScalingSpec.model_validate({"maxReplicas": 50, "panicWindowSeconds": 0})
+    state, current = ScalingState(service_rate=100.0, measured_since=0.0), 10
+    for step in range(2 * 60 * 4 + 8 * 4 + 1):  # two hours, 8 minutes without the rate, then one
+        now = step * 15.0
+        gap = 7200 <= now < 7200 + 8 * 60
+        snapshot = MetricSnapshot(now, queue_depth=0, in_flight=0, arrival_rate=None if gap else 600.0)
+        decision = decide(s, state, snapshot, current, current, now)
+        state, current = decision.new_state, decision.desired
+    assert state.history.first_minute == 0 and len(state.history.needs) == 129

@@ -807,7 +807,9 @@ class ScalingSpec(ApiModel):
         "scaleDownDelaySeconds that, replayed over the deployment's last day of demand with its measured "
         "cold start, would have kept enough replicas serving for 99.9 % of the need (scaleDownDelaySeconds "
         "until the history is long enough), re-chosen every 5 minutes: a steady decline is followed, "
-        "traffic that dips and rebounds is held. Fixed: always scaleDownDelaySeconds.",
+        "traffic that dips and rebounds is held. Minutes without a decision on the arrival rate (metrics "
+        "missing, an operator restart) count as the last one for up to 30 minutes; a longer gap starts "
+        "the history again. Fixed: always scaleDownDelaySeconds.",
     )
     behavior: ScalingBehavior = Field(
         default_factory=ScalingBehavior,

@@ -50,8 +50,9 @@ COVERAGE = 0.999
 MIN_REPLAYED_SECONDS = 600
 #: The window is re-chosen this often (the replay of a day costs about a millisecond).
 REFRESH_SECONDS = 300
-#: A history that ends at most this long before a restart is resumed, the missing minutes taken
-#: as its last one (a restart, a leader change, an upgrade); an older one starts afresh.
+#: A history that ends at most this long before a restart, or before a decision after a gap, is
+#: continued, the missing minutes taken as its last one (a restart, a leader change, an upgrade, the
+#: arrival rate missing for a while); an older one starts afresh.
 RESUME_GAP_SECONDS = 1800
 #: :func:`pack` stores each minute's value in two bytes.
 MAX_PACKED_VALUE = 0xFFFF
@@ -79,13 +80,18 @@ class History:
 def record(history: History, now: float, recommendation: int, need: int, interval: float = 0.0) -> History:
     """The history with this decision's recommendation and need folded into its minute.
 
-    A minute with no decision (the operator was down, or the rate unknown) starts the history
-    afresh: a replay across a gap would treat it as a minute without demand. Minutes skipped only
-    because decisions are ``interval`` seconds apart (an ``intervalSeconds`` over a minute) are no
-    gap: the last decision held through them, so they repeat its values.
+    Minutes without a recorded decision (the arrival rate missing for a while, a Prometheus restart,
+    decisions ``interval`` seconds apart) are bridged as :func:`resume` bridges a restart's: taken as
+    the last minute recorded, for up to :data:`RESUME_GAP_SECONDS`. A longer gap starts the history
+    afresh: a replay across it would treat it as minutes without demand. (Live gaps of even two
+    minutes once started it afresh, and the day of history the Learned delay replays was then
+    minutes long for the next hours.)
     """
     minute = int(now // BUCKET_SECONDS)
     last = history.first_minute + len(history.needs) - 1
+    if history.needs and minute > last + 1:
+        history = resume(history, now)
+        last = minute - 1
     cadence_skips = max(0, math.ceil(interval / BUCKET_SECONDS) - 1)
     if history.needs and last + 1 < minute <= last + 1 + cadence_skips:
         skipped = minute - last - 1
@@ -186,7 +192,8 @@ def unpack(text: str) -> tuple[int, ...]:
 
 
 def resume(history: History, now: float) -> History:
-    """``history`` continued up to the minute before ``now`` after the operator was down.
+    """``history`` continued up to the minute before ``now`` after the operator was down (or
+    recorded nothing: :func:`record`).
 
     The minutes missed are taken as the last one recorded (the demand is assumed to have held
     while the operator was away); when the history ends more than :data:`RESUME_GAP_SECONDS`
