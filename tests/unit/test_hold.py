@@ -56,14 +56,33 @@ def test_a_short_live_gap_is_bridged_as_a_restart_is() -> None:
 
 def test_minutes_skipped_by_a_long_decision_interval_repeat_the_held_decision() -> None:
     # intervalSeconds 120: a decision every other minute. The minute between is no gap (the last
-    # decision held through it); at 15 s the same missing minute is one.
+    # decision held through it).
     h = History()
     for now, recommendation in ((0.0, 5), (120.0, 7), (240.0, 6)):
-        h = record(h, now, recommendation, recommendation - 1, interval=120.0)
+        h = record(h, now, recommendation, recommendation - 1)
     assert (h.first_minute, h.recommendations, h.needs) == (0, (5, 5, 7, 7, 6), (4, 4, 6, 6, 5))
-    # A pause longer than the interval is bridged too, up to RESUME_GAP_SECONDS.
-    assert record(h, 600.0, 3, 2, interval=120.0).first_minute == 0
-    assert record(history_of([5], [4]), 120.0, 3, 2, interval=15.0).needs == (4, 4, 2)
+
+
+@pytest.mark.parametrize("interval", [60, 120, 600])
+def test_decisions_at_the_operators_cadence_never_restart_the_history(interval: int) -> None:
+    # A decision is due at the first reconcile (every 10 s, plus its own time) at least intervalSeconds
+    # after the last: at 60 s they land 60-71 s apart and now and then skip a clock minute, which
+    # counted as a gap (only skips within the interval were bridged) and reset the history ~75
+    # times a day, so the Learned delay replayed minutes, not the day.
+    s = ScalingSpec.model_validate({"maxReplicas": 50, "panicWindowSeconds": 0, "intervalSeconds": interval})
+    state, current = ScalingState(service_rate=100.0, measured_since=0.0), 10
+    now, last = 0.0, -1e9
+    step = 0
+    while now < 6 * 3600:
+        step += 1
+        now += 10.05 + (step * 0.618) % 1.0  # the daemon's 10 s, the reconcile's time, some jitter
+        if now - last < interval:
+            continue
+        snapshot = MetricSnapshot(now, queue_depth=0, in_flight=0, arrival_rate=600.0)
+        decision = decide(s, state, snapshot, current, current, now)
+        state, current, last = decision.new_state, decision.desired, now
+        assert state.history.first_minute == 0
+    assert len(state.history.needs) >= 6 * 60 - interval // 60 - 1
 
 
 @pytest.mark.parametrize("interval", [120, 300])

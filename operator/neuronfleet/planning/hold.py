@@ -77,29 +77,23 @@ class History:
         return pack(self.recommendations), pack(self.needs)
 
 
-def record(history: History, now: float, recommendation: int, need: int, interval: float = 0.0) -> History:
+def record(history: History, now: float, recommendation: int, need: int) -> History:
     """The history with this decision's recommendation and need folded into its minute.
 
     Minutes without a recorded decision (the arrival rate missing for a while, a Prometheus restart,
-    decisions ``interval`` seconds apart) are bridged as :func:`resume` bridges a restart's: taken as
+    decisions more than a minute apart) are bridged as :func:`resume` bridges a restart's: taken as
     the last minute recorded, for up to :data:`RESUME_GAP_SECONDS`. A longer gap starts the history
     afresh: a replay across it would treat it as minutes without demand. (Live gaps of even two
     minutes once started it afresh, and the day of history the Learned delay replays was then
-    minutes long for the next hours.)
+    minutes long for the next hours. Decisions come at the first reconcile at least
+    ``intervalSeconds`` after the last, so at 60 or 120 s they land up to ~70 s or ~130 s apart and
+    skip a clock minute now and then: bridged only up to the interval, such a skip reset the history
+    some 75 times a day. The longest interval the API allows, 600 s, skips at most 11 minutes.)
     """
     minute = int(now // BUCKET_SECONDS)
     last = history.first_minute + len(history.needs) - 1
     if history.needs and minute > last + 1:
         history = resume(history, now)
-        last = minute - 1
-    cadence_skips = max(0, math.ceil(interval / BUCKET_SECONDS) - 1)
-    if history.needs and last + 1 < minute <= last + 1 + cadence_skips:
-        skipped = minute - last - 1
-        history = History(
-            history.first_minute,
-            (*history.recommendations, *[history.recommendations[-1]] * skipped),
-            (*history.needs, *[history.needs[-1]] * skipped),
-        )
         last = minute - 1
     if not history.needs or minute > last + 1 or minute < history.first_minute:
         return History(minute, (recommendation,), (need,))

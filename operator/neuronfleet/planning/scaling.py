@@ -674,7 +674,7 @@ def decide(
         # The need, without the target utilization's headroom: what the replay must cover (a burst
         # the rate's window cannot show included).
         need = math.ceil(max(signals["rate"], signals.get("burst", 0.0)) * spec.target_utilization - 1e-9)
-        history = hold.record(history, now, recommendation, need, float(spec.interval_seconds))
+        history = hold.record(history, now, recommendation, need)
     checkpoint = state.checkpoint
     if service_rate and (checkpoint is None or not 0 <= now - checkpoint.time < CHECKPOINT_SECONDS):
         checkpoint = Checkpoint(now, service_rate, cold_start, hold_seconds, history, state.service_rate_key)
