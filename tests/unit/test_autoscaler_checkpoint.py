@@ -127,7 +127,7 @@ def test_a_resumed_autoscaler_holds_the_fleet_it_finds_and_knows_its_service_rat
     resumed = decide(s, resume(before.checkpoint, now, 50), falling, 50, 50, now)
     assert resumed.signals["rate"] == pytest.approx(25)  # 2,000 / (100 x 0.8): no relearning
     assert resumed.desired == 50  # held: the window keeps the fleet found at the restart
-    assert "hold 1800 s" in resumed.reason
+    assert "(fleet found at the takeover, held 1800 s)" in resumed.reason
 
     # Before checkpoints: an empty memory knew no service rate and no window to hold.
     lost = decide(s, ScalingState(), falling, 50, 50, now)

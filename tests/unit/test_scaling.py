@@ -831,3 +831,46 @@ def test_a_signal_the_spec_turned_off_is_not_missing(query: str) -> None:
     # A query that is set and answers nothing is still missing: no scale-down on it.
     held = decide(spec(scaleDownDelayMode="Fixed"), ScalingState(), MetricSnapshot(0, **values), 8, 8, 0)
     assert held.desired == 8 and f"{field} missing" in held.reason
+
+
+@pytest.mark.parametrize(
+    ("overrides", "window", "holder"),
+    [
+        ({"scaleDownDelaySeconds": 1800, "scaleDownDelayMode": "Fixed"}, 1800, "(scale-down delay 1800 s)"),
+        (
+            {
+                "scaleDownDelaySeconds": 0,
+                "scaleDownDelayMode": "Learned",
+                "behavior": {"scaleDown": {"stabilizationWindowSeconds": 600}},
+            },
+            600,
+            "(scale-down stabilization window 600 s)",
+        ),
+    ],
+)
+def test_the_decline_credit_never_lowers_a_fixed_delay_or_the_stabilization_window(
+    overrides: dict[str, Any], window: int, holder: str
+) -> None:
+    # A demand falling 0.1 replica per 15 s: the decline credit lowered every held recommendation,
+    # and a Fixed 1800 s delay released 18 at 900 s where its window still held a 20, an HPA window
+    # of 600 s 17 where it held 18.
+    s = spec(tolerance=0, **overrides)
+    state, current = replace(ScalingState(), service_rate=100.0, measured_since=0.0), 20
+    for k in range(160):
+        now = 15.0 * k
+        arrivals = 80.0 * max(2.0, 20 - 0.1 * k)
+        decision = decide(s, state, MetricSnapshot(now, 0.0, 5.0, arrivals), current, current, now)
+        state, current = decision.new_state, decision.desired
+        assert current >= max(r for t, r in state.recommendations if t > now - window or t == now)
+    assert holder in decision.reason
+
+
+def test_the_reason_says_the_learned_delay_held_less_the_decline() -> None:
+    s = spec(scaleDownDelaySeconds=1800, tolerance=0)
+    state, current = replace(ScalingState(), service_rate=100.0, measured_since=0.0), 20
+    for k in range(100):
+        now = 15.0 * k
+        arrivals = 80.0 * max(2.0, 20 - 0.1 * k)
+        decision = decide(s, state, MetricSnapshot(now, 0.0, 5.0, arrivals), current, current, now)
+        state, current = decision.new_state, decision.desired
+    assert "(learned scale-down delay 1800 s, less the decline)" in decision.reason

@@ -67,7 +67,7 @@ def test_a_new_leader_without_a_checkpoint_holds_the_fleet_through_the_scale_dow
         dep.spec, DeploymentMemory(), queued(90, 0, 0.05), "", current, current, 90.0, durable
     )
     assert fresh.scale.desired == stayed.scale.desired, fresh.scale.reason
-    assert "hold 300 s" in fresh.scale.reason
+    assert "(fleet found at the takeover, held 300 s)" in fresh.scale.reason
 
     # Held for the window from the takeover, then released as the old leader's would have been.
     t, desired = 90.0, fresh.scale.desired

@@ -807,9 +807,12 @@ class ScalingSpec(ApiModel):
         "scaleDownDelaySeconds that, replayed over the deployment's last day of demand with its measured "
         "cold start, would have kept enough replicas serving for 99.9 % of the need (scaleDownDelaySeconds "
         "until the history is long enough), re-chosen every 5 minutes: a steady decline is followed, "
-        "traffic that dips and rebounds is held. Minutes without a decision on the arrival rate (metrics "
+        "traffic that dips and rebounds is held; while the demand's trend falls, each recommendation the "
+        "delay holds is lowered by half the decline since it was made (never below the maximum within "
+        "behavior.scaleDown.stabilizationWindowSeconds). Minutes without a decision on the arrival rate (metrics "
         "missing, an operator restart) count as the last one for up to 30 minutes; a longer gap starts "
-        "the history again. Fixed: always scaleDownDelaySeconds.",
+        "the history again. Fixed: always scaleDownDelaySeconds, holding the maximum recommendation "
+        "within it.",
     )
     behavior: ScalingBehavior = Field(
         default_factory=ScalingBehavior,

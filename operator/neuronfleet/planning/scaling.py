@@ -65,9 +65,11 @@ The rule, in order:
    minutes to get back on Inf2, and bursts recur); in ``Learned`` mode (the default) the shortest
    window that a replay of the deployment's last day would have found enough, at most that
    (:mod:`neuronfleet.planning.hold`), so a steady decline is followed and a bursty demand held.
-   While the rate signal's trend line falls, each recommendation that window holds is lowered by
-   :data:`DECLINE_CREDIT` of the decline since it was made: the fleet keeps its headroom for bursts
-   and follows the decline instead of holding the level of its peak.
+   While the rate signal's trend line falls, each recommendation the learned delay holds is lowered
+   by :data:`DECLINE_CREDIT` of the decline since it was made: the fleet keeps its headroom for
+   bursts and follows the decline instead of holding the level of its peak. Not in ``Fixed`` mode,
+   and never below the maximum within behavior.scaleDown's own stabilization window: both promise
+   the maximum. The reason says what held the count (that window, the delay, the fleet found).
 5. ``min_replicas`` / ``max_replicas`` bound the result. Manual mode returns ``replicas``.
 
 The service rate belongs to what it was measured on: the caller passes a key of it
@@ -631,24 +633,41 @@ def decide(
         held = [(t, r) for t, r in recommendations if t > down_cut or t == now]
         if fleet_found is not None and fleet_found[0] > down_cut:
             held.append(fleet_found)
-        down_rec = max(r for _, r in held)
+        window = float(spec.behavior.scale_down.stabilization_window_seconds)
+        # What behavior.scaleDown's own window holds (HPA's maximum): never lowered.
+        window_rec = max(r for t, r in held if t > now - window or t == now)
+        delay_rec = max(r for _, r in held)
+        lowered = False
         line = _line(rates)
-        if line is not None and line[2] < 0:
-            # A falling demand: each recommendation is held lowered by the decline since it was
-            # made (at DECLINE_CREDIT of the trend line's slope), so the fleet keeps its headroom
-            # for bursts yet follows the decline instead of holding the level of its peak.
+        if spec.scale_down_delay_mode == "Learned" and line is not None and line[2] < 0:
+            # A falling demand: the learned delay holds each recommendation lowered by the decline
+            # since it was made (at DECLINE_CREDIT of the trend line's slope), so the fleet keeps its
+            # headroom for bursts yet follows the decline instead of holding the level of its peak.
+            # Not in Fixed mode, nor within the stabilization window: both promise the maximum.
             slope = line[2] * DECLINE_CREDIT
             following = math.ceil(max(r + slope * (now - t) for t, r in held) - 1e-9)
-            down_rec = max(recommendation, min(down_rec, following))
+            lowered = following < delay_rec
+            delay_rec = min(delay_rec, following)
+        down_rec = max(recommendation, window_rec, delay_rec)
         stabilized = current
         if stabilized < up_rec:
             stabilized = up_rec
         if stabilized > down_rec:
             stabilized = down_rec
-        if stabilized != recommendation:
-            notes.append(
-                f"stabilized to {stabilized}" + (f" (hold {down_window:.0f} s)" if stabilized > recommendation else "")
-            )
+        if stabilized > recommendation:
+            found = fleet_found[1] if fleet_found is not None and fleet_found in held else -1
+            own = max(r for t, r in recommendations if t > now - window or t == now)
+            if own >= stabilized:
+                holder = f"scale-down stabilization window {window:.0f} s"
+            elif found >= stabilized:
+                holder = f"fleet found at the takeover, held {down_window:.0f} s"
+            elif spec.scale_down_delay_mode == "Fixed":
+                holder = f"scale-down delay {hold_seconds:.0f} s"
+            else:
+                holder = f"learned scale-down delay {hold_seconds:.0f} s" + (", less the decline" if lowered else "")
+            notes.append(f"stabilized to {stabilized} ({holder})")
+        elif stabilized != recommendation:
+            notes.append(f"stabilized to {stabilized}")
         desired = stabilized
         if stabilized > current:
             limit = scale_up_limit(spec.behavior.scale_up, events, current, now)
