@@ -25,6 +25,7 @@ class GrowsToTwo:
     setting = "2"
     interval = 1.0
     start_replicas: int | None = 1
+    scale_down = "operator"
 
     def prime(self, replicas: int, now: float) -> None:
         return None

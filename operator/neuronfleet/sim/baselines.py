@@ -35,6 +35,10 @@
 
 Metrics: HPA and KEDA read Prometheus with the same scrape delay as ours; Knative and Ray Serve
 get their metrics straight from the pods (1 s and 2 s delay), as they do in real clusters.
+
+Scale-down: each sets a count, and whatever owns the pods picks which go (``scale_down``, see
+:mod:`neuronfleet.sim.scaledown`): HPA, KEDA and the KPA scale a Deployment, so its ReplicaSet
+picks; Ray Serve's controller picks its own replicas.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from neuronfleet.api.v1alpha1 import ScalingBehavior
 from neuronfleet.planning.scaling import scale_down_limit, scale_up_limit
 from neuronfleet.sim.metrics import MetricsView
 from neuronfleet.sim.policies import DEFAULT_SCRAPE_DELAY, Observed, Targets
+from neuronfleet.sim.scaledown import ScaleDownBy
 
 HPA_TOLERANCE = 0.1
 HPA_SYNC_SECONDS = 15.0
@@ -84,6 +89,8 @@ class Hpa:
     """Kubernetes HPA v2 on device utilization."""
 
     name = "hpa"
+    #: HPA scales a Deployment: its ReplicaSet deletes the pods.
+    scale_down: ScaleDownBy = "replicaset"
 
     def __init__(self, target_utilization: float, min_replicas: int, max_replicas: int, setting: str) -> None:
         self.target = target_utilization
@@ -117,6 +124,8 @@ class Keda:
     """KEDA's Prometheus scaler (AverageValue on queued + in-flight requests) over an HPA."""
 
     name = "keda"
+    #: KEDA's HPA scales a Deployment: its ReplicaSet deletes the pods.
+    scale_down: ScaleDownBy = "replicaset"
 
     def __init__(
         self,
@@ -175,6 +184,8 @@ class Kpa:
     """Knative Pod Autoscaler on concurrency."""
 
     name = "kpa"
+    #: The KPA sets its revision's Deployment's replicas: its ReplicaSet deletes the pods.
+    scale_down: ScaleDownBy = "replicaset"
 
     def __init__(
         self,
@@ -256,6 +267,8 @@ class RayServe:
     """Ray Serve's default autoscaling policy on ongoing requests."""
 
     name = "ray"
+    #: Ray Serve's controller picks the replicas it stops.
+    scale_down: ScaleDownBy = "ray-serve"
 
     def __init__(
         self,

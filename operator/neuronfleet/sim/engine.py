@@ -727,7 +727,7 @@ def run(
     seconds = workload.seconds
     end = min(seconds, workload.trace_seconds)
     rng = np.random.default_rng(seed)
-    fleet = Fleet(profile, rng)
+    fleet = Fleet(profile, rng, scale_down=policy.scale_down)
     timeline: dict[str, list[float]] = {k: [] for k in ("t", "serving", "active", "warm", "placeholders", "nodes")}
     sample_every = max(5.0, 5.0 * round(seconds / 20_000 / 5.0))
     last_reason = ""

@@ -8,13 +8,19 @@ replicas, warm pods, node placeholders), following DESIGN.md's fleet model:
   active ones; then create pods;
 - scale down: delete pods still starting first, in a ReplicaSet's order (``getPodsToDelete``:
   unscheduled before scheduled, Pending (pulling the image) before Running-but-unready, newest
-  first), then take ready active pods in :func:`neuronfleet.planning.promotion.drain_order`: each is
-  demoted to the warm pool while the pool is short, otherwise drained (out of service at once,
-  deleted after ``drain_seconds``). A deleted starting pod's node keeps being billed: a node
-  Karpenter is launching cannot be recalled (it comes up, then empty consolidation removes it after
-  ``empty_node_seconds``), and a ready node whose pod was pulling loses the pull. This is why a
-  controller whose scale-down window (HPA's 300 s) is shorter than a cold start (~450 s) pays for
-  launches that never serve: the real controllers do the same;
+  first), then take ready active pods in the order of whoever deletes the policy's pods
+  (:mod:`neuronfleet.sim.scaledown`): ours in :func:`neuronfleet.planning.promotion.drain_order`
+  (fewest pods on a node first: it empties nodes); HPA, KEDA, Knative KPA and a static fleet in a
+  ReplicaSet's rank (pods on the nodes holding the most of the Deployment's pods first: it spreads
+  deletions, so at two or more replicas per node it leaves nodes partly full and billed); Ray
+  Serve whole nodes at a time, fewest replicas first. Each is demoted to the warm pool while the
+  pool is short, otherwise drained (out of service at once, deleted after ``drain_seconds``). At
+  one replica per node the ReplicaSet's order takes the pods the operator's order takes. A deleted
+  starting pod's node keeps being billed: a node Karpenter is launching cannot be recalled (it
+  comes up, then empty consolidation removes it after ``empty_node_seconds``), and a ready node
+  whose pod was pulling loses the pull. This is why a controller whose scale-down window (HPA's
+  300 s) is shorter than a cold start (~450 s) pays for launches that never serve: the real
+  controllers do the same;
 - a new pod binds to a free slot on a ready node, preempting a placeholder if needed; without one
   it waits for a node Karpenter-style provisioning starts for it. Its cold start is scheduling +
   image pull (only while the node has no image yet) + runtime init + artifact load + warm-up;
@@ -34,13 +40,15 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
-from neuronfleet.planning.promotion import PodInfo, drain_order, promotion_order
+from neuronfleet.planning.promotion import PodInfo, promotion_order
 from neuronfleet.sim.profiles import Profile
+from neuronfleet.sim.scaledown import ORDERS, ReadyPod, ScaleDownBy
 
 Role = Literal["active", "warm", "placeholder"]
 INF = float("inf")
@@ -92,8 +100,17 @@ class FleetCounts:
 class Fleet:
     """Pods and nodes of one simulated deployment."""
 
-    def __init__(self, profile: Profile, rng: np.random.Generator, empty_node_seconds: float = 30.0) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        rng: np.random.Generator,
+        empty_node_seconds: float = 30.0,
+        scale_down: ScaleDownBy = "operator",
+    ) -> None:
         self.profile = profile
+        #: Who picks the ready active pods a scale-down takes (:mod:`neuronfleet.sim.scaledown`).
+        self.scale_down = scale_down
+        self._scale_down_order = ORDERS[scale_down]
         self.rng = rng
         self.empty_node_seconds = empty_node_seconds
         self.pods: dict[str, Pod] = {}
@@ -295,14 +312,20 @@ class Fleet:
                 self._create("active", now)
         elif len(active) > want_active:
             surplus = len(active) - want_active
+            # Counted before this pass deletes anything, as a ReplicaSet ranks once per sync.
+            pods_on_node = Counter(p.node for p in pods if p.role != "placeholder" and p.node is not None)
             starting = sorted((p for p in active if not p.ready(now)), key=lambda p: self._deletion_rank(p, now))
             for pod in starting[:surplus]:
                 self._delete(pod, now)
                 surplus -= 1
-            ready_active = [p for p in active if p.ready(now) and p.name in self.pods]
+            ready_active = [
+                ReadyPod(p.name, p.node, p.ready_at)
+                for p in active
+                if p.ready_at is not None and p.ready_at <= now and p.node is not None and p.name in self.pods
+            ]
             warm_count = sum(1 for p in self.pods.values() if p.role == "warm")
-            for info in drain_order([self._info(p) for p in ready_active], None)[:surplus]:
-                pod = self.pods[info.name]
+            for ready in self._scale_down_order(ready_active, pods_on_node)[:surplus]:
+                pod = self.pods[ready.name]
                 if warm_count < want_warm:
                     pod.role = "warm"
                     pod.serving_at = None

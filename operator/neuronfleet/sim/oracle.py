@@ -54,6 +54,7 @@ from neuronfleet.sim.fleet import MIN_BILLED_SECONDS
 from neuronfleet.sim.metrics import MetricsView
 from neuronfleet.sim.policies import Observed, Targets
 from neuronfleet.sim.profiles import Profile
+from neuronfleet.sim.scaledown import ScaleDownBy
 from neuronfleet.sim.workload import BLOCK_SECONDS, PER_SECOND, Workload
 
 IntArray = npt.NDArray[np.int64]
@@ -71,6 +72,8 @@ class Oracle:
 
     interval = math.inf
     start_replicas: int | None = None
+    #: Unused: its schedule replaces the fleet.
+    scale_down: ScaleDownBy = "operator"
 
     def __init__(self, name: str = "oracle", setting: str = "clairvoyant") -> None:
         self.name = name

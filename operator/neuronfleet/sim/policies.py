@@ -19,6 +19,7 @@ from neuronfleet.api.v1alpha1 import ScalingSpec, WarmPoolSpec
 from neuronfleet.planning import coldstart, scaling, warmpool
 from neuronfleet.sim.fleet import FleetCounts
 from neuronfleet.sim.metrics import MetricsView
+from neuronfleet.sim.scaledown import ScaleDownBy
 
 #: Seconds from a sample to the decision that uses it (15 s scrape, half on average, plus query).
 DEFAULT_SCRAPE_DELAY = 10.0
@@ -53,6 +54,8 @@ class Policy(Protocol):
     interval: float
     #: Serving replicas at t=0 (None: the run's common start).
     start_replicas: int | None
+    #: Who picks the ready pods its scale-downs take (:mod:`neuronfleet.sim.scaledown`).
+    scale_down: ScaleDownBy
 
     def decide(self, now: float, metrics: MetricsView, observed: Observed) -> Targets: ...
 
@@ -69,6 +72,8 @@ class Ours:
     """The operator's policy: :mod:`neuronfleet.planning.scaling` plus :mod:`neuronfleet.planning.warmpool`."""
 
     name = "ours"
+    #: The operator drains its own pods (planning.promotion.drain_order).
+    scale_down: ScaleDownBy = "operator"
 
     def __init__(
         self,
@@ -158,6 +163,8 @@ class Static:
     """A fixed number of active replicas (static provisioning)."""
 
     name = "static"
+    #: A Deployment at a fixed count (it never scales down; a ReplicaSet would pick).
+    scale_down: ScaleDownBy = "replicaset"
 
     def __init__(self, replicas: int, setting: str) -> None:
         self.replicas = replicas
