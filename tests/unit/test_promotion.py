@@ -6,7 +6,12 @@ from neuronfleet.planning.promotion import PodInfo, drain_order, promotion_order
 
 
 def pod(
-    name: str, node: str = "n", zone: str = "a", ready: float | None = 0.0, inflight: float = 0.0, rev: str = "r2"
+    name: str,
+    node: str = "n",
+    zone: str | None = "a",
+    ready: float | None = 0.0,
+    inflight: float = 0.0,
+    rev: str = "r2",
 ) -> PodInfo:
     return PodInfo(name, node, zone, ready, inflight, rev)
 
@@ -28,7 +33,8 @@ def test_promote_into_the_emptiest_zone_then_onto_busy_nodes_then_longest_ready(
         pod("w-b-old", node="n8", zone="b", ready=10),
         pod("w-b-packed", node="n3", zone="b", ready=500),
     ]
-    assert names(promotion_order(warm, active, "r2")) == ["w-b-packed", "w-b-old", "w-b-fresh", "w-a"]
+    # w-b-packed evens the zones (2 and 2), so the next goes to either: w-a's node already serves.
+    assert names(promotion_order(warm, active, "r2")) == ["w-b-packed", "w-a", "w-b-old", "w-b-fresh"]
 
 
 def test_drain_old_revision_then_crowded_zone_then_sparse_node_then_idle() -> None:
@@ -55,3 +61,92 @@ def test_drain_youngest_first_on_ties_and_order_is_deterministic() -> None:
     first = names(drain_order(active, "r2"))
     assert first == ["z", "y", "x"]
     assert names(drain_order(list(reversed(active)), "r2")) == first
+
+
+def test_draining_several_pods_empties_whole_nodes() -> None:
+    # Two pods on each of three nodes, one zone: counted once, every node holds 2 and the
+    # youngest-first tie-break takes one pod from each of two nodes, freeing none.
+    active = [
+        pod("n1-old", node="n1", ready=10),
+        pod("n1-new", node="n1", ready=60),
+        pod("n2-old", node="n2", ready=20),
+        pod("n2-new", node="n2", ready=50),
+        pod("n3-old", node="n3", ready=30),
+        pod("n3-new", node="n3", ready=40),
+    ]
+    first_two = {p.node for p in drain_order(active, "r2")[:2]}
+    assert first_two == {"n1"}
+    assert names(drain_order(active, "r2")) == ["n1-new", "n1-old", "n2-new", "n2-old", "n3-new", "n3-old"]
+
+
+def test_draining_several_pods_keeps_the_zones_even() -> None:
+    # Zone a holds 4, zone b 2: draining 2 takes one from a, then one from a again (3 > 2), then
+    # alternates; counted once, all four of a's would go before any of b's.
+    active = [pod(f"a{i}", node=f"na{i}", zone="a", ready=i) for i in range(4)]
+    active += [pod(f"b{i}", node=f"nb{i}", zone="b", ready=i) for i in range(2)]
+    zones = [p.zone for p in drain_order(active, "r2")]
+    assert zones == ["a", "a", "a", "b", "a", "b"]
+
+
+def test_promoting_several_pods_keeps_the_zones_even() -> None:
+    active = [pod("a-active", node="na", zone="a")]
+    warm = [pod(f"wa{i}", node=f"wa{i}", zone="a", ready=i) for i in range(3)]
+    warm += [pod(f"wb{i}", node=f"wb{i}", zone="b", ready=i) for i in range(3)]
+    zones = [p.zone for p in promotion_order(warm, active, "r2")]
+    assert zones == ["b", "a", "b", "a", "b", "a"]
+
+
+def test_promoting_several_pods_packs_onto_the_node_just_filled() -> None:
+    # After the first promotion onto n1, its other warm pod is on a node now serving.
+    warm = [pod("n1-a", node="n1", ready=1), pod("n2-a", node="n2", ready=2), pod("n1-b", node="n1", ready=3)]
+    assert names(promotion_order(warm, [], "r2")) == ["n1-a", "n1-b", "n2-a"]
+
+
+def test_drain_counts_the_others_but_never_returns_them() -> None:
+    # The candidate on the node shared with a pod that stays frees nothing; the lone one does.
+    stays = [pod("stays", node="n1", zone="a")]
+    candidates = [pod("shares-n1", node="n1", zone="a"), pod("alone", node="n2", zone="a")]
+    assert names(drain_order(candidates, "r2", stays)) == ["alone", "shares-n1"]
+
+
+def _recounted_drain(active: list[PodInfo]) -> list[str]:
+    """The drain order by brute force: a full sort on fresh counts before every pick."""
+    from collections import Counter
+
+    left, taken = list(active), []
+    while left:
+        zones = Counter(p.zone for p in left)
+        nodes = Counter((p.zone, p.node) for p in left)
+        best = min(
+            left,
+            key=lambda p: (
+                p.revision == "r1",
+                -zones[p.zone],
+                nodes[p.zone, p.node],
+                p.in_flight,
+                -(p.ready_since or 0),
+                p.name,
+            ),
+        )
+        taken.append(best.name)
+        left.remove(best)
+    return taken
+
+
+def test_the_lazy_drain_order_is_the_brute_force_recount() -> None:
+    import random
+
+    rng = random.Random(7)
+    for _ in range(200):
+        active = [
+            pod(
+                f"p{i}",
+                node=f"n{rng.randrange(6)}",
+                zone=None if rng.random() < 0.1 else rng.choice("abc"),
+                ready=float(rng.randrange(5)),
+                inflight=float(rng.randrange(3)),
+                rev=rng.choice(["r1", "r2"]),
+            )
+            for i in range(rng.randrange(1, 14))
+        ]
+        assert names(drain_order(active, "r1")) == _recounted_drain(active)

@@ -158,8 +158,8 @@ def zone_aware_drain_order(pods: Sequence[PodView], active: Sequence[PodView], n
     in-flight work; zone and node counts come from every active pod, only candidates are returned.
     """
     by_name = {pod.name: pod for pod in pods}
-    everyone = [_info(p) for p in (*pods, *(a for a in active if a.name not in by_name))]
-    return [by_name[p.name] for p in drain_order(everyone, None) if p.name in by_name]
+    others = [_info(a) for a in active if a.name not in by_name]
+    return [by_name[p.name] for p in drain_order([_info(p) for p in pods], None, others)]
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,12 @@
 """Which warm pod to promote first, and which active pod to drain first (pure).
 
 Both functions take plain :class:`PodInfo` descriptors and return them in order; the caller takes
-as many as it needs from the front. Ties always end on the pod name, so the order is
-deterministic and a restarted operator picks the same pods.
+as many as it needs from the front. The order is built one pod at a time, each pick counted before
+the next (a promoted pod joins its zone and node, a drained one leaves them): a move of several
+pods keeps the zones even and empties whole nodes, where one sort on the counts before any move
+would take all of them from the zone that was the most crowded, and one pod from each of several
+equally full nodes, freeing none. Ties always end on the pod name, so the order is deterministic
+and a restarted operator picks the same pods.
 
 Promote (warm -> active), first to last:
 
@@ -29,9 +33,11 @@ Drain (active -> draining), first to last:
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -47,45 +53,114 @@ class PodInfo:
     revision: str | None
 
 
-def _zone_counts(active: Sequence[PodInfo]) -> Counter[str | None]:
-    return Counter(p.zone for p in active)
+#: A node's pods counted under (zone, node): a node sits in one zone.
+_NodeKey = tuple[str | None, str]
 
 
-def _node_counts(active: Sequence[PodInfo]) -> Counter[str | None]:
-    return Counter(p.node for p in active if p.node is not None)
+def _greedy(
+    pods: Sequence[PodInfo],
+    revision_rank: Callable[[PodInfo], int],
+    zone_rank: Callable[[str | None], int],
+    node_and_pod_rank: Callable[[PodInfo], tuple[Any, ...]],
+    pick: Callable[[PodInfo], None],
+) -> list[PodInfo]:
+    """``pods`` one at a time by the smallest ``(revision, zone, node and pod)`` rank, ``pick``
+    recounting after each.
+
+    A pick changes the zone rank of its zone and the node rank of the pods on its node only, so
+    the pods wait in one heap per (revision rank, zone), keyed by their node and pod rank; each
+    pick compares the few heaps' fronts under their zones' current rank, and re-files only the
+    pods on the picked node (their older entries are skipped when they come to the front).
+    About n log n: a sort per pick would be n^2 log n, about a second per reconcile at 1,000.
+    """
+    heaps: dict[tuple[int, str | None], list[tuple[tuple[Any, ...], int]]] = {}
+    on_node: dict[_NodeKey, list[int]] = {}
+    for index, pod in enumerate(pods):
+        heaps.setdefault((revision_rank(pod), pod.zone), []).append((node_and_pod_rank(pod), index))
+        if pod.node is not None:
+            on_node.setdefault((pod.zone, pod.node), []).append(index)
+    for heap in heaps.values():
+        heapq.heapify(heap)
+    filed = {index: rank for heap in heaps.values() for rank, index in heap}
+    taken = [False] * len(pods)
+    ordered: list[PodInfo] = []
+    while len(ordered) < len(pods):
+        best: tuple[tuple[Any, ...], tuple[int, str | None]] | None = None
+        for group, heap in heaps.items():
+            # Entries of pods taken or re-filed since are dropped as they reach the front.
+            while heap and (taken[heap[0][1]] or filed[heap[0][1]] != heap[0][0]):
+                heapq.heappop(heap)
+            if heap:
+                rank = (group[0], zone_rank(group[1]), *heap[0][0])
+                if best is None or rank < best[0]:
+                    best = (rank, group)
+        assert best is not None
+        _, index = heapq.heappop(heaps[best[1]])
+        pod = pods[index]
+        taken[index] = True
+        ordered.append(pod)
+        pick(pod)
+        if pod.node is not None:
+            for other in on_node[pod.zone, pod.node]:
+                if not taken[other]:
+                    filed[other] = node_and_pod_rank(pods[other])
+                    group = (revision_rank(pods[other]), pods[other].zone)
+                    heapq.heappush(heaps[group], (filed[other], other))
+    return ordered
 
 
 def promotion_order(warm: Sequence[PodInfo], active: Sequence[PodInfo], target_revision: str | None) -> list[PodInfo]:
     """Warm pods, the one to promote first at the front (see the module docstring)."""
-    zones = _zone_counts(active)
-    nodes = _node_counts(active)
+    zones = Counter(p.zone for p in active)
+    nodes = Counter[_NodeKey]((p.zone, p.node) for p in active if p.node is not None)
     never = float("inf")
 
-    def key(pod: PodInfo) -> tuple[int, int, int, float, str]:
+    def node_and_pod(pod: PodInfo) -> tuple[int, float, str]:
         return (
-            0 if pod.revision == target_revision else 1,
-            zones[pod.zone],
-            0 if pod.node is not None and nodes[pod.node] > 0 else 1,
+            0 if pod.node is not None and nodes[pod.zone, pod.node] > 0 else 1,
             pod.ready_since if pod.ready_since is not None else never,
             pod.name,
         )
 
-    return sorted(warm, key=key)
+    def promoted(pod: PodInfo) -> None:
+        zones[pod.zone] += 1
+        if pod.node is not None:
+            nodes[pod.zone, pod.node] += 1
+
+    def revision(pod: PodInfo) -> int:
+        return 0 if pod.revision == target_revision else 1
+
+    return _greedy(warm, revision, zones.__getitem__, node_and_pod, promoted)
 
 
-def drain_order(active: Sequence[PodInfo], target_revision: str | None) -> list[PodInfo]:
-    """Active pods, the one to drain first at the front (see the module docstring)."""
-    zones = _zone_counts(active)
-    nodes = _node_counts(active)
+def drain_order(
+    active: Sequence[PodInfo], target_revision: str | None, others: Sequence[PodInfo] = ()
+) -> list[PodInfo]:
+    """Active pods, the one to drain first at the front (see the module docstring).
 
-    def key(pod: PodInfo) -> tuple[int, int, int, float, float, str]:
+    ``others`` are active pods that stay whatever happens (not candidates): they count in their
+    zone and node but are never returned.
+    """
+    zones = Counter(p.zone for p in (*active, *others))
+    nodes = Counter[_NodeKey]((p.zone, p.node) for p in (*active, *others) if p.node is not None)
+
+    def node_and_pod(pod: PodInfo) -> tuple[int, float, float, str]:
         return (
-            0 if pod.revision != target_revision else 1,
-            -zones[pod.zone],
-            nodes[pod.node] if pod.node is not None else 0,
+            nodes[pod.zone, pod.node] if pod.node is not None else 0,
             pod.in_flight,
             -(pod.ready_since if pod.ready_since is not None else float("inf")),
             pod.name,
         )
 
-    return sorted(active, key=key)
+    def drained(pod: PodInfo) -> None:
+        zones[pod.zone] -= 1
+        if pod.node is not None:
+            nodes[pod.zone, pod.node] -= 1
+
+    def revision(pod: PodInfo) -> int:
+        return 0 if pod.revision != target_revision else 1
+
+    def crowded_first(zone: str | None) -> int:
+        return -zones[zone]
+
+    return _greedy(active, revision, crowded_first, node_and_pod, drained)

@@ -7,7 +7,8 @@ billing stops) or stays partly full and billed. Each policy names its deleter
 its ready active pods in that order. Three deleters:
 
 - ``operator`` (ours): :func:`neuronfleet.planning.promotion.drain_order`, the operator's own rule,
-  called as the fleet always called it (fewest pods on a node first: it empties nodes).
+  called as the fleet always called it (fewest pods on a node first, recounted after each pick:
+  it empties whole nodes).
 - ``replicaset`` (HPA, KEDA, Knative KPA, a static fleet: they scale a Deployment, whose
   ReplicaSet controller deletes the pods): kube-controller-manager's ``getPodsToDelete`` and
   ``getPodsRankedByRelatedPodsOnSameNode`` (kubernetes/kubernetes ``pkg/controller/replicaset/
@@ -36,8 +37,9 @@ its ready active pods in that order. Three deleters:
   nodes with as many replicas in the order they first held a running replica (a stable sort over
   an insertion-ordered dict). Within a node the copy read here (commit a1599cc) takes a set's
   order and a later version the newest replica first; the model takes the newest first (which one
-  does not change what the node costs). Like the operator's order it empties nodes, but whole
-  nodes at a time even when ready times interleave. At one replica per node it stops the oldest.
+  does not change what the node costs). Like the operator's order it empties whole nodes at a
+  time; it picks the node by when it first ran a replica, where the operator starts on the node
+  of the most recently ready pod. At one replica per node it stops the oldest.
 """
 
 from __future__ import annotations
