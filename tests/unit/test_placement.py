@@ -151,11 +151,30 @@ def test_current_type_is_kept_unless_the_saving_is_large() -> None:
     assert moved.chosen.name == "inf2.48xlarge"
 
 
-def test_zero_replicas_still_plans_one() -> None:
+def test_zero_pods_take_no_node_and_the_type_is_the_cheapest_for_a_first_replica() -> None:
+    # Planned as one replica, 0 pods were reported as one node at $0.76/h.
     plan = plan_placement(ReplicaNeeds(2), ALL_TYPES, 0)
-    assert plan.replicas == 1
+    assert plan.replicas == 0
     assert plan.chosen is not None
-    assert plan.chosen.name == "inf2.xlarge"
+    assert (plan.chosen.name, plan.chosen.nodes, plan.chosen.usd_per_hour) == ("inf2.xlarge", 0, 0.0)
+    assert plan.reason.startswith("no pod to place: 0 nodes, $0.00/h; chosen for a first replica: inf2.xlarge")
+    # Where a first replica costs least, not the first type listed (at 0 pods all cost $0).
+    plan = plan_placement(ReplicaNeeds(8), ["inf2.48xlarge", "inf2.24xlarge"], 0)
+    assert plan.chosen is not None and plan.chosen.name == "inf2.24xlarge"
+
+
+def test_warm_pods_and_placeholders_take_node_slots_and_only_the_serving_replicas_earn() -> None:
+    # 2 active + 1 warm + 2 placeholders of 8 cores: 5 pods, 2 x 48xlarge (3 per node) = $25.96/h.
+    plan = plan_placement(ReplicaNeeds(8), ALL_TYPES, 5, serving=2, throughput_rps=10)
+    assert plan.chosen is not None
+    assert (plan.chosen.name, plan.chosen.nodes) == ("inf2.48xlarge", 2)
+    assert plan.chosen.usd_per_hour == pytest.approx(2 * 12.98127)
+    # Over what the 2 serving replicas answer (2 x 10 inf/s), not what 5 would.
+    assert plan.chosen.usd_per_million_inferences == pytest.approx(2 * 12.98127 / (2 * 10 * 3600) * 1e6)
+    # Nothing serves: no $ per million inferences, the nodes still cost.
+    idle = plan_placement(ReplicaNeeds(8), ALL_TYPES, 1, serving=0, throughput_rps=10)
+    assert idle.chosen is not None and idle.chosen.usd_per_hour > 0
+    assert idle.chosen.usd_per_million_inferences is None
 
 
 @pytest.mark.parametrize(

@@ -40,9 +40,16 @@ def test_chosen_type_is_cheapest_and_its_replicas_fit_their_nodes(
         return
     chosen = plan.chosen
     assert chosen is not None and not plan.problems
+    if replicas == 0:
+        # No pod takes no node, on any type; the type chosen is the one a first replica goes on.
+        assert all((c.nodes, c.usd_per_hour) == (0, 0.0) for c in plan.candidates)
+        one = plan_placement(needs, types, 1)
+        assert one.chosen is not None and one.chosen.name == chosen.name
+        plan, chosen, replicas = one, one.chosen, 1
+        fitting = [c for c in plan.candidates if c.fits]
     assert chosen.usd_per_hour <= min(c.usd_per_hour for c in fitting) * (1 + COST_TIE_TOLERANCE)
-    assert chosen.nodes * chosen.replicas_per_node >= max(1, replicas)
-    assert (chosen.nodes - 1) * chosen.replicas_per_node < max(1, replicas)
+    assert chosen.nodes * chosen.replicas_per_node >= replicas
+    assert (chosen.nodes - 1) * chosen.replicas_per_node < replicas
     itype = chosen.instance_type
     per_node = chosen.replicas_per_node
     assert per_node * needs.neuron_cores <= itype.neuroncores

@@ -26,8 +26,14 @@ How a node is shared (figures from :mod:`neuronfleet.planning.catalog`):
   own share. With a request, ``usable // request`` limits packing. The allowance is passed in, as
   every input here: DaemonSets that request more than it leave the node's last replica Pending.
 
-Cost: ``nodes = ceil(replicas / replicas_per_node)``, ``$/h = nodes x on-demand price``. The
-chosen type minimises $/h for the replica count (equivalently $ per replica-hour). Costs within
+Cost: ``nodes = ceil(pods / replicas_per_node)``, ``$/h = nodes x on-demand price``, where the pods
+are every replica-sized pod the fleet runs on the type: active replicas, warm pods and node
+placeholders (a placeholder requests what a replica does). The operator and ``neuronfleet plan``
+pass that sum as ``replicas``, and the replicas that serve as ``serving``: $ per million inferences
+divides the cost by their throughput alone, since warm pods and placeholders answer no request.
+0 pods take no node and cost nothing; the type is then still chosen as for one replica (where a
+first replica would go, and the type the fleet stays on). The chosen type minimises $/h for the
+pod count (equivalently $ per pod-hour). Costs within
 :data:`COST_TIE_TOLERANCE` are a tie, broken by more nodes (a warm replica on another node
 survives the loss of an active one's node, and replicas can spread across zones), then more
 spare replica slots, then catalog order. With
@@ -51,7 +57,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from fractions import Fraction
 from typing import Literal
@@ -184,9 +190,10 @@ def needs_from_spec(spec: InferenceDeploymentSpec) -> ReplicaNeeds:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One instance type scored for a replica count."""
+    """One instance type scored for a pod count."""
 
     instance_type: InstanceType
+    #: Replica-sized pods placed: active replicas, warm pods and node placeholders.
     replicas: int
     replicas_per_node: int
     limited_by: LimitingFactor | None
@@ -196,6 +203,8 @@ class Candidate:
     #: Why the type does not hold one replica; empty when it fits.
     problems: tuple[str, ...] = ()
     throughput_rps_per_replica: float | None = None
+    #: Of ``replicas``, those that serve requests (None: all of them).
+    serving: int | None = None
 
     @property
     def name(self) -> str:
@@ -225,19 +234,27 @@ class Candidate:
         return self.usd_per_hour / self.replicas if self.replicas else 0.0
 
     @property
+    def serving_replicas(self) -> int:
+        return self.replicas if self.serving is None else self.serving
+
+    @property
     def usd_per_million_inferences(self) -> float | None:
-        """Cost of a million inferences when every replica runs at the given throughput."""
-        if not self.fits or not self.throughput_rps_per_replica or not self.replicas:
+        """Cost of a million inferences when every serving replica runs at the given throughput.
+
+        The cost is that of every pod's nodes; the inferences are the serving replicas' only.
+        """
+        if not self.fits or not self.throughput_rps_per_replica or not self.serving_replicas:
             return None
-        inferences_per_hour = self.replicas * self.throughput_rps_per_replica * 3600
+        inferences_per_hour = self.serving_replicas * self.throughput_rps_per_replica * 3600
         return self.usd_per_hour / inferences_per_hour * 1e6
 
 
 @dataclass(frozen=True)
 class PlacementPlan:
-    """Every allowed type scored for a replica count, and the chosen one with its reason."""
+    """Every allowed type scored for a pod count, and the chosen one with its reason."""
 
     needs: ReplicaNeeds
+    #: Replica-sized pods placed (active, warm and placeholders); 0 takes no node.
     replicas: int
     candidates: tuple[Candidate, ...]
     chosen: Candidate | None
@@ -265,8 +282,10 @@ def score(
     replicas: int,
     throughput_rps: float | None = None,
     headroom: Headroom = DAEMONSET_HEADROOM,
+    serving: int | None = None,
 ) -> Candidate:
-    """How many replicas fit on one node of ``itype``, what limits it, and the cost of ``replicas``."""
+    """How many replicas fit on one node of ``itype``, what limits it, and the cost of ``replicas``
+    pods (``serving`` of them serve; None: all)."""
     usable_cpu = max(0, itype.allocatable_cpu_millis - headroom.cpu_millis)
     usable_memory = max(0, itype.allocatable_memory_mib - headroom.memory_mib)
     # A type with fewer cores than a replica already fails on cores: cap the share at the node.
@@ -315,6 +334,7 @@ def score(
         memory_mib_per_replica=memory,
         problems=tuple(problems),
         throughput_rps_per_replica=throughput_rps,
+        serving=serving,
     )
 
 
@@ -342,24 +362,33 @@ def plan_placement(
     instance_types: Sequence[str],
     replicas: int,
     *,
+    serving: int | None = None,
     throughput_rps: float | None = None,
     current_type: str | None = None,
     keep_current_within: float = 0.15,
     headroom: Headroom = DAEMONSET_HEADROOM,
     may_move: bool = True,
 ) -> PlacementPlan:
-    """Score each allowed type for ``replicas`` (at least 1 is planned) and choose the cheapest.
+    """Score each allowed type for ``replicas`` pods and choose the cheapest.
 
-    ``instance_types`` must be catalog names (the API's enum guarantees it); unknown names raise
-    KeyError. ``throughput_rps`` (per replica) fills in $ per million inferences.
+    ``replicas`` counts every replica-sized pod to place (active, warm, placeholders), ``serving``
+    those of them that serve (None: all). 0 pods take no node and cost nothing on every type; the
+    type is chosen as for one replica. ``instance_types`` must be catalog names (the API's enum
+    guarantees it); unknown names raise KeyError. ``throughput_rps`` (per serving replica) fills in
+    $ per million inferences.
     """
+    # At 0 pods every type costs nothing, yet a type is still wanted: the one a first replica goes
+    # on, which the status keeps as the fleet's sticky type, and whose fit and CPU share the checks
+    # read. So the type is chosen as for one replica (the cheapest for it, not merely the first
+    # allowed), and the counts and costs reported are those of the pods there are.
     planned = max(1, replicas)
-    candidates = tuple(
-        score(needs, INF2_INSTANCE_TYPES[name], planned, throughput_rps, headroom)
+    scored = tuple(
+        score(needs, INF2_INSTANCE_TYPES[name], planned, throughput_rps, headroom, serving)
         for name in dict.fromkeys(instance_types)
     )
+    candidates = scored if replicas == planned else tuple(replace(c, replicas=replicas) for c in scored)
     problems = _needs_problems(needs)
-    fitting = [c for c in candidates if c.fits]
+    fitting = [c for c in scored if c.fits]
     if problems or not fitting:
         if not fitting:
             details = "; ".join(f"{c.name}: {', '.join(c.problems)}" for c in candidates)
@@ -367,9 +396,9 @@ def plan_placement(
                 f"spec.placement.instanceTypes: no allowed instance type holds a replica of "
                 f"{needs.describe()} ({details})"
             )
-        return PlacementPlan(needs, planned, candidates, None, "no allowed instance type fits", tuple(problems))
+        return PlacementPlan(needs, replicas, candidates, None, "no allowed instance type fits", tuple(problems))
 
-    order = [c.name for c in candidates]
+    order = [c.name for c in scored]
     best_cost = min(c.usd_per_hour for c in fitting)
     tied = [c for c in fitting if c.usd_per_hour <= best_cost * (1 + COST_TIE_TOLERANCE)]
     best = min(tied, key=lambda c: (-c.nodes, -c.spare_slots, order.index(c.name)))
@@ -379,7 +408,9 @@ def plan_placement(
     if current is not None and current is not best and (saves_little or not may_move):
         chosen = current
     reason = _explain(chosen, best, fitting, tied, current, waits_to_move=not saves_little)
-    return PlacementPlan(needs, planned, candidates, chosen, reason, ())
+    if replicas == 0:
+        reason = f"no pod to place: 0 nodes, $0.00/h; chosen for a first replica: {reason}"
+    return PlacementPlan(needs, replicas, candidates, candidates[scored.index(chosen)], reason, ())
 
 
 def _explain(
@@ -393,8 +424,8 @@ def _explain(
 ) -> str:
     head = (
         f"{chosen.name}: {chosen.replicas_per_node} replica(s) per node (limited by {chosen.limited_by}), "
-        f"{chosen.nodes} node(s) for {chosen.replicas} replica(s) = ${chosen.usd_per_hour:.2f}/h "
-        f"(${chosen.usd_per_replica_hour:.3f} per replica-hour)"
+        f"{chosen.nodes} node(s) for {chosen.replicas} pod(s) = ${chosen.usd_per_hour:.2f}/h "
+        f"(${chosen.usd_per_replica_hour:.3f} per pod-hour)"
     )
     if chosen is not best and chosen is current and waits_to_move:
         return (
@@ -437,6 +468,7 @@ def plan_for_spec(
     spec: InferenceDeploymentSpec,
     replicas: int,
     *,
+    serving: int | None = None,
     throughput_rps: float | None = None,
     current_type: str | None = None,
     headroom: Headroom = DAEMONSET_HEADROOM,
@@ -444,6 +476,7 @@ def plan_for_spec(
 ) -> PlacementPlan:
     """:func:`plan_placement` for a spec's model, runtime requests and allowed types.
 
+    ``replicas``: every pod to place (active, warm and placeholders), ``serving`` the active ones;
     ``headroom``: the operator's DaemonSet allowance (``BuilderConfig.daemonset_headroom``);
     ``may_move``: see :func:`may_move_type`.
     """
@@ -451,6 +484,7 @@ def plan_for_spec(
         needs_from_spec(spec),
         spec.placement.instance_types,
         replicas,
+        serving=serving,
         throughput_rps=throughput_rps,
         current_type=current_type,
         headroom=headroom,
