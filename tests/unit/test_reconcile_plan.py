@@ -11,11 +11,20 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.planning.compile import CompileObservation, DanglingRecord, StoredArtifact, compile_request
-from neuronfleet.planning.fleet import CreatePod, DeletePod, FleetPolicy, PodView, Relabel, apply_actions
+from neuronfleet.planning.fleet import (
+    CreatePlaceholder,
+    CreatePod,
+    DeletePod,
+    FleetPolicy,
+    PodView,
+    Relabel,
+    apply_actions,
+)
 from neuronfleet.planning.observation import (
     DeploymentMemory,
     Observation,
@@ -808,3 +817,38 @@ def test_pods_held_for_a_replaced_artifact_say_it_was_replaced_not_gone() -> Non
         assert not [a for a in result.actions if isinstance(a, CreatePod)]
         available = next(c for c in result.status["conditions"] if c["type"] == "Available")
         assert f"2 new active pods held: the artifact of revision cccccccccc {why}" in available["message"], available
+
+
+def test_the_placement_counts_the_nodes_and_cost_of_every_pod_it_creates_placeholders_included() -> None:
+    # 2 active + 1 warm + 2 placeholders of 1 core, 2 to an inf2.xlarge: 3 nodes. The placeholders
+    # were left out: 2 nodes ($1.52/h) were reported for the 5 pods created.
+    dep = deployment(
+        scaling={"mode": "Manual", "replicas": 2, "minReplicas": 0},
+        warmPool={"mode": "Fixed", "pods": 1, "nodePlaceholders": 2},
+    )
+    result = plan(dep, Observation(T0, compile=compiled(dep)), DeploymentMemory(), {})
+    created = [a for a in result.actions if isinstance(a, (CreatePod, CreatePlaceholder))]
+    assert len(created) == 5 and sum(isinstance(a, CreatePlaceholder) for a in created) == 2
+    placement = result.status["placement"]
+    assert (placement["replicasPerNode"], placement["nodes"]) == (2, 3)
+    assert placement["usdPerHour"] == pytest.approx(3 * 0.7582)
+    assert "3 node(s) for 5 pod(s)" in placement["reason"]
+
+
+def test_a_fleet_scaled_to_zero_takes_no_node_unless_it_keeps_standby() -> None:
+    # 0 replicas and no standby were reported as 1 node at $0.76/h.
+    dep = deployment(scaling={"mode": "Manual", "replicas": 0, "minReplicas": 0}, warmPool={"mode": "Off"})
+    result = plan(dep, Observation(T0, compile=compiled(dep)), DeploymentMemory(), {})
+    assert result.actions == ()
+    placement = result.status["placement"]
+    # The type stays known (the one a first replica goes on, and the sticky type).
+    assert (placement["instanceType"], placement["nodes"], placement["usdPerHour"]) == ("inf2.xlarge", 0, 0.0)
+    assert placement["reason"].startswith("no pod to place: 0 nodes, $0.00/h")
+    # A placeholder alone holds a node, and is paid for.
+    dep = deployment(
+        scaling={"mode": "Manual", "replicas": 0, "minReplicas": 0},
+        warmPool={"mode": "Fixed", "pods": 0, "nodePlaceholders": 1},
+    )
+    result = plan(dep, Observation(T0, compile=compiled(dep)), DeploymentMemory(), {})
+    assert [type(a) for a in result.actions] == [CreatePlaceholder]
+    assert (result.status["placement"]["nodes"], result.status["placement"]["usdPerHour"]) == (1, 0.7582)

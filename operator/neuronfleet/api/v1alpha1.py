@@ -479,8 +479,9 @@ class PlacementSpec(ApiModel):
     instance_types: list[InstanceTypeName] = Field(
         default_factory=lambda: list(INSTANCE_TYPE_NAMES),  # type: ignore[arg-type]
         min_length=1,
-        description="Inf2 instance types the replicas may use. The operator picks the one with the lowest "
-        "$ per replica-hour that holds the model.",
+        description="Inf2 instance types the replicas may use. The operator picks the one whose nodes cost "
+        "least for the pods it keeps, all replica-sized: active replicas, warm pods and node placeholders "
+        "(status.placement says why), and keeps it while a move would save little.",
         json_schema_extra={"x-kubernetes-list-type": "set"},
     )
     node_selector: dict[str, str] = Field(
@@ -986,9 +987,18 @@ class PlacementStatus(ApiModel):
     """The placement the operator chose."""
 
     instance_type: str | None = Field(default=None, description="Chosen Inf2 instance type.")
-    replicas_per_node: int | None = Field(default=None, description="Replicas per node.")
-    nodes: int | None = Field(default=None, description="Nodes the desired replicas need.")
-    usd_per_hour: float | None = Field(default=None, description="On-demand cost of those nodes.")
+    replicas_per_node: int | None = Field(
+        default=None, description="Replicas per node (warm pods and node placeholders are replica-sized too)."
+    )
+    nodes: int | None = Field(
+        default=None,
+        description="Nodes the desired pods take, packed replicasPerNode to a node: the active replicas, the "
+        "warm pods and the node placeholders (status.warmPool's desiredPods and desiredPlaceholders). 0 when "
+        "there are none.",
+    )
+    usd_per_hour: float | None = Field(
+        default=None, description="On-demand cost of those nodes (us-east-1 prices; 0 for no node)."
+    )
     reason: str | None = Field(default=None, description="Why this instance type (the plan's explanation).")
 
 

@@ -9,7 +9,8 @@ memory (:class:`~neuronfleet.planning.observation.StatusMemory`). In order:
    there is none (:mod:`.compile`); an unservable spec is not compiled;
 2. targets: the autoscaler at its interval and the warm pool (:func:`decide_targets`, the path the
    simulator's ``Ours`` policy must match: tests/unit/test_operator_sim_parity.py);
-3. placement (sticky to the remembered instance type) and the fleet plan (:mod:`.fleet`), which
+3. placement of the active and warm pods and the node placeholders (sticky to the remembered
+   instance type; its nodes and $/h are what those pods take) and the fleet plan (:mod:`.fleet`), which
    creates no serving pod while the served artifact is known gone from the store (a new pod could
    not load it) until it is republished, nor any pod (placeholders included) while
    spec.runtime.cpuLimit is below the CPU request the placement gives each replica (the API server
@@ -372,9 +373,12 @@ def plan_reconcile(
             last_scale_at = datetime.fromisoformat(durable.last_scale.time)
     resizing = durable.desired_replicas is not None and durable.desired_replicas != scale.desired
     with contextlib.suppress(QuantityError):
+        # Every replica-sized pod the fleet keeps takes a slot on the nodes it pays for: placeholders
+        # too (they hold spare nodes). Only the active replicas serve.
         placement = plan_for_spec(
             spec,
-            max(1, scale.desired + warm.pods),
+            scale.desired + warm.pods + warm.node_placeholders,
+            serving=scale.desired,
             current_type=durable.instance_type,
             headroom=headroom,
             may_move=may_move_type(last_scale_at, now, resizing=resizing),
