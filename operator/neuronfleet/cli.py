@@ -18,7 +18,7 @@ from rich.markup import escape
 
 from neuronfleet import __version__
 from neuronfleet.api.crd import CRD_FILENAME, crd_yaml
-from neuronfleet.api.v1alpha1 import GROUP, KIND, InferenceDeployment
+from neuronfleet.api.v1alpha1 import GROUP, KIND, InferenceDeployment, InferenceDeploymentSpec
 from neuronfleet.api.validation import (
     Problem,
     load_manifests,
@@ -126,6 +126,15 @@ def _catalog_problems(model: InferenceDeployment, headroom: Headroom) -> list[Pr
     return problems
 
 
+def _most_standby(spec: InferenceDeploymentSpec) -> int:
+    """Most warm pods and node placeholders beside maxReplicas active ones: the operator places them
+    on the same type, so they take part in its choice. Fixed keeps its figures whatever the active
+    count; Auto's pods and placeholders together stop at maxReplicas, but for minPods, so maxPods
+    bounds them."""
+    pool = spec.warm_pool
+    return {"Off": 0, "Fixed": pool.pods + pool.node_placeholders, "Auto": pool.max_pods}[pool.mode]
+
+
 def _serving_cpu_limit_problem(model: InferenceDeployment, headroom: Headroom) -> str | None:
     """spec.runtime.cpuLimit below the CPU request of the replicas at the first pod count the spec can
     reach where it is (a computed request is the replica's share of the type chosen for that count)."""
@@ -133,9 +142,7 @@ def _serving_cpu_limit_problem(model: InferenceDeployment, headroom: Headroom) -
     if not spec.runtime.cpu_limit:
         return None
     needs = needs_from_spec(spec)  # the caller checked the quantities (check_fits)
-    warm = spec.warm_pool
-    most_warm = {"Off": 0, "Fixed": warm.pods, "Auto": warm.max_pods}[warm.mode]
-    for replicas in range(1, max(1, spec.scaling.max_replicas + most_warm) + 1):
+    for replicas in range(1, max(1, spec.scaling.max_replicas + _most_standby(spec)) + 1):
         chosen = plan_placement(needs, spec.placement.instance_types, replicas, headroom=headroom).chosen
         problem = serving_cpu_limit_problem(spec.runtime, chosen) if chosen is not None else None
         if problem:
@@ -148,15 +155,13 @@ def _scheduler_warning(model: InferenceDeployment, neuron_scheduler: str | None,
     can reach whose placement needs the Neuron scheduler extension, when the pods would name none.
 
     The chosen instance type depends on the replica count (an 8xlarge for one replica, a 48xlarge
-    for many), so every count from 1 to maxReplicas plus the most warm pods is planned.
+    for many), so every count from 1 to maxReplicas plus the most warm pods and placeholders is planned.
     """
     spec = model.spec
     if spec.placement.scheduler_name or neuron_scheduler:
         return None
     needs = needs_from_spec(spec)  # the caller checked the quantities (check_fits)
-    warm = spec.warm_pool
-    most_warm = {"Off": 0, "Fixed": warm.pods, "Auto": warm.max_pods}[warm.mode]
-    for replicas in range(1, max(1, spec.scaling.max_replicas + most_warm) + 1):
+    for replicas in range(1, max(1, spec.scaling.max_replicas + _most_standby(spec)) + 1):
         plan = plan_placement(needs, spec.placement.instance_types, replicas, headroom=headroom)
         warning = scheduler_warning(plan, None)
         if warning:

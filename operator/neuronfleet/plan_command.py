@@ -1,12 +1,15 @@
 """`neuronfleet plan`: show where a manifest's replicas would run and what each option costs.
 
 Reads an InferenceDeployment manifest, validates it as the API server would
-(:func:`neuronfleet.api.validation.validate_manifest`), runs the placement planner for the
-replica count (``--replicas``, else the spec's ``replicas``/``minReplicas`` plus warm pods) and
-prints one table row per allowed instance type: replicas per node and what limits it, nodes,
-$/h, $ per replica-hour and $ per million inferences at ``--throughput`` requests per second
-per replica ("$/M inf."). The chosen row is marked and the plan's reason printed under the table
-(for 0 replicas: no node and no cost, and the type a first replica would go on), then a warning
+(:func:`neuronfleet.api.validation.validate_manifest`), runs the placement planner for the pods
+the operator would keep (as it plans them): the active replicas (``--replicas``, else the spec's
+``replicas``/``minReplicas``), the warm pods (``--warm``, else Fixed ``pods`` or Auto ``minPods``)
+and the node placeholders (``--placeholders``, else Fixed ``nodePlaceholders``), and prints one
+table row per allowed instance type: replicas per node and what limits it, the nodes all those pods
+take, $/h, $ per pod-hour and $ per million inferences at ``--throughput`` requests per second per
+active replica ("$/M inf.": warm pods and placeholders cost but do not serve). The chosen row is
+marked and the plan's reason printed under the table (for 0 pods: no node and no cost, and the type
+a first replica would go on), then a warning
 when the chosen placement needs the Neuron scheduler extension and the pods would name no
 scheduler (``--neuron-scheduler`` gives the operator's setting). Exit codes:
 0 a placement exists, 1 no allowed type fits, 2 the manifest cannot be read or is invalid.
@@ -15,7 +18,6 @@ scheduler (``--neuron-scheduler`` gives the operator's setting). Exit codes:
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -70,23 +72,22 @@ def load_manifest(path: str) -> InferenceDeployment:
     return model
 
 
-def default_replicas(dep: InferenceDeployment) -> int:
-    """Replicas to plan for: active (replicas, else minReplicas) plus Fixed warm pods."""
+def default_active(dep: InferenceDeployment) -> int:
+    """Active replicas to plan for: spec.scaling.replicas, else minReplicas."""
     scaling = dep.spec.scaling
-    active = scaling.replicas if scaling.replicas is not None else scaling.min_replicas
-    warm = dep.spec.warm_pool.pods if dep.spec.warm_pool.mode == "Fixed" else 0
-    return active + warm
+    return scaling.replicas if scaling.replicas is not None else scaling.min_replicas
 
 
-def scaled_to_zero(plan: PlacementPlan) -> PlacementPlan:
-    """The plan for 0 replicas: no nodes, no cost.
-
-    The planner scores one replica (what fits, and where a first replica would go); here every
-    candidate keeps that fit and holds none.
-    """
-    candidates = tuple(dataclasses.replace(candidate, replicas=0) for candidate in plan.candidates)
-    chosen = next((c for c in candidates if plan.chosen is not None and c.name == plan.chosen.name), None)
-    return dataclasses.replace(plan, replicas=0, candidates=candidates, chosen=chosen)
+def default_standby(dep: InferenceDeployment) -> tuple[int, int]:
+    """Warm pods and node placeholders the operator keeps at least: Fixed's ``pods`` and
+    ``nodePlaceholders``; Auto's ``minPods`` and no placeholder (the rest follows measured demand);
+    none when Off."""
+    pool = dep.spec.warm_pool
+    if pool.mode == "Fixed":
+        return pool.pods, pool.node_placeholders
+    if pool.mode == "Auto":
+        return pool.min_pods, 0
+    return 0, 0
 
 
 def plan_table(plan: PlacementPlan, title: str) -> Table:
@@ -94,7 +95,7 @@ def plan_table(plan: PlacementPlan, title: str) -> Table:
     table = Table(title=title, title_justify="left")
     table.add_column("", no_wrap=True, min_width=1)
     table.add_column("instance type", no_wrap=True)
-    for header in ("/node", "limit", "nodes", "$/h", "$/replica-h", "$/M inf."):
+    for header in ("/node", "limit", "nodes", "$/h", "$/pod-h", "$/M inf."):
         justify: Any = "left" if header == "limit" else "right"
         table.add_column(header, justify=justify, no_wrap=True)
     for candidate in plan.candidates:
@@ -132,21 +133,31 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     except QuantityError as error:
         err_console.print(f"error: --daemonset-headroom-cpu/--daemonset-headroom-memory: {error}", markup=False)
         return 2
-    if args.replicas is not None and args.replicas < 0:
-        err_console.print("error: --replicas must be 0 or more")
-        return 2
+    for flag, value in (("--replicas", args.replicas), ("--warm", args.warm), ("--placeholders", args.placeholders)):
+        if value is not None and value < 0:
+            err_console.print(f"error: {flag} must be 0 or more")
+            return 2
     if args.throughput is not None and not 0 < args.throughput < math.inf:  # nan fails both
         err_console.print("error: --throughput must be a positive, finite number of inferences/s")
         return 2
-    replicas = args.replicas if args.replicas is not None else default_replicas(dep)
+    active = args.replicas if args.replicas is not None else default_active(dep)
+    default_warm, default_placeholders = default_standby(dep)
+    warm = args.warm if args.warm is not None else default_warm
+    placeholders = args.placeholders if args.placeholders is not None else default_placeholders
+    # As the operator plans them: the standby pods take node slots and cost, only the active serve.
     plan = plan_placement(
-        needs, dep.spec.placement.instance_types, replicas, throughput_rps=args.throughput, headroom=headroom
+        needs,
+        dep.spec.placement.instance_types,
+        active + warm + placeholders,
+        serving=active,
+        throughput_rps=args.throughput,
+        headroom=headroom,
     )
-    if replicas == 0:
-        plan = scaled_to_zero(plan)
-    title = f"{dep.name}: {plan.replicas} replica(s) of {needs.describe()}"
+    title = f"{dep.name}: {active} replica(s) of {needs.describe()}"
+    if warm or placeholders:
+        title += f" + {warm} warm pod(s) + {placeholders} node placeholder(s) of the same size"
     if args.throughput:
-        title += f", {args.throughput:g} inferences/s per replica"
+        title += f", {args.throughput:g} inferences/s per active replica"
     # The replicas' shares of a node are what is left after this: say it beside the figures.
     title += f"; {headroom.cpu_millis}m CPU and {headroom.memory_mib}Mi per node left for DaemonSets"
     console.print(plan_table(plan, title))
@@ -159,7 +170,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         return 1
     if plan.replicas == 0:
         console.print(
-            f"chosen: none: 0 replicas need no node ($0.00/h); a first replica would go on {plan.chosen.name}",
+            f"chosen: none: 0 pods need no node ($0.00/h); a first replica would go on {plan.chosen.name}",
             markup=False,
         )
     else:
@@ -213,13 +224,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--replicas",
         type=int,
-        help="replicas to place (default: spec.scaling.replicas or minReplicas, plus Fixed warm pods)",
+        help="active (serving) replicas to place (default: spec.scaling.replicas or minReplicas)",
+    )
+    parser.add_argument(
+        "--warm",
+        type=int,
+        metavar="N",
+        help="warm pods placed beside them (default: spec.warmPool.pods in Fixed mode, minPods in Auto, 0 when Off)",
+    )
+    parser.add_argument(
+        "--placeholders",
+        type=int,
+        metavar="N",
+        help="node placeholders placed beside them (default: spec.warmPool.nodePlaceholders in Fixed mode, else 0)",
     )
     parser.add_argument(
         "--throughput",
         type=float,
         metavar="RPS",
-        help="inferences per second one replica sustains; fills in $ per million inferences",
+        help="inferences per second one active replica sustains; fills in $ per million inferences (the "
+        "nodes of every pod, over what the active replicas serve)",
     )
     add_headroom_flags(parser)
     parser.add_argument(

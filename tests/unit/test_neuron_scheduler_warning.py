@@ -90,6 +90,11 @@ def test_validate_plans_every_count_the_spec_reaches(tmp_path: Path, capsys: pyt
     small = manifest(tmp_path, 2, "inf2.8xlarge, inf2.48xlarge", max_replicas=6)
     assert main(["validate", "-f", small]) == 0
     assert "warning" not in capsys.readouterr().out
+    # A Fixed placeholder is placed beside the 6 replicas on the same type: 7 pods (it was not counted).
+    with open(small, "a") as file:
+        file.write("  warmPool: {mode: Fixed, pods: 0, nodePlaceholders: 1}\n")
+    assert main(["validate", "-f", small]) == 0
+    assert "warning: at 7 pod(s): replicas of 2 NeuronCores on inf2.48xlarge" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

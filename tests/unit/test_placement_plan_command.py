@@ -101,7 +101,55 @@ def test_plan_for_zero_replicas_needs_no_node(tmp_path: Path, capsys: pytest.Cap
     for _, _, per_node, _, nodes, usd, per_replica, per_million in rows:
         assert int(per_node) >= 1 and (nodes.strip(), usd.strip()) == ("0", "0.00")
         assert per_replica.strip() == per_million.strip() == "-"
-    assert "chosen: none: 0 replicas need no node ($0.00/h); a first replica would go on inf2.24xlarge" in out
+    assert "chosen: none: 0 pods need no node ($0.00/h); a first replica would go on inf2.24xlarge" in out
+
+
+def table_rows(out: str) -> dict[str, list[str]]:
+    """The table's cells after the instance type (/node, limit, nodes, $/h, $/pod-h, $/M), by type."""
+    cells = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines() if "│ inf2." in line]
+    return {row[1]: row[2:] for row in cells}
+
+
+STANDBY = (
+    EIGHT_CORES
+    + """  scaling: {mode: Manual, replicas: 2, minReplicas: 0}
+  warmPool: {mode: Fixed, pods: 1, nodePlaceholders: 2}
+"""
+)
+
+
+def test_plan_places_the_warm_pods_and_placeholders_and_prices_inferences_by_the_active_replicas(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The placeholders were not placed (3 pods: 1 x 48xlarge, $12.98/h), and $/M divided by the
+    # warm pod's throughput too ($120.2).
+    code, out, _ = run(capsys, "-f", write(tmp_path, STANDBY), "--throughput", "10")
+    assert code == 0
+    assert "2 replica(s) of 8 NeuronCores + 1 warm pod(s) + 2 node placeholder(s) of the same size" in out
+    rows = table_rows(out)
+    # 5 pods: 5 x 24xlarge ($32.45/h) or 2 x 48xlarge ($25.96/h), over 2 x 10 inf/s.
+    assert rows["inf2.24xlarge"][2:] == ["5", "32.45", "6.491", "450.7"]
+    assert rows["inf2.48xlarge"][2:] == ["2", "25.96", "5.193", "360.6"]
+    assert "chosen: inf2.48xlarge: 3 replica(s) per node (limited by neuroncores), 2 node(s) for 5 pod(s)" in out
+    # --warm and --placeholders replace the spec's figures; standby alone serves nothing.
+    code, out, _ = run(
+        capsys,
+        "-f",
+        write(tmp_path, STANDBY),
+        "--replicas",
+        "0",
+        "--warm",
+        "0",
+        "--placeholders",
+        "1",
+        "--throughput",
+        "10",
+    )
+    assert code == 0
+    rows = table_rows(out)
+    assert rows["inf2.24xlarge"][2:] == ["1", "6.49", "6.491", "-"]
+    code, _, err = run(capsys, "-f", write(tmp_path, STANDBY), "--placeholders", "-1")
+    assert (code, err) == (2, "error: --placeholders must be 0 or more\n")
 
 
 @pytest.mark.parametrize("throughput", ["nan", "inf", "0", "-1"])
