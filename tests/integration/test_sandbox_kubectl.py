@@ -221,6 +221,21 @@ def test_kubectl_apply_enforces_crd_schema_and_cel_rules(
     assert expected in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("example", "quoted"),
+    [("name-not-dns-1035.yaml", "DNS-1035 label"), ("unsupported-source.yaml", "spec.model.source: Invalid value")],
+)
+def test_the_troubleshooting_guide_quotes_the_refusal_as_kubectl_prints_it(
+    run_kubectl, repo_root: Path, example: str, quoted: str
+) -> None:  # type: ignore[no-untyped-def]
+    guide = (repo_root / "docs/troubleshooting.md").read_text()
+    table = guide.split("## `kubectl apply` refuses the object\n", 1)[1].split("\n## ", 1)[0]
+    quotes = [line.split("`")[1] for line in table.splitlines() if line.startswith("| `")]
+    (quote,) = [q for q in quotes if quoted in q]
+    result = run_kubectl("apply", "-f", str(repo_root / "examples/invalid" / example), check=False)
+    assert quote.removesuffix("...").rstrip() in result.stderr
+
+
 def test_kubectl_applies_every_valid_example(run_kubectl, repo_root: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     examples = sorted((repo_root / "examples").glob("*.yaml"))
     assert examples
