@@ -55,6 +55,12 @@ def test_kubectl_inference_deployment_lifecycle(
     # It said only "Why it changed.": say what changed.
     explained = run_kubectl("explain", "inferencedeployment.status.lastScaleReason").stdout
     assert "Why the desired active replicas (desiredReplicas) last changed" in explained
+    # As the README says: --recursive lists the fields without descriptions; a field path shows the
+    # field's and those of the fields right under it.
+    recursive = run_kubectl("explain", "infdep.spec", "--recursive").stdout
+    assert "assumedNodeColdStartSeconds" in recursive and "Node provisioning time" not in recursive
+    explained = run_kubectl("explain", "infdep.spec.warmPool").stdout
+    assert "Standby capacity against cold starts." in explained and "Node provisioning time" in explained
 
     assert "scaled" in run_kubectl("scale", "infdep/bert", "--replicas=3").stdout
     assert run_kubectl("get", "infdep", "bert", "-o", "jsonpath={.spec.scaling.replicas}").stdout == "3"
