@@ -44,7 +44,7 @@ $(STAMP):
 
 install: $(STAMP)  ## create .venv and install everything (done by demo and test)
 
-# DEMO_ARGS: e.g. DEMO_ARGS="--peak-rps 250" or "--load simulated --minutes 40 --speed 20"; see `neuronfleet demo -h`.
+# DEMO_ARGS: e.g. DEMO_ARGS="--peak-rps 250" or "--load simulated --minutes 36 --speed 20"; see `neuronfleet demo -h`.
 DEMO_ARGS ?=
 
 demo: $(STAMP)  ## the tour: sandbox + operator + compile + real requests to real servers via Prometheus; report in demo-out/

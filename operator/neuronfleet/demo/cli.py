@@ -77,7 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--minutes",
         type=float,
         default=None,
-        help=f"trace minutes to replay (default: {LIVE_MINUTES:g} real, 20 simulated)",
+        help=f"trace minutes to replay from --start-minute, measured (default: {LIVE_MINUTES:g} real, 20 simulated); "
+        "a slice that runs past the trace's end is refused (the shipped trace lasts 58.36 min)",
     )
     parser.add_argument(
         "--start-minute",

@@ -175,11 +175,18 @@ def prepare_load(options: DemoOptions, dep: InferenceDeployment) -> SimulatedLoa
     except traces.TraceError as exc:
         raise DemoError(str(exc)) from None
     lead_in = min(options.lead_in_minutes, options.start_minute) * 60.0
-    # A replay past the trace's end would only measure an idle fleet: stop where the trace does.
-    minutes = min(options.minutes, trace.duration / 60.0 - options.start_minute)
-    start_s, duration = options.start_minute * 60.0 - lead_in, lead_in + max(minutes, 0.0) * 60.0
+    # --minutes is what is replayed, or nothing: a slice past the trace's end is refused, as the real
+    # load refuses it (shortened to the trace, `--minutes 40` from minute 22 replayed 36.4 minutes).
+    minutes, left = options.minutes, trace.duration / 60.0 - options.start_minute
+    if minutes > left:
+        room = f" (--minutes at most {math.floor(left * 10) / 10:g} from there)" if left >= 0.1 else ""
+        raise DemoError(
+            f"the trace {trace_path} lasts {trace.duration / 60:.2f} min: minutes {options.start_minute:g}-"
+            f"{options.start_minute + minutes:g} are not all in it{room}"
+        )
+    start_s, duration = options.start_minute * 60.0 - lead_in, lead_in + minutes * 60.0
     keep = (trace.arrivals >= start_s) & (trace.arrivals < start_s + duration)
-    if not keep.any() or minutes <= 0:
+    if not keep.any():
         raise DemoError(
             f"the trace {trace_path} has no arrivals in minutes {options.start_minute:g}-"
             f"{options.start_minute + options.minutes:g} (it lasts {trace.duration / 60:.1f} min)"
@@ -362,8 +369,6 @@ async def simulated_demo(options: DemoOptions, console: Console) -> DemoResult:
     namespace, name = example.namespace, example.name
     load = prepare_load(options, example.deployment)
     facts = load.facts
-    if facts["minutes"] < options.minutes:
-        console.print(f"[yellow]the trace ends {facts['minutes']:.1f} minutes after --start-minute: replaying those[/]")
 
     pacer = Pacer(options.speed)
     display = Display(console, options.live)
