@@ -269,6 +269,12 @@ def test_ci_values_reach_the_operator() -> None:
         # The pod runs as non-root with every capability dropped: no port below 1024.
         ("operator.metricsPort=80", "/operator/metricsPort"),
         ("operator.metricsPort=8080", "operator.metricsPort and liveness.port are both 8080"),
+        # An operator PodMonitor asked for with the metrics off was left out without a word.
+        (
+            "monitoring.operatorPodMonitor.enabled=true,operator.metricsPort=0",
+            "monitoring.operatorPodMonitor.enabled: the PodMonitor scrapes the operator's metrics, "
+            "which operator.metricsPort=0 turns off",
+        ),
         # An env value is a string in Kubernetes: the schema says so, not the API server at apply.
         ("operator.extraEnv[0].name=WORKERS,operator.extraEnv[0].value=4", "/operator/extraEnv/0/value"),
         # Names of objects and label values: DNS-1123 labels.
