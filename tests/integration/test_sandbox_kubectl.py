@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from kube_schema_cases import KUBE_SCHEMA_MESSAGES
 
 from neuronfleet.api.v1alpha1 import NAME_RULE_MESSAGE
 from neuronfleet.api.validation import go_value, load_manifests, validate_manifest
@@ -240,6 +241,22 @@ def test_the_troubleshooting_guide_quotes_the_refusal_as_kubectl_prints_it(
     (quote,) = [q for q in quotes if quoted in q]
     result = run_kubectl("apply", "-f", str(repo_root / "examples/invalid" / example), check=False)
     assert quote.removesuffix("...").rstrip() in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("spec", "refusal"), KUBE_SCHEMA_MESSAGES, ids=[r.split(": ")[0] for _, r in KUBE_SCHEMA_MESSAGES]
+)
+def test_bounds_and_values_are_refused_in_kube_apiservers_words(
+    run_kubectl, tmp_path: Path, spec: str, refusal: str
+) -> None:  # type: ignore[no-untyped-def]
+    manifest = tmp_path / "bounds.yaml"
+    manifest.write_text(
+        "apiVersion: serving.neuronfleet.dev/v1alpha1\nkind: InferenceDeployment\n"
+        f"metadata: {{name: bounds}}\nspec:\n  {spec}\n"
+    )
+    result = run_kubectl("apply", "-f", str(manifest), check=False)
+    assert result.returncode != 0
+    assert refusal in result.stderr
 
 
 def test_kubectl_applies_every_valid_example(run_kubectl, repo_root: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

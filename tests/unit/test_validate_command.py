@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kube_schema_cases import KUBE_SCHEMA_MESSAGES
 
 from neuronfleet.api.crd import openapi_schema
 from neuronfleet.api.v1alpha1 import ARTIFACT_STORE_MESSAGE, NAME_RULE_MESSAGE
-from neuronfleet.api.validation import PATTERN_EXAMPLES, load_manifests, validate_manifest
+from neuronfleet.api.validation import PATTERN_EXAMPLES, go_float, load_manifests, validate_manifest
 from neuronfleet.cli import main, validate_files
 from neuronfleet.planning.prometheus_urls import PrometheusUrlPolicy
 
@@ -501,6 +502,31 @@ def test_fractions_strings_and_floats_beyond_json_integers_are_still_refused(
         [str(_manifest(tmp_path, f"  model: {{source: s3://acme/bert/}}\n  scaling: {scaling}\n"))]
     )
     assert problem in [str(p) for p in result.problems]
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"), KUBE_SCHEMA_MESSAGES, ids=[p.split(": ")[0] for _, p in KUBE_SCHEMA_MESSAGES]
+)
+def test_bounds_and_values_are_refused_in_kube_apiservers_words(tmp_path: Path, spec: str, problem: str) -> None:
+    [result] = validate_files([str(_manifest(tmp_path, f"  {spec}\n"))])
+    assert problem in [str(p) for p in result.problems]
+
+
+def test_bounds_print_as_go_prints_a_float64() -> None:
+    # kube-openapi holds a bound as a float64 and prints it with %v.
+    shown = [go_float(x) for x in (24, 0.999, 600000, 1e6, 1.5e7, 0.0001, 0.00001, -3.25, 0)]
+    assert shown == ["24", "0.999", "600000", "1e+06", "1.5e+07", "0.0001", "1e-05", "-3.25", "0"]
+
+
+def test_a_type_refusal_comes_before_the_enum_refusal_of_the_same_field(tmp_path: Path) -> None:
+    # kube-openapi checks a value's type first, then its enum.
+    [result] = validate_files(
+        [str(_manifest(tmp_path, "  model: {source: s3://acme/bert/}\n  warmPool: {mode: yes}\n"))]
+    )
+    assert [str(p) for p in result.problems] == [
+        "spec.warmPool.mode: True is not of type 'string'",
+        'spec.warmPool.mode: Unsupported value: true: supported values: "Off", "Fixed", "Auto"',
+    ]
 
 
 def test_manifests_are_read_as_kubectl_reads_them() -> None:

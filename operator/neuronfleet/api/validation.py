@@ -24,7 +24,8 @@ import re
 import struct
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from decimal import Decimal
+from typing import Any, cast
 
 import celpy
 import jsonschema
@@ -301,9 +302,77 @@ def pattern_message(path: str, value: Any, regex: str) -> str:
     return f"Invalid value: {go_value(value)}: should match '{regex}'" + (f" (e.g. {example})" if example else "")
 
 
+#: The order kube-openapi checks a value's keywords in (type, then string, number, list and enum
+#: checks), so that two refusals of one field read in the order kube-apiserver gives them.
+_KEYWORD_ORDER = {
+    keyword: rank
+    for rank, keyword in enumerate(
+        ("type", "maxLength", "minLength", "pattern", "maximum", "minimum", "minItems", "maxItems", "enum")
+    )
+}
+
+
+def schema_error_order(error: jsonschema.ValidationError) -> tuple[list[tuple[int, int, str]], int]:
+    """Sort key of a schema error: by field path (list indices as numbers), then as kube-openapi
+    orders one field's checks."""
+    path = [(0, part, "") if isinstance(part, int) else (1, 0, str(part)) for part in error.absolute_path]
+    return path, _KEYWORD_ORDER.get(str(error.validator), len(_KEYWORD_ORDER))
+
+
+def go_float(number: float) -> str:
+    """``number`` as Go's ``%v`` prints a float64: the shortest digits that read back, in exponent
+    form from 1e+06 up and below 1e-04 (``24``, ``0.999``, ``1e+06``)."""
+    if number == 0:
+        return "0"
+    sign, digits, exponent = Decimal(repr(float(number))).normalize().as_tuple()
+    assert isinstance(exponent, int)  # a finite float
+    text = "".join(map(str, digits))
+    magnitude = len(digits) - 1 + exponent
+    if magnitude < -4 or magnitude >= 6:  # strconv's %g decides so at the shortest precision
+        mantissa = text[0] + ("." + text[1:] if len(text) > 1 else "")
+        body = f"{mantissa}e{'-' if magnitude < 0 else '+'}{abs(magnitude):02d}"
+    elif exponent >= 0:
+        body = text + "0" * exponent
+    elif magnitude >= 0:
+        body = text[: magnitude + 1] + "." + text[magnitude + 1 :]
+    else:
+        body = "0." + "0" * (-magnitude - 1) + text
+    return ("-" if sign else "") + body
+
+
+def kube_schema_message(path: str, error: jsonschema.ValidationError) -> str | None:
+    """What kube-apiserver says after ``<path>: `` of a value its CRD schema refuses by a bound or a
+    list of values (apiextensions' ``kubeOpenAPIResultToFieldErrors`` over kube-openapi's messages):
+    ``minimum`` / ``maximum``, ``enum``, ``minLength`` / ``maxLength``, ``minItems`` / ``maxItems``.
+    None for any other keyword (the callers say those: ``pattern`` with an example, ``required``...).
+
+    A bound prints as Go prints a float64 (kube-openapi holds bounds so); for an integer against a
+    fractional bound kube-openapi compares and prints the bound truncated, which is not copied."""
+    # jsonschema types these as possibly unset; an error of these keywords always carries both.
+    keyword, bound, value = str(error.validator), cast(Any, error.validator_value), cast(Any, error.instance)
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    if keyword in ("maximum", "minimum"):
+        # OpenAPI v3.0 (and JSON Schema draft 4) make a bound exclusive with a boolean beside it.
+        exclusive = bool(schema.get("exclusiveMaximum" if keyword == "maximum" else "exclusiveMinimum"))
+        relation = ("less than" if keyword == "maximum" else "greater than") + ("" if exclusive else " or equal to")
+        return f"Invalid value: {go_value(value)}: {path} in body should be {relation} {go_float(bound)}"
+    if keyword == "enum":
+        supported = ", ".join(go_quote(item if isinstance(item, str) else json.dumps(item)) for item in bound)
+        return f"Unsupported value: {go_value(value)}: supported values: {supported}"
+    if keyword == "maxLength":
+        return f"Too long: may not be more than {bound} byte{'' if bound == 1 else 's'}"
+    if keyword == "minLength":
+        return f"Invalid value: {go_value(value)}: {path} in body should be at least {bound} chars long"
+    if keyword == "maxItems":
+        return f"Too many: {len(value)}: must have at most {bound} item{'' if bound == 1 else 's'}"
+    if keyword == "minItems":
+        return f"Invalid value: {len(value)}: {path} in body should have at least {bound} items"
+    return None
+
+
 def _schema_problems(obj: dict[str, Any]) -> list[Problem]:
     problems = []
-    for error in sorted(_schema_validator().iter_errors(obj), key=lambda e: list(map(str, e.absolute_path))):
+    for error in sorted(_schema_validator().iter_errors(obj), key=schema_error_order):
         path = ""
         for part in error.absolute_path:
             path = _join(path, part)
@@ -322,7 +391,7 @@ def _schema_problems(obj: dict[str, Any]) -> list[Problem]:
         if error.validator == "pattern":
             problems.append(Problem(path, pattern_message(path, error.instance, str(error.validator_value))))
             continue
-        problems.append(Problem(path, error.message))
+        problems.append(Problem(path, kube_schema_message(path, error) or error.message))
     return problems
 
 

@@ -76,6 +76,7 @@ _CAUSE_REASONS = (
     ("Forbidden", "FieldValueForbidden"),
     ("Duplicate value", "FieldValueDuplicate"),
     ("Too long", "FieldValueTooLong"),
+    ("Too many", "FieldValueTooMany"),
 )
 
 

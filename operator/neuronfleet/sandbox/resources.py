@@ -17,7 +17,13 @@ from typing import Any
 
 import jsonschema
 
-from neuronfleet.api.validation import duplicate_items, go_value, whole_floats_to_int
+from neuronfleet.api.validation import (
+    duplicate_items,
+    go_value,
+    kube_schema_message,
+    schema_error_order,
+    whole_floats_to_int,
+)
 
 COMMON_FIELD_LABELS = frozenset({"metadata.name", "metadata.namespace"})
 
@@ -347,7 +353,7 @@ def validate_custom_object(rt: ResourceType, obj: dict[str, Any]) -> tuple[list[
         if k not in ("apiVersion", "kind", "metadata")
     }
     validator = jsonschema.Draft4Validator(root)
-    for error in sorted(validator.iter_errors(body), key=lambda e: list(e.absolute_path)):
+    for error in sorted(validator.iter_errors(body), key=schema_error_order):
         location = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in error.absolute_path).replace(".[", "[")
         if error.validator == "required":
             # Kubernetes names the missing field itself: "spec: Required value".
@@ -359,6 +365,9 @@ def validate_custom_object(rt: ResourceType, obj: dict[str, Any]) -> tuple[list[
             # kube-openapi's own words for a pattern mismatch (jsonschema's are "'x' does not match").
             detail = f"{location} in body should match '{error.validator_value}'"
             errors.append((location, f"Invalid value: {go_value(error.instance)[:200]}: {detail}"))
+            continue
+        if (message := kube_schema_message(location, error)) is not None:
+            errors.append((location, message))
             continue
         errors.append((location, f"Invalid value: {go_value(error.instance)[:200]}: {error.message}"))
     for name, value in body.items():
