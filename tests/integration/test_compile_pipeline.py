@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 from operator_harness import FAST_START, NEURON_SCHEDULER, REPO, OperatorHarness, example, inf2_node_groups, ready
 
-from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL
+from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, GROUP, PLURAL, InferenceDeployment
 from neuronfleet.artifacts.store import VERIFIED_TTL_SECONDS, ArtifactStore
 from neuronfleet.kube.jobs import ANNOTATION_REPUBLISHES
 from neuronfleet.planning.compile import ANNOTATION_COMPILE_RETRY
 from neuronfleet.sandbox import SandboxCluster
+from neuronfleet.sandbox.artifacts import record_uncompiled_artifact
 from neuronfleet.sandbox.kubelet import ContainerResult
 from neuronfleet.sandbox.runners import SubprocessRunner
 from neuronfleet.sandbox.store import WatchEvent
@@ -317,3 +318,60 @@ async def test_an_artifact_deleted_under_a_ready_deployment_is_reported_and_comp
     await harness.wait(
         lambda: sum(ready(p) for p in harness.pods(NS, name, "active")) == 2, timeout=60, what="2 ready active pods"
     )
+
+
+@pytest.mark.parametrize(
+    "ask",
+    [
+        pytest.param(("annotate", {ANNOTATION_COMPILE_RETRY: "1"}), id="compile-retry-annotation"),
+        pytest.param(("patch_spec", {"compile": {"memory": "9Gi"}}), id="spec.compile-changed"),
+    ],
+)
+async def test_a_job_that_succeeded_without_its_record_is_replaced_when_a_retry_is_asked(
+    compiling_harness: OperatorHarness, ask: tuple[str, dict[str, Any]]
+) -> None:
+    # The finished Job (kept a day) stood for the request: ArtifactMissing, and neither the compile-retry
+    # annotation nor a changed spec.compile started another compile for those 24 hours.
+    harness = compiling_harness
+    manifest = small_minilm(harness)
+    name = manifest["metadata"]["name"]
+    kubelet = harness.cluster.kubelet
+    assert kubelet is not None
+    runs: list[str] = []
+
+    async def compile_elsewhere_then_here(pod: dict[str, Any]) -> ContainerResult:
+        # The first run exits 0 and writes nothing where the operator looks (a Job writing to another
+        # store); the next records an artifact as a compile Job would (placement is not under test).
+        runs.append(pod["metadata"]["uid"])
+        if len(runs) > 1:
+            dep = InferenceDeployment.model_validate(harness.deployment(NS, name))
+            record_uncompiled_artifact(dep.spec, harness.store_dir, "retried")
+        return ContainerResult(exit_code=0)
+
+    kubelet.container_runner = compile_elsewhere_then_here
+    await harness.apply(manifest)
+    await harness.wait(
+        lambda: harness.condition(NS, name, "Compiled").get("reason") == "ArtifactMissing",
+        timeout=120,
+        what="ArtifactMissing",
+    )
+    [first_job] = harness.cluster.list("jobs", NS, group="batch")
+    message = harness.condition(NS, name, "Compiled")["message"]
+    assert f"compile Job {first_job['metadata']['name']} succeeded but" in message
+    assert f"set the {ANNOTATION_COMPILE_RETRY} annotation to a new value" in message
+
+    method, change = ask
+    await getattr(harness, method)(NS, name, change)
+    await harness.wait(
+        lambda: harness.condition(NS, name, "Compiled").get("status") == "True", timeout=120, what="Compiled=True"
+    )
+    assert len(runs) == 2
+    [job] = harness.cluster.list("jobs", NS, group="batch")
+    assert job["metadata"]["name"] == first_job["metadata"]["name"]
+    assert job["metadata"]["uid"] != first_job["metadata"]["uid"]
+    deleted = [
+        e["message"]
+        for e in harness.cluster.list("events", NS)
+        if e.get("reason") == "CompileSuperseded" and first_job["metadata"]["name"] in e["message"]
+    ]
+    assert deleted, "the replacement is said in an Event"

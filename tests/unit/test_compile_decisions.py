@@ -62,6 +62,30 @@ def test_failed_job_is_reported_never_retried_and_never_rolled_out() -> None:
 def test_succeeded_job_without_record_is_a_failure_not_a_loop() -> None:
     decision = decide_compile(_observe(None, "succeeded"), None)
     assert (decision.create_job, decision.reason, decision.compiled_status) == (False, "ArtifactMissing", "False")
+    assert not decision.replace_job
+
+
+def test_a_job_that_succeeded_without_its_record_is_replaced_when_a_retry_or_spec_change_asks() -> None:
+    # It was kept (its outcome reused) for the day Kubernetes keeps a finished Job: the compile-retry
+    # annotation and a changed spec.compile were ignored, and the message did not say how to retry.
+    before = job_spec_key(SPEC)
+    observed = replace(_observe(None, "succeeded"), job_spec=before, wanted_job_spec=before, job_name="bert-compile-x")
+    same = decide_compile(observed, OLD)
+    assert (same.replace_job, same.create_job, same.reason, same.serve) == (False, False, "ArtifactMissing", OLD)
+    assert same.message == (
+        f"compile Job bert-compile-x succeeded but {observed.request.record_uri} is missing: check that the Job "
+        "and the operator use the same artifact store and that it keeps what the Job writes; to compile it "
+        "again set the serving.neuronfleet.dev/compile-retry annotation to a new value (or change spec.compile)"
+    )
+    more = SPEC.model_copy(update={"compile": SPEC.compile.model_copy(update={"memory": "9Gi"})})
+    for wanted in (job_spec_key(SPEC, "1"), job_spec_key(more)):
+        decision = decide_compile(replace(observed, wanted_job_spec=wanted), OLD)
+        assert (decision.replace_job, decision.create_job, decision.reason) == (True, False, "Compiling")
+        assert decision.serve == OLD and decision.compiled_status == "False"
+        assert "bert-compile-x succeeded without writing" in decision.message
+    # Nothing served yet: Unknown, as while any compile runs.
+    first = decide_compile(replace(observed, wanted_job_spec=job_spec_key(SPEC, "1")), None)
+    assert (first.replace_job, first.compiled_status) == (True, "Unknown")
 
 
 def test_unservable_spec_is_not_compiled() -> None:

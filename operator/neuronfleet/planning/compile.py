@@ -187,8 +187,8 @@ class CompileDecision:
     message: str
     #: The failure to remember in the status (kept while the same attempt stays failed).
     failure: CompileFailure | None = None
-    #: Delete the Job (it is created again once gone): a failed one the spec asks to run
-    #: differently, or a finished one whose record is dangling.
+    #: Delete the Job (it is created again once gone): a failed one, or one that succeeded without
+    #: writing its record, that the spec asks to run differently, or a finished one whose record dangles.
     replace_job: bool = False
     #: Why the request is compiled (again): a dangling record, which the Job is marked with.
     republish: DanglingRecord | None = None
@@ -212,6 +212,9 @@ def decide_compile(observed: CompileObservation, previous: StoredArtifact | None
     the record still dangle, the store does not keep what Jobs write: reported, not compiled again
     in a loop. Whatever the Job's state, while the dangling record names the artifact still served
     (the same URI), ``serve_gone`` says so: no new pod is made of it until it is stored again.
+
+    A Job that succeeded without writing its request record (reason ArtifactMissing) is not run again
+    by itself either (another would most likely end the same way); a new job spec key replaces it.
     """
     decision = _decide(observed, previous)
     dangling = observed.dangling
@@ -297,14 +300,28 @@ def _decide(observed: CompileObservation, previous: StoredArtifact | None) -> Co
             republish=dangling,
         )
     if observed.job_phase == "succeeded":
+        if observed.job_spec is not None and observed.job_spec != observed.wanted_job_spec:
+            # Its name is the request's and Kubernetes keeps it a day: left there, it would stand for
+            # this request, and neither a changed spec.compile nor the retry annotation would run again.
+            return CompileDecision(
+                False,
+                previous,
+                "Unknown" if previous is None else "False",
+                Reason.COMPILING,
+                f"compile Job {observed.job_name} succeeded without writing {observed.request.record_uri}, under "
+                "an earlier spec.compile (resources, deadline, retries) or before a retry was asked: replacing it",
+                replace_job=True,
+            )
         # The Job ended well but left no record: the store and the Job disagree. Not a retry loop:
-        # report it, as a failure, and keep serving what was there.
+        # report it, as a failure, and keep serving what was there until a retry is asked.
         return CompileDecision(
             False,
             previous,
             "False",
             Reason.ARTIFACT_MISSING,
-            f"compile Job succeeded but {observed.request.record_uri} is missing",
+            f"compile Job {observed.job_name} succeeded but {observed.request.record_uri} is missing: check that "
+            "the Job and the operator use the same artifact store and that it keeps what the Job writes; to "
+            f"compile it again set the {ANNOTATION_COMPILE_RETRY} annotation to a new value (or change spec.compile)",
         )
     if observed.job_phase == "running" and observed.pod_refused is not None:
         refused = observed.pod_refused
