@@ -17,7 +17,8 @@ Usage (async, in the test's loop; fast under ``looptime``)::
         cold_start=ColdStartProfile(image_pull_s=30, container_start_s=2, readiness_s=45),
         provisioning_delay_s=60, consolidation_delay_s=30,
         s3=False,                # True: cluster.s3, moto's S3 on 127.0.0.1 (sandbox.s3)
-        compile_jobs="simulated",  # "real": compile Jobs run `neuronserve compile` here
+        compile_jobs="simulated",  # compile Jobs publish a stand-in artifact (sandbox.simulated_compile);
+                                   # "real": they run `neuronserve compile` here
         serving=None,            # ServingOptions(): serving pods run `neuronserve serve` (sandbox.serving),
                                  # with Endpoints/EndpointSlices and cluster.routers (sandbox.router)
         prometheus=False,        # True (with serving): cluster.prometheus scrapes them (sandbox.prometheus)
@@ -41,7 +42,9 @@ every change); ``kubelet.readiness_hook`` (async ``fn(pod) -> True | False | Non
 ``kubelet.set_ready()``, ``crash_container()``, ``fail_pod()``, ``fail_node()``,
 ``recover_node()``, ``write_log()``; ``kubelet.container_runner`` decides how run-to-completion pods
 (restartPolicy Never/OnFailure, e.g. Jobs') end: ``runners.SubprocessRunner()`` runs their command
-locally, unset they exit 0 after ``ColdStartProfile.run_s``; ``kubelet.profiles[(instance_type, image)] =
+locally, unset they exit 0 after ``ColdStartProfile.run_s`` (``compile_jobs="simulated"`` sets it to
+``simulated_compile.SimulatedCompileRunner``: compile Jobs publish a stand-in artifact, other pods are
+simulated); ``kubelet.profiles[(instance_type, image)] =
 ColdStartProfile(...)``; pods get their NeuronCore indices in the ``neuronfleet.dev/neuroncores``
 annotation (``CORES_ANNOTATION``).
 

@@ -38,6 +38,7 @@ from neuronfleet.sandbox.runners import SubprocessRunner
 from neuronfleet.sandbox.s3 import DEFAULT_ARTIFACT_STORE, SandboxS3, StockedSource, example_manifests, split_s3
 from neuronfleet.sandbox.scheduler import Scheduler
 from neuronfleet.sandbox.serving import ServerProcesses, ServingOptions
+from neuronfleet.sandbox.simulated_compile import SimulatedCompileRunner
 from neuronfleet.sandbox.store import Obj, Store
 
 T = TypeVar("T")
@@ -142,7 +143,9 @@ class SandboxCluster:
     ) -> None:
         """``s3``: also run an S3 endpoint (``cluster.s3``, moto on 127.0.0.1). ``compile_jobs="real"``:
         compile Jobs' ``neuronserve compile`` runs on this machine (pointed at ``cluster.s3`` when
-        there is one); "simulated": their pods exit 0 after ``ColdStartProfile.run_s``.
+        there is one); "simulated": after ``ColdStartProfile.run_s`` they publish a stand-in artifact
+        (a manifest that says it is simulated, no model files) and its request record in the store they
+        name, then exit 0 (see ``sandbox.simulated_compile``); the emulated NeuronCore device serves it.
         ``serving``: serving pods run ``neuronserve serve`` as real local processes
         (``cluster.servers``, see ``sandbox.serving``), Services get Endpoints and EndpointSlices
         and a router each (``cluster.routers``); None keeps them simulated (fast, no processes).
@@ -235,6 +238,9 @@ class SandboxCluster:
             self.kubelet.container_runner = SubprocessRunner(
                 commands={"neuronserve compile"}, extra_env=self.process_env(), timeout_s=3600.0
             )
+        elif self.kubelet is not None:
+            run_s = self.kubelet.profiles[(None, None)].run_s
+            self.kubelet.container_runner = SimulatedCompileRunner(self.s3, run_s)
         if self._kubeconfig_path is None or (self._workdir is None and self.serving is not None):
             self._tmpdir = tempfile.TemporaryDirectory(prefix="neuronfleet-sandbox-")
         if self.serving is not None and self.kubelet is not None:

@@ -85,7 +85,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
         "--compile-jobs",
         choices=["real", "simulated"],
         default="real",
-        help="real (default): compile Jobs run `neuronserve compile` on this machine; simulated: they just succeed",
+        help="real (default): compile Jobs run `neuronserve compile` on this machine; simulated: after a minute "
+        "they publish a stand-in artifact (its manifest says it is simulated; no model files: served on the "
+        "emulated device, not with --serving cpu) and its request record, and succeed",
     )
     up.add_argument(
         "--serving",
@@ -120,6 +122,14 @@ def run_up(args: argparse.Namespace) -> int:
         return 2
     if not 0 <= args.port <= 65535:
         print(f"neuronfleet sandbox up: bad port {args.port}", file=sys.stderr)
+        return 2
+    if args.compile_jobs == "simulated" and args.serving == "cpu":
+        # A CPU server loads the model files, which a simulated compile does not write.
+        print(
+            "neuronfleet sandbox up: --compile-jobs simulated writes no model files for --serving cpu to load: "
+            "use --serving emulated-device or simulated, or --compile-jobs real",
+            file=sys.stderr,
+        )
         return 2
     crd_dir: Path | None = args.crd_dir
     if crd_dir is not None and not crd_dir.is_dir():

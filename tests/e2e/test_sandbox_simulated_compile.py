@@ -1,0 +1,114 @@
+"""``--compile-jobs simulated``: the example served from a stand-in artifact that says it is one.
+
+Simulated compile Jobs used to exit 0 and write nothing: every deployment of such a sandbox ended
+``Compiled=False ArtifactMissing`` and was never served (a reviewer's repro with ``sandbox up
+--compile-jobs simulated``). Here the sandbox of ``sandbox up`` in-process (its S3 stocked with the
+example's model, simulated compile Jobs, serving pods as real ``neuronserve serve`` processes on the
+emulated NeuronCore device) and the real operator reading that S3: ``examples/bert-embeddings.yaml``
+as it is gets Compiled=True and Ready=True, the router answers, and what the Job stored says it was
+simulated. Real time (real server processes), a one-second simulated compile.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import aiohttp
+import pytest
+from operator_harness import NEURON_SCHEDULER, REPO, OperatorHarness, example, inf2_node_groups, ready
+
+from neuronfleet.artifacts.store import ArtifactStore
+from neuronfleet.sandbox import ColdStartProfile, SandboxCluster
+from neuronfleet.sandbox.s3 import split_s3
+from neuronfleet.sandbox.serving import ServingOptions
+from neuronfleet.sandbox.simulated_compile import SIMULATED_COMPILER
+
+pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(300)]
+
+NS, NAME = "search", "minilm-embeddings"
+QUICK = ColdStartProfile(
+    image_pull_s=0.3, container_start_s=0.1, readiness_s=0.5, shutdown_s=0.2, run_s=1.0, jitter=0.0
+)
+TEXT_REQUEST = {"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["a sandbox request"]}]}
+
+
+async def test_the_example_is_served_from_a_simulated_compile_that_says_so(tmp_path: Path) -> None:
+    async with SandboxCluster(
+        node_groups=inf2_node_groups(),
+        crd_dir=REPO / "crds",
+        cold_start=QUICK,
+        provisioning_delay_s=1.0,
+        neuron_scheduler_name=NEURON_SCHEDULER,
+        s3=True,
+        compile_jobs="simulated",
+        serving=ServingOptions(probe_period_s=0.5),
+        workdir=tmp_path / "sandbox",
+    ) as cluster:
+        assert cluster.s3 is not None
+        stocked = await cluster.host_examples(REPO / "examples")
+        assert any(s.example == NAME and s.stocked for s in stocked), stocked
+        s3 = cluster.s3.client()
+        harness = OperatorHarness(cluster, tmp_path, interval=1.0, store=ArtifactStore(s3_client=s3))
+        harness.settings = replace(harness.settings, artifact_store="s3://neuronfleet-artifacts/compiled")
+        try:
+            await harness.start()
+            # The example as it is (its S3 source and store), one replica to spare the machine.
+            manifest = example("bert-embeddings", scaling={"mode": "Manual", "replicas": 1}, warmPool={"mode": "Off"})
+            await harness.apply(manifest)
+
+            def compiled() -> dict[str, str]:
+                condition = harness.condition(NS, NAME, "Compiled")
+                assert condition.get("reason") != "ArtifactMissing", condition
+                return condition if condition.get("status") == "True" else {}
+
+            await harness.wait(compiled, timeout=120, what="Compiled=True")
+            await harness.wait(
+                lambda: harness.condition(NS, NAME, "Ready").get("status") == "True", timeout=120, what="Ready=True"
+            )
+            artifact = harness.deployment(NS, NAME)["status"]["artifact"]
+            # What the Job stored says that nothing was compiled, and never that Neuron compiled it.
+            bucket, prefix = split_s3(artifact["uri"])
+            stored = json.loads(s3.get_object(Bucket=bucket, Key=f"{prefix}/manifest.json")["Body"].read())
+            assert artifact["backend"] == "cpu" and stored["backend"] == "cpu"
+            assert stored["compiler"] == SIMULATED_COMPILER
+            assert stored["source"] == manifest["spec"]["model"]["source"]
+            keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]}
+            assert keys == {f"{prefix}/manifest.json", f"{prefix}/tokenizer.json"}, "no model files"
+            assert stored["outputs"][0]["shape"] == [-1, 384]  # all-MiniLM-L6-v2's hidden size
+            [job] = cluster.list("jobs", NS, group="batch")
+            [compile_pod] = [
+                p for p in cluster.list("pods", NS) if p["metadata"]["name"].startswith(job["metadata"]["name"])
+            ]
+            assert cluster.kubelet is not None
+            log = "\n".join(cluster.kubelet.logs.get(compile_pod["metadata"]["uid"], []))
+            assert "simulated compile Job (--compile-jobs simulated): nothing is compiled" in log, log
+
+            [pod] = [p for p in harness.pods(NS, NAME, "active") if ready(p)]
+            assert pod["metadata"]["labels"]["serving.neuronfleet.dev/revision"] == artifact["revision"]
+            assert cluster.routers is not None
+            url = await cluster.routers.wait_url(NS, NAME)
+            infer = f"{url}/v2/models/all-minilm-l6-v2/infer"
+            async with aiohttp.ClientSession() as session, session.post(infer, json=TEXT_REQUEST) as response:
+                body = await response.json()
+            assert response.status == 200, body
+            assert body["parameters"]["emulated"] is True  # placeholder outputs, and said so
+        finally:
+            await harness.close()
+
+
+def test_sandbox_up_refuses_simulated_compiles_for_cpu_serving(tmp_path: Path) -> None:
+    # A CPU server loads the model files a simulated compile does not write: every pod would crash-loop.
+    up = [str(Path(sys.executable).parent / "neuronfleet"), "sandbox", "up", "--kubeconfig", str(tmp_path / "kc")]
+    result = subprocess.run(
+        [*up, "--compile-jobs", "simulated", "--serving", "cpu"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "--compile-jobs simulated writes no model files for --serving cpu to load" in result.stderr

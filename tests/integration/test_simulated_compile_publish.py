@@ -1,0 +1,92 @@
+"""The sandbox's simulated compile (``sandbox.simulated_compile``) on the compile Job's own command line.
+
+What it publishes must be what the operator's store lookup accepts (the request record, and a manifest
+at the recorded URI with the recorded sha256), what ``neuronserve serve`` on the emulated device loads
+(a valid manifest; the tokenizer verified), and say that nothing was compiled. A source with nothing
+in it fails the Job, as a compile would. Directory stores here; the S3 path runs in
+``tests/e2e/test_sandbox_simulated_compile.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from operator_harness import example
+
+from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.artifacts.store import ArtifactStore
+from neuronfleet.kube.jobs import build_compile_job, compile_args
+from neuronfleet.planning.compile import StoredArtifact, compile_request
+from neuronfleet.sandbox.simulated_compile import SIMULATED_COMPILER, SimulatedCompileRunner, publish_simulated_compile
+from neuronserve.manifest import Manifest
+from neuronserve.store import fetch_manifest
+
+
+def _deployment(source: Path, store: Path) -> InferenceDeployment:
+    doc = example("bert-embeddings")
+    doc["spec"]["model"]["source"] = str(source)
+    doc["spec"]["compile"]["artifactStore"] = str(store)
+    doc["metadata"]["uid"] = "d1"
+    return InferenceDeployment.model_validate(doc)
+
+
+def test_a_simulated_compile_publishes_what_the_operator_and_the_emulated_server_accept(tmp_path: Path) -> None:
+    source, store = tmp_path / "model", tmp_path / "store"
+    source.mkdir()
+    (source / "config.json").write_text(json.dumps({"hidden_size": 384, "vocab_size": 30522}))
+    (source / "tokenizer.json").write_text('{"version": "1.0"}')
+    (source / "model.safetensors").write_bytes(b"weights")
+    dep = _deployment(source, store)
+    reader = ArtifactStore()
+    request = compile_request(dep.spec, str(store), reader.fingerprint(dep.spec.model.source))
+    assert reader.lookup(request) is None
+
+    result = publish_simulated_compile(compile_args(dep, request), None)
+    assert result.exit_code == 0, result
+    assert any("nothing is compiled" in line for line in result.logs)
+    found = reader.lookup(request)
+    assert isinstance(found, StoredArtifact), found  # recorded, and stored as recorded
+    assert found.backend == "cpu"
+    manifest, directory = fetch_manifest(found.uri, tmp_path / "scratch", ("tokenizer.json",), found.manifest_sha256)
+    assert manifest.compiler == SIMULATED_COMPILER and "simulated" in manifest.output_description
+    assert manifest.name == dep.served_model_name
+    assert sorted((b.batch, b.sequence) for b in manifest.buckets) == [(b, s) for b in (1, 4, 8, 16) for s in (64, 128)]
+    assert manifest.outputs[0].shape == [-1, 384]
+    assert [(t.name, t.max_value) for t in manifest.inputs] == [("input_ids", 30521), ("attention_mask", 1)]
+    assert (directory / "tokenizer.json").read_text() == '{"version": "1.0"}'
+    # No model files: only the manifest and the tokenizer are stored.
+    assert sorted(p.name for p in Path(found.uri).iterdir()) == ["manifest.json", "tokenizer.json"]
+
+    # Asked again (a retry): the same artifact, found stored.
+    again = publish_simulated_compile(compile_args(dep, request), None)
+    assert again.exit_code == 0 and json.loads(again.message)["uri"] == found.uri
+    assert reader.lookup(request) == found
+    assert Manifest.from_json_bytes((Path(found.uri) / "manifest.json").read_bytes()) == manifest
+
+
+def test_a_simulated_compile_of_an_empty_source_fails_as_a_compile_would(tmp_path: Path) -> None:
+    source, store = tmp_path / "model", tmp_path / "store"
+    source.mkdir()
+    dep = _deployment(source, store)
+    request = compile_request(dep.spec, str(store), None)
+    result = publish_simulated_compile(compile_args(dep, request), None)
+    assert result.exit_code == 1
+    assert result.message == f"simulated compile failed: cannot read the model source {source}: nothing there"
+    assert not store.exists()
+
+
+async def test_the_runner_takes_compile_pods_only(tmp_path: Path) -> None:
+    runner = SimulatedCompileRunner(None, run_s=0.0)
+    other = {"metadata": {"uid": "u"}, "spec": {"containers": [{"command": ["sh", "-c", "exit 0"]}]}}
+    assert await runner(other) is None  # left to the kubelet's simulation
+    source, store = tmp_path / "model", tmp_path / "store"
+    source.mkdir()
+    (source / "model.pt").write_bytes(b"torchscript")
+    dep = _deployment(source, store)
+    request = compile_request(dep.spec, str(store), None)
+    job = build_compile_job(dep, request)
+    pod = {"metadata": {"uid": "c"}, "spec": job["spec"]["template"]["spec"]}
+    result = await runner(pod)
+    assert result is not None and result.exit_code == 0, result
+    assert ArtifactStore().lookup(request) is not None
