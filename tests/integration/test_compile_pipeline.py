@@ -375,3 +375,4 @@ async def test_a_job_that_succeeded_without_its_record_is_replaced_when_a_retry_
         if e.get("reason") == "CompileSuperseded" and first_job["metadata"]["name"] in e["message"]
     ]
     assert deleted, "the replacement is said in an Event"
+    assert any("succeeded without writing its request record" in m for m in deleted), deleted

@@ -286,14 +286,19 @@ def _compile(
         if decision.republish is not None:
             actions.append(DeleteCompileJob(observed.job_name, decision.republish.describe()))
         else:
-            # A failed Job the spec (resources, deadline) or the compile-retry annotation asks to
-            # run again differently, or one whose pod the API server refuses (its ServiceAccount
-            # missing, a LimitRange, a quota) and that is now asked to run differently: its name is
-            # the request's, so it must go first.
-            why = (
-                "it failed, and spec.compile or the compile-retry annotation asks for another run"
-                if observed.job_phase == "failed"
-                else "the API server refuses its pod, and spec.compile or the operator's settings changed since"
+            # A failed Job (or one that succeeded without its record) the spec (resources,
+            # deadline) or the compile-retry annotation asks to run again differently, or one whose
+            # pod the API server refuses (its ServiceAccount missing, a LimitRange, a quota) and
+            # that is now asked to run differently: its name is the request's, so it must go first.
+            why = {
+                "failed": "it failed, and spec.compile or the compile-retry annotation asks for another run",
+                "succeeded": (
+                    "it succeeded without writing its request record, and spec.compile or the"
+                    " compile-retry annotation asks for another run"
+                ),
+            }.get(
+                observed.job_phase,
+                "the API server refuses its pod, and spec.compile or the operator's settings changed since",
             )
             actions.append(DeleteCompileJob(observed.job_name, why))
     if observed.source_problem is None:
