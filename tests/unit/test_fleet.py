@@ -374,6 +374,33 @@ def test_default_policy_promotes_into_the_thinnest_zone_and_drains_the_fullest()
     assert drained[0] in ("a0", "a1")  # from us-east-1a, which has two active pods
 
 
+def _active_after(plan_pods: list[PodView], fleet: FleetTarget) -> Counter[str | None]:
+    plan = plan_fleet("bert", fleet, plan_pods, NOW)
+    leaving = {
+        a.name for a in plan.actions if isinstance(a, DeletePod) or (isinstance(a, Relabel) and a.role != "active")
+    }
+    promoted = {a.name for a in plan.actions if isinstance(a, Relabel) and a.role == "active"}
+    return Counter(p.zone for p in plan_pods if (p.role == "active" and p.name not in leaving) or p.name in promoted)
+
+
+def test_pods_the_plan_removes_do_not_tilt_the_zones_of_the_pods_it_keeps() -> None:
+    # Outdated actives in a rollout and loading actives pushed out of the active set leave with this
+    # very plan: counted as staying, they made every pod kept come from the other zone.
+    new = [pod(f"new-{z}{i}", artifact=NEW, zone=z, node=f"n{z}{i}") for z in "ab" for i in range(2)]
+    old = [pod(f"old{i}", zone="a", node=f"oa{i}") for i in range(3)]
+    assert _active_after(old + new, target(2, artifact=NEW)) == Counter({"a": 1, "b": 1})
+    loading = [pod(f"load-b{i}", artifact=NEW, ready=False, zone="b", node=f"lb{i}") for i in range(3)]
+    assert _active_after(new + loading, target(2, artifact=NEW)) == Counter({"a": 1, "b": 1})
+
+
+def test_a_rollout_swap_promotes_into_both_zones_when_the_old_pods_were_in_one() -> None:
+    old = [pod(f"old{i}", zone="a", node=f"oa{i}") for i in range(3)]
+    warm = [pod(f"w{z}{i}", "warm", artifact=NEW, zone=z, node=f"w{z}{i}") for z in "ab" for i in range(3)]
+    plan = plan_fleet("bert", target(3, artifact=NEW), old + warm, NOW)
+    promoted = [a.name for a in plan.actions if isinstance(a, Relabel) and a.role == "active"]
+    assert Counter(name[1] for name in promoted) == Counter({"a": 2, "b": 1})
+
+
 def test_pod_no_scheduler_acts_on_is_reported_after_the_timeout() -> None:
     waiting = pod("a0", ready=False, node=None, scheduler_name="neuron-scheduler", created_at=NOW)
     early = plan_fleet("bert", target(1), [waiting], NOW + timedelta(seconds=60)).summary

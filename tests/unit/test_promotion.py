@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import random
+from collections import Counter
+from typing import Any
+
 from neuronfleet.planning.promotion import PodInfo, drain_order, promotion_order
 
 
@@ -109,44 +113,78 @@ def test_drain_counts_the_others_but_never_returns_them() -> None:
     assert names(drain_order(candidates, "r2", stays)) == ["alone", "shares-n1"]
 
 
-def _recounted_drain(active: list[PodInfo]) -> list[str]:
-    """The drain order by brute force: a full sort on fresh counts before every pick."""
-    from collections import Counter
+INF = float("inf")
 
-    left, taken = list(active), []
+
+def _recounted(candidates: list[PodInfo], counted: list[PodInfo], rank: Any, promote: bool) -> list[PodInfo]:
+    """An order by brute force: a full ranking on fresh counts before every pick."""
+    left, taken, counted = list(candidates), [], list(counted)
     while left:
-        zones = Counter(p.zone for p in left)
-        nodes = Counter((p.zone, p.node) for p in left)
-        best = min(
-            left,
-            key=lambda p: (
-                p.revision == "r1",
-                -zones[p.zone],
-                nodes[p.zone, p.node],
-                p.in_flight,
-                -(p.ready_since or 0),
-                p.name,
-            ),
-        )
-        taken.append(best.name)
+        zones = Counter(p.zone for p in counted)
+        nodes = Counter((p.zone, p.node) for p in counted if p.node is not None)
+        best = min(left, key=lambda p: rank(p, zones, nodes))
+        taken.append(best)
         left.remove(best)
+        if promote:
+            counted.append(best)
+        else:
+            counted.remove(best)
     return taken
 
 
-def test_the_lazy_drain_order_is_the_brute_force_recount() -> None:
-    import random
+def _drain_rank(p: PodInfo, zones: Counter[Any], nodes: Counter[Any]) -> tuple[Any, ...]:
+    return (
+        p.revision == "r1",
+        -zones[p.zone],
+        nodes[p.zone, p.node] if p.node is not None else 0,
+        p.in_flight,
+        -(p.ready_since if p.ready_since is not None else INF),
+        p.name,
+        p.zone or "",
+        p.node or "",
+        p.in_flight,
+        p.revision or "",
+    )
 
+
+def _promotion_rank(p: PodInfo, zones: Counter[Any], nodes: Counter[Any]) -> tuple[Any, ...]:
+    return (
+        p.revision != "r1",
+        zones[p.zone],
+        0 if p.node is not None and nodes[p.zone, p.node] > 0 else 1,
+        p.ready_since if p.ready_since is not None else INF,
+        p.name,
+        p.zone or "",
+        p.node or "",
+        p.in_flight,
+        p.revision or "",
+    )
+
+
+def _random_pod(rng: random.Random, name: str) -> PodInfo:
+    return PodInfo(
+        name,
+        None if rng.random() < 0.15 else f"n{rng.randrange(5)}",
+        None if rng.random() < 0.15 else rng.choice("abc"),
+        None if rng.random() < 0.15 else float(rng.randrange(4)),
+        float(rng.randrange(3)),
+        rng.choice(["r1", "r2", None]),
+    )
+
+
+def test_the_orders_are_the_brute_force_recount() -> None:
+    # Pods without a node, a zone or readiness, a node under two zone labels, and (every third
+    # fleet) duplicate names: the fast greedy order must be the recount's, whatever the input order.
     rng = random.Random(7)
-    for _ in range(200):
-        active = [
-            pod(
-                f"p{i}",
-                node=f"n{rng.randrange(6)}",
-                zone=None if rng.random() < 0.1 else rng.choice("abc"),
-                ready=float(rng.randrange(5)),
-                inflight=float(rng.randrange(3)),
-                rev=rng.choice(["r1", "r2"]),
-            )
-            for i in range(rng.randrange(1, 14))
+    for trial in range(600):
+        duplicates = trial % 3 == 0
+        candidates = [
+            _random_pod(rng, f"p{rng.randrange(4)}" if duplicates else f"p{i}") for i in range(rng.randrange(0, 13))
         ]
-        assert names(drain_order(active, "r1")) == _recounted_drain(active)
+        others = [_random_pod(rng, f"o{i}") for i in range(rng.randrange(0, 5))]
+        drained = drain_order(candidates, "r1", others)
+        assert drained == _recounted(candidates, candidates + others, _drain_rank, promote=False)
+        assert drain_order(list(reversed(candidates)), "r1", others) == drained
+        promoted = promotion_order(candidates, others, "r1")
+        assert promoted == _recounted(candidates, others, _promotion_rank, promote=True)
+        assert promotion_order(list(reversed(candidates)), others, "r1") == promoted

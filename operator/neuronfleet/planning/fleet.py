@@ -457,24 +457,24 @@ def plan_fleet(
     outdated = [pod for pod in serving if not _is_current(pod, revision)]
     draining = [pod for pod in serving if pod.role == "draining"]
 
-    live_active = [pod for pod in serving if pod.role == "active"]
-
-    # The active set: the best current pods, ranked ready active, ready warm, unready active.
-    # An unready warm pod is never promoted: it joins the Service only once it is loaded.
-    def ranked(pods_in: list[PodView], role: Role, *, ready: bool) -> list[PodView]:
+    # The orders count zones and nodes over the pods that stay active, never over one this plan
+    # drains or deletes (an outdated one in a rollout, a loading one pushed out of the active set):
+    # counted, it tilts the zones, and the pods kept all end up in the zone it leaves.
+    def ranked(pods_in: list[PodView], role: Role, *, ready: bool, staying: Sequence[PodView]) -> list[PodView]:
         picked = [pod for pod in pods_in if pod.ready == ready and pod.role == role]
         if role == "warm":
-            ordered = policy.promotion_order(picked, live_active, now)
+            ordered = policy.promotion_order(picked, staying, now)
         else:
-            ordered = list(reversed(policy.drain_order(picked, live_active, now)))
+            ordered = list(reversed(policy.drain_order(picked, staying, now)))
         # Unready pods: the furthest along first (a stable sort keeps the zone order among equals).
         return ordered if ready else sorted(ordered, key=_progress, reverse=True)
 
-    active_set = (
-        ranked(current, "active", ready=True)
-        + ranked(current, "warm", ready=True)
-        + ranked(current, "active", ready=False)
-    )[: target.active]
+    # The active set: the best current pods, ranked ready active (evened among themselves), ready
+    # warm (into the zones those leave short), unready active. An unready warm pod is never
+    # promoted: it joins the Service only once it is loaded.
+    active_set = ranked(current, "active", ready=True, staying=())[: target.active]
+    active_set += ranked(current, "warm", ready=True, staying=active_set)[: target.active - len(active_set)]
+    active_set += ranked(current, "active", ready=False, staying=active_set)[: target.active - len(active_set)]
 
     # Outdated serving pods: keep ready old actives as long as the ready active count needs them.
     ready_active_before = sum(1 for pod in serving if pod.role == "active" and pod.ready)
@@ -482,7 +482,7 @@ def plan_fleet(
     ready_current_active = sum(1 for pod in active_set if pod.ready)
     keep_old = max(0, must_stay_ready - ready_current_active)
     old_ready_active = [pod for pod in outdated if pod.role == "active" and pod.ready]
-    old_ready_kept = list(reversed(policy.drain_order(old_ready_active, live_active, now)))[:keep_old]
+    old_ready_kept = list(reversed(policy.drain_order(old_ready_active, active_set, now)))[:keep_old]
     if revision is not None:
         for pod in outdated:
             if pod.role == "draining" or pod in old_ready_kept:
@@ -497,11 +497,12 @@ def plan_fleet(
     # The warm set: the pool, plus the loading pods that will fill the active set when ready.
     rest = [pod for pod in current if pod not in active_set]
     warm_capacity = target.active + target.warm - len(active_set)
+    staying = [*active_set, *old_ready_kept]
     warm_set = (
-        ranked(rest, "warm", ready=True)
-        + list(reversed(ranked(rest, "active", ready=True)))
-        + ranked(rest, "warm", ready=False)
-        + ranked(rest, "active", ready=False)
+        ranked(rest, "warm", ready=True, staying=staying)
+        + list(reversed(ranked(rest, "active", ready=True, staying=staying)))
+        + ranked(rest, "warm", ready=False, staying=staying)
+        + ranked(rest, "active", ready=False, staying=staying)
     )[:warm_capacity]
     surplus = [pod for pod in rest if pod not in warm_set]
 
@@ -511,7 +512,7 @@ def plan_fleet(
     for pod in warm_set:
         if pod.role != "warm":
             demotions.append(Relabel(pod.name, "warm", pod.role, "demoted into the warm pool"))
-    for pod in policy.drain_order(surplus, live_active, now):
+    for pod in policy.drain_order(surplus, staying, now):
         if pod.role == "active" and pod.ready:
             demotions.append(Relabel(pod.name, "draining", "active", "scale-down: draining", drain_started_at=now))
         else:

@@ -5,8 +5,9 @@ as many as it needs from the front. The order is built one pod at a time, each p
 the next (a promoted pod joins its zone and node, a drained one leaves them): a move of several
 pods keeps the zones even and empties whole nodes, where one sort on the counts before any move
 would take all of them from the zone that was the most crowded, and one pod from each of several
-equally full nodes, freeing none. Ties always end on the pod name, so the order is deterministic
-and a restarted operator picks the same pods.
+equally full nodes, freeing none. Ties always end on the pod name (then the rest of the
+descriptor), so the order never depends on the input order and a restarted operator picks the
+same pods.
 
 Promote (warm -> active), first to last:
 
@@ -55,6 +56,12 @@ class PodInfo:
 
 #: A node's pods counted under (zone, node): a node sits in one zone.
 _NodeKey = tuple[str | None, str]
+
+
+def _identity(pod: PodInfo) -> tuple[str, str, str, float, str]:
+    """The last tie-break: the name, then (two descriptors of one name) the rest of the descriptor,
+    so only equal descriptors tie and the input order never shows."""
+    return (pod.name, pod.zone or "", pod.node or "", pod.in_flight, pod.revision or "")
 
 
 def _greedy(
@@ -115,11 +122,11 @@ def promotion_order(warm: Sequence[PodInfo], active: Sequence[PodInfo], target_r
     nodes = Counter[_NodeKey]((p.zone, p.node) for p in active if p.node is not None)
     never = float("inf")
 
-    def node_and_pod(pod: PodInfo) -> tuple[int, float, str]:
+    def node_and_pod(pod: PodInfo) -> tuple[int, float, str, str, str, float, str]:
         return (
             0 if pod.node is not None and nodes[pod.zone, pod.node] > 0 else 1,
             pod.ready_since if pod.ready_since is not None else never,
-            pod.name,
+            *_identity(pod),
         )
 
     def promoted(pod: PodInfo) -> None:
@@ -144,12 +151,12 @@ def drain_order(
     zones = Counter(p.zone for p in (*active, *others))
     nodes = Counter[_NodeKey]((p.zone, p.node) for p in (*active, *others) if p.node is not None)
 
-    def node_and_pod(pod: PodInfo) -> tuple[int, float, float, str]:
+    def node_and_pod(pod: PodInfo) -> tuple[int, float, float, str, str, str, float, str]:
         return (
             nodes[pod.zone, pod.node] if pod.node is not None else 0,
             pod.in_flight,
             -(pod.ready_since if pod.ready_since is not None else float("inf")),
-            pod.name,
+            *_identity(pod),
         )
 
     def drained(pod: PodInfo) -> None:
