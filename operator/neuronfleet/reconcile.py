@@ -487,6 +487,16 @@ class Reconciler:
             builder.daemonset_headroom,
             builder.default_scheduler_name,
         )
+        for refused in plan.memory.cold_start_state.rejections:
+            # Once per pod while it exists (per operator process): what would have skewed the
+            # measured cold starts, and so the warm pool, is visible without being in the status.
+            logger.info(
+                "%s/%s: pod %s not measured as a cold start: %s",
+                namespace,
+                dep.name,
+                refused.name or refused.uid,
+                refused.reason,
+            )
         if stopping.is_set():
             return ReconcileReport((), (), status, False, memory, None, 0, stopped=True)
         writes = 0

@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from neuronfleet.api.v1alpha1 import InferenceDeploymentStatus, WarmPoolSpec
-from neuronfleet.kube.coldstart import parse_time, pod_timeline, pod_timelines
+from neuronfleet.api.v1alpha1 import InferenceDeployment, InferenceDeploymentStatus, WarmPoolSpec
+from neuronfleet.kube.builders import build_pod
+from neuronfleet.kube.coldstart import parse_time, pod_timeline, pod_timelines, startup_budget
 from neuronfleet.planning import coldstart, warmpool
 from neuronfleet.planning.coldstart import ColdStartState, PodTimeline
+from neuronfleet.planning.labels import ArtifactRevision, FleetRevision
+from neuronfleet.planning.placement import plan_for_spec
 from neuronfleet.sim.profiles import load_profile
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+REPO = Path(__file__).resolve().parents[2]
 
 
 def stamp(seconds: float) -> str:
@@ -282,3 +289,113 @@ def test_properties_of_the_rolling_window(timelines: list[PodTimeline], bound: i
             assert sample.pod + (sample.node or 0) == pytest.approx(total, abs=1e-6)
     # Every pod measured belongs to one of the timelines given.
     assert state.measured <= {t.uid for t in timelines}
+
+
+def built_pod(uid: str, created: float, scheduled: float, started: float, ready: float) -> dict[str, Any]:
+    """A serving pod as the operator builds it (its probes included), with the stamps given."""
+    dep = InferenceDeployment.model_validate(yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text()))
+    dep.metadata.uid = "0f6c3f5e-1111-2222-3333-444455556666"
+    candidate = plan_for_spec(dep.spec, 1).chosen
+    assert candidate is not None
+    obj = build_pod(dep, candidate, FleetRevision(ArtifactRevision("r", "s3://a/r/"), "t"), "active", f"pod-{uid}")
+    stamps = pod(uid, created, scheduled, started, ready)
+    obj["metadata"].update(uid=uid, creationTimestamp=stamps["metadata"]["creationTimestamp"])
+    obj["spec"]["nodeName"] = "n1"
+    obj["status"] = stamps["status"]
+    return obj
+
+
+def test_a_readiness_flip_hours_after_the_start_is_no_cold_start() -> None:
+    # A pod up for hours goes unready for a while (a failed readiness probe, a slow dependency) and
+    # turns Ready again: its Ready condition's lastTransitionTime is then the flip, hours after its
+    # container started. Measured as it was, it sized the warm pool for a cold start of hours.
+    budget = 1800 + 5  # the operator's startup probe (180 x 10 s) and one readiness period (5 s)
+    normal = [built_pod(f"p{i}", 0, 2, 30, 90 + i) for i in range(3)]
+    flipped = [built_pod(f"f{i}", 0, 2, 30, 3 * 3600 + i) for i in range(2)]
+    at_budget, past_budget = built_pod("edge", 0, 2, 30, 30 + budget), built_pod("late", 0, 2, 30, 31 + budget)
+    timelines = pod_timelines([*normal, *flipped, at_budget, past_budget], NODES)
+    assert {t.startup_budget for t in timelines} == {budget}
+    state = coldstart.observe(ColdStartState(), timelines)
+    assert sorted(s.uid for s in state.for_type("inf2.xlarge")) == ["edge", "p0", "p1", "p2"]
+    assert [(r.name, r.uid) for r in state.rejections] == [("pod-f0", "f0"), ("pod-f1", "f1"), ("pod-late", "late")]
+    assert "beyond its startup budget 1805s" in state.rejections[0].reason
+    assert coldstart.status(state, "inf2.xlarge").load.p90_seconds is not None
+    assert coldstart.status(state, "inf2.xlarge").load.p90_seconds < budget
+    # Reported once while the pod exists, not at every reconcile.
+    assert coldstart.observe(state, timelines).rejections == ()
+    # A restarted operator (its memory is empty) sees the flipped pods for the first time: still no
+    # sample of hours, and the warm pool sizes for the starts the pods made.
+    restarted = coldstart.observe(ColdStartState(), timelines[:5])
+    assert coldstart.for_warm_pool(restarted, "inf2.xlarge").pod_seconds == pytest.approx(91.8)
+    assert len(restarted.rejections) == 2
+
+
+def test_the_startup_budget_comes_from_the_probes_with_kubernetes_defaults() -> None:
+    def with_probes(**container: Any) -> dict[str, Any]:
+        return {"spec": {"containers": [{"name": "server", **container}, {"name": "no-probes"}]}}
+
+    assert startup_budget(with_probes(startupProbe={"periodSeconds": 10, "failureThreshold": 30})) == 300
+    # Left out: initialDelaySeconds 0, failureThreshold 3, periodSeconds 10 (readiness: 10).
+    assert startup_budget(with_probes(startupProbe={}, readinessProbe={})) == 40
+    assert startup_budget(with_probes(startupProbe={"initialDelaySeconds": 60, "periodSeconds": 5})) == 75
+    # A readiness probe alone bounds nothing: the documented cap applies.
+    assert startup_budget(with_probes(readinessProbe={"periodSeconds": 5})) is None
+    assert startup_budget(with_probes(startupProbe={"failureThreshold": "many"})) is None
+    assert startup_budget({"spec": {"containers": [{"name": "no-probes"}]}}) is None
+    cap = coldstart.MAX_STARTUP_SECONDS
+    assert coldstart.measure(PodTimeline("a", "t", 0, 1, 10, 10 + cap)) is not None
+    assert coldstart.measure(PodTimeline("a", "t", 0, 1, 10, 11 + cap)) is None
+    assert coldstart.measure(PodTimeline("a", "t", 0, 1, 10, 400, startup_budget=300)) is None
+
+
+def test_stamps_a_second_out_of_order_from_skewed_clocks_are_measured() -> None:
+    # The kubelet's clock 1 s behind the API server's: a container started within the second its pod
+    # was scheduled (the image on the node) reads a second before it. Refused, the pods that start
+    # fastest were never measured and the estimate leaned to the slow ones.
+    (timeline,) = pod_timelines([pod("a", 0, 10, 9, 60)], NODES)
+    sample = coldstart.measure(timeline)
+    assert sample is not None
+    assert (sample.scheduling, sample.start, sample.load, sample.pod) == (10, 0, 50, 60)
+    # Ready read before the container started (the kubelet's own clock cannot, the node's can) and
+    # a scheduling before the creation: taken as simultaneous within the tolerance.
+    sample = coldstart.measure(PodTimeline("b", "t", created=100, scheduled=98, started=110, ready=108))
+    assert sample is not None and (sample.scheduling, sample.start, sample.load, sample.pod) == (0, 10, 0, 10)
+    # Beyond it, the stamps describe no start, and the pod is reported.
+    late = PodTimeline("c", "t", created=0, scheduled=10, started=10 - coldstart.CLOCK_SKEW_SECONDS - 1, ready=60)
+    assert coldstart.measure(late) is None
+    assert coldstart.rejection(late) == "started 4s before the stamp it follows"
+    assert [r.uid for r in coldstart.observe(ColdStartState(), [late]).rejections] == ["c"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(timeline_strategy, min_size=1, max_size=20),
+    st.lists(st.floats(-1.5, 1.5), min_size=4, max_size=4),
+)
+def test_skew_within_the_tolerance_loses_no_sample(timelines: list[PodTimeline], skew: list[float]) -> None:
+    # Each stamp off by up to 1.5 s: two of them at most 3 s out of order. All created at 0, so
+    # that none has expired.
+    def shifted(t: PodTimeline, by: float) -> float:
+        return 0.0 if t.created is None else by - t.created
+
+    skewed = [
+        replace(
+            t,
+            uid=f"{i}",
+            created=shifted(t, t.created or 0) + skew[0],
+            scheduled=shifted(t, t.scheduled or 0) + skew[1],
+            started=shifted(t, t.started or 0) + skew[2],
+            ready=shifted(t, t.ready or 0) + skew[3],
+            node_created=None if t.node_created is None else shifted(t, t.node_created),
+            node_ready=None if t.node_ready is None else shifted(t, t.node_ready),
+        )
+        for i, t in enumerate(timelines)
+    ]
+    state = coldstart.observe(ColdStartState(), skewed, max_samples=100)
+    assert state.rejections == ()
+    assert sum(len(samples) for _, samples in state.samples) == len(skewed)
+    for _, samples in state.samples:
+        for sample in samples:
+            assert min(sample.scheduling, sample.start, sample.load, sample.pod) >= 0
+            total = sample.scheduling + sample.start + sample.load
+            assert sample.pod + (sample.node or 0) == pytest.approx(total, abs=1e-6)

@@ -10,7 +10,12 @@ label, else the pod's nodeSelector on it. A container (or init container) waitin
 means its start failed (:data:`~neuronfleet.planning.reasons.STUCK_WAITING_REASONS`: an image pull
 that failed, a container that could not be created) marks the timeline ``start_failed``: the pull
 retried in back-off is not a restart, and once the container runs nothing on the pod says it
-failed. Only serving pods (role warm, active or draining) are
+failed. The startup budget (how long after its start a container may take to be Ready) is,
+over the pod's containers with a readiness or startup probe, the longest of the startup probe's
+``initialDelaySeconds + failureThreshold x periodSeconds`` (the kubelet kills the container after
+that) plus one ``periodSeconds`` of the readiness probe (the first that can pass once the startup
+probe has); unknown (None) when such a container has no startup probe, since nothing then bounds
+its start. Only serving pods (role warm, active or draining) are
 measured: placeholders run no model and the compile Job's pods (deployment label, no role) are no
 replicas. Malformed or missing fields give None, never an exception: the pod is then simply
 not measured.
@@ -71,6 +76,33 @@ def _start_failed(pod: Obj) -> bool:
     )
 
 
+def _seconds(probe: Obj, key: str, default: int) -> float | None:
+    value = probe.get(key, default)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else None
+
+
+def startup_budget(pod: Obj) -> float | None:
+    """Longest container start -> Ready the pod's probes allow on a first start (see the module
+    docstring); None when not known. Kubernetes' defaults apply to fields left out."""
+    budgets: list[float] = []
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if not isinstance(container, Mapping):
+            continue
+        startup, readiness = container.get("startupProbe"), container.get("readinessProbe")
+        if not isinstance(startup, Mapping):
+            if readiness is None:
+                continue  # Ready as soon as it runs
+            return None
+        delay = _seconds(startup, "initialDelaySeconds", 0)
+        failures = _seconds(startup, "failureThreshold", 3)
+        period = _seconds(startup, "periodSeconds", 10)
+        then = _seconds(readiness, "periodSeconds", 10) if isinstance(readiness, Mapping) else 0.0
+        if delay is None or failures is None or period is None or then is None:
+            return None
+        budgets.append(delay + failures * period + then)
+    return max(budgets, default=None)
+
+
 def pod_timeline(pod: Obj, nodes: Mapping[str, Obj]) -> PodTimeline | None:
     """The pod's start-up timestamps, with its node's (``nodes``: name -> node object); None for placeholders."""
     metadata = pod.get("metadata") or {}
@@ -99,6 +131,8 @@ def pod_timeline(pod: Obj, nodes: Mapping[str, Obj]) -> PodTimeline | None:
         node_ready=_condition_time(node, "Ready") if node else None,
         restarts=restarts,
         start_failed=_start_failed(pod),
+        startup_budget=startup_budget(pod),
+        name=metadata.get("name") if isinstance(metadata.get("name"), str) else None,
     )
 
 
@@ -108,4 +142,4 @@ def pod_timelines(pods: Iterable[Obj], nodes: Iterable[Obj]) -> list[PodTimeline
     return [t for pod in pods if (t := pod_timeline(pod, by_name)) is not None]
 
 
-__all__ = ["INSTANCE_TYPE_LABEL", "parse_time", "pod_timeline", "pod_timelines"]
+__all__ = ["INSTANCE_TYPE_LABEL", "parse_time", "pod_timeline", "pod_timelines", "startup_budget"]

@@ -16,7 +16,15 @@ rolling window per instance type. Phases of one pod:
 Each pod counts once (its uid is remembered while the pod exists), and only on its first start:
 a restarted container's timestamps describe the restart, not a cold start, and a pod once seen
 failing to start (an image pull that failed, a container that could not be created: not
-restarts, so its timestamps look like one long start) is no cold start either. Samples expire
+restarts, so its timestamps look like one long start) is no cold start either. Nor is a pod Ready
+longer after its container started than its startup budget allows (:attr:`PodTimeline.startup_budget`,
+from its startup probe; :data:`MAX_STARTUP_SECONDS` when unknown): the kubelet kills a container
+whose startup probe fails that long, so such a Ready time is a later readiness flip (a pod that
+went unready for a while hours into its life, or one a restarted operator sees for the first
+time), not the end of a start. Stamps out of order by up to :data:`CLOCK_SKEW_SECONDS` (they come
+from the API server's and the kubelet's clocks) are taken as simultaneous; further out of order,
+the pod is no sample. A pod refused so is remembered while it exists, and reported once in
+:attr:`ColdStartState.rejections`, which the operator logs. Samples expire
 after :data:`MAX_SAMPLE_AGE_SECONDS`, besides the newest :data:`MAX_SAMPLES` being kept.
 :func:`status` gives ``status.coldStart`` (p50/p90 with numpy's default linear interpolation, as
 the simulator reports them) and :func:`for_warm_pool` the cold starts that size the Auto warm pool
@@ -33,7 +41,7 @@ its per-object memory, so after a restart only the pods still present are measur
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -55,6 +63,17 @@ MAX_SAMPLE_AGE_SECONDS = 86400.0
 #: a slow mode seen twice (pods that pull the image beside pods on nodes that have it) is kept.
 ROBUST_SAMPLES = 10
 OUTLIER_FACTOR = 2.0
+#: How far out of order two of a pod's stamps may be and still be taken as simultaneous. They come
+#: from different clocks (creationTimestamp and PodScheduled from the API server's, the container's
+#: startedAt and the Ready condition from the kubelet's) and are whole seconds (metav1.Time drops
+#: the fraction), so clocks 1 s apart can put a stamp up to 2 s before the one it follows (a
+#: container started within the second it was scheduled, on a node with the image). 3 s tolerates
+#: 2 s of skew between the clocks; beyond that the stamps say nothing reliable about a start.
+CLOCK_SKEW_SECONDS = 3.0
+#: Longest container start -> Ready taken as a start when the pod's startup budget is not known (a
+#: pod without a startup probe: nothing bounds its start, so a readiness flip hours later would
+#: look like one): twice the 30 minutes the operator's pods get (``BuilderConfig.startup_budget_seconds``).
+MAX_STARTUP_SECONDS = 3600.0
 #: Phases reported in ``status.coldStart``, in the API's order.
 PHASES = ("scheduling", "start", "load", "pod", "node")
 
@@ -77,6 +96,11 @@ class PodTimeline:
     #: A start-up failure is seen now (an image pull that failed, a container that could not be
     #: created): the pod's start, once it succeeds, is no cold start sample.
     start_failed: bool = False
+    #: Longest container start -> Ready a first start can take (from the pod's startup probe; None:
+    #: not known, :data:`MAX_STARTUP_SECONDS` applies).
+    startup_budget: float | None = None
+    #: The pod's name, for the log line of a pod refused as a sample (None: not known).
+    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -97,13 +121,25 @@ class ColdStartSample:
 
 
 @dataclass(frozen=True)
+class Rejection:
+    """A pod whose timestamps were refused as a cold start sample, and why."""
+
+    uid: str
+    name: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
 class ColdStartState:
-    """Rolling samples per instance type (oldest first), the uids already measured, and those of
-    pods seen failing to start (never measured)."""
+    """Rolling samples per instance type (oldest first), the uids already measured (refused ones
+    included), and those of pods seen failing to start (never measured)."""
 
     samples: tuple[tuple[str, tuple[ColdStartSample, ...]], ...] = ()
     measured: frozenset[str] = frozenset()
     failed: frozenset[str] = frozenset()
+    #: The pods refused by the :func:`observe` call that returned this state (each once while it
+    #: exists): a report for the operator's log, not state (left out of equality).
+    rejections: tuple[Rejection, ...] = field(default=(), compare=False)
 
     def for_type(self, instance_type: str) -> tuple[ColdStartSample, ...]:
         for name, samples in self.samples:
@@ -112,16 +148,41 @@ class ColdStartState:
         return ()
 
 
-def measure(timeline: PodTimeline) -> ColdStartSample | None:
-    """The phases of a pod that became Ready on its first start; None while incomplete or inconsistent."""
+def _checked(timeline: PodTimeline) -> tuple[tuple[float, float, float, float] | None, str | None]:
+    """The pod's (created, scheduled, started, ready), each at least the one before it, or why its
+    stamps are no cold start; (None, None) while incomplete or after a restart."""
     created, scheduled, started, ready = timeline.created, timeline.scheduled, timeline.started, timeline.ready
     if created is None or scheduled is None or started is None or ready is None or timeline.restarts:
+        return None, None
+    stamps = [created]
+    for name, stamp in (("scheduled", scheduled), ("started", started), ("ready", ready)):
+        if stamp < stamps[-1] - CLOCK_SKEW_SECONDS:
+            # Further out of order than the clocks' skew (a Ready time rewritten backwards): these
+            # stamps describe no start.
+            return None, f"{name} {stamps[-1] - stamp:.0f}s before the stamp it follows"
+        stamps.append(max(stamp, stamps[-1]))
+    budget = timeline.startup_budget if timeline.startup_budget is not None else MAX_STARTUP_SECONDS
+    if stamps[3] - stamps[2] > budget:
+        return None, (
+            f"Ready {stamps[3] - stamps[2]:.0f}s after its container started, beyond its startup budget "
+            f"{budget:.0f}s: a later readiness flip, not a cold start"
+        )
+    return (stamps[0], stamps[1], stamps[2], stamps[3]), None
+
+
+def rejection(timeline: PodTimeline) -> str | None:
+    """Why the pod's complete timestamps are no cold start (see the module docstring); None if they
+    are one, or are not complete yet."""
+    return _checked(timeline)[1]
+
+
+def measure(timeline: PodTimeline) -> ColdStartSample | None:
+    """The phases of a pod that became Ready on its first start; None while incomplete, or when
+    :func:`rejection` refuses it."""
+    stamps, _ = _checked(timeline)
+    if stamps is None:
         return None
-    # Clocks of different components can disagree by a little; out-of-order stamps beyond that
-    # (e.g. a readiness flip long after the start rewrote Ready's transition time backwards) are
-    # not a cold start.
-    if not created <= scheduled <= started <= ready:
-        return None
+    created, scheduled, started, ready = stamps
     node: float | None = None
     pod = ready - created
     # A node created after the pod, yet before the pod was bound to it, is one the pod waited for.
@@ -160,8 +221,15 @@ def observe(
     measured = set(state.measured & present)
     # Remembered while the pod exists: once its container runs, nothing on it says the pull failed.
     failed = (state.failed & present) | {t.uid for t in timelines if t.start_failed}
+    rejections: list[Rejection] = []
     for timeline in timelines:
         if timeline.uid in measured or timeline.uid in failed or timeline.instance_type is None:
+            continue
+        why = rejection(timeline)
+        if why is not None:
+            # Remembered as handled: its stamps only move further from a start (a later flip).
+            measured.add(timeline.uid)
+            rejections.append(Rejection(timeline.uid, timeline.name, why))
             continue
         sample = measure(timeline)
         if sample is None:
@@ -176,7 +244,7 @@ def observe(
         fresh = [s for s in kept if oldest is None or s.ready_at >= oldest]
         if fresh:
             samples.append((name, tuple(sorted(fresh, key=lambda s: (s.ready_at, s.uid))[-max_samples:])))
-    return ColdStartState(tuple(samples), frozenset(measured), frozenset(failed))
+    return ColdStartState(tuple(samples), frozenset(measured), frozenset(failed), tuple(rejections))
 
 
 def _quantile(ordered: Sequence[float], q: float) -> float:
@@ -235,8 +303,10 @@ def for_warm_pool(state: ColdStartState, instance_type: str | None, min_samples:
 
 
 __all__ = [
+    "CLOCK_SKEW_SECONDS",
     "MAX_SAMPLES",
     "MAX_SAMPLE_AGE_SECONDS",
+    "MAX_STARTUP_SECONDS",
     "MIN_SAMPLES",
     "OUTLIER_FACTOR",
     "PHASES",
@@ -244,11 +314,13 @@ __all__ = [
     "ColdStartSample",
     "ColdStartState",
     "PodTimeline",
+    "Rejection",
     "estimate",
     "estimate_sorted",
     "for_warm_pool",
     "measure",
     "observe",
     "phase_stats",
+    "rejection",
     "status",
 ]
