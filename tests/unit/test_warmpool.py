@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from neuronfleet.api.v1alpha1 import WarmPoolSpec
+from neuronfleet.planning import warmpool
 from neuronfleet.planning.warmpool import ColdStart, WarmPoolState, demand_increase_quantile, plan
 
 
@@ -141,3 +144,55 @@ def test_min_pods_beyond_max_replicas_leaves_no_negative_placeholders() -> None:
         state = decision.new_state
         assert decision.pods == 2
         assert decision.node_placeholders == 0
+
+
+def test_the_history_is_capped_however_long_the_cold_start() -> None:
+    # A measured cold start of 10 h kept four times that in history: 9,600 decisions at 15 s, each
+    # walked by every call (150 ms a call). Now at most MAX_HISTORY_SECONDS of them.
+    sawtooth = [2 + (i // 20) % 6 for i in range(1200)]
+    hours = feed(auto(), sawtooth, cold=ColdStart(pod_seconds=36000.0, node_seconds=180.0))
+    history = hours.new_state.history
+    assert history[-1][0] - history[0][0] <= warmpool.MAX_HISTORY_SECONDS
+    assert len(history) == warmpool.MAX_HISTORY_SECONDS / 15 + 1
+    assert f"history {len(history)} samples over 7200s" in hours.reason
+    # The newest decisions are kept whole: the estimate is the one the kept span gives.
+    horizon = 36000.0 - 1
+    assert hours.pods == min(50, math.ceil(demand_increase_quantile(history, horizon, 0.95)))
+    # A node horizon up to a quarter of the cap keeps its four horizons, as before the cap.
+    # (node horizon 1500 + 300 - 1 = 1799 s: 7196 s kept, 7185 s between the 15 s ticks)
+    quarter = feed(auto(), sawtooth, cold=ColdStart(pod_seconds=1500.0, node_seconds=300.0)).new_state.history
+    assert quarter[-1][0] - quarter[0][0] == 7185
+    # Decisions every second: the newest MAX_HISTORY_SAMPLES.
+    fast = feed(auto(), sawtooth * 2, step=1.0).new_state.history
+    assert len(fast) == warmpool.MAX_HISTORY_SAMPLES
+    assert fast[-1][0] == 2399.0
+
+
+def naive_increase_quantile(history: tuple[tuple[float, int], ...], horizon: float, coverage: float) -> float:
+    """The rule as first written: each window's maximum by a slice (O(n x window))."""
+    if horizon <= 0 or len(history) < 2:
+        return 0.0
+    times = np.array([t for t, _ in history], dtype=float)
+    demand = np.array([d for _, d in history], dtype=float)
+    ends = np.searchsorted(times, times + horizon, side="right")
+    increases = [demand[i + 1 : max(ends[i], i + 2)].max() - demand[i] for i in range(len(history) - 1)]
+    return float(np.quantile(np.maximum(increases, 0.0), coverage, method="inverted_cdf"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from([0.0, 1.0, 5.0, 15.0, 40.0, 300.0]), st.integers(0, 60)), max_size=300),
+    st.floats(0.0, 3000.0),
+    st.floats(0.5, 0.999),
+)
+def test_increase_quantile_is_the_windows_exact_maximum(
+    steps: list[tuple[float, int]], horizon: float, coverage: float
+) -> None:
+    # Uneven ticks, repeated times (gap 0), horizons shorter than a tick and longer than the history.
+    history, t = [], 0.0
+    for gap, demand in steps:
+        t += gap
+        history.append((t, demand))
+    assert demand_increase_quantile(tuple(history), horizon, coverage) == naive_increase_quantile(
+        tuple(history), horizon, coverage
+    )

@@ -26,7 +26,19 @@ inputs (it goes to ``status.warmPool.reason``). Modes:
   still holds: warm pods also replace failed active ones). They are bounded by
   ``minPods``/``maxPods`` and ``maxNodePlaceholders``. Windows that run past the
   end of the history are truncated there, so a young history gives smaller (not missing) figures.
-  The history keeps :data:`HISTORY_SECONDS` or four node horizons, whichever is longer.
+  The history keeps :data:`HISTORY_SECONDS` or four node horizons, whichever is longer, but at most
+  :data:`MAX_HISTORY_SECONDS` and the newest :data:`MAX_HISTORY_SAMPLES` decisions. Without the
+  cap a measured cold start of hours (a wait for capacity counted in it, or a readiness flip
+  taken for a start) kept four times that in history, and every call walked it: 18 ms per call at
+  a 3 h cold start, 150 ms at 10 h. The cap keeps the estimate honest because it cuts from the old
+  end only: every decision within the span kept stays, so each window's maximum is still the true
+  maximum of the decisions in it (thinning the samples instead would drop the peaks the windows
+  look for and bias the quantile low, a pool too small with no sign of it). Node horizons up to a
+  quarter of the cap (30 min: every pod plus node cold start of minutes) keep their four horizons,
+  so their quantile is the same as uncapped; a longer horizon is sized from the increases seen
+  within the last 2 h, its late windows truncated as a young history's are: a figure the history
+  showed, lower than a longer history might give, and said in the reason (``history N samples
+  over S s``).
 
   The history lives in the operator's memory only. An operator that takes over a pool (a new
   leader, a restart, an upgrade: :func:`take_over`) finds the warm pods and placeholders its
@@ -59,6 +71,12 @@ from neuronfleet.api.v1alpha1 import WarmPoolSpec
 
 #: Shortest demand history kept.
 HISTORY_SECONDS = 3600.0
+#: Longest demand history kept, however long the node horizon (see the module docstring): four
+#: horizons of 30 minutes.
+MAX_HISTORY_SECONDS = 7200.0
+#: Most decisions kept (the newest): MAX_HISTORY_SECONDS at one decision every 5 s (the default
+#: interval is 15 s); a shorter interval keeps a shorter span (24 minutes at 1 s).
+MAX_HISTORY_SAMPLES = 1440
 
 
 @dataclass(frozen=True)
@@ -118,26 +136,40 @@ def demand_increase_quantile(history: tuple[tuple[float, int], ...], horizon_sec
     """The ``coverage`` quantile of the demand increase within ``horizon_seconds`` (0 if unknown)."""
     if horizon_seconds <= 0 or len(history) < 2:
         return 0.0
-    times = np.fromiter((t for t, _ in history), dtype=float, count=len(history))
-    demand = np.fromiter((d for _, d in history), dtype=float, count=len(history))
-    ends = np.searchsorted(times, times + horizon_seconds, side="right")
-    # Running maximum from each start over its window; histories are short (one sample per tick).
-    # A window always reaches the next sample, even when the horizon is shorter than a tick: the
-    # demand between two samples is unknown, and the next one bounds its growth from above, where
-    # scaling it down by the horizon's share of the tick could leave a burst without warm pods.
-    increases = np.empty(len(history) - 1)
-    for i in range(len(history) - 1):
-        increases[i] = demand[i + 1 : max(ends[i], i + 2)].max() - demand[i]
+    n = len(history)
+    times = np.fromiter((t for t, _ in history), dtype=float, count=n)
+    demand = np.fromiter((d for _, d in history), dtype=float, count=n)
+    # The window of the start i is the samples [i + 1, end_i). A window always reaches the next
+    # sample, even when the horizon is shorter than a tick: the demand between two samples is
+    # unknown, and the next one bounds its growth from above, where scaling it down by the horizon's
+    # share of the tick could leave a burst without warm pods.
+    first = np.arange(1, n)
+    end = np.maximum(np.searchsorted(times, times[:-1] + horizon_seconds, side="right"), first + 1)
+    # Each window's maximum from a sparse table (levels[k][j] = max of demand[j : j + 2**k]): two
+    # overlapping power-of-two blocks cover any window, so every maximum is exact in O(n log n).
+    levels = [demand]
+    while 2 ** len(levels) <= n:
+        below, step = levels[-1], 2 ** (len(levels) - 1)
+        levels.append(np.maximum(below[:-step], below[step:]))
+    table = np.full((len(levels), n), -np.inf)
+    for row, level in enumerate(levels):
+        table[row, : len(level)] = level
+    block = np.floor(np.log2(end - first)).astype(int)
+    peaks = np.maximum(table[block, first], table[block, end - 2**block])
+    increases = peaks - demand[:-1]
     return float(np.quantile(np.maximum(increases, 0.0), coverage, method="inverted_cdf"))
 
 
-def record(state: WarmPoolState, now: float, demand: int | None, keep_seconds: float) -> WarmPoolState:
-    """The state with ``demand`` at ``now`` appended and samples older than ``keep_seconds`` dropped."""
+def record(
+    state: WarmPoolState, now: float, demand: int | None, keep_seconds: float, max_samples: int = MAX_HISTORY_SAMPLES
+) -> WarmPoolState:
+    """The state with ``demand`` at ``now`` appended, and samples older than ``keep_seconds`` or
+    beyond the newest ``max_samples`` dropped."""
     cutoff = now - keep_seconds
     history = tuple((t, d) for t, d in state.history if t >= cutoff)
     if demand is not None:
         history = (*history, (now, demand))
-    return replace(state, history=history)
+    return replace(state, history=history[-max_samples:])
 
 
 def plan(
@@ -162,7 +194,7 @@ def plan(
     node_seconds = cold_start.node_seconds or spec.assumed_node_cold_start_seconds
     pod_horizon = max(0.0, pod_seconds - spec.cold_start_target_seconds)
     node_horizon = max(0.0, pod_seconds + node_seconds - spec.cold_start_target_seconds)
-    keep_seconds = max(HISTORY_SECONDS, 4 * node_horizon)
+    keep_seconds = min(max(HISTORY_SECONDS, 4 * node_horizon), MAX_HISTORY_SECONDS)
     state = record(state, now, demand, keep_seconds)
     if state.found is not None and now - state.found.since >= keep_seconds:
         state = replace(state, found=None)  # the history is as long as the one lost
