@@ -4,11 +4,15 @@ Two deployments with the same scripted demand (a metrics source replaying a sawt
 depth, so the scaling decisions and the warm pool's demand history are identical) run on two
 instance types whose kubelets have different configured start-up delays. Both report their phases
 in ``status.coldStart`` close to the configured delays; the slow one, whose measured pod cold start
-is far beyond the target, keeps more warm pods than the fast one. Under looptime.
+is far beyond the target, keeps more warm pods than the fast one. A pod that flips its readiness
+hours into its life, found so by a restarted operator, is no cold start (it is logged). Under
+looptime.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
 import re
 from collections.abc import AsyncIterator
@@ -179,3 +183,46 @@ async def test_phases_in_status_and_the_auto_warm_pool_follows_the_measured_cold
     # The assumed 30 s no longer applies to either: each uses its own measured p90.
     assert pod_cold_start_used(fast_pool) == pytest.approx(fast["pod"]["p90Seconds"], abs=8)
     assert slow_pool["desiredPods"] >= 1, slow_pool
+
+
+async def test_a_readiness_flip_found_by_a_restarted_operator_is_no_cold_start(
+    harness: OperatorHarness, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A pod serving for hours goes unready for a minute and back while the operator is down. The
+    # restarted operator has no memory of which pods it measured: it reads the pod's Ready time,
+    # hours after its container started, and measured that as a cold start of hours.
+    caplog.set_level(logging.INFO, logger="neuronfleet.reconcile")
+    doc = example("bert-embeddings", scaling={"mode": "Manual", "replicas": 3}, warmPool={"mode": "Off"})
+    doc["metadata"]["name"] = "flips"
+    doc = harness.localize(doc, namespace=NS)
+    harness.precompile(doc)
+    await harness.apply(doc)
+    await harness.wait(
+        lambda: cold_start(harness, "flips").get("load", {}).get("samples", 0) >= 3,
+        timeout=1200,
+        what="3 measured cold starts",
+    )
+    before = cold_start(harness, "flips")
+    await harness.crash()
+    kubelet = harness.cluster.kubelet
+    assert kubelet is not None
+    flipped = harness.pods(NS, "flips", "active")[0]["metadata"]["name"]
+    await asyncio.sleep(3 * 3600)  # looptime: the pods serve for 3 h (fake time)
+    assert kubelet.set_ready(NS, flipped, False)
+    await asyncio.sleep(60)
+    assert kubelet.set_ready(NS, flipped, True)
+
+    await harness.start()
+    after = await harness.wait(
+        lambda: (now := cold_start(harness, "flips")) != before and now,
+        timeout=300,
+        what="the restarted operator's measured cold starts",
+    )
+    budget = 1800 + 5  # the operator's startup probe (180 x 10 s) and one readiness period
+    assert after["load"]["samples"] == 2, after
+    assert after["load"]["p90Seconds"] < budget and after["pod"]["p90Seconds"] < budget, after
+    assert any(
+        f"pod {flipped} not measured as a cold start" in record.getMessage()
+        and "startup budget 1805s" in record.getMessage()
+        for record in caplog.records
+    ), [record.getMessage() for record in caplog.records if "cold start" in record.getMessage()]
