@@ -209,3 +209,11 @@ def test_decisions_without_an_arrival_rate_for_two_minutes_keep_the_history() ->
         decision = decide(s, state, snapshot, current, current, now)
         state, current = decision.new_state, decision.desired
     assert state.history.first_minute == 0 and len(state.history.needs) == 129
+
+
+def test_resume_moves_a_history_that_ends_after_now_back_before_it() -> None:
+    # A wall clock stepped back before a restart: kept where it was, the history's minutes lay after
+    # now and the new decisions were folded into them (see test_scaling's restart test).
+    h = History(1000, (5, 6, 7), (4, 5, 6))
+    assert hold.resume(h, 990 * 60.0 + 30) == History(987, (5, 6, 7), (4, 5, 6))
+    assert hold.resume(h, 1002 * 60.0 + 30) == h  # ends in now's minute: as it is

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec, ScalingSpec
+from neuronfleet.planning import hold
 from neuronfleet.planning.observation import DeploymentMemory, scaling_due
 from neuronfleet.planning.reconcile_plan import decide_targets
 from neuronfleet.planning.scaling import (
@@ -22,6 +23,7 @@ from neuronfleet.planning.scaling import (
     scale_down_limit,
     scale_up_limit,
     service_rate_key,
+    take_over,
 )
 from neuronfleet.planning.signals import MetricSnapshot
 
@@ -874,3 +876,71 @@ def test_the_reason_says_the_learned_delay_held_less_the_decline() -> None:
         decision = decide(s, state, MetricSnapshot(now, 0.0, 5.0, arrivals), current, current, now)
         state, current = decision.new_state, decision.desired
     assert "(learned scale-down delay 1800 s, less the decline)" in decision.reason
+
+
+def test_a_clock_stepped_back_moves_the_warm_pools_demand_history_with_the_autoscalers() -> None:
+    # Only the autoscaler's times were moved back: the warm pool's history stayed in the future, no
+    # longer oldest first (searchsorted on an unsorted array), and a ramp after the step wanted 9
+    # warm pods where the same history moved back wants 5.
+    deployment = InferenceDeploymentSpec.model_validate(
+        {
+            "model": {"source": "s3://models/bert"},
+            "scaling": {"minReplicas": 1, "maxReplicas": 40, "targetQueueDepth": 10, "panicWindowSeconds": 0},
+            "warmPool": {"mode": "Auto", "maxPods": 20},
+        }
+    )
+    start, memory = 1_800_000_000.0, DeploymentMemory()
+    for tick in range(160):  # 40 minutes of a flat demand of 10 replicas
+        now = start + 15 * tick
+        calm = MetricSnapshot(now, queue_depth=50.0, in_flight=50.0)
+        _, memory = decide_targets(deployment, memory, calm, "", 10, 10, now)
+    last = now
+    stepped = last - 1800 + 15  # the clock stepped back 30 minutes
+    burst = MetricSnapshot(stepped, queue_depth=70.0, in_flight=70.0)
+    _, memory = decide_targets(deployment, memory, burst, "", 10, 10, stepped)
+    times = [t for t, _ in memory.warm_state.history]
+    assert times == sorted(times) and times[-1] == stepped
+    assert len(times) == 161  # moved, not dropped
+    # Moved by the same as the autoscaler's times: the last decision before the step is at one
+    # time in both memories.
+    assert times[-2] == memory.scaling_state.recommendations[-2][0] == stepped - 15
+
+
+def test_a_restart_after_a_clock_step_back_records_the_new_minutes_after_the_history() -> None:
+    # The checkpoint's history ends 10 minutes after the restart's clock: hold.resume kept it there,
+    # and the new decisions were folded into its future (busy) minutes instead of growing it.
+    s = spec(scaleDownDelaySeconds=600)
+    t0 = 1_800_000_000.0
+    last = int(t0 // 60)
+    history = hold.History(last - 119, (40,) * 120, (5,) * 100 + (30,) * 20)
+    now = t0 - 600
+    state = take_over(Checkpoint(t0, 50.0, 60.0, 600.0, history, None), now, 10)
+    for tick in range(8):
+        at = now + 15 * tick
+        calm = MetricSnapshot(at, queue_depth=0, in_flight=2, arrival_rate=100, utilization=0.2)
+        state = decide(s, state, calm, 10, 10, at).new_state
+    h = state.history
+    assert h.first_minute + len(h.needs) - 1 == int(at // 60)
+    assert len(h.needs) == 122 and h.needs[-2:] == (2, 2) and h.needs[-3] == 30
+
+
+def test_metrics_missing_after_a_clock_step_back_renew_the_checkpoint() -> None:
+    # The missing-metrics path moved the state back but kept the checkpoint's future time and its
+    # history from before the step (status.autoscaler showed both).
+    t0 = 1_800_000_000.0
+    history = hold.History(int(t0 // 60) - 9, (5,) * 10, (4,) * 10)
+    state = ScalingState(
+        recommendations=((t0, 5),),
+        recent=((t0, 5, 100.0),),
+        service_rate=20.0,
+        history=history,
+        checkpoint=Checkpoint(t0, 20.0, 60.0, 600.0, history, None),
+        measured_since=t0 - 600,
+    )
+    now = t0 - 900
+    decision = decide(spec(scaleDownDelaySeconds=600), state, None, 5, 5, now)
+    assert decision.reason.startswith("metrics missing")
+    checkpoint = decision.new_state.checkpoint
+    assert checkpoint is not None and checkpoint.time == now
+    assert checkpoint.history == decision.new_state.history
+    assert checkpoint.history.first_minute + len(checkpoint.history.needs) - 1 < int(now // 60)

@@ -196,3 +196,12 @@ def test_increase_quantile_is_the_windows_exact_maximum(
     assert demand_increase_quantile(tuple(history), horizon, coverage) == naive_increase_quantile(
         tuple(history), horizon, coverage
     )
+
+
+def test_samples_after_now_are_dropped_so_the_history_stays_oldest_first() -> None:
+    # A clock stepped back by less than a decision moves the history (between two decisions): the
+    # sample appended at now went before later ones, and searchsorted ran on an unsorted array.
+    state = WarmPoolState(tuple((100.0 + 15 * i, 10) for i in range(20)))
+    after = plan(auto(), state, 12, 300.0).new_state
+    times = [t for t, _ in after.history]
+    assert times == sorted(times) and times[-1] == 300.0 and len(times) == 15

@@ -191,14 +191,19 @@ def resume(history: History, now: float) -> History:
 
     The minutes missed are taken as the last one recorded (the demand is assumed to have held
     while the operator was away); when the history ends more than :data:`RESUME_GAP_SECONDS`
-    before ``now``, or after it, it starts afresh.
+    before ``now``, it starts afresh. A history that ends after ``now``'s minute (the wall clock
+    stepped back before the restart) is moved back to end the minute before it, as
+    :func:`~neuronfleet.planning.scaling.decide` moves its state's times back after a step: left
+    there, the new decisions were folded into its future minutes and the history stopped growing.
     """
     if not history.needs:
         return History()
     minute = int(now // BUCKET_SECONDS)
     last = history.first_minute + len(history.needs) - 1
+    if last > minute:
+        return History(minute - len(history.needs), history.recommendations, history.needs)
     missing = minute - 1 - last
-    if minute < history.first_minute or missing * BUCKET_SECONDS > RESUME_GAP_SECONDS:
+    if missing * BUCKET_SECONDS > RESUME_GAP_SECONDS:
         return History()
     if missing <= 0:
         return history

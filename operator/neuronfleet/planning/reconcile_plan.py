@@ -232,6 +232,9 @@ def decide_targets(
         memory = replace(
             memory,
             scaling_state=scale.new_state,
+            # Moved as the decision moved the autoscaler's times (a wall clock stepped back): once,
+            # here, not at the held rounds that re-serve this decision.
+            warm_state=warmpool.shifted(memory.warm_state, scale.clock_shift),
             last_scaling_at=now,
             last_decision=scale,
             scaling_message=message,

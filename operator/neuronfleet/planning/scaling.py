@@ -253,6 +253,10 @@ class ScalingDecision:
     #: arrival-rate signal once the service rate is known (a backlog inflates the queue signal far
     #: beyond the demand, up to the queue bound), else the recommendation.
     demand: int | None = None
+    #: Seconds this decision moved the state's times by (negative: the wall clock stepped back, see
+    #: :func:`decide`; 0 otherwise). The caller moves the warm pool's demand history by the same
+    #: (:func:`~neuronfleet.planning.warmpool.shifted`), so the two memories stay on one clock.
+    clock_shift: float = 0.0
 
 
 def service_rate_key(spec: InferenceDeploymentSpec, revision: str | None, instance_type: str | None) -> str | None:
@@ -476,7 +480,8 @@ def decide(
     # Auto never scales to zero: no replica would report the traffic to scale up again (the CRD
     # refuses minReplicas 0 in Auto mode; an object stored before that rule is held at one).
     low = max(low, min(1, high))
-    state = _rebased(state, now, float(spec.interval_seconds))
+    clock_shift = _clock_shift(state, now, float(spec.interval_seconds))
+    state = _moved(state, clock_shift)
 
     forgotten = ""
     if rate_key is not None and state.service_rate_key not in (None, rate_key):
@@ -569,13 +574,18 @@ def decide(
             cold_start=cold_start,
             hold_seconds=hold_seconds,
             hold_chosen_at=hold_chosen_at,
+            # Renewed here too: after a clock step back the one kept had a future time and the
+            # history from before the step (status.autoscaler showed both while metrics were missing).
+            checkpoint=_renewed(state, now, service_rate, cold_start, hold_seconds, state.history),
         )
         if desired != current:
             new_state = _with_event(new_state, now, desired - current)
         reason = f"metrics missing ({', '.join(missing) or 'all'}): holding {desired}"
         if forgotten:
             reason += f"; {forgotten}"
-        return ScalingDecision(desired, reason, new_state, recommendation=None, signals=signals)
+        return ScalingDecision(
+            desired, reason, new_state, recommendation=None, signals=signals, clock_shift=clock_shift
+        )
 
     demand = max(signals.values())
     if current > 0 and abs(demand / current - 1) <= spec.tolerance:
@@ -694,9 +704,7 @@ def decide(
         # the rate's window cannot show included).
         need = math.ceil(max(signals["rate"], signals.get("burst", 0.0)) * spec.target_utilization - 1e-9)
         history = hold.record(history, now, recommendation, need)
-    checkpoint = state.checkpoint
-    if service_rate and (checkpoint is None or not 0 <= now - checkpoint.time < CHECKPOINT_SECONDS):
-        checkpoint = Checkpoint(now, service_rate, cold_start, hold_seconds, history, state.service_rate_key)
+    checkpoint = _renewed(state, now, service_rate, cold_start, hold_seconds, history)
     new_state = ScalingState(
         recommendations=recommendations,
         scale_events=events,
@@ -722,7 +730,25 @@ def decide(
     if notes:
         reason += "; " + "; ".join(notes)
     demand = math.ceil(signals["rate"] - 1e-9) if "rate" in signals else recommendation
-    return ScalingDecision(bounded, reason, new_state, recommendation, in_panic, signals, _clamp(demand, low, high))
+    return ScalingDecision(
+        bounded, reason, new_state, recommendation, in_panic, signals, _clamp(demand, low, high), clock_shift
+    )
+
+
+def _renewed(
+    state: ScalingState,
+    now: float,
+    service_rate: float | None,
+    cold_start: float | None,
+    hold_seconds: float | None,
+    history: hold.History,
+) -> Checkpoint | None:
+    """The checkpoint after this decision: renewed every :data:`CHECKPOINT_SECONDS` once the service
+    rate is known, and at once when the one kept lies after ``now`` (a wall clock stepped back)."""
+    checkpoint = state.checkpoint
+    if service_rate and (checkpoint is None or not 0 <= now - checkpoint.time < CHECKPOINT_SECONDS):
+        checkpoint = Checkpoint(now, service_rate, cold_start, hold_seconds, history, state.service_rate_key)
+    return checkpoint
 
 
 def _latest(state: ScalingState) -> float | None:
@@ -740,19 +766,28 @@ def _latest(state: ScalingState) -> float | None:
     return max(times) if times else None
 
 
-def _rebased(state: ScalingState, now: float, interval: float) -> ScalingState:
-    """``state`` with every time moved back so that its latest lies ``interval`` before ``now``, when
-    ``now`` reads before it (a wall clock stepped back: NTP, a restored VM); else ``state``.
+def _clock_shift(state: ScalingState, now: float, interval: float) -> float:
+    """How far :func:`_moved` moves ``state``'s times: back so that its latest lies ``interval``
+    before ``now``, when ``now`` reads before it (a wall clock stepped back: NTP, a restored VM);
+    else 0."""
+    latest = _latest(state)
+    if latest is None or now >= latest:
+        return 0.0
+    return now - interval - latest
+
+
+def _moved(state: ScalingState, shift: float) -> ScalingState:
+    """``state`` with every time moved by ``shift`` seconds (:func:`_clock_shift`).
 
     Left in the future, its recommendations held the fleet (the scale-up window's minimum included a
     calm recommendation for the length of the step, so a burst was served late), its scale events
     counted against every rate limit and its history's minutes were folded into. The checkpoint keeps
-    its time: it is renewed at once (its time is after ``now``).
+    its time: it is renewed at once (its time is after ``now``). The warm pool's demand history is
+    moved by the caller, by the same (:attr:`ScalingDecision.clock_shift`).
     """
     latest = _latest(state)
-    if latest is None or now >= latest:
+    if latest is None or not shift:
         return state
-    shift = now - interval - latest
 
     def moved(pairs: tuple[tuple[float, int], ...]) -> tuple[tuple[float, int], ...]:
         return tuple((t + shift, v) for t, v in pairs)

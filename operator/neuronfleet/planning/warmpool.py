@@ -160,13 +160,30 @@ def demand_increase_quantile(history: tuple[tuple[float, int], ...], horizon_sec
     return float(np.quantile(np.maximum(increases, 0.0), coverage, method="inverted_cdf"))
 
 
+def shifted(state: WarmPoolState, seconds: float) -> WarmPoolState:
+    """``state`` with its times moved by ``seconds``: the autoscaler's decision moved its own by as
+    much after the wall clock stepped back (:attr:`~neuronfleet.planning.scaling.ScalingDecision.clock_shift`).
+    Left in the future, the demand history was no longer oldest first (``searchsorted`` ran on an
+    unsorted array) and its windows missed the growth after the step: 9 warm pods where the same
+    history moved back wanted 5 (``tests/unit/test_warmpool.py``)."""
+    if not seconds:
+        return state
+    found = state.found
+    return WarmPoolState(
+        history=tuple((t + seconds, d) for t, d in state.history),
+        found=None if found is None else replace(found, since=found.since + seconds),
+    )
+
+
 def record(
     state: WarmPoolState, now: float, demand: int | None, keep_seconds: float, max_samples: int = MAX_HISTORY_SAMPLES
 ) -> WarmPoolState:
     """The state with ``demand`` at ``now`` appended, and samples older than ``keep_seconds`` or
-    beyond the newest ``max_samples`` dropped."""
+    beyond the newest ``max_samples`` dropped; so are samples after ``now`` (a wall clock stepped back
+    by less than a decision moves the history, :func:`shifted`, or between decisions): the history
+    stays oldest first, as the quantile's ``searchsorted`` needs."""
     cutoff = now - keep_seconds
-    history = tuple((t, d) for t, d in state.history if t >= cutoff)
+    history = tuple((t, d) for t, d in state.history if cutoff <= t <= now)
     if demand is not None:
         history = (*history, (now, demand))
     return replace(state, history=history[-max_samples:])

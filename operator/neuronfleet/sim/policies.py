@@ -121,7 +121,8 @@ class Ours:
         of this policy that decide otherwise, e.g. a benchmark's, plan their pool here too)."""
         pool = warmpool.plan(
             self.warm_spec,
-            self.warm_state,
+            # Moved as the decision moved the autoscaler's times, as the operator does.
+            warmpool.shifted(self.warm_state, decision.clock_shift),
             decision.demand,
             now,
             warmpool.ColdStart(observed.pod_cold_start_p90, observed.node_cold_start_p90),
