@@ -944,3 +944,27 @@ def test_metrics_missing_after_a_clock_step_back_renew_the_checkpoint() -> None:
     assert checkpoint is not None and checkpoint.time == now
     assert checkpoint.history == decision.new_state.history
     assert checkpoint.history.first_minute + len(checkpoint.history.needs) - 1 < int(now // 60)
+
+
+def test_manual_mode_forgets_the_auto_scale_events() -> None:
+    # Kept, Auto's +4 was subtracted from the Manual count of 2 back in Auto: the period "started"
+    # at -2 and a burst was limited to 2 replicas for the rest of the 600 s period.
+    base: dict[str, Any] = {
+        "scaleDownDelaySeconds": 0,
+        "behavior": {"scaleUp": {"policies": [{"type": "Pods", "value": 4, "periodSeconds": 600}]}},
+    }
+    auto, manual = spec(**base), spec(**base, mode="Manual", replicas=2)
+
+    def busy(t: float, load: float) -> MetricSnapshot:
+        return MetricSnapshot(t, queue_depth=load / 2, in_flight=load / 2, utilization=0.9)
+
+    state, current = ScalingState(), 6
+    for t in (0.0, 15.0):
+        decision = decide(auto, state, busy(t, 100), current, current, t)
+        state, current = decision.new_state, decision.desired
+    assert current == 10 and state.scale_events
+    decision = decide(manual, state, busy(60, 100), current, current, 60)
+    state, current = decision.new_state, decision.desired
+    assert current == 2 and state.scale_events == ()
+    decision = decide(auto, state, busy(120, 300), current, current, 120)
+    assert decision.desired == 4  # +4 from the Manual count, as a fresh autoscaler's first step

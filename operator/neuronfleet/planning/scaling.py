@@ -476,6 +476,10 @@ def decide(
     if spec.mode == "Manual":
         wanted = spec.replicas if spec.replicas is not None else low
         desired = _clamp(wanted, 0, high)
+        # The Auto scale events are forgotten: back in Auto, they were subtracted from a count they
+        # never produced, and the rate limits pinned the fleet for the rest of their period (as HPA,
+        # whose events are its own changes only: the Manual count is the period's start).
+        state = replace(state, scale_events=())
         return ScalingDecision(desired, f"manual: replicas {desired}", state, recommendation=desired)
     # Auto never scales to zero: no replica would report the traffic to scale up again (the CRD
     # refuses minReplicas 0 in Auto mode; an object stored before that rule is held at one).
