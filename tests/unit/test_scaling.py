@@ -968,3 +968,31 @@ def test_manual_mode_forgets_the_auto_scale_events() -> None:
     assert current == 2 and state.scale_events == ()
     decision = decide(auto, state, busy(120, 300), current, current, 120)
     assert decision.desired == 4  # +4 from the Manual count, as a fresh autoscaler's first step
+
+
+@pytest.mark.parametrize("peak_off", [False, True])
+def test_an_empty_arrival_rate_sizes_the_fleet_as_before_a_measurement(peak_off: bool) -> None:
+    # Turned off with a service rate known (resumed, or learned before the edit), the fleet was
+    # sized on the peak alone (20 busy replicas shrank to 2), or with the peak off too on no signal
+    # at all: held for good, the reason saying "metrics missing (all)".
+    metrics = {"arrivalRate": "", **({"arrivalPeak": ""} if peak_off else {})}
+    s = spec(scaleDownDelayMode="Fixed", metrics=metrics)
+    state, current = ScalingState(service_rate=10.0, measured_since=0.0), 20
+    for tick in range(1, 6):
+        now = 15.0 * tick
+        snapshot = MetricSnapshot(now, queue_depth=100.0, in_flight=100.0, utilization=0.2, arrival_peak=20.0)
+        decision = decide(s, state, snapshot, current, current, now)
+        state, current = decision.new_state, decision.desired
+    assert set(decision.signals) == {"load", "utilization"}
+    assert current == 20  # load 200 / 10 at target: 20, where the peak alone wanted 2
+    assert state.service_rate == 10.0  # kept for when the query is back
+
+
+def test_a_fleet_with_every_signal_turned_off_says_so() -> None:
+    s = spec(metrics={"arrivalRate": "", "queueDepth": "", "inFlight": "", "utilization": ""})
+    decision = decide(s, ScalingState(), MetricSnapshot(0.0), 3, 3, 0.0)
+    assert decision.desired == 3
+    assert (
+        decision.reason
+        == "no signal to scale on (arrival_rate, in_flight, queue_depth, utilization turned off): holding 3"
+    )

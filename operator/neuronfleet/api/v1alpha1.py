@@ -628,7 +628,10 @@ class MetricQueries(ApiModel):
         description="Requests per second arriving at the deployment: the autoscaler's primary signal once "
         "a replica's service rate is measured (then a snapshot without it lets the fleet grow, never "
         "shrink). rate() needs two samples in its window, so the window must cover at least about 4 "
-        "scrape intervals: [1m] fits a 15 s scrape (the chart's PodMonitor); use [2m] for 30 s, [4m] for 60 s.",
+        "scrape intervals: [1m] fits a 15 s scrape (the chart's PodMonitor); use [2m] for 30 s, [4m] for 60 s. "
+        "Empty: turned off (not missing): no service rate is measured or used (one learned before is kept "
+        "unused), and the fleet is sized as before a measurement, on queued plus in-flight requests and the "
+        "busy ratio (arrivalPeak is then not used either).",
     )
     arrival_peak: str = Field(
         default=_DEFAULT_QUERIES["arrival_peak"],

@@ -45,7 +45,10 @@ The rule, in order:
    nothing), and the in-flight count and busy ratio are not: they no longer size the fleet.
    A snapshot whose samples cover fewer pods than the ready replicas (``reporting``: some pods'
    scrapes failed, so every sum reads low) is partial and treated alike: grow, never shrink. A
-   signal whose query the spec left empty is turned off, not missing (:func:`turned_off`).
+   signal whose query the spec left empty is turned off, not missing (:func:`turned_off`); with
+   the arrival rate turned off the service rate sizes nothing (one learned before is kept, unused),
+   and the fleet is sized on the signals of rule 1's last item, as before a measurement. When the
+   spec turned off every signal left, the reason names those turned off.
 3. Panic mode (Knative's idea, on our signals): when the demand (the signals' maximum) averaged
    over the decisions within ``panic_window_seconds`` reaches ``panic_threshold`` times the ready
    replicas, scaling up skips the scale-up stabilization and rate limits, and nothing scales down
@@ -505,10 +508,15 @@ def decide(
     # Once the service rate is known the arrival rate is the primary signal: without it the fleet
     # may grow on the signals left, never shrink.
     off = turned_off(spec)
-    missing = snapshot.missing(measured=bool(state.service_rate), off=off)
+    # With the arrival rate turned off the service rate sizes nothing (a rate learned before, or
+    # resumed, is kept for when the query is back): the fleet is sized as before a measurement. Used
+    # with it, the queue's bursts alone were left, and with the peak off too no signal at all: the
+    # fleet held for good, the reason saying "metrics missing (all)".
+    sizing_rate = state.service_rate if "arrival_rate" not in off else None
+    missing = snapshot.missing(measured=bool(sizing_rate), off=off)
     # The rate signal uses the estimate from earlier snapshots: this snapshot's own arrival rate and
     # utilization would only restate the utilization signal.
-    signals = _signals(spec, snapshot, ready, state.service_rate)
+    signals = _signals(spec, snapshot, ready, sizing_rate)
     # Not from a partial snapshot: its arrival rate reads low, its utilization average does not.
     # (A replica still loading reports a busy ratio of 0: the default utilization query averages
     # ready pods only. Waiting here for every active replica to be ready starved the estimate: a
@@ -584,7 +592,11 @@ def decide(
         )
         if desired != current:
             new_state = _with_event(new_state, now, desired - current)
-        reason = f"metrics missing ({', '.join(missing) or 'all'}): holding {desired}"
+        if missing or not off:
+            reason = f"metrics missing ({', '.join(missing) or 'all'}): holding {desired}"
+        else:
+            # Nothing is missing: the spec turned off every signal this fleet could be sized on.
+            reason = f"no signal to scale on ({', '.join(sorted(off))} turned off): holding {desired}"
         if forgotten:
             reason += f"; {forgotten}"
         return ScalingDecision(
