@@ -393,7 +393,7 @@ def test_a_new_revision_forgets_the_service_rate_learned_on_the_old_one() -> Non
     decision = decide(s, state, saturated, 10, 10, 45, rate_key="v2")
     assert decision.new_state.service_rate is None and decision.new_state.checkpoint is None
     assert "rate" not in decision.signals and decision.signals["utilization"] == pytest.approx(12.5)
-    assert "service rate 50.0/s forgotten: now v2" in decision.reason
+    assert "service rate 50/s forgotten: now v2" in decision.reason
     # Measured again on v2 (20 replicas 80 % busy with 400/s: 25/s each), it sizes v2's fleet.
     state = decision.new_state
     for tick in range(4, 8):
@@ -996,3 +996,11 @@ def test_a_fleet_with_every_signal_turned_off_says_so() -> None:
         decision.reason
         == "no signal to scale on (arrival_rate, in_flight, queue_depth, utilization turned off): holding 3"
     )
+
+
+def test_a_forgotten_service_rate_is_said_to_4_significant_digits() -> None:
+    # To 0.1/s, a slow LLM's 0.04/s read "0.0/s forgotten".
+    state = ScalingState(service_rate=0.04321, service_rate_key="rev-a")
+    snapshot = MetricSnapshot(0.0, queue_depth=0, in_flight=1, utilization=0.5, arrival_rate=0.1)
+    decision = decide(spec(), state, snapshot, 3, 3, 0.0, rate_key="rev-b")
+    assert "service rate 0.04321/s forgotten: now rev-b" in decision.reason

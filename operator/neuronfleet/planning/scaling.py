@@ -283,6 +283,14 @@ def turned_off(spec: ScalingSpec) -> frozenset[str]:
     return frozenset(name for name in SIGNALS if not getattr(spec.metrics, name).strip())
 
 
+def service_rate_figure(rate: float) -> float:
+    """``rate`` to 0.1 or to 4 significant digits, whichever is finer (0.0 for no positive rate): as
+    the status keeps it, and as reasons print it (to 0.1 only, a slow LLM's 0.06/s read 0.0/s)."""
+    if not rate > 0 or not math.isfinite(rate):
+        return 0.0
+    return round(rate, max(1, 3 - math.floor(math.log10(rate))))
+
+
 def _clamp(value: int, low: int, high: int) -> int:
     return max(low, min(high, value))
 
@@ -496,7 +504,7 @@ def decide(
         # rate kept from before sized a model twice as slow at half its need for a day. Back to the
         # signals of an unmeasured fleet until it is measured again (and no checkpoint of the old one).
         if state.service_rate is not None:
-            forgotten = f"service rate {state.service_rate:.1f}/s forgotten: now {rate_key}"
+            forgotten = f"service rate {service_rate_figure(state.service_rate):g}/s forgotten: now {rate_key}"
         # The trend's readings were taken at the old rate: a line through both would be a jump.
         state = replace(state, service_rate=None, measured_since=None, recent=(), rates=(), checkpoint=None)
     if rate_key is not None:

@@ -27,7 +27,6 @@ Three steps, all pure:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -50,7 +49,7 @@ from neuronfleet.planning.fleet import FleetSummary
 from neuronfleet.planning.labels import active_selector, selector_string
 from neuronfleet.planning.placement import PlacementPlan, problem_fields
 from neuronfleet.planning.reasons import Reason, Refusal
-from neuronfleet.planning.scaling import Checkpoint
+from neuronfleet.planning.scaling import Checkpoint, service_rate_figure
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 #: The order conditions are listed in.
@@ -459,7 +458,7 @@ def autoscaler_status(checkpoint: Checkpoint | None) -> AutoscalerStatus | None:
     changes only when the checkpoint is renewed, so it costs at most one status write per
     :data:`~neuronfleet.planning.scaling.CHECKPOINT_SECONDS`.
     """
-    rate = _service_rate_figure(checkpoint.service_rate) if checkpoint is not None else 0.0
+    rate = service_rate_figure(checkpoint.service_rate) if checkpoint is not None else 0.0
     if checkpoint is None or rate <= 0:
         return None  # a service rate of zero is not one the autoscaler uses (nor the API accepts)
     history = checkpoint.history
@@ -473,13 +472,6 @@ def autoscaler_status(checkpoint: Checkpoint | None) -> AutoscalerStatus | None:
         history_needs=history.packed[1] if history.needs else None,
         service_rate_key=checkpoint.service_rate_key,
     )
-
-
-def _service_rate_figure(rate: float) -> float:
-    """``rate`` to 0.1 or to 4 significant digits, whichever is finer (0.0 for no positive rate)."""
-    if not rate > 0 or not math.isfinite(rate):
-        return 0.0
-    return round(rate, max(1, 3 - math.floor(math.log10(rate))))
 
 
 def checkpoint_from_status(section: object) -> Checkpoint | None:
