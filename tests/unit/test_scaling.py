@@ -1004,3 +1004,17 @@ def test_a_forgotten_service_rate_is_said_to_4_significant_digits() -> None:
     snapshot = MetricSnapshot(0.0, queue_depth=0, in_flight=1, utilization=0.5, arrival_rate=0.1)
     decision = decide(spec(), state, snapshot, 3, 3, 0.0, rate_key="rev-b")
     assert "service rate 0.04321/s forgotten: now rev-b" in decision.reason
+
+
+def test_an_absurd_finite_arrival_rate_is_no_service_rate() -> None:
+    # 1e300/s held 30 s is finite: learned, every later arrival rate read as no demand and the fleet
+    # of 10 fell to minReplicas.
+    s = spec()
+    state, current = ScalingState(), 10
+    for tick in range(6):
+        now = 15.0 * tick
+        snapshot = MetricSnapshot(now, queue_depth=0.0, in_flight=10.0, arrival_rate=1e300, utilization=0.5)
+        decision = decide(s, state, snapshot, current, current, now)
+        state, current = decision.new_state, decision.desired
+    assert state.service_rate is None
+    assert current >= 5

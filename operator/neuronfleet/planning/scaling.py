@@ -140,6 +140,9 @@ BURST_SECONDS = 0.25
 #: allows 1,000), so the bounded result is the same, and a huge but finite sample (1e308) no longer
 #: overflows to inf, which ``math.ceil`` refuses (every reconcile of the deployment then failed).
 MAX_SIGNAL_REPLICAS = 1e9
+#: The highest service rate (requests per second per replica) taken as measured: above it a sample
+#: is a broken exporter's, not a replica's (learned at 1e300, it shrank the fleet to minReplicas).
+MAX_SERVICE_RATE = MAX_SIGNAL_REPLICAS
 #: Longest rate-policy period the API allows; older scale events are forgotten.
 MAX_POLICY_PERIOD_SECONDS = 1800.0
 #: The checkpoint is renewed this often: each renewal is a status write (12 an hour per deployment
@@ -365,8 +368,10 @@ def _update_service_rate(
     if not SERVICE_RATE_MIN_UTILIZATION <= util <= SERVICE_RATE_MAX_UTILIZATION or (queued or 0.0) > ready:
         return previous
     observed = rate / (util * ready)
-    if not math.isfinite(observed):
-        return previous  # a huge sample over a small busy ratio: no rate a replica serves
+    if not math.isfinite(observed) or observed > MAX_SERVICE_RATE:
+        # A huge sample over a small busy ratio (or a broken exporter's absurd but finite one): no
+        # rate a replica serves. Learned, it read every later arrival rate as no demand at all.
+        return previous
     if previous is None:
         return observed
     gain = SERVICE_RATE_RISE if observed > previous else SERVICE_RATE_DECAY
