@@ -70,7 +70,7 @@ def deployment(index: int) -> InferenceDeployment:
 
 def stored_pods(dep: InferenceDeployment, artifact: ArtifactRevision) -> list[dict[str, Any]]:
     """The pods of a converged fleet, as the API would return them."""
-    placement = plan_for_spec(dep.spec, ACTIVE + WARM).chosen
+    placement = plan_for_spec(dep.spec, ACTIVE + WARM + PLACEHOLDERS, serving=ACTIVE).chosen
     assert placement is not None
     target = FleetTarget(pod_template_hash(dep, placement), artifact, ACTIVE, WARM, PLACEHOLDERS)
     pods = []
@@ -136,8 +136,9 @@ def size_of(history: hold.History) -> int:
 
 
 def main() -> None:
-    old = ArtifactRevision("aaaaaaaaaa", "s3://artifacts/old/")
-    new = ArtifactRevision("bbbbbbbbbb", "s3://artifacts/new/")
+    # The manifest digest reconcile() stores: the served revision carries it (pods pin the manifest).
+    old = ArtifactRevision("aaaaaaaaaa", "s3://artifacts/old/", "0" * 64)
+    new = ArtifactRevision("bbbbbbbbbb", "s3://artifacts/new/", "0" * 64)
     deps = [deployment(i) for i in range(DEPLOYMENTS)]
     fleets = [stored_pods(dep, old) for dep in deps]
 
@@ -149,7 +150,7 @@ def main() -> None:
     steady_ms = timed(lambda: reconcile(one, one_pods, old)) * 1e3
     rollout_ms = timed(lambda: reconcile(one, one_pods, new)) * 1e3
     round_s = timed(lambda: [reconcile(d, p, old) for d, p in zip(deps, fleets, strict=True)], 3)
-    placement_us = timed(lambda: plan_for_spec(one.spec, ACTIVE + WARM)) * 1e6
+    placement_us = timed(lambda: plan_for_spec(one.spec, ACTIVE + WARM + PLACEHOLDERS, serving=ACTIVE)) * 1e6
     views = [parse_pod(pod) for pod in one_pods]
     target = FleetTarget("x", new, ACTIVE, WARM, PLACEHOLDERS)
     plan_us = timed(lambda: plan_fleet(one.name, target, views, NOW)) * 1e6
