@@ -197,6 +197,21 @@ class CompileDecision:
     serve_gone: bool = False
 
 
+def _replacing_earlier_job(
+    observed: CompileObservation, previous: StoredArtifact | None, ended: str
+) -> CompileDecision:
+    """The decision to replace a finished Job run under an earlier spec.compile or retry."""
+    return CompileDecision(
+        False,
+        previous,
+        "Unknown" if previous is None else "False",
+        Reason.COMPILING,
+        f"compile Job {observed.job_name} {ended} under an earlier spec.compile (resources, deadline, "
+        "retries) or before a retry was asked: replacing it",
+        replace_job=True,
+    )
+
+
 def decide_compile(observed: CompileObservation, previous: StoredArtifact | None) -> CompileDecision:
     """Use the stored artifact, start a Job, wait for it, or report why there is none.
 
@@ -245,15 +260,7 @@ def _decide(observed: CompileObservation, previous: StoredArtifact | None) -> Co
         )
     if observed.job_phase == "failed":
         if observed.job_spec is not None and observed.job_spec != observed.wanted_job_spec:
-            return CompileDecision(
-                False,
-                previous,
-                "Unknown" if previous is None else "False",
-                Reason.COMPILING,
-                f"compile Job {observed.job_name} failed under an earlier spec.compile (resources, deadline, "
-                "retries) or before a retry was asked: replacing it",
-                replace_job=True,
-            )
+            return _replacing_earlier_job(observed, previous, "failed")
         message = observed.job_message or f"compile Job for request {observed.request.key} failed"
         if observed.dangling is not None:
             message = f"{message} (compiling it again because {observed.dangling.describe()})"
@@ -303,14 +310,8 @@ def _decide(observed: CompileObservation, previous: StoredArtifact | None) -> Co
         if observed.job_spec is not None and observed.job_spec != observed.wanted_job_spec:
             # Its name is the request's and Kubernetes keeps it a day: left there, it would stand for
             # this request, and neither a changed spec.compile nor the retry annotation would run again.
-            return CompileDecision(
-                False,
-                previous,
-                "Unknown" if previous is None else "False",
-                Reason.COMPILING,
-                f"compile Job {observed.job_name} succeeded without writing {observed.request.record_uri}, under "
-                "an earlier spec.compile (resources, deadline, retries) or before a retry was asked: replacing it",
-                replace_job=True,
+            return _replacing_earlier_job(
+                observed, previous, f"succeeded without writing {observed.request.record_uri},"
             )
         # The Job ended well but left no record: the store and the Job disagree. Not a retry loop:
         # report it, as a failure, and keep serving what was there until a retry is asked.
