@@ -338,6 +338,15 @@ def test_the_startup_budget_comes_from_the_probes_with_kubernetes_defaults() -> 
     # Left out: initialDelaySeconds 0, failureThreshold 3, periodSeconds 10 (readiness: 10).
     assert startup_budget(with_probes(startupProbe={}, readinessProbe={})) == 40
     assert startup_budget(with_probes(startupProbe={"initialDelaySeconds": 60, "periodSeconds": 5})) == 75
+    # The readiness probe's own delay counts from the container's start, and it needs
+    # successThreshold passes: a pod Ready 305 s after its start was refused on a 70 s budget.
+    slow_ready = {"initialDelaySeconds": 300, "periodSeconds": 10}
+    assert startup_budget(with_probes(startupProbe={"periodSeconds": 20}, readinessProbe=slow_ready)) == 310
+    thrice = {"periodSeconds": 60, "successThreshold": 3}
+    assert startup_budget(with_probes(startupProbe={"periodSeconds": 20}, readinessProbe=thrice)) == 240
+    # Zero periods and thresholds are the API server's defaults (a budget of 0 refused every start).
+    zeros = {"periodSeconds": 0, "failureThreshold": 0}
+    assert startup_budget(with_probes(startupProbe=zeros, readinessProbe={"successThreshold": 0})) == 40
     # A readiness probe alone bounds nothing: the documented cap applies.
     assert startup_budget(with_probes(readinessProbe={"periodSeconds": 5})) is None
     assert startup_budget(with_probes(startupProbe={"failureThreshold": "many"})) is None

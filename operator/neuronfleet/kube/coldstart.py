@@ -13,9 +13,10 @@ retried in back-off is not a restart, and once the container runs nothing on the
 failed. The startup budget (how long after its start a container may take to be Ready) is,
 over the pod's containers with a readiness or startup probe, the longest of the startup probe's
 ``initialDelaySeconds + failureThreshold x periodSeconds`` (the kubelet kills the container after
-that) plus one ``periodSeconds`` of the readiness probe (the first that can pass once the startup
-probe has); unknown (None) when such a container has no startup probe, since nothing then bounds
-its start. Only serving pods (role warm, active or draining) are
+that), or the readiness probe's own ``initialDelaySeconds`` if later, plus ``successThreshold``
+readiness periods (the probes that can make it Ready once the startup probe has passed); zero or
+left-out periods and thresholds take Kubernetes' defaults, as the API server stores them; unknown
+(None) when such a container has no startup probe, since nothing then bounds its start. Only serving pods (role warm, active or draining) are
 measured: placeholders run no model and the compile Job's pods (deployment label, no role) are no
 replicas. Malformed or missing fields give None, never an exception: the pod is then simply
 not measured.
@@ -77,13 +78,21 @@ def _start_failed(pod: Obj) -> bool:
 
 
 def _seconds(probe: Obj, key: str, default: int) -> float | None:
-    value = probe.get(key, default)
+    """A probe field, ``default`` where it is left out or 0 (the API server defaults a zero
+    periodSeconds, failureThreshold or successThreshold so; a delay's default is 0 anyway); None
+    when it is not a number the API server would take."""
+    value = probe.get(key) or default
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else None
 
 
 def startup_budget(pod: Obj) -> float | None:
     """Longest container start -> Ready the pod's probes allow on a first start (see the module
-    docstring); None when not known. Kubernetes' defaults apply to fields left out."""
+    docstring); None when not known. Kubernetes' defaults apply to fields left out.
+
+    The startup probe's ``initialDelaySeconds + failureThreshold x periodSeconds``, or the
+    readiness probe's own ``initialDelaySeconds`` (also counted from the container's start) if
+    later, then ``successThreshold`` readiness periods for the probes that make it Ready.
+    """
     budgets: list[float] = []
     for container in (pod.get("spec") or {}).get("containers") or []:
         if not isinstance(container, Mapping):
@@ -93,13 +102,24 @@ def startup_budget(pod: Obj) -> float | None:
             if readiness is None:
                 continue  # Ready as soon as it runs
             return None
-        delay = _seconds(startup, "initialDelaySeconds", 0)
-        failures = _seconds(startup, "failureThreshold", 3)
-        period = _seconds(startup, "periodSeconds", 10)
-        then = _seconds(readiness, "periodSeconds", 10) if isinstance(readiness, Mapping) else 0.0
-        if delay is None or failures is None or period is None or then is None:
+        fields = [
+            _seconds(startup, "initialDelaySeconds", 0),
+            _seconds(startup, "failureThreshold", 3),
+            _seconds(startup, "periodSeconds", 10),
+        ]
+        if isinstance(readiness, Mapping):
+            fields += [
+                _seconds(readiness, "initialDelaySeconds", 0),
+                _seconds(readiness, "periodSeconds", 10),
+                _seconds(readiness, "successThreshold", 1),
+            ]
+        else:
+            fields += [0.0, 0.0, 0.0]
+        known = [value for value in fields if value is not None]
+        if len(known) < len(fields):
             return None
-        budgets.append(delay + failures * period + then)
+        delay, failures, period, ready_delay, ready_period, successes = known
+        budgets.append(max(delay + failures * period, ready_delay) + successes * ready_period)
     return max(budgets, default=None)
 
 
