@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from operator_harness import example
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
@@ -74,6 +75,27 @@ def test_a_simulated_compile_of_an_empty_source_fails_as_a_compile_would(tmp_pat
     assert result.exit_code == 1
     assert result.message == f"simulated compile failed: cannot read the model source {source}: nothing there"
     assert not store.exists()
+
+
+@pytest.mark.parametrize(
+    ("config", "why"),
+    [
+        ("[1, 2]", "config.json is not a JSON object: list"),
+        ('{"hidden_size": null}', "config.json's hidden_size is not a whole number: None"),
+        ('{"vocab_size": [1]}', "config.json's vocab_size is not a whole number: [1]"),
+        ('{"hidden_size": true}', "config.json's hidden_size is not a whole number: True"),
+    ],
+)
+def test_a_malformed_config_fails_the_simulated_compile_with_its_reason(tmp_path: Path, config: str, why: str) -> None:
+    # A list or a null escaped as AttributeError / TypeError: the kubelet's catch-all exited 128
+    # and the Job's log lines were lost.
+    source, store = tmp_path / "model", tmp_path / "store"
+    source.mkdir()
+    (source / "config.json").write_text(config)
+    dep = _deployment(source, store)
+    result = publish_simulated_compile(compile_args(dep, compile_request(dep.spec, str(store), None)), None)
+    assert (result.exit_code, result.message) == (1, f"simulated compile failed: {why}")
+    assert result.logs[-1] == f"simulated compile failed: {why}"
 
 
 async def test_the_runner_takes_compile_pods_only(tmp_path: Path) -> None:

@@ -137,6 +137,19 @@ class _Objects:
             raise SimulatedCompileError(f"cannot write {uri}: {exc}") from exc
 
 
+def _config_ints(config: object) -> tuple[int, int | None]:
+    """``hidden_size`` (-1 when left out) and ``vocab_size`` of a source's config.json, refused
+    clearly (as a real compile's config reading would fail) when they are not whole numbers."""
+    if not isinstance(config, dict):
+        raise SimulatedCompileError(f"config.json is not a JSON object: {type(config).__name__}")
+    hidden = config.get("hidden_size", -1)
+    vocab = config.get("vocab_size")
+    for key, value in (("hidden_size", hidden), ("vocab_size", -1 if vocab is None else vocab)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise SimulatedCompileError(f"config.json's {key} is not a whole number: {value!r}")
+    return hidden, vocab
+
+
 def _compile_parser() -> argparse.ArgumentParser:
     """The options of ``neuronserve compile`` the operator's Job passes (``kube.jobs.compile_args``),
     with neuronserve's defaults (the operator never imports neuronserve's CLI)."""
@@ -184,8 +197,7 @@ def publish_simulated_compile(argv: list[str], s3: SandboxS3 | None) -> Containe
             raise SimulatedCompileError(f"cannot read the model source {args.source}: nothing there")
         config_bytes = objects.read(_under(args.source, "config.json"))
         config = json.loads(config_bytes) if config_bytes else {}
-        hidden = int(config.get("hidden_size", -1))
-        vocab = config.get("vocab_size")
+        hidden, vocab = _config_ints(config)
         flags = CompilerFlags(
             target_family=args.target,
             auto_cast=args.auto_cast,
@@ -198,7 +210,7 @@ def publish_simulated_compile(argv: list[str], s3: SandboxS3 | None) -> Containe
             for b, s in itertools.product(sorted(set(args.batch_buckets)), sorted(set(args.sequence_buckets)))
         ]
         # The bounds a compile of a Hugging Face source declares (the server refuses ids beyond them).
-        bounds = {"attention_mask": 1, "input_ids": int(vocab) - 1 if vocab else None}
+        bounds = {"attention_mask": 1, "input_ids": vocab - 1 if vocab else None}
         inputs = [
             TensorSignature(name=name, dtype=dtype, shape=[-1, -1], min_value=0, max_value=bounds.get(name))
             for name, dtype in args.inputs
