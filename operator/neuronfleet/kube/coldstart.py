@@ -16,8 +16,8 @@ over the pod's containers with a readiness or startup probe, the longest of the 
 that), or the readiness probe's own ``initialDelaySeconds`` if later, plus ``successThreshold``
 readiness periods (the probes that can make it Ready once the startup probe has passed); zero or
 left-out periods and thresholds take Kubernetes' defaults, as the API server stores them; unknown
-(None) when such a container has no startup probe, since nothing then bounds its start. Only serving pods (role warm, active or draining) are
-measured: placeholders run no model and the compile Job's pods (deployment label, no role) are no
+(None) when such a container has no startup probe, since nothing then bounds its start. Only
+serving pods (role warm, active or draining) are measured: placeholders run no model and the compile Job's pods (deployment label, no role) are no
 replicas. Malformed or missing fields give None, never an exception: the pod is then simply
 not measured.
 """
