@@ -10,16 +10,16 @@ label, else the pod's nodeSelector on it. A container (or init container) waitin
 means its start failed (:data:`~neuronfleet.planning.reasons.STUCK_WAITING_REASONS`: an image pull
 that failed, a container that could not be created) marks the timeline ``start_failed``: the pull
 retried in back-off is not a restart, and once the container runs nothing on the pod says it
-failed. The startup budget (how long after its start a container may take to be Ready) is,
-over the pod's containers with a readiness or startup probe, the longest of the startup probe's
+failed. The startup budget (how long after its start a container may take to be Ready) is, over the
+pod's containers with a readiness or startup probe, the longest of the startup probe's
 ``initialDelaySeconds + failureThreshold x periodSeconds`` (the kubelet kills the container after
 that), or the readiness probe's own ``initialDelaySeconds`` if later, plus ``successThreshold``
 readiness periods (the probes that can make it Ready once the startup probe has passed); zero or
 left-out periods and thresholds take Kubernetes' defaults, as the API server stores them; unknown
-(None) when such a container has no startup probe, since nothing then bounds its start. Only
-serving pods (role warm, active or draining) are measured: placeholders run no model and the compile Job's pods (deployment label, no role) are no
-replicas. Malformed or missing fields give None, never an exception: the pod is then simply
-not measured.
+(None) when such a container has no startup probe, since nothing then bounds its start. Only serving
+pods (role warm, active or draining) are measured: placeholders run no model and the compile Job's
+pods (deployment label, no role) are no replicas. Malformed or missing fields give None, never an
+exception: the pod is then simply not measured.
 """
 
 from __future__ import annotations
