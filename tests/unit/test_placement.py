@@ -151,6 +151,23 @@ def test_current_type_is_kept_unless_the_saving_is_large() -> None:
     assert moved.chosen.name == "inf2.48xlarge"
 
 
+def test_an_auto_pools_standby_alone_never_moves_the_fleet() -> None:
+    # 1 active 8-core replica on inf2.24xlarge; an Auto pool's decision adds 2 standby pods, which
+    # fit one inf2.48xlarge for less. Moving is a rollout of every pod, and the pool shrinking again
+    # moved it back: the serving replica alone gains nothing on the other type.
+    varies = plan_placement(ReplicaNeeds(8), ALL_TYPES, 3, serving=1, current_type="inf2.24xlarge", standby_varies=True)
+    assert varies.chosen is not None and varies.chosen.name == "inf2.24xlarge"
+    assert "cheaper only with the 2 standby pod(s) counted" in varies.reason
+    # A Fixed pool's standby is the spec's: counted as before.
+    fixed = plan_placement(ReplicaNeeds(8), ALL_TYPES, 3, serving=1, current_type="inf2.24xlarge")
+    assert fixed.chosen is not None and fixed.chosen.name == "inf2.48xlarge"
+    # Where the serving replicas alone save enough, the fleet moves, standby or not.
+    serving = plan_placement(
+        ReplicaNeeds(8), ALL_TYPES, 6, serving=3, current_type="inf2.24xlarge", standby_varies=True
+    )
+    assert serving.chosen is not None and serving.chosen.name == "inf2.48xlarge"
+
+
 def test_zero_pods_take_no_node_and_the_type_is_the_cheapest_for_a_first_replica() -> None:
     # Planned as one replica, 0 pods were reported as one node at $0.76/h.
     plan = plan_placement(ReplicaNeeds(2), ALL_TYPES, 0)

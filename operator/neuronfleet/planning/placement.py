@@ -368,6 +368,7 @@ def plan_placement(
     keep_current_within: float = 0.15,
     headroom: Headroom = DAEMONSET_HEADROOM,
     may_move: bool = True,
+    standby_varies: bool = False,
 ) -> PlacementPlan:
     """Score each allowed type for ``replicas`` pods and choose the cheapest.
 
@@ -375,7 +376,9 @@ def plan_placement(
     those of them that serve (None: all). 0 pods take no node and cost nothing on every type; the
     type is chosen as for one replica. ``instance_types`` must be catalog names (the API's enum
     guarantees it); unknown names raise KeyError. ``throughput_rps`` (per serving replica) fills in
-    $ per million inferences.
+    $ per million inferences. ``standby_varies``: the pods beyond ``serving`` come and go on
+    their own (an Auto warm pool), so a fleet on ``current_type`` moves only where its serving
+    replicas alone would save enough too.
     """
     # At 0 pods every type costs nothing, yet a type is still wanted: the one a first replica goes
     # on, which the status keeps as the fleet's sticky type, and whose fit and CPU share the checks
@@ -408,9 +411,32 @@ def plan_placement(
     if current is not None and current is not best and (saves_little or not may_move):
         chosen = current
     reason = _explain(chosen, best, fitting, tied, current, waits_to_move=not saves_little)
+    standby = planned - serving if serving is not None and serving < planned else 0
+    if standby_varies and chosen is best and current is not None and current is not best and standby:
+        # A move replaces every pod, serving ones too, while an Auto pool's standby (warm pods,
+        # placeholders) changes with its decisions: the fleet moves only where its serving replicas
+        # alone would save enough too, so that standby coming and going never moves it back and forth.
+        def serving_cost(candidate: Candidate) -> float:
+            return replace(candidate, replicas=max(1, serving or 0)).usd_per_hour
+
+        if serving_cost(current) <= min(serving_cost(c) for c in fitting) * (1 + keep_current_within):
+            chosen = current
+            reason = (
+                f"{_head(current)}; kept the current type: {best.name} at "
+                f"${best.usd_per_hour:.2f}/h is cheaper only with the {standby} standby pod(s) counted, which "
+                "change with each warm-pool decision (a move replaces every pod)"
+            )
     if replicas == 0:
         reason = f"no pod to place: 0 nodes, $0.00/h; chosen for a first replica: {reason}"
     return PlacementPlan(needs, replicas, candidates, candidates[scored.index(chosen)], reason, ())
+
+
+def _head(chosen: Candidate) -> str:
+    return (
+        f"{chosen.name}: {chosen.replicas_per_node} replica(s) per node (limited by {chosen.limited_by}), "
+        f"{chosen.nodes} node(s) for {chosen.replicas} pod(s) = ${chosen.usd_per_hour:.2f}/h "
+        f"(${chosen.usd_per_replica_hour:.3f} per pod-hour)"
+    )
 
 
 def _explain(
@@ -422,11 +448,7 @@ def _explain(
     *,
     waits_to_move: bool = False,
 ) -> str:
-    head = (
-        f"{chosen.name}: {chosen.replicas_per_node} replica(s) per node (limited by {chosen.limited_by}), "
-        f"{chosen.nodes} node(s) for {chosen.replicas} pod(s) = ${chosen.usd_per_hour:.2f}/h "
-        f"(${chosen.usd_per_replica_hour:.3f} per pod-hour)"
-    )
+    head = _head(chosen)
     if chosen is not best and chosen is current and waits_to_move:
         return (
             f"{head}; kept the current type while the fleet's size changes: {best.name} at "
@@ -473,6 +495,7 @@ def plan_for_spec(
     current_type: str | None = None,
     headroom: Headroom = DAEMONSET_HEADROOM,
     may_move: bool = True,
+    standby_varies: bool = False,
 ) -> PlacementPlan:
     """:func:`plan_placement` for a spec's model, runtime requests and allowed types.
 
@@ -489,6 +512,7 @@ def plan_for_spec(
         current_type=current_type,
         headroom=headroom,
         may_move=may_move,
+        standby_varies=standby_varies,
     )
 
 

@@ -390,6 +390,7 @@ def plan_reconcile(
             current_type=durable.instance_type,
             headroom=headroom,
             may_move=may_move_type(last_scale_at, now, resizing=resizing),
+            standby_varies=spec.warm_pool.mode == "Auto",
         )
     fleet: FleetPlan | None = None
     foreseen: tuple[Refusal, ...] = ()
