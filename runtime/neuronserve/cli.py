@@ -410,13 +410,7 @@ def run_compile(args: argparse.Namespace) -> int:
     console = Console(stderr=True, soft_wrap=True)
     configure_quiet_logging()
     try:
-        flags = CompilerFlags(
-            target_family=args.target,
-            auto_cast=args.auto_cast,
-            auto_cast_type=args.auto_cast_type,
-            opt_level=args.opt_level,
-            extra_args=args.extra_arg,
-        )
+        flags = CompilerFlags.from_command_line(args)
         result = compile_model(
             CompileOptions(
                 source=args.source,

@@ -23,9 +23,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+if TYPE_CHECKING:
+    import argparse
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -97,6 +100,19 @@ class CompilerFlags(_Frozen):
     auto_cast_type: Literal["bf16", "fp16", "tf32", "fp8_e4m3"] = "bf16"
     opt_level: int = Field(default=2, ge=1, le=3)
     extra_args: list[str] = Field(default_factory=list, max_length=32)
+
+    @classmethod
+    def from_command_line(cls, args: argparse.Namespace) -> CompilerFlags:
+        """The flags of a parsed ``neuronserve compile`` command line (``--target``, ``--auto-cast``,
+        ``--auto-cast-type``, ``--opt-level``, ``--extra-arg``): one reading for the compiler and
+        the sandbox's simulated compile, which parses the same command line."""
+        return cls(
+            target_family=args.target,
+            auto_cast=args.auto_cast,
+            auto_cast_type=args.auto_cast_type,
+            opt_level=args.opt_level,
+            extra_args=args.extra_arg,
+        )
 
     def neuronx_cc_args(self) -> list[str]:
         """The neuronx-cc command-line arguments these flags stand for."""

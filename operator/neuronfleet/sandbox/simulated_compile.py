@@ -198,13 +198,7 @@ def publish_simulated_compile(argv: list[str], s3: SandboxS3 | None) -> Containe
         config_bytes = objects.read(_under(args.source, "config.json"))
         config = json.loads(config_bytes) if config_bytes else {}
         hidden, vocab = _config_ints(config)
-        flags = CompilerFlags(
-            target_family=args.target,
-            auto_cast=args.auto_cast,
-            auto_cast_type=args.auto_cast_type,
-            opt_level=args.opt_level,
-            extra_args=args.extra_arg,
-        )
+        flags = CompilerFlags.from_command_line(args)
         buckets = [
             Bucket(batch=b, sequence=s)
             for b, s in itertools.product(sorted(set(args.batch_buckets)), sorted(set(args.sequence_buckets)))
