@@ -21,7 +21,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from neuronfleet.api.v1alpha1 import CPU_LIMIT_MESSAGE, InferenceDeployment
 from neuronfleet.api.validation import validate_manifest
 from neuronfleet.cli import main
-from neuronfleet.kube.builders import BuilderConfig
+from neuronfleet.kube.builders import BuilderConfig, pod_template_hash
 from neuronfleet.kube.jobs import build_compile_job, compile_job_name
 from neuronfleet.kube.observe import AccountReads, observe_compile_jobs
 from neuronfleet.planning.admission import (
@@ -34,7 +34,7 @@ from neuronfleet.planning.admission import (
     workload_account,
 )
 from neuronfleet.planning.compile import CompileObservation, StoredArtifact, compile_request, decide_compile
-from neuronfleet.planning.fleet import CreatePlaceholder, CreatePod, FleetPolicy
+from neuronfleet.planning.fleet import CreatePlaceholder, CreatePod, FleetPolicy, apply_actions
 from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory
 from neuronfleet.planning.placement import plan_for_spec
 from neuronfleet.planning.reasons import Reason, Refusal
@@ -389,6 +389,94 @@ def test_a_plan_with_an_impossible_cpu_limit_creates_no_pod_and_says_why_once() 
     fixed = deployment(runtime={"cpuLimit": "4"}, **with_placeholder)
     actions = _plan(fixed, Observation(T0, compile=_stored(fixed))).actions
     assert sorted(type(a).__name__ for a in actions) == ["CreatePlaceholder", "CreatePod", "CreatePod"]
+
+
+def _conditions(status: dict[str, Any]) -> dict[str, tuple[str, str, str]]:
+    return {c["type"]: (c["status"], c["reason"], c["message"]) for c in status["conditions"]}
+
+
+HELD = "spec.runtime.cpuLimit is below the pods' CPU request (see Degraded)"
+
+
+def test_a_pool_held_by_an_impossible_cpu_limit_is_said_held_not_wanted_as_none() -> None:
+    # Regression: the placeholder the pool wants (status.warmPool.desiredPlaceholders 1, placed and
+    # priced in status.placement) was dropped from the fleet's target, so WarmPoolReady read
+    # "0/0 placeholders on nodes" and said nothing of it being held.
+    pool = {"mode": "Fixed", "pods": 2, "nodePlaceholders": 1}
+    dep = deployment(runtime={"cpuLimit": "500m"}, scaling=MANUAL["scaling"], warmPool=pool)
+    plan = _plan(dep, Observation(T0, compile=_stored(dep)))
+    assert not [a for a in plan.actions if isinstance(a, CreatePod | CreatePlaceholder)]
+    assert (plan.status["warmPool"]["desiredPods"], plan.status["warmPool"]["desiredPlaceholders"]) == (2, 1)
+    assert (plan.status["replicas"], plan.status["warmReplicas"], plan.status["placeholders"]) == (0, 0, 0)
+    conditions = _conditions(plan.status)
+    assert conditions["WarmPoolReady"] == (
+        "False",
+        Reason.WARM_POOL_FILLING,
+        f"0/2 warm pods ready, 0/1 placeholders on nodes; 2 new warm pods and 1 placeholder held: {HELD}",
+    )
+    assert conditions["Available"][2] == f"0/2 active replicas ready; 2 new active pods held: {HELD}"
+
+
+def test_a_running_fleet_whose_cpu_limit_turns_impossible_says_what_is_held_and_counts_only_what_runs() -> None:
+    # The pod template carries the CPU limit: lowering it makes every running pod outdated, and no
+    # pod of the new template can be made. Regression: WarmPoolReady said "4 new warm pods held" of a
+    # pool of 2 (the 2 replacements of the serving replicas were counted as pool), and Ready said
+    # RollingOut without a word of the rollout being held.
+    pool = {"mode": "Fixed", "pods": 2, "nodePlaceholders": 1}
+    dep = deployment(scaling=MANUAL["scaling"], warmPool=pool)
+    now, pods, memory, status = T0, (), DeploymentMemory(), {}
+    for _ in range(3):
+        result = plan_reconcile(
+            dep,
+            Observation(now, pods=pods, compile=_stored(dep)),
+            memory,
+            StatusMemory.from_status(status),
+            FleetPolicy(),
+            lambda chosen: pod_template_hash(dep, chosen),
+        )
+        pods = tuple(
+            replace(p, ready=True, phase="Running", node="n1", ready_at=now)
+            for p in apply_actions(list(pods), result.actions, now)
+        )
+        memory, status, now = result.memory, result.status, now + timedelta(seconds=10)
+    assert sorted(p.role for p in pods) == ["active", "active", "placeholder", "warm", "warm"]
+
+    lowered = deployment(runtime={"cpuLimit": "500m"}, scaling=MANUAL["scaling"], warmPool=pool)
+    result = plan_reconcile(
+        lowered,
+        Observation(now, pods=pods, compile=_stored(lowered)),
+        memory,
+        StatusMemory.from_status(status),
+        FleetPolicy(),
+        lambda chosen: pod_template_hash(lowered, chosen),
+    )
+    assert not [a for a in result.actions if isinstance(a, CreatePod | CreatePlaceholder)]
+    # The serving replicas of the earlier template keep serving; its standby goes, as in any rollout.
+    assert not [a for a in result.actions if getattr(a, "name", "") in {p.name for p in pods if p.role == "active"}]
+    after = apply_actions(list(pods), result.actions, now)
+    assert sorted(p.role for p in after) == ["active", "active"]
+    again = plan_reconcile(
+        lowered,
+        Observation(now + timedelta(seconds=10), pods=tuple(after), compile=_stored(lowered)),
+        result.memory,
+        StatusMemory.from_status(result.status),
+        FleetPolicy(),
+        lambda chosen: pod_template_hash(lowered, chosen),
+    )
+    assert again.actions == ()
+    status = again.status
+    assert (status["replicas"], status["readyReplicas"], status["warmReplicas"], status["placeholders"]) == (2, 2, 0, 0)
+    conditions = _conditions(status)
+    assert conditions["WarmPoolReady"][2] == (
+        f"0/2 warm pods ready, 0/1 placeholders on nodes; 2 new warm pods and 1 placeholder held: {HELD}"
+    )
+    assert conditions["Ready"] == (
+        "False",
+        Reason.ROLLING_OUT,
+        f"0/2 active replicas on the new revision, 2 ready in all; 2 new pods held: {HELD}",
+    )
+    assert conditions["Available"][:2] == ("True", Reason.REPLICAS_READY)
+    assert conditions["Degraded"][1] == Reason.CPU_LIMIT_BELOW_REQUEST
 
 
 def test_a_compile_cpu_limit_below_its_request_starts_no_job() -> None:

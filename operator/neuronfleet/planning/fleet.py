@@ -60,8 +60,12 @@ Rules (DESIGN.md, fleet model):
 - Held creations: while ``target.hold_creations`` says why (the served artifact is known gone from
   the store, so a new pod could not load it and would crash-loop), no serving pod is created; every
   other rule applies as usual (pods already loaded keep serving and are promoted, demoted, drained;
-  broken pods are deleted; placeholders, which load no model, are kept). The pods that would have
-  been created are counted in the summary (``held_active``, ``held_warm``) with that reason.
+  broken pods are deleted; placeholders, which load no model, are kept and made). With
+  ``target.hold_placeholders`` no placeholder is made either (a CPU limit below the request refuses
+  them as it does the serving pods). The pods that would have been created are counted in the
+  summary with that reason, each where it belongs: ``held_active`` (the active deficit),
+  ``held_rollout`` (new-revision pods that would replace the outdated actives still serving),
+  ``held_warm`` (the pool's own deficit, never more than ``target.warm``) and ``held_placeholders``.
 """
 
 from __future__ import annotations
@@ -174,6 +178,9 @@ class FleetTarget:
     #: Why no serving pod may be created now (None: they may), e.g. the served artifact is gone from
     #: the store until it is republished. Said in the summary with the count of pods held.
     hold_creations: str | None = None
+    #: The hold covers node placeholders too (they carry the replicas' resources, so the API server
+    #: would refuse them as well); False: placeholders, which load no model, are still made.
+    hold_placeholders: bool = False
 
     @property
     def revision(self) -> FleetRevision | None:
@@ -318,7 +325,15 @@ class FleetSummary:
     #: (:attr:`FleetTarget.hold_creations`).
     held_active: int = 0
     held_warm: int = 0
+    #: New-revision pods that would replace the outdated active pods still serving (a rollout held).
+    held_rollout: int = 0
+    held_placeholders: int = 0
     hold_reason: str | None = None
+
+    @property
+    def held(self) -> int:
+        """Every pod the plan holds."""
+        return self.held_active + self.held_rollout + self.held_warm + self.held_placeholders
 
     @property
     def rolling_out(self) -> bool:
@@ -436,7 +451,7 @@ def plan_fleet(
     demotions: list[Action] = []
     deletions: list[Action] = []
     replaced: list[PodProblem] = []
-    held_active = held_warm = 0
+    held_active = held_warm = held_rollout = held_placeholders = 0
 
     # Broken pods: delete and do not count, so that the rest of the plan replaces them.
     healthy: list[PodView] = []
@@ -548,9 +563,14 @@ def plan_fleet(
         incoming = max(0, len(warm_set) - target.warm)
         active_deficit = target.active - len(active_set) - len(old_ready_kept) - incoming
         if target.hold_creations is not None:
-            # Counted, not created: a new pod could not load the artifact (it would crash-loop).
+            # Counted, not created: a new pod could not load the artifact (it would crash-loop), or
+            # the API server would refuse it. The pods held beyond the active deficit first replace
+            # the outdated actives (promoted once ready, as in a rollout), and only the rest is the
+            # pool's: a rollout's replacements are not standby.
             held_active = min(max(0, missing), max(0, active_deficit))
-            held_warm = max(0, missing) - held_active
+            rollout_need = max(0, target.active - len(active_set) - incoming - held_active)
+            held_rollout = min(max(0, missing) - held_active, rollout_need)
+            held_warm = max(0, missing) - held_active - held_rollout
         else:
             for index, (slot, name) in enumerate(
                 _free_slots(used_names, lambda s: serving_pod_name(deployment, revision, s), max(0, missing))
@@ -568,10 +588,12 @@ def plan_fleet(
         if pod not in kept_placeholders:
             reason = "surplus placeholder" if pod.template == target.template else "placement changed"
             deletions.append(DeletePlaceholder(pod.name, reason))
+    placeholders_missing = max(0, target.placeholders - len(kept_placeholders))
+    if target.hold_creations is not None and target.hold_placeholders:
+        held_placeholders = placeholders_missing
+        placeholders_missing = 0
     for slot, name in _free_slots(
-        used_names,
-        lambda s: placeholder_pod_name(deployment, target.template, s),
-        target.placeholders - len(kept_placeholders),
+        used_names, lambda s: placeholder_pod_name(deployment, target.template, s), placeholders_missing
     ):
         creations.append(CreatePlaceholder(name, target.template, slot))
 
@@ -603,7 +625,9 @@ def plan_fleet(
         ),
         held_active=held_active,
         held_warm=held_warm,
-        hold_reason=target.hold_creations if held_active or held_warm else None,
+        held_rollout=held_rollout,
+        held_placeholders=held_placeholders,
+        hold_reason=target.hold_creations if held_active or held_warm or held_rollout or held_placeholders else None,
     )
     return FleetPlan(tuple(promotions + creations + demotions + deletions), summary)
 

@@ -404,17 +404,20 @@ def plan_reconcile(
             artifact=ArtifactRevision(serve.revision, serve.uri, serve.manifest_sha256) if serve else None,
             active=scale.desired,
             warm=warm.pods,
-            # A placeholder has the replicas' resources: the API server would refuse it too.
-            placeholders=0 if cpu_problem is not None else warm.node_placeholders,
-            # Its running pods keep serving, but a new one could not load it and would crash-loop.
+            placeholders=warm.node_placeholders,
+            # Pods the API server would refuse: the ones running (of an earlier spec) keep serving.
+            # Said first, as it holds every pod, even of an artifact republished meanwhile.
             hold_creations=(
-                _held_because(serve, observation.compile.dangling if observation.compile else None)
-                if serve is not None and decision.serve_gone
-                # Pods the API server would refuse: the ones running (of an earlier spec) keep serving.
-                else "spec.runtime.cpuLimit is below the pods' CPU request (see Degraded)"
+                "spec.runtime.cpuLimit is below the pods' CPU request (see Degraded)"
                 if cpu_problem is not None
+                # Its running pods keep serving, but a new one could not load it and would crash-loop.
+                else _held_because(serve, observation.compile.dangling if observation.compile else None)
+                if serve is not None and decision.serve_gone
                 else None
             ),
+            # A placeholder has the replicas' resources: the API server would refuse it too. Held,
+            # not dropped, so the status counts it as wanted and held, as the pool says it wants it.
+            hold_placeholders=cpu_problem is not None,
         )
         fleet = plan_fleet(
             dep.name,

@@ -143,11 +143,14 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def _held(fleet: FleetSummary, count: int, role: str = "") -> str:
-    """The note "; N new pods held: why" for serving pods the fleet plan holds (empty when none is)."""
-    if not count or fleet.hold_reason is None:
+def _held(fleet: FleetSummary, count: int, role: str = "", placeholders: int = 0) -> str:
+    """The note "; N new pods [and M placeholders] held: why" for pods the fleet plan holds (empty
+    when none is)."""
+    if fleet.hold_reason is None:
         return ""
-    return f"; {_plural(count, f'new {role} pod' if role else 'new pod')} held: {fleet.hold_reason}"
+    held = [_plural(count, f"new {role} pod" if role else "new pod")] if count else []
+    held += [_plural(placeholders, "placeholder")] if placeholders else []
+    return f"; {' and '.join(held)} held: {fleet.hold_reason}" if held else ""
 
 
 def _compiled(decision: CompileDecision) -> ConditionValue:
@@ -201,7 +204,7 @@ def _scheduled(inputs: StatusInputs, placement_problems: list[str]) -> Condition
     )
     if serving == 0 and fleet.placeholders == 0:
         if wanted:
-            held = _held(fleet, fleet.held_active + fleet.held_warm)
+            held = _held(fleet, fleet.held - fleet.held_placeholders, placeholders=fleet.held_placeholders)
             return ConditionValue(
                 "Scheduled", "False", Reason.PODS_NOT_CREATED, f"0/{_plural(wanted, 'pod')} created yet{held}"
             )
@@ -274,7 +277,7 @@ def _warm_pool(fleet: FleetSummary) -> ConditionValue:
         Reason.WARM_POOL_FILLING,
         f"{fleet.warm_ready}/{fleet.desired_warm} warm pods ready, "
         f"{fleet.placeholders_bound}/{fleet.desired_placeholders} placeholders on nodes"
-        + _held(fleet, fleet.held_warm, "warm"),
+        + _held(fleet, fleet.held_warm, "warm", fleet.held_placeholders),
     )
 
 
@@ -394,7 +397,7 @@ def _ready(inputs: StatusInputs, placement_problems: Sequence[str], available: C
             "False",
             Reason.ROLLING_OUT,
             f"{min(fleet.current_ready_active, desired)}/{desired} active replicas on the new revision, "
-            f"{fleet.ready_active} ready in all",
+            f"{fleet.ready_active} ready in all" + _held(fleet, fleet.held_rollout),
         )
     if available.status != "True":
         return ConditionValue("Ready", "False", available.reason, available.message)
