@@ -27,6 +27,7 @@ from neuronfleet.api.validation import (
     yaml_error_message,
 )
 from neuronfleet.plan_command import add_headroom_flags
+from neuronfleet.planning import warmpool
 from neuronfleet.planning.admission import compile_cpu_limit_problem, serving_cpu_limit_problem
 from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES
 from neuronfleet.planning.placement import (
@@ -126,13 +127,19 @@ def _catalog_problems(model: InferenceDeployment, headroom: Headroom) -> list[Pr
     return problems
 
 
-def _most_standby(spec: InferenceDeploymentSpec) -> int:
-    """Most warm pods and node placeholders beside maxReplicas active ones: the operator places them
-    on the same type, so they take part in its choice. Fixed keeps its figures whatever the active
-    count; Auto's pods and placeholders together stop at maxReplicas, but for minPods, so maxPods
-    bounds them."""
-    pool = spec.warm_pool
-    return {"Off": 0, "Fixed": pool.pods + pool.node_placeholders, "Auto": pool.max_pods}[pool.mode]
+def _pod_counts(spec: InferenceDeploymentSpec) -> list[int]:
+    """Every pod count the operator places the fleet for, ascending: N active replicas (Auto:
+    minReplicas to maxReplicas; Manual: 0 to maxReplicas, as ``kubectl scale`` may set) plus the warm
+    pods and node placeholders its pool can keep beside them (:func:`warmpool.standby_range`, the rule
+    the operator sizes the pool by). The operator places them on the same type, so they take part in
+    its choice. 0 pods is planned as 1: the type is then chosen as for a first replica."""
+    scaling = spec.scaling
+    low = scaling.min_replicas if scaling.mode == "Auto" else 0
+    counts: set[int] = set()
+    for active in range(low, scaling.max_replicas + 1):
+        least, most = warmpool.standby_range(spec.warm_pool, active, scaling.max_replicas)
+        counts.update(max(1, active + standby) for standby in range(least, most + 1))
+    return sorted(counts)
 
 
 def _serving_cpu_limit_problem(model: InferenceDeployment, headroom: Headroom) -> str | None:
@@ -142,7 +149,7 @@ def _serving_cpu_limit_problem(model: InferenceDeployment, headroom: Headroom) -
     if not spec.runtime.cpu_limit:
         return None
     needs = needs_from_spec(spec)  # the caller checked the quantities (check_fits)
-    for replicas in range(1, max(1, spec.scaling.max_replicas + _most_standby(spec)) + 1):
+    for replicas in _pod_counts(spec):
         chosen = plan_placement(needs, spec.placement.instance_types, replicas, headroom=headroom).chosen
         problem = serving_cpu_limit_problem(spec.runtime, chosen) if chosen is not None else None
         if problem:
@@ -155,13 +162,13 @@ def _scheduler_warning(model: InferenceDeployment, neuron_scheduler: str | None,
     can reach whose placement needs the Neuron scheduler extension, when the pods would name none.
 
     The chosen instance type depends on the replica count (an 8xlarge for one replica, a 48xlarge
-    for many), so every count from 1 to maxReplicas plus the most warm pods and placeholders is planned.
+    for many), so every pod count the operator can place the fleet for is planned (:func:`_pod_counts`).
     """
     spec = model.spec
     if spec.placement.scheduler_name or neuron_scheduler:
         return None
     needs = needs_from_spec(spec)  # the caller checked the quantities (check_fits)
-    for replicas in range(1, max(1, spec.scaling.max_replicas + _most_standby(spec)) + 1):
+    for replicas in _pod_counts(spec):
         plan = plan_placement(needs, spec.placement.instance_types, replicas, headroom=headroom)
         warning = scheduler_warning(plan, None)
         if warning:

@@ -97,6 +97,23 @@ def test_validate_plans_every_count_the_spec_reaches(tmp_path: Path, capsys: pyt
     assert "warning: at 7 pod(s): replicas of 2 NeuronCores on inf2.48xlarge" in capsys.readouterr().out
 
 
+def test_validate_plans_no_count_an_auto_pool_cannot_reach(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # An Auto pool's standby beside N active replicas stops at maxReplicas - N (but for minPods), so
+    # with maxReplicas 6 and minPods 0 the operator places at most 6 pods: inf2.8xlarge, no warning.
+    # Regression: validate planned up to maxReplicas + maxPods = 7 and warned "at 7 pod(s)".
+    small = manifest(tmp_path, 2, "inf2.8xlarge, inf2.48xlarge", max_replicas=6)
+    with open(small, "a") as file:
+        file.write("  warmPool: {mode: Auto, maxPods: 1}\n")
+    assert main(["validate", "-f", small]) == 0
+    assert "warning" not in capsys.readouterr().out
+    # minPods are kept even beside maxReplicas active replicas: 6 + 1 = 7 pods are reached.
+    small = manifest(tmp_path, 2, "inf2.8xlarge, inf2.48xlarge", max_replicas=6)
+    with open(small, "a") as file:
+        file.write("  warmPool: {mode: Auto, minPods: 1, maxPods: 1}\n")
+    assert main(["validate", "-f", small]) == 0
+    assert "warning: at 7 pod(s): replicas of 2 NeuronCores on inf2.48xlarge" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     ("cores", "types", "extra", "flags"),
     [

@@ -560,3 +560,35 @@ def test_manifest_loader_resolves_tags_as_go_yaml_v2() -> None:
     assert load_manifests(doc) == [{"a": 15, "b": 1.0, "c": "2001-01-02", "d": True, "e": "0o17", "f": "2001-01-02"}]
     with pytest.raises(yaml.YAMLError, match="cannot decode !!str `abc` as a !!int"):
         load_manifests("a: !!int abc\n")
+
+
+def _cpu_limit_manifest(tmp_path: Path, pool: str) -> str:
+    # 1-core replicas of 10Gi: an inf2.xlarge (16 GiB) holds one, for up to 8 pods the cheapest; from
+    # 9 pods one inf2.24xlarge is cheaper, and its replicas' CPU share (7932m) is above the limit of 4.
+    path = tmp_path / "cpu-limit.yaml"
+    path.write_text(
+        "apiVersion: serving.neuronfleet.dev/v1alpha1\n"
+        "kind: InferenceDeployment\n"
+        "metadata: {name: model}\n"
+        "spec:\n"
+        "  model: {source: s3://models/m/, neuronCoresPerReplica: 1}\n"
+        "  runtime: {memory: 10Gi, cpuLimit: '4'}\n"
+        "  placement: {instanceTypes: [inf2.xlarge, inf2.24xlarge]}\n"
+        "  scaling: {minReplicas: 1, maxReplicas: 8}\n"
+        f"  warmPool: {pool}\n"
+    )
+    return str(path)
+
+
+def test_validate_refuses_a_cpu_limit_only_at_pod_counts_the_operator_reaches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Regression: an Auto pool was planned up to maxReplicas + maxPods (10 pods), and validate refused
+    # the manifest "at 9 pod(s)", a count the operator never places (standby beside N active stops at
+    # maxReplicas - N, but for minPods).
+    assert main(["validate", "-f", _cpu_limit_manifest(tmp_path, "{mode: Auto, maxPods: 2}")]) == 0
+    assert "cpuLimit" not in capsys.readouterr().out
+    # Reached: minPods beside 8 active replicas, or a Fixed pool beside them.
+    for pool in ("{mode: Auto, minPods: 1, maxPods: 2}", "{mode: Fixed, pods: 0, nodePlaceholders: 1}"):
+        assert main(["validate", "-f", _cpu_limit_manifest(tmp_path, pool)]) == 1
+        assert "spec.runtime.cpuLimit: at 9 pod(s): spec.runtime.cpuLimit 4 is below" in capsys.readouterr().out

@@ -205,3 +205,37 @@ def test_samples_after_now_are_dropped_so_the_history_stays_oldest_first() -> No
     after = plan(auto(), state, 12, 300.0).new_state
     times = [t for t, _ in after.history]
     assert times == sorted(times) and times[-1] == 300.0 and len(times) == 15
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    demand=st.lists(st.integers(0, 30), min_size=2, max_size=40),
+    active=st.integers(0, 30),
+    max_active=st.integers(0, 30),
+    low=st.integers(0, 5),
+    span=st.integers(0, 10),
+    placeholders=st.integers(0, 10),
+)
+def test_standby_range_bounds_what_auto_sizing_keeps_and_is_reached(
+    demand: list[int], active: int, max_active: int, low: int, span: int, placeholders: int
+) -> None:
+    # validate plans the pod counts from standby_range; the operator sizes with plan(): one rule.
+    spec = auto(minPods=low, maxPods=low + span, maxNodePlaceholders=placeholders, coverage=0.99)
+    least, most = warmpool.standby_range(spec, active, max_active)
+    state = WarmPoolState()
+    for i, d in enumerate(demand):
+        decision = plan(spec, state, d, i * 15.0, ColdStart(600, 600), active=active, max_active=max_active)
+        state = decision.new_state
+        assert least <= decision.pods + decision.node_placeholders <= most
+    # The most is reached: a step larger than the bounds within the horizon, and no headroom.
+    step = plan(
+        spec, WarmPoolState(history=((0.0, 0), (15.0, 1000))), None, 30.0, ColdStart(600, 600), active, max_active
+    )
+    assert step.pods + step.node_placeholders == most
+    assert least == low and most <= max(max_active - active, low)
+
+
+def test_standby_range_of_off_and_fixed_ignores_the_active_count() -> None:
+    assert warmpool.standby_range(WarmPoolSpec(mode="Off"), 3, 3) == (0, 0)
+    fixed = WarmPoolSpec(mode="Fixed", pods=2, node_placeholders=1)
+    assert warmpool.standby_range(fixed, 10, 10) == warmpool.standby_range(fixed, 0, 10) == (3, 3)

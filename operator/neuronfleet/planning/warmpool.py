@@ -24,7 +24,10 @@ inputs (it goes to ``status.warmPool.reason``). Modes:
   Headroom the active fleet already holds above the current demand (given as ``active``) counts
   against both, and standby beyond ``maxReplicas - active`` could never be promoted (``minPods``
   still holds: warm pods also replace failed active ones). They are bounded by
-  ``minPods``/``maxPods`` and ``maxNodePlaceholders``. Windows that run past the
+  ``minPods``/``maxPods`` and ``maxNodePlaceholders`` (:func:`bounded`). So beside ``N`` active
+  replicas the pool keeps at most ``max(maxReplicas - N, minPods)`` standby pods, and the fleet at
+  most ``maxReplicas + minPods`` pods; :func:`standby_range` gives the fewest and most standby
+  beside ``N``, which ``neuronfleet validate`` plans every count of. Windows that run past the
   end of the history are truncated there, so a young history gives smaller (not missing) figures.
   The history keeps :data:`HISTORY_SECONDS` or four node horizons, whichever is longer, but at most
   :data:`MAX_HISTORY_SECONDS` and the newest :data:`MAX_HISTORY_SAMPLES` decisions. Without the
@@ -189,6 +192,39 @@ def record(
     return replace(state, history=history[-max_samples:])
 
 
+def bounded(
+    spec: WarmPoolSpec, pod_increase: int, node_increase: int, active: int | None = None, max_active: int | None = None
+) -> tuple[int, int]:
+    """Auto mode's warm pods and node placeholders for the increases to cover within the pod and the
+    node horizon (the active headroom already taken off), within the spec's bounds: ``minPods`` to
+    ``maxPods`` warm pods, placeholders for the rest of the node increase up to
+    ``maxNodePlaceholders``, and together no more than ``max_active - active`` (what could ever be
+    promoted; ``minPods`` still holds: warm pods also replace failed active ones)."""
+    pods = max(spec.min_pods, min(spec.max_pods, pod_increase))
+    placeholders = max(0, min(spec.max_node_placeholders, node_increase - pods))
+    if max_active is not None and active is not None:
+        room = max(0, max_active - active)
+        pods = max(spec.min_pods, min(pods, room))
+        # minPods may take more than the room: no room is then left for placeholders (never a
+        # negative count).
+        placeholders = max(0, min(placeholders, room - pods))
+    return pods, placeholders
+
+
+def standby_range(spec: WarmPoolSpec, active: int, max_active: int) -> tuple[int, int]:
+    """The fewest and the most standby pods (warm pods plus node placeholders) :func:`plan` can want
+    beside ``active`` replicas with ``max_active`` (``maxReplicas``), whatever the demand history:
+    Off none, Fixed its figures, Auto :func:`bounded` of no increase and of one past every bound."""
+    if spec.mode == "Off":
+        return 0, 0
+    if spec.mode == "Fixed":
+        return spec.pods + spec.node_placeholders, spec.pods + spec.node_placeholders
+    least = bounded(spec, 0, 0, active, max_active)
+    # The bounds stop both counts; a larger increase wants no more (each count only grows with it).
+    most = bounded(spec, spec.max_pods, spec.max_pods + spec.max_node_placeholders, active, max_active)
+    return sum(least), sum(most)
+
+
 def plan(
     spec: WarmPoolSpec,
     state: WarmPoolState,
@@ -232,17 +268,9 @@ def plan(
     headroom = max(0, active - demand) if active is not None and demand is not None else 0
 
     def size(pod_increase: float, node_increase: float) -> tuple[int, int]:
-        pods = max(spec.min_pods, min(spec.max_pods, math.ceil(pod_increase) - headroom))
-        placeholders = max(0, min(spec.max_node_placeholders, math.ceil(node_increase) - headroom - pods))
-        if max_active is not None and active is not None:
-            # Standby beyond maxReplicas could never be promoted (minPods still holds: warm pods also
-            # replace failed active ones).
-            room = max(0, max_active - active)
-            pods = max(spec.min_pods, min(pods, room))
-            # minPods may take more than the room: no room is then left for placeholders (never a
-            # negative count).
-            placeholders = max(0, min(placeholders, room - pods))
-        return pods, placeholders
+        return bounded(
+            spec, math.ceil(pod_increase) - headroom, math.ceil(node_increase) - headroom, active, max_active
+        )
 
     pod_increase = demand_increase_quantile(state.history, pod_horizon, spec.coverage)
     node_increase = demand_increase_quantile(state.history, node_horizon, spec.coverage)
