@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -355,6 +356,51 @@ def test_the_startup_budget_comes_from_the_probes_with_kubernetes_defaults() -> 
     assert coldstart.measure(PodTimeline("a", "t", 0, 1, 10, 10 + cap)) is not None
     assert coldstart.measure(PodTimeline("a", "t", 0, 1, 10, 11 + cap)) is None
     assert coldstart.measure(PodTimeline("a", "t", 0, 1, 10, 400, startup_budget=300)) is None
+
+
+def _with_sidecar(obj: dict[str, Any], sidecar: dict[str, Any], sidecar_started: float) -> dict[str, Any]:
+    """``obj`` with a native sidecar (an init container with restartPolicy Always), as a mesh injects
+    one, and its status: started at ``sidecar_started``, before the main container."""
+    obj = copy.deepcopy(obj)
+    obj["spec"]["initContainers"] = [{"name": "proxy", "image": "proxy", "restartPolicy": "Always", **sidecar}]
+    obj["status"]["initContainerStatuses"] = [
+        {"name": "proxy", "restartCount": 0, "state": {"running": {"startedAt": stamp(sidecar_started)}}}
+    ]
+    return obj
+
+
+def test_a_native_sidecars_start_is_before_the_budgets_window_and_its_readiness_is_in_it() -> None:
+    # The kubelet starts the main container only once each sidecar has started (its startupProbe
+    # passed): a mesh proxy's 60 s start falls in the start phase, before the container start that
+    # the budget counts from, and is measured as part of the cold start, not refused.
+    proxy_start = {"startupProbe": {"periodSeconds": 1, "failureThreshold": 60}}
+    meshed = _with_sidecar(built_pod("m", 0, 2, 64, 124), proxy_start, 3)
+    assert startup_budget(meshed) == 1805  # the server's own, as without the proxy
+    (sample,) = coldstart.observe(ColdStartState(), pod_timelines([meshed], NODES)).for_type("inf2.xlarge")
+    assert (sample.start, sample.load) == (62, 60)
+
+    # Its readiness probe, though, runs on beside the main container, and the pod is Ready only once
+    # it passes: a delay of 120 s from the proxy's start, then a period. Regression: the budget was
+    # the server's alone (40 s here), and this first start, Ready 125 s after the server started, was
+    # refused as a readiness flip.
+    server = {"startupProbe": {"periodSeconds": 10, "failureThreshold": 3}, "readinessProbe": {}}
+    slow_ready = {**proxy_start, "readinessProbe": {"initialDelaySeconds": 120, "periodSeconds": 10}}
+    plain = {"spec": {"containers": [{"name": "server", **server}]}, "status": {}}
+    assert startup_budget(plain) == 40
+    assert startup_budget(_with_sidecar(plain, slow_ready, 0)) == 130
+    late = built_pod("late", 0, 2, 10, 135)
+    late["spec"]["containers"][0].update(server)
+    late = _with_sidecar(late, slow_ready, 5)
+    timelines = pod_timelines([late], NODES)
+    assert timelines[0].startup_budget == 130
+    assert [s.uid for s in coldstart.observe(ColdStartState(), timelines).for_type("inf2.xlarge")] == ["late"]
+    # A sidecar's readiness probe without a startup probe bounds nothing, as a main container's.
+    assert startup_budget(_with_sidecar(plain, {"readinessProbe": {}}, 0)) is None
+    # A sidecar with no readiness probe is ready once started, before the main container starts;
+    # plain init containers (no restartPolicy) run to completion before it: neither adds to the budget.
+    assert startup_budget(_with_sidecar(plain, proxy_start, 0)) == 40
+    init = {**plain, "spec": {**plain["spec"], "initContainers": [{"name": "fetch", "image": "fetch"}]}}
+    assert startup_budget(init) == 40
 
 
 def test_stamps_a_second_out_of_order_from_skewed_clocks_are_measured() -> None:

@@ -16,7 +16,14 @@ pod's containers with a readiness or startup probe, the longest of the startup p
 that), or the readiness probe's own ``initialDelaySeconds`` if later, plus ``successThreshold``
 readiness periods (the probes that can make it Ready once the startup probe has passed); zero or
 left-out periods and thresholds take Kubernetes' defaults, as the API server stores them; unknown
-(None) when such a container has no startup probe, since nothing then bounds its start. Only serving
+(None) when such a container has no startup probe, since nothing then bounds its start. Native
+sidecars (init containers with ``restartPolicy: Always``, as a service mesh injects) have started
+before the main containers start (the kubelet starts the next container once a sidecar's startup
+probe passed), so their start is in the ``start`` phase, not in the budget; but the pod is Ready only
+once their readiness probes pass too, which run on beside the main containers: a sidecar's
+readiness ``initialDelaySeconds`` (from its own, earlier start) plus ``successThreshold`` periods
+counts, and a sidecar with a readiness probe but no startup probe makes the budget unknown. Plain
+init containers run to completion before the main containers start: not in the budget. Only serving
 pods (role warm, active or draining) are measured: placeholders run no model and the compile Job's
 pods (deployment label, no role) are no replicas. Malformed or missing fields give None, never an
 exception: the pod is then simply not measured.
@@ -91,10 +98,13 @@ def startup_budget(pod: Obj) -> float | None:
 
     The startup probe's ``initialDelaySeconds + failureThreshold x periodSeconds``, or the
     readiness probe's own ``initialDelaySeconds`` (also counted from the container's start) if
-    later, then ``successThreshold`` readiness periods for the probes that make it Ready.
+    later, then ``successThreshold`` readiness periods for the probes that make it Ready; for a
+    native sidecar, its readiness probe's delay and passes alone (it started before the main
+    containers, which the pod's start is counted from).
     """
     budgets: list[float] = []
-    for container in (pod.get("spec") or {}).get("containers") or []:
+    spec = pod.get("spec") or {}
+    for container in spec.get("containers") or []:
         if not isinstance(container, Mapping):
             continue
         startup, readiness = container.get("startupProbe"), container.get("readinessProbe")
@@ -120,6 +130,26 @@ def startup_budget(pod: Obj) -> float | None:
             return None
         delay, failures, period, ready_delay, ready_period, successes = known
         budgets.append(max(delay + failures * period, ready_delay) + successes * ready_period)
+    for container in spec.get("initContainers") or []:
+        # A plain init container has finished, and a sidecar has started, before the main
+        # containers start; only a sidecar's readiness can still hold the pod's Ready after that.
+        if not isinstance(container, Mapping) or container.get("restartPolicy") != "Always":
+            continue
+        readiness = container.get("readinessProbe")
+        if readiness is None:
+            continue  # Ready once started
+        if not isinstance(readiness, Mapping) or not isinstance(container.get("startupProbe"), Mapping):
+            return None  # its readiness may pass at any time: nothing bounds it
+        fields = [
+            _seconds(readiness, "initialDelaySeconds", 0),
+            _seconds(readiness, "periodSeconds", 10),
+            _seconds(readiness, "successThreshold", 1),
+        ]
+        known = [value for value in fields if value is not None]
+        if len(known) < len(fields):
+            return None
+        ready_delay, ready_period, successes = known
+        budgets.append(ready_delay + successes * ready_period)
     return max(budgets, default=None)
 
 
