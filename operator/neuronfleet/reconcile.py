@@ -351,9 +351,18 @@ class Reconciler:
                     if action.republish is not None:
                         message += f": {action.republish.describe()}"
                     events.append(Event("Normal", Reason.COMPILE_STARTED, message))
-            elif isinstance(action, DeleteCompileJob) and await self.kube.delete_job(namespace, action.name):
-                message = f"deleted compile Job {action.name}: {action.why}"
-                events.append(Event("Normal", Reason.COMPILE_SUPERSEDED, message))
+            elif isinstance(action, DeleteCompileJob):
+                deletion = await self.kube.delete_job(namespace, action.name)
+                if deletion.outcome == "deleted":
+                    message = f"deleted compile Job {action.name}: {action.why}"
+                    events.append(Event("Normal", Reason.COMPILE_SUPERSEDED, message))
+                elif deletion.outcome == "held":
+                    # Once: the next reconcile sees its deletionTimestamp and leaves it be.
+                    message = (
+                        f"deleted compile Job {action.name}: {action.why}; it stays, Terminating, until the "
+                        f"finalizer(s) {', '.join(deletion.finalizers)} are removed (by their controller)"
+                    )
+                    events.append(Event("Normal", Reason.COMPILE_SUPERSEDED, message))
         return events
 
     async def _apply_action(self, dep: InferenceDeployment, candidate: Candidate, action: Action) -> ActionResult:

@@ -104,3 +104,48 @@ async def test_a_compile_pod_the_api_server_refuses_is_named_in_the_compiled_con
         timeout=60,
         what="a Warning Event",
     )
+
+
+async def test_a_superseded_compile_job_held_by_a_finalizer_is_deleted_once(harness: OperatorHarness) -> None:
+    # Another controller (an audit or backup tool, a queueing system) holds a finalizer on the compile
+    # Job, so after the operator's DELETE it stays, Terminating. It was still listed as running: the
+    # operator deleted it again, with another CompileSuperseded Event, on every reconcile (30 in 50 s).
+    # A Job being deleted is now no running Job: deleted once, one Event, and the new request's Job is
+    # made meanwhile (a new name: it need not wait for another controller's finalizer).
+    manifest = harness.localize(
+        example(
+            "bert-embeddings", scaling={"mode": "Manual", "replicas": 1, "minReplicas": 0}, warmPool={"mode": "Off"}
+        ),
+        namespace="held",
+    )
+    name = manifest["metadata"]["name"]
+    await harness.apply(manifest)
+
+    def jobs() -> list[dict[str, Any]]:
+        return harness.cluster.list("jobs", "held", group="batch")
+
+    await harness.wait(jobs, timeout=60, what="a compile Job")
+    (old,) = (job["metadata"]["name"] for job in jobs())
+    await k8s.BatchV1Api(await harness.api()).patch_namespaced_job(
+        old, "held", {"metadata": {"finalizers": ["example.com/audit"]}}, _content_type="application/merge-patch+json"
+    )
+    await harness.patch_spec("held", name, {"model": {**manifest["spec"]["model"], "batchBuckets": [1, 2, 4, 8]}})
+    await harness.wait(lambda: len(jobs()) == 2, timeout=60, what="the new request's compile Job")
+    assert harness.context is not None
+    started = harness.context.reconciles
+    await harness.wait(
+        lambda: harness.context is not None and harness.context.reconciles >= started + 5,
+        timeout=120,
+        what="five more reconciles",
+    )
+
+    held = harness.cluster.get("jobs", old, "held", group="batch")
+    assert held is not None and held["metadata"].get("deletionTimestamp"), "the old Job stays, Terminating"
+    deletes = [r for r in harness.cluster.request_log if r.method == "DELETE" and r.resource == "jobs"]
+    assert [r.name for r in deletes] == [old]
+    superseded = [
+        e["message"] for e in harness.cluster.list("events", "held") if e.get("reason") == "CompileSuperseded"
+    ]
+    assert len(superseded) == 1, superseded
+    assert old in superseded[0]
+    assert "example.com/audit" in superseded[0], "the Event says what holds the Job"

@@ -192,3 +192,30 @@ def test_the_served_artifact_is_known_gone_only_when_the_dangling_record_names_i
     assert decide_compile(stuck, NEW).serve_gone  # republished and gone again: still gone
     assert not decide_compile(_observe(NEW, "absent"), NEW).serve_gone  # stored as recorded again
     assert not decide_compile(replace(_observe(None, "absent"), dangling=GONE), None).serve_gone  # nothing served
+
+
+def test_a_job_being_deleted_is_neither_deleted_again_nor_made_again_until_it_is_gone() -> None:
+    # A failed Job the spec asks to run differently is deleted; another controller's finalizer keeps it,
+    # Terminating. Read as failed it was deleted again every reconcile (and a create of its name, still
+    # taken, would only meet a 409). While it is removed nothing is done; once gone, the new Job starts.
+    before = job_spec_key(SPEC)
+    more = SPEC.model_copy(update={"compile": SPEC.compile.model_copy(update={"memory": "64Gi"})})
+    removing = replace(
+        _observe(None, "removing", "being deleted since 2026-12-04T07:00:00Z, held by the finalizer(s) example.com/a"),
+        job_spec=before,
+        job_name="bert-compile-x",
+        wanted_job_spec=job_spec_key(more),
+    )
+    decision = decide_compile(removing, OLD)
+    assert (decision.replace_job, decision.create_job, decision.serve, decision.reason) == (
+        False,
+        False,
+        OLD,
+        "Compiling",
+    )
+    assert "once the Job of that name is gone" in decision.message and "example.com/a" in decision.message
+    assert decide_compile(replace(removing, job_phase="absent"), OLD).create_job
+    # A failure remembered for this attempt stays remembered while its Job is removed (by its TTL).
+    failure = CompileFailure(removing.attempt, "BackoffLimitExceeded: OOMKilled")
+    kept = decide_compile(replace(removing, failed_before=failure), OLD)
+    assert (kept.create_job, kept.reason, kept.failure) == (False, "CompileFailed", failure)

@@ -131,3 +131,22 @@ async def test_a_job_whose_pod_exists_reads_the_pod_not_its_age() -> None:
     late = CREATED + timedelta(hours=1)
     assert await _message(job, [pulling], late) == "ImagePullBackOff: denied"
     assert await _message(job, [running], late) == ""
+
+
+async def test_a_job_being_deleted_is_not_running_and_says_what_holds_it() -> None:
+    # Kept by another controller's finalizer after the operator's DELETE, it was listed as running and
+    # deleted again, with an Event, on every reconcile.
+    dep = _deployment()
+    job = _running_job(dep, active=1)
+    job["metadata"].update(deletionTimestamp="2025-01-01T12:01:00Z", finalizers=["example.com/audit"])
+    old = {**_running_job(dep, active=1), "metadata": {**job["metadata"], "name": "older-request-job"}}
+    request = compile_request(dep.spec, "s3://artifacts", "fingerprint")
+    seen = await observe_compile_jobs(
+        _Kube([job, old], []),  # type: ignore[arg-type]
+        "search",
+        dep.name,
+        request,
+        CREATED + timedelta(seconds=150),
+    )
+    assert (seen.phase, seen.running) == ("removing", ())
+    assert seen.message == "being deleted since 2025-01-01T12:01:00Z, held by the finalizer(s) example.com/audit"

@@ -17,9 +17,10 @@ import json
 import logging
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
 import aiohttp
 from kubernetes_asyncio import client, config
@@ -47,6 +48,15 @@ EVENT_COMPONENT = "neuronfleet"
 EVENT_MESSAGE_MAX = 1000
 
 
+@dataclass(frozen=True)
+class JobDeletion:
+    """What a Job's DELETE came to (see :meth:`KubeClient.delete_job`)."""
+
+    outcome: Literal["deleted", "held", "gone"]
+    #: The finalizers that keep a ``held`` Job.
+    finalizers: tuple[str, ...] = ()
+
+
 class KubeApi(Protocol):
     """The reads and writes a reconcile makes (what :class:`KubeClient` implements; tests may fake it)."""
 
@@ -61,7 +71,7 @@ class KubeApi(Protocol):
         self, namespace: str, name: str, labels: Mapping[str, str | None], annotations: Mapping[str, str | None]
     ) -> bool: ...
     async def delete_pod(self, namespace: str, name: str, grace_period_seconds: int | None = None) -> bool: ...
-    async def delete_job(self, namespace: str, name: str) -> bool: ...
+    async def delete_job(self, namespace: str, name: str) -> JobDeletion: ...
     async def read(self, kind: str, namespace: str, name: str) -> Obj | None: ...
     async def ensure(self, obj: Obj, current: Obj | None) -> str: ...
     async def patch_status(self, namespace: str, name: str, patch: Obj) -> None: ...
@@ -289,18 +299,28 @@ class KubeClient:
             raise
         return True
 
-    async def delete_job(self, namespace: str, name: str) -> bool:
+    async def delete_job(self, namespace: str, name: str) -> JobDeletion:
+        """Delete a Job (its pods by the garbage collector): ``deleted``; ``held`` when the answer
+        shows it stays, with a deletionTimestamp and finalizers (another controller's), with those
+        finalizers' names; ``gone`` when it was gone already.
+
+        The answer alone cannot tell the first DELETE of a held Job from a repeated one (Kubernetes
+        returns the held object either way): a Job seen with a deletionTimestamp is not deleted again.
+        """
         try:
-            await self._json(
+            answer = await self._json(
                 self.batch.delete_namespaced_job(
                     name, namespace, propagation_policy="Background", _preload_content=False
                 )
             )
         except ApiException as exc:
             if exc.status == 404:
-                return False
+                return JobDeletion("gone")
             raise
-        return True
+        meta = answer.get("metadata") or {}
+        if meta.get("deletionTimestamp") and meta.get("finalizers"):
+            return JobDeletion("held", tuple(str(f) for f in meta["finalizers"]))
+        return JobDeletion("deleted")
 
     async def ensure(self, obj: Obj, current: Obj | None) -> str:
         """Create ``obj`` or bring the live one's spec and labels to it; says what it did.

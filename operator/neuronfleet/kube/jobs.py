@@ -236,9 +236,18 @@ def build_compile_job(
 
 
 def job_phase(job: dict[str, Any] | None) -> tuple[JobPhase, str]:
-    """The Job's phase from its conditions, with the reason Kubernetes gives for a failure."""
+    """The Job's phase from its conditions, with the reason Kubernetes gives for a failure.
+
+    A Job with a deletionTimestamp is ``removing`` whatever its conditions: it stays while a finalizer
+    (another controller's) holds it, and read as running it was deleted again on every reconcile.
+    """
     if job is None:
         return "absent", ""
+    meta = job.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        finalizers = ", ".join(str(f) for f in meta.get("finalizers") or [])
+        held = f", held by the finalizer(s) {finalizers}" if finalizers else ""
+        return "removing", f"being deleted since {meta['deletionTimestamp']}{held}"
     for condition in (job.get("status") or {}).get("conditions") or []:
         if condition.get("status") != "True":
             continue

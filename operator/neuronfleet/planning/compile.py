@@ -136,7 +136,9 @@ class DanglingRecord:
         )
 
 
-JobPhase = Literal["absent", "running", "succeeded", "failed"]
+#: ``removing``: the Job has a deletionTimestamp (deleted, and kept by a finalizer until its
+#: controller lets it go). Not running: never deleted again; its name is taken until it is gone.
+JobPhase = Literal["absent", "running", "succeeded", "failed", "removing"]
 
 
 @dataclass(frozen=True)
@@ -248,7 +250,9 @@ def _decide(observed: CompileObservation, previous: StoredArtifact | None) -> Co
             Reason.ARTIFACT_READY,
             f"revision {stored.revision} ({stored.backend} backend) at {stored.uri}",
         )
-    if observed.source_problem is not None and observed.job_phase == "absent":
+    # A Job being deleted counts as none, but holds its name: the request's Job is made once it is gone.
+    absent = observed.job_phase in ("absent", "removing")
+    if observed.source_problem is not None and absent:
         # A Job could not read the source either: say so now rather than after a failed Job.
         return CompileDecision(
             False,
@@ -267,7 +271,7 @@ def _decide(observed: CompileObservation, previous: StoredArtifact | None) -> Co
         failure = CompileFailure(observed.attempt, message)
         return CompileDecision(False, previous, "False", Reason.COMPILE_FAILED, message, failure=failure)
     failed = observed.failed_before
-    if observed.job_phase == "absent" and failed is not None and failed.attempt == observed.attempt:
+    if absent and failed is not None and failed.attempt == observed.attempt:
         # Kubernetes deleted the failed Job (ttlSecondsAfterFinished): running it again would fail
         # the same way, at the same cost, every day.
         return CompileDecision(
@@ -345,6 +349,8 @@ def _decide(observed: CompileObservation, previous: StoredArtifact | None) -> Co
     stuck = ""
     if observed.job_phase == "running" and observed.job_message:
         stuck = f"; its pod is waiting: {observed.job_message}"
+    elif observed.job_phase == "removing":
+        waiting = f"starting once the Job of that name is gone (it is {observed.job_message or 'being deleted'})"
     if dangling is not None:
         # False, not Unknown: the recorded artifact is known not to be there.
         return CompileDecision(
