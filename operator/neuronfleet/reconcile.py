@@ -103,7 +103,7 @@ from neuronfleet.planning.reconcile_plan import (
     status_events,
 )
 from neuronfleet.planning.signals import MetricSnapshot
-from neuronfleet.planning.status import invalid_status, status_patch
+from neuronfleet.planning.status import invalid_status, status_patch, with_foreign_conditions
 
 logger = logging.getLogger(__name__)
 
@@ -175,6 +175,23 @@ def _api_error(exc: ApiException) -> str:
 #: A call that failed: an error answer, or none (see :data:`neuronfleet.kube.client.UNANSWERED`).
 #: What applying one fleet action came to (see :meth:`Reconciler._apply_action`).
 ActionResult = Literal["applied", "already", "gone"]
+
+
+@dataclass(frozen=True)
+class StatusWrite:
+    """What a status write came to (see :meth:`Reconciler._write_status`)."""
+
+    written: bool
+    #: The object's status after it, as far as the operator knows, and its resourceVersion.
+    status: Mapping[str, Any]
+    version: str | None
+
+
+#: The error of a reconcile whose first status write met a conflict twice.
+STATUS_CONFLICT = (
+    "status: the object changed while its status was written (409 Conflict, once more after reading it again); "
+    "nothing applied, left to the next reconcile"
+)
 
 
 class NameTaken(Exception):
@@ -329,12 +346,39 @@ class Reconciler:
 
     # ------------------------------------------------------------------------------------ apply
 
-    async def _write_status(self, namespace: str, name: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-        patch = status_patch(old, new)
+    async def _write_status(
+        self, namespace: str, name: str, known: Mapping[str, Any], new: Mapping[str, Any], version: str | None
+    ) -> StatusWrite:
+        """Write what changed from ``known`` (the object's status at ``version``) to ``new``, sent
+        with ``version``: a conflict (409, the object changed since) reads the object again once and
+        writes ``new`` over that, with the other controllers' conditions as it has them. A second
+        conflict raises (its ApiException): the next reconcile, woken by the change, plans anew.
+        """
+        target = with_foreign_conditions(new, known)
+        patch = status_patch(known, target)
         if patch is None:
-            return False
-        await self.kube.patch_status(namespace, name, patch)
-        return True
+            return StatusWrite(False, known, version)
+        try:
+            made = await self.kube.patch_status(namespace, name, patch, version)
+            return StatusWrite(True, target, made)
+        except ApiException as exc:
+            if exc.status != 409 or version is None:
+                raise
+            conflict = exc
+        fresh = await self.kube.read("InferenceDeployment", namespace, name)
+        if fresh is None:
+            raise conflict  # deleted meanwhile: nothing to write
+        fresh_status = fresh.get("status")
+        live: Mapping[str, Any] = fresh_status if isinstance(fresh_status, Mapping) else {}
+        fresh_version = (fresh.get("metadata") or {}).get("resourceVersion")
+        fresh_version = str(fresh_version) if fresh_version else None
+        target = with_foreign_conditions(new, live)
+        patch = status_patch(live, target)
+        if patch is None:
+            return StatusWrite(False, live, fresh_version)
+        made = await self.kube.patch_status(namespace, name, patch, fresh_version)
+        logger.info("%s/%s: the status write met a conflict; written over the object read again", namespace, name)
+        return StatusWrite(True, target, made)
 
     async def _apply_compile(
         self, dep: InferenceDeployment, plan: ReconcilePlan, stopping: asyncio.Event
@@ -466,7 +510,10 @@ class Reconciler:
         module), and the reads under way then are cancelled."""
         stopping = stopping or asyncio.Event()
         body_status = body.get("status")
-        status = seen_status(body_status if isinstance(body_status, Mapping) else {}, memory)
+        body_version = (body.get("metadata") or {}).get("resourceVersion")
+        status, version = seen_status(
+            body_status if isinstance(body_status, Mapping) else {}, memory, str(body_version) if body_version else None
+        )
         if (body.get("metadata") or {}).get("deletionTimestamp"):
             # Being deleted: the garbage collector removes the pods, Jobs, Service and PDB; anything
             # made now would be made only to be collected (the API server bumps the generation when
@@ -477,7 +524,7 @@ class Reconciler:
         except pydantic.ValidationError as exc:
             message = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
             return await self._report_invalid(
-                body, status, memory, f"spec rejected by the operator: {message}", stopping
+                body, status, version, memory, f"spec rejected by the operator: {message}", stopping
             )
 
         namespace = dep.metadata.namespace or "default"
@@ -508,17 +555,27 @@ class Reconciler:
             )
         if stopping.is_set():
             return ReconcileReport((), (), status, False, memory, None, 0, stopped=True)
-        writes = 0
-        if await self._write_status(namespace, dep.name, status, plan.status):
-            writes += 1
+        try:
+            first = await self._write_status(namespace, dep.name, status, plan.status, version)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            # Not raised: no ReconcileFailed Warning for a race; the change wakes the next reconcile.
+            logger.info("%s/%s: %s", namespace, dep.name, STATUS_CONFLICT)
+            return ReconcileReport((), (), status, False, memory, STATUS_CONFLICT, 0)
+        writes = int(first.written)
+        last = first
         outcome = await self.apply(dep, plan, stopping)
         final, memory = status_after_apply(plan, dep, durable, outcome.refusals, outcome.errors, observation)
         unwritten: tuple[str, ...] = ()
         try:
             if stopping.is_set():
                 final = plan.status
-            elif await self._write_status(namespace, dep.name, plan.status, final):
-                writes += 1
+            else:
+                second = await self._write_status(namespace, dep.name, first.status, final, first.version)
+                if second.written:
+                    writes += 1
+                    last = second
         except _CALL_FAILED as exc:
             # Raising here would lose the Events of what was applied and of the first write (a
             # "Scaled" that the next reconcile, reading the new desired count, never posts). The
@@ -527,7 +584,11 @@ class Reconciler:
             logger.warning("%s/%s: the status after the apply was not written: %s", namespace, dep.name, unwritten[0])
             final = plan.status
         if writes:
-            memory = replace(memory, written=(status, final))
+            memory = replace(
+                memory,
+                written=(status, last.status),
+                written_version=last.version,
+            )
         events = outcome.events + tuple(status_events(durable, final, plan.scale_reason))
         error = "; ".join(outcome.errors + plan.observe_errors + unwritten) or None
         stopped = outcome.stopped or stopping.is_set()
@@ -537,6 +598,7 @@ class Reconciler:
         self,
         body: Mapping[str, Any],
         status: Mapping[str, Any],
+        version: str | None,
         memory: DeploymentMemory,
         message: str,
         stopping: asyncio.Event,
@@ -546,9 +608,19 @@ class Reconciler:
         new = invalid_status(status, message, metadata.get("generation"), self.clock())
         if stopping.is_set():
             return ReconcileReport((), (), status, False, memory, message, 0, stopped=True)
-        writes = int(await self._write_status(namespace, name, status, new))
+        try:
+            write = await self._write_status(namespace, name, status, new, version)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            return ReconcileReport((), (), status, False, memory, STATUS_CONFLICT, 0)
+        writes = int(write.written)
         if writes:
-            memory = replace(memory, written=(status, new))
+            memory = replace(
+                memory,
+                written=(status, write.status),
+                written_version=write.version,
+            )
         durable = StatusMemory.from_status(status)
         events = tuple(status_events(durable, new, ""))
         return ReconcileReport((), events, new, False, memory, message, writes)

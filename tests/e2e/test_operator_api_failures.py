@@ -109,11 +109,11 @@ async def test_a_status_write_that_times_out_after_the_apply_loses_no_event(harn
             raise TimeoutError("the Kubernetes API did not answer within 30 s")
         return bool(await real_create(obj))
 
-    async def patch_status(namespace: str, name: str, patch: dict[str, Any]) -> None:
+    async def patch_status(namespace: str, name: str, patch: dict[str, Any], *rest: Any) -> str | None:
         if "create" in failed and "status" not in failed:
             failed.append("status")
             raise TimeoutError("the Kubernetes API did not answer within 30 s")
-        await real_patch_status(namespace, name, patch)
+        return await real_patch_status(namespace, name, patch, *rest)  # type: ignore[no-any-return]
 
     kube.create, kube.patch_status = create, patch_status
     manifest = manual(harness, "lossy")

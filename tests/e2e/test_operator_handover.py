@@ -210,7 +210,7 @@ async def test_the_event_of_a_write_on_the_wire_at_sigterm_is_posted_by_the_stop
     in_write = slow_once(
         harness.context.reconciler.kube,
         "patch_status",
-        lambda ns, obj_name, patch: obj_name == name and patch.get("desiredReplicas") == 2,
+        lambda ns, obj_name, patch, *_: obj_name == name and patch.get("desiredReplicas") == 2,
     )
     await harness.scale(namespace, name, 2)
     await harness.wait(in_write.is_set, timeout=30, what="the status write of the scale-up under way")

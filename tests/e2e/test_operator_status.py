@@ -99,11 +99,18 @@ async def test_an_idle_deployment_gets_no_status_write_and_no_event(harness: Ope
     await asyncio.sleep(30)  # let the last pod events settle (fake time)
     before, events = resource_version(harness, "idle"), len(events_for(harness, "idle"))
     reconciles = harness.context.reconciles if harness.context else 0
+    since = len(harness.cluster.request_log)
 
     await asyncio.sleep(600)  # 40 autoscaler intervals, 300 reconcile intervals (fake time)
     assert harness.context is not None and harness.context.reconciles > reconciles + 100
     assert resource_version(harness, "idle") == before, "the status was written with nothing changed"
     assert len(events_for(harness, "idle")) == events
+    # Status writes carry the resourceVersion they were planned from; Kopf's own patches (its finalizer
+    # and annotations) made before must not send an idle fleet into conflicts and reads again.
+    idle = [r for r in harness.cluster.request_log[since:] if r.resource == PLURAL and r.name == "idle"]
+    assert [(r.method, r.subresource, r.code) for r in idle] == [], "an idle fleet's object was written or read"
+    conflicts = [r for r in harness.cluster.request_log if r.resource == PLURAL and r.code == 409]
+    assert len(conflicts) <= 1, conflicts  # the first write, planned from the body before Kopf's finalizer
 
 
 async def test_each_scale_is_one_event(harness: OperatorHarness) -> None:

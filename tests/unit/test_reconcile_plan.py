@@ -188,10 +188,10 @@ def test_durable_memory_reads_only_its_fields_and_tolerates_garbage() -> None:
 
 def test_a_stale_body_is_read_as_the_status_last_written() -> None:
     before, after = {"desiredReplicas": 0}, {"desiredReplicas": 2}
-    memory = DeploymentMemory(written=(before, after))
-    assert seen_status(before, memory) == after
-    assert seen_status(after, memory) == after
-    assert seen_status({"desiredReplicas": 5}, memory) == {"desiredReplicas": 5}
+    memory = DeploymentMemory(written=(before, after), written_version="7")
+    assert seen_status(before, memory, "5") == (after, "7")  # written from the version of our write
+    assert seen_status(after, memory, "7") == (after, "7")
+    assert seen_status({"desiredReplicas": 5}, memory, "9") == ({"desiredReplicas": 5}, "9")
 
 
 def test_a_corrupt_json_annotation_is_found() -> None:

@@ -74,7 +74,9 @@ class KubeApi(Protocol):
     async def delete_job(self, namespace: str, name: str) -> JobDeletion: ...
     async def read(self, kind: str, namespace: str, name: str) -> Obj | None: ...
     async def ensure(self, obj: Obj, current: Obj | None) -> str: ...
-    async def patch_status(self, namespace: str, name: str, patch: Obj) -> None: ...
+    async def patch_status(
+        self, namespace: str, name: str, patch: Obj, resource_version: str | None = None
+    ) -> str | None: ...
     async def close(self) -> None: ...
 
 
@@ -374,6 +376,10 @@ class KubeClient:
             "Service": self.core.read_namespaced_service,
             "PodDisruptionBudget": self.policy.read_namespaced_pod_disruption_budget,
             "ServiceAccount": self.core.read_namespaced_service_account,
+            # Read again when a status write meets 409 Conflict (the object changed since the watch).
+            "InferenceDeployment": lambda name, namespace, **kwargs: self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, **kwargs
+            ),
         }
         try:
             return await self._json(readers[kind](name, namespace, _preload_content=False))
@@ -382,20 +388,33 @@ class KubeClient:
                 return None
             raise
 
-    async def patch_status(self, namespace: str, name: str, patch: Obj) -> None:
-        """Merge-patch the status subresource (a null in ``patch`` removes that field)."""
-        await self._json(
+    async def patch_status(
+        self, namespace: str, name: str, patch: Obj, resource_version: str | None = None
+    ) -> str | None:
+        """Merge-patch the status subresource (a null in ``patch`` removes that field); the
+        resourceVersion the write made.
+
+        With ``resource_version`` the API server applies it only to that version of the object and
+        answers 409 Conflict otherwise: the patch replaces ``conditions`` whole, so one made from an
+        older copy would drop a condition another controller added since.
+        """
+        body: Obj = {"status": patch}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        answer = await self._json(
             self.custom.patch_namespaced_custom_object_status(
                 GROUP,
                 VERSION,
                 namespace,
                 PLURAL,
                 name,
-                {"status": patch},
+                body,
                 _content_type=MERGE_PATCH,
                 _preload_content=False,
             )
         )
+        version = (answer.get("metadata") or {}).get("resourceVersion")
+        return str(version) if version else None
 
 
 #: Spec fields of a child compared exactly, not as "contains": the API server adds nothing to a

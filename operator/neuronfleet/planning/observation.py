@@ -188,10 +188,16 @@ class DeploymentMemory:
     apply_errors: tuple[str, ...] = ()
     #: The last status write: (the status before it, the status written).
     written: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None
+    #: The object's resourceVersion after that write (what the next write is sent with, when the body
+    #: is no newer).
+    written_version: str | None = None
 
 
-def seen_status(body_status: Mapping[str, Any], memory: DeploymentMemory) -> Mapping[str, Any]:
-    """The object's status as it is: the one we last wrote when the body still shows the one before.
+def seen_status(
+    body_status: Mapping[str, Any], memory: DeploymentMemory, body_version: str | None = None
+) -> tuple[Mapping[str, Any], str | None]:
+    """The object's status as it is, and the resourceVersion to write it from: the one we last wrote
+    when the body still shows the one before it, else the body's.
 
     The body comes from a watch, which may not yet have delivered our own last write; reading the
     older status back would repeat the write and its Events ("Scaled 0 -> 2" twice).
@@ -199,8 +205,8 @@ def seen_status(body_status: Mapping[str, Any], memory: DeploymentMemory) -> Map
     if memory.written is not None:
         before, after = memory.written
         if body_status == before and body_status != after:
-            return after
-    return body_status
+            return after, memory.written_version
+    return body_status, body_version
 
 
 def scaling_due(interval_seconds: float, memory: DeploymentMemory, now: float) -> bool:

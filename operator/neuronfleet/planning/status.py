@@ -638,6 +638,29 @@ def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, An
     return patch or None
 
 
+def with_foreign_conditions(ours: Mapping[str, Any], live: Mapping[str, Any]) -> dict[str, Any]:
+    """The status to write: ``ours`` (built from the body the reconcile planned from), with the
+    conditions of types the operator does not set (not in :data:`CONDITION_TYPES`: another
+    controller's) as ``live`` has them, listed as :func:`merge_conditions` lists them.
+
+    ``status.conditions`` is a map keyed by type that a merge patch replaces whole: those of an
+    older body would undo another controller's change made since.
+    """
+    own = [c for c in ours.get("conditions") or [] if isinstance(c, Mapping) and c.get("type") in CONDITION_TYPES]
+    foreign = [
+        c for c in live.get("conditions") or [] if not (isinstance(c, Mapping) and c.get("type") in CONDITION_TYPES)
+    ]
+    if "conditions" not in ours and not foreign:
+        return dict(ours)
+    order: dict[str, int] = {name: index for index, name in enumerate(CONDITION_TYPES)}
+
+    def key(condition: Any) -> tuple[int, str]:
+        kind = str(condition.get("type")) if isinstance(condition, Mapping) else ""
+        return order.get(kind, len(order)), kind
+
+    return {**ours, "conditions": sorted(own + foreign, key=key)}
+
+
 def invalid_status(previous: Mapping[str, Any], message: str, generation: int | None, now: datetime) -> dict[str, Any]:
     """The status of an object whose spec the operator cannot parse: Degraded InvalidSpec, and not
     Ready for that generation (a check that waits for the observed generation and Ready must not

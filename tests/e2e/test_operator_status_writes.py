@@ -1,0 +1,162 @@
+"""The status write against a changing object: optimistic concurrency and stale watch bodies.
+
+The operator plans from the body its watch delivered, which may be older than the object: another
+controller may have added a condition of its own meanwhile (``status.conditions`` is a map keyed by
+type), or the watch may not have delivered the operator's own writes yet. Each test drives one
+reconciler by hand against the sandbox (no Kopf), so which body it reconciles from is the test's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client as k8s
+from operator_harness import FAST_START, NEURON_SCHEDULER, REPO, OperatorHarness, example, inf2_node_groups, ready
+
+from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION
+from neuronfleet.handlers import OperatorContext
+from neuronfleet.planning.observation import DeploymentMemory
+from neuronfleet.run_command import build_context
+from neuronfleet.sandbox import SandboxCluster
+from neuronfleet.sandbox.apiserver import RequestRecord
+
+NS = "writes"
+AUDITED = {
+    "type": "PolicyCompliant",
+    "status": "True",
+    "reason": "Audited",
+    "message": "audited by policy-controller",
+    "lastTransitionTime": "2026-12-04T07:00:00Z",
+}
+
+
+@pytest.fixture
+async def bare(tmp_path: Path) -> AsyncIterator[tuple[OperatorHarness, OperatorContext]]:
+    """The sandbox and a reconciler of the operator's making, with no Kopf operator running."""
+    async with SandboxCluster(
+        node_groups=inf2_node_groups(),
+        crd_dir=REPO / "crds",
+        cold_start=FAST_START,
+        provisioning_delay_s=5.0,
+        neuron_scheduler_name=NEURON_SCHEDULER,
+    ) as cluster:
+        harness = OperatorHarness(cluster, tmp_path)
+        await harness.ensure_priority_classes()
+        context = await build_context(harness.settings, cluster.kubeconfig_path, clock=cluster.clock.wall)
+        try:
+            yield harness, context
+        finally:
+            await context.reconciler.kube.close()
+            await harness.close()
+
+
+def manual(harness: OperatorHarness, name: str, replicas: int) -> dict[str, Any]:
+    manifest = harness.localize(
+        example(
+            "bert-embeddings",
+            scaling={"mode": "Manual", "replicas": replicas, "minReplicas": 0},
+            warmPool={"mode": "Off"},
+        ),
+        namespace=NS,
+    )
+    manifest["metadata"]["name"] = name
+    harness.precompile(manifest)
+    return manifest
+
+
+def conditions(harness: OperatorHarness, name: str) -> dict[str, tuple[str, str]]:
+    status = harness.deployment(NS, name).get("status") or {}
+    return {c["type"]: (c["status"], c.get("reason", "")) for c in status.get("conditions") or []}
+
+
+async def add_foreign_condition(harness: OperatorHarness, name: str, message: str = AUDITED["message"]) -> None:
+    """Another controller sets a condition of its own, as a controller does: the list as read, plus its own."""
+    live = (harness.deployment(NS, name).get("status") or {}).get("conditions") or []
+    await k8s.CustomObjectsApi(await harness.api()).patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        NS,
+        PLURAL,
+        name,
+        {
+            "status": {
+                "conditions": [c for c in live if c["type"] != AUDITED["type"]] + [{**AUDITED, "message": message}]
+            }
+        },
+        _content_type="application/merge-patch+json",
+    )
+
+
+def requests_for(harness: OperatorHarness, name: str, since: int) -> list[RequestRecord]:
+    return [r for r in harness.cluster.request_log[since:] if r.resource == PLURAL and r.name == name]
+
+
+def status_patches(records: list[RequestRecord]) -> list[int]:
+    return [r.code for r in records if r.method == "PATCH" and r.subresource == "status"]
+
+
+async def test_a_condition_another_controller_added_after_the_body_was_read_is_kept(
+    bare: tuple[OperatorHarness, OperatorContext],
+) -> None:
+    # The merge patch replaced status.conditions whole, from the body the operator held: the other
+    # controller's condition, added after that body was read, was gone after the operator's write.
+    harness, context = bare
+    reconciler = context.reconciler
+    await harness.apply(manual(harness, "audited", replicas=1))
+    first = await reconciler.reconcile(harness.deployment(NS, "audited"), DeploymentMemory())
+    stale = harness.deployment(NS, "audited")  # what the operator's watch holds
+    await add_foreign_condition(harness, "audited")
+    await harness.wait(
+        lambda: [p for p in harness.pods(NS, "audited", "active") if ready(p)], timeout=60, what="a ready pod"
+    )
+    assert conditions(harness, "audited")["Available"][0] == "False"
+
+    since = len(harness.cluster.request_log)
+    report = await reconciler.reconcile(stale, first.memory)
+
+    assert report.writes == 1 and report.error is None
+    after = conditions(harness, "audited")
+    assert after["PolicyCompliant"] == ("True", "Audited"), "the other controller's condition was dropped"
+    assert after["Available"][0] == "True", "the operator's own conditions were written as planned"
+    records = requests_for(harness, "audited", since)
+    # Sent with the body's resourceVersion: refused (409), read again once, merged and written.
+    assert status_patches(records) == [409, 200]
+    assert [r.method for r in records if r.method == "GET"] == ["GET"]
+
+
+async def test_a_second_conflict_is_left_to_the_next_reconcile(bare: tuple[OperatorHarness, OperatorContext]) -> None:
+    # Another writer changes the object before each of the operator's writes: one retry, then the
+    # reconcile ends without a write (no exception, no loop); the next one, undisturbed, writes.
+    harness, context = bare
+    reconciler = context.reconciler
+    await harness.apply(manual(harness, "busy", replicas=1))
+    kube: Any = reconciler.kube
+    real_patch_status = kube.patch_status
+    interfering = [True]
+    calls: list[int] = []
+
+    async def patch_status(*args: Any) -> Any:
+        calls.append(len(calls))
+        if interfering[0]:
+            await add_foreign_condition(harness, "busy", f"audit {len(calls)}")
+        return await real_patch_status(*args)
+
+    kube.patch_status = patch_status
+    since = len(harness.cluster.request_log)
+    report = await reconciler.reconcile(harness.deployment(NS, "busy"), DeploymentMemory())
+
+    assert report.writes == 0
+    assert report.error is not None and "changed while" in report.error
+    records = requests_for(harness, "busy", since)
+    assert status_patches(records) == [200, 409, 200, 409]  # the other writer's, then the operator's, twice
+    assert not harness.pods(NS, "busy"), "nothing applied before the status that leads to it is written"
+
+    interfering[0] = False
+    report = await reconciler.reconcile(harness.deployment(NS, "busy"), report.memory)
+    assert report.writes >= 1 and report.error is None
+    assert conditions(harness, "busy")["PolicyCompliant"] == ("True", "Audited")
+    assert harness.pods(NS, "busy")
+    assert len(calls) == 2 + report.writes  # two tries, then the next reconcile's writes, no conflict
