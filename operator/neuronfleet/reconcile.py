@@ -185,6 +185,8 @@ class StatusWrite:
     #: The object's status after it, as far as the operator knows, and its resourceVersion.
     status: Mapping[str, Any]
     version: str | None
+    #: The resourceVersions it met before the one it made.
+    seen: tuple[str, ...] = ()
 
 
 #: The error of a reconcile whose first status write met a conflict twice.
@@ -358,9 +360,10 @@ class Reconciler:
         patch = status_patch(known, target)
         if patch is None:
             return StatusWrite(False, known, version)
+        seen: tuple[str, ...] = (version,) if version else ()
         try:
             made = await self.kube.patch_status(namespace, name, patch, version)
-            return StatusWrite(True, target, made)
+            return StatusWrite(True, target, made, seen)
         except ApiException as exc:
             if exc.status != 409 or version is None:
                 raise
@@ -372,13 +375,14 @@ class Reconciler:
         live: Mapping[str, Any] = fresh_status if isinstance(fresh_status, Mapping) else {}
         fresh_version = (fresh.get("metadata") or {}).get("resourceVersion")
         fresh_version = str(fresh_version) if fresh_version else None
+        seen += (fresh_version,) if fresh_version else ()
         target = with_foreign_conditions(new, live)
         patch = status_patch(live, target)
         if patch is None:
-            return StatusWrite(False, live, fresh_version)
+            return StatusWrite(False, live, fresh_version, seen)
         made = await self.kube.patch_status(namespace, name, patch, fresh_version)
         logger.info("%s/%s: the status write met a conflict; written over the object read again", namespace, name)
-        return StatusWrite(True, target, made)
+        return StatusWrite(True, target, made, seen)
 
     async def _apply_compile(
         self, dep: InferenceDeployment, plan: ReconcilePlan, stopping: asyncio.Event
@@ -568,6 +572,7 @@ class Reconciler:
         outcome = await self.apply(dep, plan, stopping)
         final, memory = status_after_apply(plan, dep, durable, outcome.refusals, outcome.errors, observation)
         unwritten: tuple[str, ...] = ()
+        seen = first.seen
         try:
             if stopping.is_set():
                 final = plan.status
@@ -575,6 +580,7 @@ class Reconciler:
                 second = await self._write_status(namespace, dep.name, first.status, final, first.version)
                 if second.written:
                     writes += 1
+                    seen += (*second.seen, *((first.version,) if first.written and first.version else ()))
                     last = second
         except _CALL_FAILED as exc:
             # Raising here would lose the Events of what was applied and of the first write (a
@@ -588,6 +594,7 @@ class Reconciler:
                 memory,
                 written=(status, last.status),
                 written_version=last.version,
+                superseded_versions=frozenset(seen) - {last.version},
             )
         events = outcome.events + tuple(status_events(durable, final, plan.scale_reason))
         error = "; ".join(outcome.errors + plan.observe_errors + unwritten) or None
@@ -620,6 +627,7 @@ class Reconciler:
                 memory,
                 written=(status, write.status),
                 written_version=write.version,
+                superseded_versions=frozenset(write.seen) - {write.version},
             )
         durable = StatusMemory.from_status(status)
         events = tuple(status_events(durable, new, ""))

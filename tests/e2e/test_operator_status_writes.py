@@ -8,7 +8,8 @@ reconciler by hand against the sandbox (no Kopf), so which body it reconciles fr
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import copy
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -160,3 +161,42 @@ async def test_a_second_conflict_is_left_to_the_next_reconcile(bare: tuple[Opera
     assert conditions(harness, "busy")["PolicyCompliant"] == ("True", "Audited")
     assert harness.pods(NS, "busy")
     assert len(calls) == 2 + report.writes  # two tries, then the next reconcile's writes, no conflict
+
+
+async def test_a_body_at_the_status_between_a_reconciles_two_writes_is_known_stale(
+    bare: tuple[OperatorHarness, OperatorContext],
+) -> None:
+    # A reconcile writes its status twice (the plan's, then the apply's outcome). A body the watch
+    # delivered between the two was taken for the object as it is: a redundant write, and the
+    # Degraded Warning Event posted again.
+    harness, context = bare
+    reconciler = context.reconciler
+    await harness.apply(manual(harness, "mid", replicas=2))
+    kube: Any = reconciler.kube
+    real_create = kube.create
+
+    async def create(obj: dict[str, Any]) -> bool:
+        if obj["kind"] == "Pod":
+            raise TimeoutError("the Kubernetes API did not answer within 30 s")
+        return bool(await real_create(obj))
+
+    kube.create = create
+    written: list[dict[str, Any]] = []
+    listener: Callable[[Any], None] = lambda e: (  # noqa: E731
+        written.append({"metadata": copy.deepcopy(e.obj["metadata"]), "status": copy.deepcopy(e.obj.get("status"))})
+        if e.resource == (GROUP, PLURAL) and e.type == "MODIFIED"
+        else None
+    )
+    harness.cluster.store.listeners.append(listener)
+    first = await reconciler.reconcile(harness.deployment(NS, "mid"), DeploymentMemory())
+    harness.cluster.store.listeners.remove(listener)
+    assert first.writes == 2
+    assert [e.reason.value for e in first.events if e.type == "Warning"] == ["ReconcileError"]
+    between = {**harness.deployment(NS, "mid"), **written[0]}  # the watch has the first write, not the second
+
+    since = len(harness.cluster.request_log)
+    second = await reconciler.reconcile(between, first.memory)
+
+    assert second.writes == 0, "the status the operator wrote second was written again"
+    assert [e.reason.value for e in second.events if e.type == "Warning"] == []
+    assert status_patches(requests_for(harness, "mid", since)) == []

@@ -192,6 +192,11 @@ def test_a_stale_body_is_read_as_the_status_last_written() -> None:
     assert seen_status(before, memory, "5") == (after, "7")  # written from the version of our write
     assert seen_status(after, memory, "7") == (after, "7")
     assert seen_status({"desiredReplicas": 5}, memory, "9") == ({"desiredReplicas": 5}, "9")
+    # A reconcile that wrote twice: a body at its first write is older than its second.
+    between = {"desiredReplicas": 1}
+    twice = DeploymentMemory(written=(before, after), written_version="7", superseded_versions=frozenset({"5", "6"}))
+    assert seen_status(between, twice, "6") == (after, "7")
+    assert seen_status(between, twice, "8") == (between, "8")
 
 
 def test_a_corrupt_json_annotation_is_found() -> None:

@@ -191,19 +191,27 @@ class DeploymentMemory:
     #: The object's resourceVersion after that write (what the next write is sent with, when the body
     #: is no newer).
     written_version: str | None = None
+    #: The resourceVersions the last writing reconcile saw that its last write superseded: the body's
+    #: it planned from, one read again after a conflict, and that of its first write when it wrote
+    #: twice. A body at one of them is older than the operator's own last write.
+    superseded_versions: frozenset[str] = frozenset()
 
 
 def seen_status(
     body_status: Mapping[str, Any], memory: DeploymentMemory, body_version: str | None = None
 ) -> tuple[Mapping[str, Any], str | None]:
     """The object's status as it is, and the resourceVersion to write it from: the one we last wrote
-    when the body still shows the one before it, else the body's.
+    when the body is older than that write (its resourceVersion one that write superseded, or its
+    status the one from before it), else the body's.
 
-    The body comes from a watch, which may not yet have delivered our own last write; reading the
-    older status back would repeat the write and its Events ("Scaled 0 -> 2" twice).
+    The body comes from a watch, which may not yet have delivered our own writes; reading an older
+    status back would repeat the write and its Events ("Scaled 0 -> 2" twice, a Degraded Warning
+    again when the body holds the status between a reconcile's two writes).
     """
     if memory.written is not None:
         before, after = memory.written
+        if body_version is not None and body_version in memory.superseded_versions:
+            return after, memory.written_version
         if body_status == before and body_status != after:
             return after, memory.written_version
     return body_status, body_version
