@@ -111,7 +111,8 @@ class KubeClient:
         self.batch: Any = client.BatchV1Api(api_client)
         self.custom: Any = client.CustomObjectsApi(api_client)
         self._nodes: tuple[float, list[Obj]] | None = None
-        self._nodes_lock = asyncio.Lock()
+        #: The node list under way, which every reconcile needing one meanwhile waits for.
+        self._nodes_call: asyncio.Task[list[Obj]] | None = None
         #: Per kind, top-level spec fields the API server dropped from a patch (see :meth:`ensure`).
         self.dropped_spec_fields: dict[str, set[str]] = {}
         #: The Events' reportingInstance: this replica (its pod's name in a cluster).
@@ -165,13 +166,32 @@ class KubeClient:
 
         Every reconcile needs them (zones, lost nodes) and they are the same for every object: at
         a thousand deployments, one list per reconcile would be most of the operator's work.
+
+        Reconciles that need a list while one is under way wait for that one (``fresh`` too: it
+        is answered after they asked), and share its answer or its failure: with a lock held across
+        the call, when the API server went silent the k-th waiter failed after k timeouts. A failure
+        is not kept. A waiter cancelled (its daemon stopping) leaves the call to the others.
         """
-        async with self._nodes_lock:
-            now = asyncio.get_running_loop().time()  # the loop's clock: fake time in looptime tests
-            if fresh or self._nodes is None or now - self._nodes[0] >= self.NODE_CACHE_SECONDS:
-                doc = await self._json(self.core.list_node(_preload_content=False))
-                self._nodes = (now, cast(list[Obj], doc.get("items", [])))
+        now = asyncio.get_running_loop().time()  # the loop's clock: fake time in looptime tests
+        if not fresh and self._nodes is not None and now - self._nodes[0] < self.NODE_CACHE_SECONDS:
             return self._nodes[1]
+        call = self._nodes_call
+        if call is None:
+            call = self._nodes_call = asyncio.ensure_future(self._read_nodes(now))
+            call.add_done_callback(self._nodes_read)
+        return await asyncio.shield(call)
+
+    async def _read_nodes(self, now: float) -> list[Obj]:
+        doc = await self._json(self.core.list_node(_preload_content=False))
+        nodes = cast(list[Obj], doc.get("items", []))
+        self._nodes = (now, nodes)
+        return nodes
+
+    def _nodes_read(self, call: asyncio.Task[list[Obj]]) -> None:
+        if self._nodes_call is call:
+            self._nodes_call = None
+        if not call.cancelled():
+            call.exception()  # retrieved: every waiter may have been cancelled
 
     async def list_jobs(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
         doc = await self._json(
