@@ -554,3 +554,32 @@ def test_a_job_stuck_on_a_missing_account_is_replaced_once_another_account_is_na
     same = _plan(dep, Observation(T0, compile=replace(observed, wanted_job_spec="made-with-typo")))
     assert same.compile_actions == ()
     assert find_condition({"status": same.status}, "Compiled")["reason"] == Reason.SERVICE_ACCOUNT_MISSING
+
+
+async def test_reconciles_waiting_for_an_unanswered_account_read_share_it() -> None:
+    # Reconciles asking about the same account waited for one another's read under a lock: while the
+    # API server did not answer, the k-th got its "unknown" after k timeouts, each reading in turn.
+    dep = deployment(compile={"serviceAccountName": "model-compiler"})
+    kube = _Kube(_compile_job(dep, BuilderConfig()), set(), TimeoutError("the API server did not answer"))
+    accounts = AccountReads()
+    seen = await asyncio.gather(*(_observe(kube, dep, 150, accounts) for _ in range(8)))
+    assert {s.missing_service_account for s in seen} == {None}
+    assert kube.reads == ["model-compiler"], "each waiting reconcile read again"
+    assert accounts.held() == 0, "an unanswered read is not kept"
+
+
+async def test_keys_read_unanswered_or_expired_are_not_kept() -> None:
+    # Every key asked about during an outage kept a lock for good (10,000 accounts: 10,000 locks).
+    dep = deployment(compile={"serviceAccountName": "model-compiler"})
+    kube = _Kube(_compile_job(dep, BuilderConfig()), set(), TimeoutError("the API server did not answer"))
+    accounts = AccountReads()
+    for index in range(1000):
+        assert await accounts.answer(kube, f"team-{index}", "model-compiler", CREATED) == "unanswered"  # type: ignore[arg-type]
+    assert accounts.held() == 0
+    kube.read_error = None
+    for index in range(3):
+        await accounts.answer(kube, f"team-{index}", "model-compiler", CREATED)  # type: ignore[arg-type]
+    assert accounts.held() == 3
+    # An hour on, a kept answer clears the expired ones.
+    await accounts.answer(kube, "other", "model-compiler", CREATED + timedelta(hours=1))  # type: ignore[arg-type]
+    assert accounts.held() == 1

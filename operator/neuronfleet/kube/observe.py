@@ -178,34 +178,53 @@ _Answer = TypeVar("_Answer")
 @dataclass
 class RecentAnswers(Generic[_Key, _Answer]):
     """The operator's recent answers to one kind of read, per key, each used for ``ttl_seconds`` on
-    the reconcile's clock. Concurrent reconciles asking for the same key wait for one read. An
-    unanswered read (a timeout, a refused connection) is not kept: the next asks again."""
+    the reconcile's clock. Concurrent reconciles asking for the same key while it is read share that
+    one read and its outcome: each read in turn under a lock, the k-th waiter of a read the API
+    server left unanswered got its answer after k timeouts. An unanswered read (a timeout, a refused
+    connection) is not kept: the next asks again. Nothing is held for a key with no kept answer and
+    no read under way (a lock per key asked about during an outage was kept for good)."""
 
     ttl_seconds: float
     #: When each answer was read, and what it was.
     _answers: dict[_Key, tuple[datetime, _Answer]] = field(default_factory=dict)
-    _locks: dict[_Key, asyncio.Lock] = field(default_factory=dict)
+    #: The reads under way.
+    _reads: dict[_Key, asyncio.Task[_Answer]] = field(default_factory=dict)
+
+    def held(self) -> int:
+        """The keys it holds something for: a kept answer or a read under way."""
+        return len(self._answers.keys() | self._reads.keys())
 
     async def _answer(
         self, key: _Key, now: datetime, read: Callable[[], Awaitable[_Answer]], kept: Callable[[_Answer], bool]
     ) -> _Answer:
-        """The answer for ``key``: ``read`` now unless a fresh one is kept; kept only if ``kept`` says."""
-        async with self._locks.setdefault(key, asyncio.Lock()):
-            held = self._answers.get(key)
-            if held is not None and 0 <= (now - held[0]).total_seconds() < self.ttl_seconds:
-                return held[1]
-            answer = await read()
-            if kept(answer):
-                # Expired answers of other keys go too: a namespace or Job left behind keeps no entry.
-                for other in [
-                    k for k, (at, _) in self._answers.items() if (now - at).total_seconds() >= self.ttl_seconds
-                ]:
-                    del self._answers[other]
-                    lock = self._locks.get(other)
-                    if lock is not None and not lock.locked():
-                        del self._locks[other]
-                self._answers[key] = (now, answer)
-            return answer
+        """The answer for ``key``: ``read`` now unless a fresh one is kept or a read is under way;
+        kept only if ``kept`` says."""
+        held = self._answers.get(key)
+        if held is not None and 0 <= (now - held[0]).total_seconds() < self.ttl_seconds:
+            return held[1]
+        task = self._reads.get(key)
+        if task is None:
+            task = self._reads[key] = asyncio.ensure_future(self._read(key, now, read, kept))
+            task.add_done_callback(lambda done: self._read_done(key, done))
+        # Shielded: a waiter cancelled (its daemon stopping) leaves the read to the others.
+        return await asyncio.shield(task)
+
+    async def _read(
+        self, key: _Key, now: datetime, read: Callable[[], Awaitable[_Answer]], kept: Callable[[_Answer], bool]
+    ) -> _Answer:
+        answer = await read()
+        if kept(answer):
+            # Expired answers of other keys go too: a namespace or Job left behind keeps no entry.
+            for other in [k for k, (at, _) in self._answers.items() if (now - at).total_seconds() >= self.ttl_seconds]:
+                del self._answers[other]
+            self._answers[key] = (now, answer)
+        return answer
+
+    def _read_done(self, key: _Key, task: asyncio.Task[_Answer]) -> None:
+        if self._reads.get(key) is task:
+            del self._reads[key]
+        if not task.cancelled():
+            task.exception()  # retrieved: every waiter may have been cancelled
 
 
 @dataclass
