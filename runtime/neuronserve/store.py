@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 import time
@@ -92,6 +93,22 @@ def _s3_code(exc: Exception) -> str:
     return str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
 
 
+def _s3_status(exc: Exception) -> int:
+    """The HTTP status of a botocore ClientError (0 when it has none)."""
+    response = getattr(exc, "response", None)
+    metadata = response.get("ResponseMetadata", {}) if isinstance(response, dict) else {}
+    return int(metadata.get("HTTPStatusCode") or 0)
+
+
+def _files_prefix(manifest_bytes: bytes) -> str | None:
+    """The writer folder a stored manifest names ("" for none; None when it is no manifest)."""
+    try:
+        document = json.loads(manifest_bytes)
+    except ValueError:
+        return None
+    return str(document.get("files_prefix", "")) if isinstance(document, dict) else None
+
+
 def _unique_sibling(path: Path, tag: str) -> Path:
     """A fresh name next to ``path`` for staging it: one per writer, so that writers never share one.
 
@@ -135,6 +152,10 @@ class Store:
 
     def has_artifact(self, key: str) -> bool:
         """True when a manifest is stored under this cache key (a complete artifact)."""
+        return self._manifest_stored(key)
+
+    def _manifest_stored(self, key: str) -> bool:
+        """True when a manifest is stored under this cache key."""
         uri = self._key_uri(key, MANIFEST_NAME)
         if not is_s3(self.root):
             try:
@@ -299,16 +320,46 @@ class Store:
         try:
             client.put_object(Bucket=bucket, Key=obj, Body=stored_manifest, IfNoneMatch="*")
         except ClientError as exc:
-            # 412: a manifest is stored; 409: another conditional put of it is in flight.
-            if _s3_code(exc) not in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
-                self._discard(uploaded)
+            # 412: a manifest is stored, possibly by this very put (botocore sent it again after its
+            # answer was lost); 409: another conditional put of it is in flight. The stored
+            # manifest says whose it is.
+            if _s3_code(exc) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+                return self._settle(key, folder, uploaded, self._stored_manifest(key))
+            if _s3_status(exc) < 500:
+                self._discard(uploaded)  # refused (denied, invalid): nothing was stored
                 raise _s3_error("upload", f"s3://{bucket}/{obj}", exc) from exc
-            self._discard(uploaded)
-            return Published(target, self._stored_manifest(key), stored=False)
+            return self._after_unknown_put(key, folder, uploaded, exc)
         except BotoCoreError as exc:
-            self._discard(uploaded)
-            raise _s3_error("upload", f"s3://{bucket}/{obj}", exc) from exc
+            return self._after_unknown_put(key, folder, uploaded, exc)
         return Published(target, stored_manifest, stored=True)
+
+    def _settle(self, key: str, folder: str, uploaded: list[tuple[str, str]], found: bytes) -> Published:
+        """The outcome of this writer's manifest put, from the manifest stored under ``key``: this
+        writer's own when it names ``folder``, else another writer's (this writer's files go)."""
+        if _files_prefix(found) == folder:
+            return Published(self._key_uri(key), found, stored=True)
+        self._discard(uploaded)
+        return Published(self._key_uri(key), found, stored=False)
+
+    def _after_unknown_put(self, key: str, folder: str, uploaded: list[tuple[str, str]], exc: Exception) -> Published:
+        """After a manifest put whose outcome is unknown (no answer, a 5xx): the stored manifest decides.
+
+        With none there (or none readable) nothing is deleted: a put still under way may store
+        a manifest naming these files yet. Named by no manifest, a folder left so is never served;
+        nothing here deletes it later (a lifecycle rule on the store, or a person, may).
+        """
+        uri = self._key_uri(key, MANIFEST_NAME)
+        try:
+            found = self.get_bytes(f"{key}/{MANIFEST_NAME}") if self._manifest_stored(key) else None
+        except StoreError:
+            found = None
+        if found is not None:
+            return self._settle(key, folder, uploaded, found)
+        raise StoreError(
+            f"cannot upload {uri}: {exc}; whether it was stored is unknown (no manifest is there now), so "
+            f"this compile's files are kept in {self._key_uri(key, folder)}/ (not served unless that put "
+            "lands; nothing deletes them if it does not); compile again to store the artifact"
+        ) from exc
 
     @staticmethod
     def _set_aside_incomplete(dest: Path) -> bool:
@@ -334,7 +385,7 @@ class Store:
     def _stored_manifest(self, key: str) -> bytes:
         """The manifest another writer stored under ``key`` (after a 409, once its put completes)."""
         for _ in range(_STORED_MANIFEST_LOOKS):
-            if self.has_artifact(key):
+            if self._manifest_stored(key):
                 return self.get_bytes(f"{key}/{MANIFEST_NAME}")
             time.sleep(_STORED_MANIFEST_PAUSE_S)
         raise StoreError(f"another compile is storing {self._key_uri(key)} and its manifest did not appear")

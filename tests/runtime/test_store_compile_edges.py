@@ -1,14 +1,21 @@
 """Edges of the store and the compile cache (a reviewer's findings): S3 source prefixes and single
-objects, a store that cannot take the artifact, concurrent publishes of one cache key, what the
-cache key names of the compile code, and manifest sizes and paths."""
+objects, a store that cannot take the artifact, concurrent publishes of one cache key, a manifest
+put whose answer is lost (a proxy in front of moto), what the cache key names of the compile code,
+and manifest sizes and paths."""
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import importlib.metadata
 import io
 import json
 import shutil
+import socket
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +33,7 @@ from neuronserve import cli
 from neuronserve import compile as ncompile
 from neuronserve import store as store_mod
 from neuronserve.compile import CompileOptions, compile_model, compiler_identity
-from neuronserve.manifest import Bucket, CompilerFlags, FileEntry, Manifest, TensorSignature
+from neuronserve.manifest import Bucket, CompilerFlags, FileEntry, Manifest, TensorSignature, manifest_sha256
 from neuronserve.store import ArtifactRejected, Store, StoreError, download_tree, fetch_artifact, fetch_manifest
 from runtime_support import BUCKET, S3Server
 
@@ -368,6 +375,135 @@ def test_a_refused_s3_manifest_put_leaves_none_of_this_writers_files(
         expected = {f"edges/refused-409/{KEY}/{stored.files_prefix}/{b.file_name}" for b in stored.buckets}
         expected.add(f"edges/refused-409/{KEY}/manifest.json")
     assert kept == expected
+
+
+class _LosingProxy:
+    """An HTTP proxy in front of the moto server that loses manifest PUTs as a network does.
+
+    ``fate(n)`` decides the n-th PUT of a manifest (from 0): "pass"; "answer-lost" (moto stores
+    it, then the connection closes before its answer: a read timeout or a reset after the fact);
+    or "request-lost" (the connection closes before moto sees it). Everything else passes.
+    """
+
+    def __init__(self, upstream: str, fate: Callable[[int], str]) -> None:
+        host, port = urllib.parse.urlsplit(upstream).netloc.split(":")
+        self.fates: list[str] = []
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                manifest_put = self.command == "PUT" and self.path.split("?")[0].endswith("/manifest.json")
+                fate = fate_of(len(proxy.fates)) if manifest_put else "pass"
+                if manifest_put:
+                    proxy.fates.append(fate)
+                if fate == "request-lost":
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                upstream_conn = http.client.HTTPConnection(host, int(port), timeout=30)
+                upstream_conn.request(self.command, self.path, body=body, headers=dict(self.headers.items()))
+                answer = upstream_conn.getresponse()
+                data = answer.read()
+                upstream_conn.close()
+                if fate == "answer-lost":
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                self.send_response(answer.status)
+                for name, value in answer.getheaders():
+                    if name.lower() not in ("transfer-encoding", "connection"):
+                        self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = forward
+
+        fate_of = fate
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_port}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def losing_proxy(s3_env: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., _LosingProxy]]:
+    """Start a :class:`_LosingProxy` and point boto3 at it."""
+    started: list[_LosingProxy] = []
+
+    def start(fate: Callable[[int], str]) -> _LosingProxy:
+        proxy = _LosingProxy(s3_env.endpoint, fate)
+        started.append(proxy)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        return proxy
+
+    yield start
+    for proxy in started:
+        proxy.close()
+
+
+def _keys(prefix: str) -> set[str]:
+    contents = boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])
+    return {o["Key"].removeprefix(prefix) for o in contents}
+
+
+def test_a_manifest_put_retried_after_its_answer_was_lost_keeps_the_artifact_it_stored(
+    losing_proxy: Callable[..., _LosingProxy], tmp_path: Path
+) -> None:
+    # botocore sent the put again and S3 answered 412 to it (the first attempt had stored the
+    # manifest): publish took that for another writer's win and deleted the files its own manifest
+    # names. Every pod then failed to load the artifact, and every later compile was a cache hit on it.
+    proxy = losing_proxy(lambda n: "answer-lost" if n == 0 else "pass")
+    root = f"s3://{BUCKET}/edges/lost-answer"
+    manifest = _artifact(tmp_path / "a", "a")
+    published = Store(root).publish(tmp_path / "a", manifest)
+    assert proxy.fates == ["answer-lost", "pass"], "the manifest's put was sent again"
+    assert published.stored is True
+    stored = Manifest.from_json_bytes(published.manifest_bytes)
+    assert _keys(f"edges/lost-answer/{KEY}/") == {
+        "manifest.json",
+        *(f"{stored.files_prefix}/{b.file_name}" for b in manifest.buckets),
+    }
+    fetched, _, _ = fetch_artifact(published.uri, tmp_path / "fetched", manifest_sha256(published.manifest_bytes))
+    assert fetched.name == "a"
+
+
+@pytest.mark.parametrize("fate", ["answer-lost", "request-lost"])
+def test_a_manifest_put_of_unknown_outcome_deletes_no_file(
+    losing_proxy: Callable[..., _LosingProxy], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fate: str
+) -> None:
+    # Every attempt of the put lost (botocore gives up with a connection error): whether the
+    # manifest is stored is unknown, and it was taken as not stored (files deleted) either way.
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "2")
+    proxy = losing_proxy(lambda n: fate)
+    root = f"s3://{BUCKET}/edges/unknown-{fate}"
+    manifest = _artifact(tmp_path / "a", "a")
+    prefix = f"edges/unknown-{fate}/{KEY}/"
+    if fate == "answer-lost":
+        # The first attempt stored it: publish reads the manifest and finds its own folder named.
+        published = Store(root).publish(tmp_path / "a", manifest)
+        assert published.stored is True
+        fetch_artifact(published.uri, tmp_path / "fetched", manifest_sha256(published.manifest_bytes))
+    else:
+        # No manifest there: not stored (as far as can be told), and nothing is deleted, since a
+        # put still under way could yet store a manifest naming these files.
+        with pytest.raises(StoreError, match=r"whether it was stored is unknown.*kept") as raised:
+            Store(root).publish(tmp_path / "a", manifest)
+        kept = _keys(prefix)
+        assert "manifest.json" not in kept
+        [folder] = {k.split("/")[0] for k in kept}
+        assert kept == {f"{folder}/{b.file_name}" for b in manifest.buckets}
+        assert f"s3://{BUCKET}/{prefix}{folder}/" in str(raised.value)
+    assert len(proxy.fates) == 2
 
 
 def test_an_s3_manifest_with_no_writer_folder_still_serves(s3_env: S3Server, tmp_path: Path) -> None:
