@@ -220,6 +220,10 @@ class Manifest(_Frozen):
         fitting = [b for b in self.buckets if b.batch >= batch and b.sequence >= sequence]
         return min(fitting, key=lambda b: (b.batch * b.sequence, b.sequence)) if fitting else None
 
+    def stored_path(self, path: str) -> str:
+        """Where a listed file lies below the artifact's URI (in its writer's folder, if any)."""
+        return f"{self.files_prefix}/{path}" if self.files_prefix else path
+
     def has_tokenizer(self) -> bool:
         return any(f.path == TOKENIZER_NAME for f in self.files)
 
@@ -343,4 +347,18 @@ def verify_files(manifest: Manifest, digests: Mapping[str, str], sizes: Mapping[
             problems.append(f"{entry.path}: sha256 {actual} does not match the manifest's {entry.sha256}")
     listed = {f.path for f in manifest.files}
     problems.extend(f"{path}: not listed in the manifest" for path in sorted((set(digests) | set(sizes)) - listed))
+    return problems
+
+
+def missing_files(manifest: Manifest, sizes: Mapping[str, int]) -> list[str]:
+    """The manifest's files absent from ``sizes`` (path -> size in bytes) or of another size: one
+    message each. A check by listing only (no file read), for a stored artifact whose files may
+    have been deleted behind its manifest's back."""
+    problems = []
+    for entry in manifest.files:
+        size = sizes.get(entry.path)
+        if size is None:
+            problems.append(f"{entry.path}: missing")
+        elif size != entry.size:
+            problems.append(f"{entry.path}: {size} bytes, the manifest says {entry.size}")
     return problems

@@ -3,8 +3,10 @@
 Both kinds follow the layout in ``neuronserve.manifest``. Publishing writes every model file first
 and the manifest last, so a reader that finds a manifest finds a complete artifact; the first
 writer of a key wins (a rename in a directory, a conditional put of the manifest in S3, whose files
-go to a folder of each writer's own) and a stored artifact is never replaced. S3 endpoints
-come from boto3's own configuration (``AWS_ENDPOINT_URL``, profiles, IRSA in a pod).
+go to a folder of each writer's own) and a stored artifact is never replaced. The one exception is
+a manifest whose files were deleted behind it (a lifecycle rule, a person): no pod can load that
+artifact, so a publish takes it for none and stores anew. S3 endpoints come from boto3's own
+configuration (``AWS_ENDPOINT_URL``, profiles, IRSA in a pod).
 """
 
 from __future__ import annotations
@@ -14,13 +16,22 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neuronserve.manifest import MANIFEST_NAME, FileEntry, Manifest, manifest_sha256, split_s3_uri, verify_files
+from neuronserve.manifest import (
+    MANIFEST_NAME,
+    FileEntry,
+    Manifest,
+    manifest_sha256,
+    missing_files,
+    split_s3_uri,
+    verify_files,
+)
 
 CHUNK = 1 << 20
 #: After a 409 on the manifest's conditional put (another writer's put in flight): how often and
@@ -93,6 +104,23 @@ def _s3_code(exc: Exception) -> str:
     return str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
 
 
+def _whole_directory_artifact(directory: Path) -> bool:
+    """Whether ``directory`` holds a manifest and every file it lists at its size."""
+    try:
+        data = (directory / MANIFEST_NAME).read_bytes()
+        return not _directory_problems(directory, data)
+    except (OSError, StoreError):
+        return False
+
+
+def _listed_objects(target: str, manifest_bytes: bytes) -> list[tuple[str, str]]:
+    """The (bucket, key) of every file an S3 manifest stored at ``target`` lists."""
+    manifest = _parsed(manifest_bytes)
+    if manifest is None:
+        return []
+    return [split_s3_uri(f"{target}/{manifest.stored_path(e.path)}") for e in manifest.files]
+
+
 def _s3_status(exc: Exception) -> int:
     """The HTTP status of a botocore ClientError (0 when it has none)."""
     response = getattr(exc, "response", None)
@@ -116,6 +144,47 @@ def _unique_sibling(path: Path, tag: str) -> Path:
     serving pods running as another user must be able to read.)
     """
     return path.with_name(f"{path.name}.{tag}-{uuid.uuid4().hex}")
+
+
+@dataclass(frozen=True)
+class _Found:
+    """A manifest stored under a cache key, and what is wrong with the files it lists."""
+
+    manifest_bytes: bytes
+    #: Listed files missing or of another size (by a listing, nothing read); none: a whole artifact.
+    problems: tuple[str, ...]
+    #: S3: the manifest object's ETag, to replace exactly that manifest (a conditional put).
+    etag: str | None = None
+
+
+def _parsed(manifest_bytes: bytes) -> Manifest | None:
+    """The manifest, or None when it is not one this code reads (then its files are not checked:
+    a server refuses such an artifact anyway, and a newer writer's manifest is not replaced)."""
+    from pydantic import ValidationError
+
+    try:
+        return Manifest.from_json_bytes(manifest_bytes)
+    except ValidationError:
+        return None
+
+
+def _directory_problems(directory: Path, manifest_bytes: bytes) -> tuple[str, ...]:
+    """The files a directory artifact's manifest lists that are missing or of another size (a stat each)."""
+    manifest = _parsed(manifest_bytes)
+    if manifest is None:
+        return ()
+    sizes = {}
+    for entry in manifest.files:
+        path = directory / manifest.stored_path(entry.path)
+        try:
+            info = path.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            raise _local_error("look up", path, exc) from exc
+        if stat.S_ISREG(info.st_mode):
+            sizes[entry.path] = info.st_size
+    return tuple(missing_files(manifest, sizes))
 
 
 @dataclass(frozen=True)
@@ -151,8 +220,55 @@ class Store:
         return f"{base}/{name}" if name else base
 
     def has_artifact(self, key: str) -> bool:
-        """True when a manifest is stored under this cache key (a complete artifact)."""
-        return self._manifest_stored(key)
+        """True when a complete artifact is stored under this cache key: its manifest, and every
+        file it lists at the listed size. A manifest whose files were deleted is none: the next
+        publish of the key replaces it."""
+        found = self._look(key)
+        return found is not None and not found.problems
+
+    def _look(self, key: str) -> _Found | None:
+        """The manifest stored under ``key`` and the problems of its files (None: no manifest).
+
+        One read of the manifest and a stat (directory) or HEAD (S3) per listed file.
+        """
+        uri = self._key_uri(key, MANIFEST_NAME)
+        if not is_s3(self.root):
+            directory = local_path(self._key_uri(key))
+            try:
+                data = (directory / MANIFEST_NAME).read_bytes()
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+            except OSError as exc:
+                raise _local_error("look up", local_path(uri), exc) from exc
+            return _Found(data, _directory_problems(directory, data))
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        client = s3_client()
+        bucket, obj = split_s3_uri(uri)
+        try:
+            response = client.get_object(Bucket=bucket, Key=obj)
+            data = response["Body"].read()
+        except ClientError as exc:
+            # No bucket: nothing stored (check_writable, or the upload, says so in its words).
+            if _s3_code(exc) in ("404", "NoSuchKey", "NotFound", "NoSuchBucket"):
+                return None
+            raise _s3_error("look up", uri, exc) from exc
+        except BotoCoreError as exc:
+            raise _s3_error("look up", uri, exc) from exc
+        manifest = _parsed(data)
+        if manifest is None:
+            return _Found(data, (), response.get("ETag"))
+        sizes = {}
+        for entry in manifest.files:
+            file_key = f"{obj.rsplit('/', 1)[0]}/{manifest.stored_path(entry.path)}"
+            try:
+                sizes[entry.path] = int(client.head_object(Bucket=bucket, Key=file_key)["ContentLength"])
+            except ClientError as exc:
+                if _s3_code(exc) not in ("404", "NoSuchKey", "NotFound"):
+                    raise _s3_error("look up", f"s3://{bucket}/{file_key}", exc) from exc
+            except BotoCoreError as exc:
+                raise _s3_error("look up", f"s3://{bucket}/{file_key}", exc) from exc
+        return _Found(data, tuple(missing_files(manifest, sizes)), response.get("ETag"))
 
     def _manifest_stored(self, key: str) -> bool:
         """True when a manifest is stored under this cache key."""
@@ -301,9 +417,11 @@ class Store:
         # under the key and then stores a manifest naming that folder, only if no manifest is
         # there yet (If-None-Match: the first writer wins at S3 itself). A stored manifest thus
         # always names one writer's complete files; a loser's folder is deleted again. A look
-        # before uploading saves the upload when the key is already stored.
-        if self.has_artifact(key):
-            return Published(target, self.get_bytes(f"{key}/{MANIFEST_NAME}"), stored=False)
+        # before uploading saves the upload when the key is already stored. A manifest whose files
+        # are gone is replaced, only if it is still that one (If-Match its ETag).
+        found = self._look(key)
+        if found is not None and not found.problems:
+            return Published(target, found.manifest_bytes, stored=False)
         folder = f"w-{uuid.uuid4().hex[:16]}"
         stored_manifest = manifest.model_copy(update={"files_prefix": folder}).to_json_bytes()
         client = s3_client()
@@ -317,21 +435,27 @@ class Store:
                 raise _s3_error("upload", f"s3://{bucket}/{obj}", exc) from exc
             uploaded.append((bucket, obj))
         bucket, obj = split_s3_uri(f"{target}/{MANIFEST_NAME}")
+        condition = {"IfMatch": found.etag} if found is not None and found.etag else {"IfNoneMatch": "*"}
         try:
-            client.put_object(Bucket=bucket, Key=obj, Body=stored_manifest, IfNoneMatch="*")
+            client.put_object(Bucket=bucket, Key=obj, Body=stored_manifest, **condition)
+            published = Published(target, stored_manifest, stored=True)
         except ClientError as exc:
-            # 412: a manifest is stored, possibly by this very put (botocore sent it again after its
-            # answer was lost); 409: another conditional put of it is in flight. The stored
-            # manifest says whose it is.
+            # 412: a manifest is stored (another than the one to replace), possibly by this very
+            # put (botocore sent it again after its answer was lost); 409: another conditional put
+            # of it is in flight. The stored manifest says whose it is.
             if _s3_code(exc) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
-                return self._settle(key, folder, uploaded, self._stored_manifest(key))
-            if _s3_status(exc) < 500:
+                published = self._settle(key, folder, uploaded, self._stored_manifest(key))
+            elif _s3_status(exc) < 500:
                 self._discard(uploaded)  # refused (denied, invalid): nothing was stored
                 raise _s3_error("upload", f"s3://{bucket}/{obj}", exc) from exc
-            return self._after_unknown_put(key, folder, uploaded, exc)
+            else:
+                published = self._after_unknown_put(key, folder, uploaded, exc)
         except BotoCoreError as exc:
-            return self._after_unknown_put(key, folder, uploaded, exc)
-        return Published(target, stored_manifest, stored=True)
+            published = self._after_unknown_put(key, folder, uploaded, exc)
+        if published.stored and found is not None:
+            # The files the replaced manifest named (those left) are named by none now.
+            self._discard(_listed_objects(target, found.manifest_bytes))
+        return published
 
     def _settle(self, key: str, folder: str, uploaded: list[tuple[str, str]], found: bytes) -> Published:
         """The outcome of this writer's manifest put, from the manifest stored under ``key``: this
@@ -363,8 +487,9 @@ class Store:
 
     @staticmethod
     def _set_aside_incomplete(dest: Path) -> bool:
-        """Move a key's directory that has no manifest out of the way (then delete it): files left
-        after someone deleted only the manifest, which no reader takes for an artifact. False when
+        """Move a key's directory that holds no whole artifact out of the way (then delete it):
+        files left after someone deleted only the manifest, which no reader takes for an artifact,
+        or a manifest some of whose files were deleted, which no server can load. False when
         there is nothing to move; another writer may have moved it first, which is as good."""
         aside = _unique_sibling(dest, "incomplete")
         try:
@@ -373,7 +498,7 @@ class Store:
             return True
         except OSError:
             return False
-        if (aside / MANIFEST_NAME).is_file():
+        if _whole_directory_artifact(aside):
             # Another writer stored a whole artifact between our look and the move: put it back
             # (our next rename then fails and finds it stored).
             with contextlib.suppress(OSError):

@@ -77,7 +77,11 @@ async def test_the_example_is_served_from_a_simulated_compile_that_says_so(tmp_p
             assert stored["compiler"] == SIMULATED_COMPILER
             assert stored["source"] == manifest["spec"]["model"]["source"]
             keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]}
-            assert keys == {f"{prefix}/manifest.json", f"{prefix}/tokenizer.json"}, "no model files"
+            models = {f"{prefix}/model-b{b['batch']}-s{b['sequence']}.pt" for b in stored["buckets"]}
+            assert keys == {f"{prefix}/manifest.json", f"{prefix}/tokenizer.json", *models}
+            # No model: the files the manifest lists are stored empty, as it lists them.
+            assert {s3.head_object(Bucket=bucket, Key=k)["ContentLength"] for k in models} == {0}
+
             assert stored["outputs"][0]["shape"] == [-1, 384]  # all-MiniLM-L6-v2's hidden size
             [job] = cluster.list("jobs", NS, group="batch")
             [compile_pod] = [

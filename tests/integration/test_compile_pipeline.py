@@ -29,6 +29,7 @@ from neuronfleet.sandbox.artifacts import record_uncompiled_artifact
 from neuronfleet.sandbox.kubelet import ContainerResult
 from neuronfleet.sandbox.runners import SubprocessRunner
 from neuronfleet.sandbox.store import WatchEvent
+from neuronserve.store import fetch_artifact
 
 NS = "compile"
 ROLE = f"{GROUP}/role"
@@ -315,6 +316,57 @@ async def test_an_artifact_deleted_under_a_ready_deployment_is_reported_and_comp
         lambda: harness.condition(NS, name, "Degraded").get("status") == "False", timeout=30, what="Degraded=False"
     )
     # Stored again: the held replacement is made.
+    await harness.wait(
+        lambda: sum(ready(p) for p in harness.pods(NS, name, "active")) == 2, timeout=60, what="2 ready active pods"
+    )
+
+
+async def test_a_file_deleted_from_a_served_artifact_is_reported_and_compiled_again(
+    compiling_harness: OperatorHarness, store_clock: StoreClock
+) -> None:
+    # Only the manifest's sha256 was checked: with one model file deleted (a cleanup of big objects)
+    # the record was still served, every new pod failed to load it (ArtifactRejected) for good, and
+    # a compile of the key was a cache hit on the broken artifact, so nothing could republish it.
+    harness = compiling_harness
+    manifest = small_minilm(harness)
+    name = manifest["metadata"]["name"]
+    await harness.apply(manifest)
+    await harness.wait(lambda: harness.condition(NS, name, "Ready").get("status") == "True", timeout=300, what="Ready")
+    await harness.wait(
+        lambda: (harness.cluster.list("jobs", NS, group="batch")[0].get("status") or {}).get("succeeded") == 1,
+        timeout=60,
+        what="the first compile Job complete",
+    )
+    [first_job] = harness.cluster.list("jobs", NS, group="batch")
+    before = harness.deployment(NS, name)["status"]["artifact"]
+    artifact = Path(before["uri"])
+    victim = artifact / "model-b4-s32.pt"
+    victim.unlink()
+    store_clock.now += VERIFIED_TTL_SECONDS  # the operator's check of its served artifact is due
+    gone = (
+        f"files of the artifact {artifact} recorded for this request are gone from the store (model-b4-s32.pt: missing)"
+    )
+    await harness.wait(
+        lambda: gone in harness.condition(NS, name, "Compiled").get("message", ""), timeout=60, what="ArtifactGone"
+    )
+    assert harness.condition(NS, name, "Compiled")["reason"] == "ArtifactGone"
+
+    def republished() -> bool:
+        after = harness.deployment(NS, name)["status"].get("artifact") or {}
+        return (
+            harness.condition(NS, name, "Compiled").get("status") == "True"
+            and victim.is_file()
+            and after.get("sha256") == hashlib.sha256((artifact / "manifest.json").read_bytes()).hexdigest()
+        )
+
+    await harness.wait(republished, timeout=180, what="the artifact compiled again and served")
+    [job] = harness.cluster.list("jobs", NS, group="batch")
+    assert job["metadata"]["uid"] != first_job["metadata"]["uid"]
+    assert job["metadata"]["annotations"][ANNOTATION_REPUBLISHES] == str(artifact)
+    after = harness.deployment(NS, name)["status"]["artifact"]
+    assert (after["uri"], after["revision"]) == (before["uri"], before["revision"])
+    # What a new serving pod reads: the whole artifact, as the status now pins it.
+    fetch_artifact(after["uri"], artifact.parent / "unused", after["sha256"])
     await harness.wait(
         lambda: sum(ready(p) for p in harness.pods(NS, name, "active")) == 2, timeout=60, what="2 ready active pods"
     )

@@ -56,8 +56,10 @@ def test_a_simulated_compile_publishes_what_the_operator_and_the_emulated_server
     assert manifest.outputs[0].shape == [-1, 384]
     assert [(t.name, t.max_value) for t in manifest.inputs] == [("input_ids", 30521), ("attention_mask", 1)]
     assert (directory / "tokenizer.json").read_text() == '{"version": "1.0"}'
-    # No model files: only the manifest and the tokenizer are stored.
-    assert sorted(p.name for p in Path(found.uri).iterdir()) == ["manifest.json", "tokenizer.json"]
+    # No model: the model files the manifest lists are stored empty (the artifact is whole as listed).
+    stored = sorted(p.name for p in Path(found.uri).iterdir())
+    assert stored == sorted(["manifest.json", "tokenizer.json", *(b.file_name for b in manifest.buckets)])
+    assert all((Path(found.uri) / b.file_name).stat().st_size == 0 for b in manifest.buckets)
 
     # Asked again (a retry): the same artifact, found stored.
     again = publish_simulated_compile(compile_args(dep, request), None)

@@ -1,7 +1,7 @@
 """Edges of the store and the compile cache (a reviewer's findings): S3 source prefixes and single
 objects, a store that cannot take the artifact, concurrent publishes of one cache key, a manifest
-put whose answer is lost (a proxy in front of moto), what the cache key names of the compile code,
-and manifest sizes and paths."""
+put whose answer is lost (a proxy in front of moto), files deleted behind their manifest, what the
+cache key names of the compile code, and manifest sizes and paths."""
 
 from __future__ import annotations
 
@@ -172,7 +172,7 @@ def test_a_denied_store_write_fails_before_tracing(
     # moto grants everything: the store's client answers as S3 does for a read-only role.
     client = boto3.client("s3")
     stub = Stubber(client)
-    stub.add_client_error("head_object", service_error_code="404", http_status_code=404)  # has_artifact: absent
+    stub.add_client_error("get_object", service_error_code="NoSuchKey", http_status_code=404)  # has_artifact: absent
     stub.add_response("head_bucket", {})
     stub.add_client_error("put_object", service_error_code="AccessDenied", http_status_code=403)
     stub.activate()
@@ -504,6 +504,77 @@ def test_a_manifest_put_of_unknown_outcome_deletes_no_file(
         assert kept == {f"{folder}/{b.file_name}" for b in manifest.buckets}
         assert f"s3://{BUCKET}/{prefix}{folder}/" in str(raised.value)
     assert len(proxy.fates) == 2
+
+
+# ------------------------------------------------------------- files deleted behind their manifest
+
+
+def test_a_directory_artifact_whose_file_was_deleted_is_compiled_and_stored_again(tmp_path: Path) -> None:
+    # A file removed by hand (or a cleanup of big files) left the manifest: every compile of the
+    # key was a cache hit on it, and every pod refused it ("model-b1-s8.pt: missing") for good.
+    source, store = save_tiny(tmp_path / "tiny.pt"), tmp_path / "store"
+    first = _compile(_options(str(source), store))
+    victim = Path(first.uri) / "model-b1-s8.pt"
+    victim.unlink()
+    assert not Store(str(store)).has_artifact(first.cache_key)
+    again = _compile(_options(str(source), store))
+    assert again.cached is False
+    assert (again.uri, again.cache_key) == (first.uri, first.cache_key)
+    manifest, _, _ = fetch_artifact(again.uri, tmp_path / "unused", again.manifest_sha256)
+    assert victim.is_file() and manifest.cache_key == first.cache_key
+    assert sorted(p.name for p in store.iterdir()) == [first.cache_key]  # the broken one is not kept aside
+
+
+def test_an_s3_artifact_whose_file_was_deleted_is_stored_again(s3_env: S3Server, tmp_path: Path) -> None:
+    root, prefix = f"s3://{BUCKET}/edges/files-gone", f"edges/files-gone/{KEY}/"
+    first = Store(root).publish(tmp_path / "a", _artifact(tmp_path / "a", "a"))
+    old_folder = Manifest.from_json_bytes(first.manifest_bytes).files_prefix
+    client = boto3.client("s3")
+    client.delete_object(Bucket=BUCKET, Key=f"{prefix}{old_folder}/model-b4-s8.pt")  # a lifecycle rule
+    assert not Store(root).has_artifact(KEY)
+    again = Store(root).publish(tmp_path / "b", _artifact(tmp_path / "b", "b"))
+    assert again.stored is True
+    manifest, _, _ = fetch_artifact(again.uri, tmp_path / "fetched", manifest_sha256(again.manifest_bytes))
+    assert manifest.name == "b" and manifest.files_prefix != old_folder
+    # The replaced manifest's file left is named by no manifest: deleted with it.
+    assert _keys(prefix) == {"manifest.json", *(f"{manifest.files_prefix}/{b.file_name}" for b in manifest.buckets)}
+
+
+def test_an_s3_artifact_repaired_by_another_writer_first_is_theirs(
+    s3_env: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, prefix = f"s3://{BUCKET}/edges/repair-race", f"edges/repair-race/{KEY}/"
+    first = Store(root).publish(tmp_path / "a", _artifact(tmp_path / "a", "a"))
+    old_folder = Manifest.from_json_bytes(first.manifest_bytes).files_prefix
+    boto3.client("s3").delete_object(Bucket=BUCKET, Key=f"{prefix}{old_folder}/model-b1-s8.pt")
+    real_client = store_mod.s3_client
+    other: dict[str, Any] = {}
+
+    class BRepairsFirst:
+        """C's client: B repairs the key between C's look and C's put of its manifest."""
+
+        def __init__(self) -> None:
+            self._client = real_client()
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._client, name)
+
+        def put_object(self, **kwargs: Any) -> Any:
+            if kwargs["Key"].endswith("manifest.json") and "b" not in other:
+                monkeypatch.setattr(store_mod, "s3_client", real_client)
+                other["b"] = Store(root).publish(tmp_path / "b", _artifact(tmp_path / "b", "b"))
+                monkeypatch.setattr(store_mod, "s3_client", lambda: self)
+            return self._client.put_object(**kwargs)
+
+    client = BRepairsFirst()
+    monkeypatch.setattr(store_mod, "s3_client", lambda: client)
+    published = Store(root).publish(tmp_path / "c", _artifact(tmp_path / "c", "c"))
+    monkeypatch.setattr(store_mod, "s3_client", real_client)
+    assert other["b"].stored is True
+    assert (published.stored, published.manifest_bytes) == (False, other["b"].manifest_bytes)
+    manifest, _, _ = fetch_artifact(published.uri, tmp_path / "fetched")
+    assert manifest.name == "b"
+    assert _keys(prefix) == {"manifest.json", *(f"{manifest.files_prefix}/{b.file_name}" for b in manifest.buckets)}
 
 
 def test_an_s3_manifest_with_no_writer_folder_still_serves(s3_env: S3Server, tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """The operator's reads of S3 (a moto server, through boto3): a source's fingerprint covers what
 the compile Job downloads and nothing else, a missing store bucket is a store problem, S3
 saying "not now" is not a source problem, and a request record is trusted only while the artifact
-it names is stored as recorded (checked at most once per TTL; in a local directory too)."""
+it names is stored as recorded, its manifest and every file that lists (checked at most once per
+TTL; in a local directory too)."""
 
 from __future__ import annotations
 
@@ -265,3 +266,130 @@ def test_a_recheck_reads_a_verified_manifest_again_within_the_ttl(recorded: Any)
     found = store.lookup(request, recheck=True)
     assert isinstance(found, DanglingRecord)
     assert found.found_sha256 == manifest_sha256(b'{"name": "bert", "overwritten": true}\n')
+
+
+# ------------------------------------------------------------------ files deleted behind the manifest
+
+
+def _published(tmp_path: Path, root: str) -> tuple[CompileRequest, Any, str]:
+    """An artifact published by the runtime's store (two model files) and the record naming it; its URI."""
+    from neuronserve.manifest import Bucket, CompilerFlags, FileEntry, Manifest, TensorSignature
+    from neuronserve.store import Store, file_sha256
+
+    local = tmp_path / "artifact"
+    local.mkdir()
+    buckets = [Bucket(batch=1, sequence=8), Bucket(batch=4, sequence=8)]
+    for bucket in buckets:
+        (local / bucket.file_name).write_bytes(b"traced " + bucket.file_name.encode())
+    signature = TensorSignature(name="input_ids", dtype="int64", shape=[-1, -1])
+    manifest = Manifest(
+        name="bert",
+        backend="cpu",
+        buckets=buckets,
+        inputs=[signature],
+        outputs=[signature],
+        compiler="x",
+        torch_version="x",
+        flags=CompilerFlags(),
+        source_digest="d" * 64,
+        cache_key=KEY,
+        files=[
+            FileEntry(
+                path=b.file_name, sha256=file_sha256(local / b.file_name), size=(local / b.file_name).stat().st_size
+            )
+            for b in buckets
+        ],
+    )
+    (local / "manifest.json").write_bytes(manifest.to_json_bytes())
+    store = Store(root)
+    published = store.publish(local, manifest)
+    request = compile_request(SPEC, root, "fp")
+    record = RequestRecord(
+        cache_key=KEY,
+        artifact_uri=published.uri,
+        manifest_sha256=manifest_sha256(published.manifest_bytes),
+        backend="cpu",
+        revision=KEY[:10],
+    )
+    store.put_bytes(request_record_path(request.key), record.to_json_bytes())
+    return request, Manifest.from_json_bytes(published.manifest_bytes), published.uri
+
+
+@pytest.fixture(params=["s3", "directory"])
+def published(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> tuple[CompileRequest, Callable[[str, bytes | None], None]]:
+    """A published artifact (S3 or a directory) and its record, and how to replace (bytes) or delete
+    (None) one of its files."""
+    if request.param == "s3":
+        s3 = request.getfixturevalue("s3")
+        bucket = request.getfixturevalue("store_bucket")
+        record, manifest, uri = _published(tmp_path, f"s3://{bucket}/compiled")
+
+        def put_file(name: str, data: bytes | None) -> None:
+            key = f"compiled/{KEY}/{manifest.stored_path(name)}"
+            if data is None:
+                s3.delete_object(Bucket=bucket, Key=key)
+            else:
+                s3.put_object(Bucket=bucket, Key=key, Body=data)
+
+        return record, put_file
+    record, manifest, uri = _published(tmp_path, str(tmp_path / "store"))
+
+    def put_local(name: str, data: bytes | None) -> None:
+        path = Path(uri) / manifest.stored_path(name)
+        if data is None:
+            path.unlink()
+        else:
+            path.write_bytes(data)
+
+    return record, put_local
+
+
+def test_a_record_whose_artifact_lost_a_file_is_dangling_and_says_which(published: Any) -> None:
+    # Only the manifest's sha256 was checked: the record was served, and every new pod failed to
+    # load it (ArtifactRejected: model-b1-s8.pt missing) for good.
+    request, put_file = published
+    assert isinstance(ArtifactStore().lookup(request), StoredArtifact)
+    put_file("model-b1-s8.pt", None)
+    found = ArtifactStore().lookup(request)
+    assert isinstance(found, DanglingRecord)
+    assert found.found_sha256 == found.artifact.manifest_sha256
+    assert found.file_problems == ("model-b1-s8.pt: missing",)
+    assert found.describe() == (
+        f"files of the artifact {found.artifact.uri} recorded for this request are gone from the store "
+        "(model-b1-s8.pt: missing)"
+    )
+    put_file("model-b4-s8.pt", b"cut")  # and one replaced by other bytes of another size
+    found = ArtifactStore().lookup(request)
+    assert isinstance(found, DanglingRecord)
+    assert found.file_problems[1] == "model-b4-s8.pt: 3 bytes, the manifest says 21"
+
+
+def test_a_steady_fleet_checks_its_files_once_per_ttl(s3: Any, store_bucket: str, tmp_path: Path) -> None:
+    request, manifest, _ = _published(tmp_path, f"s3://{store_bucket}/compiled")
+    client, clock = boto3.client("s3"), StubClock()
+    heads: list[str] = []
+    client.meta.events.register("provide-client-params.s3.HeadObject", lambda params, **_: heads.append(params["Key"]))
+    store = ArtifactStore(client, clock=clock)
+    for _ in range(30):  # 30 reconciles, 10 s apart
+        assert isinstance(store.lookup(request), StoredArtifact)
+        clock.now += 10
+    assert sorted(heads) == sorted(f"compiled/{KEY}/{manifest.stored_path(f.path)}" for f in manifest.files)
+    clock.now += VERIFIED_TTL_SECONDS
+    store.lookup(request)
+    assert len(heads) == 2 * len(manifest.files)
+
+
+def test_a_file_that_cannot_be_looked_up_now_is_a_store_problem_not_a_dangling_record(
+    s3: Any, store_bucket: str, tmp_path: Path
+) -> None:
+    request, _, _ = _published(tmp_path, f"s3://{store_bucket}/compiled")
+    client = boto3.client("s3")
+
+    def slow_down(**_: Any) -> None:
+        raise ClientError({"Error": {"Code": "503", "Message": "Slow Down"}}, "HeadObject")  # type: ignore[arg-type]
+
+    client.meta.events.register("before-call.s3.HeadObject", slow_down)
+    with pytest.raises(StoreUnavailable, match="Slow Down"):
+        ArtifactStore(client).lookup(request)

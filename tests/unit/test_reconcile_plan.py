@@ -816,12 +816,23 @@ def test_pods_held_for_a_replaced_artifact_say_it_was_replaced_not_gone() -> Non
     dep = deployment(**MANUAL)
     serving = StoredArtifact("c" * 64, "/store/cccc", "d" * 64, "cpu")
     status = plan(dep, Observation(T0, compile=compiled(dep)), DeploymentMemory(), {}).status
-    for found, why in ((None, "is gone from the store"), ("e" * 64, "was replaced in the store (another manifest)")):
-        dangling = compiled(dep, stored=None, dangling=DanglingRecord(serving, found), job_phase="running")
+    for record, why in (
+        (DanglingRecord(serving, None), "the artifact of revision cccccccccc is gone from the store"),
+        (
+            DanglingRecord(serving, "e" * 64),
+            "the artifact of revision cccccccccc was replaced in the store (another manifest)",
+        ),
+        # The recorded manifest is there, but a file it lists was deleted.
+        (
+            DanglingRecord(serving, "d" * 64, ("model-b1-s8.pt: missing",)),
+            "files of the artifact of revision cccccccccc are gone from the store",
+        ),
+    ):
+        dangling = compiled(dep, stored=None, dangling=record, job_phase="running")
         result = plan(dep, Observation(T0, compile=dangling), DeploymentMemory(), status)
         assert not [a for a in result.actions if isinstance(a, CreatePod)]
         available = next(c for c in result.status["conditions"] if c["type"] == "Available")
-        assert f"2 new active pods held: the artifact of revision cccccccccc {why}" in available["message"], available
+        assert f"2 new active pods held: {why}" in available["message"], available
 
 
 def test_the_placement_counts_the_nodes_and_cost_of_every_pod_it_creates_placeholders_included() -> None:

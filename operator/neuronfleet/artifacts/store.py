@@ -3,8 +3,9 @@
 The operator only reads here; compile Jobs (``neuronserve compile --request-key``) write. The
 record's format is the runtime's (``neuronserve.manifest.RequestRecord``), read through that one
 pure module. A record is trusted only once the manifest at its artifact URI is there with the
-recorded sha256 (a lifecycle rule or a person may delete artifacts behind the operator's back);
-a verified artifact is remembered for :data:`VERIFIED_TTL_SECONDS`. S3 goes through boto3
+recorded sha256 and every file it lists is there at its size (a lifecycle rule or a person may
+delete artifacts, or some of their files, behind the operator's back); a verified artifact is
+remembered for :data:`VERIFIED_TTL_SECONDS`. S3 goes through boto3
 (``AWS_ENDPOINT_URL`` points it at another endpoint, e.g. a moto server in tests); a plain path is
 a local directory (the sandbox). Calls are blocking, so async callers run them in a thread.
 """
@@ -12,6 +13,7 @@ a local directory (the sandbox). Calls are blocking, so async callers run them i
 from __future__ import annotations
 
 import hashlib
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +25,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from neuronfleet.planning.compile import CompileRequest, DanglingRecord, StoredArtifact
-from neuronserve.manifest import MANIFEST_NAME, RequestRecord, manifest_sha256
+from neuronserve.manifest import MANIFEST_NAME, Manifest, RequestRecord, manifest_sha256, missing_files
 
 #: Each call runs in a reconcile (in a thread, which a timeout cannot stop): boto3's defaults (60 s
 #: to connect and per read, 5 legacy attempts) let a silent endpoint hold a reconcile ~5 minutes
@@ -32,9 +34,10 @@ S3_CONFIG = Config(connect_timeout=5, read_timeout=10, retries={"mode": "standar
 
 #: How long an artifact found as recorded is trusted without reading its manifest again. ``lookup``
 #: runs on every reconcile of every deployment (seconds apart): checking each time would add one
-#: GET per deployment per reconcile for something that rarely changes. So a steady fleet reads each
-#: artifact's manifest at most this often, and an artifact deleted under it is noticed (and compiled
-#: again) within this time; its running pods have loaded it already, only new ones need it.
+#: GET (and a HEAD per listed file) per deployment per reconcile for something that rarely changes.
+#: So a steady fleet checks each artifact at most this often, and an artifact (or a file of it)
+#: deleted under it is noticed (and compiled again) within this time; its running pods have loaded
+#: it already, only new ones need it.
 VERIFIED_TTL_SECONDS = 600.0
 
 
@@ -115,7 +118,8 @@ class ArtifactStore:
     def lookup(self, request: CompileRequest, recheck: bool = False) -> StoredArtifact | DanglingRecord | None:
         """The artifact recorded for a request; None when it was never compiled; a
         :class:`DanglingRecord` when the record names an artifact that is not stored as recorded
-        (no manifest at its URI, or one with another sha256): not to be served, to be compiled again.
+        (no manifest at its URI, one with another sha256, or files it lists missing or of another
+        size): not to be served, to be compiled again.
         ``recheck``: read the manifest even if it was verified within the TTL (a pod found another).
 
         A store that cannot be read (the record or the manifest) raises :class:`StoreUnavailable`,
@@ -134,29 +138,69 @@ class ArtifactStore:
             manifest_sha256=record.manifest_sha256,
             backend=record.backend,
         )
-        found = self._verify(stored, recheck)
-        return stored if found == stored.manifest_sha256 else DanglingRecord(stored, found)
+        found, problems = self._verify(stored, recheck)
+        if found == stored.manifest_sha256 and not problems:
+            return stored
+        return DanglingRecord(stored, found, problems)
 
-    def _verify(self, stored: StoredArtifact, recheck: bool = False) -> str | None:
-        """The sha256 of the manifest at the artifact's URI (None: no manifest there), or the recorded
-        one without a read when it was found so within the TTL (unless ``recheck``)."""
+    def _verify(self, stored: StoredArtifact, recheck: bool = False) -> tuple[str | None, tuple[str, ...]]:
+        """The sha256 of the manifest at the artifact's URI (None: no manifest there) and, when it is
+        the recorded one, its files found missing or of another size; or the recorded sha256 and no
+        problem, without a read, when it was found so within the TTL (unless ``recheck``)."""
         key = (stored.uri, stored.manifest_sha256)
         with self._lock:
             checked = self._verified.get(key)
         if not recheck and checked is not None and self._clock() - checked < self._verified_ttl:
-            return stored.manifest_sha256
+            return stored.manifest_sha256, ()
         data = self._read(f"{stored.uri.rstrip('/')}/{MANIFEST_NAME}")
         found = manifest_sha256(data) if data is not None else None
+        problems = self._file_problems(stored.uri, data) if data is not None and found == stored.manifest_sha256 else ()
         now = self._clock()
         with self._lock:
             # Forget expired entries (artifacts no longer served): the memory stays as small as the
             # set of artifacts served within the TTL.
             self._verified = {k: t for k, t in self._verified.items() if now - t < self._verified_ttl}
-            if found == stored.manifest_sha256:
+            if found == stored.manifest_sha256 and not problems:
                 self._verified[key] = now
             else:
                 self._verified.pop(key, None)
-        return found
+        return found, problems
+
+    def _file_problems(self, uri: str, manifest_bytes: bytes) -> tuple[str, ...]:
+        """The files the manifest lists that are missing at ``uri`` or of another size: a HEAD (S3)
+        or stat each, nothing downloaded. A manifest this code cannot parse is not checked (a
+        newer compile's; the serving pods judge it)."""
+        try:
+            manifest = Manifest.from_json_bytes(manifest_bytes)
+        except ValueError:
+            return ()
+        sizes = {}
+        for entry in manifest.files:
+            size = self._size(f"{uri.rstrip('/')}/{manifest.stored_path(entry.path)}")
+            if size is not None:
+                sizes[entry.path] = size
+        return tuple(missing_files(manifest, sizes))
+
+    def _size(self, uri: str) -> int | None:
+        """The size of one stored file; None when it is not there. Unreadable: StoreUnavailable."""
+        if uri.startswith("s3://"):
+            bucket, key = _split_s3(uri)
+            try:
+                return int(self.s3.head_object(Bucket=bucket, Key=key)["ContentLength"])
+            except ClientError as exc:
+                # A HEAD's error has no body: its code is the HTTP status.
+                if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                    return None
+                raise StoreUnavailable(f"cannot look up {uri}: {exc}") from exc
+            except BotoCoreError as exc:
+                raise StoreUnavailable(f"cannot look up {uri}: {exc}") from exc
+        try:
+            info = _local(uri).stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot look up {uri}: {exc.strerror}") from exc
+        return info.st_size if stat.S_ISREG(info.st_mode) else None
 
     def fingerprint(self, source: str) -> str | None:
         """A digest of the source's file listing (names, sizes, ETags or mtimes).

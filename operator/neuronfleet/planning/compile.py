@@ -13,12 +13,13 @@ knows its compiler. So the pipeline has two keys:
   artifact lives at ``<store>/<cache key>``, its revision label is the cache key's first 10 digits.
 
 Per revision: if the record exists and the artifact it names is still stored as recorded (the
-store checks its manifest's sha256), the artifact is used as is (no Job); otherwise a Job runs
-``neuronserve compile``, which itself skips the trace when an artifact with the same cache key is
-stored already (so an unchanged model is never compiled twice, even under a new request key).
-A record whose artifact is gone (deleted by a lifecycle rule or by hand) or was replaced by another
-manifest is a :class:`DanglingRecord`: never served, said in the Compiled condition, and compiled
-again (the Job republishes the artifact, or takes the stored one, and rewrites the record).
+store checks its manifest's sha256 and that the files it lists are there), the artifact is used as
+is (no Job); otherwise a Job runs ``neuronserve compile``, which itself skips the trace when an
+artifact with the same cache key is stored already (so an unchanged model is never compiled twice,
+even under a new request key). A record whose artifact is gone (deleted by a lifecycle rule or by
+hand, in whole or some of its files) or was replaced by another manifest is a
+:class:`DanglingRecord`: never served, said in the Compiled condition, and compiled again (the Job
+republishes the artifact, or takes the stored one, and rewrites the record).
 
 The *source fingerprint* (ETags / sizes of the source files, read by ``neuronfleet.artifacts``)
 goes into the request key, so replacing the files under the same URI compiles a new revision.
@@ -119,17 +120,25 @@ class StoredArtifact:
 
 @dataclass(frozen=True)
 class DanglingRecord:
-    """A request record whose artifact is not in the store as recorded: its manifest is missing, or
-    another manifest (another sha256) is in its place. Pods could not load it as recorded."""
+    """A request record whose artifact is not in the store as recorded: its manifest is missing,
+    another manifest (another sha256) is in its place, or files the manifest lists are missing (or
+    of another size). Pods could not load it as recorded."""
 
     #: What the record says.
     artifact: StoredArtifact
     #: The sha256 of the manifest found at the artifact's URI; None when there is none.
     found_sha256: str | None
+    #: With the recorded manifest in place: its files found missing or of another size, one each.
+    file_problems: tuple[str, ...] = ()
 
     def describe(self) -> str:
         if self.found_sha256 is None:
             return f"the artifact {self.artifact.uri} recorded for this request is gone (manifest missing)"
+        if self.found_sha256 == self.artifact.manifest_sha256 and self.file_problems:
+            return (
+                f"files of the artifact {self.artifact.uri} recorded for this request are gone from the store "
+                f"({'; '.join(self.file_problems)})"
+            )
         return (
             f"the artifact {self.artifact.uri} recorded for this request holds another manifest (sha256 "
             f"{self.found_sha256[:12]}, the record says {self.artifact.manifest_sha256[:12]})"

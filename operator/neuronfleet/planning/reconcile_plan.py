@@ -314,6 +314,11 @@ def _compile(
 
 def _held_because(serve: StoredArtifact, dangling: DanglingRecord | None) -> str:
     """Why no serving pod of ``serve`` is created: its artifact is not in the store as recorded."""
+    if dangling is not None and dangling.file_problems and dangling.found_sha256 == serve.manifest_sha256:
+        return (
+            f"files of the artifact of revision {serve.revision} are gone from the store; no new pod could "
+            "load it until it is republished (see Compiled)"
+        )
     if dangling is not None and dangling.found_sha256 is not None:
         # Replaced, not deleted: a new pod (pinned to the recorded manifest) would refuse it.
         return (

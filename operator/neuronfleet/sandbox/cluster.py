@@ -144,7 +144,7 @@ class SandboxCluster:
         """``s3``: also run an S3 endpoint (``cluster.s3``, moto on 127.0.0.1). ``compile_jobs="real"``:
         compile Jobs' ``neuronserve compile`` runs on this machine (pointed at ``cluster.s3`` when
         there is one); "simulated": after ``ColdStartProfile.run_s`` they publish a stand-in artifact
-        (a manifest that says it is simulated, no model files) and its request record in the store they
+        (a manifest that says it is simulated, empty model files) and its request record in the store they
         name, then exit 0 (see ``sandbox.simulated_compile``); the emulated NeuronCore device serves it.
         ``serving``: serving pods run ``neuronserve serve`` as real local processes
         (``cluster.servers``, see ``sandbox.serving``), Services get Endpoints and EndpointSlices

@@ -86,7 +86,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
         choices=["real", "simulated"],
         default="real",
         help="real (default): compile Jobs run `neuronserve compile` on this machine; simulated: after a minute "
-        "they publish a stand-in artifact (its manifest says it is simulated; no model files: served on the "
+        "they publish a stand-in artifact (its manifest says it is simulated; empty model files: served on the "
         "emulated device, not with --serving cpu) and its request record, and succeed",
     )
     up.add_argument(
@@ -124,7 +124,7 @@ def run_up(args: argparse.Namespace) -> int:
         print(f"neuronfleet sandbox up: bad port {args.port}", file=sys.stderr)
         return 2
     if args.compile_jobs == "simulated" and args.serving == "cpu":
-        # A CPU server loads the model files, which a simulated compile does not write.
+        # A CPU server loads the model files, which a simulated compile writes empty.
         print(
             "neuronfleet sandbox up: --compile-jobs simulated writes no model files for --serving cpu to load: "
             "use --serving emulated-device or simulated, or --compile-jobs real",

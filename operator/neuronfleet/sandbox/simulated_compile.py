@@ -13,10 +13,12 @@ compile publishes, without compiling anything:
 - ``<store>/<cache key>/manifest.json``: the requested contract (name, buckets, inputs, flags; one
   float32 output ``embedding`` as wide as the source's ``hidden_size``, when its ``config.json``
   says), whose ``compiler`` is :data:`SIMULATED_COMPILER` and whose ``output_description`` says that
-  nothing was compiled. The bucket files it lists are NOT written: only a server that reads the
-  manifest and tokenizer alone (``neuronserve serve --device emulated-neuroncore``, the sandbox's
-  default ``--serving``) can serve it; a CPU server refuses it (files missing). Manifests and
-  records know only the backends ``neuron`` and ``cpu``: it says ``cpu``, never ``neuron``;
+  nothing was compiled. The bucket files it lists are empty (0 bytes, as listed), written so that
+  the artifact is whole as its manifest says (the operator and a compile check that every listed
+  file is there): only a server that reads the manifest and tokenizer alone (``neuronserve serve
+  --device emulated-neuroncore``, the sandbox's default ``--serving``) can serve it; a CPU server
+  cannot load an empty module. Manifests and records know only the backends ``neuron`` and
+  ``cpu``: it says ``cpu``, never ``neuron``;
 - the source's ``tokenizer.json``, when it has one, as a compile of a Hugging Face source copies it;
 - the request record, naming that manifest's sha256.
 
@@ -213,6 +215,10 @@ def publish_simulated_compile(argv: list[str], s3: SandboxS3 | None) -> Containe
         key = cache_key(digest, SIMULATED_COMPILER, flags, buckets, inputs)
         uri = artifact_uri(args.store, key)
         stored = objects.read(_under(uri, MANIFEST_NAME))
+        # Also under a manifest stored before they were written: the key names the buckets.
+        for bucket in buckets:
+            if stored is None or objects.read(_under(uri, bucket.file_name)) is None:
+                objects.write(_under(uri, bucket.file_name), b"")
         if stored is None:
             files = [FileEntry(path=b.file_name, sha256=sha256_hex(b""), size=0) for b in buckets]
             tokenizer = objects.read(_under(args.source, TOKENIZER_NAME))
@@ -225,8 +231,8 @@ def publish_simulated_compile(argv: list[str], s3: SandboxS3 | None) -> Containe
                 buckets=buckets,
                 inputs=inputs,
                 outputs=[TensorSignature(name="embedding", dtype="float32", shape=[-1, hidden])],
-                output_description="none: the sandbox simulated this compile (no model was traced, no model files "
-                "were written); only the emulated NeuronCore device serves it, with placeholder outputs",
+                output_description="none: the sandbox simulated this compile (no model was traced, its model files "
+                "are empty); only the emulated NeuronCore device serves it, with placeholder outputs",
                 compiler=SIMULATED_COMPILER,
                 torch_version="none",
                 flags=flags,
@@ -237,7 +243,7 @@ def publish_simulated_compile(argv: list[str], s3: SandboxS3 | None) -> Containe
             )
             stored = manifest.to_json_bytes()
             objects.write(_under(uri, MANIFEST_NAME), stored)
-            logs.append(f"stand-in artifact {uri}: manifest only (no model files), compiler {SIMULATED_COMPILER!r}")
+            logs.append(f"stand-in artifact {uri}: manifest and empty model files, compiler {SIMULATED_COMPILER!r}")
         else:
             logs.append(f"stand-in artifact {uri} already stored")
         sha = manifest_sha256(stored)
