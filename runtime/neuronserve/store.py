@@ -436,22 +436,34 @@ class Store:
             uploaded.append((bucket, obj))
         bucket, obj = split_s3_uri(f"{target}/{MANIFEST_NAME}")
         condition = {"IfMatch": found.etag} if found is not None and found.etag else {"IfNoneMatch": "*"}
-        try:
-            client.put_object(Bucket=bucket, Key=obj, Body=stored_manifest, **condition)
-            published = Published(target, stored_manifest, stored=True)
-        except ClientError as exc:
-            # 412: a manifest is stored (another than the one to replace), possibly by this very
-            # put (botocore sent it again after its answer was lost); 409: another conditional put
-            # of it is in flight. The stored manifest says whose it is.
-            if _s3_code(exc) in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
-                published = self._settle(key, folder, uploaded, self._stored_manifest(key))
-            elif _s3_status(exc) < 500:
-                self._discard(uploaded)  # refused (denied, invalid): nothing was stored
-                raise _s3_error("upload", f"s3://{bucket}/{obj}", exc) from exc
-            else:
+        replacing = found.manifest_bytes if found is not None else None
+        for attempt in range(2):
+            try:
+                client.put_object(Bucket=bucket, Key=obj, Body=stored_manifest, **condition)
+                published = Published(target, stored_manifest, stored=True)
+            except ClientError as exc:
+                # 412: a manifest is stored (another than the one to replace), possibly by this very
+                # put (botocore sent it again after its answer was lost); 409: another conditional
+                # put of it is in flight. The stored manifest says whose it is.
+                if _s3_code(exc) not in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+                    if _s3_status(exc) >= 500:
+                        published = self._after_unknown_put(key, folder, uploaded, exc)
+                        break
+                    self._discard(uploaded)  # refused (denied, invalid): nothing was stored
+                    raise _s3_error("upload", f"s3://{bucket}/{obj}", exc) from exc
+                current = self._stored_manifest(key, replacing)
+                if current is None and attempt == 0:
+                    continue  # the put in flight stored nothing (it failed, its writer died): once more
+                if current is None:
+                    raise StoreError(
+                        f"another compile kept storing {self._key_uri(key)} and its manifest did not appear; this "
+                        f"compile's files are kept in {self._key_uri(key, folder)}/ (named by no manifest, not "
+                        "served; nothing deletes them); compile again to store the artifact"
+                    ) from exc
+                published = self._settle(key, folder, uploaded, current)
+            except BotoCoreError as exc:
                 published = self._after_unknown_put(key, folder, uploaded, exc)
-        except BotoCoreError as exc:
-            published = self._after_unknown_put(key, folder, uploaded, exc)
+            break
         if published.stored and found is not None:
             # The files the replaced manifest named (those left) are named by none now.
             self._discard(_listed_objects(target, found.manifest_bytes))
@@ -507,13 +519,19 @@ class Store:
         shutil.rmtree(aside, ignore_errors=True)
         return True
 
-    def _stored_manifest(self, key: str) -> bytes:
-        """The manifest another writer stored under ``key`` (after a 409, once its put completes)."""
-        for _ in range(_STORED_MANIFEST_LOOKS):
+    def _stored_manifest(self, key: str, replacing: bytes | None) -> bytes | None:
+        """The manifest stored under ``key`` after a conditional put was refused, other than
+        ``replacing`` (the manifest whose files are gone, which the refused put was to replace).
+        After a 409 another writer's put is in flight: its manifest is waited for, a few seconds;
+        None when none appeared."""
+        for look in range(_STORED_MANIFEST_LOOKS):
+            if look:
+                time.sleep(_STORED_MANIFEST_PAUSE_S)
             if self._manifest_stored(key):
-                return self.get_bytes(f"{key}/{MANIFEST_NAME}")
-            time.sleep(_STORED_MANIFEST_PAUSE_S)
-        raise StoreError(f"another compile is storing {self._key_uri(key)} and its manifest did not appear")
+                current = self.get_bytes(f"{key}/{MANIFEST_NAME}")
+                if current != replacing:
+                    return current
+        return None
 
     @staticmethod
     def _discard(objects: list[tuple[str, str]]) -> None:

@@ -577,6 +577,55 @@ def test_an_s3_artifact_repaired_by_another_writer_first_is_theirs(
     assert _keys(prefix) == {"manifest.json", *(f"{manifest.files_prefix}/{b.file_name}" for b in manifest.buckets)}
 
 
+@pytest.mark.parametrize("replacing", [False, True], ids=["new-key", "files-gone"])
+def test_a_409_whose_other_put_stored_nothing_is_put_once_more(
+    s3_env: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replacing: bool
+) -> None:
+    # 409: another conditional put of the manifest was in flight. When that one stored nothing (it
+    # failed, its writer died), the compile failed after waiting for its manifest ("did not appear").
+    # And when the key held a manifest whose files are gone, that broken manifest was taken at once
+    # for the other writer's: this writer's files were deleted and the broken artifact kept.
+    monkeypatch.setattr(store_mod, "_STORED_MANIFEST_PAUSE_S", 0.0)
+    monkeypatch.setattr(store_mod, "_STORED_MANIFEST_LOOKS", 3)
+    root, prefix = f"s3://{BUCKET}/edges/conflict-{replacing}", f"edges/conflict-{replacing}/{KEY}/"
+    if replacing:
+        first = Store(root).publish(tmp_path / "old", _artifact(tmp_path / "old", "old"))
+        old_folder = Manifest.from_json_bytes(first.manifest_bytes).files_prefix
+        boto3.client("s3").delete_object(Bucket=BUCKET, Key=f"{prefix}{old_folder}/model-b1-s8.pt")
+    real_client = store_mod.s3_client
+    puts: list[str] = []
+
+    class ConflictOnce:
+        def __init__(self) -> None:
+            self._client = real_client()
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._client, name)
+
+        def put_object(self, **kwargs: Any) -> Any:
+            if kwargs["Key"].endswith("manifest.json"):
+                puts.append(next(c for c in ("IfNoneMatch", "IfMatch") if c in kwargs))
+                if len(puts) == 1:
+                    raise ClientError(
+                        {
+                            "Error": {"Code": "ConditionalRequestConflict", "Message": "conflict"},
+                            "ResponseMetadata": {"HTTPStatusCode": 409},
+                        },
+                        "PutObject",
+                    )
+            return self._client.put_object(**kwargs)
+
+    client = ConflictOnce()
+    monkeypatch.setattr(store_mod, "s3_client", lambda: client)
+    published = Store(root).publish(tmp_path / "a", _artifact(tmp_path / "a", "a"))
+    monkeypatch.setattr(store_mod, "s3_client", real_client)
+    assert puts == ["IfMatch" if replacing else "IfNoneMatch"] * 2
+    assert published.stored is True
+    manifest, _, _ = fetch_artifact(published.uri, tmp_path / "fetched", manifest_sha256(published.manifest_bytes))
+    assert manifest.name == "a"
+    assert _keys(prefix) == {"manifest.json", *(f"{manifest.files_prefix}/{b.file_name}" for b in manifest.buckets)}
+
+
 def test_an_s3_manifest_with_no_writer_folder_still_serves(s3_env: S3Server, tmp_path: Path) -> None:
     # Artifacts stored before writer folders keep their files beside the manifest.
     manifest = _artifact(tmp_path / "a", "old")
