@@ -266,3 +266,132 @@ def test_redact_url() -> None:
     assert redact_url("http://a:p@ss@host/") == "http://***@host/"  # an unencoded @ in the password
     assert redact_url("http://a:p?ss@host/") == "http://***@host/"  # not taken for a query string
     assert redact_url("http://a:p/s#s@host/") == "http://***@host/"
+
+
+class TrickleServer:
+    """Answers 200 and then sends one byte every TRICKLE seconds, for ever: in the body (after headers
+    announcing a megabyte), or in the headers themselves. requests' timeout bounds each socket read,
+    never the whole answer, so neither side ever times out; counts the connections the reader closed."""
+
+    TRICKLE = 0.2
+
+    def __init__(self, phase: str) -> None:
+        self.phase = phase
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=100)
+        self.port = self.sock.getsockname()[1]
+        self.hung_up = 0
+        self._hung_up = threading.Condition()
+        self._stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+                if self.phase == "body":
+                    conn.sendall(b"Content-Length: 1000000\r\n\r\n")
+                else:
+                    conn.sendall(b"X-Trickle: ")
+                # The server's pace, not a wait for an effect.
+                while not self._stop.wait(self.TRICKLE):
+                    conn.sendall(b" " if self.phase == "body" else b"a")
+            except OSError:
+                with self._hung_up:
+                    self.hung_up += 1
+                    self._hung_up.notify_all()
+
+    def wait_hung_up(self, count: int, timeout: float) -> int:
+        """The connections the reader closed, once ``count`` (or ``timeout`` seconds passed): the
+        server notices at its next byte."""
+        with self._hung_up:
+            self._hung_up.wait_for(lambda: self.hung_up >= count, timeout)
+            return self.hung_up
+
+    def close(self) -> None:
+        self._stop.set()
+        self.sock.close()
+
+
+class HealthyPrometheus(BaseHTTPRequestHandler):
+    """Answers every query with one row: the deployment ``healthy``'s (of the example's namespace), at 3."""
+
+    def do_GET(self) -> None:
+        row = {"metric": {"namespace": "search", "deployment": "healthy"}, "value": [time.time(), "3"]}
+        body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": [row]}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("phase", ["body", "headers"])
+async def test_a_prometheus_trickling_its_answer_holds_no_query_thread_past_the_deadline(phase: str) -> None:
+    # A spec's Prometheus that trickled its answer a byte at a time held a query thread for as long
+    # as it kept trickling: 8 such URLs (or 8 probes of one) held every query thread, and every other
+    # deployment's metrics -- on a healthy Prometheus -- read "not asked: its query threads were busy".
+    trickle = TrickleServer(phase)
+    good = QuietServer(("127.0.0.1", 0), HealthyPrometheus)
+    threading.Thread(target=good.serve_forever, daemon=True).start()
+    metrics = PrometheusMetrics(None, clock=Clock())
+    try:
+        healthy = deployment(f"http://127.0.0.1:{good.server_address[1]}", "healthy", timeout=1)
+        # Each its own endpoint (a query string of its own), so none waits on another's back-off.
+        slow = [
+            deployment(f"http://127.0.0.1:{trickle.port}/?shard={i}", f"slow{i}", timeout=1)
+            for i in range(QUERY_THREADS)
+        ]
+        answers = await asyncio.gather(*(metrics.snapshot(dep, time.time()) for dep in slow))
+        for snapshot, reason in answers:
+            assert snapshot is None
+            assert "no answer within the snapshot's 1 s" in reason, reason
+        # The slow reads hung up when their deadline passed: their threads are free for the others.
+        snapshot, reason = await metrics.snapshot(healthy, time.time())
+        assert snapshot is not None and snapshot.queue_depth == 3, reason
+        assert await asyncio.to_thread(trickle.wait_hung_up, QUERY_THREADS, 5) == QUERY_THREADS
+    finally:
+        metrics.close()
+        trickle.close()
+        good.shutdown()
+        good.server_close()
+
+
+async def test_no_probe_while_an_earlier_read_of_the_endpoint_still_runs() -> None:
+    # A read can outlive its snapshot: queued behind another for most of its wait, it starts, and
+    # the snapshot gives up before its deadline. Each probe after a back-off then added one more
+    # read of the same endpoint, holding one more query thread.
+    first, second = HungServer(), HungServer()
+    clock = Clock()
+    metrics = PrometheusMetrics(None, clock=clock, threads=1)
+    try:
+        # The one thread: `first`'s read for 4 s, then `second`'s, which its snapshot waits for
+        # 2 * 2 + 1 = 5 s from being asked: it gives up at 5 s, 1 s into a read that runs until 6 s.
+        held = deployment(f"http://127.0.0.1:{first.port}", "held", timeout=4)
+        late = deployment(f"http://127.0.0.1:{second.port}", "late", timeout=2)
+        (_, held_reason), (snapshot, reason) = await asyncio.gather(
+            metrics.snapshot(held, time.time()), metrics.snapshot(late, time.time())
+        )
+        assert "no answer within the snapshot's 4 s" in held_reason
+        assert snapshot is None and reason.endswith("unavailable: TimeoutError"), reason
+        assert second.accepted == 1
+        # Past the back-off, while that read still runs: no probe beside it.
+        clock.now += MAX_BACKOFF_SECONDS
+        snapshot, reason = await metrics.snapshot(late, time.time())
+        assert snapshot is None and "an earlier read of it still runs" in reason, reason
+        assert second.accepted == 1
+    finally:
+        metrics.close()
+        first.close()
+        second.close()

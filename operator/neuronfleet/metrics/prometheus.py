@@ -18,14 +18,20 @@ connections and never answers must not hold the slots (32 snapshots against one 
 median of 15 s each):
 
 - one deadline per snapshot, ``timeoutSeconds`` from when its queries start, bounds all of them
-  (each query gets what is left);
+  (each query gets what is left). requests' timeout bounds each socket read only (an answer trickled
+  a byte at a time never meets it), so when the deadline passes the read's connection is shut down
+  (:class:`_Watch`), answer half-read or not: the query thread is free then, not when the endpoint
+  stops sending. (Not through a SOCKS proxy, nor a host name's DNS look-up, which have no socket to
+  shut: those are bounded by the socket timeout and the resolver's only);
 - prometheus-api-client is synchronous (requests), so the queries run in a small pool of
   :data:`QUERY_THREADS` threads of their own, not the default executor the rest of the operator's
   ``to_thread`` calls share; a snapshot waits at most another ``timeoutSeconds`` for a thread, and
   one still queued then is dropped unrun (not counted against Prometheus);
 - after a failure the URL backs off (:class:`Backoff`): for :data:`BACKOFF_SECONDS`, doubling per
   failed probe up to :data:`MAX_BACKOFF_SECONDS`, every snapshot of it is unavailable at once,
-  without a connection; then one snapshot probes while the others keep backing off.
+  without a connection; then one snapshot probes while the others keep backing off, and none
+  while an earlier read of the URL still runs (a snapshot gives up on a read that queued long
+  before starting: each probe beside it would hold one more query thread).
 
 Each query of a deployment that is the default (compared as rendered text: an override equal to
 the default counts as the default) is read together with the other deployments': each default
@@ -78,9 +84,10 @@ import contextlib
 import json
 import math
 import re
+import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -89,6 +96,9 @@ from typing import Any, TypeVar
 import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
+from requests.adapters import HTTPAdapter
+from urllib3 import HTTPConnectionPool, HTTPResponse, HTTPSConnectionPool, ProxyManager
+from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.util.retry import Retry
 
 from neuronfleet.api.default_queries import FLEET, ONE_DEPLOYMENT, ROW_LABELS, default_queries
@@ -360,6 +370,108 @@ def _refuse_redirect(response: requests.Response, *args: Any, **kwargs: Any) -> 
     return response
 
 
+class _Watch:
+    """The deadline of one read in a query thread. requests' timeout bounds each socket read, not an
+    answer: a Prometheus that sends a byte per second (of its headers or its body) never times out.
+    When the deadline passes, the socket the read is using is shut down, which ends the blocked read
+    at once (closing it would not wake it)."""
+
+    def __init__(self, timeout: float) -> None:
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self.expired = False
+        self._timer = threading.Timer(timeout, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            sock = self._sock
+        if sock is not None:
+            _shut(sock)
+
+    def using(self, sock: socket.socket | None) -> None:
+        if sock is None:
+            return
+        with self._lock:
+            self._sock = sock
+            expired = self.expired
+        if expired:
+            _shut(sock)
+
+    def stop(self) -> None:
+        self._timer.cancel()
+
+
+def _shut(sock: socket.socket) -> None:
+    # The plain socket's shutdown, also for a TLS one: SSLSocket.shutdown would drop its TLS state
+    # under the reading thread's feet.
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+#: The watch of the read the current query thread runs, if any.
+_WATCHING = threading.local()
+
+
+def _watched(sock: socket.socket | None) -> None:
+    watch: _Watch | None = getattr(_WATCHING, "watch", None)
+    if watch is not None:
+        watch.using(sock)
+
+
+class _WatchedHTTPConnection(HTTPConnection):
+    """A connection whose socket the current read's :class:`_Watch` may shut down: a new one from its
+    connect, a kept-alive one from the request whose answer it waits for."""
+
+    def connect(self) -> None:
+        super().connect()
+        _watched(self.sock)
+
+    def getresponse(self) -> HTTPResponse:  # type: ignore[override]
+        _watched(self.sock)
+        return super().getresponse()
+
+
+class _WatchedHTTPSConnection(HTTPSConnection):
+    """:class:`_WatchedHTTPConnection` over TLS."""
+
+    def connect(self) -> None:
+        super().connect()
+        _watched(self.sock)
+
+    def getresponse(self) -> HTTPResponse:  # type: ignore[override]
+        _watched(self.sock)
+        return super().getresponse()
+
+
+class _WatchedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTPConnection
+
+
+class _WatchedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPSConnection
+
+
+_WATCHED_POOLS = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
+
+
+class _WatchedAdapter(HTTPAdapter):
+    """requests' adapter with :class:`_Watch`-able connections, direct or through an HTTP(S) proxy
+    (a SOCKS proxy's connections are its own: a read through one is bounded per socket read only)."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = _WATCHED_POOLS
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        if isinstance(manager, ProxyManager):
+            manager.pool_classes_by_scheme = _WATCHED_POOLS
+        return manager
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """A Prometheus the operator asks: its URL, and whether it is the operator's own (asked with its
@@ -397,6 +509,8 @@ class _Breaker:
         self._clock = clock
         self._lock = threading.Lock()
         self._state: dict[Endpoint, Backoff] = {}
+        #: Reads under way in a query thread, by endpoint.
+        self._running: dict[Endpoint, int] = {}
 
     def get(self, endpoint: Endpoint) -> Backoff | None:
         with self._lock:
@@ -417,8 +531,29 @@ class _Breaker:
                 return False
             if now < backoff.until or now < backoff.probe_until:
                 raise _Skipped(self._unavailable(endpoint, backoff, now))
+            if self._running.get(endpoint):
+                # A read its snapshot gave up on still holds a query thread (e.g. queued long, then
+                # asked): a probe beside it would hold one more, each back-off another.
+                raise _Skipped(
+                    f"Prometheus at {redact_url(endpoint.url)} unavailable: {backoff.reason} "
+                    "(backing off: an earlier read of it still runs)"
+                )
             backoff.probe_until = now + probe_seconds
             return True
+
+    @contextlib.contextmanager
+    def reading(self, endpoint: Endpoint) -> Iterator[None]:
+        """A read of ``endpoint`` under way in a query thread, for as long as the context lasts."""
+        with self._lock:
+            self._running[endpoint] = self._running.get(endpoint, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                if self._running[endpoint] <= 1:
+                    del self._running[endpoint]
+                else:
+                    self._running[endpoint] -= 1
 
     def check(self, endpoint: Endpoint) -> None:
         """Raise _Skipped if ``endpoint`` backs off (for a snapshot queued while it started to)."""
@@ -509,12 +644,17 @@ class PrometheusMetrics:
             # No retries: a slow or absent Prometheus must not stall the reconcile; the next tick
             # asks again. (retry=None would mean the library's default: 3 retries with back-off,
             # about 6 s per query against a closed port.) Credentials only for the operator's own.
-            self._clients[endpoint] = PrometheusConnect(
+            client = PrometheusConnect(
                 url=endpoint.url,
                 session=session,
                 retry=Retry(total=0),
                 auth=self._auth if endpoint.own else None,
             )
+            # Replaces the client's own adapter for its URL, and requests' for a redirect's target.
+            adapter = _WatchedAdapter(max_retries=Retry(total=0))
+            for prefix in ("http://", "https://", endpoint.url):
+                session.mount(prefix, adapter)
+            self._clients[endpoint] = client
         return self._clients[endpoint]
 
     def _read(
@@ -531,32 +671,57 @@ class PrometheusMetrics:
         """One read's queries, in a query thread, within ``timeout`` from now: each signal's result
         (as ``parse`` reads it), why Prometheus refused the queries it refused (by signal), and the
         sample time's."""
-        started.set()
+        with self._breaker.reading(endpoint):
+            started.set()
+            return self._queries(client, endpoint, queries, sample_query, parse, timeout, probe)
+
+    def _queries(
+        self,
+        client: PrometheusConnect,
+        endpoint: Endpoint,
+        queries: dict[str, str],
+        sample_query: str,
+        parse: Callable[[list[Any]], _Parsed],
+        timeout: float,
+        probe: bool,
+    ) -> tuple[dict[str, _Parsed], dict[str, str], _Parsed | None]:
         url = endpoint.url
         if self._trust is not None:
             self._trust.refresh()
         if not probe:
             self._breaker.check(endpoint)  # it may have started to back off while this one queued
         deadline = time.monotonic() + timeout
+        late = f"no answer within the snapshot's {timeout:g} s"
 
         def left() -> float:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise TimeoutError(f"no answer within the snapshot's {timeout:g} s")
+                raise TimeoutError(late)
             return remaining
 
+        # The queries' timeout bounds each socket read; the watch bounds the read as a whole.
+        watch = _WATCHING.watch = _Watch(timeout)
         try:
             results: dict[str, _Parsed] = {}
             refused: dict[str, str] = {}
-            for signal, query in queries.items():
-                try:
-                    results[signal] = parse(client.custom_query(query, timeout=left()))
-                except PrometheusApiClientException as exc:
-                    reason = query_refusal(str(exc))
-                    if reason is None:
-                        raise  # not the query: Prometheus itself failed
-                    refused[signal] = reason
-            sampled = parse(client.custom_query(sample_query, timeout=left())) if sample_query else None
+            try:
+                for signal, query in queries.items():
+                    try:
+                        results[signal] = parse(client.custom_query(query, timeout=left()))
+                    except PrometheusApiClientException as exc:
+                        reason = query_refusal(str(exc))
+                        if reason is None:
+                            raise  # not the query: Prometheus itself failed
+                        refused[signal] = reason
+                sampled = parse(client.custom_query(sample_query, timeout=left())) if sample_query else None
+            except _UNAVAILABLE as exc:
+                if watch.expired and not isinstance(exc, TimeoutError):
+                    # The watch hung up (the error says a connection broke): the deadline passed.
+                    raise TimeoutError(late) from exc
+                raise
+            finally:
+                watch.stop()
+                _WATCHING.watch = None
         except _UNAVAILABLE as exc:
             # Recorded here, not when the reconcile hears of it: a query thread that takes the next
             # snapshot of this URL must already see the back-off.
