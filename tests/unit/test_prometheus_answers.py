@@ -43,6 +43,10 @@ ANSWERS: dict[str, dict[str, Any]] = {
     "peak": {"resultType": "string", "result": [NOW, "not a number"]},
     "timestamp": _vector(str(NOW - 20)),  # sampleTime: the newest sample is 20 s old
     "count(": _vector("2"),  # reporting: pods reporting ready
+    "ratio_per_pod": _vector("0.9", "0.9"),  # a busy ratio not averaged: one series per pod
+    "ratio_over_one": _vector("1.8"),  # a busy ratio summed over two pods
+    "ratio_near_one": _vector("1.02"),  # a busy ratio a little over 1: counters read a scrape apart
+    "stamp_per_pod": _vector(str(NOW - 20), str(NOW - 50)),  # sampleTime not aggregated
 }
 
 
@@ -240,3 +244,49 @@ async def test_an_answer_of_an_unexpected_shape_is_not_quoted(endpoint: Any) -> 
     snapshot, reason = await PrometheusMetrics(None).snapshot(dep, NOW)
     assert snapshot is None
     assert reason == f"Prometheus at {endpoint.url} unavailable: ValueError: an answer of an unexpected shape"
+
+
+def _utilization(prometheus: str, query: str, sample_time: str = "") -> InferenceDeployment:
+    dep = _with_queries(
+        prometheus,
+        queueDepth="scalar(sum(queue))",
+        inFlight="sum(inflight)",
+        utilization=query,
+        arrivalRate="",
+        reporting="",
+        sampleTime=sample_time,
+    )
+    dep.spec.scaling.metrics.arrival_peak = ""
+    return dep
+
+
+async def test_a_busy_ratio_of_several_series_is_missing_not_their_sum(prometheus: str) -> None:
+    # A utilization override answering one series per pod (two pods at 0.9 busy) read as 1.8, and
+    # the autoscaler sized the fleet for twice the load it had.
+    snapshot, reason = await _own_queries().snapshot(_utilization(prometheus, "ratio_per_pod"), NOW)
+    assert snapshot is not None, reason
+    assert snapshot.utilization is None and (snapshot.queue_depth, snapshot.in_flight) == (12.0, 7.0)
+    assert reason == (
+        "signals missing: utilization; spec.scaling.metrics.utilization: the query answered 2 series "
+        "where a ratio is one number: aggregate them, e.g. avg(...)"
+    )
+
+
+async def test_a_busy_ratio_above_one_is_missing(prometheus: str) -> None:
+    snapshot, reason = await _own_queries().snapshot(_utilization(prometheus, "sum(ratio_over_one)"), NOW)
+    assert snapshot is not None and snapshot.utilization is None, reason
+    assert reason == (
+        "signals missing: utilization; spec.scaling.metrics.utilization: the busy ratio read 1.8, above 1: "
+        "a sum where an average belongs? e.g. avg(...)"
+    )
+    # A little over 1 is a ratio of counters read a scrape apart, not a sum.
+    snapshot, reason = await _own_queries().snapshot(_utilization(prometheus, "avg(ratio_near_one)"), NOW)
+    assert snapshot is not None and snapshot.utilization == 1.02 and reason == "metrics read"
+
+
+async def test_a_sample_time_of_several_series_is_the_newest(prometheus: str) -> None:
+    # Summed, two pods' sample times read as a time decades ahead: the snapshot was dated by its
+    # queries' evaluation and its staleness went unseen.
+    dep = _utilization(prometheus, "avg(ratio_near_one)", sample_time="stamp_per_pod")
+    snapshot, reason = await _own_queries().snapshot(dep, NOW)
+    assert snapshot is not None and snapshot.time == NOW - 20, reason

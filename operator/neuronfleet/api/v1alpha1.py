@@ -643,7 +643,9 @@ class MetricQueries(ApiModel):
         default=_DEFAULT_QUERIES["utilization"],
         description="Device-busy ratio (0..1) averaged over the ready active replicas (one still loading "
         "reports 0 and would dilute it). To use neuron-monitor instead: avg(neuroncore_utilization_ratio{...}); "
-        "the default queries need a `pod` label on the series (the chart's PodMonitor adds it). Empty: "
+        "the default queries need a `pod` label on the series (the chart's PodMonitor adds it). An override "
+        "must answer one number (aggregate it: avg(...)): an answer of several series (one per pod) or above "
+        "1.05 (a sum of ratios) is refused, the signal is missing and the status names this field. Empty: "
         "turned off (not missing): no service rate is measured, and the fleet is sized on queued plus "
         "in-flight requests.",
     )
@@ -657,7 +659,8 @@ class MetricQueries(ApiModel):
         default=_DEFAULT_QUERIES["sample_time"],
         description="When the newest sample of the replicas was scraped (Unix seconds): an instant query "
         "answers samples up to 5 minutes old (Prometheus' lookback, e.g. after its restart) stamped with "
-        "the query's time, so staleAfterSeconds is measured from this. Empty: from the query's time.",
+        "the query's time, so staleAfterSeconds is measured from this. An answer of several series reads as "
+        "the newest of them. Empty: from the query's time.",
     )
     stale_after_seconds: int = Field(
         default=60,

@@ -9,9 +9,12 @@ the query's time, so the snapshot is dated by the samples, and ``staleAfterSecon
 Missing data is never a zero: an empty result (no series, e.g. every target down: Prometheus marks
 its series stale after a failed scrape) makes that signal ``None``, and the scaling policy then
 holds instead of scaling down. A query Prometheus refuses (400 or 422: a typo) makes only its own
-signal ``None``, and the reason names its ``scaling.metrics`` field. Prometheus unreachable, timing
-out or failing (5xx) makes the whole snapshot unavailable, with the reason, which the status shows
-as ScalingActive=False.
+signal ``None``, and the reason names its ``scaling.metrics`` field; so does an answer that is no
+value of its signal: the counts and rates are summed over an answer's series, but the busy ratio
+(``utilization``) must be one series (a sum of per-pod ratios sized the fleet twice too big) and at
+most 1, give or take :data:`RATIO_TOLERANCE`; several sample times read as the newest. Prometheus
+unreachable, timing out or failing (5xx) makes the whole snapshot unavailable, with the reason,
+which the status shows as ScalingActive=False.
 
 A reconcile waits for its snapshot inside its reconcile slot, so a Prometheus that accepts
 connections and never answers must not hold the slots (32 snapshots against one took 26 s, a
@@ -289,6 +292,48 @@ def _scalar(result: list[Any]) -> QueryResult:
     return QueryResult(total, evaluated_at)
 
 
+#: The busy ratio's most above 1 still read as a ratio (a ratio of counters read a scrape apart
+#: overshoots a little); above it, a sum of ratios (two pods at 0.9 read 1.8) or a broken exporter.
+RATIO_TOLERANCE = 0.05
+
+
+class _NotOneNumber(Exception):
+    """An answer that is no value of its signal; its text is the reason, for the status."""
+
+
+def _series(result: list[Any]) -> int:
+    """How many series (or a scalar's one value) an instant query's ``result`` holds."""
+    if len(result) == 2 and not isinstance(result[0], dict):
+        return 1
+    return sum(isinstance(series, dict) for series in result)
+
+
+def _own_answer(field: str, result: list[Any]) -> QueryResult:
+    """One deployment's own query's answer, as :func:`_scalar` reads it, but for the fields whose
+    series do not add up: the busy ratio (a sum of per-pod ratios reads 1.8 for two pods at 0.9 and
+    sizes the fleet twice too big) is refused unless one series, and the sample time of several is
+    the newest. The other signals are counts and rates, whose sum over series is the fleet's."""
+    series = _series(result)
+    if field == "utilization" and series > 1:
+        raise _NotOneNumber(
+            f"the query answered {series} series where a ratio is one number: aggregate them, e.g. avg(...)"
+        )
+    if field == "sample_time" and series > 1:
+        stamps = [_scalar([one]) for one in result]
+        if any(stamp.value is None for stamp in stamps):
+            return QueryResult(None, stamps[0].evaluated_at)
+        return max(stamps, key=lambda stamp: stamp.value or 0.0)
+    return _scalar(result)
+
+
+def _over_one(results: dict[str, QueryResult]) -> str | None:
+    """Why the busy ratio in ``results`` is no ratio (above 1 beyond :data:`RATIO_TOLERANCE`), or None."""
+    utilization = results.get("utilization")
+    if utilization is None or utilization.value is None or utilization.value <= 1 + RATIO_TOLERANCE:
+        return None
+    return f"the busy ratio read {utilization.value:g}, above 1: a sum where an average belongs? e.g. avg(...)"
+
+
 #: A row of a fleet-wide answer: (namespace, deployment).
 Row = tuple[str, str]
 _NOTHING = QueryResult(None, None)
@@ -308,6 +353,10 @@ def _rows(result: list[Any]) -> dict[Row, QueryResult]:
 
 
 _Parsed = TypeVar("_Parsed")
+
+
+def _ignore_field(parse: Callable[[list[Any]], _Parsed], field: str, result: list[Any]) -> _Parsed:
+    return parse(result)
 
 
 @dataclass(frozen=True)
@@ -663,13 +712,14 @@ class PrometheusMetrics:
         endpoint: Endpoint,
         queries: dict[str, str],
         sample_query: str,
-        parse: Callable[[list[Any]], _Parsed],
+        parse: Callable[[str, list[Any]], _Parsed],
         timeout: float,
         probe: bool,
         started: threading.Event,
     ) -> tuple[dict[str, _Parsed], dict[str, str], _Parsed | None]:
         """One read's queries, in a query thread, within ``timeout`` from now: each signal's result
-        (as ``parse`` reads it), why Prometheus refused the queries it refused (by signal), and the
+        (as ``parse`` reads it, given the field), why Prometheus (or ``parse``) refused the queries it
+        refused (by signal), and the
         sample time's."""
         with self._breaker.reading(endpoint):
             started.set()
@@ -681,7 +731,7 @@ class PrometheusMetrics:
         endpoint: Endpoint,
         queries: dict[str, str],
         sample_query: str,
-        parse: Callable[[list[Any]], _Parsed],
+        parse: Callable[[str, list[Any]], _Parsed],
         timeout: float,
         probe: bool,
     ) -> tuple[dict[str, _Parsed], dict[str, str], _Parsed | None]:
@@ -707,13 +757,17 @@ class PrometheusMetrics:
             try:
                 for signal, query in queries.items():
                     try:
-                        results[signal] = parse(client.custom_query(query, timeout=left()))
+                        results[signal] = parse(signal, client.custom_query(query, timeout=left()))
+                    except _NotOneNumber as exc:
+                        refused[signal] = str(exc)
                     except PrometheusApiClientException as exc:
                         reason = query_refusal(str(exc))
                         if reason is None:
                             raise  # not the query: Prometheus itself failed
                         refused[signal] = reason
-                sampled = parse(client.custom_query(sample_query, timeout=left())) if sample_query else None
+                sampled = (
+                    parse("sample_time", client.custom_query(sample_query, timeout=left())) if sample_query else None
+                )
             except _UNAVAILABLE as exc:
                 if watch.expired and not isinstance(exc, TimeoutError):
                     # The watch hung up (the error says a connection broke): the deadline passed.
@@ -763,7 +817,8 @@ class PrometheusMetrics:
         endpoint, timeout = key
         started = self._clock()
         queries = {signal: FLEET_QUERIES[signal] for signal in QUERIED}
-        read = partial(self._read, client, endpoint, queries, FLEET_QUERIES["sample_time"], _rows, timeout)
+        rows = partial(_ignore_field, _rows)
+        read = partial(self._read, client, endpoint, queries, FLEET_QUERIES["sample_time"], rows, timeout)
         results, refused, sampled = await self._ask(endpoint, timeout, read)
         answer = FleetAnswer(started, results, refused, sampled or {})
         # Answers of endpoints no longer asked (a spec's URL changed) are dropped with the next read.
@@ -835,7 +890,7 @@ class PrometheusMetrics:
                 if "sample_time" in shared:
                     sampled = answer.sampled.get(row, _NOTHING).value
             if own_queries or own_sample_query:
-                read = partial(self._read, client, endpoint, own_queries, own_sample_query, _scalar, timeout)
+                read = partial(self._read, client, endpoint, own_queries, own_sample_query, _own_answer, timeout)
                 own_results, own_refused, sampled_result = await self._ask(endpoint, timeout, read)
                 results |= own_results
                 refused |= own_refused
@@ -843,6 +898,9 @@ class PrometheusMetrics:
                     sampled = sampled_result.value
         except _Unavailable as exc:
             return None, str(exc)
+        if (over_one := _over_one(results)) is not None:
+            refused["utilization"] = over_one
+            results["utilization"] = QueryResult(None, results["utilization"].evaluated_at)
         # A query Prometheus refuses (a typo in one of scaling.metrics) costs its own signal only,
         # and the reason names the field to fix.
         refusals = "; ".join(f"spec.scaling.metrics.{SIGNAL_FIELDS[s]}: {refused[s]}" for s in QUERIED if s in refused)
