@@ -25,6 +25,7 @@ import yaml
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.metrics.prometheus import (
     BACKOFF_SECONDS,
+    IDLE_ENDPOINT_SECONDS,
     MAX_BACKOFF_SECONDS,
     QUERY_THREADS,
     PrometheusMetrics,
@@ -395,3 +396,29 @@ async def test_no_probe_while_an_earlier_read_of_the_endpoint_still_runs() -> No
         metrics.close()
         first.close()
         second.close()
+
+
+async def test_an_endpoint_unused_for_a_while_keeps_no_client_and_no_back_off(slamming: SlammingServer) -> None:
+    # One HTTP client per URL ever asked and one back-off per URL that ever failed were kept for the
+    # operator's life: a spec URL edited 2,000 times (a token in its query string rotated) kept 2,000
+    # sessions and back-offs.
+    clock = Clock()
+    metrics = PrometheusMetrics(None, clock=clock)
+    base = f"http://127.0.0.1:{slamming.port}/?token="
+    edits = 60
+    for edit in range(edits):
+        snapshot, reason = await metrics.snapshot(deployment(f"{base}t{edit}", timeout=0.5), time.time())
+        assert snapshot is None and "ConnectionError" in reason
+        clock.now += 60  # an edit a minute, for an hour
+    # The last IDLE_ENDPOINT_SECONDS of edits are kept (with up to a sweep's lag), the others dropped.
+    kept = IDLE_ENDPOINT_SECONDS / 60
+    assert kept <= len(metrics._clients) <= kept + 2
+    assert metrics.backoff(f"{base}t0", own=False) is None
+    assert metrics.backoff(f"{base}t{edits - 1}", own=False) is not None
+    # A URL asked again after being dropped starts afresh: one connection, then backing off.
+    accepted = slamming.accepted
+    for backing_off in (False, True):
+        snapshot, reason = await metrics.snapshot(deployment(f"{base}t0", timeout=0.5), time.time())
+        assert snapshot is None and ("backing off" in reason) is backing_off
+    assert slamming.accepted == accepted + 1
+    metrics.close()

@@ -34,7 +34,10 @@ median of 15 s each):
   failed probe up to :data:`MAX_BACKOFF_SECONDS`, every snapshot of it is unavailable at once,
   without a connection; then one snapshot probes while the others keep backing off, and none
   while an earlier read of the URL still runs (a snapshot gives up on a read that queued long
-  before starting: each probe beside it would hold one more query thread).
+  before starting: each probe beside it would hold one more query thread);
+- a URL no snapshot asked for :data:`IDLE_ENDPOINT_SECONDS` (a spec's URL edited, a deployment
+  deleted) loses its HTTP client (closed) and its back-off: the operator keeps those of the URLs
+  in use, not of every URL it ever asked.
 
 Each query of a deployment that is the default (compared as rendered text: an override equal to
 the default counts as the default) is read together with the other deployments': each default
@@ -376,6 +379,10 @@ QUERY_THREADS = 8
 BACKOFF_SECONDS = 15.0
 #: ... doubling with each failed probe, up to this.
 MAX_BACKOFF_SECONDS = 120.0
+#: An endpoint no snapshot asked for this long loses its client and its back-off (a spec URL edited
+#: or of a deleted deployment is never asked again); longer than any deployment's interval (600 s
+#: at most), so that no endpoint in use loses either.
+IDLE_ENDPOINT_SECONDS = 1200.0
 
 #: A fleet-wide read serves the snapshots asked at most this long after it started: Prometheus'
 #: data moves once per scrape (the chart's PodMonitor: 15 s), and a reconcile that waits for the
@@ -624,9 +631,18 @@ class _Breaker:
         with self._lock:
             self._state.pop(endpoint, None)
 
+    def forget(self, endpoint: Endpoint) -> bool:
+        """Drop ``endpoint``'s back-off, unless a read of it is under way (then False)."""
+        with self._lock:
+            if self._running.get(endpoint):
+                return False
+            self._state.pop(endpoint, None)
+            return True
+
 
 class PrometheusMetrics:
-    """A metrics source for the reconcile; one client per :class:`Endpoint` (a URL, own or a spec's).
+    """A metrics source for the reconcile; one client per :class:`Endpoint` (a URL, own or a spec's),
+    kept (with its back-off) until no snapshot asked for it for :data:`IDLE_ENDPOINT_SECONDS`.
 
     ``clock`` (monotonic seconds) times the back-off only; the queries' timeouts are real time.
     ``credentials`` are sent to ``default_url`` only; ``url_policy`` says which spec URLs may be
@@ -652,6 +668,9 @@ class PrometheusMetrics:
         self._trust: TrustBundle | None = self.credentials.trust()
         self._clients: dict[Endpoint, PrometheusConnect] = {}
         self._breaker = _Breaker(clock)
+        # When each endpoint was last asked for, and when the unused were last dropped (the clock's).
+        self._used: dict[Endpoint, float] = {}
+        self._swept = clock()
         self._threads = threads
         self._executor: ThreadPoolExecutor | None = None
         self.group_default_queries = group_default_queries
@@ -665,15 +684,35 @@ class PrometheusMetrics:
         return self._breaker.get(Endpoint(url, own))
 
     def close(self) -> None:
-        """Stop the query threads (those under way end with their query's timeout) and the fleet-wide
-        reads; remove the trust bundle's file."""
+        """Stop the query threads (those under way end by their deadline) and the fleet-wide reads,
+        close the clients; remove the trust bundle's file."""
         for read in self._fleet_reads.values():
             read.cancel()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
         if self._trust is not None:
             self._trust.close()
+
+    def _forget_unused(self) -> None:
+        """Close the clients and drop the back-offs of the endpoints not asked for
+        :data:`IDLE_ENDPOINT_SECONDS` (looked for at most once a minute: it goes through all)."""
+        now = self._clock()
+        if now - self._swept < 60:
+            return
+        self._swept = now
+        for endpoint, used in list(self._used.items()):
+            if now - used <= IDLE_ENDPOINT_SECONDS or not self._breaker.forget(endpoint):
+                continue
+            del self._used[endpoint]
+            client = self._clients.pop(endpoint, None)
+            if client is not None:
+                client.close()
+            for key in [key for key in self._fleet_answers if key[0] == endpoint]:
+                del self._fleet_answers[key]
 
     def _pool(self) -> ThreadPoolExecutor:
         if self._executor is None:
@@ -860,6 +899,8 @@ class PrometheusMetrics:
         if spec_url and (refusal := self.url_policy.refusal(spec_url)) is not None:
             return None, refusal
         endpoint = Endpoint(url, own=not spec_url)
+        self._used[endpoint] = self._clock()
+        self._forget_unused()
         timeout = dep.spec.scaling.metrics.timeout_seconds
         namespace = dep.metadata.namespace or "default"
         printed = redact_url(url)
