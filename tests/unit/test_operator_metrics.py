@@ -79,6 +79,29 @@ def test_forget_drops_a_deleted_objects_series_only() -> None:
     assert "bert" not in names and "other" in names
 
 
+def test_a_count_the_status_no_longer_holds_has_no_series() -> None:
+    # With the warm pool turned off, status.warmPool and the warm counts went away, and the
+    # neuronfleet_replicas series kept their last values (warm_desired 1, placeholders 2) for ever.
+    metrics = OperatorMetrics()
+    port = serve(metrics, 0, "127.0.0.1")
+    metrics.record_reconcile("ns", "bert", 0.01, status(2, 2))
+    assert scrape(port)[key("neuronfleet_replicas", kind="warm_desired")] == 1
+    without_pool = {
+        field: value
+        for field, value in status(2, 2).items()
+        if field not in ("warmPool", "warmReplicas", "placeholders")
+    }
+    metrics.record_reconcile("ns", "bert", 0.01, without_pool)
+    kinds = {dict(labels)["kind"] for name, labels in scrape(port) if name == "neuronfleet_replicas"}
+    assert kinds == {"desired", "actual", "ready", "draining"}
+    # A reconcile that wrote no status (it failed) says nothing of the counts: they stay.
+    metrics.record_reconcile("ns", "bert", 0.01, None, "ApiException")
+    assert scrape(port)[key("neuronfleet_replicas", kind="desired")] == 2
+    # And a count back in the status is back.
+    metrics.record_reconcile("ns", "bert", 0.01, status(2, 2))
+    assert scrape(port)[key("neuronfleet_replicas", kind="warm_desired")] == 1
+
+
 def with_conditions(*conditions: dict[str, str]) -> dict[str, object]:
     return {**status(2, 2), "conditions": list(conditions)}
 

@@ -12,7 +12,8 @@ deployment. The other series are labelled by ``namespace`` and ``name`` of the I
 
 - ``neuronfleet_reconciles_total{outcome="ok|error"}``;
 - ``neuronfleet_reconcile_errors_total{kind}`` (``kind``: a short class such as ApiException);
-- ``neuronfleet_replicas{kind="desired|actual|ready|warm|warm_desired|draining|placeholders"}``;
+- ``neuronfleet_replicas{kind="desired|actual|ready|warm|warm_desired|draining|placeholders"}``, a
+  kind whose field the status written does not hold having no series;
 - ``neuronfleet_scaling_decisions_total{direction="up|down"}`` when desired active replicas change;
 - ``neuronfleet_metrics_available`` (1 when the autoscaler's Prometheus answered with a usable, fresh
   signal, 0 when it holds for want of one, from ScalingActive; no series in Manual mode, which reads
@@ -134,13 +135,15 @@ class OperatorMetrics:
             self._child(self.errors, namespace, name, error_kind).inc()
         if not status:
             return
-        for field, kind in REPLICA_FIELDS.items():
-            value = status.get(field)
+        counts = {kind: status.get(field) for field, kind in REPLICA_FIELDS.items()}
+        counts["warm_desired"] = (status.get("warmPool") or {}).get("desiredPods")
+        for kind, value in counts.items():
             if isinstance(value, int | float):
                 self._child(self.replicas, namespace, name, kind).set(value)
-        warm_desired = (status.get("warmPool") or {}).get("desiredPods")
-        if isinstance(warm_desired, int | float):
-            self._child(self.replicas, namespace, name, "warm_desired").set(warm_desired)
+            else:
+                # Gone from the status (warmPool when the warm pool is turned off): a series kept at
+                # its last value would say the status still holds it.
+                self._drop(self.replicas, namespace, name, kind)
         if scaling := find_condition({"status": status}, "ScalingActive"):
             if scaling.get("reason") == Reason.MANUAL_SCALING:
                 self._drop(self.metrics_available, namespace, name)
