@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from fixtures_prometheus import private_ca
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.metrics.prometheus import (
@@ -31,6 +33,7 @@ from neuronfleet.metrics.prometheus import (
     PrometheusMetrics,
     redact_url,
 )
+from neuronfleet.metrics.prometheus_auth import PrometheusCredentials
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -276,8 +279,9 @@ class TrickleServer:
 
     TRICKLE = 0.2
 
-    def __init__(self, phase: str) -> None:
+    def __init__(self, phase: str, tls: ssl.SSLContext | None = None) -> None:
         self.phase = phase
+        self.tls = tls
         self.sock = socket.create_server(("127.0.0.1", 0), backlog=100)
         self.port = self.sock.getsockname()[1]
         self.hung_up = 0
@@ -296,6 +300,8 @@ class TrickleServer:
     def _answer(self, conn: socket.socket) -> None:
         with conn:
             try:
+                if self.tls is not None:
+                    conn = self.tls.wrap_socket(conn, server_side=True)
                 conn.recv(65536)
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
                 if self.phase == "body":
@@ -338,20 +344,28 @@ class HealthyPrometheus(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.parametrize("phase", ["body", "headers"])
-async def test_a_prometheus_trickling_its_answer_holds_no_query_thread_past_the_deadline(phase: str) -> None:
+@pytest.mark.parametrize("phase", ["body", "headers", "body over TLS"])
+async def test_a_prometheus_trickling_its_answer_holds_no_query_thread_past_the_deadline(
+    phase: str, tmp_path: Path
+) -> None:
     # A spec's Prometheus that trickled its answer a byte at a time held a query thread for as long
     # as it kept trickling: 8 such URLs (or 8 probes of one) held every query thread, and every other
     # deployment's metrics -- on a healthy Prometheus -- read "not asked: its query threads were busy".
-    trickle = TrickleServer(phase)
+    tls, credentials, scheme = None, None, "http"
+    if phase.endswith("TLS"):
+        ca_file, cert_file, key_file = private_ca(tmp_path)
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(cert_file, key_file)
+        credentials, scheme = PrometheusCredentials(ca_file=ca_file), "https"
+    trickle = TrickleServer(phase.split()[0], tls)
     good = QuietServer(("127.0.0.1", 0), HealthyPrometheus)
     threading.Thread(target=good.serve_forever, daemon=True).start()
-    metrics = PrometheusMetrics(None, clock=Clock())
+    metrics = PrometheusMetrics(None, clock=Clock(), credentials=credentials)
     try:
         healthy = deployment(f"http://127.0.0.1:{good.server_address[1]}", "healthy", timeout=1)
         # Each its own endpoint (a query string of its own), so none waits on another's back-off.
         slow = [
-            deployment(f"http://127.0.0.1:{trickle.port}/?shard={i}", f"slow{i}", timeout=1)
+            deployment(f"{scheme}://127.0.0.1:{trickle.port}/?shard={i}", f"slow{i}", timeout=1)
             for i in range(QUERY_THREADS)
         ]
         answers = await asyncio.gather(*(metrics.snapshot(dep, time.time()) for dep in slow))
