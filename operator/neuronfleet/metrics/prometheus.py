@@ -808,8 +808,9 @@ class PrometheusMetrics:
                     parse("sample_time", client.custom_query(sample_query, timeout=left())) if sample_query else None
                 )
             except _UNAVAILABLE as exc:
-                if watch.expired and not isinstance(exc, TimeoutError):
-                    # The watch hung up (the error says a connection broke): the deadline passed.
+                if not isinstance(exc, TimeoutError) and (watch.expired or time.monotonic() >= deadline):
+                    # The watch hung up (the error says a connection broke), or the socket's timeout
+                    # (what was left) ran out first, which the error says as urllib3's retry pool's.
                     raise TimeoutError(late) from exc
                 raise
             finally:
