@@ -758,8 +758,7 @@ class PrometheusMetrics:
     ) -> tuple[dict[str, _Parsed], dict[str, str], _Parsed | None]:
         """One read's queries, in a query thread, within ``timeout`` from now: each signal's result
         (as ``parse`` reads it, given the field), why Prometheus (or ``parse``) refused the queries it
-        refused (by signal), and the
-        sample time's."""
+        refused (by signal), and the sample time's."""
         with self._breaker.reading(endpoint):
             started.set()
             return self._queries(client, endpoint, queries, sample_query, parse, timeout, probe)
