@@ -18,7 +18,7 @@ from neuronfleet.planning.fleet import FleetPolicy, PodView, apply_actions
 from neuronfleet.planning.hold import History
 from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory
 from neuronfleet.planning.reconcile_plan import ReconcilePlan, plan_reconcile
-from neuronfleet.planning.scaling import CHECKPOINT_SECONDS, Checkpoint, ScalingState, decide, resume
+from neuronfleet.planning.scaling import CHECKPOINT_SECONDS, Checkpoint, ScalingState, decide, resume, take_over
 from neuronfleet.planning.signals import MetricSnapshot
 from neuronfleet.planning.status import autoscaler_status, checkpoint_from_status
 from neuronfleet.sim.policies import DEFAULT_OURS, ours_from_policy_file
@@ -103,18 +103,35 @@ def test_resume_keeps_one_day() -> None:
 
 def test_the_checkpoint_is_taken_once_the_service_rate_is_known_and_renewed_every_five_minutes() -> None:
     s = spec()
-    state = run(s, ScalingState(), 0, 30, 400, 8)
+    state = run(s, ScalingState(), 0, 30, 640, 8)
     assert state.service_rate is None and state.checkpoint is None
-    state = run(s, state, 30, 45, 400, 8)
+    state = run(s, state, 30, 45, 640, 8)
     assert state.service_rate == pytest.approx(100)
     first = state.checkpoint
     assert first is not None and first.time == 30 and first.service_rate == pytest.approx(100)
-    state = run(s, state, 45, 30 + CHECKPOINT_SECONDS, 400, 8)
-    assert state.checkpoint is first  # unchanged in between: no status write
-    state = run(s, state, 30 + CHECKPOINT_SECONDS, 45 + CHECKPOINT_SECONDS, 400, 8)
+    state = run(s, state, 45, 30 + CHECKPOINT_SECONDS, 640, 8)
+    # Unchanged in between: no status write (the fleet is at its demand: a scale event renews it).
+    assert state.checkpoint is first and state.scale_events == ()
+    state = run(s, state, 30 + CHECKPOINT_SECONDS, 45 + CHECKPOINT_SECONDS, 640, 8)
     renewed = state.checkpoint
     assert renewed is not None and renewed.time == 30 + CHECKPOINT_SECONDS
     assert renewed.history == state.history and len(renewed.history.needs) == 6
+
+
+def test_a_scale_event_and_panic_renew_the_checkpoint_and_their_expiry_does_not() -> None:
+    s = spec(panicWindowSeconds=6)
+    state = run(s, ScalingState(), 0, 60, 640, 8)
+    kept = state.checkpoint
+    assert kept is not None and kept.time == 30
+    grown = decide(s, state, load(60, 960, 0.8), 8, 8, 60).new_state  # 12 replicas' worth: +4
+    assert grown.checkpoint is not None and grown.checkpoint.time == 60
+    assert grown.checkpoint.scale_events == ((60, 4),) and grown.checkpoint.panic_since is None
+    state = run(s, grown, 75, 120, 960, 12)
+    assert state.checkpoint is grown.checkpoint  # the event's expiry (15 s policies) writes nothing
+    burst = decide(s, state, load(120, 4000, 1.0), 12, 12, 120).new_state  # 50 >= 2 x 12: panic
+    assert burst.checkpoint is not None and burst.checkpoint.time == 120
+    assert (burst.checkpoint.panic_since, burst.checkpoint.panic_last_triggered) == (120, 120)
+    assert burst.checkpoint.scale_events == ((120, 38),)  # the policies' 15 s: the event at 60 s is gone
 
 
 def test_a_resumed_autoscaler_holds_the_fleet_it_finds_and_knows_its_service_rate() -> None:
@@ -167,6 +184,44 @@ def test_the_status_section_round_trips_the_checkpoint() -> None:
     assert autoscaler_status(Checkpoint(1.0, 0.0, None, None, History())) is None
 
 
+def test_the_status_section_keeps_the_scale_events_and_panic_rounded_up_to_the_second() -> None:
+    checkpoint = Checkpoint(
+        time=1_740_000_000.0,
+        service_rate=100.0,
+        cold_start=None,
+        hold_seconds=None,
+        history=History(),
+        scale_events=((1_739_999_950.0, 8), (1_739_999_990.2, -2)),
+        panic_since=1_739_999_950.0,
+        panic_last_triggered=1_739_999_990.2,
+    )
+    section = autoscaler_status(checkpoint)
+    assert section is not None
+    wire = section.to_wire()
+    assert wire["scaleEvents"] == [
+        {"time": "2025-02-19T21:19:10Z", "replicas": 8},
+        # Rounded down, it would stop counting against a policy before the old operator's did.
+        {"time": "2025-02-19T21:19:51Z", "replicas": -2},
+    ]
+    assert (wire["panicSince"], wire["panicLastTriggered"]) == ("2025-02-19T21:19:10Z", "2025-02-19T21:19:51Z")
+    back = checkpoint_from_status(wire)
+    assert back == replace(
+        checkpoint, scale_events=((1_739_999_950.0, 8), (1_739_999_991.0, -2)), panic_last_triggered=1_739_999_991.0
+    )
+    calm = autoscaler_status(replace(checkpoint, scale_events=(), panic_since=None, panic_last_triggered=None))
+    assert calm is not None and {"scaleEvents", "panicSince", "panicLastTriggered"}.isdisjoint(calm.to_wire())
+    assert checkpoint_from_status({**wire, "scaleEvents": [{"time": "soon", "replicas": 8}]}) is None
+
+
+def test_a_checkpoint_from_after_now_is_resumed_with_its_events_moved_back() -> None:
+    # The wall clock stepped back 100 s between the checkpoint and the restart.
+    checkpoint = Checkpoint(1000.0, 100.0, None, None, History(), None, ((990.0, 4),), 980.0, 990.0)
+    state = resume(checkpoint, 900.0, 12)
+    assert state.scale_events == ((890.0, 4),)
+    assert (state.panic_since, state.panic_last_triggered) == (880.0, 890.0)
+    assert resume(checkpoint, 1010.0, 12).scale_events == ((990.0, 4),)
+
+
 @pytest.mark.parametrize(
     ("learned", "written"),
     [(0.06, 0.06), (0.04, 0.04), (0.14, 0.14), (0.0612345, 0.06123), (12.34567, 12.35), (2637.44, 2637.4)],
@@ -211,6 +266,80 @@ def test_a_slow_replicas_service_rate_is_checkpointed_to_four_significant_digits
 )
 def test_a_section_that_is_not_a_checkpoint_is_not_resumed_from(section: object) -> None:
     assert checkpoint_from_status(section) is None
+
+
+# ------------------------------------------------------------- rate limits and panic across a restart
+
+
+def restarted(state: ScalingState, now: float, current: int) -> ScalingState:
+    """``state``'s autoscaler restarted at ``now`` (a Helm upgrade, a new leader): its checkpoint as
+    the status holds it, read back by the new operator, which takes over ``current`` active replicas."""
+    section = autoscaler_status(state.checkpoint)
+    assert section is not None
+    return take_over(checkpoint_from_status(section.to_wire()), now, current)
+
+
+def test_a_restart_right_after_a_scale_up_does_not_grant_the_rate_policy_again() -> None:
+    # At most 100 % more per 60 s; 8 replicas serving 100/s each, their service rate learned.
+    s = spec(behavior={"scaleUp": {"policies": [{"type": "Percent", "value": 100, "periodSeconds": 60}]}})
+    state = run(s, ScalingState(), 0, 600, 640, 8)
+    assert state.scale_events == ()
+    busy = decide(s, state, load(600, 4000, 1.0), 8, 8, 600)
+    assert busy.desired == 16 and "scale-up limited to 16" in busy.reason
+    # The operator restarts 10 s later; the 8 new pods are still starting.
+    resumed_state = restarted(busy.new_state, 610, 16)
+    stayed = decide(s, busy.new_state, load(615, 4000, 1.0), 16, 8, 615)
+    resumed = decide(s, resumed_state, load(615, 4000, 1.0), 16, 8, 615)
+    assert stayed.desired == 16
+    assert resumed.desired == stayed.desired, resumed.reason  # was 32: the policy granted twice
+    # Once the period has passed, both double again.
+    assert decide(s, stayed.new_state, load(661, 4000, 1.0), 16, 16, 661).desired == 32
+    assert decide(s, resumed.new_state, load(661, 4000, 1.0), 16, 16, 661).desired == 32
+
+
+def test_a_restart_right_after_a_scale_down_does_not_grant_the_rate_policy_again() -> None:
+    # A fleet that follows the demand down at once, one replica per 2 minutes.
+    s = spec(
+        scaleDownDelayMode="Fixed",
+        scaleDownDelaySeconds=0,
+        behavior={
+            "scaleDown": {
+                "stabilizationWindowSeconds": 0,
+                "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}],
+            }
+        },
+    )
+    state = run(s, ScalingState(), 0, 600, 800, 10)
+    assert state.scale_events == ()
+    quiet = decide(s, state, load(600, 400, 0.4), 10, 10, 600)
+    assert quiet.desired == 9 and "scale-down limited to 9" in quiet.reason
+    resumed_state = restarted(quiet.new_state, 610, 9)
+    stayed = decide(s, quiet.new_state, load(615, 400, 0.45), 9, 9, 615)
+    resumed = decide(s, resumed_state, load(615, 400, 0.45), 9, 9, 615)
+    assert stayed.desired == 9
+    assert resumed.desired == stayed.desired, resumed.reason  # was 8
+
+
+def test_a_restart_in_panic_keeps_the_panic_hold() -> None:
+    # No scale-down window: only panic mode's hold (60 s after its last trigger) keeps the fleet a
+    # burst grew from shrinking at once.
+    s = spec(
+        panicWindowSeconds=6,
+        scaleDownDelayMode="Fixed",
+        scaleDownDelaySeconds=0,
+        behavior={"scaleDown": {"stabilizationWindowSeconds": 0}},
+    )
+    state = run(s, ScalingState(), 0, 600, 640, 8)
+    burst = decide(s, state, load(600, 4000, 1.0), 8, 8, 600)
+    assert burst.panic and burst.desired == 50
+    resumed_state = restarted(burst.new_state, 610, 50)
+    stayed = decide(s, burst.new_state, load(615, 400, 0.5), 50, 8, 615)
+    resumed = decide(s, resumed_state, load(615, 400, 0.5), 50, 8, 615)
+    assert stayed.panic and stayed.desired == 50 and "panic hold" in stayed.reason
+    assert (resumed.panic, resumed.desired) == (stayed.panic, stayed.desired), resumed.reason  # was 5
+    # The hold ends 60 s after the last trigger for both.
+    assert decide(s, stayed.new_state, load(660, 400, 0.5), 50, 50, 660).desired == 5
+    assert decide(s, resumed.new_state, load(660, 400, 0.5), 50, 50, 660).desired == 5
 
 
 # ---------------------------------------------------------------------------- the operator's plan

@@ -1042,9 +1042,22 @@ class WarmPoolStatus(ApiModel):
     )
 
 
+#: The most scale events the status keeps (the newest): one a decision over the longest policy period
+#: the API allows (1,800 s) at the default interval (15 s), a few kilobytes.
+MAX_STATUS_SCALE_EVENTS = 120
+
+
+class ScaleEventStatus(ApiModel):
+    """One change of the desired active replicas, as the rate policies count it."""
+
+    time: str = Field(description="When it was decided (RFC 3339, rounded up to the second).")
+    replicas: int = Field(description="Replicas added (positive) or removed (negative).")
+
+
 class AutoscalerStatus(ApiModel):
-    """What the autoscaler has learned, renewed every 5 minutes while it measures traffic; a
-    restarted operator resumes from it instead of learning again."""
+    """What the autoscaler has learned, renewed every 5 minutes while it measures traffic, and at each
+    scale event and panic start or end; a restarted operator resumes from it instead of learning
+    again, and stays bound by the rate policies and panic mode as the one before it was."""
 
     checkpoint_time: str | None = Field(default=None, description="When this was taken (RFC 3339).")
     service_rate_per_replica: float | None = Field(
@@ -1078,6 +1091,21 @@ class AutoscalerStatus(ApiModel):
     history_needs: str | None = Field(
         default=None,
         description="Per minute, the replicas the arrival rate needed without headroom (base64 of uint16, LE).",
+    )
+    scale_events: list[ScaleEventStatus] | None = Field(
+        default=None,
+        max_length=MAX_STATUS_SCALE_EVENTS,
+        description="The changes of the desired active replicas within the longest scale-up or scale-down "
+        f"policy period (the newest {MAX_STATUS_SCALE_EVENTS}), oldest first: a restarted operator counts them against "
+        "spec.scaling.behavior's policies (Kubernetes' HPA forgets them when it restarts).",
+    )
+    panic_since: str | None = Field(
+        default=None, description="When panic mode started (RFC 3339); absent outside panic mode."
+    )
+    panic_last_triggered: str | None = Field(
+        default=None,
+        description="When the panic condition last held, as of checkpointTime (RFC 3339): a restarted "
+        "operator holds the fleet from shrinking until the panic hold after it has passed.",
     )
 
 

@@ -83,6 +83,13 @@ fleet is sized as before any measurement until the new one is measured. The simu
 What the autoscaler has learned (the service rate, the cold start, the scale-down window and the
 history it replays) is also kept as a :class:`Checkpoint`, renewed every
 :data:`CHECKPOINT_SECONDS` once the service rate is known; the operator writes it to the status.
+The checkpoint also keeps what the next decisions are bound by: the scale events within the spec's
+longest rate-policy period and panic mode (renewed at each scale event and when panic starts or
+ends, decisions that write the status anyway). Kubernetes' HPA forgets both when its controller
+restarts; here a restart is routine (every Helm upgrade, every leader hand-over), and forgetting
+them let a restart 10 s after a scale-up of 100 % per 60 s add another 100 % at once, or end a
+panic hold that kept a burst's fleet from shrinking. The panic window's demands are not kept: the
+default window is the latest decision alone.
 :func:`resume` starts a restarted operator (or a new leader) from it, and :func:`take_over` starts
 one that finds no checkpoint (no service rate learned yet: a new deployment, revision or
 placement). Either holds the fleet it finds through the scale-down window (``fleet_found``), as
@@ -101,7 +108,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec, ScalingRules, ScalingSpec
+from neuronfleet.api.v1alpha1 import (
+    MAX_STATUS_SCALE_EVENTS,
+    InferenceDeploymentSpec,
+    ScalingRules,
+    ScalingSpec,
+)
 from neuronfleet.planning import hold
 from neuronfleet.planning.signals import SIGNALS, MetricSnapshot
 
@@ -165,6 +177,15 @@ class Checkpoint:
     #: What the service rate was measured on (:func:`service_rate_key`); None: not known (a checkpoint
     #: written without it is trusted, as before keys existed).
     service_rate_key: str | None = None
+    #: (time, replica change) of the decisions applied within the spec's longest rate-policy period:
+    #: a restarted autoscaler counts them against the rate policies as its predecessor did.
+    scale_events: tuple[tuple[float, int], ...] = ()
+    #: When panic mode started (None outside it), and when its condition last held as of ``time``
+    #: (renewed at panic's start, at each scale event and every CHECKPOINT_SECONDS, not at each
+    #: trigger, which would write the status every decision of a long panic): a restart may end the
+    #: panic hold sooner by at most the time from ``time`` to the restart.
+    panic_since: float | None = None
+    panic_last_triggered: float | None = None
 
 
 @dataclass(frozen=True)
@@ -228,9 +249,17 @@ def resume(checkpoint: Checkpoint, now: float, current: int) -> ScalingState:
 
     The fleet found is held through the scale-down window (as it would have kept the
     recommendations the restart lost); the service rate, cold start and window are the
-    checkpoint's, and its history is bridged up to now (:func:`hold.resume`).
+    checkpoint's, and its history is bridged up to now (:func:`hold.resume`). Its scale events count
+    against the rate policies and its panic mode goes on, as without the restart (a checkpoint
+    taken after ``now``, by a clock since stepped back, has their times moved back with it).
     """
+    shift = min(0.0, now - checkpoint.time)
     return ScalingState(
+        scale_events=tuple((t + shift, change) for t, change in checkpoint.scale_events),
+        panic_since=None if checkpoint.panic_since is None else checkpoint.panic_since + shift,
+        panic_last_triggered=(
+            None if checkpoint.panic_last_triggered is None else checkpoint.panic_last_triggered + shift
+        ),
         fleet_found=(now, current) if current > 0 else None,
         service_rate=checkpoint.service_rate,
         service_rate_key=checkpoint.service_rate_key,
@@ -496,6 +525,9 @@ def decide(
         # never produced, and the rate limits pinned the fleet for the rest of their period (as HPA,
         # whose events are its own changes only: the Manual count is the period's start).
         state = replace(state, scale_events=())
+        if state.checkpoint is not None and state.checkpoint.scale_events:
+            # Nor resumed after a restart.
+            state = replace(state, checkpoint=replace(state.checkpoint, scale_events=()))
         return ScalingDecision(desired, f"manual: replicas {desired}", state, recommendation=desired)
     # Auto never scales to zero: no replica would report the traffic to scale up again (the CRD
     # refuses minReplicas 0 in Auto mode; an object stored before that rule is held at one).
@@ -599,12 +631,12 @@ def decide(
             cold_start=cold_start,
             hold_seconds=hold_seconds,
             hold_chosen_at=hold_chosen_at,
-            # Renewed here too: after a clock step back the one kept had a future time and the
-            # history from before the step (status.autoscaler showed both while metrics were missing).
-            checkpoint=_renewed(state, now, service_rate, cold_start, hold_seconds, state.history),
         )
         if desired != current:
             new_state = _with_event(new_state, now, desired - current)
+        # Renewed here too: after a clock step back the one kept had a future time and the history
+        # from before the step (status.autoscaler showed both while metrics were missing).
+        new_state = _checkpointed(spec, new_state, now)
         if missing or not off:
             reason = f"metrics missing ({', '.join(missing) or 'all'}): holding {desired}"
         else:
@@ -733,7 +765,6 @@ def decide(
         # the rate's window cannot show included).
         need = math.ceil(max(signals["rate"], signals.get("burst", 0.0)) * spec.target_utilization - 1e-9)
         history = hold.record(history, now, recommendation, need)
-    checkpoint = _renewed(state, now, service_rate, cold_start, hold_seconds, history)
     new_state = ScalingState(
         recommendations=recommendations,
         scale_events=events,
@@ -750,11 +781,12 @@ def decide(
         hold_seconds=hold_seconds,
         hold_chosen_at=hold_chosen_at,
         measured_since=measured_since,
-        checkpoint=checkpoint,
+        checkpoint=state.checkpoint,
         fleet_found=fleet_found,
     )
     if bounded != current:
         new_state = _with_event(new_state, now, bounded - current)
+    new_state = _checkpointed(spec, new_state, now)
     reason = f"{_describe(signals)} -> {recommendation}"
     if notes:
         reason += "; " + "; ".join(notes)
@@ -764,20 +796,36 @@ def decide(
     )
 
 
-def _renewed(
-    state: ScalingState,
-    now: float,
-    service_rate: float | None,
-    cold_start: float | None,
-    hold_seconds: float | None,
-    history: hold.History,
-) -> Checkpoint | None:
-    """The checkpoint after this decision: renewed every :data:`CHECKPOINT_SECONDS` once the service
-    rate is known, and at once when the one kept lies after ``now`` (a wall clock stepped back)."""
+def _checkpointed(spec: ScalingSpec, state: ScalingState, now: float) -> ScalingState:
+    """``state`` with the checkpoint after this decision: renewed every :data:`CHECKPOINT_SECONDS`
+    once the service rate is known, at once when the one kept lies after ``now`` (a wall clock
+    stepped back), and when a scale event is not in it or panic mode started or ended since (each
+    such decision writes the status anyway: its desired count or its reason changed)."""
     checkpoint = state.checkpoint
-    if service_rate and (checkpoint is None or not 0 <= now - checkpoint.time < CHECKPOINT_SECONDS):
-        checkpoint = Checkpoint(now, service_rate, cold_start, hold_seconds, history, state.service_rate_key)
-    return checkpoint
+    if not state.service_rate:
+        return state
+    rules = (spec.behavior.scale_up, spec.behavior.scale_down)
+    period = max((p.period_seconds for direction in rules for p in direction.policies), default=0)
+    events = tuple((t, c) for t, c in state.scale_events if t > now - period)[-MAX_STATUS_SCALE_EVENTS:]
+    if (
+        checkpoint is None
+        or not 0 <= now - checkpoint.time < CHECKPOINT_SECONDS
+        or (events and events[-1] not in checkpoint.scale_events)
+        or checkpoint.panic_since != state.panic_since
+    ):
+        checkpoint = Checkpoint(
+            now,
+            state.service_rate,
+            state.cold_start,
+            state.hold_seconds,
+            state.history,
+            state.service_rate_key,
+            events,
+            state.panic_since,
+            state.panic_last_triggered,
+        )
+        return replace(state, checkpoint=checkpoint)
+    return state
 
 
 def _latest(state: ScalingState) -> float | None:

@@ -27,6 +27,7 @@ Three steps, all pure:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -41,6 +42,7 @@ from neuronfleet.api.v1alpha1 import (
     ConditionType,
     InferenceDeploymentStatus,
     PlacementStatus,
+    ScaleEventStatus,
     WarmPoolStatus,
 )
 from neuronfleet.planning import hold
@@ -474,7 +476,18 @@ def autoscaler_status(checkpoint: Checkpoint | None) -> AutoscalerStatus | None:
         history_recommendations=history.packed[0] if history.needs else None,
         history_needs=history.packed[1] if history.needs else None,
         service_rate_key=checkpoint.service_rate_key,
+        scale_events=[ScaleEventStatus(time=_second_after(t), replicas=c) for t, c in checkpoint.scale_events] or None,
+        panic_since=_second_after(checkpoint.panic_since) if checkpoint.panic_since is not None else None,
+        panic_last_triggered=(
+            _second_after(checkpoint.panic_last_triggered) if checkpoint.panic_last_triggered is not None else None
+        ),
     )
+
+
+def _second_after(time: float) -> str:
+    """``time`` as RFC 3339, rounded up to the second: truncated, a scale event stopped counting
+    against a rate policy up to a second before the old operator's stopped."""
+    return rfc3339(datetime.fromtimestamp(math.ceil(time), UTC))
 
 
 def checkpoint_from_status(section: object) -> Checkpoint | None:
@@ -494,6 +507,13 @@ def checkpoint_from_status(section: object) -> Checkpoint | None:
             if len(recommendations) != len(needs):
                 return None
             history = hold.History(parsed.history_start_minute, recommendations, needs)
+        events = tuple(
+            (datetime.fromisoformat(event.time).timestamp(), event.replicas) for event in parsed.scale_events or ()
+        )
+        panic_since, panic_last = (
+            datetime.fromisoformat(value).timestamp() if value is not None else None
+            for value in (parsed.panic_since, parsed.panic_last_triggered)
+        )
     except ValueError:  # pydantic's ValidationError is a ValueError
         return None
     return Checkpoint(
@@ -503,6 +523,9 @@ def checkpoint_from_status(section: object) -> Checkpoint | None:
         hold_seconds=parsed.scale_down_delay_seconds,
         history=history,
         service_rate_key=parsed.service_rate_key,
+        scale_events=events,
+        panic_since=panic_since,
+        panic_last_triggered=panic_last,
     )
 
 
