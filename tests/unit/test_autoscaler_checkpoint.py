@@ -342,6 +342,36 @@ def test_a_restart_in_panic_keeps_the_panic_hold() -> None:
     assert decide(s, resumed.new_state, load(660, 400, 0.5), 50, 50, 660).desired == 5
 
 
+def test_a_restart_while_the_scale_down_window_holds_never_scales_down_sooner() -> None:
+    """The recommendations the scale-down window held are lost with the memory, and the checkpoint's
+    hold history (the highest recommendation per minute) only chooses the learned delay, it holds
+    nothing; the fleet found at the takeover, held as a recommendation made then, stands in for them
+    (the checkpoint need not keep them): the restarted autoscaler scales down no sooner, and at most
+    one window later."""
+    s = spec(scaleDownDelayMode="Fixed", scaleDownDelaySeconds=300)
+    state = run(s, ScalingState(), 0, 600, 800, 10)
+    # From 600 s the demand is half the fleet; the operator restarts at 700 s.
+    stayed_state, resumed_state, current = state, state, {"stayed": 10, "resumed": 10}
+    released: dict[str, float] = {}
+    for now in range(600, 1100, 15):
+        if now == 705:
+            resumed_state = restarted(stayed_state, 700, current["stayed"])
+        stayed = decide(
+            s, stayed_state, load(now, 400, 4 / current["stayed"]), current["stayed"], current["stayed"], now
+        )
+        resumed = decide(
+            s, resumed_state, load(now, 400, 4 / current["resumed"]), current["resumed"], current["resumed"], now
+        )
+        assert resumed.desired >= stayed.desired, resumed.reason
+        for name, decision in (("stayed", stayed), ("resumed", resumed)):
+            if decision.desired < 10:
+                released.setdefault(name, now)
+            current[name] = decision.desired
+        stayed_state, resumed_state = stayed.new_state, resumed.new_state
+    # The last recommendation of 10 was at 585; the takeover at 700.
+    assert released == {"stayed": 885, "resumed": 1005}
+
+
 # ---------------------------------------------------------------------------- the operator's plan
 
 
