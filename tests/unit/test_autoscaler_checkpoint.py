@@ -372,6 +372,36 @@ def test_a_restart_while_the_scale_down_window_holds_never_scales_down_sooner() 
     assert released == {"stayed": 885, "resumed": 1005}
 
 
+def test_a_restart_does_not_cut_the_scale_up_stabilization_window_short() -> None:
+    """The scale-up window promises no scale-up before the demand has held for it; the recommendations
+    that told how long it had held are lost with the memory. The fleet found counts as a recommendation
+    made at the takeover in that window too (it holds no scale-up when the window is 0, the default)."""
+    s = spec(behavior={"scaleUp": {"stabilizationWindowSeconds": 120}})
+    state = run(s, ScalingState(), 0, 600, 800, 10)
+    # From 600 s the demand is 15 replicas' worth; the operator restarts at 640 s.
+    stayed_state, resumed_state, current = state, state, {"stayed": 10, "resumed": 10}
+    grown: dict[str, float] = {}
+    for now in range(600, 900, 15):
+        if now == 645:
+            resumed_state = restarted(stayed_state, 640, current["stayed"])
+        stayed = decide(
+            s, stayed_state, load(now, 1200, 12 / current["stayed"]), current["stayed"], current["stayed"], now
+        )
+        resumed = decide(
+            s, resumed_state, load(now, 1200, 12 / current["resumed"]), current["resumed"], current["resumed"], now
+        )
+        assert resumed.desired <= stayed.desired, resumed.reason  # was 15 at 645 s
+        for name, decision in (("stayed", stayed), ("resumed", resumed)):
+            if decision.desired > 10:
+                grown.setdefault(name, now)
+            current[name] = decision.desired
+        if now == 645:
+            assert "stabilized to 10 (fleet found at the takeover, held 120 s)" in resumed.reason
+        stayed_state, resumed_state = stayed.new_state, resumed.new_state
+    # The demand rose at 600 s (the window's last 10 at 585 s); the takeover was at 640 s.
+    assert grown == {"stayed": 705, "resumed": 765}
+
+
 # ---------------------------------------------------------------------------- the operator's plan
 
 

@@ -94,9 +94,11 @@ default window is the latest decision alone.
 one that finds no checkpoint (no service rate learned yet: a new deployment, revision or
 placement). Either holds the fleet it finds through the scale-down window (``fleet_found``), as
 a recommendation made at the takeover: without it, the first decision may release at once what the
-lost recommendations held. The fleet found holds a scale-down only, never a scale-up: nobody
-recommended that size at the takeover, so the first decision may grow the fleet as the old leader's
-would have.
+lost recommendations held. With no scale-up stabilization window (the default) the fleet found
+holds no scale-up: the first decision may grow the fleet as the old leader's would have. With one, it
+holds a scale-up for that window from the takeover (the recommendations that told how long the
+demand had held are lost, and the window promises no scale-up before it has held that long): a
+restart may delay a scale-up by up to one window, never bring it forward.
 
 The window averages the decisions' demands, not Prometheus samples: the runtime is scraped every
 15 s or so, so a window of seconds holds at most one sample of a gauge, and the simulator and the
@@ -228,8 +230,8 @@ class ScalingState:
     #: The latest checkpoint (None until the service rate is known).
     checkpoint: Checkpoint | None = None
     #: (time, active replicas) of the fleet found when this autoscaler took over (a restart, a new
-    #: leader: :func:`resume`, :func:`take_over`). The scale-down window holds it as a recommendation
-    #: made then; the scale-up window ignores it (see the module docstring).
+    #: leader: :func:`resume`, :func:`take_over`). The stabilization windows hold it as a
+    #: recommendation made then (the scale-up window strictly within it: see the module docstring).
     fleet_found: tuple[float, int] | None = None
 
 
@@ -698,9 +700,17 @@ def decide(
             desired = current
             notes.append("scale-up disabled")
     else:
-        up_cut = now - spec.behavior.scale_up.stabilization_window_seconds
+        up_window = float(spec.behavior.scale_up.stabilization_window_seconds)
+        up_cut = now - up_window
         down_cut = now - down_window
         up_rec = min(r for t, r in recommendations if t > up_cut or t == now)
+        found_up = False
+        if fleet_found is not None and fleet_found[0] > up_cut and fleet_found[1] < up_rec:
+            # The scale-up window promises no scale-up before the demand has held for it, and how long
+            # it had held was lost at the takeover: the fleet found stands in for those
+            # recommendations here too (strictly within the window: with none, the default, it holds
+            # no scale-up).
+            up_rec, found_up = fleet_found[1], True
         held = [(t, r) for t, r in recommendations if t > down_cut or t == now]
         if fleet_found is not None and fleet_found[0] > down_cut:
             held.append(fleet_found)
@@ -738,7 +748,11 @@ def decide(
                 holder = f"learned scale-down delay {hold_seconds:.0f} s" + (", less the decline" if lowered else "")
             notes.append(f"stabilized to {stabilized} ({holder})")
         elif stabilized != recommendation:
-            notes.append(f"stabilized to {stabilized}")
+            held_up = found_up and stabilized == up_rec
+            notes.append(
+                f"stabilized to {stabilized}"
+                + (f" (fleet found at the takeover, held {up_window:.0f} s)" if held_up else "")
+            )
         desired = stabilized
         if stabilized > current:
             limit = scale_up_limit(spec.behavior.scale_up, events, current, now)
