@@ -9,12 +9,16 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
+from aiohttp import web
 from kubernetes_asyncio import client
 
 from neuronfleet.handlers import failure_message
 from neuronfleet.kube.client import KubeClient
+from neuronfleet.kube.observe import observe_cluster
 
 
 @pytest.fixture
@@ -69,3 +73,76 @@ async def test_reconciles_waiting_for_the_node_list_share_the_one_call_and_its_t
             writer.close()
         server.close()
         await kube.close()
+
+
+async def test_a_fresh_node_list_is_one_sent_after_the_caller_saw_the_pod() -> None:
+    # A reconcile whose pod sits on a node its cached list lacks asks for a fresh list. It shared a
+    # list already sent, before the node joined and the pod was bound to it: the pod was judged on
+    # a lost node and force-deleted. It now waits for that list and reads a newer one.
+    nodes = ["n1"]
+    served: list[list[str]] = []
+    release = asyncio.Event()
+    release.set()
+    arrived = asyncio.Event()
+    pod = {
+        "metadata": {
+            "name": "p-new",
+            "namespace": "default",
+            "labels": {"serving.neuronfleet.dev/deployment": "d"},
+            "ownerReferences": [
+                {"controller": True, "uid": "u1", "kind": "InferenceDeployment", "name": "d", "apiVersion": "x"}
+            ],
+        },
+        "spec": {"nodeName": "n2", "containers": []},
+        "status": {"phase": "Running"},
+    }
+
+    async def list_nodes(request: web.Request) -> web.Response:
+        snapshot = list(nodes)  # the API server answers as of the request
+        served.append(snapshot)
+        arrived.set()
+        await release.wait()  # a large list on a slow link
+        return web.json_response({"items": [{"metadata": {"name": n, "labels": {}}} for n in snapshot]})
+
+    async def list_pods(request: web.Request) -> web.Response:
+        return web.json_response({"items": [pod] if "n2" in nodes else []})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/nodes", list_nodes)
+    app.router.add_get("/api/v1/namespaces/default/pods", list_pods)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    kube = KubeClient(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")), request_timeout=5)
+    try:
+        await kube.list_nodes()  # the cached list: n1
+        release.clear()
+        arrived.clear()
+        # Reconcile A asked for a fresh list; it is under way when a node joins and a pod is bound to it.
+        earlier = asyncio.ensure_future(kube.list_nodes(fresh=True))
+        await arrived.wait()
+        nodes.append("n2")
+        fresh_asked = asyncio.Event()
+        read_nodes = kube.list_nodes
+
+        async def noting_fresh(fresh: bool = False) -> list[dict[str, Any]]:
+            if fresh:
+                fresh_asked.set()
+            return await read_nodes(fresh)
+
+        kube.list_nodes = noting_fresh  # type: ignore[method-assign]
+        # Reconcile B sees the pod on n2, which its cached list lacks, and asks for a fresh list.
+        observed = asyncio.ensure_future(observe_cluster(kube, "default", "d", None, "u1", datetime.now(UTC)))
+        await fresh_asked.wait()  # B has decided what to wait for (list_nodes runs to its first wait)
+        release.set()
+        await earlier
+        observation = await observed
+        assert [(p.name, p.node_lost, p.broken) for p in observation.pods] == [("p-new", False, False)], (
+            "a healthy pod on a node that joined was judged lost from a list sent before it was seen"
+        )
+        assert served == [["n1"], ["n1"], ["n1", "n2"]]
+    finally:
+        await kube.close()
+        await runner.cleanup()

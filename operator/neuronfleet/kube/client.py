@@ -113,6 +113,10 @@ class KubeClient:
         self._nodes: tuple[float, list[Obj]] | None = None
         #: The node list under way, which every reconcile needing one meanwhile waits for.
         self._nodes_call: asyncio.Task[list[Obj]] | None = None
+        #: How many node lists have been sent, and which of them the one under way is (None: not
+        #: sent yet), so that a ``fresh`` caller shares only a list sent after it asked.
+        self._nodes_sent = 0
+        self._nodes_call_sent: int | None = None
         #: Per kind, top-level spec fields the API server dropped from a patch (see :meth:`ensure`).
         self.dropped_spec_fields: dict[str, set[str]] = {}
         #: The Events' reportingInstance: this replica (its pod's name in a cluster).
@@ -167,24 +171,36 @@ class KubeClient:
         Every reconcile needs them (zones, lost nodes) and they are the same for every object: at
         a thousand deployments, one list per reconcile would be most of the operator's work.
 
-        Reconciles that need a list while one is under way wait for that one (``fresh`` too: it
-        is answered after they asked), and share its answer or its failure: with a lock held across
-        the call, when the API server went silent the k-th waiter failed after k timeouts. A failure
-        is not kept. A waiter cancelled (its daemon stopping) leaves the call to the others.
+        Reconciles that need a list while one is under way wait for that one and share its answer
+        or its failure: with a lock held across the call, when the API server went silent the k-th
+        waiter failed after k timeouts. A ``fresh`` caller shares only a list sent after it asked:
+        one sent before may predate the pod that made it ask (a pod bound to a node that joined
+        meanwhile would be judged on a lost node and force-deleted), so it waits for that one to
+        end and then shares (or makes) a newer one. A failure is not kept. A waiter cancelled (its
+        daemon stopping) leaves the call to the others.
         """
         now = asyncio.get_running_loop().time()  # the loop's clock: fake time in looptime tests
         if not fresh and self._nodes is not None and now - self._nodes[0] < self.NODE_CACHE_SECONDS:
             return self._nodes[1]
-        call = self._nodes_call
-        if call is None:
-            call = self._nodes_call = asyncio.ensure_future(self._read_nodes(now))
-            call.add_done_callback(self._nodes_read)
-        return await asyncio.shield(call)
+        asked = self._nodes_sent
+        while True:
+            call = self._nodes_call
+            if call is None:
+                call = self._nodes_call = asyncio.ensure_future(self._read_nodes())
+                self._nodes_call_sent = None
+                call.add_done_callback(self._nodes_read)
+            elif fresh and self._nodes_call_sent is not None and self._nodes_call_sent <= asked:
+                await asyncio.wait({call})  # its outcome is not this caller's to share
+                continue
+            return await asyncio.shield(call)
 
-    async def _read_nodes(self, now: float) -> list[Obj]:
+    async def _read_nodes(self) -> list[Obj]:
+        self._nodes_sent += 1
+        self._nodes_call_sent = self._nodes_sent
+        sent_at = asyncio.get_running_loop().time()
         doc = await self._json(self.core.list_node(_preload_content=False))
         nodes = cast(list[Obj], doc.get("items", []))
-        self._nodes = (now, nodes)
+        self._nodes = (sent_at, nodes)
         return nodes
 
     def _nodes_read(self, call: asyncio.Task[list[Obj]]) -> None:
