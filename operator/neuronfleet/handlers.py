@@ -296,21 +296,32 @@ async def _converge(
     stopping: asyncio.Event,
 ) -> None:
     failures = 0
+    conflicts = 0
     while not stopped:
         interval = context.reconciler.settings.interval_seconds
         # Cleared before the reconcile: a change during it wakes the next one at once.
         wakeup.clear()
         try:
             report = await context.reconcile(body, namespace, name, stopping)
-            failures = failures + 1 if report.error else 0
-            context.failure_to_post(namespace, name, None)
+            if report.conflict:
+                # Another writer changed the object during the status write: a race, not a failure
+                # (the back-off stays as it was). Only a new generation wakes the daemon, so the
+                # reconcile runs again at once; a second conflict in a row waits as usual.
+                conflicts += 1
+            else:
+                conflicts = 0
+                failures = failures + 1 if report.error else 0
+                context.failure_to_post(namespace, name, None)
         except Exception as exc:  # any failure: report it, back off, try again; never crash-loop
+            conflicts = 0
             failures += 1
             context.failures += 1
             message = failure_message(exc)
             logger.warning("reconcile of %s/%s failed (%d in a row): %s", namespace, name, failures, message)
             if context.failure_to_post(namespace, name, message):
                 await context.post_events(body, [Event("Warning", Reason.RECONCILE_FAILED, message)])
+        if conflicts == 1:
+            continue
         delay = min(MAX_BACKOFF_SECONDS, interval * 2 ** min(failures, 6)) if failures else interval
         # wait_event, not wait_for: Kopf may stop a daemon by cancelling it (see neuronfleet.aio).
         await wait_event(wakeup, delay)

@@ -150,6 +150,10 @@ class ReconcileReport:
     writes: int = 0
     #: The daemon stopped during the reconcile: the writes after that point were left undone.
     stopped: bool = False
+    #: The first status write met a conflict twice (:data:`STATUS_CONFLICT`): nothing was applied.
+    #: A race with another writer, not a failure: no error, no back-off; the daemon runs the
+    #: reconcile again at once (once), from the object as its watch has it then.
+    conflict: bool = False
 
 
 @dataclass(frozen=True)
@@ -189,10 +193,10 @@ class StatusWrite:
     seen: tuple[str, ...] = ()
 
 
-#: The error of a reconcile whose first status write met a conflict twice.
+#: What the operator logs of a reconcile whose first status write met a conflict twice.
 STATUS_CONFLICT = (
     "status: the object changed while its status was written (409 Conflict, once more after reading it again); "
-    "nothing applied, left to the next reconcile"
+    "nothing applied, the reconcile runs again at once"
 )
 
 
@@ -354,7 +358,8 @@ class Reconciler:
         """Write what changed from ``known`` (the object's status at ``version``) to ``new``, sent
         with ``version``: a conflict (409, the object changed since) reads the object again once and
         writes ``new`` over that, with the other controllers' conditions as it has them. A second
-        conflict raises (its ApiException): the next reconcile, woken by the change, plans anew.
+        conflict raises (its ApiException); on a first write it is reported as a conflict
+        (:attr:`ReconcileReport.conflict`), which the daemon re-runs at once to plan anew.
         """
         target = with_foreign_conditions(new, known)
         patch = status_patch(known, target)
@@ -564,9 +569,10 @@ class Reconciler:
         except ApiException as exc:
             if exc.status != 409:
                 raise
-            # Not raised: no ReconcileFailed Warning for a race; the change wakes the next reconcile.
+            # Not raised, no error: a race is no failure (no ReconcileFailed Warning, no back-off).
+            # Nothing wakes the daemon for a status-only change, so it re-runs the reconcile itself.
             logger.info("%s/%s: %s", namespace, dep.name, STATUS_CONFLICT)
-            return ReconcileReport((), (), status, False, memory, STATUS_CONFLICT, 0)
+            return ReconcileReport((), (), status, False, memory, None, 0, conflict=True)
         writes = int(first.written)
         last = first
         outcome = await self.apply(dep, plan, stopping)
@@ -620,7 +626,8 @@ class Reconciler:
         except ApiException as exc:
             if exc.status != 409:
                 raise
-            return ReconcileReport((), (), status, False, memory, STATUS_CONFLICT, 0)
+            logger.info("%s/%s: %s", namespace, name, STATUS_CONFLICT)
+            return ReconcileReport((), (), status, False, memory, None, 0, conflict=True)
         writes = int(write.written)
         if writes:
             memory = replace(

@@ -11,6 +11,7 @@ import asyncio
 from typing import Any
 
 import kopf
+import pytest
 
 from neuronfleet.handlers import OperatorContext, deployment_changed, keep_converging, pod_changed
 from neuronfleet.metrics.operator_metrics import OperatorMetrics
@@ -158,3 +159,50 @@ async def test_a_stopped_daemon_leaves_no_state_and_no_metric_series_behind() ->
         s for f in ctx.metrics.registry.collect() for s in f.samples if s.name == "neuronfleet_scaling_decisions_total"
     ]
     assert decisions == []
+
+
+class ConflictingReconciler:
+    """Reports the scripted outcomes in turn ("conflict": a first status write refused twice,
+    "failed": an error, None: a success), noting the loop's time of each; then stops the daemon."""
+
+    def __init__(self, script: list[str | None], stop: list[bool], metrics: OperatorMetrics) -> None:
+        self.settings = OperatorSettings(interval_seconds=10.0)
+        self.script, self.stop, self.metrics = list(script), stop, metrics
+        self.kube = PostedEvents()
+        self.started: list[float] = []
+        self.errors: list[tuple[str, float]] = []
+
+    async def reconcile(self, body: Any, memory: DeploymentMemory, stopping: Any = None) -> ReconcileReport:
+        self.started.append(asyncio.get_running_loop().time())
+        outcome = self.script.pop(0)
+        if not self.script:
+            self.stop.append(True)
+            # The earlier reconciles' errors, as exported (a stopped daemon's series are dropped).
+            self.errors = [
+                (s.labels["kind"], s.value)
+                for f in self.metrics.registry.collect()
+                for s in f.samples
+                if s.name == "neuronfleet_reconcile_errors_total"
+            ]
+        if outcome == "conflict":
+            return ReconcileReport((), (), {}, False, memory, None, 0, conflict=True)
+        return ReconcileReport((), (), {}, outcome is None, memory, outcome, 0)
+
+
+@pytest.mark.looptime
+async def test_a_status_write_conflict_is_retried_at_once_and_is_no_failure() -> None:
+    # A reconcile whose first status write met another writer's change twice applies nothing. It
+    # was counted a failure: backed off 20 s, then 30 s, counted in the reconcile errors, and the
+    # other writer's status-only change (same generation) woke nothing. It is now run again at
+    # once, once; a second conflict in a row waits the interval, not a back-off.
+    stop: list[bool] = []
+    ctx = context()
+    ctx.metrics = OperatorMetrics()
+    script = ["conflict", None, "conflict", "conflict", None, "failed", "conflict", None]
+    reconciler = ConflictingReconciler(script, stop, ctx.metrics)
+    ctx.reconciler = reconciler  # type: ignore[assignment]
+    body = kopf.Body({"metadata": {"name": "d", "namespace": "ns", "generation": 1}})
+    start = asyncio.get_running_loop().time()
+    await keep_converging(body=body, memo=kopf.Memo(context=ctx), namespace="ns", name="d", stopped=Stopped(stop))
+    assert [round(t - start) for t in reconciler.started] == [0, 0, 10, 10, 20, 30, 50, 50]
+    assert reconciler.errors == [("ReconcileError", 1.0)], "only the failure is a reconcile error"
