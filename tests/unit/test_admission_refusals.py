@@ -34,7 +34,7 @@ from neuronfleet.planning.admission import (
     workload_account,
 )
 from neuronfleet.planning.compile import CompileObservation, StoredArtifact, compile_request, decide_compile
-from neuronfleet.planning.fleet import CreatePlaceholder, CreatePod, FleetPolicy, apply_actions
+from neuronfleet.planning.fleet import CreatePlaceholder, CreatePod, FleetPolicy, apply_actions, policy_for_spec
 from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory
 from neuronfleet.planning.placement import plan_for_spec
 from neuronfleet.planning.reasons import Reason, Refusal
@@ -417,13 +417,20 @@ def test_a_pool_held_by_an_impossible_cpu_limit_is_said_held_not_wanted_as_none(
     assert conditions["Available"][2] == f"0/2 active replicas ready; 2 new active pods held: {HELD}"
 
 
-def test_a_running_fleet_whose_cpu_limit_turns_impossible_says_what_is_held_and_counts_only_what_runs() -> None:
+@pytest.mark.parametrize("max_surge", [0, 1, 3])
+def test_a_running_fleet_whose_cpu_limit_turns_impossible_says_what_is_held_and_counts_only_what_runs(
+    max_surge: int,
+) -> None:
     # The pod template carries the CPU limit: lowering it makes every running pod outdated, and no
     # pod of the new template can be made. Regression: WarmPoolReady said "4 new warm pods held" of a
     # pool of 2 (the 2 replacements of the serving replicas were counted as pool), and Ready said
-    # RollingOut without a word of the rollout being held.
+    # RollingOut without a word of the rollout being held. Regression: with spec.rollout.maxSurge 1
+    # the held counts were clamped by the surge, which paces only pods that load: "1 new pod held",
+    # and the pool's 2 held warm pods were not mentioned.
     pool = {"mode": "Fixed", "pods": 2, "nodePlaceholders": 1}
-    dep = deployment(scaling=MANUAL["scaling"], warmPool=pool)
+    rollout = {"maxSurge": max_surge}
+    dep = deployment(scaling=MANUAL["scaling"], warmPool=pool, rollout=rollout)
+    policy = policy_for_spec(dep.spec)
     now, pods, memory, status = T0, (), DeploymentMemory(), {}
     for _ in range(3):
         result = plan_reconcile(
@@ -431,7 +438,7 @@ def test_a_running_fleet_whose_cpu_limit_turns_impossible_says_what_is_held_and_
             Observation(now, pods=pods, compile=_stored(dep)),
             memory,
             StatusMemory.from_status(status),
-            FleetPolicy(),
+            policy,
             lambda chosen: pod_template_hash(dep, chosen),
         )
         pods = tuple(
@@ -441,13 +448,13 @@ def test_a_running_fleet_whose_cpu_limit_turns_impossible_says_what_is_held_and_
         memory, status, now = result.memory, result.status, now + timedelta(seconds=10)
     assert sorted(p.role for p in pods) == ["active", "active", "placeholder", "warm", "warm"]
 
-    lowered = deployment(runtime={"cpuLimit": "500m"}, scaling=MANUAL["scaling"], warmPool=pool)
+    lowered = deployment(runtime={"cpuLimit": "500m"}, scaling=MANUAL["scaling"], warmPool=pool, rollout=rollout)
     result = plan_reconcile(
         lowered,
         Observation(now, pods=pods, compile=_stored(lowered)),
         memory,
         StatusMemory.from_status(status),
-        FleetPolicy(),
+        policy,
         lambda chosen: pod_template_hash(lowered, chosen),
     )
     assert not [a for a in result.actions if isinstance(a, CreatePod | CreatePlaceholder)]
@@ -460,7 +467,7 @@ def test_a_running_fleet_whose_cpu_limit_turns_impossible_says_what_is_held_and_
         Observation(now + timedelta(seconds=10), pods=tuple(after), compile=_stored(lowered)),
         result.memory,
         StatusMemory.from_status(result.status),
-        FleetPolicy(),
+        policy,
         lambda chosen: pod_template_hash(lowered, chosen),
     )
     assert again.actions == ()

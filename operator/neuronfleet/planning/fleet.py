@@ -554,9 +554,11 @@ def plan_fleet(
 
     # Creations: the missing current pods, active up to the deficit, then warm.
     if revision is not None:
-        missing = target.active + target.warm - len(active_set) - len(warm_set)
+        needed = max(0, target.active + target.warm - len(active_set) - len(warm_set))
+        missing = needed
         rolling_out = any(pod.role in ("active", "warm") for pod in outdated)
         if rolling_out and policy.max_surge > 0:
+            # The surge bounds the pods loading at once: it paces creations, not what is held.
             loading = sum(1 for pod in active_set + warm_set if not pod.ready)
             missing = min(missing, max(0, policy.max_surge - loading))
         # Warm pods beyond the pool are already on their way into the active set.
@@ -566,11 +568,12 @@ def plan_fleet(
             # Counted, not created: a new pod could not load the artifact (it would crash-loop), or
             # the API server would refuse it. The pods held beyond the active deficit first replace
             # the outdated actives (promoted once ready, as in a rollout), and only the rest is the
-            # pool's: a rollout's replacements are not standby.
-            held_active = min(max(0, missing), max(0, active_deficit))
+            # pool's: a rollout's replacements are not standby. All of them are counted: none
+            # loads, so the surge that paces a rollout's creations bounds none of them.
+            held_active = min(needed, max(0, active_deficit))
             rollout_need = max(0, target.active - len(active_set) - incoming - held_active)
-            held_rollout = min(max(0, missing) - held_active, rollout_need)
-            held_warm = max(0, missing) - held_active - held_rollout
+            held_rollout = min(needed - held_active, rollout_need)
+            held_warm = needed - held_active - held_rollout
         else:
             for index, (slot, name) in enumerate(
                 _free_slots(used_names, lambda s: serving_pod_name(deployment, revision, s), max(0, missing))
