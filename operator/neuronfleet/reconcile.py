@@ -191,6 +191,8 @@ class StatusWrite:
     version: str | None
     #: The resourceVersions it met before the one it made.
     seen: tuple[str, ...] = ()
+    #: The status the object had when read again after a conflict (None: not read again).
+    live: Mapping[str, Any] | None = None
 
 
 #: What the operator logs of a reconcile whose first status write met a conflict twice.
@@ -384,10 +386,10 @@ class Reconciler:
         target = with_foreign_conditions(new, live)
         patch = status_patch(live, target)
         if patch is None:
-            return StatusWrite(False, live, fresh_version, seen)
+            return StatusWrite(False, live, fresh_version, seen, live)
         made = await self.kube.patch_status(namespace, name, patch, fresh_version)
         logger.info("%s/%s: the status write met a conflict; written over the object read again", namespace, name)
-        return StatusWrite(True, target, made, seen)
+        return StatusWrite(True, target, made, seen, live)
 
     async def _apply_compile(
         self, dep: InferenceDeployment, plan: ReconcilePlan, stopping: asyncio.Event
@@ -575,6 +577,11 @@ class Reconciler:
             return ReconcileReport((), (), status, False, memory, None, 0, conflict=True)
         writes = int(first.written)
         last = first
+        if first.live is not None:
+            # The body planned from lagged the object (a 409): what the status said before this
+            # reconcile, and so which Events its changes make, is the copy read again. From the
+            # body, a change an earlier reconcile had written and announced was announced again.
+            durable = StatusMemory.from_status(first.live)
         outcome = await self.apply(dep, plan, stopping)
         final, memory = status_after_apply(plan, dep, durable, outcome.refusals, outcome.errors, observation)
         unwritten: tuple[str, ...] = ()

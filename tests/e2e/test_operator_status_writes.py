@@ -201,3 +201,26 @@ async def test_a_body_at_the_status_between_a_reconciles_two_writes_is_known_sta
     assert second.writes == 0, "the status the operator wrote second was written again"
     assert [e.reason.value for e in second.events if e.type == "Warning"] == []
     assert status_patches(requests_for(harness, "mid", since)) == []
+
+
+async def test_a_change_the_object_read_again_shows_made_is_not_announced_again(
+    bare: tuple[OperatorHarness, OperatorContext],
+) -> None:
+    # A reconcile planned from a body that lags the operator's own last write, with no memory of it
+    # (a daemon started again after a peering pause or a handover drops its memory): its write meets
+    # 409 and it reads the object again, which shows the change already made. Its Events were still
+    # derived from the lagging body: "Scaled: initial size" was posted a second time.
+    harness, context = bare
+    reconciler = context.reconciler
+    await harness.apply(manual(harness, "again", replicas=2))
+    lagging = harness.deployment(NS, "again")
+    first = await reconciler.reconcile(lagging, DeploymentMemory())
+    assert [e.reason.value for e in first.events].count("Scaled") == 1
+
+    since = len(harness.cluster.request_log)
+    second = await reconciler.reconcile(lagging, DeploymentMemory())
+
+    records = requests_for(harness, "again", since)
+    assert status_patches(records)[:1] == [409] and [r.method for r in records].count("GET") == 1
+    assert second.error is None and not second.conflict
+    assert [(e.reason.value, e.message) for e in second.events] == [], "announced again from the lagging body"
