@@ -590,3 +590,38 @@ async def test_keys_read_unanswered_or_expired_are_not_kept() -> None:
     # An hour on, a kept answer clears the expired ones.
     await accounts.answer(kube, "other", "model-compiler", CREATED + timedelta(hours=1))  # type: ignore[arg-type]
     assert accounts.held() == 1
+
+
+class _GatedKube:
+    """Its first ServiceAccount read fails once ``gate`` is set, and at that moment another
+    reconcile becomes ready (``failed``); later reads find the account."""
+
+    def __init__(self) -> None:
+        self.reads: list[str] = []
+        self.gate, self.failed = asyncio.Event(), asyncio.Event()
+
+    async def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        self.reads.append(name)
+        if len(self.reads) == 1:
+            await self.gate.wait()
+            self.failed.set()
+            raise TimeoutError("the API server did not answer")
+        return {"metadata": {"name": name}}
+
+
+async def test_a_read_that_has_just_failed_is_not_handed_to_a_caller_arriving_in_that_loop_step() -> None:
+    # A read that had just ended stayed "under way" until its done-callback ran: a reconcile that
+    # asked in that same loop step was handed its failure ("unanswered") without a read of its own.
+    kube = _GatedKube()
+    accounts = AccountReads()
+
+    async def late() -> str:
+        await kube.failed.wait()
+        return await accounts.answer(kube, "search", "model-compiler", CREATED)  # type: ignore[arg-type]
+
+    first = asyncio.ensure_future(accounts.answer(kube, "search", "model-compiler", CREATED))  # type: ignore[arg-type]
+    second = asyncio.ensure_future(late())
+    kube.gate.set()
+    assert await first == "unanswered"
+    assert await second == "found", "handed the read that had just failed"
+    assert kube.reads == ["model-compiler", "model-compiler"]

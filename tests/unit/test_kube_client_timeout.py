@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from neuronfleet.handlers import failure_message
 from neuronfleet.kube.client import KubeClient
@@ -143,6 +144,51 @@ async def test_a_fresh_node_list_is_one_sent_after_the_caller_saw_the_pod() -> N
             "a healthy pod on a node that joined was judged lost from a list sent before it was seen"
         )
         assert served == [["n1"], ["n1"], ["n1", "n2"]]
+    finally:
+        await kube.close()
+        await runner.cleanup()
+
+
+async def test_a_node_list_that_has_just_failed_is_not_handed_to_a_caller_arriving_in_that_loop_step() -> None:
+    # The failed call stayed "under way" until its done-callback ran: a reconcile that asked in that
+    # same loop step was handed the failure without a call of its own.
+    answers = [web.Response(status=500, text="etcdserver: request timed out"), None]
+
+    async def list_nodes(request: web.Request) -> web.Response:
+        answer = answers.pop(0)
+        return answer or web.json_response({"items": [{"metadata": {"name": "n1", "labels": {}}}]})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/nodes", list_nodes)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    kube = KubeClient(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")), request_timeout=5)
+    failed = asyncio.Event()
+    call_api = kube._json
+
+    async def noting_failure(call: Any) -> Any:
+        try:
+            return await call_api(call)
+        except ApiException:
+            failed.set()  # another reconcile becomes ready in the loop step the call fails in
+            raise
+
+    kube._json = noting_failure  # type: ignore[method-assign]
+
+    async def late() -> list[dict[str, Any]]:
+        await failed.wait()
+        return await kube.list_nodes()
+
+    try:
+        first = asyncio.ensure_future(kube.list_nodes())
+        second = asyncio.ensure_future(late())
+        with pytest.raises(ApiException):
+            await first
+        assert [n["metadata"]["name"] for n in await second] == ["n1"], "handed the call that had just failed"
+        assert answers == []
     finally:
         await kube.close()
         await runner.cleanup()

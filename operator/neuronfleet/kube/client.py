@@ -176,8 +176,9 @@ class KubeClient:
         waiter failed after k timeouts. A ``fresh`` caller shares only a list sent after it asked:
         one sent before may predate the pod that made it ask (a pod bound to a node that joined
         meanwhile would be judged on a lost node and force-deleted), so it waits for that one to
-        end and then shares (or makes) a newer one. A failure is not kept. A waiter cancelled (its
-        daemon stopping) leaves the call to the others.
+        end and then shares (or makes) a newer one. A failure is not kept, nor handed to a caller
+        arriving once the call has ended. A waiter cancelled (its daemon stopping) leaves the call
+        to the others.
         """
         now = asyncio.get_running_loop().time()  # the loop's clock: fake time in looptime tests
         if not fresh and self._nodes is not None and now - self._nodes[0] < self.NODE_CACHE_SECONDS:
@@ -185,7 +186,9 @@ class KubeClient:
         asked = self._nodes_sent
         while True:
             call = self._nodes_call
-            if call is None:
+            if call is None or call.done():
+                # Done: an outcome its callback has yet to drop (a failure is not kept), not a call
+                # under way, so a caller in the same loop step calls again.
                 call = self._nodes_call = asyncio.ensure_future(self._read_nodes())
                 self._nodes_call_sent = None
                 call.add_done_callback(self._nodes_read)

@@ -180,9 +180,10 @@ class RecentAnswers(Generic[_Key, _Answer]):
     """The operator's recent answers to one kind of read, per key, each used for ``ttl_seconds`` on
     the reconcile's clock. Concurrent reconciles asking for the same key while it is read share that
     one read and its outcome: each read in turn under a lock, the k-th waiter of a read the API
-    server left unanswered got its answer after k timeouts. An unanswered read (a timeout, a refused
-    connection) is not kept: the next asks again. Nothing is held for a key with no kept answer and
-    no read under way (a lock per key asked about during an outage was kept for good)."""
+    server left unanswered got its answer after k timeouts. A read already ended is not shared. An
+    unanswered read (a timeout, a refused connection) is not kept: the next asks again. Nothing is
+    held for a key with no kept answer and no read under way (a lock per key asked about during an
+    outage was kept for good)."""
 
     ttl_seconds: float
     #: When each answer was read, and what it was.
@@ -203,7 +204,9 @@ class RecentAnswers(Generic[_Key, _Answer]):
         if held is not None and 0 <= (now - held[0]).total_seconds() < self.ttl_seconds:
             return held[1]
         task = self._reads.get(key)
-        if task is None:
+        if task is None or task.done():
+            # Done: an outcome (a failure: not kept) that its callback has yet to drop, not a read
+            # under way, so a caller in the same loop step reads again.
             task = self._reads[key] = asyncio.ensure_future(self._read(key, now, read, kept))
             task.add_done_callback(lambda done: self._read_done(key, done))
         # Shielded: a waiter cancelled (its daemon stopping) leaves the read to the others.
