@@ -416,9 +416,34 @@ class Reconciler:
                     message = (
                         f"deleted compile Job {action.name}: {action.why}; it stays, Terminating, until the "
                         f"finalizer(s) {', '.join(deletion.finalizers)} are removed (by their controller)"
+                        f"{await self._delete_held_job_pods(namespace, action.name)}"
                     )
                     events.append(Event("Normal", Reason.COMPILE_SUPERSEDED, message))
         return events
+
+    async def _delete_held_job_pods(self, namespace: str, job: str) -> str:
+        """Delete the pods of ``job``, a Job another controller's finalizer keeps after its DELETE;
+        what the CompileSuperseded Event adds of it.
+
+        The garbage collector deletes a Background delete's dependents only once the owner is gone,
+        and the Job controller manages no Job being deleted: its compile would run on, holding its
+        node, until that finalizer is removed.
+        """
+        try:
+            pods = [
+                pod["metadata"]["name"]
+                for pod in await self.kube.list_pods(namespace, {"job-name": job})
+                if not pod["metadata"].get("deletionTimestamp")
+                and any(
+                    ref.get("kind") == "Job" and ref.get("name") == job and ref.get("controller")
+                    for ref in pod["metadata"].get("ownerReferences") or ()
+                )
+            ]
+            deleted = [name for name in pods if await self.kube.delete_pod(namespace, name)]
+        except _CALL_FAILED as exc:
+            logger.warning("%s: the pods of the held compile Job %s were not deleted: %s", namespace, job, exc)
+            return f"; its pods could not be deleted ({_call_error(exc)}): they run until the Job is gone"
+        return f"; its pod(s) {', '.join(deleted)} deleted, ending the compile" if deleted else ""
 
     async def _apply_action(self, dep: InferenceDeployment, candidate: Candidate, action: Action) -> ActionResult:
         """Apply one action: ``applied``; ``already`` when a pod to delete is gone (nothing done, no

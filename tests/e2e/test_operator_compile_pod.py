@@ -111,7 +111,11 @@ async def test_a_superseded_compile_job_held_by_a_finalizer_is_deleted_once(harn
     # Job, so after the operator's DELETE it stays, Terminating. It was still listed as running: the
     # operator deleted it again, with another CompileSuperseded Event, on every reconcile (30 in 50 s).
     # A Job being deleted is now no running Job: deleted once, one Event, and the new request's Job is
-    # made meanwhile (a new name: it need not wait for another controller's finalizer).
+    # made meanwhile (a new name: it need not wait for another controller's finalizer). Its pod kept
+    # compiling: the garbage collector deletes a Background delete's dependents only once the owner
+    # is gone, and the Job controller manages no Job being deleted; the operator now deletes it.
+    assert harness.cluster.kubelet is not None
+    harness.cluster.kubelet.profiles[(None, None)] = SLOW_COMPILE
     manifest = harness.localize(
         example(
             "bert-embeddings", scaling={"mode": "Manual", "replicas": 1, "minReplicas": 0}, warmPool={"mode": "Off"}
@@ -126,6 +130,16 @@ async def test_a_superseded_compile_job_held_by_a_finalizer_is_deleted_once(harn
 
     await harness.wait(jobs, timeout=60, what="a compile Job")
     (old,) = (job["metadata"]["name"] for job in jobs())
+
+    def old_pods() -> list[dict[str, Any]]:
+        pods = harness.cluster.list("pods", "held")
+        return [p for p in pods if (p["metadata"].get("labels") or {}).get("job-name") == old]
+
+    await harness.wait(
+        lambda: [p for p in old_pods() if (p.get("status") or {}).get("phase") == "Running"],
+        timeout=60,
+        what="the compile pod running",
+    )
     await k8s.BatchV1Api(await harness.api()).patch_namespaced_job(
         old, "held", {"metadata": {"finalizers": ["example.com/audit"]}}, _content_type="application/merge-patch+json"
     )
@@ -149,3 +163,5 @@ async def test_a_superseded_compile_job_held_by_a_finalizer_is_deleted_once(harn
     assert len(superseded) == 1, superseded
     assert old in superseded[0]
     assert "example.com/audit" in superseded[0], "the Event says what holds the Job"
+    assert not [p for p in old_pods() if not p["metadata"].get("deletionTimestamp")], "the old compile runs on"
+    assert "deleted, ending the compile" in superseded[0], "the Event says the compile's pod was deleted"
