@@ -98,7 +98,12 @@ lost recommendations held. With no scale-up stabilization window (the default) t
 holds no scale-up: the first decision may grow the fleet as the old leader's would have. With one, it
 holds a scale-up for that window from the takeover (the recommendations that told how long the
 demand had held are lost, and the window promises no scale-up before it has held that long): a
-restart may delay a scale-up by up to one window, never bring it forward.
+restart may delay a scale-up by up to one window. Not when the checkpoint shows a scale-up under way
+(its last scale event a scale-up within the window before the takeover): a ramp the rate policies
+pace goes on as without the restart, where the hold stopped it for a window and left it a step
+behind after. The demand is then taken to have held from that scale-up to the takeover, so a
+demand that fell below the fleet in between and rose again just before the takeover is scaled up
+for up to one window sooner than without the restart.
 
 The window averages the decisions' demands, not Prometheus samples: the runtime is scraped every
 15 s or so, so a window of seconds holds at most one sample of a gauge, and the simulator and the
@@ -705,11 +710,16 @@ def decide(
         down_cut = now - down_window
         up_rec = min(r for t, r in recommendations if t > up_cut or t == now)
         found_up = False
-        if fleet_found is not None and fleet_found[0] > up_cut and fleet_found[1] < up_rec:
+        if (
+            fleet_found is not None
+            and fleet_found[0] > up_cut
+            and fleet_found[1] < up_rec
+            and not _scaling_up_at(events, fleet_found[0], up_window)
+        ):
             # The scale-up window promises no scale-up before the demand has held for it, and how long
             # it had held was lost at the takeover: the fleet found stands in for those
             # recommendations here too (strictly within the window: with none, the default, it holds
-            # no scale-up).
+            # no scale-up), unless the checkpoint shows a scale-up under way.
             up_rec, found_up = fleet_found[1], True
         held = [(t, r) for t, r in recommendations if t > down_cut or t == now]
         if fleet_found is not None and fleet_found[0] > down_cut:
@@ -808,6 +818,20 @@ def decide(
     return ScalingDecision(
         bounded, reason, new_state, recommendation, in_panic, signals, _clamp(demand, low, high), clock_shift
     )
+
+
+def _scaling_up_at(events: tuple[tuple[float, int], ...], takeover: float, window: float) -> bool:
+    """Whether the scale events a takeover at ``takeover`` found show a scale-up under way: the last
+    one is a scale-up within the scale-up ``window`` before it.
+
+    That scale-up was allowed only once every recommendation in the window before it asked for at
+    least the count it reached, which covers the part of the takeover's window before it; the
+    recommendations after it, up to the takeover, are taken to have held (a ramp the rate policies
+    pace: without this, a restart held it for a whole window and it stayed one step behind after).
+    A later scale-down, or none within the window, and the fleet found holds the window as before.
+    """
+    last = [(t, change) for t, change in events if t <= takeover][-1:]
+    return bool(last) and last[0][1] > 0 and last[0][0] > takeover - window
 
 
 def _checkpointed(spec: ScalingSpec, state: ScalingState, now: float) -> ScalingState:
