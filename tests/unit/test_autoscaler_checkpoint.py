@@ -438,6 +438,33 @@ def test_a_restart_during_a_rate_limited_ramp_does_not_hold_the_ramp_for_a_windo
     assert current == {"stayed": 46, "resumed": 46}
 
 
+@pytest.mark.parametrize(
+    ("events", "desired"),
+    [
+        (((790.0, 4),), 26),  # a scale-up 30 s before the takeover: under way, not held
+        (((790.0, 4), (800.0, -1)), 22),  # a scale-down after it: the demand fell, held
+        (((750.0, 4),), 22),  # the last scale-up before the 60 s window: held
+        ((), 22),  # no scale event: held (the demand may have just risen)
+    ],
+)
+def test_the_fleet_found_holds_a_scale_up_unless_the_checkpoint_shows_one_under_way(
+    events: tuple[tuple[float, int], ...], desired: int
+) -> None:
+    s = spec(
+        behavior={
+            "scaleUp": {
+                "stabilizationWindowSeconds": 60,
+                "policies": [{"type": "Pods", "value": 4, "periodSeconds": 15}],
+            }
+        }
+    )
+    checkpoint = Checkpoint(800.0, 100.0, None, None, History(), None, events)
+    decision = decide(s, resume(checkpoint, 820.0, 22), load(825, 4000, 1.0), 22, 22, 825)  # 50 needed
+    assert decision.desired == desired, decision.reason
+    if desired == 22:
+        assert "stabilized to 22 (fleet found at the takeover, held 60 s)" in decision.reason
+
+
 # ---------------------------------------------------------------------------- the operator's plan
 
 
