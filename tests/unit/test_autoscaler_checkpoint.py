@@ -320,6 +320,44 @@ def test_a_restart_right_after_a_scale_down_does_not_grant_the_rate_policy_again
     assert resumed.desired == stayed.desired, resumed.reason  # was 8
 
 
+def test_a_restart_after_more_scale_events_than_the_status_keeps_does_not_grant_the_rate_policy_again() -> None:
+    # Decisions every 5 s, at most 1 pod per 5 s and 130 per 30 min: a ramp of 130 scale events of
+    # one pod each, more than the status keeps (120), all within the 30-minute period.
+    s = spec(
+        maxReplicas=1000,
+        intervalSeconds=5,
+        behavior={
+            "scaleUp": {
+                "selectPolicy": "Min",
+                "policies": [
+                    {"type": "Pods", "value": 1, "periodSeconds": 5},
+                    {"type": "Pods", "value": 130, "periodSeconds": 1800},
+                ],
+            }
+        },
+    )
+    state = run(s, ScalingState(), 0, 600, 800, 10)
+    current = 10
+    for now in range(600, 1260, 5):  # 250 replicas' worth
+        decision = decide(s, state, load(now, 20000, 1.0), current, current, now)
+        state, current = decision.new_state, decision.desired
+    assert current == 140 and len(state.scale_events) == 130
+    assert "scale-up limited to 140" in decision.reason
+    assert state.checkpoint is not None and len(state.checkpoint.scale_events) == 120
+    assert state.checkpoint.scale_events[0] == (650, 11)
+    resumed_state = restarted(state, 1262, 140)
+    stayed = decide(s, state, load(1265, 20000, 1.0), 140, 140, 1265)
+    resumed = decide(s, resumed_state, load(1265, 20000, 1.0), 140, 140, 1265)
+    assert stayed.desired == 140
+    assert resumed.desired == stayed.desired, resumed.reason  # was 141, and 150 ten decisions later
+    # The first event (600 s) leaves the period at 2400 s; the status summed the 11 oldest (600 to
+    # 650 s) into one at 650 s, which leaves it at 2450 s: the restarted autoscaler scales later, not
+    # sooner.
+    for now, grown in ((2395, (140, 140)), (2405, (141, 140)), (2455, (141, 141))):
+        assert decide(s, stayed.new_state, load(now, 20000, 1.0), 140, 140, now).desired == grown[0]
+        assert decide(s, resumed.new_state, load(now, 20000, 1.0), 140, 140, now).desired == grown[1]
+
+
 def test_a_restart_in_panic_keeps_the_panic_hold() -> None:
     # No scale-down window: only panic mode's hold (60 s after its last trigger) keeps the fleet a
     # burst grew from shrinking at once.

@@ -1042,8 +1042,8 @@ class WarmPoolStatus(ApiModel):
     )
 
 
-#: The most scale events the status keeps (the newest): one a decision over the longest policy period
-#: the API allows (1,800 s) at the default interval (15 s), a few kilobytes.
+#: The most scale events the status keeps (the oldest beyond it summed into one): one a decision over
+#: the longest policy period the API allows (1,800 s) at the default interval (15 s), a few kilobytes.
 MAX_STATUS_SCALE_EVENTS = 120
 
 
@@ -1096,8 +1096,9 @@ class AutoscalerStatus(ApiModel):
         default=None,
         max_length=MAX_STATUS_SCALE_EVENTS,
         description="The changes of the desired active replicas within the longest scale-up or scale-down "
-        f"policy period (the newest {MAX_STATUS_SCALE_EVENTS}), oldest first: a restarted operator counts them against "
-        "spec.scaling.behavior's policies (Kubernetes' HPA forgets them when it restarts).",
+        "policy period, oldest first: a restarted operator counts them against spec.scaling.behavior's policies "
+        f"(Kubernetes' HPA forgets them when it restarts). At most {MAX_STATUS_SCALE_EVENTS}: beyond that (decisions "
+        "more often than every 15 s), the oldest are one change summed, at the time of the newest of them.",
     )
     panic_since: str | None = Field(
         default=None, description="When panic mode started (RFC 3339); absent outside panic mode."

@@ -844,7 +844,7 @@ def _checkpointed(spec: ScalingSpec, state: ScalingState, now: float) -> Scaling
         return state
     rules = (spec.behavior.scale_up, spec.behavior.scale_down)
     period = max((p.period_seconds for direction in rules for p in direction.policies), default=0)
-    events = tuple((t, c) for t, c in state.scale_events if t > now - period)[-MAX_STATUS_SCALE_EVENTS:]
+    events = _kept(tuple((t, c) for t, c in state.scale_events if t > now - period))
     if (
         checkpoint is None
         or not 0 <= now - checkpoint.time < CHECKPOINT_SECONDS
@@ -864,6 +864,24 @@ def _checkpointed(spec: ScalingSpec, state: ScalingState, now: float) -> Scaling
         )
         return replace(state, checkpoint=checkpoint)
     return state
+
+
+def _kept(events: tuple[tuple[float, int], ...]) -> tuple[tuple[float, int], ...]:
+    """``events`` as the status keeps them: at most :data:`MAX_STATUS_SCALE_EVENTS`, the oldest beyond
+    the newest ``MAX_STATUS_SCALE_EVENTS - 1`` summed into one at the time of the newest of them.
+
+    More than fit come only from decisions more often than every 15 s (``intervalSeconds``) within a
+    long policy period. Dropped, they let a restarted autoscaler scale again by as much as they had
+    (a ramp of 130 one-pod steps within a policy of 130 per 30 min: 10 more at once). Summed, they
+    count until the newest of them leaves the period: in their own direction a restarted autoscaler
+    may scale later than without the restart, never sooner; the other direction's limit may be looser
+    by those of them that had left the period, until then.
+    """
+    if len(events) <= MAX_STATUS_SCALE_EVENTS:
+        return events
+    older, newer = events[: 1 - MAX_STATUS_SCALE_EVENTS], events[1 - MAX_STATUS_SCALE_EVENTS :]
+    change = sum(c for _, c in older)
+    return ((older[-1][0], change), *newer) if change else newer
 
 
 def _latest(state: ScalingState) -> float | None:
