@@ -447,7 +447,7 @@ class Store:
                 # put of it is in flight. The stored manifest says whose it is.
                 if _s3_code(exc) not in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
                     if _s3_status(exc) >= 500:
-                        published = self._after_unknown_put(key, folder, uploaded, exc)
+                        published = self._after_unknown_put(key, folder, uploaded, exc, replacing)
                         break
                     self._discard(uploaded)  # refused (denied, invalid): nothing was stored
                     raise _s3_error("upload", f"s3://{bucket}/{obj}", exc) from exc
@@ -462,7 +462,7 @@ class Store:
                     ) from exc
                 published = self._settle(key, folder, uploaded, current)
             except BotoCoreError as exc:
-                published = self._after_unknown_put(key, folder, uploaded, exc)
+                published = self._after_unknown_put(key, folder, uploaded, exc, replacing)
             break
         if published.stored and found is not None:
             # The files the replaced manifest named (those left) are named by none now.
@@ -477,22 +477,27 @@ class Store:
         self._discard(uploaded)
         return Published(self._key_uri(key), found, stored=False)
 
-    def _after_unknown_put(self, key: str, folder: str, uploaded: list[tuple[str, str]], exc: Exception) -> Published:
+    def _after_unknown_put(
+        self, key: str, folder: str, uploaded: list[tuple[str, str]], exc: Exception, replacing: bytes | None
+    ) -> Published:
         """After a manifest put whose outcome is unknown (no answer, a 5xx): the stored manifest decides.
 
-        With none there (or none readable) nothing is deleted: a put still under way may store
-        a manifest naming these files yet. Named by no manifest, a folder left so is never served;
-        nothing here deletes it later (a lifecycle rule on the store, or a person, may).
+        With none there (or none readable), or still ``replacing`` (the manifest whose files are
+        gone, which this put was to replace: no writer has stored the key), nothing is deleted: a
+        put still under way may store a manifest naming these files yet. Named by no manifest, a
+        folder left so is never served; nothing here deletes it later (a lifecycle rule on the
+        store, or a person, may).
         """
         uri = self._key_uri(key, MANIFEST_NAME)
         try:
             found = self.get_bytes(f"{key}/{MANIFEST_NAME}") if self._manifest_stored(key) else None
         except StoreError:
             found = None
-        if found is not None:
+        if found is not None and found != replacing:
             return self._settle(key, folder, uploaded, found)
+        there = "no manifest is there now" if found is None else "the manifest it was to replace is still there"
         raise StoreError(
-            f"cannot upload {uri}: {exc}; whether it was stored is unknown (no manifest is there now), so "
+            f"cannot upload {uri}: {exc}; whether it was stored is unknown ({there}), so "
             f"this compile's files are kept in {self._key_uri(key, folder)}/ (not served unless that put "
             "lands; nothing deletes them if it does not); compile again to store the artifact"
         ) from exc

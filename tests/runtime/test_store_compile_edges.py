@@ -626,6 +626,79 @@ def test_a_409_whose_other_put_stored_nothing_is_put_once_more(
     assert _keys(prefix) == {"manifest.json", *(f"{manifest.files_prefix}/{b.file_name}" for b in manifest.buckets)}
 
 
+def _break(root: str, prefix: str, directory: Path) -> store_mod.Published:
+    """Store an artifact under KEY, then delete one of its files (a lifecycle rule, a person)."""
+    first = Store(root).publish(directory, _artifact(directory, "old"))
+    folder = Manifest.from_json_bytes(first.manifest_bytes).files_prefix
+    boto3.client("s3").delete_object(Bucket=BUCKET, Key=f"{prefix}{folder}/model-b1-s8.pt")
+    assert not Store(root).has_artifact(KEY)
+    return first
+
+
+class _ManifestPut503:
+    """A client whose every manifest put is answered 503 (S3 may or may not have stored it)."""
+
+    def __init__(self, real: Callable[[], Any]) -> None:
+        self._client = real()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def put_object(self, **kwargs: Any) -> Any:
+        if kwargs["Key"].endswith("manifest.json"):
+            raise ClientError(
+                {"Error": {"Code": "ServiceUnavailable"}, "ResponseMetadata": {"HTTPStatusCode": 503}}, "PutObject"
+            )
+        return self._client.put_object(**kwargs)
+
+
+@pytest.mark.parametrize("failure", ["503", "request-lost"])
+def test_a_repair_put_of_unknown_outcome_that_stored_nothing_is_no_cache_hit(
+    s3_env: S3Server,
+    losing_proxy: Callable[..., _LosingProxy],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    failure: str,
+) -> None:
+    # The manifest being replaced (its files gone) was still there after the put's 5xx or timeout:
+    # it was taken for another writer's win, this compile's files were deleted and the compile
+    # reported a cache hit on the broken artifact, which pods then refused again.
+    root, prefix = f"s3://{BUCKET}/edges/repair-unknown-{failure}", f"edges/repair-unknown-{failure}/{KEY}/"
+    broken = _break(root, prefix, tmp_path / "old")
+    real_client = store_mod.s3_client
+    if failure == "503":
+        client = _ManifestPut503(store_mod.s3_client)
+        monkeypatch.setattr(store_mod, "s3_client", lambda: client)
+    else:
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", "2")
+        losing_proxy(lambda n: "request-lost")
+    with pytest.raises(StoreError, match=r"whether it was stored is unknown.*kept in") as raised:
+        Store(root).publish(tmp_path / "a", _artifact(tmp_path / "a", "a"))
+    monkeypatch.setattr(store_mod, "s3_client", real_client)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_env.endpoint)
+    assert Store(root).get_bytes(f"{KEY}/manifest.json") == broken.manifest_bytes
+    old_folder = Manifest.from_json_bytes(broken.manifest_bytes).files_prefix
+    [folder] = {k.split("/")[0] for k in _keys(prefix)} - {"manifest.json", old_folder}
+    assert _keys(f"{prefix}{folder}/") == {"model-b1-s8.pt", "model-b4-s8.pt"}, "this compile's files are kept"
+    assert f"{prefix}{folder}/" in str(raised.value)
+
+
+def test_a_compile_whose_repair_put_failed_is_no_cache_hit(
+    s3_env: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Through the compile: it printed "cache hit" and returned the broken manifest's sha256 (what
+    # a request record then names), and the operator found that record dangling again.
+    opts = _options(str(save_tiny(tmp_path / "tiny.pt")), f"s3://{BUCKET}/edges/repair-compile")
+    first = _compile(opts)
+    prefix = first.uri.split(f"{BUCKET}/", 1)[1]
+    victim = next(k for k in _keys(f"{prefix}/") if k.endswith(".pt"))
+    boto3.client("s3").delete_object(Bucket=BUCKET, Key=f"{prefix}/{victim}")
+    client = _ManifestPut503(store_mod.s3_client)
+    monkeypatch.setattr(store_mod, "s3_client", lambda: client)
+    with pytest.raises(StoreError, match="whether it was stored is unknown"):
+        _compile(opts)
+
+
 def test_an_s3_manifest_with_no_writer_folder_still_serves(s3_env: S3Server, tmp_path: Path) -> None:
     # Artifacts stored before writer folders keep their files beside the manifest.
     manifest = _artifact(tmp_path / "a", "old")
