@@ -418,7 +418,8 @@ class Store:
         # there yet (If-None-Match: the first writer wins at S3 itself). A stored manifest thus
         # always names one writer's complete files; a loser's folder is deleted again. A look
         # before uploading saves the upload when the key is already stored. A manifest whose files
-        # are gone is replaced, only if it is still that one (If-Match its ETag).
+        # are gone is replaced, only if it is still that one (If-Match its ETag; deleted meanwhile,
+        # the key is stored as a new one).
         found = self._look(key)
         if found is not None and not found.problems:
             return Published(target, found.manifest_bytes, stored=False)
@@ -445,6 +446,11 @@ class Store:
                 # 412: a manifest is stored (another than the one to replace), possibly by this very
                 # put (botocore sent it again after its answer was lost); 409: another conditional
                 # put of it is in flight. The stored manifest says whose it is.
+                if "IfMatch" in condition and _s3_code(exc) in ("404", "NoSuchKey") and attempt == 0:
+                    # The manifest to replace was deleted meanwhile (a person removing what was left
+                    # of it): the key holds none now, so store this one only if none is there yet.
+                    condition = {"IfNoneMatch": "*"}
+                    continue
                 if _s3_code(exc) not in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
                     if _s3_status(exc) >= 500:
                         published = self._after_unknown_put(key, folder, uploaded, exc, replacing)

@@ -699,6 +699,44 @@ def test_a_compile_whose_repair_put_failed_is_no_cache_hit(
         _compile(opts)
 
 
+def test_a_repair_whose_broken_manifest_was_deleted_meanwhile_stores_the_artifact(
+    s3_env: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Someone removed what was left of the broken artifact while this compile uploaded: the put
+    # "only if it is still that manifest" got 404 and the compile failed, deleting its own files,
+    # although the key was simply empty.
+    root, prefix = f"s3://{BUCKET}/edges/repair-deleted", f"edges/repair-deleted/{KEY}/"
+    broken = _break(root, prefix, tmp_path / "old")
+    old_folder = Manifest.from_json_bytes(broken.manifest_bytes).files_prefix
+    real_client = store_mod.s3_client
+    conditions: list[str] = []
+
+    class CleanupRaces:
+        def __init__(self) -> None:
+            self._client = real_client()
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._client, name)
+
+        def put_object(self, **kwargs: Any) -> Any:
+            if kwargs["Key"].endswith("manifest.json"):
+                conditions.append(next(c for c in ("IfNoneMatch", "IfMatch") if c in kwargs))
+                for key in _keys(prefix):
+                    if key == "manifest.json" or key.startswith(f"{old_folder}/"):
+                        self._client.delete_object(Bucket=BUCKET, Key=f"{prefix}{key}")
+            return self._client.put_object(**kwargs)
+
+    client = CleanupRaces()
+    monkeypatch.setattr(store_mod, "s3_client", lambda: client)
+    published = Store(root).publish(tmp_path / "a", _artifact(tmp_path / "a", "a"))
+    monkeypatch.setattr(store_mod, "s3_client", real_client)
+    assert conditions == ["IfMatch", "IfNoneMatch"]
+    assert published.stored is True
+    manifest, _, _ = fetch_artifact(published.uri, tmp_path / "fetched", manifest_sha256(published.manifest_bytes))
+    assert manifest.name == "a"
+    assert _keys(prefix) == {"manifest.json", *(f"{manifest.files_prefix}/{b.file_name}" for b in manifest.buckets)}
+
+
 def test_an_s3_manifest_with_no_writer_folder_still_serves(s3_env: S3Server, tmp_path: Path) -> None:
     # Artifacts stored before writer folders keep their files beside the manifest.
     manifest = _artifact(tmp_path / "a", "old")
