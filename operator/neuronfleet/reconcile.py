@@ -322,6 +322,19 @@ class Reconciler:
                 job_republishes=jobs.republishes,
                 pod_refused=refused,
             )
+            if compiled.dangling is not None and jobs.phase == "succeeded" and jobs.republishes:
+                # The republishing Job is done: read its artifact now, not a dangling look remembered
+                # from before it (a file put back meanwhile leaves the manifest and record as they were).
+                try:
+                    found = await asyncio.to_thread(self.store.lookup, compiled.request, True)
+                except StoreUnavailable as exc:
+                    compile_error = str(exc)
+                else:
+                    compiled = replace(
+                        compiled,
+                        stored=found if isinstance(found, StoredArtifact) else None,
+                        dangling=found if isinstance(found, DanglingRecord) else None,
+                    )
         snapshot, problem, problem_reason = None, "no metrics source configured", Reason.METRICS_UNAVAILABLE
         spec = dep.spec.scaling
         if spec.mode == "Auto" and scaling_due(spec.interval_seconds, memory, now.timestamp()):

@@ -5,9 +5,10 @@ record's format is the runtime's (``neuronserve.manifest.RequestRecord``), read 
 pure module. A record is trusted only once the manifest at its artifact URI is there with the
 recorded sha256 and every file it lists is there at its size (a lifecycle rule or a person may
 delete artifacts, or some of their files, behind the operator's back); a verified artifact is
-remembered for :data:`VERIFIED_TTL_SECONDS`. S3 goes through boto3
-(``AWS_ENDPOINT_URL`` points it at another endpoint, e.g. a moto server in tests); a plain path is
-a local directory (the sandbox). Calls are blocking, so async callers run them in a thread.
+remembered for :data:`VERIFIED_TTL_SECONDS`, and in S3 one found dangling for
+:data:`DANGLING_TTL_SECONDS`. S3 goes through boto3 (``AWS_ENDPOINT_URL`` points it at another
+endpoint, e.g. a moto server in tests); a plain path is a local directory (the sandbox). Calls
+are blocking, so async callers run them in a thread.
 """
 
 from __future__ import annotations
@@ -39,6 +40,13 @@ S3_CONFIG = Config(connect_timeout=5, read_timeout=10, retries={"mode": "standar
 #: deleted under it is noticed (and compiled again) within this time; its running pods have loaded
 #: it already, only new ones need it.
 VERIFIED_TTL_SECONDS = 600.0
+
+#: How long an S3 artifact found *not* as recorded stays so without reading it again. While its
+#: recompile runs (minutes; on Inf2 tens of them) every reconcile would read its manifest and HEAD
+#: its files. The record is still read each time: a republish always stores a manifest of another
+#: sha256 (a writer folder of its own) and writes a new record naming it, seen at once. A directory
+#: store is not remembered (its checks are stats, and a republish there may store the same bytes).
+DANGLING_TTL_SECONDS = 60.0
 
 
 class StoreUnavailable(Exception):
@@ -77,12 +85,16 @@ class ArtifactStore:
         s3_client: Any | None = None,
         clock: Callable[[], float] = time.monotonic,
         verified_ttl_seconds: float = VERIFIED_TTL_SECONDS,
+        dangling_ttl_seconds: float = DANGLING_TTL_SECONDS,
     ) -> None:
         self._s3 = s3_client
         self._clock = clock
         self._verified_ttl = verified_ttl_seconds
         #: (artifact URI, manifest sha256) -> when its manifest was last found as recorded.
         self._verified: dict[tuple[str, str], float] = {}
+        self._dangling_ttl = dangling_ttl_seconds
+        #: (S3 artifact URI, manifest sha256) -> when it was found not as recorded, and what was found.
+        self._dangling: dict[tuple[str, str], tuple[float, str | None, tuple[str, ...]]] = {}
         # Lookups of several deployments run at once, each in a thread of its own.
         self._lock = threading.Lock()
 
@@ -150,8 +162,11 @@ class ArtifactStore:
         key = (stored.uri, stored.manifest_sha256)
         with self._lock:
             checked = self._verified.get(key)
+            dangling = self._dangling.get(key)
         if not recheck and checked is not None and self._clock() - checked < self._verified_ttl:
             return stored.manifest_sha256, ()
+        if not recheck and dangling is not None and self._clock() - dangling[0] < self._dangling_ttl:
+            return dangling[1], dangling[2]
         data = self._read(f"{stored.uri.rstrip('/')}/{MANIFEST_NAME}")
         found = manifest_sha256(data) if data is not None else None
         problems = self._file_problems(stored.uri, data) if data is not None and found == stored.manifest_sha256 else ()
@@ -160,26 +175,33 @@ class ArtifactStore:
             # Forget expired entries (artifacts no longer served): the memory stays as small as the
             # set of artifacts served within the TTL.
             self._verified = {k: t for k, t in self._verified.items() if now - t < self._verified_ttl}
+            self._dangling = {k: d for k, d in self._dangling.items() if now - d[0] < self._dangling_ttl}
             if found == stored.manifest_sha256 and not problems:
                 self._verified[key] = now
+                self._dangling.pop(key, None)
             else:
                 self._verified.pop(key, None)
+                if stored.uri.startswith("s3://"):
+                    self._dangling[key] = (now, found, problems)
         return found, problems
 
     def _file_problems(self, uri: str, manifest_bytes: bytes) -> tuple[str, ...]:
-        """The files the manifest lists that are missing at ``uri`` or of another size: a HEAD (S3)
-        or stat each, nothing downloaded. A manifest this code cannot parse is not checked (a
-        newer compile's; the serving pods judge it)."""
+        """The first file the manifest lists that is missing at ``uri`` or of another size: a HEAD
+        (S3) or stat each until then, nothing downloaded. One is enough to compile again, and the
+        files after it are not looked at (the message says "and possibly others"). A manifest this
+        code cannot parse is not checked (a newer compile's; the serving pods judge it)."""
         try:
             manifest = Manifest.from_json_bytes(manifest_bytes)
         except ValueError:
             return ()
-        sizes = {}
-        for entry in manifest.files:
+        for index, entry in enumerate(manifest.files):
             size = self._size(f"{uri.rstrip('/')}/{manifest.stored_path(entry.path)}")
-            if size is not None:
-                sizes[entry.path] = size
-        return tuple(missing_files(manifest, sizes))
+            one = manifest.model_copy(update={"files": [entry]})
+            problems = missing_files(one, {} if size is None else {entry.path: size})
+            if problems:
+                rest = ", and possibly others" if index + 1 < len(manifest.files) else ""
+                return (problems[0] + rest,)
+        return ()
 
     def _size(self, uri: str) -> int | None:
         """The size of one stored file; None when it is not there. Unreadable: StoreUnavailable."""
