@@ -343,7 +343,9 @@ async def test_a_file_deleted_from_a_served_artifact_is_reported_and_compiled_ag
     victim = artifact / "model-b4-s32.pt"
     victim.unlink()
     store_clock.now += VERIFIED_TTL_SECONDS  # the operator's check of its served artifact is due
-    gone = f"files of the artifact {artifact} recorded for this request are gone from the store (model-b4-s32.pt: missing"  # (", and possibly others" when files after it were not looked at)
+    # (followed by ", and possibly others" when files after it were not looked at)
+    gone = f"files of the artifact {artifact} recorded for this request are gone from the store "
+    gone += "(model-b4-s32.pt: missing"
     await harness.wait(
         lambda: gone in harness.condition(NS, name, "Compiled").get("message", ""), timeout=60, what="ArtifactGone"
     )
