@@ -18,7 +18,7 @@ from operator_harness import example
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.artifacts.store import ArtifactStore
 from neuronfleet.kube.jobs import build_compile_job, compile_args
-from neuronfleet.planning.compile import StoredArtifact, compile_request
+from neuronfleet.planning.compile import DanglingRecord, StoredArtifact, compile_request
 from neuronfleet.sandbox.simulated_compile import SIMULATED_COMPILER, SimulatedCompileRunner, publish_simulated_compile
 from neuronserve.manifest import Manifest
 from neuronserve.store import fetch_manifest
@@ -66,6 +66,32 @@ def test_a_simulated_compile_publishes_what_the_operator_and_the_emulated_server
     assert again.exit_code == 0 and json.loads(again.message)["uri"] == found.uri
     assert reader.lookup(request) == found
     assert Manifest.from_json_bytes((Path(found.uri) / "manifest.json").read_bytes()) == manifest
+
+
+@pytest.mark.parametrize("damage", ["tokenizer-deleted", "bucket-file-resized"])
+def test_a_simulated_compile_restores_a_stand_in_whose_files_were_damaged(tmp_path: Path, damage: str) -> None:
+    # Only a missing bucket file was written again: with the tokenizer deleted (or a bucket file
+    # rewritten at another size) every recompile said "already stored" and exited 0, and the
+    # operator's lookup stayed a dangling record for good.
+    source, store = tmp_path / "model", tmp_path / "store"
+    source.mkdir()
+    (source / "config.json").write_text(json.dumps({"hidden_size": 384, "vocab_size": 30522}))
+    (source / "tokenizer.json").write_text('{"version": "1.0"}')
+    dep = _deployment(source, store)
+    reader = ArtifactStore(verified_ttl_seconds=0)
+    request = compile_request(dep.spec, str(store), reader.fingerprint(dep.spec.model.source))
+    assert publish_simulated_compile(compile_args(dep, request), None).exit_code == 0
+    found = reader.lookup(request)
+    assert isinstance(found, StoredArtifact)
+    if damage == "tokenizer-deleted":
+        (Path(found.uri) / "tokenizer.json").unlink()
+    else:
+        (Path(found.uri) / "model-b1-s64.pt").write_bytes(b"not empty")
+    assert isinstance(reader.lookup(request), DanglingRecord)
+    again = publish_simulated_compile(compile_args(dep, request), None)
+    assert again.exit_code == 0, again
+    assert reader.lookup(request) == found  # the same stand-in, whole again
+    assert any("written again" in line for line in again.logs), again.logs
 
 
 def test_a_simulated_compile_of_an_empty_source_fails_as_a_compile_would(tmp_path: Path) -> None:

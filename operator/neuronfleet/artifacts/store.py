@@ -169,7 +169,7 @@ class ArtifactStore:
             return dangling[1], dangling[2]
         data = self._read(f"{stored.uri.rstrip('/')}/{MANIFEST_NAME}")
         found = manifest_sha256(data) if data is not None else None
-        problems = self._file_problems(stored.uri, data) if data is not None and found == stored.manifest_sha256 else ()
+        problems = self.file_problems(stored.uri, data) if data is not None and found == stored.manifest_sha256 else ()
         now = self._clock()
         with self._lock:
             # Forget expired entries (artifacts no longer served): the memory stays as small as the
@@ -185,7 +185,7 @@ class ArtifactStore:
                     self._dangling[key] = (now, found, problems)
         return found, problems
 
-    def _file_problems(self, uri: str, manifest_bytes: bytes) -> tuple[str, ...]:
+    def file_problems(self, uri: str, manifest_bytes: bytes) -> tuple[str, ...]:
         """The first file the manifest lists that is missing at ``uri`` or of another size: a HEAD
         (S3) or stat each until then, nothing downloaded. One is enough to compile again, and the
         files after it are not looked at (the message says "and possibly others"). A manifest this

@@ -22,6 +22,10 @@ compile publishes, without compiling anything:
 - the source's ``tokenizer.json``, when it has one, as a compile of a Hugging Face source copies it;
 - the request record, naming that manifest's sha256.
 
+A stand-in already stored is checked as the operator checks an artifact (every listed file there at
+its size); one with a file deleted or rewritten behind its manifest is written again, as a compile
+stores such a key anew.
+
 Its cache key hashes :data:`SIMULATED_COMPILER` as the compiler identity, so it never names a real
 compile's artifact; its source digest hashes the source's listing (names, sizes, ETags), not the
 files' bytes, which are not read. A source with nothing to list fails the Job, as a compile would.
@@ -72,6 +76,16 @@ class _Objects:
     def __init__(self, s3: SandboxS3 | None) -> None:
         self._s3 = s3
         self._client: Any = None
+
+    def problems(self, uri: str, manifest: bytes) -> tuple[str, ...]:
+        """What the operator's check of a stored artifact finds wrong with its files (none: whole)."""
+        from neuronfleet.artifacts.store import ArtifactStore, StoreUnavailable
+
+        try:
+            client = self._s3_client(uri) if uri.startswith("s3://") else None
+            return ArtifactStore(client).file_problems(uri, manifest)
+        except StoreUnavailable as exc:
+            raise SimulatedCompileError(str(exc)) from exc
 
     def _s3_client(self, uri: str) -> Any:
         if self._s3 is None:
@@ -215,11 +229,16 @@ def publish_simulated_compile(argv: list[str], s3: SandboxS3 | None) -> Containe
         key = cache_key(digest, SIMULATED_COMPILER, flags, buckets, inputs)
         uri = artifact_uri(args.store, key)
         stored = objects.read(_under(uri, MANIFEST_NAME))
+        damaged = objects.problems(uri, stored) if stored is not None else ()
+        if damaged:
+            # A file deleted or rewritten behind the manifest (the operator finds the record
+            # dangling and compiles again): the stand-in is written again, as a compile stores anew.
+            logs.append(f"stand-in artifact {uri} not whole ({'; '.join(damaged)}): written again")
         # Also under a manifest stored before they were written: the key names the buckets.
         for bucket in buckets:
-            if stored is None or objects.read(_under(uri, bucket.file_name)) is None:
+            if stored is None or damaged or objects.read(_under(uri, bucket.file_name)) is None:
                 objects.write(_under(uri, bucket.file_name), b"")
-        if stored is None:
+        if stored is None or damaged:
             files = [FileEntry(path=b.file_name, sha256=sha256_hex(b""), size=0) for b in buckets]
             tokenizer = objects.read(_under(args.source, TOKENIZER_NAME))
             if tokenizer is not None:
