@@ -350,6 +350,22 @@ def verify_files(manifest: Manifest, digests: Mapping[str, str], sizes: Mapping[
     return problems
 
 
+#: S3 storage classes whose objects cannot be read (GET) until restored. GLACIER_IR is read at once.
+ARCHIVE_STORAGE_CLASSES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
+
+
+def archived(head: Mapping[str, object]) -> str | None:
+    """Why an S3 object cannot be read now, from its HEAD response (boto3's dict): "archived
+    (storage class X)" when a lifecycle transition (or a put) left it in an archive class with no
+    completed restore; None when it is readable. A HEAD still finds such an object at its size."""
+    storage_class = str(head.get("StorageClass") or "")
+    if storage_class not in ARCHIVE_STORAGE_CLASSES:
+        return None
+    if 'ongoing-request="false"' in str(head.get("Restore") or ""):
+        return None  # a restored copy is readable until it expires
+    return f"archived (storage class {storage_class})"
+
+
 def missing_files(manifest: Manifest, sizes: Mapping[str, int]) -> list[str]:
     """The manifest's files absent from ``sizes`` (path -> size in bytes) or of another size: one
     message each. A check by listing only (no file read), for a stored artifact whose files may

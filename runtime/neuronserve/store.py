@@ -27,6 +27,7 @@ from neuronserve.manifest import (
     MANIFEST_NAME,
     FileEntry,
     Manifest,
+    archived,
     manifest_sha256,
     missing_files,
     split_s3_uri,
@@ -229,7 +230,9 @@ class Store:
     def _look(self, key: str) -> _Found | None:
         """The manifest stored under ``key`` and the problems of its files (None: no manifest).
 
-        One read of the manifest and a stat (directory) or HEAD (S3) per listed file.
+        One read of the manifest and a stat (directory) or HEAD (S3) per listed file. In S3 a file
+        in an archive storage class (GLACIER, DEEP_ARCHIVE) with no completed restore is a problem
+        too: it cannot be downloaded.
         """
         uri = self._key_uri(key, MANIFEST_NAME)
         if not is_s3(self.root):
@@ -259,16 +262,25 @@ class Store:
         if manifest is None:
             return _Found(data, (), response.get("ETag"))
         sizes = {}
+        # Archived by a lifecycle transition: a HEAD finds it at its size, yet no pod can read it.
+        unreadable = []
         for entry in manifest.files:
             file_key = f"{obj.rsplit('/', 1)[0]}/{manifest.stored_path(entry.path)}"
             try:
-                sizes[entry.path] = int(client.head_object(Bucket=bucket, Key=file_key)["ContentLength"])
+                head = client.head_object(Bucket=bucket, Key=file_key)
             except ClientError as exc:
                 if _s3_code(exc) not in ("404", "NoSuchKey", "NotFound"):
                     raise _s3_error("look up", f"s3://{bucket}/{file_key}", exc) from exc
+                continue
             except BotoCoreError as exc:
                 raise _s3_error("look up", f"s3://{bucket}/{file_key}", exc) from exc
-        return _Found(data, tuple(missing_files(manifest, sizes)), response.get("ETag"))
+            why = archived(head)
+            if why is not None:
+                unreadable.append(f"{entry.path}: {why}")
+                sizes[entry.path] = entry.size  # said once, as archived, not also as another size
+            else:
+                sizes[entry.path] = int(head["ContentLength"])
+        return _Found(data, (*unreadable, *missing_files(manifest, sizes)), response.get("ETag"))
 
     def _manifest_stored(self, key: str) -> bool:
         """True when a manifest is stored under this cache key."""

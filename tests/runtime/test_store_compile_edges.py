@@ -737,6 +737,38 @@ def test_a_repair_whose_broken_manifest_was_deleted_meanwhile_stores_the_artifac
     assert _keys(prefix) == {"manifest.json", *(f"{manifest.files_prefix}/{b.file_name}" for b in manifest.buckets)}
 
 
+@pytest.mark.parametrize(
+    ("storage_class", "restored", "whole"),
+    [("GLACIER", False, False), ("DEEP_ARCHIVE", False, False), ("GLACIER", True, True), ("GLACIER_IR", False, True)],
+)
+def test_an_s3_artifact_whose_file_was_archived_is_stored_again(
+    s3_env: S3Server, tmp_path: Path, storage_class: str, restored: bool, whole: bool
+) -> None:
+    # A lifecycle transition to an archive class leaves every file there at its size (HEAD finds
+    # it), so the artifact was taken for whole (a compile was a cache hit on it) while no pod could
+    # download it (InvalidObjectState). A restored copy, and Glacier Instant Retrieval, read at once.
+    root, prefix = (
+        f"s3://{BUCKET}/edges/archived-{storage_class}-{restored}",
+        f"edges/archived-{storage_class}-{restored}/{KEY}/",
+    )
+    first = Store(root).publish(tmp_path / "a", _artifact(tmp_path / "a", "a"))
+    victim = f"{prefix}{Manifest.from_json_bytes(first.manifest_bytes).files_prefix}/model-b1-s8.pt"
+    client = boto3.client("s3")
+    client.copy_object(
+        Bucket=BUCKET, Key=victim, CopySource={"Bucket": BUCKET, "Key": victim}, StorageClass=storage_class
+    )
+    if restored:
+        client.restore_object(Bucket=BUCKET, Key=victim, RestoreRequest={"Days": 1})
+    assert Store(root).has_artifact(KEY) is whole
+    if whole:
+        return
+    found = Store(root)._look(KEY)
+    assert found is not None and found.problems == (f"model-b1-s8.pt: archived (storage class {storage_class})",)
+    again = Store(root).publish(tmp_path / "b", _artifact(tmp_path / "b", "b"))
+    assert again.stored is True
+    fetch_artifact(again.uri, tmp_path / "fetched", manifest_sha256(again.manifest_bytes))
+
+
 def test_an_s3_manifest_with_no_writer_folder_still_serves(s3_env: S3Server, tmp_path: Path) -> None:
     # Artifacts stored before writer folders keep their files beside the manifest.
     manifest = _artifact(tmp_path / "a", "old")

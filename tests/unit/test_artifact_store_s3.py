@@ -424,6 +424,25 @@ def test_a_dangling_record_costs_one_head_per_short_ttl_and_its_republish_is_see
     assert isinstance(store.lookup(request), StoredArtifact)
 
 
+@pytest.mark.parametrize("storage_class", ["GLACIER", "DEEP_ARCHIVE"])
+def test_a_file_archived_by_a_lifecycle_transition_is_dangling_until_restored(
+    s3: Any, store_bucket: str, tmp_path: Path, storage_class: str
+) -> None:
+    # A HEAD still finds an archived file at its size: the record was served, and every new pod
+    # failed to download it (InvalidObjectState) until the next TTL and beyond.
+    request, manifest, _ = _published(tmp_path, f"s3://{store_bucket}/compiled")
+    victim = f"compiled/{KEY}/{manifest.stored_path('model-b4-s8.pt')}"
+    copy = {"Bucket": store_bucket, "Key": victim}
+    s3.copy_object(Bucket=store_bucket, Key=victim, CopySource=copy, StorageClass=storage_class)
+    found = ArtifactStore().lookup(request)
+    assert isinstance(found, DanglingRecord)
+    assert found.file_problems == (f"model-b4-s8.pt: archived (storage class {storage_class})",)
+    s3.restore_object(Bucket=store_bucket, Key=victim, RestoreRequest={"Days": 1})
+    assert isinstance(ArtifactStore().lookup(request), StoredArtifact), "a restored copy is read at once"
+    s3.copy_object(Bucket=store_bucket, Key=victim, CopySource=copy, StorageClass="GLACIER_IR")
+    assert isinstance(ArtifactStore().lookup(request), StoredArtifact), "Glacier Instant Retrieval is read at once"
+
+
 def test_a_file_that_cannot_be_looked_up_now_is_a_store_problem_not_a_dangling_record(
     s3: Any, store_bucket: str, tmp_path: Path
 ) -> None:

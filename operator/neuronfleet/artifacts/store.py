@@ -26,7 +26,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from neuronfleet.planning.compile import CompileRequest, DanglingRecord, StoredArtifact
-from neuronserve.manifest import MANIFEST_NAME, Manifest, RequestRecord, manifest_sha256, missing_files
+from neuronserve.manifest import MANIFEST_NAME, Manifest, RequestRecord, archived, manifest_sha256, missing_files
 
 #: Each call runs in a reconcile (in a thread, which a timeout cannot stop): boto3's defaults (60 s
 #: to connect and per read, 5 legacy attempts) let a silent endpoint hold a reconcile ~5 minutes
@@ -196,19 +196,25 @@ class ArtifactStore:
             return ()
         for index, entry in enumerate(manifest.files):
             size = self._size(f"{uri.rstrip('/')}/{manifest.stored_path(entry.path)}")
-            one = manifest.model_copy(update={"files": [entry]})
-            problems = missing_files(one, {} if size is None else {entry.path: size})
+            if isinstance(size, str):
+                problems = [f"{entry.path}: {size}"]
+            else:
+                one = manifest.model_copy(update={"files": [entry]})
+                problems = missing_files(one, {} if size is None else {entry.path: size})
             if problems:
                 rest = ", and possibly others" if index + 1 < len(manifest.files) else ""
                 return (problems[0] + rest,)
         return ()
 
-    def _size(self, uri: str) -> int | None:
-        """The size of one stored file; None when it is not there. Unreadable: StoreUnavailable."""
+    def _size(self, uri: str) -> int | str | None:
+        """The size of one stored file; None when it is not there; in S3, why it cannot be read
+        although there ("archived (storage class GLACIER)": a lifecycle transition, no completed
+        restore; pods could not download it). Not looked up now: StoreUnavailable."""
         if uri.startswith("s3://"):
             bucket, key = _split_s3(uri)
             try:
-                return int(self.s3.head_object(Bucket=bucket, Key=key)["ContentLength"])
+                head = self.s3.head_object(Bucket=bucket, Key=key)
+                return archived(head) or int(head["ContentLength"])
             except ClientError as exc:
                 # A HEAD's error has no body: its code is the HTTP status.
                 if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
