@@ -104,6 +104,55 @@ async def test_the_example_is_served_from_a_simulated_compile_that_says_so(tmp_p
             await harness.close()
 
 
+async def test_a_stand_in_that_lost_its_tokenizer_is_published_again_and_served(tmp_path: Path) -> None:
+    # The simulated compile writes a stand-in again with the same manifest bytes (no writer
+    # folder), so the republished record names the same sha256 as the dangling one: a dangling look
+    # remembered from before the Job (the operator keeps one for a minute in S3) must not outlive
+    # the Job's success, or the deployment ends ArtifactMissing, which nothing retries.
+    async with SandboxCluster(
+        node_groups=inf2_node_groups(),
+        crd_dir=REPO / "crds",
+        cold_start=QUICK,
+        provisioning_delay_s=1.0,
+        neuron_scheduler_name=NEURON_SCHEDULER,
+        s3=True,
+        compile_jobs="simulated",
+        serving=ServingOptions(probe_period_s=0.5),
+        workdir=tmp_path / "sandbox",
+    ) as cluster:
+        assert cluster.s3 is not None
+        await cluster.host_examples(REPO / "examples")
+        s3 = cluster.s3.client()
+        # A served artifact checked again every second (real time), not every 10 minutes.
+        store = ArtifactStore(s3_client=s3, verified_ttl_seconds=1.0)
+        harness = OperatorHarness(cluster, tmp_path, interval=1.0, store=store)
+        harness.settings = replace(harness.settings, artifact_store="s3://neuronfleet-artifacts/compiled")
+        try:
+            await harness.start()
+            manifest = example("bert-embeddings", scaling={"mode": "Manual", "replicas": 1}, warmPool={"mode": "Off"})
+            await harness.apply(manifest)
+
+            def compiled() -> bool:
+                condition = harness.condition(NS, NAME, "Compiled")
+                assert condition.get("reason") != "ArtifactMissing", condition
+                return condition.get("status") == "True"
+
+            await harness.wait(compiled, timeout=120, what="Compiled=True")
+            artifact = harness.deployment(NS, NAME)["status"]["artifact"]
+            bucket, prefix = split_s3(artifact["uri"])
+            s3.delete_object(Bucket=bucket, Key=f"{prefix}/tokenizer.json")  # a person, a lifecycle rule
+            await harness.wait(
+                lambda: harness.condition(NS, NAME, "Compiled").get("reason") == "ArtifactGone",
+                timeout=60,
+                what="ArtifactGone",
+            )
+            await harness.wait(compiled, timeout=120, what="Compiled=True again")
+            assert s3.head_object(Bucket=bucket, Key=f"{prefix}/tokenizer.json")["ContentLength"] > 0
+            assert harness.deployment(NS, NAME)["status"]["artifact"]["sha256"] == artifact["sha256"]
+        finally:
+            await harness.close()
+
+
 def test_sandbox_up_refuses_simulated_compiles_for_cpu_serving(tmp_path: Path) -> None:
     # A CPU server loads the model files a simulated compile does not write: every pod would crash-loop.
     up = [str(Path(sys.executable).parent / "neuronfleet"), "sandbox", "up", "--kubeconfig", str(tmp_path / "kc")]
