@@ -43,8 +43,9 @@ VERIFIED_TTL_SECONDS = 600.0
 
 #: How long an S3 artifact found *not* as recorded stays so without reading it again. While its
 #: recompile runs (minutes; on Inf2 tens of them) every reconcile would read its manifest and HEAD
-#: its files. The record is still read each time: a republish always stores a manifest of another
-#: sha256 (a writer folder of its own) and writes a new record naming it, seen at once. A directory
+#: its files. The record is still read each time: a compile's republish stores a manifest of another
+#: sha256 (a writer folder of its own) and writes a new record naming it, seen at once (the sandbox's
+#: stand-in, the same bytes again, is read again once its Job succeeded: ``reconcile``). A directory
 #: store is not remembered (its checks are stats, and a republish there may store the same bytes).
 DANGLING_TTL_SECONDS = 60.0
 
