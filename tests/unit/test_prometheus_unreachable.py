@@ -15,10 +15,12 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 import yaml
@@ -26,11 +28,15 @@ from fixtures_prometheus import private_ca
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.metrics.prometheus import (
+    _WATCHING,
     BACKOFF_SECONDS,
     IDLE_ENDPOINT_SECONDS,
     MAX_BACKOFF_SECONDS,
     QUERY_THREADS,
+    Endpoint,
     PrometheusMetrics,
+    QueryResult,
+    _own_answer,
     redact_url,
 )
 from neuronfleet.metrics.prometheus_auth import PrometheusCredentials
@@ -436,3 +442,92 @@ async def test_an_endpoint_unused_for_a_while_keeps_no_client_and_no_back_off(sl
         assert snapshot is None and ("backing off" in reason) is backing_off
     assert slamming.accepted == accepted + 1
     metrics.close()
+
+
+class KeepAlivePrometheus(BaseHTTPRequestHandler):
+    """HTTP/1.1 with keep-alive (a connection serves one read after another, as Prometheus' does):
+    answers every query with one value, 0.5; the query ``held`` only once the server's ``release``
+    is set. Records which client connection asked each query."""
+
+    protocol_version = "HTTP/1.1"
+    server: KeepAliveServer
+
+    def do_GET(self) -> None:
+        query = parse_qs(urlparse(self.path).query)["query"][0]
+        self.server.asked.append((query, self.client_address))
+        if query == "held":
+            self.server.arrived.set()
+            self.server.release.wait(10)
+        row = {"metric": {}, "value": [time.time(), "0.5"]}
+        body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": [row]}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class KeepAliveServer(QuietServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), KeepAlivePrometheus)
+        self.asked: list[tuple[str, Any]] = []
+        self.arrived = threading.Event()
+        self.release = threading.Event()
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        threading.Event().wait(0.01)
+    return condition()
+
+
+def test_a_finished_reads_deadline_does_not_shut_the_next_reads_connection() -> None:
+    # requests hands a connection back to the pool once the answer's body is read; the answer is
+    # decoded and parsed after that. A read whose deadline passed then shut the socket another read
+    # of the same endpoint had taken from the pool: that read, of a healthy Prometheus, failed
+    # with ConnectionError ("Connection aborted") and the endpoint backed off.
+    server = KeepAliveServer()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    metrics = PrometheusMetrics(url, clock=Clock())
+    endpoint = Endpoint(url, own=True)
+    client = metrics._client(endpoint)
+    first_answered = threading.Event()
+
+    def parse_past_the_deadline(field: str, result: list[Any]) -> QueryResult:
+        # The first read's answer is in and its connection back in the pool; it is still parsing
+        # (a big fleet answer, a descheduled thread) when its deadline passes, while the second read
+        # waits for its answer on that connection.
+        first_answered.set()
+        watch = _WATCHING.watch
+        assert server.arrived.wait(10)
+        assert _wait_for(lambda: watch.expired, 10)
+        server.release.set()
+        return _own_answer(field, result)
+
+    def read(query: str, parse: Callable[[str, list[Any]], QueryResult], timeout: float) -> Any:
+        return metrics._read(client, endpoint, {"arrival_rate": query}, "", parse, timeout, False, threading.Event())
+
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(read, "first", parse_past_the_deadline, 0.5)
+            assert first_answered.wait(10)
+            second = pool.submit(read, "held", _own_answer, 10)
+            second_results, _, _ = second.result(timeout=20)
+            first.result(timeout=20)
+        assert second_results["arrival_rate"].value == 0.5
+        assert metrics.backoff(url, own=True) is None
+        # The second read did use the first one's kept-alive connection.
+        assert [query for query, _ in server.asked] == ["first", "held"]
+        assert server.asked[0][1] == server.asked[1][1]
+    finally:
+        server.release.set()
+        metrics.close()
+        server.shutdown()
+        server.server_close()

@@ -430,11 +430,18 @@ class _Watch:
     """The deadline of one read in a query thread. requests' timeout bounds each socket read, not an
     answer: a Prometheus that sends a byte per second (of its headers or its body) never times out.
     When the deadline passes, the socket the read is using is shut down, which ends the blocked read
-    at once (closing it would not wake it)."""
+    at once (closing it would not wake it).
+
+    Only while the read owns the connection: requests hands a kept-alive connection back to the pool
+    as soon as the answer's body is read, and the answer is decoded and parsed after that, so a
+    deadline passing then would shut the socket another read of the endpoint has taken since. The
+    pool's release (:func:`_released`) and :meth:`stop` forget the socket, and the shutdown happens
+    under the same lock, so none can slip between the two."""
 
     def __init__(self, timeout: float) -> None:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
+        self._stopped = False
         self.expired = False
         self._timer = threading.Timer(timeout, self._expire)
         self._timer.daemon = True
@@ -442,21 +449,31 @@ class _Watch:
 
     def _expire(self) -> None:
         with self._lock:
+            if self._stopped:
+                return
             self.expired = True
-            sock = self._sock
-        if sock is not None:
-            _shut(sock)
+            if self._sock is not None:
+                _shut(self._sock)
 
     def using(self, sock: socket.socket | None) -> None:
         if sock is None:
             return
         with self._lock:
+            if self._stopped:
+                return
             self._sock = sock
-            expired = self.expired
-        if expired:
-            _shut(sock)
+            if self.expired:
+                _shut(sock)
+
+    def released(self) -> None:
+        """The read's connection went back to the pool: no longer the read's to shut."""
+        with self._lock:
+            self._sock = None
 
     def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            self._sock = None
         self._timer.cancel()
 
 
@@ -475,6 +492,12 @@ def _watched(sock: socket.socket | None) -> None:
     watch: _Watch | None = getattr(_WATCHING, "watch", None)
     if watch is not None:
         watch.using(sock)
+
+
+def _released() -> None:
+    watch: _Watch | None = getattr(_WATCHING, "watch", None)
+    if watch is not None:
+        watch.released()
 
 
 class _WatchedHTTPConnection(HTTPConnection):
@@ -503,11 +526,25 @@ class _WatchedHTTPSConnection(HTTPSConnection):
 
 
 class _WatchedHTTPPool(HTTPConnectionPool):
+    """A pool whose connections are watched, and forgotten by the read's watch once handed back."""
+
     ConnectionCls = _WatchedHTTPConnection
+
+    def _put_conn(self, conn: Any) -> None:
+        # In the thread that read the answer (urllib3 releases the connection when its body is
+        # read), before another read can take the connection from the pool.
+        _released()
+        super()._put_conn(conn)
 
 
 class _WatchedHTTPSPool(HTTPSConnectionPool):
+    """:class:`_WatchedHTTPPool` over TLS."""
+
     ConnectionCls = _WatchedHTTPSConnection
+
+    def _put_conn(self, conn: Any) -> None:
+        _released()
+        super()._put_conn(conn)
 
 
 _WATCHED_POOLS = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
