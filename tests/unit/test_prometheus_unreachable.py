@@ -10,6 +10,7 @@ by seconds, and a Prometheus that accepts connections and never answers held all
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import ssl
@@ -389,33 +390,67 @@ async def test_a_prometheus_trickling_its_answer_holds_no_query_thread_past_the_
         good.server_close()
 
 
-async def test_no_probe_while_an_earlier_read_of_the_endpoint_still_runs() -> None:
-    # A read can outlive its snapshot: queued behind another for most of its wait, it starts, and
-    # the snapshot gives up before its deadline. Each probe after a back-off then added one more
-    # read of the same endpoint, holding one more query thread.
-    first, second = HungServer(), HungServer()
-    clock = Clock()
-    metrics = PrometheusMetrics(None, clock=clock, threads=1)
+class PacedPrometheus(SlowPrometheus):
+    """A healthy Prometheus: each query answered in 0.2 s (a snapshot's 8 in 1.6 s)."""
+
+    DELAY = 0.2
+    received = 0
+
+
+async def test_a_read_that_waited_for_a_query_thread_is_not_blamed_on_prometheus(hung: HungServer) -> None:
+    # The one query thread held 4 s by a hung Prometheus; a snapshot of a healthy one (its 8 queries
+    # answered in 1.6 s, within its 2 s) queued behind it. It gave up 2 * 2 + 1 = 5 s after being
+    # asked, 1 s into its read, said the healthy Prometheus was "unavailable: TimeoutError" and
+    # backed it off for 15 s, though the wait was for the operator's own thread.
+    good = QuietServer(("127.0.0.1", 0), PacedPrometheus)
+    threading.Thread(target=good.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{good.server_address[1]}"
+    metrics = PrometheusMetrics(None, clock=Clock(), threads=1)
     try:
-        # The one thread: `first`'s read for 4 s, then `second`'s, which its snapshot waits for
-        # 2 * 2 + 1 = 5 s from being asked: it gives up at 5 s, 1 s into a read that runs until 6 s.
-        held = deployment(f"http://127.0.0.1:{first.port}", "held", timeout=4)
-        late = deployment(f"http://127.0.0.1:{second.port}", "late", timeout=2)
+        held = deployment(f"http://127.0.0.1:{hung.port}", "held", timeout=4)
+        late = deployment(url, "late", timeout=2)
         (_, held_reason), (snapshot, reason) = await asyncio.gather(
             metrics.snapshot(held, time.time()), metrics.snapshot(late, time.time())
         )
         assert "no answer within the snapshot's 4 s" in held_reason
-        assert snapshot is None and reason.endswith("unavailable: TimeoutError"), reason
-        assert second.accepted == 1
-        # Past the back-off, while that read still runs: no probe beside it.
-        clock.now += MAX_BACKOFF_SECONDS
+        assert snapshot is None and reason == f"Prometheus at {url} not asked: its query threads (1) were busy for 2 s"
+        assert metrics.backoff(url, own=False) is None
+        assert PacedPrometheus.received == 0  # dropped unrun
+        # The thread free, the healthy Prometheus is read at once (it answers no samples).
         snapshot, reason = await metrics.snapshot(late, time.time())
-        assert snapshot is None and "an earlier read of it still runs" in reason, reason
-        assert second.accepted == 1
+        assert reason == f"Prometheus at {url} returned no samples for late", reason
     finally:
         metrics.close()
-        first.close()
-        second.close()
+        good.shutdown()
+        good.server_close()
+
+
+async def test_no_probe_while_an_earlier_read_of_the_endpoint_still_runs(hung: HungServer) -> None:
+    # A read can outlive its snapshot: the reconcile waiting for it is cancelled (its resource
+    # deleted, the operator stopping) while the read runs on in its query thread until its deadline.
+    # Each probe after a back-off then added one more read of the same endpoint, holding one more
+    # query thread. (Its own queries: a fleet-wide read is shared, and a snapshot asked while it
+    # runs waits for it, as its other snapshots do.)
+    url = f"http://127.0.0.1:{hung.port}"
+    clock = Clock()
+    metrics = PrometheusMetrics(None, clock=clock, group_default_queries=False)
+    try:
+        dep = deployment(url, "late", timeout=1)
+        snapshot, reason = await metrics.snapshot(dep, time.time())
+        assert snapshot is None and "no answer within the snapshot's 1 s" in reason, reason
+        clock.now += BACKOFF_SECONDS
+        probe = asyncio.create_task(metrics.snapshot(dep, time.time()))
+        assert await asyncio.to_thread(_wait_for, lambda: hung.accepted == 2, 10)
+        probe.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await probe
+        # Past the back-off, while that read still runs: no probe beside it.
+        clock.now += MAX_BACKOFF_SECONDS
+        snapshot, reason = await metrics.snapshot(dep, time.time())
+        assert snapshot is None and "an earlier read of it still runs" in reason, reason
+        assert hung.accepted == 2
+    finally:
+        metrics.close()
 
 
 async def test_an_endpoint_unused_for_a_while_keeps_no_client_and_no_back_off(slamming: SlammingServer) -> None:
@@ -512,7 +547,7 @@ def test_a_finished_reads_deadline_does_not_shut_the_next_reads_connection() -> 
         return _own_answer(field, result)
 
     def read(query: str, parse: Callable[[str, list[Any]], QueryResult], timeout: float) -> Any:
-        return metrics._read(client, endpoint, {"arrival_rate": query}, "", parse, timeout, False, threading.Event())
+        return metrics._read(client, endpoint, {"arrival_rate": query}, "", parse, timeout, False, lambda: None)
 
     try:
         with ThreadPoolExecutor(2) as pool:

@@ -28,13 +28,15 @@ median of 15 s each):
   shut: those are bounded by the socket timeout and the resolver's only);
 - prometheus-api-client is synchronous (requests), so the queries run in a small pool of
   :data:`QUERY_THREADS` threads of their own, not the default executor the rest of the operator's
-  ``to_thread`` calls share; a snapshot waits at most another ``timeoutSeconds`` for a thread, and
-  one still queued then is dropped unrun (not counted against Prometheus);
+  ``to_thread`` calls share; a snapshot waits at most ``timeoutSeconds`` for a thread, and one still
+  queued then is dropped unrun (not counted against Prometheus: it reads "not asked"); a read's
+  deadline runs from its start, and only a read that ran records a failure in the back-off;
 - after a failure the URL backs off (:class:`Backoff`): for :data:`BACKOFF_SECONDS`, doubling per
   failed probe up to :data:`MAX_BACKOFF_SECONDS`, every snapshot of it is unavailable at once,
   without a connection; then one snapshot probes while the others keep backing off, and none
-  while an earlier read of the URL still runs (a snapshot gives up on a read that queued long
-  before starting: each probe beside it would hold one more query thread);
+  while an earlier read of the URL still runs (a read outlives its snapshot when the reconcile
+  waiting for it is cancelled, or when the watch cannot end it: each probe beside it would hold one
+  more query thread);
 - a URL no snapshot asked for :data:`IDLE_ENDPOINT_SECONDS` (a spec's URL edited, a deployment
   deleted) loses its HTTP client (closed) and its back-off: the operator keeps those of the URLs
   in use, not of every URL it ever asked.
@@ -375,6 +377,9 @@ class FleetAnswer:
 
 #: Threads for Prometheus queries, shared by every deployment (a snapshot's queries run in one).
 QUERY_THREADS = 8
+#: How long past a started read's deadline its snapshot still waits for it (the watch's hang-up and
+#: the error's way back to the event loop), before giving up on a read the watch cannot end.
+READ_GRACE_SECONDS = 1.0
 #: How long a URL is skipped after its first failure...
 BACKOFF_SECONDS = 15.0
 #: ... doubling with each failed probe, up to this.
@@ -625,8 +630,9 @@ class _Breaker:
             if now < backoff.until or now < backoff.probe_until:
                 raise _Skipped(self._unavailable(endpoint, backoff, now))
             if self._running.get(endpoint):
-                # A read its snapshot gave up on still holds a query thread (e.g. queued long, then
-                # asked): a probe beside it would hold one more, each back-off another.
+                # A read its snapshot gave up on still holds a query thread (its reconcile cancelled,
+                # or a read the watch cannot end): a probe beside it would hold one more, each
+                # back-off another.
                 raise _Skipped(
                     f"Prometheus at {redact_url(endpoint.url)} unavailable: {backoff.reason} "
                     "(backing off: an earlier read of it still runs)"
@@ -791,13 +797,13 @@ class PrometheusMetrics:
         parse: Callable[[str, list[Any]], _Parsed],
         timeout: float,
         probe: bool,
-        started: threading.Event,
+        start: Callable[[], None],
     ) -> tuple[dict[str, _Parsed], dict[str, str], _Parsed | None]:
         """One read's queries, in a query thread, within ``timeout`` from now: each signal's result
         (as ``parse`` reads it, given the field), why Prometheus (or ``parse``) refused the queries it
-        refused (by signal), and the sample time's."""
+        refused (by signal), and the sample time's. ``start`` is called as the read starts."""
         with self._breaker.reading(endpoint):
-            started.set()
+            start()
             return self._queries(client, endpoint, queries, sample_query, parse, timeout, probe)
 
     def _queries(
@@ -864,30 +870,58 @@ class PrometheusMetrics:
         return results, refused, sampled
 
     async def _ask(self, endpoint: Endpoint, timeout: float, read: Callable[..., _Parsed]) -> _Parsed:
-        """``read(probe, started)`` in a query thread, within the deadline and the endpoint's
-        back-off; raises _Unavailable with the reason when it gets no answer."""
-        # At most `timeout` waiting for a query thread, then at most `timeout` of queries.
-        wait = 2 * timeout + 1
+        """``read(probe, start)`` in a query thread, within the endpoint's back-off; raises _Unavailable
+        with the reason when it gets no answer.
+
+        It waits at most ``timeout`` for a query thread: a read not started by then is dropped unrun,
+        which says nothing of Prometheus (the operator's threads were busy). A started read is timed
+        from its start by its own deadline and records its own outcome in the back-off; the snapshot
+        waits for it that long and :data:`READ_GRACE_SECONDS` more (a read the watch cannot end, see
+        above), then gives up on it without blaming the endpoint for a read still under way."""
+        loop = asyncio.get_running_loop()
         started = threading.Event()
+        begun = asyncio.Event()
+
+        def start() -> None:
+            started.set()
+            loop.call_soon_threadsafe(begun.set)
+
         printed = redact_url(endpoint.url)
         try:
-            probe = self._breaker.admit(endpoint, wait)
-            job = partial(read, probe, started)
-            return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(self._pool(), job), wait)
+            probe = self._breaker.admit(endpoint, 2 * timeout + READ_GRACE_SECONDS)
         except _Skipped as exc:
             raise _Unavailable(str(exc)) from None
-        except TimeoutError as exc:
-            if not started.is_set():
-                # Dropped unrun (cancelling a queued job cancels it): the operator's query threads
-                # were busy, which says nothing of Prometheus.
+        job = self._pool().submit(read, probe, start)
+        answer = asyncio.wrap_future(job)
+        # Retrieved here too: a snapshot that gave up on a read no longer awaits it.
+        answer.add_done_callback(lambda done: done.cancelled() or done.exception())
+        try:
+            waiting = asyncio.ensure_future(begun.wait())
+            either: set[asyncio.Future[Any]] = {waiting, answer}
+            try:
+                await asyncio.wait(either, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiting.cancel()
+            if not started.is_set() and job.cancel():
                 raise _Unavailable(
                     f"Prometheus at {printed} not asked: "
                     f"its query threads ({self._threads}) were busy for {timeout:g} s"
+                )
+            return await asyncio.wait_for(asyncio.shield(answer), timeout + READ_GRACE_SECONDS)
+        except _Skipped as exc:  # the endpoint began to back off while the read queued
+            raise _Unavailable(str(exc)) from None
+        except TimeoutError as exc:
+            if not answer.done():
+                # The read runs on past its deadline (a DNS look-up, a SOCKS proxy): it records its
+                # own outcome when it ends, and no probe starts beside it meanwhile.
+                raise _Unavailable(
+                    f"Prometheus at {printed} unavailable: no answer within the snapshot's {timeout:g} s"
                 ) from None
-            self._breaker.failed(endpoint, f"no answer within {wait:g} s")
             raise _Unavailable(f"Prometheus at {printed} unavailable: {_failure(exc, endpoint.url)}") from None
         except _UNAVAILABLE + _MALFORMED as exc:
             raise _Unavailable(f"Prometheus at {printed} unavailable: {_failure(exc, endpoint.url)}") from None
+        finally:
+            job.cancel()  # a snapshot cancelled while its read queued: dropped unrun (none if it started)
 
     async def _fleet_read(self, key: tuple[Endpoint, float], client: PrometheusConnect) -> FleetAnswer:
         endpoint, timeout = key
