@@ -566,3 +566,86 @@ def test_a_finished_reads_deadline_does_not_shut_the_next_reads_connection() -> 
         metrics.close()
         server.shutdown()
         server.server_close()
+
+
+class TlsProxy:
+    """An https:// forward proxy: TLS to the client, then CONNECT tunnels (a corporate egress
+    proxy). Counts the tunnels; a tunnel ends both ways when either side hangs up."""
+
+    def __init__(self, tls: ssl.SSLContext) -> None:
+        self.tls = tls
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=50)
+        self.port = self.sock.getsockname()[1]
+        self.tunnels = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._tunnel, args=(conn,), daemon=True).start()
+
+    def _tunnel(self, conn: socket.socket) -> None:
+        try:
+            client = self.tls.wrap_socket(conn, server_side=True)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += client.recv(4096)
+            host, port = head.split()[1].decode().rsplit(":", 1)
+            upstream = socket.create_connection((host, int(port)))
+        except OSError:
+            conn.close()
+            return
+        self.tunnels += 1
+        client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        threading.Thread(target=self._pump, args=(upstream, client), daemon=True).start()
+        self._pump(client, upstream)
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            source.close()
+            sink.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+async def test_a_trickled_answer_through_an_https_proxy_is_hung_up_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Through an https:// proxy to an https Prometheus, urllib3 runs TLS in TLS and the connection's
+    # socket is its SSLTransport, not a socket: shutting it down raised TypeError in the watch's
+    # timer thread, the read went on as long as the answer trickled, and the endpoint was never
+    # probed again ("backing off: an earlier read of it still runs", at every back-off's end).
+    ca_file, cert_file, key_file = private_ca(tmp_path)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert_file, key_file)
+    trickle, proxy = TrickleServer("body", tls), TlsProxy(tls)
+    for name in ("NO_PROXY", "no_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", f"https://127.0.0.1:{proxy.port}")
+    clock = Clock()
+    metrics = PrometheusMetrics(None, clock=clock, credentials=PrometheusCredentials(ca_file=ca_file))
+    try:
+        dep = deployment(f"https://127.0.0.1:{trickle.port}/", "slow", timeout=1)
+        snapshot, reason = await metrics.snapshot(dep, time.time())
+        assert snapshot is None and "no answer within the snapshot's 1 s" in reason, reason
+        assert proxy.tunnels == 1  # through the proxy, TLS in TLS
+        assert await asyncio.to_thread(trickle.wait_hung_up, 1, 5) == 1
+        # The read ended with its deadline: once the back-off has passed, a probe asks again.
+        clock.now += BACKOFF_SECONDS
+        snapshot, reason = await metrics.snapshot(dep, time.time())
+        assert snapshot is None and "no answer within the snapshot's 1 s" in reason, reason
+        assert proxy.tunnels == 2
+    finally:
+        metrics.close()
+        trickle.close()
+        proxy.close()

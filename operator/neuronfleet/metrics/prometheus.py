@@ -23,9 +23,10 @@ median of 15 s each):
 - one deadline per snapshot, ``timeoutSeconds`` from when its queries start, bounds all of them
   (each query gets what is left). requests' timeout bounds each socket read only (an answer trickled
   a byte at a time never meets it), so when the deadline passes the read's connection is shut down
-  (:class:`_Watch`), answer half-read or not: the query thread is free then, not when the endpoint
-  stops sending. (Not through a SOCKS proxy, nor a host name's DNS look-up, which have no socket to
-  shut: those are bounded by the socket timeout and the resolver's only);
+  (:class:`_Watch`), answer half-read or not, also through an http:// or https:// proxy: the query
+  thread is free then, not when the endpoint stops sending. (Not through a SOCKS proxy, nor a host
+  name's DNS look-up, which have no socket to shut: those are bounded by the socket timeout and the
+  resolver's only);
 - prometheus-api-client is synchronous (requests), so the queries run in a small pool of
   :data:`QUERY_THREADS` threads of their own, not the default executor the rest of the operator's
   ``to_thread`` calls share; a snapshot waits at most ``timeoutSeconds`` for a thread, and one still
@@ -90,6 +91,7 @@ import ast
 import asyncio
 import contextlib
 import json
+import logging
 import math
 import re
 import socket
@@ -114,6 +116,8 @@ from neuronfleet.api.v1alpha1 import InferenceDeployment, MetricQueries
 from neuronfleet.metrics.prometheus_auth import PrometheusCredentials, TrustBundle
 from neuronfleet.planning.prometheus_urls import PrometheusUrlPolicy
 from neuronfleet.planning.signals import QUERIED, SIGNALS, MetricSnapshot
+
+logger = logging.getLogger(__name__)
 
 
 def render(query: str, namespace: str, name: str) -> str:
@@ -458,7 +462,7 @@ class _Watch:
                 return
             self.expired = True
             if self._sock is not None:
-                _shut(self._sock)
+                _hang_up(self._sock)
 
     def using(self, sock: socket.socket | None) -> None:
         if sock is None:
@@ -468,7 +472,7 @@ class _Watch:
                 return
             self._sock = sock
             if self.expired:
-                _shut(sock)
+                _hang_up(sock)
 
     def released(self) -> None:
         """The read's connection went back to the pool: no longer the read's to shut."""
@@ -482,11 +486,23 @@ class _Watch:
         self._timer.cancel()
 
 
-def _shut(sock: socket.socket) -> None:
+def _shut(sock: Any) -> None:
     # The plain socket's shutdown, also for a TLS one: SSLSocket.shutdown would drop its TLS state
-    # under the reading thread's feet.
+    # under the reading thread's feet. Through an https:// proxy to an https URL the connection's
+    # socket is urllib3's SSLTransport (TLS in TLS), no socket at all: the one it runs over is shut.
+    while not isinstance(sock, socket.socket) and hasattr(sock, "socket"):
+        sock = sock.socket
     with contextlib.suppress(OSError):
         socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def _hang_up(sock: Any) -> None:
+    """:func:`_shut`, its failure logged: raised in the watch's timer thread, it would end the
+    watch unseen and leave the read to run for as long as the endpoint sends."""
+    try:
+        _shut(sock)
+    except Exception:
+        logger.warning("could not shut a Prometheus read's connection down at its deadline", exc_info=True)
 
 
 #: The watch of the read the current query thread runs, if any.
