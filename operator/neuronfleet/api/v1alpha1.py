@@ -645,7 +645,8 @@ class MetricQueries(ApiModel):
         "reports 0 and would dilute it). To use neuron-monitor instead: avg(neuroncore_utilization_ratio{...}); "
         "the default queries need a `pod` label on the series (the chart's PodMonitor adds it). An override "
         "must answer one number (aggregate it: avg(...)): an answer of several series (one per pod) or above "
-        "1.05 (a sum of ratios) is refused, the signal is missing and the status names this field. Empty: "
+        "1.5 (a sum of ratios) is refused, the signal is missing and the status names this field; one between "
+        "1 and 1.5 (a rate of busy-time counters overshoots) reads as 1. Empty: "
         "turned off (not missing): no service rate is measured, and the fleet is sized on queued plus "
         "in-flight requests.",
     )

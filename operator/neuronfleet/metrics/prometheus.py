@@ -12,7 +12,8 @@ holds instead of scaling down. A query Prometheus refuses (400 or 422: a typo) m
 signal ``None``, and the reason names its ``scaling.metrics`` field; so does an answer that is no
 value of its signal: the counts and rates are summed over an answer's series, but the busy ratio
 (``utilization``) must be one series (a sum of per-pod ratios sized the fleet twice too big) and at
-most 1, give or take :data:`RATIO_TOLERANCE`; several sample times read as the newest. Prometheus
+most :data:`RATIO_MOST` (a rate of busy-time counters overshoots 1: between 1 and that it reads as
+1); several sample times read as the newest. Prometheus
 unreachable, timing out or failing (5xx) makes the whole snapshot unavailable, with the reason,
 which the status shows as ScalingActive=False.
 
@@ -301,9 +302,13 @@ def _scalar(result: list[Any]) -> QueryResult:
     return QueryResult(total, evaluated_at)
 
 
-#: The busy ratio's most above 1 still read as a ratio (a ratio of counters read a scrape apart
-#: overshoots a little); above it, a sum of ratios (two pods at 0.9 read 1.8) or a broken exporter.
-RATIO_TOLERANCE = 0.05
+#: The most a busy ratio may read and still be a ratio; above it, a sum of ratios (two pods at 0.9
+#: read 1.8) or a broken exporter. Between 1 and this it reads as 1 (busy): a rate of busy-time
+#: counters overshoots, as neuronserve credits a batch's busy time to
+#: ``neuronserve_device_busy_seconds_total`` when the batch ends, so rate() over a window reads up to
+#: 1 + batch / window (1.07 for 4 s batches over a 1-minute rate of a 15 s scrape). A sum of ratios
+#: that adds up to this or less (two pods at 0.7) is not told from such an overshoot.
+RATIO_MOST = 1.5
 
 
 class _NotOneNumber(Exception):
@@ -336,11 +341,14 @@ def _own_answer(field: str, result: list[Any]) -> QueryResult:
 
 
 def _over_one(results: dict[str, QueryResult]) -> str | None:
-    """Why the busy ratio in ``results`` is no ratio (above 1 beyond :data:`RATIO_TOLERANCE`), or None."""
+    """Why the busy ratio in ``results`` is no ratio (above :data:`RATIO_MOST`), or None."""
     utilization = results.get("utilization")
-    if utilization is None or utilization.value is None or utilization.value <= 1 + RATIO_TOLERANCE:
+    if utilization is None or utilization.value is None or utilization.value <= RATIO_MOST:
         return None
-    return f"the busy ratio read {utilization.value:g}, above 1: a sum where an average belongs? e.g. avg(...)"
+    return (
+        f"the busy ratio read {utilization.value:g}, above {RATIO_MOST:g}: a sum where an average belongs? "
+        "e.g. avg(...)"
+    )
 
 
 #: A row of a fleet-wide answer: (namespace, deployment).
@@ -1029,6 +1037,8 @@ class PrometheusMetrics:
         if (over_one := _over_one(results)) is not None:
             refused["utilization"] = over_one
             results["utilization"] = QueryResult(None, results["utilization"].evaluated_at)
+        elif (busy := results.get("utilization")) is not None and busy.value is not None and busy.value > 1:
+            results["utilization"] = QueryResult(1.0, busy.evaluated_at)  # a counter's overshoot: busy
         # A query Prometheus refuses (a typo in one of scaling.metrics) costs its own signal only,
         # and the reason names the field to fix.
         refusals = "; ".join(f"spec.scaling.metrics.{SIGNAL_FIELDS[s]}: {refused[s]}" for s in QUERIED if s in refused)
