@@ -649,3 +649,68 @@ async def test_a_trickled_answer_through_an_https_proxy_is_hung_up_on(
         metrics.close()
         trickle.close()
         proxy.close()
+
+
+class TricklingProxy:
+    """An http:// forward proxy that answers a CONNECT with a status line and then trickles its
+    headers a byte every TRICKLE seconds, for ever; counts the tunnels the reader hung up on."""
+
+    TRICKLE = 0.2
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=50)
+        self.port = self.sock.getsockname()[1]
+        self.hung_up = 0
+        self._hung_up = threading.Condition()
+        self._stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 Connection established\r\nX-Trickle: ")
+                while not self._stop.wait(self.TRICKLE):  # the proxy's pace, not a wait for an effect
+                    conn.sendall(b"a")
+            except OSError:
+                with self._hung_up:
+                    self.hung_up += 1
+                    self._hung_up.notify_all()
+
+    def wait_hung_up(self, count: int, timeout: float) -> int:
+        with self._hung_up:
+            self._hung_up.wait_for(lambda: self.hung_up >= count, timeout)
+            return self.hung_up
+
+    def close(self) -> None:
+        self._stop.set()
+        self.sock.close()
+
+
+async def test_a_proxy_trickling_its_connect_reply_holds_no_query_thread_past_the_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An https Prometheus through an http:// proxy: the connection's tunnel (CONNECT) is set up
+    # inside its connect, before the watch was told of its socket, so a proxy trickling its reply
+    # held the query thread for as long as it trickled, past the snapshot's deadline.
+    proxy = TricklingProxy()
+    for name in ("NO_PROXY", "no_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{proxy.port}")
+    metrics = PrometheusMetrics(None, clock=Clock())
+    try:
+        dep = deployment("https://127.0.0.1:9/", "tunnelled", timeout=1)
+        snapshot, reason = await metrics.snapshot(dep, time.time())
+        assert snapshot is None and "no answer within the snapshot's 1 s" in reason, reason
+        assert await asyncio.to_thread(proxy.wait_hung_up, 1, 5) == 1
+    finally:
+        metrics.close()
+        proxy.close()

@@ -530,8 +530,15 @@ def _released() -> None:
 
 
 class _WatchedHTTPConnection(HTTPConnection):
-    """A connection whose socket the current read's :class:`_Watch` may shut down: a new one from its
-    connect, a kept-alive one from the request whose answer it waits for."""
+    """A connection whose socket the current read's :class:`_Watch` may shut down: a new one from the
+    moment it is connected (a proxy's CONNECT reply and a TLS handshake are read within the
+    connection's connect, and a proxy may trickle the first as any endpoint its answer), then the
+    socket its connect ends with; a kept-alive one from the request whose answer it waits for."""
+
+    def _new_conn(self) -> socket.socket:
+        sock = super()._new_conn()
+        _watched(sock)
+        return sock
 
     def connect(self) -> None:
         super().connect()
@@ -544,6 +551,11 @@ class _WatchedHTTPConnection(HTTPConnection):
 
 class _WatchedHTTPSConnection(HTTPSConnection):
     """:class:`_WatchedHTTPConnection` over TLS."""
+
+    def _new_conn(self) -> socket.socket:
+        sock = super()._new_conn()
+        _watched(sock)
+        return sock
 
     def connect(self) -> None:
         super().connect()
