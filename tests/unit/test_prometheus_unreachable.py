@@ -714,3 +714,30 @@ async def test_a_proxy_trickling_its_connect_reply_holds_no_query_thread_past_th
     finally:
         metrics.close()
         proxy.close()
+
+
+async def test_a_probe_dropped_unrun_does_not_hold_the_next_one_back(
+    hung: HungServer, slamming: SlammingServer
+) -> None:
+    # A probe after a back-off that found every query thread busy was dropped unrun ("not asked"),
+    # yet its endpoint read "backing off" for 2 x timeoutSeconds + 1 s more, as if the probe ran.
+    url = f"http://127.0.0.1:{slamming.port}"
+    clock = Clock()
+    metrics = PrometheusMetrics(None, clock=clock, threads=1, group_default_queries=False)
+    try:
+        failing = deployment(url, "failing", timeout=1)
+        snapshot, reason = await metrics.snapshot(failing, time.time())
+        assert snapshot is None and "ConnectionError" in reason and slamming.accepted == 1
+        clock.now += BACKOFF_SECONDS
+        held = deployment(f"http://127.0.0.1:{hung.port}", "held", timeout=2)
+        (_, held_reason), (_, reason) = await asyncio.gather(
+            metrics.snapshot(held, time.time()), metrics.snapshot(failing, time.time())
+        )
+        assert "no answer within the snapshot's 2 s" in held_reason
+        assert reason == f"Prometheus at {url} not asked: its query threads (1) were busy for 1 s"
+        # The thread free: the next snapshot is the probe.
+        snapshot, reason = await metrics.snapshot(failing, time.time())
+        assert "backing off" not in reason and "ConnectionError" in reason, reason
+        assert slamming.accepted == 2
+    finally:
+        metrics.close()

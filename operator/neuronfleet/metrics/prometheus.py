@@ -676,6 +676,13 @@ class _Breaker:
             backoff.probe_until = now + probe_seconds
             return True
 
+    def unprobe(self, endpoint: Endpoint) -> None:
+        """The probe :meth:`admit` let through asked nothing: the next snapshot may probe."""
+        with self._lock:
+            backoff = self._state.get(endpoint)
+            if backoff is not None:
+                backoff.probe_until = 0.0
+
     @contextlib.contextmanager
     def reading(self, endpoint: Endpoint) -> Iterator[None]:
         """A read of ``endpoint`` under way in a query thread, for as long as the context lasts."""
@@ -957,7 +964,10 @@ class PrometheusMetrics:
         except _UNAVAILABLE + _MALFORMED as exc:
             raise _Unavailable(f"Prometheus at {printed} unavailable: {_failure(exc, endpoint.url)}") from None
         finally:
-            job.cancel()  # a snapshot cancelled while its read queued: dropped unrun (none if it started)
+            # Dropped unrun (not asked, or its snapshot cancelled while it queued; a started read runs
+            # on): it asked nothing, so it was no probe, and the next snapshot may be one.
+            if job.cancel() and probe:
+                self._breaker.unprobe(endpoint)
 
     async def _fleet_read(self, key: tuple[Endpoint, float], client: PrometheusConnect) -> FleetAnswer:
         endpoint, timeout = key
