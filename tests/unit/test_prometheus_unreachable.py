@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+import requests
 import yaml
 from fixtures_prometheus import private_ca
 
@@ -38,6 +39,7 @@ from neuronfleet.metrics.prometheus import (
     PrometheusMetrics,
     QueryResult,
     _own_answer,
+    _Unavailable,
     redact_url,
 )
 from neuronfleet.metrics.prometheus_auth import PrometheusCredentials
@@ -740,4 +742,38 @@ async def test_a_probe_dropped_unrun_does_not_hold_the_next_one_back(
         assert "backing off" not in reason and "ConnectionError" in reason, reason
         assert slamming.accepted == 2
     finally:
+        metrics.close()
+
+
+async def test_no_read_starts_beside_one_running_past_its_deadline() -> None:
+    # A read the watch cannot hang up on (a host name's DNS look-up, a SOCKS proxy) runs past its
+    # deadline; its snapshot gives up on it without blaming the endpoint (the read records its own
+    # outcome when it ends). Each snapshot after it started one more such read, each holding a
+    # query thread, until every deployment's metrics read "not asked".
+    metrics = PrometheusMetrics(None, clock=Clock())
+    endpoint = Endpoint("http://prometheus.invalid:9090", own=False)
+    resolved = threading.Event()
+    reads: list[bool] = []
+
+    def look_up(probe: bool, start: Callable[[], None]) -> Any:
+        # Stands in for a read stuck in a look-up no socket's shutdown ends.
+        start()
+        reads.append(probe)
+        resolved.wait(10)
+        raise requests.ConnectionError("Failed to resolve 'prometheus.invalid'")
+
+    try:
+        with pytest.raises(_Unavailable, match=r"no answer within the snapshot's 0\.5 s"):
+            await metrics._ask(endpoint, 0.5, look_up)
+        with pytest.raises(_Unavailable, match="an earlier read of it still runs"):
+            await metrics._ask(endpoint, 0.5, look_up)
+        assert len(reads) == 1
+        resolved.set()
+        # Once it has ended, the next snapshot reads again.
+        assert await asyncio.to_thread(_wait_for, lambda: not metrics._breaker.overdue(endpoint), 10)
+        with pytest.raises(_Unavailable, match="Failed to resolve"):
+            await metrics._ask(endpoint, 0.5, look_up)
+        assert len(reads) == 2
+    finally:
+        resolved.set()
         metrics.close()

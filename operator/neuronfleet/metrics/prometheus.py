@@ -38,7 +38,8 @@ median of 15 s each):
   without a connection; then one snapshot probes while the others keep backing off, and none
   while an earlier read of the URL still runs (a read outlives its snapshot when the reconcile
   waiting for it is cancelled, or when the watch cannot end it: each probe beside it would hold one
-  more query thread);
+  more query thread); and, backing off or not, no read while one its snapshot gave up on runs past
+  its deadline (not failed yet: it records its own outcome when it ends);
 - a URL no snapshot asked for :data:`IDLE_ENDPOINT_SECONDS` (a spec's URL edited, a deployment
   deleted) loses its HTTP client (closed) and its back-off: the operator keeps those of the URLs
   in use, not of every URL it ever asked.
@@ -645,6 +646,8 @@ class _Breaker:
         self._state: dict[Endpoint, Backoff] = {}
         #: Reads under way in a query thread, by endpoint.
         self._running: dict[Endpoint, int] = {}
+        #: Of those, the reads their snapshots gave up on past their deadline, by endpoint.
+        self._overdue: dict[Endpoint, int] = {}
 
     def get(self, endpoint: Endpoint) -> Backoff | None:
         with self._lock:
@@ -661,6 +664,13 @@ class _Breaker:
         """Whether a snapshot that may query ``endpoint`` is its probe; raises _Skipped if it may not."""
         with self._lock:
             backoff, now = self._state.get(endpoint), self._clock()
+            if backoff is None and self._overdue.get(endpoint):
+                # A read the watch could not end (a DNS look-up, a SOCKS proxy) runs past its
+                # deadline, and has not failed yet: each read beside it would hold one more thread.
+                raise _Skipped(
+                    f"Prometheus at {redact_url(endpoint.url)} unavailable: no answer within the snapshot's "
+                    "deadline (an earlier read of it still runs)"
+                )
             if backoff is None:
                 return False
             if now < backoff.until or now < backoff.probe_until:
@@ -675,6 +685,26 @@ class _Breaker:
                 )
             backoff.probe_until = now + probe_seconds
             return True
+
+    def overdue(self, endpoint: Endpoint) -> bool:
+        """Whether a read of ``endpoint`` its snapshot gave up on past its deadline still runs."""
+        with self._lock:
+            return bool(self._overdue.get(endpoint))
+
+    def gave_up(self, endpoint: Endpoint) -> Callable[[object], None]:
+        """A read of ``endpoint`` runs past its deadline and its snapshot's wait: no other read of it
+        starts until it ends. Returns what to call when it ends."""
+        with self._lock:
+            self._overdue[endpoint] = self._overdue.get(endpoint, 0) + 1
+
+        def ended(_: object) -> None:
+            with self._lock:
+                if self._overdue.get(endpoint, 0) <= 1:
+                    self._overdue.pop(endpoint, None)
+                else:
+                    self._overdue[endpoint] -= 1
+
+        return ended
 
     def unprobe(self, endpoint: Endpoint) -> None:
         """The probe :meth:`admit` let through asked nothing: the next snapshot may probe."""
@@ -956,7 +986,8 @@ class PrometheusMetrics:
         except TimeoutError as exc:
             if not answer.done():
                 # The read runs on past its deadline (a DNS look-up, a SOCKS proxy): it records its
-                # own outcome when it ends, and no probe starts beside it meanwhile.
+                # own outcome when it ends, and no other read of the endpoint starts meanwhile.
+                answer.add_done_callback(self._breaker.gave_up(endpoint))
                 raise _Unavailable(
                     f"Prometheus at {printed} unavailable: no answer within the snapshot's {timeout:g} s"
                 ) from None
