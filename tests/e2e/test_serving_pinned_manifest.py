@@ -41,14 +41,20 @@ PIN = f"{GROUP}/manifest-sha256"
 
 def record_servable_artifact(harness: OperatorHarness, manifest: dict[str, Any]) -> tuple[Path, str]:
     """What a compile Job leaves for the deployment's request: a manifest the emulated device serves
-    (its contract only: no model file is read) and the request record naming its sha256."""
+    (its contract only: no model file is read), its listed files (empty, as listed) and the request
+    record naming its sha256."""
     spec = InferenceDeployment.model_validate(manifest).spec
     request = compile_request(spec, str(harness.store_dir), ArtifactStore().fingerprint(spec.model.source))
-    data = synthetic_manifest(PROFILES["bert-base"], NAME).model_copy(update={"created_at": "recorded"}).to_json_bytes()
+    synthetic = synthetic_manifest(PROFILES["bert-base"], NAME).model_copy(update={"created_at": "recorded"})
+    data = synthetic.to_json_bytes()
     cache_key = manifest_sha256(f"{request.key}/pinned".encode())
     artifact = harness.store_dir / cache_key
     artifact.mkdir(parents=True)
     (artifact / MANIFEST_NAME).write_bytes(data)
+    # The files it lists, empty as listed: the operator checks that each is stored (a record whose
+    # files are gone is dangling); the emulated device reads none of them.
+    for entry in synthetic.files:
+        (artifact / synthetic.stored_path(entry.path)).write_bytes(b"")
     write_record(Path(request.record_uri), artifact, manifest_sha256(data))
     return artifact, manifest_sha256(data)
 
