@@ -53,7 +53,7 @@ from neuronfleet.kube.builders import (
 )
 from neuronfleet.kube.client import UNANSWERED, KubeApi
 from neuronfleet.kube.jobs import build_compile_job, wanted_job_spec
-from neuronfleet.kube.observe import AccountReads, JobEventReads, observe_cluster
+from neuronfleet.kube.observe import AccountReads, JobEventReads, controlled_by, observe_cluster
 from neuronfleet.planning.admission import (
     WorkloadAccount,
     WorkloadPods,
@@ -96,6 +96,7 @@ from neuronfleet.planning.prometheus_urls import PrometheusUrlPolicy
 from neuronfleet.planning.reasons import Event, Reason, Refusal
 from neuronfleet.planning.reconcile_plan import (
     DeleteCompileJob,
+    DeleteHeldJobPods,
     ReconcilePlan,
     StartCompileJob,
     plan_reconcile,
@@ -321,6 +322,7 @@ class Reconciler:
                 job_spec=jobs.job_spec,
                 job_republishes=jobs.republishes,
                 pod_refused=refused,
+                held_job_pods=jobs.held_pods,
             )
             if compiled.dangling is not None and jobs.phase == "succeeded" and jobs.republishes:
                 # The republishing Job is done: read its artifact now, not a dangling look remembered
@@ -429,33 +431,45 @@ class Reconciler:
                     message = (
                         f"deleted compile Job {action.name}: {action.why}; it stays, Terminating, until the "
                         f"finalizer(s) {', '.join(deletion.finalizers)} are removed (by their controller)"
-                        f"{await self._delete_held_job_pods(namespace, action.name)}"
+                        f"{await self._delete_held_job_pods(namespace, action.name, deletion.uid)}"
                     )
                     events.append(Event("Normal", Reason.COMPILE_SUPERSEDED, message))
+            elif isinstance(action, DeleteHeldJobPods):
+                # No Event: the Job's deletion posted its one; a failure is retried on the next reconcile.
+                try:
+                    deleted = [pod for pod in action.pods if await self.kube.delete_pod(namespace, pod)]
+                except _CALL_FAILED as exc:
+                    logger.warning(
+                        "%s: the pods of the held compile Job %s were not deleted: %s", namespace, action.job, exc
+                    )
+                else:
+                    if deleted:
+                        logger.info(
+                            "%s: deleted the pod(s) %s of the held compile Job %s", namespace, deleted, action.job
+                        )
         return events
 
-    async def _delete_held_job_pods(self, namespace: str, job: str) -> str:
-        """Delete the pods of ``job``, a Job another controller's finalizer keeps after its DELETE;
-        what the CompileSuperseded Event adds of it.
+    async def _delete_held_job_pods(self, namespace: str, job: str, uid: str) -> str:
+        """Delete the pods of ``job`` (with ``uid``), a Job another controller's finalizer keeps after
+        its DELETE; what the CompileSuperseded Event adds of it.
 
         The garbage collector deletes a Background delete's dependents only once the owner is gone,
         and the Job controller manages no Job being deleted: its compile would run on, holding its
-        node, until that finalizer is removed.
+        node, until that finalizer is removed. Done at once here; any left (a failed call, an operator
+        stop) are deleted on later reconciles (:class:`DeleteHeldJobPods`).
         """
+        if not uid:
+            return "; its pods are deleted on the next reconcile"
         try:
             pods = [
                 pod["metadata"]["name"]
                 for pod in await self.kube.list_pods(namespace, {"job-name": job})
-                if not pod["metadata"].get("deletionTimestamp")
-                and any(
-                    ref.get("kind") == "Job" and ref.get("name") == job and ref.get("controller")
-                    for ref in pod["metadata"].get("ownerReferences") or ()
-                )
+                if not pod["metadata"].get("deletionTimestamp") and controlled_by(pod, uid)
             ]
             deleted = [name for name in pods if await self.kube.delete_pod(namespace, name)]
         except _CALL_FAILED as exc:
             logger.warning("%s: the pods of the held compile Job %s were not deleted: %s", namespace, job, exc)
-            return f"; its pods could not be deleted ({_call_error(exc)}): they run until the Job is gone"
+            return f"; its pods could not be deleted yet ({_call_error(exc)}): retried on the next reconcile"
         return f"; its pod(s) {', '.join(deleted)} deleted, ending the compile" if deleted else ""
 
     async def _apply_action(self, dep: InferenceDeployment, candidate: Candidate, action: Action) -> ActionResult:

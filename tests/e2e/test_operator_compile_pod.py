@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.exceptions import ApiException
 from operator_harness import OperatorHarness, example
 
 from neuronfleet.api.v1alpha1 import GROUP
@@ -165,3 +166,70 @@ async def test_a_superseded_compile_job_held_by_a_finalizer_is_deleted_once(harn
     assert "example.com/audit" in superseded[0], "the Event says what holds the Job"
     assert not [p for p in old_pods() if not p["metadata"].get("deletionTimestamp")], "the old compile runs on"
     assert "deleted, ending the compile" in superseded[0], "the Event says the compile's pod was deleted"
+
+
+async def test_a_held_compile_jobs_pod_left_by_a_failed_call_is_deleted_on_a_later_reconcile(
+    harness: OperatorHarness,
+) -> None:
+    # The held Job's pods were deleted only in the reconcile that DELETEd the Job: one 503 there (or
+    # an operator stop between) left the superseded compile running for as long as the finalizer held
+    # the Job. The plan now deletes a held Job's live pods on every reconcile until none is left.
+    assert harness.cluster.kubelet is not None
+    harness.cluster.kubelet.profiles[(None, None)] = SLOW_COMPILE
+    manifest = harness.localize(
+        example(
+            "bert-embeddings", scaling={"mode": "Manual", "replicas": 1, "minReplicas": 0}, warmPool={"mode": "Off"}
+        ),
+        namespace="held503",
+    )
+    name = manifest["metadata"]["name"]
+    await harness.apply(manifest)
+
+    def jobs() -> list[dict[str, Any]]:
+        return harness.cluster.list("jobs", "held503", group="batch")
+
+    await harness.wait(jobs, timeout=60, what="a compile Job")
+    (old,) = (job["metadata"]["name"] for job in jobs())
+
+    def old_pods() -> list[dict[str, Any]]:
+        pods = harness.cluster.list("pods", "held503")
+        return [p for p in pods if (p["metadata"].get("labels") or {}).get("job-name") == old]
+
+    await harness.wait(
+        lambda: [p for p in old_pods() if (p.get("status") or {}).get("phase") == "Running"],
+        timeout=60,
+        what="the compile pod running",
+    )
+    assert harness.context is not None
+    kube = harness.context.reconciler.kube
+    real, failed = kube.delete_pod, []
+
+    async def delete_pod(namespace: str, pod: str, *args: Any, **kwargs: Any) -> bool:
+        if pod.startswith(old) and not failed:
+            failed.append(pod)
+            raise ApiException(status=503, reason="Service Unavailable")  # one transient failure
+        return await real(namespace, pod, *args, **kwargs)
+
+    kube.delete_pod = delete_pod  # type: ignore[method-assign]
+    await k8s.BatchV1Api(await harness.api()).patch_namespaced_job(
+        old,
+        "held503",
+        {"metadata": {"finalizers": ["example.com/audit"]}},
+        _content_type="application/merge-patch+json",
+    )
+    await harness.patch_spec("held503", name, {"model": {**manifest["spec"]["model"], "batchBuckets": [1, 2, 4, 8]}})
+    await harness.wait(lambda: len(jobs()) == 2, timeout=60, what="the new request's compile Job")
+    started = harness.context.reconciles
+    await harness.wait(
+        lambda: harness.context is not None and harness.context.reconciles >= started + 5,
+        timeout=120,
+        what="five more reconciles",
+    )
+
+    assert failed, "the injected failure was met"
+    assert not [p for p in old_pods() if not p["metadata"].get("deletionTimestamp")], "the old compile runs on"
+    superseded = [
+        e["message"] for e in harness.cluster.list("events", "held503") if e.get("reason") == "CompileSuperseded"
+    ]
+    assert len(superseded) == 1, superseded
+    assert "retried on the next reconcile" in superseded[0]

@@ -55,6 +55,8 @@ class JobDeletion:
     outcome: Literal["deleted", "held", "gone"]
     #: The finalizers that keep a ``held`` Job.
     finalizers: tuple[str, ...] = ()
+    #: The ``held`` Job's uid (what its pods' controller reference names).
+    uid: str = ""
 
 
 class KubeApi(Protocol):
@@ -360,7 +362,7 @@ class KubeClient:
             raise
         meta = answer.get("metadata") or {}
         if meta.get("deletionTimestamp") and meta.get("finalizers"):
-            return JobDeletion("held", tuple(str(f) for f in meta["finalizers"]))
+            return JobDeletion("held", tuple(str(f) for f in meta["finalizers"]), str(meta.get("uid") or ""))
         return JobDeletion("deleted")
 
     async def ensure(self, obj: Obj, current: Obj | None) -> str:

@@ -75,6 +75,9 @@ class CompileJobs:
     #: the Job has made no pod (``Error creating: <the API server's refusal>``); None when there is
     #: none, or it could not be read (then ``missing_service_account`` is read instead).
     failed_create: str | None = None
+    #: Each Job being deleted (held by another controller's finalizer) with the live pods it controls
+    #: (matched by its uid): what the plan deletes until none is left.
+    held_pods: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -407,12 +410,15 @@ async def observe_compile_jobs(
     republishes = False
     missing_account = failed_create = None
     running = []
+    held: list[tuple[str, tuple[str, ...]]] = []
     current: Obj | None = None
     for job in jobs:
         job_name = job["metadata"]["name"]
         job_state, job_message = job_phase(job)
         if job_state == "running":
             running.append(job_name)
+        elif job_state == "removing" and (pods := await _held_job_pods(kube, namespace, job)):
+            held.append((job_name, pods))
         if job_name == name:
             phase, message, current = job_state, job_message, job
             annotations = job["metadata"].get("annotations") or {}
@@ -425,7 +431,38 @@ async def observe_compile_jobs(
             kube, namespace, current, now, accounts, events
         )
     return CompileJobs(
-        name, phase, message, tuple(sorted(running)), job_spec, republishes, missing_account, failed_create
+        name,
+        phase,
+        message,
+        tuple(sorted(running)),
+        job_spec,
+        republishes,
+        missing_account,
+        failed_create,
+        tuple(sorted(held)),
+    )
+
+
+async def _held_job_pods(kube: KubeApi, namespace: str, job: Obj) -> tuple[str, ...]:
+    """The live pods a Job being deleted still controls: the garbage collector deletes them only once
+    the Job is gone, and the Job controller manages no Job being deleted, so its compile runs on.
+
+    Matched by the Job's uid, not its name alone: a Job of that name made again owns its own pods. A
+    failed read leaves them to the next reconcile (read again then), not the rest of the compile read.
+    """
+    name = job["metadata"]["name"]
+    try:
+        pods = await kube.list_pods(namespace, {"job-name": name})
+    except _READ_FAILED as exc:
+        logger.warning("%s: the pods of the compile Job %s being deleted were not read: %s", namespace, name, exc)
+        return ()
+    uid = job["metadata"].get("uid")
+    return tuple(
+        sorted(
+            pod["metadata"]["name"]
+            for pod in pods
+            if uid and not pod["metadata"].get("deletionTimestamp") and controlled_by(pod, uid)
+        )
     )
 
 

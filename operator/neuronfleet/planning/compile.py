@@ -146,7 +146,8 @@ class DanglingRecord:
 
 
 #: ``removing``: the Job has a deletionTimestamp (deleted, and kept by a finalizer until its
-#: controller lets it go). Not running: never deleted again; its name is taken until it is gone.
+#: controller lets it go). Not running: never deleted again; its name is taken until it is gone. Its
+#: pods are (:attr:`CompileObservation.held_job_pods`).
 JobPhase = Literal["absent", "running", "succeeded", "failed", "removing"]
 
 
@@ -179,6 +180,9 @@ class CompileObservation:
     #: else its ServiceAccount read and found missing: :mod:`neuronfleet.planning.admission`); None
     #: when it has a pod, or nothing says why not.
     pod_refused: Refusal | None = None
+    #: Each compile Job being deleted that another controller's finalizer holds, with the live pods
+    #: it controls (by uid): deleted on every reconcile until none is left.
+    held_job_pods: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def attempt(self) -> str:

@@ -98,7 +98,18 @@ class DeleteCompileJob:
     why: str = "the spec or the model source changed"
 
 
-CompileAction = StartCompileJob | DeleteCompileJob
+@dataclass(frozen=True)
+class DeleteHeldJobPods:
+    """Delete the live pods of a compile Job being deleted that another controller's finalizer holds:
+    nothing else ends its compile until that finalizer goes. Planned on every reconcile while any is
+    left, so a failed call or an operator stop is made good on the next one (no Event: the Job's
+    deletion posted its one)."""
+
+    job: str
+    pods: tuple[str, ...]
+
+
+CompileAction = StartCompileJob | DeleteCompileJob | DeleteHeldJobPods
 
 
 @dataclass(frozen=True)
@@ -271,12 +282,16 @@ def _compile(
     dep: InferenceDeployment, observation: Observation, durable: StatusMemory, spec_problems: list[str]
 ) -> tuple[CompileDecision, tuple[CompileAction, ...], tuple[str, ...]]:
     observed = observation.compile
+    # Whatever else is decided: a held Job's compile is ended (its Job is already deleted).
+    held: tuple[CompileAction, ...] = (
+        tuple(DeleteHeldJobPods(job, pods) for job, pods in observed.held_job_pods if pods) if observed else ()
+    )
     if spec_problems:
-        return decide_unservable(spec_problems, durable.artifact), (), ()
+        return decide_unservable(spec_problems, durable.artifact), held, ()
     if observation.compile_error is not None or observed is None:
         detail = observation.compile_error or "the compile pipeline was not read"
         decision = CompileDecision(False, durable.artifact, "Unknown", Reason.STORE_UNAVAILABLE, detail)
-        return decision, (), (f"compile pipeline: {detail}",)
+        return decision, held, (f"compile pipeline: {detail}",)
     decision = decide_compile(replace(observed, failed_before=durable.compile_failure), durable.artifact)
     if decision.create_job and (problem := compile_cpu_limit_problem(dep.spec.compile)) is not None:
         # The Job's pod would be refused at every try: no Job until the spec is fixed.
@@ -309,7 +324,7 @@ def _compile(
         # on a round whose source listing failed: its request key lacks the fingerprint, so it
         # differs from the running Job's although nothing changed, and a compile can take hours.
         actions += [DeleteCompileJob(name) for name in observed.running_jobs if name != observed.job_name]
-    return decision, tuple(actions), ()
+    return decision, (*actions, *held), ()
 
 
 def _held_because(serve: StoredArtifact, dangling: DanglingRecord | None) -> str:
