@@ -11,14 +11,29 @@ from typing import Any
 import pytest
 import yaml
 
-from neuronfleet.api.v1alpha1 import InferenceDeployment, ScalingSpec
+from neuronfleet.api.v1alpha1 import (
+    MAX_STATUS_SCALE_EVENTS,
+    InferenceDeployment,
+    ScaleUpRules,
+    ScalingPolicy,
+    ScalingSpec,
+)
 from neuronfleet.planning import hold
 from neuronfleet.planning.compile import CompileObservation, StoredArtifact, compile_request
 from neuronfleet.planning.fleet import FleetPolicy, PodView, apply_actions
 from neuronfleet.planning.hold import History
 from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory
 from neuronfleet.planning.reconcile_plan import ReconcilePlan, plan_reconcile
-from neuronfleet.planning.scaling import CHECKPOINT_SECONDS, Checkpoint, ScalingState, decide, resume, take_over
+from neuronfleet.planning.scaling import (
+    CHECKPOINT_SECONDS,
+    Checkpoint,
+    ScalingState,
+    _kept,
+    decide,
+    resume,
+    scale_up_limit,
+    take_over,
+)
 from neuronfleet.planning.signals import MetricSnapshot
 from neuronfleet.planning.status import autoscaler_status, checkpoint_from_status
 from neuronfleet.sim.policies import DEFAULT_OURS, ours_from_policy_file
@@ -343,19 +358,38 @@ def test_a_restart_after_more_scale_events_than_the_status_keeps_does_not_grant_
         state, current = decision.new_state, decision.desired
     assert current == 140 and len(state.scale_events) == 130
     assert "scale-up limited to 140" in decision.reason
-    assert state.checkpoint is not None and len(state.checkpoint.scale_events) == 120
-    assert state.checkpoint.scale_events[0] == (650, 11)
+    assert state.checkpoint is not None and len(state.checkpoint.scale_events) == 119
+    assert state.checkpoint.scale_events[0] == (655, 12)
     resumed_state = restarted(state, 1262, 140)
     stayed = decide(s, state, load(1265, 20000, 1.0), 140, 140, 1265)
     resumed = decide(s, resumed_state, load(1265, 20000, 1.0), 140, 140, 1265)
     assert stayed.desired == 140
     assert resumed.desired == stayed.desired, resumed.reason  # was 141, and 150 ten decisions later
-    # The first event (600 s) leaves the period at 2400 s; the status summed the 11 oldest (600 to
-    # 650 s) into one at 650 s, which leaves it at 2450 s: the restarted autoscaler scales later, not
+    # The first event (600 s) leaves the period at 2400 s; the status summed the 12 oldest (600 to
+    # 655 s) into one at 655 s, which leaves it at 2455 s: the restarted autoscaler scales later, not
     # sooner.
-    for now, grown in ((2395, (140, 140)), (2405, (141, 140)), (2455, (141, 141))):
+    for now, grown in ((2395, (140, 140)), (2405, (141, 140)), (2460, (141, 141))):
         assert decide(s, stayed.new_state, load(now, 20000, 1.0), 140, 140, now).desired == grown[0]
         assert decide(s, resumed.new_state, load(now, 20000, 1.0), 140, 140, now).desired == grown[1]
+
+
+def test_scale_events_beyond_what_the_status_keeps_are_summed_per_direction() -> None:
+    # A scale-down of 10, then a ramp of 130 one-pod scale-ups within a policy of 130 per 30 min: 131
+    # events, more than the status keeps (120). Summed into one change, the scale-down cancelled 10 of
+    # the oldest scale-ups: once it left the period (1800 s), a restarted autoscaler could add 10 more
+    # than the one that ran on, for as long as the summed change counted.
+    up = ScaleUpRules(
+        stabilization_window_seconds=0,
+        select_policy="Max",
+        policies=[ScalingPolicy(type="Pods", value=130, period_seconds=1800)],
+    )
+    events = ((0.0, -10), *((1000.0 + 5 * k, 1) for k in range(130)))
+    kept = _kept(events)
+    assert len(kept) <= MAX_STATUS_SCALE_EVENTS
+    assert kept[:2] == ((0.0, -10), (1055.0, 12))  # the older scale-ups summed, at the newest's time
+    assert kept[2:] == events[-(MAX_STATUS_SCALE_EVENTS - 2) :]
+    for now in range(1645, 3500, 5):
+        assert scale_up_limit(up, kept, 150, now) <= scale_up_limit(up, events, 150, now), now
 
 
 def test_a_restart_in_panic_keeps_the_panic_hold() -> None:

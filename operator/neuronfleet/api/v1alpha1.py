@@ -1099,7 +1099,8 @@ class AutoscalerStatus(ApiModel):
         description="The changes of the desired active replicas within the longest scale-up or scale-down "
         "policy period, oldest first: a restarted operator counts them against spec.scaling.behavior's policies "
         f"(Kubernetes' HPA forgets them when it restarts). At most {MAX_STATUS_SCALE_EVENTS}: beyond that (decisions "
-        "more often than every 15 s), the oldest are one change summed, at the time of the newest of them.",
+        "more often than every 15 s), the oldest are summed per direction: one scale-up and one scale-down, each at "
+        "the time of the newest of its changes.",
     )
     panic_since: str | None = Field(
         default=None, description="When panic mode started (RFC 3339); absent outside panic mode."

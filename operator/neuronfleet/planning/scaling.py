@@ -867,21 +867,28 @@ def _checkpointed(spec: ScalingSpec, state: ScalingState, now: float) -> Scaling
 
 
 def _kept(events: tuple[tuple[float, int], ...]) -> tuple[tuple[float, int], ...]:
-    """``events`` as the status keeps them: at most :data:`MAX_STATUS_SCALE_EVENTS`, the oldest beyond
-    the newest ``MAX_STATUS_SCALE_EVENTS - 1`` summed into one at the time of the newest of them.
+    """``events`` as the status keeps them: at most :data:`MAX_STATUS_SCALE_EVENTS`, the newest
+    ``MAX_STATUS_SCALE_EVENTS - 2`` as they are and the older ones summed per direction: one
+    scale-up of all the older scale-ups, at the time of the newest of them, and one scale-down so.
 
     More than fit come only from decisions more often than every 15 s (``intervalSeconds``) within a
     long policy period. Dropped, they let a restarted autoscaler scale again by as much as they had
-    (a ramp of 130 one-pod steps within a policy of 130 per 30 min: 10 more at once). Summed, they
-    count until the newest of them leaves the period: in their own direction a restarted autoscaler
-    may scale later than without the restart, never sooner; the other direction's limit may be looser
-    by those of them that had left the period, until then.
+    (a ramp of 130 one-pod steps within a policy of 130 per 30 min: 10 more at once). Summed per
+    direction, each sum counts until the newest of its events leaves the period: in a sum's own
+    direction a restarted autoscaler may scale later than without the restart, never sooner; the
+    other direction's limit may be looser by those of its events that had left the period, until
+    then. (Summed into one change, a scale-down among them cancelled part of a ramp's scale-ups for
+    as long as the sum counted, and a restart could scale up sooner.)
     """
     if len(events) <= MAX_STATUS_SCALE_EVENTS:
         return events
-    older, newer = events[: 1 - MAX_STATUS_SCALE_EVENTS], events[1 - MAX_STATUS_SCALE_EVENTS :]
-    change = sum(c for _, c in older)
-    return ((older[-1][0], change), *newer) if change else newer
+    older, newer = events[: 2 - MAX_STATUS_SCALE_EVENTS], events[2 - MAX_STATUS_SCALE_EVENTS :]
+    summed = []
+    for sign in (1, -1):
+        mine = [(t, c) for t, c in older if c * sign > 0]
+        if mine:
+            summed.append((mine[-1][0], sum(c for _, c in mine)))
+    return (*sorted(summed), *newer)
 
 
 def _latest(state: ScalingState) -> float | None:
