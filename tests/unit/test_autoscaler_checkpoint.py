@@ -537,6 +537,26 @@ def test_the_fleet_found_holds_a_scale_up_unless_the_checkpoint_shows_one_under_
         assert "stabilized to 22 (fleet found at the takeover, held 60 s)" in decision.reason
 
 
+def test_a_takeover_within_a_second_of_a_scale_up_sees_it_under_way() -> None:
+    # The status keeps a scale event's time rounded up to the second (so it counts no shorter): a
+    # scale-up at 810.3 s reads back as 811 s, after a takeover at 810.8 s, and was not seen as
+    # under way: the fleet found held the ramp for the whole 60 s window.
+    s = spec(
+        behavior={
+            "scaleUp": {
+                "stabilizationWindowSeconds": 60,
+                "policies": [{"type": "Pods", "value": 4, "periodSeconds": 15}],
+            }
+        }
+    )
+    checkpoint = Checkpoint(810.3, 100.0, None, None, History(), None, ((810.3, 4),))
+    resumed_state = restarted(ScalingState(checkpoint=checkpoint), 810.8, 22)
+    assert resumed_state.scale_events == ((811.0, 4),)
+    # 826 s: the scale-up has left the rate policy's 15 s period (as 810.3 s, and as 811 s).
+    decision = decide(s, resumed_state, load(826, 4000, 1.0), 22, 22, 826)  # 50 needed
+    assert decision.desired == 26, decision.reason
+
+
 # ---------------------------------------------------------------------------- the operator's plan
 
 

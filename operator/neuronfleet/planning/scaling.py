@@ -829,8 +829,12 @@ def _scaling_up_at(events: tuple[tuple[float, int], ...], takeover: float, windo
     recommendations after it, up to the takeover, are taken to have held (a ramp the rate policies
     pace: without this, a restart held it for a whole window and it stayed one step behind after).
     A later scale-down, or none within the window, and the fleet found holds the window as before.
+
+    The status keeps event times rounded up to the second: a scale-up less than a second before the
+    takeover reads back after it, so the events up to the takeover's second count (decisions are at
+    least a second apart: none of the new autoscaler's own after the takeover is among them).
     """
-    last = [(t, change) for t, change in events if t <= takeover][-1:]
+    last = [(t, change) for t, change in events if t <= math.ceil(takeover)][-1:]
     return bool(last) and last[0][1] > 0 and last[0][0] > takeover - window
 
 
