@@ -274,6 +274,7 @@ class Reconciler:
         now = self.clock()
         namespace = dep.metadata.namespace or "default"
         request, compiled, compile_error = (None, None, None)
+        republish_read_job = None
         # An unservable spec is not compiled: nothing to read.
         if not check_fits(dep.spec, self.settings.builder.daemonset_headroom):
             request, compiled, compile_error = await self._observe_compile(dep)
@@ -324,14 +325,22 @@ class Reconciler:
                 pod_refused=refused,
                 held_job_pods=jobs.held_pods,
             )
-            if compiled.dangling is not None and jobs.phase == "succeeded" and jobs.republishes:
+            if (
+                compiled.dangling is not None
+                and jobs.phase == "succeeded"
+                and jobs.republishes
+                and (jobs.uid is None or jobs.uid != memory.republish_read_job)
+            ):
                 # The republishing Job is done: read its artifact now, not a dangling look remembered
                 # from before it (a file put back meanwhile leaves the manifest and record as they were).
+                # Once per Job: after that the store's dangling memory serves, as for any record (the
+                # succeeded Job is kept a day, and ArtifactMissing lasts until a retry is asked).
                 try:
                     found = await asyncio.to_thread(self.store.lookup, compiled.request, True)
                 except StoreUnavailable as exc:
                     compile_error = str(exc)
                 else:
+                    republish_read_job = jobs.uid
                     compiled = replace(
                         compiled,
                         stored=found if isinstance(found, StoredArtifact) else None,
@@ -365,6 +374,7 @@ class Reconciler:
             metrics_problem=problem,
             metrics_problem_reason=problem_reason,
             corrupt_annotations=corrupt_annotations(dep.metadata.annotations),
+            republish_read_job=republish_read_job,
         )
 
     # ------------------------------------------------------------------------------------ apply

@@ -16,12 +16,14 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 from operator_harness import NEURON_SCHEDULER, REPO, OperatorHarness, example, inf2_node_groups, ready
 
 from neuronfleet.artifacts.store import ArtifactStore
+from neuronfleet.planning.compile import CompileRequest, DanglingRecord, StoredArtifact
 from neuronfleet.sandbox import ColdStartProfile, SandboxCluster
 from neuronfleet.sandbox.s3 import split_s3
 from neuronfleet.sandbox.serving import ServingOptions
@@ -165,3 +167,66 @@ def test_sandbox_up_refuses_simulated_compiles_for_cpu_serving(tmp_path: Path) -
     )
     assert result.returncode == 2, result.stderr
     assert "--compile-jobs simulated writes no model files for --serving cpu to load" in result.stderr
+
+
+class _FilesAlwaysMissing(ArtifactStore):
+    """The operator's store, finding a file missing once ``broken`` (as if it read another store than
+    the Jobs write: the documented ArtifactMissing case); counts the look-ups asked to read again."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.broken = False
+        self.rechecks = 0
+
+    def file_problems(self, uri: str, manifest_bytes: bytes) -> tuple[str, ...]:
+        return ("tokenizer.json: missing",) if self.broken else super().file_problems(uri, manifest_bytes)
+
+    def lookup(self, request: CompileRequest, recheck: bool = False) -> StoredArtifact | DanglingRecord | None:
+        self.rechecks += recheck
+        return super().lookup(request, recheck)
+
+
+async def test_artifact_missing_reads_the_artifact_again_once_per_succeeded_job(tmp_path: Path) -> None:
+    # Once the republishing Job has succeeded and the record still dangles (ArtifactMissing), every
+    # reconcile read the artifact again past the store's dangling memory (a record GET, the manifest,
+    # a HEAD per file), for as long as the succeeded Job is kept (a day). Now once per Job.
+    async with SandboxCluster(
+        node_groups=inf2_node_groups(),
+        crd_dir=REPO / "crds",
+        cold_start=QUICK,
+        provisioning_delay_s=1.0,
+        neuron_scheduler_name=NEURON_SCHEDULER,
+        s3=True,
+        compile_jobs="simulated",
+        workdir=tmp_path / "sandbox",
+    ) as cluster:
+        assert cluster.s3 is not None
+        await cluster.host_examples(REPO / "examples")
+        store = _FilesAlwaysMissing(s3_client=cluster.s3.client(), verified_ttl_seconds=1.0)
+        harness = OperatorHarness(cluster, tmp_path, interval=1.0, store=store)
+        harness.settings = replace(harness.settings, artifact_store="s3://neuronfleet-artifacts/compiled")
+        try:
+            await harness.start()
+            await harness.apply(
+                example("bert-embeddings", scaling={"mode": "Manual", "replicas": 1}, warmPool={"mode": "Off"})
+            )
+            await harness.wait(
+                lambda: harness.condition(NS, NAME, "Compiled").get("status") == "True", timeout=120, what="Compiled"
+            )
+            store.broken = True
+            await harness.wait(
+                lambda: harness.condition(NS, NAME, "Compiled").get("reason") == "ArtifactMissing",
+                timeout=120,
+                what="ArtifactMissing",
+            )
+            assert harness.context is not None
+            rechecks, started = store.rechecks, harness.context.reconciles
+            await harness.wait(
+                lambda: harness.context is not None and harness.context.reconciles >= started + 10,
+                timeout=120,
+                what="ten more reconciles",
+            )
+            assert harness.condition(NS, NAME, "Compiled").get("reason") == "ArtifactMissing"
+            assert store.rechecks - rechecks == 0, "the artifact was read again on reconciles after the first"
+        finally:
+            await harness.close()

@@ -78,6 +78,8 @@ class CompileJobs:
     #: Each Job being deleted (held by another controller's finalizer) with the live pods it controls
     #: (matched by its uid): what the plan deletes until none is left.
     held_pods: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: The current request's Job's uid (None: no Job).
+    uid: str | None = None
 
 
 @dataclass(frozen=True)
@@ -440,6 +442,7 @@ async def observe_compile_jobs(
         missing_account,
         failed_create,
         tuple(sorted(held)),
+        None if current is None else current["metadata"].get("uid"),
     )
 
 
