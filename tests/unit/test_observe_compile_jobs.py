@@ -150,3 +150,34 @@ async def test_a_job_being_deleted_is_not_running_and_says_what_holds_it() -> No
     )
     assert (seen.phase, seen.running) == ("removing", ())
     assert seen.message == "being deleted since 2025-01-01T12:01:00Z, held by the finalizer(s) example.com/audit"
+
+
+async def test_a_held_jobs_live_pods_are_those_its_uid_controls() -> None:
+    # A Job being deleted (another controller's finalizer holds it): its live pods are what the plan
+    # deletes on every reconcile. By the Job's uid, not its name alone: a pod of an earlier Job of
+    # that name, or one labelled by hand, is not its compile.
+    dep = _deployment()
+    held = {
+        "metadata": {
+            "name": "old-job",
+            "namespace": "search",
+            "uid": "uid-held",
+            "deletionTimestamp": "2025-01-01T12:05:00Z",
+            "finalizers": ["example.com/audit"],
+        },
+        "status": {},
+    }
+
+    def pod(name: str, uid: str, **meta: Any) -> dict[str, Any]:
+        refs = [{"kind": "Job", "name": "old-job", "uid": uid, "controller": True}]
+        return {"metadata": {"name": name, "labels": {"job-name": "old-job"}, "ownerReferences": refs, **meta}}
+
+    pods = [
+        pod("old-job-live", "uid-held"),
+        pod("old-job-going", "uid-held", deletionTimestamp="2025-01-01T12:05:01Z"),
+        pod("old-job-earlier", "uid-earlier"),
+    ]
+    request = compile_request(dep.spec, "s3://artifacts", "fingerprint")
+    seen = await observe_compile_jobs(_Kube([held], pods), "search", dep.name, request, CREATED)  # type: ignore[arg-type]
+    assert seen.held_pods == (("old-job", ("old-job-live",)),)
+    assert seen.running == ()

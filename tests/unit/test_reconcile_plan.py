@@ -37,6 +37,7 @@ from neuronfleet.planning.placement import Candidate, Headroom
 from neuronfleet.planning.reasons import Reason
 from neuronfleet.planning.reconcile_plan import (
     DeleteCompileJob,
+    DeleteHeldJobPods,
     StartCompileJob,
     decide_targets,
     plan_reconcile,
@@ -131,6 +132,13 @@ def test_an_unreadable_source_starts_no_job_and_older_jobs_are_superseded() -> N
     absent = compiled(dep, stored=None, running_jobs=("job-old",))
     actions = plan(dep, Observation(T0, compile=absent), DeploymentMemory(), {}).compile_actions
     assert actions == (StartCompileJob(absent.request, "job-now"), DeleteCompileJob("job-old"))
+    # A held Job's live pods are deleted on every reconcile while any is left (a failed call, an
+    # operator stop, is made good on the next one), whatever else the compile does.
+    held = compiled(dep, stored=None, job_phase="running", held_job_pods=(("job-old", ("job-old-x",)),))
+    actions = plan(dep, Observation(T0, compile=held), DeploymentMemory(), {}).compile_actions
+    assert actions == (DeleteHeldJobPods("job-old", ("job-old-x",)),)
+    unread = Observation(T0, compile=held, compile_error="the store is unavailable")
+    assert plan(dep, unread, DeploymentMemory(), {}).compile_actions == (DeleteHeldJobPods("job-old", ("job-old-x",)),)
 
 
 def test_a_dangling_record_compiles_again_with_a_marked_job_and_a_warning() -> None:
