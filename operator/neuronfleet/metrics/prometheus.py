@@ -530,41 +530,36 @@ def _released() -> None:
         watch.released()
 
 
-class _WatchedHTTPConnection(HTTPConnection):
-    """A connection whose socket the current read's :class:`_Watch` may shut down: a new one from the
-    moment it is connected (a proxy's CONNECT reply and a TLS handshake are read within the
-    connection's connect, and a proxy may trickle the first as any endpoint its answer), then the
-    socket its connect ends with; a kept-alive one from the request whose answer it waits for."""
+class _WatchedConnection:
+    """A connection (a mixin of urllib3's, HTTP or HTTPS) whose socket the current read's
+    :class:`_Watch` may shut down: a new one from the moment it is connected (a proxy's CONNECT
+    reply and a TLS handshake are read within the connection's connect, and a proxy may trickle
+    the first as any endpoint its answer), then the socket its connect ends with; a kept-alive one
+    from the request whose answer it waits for."""
+
+    sock: socket.socket | None
 
     def _new_conn(self) -> socket.socket:
-        sock = super()._new_conn()
+        sock: socket.socket = super()._new_conn()  # type: ignore[misc]
         _watched(sock)
         return sock
 
     def connect(self) -> None:
-        super().connect()
+        super().connect()  # type: ignore[misc]
         _watched(self.sock)
 
-    def getresponse(self) -> HTTPResponse:  # type: ignore[override]
+    def getresponse(self) -> HTTPResponse:
         _watched(self.sock)
-        return super().getresponse()
+        response: HTTPResponse = super().getresponse()  # type: ignore[misc]
+        return response
 
 
-class _WatchedHTTPSConnection(HTTPSConnection):
-    """:class:`_WatchedHTTPConnection` over TLS."""
+class _WatchedHTTPConnection(_WatchedConnection, HTTPConnection):  # type: ignore[misc]
+    """:class:`_WatchedConnection` over plain HTTP."""
 
-    def _new_conn(self) -> socket.socket:
-        sock = super()._new_conn()
-        _watched(sock)
-        return sock
 
-    def connect(self) -> None:
-        super().connect()
-        _watched(self.sock)
-
-    def getresponse(self) -> HTTPResponse:  # type: ignore[override]
-        _watched(self.sock)
-        return super().getresponse()
+class _WatchedHTTPSConnection(_WatchedConnection, HTTPSConnection):  # type: ignore[misc]
+    """:class:`_WatchedConnection` over TLS."""
 
 
 class _WatchedHTTPPool(HTTPConnectionPool):
