@@ -310,6 +310,18 @@ def test_ci_values_reach_the_operator() -> None:
             "workloads.serviceAccounts.servingAnnotations.role=reader",
             "both nf, with different annotations",
         ),
+        # A workload account named like the operator's own, in the release's namespace ("default"
+        # here), was rendered as a second definition of it and replaced it.
+        (
+            "workloads.serviceAccounts.create=true,workloads.serviceAccounts.namespaces={search,default},"
+            "workloads.compileServiceAccount=nf-neuronfleet",
+            "workloads.compileServiceAccount is nf-neuronfleet, the operator's own ServiceAccount",
+        ),
+        (
+            "serviceAccount.create=false,serviceAccount.name=ops,workloads.serviceAccounts.create=true,"
+            "workloads.serviceAccounts.namespaces={default},workloads.servingServiceAccount=ops",
+            "workloads.servingServiceAccount is ops, the operator's own ServiceAccount",
+        ),
         ("workloads.serviceAccounts.namespaces={Search}", "/workloads/serviceAccounts/namespaces/0"),
         # supplementalGroups [0] would give the pods root's group.
         ("workloads.deviceGroupId=0", "/workloads/deviceGroupId"),
@@ -880,6 +892,17 @@ def test_the_workload_service_accounts_are_created_only_when_asked_in_each_names
         else:
             assert annotations == {}
             assert account["metadata"]["labels"]["app.kubernetes.io/component"] == "serving"
+    # An account of the operator's name outside the release's namespace is another object: made.
+    other = render(
+        sets=[
+            "workloads.serviceAccounts.create=true,workloads.serviceAccounts.namespaces={search}",
+            "workloads.compileServiceAccount=nf-neuronfleet",
+        ]
+    )
+    assert sorted((a["metadata"]["namespace"], a["metadata"]["name"]) for a in by_kind(other, "ServiceAccount")) == [
+        ("neuronfleet-system", "nf-neuronfleet"),
+        ("search", "nf-neuronfleet"),
+    ]
     # The operator names the same accounts on the pods it makes.
     env = {e["name"]: e.get("value") for e in _operator_container(docs).get("env") or []}
     assert env["NEURONFLEET_COMPILE_SERVICE_ACCOUNT"] == "nf-compile"
