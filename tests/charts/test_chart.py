@@ -677,6 +677,59 @@ def test_helm_install_and_uninstall_on_the_sandbox(tmp_path: Path) -> None:
         assert stored("serviceaccounts", "neuronfleet-compile", "default") is None
         # Kept on purpose (helm.sh/resource-policy: keep): other Kopf operators may peer through it.
         assert stored("customresourcedefinitions", "clusterkopfpeerings.kopf.dev", group="apiextensions.k8s.io")
+        # So are the PriorityClasses: another release's pods may name them.
+        assert stored("priorityclasses", "neuronfleet-active", group="scheduling.k8s.io") is not None
+
+
+def test_releases_share_the_priority_classes_whoever_created_them(tmp_path: Path) -> None:
+    """PriorityClasses are cluster-wide and every release names the same three: a second release
+    (one namespaced operator per team) uses the first's, as it uses classes no release owns
+    (``neuronfleet sandbox`` creates them itself); its install failed on them ("exists and cannot be
+    imported into the current release"). A value other than the classes' fails the render."""
+    with ThreadedSandboxCluster() as cluster:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(cluster.kubeconfig_path),
+            "HELM_CACHE_HOME": str(tmp_path / "cache"),
+            "HELM_CONFIG_HOME": str(tmp_path / "config"),
+            "HELM_DATA_HOME": str(tmp_path / "data"),
+        }
+        for namespace in ("nf-a", "team-a", "nf-b", "team-b", "nf-c", "team-c"):
+            cluster.call(lambda c, ns=namespace: c.create("namespaces", {"metadata": {"name": ns}}))
+
+        def install(team: str, *sets: str, verb: str = "install") -> subprocess.CompletedProcess[str]:
+            args = [verb, f"nf-{team}", str(CHART), "--namespace", f"nf-{team}", "--values", str(MINIMAL_VALUES)]
+            args += ["--set", f"operator.watchNamespaces={{team-{team}}}"]
+            return helm(*args, *(arg for item in sets for arg in ("--set", item)), env=env)
+
+        def owner(name: str) -> str | None:
+            found = cluster.call(lambda c: c.get("priorityclasses", name, group="scheduling.k8s.io"))
+            assert found is not None, name
+            return (found["metadata"].get("annotations") or {}).get("meta.helm.sh/release-name")
+
+        names = [wanted["metadata"]["name"] for wanted in build_priority_classes()]
+        first = install("a")
+        assert first.returncode == 0, first.stderr
+        second = install("b")
+        assert second.returncode == 0, second.stderr
+        assert [owner(name) for name in names] == ["nf-a"] * 3
+        uninstall = helm("uninstall", "nf-a", "--namespace", "nf-a", env=env)
+        assert uninstall.returncode == 0, uninstall.stderr
+        assert [owner(name) for name in names] == ["nf-a"] * 3  # kept: nf-b's pods name them
+        changed = install("b", "priorityClasses.servingValue=5000", verb="upgrade")
+        assert changed.returncode != 0
+        assert (
+            "priorityClasses.servingValue is 5000 but PriorityClass neuronfleet-active exists with value 1000, "
+            "created by Helm release nf-a in namespace nf-a"
+        ) in changed.stderr
+        # Classes no release owns, as `neuronfleet sandbox` makes them.
+        for name in names:
+            cluster.call(lambda c, n=name: c.delete("priorityclasses", n, group="scheduling.k8s.io"))
+        for priority_class in build_priority_classes():
+            cluster.call(lambda c, pc=priority_class: c.create("priorityclasses", pc, group="scheduling.k8s.io"))
+        third = install("c")
+        assert third.returncode == 0, third.stderr
+        assert [owner(name) for name in names] == [None] * 3
 
 
 @pytest.mark.parametrize(
