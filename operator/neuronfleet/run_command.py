@@ -678,17 +678,27 @@ def _whole_number(low: int, high: int, what: str) -> Callable[[str], int]:
 _port = _whole_number(0, 65535, "a port is 0-65535 (0 picks a free one)")
 
 
-def _reconcile_interval(text: str) -> float:
-    """An argparse type: seconds between reconciles, above 0 and at most 3600 (as the chart allows).
+#: The bounds of --interval, and of the chart's operator.reconcileIntervalSeconds.
+MIN_RECONCILE_INTERVAL_S = 1.0
+MAX_RECONCILE_INTERVAL_S = 3600.0
 
-    0 would reconcile every object in a busy loop; nan and inf would never reconcile again.
+
+def _reconcile_interval(text: str) -> float:
+    """An argparse type: seconds between reconciles, at least 1 and at most 3600 (as the chart allows).
+
+    0 would reconcile every object in a busy loop, and so would any tiny fraction (1e-7 was taken):
+    pod events wake a reconcile early anyway, so nothing needs a shorter period. nan and inf would
+    never reconcile again.
     """
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value <= 3600:  # also false for nan
-        raise argparse.ArgumentTypeError(f"{text} is out of range: above 0 and at most 3600 seconds")
+    if not MIN_RECONCILE_INTERVAL_S <= value <= MAX_RECONCILE_INTERVAL_S:  # also false for nan
+        raise argparse.ArgumentTypeError(
+            f"{text} is out of range: at least {MIN_RECONCILE_INTERVAL_S:g} and at most "
+            f"{MAX_RECONCILE_INTERVAL_S:g} seconds"
+        )
     return value
 
 
@@ -897,7 +907,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--interval",
         type=_reconcile_interval,
         default=10.0,
-        help="seconds between reconciles of one object (default %(default)g; above 0, at most 3600)",
+        help="seconds between reconciles of one object when nothing wakes it earlier (default %(default)g; at "
+        "least 1, at most 3600)",
     )
     p.add_argument(
         "--max-concurrent-reconciles",

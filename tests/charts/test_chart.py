@@ -359,7 +359,16 @@ def test_ci_values_reach_the_operator() -> None:
         ("operator.prometheusAllowedUrls={prom.monitoring:9090}", "/operator/prometheusAllowedUrls/0"),
         ("operator.prometheusRefuseQueryOverrides=yes", "/operator/prometheusRefuseQueryOverrides"),
         # A fraction comes through --set as a string: the range is still checked.
-        ("operator.reconcileIntervalSeconds=3600.5", "operator.reconcileIntervalSeconds is 3600.5: it must be above 0"),
+        (
+            "operator.reconcileIntervalSeconds=3600.5",
+            "operator.reconcileIntervalSeconds is 3600.5: it must be at least 1",
+        ),
+        # A tiny interval is a busy loop as 0 is: as a number the schema refuses it, as a string the chart.
+        (
+            "operator.reconcileIntervalSeconds=0.0000001",
+            "operator.reconcileIntervalSeconds is 0.0000001: it must be at least 1",
+        ),
+        ("operator.reconcileIntervalSeconds=0", "/operator/reconcileIntervalSeconds"),
         # Alert thresholds: shares between 0 and 1 (a number, or a fraction as --set passes it),
         # Prometheus durations.
         ("monitoring.alerts.requestsRejected.ratio=5", "/monitoring/alerts/requestsRejected/ratio"),
@@ -386,15 +395,26 @@ def test_fractions_and_quantities_given_with_set_are_accepted() -> None:
     the chart wants a number, and Kubernetes quantities as strings or numbers."""
     docs = render(
         sets=[
-            "operator.reconcileIntervalSeconds=0.5",
+            "operator.reconcileIntervalSeconds=1.5",
             "monitoring.dashboard.usdPerReplicaHour=1.97",
             "resources.requests.cpu=0.25,resources.requests.memory=256Mi,resources.limits.memory=1Gi",
             "podLabels.team=search,nameOverride=nf-operator",
         ]
     )
     container = _operator_container(docs)
-    assert "--interval=0.5" in container["args"]
-    assert resolve_defaults(build_parser().parse_args(["run", "--interval=0.5"])).interval == 0.5
+    assert "--interval=1.5" in container["args"]
+    assert resolve_defaults(build_parser().parse_args(["run", "--interval=1.5"])).interval == 1.5
+    # As a YAML number (a values file, --set-json) the schema holds the floor of 1 s.
+    tiny = helm(
+        "template",
+        "nf",
+        str(CHART),
+        "--values",
+        str(MINIMAL_VALUES),
+        "--set-json",
+        "operator.reconcileIntervalSeconds=0.5",
+    )
+    assert tiny.returncode != 0 and "/operator/reconcileIntervalSeconds" in tiny.stderr
     assert container["resources"]["requests"] == {"cpu": "0.25", "memory": "256Mi"}
     # A DaemonSet allowance as YAML numbers (a values file, --set-json) reaches the operator as quantities.
     result = helm(
