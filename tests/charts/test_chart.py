@@ -925,6 +925,15 @@ def test_a_large_device_group_id_reaches_the_operator_whole() -> None:
         assert env["NEURONFLEET_DEVICE_GROUP_ID"] == "1000000"
 
 
+def test_notes_say_an_operator_scaled_to_zero_reconciles_nothing() -> None:
+    """replicaCount 0 is allowed (it pauses the operator without uninstalling it); the notes said
+    "0 replica(s) ... one acts, the others stand by" as if one acted."""
+    paused = _notes("replicaCount=0")
+    assert "Operator scaled to 0 (replicaCount=0): nothing is reconciled." in paused
+    assert "one acts" not in paused
+    assert "nothing is reconciled" not in _notes()
+
+
 def test_notes_name_the_model_server_image_the_release_gives_every_deployment() -> None:
     image = "registry.example/neuronserve:1.2-neuron"
     notes = _notes(f"operator.modelServerImage={image}")
