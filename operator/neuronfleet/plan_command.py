@@ -22,12 +22,13 @@ import math
 from pathlib import Path
 from typing import Any
 
+import annotated_types
 import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.api.v1alpha1 import InferenceDeployment, ScalingSpec
 from neuronfleet.api.validation import load_manifests, not_utf8_message, validate_manifest, yaml_error_message
 from neuronfleet.planning.admission import compile_cpu_limit_problem, serving_cpu_limit_problem
 from neuronfleet.planning.placement import (
@@ -118,6 +119,15 @@ def plan_table(plan: PlacementPlan, title: str) -> Table:
     return table
 
 
+def max_replicas_bound() -> int:
+    """The most active replicas a spec may ask for: spec.scaling.maxReplicas's maximum, read from the
+    typed API (the CRD is generated from it), so that the two cannot drift apart."""
+    for item in ScalingSpec.model_fields["max_replicas"].metadata:
+        if isinstance(item, annotated_types.Le) and isinstance(item.le, int):
+            return item.le
+    raise AssertionError("ScalingSpec.max_replicas has no upper bound")
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
     try:
         dep = load_manifest(args.filename)
@@ -137,6 +147,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         if value is not None and value < 0:
             err_console.print(f"error: {flag} must be 0 or more")
             return 2
+    # A count no spec can reach priced a fleet the operator never runs (100000 was taken).
+    if args.replicas is not None and args.replicas > max_replicas_bound():
+        err_console.print(
+            f"error: --replicas {args.replicas} is above {max_replicas_bound()}, the most "
+            "spec.scaling.maxReplicas allows"
+        )
+        return 2
     if args.throughput is not None and not 0 < args.throughput < math.inf:  # nan fails both
         err_console.print("error: --throughput must be a positive, finite number of inferences/s")
         return 2
@@ -224,7 +241,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--replicas",
         type=int,
-        help="active (serving) replicas to place (default: spec.scaling.replicas or minReplicas)",
+        help=f"active (serving) replicas to place, at most {max_replicas_bound()} (spec.scaling.maxReplicas's "
+        "maximum; default: spec.scaling.replicas or minReplicas)",
     )
     parser.add_argument(
         "--warm",

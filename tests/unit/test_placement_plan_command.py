@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from neuronfleet.cli import main
+from neuronfleet.plan_command import max_replicas_bound
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -160,3 +162,18 @@ def test_plan_refuses_a_throughput_that_is_not_a_positive_finite_rate(
     code, out, err = run(capsys, "-f", write(tmp_path, EIGHT_CORES), "--throughput", throughput)
     assert (code, out) == (2, "")
     assert err == "error: --throughput must be a positive, finite number of inferences/s\n"
+
+
+def test_plan_refuses_more_replicas_than_any_spec_may_ask_for(
+    tmp_path: Path, repo_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """100000 replicas were priced without a word; the CRD caps spec.scaling.maxReplicas at 1000."""
+    (crd,) = yaml.safe_load_all((repo_root / "crds" / "serving.neuronfleet.dev_inferencedeployments.yaml").read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    bound = spec["properties"]["scaling"]["properties"]["maxReplicas"]["maximum"]
+    assert max_replicas_bound() == bound == 1000
+    code, out, err = run(capsys, "-f", write(tmp_path, EIGHT_CORES), "--replicas", str(bound + 1))
+    assert (code, out) == (2, "")
+    assert err == f"error: --replicas {bound + 1} is above {bound}, the most spec.scaling.maxReplicas allows\n"
+    code, out, _ = run(capsys, "-f", write(tmp_path, EIGHT_CORES), "--replicas", str(bound))
+    assert code == 0 and f"{bound} replica(s)" in out
