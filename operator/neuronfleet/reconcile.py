@@ -126,10 +126,10 @@ class OperatorSettings:
     fleet: FleetPolicy = field(default_factory=FleetPolicy)
     #: Seconds between reconciles of one object when nothing else wakes it.
     interval_seconds: float = 10.0
-    #: Reconciles running at once, across objects. Each makes its API calls one after another, so
-    #: this also bounds the connections in use: below the client's pool of 100, a call's 30 s
-    #: budget is spent on the API server, not queued for a connection behind a burst of objects
-    #: (a thousand created at once timed out by the thousand).
+    #: Reconciles running at once, across objects. Each makes its API calls one after another, and
+    #: the client's connection pool is sized from this (kube.client.connection_pool_size), so a
+    #: call's 30 s budget is spent on the API server, not queued for a connection behind a burst of
+    #: objects (a thousand created at once timed out by the thousand).
     max_concurrent_reconciles: int = 32
     #: Which spec.scaling.metrics.prometheusUrl the operator may request (default: any).
     prometheus_urls: PrometheusUrlPolicy = field(default_factory=PrometheusUrlPolicy)

@@ -33,7 +33,7 @@ from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, SERVICE_ACCOUNT_NAME_MAX_LEN
 from neuronfleet.artifacts.store import ArtifactStore
 from neuronfleet.handlers import OperatorContext, kopf_settings, registry
 from neuronfleet.kube.builders import BuilderConfig
-from neuronfleet.kube.client import UNANSWERED, KubeClient
+from neuronfleet.kube.client import UNANSWERED, KubeClient, connection_pool_size
 from neuronfleet.metrics.operator_metrics import OperatorMetrics
 from neuronfleet.metrics.operator_metrics import serve as serve_metrics
 from neuronfleet.metrics.prometheus_auth import CredentialsError, PrometheusCredentials, amp_region
@@ -58,7 +58,8 @@ async def build_context(
     store: ArtifactStore | None = None,
     clock: Callable[[], datetime] = utc_now,
 ) -> OperatorContext:
-    kube = await KubeClient.connect(kubeconfig)
+    # A connection for each reconcile that may run at once, and some for the rest.
+    kube = await KubeClient.connect(kubeconfig, connections=connection_pool_size(settings.max_concurrent_reconciles))
     context = OperatorContext(Reconciler(kube, store or ArtifactStore(), settings, metrics, clock))
     context.kubeconfig = Path(kubeconfig) if kubeconfig is not None else None
     return context
@@ -915,8 +916,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=_positive_int,
         default=OperatorSettings.max_concurrent_reconciles,
         metavar="N",
-        help="reconciles running at once across objects (default %(default)s; keep it under the "
-        "Kubernetes client's 100 connections)",
+        help="reconciles running at once across objects, 1-1000 (default %(default)s); the operator's "
+        "Kubernetes client may open this many connections to the API server, and 100 more",
     )
     p.add_argument("--peering", help="Kopf peering name for high availability (one instance acts)")
     p.add_argument(

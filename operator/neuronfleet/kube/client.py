@@ -40,6 +40,18 @@ REQUEST_TIMEOUT_SECONDS = 30.0
 #: besides ApiException for an answer that is an error. Either may come from any call: a caller
 #: that goes on after one failed call catches all three.
 UNANSWERED: tuple[type[Exception], ...] = (TimeoutError, ConnectionError)
+#: Connections the operator's client keeps beside one per reconcile running at once: for the Events
+#: a reconcile posts together once it has left its slot, the shared node list and the peering
+#: checks. The pool was kubernetes_asyncio's default of 100 whatever --max-concurrent-reconciles
+#: said, and a call's :data:`REQUEST_TIMEOUT_SECONDS` includes waiting for a pooled connection: with
+#: more reconciles than connections, the extra ones spent their budget queued and timed out.
+CONNECTIONS_BESIDE_RECONCILES = 100
+
+
+def connection_pool_size(max_concurrent_reconciles: int) -> int:
+    """The connections the operator's client may open to the API server at once."""
+    return max_concurrent_reconciles + CONNECTIONS_BESIDE_RECONCILES
+
 
 Obj = dict[str, Any]
 #: Who posts the operator's Events: the "From" of ``kubectl describe``.
@@ -125,9 +137,18 @@ class KubeClient:
         self.instance = (os.environ.get("HOSTNAME") or EVENT_COMPONENT)[:128]
 
     @classmethod
-    async def connect(cls, kubeconfig: str | os.PathLike[str] | None = None) -> KubeClient:
-        """In a pod: the service account. Elsewhere: ``kubeconfig`` or ``$KUBECONFIG``."""
-        return cls(client.ApiClient(await load_configuration(kubeconfig)))
+    async def connect(
+        cls, kubeconfig: str | os.PathLike[str] | None = None, connections: int | None = None
+    ) -> KubeClient:
+        """In a pod: the service account. Elsewhere: ``kubeconfig`` or ``$KUBECONFIG``.
+
+        ``connections``: the most open at once (None: kubernetes_asyncio's default, 100); see
+        :func:`connection_pool_size`.
+        """
+        configuration = await load_configuration(kubeconfig)
+        if connections is not None:
+            configuration.connection_pool_maxsize = connections
+        return cls(client.ApiClient(configuration))
 
     async def close(self) -> None:
         await self.api_client.close()
