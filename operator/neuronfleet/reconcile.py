@@ -151,7 +151,9 @@ class ReconcileReport:
     writes: int = 0
     #: The daemon stopped during the reconcile: the writes after that point were left undone.
     stopped: bool = False
-    #: The first status write met a conflict twice (:data:`STATUS_CONFLICT`): nothing was applied.
+    #: A status write met a conflict twice: the first (:data:`STATUS_CONFLICT`, nothing was
+    #: applied) or the one after the apply (:data:`STATUS_CONFLICT_AFTER_APPLY`: the plan was applied
+    #: and its Events are in this report; the outcome stays in memory for the next first write).
     #: A race with another writer, not a failure: no error, no back-off; the daemon runs the
     #: reconcile again at once (once), from the object as its watch has it then.
     conflict: bool = False
@@ -200,6 +202,11 @@ class StatusWrite:
 STATUS_CONFLICT = (
     "status: the object changed while its status was written (409 Conflict, once more after reading it again); "
     "nothing applied, the reconcile runs again at once"
+)
+#: What the operator logs of a reconcile whose status write after the apply met a conflict twice.
+STATUS_CONFLICT_AFTER_APPLY = (
+    "status: the object changed while the status after the apply was written (409 Conflict, once more after "
+    "reading it again); the outcome is kept in memory and the reconcile runs again at once"
 )
 
 
@@ -385,8 +392,8 @@ class Reconciler:
         """Write what changed from ``known`` (the object's status at ``version``) to ``new``, sent
         with ``version``: a conflict (409, the object changed since) reads the object again once and
         writes ``new`` over that, with the other controllers' conditions as it has them. A second
-        conflict raises (its ApiException); on a first write it is reported as a conflict
-        (:attr:`ReconcileReport.conflict`), which the daemon re-runs at once to plan anew.
+        conflict raises (its ApiException); on either of a reconcile's writes it is reported as a
+        conflict (:attr:`ReconcileReport.conflict`), which the daemon re-runs at once to plan anew.
         """
         target = with_foreign_conditions(new, known)
         patch = status_patch(known, target)
@@ -647,6 +654,7 @@ class Reconciler:
         outcome = await self.apply(dep, plan, stopping)
         final, memory = status_after_apply(plan, dep, durable, outcome.refusals, outcome.errors, observation)
         unwritten: tuple[str, ...] = ()
+        conflict = False
         seen = first.seen
         try:
             if stopping.is_set():
@@ -661,8 +669,16 @@ class Reconciler:
             # Raising here would lose the Events of what was applied and of the first write (a
             # "Scaled" that the next reconcile, reading the new desired count, never posts). The
             # outcome stays in memory, so the next reconcile's first write publishes it.
-            unwritten = (f"status: {_call_error(exc)}",)
-            logger.warning("%s/%s: the status after the apply was not written: %s", namespace, dep.name, unwritten[0])
+            if isinstance(exc, ApiException) and exc.status == 409:
+                # A race (a conflict once more after reading the object again), as on the first
+                # write: no error, no back-off; the daemon re-runs the reconcile at once.
+                conflict = True
+                logger.info("%s/%s: %s", namespace, dep.name, STATUS_CONFLICT_AFTER_APPLY)
+            else:
+                unwritten = (f"status: {_call_error(exc)}",)
+                logger.warning(
+                    "%s/%s: the status after the apply was not written: %s", namespace, dep.name, unwritten[0]
+                )
             final = plan.status
         if writes:
             memory = replace(
@@ -674,7 +690,7 @@ class Reconciler:
         events = outcome.events + tuple(status_events(durable, final, plan.scale_reason))
         error = "; ".join(outcome.errors + plan.observe_errors + unwritten) or None
         stopped = outcome.stopped or stopping.is_set()
-        return ReconcileReport(plan.actions, events, final, plan.converged, memory, error, writes, stopped)
+        return ReconcileReport(plan.actions, events, final, plan.converged, memory, error, writes, stopped, conflict)
 
     async def _report_invalid(
         self,
@@ -705,7 +721,8 @@ class Reconciler:
                 written_version=write.version,
                 superseded_versions=frozenset(write.seen) - {write.version},
             )
-        durable = StatusMemory.from_status(status)
+        # After a 409 the copy read again says what was announced already (as in :meth:`reconcile`).
+        durable = StatusMemory.from_status(status if write.live is None else write.live)
         events = tuple(status_events(durable, new, ""))
         return ReconcileReport((), events, new, False, memory, message, writes)
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.exceptions import ApiException
 from operator_harness import FAST_START, NEURON_SCHEDULER, REPO, OperatorHarness, example, inf2_node_groups, ready
 
 from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION
@@ -223,4 +224,74 @@ async def test_a_change_the_object_read_again_shows_made_is_not_announced_again(
     records = requests_for(harness, "again", since)
     assert status_patches(records)[:1] == [409] and [r.method for r in records].count("GET") == 1
     assert second.error is None and not second.conflict
+    assert [(e.reason.value, e.message) for e in second.events] == [], "announced again from the lagging body"
+
+
+async def test_a_second_conflict_on_the_write_after_the_apply_is_a_race_not_a_failure(
+    bare: tuple[OperatorHarness, OperatorContext],
+) -> None:
+    # The status after the apply met 409 twice (another writer before each try): it was reported
+    # as an error ("status: 409 Conflict"), so the daemon counted a failure and backed off, while
+    # the same race on the first write is a conflict, re-run at once. The Events of what was
+    # applied are posted once: by this reconcile, not again by the re-run that writes its outcome.
+    harness, context = bare
+    reconciler = context.reconciler
+    await harness.apply(manual(harness, "racing", replicas=1))
+    kube: Any = reconciler.kube
+    real_patch_status = kube.patch_status
+    calls: list[int] = []
+
+    async def patch_status(*args: Any) -> Any:
+        calls.append(len(calls))
+        if len(calls) in (2, 3):  # the write after the apply, and its one retry
+            await add_foreign_condition(harness, "racing", f"audit {len(calls)}")
+        return await real_patch_status(*args)
+
+    real_create = kube.create
+    refused: list[str] = []
+
+    async def create(obj: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        if obj.get("kind") == "Pod" and not refused:
+            # A failed create: the status after the apply differs from the first one (it says so).
+            refused.append(obj["metadata"]["name"])
+            raise ApiException(status=503, reason="Service Unavailable")
+        return await real_create(obj, *args, **kwargs)
+
+    kube.patch_status = patch_status
+    kube.create = create
+    since = len(harness.cluster.request_log)
+    report = await reconciler.reconcile(harness.deployment(NS, "racing"), DeploymentMemory())
+
+    assert refused, "the apply met no error: there was no second write to disturb"
+    assert status_patches(requests_for(harness, "racing", since)) == [200, 200, 409, 200, 409]
+    assert report.conflict, "a race, not a failure: the daemon re-runs it at once"
+    assert report.error is not None and "409" not in report.error, "the conflict was reported as an error"
+    assert report.writes == 1, "the first write was made"
+
+    again = await reconciler.reconcile(harness.deployment(NS, "racing"), report.memory)
+    assert again.error is None and not again.conflict and again.writes >= 1
+    posted = [(e.reason.value, e.message) for e in report.events + again.events]
+    assert len(posted) == len(set(posted)), f"an Event posted twice: {posted}"
+    assert [reason for reason, _ in posted].count("Scaled") == 1
+
+
+async def test_an_invalid_spec_read_again_after_a_conflict_is_not_announced_again(
+    bare: tuple[OperatorHarness, OperatorContext],
+) -> None:
+    # The invalid-spec path took its Events from the lagging body even when its write met 409 and
+    # read the object again: the Invalid condition an earlier reconcile had announced was announced
+    # again (the main path uses the copy read again).
+    harness, context = bare
+    reconciler = context.reconciler
+    await harness.apply(manual(harness, "broken", replicas=1))
+    lagging = copy.deepcopy(harness.deployment(NS, "broken"))
+    lagging["spec"]["scaling"]["mode"] = "Sometimes"  # what the operator's model rejects
+    first = await reconciler.reconcile(lagging, DeploymentMemory())
+    assert first.error and first.writes == 1 and first.events
+
+    since = len(harness.cluster.request_log)
+    second = await reconciler.reconcile(lagging, DeploymentMemory())
+
+    records = requests_for(harness, "broken", since)
+    assert status_patches(records)[:1] == [409] and [r.method for r in records].count("GET") == 1
     assert [(e.reason.value, e.message) for e in second.events] == [], "announced again from the lagging body"
