@@ -162,7 +162,7 @@ async def test_a_stopped_daemon_leaves_no_state_and_no_metric_series_behind() ->
 
 
 class ConflictingReconciler:
-    """Reports the scripted outcomes in turn ("conflict": a first status write refused twice,
+    """Reports the scripted outcomes in turn ("conflict": a status write refused twice,
     "failed": an error, None: a success), noting the loop's time of each; then stops the daemon."""
 
     def __init__(self, script: list[str | None], stop: list[bool], metrics: OperatorMetrics) -> None:
