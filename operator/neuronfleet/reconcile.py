@@ -154,8 +154,10 @@ class ReconcileReport:
     #: A status write met a conflict twice: the first (:data:`STATUS_CONFLICT`, nothing was
     #: applied) or the one after the apply (:data:`STATUS_CONFLICT_AFTER_APPLY`: the plan was applied
     #: and its Events are in this report; the outcome stays in memory for the next first write).
-    #: A race with another writer, not a failure: no error, no back-off; the daemon runs the
-    #: reconcile again at once (once), from the object as its watch has it then.
+    #: A race with another writer, not a failure: the conflict adds no error and no back-off; the
+    #: daemon runs the reconcile again at once (once), from the object as its watch has it then.
+    #: An apply error of the same reconcile is still in :attr:`error` (and counted in the error
+    #: metric), but it lengthens the back-off only if the re-run meets it again.
     conflict: bool = False
 
 
