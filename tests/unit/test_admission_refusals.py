@@ -458,10 +458,11 @@ def test_a_running_fleet_whose_cpu_limit_turns_impossible_says_what_is_held_and_
         lambda chosen: pod_template_hash(lowered, chosen),
     )
     assert not [a for a in result.actions if isinstance(a, CreatePod | CreatePlaceholder)]
-    # The serving replicas of the earlier template keep serving; its standby goes, as in any rollout.
-    assert not [a for a in result.actions if getattr(a, "name", "") in {p.name for p in pods if p.role == "active"}]
+    # The serving replicas of the earlier template keep serving, and so does its standby: nothing
+    # could replace it (regression: the warm pods and the placeholder were deleted, leaving none).
+    assert not [a for a in result.actions if getattr(a, "name", "") in {p.name for p in pods}]
     after = apply_actions(list(pods), result.actions, now)
-    assert sorted(p.role for p in after) == ["active", "active"]
+    assert sorted(p.role for p in after) == ["active", "active", "placeholder", "warm", "warm"]
     again = plan_reconcile(
         lowered,
         Observation(now + timedelta(seconds=10), pods=tuple(after), compile=_stored(lowered)),
@@ -472,10 +473,11 @@ def test_a_running_fleet_whose_cpu_limit_turns_impossible_says_what_is_held_and_
     )
     assert again.actions == ()
     status = again.status
-    assert (status["replicas"], status["readyReplicas"], status["warmReplicas"], status["placeholders"]) == (2, 2, 0, 0)
+    assert (status["replicas"], status["readyReplicas"], status["warmReplicas"], status["placeholders"]) == (2, 2, 0, 1)
     conditions = _conditions(status)
     assert conditions["WarmPoolReady"][2] == (
-        f"0/2 warm pods ready, 0/1 placeholders on nodes; 2 new warm pods and 1 placeholder held: {HELD}"
+        f"0/2 warm pods ready, 1/1 placeholders on nodes; 2 new warm pods and 1 placeholder held: {HELD}; "
+        "2 outdated warm pods and 1 old placeholder kept while new ones are held"
     )
     assert conditions["Ready"] == (
         "False",

@@ -266,6 +266,25 @@ def test_held_creations_make_no_serving_pod_but_the_rest_of_the_plan_goes_on() -
     assert Counter(a.role for a in creates if isinstance(a, CreatePod)) == Counter({"active": 2, "warm": 1})
 
 
+def test_held_rollout_keeps_the_outdated_warm_pool_and_placeholders_it_cannot_replace() -> None:
+    # A spec change starts a rollout the API server refuses (cpuLimit below the request): the old
+    # standby (loaded warm pods, spare-node placeholders) stays until the new pods can be made.
+    held = replace(
+        target(1, warm=2, placeholders=1, artifact=NEW), hold_creations="cpuLimit below request", hold_placeholders=True
+    )
+    old_ph = PodView("bert-ph-old-0", "placeholder", template="other", phase="Running", node="n1")
+    pods = [pod("a0"), pod("w0", "warm"), pod("w1", "warm", ready=False), old_ph]
+    plan = plan_fleet("bert", held, pods, NOW)
+    assert not any(isinstance(a, (DeletePod, DeletePlaceholder, CreatePod, CreatePlaceholder)) for a in plan.actions)
+    summary = plan.summary
+    assert (summary.held_placeholders, summary.kept_outdated_warm, summary.kept_outdated_placeholders) == (1, 2, 1)
+    # Once the hold ends the normal rollout replaces them, paced by the surge.
+    free = replace(held, hold_creations=None, hold_placeholders=False)
+    after = plan_fleet("bert", free, pods, NOW, FleetPolicy(max_surge=1)).actions
+    assert {a.name for a in after if isinstance(a, (DeletePod, DeletePlaceholder))} == {"w0", "w1", "bert-ph-old-0"}
+    assert sum(isinstance(a, CreatePod) for a in after) == 1
+
+
 def test_pod_on_a_vanished_node_is_force_deleted_and_replaced() -> None:
     pods = [pod("a0", node="gone", node_lost=True), pod("a1")]
     plan = plan_fleet("bert", target(2), pods, NOW)

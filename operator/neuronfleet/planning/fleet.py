@@ -66,6 +66,9 @@ Rules (DESIGN.md, fleet model):
   summary with that reason, each where it belongs: ``held_active`` (the active deficit),
   ``held_rollout`` (new-revision pods that would replace the outdated actives still serving),
   ``held_warm`` (the pool's own deficit, never more than ``target.warm``) and ``held_placeholders``.
+  A held rollout keeps the old standby it cannot replace: outdated warm pods (up to ``target.warm``,
+  never promoted) and, with ``hold_placeholders``, old-template placeholders (up to
+  ``target.placeholders``); once the hold ends the rollout replaces them as usual.
 """
 
 from __future__ import annotations
@@ -329,6 +332,9 @@ class FleetSummary:
     held_rollout: int = 0
     held_placeholders: int = 0
     hold_reason: str | None = None
+    #: Warm pods and placeholders of the old revision or template kept while the new ones are held.
+    kept_outdated_warm: int = 0
+    kept_outdated_placeholders: int = 0
 
     @property
     def held(self) -> int:
@@ -498,9 +504,16 @@ def plan_fleet(
     keep_old = max(0, must_stay_ready - ready_current_active)
     old_ready_active = [pod for pod in outdated if pod.role == "active" and pod.ready]
     old_ready_kept = list(reversed(policy.drain_order(old_ready_active, active_set, now)))[:keep_old]
+    # While creations are held nothing replaces the old pool, so its warm pods stay (up to the
+    # pool's size) as loaded standby of the old revision. They are not promoted: a held rollout
+    # keeps old actives serving, but growing the old revision's active set would be a rollback
+    # nobody asked for, and the hold (a refused spec) is expected to be fixed, not served around.
+    old_warm_kept = (
+        [pod for pod in outdated if pod.role == "warm"][: target.warm] if target.hold_creations is not None else []
+    )
     if revision is not None:
         for pod in outdated:
-            if pod.role == "draining" or pod in old_ready_kept:
+            if pod.role == "draining" or pod in old_ready_kept or pod in old_warm_kept:
                 continue
             if pod.role == "active" and pod.ready:
                 demotions.append(
@@ -587,13 +600,21 @@ def plan_fleet(
         (pod for pod in placeholders if pod.template == target.template),
         key=lambda pod: (pod.node is None, pod.name),
     )[: target.placeholders]
+    if target.hold_creations is not None and target.hold_placeholders:
+        # The new template's placeholders are held: the old ones keep the spare nodes meanwhile.
+        kept_placeholders += sorted(
+            (pod for pod in placeholders if pod.template != target.template),
+            key=lambda pod: (pod.node is None, pod.name),
+        )[: max(0, target.placeholders - len(kept_placeholders))]
     for pod in placeholders:
         if pod not in kept_placeholders:
             reason = "surplus placeholder" if pod.template == target.template else "placement changed"
             deletions.append(DeletePlaceholder(pod.name, reason))
     placeholders_missing = max(0, target.placeholders - len(kept_placeholders))
     if target.hold_creations is not None and target.hold_placeholders:
-        held_placeholders = placeholders_missing
+        held_placeholders = max(
+            0, target.placeholders - sum(pod.template == target.template for pod in kept_placeholders)
+        )
         placeholders_missing = 0
     for slot, name in _free_slots(
         used_names, lambda s: placeholder_pod_name(deployment, target.template, s), placeholders_missing
@@ -631,6 +652,8 @@ def plan_fleet(
         held_rollout=held_rollout,
         held_placeholders=held_placeholders,
         hold_reason=target.hold_creations if held_active or held_warm or held_rollout or held_placeholders else None,
+        kept_outdated_warm=len(old_warm_kept) if revision is not None else 0,
+        kept_outdated_placeholders=sum(pod.template != target.template for pod in kept_placeholders),
     )
     return FleetPlan(tuple(promotions + creations + demotions + deletions), summary)
 

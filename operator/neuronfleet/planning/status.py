@@ -279,8 +279,16 @@ def _warm_pool(fleet: FleetSummary) -> ConditionValue:
         Reason.WARM_POOL_FILLING,
         f"{fleet.warm_ready}/{fleet.desired_warm} warm pods ready, "
         f"{fleet.placeholders_bound}/{fleet.desired_placeholders} placeholders on nodes"
-        + _held(fleet, fleet.held_warm, "warm", fleet.held_placeholders),
+        + _held(fleet, fleet.held_warm, "warm", fleet.held_placeholders)
+        + _kept_outdated(fleet),
     )
+
+
+def _kept_outdated(fleet: FleetSummary) -> str:
+    """The note "; N outdated warm pods [and M old placeholders] kept while new ones are held"."""
+    kept = [_plural(fleet.kept_outdated_warm, "outdated warm pod")] if fleet.kept_outdated_warm else []
+    kept += [_plural(fleet.kept_outdated_placeholders, "old placeholder")] if fleet.kept_outdated_placeholders else []
+    return f"; {' and '.join(kept)} kept while new ones are held" if kept else ""
 
 
 def _degraded(inputs: StatusInputs, placement_problems: list[str]) -> ConditionValue:
