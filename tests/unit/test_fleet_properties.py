@@ -91,6 +91,20 @@ def current_count(pods: list[PodView]) -> int:
     )
 
 
+def new_loading(pods: list[PodView]) -> int:
+    """Live serving pods of the target revision and template not ready yet."""
+    return sum(
+        1
+        for p in pods
+        if p.role in ("active", "warm")
+        and p.revision == NEW.id
+        and p.template == TEMPLATE
+        and not p.ready
+        and not p.deleting
+        and not p.broken
+    )
+
+
 def world_step(pods: list[PodView], now: datetime, becomes_ready: list[bool]) -> list[PodView]:
     """Kubernetes catches up: chosen pending pods get a node and become ready; drains finish."""
     stepped = []
@@ -237,3 +251,62 @@ def test_crashes_mid_apply_and_stale_replays_still_converge_without_extra_pods(
     live = [p for p in state if not p.deleting]
     assert len(live) == target.active + target.warm + target.placeholders
     assert sum(p.role == "active" and p.ready for p in live) == target.active
+
+
+@PROPERTY_SETTINGS
+@given(
+    pods=fleets(),
+    target=targets.filter(lambda t: t.artifact is not None),
+    hold_placeholders=st.booleans(),
+    readiness=st.lists(st.booleans(), min_size=1, max_size=8),
+    max_surge=st.sampled_from([0, 0, 1, 2]),
+)
+def test_a_held_rollout_keeps_old_standby_within_the_target_and_converges_once_released(
+    pods: list[PodView], target: FleetTarget, hold_placeholders: bool, readiness: list[bool], max_surge: int
+) -> None:
+    held = replace(target, hold_creations="refused", hold_placeholders=hold_placeholders)
+    policy = replace(POLICY, max_surge=max_surge)
+    now = NOW
+    state = pods
+    floor = min(ready_active(pods), target.active)
+    for _ in range(6):
+        plan = plan_fleet("svc", held, state, now, policy)
+        assert not [a for a in plan.actions if isinstance(a, CreatePod)]
+        # Nothing replaces the pool while held: its healthy pods stay (up to its size) or go active.
+        warm_before = sum(p.role == "warm" for p in state if not p.deleting and not p.broken)
+        promoted = sum(isinstance(a, Relabel) and a.previous_role == "warm" for a in plan.actions)
+        after = apply_actions(state, plan.actions, now)
+        warm_after = sum(p.role == "warm" for p in after if not p.deleting and not p.broken)
+        assert warm_after + promoted >= min(target.warm, warm_before)
+        for action in plan.actions:
+            state = apply_actions(state, [action], now)
+            assert ready_active(state) >= floor, f"after {action}"
+        assert plan_fleet("svc", held, state, now, policy).actions == ()
+        live = [p for p in state if not p.deleting and not p.broken]
+        # What the hold keeps never exceeds what the spec asks for.
+        outdated = [p for p in live if p.role != "placeholder" and (p.revision, p.template) != (NEW.id, TEMPLATE)]
+        assert sum(p.role == "warm" for p in outdated) <= target.warm
+        assert sum(p.role == "active" for p in live) <= target.active
+        placeholders = sum(p.role == "placeholder" for p in live)
+        assert placeholders <= target.placeholders if hold_placeholders else placeholders == target.placeholders
+        floor = max(floor, min(ready_active(state), target.active))
+        state = [p for p in world_step(state, now, readiness) if not p.deleting]
+        now += timedelta(seconds=10)
+    # Released: the rollout replaces whatever the hold kept, paced by the surge, and nothing leaks.
+    for _ in range(40):
+        plan = plan_fleet("svc", target, state, now, policy)
+        loading_before = new_loading(state)
+        for action in plan.actions:
+            state = apply_actions(state, [action], now)
+        if max_surge and plan.summary.rolling_out:
+            assert new_loading(state) <= max(max_surge, loading_before)
+        if not plan.actions and plan.summary.converged and not plan.summary.draining:
+            break
+        state = [p for p in world_step(state, now, [True]) if not p.deleting]
+        now += timedelta(seconds=10)
+    else:
+        raise AssertionError(f"no fixed point: {plan.actions}")
+    live = [p for p in state if not p.deleting]
+    assert len(live) == target.active + target.warm + target.placeholders
+    assert all(p.template == TEMPLATE for p in live)
+    assert all(p.revision == NEW.id for p in live if p.role != "placeholder")
