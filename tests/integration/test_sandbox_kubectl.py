@@ -62,6 +62,8 @@ def test_kubectl_inference_deployment_lifecycle(
     assert "assumedNodeColdStartSeconds" in recursive and "Node provisioning time" not in recursive
     explained = run_kubectl("explain", "infdep.spec.warmPool").stdout
     assert "Standby capacity against cold starts." in explained and "Node provisioning time" in explained
+    explained = run_kubectl("explain", "infdep.status.autoscaler.trendReadings").stdout
+    assert "FIELD: trendReadings <[]Object>" in explained and "resumes the demand's trend" in explained
 
     assert "scaled" in run_kubectl("scale", "infdep/bert", "--replicas=3").stdout
     assert run_kubectl("get", "infdep", "bert", "-o", "jsonpath={.spec.scaling.replicas}").stdout == "3"

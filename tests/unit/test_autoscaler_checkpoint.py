@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import json
+import math
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,6 +15,8 @@ import yaml
 
 from neuronfleet.api.v1alpha1 import (
     MAX_STATUS_SCALE_EVENTS,
+    MAX_STATUS_TREND_READINGS,
+    MAX_STATUS_TREND_REPLICAS,
     InferenceDeployment,
     ScaleUpRules,
     ScalingPolicy,
@@ -26,9 +30,12 @@ from neuronfleet.planning.observation import DeploymentMemory, Observation, Stat
 from neuronfleet.planning.reconcile_plan import ReconcilePlan, plan_reconcile
 from neuronfleet.planning.scaling import (
     CHECKPOINT_SECONDS,
+    MAX_SIGNAL_REPLICAS,
     Checkpoint,
     ScalingState,
     _kept,
+    _line,
+    _per_minute,
     decide,
     resume,
     scale_up_limit,
@@ -627,3 +634,150 @@ def test_the_simulated_operator_restarts_with_or_without_its_checkpoint() -> Non
     assert ours.scaling_state.service_rate == kept.service_rate and ours.scaling_state.fleet_found == (960, 50)
     ours.restart(990, 50, resume=False)
     assert ours.scaling_state == ScalingState()
+
+
+# --------------------------------------------------------------------- the trend across a restart
+
+
+def ramp(s: ScalingSpec, state: ScalingState, start: float, stop: float, current: int) -> ScalingState:
+    """Decisions every 15 s from ``start`` to ``stop`` on ``current`` replicas that serve 100/s each,
+    the arrival rate rising 20/s a minute from 400/s at 0 s (slowly enough that the service rate is
+    measured as it goes)."""
+    now = start
+    while now < stop:
+        rate = 400 + now / 3
+        state = decide(s, state, load(now, rate, rate / (100 * current)), current, current, now).new_state
+        now += 15
+    return state
+
+
+def test_a_restart_mid_ramp_keeps_the_trend_signal() -> None:
+    s = spec()
+    state = ramp(s, ScalingState(), 0, 2400, 10)
+    rate = 400 + 2400 / 3
+    snapshot = load(2400, rate, rate / 1000)
+    steady = decide(s, state, snapshot, 10, 10, 2400)
+    assert "trend" in steady.signals
+    # Restarted at 2400 s through the status (the operator's path): the trend is there at once, not
+    # after 15 minutes of new readings.
+    resumed = decide(s, restarted(state, 2400, 10), snapshot, 10, 10, 2400)
+    assert "trend" in resumed.signals
+    assert resumed.signals["trend"] == pytest.approx(steady.signals["trend"], rel=0.01)
+    assert resumed.signals["rate"] == pytest.approx(steady.signals["rate"])
+
+
+def test_the_status_section_round_trips_the_trend_readings() -> None:
+    rates = ((1_739_998_230.4, 12.3456), (1_739_998_290.0, 13.0), (1_739_999_999.9, 0.0))
+    checkpoint = Checkpoint(1_740_000_000.0, 100.0, None, None, History(), rates=rates)
+    section = autoscaler_status(checkpoint)
+    assert section is not None
+    wire = section.to_wire()
+    assert wire["trendReadings"] == [
+        {"time": "2025-02-19T20:50:30Z", "replicas": 12.346},
+        {"time": "2025-02-19T20:51:30Z", "replicas": 13.0},
+        # Truncated to the second as checkpointTime is: never after it.
+        {"time": "2025-02-19T21:19:59Z", "replicas": 0.0},
+    ]
+    back = checkpoint_from_status(wire)
+    assert back == replace(
+        checkpoint, rates=((1_739_998_230.0, 12.346), (1_739_998_290.0, 13.0), (1_739_999_999.0, 0.0))
+    )
+    # Without readings (no arrival rate read at the measured rate): no field.
+    calm = autoscaler_status(replace(checkpoint, rates=()))
+    assert calm is not None and "trendReadings" not in calm.to_wire()
+    assert checkpoint_from_status(calm.to_wire()) == replace(checkpoint, rates=())
+
+
+GOOD_SECTION = {"checkpointTime": "2025-02-19T21:20:00Z", "serviceRatePerReplica": 100}
+
+
+@pytest.mark.parametrize(
+    "readings",
+    [
+        [{"time": "soon", "replicas": 3}],
+        [{"time": "2025-02-19T21:19:00Z", "replicas": -1}],
+        [{"time": "2025-02-19T21:19:00Z", "replicas": 1e12}],
+        [{"time": "2025-02-19T21:19:00Z", "replicas": float("nan")}],
+        [{"time": "2025-02-19T21:19:00Z", "replicas": "many"}],
+        [{"time": "2025-02-19T21:19:00Z"}],
+        [{"time": "2025-02-19T21:19:00Z", "replicas": 3, "weight": 4}],
+        # After the checkpoint was taken: no reading this operator wrote.
+        [{"time": "2025-02-19T21:21:00Z", "replicas": 3}],
+        [{"time": "2025-02-19T21:19:00Z", "replicas": 3}] * 31,
+        {"time": "2025-02-19T21:19:00Z", "replicas": 3},
+    ],
+)
+def test_corrupt_trend_readings_are_not_resumed_from(readings: object) -> None:
+    assert checkpoint_from_status({**GOOD_SECTION, "trendReadings": readings}) is None
+    # A reconcile that reads it takes over as without a checkpoint, holding the fleet found.
+    state = take_over(checkpoint_from_status({**GOOD_SECTION, "trendReadings": readings}), 1_740_000_100.0, 4)
+    assert state.rates == () and state.service_rate is None and state.fleet_found == (1_740_000_100.0, 4)
+
+
+def test_unordered_trend_readings_are_resumed_in_order() -> None:
+    readings = [
+        {"time": "2025-02-19T21:19:00Z", "replicas": 3},
+        {"time": "2025-02-19T21:00:00Z", "replicas": 2},
+    ]
+    back = checkpoint_from_status({**GOOD_SECTION, "trendReadings": readings})
+    assert back is not None and [v for _, v in back.rates] == [2, 3]
+
+
+def test_resume_drops_readings_outside_the_window_and_moves_them_with_a_stepped_back_clock() -> None:
+    rates = ((100.0, 1.0), (1000.0, 2.0), (1900.0, 3.0))
+    checkpoint = Checkpoint(2000.0, 100.0, None, None, History(), rates=rates)
+    # The window at a restart at 2,100 s starts at 300 s: the reading at 100 s is out.
+    assert resume(checkpoint, 2100.0, 4).rates == ((1000.0, 2.0), (1900.0, 3.0))
+    assert resume(checkpoint, 2750.0, 4).rates == ((1000.0, 2.0), (1900.0, 3.0))
+    assert resume(checkpoint, 2850.0, 4).rates == ((1900.0, 3.0),)
+    # The clock stepped back 100 s between the checkpoint and the restart: moved back with it.
+    assert resume(checkpoint, 1900.0, 4).rates == ((900.0, 2.0), (1800.0, 3.0))
+
+
+def test_readings_measured_under_another_service_rate_key_are_not_kept_across_a_restart() -> None:
+    s = spec()
+    state = ScalingState()
+    now = 0.0
+    while now < 2400:
+        rate = 400 + now / 3
+        state = decide(s, state, load(now, rate, rate / 1000), 10, 10, now, rate_key="r1 on inf2.xlarge").new_state
+        now += 15
+    resumed = restarted(state, 2400, 10)
+    assert resumed.rates and resumed.service_rate_key == "r1 on inf2.xlarge"
+    after = decide(s, resumed, load(2400, 1200, 1.2), 10, 10, 2400, rate_key="r2 on inf2.xlarge")
+    assert after.new_state.rates == () and "trend" not in after.signals
+
+
+def test_the_checkpoint_keeps_at_most_one_trend_reading_a_minute_in_a_small_status() -> None:
+    # Decisions every 5 s for 40 minutes: 360 readings in the trend's window.
+    s = spec(intervalSeconds=5)
+    state = ScalingState()
+    now = 0.0
+    while now < 2400:
+        rate = 400 + now / 3
+        state = decide(s, state, load(now, rate, rate / 1000), 10, 10, now).new_state
+        now += 5
+    assert len(state.rates) == 360
+    assert state.checkpoint is not None
+    kept = state.checkpoint.rates
+    assert len(kept) == MAX_STATUS_TREND_READINGS
+    assert len({math.floor(t / 60) for t, _ in kept}) == len(kept)
+    section = autoscaler_status(state.checkpoint)
+    assert section is not None
+    assert len(json.dumps(section.to_wire()["trendReadings"])) < 2000
+    # The CRD refuses a longer list: the operator never writes one.
+    crd = yaml.safe_load((REPO / "crds" / "serving.neuronfleet.dev_inferencedeployments.yaml").read_text())
+    status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    assert status["properties"]["autoscaler"]["properties"]["trendReadings"]["maxItems"] == MAX_STATUS_TREND_READINGS
+    assert MAX_STATUS_TREND_REPLICAS == MAX_SIGNAL_REPLICAS
+
+
+def test_a_minutes_mean_keeps_the_trend_line() -> None:
+    # A steady ramp: the means lie on its line, which is kept exactly.
+    ramp_readings = tuple((float(t), 5 + t / 300) for t in range(0, 1800, 15))
+    assert _line(_per_minute(ramp_readings)) is not None
+    assert _line(_per_minute(ramp_readings))[2] == pytest.approx(_line(ramp_readings)[2], rel=1e-9)
+    # A noisy one: the slope moves by far less than the noise.
+    noise = (0.7, -0.4, 1.1, -0.9, 0.2, -0.6)
+    noisy = tuple((t, v + noise[i % len(noise)]) for i, (t, v) in enumerate(ramp_readings))
+    assert _line(_per_minute(noisy))[2] == pytest.approx(_line(noisy)[2], rel=0.02)

@@ -1055,6 +1055,25 @@ class ScaleEventStatus(ApiModel):
     replicas: int = Field(description="Replicas added (positive) or removed (negative).")
 
 
+#: The most trend readings the status keeps: one a minute over the trend's 30-minute window.
+MAX_STATUS_TREND_READINGS = 30
+#: The highest rate-signal reading the status takes (the autoscaler caps every signal at 1e9 replicas).
+MAX_STATUS_TREND_REPLICAS = 1e9
+
+
+class TrendReadingStatus(ApiModel):
+    """The arrival rate's signal over one minute, in replicas, as the autoscaler's trend reads it."""
+
+    time: str = Field(description="The mean time of the minute's readings (RFC 3339, to the second).")
+    replicas: float = Field(
+        ge=0,
+        le=MAX_STATUS_TREND_REPLICAS,
+        allow_inf_nan=False,
+        description="The mean of the minute's readings: the arrival rate over what a replica serves at the "
+        "target utilization.",
+    )
+
+
 class AutoscalerStatus(ApiModel):
     """What the autoscaler has learned, renewed every 5 minutes while it measures traffic, and at each
     scale event and panic start or end; a restarted operator resumes from it instead of learning
@@ -1101,6 +1120,15 @@ class AutoscalerStatus(ApiModel):
         f"(Kubernetes' HPA forgets them when it restarts). At most {MAX_STATUS_SCALE_EVENTS}: beyond that (decisions "
         "more often than every 15 s), the oldest are summed per direction: one scale-up and one scale-down, each at "
         "the time of the newest of its changes.",
+    )
+    trend_readings: list[TrendReadingStatus] | None = Field(
+        default=None,
+        max_length=MAX_STATUS_TREND_READINGS,
+        description="The arrival rate's signal over the last 30 minutes as of checkpointTime, one reading a "
+        "minute (the mean of that minute's), oldest first: a restarted operator resumes the demand's trend "
+        "(the trend signal and, in Learned mode, the decline credit) from them instead of waiting 15 minutes "
+        f"for a half-full window. At most {MAX_STATUS_TREND_READINGS}; absent when there is none (no arrival rate "
+        "read at the measured service rate within the window).",
     )
     panic_since: str | None = Field(
         default=None, description="When panic mode started (RFC 3339); absent outside panic mode."

@@ -89,7 +89,9 @@ ends, decisions that write the status anyway). Kubernetes' HPA forgets both when
 restarts; here a restart is routine (every Helm upgrade, every leader hand-over), and forgetting
 them let a restart 10 s after a scale-up of 100 % per 60 s add another 100 % at once, or end a
 panic hold that kept a burst's fleet from shrinking. The panic window's demands are not kept: the
-default window is the latest decision alone.
+default window is the latest decision alone. The trend's readings are kept one a minute
+(:func:`_per_minute`), renewed with the checkpoint: without them a restart turned the trend
+signal and the decline credit off until the window was half full again (15 minutes).
 :func:`resume` starts a restarted operator (or a new leader) from it, and :func:`take_over` starts
 one that finds no checkpoint (no service rate learned yet: a new deployment, revision or
 placement). Either holds the fleet it finds through the scale-down window (``fleet_found``), as
@@ -117,6 +119,7 @@ from dataclasses import dataclass, field, replace
 
 from neuronfleet.api.v1alpha1 import (
     MAX_STATUS_SCALE_EVENTS,
+    MAX_STATUS_TREND_READINGS,
     InferenceDeploymentSpec,
     ScalingRules,
     ScalingSpec,
@@ -193,6 +196,9 @@ class Checkpoint:
     #: panic hold sooner by at most the time from ``time`` to the restart.
     panic_since: float | None = None
     panic_last_triggered: float | None = None
+    #: (time, rate signal) of the trend's window as of ``time``, one reading a minute
+    #: (:func:`_per_minute`): a restarted autoscaler's trend and decline credit go on from them.
+    rates: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -258,10 +264,14 @@ def resume(checkpoint: Checkpoint, now: float, current: int) -> ScalingState:
     recommendations the restart lost); the service rate, cold start and window are the
     checkpoint's, and its history is bridged up to now (:func:`hold.resume`). Its scale events count
     against the rate policies and its panic mode goes on, as without the restart (a checkpoint
-    taken after ``now``, by a clock since stepped back, has their times moved back with it).
+    taken after ``now``, by a clock since stepped back, has their times moved back with it). Its
+    trend readings still within :data:`TREND_WINDOW_SECONDS` of ``now`` are the trend's first: the
+    trend signal and the decline credit need the window half full, 15 minutes of decisions that a
+    restart lost, exactly when a ramp may be under way.
     """
     shift = min(0.0, now - checkpoint.time)
     return ScalingState(
+        rates=tuple((t + shift, v) for t, v in checkpoint.rates if t + shift > now - TREND_WINDOW_SECONDS),
         scale_events=tuple((t + shift, change) for t, change in checkpoint.scale_events),
         panic_since=None if checkpoint.panic_since is None else checkpoint.panic_since + shift,
         panic_last_triggered=(
@@ -865,9 +875,32 @@ def _checkpointed(spec: ScalingSpec, state: ScalingState, now: float) -> Scaling
             events,
             state.panic_since,
             state.panic_last_triggered,
+            _per_minute(state.rates),
         )
         return replace(state, checkpoint=checkpoint)
     return state
+
+
+def _per_minute(rates: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float], ...]:
+    """The trend's readings as the checkpoint keeps them: per minute, the mean time and mean value of
+    its readings, the newest :data:`MAX_STATUS_TREND_READINGS` minutes (the window touches at most 31).
+
+    Small (a decision every 15 s is 120 readings in the window, every second 1,800), and the
+    least-squares line through them stays close to the one through every reading: readings on a
+    line have their means on it too, so a steady ramp keeps its line exactly; otherwise the line
+    loses only the spread within each minute, about (60^2 / 12) / (1800^2 / 12), or 0.1 %, of the
+    times' spread over the window, and each minute's noise is averaged, where its last reading
+    alone would keep all of that reading's. Until these leave the window a restarted autoscaler's
+    line weighs each of them as one of its own readings, not as the several they stand for.
+    """
+    minutes: dict[int, list[tuple[float, float]]] = {}
+    for t, v in rates:
+        minutes.setdefault(math.floor(t / 60), []).append((t, v))
+    means = [
+        (sum(t for t, _ in group) / len(group), sum(v for _, v in group) / len(group))
+        for _, group in sorted(minutes.items())
+    ]
+    return tuple(means[-MAX_STATUS_TREND_READINGS:])
 
 
 def _kept(events: tuple[tuple[float, int], ...]) -> tuple[tuple[float, int], ...]:

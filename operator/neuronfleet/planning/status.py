@@ -43,6 +43,7 @@ from neuronfleet.api.v1alpha1 import (
     InferenceDeploymentStatus,
     PlacementStatus,
     ScaleEventStatus,
+    TrendReadingStatus,
     WarmPoolStatus,
 )
 from neuronfleet.planning import hold
@@ -489,6 +490,13 @@ def autoscaler_status(checkpoint: Checkpoint | None) -> AutoscalerStatus | None:
         panic_last_triggered=(
             _second_after(checkpoint.panic_last_triggered) if checkpoint.panic_last_triggered is not None else None
         ),
+        # To the second (truncated, as checkpointTime: never after it) and 0.001 replica: the line
+        # through them moves by far less than the readings' noise.
+        trend_readings=[
+            TrendReadingStatus(time=rfc3339(datetime.fromtimestamp(t, UTC)), replicas=round(v, 3))
+            for t, v in checkpoint.rates
+        ]
+        or None,
     )
 
 
@@ -522,8 +530,16 @@ def checkpoint_from_status(section: object) -> Checkpoint | None:
             datetime.fromisoformat(value).timestamp() if value is not None else None
             for value in (parsed.panic_since, parsed.panic_last_triggered)
         )
+        rates = tuple(
+            sorted(
+                (datetime.fromisoformat(reading.time).timestamp(), reading.replicas)
+                for reading in parsed.trend_readings or ()
+            )
+        )
     except ValueError:  # pydantic's ValidationError is a ValueError
         return None
+    if rates and rates[-1][0] > time:
+        return None  # a reading after the checkpoint was taken: not one this operator wrote
     return Checkpoint(
         time=time,
         service_rate=parsed.service_rate_per_replica,
@@ -534,6 +550,7 @@ def checkpoint_from_status(section: object) -> Checkpoint | None:
         scale_events=events,
         panic_since=panic_since,
         panic_last_triggered=panic_last,
+        rates=rates,
     )
 
 
