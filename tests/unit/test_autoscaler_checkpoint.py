@@ -666,6 +666,29 @@ def test_a_restart_mid_ramp_keeps_the_trend_signal() -> None:
     assert resumed.signals["rate"] == pytest.approx(steady.signals["rate"])
 
 
+def test_a_restart_mid_decline_keeps_the_decline_credit() -> None:
+    # Learned delay of 1,800 s in the checkpoint; the demand fell a replica a minute for 20 minutes.
+    s = spec(behavior={"scaleDown": {"stabilizationWindowSeconds": 0}})
+
+    def demand(t: float) -> float:
+        return 30 - (t - 2400) / 60
+
+    readings = tuple((float(t), demand(t)) for t in range(2400, 3600, 60))
+    held = []
+    for kept in (readings, ()):
+        state = take_over(Checkpoint(3600.0, 100.0, 300.0, 1800.0, History(), rates=kept), 3600.0, 30)
+        current, now = 30, 3600.0
+        while now < 3900:
+            rate = demand(now) * 80  # 100/s a replica at the target utilization 0.8
+            decision = decide(s, state, load(now, rate, rate / (100 * current)), current, current, now)
+            state, current, now = decision.new_state, decision.desired, now + 15
+        held.append(current)
+    # The fleet found is lowered by half the decline since the takeover (285 s at 1/60 replica a
+    # second: 27.6, rounded up); without the readings it stays held whole until the trend's window
+    # is half full again.
+    assert held == [28, 30]
+
+
 def test_the_status_section_round_trips_the_trend_readings() -> None:
     rates = ((1_739_998_230.4, 12.3456), (1_739_998_290.0, 13.0), (1_739_999_999.9, 0.0))
     checkpoint = Checkpoint(1_740_000_000.0, 100.0, None, None, History(), rates=rates)
