@@ -29,7 +29,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import write_result
-from neuronfleet.api.v1alpha1 import InferenceDeployment, ScalingSpec
+from neuronfleet.api.v1alpha1 import (
+    MAX_STATUS_SCALE_EVENTS,
+    MAX_STATUS_TREND_READINGS,
+    InferenceDeployment,
+    ScalingSpec,
+)
 from neuronfleet.kube.builders import object_for_action, parse_pod, pod_template_hash
 from neuronfleet.planning import hold
 from neuronfleet.planning.compile import CompileObservation, StoredArtifact, compile_request
@@ -163,8 +168,17 @@ def main() -> None:
     stale = replace(state, hold_chosen_at=now - hold.REFRESH_SECONDS)
     rechoose_us = timed(lambda: decide(spec, stale, snapshot, 50, 50, now)) * 1e6
 
+    # The largest section the status keeps: every scale event and trend reading it allows.
+    events = tuple(
+        (now - 10.0 * (MAX_STATUS_SCALE_EVENTS - i), 1 if i % 2 else -1) for i in range(MAX_STATUS_SCALE_EVENTS)
+    )
+    readings = tuple(
+        (now - 60.0 * (MAX_STATUS_TREND_READINGS - i), 40.0 + 0.37 * i) for i in range(MAX_STATUS_TREND_READINGS)
+    )
+
     def render(history: hold.History) -> dict[str, Any]:
-        section = autoscaler_status(Checkpoint(now, 100.0, 450.0, 600.0, history))
+        checkpoint = Checkpoint(now, 100.0, 450.0, 600.0, history, scale_events=events, rates=readings)
+        section = autoscaler_status(checkpoint)
         assert section is not None
         return section.to_wire()
 

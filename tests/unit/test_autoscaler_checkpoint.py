@@ -235,6 +235,24 @@ def test_the_status_section_keeps_the_scale_events_and_panic_rounded_up_to_the_s
     assert checkpoint_from_status({**wire, "scaleEvents": [{"time": "soon", "replicas": 8}]}) is None
 
 
+def test_the_status_section_is_rendered_once_per_checkpoint_and_handed_out_as_a_copy() -> None:
+    events = tuple((1_739_999_000.0 + 5 * i, 1 if i % 2 else -1) for i in range(120))
+    checkpoint = Checkpoint(1_740_000_000.0, 100.0, None, None, History(), scale_events=events)
+    first = autoscaler_status(checkpoint)
+    assert first is not None and len(first.to_wire()["scaleEvents"]) == 120
+    # Every reconcile until the next renewal reads the section rendered at the first.
+    assert checkpoint.derived["status"] == first
+    first.service_rate_per_replica = 1.0  # a caller's model is its own
+    again = autoscaler_status(checkpoint)
+    assert again is not None and again is not first and again.service_rate_per_replica == 100.0
+    # A renewed checkpoint (equal or not) renders its own section.
+    renewed = replace(checkpoint, scale_events=events[:1])
+    assert not renewed.derived and renewed == replace(checkpoint, scale_events=events[:1])
+    section = autoscaler_status(renewed)
+    assert section is not None and len(section.to_wire()["scaleEvents"]) == 1
+    assert autoscaler_status(Checkpoint(1.0, 0.0, None, None, History())) is None
+
+
 def test_a_checkpoint_from_after_now_is_resumed_with_its_events_moved_back() -> None:
     # The wall clock stepped back 100 s between the checkpoint and the restart.
     checkpoint = Checkpoint(1000.0, 100.0, None, None, History(), None, ((990.0, 4),), 980.0, 990.0)

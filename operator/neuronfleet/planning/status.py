@@ -470,10 +470,20 @@ def autoscaler_status(checkpoint: Checkpoint | None) -> AutoscalerStatus | None:
     rounded to 0.1/s, a slow LLM replica's 0.06/s came back as 0.1 and one of 0.04/s not at all,
     and the fleet then oscillated between a third too few replicas and panic). The section
     changes only when the checkpoint is renewed, so it costs at most one status write per
-    :data:`~neuronfleet.planning.scaling.CHECKPOINT_SECONDS`.
+    :data:`~neuronfleet.planning.scaling.CHECKPOINT_SECONDS`; it is rendered once per checkpoint.
     """
-    rate = service_rate_figure(checkpoint.service_rate) if checkpoint is not None else 0.0
-    if checkpoint is None or rate <= 0:
+    if checkpoint is None:
+        return None
+    rendered = checkpoint.derived.get("status")
+    if rendered is None:
+        rendered = checkpoint.derived["status"] = _render_autoscaler_status(checkpoint) or False
+    # A copy: the section is part of a status model its caller owns (its lists are never changed).
+    return rendered.model_copy() if isinstance(rendered, AutoscalerStatus) else None
+
+
+def _render_autoscaler_status(checkpoint: Checkpoint) -> AutoscalerStatus | None:
+    rate = service_rate_figure(checkpoint.service_rate)
+    if rate <= 0:
         return None  # a service rate of zero is not one the autoscaler uses (nor the API accepts)
     history = checkpoint.history
     return AutoscalerStatus(
