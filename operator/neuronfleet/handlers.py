@@ -306,8 +306,13 @@ async def _converge(
             if report.conflict:
                 # Another writer changed the object during the status write: a race, not a failure
                 # (the back-off stays as it was). Only a new generation wakes the daemon, so the
-                # reconcile runs again at once; a second conflict in a row waits as usual.
+                # reconcile runs again at once; a second conflict in a row waits as usual. An apply
+                # error the conflicting reconcile also met counts from the re-run on: with two
+                # writers fighting over the status, a refused create would otherwise be retried
+                # every interval for good, never backing off.
                 conflicts += 1
+                if report.error and conflicts > 1:
+                    failures += 1
             else:
                 conflicts = 0
                 failures = failures + 1 if report.error else 0

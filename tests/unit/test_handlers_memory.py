@@ -186,6 +186,8 @@ class ConflictingReconciler:
             ]
         if outcome == "conflict":
             return ReconcileReport((), (), {}, False, memory, None, 0, conflict=True)
+        if outcome == "conflict after a failed apply":
+            return ReconcileReport((), (), {}, False, memory, "create pod d-0: 403 Forbidden", 0, conflict=True)
         return ReconcileReport((), (), {}, outcome is None, memory, outcome, 0)
 
 
@@ -206,3 +208,20 @@ async def test_a_status_write_conflict_is_retried_at_once_and_is_no_failure() ->
     await keep_converging(body=body, memo=kopf.Memo(context=ctx), namespace="ns", name="d", stopped=Stopped(stop))
     assert [round(t - start) for t in reconciler.started] == [0, 0, 10, 10, 20, 30, 50, 50]
     assert reconciler.errors == [("ReconcileError", 1.0)], "only the failure is a reconcile error"
+
+
+@pytest.mark.looptime
+async def test_conflicts_that_each_carry_an_apply_error_back_off_from_the_re_run_on() -> None:
+    # Two writers fighting over the status while a pod create is refused every time: each reconcile
+    # is a conflict that also carries the apply's error. The conflict alone is no failure, but the
+    # error is: from the at-once re-run on it backs off as a failed reconcile does (20 s, then the
+    # 30 s cap; it re-applied every 10 s for good before).
+    stop: list[bool] = []
+    ctx = context()
+    ctx.metrics = OperatorMetrics()
+    reconciler = ConflictingReconciler(["conflict after a failed apply"] * 5 + [None], stop, ctx.metrics)
+    ctx.reconciler = reconciler  # type: ignore[assignment]
+    body = kopf.Body({"metadata": {"name": "d", "namespace": "ns", "generation": 1}})
+    start = asyncio.get_running_loop().time()
+    await keep_converging(body=body, memo=kopf.Memo(context=ctx), namespace="ns", name="d", stopped=Stopped(stop))
+    assert [round(t - start) for t in reconciler.started] == [0, 0, 20, 50, 80, 110]
