@@ -285,6 +285,61 @@ def test_held_rollout_keeps_the_outdated_warm_pool_and_placeholders_it_cannot_re
     assert sum(isinstance(a, CreatePod) for a in after) == 1
 
 
+HELD = "spec.runtime.cpuLimit is below the pods' CPU request"
+
+
+def test_held_rollout_promotes_kept_standby_into_the_capacity_a_lost_pod_leaves() -> None:
+    # The only active pod's node is lost while new pods are held: the loaded old warm pod kept as
+    # standby serves, as standby does (it sat idle with no pod serving before).
+    held = replace(target(1, warm=1, artifact=NEW), hold_creations=HELD)
+    pods = [pod("a0", node="gone", node_lost=True), pod("w0", "warm")]
+    plan = plan_fleet("bert", held, pods, NOW)
+    assert Relabel("w0", "active", "warm", "promoted: new pods are held, the fleet needs it active") in plan.actions
+    assert not any(isinstance(a, (CreatePod, CreatePlaceholder)) for a in plan.actions)
+    assert plan.summary.held_active == 0 and plan.summary.held_rollout == 1 and plan.summary.held_warm == 1
+    after = [p for p in apply_actions(pods, plan.actions, NOW) if not p.deleting]
+    again = plan_fleet("bert", held, after, NOW)
+    assert again.actions == () and again.summary.ready_active == 1, "kept serving, no flip-flop"
+    # Never beyond the target: a second loaded old warm pod stays standby.
+    two = plan_fleet("bert", held, [*pods, pod("w1", "warm")], NOW)
+    assert sum(isinstance(a, Relabel) and a.role == "active" for a in two.actions) == 1
+    assert two.summary.kept_outdated_warm == 1
+
+
+def test_held_rollout_keeps_the_loaded_old_warm_pods_first() -> None:
+    # More old warm pods than the pool (it shrank): the loaded one stays, not the first by name.
+    held = replace(target(1, warm=1, artifact=NEW), hold_creations=HELD)
+    pods = [pod("a0"), pod("w0", "warm", ready=False), pod("w1", "warm")]
+    deleted = [a.name for a in plan_fleet("bert", held, pods, NOW).actions if isinstance(a, DeletePod)]
+    assert deleted == ["w0"]
+
+
+def test_held_placeholders_keep_those_on_nodes_and_count_only_those_kept() -> None:
+    # An old template's placeholders on nodes and a new one not scheduled, the new ones held: the
+    # spare nodes stay held, and the warm pool does not count one the same plan deletes (it said
+    # "2 placeholders on nodes", True, then "1/2", False, under the same hold).
+    held = replace(
+        target(1, placeholders=2, artifact=NEW), hold_creations="cpuLimit below request", hold_placeholders=True
+    )
+    pending_new = PodView("bert-ph-new-0", "placeholder", template=TEMPLATE, phase="Pending", node=None)
+    old = [PodView(f"bert-ph-old-{i}", "placeholder", template="other", phase="Running", node=f"n{i}") for i in (0, 1)]
+    pods = [pod("a0"), pending_new, *old]
+    plan = plan_fleet("bert", held, pods, NOW)
+    assert [a.name for a in plan.actions if isinstance(a, DeletePlaceholder)] == ["bert-ph-new-0"]
+    assert (plan.summary.spare_nodes, plan.summary.held_placeholders, plan.summary.kept_outdated_placeholders) == (
+        2,
+        2,
+        2,
+    )
+    after = [p for p in apply_actions(pods, plan.actions, NOW) if not p.deleting]
+    again = plan_fleet("bert", held, after, NOW)
+    assert again.actions == () and again.summary.spare_nodes == 2
+    # Without the hold, a surplus placeholder on a node is not counted as the pool's.
+    surplus = [PodView(f"p{i}", "placeholder", template=TEMPLATE, phase="Running", node=f"n{i}") for i in range(3)]
+    plain = plan_fleet("bert", target(0, placeholders=1), surplus, NOW).summary
+    assert (plain.placeholders_bound, plain.spare_nodes) == (3, 1)
+
+
 def test_pod_on_a_vanished_node_is_force_deleted_and_replaced() -> None:
     pods = [pod("a0", node="gone", node_lost=True), pod("a1")]
     plan = plan_fleet("bert", target(2), pods, NOW)

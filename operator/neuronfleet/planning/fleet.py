@@ -66,9 +66,11 @@ Rules (DESIGN.md, fleet model):
   summary with that reason, each where it belongs: ``held_active`` (the active deficit),
   ``held_rollout`` (new-revision pods that would replace the outdated actives still serving),
   ``held_warm`` (the pool's own deficit, never more than ``target.warm``) and ``held_placeholders``.
-  A held rollout keeps the old standby it cannot replace: outdated warm pods (up to ``target.warm``,
-  never promoted) and, with ``hold_placeholders``, old-template placeholders (up to
-  ``target.placeholders``); once the hold ends the rollout replaces them as usual.
+  A held rollout keeps the old standby it cannot replace: outdated warm pods (a loaded one promoted
+  into an active deficit nothing else fills, as a lost pod leaves; the rest, loaded first, up to
+  the room the current pool leaves) and, with ``hold_placeholders``, placeholders of either
+  template (those on a node first, up to ``target.placeholders``); once the hold ends the rollout
+  replaces them as usual.
 """
 
 from __future__ import annotations
@@ -319,6 +321,8 @@ class FleetSummary:
     unbound: int = 0
     #: Placeholders bound to a node (only those hold capacity).
     placeholders_bound: int = 0
+    #: ... of them, those the plan keeps (None: as many; a surplus or replaced one is deleted).
+    placeholders_kept_bound: int | None = None
     #: During a rollout: when the oldest pod of the current revision was created.
     rollout_started_at: datetime | None = None
     #: During a rollout: when it last progressed (a pod of the current revision became ready), or
@@ -335,6 +339,11 @@ class FleetSummary:
     #: Warm pods and placeholders of the old revision or template kept while the new ones are held.
     kept_outdated_warm: int = 0
     kept_outdated_placeholders: int = 0
+
+    @property
+    def spare_nodes(self) -> int:
+        """Placeholders on a node that stay: those the warm pool counts."""
+        return self.placeholders_bound if self.placeholders_kept_bound is None else self.placeholders_kept_bound
 
     @property
     def held(self) -> int:
@@ -504,13 +513,26 @@ def plan_fleet(
     keep_old = max(0, must_stay_ready - ready_current_active)
     old_ready_active = [pod for pod in outdated if pod.role == "active" and pod.ready]
     old_ready_kept = list(reversed(policy.drain_order(old_ready_active, active_set, now)))[:keep_old]
-    # While creations are held nothing replaces the old pool, so its warm pods stay (up to the
-    # pool's size) as loaded standby of the old revision. They are not promoted: a held rollout
-    # keeps old actives serving, but growing the old revision's active set would be a rollback
-    # nobody asked for, and the hold (a refused spec) is expected to be fixed, not served around.
-    old_warm_kept = (
-        [pod for pod in outdated if pod.role == "warm"][: target.warm] if target.hold_creations is not None else []
-    )
+    # While creations are held nothing replaces the old pool, so its warm pods stay as loaded
+    # standby of the old revision, and serve as standby does: a ready one is promoted into an
+    # active deficit nothing else can fill (a lost pod), as the old revision's ready actives keep
+    # serving in any rollout; never beyond the target. The rest stay, loaded ones first, up to the
+    # room the current pool leaves.
+    old_warm_promoted: list[PodView] = []
+    old_warm_kept: list[PodView] = []
+    if target.hold_creations is not None:
+        old_warm = [pod for pod in outdated if pod.role == "warm"]
+        staying_now = [*active_set, *old_ready_kept]
+        old_warm_ready = policy.promotion_order([pod for pod in old_warm if pod.ready], staying_now, now)
+        short = max(0, target.active - len(active_set) - len(old_ready_kept))
+        old_warm_promoted = old_warm_ready[:short]
+        old_ready_kept += old_warm_promoted
+        room = max(0, target.warm - len([pod for pod in current if pod not in active_set]))
+        old_warm_kept = (
+            old_warm_ready[short:] + sorted((pod for pod in old_warm if not pod.ready), key=_progress, reverse=True)
+        )[:room]
+    for pod in old_warm_promoted:
+        promotions.append(Relabel(pod.name, "active", "warm", "promoted: new pods are held, the fleet needs it active"))
     if revision is not None:
         for pod in outdated:
             if pod.role == "draining" or pod in old_ready_kept or pod in old_warm_kept:
@@ -596,16 +618,17 @@ def plan_fleet(
 
     # Placeholders.
     placeholders = [pod for pod in healthy if pod.role == "placeholder"]
-    kept_placeholders = sorted(
-        (pod for pod in placeholders if pod.template == target.template),
-        key=lambda pod: (pod.node is None, pod.name),
-    )[: target.placeholders]
     if target.hold_creations is not None and target.hold_placeholders:
-        # The new template's placeholders are held: the old ones keep the spare nodes meanwhile.
-        kept_placeholders += sorted(
-            (pod for pod in placeholders if pod.template != target.template),
+        # The new template's placeholders are held: the old ones keep the spare nodes meanwhile,
+        # those on a node first, whatever their template (one not on a node holds nothing).
+        kept_placeholders = sorted(
+            placeholders, key=lambda pod: (pod.node is None, pod.template != target.template, pod.name)
+        )[: target.placeholders]
+    else:
+        kept_placeholders = sorted(
+            (pod for pod in placeholders if pod.template == target.template),
             key=lambda pod: (pod.node is None, pod.name),
-        )[: max(0, target.placeholders - len(kept_placeholders))]
+        )[: target.placeholders]
     for pod in placeholders:
         if pod not in kept_placeholders:
             reason = "surplus placeholder" if pod.template == target.template else "placement changed"
@@ -652,6 +675,7 @@ def plan_fleet(
         held_rollout=held_rollout,
         held_placeholders=held_placeholders,
         hold_reason=target.hold_creations if held_active or held_warm or held_rollout or held_placeholders else None,
+        placeholders_kept_bound=sum(1 for pod in kept_placeholders if pod.node is not None),
         kept_outdated_warm=len(old_warm_kept) if revision is not None else 0,
         kept_outdated_placeholders=sum(pod.template != target.template for pod in kept_placeholders),
     )

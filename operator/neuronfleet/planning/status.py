@@ -265,21 +265,22 @@ def _scaling(inputs: StatusInputs) -> ConditionValue:
 def _warm_pool(fleet: FleetSummary) -> ConditionValue:
     if fleet.desired_warm == 0 and fleet.desired_placeholders == 0:
         return ConditionValue("WarmPoolReady", "True", Reason.NO_WARM_POOL, "no warm pods or placeholders wanted")
-    # A placeholder holds capacity only once it is on a node: an unscheduled one holds nothing.
-    if fleet.warm_ready >= fleet.desired_warm and fleet.placeholders_bound >= fleet.desired_placeholders:
+    # A placeholder holds capacity only once it is on a node: an unscheduled one holds nothing,
+    # and one the plan deletes (a surplus, a replaced template) holds it no longer.
+    if fleet.warm_ready >= fleet.desired_warm and fleet.spare_nodes >= fleet.desired_placeholders:
         return ConditionValue(
             "WarmPoolReady",
             "True",
             Reason.WARM_POOL_FULL,
-            f"{_plural(fleet.warm_ready, 'warm pod')} ready, {_plural(fleet.placeholders_bound, 'placeholder')} "
-            "on nodes",
+            f"{_plural(fleet.warm_ready, 'warm pod')} ready, {_plural(fleet.spare_nodes, 'placeholder')} "
+            "on nodes" + _kept_outdated(fleet),
         )
     return ConditionValue(
         "WarmPoolReady",
         "False",
         Reason.WARM_POOL_FILLING,
         f"{fleet.warm_ready}/{fleet.desired_warm} warm pods ready, "
-        f"{fleet.placeholders_bound}/{fleet.desired_placeholders} placeholders on nodes"
+        f"{fleet.spare_nodes}/{fleet.desired_placeholders} placeholders on nodes"
         + _held(fleet, fleet.held_warm, "warm", fleet.held_placeholders)
         + _kept_outdated(fleet),
     )
