@@ -286,7 +286,8 @@ def test_a_held_rollout_keeps_old_standby_within_the_target_and_converges_once_r
         # What the hold keeps never exceeds what the spec asks for.
         outdated = [p for p in live if p.role != "placeholder" and (p.revision, p.template) != (NEW.id, TEMPLATE)]
         assert sum(p.role == "warm" for p in outdated) <= target.warm
-        assert sum(p.role == "active" for p in live) <= target.active
+        # (Ready: a rollout keeps an old ready active beside its loading replacement.)
+        assert sum(p.role == "active" and p.ready for p in live) <= target.active
         placeholders = sum(p.role == "placeholder" for p in live)
         assert placeholders <= target.placeholders if hold_placeholders else placeholders == target.placeholders
         floor = max(floor, min(ready_active(state), target.active))
