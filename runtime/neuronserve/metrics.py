@@ -94,12 +94,18 @@ class BusyTracker:
             self._running.remove(start if since is None else since)
         self._intervals.append((start, end))
         self.busy_seconds_total += end - start
+        # Dropped here too, not only when /metrics reads the ratio: unscraped (no Prometheus, a
+        # scrape outage), the list would grow by one per batch and the next scrape would pay for all.
+        self._expire(self._clock() - self.window)
+
+    def _expire(self, horizon: float) -> None:
+        while self._intervals and self._intervals[0][1] <= horizon:
+            self._intervals.popleft()
 
     def ratio(self) -> float:
         now = self._clock()
         horizon = now - self.window
-        while self._intervals and self._intervals[0][1] <= horizon:
-            self._intervals.popleft()
+        self._expire(horizon)
         busy = sum(min(end, now) - max(start, horizon) for start, end in self._intervals)
         busy += sum(now - max(since, horizon) for since in self._running)
         span = min(self.window, now - self._created) * self.capacity

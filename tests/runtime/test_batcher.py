@@ -354,3 +354,17 @@ async def test_every_batch_the_device_starts_counts_in_the_batch_size_histogram_
     assert runs == [[0, -1], [0], [-1]]  # the batch fails, then each half runs alone
     assert metrics.registry.get_sample_value("neuronserve_batch_size_count") == 3
     assert metrics.registry.get_sample_value("neuronserve_batch_size_sum") == 4
+
+
+def test_busy_intervals_are_dropped_without_a_scrape() -> None:
+    # Nobody reads the ratio (no Prometheus): the tracker still keeps no more than one window of
+    # batches, instead of one entry per batch since start for the next scrape to walk.
+    now = [0.0]
+    tracker = BusyTracker(window_seconds=10.0, clock=lambda: now[0])
+    for i in range(10_000):  # 100 s of 10 ms batches
+        now[0] = i * 0.01 + 0.01
+        tracker.started(i * 0.01)
+        tracker.finished(i * 0.01, now[0])
+        assert len(tracker._intervals) <= 1_001
+    assert tracker.busy_seconds_total == pytest.approx(100.0)
+    assert tracker.ratio() == pytest.approx(1.0)
