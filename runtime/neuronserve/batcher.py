@@ -41,6 +41,7 @@ import concurrent.futures
 import contextlib
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -451,6 +452,22 @@ class BatchFailed(Exception):
         self.error = error
 
 
+#: Batches executing now in executor threads, across every batcher of the process (written there).
+_executing = 0
+_executing_lock = threading.Lock()
+
+
+def batch_executing() -> bool:
+    """Whether a model runner is executing a batch now, in an executor thread.
+
+    Past the drain's grace period such a batch (a hung device) is abandoned: its requests have
+    been answered (503). Its thread cannot be stopped, and Python would wait for it at exit (the
+    executor's threads are joined) and, as a daemon thread, abort the process when finalization
+    reaches a thread inside TorchScript; the server's exit checks this and leaves at once instead.
+    """
+    return _executing > 0
+
+
 def _timed_run(
     runner: Runner, batch: list[Job], observe_rows: Callable[[float], None]
 ) -> tuple[list[Job], list[npt.NDArray[np.float32]], float, float]:
@@ -467,10 +484,16 @@ def _timed_run(
     if not live:
         return [], [], start, start
     observe_rows(sum(job.request.rows for job in live))  # a prometheus_client histogram: thread-safe
+    global _executing
+    with _executing_lock:
+        _executing += 1
     try:
         outputs, _bucket = runner.run([list(job.request.arrays) for job in live])
     except Exception as exc:
         raise BatchFailed(live, exc) from exc
+    finally:
+        with _executing_lock:
+            _executing -= 1
     return live, outputs, start, time.monotonic()
 
 

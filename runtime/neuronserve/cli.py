@@ -500,7 +500,17 @@ def run_serve(args: argparse.Namespace) -> int:
     )
     # uvloop: the event loop uvicorn and most Python model servers run; about a tenth less CPU per
     # request than asyncio's own loop here, CPU a replica's batches need.
-    return uvloop.run(serve(opts))
+    code: int = uvloop.run(serve(opts))
+    from neuronserve.batcher import batch_executing
+
+    if batch_executing():
+        # A batch still runs past the grace period (its requests were answered 503): exit now, not
+        # when it ends (Python joins the executor's thread), before the kubelet's SIGKILL.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _join_extra_args(argv: list[str]) -> list[str]:

@@ -1,5 +1,6 @@
 """A draining server exits within its grace period (plus the answers' hand-over), before the
-kubelet's SIGKILL, even when a batch runs past the grace period and a client is still uploading.
+kubelet's SIGKILL, even when a batch runs past the grace period and a client is still uploading,
+on the emulated device and on a real model runner whose batch computes past it.
 
 The operator gives ``neuronserve`` the pod's grace period less ``SHUTDOWN_MARGIN_SECONDS``; the
 kubelet kills the process at the pod's grace period. A server that waits for the device and then
@@ -16,7 +17,11 @@ import subprocess
 import threading
 from typing import Any
 
+import pytest
+from tiny_model import save_slow
+
 from neuronfleet.kube.builders import SHUTDOWN_MARGIN_SECONDS
+from neuronserve import cli
 from runtime_support import ServeProcess, http_json, scrape_metrics, wait_for
 
 GRACE_SECONDS = 8
@@ -63,5 +68,63 @@ def test_a_batch_past_the_grace_period_and_a_slow_upload_do_not_outlast_the_pods
     status, _, doc = stuck["answer"]
     assert (status, doc["error"]) == (503, "the server shut down while this request ran")
     assert "grace period ran out with connections still open" in process.log
+    assert "drained (grace period ran out)" in process.log
+    assert "Traceback" not in process.log
+
+
+@pytest.fixture(scope="module")
+def slow_artifact(tmp_path_factory: pytest.TempPathFactory) -> str:
+    root = tmp_path_factory.mktemp("slow")
+    source = save_slow(root / "slow.pt")
+    result = root / "result.json"
+    argv = ["compile", "--source", str(source), "--store", str(root / "store"), "--name", "slow"]
+    assert cli.main([*argv, "--batch-buckets", "1,4", "--sequence-buckets", "8", "--result-file", str(result)]) == 0
+    uri: str = json.loads(result.read_text())["uri"]
+    return uri
+
+
+def test_a_model_batch_computing_past_the_grace_period_does_not_hold_the_exit(
+    slow_artifact: str, serve_process: Any
+) -> None:
+    # The batch runs in the model runner's executor thread (TorchScript, minutes of work): the
+    # drain answers its request at the deadline, and the process exits without waiting for it.
+    grace = 2
+    process: ServeProcess = serve_process(
+        ["--artifact", slow_artifact, "--grace-seconds", str(grace), "--drain-delay-seconds", "0"]
+    )
+    process.wait_listening(60)
+    wait_for(lambda: http_json(process.url, "GET", "/v2/health/ready")[0] == 200, 60, "the server to be ready")
+    hung = {
+        "inputs": [
+            {"name": "input_ids", "datatype": "INT64", "shape": [1, 2], "data": [99, 40]},
+            {"name": "attention_mask", "datatype": "INT64", "shape": [1, 2], "data": [1, 1]},
+        ]
+    }
+    stuck: dict[str, Any] = {}
+
+    def send_stuck_request() -> None:
+        stuck["answer"] = http_json(process.url, "POST", "/v2/models/slow/infer", json.dumps(hung).encode())
+
+    sender = threading.Thread(target=send_stuck_request, daemon=True)
+    sender.start()
+    # Executing (no longer queued): the batch is in the executor thread.
+    wait_for(
+        lambda: (
+            (m := scrape_metrics(process.url))["neuronserve_inflight_requests"] == 1
+            and m["neuronserve_queue_depth"] == 0
+        ),
+        30,
+        "the request to reach the device",
+    )
+    process.proc.send_signal(signal.SIGTERM)
+    kubelet_kills_at = grace + SHUTDOWN_MARGIN_SECONDS
+    try:
+        code = process.wait_exit(timeout=kubelet_kills_at)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"still running {kubelet_kills_at} s after SIGTERM:\n{process.log}") from None
+    assert code == 0, process.log
+    sender.join(timeout=10)
+    status, _, doc = stuck["answer"]
+    assert (status, doc["error"]) == (503, "the server shut down while this request ran")
     assert "drained (grace period ran out)" in process.log
     assert "Traceback" not in process.log

@@ -26,3 +26,26 @@ def save_tiny(path: Path) -> Path:
         warnings.simplefilter("ignore", DeprecationWarning)
         torch.jit.save(torch.jit.script(Tiny().eval()), str(path))
     return path
+
+
+class Slow(Tiny):
+    """The tiny model, but a request whose first id is 99 computes for ``input_ids[0, 1]`` x 1,000,000
+    additions first (seconds per unit): a batch hung on the device, on a real model runner."""
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = (self.embed(input_ids) * attention_mask.unsqueeze(-1).float()).sum(1)
+        if int(input_ids[0, 0]) == 99:
+            acc = torch.zeros(1)
+            for _ in range(int(input_ids[0, 1]) * 1000000):
+                acc = acc + 1.0
+            out = out + acc * 0.0
+        return out
+
+
+def save_slow(path: Path) -> Path:
+    """Write the slow model as TorchScript at ``path``."""
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.jit.save(torch.jit.script(Slow().eval()), str(path))
+    return path
