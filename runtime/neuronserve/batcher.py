@@ -39,6 +39,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import re
 import threading
@@ -356,25 +357,35 @@ class Batcher:
             sequence = max(a[0].shape[1] for a in arrays)
             reservation = runner.reserve(rows, sequence, ready_at)
             self.metrics.busy.started(reservation.start)
+            # Its booked time on the nominal timeline (the loop's timer may wake a little early or
+            # late); a batch cut short (a failure, or cancelled by the drain) only the time it ran.
+            end = reservation.end
             try:
                 return batch, await runner.execute(arrays, reservation)
-            except Exception as exc:
-                raise BatchFailed(batch, exc) from exc
+            except BaseException as exc:
+                end = max(reservation.start, min(reservation.end, time.monotonic()))
+                if isinstance(exc, Exception):
+                    raise BatchFailed(batch, exc) from exc
+                raise
             finally:
-                self.metrics.busy.finished(reservation.start, reservation.end)
+                self.metrics.busy.finished(reservation.start, end)
         model = cast(Runner, runner)
-        # Busy time is recorded from the loop thread (the tracker is read there by /metrics); the
-        # execution's own start and end are taken in the executor thread, where it really runs.
-        submitted = time.monotonic()
-        self.metrics.busy.started(submitted)
+        # The busy clock starts when the executor thread starts the run, not when the batch is
+        # handed over: a lookahead batch waits there behind the one executing, and counting it
+        # from the hand-over read up to twice the device's busy share. The tracker is read on the
+        # loop thread (by /metrics), so the thread hands the start over to the loop; that call is
+        # queued before the run's result, so ``started`` comes before ``finished``.
+        loop = asyncio.get_running_loop()
+        span = _Span(functools.partial(_on_loop, loop, self.metrics.busy.started))
         try:
-            ran, outputs, start, end = await asyncio.get_running_loop().run_in_executor(
-                self._executor, _timed_run, model, batch, self.metrics.batch_size.observe
+            ran, outputs = await loop.run_in_executor(
+                self._executor, _timed_run, model, batch, self.metrics.batch_size.observe, span
             )
-        except BaseException:
-            self.metrics.busy.finished(submitted, time.monotonic())
-            raise
-        self.metrics.busy.finished(start, end, since=submitted)
+        finally:
+            # A failed run counts from its start to its failure; one that never started, not at all.
+            # (Cancelled by the drain while the run goes on: its clock runs on, as the device does.)
+            if span.start is not None and span.end is not None:
+                self.metrics.busy.finished(span.start, span.end)
         return ran, outputs
 
     async def _run(self, batch: list[Job], ready_at: float, splitting: bool = False) -> None:
@@ -468,22 +479,39 @@ def batch_executing() -> bool:
     return _executing > 0
 
 
+def _on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[float], None], value: float) -> None:
+    """``fn(value)`` on the loop's thread, soon (from another thread)."""
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody reads it any more
+        loop.call_soon_threadsafe(fn, value)
+
+
+@dataclass
+class _Span:
+    """When a run in the executor thread started and ended (written there); ``on_start`` is told its start."""
+
+    on_start: Callable[[float], object]
+    start: float | None = None
+    end: float | None = None
+
+
 def _timed_run(
-    runner: Runner, batch: list[Job], observe_rows: Callable[[float], None]
-) -> tuple[list[Job], list[npt.NDArray[np.float32]], float, float]:
-    """Run a batch's requests not cancelled by now (in the executor thread); those, their outputs,
-    and when the run started and ended. Its rows are recorded (``observe_rows``) before it runs,
-    so a batch that fails counts as one that succeeds; a failure is raised as ``BatchFailed``.
+    runner: Runner, batch: list[Job], observe_rows: Callable[[float], None], span: _Span
+) -> tuple[list[Job], list[npt.NDArray[np.float32]]]:
+    """Run a batch's requests not cancelled by now (in the executor thread); those and their
+    outputs, and in ``span`` when the run started and ended (a batch left with no request does
+    not run: no span). Its rows are recorded (``observe_rows``) before it runs, so a batch that
+    fails counts as one that succeeds; a failure is raised as ``BatchFailed``.
 
     A batch waiting ahead was handed over before it could run: requests cancelled since are left
     out here. ``future.done()`` is one read of state only the loop thread writes; a request
     cancelled at this very instant may still run (its rows are then dropped).
     """
-    start = time.monotonic()
     live = _live(batch)
     if not live:
-        return [], [], start, start
+        return [], []
     observe_rows(sum(job.request.rows for job in live))  # a prometheus_client histogram: thread-safe
+    span.start = time.monotonic()
+    span.on_start(span.start)
     global _executing
     with _executing_lock:
         _executing += 1
@@ -492,9 +520,10 @@ def _timed_run(
     except Exception as exc:
         raise BatchFailed(live, exc) from exc
     finally:
+        span.end = time.monotonic()
         with _executing_lock:
             _executing -= 1
-    return live, outputs, start, time.monotonic()
+    return live, outputs
 
 
 def _is_timed(runner: Runner | TimedDevice) -> TypeGuard[TimedDevice]:

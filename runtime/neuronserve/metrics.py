@@ -28,7 +28,10 @@ and role labels are added by Prometheus relabeling from pod labels, never by the
   only: refusals and failures are not in it, so an SLO's denominator is
   ``neuronserve_requests_total`` (every outcome), not this histogram's count. Buckets are dense
   from 25 to 100 ms, where latency SLOs of embedding models sit.
-- ``neuronserve_device_busy_ratio``: share of the last ``window`` seconds the device executed.
+- ``neuronserve_device_busy_ratio``: share of the last ``window`` seconds the device executed,
+  over its cores (1.0: every core busy). A batch counts from when it starts executing, not while
+  it waits behind the one executing; an emulated batch cut short (a failure, the drain) counts the
+  time it ran, not the time booked for it.
 - ``neuronserve_device_busy_seconds_total``: device time spent executing batches, summed over
   cores (its rate over the core count is the long-run busy ratio).
 - ``neuronserve_device_info{device,profile,emulated}``: 1, saying what executes the batches:
@@ -88,10 +91,10 @@ class BusyTracker:
     def started(self, at: float) -> None:
         self._running.append(at)
 
-    def finished(self, start: float, end: float, since: float | None = None) -> None:
-        """An execution ran from ``start`` to ``end``; ``since``: what ``started`` was given, if not ``start``."""
-        if (start if since is None else since) in self._running:
-            self._running.remove(start if since is None else since)
+    def finished(self, start: float, end: float) -> None:
+        """An execution that ``started`` at ``start`` ran until ``end``."""
+        if start in self._running:
+            self._running.remove(start)
         self._intervals.append((start, end))
         self.busy_seconds_total += end - start
         # Dropped here too, not only when /metrics reads the ratio: unscraped (no Prometheus, a

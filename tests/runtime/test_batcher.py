@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import types
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -14,6 +15,7 @@ import numpy.typing as npt
 import pytest
 
 from neuronserve.batcher import Batcher, QueueFull, ShuttingDown
+from neuronserve.emulated import BERT_BASE, EmulatedDevice, synthetic_manifest
 from neuronserve.metrics import BusyTracker, ServerMetrics
 from neuronserve.protocol import InferRequest
 
@@ -368,3 +370,90 @@ def test_busy_intervals_are_dropped_without_a_scrape() -> None:
         assert len(tracker._intervals) <= 1_001
     assert tracker.busy_seconds_total == pytest.approx(100.0)
     assert tracker.ratio() == pytest.approx(1.0)
+
+
+class TimedRunner(ScriptedRunner):
+    """Records when each run really starts and ends; a run waits for ``release`` (if given) and
+    fails on a request whose first id is negative."""
+
+    def __init__(self, release: threading.Event | None = None) -> None:
+        super().__init__({1: 0.01, 8: 0.02, 16: 0.03})
+        self.release = release
+        self.spans: list[tuple[float, float]] = []
+        self.entered = threading.Event()
+
+    def run(self, requests: Sequence[Sequence[npt.NDArray[Any]]]) -> tuple[list[npt.NDArray[np.float32]], Any]:
+        start = time.monotonic()
+        self.entered.set()
+        try:
+            if self.release is not None:
+                self.release.wait(timeout=30)
+            if any(int(arrays[0][0, 0]) < 0 for arrays in requests):
+                raise RuntimeError("the device failed")
+            return super().run(requests)
+        finally:
+            self.spans.append((start, time.monotonic()))
+
+
+async def test_a_batch_waiting_ahead_is_not_counted_busy_until_it_executes() -> None:
+    # One batch executes; a full one waits in the executor behind it (lookahead). The device is
+    # busy with one batch: the ratio must not count the waiting one too (it read up to 2x).
+    offset = [0.0]
+    tracker = BusyTracker(window_seconds=10.0, clock=lambda: time.monotonic() + offset[0], capacity=2)
+    runner = TimedRunner(threading.Event())
+    batcher = Batcher(runner, ServerMetrics(tracker), max_rows=1, max_delay=0.0, max_queue=64)
+    batcher.start()
+    first = batcher.submit(_request(0))
+    await _until(runner.entered.is_set)
+    second = batcher.submit(_request(1))
+    # Handed to the executor, waiting there behind the first.
+    await _until(lambda: batcher._executor._work_queue.qsize() == 1)
+    # Read 5 s on: one batch running all of it over 2 cores' capacity is 0.5 (both counted: 1.0).
+    offset[0] = 5.0
+    assert tracker.ratio() == pytest.approx(0.5, abs=0.05)
+    assert runner.release is not None
+    runner.release.set()
+    await asyncio.gather(first, second)
+    assert await batcher.drain(5.0)
+    # Within a few GIL switch intervals (the executor thread waits for the GIL to take its times).
+    assert tracker.busy_seconds_total == pytest.approx(sum(end - start for start, end in runner.spans), abs=0.05)
+
+
+async def test_a_failed_batch_counts_busy_from_when_it_ran_not_from_when_it_was_handed_over() -> None:
+    # The failing batch waits ahead while the first one computes; its busy time is its own run only.
+    release = threading.Event()
+    tracker = BusyTracker()
+    runner = TimedRunner(release)
+    batcher = Batcher(runner, ServerMetrics(tracker), max_rows=1, max_delay=0.0, max_queue=64)
+    batcher.start()
+    first = batcher.submit(_request(0))
+    await _until(runner.entered.is_set)
+    failing = batcher.submit(_request(-1))
+    await _until(lambda: batcher._executor._work_queue.qsize() == 1)
+    handed_over = time.monotonic()
+    # The first batch computes until the device is seen to have been busy a while past the hand-over.
+    await asyncio.get_running_loop().run_in_executor(None, lambda: release.wait(0.3))
+    release.set()
+    await first
+    with pytest.raises(RuntimeError, match="the device failed"):
+        await failing
+    assert await batcher.drain(5.0)
+    ran = sum(end - start for start, end in runner.spans)
+    assert runner.spans[1][0] - handed_over >= 0.25  # it really waited ahead
+    assert tracker.busy_seconds_total == pytest.approx(ran, abs=0.05)
+
+
+async def test_an_emulated_batch_cut_short_by_the_drain_counts_only_the_time_it_ran() -> None:
+    # bert-base batch 1 is 1 ms; x20,000 it is booked for 20 s. The drain gives up after 0.05 s.
+    manifest = synthetic_manifest(BERT_BASE, "m")
+    device = EmulatedDevice(BERT_BASE, manifest, time_scale=20_000)
+    tracker = BusyTracker()
+    batcher = Batcher(device, ServerMetrics(tracker), max_rows=16, max_delay=0.0, max_queue=64)
+    batcher.start()
+    stuck = batcher.submit(_request(1))
+    await _until(lambda: tracker.ratio() > 0)
+    assert not await batcher.drain(0.05)
+    with pytest.raises(ShuttingDown):
+        await stuck
+    await _until(lambda: tracker.busy_seconds_total > 0)  # the cancelled batch has recorded its time
+    assert tracker.busy_seconds_total < 5.0
