@@ -33,7 +33,10 @@ and role labels are added by Prometheus relabeling from pod labels, never by the
   it waits behind the one executing; an emulated batch cut short (a failure, the drain) counts the
   time it ran, not the time booked for it.
 - ``neuronserve_device_busy_seconds_total``: device time spent executing batches, summed over
-  cores (its rate over the core count is the long-run busy ratio).
+  cores: its rate over ``neuronserve_device_cores`` is the long-run busy ratio (the rate alone
+  reads up to the core count: about 2 on a saturated 2-core replica).
+- ``neuronserve_device_cores``: how many batches the device executes at once (a model runner: 1;
+  the emulated device: its profile's NeuronCores), the busy ratio's 1.0; 1 until a model is loaded.
 - ``neuronserve_device_info{device,profile,emulated}``: 1, saying what executes the batches:
   ``device="cpu"`` or ``"neuron"`` (the artifact's backend) or ``"emulated-neuroncore"`` with
   ``emulated="true"`` and the Inf2 profile whose service times it reproduces.
@@ -226,6 +229,13 @@ class ServerMetrics:
         )
         self.arrivals_peak.set_function(self.arrivals.peak)
         r.register(_BusySeconds(busy))
+        self.device_cores = Gauge(
+            "neuronserve_device_cores",
+            "Batches the device executes at once: rate(neuronserve_device_busy_seconds_total) over this "
+            "is the busy ratio.",
+            registry=r,
+        )
+        self.device_cores.set_function(lambda: busy.capacity)
         self.device_info = Gauge(
             "neuronserve_device_info",
             "What executes the batches (emulated=true: no model runs, service times from an Inf2 profile).",

@@ -107,6 +107,10 @@ async def test_one_process_at_saturation_runs_full_batches_at_the_profile_latenc
     assert batches == 400
     assert busy == pytest.approx(400 * 0.0109, rel=1e-6)
     assert BERT_BASE.cores * rows / busy == pytest.approx(published, rel=0.01)
+    # The counter is summed over cores: over the cores the server exports it is a ratio (every
+    # batch ran on one core between the first request and the last answer).
+    assert after["neuronserve_device_cores"] == BERT_BASE.cores
+    assert busy / after["neuronserve_device_cores"] <= seconds + 0.005  # the loop timer may wake 1 ms early
     print(f"wall clock: {rows / seconds:.0f} inf/s over {seconds:.2f} s (the profile's two cores: {published})")
 
 

@@ -368,6 +368,7 @@ def test_metrics_have_the_names_the_operator_reads(live_server: LiveServer) -> N
     assert values["neuronserve_requests_total{outcome=bad_request}"] >= 1
     assert values["neuronserve_ready"] == 1
     assert 0 <= values["neuronserve_device_busy_ratio"] <= 1
+    assert values["neuronserve_device_cores"] == 1  # a model runner executes one batch at a time
     assert values["neuronserve_queue_depth"] == 0
     assert values["neuronserve_inflight_requests"] == 0
 

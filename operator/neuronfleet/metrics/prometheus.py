@@ -306,9 +306,11 @@ def _scalar(result: list[Any]) -> QueryResult:
 #: The most a busy ratio may read and still be a ratio; above it, a sum of ratios (two pods at 0.9
 #: read 1.8) or a broken exporter. Between 1 and this it reads as 1 (busy): a rate of busy-time
 #: counters overshoots, as neuronserve credits a batch's busy time to
-#: ``neuronserve_device_busy_seconds_total`` when the batch ends, so rate() over a window reads up to
-#: 1 + batch / window (1.07 for 4 s batches over a 1-minute rate of a 15 s scrape). A sum of ratios
-#: that adds up to this or less (two pods at 0.7) is not told from such an overshoot.
+#: ``neuronserve_device_busy_seconds_total`` when the batch ends, so its rate() over a window,
+#: divided by ``neuronserve_device_cores`` (the counter is summed over cores: undivided, a saturated
+#: 2-core replica reads about 2), reads up to 1 + batch / window (1.07 for 4 s batches over a
+#: 1-minute rate of a 15 s scrape). A sum of ratios that adds up to this or less (two pods at 0.7)
+#: is not told from such an overshoot.
 RATIO_MOST = 1.5
 
 
