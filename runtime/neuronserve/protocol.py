@@ -120,10 +120,10 @@ def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], 
     """The JSON header and the binary data after it (None: no ``Inference-Header-Content-Length``)."""
     if header_length is None:
         return parse_json(body), None
-    try:
-        length = int(header_length)
-    except ValueError:
-        raise _fail(f"{HEADER_LENGTH} must be an integer, got {header_length!r}") from None
+    # Decimal digits only, as Content-Length: int() also takes "+10", "1_0" and other digits than ASCII.
+    if not re.fullmatch(r"-?[0-9]+", header_length):
+        raise _fail(f"{HEADER_LENGTH} must be an integer in decimal digits, got {header_length!r}")
+    length = int(header_length)
     if length < 0:
         raise _fail(f"{HEADER_LENGTH} must not be negative, got {length}")
     if length > len(body):

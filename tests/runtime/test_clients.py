@@ -158,6 +158,8 @@ def _binary_ids(shape: list[int], size: int | None = None, datatype: str = "INT6
 
 MASK_1x4 = {"name": "attention_mask", "shape": [1, 4], "datatype": "INT64", "data": [1, 1, 1, 1]}
 IDS_1x4 = np.array([[101, 7592, 2088, 102]], dtype="<i8").tobytes()
+FRAMED_1x4, _FRAMED_HEAD = _framed({"inputs": [_binary_ids([1, 4]), MASK_1x4]}, IDS_1x4)
+FRAMED_1x4_LENGTH = _FRAMED_HEAD["Inference-Header-Content-Length"]
 BAD_BINARY: list[tuple[str, bytes, dict[str, str], str]] = [
     (
         "header length past the body",
@@ -165,6 +167,16 @@ BAD_BINARY: list[tuple[str, bytes, dict[str, str], str]] = [
         "Inference-Header-Content-Length 10000 is larger than the body",
     ),
     ("header length not a number", b"{}", {"Inference-Header-Content-Length": "ten"}, "must be an integer"),
+    # int() takes these; the header, like Content-Length, is decimal digits only.
+    *(
+        (
+            f"header length {spelling}",
+            FRAMED_1x4,
+            {"Inference-Header-Content-Length": spelling.format(FRAMED_1x4_LENGTH)},
+            "Inference-Header-Content-Length must be an integer in decimal digits, got",
+        )
+        for spelling in ("+{}", "0_{}")
+    ),
     (
         "header length negative",
         b"{}",
