@@ -104,9 +104,18 @@ def parse_json(body: bytes) -> dict[str, Any]:
 
 
 def _parse_json_slowly(body: bytes) -> Any:
+    # json.loads of bytes guesses UTF-16 and UTF-32 and would serve them: the protocol's JSON is
+    # UTF-8 (RFC 8259), a leading byte order mark tolerated. A NUL is never in UTF-8 JSON, and is
+    # how text in UTF-16 or UTF-32 looks when read as UTF-8.
     try:
-        doc = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        text = body.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise _fail(f"the request body must be JSON in UTF-8: {exc}") from None
+    if "\x00" in text:
+        raise _fail("the request body must be JSON in UTF-8: it holds NUL bytes (UTF-16 or UTF-32?)")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
         raise _fail(f"malformed JSON: {exc}") from None
     except RecursionError:
         raise _fail("malformed JSON: nested too deeply") from None

@@ -140,6 +140,17 @@ def _mask(shape: list[int]) -> dict[str, Any]:
 BAD_REQUESTS: list[tuple[str, bytes, int, str]] = [
     ("malformed json", b'{"inputs": [', 400, "malformed JSON"),
     ("not an object", b"[1, 2]", 400, "must be a JSON object"),
+    # json.loads guesses these from bytes; the protocol's JSON is UTF-8.
+    *(
+        (
+            f"JSON in {encoding}",
+            json.dumps({"inputs": [_ids([1, 4]), _mask([1, 4])]}).encode(encoding),
+            400,
+            "the request body must be JSON in UTF-8",
+        )
+        for encoding in ("utf-16", "utf-16-le", "utf-32")
+    ),
+    ("not UTF-8", b'{"inputs": "\xff"}', 400, "the request body must be JSON in UTF-8: 'utf-8' codec can't decode"),
     ("no inputs", b'{"inputs": []}', 400, "non-empty list"),
     ("missing mask", json.dumps({"inputs": [_ids([1, 4])]}).encode(), 400, "missing input(s): attention_mask"),
     (
