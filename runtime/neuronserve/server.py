@@ -450,8 +450,8 @@ def create_app(state: ServerState) -> web.Application:
     app.router.add_get("/v2/models/{name}/ready", model_ready)
     app.router.add_get("/v2/models/{name}/versions/{version}", metadata)
     app.router.add_get("/v2/models/{name}/versions/{version}/ready", model_ready)
-    app.router.add_post("/v2/models/{name}/infer", infer)
-    app.router.add_post("/v2/models/{name}/versions/{version}/infer", infer)
+    app.router.add_post("/v2/models/{name}/infer", infer, expect_handler=expect_continue)
+    app.router.add_post("/v2/models/{name}/versions/{version}/infer", infer, expect_handler=expect_continue)
     app.router.add_get("/metrics", metrics)
     return app
 
@@ -572,26 +572,60 @@ async def infer(request: web.Request) -> web.Response:
         raise
 
 
+def _admit(request: web.Request) -> tuple[ServerState, Manifest, Batcher, str | None]:
+    """The checks an infer request passes before its body is read (refusals as ``_Refusal``):
+    the model, the phase, room in the queue, the content coding, an upload place, the length."""
+    state, manifest = _model(request)
+    if not state.accepting or state.batcher is None:
+        raise _Refusal(503, f"not accepting requests ({state.phase})", "rejected", headers=_retry_after(state))
+    # A full queue refuses before the body is read, parsed or tokenized (aiohttp reads the rest
+    # of it and drops it); submit checks again, as the queue may fill meanwhile.
+    _check_room(state.batcher, state)
+    coding = _check_content_encoding(request)
+    if state.uploads >= state.config.max_uploads:
+        # Each upload holds up to a body's worth of memory until it is queued: a bound, or slow
+        # clients could hold any amount. 503, not 429: the server's receiving capacity is used
+        # up (by other, perhaps slow, clients), not this client's share of requests.
+        raise _Refusal(
+            503,
+            f"too many requests being received ({state.config.max_uploads}, the server's --max-uploads)",
+            "rejected",
+            headers=_retry_after(state),
+        )
+    if request.content_length is not None and request.content_length > state.body_limit:
+        raise _body_too_large(state.body_limit)
+    return state, manifest, state.batcher, coding
+
+
+async def expect_continue(request: web.Request) -> web.StreamResponse | None:
+    """``Expect: 100-continue`` on an infer route: the refusal ``infer`` would answer before reading
+    the body (429 queue full, 503, 404, 413, 415) is answered instead of 100 Continue, so the client
+    does not send a body only to have it dropped (aiohttp's default sends 100 Continue first)."""
+    if request.headers.get("Expect", "").lower() == "100-continue" and request.version >= (1, 1):
+        try:
+            _admit(request)
+        except _Refusal as exc:
+            request.app[STATE_KEY].metrics.outcome(exc.outcome)
+            refusal = _error(exc.status, str(exc), exc.headers)
+            # The client may send its body anyway, or not: nothing after it on this connection
+            # can be read reliably.
+            refusal.force_close()
+            return refusal
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the answer proper has not started (as aiohttp's own)
+        return None
+    if request.version >= (1, 1):
+        request.app[STATE_KEY].metrics.outcome("bad_request")
+        refusal = _error(417, f"unknown Expect: {request.headers.get('Expect')!r} (only 100-continue is)")
+        refusal.force_close()  # its body may follow or not
+        return refusal
+    return None
+
+
 async def _infer(request: web.Request, state: ServerState) -> web.Response:
     arrived = time.monotonic()
     try:
-        state, manifest = _model(request)
-        if not state.accepting or state.batcher is None:
-            raise _Refusal(503, f"not accepting requests ({state.phase})", "rejected", headers=_retry_after(state))
-        # A full queue refuses before the body is read, parsed or tokenized (aiohttp reads the rest
-        # of it and drops it); submit checks again, as the queue may fill meanwhile.
-        _check_room(state.batcher, state)
-        coding = _check_content_encoding(request)
-        if state.uploads >= state.config.max_uploads:
-            # Each upload holds up to a body's worth of memory until it is queued: a bound, or slow
-            # clients could hold any amount. 503, not 429: the server's receiving capacity is used
-            # up (by other, perhaps slow, clients), not this client's share of requests.
-            raise _Refusal(
-                503,
-                f"too many requests being received ({state.config.max_uploads}, the server's --max-uploads)",
-                "rejected",
-                headers=_retry_after(state),
-            )
+        state, manifest, batcher, coding = _admit(request)
         state.uploads += 1
         try:
             body = await _read_body(request, state.body_limit, state.config.body_timeout_seconds)
@@ -605,7 +639,7 @@ async def _infer(request: web.Request, state: ServerState) -> web.Response:
                 parsed = await _parse(body, request, state, manifest, coding)
             finally:
                 state.uploads -= 1
-            future = state.batcher.submit(parsed)
+            future = batcher.submit(parsed)
         except QueueFull as exc:
             raise _Refusal(429, str(exc), "rejected", headers=_retry_after(state)) from None
         except ShuttingDown as exc:
