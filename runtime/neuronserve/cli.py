@@ -502,10 +502,13 @@ def run_serve(args: argparse.Namespace) -> int:
     # request than asyncio's own loop here, CPU a replica's batches need.
     code: int = uvloop.run(serve(opts))
     from neuronserve.batcher import batch_executing
+    from neuronserve.server import loader_abandoned
 
-    if batch_executing():
-        # A batch still runs past the grace period (its requests were answered 503): exit now, not
-        # when it ends (Python joins the executor's thread), before the kubelet's SIGKILL.
+    if batch_executing() or loader_abandoned():
+        # A batch still runs past the grace period (its requests were answered 503), or the load
+        # the stop interrupted: exit now, not when it ends (Python joins the executor's thread),
+        # before the kubelet's SIGKILL, and without finalizing Python around a thread inside
+        # TorchScript (which aborts the process: exit 134).
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()

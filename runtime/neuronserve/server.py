@@ -57,6 +57,20 @@ from neuronserve.protocol import (
 
 log = logging.getLogger("neuronserve")
 
+#: A stop came while the loader thread still ran (see :func:`loader_abandoned`).
+_loader_abandoned = False
+
+
+def loader_abandoned() -> bool:
+    """Whether the server stopped while its loader thread (a download, a load, a warm-up) still ran.
+
+    That thread cannot be stopped; Python's finalization, meeting it inside TorchScript (a warm-up
+    of minutes on Neuron), aborts the process ("terminate called without an active exception",
+    exit 134): the server's exit checks this and leaves at once instead, as for a hung batch.
+    """
+    return _loader_abandoned
+
+
 Phase = Literal["starting", "ready", "draining"]
 MIN_BODY_BYTES = 1 << 20
 #: Threads that tokenize text requests, off the event loop (a megabyte of text with no blank to cut
@@ -848,8 +862,10 @@ async def serve(opts: ServeOptions) -> int:
         await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         if not load.done():
             # The loader thread is a daemon: the process exits now, not when a download or a
-            # warm-up of minutes would have ended.
+            # warm-up of minutes would have ended (through ``os._exit``: see ``loader_abandoned``).
             log.info("stopped while loading")
+            global _loader_abandoned
+            _loader_abandoned = True
             await runner.cleanup()
             return 0
         try:

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import socket
 import subprocess
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
-from tiny_model import save_slow
+from tiny_model import save_slow, save_slow_warm
 
 from neuronfleet.kube.builders import SHUTDOWN_MARGIN_SECONDS
 from neuronserve import cli
@@ -128,3 +130,36 @@ def test_a_model_batch_computing_past_the_grace_period_does_not_hold_the_exit(
     assert (status, doc["error"]) == (503, "the server shut down while this request ran")
     assert "drained (grace period ran out)" in process.log
     assert "Traceback" not in process.log
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) the process has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_stop_during_a_warm_up_exits_cleanly_at_once(tmp_path: Path, serve_process: Any) -> None:
+    # The warm-up runs inside TorchScript in the loader's daemon thread: stopped then, Python's
+    # finalization met that thread and aborted the process (exit 134, "terminate called without
+    # an active exception"), a pod in Error with a core dump instead of a clean exit.
+    source = save_slow_warm(tmp_path / "slow-warm.pt")
+    result = tmp_path / "result.json"
+    argv = ["compile", "--source", str(source), "--store", str(tmp_path / "store"), "--name", "slow-warm"]
+    # Batch 4: the compile's example rows have masks of several lengths (only the warm-up's are all 1).
+    assert cli.main([*argv, "--batch-buckets", "4", "--sequence-buckets", "8", "--result-file", str(result)]) == 0
+    uri = json.loads(result.read_text())["uri"]
+    process: ServeProcess = serve_process(["--artifact", uri, "--grace-seconds", "2", "--drain-delay-seconds", "0"])
+    process.wait_listening(60)
+    # Warming: the loader has burnt a second and a half of CPU since listening (the tiny model
+    # loads in a small fraction of that; its warm-up computes for minutes).
+    listening = _cpu_seconds(process.proc.pid)
+    wait_for(lambda: _cpu_seconds(process.proc.pid) > listening + 1.5, 60, "the warm-up to be computing")
+    assert http_json(process.url, "GET", "/v2/health/ready")[0] != 200, "still warming"
+    process.proc.send_signal(signal.SIGTERM)
+    try:
+        code = process.wait_exit(timeout=2 + SHUTDOWN_MARGIN_SECONDS)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"still running after SIGTERM:\n{process.log}") from None
+    assert code == 0, process.log
+    assert "stopped while loading" in process.log
+    assert "terminate called" not in process.log

@@ -49,3 +49,26 @@ def save_slow(path: Path) -> Path:
         warnings.simplefilter("ignore", DeprecationWarning)
         torch.jit.save(torch.jit.script(Slow().eval()), str(path))
     return path
+
+
+class SlowWarm(Tiny):
+    """The tiny model, but the server's warm-up input (every id and mask 1) computes for minutes:
+    a warm-up still running in the loader thread when the server is stopped, as on Neuron."""
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = (self.embed(input_ids) * attention_mask.unsqueeze(-1).float()).sum(1)
+        if bool((input_ids == 1).all()) and bool((attention_mask == 1).all()):
+            acc = torch.zeros(1)
+            for _ in range(100_000_000):
+                acc = acc + 1.0
+            out = out + acc * 0.0
+        return out
+
+
+def save_slow_warm(path: Path) -> Path:
+    """Write the model slow to warm as TorchScript at ``path``."""
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.jit.save(torch.jit.script(SlowWarm().eval()), str(path))
+    return path
