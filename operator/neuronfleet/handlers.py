@@ -313,6 +313,8 @@ async def _converge(
                 conflicts += 1
                 if report.error and conflicts > 1:
                     failures += 1
+                elif not report.error:
+                    failures = 0  # the apply succeeded: an earlier error's back-off is over
             else:
                 conflicts = 0
                 failures = failures + 1 if report.error else 0

@@ -225,3 +225,19 @@ async def test_conflicts_that_each_carry_an_apply_error_back_off_from_the_re_run
     start = asyncio.get_running_loop().time()
     await keep_converging(body=body, memo=kopf.Memo(context=ctx), namespace="ns", name="d", stopped=Stopped(stop))
     assert [round(t - start) for t in reconciler.started] == [0, 0, 20, 50, 80, 110]
+
+
+@pytest.mark.looptime
+async def test_conflicts_without_an_error_end_an_earlier_errors_back_off() -> None:
+    # Errors, then the error fixed while two writers still conflict: the conflicts alone are no
+    # failure, so the back-off the errors built ends (it stayed at the 30 s cap for as long as the
+    # conflicts went on).
+    stop: list[bool] = []
+    ctx = context()
+    ctx.metrics = OperatorMetrics()
+    reconciler = ConflictingReconciler(["failed"] * 3 + ["conflict"] * 4, stop, ctx.metrics)
+    ctx.reconciler = reconciler  # type: ignore[assignment]
+    body = kopf.Body({"metadata": {"name": "d", "namespace": "ns", "generation": 1}})
+    start = asyncio.get_running_loop().time()
+    await keep_converging(body=body, memo=kopf.Memo(context=ctx), namespace="ns", name="d", stopped=Stopped(stop))
+    assert [round(t - start) for t in reconciler.started] == [0, 20, 50, 80, 80, 90, 100]
