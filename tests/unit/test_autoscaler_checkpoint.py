@@ -242,9 +242,12 @@ def test_the_status_section_is_rendered_once_per_checkpoint_and_handed_out_as_a_
     assert first is not None and len(first.to_wire()["scaleEvents"]) == 120
     # Every reconcile until the next renewal reads the section rendered at the first.
     assert checkpoint.derived["status"] == first
-    first.service_rate_per_replica = 1.0  # a caller's model is its own
+    first.service_rate_per_replica = 1.0  # a caller's model is its own, lists included
+    assert first.scale_events is not None
+    first.scale_events.append(first.scale_events[0])
     again = autoscaler_status(checkpoint)
     assert again is not None and again is not first and again.service_rate_per_replica == 100.0
+    assert again.scale_events is not None and len(again.scale_events) == 120
     # A renewed checkpoint (equal or not) renders its own section.
     renewed = replace(checkpoint, scale_events=events[:1])
     assert not renewed.derived and renewed == replace(checkpoint, scale_events=events[:1])
