@@ -306,6 +306,21 @@ def test_held_rollout_promotes_kept_standby_into_the_capacity_a_lost_pod_leaves(
     assert two.summary.kept_outdated_warm == 1
 
 
+def test_held_rollout_keeps_an_old_active_pod_not_ready_for_a_moment() -> None:
+    # A container restarting (Running, not ready) while new pods are held: deleted, nothing could
+    # replace it, and a fleet of one had no pod at all until the hold ended.
+    held = replace(target(1, artifact=NEW), hold_creations=HELD)
+    restarting = [pod("a0", ready=False)]
+    plan = plan_fleet("bert", held, restarting, NOW)
+    assert plan.actions == () and plan.summary.held_active == 0
+    two = plan_fleet("bert", replace(held, active=2), [pod("a0"), pod("a1", ready=False)], NOW)
+    assert not any(isinstance(a, DeletePod) for a in two.actions)
+    # A loaded old warm pod serves in its place first; the restarting one goes as a surplus.
+    both = plan_fleet("bert", replace(held, warm=1), [pod("a0", ready=False), pod("w0", "warm")], NOW)
+    assert [a.name for a in both.actions if isinstance(a, Relabel) and a.role == "active"] == ["w0"]
+    assert [a.name for a in both.actions if isinstance(a, DeletePod)] == ["a0"]
+
+
 def test_held_rollout_keeps_the_loaded_old_warm_pods_first() -> None:
     # More old warm pods than the pool (it shrank): the loaded one stays, not the first by name.
     held = replace(target(1, warm=1, artifact=NEW), hold_creations=HELD)

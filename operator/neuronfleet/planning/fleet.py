@@ -512,7 +512,7 @@ def plan_fleet(
     ready_current_active = sum(1 for pod in active_set if pod.ready)
     keep_old = max(0, must_stay_ready - ready_current_active)
     old_ready_active = [pod for pod in outdated if pod.role == "active" and pod.ready]
-    old_ready_kept = list(reversed(policy.drain_order(old_ready_active, active_set, now)))[:keep_old]
+    old_actives_kept = list(reversed(policy.drain_order(old_ready_active, active_set, now)))[:keep_old]
     # While creations are held nothing replaces the old pool, so its warm pods stay as loaded
     # standby of the old revision, and serve as standby does: a ready one is promoted into an
     # active deficit nothing else can fill (a lost pod), as the old revision's ready actives keep
@@ -522,11 +522,16 @@ def plan_fleet(
     old_warm_kept: list[PodView] = []
     if target.hold_creations is not None:
         old_warm = [pod for pod in outdated if pod.role == "warm"]
-        staying_now = [*active_set, *old_ready_kept]
+        staying_now = [*active_set, *old_actives_kept]
         old_warm_ready = policy.promotion_order([pod for pod in old_warm if pod.ready], staying_now, now)
-        short = max(0, target.active - len(active_set) - len(old_ready_kept))
+        short = max(0, target.active - len(active_set) - len(old_actives_kept))
         old_warm_promoted = old_warm_ready[:short]
-        old_ready_kept += old_warm_promoted
+        old_actives_kept += old_warm_promoted
+        # An old active not ready for a moment (a container restarting, a probe failing) is kept
+        # too, within the deficit: deleted, nothing could replace it until the hold ends.
+        old_actives_kept += sorted(
+            (pod for pod in outdated if pod.role == "active" and not pod.ready), key=_progress, reverse=True
+        )[: max(0, short - len(old_warm_promoted))]
         room = max(0, target.warm - len([pod for pod in current if pod not in active_set]))
         old_warm_kept = (
             old_warm_ready[short:] + sorted((pod for pod in old_warm if not pod.ready), key=_progress, reverse=True)
@@ -535,7 +540,7 @@ def plan_fleet(
         promotions.append(Relabel(pod.name, "active", "warm", "promoted: new pods are held, the fleet needs it active"))
     if revision is not None:
         for pod in outdated:
-            if pod.role == "draining" or pod in old_ready_kept or pod in old_warm_kept:
+            if pod.role == "draining" or pod in old_actives_kept or pod in old_warm_kept:
                 continue
             if pod.role == "active" and pod.ready:
                 demotions.append(
@@ -547,7 +552,7 @@ def plan_fleet(
     # The warm set: the pool, plus the loading pods that will fill the active set when ready.
     rest = [pod for pod in current if pod not in active_set]
     warm_capacity = target.active + target.warm - len(active_set)
-    staying = [*active_set, *old_ready_kept]
+    staying = [*active_set, *old_actives_kept]
     warm_set = (
         ranked(rest, "warm", ready=True, staying=staying)
         + list(reversed(ranked(rest, "active", ready=True, staying=staying)))
@@ -598,7 +603,7 @@ def plan_fleet(
             missing = min(missing, max(0, policy.max_surge - loading))
         # Warm pods beyond the pool are already on their way into the active set.
         incoming = max(0, len(warm_set) - target.warm)
-        active_deficit = target.active - len(active_set) - len(old_ready_kept) - incoming
+        active_deficit = target.active - len(active_set) - len(old_actives_kept) - incoming
         if target.hold_creations is not None:
             # Counted, not created: a new pod could not load the artifact (it would crash-loop), or
             # the API server would refuse it. The pods held beyond the active deficit first replace
