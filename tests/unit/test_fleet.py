@@ -340,7 +340,12 @@ def test_held_placeholders_keep_those_on_nodes_and_count_only_those_kept() -> No
     old = [PodView(f"bert-ph-old-{i}", "placeholder", template="other", phase="Running", node=f"n{i}") for i in (0, 1)]
     pods = [pod("a0"), pending_new, *old]
     plan = plan_fleet("bert", held, pods, NOW)
-    assert [a.name for a in plan.actions if isinstance(a, DeletePlaceholder)] == ["bert-ph-new-0"]
+    assert [(a.name, a.reason) for a in plan.actions if isinstance(a, DeletePlaceholder)] == [
+        (
+            "bert-ph-new-0",
+            "not on a node: placeholders of the earlier placement on nodes are kept while new ones are held",
+        )
+    ]
     assert (plan.summary.spare_nodes, plan.summary.held_placeholders, plan.summary.kept_outdated_placeholders) == (
         2,
         2,

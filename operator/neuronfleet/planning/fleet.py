@@ -636,7 +636,16 @@ def plan_fleet(
         )[: target.placeholders]
     for pod in placeholders:
         if pod not in kept_placeholders:
-            reason = "surplus placeholder" if pod.template == target.template else "placement changed"
+            if pod.template != target.template:
+                reason = "placement changed"
+            elif len(kept_placeholders) == target.placeholders and any(
+                p.template != target.template for p in kept_placeholders
+            ):
+                reason = (
+                    "not on a node: placeholders of the earlier placement on nodes are kept while new ones are held"
+                )
+            else:
+                reason = "surplus placeholder"
             deletions.append(DeletePlaceholder(pod.name, reason))
     placeholders_missing = max(0, target.placeholders - len(kept_placeholders))
     if target.hold_creations is not None and target.hold_placeholders:
