@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from neuronfleet.api.v1alpha1 import (
     MAX_STATUS_SCALE_EVENTS,
@@ -245,6 +246,8 @@ def test_the_status_section_is_rendered_once_per_checkpoint_and_handed_out_as_a_
     first.service_rate_per_replica = 1.0  # a caller's model is its own, lists included
     assert first.scale_events is not None
     first.scale_events.append(first.scale_events[0])
+    with pytest.raises(ValidationError):  # the items are shared, and frozen
+        first.scale_events[0].replicas = 5
     again = autoscaler_status(checkpoint)
     assert again is not None and again is not first and again.service_rate_per_replica == 100.0
     assert again.scale_events is not None and len(again.scale_events) == 120

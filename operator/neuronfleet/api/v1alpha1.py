@@ -1051,6 +1051,9 @@ MAX_STATUS_SCALE_EVENTS = 120
 class ScaleEventStatus(ApiModel):
     """One change of the desired active replicas, as the rate policies count it."""
 
+    # Frozen: a rendered status section shares its items between reconciles.
+    model_config = ApiModel.model_config | ConfigDict(frozen=True)
+
     time: str = Field(description="When it was decided (RFC 3339, rounded up to the second).")
     replicas: int = Field(description="Replicas added (positive) or removed (negative).")
 
@@ -1063,6 +1066,9 @@ MAX_STATUS_TREND_REPLICAS = 1e9
 
 class TrendReadingStatus(ApiModel):
     """The arrival rate's signal over one minute, in replicas, as the autoscaler's trend reads it."""
+
+    # Frozen: a rendered status section shares its items between reconciles.
+    model_config = ApiModel.model_config | ConfigDict(frozen=True)
 
     time: str = Field(description="The mean time of the minute's readings (RFC 3339, to the second).")
     replicas: float = Field(
