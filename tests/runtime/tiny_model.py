@@ -21,54 +21,53 @@ class Tiny(torch.nn.Module):
 
 def save_tiny(path: Path) -> Path:
     """Write the tiny model (seeded: the same bytes every time) as TorchScript at ``path``."""
-    torch.manual_seed(0)
+    return _save(Tiny, path)
+
+
+def _save(model: type[torch.nn.Module], path: Path) -> Path:
+    torch.manual_seed(0)  # before the model is made: its weights are drawn then
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        torch.jit.save(torch.jit.script(Tiny().eval()), str(path))
+        torch.jit.save(torch.jit.script(model().eval()), str(path))
     return path
 
 
-class Slow(Tiny):
-    """The tiny model, but a request whose first id is 99 computes for ``input_ids[0, 1]`` x 1,000,000
-    additions first (seconds per unit): a batch hung on the device, on a real model runner."""
+class _Spinning(Tiny):
+    """The tiny model, but some inputs compute ``additions`` additions first (about a second per
+    million on these hosts): a device busy for as long as a test needs."""
+
+    def additions(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
+        return 0
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = (self.embed(input_ids) * attention_mask.unsqueeze(-1).float()).sum(1)
-        if int(input_ids[0, 0]) == 99:
-            acc = torch.zeros(1)
-            for _ in range(int(input_ids[0, 1]) * 1000000):
-                acc = acc + 1.0
-            out = out + acc * 0.0
-        return out
+        acc = torch.zeros(1)
+        for _ in range(self.additions(input_ids, attention_mask)):
+            acc = acc + 1.0
+        return out + acc * 0.0
+
+
+class Slow(_Spinning):
+    """A request whose first id is 99 computes for ``input_ids[0, 1]`` x 1,000,000 additions first:
+    a batch hung on the device, on a real model runner."""
+
+    def additions(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
+        return int(input_ids[0, 1]) * 1000000 if int(input_ids[0, 0]) == 99 else 0
 
 
 def save_slow(path: Path) -> Path:
     """Write the slow model as TorchScript at ``path``."""
-    torch.manual_seed(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.jit.save(torch.jit.script(Slow().eval()), str(path))
-    return path
+    return _save(Slow, path)
 
 
-class SlowWarm(Tiny):
-    """The tiny model, but the server's warm-up input (every id and mask 1) computes for minutes:
-    a warm-up still running in the loader thread when the server is stopped, as on Neuron."""
+class SlowWarm(_Spinning):
+    """The server's warm-up input (every id and mask 1) computes for minutes: a warm-up still
+    running in the loader thread when the server is stopped, as on Neuron."""
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = (self.embed(input_ids) * attention_mask.unsqueeze(-1).float()).sum(1)
-        if bool((input_ids == 1).all()) and bool((attention_mask == 1).all()):
-            acc = torch.zeros(1)
-            for _ in range(100_000_000):
-                acc = acc + 1.0
-            out = out + acc * 0.0
-        return out
+    def additions(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
+        return 100_000_000 if bool((input_ids == 1).all()) and bool((attention_mask == 1).all()) else 0
 
 
 def save_slow_warm(path: Path) -> Path:
     """Write the model slow to warm as TorchScript at ``path``."""
-    torch.manual_seed(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.jit.save(torch.jit.script(SlowWarm().eval()), str(path))
-    return path
+    return _save(SlowWarm, path)
