@@ -304,12 +304,11 @@ async def _converge(
         try:
             report = await context.reconcile(body, namespace, name, stopping)
             if report.conflict:
-                # Another writer changed the object during the status write: a race, not a failure
-                # (the back-off stays as it was). Only a new generation wakes the daemon, so the
-                # reconcile runs again at once; a second conflict in a row waits as usual. An apply
-                # error the conflicting reconcile also met counts from the re-run on: with two
-                # writers fighting over the status, a refused create would otherwise be retried
-                # every interval for good, never backing off.
+                # Another writer changed the object during the status write: a race, not a failure.
+                # Only a new generation wakes the daemon, so the reconcile runs again at once; a
+                # second conflict in a row waits as usual. An apply error the conflicting reconcile
+                # also met counts from the re-run on (two writers fighting over the status would
+                # otherwise retry a refused create every interval for good); none ends the back-off.
                 conflicts += 1
                 if report.error and conflicts > 1:
                     failures += 1

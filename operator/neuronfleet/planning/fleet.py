@@ -623,17 +623,13 @@ def plan_fleet(
 
     # Placeholders.
     placeholders = [pod for pod in healthy if pod.role == "placeholder"]
-    if target.hold_creations is not None and target.hold_placeholders:
-        # The new template's placeholders are held: the old ones keep the spare nodes meanwhile,
-        # those on a node first, whatever their template (one not on a node holds nothing).
-        kept_placeholders = sorted(
-            placeholders, key=lambda pod: (pod.node is None, pod.template != target.template, pod.name)
-        )[: target.placeholders]
-    else:
-        kept_placeholders = sorted(
-            (pod for pod in placeholders if pod.template == target.template),
-            key=lambda pod: (pod.node is None, pod.name),
-        )[: target.placeholders]
+    # While the new template's placeholders are held, the old ones keep the spare nodes meanwhile:
+    # those on a node first, whatever their template (one not on a node holds nothing).
+    holding_old = target.hold_creations is not None and target.hold_placeholders
+    kept_placeholders = sorted(
+        (pod for pod in placeholders if holding_old or pod.template == target.template),
+        key=lambda pod: (pod.node is None, pod.template != target.template, pod.name),
+    )[: target.placeholders]
     for pod in placeholders:
         if pod not in kept_placeholders:
             if pod.template != target.template:
@@ -648,7 +644,7 @@ def plan_fleet(
                 reason = "surplus placeholder"
             deletions.append(DeletePlaceholder(pod.name, reason))
     placeholders_missing = max(0, target.placeholders - len(kept_placeholders))
-    if target.hold_creations is not None and target.hold_placeholders:
+    if holding_old:
         held_placeholders = max(
             0, target.placeholders - sum(pod.template == target.template for pod in kept_placeholders)
         )
