@@ -55,11 +55,13 @@ from neuronfleet.kube.client import UNANSWERED, KubeApi
 from neuronfleet.kube.jobs import build_compile_job, wanted_job_spec
 from neuronfleet.kube.observe import AccountReads, JobEventReads, controlled_by, observe_cluster
 from neuronfleet.planning.admission import (
+    OperatorAccount,
     WorkloadAccount,
     WorkloadPods,
     compile_pods,
     compile_refusal,
     missing_account_message,
+    own_account_problem,
     refusal_for,
     serving_pods,
     workload_account,
@@ -135,6 +137,9 @@ class OperatorSettings:
     prometheus_urls: PrometheusUrlPolicy = field(default_factory=PrometheusUrlPolicy)
     #: Refuse a spec's query overrides when they would run against the operator's own Prometheus.
     refuse_query_overrides: bool = False
+    #: The operator's own ServiceAccount and namespace: a spec whose workloads would run as it is
+    #: invalid (planning.admission.own_account_problem). None (outside a pod): nothing is refused.
+    operator_account: OperatorAccount | None = None
 
 
 @dataclass(frozen=True)
@@ -610,11 +615,18 @@ class Reconciler:
             )
 
         namespace = dep.metadata.namespace or "default"
+        builder = self.settings.builder
+        accounts = (
+            workload_account("compile", dep.spec.compile.service_account_name, builder.compile_service_account),
+            workload_account("serving", dep.spec.runtime.service_account_name, builder.serving_service_account),
+        )
+        if problem := own_account_problem(namespace, accounts, self.settings.operator_account):
+            # Before anything is observed or made: no compile Job, pod or placeholder as that account.
+            return await self._report_invalid(body, status, version, memory, problem, stopping)
         durable = StatusMemory.from_status(status)
         observation = await unless_set(self.observe(dep, memory), stopping)
         if observation is None:
             return ReconcileReport((), (), status, False, memory, None, 0, stopped=True)
-        builder = self.settings.builder
         plan = plan_reconcile(
             dep,
             observation,

@@ -37,6 +37,7 @@ from neuronfleet.kube.client import UNANSWERED, KubeClient, connection_pool_size
 from neuronfleet.metrics.operator_metrics import OperatorMetrics
 from neuronfleet.metrics.operator_metrics import serve as serve_metrics
 from neuronfleet.metrics.prometheus_auth import CredentialsError, PrometheusCredentials, amp_region
+from neuronfleet.planning.admission import OperatorAccount, own_default_problem
 from neuronfleet.planning.placement import (
     DAEMONSET_HEADROOM_CPU,
     DAEMONSET_HEADROOM_MEMORY,
@@ -241,6 +242,8 @@ KNOWN_VARIABLES = frozenset(
         "NEURONFLEET_COMPILE_SERVICE_ACCOUNT",
         "NEURONFLEET_SERVING_SERVICE_ACCOUNT",
         "NEURONFLEET_DEVICE_GROUP_ID",
+        "NEURONFLEET_OPERATOR_SERVICE_ACCOUNT",
+        "NEURONFLEET_OPERATOR_NAMESPACE",
     }
 )
 
@@ -420,6 +423,10 @@ def resolve_defaults(args: argparse.Namespace) -> argparse.Namespace:
     )
     if args.device_group_id is None:
         args.device_group_id = os.environ.get("NEURONFLEET_DEVICE_GROUP_ID") or None
+    args.operator_service_account = (
+        args.operator_service_account or os.environ.get("NEURONFLEET_OPERATOR_SERVICE_ACCOUNT") or None
+    )
+    args.operator_namespace = args.operator_namespace or os.environ.get("NEURONFLEET_OPERATOR_NAMESPACE") or None
     return args
 
 
@@ -458,6 +465,46 @@ def workload_service_accounts(args: argparse.Namespace) -> tuple[str | None, str
         except argparse.ArgumentTypeError as error:
             raise RunSetupError(f"{flag} (env {variable}): {error}") from None
     return names[0], names[1]
+
+
+def operator_account(args: argparse.Namespace) -> OperatorAccount | None:
+    """The operator's own ServiceAccount and namespace of the resolved flags (None: neither is set, as
+    outside a pod); RunSetupError naming the setting if only one is set or one is not a name, or if
+    --compile-service-account or --serving-service-account names the operator's own account while its
+    namespace may be watched."""
+    name, namespace = args.operator_service_account, args.operator_namespace
+    if not name and not namespace:
+        return None
+    if not (name and namespace):
+        given, missing = (
+            ("--operator-service-account", "--operator-namespace (env NEURONFLEET_OPERATOR_NAMESPACE)")
+            if name
+            else ("--operator-namespace", "--operator-service-account (env NEURONFLEET_OPERATOR_SERVICE_ACCOUNT)")
+        )
+        raise RunSetupError(
+            f"{given} is set but {missing} is not: the operator refuses workloads that would run as its own "
+            "account only knowing both (the chart sets both from the pod: spec.serviceAccountName, metadata.namespace)"
+        )
+    try:
+        name = _service_account_name(name)
+    except argparse.ArgumentTypeError as error:
+        raise RunSetupError(f"--operator-service-account (env NEURONFLEET_OPERATOR_SERVICE_ACCOUNT): {error}") from None
+    if len(namespace) > 63 or not _NAMESPACE_NAME.fullmatch(namespace):
+        raise RunSetupError(
+            f"--operator-namespace (env NEURONFLEET_OPERATOR_NAMESPACE): {namespace!r} is not a namespace name "
+            "(lower-case letters, digits and '-', at most 63 characters)"
+        )
+    account = OperatorAccount(namespace, name)
+    # Kopf's patterns (team-*, !kube-system) may take in the operator's namespace: only a list of plain
+    # names without it leaves it out, where a default account of that name is another object.
+    watched = args.namespace or ()
+    if not watched or namespace in watched or not all(_NAMESPACE_NAME.fullmatch(n) for n in watched):
+        problem = own_default_problem("compile", args.compile_service_account, account) or own_default_problem(
+            "serving", args.serving_service_account, account
+        )
+        if problem:
+            raise RunSetupError(problem)
+    return account
 
 
 def prometheus_url_policy(args: argparse.Namespace) -> PrometheusUrlPolicy:
@@ -549,6 +596,14 @@ async def _run(args: argparse.Namespace) -> None:
         headroom.memory_mib,
     )
     compile_account, serving_account = workload_service_accounts(args)
+    own_account = operator_account(args)
+    if own_account is not None:
+        logger.info(
+            "the operator runs as ServiceAccount %s in namespace %s: specs there whose workloads would run as it "
+            "are refused (InvalidSpec)",
+            own_account.name,
+            own_account.namespace,
+        )
     device_group = device_group_id(args)
     url_policy = prometheus_url_policy(args)
     logger.info("Prometheus URLs: %s (--prometheus-allowed-url)", url_policy.describe())
@@ -567,6 +622,7 @@ async def _run(args: argparse.Namespace) -> None:
         max_concurrent_reconciles=args.max_concurrent_reconciles,
         prometheus_urls=url_policy,
         refuse_query_overrides=args.prometheus_refuse_query_overrides,
+        operator_account=own_account,
     )
     from neuronfleet.metrics.prometheus import PrometheusMetrics, redact_url
 
@@ -828,6 +884,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="ServiceAccount of the serving pods of specs that name none (spec.runtime.serviceAccountName; env "
         "NEURONFLEET_SERVING_SERVICE_ACCOUNT; default: the namespace's default account), with a read-only role "
         "on the artifact store. It must exist in each workload namespace",
+    )
+    p.add_argument(
+        "--operator-service-account",
+        default=None,
+        metavar="NAME",
+        help="the ServiceAccount this operator runs as (env NEURONFLEET_OPERATOR_SERVICE_ACCOUNT; the chart sets "
+        "it from the pod's spec.serviceAccountName), with --operator-namespace: a spec in that namespace whose "
+        "compile Job or serving pods would run as it is refused (Degraded InvalidSpec: they would get the "
+        "operator's IAM role), and so is --compile-service-account or --serving-service-account naming it. "
+        "Unset (outside a pod): nothing is refused",
+    )
+    p.add_argument(
+        "--operator-namespace",
+        default=None,
+        metavar="NAMESPACE",
+        help="the namespace this operator runs in (env NEURONFLEET_OPERATOR_NAMESPACE; the chart sets it from the "
+        "pod's metadata.namespace), with --operator-service-account",
     )
     p.add_argument(
         "--device-group-id",

@@ -10,10 +10,13 @@ the CPU request the placement computes made every pod a refused create.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 from kubernetes_asyncio import client as k8s
 from operator_harness import OperatorHarness, example, ready
+
+from neuronfleet.planning.admission import OperatorAccount
 
 NS = "accounts"
 
@@ -74,6 +77,44 @@ async def test_a_missing_serving_account_is_named_with_its_field_and_pods_follow
     # The refused create's answer named the account: nothing was read to find it (only a compile Job
     # without a pod is a reason to read one).
     assert not [r for r in harness.cluster.request_log if r.resource == "serviceaccounts" and r.method == "GET"]
+
+
+async def test_a_spec_whose_pods_would_run_as_the_operators_own_account_is_invalid_and_makes_nothing(
+    harness: OperatorHarness,
+) -> None:
+    # The operator as the chart runs it: it knows its account and namespace (the downward API).
+    await harness.crash()
+    harness.settings = replace(harness.settings, operator_account=OperatorAccount(NS, "nf-operator"))
+    await harness.start()
+    await harness.ensure_namespace(NS)
+    await create_account(harness, "nf-operator")  # it exists: the API server would admit the pods
+    manifest = harness.localize(manual("borrowed", runtime={"serviceAccountName": "nf-operator"}), namespace=NS)
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+    await harness.wait(
+        lambda: harness.condition(NS, "borrowed", "Degraded").get("reason") == "InvalidSpec",
+        timeout=120,
+        what="Degraded=True InvalidSpec",
+    )
+    message = harness.condition(NS, "borrowed", "Degraded")["message"]
+    assert message.startswith(
+        "the serving pods would run as ServiceAccount nf-operator, the operator's own in its namespace accounts "
+        "(named by spec.runtime.serviceAccountName): they would get the operator's IAM role"
+    )
+    assert harness.condition(NS, "borrowed", "Ready")["reason"] == "InvalidSpec"
+    await harness.wait(lambda: events_for(harness, "borrowed", "InvalidSpec"), timeout=60, what="a Warning Event")
+    await asyncio.sleep(60)  # fake time: reconciles go on, and make nothing
+    assert not harness.pods(NS, "borrowed")
+    assert not harness.cluster.list("jobs", NS, group="batch")
+    assert not events_for(harness, "borrowed", "ReconcileFailed")  # reported, not raised
+
+    await create_account(harness, "model-reader")
+    await harness.patch_spec(NS, "borrowed", {"runtime": {"serviceAccountName": "model-reader"}})
+    await harness.wait(
+        lambda: harness.condition(NS, "borrowed", "Ready").get("status") == "True", timeout=300, what="Ready"
+    )
+    (pod,) = harness.pods(NS, "borrowed")
+    assert pod["spec"]["serviceAccountName"] == "model-reader"
 
 
 def event_lists(harness: OperatorHarness, namespace: str) -> list[Any]:

@@ -20,6 +20,11 @@ field that caused it nor what to do:
   answer alone (``Reason.LIMIT_RANGE_REFUSED``): the answer says what was wrong, the spec says which
   field sets it.
 
+One setting the API server admits is refused by the operator itself: a workload account that is the
+operator's own (:func:`own_account_problem`). In the operator's namespace, compile Jobs or serving
+pods running as it would get its IAM role (IRSA or EKS Pod Identity bind the role to the namespace and
+the account) and run as the account its cluster-wide roles are bound to; such a spec is invalid.
+
 The compile Job's pod is refused to the Job controller, not to the operator: :func:`compile_refusal`
 names it from the Job's FailedCreate Event (``Error creating: <the API server's refusal>``) with the
 same recognition, and the spec.compile fields; a refusal it does not know (a ResourceQuota, an
@@ -142,6 +147,69 @@ def workload_account(workload: Workload, spec_value: str | None, operator_value:
         workload,
         DEFAULT_ACCOUNT,
         f"the namespace's default, as neither {field} nor the operator's {flag} (chart: {value}) names one",
+    )
+
+
+@dataclass(frozen=True)
+class OperatorAccount:
+    """The ServiceAccount the operator runs as and its namespace (in a pod, from the downward API)."""
+
+    namespace: str
+    name: str
+
+
+def own_account_problem(
+    namespace: str, accounts: tuple[WorkloadAccount, ...], operator: OperatorAccount | None
+) -> str | None:
+    """Why a spec in ``namespace`` whose workloads run as ``accounts`` (:func:`workload_account`) is
+    refused: one of them is the operator's own account. None when none is, or the operator's account
+    is unknown (outside a pod: the sandbox, a laptop)."""
+    if operator is None or namespace != operator.namespace:
+        return None
+    problems = [_own_account_problem(account, operator) for account in accounts if account.name == operator.name]
+    if not problems:
+        return None
+    return "; ".join(problems)
+
+
+def own_default_problem(workload: Workload, name: str | None, operator: OperatorAccount) -> str | None:
+    """Why the operator's default account for ``workload`` (its flag) is refused at start: it is the
+    operator's own, which every spec of the operator's namespace naming none would run as. None when
+    it is another."""
+    if name != operator.name:
+        return None
+    field, flag, value = _SETTINGS[workload]
+    pods = "compile Jobs" if workload == "compile" else "serving pods"
+    return (
+        f"{flag} is {name}, the operator's own ServiceAccount (in its namespace {operator.namespace}): the {pods} "
+        f"of specs there that leave {field} unset would get the operator's IAM role (IRSA or EKS Pod Identity) and "
+        f"run as the account its cluster-wide RBAC roles are bound to; name an account of the {pods}' own "
+        f"(chart: {value}, created by workloads.serviceAccounts: docs/install-eks.md)"
+    )
+
+
+def _own_account_problem(account: WorkloadAccount, operator: OperatorAccount) -> str:
+    field, flag, value = _SETTINGS[account.workload]
+    if account.workload == "compile":
+        pods, they, own = "the compile Job's pod", "it", "its own"
+    else:
+        pods, they, own = "the serving pods", "they", "their own"
+    if account.origin.startswith("the namespace's default"):
+        # The operator itself runs as the namespace's default account (outside the chart, which
+        # refuses that): every workload of its namespace that names no account would share it.
+        fix = (
+            f"set {field} (or the operator's {flag}, chart: {value}) to an account of {own}, and run the "
+            "operator as an account of its own"
+        )
+    elif account.origin.startswith("named by the operator's"):
+        fix = f"set {field}, or the operator's {flag} (chart: {value}), to an account of {own}"
+    else:
+        fix = f"set {field} to an account of {own} (the chart's {value} is one: docs/install-eks.md)"
+    return (
+        f"{pods} would run as ServiceAccount {operator.name}, the operator's own in its namespace "
+        f"{operator.namespace} ({account.origin}): {they} would get the operator's IAM role (IRSA or EKS Pod "
+        f"Identity) and run as the account its cluster-wide RBAC roles are bound to, so nothing of this spec is "
+        f"created; {fix}, or create the deployment in another namespace"
     )
 
 
