@@ -30,6 +30,7 @@ from pod_security import pod_spec_of, restricted_violations
 from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, InferenceDeployment
 from neuronfleet.cli import build_parser
 from neuronfleet.kube.builders import build_priority_classes
+from neuronfleet.planning.admission import OperatorAccount
 from neuronfleet.planning.placement import DAEMONSET_HEADROOM, Headroom, headroom_from_quantities
 from neuronfleet.run_command import (
     KNOWN_VARIABLES,
@@ -37,6 +38,7 @@ from neuronfleet.run_command import (
     check_variables,
     daemonset_headroom,
     device_group_id,
+    operator_account,
     prometheus_credentials,
     prometheus_url_policy,
     resolve_defaults,
@@ -974,11 +976,12 @@ def test_the_workload_service_accounts_are_created_only_when_asked_in_each_names
         else:
             assert annotations == {}
             assert account["metadata"]["labels"]["app.kubernetes.io/component"] == "serving"
-    # An account of the operator's name outside the release's namespace is another object: made.
+    # An account of the operator's name outside the release's namespace is another object: made
+    # (the operator watching only that namespace: see the test below).
     other = render(
         sets=[
             "workloads.serviceAccounts.create=true,workloads.serviceAccounts.namespaces={search}",
-            "workloads.compileServiceAccount=nf-neuronfleet",
+            "workloads.compileServiceAccount=nf-neuronfleet,operator.watchNamespaces={search}",
         ]
     )
     assert sorted((a["metadata"]["namespace"], a["metadata"]["name"]) for a in by_kind(other, "ServiceAccount")) == [
@@ -989,6 +992,77 @@ def test_the_workload_service_accounts_are_created_only_when_asked_in_each_names
     env = {e["name"]: e.get("value") for e in _operator_container(docs).get("env") or []}
     assert env["NEURONFLEET_COMPILE_SERVICE_ACCOUNT"] == "nf-compile"
     assert env["NEURONFLEET_SERVING_SERVICE_ACCOUNT"] == "nf-serving"
+
+
+def _downward_env(deployment: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
+    """The container's variables as the kubelet sets them in a pod of ``deployment``: the downward
+    API's ``fieldRef`` read from the pod (its namespace is the Deployment's, where helm puts it)."""
+    pod = {
+        "metadata": {"name": "nf-neuronfleet-5d9c7-abcde", "namespace": deployment["metadata"]["namespace"]},
+        "spec": deployment["spec"]["template"]["spec"],
+    }
+    env = {}
+    for variable in container["env"]:
+        if "value" in variable:
+            env[variable["name"]] = variable["value"]
+        elif "fieldRef" in variable.get("valueFrom", {}):
+            section, field = variable["valueFrom"]["fieldRef"]["fieldPath"].split(".")
+            env[variable["name"]] = pod[section][field]
+    return env
+
+
+@pytest.mark.parametrize(
+    ("namespace", "sets", "account"),
+    [
+        ("neuronfleet-system", [], "nf-neuronfleet"),
+        ("ml-platform", ["serviceAccount.name=inference-operator"], "inference-operator"),
+        ("ops", ["serviceAccount.create=false,serviceAccount.name=existing-operator"], "existing-operator"),
+    ],
+)
+def test_the_operator_learns_its_own_account_and_namespace_from_its_pod(
+    namespace: str, sets: list[str], account: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The downward API hands the pod's account and namespace to ``neuronfleet run``, which then
+    refuses workloads that would run as that account there."""
+    docs = render(sets=sets, namespace=namespace)
+    (deployment,) = by_kind(docs, "Deployment")
+    container = _operator_container(docs)
+    fields = {
+        e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
+        for e in container["env"]
+        if e["name"].startswith("NEURONFLEET_OPERATOR_")
+    }
+    assert fields == {
+        "NEURONFLEET_OPERATOR_SERVICE_ACCOUNT": "spec.serviceAccountName",
+        "NEURONFLEET_OPERATOR_NAMESPACE": "metadata.namespace",
+    }
+    for name in [name for name in os.environ if name.startswith("NEURONFLEET_")]:
+        monkeypatch.delenv(name)
+    for name, value in _downward_env(deployment, container).items():
+        monkeypatch.setenv(name, value)
+    args = container["args"]  # after the peering's shell wrapper: what it hands `neuronfleet`
+    parsed = resolve_defaults(build_parser().parse_args(args[args.index("run") :]))
+    assert operator_account(parsed) == OperatorAccount(namespace, account)
+
+
+def test_a_default_workload_account_named_like_the_operators_fails_while_its_namespace_is_watched() -> None:
+    """The operator would refuse to start with it (``neuronfleet run``): the chart says so before
+    anything is applied, unless the operator watches only other namespaces, where that name is
+    another account."""
+    for workload, pods in (("compile", "compile Jobs"), ("serving", "serving pods")):
+        for watched in ([], ["operator.watchNamespaces={search,neuronfleet-system}"]):
+            sets = [f"workloads.{workload}ServiceAccount=nf-neuronfleet", *watched]
+            args = ["--values", str(MINIMAL_VALUES), *(a for item in sets for a in ("--set", item))]
+            result = helm("template", "nf", str(CHART), "--namespace", "neuronfleet-system", *args)
+            assert result.returncode != 0
+            assert (
+                f"workloads.{workload}ServiceAccount is nf-neuronfleet, the operator's own ServiceAccount in the "
+                f"release's namespace neuronfleet-system, which the operator watches: the {pods} of "
+                "InferenceDeployments there that name no account would get the operator's IAM role"
+            ) in result.stderr
+        docs = render(sets=[f"workloads.{workload}ServiceAccount=nf-neuronfleet", "operator.watchNamespaces={search}"])
+        env = {e["name"]: e.get("value") for e in _operator_container(docs)["env"]}
+        assert env[f"NEURONFLEET_{workload.upper()}_SERVICE_ACCOUNT"] == "nf-neuronfleet"
 
 
 def test_a_disruption_budget_keeps_a_peer_of_the_operator_through_a_drain() -> None:
