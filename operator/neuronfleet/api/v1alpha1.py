@@ -326,8 +326,9 @@ class CompileSpec(ApiModel):
         "prefix, and reading the model source; the serving pods' account should only read the store. Default: "
         "the operator's (neuronfleet run --compile-service-account; the chart's "
         "workloads.compileServiceAccount), else the namespace's default ServiceAccount. It must exist: a Job "
-        "naming a missing account creates no pod (Compiled False, ServiceAccountMissing). Changing it runs a "
-        "failed compile again.",
+        "naming a missing account creates no pod (Compiled False, ServiceAccountMissing). In the operator's own "
+        "namespace it must not be the operator's account, whose IAM role the Job would get (InvalidSpec). "
+        "Changing it runs a failed compile again.",
     )
 
 
@@ -431,8 +432,9 @@ class RuntimeSpec(ApiModel):
         "--serving-service-account; the chart's workloads.servingServiceAccount), else the namespace's default "
         "ServiceAccount. Node placeholders keep the default account: they only sleep. The pods mount no "
         "Kubernetes API token either way (IRSA and Pod Identity inject their own AWS token). It must exist: the "
-        "API server refuses pods naming a missing account (Degraded, ServiceAccountMissing). Changing it "
-        "replaces the pods, warm first.",
+        "API server refuses pods naming a missing account (Degraded, ServiceAccountMissing). In the operator's "
+        "own namespace it must not be the operator's account, whose IAM role the pods would get (InvalidSpec). "
+        "Changing it replaces the pods, warm first.",
     )
 
 
