@@ -130,20 +130,25 @@ async def test_scale_up_promotes_warm_pods_then_refills_and_scale_down_drains(ha
         raise AssertionError(f"{exc}: the status says {counted()}") from None
 
 
-async def test_new_artifact_is_warmed_then_swapped_without_losing_ready_capacity(harness: OperatorHarness) -> None:
-    manifest = manual_bert(harness, replicas=3, warm=0)
+@pytest.mark.parametrize("warm", [0, 1])
+async def test_new_artifact_is_warmed_then_swapped_without_losing_ready_capacity(
+    harness: OperatorHarness, warm: int
+) -> None:
+    """Neither ready active pods nor loaded standby dip during the rollout: an old loaded warm pod
+    stays until a new one is loaded in its place."""
+    manifest = manual_bert(harness, replicas=3, warm=warm)
     old_revision = harness.precompile(manifest, label="v1")
     await harness.apply(manifest)
     name = manifest["metadata"]["name"]
-    await harness.wait(lambda: counts(harness, name) == (3, 0), timeout=90, what="3 active")
+    await harness.wait(lambda: counts(harness, name) == (3, warm), timeout=90, what=f"3 active, {warm} warm")
 
-    ready_active: list[int] = []
+    ready_counts: list[tuple[int, int]] = []
 
     def watch_capacity(_: WatchEvent) -> None:
-        ready_active.append(counts(harness, name)[0])
+        ready_counts.append(counts(harness, name))
 
     # A new compile of the same spec: change the compiler flags, record the new artifact.
-    new_manifest = manual_bert(harness, replicas=3, warm=0)
+    new_manifest = manual_bert(harness, replicas=3, warm=warm)
     new_manifest["spec"]["compile"]["optLevel"] = 3
     new_revision = harness.precompile(new_manifest, label="v2")
     assert new_revision != old_revision
@@ -154,13 +159,16 @@ async def test_new_artifact_is_warmed_then_swapped_without_losing_ready_capacity
         def swapped() -> bool:
             pods = harness.pods(NS, name)
             revisions = {p["metadata"]["labels"][f"{GROUP}/revision"] for p in pods}
-            return revisions == {new_revision} and counts(harness, name) == (3, 0)
+            return revisions == {new_revision} and counts(harness, name) == (3, warm)
 
         await harness.wait(swapped, timeout=120, what="all pods on the new revision")
     finally:
         harness.cluster.store.listeners.remove(watch_capacity)
-    assert ready_active, "no pod changes observed during the rollout"
-    assert min(ready_active) >= 3, f"ready active pods dropped to {min(ready_active)} during the rollout"
+    assert ready_counts, "no pod changes observed during the rollout"
+    lowest_active = min(active for active, _ in ready_counts)
+    assert lowest_active >= 3, f"ready active pods dropped to {lowest_active} during the rollout"
+    lowest_warm = min(standby for _, standby in ready_counts)
+    assert lowest_warm >= warm, f"loaded warm pods dropped to {lowest_warm} during the rollout"
     assert harness.deployment(NS, name)["status"]["artifact"]["revision"] == new_revision
 
 

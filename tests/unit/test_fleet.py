@@ -220,6 +220,52 @@ def test_old_warm_and_unready_old_active_pods_are_deleted_at_once() -> None:
     assert not any(isinstance(a, Relabel) for a in plan.actions)
 
 
+def test_a_rollout_keeps_the_loaded_old_standby_until_new_standby_is_loaded() -> None:
+    # A spec change with a warm pool, paced by the surge: the old loaded warm pod stays standby
+    # (minutes of loading on Neuron without one otherwise); the loading one is no standby yet.
+    policy = FleetPolicy(max_surge=1)
+    rollout = target(1, warm=1, artifact=NEW)
+    pods = [pod("a0"), pod("w0", "warm"), pod("w1", "warm", ready=False)]
+    plan = plan_fleet("bert", rollout, pods, NOW, policy)
+    assert [a.name for a in plan.actions if isinstance(a, DeletePod)] == ["w1"]
+    assert kinds(plan.actions) == ["create-pod", "delete-pod"]
+    assert plan.summary.kept_outdated_warm == 1
+    state = [p for p in apply_actions(pods, plan.actions, NOW) if not p.deleting]
+    assert plan_fleet("bert", rollout, state, NOW, policy).actions == ()
+    # The first new pod is loaded: it replaces the old active (swap); the old standby stays.
+    state = [replace(p, ready=True, phase="Running", ready_at=NOW) for p in state]
+    swap = plan_fleet("bert", rollout, state, NOW, policy)
+    assert {(a.name, a.role) for a in swap.actions if isinstance(a, Relabel)} == {
+        (state[-1].name, "active"),
+        ("a0", "draining"),
+    }
+    assert not any(isinstance(a, DeletePod) and a.name == "w0" for a in swap.actions)
+    assert swap.summary.kept_outdated_warm == 1
+    assert sum(isinstance(a, CreatePod) and a.role == "warm" for a in swap.actions) == 1
+    state = [p for p in apply_actions(state, swap.actions, NOW) if p.role != "draining"]
+    # Loading, the new warm pod is no standby yet: the old one stays until it is loaded...
+    assert plan_fleet("bert", rollout, state, NOW, policy).actions == ()
+    # ...and goes in the plan that sees it loaded.
+    state = [replace(p, ready=True, phase="Running", ready_at=NOW) for p in state]
+    done = plan_fleet("bert", rollout, state, NOW, policy)
+    assert [(a.kind, a.name) for a in done.actions] == [("delete-pod", "w0")]
+    assert done.summary.kept_outdated_warm == 0
+
+
+def test_a_rollout_promotes_the_kept_old_standby_into_the_capacity_a_lost_pod_leaves() -> None:
+    # The rule the held rollout follows, in any rollout: the loaded old warm pod serves in place of
+    # the lost active pod while the new ones load, and never beyond the target.
+    rollout = target(2, warm=1, artifact=NEW)
+    pods = [pod("a0", node="gone", node_lost=True), pod("a1"), pod("w0", "warm"), pod("w1", "warm")]
+    plan = plan_fleet("bert", rollout, pods, NOW)
+    assert [(a.name, a.role) for a in plan.actions if isinstance(a, Relabel)] == [("w0", "active")]
+    assert Counter(a.role for a in plan.actions if isinstance(a, CreatePod)) == Counter({"warm": 3})
+    assert plan.summary.kept_outdated_warm == 1  # w1: still standby
+    after = [p for p in apply_actions(pods, plan.actions, NOW) if not p.deleting]
+    assert sum(p.role == "active" for p in after) == 2
+    assert plan_fleet("bert", rollout, after, NOW).actions == (), "no flip"
+
+
 def test_max_surge_limits_new_pods_loading_at_once() -> None:
     pods = [pod(f"old{i}") for i in range(4)]
     policy = FleetPolicy(max_surge=1)
@@ -281,7 +327,8 @@ def test_held_rollout_keeps_the_outdated_warm_pool_and_placeholders_it_cannot_re
     # Once the hold ends the normal rollout replaces them, paced by the surge.
     free = replace(held, hold_creations=None, hold_placeholders=False)
     after = plan_fleet("bert", free, pods, NOW, FleetPolicy(max_surge=1)).actions
-    assert {a.name for a in after if isinstance(a, (DeletePod, DeletePlaceholder))} == {"w0", "w1", "bert-ph-old-0"}
+    # (The loaded old warm pod stays standby until a new one is loaded, as in any rollout.)
+    assert {a.name for a in after if isinstance(a, (DeletePod, DeletePlaceholder))} == {"w1", "bert-ph-old-0"}
     assert sum(isinstance(a, CreatePod) for a in after) == 1
 
 

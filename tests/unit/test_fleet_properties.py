@@ -1,4 +1,5 @@
-"""Fleet plan properties (hypothesis): idempotence, convergence, no duplicates, ready never drops.
+"""Fleet plan properties (hypothesis): idempotence, convergence, no duplicates, ready never drops,
+loaded standby kept through a rollout until new standby is loaded.
 
 The cluster is simulated with :func:`apply_actions` plus a world step that makes some pending
 pods ready, lets draining pods finish their work and advances time.
@@ -17,6 +18,7 @@ from neuronfleet.planning.fleet import (
     Action,
     CreatePlaceholder,
     CreatePod,
+    FleetPlan,
     FleetPolicy,
     FleetTarget,
     PodPhase,
@@ -105,6 +107,57 @@ def new_loading(pods: list[PodView]) -> int:
     )
 
 
+def _live(pods: list[PodView]) -> list[PodView]:
+    return [p for p in pods if not p.deleting and not p.broken]
+
+
+def _is_new(pod: PodView) -> bool:
+    return (pod.revision, pod.template) == (NEW.id, TEMPLATE)
+
+
+def check_standby_kept(
+    before: list[PodView],
+    plan: FleetPlan,
+    after: list[PodView],
+    target: FleetTarget,
+    policy: FleetPolicy,
+    now: datetime,
+) -> None:
+    """A step keeps loaded standby as a Deployment with maxUnavailable 0 keeps its pods, within bounds.
+
+    The loaded warm pods (of any revision) stay, or go active, up to the pool wanted: an old one
+    goes only once a new one is loaded in its place. The old ones kept never exceed what the new
+    loaded ones leave of the pool, and are what the summary says; an old one promoted never takes
+    the actives beyond the target; the serving pods stay within active + warm + the new pods
+    loading (at most the surge, in a paced rollout); planning again on the result relabels and
+    deletes nothing (no promote/demote flip).
+    """
+    live_before, live_after = _live(before), _live(after)
+    loaded_before = sum(p.role == "warm" and p.ready for p in live_before)
+    loaded_after = sum(p.role == "warm" and p.ready for p in live_after)
+    promoted = {
+        a.name for a in plan.actions if isinstance(a, Relabel) and (a.previous_role, a.role) == ("warm", "active")
+    }
+    assert loaded_after + len(promoted) >= min(target.warm, loaded_before), "loaded standby deleted before replaced"
+    new_loaded_warm = sum(p.role == "warm" and p.ready and _is_new(p) for p in live_after)
+    old_warm = [p for p in live_after if p.role == "warm" and not _is_new(p)]
+    assert len(old_warm) <= max(0, target.warm - new_loaded_warm), "old standby kept beside a full new pool"
+    assert plan.summary.kept_outdated_warm == len(old_warm)
+    if target.hold_creations is None:
+        assert all(p.ready for p in old_warm), "a loading old warm pod is no standby"
+    actives_after = [p for p in live_after if p.role == "active"]
+    assert sum(p.ready for p in actives_after) <= target.active
+    if any(not _is_new(p) for p in live_before if p.name in promoted):
+        assert len(actives_after) <= target.active, "old standby promoted beyond the target"
+    serving = [p for p in live_after if p.role in ("active", "warm")]
+    assert len(serving) <= target.active + target.warm + new_loading(after)
+    # The next plan changes no role and deletes nothing; it may create more new pods only when the
+    # last old pod left with this step (the surge paces a rollout's creations, not a scale-up's).
+    again = plan_fleet("svc", target, after, now, policy)
+    assert not [a for a in again.actions if not isinstance(a, CreatePod)], "the next plan undoes this one"
+    assert not again.actions or (policy.max_surge and not again.summary.rolling_out)
+
+
 def world_step(pods: list[PodView], now: datetime, becomes_ready: list[bool]) -> list[PodView]:
     """Kubernetes catches up: chosen pending pods get a node and become ready; drains finish."""
     stepped = []
@@ -175,9 +228,11 @@ def test_reconcile_loop_converges_to_the_target(
     floor = min(ready_active(pods), target.active)
     for step in range(40):
         plan = plan_fleet("svc", target, state, now, policy)
+        before = state
         for action in plan.actions:
             state = apply_actions(state, [action], now)
             assert ready_active(state) >= min(floor, target.active)
+        check_standby_kept(before, plan, state, target, policy, now)
         floor = max(floor, ready_active(state))
         if not plan.actions and plan.summary.converged and not plan.summary.draining:
             break
@@ -278,10 +333,11 @@ def test_a_held_rollout_keeps_old_standby_within_the_target_and_converges_once_r
         after = apply_actions(state, plan.actions, now)
         warm_after = sum(p.role == "warm" for p in after if not p.deleting and not p.broken)
         assert warm_after + promoted >= min(target.warm, warm_before)
+        before = state
         for action in plan.actions:
             state = apply_actions(state, [action], now)
             assert ready_active(state) >= floor, f"after {action}"
-        assert plan_fleet("svc", held, state, now, policy).actions == ()
+        check_standby_kept(before, plan, state, held, policy, now)
         live = [p for p in state if not p.deleting and not p.broken]
         # What the hold keeps never exceeds what the spec asks for.
         outdated = [p for p in live if p.role != "placeholder" and (p.revision, p.template) != (NEW.id, TEMPLATE)]
@@ -297,8 +353,10 @@ def test_a_held_rollout_keeps_old_standby_within_the_target_and_converges_once_r
     for _ in range(40):
         plan = plan_fleet("svc", target, state, now, policy)
         loading_before = new_loading(state)
+        before = state
         for action in plan.actions:
             state = apply_actions(state, [action], now)
+        check_standby_kept(before, plan, state, target, policy, now)
         if max_surge and plan.summary.rolling_out:
             assert new_loading(state) <= max(max_surge, loading_before)
         if not plan.actions and plan.summary.converged and not plan.summary.draining:

@@ -403,6 +403,11 @@ def test_pods_held_by_the_fleet_plan_are_said_where_the_capacity_is_short() -> N
     # A held rollout keeps the old standby: the pool says so.
     kept = by_type(compute_conditions(inputs(fleet=replace(held, kept_outdated_warm=2), compile=gone)))
     assert kept["WarmPoolReady"].message.endswith(f"held: {why}; 2 outdated warm pods kept while new ones are held")
+    # Any rollout keeps the old loaded standby until new standby is loaded: nothing is held then.
+    loading = by_type(compute_conditions(inputs(fleet=replace(short, kept_outdated_warm=1), compile=gone)))
+    assert loading["WarmPoolReady"].message == (
+        "0/1 warm pods ready, 0/0 placeholders on nodes; 1 outdated warm pod kept until new ones are loaded"
+    )
     # Every serving pod gone (and held): Scheduled says why none is created.
     empty = replace(held, active=0, ready_active=0, current_ready_active=0, held_active=2)
     scheduled = by_type(compute_conditions(inputs(fleet=empty, compile=gone)))["Scheduled"]

@@ -42,7 +42,15 @@ Rules (DESIGN.md, fleet model):
 - New revision (warm-then-swap): pods of the new revision are created as ``warm`` while the old
   actives serve; once ready they are promoted and old actives are demoted only as far as the
   count of ready active pods stays at ``min(ready active before this step, target.active)``.
-  ``FleetPolicy.max_surge`` (>0) limits how many new-revision pods load at once.
+  ``FleetPolicy.max_surge`` (>0) limits how many new-revision pods load at once. The old warm pool
+  goes as a Deployment with maxUnavailable 0 replaces its pods: a loaded (ready) outdated warm pod
+  stays until a ready current pod takes its place in the pool (``target.warm`` less the ready
+  current pods of the warm set are kept, best first by the promotion order), so the deployment is
+  never without loaded standby while the new pods load; a kept one is promoted into an active
+  deficit no current pod fills (a lost pod), never beyond ``target.active``. Outdated warm pods
+  still loading are deleted at once (they are no standby yet). The serving pods (draining ones
+  aside) so stay within ``target.active + target.warm`` plus the current pods loading (which
+  ``max_surge`` paces).
 - Failed or succeeded pods and pods whose node is gone are deleted (the latter with grace 0: no
   kubelet is left to confirm) and replaced. Pods being deleted count for nothing but keep their
   names.
@@ -66,11 +74,11 @@ Rules (DESIGN.md, fleet model):
   summary with that reason, each where it belongs: ``held_active`` (the active deficit),
   ``held_rollout`` (new-revision pods that would replace the outdated actives still serving),
   ``held_warm`` (the pool's own deficit, never more than ``target.warm``) and ``held_placeholders``.
-  A held rollout keeps the old standby it cannot replace: outdated warm pods (a loaded one promoted
-  into an active deficit nothing else fills, as a lost pod leaves; the rest, loaded first, up to
-  the room the current pool leaves) and, with ``hold_placeholders``, placeholders of either
-  template (those on a node first, up to ``target.placeholders``); once the hold ends the rollout
-  replaces them as usual.
+  A held rollout keeps the old standby it cannot replace by the same rule as any rollout, and
+  more: its outdated warm pods still loading stay too (after the loaded ones, within the same
+  room), as does an outdated active not ready for a moment, within the active deficit, and, with
+  ``hold_placeholders``, placeholders of either template (those on a node first, up to
+  ``target.placeholders``); once the hold ends the rollout replaces them as usual.
 """
 
 from __future__ import annotations
@@ -336,7 +344,8 @@ class FleetSummary:
     held_rollout: int = 0
     held_placeholders: int = 0
     hold_reason: str | None = None
-    #: Warm pods and placeholders of the old revision or template kept while the new ones are held.
+    #: Warm pods of the old revision or template kept until new ones are loaded (in any rollout),
+    #: placeholders of the old template kept while new ones are held.
     kept_outdated_warm: int = 0
     kept_outdated_placeholders: int = 0
 
@@ -513,31 +522,39 @@ def plan_fleet(
     keep_old = max(0, must_stay_ready - ready_current_active)
     old_ready_active = [pod for pod in outdated if pod.role == "active" and pod.ready]
     old_actives_kept = list(reversed(policy.drain_order(old_ready_active, active_set, now)))[:keep_old]
-    # While creations are held nothing replaces the old pool, so its warm pods stay as loaded
-    # standby of the old revision, and serve as standby does: a ready one is promoted into an
-    # active deficit nothing else can fill (a lost pod), as the old revision's ready actives keep
-    # serving in any rollout; never beyond the target. The rest stay, loaded ones first, up to the
-    # room the current pool leaves.
+    # A rollout keeps the old revision's loaded standby as a Deployment with maxUnavailable 0
+    # keeps its pods: a ready old warm pod goes only once a ready new pod takes its place in the
+    # pool (new pods load for minutes on Neuron; meanwhile a burst or a lost pod would find nothing
+    # to promote). Kept, it serves as standby does: a loaded one is promoted into an active deficit
+    # no current pod fills (a lost pod), as the old revision's ready actives keep serving; never
+    # beyond the target. While creations are held nothing replaces the pool at all, so its loading
+    # pods stay too (after the loaded ones).
+    held = target.hold_creations is not None
+    rest = [pod for pod in current if pod not in active_set]
+    warm_capacity = target.active + target.warm - len(active_set)
     old_warm_promoted: list[PodView] = []
     old_warm_kept: list[PodView] = []
-    if target.hold_creations is not None:
+    if revision is not None or held:
         old_warm = [pod for pod in outdated if pod.role == "warm"]
         staying_now = [*active_set, *old_actives_kept]
         old_warm_ready = policy.promotion_order([pod for pod in old_warm if pod.ready], staying_now, now)
         short = max(0, target.active - len(active_set) - len(old_actives_kept))
         old_warm_promoted = old_warm_ready[:short]
         old_actives_kept += old_warm_promoted
-        # An old active not ready for a moment (a container restarting, a probe failing) is kept
-        # too, within the deficit: deleted, nothing could replace it until the hold ends.
-        old_actives_kept += sorted(
-            (pod for pod in outdated if pod.role == "active" and not pod.ready), key=_progress, reverse=True
-        )[: max(0, short - len(old_warm_promoted))]
-        room = max(0, target.warm - len([pod for pod in current if pod not in active_set]))
-        old_warm_kept = (
-            old_warm_ready[short:] + sorted((pod for pod in old_warm if not pod.ready), key=_progress, reverse=True)
-        )[:room]
+        if held:
+            # An old active not ready for a moment (a container restarting, a probe failing) is
+            # kept too, within the deficit: deleted, nothing could replace it until the hold ends.
+            old_actives_kept += sorted(
+                (pod for pod in outdated if pod.role == "active" and not pod.ready), key=_progress, reverse=True
+            )[: max(0, short - len(old_warm_promoted))]
+        # The pool's room: what the ready current pods of the warm set leave of it (the loading
+        # ones are no standby yet).
+        room = max(0, target.warm - min(sum(1 for pod in rest if pod.ready), warm_capacity))
+        loading_old = sorted((pod for pod in old_warm if not pod.ready), key=_progress, reverse=True) if held else []
+        old_warm_kept = (old_warm_ready[short:] + loading_old)[:room]
+    promoted_why = "new pods are held" if held else "new pods are loading"
     for pod in old_warm_promoted:
-        promotions.append(Relabel(pod.name, "active", "warm", "promoted: new pods are held, the fleet needs it active"))
+        promotions.append(Relabel(pod.name, "active", "warm", f"promoted: {promoted_why}, the fleet needs it active"))
     if revision is not None:
         for pod in outdated:
             if pod.role == "draining" or pod in old_actives_kept or pod in old_warm_kept:
@@ -550,8 +567,6 @@ def plan_fleet(
                 deletions.append(DeletePod(pod.name, f"new revision: outdated {pod.role} pod"))
 
     # The warm set: the pool, plus the loading pods that will fill the active set when ready.
-    rest = [pod for pod in current if pod not in active_set]
-    warm_capacity = target.active + target.warm - len(active_set)
     staying = [*active_set, *old_actives_kept]
     warm_set = (
         ranked(rest, "warm", ready=True, staying=staying)

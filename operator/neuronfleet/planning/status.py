@@ -287,10 +287,13 @@ def _warm_pool(fleet: FleetSummary) -> ConditionValue:
 
 
 def _kept_outdated(fleet: FleetSummary) -> str:
-    """The note "; N outdated warm pods [and M old placeholders] kept while new ones are held"."""
+    """The note "; N outdated warm pods [and M old placeholders] kept while new ones are held", or
+    "kept until new ones are loaded" in a rollout that holds nothing (its loaded standby stays
+    until new standby is loaded)."""
     kept = [_plural(fleet.kept_outdated_warm, "outdated warm pod")] if fleet.kept_outdated_warm else []
     kept += [_plural(fleet.kept_outdated_placeholders, "old placeholder")] if fleet.kept_outdated_placeholders else []
-    return f"; {' and '.join(kept)} kept while new ones are held" if kept else ""
+    until = "while new ones are held" if fleet.hold_reason else "until new ones are loaded"
+    return f"; {' and '.join(kept)} kept {until}" if kept else ""
 
 
 def _degraded(inputs: StatusInputs, placement_problems: list[str]) -> ConditionValue:
