@@ -909,13 +909,15 @@ class RolloutSpec(ApiModel):
     strategy: Literal["WarmThenSwap"] = Field(
         default="WarmThenSwap",
         description="WarmThenSwap: start and warm pods of the new revision, move them into the Service, then "
-        "drain the old ones; ready capacity never drops.",
+        "drain the old ones; ready capacity never drops, and a loaded old warm pod stays standby until a new "
+        "one is loaded in its place.",
     )
     max_surge: int = Field(
         default=0,
         ge=0,
         le=1000,
-        description="New-revision pods warmed at a time; 0 warms as many as there are active replicas at once.",
+        description="New-revision pods warmed at a time; 0 warms them all at once (as many as the active and "
+        "warm pods wanted).",
     )
     progress_deadline_seconds: int = Field(
         default=1800,
