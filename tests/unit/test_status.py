@@ -114,6 +114,14 @@ def test_awaiting_artifact_and_rollout() -> None:
     during_rollout = by_type(compute_conditions(inputs(fleet=rolling)))
     assert (during_rollout["Ready"].status, during_rollout["Ready"].reason) == ("False", "RollingOut")
     assert during_rollout["Ready"].message == "1/2 active replicas on the new revision, 2 ready in all"
+    # Every active replica on the new revision, the old loaded standby kept until new standby is
+    # loaded: still rolling out, and Ready says what it waits for.
+    standby = replace(SERVING, outdated=1, warm_ready=0, kept_outdated_warm=1)
+    waiting = by_type(compute_conditions(inputs(fleet=standby)))["Ready"]
+    assert (waiting.status, waiting.reason) == ("False", "RollingOut")
+    assert waiting.message == (
+        "2/2 active replicas on the new revision, 2 ready in all; 1 outdated warm pod kept until new ones are loaded"
+    )
     assert (during_rollout["Available"].status, during_rollout["Available"].reason) == ("True", "ReplicasReady")
 
 

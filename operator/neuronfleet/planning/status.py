@@ -412,7 +412,11 @@ def _ready(inputs: StatusInputs, placement_problems: Sequence[str], available: C
             "False",
             Reason.ROLLING_OUT,
             f"{min(fleet.current_ready_active, desired)}/{desired} active replicas on the new revision, "
-            f"{fleet.ready_active} ready in all" + _held(fleet, fleet.held_rollout),
+            f"{fleet.ready_active} ready in all"
+            + _held(fleet, fleet.held_rollout)
+            # Held, WarmPoolReady says what is kept; otherwise the old standby is what the rollout
+            # waits for once the actives are swapped (it stays until the new pool is loaded).
+            + (_kept_outdated(fleet) if fleet.hold_reason is None else ""),
         )
     if available.status != "True":
         return ConditionValue("Ready", "False", available.reason, available.message)
