@@ -151,6 +151,9 @@ def check_standby_kept(
         assert len(actives_after) <= target.active, "old standby promoted beyond the target"
     serving = [p for p in live_after if p.role in ("active", "warm")]
     assert len(serving) <= target.active + target.warm + new_loading(after)
+    if policy.max_surge and plan.summary.rolling_out:
+        # So within active + warm + the surge, once the pods loading before are loaded.
+        assert new_loading(after) <= max(policy.max_surge, new_loading(before))
     # The next plan changes no role and deletes nothing; it may create more new pods only when the
     # last old pod left with this step (the surge paces a rollout's creations, not a scale-up's).
     again = plan_fleet("svc", target, after, now, policy)
