@@ -45,8 +45,8 @@ Rules (DESIGN.md, fleet model):
   ``FleetPolicy.max_surge`` (>0) limits how many new-revision pods load at once. The old warm pool
   goes as a Deployment with maxUnavailable 0 replaces its pods: a loaded (ready) outdated warm pod
   stays until a ready current pod takes its place in the pool (``target.warm`` less the ready
-  current pods of the warm set are kept, best first by the promotion order), so the deployment is
-  never without loaded standby while the new pods load; a kept one is promoted into an active
+  current pods of the warm set are kept, best first by the promotion order), so no loaded standby
+  is deleted before it is replaced while the new pods load; a kept one is promoted into an active
   deficit no current pod fills (a lost pod), never beyond ``target.active``. Outdated warm pods
   still loading are deleted at once (they are no standby yet). The serving pods (draining ones
   aside) so stay within ``target.active + target.warm`` plus the current pods loading (which
