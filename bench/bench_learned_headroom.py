@@ -22,6 +22,13 @@ start and scored halves as ``bench_causal_bound.py``, through the simulator's qu
 - ``quantile-hour`` (learned, NASA only: conv has no earlier day): the same over the same time of
   day (within 30 minutes) on earlier days.
 
+- ``sqrt`` (not learned; sized to the fleet): capacity ``ceil(signal + beta x sqrt(signal))``, the
+  square-root staffing rule of queueing theory (the headroom Poisson noise needs shrinks as
+  1/sqrt(fleet)): a fleet of 40 replicas gets less headroom than one of 10. Conv's fleets are 2-5x
+  NASA's, so if the traces' different needs were noise, one ``beta`` could serve both. Per scenario
+  the least ``beta`` (to 0.05) reaching 99 %, and ``joint.sqrt`` the largest of them applied to
+  every scenario.
+
 Before 20 minutes of history the learned families use 1.25, the headroom of the CRD's default
 target utilization (0.8). Each learned family sweeps its one knob (``coverage`` or ``q``); per
 scenario the cheapest value reaching 99 % is reported, and ``joint.{family}`` is the one value
@@ -47,6 +54,7 @@ from bench_causal_bound import (
     engine_headroom,
     engine_static,
     forward_max,
+    least_reaching,
     rule_signal,
     scored_span,
 )
@@ -70,6 +78,9 @@ MIN_HISTORY_MINUTES = 20
 REFRESH_MINUTES = 5
 HOUR_SPAN_MINUTES = 30
 COVERAGES = (0.99, 0.995, 0.999, 1.0)
+#: The square-root rule's ``beta`` is searched over (0, SQRT_BETA_MAX] to SQRT_BETA_STEP.
+SQRT_BETA_MAX = 4.0
+SQRT_BETA_STEP = 0.05
 QUANTILES = (0.9, 0.95, 0.98, 0.99, 0.995)
 
 
@@ -141,6 +152,8 @@ def quantile_headroom(multiplier: FloatArray, q: float, lag: int, same_hour: boo
 def _self_check() -> None:
     """The learned headrooms on cases whose answer is known (a wrong window would shift every figure)."""
     rng = np.random.default_rng(0)
+    # Square-root staffing: 16 + 1 x 4 = 20 replicas, 100 + 1 x 10 = 110 (10 % headroom, not 25 %).
+    assert list(sqrt_capacity(np.array([0.0, 16.0, 100.0]), 1.0)) == [0.0, 20.0, 110.0]
     # A flat need of 10 replicas with one minute of 15, on a flat signal of 10 (cold start 7 minutes).
     signal = np.full(120, 10.0)
     need = signal.copy()
@@ -170,6 +183,17 @@ def _self_check() -> None:
                 continue
             expected = np.quantile(multiplier[idx], 0.9, method="inverted_cdf")
             assert abs(h[m] - expected) < 1e-12, (same_hour, m)
+
+
+def sqrt_capacity(signal: FloatArray, beta: float) -> FloatArray:
+    """The square-root staffing rule: the signal plus ``beta`` times its square root, whole replicas."""
+    return np.ceil(signal + beta * np.sqrt(signal) - 1e-9)
+
+
+def least_beta(signal: FloatArray, scored: Scored) -> tuple[float, float, float] | None:
+    """The least ``beta`` whose square-root rule reaches the SLO target through the queue:
+    (beta, attainment, cost vs the fluid oracle); None if :data:`SQRT_BETA_MAX` misses."""
+    return least_reaching(lambda beta: scored.run(sqrt_capacity(signal, beta)), 0.0, SQRT_BETA_MAX, SQRT_BETA_STEP)
 
 
 def scored_scenarios(only: set[str]) -> dict[str, Scored]:
@@ -222,6 +246,7 @@ def main() -> int:
     # The constant rule's own least h per (scenario, W), unrounded: a rounded-down h can fall below
     # an integer step of ceil(h x signal).
     own_h: dict[tuple[str, int], float | None] = {}
+    own_beta: dict[tuple[str, int], float | None] = {}
     for name, s in scored.items():
         t0 = time.perf_counter()
         lag = math.ceil(s.launch / MINUTE)
@@ -231,6 +256,14 @@ def main() -> int:
             h, attainment, ratio = found if found else (None, None, None)
             own_h[(name, lookback)] = h
             rows.append(_row(name, "constant", lookback, None, h, attainment, ratio))
+            found = least_beta(signal, s)
+            beta, attainment, ratio = found if found else (None, None, None)
+            own_beta[(name, lookback)] = beta
+            mean_h = None
+            if beta is not None:
+                scored_signal = signal[s.first : len(s.demand)]
+                mean_h = float((sqrt_capacity(scored_signal, beta).sum()) / max(scored_signal.sum(), 1e-9))
+            rows.append(_row(name, "sqrt", lookback, beta, mean_h, attainment, ratio))
             signal_m, need_m = per_minute(signal), per_minute(s.demand)
             for family, (knobs, headroom) in learned_families(name).items():
                 for knob in knobs:
@@ -254,7 +287,7 @@ def main() -> int:
             figures[f"{prefix}.best"] = _describe(best) if best else None
             figures[f"{prefix}.vs_fluid_oracle"] = best["vs_fluid_oracle"] if best else None
         constant = figures[f"{name}.constant.vs_fluid_oracle"]
-        learned = [figures[f"{name}.{f}.vs_fluid_oracle"] for f in run if f != "constant"]
+        learned = [figures[f"{name}.{f}.vs_fluid_oracle"] for f in run if f not in ("constant", "sqrt")]
         learned = [v for v in learned if v is not None]
         figures[f"{name}.learned_beats_constant"] = bool(learned and constant and min(learned) < constant)
         figures[f"{name}.static_vs_fluid_oracle"] = round(statics[name][2], 4)
@@ -271,6 +304,14 @@ def main() -> int:
                 for name, s in scored.items()
             }
             joint_candidates.append(("constant", lookback, h, per))
+        betas = [own_beta[(name, lookback)] for name in scored]
+        if all(b is not None for b in betas):
+            beta = max(b for b in betas if b is not None)
+            per = {
+                name: s.run(sqrt_capacity(rule_signal(s.demand, FAMILY, lookback, s.launch), beta))
+                for name, s in scored.items()
+            }
+            joint_candidates.append(("sqrt", lookback, beta, per))
     # A family run on only some scenarios (quantile-hour: NASA) has no one rule for every scenario.
     joint_candidates += [
         (family, lookback, knob, per) for (family, lookback, knob), per in outcomes.items() if set(per) == set(scored)
@@ -282,7 +323,8 @@ def main() -> int:
             figures[f"{prefix}.rule"] = None
             continue
         _, lookback, knob, per = min(reaching, key=lambda c: sum(r for _, r in c[3].values()))
-        figures[f"{prefix}.rule"] = f"W={lookback} s " + ("h" if family == "constant" else "knob") + f"={knob:g}"
+        knob_name = {"constant": "h", "sqrt": "beta"}.get(family, "knob")
+        figures[f"{prefix}.rule"] = f"W={lookback} s {knob_name}={knob:g}"
         figures[f"{prefix}.total_vs_fluid_oracle"] = round(sum(r for _, r in per.values()), 4)
         for name, (attainment, ratio) in per.items():
             figures[f"{prefix}.{name}.attainment"] = round(attainment, 5)
@@ -302,6 +344,7 @@ def main() -> int:
         "refresh_min": REFRESH_MINUTES,
         "coverages": list(COVERAGES),
         "quantiles": list(QUANTILES),
+        "sqrt_beta": [0.0, SQRT_BETA_MAX, SQRT_BETA_STEP],
     }
     for key, value in figures.items():
         print(f"{key}: {value}")
