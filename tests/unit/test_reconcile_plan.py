@@ -876,3 +876,38 @@ def test_a_fleet_scaled_to_zero_takes_no_node_unless_it_keeps_standby() -> None:
     result = plan(dep, Observation(T0, compile=compiled(dep)), DeploymentMemory(), {})
     assert [type(a) for a in result.actions] == [CreatePlaceholder]
     assert (result.status["placement"]["nodes"], result.status["placement"]["usdPerHour"]) == (1, 0.7582)
+
+
+def test_placeholders_are_held_and_not_priced_while_no_artifact_can_be_compiled() -> None:
+    # Spare nodes are kept for a compile under way (they are wanted once it ends), but not for a
+    # spec that cannot compile: nothing would ever run on them, and each costs an Inf2 node.
+    dep = deployment(
+        scaling={"mode": "Manual", "replicas": 1, "minReplicas": 0},
+        warmPool={"mode": "Fixed", "pods": 1, "nodePlaceholders": 2},
+    )
+    compiling = compiled(dep, stored=None, job_phase="running")
+    first = plan(dep, Observation(T0, compile=compiling), DeploymentMemory(), {})
+    assert [type(a) for a in first.actions] == [CreatePlaceholder, CreatePlaceholder]
+    per_node = first.status["placement"]["replicasPerNode"]
+    node_usd = first.status["placement"]["usdPerHour"] / first.status["placement"]["nodes"]
+    assert first.status["placement"]["nodes"] == -(-4 // per_node)  # 1 active, 1 warm, 2 placeholders
+    pods = tuple(apply_actions([], first.actions, T0))
+
+    unreadable = compiled(dep, stored=None, source_problem="no objects under s3://acme-models/gone/")
+    failed = compiled(dep, stored=None, job_phase="failed", job_message="neuronx-cc: OOMKilled")
+    missing = compiled(dep, stored=None, job_phase="succeeded")
+    for blocked in (unreadable, failed, missing):
+        fresh = plan(dep, Observation(T0, compile=blocked), DeploymentMemory(), {})
+        assert fresh.actions == ()
+        # The ones made while it compiled are deleted: nothing will run on their nodes.
+        result = plan(dep, Observation(T0, pods=pods, compile=blocked), first.memory, first.status)
+        assert sorted(type(a).__name__ for a in result.actions) == ["DeletePlaceholder", "DeletePlaceholder"]
+        for status in (fresh.status, result.status):
+            placement = status["placement"]
+            # The active and the warm pod still count: they are wanted once the spec can compile.
+            assert placement["nodes"] == -(-2 // per_node) < first.status["placement"]["nodes"]
+            assert placement["usdPerHour"] == pytest.approx(placement["nodes"] * node_usd)
+            warm = next(c for c in status["conditions"] if c["type"] == "WarmPoolReady")
+            assert warm["reason"] == "WarmPoolFilling"
+            assert "2 placeholders held: no artifact to serve: " in warm["message"], warm["message"]
+            assert status["warmPool"]["desiredPlaceholders"] == 2  # the pool still wants them once it can

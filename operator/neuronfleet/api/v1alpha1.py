@@ -1004,8 +1004,10 @@ class PlacementStatus(ApiModel):
     nodes: int | None = Field(
         default=None,
         description="Nodes the desired pods take, packed replicasPerNode to a node: the active replicas, the "
-        "warm pods and the node placeholders (status.warmPool's desiredPods and desiredPlaceholders). 0 when "
-        "there are none.",
+        "warm pods and the node placeholders (status.warmPool's desiredPods and desiredPlaceholders). "
+        "Placeholders are left out while the spec cannot compile (Compiled SourceUnreadable, CompileFailed, "
+        "ArtifactMissing or a refused compile pod, with no earlier artifact serving): they are held then, not "
+        "created (WarmPoolReady says so). 0 when there are none.",
     )
     usd_per_hour: float | None = Field(
         default=None, description="On-demand cost of those nodes (us-east-1 prices; 0 for no node)."

@@ -212,6 +212,31 @@ class CompileDecision:
     serve_gone: bool = False
 
 
+#: Compiled reasons under which no artifact of the spec comes by itself: the source cannot be read,
+#: the compile failed (a retry needs a spec change or the retry annotation), its Job succeeded
+#: without a record, or the API server refuses the Job's pod. Not Compiling nor ArtifactGone: a
+#: compile under way ends with an artifact, and the spare capacity is wanted then.
+NO_ARTIFACT_REASONS: frozenset[Reason] = frozenset(
+    {
+        Reason.SOURCE_UNREADABLE,
+        Reason.COMPILE_FAILED,
+        Reason.ARTIFACT_MISSING,
+        Reason.SERVICE_ACCOUNT_MISSING,
+        Reason.CPU_LIMIT_BELOW_REQUEST,
+        Reason.LIMIT_RANGE_REFUSED,
+        Reason.POD_CREATION_REFUSED,
+        Reason.PRIORITY_CLASS_MISSING,
+    }
+)
+
+
+def nothing_to_serve(decision: CompileDecision) -> bool:
+    """No artifact is served, and none can be compiled until something changes (the spec, the
+    source, the retry annotation, the namespace's objects): node placeholders would hold spare
+    nodes for pods that cannot exist."""
+    return decision.serve is None and decision.reason in NO_ARTIFACT_REASONS
+
+
 def _replacing_earlier_job(
     observed: CompileObservation, previous: StoredArtifact | None, ended: str
 ) -> CompileDecision:

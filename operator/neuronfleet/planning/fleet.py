@@ -70,9 +70,11 @@ Rules (DESIGN.md, fleet model):
   other rule applies as usual (pods already loaded keep serving and are promoted, demoted, drained;
   broken pods are deleted; placeholders, which load no model, are kept and made). With
   ``target.hold_placeholders`` no placeholder is made either (a CPU limit below the request refuses
-  them as it does the serving pods). The pods that would have been created are counted in the
-  summary with that reason, each where it belongs: ``held_active`` (the active deficit),
-  ``held_rollout`` (new-revision pods that would replace the outdated actives still serving),
+  them as it does the serving pods; no artifact can be compiled, so none would be used), and with
+  no ``target.artifact`` (nothing serves) the placeholders there are deleted too. The pods that
+  would have been created are counted in the summary with that reason, each where it belongs:
+  ``held_active`` (the active deficit), ``held_rollout`` (new-revision pods that would replace the
+  outdated actives still serving),
   ``held_warm`` (the pool's own deficit, never more than ``target.warm``) and ``held_placeholders``.
   A held rollout keeps the old standby it cannot replace by the same rule as any rollout, and
   more: its outdated warm pods still loading stay too (after the loaded ones, within the same
@@ -640,14 +642,19 @@ def plan_fleet(
     placeholders = [pod for pod in healthy if pod.role == "placeholder"]
     # While the new template's placeholders are held, the old ones keep the spare nodes meanwhile:
     # those on a node first, whatever their template (one not on a node holds nothing).
-    holding_old = target.hold_creations is not None and target.hold_placeholders
+    holding = target.hold_creations is not None and target.hold_placeholders
+    # Without an artifact nothing serves (nor will until the hold ends): no spare node is kept for it.
+    holding_none = holding and target.artifact is None
+    holding_old = holding and not holding_none
     kept_placeholders = sorted(
-        (pod for pod in placeholders if holding_old or pod.template == target.template),
+        (pod for pod in placeholders if not holding_none and (holding_old or pod.template == target.template)),
         key=lambda pod: (pod.node is None, pod.template != target.template, pod.name),
     )[: target.placeholders]
     for pod in placeholders:
         if pod not in kept_placeholders:
-            if pod.template != target.template:
+            if holding_none:
+                reason = f"held: {target.hold_creations}"
+            elif pod.template != target.template:
                 reason = "placement changed"
             elif len(kept_placeholders) == target.placeholders and any(
                 p.template != target.template for p in kept_placeholders
@@ -659,7 +666,7 @@ def plan_fleet(
                 reason = "surplus placeholder"
             deletions.append(DeletePlaceholder(pod.name, reason))
     placeholders_missing = max(0, target.placeholders - len(kept_placeholders))
-    if holding_old:
+    if holding:
         held_placeholders = max(
             0, target.placeholders - sum(pod.template == target.template for pod in kept_placeholders)
         )

@@ -15,6 +15,8 @@ memory (:class:`~neuronfleet.planning.observation.StatusMemory`). In order:
    not load it) until it is republished, nor any pod (placeholders included) while
    spec.runtime.cpuLimit is below the CPU request the placement gives each replica (the API server
    would refuse it: :mod:`.admission`; a compile Job is held likewise for spec.compile.cpuLimit);
+   node placeholders are held (not made, those there deleted, not priced) while no artifact serves
+   and none can be compiled (:func:`~neuronfleet.planning.compile.nothing_to_serve`);
 4. status (:mod:`.status`), and the Events that the status change makes (:func:`status_events`).
 
 After applying, :func:`status_after_apply` folds what the apply met (pods refused at admission,
@@ -41,6 +43,7 @@ from neuronfleet.planning.compile import (
     StoredArtifact,
     decide_compile,
     decide_unservable,
+    nothing_to_serve,
 )
 from neuronfleet.planning.fleet import (
     Action,
@@ -74,6 +77,7 @@ from neuronfleet.planning.status import (
     checkpoint_from_status,
     find_condition,
     ignored_replicas_note,
+    not_compiled_note,
     rfc3339,
 )
 
@@ -401,12 +405,15 @@ def plan_reconcile(
         with contextlib.suppress(ValueError):
             last_scale_at = datetime.fromisoformat(durable.last_scale.time)
     resizing = durable.desired_replicas is not None and durable.desired_replicas != scale.desired
+    # No artifact, and none coming until something changes: placeholders would keep spare nodes
+    # (paid for) for pods that cannot exist. Held, and not priced in status.placement.
+    no_artifact = nothing_to_serve(decision)
     with contextlib.suppress(QuantityError):
         # Every replica-sized pod the fleet keeps takes a slot on the nodes it pays for: placeholders
         # too (they hold spare nodes). Only the active replicas serve.
         placement = plan_for_spec(
             spec,
-            scale.desired + warm.pods + warm.node_placeholders,
+            scale.desired + warm.pods + (0 if no_artifact else warm.node_placeholders),
             serving=scale.desired,
             current_type=durable.instance_type,
             headroom=headroom,
@@ -434,11 +441,13 @@ def plan_reconcile(
                 # Its running pods keep serving, but a new one could not load it and would crash-loop.
                 else _held_because(serve, observation.compile.dangling if observation.compile else None)
                 if serve is not None and decision.serve_gone
+                else f"no artifact to serve: {not_compiled_note(decision)}"
+                if no_artifact
                 else None
             ),
             # A placeholder has the replicas' resources: the API server would refuse it too. Held,
             # not dropped, so the status counts it as wanted and held, as the pool says it wants it.
-            hold_placeholders=cpu_problem is not None,
+            hold_placeholders=cpu_problem is not None or no_artifact,
         )
         fleet = plan_fleet(
             dep.name,

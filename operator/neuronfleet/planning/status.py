@@ -355,6 +355,11 @@ _NOT_COMPILED: dict[Reason, str] = {
 }
 
 
+def not_compiled_note(decision: CompileDecision) -> str:
+    """What Ready says of a spec whose artifact is not (known to be) the one served."""
+    return _NOT_COMPILED.get(Reason(decision.reason), decision.message)
+
+
 def compile_blocker(inputs: StatusInputs, placement_problems: Sequence[str]) -> tuple[Reason, str] | None:
     """Why the current spec's artifact is not (known to be) the one served; None when it is."""
     if placement_problems:
@@ -365,8 +370,7 @@ def compile_blocker(inputs: StatusInputs, placement_problems: Sequence[str]) -> 
     decision = inputs.compile
     if decision.reason == Reason.ARTIFACT_READY:
         return None
-    reason = Reason(decision.reason)
-    return reason, _NOT_COMPILED.get(reason, decision.message)
+    return Reason(decision.reason), not_compiled_note(decision)
 
 
 def _available(inputs: StatusInputs, placement_problems: Sequence[str]) -> ConditionValue:
