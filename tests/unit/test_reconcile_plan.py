@@ -288,6 +288,33 @@ def test_a_warning_event_when_the_autoscaler_loses_its_metrics_and_none_for_manu
     assert status_events(StatusMemory.from_status({}), scaling("ManualScaling"), "") == []
 
 
+def test_a_normal_event_once_when_the_autoscaler_reads_metrics_again() -> None:
+    def scaling(reason: str, message: str = "why") -> dict[str, Any]:
+        status = "False" if reason != "MetricsRead" else "True"
+        return {"conditions": [{"type": "ScalingActive", "status": status, "reason": reason, "message": message}]}
+
+    for holding in ("MetricsUnavailable", "PrometheusUrlNotAllowed", "PrometheusQueryNotAllowed"):
+        # Each round's status is read back as the next round's durable memory.
+        rounds = [scaling("MetricsRead"), scaling(holding), scaling(holding), scaling("MetricsRead", "3 replicas")]
+        rounds.append(scaling("MetricsRead", "4 replicas"))
+        events = [
+            (e.type, e.reason, e.message)
+            for before, after in itertools.pairwise(rounds)
+            for e in status_events(StatusMemory.from_status(before), after, "")
+        ]
+        assert events == [
+            ("Warning", Reason(holding), "why"),
+            (
+                "Normal",
+                Reason.METRICS_RECOVERED,
+                f"metrics read again (was {holding}); the autoscaler decides again: 3 replicas",
+            ),
+        ]
+    # Not for a switch from Manual mode, nor for a new deployment: nothing was lost.
+    for before in (scaling("ManualScaling"), {}):
+        assert status_events(StatusMemory.from_status(before), scaling("MetricsRead"), "") == []
+
+
 def test_a_failed_job_asked_to_run_differently_is_replaced_and_the_event_says_why() -> None:
     dep = deployment(**MANUAL)
     failed = compiled(

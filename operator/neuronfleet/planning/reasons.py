@@ -84,6 +84,7 @@ class Reason(StrEnum):
     REPLICAS_IGNORED = "ReplicasIgnored"
     RECONCILE_FAILED = "ReconcileFailed"
     RECOVERED = "Recovered"
+    METRICS_RECOVERED = "MetricsRecovered"
 
 
 #: Container waiting reasons that mean a pod will not start by itself (each is a Degraded reason).

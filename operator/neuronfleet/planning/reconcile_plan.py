@@ -544,9 +544,9 @@ def status_events(durable: StatusMemory, status: Mapping[str, Any], scale_reason
     turns True or changes reason, Recovered when it turns False again; a Warning when ScalingActive
     turns MetricsUnavailable (the autoscaler holds: Prometheus is unavailable, or refuses every
     query), PrometheusUrlNotAllowed (the spec's prometheusUrl is outside the operator's allow-list) or
-    PrometheusQueryNotAllowed (a query override the operator refuses to run with its credentials);
-    ReplicasIgnored when spec.scaling.replicas is set or changed in Auto mode. Nothing when nothing
-    changed."""
+    PrometheusQueryNotAllowed (a query override the operator refuses to run with its credentials),
+    MetricsRecovered when it returns from one of those to MetricsRead; ReplicasIgnored when
+    spec.scaling.replicas is set or changed in Auto mode. Nothing when nothing changed."""
     events: list[Event] = []
     before_desired, after_desired = durable.desired_replicas or 0, int(status.get("desiredReplicas") or 0)
     if before_desired != after_desired:
@@ -569,6 +569,16 @@ def status_events(durable: StatusMemory, status: Mapping[str, Any], scale_reason
     holding = (Reason.METRICS_UNAVAILABLE, Reason.PROMETHEUS_URL_NOT_ALLOWED, Reason.PROMETHEUS_QUERY_NOT_ALLOWED)
     if after.get("reason") in holding and before.get("reason") != after.get("reason"):
         events.append(Event("Warning", Reason(str(after.get("reason"))), str(after.get("message") or "")))
+    elif after.get("reason") == Reason.METRICS_READ and before.get("reason") in holding:
+        # Else the Warning stays the last word on scaling in `kubectl describe` after it resumed.
+        events.append(
+            Event(
+                "Normal",
+                Reason.METRICS_RECOVERED,
+                f"metrics read again (was {before.get('reason')}); the autoscaler decides again: "
+                f"{after.get('message') or ''}",
+            )
+        )
     # spec.scaling.replicas set or changed in Auto mode (`kubectl scale`): accepted (a CEL rule refusing
     # it would force an SRE switching Manual -> Auto in an incident to edit replicas too) but ignored:
     # said once. Not on the switch itself, which the person making it knows of. Compared as the value
