@@ -649,6 +649,34 @@ def test_the_first_size_of_a_new_deployment_is_said_to_be_its_initial_size() -> 
     assert later.status["lastScaleReason"] == "manual: replicas 3"
 
 
+def test_manual_mode_without_replicas_says_minreplicas_runs_not_that_replicas_set_it() -> None:
+    # Regression: "replicas set by spec.scaling.replicas: 2" with the field unset, while the scale
+    # subresource (kubectl scale --current-replicas) read it as 0.
+    dep = deployment(scaling={"mode": "Manual", "minReplicas": 2, "maxReplicas": 4}, warmPool={"mode": "Off"})
+    result = plan(dep, Observation(T0, compile=compiled(dep)), DeploymentMemory(), {})
+    assert result.status["desiredReplicas"] == 2
+    scaling = next(c for c in result.status["conditions"] if c["type"] == "ScalingActive")
+    assert (scaling["reason"], scaling["message"]) == (
+        "ManualScaling",
+        "spec.scaling.replicas is not set: minReplicas 2 (the scale subresource reads 0 until replicas is set)",
+    )
+    [scaled] = status_events(StatusMemory.from_status({}), result.status, result.scale_reason)
+    assert scaled.message == (
+        "initial size: 2 desired active replicas (manual: spec.scaling.replicas is not set: minReplicas 2)"
+    )
+    # Set, it is what the message names.
+    set_ = plan(deployment(**MANUAL), Observation(T0, compile=compiled(dep)), DeploymentMemory(), {})
+    scaling = next(c for c in set_.status["conditions"] if c["type"] == "ScalingActive")
+    assert scaling["message"] == "replicas set by spec.scaling.replicas: 2"
+    # Above maxReplicas (an object stored before the CRD refused it): bounded, and said so.
+    over = deployment(scaling={"mode": "Manual", "replicas": 1, "maxReplicas": 2}, warmPool={"mode": "Off"})
+    over.spec.scaling.replicas = 7
+    result = plan(over, Observation(T0, compile=compiled(over)), DeploymentMemory(), {})
+    scaling = next(c for c in result.status["conditions"] if c["type"] == "ScalingActive")
+    assert scaling["message"] == "replicas set by spec.scaling.replicas: 7, bounded to maxReplicas 2"
+    assert result.scale_reason == "manual: replicas 7, bounded to maxReplicas 2"
+
+
 def test_the_operators_daemonset_allowance_decides_what_fits_a_node() -> None:
     # The allowance is the operator's setting (neuronfleet run --daemonset-headroom-cpu): a plan
     # that ignored it sized replicas for the default 500m whatever the cluster's DaemonSets take.

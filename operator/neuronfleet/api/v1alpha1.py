@@ -731,7 +731,9 @@ class ScalingSpec(ApiModel):
         le=1000,
         description="Active replicas in Manual mode (the scale subresource writes it). In Auto mode it is "
         "ignored: status.ignoredReplicas and the ScalingActive condition's message say so, and a ReplicasIgnored "
-        "Event when it is set or changed. Unset: minReplicas.",
+        "Event when it is set or changed. Unset in Manual mode: minReplicas runs (the ScalingActive message "
+        "says so), but the scale subresource reads the unset field as 0, so `kubectl scale --current-replicas` "
+        "and `kubectl get --raw .../scale` see 0: set it to use kubectl scale with a precondition.",
     )
     min_replicas: int = Field(
         default=1, ge=0, le=1000, description="Lower bound of active replicas; at least 1 in Auto mode."

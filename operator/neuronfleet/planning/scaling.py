@@ -542,6 +542,13 @@ def decide(
     if spec.mode == "Manual":
         wanted = spec.replicas if spec.replicas is not None else low
         desired = _clamp(wanted, 0, high)
+        # Said as it is: an unset replicas is not "replicas N" (the scale subresource reads it as 0).
+        if spec.replicas is None:
+            why = f"manual: spec.scaling.replicas is not set: minReplicas {desired}"
+        elif desired != spec.replicas:
+            why = f"manual: replicas {spec.replicas}, bounded to maxReplicas {desired}"
+        else:
+            why = f"manual: replicas {desired}"
         # The Auto scale events are forgotten: back in Auto, they were subtracted from a count they
         # never produced, and the rate limits pinned the fleet for the rest of their period (as HPA,
         # whose events are its own changes only: the Manual count is the period's start).
@@ -549,7 +556,7 @@ def decide(
         if state.checkpoint is not None and state.checkpoint.scale_events:
             # Nor resumed after a restart.
             state = replace(state, checkpoint=replace(state.checkpoint, scale_events=()))
-        return ScalingDecision(desired, f"manual: replicas {desired}", state, recommendation=desired)
+        return ScalingDecision(desired, why, state, recommendation=desired)
     # Auto never scales to zero: no replica would report the traffic to scale up again (the CRD
     # refuses minReplicas 0 in Auto mode; an object stored before that rule is held at one).
     low = max(low, min(1, high))

@@ -238,12 +238,21 @@ def ignored_replicas(inputs: StatusInputs) -> int | None:
 def _scaling(inputs: StatusInputs) -> ConditionValue:
     fleet = inputs.fleet
     if inputs.scaling_mode == "Manual":
-        return ConditionValue(
-            "ScalingActive",
-            "False",
-            Reason.MANUAL_SCALING,
-            f"replicas set by spec.scaling.replicas: {fleet.desired_active}",
-        )
+        if inputs.spec_replicas is None:
+            # The fallback runs minReplicas, but `kubectl scale` (the scale subresource) reads the
+            # unset field as 0: say both, so a --current-replicas precondition failing is explained.
+            message = (
+                f"spec.scaling.replicas is not set: minReplicas {fleet.desired_active} "
+                "(the scale subresource reads 0 until replicas is set)"
+            )
+        elif inputs.spec_replicas != fleet.desired_active:
+            message = (
+                f"replicas set by spec.scaling.replicas: {inputs.spec_replicas}, "
+                f"bounded to maxReplicas {fleet.desired_active}"
+            )
+        else:
+            message = f"replicas set by spec.scaling.replicas: {fleet.desired_active}"
+        return ConditionValue("ScalingActive", "False", Reason.MANUAL_SCALING, message)
     # `kubectl scale` writes spec.scaling.replicas whatever the mode: in Auto mode say it is ignored.
     ignored = ignored_replicas(inputs)
     note = f"; {ignored_replicas_note(ignored)}" if ignored is not None else ""
