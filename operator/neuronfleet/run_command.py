@@ -679,6 +679,29 @@ def kubeconfig_in_use(args: argparse.Namespace) -> Path | None:
     return Path(args.kubeconfig or os.environ.get("KUBECONFIG") or Path.home() / ".kube" / "config").expanduser()
 
 
+#: Every line of the operator's log: the time, the logger, the message.
+LOG_FORMAT = "%(asctime)s %(name)s %(message)s"
+
+
+def configure_logging(*, verbose: bool) -> None:
+    """The operator's log on stderr, in :data:`LOG_FORMAT`, with Kopf's per-object lines (logger
+    ``kopf.objects``: "Handler 'deployment_changed' succeeded.") prefixed ``[namespace/name]`` as
+    ``kopf run`` prints them: without it they do not say which object. Kopf's public
+    :func:`kopf.configure` installs the formatter that reads the object Kopf passes with each line;
+    lines of other loggers have no object and read as before. As :func:`logging.basicConfig` did:
+    nothing when the root logger has handlers already (a program embedding the command, pytest)."""
+    if logging.getLogger().handlers:
+        return
+    # Typed as LogFormat (its CLI choices), but kopf.configure takes a format string too (a custom
+    # format, given to the same formatter): the operator's lines keep theirs.
+    kopf.configure(verbose=verbose, log_format=LOG_FORMAT, log_prefix=True)  # type: ignore[arg-type]
+    # kopf.configure also silences the asyncio logger unless in debug mode; its errors ("Task
+    # exception was never retrieved") are the operator's to see, as they were with basicConfig.
+    asyncio_logger = logging.getLogger("asyncio")
+    asyncio_logger.propagate = True
+    asyncio_logger.handlers[:] = [h for h in asyncio_logger.handlers if not isinstance(h, logging.NullHandler)]
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     # A configuration that cannot be loaded ends with one line and exit code 2, never a traceback.
     try:
@@ -694,9 +717,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s"
-    )
+    configure_logging(verbose=args.verbose)
     try:
         asyncio.run(_run(args))
     except KeyboardInterrupt:
