@@ -497,9 +497,9 @@ class Reconciler:
         return f"; its pod(s) {', '.join(deleted)} deleted, ending the compile" if deleted else ""
 
     async def _apply_action(self, dep: InferenceDeployment, candidate: Candidate, action: Action) -> ActionResult:
-        """Apply one action: ``applied``; ``already`` when a pod to delete is gone (nothing done, no
-        Event); ``gone`` when a pod to relabel is gone (the plan's later actions may rely on it: a
-        demotion follows the promotion that makes it safe)."""
+        """Apply one action: ``applied``; ``already`` when a pod to delete is gone or a pod to create
+        exists already, ours (nothing done, no Event); ``gone`` when a pod to relabel is gone (the
+        plan's later actions may rely on it: a demotion follows the promotion that makes it safe)."""
         namespace = dep.metadata.namespace or "default"
         if isinstance(action, CreatePod | CreatePlaceholder):
             pod = object_for_action(dep, candidate, action, self.settings.builder)
@@ -512,6 +512,10 @@ class Reconciler:
                         f"pod {action.name} exists and belongs to {owner}, not to this InferenceDeployment: "
                         "left as it is; delete or rename it"
                     )
+                # Ours: this call made nothing, so no CreatedPod. The round that made the pod posted
+                # one (this plan was made before the watch showed the pod), unless that call's answer
+                # was lost: then it was reported as a failed call, and the pod is simply there.
+                return "already"
         elif isinstance(action, Relabel):
             patch = relabel_patch(action)["metadata"]
             labels, annotations = patch.get("labels", {}), patch.get("annotations", {})

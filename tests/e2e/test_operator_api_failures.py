@@ -311,3 +311,32 @@ async def test_a_pod_already_gone_when_deleted_gets_no_deleted_event(harness: Op
     assert raced
     deleted = [e["message"] for e in events_for(harness, "vanishing", "DeletedPod")]
     assert not [m for m in deleted if any(name in m for name in raced)], deleted
+
+
+async def test_a_pod_create_answered_409_by_our_own_pod_gets_no_second_created_event(harness: OperatorHarness) -> None:
+    # A create whose pod already exists and is ours (the answer to an earlier create lost, or a plan
+    # made before the watch showed the last round's pod) made nothing: it posted CreatedPod anyway.
+    assert harness.context is not None
+    kube: Any = harness.context.reconciler.kube
+    real_create: Callable[[dict[str, Any]], Awaitable[bool]] = kube.create
+    repeated: list[str] = []
+
+    async def create(obj: dict[str, Any]) -> bool:
+        if obj["kind"] != "Pod":
+            return await real_create(obj)
+        # The first create succeeds unseen (its answer lost); the operator's own call then answers 409.
+        assert await real_create(obj)
+        repeated.append(obj["metadata"]["name"])
+        return await real_create(obj)
+
+    kube.create = create
+    manifest = manual(harness, "repeated", replicas=2)
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+    await harness.wait_settled(
+        NS, "repeated", lambda: _ready_active(harness, "repeated") == 2, what="two ready active pods"
+    )
+    assert len(repeated) == 2
+    created = [e["message"] for e in events_for(harness, "repeated", "CreatedPod")]
+    assert not [m for m in created if any(name in m for name in repeated)], created
+    assert harness.condition(NS, "repeated", "Degraded")["status"] == "False"
