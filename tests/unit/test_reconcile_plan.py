@@ -162,6 +162,36 @@ def test_a_dangling_record_compiles_again_with_a_marked_job_and_a_warning() -> N
     assert actions == (StartCompileJob(absent.request, "job-now", gone),)
 
 
+def test_a_compile_that_ends_with_its_artifact_posts_compile_succeeded_once() -> None:
+    dep = deployment(**MANUAL)
+    running = compiled(dep, stored=None, job_phase="running")
+    rounds = [
+        Observation(T0, compile=running),
+        Observation(T0 + timedelta(seconds=10), compile=compiled(dep, job_phase="succeeded")),
+        Observation(T0 + timedelta(seconds=20), compile=compiled(dep, job_phase="succeeded")),
+    ]
+    memory, status, posted = DeploymentMemory(), {}, []
+    for observation in rounds:
+        result = plan(dep, observation, memory, status)
+        posted.append(
+            [
+                e
+                for e in status_events(StatusMemory.from_status(status), result.status, "")
+                if e.reason == Reason.COMPILE_SUCCEEDED
+            ]
+        )
+        memory, status = result.memory, result.status
+    assert posted[0] == [] and posted[2] == []
+    assert [(e.type, e.message) for e in posted[1]] == [
+        ("Normal", "compiled: revision cccccccccc (cpu backend) at /store/cccc")
+    ]
+    # An artifact found stored already (a shared cache): nothing was compiled, nothing said.
+    cached = plan(dep, Observation(T0, compile=compiled(dep)), DeploymentMemory(), {})
+    assert Reason.COMPILE_SUCCEEDED not in [
+        e.reason for e in status_events(StatusMemory.from_status({}), cached.status, "")
+    ]
+
+
 def test_a_failed_source_listing_supersedes_no_running_compile() -> None:
     # Without the listing the request key lacks the source's fingerprint, so it differs from the
     # running Job's although nothing changed: deleting that Job would throw away hours of compile.

@@ -79,6 +79,7 @@ class Reason(StrEnum):
     CREATED_PLACEHOLDER = "CreatedPlaceholder"
     DELETED_PLACEHOLDER = "DeletedPlaceholder"
     COMPILE_STARTED = "CompileStarted"
+    COMPILE_SUCCEEDED = "CompileSucceeded"
     COMPILE_SUPERSEDED = "CompileSuperseded"
     SCALED = "Scaled"
     REPLICAS_IGNORED = "ReplicasIgnored"

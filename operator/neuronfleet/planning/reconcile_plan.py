@@ -545,7 +545,8 @@ def status_events(durable: StatusMemory, status: Mapping[str, Any], scale_reason
     turns MetricsUnavailable (the autoscaler holds: Prometheus is unavailable, or refuses every
     query), PrometheusUrlNotAllowed (the spec's prometheusUrl is outside the operator's allow-list) or
     PrometheusQueryNotAllowed (a query override the operator refuses to run with its credentials),
-    MetricsRecovered when it returns from one of those to MetricsRead; ReplicasIgnored when
+    MetricsRecovered when it returns from one of those to MetricsRead; CompileSucceeded when Compiled
+    turns ArtifactReady from Compiling or ArtifactGone; ReplicasIgnored when
     spec.scaling.replicas is set or changed in Auto mode. Nothing when nothing changed."""
     events: list[Event] = []
     before_desired, after_desired = durable.desired_replicas or 0, int(status.get("desiredReplicas") or 0)
@@ -564,6 +565,15 @@ def status_events(durable: StatusMemory, status: Mapping[str, Any], scale_reason
         events.append(Event("Warning", Reason(str(after.get("reason"))), str(after.get("message") or "")))
     elif before.get("status") == "True" and after.get("status") == "False":
         events.append(Event("Normal", Reason.RECOVERED, f"no longer degraded (was {before.get('reason')})"))
+    # A compile under way (a first one, a new spec's, a republish) ended with its artifact stored:
+    # CompileStarted is followed. Not for an artifact found stored already (nothing compiled), and
+    # once: the status read back next round says ArtifactReady before too.
+    before, after = durable.condition("Compiled"), find_condition({"status": status}, "Compiled")
+    if after.get("reason") == Reason.ARTIFACT_READY and before.get("reason") in (
+        Reason.COMPILING,
+        Reason.ARTIFACT_GONE,
+    ):
+        events.append(Event("Normal", Reason.COMPILE_SUCCEEDED, f"compiled: {after.get('message') or ''}"))
     # Manual scaling is ScalingActive=False too, by choice: no warning for it.
     before, after = durable.condition("ScalingActive"), find_condition({"status": status}, "ScalingActive")
     holding = (Reason.METRICS_UNAVAILABLE, Reason.PROMETHEUS_URL_NOT_ALLOWED, Reason.PROMETHEUS_QUERY_NOT_ALLOWED)
