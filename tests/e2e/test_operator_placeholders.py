@@ -4,15 +4,18 @@ The cluster starts with two inf2.xlarge nodes (two 1-core replicas each). Three 
 one placeholder (warmPool Fixed, nodePlaceholders: 1) fill them. Scaling to four: the new pod
 preempts the placeholder and starts at once on the room it held, without waiting for a node; the
 operator recreates the placeholder, which makes the provisioner add a node, and it runs there.
+A deployment whose compile failed (nothing to serve, none coming) gets none: held, not made.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from kubernetes_asyncio import client as k8s
 from operator_harness import OperatorHarness, example, ready
 
 from neuronfleet.api.v1alpha1 import GROUP
+from neuronfleet.planning.compile import ANNOTATION_COMPILE_RETRY
 from neuronfleet.sandbox.store import WatchEvent
 
 NS = "placeholders"
@@ -108,3 +111,62 @@ async def test_placeholders_hold_inf2_room_yield_it_to_real_pods_and_are_recreat
         what="status: 1 placeholder and 4 ready replicas",
     )
     harness.cluster.store.listeners.remove(preemptions)
+
+
+async def test_placeholders_are_held_once_the_compile_fails_and_come_back_with_a_new_compile(
+    harness: OperatorHarness,
+) -> None:
+    # Spare Inf2 nodes are kept for a compile under way (they are wanted once it ends), not for a
+    # spec that cannot compile: those made meanwhile are deleted, and status.placement stops pricing them.
+    name = "failing"
+    manifest = harness.localize(
+        example(
+            "bert-embeddings",
+            scaling={"mode": "Manual", "replicas": 1, "minReplicas": 0},
+            warmPool={"mode": "Fixed", "pods": 0, "nodePlaceholders": 2},
+        ),
+        namespace=NS,
+    )
+    manifest["metadata"]["name"] = name
+    await harness.apply(manifest)  # not precompiled: its compile Job starts
+    await harness.wait(
+        lambda: len(harness.pods(NS, name, "placeholder")) == 2 and harness.cluster.list("jobs", NS, group="batch"),
+        what="two placeholders while it compiles",
+    )
+    compiling_nodes = harness.deployment(NS, name)["status"]["placement"]["nodes"]
+
+    # The Job fails, as Kubernetes marks it after its retries.
+    [job] = harness.cluster.list("jobs", NS, group="batch")
+    failed = {
+        "type": "Failed",
+        "status": "True",
+        "reason": "BackoffLimitExceeded",
+        "message": "Job has reached the specified backoff limit",
+    }
+    await k8s.BatchV1Api(await harness.api()).patch_namespaced_job_status(
+        job["metadata"]["name"], NS, {"status": {"conditions": [failed]}}
+    )
+    await harness.wait_settled(
+        NS,
+        name,
+        lambda: (
+            harness.condition(NS, name, "Compiled").get("reason") == "CompileFailed"
+            and not harness.pods(NS, name, "placeholder")
+        ),
+        what="no placeholder once the compile failed",
+    )
+    warm = harness.condition(NS, name, "WarmPoolReady")
+    assert "2 placeholders held: no artifact to serve: cannot compile: " in warm["message"], warm["message"]
+    assert harness.deployment(NS, name)["status"]["placement"]["nodes"] < compiling_nodes
+    deleted = [
+        e["message"]
+        for e in harness.cluster.list("events", NS)
+        if e.get("reason") == "DeletedPlaceholder" and (e.get("involvedObject") or {}).get("name") == name
+    ]
+    assert len(deleted) == 2 and all("held: no artifact to serve" in m for m in deleted), deleted
+
+    # Asked to compile again (the retry annotation): a compile is under way, the capacity wanted again.
+    await harness.annotate(NS, name, {ANNOTATION_COMPILE_RETRY: "1"})
+    await harness.wait(
+        lambda: len(harness.pods(NS, name, "placeholder")) == 2, what="the placeholders back with a new compile"
+    )
