@@ -59,13 +59,13 @@ def test_the_setting_column_names_each_policys_knob(tmp_path: Path, capsys: pyte
     text = " ".join(capsys.readouterr().out.split())
     assert (
         "setting: hpa: HPA's target average utilization; kpa: KPA's concurrency target per pod (x 0.7 "
-        "utilization applied); static: replicas=share x the oracle's peak; ours: a --policy file (ours with "
+        "utilization applied); static: replicas=share x the oracle's peak; warm: a --policy file (ours with "
         "its scaling and warmPool)" in text
     )
     assert "ours-warm" not in text  # only the policies that ran
     knobs = {(c["policy"], c["setting"]): c["knob"] for c in json.loads((out / "simulate.json").read_text())["cases"]}
     assert knobs[("hpa", "0.5")] == "HPA's target average utilization"
-    assert knobs[("ours", "warm")] == "a --policy file (ours with its scaling and warmPool)"
+    assert knobs[("warm", "warm.yaml")] == "a --policy file (ours with its scaling and warmPool)"
     assert knobs[("oracle", "clairvoyant")] is None
 
 
@@ -75,11 +75,11 @@ def test_no_sweep_prints_one_table_not_two_identical_ones(tmp_path: Path, capsys
     out = capsys.readouterr().out
     assert out.count("bert-base superpose: ") == 1
     assert "bert-base superpose: one setting per policy" in out
-    # A policy file adds a second setting of ours: then the best settings are a subset, in a table of their own.
-    policy = tmp_path / "warm.yaml"
-    policy.write_text("warmPool: {mode: Auto}\n")
-    args[args.index("hpa,static")] = "ours,hpa,static"
-    assert run_cli([*args, "--policy", str(policy), "--out", str(tmp_path / "b")]) == 0
+    # A sweep runs several settings per policy: then the best settings are a subset, in a table of
+    # their own. (A policy file no longer adds a setting to ours: it is a policy of its own.)
+    args[args.index("hpa,static")] = "static"
+    args.remove("--no-sweep")
+    assert run_cli([*args, "--out", str(tmp_path / "b")]) == 0
     out = capsys.readouterr().out
     assert "bert-base superpose: all runs" in out and "bert-base superpose: best setting per policy" in out
 
@@ -118,7 +118,9 @@ def test_an_empty_policies_list_runs_only_the_policy_files(tmp_path: Path) -> No
     args = ["--trace", str(write_trace(tmp_path / "t.csv")), "--policies", "", "--policy", str(policy)]
     assert run_cli([*args, "--no-plots", *QUICK, "--out", str(out)]) == 0
     cases = json.loads((out / "simulate.json").read_text())["cases"]
-    assert [(c["policy"], c["setting"]) for c in cases if not c["policy"].startswith("oracle")] == [("ours", "warm")]
+    assert [(c["policy"], c["setting"]) for c in cases if not c["policy"].startswith("oracle")] == [
+        ("warm", "warm.yaml")
+    ]
 
 
 def test_the_retired_ours_nowarm_says_what_to_run_instead(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -194,30 +196,32 @@ def test_two_policy_files_of_one_stem_are_refused_naming_both(
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize(("sweep", "stem"), [([], "0.6"), (["--no-sweep"], "0.8")], ids=["swept", "default"])
-def test_a_policy_file_named_as_a_setting_of_ours_is_refused_naming_both(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], sweep: list[str], stem: str
+@pytest.mark.parametrize("stem", ["ours", "hpa", "oracle-feasible", "ours-nowarm"])
+def test_a_policy_file_named_as_a_built_in_policy_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], stem: str
 ) -> None:
-    # 0.6.yaml beside ours' swept 0.6 gave two "ours 0.6" rows, and simulate.json's chosen
-    # {"ours": "0.6"} could be either.
+    # A file is a policy of its own named after the file: hpa.yaml would read as HPA's row.
     policy = tmp_path / f"{stem}.yaml"
     policy.write_text("scaling: {targetUtilization: 0.3}\n")
-    run = ["--trace", str(write_trace(tmp_path / "t.csv")), "--jobs", "1", "--peak-replicas", "3", "--no-plots"]
-    assert run_cli([*run, *sweep, "--policies", "ours", "--policy", str(policy), "--out", str(tmp_path / "o")]) == 2
+    run = ["--trace", str(write_trace(tmp_path / "t.csv")), *QUICK, "--no-plots"]
+    assert run_cli([*run, "--policies", "static", "--policy", str(policy), "--out", str(tmp_path / "o")]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert (
-        f"error: --policy {policy} is named '{stem}' (its file name), as ours' swept setting targetUtilization "
-        f"{stem} is: both would be 'ours {stem}' in the tables and in simulate.json's cases and chosen; rename the "
-        f"file (e.g. file-{stem}.yaml) or leave ours out of --policies" in err
+        f"error: --policy {policy} is named '{stem}' (its file name), as a built-in policy or oracle is: its rows "
+        f"would read as that one's in the tables and in simulate.json's cases and chosen; rename the file "
+        f"(e.g. my-{stem}.yaml)" in err
     )
     assert not (tmp_path / "o").exists()
-    # Without ours the name is the file's alone; so is one ours does not run at.
-    assert (
-        run_cli([*run, "--no-sweep", "--policies", "static", "--policy", str(policy), "--out", str(tmp_path / "a")])
-        == 0
-    )
-    other = tmp_path / "0.35.yaml"
-    other.write_text("scaling: {targetUtilization: 0.3}\n")
-    assert run_cli([*run, *sweep, "--policies", "ours", "--policy", str(other), "--out", str(tmp_path / "b")]) == 0
-    cases = json.loads((tmp_path / "b" / "simulate.json").read_text())["cases"]
-    assert [c["setting"] for c in cases if c["policy"] == "ours"].count("0.35") == 1
+
+
+def test_a_policy_file_named_as_a_setting_of_ours_is_its_own_row(tmp_path: Path) -> None:
+    # 0.6.yaml was refused beside ours' swept 0.6 (both were 'ours 0.6'): now it is the policy 0.6.
+    policy = tmp_path / "0.8.yaml"
+    policy.write_text("scaling: {targetUtilization: 0.3}\n")
+    run = ["--trace", str(write_trace(tmp_path / "t.csv")), *QUICK, "--no-plots"]
+    assert run_cli([*run, "--policies", "ours", "--policy", str(policy), "--out", str(tmp_path / "o")]) == 0
+    cases = json.loads((tmp_path / "o" / "simulate.json").read_text())["cases"]
+    assert [(c["policy"], c["setting"]) for c in cases if not c["policy"].startswith("oracle")] == [
+        ("ours", "0.8"),
+        ("0.8", "0.8.yaml"),
+    ]

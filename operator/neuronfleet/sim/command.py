@@ -210,8 +210,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="append",
         default=[],
         metavar="FILE",
-        help="YAML with the CR's scaling and warmPool sections: one more tuning of ours, named after the file "
-        "(a name ours' sweep uses, such as 0.6, is refused while ours runs); repeatable",
+        help="YAML with the CR's scaling and warmPool sections (or a whole CR): ours at that tuning, a policy "
+        "of its own named after the file (my-tuning.yaml: my-tuning), chosen, scored and plotted beside ours' "
+        "sweep; a built-in policy's name (ours, hpa, ...) is refused; repeatable",
     )
     p.add_argument("--no-sweep", action="store_true", help="run each policy at its default setting only")
     p.add_argument(
@@ -609,15 +610,14 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         "--policy",
         "a policy file's run is named after its file name: rename one of the files",
     )
-    clashes = runner.policy_file_clashes(families, not args.no_sweep, [label for label, _ in policy_files])
+    clashes = runner.policy_file_clashes([label for label, _ in policy_files])
     if clashes:
         path = args.policy[[label for label, _ in policy_files].index(clashes[0])]
-        # Refused rather than relabelled: a file's run keeps the name it has always had (its file name).
+        # Refused rather than relabelled: a file's run is named after its file, in every table and output.
         raise UsageError(
-            f"--policy {path} is named {clashes[0]!r} (its file name), as ours' swept setting targetUtilization "
-            f"{clashes[0]} is: both would be 'ours {clashes[0]}' in the tables and in simulate.json's cases and "
-            f"chosen; rename the file (e.g. {Path(path).with_stem('file-' + clashes[0]).name}) or leave ours out "
-            "of --policies"
+            f"--policy {path} is named {clashes[0]!r} (its file name), as a built-in policy or oracle is: its "
+            f"rows would read as that one's in the tables and in simulate.json's cases and chosen; rename the file "
+            f"(e.g. {Path(path).with_stem('my-' + clashes[0]).name})"
         )
     for note in notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
@@ -711,7 +711,7 @@ def _main(args: argparse.Namespace, console: Console) -> int:
             factor,
             args,
             families,
-            policy_files,
+            [(label, Path(path).name, data) for (label, data), path in zip(policy_files, args.policy, strict=True)],
             console,
         )
         phases = [tune]
@@ -923,7 +923,7 @@ def _phase(
     factor: float,
     args: argparse.Namespace,
     families: list[str],
-    policy_files: list[tuple[str, dict[str, Any]]],
+    policy_files: list[tuple[str, str, dict[str, Any]]],
     console: Console,
 ) -> Phase:
     replayed, measure_from = with_history_pass(trace) if args.history_pass else (trace, 0.0)

@@ -17,7 +17,9 @@ any trace) that includes the family's documented default:
 
 Ours gets exactly the same treatment as the baselines: one swept target, no other tuning. Every
 policy runs with the same ``min_replicas`` (1) and ``max_replicas`` and starts from the same ready
-fleet. :func:`best` picks, per family, the cheapest setting reaching the SLO target.
+fleet. :func:`best` picks, per family, the cheapest setting reaching the SLO target. Each
+``--policy`` file is a family of its own, named after the file: it is chosen and scored on its own,
+beside ours' sweep, never in its place.
 
 Held-out scoring (:func:`score`): each family is swept and chosen on tuning data, then its chosen
 case (static keeps its replica count) runs on scoring data. :func:`monotonicity` says, per family,
@@ -73,8 +75,12 @@ KNOBS: dict[str, str] = {
     "ray": "Ray Serve's target_ongoing_requests",
     "static": "replicas=share x the oracle's peak",
 }
-#: A --policy file's case: its setting is the file's name.
+#: A --policy file's case: a family of its own named after the file's stem (tuned, chosen, scored
+#: and plotted on its own, never in place of ours' sweep), its setting the file's name.
 POLICY_FILE_KNOB = "a --policy file (ours with its scaling and warmPool)"
+#: Names a policy file may not take as its family: the built-in families' (a file "hpa.yaml" would
+#: read as HPA's row), the retired ones' and the oracles'.
+RESERVED_NAMES = (*FAMILIES, *RETIRED, "oracle", "oracle-feasible")
 _CRD_SCALING = ScalingSpec()
 #: Ours has two targets (the utilization of the measured service rate, and the queue depth that
 #: counts as a burst, which also sizes the fleet until the service rate is measured); its one swept
@@ -118,15 +124,16 @@ def cases(
     max_replicas: int,
     oracle_peak: int,
     sweep: bool = True,
-    policy_files: Sequence[tuple[str, dict[str, Any]]] = (),
+    policy_files: Sequence[tuple[str, str, dict[str, Any]]] = (),
 ) -> list[Case]:
-    """The cases to run: each family at its default (and its grid with ``sweep``), plus policy files."""
+    """The cases to run: each family at its default (and its grid with ``sweep``), plus policy files,
+    given as (family, setting, sections): each file is a family of its own (see :data:`POLICY_FILE_KNOB`)."""
     out: list[Case] = []
     for family in families:
         for value in _grid(family, sweep):
             out.append(_case(family, value, value == DEFAULTS[family], max_replicas, oracle_peak))
-    for label, data in policy_files:
-        out.append(Case("ours", label, False, _from_file(data, max_replicas, label)))
+    for family, setting, data in policy_files:
+        out.append(Case(family, setting, False, _from_file(data, max_replicas, setting, family)))
     return out
 
 
@@ -136,13 +143,9 @@ def _grid(family: str, sweep: bool) -> tuple[float, ...]:
     return grid if DEFAULTS[family] in grid else tuple(sorted((*grid, DEFAULTS[family])))
 
 
-def policy_file_clashes(families: Sequence[str], sweep: bool, labels: Sequence[str]) -> list[str]:
-    """The policy-file labels equal to a setting ours runs at: a file's case is ``ours`` with its
-    label as the setting, so the two would share a row name and simulate.json's (policy, setting)."""
-    if "ours" not in families:
-        return []
-    swept = {_fmt(value) for value in _grid("ours", sweep)}
-    return [label for label in labels if label in swept]
+def policy_file_clashes(labels: Sequence[str]) -> list[str]:
+    """The policy-file family names that are reserved (:data:`RESERVED_NAMES`)."""
+    return [label for label in labels if label in RESERVED_NAMES]
 
 
 def _from_file(data: dict[str, Any], max_replicas: int, label: str, family: str = "ours") -> Callable[[], Policy]:
