@@ -395,13 +395,14 @@ def read_policy_only(
     "content",
     [
         "scaling:\nwarmPool: {mode: Auto}\n",
-        # maxReplicas comes from the run when the file leaves it out: no CRD default (10) to exceed.
-        "scaling: {minReplicas: 20}\n",
+        # maxReplicas left out is the CRD's default (10), as in a cluster: a floor up to it is taken
+        # (above it is refused: test_sim_policy_files).
+        "scaling: {minReplicas: 10}\n",
         (REPO / "examples" / "bert-embeddings.yaml").read_text(),
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: ml}\n---\n"
         + (REPO / "examples" / "bert-embeddings.yaml").read_text(),
     ],
-    ids=["empty-section", "min-without-max", "whole-cr", "cr-beside-its-namespace"],
+    ids=["empty-section", "min-at-the-default-max", "whole-cr", "cr-beside-its-namespace"],
 )
 def test_simulate_accepts_good_policy_files(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str) -> None:
     _, _, err = read_policy_only(tmp_path, content, capsys, accepted=True)

@@ -65,3 +65,45 @@ def test_a_cheaper_policy_file_does_not_displace_ours_chosen_setting(
     best = {(c["policy"], c["setting"]) for c in doc["cases"] if c["best"]}
     assert {("ours", "0.8"), ("cheap", "cheap.yaml")} <= best
     assert shown == [["ours", "cheap", "oracle-feasible"]]
+
+
+def test_a_policy_file_without_max_replicas_runs_at_the_crd_default_and_says_when_it_binds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The file's maxReplicas defaulted to the run's (twice the oracle's peak, here 40), where the
+    # operator applies the CRD's default, 10, and `validate` says "scaling Auto 1..10".
+    cr = policy(
+        tmp_path,
+        "my-cr.yaml",
+        "apiVersion: serving.neuronfleet.dev/v1alpha1\nkind: InferenceDeployment\nmetadata: {name: bert}\n"
+        "spec:\n  model: {source: 's3://bucket/model/'}\n  scaling: {targetUtilization: 0.8}\n",
+    )
+    wide = policy(tmp_path, "max40.yaml", "scaling: {targetUtilization: 0.8, maxReplicas: 40}\n")
+    out = tmp_path / "out"
+    args = ["--trace", str(write_trace(tmp_path / "t.csv", seconds=600)), "--policies", "ours", "--no-sweep"]
+    args += ["--jobs", "1", "--peak-replicas", "20", "--no-plots", "--out", str(out), "--policy", cr, "--policy", wide]
+    assert run_cli(args) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    cases = {c["policy"]: c for c in json.loads((out / "simulate.json").read_text())["cases"]}
+    assert cases["oracle"]["replica_hours"] > 10 * 600 / 3600  # the SLO needs more than 10 replicas
+    # Capped at 10: it misses the target that the same tuning with room (and ours' default) reaches.
+    assert cases["my-cr"]["slo_attainment"] < 0.5
+    assert cases["my-cr"]["usd"] < cases["max40"]["usd"]
+    assert cases["max40"]["slo_attainment"] >= 0.99 and cases["ours"]["slo_attainment"] >= 0.99
+    assert "note: my-cr my-cr.yaml: maxReplicas 10 capped the fleet: the autoscaler recommended up to " in text
+    assert "max40 max40.yaml: maxReplicas" not in text and "ours 0.8: maxReplicas" not in text
+
+
+def test_a_policy_file_is_checked_against_the_crd_default_max_replicas(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # minReplicas 12 without maxReplicas: the API server refuses it (the default 10 is below), so
+    # does `validate`; the simulator ran it up to the run's bound.
+    floor = policy(tmp_path, "floor.yaml", "scaling: {minReplicas: 12}\n")
+    args = ["--trace", str(write_trace(tmp_path / "t.csv", seconds=600)), "--policies", "", "--no-sweep"]
+    assert run_cli([*args, "--no-plots", "--out", str(tmp_path / "o"), "--policy", floor]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert (
+        f"error: {floor}: scaling.minReplicas: minReplicas must not exceed maxReplicas (scaling.maxReplicas is "
+        "not set: the CRD's default, 10, applies)" in err
+    )

@@ -22,7 +22,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from neuronfleet.api.crd import openapi_schema
-from neuronfleet.api.v1alpha1 import API_VERSION, KIND
+from neuronfleet.api.v1alpha1 import API_VERSION, KIND, ScalingSpec
 from neuronfleet.api.validation import (
     load_manifests,
     not_utf8_message,
@@ -219,8 +219,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--max-replicas",
         type=int,
         metavar="N",
-        help=f"max replicas for every policy (default: 2 x oracle peak; ours at most {crd_max_replicas()}, "
-        "the CRD's limit)",
+        help=f"max replicas for every built-in policy (default: 2 x oracle peak; ours at most "
+        f"{crd_max_replicas()}, the CRD's limit); a --policy file runs with its own scaling.maxReplicas, "
+        f"else the CRD's default ({CRD_SCALING_DEFAULTS.max_replicas}), as the operator would",
     )
     p.add_argument("--slo-ms", type=float, metavar="MS", help="latency SLO (default: the profile's)")
     p.add_argument(
@@ -270,6 +271,8 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+#: The CRD's scaling defaults (a policy file's maxReplicas left out is its default, as in a cluster).
+CRD_SCALING_DEFAULTS = ScalingSpec()
 #: The sections of a policy file: an InferenceDeployment's, camelCase as in the CR.
 POLICY_SECTIONS = ("scaling", "warmPool")
 #: The top-level keys of a whole InferenceDeployment given as a policy file.
@@ -364,9 +367,18 @@ def _policy_file(path: str, notes: list[str] | None = None) -> tuple[str, dict[s
             )
         # A whole-number float (minReplicas: 2.0, maxReplicas: 1e3) is the integer the API server stores.
         sections[name] = whole_floats_to_int(value or {}, _spec_fields()[name])
+    # Run as the operator would run the CR: a maxReplicas left out is the CRD's default (the API
+    # server stores it), not the run's --max-replicas or twice the oracle's peak.
+    defaulted = "maxReplicas" not in sections["scaling"]
+    sections["scaling"].setdefault("maxReplicas", CRD_SCALING_DEFAULTS.max_replicas)
     problems = _policy_problems(sections)
     if problems:
-        raise UsageError(f"{path}: " + "; ".join(f"{where}{problem}" for problem in problems))
+        default = (
+            f" ({where}scaling.maxReplicas is not set: the CRD's default, {CRD_SCALING_DEFAULTS.max_replicas}, applies)"
+            if defaulted and any("maxReplicas" in problem for problem in problems)
+            else ""
+        )
+        raise UsageError(f"{path}: " + "; ".join(f"{where}{problem}" for problem in problems) + default)
     unused = unused_spec_fields(data, where)
     if unused and notes is not None:
         notes.append(f"{path}: fields the simulator does not use: {unused}")
@@ -391,9 +403,6 @@ def _refuse_unknown(path: str, data: dict[Any, Any], allowed: Collection[str], w
 def _policy_problems(sections: dict[str, Any]) -> list[str]:
     """What ``neuronfleet validate`` says about the sections, in an InferenceDeployment that holds them."""
     scaling = dict(sections["scaling"])
-    # Without maxReplicas the run supplies it (--max-replicas, else 2 x the oracle's peak): check
-    # the file's other bounds against the largest the CRD allows.
-    scaling.setdefault("maxReplicas", _spec_fields()["scaling"]["properties"]["maxReplicas"]["maximum"])
     manifest = {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -932,7 +941,7 @@ def _phase(
     oracles = _oracles(title, workload, profile, args.seed, measure_from)
     console.print(_scale_line(args, oracles.peak, label))
     max_replicas = args.max_replicas or max(2, 2 * oracles.peak)
-    if max_replicas > crd_max_replicas() and (set(runner.OURS_FAMILIES) & set(families) or policy_files):
+    if max_replicas > crd_max_replicas() and set(runner.OURS_FAMILIES) & set(families):
         console.print(
             f"[yellow]note:[/yellow] ours' maxReplicas defaults to {crd_max_replicas()} (the CRD's limit); "
             f"the other policies run with {max_replicas}"
@@ -941,6 +950,7 @@ def _phase(
     outcomes = _run_with_progress(
         console, title, workload, profile, todo, args.seed, oracles.start, measure_from, args.jobs
     )
+    _print_run_notes(console, outcomes, label)
     chosen = runner.best(outcomes, args.slo_target)
     rows = report.records(profile, outcomes, oracles, chosen, name, args.arrivals)
     best_rows = [r for r in rows if r["best"]]
@@ -951,6 +961,17 @@ def _phase(
         console.print(report.table(f"{title}: all runs", rows, profile.slo_ms, args.slo_target))
         console.print(report.table(f"{title}: best setting per policy", best_rows, profile.slo_ms, args.slo_target))
     return Phase(name, label, workload, oracles, outcomes, chosen, rows, measure_from)
+
+
+def _print_run_notes(console: Console, outcomes: list[runner.Outcome], label: str) -> None:
+    """Each run's notes (a maxReplicas that capped what the demand asked for), naming the run."""
+    where = f" ({label} data)" if label else ""
+    for outcome in outcomes:
+        for text in outcome.result.notes:
+            console.print(
+                f"[yellow]note:[/yellow] {escape(f'{outcome.case.family} {outcome.case.setting}{where}: {text}')}",
+                highlight=False,
+            )
 
 
 def _scale_line(args: argparse.Namespace, oracle_peak: int, label: str) -> str:
@@ -985,6 +1006,7 @@ def _score(
     start = oracles.start
     todo = [o.case for o in tune.chosen.values()]
     outcomes = _run_with_progress(console, title, workload, profile, todo, args.seed, start, measure_from, args.jobs)
+    _print_run_notes(console, outcomes, "held-out")
     chosen = {o.case.family: o for o in outcomes}
     rows = report.records(profile, outcomes, oracles, chosen, "score", args.arrivals)
     console.print(

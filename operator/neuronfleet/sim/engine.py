@@ -117,6 +117,8 @@ class RunResult:
     late_seconds: BoolArray | None = field(default=None, repr=False)
     #: Seconds advanced on 10 ms bins (the rest were advanced whole).
     fine_seconds: int = 0
+    #: What the policy says a report must tell (its ``notes()``: e.g. a maxReplicas that capped it).
+    notes: tuple[str, ...] = ()
 
     @property
     def slo_attainment(self) -> float:
@@ -840,4 +842,5 @@ def run(
         sim_cpu_s=time.process_time() - cpu,
         late_seconds=sim.late,
         fine_seconds=int(sim.fine.sum()),
+        notes=tuple(policy.notes()) if hasattr(policy, "notes") else (),
     )

@@ -93,6 +93,9 @@ class Ours:
         #: The warm pods and placeholders last wanted, and since when a pool found was held (the
         #: operator's ``status.warmPool``: desiredPods, desiredPlaceholders, heldSince).
         self.pool_wanted: tuple[int, int, float | None] = (0, 0, None)
+        #: The most replicas recommended (the recommendation before bounds), and when: a
+        #: user's maxReplicas (or its CRD default) that capped the fleet is named in a note.
+        self.most_wanted: tuple[int, float] = (0, 0.0)
 
     def prime(self, replicas: int, now: float) -> None:
         self.scaling_state = scaling.ScalingState(recommendations=((now, replicas),))
@@ -119,6 +122,8 @@ class Ours:
     def targets(self, decision: scaling.ScalingDecision, now: float, observed: Observed) -> Targets:
         """The targets of a scaling ``decision``, with the warm pool planned from its demand (variants
         of this policy that decide otherwise, e.g. a benchmark's, plan their pool here too)."""
+        if decision.recommendation is not None and decision.recommendation > self.most_wanted[0]:
+            self.most_wanted = (decision.recommendation, now)
         pool = warmpool.plan(
             self.warm_spec,
             # Moved as the decision moved the autoscaler's times, as the operator does.
@@ -133,6 +138,17 @@ class Ours:
         self.pool_wanted = (pool.pods, pool.node_placeholders, pool.held_since)
         return Targets(decision.desired, pool.pods, pool.node_placeholders, f"{decision.reason} | {pool.reason}")
 
+    def notes(self) -> list[str]:
+        """What a report must say about the run: a maxReplicas below the recommendation at some point."""
+        wanted, when = self.most_wanted
+        cap = self.scaling_spec.max_replicas
+        if wanted <= cap:
+            return []
+        return [
+            f"maxReplicas {cap} capped the fleet: the autoscaler recommended up to {wanted} replicas "
+            f"(first at t = {when:,.0f} s of the run)"
+        ]
+
 
 def crd_max_replicas() -> int:
     """The largest ``spec.scaling.maxReplicas`` the CRD accepts (the operator can never go above it)."""
@@ -144,7 +160,9 @@ def ours_from_policy_file(data: dict[str, Any], max_replicas: int, setting: str)
     """:class:`Ours` from a mapping with the CR's ``scaling`` and ``warmPool`` sections (camelCase).
 
     ``maxReplicas`` defaults to ``max_replicas``, at most :func:`crd_max_replicas` (the run's bound
-    may be larger: twice the oracle's peak), when the file does not set it.
+    may be larger: twice the oracle's peak), when ``data`` does not set it: for the built-in sweeps,
+    which are no user's CR. A user's ``--policy`` file gets the CRD's default before it comes here
+    (``simulate``'s ``_policy_file``), as the operator would run it.
     """
     scaling_data = dict(data.get("scaling") or {})
     scaling_data.setdefault("maxReplicas", min(max_replicas, crd_max_replicas()))
