@@ -64,3 +64,55 @@ def test_a_batch_profile_names_no_token_defaults(tmp_path: Path, capsys: pytest.
     assert "default of" not in text  # bert-base does not use token counts
     assumptions = json.loads((out / "simulate.json").read_text())["profiles"]["bert-base"]["assumptions"]
     assert assumptions == load_profile("bert-base").assumptions
+
+
+def test_a_token_column_is_taken_over_an_identifier_that_matches_first(tmp_path: Path) -> None:
+    # prompt_id (a request's prompt number, 988598) was taken as the context size, first match
+    # winning, and context_tokens ignored: every request a ~1M-token prompt.
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "timestamp,request_id,prompt_id,context_tokens,generated_tokens\n0.5,0,988598,114,140\n1.5,1,897926,510,251\n"
+    )
+    trace = load(path)
+    assert trace.columns == Columns("timestamp", "context_tokens", "generated_tokens", ("request_id", "prompt_id"))
+    assert trace.context_tokens is not None and trace.context_tokens.tolist() == [114, 510]
+
+
+@pytest.mark.parametrize(
+    ("header", "columns"),
+    [
+        ("time,prompt,inputTokens", ("inputTokens", None)),  # the one saying tokens
+        ("time,promptId,prompt_len", ("prompt_len", None)),  # the only one not an identifier
+        ("time,input_len,output_len", ("input_len", "output_len")),  # one match each: taken as before
+    ],
+)
+def test_the_column_that_says_tokens_or_the_only_match_is_taken(
+    tmp_path: Path, header: str, columns: tuple[str | None, str | None]
+) -> None:
+    trace = load(write(tmp_path / "t.csv", header))
+    assert trace.columns is not None
+    assert (trace.columns.context, trace.columns.generated) == columns
+
+
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        (
+            "time,prompt_tokens,input_tokens",
+            "the context-token count could be any of the columns 'prompt_tokens', 'input_tokens'; rename the one "
+            "that holds it 'context_tokens' and give the others names without 'context', 'prompt' or 'input'",
+        ),
+        (
+            "time,output,completion_len",
+            "the output-token count could be any of the columns 'output', 'completion_len'; rename the one that "
+            "holds it 'generated_tokens' and give the others names without 'generated', 'output' or 'completion' "
+            "(or with 'tokens' in the one that holds the count)",
+        ),
+    ],
+)
+def test_a_trace_whose_token_column_is_ambiguous_is_refused_naming_the_columns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], header: str, message: str
+) -> None:
+    csv = write(tmp_path / "t.csv", header)
+    assert run_cli(["--trace", str(csv), *QUICK, "--out", str(tmp_path / "o")]) == 2
+    assert f"error: {csv}: {message}" in " ".join(capsys.readouterr().err.split())

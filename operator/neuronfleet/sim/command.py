@@ -704,6 +704,13 @@ def _main(args: argparse.Namespace, console: Console) -> int:
             f"[bold]{escape(profile.name)}[/bold] on {escape(profile.instance_type)}: {escape(traces)}; "
             f"arrivals {args.arrivals}, SLO {profile.slo_ms:g} ms"
         )
+        fastest = _fastest_answer(profile)
+        if fastest is not None and profile.slo_ms < fastest[0]:
+            console.print(
+                f"  [yellow]note:[/yellow] {escape(f'SLO {profile.slo_ms:g} ms is below {profile.name}')}'s fastest "
+                f"answer ({escape(f'{fastest[0]:g} ms, {fastest[1]}')}): no request can meet it, whatever the fleet",
+                highlight=False,
+            )
         defaults = [
             note for read in (trace, score_trace) if read is not None for note in _token_defaults(read, profile)
         ]
@@ -940,6 +947,7 @@ def _phase(
     title = f"{profile.name} {args.arrivals}{f' ({label})' if label else ''}"
     oracles = _oracles(title, workload, profile, args.seed, measure_from)
     console.print(_scale_line(args, oracles.peak, label))
+    _print_out_of_reach(console, oracles, profile, args.slo_target)
     max_replicas = args.max_replicas or max(2, 2 * oracles.peak)
     if max_replicas > crd_max_replicas() and set(runner.OURS_FAMILIES) & set(families):
         console.print(
@@ -961,6 +969,30 @@ def _phase(
         console.print(report.table(f"{title}: all runs", rows, profile.slo_ms, args.slo_target))
         console.print(report.table(f"{title}: best setting per policy", best_rows, profile.slo_ms, args.slo_target))
     return Phase(name, label, workload, oracles, outcomes, chosen, rows, measure_from)
+
+
+def _fastest_answer(profile: Profile) -> tuple[float, str] | None:
+    """The shortest latency ``profile`` can answer in, and what it is (None if it has none above 0)."""
+    if profile.batches:
+        point = min(profile.batches, key=lambda p: p.latency_ms)
+        return point.latency_ms, f"its batch of {point.batch}"
+    if profile.llm is not None and profile.llm.ttft_ms > 0:
+        return profile.llm.ttft_ms, "its time to first token before any prompt token"
+    return None
+
+
+def _print_out_of_reach(console: Console, oracles: runner.Oracles, profile: Profile, slo_target: float) -> None:
+    """A note when even the clairvoyant oracles miss the SLO target: no policy can reach it, and a
+    table of ~ marks and 0 % would otherwise not say why."""
+    reached = max(oracles.instant.slo_attainment, oracles.feasible.slo_attainment)
+    if reached >= slo_target:
+        return
+    text = (
+        f"even the clairvoyant oracles answer only {reached:.2%} of requests within the SLO ({profile.slo_ms:g} ms; "
+        f"target {slo_target:.0%}): it is out of reach for {profile.name} on this trace, as sized per second with "
+        "every arrival known (try a longer --slo-ms, a lower --slo-target or another profile)"
+    )
+    console.print(f"[yellow]note:[/yellow] {escape(text)}", highlight=False)
 
 
 def _print_run_notes(console: Console, outcomes: list[runner.Outcome], label: str) -> None:
@@ -1003,6 +1035,7 @@ def _score(
     title = f"{profile.name} {args.arrivals} (scored on held-out data)"
     oracles = _oracles(title, workload, profile, args.seed, measure_from)
     console.print(_scale_line(args, oracles.peak, "held-out"))
+    _print_out_of_reach(console, oracles, profile, args.slo_target)
     start = oracles.start
     todo = [o.case for o in tune.chosen.values()]
     outcomes = _run_with_progress(console, title, workload, profile, todo, args.seed, start, measure_from, args.jobs)

@@ -11,6 +11,11 @@ Format: a header row and one request per row. Columns are found by name (case-in
 - optional prompt size: a column containing ``context``, ``prompt`` or ``input`` (tokens);
 - optional output size: a column containing ``generated``, ``output`` or ``completion`` (tokens).
 
+Of several columns matching one of the last two, an identifier (``prompt_id``) is never taken, and
+one whose name says tokens (``context_tokens``, ``input_tokens``, ``ContextTokens``) is preferred;
+a trace where two remain (``prompt_tokens`` and ``input_tokens``, or ``prompt`` and ``input_len``)
+is refused, naming them, rather than one taken at random.
+
 Other columns are ignored; :class:`Columns` records which column was taken for what and which were
 ignored, so that a report can say so (a ``tokens`` column is no context size: an LLM profile then
 gives every request its default, which the report must say too).
@@ -50,6 +55,10 @@ FloatArray = npt.NDArray[np.float64]
 _TIME_NAMES = re.compile(r"^(timestamp|time|ts|arrival|arrival_time|arrived_at|start_time)$", re.I)
 _CONTEXT = re.compile(r"context|prompt|input", re.I)
 _GENERATED = re.compile(r"generated|output|completion", re.I)
+#: A column that says it counts tokens: preferred over other names matching the patterns above.
+_TOKENS = re.compile(r"token", re.I)
+#: An identifier (``prompt_id``, ``promptID``, ``completion-id``): never a token count.
+_ID = re.compile(r"(?:^|[^A-Za-z0-9])(?i:id)$|[a-z](?:ID|Id)$")
 #: A date-time's time-zone suffix: ``Z``, ``+01:00``, ``+0100`` or ``+01`` (after the time of day).
 _ZONE = re.compile(r"(?<=\d)\s*(?:(?P<utc>Z)|(?P<sign>[+-])(?P<hours>\d{2})(?::?(?P<minutes>\d{2}))?)$", re.I)
 #: A date-time's fraction of a second.
@@ -195,8 +204,8 @@ def load(path: str | Path, time_unit: str = "s") -> Trace:
             raise TraceError(
                 f"{path}: no arrival-time column in header {names}; name one timestamp, time, ts or arrival"
             )
-        ctx_col = next((i for i, n in enumerate(names) if i != time_col and _CONTEXT.search(n)), None)
-        gen_col = next((i for i, n in enumerate(names) if i != time_col and _GENERATED.search(n)), None)
+        ctx_col = _token_column(path, names, time_col, _CONTEXT, "context", "context_tokens")
+        gen_col = _token_column(path, names, time_col, _GENERATED, "output", "generated_tokens")
         times: list[float] = []
         numeric: list[bool] = []
         lines: list[int] = []  # the file's line of each time (for the span check's error)
@@ -243,6 +252,34 @@ def load(path: str | Path, time_unit: str = "s") -> Trace:
         tuple(n for i, n in enumerate(names) if i not in taken),
     )
     return Trace(arrivals, ctx, gen, str(path), start, not numeric[int(order[0])], columns)
+
+
+def _token_column(
+    path: Path, names: list[str], time_col: int, pattern: re.Pattern[str], what: str, rename: str
+) -> int | None:
+    """The column of ``what`` token counts: among the columns whose name matches ``pattern`` (not an
+    identifier such as ``prompt_id``), the one whose name says tokens (``context_tokens``,
+    ``input_tokens``, ``ContextTokens``), else the only match. TraceError when two could be it."""
+    matches = [i for i, n in enumerate(names) if i != time_col and pattern.search(n) and not _ID.search(n)]
+    tokens = [i for i in matches if _TOKENS.search(names[i])]
+    chosen = tokens if tokens else matches
+    if len(chosen) <= 1:
+        return chosen[0] if chosen else None
+    listed = ", ".join(repr(names[i]) for i in chosen)
+    raise TraceError(
+        f"{path}: the {what}-token count could be any of the columns {listed}; rename the one that holds it "
+        f"{rename!r} and give the others names without {_listed(_words(pattern))}"
+        + ("" if tokens else " (or with 'tokens' in the one that holds the count)")
+    )
+
+
+def _words(pattern: re.Pattern[str]) -> list[str]:
+    return pattern.pattern.split("|")
+
+
+def _listed(words: list[str]) -> str:
+    quoted = [repr(w) for w in words]
+    return ", ".join(quoted[:-1]) + f" or {quoted[-1]}" if len(quoted) > 1 else quoted[0]
 
 
 def _check_unit(path: Path, times: FloatArray, numeric: npt.NDArray[np.bool_], time_unit: str) -> None:

@@ -1,0 +1,54 @@
+"""Notes ``neuronfleet simulate`` prints where a table alone would mislead: an SLO no fleet can
+meet, and a staleness limit below the modelled age of the samples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from neuronfleet.sim.command import run_cli
+
+
+def write_trace(path: Path, seconds: int = 600, rate: float = 3.0, seed: int = 4) -> Path:
+    rng = np.random.default_rng(seed)
+    path.write_text("timestamp\n" + "\n".join(f"{t:.3f}" for t in np.sort(rng.random(int(seconds * rate)) * seconds)))
+    return path
+
+
+QUICK = ["--no-sweep", "--jobs", "1", "--peak-replicas", "3", "--no-plots"]
+
+
+def printed(capsys: pytest.CaptureFixture[str]) -> str:
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_an_slo_below_the_profiles_fastest_answer_is_named_out_of_reach(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --slo-ms 0.5 with bert-base (1 ms at batch 1): 0 % everywhere, oracles included, without a word.
+    args = ["--trace", str(write_trace(tmp_path / "t.csv")), "--policies", "static", *QUICK]
+    assert run_cli([*args, "--slo-ms", "0.5", "--out", str(tmp_path / "o")]) == 0
+    text = printed(capsys)
+    assert (
+        "note: SLO 0.5 ms is below bert-base's fastest answer (1 ms, its batch of 1): no request can meet it, "
+        "whatever the fleet" in text
+    )
+    assert (
+        "note: even the clairvoyant oracles answer only 0.00% of requests within the SLO (0.5 ms; target 99%): "
+        "it is out of reach for bert-base on this trace" in text
+    )
+
+
+def test_an_slo_the_oracles_miss_is_named_out_of_reach(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Above the fastest batch (1 ms), below what this load is answered in (batches of several,
+    # formed within the profile's 5 ms batch delay): the oracles miss it too.
+    args = ["--trace", str(write_trace(tmp_path / "t.csv")), "--policies", "static", *QUICK, "--peak-replicas", "20"]
+    assert run_cli([*args, "--slo-ms", "3", "--out", str(tmp_path / "o")]) == 0
+    text = printed(capsys)
+    assert "fastest answer" not in text
+    assert "note: even the clairvoyant oracles answer only" in text and "(3 ms; target 99%)" in text
+    # A reachable SLO: no note.
+    assert run_cli([*args, "--out", str(tmp_path / "p")]) == 0
+    assert "out of reach" not in printed(capsys)
