@@ -52,3 +52,27 @@ def test_an_slo_the_oracles_miss_is_named_out_of_reach(tmp_path: Path, capsys: p
     # A reachable SLO: no note.
     assert run_cli([*args, "--out", str(tmp_path / "p")]) == 0
     assert "out of reach" not in printed(capsys)
+
+
+@pytest.mark.parametrize(("stale", "noted"), [(5, True), (9, True), (10, True), (11, False), (60, False)])
+def test_a_stale_limit_at_or_below_the_modelled_sample_age_is_noted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], stale: int, noted: bool
+) -> None:
+    # Every simulated sample is 10 s old: staleAfterSeconds 5-9 (the CRD takes >= 5) froze the
+    # fleet for the whole run without a word, where a cluster's 0-15 s old samples would not.
+    policy = tmp_path / "st.yaml"
+    policy.write_text(f"scaling: {{metrics: {{staleAfterSeconds: {stale}}}}}\n")
+    args = ["--trace", str(write_trace(tmp_path / "t.csv")), "--policies", "", *QUICK, "--policy", str(policy)]
+    assert run_cli([*args, "--out", str(tmp_path / "o")]) == 0
+    text = printed(capsys)
+    note = (
+        f"note: {policy}: scaling.metrics.staleAfterSeconds {stale} is at or below the age the simulator gives "
+        "every sample (10 s at each decision: a 15 s scrape, half of it on average, plus the query): "
+    )
+    assert (note in text) == noted
+    if noted:
+        assert (
+            "in a cluster samples are 0-15 s old when read, so the operator would hold (never scale down) only "
+            f"while the newest is older than {stale} s, and scale on the others" in text
+        )
+    assert ("counts as missing at every decision" in text) == (stale < 10)

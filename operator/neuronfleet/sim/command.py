@@ -32,7 +32,7 @@ from neuronfleet.api.validation import (
 )
 from neuronfleet.sim import report, runner
 from neuronfleet.sim.oracle import launch_seconds
-from neuronfleet.sim.policies import crd_max_replicas
+from neuronfleet.sim.policies import DEFAULT_SCRAPE_DELAY, crd_max_replicas
 from neuronfleet.sim.profiles import BUILTIN, Profile, ProfileError, dump_profile, load_profile
 from neuronfleet.sim.trace import (
     MAX_SPAN_SECONDS,
@@ -382,7 +382,25 @@ def _policy_file(path: str, notes: list[str] | None = None) -> tuple[str, dict[s
     unused = unused_spec_fields(data, where)
     if unused and notes is not None:
         notes.append(f"{path}: fields the simulator does not use: {unused}")
+    stale = (sections["scaling"].get("metrics") or {}).get("staleAfterSeconds")
+    if isinstance(stale, int | float) and stale <= DEFAULT_SCRAPE_DELAY and notes is not None:
+        notes.append(_stale_note(f"{path}: {where}", stale))
     return Path(path).stem, sections
+
+
+def _stale_note(where: str, stale: float) -> str:
+    """What a staleAfterSeconds at or below the modelled sample age does here, and in a cluster."""
+    here = (
+        "every sample counts as missing at every decision, so the fleet holds its size as with metrics missing"
+        if stale < DEFAULT_SCRAPE_DELAY
+        else "every sample is just within it"
+    )
+    return (
+        f"{where}scaling.metrics.staleAfterSeconds {stale:g} is at or below the age the simulator gives every "
+        f"sample ({DEFAULT_SCRAPE_DELAY:g} s at each decision: a 15 s scrape, half of it on average, plus the "
+        f"query): {here}; in a cluster samples are 0-15 s old when read, so the operator would hold (never scale "
+        f"down) only while the newest is older than {stale:g} s, and scale on the others"
+    )
 
 
 def _spec_fields() -> dict[str, Any]:
