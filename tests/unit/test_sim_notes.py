@@ -76,3 +76,21 @@ def test_a_stale_limit_at_or_below_the_modelled_sample_age_is_noted(
             f"while the newest is older than {stale} s, and scale on the others" in text
         )
     assert ("counts as missing at every decision" in text) == (stale < 10)
+
+
+def test_help_says_when_x_feasible_reads_below_1_and_when_the_oracles_are_not_simulated(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A static fleet at 99 % showed 0.9x feasible on a 24 h span, with both oracles' latencies "-".
+    with pytest.raises(SystemExit):
+        run_cli(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert (
+        "Both are sized to answer every request within the SLO, not only the --slo-target share: a policy letting "
+        "the rest miss (1 % at the default 0.99) can cost less than the feasible oracle (x feasible below 1)." in text
+    )
+    assert (
+        "On workloads over about 11 hours (4 million 10 ms bins, history pass included) the oracles are not "
+        "simulated: their schedules meet the SLO by construction, their attainment is reported as 1 and their "
+        'latencies as "-".' in text
+    )
