@@ -422,3 +422,40 @@ def test_relative_milliseconds_read_as_seconds_get_the_time_unit_hint(
         )
         == 0
     )
+
+
+# ------------------------------------------------------------------------ options of another arrivals model
+
+
+@pytest.mark.parametrize(
+    ("args", "option", "model", "given"),
+    [
+        (["--rate-window", "600"], "--rate-window", "rate", "superpose"),  # superpose by default
+        (["--jitter", "30"], "--jitter", "replicate", "superpose"),
+        (["--jitter", "1"], "--jitter", "replicate", "superpose"),  # its default value, given: refused too
+        (["--arrivals", "rate", "--superpose-spread", "5"], "--superpose-spread", "superpose", "rate"),
+        (["--arrivals", "rate", "--jitter", "30"], "--jitter", "replicate", "rate"),
+        (["--arrivals", "replicate", "--rate-window", "60"], "--rate-window", "rate", "replicate"),
+    ],
+)
+def test_an_option_of_another_arrivals_model_is_refused_naming_the_one_that_uses_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], option: str, model: str, given: str
+) -> None:
+    # --rate-window 600 --jitter 30 with superpose arrivals changed nothing, silently.
+    csv = azure_like(tmp_path / "t.csv")
+    assert run_cli(["--trace", str(csv), *QUICK, "--out", str(tmp_path / "out"), *args]) == 2
+    assert (
+        f"error: {option} is used by --arrivals {model} only; with --arrivals {given} it would change nothing: "
+        f"leave it out, or pass --arrivals {model}" in one_line_error(capsys)
+    )
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[], ["--superpose-spread", "60"], ["--arrivals", "rate", "--rate-window", "120"], ["--arrivals", "replicate"]],
+)
+def test_each_models_own_option_and_the_defaults_are_taken(tmp_path: Path, args: list[str]) -> None:
+    # The defaults left out count as not given: every model runs with none of the options.
+    csv = azure_like(tmp_path / "t.csv")
+    assert run_cli(["--trace", str(csv), *QUICK, "--peak-replicas", "2", "--out", str(tmp_path / "o"), *args]) == 0

@@ -137,16 +137,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--rate-window",
         type=_positive_seconds,
-        default=RATE_WINDOW_SECONDS,
         metavar="S",
-        help=f"window of the rate model's rate estimate (default: {RATE_WINDOW_SECONDS:g})",
+        help=f"rate only: window of the rate model's rate estimate (default: {RATE_WINDOW_SECONDS:g}); "
+        "refused with another --arrivals",
     )
     p.add_argument(
         "--superpose-spread",
         type=_positive_seconds,
-        default=SUPERPOSE_SPREAD_SECONDS,
         metavar="S",
-        help=f"superposed copies are shifted by up to S seconds (default: {SUPERPOSE_SPREAD_SECONDS:g})",
+        help=f"superpose only: copies are shifted by up to S seconds (default: {SUPERPOSE_SPREAD_SECONDS:g}); "
+        "refused with another --arrivals",
     )
     held = p.add_mutually_exclusive_group()
     held.add_argument(
@@ -185,9 +185,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--jitter",
         type=_non_negative_seconds,
-        default=1.0,
         metavar="S",
-        help="replicate: copies of an arrival spread over S seconds (default: 1)",
+        help=f"replicate only: copies of an arrival spread over S seconds (default: {JITTER_SECONDS:g}); "
+        "refused with another --arrivals",
     )
     p.add_argument(
         "--time-unit",
@@ -277,6 +277,8 @@ def _non_negative_int(text: str) -> int:
 
 #: The CRD's scaling defaults (a policy file's maxReplicas left out is its default, as in a cluster).
 CRD_SCALING_DEFAULTS = ScalingSpec()
+#: --arrivals replicate: copies of an arrival spread over this many seconds by default.
+JITTER_SECONDS = 1.0
 #: The sections of a policy file: an InferenceDeployment's, camelCase as in the CR.
 POLICY_SECTIONS = ("scaling", "warmPool")
 #: The top-level keys of a whole InferenceDeployment given as a policy file.
@@ -570,6 +572,7 @@ def _check(args: argparse.Namespace) -> None:
             f"--peak-replicas {args.peak_replicas:g} is more than an InferenceDeployment scales to "
             f"(maxReplicas at most {crd_max_replicas()}): simulate one deployment's share of the traffic"
         )
+    _arrival_options(args)
     if args.jitter > MAX_SPAN_SECONDS:
         raise UsageError(
             f"--jitter {args.jitter:g} s is longer than a trace may span ({MAX_SPAN_SECONDS / 86400:g} days)"
@@ -583,6 +586,28 @@ def _check(args: argparse.Namespace) -> None:
     if args.slo_ms is not None and not (args.slo_ms > 0 and math.isfinite(args.slo_ms)):
         raise UsageError(f"--slo-ms must be a positive number of milliseconds, got {args.slo_ms:g}")
     args.created_out = _output_directory(args.out)
+
+
+#: Each arrivals model's own option: (option, attribute, its default). An option another model is
+#: given changes nothing, so it is refused rather than ignored.
+ARRIVAL_OPTIONS: dict[str, tuple[str, str, float]] = {
+    "rate": ("--rate-window", "rate_window", RATE_WINDOW_SECONDS),
+    "superpose": ("--superpose-spread", "superpose_spread", SUPERPOSE_SPREAD_SECONDS),
+    "replicate": ("--jitter", "jitter", JITTER_SECONDS),
+}
+
+
+def _arrival_options(args: argparse.Namespace) -> None:
+    """UsageError for an option of another arrivals model than ``--arrivals``; then the defaults of
+    those left out (None until here, so that a default is never taken for an option given)."""
+    for model, (option, attribute, default) in ARRIVAL_OPTIONS.items():
+        value = getattr(args, attribute, None)
+        if value is not None and model != args.arrivals:
+            raise UsageError(
+                f"{option} is used by --arrivals {model} only; with --arrivals {args.arrivals} it would change "
+                f"nothing: leave it out, or pass --arrivals {model}"
+            )
+        setattr(args, attribute, default if value is None else value)
 
 
 def _output_directory(out: Path) -> list[Path]:
