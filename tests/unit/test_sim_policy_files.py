@@ -1,6 +1,8 @@
 """``simulate --policy`` files run as the operator would run the CR they come from: each a policy of
 its own (tuned, chosen, scored on held-out data and plotted beside ours' sweep, never in its place),
-with the CRD's ``maxReplicas`` default when the file leaves it out, and a note when that cap binds."""
+with the CRD's ``maxReplicas`` default when the file leaves it out, and a note when that cap binds;
+a file with a key written twice refused, as kubectl refuses it; and the held-out table's caption
+saying what its marks mean there."""
 
 from __future__ import annotations
 
@@ -107,3 +109,30 @@ def test_a_policy_file_is_checked_against_the_crd_default_max_replicas(
         f"error: {floor}: scaling.minReplicas: minReplicas must not exceed maxReplicas (scaling.maxReplicas is "
         "not set: the CRD's default, 10, applies)" in err
     )
+
+
+def test_a_policy_file_with_a_duplicate_key_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The second `scaling:` replaced the first, silently: the run was not of the file as written.
+    dup = policy(tmp_path, "dup.yaml", "scaling:\n  targetUtilization: 0.5\nscaling:\n  targetUtilization: 0.9\n")
+    args = ["--trace", str(write_trace(tmp_path / "t.csv", seconds=600)), "--policies", "", "--no-plots"]
+    assert run_cli([*args, "--out", str(tmp_path / "o"), "--policy", dup]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert (
+        f"error: {dup}: cannot read policy file: malformed YAML at line 3, column 1: key 'scaling' already set in "
+        "this mapping at line 1" in err
+    )
+
+
+def test_the_held_out_tables_caption_says_what_its_marks_mean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Its caption said "✓ = cheapest reaching 99%" over one setting per family chosen elsewhere.
+    args = ["--trace", str(write_trace(tmp_path / "t.csv")), "--tune-fraction", "0.5", "--policies", "static"]
+    assert (
+        run_cli([*args, "--no-sweep", "--jobs", "1", "--peak-replicas", "3", "--no-plots", "--out", str(tmp_path)]) == 0
+    )
+    text = " ".join(capsys.readouterr().out.split())
+    tuning, held_out = text.split("(scored on held-out data)", 1)
+    assert "✓ = cheapest reaching 99%, ~ = none reaches it: highest attainment" in tuning
+    assert "✓ = reaches 99% here, ~ = misses it;" in held_out
+    assert "cheapest reaching" not in held_out

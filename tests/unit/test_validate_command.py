@@ -592,3 +592,24 @@ def test_validate_refuses_a_cpu_limit_only_at_pod_counts_the_operator_reaches(
     for pool in ("{mode: Auto, minPods: 1, maxPods: 2}", "{mode: Fixed, pods: 0, nodePlaceholders: 1}"):
         assert main(["validate", "-f", _cpu_limit_manifest(tmp_path, pool)]) == 1
         assert "spec.runtime.cpuLimit: at 9 pod(s): spec.runtime.cpuLimit 4 is below" in capsys.readouterr().out
+
+
+def test_a_duplicate_key_is_refused_naming_it_and_both_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # PyYAML kept the last `scaling:` silently (1..10 at 0.9); kubectl refuses such a manifest.
+    path = tmp_path / "dup.yaml"
+    path.write_text(
+        "apiVersion: serving.neuronfleet.dev/v1alpha1\nkind: InferenceDeployment\nmetadata: {name: x}\nspec:\n"
+        "  model: {source: 's3://bucket/model/'}\n  scaling: {targetUtilization: 0.5}\n"
+        "  scaling: {targetUtilization: 0.9}\n"
+    )
+    assert main(["validate", "-f", str(path)]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "malformed YAML at line 7, column 3: key 'scaling' already set in this mapping at line 6" in out
+
+
+def test_a_key_over_a_merged_one_is_an_override_not_a_duplicate() -> None:
+    # YAML's merge: a key written beside `<<` replaces the merged one (as go-yaml reads it).
+    text = "base: &b {a: 1, b: 2}\nx:\n  <<: *b\n  a: 3\n"
+    assert load_manifests(text) == [{"base": {"a": 1, "b": 2}, "x": {"a": 3, "b": 2}}]

@@ -167,18 +167,37 @@ class ManifestLoader(yaml.SafeLoader):
             return _go_resolve(value)[0]
         return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
 
+    #: Refuse a mapping key written twice (:class:`ClientManifestLoader`).
+    refuse_duplicate_keys = False
+
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         # PyYAML's, with each key made text as it is read: a dict would take True and 1 for one key.
         if not isinstance(node, yaml.MappingNode):
             return super().construct_mapping(node, deep=deep)
+        # A key written over one merged in with ``<<`` is YAML's override, not a duplicate.
+        written = (
+            {id(key_node) for key_node, _ in node.value if key_node.tag != _MERGE}
+            if self.refuse_duplicate_keys
+            else set()
+        )
         self.flatten_mapping(node)
         mapping = {}
+        first_line: dict[Any, int] = {}
         for key_node, value_node in node.value:
             key = _go_key(self.construct_object(key_node, deep=deep))
             if not isinstance(key, Hashable):
                 raise yaml.constructor.ConstructorError(
                     "while constructing a mapping", node.start_mark, "found unhashable key", key_node.start_mark
                 )
+            if id(key_node) in written:
+                if key in first_line:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"key {key!r} already set in this mapping at line {first_line[key]}",
+                        key_node.start_mark,
+                    )
+                first_line[key] = key_node.start_mark.line + 1
             mapping[key] = self.construct_object(value_node, deep=deep)
         return mapping
 
@@ -208,9 +227,18 @@ for _tag in (_INT, _FLOAT, _BOOL, _NULL, _TIMESTAMP):
     ManifestLoader.add_constructor(_tag, _go_construct(_tag))
 
 
+class ClientManifestLoader(ManifestLoader):
+    """:class:`ManifestLoader` refusing a mapping key written twice, as kubectl does before it sends
+    anything ("key ... already set in map"): PyYAML keeps the last one silently, so a file's second
+    ``scaling:`` replaced its first. (The API server's own reading of a YAML body is left to
+    ``fieldValidation``: the sandbox's loads with :class:`ManifestLoader`.)"""
+
+    refuse_duplicate_keys = True
+
+
 def load_manifests(text: str) -> list[Any]:
-    """The non-empty YAML documents of ``text``, read as kubectl reads them."""
-    return [doc for doc in yaml.load_all(text, Loader=ManifestLoader) if doc is not None]
+    """The non-empty YAML documents of ``text``, read as kubectl reads them (a duplicate key refused)."""
+    return [doc for doc in yaml.load_all(text, Loader=ClientManifestLoader) if doc is not None]
 
 
 #: kube-openapi takes a float for an ``integer`` field when it is a whole number within JSON's safe

@@ -1090,7 +1090,13 @@ def _score(
     chosen = {o.case.family: o for o in outcomes}
     rows = report.records(profile, outcomes, oracles, chosen, "score", args.arrivals)
     console.print(
-        report.table(f"{title}: each family's setting chosen on the tuning data", rows, profile.slo_ms, args.slo_target)
+        report.table(
+            f"{title}: each family's setting chosen on the tuning data",
+            rows,
+            profile.slo_ms,
+            args.slo_target,
+            chosen_elsewhere=True,
+        )
     )
     return Phase("score", "held-out", workload, oracles, outcomes, chosen, rows, measure_from)
 
