@@ -537,7 +537,8 @@ def apply(
     status_subresource: bool,
     now: str,
 ) -> Obj:
-    """The object after ``manager`` applies ``config`` to ``live`` (its managedFields included).
+    """The object after ``manager`` applies ``config`` to ``live`` (its managedFields included),
+    sharing nothing with ``live``, which is left as it was.
 
     Raises the 409 conflict error unless ``force``.
     """
@@ -548,7 +549,9 @@ def apply(
     mine = next((e for e in entries if e.identity == identity), None)
     others = [e for e in entries if e is not mine]
 
-    merged: Obj = merge_applied(live, config, types.schema, (), types)
+    # Merged into a copy: removing the fields this manager no longer applies edits the result in
+    # place, and a part of ``live`` the config leaves alone would be shared with it.
+    merged: Obj = merge_applied(copy.deepcopy(live), config, types.schema, (), types)
     merged["metadata"] = copy.deepcopy(_meta(live)) | {
         k: copy.deepcopy(v) for k, v in _meta(merged).items() if k not in _UNOWNED_META
     }

@@ -1,8 +1,9 @@
 """The object store behind the emulated API server: CRUD, watch history, finalizers and GC.
 
 Everything runs in one asyncio loop and no method awaits, so each call is atomic without locks.
-Stored objects are treated as immutable: every write stores a new dict, so readers (watch events,
-list results) can share them without copying. Callers must not mutate what they get back.
+Stored objects are treated as immutable: every write stores a new dict and edits none of the stored
+one's parts (a patch result, which may share them, is committed as a copy), so readers (watch
+events, list results) can share them without copying. Callers must not mutate what they get back.
 
 Semantics kept from kube-apiserver: one global resourceVersion counter; uid, generation (bumped
 when anything but metadata/status changes), creationTimestamp; optimistic concurrency (409);
@@ -486,7 +487,11 @@ class Store:
         manager: Manager | None = None,
         warnings: Warnings | None = None,
     ) -> Obj:
-        """Store the result of a PATCH computed from ``old``."""
+        """Store the result of a PATCH computed from ``old``.
+
+        ``patched`` may share parts with ``old`` (a merge patch copies only what it changes): it is
+        committed as a copy, so that neither a dry-run nor the bookkeeping of a real write edits
+        the stored object, which watch events and readers hold."""
         if not isinstance(patched, dict):
             raise errors.unprocessable("the patched object is not a JSON object")
         meta = _meta(patched)
@@ -496,7 +501,7 @@ class Store:
         return self._commit(
             rt,
             old,
-            patched,
+            _copy_object(patched),
             subresource=subresource,
             strict=strict,
             dry_run=dry_run,
@@ -569,6 +574,11 @@ class Store:
         manager: Manager | None = None,
         warnings: Warnings | None = None,
     ) -> Obj:
+        """Admit ``new`` as the successor of ``old`` and, unless ``dry_run``, store it and emit it.
+
+        ``new`` must be the caller's own: this edits it (metadata, defaults, pruning) and keeps it.
+        ``old`` is stored state and is never edited; a dry-run returns the would-be object and
+        leaves the store as it was (no resourceVersion, no event, no managedFields, no generation)."""
         old_meta = _meta(old)
         if subresource == "status":
             merged = _copy_object(old)
