@@ -55,7 +55,9 @@ apply with ``managedFields`` per manager, removal of fields a manager stops appl
 conflicts unless forced (``managedfields``; lists by CRD list type / strategic merge key, else
 atomic); name rules per kind with kube-apiserver's messages (``names``); label and field
 selectors on list and watch; watch resume from a bounded history, 410 Gone, timeoutSeconds,
-bookmarks (also the sendInitialEvents end marker); limit/continue; dryRun; status and scale
+bookmarks (also the sendInitialEvents end marker); limit/continue; server-side dry-run
+(``dryRun=All``, or in DeleteOptions) on every write, subresources and collection DELETE included:
+the would-be answer, nothing stored, no event; status and scale
 subresources, pods/binding, pods/eviction (PodDisruptionBudgets), pods/log; finalizers,
 graceful pod deletion, background/foreground/orphan cascading GC, namespace and CRD termination
 after their contents; CRDs from files or POSTed (structural defaulting, pruning, JSON-schema and

@@ -486,8 +486,12 @@ class ApiServer:
         subresource = target.subresource if target.subresource in ("status", "scale") else None
         return Manager(name[:128], target.rt.api_version(target.version), subresource)
 
-    def _dry_run(self, request: web.Request) -> bool:
-        values = request.query.getall("dryRun", [])
+    def _dry_run(self, request: web.Request, options: dict[str, Any] | None = None) -> bool:
+        """``?dryRun=All``, or DeleteOptions' ``dryRun: [All]`` (kubectl sends a DELETE's there)."""
+        values = list(request.query.getall("dryRun", []))
+        sent = (options or {}).get("dryRun")
+        if sent is not None:
+            values += sent if isinstance(sent, list) else [sent]
         if any(v != "All" for v in values):
             raise errors.bad_request(f'dryRun: Unsupported value: {values!r}: supported values: "All"')
         return bool(values)
@@ -497,9 +501,11 @@ class ApiServer:
         if target.rt.key in REVIEWS:
             return self._review(body)
         if target.subresource == "binding":
-            return self._bind(target, body)
+            return self._bind(target, body, dry_run=self._dry_run(request))
         if target.subresource == "eviction":
-            return self._evict(target, body)
+            options = (body or {}).get("deleteOptions") or {} if isinstance(body, dict) else {}
+            # As the eviction registry: a dry-run if the request or its deleteOptions say so.
+            return self._evict(target, options, dry_run=self._dry_run(request, options))
         warnings = self._warnings(request)
         obj = self.store.create(
             target.rt,
@@ -530,27 +536,32 @@ class ApiServer:
             lines = lines[-int(tail) :] if int(tail) else []
         return web.Response(text="".join(f"{line}\n" for line in lines), content_type="text/plain")
 
-    def _bind(self, target: Target, body: Any) -> web.Response:
+    def _bind(self, target: Target, body: Any, *, dry_run: bool) -> web.Response:
         assert target.name is not None
         node_name = ((body or {}).get("target") or {}).get("name") if isinstance(body, dict) else None
         if not node_name:
             raise errors.invalid("Binding", "", target.name, [("target.name", "Required value")])
         annotations = ((body.get("metadata") or {}).get("annotations")) or None
-        self.store.bind_pod(target.namespace or "", target.name, node_name, annotations)
+        self.store.bind_pod(target.namespace or "", target.name, node_name, annotations, dry_run=dry_run)
         return _json(_status_success(), 201)
 
-    def _evict(self, target: Target, body: Any) -> web.Response:
+    def _evict(self, target: Target, options: dict[str, Any], *, dry_run: bool) -> web.Response:
         assert target.name is not None
-        options = (body or {}).get("deleteOptions") or {} if isinstance(body, dict) else {}
         check_eviction(self.store, self.store.get(target.rt, target.namespace, target.name))
-        self.store.delete(target.rt, target.namespace, target.name, grace_period=options.get("gracePeriodSeconds"))
+        self.store.delete_outcome(
+            target.rt,
+            target.namespace,
+            target.name,
+            grace_period=options.get("gracePeriodSeconds"),
+            dry_run=dry_run,
+        )
         return _json(_status_success(), 201)
 
     async def _replace(self, request: web.Request, target: Target) -> web.Response:
         assert target.name is not None
         body = await self._body(request)
         if target.subresource == "scale":
-            return _json(self._write_scale(target, body, self._manager(request, target)))
+            return _json(self._write_scale(target, body, self._manager(request, target), self._dry_run(request)))
         warnings = self._warnings(request)
         obj = self.store.replace(
             target.rt,
@@ -611,7 +622,7 @@ class ApiServer:
                 f"application/strategic-merge-patch+json (got {content_type!r})"
             )
         if target.subresource == "scale":
-            return _json(self._write_scale(target, patched, self._manager(request, target)))
+            return _json(self._write_scale(target, patched, self._manager(request, target), self._dry_run(request)))
         obj = self.store.commit_patched(
             rt,
             current,
@@ -655,36 +666,38 @@ class ApiServer:
     async def _delete(self, request: web.Request, target: Target) -> web.Response:
         assert target.name is not None
         options = await self._delete_options(request)
-        if self._dry_run(request):
-            return _json(self._versioned(target, self.store.get(target.rt, target.namespace, target.name)))
-        obj = self.store.delete(
+        dry_run = self._dry_run(request, options)
+        obj, stays = self.store.delete_outcome(
             target.rt,
             target.namespace,
             target.name,
             grace_period=options.get("gracePeriodSeconds"),
             propagation=options.get("propagationPolicy"),
             preconditions=options.get("preconditions"),
+            dry_run=dry_run,
         )
-        still_there = self.store.try_get(target.rt, target.namespace, target.name) is not None
-        return _json(self._versioned(target, obj), 202 if still_there else 200)
+        if not dry_run:
+            stays = self.store.try_get(target.rt, target.namespace, target.name) is not None
+        return _json(self._versioned(target, obj), 202 if stays else 200)
 
     async def _delete_collection(self, request: web.Request, target: Target) -> web.Response:
         options = await self._delete_options(request)
+        dry_run = self._dry_run(request, options)
         labels, fields = self._selectors(request, target)
         items, _ = self.store.list(target.rt, target.namespace, labels, fields)
         deleted = []
         for obj in items:
             meta = obj["metadata"]
             with contextlib.suppress(ApiError):
-                deleted.append(
-                    self.store.delete(
-                        target.rt,
-                        meta.get("namespace"),
-                        meta["name"],
-                        grace_period=options.get("gracePeriodSeconds"),
-                        propagation=options.get("propagationPolicy"),
-                    )
+                outcome, _ = self.store.delete_outcome(
+                    target.rt,
+                    meta.get("namespace"),
+                    meta["name"],
+                    grace_period=options.get("gracePeriodSeconds"),
+                    propagation=options.get("propagationPolicy"),
+                    dry_run=dry_run,
                 )
+                deleted.append(outcome)
         return _json(
             {
                 "kind": target.rt.list_kind,
@@ -715,7 +728,7 @@ class ApiServer:
             "status": status,
         }
 
-    def _write_scale(self, target: Target, scale: Any, manager: Manager | None = None) -> Obj:
+    def _write_scale(self, target: Target, scale: Any, manager: Manager | None = None, dry_run: bool = False) -> Obj:
         assert target.name is not None and target.rt.scale is not None
         rt, scale_spec = target.rt, target.rt.scale
         if not isinstance(scale, dict) or not isinstance((scale.get("spec") or {}).get("replicas"), int):
@@ -740,6 +753,7 @@ class ApiServer:
             target.name,
             lambda o: set_json_path(o, scale_spec.spec_replicas_path, replicas),
             manager=manager,
+            dry_run=dry_run,
         )
         return self._scale_of(rt, updated)
 

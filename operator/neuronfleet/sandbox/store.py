@@ -4,6 +4,7 @@ Everything runs in one asyncio loop and no method awaits, so each call is atomic
 Stored objects are treated as immutable: every write stores a new dict and edits none of the stored
 one's parts (a patch result, which may share them, is committed as a copy), so readers (watch
 events, list results) can share them without copying. Callers must not mutate what they get back.
+A dry-run write runs the same checks and admission and answers the would-be object, changing nothing.
 
 Semantics kept from kube-apiserver: one global resourceVersion counter; uid, generation (bumped
 when anything but metadata/status changes), creationTimestamp; optimistic concurrency (409);
@@ -465,15 +466,16 @@ class Store:
         *,
         subresource: str | None = None,
         manager: Manager | None = None,
+        dry_run: bool = False,
     ) -> Obj:
         """Read-modify-write for in-process controllers: ``mutate`` edits a deep copy.
 
-        In-process controllers record no managedFields; ``manager`` is for API writes done this way
-        (the scale subresource)."""
+        In-process controllers record no managedFields; ``manager`` and ``dry_run`` are for API
+        writes done this way (the scale and binding subresources)."""
         old = self.get(rt, namespace, name)
         new = _copy_object(old)
         mutate(new)
-        return self._commit(rt, old, new, subresource=subresource, manager=manager)
+        return self._commit(rt, old, new, subresource=subresource, manager=manager, dry_run=dry_run)
 
     def commit_patched(
         self,
@@ -644,7 +646,15 @@ class Store:
             self._remove(rt, new, propagation=None)
         return new
 
-    def bind_pod(self, namespace: str, name: str, node_name: str, annotations: dict[str, str] | None = None) -> Obj:
+    def bind_pod(
+        self,
+        namespace: str,
+        name: str,
+        node_name: str,
+        annotations: dict[str, str] | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> Obj:
         """Bind a pending pod to a node: the pods/binding subresource, also the scheduler's way to bind."""
         pods = self.resource("", "pods")
         pod = self.get(pods, namespace, name)
@@ -678,7 +688,7 @@ class Store:
             status["conditions"] = conditions
 
         # The binding writes spec and status in one commit, as the registry's binding storage does.
-        return self.update(pods, namespace, name, assign, subresource="binding")
+        return self.update(pods, namespace, name, assign, subresource="binding", dry_run=dry_run)
 
     def delete(
         self,
@@ -690,6 +700,25 @@ class Store:
         propagation: str | None = None,
         preconditions: dict[str, Any] | None = None,
     ) -> Obj:
+        obj, _ = self.delete_outcome(
+            rt, namespace, name, grace_period=grace_period, propagation=propagation, preconditions=preconditions
+        )
+        return obj
+
+    def delete_outcome(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        *,
+        grace_period: int | None = None,
+        propagation: str | None = None,
+        preconditions: dict[str, Any] | None = None,
+        dry_run: bool = False,
+    ) -> tuple[Obj, bool]:
+        """DELETE: the object as the answer shows it, and whether it stays (marked with a
+        deletionTimestamp, for finalizers, the kubelet or its contents). With ``dry_run`` the same
+        checks and answer, and nothing changes: no mark, no removal, no garbage collection."""
         obj = self.get(rt, namespace, name)
         meta = _meta(obj)
         if preconditions:
@@ -700,7 +729,7 @@ class Store:
         if propagation not in (None, "Background", "Foreground", "Orphan"):
             raise errors.bad_request(f"propagationPolicy: Unsupported value: {propagation!r}")
         if rt.key in (NAMESPACES, CRDS):
-            return self._delete_container(rt, obj)
+            return self._delete_container(rt, obj, dry_run=dry_run)
         if rt.key == ("", "pods") and self.graceful_pods and self._is_running_on_node(obj):
             grace = grace_period
             if grace is None:
@@ -708,28 +737,34 @@ class Store:
             if grace > 0 or meta.get("finalizers"):
                 current = meta.get("deletionGracePeriodSeconds")
                 if current is not None and current <= grace:
-                    return obj
+                    return obj, True
                 new = _copy_object(obj)
                 new["metadata"]["deletionTimestamp"] = self.clock.timestamp(grace)
                 new["metadata"]["deletionGracePeriodSeconds"] = grace
-                return self._store_marked(rt, obj, new)
+                return self._store_marked(rt, obj, new, dry_run=dry_run), True
         elif meta.get("finalizers") or (propagation == "Foreground" and self._has_dependents(meta.get("uid", ""))):
             if meta.get("deletionTimestamp"):
-                return obj
+                return obj, True
             new = _copy_object(obj)
             new["metadata"]["deletionTimestamp"] = self.clock.timestamp()
             new["metadata"]["deletionGracePeriodSeconds"] = 0
             if propagation == "Foreground" and not meta.get("finalizers"):
                 # Dependents go first, then the owner: what the foregroundDeletion finalizer does.
                 new["metadata"]["finalizers"] = ["foregroundDeletion"]
-                self._schedule_gc(meta.get("uid", ""), "Background", owner_key=(rt.key, self._key(rt, namespace, name)))
-            return self._store_marked(rt, obj, new)
-        return self._remove(rt, obj, propagation=propagation)
+                if not dry_run:
+                    owner_key = (rt.key, self._key(rt, namespace, name))
+                    self._schedule_gc(meta.get("uid", ""), "Background", owner_key=owner_key)
+            return self._store_marked(rt, obj, new, dry_run=dry_run), True
+        if dry_run:
+            return obj, False
+        return self._remove(rt, obj, propagation=propagation), False
 
-    def _store_marked(self, rt: ResourceType, old: Obj, new: Obj) -> Obj:
+    def _store_marked(self, rt: ResourceType, old: Obj, new: Obj, *, dry_run: bool = False) -> Obj:
         if not _meta(old).get("deletionTimestamp") and int(_meta(old).get("generation") or 0) > 0:
             # As the API server's markAsDeleting: setting deletionTimestamp bumps the generation.
             new["metadata"]["generation"] = int(_meta(old)["generation"]) + 1
+        if dry_run:
+            return new
         new["metadata"]["resourceVersion"] = self._next_rv()
         key = self._key(rt, _meta(new).get("namespace"), _meta(new)["name"])
         self.objects[rt.key][key] = new
@@ -776,22 +811,35 @@ class Store:
             return []
         return [(served, o) for o in self.iter(served)]
 
-    def _delete_container(self, rt: ResourceType, obj: Obj) -> Obj:
+    def _delete_container(self, rt: ResourceType, obj: Obj, *, dry_run: bool = False) -> tuple[Obj, bool]:
         """A namespace or CRD turns Terminating, its contents are deleted (their finalizers honoured),
         and it goes once they are gone, as the namespace controller and the CRD finalizer do."""
         meta = _meta(obj)
+        if dry_run:
+            marked = obj
+            if not meta.get("deletionTimestamp"):
+                marked = self._store_marked(rt, obj, self._terminating(rt, obj), dry_run=True)
+            stays = bool(meta.get("finalizers")) or any(
+                self.delete_outcome(r, _meta(o).get("namespace"), _meta(o)["name"], dry_run=True)[1]
+                for r, o in self._contents(rt, obj)
+            )
+            return marked, stays
         if not meta.get("deletionTimestamp"):
-            new = _copy_object(obj)
-            new["metadata"]["deletionTimestamp"] = self.clock.timestamp()
-            new["metadata"]["deletionGracePeriodSeconds"] = 0
-            if rt.key == NAMESPACES:
-                new["status"] = {"phase": "Terminating"}
-            obj = self._store_marked(rt, obj, new)
+            obj = self._store_marked(rt, obj, self._terminating(rt, obj))
             for content_rt, content in self._contents(rt, obj):
                 content_meta = _meta(content)
                 with contextlib.suppress(ApiError):
                     self.delete(content_rt, content_meta.get("namespace"), content_meta["name"])
-        return self._finish_container(rt.key, ("", meta["name"])) or obj
+        removed = self._finish_container(rt.key, ("", meta["name"]))
+        return (removed, False) if removed is not None else (obj, True)
+
+    def _terminating(self, rt: ResourceType, obj: Obj) -> Obj:
+        new = _copy_object(obj)
+        new["metadata"]["deletionTimestamp"] = self.clock.timestamp()
+        new["metadata"]["deletionGracePeriodSeconds"] = 0
+        if rt.key == NAMESPACES:
+            new["status"] = {"phase": "Terminating"}
+        return new
 
     def _finish_container(self, key: ResourceKey, okey: ObjectKey) -> Obj | None:
         rt = self.resources.get(key)
