@@ -266,6 +266,70 @@ def test_a_rollout_promotes_the_kept_old_standby_into_the_capacity_a_lost_pod_le
     assert plan_fleet("bert", rollout, after, NOW).actions == (), "no flip"
 
 
+def test_the_old_standby_goes_once_its_replacement_cannot_be_scheduled() -> None:
+    # The old loaded warm pod may hold the only spare node: kept until the new one is loaded, the
+    # new one would never be (a deadlock, the rollout never ends). Unschedulable, it is let go.
+    rollout = target(1, warm=1, artifact=NEW)
+    stuck = pod("n-w", "warm", ready=False, artifact=NEW, unschedulable_message="0/2 nodes are available")
+    pods = [pod("n-a", artifact=NEW), pod("o-w", "warm"), stuck]
+    plan = plan_fleet("bert", rollout, pods, NOW)
+    assert [(a.kind, a.name) for a in plan.actions] == [("delete-pod", "o-w")]
+    assert plan.summary.kept_outdated_warm == 0
+    # Scheduled (loading), it is on its way: the old standby is kept as before.
+    loading = replace(stuck, unschedulable_message=None, node="node-2", phase="Running")
+    assert plan_fleet("bert", rollout, [*pods[:2], loading], NOW).summary.kept_outdated_warm == 1
+
+
+def test_the_old_standby_goes_once_the_rollout_is_past_its_progress_deadline() -> None:
+    # A replacement that loads for ever (crash-looping, or its creation refused) is caught by the
+    # rule that reports RolloutStalled: past the deadline the old standby is no longer kept.
+    rollout = target(1, warm=1, artifact=NEW)
+    policy = FleetPolicy(progress_deadline_seconds=1800)
+    loading = pod("n-w", "warm", ready=False, artifact=NEW, node="node-2", phase="Running")
+    pods = [pod("n-a", artifact=NEW, ready_at=NOW - timedelta(minutes=20)), pod("o-w", "warm"), loading]
+    within = plan_fleet("bert", rollout, pods, NOW, policy)
+    assert within.actions == () and within.summary.kept_outdated_warm == 1
+    later = NOW + timedelta(minutes=21)  # 31 minutes after the rollout last progressed
+    past = plan_fleet("bert", rollout, pods, later, policy)
+    assert past.summary.rollout_stalled(later, 1800)
+    assert [(a.kind, a.name) for a in past.actions] == [("delete-pod", "o-w")]
+
+
+def test_a_lost_active_is_replaced_by_the_old_actives_still_serving_before_the_old_standby() -> None:
+    # Three actives wanted, one old one lost, one new pod loaded: the new one is promoted and both
+    # old actives keep serving; draining one to promote the old standby in its place spends the
+    # standby for nothing.
+    rollout = target(3, warm=1, artifact=NEW)
+    pods = [pod("o-a1"), pod("o-a2"), pod("o-w", "warm"), pod("n-w1", "warm", artifact=NEW)]
+    plan = plan_fleet("bert", rollout, pods, NOW)
+    assert [(a.name, a.role) for a in plan.actions if isinstance(a, Relabel)] == [("n-w1", "active")]
+    assert plan.summary.kept_outdated_warm == 1
+    after = [p for p in apply_actions(pods, plan.actions, NOW) if not p.deleting]
+    assert sum(p.role == "active" and p.ready for p in after) == 3
+    assert plan_fleet("bert", rollout, after, NOW).actions == (), "no flip"
+
+
+def test_the_old_standby_is_promoted_over_an_unready_active_as_a_current_one_would_be() -> None:
+    # The only active stops being ready (a probe failing): a loaded warm pod is promoted in its
+    # place, the old revision's kept standby as a current one (the unready active joins the pool).
+    rollout = target(1, warm=1, artifact=NEW)
+    unready = pod("n-a", ready=False, artifact=NEW, node="node-1", phase="Running")
+    loading = pod("n-w", "warm", ready=False, artifact=NEW, node="node-3", phase="Running")
+    pods = [unready, pod("o-w", "warm"), loading]
+    plan = plan_fleet("bert", rollout, pods, NOW)
+    assert [(a.name, a.role) for a in plan.actions if isinstance(a, Relabel)] == [("o-w", "active"), ("n-a", "warm")]
+    assert not [a for a in plan.actions if isinstance(a, DeletePod | CreatePod)]
+    after = [p for p in apply_actions(pods, plan.actions, NOW) if not p.deleting]
+    assert plan_fleet("bert", rollout, after, NOW).actions == (), "no flip"
+    # Once the new pod is ready it is promoted and the old one drains, as in any rollout.
+    loaded = [replace(p, ready=True, ready_at=NOW) if p.name == "n-a" else p for p in after]
+    swap = plan_fleet("bert", rollout, loaded, NOW)
+    assert {(a.name, a.role) for a in swap.actions if isinstance(a, Relabel)} == {
+        ("n-a", "active"),
+        ("o-w", "draining"),
+    }
+
+
 def test_max_surge_limits_new_pods_loading_at_once() -> None:
     pods = [pod(f"old{i}") for i in range(4)]
     policy = FleetPolicy(max_surge=1)
@@ -558,11 +622,11 @@ def test_policy_from_the_spec() -> None:
             "scaling": {"mode": "Manual", "replicas": 3, "minReplicas": 1},
             "warmPool": {"mode": "Fixed", "pods": 2, "nodePlaceholders": 1},
             "runtime": {"terminationGracePeriodSeconds": 90},
-            "rollout": {"maxSurge": 2},
+            "rollout": {"maxSurge": 2, "progressDeadlineSeconds": 600},
         }
     )
     policy = policy_for_spec(spec)
-    assert (policy.drain_grace_seconds, policy.max_surge) == (90.0, 2)
+    assert (policy.drain_grace_seconds, policy.max_surge, policy.progress_deadline_seconds) == (90.0, 2, 600.0)
 
 
 def test_every_action_has_an_event_description() -> None:

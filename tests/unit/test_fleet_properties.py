@@ -27,7 +27,7 @@ from neuronfleet.planning.fleet import (
     apply_actions,
     plan_fleet,
 )
-from neuronfleet.planning.labels import ROLES, ArtifactRevision
+from neuronfleet.planning.labels import ROLES, ArtifactRevision, FleetRevision, serving_pod_name
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 OLD = ArtifactRevision("aaaaaaaaaa", "s3://a/old/")
@@ -126,11 +126,12 @@ def check_standby_kept(
     """A step keeps loaded standby as a Deployment with maxUnavailable 0 keeps its pods, within bounds.
 
     The loaded warm pods (of any revision) stay, or go active, up to the pool wanted: an old one
-    goes only once a new one is loaded in its place. The old ones kept never exceed what the new
-    loaded ones leave of the pool, and are what the summary says; an old one promoted never takes
-    the actives beyond the target; the serving pods stay within active + warm + the new pods
-    loading (at most the surge, in a paced rollout); planning again on the result relabels and
-    deletes nothing (no promote/demote flip).
+    goes only once a new one is loaded in its place, or once a new one cannot progress (the summary
+    reports it unschedulable or stuck) or the rollout is stalled, outside a hold. The old ones kept
+    never exceed what the new loaded ones leave of the pool, and are what the summary says; an old
+    one promoted never takes the actives beyond the target; the serving pods stay within active +
+    warm + the new pods loading (at most the surge, in a paced rollout); planning again on the
+    result relabels and deletes nothing (no promote/demote flip).
     """
     live_before, live_after = _live(before), _live(after)
     loaded_before = sum(p.role == "warm" and p.ready for p in live_before)
@@ -138,7 +139,13 @@ def check_standby_kept(
     promoted = {
         a.name for a in plan.actions if isinstance(a, Relabel) and (a.previous_role, a.role) == ("warm", "active")
     }
-    assert loaded_after + len(promoted) >= min(target.warm, loaded_before), "loaded standby deleted before replaced"
+    new_names = {p.name for p in live_before if _is_new(p)}
+    blocked = target.hold_creations is None and (
+        plan.summary.rollout_stalled(now, policy.progress_deadline_seconds)
+        or any(problem.name in new_names for problem in plan.summary.unschedulable + plan.summary.stuck)
+    )
+    if not blocked:
+        assert loaded_after + len(promoted) >= min(target.warm, loaded_before), "loaded standby deleted, not replaced"
     new_loaded_warm = sum(p.role == "warm" and p.ready and _is_new(p) for p in live_after)
     old_warm = [p for p in live_after if p.role == "warm" and not _is_new(p)]
     assert len(old_warm) <= max(0, target.warm - new_loaded_warm), "old standby kept beside a full new pool"
@@ -161,11 +168,19 @@ def check_standby_kept(
     assert not again.actions or (policy.max_surge and not again.summary.rolling_out)
 
 
-def world_step(pods: list[PodView], now: datetime, becomes_ready: list[bool]) -> list[PodView]:
-    """Kubernetes catches up: chosen pending pods get a node and become ready; drains finish."""
+UNSCHEDULABLE = "0/3 nodes are available: 3 Insufficient aws.amazon.com/neuroncore."
+
+
+def world_step(
+    pods: list[PodView], now: datetime, becomes_ready: list[bool], never_loads: frozenset[str] = frozenset()
+) -> list[PodView]:
+    """Kubernetes catches up: chosen pending pods get a node and become ready; drains finish. Pods
+    named in ``never_loads`` stay unschedulable (no room for them)."""
     stepped = []
     for index, pod in enumerate(pods):
-        if pod.role == "placeholder":
+        if pod.name in never_loads and not pod.ready:
+            pod = replace(pod, phase="Pending", node=None, unschedulable_message=UNSCHEDULABLE)
+        elif pod.role == "placeholder":
             pod = replace(pod, phase="Running", node=pod.node or "node-2")
         elif not pod.ready and not pod.broken and becomes_ready[index % len(becomes_ready)]:
             pod = replace(pod, ready=True, phase="Running", ready_at=now, node=pod.node or "node-2")
@@ -252,6 +267,44 @@ def test_reconcile_loop_converges_to_the_target(
     assert sum(p.role == "placeholder" for p in live) == target.placeholders
     assert len(live) == target.active + target.warm + target.placeholders
     assert all(p.template == TEMPLATE for p in live)
+
+
+@PROPERTY_SETTINGS
+@given(
+    pods=fleets(),
+    target=targets.filter(lambda t: t.artifact is not None and t.warm > 0),
+    never_slots=st.sets(st.integers(0, 6), min_size=1, max_size=3),
+    readiness=st.lists(st.booleans(), min_size=1, max_size=8),
+    max_surge=st.sampled_from([0, 0, 1, 2]),
+)
+def test_new_pods_that_never_load_keep_no_old_standby_for_ever(
+    pods: list[PodView], target: FleetTarget, never_slots: set[int], readiness: list[bool], max_surge: int
+) -> None:
+    """Some new pods never load (unschedulable: e.g. the old standby holds the only spare node):
+    the old standby is let go (at once for an unschedulable replacement, else at the progress
+    deadline), so no old warm pod is kept for ever and, once no old active is left, the rollout
+    ends; every step still keeps the standby within the bounds of :func:`check_standby_kept`."""
+    policy = replace(POLICY, max_surge=max_surge, progress_deadline_seconds=120)
+    never_loads = frozenset(serving_pod_name("svc", FleetRevision(NEW, TEMPLATE), slot) for slot in never_slots)
+    now = NOW
+    state = pods
+    floor = min(ready_active(pods), target.active)
+    for step in range(40):
+        plan = plan_fleet("svc", target, state, now, policy)
+        before = state
+        for action in plan.actions:
+            state = apply_actions(state, [action], now)
+            assert ready_active(state) >= min(floor, target.active)
+        check_standby_kept(before, plan, state, target, policy, now)
+        floor = max(floor, ready_active(state))
+        state = world_step(state, now, readiness if step < 5 else [True], never_loads)
+        state = [p for p in state if not p.deleting]
+        now += timedelta(seconds=10)
+    live = _live(state)
+    assert not [p.name for p in live if p.role == "warm" and not _is_new(p)], "old standby kept for ever"
+    final = plan_fleet("svc", target, state, now, policy).summary
+    if not any(p.role == "active" and not _is_new(p) for p in live):
+        assert not final.rolling_out, "a rollout that never ends"
 
 
 def test_relabels_come_before_the_demotions_they_make_safe() -> None:

@@ -8,9 +8,11 @@ Call :func:`plan_fleet` with
   placeholder counts, and why serving pods are held (``hold_creations``, None: they are not);
 - ``pods``: every pod of the deployment as a :class:`PodView` (the Kubernetes adapter builds them
   from pod objects: labels, phase, readiness, timestamps, node presence, in-flight requests);
-- ``now`` and a :class:`FleetPolicy` (drain grace, rollout surge, optional ordering functions).
+- ``now`` and a :class:`FleetPolicy` (drain grace, rollout surge and progress deadline, optional
+  ordering functions).
 
-Helpers: :func:`policy_for_spec` (drain grace and surge from the spec), :func:`describe_action`
+Helpers: :func:`policy_for_spec` (drain grace, surge and progress deadline from the spec),
+:func:`rollout_past_deadline` (the one stall rule), :func:`describe_action`
 (the Event recording an action), :func:`summarize_unplanned` (the summary of a fleet no plan can be
 made for: a spec that fits no instance type) and :func:`apply_actions` (the actions applied to a
 list of views, for tests and the simulator).
@@ -41,16 +43,21 @@ Rules (DESIGN.md, fleet model):
   has none, or until the drain grace period has passed.
 - New revision (warm-then-swap): pods of the new revision are created as ``warm`` while the old
   actives serve; once ready they are promoted and old actives are demoted only as far as the
-  count of ready active pods stays at ``min(ready active before this step, target.active)``.
+  count of ready active pods stays at ``min(ready active before this step, target.active)``, and
+  ready old actives also fill the active slots no current pod fills (a lost pod's).
   ``FleetPolicy.max_surge`` (>0) limits how many new-revision pods load at once. The old warm pool
   goes as a Deployment with maxUnavailable 0 replaces its pods: a loaded (ready) outdated warm pod
-  stays until a ready current pod takes its place in the pool (``target.warm`` less the ready
-  current pods of the warm set are kept, best first by the promotion order), so no loaded standby
-  is deleted before it is replaced while the new pods load; a kept one is promoted into an active
-  deficit no current pod fills (a lost pod), never beyond ``target.active``. Outdated warm pods
-  still loading are deleted at once (they are no standby yet). The serving pods (draining ones
-  aside) so stay within ``target.active + target.warm`` plus the current pods loading (which
-  ``max_surge`` paces).
+  stays until a current pod of the warm set takes its place (``target.warm`` less those are kept,
+  best first by the promotion order), so no loaded standby is deleted before it is replaced while
+  the new pods load. A current pod takes the place once ready, or once it cannot progress
+  (unschedulable, or stuck as the summary reports: kept for it, the old pod may be what blocks it,
+  holding the only spare node); past the rollout's progress deadline (:func:`rollout_past_deadline`,
+  the rule RolloutStalled reports: a new pod that never loads, its creation refused) none is kept.
+  A kept one is promoted into the active set as a ready current warm pod would be: into the slots
+  the ready current and kept old actives leave, before the unready current actives (which join the
+  pool), never beyond ``target.active``. Outdated warm pods still loading are deleted at once (they
+  are no standby yet). The serving pods (draining ones aside) so stay within ``target.active +
+  target.warm`` plus the current pods loading (which ``max_surge`` paces).
 - Failed or succeeded pods and pods whose node is gone are deleted (the latter with grace 0: no
   kubelet is left to confirm) and replaced. Pods being deleted count for nothing but keep their
   names.
@@ -76,7 +83,8 @@ Rules (DESIGN.md, fleet model):
   ``held_active`` (the active deficit), ``held_rollout`` (new-revision pods that would replace the
   outdated actives still serving),
   ``held_warm`` (the pool's own deficit, never more than ``target.warm``) and ``held_placeholders``.
-  A held rollout keeps the old standby it cannot replace by the same rule as any rollout, and
+  A held rollout keeps the old standby it cannot replace by the same rule as any rollout (but a
+  current pod that cannot progress, or the deadline, releases none: nothing could replace it), and
   more: its outdated warm pods still loading stay too (after the loaded ones, within the same
   room), as does an outdated active not ready for a moment, within the active deficit, and, with
   ``hold_placeholders``, placeholders of either template (those on a node first, up to
@@ -214,6 +222,9 @@ class FleetPolicy:
     min_drain_seconds: float = 5.0
     #: New-revision pods loading at once during a rollout; 0: as many as needed at once.
     max_surge: int = 0
+    #: A rollout that has not progressed for this long is stalled (spec.rollout.progressDeadlineSeconds):
+    #: the status reports RolloutStalled and the old standby is no longer kept for new pods.
+    progress_deadline_seconds: float = 1800.0
     promotion_order: OrderFunction = zone_aware_promotion_order
     drain_order: OrderFunction = zone_aware_drain_order
     #: A pod neither bound nor reported unschedulable after this long has no scheduler acting on
@@ -222,11 +233,13 @@ class FleetPolicy:
 
 
 def policy_for_spec(spec: InferenceDeploymentSpec, base: FleetPolicy | None = None) -> FleetPolicy:
-    """``base`` with the spec's drain grace (runtime.terminationGracePeriodSeconds) and rollout surge."""
+    """``base`` with the spec's drain grace (runtime.terminationGracePeriodSeconds), rollout surge and
+    progress deadline."""
     return replace(
         base or FleetPolicy(),
         drain_grace_seconds=float(spec.runtime.termination_grace_period_seconds),
         max_surge=spec.rollout.max_surge,
+        progress_deadline_seconds=float(spec.rollout.progress_deadline_seconds),
     )
 
 
@@ -321,7 +334,7 @@ class FleetSummary:
     placeholders: int
     #: Ready active pods of the current revision.
     current_ready_active: int
-    #: Serving pods (warm, active, draining) of older revisions or templates.
+    #: Serving pods (warm, active) of older revisions or templates.
     outdated: int
     revision_known: bool
     unschedulable: tuple[PodProblem, ...] = ()
@@ -350,6 +363,11 @@ class FleetSummary:
     #: placeholders of the old template kept while new ones are held.
     kept_outdated_warm: int = 0
     kept_outdated_placeholders: int = 0
+    #: Active pods among :attr:`outdated`: none, every active is current (old standby may remain).
+    outdated_active: int = 0
+    #: Ready current pods the plan leaves in the warm pool (a ready warm pod it promotes is no
+    #: standby after it); None: :attr:`warm_ready`.
+    standby_ready: int | None = None
 
     @property
     def spare_nodes(self) -> int:
@@ -365,14 +383,22 @@ class FleetSummary:
     def rolling_out(self) -> bool:
         return self.revision_known and self.outdated > 0
 
+    @property
+    def rolling_out_actives(self) -> bool:
+        """Some active pod is outdated (old standby alone does not count: the actives are swapped)."""
+        return self.revision_known and self.outdated_active > 0
+
+    @property
+    def pool_ready(self) -> int:
+        """Ready current warm pods after the plan (see :attr:`standby_ready`)."""
+        return self.warm_ready if self.standby_ready is None else self.standby_ready
+
     def rollout_stalled(self, now: datetime, deadline_seconds: float) -> bool:
         """A rollout that has not progressed for longer than ``deadline_seconds``
-        (spec.rollout.progressDeadlineSeconds): no pod of the new revision became ready since; a
-        slow rollout (a small maxSurge over a large fleet) that keeps progressing is not stalled."""
-        since = self.rollout_progressed_at or self.rollout_started_at
-        if not self.rolling_out or since is None:
-            return False
-        return (now - since).total_seconds() > deadline_seconds
+        (spec.rollout.progressDeadlineSeconds): see :func:`rollout_past_deadline`."""
+        return self.rolling_out and rollout_past_deadline(
+            self.rollout_started_at, self.rollout_progressed_at, now, deadline_seconds
+        )
 
     @property
     def converged(self) -> bool:
@@ -383,6 +409,17 @@ class FleetSummary:
             and self.warm_ready >= self.desired_warm
             and self.outdated == 0
         )
+
+
+def rollout_past_deadline(
+    started_at: datetime | None, progressed_at: datetime | None, now: datetime, deadline_seconds: float
+) -> bool:
+    """The one stall rule: no pod of the new revision became ready within ``deadline_seconds`` of
+    the last that did (or of the rollout's start); a slow rollout (a small maxSurge over a large
+    fleet) that keeps progressing is not stalled. RolloutStalled reports it, and the plan keeps no
+    old standby for new pods past it."""
+    since = progressed_at or started_at
+    return since is not None and (now - since).total_seconds() > deadline_seconds
 
 
 @dataclass(frozen=True)
@@ -421,6 +458,16 @@ def _is_current(pod: PodView, revision: FleetRevision | None) -> bool:
     if revision is None or pod.revision != revision.artifact.id or pod.template != revision.template:
         return False
     return not revision.artifact.sha256 or pod.artifact_sha256 == revision.artifact.sha256
+
+
+def _unschedulable(pod: PodView) -> bool:
+    return bool(pod.unschedulable_message) and pod.node is None
+
+
+def _cannot_progress(pod: PodView, now: datetime, policy: FleetPolicy) -> bool:
+    """The pod will not load without a change: unschedulable, or stuck (a crash loop, an image that
+    never pulls, no scheduler acting on it); what the summary reports as problems."""
+    return _unschedulable(pod) or _problem_of(pod, now, policy) is not None
 
 
 def _problem_of(pod: PodView, now: datetime, policy: FleetPolicy) -> PodProblem | None:
@@ -517,43 +564,67 @@ def plan_fleet(
     active_set += ranked(current, "warm", ready=True, staying=active_set)[: target.active - len(active_set)]
     active_set += ranked(current, "active", ready=False, staying=active_set)[: target.active - len(active_set)]
 
-    # Outdated serving pods: keep ready old actives as long as the ready active count needs them.
+    # Outdated serving pods: keep ready old actives as long as the ready active count needs them,
+    # and in the slots no current pod fills (a lost pod's, mid-rollout): they already serve, so
+    # draining one to promote old standby in its place would spend the standby for nothing.
     ready_active_before = sum(1 for pod in serving if pod.role == "active" and pod.ready)
     must_stay_ready = min(ready_active_before, target.active)
     ready_current_active = sum(1 for pod in active_set if pod.ready)
-    keep_old = max(0, must_stay_ready - ready_current_active)
+    keep_old = max(0, must_stay_ready - ready_current_active, target.active - len(active_set))
     old_ready_active = [pod for pod in outdated if pod.role == "active" and pod.ready]
     old_actives_kept = list(reversed(policy.drain_order(old_ready_active, active_set, now)))[:keep_old]
+
+    rollout_started_at = min(
+        (pod.created_at for pod in current if pod.created_at is not None and outdated), default=None
+    )
+    rollout_progressed_at = max(
+        (
+            *(pod.ready_at for pod in current if pod.ready and pod.ready_at is not None and outdated),
+            *((rollout_started_at,) if rollout_started_at is not None else ()),
+        ),
+        default=None,
+    )
     # A rollout keeps the old revision's loaded standby as a Deployment with maxUnavailable 0
     # keeps its pods: a ready old warm pod goes only once a ready new pod takes its place in the
     # pool (new pods load for minutes on Neuron; meanwhile a burst or a lost pod would find nothing
-    # to promote). Kept, it serves as standby does: a loaded one is promoted into an active deficit
-    # no current pod fills (a lost pod), as the old revision's ready actives keep serving; never
-    # beyond the target. While creations are held nothing replaces the pool at all, so its loading
-    # pods stay too (after the loaded ones).
+    # to promote). Kept, it serves as standby does: a loaded one is promoted into the active set as
+    # a current warm pod would be, before its unready actives (which join the pool), never beyond
+    # the target. While creations are held nothing replaces the pool at all, so its loading pods
+    # stay too (after the loaded ones).
     held = target.hold_creations is not None
-    rest = [pod for pod in current if pod not in active_set]
-    warm_capacity = target.active + target.warm - len(active_set)
     old_warm_promoted: list[PodView] = []
     old_warm_kept: list[PodView] = []
     if revision is not None or held:
         old_warm = [pod for pod in outdated if pod.role == "warm"]
         staying_now = [*active_set, *old_actives_kept]
         old_warm_ready = policy.promotion_order([pod for pod in old_warm if pod.ready], staying_now, now)
-        short = max(0, target.active - len(active_set) - len(old_actives_kept))
-        old_warm_promoted = old_warm_ready[:short]
+        old_warm_promoted = old_warm_ready[: max(0, target.active - ready_current_active - len(old_actives_kept))]
         old_actives_kept += old_warm_promoted
+        unready_in_set = [pod for pod in active_set if not pod.ready]
+        pushed_out = unready_in_set[len(unready_in_set) - min(len(unready_in_set), len(old_warm_promoted)) :]
+        active_set = [pod for pod in active_set if pod not in pushed_out]
         if held:
             # An old active not ready for a moment (a container restarting, a probe failing) is
             # kept too, within the deficit: deleted, nothing could replace it until the hold ends.
             old_actives_kept += sorted(
                 (pod for pod in outdated if pod.role == "active" and not pod.ready), key=_progress, reverse=True
-            )[: max(0, short - len(old_warm_promoted))]
-        # The pool's room: what the ready current pods of the warm set leave of it (the loading
-        # ones are no standby yet).
-        room = max(0, target.warm - min(sum(1 for pod in rest if pod.ready), warm_capacity))
+            )[: max(0, target.active - len(active_set) - len(old_actives_kept))]
+        # The pool's room: what the current pods of the warm set leave of it. The ready ones fill it;
+        # so, outside a hold, do those that cannot progress (unschedulable, crash-looping): kept for
+        # them, the old standby may be what blocks them (it holds the only spare node) and would
+        # never go. Past the rollout's progress deadline (the rule RolloutStalled reports: a new
+        # pod that never loads, its creation refused) nothing is kept for them at all.
+        rest = [pod for pod in current if pod not in active_set]
+        filling = sum(1 for pod in rest if pod.ready or (not held and _cannot_progress(pod, now, policy)))
+        room = max(0, target.warm - min(filling, target.active + target.warm - len(active_set)))
+        if not held and rollout_past_deadline(
+            rollout_started_at, rollout_progressed_at, now, policy.progress_deadline_seconds
+        ):
+            room = 0
         loading_old = sorted((pod for pod in old_warm if not pod.ready), key=_progress, reverse=True) if held else []
-        old_warm_kept = (old_warm_ready[short:] + loading_old)[:room]
+        old_warm_kept = (old_warm_ready[len(old_warm_promoted) :] + loading_old)[:room]
+    rest = [pod for pod in current if pod not in active_set]
+    warm_capacity = target.active + target.warm - len(active_set)
     promoted_why = "new pods are held" if held else "new pods are loading"
     for pod in old_warm_promoted:
         promotions.append(Relabel(pod.name, "active", "warm", f"promoted: {promoted_why}, the fleet needs it active"))
@@ -676,9 +747,6 @@ def plan_fleet(
     ):
         creations.append(CreatePlaceholder(name, target.template, slot))
 
-    rollout_started_at = min(
-        (pod.created_at for pod in current if pod.created_at is not None and outdated), default=None
-    )
     summary = FleetSummary(
         desired_active=target.active,
         desired_warm=target.warm,
@@ -695,13 +763,7 @@ def plan_fleet(
         replaced=tuple(replaced),
         **_pod_problems(healthy, serving, placeholders, now, policy),
         rollout_started_at=rollout_started_at,
-        rollout_progressed_at=max(
-            (
-                *(pod.ready_at for pod in current if pod.ready and pod.ready_at is not None and outdated),
-                *((rollout_started_at,) if rollout_started_at is not None else ()),
-            ),
-            default=None,
-        ),
+        rollout_progressed_at=rollout_progressed_at,
         held_active=held_active,
         held_warm=held_warm,
         held_rollout=held_rollout,
@@ -710,6 +772,8 @@ def plan_fleet(
         placeholders_kept_bound=sum(1 for pod in kept_placeholders if pod.node is not None),
         kept_outdated_warm=len(old_warm_kept) if revision is not None else 0,
         kept_outdated_placeholders=sum(pod.template != target.template for pod in kept_placeholders),
+        outdated_active=sum(1 for pod in outdated if pod.role == "active"),
+        standby_ready=sum(1 for pod in warm_set if pod.ready),
     )
     return FleetPlan(tuple(promotions + creations + demotions + deletions), summary)
 
@@ -767,9 +831,9 @@ def _pod_problems(
     """What a summary says of the pods that are not where they should be, planned or not."""
     return _PodProblems(
         unschedulable=tuple(
-            PodProblem(pod.name, "Unschedulable", pod.unschedulable_message)
+            PodProblem(pod.name, "Unschedulable", pod.unschedulable_message or "")
             for pod in healthy
-            if pod.unschedulable_message and pod.node is None
+            if _unschedulable(pod)
         ),
         stuck=tuple(problem for pod in healthy if (problem := _problem_of(pod, now, policy)) is not None),
         unbound=sum(1 for pod in serving if pod.node is None),
