@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from neuronfleet.api.v1alpha1 import Condition, InferenceDeploymentStatus
 from neuronfleet.planning.compile import CompileDecision, StoredArtifact
-from neuronfleet.planning.fleet import FleetSummary, PodProblem
+from neuronfleet.planning.fleet import FleetSummary, FleetTarget, PodProblem, PodView, plan_fleet
+from neuronfleet.planning.labels import ArtifactRevision
 from neuronfleet.planning.placement import ReplicaNeeds, plan_placement
 from neuronfleet.planning.reasons import Reason
 from neuronfleet.planning.status import (
@@ -110,19 +111,48 @@ def test_awaiting_artifact_and_rollout() -> None:
     assert (ready["Available"].status, ready["Available"].reason) == ("False", "AwaitingArtifact")
     assert (ready["Compiled"].status, ready["Compiled"].reason) == ("Unknown", "Compiling")
     # During a rollout the old revision serves the desired count: Available, not Ready.
-    rolling = replace(SERVING, outdated=2, current_ready_active=1)
+    rolling = replace(SERVING, outdated=2, outdated_active=1, current_ready_active=1)
     during_rollout = by_type(compute_conditions(inputs(fleet=rolling)))
     assert (during_rollout["Ready"].status, during_rollout["Ready"].reason) == ("False", "RollingOut")
     assert during_rollout["Ready"].message == "1/2 active replicas on the new revision, 2 ready in all"
-    # Every active replica on the new revision, the old loaded standby kept until new standby is
-    # loaded: still rolling out, and Ready says what it waits for.
-    standby = replace(SERVING, outdated=1, warm_ready=0, kept_outdated_warm=1)
-    waiting = by_type(compute_conditions(inputs(fleet=standby)))["Ready"]
-    assert (waiting.status, waiting.reason) == ("False", "RollingOut")
-    assert waiting.message == (
-        "2/2 active replicas on the new revision, 2 ready in all; 1 outdated warm pod kept until new ones are loaded"
-    )
     assert (during_rollout["Available"].status, during_rollout["Available"].reason) == ("True", "ReplicasReady")
+
+
+def _conditions_of_plan(target: FleetTarget, pods: list[PodView]) -> dict[str, ConditionValue]:
+    summary = plan_fleet("svc", target, pods, T0).summary
+    return by_type(compute_conditions(inputs(fleet=summary)))
+
+
+def test_the_old_standby_alone_keeps_no_rollout_in_ready_and_the_pool_counts_after_the_plan() -> None:
+    old, new, template = "aaaaaaaaaa", ARTIFACT.revision, "tmpl000000"
+    loaded = {"phase": "Running", "ready": True, "ready_at": T0 - timedelta(minutes=1)}
+    target = FleetTarget(template, ArtifactRevision(new, ARTIFACT.uri), active=1, warm=1)
+    # Every active on the new revision and ready; the old loaded warm pod stays until the new one
+    # (loading) is loaded: Ready says the actives serve, WarmPoolReady speaks for the pool.
+    pods = [
+        PodView("new-a", "active", new, template, node="n1", **loaded),  # type: ignore[arg-type]
+        PodView("old-w", "warm", old, template, node="n2", **loaded),  # type: ignore[arg-type]
+        PodView("new-w", "warm", new, template, "Running", node="n3"),
+    ]
+    conditions = _conditions_of_plan(target, pods)
+    assert (conditions["Ready"].status, conditions["Ready"].reason) == ("True", "ReplicasReady")
+    assert conditions["WarmPoolReady"].message == (
+        "0/1 warm pods ready, 0/0 placeholders on nodes; 1 outdated warm pod kept until new ones are loaded"
+    )
+    # The ready new warm pod this plan promotes is no standby after it: the pool is not full.
+    target = replace(target, active=2)
+    pods = [
+        PodView("new-a", "active", new, template, node="n1", **loaded),  # type: ignore[arg-type]
+        PodView("new-w", "warm", new, template, node="n2", **loaded),  # type: ignore[arg-type]
+        PodView("old-a", "active", old, template, node="n3", **loaded),  # type: ignore[arg-type]
+        PodView("old-w", "warm", old, template, node="n4", **loaded),  # type: ignore[arg-type]
+    ]
+    conditions = _conditions_of_plan(target, pods)
+    assert (conditions["WarmPoolReady"].status, conditions["WarmPoolReady"].reason) == ("False", "WarmPoolFilling")
+    assert conditions["WarmPoolReady"].message == (
+        "0/1 warm pods ready, 0/0 placeholders on nodes; 1 outdated warm pod kept until new ones are loaded"
+    )
+    assert (conditions["Ready"].status, conditions["Ready"].reason) == ("False", "RollingOut")
 
 
 def test_warm_pool_filling_and_auto_scaling_without_metrics() -> None:

@@ -276,19 +276,20 @@ def _warm_pool(fleet: FleetSummary) -> ConditionValue:
         return ConditionValue("WarmPoolReady", "True", Reason.NO_WARM_POOL, "no warm pods or placeholders wanted")
     # A placeholder holds capacity only once it is on a node: an unscheduled one holds nothing,
     # and one the plan deletes (a surplus, a replaced template) holds it no longer.
-    if fleet.warm_ready >= fleet.desired_warm and fleet.spare_nodes >= fleet.desired_placeholders:
+    # Counted after the plan: a ready warm pod it promotes is no standby.
+    if fleet.pool_ready >= fleet.desired_warm and fleet.spare_nodes >= fleet.desired_placeholders:
         return ConditionValue(
             "WarmPoolReady",
             "True",
             Reason.WARM_POOL_FULL,
-            f"{_plural(fleet.warm_ready, 'warm pod')} ready, {_plural(fleet.spare_nodes, 'placeholder')} "
+            f"{_plural(fleet.pool_ready, 'warm pod')} ready, {_plural(fleet.spare_nodes, 'placeholder')} "
             "on nodes" + _kept_outdated(fleet),
         )
     return ConditionValue(
         "WarmPoolReady",
         "False",
         Reason.WARM_POOL_FILLING,
-        f"{fleet.warm_ready}/{fleet.desired_warm} warm pods ready, "
+        f"{fleet.pool_ready}/{fleet.desired_warm} warm pods ready, "
         f"{fleet.spare_nodes}/{fleet.desired_placeholders} placeholders on nodes"
         + _held(fleet, fleet.held_warm, "warm", fleet.held_placeholders)
         + _kept_outdated(fleet),
@@ -419,17 +420,15 @@ def _ready(inputs: StatusInputs, placement_problems: Sequence[str], available: C
     desired = fleet.desired_active
     if desired == 0:
         return ConditionValue("Ready", "True", Reason.SCALED_TO_ZERO, "no active replicas wanted")
-    if fleet.rolling_out:
+    # Ready speaks for the actives: old standby kept beside current actives alone is the pool's
+    # business (WarmPoolReady says it is kept), not a rollout Ready waits for.
+    if fleet.rolling_out_actives:
         return ConditionValue(
             "Ready",
             "False",
             Reason.ROLLING_OUT,
             f"{min(fleet.current_ready_active, desired)}/{desired} active replicas on the new revision, "
-            f"{fleet.ready_active} ready in all"
-            + _held(fleet, fleet.held_rollout)
-            # Held, WarmPoolReady says what is kept; otherwise the old standby is what the rollout
-            # waits for once the actives are swapped (it stays until the new pool is loaded).
-            + (_kept_outdated(fleet) if fleet.hold_reason is None else ""),
+            f"{fleet.ready_active} ready in all" + _held(fleet, fleet.held_rollout),
         )
     if available.status != "True":
         return ConditionValue("Ready", "False", available.reason, available.message)
