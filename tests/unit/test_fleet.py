@@ -266,23 +266,27 @@ def test_a_rollout_promotes_the_kept_old_standby_into_the_capacity_a_lost_pod_le
     assert plan_fleet("bert", rollout, after, NOW).actions == (), "no flip"
 
 
-def test_the_old_standby_goes_once_its_replacement_cannot_be_scheduled() -> None:
+def test_an_unschedulable_replacement_keeps_the_old_standby_until_the_progress_deadline() -> None:
     # The old loaded warm pod may hold the only spare node: kept until the new one is loaded, the
-    # new one would never be (a deadlock, the rollout never ends). Unschedulable, it is let go.
+    # new one would never be (a deadlock: the rollout never ends). An unschedulable pod alone is no
+    # sign of it (a node autoscaler adds a node for it: the wait the standby covers); the rollout's
+    # progress deadline, the rule RolloutStalled reports, lets the old pod go.
     rollout = target(1, warm=1, artifact=NEW)
+    policy = FleetPolicy(progress_deadline_seconds=1800)
     stuck = pod("n-w", "warm", ready=False, artifact=NEW, unschedulable_message="0/2 nodes are available")
     pods = [pod("n-a", artifact=NEW), pod("o-w", "warm"), stuck]
-    plan = plan_fleet("bert", rollout, pods, NOW)
-    assert [(a.kind, a.name) for a in plan.actions] == [("delete-pod", "o-w")]
-    assert plan.summary.kept_outdated_warm == 0
-    # Scheduled (loading), it is on its way: the old standby is kept as before.
-    loading = replace(stuck, unschedulable_message=None, node="node-2", phase="Running")
-    assert plan_fleet("bert", rollout, [*pods[:2], loading], NOW).summary.kept_outdated_warm == 1
+    waiting = plan_fleet("bert", rollout, pods, NOW, policy)
+    assert waiting.actions == () and waiting.summary.kept_outdated_warm == 1
+    later = NOW + timedelta(minutes=26)  # 31 minutes after n-a became ready
+    past = plan_fleet("bert", rollout, pods, later, policy)
+    assert [(a.kind, a.name) for a in past.actions] == [("delete-pod", "o-w")]
+    assert past.summary.kept_outdated_warm == 0
+    after = [p for p in apply_actions(pods, past.actions, later) if not p.deleting]
+    assert not plan_fleet("bert", rollout, after, later, policy).summary.rolling_out
 
 
 def test_the_old_standby_goes_once_the_rollout_is_past_its_progress_deadline() -> None:
-    # A replacement that loads for ever (crash-looping, or its creation refused) is caught by the
-    # rule that reports RolloutStalled: past the deadline the old standby is no longer kept.
+    # A replacement that loads for ever (crash-looping) is caught by the same rule.
     rollout = target(1, warm=1, artifact=NEW)
     policy = FleetPolicy(progress_deadline_seconds=1800)
     loading = pod("n-w", "warm", ready=False, artifact=NEW, node="node-2", phase="Running")

@@ -126,8 +126,8 @@ def check_standby_kept(
     """A step keeps loaded standby as a Deployment with maxUnavailable 0 keeps its pods, within bounds.
 
     The loaded warm pods (of any revision) stay, or go active, up to the pool wanted: an old one
-    goes only once a new one is loaded in its place, or once a new one cannot progress (the summary
-    reports it unschedulable or stuck) or the rollout is stalled, outside a hold. The old ones kept
+    goes only once a new one is loaded in its place, or once the rollout is stalled (past its
+    progress deadline) outside a hold. The old ones kept
     never exceed what the new loaded ones leave of the pool, and are what the summary says; an old
     one promoted never takes the actives beyond the target; the serving pods stay within active +
     warm + the new pods loading (at most the surge, in a paced rollout); planning again on the
@@ -139,12 +139,8 @@ def check_standby_kept(
     promoted = {
         a.name for a in plan.actions if isinstance(a, Relabel) and (a.previous_role, a.role) == ("warm", "active")
     }
-    new_names = {p.name for p in live_before if _is_new(p)}
-    blocked = target.hold_creations is None and (
-        plan.summary.rollout_stalled(now, policy.progress_deadline_seconds)
-        or any(problem.name in new_names for problem in plan.summary.unschedulable + plan.summary.stuck)
-    )
-    if not blocked:
+    stalled = plan.summary.rollout_stalled(now, policy.progress_deadline_seconds)
+    if target.hold_creations is not None or not stalled:
         assert loaded_after + len(promoted) >= min(target.warm, loaded_before), "loaded standby deleted, not replaced"
     new_loaded_warm = sum(p.role == "warm" and p.ready and _is_new(p) for p in live_after)
     old_warm = [p for p in live_after if p.role == "warm" and not _is_new(p)]
@@ -281,9 +277,9 @@ def test_new_pods_that_never_load_keep_no_old_standby_for_ever(
     pods: list[PodView], target: FleetTarget, never_slots: set[int], readiness: list[bool], max_surge: int
 ) -> None:
     """Some new pods never load (unschedulable: e.g. the old standby holds the only spare node):
-    the old standby is let go (at once for an unschedulable replacement, else at the progress
-    deadline), so no old warm pod is kept for ever and, once no old active is left, the rollout
-    ends; every step still keeps the standby within the bounds of :func:`check_standby_kept`."""
+    the old standby is let go at the progress deadline, so no old warm pod is kept for ever and,
+    once no old active is left, the rollout ends; every step still keeps the standby within the
+    bounds of :func:`check_standby_kept`."""
     policy = replace(POLICY, max_surge=max_surge, progress_deadline_seconds=120)
     never_loads = frozenset(serving_pod_name("svc", FleetRevision(NEW, TEMPLATE), slot) for slot in never_slots)
     now = NOW

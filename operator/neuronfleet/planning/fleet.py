@@ -47,16 +47,17 @@ Rules (DESIGN.md, fleet model):
   ready old actives also fill the active slots no current pod fills (a lost pod's).
   ``FleetPolicy.max_surge`` (>0) limits how many new-revision pods load at once. The old warm pool
   goes as a Deployment with maxUnavailable 0 replaces its pods: a loaded (ready) outdated warm pod
-  stays until a current pod of the warm set takes its place (``target.warm`` less those are kept,
-  best first by the promotion order), so no loaded standby is deleted before it is replaced while
-  the new pods load. A current pod takes the place once ready, or once it cannot progress
-  (unschedulable, or stuck as the summary reports: kept for it, the old pod may be what blocks it,
-  holding the only spare node); past the rollout's progress deadline (:func:`rollout_past_deadline`,
-  the rule RolloutStalled reports: a new pod that never loads, its creation refused) none is kept.
-  A kept one is promoted into the active set as a ready current warm pod would be: into the slots
-  the ready current and kept old actives leave, before the unready current actives (which join the
-  pool), never beyond ``target.active``. Outdated warm pods still loading are deleted at once (they
-  are no standby yet). The serving pods (draining ones aside) so stay within ``target.active +
+  stays until a ready current pod takes its place in the pool (``target.warm`` less the ready
+  current pods of the warm set are kept, best first by the promotion order), so no loaded standby
+  is deleted before it is replaced while the new pods load; past the rollout's progress deadline
+  (:func:`rollout_past_deadline`, the rule RolloutStalled reports) none is kept, since a new pod
+  that never loads (unschedulable because the old pod holds the only spare node, crash-looping,
+  its creation refused) would keep it for ever. An unschedulable pod alone releases none: a node
+  autoscaler usually adds a node for it, and that wait is what the standby covers. A kept one is
+  promoted into the active set as a ready current warm pod would be: into the slots the ready
+  current and kept old actives leave, before the unready current actives (which join the pool),
+  never beyond ``target.active``. Outdated warm pods still loading are deleted at once (they are
+  no standby yet). The serving pods (draining ones aside) so stay within ``target.active +
   target.warm`` plus the current pods loading (which ``max_surge`` paces).
 - Failed or succeeded pods and pods whose node is gone are deleted (the latter with grace 0: no
   kubelet is left to confirm) and replaced. Pods being deleted count for nothing but keep their
@@ -83,12 +84,12 @@ Rules (DESIGN.md, fleet model):
   ``held_active`` (the active deficit), ``held_rollout`` (new-revision pods that would replace the
   outdated actives still serving),
   ``held_warm`` (the pool's own deficit, never more than ``target.warm``) and ``held_placeholders``.
-  A held rollout keeps the old standby it cannot replace by the same rule as any rollout (but a
-  current pod that cannot progress, or the deadline, releases none: nothing could replace it), and
-  more: its outdated warm pods still loading stay too (after the loaded ones, within the same
-  room), as does an outdated active not ready for a moment, within the active deficit, and, with
-  ``hold_placeholders``, placeholders of either template (those on a node first, up to
-  ``target.placeholders``); once the hold ends the rollout replaces them as usual.
+  A held rollout keeps the old standby it cannot replace by the same rule as any rollout (but the
+  deadline releases none: nothing could replace it), and more: its outdated warm pods still
+  loading stay too (after the loaded ones, within the same room), as does an outdated active not
+  ready for a moment, within the active deficit, and, with ``hold_placeholders``, placeholders of
+  either template (those on a node first, up to ``target.placeholders``); once the hold ends the
+  rollout replaces them as usual.
 """
 
 from __future__ import annotations
@@ -460,16 +461,6 @@ def _is_current(pod: PodView, revision: FleetRevision | None) -> bool:
     return not revision.artifact.sha256 or pod.artifact_sha256 == revision.artifact.sha256
 
 
-def _unschedulable(pod: PodView) -> bool:
-    return bool(pod.unschedulable_message) and pod.node is None
-
-
-def _cannot_progress(pod: PodView, now: datetime, policy: FleetPolicy) -> bool:
-    """The pod will not load without a change: unschedulable, or stuck (a crash loop, an image that
-    never pulls, no scheduler acting on it); what the summary reports as problems."""
-    return _unschedulable(pod) or _problem_of(pod, now, policy) is not None
-
-
 def _problem_of(pod: PodView, now: datetime, policy: FleetPolicy) -> PodProblem | None:
     if pod.waiting_reason in STUCK_WAITING_REASONS:
         return PodProblem(pod.name, pod.waiting_reason or "", pod.waiting_message or "")
@@ -609,14 +600,16 @@ def plan_fleet(
             old_actives_kept += sorted(
                 (pod for pod in outdated if pod.role == "active" and not pod.ready), key=_progress, reverse=True
             )[: max(0, target.active - len(active_set) - len(old_actives_kept))]
-        # The pool's room: what the current pods of the warm set leave of it. The ready ones fill it;
-        # so, outside a hold, do those that cannot progress (unschedulable, crash-looping): kept for
-        # them, the old standby may be what blocks them (it holds the only spare node) and would
-        # never go. Past the rollout's progress deadline (the rule RolloutStalled reports: a new
-        # pod that never loads, its creation refused) nothing is kept for them at all.
+        # The pool's room: what the ready current pods of the warm set leave of it (the loading ones
+        # are no standby yet). Past the rollout's progress deadline (the rule RolloutStalled
+        # reports) none is kept: a new pod that never loads (the old one holding the only spare
+        # node, a crash loop, a refused creation) would keep it for ever. An unschedulable pod is
+        # no such sign alone: a node autoscaler adds nodes for unschedulable pods, and that wait is
+        # what the standby covers.
         rest = [pod for pod in current if pod not in active_set]
-        filling = sum(1 for pod in rest if pod.ready or (not held and _cannot_progress(pod, now, policy)))
-        room = max(0, target.warm - min(filling, target.active + target.warm - len(active_set)))
+        room = max(
+            0, target.warm - min(sum(1 for pod in rest if pod.ready), target.active + target.warm - len(active_set))
+        )
         if not held and rollout_past_deadline(
             rollout_started_at, rollout_progressed_at, now, policy.progress_deadline_seconds
         ):
@@ -831,9 +824,9 @@ def _pod_problems(
     """What a summary says of the pods that are not where they should be, planned or not."""
     return _PodProblems(
         unschedulable=tuple(
-            PodProblem(pod.name, "Unschedulable", pod.unschedulable_message or "")
+            PodProblem(pod.name, "Unschedulable", pod.unschedulable_message)
             for pod in healthy
-            if _unschedulable(pod)
+            if pod.unschedulable_message and pod.node is None
         ),
         stuck=tuple(problem for pod in healthy if (problem := _problem_of(pod, now, policy)) is not None),
         unbound=sum(1 for pod in serving if pod.node is None),
