@@ -925,7 +925,8 @@ class RolloutSpec(ApiModel):
         default=1800,
         ge=60,
         le=86400,
-        description="A rollout that has not progressed for this long is reported as Degraded.",
+        description="A rollout that has not progressed for this long is reported as Degraded (RolloutStalled), "
+        "and the old revision's warm pods kept as standby until new ones are loaded are released.",
     )
 
 
