@@ -25,6 +25,10 @@ from typing import Any
 import aiohttp
 import kopf
 import yaml
+
+# Kopf's matcher is not public API: kopf is pinned (pyproject) and the unit tests pin the cases that
+# matter here (test_operator_own_account), so a change of its semantics fails them.
+from kopf._cogs.structs.references import NamespaceName, match_namespace
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import ConfigException
 
@@ -467,11 +471,18 @@ def workload_service_accounts(args: argparse.Namespace) -> tuple[str | None, str
     return names[0], names[1]
 
 
+def namespace_watched(namespace: str, patterns: Sequence[str]) -> bool:
+    """Whether Kopf, given ``patterns`` (the --namespace flags), watches ``namespace``: none watches
+    every namespace, else any pattern matching it does, by Kopf's own matcher (globs, ``!`` excludes,
+    comma-separated parts; a leading exclusion implies ``*``)."""
+    return not patterns or any(match_namespace(NamespaceName(namespace), pattern) for pattern in patterns)
+
+
 def operator_account(args: argparse.Namespace) -> OperatorAccount | None:
     """The operator's own ServiceAccount and namespace of the resolved flags (None: neither is set, as
     outside a pod); RunSetupError naming the setting if only one is set or one is not a name, or if
-    --compile-service-account or --serving-service-account names the operator's own account while its
-    namespace may be watched."""
+    --compile-service-account or --serving-service-account names the operator's own account while Kopf
+    watches its namespace (:func:`namespace_watched`)."""
     name, namespace = args.operator_service_account, args.operator_namespace
     if not name and not namespace:
         return None
@@ -495,10 +506,9 @@ def operator_account(args: argparse.Namespace) -> OperatorAccount | None:
             "(lower-case letters, digits and '-', at most 63 characters)"
         )
     account = OperatorAccount(namespace, name)
-    # Kopf's patterns (team-*, !kube-system) may take in the operator's namespace: only a list of plain
-    # names without it leaves it out, where a default account of that name is another object.
-    watched = args.namespace or ()
-    if not watched or namespace in watched or not all(_NAMESPACE_NAME.fullmatch(n) for n in watched):
+    # Outside the operator's namespace a default account of that name is another object: refused only
+    # where Kopf would watch that namespace.
+    if namespace_watched(namespace, args.namespace or ()):
         problem = own_default_problem("compile", args.compile_service_account, account) or own_default_problem(
             "serving", args.serving_service_account, account
         )

@@ -212,3 +212,31 @@ def test_run_refuses_to_start_with_a_default_account_that_is_its_own(
     # Not watching it: that name in the namespaces watched is another account.
     code, (settings,) = _run(tmp_path, monkeypatch, flag, "nf-neuronfleet", "-n", "search")
     assert settings.operator_account == OPERATOR
+
+
+@pytest.mark.parametrize(
+    ("watched", "refused"),
+    [
+        (["--namespace=!neuronfleet-system"], False),  # every namespace but the operator's
+        (["--namespace=!neuronfleet-*"], False),
+        (["--namespace=team-*,!team-b"], False),
+        (["--namespace=neuronfleet-*,!neuronfleet-system"], False),
+        (["--namespace=!team-b"], True),  # every namespace but team-b: the operator's among them
+        (["--namespace=!neuronfleet-*,neuronfleet-system"], True),  # excluded, then taken in again
+        (["--namespace=team-a", "--namespace=!team-b"], True),  # the second takes in all but team-b
+        (["--namespace=neuronfleet-?ystem"], True),
+    ],
+)
+def test_a_default_flag_is_refused_only_where_kopf_would_watch_the_operators_namespace(
+    watched: list[str], refused: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kopf's namespace patterns: globs, ``!`` excludes, a leading exclusion implies ``*``, comma-separated
+    parts, several --namespace flags are alternatives. A namespace they leave out is not watched, and a
+    default account of the operator's name is another object in every namespace they take in."""
+    monkeypatch.setenv("NEURONFLEET_OPERATOR_SERVICE_ACCOUNT", "nf-neuronfleet")
+    monkeypatch.setenv("NEURONFLEET_OPERATOR_NAMESPACE", "neuronfleet-system")
+    code, seen = _run(tmp_path, monkeypatch, "--compile-service-account", "nf-neuronfleet", *watched)
+    if refused:
+        assert (code, seen) == (2, [])
+    else:
+        assert [settings.operator_account for settings in seen] == [OPERATOR]
