@@ -614,6 +614,13 @@ async def _run(args: argparse.Namespace) -> None:
             own_account.name,
             own_account.namespace,
         )
+        if own_account.name == "default":
+            logger.warning(
+                "the operator runs as ServiceAccount default, namespace %s's default account: every pod there that "
+                "names no account runs with the operator's rights (and IAM role), which the operator cannot refuse; "
+                "run it as an account of its own (the chart's serviceAccount)",
+                own_account.namespace,
+            )
     device_group = device_group_id(args)
     url_policy = prometheus_url_policy(args)
     logger.info("Prometheus URLs: %s (--prometheus-allowed-url)", url_policy.describe())

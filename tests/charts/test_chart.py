@@ -380,6 +380,13 @@ def test_ci_values_reach_the_operator() -> None:
         ("monitoring.alerts.ruleLabels.release=x", "ruleLabels"),
         # Never the namespace's default account: it would get the operator's cluster-wide rights.
         ("serviceAccount.create=false", "serviceAccount.create is false but serviceAccount.name is empty"),
+        # Nor named: every pod there naming no account would run with the operator's rights.
+        (
+            "serviceAccount.create=false,serviceAccount.name=default",
+            "serviceAccount.name is default, the namespace's default account: every pod of namespace default "
+            "that names no account would run with the operator's cluster-wide rights",
+        ),
+        ("serviceAccount.create=true,serviceAccount.name=default", "serviceAccount.name is default"),
         (
             "serviceAccount.create=false,serviceAccount.name=nf-operator,serviceAccount.annotations.a=b",
             "serviceAccount.annotations are set but serviceAccount.create is false",

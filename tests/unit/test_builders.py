@@ -26,6 +26,7 @@ from neuronfleet.kube.builders import (
 )
 from neuronfleet.kube.jobs import ANNOTATION_REPUBLISHES, LABEL_COMPILE_REQUEST, build_compile_job
 from neuronfleet.kube.observe import observe_compile_jobs
+from neuronfleet.planning.admission import OperatorAccount, own_account_problem, workload_account
 from neuronfleet.planning.compile import DanglingRecord, StoredArtifact, compile_request
 from neuronfleet.planning.fleet import CreatePod, FleetTarget, Relabel, plan_fleet
 from neuronfleet.planning.labels import ArtifactRevision, FleetRevision
@@ -203,6 +204,35 @@ def test_placeholder_holds_the_same_neuron_capacity_at_low_priority() -> None:
     assert placeholder["spec"]["priorityClassName"] == "neuronfleet-placeholder"
     assert placeholder["metadata"]["labels"]["serving.neuronfleet.dev/role"] == "placeholder"
     assert "serving.neuronfleet.dev/revision" not in placeholder["metadata"]["labels"]
+
+
+def test_a_placeholder_runs_as_the_serving_pods_account_without_its_token() -> None:
+    """It runs the spec's image: as the serving pods' account (the spec's, else the operator's default,
+    else the namespace's default, as they would), which the operator's own-account refusal checks,
+    never as another account of the namespace; it only sleeps, so no API token is mounted."""
+    dep = load("llama2-7b-chat.yaml")
+    candidate = chosen(dep)
+    dep.metadata.namespace = "neuronfleet-system"
+    for spec_account, default, expected in (
+        ("my-serving", "nf-serving", "my-serving"),
+        (None, "nf-serving", "nf-serving"),
+        (None, None, None),
+    ):
+        dep.spec.runtime.service_account_name = spec_account
+        config = BuilderConfig(serving_service_account=default)
+        replica = build_pod(dep, candidate, FleetRevision(ARTIFACT, "t"), "active", "llama-0", config)
+        placeholder = build_placeholder_pod(dep, candidate, "t", "llama-ph-0", config)
+        assert placeholder["spec"].get("serviceAccountName") == replica["spec"].get("serviceAccountName") == expected
+        assert placeholder["spec"]["automountServiceAccountToken"] is False
+    # The reviewer's case: the operator runs as the namespace's default; the spec names accounts of its
+    # own for its compile Job and serving pods, and its placeholders no longer run as the operator.
+    dep.spec.compile.service_account_name = "my-compile"
+    dep.spec.runtime.service_account_name = "my-serving"
+    placeholder = build_placeholder_pod(dep, candidate, "t", "llama-ph-0")
+    operator = OperatorAccount("neuronfleet-system", "default")
+    accounts = (workload_account("compile", "my-compile", None), workload_account("serving", "my-serving", None))
+    assert own_account_problem("neuronfleet-system", accounts, operator) is None
+    assert placeholder["spec"]["serviceAccountName"] == "my-serving"
 
 
 def test_template_hash_follows_the_pod_but_not_the_artifact() -> None:

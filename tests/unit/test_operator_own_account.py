@@ -9,6 +9,7 @@ account; a spec naming it, or a default flag, was taken.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -240,3 +241,25 @@ def test_a_default_flag_is_refused_only_where_kopf_would_watch_the_operators_nam
         assert (code, seen) == (2, [])
     else:
         assert [settings.operator_account for settings in seen] == [OPERATOR]
+
+
+def test_run_warns_at_start_when_it_runs_as_its_namespaces_default_account(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Outside the chart (which refuses it) the operator may run as ``default``: every pod of its
+    namespace that names no account has its rights, which the operator cannot refuse; it says so."""
+    monkeypatch.setenv("NEURONFLEET_OPERATOR_NAMESPACE", "neuronfleet-system")
+    monkeypatch.setenv("NEURONFLEET_OPERATOR_SERVICE_ACCOUNT", "nf-neuronfleet")
+    with caplog.at_level(logging.WARNING, logger="neuronfleet.run_command"):
+        _run(tmp_path, monkeypatch)
+    assert not [r for r in caplog.records if "default account" in r.getMessage()]
+    monkeypatch.setenv("NEURONFLEET_OPERATOR_SERVICE_ACCOUNT", "default")
+    with caplog.at_level(logging.WARNING, logger="neuronfleet.run_command"):
+        _, (settings,) = _run(tmp_path, monkeypatch)
+    assert settings.operator_account == OperatorAccount("neuronfleet-system", "default")
+    (warning,) = [r for r in caplog.records if "default account" in r.getMessage()]
+    assert warning.levelno == logging.WARNING
+    assert warning.getMessage().startswith(
+        "the operator runs as ServiceAccount default, namespace neuronfleet-system's default account: every pod "
+        "there that names no account runs with the operator's rights"
+    )

@@ -42,6 +42,9 @@ would get the operator's cluster-wide rights. An account of the release's full n
 exist, or be another's: the name must be given.
 */}}
 {{- define "neuronfleet.serviceAccountName" -}}
+{{- if eq .Values.serviceAccount.name "default" }}
+{{- fail (printf "serviceAccount.name is default, the namespace's default account: every pod of namespace %s that names no account would run with the operator's cluster-wide rights (and its IAM role), and the operator refuses InferenceDeployments there whose workloads name no account (they would run as it). Name an account of the operator's own, or leave serviceAccount.name empty with serviceAccount.create=true" .Release.Namespace) }}
+{{- end }}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "neuronfleet.fullname" .) .Values.serviceAccount.name }}
 {{- else }}

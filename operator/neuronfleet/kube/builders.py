@@ -40,7 +40,10 @@ Design notes (the *why* of the pod):
 - ServiceAccounts: serving pods and compile Jobs run as accounts of their own (spec, else the
   operator's defaults, else the namespace's ``default``), so that the role that writes the artifact
   store (compile) is not the one every serving pod holds, nor every other pod of the namespace
-  running as ``default``. Placeholders only sleep: they keep ``default``, with no token.
+  running as ``default``. Placeholders run the spec's image, so they run as the serving pods'
+  account (not ``default``, which may be the operator's own), with no token: under IRSA or EKS Pod
+  Identity they may get the serving pods' role, which that image has in the serving pods anyway;
+  a missing serving account refuses them as it does the serving pods.
 - Pod Security "restricted": runAsNonRoot with a fixed non-root uid, no privilege escalation,
   all capabilities dropped, RuntimeDefault seccomp; also a read-only root filesystem with
   emptyDirs for /tmp and the artifact cache, and no service-account token (the server never
@@ -411,6 +414,11 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     }
 
 
+def serving_account(dep: InferenceDeployment, config: BuilderConfig) -> str | None:
+    """The ServiceAccount of the spec's serving pods and placeholders (None: the namespace's default)."""
+    return dep.spec.runtime.service_account_name or config.serving_service_account
+
+
 def build_pod(
     dep: InferenceDeployment,
     candidate: Candidate,
@@ -459,7 +467,7 @@ def build_pod(
     disk = serving_disk(dep)
     spec = _common_pod_spec(dep, candidate, role, config)
     spec["securityContext"] = _pod_security(config, neuron_devices=True)
-    service_account = runtime.service_account_name or config.serving_service_account
+    service_account = serving_account(dep, config)
     if service_account:
         spec["serviceAccountName"] = service_account
     spec.update(
@@ -521,6 +529,12 @@ def build_placeholder_pod(
         "securityContext": _container_security(),
     }
     spec = _common_pod_spec(dep, candidate, "placeholder", config)
+    # It runs the spec's image: as the account the serving pods would (which the operator's own-account
+    # refusal checks), not as the namespace's default, which may be the operator's own. It only sleeps:
+    # no API token (_common_pod_spec).
+    service_account = serving_account(dep, config)
+    if service_account:
+        spec["serviceAccountName"] = service_account
     spec.update({"containers": [container], "restartPolicy": "Always", "terminationGracePeriodSeconds": 0})
     return {
         "apiVersion": "v1",
