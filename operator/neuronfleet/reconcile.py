@@ -52,15 +52,19 @@ from neuronfleet.kube.builders import (
     relabel_patch,
 )
 from neuronfleet.kube.client import UNANSWERED, KubeApi
-from neuronfleet.kube.jobs import build_compile_job, wanted_job_spec
+from neuronfleet.kube.jobs import LABEL_COMPILE_REQUEST, build_compile_job, compile_job_selector, wanted_job_spec
 from neuronfleet.kube.observe import AccountReads, JobEventReads, controlled_by, observe_cluster
 from neuronfleet.planning.admission import (
     OperatorAccount,
+    OwnAccountCleanup,
+    RunningAs,
     WorkloadAccount,
     WorkloadPods,
     compile_pods,
     compile_refusal,
     missing_account_message,
+    own_account_cleanup,
+    own_account_message,
     own_account_problem,
     refusal_for,
     serving_pods,
@@ -83,6 +87,7 @@ from neuronfleet.planning.fleet import (
     Relabel,
     describe_action,
 )
+from neuronfleet.planning.labels import LABEL_ROLE, deployment_selector
 from neuronfleet.planning.observation import (
     DeploymentMemory,
     Observation,
@@ -624,9 +629,12 @@ class Reconciler:
             workload_account("compile", dep.spec.compile.service_account_name, builder.compile_service_account),
             workload_account("serving", dep.spec.runtime.service_account_name, builder.serving_service_account),
         )
-        if problem := own_account_problem(namespace, accounts, self.settings.operator_account):
-            # Before anything is observed or made: no compile Job, pod or placeholder as that account.
-            return await self._report_invalid(body, status, version, memory, problem, stopping)
+        operator = self.settings.operator_account
+        if operator is not None and (problem := own_account_problem(namespace, accounts, operator)):
+            # Nothing is planned or made as that account; what runs as it already is acted on.
+            cleanup, failed = await self._clear_own_account(dep, operator, stopping)
+            message = own_account_message(problem, cleanup)
+            return await self._report_invalid(body, status, version, memory, message, stopping, failed)
         durable = StatusMemory.from_status(status)
         observation = await unless_set(self.observe(dep, memory), stopping)
         if observation is None:
@@ -710,6 +718,55 @@ class Reconciler:
         stopped = outcome.stopped or stopping.is_set()
         return ReconcileReport(plan.actions, events, final, plan.converged, memory, error, writes, stopped, conflict)
 
+    async def _clear_own_account(
+        self, dep: InferenceDeployment, operator: OperatorAccount, stopping: asyncio.Event
+    ) -> tuple[OwnAccountCleanup, str | None]:
+        """Delete the refused spec's placeholders, warm pods and compile Jobs running as the operator's
+        account (planning.admission.own_account_cleanup); what it keeps, and why a call failed (None)."""
+        namespace, name = dep.metadata.namespace or "default", dep.name
+        try:
+            pods = await self.kube.list_pods(namespace, deployment_selector(name))
+            jobs = await self.kube.list_jobs(namespace, compile_job_selector(name))
+        except _CALL_FAILED as exc:
+            return OwnAccountCleanup((), (), ()), f"reading what runs as the operator's account: {_call_error(exc)}"
+        running = tuple(
+            RunningAs(
+                pod["metadata"]["name"],
+                (pod["metadata"].get("labels") or {}).get(LABEL_ROLE, ""),
+                (pod.get("spec") or {}).get("serviceAccountName") or "default",
+            )
+            for pod in pods
+            # A compile Job's pod goes with its Job; a pod terminating is going already.
+            if controlled_by(pod, dep.metadata.uid)
+            and LABEL_COMPILE_REQUEST not in (pod["metadata"].get("labels") or {})
+            and not pod["metadata"].get("deletionTimestamp")
+        ) + tuple(
+            RunningAs(
+                job["metadata"]["name"],
+                "compile",
+                ((job.get("spec") or {}).get("template") or {}).get("spec", {}).get("serviceAccountName") or "default",
+            )
+            for job in jobs
+            if controlled_by(job, dep.metadata.uid) and not job["metadata"].get("deletionTimestamp")
+        )
+        cleanup = own_account_cleanup(running, operator)
+        try:
+            for pod_name in cleanup.pods:
+                if stopping.is_set():
+                    break
+                await self.kube.delete_pod(namespace, pod_name)
+                logger.info("%s/%s: deleted pod %s: it ran as the operator's own account", namespace, name, pod_name)
+            for job_name in cleanup.jobs:
+                if stopping.is_set():
+                    break
+                await self.kube.delete_job(namespace, job_name)
+                logger.info(
+                    "%s/%s: deleted compile Job %s: it ran as the operator's own account", namespace, name, job_name
+                )
+        except _CALL_FAILED as exc:
+            return cleanup, f"deleting what runs as the operator's account: {_call_error(exc)}"
+        return cleanup, None
+
     async def _report_invalid(
         self,
         body: Mapping[str, Any],
@@ -718,6 +775,7 @@ class Reconciler:
         memory: DeploymentMemory,
         message: str,
         stopping: asyncio.Event,
+        failed: str | None = None,
     ) -> ReconcileReport:
         metadata = body.get("metadata") or {}
         namespace, name = metadata.get("namespace") or "default", metadata.get("name") or ""
@@ -742,7 +800,8 @@ class Reconciler:
         # After a 409 the copy read again says what was announced already (as in :meth:`reconcile`).
         durable = StatusMemory.from_status(status if write.live is None else write.live)
         events = tuple(status_events(durable, new, ""))
-        return ReconcileReport((), events, new, False, memory, message, writes)
+        error = f"{message}; {failed}" if failed else message
+        return ReconcileReport((), events, new, False, memory, error, writes)
 
 
 __all__ = [

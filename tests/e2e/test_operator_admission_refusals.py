@@ -16,7 +16,10 @@ from typing import Any
 from kubernetes_asyncio import client as k8s
 from operator_harness import OperatorHarness, example, ready
 
+from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.kube.jobs import build_compile_job
 from neuronfleet.planning.admission import OperatorAccount
+from neuronfleet.planning.compile import compile_request
 
 NS = "accounts"
 
@@ -115,6 +118,73 @@ async def test_a_spec_whose_pods_would_run_as_the_operators_own_account_is_inval
     )
     (pod,) = harness.pods(NS, "borrowed")
     assert pod["spec"]["serviceAccountName"] == "model-reader"
+
+
+async def test_a_refusal_deletes_what_serves_nothing_as_the_operators_account_and_names_the_serving_pods_kept(
+    harness: OperatorHarness,
+) -> None:
+    """Pods made before the operator knew its account (before the upgrade that added the check) run as
+    it: once refused, the placeholder, the warm pod and a compile Job go; the active pod, which takes
+    traffic, stays and is named with the fix; fixing the account replaces it."""
+    await harness.ensure_namespace(NS)
+    await create_account(harness, "nf-operator")
+    manifest = manual("borrowed", runtime={"serviceAccountName": "nf-operator"})
+    manifest["spec"]["warmPool"] = {"mode": "Fixed", "pods": 1, "nodePlaceholders": 1}
+    manifest = harness.localize(manifest, namespace=NS)
+    harness.precompile(manifest)
+    await harness.apply(manifest)  # the operator does not know its account yet
+    roles = ("active", "warm", "placeholder")
+    await harness.wait(
+        lambda: all(harness.pods(NS, "borrowed", role) for role in roles), timeout=300, what="active, warm, placeholder"
+    )
+    assert {p["spec"].get("serviceAccountName") for p in harness.pods(NS, "borrowed")} == {"nf-operator"}
+    (active,) = harness.pods(NS, "borrowed", "active")
+    await harness.crash()
+    # A compile Job of the deployment's running as that account, as one made before would.
+    stored = harness.cluster.get("inferencedeployments", "borrowed", NS, group="serving.neuronfleet.dev")
+    assert stored is not None
+    dep = InferenceDeployment.model_validate({k: v for k, v in stored.items() if k != "status"})
+    job = build_compile_job(dep, compile_request(dep.spec, str(harness.store_dir)))
+    job["spec"]["template"]["spec"]["serviceAccountName"] = "nf-operator"
+    await k8s.BatchV1Api(await harness.api()).create_namespaced_job(NS, job)
+    assert harness.cluster.list("jobs", NS, group="batch")
+
+    harness.settings = replace(harness.settings, operator_account=OperatorAccount(NS, "nf-operator"))
+    await harness.start()
+    await harness.wait(
+        lambda: harness.condition(NS, "borrowed", "Degraded").get("reason") == "InvalidSpec",
+        timeout=120,
+        what="InvalidSpec",
+    )
+    await harness.wait(
+        lambda: (
+            not harness.pods(NS, "borrowed", "warm")
+            and not harness.pods(NS, "borrowed", "placeholder")
+            and not harness.cluster.list("jobs", NS, group="batch")
+        ),
+        timeout=120,
+        what="the warm pod, the placeholder and the compile Job deleted",
+    )
+    name = active["metadata"]["name"]
+    message = harness.condition(NS, "borrowed", "Degraded")["message"]
+    assert f". 1 serving pod made before still run as that account and take traffic: {name} (active); " in message
+    await harness.wait(lambda: events_for(harness, "borrowed", "InvalidSpec"), timeout=60, what="a Warning Event")
+    (event,) = events_for(harness, "borrowed", "InvalidSpec")
+    assert event["type"] == "Warning" and f"{name} (active)" in event["message"]
+    await asyncio.sleep(120)  # fake time: reconciles go on; the active pod stays, nothing is made
+    assert [p["metadata"]["name"] for p in harness.pods(NS, "borrowed")] == [name]
+    assert not harness.cluster.list("jobs", NS, group="batch")
+
+    await create_account(harness, "model-reader")
+    await harness.patch_spec(NS, "borrowed", {"runtime": {"serviceAccountName": "model-reader"}})
+    await harness.wait(
+        lambda: (
+            harness.condition(NS, "borrowed", "Ready").get("status") == "True"
+            and {p["spec"].get("serviceAccountName") for p in harness.pods(NS, "borrowed")} == {"model-reader"}
+        ),
+        timeout=600,
+        what="Ready, every pod as model-reader",
+    )
 
 
 def event_lists(harness: OperatorHarness, namespace: str) -> list[Any]:

@@ -19,6 +19,10 @@ from neuronfleet import run_command
 from neuronfleet.cli import main
 from neuronfleet.planning.admission import (
     OperatorAccount,
+    OwnAccountCleanup,
+    RunningAs,
+    own_account_cleanup,
+    own_account_message,
     own_account_problem,
     own_default_problem,
     workload_account,
@@ -49,7 +53,8 @@ def test_a_serving_account_named_like_the_operators_in_its_namespace_is_refused_
         "the serving pods would run as ServiceAccount nf-neuronfleet, the operator's own in its namespace "
         "neuronfleet-system (named by spec.runtime.serviceAccountName): they would get the operator's IAM role "
         "(IRSA or EKS Pod Identity) and run as the account its cluster-wide RBAC roles are bound to, so nothing "
-        "of this spec is created; set spec.runtime.serviceAccountName to an account of their own (the chart's "
+        "of this spec is created and its placeholders, warm pods and compile Jobs running as that account are "
+        "deleted; set spec.runtime.serviceAccountName to an account of their own (the chart's "
         "workloads.servingServiceAccount is one: docs/install-eks.md), or create the deployment in another namespace"
     )
 
@@ -263,3 +268,27 @@ def test_run_warns_at_start_when_it_runs_as_its_namespaces_default_account(
         "the operator runs as ServiceAccount default, namespace neuronfleet-system's default account: every pod "
         "there that names no account runs with the operator's rights"
     )
+
+
+def test_a_refused_specs_idle_pods_and_compile_jobs_as_the_operators_account_go_and_serving_pods_are_named() -> None:
+    """Made before the operator knew its account (or before the check): placeholders, warm pods and
+    compile Jobs serve nothing and are deleted; pods taking traffic stay, each named, with the fix."""
+    running = (
+        RunningAs("borrowed-a", "active", "nf-neuronfleet"),
+        RunningAs("borrowed-w", "warm", "nf-neuronfleet"),
+        RunningAs("borrowed-ph", "placeholder", "nf-neuronfleet"),
+        RunningAs("borrowed-d", "draining", "nf-neuronfleet"),
+        RunningAs("borrowed-compile-1", "compile", "nf-neuronfleet"),
+        RunningAs("borrowed-other", "active", "model-reader"),  # another account: left alone
+        RunningAs("borrowed-compile-2", "compile", "nf-compile"),
+    )
+    cleanup = own_account_cleanup(running, OPERATOR)
+    assert cleanup.pods == ("borrowed-w", "borrowed-ph")
+    assert cleanup.jobs == ("borrowed-compile-1",)
+    assert [item.name for item in cleanup.kept] == ["borrowed-a", "borrowed-d"]
+    problem = own_account_problem("neuronfleet-system", accounts(serving_spec="nf-neuronfleet"), OPERATOR)
+    assert problem is not None
+    message = own_account_message(problem, cleanup)
+    assert message.startswith(problem + ". 2 serving pods made before still run as that account and take traffic: ")
+    assert "borrowed-a (active), borrowed-d (draining); the operator keeps them" in message
+    assert own_account_message(problem, OwnAccountCleanup((), (), ())) == problem

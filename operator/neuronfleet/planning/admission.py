@@ -209,7 +209,62 @@ def _own_account_problem(account: WorkloadAccount, operator: OperatorAccount) ->
         f"{pods} would run as ServiceAccount {operator.name}, the operator's own in its namespace "
         f"{operator.namespace} ({account.origin}): {they} would get the operator's IAM role (IRSA or EKS Pod "
         f"Identity) and run as the account its cluster-wide RBAC roles are bound to, so nothing of this spec is "
-        f"created; {fix}, or create the deployment in another namespace"
+        f"created and its placeholders, warm pods and compile Jobs running as that account are deleted; {fix}, or "
+        "create the deployment in another namespace"
+    )
+
+
+@dataclass(frozen=True)
+class RunningAs:
+    """One of a spec's pods (``role``: its role label) or compile Jobs (``role`` "compile") and the
+    account it runs as (``default`` where it names none)."""
+
+    name: str
+    role: str
+    account: str
+
+
+@dataclass(frozen=True)
+class OwnAccountCleanup:
+    """What a spec refused by :func:`own_account_problem` has running as the operator's account."""
+
+    #: Placeholders and warm pods: they serve nothing, deleted.
+    pods: tuple[str, ...]
+    #: Compile Jobs (their pods go with them): deleted.
+    jobs: tuple[str, ...]
+    #: Pods that take traffic (active, draining): kept, named in the message.
+    kept: tuple[RunningAs, ...]
+
+
+#: Roles of pods that take no traffic: deleting them drops nothing.
+_IDLE_ROLES = frozenset({"placeholder", "warm"})
+
+
+def own_account_cleanup(running: tuple[RunningAs, ...], operator: OperatorAccount) -> OwnAccountCleanup:
+    """Which of a refused spec's pods and compile Jobs (all in the operator's namespace) running as the
+    operator's account are deleted, and which are kept: the serving pods, since deleting them drops
+    their live traffic while what they hold (the token, the role) they had since they started."""
+    own = [item for item in running if item.account == operator.name]
+    return OwnAccountCleanup(
+        pods=tuple(item.name for item in own if item.role in _IDLE_ROLES),
+        jobs=tuple(item.name for item in own if item.role == "compile"),
+        kept=tuple(item for item in own if item.role != "compile" and item.role not in _IDLE_ROLES),
+    )
+
+
+def own_account_message(problem: str, cleanup: OwnAccountCleanup) -> str:
+    """The refusal's message (:func:`own_account_problem`) with the serving pods kept, named."""
+    if not cleanup.kept:
+        return problem
+    count = len(cleanup.kept)
+    names = ", ".join(f"{item.name} ({item.role})" for item in sorted(cleanup.kept, key=lambda item: item.name))
+    pods = "serving pod" if count == 1 else "serving pods"
+    return (
+        f"{problem}. {count} {pods} made before still run as that account and take traffic: {names}; the operator "
+        "keeps them, since deleting them would drop their traffic: once the serving pods' account is another "
+        "(spec.runtime.serviceAccountName, or the operator's --serving-service-account), the operator replaces "
+        "them with pods of that account, new pods first; or delete them (kubectl delete pod) or the "
+        "InferenceDeployment"
     )
 
 
