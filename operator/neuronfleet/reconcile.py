@@ -50,6 +50,7 @@ from neuronfleet.kube.builders import (
     object_for_action,
     pod_template_hash,
     relabel_patch,
+    serving_account,
 )
 from neuronfleet.kube.client import UNANSWERED, KubeApi
 from neuronfleet.kube.jobs import LABEL_COMPILE_REQUEST, build_compile_job, compile_job_selector, wanted_job_spec
@@ -299,13 +300,29 @@ class Reconciler:
             request, compiled, compile_error = await self._observe_compile(dep)
         try:
             cluster = await observe_cluster(
-                self.kube, namespace, dep.name, request, dep.metadata.uid, now, self.account_reads, self.job_event_reads
+                self.kube,
+                namespace,
+                dep.name,
+                request,
+                dep.metadata.uid,
+                now,
+                self.account_reads,
+                self.job_event_reads,
+                serving_account(dep, self.settings.builder),
             )
         except ApiException as exc:
             if request is None:
                 raise
             # The fleet's reads are needed; the compile Jobs' are reported and retried.
-            cluster = await observe_cluster(self.kube, namespace, dep.name, None, dep.metadata.uid, now)
+            cluster = await observe_cluster(
+                self.kube,
+                namespace,
+                dep.name,
+                None,
+                dep.metadata.uid,
+                now,
+                placeholder_account=serving_account(dep, self.settings.builder),
+            )
             compile_error = f"compile Jobs: {_api_error(exc)}"
         if request is not None and compiled is not None and manifest_refused(cluster.pods, compiled.stored):
             # A pod found another manifest at the artifact's URI than the one recorded (and verified

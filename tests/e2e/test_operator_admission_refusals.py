@@ -10,6 +10,7 @@ the CPU request the placement computes made every pod a refused create.
 from __future__ import annotations
 
 import asyncio
+import copy
 from dataclasses import replace
 from typing import Any
 
@@ -185,6 +186,60 @@ async def test_a_refusal_deletes_what_serves_nothing_as_the_operators_account_an
         timeout=600,
         what="Ready, every pod as model-reader",
     )
+
+
+async def test_a_placeholder_made_before_as_the_namespaces_default_is_replaced_by_one_as_the_serving_account(
+    harness: OperatorHarness,
+) -> None:
+    """Placeholders run the spec's image: they run as the serving pods' account. One made by an operator
+    before that (naming no account: the namespace's default, which may be the operator's own) is
+    replaced, as one of another template is; the serving pod stays."""
+    await harness.ensure_namespace(NS)
+    await create_account(harness, "model-reader")
+    manifest = manual("reader", runtime={"serviceAccountName": "model-reader"})
+    manifest["spec"]["warmPool"] = {"mode": "Fixed", "pods": 0, "nodePlaceholders": 1}
+    manifest = harness.localize(manifest, namespace=NS)
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+    await harness.wait(
+        lambda: harness.pods(NS, "reader", "active") and harness.pods(NS, "reader", "placeholder"),
+        timeout=300,
+        what="an active pod and a placeholder",
+    )
+    (placeholder,) = harness.pods(NS, "reader", "placeholder")
+    assert placeholder["spec"]["serviceAccountName"] == "model-reader"
+    (active,) = harness.pods(NS, "reader", "active")
+    await harness.crash()
+    # As the operator before made it: no account.
+    core = k8s.CoreV1Api(await harness.api())
+    old = copy.deepcopy(placeholder)
+    await core.delete_namespaced_pod(old["metadata"]["name"], NS, grace_period_seconds=0)
+    await harness.wait(lambda: not harness.pods(NS, "reader", "placeholder"), timeout=60, what="placeholder gone")
+    old["metadata"] = {
+        k: old["metadata"][k] for k in ("name", "labels", "annotations", "ownerReferences") if k in old["metadata"]
+    }
+    old["spec"].pop("serviceAccountName")
+    old["spec"].pop("serviceAccount", None)
+    old["spec"].pop("nodeName", None)
+    old.pop("status", None)
+    await core.create_namespaced_pod(NS, old)
+    await harness.wait(
+        lambda: (
+            [p["spec"].get("serviceAccountName") for p in harness.pods(NS, "reader", "placeholder")]
+            in ([None], ["default"])
+        ),
+        timeout=60,
+        what="the old placeholder",
+    )
+    await harness.start()
+    await harness.wait(
+        lambda: (
+            [p["spec"].get("serviceAccountName") for p in harness.pods(NS, "reader", "placeholder")] == ["model-reader"]
+        ),
+        timeout=300,
+        what="the placeholder replaced by one as model-reader",
+    )
+    assert [p["metadata"]["name"] for p in harness.pods(NS, "reader", "active")] == [active["metadata"]["name"]]
 
 
 def event_lists(harness: OperatorHarness, namespace: str) -> list[Any]:

@@ -696,12 +696,16 @@ def parse_pod(
     node_names: Collection[str] | None = None,
     in_flight: int | None = None,
     node_zones: Mapping[str, str] | None = None,
+    placeholder_account: str | None = None,
 ) -> PodView:
     """A pod object (as read from the API) as the fleet plan sees it.
 
     ``node_names``: the nodes that exist (None: unknown, never report a node lost). ``in_flight``:
     the pod's in-flight requests if the caller read them from its metrics. ``node_zones``: node
     name -> ``topology.kubernetes.io/zone``, for zone-aware promotion and drain.
+    ``placeholder_account``: the account placeholders run as now (:func:`serving_account`; None: the
+    namespace's default); a placeholder running as another (one made before placeholders took the
+    serving pods' account ran as ``default``) counts as of no template, so the plan replaces it.
     """
     metadata = pod.get("metadata") or {}
     labels = metadata.get("labels") or {}
@@ -738,11 +742,14 @@ def parse_pod(
     node = spec.get("nodeName") or None
     phase = _PHASES.get(status.get("phase") or "Pending", "Unknown")
     drain_started = _parse_time(annotations.get(ANNOTATION_DRAIN_STARTED))
+    template = labels.get(LABEL_TEMPLATE_HASH)
+    if role == "placeholder" and (spec.get("serviceAccountName") or "default") != (placeholder_account or "default"):
+        template = None
     return PodView(
         name=metadata.get("name") or "",
         role=role,
         revision=labels.get(LABEL_REVISION),
-        template=labels.get(LABEL_TEMPLATE_HASH),
+        template=template,
         phase=phase,
         ready=ready,
         deleting=bool(metadata.get("deletionTimestamp")),

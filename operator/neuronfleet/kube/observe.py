@@ -489,10 +489,11 @@ async def observe_cluster(
     now: datetime,
     accounts: AccountReads | None = None,
     events: JobEventReads | None = None,
+    placeholder_account: str | None = None,
 ) -> ClusterObservation:
     """The fleet's pods (those ``owner_uid`` controls), their timelines and (with a ``request``) the
     compile Jobs, as of ``now`` (the reconcile's clock); ``accounts``, ``events``: see
-    :func:`observe_compile_jobs`."""
+    :func:`observe_compile_jobs`; ``placeholder_account``: see :func:`parse_pod`."""
     labelled = [
         pod
         for pod in await kube.list_pods(namespace, deployment_selector(deployment))
@@ -512,7 +513,7 @@ async def observe_cluster(
     if request is not None:
         jobs = await observe_compile_jobs(kube, namespace, deployment, request, now, accounts, events)
     return ClusterObservation(
-        pods=tuple(parse_pod(pod, names, node_zones=zones) for pod in pods),
+        pods=tuple(parse_pod(pod, names, node_zones=zones, placeholder_account=placeholder_account) for pod in pods),
         foreign_pod_names=foreign,
         timelines=tuple(pod_timelines(pods, nodes)),
         jobs=jobs,
