@@ -430,7 +430,7 @@ class RuntimeSpec(ApiModel):
         "Identity) a read-only role on the artifact store (s3:GetObject, and s3:ListBucket limited to the store "
         "prefix): a serving pod never writes there. Default: the operator's (neuronfleet run "
         "--serving-service-account; the chart's workloads.servingServiceAccount), else the namespace's default "
-        "ServiceAccount. Node placeholders keep the default account: they only sleep. The pods mount no "
+        "ServiceAccount. Node placeholders run as it too (they run the image, sleeping). The pods mount no "
         "Kubernetes API token either way (IRSA and Pod Identity inject their own AWS token). It must exist: the "
         "API server refuses pods naming a missing account (Degraded, ServiceAccountMissing). In the operator's "
         "own namespace it must not be the operator's account, whose IAM role the pods would get (InvalidSpec). "
