@@ -55,14 +55,15 @@ def test_compile_jobs_and_serving_pods_run_as_accounts_of_their_own() -> None:
     config = BuilderConfig(compile_service_account="nf-compile", serving_service_account="nf-serving")
     serving, placeholder, job = pods(dep, config)
     assert (serving["serviceAccountName"], job["serviceAccountName"]) == ("nf-serving", "nf-compile")
-    # Placeholders only sleep: no account of the store's roles.
-    assert "serviceAccountName" not in placeholder
+    # Placeholders run the spec's image: as the serving pods' account (which the own-account refusal
+    # checks), not the namespace's default, which may be the operator's own.
+    assert placeholder["serviceAccountName"] == "nf-serving"
     # A spec's own account wins over the operator's.
     dep.spec.compile.service_account_name = "bert-compile"
     dep.spec.runtime.service_account_name = "bert-serving"
     serving, placeholder, job = pods(dep, config)
     assert (serving["serviceAccountName"], job["serviceAccountName"]) == ("bert-serving", "bert-compile")
-    assert "serviceAccountName" not in placeholder
+    assert placeholder["serviceAccountName"] == "bert-serving"
     # The pods still mount no Kubernetes API token (IRSA and Pod Identity inject their own).
     assert serving["automountServiceAccountToken"] is False and placeholder["automountServiceAccountToken"] is False
 

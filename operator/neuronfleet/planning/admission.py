@@ -23,7 +23,9 @@ field that caused it nor what to do:
 One setting the API server admits is refused by the operator itself: a workload account that is the
 operator's own (:func:`own_account_problem`). In the operator's namespace, compile Jobs or serving
 pods running as it would get its IAM role (IRSA or EKS Pod Identity bind the role to the namespace and
-the account) and run as the account its cluster-wide roles are bound to; such a spec is invalid.
+the account) and run as the account its cluster-wide roles are bound to; such a spec is invalid. What
+it already runs as that account (:func:`own_account_cleanup`): placeholders, warm pods and compile Jobs
+are deleted, pods taking traffic kept and named (:func:`own_account_message`).
 
 The compile Job's pod is refused to the Job controller, not to the operator: :func:`compile_refusal`
 names it from the Job's FailedCreate Event (``Error creating: <the API server's refusal>``) with the
