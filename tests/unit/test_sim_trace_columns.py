@@ -116,3 +116,64 @@ def test_a_trace_whose_token_column_is_ambiguous_is_refused_naming_the_columns(
     csv = write(tmp_path / "t.csv", header)
     assert run_cli(["--trace", str(csv), *QUICK, "--out", str(tmp_path / "o")]) == 2
     assert f"error: {csv}: {message}" in " ".join(capsys.readouterr().err.split())
+
+
+@pytest.mark.parametrize(
+    ("header", "columns"),
+    [
+        # A review's vLLM-like header: the rate column, containing "token", beat output_len and
+        # every request "generated" 35.2 tokens (its milliseconds per token).
+        ("timestamp,prompt_len,output_len,time_per_output_token_ms", ("prompt_len", "output_len")),
+        ("time,prompt_tokens,output_tokens,output_tokens_per_s", ("prompt_tokens", "output_tokens")),
+        ("time,context_tokens,GeneratedTokensPerSecond,GeneratedTokens", ("context_tokens", "GeneratedTokens")),
+        ("time,input_len,outputLatencyMs,inputDurationS", ("input_len", None)),  # times: no count at all
+        ("time,prompt_len,prompt_text_s", ("prompt_len", None)),  # an `_s` suffix: seconds
+        # A name that says it counts beats one that says something else about the prompt.
+        ("time,prompt_type,prompt_len", ("prompt_len", None)),
+        ("time,num_output,output_kind", (None, "num_output")),
+        ("time,output_count,output_lang", (None, "output_count")),
+    ],
+)
+def test_a_rate_or_time_is_never_a_token_count_and_a_count_is_preferred(
+    tmp_path: Path, header: str, columns: tuple[str | None, str | None]
+) -> None:
+    trace = load(write(tmp_path / "t.csv", header))
+    assert trace.columns is not None
+    assert (trace.columns.context, trace.columns.generated) == columns
+    taken = {trace.columns.time, *columns}
+    assert set(trace.columns.ignored) == set(header.split(",")) - taken
+
+
+def test_the_review_trace_reads_output_len_as_the_generated_tokens(tmp_path: Path) -> None:
+    path = tmp_path / "vllm-like.csv"
+    path.write_text("timestamp,prompt_len,output_len,time_per_output_token_ms\n0,100,20,35.2\n1,200,40,41.7\n")
+    trace = load(path)
+    assert trace.generated_tokens is not None and trace.generated_tokens.tolist() == [20.0, 40.0]
+    assert trace.columns == Columns("timestamp", "prompt_len", "output_len", ("time_per_output_token_ms",))
+
+
+def test_two_counts_left_after_the_rates_are_refused_naming_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = write(tmp_path / "t.csv", "time,output_len,output_tokens_per_s,completion_count")
+    assert run_cli(["--trace", str(csv), *QUICK, "--out", str(tmp_path / "o")]) == 2
+    assert (
+        f"error: {csv}: the output-token count could be any of the columns 'output_len', 'completion_count'; "
+        "rename the one that holds it 'generated_tokens'" in " ".join(capsys.readouterr().err.split())
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "header"),
+    [
+        ("azure-llm-2023-conv.csv", ("TIMESTAMP", "ContextTokens", "GeneratedTokens", ())),
+        ("nasa-http-1995-jul01-14.csv", ("timestamp", None, None, ())),
+    ],
+)
+def test_the_shared_traces_headers_read_the_same_columns(
+    tmp_path: Path, name: str, header: tuple[str, str | None, str | None, tuple[str, ...]]
+) -> None:
+    # Their headers as in /work/shared/traces (the files are not in the repository).
+    time, context, generated, _ = header
+    names = [n for n in (time, context, generated) if n]
+    assert load(write(tmp_path / name, ",".join(names))).columns == Columns(*header)

@@ -11,10 +11,14 @@ Format: a header row and one request per row. Columns are found by name (case-in
 - optional prompt size: a column containing ``context``, ``prompt`` or ``input`` (tokens);
 - optional output size: a column containing ``generated``, ``output`` or ``completion`` (tokens).
 
-Of several columns matching one of the last two, an identifier (``prompt_id``) is never taken, and
-one whose name says tokens (``context_tokens``, ``input_tokens``, ``ContextTokens``) is preferred;
-a trace where two remain (``prompt_tokens`` and ``input_tokens``, or ``prompt`` and ``input_len``)
-is refused, naming them, rather than one taken at random.
+Of several columns matching one of the last two, an identifier (``prompt_id``) is never taken, nor
+a rate or a time (a name with a word such as ``per``, ``time``, ``latency``, ``duration``, ``rate``
+or a unit ``ms``, ``s``: ``time_per_output_token_ms``, ``output_tokens_per_s``); one whose name says
+tokens (``context_tokens``, ``input_tokens``, ``ContextTokens``) is preferred, then one that says it
+counts (``len``, ``length``, ``count``, ``num``: ``prompt_len``) or is the word alone (``prompt``)
+over one that says something else (``prompt_type``); a trace where two remain (``prompt_tokens``
+and ``input_tokens``, or ``prompt`` and ``input_len``) is refused, naming them, rather than one
+taken at random.
 
 Other columns are ignored; :class:`Columns` records which column was taken for what and which were
 ignored, so that a report can say so (a ``tokens`` column is no context size: an LLM profile then
@@ -57,6 +61,31 @@ _CONTEXT = re.compile(r"context|prompt|input", re.I)
 _GENERATED = re.compile(r"generated|output|completion", re.I)
 #: A column that says it counts tokens: preferred over other names matching the patterns above.
 _TOKENS = re.compile(r"token", re.I)
+#: A name's words: snake_case, kebab-case and camelCase parts (``outputLatencyMs``: output, latency, ms).
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+#: Words of a rate or a time (``time_per_output_token_ms``, ``output_tokens_per_s``,
+#: ``outputLatencyMs``): such a column is never a token count, whatever else its name says.
+_RATE_OR_TIME_WORDS = frozenset(
+    {
+        "per",
+        "time",
+        "timestamp",
+        "latency",
+        "duration",
+        "elapsed",
+        "rate",
+        "throughput",
+        "speed",
+        "tps",
+        "ttft",
+        "tpot",
+        "itl",
+    }
+    | {"ms", "us", "ns", "s", "sec", "secs", "second", "seconds"}
+)
+#: Words that say a column counts (``prompt_len``, ``num_output``, ``output_count``): preferred, after
+#: ``tokens``, over a name that says something else (``prompt_type``).
+_COUNT_WORDS = frozenset({"len", "length", "count", "num"})
 #: An identifier (``prompt_id``, ``promptID``, ``completion-id``): never a token count.
 _ID = re.compile(r"(?:^|[^A-Za-z0-9])(?i:id)$|[a-z](?:ID|Id)$")
 #: A date-time's time-zone suffix: ``Z``, ``+01:00``, ``+0100`` or ``+01`` (after the time of day).
@@ -257,12 +286,22 @@ def load(path: str | Path, time_unit: str = "s") -> Trace:
 def _token_column(
     path: Path, names: list[str], time_col: int, pattern: re.Pattern[str], what: str, rename: str
 ) -> int | None:
-    """The column of ``what`` token counts: among the columns whose name matches ``pattern`` (not an
-    identifier such as ``prompt_id``), the one whose name says tokens (``context_tokens``,
-    ``input_tokens``, ``ContextTokens``), else the only match. TraceError when two could be it."""
-    matches = [i for i, n in enumerate(names) if i != time_col and pattern.search(n) and not _ID.search(n)]
+    """The column of ``what`` token counts: among the columns whose name matches ``pattern`` and is
+    neither an identifier (``prompt_id``) nor a rate or time (``time_per_output_token_ms``), the one
+    whose name says tokens (``context_tokens``, ``ContextTokens``), else the one that says it counts
+    (``prompt_len``) or is the pattern's word alone (``output``) over those that say something else
+    (``prompt_type``). TraceError when two could be it."""
+    matches = [
+        i
+        for i, n in enumerate(names)
+        if i != time_col and pattern.search(n) and not _ID.search(n) and not _RATE_OR_TIME_WORDS & _words_of(n)
+    ]
     tokens = [i for i in matches if _TOKENS.search(names[i])]
-    chosen = tokens if tokens else matches
+    # A bare `output` may well be the count, so it ties with `completion_len` (refused as ambiguous).
+    counts = [
+        i for i in matches if _COUNT_WORDS & _words_of(names[i]) or all(pattern.search(w) for w in _words_of(names[i]))
+    ]
+    chosen = tokens or counts or matches
     if len(chosen) <= 1:
         return chosen[0] if chosen else None
     listed = ", ".join(repr(names[i]) for i in chosen)
@@ -271,6 +310,10 @@ def _token_column(
         f"{rename!r} and give the others names without {_listed(_words(pattern))}"
         + ("" if tokens else " (or with 'tokens' in the one that holds the count)")
     )
+
+
+def _words_of(name: str) -> frozenset[str]:
+    return frozenset(w.lower() for w in _WORD.findall(name))
 
 
 def _words(pattern: re.Pattern[str]) -> list[str]:
