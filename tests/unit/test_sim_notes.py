@@ -94,3 +94,10 @@ def test_help_says_when_x_feasible_reads_below_1_and_when_the_oracles_are_not_si
         "simulated: their schedules meet the SLO by construction, their attainment is reported as 1 and their "
         'latencies as "-".' in text
     )
+
+
+def test_the_out_of_reach_note_says_the_slo_target_as_given(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # It said "target 100%" for --slo-target 0.995.
+    args = ["--trace", str(write_trace(tmp_path / "t.csv")), "--policies", "static", *QUICK]
+    assert run_cli([*args, "--slo-ms", "0.5", "--slo-target", "0.995", "--out", str(tmp_path / "o")]) == 0
+    assert "(0.5 ms; target 99.5%)" in printed(capsys)

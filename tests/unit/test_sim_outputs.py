@@ -225,3 +225,14 @@ def test_a_policy_file_named_as_a_setting_of_ours_is_its_own_row(tmp_path: Path)
         ("ours", "0.8"),
         ("0.8", "0.8.yaml"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("target", "said"), [(0.99, "99%"), (0.995, "99.5%"), (0.999, "99.9%"), (0.9999, "99.99%"), (1.0, "100%")]
+)
+def test_the_captions_say_the_slo_target_as_given(target: float, said: str) -> None:
+    # --slo-target 0.995 printed "reaches 100%" (a 0-decimal percent).
+    held_out = str(report.table("x", [], 50, target, chosen_elsewhere=True).caption)
+    assert f"✓ = reaches {said} here, ~ = misses it" in held_out
+    tuning = str(report.table("x", [], 50, target).caption)
+    assert f"✓ = cheapest reaching {said}, ~ = none reaches it" in tuning

@@ -1036,8 +1036,8 @@ def _print_out_of_reach(console: Console, oracles: runner.Oracles, profile: Prof
         return
     text = (
         f"even the clairvoyant oracles answer only {reached:.2%} of requests within the SLO ({profile.slo_ms:g} ms; "
-        f"target {slo_target:.0%}): it is out of reach for {profile.name} on this trace, as sized per second with "
-        "every arrival known (try a longer --slo-ms, a lower --slo-target or another profile)"
+        f"target {report.target_percent(slo_target)}): it is out of reach for {profile.name} on this trace, as "
+        "sized per second with every arrival known (try a longer --slo-ms, a lower --slo-target or another profile)"
     )
     console.print(f"[yellow]note:[/yellow] {escape(text)}", highlight=False)
 

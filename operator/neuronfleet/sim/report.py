@@ -122,6 +122,12 @@ def records(
     return out
 
 
+def target_percent(slo_target: float) -> str:
+    """An SLO attainment target as a percent with the digits it was given (0.995: 99.5%; a
+    0-decimal percent rounded it to 100%, a target no run short of perfect reaches)."""
+    return f"{slo_target * 100:g}%"
+
+
 def table(
     title: str, rows: Sequence[dict[str, Any]], slo_ms: float, slo_target: float, chosen_elsewhere: bool = False
 ) -> Table:
@@ -130,9 +136,9 @@ def table(
     it was the cheapest of its family to."""
     knobs = dict.fromkeys((r["policy"], r["knob"]) for r in rows if r.get("knob"))
     marks = (
-        f"✓ = reaches {slo_target:.0%} here, ~ = misses it"
+        f"✓ = reaches {target_percent(slo_target)} here, ~ = misses it"
         if chosen_elsewhere
-        else f"✓ = cheapest reaching {slo_target:.0%}, ~ = none reaches it: highest attainment"
+        else f"✓ = cheapest reaching {target_percent(slo_target)}, ~ = none reaches it: highest attainment"
     )
     caption = (
         f"SLO {slo_ms:g} ms; * = default setting, {marks}; cold waits = requests that missed the SLO (rejected "
