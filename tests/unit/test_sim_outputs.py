@@ -227,6 +227,40 @@ def test_a_policy_file_named_as_a_setting_of_ours_is_its_own_row(tmp_path: Path)
     ]
 
 
+@pytest.mark.parametrize(("stem", "reserved"), [("HPA", "hpa"), ("Oracle", "oracle"), ("OURS-warm", "ours-warm")])
+def test_a_policy_file_named_as_a_built_in_policy_in_another_case_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], stem: str, reserved: str
+) -> None:
+    # HPA.yaml was taken beside hpa: two rows a reader tells apart by case alone.
+    policy = tmp_path / f"{stem}.yaml"
+    policy.write_text("scaling: {targetUtilization: 0.3}\n")
+    run = ["--trace", str(write_trace(tmp_path / "t.csv")), *QUICK, "--no-plots"]
+    assert run_cli([*run, "--policies", "static", "--policy", str(policy), "--out", str(tmp_path / "o")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert (
+        f"error: --policy {policy} is named '{stem}' (its file name), as a built-in policy or oracle is "
+        f"('{reserved}', in another case): its rows would read as that one's" in err
+    )
+    assert f"rename the file (e.g. my-{stem}.yaml)" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_two_policy_files_whose_names_differ_only_in_case_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Both were taken: two rows told apart by case alone.
+    paths = [tmp_path / "Warm.yaml", tmp_path / "warm.yaml"]
+    for path in paths:
+        path.write_text("warmPool: {mode: Auto}\n")
+    args = ["--trace", str(write_trace(tmp_path / "t.csv")), "--policies", "", *QUICK]
+    assert run_cli([*args, "--policy", str(paths[0]), "--policy", str(paths[1]), "--out", str(tmp_path / "o")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"error: --policy {paths[0]} and --policy {paths[1]} are named 'Warm' and 'warm'" in err
+    assert "which differ only in case: their rows in the tables and in simulate.json would be told apart" in err
+    assert "rename one of the files" in err
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize(
     ("target", "said"), [(0.99, "99%"), (0.995, "99.5%"), (0.999, "99.9%"), (0.9999, "99.99%"), (1.0, "100%")]
 )

@@ -216,7 +216,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="FILE",
         help="YAML with the CR's scaling and warmPool sections (or a whole CR): ours at that tuning, a policy "
         "of its own named after the file (my-tuning.yaml: my-tuning), chosen, scored and plotted beside ours' "
-        "sweep; a built-in policy's name (ours, hpa, ...) is refused; repeatable",
+        "sweep; a built-in policy's name (ours, hpa, ...) is refused in any case (HPA too); repeatable",
     )
     p.add_argument("--no-sweep", action="store_true", help="run each policy at its default setting only")
     p.add_argument(
@@ -665,15 +665,18 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         [(label, path) for (label, _), path in zip(policy_files, args.policy, strict=True)],
         "--policy",
         "a policy file's run is named after its file name: rename one of the files",
+        casefold=True,
     )
     clashes = runner.policy_file_clashes([label for label, _ in policy_files])
     if clashes:
-        path = args.policy[[label for label, _ in policy_files].index(clashes[0])]
+        label, reserved = clashes[0]
+        path = args.policy[[name for name, _ in policy_files].index(label)]
+        case = "" if label == reserved else f" ({reserved!r}, in another case)"
         # Refused rather than relabelled: a file's run is named after its file, in every table and output.
         raise UsageError(
-            f"--policy {path} is named {clashes[0]!r} (its file name), as a built-in policy or oracle is: its "
+            f"--policy {path} is named {label!r} (its file name), as a built-in policy or oracle is{case}: its "
             f"rows would read as that one's in the tables and in simulate.json's cases and chosen; rename the file "
-            f"(e.g. {Path(path).with_stem('my-' + clashes[0]).name})"
+            f"(e.g. {Path(path).with_stem('my-' + label).name})"
         )
     for note in notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
@@ -921,17 +924,26 @@ def _check_span(span: Span, profile: Profile) -> None:
     )
 
 
-def _refuse_duplicate_names(named: list[tuple[str, str]], option: str, remedy: str) -> None:
+def _refuse_duplicate_names(named: list[tuple[str, str]], option: str, remedy: str, casefold: bool = False) -> None:
     """UsageError when two sources (files or built-in names) give the same name: outputs are keyed by
-    it (simulate.json's entries, the PNGs' file names), so one would overwrite the other's."""
-    seen: dict[str, str] = {}
+    it (simulate.json's entries, the PNGs' file names), so one would overwrite the other's. With
+    ``casefold``, names differing only in case too (policy files, whose rows would be told apart by
+    case alone)."""
+    seen: dict[str, tuple[str, str]] = {}
     for name, source in named:
-        if name in seen:
+        key = name.casefold() if casefold else name
+        if key in seen:
+            first, first_source = seen[key]
+            if first == name:
+                raise UsageError(
+                    f"{option} {first_source} and {option} {source} are both named {name!r}; the outputs "
+                    f"(simulate.json entries and plots) are keyed by that name and would overwrite each other: {remedy}"
+                )
             raise UsageError(
-                f"{option} {seen[name]} and {option} {source} are both named {name!r}; the outputs (simulate.json "
-                f"entries and plots) are keyed by that name and would overwrite each other: {remedy}"
+                f"{option} {first_source} and {option} {source} are named {first!r} and {name!r}, which differ only "
+                f"in case: their rows in the tables and in simulate.json would be told apart by case alone: {remedy}"
             )
-        seen[name] = source
+        seen[key] = (name, source)
 
 
 def _token_defaults(trace: Trace, profile: Profile) -> list[str]:

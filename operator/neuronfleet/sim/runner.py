@@ -143,9 +143,11 @@ def _grid(family: str, sweep: bool) -> tuple[float, ...]:
     return grid if DEFAULTS[family] in grid else tuple(sorted((*grid, DEFAULTS[family])))
 
 
-def policy_file_clashes(labels: Sequence[str]) -> list[str]:
-    """The policy-file family names that are reserved (:data:`RESERVED_NAMES`)."""
-    return [label for label in labels if label in RESERVED_NAMES]
+def policy_file_clashes(labels: Sequence[str]) -> list[tuple[str, str]]:
+    """The policy-file family names that are reserved (:data:`RESERVED_NAMES`), case aside (``HPA``
+    reads as ``hpa``), each with the reserved name it takes."""
+    reserved = {name.casefold(): name for name in RESERVED_NAMES}
+    return [(label, reserved[label.casefold()]) for label in labels if label.casefold() in reserved]
 
 
 def _from_file(data: dict[str, Any], max_replicas: int, label: str, family: str = "ours") -> Callable[[], Policy]:
