@@ -136,3 +136,23 @@ def test_the_held_out_tables_caption_says_what_its_marks_mean(
     assert "✓ = cheapest reaching 99%, ~ = none reaches it: highest attainment" in tuning
     assert "✓ = reaches 99% here, ~ = misses it;" in held_out
     assert "cheapest reaching" not in held_out
+
+
+def test_the_tuning_guides_example_policy_file_is_not_capped_at_the_crd_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The guide's warm-99.yaml set no maxReplicas: run as the guide says, it was capped at 10 and
+    # missed the SLO it was shown to tune for.
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "tuning.md").read_text(encoding="utf-8")
+    example = guide.split("```yaml\n# warm-99.yaml", 1)[1].split("```", 1)[0]
+    warm = policy(tmp_path, "warm-99.yaml", "# warm-99.yaml" + example)
+    out = tmp_path / "out"
+    args = ["--trace", str(write_trace(tmp_path / "t.csv", seconds=600)), "--policies", "", "--no-sweep"]
+    assert (
+        run_cli([*args, "--jobs", "1", "--peak-replicas", "20", "--no-plots", "--out", str(out), "--policy", warm]) == 0
+    )
+    cases = {c["policy"]: c for c in json.loads((out / "simulate.json").read_text())["cases"]}
+    assert cases["oracle"]["replica_hours"] > 10 * 600 / 3600  # the SLO needs more than 10 replicas
+    assert "maxReplicas 10 capped the fleet" not in " ".join(capsys.readouterr().out.split())
+    assert cases["warm-99"]["slo_attainment"] >= 0.99
+    assert "a file without it runs capped at the CRD default, 10" in " ".join(guide.split())
