@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,18 @@ from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION
 from neuronfleet.planning.status import KEPT_PLACEMENT_NOTE
 
 NS = "status"
+#: Where boto3 looks for credentials before the files (unset, with the files and IMDS turned off:
+#: none found).
+CREDENTIAL_VARIABLES = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_ARN",
+)
 
 
 def events_for(harness: OperatorHarness, name: str, reason: str | None = None) -> list[dict[str, Any]]:
@@ -146,14 +159,16 @@ async def test_a_corrupted_kopf_annotation_is_reported_and_the_deployment_served
 
 
 async def test_an_unreadable_s3_source_is_reported_and_no_job_started(
-    harness: OperatorHarness, monkeypatch: pytest.MonkeyPatch
+    harness: OperatorHarness, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # An S3 endpoint that refuses connections, with credentials, one attempt: the listing fails.
+    # No credentials anywhere (a refused connection is not this: S3 may answer in a moment).
+    for key in CREDENTIAL_VARIABLES:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
     manifest = harness.localize(manual("from-s3"), namespace=NS)
     manifest["spec"]["model"]["source"] = "s3://acme-models/bert/"
     await harness.apply(manifest)

@@ -6,7 +6,9 @@ TTL; in a local directory too)."""
 
 from __future__ import annotations
 
+import contextlib
 import io
+import socket
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,6 +16,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.config import Config
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 from moto.server import ThreadedMotoServer
@@ -30,6 +33,18 @@ from neuronfleet.planning.compile import CompileRequest, DanglingRecord, StoredA
 from neuronserve.manifest import RequestRecord, manifest_sha256, request_record_path
 
 MODELS = "fingerprint-models"
+#: Where boto3 looks for credentials before the files (unset, with the files and IMDS turned off:
+#: none found).
+CREDENTIAL_VARIABLES = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_ARN",
+)
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +112,49 @@ def test_s3_saying_not_now_is_not_an_unreadable_source(s3: Any, code: str, statu
         stub.add_client_error("list_objects_v2", service_error_code="AccessDenied", http_status_code=403)
         with pytest.raises(SourceUnreadable, match="AccessDenied"):
             ArtifactStore(client).fingerprint(f"s3://{MODELS}/bert")
+
+
+def _silent_endpoint() -> Iterator[str]:
+    """An endpoint that accepts connections and never answers: a read times out."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()
+
+
+def _closed_endpoint() -> Iterator[str]:
+    """A port nothing listens on: the connection is refused (EndpointConnectionError)."""
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    yield f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize("unreachable", [_silent_endpoint, _closed_endpoint], ids=["read-timeout", "refused"])
+def test_s3_not_answering_now_is_not_an_unreadable_source(s3: Any, unreachable: Callable[[], Iterator[str]]) -> None:
+    # A timeout while a first compile ran read as SourceUnreadable: the plan deleted every node
+    # placeholder, and the next round made them again.
+    with contextlib.contextmanager(unreachable)() as url:
+        config = Config(connect_timeout=1, read_timeout=0.5, retries={"mode": "standard", "max_attempts": 1})
+        client = boto3.client("s3", endpoint_url=url, config=config)
+        with pytest.raises(StoreUnavailable, match=url):
+            ArtifactStore(client).fingerprint(f"s3://{MODELS}/bert")
+
+
+def test_no_credentials_is_an_unreadable_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Nothing to retry until the configuration changes: a compile Job could not read it either.
+    for key in CREDENTIAL_VARIABLES:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    client = boto3.Session().client("s3", region_name="us-east-1", endpoint_url="http://127.0.0.1:9")
+    with pytest.raises(SourceUnreadable, match="credentials"):
+        ArtifactStore(client).fingerprint(f"s3://{MODELS}/bert")
 
 
 # ------------------------------------------------------------------ dangling request records

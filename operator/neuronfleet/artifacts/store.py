@@ -23,7 +23,8 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from neuronfleet.planning.compile import CompileRequest, DanglingRecord, StoredArtifact
 from neuronserve.manifest import MANIFEST_NAME, Manifest, RequestRecord, archived, manifest_sha256, missing_files
@@ -55,7 +56,7 @@ class StoreUnavailable(Exception):
 
 
 class SourceUnreadable(Exception):
-    """The model source cannot be listed (no credentials, no such bucket or prefix, no endpoint)."""
+    """The model source cannot be listed (no credentials, denied, no such bucket or prefix)."""
 
 
 def _transient(exc: ClientError) -> bool:
@@ -235,11 +236,12 @@ class ArtifactStore:
         """A digest of the source's file listing (names, sizes, ETags or mtimes).
 
         Cheap (a listing, no download), and it changes when files under the same URI are replaced.
-        An ``s3://`` source that cannot be listed (denied, no bucket, no credentials, no endpoint)
-        or holds nothing raises :class:`SourceUnreadable` (a compile Job could not read it either);
-        throttling or an S3 server error raises :class:`StoreUnavailable` (asked again next
-        reconcile). A local path may exist only inside the compile image or a volume the operator
-        does not mount: None when it cannot be read here.
+        An ``s3://`` source that cannot be listed (denied, no bucket, no credentials) or holds
+        nothing raises :class:`SourceUnreadable` (a compile Job could not read it either);
+        throttling, an S3 server error, a timeout or a failed connection (refused, dropped, no
+        such host) raises :class:`StoreUnavailable` (asked again next reconcile). A local path may
+        exist only inside the compile image or a volume the operator does not mount: None when it
+        cannot be read here.
         """
         entries: list[str] = []
         if source.startswith("s3://"):
@@ -262,8 +264,12 @@ class ArtifactStore:
                 if _transient(exc):
                     raise StoreUnavailable(f"cannot list {source} now: {error.get('Code', 'error')}") from exc
                 raise SourceUnreadable(f"{error.get('Code', 'error')}: {error.get('Message', exc)}") from exc
+            except (BotoConnectionError, HTTPClientError) as exc:
+                # A timeout or a refused or dropped connection: S3 (or the network to it) may answer
+                # in a moment; taken for an unreadable source, it dropped what a compile under way keeps.
+                raise StoreUnavailable(f"cannot list {source} now: {exc}") from exc
             except BotoCoreError as exc:
-                # No credentials, no endpoint: nothing to retry until the configuration changes.
+                # No credentials, no region: nothing to retry until the configuration changes.
                 raise SourceUnreadable(str(exc)) from exc
             entries = exact or entries
             if not entries:
