@@ -34,7 +34,7 @@ from neuronfleet.planning.observation import (
     seen_status,
 )
 from neuronfleet.planning.placement import Candidate, Headroom
-from neuronfleet.planning.reasons import Reason
+from neuronfleet.planning.reasons import Reason, Refusal
 from neuronfleet.planning.reconcile_plan import (
     DeleteCompileJob,
     DeleteHeldJobPods,
@@ -996,3 +996,42 @@ def test_placeholders_are_held_and_not_priced_while_no_artifact_can_be_compiled(
             assert warm["reason"] == "WarmPoolFilling"
             assert "2 placeholders held: no artifact to serve: " in warm["message"], warm["message"]
             assert status["warmPool"]["desiredPlaceholders"] == 2  # the pool still wants them once it can
+
+
+def test_placeholders_stay_while_a_compile_job_runs_whatever_the_source_listing_said() -> None:
+    # A listing that failed once (access revoked for a moment, an S3 error read as a denial) while a
+    # first compile ran deleted every placeholder, and the next round made them again: a flap of
+    # spare Inf2 nodes, and status.placement jumping between the two sizes. The Job runs on (a round
+    # without the listing supersedes nothing): its artifact comes, and the spare nodes are wanted then.
+    dep = deployment(
+        scaling={"mode": "Manual", "replicas": 1, "minReplicas": 0},
+        warmPool={"mode": "Fixed", "pods": 0, "nodePlaceholders": 2},
+    )
+    running = compiled(dep, stored=None, job_phase="running", job_name="job-fp", running_jobs=("job-fp",))
+    unlisted = replace(
+        running,
+        request=compile_request(dep.spec, "/store", None),
+        job_phase="absent",
+        job_name="job-nofp",
+        source_problem="AccessDenied: Access Denied",
+    )
+    first = plan(dep, Observation(T0, compile=running), DeploymentMemory(), {})
+    assert [type(a) for a in first.actions] == [CreatePlaceholder, CreatePlaceholder]
+    pods = tuple(apply_actions([], first.actions, T0))
+    memory, status = first.memory, first.status
+    for index, observed in enumerate((unlisted, running, unlisted), start=1):
+        result = plan(dep, Observation(T0 + timedelta(seconds=30 * index), pods=pods, compile=observed), memory, status)
+        assert result.actions == (), (index, result.actions)
+        assert result.compile_actions == ()  # the running Job is not superseded either
+        assert result.status["placement"] == first.status["placement"]
+        warm = next(c for c in result.status["conditions"] if c["type"] == "WarmPoolReady")
+        assert "held" not in warm["message"], warm["message"]
+        memory, status = result.memory, result.status
+    # Once no Job runs, the unreadable source holds them as before.
+    ended = replace(unlisted, running_jobs=())
+    result = plan(dep, Observation(T0 + timedelta(seconds=120), pods=pods, compile=ended), memory, status)
+    assert sorted(type(a).__name__ for a in result.actions) == ["DeletePlaceholder", "DeletePlaceholder"]
+    # A running Job whose pod the API server refuses makes no artifact: that holds them too.
+    refused = replace(running, pod_refused=Refusal(Reason.SERVICE_ACCOUNT_MISSING, "no account"))
+    result = plan(dep, Observation(T0 + timedelta(seconds=150), pods=pods, compile=refused), memory, status)
+    assert sorted(type(a).__name__ for a in result.actions) == ["DeletePlaceholder", "DeletePlaceholder"]

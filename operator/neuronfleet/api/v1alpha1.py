@@ -1009,8 +1009,8 @@ class PlacementStatus(ApiModel):
         description="Nodes the desired pods take, packed replicasPerNode to a node: the active replicas, the "
         "warm pods and the node placeholders (status.warmPool's desiredPods and desiredPlaceholders). "
         "Placeholders are left out while the spec cannot compile (Compiled SourceUnreadable, CompileFailed, "
-        "ArtifactMissing or a refused compile pod, with no earlier artifact serving): they are held then, not "
-        "created (WarmPoolReady says so). 0 when there are none.",
+        "ArtifactMissing or a refused compile pod, with no earlier artifact serving, and no compile Job of the "
+        "deployment running): they are held then, not created (WarmPoolReady says so). 0 when there are none.",
     )
     usd_per_hour: float | None = Field(
         default=None, description="On-demand cost of those nodes (us-east-1 prices; 0 for no node)."

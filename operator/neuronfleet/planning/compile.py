@@ -230,11 +230,33 @@ NO_ARTIFACT_REASONS: frozenset[Reason] = frozenset(
 )
 
 
-def nothing_to_serve(decision: CompileDecision) -> bool:
+def compile_running(observed: CompileObservation | None) -> bool:
+    """A compile Job of the deployment runs on after this round, making a pod: an artifact comes.
+
+    A round whose source listing failed supersedes no running Job (its request key lacks the
+    fingerprint, so the running Job's name differs although nothing changed), so any of them counts
+    then; otherwise only the current request's, the others being deleted. Not one whose pod the API
+    server refuses: it makes nothing until the refusal's cause is fixed.
+    """
+    if observed is None:
+        return False
+    kept = (
+        observed.running_jobs
+        if observed.source_problem is not None
+        else tuple(name for name in observed.running_jobs if name == observed.job_name)
+    )
+    if observed.pod_refused is not None:
+        kept = tuple(name for name in kept if name != observed.job_name)
+    return bool(kept)
+
+
+def nothing_to_serve(decision: CompileDecision, observed: CompileObservation | None = None) -> bool:
     """No artifact is served, and none can be compiled until something changes (the spec, the
     source, the retry annotation, the namespace's objects): node placeholders would hold spare
-    nodes for pods that cannot exist."""
-    return decision.serve is None and decision.reason in NO_ARTIFACT_REASONS
+    nodes for pods that cannot exist. Never while a compile Job runs on (:func:`compile_running`),
+    whatever this round read of the source: its artifact comes, and holding the placeholders for one
+    failed listing deleted them, to be made again the next round."""
+    return decision.serve is None and decision.reason in NO_ARTIFACT_REASONS and not compile_running(observed)
 
 
 def _replacing_earlier_job(

@@ -16,7 +16,8 @@ memory (:class:`~neuronfleet.planning.observation.StatusMemory`). In order:
    spec.runtime.cpuLimit is below the CPU request the placement gives each replica (the API server
    would refuse it: :mod:`.admission`; a compile Job is held likewise for spec.compile.cpuLimit);
    node placeholders are held (not made, those there deleted, not priced) while no artifact serves
-   and none can be compiled (:func:`~neuronfleet.planning.compile.nothing_to_serve`);
+   and none can be compiled, and no compile Job runs on
+   (:func:`~neuronfleet.planning.compile.nothing_to_serve`);
 4. status (:mod:`.status`), and the Events that the status change makes (:func:`status_events`).
 
 After applying, :func:`status_after_apply` folds what the apply met (pods refused at admission,
@@ -407,7 +408,7 @@ def plan_reconcile(
     resizing = durable.desired_replicas is not None and durable.desired_replicas != scale.desired
     # No artifact, and none coming until something changes: placeholders would keep spare nodes
     # (paid for) for pods that cannot exist. Held, and not priced in status.placement.
-    no_artifact = nothing_to_serve(decision)
+    no_artifact = nothing_to_serve(decision, None if spec_problems else observation.compile)
     with contextlib.suppress(QuantityError):
         # Every replica-sized pod the fleet keeps takes a slot on the nodes it pays for: placeholders
         # too (they hold spare nodes). Only the active replicas serve.
