@@ -730,7 +730,7 @@ class Reconciler:
                 written_version=last.version,
                 superseded_versions=frozenset(seen) - {last.version},
             )
-        events = outcome.events + tuple(status_events(durable, final, plan.scale_reason))
+        events = outcome.events + tuple(status_events(durable, final, plan.scale_reason, plan.compile_succeeded))
         error = "; ".join(outcome.errors + plan.observe_errors + unwritten) or None
         stopped = outcome.stopped or stopping.is_set()
         return ReconcileReport(plan.actions, events, final, plan.converged, memory, error, writes, stopped, conflict)

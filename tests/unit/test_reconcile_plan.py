@@ -176,7 +176,7 @@ def test_a_compile_that_ends_with_its_artifact_posts_compile_succeeded_once() ->
         posted.append(
             [
                 e
-                for e in status_events(StatusMemory.from_status(status), result.status, "")
+                for e in status_events(StatusMemory.from_status(status), result.status, "", result.compile_succeeded)
                 if e.reason == Reason.COMPILE_SUCCEEDED
             ]
         )
@@ -185,11 +185,123 @@ def test_a_compile_that_ends_with_its_artifact_posts_compile_succeeded_once() ->
     assert [(e.type, e.message) for e in posted[1]] == [
         ("Normal", "compiled: revision cccccccccc (cpu backend) at /store/cccc")
     ]
+    # The Job writes its record, then ends: a round may see the artifact stored while the Job still
+    # runs, and the next one ArtifactReady before. Said on the first of them, once.
+    assert _compile_succeeded_events(
+        dep, [rounds[0], Observation(T0, compile=compiled(dep, job_phase="running")), *rounds[1:]]
+    ) == [
+        [],
+        ["compiled: revision cccccccccc (cpu backend) at /store/cccc"],
+        [],
+        [],
+    ]
     # An artifact found stored already (a shared cache): nothing was compiled, nothing said.
     cached = plan(dep, Observation(T0, compile=compiled(dep)), DeploymentMemory(), {})
-    assert Reason.COMPILE_SUCCEEDED not in [
-        e.reason for e in status_events(StatusMemory.from_status({}), cached.status, "")
+    assert cached.compile_succeeded is None
+    # A republish of the artifact served (gone from the store, compiled again to the same one) is said.
+    gone = DanglingRecord(StoredArtifact("c" * 64, "/store/cccc", "d" * 64, "cpu"), None)
+    republishing = plan(dep, Observation(T0, compile=compiled(dep, stored=None, dangling=gone)), memory, status)
+    assert republishing.status["artifact"] == status["artifact"]
+    republished = plan(dep, Observation(T0, compile=compiled(dep, job_phase="succeeded")), memory, republishing.status)
+    assert republished.compile_succeeded == compiled(dep).stored
+
+
+def _compile_succeeded_events(dep: InferenceDeployment, rounds: list[Observation]) -> list[list[str]]:
+    """The CompileSucceeded messages each round posts, each round's status read back by the next."""
+    memory, status, posted = DeploymentMemory(), {}, []
+    for observation in rounds:
+        result = plan(dep, observation, memory, status)
+        events = status_events(
+            StatusMemory.from_status(status), result.status, result.scale_reason, result.compile_succeeded
+        )
+        posted.append([e.message for e in events if e.reason == Reason.COMPILE_SUCCEEDED])
+        memory, status = result.memory, result.status
+    return posted
+
+
+@pytest.mark.parametrize("between", ["store unavailable", "jobs unread", "source unreadable"])
+def test_compile_succeeded_is_posted_when_a_round_between_could_not_read_the_pipeline(between: str) -> None:
+    # It was posted only on Compiling -> ArtifactReady: a round in between that read the store or the
+    # Jobs list as unavailable (or the source as unreadable) made it StoreUnavailable ->
+    # ArtifactReady, and the compile that ended was never said.
+    dep = deployment(**MANUAL)
+    running = compiled(dep, stored=None, job_phase="running", running_jobs=("job-now",))
+    blip = {
+        "store unavailable": Observation(T0 + timedelta(seconds=10), compile=None, compile_error="cannot list now"),
+        "jobs unread": Observation(
+            T0 + timedelta(seconds=10), compile=running, compile_error="compile Jobs: 503 Service Unavailable"
+        ),
+        "source unreadable": Observation(
+            T0 + timedelta(seconds=10),
+            compile=replace(
+                running,
+                request=compile_request(dep.spec, "/store", None),
+                job_phase="absent",
+                job_name="job-unlisted",
+                source_problem="AccessDenied: Access Denied",
+            ),
+        ),
+    }[between]
+    done = compiled(dep, job_phase="succeeded")
+    rounds = [
+        Observation(T0, compile=running),
+        blip,
+        Observation(T0 + timedelta(seconds=20), compile=done),
+        Observation(T0 + timedelta(seconds=30), compile=done),
     ]
+    assert _compile_succeeded_events(dep, rounds) == [
+        [],
+        [],
+        ["compiled: revision cccccccccc (cpu backend) at /store/cccc"],
+        [],
+    ]
+
+
+def test_compile_succeeded_is_not_posted_for_a_spec_reverted_to_a_stored_artifact() -> None:
+    # v1 compiles; the spec goes back to v0, whose artifact is stored (and served meanwhile): nothing
+    # was compiled, whether v0's own compile Job is still kept (a day) or gone.
+    manual = {"mode": "Manual", "replicas": 1, "minReplicas": 0}
+    v0 = deployment(scaling=manual, warmPool={"mode": "Off"})
+    model = {**v0.spec.model.model_dump(by_alias=True, exclude_none=True), "source": "s3://acme-models/bert-v2/"}
+    v1 = deployment(scaling=manual, warmPool={"mode": "Off"}, model=model)
+    v0_running = compiled(v0, stored=None, job_phase="running", running_jobs=("job-now",))
+    v1_running = compiled(v1, stored=None, job_phase="running", job_name="job-v1", running_jobs=("job-v1",))
+    v1_done = compiled(v1, stored=StoredArtifact("e" * 64, "/store/eeee", "f" * 64, "cpu"), job_phase="succeeded")
+    scenarios = {
+        # Reverted while v1 compiles: v0 is the artifact served.
+        "while compiling, v0's Job gone": [(v0, compiled(v0)), (v1, v1_running), (v0, compiled(v0))],
+        "while compiling, v0's Job kept": [
+            (v0, v0_running),
+            (v0, compiled(v0, job_phase="succeeded")),
+            (v1, v1_running),
+            (v0, compiled(v0, job_phase="succeeded", running_jobs=("job-v1",))),
+        ],
+        # Reverted once v1 serves: v0's Job, kept a day, is no compile of this round.
+        "after v1 served, v0's Job kept": [
+            (v0, v0_running),
+            (v0, compiled(v0, job_phase="succeeded")),
+            (v1, v1_running),
+            (v1, v1_done),
+            (v0, compiled(v0, job_phase="succeeded")),
+        ],
+    }
+    v0_said = ["compiled: revision cccccccccc (cpu backend) at /store/cccc"]
+    v1_said = ["compiled: revision eeeeeeeeee (cpu backend) at /store/eeee"]
+    expected = {
+        "while compiling, v0's Job gone": [[], [], []],
+        "while compiling, v0's Job kept": [[], v0_said, [], []],
+        "after v1 served, v0's Job kept": [[], v0_said, [], v1_said, []],
+    }
+    for name, rounds in scenarios.items():
+        memory, status, messages = DeploymentMemory(), {}, []
+        for dep, observed in rounds:
+            result = plan(dep, Observation(T0, compile=observed), memory, status)
+            events = status_events(
+                StatusMemory.from_status(status), result.status, result.scale_reason, result.compile_succeeded
+            )
+            messages.append([e.message for e in events if e.reason == Reason.COMPILE_SUCCEEDED])
+            memory, status = result.memory, result.status
+        assert messages == expected[name], name
 
 
 def test_a_failed_source_listing_supersedes_no_running_compile() -> None:

@@ -259,6 +259,37 @@ def nothing_to_serve(decision: CompileDecision, observed: CompileObservation | N
     return decision.serve is None and decision.reason in NO_ARTIFACT_REASONS and not compile_running(observed)
 
 
+def compile_succeeded(
+    observed: CompileObservation | None,
+    decision: CompileDecision,
+    recorded: StoredArtifact | None,
+    recorded_reason: str | None,
+) -> StoredArtifact | None:
+    """The artifact this spec's compile Job was seen to store, when it is news: CompileSucceeded.
+
+    From this round's observation (the request's artifact is stored and served, and its Job is
+    there: succeeded, or still running, as it is for a moment after writing the record, which it
+    writes last), not from the Compiled condition's last reason, which a round that could not read
+    the store, the Jobs or the source in between changes. Once per compile, by what the status
+    already records (``recorded``, its artifact, and ``recorded_reason``, Compiled's reason): not
+    when Compiled said ArtifactReady already (said, or found stored), nor when the status records
+    this very artifact, unless it is being compiled again because it was gone (ArtifactGone). So a
+    spec reverted to an artifact stored already (nothing compiled) says nothing, also while
+    Kubernetes still keeps (a day) the finished Job that compiled it. Not ruled out: a revert,
+    while another revision compiles, to one older than the one served whose Job is still kept.
+    """
+    if observed is None or decision.reason != Reason.ARTIFACT_READY or decision.serve is None:
+        return None
+    # A Job is made only for a request not stored (or stored no longer): there, it stored this one.
+    if observed.job_phase not in ("running", "succeeded") or observed.stored != decision.serve:
+        return None
+    if recorded_reason == Reason.ARTIFACT_READY:
+        return None
+    if recorded == observed.stored and recorded_reason != Reason.ARTIFACT_GONE:
+        return None
+    return observed.stored
+
+
 def _replacing_earlier_job(
     observed: CompileObservation, previous: StoredArtifact | None, ended: str
 ) -> CompileDecision:

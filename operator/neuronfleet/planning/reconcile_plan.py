@@ -42,6 +42,7 @@ from neuronfleet.planning.compile import (
     CompileRequest,
     DanglingRecord,
     StoredArtifact,
+    compile_succeeded,
     decide_compile,
     decide_unservable,
     nothing_to_serve,
@@ -145,6 +146,9 @@ class ReconcilePlan:
     converged: bool
     #: Errors of the observation (not of the apply), reported in every status of this round.
     observe_errors: tuple[str, ...] = field(default=())
+    #: The artifact this spec's compile Job was seen to store this round, news to the status
+    #: (:func:`~neuronfleet.planning.compile.compile_succeeded`): CompileSucceeded says it.
+    compile_succeeded: StoredArtifact | None = None
 
 
 #: A decision that changes nothing but the figures in its message rewrites the ScalingActive
@@ -521,6 +525,12 @@ def plan_reconcile(
         scale_reason=scale.reason,
         converged=fleet is not None and not fleet.actions and fleet.summary.converged,
         observe_errors=observe_errors,
+        compile_succeeded=compile_succeeded(
+            None if spec_problems else observation.compile,
+            decision,
+            durable.artifact,
+            durable.condition("Compiled").get("reason"),
+        ),
     )
 
 
@@ -540,15 +550,21 @@ def status_after_apply(
     return build_status(dep.name, inputs, durable.conditions, observation.now), memory
 
 
-def status_events(durable: StatusMemory, status: Mapping[str, Any], scale_reason: str) -> list[Event]:
+def status_events(
+    durable: StatusMemory,
+    status: Mapping[str, Any],
+    scale_reason: str,
+    compiled: StoredArtifact | None = None,
+) -> list[Event]:
     """Events of a status change: Scaled when the desired replicas change; a Warning when Degraded
     turns True or changes reason, Recovered when it turns False again; a Warning when ScalingActive
     turns MetricsUnavailable (the autoscaler holds: Prometheus is unavailable, or refuses every
     query), PrometheusUrlNotAllowed (the spec's prometheusUrl is outside the operator's allow-list) or
     PrometheusQueryNotAllowed (a query override the operator refuses to run with its credentials),
-    MetricsRecovered when it returns from one of those to MetricsRead; CompileSucceeded when Compiled
-    turns ArtifactReady from Compiling or ArtifactGone; ReplicasIgnored when
-    spec.scaling.replicas is set or changed in Auto mode. Nothing when nothing changed."""
+    MetricsRecovered when it returns from one of those to MetricsRead; CompileSucceeded for
+    ``compiled``, the artifact a compile Job was seen to store (:attr:`ReconcilePlan.compile_succeeded`);
+    ReplicasIgnored when spec.scaling.replicas is set or changed in Auto mode. Nothing when nothing
+    changed."""
     events: list[Event] = []
     before_desired, after_desired = durable.desired_replicas or 0, int(status.get("desiredReplicas") or 0)
     if before_desired != after_desired:
@@ -566,15 +582,16 @@ def status_events(durable: StatusMemory, status: Mapping[str, Any], scale_reason
         events.append(Event("Warning", Reason(str(after.get("reason"))), str(after.get("message") or "")))
     elif before.get("status") == "True" and after.get("status") == "False":
         events.append(Event("Normal", Reason.RECOVERED, f"no longer degraded (was {before.get('reason')})"))
-    # A compile under way (a first one, a new spec's, a republish) ended with its artifact stored:
-    # CompileStarted is followed. Not for an artifact found stored already (nothing compiled), and
-    # once: the status read back next round says ArtifactReady before too.
-    before, after = durable.condition("Compiled"), find_condition({"status": status}, "Compiled")
-    if after.get("reason") == Reason.ARTIFACT_READY and before.get("reason") in (
-        Reason.COMPILING,
-        Reason.ARTIFACT_GONE,
-    ):
-        events.append(Event("Normal", Reason.COMPILE_SUCCEEDED, f"compiled: {after.get('message') or ''}"))
+    # A compile (a first one, a new spec's, a republish) ended with its artifact stored: CompileStarted
+    # is followed. Decided by the plan from the Job seen succeeded, once per compile.
+    if compiled is not None:
+        events.append(
+            Event(
+                "Normal",
+                Reason.COMPILE_SUCCEEDED,
+                f"compiled: revision {compiled.revision} ({compiled.backend} backend) at {compiled.uri}",
+            )
+        )
     # Manual scaling is ScalingActive=False too, by choice: no warning for it.
     before, after = durable.condition("ScalingActive"), find_condition({"status": status}, "ScalingActive")
     holding = (Reason.METRICS_UNAVAILABLE, Reason.PROMETHEUS_URL_NOT_ALLOWED, Reason.PROMETHEUS_QUERY_NOT_ALLOWED)
