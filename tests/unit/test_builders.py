@@ -277,11 +277,24 @@ def test_relabel_patch_writes_role_and_drain_start_together() -> None:
     assert patch == {
         "metadata": {
             "labels": {"serving.neuronfleet.dev/role": "draining"},
-            "annotations": {"serving.neuronfleet.dev/drain-started-at": "2026-11-30T12:00:05Z"},
+            "annotations": {
+                "serving.neuronfleet.dev/kept-since": None,
+                "serving.neuronfleet.dev/drain-started-at": "2026-11-30T12:00:05Z",
+            },
         }
     }
+    # Any relabel but the one that stamps the old standby removes the stamp.
     assert relabel_patch(Relabel("p", "active", "warm", "promote")) == {
-        "metadata": {"labels": {"serving.neuronfleet.dev/role": "active"}}
+        "metadata": {
+            "labels": {"serving.neuronfleet.dev/role": "active"},
+            "annotations": {"serving.neuronfleet.dev/kept-since": None},
+        }
+    }
+    assert relabel_patch(Relabel("p", "warm", "warm", "kept", kept_since=moment)) == {
+        "metadata": {
+            "labels": {"serving.neuronfleet.dev/role": "warm"},
+            "annotations": {"serving.neuronfleet.dev/kept-since": "2026-11-30T12:00:05Z"},
+        }
     }
 
 

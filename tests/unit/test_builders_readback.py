@@ -153,3 +153,40 @@ def test_plan_build_parse_plan_round_trip_is_idempotent() -> None:
     drained = next(v for v in views if v.name == drains[0].name)
     assert drained.role == "draining" and drained.drain_started_at == NOW
     assert plan_fleet(dep.name, smaller, views, NOW + timedelta(seconds=1)).actions == ()
+
+
+def merge_metadata(pod: dict[str, Any], patch: dict[str, Any]) -> None:
+    """A JSON merge patch of labels and annotations, as the API server applies it (None removes)."""
+    for field in ("labels", "annotations"):
+        values = pod["metadata"].setdefault(field, {})
+        for key, value in patch["metadata"].get(field, {}).items():
+            if value is None:
+                values.pop(key, None)
+            else:
+                values[key] = value
+
+
+def test_the_old_standby_stamp_is_written_read_back_and_cleared() -> None:
+    # The rollout's kept standby: the stamp the plan writes reads back as the pod's clock (so the next
+    # plan does not stamp again, and the deadline counts from it); promoting the pod removes it.
+    dep = deployment()
+    placement = plan_for_spec(dep.spec, 4)
+    assert placement.chosen is not None
+    template = pod_template_hash(dep, placement.chosen)
+    target = FleetTarget(template, ARTIFACT, active=1, warm=1)
+    stored = {}
+    for action in plan_fleet(dep.name, target, [], NOW).actions:
+        assert isinstance(action, CreatePod)
+        stored[action.name] = as_stored(object_for_action(dep, placement.chosen, action), ready=True)
+    views = [parse_pod(pod, node_names={"ip-10-0-0-1"}) for pod in stored.values()]
+    rollout = FleetTarget(template, ArtifactRevision("dddddddddd", "s3://artifacts/bert/dddddddddd/"), 1, 1)
+    stamps = [a for a in plan_fleet(dep.name, rollout, views, NOW).actions if isinstance(a, Relabel)]
+    assert [(a.role, a.kept_since) for a in stamps] == [("warm", NOW)]
+    merge_metadata(stored[stamps[0].name], relabel_patch(stamps[0]))
+    views = [parse_pod(p, node_names={"ip-10-0-0-1"}) for p in stored.values()]
+    assert next(v for v in views if v.name == stamps[0].name).kept_since == NOW
+    later = plan_fleet(dep.name, rollout, views, NOW + timedelta(minutes=1)).actions
+    assert not [a for a in later if isinstance(a, Relabel)]
+    promote = Relabel(stamps[0].name, "active", "warm", "promoted")
+    merge_metadata(stored[stamps[0].name], relabel_patch(promote))
+    assert parse_pod(stored[stamps[0].name]).kept_since is None

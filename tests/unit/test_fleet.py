@@ -228,7 +228,8 @@ def test_a_rollout_keeps_the_loaded_old_standby_until_new_standby_is_loaded() ->
     pods = [pod("a0"), pod("w0", "warm"), pod("w1", "warm", ready=False)]
     plan = plan_fleet("bert", rollout, pods, NOW, policy)
     assert [a.name for a in plan.actions if isinstance(a, DeletePod)] == ["w1"]
-    assert kinds(plan.actions) == ["create-pod", "delete-pod"]
+    # w0 is stamped as kept (its own clock for the progress deadline).
+    assert kinds(plan.actions) == ["create-pod", "relabel", "delete-pod"]
     assert plan.summary.kept_outdated_warm == 1
     state = [p for p in apply_actions(pods, plan.actions, NOW) if not p.deleting]
     assert plan_fleet("bert", rollout, state, NOW, policy).actions == ()
@@ -258,7 +259,7 @@ def test_a_rollout_promotes_the_kept_old_standby_into_the_capacity_a_lost_pod_le
     rollout = target(2, warm=1, artifact=NEW)
     pods = [pod("a0", node="gone", node_lost=True), pod("a1"), pod("w0", "warm"), pod("w1", "warm")]
     plan = plan_fleet("bert", rollout, pods, NOW)
-    assert [(a.name, a.role) for a in plan.actions if isinstance(a, Relabel)] == [("w0", "active")]
+    assert [(a.name, a.role) for a in plan.actions if isinstance(a, Relabel)] == [("w0", "active"), ("w1", "warm")]
     assert Counter(a.role for a in plan.actions if isinstance(a, CreatePod)) == Counter({"warm": 3})
     assert plan.summary.kept_outdated_warm == 1  # w1: still standby
     after = [p for p in apply_actions(pods, plan.actions, NOW) if not p.deleting]
@@ -269,15 +270,16 @@ def test_a_rollout_promotes_the_kept_old_standby_into_the_capacity_a_lost_pod_le
 def test_an_unschedulable_replacement_keeps_the_old_standby_until_the_progress_deadline() -> None:
     # The old loaded warm pod may hold the only spare node: kept until the new one is loaded, the
     # new one would never be (a deadlock: the rollout never ends). An unschedulable pod alone is no
-    # sign of it (a node autoscaler adds a node for it: the wait the standby covers); the rollout's
-    # progress deadline, the rule RolloutStalled reports, lets the old pod go.
+    # sign of it (a node autoscaler adds a node for it: the wait the standby covers); the progress
+    # deadline, counted from when the pod was first kept, lets the old pod go.
     rollout = target(1, warm=1, artifact=NEW)
     policy = FleetPolicy(progress_deadline_seconds=1800)
     stuck = pod("n-w", "warm", ready=False, artifact=NEW, unschedulable_message="0/2 nodes are available")
-    pods = [pod("n-a", artifact=NEW), pod("o-w", "warm"), stuck]
+    pods = [pod("n-a", artifact=NEW), pod("o-w", "warm", kept_since=NOW - timedelta(minutes=5)), stuck]
     waiting = plan_fleet("bert", rollout, pods, NOW, policy)
     assert waiting.actions == () and waiting.summary.kept_outdated_warm == 1
-    later = NOW + timedelta(minutes=26)  # 31 minutes after n-a became ready
+    assert plan_fleet("bert", rollout, pods, NOW + timedelta(minutes=24), policy).actions == ()
+    later = NOW + timedelta(minutes=25)  # kept for 30 minutes
     past = plan_fleet("bert", rollout, pods, later, policy)
     assert [(a.kind, a.name) for a in past.actions] == [("delete-pod", "o-w")]
     assert past.summary.kept_outdated_warm == 0
@@ -286,14 +288,16 @@ def test_an_unschedulable_replacement_keeps_the_old_standby_until_the_progress_d
 
 
 def test_the_old_standby_goes_once_the_rollout_is_past_its_progress_deadline() -> None:
-    # A replacement that loads for ever (crash-looping) is caught by the same rule.
+    # A replacement that loads for ever (crash-looping) is caught by the same rule; RolloutStalled
+    # (the rollout's own clock, since the last new pod became ready) is reported as well.
     rollout = target(1, warm=1, artifact=NEW)
     policy = FleetPolicy(progress_deadline_seconds=1800)
     loading = pod("n-w", "warm", ready=False, artifact=NEW, node="node-2", phase="Running")
-    pods = [pod("n-a", artifact=NEW, ready_at=NOW - timedelta(minutes=20)), pod("o-w", "warm"), loading]
+    kept = pod("o-w", "warm", kept_since=NOW - timedelta(minutes=10))
+    pods = [pod("n-a", artifact=NEW, ready_at=NOW - timedelta(minutes=20)), kept, loading]
     within = plan_fleet("bert", rollout, pods, NOW, policy)
     assert within.actions == () and within.summary.kept_outdated_warm == 1
-    later = NOW + timedelta(minutes=21)  # 31 minutes after the rollout last progressed
+    later = NOW + timedelta(minutes=21)  # kept for 31 minutes
     past = plan_fleet("bert", rollout, pods, later, policy)
     assert past.summary.rollout_stalled(later, 1800)
     assert [(a.kind, a.name) for a in past.actions] == [("delete-pod", "o-w")]
@@ -306,7 +310,7 @@ def test_a_lost_active_is_replaced_by_the_old_actives_still_serving_before_the_o
     rollout = target(3, warm=1, artifact=NEW)
     pods = [pod("o-a1"), pod("o-a2"), pod("o-w", "warm"), pod("n-w1", "warm", artifact=NEW)]
     plan = plan_fleet("bert", rollout, pods, NOW)
-    assert [(a.name, a.role) for a in plan.actions if isinstance(a, Relabel)] == [("n-w1", "active")]
+    assert [(a.name, a.role) for a in plan.actions if isinstance(a, Relabel)] == [("n-w1", "active"), ("o-w", "warm")]
     assert plan.summary.kept_outdated_warm == 1
     after = [p for p in apply_actions(pods, plan.actions, NOW) if not p.deleting]
     assert sum(p.role == "active" and p.ready for p in after) == 3
@@ -332,6 +336,86 @@ def test_the_old_standby_is_promoted_over_an_unready_active_as_a_current_one_wou
         ("n-a", "active"),
         ("o-w", "draining"),
     }
+
+
+def test_the_kept_old_standby_is_stamped_and_goes_at_its_own_deadline_with_no_new_pod_at_all() -> None:
+    # New pods refused (a quota the old pods fill): no current pod ever exists, so no rollout clock
+    # could start; the kept pod's own clock, stamped by the plan that first keeps it, still ends.
+    rollout = target(1, warm=1, artifact=NEW)
+    policy = FleetPolicy(progress_deadline_seconds=600)
+    pods = [pod("o-a"), pod("o-w", "warm")]
+    first = plan_fleet("bert", rollout, pods, NOW, policy)
+    stamps = [a for a in first.actions if isinstance(a, Relabel)]
+    assert [(a.name, a.role, a.previous_role, a.kept_since) for a in stamps] == [("o-w", "warm", "warm", NOW)]
+    assert first.summary.kept_outdated_warm == 1
+    # The creations are refused: only the stamp lands.
+    state = apply_actions(pods, stamps, NOW)
+    assert plan_fleet("bert", rollout, state, NOW + timedelta(seconds=599), policy).summary.kept_outdated_warm == 1
+    assert not [a for a in plan_fleet("bert", rollout, state, NOW, policy).actions if isinstance(a, Relabel)]
+    later = NOW + timedelta(seconds=600)
+    past = plan_fleet("bert", rollout, state, later, policy)
+    assert ("delete-pod", "o-w") in [(a.kind, a.name) for a in past.actions]
+    assert past.summary.kept_outdated_warm == 0
+
+
+def test_a_rollback_keeps_the_standby_of_the_revision_left_until_it_is_replaced() -> None:
+    # Mid-rollout OLD -> NEW, the user rolls back: OLD's pods were made days ago, but the NEW
+    # standby left behind is kept from now on, not deleted at once with nothing loaded in its place.
+    back = target(2, warm=1, artifact=OLD)
+    policy = FleetPolicy(progress_deadline_seconds=600)
+    days = NOW - timedelta(days=3)
+    pods = [
+        pod("o-a", created_at=days, ready_at=days),
+        pod("n-a", artifact=NEW),
+        pod("n-w", "warm", artifact=NEW),
+    ]
+    plan = plan_fleet("bert", back, pods, NOW, policy)
+    assert not any(isinstance(a, DeletePod) and a.name == "n-w" for a in plan.actions)
+    assert ("n-w", NOW) in [(a.name, a.kept_since) for a in plan.actions if isinstance(a, Relabel)]
+    assert plan.summary.kept_outdated_warm == 1
+
+
+def test_a_flapping_new_active_does_not_keep_the_old_standby_past_its_deadline() -> None:
+    # The new active's readiness flapped a minute ago (ready_at moved) and the new warm pod
+    # crash-loops: the old standby, kept for three deadlines, goes all the same.
+    rollout = target(1, warm=1, artifact=NEW)
+    policy = FleetPolicy(progress_deadline_seconds=600)
+    crashing = pod(
+        "n-w", "warm", ready=False, artifact=NEW, node="node-3", phase="Running", waiting_reason="CrashLoopBackOff"
+    )
+    flapped = pod("n-a", artifact=NEW, ready_at=NOW - timedelta(minutes=1))
+    kept = pod("o-w", "warm", kept_since=NOW - timedelta(minutes=30))
+    plan = plan_fleet("bert", rollout, [flapped, crashing, kept], NOW, policy)
+    assert [(a.kind, a.name) for a in plan.actions] == [("delete-pod", "o-w")]
+
+
+def test_a_pod_current_again_loses_its_standby_stamp() -> None:
+    # Kept as old standby, then rolled back to: its stamp means nothing now, and left in place it
+    # would release the pod at once in the next rollout.
+    pods = [pod("a0"), pod("w0", "warm", kept_since=NOW - timedelta(hours=2))]
+    plan = plan_fleet("bert", target(1, warm=1), pods, NOW)
+    assert [(a.name, a.role, a.kept_since) for a in plan.actions if isinstance(a, Relabel)] == [("w0", "warm", None)]
+    after = apply_actions(pods, plan.actions, NOW)
+    assert plan_fleet("bert", target(1, warm=1), after, NOW).actions == ()
+
+
+def test_an_active_pushed_out_by_the_old_standby_is_not_cut_for_a_pending_warm_pod() -> None:
+    # The kept old warm pod is promoted over the loading active; the active it pushes out is
+    # running (loading for minutes) and ranks before the pending warm pods, which have no node yet.
+    rollout = target(2, warm=1, artifact=NEW)
+    pending = {"phase": "Pending", "node": None, "created_at": NOW - timedelta(minutes=1)}
+    pods = [
+        pod("n-a1", artifact=NEW),
+        pod("n-a2", ready=False, artifact=NEW, node="node-2", phase="Running"),
+        pod("o-w1", "warm"),
+        pod("n-w1", "warm", ready=False, artifact=NEW, **pending),
+        pod("n-w2", "warm", ready=False, artifact=NEW, **pending),
+    ]
+    plan = plan_fleet("bert", rollout, pods, NOW)
+    assert ("o-w1", "active") in [(a.name, a.role) for a in plan.actions if isinstance(a, Relabel)]
+    deleted = [a.name for a in plan.actions if isinstance(a, DeletePod)]
+    assert "n-a2" not in deleted
+    assert deleted == ["n-w2"]
 
 
 def test_max_surge_limits_new_pods_loading_at_once() -> None:

@@ -1,5 +1,5 @@
 """Fleet plan properties (hypothesis): idempotence, convergence, no duplicates, ready never drops,
-loaded standby kept through a rollout until new standby is loaded.
+loaded standby kept through a rollout until new standby is loaded or its own deadline passes.
 
 The cluster is simulated with :func:`apply_actions` plus a world step that makes some pending
 pods ready, lets draining pods finish their work and advances time.
@@ -57,6 +57,10 @@ def pod_views(draw: st.DrawFn, index: int) -> PodView:
         node_lost=draw(st.integers(0, 9)) == 0,
         in_flight=draw(st.sampled_from([None, 0, 3])),
         drain_started_at=draw(st.sampled_from([None, NOW - timedelta(seconds=30), NOW - timedelta(seconds=120)])),
+        # Only a warm pod carries the old-standby stamp: every other relabel removes it.
+        kept_since=draw(st.sampled_from([None, None, NOW - timedelta(seconds=30), NOW - timedelta(days=3)]))
+        if role == "warm"
+        else None,
     )
 
 
@@ -126,11 +130,12 @@ def check_standby_kept(
     """A step keeps loaded standby as a Deployment with maxUnavailable 0 keeps its pods, within bounds.
 
     The loaded warm pods (of any revision) stay, or go active, up to the pool wanted: an old one
-    goes only once a new one is loaded in its place, or once the rollout is stalled (past its
-    progress deadline) outside a hold. The old ones kept
-    never exceed what the new loaded ones leave of the pool, and are what the summary says; an old
-    one promoted never takes the actives beyond the target; the serving pods stay within active +
-    warm + the new pods loading (at most the surge, in a paced rollout); planning again on the
+    goes only once a new one is loaded in its place, or, outside a hold, once it has been kept for
+    the progress deadline (its own clock, ``kept_since``). Outside a hold every old one kept
+    carries that clock after the step, and none is kept past it; no other pod keeps a stamp. The
+    old ones kept never exceed what the new loaded ones leave of the pool, and are what the summary
+    says; an old one promoted never takes the actives beyond the target; the serving pods stay
+    within active + warm + the new pods loading (at most the surge, in a paced rollout); planning again on the
     result relabels and deletes nothing (no promote/demote flip).
     """
     live_before, live_after = _live(before), _live(after)
@@ -139,15 +144,33 @@ def check_standby_kept(
     promoted = {
         a.name for a in plan.actions if isinstance(a, Relabel) and (a.previous_role, a.role) == ("warm", "active")
     }
-    stalled = plan.summary.rollout_stalled(now, policy.progress_deadline_seconds)
-    if target.hold_creations is not None or not stalled:
-        assert loaded_after + len(promoted) >= min(target.warm, loaded_before), "loaded standby deleted, not replaced"
+    deadline = policy.progress_deadline_seconds
+    expired = [
+        p
+        for p in live_before
+        if p.role == "warm"
+        and p.ready
+        and not _is_new(p)
+        and p.kept_since is not None
+        and (now - p.kept_since).total_seconds() >= deadline
+    ]
+    released = 0 if target.hold_creations is not None else len(expired)
+    assert loaded_after + len(promoted) + released >= min(target.warm, loaded_before), (
+        "loaded standby deleted, not replaced"
+    )
     new_loaded_warm = sum(p.role == "warm" and p.ready and _is_new(p) for p in live_after)
     old_warm = [p for p in live_after if p.role == "warm" and not _is_new(p)]
     assert len(old_warm) <= max(0, target.warm - new_loaded_warm), "old standby kept beside a full new pool"
     assert plan.summary.kept_outdated_warm == len(old_warm)
     if target.hold_creations is None:
         assert all(p.ready for p in old_warm), "a loading old warm pod is no standby"
+        assert all(p.kept_since is not None for p in old_warm), "old standby kept without its clock"
+        assert all((now - p.kept_since).total_seconds() < deadline for p in old_warm if p.kept_since), (
+            "old standby kept past its own deadline"
+        )
+    assert not [p for p in live_after if p.kept_since is not None and (_is_new(p) or p.role != "warm")], (
+        "a stamp left on a pod that is no old standby"
+    )
     actives_after = [p for p in live_after if p.role == "active"]
     assert sum(p.ready for p in actives_after) <= target.active
     if any(not _is_new(p) for p in live_before if p.name in promoted):
@@ -168,12 +191,19 @@ UNSCHEDULABLE = "0/3 nodes are available: 3 Insufficient aws.amazon.com/neuronco
 
 
 def world_step(
-    pods: list[PodView], now: datetime, becomes_ready: list[bool], never_loads: frozenset[str] = frozenset()
+    pods: list[PodView],
+    now: datetime,
+    becomes_ready: list[bool],
+    never_loads: frozenset[str] = frozenset(),
+    flapping: bool = False,
 ) -> list[PodView]:
     """Kubernetes catches up: chosen pending pods get a node and become ready; drains finish. Pods
-    named in ``never_loads`` stay unschedulable (no room for them)."""
+    named in ``never_loads`` stay unschedulable (no room for them). ``flapping``: the ready new
+    actives' readiness flaps (their Ready condition moves to now each step)."""
     stepped = []
     for index, pod in enumerate(pods):
+        if flapping and pod.ready and pod.role == "active" and _is_new(pod):
+            pod = replace(pod, ready_at=now)
         if pod.name in never_loads and not pod.ready:
             pod = replace(pod, phase="Pending", node=None, unschedulable_message=UNSCHEDULABLE)
         elif pod.role == "placeholder":
@@ -272,14 +302,23 @@ def test_reconcile_loop_converges_to_the_target(
     never_slots=st.sets(st.integers(0, 6), min_size=1, max_size=3),
     readiness=st.lists(st.booleans(), min_size=1, max_size=8),
     max_surge=st.sampled_from([0, 0, 1, 2]),
+    refused=st.sampled_from([False, False, True]),
+    flapping=st.booleans(),
 )
 def test_new_pods_that_never_load_keep_no_old_standby_for_ever(
-    pods: list[PodView], target: FleetTarget, never_slots: set[int], readiness: list[bool], max_surge: int
+    pods: list[PodView],
+    target: FleetTarget,
+    never_slots: set[int],
+    readiness: list[bool],
+    max_surge: int,
+    refused: bool,
+    flapping: bool,
 ) -> None:
-    """Some new pods never load (unschedulable: e.g. the old standby holds the only spare node):
-    the old standby is let go at the progress deadline, so no old warm pod is kept for ever and,
-    once no old active is left, the rollout ends; every step still keeps the standby within the
-    bounds of :func:`check_standby_kept`."""
+    """Some new pods never load (unschedulable: e.g. the old standby holds the only spare node),
+    or none is ever made (``refused``: the API server refuses every creation, e.g. a quota), and
+    the new actives' readiness may flap: each old warm pod is let go once kept for the progress
+    deadline, so none is kept for ever and, once no old active is left, the rollout ends; every
+    step still keeps the standby within the bounds of :func:`check_standby_kept`."""
     policy = replace(POLICY, max_surge=max_surge, progress_deadline_seconds=120)
     never_loads = frozenset(serving_pod_name("svc", FleetRevision(NEW, TEMPLATE), slot) for slot in never_slots)
     now = NOW
@@ -289,11 +328,14 @@ def test_new_pods_that_never_load_keep_no_old_standby_for_ever(
         plan = plan_fleet("svc", target, state, now, policy)
         before = state
         for action in plan.actions:
+            if refused and isinstance(action, CreatePod):
+                continue
             state = apply_actions(state, [action], now)
             assert ready_active(state) >= min(floor, target.active)
-        check_standby_kept(before, plan, state, target, policy, now)
+        if not refused:
+            check_standby_kept(before, plan, state, target, policy, now)
         floor = max(floor, ready_active(state))
-        state = world_step(state, now, readiness if step < 5 else [True], never_loads)
+        state = world_step(state, now, readiness if step < 5 else [True], never_loads, flapping)
         state = [p for p in state if not p.deleting]
         now += timedelta(seconds=10)
     live = _live(state)

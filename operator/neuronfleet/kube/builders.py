@@ -89,6 +89,7 @@ from neuronfleet.planning.fleet import (
 from neuronfleet.planning.labels import (
     ANNOTATION_ARTIFACT_URI,
     ANNOTATION_DRAIN_STARTED,
+    ANNOTATION_KEPT_SINCE,
     ANNOTATION_MANIFEST_SHA256,
     APP_NAME,
     LABEL_APP_COMPONENT,
@@ -568,11 +569,13 @@ def object_for_action(
 
 
 def relabel_patch(action: Relabel) -> dict[str, Any]:
-    """The merge patch of a Relabel: the role label, and the drain annotation when draining."""
-    metadata: dict[str, Any] = {"labels": {LABEL_ROLE: action.role}}
+    """The merge patch of a Relabel: the role label, the drain annotation when draining, and the
+    old-standby stamp (set when the relabel stamps it, removed by every other relabel)."""
+    kept = action.kept_since if action.role == "warm" else None
+    annotations: dict[str, str | None] = {ANNOTATION_KEPT_SINCE: rfc3339(kept) if kept is not None else None}
     if action.role == "draining" and action.drain_started_at is not None:
-        metadata["annotations"] = {ANNOTATION_DRAIN_STARTED: rfc3339(action.drain_started_at)}
-    return {"metadata": metadata}
+        annotations[ANNOTATION_DRAIN_STARTED] = rfc3339(action.drain_started_at)
+    return {"metadata": {"labels": {LABEL_ROLE: action.role}, "annotations": annotations}}
 
 
 # ------------------------------------------------------------------------------- service and budget
@@ -760,6 +763,7 @@ def parse_pod(
         node_lost=node is not None and node_names is not None and node not in node_names,
         in_flight=in_flight,
         drain_started_at=drain_started,
+        kept_since=_parse_time(annotations.get(ANNOTATION_KEPT_SINCE)),
         scheduler_name=spec.get("schedulerName") or None,
         unschedulable_message=unschedulable,
         waiting_reason=waiting_reason,

@@ -12,7 +12,7 @@ Call :func:`plan_fleet` with
   ordering functions).
 
 Helpers: :func:`policy_for_spec` (drain grace, surge and progress deadline from the spec),
-:func:`rollout_past_deadline` (the one stall rule), :func:`describe_action`
+:func:`rollout_past_deadline` (the rule RolloutStalled reports), :func:`describe_action`
 (the Event recording an action), :func:`summarize_unplanned` (the summary of a fleet no plan can be
 made for: a spec that fits no instance type) and :func:`apply_actions` (the actions applied to a
 list of views, for tests and the simulator).
@@ -49,11 +49,16 @@ Rules (DESIGN.md, fleet model):
   goes as a Deployment with maxUnavailable 0 replaces its pods: a loaded (ready) outdated warm pod
   stays until a ready current pod takes its place in the pool (``target.warm`` less the ready
   current pods of the warm set are kept, best first by the promotion order), so no loaded standby
-  is deleted before it is replaced while the new pods load; past the rollout's progress deadline
-  (:func:`rollout_past_deadline`, the rule RolloutStalled reports) none is kept, since a new pod
-  that never loads (unschedulable because the old pod holds the only spare node, crash-looping,
-  its creation refused) would keep it for ever. An unschedulable pod alone releases none: a node
-  autoscaler usually adds a node for it, and that wait is what the standby covers. A kept one is
+  is deleted before it is replaced while the new pods load. Each kept one has its own clock: the
+  first plan that keeps it stamps it (a relabel to the same role writing the ``kept-since``
+  annotation, ``PodView.kept_since``), and it goes once kept for ``progress_deadline_seconds``,
+  since a new pod that never loads (unschedulable because the old pod holds the only spare node,
+  crash-looping, its creation refused) would keep it for ever. Its own clock rather than the
+  rollout's: a rollout whose creations are refused has no new pod to start one, a rollback's pods
+  were made long ago, and a new pod's readiness flapping would restart it. A pod current again (a
+  rollback) has its stamp removed; any other relabel (a promotion) removes it too. An
+  unschedulable pod alone releases none: a node autoscaler usually adds a node for it, and that
+  wait is what the standby covers. A kept one is
   promoted into the active set as a ready current warm pod would be: into the slots the ready
   current and kept old actives leave, before the unready current actives (which join the pool),
   never beyond ``target.active``. Outdated warm pods still loading are deleted at once (they are
@@ -134,6 +139,9 @@ class PodView:
     #: Requests the runtime is executing or queueing, when known (None: unknown).
     in_flight: int | None = None
     drain_started_at: datetime | None = None
+    #: When a plan first kept this outdated warm pod as the rollout's standby (the
+    #: ``kept-since`` annotation); meaningless on a current pod, which the plan clears.
+    kept_since: datetime | None = None
     #: spec.schedulerName (None: the default scheduler).
     scheduler_name: str | None = None
     #: The scheduler's message when the pod is unschedulable.
@@ -263,7 +271,8 @@ class Relabel:
     """Change a pod's role label (promote warm->active, demote active->draining or ->warm).
 
     When ``role`` is draining, ``drain_started_at`` goes into the drain annotation in the same
-    patch.
+    patch. ``kept_since`` stamps a warm pod kept as a rollout's old standby (``kept-since``
+    annotation); every other relabel clears that annotation.
     """
 
     name: str
@@ -271,6 +280,7 @@ class Relabel:
     previous_role: Role
     reason: str
     drain_started_at: datetime | None = None
+    kept_since: datetime | None = None
     kind: Literal["relabel"] = "relabel"
 
 
@@ -417,8 +427,8 @@ def rollout_past_deadline(
 ) -> bool:
     """The one stall rule: no pod of the new revision became ready within ``deadline_seconds`` of
     the last that did (or of the rollout's start); a slow rollout (a small maxSurge over a large
-    fleet) that keeps progressing is not stalled. RolloutStalled reports it, and the plan keeps no
-    old standby for new pods past it."""
+    fleet) that keeps progressing is not stalled. RolloutStalled reports it; the old standby a
+    rollout keeps has its own clock (``PodView.kept_since``), not this one."""
     since = progressed_at or started_at
     return since is not None and (now - since).total_seconds() > deadline_seconds
 
@@ -585,6 +595,7 @@ def plan_fleet(
     held = target.hold_creations is not None
     old_warm_promoted: list[PodView] = []
     old_warm_kept: list[PodView] = []
+    stamps: list[Action] = []
     if revision is not None or held:
         old_warm = [pod for pod in outdated if pod.role == "warm"]
         staying_now = [*active_set, *old_actives_kept]
@@ -601,21 +612,39 @@ def plan_fleet(
                 (pod for pod in outdated if pod.role == "active" and not pod.ready), key=_progress, reverse=True
             )[: max(0, target.active - len(active_set) - len(old_actives_kept))]
         # The pool's room: what the ready current pods of the warm set leave of it (the loading ones
-        # are no standby yet). Past the rollout's progress deadline (the rule RolloutStalled
-        # reports) none is kept: a new pod that never loads (the old one holding the only spare
-        # node, a crash loop, a refused creation) would keep it for ever. An unschedulable pod is
-        # no such sign alone: a node autoscaler adds nodes for unschedulable pods, and that wait is
-        # what the standby covers.
+        # are no standby yet). Each kept pod has its own clock (``kept_since``, stamped by the plan
+        # that first keeps it) and goes once it has been kept for the progress deadline: a new pod
+        # that never loads (the old one holding the only spare node, a crash loop, a refused
+        # creation) would keep it for ever. The pod's own clock, not the rollout's: a rollout with
+        # no new pod at all has no start, a rollback's pods were made days ago, and a new pod's
+        # readiness flapping would restart it. An unschedulable pod is no sign alone: a node
+        # autoscaler adds nodes for unschedulable pods, and that wait is what the standby covers.
+        # While creations are held nothing could replace it: no clock runs.
         rest = [pod for pod in current if pod not in active_set]
         room = max(
             0, target.warm - min(sum(1 for pod in rest if pod.ready), target.active + target.warm - len(active_set))
         )
-        if not held and rollout_past_deadline(
-            rollout_started_at, rollout_progressed_at, now, policy.progress_deadline_seconds
-        ):
-            room = 0
+        standby = old_warm_ready[len(old_warm_promoted) :]
+        if not held:
+            standby = [
+                pod
+                for pod in standby
+                if pod.kept_since is None or (now - pod.kept_since).total_seconds() < policy.progress_deadline_seconds
+            ]
         loading_old = sorted((pod for pod in old_warm if not pod.ready), key=_progress, reverse=True) if held else []
-        old_warm_kept = (old_warm_ready[len(old_warm_promoted) :] + loading_old)[:room]
+        old_warm_kept = (standby + loading_old)[:room]
+        if not held:
+            for pod in old_warm_kept:
+                if pod.kept_since is None:
+                    stamps.append(
+                        Relabel(
+                            pod.name,
+                            "warm",
+                            "warm",
+                            "kept as standby until new pods are loaded or the progress deadline",
+                            kept_since=now,
+                        )
+                    )
     rest = [pod for pod in current if pod not in active_set]
     warm_capacity = target.active + target.warm - len(active_set)
     promoted_why = "new pods are held" if held else "new pods are loading"
@@ -634,11 +663,18 @@ def plan_fleet(
 
     # The warm set: the pool, plus the loading pods that will fill the active set when ready.
     staying = [*active_set, *old_actives_kept]
+    # Unready pods of both roles are ranked together by how far along they are (a stable sort keeps
+    # warm before active among equals), so an active pushed out while loading is never cut for a
+    # warm pod still waiting for a node.
+    unready_rest = sorted(
+        ranked(rest, "warm", ready=False, staying=staying) + ranked(rest, "active", ready=False, staying=staying),
+        key=_progress,
+        reverse=True,
+    )
     warm_set = (
         ranked(rest, "warm", ready=True, staying=staying)
         + list(reversed(ranked(rest, "active", ready=True, staying=staying)))
-        + ranked(rest, "warm", ready=False, staying=staying)
-        + ranked(rest, "active", ready=False, staying=staying)
+        + unready_rest
     )[:warm_capacity]
     surplus = [pod for pod in rest if pod not in warm_set]
 
@@ -648,6 +684,10 @@ def plan_fleet(
     for pod in warm_set:
         if pod.role != "warm":
             demotions.append(Relabel(pod.name, "warm", pod.role, "demoted into the warm pool"))
+        elif pod.kept_since is not None:
+            # Current again (a rollback): a stale stamp would release it at once in the next rollout.
+            demotions.append(Relabel(pod.name, "warm", "warm", "current again: no longer old standby"))
+    demotions += stamps
     for pod in policy.drain_order(surplus, staying, now):
         if pod.role == "active" and pod.ready:
             demotions.append(Relabel(pod.name, "draining", "active", "scale-down: draining", drain_started_at=now))
@@ -872,7 +912,8 @@ def apply_actions(
             if action.name in by_name:
                 pod = by_name[action.name]
                 drain = action.drain_started_at if action.role == "draining" else pod.drain_started_at
-                by_name[action.name] = replace(pod, role=action.role, drain_started_at=drain)
+                kept = action.kept_since if action.role == "warm" else None
+                by_name[action.name] = replace(pod, role=action.role, drain_started_at=drain, kept_since=kept)
         elif action.name in by_name:
             if remove_deleted:
                 del by_name[action.name]

@@ -13,6 +13,9 @@ pods themselves, so the reconcile stays stateless:
   (image, resources, placement...). A pod is *current* only when both match the target.
 - annotation ``serving.neuronfleet.dev/drain-started-at``: RFC 3339 time the pod became draining,
   written in the same patch as the role change.
+- annotation ``serving.neuronfleet.dev/kept-since``: RFC 3339 time a rollout first kept the pod
+  (an outdated warm pod) as its old standby; the progress deadline counts from it. Any other
+  relabel removes it.
 
 Pod names are deterministic (:func:`serving_pod_name`, :func:`placeholder_pod_name`): the name of
 the n-th pod of a revision is always the same, so an operator that crashes after a create and
@@ -46,6 +49,7 @@ MANAGED_BY = "neuronfleet"
 APP_NAME = "neuronserve"
 
 ANNOTATION_DRAIN_STARTED = f"{GROUP}/drain-started-at"
+ANNOTATION_KEPT_SINCE = f"{GROUP}/kept-since"
 ANNOTATION_ARTIFACT_URI = f"{GROUP}/artifact-uri"
 #: The manifest sha256 a serving pod is pinned to (64 hex digits: longer than a label value may be).
 ANNOTATION_MANIFEST_SHA256 = f"{GROUP}/manifest-sha256"
