@@ -453,3 +453,17 @@ def test_pods_held_by_the_fleet_plan_are_said_where_the_capacity_is_short() -> N
     # Nothing held: the messages are as ever.
     plain = by_type(compute_conditions(inputs(fleet=short, compile=gone)))
     assert plain["Available"].message == "1/2 active replicas ready"
+
+
+def test_a_stalled_rollout_whose_actives_are_all_current_says_only_the_pool_is_behind() -> None:
+    # Every active serves the new revision; an old warm pod is still kept while the new pool's pods
+    # do not load: "the new revision has not become ready" would send the reader to the actives.
+    pool_behind = replace(SERVING, warm_ready=0, outdated=1, outdated_active=0, kept_outdated_warm=1)
+    degraded = by_type(compute_conditions(inputs(fleet=pool_behind, rollout_stalled=True)))["Degraded"]
+    assert (degraded.status, degraded.reason) == ("True", "RolloutStalled")
+    assert degraded.message == (
+        "every active pod runs the new revision, but its warm pool has not become ready within the progress deadline"
+    )
+    actives_behind = replace(pool_behind, outdated=2, outdated_active=1)
+    degraded = by_type(compute_conditions(inputs(fleet=actives_behind, rollout_stalled=True)))["Degraded"]
+    assert degraded.message == "the new revision has not become ready within the progress deadline"

@@ -321,7 +321,16 @@ def _degraded(inputs: StatusInputs, placement_problems: list[str]) -> ConditionV
             (Reason(first.reason), f"{_plural(len(fleet.stuck), 'pod')} not starting; {first.name}: {first.message}")
         )
     if inputs.rollout_stalled:
-        troubles.append((Reason.ROLLOUT_STALLED, "the new revision has not become ready within the progress deadline"))
+        if fleet.outdated_active == 0:
+            # Only old standby is left (a rollback, the pool's new pods not loading): the actives
+            # are not the ones to look at.
+            stalled = (
+                "every active pod runs the new revision, but its warm pool has not become ready "
+                "within the progress deadline"
+            )
+        else:
+            stalled = "the new revision has not become ready within the progress deadline"
+        troubles.append((Reason.ROLLOUT_STALLED, stalled))
     for annotation in inputs.corrupt_annotations:
         troubles.append(
             (
