@@ -484,6 +484,23 @@ def test_held_rollout_keeps_the_outdated_warm_pool_and_placeholders_it_cannot_re
     assert sum(isinstance(a, CreatePod) for a in after) == 1
 
 
+def test_a_hold_stops_the_old_standbys_clock_and_it_starts_again_once_released() -> None:
+    # Kept for most of the deadline, then creations are held (nothing could replace the pod): it is
+    # not released meanwhile, and once the hold ends it gets the whole deadline again.
+    policy = FleetPolicy(progress_deadline_seconds=600)
+    free = target(1, warm=1, artifact=NEW)
+    held = replace(free, hold_creations="cpuLimit below request")
+    pods = [pod("a0"), pod("w0", "warm", kept_since=NOW - timedelta(seconds=590))]
+    during = plan_fleet("bert", held, pods, NOW + timedelta(hours=1), policy)
+    assert [(a.name, a.kept_since) for a in during.actions if isinstance(a, Relabel)] == [("w0", None)]
+    assert not [a for a in during.actions if isinstance(a, DeletePod)]
+    state = apply_actions(pods, during.actions, NOW + timedelta(hours=1))
+    later = NOW + timedelta(hours=2)
+    after = plan_fleet("bert", free, state, later, policy)
+    assert ("w0", later) in [(a.name, a.kept_since) for a in after.actions if isinstance(a, Relabel)]
+    assert not [a for a in after.actions if isinstance(a, DeletePod)]
+
+
 HELD = "spec.runtime.cpuLimit is below the pods' CPU request"
 
 

@@ -168,6 +168,8 @@ def check_standby_kept(
         assert all((now - p.kept_since).total_seconds() < deadline for p in old_warm if p.kept_since), (
             "old standby kept past its own deadline"
         )
+    else:
+        assert not [p for p in old_warm if p.kept_since is not None], "a deadline running while nothing can replace"
     assert not [p for p in live_after if p.kept_since is not None and (_is_new(p) or p.role != "warm")], (
         "a stamp left on a pod that is no old standby"
     )

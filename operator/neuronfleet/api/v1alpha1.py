@@ -925,8 +925,9 @@ class RolloutSpec(ApiModel):
         default=1800,
         ge=60,
         le=86400,
-        description="A rollout that has not progressed for this long is reported as Degraded (RolloutStalled), "
-        "and the old revision's warm pods kept as standby until new ones are loaded are released.",
+        description="A rollout in which no new pod has become ready for this long is reported as Degraded "
+        "(RolloutStalled). Each warm pod of the old revision kept as standby until new ones are loaded is "
+        "released once it has been kept this long (from its serving.neuronfleet.dev/kept-since annotation).",
     )
 
 

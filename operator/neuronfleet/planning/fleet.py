@@ -56,7 +56,8 @@ Rules (DESIGN.md, fleet model):
   crash-looping, its creation refused) would keep it for ever. Its own clock rather than the
   rollout's: a rollout whose creations are refused has no new pod to start one, a rollback's pods
   were made long ago, and a new pod's readiness flapping would restart it. A pod current again (a
-  rollback) has its stamp removed; any other relabel (a promotion) removes it too. An
+  rollback) has its stamp removed; any other relabel (a promotion) removes it too, and so does a
+  hold of creations (nothing could replace the pod meanwhile: it gets the whole deadline after). An
   unschedulable pod alone releases none: a node autoscaler usually adds a node for it, and that
   wait is what the standby covers. A kept one is
   promoted into the active set as a ready current warm pod would be: into the slots the ready
@@ -619,7 +620,8 @@ def plan_fleet(
         # no new pod at all has no start, a rollback's pods were made days ago, and a new pod's
         # readiness flapping would restart it. An unschedulable pod is no sign alone: a node
         # autoscaler adds nodes for unschedulable pods, and that wait is what the standby covers.
-        # While creations are held nothing could replace it: no clock runs.
+        # While creations are held nothing could replace it: no clock runs, and a stamp from before
+        # the hold is removed, so that the pod gets the whole deadline once new pods can be made.
         rest = [pod for pod in current if pod not in active_set]
         room = max(
             0, target.warm - min(sum(1 for pod in rest if pod.ready), target.active + target.warm - len(active_set))
@@ -633,18 +635,19 @@ def plan_fleet(
             ]
         loading_old = sorted((pod for pod in old_warm if not pod.ready), key=_progress, reverse=True) if held else []
         old_warm_kept = (standby + loading_old)[:room]
-        if not held:
-            for pod in old_warm_kept:
-                if pod.kept_since is None:
-                    stamps.append(
-                        Relabel(
-                            pod.name,
-                            "warm",
-                            "warm",
-                            "kept as standby until new pods are loaded or the progress deadline",
-                            kept_since=now,
-                        )
+        for pod in old_warm_kept:
+            if not held and pod.kept_since is None:
+                stamps.append(
+                    Relabel(
+                        pod.name,
+                        "warm",
+                        "warm",
+                        "kept as standby until new pods are loaded or the progress deadline",
+                        kept_since=now,
                     )
+                )
+            elif held and pod.kept_since is not None:
+                stamps.append(Relabel(pod.name, "warm", "warm", "new pods are held: the standby's deadline waits"))
     rest = [pod for pod in current if pod not in active_set]
     warm_capacity = target.active + target.warm - len(active_set)
     promoted_why = "new pods are held" if held else "new pods are loading"
