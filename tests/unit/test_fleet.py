@@ -501,6 +501,25 @@ def test_a_hold_stops_the_old_standbys_clock_and_it_starts_again_once_released()
     assert not [a for a in after.actions if isinstance(a, DeletePod)]
 
 
+def test_the_old_standby_promoted_beside_a_kept_old_active_never_takes_the_actives_beyond_the_target() -> None:
+    # Two actives wanted: the old ready active stays (the ready count needs it) and the old warm pod
+    # is promoted beside it; both new actives, still waiting for a node, join the pool, instead of
+    # one staying active as a third (found by the property test's held world).
+    rollout = target(2, artifact=NEW)
+    pods = [
+        pod("o-a"),
+        pod("o-w", "warm"),
+        pod("n-a1", ready=False, artifact=NEW),
+        pod("n-a2", ready=False, artifact=NEW),
+    ]
+    for step in (rollout, replace(rollout, hold_creations="cpuLimit below request")):
+        plan = plan_fleet("bert", step, pods, NOW)
+        after = [p for p in apply_actions(pods, plan.actions, NOW) if not p.deleting]
+        assert sorted(p.name for p in after if p.role == "active") == ["o-a", "o-w"]
+        assert sorted(p.name for p in after if p.role == "warm") == ["n-a1", "n-a2"]
+        assert plan_fleet("bert", step, after, NOW).actions == (), "no flip"
+
+
 HELD = "spec.runtime.cpuLimit is below the pods' CPU request"
 
 

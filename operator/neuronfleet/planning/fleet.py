@@ -604,7 +604,11 @@ def plan_fleet(
         old_warm_promoted = old_warm_ready[: max(0, target.active - ready_current_active - len(old_actives_kept))]
         old_actives_kept += old_warm_promoted
         unready_in_set = [pod for pod in active_set if not pod.ready]
-        pushed_out = unready_in_set[len(unready_in_set) - min(len(unready_in_set), len(old_warm_promoted)) :]
+        # A promoted pod takes an unready one's place, and so does an old active kept beside it: a
+        # promotion never leaves the actives beyond the target.
+        crowded = len(active_set) + len(old_actives_kept) - target.active if old_warm_promoted else 0
+        push = min(len(unready_in_set), max(len(old_warm_promoted), crowded))
+        pushed_out = unready_in_set[len(unready_in_set) - push :]
         active_set = [pod for pod in active_set if pod not in pushed_out]
         if held:
             # An old active not ready for a moment (a container restarting, a probe failing) is
