@@ -387,6 +387,11 @@ def test_ci_values_reach_the_operator() -> None:
             "that names no account would run with the operator's cluster-wide rights",
         ),
         ("serviceAccount.create=true,serviceAccount.name=default", "serviceAccount.name is default"),
+        # Nor by its resolved name: the release's full name when serviceAccount.name is empty.
+        (
+            "serviceAccount.create=true,fullnameOverride=default",
+            "the operator's account would be the namespace's default account",
+        ),
         (
             "serviceAccount.create=false,serviceAccount.name=nf-operator,serviceAccount.annotations.a=b",
             "serviceAccount.annotations are set but serviceAccount.create is false",

@@ -42,14 +42,21 @@ would get the operator's cluster-wide rights. An account of the release's full n
 exist, or be another's: the name must be given.
 */}}
 {{- define "neuronfleet.serviceAccountName" -}}
+{{- $why := printf "every pod of namespace %s that names no account would run with the operator's cluster-wide rights (and its IAM role), and the operator refuses InferenceDeployments there whose workloads name no account (they would run as it)" .Release.Namespace }}
 {{- if eq .Values.serviceAccount.name "default" }}
-{{- fail (printf "serviceAccount.name is default, the namespace's default account: every pod of namespace %s that names no account would run with the operator's cluster-wide rights (and its IAM role), and the operator refuses InferenceDeployments there whose workloads name no account (they would run as it). Name an account of the operator's own, or leave serviceAccount.name empty with serviceAccount.create=true" .Release.Namespace) }}
+{{- fail (printf "serviceAccount.name is default, the namespace's default account: %s. Name an account of the operator's own, or leave serviceAccount.name empty with serviceAccount.create=true" $why) }}
 {{- end }}
+{{- $name := "" }}
 {{- if .Values.serviceAccount.create }}
-{{- default (include "neuronfleet.fullname" .) .Values.serviceAccount.name }}
+{{- $name = default (include "neuronfleet.fullname" .) .Values.serviceAccount.name }}
 {{- else }}
-{{- required "serviceAccount.create is false but serviceAccount.name is empty: name the existing ServiceAccount the operator runs as, which the chart binds the operator's roles to (falling back to the namespace's default account would give its rights to every pod there that names no account), or set serviceAccount.create=true" .Values.serviceAccount.name }}
+{{- $name = required "serviceAccount.create is false but serviceAccount.name is empty: name the existing ServiceAccount the operator runs as, which the chart binds the operator's roles to (falling back to the namespace's default account would give its rights to every pod there that names no account), or set serviceAccount.create=true" .Values.serviceAccount.name }}
 {{- end }}
+{{- /* The name the account resolves to, not only the value given: fullnameOverride (or a release named default) makes it too. */}}
+{{- if eq $name "default" }}
+{{- fail (printf "the operator's account would be the namespace's default account (serviceAccount.name is empty, and the release's full name, from fullnameOverride or the release and chart names, is default): %s. Set serviceAccount.name to an account of the operator's own, or another fullnameOverride" $why) }}
+{{- end }}
+{{- $name }}
 {{- end }}
 
 {{- define "neuronfleet.image" -}}
