@@ -292,3 +292,19 @@ def test_a_refused_specs_idle_pods_and_compile_jobs_as_the_operators_account_go_
     assert message.startswith(problem + ". 2 serving pods made before still run as that account and take traffic: ")
     assert "borrowed-a (active), borrowed-d (draining); the operator keeps them" in message
     assert own_account_message(problem, OwnAccountCleanup((), (), ())) == problem
+
+
+def test_the_own_account_message_names_at_most_five_serving_pods() -> None:
+    """Hundreds of pods named would make a condition message of kilobytes (15 KB for 500): five are
+    named, the rest counted."""
+    running = tuple(RunningAs(f"bert-5f3c9a1b2d-{i:03}", "active", "nf-neuronfleet") for i in range(500))
+    cleanup = own_account_cleanup(running, OPERATOR)
+    message = own_account_message("refused", cleanup)
+    named = ", ".join(f"bert-5f3c9a1b2d-{i:03} (active)" for i in range(5))
+    assert f"500 serving pods made before still run as that account and take traffic: {named} and 495 more;" in message
+    assert "bert-5f3c9a1b2d-005" not in message
+    assert len(message) < 1000
+    six = own_account_cleanup(running[:6], OPERATOR)
+    assert "and 1 more;" in own_account_message("refused", six)
+    five = own_account_cleanup(running[:5], OPERATOR)
+    assert f"{named};" in own_account_message("refused", five)

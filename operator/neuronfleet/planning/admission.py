@@ -254,12 +254,21 @@ def own_account_cleanup(running: tuple[RunningAs, ...], operator: OperatorAccoun
     )
 
 
+#: Serving pods the own-account refusal names; the others are counted.
+NAMED_AT_MOST = 5
+
+
 def own_account_message(problem: str, cleanup: OwnAccountCleanup) -> str:
-    """The refusal's message (:func:`own_account_problem`) with the serving pods kept, named."""
+    """The refusal's message (:func:`own_account_problem`) with the serving pods kept: the first
+    :data:`NAMED_AT_MOST` by name, the rest counted (a condition message naming hundreds would be
+    kilobytes long)."""
     if not cleanup.kept:
         return problem
     count = len(cleanup.kept)
-    names = ", ".join(f"{item.name} ({item.role})" for item in sorted(cleanup.kept, key=lambda item: item.name))
+    kept = sorted(cleanup.kept, key=lambda item: item.name)
+    names = ", ".join(f"{item.name} ({item.role})" for item in kept[:NAMED_AT_MOST])
+    if count > NAMED_AT_MOST:
+        names += f" and {count - NAMED_AT_MOST} more"
     pods = "serving pod" if count == 1 else "serving pods"
     return (
         f"{problem}. {count} {pods} made before still run as that account and take traffic: {names}; the operator "
