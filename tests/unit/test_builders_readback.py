@@ -18,6 +18,7 @@ from neuronfleet.kube.builders import object_for_action, parse_pod, pod_template
 from neuronfleet.planning.fleet import CreatePlaceholder, CreatePod, FleetTarget, Relabel, plan_fleet
 from neuronfleet.planning.labels import ArtifactRevision
 from neuronfleet.planning.placement import plan_for_spec
+from neuronfleet.sandbox.patching import merge_patch
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -156,14 +157,8 @@ def test_plan_build_parse_plan_round_trip_is_idempotent() -> None:
 
 
 def merge_metadata(pod: dict[str, Any], patch: dict[str, Any]) -> None:
-    """A JSON merge patch of labels and annotations, as the API server applies it (None removes)."""
-    for field in ("labels", "annotations"):
-        values = pod["metadata"].setdefault(field, {})
-        for key, value in patch["metadata"].get(field, {}).items():
-            if value is None:
-                values.pop(key, None)
-            else:
-                values[key] = value
+    """The patch applied as the API server applies a JSON merge patch (the sandbox's RFC 7386 code)."""
+    pod.update(merge_patch(pod, patch))
 
 
 def test_the_old_standby_stamp_is_written_read_back_and_cleared() -> None:
