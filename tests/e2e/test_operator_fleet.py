@@ -143,9 +143,14 @@ async def test_new_artifact_is_warmed_then_swapped_without_losing_ready_capacity
     await harness.wait(lambda: counts(harness, name) == (3, warm), timeout=90, what=f"3 active, {warm} warm")
 
     ready_counts: list[tuple[int, int]] = []
+    stamped: set[str] = set()
 
     def watch_capacity(_: WatchEvent) -> None:
         ready_counts.append(counts(harness, name))
+        # The kept old standby's clock, written through the API server's merge patch.
+        for pod in harness.pods(NS, name, "warm"):
+            if f"{GROUP}/kept-since" in (pod["metadata"].get("annotations") or {}):
+                stamped.add(pod["metadata"]["name"])
 
     # A new compile of the same spec: change the compiler flags, record the new artifact.
     new_manifest = manual_bert(harness, replicas=3, warm=warm)
@@ -169,6 +174,7 @@ async def test_new_artifact_is_warmed_then_swapped_without_losing_ready_capacity
     assert lowest_active >= 3, f"ready active pods dropped to {lowest_active} during the rollout"
     lowest_warm = min(standby for _, standby in ready_counts)
     assert lowest_warm >= warm, f"loaded warm pods dropped to {lowest_warm} during the rollout"
+    assert len(stamped) == warm, f"old warm pods stamped as kept standby: {sorted(stamped)}"
     assert harness.deployment(NS, name)["status"]["artifact"]["revision"] == new_revision
 
 
