@@ -387,6 +387,9 @@ def test_a_flapping_new_active_does_not_keep_the_old_standby_past_its_deadline()
     kept = pod("o-w", "warm", kept_since=NOW - timedelta(minutes=30))
     plan = plan_fleet("bert", rollout, [flapped, crashing, kept], NOW, policy)
     assert [(a.kind, a.name) for a in plan.actions] == [("delete-pod", "o-w")]
+    assert describe_action(plan.actions[0]).message == (
+        "deleted pod o-w: new revision: old standby kept for the progress deadline (600s)"
+    )
 
 
 def test_a_pod_current_again_loses_its_standby_stamp() -> None:

@@ -596,6 +596,7 @@ def plan_fleet(
     held = target.hold_creations is not None
     old_warm_promoted: list[PodView] = []
     old_warm_kept: list[PodView] = []
+    expired: list[PodView] = []
     stamps: list[Action] = []
     if revision is not None or held:
         old_warm = [pod for pod in outdated if pod.role == "warm"]
@@ -632,11 +633,13 @@ def plan_fleet(
         )
         standby = old_warm_ready[len(old_warm_promoted) :]
         if not held:
-            standby = [
+            expired = [
                 pod
                 for pod in standby
-                if pod.kept_since is None or (now - pod.kept_since).total_seconds() < policy.progress_deadline_seconds
+                if pod.kept_since is not None
+                and (now - pod.kept_since).total_seconds() >= policy.progress_deadline_seconds
             ]
+            standby = [pod for pod in standby if pod not in expired]
         loading_old = sorted((pod for pod in old_warm if not pod.ready), key=_progress, reverse=True) if held else []
         old_warm_kept = (standby + loading_old)[:room]
         for pod in old_warm_kept:
@@ -666,7 +669,12 @@ def plan_fleet(
                     Relabel(pod.name, "draining", "active", "new revision: replaced", drain_started_at=now)
                 )
             else:
-                deletions.append(DeletePod(pod.name, f"new revision: outdated {pod.role} pod"))
+                why = (
+                    f"new revision: old standby kept for the progress deadline ({policy.progress_deadline_seconds:g}s)"
+                    if pod in expired
+                    else f"new revision: outdated {pod.role} pod"
+                )
+                deletions.append(DeletePod(pod.name, why))
 
     # The warm set: the pool, plus the loading pods that will fill the active set when ready.
     staying = [*active_set, *old_actives_kept]
