@@ -100,12 +100,14 @@ def test_the_column_that_says_tokens_or_the_only_match_is_taken(
         (
             "time,prompt_tokens,input_tokens",
             "the context-token count could be any of the columns 'prompt_tokens', 'input_tokens'; rename the one "
-            "that holds it 'context_tokens' and give the others names without 'context', 'prompt' or 'input'",
+            "that holds it 'context_tokens' and give the others names without 'context', 'prompt', 'input' "
+            "or 'request'",
         ),
         (
             "time,output,completion_len",
             "the output-token count could be any of the columns 'output', 'completion_len'; rename the one that "
-            "holds it 'generated_tokens' and give the others names without 'generated', 'output' or 'completion' "
+            "holds it 'generated_tokens' and give the others names without 'generated', 'output', 'completion' "
+            "or 'response' "
             "(or with 'tokens' in the one that holds the count)",
         ),
     ],
@@ -177,3 +179,16 @@ def test_the_shared_traces_headers_read_the_same_columns(
     time, context, generated, _ = header
     names = [n for n in (time, context, generated) if n]
     assert load(write(tmp_path / name, ",".join(names))).columns == Columns(*header)
+
+
+def test_request_and_response_token_columns_are_read(tmp_path: Path) -> None:
+    # BurstGPT's header: its token columns say request and response, and were ignored (every
+    # request got the profile's default sizes); its `Total tokens` is neither.
+    burst = load(
+        write(tmp_path / "b.csv", "Timestamp,Request tokens,Response tokens,Total tokens,Log Type", seconds=60)
+    )
+    assert burst.columns.context == "Request tokens" and burst.columns.generated == "Response tokens"
+    assert set(burst.columns.ignored) == {"Total tokens", "Log Type"}
+    # An identifier or a time that says request or response is still never a token count.
+    other = load(write(tmp_path / "o.csv", "time,request_id,response_time_ms,input_tokens,output_tokens", seconds=60))
+    assert other.columns.context == "input_tokens" and other.columns.generated == "output_tokens"

@@ -8,8 +8,10 @@ Format: a header row and one request per row. Columns are found by name (case-in
   milliseconds or microseconds with ``time_unit``, the CLI's ``--time-unit``). Numbers around
   more than :data:`MAX_NUMERIC_SECONDS` seconds (their median) are refused: Unix times in
   milliseconds or microseconds read as seconds (an hour of them spans 42 days as seconds);
-- optional prompt size: a column containing ``context``, ``prompt`` or ``input`` (tokens);
-- optional output size: a column containing ``generated``, ``output`` or ``completion`` (tokens).
+- optional prompt size: a column containing ``context``, ``prompt``, ``input`` or ``request``
+  (tokens; BurstGPT's ``Request tokens``);
+- optional output size: a column containing ``generated``, ``output``, ``completion`` or ``response``
+  (tokens).
 
 Of several columns matching one of the last two, an identifier (``prompt_id``) is never taken, nor
 a rate or a time (a name with a word such as ``per``, ``time``, ``latency``, ``duration``, ``rate``
@@ -57,8 +59,8 @@ import numpy.typing as npt
 FloatArray = npt.NDArray[np.float64]
 
 _TIME_NAMES = re.compile(r"^(timestamp|time|ts|arrival|arrival_time|arrived_at|start_time)$", re.I)
-_CONTEXT = re.compile(r"context|prompt|input", re.I)
-_GENERATED = re.compile(r"generated|output|completion", re.I)
+_CONTEXT = re.compile(r"context|prompt|input|request", re.I)
+_GENERATED = re.compile(r"generated|output|completion|response", re.I)
 #: A column that says it counts tokens: preferred over other names matching the patterns above.
 _TOKENS = re.compile(r"token", re.I)
 #: A name's words: snake_case, kebab-case and camelCase parts (``outputLatencyMs``: output, latency, ms).
