@@ -48,6 +48,17 @@ def pod(
     return PodView(name, role, artifact.id, TEMPLATE, ready=ready, **fields)  # type: ignore[arg-type]
 
 
+def apply_refusing_creations(pods: Sequence[PodView], actions: Sequence[Action], now: datetime) -> list[PodView]:
+    """The plan applied as Reconciler.apply does when the API server refuses every creation (a
+    quota the old pods fill): in order, stopping at the first refused create."""
+    applied: list[Action] = []
+    for action in actions:
+        if isinstance(action, CreatePod | CreatePlaceholder):
+            break
+        applied.append(action)
+    return apply_actions(pods, applied, now)
+
+
 def kinds(actions: Sequence[Action]) -> list[str]:
     return [a.kind for a in actions]
 
@@ -229,7 +240,7 @@ def test_a_rollout_keeps_the_loaded_old_standby_until_new_standby_is_loaded() ->
     plan = plan_fleet("bert", rollout, pods, NOW, policy)
     assert [a.name for a in plan.actions if isinstance(a, DeletePod)] == ["w1"]
     # w0 is stamped as kept (its own clock for the progress deadline).
-    assert kinds(plan.actions) == ["create-pod", "relabel", "delete-pod"]
+    assert kinds(plan.actions) == ["relabel", "create-pod", "delete-pod"]
     assert plan.summary.kept_outdated_warm == 1
     state = [p for p in apply_actions(pods, plan.actions, NOW) if not p.deleting]
     assert plan_fleet("bert", rollout, state, NOW, policy).actions == ()
@@ -348,14 +359,17 @@ def test_the_kept_old_standby_is_stamped_and_goes_at_its_own_deadline_with_no_ne
     stamps = [a for a in first.actions if isinstance(a, Relabel)]
     assert [(a.name, a.role, a.previous_role, a.kept_since) for a in stamps] == [("o-w", "warm", "warm", NOW)]
     assert first.summary.kept_outdated_warm == 1
-    # The creations are refused: only the stamp lands.
-    state = apply_actions(pods, stamps, NOW)
+    # The creations are refused and the apply stops at the first: the stamp still lands.
+    state = apply_refusing_creations(pods, first.actions, NOW)
+    assert [p.kept_since for p in state if p.name == "o-w"] == [NOW]
     assert plan_fleet("bert", rollout, state, NOW + timedelta(seconds=599), policy).summary.kept_outdated_warm == 1
     assert not [a for a in plan_fleet("bert", rollout, state, NOW, policy).actions if isinstance(a, Relabel)]
     later = NOW + timedelta(seconds=600)
     past = plan_fleet("bert", rollout, state, later, policy)
     assert ("delete-pod", "o-w") in [(a.kind, a.name) for a in past.actions]
     assert past.summary.kept_outdated_warm == 0
+    # The release lands too, though the creations are still refused.
+    assert "o-w" not in [p.name for p in apply_refusing_creations(state, past.actions, later)]
 
 
 def test_a_rollback_keeps_the_standby_of_the_revision_left_until_it_is_replaced() -> None:

@@ -18,7 +18,8 @@ made for: a spec that fits no instance type) and :func:`apply_actions` (the acti
 list of views, for tests and the simulator).
 
 It returns a :class:`FleetPlan`: actions to apply **in list order** (promotions come before the
-demotions they make safe) and a :class:`FleetSummary` of the observed fleet for the status.
+demotions they make safe; the kept standby's stamps and releases before the creations, which the
+apply stops at when one is refused) and a :class:`FleetSummary` of the observed fleet for the status.
 
 Rules (DESIGN.md, fleet model):
 
@@ -522,6 +523,10 @@ def plan_fleet(
     used_names = {pod.name for pod in observed} | set(taken_names)
     live = [pod for pod in observed if not pod.deleting]
     promotions: list[Action] = []
+    # The kept standby's stamps, clears and releases: applied before the creations, which the apply
+    # stops at when the API server refuses one (a quota the old pods fill): after them, the clock
+    # that ends the kept standby would never start nor end, and the pod would hold its quota.
+    standby_marks: list[Action] = []
     creations: list[Action] = []
     demotions: list[Action] = []
     deletions: list[Action] = []
@@ -668,13 +673,12 @@ def plan_fleet(
                 demotions.append(
                     Relabel(pod.name, "draining", "active", "new revision: replaced", drain_started_at=now)
                 )
+            elif pod in expired:
+                deadline = policy.progress_deadline_seconds
+                why = f"new revision: old standby kept for the progress deadline ({deadline:g}s)"
+                standby_marks.append(DeletePod(pod.name, why))
             else:
-                why = (
-                    f"new revision: old standby kept for the progress deadline ({policy.progress_deadline_seconds:g}s)"
-                    if pod in expired
-                    else f"new revision: outdated {pod.role} pod"
-                )
-                deletions.append(DeletePod(pod.name, why))
+                deletions.append(DeletePod(pod.name, f"new revision: outdated {pod.role} pod"))
 
     # The warm set: the pool, plus the loading pods that will fill the active set when ready.
     staying = [*active_set, *old_actives_kept]
@@ -701,8 +705,8 @@ def plan_fleet(
             demotions.append(Relabel(pod.name, "warm", pod.role, "demoted into the warm pool"))
         elif pod.kept_since is not None:
             # Current again (a rollback): a stale stamp would release it at once in the next rollout.
-            demotions.append(Relabel(pod.name, "warm", "warm", "current again: no longer old standby"))
-    demotions += stamps
+            standby_marks.append(Relabel(pod.name, "warm", "warm", "current again: no longer old standby"))
+    standby_marks += stamps
     for pod in policy.drain_order(surplus, staying, now):
         if pod.role == "active" and pod.ready:
             demotions.append(Relabel(pod.name, "draining", "active", "scale-down: draining", drain_started_at=now))
@@ -823,7 +827,7 @@ def plan_fleet(
         outdated_active=sum(1 for pod in outdated if pod.role == "active"),
         standby_ready=sum(1 for pod in warm_set if pod.ready),
     )
-    return FleetPlan(tuple(promotions + creations + demotions + deletions), summary)
+    return FleetPlan(tuple(promotions + standby_marks + creations + demotions + deletions), summary)
 
 
 def summarize_unplanned(
