@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client as k8s
 from operator_harness import OperatorHarness, example, ready
+from test_operator_quota_refusals import create_quota
 
 from neuronfleet.api.v1alpha1 import GROUP
 from neuronfleet.sandbox.store import WatchEvent
@@ -289,3 +290,45 @@ async def test_an_auto_scaled_fleet_can_be_drained_one_pod_at_a_time(harness: Op
     with pytest.raises(k8s.ApiException) as refused:
         await core.create_namespaced_pod_eviction(second, NS, eviction)
     assert refused.value.status == 429
+
+
+async def test_a_rollout_whose_new_pods_are_refused_stamps_and_releases_the_old_standby(
+    harness: OperatorHarness,
+) -> None:
+    """A ResourceQuota the old pods fill refuses every new pod, and the apply stops at the first
+    refused create: the kept old warm pod is still stamped, and released once kept for the progress
+    deadline (which frees its quota for a new pod)."""
+    manifest = manual_bert(harness, replicas=1, warm=1)
+    manifest["spec"].setdefault("rollout", {})["progressDeadlineSeconds"] = 60
+    harness.precompile(manifest, label="v1")
+    await harness.apply(manifest)
+    name = manifest["metadata"]["name"]
+    await harness.wait(lambda: counts(harness, name) == (1, 1), timeout=90, what="1 active, 1 warm")
+    (old_warm,) = [p["metadata"]["name"] for p in harness.pods(NS, name, "warm")]
+    await create_quota(harness, NS, "pods", {"pods": "2"})
+    new_manifest = manual_bert(harness, replicas=1, warm=1)
+    new_manifest["spec"]["compile"]["optLevel"] = 3
+    harness.precompile(new_manifest, label="v2")
+    stamped: set[str] = set()
+
+    def watch_stamp(event: WatchEvent) -> None:
+        meta = event.obj["metadata"]
+        if event.resource == ("", "pods") and f"{GROUP}/kept-since" in (meta.get("annotations") or {}):
+            stamped.add(meta["name"])
+
+    harness.cluster.store.listeners.append(watch_stamp)
+    try:
+        await harness.patch_spec(NS, name, {"compile": {"optLevel": 3}})
+        await harness.wait(
+            lambda: harness.condition(NS, name, "Degraded").get("reason") == "PodCreationRefused",
+            timeout=120,
+            what="Degraded=True PodCreationRefused",
+        )
+        await harness.wait(lambda: old_warm in stamped, timeout=120, what=f"{old_warm} stamped kept-since")
+        await harness.wait(
+            lambda: old_warm not in [p["metadata"]["name"] for p in harness.pods(NS, name)],
+            timeout=600,
+            what=f"{old_warm} released after the progress deadline",
+        )
+    finally:
+        harness.cluster.store.listeners.remove(watch_stamp)
