@@ -15,8 +15,16 @@ import yaml
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.kube.builders import object_for_action, parse_pod, pod_template_hash, relabel_patch
-from neuronfleet.planning.fleet import CreatePlaceholder, CreatePod, FleetTarget, Relabel, plan_fleet
-from neuronfleet.planning.labels import ArtifactRevision
+from neuronfleet.planning.fleet import (
+    CreatePlaceholder,
+    CreatePod,
+    DeletePod,
+    FleetPolicy,
+    FleetTarget,
+    Relabel,
+    plan_fleet,
+)
+from neuronfleet.planning.labels import ANNOTATION_DRAIN_STARTED, ANNOTATION_KEPT_SINCE, LABEL_ROLE, ArtifactRevision
 from neuronfleet.planning.placement import plan_for_spec
 from neuronfleet.sandbox.patching import merge_patch
 
@@ -185,3 +193,30 @@ def test_the_old_standby_stamp_is_written_read_back_and_cleared() -> None:
     promote = Relabel(stamps[0].name, "active", "warm", "promoted")
     merge_metadata(stored[stamps[0].name], relabel_patch(promote))
     assert parse_pod(stored[stamps[0].name]).kept_since is None
+
+
+def test_stamps_written_by_hand_without_a_zone_read_as_utc_and_plan() -> None:
+    # An SRE's `kubectl annotate` without a zone: read as UTC, not as a naive datetime that the
+    # plan's aware clock cannot be compared with (every plan raised TypeError: no reconcile).
+    dep = deployment()
+    placement = plan_for_spec(dep.spec, 4)
+    assert placement.chosen is not None
+    template = pod_template_hash(dep, placement.chosen)
+    stored = {}
+    for action in plan_fleet(dep.name, FleetTarget(template, ARTIFACT, active=2, warm=1), [], NOW).actions:
+        assert isinstance(action, CreatePod)
+        stored[action.name] = as_stored(object_for_action(dep, placement.chosen, action), ready=True)
+    by_role = sorted(stored, key=lambda n: stored[n]["metadata"]["labels"][LABEL_ROLE])
+    active_name, drained_name, warm_name = by_role
+    stored[warm_name]["metadata"].setdefault("annotations", {})[ANNOTATION_KEPT_SINCE] = "2026-11-30T11:00:00"
+    drained = stored[drained_name]["metadata"]
+    drained["labels"][LABEL_ROLE] = "draining"
+    drained.setdefault("annotations", {})[ANNOTATION_DRAIN_STARTED] = "2026-11-30 11:30:00"
+    views = {v.name: v for v in (parse_pod(p, node_names={"ip-10-0-0-1"}) for p in stored.values())}
+    assert views[warm_name].kept_since == datetime(2026, 11, 30, 11, 0, tzinfo=UTC)
+    assert views[drained_name].drain_started_at == datetime(2026, 11, 30, 11, 30, tzinfo=UTC)
+    rollout = FleetTarget(template, ArtifactRevision("dddddddddd", "s3://artifacts/bert/dddddddddd/"), 1, 1)
+    plan = plan_fleet(dep.name, rollout, views.values(), NOW, FleetPolicy(progress_deadline_seconds=600))
+    # Kept since an hour ago, past the deadline: released; draining for half an hour: deleted.
+    assert {a.name for a in plan.actions if isinstance(a, DeletePod)} == {warm_name, drained_name}
+    assert active_name not in {a.name for a in plan.actions if not isinstance(a, CreatePod)}

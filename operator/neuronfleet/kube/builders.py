@@ -69,7 +69,7 @@ import json
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from neuronfleet.api.v1alpha1 import API_VERSION, DEFAULT_IMAGE, HBM_GIB_PER_NEURONCORE, KIND, InferenceDeployment
@@ -663,12 +663,16 @@ _PHASES: dict[str, PodPhase] = {
 
 
 def _parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 time, or a time without a zone read as UTC: an annotation written by hand
+    (``kubectl annotate ... kept-since=2026-11-30T11:00:00``) must not become a naive datetime,
+    which the plan cannot compare with its aware clock (every plan would raise)."""
     if not isinstance(value, str) or not value:
         return None
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def _terminated(container_status: Mapping[str, Any]) -> Mapping[str, Any]:
