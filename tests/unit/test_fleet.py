@@ -372,6 +372,36 @@ def test_the_kept_old_standby_is_stamped_and_goes_at_its_own_deadline_with_no_ne
     assert "o-w" not in [p.name for p in apply_refusing_creations(state, past.actions, later)]
 
 
+def test_a_stamp_in_the_future_is_written_again_as_now_and_keeps_no_standby_past_the_deadline() -> None:
+    # A skewed clock or a hand-written annotation a day ahead: read as it is, the old standby would
+    # be kept a day past the deadline; it is stamped again with the plan's now.
+    rollout = target(1, warm=1, artifact=NEW)
+    policy = FleetPolicy(progress_deadline_seconds=600)
+    pods = [pod("o-a"), pod("o-w", "warm", kept_since=NOW + timedelta(days=1))]
+    first = plan_fleet("bert", rollout, pods, NOW, policy)
+    assert [(a.name, a.kept_since) for a in first.actions if isinstance(a, Relabel)] == [("o-w", NOW)]
+    state = apply_refusing_creations(pods, first.actions, NOW)
+    later = NOW + timedelta(seconds=600)
+    assert "o-w" not in [
+        p.name
+        for p in apply_refusing_creations(state, plan_fleet("bert", rollout, state, later, policy).actions, later)
+    ]
+
+
+def test_a_drain_start_in_the_future_is_recorded_again_as_now() -> None:
+    pods = [pod("a0"), pod("d0", "draining", drain_started_at=NOW + timedelta(days=1), in_flight=0)]
+    policy = FleetPolicy(min_drain_seconds=30)
+    first = plan_fleet("bert", target(1), pods, NOW, policy)
+    assert [(a.name, a.role, a.drain_started_at) for a in first.actions if isinstance(a, Relabel)] == [
+        ("d0", "draining", NOW)
+    ]
+    state = apply_actions(pods, first.actions, NOW)
+    later = NOW + timedelta(seconds=30)
+    assert [
+        a.name for a in plan_fleet("bert", target(1), state, later, policy).actions if isinstance(a, DeletePod)
+    ] == ["d0"]
+
+
 def test_a_rollback_keeps_the_standby_of_the_revision_left_until_it_is_replaced() -> None:
     # Mid-rollout OLD -> NEW, the user rolls back: OLD's pods were made days ago, but the NEW
     # standby left behind is kept from now on, not deleted at once with nothing loaded in its place.

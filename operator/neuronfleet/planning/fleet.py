@@ -648,16 +648,13 @@ def plan_fleet(
         loading_old = sorted((pod for pod in old_warm if not pod.ready), key=_progress, reverse=True) if held else []
         old_warm_kept = (standby + loading_old)[:room]
         for pod in old_warm_kept:
-            if not held and pod.kept_since is None:
-                stamps.append(
-                    Relabel(
-                        pod.name,
-                        "warm",
-                        "warm",
-                        "kept as standby until new pods are loaded or the progress deadline",
-                        kept_since=now,
-                    )
-                )
+            # A stamp in the future (a skewed clock, a hand-written value) would keep the pod past
+            # the deadline by as much: it is written again as now.
+            if not held and (pod.kept_since is None or pod.kept_since > now):
+                why = "kept as standby until new pods are loaded or the progress deadline"
+                if pod.kept_since is not None:
+                    why += f" (its stamp {pod.kept_since.isoformat()} was in the future)"
+                stamps.append(Relabel(pod.name, "warm", "warm", why, kept_since=now))
             elif held and pod.kept_since is not None:
                 stamps.append(Relabel(pod.name, "warm", "warm", "new pods are held: the standby's deadline waits"))
     rest = [pod for pod in current if pod not in active_set]
@@ -715,10 +712,14 @@ def plan_fleet(
 
     # Draining pods: delete once drained or once the grace period has passed.
     for pod in draining:
-        if pod.drain_started_at is None:
-            demotions.append(
-                Relabel(pod.name, "draining", "draining", "drain start was not recorded", drain_started_at=now)
+        if pod.drain_started_at is None or pod.drain_started_at > now:
+            # In the future (a skewed clock, a hand-written value), it would delay the deletion by as much.
+            why = (
+                "drain start was not recorded"
+                if pod.drain_started_at is None
+                else f"drain start {pod.drain_started_at.isoformat()} was in the future"
             )
+            demotions.append(Relabel(pod.name, "draining", "draining", why, drain_started_at=now))
             continue
         elapsed = (now - pod.drain_started_at).total_seconds()
         if pod.in_flight == 0 and elapsed >= policy.min_drain_seconds:
