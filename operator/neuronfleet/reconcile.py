@@ -594,8 +594,8 @@ class Reconciler:
                 else:
                     errors.append(_call_error(exc))
                 break
-            if result == "applied":
-                events.append(describe_action(action))
+            if result == "applied" and (event := describe_action(action)) is not None:
+                events.append(event)
         try:
             for obj in (build_service(dep), build_pdb(dep, plan.inputs.fleet.desired_active)):
                 kind, name = obj["kind"], obj["metadata"]["name"]

@@ -431,9 +431,9 @@ def test_a_flapping_new_active_does_not_keep_the_old_standby_past_its_deadline()
     kept = pod("o-w", "warm", kept_since=NOW - timedelta(minutes=30))
     plan = plan_fleet("bert", rollout, [flapped, crashing, kept], NOW, policy)
     assert [(a.kind, a.name) for a in plan.actions] == [("delete-pod", "o-w")]
-    assert describe_action(plan.actions[0]).message == (
-        "deleted pod o-w: new revision: old standby kept for the progress deadline (600s)"
-    )
+    event = describe_action(plan.actions[0])
+    assert event is not None
+    assert event.message == "deleted pod o-w: new revision: old standby kept for the progress deadline (600s)"
 
 
 def test_a_pod_current_again_loses_its_standby_stamp() -> None:
@@ -802,13 +802,36 @@ def test_policy_from_the_spec() -> None:
 
 def test_every_action_has_an_event_description() -> None:
     plan = plan_fleet("bert", target(1, placeholders=1), [pod("a0"), pod("a1"), pod("a2", phase="Failed")], NOW)
-    described = [(e.reason, e.message) for e in map(describe_action, plan.actions)]
+    described = [(e.reason, e.message) for e in map(describe_action, plan.actions) if e is not None]
+    assert len(described) == len(plan.actions)
     # Equal pods drain in name order: a0 goes, a1 stays.
     assert ("Draining", "a0: active -> draining (scale-down: draining)") in described
     assert ("DeletedPod", "deleted pod a2: replacing: pod phase Failed") in described
     assert any(reason == "CreatedPlaceholder" for reason, _ in described)
     demote = Relabel("a1", "warm", "active", "demoted into the warm pool")
-    assert describe_action(demote).reason == "Demoted"  # the one name, as the operator posts it
+    event = describe_action(demote)
+    assert event is not None and event.reason == "Demoted"  # the one name, as the operator posts it
+
+
+def test_a_relabel_that_keeps_the_role_posts_no_event() -> None:
+    # The kept standby's stamp, its removal (current again, or creations held) and a drain start
+    # recorded again change no pod's part: posted, they read as Demoted "warm -> warm" or Draining,
+    # which troubleshooting.md defines as an active going back to the pool or leaving the Service.
+    stamp = plan_fleet("bert", target(1, warm=1, artifact=NEW), [pod("o-a"), pod("o-w", "warm")], NOW).actions
+    current_again = plan_fleet(
+        "bert", target(1, warm=1), [pod("a0"), pod("w0", "warm", kept_since=NOW - timedelta(hours=2))], NOW
+    ).actions
+    held = replace(target(1, warm=1, artifact=NEW), hold_creations="held")
+    clear = plan_fleet("bert", held, [pod("o-a"), pod("o-w", "warm", kept_since=NOW)], NOW).actions
+    redrain = plan_fleet("bert", target(1), [pod("a0"), pod("d0", "draining")], NOW).actions
+    same_role = [a for a in (*stamp, *current_again, *clear, *redrain) if isinstance(a, Relabel)]
+    assert [(a.name, a.previous_role, a.role) for a in same_role] == [
+        ("o-w", "warm", "warm"),
+        ("w0", "warm", "warm"),
+        ("o-w", "warm", "warm"),
+        ("d0", "draining", "draining"),
+    ]
+    assert [describe_action(a) for a in same_role] == [None] * 4
 
 
 def test_rollout_that_does_not_progress_is_reported_stalled() -> None:

@@ -487,8 +487,11 @@ def _problem_of(pod: PodView, now: datetime, policy: FleetPolicy) -> PodProblem 
     return None
 
 
-def describe_action(action: Action) -> Event:
-    """The Event recording ``action`` (one per action applied)."""
+def describe_action(action: Action) -> Event | None:
+    """The Event recording ``action`` (one per action applied), or None for a relabel that keeps the
+    role (the kept standby's stamp or its removal, a drain start recorded again): it changes no
+    pod's part in the fleet, and posted as ``Demoted`` or ``Draining`` it would say one did. The
+    status counts the kept standby, and its release is a ``DeletedPod`` that says why."""
     if isinstance(action, CreatePod):
         return Event(
             "Normal",
@@ -498,6 +501,8 @@ def describe_action(action: Action) -> Event:
     if isinstance(action, CreatePlaceholder):
         return Event("Normal", Reason.CREATED_PLACEHOLDER, f"created node placeholder {action.name}")
     if isinstance(action, Relabel):
+        if action.role == action.previous_role:
+            return None
         reason = {"active": Reason.PROMOTED, "warm": Reason.DEMOTED}.get(action.role, Reason.DRAINING)
         return Event("Normal", reason, f"{action.name}: {action.previous_role} -> {action.role} ({action.reason})")
     if isinstance(action, DeletePlaceholder):

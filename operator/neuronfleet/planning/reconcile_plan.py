@@ -630,5 +630,5 @@ def status_events(
 
 
 def action_events(actions: tuple[Action, ...]) -> list[Event]:
-    """One Event per fleet action applied."""
-    return [describe_action(action) for action in actions]
+    """One Event per fleet action applied that changes a pod's part (see :func:`describe_action`)."""
+    return [event for action in actions if (event := describe_action(action)) is not None]
