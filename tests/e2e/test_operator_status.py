@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 from kubernetes_asyncio import client as k8s
 from operator_harness import OperatorHarness, example, ready
@@ -169,6 +170,9 @@ async def test_an_unreadable_s3_source_is_reported_and_no_job_started(
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    # boto3's default session keeps the credentials it found for the process: an earlier test's
+    # (moto's) would still sign, and the refused connection would read as StoreUnavailable.
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
     manifest = harness.localize(manual("from-s3"), namespace=NS)
     manifest["spec"]["model"]["source"] = "s3://acme-models/bert/"
     await harness.apply(manifest)
