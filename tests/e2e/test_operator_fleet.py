@@ -332,3 +332,15 @@ async def test_a_rollout_whose_new_pods_are_refused_stamps_and_releases_the_old_
         )
     finally:
         harness.cluster.store.listeners.remove(watch_stamp)
+
+    # Released for the deadline, not deleted for another reason (a scale-down, the rollout's end):
+    # its Event is posted once the reconcile that deleted it ends.
+    def deletions() -> list[str]:
+        return [
+            e["message"]
+            for e in harness.cluster.list("events", NS)
+            if e.get("reason") == "DeletedPod" and old_warm in e.get("message", "")
+        ]
+
+    await harness.wait(lambda: bool(deletions()), timeout=60, what=f"DeletedPod Event for {old_warm}")
+    assert any("kept for the progress deadline (60s)" in m for m in deletions()), deletions()
