@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import boto3
@@ -15,18 +14,6 @@ from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION
 from neuronfleet.planning.status import KEPT_PLACEMENT_NOTE
 
 NS = "status"
-#: Where boto3 looks for credentials before the files (unset, with the files and IMDS turned off:
-#: none found).
-CREDENTIAL_VARIABLES = (
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_PROFILE",
-    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-    "AWS_WEB_IDENTITY_TOKEN_FILE",
-    "AWS_ROLE_ARN",
-)
 
 
 def events_for(harness: OperatorHarness, name: str, reason: str | None = None) -> list[dict[str, Any]]:
@@ -160,14 +147,10 @@ async def test_a_corrupted_kopf_annotation_is_reported_and_the_deployment_served
 
 
 async def test_an_unreadable_s3_source_is_reported_and_no_job_started(
-    harness: OperatorHarness, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    harness: OperatorHarness, aws_env: pytest.MonkeyPatch
 ) -> None:
     # No credentials anywhere (a refused connection is not this: S3 may answer in a moment).
-    for key in CREDENTIAL_VARIABLES:
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch = aws_env
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     # boto3's default session keeps the credentials it found for the process: an earlier test's

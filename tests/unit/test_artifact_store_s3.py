@@ -33,18 +33,6 @@ from neuronfleet.planning.compile import CompileRequest, DanglingRecord, StoredA
 from neuronserve.manifest import RequestRecord, manifest_sha256, request_record_path
 
 MODELS = "fingerprint-models"
-#: Where boto3 looks for credentials before the files (unset, with the files and IMDS turned off:
-#: none found).
-CREDENTIAL_VARIABLES = (
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_PROFILE",
-    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-    "AWS_WEB_IDENTITY_TOKEN_FILE",
-    "AWS_ROLE_ARN",
-)
 
 
 @pytest.fixture(scope="module")
@@ -145,13 +133,8 @@ def test_s3_not_answering_now_is_not_an_unreadable_source(s3: Any, unreachable: 
             ArtifactStore(client).fingerprint(f"s3://{MODELS}/bert")
 
 
-def test_no_credentials_is_an_unreadable_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_credentials_is_an_unreadable_source(aws_env: pytest.MonkeyPatch) -> None:
     # Nothing to retry until the configuration changes: a compile Job could not read it either.
-    for key in CREDENTIAL_VARIABLES:
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     client = boto3.Session().client("s3", region_name="us-east-1", endpoint_url="http://127.0.0.1:9")
     with pytest.raises(SourceUnreadable, match="credentials"):
         ArtifactStore(client).fingerprint(f"s3://{MODELS}/bert")
