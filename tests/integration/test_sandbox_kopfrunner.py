@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
+import pytest
 from kopf.testing import KopfRunner
 
 from neuronfleet.sandbox import ThreadedSandboxCluster
@@ -23,9 +25,12 @@ def created(patch, **_):
 
 
 def test_kopf_runner_against_the_threaded_cluster(
-    threaded_sandbox_cluster: ThreadedSandboxCluster, tmp_path: Path
+    threaded_sandbox_cluster: ThreadedSandboxCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    operator = tmp_path / "operator.py"
+    # `kopf run FILE` puts the file's folder on sys.path for good: named operator.py it shadowed the
+    # standard library's operator module in every later child process given this sys.path.
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    operator = tmp_path / "sandbox_handlers.py"
     operator.write_text(OPERATOR.format(url=threaded_sandbox_cluster.url))
     body = {"metadata": {"name": "bert"}, "spec": {"model": {"source": "s3://acme-models/bert/"}}}
     group = "serving.neuronfleet.dev"
