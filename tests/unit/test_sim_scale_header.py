@@ -53,3 +53,26 @@ def test_help_says_what_peak_replicas_sizes(capsys: pytest.CaptureFixture[str]) 
         in text
     )
     assert "the header prints the clairvoyant oracle's" in text
+
+
+def test_an_in_sample_run_says_every_policy_starts_cold_with_the_oracles_first_minute_fleet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The first example of --help (in-sample on the conv trace) read ours at 92.9 % against static's
+    # 100 %, most of the gap in the first cold start, and nothing in the output said why.
+    out = tmp_path / "out"
+    args = ["--trace", str(llm_trace(tmp_path / "t.csv")), *QUICK, "--out", str(out)]
+    assert run_cli(args) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    start = json.loads((out / "simulate.json").read_text())["profiles"]["bert-base"]["start_replicas"]
+    assert f"in-sample from a cold start: every policy starts with the same {start} replicas ready" in text
+    assert "--history-pass starts them as in steady operation" in text
+
+
+@pytest.mark.parametrize("option", [["--history-pass"], ["--tune-fraction", "0.5"]])
+def test_runs_starting_from_history_do_not_say_they_start_cold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: list[str]
+) -> None:
+    trace = llm_trace(tmp_path / "t.csv", seconds=1200)
+    assert run_cli(["--trace", str(trace), *QUICK, *option, "--out", str(tmp_path / "out")]) == 0
+    assert "from a cold start" not in capsys.readouterr().out
