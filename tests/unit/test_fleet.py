@@ -18,6 +18,7 @@ from neuronfleet.planning.fleet import (
     FleetTarget,
     PodView,
     Relabel,
+    RolloutRecord,
     apply_actions,
     describe_action,
     plan_fleet,
@@ -309,7 +310,8 @@ def test_the_old_standby_goes_once_the_rollout_is_past_its_progress_deadline() -
     within = plan_fleet("bert", rollout, pods, NOW, policy)
     assert within.actions == () and within.summary.kept_outdated_warm == 1
     later = NOW + timedelta(minutes=21)  # kept for 31 minutes
-    past = plan_fleet("bert", rollout, pods, later, policy)
+    began = RolloutRecord(FleetRevision(NEW, TEMPLATE).key, NOW - timedelta(minutes=40))
+    past = plan_fleet("bert", rollout, pods, later, policy, rollout=began)
     assert past.summary.rollout_stalled(later, 1800)
     assert [(a.kind, a.name) for a in past.actions] == [("delete-pod", "o-w")]
 
@@ -844,6 +846,64 @@ def test_rollout_that_does_not_progress_is_reported_stalled() -> None:
     assert not done.rollout_stalled(NOW + timedelta(days=1), 1800)
 
 
+NEW_KEY = FleetRevision(NEW, TEMPLATE).key
+
+
+def test_the_rollout_record_is_kept_for_its_target_made_for_a_new_one_and_dropped_when_done() -> None:
+    # As a Deployment's Progressing condition: the start is recorded once (the operator writes it to
+    # status.rollout and passes it back) and kept while the rollout to that target goes on.
+    rolling = [pod("old0"), pod("new0", "warm", artifact=NEW, ready=False, created_at=NOW - timedelta(hours=2))]
+    first = plan_fleet("bert", target(1, artifact=NEW), rolling, NOW).summary
+    # No record read (a first reconcile, or an operator upgraded from one that kept none): it begins now,
+    # not when the new pod was created.
+    assert first.rollout == RolloutRecord(NEW_KEY, NOW)
+    later = NOW + timedelta(minutes=10)
+    steady = plan_fleet("bert", target(1, artifact=NEW), rolling, later, rollout=first.rollout).summary
+    assert steady.rollout == first.rollout  # the same value: nothing to write on this reconcile
+    # Another target (a record of a rollout to OLD, e.g. before the spec moved on): a new start.
+    other = RolloutRecord(FleetRevision(OLD, TEMPLATE).key, NOW - timedelta(hours=1))
+    assert plan_fleet("bert", target(1, artifact=NEW), rolling, later, rollout=other).summary.rollout == (
+        RolloutRecord(NEW_KEY, later)
+    )
+    # A start in the future (a skewed clock, a hand-written value) is made now.
+    ahead = RolloutRecord(NEW_KEY, later + timedelta(hours=1))
+    assert plan_fleet("bert", target(1, artifact=NEW), rolling, later, rollout=ahead).summary.rollout == (
+        RolloutRecord(NEW_KEY, later)
+    )
+    # Done (no outdated active or warm pod left): no record.
+    done = plan_fleet("bert", target(1, artifact=NEW), [pod("new0", artifact=NEW)], later, rollout=first.rollout)
+    assert done.summary.rollout is None and done.summary.rollout_started_at is None
+    # A republished manifest (same revision id, another sha256) is another target.
+    pinned = replace(NEW, sha256="e" * 64)
+    assert FleetRevision(pinned, TEMPLATE).key != NEW_KEY
+
+
+def test_a_rollout_with_no_new_pod_is_stalled_once_past_the_deadline_from_its_recorded_start() -> None:
+    # Every creation refused (a quota the old pods fill) or held: no pod of the new revision exists,
+    # and the rollout is stalled all the same once its recorded start is past the deadline.
+    pods = [pod("old0"), pod("old1", "warm")]
+    began = RolloutRecord(NEW_KEY, NOW - timedelta(minutes=30))
+    summary = plan_fleet("bert", target(1, warm=1, artifact=NEW), pods, NOW, rollout=began).summary
+    assert summary.rollout == began and not summary.rollout_stalled(NOW, 1800)
+    assert summary.rollout_stalled(NOW + timedelta(seconds=1), 1800)
+    held = replace(target(1, warm=1, artifact=NEW), hold_creations="the artifact is gone from the store")
+    summary = plan_fleet("bert", held, pods, NOW + timedelta(seconds=1), rollout=began).summary
+    assert summary.rollout == began and summary.rollout_stalled(NOW + timedelta(seconds=1), 1800)
+
+
+def test_a_rollback_counts_from_its_own_start_not_from_pods_ready_long_ago() -> None:
+    # The old standby, made and ready hours ago, is current again: readiness from before the
+    # rollout began is no progress, and the rollout back is not stalled until a deadline after it.
+    standby = pod("old-w", "warm", created_at=NOW - timedelta(hours=6), ready_at=NOW - timedelta(hours=6))
+    pods = [pod("new0", artifact=NEW), pod("new1", artifact=NEW), standby]
+    back = plan_fleet("bert", target(2, warm=1), pods, NOW, rollout=RolloutRecord(NEW_KEY, NOW - timedelta(hours=1)))
+    summary = back.summary
+    assert summary.rollout == RolloutRecord(FleetRevision(OLD, TEMPLATE).key, NOW)
+    assert summary.rollout_progressed_at == NOW
+    assert not summary.rollout_stalled(NOW + timedelta(seconds=1800), 1800)
+    assert summary.rollout_stalled(NOW + timedelta(seconds=1801), 1800)
+
+
 def test_summary_counts_serving_pods_without_a_node() -> None:
     pods = [pod("a0"), pod("a1", ready=False, node=None), PodView("ph0", "placeholder", template=TEMPLATE)]
     assert plan_fleet("bert", target(2, placeholders=1), pods, NOW).summary.unbound == 1
@@ -874,7 +934,8 @@ def test_a_slow_rollout_that_keeps_progressing_is_not_stalled() -> None:
         pod("new0", artifact=NEW, created_at=NOW - timedelta(minutes=40), ready_at=NOW - timedelta(minutes=10)),
         pod("new1", "warm", artifact=NEW, ready=False, created_at=NOW - timedelta(minutes=9)),
     ]
-    summary = plan_fleet("bert", target(3, artifact=NEW), pods, NOW).summary
+    began = RolloutRecord(FleetRevision(NEW, TEMPLATE).key, NOW - timedelta(minutes=40))
+    summary = plan_fleet("bert", target(3, artifact=NEW), pods, NOW, rollout=began).summary
     assert summary.rolling_out and summary.rollout_started_at == NOW - timedelta(minutes=40)
     assert not summary.rollout_stalled(NOW, 1800)
     assert not summary.rollout_stalled(NOW + timedelta(minutes=20), 1800)

@@ -41,6 +41,7 @@ from neuronfleet.planning.reconcile_plan import (
     StartCompileJob,
     decide_targets,
     plan_reconcile,
+    status_after_apply,
     status_events,
 )
 from neuronfleet.planning.signals import MetricSnapshot
@@ -331,9 +332,14 @@ def test_durable_memory_reads_only_its_fields_and_tolerates_garbage() -> None:
             "artifact": {"uri": 3},
             "conditions": [1, {"type": "Ready"}],
             "ignoredReplicas": -1,
+            "rollout": {"target": "d690df74", "startedAt": "yesterday"},
         }
     )
     assert memory == StatusMemory(conditions=({"type": "Ready"},))
+    assert StatusMemory.from_status({"rollout": {"startedAt": "2026-11-30T12:00:00Z"}}).rollout is None
+    # A time without a zone (written by hand) is read as UTC.
+    rollout = StatusMemory.from_status({"rollout": {"target": "d690df74", "startedAt": "2026-11-30T12:00:00"}}).rollout
+    assert rollout is not None and (rollout.target, rollout.started_at) == ("d690df74", T0)
 
 
 def test_a_stale_body_is_read_as_the_status_last_written() -> None:
@@ -1147,3 +1153,135 @@ def test_placeholders_stay_while_a_compile_job_runs_whatever_the_source_listing_
     refused = replace(running, pod_refused=Refusal(Reason.SERVICE_ACCOUNT_MISSING, "no account"))
     result = plan(dep, Observation(T0 + timedelta(seconds=150), pods=pods, compile=refused), memory, status)
     assert sorted(type(a).__name__ for a in result.actions) == ["DeletePlaceholder", "DeletePlaceholder"]
+
+
+# ---------------------------------------------------------------------------- RolloutStalled's clock
+
+E_ARTIFACT = StoredArtifact("e" * 64, "/store/eeee", "f" * 64, "cpu")
+STALLED = "has not become ready within the progress deadline"
+
+
+def degraded_message(status: dict[str, Any]) -> str:
+    return str(condition_of(status, "Degraded").get("message") or "")
+
+
+def test_a_rollout_whose_new_pods_are_all_refused_is_stalled_after_the_progress_deadline() -> None:
+    # Regression: with no pod of the new revision ever created (a quota the old pods fill refuses
+    # every one), the rollout had no start and was never reported stalled, however long it lasted.
+    dep = deployment(**MANUAL)  # progressDeadlineSeconds: 1800 (the default)
+    steady, pods, _ = rounds(dep, compiled(dep), (), DeploymentMemory(), {})
+    memory, status = steady.memory, steady.status
+    new = compiled(dep, stored=E_ARTIFACT)
+    start = T0 + timedelta(hours=3)
+    refusal = Refusal(Reason.POD_CREATION_REFUSED, 'pods "x" is forbidden: exceeded quota: pods')
+    said = {}
+    for seconds in (0, 15, 600, 1200, 1800, 1801, 1900):
+        observation = Observation(start + timedelta(seconds=seconds), pods=pods, compile=new)
+        result = plan(dep, observation, memory, status)
+        assert any(isinstance(a, CreatePod) for a in result.actions)  # each refused: nothing changes
+        status, memory = status_after_apply(result, dep, StatusMemory.from_status(status), (refusal,), (), observation)
+        said[seconds] = STALLED in degraded_message(status)
+    assert said == {0: False, 15: False, 600: False, 1200: False, 1800: False, 1801: True, 1900: True}
+    assert condition_of(status, "Degraded")["reason"] == "PodCreationRefused"  # the first trouble said
+
+
+def test_a_rollback_to_pods_made_long_ago_is_not_stalled_at_once() -> None:
+    # Regression: a spec reverted to the revision whose old standby the rollout kept has "current"
+    # pods created and ready hours ago: the rollout back read as past its deadline on its first
+    # reconcile (Degraded RolloutStalled, a Warning Event) although it had just begun.
+    dep = deployment(**{**MANUAL, "warmPool": {"mode": "Fixed", "pods": 1, "nodePlaceholders": 0}})
+    steady, pods, _ = rounds(dep, compiled(dep), (), DeploymentMemory(), {})
+    (old_warm,) = [p for p in pods if p.role == "warm"]
+    rolled = T0 + timedelta(hours=5)
+    new_pod = PodView(
+        "bert-new",
+        "active",
+        revision="eeeeeeeeee",
+        template="t" * 10,
+        phase="Running",
+        ready=True,
+        created_at=rolled,
+        ready_at=rolled + timedelta(minutes=5),
+        node="n2",
+        artifact_sha256="f" * 64,
+    )
+    loading = replace(new_pod, name="bert-new-w", role="warm", ready=False, ready_at=None)
+    # Rolled out to the new revision, whose warm pod is still loading: the old one is kept as standby.
+    on_new = (new_pod, replace(new_pod, name="bert-new-1"), loading, old_warm)
+    during = plan(
+        dep,
+        Observation(rolled + timedelta(minutes=10), pods=on_new, compile=compiled(dep, stored=E_ARTIFACT)),
+        steady.memory,
+        steady.status,
+    )
+    assert STALLED not in degraded_message(during.status)
+    # The spec goes back: the old standby (made hours ago) is current again, the new pods outdated.
+    back = plan(
+        dep,
+        Observation(rolled + timedelta(minutes=11), pods=on_new, compile=compiled(dep)),
+        during.memory,
+        during.status,
+    )
+    assert any(isinstance(a, Relabel) for a in back.actions)  # rolling back: the old pod is promoted
+    assert STALLED not in degraded_message(back.status), degraded_message(back.status)
+
+
+def test_the_rollout_start_is_written_once_kept_while_it_lasts_and_removed_when_it_ends() -> None:
+    dep = deployment(**MANUAL)
+    steady, pods, _ = rounds(dep, compiled(dep), (), DeploymentMemory(), {})
+    assert "rollout" not in steady.status
+    new = compiled(dep, stored=E_ARTIFACT)
+    start = T0 + timedelta(hours=1, microseconds=250_000)
+    first = plan(dep, Observation(start, pods=pods, compile=new), steady.memory, steady.status)
+    target = first.status["rollout"]["target"]
+    assert first.status["rollout"] == {"target": target, "startedAt": "2026-11-30T13:00:00Z"}
+    assert any(p.name.startswith(f"{dep.name}-{target}-") for p in apply_actions(pods, first.actions, start))
+    # The new pods load (not ready yet): reconciles meanwhile write nothing.
+    loading = tuple(apply_actions(list(pods), first.actions, start))
+    later = plan(dep, Observation(start + timedelta(seconds=30), pods=loading, compile=new), first.memory, first.status)
+    assert later.actions == ()
+    again = plan(dep, Observation(start + timedelta(seconds=45), pods=loading, compile=new), later.memory, later.status)
+    assert later.status["rollout"] == first.status["rollout"]
+    assert status_patch(later.status, again.status) is None
+    # The new pods load; the rollout goes on with the same start until it completes, when the section
+    # goes (an explicit null in the patch).
+    now = start + timedelta(minutes=5)
+    pods = tuple(replace(p, ready=True, phase="Running", node="n1", ready_at=now) for p in loading)
+    result, written, patches = again, [], []
+    while result.actions or "rollout" in result.status:
+        assert len(written) < 10, "the rollout did not complete"
+        now += timedelta(seconds=10)
+        before = result.status
+        result = plan(dep, Observation(now, pods=pods, compile=new), result.memory, before)
+        written.append(result.status.get("rollout"))
+        patches.append(status_patch(before, result.status) or {})
+        after = apply_actions(list(pods), result.actions, now)
+        pods = tuple(replace(p, ready=True, phase="Running", node="n1", in_flight=0) for p in after)
+    ended = written.index(None)
+    assert ended > 0 and written == [first.status["rollout"]] * ended + [None] * (len(written) - ended)
+    assert patches[ended]["rollout"] is None
+    assert all("rollout" not in patch for patch in patches[:ended] + patches[ended + 1 :])
+    assert {p.revision for p in pods} == {"eeeeeeeeee"}
+
+
+def test_an_operator_upgraded_mid_rollout_starts_the_rollouts_clock_at_its_first_reconcile() -> None:
+    # A status written before status.rollout existed: the pods' times are not trusted (they would
+    # make a rollback stalled at once); the first reconcile is the start, so a rollout stalled for
+    # hours is reported one progress deadline after the upgrade, and never falsely at once.
+    dep = deployment(**MANUAL)
+    steady, pods, _ = rounds(dep, compiled(dep), (), DeploymentMemory(), {})
+    new = compiled(dep, stored=E_ARTIFACT)
+    began = T0 + timedelta(hours=1)
+    first = plan(dep, Observation(began, pods=pods, compile=new), steady.memory, steady.status)
+    stuck = tuple(apply_actions(list(pods), first.actions, began))  # the new pods never load
+    upgraded = began + timedelta(hours=2)
+    old_status = {key: value for key, value in first.status.items() if key != "rollout"}
+    result = plan(dep, Observation(upgraded, pods=stuck, compile=new), DeploymentMemory(), old_status)
+    assert result.status["rollout"]["startedAt"] == "2026-11-30T15:00:00Z"
+    assert STALLED not in degraded_message(result.status)
+    memory, status = result.memory, result.status
+    for seconds, stalled in ((1800, False), (1801, True)):
+        result = plan(dep, Observation(upgraded + timedelta(seconds=seconds), pods=stuck, compile=new), memory, status)
+        assert (STALLED in degraded_message(result.status)) is stalled, seconds
+        assert result.status["rollout"] == status["rollout"]
+        memory, status = result.memory, result.status

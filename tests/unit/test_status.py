@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from neuronfleet.api.v1alpha1 import Condition, InferenceDeploymentStatus
 from neuronfleet.planning.compile import CompileDecision, StoredArtifact
-from neuronfleet.planning.fleet import FleetSummary, FleetTarget, PodProblem, PodView, plan_fleet
+from neuronfleet.planning.fleet import FleetSummary, FleetTarget, PodProblem, PodView, RolloutRecord, plan_fleet
 from neuronfleet.planning.labels import ArtifactRevision
 from neuronfleet.planning.placement import ReplicaNeeds, plan_placement
 from neuronfleet.planning.reasons import Reason
@@ -453,6 +453,17 @@ def test_pods_held_by_the_fleet_plan_are_said_where_the_capacity_is_short() -> N
     # Nothing held: the messages are as ever.
     plain = by_type(compute_conditions(inputs(fleet=short, compile=gone)))
     assert plain["Available"].message == "1/2 active replicas ready"
+
+
+def test_the_rollout_section_is_the_record_the_fleet_plan_returns() -> None:
+    # Written to the second (as Kubernetes writes times) and read back by the next reconcile's plan:
+    # the same record writes the same section, so a rollout that does not progress writes nothing.
+    record = RolloutRecord("d690df74", T0 + timedelta(microseconds=900_000))
+    rolling = replace(SERVING, outdated=1, rollout=record)
+    status = build_status("bert", inputs(fleet=rolling), [], T1)
+    assert status["rollout"] == {"target": "d690df74", "startedAt": "2026-11-30T12:00:00Z"}
+    assert status_patch(status, build_status("bert", inputs(fleet=rolling), status["conditions"], T1)) is None
+    assert "rollout" not in build_status("bert", inputs(), [], T1)
 
 
 def test_a_stalled_rollout_whose_actives_are_all_current_says_only_the_pool_is_behind() -> None:

@@ -925,9 +925,11 @@ class RolloutSpec(ApiModel):
         default=1800,
         ge=60,
         le=86400,
-        description="A rollout in which no new pod has become ready for this long is reported as Degraded "
-        "(RolloutStalled). Each warm pod of the old revision kept as standby until new ones are loaded is "
-        "released once it has been kept this long (from its serving.neuronfleet.dev/kept-since annotation).",
+        description="A rollout in which no new pod has become ready for this long (counted from the rollout's "
+        "start, status.rollout.startedAt, until one has) is reported as Degraded (RolloutStalled), also when no "
+        "new pod could be created at all. Each warm pod of the old revision kept as standby until new ones are "
+        "loaded is released once it has been kept this long (from its serving.neuronfleet.dev/kept-since "
+        "annotation).",
     )
 
 
@@ -1163,6 +1165,21 @@ class CompileFailureStatus(ApiModel):
     message: str = Field(default="", description="Why it failed (the Job's reason, the compile's last words).")
 
 
+class RolloutStatus(ApiModel):
+    """The rollout in progress: which revision it rolls out and since when."""
+
+    target: str = Field(
+        description="The revision rolled out to: the 8 hex digits naming its pods (<name>-<target>-<slot>), a "
+        "digest of the artifact revision, its manifest sha256 and the pod template."
+    )
+    started_at: str = Field(
+        description="When the operator first saw pods of an earlier revision or template to replace with this "
+        "target (RFC 3339). The progress deadline (spec.rollout.progressDeadlineSeconds) counts from here, or "
+        "from the last pod of the target that became ready since; a rollout to another target (a rollback "
+        "included) starts again."
+    )
+
+
 class InferenceDeploymentStatus(ApiModel):
     """Observed state of an InferenceDeployment, written by the operator."""
 
@@ -1213,6 +1230,11 @@ class InferenceDeploymentStatus(ApiModel):
     warm_pool: WarmPoolStatus | None = Field(default=None, description="Warm-pool sizing.")
     autoscaler: AutoscalerStatus | None = Field(
         default=None, description="What the autoscaler has learned; absent until it has measured a service rate."
+    )
+    rollout: RolloutStatus | None = Field(
+        default=None,
+        description="The rollout in progress (pods of an earlier revision or template still serve or stand by); "
+        "absent when none is. Kept as it is while the spec fits no allowed instance type.",
     )
     last_scale_time: str | None = Field(
         default=None, description="When the desired active replicas (desiredReplicas) last changed (RFC 3339)."

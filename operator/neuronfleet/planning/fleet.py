@@ -55,8 +55,8 @@ Rules (DESIGN.md, fleet model):
   annotation, ``PodView.kept_since``), and it goes once kept for ``progress_deadline_seconds``,
   since a new pod that never loads (unschedulable because the old pod holds the only spare node,
   crash-looping, its creation refused) would keep it for ever. Its own clock rather than the
-  rollout's: a rollout whose creations are refused has no new pod to start one, a rollback's pods
-  were made long ago, and a new pod's readiness flapping would restart it. A pod current again (a
+  rollout's progress: a new pod's readiness flapping would restart that one, and a hold of
+  creations stops this one (below). A pod current again (a
   rollback) has its stamp removed; any other relabel (a promotion) removes it too, and so does a
   hold of creations (nothing could replace the pod meanwhile: it gets the whole deadline after). An
   unschedulable pod alone releases none: a node autoscaler usually adds a node for it, and that
@@ -66,6 +66,16 @@ Rules (DESIGN.md, fleet model):
   never beyond ``target.active``. Outdated warm pods still loading are deleted at once (they are
   no standby yet). The serving pods (draining ones aside) so stay within ``target.active +
   target.warm`` plus the current pods loading (which ``max_surge`` paces).
+- The rollout's clock (RolloutStalled, :func:`rollout_past_deadline`): a rollout is in progress
+  while serving pods (active or warm) of another revision or template than the target's remain.
+  When it began is recorded (``rollout``: a :class:`RolloutRecord`, which the operator keeps in
+  ``status.rollout`` and passes back) as a Deployment's Progressing condition keeps its time: the
+  record read back is kept while the rollout goes on to the same target, made anew at ``now`` when
+  the target differs (or none was read: see :func:`plan_fleet`), and dropped once no rollout is in
+  progress; the summary returns the record to write. Counting from the record, not from the
+  current pods' creation, a rollout whose new pods are never created (refused, held) still has a
+  start, and a rollback to pods made long ago starts when the spec went back. It has progressed
+  when a current pod became ready after that start.
 - Failed or succeeded pods and pods whose node is gone are deleted (the latter with grace 0: no
   kubelet is left to confirm) and replaced. Pods being deleted count for nothing but keep their
   names.
@@ -198,6 +208,16 @@ def zone_aware_drain_order(pods: Sequence[PodView], active: Sequence[PodView], n
     by_name = {pod.name: pod for pod in pods}
     others = [_info(a) for a in active if a.name not in by_name]
     return [by_name[p.name] for p in drain_order([_info(p) for p in pods], None, others)]
+
+
+@dataclass(frozen=True)
+class RolloutRecord:
+    """When the rollout to one target began, carried from one plan to the next (``status.rollout``)."""
+
+    #: The target's :attr:`FleetRevision.key` (its artifact revision, pinned manifest and template:
+    #: what makes a pod current), so that a record of a rollout to another target is not resumed.
+    target: str
+    started_at: datetime
 
 
 @dataclass(frozen=True)
@@ -359,10 +379,11 @@ class FleetSummary:
     placeholders_bound: int = 0
     #: ... of them, those the plan keeps (None: as many; a surplus or replaced one is deleted).
     placeholders_kept_bound: int | None = None
-    #: During a rollout: when the oldest pod of the current revision was created.
-    rollout_started_at: datetime | None = None
-    #: During a rollout: when it last progressed (a pod of the current revision became ready), or
-    #: its start when none has yet.
+    #: During a rollout: its target and when it began (the record to write back; None: no rollout
+    #: is in progress).
+    rollout: RolloutRecord | None = None
+    #: During a rollout: when it last progressed (a pod of the current revision became ready after
+    #: the rollout began), or its start when none has yet.
     rollout_progressed_at: datetime | None = None
     #: Serving pods the plan would have created as active / warm but holds, and why
     #: (:attr:`FleetTarget.hold_creations`).
@@ -402,6 +423,11 @@ class FleetSummary:
         return self.revision_known and self.outdated_active > 0
 
     @property
+    def rollout_started_at(self) -> datetime | None:
+        """When the rollout in progress began (None: none is)."""
+        return self.rollout.started_at if self.rollout is not None else None
+
+    @property
     def pool_ready(self) -> int:
         """Ready current warm pods after the plan (see :attr:`standby_ready`)."""
         return self.warm_ready if self.standby_ready is None else self.standby_ready
@@ -428,7 +454,8 @@ def rollout_past_deadline(
     started_at: datetime | None, progressed_at: datetime | None, now: datetime, deadline_seconds: float
 ) -> bool:
     """The one stall rule: no pod of the new revision became ready within ``deadline_seconds`` of
-    the last that did (or of the rollout's start); a slow rollout (a small maxSurge over a large
+    the last that did since the rollout began (or of its start, :class:`RolloutRecord`, when none
+    has: a rollout whose new pods are never created is stalled too); a slow rollout (a small maxSurge over a large
     fleet) that keeps progressing is not stalled. RolloutStalled reports it; the old standby a
     rollout keeps has its own clock (``PodView.kept_since``), not this one."""
     since = progressed_at or started_at
@@ -517,10 +544,15 @@ def plan_fleet(
     now: datetime,
     policy: FleetPolicy | None = None,
     taken_names: Iterable[str] = (),
+    rollout: RolloutRecord | None = None,
 ) -> FleetPlan:
     """The actions that move the observed ``pods`` towards ``target`` (see the module docstring).
 
     ``taken_names`` are names in use by pods that are not the fleet's: new pods skip them.
+    ``rollout``: the record of the rollout in progress as the last plan returned it
+    (:attr:`FleetSummary.rollout`, read back from the status); None when there was none, or none
+    was recorded (an operator from before the record, upgraded mid-rollout): then the rollout is
+    taken to begin now.
     """
     policy = policy or FleetPolicy()
     revision = target.revision
@@ -586,16 +618,27 @@ def plan_fleet(
     old_ready_active = [pod for pod in outdated if pod.role == "active" and pod.ready]
     old_actives_kept = list(reversed(policy.drain_order(old_ready_active, active_set, now)))[:keep_old]
 
-    rollout_started_at = min(
-        (pod.created_at for pod in current if pod.created_at is not None and outdated), default=None
-    )
-    rollout_progressed_at = max(
-        (
-            *(pod.ready_at for pod in current if pod.ready and pod.ready_at is not None and outdated),
-            *((rollout_started_at,) if rollout_started_at is not None else ()),
-        ),
-        default=None,
-    )
+    # The rollout's clock starts when the plan first sees a rollout to this target, not when its
+    # oldest current pod was made: none may ever be made (creations refused or held), and a
+    # rollback's current pods may have been made and ready long before the spec went back.
+    rollout_record: RolloutRecord | None = None
+    rollout_progressed_at: datetime | None = None
+    if revision is not None and any(pod.role in ("active", "warm") for pod in outdated):
+        if rollout is not None and rollout.target == revision.key and rollout.started_at <= now:
+            rollout_record = rollout
+        else:
+            # A new target, or no record read back: an operator upgraded mid-rollout from one that
+            # kept none starts the clock here (a stall is reported up to one deadline late, once,
+            # rather than at once for a rollback, as the pods' times would). A start in the future
+            # (a skewed clock, a hand-written value) would delay the report by as much.
+            rollout_record = RolloutRecord(revision.key, now)
+        # Readiness gained before the start (a rollback's pods, ready long ago) is no progress.
+        rollout_progressed_at = max(
+            (
+                rollout_record.started_at,
+                *(pod.ready_at for pod in current if pod.ready and pod.ready_at is not None),
+            )
+        )
     # A rollout keeps the old revision's loaded standby as a Deployment with maxUnavailable 0
     # keeps its pods: a ready old warm pod goes only once a ready new pod takes its place in the
     # pool (new pods load for minutes on Neuron; meanwhile a burst or a lost pod would find nothing
@@ -631,9 +674,8 @@ def plan_fleet(
         # are no standby yet). Each kept pod has its own clock (``kept_since``, stamped by the plan
         # that first keeps it) and goes once it has been kept for the progress deadline: a new pod
         # that never loads (the old one holding the only spare node, a crash loop, a refused
-        # creation) would keep it for ever. The pod's own clock, not the rollout's: a rollout with
-        # no new pod at all has no start, a rollback's pods were made days ago, and a new pod's
-        # readiness flapping would restart it. An unschedulable pod is no sign alone: a node
+        # creation) would keep it for ever. The pod's own clock, not the rollout's progress: a new
+        # pod's readiness flapping would restart that one. An unschedulable pod is no sign alone: a node
         # autoscaler adds nodes for unschedulable pods, and that wait is what the standby covers.
         # While creations are held nothing could replace it: no clock runs, and a stamp from before
         # the hold is removed, so that the pod gets the whole deadline once new pods can be made.
@@ -820,7 +862,7 @@ def plan_fleet(
         revision_known=revision is not None,
         replaced=tuple(replaced),
         **_pod_problems(healthy, serving, placeholders, now, policy),
-        rollout_started_at=rollout_started_at,
+        rollout=rollout_record,
         rollout_progressed_at=rollout_progressed_at,
         held_active=held_active,
         held_warm=held_warm,
@@ -845,10 +887,13 @@ def summarize_unplanned(
     desired_placeholders: int,
     revision_known: bool,
     policy: FleetPolicy | None = None,
+    rollout: RolloutRecord | None = None,
 ) -> FleetSummary:
     """The observed fleet when no plan can be made for the spec (it fits no instance type, its
     requests cannot be read): nothing is changed, so every pod is counted as it is, as the last
-    valid spec's. None is of the current spec (there is no template for it): no rollout is counted.
+    valid spec's. None is of the current spec (there is no template for it): no rollout is counted,
+    and the ``rollout`` record read back is kept as it is (a spec fixed back to the same target
+    goes on with the rollout's clock; another target starts a new one).
     """
     policy = policy or FleetPolicy()
     healthy = [pod for pod in pods if not pod.deleting and not pod.broken]
@@ -869,6 +914,7 @@ def summarize_unplanned(
         outdated=0,
         revision_known=revision_known,
         **_pod_problems(healthy, serving, placeholders, now, policy),
+        rollout=rollout,
     )
 
 

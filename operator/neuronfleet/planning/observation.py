@@ -11,7 +11,8 @@
   artifact being served (kept while a new revision compiles), when and why it last scaled, the
   conditions (for their transition times), the autoscaler's checkpoint (what it learned: a
   restarted operator resumes from it) and the warm pool's size (held by a restarted operator until
-  it has a history to size it from). Nothing else of the status is ever an input.
+  it has a history to size it from), and when the rollout in progress began (RolloutStalled counts
+  from it). Nothing else of the status is ever an input.
 - :class:`DeploymentMemory`: the *in-process* memory (the autoscaler's state between checkpoints,
   the warm pool's history, measured cold starts, the outcome of the last apply). It restarts
   empty with the operator (and on a new leader); the autoscaler then resumes from the checkpoint,
@@ -33,7 +34,7 @@ from neuronfleet.api.v1alpha1 import GROUP, PlacementStatus
 from neuronfleet.planning import coldstart, scaling, warmpool
 from neuronfleet.planning.coldstart import PodTimeline
 from neuronfleet.planning.compile import CompileFailure, CompileObservation, StoredArtifact
-from neuronfleet.planning.fleet import PodView
+from neuronfleet.planning.fleet import PodView, RolloutRecord
 from neuronfleet.planning.reasons import Reason, Refusal
 from neuronfleet.planning.signals import MetricSnapshot
 from neuronfleet.planning.status import LastScale, find_condition
@@ -110,6 +111,9 @@ class StatusMemory:
     #: Since when the predecessor held a pool found (``status.warmPool.heldSince``, Unix time): the
     #: hold is not started again. None: absent (as in a status written before the field), or not a time.
     warm_held_since: float | None = None
+    #: The rollout in progress as last recorded (``status.rollout``): its target and start. None:
+    #: absent (no rollout, or a status written before the field), or not one.
+    rollout: RolloutRecord | None = None
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any]) -> StatusMemory:
@@ -146,6 +150,9 @@ class StatusMemory:
         warm_pods = warm_pool.get("desiredPods") if isinstance(warm_pool, Mapping) else None
         warm_placeholders = warm_pool.get("desiredPlaceholders") if isinstance(warm_pool, Mapping) else None
         held_since = _utc_seconds(warm_pool.get("heldSince")) if isinstance(warm_pool, Mapping) else None
+        rollout = status.get("rollout")
+        rollout_started = _utc_seconds(rollout.get("startedAt")) if isinstance(rollout, Mapping) else None
+        rollout_target = rollout.get("target") if isinstance(rollout, Mapping) else None
         return cls(
             desired_replicas=desired if isinstance(desired, int) and desired >= 0 else None,
             instance_type=instance_type if isinstance(instance_type, str) else None,
@@ -161,6 +168,11 @@ class StatusMemory:
                 warm_placeholders if isinstance(warm_placeholders, int) and warm_placeholders >= 0 else None
             ),
             warm_held_since=held_since,
+            rollout=(
+                RolloutRecord(rollout_target, datetime.fromtimestamp(rollout_started, UTC))
+                if isinstance(rollout_target, str) and rollout_started is not None
+                else None
+            ),
         )
 
     def condition(self, kind: str) -> Mapping[str, Any]:

@@ -461,6 +461,7 @@ def plan_reconcile(
             now,
             policy_for_spec(spec, fleet_policy),
             taken_names=observation.foreign_pod_names,
+            rollout=durable.rollout,
         )
     summary = (
         fleet.summary
@@ -474,6 +475,7 @@ def plan_reconcile(
             desired_placeholders=warm.node_placeholders,
             revision_known=decision.serve is not None,
             policy=policy_for_spec(spec, fleet_policy),
+            rollout=durable.rollout,
         )
     )
 

@@ -2,12 +2,14 @@
 
 :func:`build_status` is the only place a status is made. It owns every section: conditions,
 counts, ``ignoredReplicas``, ``selector`` (for the scale subresource), ``artifact``, ``placement``,
-``warmPool``, ``coldStart``, ``autoscaler`` and ``lastScaleTime`` / ``lastScaleReason``. A section the
+``warmPool``, ``coldStart``, ``autoscaler``, ``rollout`` and ``lastScaleTime`` / ``lastScaleReason``. A section the
 inputs do not support is absent, never carried over from the previous status: :func:`status_patch`
 then turns its absence into an explicit null, so a stale section (a compile failure once the spec
 changes) leaves the object. One section is an input read back: while the spec fits no instance
 type nothing is changed, and ``placement`` says where the pods of the last valid spec still serve
 (:attr:`StatusInputs.kept_placement`, from the durable memory, which keeps the sticky type with it).
+``rollout`` is read back too, by the fleet plan (the rollout's start, kept while its target is):
+the section is written as the plan's summary returns it (:attr:`~neuronfleet.planning.fleet.FleetSummary.rollout`).
 
 ``Ready`` and ``Available`` split as a Deployment's rollout status and ``Available`` do: Available
 is the desired active replicas ready, whatever revision they run (capacity); Ready is the current
@@ -42,6 +44,7 @@ from neuronfleet.api.v1alpha1 import (
     ConditionType,
     InferenceDeploymentStatus,
     PlacementStatus,
+    RolloutStatus,
     ScaleEventStatus,
     TrendReadingStatus,
     WarmPoolStatus,
@@ -707,6 +710,13 @@ def build_status(
         warm_pool=inputs.warm_pool,
         cold_start=inputs.cold_start,
         autoscaler=inputs.autoscaler,
+        # Written as the plan returns it: the same record (a stable time) on every reconcile of one
+        # rollout, so a rollout that does not progress writes nothing.
+        rollout=(
+            RolloutStatus(target=fleet.rollout.target, started_at=rfc3339(fleet.rollout.started_at))
+            if fleet.rollout is not None
+            else None
+        ),
         last_scale_time=inputs.last_scale.time if inputs.last_scale else None,
         last_scale_reason=inputs.last_scale.reason if inputs.last_scale else None,
     )
