@@ -9,7 +9,7 @@ and writes what that returns:
    metrics when the autoscaler is due (``metrics``), all into one ``Observation`` at one ``now``;
 2. plan (pure): actions, status and Events, from the observation, the in-process memory and the
    durable memory read back from the status (``StatusMemory``: desired replicas, sticky placement,
-   the served artifact, last scale, condition times);
+   the served artifact, last scale, condition times, the rollout's start);
 3. apply (:meth:`Reconciler.apply`): the status (a merge patch of what changed, nothing when
    nothing did; published first, so the artifact is visible before the pods it leads to), compile
    Jobs, pod creations / relabels / deletions in the plan's order (stopping at the first failed

@@ -55,9 +55,8 @@ Rules (DESIGN.md, fleet model):
   annotation, ``PodView.kept_since``), and it goes once kept for ``progress_deadline_seconds``,
   since a new pod that never loads (unschedulable because the old pod holds the only spare node,
   crash-looping, its creation refused) would keep it for ever. Its own clock rather than the
-  rollout's progress: a new pod's readiness flapping would restart that one, and a hold of
-  creations stops this one (below). A pod current again (a
-  rollback) has its stamp removed; any other relabel (a promotion) removes it too, and so does a
+  rollout's progress: a new pod's readiness flapping would restart that one. A pod current again
+  (a rollback) has its stamp removed; any other relabel (a promotion) removes it too, and so does a
   hold of creations (nothing could replace the pod meanwhile: it gets the whole deadline after). An
   unschedulable pod alone releases none: a node autoscaler usually adds a node for it, and that
   wait is what the standby covers. A kept one is
@@ -454,10 +453,10 @@ def rollout_past_deadline(
     started_at: datetime | None, progressed_at: datetime | None, now: datetime, deadline_seconds: float
 ) -> bool:
     """The one stall rule: no pod of the new revision became ready within ``deadline_seconds`` of
-    the last that did since the rollout began (or of its start, :class:`RolloutRecord`, when none
-    has: a rollout whose new pods are never created is stalled too); a slow rollout (a small maxSurge over a large
-    fleet) that keeps progressing is not stalled. RolloutStalled reports it; the old standby a
-    rollout keeps has its own clock (``PodView.kept_since``), not this one."""
+    the last that did since the rollout began, or of its start (:class:`RolloutRecord`) when none
+    has: a rollout whose new pods are never created is stalled too. A slow rollout (a small
+    maxSurge over a large fleet) that keeps progressing is not stalled. RolloutStalled reports it;
+    the old standby a rollout keeps has its own clock (``PodView.kept_since``), not this one."""
     since = progressed_at or started_at
     return since is not None and (now - since).total_seconds() > deadline_seconds
 
@@ -675,8 +674,8 @@ def plan_fleet(
         # that first keeps it) and goes once it has been kept for the progress deadline: a new pod
         # that never loads (the old one holding the only spare node, a crash loop, a refused
         # creation) would keep it for ever. The pod's own clock, not the rollout's progress: a new
-        # pod's readiness flapping would restart that one. An unschedulable pod is no sign alone: a node
-        # autoscaler adds nodes for unschedulable pods, and that wait is what the standby covers.
+        # pod's readiness flapping would restart that one. An unschedulable pod is no sign alone: a
+        # node autoscaler adds nodes for unschedulable pods, and that wait is what the standby covers.
         # While creations are held nothing could replace it: no clock runs, and a stamp from before
         # the hold is removed, so that the pod gets the whole deadline once new pods can be made.
         rest = [pod for pod in current if pod not in active_set]
