@@ -344,3 +344,39 @@ async def test_a_rollout_whose_new_pods_are_refused_stamps_and_releases_the_old_
 
     await harness.wait(lambda: bool(deletions()), timeout=60, what=f"DeletedPod Event for {old_warm}")
     assert any("kept for the progress deadline (60s)" in m for m in deletions()), deletions()
+
+
+async def test_a_rollout_none_of_whose_new_pods_can_be_created_is_reported_stalled(harness: OperatorHarness) -> None:
+    """A ResourceQuota the old pod fills refuses every new pod, and no old standby is there to
+    release: no pod of the new revision ever exists. The rollout is reported stalled all the same
+    once past its progress deadline, counted from status.rollout.startedAt (before, it had no start
+    without a new pod, and was never reported)."""
+    manifest = manual_bert(harness, replicas=1, warm=0)
+    manifest["spec"].setdefault("rollout", {})["progressDeadlineSeconds"] = 60
+    harness.precompile(manifest, label="v1")
+    await harness.apply(manifest)
+    name = manifest["metadata"]["name"]
+    await harness.wait(lambda: counts(harness, name) == (1, 0), timeout=90, what="1 ready active pod")
+    (old,) = [p["metadata"]["name"] for p in harness.pods(NS, name)]
+    await create_quota(harness, NS, "pods", {"pods": "1"})
+    new_manifest = manual_bert(harness, replicas=1, warm=0)
+    new_manifest["spec"]["compile"]["optLevel"] = 3
+    harness.precompile(new_manifest, label="v2")
+    await harness.patch_spec(NS, name, {"compile": {"optLevel": 3}})
+
+    def degraded() -> dict[str, Any]:
+        return harness.condition(NS, name, "Degraded")
+
+    await harness.wait(
+        lambda: degraded().get("reason") == "PodCreationRefused", timeout=120, what="Degraded=True PodCreationRefused"
+    )
+    started = (harness.deployment(NS, name).get("status") or {}).get("rollout")
+    assert started is not None and set(started) == {"target", "startedAt"}, started
+    await harness.wait(
+        lambda: "the new revision has not become ready within the progress deadline" in degraded().get("message", ""),
+        timeout=600,
+        what="RolloutStalled said in Degraded",
+    )
+    assert degraded()["reason"] == "PodCreationRefused"  # the first trouble, said first
+    assert harness.deployment(NS, name)["status"]["rollout"] == started  # kept, not restarted each reconcile
+    assert [p["metadata"]["name"] for p in harness.pods(NS, name)] == [old]  # no new pod was ever made
