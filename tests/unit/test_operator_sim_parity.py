@@ -90,9 +90,13 @@ def deployment() -> InferenceDeployment:
 
 
 def decide_both(
-    sequence: dict[float, MetricSnapshot | None],
+    sequence: dict[float, MetricSnapshot | None], between: tuple[float, ...] = ()
 ) -> tuple[list[tuple[int, int, int, str]], list[tuple[int, int, int, str]]]:
-    """Each tick's (active, warm pods, node placeholders, reason) from the operator and the simulator."""
+    """Each tick's (active, warm pods, node placeholders, reason) from the operator and the simulator.
+
+    ``between``: seconds after each tick at which the operator reconciles again before the next
+    decision is due (a pod event or the daemon's wake-up), as it does in a cluster; the simulator
+    decides only at the ticks."""
     dep = deployment()
     memory = DeploymentMemory()
     sim_policy = ours_from_policy_file(POLICY, max_replicas=20, setting="parity")
@@ -117,6 +121,10 @@ def decide_both(
         )
         operator_decisions.append((scale.desired, warm.pods, warm.node_placeholders, f"{scale.reason} | {warm.reason}"))
         sim_decisions.append((targets.active, targets.warm, targets.placeholders, targets.reason))
+        for offset in between:
+            _, memory = decide_targets(
+                dep.spec, memory, snapshot, "Prometheus unavailable", scale.desired, ready, now + offset
+            )
         active = scale.desired
         ready_history.append(active)
     return operator_decisions, sim_decisions
@@ -132,6 +140,19 @@ def test_operator_and_simulator_decide_alike_tick_by_tick() -> None:
     assert any("metrics missing" in d[3] for d in operator_decisions[59:63])
     assert max(d[1] for d in operator_decisions) > 0
     assert any("pod cold start 90s" in d[3] for d in operator_decisions)
+
+
+def test_reconciles_between_decisions_leave_the_operator_deciding_as_the_simulator() -> None:
+    """A reconcile runs on every pod event (and the daemon's tick), most of them between two of the
+    autoscaler's decisions: they re-serve its decision and record no demand, so the warm pool's
+    history holds one sample per decision, as the simulator's (each of those reconciles once added a
+    sample: the pool then hung on how many pod events followed a burst)."""
+    operator_decisions, sim_decisions = decide_both(recorded_sequence(), between=(0.5, 3.0, 7.25, 14.5))
+    for tick, (ours, theirs) in enumerate(zip(operator_decisions, sim_decisions, strict=True), start=1):
+        assert ours == theirs, f"tick {tick}: operator {ours} != simulator {theirs}"
+    # One sample per decision (none at the 4 decisions without metrics).
+    assert f"history {TICKS - 4} samples" in operator_decisions[-1][3]
+    assert max(d[1] for d in operator_decisions) > 0
 
 
 def test_operator_and_simulator_agree_on_the_arrival_peak() -> None:

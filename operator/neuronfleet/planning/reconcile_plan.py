@@ -197,7 +197,8 @@ def decide_targets(
     rate_key: str | None = None,
     metrics_problem_reason: Reason = Reason.METRICS_UNAVAILABLE,
 ) -> tuple[Targets, DeploymentMemory]:
-    """The autoscaler's decision at the spec's interval (held in between), then the warm pool.
+    """The autoscaler's decision at the spec's interval (held in between), then the warm pool,
+    whose demand history takes one sample per decision (none at the rounds in between).
 
     ``snapshot`` is only looked at when :func:`~neuronfleet.planning.observation.scaling_due`;
     in Auto mode the decision and its message are held until the next interval (bounded at once by
@@ -221,12 +222,14 @@ def decide_targets(
             scaling_state=scaling.take_over(checkpoint_from_status(durable.autoscaler), now, current),
             warm_state=warmpool.take_over(now, durable.warm_pods, durable.warm_placeholders, durable.warm_held_since),
         )
-    if (
-        not scaling_due(spec.scaling.interval_seconds, memory, now)
-        and memory.last_decision is not None
-        and (spec.scaling.mode == "Auto")
-    ):
-        scale, available, message = memory.last_decision, memory.metrics_available, memory.scaling_message
+    # The decision re-served this round, None when the autoscaler decides.
+    held = (
+        memory.last_decision
+        if not scaling_due(spec.scaling.interval_seconds, memory, now) and spec.scaling.mode == "Auto"
+        else None
+    )
+    if held is not None:
+        scale, available, message = held, memory.metrics_available, memory.scaling_message
         problem_reason = memory.metrics_problem_reason
         low, high = spec.scaling.min_replicas, spec.scaling.max_replicas
         if not low <= scale.desired <= high:
@@ -270,6 +273,9 @@ def decide_targets(
         memory.cold_start,
         active=scale.desired,
         max_active=spec.scaling.max_replicas,
+        # One demand sample per decision, as the simulator takes: a reconcile runs on every pod
+        # event, and the rounds between decisions re-serve the last one (its demand included).
+        sample=held is None,
     )
     if spec.scaling.mode == "Manual" and spec.warm_pool.mode == "Auto":
         # Allowed (an SRE pinning the replicas in an incident need not retune the pool), but said.

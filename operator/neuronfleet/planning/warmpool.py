@@ -10,7 +10,8 @@ inputs (it goes to ``status.warmPool.reason``). Modes:
 
 - ``Off``: none. ``Fixed``: ``pods`` and ``nodePlaceholders`` as given.
 - ``Auto``: from the recent demand history (active replicas the autoscaler recommended, recorded
-  by each call) and the cold starts (measured, else the spec's assumed values):
+  once per scaling decision: ``plan(..., sample=False)`` between decisions) and the cold starts
+  (measured, else the spec's assumed values):
 
   * pod horizon ``h_pod = pod_cold_start - cold_start_target``: demand growth within it cannot be
     met by starting a pod in time, so warm pods cover it. Warm pods = the ``coverage`` quantile,
@@ -233,6 +234,8 @@ def plan(
     cold_start: ColdStart | None = None,
     active: int | None = None,
     max_active: int | None = None,
+    *,
+    sample: bool = True,
 ) -> WarmPoolDecision:
     """Warm pods and node placeholders for ``spec``; ``demand`` is this tick's demand in replicas.
 
@@ -241,6 +244,16 @@ def plan(
     already holds above ``demand`` (scale-down stabilization keeps recent peaks) against the growth
     to cover, so the same growth is not paid for twice. ``max_active`` (the scaling spec's
     ``maxReplicas``) caps the standby at what could ever be promoted: ``max_active - active``.
+
+    ``sample``: whether this call is a scaling decision's, which records ``demand``. The history
+    holds one sample per decision (its cap, :data:`MAX_HISTORY_SAMPLES`, counts decisions). The
+    operator reconciles on every pod event and its daemon's tick, most often between two decisions;
+    those rounds re-serve the decision and pass False: the pool is sized from the state as the last
+    decision left it, and that state is returned unchanged (nothing recorded, dropped or expired
+    until the next decision), so the operator's history is the simulator's, which plans once per
+    decision. Sampled at every reconcile, a scale-up's pod events filled the history with the new
+    level right after the step and pulled the quantile down: 0 warm pods for a step the same hour
+    sampled per decision covers with 20 (``tests/unit/test_warmpool_history.py``).
     """
     cold_start = cold_start or ColdStart()
     pod_seconds = cold_start.pod_seconds or spec.assumed_pod_cold_start_seconds
@@ -248,21 +261,25 @@ def plan(
     pod_horizon = max(0.0, pod_seconds - spec.cold_start_target_seconds)
     node_horizon = max(0.0, pod_seconds + node_seconds - spec.cold_start_target_seconds)
     keep_seconds = min(max(HISTORY_SECONDS, 4 * node_horizon), MAX_HISTORY_SECONDS)
-    state = record(state, now, demand, keep_seconds)
+    kept = state
+    if sample:
+        state = record(state, now, demand, keep_seconds)
     if state.found is not None and now - state.found.since >= keep_seconds:
         state = replace(state, found=None)  # the history is as long as the one lost
 
     if spec.mode != "Auto":
         # The pool found is Auto's: a pool of another mode says nothing of the demand's growth.
         state = replace(state, found=None)
+    # Between decisions the state is only looked at (see above).
+    new_state = state if sample else kept
     if spec.mode == "Off":
-        return WarmPoolDecision(0, 0, "warm pool off", state)
+        return WarmPoolDecision(0, 0, "warm pool off", new_state)
     if spec.mode == "Fixed":
         return WarmPoolDecision(
             spec.pods,
             spec.node_placeholders,
             f"fixed: {spec.pods} warm pods, {spec.node_placeholders} node placeholders",
-            state,
+            new_state,
         )
 
     headroom = max(0, active - demand) if active is not None and demand is not None else 0
@@ -296,4 +313,4 @@ def plan(
             f"found at the takeover, for {found.since + keep_seconds - now:.0f}s more (held {keep_seconds:.0f}s "
             "from the first takeover that held them)"
         )
-    return WarmPoolDecision(pods, placeholders, reason, state, held_since)
+    return WarmPoolDecision(pods, placeholders, reason, new_state, held_since)
