@@ -1,16 +1,23 @@
 """The Auto warm pool's demand history on the operator's path (reconcile_plan.decide_targets).
 
-It was sampled at every reconcile, not at every scaling decision (a reviewer's script showed it):
-a reconcile runs on every pod event, and a scale-up's pod events (created, bound, started, ready,
-relabelled) flooded the history with samples right after the burst, pulling the quantile down.
+Two ways it went wrong, both reproduced first by a reviewer's scripts:
+
+- it was sampled at every reconcile, not at every scaling decision: a reconcile runs on every pod
+  event, and a scale-up's pod events (created, bound, started, ready, relabelled) flooded the
+  history with samples right after the burst, pulling the quantile down;
+- with metrics missing nothing was recorded while the history aged out: an hour's Prometheus
+  outage emptied the pool, and it stayed empty after metrics returned until a new history showed
+  the bursts again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from itertools import pairwise
 from typing import Any
 
-from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
+from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec, WarmPoolSpec
+from neuronfleet.planning import warmpool
 from neuronfleet.planning.observation import DeploymentMemory
 from neuronfleet.planning.reconcile_plan import Targets, decide_targets
 from neuronfleet.planning.signals import MetricSnapshot
@@ -108,3 +115,84 @@ def test_a_bursts_pod_events_leave_the_pool_as_sampled_per_decision() -> None:
     )
     assert per_reconcile.warm.reason == per_decision.warm.reason
     assert len(memory.warm_state.history) == len(decisions)
+
+
+def bursts(outage: tuple[float, float] | None) -> Callable[[float], int | None]:
+    """20 replicas, 26 for 2 minutes of every 10; None (Prometheus unreachable) within ``outage``."""
+
+    def demand(t: float) -> int | None:
+        if outage is not None and outage[0] <= t < outage[1]:
+            return None
+        return 26 if (t / 60) % 10 >= 8 else 20
+
+    return demand
+
+
+def minutes(first: float, last: float) -> list[float]:
+    """Decision times (seconds) from minute ``first`` up to minute ``last``, both included."""
+    return [INTERVAL * k for k in range(int(first * 4), int(last * 4) + 1)]
+
+
+def test_a_metrics_outage_keeps_the_auto_pool_as_it_was() -> None:
+    # Prometheus down from minute 60 to 120: the autoscaler holds 20 active replicas, and the pool
+    # its bursts need is held too, not aged out; after metrics return it is there for the next burst.
+    dep = spec(max_replicas=40, max_pods=20)
+    demand = bursts(outage=(3600.0, 7200.0))
+    before, memory = run(dep, demand, minutes(0, 59.75), start=20)
+    assert before.warm.pods == 6
+    assert "demand unknown" not in before.warm.reason
+    during, memory = run(dep, demand, minutes(60, 119.75), memory)
+    assert during.scale.demand is None and during.scale.desired == 26  # held from the burst at minute 58
+    assert during.warm.pods == 6
+    assert memory.warm_state.history == tuple((t + 3600, d) for t, d in before.warm.new_state.history)
+    assert "demand unknown (metrics missing): the history is held as it was" in during.warm.reason
+    after, memory = run(dep, demand, minutes(120, 125), memory)
+    assert after.warm.pods == 6
+    assert "demand unknown" not in after.warm.reason
+    # No gap where the outage was: the hour kept is an hour of decisions, 15 s apart.
+    history = memory.warm_state.history
+    assert len(history) == warmpool.HISTORY_SECONDS / INTERVAL + 1
+    assert {round(b - a, 6) for (a, _), (b, _) in pairwise(history)} == {INTERVAL}
+
+
+def test_an_outage_sizes_the_pool_as_if_it_had_not_happened() -> None:
+    # The history's clock stops while the demand is unknown: after the outage, every pool is the one
+    # the same demand without the outage (the minutes before it followed by those after) gets.
+    dep = spec(max_replicas=40, max_pods=20)
+    with_outage = bursts(outage=(3600.0, 7200.0))
+    _, memory = run(dep, with_outage, minutes(0, 119.75), start=20)
+    stitched, stitched_memory = run(dep, bursts(None), minutes(0, 59.75), start=20)
+    for t in minutes(120, 150):
+        ours, memory = run(dep, with_outage, [t], memory)
+        # The same demand one hour earlier, on the history that never stopped.
+        theirs, stitched_memory = run(dep, bursts(None), [t - 3600], stitched_memory)
+        assert (ours.warm.pods, ours.warm.node_placeholders) == (theirs.warm.pods, theirs.warm.node_placeholders)
+    assert stitched.warm.pods == 6
+
+
+def test_manual_scaling_measures_no_demand_and_lets_the_history_age_out() -> None:
+    # Manual mode is no outage: it never measures a demand, so the Auto pool is not held on a history
+    # from before the switch; it falls to minPods as its reason says, once that history has aged out.
+    dep = spec(max_replicas=40, max_pods=20)
+    auto, memory = run(dep, bursts(None), minutes(0, 59), start=20)
+    assert auto.warm.pods == 6
+    manual = dep.model_copy(update={"scaling": dep.scaling.model_copy(update={"mode": "Manual", "replicas": 20})})
+    pinned, _ = run(manual, bursts(None), minutes(59.25, 120), memory)
+    assert pinned.warm.pods == 0
+    assert "scaling.mode Manual does not measure: only minPods are kept" in pinned.warm.reason
+    assert "demand unknown" not in pinned.warm.reason
+
+
+def test_the_simulators_path_keeps_the_pool_through_an_outage_too() -> None:
+    # warmpool.plan as the simulator calls it, once per decision, with no demand while metrics are
+    # missing: the reviewer's figures (6 warm pods at minute 59; 0 at 119.75 and 125 before the fix).
+    pool = WarmPoolSpec(mode="Auto", max_pods=20)
+    state = warmpool.WarmPoolState()
+    demand = bursts(outage=(3600.0, 7200.0))
+    pods: dict[float, int] = {}
+    for t in minutes(0, 140):
+        wanted = demand(t)
+        decision = warmpool.plan(pool, state, wanted, T0 + t, active=20 if wanted is None else wanted, max_active=40)
+        state = decision.new_state
+        pods[t / 60] = decision.pods
+    assert pods[59] == pods[119.75] == pods[125] == pods[140] == 6

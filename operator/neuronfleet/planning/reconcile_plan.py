@@ -276,6 +276,8 @@ def decide_targets(
         # One demand sample per decision, as the simulator takes: a reconcile runs on every pod
         # event, and the rounds between decisions re-serve the last one (its demand included).
         sample=held is None,
+        # Manual measures no demand: no outage to hold the history through.
+        measured=spec.scaling.mode == "Auto",
     )
     if spec.scaling.mode == "Manual" and spec.warm_pool.mode == "Auto":
         # Allowed (an SRE pinning the replicas in an incident need not retune the pool), but said.

@@ -44,6 +44,10 @@ inputs (it goes to ``status.warmPool.reason``). Modes:
   showed, lower than a longer history might give, and said in the reason (``history N samples
   over S s``).
 
+  While the demand is unknown (metrics missing: the autoscaler holds its count) the history is held
+  as it was, its samples not aging (:func:`held`), so an outage does not empty the pool; a demand
+  not measured by design (``scaling.mode`` Manual) lets it age out.
+
   The history lives in the operator's memory only. An operator that takes over a pool (a new
   leader, a restart, an upgrade: :func:`take_over`) finds the warm pods and placeholders its
   predecessor wanted (``status.warmPool``); sized from an empty history, the pool would drop to
@@ -107,6 +111,9 @@ class WarmPoolState:
 
     history: tuple[tuple[float, int], ...] = ()
     found: FoundPool | None = None
+    #: The time of the last decision the history took (None: none yet): a decision without a
+    #: demand moves the history forward by the time since (:func:`held`).
+    decided_at: float | None = None
 
 
 def take_over(now: float, pods: int | None, placeholders: int | None, held_since: float | None = None) -> WarmPoolState:
@@ -172,11 +179,35 @@ def shifted(state: WarmPoolState, seconds: float) -> WarmPoolState:
     history moved back wanted 5 (``tests/unit/test_warmpool.py``)."""
     if not seconds:
         return state
-    found = state.found
+    found, decided_at = state.found, state.decided_at
     return WarmPoolState(
         history=tuple((t + seconds, d) for t, d in state.history),
         found=None if found is None else replace(found, since=found.since + seconds),
+        decided_at=None if decided_at is None else decided_at + seconds,
     )
+
+
+def held(state: WarmPoolState, now: float) -> WarmPoolState:
+    """``state`` at a decision at ``now`` that knows no demand (metrics missing): its history moved
+    forward by the time since the last decision, so that its samples keep the age they had when the
+    demand went missing (the history's clock stops until the demand is known again).
+
+    Aged as usual, an outage as long as the history (an hour) emptied an Auto pool while the
+    autoscaler held the active fleet, and it stayed empty after metrics returned until a new
+    history showed the bursts again: those bursts paid the cold starts the pool is kept for.
+    Recording the last demand known at each such decision instead (as the autoscaler holds its
+    count) would empty it all the same, only later: flat samples show no growth, and an outage as
+    long as the history leaves nothing else; a shorter one still adds windows of no growth that pull
+    the quantile down. Held still, the history sizes the pool as it did before the outage, and after
+    it as if the outage had not happened: the demand before and after it sit one decision apart.
+
+    The pool found at a takeover (``found``) is not moved: its hold ends on the wall clock, so that
+    whatever happens a pool is held at most one history length after the first takeover that held it
+    (see the module docstring)."""
+    if state.decided_at is None or now <= state.decided_at:
+        return state
+    gap = now - state.decided_at
+    return replace(state, history=tuple((t + gap, d) for t, d in state.history), decided_at=now)
 
 
 def record(
@@ -236,10 +267,14 @@ def plan(
     max_active: int | None = None,
     *,
     sample: bool = True,
+    measured: bool = True,
 ) -> WarmPoolDecision:
     """Warm pods and node placeholders for ``spec``; ``demand`` is this tick's demand in replicas.
 
-    ``demand`` None (metrics missing) records nothing; the pool is sized from the history so far.
+    ``demand`` None (metrics missing) records nothing, and the history is held as it was
+    (:func:`held`): the pool is sized from it as before the demand went missing, until it is known
+    again. ``measured`` False (``scaling.mode`` Manual, which measures no demand by design): a
+    demand None is no outage, and the history ages out as usual (the pool falls to ``minPods``).
     ``active``, the active replicas wanted now, lets Auto mode count the headroom the active fleet
     already holds above ``demand`` (scale-down stabilization keeps recent peaks) against the growth
     to cover, so the same growth is not paid for twice. ``max_active`` (the scaling spec's
@@ -262,8 +297,11 @@ def plan(
     node_horizon = max(0.0, pod_seconds + node_seconds - spec.cold_start_target_seconds)
     keep_seconds = min(max(HISTORY_SECONDS, 4 * node_horizon), MAX_HISTORY_SECONDS)
     kept = state
+    unknown = demand is None and measured
     if sample:
-        state = record(state, now, demand, keep_seconds)
+        if unknown:
+            state = held(state, now)
+        state = replace(record(state, now, demand, keep_seconds), decided_at=now)
     if state.found is not None and now - state.found.since >= keep_seconds:
         state = replace(state, found=None)  # the history is as long as the one lost
 
@@ -282,6 +320,8 @@ def plan(
             new_state,
         )
 
+    # With the demand unknown, so is the active fleet's headroom above it: none is counted (the
+    # standby may then be larger than before, never smaller).
     headroom = max(0, active - demand) if active is not None and demand is not None else 0
 
     def size(pod_increase: float, node_increase: float) -> tuple[int, int]:
@@ -313,4 +353,6 @@ def plan(
             f"found at the takeover, for {found.since + keep_seconds - now:.0f}s more (held {keep_seconds:.0f}s "
             "from the first takeover that held them)"
         )
+    if unknown:
+        reason += "; demand unknown (metrics missing): the history is held as it was (its samples do not age)"
     return WarmPoolDecision(pods, placeholders, reason, new_state, held_since)
