@@ -6,9 +6,10 @@ emulated NeuronCore device (``neuronserve.emulated``), from an artifact's manife
 contract, and everything the server reports says "emulated". On SIGTERM/SIGINT: not ready at
 once, but new infer requests are still served for the drain delay (endpoint removal takes seconds
 to reach kube-proxy and load balancers, so requests keep arriving); then new ones get 503 with
-Retry-After, requests received whole (still parsed or tokenized), queued and executing finish, and
-the process exits 0, all within the grace period (what is still queued or running at its end is
-answered 503, and open connections are closed, about a second later; a text being tokenized then
+Retry-After, requests admitted before (their body still arriving, or being parsed or tokenized),
+queued and executing finish, and the process exits 0, all within the grace period (what is still
+queued or running at its end is answered 503, and open connections, a body still arriving
+included, are closed, about a second later; a text being tokenized then
 delays the exit until it is, at most about a second per megabyte). From SIGTERM on every response says
 ``Connection: close``, so clients reconnect to another replica. A verification or load failure exits non-zero with the
 reason on stderr: 2, or ``MANIFEST_MISMATCH_EXIT_CODE`` (4) when the manifest at the artifact URI
@@ -122,12 +123,13 @@ class ServerState:
         # Whether new infer requests are taken: from activate() until the drain delay ends.
         self.accepting = False
         self.inflight = 0
-        self.uploads = 0  # requests between their headers and their submission to the batcher
-        # Requests whose body has arrived whole, being decoded, parsed or tokenized: accepted work a
-        # drain waits for (within the grace period) before it closes the batcher.
-        self.received = 0
-        self.received_all = asyncio.Event()  # set whenever ``received`` is 0
-        self.received_all.set()
+        # Requests admitted (``_admit``) and not yet submitted to the batcher or refused: their body
+        # still arriving, or being decoded, parsed or tokenized. They are accepted work: a drain waits
+        # for them (within the grace period) before it closes the batcher, whether their body was
+        # whole when the drain delay ended or not (a large upload, a body sent after 100 Continue).
+        self.uploads = 0
+        self.uploaded_all = asyncio.Event()  # set whenever ``uploads`` is 0
+        self.uploaded_all.set()
         self.answered = asyncio.Event()  # set whenever no accepted request is waiting for its answer
         self.answered.set()
         self.body_limit = MIN_BODY_BYTES
@@ -138,6 +140,15 @@ class ServerState:
         self.metrics.inflight.set_function(lambda: self.inflight)
         self.metrics.ready.set(0)
         self._tokenizers = concurrent.futures.ThreadPoolExecutor(TOKENIZE_THREADS, "neuronserve-tokenize")
+
+    def upload_started(self) -> None:
+        self.uploads += 1
+        self.uploaded_all.clear()
+
+    def upload_ended(self) -> None:
+        self.uploads -= 1
+        if self.uploads == 0:
+            self.uploaded_all.set()
 
     def close(self) -> None:
         """Let the tokenizer threads go: texts waiting for one are dropped, and the process exits
@@ -243,8 +254,8 @@ class ServerState:
         self, grace_seconds: float, delay_seconds: float = 0.0, skip_delay: asyncio.Event | None = None
     ) -> bool:
         """Report not ready, serve new requests ``delay_seconds`` more, then refuse new requests and
-        finish the accepted ones (those received whole and still being parsed or tokenized first
-        reach the batcher): all within ``grace_seconds``.
+        finish the accepted ones (those admitted whose body is still arriving, or being parsed or
+        tokenized, first reach the batcher): all within ``grace_seconds``.
 
         The delay is capped at DRAIN_DELAY_SHARE of the grace period, the rest being for the work
         accepted; ``skip_delay`` set ends it early (a second signal). True if every accepted request
@@ -263,10 +274,12 @@ class ServerState:
         self.accepting = False
         if self.batcher is None:
             return True
-        # Requests received whole before now, still being parsed or tokenized, were accepted: they
-        # reach the batcher before it closes (within the grace period), not a 503.
+        # Requests admitted before now were accepted, though their body may still be arriving (a
+        # large upload, or a body sent after 100 Continue) or being parsed or tokenized: they reach
+        # the batcher before it closes (within the grace period), not a 503. Closing the server at
+        # once instead (an idle replica) dropped their connections unanswered.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.received_all.wait(), max(0.0, deadline - loop.time()))
+            await asyncio.wait_for(self.uploaded_all.wait(), max(0.0, deadline - loop.time()))
         finished = await self.batcher.drain(max(0.0, deadline - loop.time()))
         # Handlers whose futures just resolved still have to hand over their answers.
         with contextlib.suppress(TimeoutError):
@@ -640,28 +653,20 @@ async def _infer(request: web.Request, state: ServerState) -> web.Response:
     arrived = time.monotonic()
     try:
         state, manifest, batcher, coding = _admit(request)
-        state.uploads += 1
+        # Accepted from here: a drain waits for this request to be submitted (or refused).
+        state.upload_started()
         try:
             body = await _read_body(request, state.body_limit, state.config.body_timeout_seconds)
-        except BaseException:
-            state.uploads -= 1
-            raise
-        state.received += 1
-        state.received_all.clear()
-        try:
-            try:
-                parsed = await _parse(body, request, state, manifest, coding)
-            finally:
-                state.uploads -= 1
+            parsed = await _parse(body, request, state, manifest, coding)
+            # Submitted before the count drops, with no await between: a drain waiting for the
+            # uploads to end cannot close the batcher in between.
             future = batcher.submit(parsed)
         except QueueFull as exc:
             raise _Refusal(429, str(exc), "rejected", headers=_retry_after(state)) from None
         except ShuttingDown as exc:
             raise _Refusal(503, str(exc), "rejected", headers=_retry_after(state)) from None
         finally:
-            state.received -= 1
-            if state.received == 0:
-                state.received_all.set()
+            state.upload_ended()
     except _Refusal as exc:
         state.metrics.outcome(exc.outcome)
         refusal = _error(exc.status, str(exc), exc.headers)
