@@ -270,7 +270,12 @@ class ServerState:
         if self.batcher is not None and delay > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for((skip_delay or asyncio.Event()).wait(), delay)
-            log.info("drain delay over: new requests get 503; finishing the %d accepted", self.inflight)
+            log.info(
+                "drain delay over: new requests get 503; finishing the %d accepted (%d of them still "
+                "arriving, or being parsed)",
+                self.inflight + self.uploads,
+                self.uploads,
+            )
         self.accepting = False
         if self.batcher is None:
             return True
