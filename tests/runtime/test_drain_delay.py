@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.api.validation import validate_manifest
 from neuronfleet.kube.builders import server_args
 from neuronserve.cli import build_parser
 from neuronserve.server import drain_delay
@@ -128,13 +129,47 @@ async def _ready_if(ready_status: Any, status: int) -> tuple[int, dict[str, Any]
     return got if got[0] == status else None
 
 
-@pytest.mark.parametrize("pod_grace", [5, 6, 10, 20, 60, 3600])
-def test_a_replica_the_operator_starts_drains_at_most_a_third_of_its_grace(pod_grace: int) -> None:
-    # The operator passes its delay as is; the cap is the runtime's alone (one rule, not two).
+def _server_args(pod_grace: int) -> Any:
+    """The parsed ``neuronserve serve`` arguments the operator gives a replica of this grace period."""
     doc = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
     dep = InferenceDeployment.model_validate(doc)
     dep.spec.runtime.termination_grace_period_seconds = pod_grace
-    args = build_parser().parse_args(server_args(dep, "s3://artifacts/bert/abc/"))
+    return build_parser().parse_args(server_args(dep, "s3://artifacts/bert/abc/"))
+
+
+def _crd_grace_minimum() -> int:
+    """The smallest spec.runtime.terminationGracePeriodSeconds the generated CRD accepts."""
+    crd = yaml.safe_load((REPO / "crds" / "serving.neuronfleet.dev_inferencedeployments.yaml").read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    return int(spec["properties"]["runtime"]["properties"]["terminationGracePeriodSeconds"]["minimum"])
+
+
+@pytest.mark.parametrize("pod_grace", [15, 16, 19, 20, 60, 3600])
+def test_a_replica_the_operator_starts_drains_at_most_a_third_of_its_grace(pod_grace: int) -> None:
+    # The operator passes its delay as is; the cap is the runtime's alone (one rule, not two).
+    args = _server_args(pod_grace)
     assert args.grace_seconds < pod_grace
     taken = drain_delay(args.grace_seconds, args.drain_delay_seconds)
     assert taken == pytest.approx(min(5, args.grace_seconds / 3))
+
+
+#: What the work accepted until the drain delay's end gets at least, at the shortest grace period
+#: the API accepts: a request of seconds (a long generation, a batch queued behind others) finishes.
+MIN_WORK_SECONDS = 6
+
+
+def test_the_shortest_grace_period_the_crd_accepts_leaves_the_accepted_work_seconds() -> None:
+    # At 5 s (the former minimum) the runtime got 1 s, a third of it for the delay: 0.67 s for the
+    # requests in flight, which a 2-s request did not get through.
+    minimum = _crd_grace_minimum()
+    args = _server_args(minimum)
+    left = args.grace_seconds - drain_delay(args.grace_seconds, args.drain_delay_seconds)
+    assert left >= MIN_WORK_SECONDS, (minimum, args.grace_seconds, left)
+    doc = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
+    doc["spec"].setdefault("runtime", {})["terminationGracePeriodSeconds"] = minimum - 1
+    _, problems = validate_manifest(doc)
+    assert [problem.path for problem in problems] == ["spec.runtime.terminationGracePeriodSeconds"], problems
+    # An object stored under the former minimum (5) still parses: the operator goes on serving it
+    # (an InvalidSpec would stop its scaling) until its owner raises the value.
+    doc["spec"]["runtime"]["terminationGracePeriodSeconds"] = 5
+    assert InferenceDeployment.model_validate(doc).spec.runtime.termination_grace_period_seconds == 5
