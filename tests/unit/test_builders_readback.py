@@ -69,8 +69,10 @@ def test_parse_reads_role_revision_readiness_and_node_state() -> None:
     assert view.ready and view.phase == "Running" and not view.node_lost
     assert view.ready_at == datetime(2026, 11, 30, 11, 55, tzinfo=UTC)
     assert parse_pod(stored, node_names={"another-node"}).node_lost
+    # The API server sets deletionTimestamp to when the grace period ends (the kubelet kills then).
     stored["metadata"]["deletionTimestamp"] = "2026-11-30T12:00:00Z"
     assert parse_pod(stored).deleting
+    assert parse_pod(stored).grace_ends_at == datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
 def test_parse_reports_unschedulable_and_image_pull_problems() -> None:

@@ -23,6 +23,7 @@ from neuronfleet.planning.fleet import (
     describe_action,
     plan_fleet,
     policy_for_spec,
+    summarize_unplanned,
 )
 from neuronfleet.planning.labels import ArtifactRevision, FleetRevision, serving_pod_name
 
@@ -657,6 +658,43 @@ def test_pods_being_deleted_count_for_nothing_but_keep_their_names() -> None:
     terminating = pod(serving_pod_name("bert", revision, 0), deleting=True)
     plan = plan_fleet("bert", target(1), [terminating], NOW)
     assert [a.name for a in plan.actions] == [serving_pod_name("bert", revision, 1)]
+
+
+def test_a_deleted_draining_pod_counts_as_draining_while_its_grace_period_runs() -> None:
+    # Deleted (SIGTERM sent), the pod's server still finishes the requests it accepted, for up to
+    # its grace period: it is still draining, though no longer in any other count.
+    drained = pod("d1", "draining", drain_started_at=NOW - timedelta(seconds=12), deleting=True)
+    terminating = replace(drained, grace_ends_at=NOW + timedelta(seconds=50))
+    plan = plan_fleet("bert", target(1), [pod("a0"), terminating], NOW)
+    assert (plan.summary.draining, plan.summary.active) == (1, 1)
+    assert plan.actions == ()  # nothing waits for it: it is gone when the kubelet is done
+    assert plan.summary.converged
+    # Past its grace period it is stuck (its node gone, the kubelet not answering): not draining,
+    # and not held for ever in the count.
+    stuck = replace(drained, grace_ends_at=NOW - timedelta(seconds=1))
+    assert plan_fleet("bert", target(1), [pod("a0"), stuck], NOW).summary.draining == 0
+    # A deleted pod whose node is gone, or whose server has exited, finishes nothing.
+    lost = replace(terminating, node="gone", node_lost=True)
+    exited = replace(terminating, phase="Succeeded")
+    assert plan_fleet("bert", target(1), [pod("a0"), lost, exited], NOW).summary.draining == 0
+    # A deleted pod of another role is not draining (a warm one has no work; an active one is
+    # replaced, and still in the Service's endpoints until they drop it).
+    deleted_active = pod("a1", deleting=True, grace_ends_at=NOW + timedelta(seconds=50))
+    assert plan_fleet("bert", target(1), [pod("a0"), deleted_active], NOW).summary.draining == 0
+
+
+def test_an_unplanned_fleet_counts_a_deleted_draining_pod_in_its_grace_period_too() -> None:
+    terminating = pod("d1", "draining", deleting=True, grace_ends_at=NOW + timedelta(seconds=50))
+    stuck = replace(terminating, name="d2", grace_ends_at=NOW - timedelta(seconds=1))
+    summary = summarize_unplanned(
+        [pod("a0"), terminating, stuck],
+        NOW,
+        desired_active=1,
+        desired_warm=0,
+        desired_placeholders=0,
+        revision_known=True,
+    )
+    assert (summary.draining, summary.active) == (1, 1)
 
 
 def test_placeholders_follow_the_template() -> None:

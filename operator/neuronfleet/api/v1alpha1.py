@@ -1209,7 +1209,13 @@ class InferenceDeploymentStatus(ApiModel):
         "template); 0 while that artifact is not compiled.",
     )
     warm_replicas: int = Field(default=0, ge=0, description="Ready warm (standby) pods.")
-    draining_replicas: int = Field(default=0, ge=0, description="Pods finishing in-flight work before deletion.")
+    draining_replicas: int = Field(
+        default=0,
+        ge=0,
+        description="Pods out of the Service finishing their in-flight work: draining pods not deleted yet, and "
+        "deleted ones within their termination grace period (their model server finishes the requests it "
+        "accepted). A deleted pod past its grace period (its node gone) is not counted.",
+    )
     desired_replicas: int = Field(default=0, ge=0, description="Active replicas wanted.")
     ignored_replicas: int | None = Field(
         default=None,

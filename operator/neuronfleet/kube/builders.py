@@ -760,6 +760,7 @@ def parse_pod(
         phase=phase,
         ready=ready,
         deleting=bool(metadata.get("deletionTimestamp")),
+        grace_ends_at=_parse_time(metadata.get("deletionTimestamp")),
         created_at=_parse_time(metadata.get("creationTimestamp")),
         ready_at=_parse_time(ready_condition.get("lastTransitionTime")) if ready else None,
         node=node,

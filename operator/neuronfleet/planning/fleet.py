@@ -140,6 +140,9 @@ class PodView:
     phase: PodPhase = "Pending"
     ready: bool = False
     deleting: bool = False
+    #: When a deleted pod's grace period ends (its deletionTimestamp, which the API server sets to
+    #: the deletion plus the grace period): the kubelet kills it then. None: not deleted, or unknown.
+    grace_ends_at: datetime | None = None
     created_at: datetime | None = None
     ready_at: datetime | None = None
     node: str | None = None
@@ -362,6 +365,8 @@ class FleetSummary:
     #: Ready warm pods of the current revision.
     warm_ready: int
     warm: int
+    #: Draining pods: not deleted yet, and deleted ones within their grace period (still finishing
+    #: the requests their server accepted; see :func:`_terminating_draining`).
     draining: int
     placeholders: int
     #: Ready active pods of the current revision.
@@ -854,7 +859,7 @@ def plan_fleet(
         ready_active=ready_active_before,
         warm_ready=sum(1 for pod in current if pod.role == "warm" and pod.ready),
         warm=sum(1 for pod in serving if pod.role == "warm"),
-        draining=len(draining),
+        draining=len(draining) + _terminating_draining(observed, now),
         placeholders=len(placeholders),
         current_ready_active=sum(1 for pod in current if pod.role == "active" and pod.ready),
         outdated=sum(1 for pod in outdated if pod.role != "draining"),
@@ -895,7 +900,8 @@ def summarize_unplanned(
     goes on with the rollout's clock; another target starts a new one).
     """
     policy = policy or FleetPolicy()
-    healthy = [pod for pod in pods if not pod.deleting and not pod.broken]
+    observed = list(pods)
+    healthy = [pod for pod in observed if not pod.deleting and not pod.broken]
     serving = [pod for pod in healthy if pod.role != "placeholder"]
     placeholders = [pod for pod in healthy if pod.role == "placeholder"]
     active = [pod for pod in serving if pod.role == "active"]
@@ -907,13 +913,31 @@ def summarize_unplanned(
         ready_active=sum(1 for pod in active if pod.ready),
         warm_ready=sum(1 for pod in serving if pod.role == "warm" and pod.ready),
         warm=sum(1 for pod in serving if pod.role == "warm"),
-        draining=sum(1 for pod in serving if pod.role == "draining"),
+        draining=sum(1 for pod in serving if pod.role == "draining") + _terminating_draining(observed, now),
         placeholders=len(placeholders),
         current_ready_active=0,
         outdated=0,
         revision_known=revision_known,
         **_pod_problems(healthy, serving, placeholders, now, policy),
         rollout=rollout,
+    )
+
+
+def _terminating_draining(pods: Sequence[PodView], now: datetime) -> int:
+    """Draining pods deleted and still within their grace period: their server finishes the
+    requests it accepted after SIGTERM, so they still drain, though the plan counts them for
+    nothing else (nothing waits for them: the kubelet ends them). One past its grace period is
+    stuck (its node gone, its kubelet not answering), or one whose end is unknown: not counted, so
+    that it cannot stay in the count for ever. Broken ones (node lost, server exited) finish nothing.
+    """
+    return sum(
+        1
+        for pod in pods
+        if pod.deleting
+        and pod.role == "draining"
+        and not pod.broken
+        and pod.grace_ends_at is not None
+        and now < pod.grace_ends_at
     )
 
 
