@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from neuronfleet.sim import engine, runner
 from neuronfleet.sim.command import run_cli
 
 QUICK = ["--policies", "static", "--no-sweep", "--no-plots", "--jobs", "1"]
@@ -55,18 +57,41 @@ def test_help_says_what_peak_replicas_sizes(capsys: pytest.CaptureFixture[str]) 
     assert "the header prints the clairvoyant oracle's" in text
 
 
-def test_an_in_sample_run_says_every_policy_starts_cold_with_the_oracles_first_minute_fleet(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_an_in_sample_run_says_the_autoscalers_start_cold_with_the_fleet_they_start_with(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The first example of --help (in-sample on the conv trace) read ours at 92.9 % against static's
-    # 100 %, most of the gap in the first cold start, and nothing in the output said why.
+    # 100 %, most of the gap in the first cold start, and nothing in the output said why. The note
+    # first said every policy started with the same fleet: static starts with its own.
+    first_serving: dict[str, float] = {}
+    real = engine.run
+
+    def spy(*args: Any, **kwargs: Any) -> engine.RunResult:
+        result = real(*args, **kwargs)
+        if kwargs.get("schedule") is None:
+            first_serving[args[2].name] = result.timeline["serving"][0]
+        return result
+
+    monkeypatch.setattr(runner.engine, "run", spy)
     out = tmp_path / "out"
-    args = ["--trace", str(llm_trace(tmp_path / "t.csv")), *QUICK, "--out", str(out)]
-    assert run_cli(args) == 0
+    trace = llm_trace(tmp_path / "t.csv")
+    args = ["--trace", str(trace), "--policies", "ours,hpa,static", "--no-sweep", "--no-plots", "--jobs", "1"]
+    assert run_cli([*args, "--out", str(out)]) == 0
     text = " ".join(capsys.readouterr().out.split())
     start = json.loads((out / "simulate.json").read_text())["profiles"]["bert-base"]["start_replicas"]
-    assert f"in-sample from a cold start: every policy starts with the same {start} replicas ready" in text
+    assert first_serving["ours"] == first_serving["hpa"] == start != first_serving["static"]
+    assert (
+        f"in-sample from a cold start: every autoscaling policy starts with the same {start} replicas ready "
+        "(the instant oracle's most in the first minute; static with its own fleet) and nothing learned "
+        "(ours has no service rate or history yet)" in text
+    )
     assert "--history-pass starts them as in steady operation" in text
+    # Without ours the note says nothing of ours; static alone starts with its own fleet: no note.
+    assert run_cli(["--trace", str(trace), *QUICK[:1], "hpa", *QUICK[2:], "--out", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "every autoscaling policy starts" in text and "ours has no service rate" not in text
+    assert run_cli(["--trace", str(trace), *QUICK, "--out", str(out)]) == 0
+    assert "from a cold start" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("option", [["--history-pass"], ["--tune-fraction", "0.5"]])
@@ -74,5 +99,6 @@ def test_runs_starting_from_history_do_not_say_they_start_cold(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], option: list[str]
 ) -> None:
     trace = llm_trace(tmp_path / "t.csv", seconds=1200)
-    assert run_cli(["--trace", str(trace), *QUICK, *option, "--out", str(tmp_path / "out")]) == 0
+    hpa = ["--policies", "hpa", *QUICK[2:]]
+    assert run_cli(["--trace", str(trace), *hpa, *option, "--out", str(tmp_path / "out")]) == 0
     assert "from a cold start" not in capsys.readouterr().out

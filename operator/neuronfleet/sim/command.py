@@ -794,7 +794,8 @@ def _main(args: argparse.Namespace, console: Console) -> int:
             "history_pass": bool(args.history_pass),
             "requests": _measured_requests(tune),
             "oracle_peak_replicas": tune.oracles.peak,
-            # Every policy's ready fleet at the replay's start (the instant oracle's most in its first minute).
+            # The autoscaling policies' ready fleet at the replay's start (the instant oracle's most in its
+            # first minute; static starts with its own), of the tuning phase in a held-out run.
             "start_replicas": tune.oracles.start,
             "slo_ms": profile.slo_ms,
             "assumptions": [*profile.assumptions, *defaults],
@@ -1009,8 +1010,10 @@ def _phase(
     oracles = _oracles(title, workload, profile, args.seed, measure_from)
     console.print(_scale_line(args, oracles.peak, label))
     _print_out_of_reach(console, oracles, profile, args.slo_target)
-    if name == "in-sample" and not measure_from:
-        _print_cold_start_note(console, oracles.start, profile)
+    autoscaled = [family for family in families if family != "static"] + [label for label, _, _ in policy_files]
+    if name == "in-sample" and not measure_from and autoscaled:
+        learns = bool(policy_files) or bool(set(runner.OURS_FAMILIES) & set(families))
+        _print_cold_start_note(console, oracles.start, profile, learns)
     max_replicas = args.max_replicas or max(2, 2 * oracles.peak)
     if max_replicas > crd_max_replicas() and set(runner.OURS_FAMILIES) & set(families):
         console.print(
@@ -1069,14 +1072,17 @@ def _print_run_notes(console: Console, outcomes: list[runner.Outcome], label: st
             )
 
 
-def _print_cold_start_note(console: Console, start: int, profile: Profile) -> None:
-    """Why an in-sample run's first cold start reads worse than the rest: nothing ran before it."""
+def _print_cold_start_note(console: Console, start: int, profile: Profile, ours: bool) -> None:
+    """Why an in-sample run's first cold start reads worse than the rest: nothing ran before it.
+    Static starts with its own fleet ready (its setting), the autoscalers with the oracle's first
+    minute; ``ours``: a policy of ours runs (it also starts without a measured service rate)."""
+    learned = " (ours has no service rate or history yet)" if ours else ""
     console.print(
-        f"  [yellow]note:[/yellow] in-sample from a cold start: every policy starts with the same {start} replicas "
-        "ready (the instant oracle's most in the first minute) and nothing learned (ours has no service rate or "
-        f"history yet); a launch takes {launch_seconds(profile):.0f} s on average, so demand above {start} "
-        "sooner than that waits for replicas no autoscaler can have ready. --history-pass starts them as in "
-        "steady operation, --tune-fraction 0.5 scores a held-out half after the first as history",
+        f"  [yellow]note:[/yellow] in-sample from a cold start: every autoscaling policy starts with the same "
+        f"{start} replicas ready (the instant oracle's most in the first minute; static with its own fleet) "
+        f"and nothing learned{learned}; a launch takes {launch_seconds(profile):.0f} s on average, so demand "
+        f"above {start} sooner than that waits for replicas no autoscaler can have ready. --history-pass starts "
+        "them as in steady operation, --tune-fraction 0.5 scores a held-out half after the first as history",
         highlight=False,
     )
 
