@@ -978,3 +978,30 @@ def test_a_slow_rollout_that_keeps_progressing_is_not_stalled() -> None:
     assert not summary.rollout_stalled(NOW, 1800)
     assert not summary.rollout_stalled(NOW + timedelta(minutes=20), 1800)
     assert summary.rollout_stalled(NOW + timedelta(minutes=21), 1800)
+
+
+def test_progress_made_stays_made_when_the_pod_that_made_it_is_unready_or_lost_again() -> None:
+    # A rollout that progressed 10 minutes ago read as stalled the moment its newest ready pod failed
+    # one readiness check (or lost its node): progress was read again from the pods ready right now.
+    began = RolloutRecord(NEW_KEY, NOW - timedelta(minutes=45))
+    newest = pod("new1", artifact=NEW, created_at=began.started_at, ready_at=NOW - timedelta(minutes=10))
+    pods = [
+        pod("old0"),
+        pod("new0", artifact=NEW, created_at=began.started_at, ready_at=began.started_at + timedelta(minutes=10)),
+        newest,
+        pod("new2", "warm", artifact=NEW, ready=False, created_at=NOW - timedelta(minutes=9)),
+    ]
+    seen = plan_fleet("bert", target(3, artifact=NEW), pods, NOW, rollout=began).summary
+    assert seen.rollout == replace(began, progressed_at=NOW - timedelta(minutes=10))
+    for gone in (replace(newest, ready=False), replace(newest, node_lost=True)):
+        later = NOW + timedelta(seconds=30)
+        summary = plan_fleet(
+            "bert", target(3, artifact=NEW), [*pods[:2], gone, pods[3]], later, rollout=seen.rollout
+        ).summary
+        assert summary.rollout == seen.rollout  # nothing new to write
+        assert not summary.rollout_stalled(later, 1800)
+        assert summary.rollout_stalled(NOW + timedelta(minutes=20, seconds=1), 1800)
+    # A recorded progress out of the rollout's span (before its start, after now) is not believed.
+    odd = replace(began, progressed_at=NOW + timedelta(hours=1))
+    summary = plan_fleet("bert", target(3, artifact=NEW), [pods[0], pods[3]], NOW, rollout=odd).summary
+    assert summary.rollout == began and summary.rollout_progressed_at == began.started_at

@@ -340,6 +340,13 @@ def test_durable_memory_reads_only_its_fields_and_tolerates_garbage() -> None:
     # A time without a zone (written by hand) is read as UTC.
     rollout = StatusMemory.from_status({"rollout": {"target": "d690df74", "startedAt": "2026-11-30T12:00:00"}}).rollout
     assert rollout is not None and (rollout.target, rollout.started_at) == ("d690df74", T0)
+    assert rollout.progressed_at is None
+    # The progress recorded is read back; an unreadable one is none (the start still counts).
+    section = {"target": "d690df74", "startedAt": "2026-11-30T12:00:00Z", "progressedAt": "2026-11-30T12:05:00Z"}
+    rollout = StatusMemory.from_status({"rollout": section}).rollout
+    assert rollout is not None and rollout.progressed_at == T0 + timedelta(minutes=5)
+    rollout = StatusMemory.from_status({"rollout": {**section, "progressedAt": 7}}).rollout
+    assert rollout is not None and rollout.started_at == T0 and rollout.progressed_at is None
 
 
 def test_a_stale_body_is_read_as_the_status_last_written() -> None:
@@ -1243,8 +1250,8 @@ def test_the_rollout_start_is_written_once_kept_while_it_lasts_and_removed_when_
     again = plan(dep, Observation(start + timedelta(seconds=45), pods=loading, compile=new), later.memory, later.status)
     assert later.status["rollout"] == first.status["rollout"]
     assert status_patch(later.status, again.status) is None
-    # The new pods load; the rollout goes on with the same start until it completes, when the section
-    # goes (an explicit null in the patch).
+    # The new pods load; the rollout goes on with the same start (and, once they are ready, the
+    # progress they made) until it completes, when the section goes (an explicit null in the patch).
     now = start + timedelta(minutes=5)
     pods = tuple(replace(p, ready=True, phase="Running", node="n1", ready_at=now) for p in loading)
     result, written, patches = again, [], []
@@ -1258,9 +1265,12 @@ def test_the_rollout_start_is_written_once_kept_while_it_lasts_and_removed_when_
         after = apply_actions(list(pods), result.actions, now)
         pods = tuple(replace(p, ready=True, phase="Running", node="n1", in_flight=0) for p in after)
     ended = written.index(None)
-    assert ended > 0 and written == [first.status["rollout"]] * ended + [None] * (len(written) - ended)
+    progressed = {**first.status["rollout"], "progressedAt": "2026-11-30T13:05:00Z"}
+    assert ended > 0 and written == [progressed] * ended + [None] * (len(written) - ended)
     assert patches[ended]["rollout"] is None
-    assert all("rollout" not in patch for patch in patches[:ended] + patches[ended + 1 :])
+    # The progress is written once, by the first reconcile that sees the new pods ready.
+    assert patches[0]["rollout"] == {"progressedAt": "2026-11-30T13:05:00Z"}
+    assert all("rollout" not in patch for patch in patches[1:ended] + patches[ended + 1 :])
     assert {p.revision for p in pods} == {"eeeeeeeeee"}
 
 

@@ -1186,8 +1186,13 @@ class RolloutStatus(ApiModel):
     started_at: str = Field(
         description="When the operator first saw pods of an earlier revision or template to replace with this "
         "target (RFC 3339). The progress deadline (spec.rollout.progressDeadlineSeconds) counts from here, or "
-        "from the last pod of the target that became ready since; a rollout to another target (a rollback "
+        "from progressedAt once a pod of the target has become ready; a rollout to another target (a rollback "
         "included) starts again."
+    )
+    progressed_at: str | None = Field(
+        default=None,
+        description="When a pod of the target last became ready since startedAt (RFC 3339); absent while none "
+        "has. Kept while that pod is unready or gone again: the progress it made stays made.",
     )
 
 

@@ -220,6 +220,10 @@ class RolloutRecord:
     #: what makes a pod current), so that a record of a rollout to another target is not resumed.
     target: str
     started_at: datetime
+    #: When a pod of the target last became ready since the start (None: none has yet). Kept, not
+    #: read again from the pods each time: the newest ready pod failing one readiness check, or
+    #: lost with its node, must not erase the progress it made.
+    progressed_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -630,19 +634,24 @@ def plan_fleet(
     if revision is not None and any(pod.role in ("active", "warm") for pod in outdated):
         if rollout is not None and rollout.target == revision.key and rollout.started_at <= now:
             rollout_record = rollout
+            if rollout.progressed_at is not None and not rollout.started_at <= rollout.progressed_at <= now:
+                rollout_record = replace(rollout, progressed_at=None)  # out of the rollout's span: not believed
         else:
             # A new target, or no record read back: an operator upgraded mid-rollout from one that
             # kept none starts the clock here (a stall is reported up to one deadline late, once,
             # rather than at once for a rollback, as the pods' times would). A start in the future
             # (a skewed clock, a hand-written value) would delay the report by as much.
             rollout_record = RolloutRecord(revision.key, now)
-        # Readiness gained before the start (a rollback's pods, ready long ago) is no progress.
-        rollout_progressed_at = max(
-            (
-                rollout_record.started_at,
-                *(pod.ready_at for pod in current if pod.ready and pod.ready_at is not None),
-            )
-        )
+        # Readiness gained before the start (a rollback's pods, ready long ago) is no progress; the
+        # progress recorded stays when the pod that made it is unready or gone now.
+        progress = [
+            *(pod.ready_at for pod in current if pod.ready and pod.ready_at is not None),
+            *((rollout_record.progressed_at,) if rollout_record.progressed_at is not None else ()),
+        ]
+        latest = max((t for t in progress if rollout_record.started_at < t <= now), default=None)
+        if latest is not None and latest != rollout_record.progressed_at:
+            rollout_record = replace(rollout_record, progressed_at=latest)
+        rollout_progressed_at = latest or rollout_record.started_at
     # A rollout keeps the old revision's loaded standby as a Deployment with maxUnavailable 0
     # keeps its pods: a ready old warm pod goes only once a ready new pod takes its place in the
     # pool (new pods load for minutes on Neuron; meanwhile a burst or a lost pod would find nothing

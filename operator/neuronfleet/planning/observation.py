@@ -153,6 +153,7 @@ class StatusMemory:
         rollout = status.get("rollout")
         rollout_started = _utc_seconds(rollout.get("startedAt")) if isinstance(rollout, Mapping) else None
         rollout_target = rollout.get("target") if isinstance(rollout, Mapping) else None
+        rollout_progressed = _utc_seconds(rollout.get("progressedAt")) if isinstance(rollout, Mapping) else None
         return cls(
             desired_replicas=desired if isinstance(desired, int) and desired >= 0 else None,
             instance_type=instance_type if isinstance(instance_type, str) else None,
@@ -169,7 +170,11 @@ class StatusMemory:
             ),
             warm_held_since=held_since,
             rollout=(
-                RolloutRecord(rollout_target, datetime.fromtimestamp(rollout_started, UTC))
+                RolloutRecord(
+                    rollout_target,
+                    datetime.fromtimestamp(rollout_started, UTC),
+                    datetime.fromtimestamp(rollout_progressed, UTC) if rollout_progressed is not None else None,
+                )
                 if isinstance(rollout_target, str) and rollout_started is not None
                 else None
             ),

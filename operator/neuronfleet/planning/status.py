@@ -713,7 +713,11 @@ def build_status(
         # Written as the plan returns it: the same record (a stable time) on every reconcile of one
         # rollout, so a rollout that does not progress writes nothing.
         rollout=(
-            RolloutStatus(target=fleet.rollout.target, started_at=rfc3339(fleet.rollout.started_at))
+            RolloutStatus(
+                target=fleet.rollout.target,
+                started_at=rfc3339(fleet.rollout.started_at),
+                progressed_at=rfc3339(fleet.rollout.progressed_at) if fleet.rollout.progressed_at else None,
+            )
             if fleet.rollout is not None
             else None
         ),
