@@ -6,7 +6,7 @@ import random
 from collections import Counter
 from typing import Any
 
-from neuronfleet.planning.promotion import PodInfo, drain_order, promotion_order
+from neuronfleet.planning.promotion import PodInfo, drain_order, promotion_order, release_order
 
 
 def pod(
@@ -113,16 +113,66 @@ def test_drain_counts_the_others_but_never_returns_them() -> None:
     assert names(drain_order(candidates, "r2", stays)) == ["alone", "shares-n1"]
 
 
+def test_drain_counts_warm_pods_and_placeholders_beside_in_their_node_not_their_zone() -> None:
+    # A warm pod beside "shares-n1" keeps n1 whatever is drained: "alone" empties n2.
+    candidates = [pod("shares-n1", node="n1", zone="a"), pod("alone", node="n2", zone="a")]
+    assert names(drain_order(candidates, "r2", beside=[pod("warm", node="n1", zone="a")])) == ["alone", "shares-n1"]
+    # Zone spread still comes first: pods beside count in no zone, so zone a (2 active) drains first.
+    candidates = [pod("a1", node="n1", zone="a"), pod("a2", node="n2", zone="a"), pod("b1", node="n3", zone="b")]
+    beside = [pod(f"ph{i}", node="n1", zone="a") for i in range(3)]
+    assert names(drain_order(candidates, "r2", beside=beside))[0] == "a2"
+
+
+def test_promote_onto_the_fuller_node_among_nodes_not_serving() -> None:
+    # Neither node serves: w-ph shares its node with a placeholder, so it goes first even though
+    # w-alone has been ready longer; the pool keeps that order, so a shrink deletes w-alone.
+    warm = [pod("w-alone", node="n1", ready=0), pod("w-ph", node="n2", ready=50)]
+    assert names(promotion_order(warm, [], "r2", beside=[pod("ph", node="n2")])) == ["w-ph", "w-alone"]
+
+
+def test_release_unbound_then_priority_then_nodes_without_serving_then_emptiest() -> None:
+    placeholders = [
+        pod("beside-serving", node="n1"),
+        pod("shares-n2-a", node="n2"),
+        pod("shares-n2-b", node="n2"),
+        pod("alone", node="n3"),
+        pod("old-template", node="n4"),
+        pod("unbound", node=None, zone=None),
+    ]
+    serving = [pod("active", node="n1")]
+
+    def priority(p: PodInfo) -> int:
+        return (0 if p.node is None else 2) + (0 if p.name == "old-template" else 1)
+
+    assert names(release_order(placeholders, priority, serving)) == [
+        "unbound",
+        "old-template",
+        "alone",
+        "shares-n2-b",
+        "shares-n2-a",
+        "beside-serving",
+    ]
+    assert release_order(list(reversed(placeholders)), priority, serving) == release_order(
+        placeholders, priority, serving
+    )
+
+
 INF = float("inf")
 
 
-def _recounted(candidates: list[PodInfo], counted: list[PodInfo], rank: Any, promote: bool) -> list[PodInfo]:
-    """An order by brute force: a full ranking on fresh counts before every pick."""
+def _recounted(
+    candidates: list[PodInfo], counted: list[PodInfo], rank: Any, promote: bool, beside: list[PodInfo]
+) -> list[PodInfo]:
+    """An order by brute force: a full ranking on fresh counts before every pick. ``beside`` count
+    in their node only; a promotion leaves every pod on its node (``held`` never changes)."""
     left, taken, counted = list(candidates), [], list(counted)
+    held = Counter((p.zone, p.node) for p in (*candidates, *counted, *beside) if p.node is not None)
     while left:
         zones = Counter(p.zone for p in counted)
         nodes = Counter((p.zone, p.node) for p in counted if p.node is not None)
-        best = min(left, key=lambda p: rank(p, zones, nodes))
+        if not promote:
+            held = nodes + Counter((p.zone, p.node) for p in beside if p.node is not None)
+        best = min(left, key=lambda p: rank(p, zones, nodes, held))
         taken.append(best)
         left.remove(best)
         if promote:
@@ -132,11 +182,11 @@ def _recounted(candidates: list[PodInfo], counted: list[PodInfo], rank: Any, pro
     return taken
 
 
-def _drain_rank(p: PodInfo, zones: Counter[Any], nodes: Counter[Any]) -> tuple[Any, ...]:
+def _drain_rank(p: PodInfo, zones: Counter[Any], nodes: Counter[Any], held: Counter[Any]) -> tuple[Any, ...]:
     return (
         p.revision == "r1",
         -zones[p.zone],
-        nodes[p.zone, p.node] if p.node is not None else 0,
+        held[p.zone, p.node] if p.node is not None else 0,
         p.in_flight,
         -(p.ready_since if p.ready_since is not None else INF),
         p.name,
@@ -147,11 +197,12 @@ def _drain_rank(p: PodInfo, zones: Counter[Any], nodes: Counter[Any]) -> tuple[A
     )
 
 
-def _promotion_rank(p: PodInfo, zones: Counter[Any], nodes: Counter[Any]) -> tuple[Any, ...]:
+def _promotion_rank(p: PodInfo, zones: Counter[Any], nodes: Counter[Any], held: Counter[Any]) -> tuple[Any, ...]:
     return (
         p.revision != "r1",
         zones[p.zone],
         0 if p.node is not None and nodes[p.zone, p.node] > 0 else 1,
+        -held[p.zone, p.node] if p.node is not None else 0,
         p.ready_since if p.ready_since is not None else INF,
         p.name,
         p.zone or "",
@@ -182,9 +233,10 @@ def test_the_orders_are_the_brute_force_recount() -> None:
             _random_pod(rng, f"p{rng.randrange(4)}" if duplicates else f"p{i}") for i in range(rng.randrange(0, 13))
         ]
         others = [_random_pod(rng, f"o{i}") for i in range(rng.randrange(0, 5))]
-        drained = drain_order(candidates, "r1", others)
-        assert drained == _recounted(candidates, candidates + others, _drain_rank, promote=False)
-        assert drain_order(list(reversed(candidates)), "r1", others) == drained
-        promoted = promotion_order(candidates, others, "r1")
-        assert promoted == _recounted(candidates, others, _promotion_rank, promote=True)
-        assert promotion_order(list(reversed(candidates)), others, "r1") == promoted
+        beside = [_random_pod(rng, f"b{i}") for i in range(rng.randrange(0, 5))]
+        drained = drain_order(candidates, "r1", others, beside)
+        assert drained == _recounted(candidates, candidates + others, _drain_rank, False, beside)
+        assert drain_order(list(reversed(candidates)), "r1", others, beside) == drained
+        promoted = promotion_order(candidates, others, "r1", beside)
+        assert promoted == _recounted(candidates, others, _promotion_rank, True, beside)
+        assert promotion_order(list(reversed(candidates)), others, "r1", beside) == promoted

@@ -88,7 +88,13 @@ Rules (DESIGN.md, fleet model):
   on within ``FleetPolicy.scheduling_timeout_seconds`` (e.g. a ``schedulerName`` nobody runs).
 - Placeholders (low-priority pods holding spare Inf2 capacity) are kept at ``target.placeholders``
   for the current template; they do not depend on the artifact, so they may be created while
-  the model still compiles.
+  the model still compiles. A surplus goes in :func:`neuronfleet.planning.promotion.release_order`:
+  unbound ones first, then those on nodes no serving pod stays on, the emptiest node first, so
+  the placeholders kept sit beside serving pods and a node left empty can be consolidated.
+- Which pods a shrink keeps (active set, pool, placeholders) is chosen by the orders of
+  :mod:`.promotion` counting every pod of the deployment on each node (active, warm, placeholder;
+  draining ones are leaving), so what is drained or deleted empties whole nodes: a warm pod or a
+  placeholder left alone keeps a node billed as surely as a serving pod.
 - Held creations: while ``target.hold_creations`` says why (the served artifact is known gone from
   the store, so a new pod could not load it and would crash-loop), no serving pod is created; every
   other rule applies as usual (pods already loaded keep serving and are promoted, demoted, drained;
@@ -113,7 +119,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Literal, TypedDict
+from typing import Literal, Protocol, TypedDict
 
 from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
 from neuronfleet.planning.labels import (
@@ -123,7 +129,7 @@ from neuronfleet.planning.labels import (
     placeholder_pod_name,
     serving_pod_name,
 )
-from neuronfleet.planning.promotion import PodInfo, drain_order, promotion_order
+from neuronfleet.planning.promotion import PodInfo, drain_order, promotion_order, release_order
 from neuronfleet.planning.reasons import STUCK_WAITING_REASONS, Event, Reason
 
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]
@@ -174,11 +180,19 @@ class PodView:
         return self.phase in ("Failed", "Succeeded") or self.node_lost
 
 
-#: ``order(candidates, active, now)`` returns the candidates in preference order; ``active`` is
-#: every live active pod of the deployment (for zone and node counts). Promotion: the first is
-#: promoted first. Drain: the first is demoted first. The defaults are the rules of
-#: :mod:`neuronfleet.planning.promotion`, shared with the simulator.
-OrderFunction = Callable[[Sequence[PodView], Sequence[PodView], datetime], list[PodView]]
+class OrderFunction(Protocol):
+    """``order(candidates, active, now, beside)`` returns the candidates in preference order.
+
+    ``active`` is every live active pod of the deployment (for zone and node counts); ``beside``
+    every pod of the deployment on a node that is not leaving (warm pods, placeholders; those
+    among the candidates or ``active`` count once), for node counts only. Promotion: the first is
+    promoted first. Drain: the first is demoted first. The defaults are the rules of
+    :mod:`neuronfleet.planning.promotion`, shared with the simulator.
+    """
+
+    def __call__(
+        self, pods: Sequence[PodView], active: Sequence[PodView], now: datetime, beside: Sequence[PodView] = ()
+    ) -> list[PodView]: ...
 
 
 def _timestamp(moment: datetime | None) -> float:
@@ -190,26 +204,40 @@ def _info(pod: PodView) -> PodInfo:
     return PodInfo(pod.name, pod.node, pod.zone, ready_since, float(pod.in_flight or 0), pod.revision)
 
 
-def zone_aware_promotion_order(pods: Sequence[PodView], active: Sequence[PodView], now: datetime) -> list[PodView]:
+def _beside(beside: Sequence[PodView], *counted: Sequence[PodView]) -> list[PodInfo]:
+    """The pods of ``beside`` not already among ``counted``, as descriptors."""
+    names = {pod.name for group in counted for pod in group}
+    return [_info(pod) for pod in beside if pod.name not in names]
+
+
+def zone_aware_promotion_order(
+    pods: Sequence[PodView], active: Sequence[PodView], now: datetime, beside: Sequence[PodView] = ()
+) -> list[PodView]:
     """:func:`neuronfleet.planning.promotion.promotion_order` over pod views (the one promotion rule).
 
-    Favours the zone with the fewest active pods and nodes already serving. Candidates passed in
-    are always of one revision, so its revision rule is moot.
+    Favours the zone with the fewest active pods, nodes already serving, then nodes holding the
+    most of the deployment's pods. Candidates passed in are always of one revision, so its
+    revision rule is moot.
     """
     by_name = {pod.name: pod for pod in pods}
-    ordered = promotion_order([_info(p) for p in pods], [_info(p) for p in active], None)
+    infos = [_info(p) for p in pods]
+    ordered = promotion_order(infos, [_info(p) for p in active], None, _beside(beside, pods, active))
     return [by_name[p.name] for p in ordered]
 
 
-def zone_aware_drain_order(pods: Sequence[PodView], active: Sequence[PodView], now: datetime) -> list[PodView]:
+def zone_aware_drain_order(
+    pods: Sequence[PodView], active: Sequence[PodView], now: datetime, beside: Sequence[PodView] = ()
+) -> list[PodView]:
     """:func:`neuronfleet.planning.promotion.drain_order` over pod views (the one drain rule).
 
-    Favours the most crowded zone, the emptiest nodes (a node is billed whole) and the least
-    in-flight work; zone and node counts come from every active pod, only candidates are returned.
+    Favours the most crowded zone, the emptiest nodes (a node is billed whole: every pod of the
+    deployment on it counts) and the least in-flight work; zone counts come from every active
+    pod, only candidates are returned.
     """
     by_name = {pod.name: pod for pod in pods}
     others = [_info(a) for a in active if a.name not in by_name]
-    return [by_name[p.name] for p in drain_order([_info(p) for p in pods], None, others)]
+    ordered = drain_order([_info(p) for p in pods], None, others, _beside(beside, pods, active))
+    return [by_name[p.name] for p in ordered]
 
 
 @dataclass(frozen=True)
@@ -596,16 +624,20 @@ def plan_fleet(
     current = [pod for pod in serving if _is_current(pod, revision) and pod.role in ("active", "warm")]
     outdated = [pod for pod in serving if not _is_current(pod, revision)]
     draining = [pod for pod in serving if pod.role == "draining"]
+    # A node is freed only once no pod is left on it: the orders count every pod on a node in its
+    # node (warm pods and placeholders too), except the draining ones, which are on their way out.
+    on_nodes = [pod for pod in healthy if pod.node is not None and pod.role != "draining"]
 
-    # The orders count zones and nodes over the pods that stay active, never over one this plan
-    # drains or deletes (an outdated one in a rollout, a loading one pushed out of the active set):
-    # counted, it tilts the zones, and the pods kept all end up in the zone it leaves.
+    # The orders count zones over the pods that stay active, never over one this plan drains or
+    # deletes (an outdated one in a rollout, a loading one pushed out of the active set): counted,
+    # it tilts the zones, and the pods kept all end up in the zone it leaves. Nodes count those
+    # pods too (``on_nodes``): until it is gone, a pod keeps its node as any other does.
     def ranked(pods_in: list[PodView], role: Role, *, ready: bool, staying: Sequence[PodView]) -> list[PodView]:
         picked = [pod for pod in pods_in if pod.ready == ready and pod.role == role]
         if role == "warm":
-            ordered = policy.promotion_order(picked, staying, now)
+            ordered = policy.promotion_order(picked, staying, now, on_nodes)
         else:
-            ordered = list(reversed(policy.drain_order(picked, staying, now)))
+            ordered = list(reversed(policy.drain_order(picked, staying, now, on_nodes)))
         # Unready pods: the furthest along first (a stable sort keeps the zone order among equals).
         return ordered if ready else sorted(ordered, key=_progress, reverse=True)
 
@@ -624,7 +656,7 @@ def plan_fleet(
     ready_current_active = sum(1 for pod in active_set if pod.ready)
     keep_old = max(0, must_stay_ready - ready_current_active, target.active - len(active_set))
     old_ready_active = [pod for pod in outdated if pod.role == "active" and pod.ready]
-    old_actives_kept = list(reversed(policy.drain_order(old_ready_active, active_set, now)))[:keep_old]
+    old_actives_kept = list(reversed(policy.drain_order(old_ready_active, active_set, now, on_nodes)))[:keep_old]
 
     # The rollout's clock starts when the plan first sees a rollout to this target, not when its
     # oldest current pod was made: none may ever be made (creations refused or held), and a
@@ -667,7 +699,7 @@ def plan_fleet(
     if revision is not None or held:
         old_warm = [pod for pod in outdated if pod.role == "warm"]
         staying_now = [*active_set, *old_actives_kept]
-        old_warm_ready = policy.promotion_order([pod for pod in old_warm if pod.ready], staying_now, now)
+        old_warm_ready = policy.promotion_order([pod for pod in old_warm if pod.ready], staying_now, now, on_nodes)
         old_warm_promoted = old_warm_ready[: max(0, target.active - ready_current_active - len(old_actives_kept))]
         old_actives_kept += old_warm_promoted
         unready_in_set = [pod for pod in active_set if not pod.ready]
@@ -749,7 +781,9 @@ def plan_fleet(
     )
     warm_set = (
         ranked(rest, "warm", ready=True, staying=staying)
-        + list(reversed(ranked(rest, "active", ready=True, staying=staying)))
+        # Surplus ready actives join the pool in keep order (the last to drain first): those on the
+        # fullest nodes stay, and the ones drained are on the nodes that can empty.
+        + ranked(rest, "active", ready=True, staying=staying)
         + unready_rest
     )[:warm_capacity]
     surplus = [pod for pod in rest if pod not in warm_set]
@@ -764,7 +798,7 @@ def plan_fleet(
             # Current again (a rollback): a stale stamp would release it at once in the next rollout.
             standby_marks.append(Relabel(pod.name, "warm", "warm", "current again: no longer old standby"))
     standby_marks += stamps
-    for pod in policy.drain_order(surplus, staying, now):
+    for pod in policy.drain_order(surplus, staying, now, on_nodes):
         if pod.role == "active" and pod.ready:
             demotions.append(Relabel(pod.name, "draining", "active", "scale-down: draining", drain_started_at=now))
         else:
@@ -830,10 +864,20 @@ def plan_fleet(
     # Without an artifact nothing serves (nor will until the hold ends): no spare node is kept for it.
     holding_none = holding and target.artifact is None
     holding_old = holding and not holding_none
-    kept_placeholders = sorted(
-        (pod for pod in placeholders if not holding_none and (holding_old or pod.template == target.template)),
-        key=lambda pod: (pod.node is None, pod.template != target.template, pod.name),
-    )[: target.placeholders]
+    keepable = [pod for pod in placeholders if not holding_none and (holding_old or pod.template == target.template)]
+    # Deleted first: unbound ones (they hold nothing), then the earlier template's, then those on
+    # the nodes that can empty (no serving pod that stays, the fewest pods): the last ones stay.
+    serving_kept = [_info(pod) for pod in (*active_set, *old_actives_kept, *warm_set, *old_warm_kept)]
+    keepable_by_name = {pod.name: pod for pod in keepable}
+
+    def release_first(info: PodInfo) -> int:
+        outdated_template = keepable_by_name[info.name].template != target.template
+        return (0 if info.node is None else 2) + (0 if outdated_template else 1)
+
+    released = release_order([_info(pod) for pod in keepable], release_first, serving_kept)
+    kept_placeholders = [
+        keepable_by_name[info.name] for info in released[max(0, len(released) - target.placeholders) :]
+    ]
     for pod in placeholders:
         if pod not in kept_placeholders:
             if holding_none:

@@ -1,6 +1,7 @@
-"""Which warm pod to promote first, and which active pod to drain first (pure).
+"""Which warm pod to promote first, which active pod to drain first, and which placeholder to
+delete first (pure).
 
-Both functions take plain :class:`PodInfo` descriptors and return them in order; the caller takes
+The functions take plain :class:`PodInfo` descriptors and return them in order; the caller takes
 as many as it needs from the front. The order is built one pod at a time, each pick counted before
 the next (a promoted pod joins its zone and node, a drained one leaves them): a move of several
 pods keeps the zones even and empties whole nodes, where one sort on the counts before any move
@@ -9,14 +10,22 @@ equally full nodes, freeing none. Ties always end on the pod name (then the rest
 descriptor), so the order never depends on the input order and a restarted operator picks the
 same pods.
 
+A node is billed whole, and a node autoscaler (Karpenter's ``WhenEmpty`` consolidation) removes it
+only once no pod is left on it: a warm pod or a placeholder keeps it as surely as a serving pod.
+So the node counts below are over every pod of the deployment on the node (``beside`` passes the
+warm pods and placeholders that are not candidates; draining pods are leaving and are not passed),
+where the zone counts are over active pods only (the spread that matters is the serving one).
+
 Promote (warm -> active), first to last:
 
 1. Pods of the target revision: promoting an old-revision pod would put stale code in the Service
    during a rollout.
 2. Pods in the zone with the fewest active pods: keeps the zone spread that
    ``topologySpreadConstraints`` asked for, so one zone outage takes the least capacity.
-3. Pods on nodes already running active pods of this deployment: packs serving pods onto fewer
-   nodes, so the nodes left with only warm pods or nothing are the ones scale-down frees.
+3. Pods on nodes already running active pods of this deployment, then on nodes holding the most
+   pods of it: packs serving pods onto fewer nodes, so the nodes left with only warm pods or
+   nothing are the ones scale-down frees. The plan keeps the warm pool's pods in this order too,
+   so a shrinking pool deletes the warm pods on the emptiest nodes.
 4. Pods ready the longest: they have passed readiness the longest and any lazy warm-up is done;
    a pod that just turned ready is the likeliest to still be flaky.
 
@@ -24,12 +33,23 @@ Drain (active -> draining), first to last:
 
 1. Pods not of the target revision (a rollout retires them first anyway).
 2. Pods in the zone with the most active pods: restores the spread.
-3. Pods on nodes with the fewest active pods of this deployment: emptying a node is what saves
-   money (a node is billed whole); draining one of many pods on a node saves nothing.
+3. Pods on nodes holding the fewest pods of this deployment (active, warm or placeholder):
+   emptying a node is what saves money; draining an active pod beside a warm pod or a placeholder
+   that stays saves nothing.
 4. Pods with the least in-flight work: they finish draining soonest and put the fewest requests
    at risk of the grace period.
 5. Pods ready the shortest (as a ReplicaSet deletes the newest first): the longest-running ones
    have proven healthy.
+
+Release (placeholders, deleted first to last; the plan keeps the last ones):
+
+1. The caller's priority (placeholders not on a node hold nothing and go first, then those of an
+   earlier template).
+2. Pods on nodes with no serving pod that stays: a placeholder beside a serving pod holds a spare
+   slot on a node that is billed anyway.
+3. Pods on nodes holding the fewest pods of the deployment (serving pods that stay and the
+   placeholders not yet released): empties whole nodes.
+4. The highest name first (the lowest names stay, as they did before node counts).
 """
 
 from __future__ import annotations
@@ -116,15 +136,32 @@ def _greedy(
     return ordered
 
 
-def promotion_order(warm: Sequence[PodInfo], active: Sequence[PodInfo], target_revision: str | None) -> list[PodInfo]:
-    """Warm pods, the one to promote first at the front (see the module docstring)."""
+def _on_nodes(*groups: Sequence[PodInfo]) -> Counter[_NodeKey]:
+    """Pods per node over ``groups`` (pods not on a node are on none)."""
+    return Counter[_NodeKey]((p.zone, p.node) for group in groups for p in group if p.node is not None)
+
+
+def promotion_order(
+    warm: Sequence[PodInfo],
+    active: Sequence[PodInfo],
+    target_revision: str | None,
+    beside: Sequence[PodInfo] = (),
+) -> list[PodInfo]:
+    """Warm pods, the one to promote first at the front (see the module docstring).
+
+    ``beside`` are the deployment's other pods on nodes that are neither candidates nor active
+    (placeholders, warm pods not offered): counted in their node's pods, never in a zone.
+    """
     zones = Counter(p.zone for p in active)
-    nodes = Counter[_NodeKey]((p.zone, p.node) for p in active if p.node is not None)
+    nodes = _on_nodes(active)
+    # Promoting a pod keeps it on its node: these counts never change.
+    held = _on_nodes(warm, active, beside)
     never = float("inf")
 
-    def node_and_pod(pod: PodInfo) -> tuple[int, float, str, str, str, float, str]:
+    def node_and_pod(pod: PodInfo) -> tuple[int, int, float, str, str, str, float, str]:
         return (
             0 if pod.node is not None and nodes[pod.zone, pod.node] > 0 else 1,
+            -held[pod.zone, pod.node] if pod.node is not None else 0,
             pod.ready_since if pod.ready_since is not None else never,
             *_identity(pod),
         )
@@ -141,15 +178,19 @@ def promotion_order(warm: Sequence[PodInfo], active: Sequence[PodInfo], target_r
 
 
 def drain_order(
-    active: Sequence[PodInfo], target_revision: str | None, others: Sequence[PodInfo] = ()
+    active: Sequence[PodInfo],
+    target_revision: str | None,
+    others: Sequence[PodInfo] = (),
+    beside: Sequence[PodInfo] = (),
 ) -> list[PodInfo]:
     """Active pods, the one to drain first at the front (see the module docstring).
 
     ``others`` are active pods that stay whatever happens (not candidates): they count in their
-    zone and node but are never returned.
+    zone and node but are never returned. ``beside`` are the deployment's pods on nodes that are
+    not active (warm pods, placeholders): they count in their node only.
     """
     zones = Counter(p.zone for p in (*active, *others))
-    nodes = Counter[_NodeKey]((p.zone, p.node) for p in (*active, *others) if p.node is not None)
+    nodes = _on_nodes(active, others, beside)
 
     def node_and_pod(pod: PodInfo) -> tuple[int, float, float, str, str, str, float, str]:
         return (
@@ -171,3 +212,29 @@ def drain_order(
         return -zones[zone]
 
     return _greedy(active, revision, crowded_first, node_and_pod, drained)
+
+
+def release_order(
+    placeholders: Sequence[PodInfo], priority: Callable[[PodInfo], int], serving: Sequence[PodInfo] = ()
+) -> list[PodInfo]:
+    """Placeholders, the one to delete first at the front (see the module docstring).
+
+    ``priority``: the smallest goes first, before any node count. ``serving``: the serving pods
+    of the deployment that stay (never returned).
+    """
+    beside = _on_nodes(serving)
+    nodes = _on_nodes(placeholders, serving)
+    # The highest identity goes first: its rank in the sorted identities, negated.
+    position = {id(p): -i for i, p in enumerate(sorted(placeholders, key=_identity))}
+
+    def node_and_pod(pod: PodInfo) -> tuple[int, int, int]:
+        if pod.node is None:
+            return (0, 0, position[id(pod)])
+        key = (pod.zone, pod.node)
+        return (1 if beside[key] > 0 else 0, nodes[key], position[id(pod)])
+
+    def released(pod: PodInfo) -> None:
+        if pod.node is not None:
+            nodes[pod.zone, pod.node] -= 1
+
+    return _greedy(placeholders, priority, lambda zone: 0, node_and_pod, released)

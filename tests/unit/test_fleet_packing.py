@@ -1,0 +1,139 @@
+"""Fleet plan, packing: what a shrink removes empties whole nodes, counting every pod on each node.
+
+A node is billed whole, and Karpenter's ``WhenEmpty`` consolidation removes it only once no pod is
+left on it: a warm pod or a placeholder keeps it as surely as a serving pod does. So whichever
+active pod is drained, warm pod or placeholder deleted, the node counts are over every pod of the
+deployment on it (active, warm, placeholder; draining ones are leaving).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+from neuronfleet.planning.fleet import (
+    DeletePlaceholder,
+    DeletePod,
+    FleetTarget,
+    PodView,
+    Relabel,
+    apply_actions,
+    plan_fleet,
+)
+from neuronfleet.planning.labels import ArtifactRevision
+
+NOW = datetime(2026, 12, 4, 18, 0, tzinfo=UTC)
+ARTIFACT = ArtifactRevision("aaaaaaaaaa", "s3://artifacts/bert/aaaaaaaaaa/")
+TEMPLATE = "t0t0t0t0t0"
+
+
+def target(active: int, warm: int = 0, placeholders: int = 0) -> FleetTarget:
+    return FleetTarget(TEMPLATE, ARTIFACT, active=active, warm=warm, placeholders=placeholders)
+
+
+def serving(name: str, role: str, node: str | None, *, ready_minutes: float = 5, ready: bool = True) -> PodView:
+    return PodView(
+        name,
+        role,  # type: ignore[arg-type]
+        ARTIFACT.id,
+        TEMPLATE,
+        phase="Running" if ready else "Pending",
+        ready=ready,
+        created_at=NOW - timedelta(minutes=30),
+        ready_at=NOW - timedelta(minutes=ready_minutes) if ready else None,
+        node=node,
+        zone="z1" if node is not None else None,
+        in_flight=0,
+    )
+
+
+def placeholder(name: str, node: str | None, template: str = TEMPLATE) -> PodView:
+    return PodView(
+        name,
+        "placeholder",
+        template=template,
+        phase="Running" if node else "Pending",
+        created_at=NOW,
+        node=node,
+        zone="z1" if node is not None else None,
+    )
+
+
+def nodes_after(pods: Sequence[PodView], fleet: FleetTarget) -> dict[str, list[str]]:
+    """The pods left on each node once the plan is applied and its draining pods are gone."""
+    plan = plan_fleet("bert", fleet, pods, NOW)
+    after = apply_actions(pods, plan.actions, NOW)
+    # Applied as planned, the plan has nothing more to do (no pod flips back and forth).
+    assert plan_fleet("bert", fleet, after, NOW).actions == ()
+    left: dict[str, list[str]] = {}
+    for pod in after:
+        if pod.node is not None and pod.role != "draining":
+            left.setdefault(pod.node, []).append(pod.name)
+    return {node: sorted(names) for node, names in sorted(left.items())}
+
+
+def test_shrinking_placeholders_keeps_the_one_beside_a_serving_pod() -> None:
+    # Two slots a node: ph-0 and ph-1 fill node-b, ph-2 sits beside the active pod. Kept by name,
+    # ph-0 stayed alone on node-b: a whole node billed while status.placement said 1 node.
+    pods = [
+        serving("a0", "active", "node-a"),
+        placeholder("ph-0", "node-b"),
+        placeholder("ph-1", "node-b"),
+        placeholder("ph-2", "node-a"),
+    ]
+    assert nodes_after(pods, target(1, placeholders=1)) == {"node-a": ["a0", "ph-2"]}
+
+
+def test_shrinking_placeholders_empties_the_emptiest_node_first() -> None:
+    # No serving pod beside any: ph-0 alone on node-c goes (by name it stayed), the two sharing
+    # node-b stay.
+    pods = [placeholder("ph-0", "node-c"), placeholder("ph-1", "node-b"), placeholder("ph-2", "node-b")]
+    assert nodes_after(pods, target(0, placeholders=2)) == {"node-b": ["ph-1", "ph-2"]}
+
+
+def test_shrinking_placeholders_deletes_unbound_ones_before_any_on_a_node() -> None:
+    # An unbound placeholder holds nothing: it goes before the one alone on its node.
+    pods = [placeholder("ph-0", None), placeholder("ph-1", "node-b"), serving("a0", "active", "node-a")]
+    plan = plan_fleet("bert", target(1, placeholders=1), pods, NOW)
+    assert [a.name for a in plan.actions if isinstance(a, DeletePlaceholder)] == ["ph-0"]
+
+
+def test_scale_down_drains_the_active_whose_node_then_empties() -> None:
+    # node-a: active a0 and warm w0; node-b: active a1 alone. Counting actives only, both nodes held
+    # one and a0 went by name, leaving w0 on node-a and a1 on node-b.
+    pods = [serving("a0", "active", "node-a"), serving("a1", "active", "node-b"), serving("w0", "warm", "node-a")]
+    assert nodes_after(pods, target(1, warm=1)) == {"node-a": ["a0", "w0"]}
+
+
+def test_scale_down_keeps_in_the_pool_the_surplus_active_on_the_fuller_node() -> None:
+    # Two actives share node-a, one is alone on node-b; one stays active and one joins the pool: the
+    # one to join is a0 or a1 (node-a), so a2 drains and node-b empties.
+    pods = [serving("a0", "active", "node-a"), serving("a1", "active", "node-a"), serving("a2", "active", "node-b")]
+    plan = plan_fleet("bert", target(1, warm=1), pods, NOW)
+    assert [a.name for a in plan.actions if isinstance(a, Relabel) and a.role == "draining"] == ["a2"]
+    assert list(nodes_after(pods, target(1, warm=1))) == ["node-a"]
+
+
+def test_shrinking_the_warm_pool_deletes_the_warm_pod_alone_on_its_node() -> None:
+    # w1 has been ready the longest, which used to keep it; it is alone on node-c, while w0 shares
+    # node-b with a placeholder that stays: deleting w1 frees node-c.
+    pods = [
+        serving("a0", "active", "node-a"),
+        serving("w0", "warm", "node-b", ready_minutes=5),
+        placeholder("ph-0", "node-b"),
+        serving("w1", "warm", "node-c", ready_minutes=50),
+    ]
+    plan = plan_fleet("bert", target(1, warm=1, placeholders=1), pods, NOW)
+    assert [a.name for a in plan.actions if isinstance(a, DeletePod)] == ["w1"]
+    assert list(nodes_after(pods, target(1, warm=1, placeholders=1))) == ["node-a", "node-b"]
+
+
+def test_shrinking_the_warm_pool_still_deletes_a_loading_pod_before_a_loaded_one() -> None:
+    # Readiness comes first: the loaded w1 alone on node-c stays, the loading w0 beside a0 goes.
+    pods = [
+        serving("a0", "active", "node-a"),
+        serving("w0", "warm", "node-a", ready=False),
+        serving("w1", "warm", "node-c"),
+    ]
+    plan = plan_fleet("bert", target(1, warm=1), pods, NOW)
+    assert [a.name for a in plan.actions if isinstance(a, DeletePod)] == ["w0"]
