@@ -13,14 +13,21 @@ replicas, warm pods, node placeholders), following DESIGN.md's fleet model:
   (fewest pods on a node first: it empties nodes); HPA, KEDA, Knative KPA and a static fleet in a
   ReplicaSet's rank (pods on the nodes holding the most of the Deployment's pods first: it spreads
   deletions, so at two or more replicas per node it leaves nodes partly full and billed); Ray
-  Serve whole nodes at a time, fewest replicas first. Each is demoted to the warm pool while the
-  pool is short, otherwise drained (out of service at once, deleted after ``drain_seconds``). At
-  one replica per node the ReplicaSet's order takes the pods the operator's order takes. A deleted
-  starting pod's node keeps being billed: a node Karpenter is launching cannot be recalled (it
+  Serve whole nodes at a time, fewest replicas first. The last of those taken are demoted to the
+  warm pool while it is short (the ones on the fullest nodes, as the operator's plan keeps its
+  surplus ready actives), the first drained (out of service at once, deleted after
+  ``drain_seconds``). Ours counts the deployment's other pods on each node too (warm, starting,
+  placeholders). At one replica per node the ReplicaSet's order takes the pods the operator's
+  order takes. A deleted starting pod's node keeps being billed: a node Karpenter is launching cannot be recalled (it
   comes up, then empty consolidation removes it after ``empty_node_seconds``), and a ready node
   whose pod was pulling loses the pull. This is why a controller whose scale-down window (HPA's
   300 s) is shorter than a cold start (~450 s) pays for launches that never serve: the real
   controllers do the same;
+- a shrinking warm pool deletes its loading pods first, then its ready ones in reverse
+  :func:`neuronfleet.planning.promotion.promotion_order` (pods beside no active pod, on the
+  emptiest nodes, first); surplus placeholders go in
+  :func:`neuronfleet.planning.promotion.release_order` (unbound, then on nodes without serving
+  pods, the emptiest first): the operator's rules, counting every pod on a node as it does;
 - a new pod binds to a free slot on a ready node, preempting a placeholder if needed; without one
   it waits for a node Karpenter-style provisioning starts for it. Its cold start is scheduling +
   image pull (only while the node has no image yet) + runtime init + artifact load + warm-up;
@@ -46,7 +53,7 @@ from typing import Literal
 
 import numpy as np
 
-from neuronfleet.planning.promotion import PodInfo, promotion_order
+from neuronfleet.planning.promotion import PodInfo, promotion_order, release_order
 from neuronfleet.sim.profiles import Profile
 from neuronfleet.sim.scaledown import ORDERS, ReadyPod, ScaleDownBy
 
@@ -324,12 +331,17 @@ class Fleet:
                 if p.ready_at is not None and p.ready_at <= now and p.node is not None and p.name in self.pods
             ]
             warm_count = sum(1 for p in self.pods.values() if p.role == "warm")
-            for ready in self._scale_down_order(ready_active, pods_on_node)[:surplus]:
+            candidates = {p.name for p in ready_active}
+            beside = Counter(p.node for p in self.pods.values() if p.node is not None and p.name not in candidates)
+            taken = self._scale_down_order(ready_active, pods_on_node, beside)[:surplus]
+            # The pool keeps the last of them (on the fullest nodes), as the operator's plan keeps
+            # its surplus ready actives: those taken first drain and empty their nodes.
+            to_pool = len(taken) - max(0, min(len(taken), want_warm - warm_count))
+            for index, ready in enumerate(taken):
                 pod = self.pods[ready.name]
-                if warm_count < want_warm:
+                if index >= to_pool:
                     pod.role = "warm"
                     pod.serving_at = None
-                    warm_count += 1
                 else:
                     self._delete(pod, now, drain=True)
 
@@ -338,8 +350,17 @@ class Fleet:
             for _ in range(want_warm - len(warm)):
                 self._create("warm", now)
         elif len(warm) > want_warm:
-            extra = sorted(warm, key=lambda p: (p.ready(now), -(p.ready_at or 0.0), p.name))
-            for pod in extra[: len(warm) - want_warm]:
+            # As the operator's plan keeps its pool: the loading ones go first (newest first), then
+            # the ready ones in reverse promotion order (the pods on the emptiest nodes first).
+            loading = sorted((p for p in warm if not p.ready(now)), key=lambda p: (-(p.ready_at or 0.0), p.name))
+            ready_warm = [p for p in warm if p.ready(now)]
+            excess = len(warm) - want_warm
+            staying = [self._info(p) for p in self.pods.values() if p.role == "active"]
+            # A ready one goes only once every loading one has: the placeholders alone stay beside.
+            placed = [self._info(p) for p in self.pods.values() if p.role == "placeholder"]
+            kept_order = promotion_order([self._info(p) for p in ready_warm], staying, None, placed)
+            extra = loading + [self.pods[info.name] for info in reversed(kept_order)]
+            for pod in extra[:excess]:
                 self._delete(pod, now)
 
         holders = [p for p in self.pods.values() if p.role == "placeholder"]
@@ -347,9 +368,14 @@ class Fleet:
             for _ in range(want_placeholders - len(holders)):
                 self._create("placeholder", now)
         elif len(holders) > want_placeholders:
-            extra = sorted(holders, key=lambda p: (p.node is not None, p.name))
-            for pod in extra[: len(holders) - want_placeholders]:
-                self._delete(pod, now)
+            # The operator's release order: unbound ones first, then those on nodes without serving
+            # pods, the emptiest node first.
+            serving = [self._info(p) for p in self.pods.values() if p.role != "placeholder"]
+            released = release_order(
+                [self._info(p) for p in holders], lambda info: 0 if info.node is None else 1, serving
+            )
+            for info in released[: len(holders) - want_placeholders]:
+                self._delete(self.pods[info.name], now)
         self._schedule(now)
 
     def _deletion_rank(self, pod: Pod, now: float) -> tuple[int, int, float, str]:
