@@ -137,3 +137,11 @@ def test_shrinking_the_warm_pool_still_deletes_a_loading_pod_before_a_loaded_one
     ]
     plan = plan_fleet("bert", target(1, warm=1), pods, NOW)
     assert [a.name for a in plan.actions if isinstance(a, DeletePod)] == ["w0"]
+
+
+def test_scale_down_keeps_a_surplus_active_in_the_pool_over_a_warm_pod_alone_on_its_node() -> None:
+    # Both actives share node-a and w0 is alone on node-b: keeping w0 in the pool (loaded pods
+    # already warm first) and draining a1 left both nodes; a1 joining the pool in its place, w0
+    # deleted, frees node-b. Either is loaded standby.
+    pods = [serving("a0", "active", "node-a"), serving("a1", "active", "node-a"), serving("w0", "warm", "node-b")]
+    assert list(nodes_after(pods, target(1, warm=1))) == ["node-a"]

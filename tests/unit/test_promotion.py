@@ -240,3 +240,12 @@ def test_the_orders_are_the_brute_force_recount() -> None:
         promoted = promotion_order(candidates, others, "r1", beside)
         assert promoted == _recounted(candidates, others, _promotion_rank, True, beside)
         assert promotion_order(list(reversed(candidates)), others, "r1", beside) == promoted
+
+
+def test_a_surplus_active_ranks_after_a_warm_pod_on_a_node_alike_and_before_one_alone() -> None:
+    # The plan ranks its pool (warm pods and a scale-down's surplus actives) in this order.
+    active = [pod("stays", node="n1")]
+    candidates = [pod("surplus", node="n1", ready=0), pod("warm-beside", node="n1", ready=50)]
+    candidates.append(pod("warm-alone", node="n2", ready=0))
+    order = promotion_order(candidates, active, "r2", demoted={"surplus"})
+    assert names(order) == ["warm-beside", "surplus", "warm-alone"]

@@ -76,3 +76,10 @@ def test_shrinking_placeholders_keeps_the_one_beside_a_serving_pod() -> None:
         }
     )
     assert nodes_after(fleet, active=1, warm=0, placeholders=1) == {"node-a": ["a0", "ph-0"]}
+
+
+def test_scale_down_keeps_a_surplus_active_in_the_pool_over_a_warm_pod_alone_on_its_node() -> None:
+    fleet = hand_built(
+        {"node-a": [("a0", "active", -900.0), ("a1", "active", -800.0)], "node-b": [("w0", "warm", -900.0)]}
+    )
+    assert list(nodes_after(fleet, active=1, warm=1, placeholders=0)) == ["node-a"]

@@ -216,12 +216,13 @@ def zone_aware_promotion_order(
     """:func:`neuronfleet.planning.promotion.promotion_order` over pod views (the one promotion rule).
 
     Favours the zone with the fewest active pods, nodes already serving, then nodes holding the
-    most of the deployment's pods. Candidates passed in are always of one revision, so its
-    revision rule is moot.
+    most of the deployment's pods, then warm pods over others (surplus actives the pool may keep).
+    Candidates passed in are always of one revision, so its revision rule is moot.
     """
     by_name = {pod.name: pod for pod in pods}
     infos = [_info(p) for p in pods]
-    ordered = promotion_order(infos, [_info(p) for p in active], None, _beside(beside, pods, active))
+    demoted = {p.name for p in pods if p.role != "warm"}
+    ordered = promotion_order(infos, [_info(p) for p in active], None, _beside(beside, pods, active), demoted)
     return [by_name[p.name] for p in ordered]
 
 
@@ -779,13 +780,12 @@ def plan_fleet(
         key=_progress,
         reverse=True,
     )
-    warm_set = (
-        ranked(rest, "warm", ready=True, staying=staying)
-        # Surplus ready actives join the pool in keep order (the last to drain first): those on the
-        # fullest nodes stay, and the ones drained are on the nodes that can empty.
-        + ranked(rest, "active", ready=True, staying=staying)
-        + unready_rest
-    )[:warm_capacity]
+    # The loaded pods, warm ones and surplus ready actives alike, are kept in the promotion order
+    # (what the pool is for): those beside active pods and on the fullest nodes first, so the
+    # pods deleted or drained are on the nodes that can empty. A warm pod alone on its node goes
+    # before a surplus active beside one that stays, which joins the pool in its place.
+    loaded = [pod for pod in rest if pod.ready and pod.role in ("warm", "active")]
+    warm_set = (policy.promotion_order(loaded, staying, now, on_nodes) + unready_rest)[:warm_capacity]
     surplus = [pod for pod in rest if pod not in warm_set]
 
     for pod in active_set:

@@ -24,8 +24,9 @@ Promote (warm -> active), first to last:
    ``topologySpreadConstraints`` asked for, so one zone outage takes the least capacity.
 3. Pods on nodes already running active pods of this deployment, then on nodes holding the most
    pods of it: packs serving pods onto fewer nodes, so the nodes left with only warm pods or
-   nothing are the ones scale-down frees. The plan keeps the warm pool's pods in this order too,
-   so a shrinking pool deletes the warm pods on the emptiest nodes.
+   nothing are the ones scale-down frees. The plan keeps the warm pool's pods in this order too
+   (a scale-down's surplus ready actives among them, after the warm pods on nodes alike), so a
+   shrinking pool deletes the pods on the emptiest nodes.
 4. Pods ready the longest: they have passed readiness the longest and any lazy warm-up is done;
    a pod that just turned ready is the likeliest to still be flaky.
 
@@ -56,7 +57,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,11 +147,14 @@ def promotion_order(
     active: Sequence[PodInfo],
     target_revision: str | None,
     beside: Sequence[PodInfo] = (),
+    demoted: Collection[str] = (),
 ) -> list[PodInfo]:
     """Warm pods, the one to promote first at the front (see the module docstring).
 
     ``beside`` are the deployment's other pods on nodes that are neither candidates nor active
     (placeholders, warm pods not offered): counted in their node's pods, never in a zone.
+    ``demoted`` names candidates that are not warm yet (a scale-down's surplus actives, when the
+    plan ranks its pool): on nodes alike they come after the warm ones, which stay unrelabelled.
     """
     zones = Counter(p.zone for p in active)
     nodes = _on_nodes(active)
@@ -158,10 +162,11 @@ def promotion_order(
     held = _on_nodes(warm, active, beside)
     never = float("inf")
 
-    def node_and_pod(pod: PodInfo) -> tuple[int, int, float, str, str, str, float, str]:
+    def node_and_pod(pod: PodInfo) -> tuple[int, int, bool, float, str, str, str, float, str]:
         return (
             0 if pod.node is not None and nodes[pod.zone, pod.node] > 0 else 1,
             -held[pod.zone, pod.node] if pod.node is not None else 0,
+            pod.name in demoted,
             pod.ready_since if pod.ready_since is not None else never,
             *_identity(pod),
         )

@@ -13,9 +13,10 @@ replicas, warm pods, node placeholders), following DESIGN.md's fleet model:
   (fewest pods on a node first: it empties nodes); HPA, KEDA, Knative KPA and a static fleet in a
   ReplicaSet's rank (pods on the nodes holding the most of the Deployment's pods first: it spreads
   deletions, so at two or more replicas per node it leaves nodes partly full and billed); Ray
-  Serve whole nodes at a time, fewest replicas first. The last of those taken are demoted to the
-  warm pool while it is short (the ones on the fullest nodes, as the operator's plan keeps its
-  surplus ready actives), the first drained (out of service at once, deleted after
+  Serve whole nodes at a time, fewest replicas first. The warm pool keeps loaded pods, its ready
+  warm ones and those taken alike, in the operator's pool order (the promotion order: beside
+  active pods and on the fullest nodes first, warm pods before taken ones on nodes alike); the
+  taken ones it does not keep are drained (out of service at once, deleted after
   ``drain_seconds``). Ours counts the deployment's other pods on each node too (warm, starting,
   placeholders). At one replica per node the ReplicaSet's order takes the pods the operator's
   order takes. A deleted starting pod's node keeps being billed: a node Karpenter is launching cannot be recalled (it
@@ -330,16 +331,23 @@ class Fleet:
                 for p in active
                 if p.ready_at is not None and p.ready_at <= now and p.node is not None and p.name in self.pods
             ]
-            warm_count = sum(1 for p in self.pods.values() if p.role == "warm")
             candidates = {p.name for p in ready_active}
             beside = Counter(p.node for p in self.pods.values() if p.node is not None and p.name not in candidates)
-            taken = self._scale_down_order(ready_active, pods_on_node, beside)[:surplus]
-            # The pool keeps the last of them (on the fullest nodes), as the operator's plan keeps
-            # its surplus ready actives: those taken first drain and empty their nodes.
-            to_pool = len(taken) - max(0, min(len(taken), want_warm - warm_count))
-            for index, ready in enumerate(taken):
-                pod = self.pods[ready.name]
-                if index >= to_pool:
+            taken = {p.name for p in self._scale_down_order(ready_active, pods_on_node, beside)[:surplus]}
+            # The pool keeps loaded pods, warm ones and those taken alike, in the operator's pool order
+            # (the promotion order: beside staying actives and on the fullest nodes first, warm
+            # before taken on nodes alike); the taken ones it does not keep drain. A warm pod it
+            # does not keep goes below, as the pool's surplus.
+            loaded = [p for p in self.pods.values() if p.ready(now) and (p.role == "warm" or p.name in taken)]
+            staying = [p for p in self.pods.values() if p.role == "active" and p.name not in taken]
+            counted = {p.name for p in (*loaded, *staying)}
+            others = [self._info(p) for p in self.pods.values() if p.node is not None and p.name not in counted]
+            infos = [self._info(p) for p in loaded]
+            pool = promotion_order(infos, [self._info(p) for p in staying], None, others, taken)[:want_warm]
+            kept = {info.name for info in pool}
+            for name in sorted(taken):
+                pod = self.pods[name]
+                if name in kept:
                     pod.role = "warm"
                     pod.serving_at = None
                 else:
@@ -355,10 +363,10 @@ class Fleet:
             loading = sorted((p for p in warm if not p.ready(now)), key=lambda p: (-(p.ready_at or 0.0), p.name))
             ready_warm = [p for p in warm if p.ready(now)]
             excess = len(warm) - want_warm
-            staying = [self._info(p) for p in self.pods.values() if p.role == "active"]
+            actives = [self._info(p) for p in self.pods.values() if p.role == "active"]
             # A ready one goes only once every loading one has: the placeholders alone stay beside.
             placed = [self._info(p) for p in self.pods.values() if p.role == "placeholder"]
-            kept_order = promotion_order([self._info(p) for p in ready_warm], staying, None, placed)
+            kept_order = promotion_order([self._info(p) for p in ready_warm], actives, None, placed)
             extra = loading + [self.pods[info.name] for info in reversed(kept_order)]
             for pod in extra[:excess]:
                 self._delete(pod, now)
