@@ -242,7 +242,8 @@ def test_a_rollout_keeps_the_loaded_old_standby_until_new_standby_is_loaded() ->
     plan = plan_fleet("bert", rollout, pods, NOW, policy)
     assert [a.name for a in plan.actions if isinstance(a, DeletePod)] == ["w1"]
     # w0 is stamped as kept (its own clock for the progress deadline).
-    assert kinds(plan.actions) == ["relabel", "create-pod", "delete-pod"]
+    # w1 serves nothing: it goes before the creation, which a quota it fills could refuse.
+    assert kinds(plan.actions) == ["relabel", "delete-pod", "create-pod"]
     assert plan.summary.kept_outdated_warm == 1
     state = [p for p in apply_actions(pods, plan.actions, NOW) if not p.deleting]
     assert plan_fleet("bert", rollout, state, NOW, policy).actions == ()
@@ -1005,3 +1006,15 @@ def test_progress_made_stays_made_when_the_pod_that_made_it_is_unready_or_lost_a
     odd = replace(began, progressed_at=NOW + timedelta(hours=1))
     summary = plan_fleet("bert", target(3, artifact=NEW), [pods[0], pods[3]], NOW, rollout=odd).summary
     assert summary.rollout == began and summary.rollout_progressed_at == began.started_at
+
+
+def test_outdated_pods_that_serve_nothing_go_before_the_creations_a_quota_may_refuse() -> None:
+    # Hypothesis found it (test_fleet_properties): a rollout to 0 active + 1 warm whose every creation
+    # is refused (the old pods fill the quota) kept an old warm pod that never loaded for ever: its
+    # deletion came after the refused creation, where the apply stops.
+    pods = [pod("old-w0", "warm", ready=False, phase="Pending", node=None), pod("old-a0")]
+    plan = plan_fleet("bert", target(1, warm=1, artifact=NEW), pods, NOW)
+    names = [(type(a).__name__, a.name) for a in plan.actions if isinstance(a, DeletePod | CreatePod)]
+    assert names.index(("DeletePod", "old-w0")) < min(i for i, (kind, _) in enumerate(names) if kind == "CreatePod")
+    # A ready old active still goes only after (it is drained once the new pods serve).
+    assert ("DeletePod", "old-a0") not in names

@@ -18,8 +18,9 @@ made for: a spec that fits no instance type) and :func:`apply_actions` (the acti
 list of views, for tests and the simulator).
 
 It returns a :class:`FleetPlan`: actions to apply **in list order** (promotions come before the
-demotions they make safe; the kept standby's stamps and releases before the creations, which the
-apply stops at when one is refused) and a :class:`FleetSummary` of the observed fleet for the status.
+demotions they make safe; the kept standby's stamps and releases, and the deletion of outdated pods
+that serve nothing, before the creations, which the apply stops at when one is refused) and a
+:class:`FleetSummary` of the observed fleet for the status.
 
 Rules (DESIGN.md, fleet model):
 
@@ -697,6 +698,7 @@ def plan_fleet(
     old_warm_kept: list[PodView] = []
     expired: list[PodView] = []
     stamps: list[Action] = []
+    unserving_deletions: list[Action] = []
     if revision is not None or held:
         old_warm = [pod for pod in outdated if pod.role == "warm"]
         staying_now = [*active_set, *old_actives_kept]
@@ -767,6 +769,10 @@ def plan_fleet(
                 deadline = policy.progress_deadline_seconds
                 why = f"new revision: old standby kept for the progress deadline ({deadline:g}s)"
                 standby_marks.append(DeletePod(pod.name, why))
+            elif not pod.ready:
+                # It serves nothing: deleted before the creations, which a quota it fills may refuse
+                # (the apply stops at the first refused one, and it would stay for ever).
+                unserving_deletions.append(DeletePod(pod.name, f"new revision: outdated {pod.role} pod"))
             else:
                 deletions.append(DeletePod(pod.name, f"new revision: outdated {pod.role} pod"))
 
@@ -932,7 +938,9 @@ def plan_fleet(
         outdated_active=sum(1 for pod in outdated if pod.role == "active"),
         standby_ready=sum(1 for pod in warm_set if pod.ready),
     )
-    return FleetPlan(tuple(promotions + standby_marks + creations + demotions + deletions), summary)
+    return FleetPlan(
+        tuple(promotions + standby_marks + unserving_deletions + creations + demotions + deletions), summary
+    )
 
 
 def summarize_unplanned(
