@@ -274,6 +274,38 @@ def test_takeovers_in_a_row_release_the_pool_found_one_hour_after_the_first() ->
     assert held == ["2026-11-30T12:00:00Z", None, None, None]
 
 
+def test_a_steady_fleet_after_a_takeover_writes_its_status_only_at_decisions() -> None:
+    """A pool found at a takeover is held for an hour; its reason said how long the hold had left
+    ("for 3590s more"), so every reconcile (the daemon's tick, each pod event) planned another status
+    and wrote it, for the hour after every restart. It says when the hold ends, which no round moves."""
+    dep = deployment(
+        scaling={**FOLLOWING, "maxReplicas": 20},
+        warmPool={"mode": "Auto", "minPods": 1, "maxPods": 8, "maxNodePlaceholders": 0},
+    )
+    request = compile_request(dep.spec, "/store", "fp")
+    stored = StoredArtifact("c" * 64, "/store/cccc", "d" * 64, "cpu")
+    status: dict[str, Any] = {"desiredReplicas": 2, "warmPool": {"desiredPods": 6, "desiredPlaceholders": 0}}
+    memory, pods = DeploymentMemory(), ()
+    writes: list[tuple[int, bool]] = []
+    for second in range(0, 300, 5):  # reconciles every 5 s, a decision every 15 s
+        now = T0 + timedelta(seconds=second)
+        observation = Observation(
+            now, pods=pods, compile=CompileObservation(request, stored), metrics=queued(now.timestamp(), 2, 0.4)
+        )
+        decides = memory.last_scaling_at is None or now.timestamp() - memory.last_scaling_at >= 15
+        result = plan_reconcile(
+            dep, observation, memory, StatusMemory.from_status(status), FleetPolicy(), lambda c: "t" * 10
+        )
+        if result.status != status:
+            writes.append((second, decides))
+        memory, status = result.memory, result.status
+        pods = serving(apply_actions(list(pods), result.actions, now), now)
+    # Once the fleet has settled (its pods made and ready), a round between decisions writes nothing.
+    assert [second for second, decides in writes if not decides and second >= 60] == []
+    assert status["warmPool"]["desiredPods"] == 6
+    assert "found at the takeover, held until 2026-11-30T13:00:00Z" in status["warmPool"]["reason"]
+
+
 def test_manual_scaling_says_the_auto_pool_found_is_kept_while_held() -> None:
     dep = deployment(
         scaling={"mode": "Manual", "replicas": 2, "minReplicas": 0, "maxReplicas": 10},

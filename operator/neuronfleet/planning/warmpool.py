@@ -72,10 +72,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 
 import numpy as np
 
 from neuronfleet.api.v1alpha1 import WarmPoolSpec
+from neuronfleet.planning.status import rfc3339
 
 #: Shortest demand history kept.
 HISTORY_SECONDS = 3600.0
@@ -348,10 +350,13 @@ def plan(
         f"placeholders; active headroom {headroom}; history {len(state.history)} samples over {span:.0f}s"
     )
     if found is not None:
+        # When the hold ends, not how long it has left: a countdown changed the reason at every
+        # reconcile (the daemon's tick, each pod event), and each wrote the status for the hour.
+        ends = rfc3339(datetime.fromtimestamp(math.ceil(found.since + keep_seconds), UTC))
         reason += (
             f"; at least the increases of the {found.pods} warm pods and {found.placeholders} placeholders "
-            f"found at the takeover, for {found.since + keep_seconds - now:.0f}s more (held {keep_seconds:.0f}s "
-            "from the first takeover that held them)"
+            f"found at the takeover, held until {ends} ({keep_seconds:.0f}s from the first takeover that "
+            "held them)"
         )
     if unknown:
         reason += "; demand unknown (metrics missing): the history is held as it was (its samples do not age)"
