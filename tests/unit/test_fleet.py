@@ -825,6 +825,11 @@ def test_pod_no_scheduler_acts_on_is_reported_after_the_timeout() -> None:
     late = plan_fleet("bert", target(1), [waiting], NOW + timedelta(seconds=180)).summary
     assert [(p.name, p.reason) for p in late.stuck] == [("a0", "NotScheduled")]
     assert "'neuron-scheduler'" in late.stuck[0].message
+    # Its message goes to the Scheduled and Degraded conditions: it must not change from one
+    # reconcile to the next while nothing changes (it counted the seconds waited: a status write each).
+    later = plan_fleet("bert", target(1), [waiting], NOW + timedelta(seconds=185)).summary
+    assert later.stuck == late.stuck
+    assert f"since {NOW.strftime('%Y-%m-%dT%H:%M:%SZ')}" in late.stuck[0].message
 
 
 def test_policy_from_the_spec() -> None:

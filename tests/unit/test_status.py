@@ -203,7 +203,7 @@ def test_build_status_is_a_valid_status_with_counts_selector_and_placement() -> 
 
 
 def test_pods_no_scheduler_acts_on_are_not_scheduled() -> None:
-    message = "no scheduler has acted on the pod for 180s: is scheduler 'nope' running?"
+    message = "no scheduler has acted on the pod since 2026-01-01T00:00:00Z: is scheduler 'nope' running?"
     stuck = replace(SERVING, stuck=(PodProblem("bert-3", "NotScheduled", message),))
     conditions = by_type(compute_conditions(inputs(fleet=stuck)))
     assert (conditions["Scheduled"].status, conditions["Scheduled"].reason) == ("False", "NotScheduled")

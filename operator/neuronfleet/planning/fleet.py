@@ -132,6 +132,7 @@ from neuronfleet.planning.labels import (
 )
 from neuronfleet.planning.promotion import PodInfo, drain_order, promotion_order, release_order
 from neuronfleet.planning.reasons import STUCK_WAITING_REASONS, Event, Reason
+from neuronfleet.planning.times import rfc3339
 
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]
 
@@ -544,10 +545,13 @@ def _problem_of(pod: PodView, now: datetime, policy: FleetPolicy) -> PodProblem 
     waited = (now - pod.created_at).total_seconds() if pod.created_at is not None else 0.0
     if pod.node is None and not pod.unschedulable_message and waited >= policy.scheduling_timeout_seconds:
         scheduler = pod.scheduler_name or "default-scheduler"
+        # Since when, not for how long: the message goes to the Scheduled and Degraded conditions,
+        # and the seconds waited rewrote the status at every reconcile while nothing changed.
+        since = f" since {rfc3339(pod.created_at)}" if pod.created_at is not None else ""
         return PodProblem(
             pod.name,
             "NotScheduled",
-            f"no scheduler has acted on the pod for {waited:.0f}s: is scheduler {scheduler!r} running?",
+            f"no scheduler has acted on the pod{since}: is scheduler {scheduler!r} running?",
         )
     return None
 

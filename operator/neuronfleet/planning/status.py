@@ -56,6 +56,7 @@ from neuronfleet.planning.labels import active_selector, selector_string
 from neuronfleet.planning.placement import PlacementPlan, problem_fields
 from neuronfleet.planning.reasons import Reason, Refusal
 from neuronfleet.planning.scaling import Checkpoint, service_rate_figure
+from neuronfleet.planning.times import rfc3339 as rfc3339
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 #: The order conditions are listed in.
@@ -487,11 +488,6 @@ def find_condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
         if isinstance(condition, Mapping) and condition.get("type") == kind:
             return condition
     return {}
-
-
-def rfc3339(moment: datetime) -> str:
-    """A UTC timestamp as Kubernetes writes it (seconds, ``Z``)."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def autoscaler_status(checkpoint: Checkpoint | None) -> AutoscalerStatus | None:

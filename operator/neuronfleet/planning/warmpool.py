@@ -77,7 +77,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from neuronfleet.api.v1alpha1 import WarmPoolSpec
-from neuronfleet.planning.status import rfc3339
+from neuronfleet.planning.times import rfc3339
 
 #: Shortest demand history kept.
 HISTORY_SECONDS = 3600.0
