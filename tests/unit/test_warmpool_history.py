@@ -17,10 +17,12 @@ from itertools import pairwise
 from typing import Any
 
 from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec, WarmPoolSpec
-from neuronfleet.planning import warmpool
+from neuronfleet.planning import scaling, warmpool
 from neuronfleet.planning.observation import DeploymentMemory
 from neuronfleet.planning.reconcile_plan import Targets, decide_targets
-from neuronfleet.planning.signals import MetricSnapshot
+from neuronfleet.planning.signals import SIGNALS, MetricSnapshot
+from neuronfleet.sim.fleet import FleetCounts
+from neuronfleet.sim.policies import Observed, Ours
 
 T0 = 1_800_000_000.0
 INTERVAL = 15.0
@@ -196,3 +198,38 @@ def test_the_simulators_path_keeps_the_pool_through_an_outage_too() -> None:
         state = decision.new_state
         pods[t / 60] = decision.pods
     assert pods[59] == pods[119.75] == pods[125] == pods[140] == 6
+
+
+def test_every_signal_turned_off_is_no_outage_and_lets_the_history_age_out() -> None:
+    # Every metric query left empty: nothing is read, so nothing is missing (ScalingActive says "no
+    # signal to scale on (... turned off)"). The pool said "demand unknown (metrics missing)" and
+    # held its history for good; measured by no signal, it is sized as in Manual mode: the history
+    # ages out and only minPods are kept.
+    dep = spec(max_replicas=40, max_pods=20)
+    before, memory = run(dep, bursts(None), minutes(0, 59.75), start=20)
+    assert before.warm.pods == 6
+    learned = memory.warm_state
+    metrics = dep.scaling.metrics.model_copy(update=dict.fromkeys(SIGNALS, ""))
+    off = dep.model_copy(update={"scaling": dep.scaling.model_copy(update={"metrics": metrics})})
+    current = before.scale.desired
+    for t in minutes(60, 125):
+        # The reader asks nothing: its snapshot holds no signal.
+        targets, memory = decide_targets(off, memory, MetricSnapshot(T0 + t), "", current, current, T0 + t)
+        current = targets.scale.desired
+    assert "no signal to scale on" in targets.message
+    assert "metrics missing" not in targets.warm.reason, targets.warm.reason
+    assert (
+        "Auto sizing needs the demand that no signal measures (arrival_peak, arrival_rate, in_flight, "
+        "queue_depth, utilization turned off): only minPods are kept" in targets.warm.reason
+    )
+    assert targets.warm.pods == 0
+    # The simulator's policy, from the same history, plans the pool alike.
+    ours = Ours(off.scaling, off.warm_pool, "off")
+    ours.warm_state = learned
+    counts = FleetCounts(serving=20, active=20, warm_ready=6, warm=6, placeholders=0, nodes=26, starting_active=0)
+    for t in minutes(60, 125):
+        # Ours.decide on a snapshot of no signal (what its metrics view gives with every query off).
+        decision = scaling.decide(off.scaling, ours.scaling_state, MetricSnapshot(T0 + t), 20, 20, T0 + t)
+        ours.scaling_state = decision.new_state
+        simulated = ours.targets(decision, T0 + t, Observed(counts, None, None))
+    assert "metrics missing" not in simulated.reason and simulated.warm == 0, simulated.reason

@@ -276,21 +276,9 @@ def decide_targets(
         # One demand sample per decision, as the simulator takes: a reconcile runs on every pod
         # event, and the rounds between decisions re-serve the last one (its demand included).
         sample=held is None,
-        # Manual measures no demand: no outage to hold the history through.
-        measured=spec.scaling.mode == "Auto",
+        # Manual, or every signal turned off, measures no demand: no outage to hold the history through.
+        unmeasured=scaling.unmeasured(spec.scaling, scale),
     )
-    if spec.scaling.mode == "Manual" and spec.warm_pool.mode == "Auto":
-        # Allowed (an SRE pinning the replicas in an incident need not retune the pool), but said.
-        kept = (
-            "the pool found at the takeover is kept while held (above), then only minPods"
-            if warm.new_state.found is not None
-            else "only minPods are kept"
-        )
-        warm = replace(
-            warm,
-            reason=f"{warm.reason}; Auto sizing needs the demand that scaling.mode Manual does not measure: "
-            f"{kept} (use warmPool.mode Fixed)",
-        )
     memory = replace(memory, warm_state=warm.new_state)
     return Targets(scale, warm, available, message, problem_reason), memory
 

@@ -48,7 +48,9 @@ The rule, in order:
    signal whose query the spec left empty is turned off, not missing (:func:`turned_off`); with
    the arrival rate turned off the service rate sizes nothing (one learned before is kept, unused),
    and the fleet is sized on the signals of rule 1's last item, as before a measurement. When the
-   spec turned off every signal left, the reason names those turned off.
+   spec turned off every signal left, the reason names those turned off, and the decision says so
+   (``signals_off``): its demand is not measured by design, which the warm pool must not take for
+   an outage (:func:`unmeasured`).
 3. Panic mode (Knative's idea, on our signals): when the demand (the signals' maximum) averaged
    over the decisions within ``panic_window_seconds`` reaches ``panic_threshold`` times the ready
    replicas, scaling up skips the scale-up stabilization and rate limits, and nothing scales down
@@ -313,6 +315,10 @@ class ScalingDecision:
     #: :func:`decide`; 0 otherwise). The caller moves the warm pool's demand history by the same
     #: (:func:`~neuronfleet.planning.warmpool.shifted`), so the two memories stay on one clock.
     clock_shift: float = 0.0
+    #: No signal to decide on because the spec turned off every one this decision could size the
+    #: fleet on, none missing ("no signal to scale on"): the demand is not measured by design, as in
+    #: Manual mode, not lost to an outage (:func:`unmeasured`).
+    signals_off: bool = False
 
 
 def service_rate_key(spec: InferenceDeploymentSpec, revision: str | None, instance_type: str | None) -> str | None:
@@ -334,6 +340,21 @@ def service_rate_key(spec: InferenceDeploymentSpec, revision: str | None, instan
 def turned_off(spec: ScalingSpec) -> frozenset[str]:
     """The signals whose query ``spec`` left empty: turned off, never read, so never missing."""
     return frozenset(name for name in SIGNALS if not getattr(spec.metrics, name).strip())
+
+
+def unmeasured(spec: ScalingSpec, decision: ScalingDecision) -> str | None:
+    """Why ``decision`` has no demand by design, for the warm pool (``warmpool.plan``'s
+    ``unmeasured``); None when its demand is measured, or missing (an outage, which the Auto pool
+    holds its history through). The operator and the simulator both ask here, so they agree.
+
+    Manual mode measures none, and neither does a spec that turned off every signal the decision
+    could use: nothing is read, so nothing is missing. Taken for an outage, that held the pool's
+    history for good and said "metrics missing" while ScalingActive said "no signal to scale on"."""
+    if spec.mode == "Manual":
+        return "scaling.mode Manual does not measure"
+    if decision.signals_off:
+        return f"no signal measures ({', '.join(sorted(turned_off(spec)))} turned off)"
+    return None
 
 
 def service_rate_figure(rate: float) -> float:
@@ -665,15 +686,22 @@ def decide(
         # Renewed here too: after a clock step back the one kept had a future time and the history
         # from before the step (status.autoscaler showed both while metrics were missing).
         new_state = _checkpointed(spec, new_state, now)
-        if missing or not off:
-            reason = f"metrics missing ({', '.join(missing) or 'all'}): holding {desired}"
-        else:
-            # Nothing is missing: the spec turned off every signal this fleet could be sized on.
+        # Nothing is missing: the spec turned off every signal this fleet could be sized on.
+        signals_off = not missing and bool(off)
+        if signals_off:
             reason = f"no signal to scale on ({', '.join(sorted(off))} turned off): holding {desired}"
+        else:
+            reason = f"metrics missing ({', '.join(missing) or 'all'}): holding {desired}"
         if forgotten:
             reason += f"; {forgotten}"
         return ScalingDecision(
-            desired, reason, new_state, recommendation=None, signals=signals, clock_shift=clock_shift
+            desired,
+            reason,
+            new_state,
+            recommendation=None,
+            signals=signals,
+            clock_shift=clock_shift,
+            signals_off=signals_off,
         )
 
     demand = max(signals.values())

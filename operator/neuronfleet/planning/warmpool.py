@@ -46,7 +46,8 @@ inputs (it goes to ``status.warmPool.reason``). Modes:
 
   While the demand is unknown (metrics missing: the autoscaler holds its count) the history is held
   as it was, its samples not aging (:func:`held`), so an outage does not empty the pool; a demand
-  not measured by design (``scaling.mode`` Manual) lets it age out.
+  not measured by design (``scaling.mode`` Manual, or every signal the autoscaler could use turned
+  off by the spec: nothing is read, so nothing is missing) lets it age out.
 
   The history lives in the operator's memory only. An operator that takes over a pool (a new
   leader, a restart, an upgrade: :func:`take_over`) finds the warm pods and placeholders its
@@ -269,14 +270,16 @@ def plan(
     max_active: int | None = None,
     *,
     sample: bool = True,
-    measured: bool = True,
+    unmeasured: str | None = None,
 ) -> WarmPoolDecision:
     """Warm pods and node placeholders for ``spec``; ``demand`` is this tick's demand in replicas.
 
     ``demand`` None (metrics missing) records nothing, and the history is held as it was
     (:func:`held`): the pool is sized from it as before the demand went missing, until it is known
-    again. ``measured`` False (``scaling.mode`` Manual, which measures no demand by design): a
-    demand None is no outage, and the history ages out as usual (the pool falls to ``minPods``).
+    again. ``unmeasured`` says why no demand is measured by design (``scaling.mode`` Manual, or every
+    signal turned off: :func:`~neuronfleet.planning.scaling.unmeasured`), None when it is measured: a
+    demand None is then no outage, the history ages out as usual (the pool falls to ``minPods``),
+    and the reason says why.
     ``active``, the active replicas wanted now, lets Auto mode count the headroom the active fleet
     already holds above ``demand`` (scale-down stabilization keeps recent peaks) against the growth
     to cover, so the same growth is not paid for twice. ``max_active`` (the scaling spec's
@@ -299,7 +302,7 @@ def plan(
     node_horizon = max(0.0, pod_seconds + node_seconds - spec.cold_start_target_seconds)
     keep_seconds = min(max(HISTORY_SECONDS, 4 * node_horizon), MAX_HISTORY_SECONDS)
     kept = state
-    unknown = demand is None and measured
+    unknown = demand is None and unmeasured is None
     if sample:
         if unknown:
             state = held(state, now)
@@ -360,4 +363,12 @@ def plan(
         )
     if unknown:
         reason += "; demand unknown (metrics missing): the history is held as it was (its samples do not age)"
+    elif unmeasured is not None:
+        # Allowed (an SRE pinning the replicas in an incident need not retune the pool), but said.
+        keeps = (
+            "the pool found at the takeover is kept while held (above), then only minPods"
+            if found is not None
+            else "only minPods are kept"
+        )
+        reason += f"; Auto sizing needs the demand that {unmeasured}: {keeps} (use warmPool.mode Fixed)"
     return WarmPoolDecision(pods, placeholders, reason, new_state, held_since)

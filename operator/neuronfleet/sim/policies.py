@@ -133,7 +133,7 @@ class Ours:
             warmpool.ColdStart(observed.pod_cold_start_p90, observed.node_cold_start_p90),
             active=decision.desired,
             max_active=self.scaling_spec.max_replicas,
-            measured=self.scaling_spec.mode == "Auto",
+            unmeasured=scaling.unmeasured(self.scaling_spec, decision),
         )
         self.warm_state = pool.new_state
         self.pool_wanted = (pool.pods, pool.node_placeholders, pool.held_since)
