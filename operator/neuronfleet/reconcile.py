@@ -384,7 +384,7 @@ class Reconciler:
                     )
         snapshot, problem, problem_reason = None, "no metrics source configured", Reason.METRICS_UNAVAILABLE
         spec = dep.spec.scaling
-        if spec.mode == "Auto" and scaling_due(spec.interval_seconds, memory, now.timestamp()):
+        if spec.mode == "Auto" and scaling_due(spec, memory, now.timestamp()):
             # A spec's URL outside the allow-list is refused before any metrics source sees it.
             refusal = (
                 self.settings.prometheus_urls.refusal(spec.metrics.prometheus_url)

@@ -783,7 +783,7 @@ def test_a_wall_clock_stepped_back_neither_skips_decisions_nor_holds_a_burst() -
     targets, memory = decide_targets(deployment, DeploymentMemory(), calm, "", 4, 4, start)
     assert targets.scale.desired == 3
     stepped = start - 600 + 15
-    assert scaling_due(deployment.scaling.interval_seconds, memory, stepped)
+    assert scaling_due(deployment.scaling, memory, stepped)
     burst = MetricSnapshot(stepped, queue_depth=400.0, in_flight=40.0, utilization=1.0)
     targets, memory = decide_targets(deployment, memory, burst, "", 4, 4, stepped)
     assert targets.scale.desired == 8 and targets.scale.panic

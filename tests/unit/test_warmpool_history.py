@@ -18,7 +18,7 @@ from typing import Any
 
 from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec, WarmPoolSpec
 from neuronfleet.planning import scaling, warmpool
-from neuronfleet.planning.observation import DeploymentMemory
+from neuronfleet.planning.observation import DeploymentMemory, scaling_due
 from neuronfleet.planning.reconcile_plan import Targets, decide_targets
 from neuronfleet.planning.signals import SIGNALS, MetricSnapshot
 from neuronfleet.sim.fleet import FleetCounts
@@ -233,3 +233,24 @@ def test_every_signal_turned_off_is_no_outage_and_lets_the_history_age_out() -> 
         ours.scaling_state = decision.new_state
         simulated = ours.targets(decision, T0 + t, Observed(counts, None, None))
     assert "metrics missing" not in simulated.reason and simulated.warm == 0, simulated.reason
+
+
+def test_a_mode_change_is_decided_at_once_not_served_the_other_modes_decision() -> None:
+    # Back to Auto 5 s after the last Manual reconcile (within intervalSeconds), Prometheus
+    # answering: the Manual decision was re-served until the interval ran out (ScalingActive "manual:
+    # replicas 20", and the pool's demand None read as "metrics missing").
+    dep = spec(max_replicas=40, max_pods=20)
+    _, memory = run(dep, bursts(None), minutes(0, 59), start=20)
+    manual = dep.model_copy(update={"scaling": dep.scaling.model_copy(update={"mode": "Manual", "replicas": 20})})
+    pinned, memory = run(manual, bursts(None), [3545.0, 3550.0], memory)
+    assert pinned.message.startswith("manual:")
+    # Due at once, so that the operator reads the metrics for it.
+    assert scaling_due(dep.scaling, memory, T0 + 3555)
+    auto, memory = decide_targets(dep, memory, demanding(30, T0 + 3555), "", 20, 20, T0 + 3555)
+    assert not auto.message.startswith("manual:"), auto.message
+    assert auto.scale.desired == 30 and auto.metrics_available
+    assert "metrics missing" not in auto.warm.reason, auto.warm.reason
+    # And back to Manual 5 s later: the Manual count at once too, not the Auto decision.
+    again, memory = decide_targets(manual, memory, None, "", 30, 30, T0 + 3560)
+    assert again.scale.desired == 20 and again.scale.reason.startswith("manual:")
+    assert scaling_due(dep.scaling, memory, T0 + 3565)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from neuronfleet.api.v1alpha1 import GROUP, PlacementStatus
+from neuronfleet.api.v1alpha1 import GROUP, PlacementStatus, ScalingSpec
 from neuronfleet.planning import coldstart, scaling, warmpool
 from neuronfleet.planning.coldstart import PodTimeline
 from neuronfleet.planning.compile import CompileFailure, CompileObservation, StoredArtifact
@@ -193,6 +193,9 @@ class DeploymentMemory:
     warm_state: warmpool.WarmPoolState = field(default_factory=warmpool.WarmPoolState)
     last_scaling_at: float | None = None
     last_decision: scaling.ScalingDecision | None = None
+    #: The ``scaling.mode`` ``last_decision`` was made in: it is re-served in that mode only (see
+    #: :func:`scaling_due`).
+    last_decision_mode: str | None = None
     #: The ScalingActive message and metrics availability of ``last_decision`` (held between decisions).
     scaling_message: str = ""
     #: When ``scaling_message`` was last rewritten (a decision that changes nothing keeps it a while).
@@ -240,14 +243,22 @@ def seen_status(
     return body_status, body_version
 
 
-def scaling_due(interval_seconds: float, memory: DeploymentMemory, now: float) -> bool:
-    """Whether the autoscaler decides this round (every ``spec.scaling.intervalSeconds``).
+def scaling_due(spec: ScalingSpec, memory: DeploymentMemory, now: float) -> bool:
+    """Whether the autoscaler decides this round (every ``spec.intervalSeconds``).
 
     A clock that reads before the last decision was stepped back (NTP, a restored VM): due, or the
     autoscaler re-served its last decision, a burst unseen, until the clock caught up with it.
+    A ``mode`` other than the last decision's: due, either way. Switched back to Auto within the
+    interval, the Manual decision was re-served until it ran out (ScalingActive "manual: replicas
+    N" while Prometheus answered, and the warm pool read its demand None as metrics missing).
     """
     last = memory.last_scaling_at
-    return last is None or now < last or now - last >= interval_seconds
+    return (
+        last is None
+        or now < last
+        or now - last >= spec.interval_seconds
+        or memory.last_decision_mode != spec.mode
+    )
 
 
 def corrupt_annotations(annotations: Mapping[str, str]) -> tuple[str, ...]:

@@ -223,11 +223,9 @@ def decide_targets(
             warm_state=warmpool.take_over(now, durable.warm_pods, durable.warm_placeholders, durable.warm_held_since),
         )
     # The decision re-served this round, None when the autoscaler decides.
-    held = (
-        memory.last_decision
-        if not scaling_due(spec.scaling.interval_seconds, memory, now) and spec.scaling.mode == "Auto"
-        else None
-    )
+    # Manual decides every round (a replicas edit applies at once); Auto re-serves a decision made
+    # in Auto mode only (a mode change is due at once: see scaling_due).
+    held = memory.last_decision if spec.scaling.mode == "Auto" and not scaling_due(spec.scaling, memory, now) else None
     if held is not None:
         scale, available, message = held, memory.metrics_available, memory.scaling_message
         problem_reason = memory.metrics_problem_reason
@@ -260,6 +258,7 @@ def decide_targets(
             warm_state=warmpool.shifted(memory.warm_state, scale.clock_shift),
             last_scaling_at=now,
             last_decision=scale,
+            last_decision_mode=spec.scaling.mode,
             scaling_message=message,
             scaling_message_at=message_at,
             metrics_available=available,
