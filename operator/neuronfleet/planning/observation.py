@@ -253,12 +253,7 @@ def scaling_due(spec: ScalingSpec, memory: DeploymentMemory, now: float) -> bool
     N" while Prometheus answered, and the warm pool read its demand None as metrics missing).
     """
     last = memory.last_scaling_at
-    return (
-        last is None
-        or now < last
-        or now - last >= spec.interval_seconds
-        or memory.last_decision_mode != spec.mode
-    )
+    return last is None or now < last or now - last >= spec.interval_seconds or memory.last_decision_mode != spec.mode
 
 
 def corrupt_annotations(annotations: Mapping[str, str]) -> tuple[str, ...]:
