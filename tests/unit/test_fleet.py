@@ -1007,10 +1007,15 @@ def test_progress_made_stays_made_when_the_pod_that_made_it_is_unready_or_lost_a
         assert summary.rollout == seen.rollout  # nothing new to write
         assert not summary.rollout_stalled(later, 1800)
         assert summary.rollout_stalled(NOW + timedelta(minutes=20, seconds=1), 1800)
-    # A recorded progress out of the rollout's span (before its start, after now) is not believed.
-    odd = replace(began, progressed_at=NOW + timedelta(hours=1))
+    # A recorded progress before the rollout's start is not believed.
+    odd = replace(began, progressed_at=began.started_at - timedelta(minutes=1))
     summary = plan_fleet("bert", target(3, artifact=NEW), [pods[0], pods[3]], NOW, rollout=odd).summary
     assert summary.rollout == began and summary.rollout_progressed_at == began.started_at
+    # One in the future (written by a clock ahead of this one) is progress made now, not lost: the
+    # pod that made it may be unready by now (a reviewer's case: it read as stalled at once).
+    ahead = replace(began, progressed_at=NOW + timedelta(seconds=2))
+    summary = plan_fleet("bert", target(3, artifact=NEW), [pods[0], pods[3]], NOW, rollout=ahead).summary
+    assert summary.rollout == replace(began, progressed_at=NOW) and not summary.rollout_stalled(NOW, 1800)
 
 
 def test_outdated_pods_that_serve_nothing_go_before_the_creations_a_quota_may_refuse() -> None:

@@ -672,8 +672,12 @@ def plan_fleet(
     if revision is not None and any(pod.role in ("active", "warm") for pod in outdated):
         if rollout is not None and rollout.target == revision.key and rollout.started_at <= now:
             rollout_record = rollout
-            if rollout.progressed_at is not None and not rollout.started_at <= rollout.progressed_at <= now:
-                rollout_record = replace(rollout, progressed_at=None)  # out of the rollout's span: not believed
+            if rollout.progressed_at is not None and rollout.progressed_at > now:
+                # Written by a clock ahead of this one: the progress was made, so it counts as made now
+                # (as a kept-since or drain-started-at stamp in the future is), not as none at all.
+                rollout_record = replace(rollout, progressed_at=now)
+            elif rollout.progressed_at is not None and rollout.progressed_at < rollout.started_at:
+                rollout_record = replace(rollout, progressed_at=None)  # before the rollout began: not believed
         else:
             # A new target, or no record read back: an operator upgraded mid-rollout from one that
             # kept none starts the clock here (a stall is reported up to one deadline late, once,
