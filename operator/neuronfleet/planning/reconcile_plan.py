@@ -174,15 +174,19 @@ def _same_decision(
         and 0 <= now - written < MESSAGE_REFRESH_SECONDS  # (a clock stepped back renews it)
         # A new checkpoint writes the status anyway: the message's figures are renewed with it.
         and scale.new_state.checkpoint is memory.scaling_state.checkpoint
-        and (last.desired, last.recommendation) == (scale.desired, scale.recommendation)
+        and (last.desired, last.recommendation, last.signals_off)
+        == (scale.desired, scale.recommendation, scale.signals_off)
         and available == memory.metrics_available
         and _outcome(message) == _outcome(memory.scaling_message)
     )
 
 
 def _outcome(message: str) -> str:
-    """A scaling message without the signals' list (before ``->``) and figures."""
-    return _FIGURES.sub("#", message.partition(" -> ")[2])
+    """A scaling message without the signals' list (before ``->``) and figures; a message without a
+    list (holding: metrics missing, a refused query, no signal) whole, figures aside: two holds
+    for different reasons are different decisions (a refused query then a timeout read as the same,
+    and ScalingActive kept the first for up to MESSAGE_REFRESH_SECONDS)."""
+    return _FIGURES.sub("#", message.partition(" -> ")[2] or message)
 
 
 def decide_targets(

@@ -316,9 +316,11 @@ class ScalingDecision:
     #: (:func:`~neuronfleet.planning.warmpool.shifted`), so the two memories stay on one clock.
     clock_shift: float = 0.0
     #: No signal to decide on because the spec turned off every one this decision could size the
-    #: fleet on, none missing ("no signal to scale on"): the demand is not measured by design, as in
-    #: Manual mode, not lost to an outage (:func:`unmeasured`).
-    signals_off: bool = False
+    #: fleet on, none missing ("no signal to scale on"): the signals turned off (sorted; empty
+    #: otherwise). The demand is not measured by design, as in Manual mode, not lost to an outage
+    #: (:func:`unmeasured`). Kept in the decision: one re-served after the spec changed still says
+    #: which were off when it was made.
+    signals_off: tuple[str, ...] = ()
 
 
 def service_rate_key(spec: InferenceDeploymentSpec, revision: str | None, instance_type: str | None) -> str | None:
@@ -353,7 +355,7 @@ def unmeasured(spec: ScalingSpec, decision: ScalingDecision) -> str | None:
     if spec.mode == "Manual":
         return "scaling.mode Manual does not measure"
     if decision.signals_off:
-        return f"no signal measures ({', '.join(sorted(turned_off(spec)))} turned off)"
+        return f"no signal measures ({', '.join(decision.signals_off)} turned off)"
     return None
 
 
@@ -687,9 +689,9 @@ def decide(
         # from before the step (status.autoscaler showed both while metrics were missing).
         new_state = _checkpointed(spec, new_state, now)
         # Nothing is missing: the spec turned off every signal this fleet could be sized on.
-        signals_off = not missing and bool(off)
+        signals_off = tuple(sorted(off)) if not missing else ()
         if signals_off:
-            reason = f"no signal to scale on ({', '.join(sorted(off))} turned off): holding {desired}"
+            reason = f"no signal to scale on ({', '.join(signals_off)} turned off): holding {desired}"
         else:
             reason = f"metrics missing ({', '.join(missing) or 'all'}): holding {desired}"
         if forgotten:
