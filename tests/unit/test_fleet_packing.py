@@ -145,3 +145,43 @@ def test_scale_down_keeps_a_surplus_active_in_the_pool_over_a_warm_pod_alone_on_
     # deleted, frees node-b. Either is loaded standby.
     pods = [serving("a0", "active", "node-a"), serving("a1", "active", "node-a"), serving("w0", "warm", "node-b")]
     assert list(nodes_after(pods, target(1, warm=1))) == ["node-a"]
+
+
+def test_shrinking_the_warm_pool_recounts_a_node_as_its_warm_pods_go() -> None:
+    # Three warm pods fill node-b, w4 shares node-c with ph-0 (which stays). Counted before any
+    # deletion, node-b looked the fullest and kept w1 alone on it: node-b and node-c stayed billed.
+    # Counting only the pods that stay (ph-0) and then each one kept, w4 stays and node-b empties.
+    pods = [
+        serving("a0", "active", "node-a"),
+        serving("w1", "warm", "node-b"),
+        serving("w2", "warm", "node-b"),
+        serving("w3", "warm", "node-b"),
+        serving("w4", "warm", "node-c"),
+        placeholder("ph-0", "node-c"),
+    ]
+    assert nodes_after(pods, target(1, warm=1, placeholders=1)) == {"node-a": ["a0"], "node-c": ["ph-0", "w4"]}
+
+
+def test_shrinking_the_warm_pool_keeps_the_pods_beside_a_placeholder_over_the_longest_ready() -> None:
+    # node-b (w1, w2) and node-c (w3, ph-0) both hold two; w1 has been ready the longest. Only ph-0
+    # stays whatever the pool keeps: w3 beside it frees node-b.
+    pods = [
+        serving("a0", "active", "node-a"),
+        serving("w1", "warm", "node-b", ready_minutes=50),
+        serving("w2", "warm", "node-b"),
+        serving("w3", "warm", "node-c"),
+        placeholder("ph-0", "node-c"),
+    ]
+    assert nodes_after(pods, target(1, warm=1, placeholders=1)) == {"node-a": ["a0"], "node-c": ["ph-0", "w3"]}
+
+
+def test_shrinking_the_warm_pool_onto_new_nodes_keeps_the_fullest_node_whole() -> None:
+    # No pod that stays sits beside any warm pod: the pool fills the node holding the most of them
+    # (node-c) before it keeps one alone elsewhere, whatever pod has been ready the longest.
+    pods = [
+        serving("a0", "active", "node-a"),
+        serving("w1", "warm", "node-b", ready_minutes=50),
+        serving("w2", "warm", "node-c"),
+        serving("w3", "warm", "node-c"),
+    ]
+    assert nodes_after(pods, target(1, warm=2)) == {"node-a": ["a0"], "node-c": ["w2", "w3"]}

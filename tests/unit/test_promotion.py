@@ -161,17 +161,28 @@ INF = float("inf")
 
 
 def _recounted(
-    candidates: list[PodInfo], counted: list[PodInfo], rank: Any, promote: bool, beside: list[PodInfo]
+    candidates: list[PodInfo],
+    counted: list[PodInfo],
+    rank: Any,
+    promote: bool,
+    beside: list[PodInfo],
+    keeping: bool = False,
 ) -> list[PodInfo]:
     """An order by brute force: a full ranking on fresh counts before every pick. ``beside`` count
-    in their node only; a promotion leaves every pod on its node (``held`` never changes)."""
+    in their node only. A promotion leaves every pod on its node (``held`` never changes); a pool
+    keeping its first picks deletes the rest, so there a node holds the pods that stay and those
+    picked so far (recounted like a drain's), and ``room`` (candidates on the node) breaks ties."""
     left, taken, counted = list(candidates), [], list(counted)
     held = Counter((p.zone, p.node) for p in (*candidates, *counted, *beside) if p.node is not None)
+    room = Counter((p.zone, p.node) for p in candidates if p.node is not None) if keeping else Counter()
     while left:
         zones = Counter(p.zone for p in counted)
         nodes = Counter((p.zone, p.node) for p in counted if p.node is not None)
-        if not promote:
+        if not promote or keeping:
             held = nodes + Counter((p.zone, p.node) for p in beside if p.node is not None)
+        if keeping:
+            # Ranked as -held then -room in one count: a fleet here has far fewer than 1000 pods.
+            held = Counter({key: held[key] * 1000 + room[key] for key in held | room})
         best = min(left, key=lambda p: rank(p, zones, nodes, held))
         taken.append(best)
         left.remove(best)
@@ -240,6 +251,9 @@ def test_the_orders_are_the_brute_force_recount() -> None:
         promoted = promotion_order(candidates, others, "r1", beside)
         assert promoted == _recounted(candidates, others, _promotion_rank, True, beside)
         assert promotion_order(list(reversed(candidates)), others, "r1", beside) == promoted
+        kept = promotion_order(candidates, others, "r1", beside, keeping=True)
+        assert kept == _recounted(candidates, others, _promotion_rank, True, beside, keeping=True)
+        assert promotion_order(list(reversed(candidates)), others, "r1", beside, keeping=True) == kept
 
 
 def test_a_surplus_active_ranks_after_a_warm_pod_on_a_node_alike_and_before_one_alone() -> None:

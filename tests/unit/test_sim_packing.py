@@ -16,13 +16,13 @@ DRAIN = 5.0
 EMPTY = 30.0
 
 
-def hand_built(layout: dict[str, list[tuple[str, Role, float]]]) -> Fleet:
-    """Ready nodes launched an hour ago holding pods ``(name, role, ready_at)`` (negative times)."""
-    profile = load_profile("bert-base").model_copy(update={"replicas_per_node": 2, "drain_seconds": DRAIN})
+def hand_built(layout: dict[str, list[tuple[str, Role, float]]], slots: int = 2) -> Fleet:
+    """Ready nodes of ``slots`` launched an hour ago holding pods ``(name, role, ready_at)`` (negative times)."""
+    profile = load_profile("bert-base").model_copy(update={"replicas_per_node": slots, "drain_seconds": DRAIN})
     fleet = Fleet(profile, np.random.default_rng(0), empty_node_seconds=EMPTY, scale_down="operator")
     counts = {"active": 0, "warm": 0, "placeholder": 0}
     for node_name, pods in layout.items():
-        node = Node(node_name, launched_at=-3600.0, ready_at=-3500.0, slots=2, image_at=-3400.0)
+        node = Node(node_name, launched_at=-3600.0, ready_at=-3500.0, slots=slots, image_at=-3400.0)
         fleet.nodes[node_name] = node
         for name, role, ready_at in pods:
             fleet.pods[name] = Pod(name, role, ready_at - 20.0, node_name, ready_at=ready_at, bound_at=ready_at - 20.0)
@@ -83,3 +83,17 @@ def test_scale_down_keeps_a_surplus_active_in_the_pool_over_a_warm_pod_alone_on_
         {"node-a": [("a0", "active", -900.0), ("a1", "active", -800.0)], "node-b": [("w0", "warm", -900.0)]}
     )
     assert list(nodes_after(fleet, active=1, warm=1, placeholders=0)) == ["node-a"]
+
+
+def test_shrinking_the_warm_pool_recounts_a_node_as_its_warm_pods_go() -> None:
+    # Three slots a node. Counted before any deletion, node-b (three warm pods) looked the fullest
+    # and kept w1 alone on it; w4 beside the placeholder that stays is the one to keep.
+    fleet = hand_built(
+        {
+            "node-a": [("a0", "active", -900.0)],
+            "node-b": [("w1", "warm", -900.0), ("w2", "warm", -900.0), ("w3", "warm", -900.0)],
+            "node-c": [("w4", "warm", -900.0), ("ph-0", "placeholder", -900.0)],
+        },
+        slots=3,
+    )
+    assert nodes_after(fleet, active=1, warm=1, placeholders=1) == {"node-a": ["a0"], "node-c": ["ph-0", "w4"]}

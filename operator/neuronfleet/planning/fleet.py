@@ -228,6 +228,24 @@ def zone_aware_promotion_order(
     return [by_name[p.name] for p in ordered]
 
 
+def zone_aware_pool_order(
+    pods: Sequence[PodView], active: Sequence[PodView], now: datetime, beside: Sequence[PodView] = ()
+) -> list[PodView]:
+    """:func:`neuronfleet.planning.promotion.promotion_order` ranking what a shrinking pool keeps.
+
+    As :func:`zone_aware_promotion_order`, but the candidates not kept are deleted: ``beside`` are
+    the pods that stay (placeholders, kept old standby), and a node counts them, its active pods and
+    the candidates kept so far, so the pool keeps no pod alone on a node it could have emptied.
+    """
+    by_name = {pod.name: pod for pod in pods}
+    infos = [_info(p) for p in pods]
+    demoted = {p.name for p in pods if p.role != "warm"}
+    ordered = promotion_order(
+        infos, [_info(p) for p in active], None, _beside(beside, pods, active), demoted, keeping=True
+    )
+    return [by_name[p.name] for p in ordered]
+
+
 def zone_aware_drain_order(
     pods: Sequence[PodView], active: Sequence[PodView], now: datetime, beside: Sequence[PodView] = ()
 ) -> list[PodView]:
@@ -294,6 +312,9 @@ class FleetPolicy:
     #: the status reports RolloutStalled and the old standby is no longer kept for new pods.
     progress_deadline_seconds: float = 1800.0
     promotion_order: OrderFunction = zone_aware_promotion_order
+    #: Which loaded pods the warm pool keeps (the rest are deleted or drained), first kept first;
+    #: ``beside`` are the pods that stay whatever it keeps.
+    pool_order: OrderFunction = zone_aware_pool_order
     drain_order: OrderFunction = zone_aware_drain_order
     #: A pod neither bound nor reported unschedulable after this long has no scheduler acting on
     #: it (e.g. a schedulerName nobody runs): reported as stuck.
@@ -797,9 +818,17 @@ def plan_fleet(
     # The loaded pods, warm ones and surplus ready actives alike, are kept in the promotion order
     # (what the pool is for): those beside active pods and on the fullest nodes first, so the
     # pods deleted or drained are on the nodes that can empty. A warm pod alone on its node goes
-    # before a surplus active beside one that stays, which joins the pool in its place.
+    # before a surplus active beside one that stays, which joins the pool in its place. A node
+    # counts only the pods that stay whatever the pool keeps (placeholders of the target's template
+    # or, held, of any; the old standby kept) and those it keeps, each as it is picked: the loaded
+    # pods it cuts are deleted, and the loading ones go once it cuts any.
+    holding_any = target.hold_creations is not None and target.hold_placeholders
+    stay_beside = [
+        *(pod for pod in on_nodes if pod.role == "placeholder" and (holding_any or pod.template == target.template)),
+        *old_warm_kept,
+    ]
     loaded = [pod for pod in rest if pod.ready and pod.role in ("warm", "active")]
-    warm_set = (policy.promotion_order(loaded, staying, now, on_nodes) + unready_rest)[:warm_capacity]
+    warm_set = (policy.pool_order(loaded, staying, now, stay_beside) + unready_rest)[:warm_capacity]
     surplus = [pod for pod in rest if pod not in warm_set]
 
     for pod in active_set:

@@ -26,7 +26,11 @@ Promote (warm -> active), first to last:
    pods of it: packs serving pods onto fewer nodes, so the nodes left with only warm pods or
    nothing are the ones scale-down frees. The plan keeps the warm pool's pods in this order too
    (a scale-down's surplus ready actives among them, after the warm pods on nodes alike), so a
-   shrinking pool deletes the pods on the emptiest nodes.
+   shrinking pool deletes the pods on the emptiest nodes. There (``keeping``) the candidates not
+   kept are deleted, so a node counts only the pods that stay on it (active ones, ``beside``) and
+   the candidates kept so far, each as it is picked, and among nodes holding as many the one with
+   the most candidates comes first: counted all at once, three warm pods on one node made it the
+   fullest, and the pool kept one of them alone there rather than the one beside a placeholder.
 4. Pods ready the longest: they have passed readiness the longest and any lazy warm-up is done;
    a pod that just turned ready is the likeliest to still be flaky.
 
@@ -148,6 +152,8 @@ def promotion_order(
     target_revision: str | None,
     beside: Sequence[PodInfo] = (),
     demoted: Collection[str] = (),
+    *,
+    keeping: bool = False,
 ) -> list[PodInfo]:
     """Warm pods, the one to promote first at the front (see the module docstring).
 
@@ -155,17 +161,27 @@ def promotion_order(
     (placeholders, warm pods not offered): counted in their node's pods, never in a zone.
     ``demoted`` names candidates that are not warm yet (a scale-down's surplus actives, when the
     plan ranks its pool): on nodes alike they come after the warm ones, which stay unrelabelled.
+    ``keeping``: the order says which candidates a shrinking pool keeps, the rest being deleted
+    (``beside`` then holds only pods that stay): see the module docstring.
     """
     zones = Counter(p.zone for p in active)
     nodes = _on_nodes(active)
-    # Promoting a pod keeps it on its node: these counts never change.
-    held = _on_nodes(warm, active, beside)
+    # Promoting a pod keeps it on its node, and the others stay warm: these counts never change.
+    # Keeping, the candidates not kept are deleted: a node holds the pods that stay on it and those
+    # kept so far, each counted as it is picked. Counted all at once, a node full of candidates
+    # looked the fullest and kept one of them alone on it, which freed nothing.
+    held = _on_nodes(active, beside) if keeping else _on_nodes(warm, active, beside)
+    # Kept among nodes holding as many, the one with the most candidates first: it fills before
+    # another node is kept for one pod (a node picked is ahead of any other from then on anyway).
+    # A promotion's counts hold the candidates already.
+    room = _on_nodes(warm) if keeping else Counter[_NodeKey]()
     never = float("inf")
 
-    def node_and_pod(pod: PodInfo) -> tuple[int, int, bool, float, str, str, str, float, str]:
+    def node_and_pod(pod: PodInfo) -> tuple[int, int, int, bool, float, str, str, str, float, str]:
         return (
             0 if pod.node is not None and nodes[pod.zone, pod.node] > 0 else 1,
             -held[pod.zone, pod.node] if pod.node is not None else 0,
+            -room[pod.zone, pod.node] if pod.node is not None else 0,
             pod.name in demoted,
             pod.ready_since if pod.ready_since is not None else never,
             *_identity(pod),
@@ -175,6 +191,8 @@ def promotion_order(
         zones[pod.zone] += 1
         if pod.node is not None:
             nodes[pod.zone, pod.node] += 1
+            if keeping:
+                held[pod.zone, pod.node] += 1
 
     def revision(pod: PodInfo) -> int:
         return 0 if pod.revision == target_revision else 1

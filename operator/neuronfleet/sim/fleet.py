@@ -24,9 +24,10 @@ replicas, warm pods, node placeholders), following DESIGN.md's fleet model:
   whose pod was pulling loses the pull. This is why a controller whose scale-down window (HPA's
   300 s) is shorter than a cold start (~450 s) pays for launches that never serve: the real
   controllers do the same;
-- a shrinking warm pool deletes its loading pods first, then its ready ones in reverse
-  :func:`neuronfleet.planning.promotion.promotion_order` (pods beside no active pod, on the
-  emptiest nodes, first); surplus placeholders go in
+- a shrinking warm pool deletes its loading pods first, then keeps its ready ones in
+  :func:`neuronfleet.planning.promotion.promotion_order` with ``keeping`` (beside active pods, then
+  on the nodes holding the most pods that stay, each one kept counted as it is picked); surplus
+  placeholders go in
   :func:`neuronfleet.planning.promotion.release_order` (unbound, then on nodes without serving
   pods, the emptiest first): the operator's rules, counting every pod on a node as it does;
 - a new pod binds to a free slot on a ready node, preempting a placeholder if needed; without one
@@ -337,13 +338,15 @@ class Fleet:
             # The pool keeps loaded pods, warm ones and those taken alike, in the operator's pool order
             # (the promotion order: beside staying actives and on the fullest nodes first, warm
             # before taken on nodes alike); the taken ones it does not keep drain. A warm pod it
-            # does not keep goes below, as the pool's surplus.
+            # does not keep goes below, as the pool's surplus. A node counts the pods that stay
+            # (actives, placeholders) and those kept, each as it is picked: loading warm pods go
+            # before loaded ones below, and the loaded ones the pool cuts go.
             loaded = [p for p in self.pods.values() if p.ready(now) and (p.role == "warm" or p.name in taken)]
             staying = [p for p in self.pods.values() if p.role == "active" and p.name not in taken]
-            counted = {p.name for p in (*loaded, *staying)}
-            others = [self._info(p) for p in self.pods.values() if p.node is not None and p.name not in counted]
+            others = [self._info(p) for p in self.pods.values() if p.node is not None and p.role == "placeholder"]
             infos = [self._info(p) for p in loaded]
-            pool = promotion_order(infos, [self._info(p) for p in staying], None, others, taken)[:want_warm]
+            pool = promotion_order(infos, [self._info(p) for p in staying], None, others, taken, keeping=True)
+            pool = pool[:want_warm]
             kept = {info.name for info in pool}
             for name in sorted(taken):
                 pod = self.pods[name]
@@ -366,7 +369,7 @@ class Fleet:
             actives = [self._info(p) for p in self.pods.values() if p.role == "active"]
             # A ready one goes only once every loading one has: the placeholders alone stay beside.
             placed = [self._info(p) for p in self.pods.values() if p.role == "placeholder"]
-            kept_order = promotion_order([self._info(p) for p in ready_warm], actives, None, placed)
+            kept_order = promotion_order([self._info(p) for p in ready_warm], actives, None, placed, keeping=True)
             extra = loading + [self.pods[info.name] for info in reversed(kept_order)]
             for pod in extra[:excess]:
                 self._delete(pod, now)
