@@ -185,3 +185,17 @@ def test_shrinking_the_warm_pool_onto_new_nodes_keeps_the_fullest_node_whole() -
         serving("w3", "warm", "node-c"),
     ]
     assert nodes_after(pods, target(1, warm=2)) == {"node-a": ["a0"], "node-c": ["w2", "w3"]}
+
+
+def test_scale_down_counts_only_the_warm_pods_the_pool_keeps() -> None:
+    # Active 2 -> 1 while the pool goes 2 -> 0; ph-0 (1 wanted) sits beside a1 on node-b. Counted,
+    # w0 and w1 (deleted by this very plan) made node-a look the fuller, so a1 was drained and a0
+    # kept: node-a (a0) and node-b (ph-0 alone) both stayed. Keeping a1 empties node-a.
+    pods = [
+        serving("a0", "active", "node-a"),
+        serving("w0", "warm", "node-a"),
+        serving("w1", "warm", "node-a"),
+        serving("a1", "active", "node-b"),
+        placeholder("ph-0", "node-b"),
+    ]
+    assert nodes_after(pods, target(1, warm=0, placeholders=1)) == {"node-b": ["a1", "ph-0"]}

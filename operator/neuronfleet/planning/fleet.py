@@ -95,7 +95,9 @@ Rules (DESIGN.md, fleet model):
 - Which pods a shrink keeps (active set, pool, placeholders) is chosen by the orders of
   :mod:`.promotion` counting every pod of the deployment on each node (active, warm, placeholder;
   draining ones are leaving), so what is drained or deleted empties whole nodes: a warm pod or a
-  placeholder left alone keeps a node billed as surely as a serving pod.
+  placeholder left alone keeps a node billed as surely as a serving pod. Where the plan deletes
+  some of those pods, a node counts only the ones that stay: the pool counts those it keeps as it
+  picks them, and a scale-down's active set counts the warm pods the pool will keep.
 - Held creations: while ``target.hold_creations`` says why (the served artifact is known gone from
   the store, so a new pod could not load it and would crash-loop), no serving pod is created; every
   other rule applies as usual (pods already loaded keep serving and are promoted, demoted, drained;
@@ -671,7 +673,25 @@ def plan_fleet(
     # The active set: the best current pods, ranked ready active (evened among themselves), ready
     # warm (into the zones those leave short), unready active. An unready warm pod is never
     # promoted: it joins the Service only once it is loaded.
-    active_set = ranked(current, "active", ready=True, staying=())[: target.active]
+    #
+    # A scale-down (more ready actives than wanted) chooses the actives that stay counting on each
+    # node only the current warm pods the pool keeps, not those this plan deletes: with the active
+    # set full the pool holds ``target.warm`` loaded pods, its warm ones estimated in the pool order
+    # beside every ready active. Counted, two warm pods the pool deleted made their node look the
+    # fuller, and the active beside a placeholder that stays was drained: two nodes where one would
+    # do. (Surplus actives may take the pool's places in the end: an estimate, never a churn, since
+    # once applied no choice is left to make.)
+    holding_any = target.hold_creations is not None and target.hold_placeholders
+    placeholders_staying = [
+        pod for pod in on_nodes if pod.role == "placeholder" and (holding_any or pod.template == target.template)
+    ]
+    ready_actives = [pod for pod in current if pod.ready and pod.role == "active"]
+    active_beside = on_nodes
+    if len(ready_actives) > target.active:
+        ready_warm = [pod for pod in current if pod.ready and pod.role == "warm"]
+        pool_kept = policy.pool_order(ready_warm, ready_actives, now, placeholders_staying)[: target.warm]
+        active_beside = [pod for pod in on_nodes if not (pod.role == "warm" and pod in current) or pod in pool_kept]
+    active_set = list(reversed(policy.drain_order(ready_actives, (), now, active_beside)))[: target.active]
     active_set += ranked(current, "warm", ready=True, staying=active_set)[: target.active - len(active_set)]
     active_set += ranked(current, "active", ready=False, staying=active_set)[: target.active - len(active_set)]
 
@@ -822,11 +842,7 @@ def plan_fleet(
     # counts only the pods that stay whatever the pool keeps (placeholders of the target's template
     # or, held, of any; the old standby kept) and those it keeps, each as it is picked: the loaded
     # pods it cuts are deleted, and the loading ones go once it cuts any.
-    holding_any = target.hold_creations is not None and target.hold_placeholders
-    stay_beside = [
-        *(pod for pod in on_nodes if pod.role == "placeholder" and (holding_any or pod.template == target.template)),
-        *old_warm_kept,
-    ]
+    stay_beside = [*placeholders_staying, *old_warm_kept]
     loaded = [pod for pod in rest if pod.ready and pod.role in ("warm", "active")]
     warm_set = (policy.pool_order(loaded, staying, now, stay_beside) + unready_rest)[:warm_capacity]
     surplus = [pod for pod in rest if pod not in warm_set]
