@@ -97,3 +97,16 @@ def test_shrinking_the_warm_pool_recounts_a_node_as_its_warm_pods_go() -> None:
         slots=3,
     )
     assert nodes_after(fleet, active=1, warm=1, placeholders=1) == {"node-a": ["a0"], "node-c": ["ph-0", "w4"]}
+
+
+def test_scale_down_counts_only_the_warm_pods_the_pool_keeps() -> None:
+    # Active 2 -> 1, pool 2 -> 0: w0 and w1, deleted in the same step, made node-a look the fuller,
+    # so a1 drained beside the placeholder that stays; keeping a1 empties node-a.
+    fleet = hand_built(
+        {
+            "node-a": [("a0", "active", -900.0), ("w0", "warm", -900.0), ("w1", "warm", -900.0)],
+            "node-b": [("a1", "active", -900.0), ("ph-0", "placeholder", -900.0)],
+        },
+        slots=3,
+    )
+    assert nodes_after(fleet, active=1, warm=0, placeholders=1) == {"node-b": ["a1", "ph-0"]}

@@ -17,8 +17,8 @@ replicas, warm pods, node placeholders), following DESIGN.md's fleet model:
   warm ones and those taken alike, in the operator's pool order (the promotion order: beside
   active pods and on the fullest nodes first, warm pods before taken ones on nodes alike); the
   taken ones it does not keep are drained (out of service at once, deleted after
-  ``drain_seconds``). Ours counts the deployment's other pods on each node too (warm, starting,
-  placeholders). At one replica per node the ReplicaSet's order takes the pods the operator's
+  ``drain_seconds``). Ours counts the deployment's other pods on each node too (warm ones as the pool keeps
+  them, starting, placeholders). At one replica per node the ReplicaSet's order takes the pods the operator's
   order takes. A deleted starting pod's node keeps being billed: a node Karpenter is launching cannot be recalled (it
   comes up, then empty consolidation removes it after ``empty_node_seconds``), and a ready node
   whose pod was pulling loses the pull. This is why a controller whose scale-down window (HPA's
@@ -333,7 +333,19 @@ class Fleet:
                 if p.ready_at is not None and p.ready_at <= now and p.node is not None and p.name in self.pods
             ]
             candidates = {p.name for p in ready_active}
-            beside = Counter(p.node for p in self.pods.values() if p.node is not None and p.name not in candidates)
+            # As the operator's plan: the warm pods count on their node only as the pool keeps them
+            # (``want_warm`` ready ones, in its order beside every ready active), not those deleted
+            # in this same step.
+            placed = [self._info(p) for p in self.pods.values() if p.role == "placeholder"]
+            ready_warm = [self._info(p) for p in self.pods.values() if p.role == "warm" and p.ready(now)]
+            actives_ready = [self._info(p) for p in self.pods.values() if p.name in candidates]
+            pool_order = promotion_order(ready_warm, actives_ready, None, placed, keeping=True)
+            pool_kept = {info.name for info in pool_order[:want_warm]}
+            beside = Counter(
+                p.node
+                for p in self.pods.values()
+                if p.node is not None and p.name not in candidates and (p.role != "warm" or p.name in pool_kept)
+            )
             taken = {p.name for p in self._scale_down_order(ready_active, pods_on_node, beside)[:surplus]}
             # The pool keeps loaded pods, warm ones and those taken alike, in the operator's pool order
             # (the promotion order: beside staying actives and on the fullest nodes first, warm
