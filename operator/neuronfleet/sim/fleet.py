@@ -337,9 +337,9 @@ class Fleet:
             # (``want_warm`` ready ones, in its order beside every ready active), not those deleted
             # in this same step.
             placed = [self._info(p) for p in self.pods.values() if p.role == "placeholder"]
-            ready_warm = [self._info(p) for p in self.pods.values() if p.role == "warm" and p.ready(now)]
+            warm_infos = [self._info(p) for p in self.pods.values() if p.role == "warm" and p.ready(now)]
             actives_ready = [self._info(p) for p in self.pods.values() if p.name in candidates]
-            pool_order = promotion_order(ready_warm, actives_ready, None, placed, keeping=True)
+            pool_order = promotion_order(warm_infos, actives_ready, None, placed, keeping=True)
             pool_kept = {info.name for info in pool_order[:want_warm]}
             beside = Counter(
                 p.node
