@@ -238,17 +238,23 @@ def test_a_restarted_operator_plans_what_the_old_one_would_have(scaling_spec: di
         assert len(warm) >= 4 and not [a for a in restarted.actions if isinstance(a, DeletePod) and a.name in warm]
 
 
-def test_takeovers_in_a_row_release_the_pool_found_one_hour_after_the_first() -> None:
-    """The whole plan at a flat demand of 2, the status's pool 6 warm pods, and a takeover every 50
-    minutes (a crash-looping operator, rolling upgrades): only the status and the pods carry over.
-    The pool falls to minPods an hour after the first takeover, not never."""
+def _found_pool_of_6() -> tuple[Any, CompileObservation, dict[str, Any]]:
+    """An Auto pool (1-8 pods) following a demand of 2, its compile stored, and the status an earlier
+    operator left: 6 warm pods wanted (the pool a takeover finds)."""
     dep = deployment(
         scaling={**FOLLOWING, "maxReplicas": 20},
         warmPool={"mode": "Auto", "minPods": 1, "maxPods": 8, "maxNodePlaceholders": 0},
     )
     request = compile_request(dep.spec, "/store", "fp")
-    stored = StoredArtifact("c" * 64, "/store/cccc", "d" * 64, "cpu")
-    status: dict[str, Any] = {"desiredReplicas": 2, "warmPool": {"desiredPods": 6, "desiredPlaceholders": 0}}
+    compiled = CompileObservation(request, StoredArtifact("c" * 64, "/store/cccc", "d" * 64, "cpu"))
+    return dep, compiled, {"desiredReplicas": 2, "warmPool": {"desiredPods": 6, "desiredPlaceholders": 0}}
+
+
+def test_takeovers_in_a_row_release_the_pool_found_one_hour_after_the_first() -> None:
+    """The whole plan at a flat demand of 2, the status's pool 6 warm pods, and a takeover every 50
+    minutes (a crash-looping operator, rolling upgrades): only the status and the pods carry over.
+    The pool falls to minPods an hour after the first takeover, not never."""
+    dep, compiled, status = _found_pool_of_6()
     pods: tuple[PodView, ...] = ()
     wanted, held = [], []
     for takeover in range(4):
@@ -259,7 +265,7 @@ def test_takeovers_in_a_row_release_the_pool_found_one_hour_after_the_first() ->
             observation = Observation(
                 now,
                 pods=pods,
-                compile=CompileObservation(request, stored),
+                compile=compiled,
                 metrics=queued(now.timestamp(), 2, min(1.0, 1.6 / ready)),
             )
             result = plan_reconcile(
@@ -278,20 +284,12 @@ def test_a_steady_fleet_after_a_takeover_writes_its_status_only_at_decisions() -
     """A pool found at a takeover is held for an hour; its reason said how long the hold had left
     ("for 3590s more"), so every reconcile (the daemon's tick, each pod event) planned another status
     and wrote it, for the hour after every restart. It says when the hold ends, which no round moves."""
-    dep = deployment(
-        scaling={**FOLLOWING, "maxReplicas": 20},
-        warmPool={"mode": "Auto", "minPods": 1, "maxPods": 8, "maxNodePlaceholders": 0},
-    )
-    request = compile_request(dep.spec, "/store", "fp")
-    stored = StoredArtifact("c" * 64, "/store/cccc", "d" * 64, "cpu")
-    status: dict[str, Any] = {"desiredReplicas": 2, "warmPool": {"desiredPods": 6, "desiredPlaceholders": 0}}
+    dep, compiled, status = _found_pool_of_6()
     memory, pods = DeploymentMemory(), ()
     writes: list[tuple[int, bool]] = []
     for second in range(0, 300, 5):  # reconciles every 5 s, a decision every 15 s
         now = T0 + timedelta(seconds=second)
-        observation = Observation(
-            now, pods=pods, compile=CompileObservation(request, stored), metrics=queued(now.timestamp(), 2, 0.4)
-        )
+        observation = Observation(now, pods=pods, compile=compiled, metrics=queued(now.timestamp(), 2, 0.4))
         decides = memory.last_scaling_at is None or now.timestamp() - memory.last_scaling_at >= 15
         result = plan_reconcile(
             dep, observation, memory, StatusMemory.from_status(status), FleetPolicy(), lambda c: "t" * 10
