@@ -336,6 +336,7 @@ class Fleet:
             # As the operator's plan: the warm pods count on their node only as the pool keeps them
             # (``want_warm`` ready ones, in its order beside every ready active), not those deleted
             # in this same step.
+            # Bound or not alike: an unbound placeholder counts on no node.
             placed = [self._info(p) for p in self.pods.values() if p.role == "placeholder"]
             warm_infos = [self._info(p) for p in self.pods.values() if p.role == "warm" and p.ready(now)]
             actives_ready = [self._info(p) for p in self.pods.values() if p.name in candidates]
@@ -355,9 +356,8 @@ class Fleet:
             # before loaded ones below, and the loaded ones the pool cuts go.
             loaded = [p for p in self.pods.values() if p.ready(now) and (p.role == "warm" or p.name in taken)]
             staying = [p for p in self.pods.values() if p.role == "active" and p.name not in taken]
-            others = [self._info(p) for p in self.pods.values() if p.node is not None and p.role == "placeholder"]
             infos = [self._info(p) for p in loaded]
-            pool = promotion_order(infos, [self._info(p) for p in staying], None, others, taken, keeping=True)
+            pool = promotion_order(infos, [self._info(p) for p in staying], None, placed, taken, keeping=True)
             pool = pool[:want_warm]
             kept = {info.name for info in pool}
             for name in sorted(taken):
