@@ -24,6 +24,7 @@ from neuronfleet.planning.scaling import (
     scale_up_limit,
     service_rate_key,
     take_over,
+    unmeasured,
 )
 from neuronfleet.planning.signals import MetricSnapshot
 
@@ -1018,3 +1019,17 @@ def test_an_absurd_finite_arrival_rate_is_no_service_rate() -> None:
         state, current = decision.new_state, decision.desired
     assert state.service_rate is None
     assert current >= 5
+
+
+def test_a_utilization_signal_with_no_ready_replica_to_read_is_not_turned_off() -> None:
+    # In-flight turned off (so no load signal) and no replica ready yet: the busy ratio is read but
+    # sizes nothing until a replica is ready. The decision said "no signal to scale on (in_flight
+    # turned off)", and the warm pool took its demand for unmeasured by design and aged out as in
+    # Manual mode, where the fleet only waited for its first replica.
+    s = spec(metrics={"inFlight": ""})
+    snapshot = MetricSnapshot(0.0, queue_depth=0.0, utilization=0.0)
+    decision = decide(s, ScalingState(), snapshot, 3, 0, 0.0)
+    assert decision.desired == 3
+    assert decision.signals_off == ()
+    assert unmeasured(s, decision) is None
+    assert decision.reason == "no ready replica to measure utilization on (in_flight turned off): holding 3"

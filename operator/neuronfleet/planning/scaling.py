@@ -688,10 +688,16 @@ def decide(
         # Renewed here too: after a clock step back the one kept had a future time and the history
         # from before the step (status.autoscaler showed both while metrics were missing).
         new_state = _checkpointed(spec, new_state, now)
-        # Nothing is missing: the spec turned off every signal this fleet could be sized on.
-        signals_off = tuple(sorted(off)) if not missing else ()
+        # Nothing is missing: the spec turned off every signal this fleet could be sized on, or the
+        # busy ratio is read but, with no replica ready, sizes nothing yet (a fleet waiting for its
+        # first replica: measured, as soon as there is one to measure).
+        waiting = not sizing_rate and ready == 0 and snapshot.utilization is not None
+        signals_off = tuple(sorted(off)) if not missing and not waiting else ()
         if signals_off:
             reason = f"no signal to scale on ({', '.join(signals_off)} turned off): holding {desired}"
+        elif waiting and not missing:
+            turned = f" ({', '.join(sorted(off))} turned off)" if off else ""
+            reason = f"no ready replica to measure utilization on{turned}: holding {desired}"
         else:
             reason = f"metrics missing ({', '.join(missing) or 'all'}): holding {desired}"
         if forgotten:
