@@ -19,7 +19,7 @@ from typing import Any
 from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec, WarmPoolSpec
 from neuronfleet.planning import scaling, warmpool
 from neuronfleet.planning.observation import DeploymentMemory, scaling_due
-from neuronfleet.planning.reconcile_plan import Targets, decide_targets
+from neuronfleet.planning.reconcile_plan import MESSAGE_REFRESH_SECONDS, Targets, decide_targets
 from neuronfleet.planning.signals import SIGNALS, MetricSnapshot
 from neuronfleet.sim.fleet import FleetCounts
 from neuronfleet.sim.policies import Observed, Ours
@@ -92,6 +92,7 @@ def test_reconciles_between_decisions_record_no_demand() -> None:
     assert held.scale is targets.scale  # the decision re-served
     assert len(memory.warm_state.history) == 4
     assert "history 4 samples over 45s" in held.warm.reason
+    assert held.warm_reason == targets.warm_reason
 
 
 def test_a_bursts_pod_events_leave_the_pool_as_sampled_per_decision() -> None:
@@ -254,3 +255,39 @@ def test_a_mode_change_is_decided_at_once_not_served_the_other_modes_decision() 
     again, memory = decide_targets(manual, memory, None, "", 30, 30, T0 + 3560)
     assert again.scale.desired == 20 and again.scale.reason.startswith("manual:")
     assert scaling_due(dep.scaling, memory, T0 + 3565)
+
+
+def test_a_steady_auto_pools_reason_is_not_rewritten_at_every_decision() -> None:
+    # The reason's figures (the history's samples and span, the headroom, the increases) move at
+    # nearly every decision of a steady fleet: status.warmPool.reason changed ~150 times an hour,
+    # each a status write and a watch event for every client of the object. Like ScalingActive's
+    # message, it is kept while only its figures move, renewed every MESSAGE_REFRESH_SECONDS.
+    dep = spec(max_replicas=40, max_pods=20)
+    memory, current, said = DeploymentMemory(), 20, []
+    for k, t in enumerate(minutes(0, 120)):
+        # The demand wanders by one replica around 20: the fleet follows it (no hold, no tolerance).
+        wanted = 20 + (k * 7 % 3) - 1
+        targets, memory = decide_targets(dep, memory, demanding(wanted, T0 + t), "", current, current, T0 + t)
+        current = targets.scale.desired
+        said.append(targets.warm_reason)
+    changes = sum(1 for a, b in pairwise(said) if a != b)
+    assert changes <= 2 * 120 * 60 / MESSAGE_REFRESH_SECONDS, changes
+    # Renewed with its figures every MESSAGE_REFRESH_SECONDS: the last one says the hour kept.
+    assert "over 3600s" in said[-1] or "over 3585s" in said[-1], said[-1]
+
+
+def test_a_pool_whose_size_changes_says_so_at_once() -> None:
+    dep = spec(max_replicas=100, max_pods=30)
+    memory, current = DeploymentMemory(), 40
+    for t in minutes(0, 40):
+        targets, memory = decide_targets(dep, memory, demanding(40, T0 + t), "", current, current, T0 + t)
+        current = targets.scale.desired
+    assert targets.warm.pods == 0
+    before = targets.warm_reason
+    for t in minutes(40.25, 45):
+        targets, memory = decide_targets(dep, memory, demanding(60, T0 + t), "", current, current, T0 + t)
+        current = targets.scale.desired
+        if targets.warm.pods:
+            break
+    assert targets.warm.pods > 0
+    assert targets.warm_reason == targets.warm.reason != before

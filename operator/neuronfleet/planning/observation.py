@@ -201,6 +201,10 @@ class DeploymentMemory:
     #: When ``scaling_message`` was last rewritten (a decision that changes nothing keeps it a while).
     scaling_message_at: float | None = None
     metrics_available: bool = False
+    #: The warm pool's last decision as the status says it, and when its reason was last rewritten (a
+    #: reason whose figures alone moved is kept a while, as ``scaling_message``).
+    warm_said: warmpool.WarmPoolDecision | None = None
+    warm_said_at: float | None = None
     #: Why metrics were not available at ``last_decision`` (its ScalingActive reason).
     metrics_problem_reason: Reason = Reason.METRICS_UNAVAILABLE
     cold_start: warmpool.ColdStart = field(default_factory=warmpool.ColdStart)

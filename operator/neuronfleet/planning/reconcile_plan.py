@@ -129,6 +129,8 @@ class Targets:
     message: str
     #: The ScalingActive reason while metrics are not available.
     problem_reason: Reason = Reason.METRICS_UNAVAILABLE
+    #: status.warmPool.reason: ``warm``'s, or the one said before while only its figures moved.
+    warm_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -283,7 +285,29 @@ def decide_targets(
         unmeasured=scaling.unmeasured(spec.scaling, scale),
     )
     memory = replace(memory, warm_state=warm.new_state)
-    return Targets(scale, warm, available, message, problem_reason), memory
+    warm_reason, memory = _warm_said(memory, warm, now)
+    return Targets(scale, warm, available, message, problem_reason, warm_reason), memory
+
+
+def _warm_said(memory: DeploymentMemory, warm: warmpool.WarmPoolDecision, now: float) -> tuple[str, DeploymentMemory]:
+    """``warm``'s reason, or the one last said when the pool is the same (its pods, placeholders and
+    hold) and the reason differs from it in figures alone. The reason counts the history's samples
+    and span, the headroom and the increases, which move at nearly every decision of a steady fleet:
+    rewritten each time, status.warmPool.reason wrote the status ~150 times an hour per deployment.
+    Its figures are renewed with ScalingActive's message (rewritten this round: the status is
+    written anyway), and at least every other :data:`MESSAGE_REFRESH_SECONDS` (on a timer of its
+    own, the two renewals drifted apart and doubled the writes)."""
+    last, written = memory.warm_said, memory.warm_said_at
+    if (
+        last is not None
+        and written is not None
+        and memory.scaling_message_at != now
+        and 0 <= now - written < 2 * MESSAGE_REFRESH_SECONDS  # (a clock stepped back renews it)
+        and (last.pods, last.node_placeholders, last.held_since) == (warm.pods, warm.node_placeholders, warm.held_since)
+        and _FIGURES.sub("#", last.reason) == _FIGURES.sub("#", warm.reason)
+    ):
+        return last.reason, memory
+    return warm.reason, replace(memory, warm_said=warm, warm_said_at=now)
 
 
 def _compile(
@@ -509,7 +533,7 @@ def plan_reconcile(
         warm_pool=WarmPoolStatus(
             desired_pods=warm.pods,
             desired_placeholders=warm.node_placeholders,
-            reason=warm.reason,
+            reason=targets.warm_reason or warm.reason,
             held_since=rfc3339(datetime.fromtimestamp(warm.held_since, UTC)) if warm.held_since is not None else None,
         ),
         cold_start=coldstart.status(cold_state, measured_type),
