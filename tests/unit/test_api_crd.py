@@ -73,6 +73,23 @@ def test_schema_is_structural_and_fully_described() -> None:
             assert isinstance(node.get(bound, True), bool), f"{bound} must be boolean in OpenAPI v3.0 at {path}"
 
 
+def test_kubectl_explain_says_every_scalar_default() -> None:
+    # `kubectl explain` prints a field's description, never the schema's default: 38 of 46 spec
+    # fields with one left a reader to guess it (a reviewer counted them on kubectl 1.34).
+    unsaid = []
+    for path, node in _walk(openapi_schema()):
+        default = node.get("default")
+        if default is None or isinstance(default, dict):
+            continue
+        if isinstance(default, list) and any(isinstance(item, dict) for item in default):
+            continue
+        if "default" not in node.get("description", "").lower():
+            unsaid.append(path)
+    assert not unsaid, f"descriptions that do not say their field's default: {unsaid}"
+    replicas = openapi_schema()["properties"]["spec"]["properties"]["scaling"]["properties"]["maxReplicas"]
+    assert replicas["description"].endswith("Default: 10.")
+
+
 def test_subresources_printer_columns_and_names() -> None:
     version = crd()["spec"]["versions"][0]
     assert version["subresources"]["scale"] == {

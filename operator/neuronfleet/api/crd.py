@@ -67,7 +67,9 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "name": "Warm",
         "type": "integer",
         "jsonPath": ".status.warmReplicas",
-        "description": "Ready warm (standby) pods.",
+        "description": (
+            "Ready warm (standby) pods of the current revision (an older one kept during a rollout is not counted)."
+        ),
     },
     {
         "name": "Compiled",
@@ -195,6 +197,38 @@ def _squash_description(node: Any) -> Any:
     return node
 
 
+def _said_default(value: Any) -> str | None:
+    """A scalar default (or a list of scalars) as `kubectl explain` readers write it; None for an
+    object, whose fields say their own."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return f"{value:g}" if isinstance(value, float) else str(value)
+    if isinstance(value, str):
+        return value if value else '""'
+    if isinstance(value, list) and all(
+        isinstance(item, int | float | str) and not isinstance(item, bool) for item in value
+    ):
+        return "[" + ", ".join(str(item) for item in value) + "]" if value else "[]"
+    return None
+
+
+def _with_defaults_said(node: Any) -> Any:
+    """Each description with its field's default appended (``Default: 15.``) unless it names one
+    already: `kubectl explain` prints a field's description, never the schema's ``default``, so the
+    README's "everything else has a default" left a reader to guess which."""
+    if isinstance(node, list):
+        return [_with_defaults_said(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _with_defaults_said(value) for key, value in node.items()}
+    said = _said_default(node["default"]) if "default" in node else None
+    description = out.get("description")
+    if said is not None and isinstance(description, str) and "default" not in description.lower():
+        out["description"] = f"{description.rstrip()} Default: {said}."
+    return out
+
+
 def openapi_schema() -> dict[str, Any]:
     """The structural openAPIV3Schema of InferenceDeployment."""
     raw = InferenceDeployment.model_json_schema(by_alias=True, mode="validation", schema_generator=_CrdJsonSchema)
@@ -208,7 +242,7 @@ def openapi_schema() -> dict[str, Any]:
     schema["required"] = ["spec"]
     schema.pop("default", None)
     props["status"].pop("default", None)
-    result: dict[str, Any] = _squash_description(schema)
+    result: dict[str, Any] = _with_defaults_said(_squash_description(schema))
     return result
 
 

@@ -1213,7 +1213,14 @@ class InferenceDeploymentStatus(ApiModel):
         description="Ready active replicas of the current spec's revision (its compiled artifact and pod "
         "template); 0 while that artifact is not compiled.",
     )
-    warm_replicas: int = Field(default=0, ge=0, description="Ready warm (standby) pods.")
+    warm_replicas: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Ready warm (standby) pods of the current revision: during a rollout an older one kept as "
+            "standby is not counted (it is promoted if needed, but replaced)."
+        ),
+    )
     draining_replicas: int = Field(
         default=0,
         ge=0,
