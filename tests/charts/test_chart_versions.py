@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -40,8 +41,14 @@ def test_the_charts_app_version_is_the_operator_packages_version() -> None:
 
 
 def _image_rendered(command: str, substitutions: dict[str, str]) -> str:
-    """The operator image ``helm template`` renders from a guide's helm command, its placeholders
-    replaced (``-f`` files dropped: the flags are what is checked)."""
+    """The operator image ``helm template`` renders from a guide's helm command."""
+    (container,) = _operator_containers(command, substitutions)
+    return str(container["image"])
+
+
+def _operator_containers(command: str, substitutions: dict[str, str]) -> list[dict[str, Any]]:
+    """The operator Deployment's containers as ``helm template`` renders them from a guide's helm
+    command, its placeholders replaced (``-f`` files dropped: the flags are what is checked)."""
     for placeholder, value in substitutions.items():
         command = command.replace(placeholder, value)
     args = shlex.split(command)[2:]
@@ -61,8 +68,18 @@ def _image_rendered(command: str, substitutions: dict[str, str]) -> str:
     result = helm("template", *kept)
     assert result.returncode == 0, result.stderr
     (deployment,) = by_kind([d for d in yaml.safe_load_all(result.stdout) if d], "Deployment")
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    return str(container["image"])
+    return list(deployment["spec"]["template"]["spec"]["containers"])
+
+
+def test_the_install_guides_command_runs_compiles_and_servers_as_the_accounts_it_made() -> None:
+    # Section 1 creates neuronfleet-compile and neuronfleet-serving (S3 write and read roles) and
+    # says to name them in section 2; the command there did not: compile Jobs ran as the
+    # namespace's default account, with no S3 write role, and the first compile failed.
+    install = helm_command(section(GUIDE.read_text(), "## 2. Install"), "install")
+    (container,) = _operator_containers(install, {"$TAG": "0.2.0-abc1234"})
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    assert env.get("NEURONFLEET_COMPILE_SERVICE_ACCOUNT") == "neuronfleet-compile"
+    assert env.get("NEURONFLEET_SERVING_SERVICE_ACCOUNT") == "neuronfleet-serving"
 
 
 def test_the_readme_install_runs_the_operator_image_pushed() -> None:
