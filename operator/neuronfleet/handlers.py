@@ -85,6 +85,10 @@ def kopf_settings(*, in_process: bool = False) -> kopf.OperatorSettings:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = TolerantDiffBaseStorage(prefix=GROUP)
     settings.watching.server_timeout = 300
+    # Only the deployments' pods are streamed: the handler's label filter alone is applied in this
+    # process, so every pod event of the cluster (every other team's workloads) was sent, parsed
+    # and dropped here.
+    settings.watching.label_selectors["pods"] = LABEL_DEPLOYMENT
     if in_process:
         settings.process.ultimate_exiting_timeout = None
     return settings

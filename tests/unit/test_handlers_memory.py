@@ -13,7 +13,7 @@ from typing import Any
 import kopf
 import pytest
 
-from neuronfleet.handlers import OperatorContext, deployment_changed, keep_converging, pod_changed
+from neuronfleet.handlers import OperatorContext, deployment_changed, keep_converging, kopf_settings, pod_changed
 from neuronfleet.metrics.operator_metrics import OperatorMetrics
 from neuronfleet.planning.labels import LABEL_DEPLOYMENT
 from neuronfleet.planning.observation import DeploymentMemory
@@ -241,3 +241,13 @@ async def test_conflicts_without_an_error_end_an_earlier_errors_back_off() -> No
     start = asyncio.get_running_loop().time()
     await keep_converging(body=body, memo=kopf.Memo(context=ctx), namespace="ns", name="d", stopped=Stopped(stop))
     assert [round(t - start) for t in reconciler.started] == [0, 20, 50, 80, 80, 90, 100]
+
+
+def test_only_the_deployments_pods_are_watched() -> None:
+    # The pod handler's label filter is applied by Kopf in this process: without a server-side
+    # selector, every pod event of the cluster was streamed to the operator and dropped there.
+    pods = kopf.Resource("", "v1", "pods", namespaced=True)
+    jobs = kopf.Resource("batch", "v1", "jobs", namespaced=True)
+    selectors = kopf_settings().watching.label_selectors
+    assert selectors.collect(pods) == [LABEL_DEPLOYMENT]
+    assert selectors.collect(jobs) == []
