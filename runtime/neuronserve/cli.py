@@ -49,7 +49,8 @@ bert-base-uncased seq 128 on inf2.xlarge, 2 NeuronCores, 1.00 / 2.95 / 5.97 / 10
 rows of the right shape, NOT model outputs; /v2/health/ready, the model metadata, the responses,
 neuronserve_device_info and the log all say "emulated". With --artifact, only the artifact's
 manifest (and tokenizer.json) is read: the model name, buckets, signatures and real tokenizer
-apply, and no weights are downloaded. Without --artifact, the contract is built in: model
+apply, and no weights are downloaded; an artifact without a tokenizer (a TorchScript source's)
+takes no text input, as when its model is served. Without --artifact, the contract is built in: model
 --model-name (default: the profile name), inputs input_ids / attention_mask INT64 [batch, seq],
 output embedding FP32 [batch, 768], buckets 1/4/8/16 x 128, text input tokenized by length
 (whitespace words + 2, truncated to 128).

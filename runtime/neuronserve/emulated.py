@@ -16,8 +16,9 @@ a batch before its requests arrived, so the capacity is never above the profile'
 
 No torch or transformers here (a fleet of 10-30 such processes shares one small machine). Text
 input uses the artifact's real tokenizer through the light `tokenizers` package when an artifact
-with a tokenizer is given; without one it is tokenized by length (whitespace words plus [CLS] and
-[SEP], truncated), which is all the emulated device looks at.
+with a tokenizer is given, and is refused when the artifact has none (as the real server refuses
+it); without an artifact (or without the `tokenizers` package) it is tokenized by length
+(whitespace words plus [CLS] and [SEP], truncated), which is all the emulated device looks at.
 """
 
 from __future__ import annotations

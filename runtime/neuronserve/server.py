@@ -768,13 +768,21 @@ class EmulationError(Exception):
 def load_emulated(
     artifact: str | None, options: EmulatedOptions, scratch: Path, manifest_sha256: str | None = None
 ) -> Loaded:
-    """The emulated device over an artifact's contract (manifest and tokenizer only) or a built-in one."""
+    """The emulated device over an artifact's contract (manifest and tokenizer only) or a built-in one.
+
+    With an artifact, text input is what ``serve --artifact`` takes on it: text through its tokenizer,
+    or, an artifact without one (a TorchScript source's), no text input at all (400, and no ``text``
+    in the metadata). Tokenizing by length stands in for a tokenizer only where there is none to
+    honour: the built-in contract, or an artifact with a tokenizer that a sandbox-only install
+    (no `tokenizers` package) cannot read, whose text is still accepted as the real server, whose
+    image has the package, accepts it.
+    """
     from neuronserve.emulated import PROFILES, EmulatedDevice, synthetic_manifest, tokenize_by_length
     from neuronserve.manifest import TOKENIZER_NAME
     from neuronserve.store import fetch_manifest
 
     profile = PROFILES[options.profile]
-    tokenize: Tokenize = tokenize_by_length
+    tokenize: Tokenize | None = tokenize_by_length
     if artifact is None:
         manifest = synthetic_manifest(profile, options.model_name or profile.name)
     else:
@@ -784,6 +792,8 @@ def load_emulated(
 
             with contextlib.suppress(ImportError):
                 tokenize = tokenizer_from_file(str(directory / TOKENIZER_NAME), manifest.max_sequence)
+        else:
+            tokenize = None
     try:
         device = EmulatedDevice(profile, manifest, options.time_scale)
     except ValueError as exc:

@@ -185,3 +185,32 @@ def test_an_artifact_with_a_bucket_the_profile_cannot_time_is_refused(fetched: F
     wide = fetched.manifest.model_copy(update={"buckets": [Bucket(batch=32, sequence=128)]})
     with pytest.raises(ValueError, match="up to 16, not 32"):
         EmulatedDevice(BERT_BASE, wide)
+
+
+def test_an_artifact_without_a_tokenizer_keeps_its_text_contract(serve_process: Any, tmp_path: Path) -> None:
+    # An artifact compiled from a TorchScript source has no tokenizer.json: `serve --artifact` on
+    # it refuses text (400). The emulated server over the same artifact must answer as it does, not
+    # tokenize text by length (that stands in for a tokenizer only when there is no artifact at all).
+    from neuronserve.emulated import synthetic_manifest
+    from neuronserve.manifest import MANIFEST_NAME
+
+    manifest = synthetic_manifest(BERT_BASE, "scripted").model_copy(update={"backend": "cpu"})
+    assert not manifest.has_tokenizer()
+    (tmp_path / MANIFEST_NAME).write_bytes(manifest.to_json_bytes())
+    process: ServeProcess = serve_process([*EMULATED, "--artifact", str(tmp_path)])
+    _ready(process)
+    status, _, meta = http_json(process.url, "GET", "/v2/models/scripted")
+    assert status == 200, meta
+    assert [i["name"] for i in meta["inputs"]] == ["input_ids", "attention_mask"]
+    text = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["hello"]}]}
+    status, _, doc = http_json(process.url, "POST", "/v2/models/scripted/infer", json.dumps(text).encode())
+    assert status == 400, doc
+    assert "this model has no tokenizer" in doc["error"]
+    ids = {
+        "inputs": [
+            {"name": "input_ids", "datatype": "INT64", "shape": [1, 3], "data": [101, 7592, 102]},
+            {"name": "attention_mask", "datatype": "INT64", "shape": [1, 3], "data": [1, 1, 1]},
+        ]
+    }
+    status, _, doc = http_json(process.url, "POST", "/v2/models/scripted/infer", json.dumps(ids).encode())
+    assert status == 200, doc
