@@ -467,6 +467,12 @@ def app_runner(state: ServerState, **options: Any) -> web.AppRunner:
     would keep its queue slot (live clients get 429), run on the device, count as ``ok`` and
     inflate the queue depth and in-flight count the autoscaler reads. Cancelled, its future is
     cancelled too, which takes it out of the batcher's queue at once (``Batcher``).
+
+    A client that half-closes (``shutdown(SHUT_WR)``) after a whole request is taken as one that
+    hung up: the server sees the same FIN when a client closes its socket (a client-side timeout),
+    and cannot tell the two apart without writing to it. Keeping the write side open on EOF
+    (``eof_received`` returning True, aiohttp issue #3659) answered half-closing clients but kept
+    every hung-up request queued until it ran: tests/runtime/test_disconnect.py failed with it.
     """
     return web.AppRunner(create_app(state), auto_decompress=False, handler_cancellation=True, **options)
 

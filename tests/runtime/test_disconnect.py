@@ -135,3 +135,27 @@ async def test_a_batch_whose_requests_all_hang_up_while_it_fills_is_dropped() ->
         ):
             assert response.status == 200, await response.text()
         assert device.ran == [2]
+
+
+async def test_a_client_that_half_closes_after_its_request_counts_as_hung_up() -> None:
+    # shutdown(SHUT_WR) sends the FIN a close() sends: the server cannot tell them apart without
+    # writing, and takes both as a hang-up (as nginx's proxying and Go's net/http do). Answering
+    # half-closed clients instead kept every hung-up client's request queued (the tests above failed).
+    manifest = synthetic_manifest(BERT_BASE, MODEL)
+    device = GatedEcho()
+    device.gate.set()
+    with LiveServer(manifest, device, ServeConfig(max_batch_delay_ms=60_000, max_queue=4)) as server:
+        assert server.state is not None and server.state.batcher is not None
+        batcher = server.state.batcher
+
+        def depth() -> int:
+            return server.call(lambda: batcher.queue_depth)  # type: ignore[no-any-return]
+
+        before = scrape_metrics(server.url)
+        writer = await _hang_up_later(server.url, _body(1))
+        await _until(lambda: depth() == 1, lambda: f"the request to be in the batch being formed ({depth()})")
+        writer.write_eof()
+        await _until(lambda: depth() == 0, lambda: f"the half-closed client's request to leave ({depth()} queued)")
+        writer.close()
+        assert _outcomes(before, scrape_metrics(server.url))["aborted"] == 1
+        assert device.ran == []
