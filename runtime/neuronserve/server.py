@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 import numpy as np
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from neuronserve import __version__
@@ -79,6 +80,10 @@ MIN_BODY_BYTES = 1 << 20
 #: A few, not one per request: they share the host's CPUs with the event loop and the model; more
 #: text requests wait their turn.
 TOKENIZE_THREADS = 2
+#: The longest header field (name or value) and request line taken: gateways add headers past
+#: aiohttp's default of 8,190 bytes (a bearer token or a JWT with many claims, tracing baggage;
+#: Envoy's default limit for all of a request's headers is 60 KiB). Longer ones get aiohttp's 400.
+MAX_HEADER_FIELD_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -474,7 +479,37 @@ def app_runner(state: ServerState, **options: Any) -> web.AppRunner:
     (``eof_received`` returning True, aiohttp issue #3659) answered half-closing clients but kept
     every hung-up request queued until it ran: tests/runtime/test_disconnect.py failed with it.
     """
-    return web.AppRunner(create_app(state), auto_decompress=False, handler_cancellation=True, **options)
+    logging.getLogger("aiohttp.server").addFilter(_parser_errors_as_warnings)  # once: filters are a set
+    return web.AppRunner(
+        create_app(state),
+        auto_decompress=False,
+        handler_cancellation=True,
+        max_line_size=MAX_HEADER_FIELD_BYTES,
+        max_field_size=MAX_HEADER_FIELD_BYTES,
+        **options,
+    )
+
+
+def _parser_errors_as_warnings(record: logging.LogRecord) -> bool:
+    """aiohttp's log of a request its parser refused, as one WARNING line instead of an ERROR with a traceback.
+
+    aiohttp answers such a request itself, before any handler or middleware runs (a text/plain 400:
+    it has no public hook for that answer's body), and logs it with ``logger.exception``. It is the
+    client's mistake (a bad Content-Length or chunk size, Content-Length with Transfer-Encoding, a
+    header past MAX_HEADER_FIELD_BYTES), not the server's failure. The reason is kept to its first
+    line, and a header too long is not quoted: it is often a credential.
+    """
+    error = record.exc_info[1] if record.exc_info else None
+    if isinstance(error, HttpProcessingError):
+        if isinstance(error, LineTooLong):
+            reason = f"a header field or the request line is longer than {error.args[1]} bytes"
+        else:
+            reason = (error.message.strip().splitlines() or [type(error).__name__])[0][:200].rstrip(":")
+        record.msg = "refused a request that does not parse (%d) from %s: %s"
+        record.args = (error.code, *(record.args or ("?",)), reason)
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        record.exc_info, record.exc_text = None, None
+    return True
 
 
 def create_app(state: ServerState) -> web.Application:
