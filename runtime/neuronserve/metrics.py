@@ -213,7 +213,9 @@ class ServerMetrics:
         self.busy = busy
         self.device_busy = Gauge(
             "neuronserve_device_busy_ratio",
-            f"Share of the last {busy.window:g} s the device was executing a batch.",
+            f"Share of the last {busy.window:g} s the device's cores were executing batches, averaged over "
+            "the device's cores (the batches it executes at once, neuronserve_device_cores): 1 is every core "
+            "busy all the time; one of two cores busy all the time is 0.5.",
             registry=r,
         )
         self.device_busy.set_function(busy.ratio)

@@ -83,6 +83,28 @@ async def test_drain_answers_queued_work_and_refuses_new_work() -> None:
         batcher.submit(_request(9))
 
 
+def test_the_busy_ratio_is_averaged_over_the_cores_and_its_help_says_so() -> None:
+    # A 2-core device with one core executing back to back and the other idle reads 0.5, not 1:
+    # the HELP must not read as "the share of the time the device was executing a batch".
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    now = [0.0]
+    tracker = BusyTracker(window_seconds=2.0, clock=lambda: now[0], capacity=2)
+    metrics = ServerMetrics(tracker)
+    for step in range(10):
+        tracker.finished(step * 0.2, (step + 1) * 0.2)
+    now[0] = 2.0
+    [family] = [
+        f
+        for f in text_string_to_metric_families(generate_latest(metrics.registry).decode())
+        if f.name == "neuronserve_device_busy_ratio"
+    ]
+    assert family.samples[0].value == pytest.approx(0.5)
+    assert "averaged over the device's cores" in family.documentation
+    assert "neuronserve_device_cores" in family.documentation
+
+
 def test_busy_ratio_covers_the_sliding_window() -> None:
     now = [100.0]
     tracker = BusyTracker(window_seconds=10.0, clock=lambda: now[0])
