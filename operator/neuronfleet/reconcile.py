@@ -276,7 +276,9 @@ class Reconciler:
                 fingerprint = await asyncio.to_thread(self.store.fingerprint, dep.spec.model.source)
             except SourceUnreadable as exc:
                 fingerprint, problem = None, str(exc)
-            request = compile_request(dep.spec, self.settings.artifact_store, fingerprint)
+            request = compile_request(
+                dep.spec, self.settings.artifact_store, fingerprint, self.settings.builder.model_server_image
+            )
             found = await asyncio.to_thread(self.store.lookup, request)
         except StoreUnavailable as exc:
             return None, None, str(exc)

@@ -426,9 +426,10 @@ def test_a_spec_without_images_takes_the_operators_model_server_image() -> None:
     dep.spec.runtime.image = dep.spec.compile.image = None
     candidate = chosen(dep)
     config = BuilderConfig(model_server_image="registry.example/neuronserve:1.2-neuron")
-    request = compile_request(dep.spec, "s3://artifacts", "fingerprint")
 
     def images(config: BuilderConfig) -> list[str]:
+        # The compile Job runs its request's image, which the operator makes with its own.
+        request = compile_request(dep.spec, "s3://artifacts", "fingerprint", config.model_server_image)
         pods = [
             build_pod(dep, candidate, FleetRevision(ARTIFACT, "t"), "active", "p-0", config),
             build_placeholder_pod(dep, candidate, "t", "ph-0", config),

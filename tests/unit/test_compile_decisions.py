@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
-from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
+from neuronfleet.api.v1alpha1 import InferenceDeployment, InferenceDeploymentSpec
+from neuronfleet.artifacts.store import ArtifactStore
+from neuronfleet.kube.builders import BuilderConfig
+from neuronfleet.kube.jobs import build_compile_job
 from neuronfleet.planning.compile import (
     CompileFailure,
     CompileObservation,
@@ -15,6 +19,7 @@ from neuronfleet.planning.compile import (
     decide_unservable,
     job_spec_key,
 )
+from neuronfleet.sandbox.artifacts import record_uncompiled_artifact
 
 SPEC = InferenceDeploymentSpec.model_validate({"model": {"source": "s3://models-bucket/bert/"}})
 OLD = StoredArtifact(cache_key="a" * 64, uri="s3://store/aaaa", manifest_sha256="b" * 64, backend="cpu")
@@ -219,3 +224,54 @@ def test_a_job_being_deleted_is_neither_deleted_again_nor_made_again_until_it_is
     failure = CompileFailure(removing.attempt, "BackoffLimitExceeded: OOMKilled")
     kept = decide_compile(replace(removing, failed_before=failure), OLD)
     assert (kept.create_job, kept.reason, kept.failure) == (False, "CompileFailed", failure)
+
+
+def test_the_operators_model_server_image_is_in_the_request_key(tmp_path: Path) -> None:
+    """A spec naming no compile image is compiled with the operator's model-server image: switching it
+    from the CPU build to the Neuron build is another request (a new Job, with the new image), not the
+    CPU build's record found again and its ``backend: cpu`` artifact served on Inf2."""
+    cpu_build, neuron_build = "registry.example/neuronserve:0.1.0", "registry.example/neuronserve:0.1.0-neuron"
+    source = tmp_path / "model.pt"
+    source.write_bytes(b"weights")
+    dep = InferenceDeployment.model_validate(
+        {
+            "apiVersion": "serving.neuronfleet.dev/v1alpha1",
+            "kind": "InferenceDeployment",
+            "metadata": {"name": "emb", "namespace": "ns", "uid": "u1"},
+            "spec": {"model": {"source": str(source), "format": "torchscript"}},
+        }
+    )
+    store_dir = tmp_path / "store"
+    store = ArtifactStore()
+    fingerprint = store.fingerprint(str(source))
+    # Installed with the CPU build: its compile stored and recorded an artifact.
+    record_uncompiled_artifact(dep.spec, store_dir, "cpu build", image=cpu_build)
+    assert store.lookup(compile_request(dep.spec, str(store_dir), fingerprint, cpu_build)) is not None
+
+    # The platform team switches operator.modelServerImage to the Neuron build.
+    request = compile_request(dep.spec, str(store_dir), fingerprint, neuron_build)
+    found = store.lookup(request)
+    assert found is None
+    decision = decide_compile(CompileObservation(request, found), None)
+    assert decision.create_job
+    job = build_compile_job(dep, request, BuilderConfig(model_server_image=neuron_build))
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == neuron_build
+
+    # A spec's own compile image wins over the operator's, in the key as in the Job.
+    named = dep.spec.model_copy(update={"compile": dep.spec.compile.model_copy(update={"image": "reg/own:1"})})
+    assert compile_request(named, "s3://store", "fp", cpu_build).key == compile_request(named, "s3://store", "fp").key
+
+
+def test_an_operator_upgrade_that_keeps_the_image_keeps_the_request_keys() -> None:
+    """Request keys are stored (records, Job names): an operator release that keeps the compile image
+    must compute the same ones, or every deployment is compiled again. Pinned: a spec naming its image
+    keeps the key it had before the operator's image joined the key; one that takes the operator's
+    image has the key of that image alone (no other operator setting or version is in it)."""
+    named = SPEC.model_copy(
+        update={"compile": SPEC.compile.model_copy(update={"image": "registry.example/neuronserve:1.2-neuron"})}
+    )
+    assert compile_request(named, "s3://store", "fp1").key == "59ab31671b30fa5f"
+    assert compile_request(named, "s3://store", "fp1", "registry.example/other:9").key == "59ab31671b30fa5f"
+    assert (
+        compile_request(SPEC, "s3://store", "fp1", "registry.example/neuronserve:1.2-neuron").key == "59ab31671b30fa5f"
+    )

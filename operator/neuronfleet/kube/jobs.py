@@ -217,7 +217,8 @@ def build_compile_job(
                     "containers": [
                         {
                             "name": COMPILE_CONTAINER,
-                            "image": dep.spec.compile.image or config.model_server_image,
+                            # The request's: the image in its key (the spec's, else the operator's).
+                            "image": request.image,
                             "command": compile_args(dep, request)[:1],
                             "args": compile_args(dep, request)[1:],
                             "workingDir": COMPILE_TMP,

@@ -6,9 +6,10 @@ compile image has them, CPU TorchScript otherwise), and only the compile Job rea
 knows its compiler. So the pipeline has two keys:
 
 - the **request key**, computed here from everything the spec says about the compile (source URI
-  and its fingerprint, format, signature, buckets, compiler flags, compile image). It names the
-  compile Job and a small *request record* ``<store>/requests/<request key>.json`` that the Job
-  writes after storing the artifact;
+  and its fingerprint, format, signature, buckets, compiler flags) and the image that compiles it
+  (the spec's compile image, else the operator's model-server image). It names the compile Job and
+  a small *request record* ``<store>/requests/<request key>.json`` that the Job writes after
+  storing the artifact;
 - the **cache key** (``neuronserve.manifest.cache_key``), written into that record by the Job. The
   artifact lives at ``<store>/<cache key>``, its revision label is the cache key's first 10 digits.
 
@@ -32,7 +33,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
+from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, InferenceDeploymentSpec
 from neuronfleet.planning.placement import problem_fields
 from neuronfleet.planning.reasons import Reason, Refusal
 from neuronserve.manifest import request_record_path
@@ -48,6 +49,9 @@ class CompileRequest:
     store_root: str
     source: str
     source_fingerprint: str | None
+    #: The image that compiles it (the spec's compile image, else the operator's model-server image):
+    #: the Job runs this one, the one in the key.
+    image: str = DEFAULT_IMAGE
 
     @property
     def record_uri(self) -> str:
@@ -55,10 +59,18 @@ class CompileRequest:
 
 
 def compile_request(
-    spec: InferenceDeploymentSpec, default_store: str, source_fingerprint: str | None = None
+    spec: InferenceDeploymentSpec,
+    default_store: str,
+    source_fingerprint: str | None = None,
+    default_image: str = DEFAULT_IMAGE,
 ) -> CompileRequest:
-    """The compile request of a spec, keyed by everything that changes the artifact."""
+    """The compile request of a spec, keyed by everything that changes the artifact.
+
+    ``default_image`` is the operator's model-server image, which compiles a spec naming no compile
+    image.
+    """
     store = spec.compile.artifact_store or default_store
+    image = spec.compile.image or default_image
     model = spec.model.model_dump(
         mode="json", include={"source", "format", "inputs", "batch_buckets", "sequence_buckets"}
     )
@@ -74,8 +86,12 @@ def compile_request(
         ),
         "fingerprint": source_fingerprint,
     }
+    # The image that compiles, not only the spec's: a new operator model-server image (the CPU build
+    # replaced by the Neuron build) is another compiler, so another artifact. In the place of the
+    # spec's image, so a spec naming its image keeps the key it had before the operator's joined it.
+    doc["compile"]["image"] = image
     digest = hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-    return CompileRequest(digest[:REQUEST_KEY_LENGTH], store, spec.model.source, source_fingerprint)
+    return CompileRequest(digest[:REQUEST_KEY_LENGTH], store, spec.model.source, source_fingerprint, image)
 
 
 #: An InferenceDeployment annotation whose every new value retries a failed compile of the same spec.

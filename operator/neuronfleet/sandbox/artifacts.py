@@ -12,18 +12,21 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
+from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, InferenceDeploymentSpec
 from neuronfleet.artifacts.store import ArtifactStore
 from neuronfleet.planning.compile import compile_request
 from neuronserve.manifest import MANIFEST_NAME, RequestRecord, manifest_sha256, revision
 
 
-def record_uncompiled_artifact(spec: InferenceDeploymentSpec, store_dir: Path, label: str) -> str:
+def record_uncompiled_artifact(
+    spec: InferenceDeploymentSpec, store_dir: Path, label: str, image: str = DEFAULT_IMAGE
+) -> str:
     """Write the request record for ``spec``'s compile request under ``store_dir``; returns the revision.
 
-    ``label`` tells revisions apart (a new label, a new cache key).
+    ``label`` tells revisions apart (a new label, a new cache key); ``image`` is the operator's
+    model-server image (part of the request key of a spec naming no compile image).
     """
-    request = compile_request(spec, str(store_dir), ArtifactStore().fingerprint(spec.model.source))
+    request = compile_request(spec, str(store_dir), ArtifactStore().fingerprint(spec.model.source), image)
     cache_key = hashlib.sha256(f"{request.key}/{label}".encode()).hexdigest()
     stand_in = f"not compiled: {label}".encode()
     artifact = store_dir / cache_key
