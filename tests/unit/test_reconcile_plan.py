@@ -1300,3 +1300,44 @@ def test_an_operator_upgraded_mid_rollout_starts_the_rollouts_clock_at_its_first
         assert (STALLED in degraded_message(result.status)) is stalled, seconds
         assert result.status["rollout"] == status["rollout"]
         memory, status = result.memory, result.status
+
+
+@pytest.mark.parametrize(
+    "blip",
+    [
+        pytest.param(
+            {"compile": None, "compile_error": "cannot read s3://store/requests/x.json: SlowDown"}, id="store"
+        ),
+        pytest.param({"compile_error": "compile Jobs: 503 Service Unavailable"}, id="jobs-list"),
+        pytest.param({"source_problem": "cannot list s3://acme-models/bert/: AccessDenied"}, id="source"),
+    ],
+)
+def test_a_failed_read_does_not_forget_a_failed_compile(blip: dict[str, Any]) -> None:
+    """status.compileFailure is what keeps a failed compile from running again once Kubernetes has
+    deleted its Job (a day later): one round that could not read the store, the compile Jobs or the
+    model source knows nothing new of that attempt, and wrote the failure as null, so the next round
+    started the failed compile again by itself."""
+    dep = deployment(**MANUAL)
+    failed = compiled(dep, stored=None, job_phase="failed", job_message="BackoffLimitExceeded: exit 1")
+    first = plan(dep, Observation(T0, compile=failed), DeploymentMemory(), {})
+    assert first.status["compileFailure"]
+    gone = replace(failed, job_phase="absent", job_message="")
+    second = plan(dep, Observation(T0 + timedelta(days=1), compile=gone), first.memory, first.status)
+    assert second.compile_actions == () and second.status["compileFailure"] == first.status["compileFailure"]
+
+    at = T0 + timedelta(days=1, seconds=10)
+    source_problem = blip.pop("source_problem", None)
+    if source_problem is not None:
+        # The listing failed: the request key lacks the fingerprint (another attempt), no Job either way.
+        blip["compile"] = replace(
+            gone, request=compile_request(dep.spec, "/store", None), source_problem=source_problem
+        )
+    else:
+        blip.setdefault("compile", gone)
+    third = plan(dep, Observation(at, **blip), second.memory, second.status)
+    assert third.status.get("compileFailure") == first.status["compileFailure"]
+    assert "compileFailure" not in (status_patch(second.status, third.status) or {})
+
+    fourth = plan(dep, Observation(at + timedelta(seconds=10), compile=gone), third.memory, third.status)
+    assert not any(isinstance(a, StartCompileJob) for a in fourth.compile_actions), "the failed compile ran again"
+    assert fourth.status.get("compileFailure") == first.status["compileFailure"]

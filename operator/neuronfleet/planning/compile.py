@@ -216,7 +216,8 @@ class CompileDecision:
     compiled_status: Literal["True", "False", "Unknown"]
     reason: Reason
     message: str
-    #: The failure to remember in the status (kept while the same attempt stays failed).
+    #: The failure to remember in the status (kept while the same attempt stays failed, and through a
+    #: round that could not read the store, the Jobs or the source: None forgets it).
     failure: CompileFailure | None = None
     #: Delete the Job (it is created again once gone): a failed one, or one that succeeded without
     #: writing its record, that the spec asks to run differently, or a finished one whose record dangles.
@@ -368,6 +369,8 @@ def _decide(observed: CompileObservation, previous: StoredArtifact | None) -> Co
             Reason.SOURCE_UNREADABLE,
             f"cannot read the model source {observed.request.source}: {observed.source_problem}; "
             "no compile Job started",
+            # Kept: once the source reads again, its request is the failed one's, not run again.
+            failure=observed.failed_before,
         )
     if observed.job_phase == "failed":
         if observed.job_spec is not None and observed.job_spec != observed.wanted_job_spec:

@@ -322,7 +322,11 @@ def _compile(
         return decide_unservable(spec_problems, durable.artifact), held, ()
     if observation.compile_error is not None or observed is None:
         detail = observation.compile_error or "the compile pipeline was not read"
-        decision = CompileDecision(False, durable.artifact, "Unknown", Reason.STORE_UNAVAILABLE, detail)
+        # The failure remembered is kept: a round that read nothing of the store or the Jobs knows
+        # nothing new of it, and once written as null the failed compile ran again the next round.
+        decision = CompileDecision(
+            False, durable.artifact, "Unknown", Reason.STORE_UNAVAILABLE, detail, failure=durable.compile_failure
+        )
         return decision, held, (f"compile pipeline: {detail}",)
     decision = decide_compile(replace(observed, failed_before=durable.compile_failure), durable.artifact)
     if decision.create_job and (problem := compile_cpu_limit_problem(dep.spec.compile)) is not None:
