@@ -326,6 +326,31 @@ def _local_source(source: str) -> Iterator[Path]:
         yield path
 
 
+TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts")
+
+
+def _torchscript_files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.iterdir() if p.is_file() and p.suffix in TORCHSCRIPT_SUFFIXES)
+
+
+def _torchscript_file(directory: Path) -> Path:
+    """The one TorchScript file of a directory source: with none or several, which to compile is a
+    guess (the first listed was taken), so the source is refused and the message says what is there."""
+    files = _torchscript_files(directory)
+    if len(files) == 1:
+        return files[0]
+    if not files:
+        raise CompileError(
+            f"model source {directory} holds no TorchScript file ({', '.join(TORCHSCRIPT_SUFFIXES)}) to compile "
+            "as --format torchscript"
+        )
+    names = ", ".join(p.name for p in files)
+    raise CompileError(
+        f"model source {directory} holds {len(files)} TorchScript files ({names}): name the one to compile "
+        "as the source, or keep one in the directory"
+    )
+
+
 def _resolve_format(path: Path, fmt: SourceFormat) -> Literal["huggingface", "torchscript"]:
     if fmt != "auto":
         return fmt
@@ -333,8 +358,7 @@ def _resolve_format(path: Path, fmt: SourceFormat) -> Literal["huggingface", "to
         return "torchscript"
     if (path / "config.json").is_file():
         return "huggingface"
-    pts = [p for p in path.iterdir() if p.suffix in (".pt", ".pth", ".ts")]
-    if len(pts) == 1:
+    if len(_torchscript_files(path)) == 1:
         return "torchscript"
     raise CompileError(f"cannot tell the format of {path}: no config.json and not one TorchScript file")
 
@@ -353,7 +377,7 @@ def compile_model(opts: CompileOptions, console: Console) -> CompileResult:
     with _local_source(opts.source) as path:
         fmt = _resolve_format(path, opts.source_format)
         if fmt == "torchscript" and path.is_dir():
-            path = next(p for p in path.iterdir() if p.suffix in (".pt", ".pth", ".ts"))
+            path = _torchscript_file(path)
         compiler = compiler_identity(backend, fmt)
         digest = digest_of(path)
         signature_hint = [TensorSignature(name=n, dtype=d, shape=[-1, -1]) for n, d in opts.inputs]

@@ -15,6 +15,7 @@ import boto3
 import numpy as np
 import pytest
 import torch
+from tiny_model import save_slow, save_tiny
 
 import neuronserve
 from neuronserve import cli
@@ -158,6 +159,39 @@ def test_a_missing_source_fails_with_a_message(tmp_path: Path, capsys: pytest.Ca
     err = capsys.readouterr().err
     assert code == 1
     assert "does not exist" in err and "Traceback" not in err
+
+
+_TORCHSCRIPT_ARGS = ["--format", "torchscript", "--batch-buckets", "1", "--sequence-buckets", "4"]
+
+
+def test_a_torchscript_directory_without_a_torchscript_file_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--format torchscript`` (what the operator's Job passes for spec.model.format: torchscript) with
+    a directory source takes its one .pt/.pth/.ts file; without one it ended in a bare StopIteration."""
+    source = tmp_path / "src"
+    source.mkdir()
+    save_tiny(source / "model.torchscript")
+    code = cli.main(["compile", "--source", str(source), "--store", str(tmp_path / "store"), *_TORCHSCRIPT_ARGS])
+    err = capsys.readouterr().err
+    assert code == 1 and "compile failed" in err and "Traceback" not in err
+    assert "no TorchScript file" in err
+
+
+def test_a_torchscript_directory_with_two_torchscript_files_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two candidates: it compiled whichever the directory listed first, without a word of which."""
+    source = tmp_path / "src"
+    source.mkdir()
+    save_tiny(source / "model.pt")
+    save_slow(source / "model-old.pt")
+    store = tmp_path / "store"
+    code = cli.main(["compile", "--source", str(source), "--store", str(store), *_TORCHSCRIPT_ARGS])
+    err = capsys.readouterr().err
+    assert code == 1 and "compile failed" in err
+    assert "model-old.pt" in err and "model.pt" in err
+    assert not store.exists() or not any(store.rglob("manifest.json"))
 
 
 def test_bad_bucket_lists_are_refused_by_the_parser(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

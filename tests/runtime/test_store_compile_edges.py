@@ -802,6 +802,9 @@ REVIEWED_COMPILE_CODE = {
     "805b5f36d831aa72fb7b609dc450e7493546ed1a072cc6e1f29cb35689080407": 1,
     # The result's sha256 is the stored manifest's (in S3 it names the writer's folder): no traced change.
     "fe67014c5ef2322cb325780643495695d6f94ee943646e7059604b644cdedb8d": 1,
+    # A torchscript directory source must hold exactly one .pt/.pth/.ts file (refused otherwise): the
+    # one file compiled is traced as before.
+    "5c91b5c780f56bb3f2ee841f1ce42bd3e1f467e7e7a82730907c573dff16869a": 1,
 }
 
 
