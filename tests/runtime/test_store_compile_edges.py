@@ -966,3 +966,37 @@ def test_a_whole_artifact_stored_during_the_set_aside_is_put_back(
     manifest, _, _ = fetch_artifact(str(root / KEY), tmp_path / "unused")
     assert manifest.name == "b"
     assert sorted(p.name for p in root.iterdir()) == [KEY]
+
+
+# ------------------------------------- a '//' after the bucket: the operator reads where the Job wrote
+
+
+def test_a_store_with_a_double_slash_is_read_by_the_operator_where_the_compile_job_wrote(
+    tmp_path: Path, s3_env: S3Server
+) -> None:
+    """The CRD refuses ``s3://bucket//prefix`` now, but a spec stored before keeps it: the Job (this
+    CLI) stripped the leading '/', the operator read ``/prefix/...``, so it never found the record
+    the Job wrote and compiled it again on every Job."""
+    from neuronfleet.artifacts.store import ArtifactStore
+    from neuronfleet.planning.compile import CompileRequest
+
+    store = f"s3://{BUCKET}//double-slash-store"
+    source = save_tiny(tmp_path / "tiny.pt")
+    args = ["compile", "--source", str(source), "--format", "torchscript", "--store", store]
+    assert cli.main([*args, "--batch-buckets", "1", "--sequence-buckets", "4", "--request-key", "dslash1"]) == 0
+    found = ArtifactStore().lookup(CompileRequest("dslash1", store, str(source), None))
+    assert found is not None and not hasattr(found, "found_sha256"), found
+
+
+def test_a_source_with_a_double_slash_is_listed_by_the_operator_as_the_compile_job_downloads_it(
+    tmp_path: Path, s3_env: S3Server
+) -> None:
+    from neuronfleet.artifacts.store import ArtifactStore
+
+    boto3.client("s3").upload_file(str(save_tiny(tmp_path / "tiny.pt")), BUCKET, "dslash-models/tiny.pt")
+    for source in (f"s3://{BUCKET}//dslash-models/tiny.pt", f"s3://{BUCKET}//dslash-models/"):
+        downloaded = download_tree(source, tmp_path / f"dl-{len(source)}")
+        assert downloaded.is_file() or (downloaded / "tiny.pt").is_file()
+        # The operator's fingerprint lists what the Job downloads: the same object.
+        plain = source.replace("//dslash", "/dslash")
+        assert ArtifactStore().fingerprint(source) == ArtifactStore().fingerprint(plain)

@@ -176,3 +176,42 @@ def test_every_field_path_names_a_field_of_the_schema_where_its_rule_is() -> Non
             at = at["properties"][name]
         checked += 1
     assert checked > 0
+
+
+def _field_rule(*path: str) -> Any:
+    node = openapi_schema()["properties"]["spec"]
+    for name in path:
+        node = node["properties"][name]
+    [rule] = node["x-kubernetes-validations"]
+    env = celpy.Environment()
+    return env.program(env.compile(rule["rule"]))
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [
+        ("s3://acme-models/bert/", True),
+        ("s3://acme-models/bert/model.pt", True),
+        ("s3://acme-models", True),
+        ("s3://acme-models/", True),
+        ("s3://acme-models//bert/", False),
+        ("s3://acme-models//", False),
+        ("/models/bert", True),
+    ],
+)
+def test_the_crd_refuses_a_double_slash_after_the_bucket(value: str, accepted: bool) -> None:
+    """``s3://bucket//prefix`` names the key ``/prefix`` to S3, and the operator and the compile Job
+    read it differently (one strips the '/'): refused in the source and the store alike."""
+    for path in (("model", "source"), ("compile", "artifactStore")):
+        assert bool(_field_rule(*path).evaluate({"self": json_to_cel(value)})) is accepted, (path, value)
+
+
+def test_a_spec_stored_with_a_double_slash_is_still_read_by_the_operator() -> None:
+    """Stored before the CRD refused it: the operator reads it (at the keys the Job uses) rather than
+    calling the object invalid."""
+    from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
+
+    spec = InferenceDeploymentSpec.model_validate(
+        {"model": {"source": "s3://acme-models//bert/"}, "compile": {"artifactStore": "s3://acme-store//compiled"}}
+    )
+    assert spec.compile.artifact_store == "s3://acme-store//compiled"

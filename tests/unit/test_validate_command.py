@@ -245,7 +245,10 @@ def test_a_store_of_an_unsupported_scheme_is_explained_not_quoted_as_a_pattern(t
     path.write_text(yaml.safe_dump(manifest))
     [result] = validate_files([str(path)])
     assert [(p.path, p.message) for p in result.problems] == [
-        ("spec.compile.artifactStore", "artifactStore must be s3://bucket/prefix or an absolute directory path")
+        (
+            "spec.compile.artifactStore",
+            "artifactStore must be s3://bucket/prefix or an absolute directory path (not '//' after the bucket)",
+        )
     ]
     rule = openapi_schema()["properties"]["spec"]["properties"]["compile"]["properties"]["artifactStore"]
     assert [r["message"] for r in rule["x-kubernetes-validations"]] == [ARTIFACT_STORE_MESSAGE]

@@ -40,15 +40,25 @@ MAX_NEURONCORES_PER_REPLICA = 24
 #: grammar (a number, then a binary SI suffix, a decimal SI suffix or a decimal exponent). Group 1
 #: is the number, group 2 the suffix; planning reads quantities with this same pattern.
 QUANTITY_MAX_LENGTH = 32
-#: What spec.model.source accepts, and what is said of anything else.
-MODEL_SOURCE_PATTERN = r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?|/.+|file:///.+)$"
+#: An S3 bucket and what may follow it: not '//' (the key would start with '/', which the operator
+#: and the compile Job once read differently; both now strip it, for objects stored with one).
+_S3_URI = r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/([^/].*)?)?"
+#: What spec.model.source accepts (the CRD's rule), and what is said of anything else.
+MODEL_SOURCE_PATTERN = rf"^({_S3_URI}|/.+|file:///.+)$"
 MODEL_SOURCE_MESSAGE = (
-    "source must be s3://bucket/prefix, an absolute path or a file:// URI on the compile host "
-    "(other schemes, such as https://, are not read)"
+    "source must be s3://bucket/prefix, an absolute path or a file:// URI on the compile host (other schemes, "
+    "such as https://, are not read; nor '//' after the bucket)"
 )
-#: What spec.compile.artifactStore accepts, and what is said of anything else.
-ARTIFACT_STORE_PATTERN = r"^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?|/.+)$"
-ARTIFACT_STORE_MESSAGE = "artifactStore must be s3://bucket/prefix or an absolute directory path"
+#: What spec.compile.artifactStore accepts (the CRD's rule), and what is said of anything else.
+ARTIFACT_STORE_PATTERN = rf"^({_S3_URI}|/.+)$"
+ARTIFACT_STORE_MESSAGE = (
+    "artifactStore must be s3://bucket/prefix or an absolute directory path (not '//' after the bucket)"
+)
+#: What the operator itself reads: also '//' after the bucket, which objects stored before the CRD
+#: refused it may hold (read at the keys without the leading '/', as the compile Job reads them).
+_STORED_S3_URI = r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?"
+STORED_MODEL_SOURCE_PATTERN = rf"^({_STORED_S3_URI}|/.+|file:///.+)$"
+STORED_ARTIFACT_STORE_PATTERN = rf"^({_STORED_S3_URI}|/.+)$"
 QUANTITY_PATTERN = r"^\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]{1,2})?$"
 #: A ServiceAccount's name: a DNS-1123 subdomain, as the API server checks a pod's serviceAccountName.
 SERVICE_ACCOUNT_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -176,8 +186,9 @@ class ModelSpec(ApiModel):
     @field_validator("source")
     @classmethod
     def _source_form(cls, value: str) -> str:
-        # The operator's own check of an object written around the CRD (the rule above is the API server's).
-        if not re.match(MODEL_SOURCE_PATTERN, value):
+        # The operator's own check of an object written around the CRD (the rule above is the API server's);
+        # it takes a '//' after the bucket, which objects stored before the rule refused it may hold.
+        if not re.match(STORED_MODEL_SOURCE_PATTERN, value):
             raise ValueError(MODEL_SOURCE_MESSAGE)
         return value
 
@@ -276,7 +287,8 @@ class CompileSpec(ApiModel):
     @field_validator("artifact_store")
     @classmethod
     def _store_form(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(ARTIFACT_STORE_PATTERN, value):
+        # As the source: a value stored before the CRD refused '//' after the bucket is still read.
+        if value is not None and not re.match(STORED_ARTIFACT_STORE_PATTERN, value):
             raise ValueError(ARTIFACT_STORE_MESSAGE)
         return value
 

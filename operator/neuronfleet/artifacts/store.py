@@ -67,9 +67,13 @@ def _transient(exc: ClientError) -> bool:
 
 
 def _split_s3(uri: str) -> tuple[str, str]:
+    """Bucket and key, read as the compile Job and the model server read them
+    (``neuronserve.manifest.split_s3_uri``): without the '/' at either end of the key, so a URI
+    stored with '//' after the bucket (``s3://bucket//prefix``, refused by the CRD since) names the
+    objects they wrote, not ``/prefix/...``."""
     rest = uri.removeprefix("s3://")
     bucket, _, key = rest.partition("/")
-    return bucket, key
+    return bucket, key.strip("/")
 
 
 def _local(uri: str) -> Path:
@@ -246,6 +250,8 @@ class ArtifactStore:
         entries: list[str] = []
         if source.startswith("s3://"):
             bucket, prefix = _split_s3(source)
+            if prefix and source.endswith("/"):
+                prefix += "/"  # a URI ending in '/' is a directory (download_tree's reading)
             # As the compile Job reads it (neuronserve.store.download_tree): the object named
             # exactly, else what is under "<prefix>/", not s3://m/bert-large/* for s3://m/bert.
             directory = prefix if not prefix or prefix.endswith("/") else f"{prefix}/"
