@@ -519,7 +519,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def _join_extra_args(argv: list[str]) -> list[str]:
     """``--extra-arg --flag`` -> ``--extra-arg=--flag``: compiler flags start with dashes, which
-    argparse would otherwise take for options of its own (the operator passes them separately)."""
+    argparse would otherwise take for options of its own (the operator's Jobs pass the joined form;
+    the separate one, typed by hand or passed by an older operator, is joined here)."""
     joined: list[str] = []
     args = iter(argv)
     for arg in args:

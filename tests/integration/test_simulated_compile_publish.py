@@ -126,6 +126,29 @@ def test_a_malformed_config_fails_the_simulated_compile_with_its_reason(tmp_path
     assert result.logs[-1] == f"simulated compile failed: {why}"
 
 
+def test_compiler_flags_in_extra_args_reach_both_compile_parsers(tmp_path: Path) -> None:
+    """spec.compile.extraArgs are neuronx-cc flags, starting with '--' (the shipped llama2 example's
+    --enable-fast-loading-neuron-binaries): the Job's ``--extra-arg <flag>`` failed the sandbox's
+    simulated compile (its parser took the flag for an option of its own), so that example never
+    compiled there. Both parsers, the simulated one and neuronserve's own, take what the Job passes."""
+    from neuronserve.cli import _join_extra_args, build_parser
+
+    source, store = tmp_path / "model", tmp_path / "store"
+    source.mkdir()
+    (source / "config.json").write_text(json.dumps({"hidden_size": 384, "vocab_size": 30522}))
+    (source / "model.safetensors").write_bytes(b"weights")
+    dep = _deployment(source, store)
+    flags = ["--enable-fast-loading-neuron-binaries", "--model-type=transformer", "-O1"]
+    dep.spec.compile.extra_args = flags
+    request = compile_request(dep.spec, str(store), ArtifactStore().fingerprint(str(source)))
+    container = build_compile_job(dep, request)["spec"]["template"]["spec"]["containers"][0]
+    argv = [*container["command"], *container["args"]]
+    result = publish_simulated_compile(argv, None)
+    assert result.exit_code == 0, result.message
+    parsed = build_parser().parse_args(_join_extra_args(argv[1:]))
+    assert parsed.extra_arg == flags
+
+
 async def test_the_runner_takes_compile_pods_only(tmp_path: Path) -> None:
     runner = SimulatedCompileRunner(None, run_s=0.0)
     other = {"metadata": {"uid": "u"}, "spec": {"containers": [{"command": ["sh", "-c", "exit 0"]}]}}

@@ -159,8 +159,10 @@ def compile_args(dep: InferenceDeployment, request: CompileRequest) -> list[str]
         "--result-file",
         "/dev/termination-log",
     ]
-    for extra in flags.extra_args:
-        args += ["--extra-arg", extra]
+    # Joined with '=': compiler flags start with dashes, which a parser reading `--extra-arg <flag>`
+    # takes for options of its own (the sandbox's simulated compile refused the Job so); both
+    # neuronserve's parser and the simulated one read the joined form.
+    args += [f"--extra-arg={extra}" for extra in flags.extra_args]
     return args
 
 
