@@ -77,6 +77,8 @@ from neuronfleet.planning.compile import (
     DanglingRecord,
     StoredArtifact,
     compile_request,
+    legacy_request,
+    takes_over_legacy,
 )
 from neuronfleet.planning.fleet import (
     Action,
@@ -267,19 +269,32 @@ class Reconciler:
     # ---------------------------------------------------------------------------------- observe
 
     async def _observe_compile(
-        self, dep: InferenceDeployment
+        self, dep: InferenceDeployment, durable: StatusMemory | None = None
     ) -> tuple[CompileRequest | None, CompileObservation | None, str | None]:
-        """The compile request, the stored artifact and whether the source is readable."""
+        """The compile request, the stored artifact and whether the source is readable.
+
+        ``durable``: the status read back, whose served artifact a request record left by an operator
+        from before the compile image joined the request key is taken over from (no compile).
+        """
         try:
             problem = None
             try:
                 fingerprint = await asyncio.to_thread(self.store.fingerprint, dep.spec.model.source)
             except SourceUnreadable as exc:
                 fingerprint, problem = None, str(exc)
-            request = compile_request(
-                dep.spec, self.settings.artifact_store, fingerprint, self.settings.builder.model_server_image
-            )
+            image = self.settings.builder.model_server_image
+            request = compile_request(dep.spec, self.settings.artifact_store, fingerprint, image)
             found = await asyncio.to_thread(self.store.lookup, request)
+            legacy = legacy_request(dep.spec, self.settings.artifact_store, fingerprint, image)
+            if found is None and legacy is not None and durable is not None and durable.artifact is not None:
+                # Read only while the status serves an artifact: a second read, of the older key.
+                taken = takes_over_legacy(
+                    await asyncio.to_thread(self.store.lookup, legacy),
+                    durable.artifact,
+                    durable.artifact_image,
+                    request.image,
+                )
+                found = taken if taken is not None else found
         except StoreUnavailable as exc:
             return None, None, str(exc)
         observed = CompileObservation(
@@ -291,7 +306,9 @@ class Reconciler:
         )
         return request, observed, None
 
-    async def observe(self, dep: InferenceDeployment, memory: DeploymentMemory) -> Observation:
+    async def observe(
+        self, dep: InferenceDeployment, memory: DeploymentMemory, durable: StatusMemory | None = None
+    ) -> Observation:
         """Every read of one reconcile, at one ``now``."""
         now = self.clock()
         namespace = dep.metadata.namespace or "default"
@@ -299,7 +316,7 @@ class Reconciler:
         republish_read_job = None
         # An unservable spec is not compiled: nothing to read.
         if not check_fits(dep.spec, self.settings.builder.daemonset_headroom):
-            request, compiled, compile_error = await self._observe_compile(dep)
+            request, compiled, compile_error = await self._observe_compile(dep, durable)
         try:
             cluster = await observe_cluster(
                 self.kube,
@@ -655,7 +672,7 @@ class Reconciler:
             message = own_account_message(problem, cleanup)
             return await self._report_invalid(body, status, version, memory, message, stopping, failed)
         durable = StatusMemory.from_status(status)
-        observation = await unless_set(self.observe(dep, memory), stopping)
+        observation = await unless_set(self.observe(dep, memory, durable), stopping)
         if observation is None:
             return ReconcileReport((), (), status, False, memory, None, 0, stopped=True)
         plan = plan_reconcile(

@@ -1341,3 +1341,17 @@ def test_a_failed_read_does_not_forget_a_failed_compile(blip: dict[str, Any]) ->
     fourth = plan(dep, Observation(at + timedelta(seconds=10), compile=gone), third.memory, third.status)
     assert not any(isinstance(a, StartCompileJob) for a in fourth.compile_actions), "the failed compile ran again"
     assert fourth.status.get("compileFailure") == first.status["compileFailure"]
+
+
+def test_the_status_says_which_image_compiled_the_artifact_served() -> None:
+    """status.artifact.compileImage: what an operator reads back to take a record under an older
+    request key for this image (tests/unit/test_compile_image_upgrade.py); kept for the artifact still
+    served while another image compiles."""
+    dep = deployment(**MANUAL)
+    observed = compiled(dep)
+    first = plan(dep, Observation(T0, compile=observed), DeploymentMemory(), {})
+    assert first.status["artifact"]["compileImage"] == observed.request.image
+    other = compile_request(dep.spec, "/store", "fp", "registry.example/neuronserve:2-neuron")
+    compiling = replace(observed, request=other, stored=None, job_phase="running")
+    second = plan(dep, Observation(T0 + timedelta(seconds=10), compile=compiling), first.memory, first.status)
+    assert second.status["artifact"] == first.status["artifact"]

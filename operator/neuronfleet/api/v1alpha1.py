@@ -1021,6 +1021,11 @@ class ArtifactStatus(ApiModel):
     backend: Literal["neuron", "cpu"] | None = Field(
         default=None, description="neuron when torch-neuronx compiled it; cpu for a CPU TorchScript artifact."
     )
+    compile_image: str | None = Field(
+        default=None,
+        description="The image whose compile request it answers: spec.compile.image, else the operator's "
+        "model-server image. Another image compiles again.",
+    )
 
 
 class PlacementStatus(ApiModel):

@@ -58,6 +58,26 @@ class CompileRequest:
         return f"{self.store_root.rstrip('/')}/{request_record_path(self.key)}"
 
 
+def _request_key(spec: InferenceDeploymentSpec, store: str, source_fingerprint: str | None, image: str | None) -> str:
+    model = spec.model.model_dump(
+        mode="json", include={"source", "format", "inputs", "batch_buckets", "sequence_buckets"}
+    )
+    # Buckets are sets (the CRD says so): [4, 1] asks for the same compile as [1, 4].
+    for buckets in ("batch_buckets", "sequence_buckets"):
+        model[buckets] = sorted(set(model[buckets]))
+    compile_flags = spec.compile.model_dump(
+        mode="json", include={"target_family", "auto_cast", "auto_cast_type", "opt_level", "extra_args"}
+    )
+    doc = {
+        "model": model,
+        # The store: its request record says where the artifact is; another store has none yet.
+        "store": store.rstrip("/"),
+        "compile": {**compile_flags, "image": image},
+        "fingerprint": source_fingerprint,
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def compile_request(
     spec: InferenceDeploymentSpec,
     default_store: str,
@@ -67,31 +87,35 @@ def compile_request(
     """The compile request of a spec, keyed by everything that changes the artifact.
 
     ``default_image`` is the operator's model-server image, which compiles a spec naming no compile
-    image.
+    image. That image is in the key, not only the spec's: a new operator model-server image (the CPU
+    build replaced by the Neuron build) is another compiler, so another artifact. It takes the place
+    of the spec's image, so a spec naming its image keeps the key it had before the operator's joined it.
     """
     store = spec.compile.artifact_store or default_store
     image = spec.compile.image or default_image
-    model = spec.model.model_dump(
-        mode="json", include={"source", "format", "inputs", "batch_buckets", "sequence_buckets"}
+    key = _request_key(spec, store, source_fingerprint, image)
+    return CompileRequest(key[:REQUEST_KEY_LENGTH], store, spec.model.source, source_fingerprint, image)
+
+
+def legacy_request(
+    spec: InferenceDeploymentSpec,
+    default_store: str,
+    source_fingerprint: str | None = None,
+    default_image: str = DEFAULT_IMAGE,
+) -> CompileRequest | None:
+    """The key an operator from before the compile image joined the request key gave a spec naming no
+    compile image (its key held no image at all); None for a spec naming one (its key is unchanged).
+
+    Its record is what that operator's Jobs left; read only to take over the artifact a deployment
+    already serves (:func:`takes_over_legacy`), so that the upgrade compiles nothing.
+    """
+    if spec.compile.image:
+        return None
+    store = spec.compile.artifact_store or default_store
+    key = _request_key(spec, store, source_fingerprint, None)
+    return CompileRequest(
+        key[:REQUEST_KEY_LENGTH], store, spec.model.source, source_fingerprint, spec.compile.image or default_image
     )
-    # Buckets are sets (the CRD says so): [4, 1] asks for the same compile as [1, 4].
-    for buckets in ("batch_buckets", "sequence_buckets"):
-        model[buckets] = sorted(set(model[buckets]))
-    doc = {
-        "model": model,
-        # The store: its request record says where the artifact is; another store has none yet.
-        "store": store.rstrip("/"),
-        "compile": spec.compile.model_dump(
-            mode="json", include={"image", "target_family", "auto_cast", "auto_cast_type", "opt_level", "extra_args"}
-        ),
-        "fingerprint": source_fingerprint,
-    }
-    # The image that compiles, not only the spec's: a new operator model-server image (the CPU build
-    # replaced by the Neuron build) is another compiler, so another artifact. In the place of the
-    # spec's image, so a spec naming its image keeps the key it had before the operator's joined it.
-    doc["compile"]["image"] = image
-    digest = hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-    return CompileRequest(digest[:REQUEST_KEY_LENGTH], store, spec.model.source, source_fingerprint, image)
 
 
 #: An InferenceDeployment annotation whose every new value retries a failed compile of the same spec.
@@ -161,6 +185,28 @@ class DanglingRecord:
         )
 
 
+def takes_over_legacy(
+    found: StoredArtifact | DanglingRecord | None,
+    served: StoredArtifact | None,
+    served_image: str | None,
+    image: str,
+) -> StoredArtifact | None:
+    """The artifact a legacy request record (:func:`legacy_request`) names, taken for the current
+    request when the current request has no record of its own; None when it is not to be.
+
+    Only the artifact the status says is served (same cache key, URI and manifest): the deployment's
+    own compile of this very spec and source. And only while the status says it was compiled by the
+    image that compiles now, or says nothing of it (written before ``status.artifact.compileImage``:
+    the upgrade that brings the field is taken to have kept the image). So an upgrade that keeps the
+    image compiles nothing, and a later image change still compiles again.
+    """
+    if not isinstance(found, StoredArtifact) or served is None or found != served:
+        return None
+    if served_image is not None and served_image != image:
+        return None
+    return found
+
+
 #: ``removing``: the Job has a deletionTimestamp (deleted, and kept by a finalizer until its
 #: controller lets it go). Not running: never deleted again; its name is taken until it is gone. Its
 #: pods are (:attr:`CompileObservation.held_job_pods`).
@@ -216,6 +262,8 @@ class CompileDecision:
     compiled_status: Literal["True", "False", "Unknown"]
     reason: Reason
     message: str
+    #: The image that compiled ``serve`` (``status.artifact.compileImage``), when known.
+    serve_image: str | None = None
     #: The failure to remember in the status (kept while the same attempt stays failed, and through a
     #: round that could not read the store, the Jobs or the source: None forgets it).
     failure: CompileFailure | None = None

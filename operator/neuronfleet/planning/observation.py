@@ -94,6 +94,9 @@ class StatusMemory:
     #: that serve, reported on while the spec fits no instance type (the pods are left as they are).
     placement: PlacementStatus | None = None
     artifact: StoredArtifact | None = None
+    #: The image that compiled it (``status.artifact.compileImage``); None: unknown (a status
+    #: written before the field).
+    artifact_image: str | None = None
     last_scale: LastScale | None = None
     conditions: tuple[Mapping[str, Any], ...] = ()
     #: The status's ``autoscaler`` section as read (the last checkpoint), parsed only by a
@@ -134,6 +137,7 @@ class StatusMemory:
                 manifest_sha256=str(artifact.get("sha256") or ""),
                 backend="neuron" if artifact.get("backend") == "neuron" else "cpu",
             )
+        image = artifact.get("compileImage") if stored is not None and isinstance(artifact, Mapping) else None
         last_time = status.get("lastScaleTime")
         last_scale = (
             LastScale(last_time, str(status.get("lastScaleReason") or "")) if isinstance(last_time, str) else None
@@ -159,6 +163,7 @@ class StatusMemory:
             instance_type=instance_type if isinstance(instance_type, str) else None,
             placement=placement_section,
             artifact=stored,
+            artifact_image=image if isinstance(image, str) and image else None,
             last_scale=last_scale,
             conditions=tuple(c for c in conditions if isinstance(c, Mapping)) if isinstance(conditions, list) else (),
             autoscaler=autoscaler if isinstance(autoscaler := status.get("autoscaler"), Mapping) else None,

@@ -39,6 +39,7 @@ from neuronfleet.planning import coldstart, scaling, warmpool
 from neuronfleet.planning.admission import compile_cpu_limit_problem, serving_cpu_limit_problem
 from neuronfleet.planning.compile import (
     CompileDecision,
+    CompileObservation,
     CompileRequest,
     DanglingRecord,
     StoredArtifact,
@@ -363,6 +364,16 @@ def _compile(
     return decision, (*actions, *held), ()
 
 
+def _serve_image(decision: CompileDecision, observed: CompileObservation | None, durable: StatusMemory) -> str | None:
+    """The image that compiled the artifact served: the current request's when it is that request's
+    artifact, else what the status said of it (the previous artifact, still served)."""
+    if decision.serve is None:
+        return None
+    if observed is not None and decision.serve == observed.stored:
+        return observed.request.image
+    return durable.artifact_image if decision.serve == durable.artifact else None
+
+
 def _held_because(serve: StoredArtifact, dangling: DanglingRecord | None) -> str:
     """Why no serving pod of ``serve`` is created: its artifact is not in the store as recorded."""
     if dangling is not None and dangling.file_problems and dangling.found_sha256 == serve.manifest_sha256:
@@ -402,6 +413,7 @@ def plan_reconcile(
     spec, now = dep.spec, observation.now
     spec_problems = check_fits(spec, headroom)
     decision, compile_actions, observe_errors = _compile(dep, observation, durable, spec_problems)
+    decision = replace(decision, serve_image=_serve_image(decision, observation.compile, durable))
 
     cold_state = coldstart.observe(memory.cold_start_state, observation.timelines, now=now.timestamp())
     memory = replace(

@@ -672,6 +672,7 @@ def _artifact(decision: CompileDecision) -> ArtifactStatus | None:
         revision=serve.revision,
         cache_key=serve.cache_key,
         backend=serve.backend,
+        compile_image=decision.serve_image,
     )
 
 
