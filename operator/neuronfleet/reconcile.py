@@ -283,18 +283,16 @@ class Reconciler:
             except SourceUnreadable as exc:
                 fingerprint, problem = None, str(exc)
             image = self.settings.builder.model_server_image
-            request = compile_request(dep.spec, self.settings.artifact_store, fingerprint, image)
-            found = await asyncio.to_thread(self.store.lookup, request)
-            legacy = legacy_request(dep.spec, self.settings.artifact_store, fingerprint, image)
-            if found is None and legacy is not None and durable is not None and durable.artifact is not None:
-                # Read only while the status serves an artifact: a second read, of the older key.
-                taken = takes_over_legacy(
-                    await asyncio.to_thread(self.store.lookup, legacy),
-                    durable.artifact,
-                    durable.artifact_image,
-                    request.image,
-                )
-                found = taken if taken is not None else found
+            served = durable.artifact if durable is not None else None
+            if problem is not None and served is not None and durable is not None and durable.artifact_fingerprint:
+                # The source cannot be listed (deleted after its compile, access denied): the spec's
+                # request as of the last listing, whose artifact the status serves, is looked up.
+                request, found = await self._lookup(dep, durable.artifact_fingerprint, image, durable)
+                if not isinstance(found, StoredArtifact):
+                    # Another spec (none of its artifact stored): as without the fingerprint kept.
+                    request, found = await self._lookup(dep, None, image, durable)
+            else:
+                request, found = await self._lookup(dep, fingerprint, image, durable)
         except StoreUnavailable as exc:
             return None, None, str(exc)
         observed = CompileObservation(
@@ -305,6 +303,21 @@ class Reconciler:
             dangling=found if isinstance(found, DanglingRecord) else None,
         )
         return request, observed, None
+
+    async def _lookup(
+        self, dep: InferenceDeployment, fingerprint: str | None, image: str, durable: StatusMemory | None
+    ) -> tuple[CompileRequest, StoredArtifact | DanglingRecord | None]:
+        """The request of ``dep`` with this source fingerprint, and what the store holds for it."""
+        request = compile_request(dep.spec, self.settings.artifact_store, fingerprint, image)
+        found = await asyncio.to_thread(self.store.lookup, request)
+        legacy = legacy_request(dep.spec, self.settings.artifact_store, fingerprint, image)
+        if found is None and legacy is not None and durable is not None and durable.artifact is not None:
+            # Read only while the status serves an artifact: a second read, of the older key.
+            taken = takes_over_legacy(
+                await asyncio.to_thread(self.store.lookup, legacy), durable.artifact, durable.artifact_image, image
+            )
+            found = taken if taken is not None else found
+        return request, found
 
     async def observe(
         self, dep: InferenceDeployment, memory: DeploymentMemory, durable: StatusMemory | None = None

@@ -496,3 +496,50 @@ def test_a_file_that_cannot_be_looked_up_now_is_a_store_problem_not_a_dangling_r
     client.meta.events.register("before-call.s3.HeadObject", slow_down)
     with pytest.raises(StoreUnavailable, match="Slow Down"):
         ArtifactStore(client).lookup(request)
+
+
+async def test_a_source_deleted_after_its_compile_keeps_the_served_artifact_found(s3: Any, tmp_path: Path) -> None:
+    """The raw weights deleted (or their listing denied) after the artifact was compiled and stored:
+    the request key of a round that cannot list the source lacks the fingerprint, so the record was
+    not found and the fleet stayed Ready=False SourceUnreadable for good. The status keeps the
+    fingerprint the served artifact was compiled from: for the same spec, its record is found."""
+    from neuronfleet.api.v1alpha1 import InferenceDeployment
+    from neuronfleet.planning.observation import StatusMemory
+    from neuronfleet.reconcile import OperatorSettings, Reconciler
+    from neuronfleet.sandbox.artifacts import record_uncompiled_artifact
+
+    s3.put_object(Bucket=MODELS, Key="deleted/model.pt", Body=b"weights")
+    dep = InferenceDeployment.model_validate(
+        {
+            "apiVersion": "serving.neuronfleet.dev/v1alpha1",
+            "kind": "InferenceDeployment",
+            "metadata": {"name": "emb", "namespace": "ns", "uid": "u1"},
+            "spec": {"model": {"source": f"s3://{MODELS}/deleted/model.pt", "format": "torchscript"}},
+        }
+    )
+    store = tmp_path / "store"
+    record_uncompiled_artifact(dep.spec, store, "compiled")
+    reconciler = Reconciler(None, ArtifactStore(), OperatorSettings(artifact_store=str(store)))  # type: ignore[arg-type]
+    _, first, _ = await reconciler._observe_compile(dep, StatusMemory())
+    assert first is not None and first.stored is not None and first.source_problem is None
+    status = {
+        "artifact": {
+            "uri": first.stored.uri,
+            "sha256": first.stored.manifest_sha256,
+            "cacheKey": first.stored.cache_key,
+            "backend": "cpu",
+            "compileImage": first.request.image,
+            "sourceFingerprint": first.request.source_fingerprint,
+        }
+    }
+
+    s3.delete_object(Bucket=MODELS, Key="deleted/model.pt")
+    _, after, error = await reconciler._observe_compile(dep, StatusMemory.from_status(status))
+    assert error is None and after is not None
+    assert after.source_problem is not None  # said, not hidden
+    assert after.stored == first.stored and after.request.key == first.request.key
+    # Another spec (another bucket) has no artifact of its own to keep: as before, SourceUnreadable.
+    other = dep.model_copy(deep=True)
+    other.spec.model.batch_buckets = [1, 2]
+    _, changed, _ = await reconciler._observe_compile(other, StatusMemory.from_status(status))
+    assert changed is not None and changed.stored is None and changed.request.source_fingerprint is None

@@ -1355,3 +1355,20 @@ def test_the_status_says_which_image_compiled_the_artifact_served() -> None:
     compiling = replace(observed, request=other, stored=None, job_phase="running")
     second = plan(dep, Observation(T0 + timedelta(seconds=10), compile=compiling), first.memory, first.status)
     assert second.status["artifact"] == first.status["artifact"]
+
+
+def test_a_source_unreadable_after_its_compile_keeps_a_ready_fleet_ready() -> None:
+    """The observation found the spec's artifact by the fingerprint the status keeps (the source can
+    no longer be listed): served, Compiled and Ready stay True, and the Compiled message says the
+    source cannot be read (a change to it would not be seen)."""
+    dep = deployment(**MANUAL)
+    ok = compiled(dep)
+    first = plan(dep, Observation(T0, compile=ok), DeploymentMemory(), {})
+    assert first.status["artifact"]["sourceFingerprint"] == "fp"
+    unreadable = replace(ok, source_problem="no objects under s3://acme-models/bert/")
+    second = plan(dep, Observation(T0 + timedelta(seconds=10), compile=unreadable), first.memory, first.status)
+    compiled_condition = next(c for c in second.status["conditions"] if c["type"] == "Compiled")
+    assert (compiled_condition["status"], compiled_condition["reason"]) == ("True", "ArtifactReady")
+    assert "cannot be read" in compiled_condition["message"]
+    assert second.status["artifact"] == first.status["artifact"]
+    assert not any(isinstance(a, StartCompileJob) for a in second.compile_actions)

@@ -1026,6 +1026,12 @@ class ArtifactStatus(ApiModel):
         description="The image whose compile request it answers: spec.compile.image, else the operator's "
         "model-server image. Another image compiles again.",
     )
+    source_fingerprint: str | None = Field(
+        default=None,
+        description="Digest of the model source's listing (object names, sizes, ETags) its compile request "
+        "was made with. While the source cannot be listed (deleted after the compile, or access denied), "
+        "the artifact of that request keeps serving the unchanged spec.",
+    )
 
 
 class PlacementStatus(ApiModel):

@@ -264,6 +264,8 @@ class CompileDecision:
     message: str
     #: The image that compiled ``serve`` (``status.artifact.compileImage``), when known.
     serve_image: str | None = None
+    #: The source fingerprint of ``serve``'s request (``status.artifact.sourceFingerprint``), when known.
+    serve_fingerprint: str | None = None
     #: The failure to remember in the status (kept while the same attempt stays failed, and through a
     #: round that could not read the store, the Jobs or the source: None forgets it).
     failure: CompileFailure | None = None
@@ -399,13 +401,15 @@ def decide_compile(observed: CompileObservation, previous: StoredArtifact | None
 def _decide(observed: CompileObservation, previous: StoredArtifact | None) -> CompileDecision:
     if observed.stored is not None:
         stored = observed.stored
-        return CompileDecision(
-            False,
-            stored,
-            "True",
-            Reason.ARTIFACT_READY,
-            f"revision {stored.revision} ({stored.backend} backend) at {stored.uri}",
-        )
+        message = f"revision {stored.revision} ({stored.backend} backend) at {stored.uri}"
+        if observed.source_problem is not None:
+            # Found by the source's last listing (the status keeps it): the spec's artifact, served.
+            # Not a broken fleet, but a change to the source would not be seen until it reads again.
+            message += (
+                f"; the model source {observed.request.source} cannot be read now ({observed.source_problem}): "
+                "serving the artifact compiled from it as last listed"
+            )
+        return CompileDecision(False, stored, "True", Reason.ARTIFACT_READY, message)
     # A Job being deleted counts as none, but holds its name: the request's Job is made once it is gone.
     absent = observed.job_phase in ("absent", "removing")
     if observed.source_problem is not None and absent:

@@ -97,6 +97,8 @@ class StatusMemory:
     #: The image that compiled it (``status.artifact.compileImage``); None: unknown (a status
     #: written before the field).
     artifact_image: str | None = None
+    #: The source fingerprint its request was made with (``status.artifact.sourceFingerprint``).
+    artifact_fingerprint: str | None = None
     last_scale: LastScale | None = None
     conditions: tuple[Mapping[str, Any], ...] = ()
     #: The status's ``autoscaler`` section as read (the last checkpoint), parsed only by a
@@ -138,6 +140,9 @@ class StatusMemory:
                 backend="neuron" if artifact.get("backend") == "neuron" else "cpu",
             )
         image = artifact.get("compileImage") if stored is not None and isinstance(artifact, Mapping) else None
+        fingerprint = (
+            artifact.get("sourceFingerprint") if stored is not None and isinstance(artifact, Mapping) else None
+        )
         last_time = status.get("lastScaleTime")
         last_scale = (
             LastScale(last_time, str(status.get("lastScaleReason") or "")) if isinstance(last_time, str) else None
@@ -164,6 +169,7 @@ class StatusMemory:
             placement=placement_section,
             artifact=stored,
             artifact_image=image if isinstance(image, str) and image else None,
+            artifact_fingerprint=fingerprint if isinstance(fingerprint, str) and fingerprint else None,
             last_scale=last_scale,
             conditions=tuple(c for c in conditions if isinstance(c, Mapping)) if isinstance(conditions, list) else (),
             autoscaler=autoscaler if isinstance(autoscaler := status.get("autoscaler"), Mapping) else None,

@@ -364,14 +364,19 @@ def _compile(
     return decision, (*actions, *held), ()
 
 
-def _serve_image(decision: CompileDecision, observed: CompileObservation | None, durable: StatusMemory) -> str | None:
-    """The image that compiled the artifact served: the current request's when it is that request's
-    artifact, else what the status said of it (the previous artifact, still served)."""
+def _with_served_request(
+    decision: CompileDecision, observed: CompileObservation | None, durable: StatusMemory
+) -> CompileDecision:
+    """The image and source fingerprint of the served artifact's request: the current request's when
+    it is that request's artifact, else what the status said of it (the previous artifact, served on)."""
     if decision.serve is None:
-        return None
+        return decision
     if observed is not None and decision.serve == observed.stored:
-        return observed.request.image
-    return durable.artifact_image if decision.serve == durable.artifact else None
+        request = observed.request
+        return replace(decision, serve_image=request.image, serve_fingerprint=request.source_fingerprint)
+    if decision.serve == durable.artifact:
+        return replace(decision, serve_image=durable.artifact_image, serve_fingerprint=durable.artifact_fingerprint)
+    return decision
 
 
 def _held_because(serve: StoredArtifact, dangling: DanglingRecord | None) -> str:
@@ -413,7 +418,7 @@ def plan_reconcile(
     spec, now = dep.spec, observation.now
     spec_problems = check_fits(spec, headroom)
     decision, compile_actions, observe_errors = _compile(dep, observation, durable, spec_problems)
-    decision = replace(decision, serve_image=_serve_image(decision, observation.compile, durable))
+    decision = _with_served_request(decision, observation.compile, durable)
 
     cold_state = coldstart.observe(memory.cold_start_state, observation.timelines, now=now.timestamp())
     memory = replace(

@@ -673,6 +673,7 @@ def _artifact(decision: CompileDecision) -> ArtifactStatus | None:
         cache_key=serve.cache_key,
         backend=serve.backend,
         compile_image=decision.serve_image,
+        source_fingerprint=decision.serve_fingerprint,
     )
 
 
