@@ -537,6 +537,10 @@ def main(args: argparse.Namespace) -> int:
         _remove_empty(getattr(args, "created_out", []))
         err.print(f"[red]error:[/red] {escape(str(error))}", highlight=False)
         return 2
+    except KeyboardInterrupt:
+        # Nor by Ctrl-C (the CLI says "interrupted" and exits 130); a folder holding some output stays.
+        _remove_empty(getattr(args, "created_out", []))
+        raise
 
 
 @dataclass

@@ -26,14 +26,16 @@ case (static keeps its replica count) runs on scoring data. :func:`monotonicity`
 whether cost and attainment move monotonically with the swept target.
 
 Runs are independent: :func:`run_cases` runs them in ``jobs`` worker processes (forked, so the
-workload is shared, not copied).
+workload is shared, not copied); Ctrl-C stops them within 1 % of their runs.
 """
 
 from __future__ import annotations
 
 import math
 import multiprocessing
+import multiprocessing.synchronize
 import os
+import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -197,16 +199,43 @@ def start_replicas(schedule: Sequence[int], seconds: int = 60) -> int:
 
 
 _FORKED: tuple[Workload, Profile, Sequence[Case], int, int, float] | None = None
+#: Set by the parent to stop its workers' runs (inherited by the forked workers).
+_STOP: multiprocessing.synchronize.Event | None = None
+
+
+class Stopped(Exception):
+    """A worker's run given up because the parent asked (see :func:`run_cases`)."""
+
+
+def _stop_if_asked(_fraction: float) -> None:
+    """A worker's run's progress callback (called at every 1 % of the simulated span): end the run
+    if the parent was interrupted."""
+    if _STOP is not None and _STOP.is_set():
+        raise Stopped
 
 
 def _run_one(index: int) -> engine.RunResult:
     assert _FORKED is not None
     workload, profile, todo, seed, start, measure_from = _FORKED
     result = engine.run(
-        workload, profile, todo[index].make(), start_replicas=start, seed=seed, measure_from=measure_from
+        workload,
+        profile,
+        todo[index].make(),
+        start_replicas=start,
+        seed=seed,
+        progress=_stop_if_asked,
+        measure_from=measure_from,
     )
     result.late_seconds = None  # not needed back in the parent
     return result
+
+
+def _leave_interrupts_to_the_parent() -> None:
+    """A worker's initializer: ignore SIGINT. Ctrl-C signals the terminal's whole process group; a
+    worker would return its KeyboardInterrupt as a run's result and take the next run, or die
+    between runs with a traceback. The parent, interrupted too, stops the workers' runs itself."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def default_jobs() -> int:
@@ -226,25 +255,44 @@ def run_cases(
     jobs: int = 1,
 ) -> list[Outcome]:
     """Run every case; with ``jobs`` > 1 in forked worker processes (results in ``todo``'s order)."""
-    global _FORKED
+    global _FORKED, _STOP
     outcomes: list[Outcome] = []
     if jobs > 1 and len(todo) > 1 and "fork" in multiprocessing.get_all_start_methods():
         _FORKED = (workload, profile, todo, seed, start, measure_from)
+        context = multiprocessing.get_context("fork")
+        _STOP = stop = context.Event()
+        pool = ProcessPoolExecutor(
+            max_workers=min(jobs, len(todo)), mp_context=context, initializer=_leave_interrupts_to_the_parent
+        )
         try:
-            context = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context) as pool:
-                # As each finishes (``on_done`` reports progress), returned in ``todo``'s order.
+            # The workers fork at the first submit: SIGINT is held back meanwhile, so that a Ctrl-C
+            # before a worker ignores it neither kills that worker (a traceback) nor is lost here.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
                 futures = {pool.submit(_run_one, index): index for index in range(len(todo))}
-                finished: dict[int, Outcome] = {}
-                for future in as_completed(futures):
-                    case = todo[futures[future]]
-                    result = future.result()
-                    result.setting = case.setting
-                    finished[futures[future]] = outcome = Outcome(case, result)
-                    if on_done is not None:
-                        on_done(outcome)
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+            # As each finishes (``on_done`` reports progress), returned in ``todo``'s order.
+            finished: dict[int, Outcome] = {}
+            for future in as_completed(futures):
+                case = todo[futures[future]]
+                result = future.result()
+                result.setting = case.setting
+                finished[futures[future]] = outcome = Outcome(case, result)
+                if on_done is not None:
+                    on_done(outcome)
+        except BaseException:
+            # Ctrl-C (KeyboardInterrupt) or a failed run: leaving the pool's ``with`` block waited
+            # for every queued run (minutes on a long trace) before saying anything. The queued runs
+            # are dropped and the running ones end at their next 1 % (a worker ended by a signal
+            # instead can die writing its result, and the pool's reader waits for the rest forever).
+            stop.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        else:
+            pool.shutdown()
         finally:
-            _FORKED = None
+            _FORKED = _STOP = None
         return [finished[index] for index in range(len(todo))]
     for case in todo:
         result = engine.run(

@@ -1,0 +1,88 @@
+"""Ctrl-C during `neuronfleet simulate` with worker processes (--jobs above 1, the default): the run
+stops at once, exits 130 with one line, and leaves no empty --out folder behind."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+#: How long the interrupted run may take to exit. The queued runs below take about a minute of
+#: both CPUs' time: a run waiting for them (as it used to) misses this by far.
+EXIT_BOUND_S = 10.0
+
+
+def write_day_trace(path: Path) -> Path:
+    # A day at 0.5 requests/s: each run of ours takes ~10 s of CPU at the default --peak-replicas.
+    rng = np.random.default_rng(5)
+    times = np.cumsum(rng.exponential(2.0, size=60_000))
+    times = times[times < 86_400]
+    path.write_text("timestamp\n" + "\n".join(f"{t:.3f}" for t in times) + "\n")
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("to", ["group", "parent"])
+def test_ctrl_c_stops_a_run_with_worker_processes_at_once(to: str, tmp_path: Path) -> None:
+    """``to``: the process group (Ctrl-C in a terminal), or the parent alone (``kill -INT``)."""
+    out = tmp_path / "new" / "out"
+    command = [sys.executable, "-m", "neuronfleet.cli", "simulate", "--trace", str(write_day_trace(tmp_path / "t.csv"))]
+    # hpa's runs first (a few seconds each: one done shows the pool at work), then ours' 7 long ones queued.
+    command += ["--policies", "hpa,ours", "--jobs", "2", "--no-plots", "--out", str(out)]
+    # Its own session, so that the SIGINT below reaches it and its workers (as Ctrl-C reaches a
+    # terminal's foreground group) and not pytest.
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    assert process.stderr is not None
+    stderr = process.stderr
+    lines: queue.Queue[str] = queue.Queue()
+
+    def forward() -> None:
+        for line in stderr:
+            lines.put(line)
+
+    reader = threading.Thread(target=forward, daemon=True)
+    reader.start()
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not any("run 1/" in line for line in seen):
+            assert process.poll() is None, "".join(seen)
+            assert time.monotonic() < deadline, "no run finished:\n" + "".join(seen)
+            with contextlib.suppress(queue.Empty):
+                seen.append(lines.get(timeout=1))
+        if to == "group":
+            os.killpg(process.pid, signal.SIGINT)
+        else:
+            process.send_signal(signal.SIGINT)
+        interrupted = time.monotonic()
+        try:
+            returncode = process.wait(timeout=EXIT_BOUND_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running {EXIT_BOUND_S:g} s after Ctrl-C")
+        waited = time.monotonic() - interrupted
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    reader.join(timeout=30)
+    while not lines.empty():
+        seen.append(lines.get())
+    after = "".join(seen[seen.index(next(line for line in seen if "run 1/" in line)) + 1 :])
+    assert returncode == 130, f"exit {returncode} after {waited:.1f} s:\n{after}"
+    assert "Traceback" not in after, after
+    # One line, the last: no worker's error on the way out.
+    assert after.strip().splitlines()[-1] == "interrupted", after
+    # The --out folder (and its parent) this run made, left empty, are gone; the temp dir stays.
+    assert not out.parent.exists()
+    assert tmp_path.is_dir()
