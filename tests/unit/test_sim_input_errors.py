@@ -1,7 +1,8 @@
 """`neuronfleet simulate` on input that used to crash, hang or print the wrong thing: absurd trace
 spans, infinite token counts, non-finite option values, huge fleets, an unwritable --out, time
-zones, square brackets in messages, and the --help examples' paths. Each ends with a one-line error
-(or the right result), never a traceback or a silent hours-long run."""
+zones, square brackets in messages, profiles no node can hold, and the --help examples' paths.
+Each ends with a one-line error (or the right result), never a traceback or a silent hours-long
+run."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
+from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES
 from neuronfleet.sim import runner
 from neuronfleet.sim.command import EPILOG, run_cli
-from neuronfleet.sim.profiles import dump_profile
+from neuronfleet.sim.profiles import ProfileError, dump_profile, load_profile
 from neuronfleet.sim.trace import MAX_SPAN_SECONDS, TraceError, load, unit_note
 
 REPO = Path(__file__).resolve().parents[2]
@@ -290,6 +293,41 @@ def test_square_brackets_in_a_profile_name_are_printed(tmp_path: Path, capsys: p
     out = capsys.readouterr().out
     assert "bert[prod] on inf2.xlarge" in out
     assert "bert[prod] superpose: one setting per policy" in out
+
+
+@pytest.mark.parametrize(
+    ("instance", "per_node", "refused"),
+    [("inf2.xlarge", 2, False), ("inf2.xlarge", 3, True), ("inf2.48xlarge", 24, False), ("inf2.48xlarge", 25, True)],
+)
+def test_more_replicas_per_node_than_its_neuroncores_hold_is_refused(
+    tmp_path: Path, instance: str, per_node: int, refused: bool
+) -> None:
+    # replicas_per_node 99 on inf2.xlarge (2 NeuronCores) billed 4 replicas as one node.
+    data = yaml.safe_load(dump_profile("bert-base"))
+    profile = tmp_path / "dense.yaml"
+    profile.write_text(yaml.safe_dump({**data, "instance_type": instance, "replicas_per_node": per_node}))
+    if not refused:
+        assert load_profile(str(profile)).replicas_per_node == per_node
+        return
+    with pytest.raises(ProfileError) as error:
+        load_profile(str(profile))
+    cores = INF2_INSTANCE_TYPES[instance].neuroncores
+    assert (
+        f"replicas_per_node {per_node} is more than {instance}'s {cores} NeuronCores hold "
+        f"(a replica holds at least one): at most {cores}"
+    ) in str(error.value)
+
+
+def test_a_profile_packing_more_replicas_than_neuroncores_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = tmp_path / "dense.yaml"
+    profile.write_text(dump_profile("bert-base").replace("replicas_per_node: 1", "replicas_per_node: 99"))
+    csv = azure_like(tmp_path / "t.csv")
+    args = ["--trace", str(csv), "--profile", str(profile), *QUICK, "--peak-replicas", "3"]
+    assert run_cli([*args, "--out", str(tmp_path / "o")]) == 2
+    assert "replicas_per_node 99 is more than inf2.xlarge's 2 NeuronCores hold" in one_line_error(capsys)
+    assert not (tmp_path / "o").exists()
 
 
 # ------------------------------------------------------------------------ 9. the --help examples

@@ -111,7 +111,12 @@ class Profile(_Model):
     name: str
     description: str = ""
     instance_type: str
-    replicas_per_node: int = Field(default=1, ge=1)
+    replicas_per_node: int = Field(
+        default=1,
+        ge=1,
+        description="Replicas one node of instance_type holds, each on its share of the NeuronCores "
+        "(at least one): at most the instance type's NeuronCores.",
+    )
     kind: Literal["batch", "llm"]
     batches: list[BatchPoint] | None = None
     llm: LlmServing | None = None
@@ -139,6 +144,13 @@ class Profile(_Model):
     def _consistent(self) -> Profile:
         if self.instance_type not in INF2_INSTANCE_TYPES:
             raise ValueError(f"instance_type {self.instance_type!r} is not one of {list(INF2_INSTANCE_TYPES)}")
+        cores = self.instance.neuroncores
+        if self.replicas_per_node > cores:
+            # A replica holds at least one NeuronCore: more per node would bill several nodes' replicas as one.
+            raise ValueError(
+                f"replicas_per_node {self.replicas_per_node} is more than {self.instance_type}'s {cores} NeuronCores "
+                f"hold (a replica holds at least one): at most {cores}, or a larger instance_type"
+            )
         if self.kind == "batch" and not self.batches:
             raise ValueError("a batch profile needs `batches`")
         if self.kind == "llm" and self.llm is None:
