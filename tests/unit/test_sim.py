@@ -346,7 +346,12 @@ def test_simulate_bad_policy_file(tmp_path: Path, capsys: pytest.CaptureFixture[
         ("warmPool: {minPods: 3, maxPods: 1}\n", "warmPool.minPods: warmPool.minPods must not exceed warmPool.maxPods"),
         ("kind: InferenceDeployment\nspce: {}\nspec: {scaling: {}}\n", "unknown key `spce`"),
         ("spec: {scaling: {}, scalling: {}}\n", "unknown key `spec.scalling`"),
-        ("spec: {scaling: {minReplicas: 3, maxReplicas: 1}}\n", "spec.scaling.minReplicas: minReplicas must not"),
+        (
+            "spec: {model: {source: 's3://bucket/m/'}, scaling: {minReplicas: 3, maxReplicas: 1}}\n",
+            "spec.scaling.minReplicas: minReplicas must not",
+        ),
+        # A whole CR is checked whole, as the API server checks it.
+        ("spec: {scaling: {minReplicas: 3, maxReplicas: 1}}\n", "p.yaml: spec.model: required field is missing"),
         ("scaling: {mode: Auto}\n---\nwarmPool: {}\n", "holds several YAML documents and 0 InferenceDeployments"),
         ("scaling: {minReplicas: 3\n", "cannot read policy file: malformed YAML at line 2, column 1: expected ','"),
     ],
@@ -361,6 +366,7 @@ def test_simulate_bad_policy_file(tmp_path: Path, capsys: pytest.CaptureFixture[
         "cr-unknown-key",
         "cr-unknown-spec-key",
         "cr-inverted-replicas",
+        "cr-without-model",
         "two-documents",
         "malformed-yaml",
     ],
@@ -472,7 +478,8 @@ def test_simulate_names_the_fields_of_a_whole_cr_it_does_not_use(
     # A CR's maxQueue, cores per replica and SLO were silently ignored, so a tighter CR printed the
     # same row as the original as if they had been applied.
     cr = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
-    cr["spec"]["runtime"] = {**cr["spec"].get("runtime", {}), "maxQueue": 1}
+    # (At least its targetQueueDepth, 16: the API server refuses a queue target past the queue's bound.)
+    cr["spec"]["runtime"] = {**cr["spec"].get("runtime", {}), "maxQueue": 16}
     cr["spec"]["model"]["neuronCoresPerReplica"] = 2
     cr["spec"]["scaling"]["latencySloMs"] = 2
     policy, out, _ = read_policy_only(tmp_path, yaml.safe_dump(cr, sort_keys=False), capsys, accepted=True)

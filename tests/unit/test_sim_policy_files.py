@@ -1,8 +1,8 @@
 """``simulate --policy`` files run as the operator would run the CR they come from: each a policy of
 its own (tuned, chosen, scored on held-out data and plotted beside ours' sweep, never in its place),
 with the CRD's ``maxReplicas`` default when the file leaves it out, and a note when that cap binds;
-a file with a key written twice refused, as kubectl refuses it; and the held-out table's caption
-saying what its marks mean there."""
+a file with a key written twice refused, as kubectl refuses it; a whole CR checked whole, as
+`neuronfleet validate` checks it; and the held-out table's caption saying what its marks mean there."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from neuronfleet.api.v1alpha1 import API_VERSION, KIND
+from neuronfleet.cli import main as cli_main
 from neuronfleet.sim.command import run_cli
 
 
@@ -156,3 +158,87 @@ def test_the_tuning_guides_example_policy_file_is_not_capped_at_the_crd_default(
     assert "maxReplicas 10 capped the fleet" not in " ".join(capsys.readouterr().out.split())
     assert cases["warm-99"]["slo_attainment"] >= 0.99
     assert "a file without it runs capped at the CRD default, 10" in " ".join(guide.split())
+
+
+# ------------------------------------------------------------------------ a whole CR, checked whole
+
+CR = "apiVersion: serving.neuronfleet.dev/v1alpha1\nkind: InferenceDeployment\nmetadata: {name: bert}\n"
+#: Whole objects `neuronfleet validate` (and the API server) refuses, and what it says.
+REFUSED_CRS = {
+    "unknown-model-field": (
+        CR + "spec:\n  model: {source: 's3://bucket/model/', neuronCorePerReplica: 2}\n  scaling: {maxReplicas: 20}\n",
+        'spec.model.neuronCorePerReplica: unknown field "neuronCorePerReplica"',
+    ),
+    "queue-depth-above-max-queue": (
+        CR + "spec:\n  model: {source: 's3://bucket/model/'}\n  runtime: {maxQueue: 8}\n"
+        "  scaling: {maxReplicas: 20, targetQueueDepth: 16}\n",
+        "spec.scaling.targetQueueDepth: ",
+    ),
+    "no-model": (CR + "spec:\n  scaling: {maxReplicas: 20}\n", "spec.model: required field is missing"),
+}
+
+
+def simulate_policy_only(tmp_path: Path, path: str, capsys: pytest.CaptureFixture[str]) -> tuple[bool, str]:
+    """Whether a run took the policy file (it then ends at the trace, which is missing), and its stderr."""
+    assert run_cli(["--trace", str(tmp_path / "absent.csv"), "--policy", path, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return "absent.csv: cannot open" in err, " ".join(err.split())
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED_CRS))
+def test_a_whole_cr_validate_refuses_is_refused_with_validates_words(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Only its scaling and warmPool were checked: a CR the API server refuses ran (the epilog says
+    # a file is "checked as `neuronfleet validate` checks a CR").
+    text, problem = REFUSED_CRS[case]
+    cr = policy(tmp_path, "my-cr.yaml", text)
+    assert cli_main(["validate", "-f", cr]) == 1
+    assert problem in " ".join(capsys.readouterr().out.split())
+    accepted, err = simulate_policy_only(tmp_path, cr, capsys)
+    assert not accepted, err
+    assert f"error: {cr}: {problem}" in err
+
+
+@pytest.mark.parametrize(("api_version", "kind"), [("apps/v1", "Deployment"), ("serving.neuronfleet.dev/v1", KIND)])
+def test_a_whole_object_of_another_kind_is_refused(
+    api_version: str, kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = policy(tmp_path, "other.yaml", f"apiVersion: {api_version}\nkind: {kind}\nspec:\n  scaling: {{}}\n")
+    accepted, err = simulate_policy_only(tmp_path, other, capsys)
+    assert not accepted, err
+    assert f"error: {other}: a {kind} ({api_version}), not an {KIND} ({API_VERSION})" in err
+
+
+def test_a_spec_alone_is_checked_whole_with_the_rest_filled_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # No apiVersion, kind or metadata: filled in (validate would ask for them); the spec is checked whole.
+    good = policy(
+        tmp_path, "spec.yaml", "spec:\n  model: {source: 's3://bucket/model/'}\n  scaling: {maxReplicas: 20}\n"
+    )
+    accepted, err = simulate_policy_only(tmp_path, good, capsys)
+    assert accepted, err
+    bad = policy(
+        tmp_path,
+        "bad.yaml",
+        "spec:\n  model: {source: 's3://bucket/model/'}\n  runtime: {maxQueue: 0}\n  scaling: {}\n",
+    )
+    accepted, err = simulate_policy_only(tmp_path, bad, capsys)
+    assert not accepted, err
+    assert f"error: {bad}: " in err and "spec.runtime: maxQueue must be at least 1" in err
+
+
+def test_a_whole_cr_below_the_default_max_replicas_floor_says_the_default_applies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    floor = policy(
+        tmp_path, "floor.yaml", CR + "spec:\n  model: {source: 's3://bucket/model/'}\n  scaling: {minReplicas: 12}\n"
+    )
+    accepted, err = simulate_policy_only(tmp_path, floor, capsys)
+    assert not accepted, err
+    assert (
+        f"error: {floor}: spec.scaling.minReplicas: minReplicas must not exceed maxReplicas (spec.scaling.maxReplicas "
+        "is not set: the CRD's default, 10, applies)" in err
+    )

@@ -110,9 +110,10 @@ there for their sources and licences).
 
 A policy file holds an InferenceDeployment's `scaling` and `warmPool` sections (camelCase, as in
 the CR; a whole CR with `spec:` works too), checked as `neuronfleet validate` checks a CR: unknown
-keys and the CRD's rules (minReplicas <= maxReplicas, ...) are errors. Fields it sets that a run
-does not use (scaling.latencySloMs, scaling.metrics but staleAfterSeconds, a CR's other sections)
-are named in a note. A profile file has the fields that --dump-profile prints.
+keys and the CRD's rules (minReplicas <= maxReplicas, ...) are errors; a whole CR is checked whole
+(every section; another kind is refused), its apiVersion, kind and metadata filled in if left
+out. Fields it sets that a run does not use (scaling.latencySloMs, scaling.metrics but
+staleAfterSeconds, a CR's other sections) are named in a note. A profile file has the fields that --dump-profile prints.
 """
 
 
@@ -331,6 +332,8 @@ def unused_spec_fields(spec: dict[str, Any], where: str = "spec.") -> str:
 def _policy_file(path: str, notes: list[str] | None = None) -> tuple[str, dict[str, Any]]:
     """A policy file's ``scaling`` and ``warmPool`` sections, checked as ``neuronfleet validate``
     checks a CR (schema with unknown fields refused, then the CRD's CEL rules); UsageError if not.
+    A whole CR (``spec`` present) is checked whole, as the API server would check it: an unknown
+    field or a broken rule outside the two sections is refused too, and so is another kind.
     For a whole CR, a line naming the spec fields the simulator does not use goes to ``notes``."""
     try:
         # Read as kubectl reads a manifest (a plain 1e3 is a number), so a file `validate` takes runs here.
@@ -352,10 +355,12 @@ def _policy_file(path: str, notes: list[str] | None = None) -> tuple[str, dict[s
     data = documents[0] if documents else None
     allowed: Collection[str] = POLICY_SECTIONS
     where = ""
-    if isinstance(data, dict) and "spec" in data:
+    whole = data if isinstance(data, dict) and "spec" in data else None
+    if whole is not None:
         # A whole InferenceDeployment: the simulator uses its spec's scaling and warmPool.
-        _refuse_unknown(path, data, RESOURCE_KEYS, "")
-        data, where = data["spec"], "spec."
+        _refuse_unknown(path, whole, RESOURCE_KEYS, "")
+        _refuse_other_kind(path, whole)
+        data, where = whole["spec"], "spec."
         allowed = tuple(_spec_fields())
         if not isinstance(data, dict):
             raise UsageError(f"{path}: `spec` must be a mapping, got {type(data).__name__}")
@@ -377,14 +382,14 @@ def _policy_file(path: str, notes: list[str] | None = None) -> tuple[str, dict[s
     # server stores it), not the run's --max-replicas or twice the oracle's peak.
     defaulted = "maxReplicas" not in sections["scaling"]
     sections["scaling"].setdefault("maxReplicas", CRD_SCALING_DEFAULTS.max_replicas)
-    problems = _policy_problems(sections)
+    problems = _cr_problems(whole) if whole is not None else _policy_problems(sections)
     if problems:
         default = (
             f" ({where}scaling.maxReplicas is not set: the CRD's default, {CRD_SCALING_DEFAULTS.max_replicas}, applies)"
             if defaulted and any("maxReplicas" in problem for problem in problems)
             else ""
         )
-        raise UsageError(f"{path}: " + "; ".join(f"{where}{problem}" for problem in problems) + default)
+        raise UsageError(f"{path}: " + "; ".join(problems) + default)
     unused = unused_spec_fields(data, where)
     if unused and notes is not None:
         notes.append(f"{path}: fields the simulator does not use: {unused}")
@@ -435,6 +440,26 @@ def _policy_problems(sections: dict[str, Any]) -> list[str]:
     }
     _, problems = validate_manifest(manifest)
     return [str(problem).removeprefix("spec.") for problem in problems]
+
+
+def _refuse_other_kind(path: str, resource: dict[Any, Any]) -> None:
+    """UsageError for a whole object that is not an InferenceDeployment (a Deployment's ``spec`` ran
+    as a policy); an apiVersion or kind left out is taken for the InferenceDeployment's."""
+    api_version, kind = resource.get("apiVersion", API_VERSION), resource.get("kind", KIND)
+    if (api_version, kind) != (API_VERSION, KIND):
+        raise UsageError(
+            f"{path}: a {kind} ({api_version}), not an {KIND} ({API_VERSION}): a policy file holds an "
+            f"{KIND}'s `scaling`/`warmPool` sections, or the whole {KIND}"
+        )
+
+
+def _cr_problems(resource: dict[Any, Any]) -> list[str]:
+    """What ``neuronfleet validate`` says about a whole InferenceDeployment (its schema, unknown
+    fields and CEL rules, every section's), with only an apiVersion, kind or metadata left out
+    filled in: a policy file may be a CR's spec alone."""
+    filled = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "policy"}, **resource}
+    _, problems = validate_manifest(filled)
+    return [str(problem) for problem in problems]
 
 
 def _truncated(trace: Trace, seconds: float, start: float = 0.0) -> Trace:
