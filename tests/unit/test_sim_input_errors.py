@@ -6,6 +6,7 @@ run."""
 
 from __future__ import annotations
 
+import gzip
 import re
 import warnings
 from datetime import datetime
@@ -328,6 +329,24 @@ def test_a_profile_packing_more_replicas_than_neuroncores_is_a_one_line_error(
     assert run_cli([*args, "--out", str(tmp_path / "o")]) == 2
     assert "replicas_per_node 99 is more than inf2.xlarge's 2 NeuronCores hold" in one_line_error(capsys)
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "latin-1"])
+def test_a_profile_file_that_is_not_utf8_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], encoding: str
+) -> None:
+    # The guide's workflow (--dump-profile > my-model.yaml, edit) with a gzipped or Latin-1 copy
+    # ended in a UnicodeDecodeError traceback, exit 1; traces and policy files say why, exit 2.
+    text = dump_profile("bert-base").replace("description: ", "description: caf\u00e9 ", 1)
+    data = gzip.compress(text.encode()) if encoding == "gzip" else text.encode("latin-1")
+    profile = tmp_path / "my-model.yaml"
+    profile.write_bytes(data)
+    bad = next(i for i, byte in enumerate(data) if byte >= 0x80 and (encoding != "gzip" or i > 0))
+    with pytest.raises(ProfileError, match=f"cannot read: not UTF-8 text: byte 0x{data[bad]:02x} at offset {bad}$"):
+        load_profile(str(profile))
+    csv = azure_like(tmp_path / "t.csv")
+    assert run_cli(["--trace", str(csv), "--profile", str(profile), *QUICK, "--out", str(tmp_path / "o")]) == 2
+    assert f"error: {profile}: cannot read: not UTF-8 text: byte 0x{data[bad]:02x}" in one_line_error(capsys)
 
 
 # ------------------------------------------------------------------------ 9. the --help examples

@@ -33,7 +33,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from neuronfleet.api.validation import yaml_error_message
+from neuronfleet.api.validation import not_utf8_message, yaml_error_message
 from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES, InstanceType
 from neuronfleet.sim.distributions import Distribution, DistributionError, parse
 
@@ -273,8 +273,11 @@ def load_profile(name_or_path: str) -> Profile:
     if not path.exists():
         raise ProfileError(f"{name_or_path}: neither a built-in profile ({', '.join(BUILTIN)}) nor a file")
     try:
-        text = path.read_text()
+        # UTF-8 whatever the locale, as trace and policy files are read: a gzipped or Latin-1 copy is an error.
+        text = path.read_text(encoding="utf-8")
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except UnicodeDecodeError as error:
+        raise ProfileError(f"{path}: cannot read: {not_utf8_message(error)}") from None
     except (OSError, json.JSONDecodeError) as error:
         raise ProfileError(f"{path}: cannot read: {error}") from None
     except yaml.YAMLError as error:
