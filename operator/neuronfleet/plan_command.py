@@ -24,11 +24,12 @@ from typing import Any
 
 import annotated_types
 import yaml
+from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from neuronfleet.api.v1alpha1 import InferenceDeployment, ScalingSpec
+from neuronfleet.api.v1alpha1 import InferenceDeployment, ScalingSpec, WarmPoolSpec
 from neuronfleet.api.validation import load_manifests, not_utf8_message, validate_manifest, yaml_error_message
 from neuronfleet.planning.admission import compile_cpu_limit_problem, serving_cpu_limit_problem
 from neuronfleet.planning.placement import (
@@ -119,13 +120,30 @@ def plan_table(plan: PlacementPlan, title: str) -> Table:
     return table
 
 
-def max_replicas_bound() -> int:
-    """The most active replicas a spec may ask for: spec.scaling.maxReplicas's maximum, read from the
-    typed API (the CRD is generated from it), so that the two cannot drift apart."""
-    for item in ScalingSpec.model_fields["max_replicas"].metadata:
+def _field_maximum(model: type[BaseModel], field: str) -> int:
+    """A typed API field's maximum (the CRD is generated from the typed API, so the two cannot drift apart)."""
+    for item in model.model_fields[field].metadata:
         if isinstance(item, annotated_types.Le) and isinstance(item.le, int):
             return item.le
-    raise AssertionError("ScalingSpec.max_replicas has no upper bound")
+    raise AssertionError(f"{model.__name__}.{field} has no upper bound")
+
+
+def max_replicas_bound() -> int:
+    """The most active replicas a spec may ask for: spec.scaling.maxReplicas's maximum."""
+    return _field_maximum(ScalingSpec, "max_replicas")
+
+
+#: Per standby flag: the warm pool fields (Fixed's, Auto's most) whose maxima bound it.
+STANDBY_FIELDS = {
+    "--warm": (("pods", "pods"), ("max_pods", "maxPods")),
+    "--placeholders": (("node_placeholders", "nodePlaceholders"), ("max_node_placeholders", "maxNodePlaceholders")),
+}
+
+
+def max_standby_bound(flag: str) -> int:
+    """The most warm pods (``--warm``) or node placeholders (``--placeholders``) a spec may keep: the
+    larger maximum of Fixed mode's count and Auto mode's most."""
+    return max(_field_maximum(WarmPoolSpec, field) for field, _ in STANDBY_FIELDS[flag])
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -154,6 +172,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             "spec.scaling.maxReplicas allows"
         )
         return 2
+    for flag, value in (("--warm", args.warm), ("--placeholders", args.placeholders)):
+        if value is not None and value > max_standby_bound(flag):
+            (_, fixed), (_, auto) = STANDBY_FIELDS[flag]
+            err_console.print(
+                f"error: {flag} {value} is above {max_standby_bound(flag)}, the most spec.warmPool.{fixed} and "
+                f"{auto} allow"
+            )
+            return 2
     if args.throughput is not None and not 0 < args.throughput < math.inf:  # nan fails both
         err_console.print("error: --throughput must be a positive, finite number of inferences/s")
         return 2
@@ -248,13 +274,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--warm",
         type=int,
         metavar="N",
-        help="warm pods placed beside them (default: spec.warmPool.pods in Fixed mode, minPods in Auto, 0 when Off)",
+        help=f"warm pods placed beside them, at most {max_standby_bound('--warm')} (spec.warmPool.pods's and "
+        "maxPods' maximum; default: spec.warmPool.pods in Fixed mode, minPods in Auto, 0 when Off)",
     )
     parser.add_argument(
         "--placeholders",
         type=int,
         metavar="N",
-        help="node placeholders placed beside them (default: spec.warmPool.nodePlaceholders in Fixed mode, else 0)",
+        help=f"node placeholders placed beside them, at most {max_standby_bound('--placeholders')} "
+        "(spec.warmPool.nodePlaceholders's and maxNodePlaceholders' maximum; default: "
+        "spec.warmPool.nodePlaceholders in Fixed mode, else 0)",
     )
     parser.add_argument(
         "--throughput",

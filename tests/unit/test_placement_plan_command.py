@@ -177,3 +177,24 @@ def test_plan_refuses_more_replicas_than_any_spec_may_ask_for(
     assert err == f"error: --replicas {bound + 1} is above {bound}, the most spec.scaling.maxReplicas allows\n"
     code, out, _ = run(capsys, "-f", write(tmp_path, EIGHT_CORES), "--replicas", str(bound))
     assert code == 0 and f"{bound} replica(s)" in out
+
+
+@pytest.mark.parametrize(
+    ("flag", "fields"),
+    [("--warm", ("pods", "maxPods")), ("--placeholders", ("nodePlaceholders", "maxNodePlaceholders"))],
+)
+def test_plan_refuses_more_standby_pods_than_any_spec_may_keep(
+    tmp_path: Path, repo_root: Path, capsys: pytest.CaptureFixture[str], flag: str, fields: tuple[str, str]
+) -> None:
+    """--warm 100000000 was priced as --replicas 100000 was; the CRD caps the warm pool's counts at 100."""
+    (crd,) = yaml.safe_load_all((repo_root / "crds" / "serving.neuronfleet.dev_inferencedeployments.yaml").read_text())
+    pool = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["warmPool"]
+    bound = max(pool["properties"][field]["maximum"] for field in fields)
+    assert bound == 100
+    code, out, err = run(capsys, "-f", write(tmp_path, EIGHT_CORES), flag, str(bound + 1))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"error: {flag} {bound + 1} is above {bound}, the most spec.warmPool.{fields[0]} and {fields[1]} allow\n"
+    )
+    code, out, _ = run(capsys, "-f", write(tmp_path, EIGHT_CORES), flag, str(bound))
+    assert code == 0 and f" {bound} " in out
