@@ -79,6 +79,24 @@ def test_simulate_refuses_bounds_it_used_to_ignore_or_crash_on(
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("policies", "twice"), [("ours,ours", "ours"), ("hpa, kpa,hpa", "hpa"), ("static,ours,static,ours", "static")]
+)
+def test_a_policy_named_twice_in_policies_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policies: str, twice: str
+) -> None:
+    # `--policies ours,ours` ran ours twice: two rows of the same name in the tables and in simulate.json.
+    out = tmp_path / "out"
+    code = run_cli(["--trace", str(tmp_path / "unread.csv"), "--policies", policies, "--out", str(out)])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2
+    assert err == (
+        f"error: --policies {policies!r} names {twice} twice; the outputs (simulate.json entries and plots) are "
+        f"keyed by a policy's name and each runs once: name it once"
+    )
+    assert not out.exists()
+
+
 # ------------------------------------------------------------------------ timestamps that are not times
 
 

@@ -682,6 +682,13 @@ def _main(args: argparse.Namespace, console: Console) -> int:
     bad = [f for f in families if f not in runner.FAMILIES]
     if bad:
         raise UsageError(f"unknown policies {bad}; choose from {', '.join(runner.FAMILIES)}")
+    twice = next((f for i, f in enumerate(families) if f in families[:i]), None)
+    if twice is not None:
+        # Refused as two --policy files of one name are: `ours,ours` ran ours twice, two rows of one name.
+        raise UsageError(
+            f"--policies {args.policies!r} names {twice} twice; the outputs (simulate.json entries and plots) are "
+            "keyed by a policy's name and each runs once: name it once"
+        )
     if not families and not args.policy:
         # Only the oracles would run: a report comparing nothing.
         raise UsageError(
