@@ -1,19 +1,34 @@
-"""Runs a verified artifact: one loaded module per bucket, padding, one execution per batch.
+"""Runs a verified artifact: loaded modules per bucket, padding, one execution per batch.
 
-``ModelRunner.run`` is blocking and meant for a worker thread: torch releases the GIL while it
+``ModelRunner.run`` is blocking and meant for worker threads: torch releases the GIL while it
 computes, so the event loop keeps serving HTTP meanwhile. A Neuron artifact needs torch-neuronx at
 load time (it registers the Neuron ops TorchScript refers to); a CPU artifact needs only torch.
+
+Data parallelism over the replica's NeuronCores: a model traced by ``torch_neuronx.trace`` runs on
+one NeuronCore, so a Neuron artifact is loaded once per NeuronCore visible to the process (every
+bucket on every core; the Neuron device plugin says which cores in ``NEURON_RT_VISIBLE_CORES``),
+and up to that many batches execute at once, each on a free copy (``ModelRunner.parallel``). Each
+copy is placed on its core with ``torch_neuronx.experimental.neuron_cores_context`` when the
+installed torch-neuronx has it; else the runtime's default placement puts each load on the least
+used core, and the copies of a bucket are loaded one after another so that they land on different
+cores. A CPU artifact is loaded once and runs one batch at a time: CPU torch already spreads one
+batch over every CPU thread. Not yet run on Inf2 hardware (no accelerator where this was written):
+the placement calls follow the torch-neuronx documentation and are tested against a stand-in.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
-import threading
+import logging
+import os
+import queue
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -21,9 +36,68 @@ import torch
 
 from neuronserve.manifest import Bucket, Manifest
 
+log = logging.getLogger("neuronserve.backend")
+
 
 class LoadError(Exception):
     """The artifact cannot be loaded or warmed on this host; the message says why."""
+
+
+def visible_neuron_cores(environ: Mapping[str, str] | None = None) -> int:
+    """How many NeuronCores the Neuron runtime gives this process, from its environment.
+
+    ``NEURON_RT_VISIBLE_CORES`` (set by the Neuron device plugin for a container's
+    ``aws.amazon.com/neuroncore`` request) lists core indices and ranges: "0-1", "4,5", "2-3,6";
+    else ``NEURON_RT_NUM_CORES`` is a count. With neither (or a count of 0, the runtime's "all
+    cores", which only the runtime itself can count) one copy is loaded, as before.
+    """
+    environ = os.environ if environ is None else environ
+    visible = environ.get("NEURON_RT_VISIBLE_CORES", "").strip()
+    if visible:
+        cores: set[int] = set()
+        for part in visible.split(","):
+            first, dash, last = part.strip().partition("-")
+            try:
+                start, end = int(first), int(last if dash else first)
+            except ValueError:
+                start = end = -1
+            if start < 0 or end < start:
+                raise LoadError(f"NEURON_RT_VISIBLE_CORES={visible!r} is not a list of core indices or ranges")
+            cores.update(range(start, end + 1))
+        return len(cores)
+    number = environ.get("NEURON_RT_NUM_CORES", "").strip()
+    if number:
+        try:
+            count = int(number)
+        except ValueError:
+            count = -1
+        if count < 0:
+            raise LoadError(f"NEURON_RT_NUM_CORES={number!r} is not a count of NeuronCores")
+        return max(count, 1)
+    return 1
+
+
+def _cores_source() -> str:
+    """Which setting the copy count came from, for the load log."""
+    for name in ("NEURON_RT_VISIBLE_CORES", "NEURON_RT_NUM_CORES"):
+        if os.environ.get(name, "").strip():
+            return f"{name}={os.environ[name].strip()}"
+    return "neither NEURON_RT_VISIBLE_CORES nor NEURON_RT_NUM_CORES is set"
+
+
+def _placement(torch_neuronx: Any) -> Callable[[int], contextlib.AbstractContextManager[Any]] | None:
+    """A context that places the loads inside it on one core (relative to the visible ones), or
+    None when this torch-neuronx has no placement API (it is experimental, and may go)."""
+    experimental = getattr(torch_neuronx, "experimental", None)
+    if experimental is None:
+        try:
+            experimental = importlib.import_module("torch_neuronx.experimental")
+        except ImportError:
+            return None
+    context = getattr(experimental, "neuron_cores_context", None)
+    if context is None:
+        return None
+    return lambda core: cast("contextlib.AbstractContextManager[Any]", context(start_nc=core, nc_count=1))
 
 
 class ModelRunner:
@@ -31,54 +105,92 @@ class ModelRunner:
 
     def __init__(self, manifest: Manifest, directory: Path) -> None:
         self.manifest = manifest
+        place: Callable[[int], contextlib.AbstractContextManager[Any]] | None = None
+        copies = 1
         if manifest.backend == "neuron":
             try:
-                importlib.import_module("torch_neuronx")
+                torch_neuronx = importlib.import_module("torch_neuronx")
             except ImportError as exc:
                 raise LoadError(
                     "this artifact was compiled for Neuron (backend: neuron) but torch_neuronx cannot be "
                     "imported here; serve it on an Inf2 host with the Neuron runtime"
                 ) from exc
-        self._modules: dict[Bucket, Any] = {}
+            copies = visible_neuron_cores()
+            place = _placement(torch_neuronx)
+            log.info(
+                "loading the model on %d NeuronCores (%s): a copy of each of its %d buckets per core, %s",
+                copies,
+                _cores_source(),
+                len(manifest.buckets),
+                "each placed on its core with torch_neuronx.experimental.neuron_cores_context"
+                if place is not None
+                else "in the Neuron runtime's default placement (each load on the least used core: "
+                "this torch_neuronx has no experimental.neuron_cores_context)",
+            )
+        #: Batches that can execute at once: one per copy of the model.
+        self.parallel = copies
+        # copy -> bucket -> module. Bucket by bucket, its copies one after another: under the
+        # default placement (least used core first) a bucket's copies then land on distinct cores.
+        self._copies: list[dict[Bucket, Any]] = [{} for _ in range(copies)]
         for bucket in manifest.buckets:
-            try:
-                with warnings.catch_warnings():
-                    # torch marks TorchScript deprecated, but it is the format torch-neuronx emits.
-                    warnings.simplefilter("ignore", DeprecationWarning)
-                    module = torch.jit.load(str(directory / bucket.file_name), map_location="cpu")  # type: ignore[no-untyped-call]
-            except (RuntimeError, ValueError, OSError) as exc:
-                raise LoadError(f"cannot load {bucket.file_name}: {exc}") from exc
-            self._modules[bucket] = module.eval()
+            for core, modules in enumerate(self._copies):
+                with place(core) if place is not None else contextlib.nullcontext():
+                    modules[bucket] = self._load(directory, bucket)
         self._dtypes = [getattr(torch, sig.dtype) for sig in manifest.inputs]
         self._pads = [sig.pad_value for sig in manifest.inputs]
         self.bucket_seconds: dict[Bucket, float] = {}
-        # One device, one execution at a time, whichever thread calls.
-        self._lock = threading.Lock()
+        # The copies not executing now. One execution per copy at a time (a NeuronCore, or the CPU
+        # threads, runs one batch), whichever thread calls; a caller waits here for a free copy.
+        self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for index in range(copies):
+            self._free.put(index)
+
+    @staticmethod
+    def _load(directory: Path, bucket: Bucket) -> Any:
+        try:
+            with warnings.catch_warnings():
+                # torch marks TorchScript deprecated, but it is the format torch-neuronx emits.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                module = torch.jit.load(str(directory / bucket.file_name), map_location="cpu")  # type: ignore[no-untyped-call]
+        except (RuntimeError, ValueError, OSError) as exc:
+            raise LoadError(f"cannot load {bucket.file_name}: {exc}") from exc
+        return module.eval()
 
     def warm(self, repeats: int = 3, min_seconds: float = 0.3, max_repeats: int = 20) -> dict[str, float]:
-        """Run every bucket (the first run allocates and, on Neuron, loads the NEFF), then time it.
+        """Run every bucket on every copy (the first run allocates and, on Neuron, loads the NEFF
+        on that copy's core), then time it.
 
-        Returns the first run's seconds per bucket file; the fastest later run becomes the
-        bucket's cost, which the batcher uses to pick the most efficient batch. Each bucket is
-        timed ``repeats`` times, and more (up to ``max_repeats``) until ``min_seconds`` were spent
-        on it: the minimum of enough runs is what the batcher can trust to within a few percent.
+        Returns the first runs' seconds per bucket file (summed over the copies); the fastest later
+        run becomes the bucket's cost, which the batcher uses to pick the most efficient batch. Each
+        bucket is timed ``repeats`` times, and more (up to ``max_repeats``) until ``min_seconds``
+        were spent on it: the minimum of enough runs is what the batcher can trust to within a few
+        percent. Warm-up runs one batch at a time, so a timed run has its core to itself.
         """
         timings = {}
         for bucket in self.manifest.buckets:
             arrays = [np.full((bucket.batch, bucket.sequence), 1 if p == 0 else p, dtype=np.int64) for p in self._pads]
+            first = 0.0
+            for modules in self._copies:
+                first += self._timed_warm_run(bucket, arrays, functools.partial(self._execute_on, modules))
             runs: list[float] = []
-            while len(runs) < 1 + repeats or (repeats and sum(runs[1:]) < min_seconds and len(runs) < 1 + max_repeats):
-                start = time.perf_counter()
-                try:
-                    self.execute(bucket, arrays)
-                except RuntimeError as exc:
-                    raise LoadError(
-                        f"warming bucket (batch {bucket.batch}, sequence {bucket.sequence}) failed: {exc}"
-                    ) from exc
-                runs.append(time.perf_counter() - start)
-            timings[bucket.file_name] = runs[0]
-            self.bucket_seconds[bucket] = min(runs[1:]) if repeats else runs[0]
+            while len(runs) < repeats or (repeats and sum(runs) < min_seconds and len(runs) < max_repeats):
+                runs.append(self._timed_warm_run(bucket, arrays, self.execute))
+            timings[bucket.file_name] = first
+            self.bucket_seconds[bucket] = min(runs) if runs else first / len(self._copies)
         return timings
+
+    @staticmethod
+    def _timed_warm_run(
+        bucket: Bucket,
+        arrays: list[npt.NDArray[np.int64]],
+        execute: Callable[[Bucket, Sequence[npt.NDArray[Any]]], npt.NDArray[np.float32]],
+    ) -> float:
+        start = time.perf_counter()
+        try:
+            execute(bucket, arrays)
+        except RuntimeError as exc:
+            raise LoadError(f"warming bucket (batch {bucket.batch}, sequence {bucket.sequence}) failed: {exc}") from exc
+        return time.perf_counter() - start
 
     def cost(self, rows: int, sequence: int) -> float | None:
         """Measured seconds of the bucket that would run (rows, sequence); None if unknown or none fits."""
@@ -86,12 +198,27 @@ class ModelRunner:
         return self.bucket_seconds.get(bucket) if bucket is not None else None
 
     def execute(self, bucket: Bucket, arrays: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.float32]:
-        """Run one bucket on inputs already padded to its exact shape."""
+        """Run one bucket on inputs already padded to its exact shape, on a free copy of the model."""
+        with self._copy() as modules:
+            return self._execute_on(modules, bucket, arrays)
+
+    def _execute_on(
+        self, modules: dict[Bucket, Any], bucket: Bucket, arrays: Sequence[npt.NDArray[Any]]
+    ) -> npt.NDArray[np.float32]:
         tensors = [torch.from_numpy(np.ascontiguousarray(a)).to(dt) for a, dt in zip(arrays, self._dtypes, strict=True)]
-        with self._lock, torch.inference_mode():
-            out = self._modules[bucket](*tensors)
+        with torch.inference_mode():
+            out = modules[bucket](*tensors)
         result: npt.NDArray[np.float32] = out.float().numpy()
         return result
+
+    @contextlib.contextmanager
+    def _copy(self) -> Iterator[dict[Bucket, Any]]:
+        """A free copy's modules, held until the block ends (waits for one if all are executing)."""
+        index = self._free.get()
+        try:
+            yield self._copies[index]
+        finally:
+            self._free.put(index)
 
     def run(self, requests: Sequence[Sequence[npt.NDArray[Any]]]) -> tuple[list[npt.NDArray[np.float32]], Bucket]:
         """Pad several requests (each: one [rows, seq] array per input) into one bucket and run it.

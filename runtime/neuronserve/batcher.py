@@ -5,12 +5,14 @@ Requests wait in a FIFO bounded by ``max_queue`` (a full queue refuses at once: 
 ``max_delay`` has passed since its first request arrived (as Triton's max_queue_delay: a request
 that already waited that long behind busy cores closes its batch at once, with whatever is
 queued, instead of waiting the delay again while the device idles), then runs it and resolves
-each request's future with its rows. A model ``Runner`` runs in a single-thread executor so the event
-loop stays free, one batch at a time; a ``TimedDevice`` (the emulated NeuronCores) runs up to one
-batch per core at once on its own timeline, and no thread.
+each request's future with its rows. A model ``Runner`` runs in executor threads so the event
+loop stays free, up to ``runner.parallel`` batches at once (a ``ModelRunner``: one per copy of the
+model, i.e. per NeuronCore of a Neuron artifact, one for a CPU artifact; a runner that does not say:
+one); a ``TimedDevice`` (the emulated NeuronCores) runs up to one batch per core at once on its own
+timeline, and no thread.
 
-Lookahead (model runner): while a batch executes, a *full* next batch is formed and handed to
-the executor at once, so the device starts it the moment the current one ends, without waiting
+Lookahead (model runner): while every copy executes a batch, a *full* next batch is formed and
+handed to the executor at once, so a copy starts it the moment its current one ends, without waiting
 for the event loop to be scheduled (on a busy machine that wait is milliseconds per batch). Only
 full batches go ahead: a batch still filling waits as before, so no request is served later than
 without lookahead. The requests of a batch waiting ahead still count as queued (depth and bound),
@@ -58,6 +60,8 @@ log = logging.getLogger("neuronserve.batcher")
 
 
 class Runner(Protocol):
+    """Runs batches in the caller's thread; may say in ``parallel`` how many it runs at once (else one)."""
+
     def run(self, requests: Sequence[Sequence[npt.NDArray[Any]]]) -> tuple[list[npt.NDArray[np.float32]], Any]: ...
 
     def cost(self, rows: int, sequence: int) -> float | None: ...
@@ -156,11 +160,15 @@ class Batcher:
         self._idle = asyncio.Event()
         self._idle.set()
         self._closing = False
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="neuronserve-exec")
         self._worker: asyncio.Task[None] | None = None
-        # Batches executing now: at most one on a model runner, one per core on a timed device.
-        self.parallel = runner.cores if _is_timed(runner) else 1
-        # Plus one full batch waiting in the executor behind a model runner's current one.
+        # Batches executing now: one per copy of a model runner's model, one per core on a timed device.
+        self.parallel = runner.cores if _is_timed(runner) else _model_parallel(runner)
+        # A thread per batch executing: the lookahead batch waits in the executor's queue until
+        # one of them is free, so it starts the moment any of the running batches ends.
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self.parallel, thread_name_prefix="neuronserve-exec"
+        )
+        # Plus one full batch waiting in the executor behind a model runner's current ones.
         self.lookahead = 0 if _is_timed(runner) else 1
         self._slots = asyncio.Semaphore(self.parallel + self.lookahead)
         self._running: dict[asyncio.Task[None], list[Job]] = {}
@@ -371,7 +379,7 @@ class Batcher:
                 self.metrics.busy.finished(reservation.start, end)
         model = cast(Runner, runner)
         # The busy clock starts when the executor thread starts the run, not when the batch is
-        # handed over: a lookahead batch waits there behind the one executing, and counting it
+        # handed over: a lookahead batch waits there behind the ones executing, and counting it
         # from the hand-over read up to twice the device's busy share. The tracker is read on the
         # loop thread (by /metrics), so the thread hands the start over to the loop; that call is
         # queued before the run's result, so ``started`` comes before ``finished``.
@@ -528,3 +536,12 @@ def _timed_run(
 
 def _is_timed(runner: Runner | TimedDevice) -> TypeGuard[TimedDevice]:
     return hasattr(runner, "reserve")
+
+
+def _model_parallel(runner: object) -> int:
+    """How many batches a model runner executes at once: its ``parallel`` (a ``ModelRunner``: its
+    copies of the model), else one."""
+    parallel = getattr(runner, "parallel", 1)
+    if not isinstance(parallel, int) or parallel < 1:
+        raise ValueError(f"a runner's parallel must be a positive integer, not {parallel!r}")
+    return parallel

@@ -1,0 +1,310 @@
+"""A replica uses every NeuronCore it is given: one copy of the model per visible core, and as
+many batches executing at once as there are copies (a CPU artifact: one copy, one batch).
+
+torch-neuronx cannot be installed here, so nothing in this file ran on a NeuronCore. A stand-in
+``torch_neuronx`` module records what neuronserve asks of it: its placement context
+(``experimental.neuron_cores_context``, as the Neuron docs give it) notes the core each
+``torch.jit.load`` happens under, and each loaded copy notes the core it executes on. The artifact
+is a CPU TorchScript file stored with ``backend: neuron`` in its manifest, as ``neuronserve compile``
+writes it when torch_neuronx traces (here, the stand-in's trace is torch.jit.trace).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import sys
+import threading
+import time
+import types
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+import torch
+from tiny_model import save_tiny
+
+from neuronserve import backend, cli
+from neuronserve.backend import LoadError, ModelRunner
+from neuronserve.batcher import Batcher
+from neuronserve.manifest import Manifest
+from neuronserve.metrics import BusyTracker, ServerMetrics
+from neuronserve.protocol import InferRequest
+from neuronserve.store import fetch_artifact
+
+#: Long enough for a loaded machine; a runner that serializes its executions fails here instead.
+BARRIER_SECONDS = 10.0
+
+
+@dataclass
+class NeuronStandIn:
+    """What the stand-in torch_neuronx saw: the core of each load and of each execution."""
+
+    explicit: bool
+    placing: int | None = None  # the start_nc of the placement context open now
+    loads: list[tuple[str, int | None]] = field(default_factory=list)  # (bucket file, core)
+    executions: list[int | None] = field(default_factory=list)
+    barrier: threading.Barrier | None = None  # when set, each execution waits for the others
+
+    def module(self) -> types.ModuleType:
+        module = types.ModuleType("torch_neuronx")
+        module.trace = lambda model, example, compiler_args: torch.jit.trace(model, example)  # type: ignore[attr-defined]
+        if self.explicit:
+            experimental = types.ModuleType("torch_neuronx.experimental")
+            experimental.neuron_cores_context = self.neuron_cores_context  # type: ignore[attr-defined]
+            module.experimental = experimental  # type: ignore[attr-defined]
+        return module
+
+    @contextlib.contextmanager
+    def neuron_cores_context(self, start_nc: int = -1, nc_count: int = -1) -> Iterator[None]:
+        assert nc_count == 1, "one copy per core: each load goes to exactly one core"
+        self.placing = start_nc
+        try:
+            yield
+        finally:
+            self.placing = None
+
+
+class PlacedCopy:
+    """A loaded module that remembers the core it was loaded under (as a Neuron model would)."""
+
+    def __init__(self, module: Any, core: int | None, stand_in: NeuronStandIn) -> None:
+        self.module = module
+        self.core = core
+        self.stand_in = stand_in
+
+    def eval(self) -> PlacedCopy:
+        self.module = self.module.eval()
+        return self
+
+    def __call__(self, *tensors: torch.Tensor) -> torch.Tensor:
+        self.stand_in.executions.append(self.core)
+        if self.stand_in.barrier is not None:
+            self.stand_in.barrier.wait()
+        result: torch.Tensor = self.module(*tensors)
+        return result
+
+
+@pytest.fixture(scope="module")
+def neuron_artifact(tmp_path_factory: pytest.TempPathFactory) -> tuple[Manifest, Path]:
+    """The tiny model compiled by ``neuronserve compile`` with the stand-in torch_neuronx (backend: neuron)."""
+    tmp = tmp_path_factory.mktemp("neuron")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(sys.modules, "torch_neuronx", NeuronStandIn(explicit=False).module())
+        argv = ["compile", "--source", str(save_tiny(tmp / "tiny.pt")), "--store", str(tmp / "store")]
+        argv += ["--name", "tiny", "--batch-buckets", "1,2", "--sequence-buckets", "4"]
+        assert cli.main([*argv, "--result-file", str(tmp / "r.json")]) == 0
+    manifest, _, directory = fetch_artifact(json.loads((tmp / "r.json").read_text())["uri"], tmp / "fetched")
+    assert manifest.backend == "neuron"
+    return manifest, directory
+
+
+@pytest.fixture(scope="module")
+def cpu_artifact(tmp_path_factory: pytest.TempPathFactory) -> tuple[Manifest, Path]:
+    tmp = tmp_path_factory.mktemp("cpu")
+    argv = ["compile", "--source", str(save_tiny(tmp / "tiny.pt")), "--store", str(tmp / "store")]
+    argv += ["--name", "tiny", "--batch-buckets", "1,2", "--sequence-buckets", "4"]
+    assert cli.main([*argv, "--result-file", str(tmp / "r.json")]) == 0
+    manifest, _, directory = fetch_artifact(json.loads((tmp / "r.json").read_text())["uri"], tmp / "fetched")
+    assert manifest.backend == "cpu"
+    return manifest, directory
+
+
+def _neuron_env(monkeypatch: pytest.MonkeyPatch, visible: str | None = None, num: str | None = None) -> None:
+    for name, value in (("NEURON_RT_VISIBLE_CORES", visible), ("NEURON_RT_NUM_CORES", num)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+
+
+def _stand_in(monkeypatch: pytest.MonkeyPatch, explicit: bool = True) -> NeuronStandIn:
+    """Install the stand-in torch_neuronx, and a torch.jit.load that notes the core of each load."""
+    stand_in = NeuronStandIn(explicit=explicit)
+    monkeypatch.setitem(sys.modules, "torch_neuronx", stand_in.module())
+    real_load = torch.jit.load
+
+    def load(path: str, *args: Any, **kwargs: Any) -> PlacedCopy:
+        stand_in.loads.append((Path(path).name, stand_in.placing))
+        return PlacedCopy(real_load(path, *args, **kwargs), stand_in.placing, stand_in)
+
+    monkeypatch.setattr(torch.jit, "load", load)
+    return stand_in
+
+
+def _inputs(first_id: int) -> list[npt.NDArray[np.int64]]:
+    return [np.array([[first_id, 2, 3]], dtype=np.int64), np.ones((1, 3), dtype=np.int64)]
+
+
+@pytest.mark.parametrize(
+    ("visible", "num", "cores"),
+    [("0-1", None, 2), ("4,5", None, 2), ("2-5", None, 4), ("3", None, 1), (None, "2", 2), (None, None, 1)],
+    ids=["range", "list", "four", "one", "num-cores", "unset"],
+)
+def test_the_visible_cores_are_counted_as_the_neuron_runtime_reads_them(
+    monkeypatch: pytest.MonkeyPatch, visible: str | None, num: str | None, cores: int
+) -> None:
+    _neuron_env(monkeypatch, visible, num)
+    assert backend.visible_neuron_cores() == cores
+
+
+@pytest.mark.parametrize(("visible", "num"), [("0-", None), ("a,b", None), ("3-1", None), (None, "-2")])
+def test_a_malformed_core_setting_is_refused_with_its_name(
+    monkeypatch: pytest.MonkeyPatch, visible: str | None, num: str | None
+) -> None:
+    _neuron_env(monkeypatch, visible, num)
+    with pytest.raises(LoadError, match="NEURON_RT_VISIBLE_CORES" if visible else "NEURON_RT_NUM_CORES"):
+        backend.visible_neuron_cores()
+
+
+def test_a_neuron_artifact_loads_one_copy_per_visible_core_each_placed_on_its_own(
+    neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    manifest, directory = neuron_artifact
+    # As the Neuron device plugin sets it for a pod given cores 4 and 5 (indices relative to the
+    # process are 0 and 1: what neuron_cores_context's start_nc means).
+    _neuron_env(monkeypatch, "4,5")
+    stand_in = _stand_in(monkeypatch)
+    with caplog.at_level(logging.INFO, logger="neuronserve.backend"):
+        runner = ModelRunner(manifest, directory)
+    assert runner.parallel == 2
+    files = sorted(bucket.file_name for bucket in manifest.buckets)
+    assert sorted(stand_in.loads) == sorted((name, core) for name in files for core in (0, 1))
+    assert "neuron_cores_context" in caplog.text and "2 NeuronCores" in caplog.text
+
+
+def test_without_the_placement_api_the_copies_load_in_the_default_order(
+    neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    manifest, directory = neuron_artifact
+    _neuron_env(monkeypatch, "0-1")
+    stand_in = _stand_in(monkeypatch, explicit=False)
+    with caplog.at_level(logging.INFO, logger="neuronserve.backend"):
+        runner = ModelRunner(manifest, directory)
+    assert runner.parallel == 2
+    # Each bucket's copies one after another: the runtime puts each load on the least used core,
+    # so a bucket's two copies land on the two cores.
+    names = [name for name, _ in stand_in.loads]
+    assert names == [name for bucket in manifest.buckets for name in [bucket.file_name] * 2]
+    assert "default placement" in caplog.text
+
+
+def test_two_batches_execute_at_once_each_on_its_own_copy(
+    neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manifest, directory = neuron_artifact
+    _neuron_env(monkeypatch, "0-1")
+    stand_in = _stand_in(monkeypatch)
+    runner = ModelRunner(manifest, directory)
+    stand_in.barrier = threading.Barrier(2, timeout=BARRIER_SECONDS)
+    results: dict[int, npt.NDArray[np.float32]] = {}
+
+    def run(first_id: int) -> None:
+        (rows,), _ = runner.run([_inputs(first_id)])
+        results[first_id] = rows
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in (5, 7)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(BARRIER_SECONDS * 2)
+    # Both reached the barrier together (a runner with one lock breaks it: BrokenBarrierError).
+    assert sorted(results) == [5, 7]
+    assert sorted(stand_in.executions) == [0, 1]
+    assert not np.array_equal(results[5], results[7])
+
+
+def test_a_cpu_artifact_keeps_one_copy_whatever_the_neuron_environment(
+    cpu_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manifest, directory = cpu_artifact
+    _neuron_env(monkeypatch, "0-1")
+    runner = ModelRunner(manifest, directory)
+    assert runner.parallel == 1
+    assert Batcher(runner, ServerMetrics(BusyTracker()), max_rows=2, max_delay=0.0, max_queue=8).parallel == 1
+
+
+async def _until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.005)
+
+
+def _request(first_id: int) -> InferRequest:
+    return InferRequest(None, _inputs(first_id))
+
+
+async def test_the_batcher_runs_a_batch_on_every_copy_at_once(
+    neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manifest, directory = neuron_artifact
+    _neuron_env(monkeypatch, "0-1")
+    stand_in = _stand_in(monkeypatch)
+    runner = ModelRunner(manifest, directory)
+    stand_in.barrier = threading.Barrier(2, timeout=BARRIER_SECONDS)
+    batcher = Batcher(runner, ServerMetrics(BusyTracker()), max_rows=1, max_delay=0.0, max_queue=8)
+    assert batcher.parallel == 2
+    batcher.start()
+    # Two one-row batches: each must be executing while the other is, or neither passes the barrier.
+    outputs = await asyncio.gather(batcher.submit(_request(5)), batcher.submit(_request(7)))
+    assert await batcher.drain(5.0)
+    assert sorted(stand_in.executions) == [0, 1]
+    assert all(output.shape == (1, 4) for output in outputs)
+
+
+class GatedRunner:
+    """Runs wait for ``gate``; counts the runs executing at once. ``parallel`` as a runner says it."""
+
+    def __init__(self, parallel: int | None) -> None:
+        if parallel is not None:
+            self.parallel = parallel
+        self.gate = threading.Event()
+        self.lock = threading.Lock()
+        self.executing = 0
+        self.entered = 0
+        self.most = 0
+
+    def cost(self, rows: int, sequence: int) -> float | None:
+        return None
+
+    def run(self, requests: Sequence[Sequence[npt.NDArray[Any]]]) -> tuple[list[npt.NDArray[np.float32]], None]:
+        with self.lock:
+            self.executing += 1
+            self.entered += 1
+            self.most = max(self.most, self.executing)
+        try:
+            self.gate.wait(timeout=30)
+            return [arrays[0][:, :1].astype(np.float32) for arrays in requests], None
+        finally:
+            with self.lock:
+                self.executing -= 1
+
+
+@pytest.mark.parametrize(("parallel", "expected"), [(None, 1), (1, 1), (2, 2), (3, 3)])
+async def test_the_batcher_runs_as_many_batches_at_once_as_the_runner_has_copies_and_one_more_waits_ahead(
+    parallel: int | None, expected: int
+) -> None:
+    runner = GatedRunner(parallel)
+    batcher = Batcher(runner, ServerMetrics(BusyTracker()), max_rows=1, max_delay=0.0, max_queue=16)
+    assert batcher.parallel == expected
+    batcher.start()
+    futures = [batcher.submit(_request(i)) for i in range(expected + 2)]
+    try:
+        # ``expected`` batches execute; one full batch waits in the executor behind them (the
+        # lookahead); the last is still queued.
+        await _until(lambda: runner.entered == expected and batcher._executor._work_queue.qsize() == 1)
+        assert batcher.queue_depth == 2  # the one waiting ahead and the one queued
+        assert runner.most == expected
+    finally:
+        runner.gate.set()
+    results = await asyncio.gather(*futures)
+    assert [int(r[0, 0]) for r in results] == list(range(expected + 2))
+    assert await batcher.drain(5.0)
+    assert runner.most == expected
