@@ -228,10 +228,15 @@ class ModelSpec(ApiModel):
         "range is schedulable, not only powers of two: Inf2 chips form a ring, on which the Neuron "
         "scheduler extension allocates any number of contiguous cores (it is needed when a replica "
         "takes more than one core but not a whole node). 12 is a whole inf2.24xlarge and 24 a whole "
-        "inf2.48xlarge (tensor parallelism over the node); a count that does not divide a node's "
-        "cores leaves the rest idle. Where deployments of other sizes share nodes, prefer a power of two "
-        "or a whole node: Karpenter does not see the extension's choices, and a fragmented ring can "
-        "leave a pod pending on a node it counts as having room (neuronfleet validate warns).",
+        "inf2.48xlarge; a count that does not divide a node's cores leaves the rest idle. The model "
+        "server is data-parallel over its cores: it loads one copy of the compiled model (every bucket) "
+        "on each NeuronCore and runs as many batches at once, so more cores give a replica more "
+        f"throughput, not room for a bigger model: one copy must fit one core's {HBM_GIB_PER_NEURONCORE} "
+        "GiB share of HBM. Tensor parallelism (one model sharded over cores, as transformers-neuronx or "
+        "NxD do) is not supported. (Not yet verified on Inf2 hardware.) Where deployments of other "
+        "sizes share nodes, prefer a power of two or a whole node: Karpenter does not see the "
+        "extension's choices, and a fragmented ring can leave a pod pending on a node it counts as "
+        "having room (neuronfleet validate warns).",
     )
     hbm_gib: float | None = Field(
         alias="hbmGiB",
@@ -241,7 +246,8 @@ class ModelSpec(ApiModel):
         description=f"Device memory (HBM) the compiled model needs per replica, in GiB; at most "
         f"{HBM_GIB_PER_NEURONCORE} per requested NeuronCore (each has half of its chip's 32 GiB), so "
         f"{MAX_NEURONCORES_PER_REPLICA * HBM_GIB_PER_NEURONCORE} with {MAX_NEURONCORES_PER_REPLICA} cores. "
-        "Used to check placement; unset means it fits the requested cores.",
+        "The model server loads one copy of the model per NeuronCore, so this is the cores times one "
+        "copy's need. Used to check placement; unset means it fits the requested cores.",
     )
 
 
