@@ -35,8 +35,9 @@ and role labels are added by Prometheus relabeling from pod labels, never by the
 - ``neuronserve_device_busy_seconds_total``: device time spent executing batches, summed over
   cores: its rate over ``neuronserve_device_cores`` is the long-run busy ratio (the rate alone
   reads up to the core count: about 2 on a saturated 2-core replica).
-- ``neuronserve_device_cores``: how many batches the device executes at once (a model runner: 1;
-  the emulated device: its profile's NeuronCores), the busy ratio's 1.0; 1 until a model is loaded.
+- ``neuronserve_device_cores``: how many batches the device executes at once (a model runner: its
+  copies, one per NeuronCore of a Neuron artifact, 1 on CPU; the emulated device: its profile's
+  NeuronCores), the busy ratio's 1.0; 1 until a model is loaded.
 - ``neuronserve_device_info{device,profile,emulated}``: 1, saying what executes the batches:
   ``device="cpu"`` or ``"neuron"`` (the artifact's backend) or ``"emulated-neuroncore"`` with
   ``emulated="true"`` and the Inf2 profile whose service times it reproduces.
