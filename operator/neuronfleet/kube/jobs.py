@@ -2,8 +2,9 @@
 
 The Job runs ``neuronserve compile`` with the spec's buckets and compiler flags and records the
 result under the request key (see ``neuronfleet.planning.compile``). Tracing with torch-neuronx
-runs on any x86 host, so the Job asks for no Neuron device; it prefers ordinary nodes and tolerates
-the Neuron taint, so that a cluster of only Inf2 nodes can compile too.
+runs on any x86 host, so the Job asks for no Neuron device; it runs on amd64 nodes only (the Neuron
+images are built for no other architecture), prefers ordinary nodes and tolerates the Neuron taint,
+so that a cluster of only Inf2 nodes can compile too.
 
 The compile loads untrusted input (a model source may be pickled weights, which run code when
 loaded), so its pod is hardened at least as the serving pods are: no Kubernetes API token, no
@@ -22,7 +23,13 @@ from typing import Any
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.kube.builders import BuilderConfig, _container_security, _metadata, _pod_security, common_labels
-from neuronfleet.planning.catalog import LABEL_INSTANCE_FAMILY, NEURON_TAINT_KEY
+from neuronfleet.planning.catalog import (
+    INF2_INSTANCE_TYPES,
+    LABEL_ARCH,
+    LABEL_INSTANCE_FAMILY,
+    LABEL_INSTANCE_TYPE,
+    NEURON_TAINT_KEY,
+)
 from neuronfleet.planning.compile import (
     ANNOTATION_COMPILE_RETRY,
     CompileRequest,
@@ -166,6 +173,32 @@ def compile_args(dep: InferenceDeployment, request: CompileRequest) -> list[str]
     return args
 
 
+def _compile_node_affinity() -> dict[str, Any]:
+    """Only amd64 nodes, ordinary ones preferred to Inf2 ones.
+
+    The Neuron images are amd64 only: on a Graviton node (which Karpenter may pick for a pod that
+    names no architecture) the compile fails with ``exec format error`` until its backoffLimit is
+    spent. Inf2 nodes are told apart by their instance family where Karpenter launched them, and by
+    their instance type where a managed node group did (it sets no ``karpenter.k8s.aws/*`` label).
+    """
+    not_inf2 = [
+        {"key": LABEL_INSTANCE_FAMILY, "operator": "NotIn", "values": ["inf2"]},
+        {"key": LABEL_INSTANCE_TYPE, "operator": "NotIn", "values": sorted(INF2_INSTANCE_TYPES)},
+    ]
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": LABEL_ARCH, "operator": "In", "values": ["amd64"]}]}
+                ]
+            },
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "preference": {"matchExpressions": not_inf2}}
+            ],
+        }
+    }
+
+
 def build_compile_job(
     dep: InferenceDeployment,
     request: CompileRequest,
@@ -202,20 +235,7 @@ def build_compile_job(
                     # Tracing needs no Neuron device: prefer ordinary nodes, but a cluster of only
                     # Inf2 nodes (tainted) must still be able to compile.
                     "tolerations": [{"key": NEURON_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
-                    "affinity": {
-                        "nodeAffinity": {
-                            "preferredDuringSchedulingIgnoredDuringExecution": [
-                                {
-                                    "weight": 100,
-                                    "preference": {
-                                        "matchExpressions": [
-                                            {"key": LABEL_INSTANCE_FAMILY, "operator": "NotIn", "values": ["inf2"]}
-                                        ]
-                                    },
-                                }
-                            ]
-                        }
-                    },
+                    "affinity": _compile_node_affinity(),
                     "containers": [
                         {
                             "name": COMPILE_CONTAINER,

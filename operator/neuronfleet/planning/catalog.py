@@ -23,6 +23,8 @@ RESOURCE_NEURON_DEVICE = "aws.amazon.com/neuron"
 NEURON_TAINT_KEY = "aws.amazon.com/neuron"
 
 LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+#: The node's CPU architecture (the kubelet sets it): the Neuron images are amd64 only.
+LABEL_ARCH = "kubernetes.io/arch"
 LABEL_ZONE = "topology.kubernetes.io/zone"
 LABEL_INSTANCE_FAMILY = "karpenter.k8s.aws/instance-family"
 LABEL_ACCELERATOR_NAME = "karpenter.k8s.aws/instance-accelerator-name"
