@@ -648,6 +648,29 @@ def test_install_guide_builds_the_images_the_chart_and_the_specs_name() -> None:
     assert "backend: cpu" in images
 
 
+def _runtime_build_args(text: str) -> dict[str, str]:
+    """The ``--build-arg``s of the one ``docker build -f runtime/Dockerfile`` command in ``text``
+    (shell or a comment's: ``#`` and line continuations joined), BASE_IMAGE's value left out."""
+    lines = [line.lstrip("#").strip() for line in text.splitlines()]
+    command = " ".join(lines).replace("\\ ", " ")
+    (build,) = re.findall(r"docker build -f runtime/Dockerfile .*? \.(?:\s|$)", command)
+    args = dict(re.findall(r"--build-arg (\w+)=(\S*)", build))
+    return {name: ("<image>" if name == "BASE_IMAGE" else value) for name, value in args.items()}
+
+
+def test_the_runtime_dockerfiles_inf2_build_command_is_the_install_guides() -> None:
+    """runtime/Dockerfile's header gives the Inf2 build command: without MODEL_PACKAGES= its default
+    (the demo model) resolved hack/constraints.txt's CPU torch into the image over the Neuron base's.
+    It must pass the build arguments the guide's command passes."""
+    guide = (CHART.parents[1] / "docs" / "install-eks.md").read_text()
+    images = guide.split("### The images: build and push", 1)[1].split("\n## ", 1)[0]
+    header = (CHART.parents[1] / "runtime" / "Dockerfile").read_text().split("\nARG ", 1)[0]
+    inf2 = header.split("Inf2:", 1)[1]
+    wanted = _runtime_build_args(images)
+    assert wanted == {"BASE_IMAGE": "<image>", "INSTALL_TORCH": "none", "MODEL_PACKAGES": ""}
+    assert _runtime_build_args(inf2) == wanted
+
+
 def test_dashboard_has_the_fleet_panels() -> None:
     (config_map,) = [cm for cm in by_kind(render(), "ConfigMap") if cm["metadata"]["name"].endswith("-dashboard")]
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
