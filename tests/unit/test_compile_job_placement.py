@@ -10,10 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.kube.builders import build_priority_classes
 from neuronfleet.kube.jobs import build_compile_job
 from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES
 from neuronfleet.planning.compile import compile_request
@@ -71,3 +73,24 @@ def test_a_compile_pod_prefers_an_ordinary_node_to_an_inf2_one_however_launched(
     for inf2 in (_karpenter(itype, "amd64"), _managed(itype, "amd64")):
         assert node_matches(pod, inf2), "a cluster of only Inf2 nodes must still compile"
         assert preferred_affinity_weight(pod, inf2) < ordinary, inf2
+
+
+def test_a_compile_pod_preempts_nothing_and_a_disrupted_one_costs_no_retry() -> None:
+    """Its PriorityClass (the operator's builder, which the chart and the sandbox install) sits
+    between the placeholders and the serving pods and never preempts; a compile pod failed by a
+    disruption (preempted by a serving pod, evicted by a drain or a consolidation) is retried
+    without spending the Job's backoffLimit, which is for compiles that fail by themselves."""
+    dep = InferenceDeployment.model_validate(yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text()))
+    dep.metadata.uid = "0f6c3f5e-1111-2222-3333-444455556666"
+    job = build_compile_job(dep, compile_request(dep.spec, "s3://artifacts/compiled/"))
+    kubernetes_validate.validate(job, "1.34", strict=True)
+    classes = {pc["metadata"]["name"]: pc for pc in build_priority_classes()}
+    pod = job["spec"]["template"]["spec"]
+    compile_class = classes[pod["priorityClassName"]]
+    assert (compile_class["value"], compile_class["preemptionPolicy"]) == (0, "Never")
+    assert classes["neuronfleet-placeholder"]["value"] < 0 < classes["neuronfleet-active"]["value"]
+    # A pod failure policy needs the template's restartPolicy Never (the API server refuses it otherwise).
+    assert pod["restartPolicy"] == "Never"
+    assert job["spec"]["podFailurePolicy"]["rules"] == [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    ]

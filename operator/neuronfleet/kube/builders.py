@@ -36,7 +36,9 @@ Design notes (the *why* of the pod):
   promoted to active keeps the warm class. :func:`build_priority_classes` therefore gives warm
   and active the same value (a promoted pod must not be preempted for a newer active pod); the
   separate names serve quotas and visibility. Placeholders get -1: preempted by anything, yet at
-  or above cluster-autoscaler's -10 cut-off so they still make it provision nodes.
+  or above cluster-autoscaler's -10 cut-off so they still make it provision nodes. Compile Jobs'
+  pods get 0 and never preempt: a compile that evicted a placeholder took the capacity kept for a
+  serving replica.
 - ServiceAccounts: serving pods and compile Jobs run as accounts of their own (spec, else the
   operator's defaults, else the namespace's ``default``), so that the role that writes the artifact
   store (compile) is not the one every serving pod holds, nor every other pod of the namespace
@@ -135,6 +137,8 @@ class PriorityClassNames:
     active: str = "neuronfleet-active"
     warm: str = "neuronfleet-warm"
     placeholder: str = "neuronfleet-placeholder"
+    #: The compile Jobs' pods (they have no fleet role).
+    compile: str = "neuronfleet-compile"
 
     def for_role(self, role: Role) -> str:
         if role == "placeholder":
@@ -178,6 +182,10 @@ class BuilderConfig:
 
 #: Below cluster-autoscaler's -10 cut-off placeholders would stop triggering scale-up.
 PLACEHOLDER_PRIORITY = -1
+#: The compile pods': an ordinary pod's (a cluster without a globalDefault class gives 0), above the
+#: placeholders but with preemptionPolicy Never, so a compile never takes the spare Inf2 capacity a
+#: placeholder holds; a serving pod preempts it (the Job retries it: see kube.jobs).
+COMPILE_PRIORITY = 0
 
 
 # ------------------------------------------------------------------------------------ shared parts
@@ -618,7 +626,7 @@ def build_pdb(dep: InferenceDeployment, desired_active: int) -> dict[str, Any]:
 
 
 def build_priority_classes(config: BuilderConfig | None = None) -> list[dict[str, Any]]:
-    """The three PriorityClasses the pods name (cluster-scoped; install once)."""
+    """The four PriorityClasses the pods name (cluster-scoped; install once)."""
     config = config or BuilderConfig()
     names = config.priority_classes
 
@@ -645,6 +653,12 @@ def build_priority_classes(config: BuilderConfig | None = None) -> list[dict[str
             names.placeholder,
             PLACEHOLDER_PRIORITY,
             "neuronfleet node placeholders: preempted by any pod, keep spare Inf2 capacity",
+            False,
+        ),
+        priority_class(
+            names.compile,
+            COMPILE_PRIORITY,
+            "neuronfleet compile Jobs: preempt nothing (not the placeholders' spare Inf2 capacity)",
             False,
         ),
     ]

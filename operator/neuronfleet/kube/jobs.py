@@ -4,7 +4,9 @@ The Job runs ``neuronserve compile`` with the spec's buckets and compiler flags 
 result under the request key (see ``neuronfleet.planning.compile``). Tracing with torch-neuronx
 runs on any x86 host, so the Job asks for no Neuron device; it runs on amd64 nodes only (the Neuron
 images are built for no other architecture), prefers ordinary nodes and tolerates the Neuron taint,
-so that a cluster of only Inf2 nodes can compile too.
+so that a cluster of only Inf2 nodes can compile too. Beside the fleet's pods it preempts nothing
+(its PriorityClass: ``builders.COMPILE_PRIORITY``), and a pod of it lost to a disruption (preempted
+by a serving pod, evicted) is run again without counting against the Job's backoffLimit.
 
 The compile loads untrusted input (a model source may be pickled weights, which run code when
 loaded), so its pod is hardened at least as the serving pods are: no Kubernetes API token, no
@@ -222,10 +224,22 @@ def build_compile_job(
             "backoffLimit": dep.spec.compile.backoff_limit,
             "activeDeadlineSeconds": dep.spec.compile.timeout_seconds,
             "ttlSecondsAfterFinished": FINISHED_JOB_TTL_SECONDS,
+            # A pod failed by a disruption (preempted by a serving pod, evicted by a node drain or a
+            # consolidation) is replaced without counting against backoffLimit: that is for compiles
+            # that fail by themselves, and a long compile lost to its node is no such failure. The
+            # kubelet's eviction of a pod over its own disk limit or /tmp sizeLimit sets no
+            # DisruptionTarget (kubelet eviction_manager.go: only node-pressure evictions do): it
+            # still counts. (The API server accepts a pod failure policy only with restartPolicy Never.)
+            "podFailurePolicy": {
+                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+            },
             "template": {
                 "metadata": {"labels": dict(labels)},
                 "spec": {
                     "restartPolicy": "Never",
+                    # Never preempts (a placeholder's spare Inf2 capacity is the serving pods'); see
+                    # builders.COMPILE_PRIORITY.
+                    "priorityClassName": config.priority_classes.compile,
                     **({"serviceAccountName": service_account} if service_account else {}),
                     # The compile never calls the Kubernetes API: a model that runs code when
                     # loaded gets no token to call it with, nor the namespace's Services' addresses.
