@@ -179,7 +179,7 @@ async def test_a_scale_up_under_way_at_sigterm_is_applied_with_its_event_by_the_
     before = events_of(harness, namespace, name)
 
     assert harness.context is not None
-    in_slow_read = slow_once(harness.context.reconciler, "observe", lambda dep, memory: dep.spec.scaling.replicas == 2)
+    in_slow_read = slow_once(harness.context.reconciler, "observe", lambda dep, *_: dep.spec.scaling.replicas == 2)
     await harness.scale(namespace, name, 2)
     await harness.wait(in_slow_read.is_set, timeout=30, what="the reconcile of the scale-up in a slow read")
     await harness.stop()  # SIGTERM: Kopf's Event poster is cancelled at once
