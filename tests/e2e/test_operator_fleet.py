@@ -118,7 +118,13 @@ async def test_scale_up_promotes_warm_pods_then_refills_and_scale_down_drains(ha
     assert len(gone) == 4
     for uid in gone:
         roles = history.roles_of(uid)
-        assert roles[-1] == "draining" and "active" in roles, f"deleted without draining: {roles}"
+        # A serving pod is drained first. The pool may keep a demoted active and delete a standby on
+        # an emptier node instead (it served nothing): that frees the node, where the pods share nodes.
+        assert (roles[-1] == "draining" and "active" in roles) or roles == ["warm"], (
+            f"deleted without draining: {roles}"
+        )
+    # Kept on as few nodes as hold them (two replicas a node here), so that the others can go.
+    assert len({p["spec"].get("nodeName") for p in harness.pods(NS, name)}) == 2
     # The status follows the pods in the operator's next reconcile, so it is waited for. The drained
     # pods, counted as draining while they terminated, are gone: none is counted any more.
 
