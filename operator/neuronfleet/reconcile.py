@@ -77,6 +77,7 @@ from neuronfleet.planning.compile import (
     DanglingRecord,
     StoredArtifact,
     compile_request,
+    inherited_request,
     legacy_request,
     takes_over_legacy,
 )
@@ -301,6 +302,13 @@ class Reconciler:
             source_problem=problem,
             wanted_job_spec=wanted_job_spec(dep, self.settings.builder),
             dangling=found if isinstance(found, DanglingRecord) else None,
+            inherited=inherited_request(
+                dep.spec,
+                self.settings.artifact_store,
+                request.source_fingerprint,
+                image,
+                durable.artifact_image if durable is not None else None,
+            ),
         )
         return request, observed, None
 
@@ -341,6 +349,7 @@ class Reconciler:
                 self.account_reads,
                 self.job_event_reads,
                 serving_account(dep, self.settings.builder),
+                compiled.inherited if compiled is not None else None,
             )
         except ApiException as exc:
             if request is None:
@@ -392,7 +401,20 @@ class Reconciler:
                 job_republishes=jobs.republishes,
                 pod_refused=refused,
                 held_job_pods=jobs.held_pods,
+                job_inherited=jobs.inherited,
             )
+            if jobs.inherited and compiled.inherited is not None and compiled.stored is None:
+                # The operator before's compile of this very spec: its record, under its key, once
+                # written. Read only while its Job stands for this request's (an upgrade's compile).
+                try:
+                    legacy = await asyncio.to_thread(self.store.lookup, compiled.inherited)
+                except StoreUnavailable as exc:
+                    compile_error = str(exc)
+                else:
+                    served = durable.artifact if durable is not None else None
+                    image = durable.artifact_image if durable is not None else None
+                    taken = takes_over_legacy(legacy, served, image, compiled.request.image, jobs.phase)
+                    compiled = replace(compiled, stored=taken) if taken is not None else compiled
             if (
                 compiled.dangling is not None
                 and jobs.phase == "succeeded"

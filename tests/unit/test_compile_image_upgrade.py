@@ -1,24 +1,33 @@
 """The upgrade that put the compile image in the request key (a reviewer's finding: a new
 operator.modelServerImage never compiled again) compiles nothing by itself: a deployment's artifact
 recorded under the key of the operator before (no image in it) is taken over while the status says
-nothing else of its image, and a later image change still compiles."""
+nothing else of its image, and a later image change still compiles. Nor does it disturb that
+operator's compiles of the current spec (a reviewer's repros): one running at the upgrade is watched
+to its end and its artifact taken, and one it saw fail is not run again."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.artifacts.store import ArtifactStore
 from neuronfleet.kube.builders import BuilderConfig
+from neuronfleet.kube.jobs import build_compile_job, compile_job_name, wanted_job_spec
+from neuronfleet.planning import reconcile_plan
 from neuronfleet.planning.compile import (
+    CompileDecision,
+    CompileObservation,
     CompileRequest,
     StoredArtifact,
     compile_request,
+    compile_running,
     decide_compile,
     legacy_request,
 )
-from neuronfleet.planning.observation import StatusMemory
+from neuronfleet.planning.observation import DeploymentMemory, StatusMemory
+from neuronfleet.planning.reconcile_plan import ReconcilePlan, plan_reconcile
 from neuronfleet.reconcile import OperatorSettings, Reconciler
 from neuronserve.manifest import RequestRecord, manifest_sha256, revision
 
@@ -61,7 +70,7 @@ def _record(request: CompileRequest, store: Path) -> StoredArtifact:
     return StoredArtifact(cache_key, str(store / cache_key), manifest_sha256(manifest), "cpu")
 
 
-def _status(artifact: StoredArtifact, image: str | None = None) -> StatusMemory:
+def _status_section(artifact: StoredArtifact, image: str | None = None) -> dict[str, str]:
     section = {
         "uri": artifact.uri,
         "sha256": artifact.manifest_sha256,
@@ -71,7 +80,11 @@ def _status(artifact: StoredArtifact, image: str | None = None) -> StatusMemory:
     }
     if image is not None:
         section["compileImage"] = image
-    return StatusMemory.from_status({"artifact": section})
+    return section
+
+
+def _status(artifact: StoredArtifact, image: str | None = None) -> StatusMemory:
+    return StatusMemory.from_status({"artifact": _status_section(artifact, image)})
 
 
 async def _observe(dep: InferenceDeployment, store: Path, image: str, durable: StatusMemory) -> Any:
@@ -120,3 +133,165 @@ async def test_a_legacy_record_of_another_artifact_than_the_served_one_is_not_ta
     # Nor without a served artifact (a new deployment), nor for a spec naming its image (its key is kept).
     assert (await _observe(dep, store, CPU_BUILD, StatusMemory())).stored is None
     assert legacy_request(_deployment(source, image=CPU_BUILD).spec, str(store), "fp", CPU_BUILD) is None
+
+
+# ---- compiles under way or failed at the upgrade (a reviewer's repros) -------------------------
+
+
+class _JobsKube:
+    """A KubeApi holding the deployment's compile Jobs (each with a pod, running), no fleet pod and
+    no node: all an observation of the compile pipeline reads."""
+
+    def __init__(self, jobs: list[dict[str, Any]]) -> None:
+        self.jobs = jobs
+
+    async def list_jobs(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
+        return self.jobs
+
+    async def list_pods(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
+        if "job-name" in labels:
+            return [{"metadata": {"name": f"{labels['job-name']}-abcde"}, "status": {}}]
+        return []
+
+    async def list_nodes(self, fresh: bool = False) -> list[dict[str, Any]]:
+        return []
+
+    async def list_events(self, namespace: str, fields: Any) -> list[dict[str, Any]]:
+        return []
+
+    async def pod_log_tail(self, namespace: str, name: str, lines: int = 20) -> str:
+        return "neuronx-cc: out of memory"
+
+
+def _old_job(dep: InferenceDeployment, request: CompileRequest, phase: str) -> dict[str, Any]:
+    """The compile Job the operator before made for ``request`` (its builder is unchanged), in ``phase``."""
+    job = build_compile_job(dep, request, BuilderConfig(model_server_image=CPU_BUILD))
+    job["metadata"]["creationTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    conditions = {
+        "running": [],
+        "succeeded": [{"type": "Complete", "status": "True"}],
+        "failed": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "OOM"}],
+    }[phase]
+    job["status"] = {"active": 1 if phase == "running" else 0, "conditions": conditions}
+    return job
+
+
+async def _round(
+    dep: InferenceDeployment, store: Path, durable: StatusMemory, jobs: list[dict[str, Any]]
+) -> tuple[CompileDecision, tuple[Any, ...], CompileObservation]:
+    """One reconcile's observation (the store, the Jobs) and its compile plan, by the new operator."""
+    settings = OperatorSettings(artifact_store=str(store), builder=BuilderConfig(model_server_image=CPU_BUILD))
+    reconciler = Reconciler(_JobsKube(jobs), ArtifactStore(), settings)  # type: ignore[arg-type]
+    observation = await reconciler.observe(dep, DeploymentMemory(), durable)
+    assert observation.compile_error is None and observation.compile is not None
+    decision, actions, _ = reconcile_plan._compile(dep, observation, durable, [])
+    return decision, actions, observation.compile
+
+
+async def _plan(
+    dep: InferenceDeployment, store: Path, durable: StatusMemory, jobs: list[dict[str, Any]]
+) -> ReconcilePlan:
+    """One reconcile's whole plan (its status too), by the new operator."""
+    settings = OperatorSettings(artifact_store=str(store), builder=BuilderConfig(model_server_image=CPU_BUILD))
+    reconciler = Reconciler(_JobsKube(jobs), ArtifactStore(), settings)  # type: ignore[arg-type]
+    observation = await reconciler.observe(dep, DeploymentMemory(), durable)
+    return plan_reconcile(dep, observation, DeploymentMemory(), durable, settings.fleet, lambda _: "template")
+
+
+async def test_a_compile_running_at_the_upgrade_is_watched_to_its_end_and_its_artifact_taken(tmp_path: Path) -> None:
+    source, store = tmp_path / "model.pt", tmp_path / "store"
+    source.write_bytes(b"weights")
+    dep = _deployment(source)
+    legacy = legacy_request(dep.spec, str(store), ArtifactStore().fingerprint(str(source)), CPU_BUILD)
+    assert legacy is not None
+    old_name = compile_job_name(dep.name, legacy)
+    # A new deployment's first compile (an hour for a large model), started by the operator before:
+    # running at the upgrade, no artifact in the status yet.
+    decision, actions, observed = await _round(dep, store, StatusMemory(), [_old_job(dep, legacy, "running")])
+    assert actions == (), "a running compile of this very spec was deleted or started again at the upgrade"
+    assert (decision.reason, observed.job_name, compile_running(observed)) == ("Compiling", old_name, True)
+
+    # It succeeds, its record written under its key: taken, nothing compiled again, the image said.
+    artifact = _record(legacy, store)
+    plan = await _plan(dep, store, StatusMemory(), [_old_job(dep, legacy, "succeeded")])
+    assert plan.compile_actions == ()
+    assert plan.compile_succeeded == artifact
+    assert plan.status["artifact"]["uri"] == artifact.uri
+    assert plan.status["artifact"]["compileImage"] == CPU_BUILD
+
+
+async def test_a_compile_finished_before_the_old_operator_wrote_the_status_is_taken(tmp_path: Path) -> None:
+    source, store = tmp_path / "model.pt", tmp_path / "store"
+    source.write_bytes(b"weights")
+    dep = _deployment(source)
+    legacy = legacy_request(dep.spec, str(store), ArtifactStore().fingerprint(str(source)), CPU_BUILD)
+    assert legacy is not None
+    artifact = _record(legacy, store)
+    # The old operator's Job wrote its record; the operator stopped before writing status.artifact.
+    decision, actions, _ = await _round(dep, store, StatusMemory(), [_old_job(dep, legacy, "succeeded")])
+    assert (actions, decision.reason, decision.serve) == ((), "ArtifactReady", artifact)
+
+
+async def test_the_old_operators_job_is_taken_only_while_the_status_names_no_image(tmp_path: Path) -> None:
+    source, store = tmp_path / "model.pt", tmp_path / "store"
+    source.write_bytes(b"weights")
+    dep = _deployment(source)
+    legacy = legacy_request(dep.spec, str(store), ArtifactStore().fingerprint(str(source)), CPU_BUILD)
+    assert legacy is not None
+    _record(legacy, store)
+    other = StoredArtifact("f" * 64, str(store / ("f" * 64)), "0" * 64, "cpu")
+    # The status names the image of what it serves (written by this operator): a Job of the legacy
+    # key is no Job of this request; its record is not taken, and this request's Job is started.
+    decision, actions, observed = await _round(
+        dep, store, _status(other, NEURON_BUILD), [_old_job(dep, legacy, "succeeded")]
+    )
+    assert observed.stored is None and decision.create_job
+    assert observed.job_name == compile_job_name(dep.name, observed.request)
+    # Nor another spec's Job of the operator before (another source): superseded, as any.
+    spec = dep.spec.model_copy(update={"model": dep.spec.model.model_copy(update={"source": str(tmp_path / "old.pt")})})
+    older = legacy_request(spec, str(store), None, CPU_BUILD)
+    assert older is not None
+    _, actions, _ = await _round(dep, store, StatusMemory(), [_old_job(dep, older, "running")])
+    names = {(type(a).__name__, a.name) for a in actions}
+    assert names == {
+        ("StartCompileJob", compile_job_name(dep.name, observed.request)),
+        ("DeleteCompileJob", compile_job_name(dep.name, older)),
+    }
+
+
+async def test_a_compile_failed_before_the_upgrade_is_not_run_again(tmp_path: Path) -> None:
+    source, store = tmp_path / "model.pt", tmp_path / "store"
+    source.write_bytes(b"weights")
+    dep = _deployment(source)
+    config = BuilderConfig(model_server_image=CPU_BUILD)
+    legacy = legacy_request(dep.spec, str(store), ArtifactStore().fingerprint(str(source)), CPU_BUILD)
+    assert legacy is not None
+    # The operator before remembered the failure (its key / the job spec key); Kubernetes deleted
+    # the failed Job a day later; no artifact served yet.
+    attempt = f"{legacy.key}/{wanted_job_spec(dep, config)}"
+    failed = {"compileFailure": {"attempt": attempt, "message": "neuronx-cc OOM"}}
+    decision, actions, observed = await _round(dep, store, StatusMemory.from_status(failed), [])
+    assert (actions, decision.reason) == ((), "CompileFailed")
+    assert "neuronx-cc OOM" in decision.message
+    # Remembered as this request's attempt from then on.
+    assert decision.failure is not None and decision.failure.attempt == observed.attempt
+    # Still the case with its Job kept (failed): not replaced, its failure said.
+    decision, actions, _ = await _round(dep, store, StatusMemory.from_status(failed), [_old_job(dep, legacy, "failed")])
+    assert (actions, decision.reason) == ((), "CompileFailed")
+    # A status naming an image is this operator's: a failure under the legacy key is another request's.
+    named = {**failed, "artifact": _status_section(StoredArtifact("f" * 64, "/x", "0" * 64, "cpu"), NEURON_BUILD)}
+    decision, _, _ = await _round(dep, store, StatusMemory.from_status(named), [])
+    assert decision.create_job
+
+
+async def test_the_old_operators_job_succeeded_without_its_record_names_the_record_it_was_to_write(
+    tmp_path: Path,
+) -> None:
+    source, store = tmp_path / "model.pt", tmp_path / "store"
+    source.write_bytes(b"weights")
+    dep = _deployment(source)
+    legacy = legacy_request(dep.spec, str(store), ArtifactStore().fingerprint(str(source)), CPU_BUILD)
+    assert legacy is not None
+    decision, actions, observed = await _round(dep, store, StatusMemory(), [_old_job(dep, legacy, "succeeded")])
+    assert (actions, decision.reason) == ((), "ArtifactMissing")
+    assert legacy.record_uri in decision.message and observed.request.record_uri not in decision.message

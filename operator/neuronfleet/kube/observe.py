@@ -80,6 +80,9 @@ class CompileJobs:
     held_pods: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: The current request's Job's uid (None: no Job).
     uid: str | None = None
+    #: The Job observed (``name``) is the inherited legacy request's, made by the operator before
+    #: (:func:`~neuronfleet.planning.compile.inherited_request`).
+    inherited: bool = False
 
 
 @dataclass(frozen=True)
@@ -396,16 +399,25 @@ async def observe_compile_jobs(
     now: datetime | None = None,
     accounts: AccountReads | None = None,
     events: JobEventReads | None = None,
+    inherited: CompileRequest | None = None,
 ) -> CompileJobs:
     """One list of the deployment's compile Jobs: the current request's state and the running ones.
 
     ``now`` (the reconcile's clock, which stamps the Jobs' creation in the sandbox) ages a running
     Job that has no pod; without it such a Job is not reported as refused. ``accounts`` and
     ``events``: the operator's recent answers about ServiceAccounts and Jobs' FailedCreate Events
-    (None: such a Job's are read every time).
+    (None: such a Job's are read every time). ``inherited``: a legacy request whose Job, running or
+    finished, is reported as the current request's when the current request has none (so it is
+    neither superseded nor made again); one being deleted is not (the current request's is made).
     """
     name = compile_job_name(deployment, request)
     jobs: list[Obj] = await kube.list_jobs(namespace, compile_job_selector(deployment))
+    found = {job["metadata"]["name"]: job_phase(job)[0] for job in jobs}
+    adopted = False
+    if inherited is not None and name not in found:
+        legacy_name = compile_job_name(deployment, inherited)
+        if found.get(legacy_name) in ("running", "succeeded", "failed"):
+            name, adopted = legacy_name, True
     phase: JobPhase = "absent"
     message = ""
     job_spec = None
@@ -443,6 +455,7 @@ async def observe_compile_jobs(
         failed_create,
         tuple(sorted(held)),
         None if current is None else current["metadata"].get("uid"),
+        adopted,
     )
 
 
@@ -490,9 +503,10 @@ async def observe_cluster(
     accounts: AccountReads | None = None,
     events: JobEventReads | None = None,
     placeholder_account: str | None = None,
+    inherited: CompileRequest | None = None,
 ) -> ClusterObservation:
     """The fleet's pods (those ``owner_uid`` controls), their timelines and (with a ``request``) the
-    compile Jobs, as of ``now`` (the reconcile's clock); ``accounts``, ``events``: see
+    compile Jobs, as of ``now`` (the reconcile's clock); ``accounts``, ``events``, ``inherited``: see
     :func:`observe_compile_jobs`; ``placeholder_account``: see :func:`parse_pod`."""
     labelled = [
         pod
@@ -511,7 +525,7 @@ async def observe_cluster(
     zones = {node["metadata"]["name"]: (node["metadata"].get("labels") or {}).get(LABEL_ZONE, "") for node in nodes}
     jobs = None
     if request is not None:
-        jobs = await observe_compile_jobs(kube, namespace, deployment, request, now, accounts, events)
+        jobs = await observe_compile_jobs(kube, namespace, deployment, request, now, accounts, events, inherited)
     return ClusterObservation(
         pods=tuple(parse_pod(pod, names, node_zones=zones, placeholder_account=placeholder_account) for pod in pods),
         foreign_pod_names=foreign,

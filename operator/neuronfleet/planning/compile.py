@@ -107,7 +107,8 @@ def legacy_request(
     compile image (its key held no image at all); None for a spec naming one (its key is unchanged).
 
     Its record is what that operator's Jobs left; read only to take over the artifact a deployment
-    already serves (:func:`takes_over_legacy`), so that the upgrade compiles nothing.
+    already serves, or the one its Job of that key stored (:func:`takes_over_legacy`), so that the
+    upgrade compiles nothing.
     """
     if spec.compile.image:
         return None
@@ -116,6 +117,25 @@ def legacy_request(
     return CompileRequest(
         key[:REQUEST_KEY_LENGTH], store, spec.model.source, source_fingerprint, spec.compile.image or default_image
     )
+
+
+def inherited_request(
+    spec: InferenceDeploymentSpec,
+    default_store: str,
+    source_fingerprint: str | None,
+    default_image: str,
+    status_image: str | None,
+) -> CompileRequest | None:
+    """The legacy request (:func:`legacy_request`) of this very spec and source whose compile Job and
+    remembered failure stand for the current request's: only while the status names no compile image
+    (``status_image``: written by an operator from before ``status.artifact.compileImage``, or nothing
+    served yet), so an upgrade neither deletes and restarts a compile the operator before left running
+    nor runs again one it saw fail. Once the status names an image, this operator wrote it: a Job or a
+    failure under the legacy key is none of the current request's (the image may have changed since).
+    """
+    if status_image is not None:
+        return None
+    return legacy_request(spec, default_store, source_fingerprint, default_image)
 
 
 #: An InferenceDeployment annotation whose every new value retries a failed compile of the same spec.
@@ -185,32 +205,43 @@ class DanglingRecord:
         )
 
 
+#: ``removing``: the Job has a deletionTimestamp (deleted, and kept by a finalizer until its
+#: controller lets it go). Not running: never deleted again; its name is taken until it is gone. Its
+#: pods are (:attr:`CompileObservation.held_job_pods`).
+JobPhase = Literal["absent", "running", "succeeded", "failed", "removing"]
+
+
 def takes_over_legacy(
     found: StoredArtifact | DanglingRecord | None,
     served: StoredArtifact | None,
     served_image: str | None,
     image: str,
+    legacy_job: JobPhase = "absent",
 ) -> StoredArtifact | None:
     """The artifact a legacy request record (:func:`legacy_request`) names, taken for the current
     request when the current request has no record of its own; None when it is not to be.
 
-    Only the artifact the status says is served (same cache key, URI and manifest): the deployment's
+    The artifact the status says is served (same cache key, URI and manifest): the deployment's
     own compile of this very spec and source. And only while the status says it was compiled by the
     image that compiles now, or says nothing of it (written before ``status.artifact.compileImage``:
     the upgrade that brings the field is taken to have kept the image). So an upgrade that keeps the
     image compiles nothing, and a later image change still compiles again.
+
+    Or the artifact the compile Job of that legacy key stored (``legacy_job``: its phase, taken for
+    the current request's Job by :func:`inherited_request`, so while the status names no image): a
+    compile the operator before started for this very spec and source, running at the upgrade and
+    succeeded since, or finished before that operator wrote the status. Running counts, as it does
+    for a moment after the Job writes its record (which it writes last).
     """
-    if not isinstance(found, StoredArtifact) or served is None or found != served:
+    if not isinstance(found, StoredArtifact):
+        return None
+    if served_image is None and legacy_job in ("running", "succeeded"):
+        return found
+    if served is None or found != served:
         return None
     if served_image is not None and served_image != image:
         return None
     return found
-
-
-#: ``removing``: the Job has a deletionTimestamp (deleted, and kept by a finalizer until its
-#: controller lets it go). Not running: never deleted again; its name is taken until it is gone. Its
-#: pods are (:attr:`CompileObservation.held_job_pods`).
-JobPhase = Literal["absent", "running", "succeeded", "failed", "removing"]
 
 
 @dataclass(frozen=True)
@@ -245,11 +276,30 @@ class CompileObservation:
     #: Each compile Job being deleted that another controller's finalizer holds, with the live pods
     #: it controls (by uid): deleted on every reconcile until none is left.
     held_job_pods: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: The legacy request whose Job and failure stand for this one's (:func:`inherited_request`).
+    inherited: CompileRequest | None = None
+    #: The observed Job (``job_name``) is the inherited request's, this request's being absent.
+    job_inherited: bool = False
 
     @property
     def attempt(self) -> str:
         """This request with this Job spec: what a remembered failure is matched against."""
         return f"{self.request.key}/{self.wanted_job_spec}"
+
+    @property
+    def job_record_uri(self) -> str:
+        """The request record the observed Job writes: its own request's (the inherited one's)."""
+        if self.job_inherited and self.inherited is not None:
+            return self.inherited.record_uri
+        return self.request.record_uri
+
+    @property
+    def attempts(self) -> tuple[str, ...]:
+        """The attempts a remembered failure is this request's under: :attr:`attempt`, and the
+        inherited legacy request's (the operator before remembered it so)."""
+        if self.inherited is None:
+            return (self.attempt,)
+        return (self.attempt, f"{self.inherited.key}/{self.wanted_job_spec}")
 
 
 @dataclass(frozen=True)
@@ -433,7 +483,7 @@ def _decide(observed: CompileObservation, previous: StoredArtifact | None) -> Co
         failure = CompileFailure(observed.attempt, message)
         return CompileDecision(False, previous, "False", Reason.COMPILE_FAILED, message, failure=failure)
     failed = observed.failed_before
-    if absent and failed is not None and failed.attempt == observed.attempt:
+    if absent and failed is not None and failed.attempt in observed.attempts:
         # Kubernetes deleted the failed Job (ttlSecondsAfterFinished): running it again would fail
         # the same way, at the same cost, every day.
         return CompileDecision(
@@ -443,7 +493,9 @@ def _decide(observed: CompileObservation, previous: StoredArtifact | None) -> Co
             Reason.COMPILE_FAILED,
             f"{failed.message} (to run it again: change spec.compile, or set the "
             f"{ANNOTATION_COMPILE_RETRY} annotation to a new value)",
-            failure=failed,
+            # Under this request's attempt: one remembered by the operator before (its legacy key)
+            # stays this request's once the status names an image.
+            failure=replace(failed, attempt=observed.attempt),
         )
     dangling = observed.dangling
     if observed.job_phase == "succeeded" and dangling is not None:
@@ -476,9 +528,7 @@ def _decide(observed: CompileObservation, previous: StoredArtifact | None) -> Co
         if observed.job_spec is not None and observed.job_spec != observed.wanted_job_spec:
             # Its name is the request's and Kubernetes keeps it a day: left there, it would stand for
             # this request, and neither a changed spec.compile nor the retry annotation would run again.
-            return _replacing_earlier_job(
-                observed, previous, f"succeeded without writing {observed.request.record_uri},"
-            )
+            return _replacing_earlier_job(observed, previous, f"succeeded without writing {observed.job_record_uri},")
         # The Job ended well but left no record: the store and the Job disagree. Not a retry loop:
         # report it, as a failure, and keep serving what was there until a retry is asked.
         return CompileDecision(
@@ -486,7 +536,7 @@ def _decide(observed: CompileObservation, previous: StoredArtifact | None) -> Co
             previous,
             "False",
             Reason.ARTIFACT_MISSING,
-            f"compile Job {observed.job_name} succeeded but {observed.request.record_uri} is missing: check that "
+            f"compile Job {observed.job_name} succeeded but {observed.job_record_uri} is missing: check that "
             "the Job and the operator use the same artifact store and that it keeps what the Job writes; to "
             f"compile it again set the {ANNOTATION_COMPILE_RETRY} annotation to a new value (or change spec.compile)",
         )
