@@ -14,6 +14,19 @@ used core, and the copies of a bucket are loaded one after another so that they 
 cores. A CPU artifact is loaded once and runs one batch at a time: CPU torch already spreads one
 batch over every CPU thread. Not yet run on Inf2 hardware (no accelerator where this was written):
 the placement calls follow the torch-neuronx documentation and are tested against a stand-in.
+
+One failed NeuronCore of several: a batch that fails on a copy runs again on another copy in
+rotation. If it succeeds there, the input was sound and the failure was the first copy's: it costs
+that copy a strike, and the client gets its answer. ``COPY_OUT_AFTER`` strikes in a row (a success
+on the copy ends the run) take the copy out of rotation until the process restarts (logged; the
+server exports ``copies_out``): its batches go to the others. A batch that fails on both copies is
+the input's or the whole device's: it fails alone as on one copy, and the server's device check
+(``neuronserve.health``) decides. The last copy in rotation is never taken out: when it fails too,
+every request fails and the device is failed (not ready, then not live) as with a single copy.
+Without the retry, with copies handed out in turn, one failed core failed every other request and
+each success between ended the run of failures the device check waits for: the replica stayed
+ready. A bad input costs one more run (on a second copy) per failing run; a CPU artifact (one copy)
+runs nothing twice.
 """
 
 from __future__ import annotations
@@ -23,7 +36,7 @@ import functools
 import importlib
 import logging
 import os
-import queue
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -37,6 +50,9 @@ import torch
 from neuronserve.manifest import Bucket, Manifest
 
 log = logging.getLogger("neuronserve.backend")
+
+#: Failures in a row of a copy, each on a batch another copy then ran, after which it leaves rotation.
+COPY_OUT_AFTER = 3
 
 
 class LoadError(Exception):
@@ -139,11 +155,13 @@ class ModelRunner:
         self._dtypes = [getattr(torch, sig.dtype) for sig in manifest.inputs]
         self._pads = [sig.pad_value for sig in manifest.inputs]
         self.bucket_seconds: dict[Bucket, float] = {}
-        # The copies not executing now. One execution per copy at a time (a NeuronCore, or the CPU
-        # threads, runs one batch), whichever thread calls; a caller waits here for a free copy.
-        self._free: queue.SimpleQueue[int] = queue.SimpleQueue()
-        for index in range(copies):
-            self._free.put(index)
+        # The copies in rotation not executing now, in the order they were freed (handed out in
+        # turn). One execution per copy at a time (a NeuronCore, or the CPU threads, runs one
+        # batch), whichever thread calls; a caller waits on ``_changed`` for a free copy.
+        self._free: list[int] = list(range(copies))
+        self._changed = threading.Condition()
+        self._strikes = [0] * copies  # failures in a row on batches another copy ran
+        self._out: set[int] = set()  # taken out of rotation
 
     @staticmethod
     def _load(directory: Path, bucket: Bucket) -> Any:
@@ -197,10 +215,59 @@ class ModelRunner:
         bucket = self.manifest.bucket_for(rows, sequence)
         return self.bucket_seconds.get(bucket) if bucket is not None else None
 
+    @property
+    def copies_out(self) -> list[int]:
+        """The copies (NeuronCores, relative to the visible ones) taken out of rotation."""
+        with self._changed:
+            return sorted(self._out)
+
     def execute(self, bucket: Bucket, arrays: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.float32]:
-        """Run one bucket on inputs already padded to its exact shape, on a free copy of the model."""
-        with self._copy() as modules:
-            return self._execute_on(modules, bucket, arrays)
+        """Run one bucket on inputs already padded to its exact shape, on a free copy of the model;
+        if it fails there, again on another copy in rotation (see the module's docstring)."""
+        with self._copy() as index:
+            assert index is not None  # without ``besides`` a copy always comes (the last one is never out)
+            try:
+                result = self._execute_on(self._copies[index], bucket, arrays)
+            except Exception as exc:
+                failed, error = index, exc
+            else:
+                self._struck(index, None)
+                return result
+        with self._copy(besides=failed) as other:
+            if other is None:
+                raise error  # the only copy in rotation (a CPU artifact's one)
+            # Failing here too, it is the input's or the device's: raised, and no copy is blamed.
+            result = self._execute_on(self._copies[other], bucket, arrays)
+            self._struck(other, None)
+        self._struck(failed, error)
+        return result
+
+    def _struck(self, index: int, error: Exception | None) -> None:
+        """Count a failure of copy ``index`` on a batch another copy ran (or, None, end its run on a
+        success); take it out of rotation at COPY_OUT_AFTER, unless it is the last one in."""
+        with self._changed:
+            if error is None:
+                self._strikes[index] = 0
+                return
+            self._strikes[index] += 1
+            if self._strikes[index] < COPY_OUT_AFTER or index in self._out:
+                return
+            if len(self._copies) - len(self._out) <= 1:
+                return
+            self._out.add(index)
+            with contextlib.suppress(ValueError):
+                self._free.remove(index)
+            self._changed.notify_all()  # a retry waiting for a copy besides the last other one stops waiting
+            left = len(self._copies) - len(self._out)
+        log.error(
+            "NeuronCore copy %d failed %d batches in a row that another copy then ran (%s): out of rotation "
+            "until the process restarts; serving on %d of %d copies",
+            index,
+            COPY_OUT_AFTER,
+            str(error).strip().splitlines()[-1][:300] if str(error).strip() else type(error).__name__,
+            left,
+            len(self._copies),
+        )
 
     def _execute_on(
         self, modules: dict[Bucket, Any], bucket: Bucket, arrays: Sequence[npt.NDArray[Any]]
@@ -212,13 +279,28 @@ class ModelRunner:
         return result
 
     @contextlib.contextmanager
-    def _copy(self) -> Iterator[dict[Bucket, Any]]:
-        """A free copy's modules, held until the block ends (waits for one if all are executing)."""
-        index = self._free.get()
+    def _copy(self, besides: int | None = None) -> Iterator[int | None]:
+        """A free copy in rotation (not ``besides``), held until the block ends (waits for one if
+        all are executing); the longest free first, so that copies are handed out in turn. None
+        (when ``besides`` is given) if no other copy is in rotation."""
+        with self._changed:
+            while not (choices := [i for i in self._free if i != besides]):
+                if besides is not None and not set(range(len(self._copies))) - self._out - {besides}:
+                    break
+                self._changed.wait()
+            index = choices[0] if choices else None
+            if index is not None:
+                self._free.remove(index)
+        if index is None:
+            yield None
+            return
         try:
-            yield self._copies[index]
+            yield index
         finally:
-            self._free.put(index)
+            with self._changed:
+                if index not in self._out:
+                    self._free.append(index)
+                self._changed.notify_all()
 
     def run(self, requests: Sequence[Sequence[npt.NDArray[Any]]]) -> tuple[list[npt.NDArray[np.float32]], Bucket]:
         """Pad several requests (each: one [rows, seq] array per input) into one bucket and run it.

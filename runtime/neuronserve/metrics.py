@@ -38,6 +38,9 @@ and role labels are added by Prometheus relabeling from pod labels, never by the
 - ``neuronserve_device_cores``: how many batches the device executes at once (a model runner: its
   copies, one per NeuronCore of a Neuron artifact, 1 on CPU; the emulated device: its profile's
   NeuronCores), the busy ratio's 1.0; 1 until a model is loaded.
+- ``neuronserve_device_cores_out``: copies of a model runner's model (NeuronCores) taken out of
+  rotation, each having failed batches in a row that another copy then ran (a failed core); the
+  replica serves on the others, fewer batches at once, until it restarts. 0 on CPU and emulated.
 - ``neuronserve_device_info{device,profile,emulated}``: 1, saying what executes the batches:
   ``device="cpu"`` or ``"neuron"`` (the artifact's backend) or ``"emulated-neuroncore"`` with
   ``emulated="true"`` and the Inf2 profile whose service times it reproduces.
@@ -239,6 +242,13 @@ class ServerMetrics:
             registry=r,
         )
         self.device_cores.set_function(lambda: busy.capacity)
+        self.device_cores_out = Gauge(
+            "neuronserve_device_cores_out",
+            "Copies of the model (NeuronCores) taken out of rotation: each failed batches in a row that "
+            "another copy then ran; the replica serves on the others until it restarts.",
+            registry=r,
+        )
+        self.device_cores_out.set(0)
         self.device_info = Gauge(
             "neuronserve_device_info",
             "What executes the batches (emulated=true: no model runs, service times from an Inf2 profile).",

@@ -193,10 +193,17 @@ class ServerState:
             batch_sizes=manifest.batch_sizes,
         )
         self.metrics.busy.capacity = self.batcher.parallel
+        self.metrics.device_cores_out.set_function(lambda: self.cores_out)
         self.batcher.start()
         self.phase = "ready"
         self.accepting = True
         self.metrics.ready.set(1)
+
+    @property
+    def cores_out(self) -> int:
+        """Copies of the model (NeuronCores) its runner took out of rotation (see ``backend``)."""
+        runner = self.batcher.runner if self.batcher is not None else None
+        return len(getattr(runner, "copies_out", ()))
 
     @property
     def serving(self) -> bool:
@@ -546,6 +553,7 @@ async def ready(request: web.Request) -> web.Response:
             "phase": state.reported_phase,
             "device": state.device["device"],
             "emulated": state.device["emulated"],
+            "cores_out": state.cores_out,
         },
         status=200 if ok else 503,
     )

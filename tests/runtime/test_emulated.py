@@ -122,6 +122,7 @@ def test_it_says_emulated_everywhere_and_loads_no_torch(serve_process: Any) -> N
         "phase": "ready",
         "device": "emulated-neuroncore",
         "emulated": True,
+        "cores_out": 0,
     }
     status, _, meta = http_json(process.url, "GET", "/v2/models/embedder")
     assert status == 200

@@ -36,7 +36,9 @@ from neuronserve.batcher import Batcher
 from neuronserve.manifest import Manifest
 from neuronserve.metrics import BusyTracker, ServerMetrics
 from neuronserve.protocol import InferRequest
+from neuronserve.server import ServeConfig
 from neuronserve.store import fetch_artifact
+from runtime_support import LiveServer, http_json, scrape_metrics, wait_for
 
 #: Long enough for a loaded machine; a runner that serializes its executions fails here instead.
 BARRIER_SECONDS = 10.0
@@ -308,3 +310,115 @@ async def test_the_batcher_runs_as_many_batches_at_once_as_the_runner_has_copies
     assert [int(r[0, 0]) for r in results] == list(range(expected + 2))
     assert await batcher.drain(5.0)
     assert runner.most == expected
+
+
+# One failed NeuronCore of a multi-core replica (a reviewer's repro, on the real ModelRunner): its
+# copy raised the Neuron runtime's error on every batch handed to it, every other request got 500
+# (counted model_error: each succeeded request reset the run of failures the device check waits
+# for) and the replica stayed ready and live.
+NC_ERROR = "nrt_execute status=1006 (NRT_EXEC_HW_ERR_NC_UE): uncorrectable NeuronCore error"
+
+
+class BrokenCores:
+    """Makes the stand-in's copies on ``cores`` raise the Neuron runtime's error on every run."""
+
+    def __init__(self, stand_in: NeuronStandIn, cores: set[int]) -> None:
+        self.cores = cores
+        self.stand_in = stand_in
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        real_call = PlacedCopy.__call__
+
+        def call(copy: PlacedCopy, *tensors: torch.Tensor) -> torch.Tensor:
+            if copy.core in self.cores:
+                self.stand_in.executions.append(copy.core)
+                raise RuntimeError(NC_ERROR)
+            return real_call(copy, *tensors)
+
+        monkeypatch.setattr(PlacedCopy, "__call__", call)
+
+
+def _infer_body(first_id: int) -> bytes:
+    return json.dumps(
+        {
+            "inputs": [
+                {"name": "input_ids", "shape": [1, 3], "datatype": "INT64", "data": [first_id, 2, 3]},
+                {"name": "attention_mask", "shape": [1, 3], "datatype": "INT64", "data": [1, 1, 1]},
+            ]
+        }
+    ).encode()
+
+
+def _runner_with_broken_cores(
+    neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch, cores: set[int]
+) -> tuple[ModelRunner, NeuronStandIn]:
+    manifest, directory = neuron_artifact
+    _neuron_env(monkeypatch, "0-1")
+    stand_in = _stand_in(monkeypatch)
+    runner = ModelRunner(manifest, directory)
+    runner.warm(repeats=1, min_seconds=0.0)
+    BrokenCores(stand_in, cores).install(monkeypatch)
+    stand_in.executions.clear()
+    return runner, stand_in
+
+
+def test_one_failed_core_of_two_is_taken_out_of_rotation_and_its_requests_go_to_the_other(
+    neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    runner, stand_in = _runner_with_broken_cores(neuron_artifact, monkeypatch, {1})
+    config = ServeConfig(max_batch_delay_ms=0, device_suspect_after=3, device_restart_seconds=0.5)
+    manifest = neuron_artifact[0]
+    with caplog.at_level(logging.WARNING, logger="neuronserve.backend"), LiveServer(manifest, runner, config) as server:
+        codes = [
+            http_json(server.url, "POST", f"/v2/models/{manifest.name}/infer", _infer_body(3 + i))[0] for i in range(40)
+        ]
+        ready_status, _, ready = http_json(server.url, "GET", "/v2/health/ready")
+        live_status = http_json(server.url, "GET", "/v2/health/live")[0]
+        metrics = scrape_metrics(server.url)
+    # The batches core 1 failed ran again on core 0: no client saw its failure.
+    assert codes == [200] * 40
+    assert metrics["neuronserve_requests_total{outcome=ok}"] == 40
+    assert metrics["neuronserve_requests_total{outcome=model_error}"] == 0
+    # Out of rotation after COPY_OUT_AFTER failures in a row that core 0 ran: no batch goes to it since.
+    assert stand_in.executions.count(1) == backend.COPY_OUT_AFTER
+    assert runner.copies_out == [1]
+    assert metrics["neuronserve_device_cores_out"] == 1
+    assert ready_status == 200 and ready["cores_out"] == 1 and live_status == 200
+    assert "NeuronCore copy 1" in caplog.text and "out of rotation" in caplog.text
+
+
+def test_a_bad_input_on_two_sound_cores_stays_a_model_error_and_takes_no_core_out(
+    neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner, _ = _runner_with_broken_cores(neuron_artifact, monkeypatch, set())
+    config = ServeConfig(max_batch_delay_ms=0, device_suspect_after=100, device_restart_seconds=0.5)
+    manifest = neuron_artifact[0]
+    infer = f"/v2/models/{manifest.name}/infer"
+    with LiveServer(manifest, runner, config) as server:
+        # Bad requests (an id past the embedding table) in a row, between good ones: each fails on
+        # one copy and then on the other, which must count against neither.
+        ids = [3, 500, 500, 500, 500, 3] * 2
+        codes = [http_json(server.url, "POST", infer, _infer_body(first))[0] for first in ids]
+        metrics = scrape_metrics(server.url)
+    assert codes == [200 if first == 3 else 500 for first in ids]
+    assert metrics["neuronserve_requests_total{outcome=model_error}"] == 8
+    assert runner.copies_out == []
+    assert metrics["neuronserve_device_cores_out"] == 0
+
+
+def test_when_every_core_has_failed_the_device_fails_as_with_one(
+    neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner, _ = _runner_with_broken_cores(neuron_artifact, monkeypatch, {0, 1})
+    config = ServeConfig(max_batch_delay_ms=0, device_suspect_after=3, device_restart_seconds=0.5)
+    manifest = neuron_artifact[0]
+    with LiveServer(manifest, runner, config) as server:
+        codes = [
+            http_json(server.url, "POST", f"/v2/models/{manifest.name}/infer", _infer_body(3))[0] for _ in range(3)
+        ]
+        assert codes == [500] * 3
+        wait_for(lambda: http_json(server.url, "GET", "/v2/health/ready")[0] == 503, 20, "readiness to turn false")
+        assert http_json(server.url, "GET", "/v2/health/ready")[2]["phase"] == "device_failed"
+        wait_for(lambda: http_json(server.url, "GET", "/v2/health/live")[0] == 503, 20, "liveness to turn false")
+    # Neither core ran a batch the other did not fail: both stay in rotation (nothing to prefer).
+    assert runner.copies_out == []

@@ -63,6 +63,7 @@ def test_health_and_metadata(live_server: LiveServer) -> None:
         "phase": "ready",
         "device": "cpu",
         "emulated": False,
+        "cores_out": 0,
     }
     status, _, meta = http_json(live_server.url, "GET", f"/v2/models/{MODEL_NAME}")
     assert status == 200
