@@ -1,20 +1,24 @@
 """Telling a failed device from requests the model cannot run: the state behind readiness and liveness.
 
 A request the model raises on is retried alone (the batcher splits a failing batch), so one bad
-input costs that request only and the others of its batch succeed. A failed device (an NRT error,
-a NeuronCore that stopped answering) makes every request fail alone, which looked the same, request
-by request. The sign is a run: ``suspect_after`` requests in a row failed alone with no success
-between them. The server then runs a request known to be good (the warm-up input, which ran at
-start in every bucket) through the batcher, at the shape of the last request that failed alone (so
-in its bucket): if it fails too, the device has failed (``failed``): the server reports not ready
-and counts further failures as errors, and runs that check again every
-``SELF_TEST_SECONDS``; once the device has been failed ``restart_after`` seconds it reports not live,
-so that the kubelet restarts the process (the Neuron runtime initializes the device again at start).
-Any request that succeeds, a check included, ends the run. The failure ends only after
-``recover_after`` successes in a row (by default as many as ``suspect_after``): a device that fails
-most requests and not all (an intermittent NRT fault) has isolated successes, and ending the failure
-on each made readiness flap and restarted the liveness clock, so the process was never restarted.
-After a check succeeds, the server checks again at once until the device has recovered or fails.
+input costs that request only and the others of its batch succeed. A failed device (an NRT error, a
+NeuronCore that stopped answering) makes every request fail alone, which looked the same, request by
+request (with several copies of the model, one per NeuronCore, the runner first runs a failed batch
+again on another copy and takes a copy that alone keeps failing out of rotation, see
+``neuronserve.backend``: what reaches here failed on two copies, or on the last one in rotation, so
+one failed core of several never ends here, and all of them failed does). The sign is a run:
+``suspect_after`` requests in a row failed alone with no success between them. The server then runs
+a request known to be good (the warm-up input, which ran at start in every bucket) through the
+batcher, at the shape of the last request that failed alone (so in its bucket): if it fails too, the
+device has failed (``failed``): the server reports not ready and counts further failures as errors,
+and runs that check again every ``SELF_TEST_SECONDS``; once the device has been failed
+``restart_after`` seconds it reports not live, so that the kubelet restarts the process (the Neuron
+runtime initializes the device again at start). Any request that succeeds, a check included, ends
+the run. The failure ends only after ``recover_after`` successes in a row (by default as many as
+``suspect_after``): a device that fails most requests and not all (an intermittent NRT fault) has
+isolated successes, and ending the failure on each made readiness flap and restarted the liveness
+clock, so the process was never restarted. After a check succeeds, the server checks again at once
+until the device has recovered or fails.
 
 Pure state with a clock: the server's event loop calls it; no I/O here.
 """
