@@ -77,7 +77,6 @@ from neuronfleet.planning.compile import (
     DanglingRecord,
     StoredArtifact,
     compile_request,
-    inherited_request,
     legacy_request,
     takes_over_legacy,
 )
@@ -302,13 +301,7 @@ class Reconciler:
             source_problem=problem,
             wanted_job_spec=wanted_job_spec(dep, self.settings.builder),
             dangling=found if isinstance(found, DanglingRecord) else None,
-            inherited=inherited_request(
-                dep.spec,
-                self.settings.artifact_store,
-                request.source_fingerprint,
-                image,
-                durable.artifact_image if durable is not None else None,
-            ),
+            inherited=legacy_request(dep.spec, self.settings.artifact_store, request.source_fingerprint, image),
         )
         return request, observed, None
 
@@ -404,8 +397,8 @@ class Reconciler:
                 job_inherited=jobs.inherited,
             )
             if jobs.inherited and compiled.inherited is not None and compiled.stored is None:
-                # The operator before's compile of this very spec: its record, under its key, once
-                # written. Read only while its Job stands for this request's (an upgrade's compile).
+                # The operator before's compile of this very spec with this image: its record, under
+                # its key, once written. Read only while its Job stands for this request's.
                 try:
                     legacy = await asyncio.to_thread(self.store.lookup, compiled.inherited)
                 except StoreUnavailable as exc:

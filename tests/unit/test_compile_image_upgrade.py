@@ -177,25 +177,36 @@ def _old_job(dep: InferenceDeployment, request: CompileRequest, phase: str) -> d
 
 
 async def _round(
-    dep: InferenceDeployment, store: Path, durable: StatusMemory, jobs: list[dict[str, Any]]
+    dep: InferenceDeployment,
+    store: Path,
+    durable: StatusMemory,
+    jobs: list[dict[str, Any]],
+    image: str = CPU_BUILD,
+    takeover: bool = True,
 ) -> tuple[CompileDecision, tuple[Any, ...], CompileObservation]:
-    """One reconcile's observation (the store, the Jobs) and its compile plan, by the new operator."""
-    settings = OperatorSettings(artifact_store=str(store), builder=BuilderConfig(model_server_image=CPU_BUILD))
+    """One reconcile's observation (the store, the Jobs) and its compile plan, by the new operator
+    running ``image``: its first round of the object (``takeover``), or a later one."""
+    settings = OperatorSettings(artifact_store=str(store), builder=BuilderConfig(model_server_image=image))
     reconciler = Reconciler(_JobsKube(jobs), ArtifactStore(), settings)  # type: ignore[arg-type]
     observation = await reconciler.observe(dep, DeploymentMemory(), durable)
     assert observation.compile_error is None and observation.compile is not None
-    decision, actions, _ = reconcile_plan._compile(dep, observation, durable, [])
+    decision, actions, _ = reconcile_plan._compile(dep, observation, durable, [], takeover=takeover)
     return decision, actions, observation.compile
 
 
 async def _plan(
-    dep: InferenceDeployment, store: Path, durable: StatusMemory, jobs: list[dict[str, Any]]
+    dep: InferenceDeployment, store: Path, durable: StatusMemory, jobs: list[dict[str, Any]], image: str = CPU_BUILD
 ) -> ReconcilePlan:
-    """One reconcile's whole plan (its status too), by the new operator."""
-    settings = OperatorSettings(artifact_store=str(store), builder=BuilderConfig(model_server_image=CPU_BUILD))
+    """One reconcile's whole plan (its status too), by a new operator running ``image`` (its first
+    round of the object: the model-server image is a setting, changed by restarting the operator)."""
+    settings = OperatorSettings(artifact_store=str(store), builder=BuilderConfig(model_server_image=image))
     reconciler = Reconciler(_JobsKube(jobs), ArtifactStore(), settings)  # type: ignore[arg-type]
     observation = await reconciler.observe(dep, DeploymentMemory(), durable)
     return plan_reconcile(dep, observation, DeploymentMemory(), durable, settings.fleet, lambda _: "template")
+
+
+def _compiled(plan: ReconcilePlan) -> dict[str, Any]:
+    return next(c for c in plan.status["conditions"] if c["type"] == "Compiled")
 
 
 async def test_a_compile_running_at_the_upgrade_is_watched_to_its_end_and_its_artifact_taken(tmp_path: Path) -> None:
@@ -232,21 +243,25 @@ async def test_a_compile_finished_before_the_old_operator_wrote_the_status_is_ta
     assert (actions, decision.reason, decision.serve) == ((), "ArtifactReady", artifact)
 
 
-async def test_the_old_operators_job_is_taken_only_while_the_status_names_no_image(tmp_path: Path) -> None:
+async def test_the_old_operators_job_is_taken_only_when_it_ran_the_image_that_compiles_now(tmp_path: Path) -> None:
     source, store = tmp_path / "model.pt", tmp_path / "store"
     source.write_bytes(b"weights")
     dep = _deployment(source)
     legacy = legacy_request(dep.spec, str(store), ArtifactStore().fingerprint(str(source)), CPU_BUILD)
     assert legacy is not None
-    _record(legacy, store)
+    artifact = _record(legacy, store)
     other = StoredArtifact("f" * 64, str(store / ("f" * 64)), "0" * 64, "cpu")
-    # The status names the image of what it serves (written by this operator): a Job of the legacy
-    # key is no Job of this request; its record is not taken, and this request's Job is started.
-    decision, actions, observed = await _round(
-        dep, store, _status(other, NEURON_BUILD), [_old_job(dep, legacy, "succeeded")]
-    )
-    assert observed.stored is None and decision.create_job
-    assert observed.job_name == compile_job_name(dep.name, observed.request)
+    succeeded = _old_job(dep, legacy, "succeeded")  # run with the CPU build
+    # The Job of the legacy key ran another image than the one compiling now: no Job of this
+    # request, whatever the status says; its record is not taken, and this request's Job is started.
+    for status in (StatusMemory(), _status(other, CPU_BUILD)):
+        decision, actions, observed = await _round(dep, store, status, [succeeded], NEURON_BUILD)
+        assert observed.stored is None and decision.create_job
+        assert observed.job_name == compile_job_name(dep.name, observed.request)
+    # It ran the image compiling now: this request's compile, whatever the status says (it names an
+    # image once its artifact is taken, while the Job may still run a moment).
+    decision, actions, observed = await _round(dep, store, _status(other, NEURON_BUILD), [succeeded])
+    assert (actions, decision.serve, observed.job_name) == ((), artifact, compile_job_name(dep.name, legacy))
     # Nor another spec's Job of the operator before (another source): superseded, as any.
     spec = dep.spec.model_copy(update={"model": dep.spec.model.model_copy(update={"source": str(tmp_path / "old.pt")})})
     older = legacy_request(spec, str(store), None, CPU_BUILD)
@@ -295,3 +310,90 @@ async def test_the_old_operators_job_succeeded_without_its_record_names_the_reco
     decision, actions, observed = await _round(dep, store, StatusMemory(), [_old_job(dep, legacy, "succeeded")])
     assert (actions, decision.reason) == ((), "ArtifactMissing")
     assert legacy.record_uri in decision.message and observed.request.record_uri not in decision.message
+
+
+# ---- the image changed after the upgrade (a reviewer's repros) ---------------------------------
+
+
+async def test_an_old_image_job_is_not_taken_for_the_new_images_compile(tmp_path: Path) -> None:
+    source, store = tmp_path / "model.pt", tmp_path / "store"
+    source.write_bytes(b"weights")
+    dep = _deployment(source)
+    legacy = legacy_request(dep.spec, str(store), ArtifactStore().fingerprint(str(source)), CPU_BUILD)
+    assert legacy is not None
+    old_name = compile_job_name(dep.name, legacy)
+    # The operator before started a compile with the CPU build; after the upgrade the operator's
+    # image is changed to the Neuron build while it runs (the status names no image: nothing served).
+    decision, actions, observed = await _round(
+        dep, store, StatusMemory(), [_old_job(dep, legacy, "running")], NEURON_BUILD
+    )
+    assert decision.create_job
+    assert observed.request.image == NEURON_BUILD and observed.job_name != old_name
+    names = {(type(a).__name__, a.name) for a in actions}
+    assert names == {("StartCompileJob", observed.job_name), ("DeleteCompileJob", old_name)}
+    # Had the CPU build's compile ended first, its artifact (under the legacy key) is not the Neuron
+    # build's either: not served as compiled by it, and the Neuron build compiles.
+    _record(legacy, store)
+    plan = await _plan(dep, store, StatusMemory(), [_old_job(dep, legacy, "succeeded")], NEURON_BUILD)
+    assert "artifact" not in plan.status and _compiled(plan)["reason"] == "Compiling"
+    assert [(type(a).__name__, a.name) for a in plan.compile_actions] == [("StartCompileJob", observed.job_name)]
+
+
+async def test_an_old_images_failed_job_does_not_block_the_new_image(tmp_path: Path) -> None:
+    source, store = tmp_path / "model.pt", tmp_path / "store"
+    source.write_bytes(b"weights")
+    dep = _deployment(source)
+    legacy = legacy_request(dep.spec, str(store), ArtifactStore().fingerprint(str(source)), CPU_BUILD)
+    assert legacy is not None
+    failed_job = _old_job(dep, legacy, "failed")
+    # The upgrade keeps the image (as the guide says): the CPU build's failure is this request's.
+    plan = await _plan(dep, store, StatusMemory(), [failed_job], CPU_BUILD)
+    assert _compiled(plan)["reason"] == "CompileFailed" and plan.compile_actions == ()
+    durable = StatusMemory.from_status({"compileFailure": plan.status["compileFailure"]})
+    # Then the image is changed to the Neuron build ("a later change compiles again"): the failed
+    # CPU-build Job (kept a day) is not its Job, nor its failure.
+    plan = await _plan(dep, store, durable, [failed_job], NEURON_BUILD)
+    assert [type(a).__name__ for a in plan.compile_actions] == ["StartCompileJob"]
+    assert _compiled(plan)["reason"] == "Compiling" and plan.status.get("compileFailure") is None
+    # Nor once Kubernetes deleted that Job, with what the status remembered before the change.
+    plan = await _plan(dep, store, durable, [], NEURON_BUILD)
+    assert [type(a).__name__ for a in plan.compile_actions] == ["StartCompileJob"]
+
+
+async def test_a_failure_remembered_under_the_legacy_key_is_inherited_at_the_takeover_only(tmp_path: Path) -> None:
+    source, store = tmp_path / "model.pt", tmp_path / "store"
+    source.write_bytes(b"weights")
+    dep = _deployment(source)
+    config = BuilderConfig(model_server_image=CPU_BUILD)
+    legacy = legacy_request(dep.spec, str(store), ArtifactStore().fingerprint(str(source)), CPU_BUILD)
+    assert legacy is not None
+    failed = StatusMemory.from_status(
+        {"compileFailure": {"attempt": f"{legacy.key}/{wanted_job_spec(dep, config)}", "message": "OOM"}}
+    )
+    # The operator's first round of the object (the upgrade, the image kept): the failure is taken,
+    # under this request's attempt, so that a later image change finds none of its own.
+    decision, actions, observed = await _round(dep, store, failed, [], takeover=True)
+    assert (actions, decision.reason) == ((), "CompileFailed")
+    assert decision.failure is not None and decision.failure.attempt == observed.attempt
+    # A later round still finding it under the legacy key did not write it so: it is no failure of
+    # this request's.
+    decision, actions, _ = await _round(dep, store, failed, [], takeover=False)
+    assert decision.create_job and [type(a).__name__ for a in actions] == ["StartCompileJob"]
+
+
+async def test_the_legacy_job_still_running_after_its_artifact_is_taken_is_not_superseded(tmp_path: Path) -> None:
+    source, store = tmp_path / "model.pt", tmp_path / "store"
+    source.write_bytes(b"weights")
+    dep = _deployment(source)
+    legacy = legacy_request(dep.spec, str(store), ArtifactStore().fingerprint(str(source)), CPU_BUILD)
+    assert legacy is not None
+    artifact = _record(legacy, store)
+    # The Job writes its record last: running a moment more while its artifact is taken.
+    job = _old_job(dep, legacy, "running")
+    plan = await _plan(dep, store, StatusMemory(), [job])
+    assert plan.compile_actions == () and plan.status["artifact"]["compileImage"] == CPU_BUILD
+    # The next round: the status names the image now; the Job (still running) is this request's.
+    durable = StatusMemory.from_status({"artifact": plan.status["artifact"], "conditions": plan.status["conditions"]})
+    plan = await _plan(dep, store, durable, [job])
+    assert plan.compile_actions == (), "the legacy Job of this very compile was deleted as superseded"
+    assert plan.status["artifact"]["uri"] == artifact.uri and _compiled(plan)["reason"] == "ArtifactReady"

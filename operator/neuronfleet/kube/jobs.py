@@ -296,5 +296,15 @@ def job_phase(job: dict[str, Any] | None) -> tuple[JobPhase, str]:
     return "running", ""
 
 
+def job_image(job: dict[str, Any]) -> str | None:
+    """The image the compile Job's pods run (its compile container's); None when it names none."""
+    pod_spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+    for container in pod_spec.get("containers") or []:
+        if container.get("name") == COMPILE_CONTAINER:
+            image = container.get("image")
+            return image if isinstance(image, str) else None
+    return None
+
+
 def compile_job_selector(deployment: str) -> dict[str, str]:
     return {LABEL_DEPLOYMENT: deployment, "app.kubernetes.io/component": "compile"}

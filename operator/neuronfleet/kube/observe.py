@@ -42,6 +42,7 @@ from neuronfleet.kube.jobs import (
     LABEL_COMPILE_REQUEST,
     compile_job_name,
     compile_job_selector,
+    job_image,
     job_phase,
 )
 from neuronfleet.planning.admission import DEFAULT_ACCOUNT
@@ -80,8 +81,8 @@ class CompileJobs:
     held_pods: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: The current request's Job's uid (None: no Job).
     uid: str | None = None
-    #: The Job observed (``name``) is the inherited legacy request's, made by the operator before
-    #: (:func:`~neuronfleet.planning.compile.inherited_request`).
+    #: The Job observed (``name``) is the legacy request's, made by the operator before with the
+    #: image that compiles the current request (see :func:`observe_compile_jobs`).
     inherited: bool = False
 
 
@@ -406,18 +407,25 @@ async def observe_compile_jobs(
     ``now`` (the reconcile's clock, which stamps the Jobs' creation in the sandbox) ages a running
     Job that has no pod; without it such a Job is not reported as refused. ``accounts`` and
     ``events``: the operator's recent answers about ServiceAccounts and Jobs' FailedCreate Events
-    (None: such a Job's are read every time). ``inherited``: a legacy request whose Job, running or
-    finished, is reported as the current request's when the current request has none (so it is
-    neither superseded nor made again); one being deleted is not (the current request's is made).
+    (None: such a Job's are read every time). ``inherited``: the legacy request of this very spec
+    and source (:func:`~neuronfleet.planning.compile.legacy_request`) whose Job, running or finished,
+    is reported as the current request's when the current request has none, so it is neither
+    superseded nor made again: only one whose pods run the current request's image, the one in its key
+    (the operator before compiled with the image it ran; a Job of another is another compile, whose
+    artifact and failure are not this request's). One being deleted is not (the request's is made).
     """
     name = compile_job_name(deployment, request)
     jobs: list[Obj] = await kube.list_jobs(namespace, compile_job_selector(deployment))
-    found = {job["metadata"]["name"]: job_phase(job)[0] for job in jobs}
     adopted = False
-    if inherited is not None and name not in found:
+    if inherited is not None and not any(job["metadata"]["name"] == name for job in jobs):
         legacy_name = compile_job_name(deployment, inherited)
-        if found.get(legacy_name) in ("running", "succeeded", "failed"):
-            name, adopted = legacy_name, True
+        for job in jobs:
+            if (
+                job["metadata"]["name"] == legacy_name
+                and job_phase(job)[0] in ("running", "succeeded", "failed")
+                and job_image(job) == request.image
+            ):
+                name, adopted = legacy_name, True
     phase: JobPhase = "absent"
     message = ""
     job_spec = None

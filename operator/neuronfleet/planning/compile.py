@@ -119,23 +119,17 @@ def legacy_request(
     )
 
 
-def inherited_request(
-    spec: InferenceDeploymentSpec,
-    default_store: str,
-    source_fingerprint: str | None,
-    default_image: str,
-    status_image: str | None,
-) -> CompileRequest | None:
-    """The legacy request (:func:`legacy_request`) of this very spec and source whose compile Job and
-    remembered failure stand for the current request's: only while the status names no compile image
-    (``status_image``: written by an operator from before ``status.artifact.compileImage``, or nothing
-    served yet), so an upgrade neither deletes and restarts a compile the operator before left running
-    nor runs again one it saw fail. Once the status names an image, this operator wrote it: a Job or a
-    failure under the legacy key is none of the current request's (the image may have changed since).
+def inherits_legacy_failure(takeover: bool, status_image: str | None) -> bool:
+    """Whether a compile failure remembered under the legacy request's attempt (:func:`legacy_request`,
+    the key of the operator before) is the current request's: only at the operator's takeover of the
+    object (its first reconcile of it: the upgrade's) while the status names no compile image (written
+    by an operator from before ``status.artifact.compileImage``, or nothing served yet), so an upgrade
+    does not run again a compile the operator before saw fail. The guide asks for the image to be kept
+    through the upgrade: it is then the image that failed. Taken, the failure is remembered under the
+    current request's attempt from then on, so a later image change (which restarts the operator)
+    finds no failure of its own and compiles. Once the status names an image, this operator wrote it.
     """
-    if status_image is not None:
-        return None
-    return legacy_request(spec, default_store, source_fingerprint, default_image)
+    return takeover and status_image is None
 
 
 #: An InferenceDeployment annotation whose every new value retries a failed compile of the same spec.
@@ -227,15 +221,15 @@ def takes_over_legacy(
     the upgrade that brings the field is taken to have kept the image). So an upgrade that keeps the
     image compiles nothing, and a later image change still compiles again.
 
-    Or the artifact the compile Job of that legacy key stored (``legacy_job``: its phase, taken for
-    the current request's Job by :func:`inherited_request`, so while the status names no image): a
-    compile the operator before started for this very spec and source, running at the upgrade and
-    succeeded since, or finished before that operator wrote the status. Running counts, as it does
-    for a moment after the Job writes its record (which it writes last).
+    Or the artifact the compile Job of that legacy key stored (``legacy_job``: its phase, when it is
+    taken for the current request's Job, its pods running the current request's image, whatever the
+    status says): a compile the operator before started for this very spec and source, running at the
+    upgrade and succeeded since, or finished before that operator wrote the status. Running counts,
+    as it does for a moment after the Job writes its record (which it writes last).
     """
     if not isinstance(found, StoredArtifact):
         return None
-    if served_image is None and legacy_job in ("running", "succeeded"):
+    if legacy_job in ("running", "succeeded"):
         return found
     if served is None or found != served:
         return None
@@ -276,10 +270,15 @@ class CompileObservation:
     #: Each compile Job being deleted that another controller's finalizer holds, with the live pods
     #: it controls (by uid): deleted on every reconcile until none is left.
     held_job_pods: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    #: The legacy request whose Job and failure stand for this one's (:func:`inherited_request`).
+    #: The legacy request of this very spec and source (:func:`legacy_request`): its Job stands for
+    #: this one's when it runs this request's image, and its failure at the takeover
+    #: (``legacy_failure``). None for a spec naming its compile image (its key is unchanged).
     inherited: CompileRequest | None = None
     #: The observed Job (``job_name``) is the inherited request's, this request's being absent.
     job_inherited: bool = False
+    #: A failure remembered under the inherited request's attempt is this request's
+    #: (:func:`inherits_legacy_failure`).
+    legacy_failure: bool = False
 
     @property
     def attempt(self) -> str:
@@ -296,8 +295,8 @@ class CompileObservation:
     @property
     def attempts(self) -> tuple[str, ...]:
         """The attempts a remembered failure is this request's under: :attr:`attempt`, and the
-        inherited legacy request's (the operator before remembered it so)."""
-        if self.inherited is None:
+        inherited legacy request's (the operator before remembered it so) when ``legacy_failure``."""
+        if self.inherited is None or not self.legacy_failure:
             return (self.attempt,)
         return (self.attempt, f"{self.inherited.key}/{self.wanted_job_spec}")
 
@@ -494,7 +493,7 @@ def _decide(observed: CompileObservation, previous: StoredArtifact | None) -> Co
             f"{failed.message} (to run it again: change spec.compile, or set the "
             f"{ANNOTATION_COMPILE_RETRY} annotation to a new value)",
             # Under this request's attempt: one remembered by the operator before (its legacy key)
-            # stays this request's once the status names an image.
+            # is this request's after the takeover too, and no later image's.
             failure=replace(failed, attempt=observed.attempt),
         )
     dangling = observed.dangling

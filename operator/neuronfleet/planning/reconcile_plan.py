@@ -46,6 +46,7 @@ from neuronfleet.planning.compile import (
     compile_succeeded,
     decide_compile,
     decide_unservable,
+    inherits_legacy_failure,
     nothing_to_serve,
 )
 from neuronfleet.planning.fleet import (
@@ -312,8 +313,14 @@ def _warm_said(memory: DeploymentMemory, warm: warmpool.WarmPoolDecision, now: f
 
 
 def _compile(
-    dep: InferenceDeployment, observation: Observation, durable: StatusMemory, spec_problems: list[str]
+    dep: InferenceDeployment,
+    observation: Observation,
+    durable: StatusMemory,
+    spec_problems: list[str],
+    takeover: bool = False,
 ) -> tuple[CompileDecision, tuple[CompileAction, ...], tuple[str, ...]]:
+    """The compile decision and its actions; ``takeover``: the operator's first reconcile of the
+    object (see :func:`~neuronfleet.planning.compile.inherits_legacy_failure`)."""
     observed = observation.compile
     # Whatever else is decided: a held Job's compile is ended (its Job is already deleted).
     held: tuple[CompileAction, ...] = (
@@ -329,7 +336,10 @@ def _compile(
             False, durable.artifact, "Unknown", Reason.STORE_UNAVAILABLE, detail, failure=durable.compile_failure
         )
         return decision, held, (f"compile pipeline: {detail}",)
-    decision = decide_compile(replace(observed, failed_before=durable.compile_failure), durable.artifact)
+    legacy_failure = inherits_legacy_failure(takeover, durable.artifact_image)
+    decision = decide_compile(
+        replace(observed, failed_before=durable.compile_failure, legacy_failure=legacy_failure), durable.artifact
+    )
     if decision.create_job and (problem := compile_cpu_limit_problem(dep.spec.compile)) is not None:
         # The Job's pod would be refused at every try: no Job until the spec is fixed.
         decision = CompileDecision(False, decision.serve, "False", Reason.CPU_LIMIT_BELOW_REQUEST, problem)
@@ -417,7 +427,9 @@ def plan_reconcile(
     """
     spec, now = dep.spec, observation.now
     spec_problems = check_fits(spec, headroom)
-    decision, compile_actions, observe_errors = _compile(dep, observation, durable, spec_problems)
+    # A memory that has never decided is an operator taking the object over (as decide_targets reads it).
+    takeover = memory.last_scaling_at is None
+    decision, compile_actions, observe_errors = _compile(dep, observation, durable, spec_problems, takeover)
     decision = _with_served_request(decision, observation.compile, durable)
 
     cold_state = coldstart.observe(memory.cold_start_state, observation.timelines, now=now.timestamp())
