@@ -331,6 +331,9 @@ async def test_an_old_image_job_is_not_taken_for_the_new_images_compile(tmp_path
     assert observed.request.image == NEURON_BUILD and observed.job_name != old_name
     names = {(type(a).__name__, a.name) for a in actions}
     assert names == {("StartCompileJob", observed.job_name), ("DeleteCompileJob", old_name)}
+    # Its Event does not say that the spec or the source changed, when only the image did.
+    [why] = [a.why for a in actions if type(a).__name__ == "DeleteCompileJob"]
+    assert "compile image" in why
     # Had the CPU build's compile ended first, its artifact (under the legacy key) is not the Neuron
     # build's either: not served as compiled by it, and the Neuron build compiles.
     _record(legacy, store)

@@ -98,12 +98,14 @@ class StartCompileJob:
 
 @dataclass(frozen=True)
 class DeleteCompileJob:
-    """Delete a compile Job of an older request (the spec changed while it ran), a failed one the
-    spec asks to run differently, or a finished one whose record dangles (to compile it again)."""
+    """Delete a compile Job of an older request (the spec, the source or the compile image changed
+    while it ran), a failed one the spec asks to run differently, or a finished one whose record
+    dangles (to compile it again)."""
 
     name: str
-    #: Why, for its Event.
-    why: str = "the spec or the model source changed"
+    #: Why, for its Event. The request key holds the compile image too (the operator's model-server
+    #: image, a setting): a new one supersedes the Job of the old, the spec and source unchanged.
+    why: str = "the spec, the model source or the compile image changed"
 
 
 @dataclass(frozen=True)
