@@ -15,18 +15,21 @@ cores. A CPU artifact is loaded once and runs one batch at a time: CPU torch alr
 batch over every CPU thread. Not yet run on Inf2 hardware (no accelerator where this was written):
 the placement calls follow the torch-neuronx documentation and are tested against a stand-in.
 
-One failed NeuronCore of several: a batch that fails on a copy runs again on another copy in
-rotation. If it succeeds there, the input was sound and the failure was the first copy's: it costs
-that copy a strike, and the client gets its answer. ``COPY_OUT_AFTER`` strikes in a row (a success
-on the copy ends the run) take the copy out of rotation until the process restarts (logged; the
-server exports ``copies_out``): its batches go to the others. A batch that fails on both copies is
-the input's or the whole device's: it fails alone as on one copy, and the server's device check
-(``neuronserve.health``) decides. The last copy in rotation is never taken out: when it fails too,
-every request fails and the device is failed (not ready, then not live) as with a single copy.
-Without the retry, with copies handed out in turn, one failed core failed every other request and
-each success between ended the run of failures the device check waits for: the replica stayed
-ready. A bad input costs one more run (on a second copy) per failing run; a CPU artifact (one copy)
-runs nothing twice.
+One failed NeuronCore of several: a batch that fails on a copy runs again on the other copies in
+rotation in turn (each at most once, the longest free first) until one runs it. If one does, the
+input was sound and the failures were the copies': each copy that failed it gets a strike, and the
+client gets its answer. ``COPY_OUT_AFTER`` strikes in a row (a success on the copy ends the run)
+take the copy out of rotation until the process restarts (logged; the server exports
+``copies_out``): its batches go to the others, and ``parallel`` (the batches that execute at once)
+counts the copies left. A batch that fails on every copy in rotation is the input's or the whole
+device's: it fails alone as on one copy (its last error raised, no copy blamed), and the server's
+device check (``neuronserve.health``) decides. The last copy in rotation is never taken out: when it
+fails too, every request fails and the device is failed (not ready, then not live) as with a single
+copy. Without the retry, with copies handed out in turn, one failed core failed every other request
+and each success between ended the run of failures the device check waits for: the replica stayed
+ready; with a retry on one other copy only, two failed cores of four still failed the batches that
+went from one to the other. A bad input costs a run on each copy in rotation per failing run; a CPU
+artifact (one copy) runs nothing twice.
 """
 
 from __future__ import annotations
@@ -223,24 +226,25 @@ class ModelRunner:
 
     def execute(self, bucket: Bucket, arrays: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.float32]:
         """Run one bucket on inputs already padded to its exact shape, on a free copy of the model;
-        if it fails there, again on another copy in rotation (see the module's docstring)."""
-        with self._copy() as index:
-            assert index is not None  # without ``besides`` a copy always comes (the last one is never out)
-            try:
-                result = self._execute_on(self._copies[index], bucket, arrays)
-            except Exception as exc:
-                failed, error = index, exc
-            else:
+        if it fails there, on each other copy in rotation in turn until one runs it (see the
+        module's docstring)."""
+        failed: dict[int, Exception] = {}  # the copies that failed this batch, and how
+        while True:
+            with self._copy(besides=frozenset(failed)) as index:
+                if index is None:
+                    # Every copy in rotation failed it (a CPU artifact has one): the input's or the
+                    # device's, so no copy is blamed; the last failure is raised.
+                    raise list(failed.values())[-1]
+                try:
+                    result = self._execute_on(self._copies[index], bucket, arrays)
+                except Exception as exc:
+                    failed[index] = exc
+                    continue
                 self._struck(index, None)
-                return result
-        with self._copy(besides=failed) as other:
-            if other is None:
-                raise error  # the only copy in rotation (a CPU artifact's one)
-            # Failing here too, it is the input's or the device's: raised, and no copy is blamed.
-            result = self._execute_on(self._copies[other], bucket, arrays)
-            self._struck(other, None)
-        self._struck(failed, error)
-        return result
+            # A later copy ran it: the input was sound, and each copy that failed it is struck.
+            for copy, error in failed.items():
+                self._struck(copy, error)
+            return result
 
     def _struck(self, index: int, error: Exception | None) -> None:
         """Count a failure of copy ``index`` on a batch another copy ran (or, None, end its run on a
@@ -279,13 +283,14 @@ class ModelRunner:
         return result
 
     @contextlib.contextmanager
-    def _copy(self, besides: int | None = None) -> Iterator[int | None]:
-        """A free copy in rotation (not ``besides``), held until the block ends (waits for one if
-        all are executing); the longest free first, so that copies are handed out in turn. None
-        (when ``besides`` is given) if no other copy is in rotation."""
+    def _copy(self, besides: frozenset[int] = frozenset()) -> Iterator[int | None]:
+        """A free copy in rotation (not one of ``besides``), held until the block ends (waits for
+        one if all are executing); the longest free first, so that copies are handed out in turn.
+        None if no copy in rotation is left besides those (never without ``besides``: the last
+        copy is never out)."""
         with self._changed:
-            while not (choices := [i for i in self._free if i != besides]):
-                if besides is not None and not set(range(len(self._copies))) - self._out - {besides}:
+            while not (choices := [i for i in self._free if i not in besides]):
+                if not set(range(len(self._copies))) - self._out - besides:
                     break
                 self._changed.wait()
             index = choices[0] if choices else None

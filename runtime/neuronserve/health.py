@@ -5,8 +5,8 @@ input costs that request only and the others of its batch succeed. A failed devi
 NeuronCore that stopped answering) makes every request fail alone, which looked the same, request by
 request (with several copies of the model, one per NeuronCore, the runner first runs a failed batch
 again on another copy and takes a copy that alone keeps failing out of rotation, see
-``neuronserve.backend``: what reaches here failed on two copies, or on the last one in rotation, so
-one failed core of several never ends here, and all of them failed does). The sign is a run:
+``neuronserve.backend``: what reaches here failed on every copy in rotation, so failed cores
+with a sound one left never end here, and all of them failed does). The sign is a run:
 ``suspect_after`` requests in a row failed alone with no success between them. The server then runs
 a request known to be good (the warm-up input, which ran at start in every bucket) through the
 batcher, at the shape of the last request that failed alone (so in its bucket): if it fails too, the

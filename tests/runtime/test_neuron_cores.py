@@ -12,6 +12,7 @@ writes it when torch_neuronx traces (here, the stand-in's trace is torch.jit.tra
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -422,3 +423,45 @@ def test_when_every_core_has_failed_the_device_fails_as_with_one(
         wait_for(lambda: http_json(server.url, "GET", "/v2/health/live")[0] == 503, 20, "liveness to turn false")
     # Neither core ran a batch the other did not fail: both stay in rotation (nothing to prefer).
     assert runner.copies_out == []
+
+
+def test_two_failed_cores_of_four_fail_no_request_while_two_sound_ones_remain(
+    neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A reviewer's repro: the retry tried one other copy, which could be the other failed one, so
+    # clients got 500s while cores 2 and 3 were sound. Each failed batch must try the others in turn.
+    manifest, directory = neuron_artifact
+    _neuron_env(monkeypatch, "0-3")
+    stand_in = _stand_in(monkeypatch)
+    runner = ModelRunner(manifest, directory)
+    runner.warm(repeats=1, min_seconds=0.0)
+    BrokenCores(stand_in, {0, 1}).install(monkeypatch)
+    failures = 0
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:  # as the batcher's executor threads
+        for _ in range(50):
+            for future in [pool.submit(runner.run, [_inputs(3)]) for _ in range(4)]:
+                try:
+                    future.result()
+                except RuntimeError:
+                    failures += 1
+    assert failures == 0
+    # Both failed copies left rotation (each struck only on batches a later copy ran); the sound stay.
+    assert runner.copies_out == [0, 1]
+
+
+def test_a_bad_input_on_four_cores_fails_on_each_and_takes_none_out(
+    neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manifest, directory = neuron_artifact
+    _neuron_env(monkeypatch, "0-3")
+    stand_in = _stand_in(monkeypatch)
+    runner = ModelRunner(manifest, directory)
+    runner.warm(repeats=1, min_seconds=0.0)
+    stand_in.executions.clear()
+    for _ in range(2 * backend.COPY_OUT_AFTER):
+        with pytest.raises(RuntimeError):
+            runner.run([_inputs(500)])  # an id past the embedding table: every copy fails on it
+    # Tried on every copy in rotation once per run, and no copy blamed for the input.
+    assert sorted(stand_in.executions) == sorted(list(range(4)) * 2 * backend.COPY_OUT_AFTER)
+    assert runner.copies_out == []
+    runner.run([_inputs(3)])
