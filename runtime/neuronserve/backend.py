@@ -44,7 +44,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -56,6 +56,14 @@ log = logging.getLogger("neuronserve.backend")
 
 #: Failures in a row of a copy, each on a batch another copy then ran, after which it leaves rotation.
 COPY_OUT_AFTER = 3
+
+
+class BusyClock(Protocol):
+    """Told when a copy starts executing a batch and when it stops (``BusyTracker``'s interface)."""
+
+    def started(self, at: float) -> None: ...
+
+    def finished(self, start: float, end: float) -> None: ...
 
 
 class LoadError(Exception):
@@ -146,8 +154,6 @@ class ModelRunner:
                 else "in the Neuron runtime's default placement (each load on the least used core: "
                 "this torch_neuronx has no experimental.neuron_cores_context)",
             )
-        #: Batches that can execute at once: one per copy of the model.
-        self.parallel = copies
         # copy -> bucket -> module. Bucket by bucket, its copies one after another: under the
         # default placement (least used core first) a bucket's copies then land on distinct cores.
         self._copies: list[dict[Bucket, Any]] = [{} for _ in range(copies)]
@@ -219,18 +225,27 @@ class ModelRunner:
         return self.bucket_seconds.get(bucket) if bucket is not None else None
 
     @property
+    def parallel(self) -> int:
+        """Batches that can execute at once now: one per copy of the model in rotation."""
+        with self._changed:
+            return len(self._copies) - len(self._out)
+
+    @property
     def copies_out(self) -> list[int]:
         """The copies (NeuronCores, relative to the visible ones) taken out of rotation."""
         with self._changed:
             return sorted(self._out)
 
-    def execute(self, bucket: Bucket, arrays: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.float32]:
+    def execute(
+        self, bucket: Bucket, arrays: Sequence[npt.NDArray[Any]], busy: BusyClock | None = None
+    ) -> npt.NDArray[np.float32]:
         """Run one bucket on inputs already padded to its exact shape, on a free copy of the model;
         if it fails there, on each other copy in rotation in turn until one runs it (see the
-        module's docstring)."""
+        module's docstring). ``busy`` is told when each copy starts and stops running it: the time
+        spent waiting for a free copy is not the device's."""
         failed: dict[int, Exception] = {}  # the copies that failed this batch, and how
         while True:
-            with self._copy(besides=frozenset(failed)) as index:
+            with self._copy(besides=frozenset(failed), busy=busy) as index:
                 if index is None:
                     # Every copy in rotation failed it (a CPU artifact has one): the input's or the
                     # device's, so no copy is blamed; the last failure is raised.
@@ -283,11 +298,11 @@ class ModelRunner:
         return result
 
     @contextlib.contextmanager
-    def _copy(self, besides: frozenset[int] = frozenset()) -> Iterator[int | None]:
+    def _copy(self, besides: frozenset[int] = frozenset(), busy: BusyClock | None = None) -> Iterator[int | None]:
         """A free copy in rotation (not one of ``besides``), held until the block ends (waits for
         one if all are executing); the longest free first, so that copies are handed out in turn.
         None if no copy in rotation is left besides those (never without ``besides``: the last
-        copy is never out)."""
+        copy is never out). ``busy`` is told when the copy is taken and when it is given back."""
         with self._changed:
             while not (choices := [i for i in self._free if i not in besides]):
                 if not set(range(len(self._copies))) - self._out - besides:
@@ -299,18 +314,27 @@ class ModelRunner:
         if index is None:
             yield None
             return
+        start = time.monotonic()
+        if busy is not None:
+            busy.started(start)
         try:
             yield index
         finally:
+            # Its end before the copy is free: the next batch on it starts no earlier.
+            if busy is not None:
+                busy.finished(start, time.monotonic())
             with self._changed:
                 if index not in self._out:
                     self._free.append(index)
                 self._changed.notify_all()
 
-    def run(self, requests: Sequence[Sequence[npt.NDArray[Any]]]) -> tuple[list[npt.NDArray[np.float32]], Bucket]:
+    def run(
+        self, requests: Sequence[Sequence[npt.NDArray[Any]]], busy: BusyClock | None = None
+    ) -> tuple[list[npt.NDArray[np.float32]], Bucket]:
         """Pad several requests (each: one [rows, seq] array per input) into one bucket and run it.
 
-        Returns each request's output rows, in order, and the bucket used.
+        Returns each request's output rows, in order, and the bucket used. ``busy`` is told when
+        each copy that runs it starts and stops (see ``execute``).
         """
         rows = sum(arrays[0].shape[0] for arrays in requests)
         seq = max(arrays[0].shape[1] for arrays in requests)
@@ -326,7 +350,7 @@ class ModelRunner:
                 batch[row : row + a.shape[0], : a.shape[1]] = a
                 row += a.shape[0]
             padded.append(batch)
-        out = self.execute(bucket, padded)
+        out = self.execute(bucket, padded, busy)
         results = []
         row = 0
         for arrays in requests:

@@ -6,10 +6,10 @@ Requests wait in a FIFO bounded by ``max_queue`` (a full queue refuses at once: 
 that already waited that long behind busy cores closes its batch at once, with whatever is
 queued, instead of waiting the delay again while the device idles), then runs it and resolves
 each request's future with its rows. A model ``Runner`` runs in executor threads so the event
-loop stays free, up to ``runner.parallel`` batches at once (a ``ModelRunner``: one per copy of the
-model, i.e. per NeuronCore of a Neuron artifact, one for a CPU artifact; a runner that does not say:
-one); a ``TimedDevice`` (the emulated NeuronCores) runs up to one batch per core at once on its own
-timeline, and no thread.
+loop stays free, up to ``runner.parallel`` batches at once, read as each batch is handed over (a
+``ModelRunner``: one per copy of the model in rotation, i.e. per NeuronCore of a Neuron artifact not
+taken out for failing, one for a CPU artifact; a runner that does not say: one); a ``TimedDevice``
+(the emulated NeuronCores) runs up to one batch per core at once on its own timeline, and no thread.
 
 Lookahead (model runner): while every copy executes a batch, a *full* next batch is formed and
 handed to the executor at once, so a copy starts it the moment its current one ends, without waiting
@@ -41,7 +41,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
-import functools
+import inspect
 import logging
 import re
 import threading
@@ -53,14 +53,16 @@ from typing import Any, Protocol, TypeGuard, cast
 import numpy as np
 import numpy.typing as npt
 
-from neuronserve.metrics import ServerMetrics
+from neuronserve.metrics import BusyTracker, ServerMetrics
 from neuronserve.protocol import InferRequest
 
 log = logging.getLogger("neuronserve.batcher")
 
 
 class Runner(Protocol):
-    """Runs batches in the caller's thread; may say in ``parallel`` how many it runs at once (else one)."""
+    """Runs batches in the caller's thread; may say in ``parallel`` how many it runs at once now
+    (else one). One whose ``run`` takes ``busy`` (a ``ModelRunner``) tells it when each of its
+    copies starts and stops executing the batch; another's whole run is counted busy."""
 
     def run(self, requests: Sequence[Sequence[npt.NDArray[Any]]]) -> tuple[list[npt.NDArray[np.float32]], Any]: ...
 
@@ -161,21 +163,27 @@ class Batcher:
         self._idle.set()
         self._closing = False
         self._worker: asyncio.Task[None] | None = None
-        # Batches executing now: one per copy of a model runner's model, one per core on a timed device.
-        self.parallel = runner.cores if _is_timed(runner) else _model_parallel(runner)
+        # Whether the runner says when its copies execute (a ``ModelRunner``), or its whole run counts.
+        self._reports_busy = not _is_timed(runner) and "busy" in inspect.signature(cast(Runner, runner).run).parameters
         # A thread per batch executing: the lookahead batch waits in the executor's queue until
-        # one of them is free, so it starts the moment any of the running batches ends.
+        # one of them is free, so it starts the moment any of the running batches ends. (A model
+        # runner whose copies leave rotation keeps its threads: the batches handed over are fewer.)
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.parallel, thread_name_prefix="neuronserve-exec"
         )
         # Plus one full batch waiting in the executor behind a model runner's current ones.
         self.lookahead = 0 if _is_timed(runner) else 1
-        self._slots = asyncio.Semaphore(self.parallel + self.lookahead)
         self._running: dict[asyncio.Task[None], list[Job]] = {}
         self._ahead: list[Job] = []  # the lookahead batch's requests, not yet executing
         # The batch the worker is forming: taken from the queue, not yet handed to a device slot.
         self._forming: list[Job] = []
         metrics.queue_depth.set_function(lambda: self.queue_depth)
+
+    @property
+    def parallel(self) -> int:
+        """Batches executing at once now: one per copy of a model runner's model in rotation (a copy
+        taken out lowers it), one per core on a timed device."""
+        return self.runner.cores if _is_timed(self.runner) else _model_parallel(self.runner)
 
     @property
     def queue_depth(self) -> int:
@@ -261,6 +269,12 @@ class Batcher:
                 if rows >= self.max_rows:
                     return True
         return False
+
+    async def _wait_for_slot(self) -> None:
+        """Until fewer batches are handed over than execute at once, plus the lookahead one."""
+        while len(self._running) >= self.parallel + self.lookahead:
+            self._arrived.clear()
+            await self._arrived.wait()
 
     async def _wait_for_full_batch_or_device(self) -> None:
         """With every device slot busy: wait until a full batch is queued or a batch finishes."""
@@ -378,23 +392,25 @@ class Batcher:
             finally:
                 self.metrics.busy.finished(reservation.start, end)
         model = cast(Runner, runner)
-        # The busy clock starts when the executor thread starts the run, not when the batch is
-        # handed over: a lookahead batch waits there behind the ones executing, and counting it
-        # from the hand-over read up to twice the device's busy share. The tracker is read on the
-        # loop thread (by /metrics), so the thread hands the start over to the loop; that call is
-        # queued before the run's result, so ``started`` comes before ``finished``.
+        # The busy clock runs while the batch holds a copy of the model (the runner says when: a
+        # ``ModelRunner`` takes ``busy``), not from when the batch is handed over: a lookahead batch
+        # waits in the executor behind the ones executing, and a batch waits in the runner for a
+        # free copy (more batches than copies in rotation: a copy left), and counting either read
+        # up to twice the device's busy share. The tracker is read on the loop thread (by /metrics),
+        # so the thread hands each start and end over to the loop, in order, and before the run's
+        # result: a batch's time is counted by the time its requests are answered. (Cancelled by the
+        # drain while the run goes on, its clock runs on until the run ends, as the device does.)
         loop = asyncio.get_running_loop()
-        span = _Span(functools.partial(_on_loop, loop, self.metrics.busy.started))
-        try:
-            ran, outputs = await loop.run_in_executor(
-                self._executor, _timed_run, model, batch, self.metrics.batch_size.observe, span
-            )
-        finally:
-            # A failed run counts from its start to its failure; one that never started, not at all.
-            # (Cancelled by the drain while the run goes on: its clock runs on, as the device does.)
-            if span.start is not None and span.end is not None:
-                self.metrics.busy.finished(span.start, span.end)
-        return ran, outputs
+        busy = _LoopClock(loop, self.metrics.busy)
+        return await loop.run_in_executor(
+            self._executor,
+            _timed_run,
+            model,
+            batch,
+            self.metrics.batch_size.observe,
+            busy,
+            self._reports_busy,
+        )
 
     async def _run(self, batch: list[Job], ready_at: float, splitting: bool = False) -> None:
         batch = _live(batch)  # a copy: the batch a task runs is never changed under it
@@ -440,20 +456,17 @@ class Batcher:
         finally:
             self._running.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
             self._ahead = []  # whichever batch ended, a lookahead batch is executing or done
-            self._slots.release()
-            self._arrived.set()  # a lookahead wait (device busy) may go on now
+            self._arrived.set()  # a slot is free, and a lookahead wait (device busy) may go on
             self._check_idle()
 
     async def _work(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            await self._slots.acquire()
-            try:
-                await self._wait_for_full_batch_or_device()
-                batch, ready_at = await self._next_batch()
-            except BaseException:
-                self._slots.release()
-                raise
+            # The batches executing at once are read at each hand-over: a model runner's copy
+            # leaving rotation lowers them (and so the one waiting ahead waits behind fewer).
+            await self._wait_for_slot()
+            await self._wait_for_full_batch_or_device()
+            batch, ready_at = await self._next_batch()
             ahead = len(self._running) >= self.parallel
             task = loop.create_task(self._run_in_slot(batch, ready_at))
             self._running[task] = batch
@@ -487,27 +500,31 @@ def batch_executing() -> bool:
     return _executing > 0
 
 
-def _on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[float], None], value: float) -> None:
-    """``fn(value)`` on the loop's thread, soon (from another thread)."""
-    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody reads it any more
-        loop.call_soon_threadsafe(fn, value)
+class _LoopClock:
+    """A busy clock for an executor thread: hands each start and end to ``busy`` on the loop's thread."""
 
+    def __init__(self, loop: asyncio.AbstractEventLoop, busy: BusyTracker) -> None:
+        self._loop = loop
+        self._busy = busy
 
-@dataclass
-class _Span:
-    """When a run in the executor thread started and ended (written there); ``on_start`` is told its start."""
+    def _call(self, fn: Callable[..., None], *args: float) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody reads it any more
+            self._loop.call_soon_threadsafe(fn, *args)
 
-    on_start: Callable[[float], object]
-    start: float | None = None
-    end: float | None = None
+    def started(self, at: float) -> None:
+        self._call(self._busy.started, at)
+
+    def finished(self, start: float, end: float) -> None:
+        self._call(self._busy.finished, start, end)
 
 
 def _timed_run(
-    runner: Runner, batch: list[Job], observe_rows: Callable[[float], None], span: _Span
+    runner: Runner, batch: list[Job], observe_rows: Callable[[float], None], busy: _LoopClock, reports_busy: bool
 ) -> tuple[list[Job], list[npt.NDArray[np.float32]]]:
     """Run a batch's requests not cancelled by now (in the executor thread); those and their
-    outputs, and in ``span`` when the run started and ended (a batch left with no request does
-    not run: no span). Its rows are recorded (``observe_rows``) before it runs, so a batch that
+    outputs. ``busy`` is told when the batch holds the device: by the runner for each copy it
+    runs on (``reports_busy``), else for the whole run (a batch left with no request does not run
+    and is not counted). Its rows are recorded (``observe_rows``) before it runs, so a batch that
     fails counts as one that succeeds; a failure is raised as ``BatchFailed``.
 
     A batch waiting ahead was handed over before it could run: requests cancelled since are left
@@ -518,17 +535,23 @@ def _timed_run(
     if not live:
         return [], []
     observe_rows(sum(job.request.rows for job in live))  # a prometheus_client histogram: thread-safe
-    span.start = time.monotonic()
-    span.on_start(span.start)
+    arrays = [list(job.request.arrays) for job in live]
     global _executing
     with _executing_lock:
         _executing += 1
+    start = time.monotonic()
+    if not reports_busy:
+        busy.started(start)
     try:
-        outputs, _bucket = runner.run([list(job.request.arrays) for job in live])
+        if reports_busy:
+            outputs, _bucket = cast(Any, runner).run(arrays, busy=busy)
+        else:
+            outputs, _bucket = runner.run(arrays)
     except Exception as exc:
         raise BatchFailed(live, exc) from exc
     finally:
-        span.end = time.monotonic()
+        if not reports_busy:
+            busy.finished(start, time.monotonic())
         with _executing_lock:
             _executing -= 1
     return live, outputs

@@ -29,18 +29,20 @@ and role labels are added by Prometheus relabeling from pod labels, never by the
   ``neuronserve_requests_total`` (every outcome), not this histogram's count. Buckets are dense
   from 25 to 100 ms, where latency SLOs of embedding models sit.
 - ``neuronserve_device_busy_ratio``: share of the last ``window`` seconds the device executed,
-  over its cores (1.0: every core busy). A batch counts from when it starts executing, not while
-  it waits behind the one executing; an emulated batch cut short (a failure, the drain) counts the
+  over its cores in rotation now (1.0: every core busy; ``neuronserve_device_cores``). A batch
+  counts from when it starts executing (a model runner: holds a copy), not while it waits behind the
+  ones executing or for a free copy; an emulated batch cut short (a failure, the drain) counts the
   time it ran, not the time booked for it.
 - ``neuronserve_device_busy_seconds_total``: device time spent executing batches, summed over
   cores: its rate over ``neuronserve_device_cores`` is the long-run busy ratio (the rate alone
   reads up to the core count: about 2 on a saturated 2-core replica).
-- ``neuronserve_device_cores``: how many batches the device executes at once (a model runner: its
-  copies, one per NeuronCore of a Neuron artifact, 1 on CPU; the emulated device: its profile's
-  NeuronCores), the busy ratio's 1.0; 1 until a model is loaded.
+- ``neuronserve_device_cores``: how many batches the device executes at once now (a model runner:
+  its copies in rotation, one per NeuronCore of a Neuron artifact not taken out, 1 on CPU; the
+  emulated device: its profile's NeuronCores), the busy ratio's 1.0; 1 until a model is loaded.
 - ``neuronserve_device_cores_out``: copies of a model runner's model (NeuronCores) taken out of
   rotation, each having failed batches in a row that another copy then ran (a failed core); the
-  replica serves on the others, fewer batches at once, until it restarts. 0 on CPU and emulated.
+  replica serves on the others, fewer batches at once (``neuronserve_device_cores`` counts those),
+  until it restarts. 0 on CPU and emulated.
 - ``neuronserve_device_info{device,profile,emulated}``: 1, saying what executes the batches:
   ``device="cpu"`` or ``"neuron"`` (the artifact's backend) or ``"emulated-neuroncore"`` with
   ``emulated="true"`` and the Inf2 profile whose service times it reproduces.
@@ -81,11 +83,17 @@ class BusyTracker:
     """Busy share of a sliding wall-clock window, from the executions' start and end times.
 
     ``capacity`` is how many executions the device runs at once (the emulated device: one per
-    NeuronCore); the ratio is busy time over ``capacity`` x the window, so 1.0 means every core busy.
+    NeuronCore), or a function that says it now (a model runner's copies in rotation: a copy taken
+    out lowers it); the ratio is busy time over the capacity now x the window, so 1.0 means every
+    core busy. For a window after a core leaves, the busy time of the cores before can read above
+    the capacity now: the ratio then reads 1.0 (capped) until that time leaves the window.
     """
 
     def __init__(
-        self, window_seconds: float = 10.0, clock: Callable[[], float] = time.monotonic, capacity: int = 1
+        self,
+        window_seconds: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        capacity: int | Callable[[], int] = 1,
     ) -> None:
         self.window = window_seconds
         self.capacity = capacity
@@ -94,6 +102,10 @@ class BusyTracker:
         self._intervals: collections.deque[tuple[float, float]] = collections.deque()
         self._running: list[float] = []
         self.busy_seconds_total = 0.0
+
+    def cores(self) -> int:
+        """The executions the device runs at once now (``capacity``, asked now if a function)."""
+        return self.capacity() if callable(self.capacity) else self.capacity
 
     def started(self, at: float) -> None:
         self._running.append(at)
@@ -118,7 +130,7 @@ class BusyTracker:
         self._expire(horizon)
         busy = sum(min(end, now) - max(start, horizon) for start, end in self._intervals)
         busy += sum(now - max(since, horizon) for since in self._running)
-        span = min(self.window, now - self._created) * self.capacity
+        span = min(self.window, now - self._created) * self.cores()
         return min(1.0, max(0.0, busy / span)) if span > 0 else 0.0
 
 
@@ -237,11 +249,12 @@ class ServerMetrics:
         r.register(_BusySeconds(busy))
         self.device_cores = Gauge(
             "neuronserve_device_cores",
-            "Batches the device executes at once: rate(neuronserve_device_busy_seconds_total) over this "
-            "is the busy ratio.",
+            "Batches the device executes at once now (a model runner: its copies of the model in rotation, "
+            "a NeuronCore taken out lowers it): rate(neuronserve_device_busy_seconds_total) over this is "
+            "the busy ratio.",
             registry=r,
         )
-        self.device_cores.set_function(lambda: busy.capacity)
+        self.device_cores.set_function(busy.cores)
         self.device_cores_out = Gauge(
             "neuronserve_device_cores_out",
             "Copies of the model (NeuronCores) taken out of rotation: each failed batches in a row that "

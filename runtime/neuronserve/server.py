@@ -192,7 +192,9 @@ class ServerState:
             batching=self.config.batching,
             batch_sizes=manifest.batch_sizes,
         )
-        self.metrics.busy.capacity = self.batcher.parallel
+        # Asked at each read: a model runner's copy leaving rotation lowers the busy ratio's capacity.
+        batcher = self.batcher
+        self.metrics.busy.capacity = lambda: batcher.parallel
         self.metrics.device_cores_out.set_function(lambda: self.cores_out)
         self.batcher.start()
         self.phase = "ready"

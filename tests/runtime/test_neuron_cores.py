@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import json
 import logging
 import sys
@@ -384,6 +385,8 @@ def test_one_failed_core_of_two_is_taken_out_of_rotation_and_its_requests_go_to_
     assert stand_in.executions.count(1) == backend.COPY_OUT_AFTER
     assert runner.copies_out == [1]
     assert metrics["neuronserve_device_cores_out"] == 1
+    # The busy ratio's capacity is the copy left: one busy core of one reads 1.0, not 0.5.
+    assert metrics["neuronserve_device_cores"] == 1
     assert ready_status == 200 and ready["cores_out"] == 1 and live_status == 200
     assert "NeuronCore copy 1" in caplog.text and "out of rotation" in caplog.text
 
@@ -465,3 +468,59 @@ def test_a_bad_input_on_four_cores_fails_on_each_and_takes_none_out(
     assert sorted(stand_in.executions) == sorted(list(range(4)) * 2 * backend.COPY_OUT_AFTER)
     assert runner.copies_out == []
     runner.run([_inputs(3)])
+
+
+async def test_with_a_core_out_the_batcher_runs_and_counts_busy_on_the_copies_left(
+    neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A reviewer's repro: with core 1 of 2 out, the batcher still handed two batches at once to the
+    # one copy left and started each one's busy clock before it had a copy: the one waiting for the
+    # copy read busy (the ratio 1.0 on one core of two, busy seconds growing 2 s a second) and its
+    # requests showed in neither the queue depth nor an execution.
+    manifest, directory = neuron_artifact
+    _neuron_env(monkeypatch, "0-1")
+    stand_in = _stand_in(monkeypatch)
+    runner = ModelRunner(manifest, directory)
+    runner.warm(repeats=1, min_seconds=0.0)
+    busy = BusyTracker(window_seconds=600.0)
+    batcher = Batcher(runner, ServerMetrics(busy), max_rows=1, max_delay=0.0, max_queue=64)
+    assert batcher.parallel == 2
+    batcher.start()
+    BrokenCores(stand_in, {1}).install(monkeypatch)
+    for _ in range(4 * backend.COPY_OUT_AFTER):
+        await batcher.submit(_request(3))
+        if runner.copies_out:
+            break
+    assert runner.copies_out == [1]
+    assert batcher.parallel == 1  # the copy leaving lowers the batches executing at once
+
+    # Every execution waits for the gate; count the batches that reached the runner.
+    gate = threading.Event()
+    entered: list[int] = []
+    broken_call, real_run = PlacedCopy.__call__, ModelRunner.run
+
+    def gated(copy: PlacedCopy, *tensors: torch.Tensor) -> torch.Tensor:
+        gate.wait(30)
+        return broken_call(copy, *tensors)
+
+    @functools.wraps(real_run)
+    def counted(self: ModelRunner, *args: Any, **kwargs: Any) -> Any:
+        entered.append(1)
+        return real_run(self, *args, **kwargs)
+
+    monkeypatch.setattr(PlacedCopy, "__call__", gated)
+    monkeypatch.setattr(ModelRunner, "run", counted)
+    before, started = busy.busy_seconds_total, time.monotonic()
+    futures = [batcher.submit(_request(3)) for _ in range(8)]
+    try:
+        # One batch executes on core 0; one full batch waits ahead of it (for the copy) and no more.
+        await _until(lambda: len(entered) == 2 and len(batcher._running) == batcher.parallel + batcher.lookahead)
+        assert len(batcher._running) == 2
+        # The batch waiting for the copy is queued, as is every request not executing.
+        assert batcher.queue_depth == 7
+    finally:
+        gate.set()
+    await asyncio.gather(*futures)
+    assert await batcher.drain(5.0)
+    # One copy executes one batch at a time: its busy time cannot exceed the time that passed.
+    assert busy.busy_seconds_total - before <= time.monotonic() - started
