@@ -51,6 +51,17 @@ def _deployment(source: Path, **compile_spec: Any) -> InferenceDeployment:
     )
 
 
+def _upgraded(tmp_path: Path) -> tuple[InferenceDeployment, Path, CompileRequest]:
+    """A deployment naming no compile image, its store, and the request key the operator before
+    gave it (compiled with the CPU build)."""
+    source, store = tmp_path / "model.pt", tmp_path / "store"
+    source.write_bytes(b"weights")
+    dep = _deployment(source)
+    legacy = legacy_request(dep.spec, str(store), ArtifactStore().fingerprint(str(source)), CPU_BUILD)
+    assert legacy is not None
+    return dep, store, legacy
+
+
 def _record(request: CompileRequest, store: Path) -> StoredArtifact:
     """What a compile Job of the operator before left: the artifact's manifest, and the record."""
     cache_key = "e" * 64
@@ -122,17 +133,13 @@ async def test_an_upgrade_keeping_the_image_takes_over_the_served_artifact_and_c
 
 
 async def test_a_legacy_record_of_another_artifact_than_the_served_one_is_not_taken(tmp_path: Path) -> None:
-    source, store = tmp_path / "model.pt", tmp_path / "store"
-    source.write_bytes(b"weights")
-    dep = _deployment(source)
-    legacy = legacy_request(dep.spec, str(store), ArtifactStore().fingerprint(str(source)), CPU_BUILD)
-    assert legacy is not None
+    dep, store, legacy = _upgraded(tmp_path)
     _record(legacy, store)
     other = StoredArtifact("f" * 64, str(store / ("f" * 64)), "0" * 64, "cpu")
     assert (await _observe(dep, store, CPU_BUILD, _status(other))).stored is None
     # Nor without a served artifact (a new deployment), nor for a spec naming its image (its key is kept).
     assert (await _observe(dep, store, CPU_BUILD, StatusMemory())).stored is None
-    assert legacy_request(_deployment(source, image=CPU_BUILD).spec, str(store), "fp", CPU_BUILD) is None
+    assert legacy_request(_deployment(tmp_path / "model.pt", image=CPU_BUILD).spec, str(store), "fp", CPU_BUILD) is None
 
 
 # ---- compiles under way or failed at the upgrade (a reviewer's repros) -------------------------
@@ -210,11 +217,7 @@ def _compiled(plan: ReconcilePlan) -> dict[str, Any]:
 
 
 async def test_a_compile_running_at_the_upgrade_is_watched_to_its_end_and_its_artifact_taken(tmp_path: Path) -> None:
-    source, store = tmp_path / "model.pt", tmp_path / "store"
-    source.write_bytes(b"weights")
-    dep = _deployment(source)
-    legacy = legacy_request(dep.spec, str(store), ArtifactStore().fingerprint(str(source)), CPU_BUILD)
-    assert legacy is not None
+    dep, store, legacy = _upgraded(tmp_path)
     old_name = compile_job_name(dep.name, legacy)
     # A new deployment's first compile (an hour for a large model), started by the operator before:
     # running at the upgrade, no artifact in the status yet.
@@ -232,11 +235,7 @@ async def test_a_compile_running_at_the_upgrade_is_watched_to_its_end_and_its_ar
 
 
 async def test_a_compile_finished_before_the_old_operator_wrote_the_status_is_taken(tmp_path: Path) -> None:
-    source, store = tmp_path / "model.pt", tmp_path / "store"
-    source.write_bytes(b"weights")
-    dep = _deployment(source)
-    legacy = legacy_request(dep.spec, str(store), ArtifactStore().fingerprint(str(source)), CPU_BUILD)
-    assert legacy is not None
+    dep, store, legacy = _upgraded(tmp_path)
     artifact = _record(legacy, store)
     # The old operator's Job wrote its record; the operator stopped before writing status.artifact.
     decision, actions, _ = await _round(dep, store, StatusMemory(), [_old_job(dep, legacy, "succeeded")])
@@ -244,11 +243,7 @@ async def test_a_compile_finished_before_the_old_operator_wrote_the_status_is_ta
 
 
 async def test_the_old_operators_job_is_taken_only_when_it_ran_the_image_that_compiles_now(tmp_path: Path) -> None:
-    source, store = tmp_path / "model.pt", tmp_path / "store"
-    source.write_bytes(b"weights")
-    dep = _deployment(source)
-    legacy = legacy_request(dep.spec, str(store), ArtifactStore().fingerprint(str(source)), CPU_BUILD)
-    assert legacy is not None
+    dep, store, legacy = _upgraded(tmp_path)
     artifact = _record(legacy, store)
     other = StoredArtifact("f" * 64, str(store / ("f" * 64)), "0" * 64, "cpu")
     succeeded = _old_job(dep, legacy, "succeeded")  # run with the CPU build
@@ -302,11 +297,7 @@ async def test_a_compile_failed_before_the_upgrade_is_not_run_again(tmp_path: Pa
 async def test_the_old_operators_job_succeeded_without_its_record_names_the_record_it_was_to_write(
     tmp_path: Path,
 ) -> None:
-    source, store = tmp_path / "model.pt", tmp_path / "store"
-    source.write_bytes(b"weights")
-    dep = _deployment(source)
-    legacy = legacy_request(dep.spec, str(store), ArtifactStore().fingerprint(str(source)), CPU_BUILD)
-    assert legacy is not None
+    dep, store, legacy = _upgraded(tmp_path)
     decision, actions, observed = await _round(dep, store, StatusMemory(), [_old_job(dep, legacy, "succeeded")])
     assert (actions, decision.reason) == ((), "ArtifactMissing")
     assert legacy.record_uri in decision.message and observed.request.record_uri not in decision.message
@@ -316,11 +307,7 @@ async def test_the_old_operators_job_succeeded_without_its_record_names_the_reco
 
 
 async def test_an_old_image_job_is_not_taken_for_the_new_images_compile(tmp_path: Path) -> None:
-    source, store = tmp_path / "model.pt", tmp_path / "store"
-    source.write_bytes(b"weights")
-    dep = _deployment(source)
-    legacy = legacy_request(dep.spec, str(store), ArtifactStore().fingerprint(str(source)), CPU_BUILD)
-    assert legacy is not None
+    dep, store, legacy = _upgraded(tmp_path)
     old_name = compile_job_name(dep.name, legacy)
     # The operator before started a compile with the CPU build; after the upgrade the operator's
     # image is changed to the Neuron build while it runs (the status names no image: nothing served).
@@ -343,11 +330,7 @@ async def test_an_old_image_job_is_not_taken_for_the_new_images_compile(tmp_path
 
 
 async def test_an_old_images_failed_job_does_not_block_the_new_image(tmp_path: Path) -> None:
-    source, store = tmp_path / "model.pt", tmp_path / "store"
-    source.write_bytes(b"weights")
-    dep = _deployment(source)
-    legacy = legacy_request(dep.spec, str(store), ArtifactStore().fingerprint(str(source)), CPU_BUILD)
-    assert legacy is not None
+    dep, store, legacy = _upgraded(tmp_path)
     failed_job = _old_job(dep, legacy, "failed")
     # The upgrade keeps the image (as the guide says): the CPU build's failure is this request's.
     plan = await _plan(dep, store, StatusMemory(), [failed_job], CPU_BUILD)
@@ -385,11 +368,7 @@ async def test_a_failure_remembered_under_the_legacy_key_is_inherited_at_the_tak
 
 
 async def test_the_legacy_job_still_running_after_its_artifact_is_taken_is_not_superseded(tmp_path: Path) -> None:
-    source, store = tmp_path / "model.pt", tmp_path / "store"
-    source.write_bytes(b"weights")
-    dep = _deployment(source)
-    legacy = legacy_request(dep.spec, str(store), ArtifactStore().fingerprint(str(source)), CPU_BUILD)
-    assert legacy is not None
+    dep, store, legacy = _upgraded(tmp_path)
     artifact = _record(legacy, store)
     # The Job writes its record last: running a moment more while its artifact is taken.
     job = _old_job(dep, legacy, "running")
