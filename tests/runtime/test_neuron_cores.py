@@ -142,6 +142,18 @@ def _stand_in(monkeypatch: pytest.MonkeyPatch, explicit: bool = True) -> NeuronS
     return stand_in
 
 
+def _warmed_runner(
+    neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch, visible: str
+) -> tuple[ModelRunner, NeuronStandIn]:
+    """The artifact's runner on ``visible`` cores of the stand-in, warmed once per copy."""
+    manifest, directory = neuron_artifact
+    _neuron_env(monkeypatch, visible)
+    stand_in = _stand_in(monkeypatch)
+    runner = ModelRunner(manifest, directory)
+    runner.warm(repeats=1, min_seconds=0.0)
+    return runner, stand_in
+
+
 def _inputs(first_id: int) -> list[npt.NDArray[np.int64]]:
     return [np.array([[first_id, 2, 3]], dtype=np.int64), np.ones((1, 3), dtype=np.int64)]
 
@@ -354,11 +366,7 @@ def _infer_body(first_id: int) -> bytes:
 def _runner_with_broken_cores(
     neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch, cores: set[int]
 ) -> tuple[ModelRunner, NeuronStandIn]:
-    manifest, directory = neuron_artifact
-    _neuron_env(monkeypatch, "0-1")
-    stand_in = _stand_in(monkeypatch)
-    runner = ModelRunner(manifest, directory)
-    runner.warm(repeats=1, min_seconds=0.0)
+    runner, stand_in = _warmed_runner(neuron_artifact, monkeypatch, "0-1")
     BrokenCores(stand_in, cores).install(monkeypatch)
     stand_in.executions.clear()
     return runner, stand_in
@@ -433,11 +441,7 @@ def test_two_failed_cores_of_four_fail_no_request_while_two_sound_ones_remain(
 ) -> None:
     # A reviewer's repro: the retry tried one other copy, which could be the other failed one, so
     # clients got 500s while cores 2 and 3 were sound. Each failed batch must try the others in turn.
-    manifest, directory = neuron_artifact
-    _neuron_env(monkeypatch, "0-3")
-    stand_in = _stand_in(monkeypatch)
-    runner = ModelRunner(manifest, directory)
-    runner.warm(repeats=1, min_seconds=0.0)
+    runner, stand_in = _warmed_runner(neuron_artifact, monkeypatch, "0-3")
     BrokenCores(stand_in, {0, 1}).install(monkeypatch)
     failures = 0
     with concurrent.futures.ThreadPoolExecutor(4) as pool:  # as the batcher's executor threads
@@ -455,11 +459,7 @@ def test_two_failed_cores_of_four_fail_no_request_while_two_sound_ones_remain(
 def test_a_bad_input_on_four_cores_fails_on_each_and_takes_none_out(
     neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    manifest, directory = neuron_artifact
-    _neuron_env(monkeypatch, "0-3")
-    stand_in = _stand_in(monkeypatch)
-    runner = ModelRunner(manifest, directory)
-    runner.warm(repeats=1, min_seconds=0.0)
+    runner, stand_in = _warmed_runner(neuron_artifact, monkeypatch, "0-3")
     stand_in.executions.clear()
     for _ in range(2 * backend.COPY_OUT_AFTER):
         with pytest.raises(RuntimeError):
@@ -477,11 +477,7 @@ async def test_with_a_core_out_the_batcher_runs_and_counts_busy_on_the_copies_le
     # one copy left and started each one's busy clock before it had a copy: the one waiting for the
     # copy read busy (the ratio 1.0 on one core of two, busy seconds growing 2 s a second) and its
     # requests showed in neither the queue depth nor an execution.
-    manifest, directory = neuron_artifact
-    _neuron_env(monkeypatch, "0-1")
-    stand_in = _stand_in(monkeypatch)
-    runner = ModelRunner(manifest, directory)
-    runner.warm(repeats=1, min_seconds=0.0)
+    runner, stand_in = _warmed_runner(neuron_artifact, monkeypatch, "0-1")
     busy = BusyTracker(window_seconds=600.0)
     batcher = Batcher(runner, ServerMetrics(busy), max_rows=1, max_delay=0.0, max_queue=64)
     assert batcher.parallel == 2
