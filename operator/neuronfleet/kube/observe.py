@@ -48,7 +48,7 @@ from neuronfleet.kube.jobs import (
 from neuronfleet.planning.admission import DEFAULT_ACCOUNT
 from neuronfleet.planning.catalog import LABEL_ZONE
 from neuronfleet.planning.coldstart import PodTimeline
-from neuronfleet.planning.compile import CompileRequest, JobPhase
+from neuronfleet.planning.compile import CompileRequest, JobPhase, adopts_legacy_job
 from neuronfleet.planning.fleet import PodView
 from neuronfleet.planning.labels import deployment_selector
 
@@ -420,11 +420,7 @@ async def observe_compile_jobs(
     if inherited is not None and not any(job["metadata"]["name"] == name for job in jobs):
         legacy_name = compile_job_name(deployment, inherited)
         for job in jobs:
-            if (
-                job["metadata"]["name"] == legacy_name
-                and job_phase(job)[0] in ("running", "succeeded", "failed")
-                and job_image(job) == request.image
-            ):
+            if job["metadata"]["name"] == legacy_name and adopts_legacy_job(job_phase(job)[0], job_image(job), request):
                 name, adopted = legacy_name, True
     phase: JobPhase = "absent"
     message = ""

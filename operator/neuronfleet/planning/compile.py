@@ -238,6 +238,15 @@ def takes_over_legacy(
     return found
 
 
+def adopts_legacy_job(phase: JobPhase, image: str | None, request: CompileRequest) -> bool:
+    """Whether the Job of this spec's legacy key (:func:`legacy_request`), in ``phase`` and running
+    ``image``, is the current request's Job: one running, succeeded or failed (not one being
+    deleted, whose place the request's own Job takes) that compiles with the request's image (the
+    operator before compiled with the image it ran; a Job of another image is another compile, whose
+    artifact and failure are not this request's)."""
+    return phase in ("running", "succeeded", "failed") and image == request.image
+
+
 @dataclass(frozen=True)
 class CompileObservation:
     """What the reconcile saw of the pipeline for the current request."""
