@@ -18,7 +18,7 @@ from rich.markup import escape
 
 from neuronfleet import __version__
 from neuronfleet.api.crd import CRD_FILENAME, crd_yaml
-from neuronfleet.api.v1alpha1 import GROUP, KIND, InferenceDeployment, InferenceDeploymentSpec
+from neuronfleet.api.v1alpha1 import GROUP, KIND, InferenceDeployment
 from neuronfleet.api.validation import (
     Problem,
     load_manifests,
@@ -27,15 +27,13 @@ from neuronfleet.api.validation import (
     yaml_error_message,
 )
 from neuronfleet.plan_command import add_headroom_flags
-from neuronfleet.planning import warmpool
-from neuronfleet.planning.admission import compile_cpu_limit_problem, serving_cpu_limit_problem
 from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES
+from neuronfleet.planning.fit import fit_problems, pod_counts
 from neuronfleet.planning.placement import (
     DAEMONSET_HEADROOM,
     UNLESS_OPERATOR_SCHEDULER,
     Headroom,
     QuantityError,
-    check_fits,
     headroom_from_quantities,
     needs_from_spec,
     plan_placement,
@@ -111,50 +109,13 @@ def _manifest_files(paths: Iterable[str]) -> Iterator[Path]:
 
 
 def _catalog_problems(model: InferenceDeployment, headroom: Headroom) -> list[Problem]:
-    """The placement planner's check that some allowed instance type holds one replica, then that
-    the pods' CPU limits are not below their requests (the API server would refuse every pod)."""
+    """Why the fleet cannot exist (:func:`fit_problems`: no allowed instance type holds a replica, or
+    a CPU limit below the pods' request), each at the field path its message starts with."""
     problems = []
-    for text in check_fits(model.spec, headroom):
+    for text in fit_problems(model.spec, headroom):
         path, _, message = text.partition(": ")
         problems.append(Problem(path, message) if message else Problem("spec", text))
-    if problems:
-        return problems
-    # The messages start with the field's path, which the Problem prints.
-    if compile_problem := compile_cpu_limit_problem(model.spec.compile):
-        problems.append(Problem("spec.compile.cpuLimit", compile_problem.removeprefix("spec.compile.cpuLimit ")))
-    if serving_problem := _serving_cpu_limit_problem(model, headroom):
-        problems.append(Problem("spec.runtime.cpuLimit", serving_problem.removeprefix("spec.runtime.cpuLimit ")))
     return problems
-
-
-def _pod_counts(spec: InferenceDeploymentSpec) -> list[int]:
-    """Every pod count the operator places the fleet for, ascending: N active replicas (Auto:
-    minReplicas to maxReplicas; Manual: 0 to maxReplicas, as ``kubectl scale`` may set) plus the warm
-    pods and node placeholders its pool can keep beside them (:func:`warmpool.standby_range`, the rule
-    the operator sizes the pool by). The operator places them on the same type, so they take part in
-    its choice. 0 pods is planned as 1: the type is then chosen as for a first replica."""
-    scaling = spec.scaling
-    low = scaling.min_replicas if scaling.mode == "Auto" else 0
-    counts: set[int] = set()
-    for active in range(low, scaling.max_replicas + 1):
-        least, most = warmpool.standby_range(spec.warm_pool, active, scaling.max_replicas)
-        counts.update(max(1, active + standby) for standby in range(least, most + 1))
-    return sorted(counts)
-
-
-def _serving_cpu_limit_problem(model: InferenceDeployment, headroom: Headroom) -> str | None:
-    """spec.runtime.cpuLimit below the CPU request of the replicas at the first pod count the spec can
-    reach where it is (a computed request is the replica's share of the type chosen for that count)."""
-    spec = model.spec
-    if not spec.runtime.cpu_limit:
-        return None
-    needs = needs_from_spec(spec)  # the caller checked the quantities (check_fits)
-    for replicas in _pod_counts(spec):
-        chosen = plan_placement(needs, spec.placement.instance_types, replicas, headroom=headroom).chosen
-        problem = serving_cpu_limit_problem(spec.runtime, chosen) if chosen is not None else None
-        if problem:
-            return problem if replicas == 1 else f"at {replicas} pod(s): {problem}"
-    return None
 
 
 def _scheduler_warning(model: InferenceDeployment, neuron_scheduler: str | None, headroom: Headroom) -> str | None:
@@ -162,13 +123,13 @@ def _scheduler_warning(model: InferenceDeployment, neuron_scheduler: str | None,
     can reach whose placement needs the Neuron scheduler extension, when the pods would name none.
 
     The chosen instance type depends on the replica count (an 8xlarge for one replica, a 48xlarge
-    for many), so every pod count the operator can place the fleet for is planned (:func:`_pod_counts`).
+    for many), so every pod count the operator can place the fleet for is planned (:func:`pod_counts`).
     """
     spec = model.spec
     if spec.placement.scheduler_name or neuron_scheduler:
         return None
-    needs = needs_from_spec(spec)  # the caller checked the quantities (check_fits)
-    for replicas in _pod_counts(spec):
+    needs = needs_from_spec(spec)  # the caller checked the quantities (fit_problems)
+    for replicas in pod_counts(spec):
         plan = plan_placement(needs, spec.placement.instance_types, replicas, headroom=headroom)
         warning = scheduler_warning(plan, None)
         if warning:

@@ -49,7 +49,8 @@ Mixed fleets (e.g. one 48xlarge plus one 24xlarge for four 8-core replicas) are 
 counts but not considered.
 
 :func:`check_fits` returns the problems (field path first) when no allowed type holds a replica;
-``neuronfleet validate`` and the operator's status both use it.
+the operator's status uses it, and :mod:`neuronfleet.planning.fit` (``neuronfleet validate``,
+``simulate --policy``) starts with it.
 """
 
 from __future__ import annotations
