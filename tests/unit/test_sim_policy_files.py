@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from neuronfleet.api.v1alpha1 import API_VERSION, KIND
 from neuronfleet.cli import main as cli_main
@@ -242,3 +243,73 @@ def test_a_whole_cr_below_the_default_max_replicas_floor_says_the_default_applie
         f"error: {floor}: spec.scaling.minReplicas: minReplicas must not exceed maxReplicas (spec.scaling.maxReplicas "
         "is not set: the CRD's default, 10, applies)" in err
     )
+
+
+# ------------------------------------------------------- a whole CR whose fleet cannot exist, refused
+
+REPO = Path(__file__).resolve().parents[2]
+#: The invalid examples refused for their spec (`# expect: spec....`): the schema's, the CRD's rules'
+#: and the planning's fit (no allowed type holds a replica; a CPU limit below the pods' request).
+SPEC_REFUSED = [
+    path
+    for path in sorted((REPO / "examples" / "invalid").glob("*.yaml"))
+    if path.read_text().startswith("# expect: spec.")
+]
+
+
+def test_the_spec_refused_examples_include_the_fit_ones() -> None:
+    assert {"fits-no-instance-type", "cpu-limit-below-computed-request"} <= {p.stem for p in SPEC_REFUSED}
+
+
+@pytest.mark.parametrize("example", SPEC_REFUSED, ids=[p.stem for p in SPEC_REFUSED])
+def test_every_spec_validate_refuses_is_refused_as_a_policy_in_its_words(
+    example: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The fit check lived in the CLI's validate alone: a CR no instance type can hold ran as a
+    # policy, and its costs were those of a fleet that cannot exist.
+    problem = example.read_text().splitlines()[0].removeprefix("# expect: ")
+    assert cli_main(["validate", "-f", str(example)]) == 1
+    assert problem in " ".join(capsys.readouterr().out.split())
+    # A policy file names the section it tunes: the default pool (Off) changes nothing else.
+    resource = yaml.safe_load(example.read_text())
+    if not {"scaling", "warmPool"} & resource["spec"].keys():
+        resource["spec"]["warmPool"] = {"mode": "Off"}
+    cr = policy(tmp_path, example.name, yaml.safe_dump(resource))
+    accepted, err = simulate_policy_only(tmp_path, cr, capsys)
+    assert not accepted, err
+    assert f"error: {cr}: {problem}" in err
+
+
+def test_a_compile_cpu_limit_the_crd_cannot_compare_is_refused_as_validate_refuses_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 3500m against 4: the CRD's CEL rule compares like units only; the planning check refuses it.
+    cr = policy(
+        tmp_path,
+        "compile.yaml",
+        CR + "spec:\n  model: {source: 's3://bucket/model/'}\n  compile: {cpu: '4', cpuLimit: 3500m}\n"
+        "  scaling: {maxReplicas: 20}\n",
+    )
+    problem = "spec.compile.cpuLimit: 3500m is below spec.compile.cpu 4: the API server refuses"
+    assert cli_main(["validate", "-f", cr]) == 1
+    assert problem in " ".join(capsys.readouterr().out.split())
+    accepted, err = simulate_policy_only(tmp_path, cr, capsys)
+    assert not accepted, err
+    assert f"error: {cr}: {problem}" in err
+
+
+def test_a_cr_whose_fleet_cannot_exist_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Refused before any run, with a real trace: no simulate.json, no plot, no output folder left.
+    out = tmp_path / "new" / "out"
+    example = policy(
+        tmp_path,
+        "too-big.yaml",
+        CR + "spec:\n  model: {source: 's3://bucket/model/', neuronCoresPerReplica: 16}\n"
+        "  placement: {instanceTypes: [inf2.xlarge]}\n  scaling: {maxReplicas: 20}\n",
+    )
+    args = ["--trace", str(write_trace(tmp_path / "t.csv")), "--policies", "ours", "--no-sweep", "--jobs", "1"]
+    assert run_cli([*args, "--peak-replicas", "3", "--policy", example, "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"error: {example}: spec.placement.instanceTypes: no allowed instance type")
+    assert "Traceback" not in captured.err and len(captured.err.strip().splitlines()) == 1
+    assert not (tmp_path / "new").exists()

@@ -30,6 +30,7 @@ from neuronfleet.api.validation import (
     whole_floats_to_int,
     yaml_error_message,
 )
+from neuronfleet.planning.fit import fit_problems
 from neuronfleet.sim import report, runner
 from neuronfleet.sim.oracle import launch_seconds
 from neuronfleet.sim.policies import DEFAULT_SCRAPE_DELAY, crd_max_replicas
@@ -438,8 +439,7 @@ def _policy_problems(sections: dict[str, Any]) -> list[str]:
         "metadata": {"name": "policy"},
         "spec": {"model": {"source": "s3://policy-file/model/"}, "scaling": scaling, "warmPool": sections["warmPool"]},
     }
-    _, problems = validate_manifest(manifest)
-    return [str(problem).removeprefix("spec.") for problem in problems]
+    return [problem.removeprefix("spec.") for problem in _manifest_problems(manifest)]
 
 
 def _refuse_other_kind(path: str, resource: dict[Any, Any]) -> None:
@@ -455,11 +455,21 @@ def _refuse_other_kind(path: str, resource: dict[Any, Any]) -> None:
 
 def _cr_problems(resource: dict[Any, Any]) -> list[str]:
     """What ``neuronfleet validate`` says about a whole InferenceDeployment (its schema, unknown
-    fields and CEL rules, every section's), with only an apiVersion, kind or metadata left out
-    filled in: a policy file may be a CR's spec alone."""
+    fields and CEL rules, every section's, then whether its fleet can exist), with only an
+    apiVersion, kind or metadata left out filled in: a policy file may be a CR's spec alone."""
     filled = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "policy"}, **resource}
-    _, problems = validate_manifest(filled)
-    return [str(problem) for problem in problems]
+    return _manifest_problems(filled)
+
+
+def _manifest_problems(manifest: dict[str, Any]) -> list[str]:
+    """A manifest's problems as ``validate`` finds them, each "field.path: message": the API server's
+    checks, then, on a manifest that passes them, :func:`fit_problems` (no allowed instance type
+    holds a replica, a CPU limit below the pods' request), at the operator's default DaemonSet
+    allowance: a run costs a fleet only if the operator could run it."""
+    model, problems = validate_manifest(manifest)
+    if problems or model is None:
+        return [str(problem) for problem in problems]
+    return fit_problems(model.spec)
 
 
 def _truncated(trace: Trace, seconds: float, start: float = 0.0) -> Trace:
