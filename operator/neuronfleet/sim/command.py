@@ -113,7 +113,8 @@ A policy file holds an InferenceDeployment's `scaling` and `warmPool` sections (
 the CR; a whole CR with `spec:` works too), checked as `neuronfleet validate` checks a CR: unknown
 keys and the CRD's rules (minReplicas <= maxReplicas, ...) are errors; a whole CR is checked whole
 (every section; another kind is refused), its apiVersion, kind and metadata filled in if left
-out. Fields it sets that a run does not use (scaling.latencySloMs, scaling.metrics but
+out, and refused, as validate refuses it, when no allowed instance type holds a replica or a CPU
+limit is below the pods' request (its fleet cannot exist). Fields it sets that a run does not use (scaling.latencySloMs, scaling.metrics but
 staleAfterSeconds, a CR's other sections) are named in a note. A profile file has the fields that --dump-profile prints.
 """
 
@@ -332,7 +333,8 @@ def unused_spec_fields(spec: dict[str, Any], where: str = "spec.") -> str:
 
 def _policy_file(path: str, notes: list[str] | None = None) -> tuple[str, dict[str, Any]]:
     """A policy file's ``scaling`` and ``warmPool`` sections, checked as ``neuronfleet validate``
-    checks a CR (schema with unknown fields refused, then the CRD's CEL rules); UsageError if not.
+    checks a CR (schema with unknown fields refused, then the CRD's CEL rules, then whether its
+    fleet can exist: :func:`~neuronfleet.planning.fit.fit_problems`); UsageError if not.
     A whole CR (``spec`` present) is checked whole, as the API server would check it: an unknown
     field or a broken rule outside the two sections is refused too, and so is another kind.
     For a whole CR, a line naming the spec fields the simulator does not use goes to ``notes``."""
