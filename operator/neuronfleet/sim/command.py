@@ -114,8 +114,9 @@ the CR; a whole CR with `spec:` works too), checked as `neuronfleet validate` ch
 keys and the CRD's rules (minReplicas <= maxReplicas, ...) are errors; a whole CR is checked whole
 (every section; another kind is refused), its apiVersion, kind and metadata filled in if left
 out, and refused, as validate refuses it, when no allowed instance type holds a replica or a CPU
-limit is below the pods' request (its fleet cannot exist). Fields it sets that a run does not use (scaling.latencySloMs, scaling.metrics but
-staleAfterSeconds, a CR's other sections) are named in a note. A profile file has the fields that --dump-profile prints.
+limit is below the pods' request (its fleet cannot exist). Fields it sets that a run does not
+use (scaling.latencySloMs, scaling.metrics but staleAfterSeconds, a CR's other sections) are
+named in a note. A profile file has the fields that --dump-profile prints.
 """
 
 
