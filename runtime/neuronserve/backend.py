@@ -19,16 +19,24 @@ One failed NeuronCore of several: a batch that fails on a copy runs again on the
 rotation in turn (each at most once, the longest free first) until one runs it. If one does, the
 input was sound and the failures were the copies': each copy that failed it gets a strike, and the
 client gets its answer. ``COPY_OUT_AFTER`` strikes in a row (a success on the copy ends the run)
-take the copy out of rotation until the process restarts (logged; the server exports
-``copies_out``): its batches go to the others, and ``parallel`` (the batches that execute at once)
-counts the copies left. A batch that fails on every copy in rotation is the input's or the whole
-device's: it fails alone as on one copy (its last error raised, no copy blamed), and the server's
-device check (``neuronserve.health``) decides. The last copy in rotation is never taken out: when it
-fails too, every request fails and the device is failed (not ready, then not live) as with a single
-copy. Without the retry, with copies handed out in turn, one failed core failed every other request
-and each success between ended the run of failures the device check waits for: the replica stayed
-ready; with a retry on one other copy only, two failed cores of four still failed the batches that
-went from one to the other. A bad input costs a run on each copy in rotation per failing run; a CPU
+take the copy out of rotation (logged; the server exports ``copies_out``): its batches go to the
+others, and ``parallel`` (the batches that execute at once) counts the copies left. A core's fault
+may pass (a transient NRT error), so a copy out is re-tested: once ``RETEST_FIRST_SECONDS`` (60)
+have passed on the runner's clock, the next batch handed out runs on it first, one such batch at a
+time. If it runs it, the copy is back in rotation (its strikes reset, logged); if it fails, the
+batch runs again on the copies in rotation as any failed batch does (the client sees no failure),
+and the copy stays out with its cool-off doubled (at most ``RETEST_MAX_SECONDS``, 15 minutes; back
+to 60 s the next time it is taken out). A re-test batch that then fails on every copy in rotation
+too says nothing of the copy: it stays out, due again. Before re-tests a copy stayed out until the
+process restarted, so a passing fault cost the replica a core for the pod's life. A batch that fails
+on every copy in rotation is the input's or the whole device's: it fails alone as on one copy (its
+last error raised, no copy blamed), and the server's device check (``neuronserve.health``) decides.
+The last copy in rotation is never taken out: when it fails too, every request fails and the device
+is failed (not ready, then not live) as with a single copy. Without the retry, with copies handed
+out in turn, one failed core failed every other request and each success between ended the run of
+failures the device check waits for: the replica stayed ready; with a retry on one other copy only,
+two failed cores of four still failed the batches that went from one to the other. A bad input costs
+a run on each copy in rotation per failing run (and one on a copy out whose re-test it is); a CPU
 artifact (one copy) runs nothing twice.
 """
 
@@ -56,6 +64,10 @@ log = logging.getLogger("neuronserve.backend")
 
 #: Failures in a row of a copy, each on a batch another copy then ran, after which it leaves rotation.
 COPY_OUT_AFTER = 3
+#: Seconds out of rotation before a copy's first re-test; each failed re-test doubles them ...
+RETEST_FIRST_SECONDS = 60.0
+#: ... up to this (a core that stays failed costs one batch's retry per this long).
+RETEST_MAX_SECONDS = 900.0
 
 
 class BusyClock(Protocol):
@@ -104,6 +116,12 @@ def visible_neuron_cores(environ: Mapping[str, str] | None = None) -> int:
     return 1
 
 
+def _last_line(error: Exception) -> str:
+    """An error's last line, for a log line (a TorchScript error ends with the runtime's message)."""
+    text = str(error).strip()
+    return text.splitlines()[-1][:300] if text else type(error).__name__
+
+
 def _cores_source() -> str:
     """Which setting the copy count came from, for the load log."""
     for name in ("NEURON_RT_VISIBLE_CORES", "NEURON_RT_NUM_CORES"):
@@ -128,10 +146,12 @@ def _placement(torch_neuronx: Any) -> Callable[[int], contextlib.AbstractContext
 
 
 class ModelRunner:
-    """The loaded buckets of one artifact."""
+    """The loaded buckets of one artifact. ``clock`` (monotonic seconds) times the cool-offs of
+    copies out of rotation before their re-tests."""
 
-    def __init__(self, manifest: Manifest, directory: Path) -> None:
+    def __init__(self, manifest: Manifest, directory: Path, clock: Callable[[], float] = time.monotonic) -> None:
         self.manifest = manifest
+        self._clock = clock
         place: Callable[[int], contextlib.AbstractContextManager[Any]] | None = None
         copies = 1
         if manifest.backend == "neuron":
@@ -171,6 +191,11 @@ class ModelRunner:
         self._changed = threading.Condition()
         self._strikes = [0] * copies  # failures in a row on batches another copy ran
         self._out: set[int] = set()  # taken out of rotation
+        self._held: set[int] = set()  # executing a batch now (a copy just taken out may still be)
+        # Of each copy out: its cool-off now, and when (self._clock) it may run a re-test batch.
+        self._cool_off = [RETEST_FIRST_SECONDS] * copies
+        self._retest_at = [0.0] * copies
+        self._retesting: set[int] = set()  # copies out whose re-test batch has no outcome yet
 
     @staticmethod
     def _load(directory: Path, bucket: Bucket) -> Any:
@@ -248,7 +273,9 @@ class ModelRunner:
             with self._copy(besides=frozenset(failed), busy=busy) as index:
                 if index is None:
                     # Every copy in rotation failed it (a CPU artifact has one): the input's or the
-                    # device's, so no copy is blamed; the last failure is raised.
+                    # device's, so no copy is blamed; the last failure is raised. A copy out that
+                    # failed it as its re-test proved nothing either way: the next batch re-tests it.
+                    self._retest_unsettled(failed)
                     raise list(failed.values())[-1]
                 try:
                     result = self._execute_on(self._copies[index], bucket, arrays)
@@ -256,37 +283,75 @@ class ModelRunner:
                     failed[index] = exc
                     continue
                 self._struck(index, None)
-            # A later copy ran it: the input was sound, and each copy that failed it is struck.
+            # A later copy ran it: the input was sound, and each copy that failed it is struck (a
+            # copy out that failed its re-test stays out, its cool-off doubled).
             for copy, error in failed.items():
                 self._struck(copy, error)
             return result
 
     def _struck(self, index: int, error: Exception | None) -> None:
         """Count a failure of copy ``index`` on a batch another copy ran (or, None, end its run on a
-        success); take it out of rotation at COPY_OUT_AFTER, unless it is the last one in."""
+        success); take it out of rotation at COPY_OUT_AFTER, unless it is the last one in. A copy
+        out on its re-test batch: a success puts it back in rotation, a failure doubles its cool-off."""
         with self._changed:
+            retest = index in self._retesting
+            self._retesting.discard(index)
             if error is None:
                 self._strikes[index] = 0
-                return
-            self._strikes[index] += 1
-            if self._strikes[index] < COPY_OUT_AFTER or index in self._out:
-                return
-            if len(self._copies) - len(self._out) <= 1:
-                return
-            self._out.add(index)
-            with contextlib.suppress(ValueError):
-                self._free.remove(index)
-            self._changed.notify_all()  # a retry waiting for a copy besides the last other one stops waiting
-            left = len(self._copies) - len(self._out)
-        log.error(
-            "NeuronCore copy %d failed %d batches in a row that another copy then ran (%s): out of rotation "
-            "until the process restarts; serving on %d of %d copies",
-            index,
-            COPY_OUT_AFTER,
-            str(error).strip().splitlines()[-1][:300] if str(error).strip() else type(error).__name__,
-            left,
-            len(self._copies),
-        )
+                if not retest:
+                    return
+                self._out.discard(index)  # the caller's block gives it back to the free copies
+                self._changed.notify_all()  # a retry waiting for a copy besides those failed has one more
+                left = len(self._copies) - len(self._out)
+            elif retest:
+                self._cool_off[index] = min(2 * self._cool_off[index], RETEST_MAX_SECONDS)
+                self._retest_at[index] = self._clock() + self._cool_off[index]
+                cool_off = self._cool_off[index]
+            else:
+                self._strikes[index] += 1
+                if self._strikes[index] < COPY_OUT_AFTER or index in self._out:
+                    return
+                if len(self._copies) - len(self._out) <= 1:
+                    return
+                self._out.add(index)
+                self._cool_off[index] = RETEST_FIRST_SECONDS
+                self._retest_at[index] = self._clock() + RETEST_FIRST_SECONDS
+                with contextlib.suppress(ValueError):
+                    self._free.remove(index)
+                self._changed.notify_all()  # a retry waiting for a copy besides the last other one stops waiting
+                left = len(self._copies) - len(self._out)
+        if error is None:
+            log.warning(
+                "NeuronCore copy %d ran its re-test batch: back in rotation; serving on %d of %d copies",
+                index,
+                left,
+                len(self._copies),
+            )
+        elif retest:
+            log.warning(
+                "NeuronCore copy %d failed its re-test batch, which another copy then ran (%s): stays out of "
+                "rotation, next re-test in %g s",
+                index,
+                _last_line(error),
+                cool_off,
+            )
+        else:
+            log.error(
+                "NeuronCore copy %d failed %d batches in a row that another copy then ran (%s): out of rotation, "
+                "re-tested with one batch in %g s; serving on %d of %d copies",
+                index,
+                COPY_OUT_AFTER,
+                _last_line(error),
+                RETEST_FIRST_SECONDS,
+                left,
+                len(self._copies),
+            )
+
+    def _retest_unsettled(self, failed: Mapping[int, Exception]) -> None:
+        """The re-tests among the copies that failed a batch no copy ran end without an outcome:
+        each such copy stays out, due again at once, its cool-off as it was."""
+        with self._changed:
+            self._retesting.difference_update(failed)
 
     def _execute_on(
         self, modules: dict[Bucket, Any], bucket: Bucket, arrays: Sequence[npt.NDArray[Any]]
@@ -301,16 +366,24 @@ class ModelRunner:
     def _copy(self, besides: frozenset[int] = frozenset(), busy: BusyClock | None = None) -> Iterator[int | None]:
         """A free copy in rotation (not one of ``besides``), held until the block ends (waits for
         one if all are executing); the longest free first, so that copies are handed out in turn.
-        None if no copy in rotation is left besides those (never without ``besides``: the last
-        copy is never out). ``busy`` is told when the copy is taken and when it is given back."""
+        Without ``besides`` (a new batch), a copy out due its re-test comes first. None if no copy
+        in rotation is left besides those (never without ``besides``: the last copy is never out).
+        ``busy`` is told when the copy is taken and when it is given back."""
         with self._changed:
-            while not (choices := [i for i in self._free if i not in besides]):
+            while True:
+                # A new batch (not a retry) runs first on a copy out that is due its re-test.
+                index = None if besides else self._due_retest()
+                if index is not None:
+                    break
+                if choices := [i for i in self._free if i not in besides]:
+                    index = choices[0]
+                    self._free.remove(index)
+                    break
                 if not set(range(len(self._copies))) - self._out - besides:
                     break
                 self._changed.wait()
-            index = choices[0] if choices else None
             if index is not None:
-                self._free.remove(index)
+                self._held.add(index)
         if index is None:
             yield None
             return
@@ -324,9 +397,23 @@ class ModelRunner:
             if busy is not None:
                 busy.finished(start, time.monotonic())
             with self._changed:
+                self._held.discard(index)
                 if index not in self._out:
                     self._free.append(index)
                 self._changed.notify_all()
+
+    def _due_retest(self) -> int | None:
+        """A copy out whose cool-off has passed, now marked as on its re-test (call with
+        ``_changed`` held); None if none is. Not one still executing a batch (taken out while it
+        was), nor one whose re-test has no outcome yet: one re-test batch per copy at a time."""
+        if not self._out:
+            return None
+        now = self._clock()
+        for index in sorted(self._out):
+            if index not in self._held and index not in self._retesting and self._retest_at[index] <= now:
+                self._retesting.add(index)
+                return index
+        return None
 
     def run(
         self, requests: Sequence[Sequence[npt.NDArray[Any]]], busy: BusyClock | None = None

@@ -143,13 +143,16 @@ def _stand_in(monkeypatch: pytest.MonkeyPatch, explicit: bool = True) -> NeuronS
 
 
 def _warmed_runner(
-    neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch, visible: str
+    neuron_artifact: tuple[Manifest, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    visible: str,
+    clock: Callable[[], float] = time.monotonic,
 ) -> tuple[ModelRunner, NeuronStandIn]:
     """The artifact's runner on ``visible`` cores of the stand-in, warmed once per copy."""
     manifest, directory = neuron_artifact
     _neuron_env(monkeypatch, visible)
     stand_in = _stand_in(monkeypatch)
-    runner = ModelRunner(manifest, directory)
+    runner = ModelRunner(manifest, directory, clock=clock)
     runner.warm(repeats=1, min_seconds=0.0)
     return runner, stand_in
 
@@ -520,3 +523,148 @@ async def test_with_a_core_out_the_batcher_runs_and_counts_busy_on_the_copies_le
     assert await batcher.drain(5.0)
     # One copy executes one batch at a time: its busy time cannot exceed the time that passed.
     assert busy.busy_seconds_total - before <= time.monotonic() - started
+
+
+# A copy out of rotation is re-tested: after a cool-off (60 s, doubled after each failed re-test,
+# at most 15 min) the next batch runs on it first. Before, it stayed out until the pod restarted,
+# so a transient fault cost the replica a core for the pod's life.
+
+
+class FakeClock:
+    """The runner's clock, moved by the test: a cool-off passes without waiting it out."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _runner_with_core_1_out(
+    neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch, visible: str = "0-1"
+) -> tuple[ModelRunner, NeuronStandIn, BrokenCores, FakeClock]:
+    """A warmed runner on ``visible`` cores whose copy 1 failed until it was taken out of rotation
+    (at the clock's time now); copy 1 still fails until the test heals it (``broken.cores``)."""
+    clock = FakeClock()
+    runner, stand_in = _warmed_runner(neuron_artifact, monkeypatch, visible, clock)
+    broken = BrokenCores(stand_in, {1})
+    broken.install(monkeypatch)
+    for _ in range(20 * backend.COPY_OUT_AFTER):
+        runner.run([_inputs(3)])
+        if runner.copies_out:
+            break
+    assert runner.copies_out == [1]
+    stand_in.executions.clear()
+    return runner, stand_in, broken, clock
+
+
+def test_a_core_out_runs_one_batch_after_its_cool_off_and_is_back_in_rotation_when_it_succeeds(
+    neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    runner, stand_in, broken, clock = _runner_with_core_1_out(neuron_artifact, monkeypatch)
+    broken.cores.clear()  # the fault was transient: the core answers again
+    config = ServeConfig(max_batch_delay_ms=0, device_suspect_after=3, device_restart_seconds=0.5)
+    manifest = neuron_artifact[0]
+    infer = f"/v2/models/{manifest.name}/infer"
+    with caplog.at_level(logging.INFO, logger="neuronserve.backend"), LiveServer(manifest, runner, config) as server:
+        clock.now += 59
+        codes = [http_json(server.url, "POST", infer, _infer_body(3 + i))[0] for i in range(4)]
+        # Not before its cool-off of 60 s.
+        assert stand_in.executions == [0] * 4
+        assert scrape_metrics(server.url)["neuronserve_device_cores_out"] == 1
+        clock.now += 1
+        codes.append(http_json(server.url, "POST", infer, _infer_body(9))[0])
+        # The first batch after it is the re-test, and the copy ran it: back in rotation.
+        assert stand_in.executions[4:] == [1]
+        metrics = scrape_metrics(server.url)
+        ready = http_json(server.url, "GET", "/v2/health/ready")[2]
+        codes += [http_json(server.url, "POST", infer, _infer_body(3 + i))[0] for i in range(4)]
+    assert codes == [200] * 9
+    assert runner.copies_out == [] and runner.parallel == 2
+    assert metrics["neuronserve_device_cores_out"] == 0 and ready["cores_out"] == 0
+    assert metrics["neuronserve_device_cores"] == 2
+    assert sorted(stand_in.executions[5:]) == [0, 0, 1, 1]  # handed out in turn again
+    assert "NeuronCore copy 1 ran its re-test batch" in caplog.text and "back in rotation" in caplog.text
+    # Its strikes were reset: failing again, it leaves after COPY_OUT_AFTER failures, not at the first.
+    broken.cores.add(1)
+    stand_in.executions.clear()
+    for _ in range(4 * backend.COPY_OUT_AFTER):
+        runner.run([_inputs(3)])
+        if runner.copies_out:
+            break
+    assert runner.copies_out == [1]
+    assert stand_in.executions.count(1) == backend.COPY_OUT_AFTER
+
+
+def test_a_core_that_fails_its_retest_stays_out_with_the_cool_off_doubled_and_no_batch_fails(
+    neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    runner, stand_in, _, clock = _runner_with_core_1_out(neuron_artifact, monkeypatch)
+    (expected,), _ = runner.run([_inputs(3)])  # on copy 0, the sound one
+    stand_in.executions.clear()
+    with caplog.at_level(logging.INFO, logger="neuronserve.backend"):
+        # Doubling from 60 s, at most 15 minutes.
+        for cool_off in (60, 120, 240, 480, 900, 900):
+            clock.now += cool_off - 1
+            (rows,), _ = runner.run([_inputs(3)])
+            assert stand_in.executions == [0], f"copy 1 re-tested before its cool-off of {cool_off} s"
+            clock.now += 1
+            # The re-test fails on copy 1 and the batch runs again on copy 0: its caller sees no failure.
+            (retested,), _ = runner.run([_inputs(3)])
+            assert stand_in.executions == [0, 1, 0], f"copy 1 not re-tested after its cool-off of {cool_off} s"
+            assert np.array_equal(rows, expected) and np.array_equal(retested, expected)
+            assert runner.copies_out == [1] and runner.parallel == 1
+            stand_in.executions.clear()
+    assert "NeuronCore copy 1 failed its re-test batch" in caplog.text and "next re-test in 900 s" in caplog.text
+
+
+def test_a_core_out_has_one_retest_batch_in_flight_at_a_time(
+    neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner, _, _, clock = _runner_with_core_1_out(neuron_artifact, monkeypatch, "0-2")
+    clock.now += 60
+    # Copies 0 and 2 hold every batch until the gate opens; note which copy each batch enters.
+    gate = threading.Event()
+    entered: list[int | None] = []
+    broken_call = PlacedCopy.__call__
+
+    def gated(copy: PlacedCopy, *tensors: torch.Tensor) -> torch.Tensor:
+        entered.append(copy.core)
+        if copy.core != 1:
+            gate.wait(30)
+        return broken_call(copy, *tensors)
+
+    monkeypatch.setattr(PlacedCopy, "__call__", gated)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        try:
+            # The first batch is copy 1's re-test: it fails there and waits on another copy.
+            first = pool.submit(runner.run, [_inputs(3)])
+            wait_for(lambda: len(entered) == 2, 10, "the re-test batch to fail and run again elsewhere")
+            assert entered[0] == 1
+            # Copy 1 is free and past its cool-off, but its re-test is still in flight: the next
+            # batch goes to the copy left in rotation.
+            second = pool.submit(runner.run, [_inputs(4)])
+            wait_for(lambda: len(entered) >= 3, 10, "the second batch to reach a copy")
+            assert entered.count(1) == 1
+        finally:
+            gate.set()
+        first.result(10)
+        second.result(10)
+    assert sorted(entered[1:], key=str) == [0, 2]
+    assert runner.copies_out == [1]
+
+
+def test_a_retest_failed_by_a_bad_input_on_every_copy_blames_no_copy_and_the_next_batch_retests(
+    neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner, stand_in, broken, clock = _runner_with_core_1_out(neuron_artifact, monkeypatch)
+    broken.cores.clear()
+    clock.now += 60
+    with pytest.raises(RuntimeError):
+        runner.run([_inputs(500)])  # an id past the embedding table: copy 0 fails it too
+    assert stand_in.executions == [1, 0]
+    assert runner.copies_out == [1]
+    # Nothing was learned about copy 1: the next batch re-tests it, without a longer cool-off.
+    runner.run([_inputs(3)])
+    assert stand_in.executions == [1, 0, 1]
+    assert runner.copies_out == []
