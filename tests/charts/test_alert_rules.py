@@ -59,7 +59,7 @@ def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
 def test_the_rendered_rules_pass_promtool_check(tmp_path: Path) -> None:
     result = promtool("check", "rules", str(write_rule_file(prometheus_rule(), tmp_path / RULE_FILE)))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 9 rules found" in result.stdout
+    assert "SUCCESS: 10 rules found" in result.stdout
 
 
 def test_each_alert_fires_on_its_condition_and_not_below_it_nor_before_its_for(tmp_path: Path) -> None:
@@ -341,7 +341,7 @@ def test_the_rules_render_as_a_rule_file_without_the_prometheus_operator(tmp_pat
     rule_file = tmp_path / "neuronfleet-rules.yaml"
     rule_file.write_text(yaml.safe_dump(yaml.safe_load(result.stdout)["spec"], sort_keys=False))
     checked = promtool("check", "rules", str(rule_file))
-    assert checked.returncode == 0 and "SUCCESS: 9 rules found" in checked.stdout, checked.stdout + checked.stderr
+    assert checked.returncode == 0 and "SUCCESS: 10 rules found" in checked.stdout, checked.stdout + checked.stderr
     assert 'job="neuronfleet-operator"' in rule_file.read_text()
 
 

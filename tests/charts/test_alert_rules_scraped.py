@@ -96,8 +96,10 @@ def test_alert_expressions_find_the_deployments_in_trouble_in_scraped_series(
         leader.record_reconcile("ml", "gpt", 0.01, status(2, 2, "AsExpected", "MetricsRead"))
         leader.record_reconcile("ml", "llama", 0.01, status(1, 0, "AsExpected", "MetricsUnavailable", compiled=False))
 
-    # Two model-server deployments: bert refuses and fails requests and answers slowly; gpt is fine.
+    # Two model-server deployments: bert refuses and fails requests, answers slowly and has a
+    # NeuronCore out of rotation; gpt is fine.
     bert, gpt = ServerMetrics(BusyTracker()), ServerMetrics(BusyTracker())
+    bert.device_cores_out.set(1)
 
     def requests() -> None:
         for _ in range(6):
@@ -132,9 +134,17 @@ def test_alert_expressions_find_the_deployments_in_trouble_in_scraped_series(
     jobs = [
         scrape(monitors["operator"], serve(leader.registry), {**operator_labels, "pod": "nf-neuronfleet-a"}),
         scrape(monitors["operator"], serve(paused.registry), {**operator_labels, "pod": "nf-neuronfleet-b"}),
-        # The runtime PodMonitor's relabeling: the pod's namespace, its deployment label.
-        scrape(monitors["runtime"], serve(bert.registry), {**server_labels, "namespace": "ml", "deployment": "bert"}),
-        scrape(monitors["runtime"], serve(gpt.registry), {**server_labels, "namespace": "ml", "deployment": "gpt"}),
+        # The runtime PodMonitor's relabeling: the pod's namespace, its deployment label, its name.
+        scrape(
+            monitors["runtime"],
+            serve(bert.registry),
+            {**server_labels, "namespace": "ml", "deployment": "bert", "pod": "bert-1"},
+        ),
+        scrape(
+            monitors["runtime"],
+            serve(gpt.registry),
+            {**server_labels, "namespace": "ml", "deployment": "gpt", "pod": "gpt-1"},
+        ),
     ]
 
     workdir = tmp_path / "prometheus"
@@ -159,6 +169,7 @@ def test_alert_expressions_find_the_deployments_in_trouble_in_scraped_series(
             "NeuronfleetScalingMetricsUnavailable": {(("name", "bert"), ("namespace", "ml"))},
             "NeuronserveRequestsRejected": {(("deployment", "bert"), ("namespace", "ml"))},
             "NeuronserveRequestErrors": {(("deployment", "bert"), ("namespace", "ml"))},
+            "NeuronserveCoresOut": {(("deployment", "bert"), ("namespace", "ml"), ("pod", "bert-1"))},
             "NeuronserveLatencySLOFastBurn": {(("deployment", "bert"), ("namespace", "ml"))},
             "NeuronserveLatencySLOSlowBurn": {(("deployment", "bert"), ("namespace", "ml"))},
         }
