@@ -668,3 +668,55 @@ def test_a_retest_failed_by_a_bad_input_on_every_copy_blames_no_copy_and_the_nex
     runner.run([_inputs(3)])
     assert stand_in.executions == [1, 0, 1]
     assert runner.copies_out == []
+
+
+def test_a_copy_taken_out_while_it_executes_a_batch_gets_no_retest_on_top_of_it(
+    neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    runner, stand_in = _warmed_runner(neuron_artifact, monkeypatch, "0-1", clock)
+    BrokenCores(stand_in, {1}).install(monkeypatch)
+    stand_in.executions.clear()
+    # Copy 1's strikes, one short of out. After a batch copy 1 is the longest free (it failed the
+    # batch and was given back first), so the next batch goes to it first.
+    for _ in range(4 * backend.COPY_OUT_AFTER):
+        if stand_in.executions.count(1) == backend.COPY_OUT_AFTER - 1:
+            break
+        runner.run([_inputs(3)])
+    assert stand_in.executions.count(1) == backend.COPY_OUT_AFTER - 1 and runner.copies_out == []
+    gates = {0: threading.Event(), 1: threading.Event()}
+    entered: list[int | None] = []
+    broken_call = PlacedCopy.__call__
+
+    def gated(copy: PlacedCopy, *tensors: torch.Tensor) -> torch.Tensor:
+        entered.append(copy.core)
+        assert copy.core is not None
+        gates[copy.core].wait(30)
+        return broken_call(copy, *tensors)
+
+    monkeypatch.setattr(PlacedCopy, "__call__", gated)
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        try:
+            # Batch X fails on copy 1 and waits on copy 0; batch Y then starts on copy 1 and waits there.
+            gates[1].set()
+            x = pool.submit(runner.run, [_inputs(3)])
+            wait_for(lambda: entered == [1, 0], 10, "batch X to fail on copy 1 and reach copy 0")
+            gates[1].clear()
+            y = pool.submit(runner.run, [_inputs(4)])
+            wait_for(lambda: entered == [1, 0, 1], 10, "batch Y to reach copy 1")
+            # X runs on copy 0: copy 1's third strike takes it out while it still executes Y.
+            gates[0].set()
+            x.result(10)
+            assert runner.copies_out == [1]
+            # Past its cool-off, copy 1 is due a re-test, but it is still executing Y: batch Z
+            # goes to copy 0.
+            clock.now += 60
+            z = pool.submit(runner.run, [_inputs(5)])
+            wait_for(lambda: len(entered) >= 4, 10, "batch Z to reach a copy")
+            assert entered[3] == 0
+            z.result(10)
+        finally:
+            gates[0].set()
+            gates[1].set()
+        y.result(10)  # Y failed on copy 1 and ran on copy 0
+    assert runner.copies_out == [1]
