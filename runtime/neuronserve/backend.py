@@ -25,19 +25,22 @@ may pass (a transient NRT error), so a copy out is re-tested: once ``RETEST_FIRS
 have passed on the runner's clock, the next batch handed out runs on it first, one such batch at a
 time. If it runs it, the copy is back in rotation (its strikes reset, logged); if it fails, the
 batch runs again on the copies in rotation as any failed batch does (the client sees no failure),
-and the copy stays out with its cool-off doubled (at most ``RETEST_MAX_SECONDS``, 15 minutes; back
-to 60 s the next time it is taken out). A re-test batch that then fails on every copy in rotation
-too says nothing of the copy: it stays out, due again. Before re-tests a copy stayed out until the
-process restarted, so a passing fault cost the replica a core for the pod's life. A batch that fails
-on every copy in rotation is the input's or the whole device's: it fails alone as on one copy (its
-last error raised, no copy blamed), and the server's device check (``neuronserve.health``) decides.
-The last copy in rotation is never taken out: when it fails too, every request fails and the device
-is failed (not ready, then not live) as with a single copy. Without the retry, with copies handed
-out in turn, one failed core failed every other request and each success between ended the run of
-failures the device check waits for: the replica stayed ready; with a retry on one other copy only,
-two failed cores of four still failed the batches that went from one to the other. A bad input costs
-a run on each copy in rotation per failing run (and one on a copy out whose re-test it is); a CPU
-artifact (one copy) runs nothing twice.
+and the copy stays out with its cool-off doubled (at most ``RETEST_MAX_SECONDS``, 15 minutes). A
+copy taken out again within 15 minutes of its return is flapping (its re-test passed, the batches
+after failed): its cool-off doubles as after a failed re-test, so it stays out longer each round
+rather than coming back every minute, and the chart's NeuronserveCoresOut (out 15 min) fires; a copy
+that served 15 minutes or more before it failed again starts from 60 s. A re-test batch that then
+fails on every copy in rotation too says nothing of the copy: it stays out, due again. Before re-
+tests a copy stayed out until the process restarted, so a passing fault cost the replica a core for
+the pod's life. A batch that fails on every copy in rotation is the input's or the whole device's:
+it fails alone as on one copy (its last error raised, no copy blamed), and the server's device check
+(``neuronserve.health``) decides. The last copy in rotation is never taken out: when it fails too,
+every request fails and the device is failed (not ready, then not live) as with a single copy.
+Without the retry, with copies handed out in turn, one failed core failed every other request and
+each success between ended the run of failures the device check waits for: the replica stayed ready;
+with a retry on one other copy only, two failed cores of four still failed the batches that went
+from one to the other. A bad input costs a run on each copy in rotation per failing run (and one on
+a copy out whose re-test it is); a CPU artifact (one copy) runs nothing twice.
 """
 
 from __future__ import annotations
@@ -195,6 +198,7 @@ class ModelRunner:
         # Of each copy out: its cool-off now, and when (self._clock) it may run a re-test batch.
         self._cool_off = [RETEST_FIRST_SECONDS] * copies
         self._retest_at = [0.0] * copies
+        self._back_at: list[float | None] = [None] * copies  # when a re-test last put each back
         self._retesting: set[int] = set()  # copies out whose re-test batch has no outcome yet
 
     @staticmethod
@@ -301,6 +305,7 @@ class ModelRunner:
                 if not retest:
                     return
                 self._out.discard(index)  # the caller's block gives it back to the free copies
+                self._back_at[index] = self._clock()
                 self._changed.notify_all()  # a retry waiting for a copy besides those failed has one more
                 left = len(self._copies) - len(self._out)
             elif retest:
@@ -314,8 +319,14 @@ class ModelRunner:
                 if len(self._copies) - len(self._out) <= 1:
                     return
                 self._out.add(index)
-                self._cool_off[index] = RETEST_FIRST_SECONDS
-                self._retest_at[index] = self._clock() + RETEST_FIRST_SECONDS
+                now = self._clock()
+                back_at = self._back_at[index]
+                flapping = back_at is not None and now - back_at < RETEST_MAX_SECONDS
+                self._cool_off[index] = (
+                    min(2 * self._cool_off[index], RETEST_MAX_SECONDS) if flapping else RETEST_FIRST_SECONDS
+                )
+                self._retest_at[index] = now + self._cool_off[index]
+                cool_off = self._cool_off[index]
                 with contextlib.suppress(ValueError):
                     self._free.remove(index)
                 self._changed.notify_all()  # a retry waiting for a copy besides the last other one stops waiting
@@ -342,7 +353,7 @@ class ModelRunner:
                 index,
                 COPY_OUT_AFTER,
                 _last_line(error),
-                RETEST_FIRST_SECONDS,
+                cool_off,
                 left,
                 len(self._copies),
             )

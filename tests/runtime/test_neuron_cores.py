@@ -618,6 +618,47 @@ def test_a_core_that_fails_its_retest_stays_out_with_the_cool_off_doubled_and_no
     assert "NeuronCore copy 1 failed its re-test batch" in caplog.text and "next re-test in 900 s" in caplog.text
 
 
+def _seconds_until_back(runner: ModelRunner, clock: FakeClock) -> int:
+    """Seconds on the runner's clock, one batch a second, until no copy is out of rotation."""
+    for waited in range(1, 2000):
+        clock.now += 1
+        runner.run([_inputs(3)])
+        if not runner.copies_out:
+            return waited
+    raise AssertionError(f"a copy still out after 2000 s: {runner.copies_out}")
+
+
+def _fail_core_1_until_out(runner: ModelRunner, broken: BrokenCores) -> None:
+    broken.cores.add(1)
+    for _ in range(20 * backend.COPY_OUT_AFTER):
+        runner.run([_inputs(3)])
+        if runner.copies_out:
+            break
+    assert runner.copies_out == [1]
+
+
+def test_a_core_that_passes_its_retests_and_fails_again_stays_out_longer_each_time(
+    neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flapping core (its re-test batch passes, the batches after fail) must not come back every
+    minute: taken out again within 15 minutes of its return, its cool-off doubles as after a failed
+    re-test, so it spends longer out each round and NeuronserveCoresOut (out for 15 min) can fire."""
+    runner, _, broken, clock = _runner_with_core_1_out(neuron_artifact, monkeypatch)
+    waits = []
+    for _ in range(6):
+        broken.cores.clear()  # the re-test passes ...
+        waits.append(_seconds_until_back(runner, clock))
+        _fail_core_1_until_out(runner, broken)  # ... and the core fails again at once
+    assert waits == [60, 120, 240, 480, 900, 900]
+    # A core that served 15 minutes or more before it failed again starts from the first cool-off.
+    broken.cores.clear()
+    _seconds_until_back(runner, clock)
+    clock.now += backend.RETEST_MAX_SECONDS
+    _fail_core_1_until_out(runner, broken)
+    broken.cores.clear()
+    assert _seconds_until_back(runner, clock) == backend.RETEST_FIRST_SECONDS
+
+
 def test_a_core_out_has_one_retest_batch_in_flight_at_a_time(
     neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
