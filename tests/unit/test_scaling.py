@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec, ScalingSpec
 from neuronfleet.planning import hold
-from neuronfleet.planning.observation import DeploymentMemory, scaling_due
+from neuronfleet.planning.observation import DeploymentMemory, next_decision_in, scaling_due
 from neuronfleet.planning.reconcile_plan import decide_targets
 from neuronfleet.planning.scaling import (
     SERVICE_RATE_DECAY,
@@ -791,6 +791,33 @@ def test_a_wall_clock_stepped_back_neither_skips_decisions_nor_holds_a_burst() -
     # The state's times were moved back with the clock: nothing is left in its future.
     state = memory.scaling_state
     assert all(t <= stepped for t, _ in (*state.recommendations, *state.scale_events, *state.demands))
+
+
+def test_a_decision_reached_a_fraction_early_is_made_not_put_off() -> None:
+    # The daemon waits for the decision on the event loop's clock and the reconcile reads the wall
+    # clock: 0.1 s early, the decision was not due and waited for the next wake-up (the operator's
+    # whole interval, 10 s by default) while the fleet served its last one.
+    auto = spec(intervalSeconds=15)
+    memory = DeploymentMemory(last_scaling_at=1000.0, last_decision_mode="Auto")
+    assert scaling_due(auto, memory, 1000.0 + 15 - 0.1)
+    assert not scaling_due(auto, memory, 1000.0 + 14)
+    # At most a tenth of the interval early: a 1 s interval is not decided at 0.6 s.
+    assert not scaling_due(spec(intervalSeconds=1), memory, 1000.6)
+
+
+def test_the_next_decision_is_due_interval_seconds_after_the_last() -> None:
+    auto = spec(intervalSeconds=15)
+    memory = DeploymentMemory(last_scaling_at=1000.0, last_decision_mode="Auto")
+    assert next_decision_in(auto, memory, 1000.0) == 15
+    assert next_decision_in(auto, memory, 1010.5) == 4.5
+    # Overdue (a reconcile that ran long): at once; so when the clock was stepped back.
+    assert next_decision_in(auto, memory, 1020.0) == 0
+    assert next_decision_in(auto, memory, 900.0) == 0
+    # Nothing waited for: Manual decides at every reconcile, and a memory without a decision (a
+    # reconcile that stopped before planning) has none to count from (waking at once would spin).
+    manual = spec(mode="Manual", replicas=2)
+    assert next_decision_in(manual, replace(memory, last_decision_mode="Manual"), 1000.0) is None
+    assert next_decision_in(auto, DeploymentMemory(), 1000.0) is None
 
 
 def test_a_clock_stepped_back_moves_the_history_and_renews_the_checkpoint() -> None:

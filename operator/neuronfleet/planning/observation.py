@@ -258,8 +258,22 @@ def seen_status(
     return body_status, body_version
 
 
+#: How early a reconcile may come for the autoscaler's decision and still make it, at most (and at
+#: most a tenth of ``intervalSeconds``). The daemon waits for the decision on the event loop's clock,
+#: the reconcile reads the wall clock: one a fraction of a second early was not due, and the decision
+#: waited for the next wake-up, up to the operator's whole interval later. Small, so that a pod
+#: event shortly before the due time re-serves the last decision, as the simulator, which decides
+#: on the interval's grid, does.
+DECISION_EARLY_SECONDS = 0.25
+
+
+def _early(spec: ScalingSpec) -> float:
+    return min(DECISION_EARLY_SECONDS, spec.interval_seconds / 10)
+
+
 def scaling_due(spec: ScalingSpec, memory: DeploymentMemory, now: float) -> bool:
-    """Whether the autoscaler decides this round (every ``spec.intervalSeconds``).
+    """Whether the autoscaler decides this round (every ``spec.intervalSeconds``, a reconcile up to
+    :data:`DECISION_EARLY_SECONDS` early included).
 
     A clock that reads before the last decision was stepped back (NTP, a restored VM): due, or the
     autoscaler re-served its last decision, a burst unseen, until the clock caught up with it.
@@ -268,7 +282,31 @@ def scaling_due(spec: ScalingSpec, memory: DeploymentMemory, now: float) -> bool
     N" while Prometheus answered, and the warm pool read its demand None as metrics missing).
     """
     last = memory.last_scaling_at
-    return last is None or now < last or now - last >= spec.interval_seconds or memory.last_decision_mode != spec.mode
+    return (
+        last is None
+        or now < last
+        or now - last >= spec.interval_seconds - _early(spec)
+        or memory.last_decision_mode != spec.mode
+    )
+
+
+def next_decision_in(spec: ScalingSpec, memory: DeploymentMemory, now: float) -> float | None:
+    """Seconds from ``now`` until the autoscaler's next decision is due (0: due already), for the
+    daemon to reconcile then if that comes before its periodic interval; None when no decision is
+    waited for: Manual mode decides at every reconcile, and a memory that has made no decision (the
+    reconcile stopped before planning) has none to count from.
+
+    Only an Auto decision made in Auto mode counts (another mode's is due at once, see
+    :func:`scaling_due`, and the reconcile that follows makes one). Before the daemon waited for it,
+    a deployment with ``intervalSeconds`` 15 under the chart's 10 s interval decided every 20 s (at
+    the first periodic reconcile at least 15 s after its last decision), one with 5 every 10 s.
+    """
+    last = memory.last_scaling_at
+    if spec.mode != "Auto" or last is None or memory.last_decision_mode != spec.mode:
+        return None
+    if now < last:  # the clock was stepped back: due at once (scaling_due)
+        return 0.0
+    return max(0.0, last + spec.interval_seconds - now)
 
 
 def corrupt_annotations(annotations: Mapping[str, str]) -> tuple[str, ...]:
