@@ -5,7 +5,8 @@
   place, :func:`kopf_settings`.
 - the per-object daemon is the only caller of the reconcile: at once when the object appears
   (or the operator starts, or resumes after a peering pause: it then starts from the status, with
-  no in-process memory), then every ``interval`` seconds, or sooner when woken. Its back-off
+  no in-process memory), then every ``interval`` seconds, or sooner when woken or when the
+  autoscaler's next decision is due (the reconcile says when). Its back-off
   after a failure (doubling from the interval, at most :data:`MAX_BACKOFF_SECONDS`) is the
   operator's one retry policy.
 - wake-ups: a spec change (a new ``metadata.generation``; the operator's own status writes do
@@ -249,7 +250,8 @@ STOP_GRACE_SECONDS = 5.0
 async def keep_converging(
     body: kopf.Body, memo: kopf.Memo, namespace: str | None, name: str, stopped: kopf.DaemonStopped, **_: Any
 ) -> None:
-    """The object's one reconcile loop: now, then every interval or when woken; back off on failure."""
+    """The object's one reconcile loop: now, then every interval, when woken or when the autoscaler
+    is due to decide; back off on failure."""
     context = context_of(memo)
     if context is None:
         raise kopf.PermanentError("the operator was started without its context (see neuronfleet.run_command)")
@@ -305,8 +307,10 @@ async def _converge(
         interval = context.reconciler.settings.interval_seconds
         # Cleared before the reconcile: a change during it wakes the next one at once.
         wakeup.clear()
+        decision_in: float | None = None
         try:
             report = await context.reconcile(body, namespace, name, stopping)
+            decision_in = report.next_decision_in
             if report.conflict:
                 # Another writer changed the object during the status write: a race, not a failure.
                 # Only a new generation wakes the daemon, so the reconcile runs again at once; a
@@ -333,6 +337,10 @@ async def _converge(
         if conflicts == 1:
             continue
         delay = min(MAX_BACKOFF_SECONDS, interval * 2 ** min(failures, 6)) if failures else interval
+        if not failures and decision_in is not None:
+            # The autoscaler decides every spec.scaling.intervalSeconds, not at the first periodic
+            # reconcile after that (every 20 s for 15 under a 10 s interval; 10 s for 5).
+            delay = min(delay, decision_in)
         # wait_event, not wait_for: Kopf may stop a daemon by cancelling it (see neuronfleet.aio).
         await wait_event(wakeup, delay)
 

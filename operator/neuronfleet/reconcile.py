@@ -97,6 +97,7 @@ from neuronfleet.planning.observation import (
     StatusMemory,
     corrupt_annotations,
     manifest_refused,
+    next_decision_in,
     scaling_due,
     seen_status,
 )
@@ -172,6 +173,9 @@ class ReconcileReport:
     #: An apply error of the same reconcile is still in :attr:`error` (and counted in the error
     #: metric), but it lengthens the back-off only if the re-run meets it again.
     conflict: bool = False
+    #: Seconds from the reconcile's end until the autoscaler's next decision is due (None: none is
+    #: waited for): the daemon reconciles then if that comes before its interval.
+    next_decision_in: float | None = None
 
 
 @dataclass(frozen=True)
@@ -780,7 +784,11 @@ class Reconciler:
         events = outcome.events + tuple(status_events(durable, final, plan.scale_reason, plan.compile_succeeded))
         error = "; ".join(outcome.errors + plan.observe_errors + unwritten) or None
         stopped = outcome.stopped or stopping.is_set()
-        return ReconcileReport(plan.actions, events, final, plan.converged, memory, error, writes, stopped, conflict)
+        # From the clock at the reconcile's end, not the observation's: the daemon's wait starts now.
+        due = next_decision_in(dep.spec.scaling, memory, self.clock().timestamp())
+        return ReconcileReport(
+            plan.actions, events, final, plan.converged, memory, error, writes, stopped, conflict, due
+        )
 
     async def _clear_own_account(
         self, dep: InferenceDeployment, operator: OperatorAccount, stopping: asyncio.Event
