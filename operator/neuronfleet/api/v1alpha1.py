@@ -806,8 +806,9 @@ class ScalingSpec(ApiModel):
         default=15,
         ge=1,
         le=600,
-        description="How often the autoscaler evaluates: at the first reconcile at least this long after its "
-        "last decision, and at once when the clock reads before that decision (stepped back).",
+        description="How often the autoscaler evaluates, in Auto mode: this long after its last decision (the "
+        "operator reconciles then if its periodic interval would come later; a reconcile up to a quarter second "
+        "early decides), and at once when the clock reads before that decision (stepped back).",
     )
     tolerance: float = Field(
         default=0.1,
