@@ -34,7 +34,9 @@ def pod_counts(spec: InferenceDeploymentSpec) -> list[int]:
     low = scaling.min_replicas if scaling.mode == "Auto" else 0
     counts: set[int] = set()
     for active in range(low, scaling.max_replicas + 1):
-        least, most = warmpool.standby_range(spec.warm_pool, active, scaling.max_replicas)
+        least, most = warmpool.standby_range(
+            spec.warm_pool, active, scaling.max_replicas, parked=warmpool.parked(scaling, active)
+        )
         counts.update(max(1, active + standby) for standby in range(least, most + 1))
     return sorted(counts)
 

@@ -287,6 +287,7 @@ def decide_targets(
         sample=held is None,
         # Manual, or every signal turned off, measures no demand: no outage to hold the history through.
         unmeasured=scaling.unmeasured(spec.scaling, scale),
+        parked=warmpool.parked(spec.scaling, scale.desired),
     )
     memory = replace(memory, warm_state=warm.new_state)
     warm_reason, memory = _warm_said(memory, warm, now)

@@ -9,6 +9,10 @@ that keep Inf2 nodes provisioned, so a new pod pays only the pod cold start.
 inputs (it goes to ``status.warmPool.reason``). Modes:
 
 - ``Off``: none. ``Fixed``: ``pods`` and ``nodePlaceholders`` as given.
+- ``Auto``, beside a parked model (``scaling.mode`` Manual with 0 replicas: :func:`parked`, the way
+  the CRD tells users to park one): none, ``minPods`` and a pool found at a takeover included. A
+  warm pod or placeholder takes an Inf2 node, and the model serves nothing it could be promoted
+  for; parked so, a model kept paying for a node. A Fixed pool is kept: its size is the user's own.
 - ``Auto``: from the recent demand history (active replicas the autoscaler recommended, recorded
   once per scaling decision: ``plan(..., sample=False)`` between decisions) and the cold starts
   (measured, else the spec's assumed values):
@@ -77,7 +81,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from neuronfleet.api.v1alpha1 import WarmPoolSpec
+from neuronfleet.api.v1alpha1 import ScalingSpec, WarmPoolSpec
 from neuronfleet.planning.times import rfc3339
 
 #: Shortest demand history kept.
@@ -246,11 +250,24 @@ def bounded(
     return pods, placeholders
 
 
-def standby_range(spec: WarmPoolSpec, active: int, max_active: int) -> tuple[int, int]:
+def parked(scaling: ScalingSpec, active: int) -> bool:
+    """Whether a fleet of ``active`` replicas under ``scaling`` is a parked model: Manual mode with 0
+    replicas (``replicas: 0``, ``kubectl scale --replicas 0``, or none set with ``minReplicas`` 0). An
+    Auto pool keeps nothing beside it (see the module docstring); the operator and the simulator ask
+    here, so they agree."""
+    return scaling.mode == "Manual" and active == 0
+
+
+#: The start of ``status.warmPool.reason`` beside a parked model.
+PARKED_REASON = "parked: Manual replicas 0"
+
+
+def standby_range(spec: WarmPoolSpec, active: int, max_active: int, *, parked: bool = False) -> tuple[int, int]:
     """The fewest and the most standby pods (warm pods plus node placeholders) :func:`plan` can want
     beside ``active`` replicas with ``max_active`` (``maxReplicas``), whatever the demand history:
-    Off none, Fixed its figures, Auto :func:`bounded` of no increase and of one past every bound."""
-    if spec.mode == "Off":
+    Off none, Fixed its figures, Auto :func:`bounded` of no increase and of one past every bound, and
+    none beside a ``parked`` model (:func:`parked`)."""
+    if spec.mode == "Off" or (spec.mode == "Auto" and parked):
         return 0, 0
     if spec.mode == "Fixed":
         return spec.pods + spec.node_placeholders, spec.pods + spec.node_placeholders
@@ -271,6 +288,7 @@ def plan(
     *,
     sample: bool = True,
     unmeasured: str | None = None,
+    parked: bool = False,
 ) -> WarmPoolDecision:
     """Warm pods and node placeholders for ``spec``; ``demand`` is this tick's demand in replicas.
 
@@ -284,6 +302,8 @@ def plan(
     already holds above ``demand`` (scale-down stabilization keeps recent peaks) against the growth
     to cover, so the same growth is not paid for twice. ``max_active`` (the scaling spec's
     ``maxReplicas``) caps the standby at what could ever be promoted: ``max_active - active``.
+    ``parked`` (:func:`parked`): an Auto pool wants nothing; its history is kept as Manual mode
+    keeps it (nothing measured, it ages out), for when the model is served again.
 
     ``sample``: whether this call is a scaling decision's, which records ``demand``. The history
     holds one sample per decision (its cap, :data:`MAX_HISTORY_SAMPLES`, counts decisions). The
@@ -322,6 +342,15 @@ def plan(
             spec.pods,
             spec.node_placeholders,
             f"fixed: {spec.pods} warm pods, {spec.node_placeholders} node placeholders",
+            new_state,
+        )
+
+    if parked:
+        return WarmPoolDecision(
+            0,
+            0,
+            f"{PARKED_REASON}: an Auto pool keeps no warm pods or placeholders beside no replica "
+            "(use warmPool.mode Fixed to keep some)",
             new_state,
         )
 

@@ -134,6 +134,7 @@ class Ours:
             active=decision.desired,
             max_active=self.scaling_spec.max_replicas,
             unmeasured=scaling.unmeasured(self.scaling_spec, decision),
+            parked=warmpool.parked(self.scaling_spec, decision.desired),
         )
         self.warm_state = pool.new_state
         self.pool_wanted = (pool.pods, pool.node_placeholders, pool.held_since)
