@@ -733,7 +733,8 @@ class ScalingSpec(ApiModel):
             cel(
                 "self.mode != 'Auto' || self.minReplicas >= 1",
                 "minReplicas must be at least 1 in Auto mode: with no replica, no metric shows the "
-                "traffic that would scale the fleet up again; to park a model use mode Manual with replicas 0",
+                "traffic that would scale the fleet up again; to park a model use mode Manual with replicas 0 "
+                "(an Auto warm pool then keeps no pods either)",
                 ".minReplicas",
             ),
             cel(
@@ -888,7 +889,8 @@ class WarmPoolSpec(ApiModel):
     mode: Literal["Off", "Fixed", "Auto"] = Field(
         default="Off",
         description="Off: no standby. Fixed: `pods` warm pods and `nodePlaceholders` placeholders. Auto: sized "
-        "from measured cold starts and recent demand, within the min/max bounds.",
+        "from measured cold starts and recent demand, within the min/max bounds; none beside a parked model "
+        "(scaling.mode Manual with 0 replicas), whose status.warmPool.reason starts 'parked: Manual replicas 0'.",
     )
     pods: int = Field(default=1, ge=0, le=100, description="Fixed mode: warm pods kept loaded.")
     node_placeholders: int = Field(
@@ -897,7 +899,13 @@ class WarmPoolSpec(ApiModel):
         le=100,
         description="Fixed mode: low-priority placeholder pods that keep spare Inf2 capacity provisioned.",
     )
-    min_pods: int = Field(default=0, ge=0, le=100, description="Auto mode: fewest warm pods.")
+    min_pods: int = Field(
+        default=0,
+        ge=0,
+        le=100,
+        description="Auto mode: fewest warm pods, but none while the model is parked (scaling.mode Manual with "
+        "0 replicas).",
+    )
     max_pods: int = Field(default=4, ge=0, le=100, description="Auto mode: most warm pods.")
     max_node_placeholders: int = Field(
         default=2,
