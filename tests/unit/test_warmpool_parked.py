@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
-from neuronfleet.cli import _pod_counts
 from neuronfleet.planning import warmpool
+from neuronfleet.planning.fit import pod_counts
 from neuronfleet.planning.observation import DeploymentMemory, StatusMemory
 from neuronfleet.planning.reconcile_plan import decide_targets
 from neuronfleet.planning.signals import MetricSnapshot
@@ -75,5 +75,5 @@ def test_validate_plans_no_standby_beside_a_parked_fleet() -> None:
     # neuronfleet validate plans every pod count the operator places: parked, the Auto pool's
     # minPods is not one of them (0 active + 0 standby, planned as 1).
     dep = spec({**PARKED, "maxReplicas": 1}, {**AUTO_POOL, "minPods": 2, "maxPods": 2})
-    assert _pod_counts(dep) == [1, 3]
+    assert pod_counts(dep) == [1, 3]
     assert warmpool.standby_range(dep.warm_pool, 0, 1, parked=True) == (0, 0)
