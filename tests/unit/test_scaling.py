@@ -920,11 +920,12 @@ def test_a_clock_stepped_back_moves_the_warm_pools_demand_history_with_the_autos
     start, memory = 1_800_000_000.0, DeploymentMemory()
     for tick in range(160):  # 40 minutes of a flat demand of 10 replicas
         now = start + 15 * tick
-        calm = MetricSnapshot(now, queue_depth=50.0, in_flight=50.0)
+        # (The busy ratio read too, low: with a signal missing the demand is unknown, none recorded.)
+        calm = MetricSnapshot(now, queue_depth=50.0, in_flight=50.0, utilization=0.1)
         _, memory = decide_targets(deployment, memory, calm, "", 10, 10, now)
     last = now
     stepped = last - 1800 + 15  # the clock stepped back 30 minutes
-    burst = MetricSnapshot(stepped, queue_depth=70.0, in_flight=70.0)
+    burst = MetricSnapshot(stepped, queue_depth=70.0, in_flight=70.0, utilization=0.1)
     _, memory = decide_targets(deployment, memory, burst, "", 10, 10, stepped)
     times = [t for t, _ in memory.warm_state.history]
     assert times == sorted(times) and times[-1] == stepped

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable
 from itertools import pairwise
 from typing import Any
 
+import pytest
+
 from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec, WarmPoolSpec
 from neuronfleet.planning import scaling, warmpool
 from neuronfleet.planning.observation import DeploymentMemory, scaling_due
@@ -291,3 +293,116 @@ def test_a_pool_whose_size_changes_says_so_at_once() -> None:
             break
     assert targets.warm.pods > 0
     assert targets.warm_reason == targets.warm.reason != before
+
+
+# A partial snapshot (a reviewer's reproduction): some ready pods' scrapes fail, so the sums read low.
+# The autoscaler holds the active fleet ("no scale-down"); the warm pool must not read the same low
+# figure either as headroom (its warm pods deleted) or as a dip in its history (the next hour sized
+# for a "growth" back to the demand that never moved).
+SERVICE_RATE, TARGET = 10.0, 0.8
+MEASURED = InferenceDeploymentSpec.model_validate(
+    {
+        "model": {"source": "s3://models/bert"},
+        "scaling": {
+            "minReplicas": 1,
+            "maxReplicas": 20,
+            "panicWindowSeconds": 0,
+            "scaleDownDelaySeconds": 0,
+            "scaleDownDelayMode": "Fixed",
+            "behavior": {
+                "scaleDown": {
+                    "stabilizationWindowSeconds": 0,
+                    "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}],
+                }
+            },
+        },
+        "warmPool": {"mode": "Auto", "maxPods": 10, "maxNodePlaceholders": 0},
+    }
+)
+
+
+class MeasuredFleet:
+    """The operator's targets decision after decision (15 s apart) for a fleet whose service rate is
+    known (so the arrival rate sizes it), the fleet following them."""
+
+    def __init__(self) -> None:
+        self.memory = DeploymentMemory(scaling_state=scaling.ScalingState(service_rate=SERVICE_RATE))
+        self.current, self.t = 8, 0.0
+        self.targets: Targets | None = None
+
+    def whole(self, need: int) -> MetricSnapshot:
+        """Every ready pod scraped, the arrivals asking for ``need`` replicas at the target."""
+        arrival = need * SERVICE_RATE * TARGET
+        now = T0 + self.t
+        return MetricSnapshot(
+            now, queue_depth=0.0, in_flight=1.0, arrival_rate=arrival, arrival_peak=arrival, reporting=self.current
+        )
+
+    def step(self, snapshot: MetricSnapshot) -> Targets:
+        self.targets, self.memory = decide_targets(
+            MEASURED, self.memory, snapshot, "", self.current, self.current, T0 + self.t
+        )
+        self.current = self.targets.scale.desired
+        self.t += INTERVAL
+        return self.targets
+
+
+def broken(fleet: MeasuredFleet, failure: str) -> MetricSnapshot:
+    """The snapshot of a demand of 8 replicas read while scrapes fail."""
+    now = T0 + fleet.t
+    if failure == "half the ready pods unscraped":
+        full = fleet.whole(8)
+        assert full.arrival_rate is not None
+        return MetricSnapshot(
+            now,
+            queue_depth=0.0,
+            in_flight=0.5,
+            arrival_rate=full.arrival_rate / 2,
+            arrival_peak=full.arrival_rate / 2,
+            reporting=fleet.current / 2,
+        )
+    # Only the warm pods' zero counters are left: no queue, no ready count.
+    return MetricSnapshot(now, arrival_rate=0.0, arrival_peak=0.0)
+
+
+@pytest.mark.parametrize("failure", ["half the ready pods unscraped", "every active pod unscraped"])
+def test_a_partial_snapshot_does_not_release_warm_pods(failure: str) -> None:
+    fleet = MeasuredFleet()
+    for minute in range(42):  # demand 8 replicas, with a 1-minute burst to 12 every 5 minutes
+        for _ in range(4):
+            targets = fleet.step(fleet.whole(12 if minute % 5 == 4 and minute < 40 else 8))
+    assert (targets.scale.desired, targets.warm.pods) == (8, 4)
+    history = fleet.memory.warm_state.history
+    targets = fleet.step(broken(fleet, failure))
+    assert targets.scale.desired == 8, targets.message  # the fleet is held...
+    assert targets.warm.pods == 4, (targets.message, targets.warm.reason)  # ...and so is the pool
+    assert targets.scale.demand is None
+    assert "demand unknown" in targets.warm.reason
+    # Nothing recorded: the history is held as through an outage.
+    assert [d for _, d in fleet.memory.warm_state.history] == [d for _, d in history]
+
+
+def test_a_partial_snapshot_does_not_inflate_the_pool_after() -> None:
+    fleet = MeasuredFleet()
+    for _ in range(160):
+        targets = fleet.step(fleet.whole(8))
+    assert targets.warm.pods == 0  # a flat demand: no growth to cover
+    for _ in range(20):  # 5 minutes with every active pod unscraped
+        fleet.step(broken(fleet, "every active pod unscraped"))
+    for _ in range(8):
+        targets = fleet.step(fleet.whole(8))
+    # The demand never moved: the pool is not sized for a growth of 8 for the next hour.
+    assert targets.warm.pods == 0, targets.warm.reason
+
+
+def test_the_simulators_path_gets_no_demand_from_a_partial_snapshot() -> None:
+    # scaling.decide's demand is what both callers hand the warm pool (the simulator's Ours too).
+    s = MEASURED.scaling
+    state = scaling.ScalingState(service_rate=SERVICE_RATE)
+    whole = MetricSnapshot(T0, queue_depth=0.0, in_flight=1.0, arrival_rate=64.0, arrival_peak=64.0, reporting=8)
+    assert scaling.decide(s, state, whole, 8, 8, T0).demand == 8
+    half = MetricSnapshot(T0, queue_depth=0.0, in_flight=0.5, arrival_rate=32.0, arrival_peak=32.0, reporting=4)
+    assert scaling.decide(s, state, half, 8, 8, T0).demand is None
+    # A signal a scale-down needs missing (the queue depth) is a gap too.
+    no_queue = MetricSnapshot(T0, in_flight=1.0, arrival_rate=64.0, arrival_peak=64.0, reporting=8)
+    assert scaling.decide(s, state, no_queue, 8, 8, T0).demand is None

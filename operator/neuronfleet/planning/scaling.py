@@ -44,7 +44,9 @@ The rule, in order:
    signals a scale-down needs (``rate()`` over a window holding fewer than two scrapes returns
    nothing), and the in-flight count and busy ratio are not: they no longer size the fleet.
    A snapshot whose samples cover fewer pods than the ready replicas (``reporting``: some pods'
-   scrapes failed, so every sum reads low) is partial and treated alike: grow, never shrink. A
+   scrapes failed, so every sum reads low) is partial and treated alike: grow, never shrink. Either
+   way the decision's ``demand`` is None: the warm pool holds as through an outage, neither counting
+   the low reading as headroom nor recording it in its history. A
    signal whose query the spec left empty is turned off, not missing (:func:`turned_off`); with
    the arrival rate turned off the service rate sizes nothing (one learned before is kept, unused),
    and the fleet is sized on the signals of rule 1's last item, as before a measurement. When the
@@ -309,7 +311,9 @@ class ScalingDecision:
     signals: dict[str, float] = field(default_factory=dict)
     #: Replicas the demand needs at target, within [min, max], for the warm pool's history: the
     #: arrival-rate signal once the service rate is known (a backlog inflates the queue signal far
-    #: beyond the demand, up to the queue bound), else the recommendation.
+    #: beyond the demand, up to the queue bound), else the recommendation. None when metrics were
+    #: missing, and when a signal a scale-down needs is missing or the snapshot is partial (the
+    #: decision's gaps: its figures may read low; the warm pool then holds as through an outage).
     demand: int | None = None
     #: Seconds this decision moved the state's times by (negative: the wall clock stepped back, see
     #: :func:`decide`; 0 otherwise). The caller moves the warm pool's demand history by the same
@@ -871,9 +875,22 @@ def decide(
     reason = f"{_describe(signals)} -> {recommendation}"
     if notes:
         reason += "; " + "; ".join(notes)
-    demand = math.ceil(signals["rate"] - 1e-9) if "rate" in signals else recommendation
+    demand: int | None = math.ceil(signals["rate"] - 1e-9) if "rate" in signals else recommendation
+    if gaps:
+        # A signal missing or a partial snapshot: the figures read low (the sums cover some pods only,
+        # the rate may be the one missing), so the demand is unknown, as in an outage. Handed on, the
+        # warm pool counted the false headroom against its pods and recorded the dip in its history
+        # (deleting warm pods now, sizing for a "growth" back to the demand for the next hour).
+        demand = None
     return ScalingDecision(
-        bounded, reason, new_state, recommendation, in_panic, signals, _clamp(demand, low, high), clock_shift
+        bounded,
+        reason,
+        new_state,
+        recommendation,
+        in_panic,
+        signals,
+        None if demand is None else _clamp(demand, low, high),
+        clock_shift,
     )
 
 
