@@ -875,13 +875,13 @@ def decide(
     reason = f"{_describe(signals)} -> {recommendation}"
     if notes:
         reason += "; " + "; ".join(notes)
-    demand: int | None = math.ceil(signals["rate"] - 1e-9) if "rate" in signals else recommendation
+    needed: int | None = math.ceil(signals["rate"] - 1e-9) if "rate" in signals else recommendation
     if gaps:
         # A signal missing or a partial snapshot: the figures read low (the sums cover some pods only,
         # the rate may be the one missing), so the demand is unknown, as in an outage. Handed on, the
         # warm pool counted the false headroom against its pods and recorded the dip in its history
         # (deleting warm pods now, sizing for a "growth" back to the demand for the next hour).
-        demand = None
+        needed = None
     return ScalingDecision(
         bounded,
         reason,
@@ -889,7 +889,7 @@ def decide(
         recommendation,
         in_panic,
         signals,
-        None if demand is None else _clamp(demand, low, high),
+        None if needed is None else _clamp(needed, low, high),
         clock_shift,
     )
 
