@@ -21,6 +21,8 @@ import yaml
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.metrics.prometheus import REASON_CHARS, PrometheusMetrics, _scalar
+from neuronfleet.planning.observation import DeploymentMemory
+from neuronfleet.planning.reconcile_plan import decide_targets
 from neuronfleet.planning.signals import MetricSnapshot
 from neuronserve.metrics import BusyTracker
 
@@ -323,3 +325,21 @@ async def test_a_sample_time_of_several_series_is_the_newest(prometheus: str) ->
     dep = _utilization(prometheus, "avg(ratio_near_one)", sample_time="stamp_per_pod")
     snapshot, reason = await _own_queries().snapshot(dep, NOW)
     assert snapshot is not None and snapshot.time == NOW - 20, reason
+
+
+async def test_a_refused_query_is_named_in_scaling_active_not_only_in_the_readers_reason(prometheus: str) -> None:
+    # The reader named the field; decide_targets dropped its reason whenever a snapshot came back, so
+    # ScalingActive said only "no scale-down: utilization missing" (a reviewer's reproduction).
+    dep = _with_queries(
+        prometheus,
+        queueDepth="scalar(sum(queue))",
+        inFlight="sum(inflight)",
+        utilization=f"avg({TYPO}(",
+        arrivalRate="",
+        arrivalPeak="",
+    )
+    dep.spec.scaling.min_replicas, dep.spec.scaling.max_replicas = 1, 10
+    snapshot, reason = await _own_queries().snapshot(dep, NOW)
+    targets, _ = decide_targets(dep.spec, DeploymentMemory(), snapshot, reason, 2, 2, NOW)
+    assert targets.metrics_available
+    assert "spec.scaling.metrics.utilization: Prometheus refused the query: 1:5: parse error" in targets.message

@@ -1372,3 +1372,82 @@ def test_a_source_unreadable_after_its_compile_keeps_a_ready_fleet_ready() -> No
     assert "cannot be read" in compiled_condition["message"]
     assert second.status["artifact"] == first.status["artifact"]
     assert not any(isinstance(a, StartCompileJob) for a in second.compile_actions)
+
+
+#: What the metrics reader says of a snapshot read with the utilization override refused (a typo).
+REFUSED_UTILIZATION = (
+    "signals missing: utilization; "
+    "spec.scaling.metrics.utilization: Prometheus refused the query: 1:42: parse error: unclosed left brace"
+)
+
+
+def test_a_query_refused_while_other_signals_are_read_is_named_in_scaling_active_and_warned_once() -> None:
+    # A reviewer's reproduction: the typo costs the busy ratio, which the autoscaler needs to measure
+    # the service rate and, until then, to scale down; ScalingActive said only "no scale-down:
+    # utilization missing", for good, and no Event told of it.
+    dep = deployment(scaling={"mode": "Auto", "minReplicas": 1, "maxReplicas": 10, "intervalSeconds": 15})
+    memory, status = DeploymentMemory(), {"desiredReplicas": 8}
+    warnings, messages = [], []
+    for second in range(0, 24 * 3600, 15 * 40):  # a day of decisions, one every 10 minutes looked at
+        now = T0 + timedelta(seconds=second)
+        snapshot = MetricSnapshot(time=now.timestamp(), queue_depth=0.0, in_flight=4.0, arrival_rate=10.0)
+        observation = Observation(now, compile=compiled(dep), metrics=snapshot, metrics_problem=REFUSED_UTILIZATION)
+        result = plan(dep, observation, memory, status)
+        events = status_events(StatusMemory.from_status(status), result.status, result.scale_reason)
+        warnings += [e for e in events if e.type == "Warning"]
+        memory, status = result.memory, result.status
+        messages.append(condition_of(status, "ScalingActive"))
+    # The fleet is held (a missing signal never shrinks it), and the status says why, naming the field.
+    assert status["desiredReplicas"] == 8
+    assert all(c["reason"] == "MetricsRead" for c in messages)
+    assert all("spec.scaling.metrics.utilization: Prometheus refused the query" in c["message"] for c in messages)
+    assert "no scale-down: utilization missing" in messages[-1]["message"]
+    # One Warning for the day, not one per decision.
+    assert [e.reason for e in warnings] == [Reason.METRICS_QUERY_REFUSED]
+    assert "spec.scaling.metrics.utilization: Prometheus refused the query" in warnings[0].message
+
+    # Fixed: the message drops it, and nothing more is posted; refused again later: warned again.
+    def round_at(second: int, problem: str) -> list[Any]:
+        nonlocal memory, status
+        now = T0 + timedelta(days=1, seconds=second)
+        snapshot = MetricSnapshot(now.timestamp(), queue_depth=0.0, in_flight=4.0, arrival_rate=10.0, utilization=0.1)
+        if "utilization" in problem:
+            snapshot = replace(snapshot, utilization=None)
+        observation = Observation(now, compile=compiled(dep), metrics=snapshot, metrics_problem=problem)
+        result = plan(dep, observation, memory, status)
+        events = status_events(StatusMemory.from_status(status), result.status, result.scale_reason)
+        memory, status = result.memory, result.status
+        return [e.reason for e in events if e.type == "Warning"]
+
+    assert round_at(0, "metrics read") == []
+    assert "refused" not in condition_of(status, "ScalingActive")["message"]
+    assert round_at(15, "metrics read") == []
+    assert round_at(30, REFUSED_UTILIZATION) == [Reason.METRICS_QUERY_REFUSED]
+    # Another field refused is news: warned of too.
+    other = REFUSED_UTILIZATION.replace("utilization: Prometheus", "queueDepth: Prometheus")
+    assert round_at(45, other) == [Reason.METRICS_QUERY_REFUSED]
+    assert round_at(60, other) == []
+
+
+def test_a_refusal_that_holds_the_autoscaler_is_warned_of_once_as_metrics_unavailable() -> None:
+    # Every signal refused: no snapshot, ScalingActive MetricsUnavailable (its Warning names the
+    # fields); no second Warning for the same refusal, nor when other signals come back with it.
+    dep = deployment(scaling={"mode": "Auto", "minReplicas": 1, "maxReplicas": 10, "intervalSeconds": 15})
+    refused = REFUSED_UTILIZATION.partition("; ")[2]
+    memory, status, warnings = DeploymentMemory(), {"desiredReplicas": 3}, []
+    for second, snapshot in ((0, None), (15, None), (30, MetricSnapshot(0, queue_depth=0.0, in_flight=4.0))):
+        now = T0 + timedelta(seconds=second)
+        if snapshot is not None:
+            snapshot = replace(snapshot, time=now.timestamp())
+        problem = refused if snapshot is None else REFUSED_UTILIZATION
+        observation = Observation(now, compile=compiled(dep), metrics=snapshot, metrics_problem=problem)
+        result = plan(dep, observation, memory, status)
+        warnings += [
+            e.reason
+            for e in status_events(StatusMemory.from_status(status), result.status, result.scale_reason)
+            if e.type == "Warning"
+        ]
+        memory, status = result.memory, result.status
+    assert warnings == [Reason.METRICS_UNAVAILABLE]
+    assert condition_of(status, "ScalingActive")["reason"] == "MetricsRead"
+    assert "spec.scaling.metrics.utilization" in condition_of(status, "ScalingActive")["message"]

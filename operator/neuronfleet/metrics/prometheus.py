@@ -116,6 +116,7 @@ from urllib3.util.retry import Retry
 from neuronfleet.api.default_queries import FLEET, ONE_DEPLOYMENT, ROW_LABELS, default_queries
 from neuronfleet.api.v1alpha1 import InferenceDeployment, MetricQueries
 from neuronfleet.metrics.prometheus_auth import PrometheusCredentials, TrustBundle
+from neuronfleet.planning.prometheus_queries import refused_query_note
 from neuronfleet.planning.prometheus_urls import PrometheusUrlPolicy
 from neuronfleet.planning.signals import QUERIED, SIGNALS, MetricSnapshot
 
@@ -1091,7 +1092,7 @@ class PrometheusMetrics:
             results["utilization"] = QueryResult(1.0, busy.evaluated_at)  # a counter's overshoot: busy
         # A query Prometheus refuses (a typo in one of scaling.metrics) costs its own signal only,
         # and the reason names the field to fix.
-        refusals = "; ".join(f"spec.scaling.metrics.{SIGNAL_FIELDS[s]}: {refused[s]}" for s in QUERIED if s in refused)
+        refusals = "; ".join(refused_query_note(SIGNAL_FIELDS[s], refused[s]) for s in QUERIED if s in refused)
         # The pods-reporting count alone is no signal to decide on.
         if all(result.value is None for signal, result in results.items() if signal in SIGNALS):
             return None, refusals or f"Prometheus at {printed} returned no samples for {dep.name}"

@@ -86,6 +86,7 @@ class Reason(StrEnum):
     RECONCILE_FAILED = "ReconcileFailed"
     RECOVERED = "Recovered"
     METRICS_RECOVERED = "MetricsRecovered"
+    METRICS_QUERY_REFUSED = "MetricsQueryRefused"
 
 
 #: Container waiting reasons that mean a pod will not start by itself (each is a Degraded reason).

@@ -71,6 +71,7 @@ from neuronfleet.planning.placement import (
     plan_for_spec,
     scheduler_warning,
 )
+from neuronfleet.planning.prometheus_queries import refused_fields, refused_queries
 from neuronfleet.planning.reasons import Event, Reason, Refusal
 from neuronfleet.planning.signals import MetricSnapshot
 from neuronfleet.planning.status import (
@@ -255,7 +256,14 @@ def decide_targets(
         # Read, and usable: a snapshot whose every signal is missing or stale leaves the autoscaler
         # holding (no recommendation), which ScalingActive must not call "metrics read".
         available = snapshot is not None and scale.recommendation is not None
-        message = scale.reason if snapshot is not None else f"{metrics_problem}; {scale.reason}"
+        if snapshot is None:
+            message = f"{metrics_problem}; {scale.reason}"
+        else:
+            # The signals read leave the autoscaler deciding, but a refused query costs its own (a
+            # typo in one override): the reader's notes name the field and Prometheus' error. Dropped
+            # here, ScalingActive said only "no scale-down: utilization missing", for good.
+            refused = refused_queries(metrics_problem)
+            message = f"{scale.reason}; {refused}" if refused else scale.reason
         problem_reason = metrics_problem_reason if snapshot is None else Reason.METRICS_UNAVAILABLE
         message_at: float | None = now
         if _same_decision(memory, scale, available, message, now):
@@ -624,6 +632,8 @@ def status_events(
     PrometheusQueryNotAllowed (a query override the operator refuses to run with its credentials),
     MetricsRecovered when it returns from one of those to MetricsRead; CompileSucceeded for
     ``compiled``, the artifact a compile Job was seen to store (:attr:`ReconcilePlan.compile_succeeded`);
+    a Warning MetricsQueryRefused when ScalingActive (MetricsRead) names a refused query it did not
+    name before;
     ReplicasIgnored when spec.scaling.replicas is set or changed in Auto mode. Nothing when nothing
     changed."""
     events: list[Event] = []
@@ -666,6 +676,24 @@ def status_events(
                 Reason.METRICS_RECOVERED,
                 f"metrics read again (was {before.get('reason')}); the autoscaler decides again: "
                 f"{after.get('message') or ''}",
+            )
+        )
+    # A query Prometheus refuses while the others are read (the autoscaler decides without its
+    # signal; without the busy ratio it never scales down): warned of once, when ScalingActive names
+    # a field refused that it did not name before, as the holding reasons are once per change (a
+    # refusal every decision posted nothing new each 15 s). Compared by field, not by the reader's
+    # words: a busy ratio read above 1.5 names its value, and a refusal already warned of as
+    # MetricsUnavailable (when it cost every signal) stands first in that message, not last.
+    after_message = str(after.get("message") or "")
+    refused = refused_queries(after_message)
+    if after.get("reason") == Reason.METRICS_READ and refused_fields(after_message) - refused_fields(
+        str(before.get("message") or "")
+    ):
+        events.append(
+            Event(
+                "Warning",
+                Reason.METRICS_QUERY_REFUSED,
+                f"{refused}; the autoscaler decides without that signal: {after.get('message') or ''}",
             )
         )
     # spec.scaling.replicas set or changed in Auto mode (`kubectl scale`): accepted (a CEL rule refusing
