@@ -187,7 +187,7 @@ def main() -> None:
     def resume_from(wire: dict[str, Any]) -> ScalingState:
         kept = checkpoint_from_status(wire)
         assert kept is not None
-        return resume(kept, now + 60, 50)
+        return resume(kept, now + 60, 50, 0.8)
 
     renewed = checkpoint_of(state.history)
     wire = render(renewed)

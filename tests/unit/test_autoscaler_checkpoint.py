@@ -165,7 +165,7 @@ def test_a_resumed_autoscaler_holds_the_fleet_it_finds_and_knows_its_service_rat
     now = 7200 + 60  # the operator was down for a minute
     falling = load(now, 2000, 2000 / (100 * 50))
 
-    resumed = decide(s, resume(before.checkpoint, now, 50), falling, 50, 50, now)
+    resumed = decide(s, resume(before.checkpoint, now, 50, s.target_utilization), falling, 50, 50, now)
     assert resumed.signals["rate"] == pytest.approx(25)  # 2,000 / (100 x 0.8): no relearning
     assert resumed.desired == 50  # held: the window keeps the fleet found at the restart
     assert "(fleet found at the takeover, held 1800 s)" in resumed.reason
@@ -178,7 +178,7 @@ def test_a_resumed_autoscaler_holds_the_fleet_it_finds_and_knows_its_service_rat
 def test_resume_restores_the_learned_window_and_its_day_of_history() -> None:
     history = minutes(100, [8] * 600, [6] * 600)
     checkpoint = Checkpoint(time=700 * 60, service_rate=120.0, cold_start=400.0, hold_seconds=600.0, history=history)
-    state = resume(checkpoint, 702 * 60, 9)
+    state = resume(checkpoint, 702 * 60, 9, 0.8)
     assert (state.service_rate, state.cold_start, state.hold_seconds) == (120.0, 400.0, 600.0)
     assert state.hold_chosen_at == 702 * 60  # re-chosen on the usual schedule, over the whole day
     assert len(state.history.needs) == 602 and state.history.first_minute == 100  # minutes 700, 701 bridged
@@ -262,10 +262,10 @@ def test_the_status_section_is_rendered_once_per_checkpoint_and_handed_out_as_a_
 def test_a_checkpoint_from_after_now_is_resumed_with_its_events_moved_back() -> None:
     # The wall clock stepped back 100 s between the checkpoint and the restart.
     checkpoint = Checkpoint(1000.0, 100.0, None, None, History(), None, ((990.0, 4),), 980.0, 990.0)
-    state = resume(checkpoint, 900.0, 12)
+    state = resume(checkpoint, 900.0, 12, 0.8)
     assert state.scale_events == ((890.0, 4),)
     assert (state.panic_since, state.panic_last_triggered) == (880.0, 890.0)
-    assert resume(checkpoint, 1010.0, 12).scale_events == ((990.0, 4),)
+    assert resume(checkpoint, 1010.0, 12, 0.8).scale_events == ((990.0, 4),)
 
 
 @pytest.mark.parametrize(
@@ -317,12 +317,13 @@ def test_a_section_that_is_not_a_checkpoint_is_not_resumed_from(section: object)
 # ------------------------------------------------------------- rate limits and panic across a restart
 
 
-def restarted(state: ScalingState, now: float, current: int) -> ScalingState:
+def restarted(state: ScalingState, now: float, current: int, target_utilization: float = 0.8) -> ScalingState:
     """``state``'s autoscaler restarted at ``now`` (a Helm upgrade, a new leader): its checkpoint as
-    the status holds it, read back by the new operator, which takes over ``current`` active replicas."""
+    the status holds it, read back by the new operator, which takes over ``current`` active replicas
+    (``target_utilization``: its spec's, the default's unless given)."""
     section = autoscaler_status(state.checkpoint)
     assert section is not None
-    return take_over(checkpoint_from_status(section.to_wire()), now, current)
+    return take_over(checkpoint_from_status(section.to_wire()), now, current, target_utilization)
 
 
 def test_a_restart_right_after_a_scale_up_does_not_grant_the_rate_policy_again() -> None:
@@ -562,7 +563,9 @@ def test_the_fleet_found_holds_a_scale_up_unless_the_checkpoint_shows_one_under_
         }
     )
     checkpoint = Checkpoint(800.0, 100.0, None, None, History(), None, events)
-    decision = decide(s, resume(checkpoint, 820.0, 22), load(825, 4000, 1.0), 22, 22, 825)  # 50 needed
+    decision = decide(
+        s, resume(checkpoint, 820.0, 22, s.target_utilization), load(825, 4000, 1.0), 22, 22, 825
+    )  # 50 needed
     assert decision.desired == desired, decision.reason
     if desired == 22:
         assert "stabilized to 22 (fleet found at the takeover, held 60 s)" in decision.reason
@@ -675,8 +678,9 @@ def ramp(s: ScalingSpec, state: ScalingState, start: float, stop: float, current
     return state
 
 
-def test_a_restart_mid_ramp_keeps_the_trend_signal() -> None:
-    s = spec()
+@pytest.mark.parametrize("target", [0.8, 0.5])
+def test_a_restart_mid_ramp_keeps_the_trend_signal(target: float) -> None:
+    s = spec(targetUtilization=target)
     state = ramp(s, ScalingState(), 0, 2400, 10)
     rate = 400 + 2400 / 3
     snapshot = load(2400, rate, rate / 1000)
@@ -684,9 +688,19 @@ def test_a_restart_mid_ramp_keeps_the_trend_signal() -> None:
     assert "trend" in steady.signals
     # Restarted at 2400 s through the status (the operator's path): the trend is there at once, not
     # after 15 minutes of new readings.
-    resumed = decide(s, restarted(state, 2400, 10), snapshot, 10, 10, 2400)
+    resumed = decide(s, restarted(state, 2400, 10, target), snapshot, 10, 10, 2400)
     assert "trend" in resumed.signals
     assert resumed.signals["trend"] == pytest.approx(steady.signals["trend"], rel=0.01)
+    # The status keeps the readings in replicas at the target (the rate signal's unit), whatever unit
+    # the autoscaler draws its line in.
+    assert state.checkpoint is not None
+    section = autoscaler_status(state.checkpoint)
+    assert section is not None and section.trend_readings
+    last = section.trend_readings[-1]
+    assert last.replicas == pytest.approx(state.checkpoint.rates[-1][1], abs=1e-3)
+    service_rate = state.checkpoint.service_rate
+    assert last.replicas == pytest.approx(state.rates[-1][1] / target, rel=0.05)  # the minute's mean
+    assert state.rates[-1][1] == pytest.approx((400 + state.rates[-1][0] / 3) / service_rate, rel=0.01)
     assert resumed.signals["rate"] == pytest.approx(steady.signals["rate"])
 
 
@@ -700,7 +714,9 @@ def test_a_restart_mid_decline_keeps_the_decline_credit() -> None:
     readings = tuple((float(t), demand(t)) for t in range(2400, 3600, 60))
     held = []
     for kept in (readings, ()):
-        state = take_over(Checkpoint(3600.0, 100.0, 300.0, 1800.0, History(), rates=kept), 3600.0, 30)
+        state = take_over(
+            Checkpoint(3600.0, 100.0, 300.0, 1800.0, History(), rates=kept), 3600.0, 30, s.target_utilization
+        )
         current, now = 30, 3600.0
         while now < 3900:
             rate = demand(now) * 80  # 100/s a replica at the target utilization 0.8
@@ -757,7 +773,7 @@ GOOD_SECTION = {"checkpointTime": "2025-02-19T21:20:00Z", "serviceRatePerReplica
 def test_corrupt_trend_readings_are_not_resumed_from(readings: object) -> None:
     assert checkpoint_from_status({**GOOD_SECTION, "trendReadings": readings}) is None
     # A reconcile that reads it takes over as without a checkpoint, holding the fleet found.
-    state = take_over(checkpoint_from_status({**GOOD_SECTION, "trendReadings": readings}), 1_740_000_100.0, 4)
+    state = take_over(checkpoint_from_status({**GOOD_SECTION, "trendReadings": readings}), 1_740_000_100.0, 4, 0.8)
     assert state.rates == () and state.service_rate is None and state.fleet_found == (1_740_000_100.0, 4)
 
 
@@ -774,11 +790,12 @@ def test_resume_drops_readings_outside_the_window_and_moves_them_with_a_stepped_
     rates = ((100.0, 1.0), (1000.0, 2.0), (1900.0, 3.0))
     checkpoint = Checkpoint(2000.0, 100.0, None, None, History(), rates=rates)
     # The window at a restart at 2,100 s starts at 300 s: the reading at 100 s is out.
-    assert resume(checkpoint, 2100.0, 4).rates == ((1000.0, 2.0), (1900.0, 3.0))
-    assert resume(checkpoint, 2750.0, 4).rates == ((1000.0, 2.0), (1900.0, 3.0))
-    assert resume(checkpoint, 2850.0, 4).rates == ((1900.0, 3.0),)
+    # (Taken at a target utilization of 1: the readings' replicas at the target are the busy ones.)
+    assert resume(checkpoint, 2100.0, 4, 1.0).rates == ((1000.0, 2.0), (1900.0, 3.0))
+    assert resume(checkpoint, 2750.0, 4, 1.0).rates == ((1000.0, 2.0), (1900.0, 3.0))
+    assert resume(checkpoint, 2850.0, 4, 1.0).rates == ((1900.0, 3.0),)
     # The clock stepped back 100 s between the checkpoint and the restart: moved back with it.
-    assert resume(checkpoint, 1900.0, 4).rates == ((900.0, 2.0), (1800.0, 3.0))
+    assert resume(checkpoint, 1900.0, 4, 1.0).rates == ((900.0, 2.0), (1800.0, 3.0))
 
 
 def test_readings_measured_under_another_service_rate_key_are_not_kept_across_a_restart() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -408,9 +409,16 @@ def test_a_new_revision_forgets_the_service_rate_learned_on_the_old_one() -> Non
 def test_a_checkpoint_of_another_key_is_forgotten_and_one_without_a_key_trusted() -> None:
     s = spec()
     old = Checkpoint(0.0, 50.0, None, None, ScalingState().history, service_rate_key="v1")
-    assert decide(s, resume(old, 60, 10), snap(60, 0, 0.8, rate=400), 10, 10, 60, "v2").new_state.service_rate is None
+    assert (
+        decide(
+            s, resume(old, 60, 10, s.target_utilization), snap(60, 0, 0.8, rate=400), 10, 10, 60, "v2"
+        ).new_state.service_rate
+        is None
+    )
     keyless = replace(old, service_rate_key=None)
-    kept = decide(s, resume(keyless, 60, 10), snap(60, 0, 0.8, rate=400), 10, 10, 60, "v2").new_state
+    kept = decide(
+        s, resume(keyless, 60, 10, s.target_utilization), snap(60, 0, 0.8, rate=400), 10, 10, 60, "v2"
+    ).new_state
     assert (kept.service_rate, kept.service_rate_key) == (50.0, "v2")
 
 
@@ -943,7 +951,7 @@ def test_a_restart_after_a_clock_step_back_records_the_new_minutes_after_the_his
     last = int(t0 // 60)
     history = hold.History(last - 119, (40,) * 120, (5,) * 100 + (30,) * 20)
     now = t0 - 600
-    state = take_over(Checkpoint(t0, 50.0, 60.0, 600.0, history, None), now, 10)
+    state = take_over(Checkpoint(t0, 50.0, 60.0, 600.0, history, None), now, 10, s.target_utilization)
     for tick in range(8):
         at = now + 15 * tick
         calm = MetricSnapshot(at, queue_depth=0, in_flight=2, arrival_rate=100, utilization=0.2)
@@ -1061,3 +1069,33 @@ def test_a_utilization_signal_with_no_ready_replica_to_read_is_not_turned_off() 
     assert decision.signals_off == ()
     assert unmeasured(s, decision) is None
     assert decision.reason == "no ready replica to measure utilization on (in_flight turned off): holding 3"
+
+
+@pytest.mark.parametrize(("before", "after"), [(0.8, 0.5), (0.9, 0.45), (0.5, 0.8)])
+def test_a_changed_target_utilization_is_not_read_as_a_demand_that_moves(before: float, after: float) -> None:
+    # A reviewer's reproduction: an SRE lowers spec.scaling.targetUtilization on a flat demand. The
+    # trend's readings were kept in replicas at the old target, so the rate signal's step (10 -> 16
+    # replicas at 80/s) read as a rising demand: the trend asked for 18 and held them 30 minutes.
+    # Raised instead, the step read as a falling demand, and the learned delay's decline credit
+    # released replicas the demand still needed sooner than its window.
+    service_rate, arrival = 10.0, 80.0
+    state, current, t = ScalingState(service_rate=service_rate), math.ceil(arrival / (service_rate * before)), 0.0
+    flat = {"minReplicas": 1, "maxReplicas": 100, "panicWindowSeconds": 0}
+    snapshot = {"queue_depth": 0.0, "in_flight": 1.0, "arrival_rate": arrival, "arrival_peak": arrival}
+    for _ in range(120):  # 30 minutes at the first target
+        decision = decide(
+            spec(**flat, targetUtilization=before), state, MetricSnapshot(t, **snapshot), current, current, t
+        )
+        state, current, t = decision.new_state, decision.desired, t + 15
+    needed = math.ceil(arrival / (service_rate * after) - 1e-9)
+    seen = []
+    for _ in range(120):  # the next 30 minutes at the second, the demand unchanged
+        decision = decide(
+            spec(**flat, targetUtilization=after), state, MetricSnapshot(t, **snapshot), current, current, t
+        )
+        state, current, t = decision.new_state, decision.desired, t + 15
+        seen.append((decision.recommendation, decision.reason))
+        assert "trend" not in decision.signals, decision.reason
+    assert {r for r, _ in seen} == {needed}, seen[:3]
+    assert not [why for _, why in seen if "less the decline" in why]
+    assert current == needed

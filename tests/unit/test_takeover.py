@@ -84,14 +84,16 @@ def test_a_taken_over_fleet_still_grows_at_the_first_decision() -> None:
     s = ScalingSpec.model_validate({"minReplicas": 1, "maxReplicas": 100, "panicWindowSeconds": 0})
     checkpoint = scaling.Checkpoint(0.0, 100.0, None, None, hold.History())
     busier = MetricSnapshot(time=100, queue_depth=0, in_flight=4, arrival_rate=2000, utilization=0.9)
-    for state in (scaling.take_over(checkpoint, 100.0, 5), scaling.take_over(None, 100.0, 5)):
+    for state in (scaling.take_over(checkpoint, 100.0, 5, 0.8), scaling.take_over(None, 100.0, 5, 0.8)):
         decision = scaling.decide(s, state, busier, 5, 5, 100.0)
         assert decision.desired > 5, decision.reason
 
 
 def test_the_fleet_found_is_not_held_when_the_window_is_zero() -> None:
     s = ScalingSpec.model_validate(FOLLOWING)
-    decision = scaling.decide(s, scaling.take_over(None, 100.0, 8), queued(100, 1, 0.1), 8, 8, 100.0)
+    decision = scaling.decide(
+        s, scaling.take_over(None, 100.0, 8, s.target_utilization), queued(100, 1, 0.1), 8, 8, 100.0
+    )
     assert decision.desired < 8, decision.reason
 
 

@@ -1126,7 +1126,8 @@ MAX_STATUS_TREND_REPLICAS = 1e9
 
 
 class TrendReadingStatus(ApiModel):
-    """The arrival rate's signal over one minute, in replicas, as the autoscaler's trend reads it."""
+    """The arrival rate's signal over one minute, in replicas at the target utilization; the autoscaler's
+    trend reads it over the service rate alone (the replicas the arrivals keep busy)."""
 
     # Frozen: a rendered status section shares its items between reconciles.
     model_config = ApiModel.model_config | ConfigDict(frozen=True)
@@ -1137,7 +1138,8 @@ class TrendReadingStatus(ApiModel):
         le=MAX_STATUS_TREND_REPLICAS,
         allow_inf_nan=False,
         description="The mean of the minute's readings: the arrival rate over what a replica serves at the "
-        "target utilization.",
+        "target utilization (spec.scaling.targetUtilization when the checkpoint was taken; a restarted operator "
+        "reads it at the spec's target then).",
     )
 
 

@@ -230,7 +230,9 @@ def decide_targets(
     if durable is not None and memory.last_scaling_at is None:
         memory = replace(
             memory,
-            scaling_state=scaling.take_over(checkpoint_from_status(durable.autoscaler), now, current),
+            scaling_state=scaling.take_over(
+                checkpoint_from_status(durable.autoscaler), now, current, spec.scaling.target_utilization
+            ),
             warm_state=warmpool.take_over(now, durable.warm_pods, durable.warm_placeholders, durable.warm_held_since),
         )
     # The decision re-served this round, None when the autoscaler decides.

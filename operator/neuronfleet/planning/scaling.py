@@ -25,10 +25,14 @@ The rule, in order:
    - burst (shorter than the rate's window, so seen only as a queue): when more than
      ``target_queue_depth`` requests per ready replica are queued, the ready replicas plus what
      the excess needs if it arrived within :data:`BURST_SECONDS`;
-   - trend (a rising demand is met a cold start late): where the least-squares line of the rate
-     signal over :data:`TREND_WINDOW_SECONDS` will be one cold start after now, when it rises. The
-     cold start is measured here: the time from a scale-up until the ready count reaches it
-     (smoothed; :data:`ASSUMED_COLD_START_SECONDS` until then);
+   - trend (a rising demand is met a cold start late): where the least-squares line of the
+     demand over :data:`TREND_WINDOW_SECONDS` will be one cold start after now, when it rises, at
+     the target utilization. The line is drawn through the replicas the arrivals keep busy
+     (``arrival_rate / service_rate``), a unit the target does not enter: readings in replicas at
+     the target made a changed ``targetUtilization`` read as a demand that rose (0.8 -> 0.5: 18
+     replicas asked where 16 serve, for 30 minutes) or fell. The cold start is measured here: the
+     time from a scale-up until the ready count reaches it (smoothed;
+     :data:`ASSUMED_COLD_START_SECONDS` until then);
    - until the service rate is known: load ``(queue_depth + in_flight) / target_queue_depth``, at
      most ``panic_threshold x ready`` (a bounded queue saturates, so beyond that a reading says
      "overloaded", not "by how much"; relative to the ready count, pods still cold-starting do not
@@ -201,7 +205,8 @@ class Checkpoint:
     panic_since: float | None = None
     panic_last_triggered: float | None = None
     #: (time, rate signal) of the trend's window as of ``time``, one reading a minute
-    #: (:func:`_per_minute`): a restarted autoscaler's trend and decline credit go on from them.
+    #: (:func:`_per_minute`), in replicas at the spec's target utilization then, as the status keeps
+    #: them: a restarted autoscaler's trend and decline credit go on from them (:func:`resume`).
     rates: tuple[tuple[float, float], ...] = ()
     #: What is derived from this checkpoint once and read at every reconcile until it is renewed
     #: (the status section: rendering 120 scale events and 30 readings took ~0.6 ms a reconcile).
@@ -231,7 +236,9 @@ class ScalingState:
     #: while both held still, since the rate, utilization and ready count are sampled over different
     #: windows and at different times.
     recent: tuple[tuple[float, int, float | None], ...] = ()
-    #: (time, rate signal) within :data:`TREND_WINDOW_SECONDS`, for the trend.
+    #: (time, replicas the arrivals keep busy: arrival rate / service rate) within
+    #: :data:`TREND_WINDOW_SECONDS`, for the trend: the rate signal at a target utilization of 1, so
+    #: that a changed target does not move the line.
     rates: tuple[tuple[float, float], ...] = ()
     #: (time, replicas) of scale-ups whose pods are not all ready yet: when ready reaches the count,
     #: the time it took is a measured cold start.
@@ -254,18 +261,19 @@ class ScalingState:
     fleet_found: tuple[float, int] | None = None
 
 
-def take_over(checkpoint: Checkpoint | None, now: float, current: int) -> ScalingState:
+def take_over(checkpoint: Checkpoint | None, now: float, current: int, target_utilization: float) -> ScalingState:
     """The state of an autoscaler that takes over a fleet of ``current`` active replicas at ``now``
     (a restarted operator, a new leader), from its last ``checkpoint`` when there is one
-    (:func:`resume`). Without one the autoscaler has learned nothing worth keeping (no service rate
-    yet), but the scale-down window its predecessor was in still holds the fleet found.
+    (:func:`resume`; ``target_utilization``: the spec's). Without one the autoscaler has learned
+    nothing worth keeping (no service rate yet), but the scale-down window its predecessor was in
+    still holds the fleet found.
     """
     if checkpoint is not None:
-        return resume(checkpoint, now, current)
+        return resume(checkpoint, now, current, target_utilization)
     return ScalingState(fleet_found=(now, current) if current > 0 else None)
 
 
-def resume(checkpoint: Checkpoint, now: float, current: int) -> ScalingState:
+def resume(checkpoint: Checkpoint, now: float, current: int, target_utilization: float) -> ScalingState:
     """The state of an autoscaler restarted at ``now`` with ``current`` replicas, from ``checkpoint``.
 
     The fleet found is held through the scale-down window (as it would have kept the
@@ -275,11 +283,16 @@ def resume(checkpoint: Checkpoint, now: float, current: int) -> ScalingState:
     taken after ``now``, by a clock since stepped back, has their times moved back with it). Its
     trend readings still within :data:`TREND_WINDOW_SECONDS` of ``now`` are the trend's first: the
     trend signal and the decline credit need the window half full, 15 minutes of decisions that a
-    restart lost, exactly when a ramp may be under way.
+    restart lost, exactly when a ramp may be under way. They are kept in replicas at the target
+    utilization (the status's unit), and taken at ``target_utilization``, the spec's: a target
+    changed while no operator ran (a checkpoint is at most :data:`CHECKPOINT_SECONDS` old when it
+    stopped) moves the readings by the ratio of the two targets, until they leave the window.
     """
     shift = min(0.0, now - checkpoint.time)
     return ScalingState(
-        rates=tuple((t + shift, v) for t, v in checkpoint.rates if t + shift > now - TREND_WINDOW_SECONDS),
+        rates=tuple(
+            (t + shift, v * target_utilization) for t, v in checkpoint.rates if t + shift > now - TREND_WINDOW_SECONDS
+        ),
         scale_events=tuple((t + shift, change) for t, change in checkpoint.scale_events),
         panic_since=None if checkpoint.panic_since is None else checkpoint.panic_since + shift,
         panic_last_triggered=(
@@ -639,10 +652,14 @@ def decide(
     )
     launches, cold_start = _measure_cold_start(state.launches, state.cold_start, ready, now)
     rates = tuple((t, v) for t, v in state.rates if t > now - TREND_WINDOW_SECONDS)
+    target = spec.target_utilization
     if "rate" in signals:
-        rates = (*rates, (now, signals["rate"]))
+        # The replicas the arrivals keep busy (the rate signal at a target of 1): the line is the
+        # demand's, whatever targetUtilization each reading was taken at.
+        rates = (*rates, (now, signals["rate"] * target))
         # A rising demand is met a cold start late: ask now for where its trend will be by then.
-        trend = _trend(rates, cold_start if cold_start is not None else ASSUMED_COLD_START_SECONDS)
+        busy = _trend(rates, cold_start if cold_start is not None else ASSUMED_COLD_START_SECONDS)
+        trend = None if busy is None else busy / target
         if trend is not None and trend > signals["rate"]:
             signals["trend"] = min(trend, MAX_SIGNAL_REPLICAS)
     longest = float(spec.scale_down_delay_seconds)
@@ -796,7 +813,7 @@ def decide(
             # since it was made (at DECLINE_CREDIT of the trend line's slope), so the fleet keeps its
             # headroom for bursts yet follows the decline instead of holding the level of its peak.
             # Not in Fixed mode, nor within the stabilization window: both promise the maximum.
-            slope = line[2] * DECLINE_CREDIT
+            slope = line[2] / target * DECLINE_CREDIT  # replicas at the target, per second
             following = math.ceil(max(r + slope * (now - t) for t, r in held) - 1e-9)
             lowered = following < delay_rec
             delay_rec = min(delay_rec, following)
@@ -939,7 +956,8 @@ def _checkpointed(spec: ScalingSpec, state: ScalingState, now: float) -> Scaling
             events,
             state.panic_since,
             state.panic_last_triggered,
-            _per_minute(state.rates),
+            # In replicas at the target, as the status keeps them (see Checkpoint.rates).
+            tuple((t, v / spec.target_utilization) for t, v in _per_minute(state.rates)),
         )
         return replace(state, checkpoint=checkpoint)
     return state

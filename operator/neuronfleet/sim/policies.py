@@ -106,7 +106,9 @@ class Ours:
         checkpoint, else holding the fleet found; the warm pool holding the pool last wanted), or,
         without ``resume``, starts afresh as before it kept either."""
         if resume:
-            self.scaling_state = scaling.take_over(self.scaling_state.checkpoint, now, current)
+            self.scaling_state = scaling.take_over(
+                self.scaling_state.checkpoint, now, current, self.scaling_spec.target_utilization
+            )
             self.warm_state = warmpool.take_over(now, *self.pool_wanted)
         else:
             self.scaling_state = scaling.ScalingState()
