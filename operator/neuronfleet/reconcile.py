@@ -399,6 +399,8 @@ class Reconciler:
                 pod_refused=refused,
                 held_job_pods=jobs.held_pods,
                 job_inherited=jobs.inherited,
+                job_taken_by=jobs.taken_by,
+                job_taken_by_previous=jobs.taken_by_previous,
             )
             if jobs.inherited and compiled.inherited is not None and compiled.stored is None:
                 # The operator before's compile of this very spec with this image: its record, under

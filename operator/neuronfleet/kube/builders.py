@@ -219,13 +219,43 @@ def foreign_controller(live: Mapping[str, Any] | None, wanted: Mapping[str, Any]
     if live is None:
         return None
     ours = {ref.get("uid") for ref in wanted.get("metadata", {}).get("ownerReferences", [])}
-    refs = live.get("metadata", {}).get("ownerReferences") or []
-    controller = next((ref for ref in refs if ref.get("controller")), None)
+    controller = _controller(live)
     if controller is not None and controller.get("uid") in ours:
         return None
+    return describe_controller(live)
+
+
+def _controller(live: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    refs = live.get("metadata", {}).get("ownerReferences") or []
+    return next((ref for ref in refs if ref.get("controller")), None)
+
+
+def describe_controller(live: Mapping[str, Any]) -> str:
+    """Who controls ``live``, in the words of a status message."""
+    controller = _controller(live)
     if controller is None:
         return "no controller (made by hand, or by a tool that sets no owner)"
     return f"{controller.get('kind', '?')} {controller.get('name', '?')}"
+
+
+def held_by_previous(live: Mapping[str, Any] | None, deployment: str, uid: str | None) -> bool:
+    """Whether ``live`` is controlled by an InferenceDeployment named ``deployment`` with another uid
+    than ``uid``: the object of that name deleted before this one was created, whose children the
+    garbage collector has not removed yet.
+
+    A background deletion (kubectl's default) removes the owner first and its dependents after, from
+    the collector's queue: an object deleted and created again at once finds them, seconds or more.
+    They go without anyone's help, so they are waited for, not reported as a conflict to resolve.
+    """
+    controller = _controller(live) if live is not None else None
+    if controller is None:
+        return False
+    return (
+        controller.get("kind") == KIND
+        and str(controller.get("apiVersion", "")).split("/")[0] == API_VERSION.split("/")[0]
+        and controller.get("name") == deployment
+        and controller.get("uid") != uid
+    )
 
 
 def _metadata(

@@ -33,7 +33,7 @@ from typing import Generic, Literal, TypeVar
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from neuronfleet.kube.builders import parse_pod
+from neuronfleet.kube.builders import describe_controller, held_by_previous, parse_pod
 from neuronfleet.kube.client import UNANSWERED, KubeApi, Obj
 from neuronfleet.kube.coldstart import pod_timelines
 from neuronfleet.kube.jobs import (
@@ -84,6 +84,11 @@ class CompileJobs:
     #: The Job observed (``name``) is the legacy request's, made by the operator before with the
     #: image that compiles the current request (see :func:`observe_compile_jobs`).
     inherited: bool = False
+    #: Phase ``taken``: who controls the Job of the request's name (not this deployment).
+    taken_by: str | None = None
+    #: ... and it is the previous InferenceDeployment of this name, deleted, its Job awaiting the
+    #: garbage collector (:func:`~neuronfleet.kube.builders.held_by_previous`).
+    taken_by_previous: bool = False
 
 
 @dataclass(frozen=True)
@@ -401,6 +406,7 @@ async def observe_compile_jobs(
     accounts: AccountReads | None = None,
     events: JobEventReads | None = None,
     inherited: CompileRequest | None = None,
+    owner_uid: str | None = None,
 ) -> CompileJobs:
     """One list of the deployment's compile Jobs: the current request's state and the running ones.
 
@@ -413,9 +419,17 @@ async def observe_compile_jobs(
     superseded nor made again: only one whose pods run the current request's image, the one in its key
     (the operator before compiled with the image it ran; a Job of another is another compile, whose
     artifact and failure are not this request's). One being deleted is not (the request's is made).
+
+    ``owner_uid``: the deployment's uid. Only the Jobs it controls are its compiles (as only the pods
+    it controls are its fleet): an object deleted and created again under the same name finds the old
+    one's Jobs, with the labels and names of its own, until the garbage collector removes them; their
+    outcome is not this object's (a failure taken so outlived the Job in status.compileFailure). A Job
+    of the request's name that another controls is ``taken``, with its controller in ``taken_by``: the
+    request's Job is made once it is gone. None: every Job listed counts (no uid to match).
     """
     name = compile_job_name(deployment, request)
-    jobs: list[Obj] = await kube.list_jobs(namespace, compile_job_selector(deployment))
+    listed: list[Obj] = await kube.list_jobs(namespace, compile_job_selector(deployment))
+    jobs = listed if owner_uid is None else [job for job in listed if controlled_by(job, owner_uid)]
     adopted = False
     if inherited is not None and not any(job["metadata"]["name"] == name for job in jobs):
         legacy_name = compile_job_name(deployment, inherited)
@@ -442,6 +456,14 @@ async def observe_compile_jobs(
             annotations = job["metadata"].get("annotations") or {}
             job_spec = annotations.get(ANNOTATION_JOB_SPEC)
             republishes = ANNOTATION_REPUBLISHES in annotations
+    taken_by, taken_by_previous = None, False
+    if phase == "absent":
+        taken = (job for job in listed if job["metadata"]["name"] == name and not controlled_by(job, owner_uid))
+        other = next(taken, None) if owner_uid is not None else None
+        if other is not None:
+            # Its outcome (a failure, above all) is another object's: not read, not reported.
+            phase = "taken"
+            taken_by, taken_by_previous = describe_controller(other), held_by_previous(other, deployment, owner_uid)
     if phase == "failed":
         message = await _failure_details(kube, namespace, name, message)
     elif phase == "running" and current is not None:
@@ -460,6 +482,8 @@ async def observe_compile_jobs(
         tuple(sorted(held)),
         None if current is None else current["metadata"].get("uid"),
         adopted,
+        taken_by,
+        taken_by_previous,
     )
 
 
@@ -529,7 +553,9 @@ async def observe_cluster(
     zones = {node["metadata"]["name"]: (node["metadata"].get("labels") or {}).get(LABEL_ZONE, "") for node in nodes}
     jobs = None
     if request is not None:
-        jobs = await observe_compile_jobs(kube, namespace, deployment, request, now, accounts, events, inherited)
+        jobs = await observe_compile_jobs(
+            kube, namespace, deployment, request, now, accounts, events, inherited, owner_uid
+        )
     return ClusterObservation(
         pods=tuple(parse_pod(pod, names, node_zones=zones, placeholder_account=placeholder_account) for pod in pods),
         foreign_pod_names=foreign,

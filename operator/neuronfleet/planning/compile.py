@@ -201,8 +201,10 @@ class DanglingRecord:
 
 #: ``removing``: the Job has a deletionTimestamp (deleted, and kept by a finalizer until its
 #: controller lets it go). Not running: never deleted again; its name is taken until it is gone. Its
-#: pods are (:attr:`CompileObservation.held_job_pods`).
-JobPhase = Literal["absent", "running", "succeeded", "failed", "removing"]
+#: pods are (:attr:`CompileObservation.held_job_pods`). ``taken``: the deployment has no Job of the
+#: request's name, but another object controls one (:attr:`CompileObservation.job_taken_by`): its
+#: outcome is not this request's, and the request's Job is made once it is gone.
+JobPhase = Literal["absent", "running", "succeeded", "failed", "removing", "taken"]
 
 
 def takes_over_legacy(
@@ -288,6 +290,23 @@ class CompileObservation:
     #: A failure remembered under the inherited request's attempt is this request's
     #: (:func:`inherits_legacy_failure`).
     legacy_failure: bool = False
+    #: Phase ``taken``: who controls the Job of the request's name.
+    job_taken_by: str | None = None
+    #: ... and it is the previous InferenceDeployment of this name (deleted before this one was
+    #: created), whose Job the garbage collector removes by itself: waited for, not reported.
+    job_taken_by_previous: bool = False
+
+    def taken_note(self) -> str:
+        """Phase ``taken``: whose the Job of the request's name is, and what becomes of it."""
+        if self.job_taken_by_previous:
+            return (
+                f"it belongs to the previous {self.job_taken_by}, deleted: the garbage collector is removing it, "
+                "and its outcome is not this object's"
+            )
+        return (
+            f"it exists and belongs to {self.job_taken_by}, not to this InferenceDeployment: left as it is; "
+            "delete or rename it"
+        )
 
     @property
     def attempt(self) -> str:
@@ -468,8 +487,9 @@ def _decide(observed: CompileObservation, previous: StoredArtifact | None) -> Co
                 "serving the artifact compiled from it as last listed"
             )
         return CompileDecision(False, stored, "True", Reason.ARTIFACT_READY, message)
-    # A Job being deleted counts as none, but holds its name: the request's Job is made once it is gone.
-    absent = observed.job_phase in ("absent", "removing")
+    # A Job being deleted, or another object's, counts as none, but holds its name: the request's
+    # Job is made once it is gone.
+    absent = observed.job_phase in ("absent", "removing", "taken")
     if observed.source_problem is not None and absent:
         # A Job could not read the source either: say so now rather than after a failed Job.
         return CompileDecision(
@@ -571,6 +591,8 @@ def _decide(observed: CompileObservation, previous: StoredArtifact | None) -> Co
         stuck = f"; its pod is waiting: {observed.job_message}"
     elif observed.job_phase == "removing":
         waiting = f"starting once the Job of that name is gone (it is {observed.job_message or 'being deleted'})"
+    elif observed.job_phase == "taken":
+        waiting = f"starting once the Job {observed.job_name} is gone ({observed.taken_note()})"
     if dangling is not None:
         # False, not Unknown: the recorded artifact is known not to be there.
         return CompileDecision(

@@ -384,7 +384,11 @@ def _compile(
         # on a round whose source listing failed: its request key lacks the fingerprint, so it
         # differs from the running Job's although nothing changed, and a compile can take hours.
         actions += [DeleteCompileJob(name) for name in observed.running_jobs if name != observed.job_name]
-    return decision, (*actions, *held), ()
+    errors: tuple[str, ...] = ()
+    if observed.job_phase == "taken" and not observed.job_taken_by_previous:
+        # Nothing removes it by itself (a previous object's Job is waited for, said in Compiled only).
+        errors = (f"compile Job {observed.job_name}: {observed.taken_note()}",)
+    return decision, (*actions, *held), errors
 
 
 def _with_served_request(
