@@ -47,6 +47,7 @@ from neuronfleet.kube.builders import (
     build_pdb,
     build_service,
     foreign_controller,
+    held_by_previous,
     object_for_action,
     pod_template_hash,
     relabel_patch,
@@ -187,6 +188,8 @@ class ApplyOutcome:
     errors: tuple[str, ...]
     #: The apply ended early because the daemon is stopping.
     stopped: bool = False
+    #: What it waits for without a fault (see :attr:`neuronfleet.planning.status.StatusInputs.waits`).
+    waits: tuple[str, ...] = ()
 
 
 def utc_now() -> datetime:
@@ -615,6 +618,7 @@ class Reconciler:
         events: list[Event] = []
         errors: list[str] = []
         refusals: list[Refusal] = []
+        waits: list[str] = []
         try:
             events += await self._apply_compile(dep, plan, stopping)
         except _CALL_FAILED as exc:
@@ -656,6 +660,15 @@ class Reconciler:
                 if stopping.is_set():
                     return ApplyOutcome(tuple(events), tuple(refusals), tuple(errors), True)
                 owner = foreign_controller(current, obj)
+                if owner is not None and held_by_previous(current, dep.name, dep.metadata.uid):
+                    # Deleted and created again before the garbage collector removed the old object's
+                    # children: it removes this one too, unaided; the next reconcile (an interval
+                    # away) makes ours. Meanwhile the old one selects the same pods by their labels.
+                    waits.append(
+                        f"{kind} {name} belongs to the previous {owner} (deleted; another uid), which the garbage "
+                        "collector is removing: this object's is made once it is gone"
+                    )
+                    continue
                 if owner is not None:
                     errors.append(
                         f"{kind} {name} exists and belongs to {owner}, not to this InferenceDeployment: "
@@ -665,7 +678,7 @@ class Reconciler:
                 await self.kube.ensure(obj, current)
         except _CALL_FAILED as exc:
             errors.append(_call_error(exc))
-        return ApplyOutcome(tuple(events), tuple(refusals), tuple(errors))
+        return ApplyOutcome(tuple(events), tuple(refusals), tuple(errors), waits=tuple(waits))
 
     # -------------------------------------------------------------------------------- reconcile
 
@@ -748,7 +761,9 @@ class Reconciler:
             # body, a change an earlier reconcile had written and announced was announced again.
             durable = StatusMemory.from_status(first.live)
         outcome = await self.apply(dep, plan, stopping)
-        final, memory = status_after_apply(plan, dep, durable, outcome.refusals, outcome.errors, observation)
+        final, memory = status_after_apply(
+            plan, dep, durable, outcome.refusals, outcome.errors, observation, outcome.waits
+        )
         unwritten: tuple[str, ...] = ()
         conflict = False
         seen = first.seen

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from kubernetes_asyncio import client as k8s
-from operator_harness import OperatorHarness, example
+from operator_harness import OperatorHarness, example, ready
 
 from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION
 from neuronfleet.sandbox.kubelet import ContainerResult
@@ -144,3 +144,56 @@ async def test_a_recreated_object_does_not_take_the_old_ones_failed_compile_and_
     assert [ref["uid"] for ref in job["metadata"]["ownerReferences"]] == [new_uid]
     assert "compileFailure" not in harness.deployment(NS, name).get("status", {})
     assert warnings(harness, new_uid) == []
+
+
+async def test_a_recreated_object_waits_for_the_old_service_and_pdb_without_degrading(
+    harness: OperatorHarness,
+) -> None:
+    manifest = harness.localize(
+        example(
+            "bert-embeddings", scaling={"mode": "Manual", "replicas": 2, "minReplicas": 0}, warmPool={"mode": "Off"}
+        ),
+        namespace=NS,
+    )
+    harness.precompile(manifest)
+    name = manifest["metadata"]["name"]
+    await harness.apply(manifest)
+    await harness.wait(
+        lambda: sum(ready(p) for p in harness.pods(NS, name, "active")) == 2, timeout=120, what="2 ready active pods"
+    )
+    old_uid = harness.deployment(NS, name)["metadata"]["uid"]
+    assert controllers(harness, "services", name) == [old_uid]
+
+    def waiting_note() -> str:
+        ready_message = harness.condition(NS, name, "Ready").get("message", "")
+        return ready_message if "garbage collector" in ready_message else ""
+
+    with held_collector(harness):
+        new_uid = await delete_and_recreate(harness, manifest)
+        await harness.wait(
+            lambda: waiting_note() or harness.condition(NS, name, "Degraded").get("status") == "True",
+            timeout=120,
+            what="the new object to say it waits for the old Service and PDB",
+        )
+        assert harness.condition(NS, name, "Degraded").get("status") != "True", harness.condition(NS, name, "Degraded")
+        note = waiting_note()
+        assert f"Service {name}" in note and f"PodDisruptionBudget {name}" in note, note
+        assert "previous InferenceDeployment" in note, note
+        # Left to the collector: not patched over, not deleted by the operator.
+        assert controllers(harness, "services", name) == [old_uid]
+        assert controllers(harness, "poddisruptionbudgets", name, "policy") == [old_uid]
+
+    await harness.wait(
+        lambda: (
+            controllers(harness, "services", name) == [new_uid]
+            and controllers(harness, "poddisruptionbudgets", name, "policy") == [new_uid]
+        ),
+        timeout=120,
+        what="the new object's Service and PDB once the old ones are gone",
+    )
+    await harness.wait(lambda: not waiting_note(), timeout=60, what="the note gone from Ready")
+    await harness.wait(
+        lambda: sum(ready(p) for p in harness.pods(NS, name, "active")) >= 2, timeout=120, what="served again"
+    )
+    assert warnings(harness, new_uid) == []
+    assert harness.condition(NS, name, "Degraded").get("status") == "False"

@@ -104,6 +104,16 @@ def test_unschedulable_pods_and_unknown_scheduler_errors_are_reported() -> None:
     assert (conditions["Degraded"].status, conditions["Degraded"].reason) == ("True", "ReconcileError")
 
 
+def test_a_wait_for_the_previous_objects_service_is_said_in_ready_not_degraded() -> None:
+    # An object deleted and created again under the same name: the old Service awaits the garbage
+    # collector. Ready keeps its status and says it; nothing is Degraded (no Warning Event).
+    wait = "Service bert belongs to the previous InferenceDeployment bert (deleted; another uid), ..."
+    conditions = by_type(compute_conditions(inputs(waits=(wait,))))
+    assert (conditions["Ready"].status, conditions["Ready"].reason) == ("True", "ReplicasReady")
+    assert conditions["Ready"].message == f"2/2 active replicas of revision bbbbbbbbbb ready; {wait}"
+    assert (conditions["Degraded"].status, conditions["Degraded"].reason) == ("False", "AsExpected")
+
+
 def test_awaiting_artifact_and_rollout() -> None:
     no_artifact = replace(SERVING, revision_known=False, ready_active=0, active=0)
     ready = by_type(compute_conditions(inputs(fleet=no_artifact, compile=COMPILING)))

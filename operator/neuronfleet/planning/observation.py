@@ -224,6 +224,8 @@ class DeploymentMemory:
     #: What the last apply met: pod creations refused, API errors. Reported until an apply succeeds.
     refusals: tuple[Refusal, ...] = ()
     apply_errors: tuple[str, ...] = ()
+    #: ... and what it waited for without a fault (:attr:`~neuronfleet.planning.status.StatusInputs.waits`).
+    apply_waits: tuple[str, ...] = ()
     #: The last status write: (the status before it, the status written).
     written: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None
     #: The object's resourceVersion after that write (what the next write is sent with, when the body

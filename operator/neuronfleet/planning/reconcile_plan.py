@@ -571,6 +571,7 @@ def plan_reconcile(
         spec_replicas=spec.scaling.replicas,
         errors=observe_errors + memory.apply_errors,
         refusals=memory.refusals,
+        waits=memory.apply_waits,
         foreseen_refusals=foreseen,
         corrupt_annotations=observation.corrupt_annotations,
         rollout_stalled=summary.rollout_stalled(now, spec.rollout.progress_deadline_seconds),
@@ -616,12 +617,13 @@ def status_after_apply(
     refusals: tuple[Refusal, ...],
     apply_errors: tuple[str, ...],
     observation: Observation,
+    waits: tuple[str, ...] = (),
 ) -> tuple[dict[str, Any], DeploymentMemory]:
     """The status and memory once the apply's outcome is known (unchanged when it is as remembered)."""
-    memory = replace(plan.memory, refusals=refusals, apply_errors=apply_errors)
-    if (refusals, apply_errors) == (plan.memory.refusals, plan.memory.apply_errors):
+    memory = replace(plan.memory, refusals=refusals, apply_errors=apply_errors, apply_waits=waits)
+    if (refusals, apply_errors, waits) == (plan.memory.refusals, plan.memory.apply_errors, plan.memory.apply_waits):
         return plan.status, memory
-    inputs = replace(plan.inputs, refusals=refusals, errors=plan.observe_errors + apply_errors)
+    inputs = replace(plan.inputs, refusals=refusals, errors=plan.observe_errors + apply_errors, waits=waits)
     return build_status(dep.name, inputs, durable.conditions, observation.now), memory
 
 

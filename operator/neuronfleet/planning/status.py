@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -128,6 +128,10 @@ class StatusInputs:
     errors: tuple[str, ...] = ()
     #: Pod creations the API server refused this round (a missing PriorityClass, a quota...).
     refusals: tuple[Refusal, ...] = ()
+    #: What the apply waits for without a fault: a Service or PDB of the deployment's name that the
+    #: previous InferenceDeployment of that name controls, until the garbage collector removes it.
+    #: Said in Ready's message, neither Degraded nor a Warning.
+    waits: tuple[str, ...] = ()
     #: Pod creations the plan held because the API server would refuse them (a CPU limit below the
     #: request): said as the refusals are.
     foreseen_refusals: tuple[Refusal, ...] = ()
@@ -468,8 +472,11 @@ def compute_conditions(inputs: StatusInputs) -> list[ConditionValue]:
     """One value per condition type, in :data:`CONDITION_TYPES` order."""
     problems = placement_problems(inputs)
     available = _available(inputs, problems)
+    ready = _ready(inputs, problems, available)
+    if inputs.waits:
+        ready = replace(ready, message="; ".join((ready.message, *inputs.waits)))
     return [
-        _ready(inputs, problems, available),
+        ready,
         available,
         _compiled(inputs.compile),
         _scheduled(inputs, problems),
