@@ -25,10 +25,11 @@ may pass (a transient NRT error), so a copy out is re-tested: once ``RETEST_FIRS
 have passed on the runner's clock, the next batch handed out runs on it first, one such batch at a
 time. If it runs it, the copy is back in rotation (its strikes reset, logged); if it fails, the
 batch runs again on the copies in rotation as any failed batch does (the client sees no failure),
-and the copy stays out with its cool-off doubled (at most ``RETEST_MAX_SECONDS``, 15 minutes). A
+and the copy stays out with its cool-off doubled (at most ``RETEST_MAX_SECONDS``, 30 minutes). A
 copy taken out again within 15 minutes of its return is flapping (its re-test passed, the batches
 after failed): its cool-off doubles as after a failed re-test, so it stays out longer each round
-rather than coming back every minute, and the chart's NeuronserveCoresOut (out 15 min) fires; a copy
+rather than coming back every minute, and the chart's NeuronserveCoresOut (out 15 min) fires once a
+run outlasts it (the 16 or 30 minute ones); a copy
 that served 15 minutes or more before it failed again starts from 60 s. A re-test batch that then
 fails on every copy in rotation too says nothing of the copy: it stays out, due again. Before re-
 tests a copy stayed out until the process restarted, so a passing fault cost the replica a core for
@@ -69,8 +70,12 @@ log = logging.getLogger("neuronserve.backend")
 COPY_OUT_AFTER = 3
 #: Seconds out of rotation before a copy's first re-test; each failed re-test doubles them ...
 RETEST_FIRST_SECONDS = 60.0
-#: ... up to this (a core that stays failed costs one batch's retry per this long).
-RETEST_MAX_SECONDS = 900.0
+#: ... up to this (a core that stays failed costs one batch's retry per this long). Longer than the
+#: chart's NeuronserveCoresOut ``for`` (15 min): a flapping core's out-runs, doubling, must outlast
+#: it for the alert to fire (with a 15 min cap no run did, though the core was out 84 % of the time).
+RETEST_MAX_SECONDS = 1800.0
+#: A copy taken out again within this long of a re-test putting it back is flapping (see above).
+FLAPPING_WITHIN_SECONDS = 900.0
 
 
 class BusyClock(Protocol):
@@ -321,7 +326,7 @@ class ModelRunner:
                 self._out.add(index)
                 now = self._clock()
                 back_at = self._back_at[index]
-                flapping = back_at is not None and now - back_at < RETEST_MAX_SECONDS
+                flapping = back_at is not None and now - back_at < FLAPPING_WITHIN_SECONDS
                 self._cool_off[index] = (
                     min(2 * self._cool_off[index], RETEST_MAX_SECONDS) if flapping else RETEST_FIRST_SECONDS
                 )

@@ -43,7 +43,7 @@ and role labels are added by Prometheus relabeling from pod labels, never by the
   rotation, each having failed batches in a row that another copy then ran (a failed core); the
   replica serves on the others, fewer batches at once (``neuronserve_device_cores`` counts those).
   A copy out runs one batch again after a cool-off (60 s, doubled after each failed re-test, at
-  most 15 min) and is back in rotation, no longer counted here, if it runs it. 0 on CPU and emulated.
+  most 30 min) and is back in rotation, no longer counted here, if it runs it. 0 on CPU and emulated.
 - ``neuronserve_device_info{device,profile,emulated}``: 1, saying what executes the batches:
   ``device="cpu"`` or ``"neuron"`` (the artifact's backend) or ``"emulated-neuroncore"`` with
   ``emulated="true"`` and the Inf2 profile whose service times it reproduces.
@@ -260,7 +260,7 @@ class ServerMetrics:
             "neuronserve_device_cores_out",
             "Copies of the model (NeuronCores) taken out of rotation: each failed batches in a row that "
             "another copy then ran; the replica serves on the others, and re-tests each with one batch after "
-            "a cool-off (60 s, doubled after each failed re-test, at most 15 min): back in rotation if it runs it.",
+            "a cool-off (60 s, doubled after each failed re-test, at most 30 min): back in rotation if it runs it.",
             registry=r,
         )
         self.device_cores_out.set(0)

@@ -22,6 +22,7 @@ from chart_support import MINIMAL_VALUES, REPO, by_kind, helm, render, tool
 from prometheus_client import CollectorRegistry, generate_latest
 
 from neuronfleet.metrics.operator_metrics import OperatorMetrics
+from neuronserve.backend import RETEST_FIRST_SECONDS, RETEST_MAX_SECONDS
 from neuronserve.metrics import LATENCY_BUCKETS, BusyTracker, ServerMetrics
 
 HERE = Path(__file__).resolve().parent
@@ -356,3 +357,54 @@ def test_hand_over_gap_bridges_the_alerts_a_hand_over_interrupts_and_can_be_left
         if name in PER_DEPLOYMENT_OPERATOR_ALERTS
     )
     assert bridged("monitoring.alerts.handOverGap=") == set()
+
+
+def flapping_core_minutes(serves_minutes: int, hours: int) -> list[int]:
+    """neuronserve_device_cores_out a minute apart for a core that passes each re-test, serves
+    ``serves_minutes`` and fails again: out-runs as long as the model server's cool-offs (doubling from
+    RETEST_FIRST_SECONDS while it flaps, at most RETEST_MAX_SECONDS)."""
+    samples: list[int] = []
+    cool_off = RETEST_FIRST_SECONDS
+    while len(samples) < hours * 60:
+        samples += [1] * round(cool_off / 60) + [0] * serves_minutes
+        cool_off = min(2 * cool_off, RETEST_MAX_SECONDS)
+    return samples[: hours * 60]
+
+
+def test_a_flapping_core_fires_cores_out_once_its_out_runs_outlast_the_for(tmp_path: Path) -> None:
+    """A core back on each re-test that fails again 2 minutes later was out ~84 % of the time, and with
+    the cool-off capped at the alert's 15 minutes no out-run outlasted its ``for``: it never fired."""
+    samples = flapping_core_minutes(serves_minutes=2, hours=3)
+    runs = [len(run) for run in "".join(map(str, samples)).split("0") if run]
+    longest_start = "".join(map(str, samples)).index("1" * max(runs))
+    write_rule_file(prometheus_rule(), tmp_path / RULE_FILE, annotations=False)
+    series = 'neuronserve_device_cores_out{namespace="ml", deployment="bert", pod="bert-1"}'
+    tests = {
+        "rule_files": [RULE_FILE],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": series, "values": " ".join(map(str, samples))}],
+                "alert_rule_test": [
+                    {
+                        "eval_time": f"{longest_start + max(runs) - 1}m",
+                        "alertname": "NeuronserveCoresOut",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {
+                                    "severity": "warning",
+                                    "namespace": "ml",
+                                    "deployment": "bert",
+                                    "pod": "bert-1",
+                                }
+                            }
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
+    (tmp_path / "flapping.yaml").write_text(yaml.safe_dump(tests))
+    result = promtool("test", "rules", "flapping.yaml", cwd=tmp_path)
+    assert result.returncode == 0, f"out-runs {runs} (minutes): {result.stdout + result.stderr}"
