@@ -25,6 +25,7 @@ from neuronfleet.aio import wait_event
 from neuronfleet.kube.builders import build_priority_classes
 from neuronfleet.sandbox.apiserver import ApiServer, RequestRecord
 from neuronfleet.sandbox.clock import Clock
+from neuronfleet.sandbox.dirlock import DirectoryLock
 from neuronfleet.sandbox.disruption import DisruptionController
 from neuronfleet.sandbox.endpoints import EndpointsController
 from neuronfleet.sandbox.jobs import JobController
@@ -206,6 +207,7 @@ class SandboxCluster:
         self.prometheus: PrometheusServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
+        self._lock: DirectoryLock | None = None
         self.url = ""
         self.kubeconfig_path = Path()
 
@@ -231,7 +233,35 @@ class SandboxCluster:
         return env
 
     async def start(self) -> SandboxCluster:
+        """Start everything; a start that fails part-way stops what it started, then raises.
+
+        The directory of the kubeconfig (else ``workdir``) is locked first (:mod:`sandbox.dirlock`):
+        another sandbox there raises :class:`SandboxBusy` before anything is written. The API port is
+        bound before any process starts, so a taken port leaves nothing behind.
+        """
         self.clock.bind(asyncio.get_running_loop())
+        owned = self._kubeconfig_path.parent if self._kubeconfig_path is not None else self._workdir
+        self._lock = DirectoryLock(owned.resolve()) if owned is not None else None
+        if self._lock is not None:
+            self._lock.acquire()
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def _start(self) -> None:
+        crd_files = sorted(self.crd_dir.glob("*.yaml")) if self.crd_dir is not None else []
+        for crd in [*load_crd_documents(crd_files), *self.extra_crds]:
+            self.store.register_crd(crd)
+        if self.priority_classes:
+            for priority_class in build_priority_classes():
+                self.store.create(self.store.resource("scheduling.k8s.io", "priorityclasses"), None, priority_class)
+        for group in self.node_groups:
+            for i in range(group.count):
+                self.add_node(group, group.zones[i % len(group.zones)])
+        self.url = await self.apiserver.start(self.host, self.port)
         if self.s3 is not None:
             await self.s3.start()
         if self.compile_jobs == "real" and self.kubelet is not None:
@@ -256,16 +286,6 @@ class SandboxCluster:
                     binary, workdir / "prometheus", scrape_interval_s=self.scrape_interval_s
                 )
                 await asyncio.to_thread(self.prometheus.start)
-        crd_files = sorted(self.crd_dir.glob("*.yaml")) if self.crd_dir is not None else []
-        for crd in [*load_crd_documents(crd_files), *self.extra_crds]:
-            self.store.register_crd(crd)
-        if self.priority_classes:
-            for priority_class in build_priority_classes():
-                self.store.create(self.store.resource("scheduling.k8s.io", "priorityclasses"), None, priority_class)
-        for group in self.node_groups:
-            for i in range(group.count):
-                self.add_node(group, group.zones[i % len(group.zones)])
-        self.url = await self.apiserver.start(self.host, self.port)
         if self._kubeconfig_path is None:
             assert self._tmpdir is not None
             self._kubeconfig_path = Path(self._tmpdir.name) / "kubeconfig"
@@ -288,7 +308,6 @@ class SandboxCluster:
         if self.prometheus is not None and self.servers is not None:
             targets = PodTargets(self.store, self.servers, self.prometheus)
             self._tasks.append(loop.create_task(targets.run(), name="sandbox-prometheus-targets"))
-        return self
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -311,6 +330,8 @@ class SandboxCluster:
         if self._tmpdir is not None:
             self._tmpdir.cleanup()
             self._tmpdir = None
+        if self._lock is not None:
+            self._lock.release()
 
     async def __aenter__(self) -> SandboxCluster:
         return await self.start()

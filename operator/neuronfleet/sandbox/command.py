@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import shlex
 import signal
 import sys
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from neuronfleet.api.crd import crd as inference_deployment_crd
 from neuronfleet.sandbox.cluster import SandboxCluster
+from neuronfleet.sandbox.dirlock import SandboxBusy
 from neuronfleet.sandbox.kubelet import ColdStartProfile
 from neuronfleet.sandbox.nodes import parse_node_groups
 from neuronfleet.sandbox.prometheus import PrometheusUnavailable, find_binary
@@ -137,8 +139,14 @@ def run_up(args: argparse.Namespace) -> int:
         return 2
     try:
         asyncio.run(_serve(groups, args, crd_dir))
+    except SandboxBusy as exc:
+        print(f"neuronfleet sandbox up: {exc}: stop it, or pass --kubeconfig elsewhere", file=sys.stderr)
+        return 1
     except OSError as exc:
-        print(f"neuronfleet sandbox up: cannot serve: {exc}", file=sys.stderr)
+        hint = ""
+        if exc.errno == errno.EADDRINUSE and args.port:
+            hint = f": port {args.port} is taken; omit --port for a free one"
+        print(f"neuronfleet sandbox up: cannot serve: {exc}{hint}", file=sys.stderr)
         return 1
     return 0
 
