@@ -24,6 +24,7 @@ import pytest
 
 from neuronfleet.sandbox import NodeGroup, SandboxCluster
 from neuronfleet.sandbox.dirlock import SandboxBusy
+from neuronfleet.sandbox.prometheus import PrometheusServer
 from neuronfleet.sandbox.serving import ServingOptions
 
 DRIVER = (
@@ -156,3 +157,14 @@ def test_sandbox_up_says_to_omit_the_port_when_it_is_taken(tmp_path: Path, held_
     assert f"port {held_port}" in result.stderr
     assert "omit --port for a free one" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_new_prometheus_starts_with_an_empty_tsdb(tmp_path: Path) -> None:
+    old_block = tmp_path / "tsdb" / "01JAAAAAAAAAAAAAAAAAAAAAAA"
+    old_block.mkdir(parents=True)
+    (old_block / "meta.json").write_text("{}")
+    (tmp_path / "tsdb" / "wal").mkdir()
+    server = PrometheusServer("/usr/bin/prometheus", tmp_path)
+    assert not old_block.exists()
+    assert not (tmp_path / "tsdb" / "wal").exists()
+    assert server.tsdb == tmp_path / "tsdb"

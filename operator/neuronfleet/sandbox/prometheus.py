@@ -2,7 +2,8 @@
 
 :class:`PrometheusServer` runs one ``prometheus`` process on 127.0.0.1 with a generated config
 (one scrape job over a file_sd target list, scrape and evaluation every ``scrape_interval_s``) and
-its TSDB in a work directory; it can be stopped and started again (same port and TSDB: an outage).
+its TSDB in a work directory, emptied when the server is created (a new run reads no samples of a
+previous one); it can be stopped and started again (same port and TSDB: an outage).
 The binary comes from the Debian package ``prometheus`` (``hack/install-prometheus.sh``).
 
 :class:`PodTargets` keeps that target list equal to the sandbox's served pods, labelled as the
@@ -87,6 +88,10 @@ class PrometheusServer:
         self.config_file = workdir / "prometheus.yml"
         self.tsdb = workdir / "tsdb"
         self.log_file = workdir / "prometheus.log"
+        # A new server starts with no samples: a TSDB left by a previous run in this workdir would
+        # answer this run's queries with old pods' series (the sandbox's lock on its directory makes
+        # sure no running Prometheus owns it). A stop() then start() keeps it: that is an outage.
+        shutil.rmtree(self.tsdb, ignore_errors=True)
         self.proc: subprocess.Popen[bytes] | None = None
         self.set_targets([])
         interval = f"{int(scrape_interval_s * 1000)}ms"
