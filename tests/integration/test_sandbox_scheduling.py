@@ -204,6 +204,38 @@ async def test_provisioner_adds_a_node_after_its_delay_and_removes_it_when_empty
         assert (cluster.provisioner.nodes_launched, cluster.provisioner.nodes_removed) == (1, 1)
 
 
+async def test_the_group_count_is_a_floor_and_a_removed_node_gets_an_event() -> None:
+    """The nodes a group starts with (``--node-groups`` COUNT) stay when empty, as a managed node
+    group's do under Karpenter; only a node the provisioner launched is removed when empty, and its
+    removal is an Event on the Node, as Karpenter's consolidation posts one."""
+    groups = [
+        NodeGroup("small", "inf2.xlarge", count=2, max_nodes=4, zones=("us-east-1a", "us-east-1b")),
+        NodeGroup("big", "inf2.48xlarge", count=0, max_nodes=1),
+    ]
+    async with SandboxCluster(
+        node_groups=groups, cold_start=PROFILE, provisioning_delay_s=60, consolidation_delay_s=30
+    ) as cluster:
+        initial = sorted(n["metadata"]["name"] for n in cluster.list("nodes"))
+        assert len(initial) == 2
+        # A pod only the big group takes: a node is launched for it, then left empty.
+        cluster.create("pods", neuron_pod("model", 2, nodeSelector={"karpenter.sh/nodepool": "big"}), "default")
+        await cluster.wait_for(lambda: is_ready(cluster, "model"), timeout=300)
+        launched = pod(cluster, "model")["spec"]["nodeName"]
+        assert launched not in initial
+        cluster.delete("pods", "model", "default")
+        await cluster.wait_for(
+            lambda: cluster.get("nodes", launched) is None, timeout=600, what="the launched node consolidated"
+        )
+        # By now the initial nodes have been empty for minutes: they are still there.
+        assert sorted(n["metadata"]["name"] for n in cluster.list("nodes")) == initial
+        assert cluster.provisioner is not None and cluster.provisioner.nodes_removed == 1
+        events = [e for e in cluster.list("events") if e["involvedObject"].get("kind") == "Node"]
+        assert [(e["involvedObject"]["name"], e["type"], e["reason"], e["message"]) for e in events] == [
+            (launched, "Normal", "DisruptionTerminating", "Disrupting Node: Empty")
+        ]
+        assert events[0]["source"]["component"] == "karpenter"
+
+
 async def test_zone_spread_and_node_failure() -> None:
     group = NodeGroup("small", "inf2.xlarge", count=2, zones=("us-east-1a", "us-east-1b"), provisionable=False)
     async with SandboxCluster(node_groups=[group], cold_start=PROFILE, run_provisioner=False) as cluster:

@@ -59,7 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
     up.add_argument(
         "--node-groups",
         default=DEFAULT_NODE_GROUPS,
-        help="NAME:TYPE[:COUNT[:MAX]][@ZONE+ZONE],... (default: %(default)s)",
+        help="NAME:TYPE[:COUNT[:MAX]][@ZONE+ZONE],...: COUNT nodes from the start, kept even when empty (a "
+        "floor, as a managed node group's); the provisioner launches more up to MAX for pods that do not fit and "
+        "removes those it launched once empty for 30 s (default: %(default)s)",
     )
     up.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     up.add_argument(

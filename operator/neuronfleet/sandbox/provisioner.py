@@ -6,8 +6,9 @@ resources, NeuronCores), within the group's ``max_nodes``; the node registers (R
 ``provisioning_delay_s``; optionally it registers NotReady (with the not-ready taint) for
 ``node_ready_delay_s`` and advertises no Neuron resources until its device plugin registers
 ``device_plugin_delay_s`` later. Pending pods are packed onto nodes still launching before another is
-launched. Nodes of provisionable groups that hold no pods except DaemonSet pods for
-``consolidation_delay_s`` are deleted, down to the group's ``min_nodes``.
+launched. Nodes it launched that hold no pods except DaemonSet pods for ``consolidation_delay_s`` are
+deleted, down to the group's ``min_nodes``, with a ``DisruptionTerminating`` Event on the Node as
+Karpenter posts; the nodes a group starts with (its ``count``) are never removed: a floor.
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ from typing import Any
 from neuronfleet.sandbox.clock import run_controller
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.events import EventRecorder
-from neuronfleet.sandbox.nodes import NODE_GROUP_LABEL, NodeGroup, node_allocatable, node_object, pod_requests
+from neuronfleet.sandbox.nodes import (
+    NODE_GROUP_LABEL,
+    PROVISIONED_ANNOTATION,
+    NodeGroup,
+    node_allocatable,
+    node_object,
+    pod_requests,
+)
 from neuronfleet.sandbox.scheduler import Scheduler
 from neuronfleet.sandbox.scheduling import allocate_cores, insufficient, is_active, node_chips, node_cores
 from neuronfleet.sandbox.store import Store, WatchEvent
@@ -260,7 +268,11 @@ class Provisioner:
         for node in list(self.store.iter(self._nodes)):
             name = node["metadata"]["name"]
             group = self.groups.get((node["metadata"].get("labels") or {}).get(NODE_GROUP_LABEL, ""))
-            if group is None or not group.provisionable or name in busy or name in nominated:
+            # Only nodes it launched: the ones a group starts with (its count) are a managed node
+            # group's, which Karpenter does not consolidate; removing them left `sandbox up` with no
+            # node 30 s after announcing them, and the first compile waiting for one.
+            provisioned = (node["metadata"].get("annotations") or {}).get(PROVISIONED_ANNOTATION) == "true"
+            if group is None or not group.provisionable or not provisioned or name in busy or name in nominated:
                 self._empty_since.pop(name, None)
                 continue
             since = self._empty_since.setdefault(name, now)
@@ -272,6 +284,8 @@ class Provisioner:
             with contextlib.suppress(ApiError):
                 self.store.delete(self._nodes, None, name)
                 self.nodes_removed += 1
+                # Karpenter's words for an empty node it terminates (its disruption controller's Event).
+                self.events.record(node, "Normal", "DisruptionTerminating", "Disrupting Node: Empty")
             self._empty_since.pop(name, None)
 
     def _schedule_wake(self, delay: float) -> None:
