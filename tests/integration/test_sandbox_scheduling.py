@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from neuronfleet.api.v1alpha1 import GROUP
-from neuronfleet.sandbox import CORES_ANNOTATION, ColdStartProfile, NodeGroup, SandboxCluster
+from neuronfleet.sandbox import CORES_ANNOTATION, ColdStartProfile, NodeGroup, SandboxCluster, parse_node_groups
 
 pytestmark = pytest.mark.looptime
 
@@ -205,13 +205,11 @@ async def test_provisioner_adds_a_node_after_its_delay_and_removes_it_when_empty
 
 
 async def test_the_group_count_is_a_floor_and_a_removed_node_gets_an_event() -> None:
-    """The nodes a group starts with (``--node-groups`` COUNT) stay when empty, as a managed node
-    group's do under Karpenter; only a node the provisioner launched is removed when empty, and its
-    removal is an Event on the Node, as Karpenter's consolidation posts one."""
-    groups = [
-        NodeGroup("small", "inf2.xlarge", count=2, max_nodes=4, zones=("us-east-1a", "us-east-1b")),
-        NodeGroup("big", "inf2.48xlarge", count=0, max_nodes=1),
-    ]
+    """The nodes a group starts with up to its ``min_nodes`` (``--node-groups`` COUNT) stay when
+    empty, as a managed node group's do under Karpenter; a node the provisioner launched is removed
+    when empty, and its removal is an Event on the Node, as Karpenter's consolidation posts one."""
+    # As `sandbox up --node-groups` gives them: two static nodes, and a group with none to start with.
+    groups = parse_node_groups("small:inf2.xlarge:2:4@us-east-1a+us-east-1b,big:inf2.48xlarge:0:1")
     async with SandboxCluster(
         node_groups=groups, cold_start=PROFILE, provisioning_delay_s=60, consolidation_delay_s=30
     ) as cluster:

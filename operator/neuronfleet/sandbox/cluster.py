@@ -260,7 +260,9 @@ class SandboxCluster:
                 self.store.create(self.store.resource("scheduling.k8s.io", "priorityclasses"), None, priority_class)
         for group in self.node_groups:
             for i in range(group.count):
-                self.add_node(group, group.zones[i % len(group.zones)])
+                # The first min_nodes are the group's floor (a managed node group's, never consolidated);
+                # the rest start as if Karpenter had launched them, and go when empty.
+                self.add_node(group, group.zones[i % len(group.zones)], provisioned=i >= group.min_nodes)
         self.url = await self.apiserver.start(self.host, self.port)
         if self.s3 is not None:
             await self.s3.start()
@@ -358,14 +360,15 @@ class SandboxCluster:
         await asyncio.to_thread(s3.ensure_bucket, split_s3(DEFAULT_ARTIFACT_STORE)[0])
         return await asyncio.to_thread(s3.stock_examples, manifests)
 
-    def add_node(self, group: NodeGroup, zone: str | None = None) -> Obj:
-        """Register one Ready node of ``group`` now (no provisioning delay)."""
+    def add_node(self, group: NodeGroup, zone: str | None = None, *, provisioned: bool = False) -> Obj:
+        """Register one Ready node of ``group`` now (no provisioning delay); only a ``provisioned`` one
+        is the provisioner's to remove when empty."""
         zone = zone or group.zones[0]
         name, instance_id = self.namer.next(zone)
         return self.store.create(
             self.store.resource("", "nodes"),
             None,
-            node_object(group, zone, name, instance_id, False, self.clock.timestamp()),
+            node_object(group, zone, name, instance_id, provisioned, self.clock.timestamp()),
         )
 
     def create(self, plural: str, body: Obj, namespace: str | None = None, group: str = "") -> Obj:

@@ -20,7 +20,7 @@ from kubernetes.utils import parse_quantity
 from neuronfleet.planning import catalog
 from neuronfleet.planning.catalog import InstanceType
 
-#: Marks nodes the provisioner launched (and may consolidate).
+#: Marks nodes the provisioner launched, or that stand for such (and may be consolidated).
 PROVISIONED_ANNOTATION = "neuronfleet.dev/provisioned"
 NODE_GROUP_LABEL = "eks.amazonaws.com/nodegroup"
 KUBELET_VERSION = "v1.34.0-eks-sandbox"
@@ -34,8 +34,11 @@ class NodeGroup:
 
     name: str
     instance_type: str
+    #: Nodes registered at the start.
     count: int = 1
     zones: tuple[str, ...] = ("us-east-1a",)
+    #: The first ``min_nodes`` of those are static (a managed node group's): the provisioner never
+    #: removes them; the others start as if it had launched them, and go when empty.
     min_nodes: int = 0
     max_nodes: int = 10
     #: Whether the provisioner may launch (and consolidate) nodes of this group.
@@ -46,7 +49,7 @@ class NodeGroup:
         catalog.instance_type(self.instance_type)  # raises KeyError listing the known types
         if not self.zones:
             raise ValueError(f"node group {self.name!r} needs at least one zone")
-        if self.count < 0 or self.max_nodes < self.min_nodes or self.count > self.max_nodes:
+        if self.count < 0 or self.min_nodes < 0 or self.max_nodes < self.min_nodes or self.count > self.max_nodes:
             raise ValueError(
                 f"node group {self.name!r}: need 0 <= min ({self.min_nodes}) <= max ({self.max_nodes}) "
                 f"and count ({self.count}) <= max"
@@ -66,6 +69,8 @@ _SPEC_RE = re.compile(
 def parse_node_groups(text: str) -> list[NodeGroup]:
     """Parse ``NAME:TYPE[:COUNT[:MAX]][@ZONE+ZONE],...``, e.g. ``small:inf2.xlarge:2:4@us-east-1a+us-east-1b``.
 
+    COUNT is also the group's ``min_nodes``: the nodes ``sandbox up`` announces stay, empty or not.
+
     Raises ValueError with the expected format on bad input.
     """
     groups: list[NodeGroup] = []
@@ -80,7 +85,7 @@ def parse_node_groups(text: str) -> list[NodeGroup]:
         max_nodes = int(match["max"]) if match["max"] else max(count, 10)
         zones = tuple(match["zones"].split("+")) if match["zones"] else ("us-east-1a",)
         try:
-            groups.append(NodeGroup(match["name"], match["type"], count, zones, max_nodes=max_nodes))
+            groups.append(NodeGroup(match["name"], match["type"], count, zones, min_nodes=count, max_nodes=max_nodes))
         except KeyError as exc:
             raise ValueError(str(exc.args[0])) from None
     if not groups:

@@ -8,7 +8,8 @@ resources, NeuronCores), within the group's ``max_nodes``; the node registers (R
 ``device_plugin_delay_s`` later. Pending pods are packed onto nodes still launching before another is
 launched. Nodes it launched that hold no pods except DaemonSet pods for ``consolidation_delay_s`` are
 deleted, down to the group's ``min_nodes``, with a ``DisruptionTerminating`` Event on the Node as
-Karpenter posts; the nodes a group starts with (its ``count``) are never removed: a floor.
+Karpenter posts; the first ``min_nodes`` nodes a group starts with are static, never removed (a
+floor: ``sandbox up``'s COUNT).
 """
 
 from __future__ import annotations
@@ -268,9 +269,9 @@ class Provisioner:
         for node in list(self.store.iter(self._nodes)):
             name = node["metadata"]["name"]
             group = self.groups.get((node["metadata"].get("labels") or {}).get(NODE_GROUP_LABEL, ""))
-            # Only nodes it launched: the ones a group starts with (its count) are a managed node
-            # group's, which Karpenter does not consolidate; removing them left `sandbox up` with no
-            # node 30 s after announcing them, and the first compile waiting for one.
+            # Only nodes it launched (or that stand for such): a group's first min_nodes are a managed
+            # node group's, which Karpenter does not consolidate; removing them left `sandbox up` with
+            # no node 30 s after announcing them, and the first compile waiting for one.
             provisioned = (node["metadata"].get("annotations") or {}).get(PROVISIONED_ANNOTATION) == "true"
             if group is None or not group.provisionable or not provisioned or name in busy or name in nominated:
                 self._empty_since.pop(name, None)
