@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,26 @@ from neuronfleet.demo.options import (
 )
 from neuronfleet.demo.orchestration import run_demo
 from neuronfleet.demo.report import print_summary
+from neuronfleet.sandbox.dirlock import SandboxBusy
+
+
+def _figure(text: str, *, zero: bool) -> float:
+    """A finite number, positive (or >= 0 when ``zero``): argparse's refusal otherwise, in one line."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number {'>= 0' if zero else '> 0'}")
+    return value
+
+
+def positive(text: str) -> float:
+    return _figure(text, zero=False)
+
+
+def non_negative(text: str) -> float:
+    return _figure(text, zero=True)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -53,6 +74,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     except DemoError as exc:
         err.print(f"neuronfleet demo: {exc}", markup=False)
         return 1
+    except SandboxBusy as exc:
+        # Its sandbox keeps its kubeconfig and work files in --out: another run is using them.
+        err.print(f"neuronfleet demo: {exc}: stop it, or pass --out elsewhere", markup=False)
+        return 1
     print_summary(result, console, options.out)
     return 0
 
@@ -75,34 +100,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--minutes",
-        type=float,
+        type=positive,
         default=None,
         help=f"trace minutes to replay from --start-minute, measured (default: {LIVE_MINUTES:g} real, 20 simulated); "
         "a slice that runs past the trace's end is refused (the shipped trace lasts 58.36 min)",
     )
     parser.add_argument(
         "--start-minute",
-        type=float,
+        type=non_negative,
         default=None,
         help=f"trace minute to start at (default: {LIVE_START_MINUTE:g} real: a rise to the trace's busiest 30 s, "
         "then a lasting drop; 22 simulated: the busiest stretch and the drop after it)",
     )
     parser.add_argument(
         "--peak-rps",
-        type=float,
+        type=positive,
         default=360.0,
         help="real load: superpose copies of the trace until its busiest 30 s reach this many requests/s "
         "(default: 360, what this 2-core class of machine carries with the fleet)",
     )
     parser.add_argument(
         "--lead-in",
-        type=float,
+        type=non_negative,
         default=3.0,
         help="simulated load: trace minutes before --start-minute replayed first and not measured (default: 3; "
         "0: the fleet meets the traffic at minReplicas)",
     )
     parser.add_argument(
-        "--speed", type=float, default=10.0, help="simulated load: simulated seconds per wall second (default: 10)"
+        "--speed", type=positive, default=10.0, help="simulated load: simulated seconds per wall second (default: 10)"
     )
     parser.add_argument(
         "--example", type=Path, default=DEFAULT_EXAMPLE, help="the InferenceDeployment (default: %(default)s)"
@@ -121,7 +146,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--peak-replicas",
-        type=float,
+        type=positive,
         default=9.0,
         help="simulated load: scale the trace so its busiest minute needs this many replicas at full throughput "
         "(default: 9)",

@@ -139,10 +139,21 @@ def run_up(args: argparse.Namespace) -> int:
     if crd_dir is not None and not crd_dir.is_dir():
         print(f"neuronfleet sandbox up: --crd-dir {crd_dir} is not a directory", file=sys.stderr)
         return 2
+    if args.prometheus == "on":
+        # Said before anything starts, in one line (the cluster would raise it from deep inside).
+        try:
+            find_binary()
+        except PrometheusUnavailable as exc:
+            print(f"neuronfleet sandbox up: --prometheus on: {exc} (or pass --prometheus off)", file=sys.stderr)
+            return 1
     try:
         asyncio.run(_serve(groups, args, crd_dir))
     except SandboxBusy as exc:
         print(f"neuronfleet sandbox up: {exc}: stop it, or pass --kubeconfig elsewhere", file=sys.stderr)
+        return 1
+    except PrometheusUnavailable as exc:
+        # It exited at start-up (its log follows); what it had started is stopped already.
+        print(f"neuronfleet sandbox up: Prometheus did not start: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
         hint = ""

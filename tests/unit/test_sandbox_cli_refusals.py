@@ -1,0 +1,96 @@
+"""Command lines refused in one line, before anything starts (review r1).
+
+- ``sandbox up --prometheus on`` on a machine without the prometheus binary: one line saying what
+  to install, not a 29-line traceback from deep inside the cluster's start.
+- ``demo``: a non-finite or negative ``--minutes``, ``--start-minute`` (and the other figures) is
+  an argument error, as argparse says a bad number; ``--minutes nan`` used to crash with a
+  ValueError, ``--load simulated --start-minute -5`` to be accepted.
+- a sandbox directory in use is refused by ``demo`` too, naming its own flag (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from neuronfleet.demo import cli as demo_cli
+from neuronfleet.sandbox import command
+from neuronfleet.sandbox.dirlock import DirectoryLock
+from neuronfleet.sandbox.prometheus import INSTALL_HINT, PrometheusUnavailable
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="neuronfleet")
+    sub = root.add_subparsers()
+    command.register(sub)
+    demo_cli.register(sub)
+    return root
+
+
+def test_prometheus_on_without_the_binary_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    def missing() -> str:
+        raise PrometheusUnavailable(f"no prometheus binary on PATH: {INSTALL_HINT}")
+
+    monkeypatch.setattr(command, "find_binary", missing)
+    monkeypatch.setattr("neuronfleet.sandbox.cluster.find_binary", missing)
+    args = parser().parse_args(
+        ["sandbox", "up", "--prometheus", "on", "--no-s3", "--kubeconfig", str(tmp_path / "kubeconfig")]
+    )
+    assert args.func(args) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"neuronfleet sandbox up: --prometheus on: no prometheus binary on PATH: {INSTALL_HINT} "
+        "(or pass --prometheus off)"
+    ]
+    assert not (tmp_path / "kubeconfig").exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--minutes", "nan"),
+        ("--minutes", "inf"),
+        ("--minutes", "-1"),
+        ("--minutes", "0"),
+        ("--start-minute", "-5"),
+        ("--start-minute", "nan"),
+        ("--speed", "inf"),
+        ("--peak-rps", "nan"),
+        ("--peak-replicas", "-3"),
+        ("--lead-in", "-1"),
+    ],
+)
+def test_demo_refuses_a_non_finite_or_negative_figure(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parser().parse_args(["demo", "--load", "simulated", f"{flag}={value}"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: " in err
+    assert value in err
+
+
+def test_demo_takes_zero_start_and_lead_in() -> None:
+    args = parser().parse_args(["demo", "--load", "simulated", "--start-minute", "0", "--lead-in", "0"])
+    assert (args.start_minute, args.lead_in) == (0.0, 0.0)
+
+
+def test_demo_on_a_directory_in_use_names_its_out_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lock = DirectoryLock(tmp_path)
+    lock.acquire()
+    try:
+        # The simulated demo's sandbox: it takes the directory before the load or the operator start.
+        args = parser().parse_args(
+            ["demo", "--load", "simulated", "--skip-compile", "--no-live", "--out", str(tmp_path)]
+        )
+        assert args.func(args) == 1
+    finally:
+        lock.release()
+    err = capsys.readouterr().err
+    assert "already uses" in err
+    assert "stop it, or pass --out elsewhere" in err
