@@ -52,7 +52,12 @@ KUBERNETES_VERSION = {
     "platform": "linux/amd64",
 }
 BOOKMARK_INTERVAL_S = 60.0
+#: How long ``stop`` lets requests still being served finish before it cancels them (aiohttp's
+#: default, 60 s, held a Ctrl-C of ``sandbox up``). Open watches are ended first, at once.
+SHUTDOWN_GRACE_S = 5.0
 _TRUE = {"true", "1", "True", "yes"}
+#: Queued to a watch stream to end it (``ApiServer.stop``): never an event the store sends.
+_END_OF_STREAM: tuple[str, Obj] = ("", {})
 
 
 @dataclass
@@ -129,10 +134,19 @@ class ApiServer:
         #: words. The sandbox authorizes everything else (it has no RBAC); tests use this to run the
         #: operator as a role without a permission (an older chart's) would.
         self.denied: set[tuple[str, str, str]] = set()
+        #: The open watch streams' subscriptions: ``stop`` ends them (see there).
+        self._streams: set[Watcher] = set()
+
+    @property
+    def open_watches(self) -> int:
+        """Watch streams being served now."""
+        return len(self._streams)
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         # handler_cancellation: a client dropping a watch ends its handler (and its subscription).
-        self._runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
+        self._runner = web.AppRunner(
+            self.app, handler_cancellation=True, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         await site.start()
@@ -141,6 +155,15 @@ class ApiServer:
         return self.url
 
     async def stop(self) -> None:
+        """End every open watch stream (the client reads its end, as when kube-apiserver's watch
+        timeout ends one), then stop serving.
+
+        A watch never ends by itself (``kubectl get -w``, an operator's watches): aiohttp's cleanup
+        would wait for each open handler up to its shutdown timeout (60 s, and once more for the
+        site), so a Ctrl-C of ``sandbox up`` hung for minutes while a watch was open.
+        """
+        for watcher in self._streams:
+            watcher.queue.put_nowait(_END_OF_STREAM)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -386,6 +409,7 @@ class ApiServer:
                 await response.write(json.dumps({"type": "ERROR", "object": exc.status_body()}).encode() + b"\n")
                 await response.write_eof()
             return response
+        self._streams.add(watcher)
         try:
             await response.prepare(request)
 
@@ -418,18 +442,21 @@ class ApiServer:
                 try:
                     # A floor: under looptime a sub-resolution remainder would time out at once, forever.
                     async with asyncio.timeout(None if wait is None else max(wait, 0.05)):
-                        type_, obj = await watcher.queue.get()
+                        item = await watcher.queue.get()
                 except TimeoutError:
                     if bookmarks and self.clock.monotonic() >= next_bookmark:
                         await send("BOOKMARK", bookmark())
                         next_bookmark = self.clock.monotonic() + BOOKMARK_INTERVAL_S
                     continue
-                await send(type_, obj)
+                if item is _END_OF_STREAM:
+                    break
+                await send(*item)
             with contextlib.suppress(ConnectionError):
                 await response.write_eof()
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
+            self._streams.discard(watcher)
             self.store.unwatch(watcher)
         return response
 

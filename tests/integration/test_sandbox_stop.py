@@ -1,0 +1,38 @@
+"""Stopping the sandbox (what Ctrl-C of ``sandbox up`` and the end of the demo run) with clients connected.
+
+Review r1: a client with a watch open (``kubectl get -w``, the operator) held
+``SandboxCluster.stop()`` for aiohttp's shutdown timeout (60 s, twice) instead of ending it.
+"""
+
+import asyncio
+import time
+
+import aiohttp
+import pytest
+
+from neuronfleet.sandbox.cluster import SandboxCluster
+from neuronfleet.sandbox.nodes import NodeGroup
+
+pytestmark = pytest.mark.looptime(False)
+
+
+async def test_stop_ends_open_watches() -> None:
+    cluster = SandboxCluster(node_groups=[NodeGroup("inf2", "inf2.xlarge", count=1)])
+    await cluster.start()
+    session = aiohttp.ClientSession()
+    try:
+        response = await session.get(f"{cluster.url}/api/v1/pods?watch=true", timeout=aiohttp.ClientTimeout(total=None))
+        assert response.status == 200
+        await cluster.wait_for(lambda: cluster.apiserver.open_watches == 1, timeout=10, what="the watch to be served")
+        started = time.monotonic()
+        try:
+            await asyncio.wait_for(cluster.stop(), timeout=10)
+        except TimeoutError:
+            pytest.fail(
+                f"cluster.stop() still running {time.monotonic() - started:.0f} s after it was asked, with one watch open"
+            )
+        # The stream ended as a watch ends (the client reads its end), it was not cut.
+        assert await asyncio.wait_for(response.content.read(), timeout=10) == b""
+        assert cluster.apiserver.open_watches == 0
+    finally:
+        await session.close()
