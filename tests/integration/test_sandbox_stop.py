@@ -29,7 +29,7 @@ async def test_stop_ends_open_watches() -> None:
             await asyncio.wait_for(cluster.stop(), timeout=10)
         except TimeoutError:
             pytest.fail(
-                f"cluster.stop() still running {time.monotonic() - started:.0f} s after it was asked, with one watch open"
+                f"cluster.stop() still running {time.monotonic() - started:.0f} s after it was asked, one watch open"
             )
         # The stream ended as a watch ends (the client reads its end), it was not cut.
         assert await asyncio.wait_for(response.content.read(), timeout=10) == b""
