@@ -51,6 +51,7 @@ from neuronfleet.demo.terminal import Display, Frame, progress_line, render
 from neuronfleet.metrics.prometheus import PrometheusMetrics
 from neuronfleet.planning.labels import service_name
 from neuronfleet.sandbox import ColdStartProfile
+from neuronfleet.sandbox.children import die_with_parent
 from neuronfleet.sandbox.prometheus import PrometheusUnavailable
 from neuronfleet.sandbox.prometheus import find_binary as find_prometheus
 from neuronfleet.sandbox.serving import ServingOptions
@@ -210,7 +211,12 @@ async def run_client(
     argv += ["--max-requests", str(MAX_REQUESTS), "--max-seconds", str(load.duration + CLIENT_SLACK_S)]
     argv += ["--timeout", str(CLIENT_TIMEOUT_S)]
     with (workdir / "client.log").open("wb") as stderr:
-        process = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=stderr)
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=stderr,
+            preexec_fn=die_with_parent(),  # a killed demo's client stops sending (sandbox.children)
+        )
         assert process.stdout is not None
         try:
             async for line in process.stdout:

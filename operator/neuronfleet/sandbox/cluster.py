@@ -206,6 +206,8 @@ class SandboxCluster:
         self.scrape_interval_s = scrape_interval_s
         self.prometheus: PrometheusServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        #: Told each step of ``stop`` that may take a while (``sandbox up`` prints them).
+        self.announce_stop: Callable[[str], object] | None = None
         self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
         self._lock: DirectoryLock | None = None
         self.url = ""
@@ -312,6 +314,7 @@ class SandboxCluster:
             self._tasks.append(loop.create_task(targets.run(), name="sandbox-prometheus-targets"))
 
     async def stop(self) -> None:
+        say = self.announce_stop or (lambda _text: None)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -319,13 +322,17 @@ class SandboxCluster:
         if self.routers is not None:
             await self.routers.stop()
         if self.prometheus is not None:
+            say("stopping Prometheus")
             await asyncio.to_thread(self.prometheus.stop)
         if self.kubelet is not None:
+            if self.servers is not None and self.servers.processes:
+                say(f"stopping {len(self.servers.processes)} model server process(es): SIGTERM, SIGKILL after 5 s")
             await self.kubelet.stop()
         if self.provisioner is not None:
             await self.provisioner.stop()
         if self.jobs is not None:
             self.jobs.stop()
+        say(f"stopping the API server ({self.apiserver.open_watches} open watch stream(s) ended)")
         await self.apiserver.stop()
         if self.s3 is not None:
             await self.s3.stop()

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import errno
 import shlex
-import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,6 +28,7 @@ from neuronfleet.sandbox.nodes import parse_node_groups
 from neuronfleet.sandbox.prometheus import PrometheusUnavailable, find_binary
 from neuronfleet.sandbox.s3 import DEFAULT_ARTIFACT_STORE
 from neuronfleet.sandbox.serving import ServingOptions
+from neuronfleet.sandbox.signals import StopOnSignals
 
 #: ``inf2-serving`` is the Karpenter NodePool ``examples/bert-embeddings.yaml`` selects.
 DEFAULT_NODE_GROUPS = "inf2-serving:inf2.xlarge:2:6@us-east-1a+us-east-1b,inf2-large:inf2.24xlarge:0:2@us-east-1a"
@@ -178,10 +178,8 @@ def write_env_file(path: Path, env: Mapping[str, str]) -> Path:
 
 async def _serve(groups: list, args: argparse.Namespace, crd_dir: Path | None) -> None:  # type: ignore[type-arg]
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
+    # Ctrl-C, kill or a closed terminal: a clean stop; a second signal exits at once.
+    StopOnSignals(lambda _signal: stop.set(), "the sandbox").install()
     kubeconfig = args.kubeconfig.resolve()
     serving = SERVING_MODES.get(args.serving)
     prometheus = serving is not None and args.prometheus != "off"
@@ -211,6 +209,7 @@ async def _serve(groups: list, args: argparse.Namespace, crd_dir: Path | None) -
         workdir=kubeconfig.parent / "sandbox-work",
     )
     env_file = kubeconfig.parent / ENV_FILE_NAME
+    cluster.announce_stop = lambda step: print(f"  {step}", file=sys.stderr, flush=True)
     async with cluster:
         stocked = await cluster.host_examples(args.examples_dir)
         env = {"KUBECONFIG": str(cluster.kubeconfig_path), "NEURONFLEET_NEURON_SCHEDULER": NEURON_SCHEDULER}
@@ -248,3 +247,4 @@ async def _serve(groups: list, args: argparse.Namespace, crd_dir: Path | None) -
             await stop.wait()
         finally:
             env_file.unlink(missing_ok=True)
+    print("sandbox stopped.", file=sys.stderr, flush=True)

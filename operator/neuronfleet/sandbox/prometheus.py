@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from neuronfleet.aio import wait_event
+from neuronfleet.sandbox.children import popen
 from neuronfleet.sandbox.serving import ServerProcesses
 from neuronfleet.sandbox.store import Store, WatchEvent
 
@@ -132,7 +133,8 @@ class PrometheusServer:
             return
         self.tsdb.mkdir(exist_ok=True)
         with self.log_file.open("ab") as log:
-            self.proc = subprocess.Popen(
+            # Forked so that it dies with this process, even from a worker thread (sandbox.children).
+            self.proc = popen(
                 [
                     self.binary,
                     f"--config.file={self.config_file}",

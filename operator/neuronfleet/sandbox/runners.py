@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from neuronfleet.sandbox.children import die_with_parent
 from neuronfleet.sandbox.kubelet import ContainerResult, fallback_termination_message
 
 DEFAULT_TERMINATION_PATH = "/dev/termination-log"
@@ -69,6 +70,7 @@ class SubprocessRunner:
                     stderr=asyncio.subprocess.STDOUT,
                     env=env,
                     cwd=self.cwd,
+                    preexec_fn=die_with_parent(),  # a killed sandbox's compile dies with it (sandbox.children)
                 )
             except OSError as exc:
                 return ContainerResult(exit_code=127, message=f"cannot start {argv[0]!r}: {exc}")

@@ -45,6 +45,8 @@ from typing import Any
 
 import aiohttp
 
+from neuronfleet.sandbox.children import die_with_parent
+
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
@@ -223,6 +225,7 @@ class ServerProcesses:
             env=self.pod_env(pod),
             cwd=scratch,
             start_new_session=True,  # a Ctrl-C of the sandbox reaches it through stop_all(), with a grace
+            preexec_fn=die_with_parent(),  # and a killed sandbox's servers die with it (see sandbox.children)
         )
         if self._nice_while_starting:
             # Raising a child's niceness needs no privilege; its start-up work (imports, loading)

@@ -1,0 +1,118 @@
+"""The sandbox's child processes die with it, however it ends.
+
+The sandbox runs real processes for pods (``neuronserve serve``, compile Jobs), Prometheus, and the
+demo's load generator. A clean stop (Ctrl-C, SIGTERM, SIGHUP) stops them itself; a SIGKILL, an
+out-of-memory kill or a crash of the sandbox ran no code that could, and they ran on as orphans
+(serving pods even have their own sessions, so a terminal's hang-up never reaches them).
+
+On Linux each child asks the kernel for SIGKILL when its parent goes (``prctl(PR_SET_PDEATHSIG)``,
+set by :func:`die_with_parent` between fork and exec). The kernel means the *thread* that forked
+it, not the process: a child forked by a thread that ends before the sandbox (a worker of a pool
+that is shut down, a thread started for one call) would be killed when that thread ends. So
+children are forked by the event loop's thread (``asyncio.create_subprocess_exec``), which lives as
+long as the sandbox, or by :func:`popen` (Prometheus, started from ``asyncio.to_thread``), which
+forks on the main thread or on one thread kept for the life of the process.
+Elsewhere (macOS) nothing is set: a clean stop still stops every child.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import ctypes.util
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+#: ``<linux/prctl.h>``: the signal this process gets when its parent (thread) exits.
+PR_SET_PDEATHSIG = 1
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+    prctl: Callable[..., int] = libc.prctl
+    return prctl
+
+
+#: Looked up once here: between fork and exec the child should run as little Python as it can (the
+#: other threads' locks are copied as they were), so it only calls this.
+_PRCTL = _load_prctl()
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGKILL when this process (the forking thread,
+    see the module docstring) exits; None where the kernel has no such thing."""
+    prctl = _PRCTL
+    if prctl is None:
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        # The parent may have died between the fork and the prctl: then nothing would kill us.
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+_spawner: concurrent.futures.ThreadPoolExecutor | None = None
+_spawner_lock = threading.Lock()
+
+
+def _spawner_pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None:
+            # One worker, never shut down before the interpreter: the thread its children's
+            # death signal is bound to lives as long as the process.
+            _spawner = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-spawner")
+        return _spawner
+
+
+def popen(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(argv, **kwargs)`` whose child dies with this process, from any thread."""
+    kwargs["preexec_fn"] = die_with_parent()
+
+    def fork() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(argv, **kwargs)
+
+    if threading.current_thread() is threading.main_thread():
+        return fork()
+    return _spawner_pool().submit(fork).result()
+
+
+def kill_children() -> int:
+    """SIGKILL this process' children (Linux: those ``/proc`` names; elsewhere none); how many.
+
+    For a forced exit, when the clean stop hangs: the death signal would end them a moment after
+    this process, this ends them before it says it has exited."""
+    me = os.getpid()
+    killed = 0
+    try:
+        entries = [entry for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+                fields = stat.read().rsplit(")", 1)[1].split()
+            if int(fields[1]) == me and fields[0] != "Z":
+                os.kill(int(entry), signal.SIGKILL)
+                killed += 1
+        except (OSError, IndexError, ValueError):
+            continue  # it exited meanwhile
+    return killed
+
+
+__all__ = ["die_with_parent", "kill_children", "popen"]
