@@ -16,6 +16,7 @@ from neuronfleet.demo.options import (
     LIVE_START_MINUTE,
     DemoError,
     DemoOptions,
+    DemoStopped,
 )
 from neuronfleet.demo.orchestration import run_demo
 from neuronfleet.demo.report import print_summary
@@ -71,6 +72,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     )
     try:
         result = run_demo(options, console)
+    except DemoStopped as exc:
+        err.print(f"neuronfleet demo: {exc}", markup=False)
+        return exc.exit_status
     except DemoError as exc:
         err.print(f"neuronfleet demo: {exc}", markup=False)
         return 1

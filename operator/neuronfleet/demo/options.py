@@ -41,6 +41,18 @@ class DemoError(Exception):
     """A demo that cannot start or went wrong, with a message for the console."""
 
 
+class DemoStopped(DemoError):
+    """The demo was stopped by a signal (Ctrl-C, ``kill``, a closed terminal) before its end."""
+
+    def __init__(self, signal_name: str, signal_number: int) -> None:
+        super().__init__(
+            f"stopped by {signal_name} before its end: the sandbox, the operator and their processes are stopped; "
+            "no report was written"
+        )
+        #: The process' exit status, as a shell reports a command a signal ended: 128 + its number.
+        self.exit_status = 128 + signal_number
+
+
 def default_trace() -> Path:
     """The trace shipped with the package; a clear error if an install lost it."""
     if not DEFAULT_TRACE.is_file():

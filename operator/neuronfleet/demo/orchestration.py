@@ -26,10 +26,10 @@ import math
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from rich.console import Console
@@ -50,6 +50,7 @@ from neuronfleet.demo.options import (
     WAIT_FOR_READY_S,
     DemoError,
     DemoOptions,
+    DemoStopped,
 )
 from neuronfleet.demo.pacing import Pacer, RealTimeRunner
 from neuronfleet.demo.recording import FleetView, Recorder, condition, read_fleet
@@ -60,7 +61,7 @@ from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES
 from neuronfleet.planning.fleet import FleetPolicy
 from neuronfleet.reconcile import MetricsSource, OperatorSettings
 from neuronfleet.run_command import build_context, operator_tasks
-from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
+from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster, signals
 from neuronfleet.sandbox.artifacts import record_uncompiled_artifact
 from neuronfleet.sandbox.runners import SubprocessRunner
 from neuronfleet.sim import trace as traces
@@ -70,6 +71,7 @@ from neuronfleet.sim.workload import Workload, factor_for_peak
 from neuronfleet.sim.workload import build as build_workload
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 # ------------------------------------------------------------------------------------ the example
@@ -290,6 +292,8 @@ class RunningOperator:
         path = self.cluster.kubeconfig_path
         self.context = await build_context(self.settings, path, metrics=self.metrics, clock=self.cluster.clock.wall)
         self.tasks = list(await operator_tasks(self.context, in_process=True, stop_flag=self.stop_flag))
+        # Kopf took SIGINT/SIGTERM for the operator alone: a Ctrl-C must stop the whole demo.
+        signals.reclaim()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -535,16 +539,37 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> DemoResult
         if options.load == "real":
             from neuronfleet.demo.live import live_demo  # real processes: a plain loop at wall speed
 
-            result = asyncio.run(live_demo(options, console))
+            result = asyncio.run(stoppable(live_demo(options, console)))
         else:
             # looptime: the loop's clock jumps to the next timer only when no I/O is ready, so the
             # HTTP between Kopf and the API server completes at one simulated instant.
             import looptime  # the sandbox extra: imported here so `neuronfleet --help` works without it
 
             with asyncio.Runner(loop_factory=looptime.new_event_loop) as runner:
-                result = runner.run(simulated_demo(options, console))
+                result = runner.run(stoppable(simulated_demo(options, console)))
     write_report(result, options.out)
     return result
+
+
+async def stoppable(work: Coroutine[Any, Any, T]) -> T:
+    """``work``, stopped by SIGINT, SIGTERM or SIGHUP: DemoStopped.
+
+    The signal cancels it, so every ``async with`` it is in unwinds: the operator stops, the sandbox
+    stops its servers, Prometheus and the load generator. A second signal exits at once
+    (:class:`neuronfleet.sandbox.signals.StopOnSignals`).
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    stopper = signals.StopOnSignals(lambda _signal: task.cancel(), "the demo").install()
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if stopper.received is None:
+            raise
+        task.uncancel()
+        raise DemoStopped(stopper.received.name, stopper.received.value) from None
+    finally:
+        stopper.uninstall()
 
 
 @contextlib.contextmanager
