@@ -5,13 +5,17 @@ Review r1: a client with a watch open (``kubectl get -w``, the operator) held
 """
 
 import asyncio
+import contextlib
+import sys
 import time
+from pathlib import Path
 
 import aiohttp
 import pytest
 
 from neuronfleet.sandbox.cluster import SandboxCluster
 from neuronfleet.sandbox.nodes import NodeGroup
+from neuronfleet.sandbox.runners import SubprocessRunner
 
 pytestmark = pytest.mark.looptime(False)
 
@@ -36,3 +40,28 @@ async def test_stop_ends_open_watches() -> None:
         assert cluster.apiserver.open_watches == 0
     finally:
         await session.close()
+
+
+async def test_a_stopped_container_runner_ends_its_process(tmp_path: Path) -> None:
+    """The kubelet's stop cancels a compile Job's run: its process must end with it, not run on."""
+    runner = SubprocessRunner()
+    marker = str(tmp_path / "compile")
+    command = [sys.executable, "-c", "import time; time.sleep(600)", marker]
+    pod = {"spec": {"containers": [{"name": "compile", "command": command}]}}
+    run = asyncio.ensure_future(runner(pod))
+
+    def child() -> int | None:
+        for entry in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                if entry.name.isdigit() and marker in (entry / "cmdline").read_text():
+                    return int(entry.name)
+        return None
+
+    deadline = time.monotonic() + 30
+    while (pid := child()) is None:
+        assert time.monotonic() < deadline, "the container's process did not start"
+        await asyncio.sleep(0.05)  # polling /proc: nothing to wait on
+    run.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await run
+    assert child() is None, f"process {pid} runs on after its runner was stopped"

@@ -81,6 +81,12 @@ class SubprocessRunner:
                 process.kill()
                 await process.wait()
                 return ContainerResult(exit_code=137, message=f"killed after {self.timeout_s}s")
+            except asyncio.CancelledError:
+                # The kubelet stops (the sandbox stops, the pod went): a cancelled communicate()
+                # leaves the process running, so a compile would run on, orphaned.
+                process.kill()
+                await process.wait()
+                raise
             message = message_file.read_text(errors="replace")[-4096:]
         logs = tuple(output.decode(errors="replace").splitlines())
         if not message:
