@@ -44,6 +44,7 @@ import uvloop
 
 from neuronfleet.aio import wait_event
 from neuronfleet.sandbox import http1
+from neuronfleet.sandbox.children import die_with_parent
 from neuronfleet.sandbox.endpoints import ready_endpoints
 from neuronfleet.sandbox.store import Store, WatchEvent
 
@@ -259,6 +260,7 @@ class RouterProcess:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,  # a Ctrl-C reaches the sandbox, which stops it (stdin closes)
+            preexec_fn=die_with_parent(),  # and a killed sandbox's router dies at once (sandbox.children)
         )
         assert self._process.stdout is not None and self._process.stderr is not None
         loop = asyncio.get_running_loop()
