@@ -27,6 +27,8 @@ from fixtures_prometheus import prometheus_binary
 pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(180)]
 
 BIN = Path(sys.executable).parent
+#: The tests that read processes from /proc (and the death signal they check is Linux's).
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; PR_SET_PDEATHSIG is Linux's")
 BANNER_END = "Ctrl-C to stop."
 
 
@@ -139,6 +141,7 @@ def _serving_pod(sandbox: Sandbox, tmp_path: Path, script: str) -> None:
     sandbox.api("/api/v1/namespaces/default/pods", {"apiVersion": "v1", "kind": "Pod", **pod})
 
 
+@linux_only
 def test_children_die_with_a_killed_sandbox(tmp_path: Path, sandboxes: list[Sandbox]) -> None:
     prometheus = prometheus_binary() is not None
     sandbox = Sandbox(
@@ -175,6 +178,7 @@ def test_children_die_with_a_killed_sandbox(tmp_path: Path, sandboxes: list[Sand
                 os.kill(child, signal.SIGKILL)
 
 
+@linux_only
 def test_a_second_signal_forces_the_exit(tmp_path: Path, sandboxes: list[Sandbox]) -> None:
     sandbox = Sandbox(tmp_path, "--serving", "emulated-device", "--compile-jobs", "simulated", "--prometheus", "off")
     sandboxes.append(sandbox)

@@ -42,6 +42,7 @@ async def test_stop_ends_open_watches() -> None:
         await session.close()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 async def test_a_stopped_container_runner_ends_its_process(tmp_path: Path) -> None:
     """The kubelet's stop cancels a compile Job's run: its process must end with it, not run on."""
     runner = SubprocessRunner()
