@@ -13,6 +13,7 @@ Two ways it went wrong, both reproduced first by a reviewer's scripts:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from itertools import pairwise
 from typing import Any
 
@@ -325,7 +326,8 @@ class MeasuredFleet:
     """The operator's targets decision after decision (15 s apart) for a fleet whose service rate is
     known (so the arrival rate sizes it), the fleet following them."""
 
-    def __init__(self) -> None:
+    def __init__(self, dep: InferenceDeploymentSpec = MEASURED) -> None:
+        self.dep = dep
         self.memory = DeploymentMemory(scaling_state=scaling.ScalingState(service_rate=SERVICE_RATE))
         self.current, self.t = 8, 0.0
         self.targets: Targets | None = None
@@ -340,7 +342,7 @@ class MeasuredFleet:
 
     def step(self, snapshot: MetricSnapshot) -> Targets:
         self.targets, self.memory = decide_targets(
-            MEASURED, self.memory, snapshot, "", self.current, self.current, T0 + self.t
+            self.dep, self.memory, snapshot, "", self.current, self.current, T0 + self.t
         )
         self.current = self.targets.scale.desired
         self.t += INTERVAL
@@ -406,3 +408,65 @@ def test_the_simulators_path_gets_no_demand_from_a_partial_snapshot() -> None:
     # A signal a scale-down needs missing (the queue depth) is a gap too.
     no_queue = MetricSnapshot(T0, in_flight=1.0, arrival_rate=64.0, arrival_peak=64.0, reporting=8)
     assert scaling.decide(s, state, no_queue, 8, 8, T0).demand is None
+
+
+# The same gap while the fleet is held above the demand (a reviewer's reproduction): after a burst
+# the scale-down delay keeps 12 replicas for a demand of 8, a headroom of 4 that covers the bursts'
+# growth, so no warm pod is kept. Counted as no headroom at one decision whose snapshot was partial
+# (a pod that has just turned ready reads so for one scrape), the pool asked 4 warm pods (Inf2 nodes,
+# maybe) and deleted them at the next decision.
+HELD = MEASURED.model_copy(update={"scaling": MEASURED.scaling.model_copy(update={"scale_down_delay_seconds": 600})})
+
+
+def held_above_the_demand() -> MeasuredFleet:
+    """A fleet of 12 replicas held by the scale-down delay above a demand of 8 that bursts to 12 for a
+    minute every 5 minutes."""
+    fleet = MeasuredFleet(HELD)
+    for minute in range(42):
+        for _ in range(4):
+            fleet.step(fleet.whole(12 if minute % 5 == 4 else 8))
+    for _ in range(8):  # the demand back at 8: the fleet held at 12
+        targets = fleet.step(fleet.whole(8))
+    assert (targets.scale.desired, targets.warm.pods) == (12, 0), targets.warm.reason
+    return fleet
+
+
+def test_one_late_scrape_leaves_a_pool_held_beside_a_fleet_above_the_demand_as_it_was() -> None:
+    fleet = held_above_the_demand()
+    whole = fleet.whole(8)
+    late = replace(whole, reporting=fleet.current - 1)  # one pod's scrape a scrape late
+    gap = fleet.step(late)
+    assert gap.scale.demand is None and gap.scale.desired == 12
+    assert gap.warm.pods == 0, gap.warm.reason  # 4 before: created now, deleted 15 s later
+    assert "active headroom 4 (above the last demand known, 8)" in gap.warm.reason
+    assert "demand unknown" in gap.warm.reason
+    after = fleet.step(fleet.whole(8))
+    assert after.warm.pods == 0, after.warm.reason
+
+
+def test_one_decision_without_metrics_leaves_that_pool_as_it_was_too() -> None:
+    fleet = held_above_the_demand()
+    targets, fleet.memory = decide_targets(HELD, fleet.memory, None, "timed out", 12, 12, T0 + fleet.t)
+    assert targets.scale.demand is None and targets.scale.desired == 12
+    assert targets.warm.pods == 0, targets.warm.reason
+
+
+def test_the_headroom_counted_through_a_gap_is_never_more_than_the_last_known() -> None:
+    # The fleet may grow through a gap (on the signals read): the replicas it adds are no headroom
+    # above the last demand known (the demand grew, unseen), so the pool does not shrink for them.
+    pool = WarmPoolSpec(mode="Auto", max_pods=10, max_node_placeholders=0)
+    state = warmpool.WarmPoolState()
+    for k in range(232):  # demand 8, bursting to 12 for a minute every 5 minutes; 12 active
+        demand = 12 if (k // 4) % 5 == 4 else 8
+        decision = warmpool.plan(pool, state, demand, T0 + 15 * k, active=12, max_active=20)
+        state = decision.new_state
+    assert (demand, decision.pods) == (8, 0)
+    grown = warmpool.plan(pool, state, None, T0 + 15 * 232, active=15, max_active=20)
+    assert grown.pods == 0, grown.reason
+    assert "active headroom 4" in grown.reason
+    # A fleet smaller than at the last known demand holds less headroom above it: the pool grows.
+    shrunk = warmpool.plan(pool, state, None, T0 + 15 * 232, active=10, max_active=20)
+    assert shrunk.pods == 2, shrunk.reason
+    # No demand known since the takeover: no headroom is counted, as before.
+    fresh = warmpool.plan(pool, warmpool.take_over(T0, 0, 0), None, T0, active=12, max_active=20)
+    assert "active headroom 0" in fresh.reason

@@ -48,8 +48,11 @@ inputs (it goes to ``status.warmPool.reason``). Modes:
   showed, lower than a longer history might give, and said in the reason (``history N samples
   over S s``).
 
-  While the demand is unknown (metrics missing: the autoscaler holds its count) the history is held
-  as it was, its samples not aging (:func:`held`), so an outage does not empty the pool; a demand
+  While the demand is unknown (metrics missing: the autoscaler holds its count; or a decision with
+  gaps, whose figures may read low: it may grow, not shrink) the history is held as it was, its
+  samples not aging (:func:`held`), so an outage does not empty the pool, and the active headroom
+  is counted above the last demand known, never more than the last decision that knew it counted:
+  the pool is sized as that decision sized it, beside a fleet as large or larger. A demand
   not measured by design (``scaling.mode`` Manual, or every signal the autoscaler could use turned
   off by the spec: nothing is read, so nothing is missing) lets it age out.
 
@@ -121,6 +124,10 @@ class WarmPoolState:
     #: The time of the last decision the history took (None: none yet): a decision without a
     #: demand moves the history forward by the time since (:func:`held`).
     decided_at: float | None = None
+    #: The demand and the active replicas of the last decision that knew the demand (None: none
+    #: since the start or the takeover): a decision without one counts the headroom above that
+    #: demand, as that decision did (see :func:`plan`).
+    last_known: tuple[int, int] | None = None
 
 
 def take_over(now: float, pods: int | None, placeholders: int | None, held_since: float | None = None) -> WarmPoolState:
@@ -187,7 +194,8 @@ def shifted(state: WarmPoolState, seconds: float) -> WarmPoolState:
     if not seconds:
         return state
     found, decided_at = state.found, state.decided_at
-    return WarmPoolState(
+    return replace(
+        state,
         history=tuple((t + seconds, d) for t, d in state.history),
         found=None if found is None else replace(found, since=found.since + seconds),
         decided_at=None if decided_at is None else decided_at + seconds,
@@ -294,7 +302,9 @@ def plan(
 
     ``demand`` None (metrics missing) records nothing, and the history is held as it was
     (:func:`held`): the pool is sized from it as before the demand went missing, until it is known
-    again. ``unmeasured`` says why no demand is measured by design (``scaling.mode`` Manual, or every
+    again, and the headroom of ``active`` is counted above the last demand known
+    (:attr:`WarmPoolState.last_known`; none if no decision since the takeover knew it).
+    ``unmeasured`` says why no demand is measured by design (``scaling.mode`` Manual, or every
     signal turned off: :func:`~neuronfleet.planning.scaling.unmeasured`), None when it is measured: a
     demand None is then no outage, the history ages out as usual (the pool falls to ``minPods``),
     and the reason says why.
@@ -327,6 +337,10 @@ def plan(
         if unknown:
             state = held(state, now)
         state = replace(record(state, now, demand, keep_seconds), decided_at=now)
+        if demand is not None and active is not None:
+            state = replace(state, last_known=(demand, active))
+        elif unmeasured is not None:
+            state = replace(state, last_known=None)  # (a demand from before Manual mode says nothing now)
     if state.found is not None and now - state.found.since >= keep_seconds:
         state = replace(state, found=None)  # the history is as long as the one lost
 
@@ -354,9 +368,19 @@ def plan(
             new_state,
         )
 
-    # With the demand unknown, so is the active fleet's headroom above it: none is counted (the
-    # standby may then be larger than before, never smaller).
-    headroom = max(0, active - demand) if active is not None and demand is not None else 0
+    headroom, basis = 0, ""
+    if active is not None and demand is not None:
+        headroom = max(0, active - demand)
+    elif active is not None and unknown and state.last_known is not None:
+        # The demand unknown (an outage, or a decision with gaps: the figures read low), the headroom
+        # is counted above the last demand known, as the last decision that knew it counted it. None
+        # counted, one late scrape beside a fleet held above the demand (scale-down delay) asked the
+        # warm pods that headroom covered, deleted at the next decision. The replicas added since
+        # are no headroom (the fleet grew on the signals read: the demand grew unseen), so it is
+        # never more than then, and less if the fleet is smaller: the pool never shrinks for a gap.
+        known, known_active = state.last_known
+        headroom = max(0, min(active, known_active) - known)
+        basis = f" (above the last demand known, {known})"
 
     def size(pod_increase: float, node_increase: float) -> tuple[int, int]:
         return bounded(
@@ -379,7 +403,7 @@ def plan(
         f"p{spec.coverage * 100:g} demand increase {pod_increase:g} within {pod_horizon:.0f}s "
         f"(pod cold start {pod_seconds:.0f}s - target {spec.cold_start_target_seconds:.0f}s) -> {pods} warm; "
         f"{node_increase:g} within {node_horizon:.0f}s (+node {node_seconds:.0f}s) -> {placeholders} "
-        f"placeholders; active headroom {headroom}; history {len(state.history)} samples over {span:.0f}s"
+        f"placeholders; active headroom {headroom}{basis}; history {len(state.history)} samples over {span:.0f}s"
     )
     if found is not None:
         # When the hold ends, not how long it has left: a countdown changed the reason at every
