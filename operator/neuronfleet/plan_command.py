@@ -33,11 +33,10 @@ from neuronfleet.api.v1alpha1 import InferenceDeployment, ScalingSpec, WarmPoolS
 from neuronfleet.api.validation import load_manifests, not_utf8_message, validate_manifest, yaml_error_message
 from neuronfleet.planning.admission import compile_cpu_limit_problem, serving_cpu_limit_problem
 from neuronfleet.planning.placement import (
-    DAEMONSET_HEADROOM_CPU,
-    DAEMONSET_HEADROOM_MEMORY,
     UNLESS_OPERATOR_SCHEDULER,
     PlacementPlan,
     QuantityError,
+    add_headroom_flags,
     headroom_from_quantities,
     needs_from_spec,
     plan_placement,
@@ -234,25 +233,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         unless = "" if args.neuron_scheduler else UNLESS_OPERATOR_SCHEDULER
         console.print(f"[yellow]warning:[/yellow] {escape(warning + unless)}")
     return 1 if problems else 0
-
-
-def add_headroom_flags(parser: argparse.ArgumentParser) -> None:
-    """The operator's DaemonSet allowance (its flags of the same names), which the replicas' shares
-    of a node and the fit of explicit requests depend on; ``validate`` takes them too."""
-    parser.add_argument(
-        "--daemonset-headroom-cpu",
-        default=DAEMONSET_HEADROOM_CPU,
-        metavar="QUANTITY",
-        help="the operator's --daemonset-headroom-cpu (chart: operator.daemonSetHeadroom.cpu): CPU left on "
-        "every node for its DaemonSets, beside the replicas' shares and spec.runtime.cpu (default %(default)s)",
-    )
-    parser.add_argument(
-        "--daemonset-headroom-memory",
-        default=DAEMONSET_HEADROOM_MEMORY,
-        metavar="QUANTITY",
-        help="the operator's --daemonset-headroom-memory (chart: operator.daemonSetHeadroom.memory) "
-        "(default %(default)s)",
-    )
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

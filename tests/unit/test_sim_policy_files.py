@@ -179,9 +179,12 @@ REFUSED_CRS = {
 }
 
 
-def simulate_policy_only(tmp_path: Path, path: str, capsys: pytest.CaptureFixture[str]) -> tuple[bool, str]:
+def simulate_policy_only(
+    tmp_path: Path, path: str, capsys: pytest.CaptureFixture[str], *options: str
+) -> tuple[bool, str]:
     """Whether a run took the policy file (it then ends at the trace, which is missing), and its stderr."""
-    assert run_cli(["--trace", str(tmp_path / "absent.csv"), "--policy", path, "--out", str(tmp_path / "o")]) == 2
+    args = ["--trace", str(tmp_path / "absent.csv"), "--policy", path, "--out", str(tmp_path / "o"), *options]
+    assert run_cli(args) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     return "absent.csv: cannot open" in err, " ".join(err.split())
@@ -313,3 +316,46 @@ def test_a_cr_whose_fleet_cannot_exist_writes_nothing(tmp_path: Path, capsys: py
     assert captured.err.startswith(f"error: {example}: spec.placement.instanceTypes: no allowed instance type")
     assert "Traceback" not in captured.err and len(captured.err.strip().splitlines()) == 1
     assert not (tmp_path / "new").exists()
+
+
+#: A replica that fits an inf2.xlarge only beside a DaemonSet allowance below the default (500m):
+#: the operator runs it under the chart's operator.daemonSetHeadroom.cpu 200m.
+TIGHT_CPU = (
+    CR + "spec:\n  model: {source: 's3://bucket/model/'}\n  runtime: {cpu: 3600m}\n"
+    "  placement: {instanceTypes: [inf2.xlarge]}\n  scaling: {maxReplicas: 20}\n"
+)
+
+
+def test_a_cr_fits_as_validate_judges_it_at_the_same_daemonset_headroom(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # simulate judged the fit at the default allowance only, and had no flag for another: a CR
+    # `validate --daemonset-headroom-cpu 200m` takes, and the operator runs, was refused.
+    cr = policy(tmp_path, "tight.yaml", TIGHT_CPU)
+    problem = "spec.placement.instanceTypes: no allowed instance type holds a replica"
+    assert cli_main(["validate", "-f", cr]) == 1
+    assert problem in " ".join(capsys.readouterr().out.split())
+    accepted, err = simulate_policy_only(tmp_path, cr, capsys)
+    assert not accepted and problem in err, err
+    assert cli_main(["validate", "--daemonset-headroom-cpu", "200m", "-f", cr]) == 0
+    capsys.readouterr()
+    accepted, err = simulate_policy_only(tmp_path, cr, capsys, "--daemonset-headroom-cpu", "200m")
+    assert accepted, err
+    # The memory allowance is the operator's too: a node's whole memory left to DaemonSets fits nothing.
+    accepted, err = simulate_policy_only(
+        tmp_path, cr, capsys, "--daemonset-headroom-cpu", "200m", "--daemonset-headroom-memory", "16Gi"
+    )
+    assert not accepted and problem in err, err
+
+
+def test_a_daemonset_headroom_that_is_no_quantity_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cr = policy(tmp_path, "tight.yaml", TIGHT_CPU)
+    args = ["--trace", str(tmp_path / "absent.csv"), "--policy", cr, "--out", str(tmp_path / "o")]
+    assert run_cli([*args, "--daemonset-headroom-cpu", "lots"]) == 2
+    err = capsys.readouterr().err
+    assert "--daemonset-headroom-cpu" in err and "Traceback" not in err, err
+    with pytest.raises(SystemExit):
+        run_cli(["--help"])
+    assert "operator.daemonSetHeadroom.cpu" in " ".join(capsys.readouterr().out.split())

@@ -31,6 +31,13 @@ from neuronfleet.api.validation import (
     yaml_error_message,
 )
 from neuronfleet.planning.fit import fit_problems
+from neuronfleet.planning.placement import (
+    DAEMONSET_HEADROOM,
+    Headroom,
+    QuantityError,
+    add_headroom_flags,
+    headroom_from_quantities,
+)
 from neuronfleet.sim import report, runner
 from neuronfleet.sim.oracle import launch_seconds
 from neuronfleet.sim.policies import DEFAULT_SCRAPE_DELAY, crd_max_replicas
@@ -114,9 +121,11 @@ the CR; a whole CR with `spec:` works too), checked as `neuronfleet validate` ch
 keys and the CRD's rules (minReplicas <= maxReplicas, ...) are errors; a whole CR is checked whole
 (every section; another kind is refused), its apiVersion, kind and metadata filled in if left
 out, and refused, as validate refuses it, when no allowed instance type holds a replica or a CPU
-limit is below the pods' request (its fleet cannot exist). Fields it sets that a run does not
-use (scaling.latencySloMs, scaling.metrics but staleAfterSeconds, a CR's other sections) are
-named in a note. A profile file has the fields that --dump-profile prints.
+limit is below the pods' request (its fleet cannot exist), beside the DaemonSet allowance of
+--daemonset-headroom-cpu/--daemonset-headroom-memory (give the operator's, as to validate; they
+judge only that: the simulated nodes hold the profile's replicas_per_node). Fields it sets that
+a run does not use (scaling.latencySloMs, scaling.metrics but staleAfterSeconds, a CR's other
+sections) are named in a note. A profile file has the fields that --dump-profile prints.
 """
 
 
@@ -223,6 +232,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "sweep; a built-in policy's name (ours, hpa, ...) is refused in any case (HPA too); repeatable",
     )
     p.add_argument("--no-sweep", action="store_true", help="run each policy at its default setting only")
+    # A --policy file is refused when its replica fits no allowed type beside the operator's DaemonSet
+    # allowance: judged at the default alone, a CR the operator runs under the chart's
+    # operator.daemonSetHeadroom (and `validate` takes with these flags) was refused here.
+    add_headroom_flags(p)
     p.add_argument(
         "--max-replicas",
         type=int,
@@ -332,10 +345,13 @@ def unused_spec_fields(spec: dict[str, Any], where: str = "spec.") -> str:
     return "; ".join(parts)
 
 
-def _policy_file(path: str, notes: list[str] | None = None) -> tuple[str, dict[str, Any]]:
+def _policy_file(
+    path: str, notes: list[str] | None = None, headroom: Headroom = DAEMONSET_HEADROOM
+) -> tuple[str, dict[str, Any]]:
     """A policy file's ``scaling`` and ``warmPool`` sections, checked as ``neuronfleet validate``
     checks a CR (schema with unknown fields refused, then the CRD's CEL rules, then whether its
-    fleet can exist: :func:`~neuronfleet.planning.fit.fit_problems`); UsageError if not.
+    fleet can exist beside the DaemonSet allowance ``headroom``, ``--daemonset-headroom-cpu/-memory``:
+    :func:`~neuronfleet.planning.fit.fit_problems`); UsageError if not.
     A whole CR (``spec`` present) is checked whole, as the API server would check it: an unknown
     field or a broken rule outside the two sections is refused too, and so is another kind.
     For a whole CR, a line naming the spec fields the simulator does not use goes to ``notes``."""
@@ -386,7 +402,7 @@ def _policy_file(path: str, notes: list[str] | None = None) -> tuple[str, dict[s
     # server stores it), not the run's --max-replicas or twice the oracle's peak.
     defaulted = "maxReplicas" not in sections["scaling"]
     sections["scaling"].setdefault("maxReplicas", CRD_SCALING_DEFAULTS.max_replicas)
-    problems = _cr_problems(whole) if whole is not None else _policy_problems(sections)
+    problems = _cr_problems(whole, headroom) if whole is not None else _policy_problems(sections, headroom)
     if problems:
         default = (
             f" ({where}scaling.maxReplicas is not set: the CRD's default, {CRD_SCALING_DEFAULTS.max_replicas}, applies)"
@@ -433,7 +449,7 @@ def _refuse_unknown(path: str, data: dict[Any, Any], allowed: Collection[str], w
         )
 
 
-def _policy_problems(sections: dict[str, Any]) -> list[str]:
+def _policy_problems(sections: dict[str, Any], headroom: Headroom) -> list[str]:
     """What ``neuronfleet validate`` says about the sections, in an InferenceDeployment that holds them."""
     scaling = dict(sections["scaling"])
     manifest = {
@@ -442,7 +458,7 @@ def _policy_problems(sections: dict[str, Any]) -> list[str]:
         "metadata": {"name": "policy"},
         "spec": {"model": {"source": "s3://policy-file/model/"}, "scaling": scaling, "warmPool": sections["warmPool"]},
     }
-    return [problem.removeprefix("spec.") for problem in _manifest_problems(manifest)]
+    return [problem.removeprefix("spec.") for problem in _manifest_problems(manifest, headroom)]
 
 
 def _refuse_other_kind(path: str, resource: dict[Any, Any]) -> None:
@@ -456,23 +472,25 @@ def _refuse_other_kind(path: str, resource: dict[Any, Any]) -> None:
         )
 
 
-def _cr_problems(resource: dict[Any, Any]) -> list[str]:
+def _cr_problems(resource: dict[Any, Any], headroom: Headroom) -> list[str]:
     """What ``neuronfleet validate`` says about a whole InferenceDeployment (its schema, unknown
     fields and CEL rules, every section's, then whether its fleet can exist), with only an
     apiVersion, kind or metadata left out filled in: a policy file may be a CR's spec alone."""
     filled = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "policy"}, **resource}
-    return _manifest_problems(filled)
+    return _manifest_problems(filled, headroom)
 
 
-def _manifest_problems(manifest: dict[str, Any]) -> list[str]:
+def _manifest_problems(manifest: dict[str, Any], headroom: Headroom) -> list[str]:
     """A manifest's problems as ``validate`` finds them, each "field.path: message": the API server's
     checks, then, on a manifest that passes them, :func:`fit_problems` (no allowed instance type
-    holds a replica, a CPU limit below the pods' request), at the operator's default DaemonSet
-    allowance: a run costs a fleet only if the operator could run it."""
+    holds a replica, a CPU limit below the pods' request) beside the DaemonSet allowance the
+    operator runs with (``headroom``): a run costs a fleet only if the operator could run it. (The
+    simulated fleet itself is costed per node from the profile's ``replicas_per_node``, not placed,
+    so the allowance judges the fit alone.)"""
     model, problems = validate_manifest(manifest)
     if problems or model is None:
         return [str(problem) for problem in problems]
-    return fit_problems(model.spec)
+    return fit_problems(model.spec, headroom)
 
 
 def _truncated(trace: Trace, seconds: float, start: float = 0.0) -> Trace:
@@ -708,8 +726,12 @@ def _main(args: argparse.Namespace, console: Console) -> int:
             f"--policies {args.policies!r} names no policy; choose from {', '.join(runner.FAMILIES)} "
             "(or run only --policy files)"
         )
+    try:
+        headroom = headroom_from_quantities(args.daemonset_headroom_cpu, args.daemonset_headroom_memory)
+    except QuantityError as error:
+        raise UsageError(f"--daemonset-headroom-cpu/--daemonset-headroom-memory: {error}") from None
     notes: list[str] = []
-    policy_files = [_policy_file(path, notes) for path in args.policy]
+    policy_files = [_policy_file(path, notes, headroom) for path in args.policy]
     _refuse_duplicate_names(
         [(label, path) for (label, _), path in zip(policy_files, args.policy, strict=True)],
         "--policy",
