@@ -183,7 +183,8 @@ def test_resume_restores_the_learned_window_and_its_day_of_history() -> None:
     assert state.hold_chosen_at == 702 * 60  # re-chosen on the usual schedule, over the whole day
     assert len(state.history.needs) == 602 and state.history.first_minute == 100  # minutes 700, 701 bridged
     assert state.fleet_found == (702 * 60, 9) and state.recommendations == ()
-    assert state.checkpoint is checkpoint
+    # Kept, and said to be at the target it was resumed at (a change from it renews it).
+    assert state.checkpoint == replace(checkpoint, target_utilization=0.8)
 
 
 # ------------------------------------------------------------------------------------- status
@@ -845,3 +846,68 @@ def test_a_minutes_mean_keeps_the_trend_line() -> None:
     noise = (0.7, -0.4, 1.1, -0.9, 0.2, -0.6)
     noisy = tuple((t, v + noise[i % len(noise)]) for i, (t, v) in enumerate(ramp_readings))
     assert _line(_per_minute(noisy))[2] == pytest.approx(_line(noisy)[2], rel=0.02)
+
+
+# A target changed less than CHECKPOINT_SECONDS before a restart (a reviewer's reproduction): the
+# checkpoint's readings were written in replicas at the old target, the restarted operator took
+# them at the new one, and a flat demand read as a rising or falling one until they left the window.
+def flat_then_new_target(before: float, after: float, arrival: float, decisions_after: int) -> tuple[ScalingState, int]:
+    """30 minutes of a flat ``arrival`` rate at ``before``, then ``decisions_after`` decisions at
+    ``after``: the state and the desired count (replicas serve 10/s)."""
+    flat = {"panicWindowSeconds": 0}
+    state, current, t = ScalingState(service_rate=10.0), math.ceil(arrival / (10.0 * before)), 0.0
+    for k in range(121 + decisions_after):
+        s = spec(**flat, targetUtilization=before if k < 121 else after)
+        snapshot = MetricSnapshot(t, queue_depth=0.0, in_flight=1.0, arrival_rate=arrival, arrival_peak=arrival)
+        d = decide(s, state, snapshot, current, current, t)
+        state, current, t = d.new_state, d.desired, t + 15
+    return state, current
+
+
+@pytest.mark.parametrize(("before", "after", "arrival"), [(0.8, 0.75, 30.0), (0.6, 0.5, 20.0), (0.5, 0.8, 80.0)])
+def test_a_target_change_renews_the_checkpoint_at_its_first_decision(
+    before: float, after: float, arrival: float
+) -> None:
+    # No scale event (or one held by the scale-down delay), so nothing else renews it for 5 minutes.
+    state, _ = flat_then_new_target(before, after, arrival, 0)
+    assert state.checkpoint is not None and state.checkpoint.time == 1800
+    state, _ = flat_then_new_target(before, after, arrival, 1)
+    assert state.checkpoint is not None
+    assert state.checkpoint.time == 1815  # 1800: kept, at the old target, up to 5 minutes
+    # Its readings in replicas at the new target, as the status keeps them.
+    assert state.checkpoint.rates[-1][1] == pytest.approx(arrival / (10.0 * after), rel=1e-6)
+    # Renewed once: the next decisions at the same target leave it (no status write each).
+    again, _ = flat_then_new_target(before, after, arrival, 4)
+    assert again.checkpoint is not None and again.checkpoint.time == 1815
+
+
+@pytest.mark.parametrize(("before", "after", "arrival"), [(0.8, 0.75, 30.0), (0.6, 0.5, 20.0), (0.5, 0.8, 80.0)])
+def test_a_restart_a_minute_after_a_target_change_sees_no_trend(before: float, after: float, arrival: float) -> None:
+    state, current = flat_then_new_target(before, after, arrival, 4)
+    state = restarted(state, 1815 + 60, current, after)
+    s = spec(panicWindowSeconds=0, targetUtilization=after)
+    needed = math.ceil(arrival / (10.0 * after) - 1e-9)
+    t, off = 1815.0 + 60, []
+    for _ in range(120):
+        snapshot = MetricSnapshot(t, queue_depth=0.0, in_flight=1.0, arrival_rate=arrival, arrival_peak=arrival)
+        d = decide(s, state, snapshot, current, current, t)
+        state, current, t = d.new_state, d.desired, t + 15
+        if "trend" in d.signals or "decline" in d.reason:
+            off.append((t, d.reason))
+    assert current == needed and not off, off[:1]
+
+
+def test_a_resumed_checkpoint_is_renewed_when_the_target_changes_after_the_restart() -> None:
+    # Read back from the status, a checkpoint says no target: it was resumed at the spec's, so a
+    # change after the restart renews it as one before would.
+    state, current = flat_then_new_target(0.8, 0.8, 30.0, 4)
+    resumed = restarted(state, 1900, current, 0.8)
+    assert resumed.checkpoint is not None
+    snapshot = MetricSnapshot(1900, queue_depth=0.0, in_flight=1.0, arrival_rate=30.0, arrival_peak=30.0)
+    same = decide(spec(panicWindowSeconds=0), resumed, snapshot, current, current, 1900).new_state
+    assert same.checkpoint is not None and same.checkpoint.time == resumed.checkpoint.time
+    changed = decide(spec(panicWindowSeconds=0, targetUtilization=0.75), resumed, snapshot, current, current, 1900)
+    assert changed.new_state.checkpoint is not None and changed.new_state.checkpoint.time == 1900
+    # The status section is as before: no field an older operator would refuse (it resumes from it).
+    section, before = autoscaler_status(changed.new_state.checkpoint), autoscaler_status(state.checkpoint)
+    assert section is not None and before is not None and set(section.to_wire()) <= set(before.to_wire())

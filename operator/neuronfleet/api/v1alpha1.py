@@ -1138,8 +1138,8 @@ class TrendReadingStatus(ApiModel):
         le=MAX_STATUS_TREND_REPLICAS,
         allow_inf_nan=False,
         description="The mean of the minute's readings: the arrival rate over what a replica serves at the "
-        "target utilization (spec.scaling.targetUtilization when the checkpoint was taken; a restarted operator "
-        "reads it at the spec's target then).",
+        "target utilization (spec.scaling.targetUtilization when the checkpoint was taken: a changed target renews "
+        "the checkpoint at the next decision; a restarted operator reads it at the spec's target then).",
     )
 
 

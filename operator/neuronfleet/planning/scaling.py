@@ -99,7 +99,10 @@ them let a restart 10 s after a scale-up of 100 % per 60 s add another 100 % at 
 panic hold that kept a burst's fleet from shrinking. The panic window's demands are not kept: the
 default window is the latest decision alone. The trend's readings are kept one a minute
 (:func:`_per_minute`), renewed with the checkpoint: without them a restart turned the trend
-signal and the decline credit off until the window was half full again (15 minutes).
+signal and the decline credit off until the window was half full again (15 minutes). They are in
+replicas at the target utilization (the status's unit), so a decision at another target renews the
+checkpoint too (the status does not say which target they were written at: see
+:attr:`Checkpoint.target_utilization`).
 :func:`resume` starts a restarted operator (or a new leader) from it, and :func:`take_over` starts
 one that finds no checkpoint (no service rate learned yet: a new deployment, revision or
 placement). Either holds the fleet it finds through the scale-down window (``fleet_found``), as
@@ -208,6 +211,12 @@ class Checkpoint:
     #: (:func:`_per_minute`), in replicas at the spec's target utilization then, as the status keeps
     #: them: a restarted autoscaler's trend and decline credit go on from them (:func:`resume`).
     rates: tuple[tuple[float, float], ...] = ()
+    #: The spec's target utilization ``rates`` are in (None: not known, a checkpoint read from the
+    #: status). Not written there: an operator that predates the field refuses a status section with
+    #: a field it does not know, and would learn everything again after a downgrade. Instead a
+    #: decision at another target renews the checkpoint (:func:`_checkpointed`), so that the status
+    #: holds the readings at the spec's target, as a restarted operator takes them (:func:`resume`).
+    target_utilization: float | None = None
     #: What is derived from this checkpoint once and read at every reconcile until it is renewed
     #: (the status section: rendering 120 scale events and 30 readings took ~0.6 ms a reconcile).
     #: Not a field of the checkpoint's value: not compared, not copied by ``replace``.
@@ -284,15 +293,19 @@ def resume(checkpoint: Checkpoint, now: float, current: int, target_utilization:
     trend readings still within :data:`TREND_WINDOW_SECONDS` of ``now`` are the trend's first: the
     trend signal and the decline credit need the window half full, 15 minutes of decisions that a
     restart lost, exactly when a ramp may be under way. They are kept in replicas at the target
-    utilization (the status's unit), and taken at ``target_utilization``, the spec's: a target
-    changed while no operator ran (a checkpoint is at most :data:`CHECKPOINT_SECONDS` old when it
-    stopped) moves the readings by the ratio of the two targets, until they leave the window.
+    utilization (the status's unit), and taken at the target the checkpoint records, else (read from
+    the status, which does not record it) at ``target_utilization``, the spec's; a decision at
+    another target renews it (:func:`_checkpointed`). So the status holds them at the spec's target
+    from the first decision after a change; a target changed while no operator ran, or between the
+    last decision and the restart, moves them by the ratio of the two targets, until they leave the
+    window.
     """
     shift = min(0.0, now - checkpoint.time)
+    # The target the readings were written at, where the checkpoint knows it (one kept in memory, as
+    # the simulator's); read from the status it does not: the spec's, which it is then taken to be.
+    target = checkpoint.target_utilization or target_utilization
     return ScalingState(
-        rates=tuple(
-            (t + shift, v * target_utilization) for t, v in checkpoint.rates if t + shift > now - TREND_WINDOW_SECONDS
-        ),
+        rates=tuple((t + shift, v * target) for t, v in checkpoint.rates if t + shift > now - TREND_WINDOW_SECONDS),
         scale_events=tuple((t + shift, change) for t, change in checkpoint.scale_events),
         panic_since=None if checkpoint.panic_since is None else checkpoint.panic_since + shift,
         panic_last_triggered=(
@@ -306,7 +319,8 @@ def resume(checkpoint: Checkpoint, now: float, current: int, target_utilization:
         hold_seconds=checkpoint.hold_seconds,
         hold_chosen_at=now if checkpoint.hold_seconds is not None else None,
         measured_since=now,
-        checkpoint=checkpoint,
+        # A target other than the spec's renews the checkpoint at the next decision, as before the restart.
+        checkpoint=replace(checkpoint, target_utilization=target),
     )
 
 
@@ -933,7 +947,11 @@ def _checkpointed(spec: ScalingSpec, state: ScalingState, now: float) -> Scaling
     """``state`` with the checkpoint after this decision: renewed every :data:`CHECKPOINT_SECONDS`
     once the service rate is known, at once when the one kept lies after ``now`` (a wall clock
     stepped back), and when a scale event is not in it or panic mode started or ended since (each
-    such decision writes the status anyway: its desired count or its reason changed)."""
+    such decision writes the status anyway: its desired count or its reason changed); and at the
+    first decision at a target utilization other than the one its trend readings were written at.
+    Kept until the next renewal (up to 5 minutes), readings at the old target were taken at the new
+    one by an operator restarted meanwhile: a flat demand read as a trend (0.6 -> 0.5: one replica
+    too many for 30 minutes)."""
     checkpoint = state.checkpoint
     if not state.service_rate:
         return state
@@ -945,6 +963,7 @@ def _checkpointed(spec: ScalingSpec, state: ScalingState, now: float) -> Scaling
         or not 0 <= now - checkpoint.time < CHECKPOINT_SECONDS
         or (events and events[-1] not in checkpoint.scale_events)
         or checkpoint.panic_since != state.panic_since
+        or (checkpoint.target_utilization is not None and checkpoint.target_utilization != spec.target_utilization)
     ):
         checkpoint = Checkpoint(
             now,
@@ -958,6 +977,7 @@ def _checkpointed(spec: ScalingSpec, state: ScalingState, now: float) -> Scaling
             state.panic_last_triggered,
             # In replicas at the target, as the status keeps them (see Checkpoint.rates).
             tuple((t, v / spec.target_utilization) for t, v in _per_minute(state.rates)),
+            spec.target_utilization,
         )
         return replace(state, checkpoint=checkpoint)
     return state
