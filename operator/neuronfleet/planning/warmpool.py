@@ -377,7 +377,8 @@ def plan(
         # counted, one late scrape beside a fleet held above the demand (scale-down delay) asked the
         # warm pods that headroom covered, deleted at the next decision. The replicas added since
         # are no headroom (the fleet grew on the signals read: the demand grew unseen), so it is
-        # never more than then, and less if the fleet is smaller: the pool never shrinks for a gap.
+        # never more than then, and less if the fleet is smaller: a gap never shrinks the pool but
+        # through the maxReplicas cap (bounded), as a known demand would not.
         known, known_active = state.last_known
         headroom = max(0, min(active, known_active) - known)
         basis = f" (above the last demand known, {known})"
