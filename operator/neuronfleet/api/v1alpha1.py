@@ -1085,8 +1085,14 @@ class ColdStartStatus(ApiModel):
     scheduling: PhaseStats = Field(default_factory=PhaseStats, description="Created to scheduled.")
     start: PhaseStats = Field(default_factory=PhaseStats, description="Scheduled to container started (pull).")
     load: PhaseStats = Field(default_factory=PhaseStats, description="Started to ready (load and warm-up).")
-    pod: PhaseStats = Field(default_factory=PhaseStats, description="Created to ready, on an existing node.")
-    node: PhaseStats = Field(default_factory=PhaseStats, description="Node provisioning for pods that waited for one.")
+    pod: PhaseStats = Field(
+        default_factory=PhaseStats,
+        description="Created to ready; for a pod created before its node was Ready, node Ready to pod ready.",
+    )
+    node: PhaseStats = Field(
+        default_factory=PhaseStats,
+        description="Created to node Ready, for pods created before their node registered (one sample per pod).",
+    )
 
 
 class WarmPoolStatus(ApiModel):

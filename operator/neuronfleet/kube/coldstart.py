@@ -3,9 +3,10 @@
 Reads what the API server and kubelet write: ``metadata.creationTimestamp``, the PodScheduled and
 Ready conditions' ``lastTransitionTime``, and the containers' ``state.running.startedAt`` (the
 latest over the pod's containers: the pod runs once all of them do); for the node,
-its ``creationTimestamp`` and its Ready condition's ``lastTransitionTime`` (the kubelet writes it
-when the node first turns Ready; a node that flapped later reports the flap, which only makes the
-measured provisioning longer). The instance type is the node's ``node.kubernetes.io/instance-type``
+its ``creationTimestamp`` and its Ready condition's ``lastTransitionTime`` (when the node last turned
+Ready: after a later NotReady flap, the flap's end, hours after the pod's start, and no time while it
+is NotReady; :func:`~neuronfleet.planning.coldstart.measure` takes a Ready time after the pod's
+binding as such a flap). The instance type is the node's ``node.kubernetes.io/instance-type``
 label, else the pod's nodeSelector on it. A container (or init container) waiting for a reason that
 means its start failed (:data:`~neuronfleet.planning.reasons.STUCK_WAITING_REASONS`: an image pull
 that failed, a container that could not be created) marks the timeline ``start_failed``: the pull

@@ -7,11 +7,17 @@ rolling window per instance type. Phases of one pod:
 - ``scheduling``: created -> PodScheduled (includes the wait for a new node, when there was one);
 - ``start``: scheduled -> container running (image pull and container start);
 - ``load``: container running -> Ready (runtime init, artifact load and warm-up);
-- ``pod``: the pod's own cold start, on a node that was there: created -> Ready, or for a pod that
-  waited for a new node, node ready -> pod Ready (what a pod pays once a node has room);
-- ``node``: for pods that waited for a new node only (the node was created after the pod and
-  before the pod was bound to it): pod created -> node Ready (node created when the node's Ready
-  time is unknown).
+- ``pod``: the pod's own cold start: created -> Ready on a node that was up, or for a pod created
+  before its node turned Ready (a node launched for it, for an earlier pod or for a placeholder),
+  node Ready -> pod Ready (what a pod pays once a node has room);
+- ``node``: only for pods created before their Node object (which the node registers when it
+  joins; the instance's launch before that is not seen here) and bound after it: pod created ->
+  node Ready. A pod created once the node had registered, NotReady, waited for the rest of its
+  start only: no node sample. Samples are per pod, not per node: each pod pending while a node
+  joined counts it.
+
+The node's Ready time is at most the pod's binding (the scheduler binds only to a Ready node): a
+later one, or none (NotReady now), is a later flap of the node, and the binding is taken instead.
 
 Each pod counts once (its uid is remembered while the pod exists), and only on its first start:
 a restarted container's timestamps describe the restart, not a cold start, and a pod once seen
@@ -185,13 +191,23 @@ def measure(timeline: PodTimeline) -> ColdStartSample | None:
     created, scheduled, started, ready = stamps
     node: float | None = None
     pod = ready - created
-    # A node created after the pod, yet before the pod was bound to it, is one the pod waited for.
-    # A node "created" after the binding has an inconsistent timestamp: no node sample from it.
-    if timeline.node_created is not None and created < timeline.node_created <= scheduled:
-        node_up = timeline.node_ready if timeline.node_ready is not None else timeline.node_created
-        node_up = min(max(node_up, created), ready)
-        node = node_up - created
-        pod = ready - node_up
+    # A node "created" after the binding has an inconsistent timestamp: it says nothing of a wait.
+    if timeline.node_created is not None and timeline.node_created <= scheduled:
+        # The scheduler binds a pod only to a Ready node (a NotReady one is tainted NoSchedule), so
+        # the node was up by the binding: a Ready time after it (or none, NotReady now) is a later
+        # flap, which hides when the node came up. Taken as the binding then, which charges a pod on
+        # a node long up with its scheduling's seconds as a wait, where the other guess (no wait)
+        # charges a pod that did wait for a launch with the whole launch.
+        node_ready = timeline.node_ready if timeline.node_ready is not None else scheduled
+        node_up = max(min(node_ready, scheduled), created)
+        if node_up > created:
+            # Created before its node was up, the pod waited for it, whoever launched it (this pod,
+            # an earlier one, a placeholder): its own cold start runs from the node's Ready.
+            pod = ready - node_up
+            if timeline.node_created > created:
+                # Pending before the node registered: a node sample. One created once the node had
+                # registered (NotReady) waited for the rest of its start only.
+                node = node_up - created
     return ColdStartSample(
         uid=timeline.uid,
         ready_at=ready,
