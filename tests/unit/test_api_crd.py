@@ -215,3 +215,34 @@ def test_a_spec_stored_with_a_double_slash_is_still_read_by_the_operator() -> No
         {"model": {"source": "s3://acme-models//bert/"}, "compile": {"artifactStore": "s3://acme-store//compiled"}}
     )
     assert spec.compile.artifact_store == "s3://acme-store//compiled"
+
+
+@pytest.mark.parametrize(
+    ("runtime", "accepted"),
+    [
+        ({}, True),  # 5 s, capped by the server at a third of its grace below a grace period of 20
+        ({"terminationGracePeriodSeconds": 15}, True),
+        ({"terminationGracePeriodSeconds": 15, "drainDelaySeconds": 0}, True),
+        ({"terminationGracePeriodSeconds": 95, "drainDelaySeconds": 30}, True),
+        ({"terminationGracePeriodSeconds": 94, "drainDelaySeconds": 30}, False),
+        ({"terminationGracePeriodSeconds": 60, "drainDelaySeconds": 30}, False),
+        ({"terminationGracePeriodSeconds": 3600, "drainDelaySeconds": 300}, True),
+        ({"terminationGracePeriodSeconds": 3600, "drainDelaySeconds": 301}, False),
+        ({"drainDelaySeconds": -1}, False),
+    ],
+)
+def test_the_drain_delay_must_fit_in_a_third_of_the_servers_grace(runtime: dict[str, int], accepted: bool) -> None:
+    """The server takes at most a third of its grace period (the pod's less 5 s) for the drain delay:
+    a longer delay than that would be cut short silently, so the CRD refuses it (5 s and less pass)."""
+    from neuronfleet.api.validation import validate_manifest
+
+    manifest = {
+        "apiVersion": "serving.neuronfleet.dev/v1alpha1",
+        "kind": "InferenceDeployment",
+        "metadata": {"name": "bert"},
+        "spec": {"model": {"source": "s3://models/bert/"}, "runtime": runtime},
+    }
+    _, problems = validate_manifest(manifest)
+    assert (problems == []) is accepted, problems
+    if not accepted and runtime.get("drainDelaySeconds", 0) in (30,):
+        assert any("drainDelaySeconds" in p.message for p in problems), problems

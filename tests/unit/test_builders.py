@@ -444,3 +444,28 @@ def test_a_spec_without_images_takes_the_operators_model_server_image() -> None:
     # A spec's own image wins.
     dep.spec.runtime.image = dep.spec.compile.image = "registry.example/neuronserve:custom"
     assert images(config) == ["registry.example/neuronserve:custom"] * 3
+
+
+def _server_arg(pod: dict[str, Any], flag: str) -> str:
+    args: list[str] = pod["spec"]["containers"][0]["args"]
+    return args[args.index(flag) + 1]
+
+
+def test_the_drain_delay_is_the_specs_and_changing_it_replaces_the_pods() -> None:
+    """Behind a load balancer whose deregistration lags (ALB/NLB IP targets) the pod must keep serving
+    new requests for longer than a fixed 5 s: the server's --drain-delay-seconds is the spec's."""
+    doc = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
+    doc["spec"].setdefault("runtime", {}).update({"terminationGracePeriodSeconds": 120, "drainDelaySeconds": 30})
+    dep = InferenceDeployment.model_validate(doc)
+    dep.metadata.uid = "0f6c3f5e-1111-2222-3333-444455556666"
+    candidate = chosen(dep)
+    pod = build_pod(dep, candidate, FleetRevision(ARTIFACT, "t"), "active", "p")
+    assert _server_arg(pod, "--drain-delay-seconds") == "30"
+    assert _server_arg(pod, "--grace-seconds") == "115"
+    default = load("bert-embeddings.yaml")
+    default_pod = build_pod(default, candidate, FleetRevision(ARTIFACT, "t"), "active", "p")
+    assert _server_arg(default_pod, "--drain-delay-seconds") == "5"
+    # A runtime flag as the others: a change rolls the pods warm-then-swap (one template hash for one pod spec).
+    before = pod_template_hash(dep, candidate)
+    dep.spec.runtime.drain_delay_seconds = 10
+    assert pod_template_hash(dep, candidate) != before

@@ -1028,3 +1028,23 @@ def test_outdated_pods_that_serve_nothing_go_before_the_creations_a_quota_may_re
     assert names.index(("DeletePod", "old-w0")) < min(i for i, (kind, _) in enumerate(names) if kind == "CreatePod")
     # A ready old active still goes only after (it is drained once the new pods serve).
     assert ("DeletePod", "old-a0") not in names
+
+
+def test_the_operator_waits_the_specs_drain_delay_before_deleting_a_drained_pod() -> None:
+    """The pod it relabels draining leaves the Service's endpoints, which a load balancer with IP
+    targets follows only after its deregistration lag: the operator deletes the pod (SIGTERM) no
+    sooner than spec.runtime.drainDelaySeconds, the time the spec says that lag takes."""
+    spec = InferenceDeploymentSpec.model_validate(
+        {
+            "model": {"source": "s3://models/bert/"},
+            "runtime": {"terminationGracePeriodSeconds": 120, "drainDelaySeconds": 30},
+        }
+    )
+    policy = policy_for_spec(spec, FleetPolicy(min_drain_seconds=1))
+    assert policy.min_drain_seconds == 30
+    for in_flight in (0, None):
+        draining = pod("d0", "draining", in_flight=in_flight, drain_started_at=NOW)
+        assert plan_fleet("bert", target(0), [draining], NOW + timedelta(seconds=29), policy).actions == ()
+        assert kinds(plan_fleet("bert", target(0), [draining], NOW + timedelta(seconds=30), policy).actions) == [
+            "delete-pod"
+        ]

@@ -29,6 +29,12 @@ DEFAULT_IMAGE = "ghcr.io/neuronfleet/neuronserve:0.1.0"
 INSTANCE_TYPE_NAMES = ("inf2.xlarge", "inf2.8xlarge", "inf2.24xlarge", "inf2.48xlarge")
 InstanceTypeName = Literal["inf2.xlarge", "inf2.8xlarge", "inf2.24xlarge", "inf2.48xlarge"]
 
+#: spec.runtime.drainDelaySeconds' default, the drain delay the operator passed before it was a field.
+DEFAULT_DRAIN_DELAY_SECONDS = 5
+#: The model server is given the pod's grace period less this, so that it exits before the kubelet's
+#: SIGKILL (kube.builders passes it; the drain delay's rule counts with it).
+SHUTDOWN_MARGIN_SECONDS = 5
+
 #: HBM one NeuronCore-v2 addresses: an Inferentia2 chip has 32 GiB of HBM and 2 NeuronCores
 #: (Neuron docs ``inferentia2.html``, see shared FACTS.md); planning.catalog holds the per-chip figures.
 HBM_GIB_PER_NEURONCORE = 16
@@ -370,6 +376,18 @@ class RuntimeSpec(ApiModel):
                 "maxQueue must be at least 1: the queue is bounded, overload is answered with 429",
             ),
             cel(cpu_limit_rule("self.cpu", " || !has(self.cpu)"), CPU_LIMIT_MESSAGE),
+            # The server caps the delay at a third of its grace period (the pod's less 5 s): a longer
+            # one would be cut short without a word. Up to 5 s (the former fixed value, the default)
+            # passes at any grace period, so that no stored object becomes invalid.
+            cel(
+                f"self.drainDelaySeconds <= {DEFAULT_DRAIN_DELAY_SECONDS} || "
+                f"3 * self.drainDelaySeconds <= self.terminationGracePeriodSeconds - {SHUTDOWN_MARGIN_SECONDS}",
+                f"drainDelaySeconds above {DEFAULT_DRAIN_DELAY_SECONDS} needs terminationGracePeriodSeconds of at "
+                f"least 3 times it plus {SHUTDOWN_MARGIN_SECONDS}: the model server takes at most a third of its "
+                f"grace period (the pod's less {SHUTDOWN_MARGIN_SECONDS} s) for the drain delay, the rest being "
+                "for the requests it accepted",
+                ".drainDelaySeconds",
+            ),
         )
     )
 
@@ -440,10 +458,30 @@ class RuntimeSpec(ApiModel):
         description="Seconds a replica gets from SIGTERM (its pod deleted: a drained pod after a scale-down "
         "or a rollout, a deletion, an eviction) to the kubelet's SIGKILL. The model server is given this "
         "less 5 s, its margin to hand over the last answers and exit before the kill. Of that, it keeps "
-        "serving new requests for a third at most, and 5 s at most (the drain delay), while the pod's "
-        "removal from the Service endpoints reaches kube-proxy and load balancers; then it refuses new "
-        "requests (503) and finishes the ones it accepted in the rest: this less 10 s from 20 up, two "
-        "thirds of this less 5 s below (6.7 s at the minimum, 15). Raise it for requests that take longer.",
+        "serving new requests for drainDelaySeconds (a third at most), while the pod's removal from the "
+        "Service endpoints reaches kube-proxy and load balancers; then it refuses new requests (503) and "
+        "finishes the ones it accepted in the rest: with the default delay, this less 10 s from 20 up, two "
+        "thirds of this less 5 s below (6.7 s at the minimum, 15). Raise it for requests that take longer, "
+        "and with drainDelaySeconds (at least 3 times it plus 5).",
+    )
+    drain_delay_seconds: int = Field(
+        default=DEFAULT_DRAIN_DELAY_SECONDS,
+        ge=0,
+        le=300,
+        description="Seconds a replica keeps serving new requests once it leaves the Service: the time its "
+        "removal from the Service's endpoints takes to reach whatever sends it requests. The operator waits "
+        "this long between taking a pod it scales down or replaces out of the Service and deleting it, and the "
+        "model server, on SIGTERM (that deletion, an eviction by a node drain or Karpenter), reports not ready "
+        "at once but serves new requests this long more before it refuses them (503) and, once the requests "
+        "it accepted are answered, exits (an idle one at once; new connections are then refused). The "
+        "default, 5 s, covers kube-proxy. Behind a load balancer that sends to the pods' IPs (the AWS Load "
+        "Balancer Controller with target-type ip, for an ALB or an NLB) it is not enough: the load balancer "
+        "keeps sending new requests until the controller has deregistered the pod's IP from the target group "
+        "and the load balancer has taken the change, tens of seconds: set it above that lag (what AWS's EKS "
+        "best-practices guide asks of a preStop sleep), e.g. 30 to 60, and raise terminationGracePeriodSeconds "
+        "to at least 3 times it plus 5 (the server takes at most a third of its grace period for the delay; a "
+        "value of 5 or less is cut to that third below a grace period of 20). "
+        "Changing it replaces the pods, warm first.",
     )
     env: list[EnvVar] = Field(
         default_factory=list,

@@ -74,7 +74,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from neuronfleet.api.v1alpha1 import API_VERSION, DEFAULT_IMAGE, HBM_GIB_PER_NEURONCORE, KIND, InferenceDeployment
+from neuronfleet.api.v1alpha1 import (
+    API_VERSION,
+    DEFAULT_IMAGE,
+    HBM_GIB_PER_NEURONCORE,
+    KIND,
+    SHUTDOWN_MARGIN_SECONDS,
+    InferenceDeployment,
+)
 from neuronfleet.planning.catalog import (
     LABEL_INSTANCE_TYPE,
     LABEL_ZONE,
@@ -403,23 +410,14 @@ def _common_pod_spec(
 # --------------------------------------------------------------------------------------------- pods
 
 
-#: The runtime gets this much less than the pod's grace period to finish its work after
-#: SIGTERM, so it exits before the kubelet's SIGKILL.
-SHUTDOWN_MARGIN_SECONDS = 5
-
-#: After SIGTERM the runtime reports not ready at once but serves new requests this long more: the
-#: pod's removal from the endpoints takes seconds to reach kube-proxy and load balancers, and the
-#: pod has no preStop hook. The runtime takes at most a third of its grace period for it, the rest
-#: being for the work it accepted: that cap is the runtime's alone (``neuronserve serve --help``).
-DRAIN_DELAY_SECONDS = 5
-
-
 def server_args(dep: InferenceDeployment, artifact_uri: str) -> list[str]:
     """Arguments of ``neuronserve`` in a replica (``neuronserve serve``'s command line).
 
     The manifest pin is not among them: see :func:`build_pod` (an environment variable).
     """
     runtime = dep.spec.runtime
+    # The runtime gets SHUTDOWN_MARGIN_SECONDS less than the pod's grace period, so that it exits
+    # before the kubelet's SIGKILL.
     grace = max(1, runtime.termination_grace_period_seconds - SHUTDOWN_MARGIN_SECONDS)
     return [
         "serve",
@@ -433,8 +431,12 @@ def server_args(dep: InferenceDeployment, artifact_uri: str) -> list[str]:
         str(runtime.max_queue),
         "--grace-seconds",
         str(grace),
+        # After SIGTERM the runtime reports not ready at once but serves new requests this long more,
+        # while the pod's removal from the endpoints reaches kube-proxy and load balancers: the pod
+        # needs no preStop sleep. The runtime takes at most a third of its grace period for it (the
+        # rest is for the work it accepted; the CRD refuses a longer delay above the default).
         "--drain-delay-seconds",
-        str(DRAIN_DELAY_SECONDS),
+        str(runtime.drain_delay_seconds),
         "--cache-dir",
         ARTIFACT_CACHE_DIR,
         # The artifact may have been compiled for another deployment of the same model: the

@@ -11,7 +11,7 @@ Call :func:`plan_fleet` with
 - ``now`` and a :class:`FleetPolicy` (drain grace, rollout surge and progress deadline, optional
   ordering functions).
 
-Helpers: :func:`policy_for_spec` (drain grace, surge and progress deadline from the spec),
+Helpers: :func:`policy_for_spec` (drain grace and wait, surge and progress deadline from the spec),
 :func:`rollout_past_deadline` (the rule RolloutStalled reports), :func:`describe_action`
 (the Event recording an action), :func:`summarize_unplanned` (the summary of a fleet no plan can be
 made for: a spec that fits no instance type) and :func:`apply_actions` (the actions applied to a
@@ -37,8 +37,9 @@ Rules (DESIGN.md, fleet model):
   ``warm`` (refilling the pool).
 - Surplus serving pods: ready active ones become ``draining`` (out of the Service; the
   ``drain-started-at`` annotation is written in the same patch); unready or warm ones are deleted.
-  A draining pod is deleted ``min_drain_seconds`` after its drain started (so that Service
-  endpoints have dropped it before it gets SIGTERM) when it reports no in-flight work or its
+  A draining pod is deleted ``min_drain_seconds`` (spec.runtime.drainDelaySeconds) after its drain
+  started (so that Service endpoints, and load balancers that follow them, have dropped it before it
+  gets SIGTERM) when it reports no in-flight work or its
   in-flight work is not observed (``PodView.in_flight`` None, as the operator observes pods): the
   model server finishes the requests it accepted after SIGTERM, within the pod's grace period, so
   keeping the pod longer only keeps its node. A pod that reports work in flight is kept until it
@@ -306,7 +307,8 @@ class FleetPolicy:
     #: terminationGracePeriodSeconds gives it the same again after SIGTERM).
     drain_grace_seconds: float = 60.0
     #: A draining pod with nothing in flight, or whose in-flight work is not observed, waits this
-    #: long, so that Service endpoints have dropped it before it gets SIGTERM.
+    #: long, so that Service endpoints (and load balancers that follow them) have dropped it before
+    #: it gets SIGTERM: spec.runtime.drainDelaySeconds (:func:`policy_for_spec`).
     min_drain_seconds: float = 5.0
     #: New-revision pods loading at once during a rollout; 0: as many as needed at once.
     max_surge: int = 0
@@ -324,11 +326,13 @@ class FleetPolicy:
 
 
 def policy_for_spec(spec: InferenceDeploymentSpec, base: FleetPolicy | None = None) -> FleetPolicy:
-    """``base`` with the spec's drain grace (runtime.terminationGracePeriodSeconds), rollout surge and
-    progress deadline."""
+    """``base`` with the spec's drain grace (runtime.terminationGracePeriodSeconds), drain wait
+    (runtime.drainDelaySeconds: how long endpoint removal takes to reach what routes to the pods, a
+    load balancer's deregistration included), rollout surge and progress deadline."""
     return replace(
         base or FleetPolicy(),
         drain_grace_seconds=float(spec.runtime.termination_grace_period_seconds),
+        min_drain_seconds=float(spec.runtime.drain_delay_seconds),
         max_surge=spec.rollout.max_surge,
         progress_deadline_seconds=float(spec.rollout.progress_deadline_seconds),
     )
