@@ -91,7 +91,7 @@ from neuronfleet.planning.fleet import (
     Relabel,
     describe_action,
 )
-from neuronfleet.planning.labels import LABEL_ROLE, deployment_selector
+from neuronfleet.planning.labels import LABEL_ROLE, deployment_selector, service_name
 from neuronfleet.planning.observation import (
     DeploymentMemory,
     Observation,
@@ -654,9 +654,14 @@ class Reconciler:
             if result == "applied" and (event := describe_action(action)) is not None:
                 events.append(event)
         try:
-            for obj in (build_service(dep), build_pdb(dep, plan.inputs.fleet.desired_active)):
-                kind, name = obj["kind"], obj["metadata"]["name"]
+            for kind, name in (("Service", service_name(dep.name)), ("PodDisruptionBudget", dep.name)):
                 current = await self.kube.read(kind, namespace, name)
+                # The Service keeps the port it has (its clients'), whatever spec.runtime.port now says.
+                obj = (
+                    build_service(dep, current)
+                    if kind == "Service"
+                    else build_pdb(dep, plan.inputs.fleet.desired_active)
+                )
                 if stopping.is_set():
                     return ApplyOutcome(tuple(events), tuple(refusals), tuple(errors), True)
                 owner = foreign_controller(current, obj)

@@ -392,3 +392,33 @@ async def test_a_rollout_none_of_whose_new_pods_can_be_created_is_reported_stall
     assert degraded()["reason"] == "PodCreationRefused"  # the first trouble, said first
     assert harness.deployment(NS, name)["status"]["rollout"] == started  # kept, not restarted each reconcile
     assert [p["metadata"]["name"] for p in harness.pods(NS, name)] == [old]  # no new pod was ever made
+
+
+async def test_a_new_runtime_port_rolls_the_pods_while_the_service_keeps_its_port(harness: OperatorHarness) -> None:
+    """The pods roll warm-then-swap to spec.runtime.port's new value; the Service's port, which its
+    clients use, stays, and its targetPort (the port's name) follows the pods: at no moment do ready
+    active pods serve while the Service no longer offers the port its clients know."""
+    manifest = manual_bert(harness, replicas=2, warm=0)
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+    name = manifest["metadata"]["name"]
+
+    def active_ports() -> list[int]:
+        return sorted(
+            p["spec"]["containers"][0]["ports"][0]["containerPort"]
+            for p in harness.pods(NS, name, "active")
+            if ready(p)
+        )
+
+    def service_ports() -> list[tuple[int, Any]]:
+        service = harness.cluster.get("services", name, NS)
+        return [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] if service else []
+
+    await harness.wait(lambda: active_ports() == [8080, 8080] and service_ports() != [], timeout=90, what="2 active")
+    assert service_ports() == [(8080, "http")]
+    seen: list[tuple[list[tuple[int, Any]], list[int]]] = []
+    harness.cluster.store.listeners.append(lambda _: seen.append((service_ports(), active_ports())))
+    await harness.patch_spec(NS, name, {"runtime": {"port": 9090}})
+    await harness.wait(lambda: active_ports() == [9090, 9090], timeout=120, what="2 active on 9090")
+    assert service_ports() == [(8080, "http")]
+    assert all(ports == [(8080, "http")] for ports, _ in seen), {str(ports) for ports, _ in seen}

@@ -469,3 +469,18 @@ def test_the_drain_delay_is_the_specs_and_changing_it_replaces_the_pods() -> Non
     before = pod_template_hash(dep, candidate)
     dep.spec.runtime.drain_delay_seconds = 10
     assert pod_template_hash(dep, candidate) != before
+
+
+def test_the_service_keeps_its_port_when_the_runtime_port_changes() -> None:
+    """The pods roll warm-then-swap to a new spec.runtime.port; the Service's port is what its clients
+    use, so it stays as it was created, and its targetPort (the port's name) follows the pods."""
+    dep = load("bert-embeddings.yaml")
+    created = build_service(dep)
+    assert created["spec"]["ports"][0]["port"] == dep.spec.runtime.port == 8080
+    dep.spec.runtime.port = 9090
+    kept = build_service(dep, created)
+    validate(kept)
+    assert [(p["port"], p["targetPort"]) for p in kept["spec"]["ports"]] == [(8080, "http")]
+    # A Service made now (none there, or one whose port entry was removed by hand) takes the spec's port.
+    assert build_service(dep)["spec"]["ports"][0]["port"] == 9090
+    assert build_service(dep, {**created, "spec": {**created["spec"], "ports": []}})["spec"]["ports"][0]["port"] == 9090

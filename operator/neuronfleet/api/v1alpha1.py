@@ -397,7 +397,16 @@ class RuntimeSpec(ApiModel):
         description="Image of the model server (a Neuron build on Inf2). Default: the operator's model-server "
         "image (neuronfleet run --model-server-image; the chart's operator.modelServerImage).",
     )
-    port: int = Field(default=8080, ge=1024, le=65535, description="HTTP port (KServe v2 REST and /metrics).")
+    port: int = Field(
+        default=8080,
+        ge=1024,
+        le=65535,
+        description="HTTP port of the model server (KServe v2 REST and /metrics), named http. The Service the "
+        "operator makes gets it as its port when it is made, and keeps that port: changing this replaces the "
+        "pods, warm first, and the Service's targetPort (the name http) follows them while its clients keep "
+        "the port they use. To move the Service's port too, delete the Service once the pods have moved: the "
+        "operator makes it again with this port.",
+    )
     max_batch_delay_ms: float = Field(
         default=5.0,
         ge=0,

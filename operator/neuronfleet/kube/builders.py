@@ -621,8 +621,17 @@ def relabel_patch(action: Relabel) -> dict[str, Any]:
 # ------------------------------------------------------------------------------- service and budget
 
 
-def build_service(dep: InferenceDeployment) -> dict[str, Any]:
-    """ClusterIP Service over the active pods (role=active); warm and draining pods get no traffic."""
+def build_service(dep: InferenceDeployment, current: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """ClusterIP Service over the active pods (role=active); warm and draining pods get no traffic.
+
+    Its port is spec.runtime.port when the Service is made, and then the port of ``current`` (the
+    Service as it is), kept: a new runtime.port rolls the pods warm-then-swap, and the targetPort
+    (the port's name) follows them from old pods to new, while the Service's clients keep the port
+    they know. Moving it with the spec refused them from the first reconcile, the old pods still serving.
+    """
+    ports = ((current or {}).get("spec") or {}).get("ports") or []
+    kept = [entry["port"] for entry in ports if entry.get("name") == PORT_NAME and isinstance(entry.get("port"), int)]
+    port = kept[0] if kept else dep.spec.runtime.port
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -630,7 +639,7 @@ def build_service(dep: InferenceDeployment) -> dict[str, Any]:
         "spec": {
             "type": "ClusterIP",
             "selector": active_selector(dep.name),
-            "ports": [{"name": PORT_NAME, "port": dep.spec.runtime.port, "targetPort": PORT_NAME, "protocol": "TCP"}],
+            "ports": [{"name": PORT_NAME, "port": port, "targetPort": PORT_NAME, "protocol": "TCP"}],
         },
     }
 
