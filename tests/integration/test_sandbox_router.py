@@ -3,8 +3,11 @@
 The router runs as the sandbox runs it: a process that ``Routers`` starts for a Service and feeds
 the Service's ready endpoints. EndpointSlices are written by hand here (what the endpoints
 controller publishes), so each case sets exactly which endpoints are ready: the router must use
-only those, prefer the one with the fewest outstanding requests, move on from a refusal or a dead
-endpoint, and answer 503 / 429 itself, with a reason, when no endpoint takes the request.
+only those, prefer the one with the fewest outstanding requests, and re-send a request only to the
+next endpoint when its connection could not be made (nothing was sent), as kube-proxy's rules
+effectively do. An answer of the endpoint (a 429, a 503) is passed through; a request the endpoint
+took and then dropped is a 502, one it did not answer in time a 504: never re-sent, so that a lost
+request shows (review r6).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from aiohttp import web
 
 from neuronfleet.sandbox import SandboxCluster
 from neuronfleet.sandbox.endpoints import ENDPOINT_SLICES, MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL
-from neuronfleet.sandbox.router import RouterProcess, Routers
+from neuronfleet.sandbox.router import RouterProcess, Routers, ServiceRouter
 from neuronfleet.sandbox.serving import free_port
 
 NS, SERVICE = "default", "embeddings"
@@ -141,26 +144,28 @@ async def test_no_ready_endpoint_is_a_503_with_the_reason_at_once(
         await backend.stop()
 
 
-async def test_only_ready_endpoints_and_the_next_one_after_a_refusal_or_a_dead_process(
+async def test_only_ready_endpoints_and_the_next_one_after_a_dead_process_counted_as_re_sent(
     routed: Routed,
 ) -> None:
     cluster, router, session = routed
-    serving, refusing, unready = await Backend(ok).start(), await Backend(full).start(), await Backend(ok).start()
+    serving, unready = await Backend(ok).start(), await Backend(ok).start()
     dead_port = free_port()  # nothing listens: a process that died
     try:
-        await publish(cluster, router, {serving.port: True, refusing.port: True, unready.port: False, dead_port: True})
+        await publish(cluster, router, {serving.port: True, unready.port: False, dead_port: True})
         answers = [await post(session, router) for _ in range(12)]
         assert all(status == 200 for status, _, _ in answers), answers
         assert {headers["X-Sandbox-Endpoint"] for _, _, headers in answers} == {serving.endpoint}
         assert answers[0][1] == {"path": "/v2/models/m/infer", "body": '{"inputs": []}'}
         assert serving.received == 12 and unready.received == 0
-        assert refusing.received > 0  # tried, refused, and the request went on
+        counters = await router.counters()
+        # The dead endpoint was tried (round robin) and each of those requests re-sent, and counted.
+        assert counters.sent[f"127.0.0.1:{dead_port}"] == counters.resent > 0, counters
     finally:
-        for backend in (serving, refusing, unready):
+        for backend in (serving, unready):
             await backend.stop()
 
 
-async def test_every_ready_endpoint_refusing_is_a_429_with_retry_after(
+async def test_a_429_is_passed_through_with_retry_after_not_re_sent(
     routed: Routed,
 ) -> None:
     cluster, router, session = routed
@@ -168,13 +173,98 @@ async def test_every_ready_endpoint_refusing_is_a_429_with_retry_after(
     try:
         await publish(cluster, router, {b.port: True for b in backends})
         status, body, headers = await post(session, router)
-        assert status == 429 and "refused" in body["error"]
+        assert status == 429 and body == {"error": "queue full"}
         assert headers["Retry-After"] == "2"
-        assert [b.received for b in backends] == [1, 1]  # each tried once, no retry storm
-        assert (await router.counters()).refused[429] == 1
+        assert sum(b.received for b in backends) == 1  # the endpoint's answer, as kube-proxy passes it on
+        counters = await router.counters()
+        assert counters.resent == 0 and not counters.refused
     finally:
         for backend in backends:
             await backend.stop()
+
+
+async def drops(request: web.Request) -> web.Response:
+    """Takes the request, then its connection dies (a server SIGKILLed or OOM-killed mid-request)."""
+    await request.read()
+    assert request.transport is not None
+    request.transport.abort()
+    return web.json_response({"never": "sent"})
+
+
+async def unavailable(request: web.Request) -> web.Response:
+    """Takes the request, then answers 503 (a server that shut down while it ran)."""
+    await request.read()
+    return web.json_response({"error": "shut down mid-request"}, status=503, headers={"Retry-After": "3"})
+
+
+@pytest.mark.parametrize(
+    ("bad", "status", "body"),
+    [
+        (drops, 502, None),
+        (unavailable, 503, {"error": "shut down mid-request"}),
+    ],
+    ids=["dropped-502", "503-passed-through"],
+)
+async def test_a_request_the_endpoint_took_and_did_not_serve_is_not_re_sent(
+    routed: Routed, bad: Handler, status: int, body: dict[str, str] | None
+) -> None:
+    # kube-proxy never re-sends a request: had the router sent it on to the next endpoint, its client
+    # would see a 200 and a request the first endpoint lost could not be seen (review r6).
+    cluster, router, session = routed
+    failing, serving = await Backend(bad).start(), await Backend(ok).start()
+    try:
+        await publish(cluster, router, {failing.port: True, serving.port: True})
+        answers = [await post(session, router) for _ in range(6)]
+        statuses = sorted(s for s, _, _ in answers)
+        assert statuses == sorted([200] * serving.received + [status] * failing.received), answers
+        assert failing.received > 0 and failing.received + serving.received == 6  # each request sent once
+        failed = [(b, h) for s, b, h in answers if s == status]
+        if body is not None:
+            assert all(b == body and h["Retry-After"] == "3" for b, h in failed), failed
+        else:
+            assert all("dropped" in b["error"] and failing.endpoint in b["error"] for b, _ in failed), failed
+        assert all(h["X-Sandbox-Endpoint"] == failing.endpoint for _, h in failed), failed
+        counters = await router.counters()
+        assert counters.resent == 0, counters
+        assert counters.dropped[failing.endpoint] == (failing.received if status == 502 else 0), counters
+    finally:
+        await failing.stop()
+        await serving.stop()
+
+
+async def test_a_request_not_answered_in_time_is_a_504_not_re_sent() -> None:
+    # In process, for a short timeout (the router process uses 60 s).
+    release = asyncio.Event()
+
+    async def stuck(request: web.Request) -> web.Response:
+        body = (await request.read()).decode()
+        await asyncio.wait_for(release.wait(), 30)
+        return web.json_response({"path": request.path, "body": body})
+
+    slow = await Backend(stuck).start()
+    other = await Backend(ok).start()
+    router = await ServiceRouter(f"{NS}/{SERVICE}", timeout_s=0.5).start()
+    try:
+        router.endpoints = [slow.endpoint]
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{router.url}/v2/models/m/infer", data=b"{}") as response:
+                assert response.status == 504, await response.text()
+                assert "did not answer" in (await response.json())["error"]
+                assert response.headers["X-Sandbox-Endpoint"] == slow.endpoint
+            # With a second endpoint, the request that timed out is still not sent again.
+            router.endpoints = [slow.endpoint, other.endpoint]
+            statuses = []
+            for _ in range(4):
+                async with session.post(f"{router.url}/v2/models/m/infer", data=b"{}") as response:
+                    statuses.append(response.status)
+        assert sorted(statuses) == sorted([200] * other.received + [504] * (slow.received - 1)), statuses
+        assert slow.received + other.received == 5 and router.resent == 0
+        assert router.timed_out[slow.endpoint] == slow.received
+    finally:
+        release.set()
+        await router.stop()
+        await slow.stop()
+        await other.stop()
 
 
 async def test_least_outstanding_requests_avoid_a_busy_endpoint(

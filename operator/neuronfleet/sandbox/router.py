@@ -5,13 +5,21 @@ One router per Service forwards every request (any method and path, e.g.
 **least outstanding requests**: the endpoint with the fewest requests this router has in flight to
 it, ties broken round robin.
 
-When the chosen endpoint refuses (429: its queue is full; 503: it is draining or not ready) or
-cannot be reached (its process died), the request goes to the next endpoint, each at most once.
-Answers when no endpoint takes it, both with a JSON body saying why:
+A request goes to another endpoint only when no connection to the chosen one could be made (its
+process died or stopped listening: nothing was sent); each endpoint is tried at most once and the
+router counts these re-sends. Anything else is the client's, as through kube-proxy:
 
-- **503** ``{"error": "no ready endpoint ..."}`` when the Service has no ready endpoint (or none
-  could be reached);
-- **429** with ``Retry-After`` when every ready endpoint refused with 429.
+- the endpoint's answer, whatever its status (a 429 of a full queue, a 503 of a draining server,
+  with their bodies and ``Retry-After``), passed through;
+- **502** ``{"error": "... dropped the request ..."}`` when the endpoint took the request and its
+  connection closed before a whole answer came (a server killed mid-request): the request is
+  lost, and the client must see it;
+- **504** ``{"error": "... did not answer ..."}`` when the endpoint took longer than the router's
+  timeout (60 s): re-sending it could run it twice;
+- **503** ``{"error": "no ready endpoint ..."}`` when the Service has no ready endpoint, or none
+  could be connected to.
+
+The 502 and 504 carry ``X-Sandbox-Endpoint`` (the endpoint that lost the request), as answers do.
 
 Each router is a child process (:func:`main`, started by :class:`RouterProcess`), as kube-proxy is a
 process apart from the API server on a node: the requests it proxies do not wait behind the API
@@ -19,10 +27,11 @@ server, the operator and the controllers on the sandbox's event loop, and it can
 core. :class:`Routers` starts one per Service and writes the Service's ready endpoints, read from
 its EndpointSlices, to the child's stdin (one JSON line each time they change), so a pod that
 stops being ready, or is terminating, gets no new request once its line has arrived; a request
-sent meanwhile meets a closed port or a 503 and goes on to the next endpoint. The child exits
+sent meanwhile meets a closed port (and goes on to the next endpoint) or the server's own 503. The child exits
 when its stdin closes (the sandbox stopped or died). ``GET /-/sandbox-router`` on the router
-answers its counters (:class:`RouterCounters`: endpoints in use, requests sent and answered per
-endpoint, its own refusals): where requests went, for tests and for a user with curl.
+answers its counters (:class:`RouterCounters`: endpoints in use, requests sent, answered, dropped
+and timed out per endpoint, re-sends, its own refusals): where requests went, for tests, the demo's
+report and a user with curl.
 """
 
 from __future__ import annotations
@@ -50,8 +59,6 @@ from neuronfleet.sandbox.store import Store, WatchEvent
 
 log = logging.getLogger(__name__)
 
-#: Statuses that mean "this endpoint does not take it now; another may".
-REFUSALS = frozenset({429, 503})
 #: Largest request body a router takes (the servers have their own, lower limits).
 MAX_BODY_BYTES = 64 * 1024 * 1024
 #: Where a router answers its counters (not forwarded).
@@ -65,11 +72,16 @@ class RouterCounters:
     """What a router has done: the endpoints it uses now, requests per endpoint, its own answers."""
 
     endpoints: tuple[str, ...]
-    #: Requests forwarded to each endpoint, and those it answered (any status but a refusal).
+    #: Requests forwarded to each endpoint (each attempt), and those it answered (any status).
     sent: Counter[str]
     answered: Counter[str]
-    #: Answers the router gave itself: 503 (no endpoint), 429 (all refused).
+    #: Answers the router gave itself: 503 (no endpoint could be reached), 502 (dropped), 504 (timed out).
     refused: Counter[int]
+    #: Requests an endpoint took and then dropped (answered 502), and those it did not answer in time (504).
+    dropped: Counter[str]
+    timed_out: Counter[str]
+    #: Requests sent on to another endpoint after a connection to one could not be made.
+    resent: int
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> RouterCounters:
@@ -78,6 +90,9 @@ class RouterCounters:
             sent=Counter(doc["sent"]),
             answered=Counter(doc["answered"]),
             refused=Counter({int(status): n for status, n in doc["refused"].items()}),
+            dropped=Counter(doc["dropped"]),
+            timed_out=Counter(doc["timed_out"]),
+            resent=int(doc["resent"]),
         )
 
 
@@ -101,6 +116,9 @@ class ServiceRouter:
         self.sent: Counter[str] = Counter()
         self.answered: Counter[str] = Counter()
         self.refused: Counter[int] = Counter()
+        self.dropped: Counter[str] = Counter()
+        self.timed_out: Counter[str] = Counter()
+        self.resent = 0
         self._turn = itertools.count()
         self._server: asyncio.Server | None = None
         self._pool = http1.ConnectionPool()
@@ -130,7 +148,16 @@ class ServiceRouter:
 
     def _counters(self) -> http1.Response:
         return http1.Response.json(
-            200, {"endpoints": self.endpoints, "sent": self.sent, "answered": self.answered, "refused": self.refused}
+            200,
+            {
+                "endpoints": self.endpoints,
+                "sent": self.sent,
+                "answered": self.answered,
+                "refused": self.refused,
+                "dropped": self.dropped,
+                "timed_out": self.timed_out,
+                "resent": self.resent,
+            },
         )
 
     def _order(self, endpoints: list[str]) -> list[str]:
@@ -148,9 +175,20 @@ class ServiceRouter:
         if not candidates:
             return self._refuse(503, f"no ready endpoint for service {self.service}")
         headers = http1.forwardable(request.headers)
-        retry_after: list[str] = []
-        unreachable = 0
-        for endpoint in candidates:
+        for attempt, endpoint in enumerate(candidates):
+            # What kube-proxy does, and no more. In iptables or ipvs mode it only rewrites packets:
+            # the kernel picks an endpoint for each new connection (iptables: at random among the
+            # ready ones) and every packet of that connection goes there. It never parses HTTP,
+            # never sees a status, never re-sends a byte. When the endpoint's process is gone, the
+            # client's connect is refused (or times out) and a client that connects again lands on
+            # an endpoint still in the rules; the userspace mode (removed in 1.26) dialled the next
+            # endpoint itself when a connect failed. That is the one re-send here: no connection,
+            # so nothing was sent and the request cannot have run. A request the endpoint took and
+            # then lost (its connection closed before a whole answer, or no answer in time), and any
+            # answer it gave (429, 503), are the client's to see, as through kube-proxy: re-sending
+            # them would hide a lost request, and could run one twice (review r6).
+            if attempt:
+                self.resent += 1
             self.outstanding[endpoint] += 1
             self.sent[endpoint] += 1
             host, port = _address(endpoint)
@@ -159,45 +197,39 @@ class ServiceRouter:
                 upstream = await self._pool.exchange(
                     host, port, forwarded, self.timeout_s, head=request.method == "HEAD"
                 )
-            except (OSError, TimeoutError):
-                unreachable += 1  # a process that died or stopped listening: try the next one
-                continue
+            except http1.ConnectFailed:
+                continue  # nothing was sent: the next endpoint may take it
+            except http1.NoAnswer as exc:
+                self.dropped[endpoint] += 1
+                return self._fail(502, f"endpoint {endpoint} of {self.service} dropped the request: {exc}", endpoint)
+            except TimeoutError:
+                self.timed_out[endpoint] += 1
+                return self._fail(
+                    504, f"endpoint {endpoint} of {self.service} did not answer within {self.timeout_s:g} s", endpoint
+                )
             finally:
                 self.outstanding[endpoint] -= 1
-            if upstream.status in REFUSALS:
-                retry_after.append((upstream.header(b"retry-after") or b"1").decode("latin-1"))
-                if upstream.status == 503:
-                    unreachable += 1
-                continue
             self.answered[endpoint] += 1
             response_headers = http1.forwardable(upstream.headers)
             response_headers.append((b"X-Sandbox-Endpoint", endpoint.encode()))
             if request.method == "HEAD" and (length := upstream.header(b"content-length")) is not None:
                 response_headers.append((b"Content-Length", length))  # of the body a GET would get
             return http1.Response(upstream.status, response_headers, upstream.body)
-        if unreachable == len(candidates):
-            return self._refuse(503, f"no ready endpoint of {self.service} answered")
-        return self._refuse(
-            429,
-            f"every ready endpoint of {self.service} refused the request (queues full)",
-            retry_after=max(retry_after, key=_seconds, default="1"),
-        )
+        return self._refuse(503, f"no ready endpoint of {self.service} could be reached")
 
     def _refuse(self, status: int, message: str, retry_after: str | None = None) -> http1.Response:
         self.refused[status] += 1
         return http1.Response.json(status, {"error": message}, [(b"Retry-After", (retry_after or "1").encode())])
 
+    def _fail(self, status: int, message: str, endpoint: str) -> http1.Response:
+        """The router's own answer for a request an endpoint took and did not answer (502, 504)."""
+        self.refused[status] += 1
+        return http1.Response.json(status, {"error": message}, [(b"X-Sandbox-Endpoint", endpoint.encode())])
+
 
 def _address(endpoint: str) -> tuple[str, int]:
     host, _, port = endpoint.rpartition(":")
     return host, int(port)
-
-
-def _seconds(value: str) -> float:
-    try:
-        return float(value)
-    except ValueError:
-        return 1.0
 
 
 async def _serve(service: str, host: str, timeout_s: float) -> None:
