@@ -10,6 +10,7 @@ import numpy as np
 from aiohttp import web
 
 from neuronfleet.demo.loadgen import OpenLoopClient
+from neuronfleet.sandbox.router import ServiceRouter
 
 
 def _free_port() -> int:
@@ -60,3 +61,44 @@ async def test_every_request_gets_one_outcome_measured_at_the_client() -> None:
         f"http://127.0.0.1:{_free_port()}/infer", b"{}", np.zeros(3), slo_ms=50, max_requests=3, max_seconds=1
     )
     assert (await closed.run()).counts["refused"] == 3
+
+
+async def test_a_request_dropped_behind_the_sandbox_router_is_lost_at_the_client() -> None:
+    """The live demo sends through the sandbox's router: a request a server took and dropped comes back
+    as the router's 502 (one not answered in time, 504), and the client counts it lost, not an error."""
+    seen = 0
+    release = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        nonlocal seen
+        await request.read()
+        seen += 1
+        if seen % 10 == 5:
+            assert request.transport is not None
+            request.transport.abort()  # taken, then the server died
+        if seen % 10 == 7:
+            await asyncio.wait_for(release.wait(), 10)  # longer than the router's timeout
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_post("/infer", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = _free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    router = await ServiceRouter("demo/svc", timeout_s=0.5).start()
+    router.endpoints = [f"127.0.0.1:{port}"]
+    try:
+        arrivals = np.linspace(0.0, 1.0, 20, endpoint=False)
+        client = OpenLoopClient(
+            f"{router.url}/infer", b"{}", arrivals, slo_ms=50, max_requests=20, max_seconds=5, timeout_s=3
+        )
+        totals = await client.run()
+    finally:
+        release.set()
+        await router.stop()
+        await runner.cleanup()
+    counts = totals.counts
+    assert sum(counts.values()) == 20 == seen
+    assert counts["lost"] == 4 and counts["ok"] == 16 and counts["error"] == 0, counts
+    assert sum(router.dropped.values()) == 2 and sum(router.timed_out.values()) == 2

@@ -14,7 +14,9 @@
 - **Outcomes**, every request exactly one: ``ok`` (200), ``rejected`` (429: refused by a full
   queue), ``unavailable`` (503), ``error`` (another status), ``refused`` (the connection was not
   accepted: nothing was taken), ``lost`` (the request was sent and never answered: the server
-  went away mid-request or the timeout ran out), ``not_sent`` (the client's own bound).
+  went away mid-request or the timeout ran out; through the sandbox's router, which like
+  kube-proxy never re-sends a request a server took, that is its 502 for a request a server
+  dropped and its 504 for one not answered in time), ``not_sent`` (the client's own bound).
 - **The client's honesty**: latency is taken from the scheduled send time, so a late client
   counts its own delay against itself, and the event loop's lag is sampled (``loop_lag_*``)
   along with the client process's CPU seconds: if the client is the bottleneck the figures say so.
@@ -56,6 +58,9 @@ from neuronfleet.sandbox import http1
 FloatArray = npt.NDArray[np.float64]
 
 OUTCOMES = ("ok", "rejected", "unavailable", "error", "refused", "lost", "not_sent")
+#: Outcomes by HTTP status; any other status is an ``error``. 502 and 504 are the sandbox router's
+#: answers for a request its endpoint took and then dropped or did not answer in time: lost.
+STATUS_OUTCOMES = {200: "ok", 429: "rejected", 503: "unavailable", 502: "lost", 504: "lost"}
 #: Codes of the per-request outcome array (index into OUTCOMES).
 OUTCOME_CODE = {name: i for i, name in enumerate(OUTCOMES)}
 LOOP_LAG_PERIOD_S = 0.05
@@ -293,7 +298,7 @@ class OpenLoopClient:
         outcome = "lost"
         try:
             response = await pool.exchange(*address, request, self.timeout_s)
-            outcome = {200: "ok", 429: "rejected", 503: "unavailable"}.get(response.status, "error")
+            outcome = STATUS_OUTCOMES.get(response.status, "error")
             self.latency_ms[index] = (time.perf_counter() - scheduled) * 1000.0
         except http1.ConnectFailed:
             outcome = "refused"  # the connection was not accepted: nothing was taken
