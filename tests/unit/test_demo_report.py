@@ -118,3 +118,21 @@ def test_a_real_run_tells_the_hosts_stolen_cpu_from_the_fleets_misses(tmp_path: 
     result.client = {k: v for k, v in result.client.items() if not k.startswith(("machine", "quiet"))}
     write_report(result, tmp_path)
     assert "hypervisor" not in (tmp_path / "report.md").read_text()
+
+
+def test_a_real_run_shows_the_routers_re_sends_next_to_the_lost_requests(tmp_path: Path) -> None:
+    # A re-send (no connection to an endpoint: nothing was sent, the next one took it) is the one the
+    # router makes; the report says how many, beside the requests lost, so neither hides (review r6).
+    result = _result("real")
+    result.lost, result.resent = 3, 7
+    write_report(result, tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["lost"] == 3 and summary["resent"] == 7
+    rows = (tmp_path / "report.md").read_text().splitlines()
+    lost = next(i for i, row in enumerate(rows) if row.startswith("| lost (sent, never answered) |"))
+    assert rows[lost + 1].startswith("| re-sent by the router (no connection to the endpoint: nothing sent) | 7 |")
+    printed = io.StringIO()
+    print_summary(result, Console(file=printed, width=300), tmp_path)
+    lines = printed.getvalue().splitlines()
+    lost = next(i for i, line in enumerate(lines) if "lost: sent, never answered" in line)
+    assert "re-sent by the router" in lines[lost + 1] and "7" in lines[lost + 1]

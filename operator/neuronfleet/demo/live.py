@@ -318,11 +318,17 @@ async def live_demo(options: DemoOptions, console: Console) -> DemoResult:
                         sampler.cancel()
                         await asyncio.gather(sampler, return_exceptions=True)
                     load_wall = time.monotonic() - clock["t0"]
+                    # The router's re-sends go in the report beside the requests lost. Its counters
+                    # start at zero with its process (one restarted mid-run counts from then on).
+                    routed = cluster.routers.get(namespace, service_name(name))
+                    resent = (await routed.counters()).resent if routed is not None else 0
                     show("done", force=True)
         finally:
             cluster.store.listeners.remove(recorder.on_store_event)
         final = read_fleet(cluster, namespace, name)
-    return live_result(facts, recorder, client_result, final, compile_note, time.monotonic() - wall_start, load_wall)
+    return live_result(
+        facts, recorder, client_result, final, compile_note, time.monotonic() - wall_start, load_wall, resent
+    )
 
 
 async def _sample(
@@ -364,6 +370,7 @@ def live_result(
     compile_note: str,
     wall_s: float,
     load_wall_s: float,
+    resent: int = 0,
 ) -> DemoResult:
     totals = client["totals"]
     counts: dict[str, int] = totals["counts"]
@@ -384,6 +391,7 @@ def live_result(
         attribution=TRACE_ATTRIBUTION,
         load="real",
         lost=int(counts["lost"]),
+        resent=resent,
         outcomes=counts,
         metrics_source="prometheus",
         client={

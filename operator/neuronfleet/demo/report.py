@@ -65,6 +65,9 @@ class DemoResult:
     load: str = "simulated"
     #: Requests sent and never answered (the connection dropped or the timeout ran out). Real load only.
     lost: int = 0
+    #: Requests the sandbox's router sent on to another endpoint because no connection to the one it
+    #: chose could be made (nothing was sent); the only re-send it makes, as kube-proxy. Real load only.
+    resent: int = 0
     #: Every request's outcome as the client counted it (real load only; see ``demo.loadgen``).
     outcomes: dict[str, int] = field(default_factory=dict)
     #: Where the operator read its scaling signals: ``prometheus`` or ``simulated queue``.
@@ -131,7 +134,14 @@ def print_summary(result: DemoResult, console: Console, out: Path) -> None:
         ("replayed", f"{facts['minutes']:.3g} trace minutes, {_scaling_phrase(result)} ({result.load} load)"),
         (f"requests ({how})", f"{result.requests:,.0f}"),
         (f"rejected with 429 ({how})", f"{result.rejected:,.0f}"),
-        *([(f"lost: sent, never answered ({how})", f"{result.lost:,}")] if result.load == "real" else []),
+        *(
+            [
+                (f"lost: sent, never answered ({how})", f"{result.lost:,}"),
+                ("re-sent by the router (no connection to the endpoint: nothing sent)", f"{result.resent:,}"),
+            ]
+            if result.load == "real"
+            else []
+        ),
         (f"within the {facts['slo_ms']:.0f} ms SLO ({how})", f"{result.slo_attainment:.2%}"),
         (f"latency p50 / p99 ({how})", f"{result.p50_ms:.1f} / {result.p99_ms:.1f} ms"),
         ("the operator's signals from", result.metrics_source),
@@ -298,6 +308,7 @@ def report_markdown(result: DemoResult) -> str:
     outcomes = ", ".join(f"{k} {v:,}" for k, v in result.outcomes.items())
     real_rows = (
         f"""| lost (sent, never answered) | {result.lost:,} | {how} |
+| re-sent by the router (no connection to the endpoint: nothing sent) | {result.resent:,} | the router's counters |
 | every outcome | {outcomes} | {how} |
 """
         if result.load == "real"
