@@ -1048,3 +1048,33 @@ def test_the_operator_waits_the_specs_drain_delay_before_deleting_a_drained_pod(
         assert kinds(plan_fleet("bert", target(0), [draining], NOW + timedelta(seconds=30), policy).actions) == [
             "delete-pod"
         ]
+
+
+def test_a_replaced_old_standby_and_the_pool_demotion_go_before_the_creations_a_quota_may_refuse() -> None:
+    # Hypothesis found it (test_fleet_properties): scaled to 0 active with a pool of 1 and a spare
+    # node, every creation refused (a quota). The ready new active is surplus and joins the pool,
+    # which so has no room left for the old warm pod; but the demotion and the old pod's deletion
+    # came after the refused placeholder creation, where the apply stops: the old pod stayed for
+    # ever, and so did an active pod the spec no longer wanted.
+    pods = [pod("old-w0", "warm"), pod("new-a0", artifact=NEW, node="node-2")]
+    rollout = target(0, warm=1, placeholders=1, artifact=NEW)
+    plan = plan_fleet("bert", rollout, pods, NOW)
+    assert any(isinstance(a, CreatePlaceholder) for a in plan.actions)
+    state = [p for p in apply_refusing_creations(pods, plan.actions, NOW) if not p.deleting]
+    assert [(p.name, p.role) for p in state] == [("new-a0", "warm")]
+    # The old one goes only once the new one is in the pool in its place.
+    order = [(type(a).__name__, a.name) for a in plan.actions]
+    assert order.index(("Relabel", "new-a0")) < order.index(("DeletePod", "old-w0"))
+    again = plan_fleet("bert", rollout, state, NOW)
+    assert kinds(again.actions) == ["create-placeholder"]
+
+
+def test_a_scale_down_drains_and_deletes_behind_a_creation_the_api_server_refuses() -> None:
+    # A placeholder the quota refuses at every reconcile must not hold back the rest: the surplus
+    # ready active is drained, and a drained pod is deleted (it kept its node, and the quota).
+    pods = [pod("a0"), pod("a1", node="node-2"), pod("d0", "draining", drain_started_at=NOW - timedelta(minutes=2))]
+    scaled = target(1, placeholders=1)
+    plan = plan_fleet("bert", scaled, pods, NOW)
+    state = [p for p in apply_refusing_creations(pods, plan.actions, NOW) if not p.deleting]
+    assert sorted(roles(state).elements()) == ["active", "draining"]
+    assert "d0" not in {p.name for p in state}

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from neuronfleet.planning.fleet import (
@@ -306,6 +306,21 @@ def test_reconcile_loop_converges_to_the_target(
     max_surge=st.sampled_from([0, 0, 1, 2]),
     refused=st.sampled_from([False, False, True]),
     flapping=st.booleans(),
+)
+# Found by Hypothesis: scaled to 0 active with a pool of 1, every creation refused (a quota), the
+# new ready active (surplus: it joins the pool) replaces the old warm pod, whose release and the
+# active's demotion both came after the refused placeholder creation, where the apply stops.
+@example(
+    pods=[
+        PodView("seed-0", "warm", OLD.id, TEMPLATE, "Running", True, ready_at=NOW, node="node-0", zone="us-east-1a"),
+        PodView("seed-1", "active", NEW.id, TEMPLATE, "Running", True, ready_at=NOW, node="node-1", zone="us-east-1a"),
+    ],
+    target=FleetTarget(TEMPLATE, NEW, active=0, warm=1, placeholders=1),
+    never_slots={0},
+    readiness=[False],
+    max_surge=0,
+    refused=True,
+    flapping=False,
 )
 def test_new_pods_that_never_load_keep_no_old_standby_for_ever(
     pods: list[PodView],

@@ -18,9 +18,10 @@ made for: a spec that fits no instance type) and :func:`apply_actions` (the acti
 list of views, for tests and the simulator).
 
 It returns a :class:`FleetPlan`: actions to apply **in list order** (promotions come before the
-demotions they make safe; the kept standby's stamps and releases, and the deletion of outdated pods
-that serve nothing, before the creations, which the apply stops at when one is refused) and a
-:class:`FleetSummary` of the observed fleet for the status.
+demotions they make safe; the creations come last, since the apply stops at the first one the API
+server refuses (a quota, an admission policy), and none of the other actions waits on them: a pod
+created now serves only once loaded, which a later plan sees) and a :class:`FleetSummary` of the
+observed fleet for the status.
 
 Rules (DESIGN.md, fleet model):
 
@@ -629,9 +630,12 @@ def plan_fleet(
     used_names = {pod.name for pod in observed} | set(taken_names)
     live = [pod for pod in observed if not pod.deleting]
     promotions: list[Action] = []
-    # The kept standby's stamps, clears and releases: applied before the creations, which the apply
-    # stops at when the API server refuses one (a quota the old pods fill): after them, the clock
-    # that ends the kept standby would never start nor end, and the pod would hold its quota.
+    # The kept standby's stamps, clears and releases. Every list goes before the creations, which
+    # the apply stops at when the API server refuses one (a quota the old pods fill): behind a
+    # creation refused at every reconcile, the clock that ends the kept standby would never start
+    # nor end, a replaced old standby or an unserving pod would hold its quota for ever, and a
+    # scale-down would never demote, drain nor delete (a Hypothesis example: scaled to 0 active, the
+    # surplus new active never joined the pool and the old warm pod it replaced was never let go).
     standby_marks: list[Action] = []
     creations: list[Action] = []
     demotions: list[Action] = []
@@ -751,7 +755,6 @@ def plan_fleet(
     old_warm_kept: list[PodView] = []
     expired: list[PodView] = []
     stamps: list[Action] = []
-    unserving_deletions: list[Action] = []
     if revision is not None or held:
         old_warm = [pod for pod in outdated if pod.role == "warm"]
         staying_now = [*active_set, *old_actives_kept]
@@ -822,10 +825,6 @@ def plan_fleet(
                 deadline = policy.progress_deadline_seconds
                 why = f"new revision: old standby kept for the progress deadline ({deadline:g}s)"
                 standby_marks.append(DeletePod(pod.name, why))
-            elif not pod.ready:
-                # It serves nothing: deleted before the creations, which a quota it fills may refuse
-                # (the apply stops at the first refused one, and it would stay for ever).
-                unserving_deletions.append(DeletePod(pod.name, f"new revision: outdated {pod.role} pod"))
             else:
                 deletions.append(DeletePod(pod.name, f"new revision: outdated {pod.role} pod"))
 
@@ -995,9 +994,7 @@ def plan_fleet(
         outdated_active=sum(1 for pod in outdated if pod.role == "active"),
         standby_ready=sum(1 for pod in warm_set if pod.ready),
     )
-    return FleetPlan(
-        tuple(promotions + standby_marks + unserving_deletions + creations + demotions + deletions), summary
-    )
+    return FleetPlan(tuple(promotions + standby_marks + demotions + deletions + creations), summary)
 
 
 def summarize_unplanned(
