@@ -4,6 +4,8 @@ from the fleet's misses (its HTTP outcomes: tests/integration)."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import psutil
 import pytest
@@ -93,3 +95,19 @@ def test_the_live_view_shows_the_hypervisors_share_of_the_last_second() -> None:
     view = ClientView(LiveLoad(np.array([0.5, 1.5]), 2.0, {}))
     view.last = {"sent": 2, "counts": {"ok": 2}, "p99_ms": 12.0, "loop_lag_max_ms": 1.0, "steal_share": 0.12}
     assert "CPU taken by the hypervisor 12%" in view.status()
+
+
+def test_a_busy_share_never_reads_above_one_by_float_rounding() -> None:
+    """The counters are float sums: CI read a busy share of 1.0000000000363798 on a saturated host."""
+
+    class CpuTimes(NamedTuple):  # psutil.cpu_times()'s shape: a tuple of named float counters
+        user: float
+        system: float
+        idle: float
+        steal: float
+
+    times = iter([CpuTimes(0.1, 0.0, 0.2, 0.0), CpuTimes(0.3, 0.0, 0.2, 0.0)])
+    machine = MachineCpu.__new__(MachineCpu)
+    machine._cpu_times = lambda: next(times)  # type: ignore[method-assign]
+    machine._last = machine._read()
+    assert machine.shares() == (0.0, 1.0)

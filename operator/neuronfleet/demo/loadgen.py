@@ -194,7 +194,8 @@ class MachineCpu:
         if span <= 0:
             return 0.0, 0.0
         self._last = (total, steal, busy)
-        return (steal - steal0) / span, (busy - busy0) / span
+        # The counters are float sums of several fields: a share can read 1 + 4e-11 by rounding.
+        return min(1.0, (steal - steal0) / span), min(1.0, (busy - busy0) / span)
 
 
 def quiet_seconds_attainment(
