@@ -106,7 +106,8 @@ def test_a_busy_share_never_reads_above_one_by_float_rounding() -> None:
         idle: float
         steal: float
 
-    times = iter([CpuTimes(0.1, 0.0, 0.2, 0.0), CpuTimes(0.3, 0.0, 0.2, 0.0)])
+    # Only user time moves (the host was busy throughout), yet the float sums round the share above 1.
+    times = iter([CpuTimes(69592.3, 61479.65, 65853.74, 0.0), CpuTimes(69596.21, 61479.65, 65853.74, 0.0)])
     machine = MachineCpu.__new__(MachineCpu)
     machine._cpu_times = lambda: next(times)  # type: ignore[method-assign]
     machine._last = machine._read()
