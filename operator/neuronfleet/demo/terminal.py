@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -112,11 +111,7 @@ def progress_line(frame: Frame, view: FleetView, recorder: Recorder) -> str:
 
 
 class Display:
-    """The rich live view, or a line every minute (of the run's clock) when not live (CI logs).
-
-    Its writes are best effort: once the terminal is closed every write fails (EIO), and the demo
-    must still unwind cleanly on the SIGHUP that follows (its operator and sandbox stopped).
-    """
+    """The rich live view, or a line every minute (of the run's clock) when not live (CI logs)."""
 
     def __init__(self, console: Console, live: bool) -> None:
         self.console = console
@@ -131,22 +126,18 @@ class Display:
 
     def __exit__(self, *exc: object) -> None:
         if self.live is not None:
-            with contextlib.suppress(OSError):  # its last frame, to a closed terminal
-                self.live.__exit__(None, None, None)
+            self.live.__exit__(None, None, None)
 
     def note(self, message: str) -> None:
-        with contextlib.suppress(OSError):
-            self.console.print(message)
+        self.console.print(message)
 
     def update(self, make: Callable[[], Group], line: Callable[[], str], t: float, force: bool = False) -> None:
         if self.live is not None:
             now = time.monotonic()
             if force or now - self._last_refresh >= 0.25:
                 self._last_refresh = now
-                with contextlib.suppress(OSError):
-                    self.live.update(make(), refresh=True)
+                self.live.update(make(), refresh=True)
             return
         if force or self._last_line_t is None or t - self._last_line_t >= 60.0:
             self._last_line_t = t
-            with contextlib.suppress(OSError):
-                self.console.print(line())
+            self.console.print(line())
