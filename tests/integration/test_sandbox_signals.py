@@ -172,6 +172,7 @@ def test_children_die_with_a_killed_sandbox(tmp_path: Path, sandboxes: list[Sand
         _until(
             lambda: not any(_alive(child) for child in children), 30, f"the killed sandbox's children {children} to end"
         )
+        assert not [child for child in children if _alive(child)], "children outlived the killed sandbox"
     finally:
         for child in children:
             if _alive(child):
