@@ -334,7 +334,7 @@ class Reconciler:
         now = self.clock()
         namespace = dep.metadata.namespace or "default"
         request, compiled, compile_error = (None, None, None)
-        republish_read_job = None
+        record_reread_job = None
         # An unservable spec is not compiled: nothing to read.
         if not check_fits(dep.spec, self.settings.builder.daemonset_headroom):
             request, compiled, compile_error = await self._observe_compile(dep, durable)
@@ -418,21 +418,23 @@ class Reconciler:
                     taken = takes_over_legacy(legacy, served, image, compiled.request.image, jobs.phase)
                     compiled = replace(compiled, stored=taken) if taken is not None else compiled
             if (
-                compiled.dangling is not None
+                compiled.stored is None
                 and jobs.phase == "succeeded"
-                and jobs.republishes
-                and (jobs.uid is None or jobs.uid != memory.republish_read_job)
+                and (jobs.uid is None or jobs.uid != memory.record_reread_job)
             ):
-                # The republishing Job is done: read its artifact now, not a dangling look remembered
-                # from before it (a file put back meanwhile leaves the manifest and record as they were).
-                # Once per Job: after that the store's dangling memory serves, as for any record (the
-                # succeeded Job is kept a day, and ArtifactMissing lasts until a retry is asked).
+                # The record was read before the Jobs were listed: a Job that wrote it and ended in
+                # between looked like one that succeeded without writing it (ArtifactMissing, a retry
+                # asked of the user, for a compile that worked). A republishing Job's artifact is read
+                # afresh too, not a dangling look remembered from before it (a file put back meanwhile
+                # leaves the manifest and record as they were). Once per Job: a later reconcile's
+                # first read follows its end (the succeeded Job is kept a day, and ArtifactMissing
+                # lasts until a retry is asked).
                 try:
                     found = await asyncio.to_thread(self.store.lookup, compiled.request, True)
                 except StoreUnavailable as exc:
                     compile_error = str(exc)
                 else:
-                    republish_read_job = jobs.uid
+                    record_reread_job = jobs.uid
                     compiled = replace(
                         compiled,
                         stored=found if isinstance(found, StoredArtifact) else None,
@@ -466,7 +468,7 @@ class Reconciler:
             metrics_problem=problem,
             metrics_problem_reason=problem_reason,
             corrupt_annotations=corrupt_annotations(dep.metadata.annotations),
-            republish_read_job=republish_read_job,
+            record_reread_job=record_reread_job,
         )
 
     # ------------------------------------------------------------------------------------ apply

@@ -68,9 +68,9 @@ class Observation:
     #: when it refuses the spec's query overrides (likewise).
     metrics_problem_reason: Reason = Reason.METRICS_UNAVAILABLE
     corrupt_annotations: tuple[str, ...] = ()
-    #: The uid of the succeeded republishing compile Job whose artifact this reconcile read again
-    #: (None: none read); remembered in :attr:`DeploymentMemory.republish_read_job`.
-    republish_read_job: str | None = None
+    #: The uid of the succeeded compile Job whose request record this reconcile read again once it
+    #: saw the Job done (None: none read); remembered in :attr:`DeploymentMemory.record_reread_job`.
+    record_reread_job: str | None = None
 
 
 def _utc_seconds(value: object) -> float | None:
@@ -235,9 +235,10 @@ class DeploymentMemory:
     #: it planned from, one read again after a conflict, and that of its first write when it wrote
     #: twice. A body at one of them is older than the operator's own last write.
     superseded_versions: frozenset[str] = frozenset()
-    #: The uid of the succeeded republishing compile Job whose artifact was read again once it was done
-    #: (then the store's dangling memory serves, not a read on every reconcile while the Job is kept).
-    republish_read_job: str | None = None
+    #: The uid of the succeeded compile Job whose request record was read again once it was seen done
+    #: (the first read may precede its end; after that one read again, the store's memory serves, not
+    #: a second read on every reconcile while the Job is kept a day).
+    record_reread_job: str | None = None
 
 
 def seen_status(

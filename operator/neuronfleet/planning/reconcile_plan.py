@@ -454,7 +454,7 @@ def plan_reconcile(
         memory,
         cold_start_state=cold_state,
         cold_start=coldstart.for_warm_pool(cold_state, durable.instance_type),
-        republish_read_job=observation.republish_read_job or memory.republish_read_job,
+        record_reread_job=observation.record_reread_job or memory.record_reread_job,
     )
     active_now = [pod for pod in observation.pods if pod.role == "active" and not pod.deleting]
     ready_now = sum(1 for pod in active_now if pod.ready)
