@@ -1109,10 +1109,14 @@ class PlacementStatus(ApiModel):
         "warm pods and the node placeholders (status.warmPool's desiredPods and desiredPlaceholders). "
         "Placeholders are left out while the spec cannot compile (Compiled SourceUnreadable, CompileFailed, "
         "ArtifactMissing or a refused compile pod, with no earlier artifact serving, and no compile Job of the "
-        "deployment running): they are held then, not created (WarmPoolReady says so). 0 when there are none.",
+        "deployment running): they are held then, not created (WarmPoolReady says so). 0 when there are none. "
+        "This deployment's own packing, as if its pods had the nodes to themselves: pods of other models "
+        "sharing a node are not counted, so the sum over several deployments can exceed the nodes running.",
     )
     usd_per_hour: float | None = Field(
-        default=None, description="On-demand cost of those nodes (us-east-1 prices; 0 for no node)."
+        default=None,
+        description="On-demand cost of those nodes (us-east-1 prices; 0 for no node). Like nodes, the cost of "
+        "this deployment's own packing: summed over deployments sharing nodes it counts a shared node twice.",
     )
     reason: str | None = Field(default=None, description="Why this instance type (the plan's explanation).")
 
