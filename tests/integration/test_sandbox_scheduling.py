@@ -177,6 +177,78 @@ async def test_placeholder_is_preempted_for_a_higher_priority_pod() -> None:
         assert cluster.scheduler is not None and cluster.scheduler.preemptions == 1
 
 
+def priority_classes(cluster: SandboxCluster, **values: int) -> None:
+    for name, value in values.items():
+        cluster.create("priorityclasses", {"metadata": {"name": name}, "value": value}, group="scheduling.k8s.io")
+
+
+async def test_the_room_a_pod_preempted_for_is_kept_for_it_against_pods_of_its_priority() -> None:
+    # Two replicas of the same priority created together: the first preempts the placeholder and is
+    # nominated to its node; the second, tried in the same round, must not take that room (as
+    # kube-scheduler counts nominated pods of higher or equal priority on their node), and gets a
+    # node of its own from the provisioner.
+    group = NodeGroup("small", "inf2.xlarge", count=1, max_nodes=3)
+    async with SandboxCluster(node_groups=[group], cold_start=PROFILE, provisioning_delay_s=60.0) as cluster:
+        priority_classes(cluster, placeholder=-1, serving=1000)
+        body = neuron_pod("placeholder", 2, priorityClassName="placeholder", terminationGracePeriodSeconds=0)
+        cluster.create("pods", body, "default")
+        await cluster.wait_for(lambda: pod(cluster, "placeholder")["spec"].get("nodeName"), timeout=120)
+        node = pod(cluster, "placeholder")["spec"]["nodeName"]
+        cluster.create("pods", neuron_pod("model-a", 2, priorityClassName="serving"), "default")
+        cluster.create("pods", neuron_pod("model-b", 2, priorityClassName="serving"), "default")
+        await cluster.wait_for(
+            lambda: all(pod(cluster, name)["spec"].get("nodeName") for name in ("model-a", "model-b")),
+            timeout=600,
+            what="both replicas bound",
+        )
+        assert pod(cluster, "model-a")["spec"]["nodeName"] == node
+        assert pod(cluster, "model-b")["spec"]["nodeName"] != node
+
+
+async def test_a_nomination_that_cannot_be_honoured_is_cleared_so_a_node_is_launched() -> None:
+    # A pod nominated to a node whose room a higher-priority pod took meanwhile (a nomination keeps
+    # room only against pods of lower or equal priority) fits nowhere and preempts nothing: its
+    # nomination is cleared, as kube-scheduler clears it, and the provisioner launches a node for it
+    # (it passes over nominated pods, which wait for their victims).
+    slow_stop = ColdStartProfile(image_pull_s=20.0, container_start_s=2.0, readiness_s=30.0, shutdown_s=30.0)
+    group = NodeGroup("small", "inf2.xlarge", count=1, max_nodes=3)
+    async with SandboxCluster(node_groups=[group], cold_start=slow_stop, provisioning_delay_s=60.0) as cluster:
+        priority_classes(cluster, placeholder=-1, serving=1000, critical=2000)
+        body = neuron_pod("placeholder", 2, priorityClassName="placeholder", terminationGracePeriodSeconds=30)
+        cluster.create("pods", body, "default")
+        await cluster.wait_for(lambda: is_ready(cluster, "placeholder"), timeout=120)
+        node = pod(cluster, "placeholder")["spec"]["nodeName"]
+        cluster.create("pods", neuron_pod("model", 2, priorityClassName="serving"), "default")
+        await cluster.wait_for(lambda: pod(cluster, "model").get("status", {}).get("nominatedNodeName"), timeout=10)
+        # While the placeholder stops, a pod of higher priority comes: it gets the room. (Only that
+        # node takes it, so no node is launched for it that the robbed pod could take instead.)
+        pinned = {"kubernetes.io/hostname": node}
+        cluster.create("pods", neuron_pod("critical", 2, priorityClassName="critical", nodeSelector=pinned), "default")
+        await cluster.wait_for(lambda: pod(cluster, "critical")["spec"].get("nodeName"), timeout=120)
+        assert pod(cluster, "critical")["spec"]["nodeName"] == node
+        await cluster.wait_for(
+            lambda: pod(cluster, "model")["spec"].get("nodeName"), timeout=600, what="the robbed pod bound"
+        )
+        assert pod(cluster, "model")["spec"]["nodeName"] != node
+
+
+async def test_the_unschedulable_message_names_every_resource_short() -> None:
+    # kube-scheduler's NodeResourcesFit gives a node one reason per resource short, and the message
+    # counts each over the nodes ("Insufficient cpu" alone would hide the NeuronCores also missing).
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=2)], run_provisioner=False
+    ) as cluster:
+        body = neuron_pod("greedy", 4)
+        body["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "64"
+        cluster.create("pods", body, "default")
+        await cluster.wait_for(lambda: condition(pod(cluster, "greedy"), "PodScheduled"), timeout=5)
+        scheduled = condition(pod(cluster, "greedy"), "PodScheduled")
+        assert scheduled is not None and scheduled["reason"] == "Unschedulable"
+        assert scheduled["message"] == (
+            "0/2 nodes are available: 2 Insufficient aws.amazon.com/neuroncore, 2 Insufficient cpu."
+        )
+
+
 async def test_provisioner_adds_a_node_after_its_delay_and_removes_it_when_empty() -> None:
     groups = [
         NodeGroup("small", "inf2.xlarge", count=0, max_nodes=2),

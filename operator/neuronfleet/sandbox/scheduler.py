@@ -9,7 +9,12 @@ inter-pod affinity and anti-affinity. Scoring: ScheduleAnyway skew, then preferr
 weight, then packing (most-allocated NeuronCores first, which keeps nodes free for consolidation).
 Not done: preferred inter-pod affinity, minDomains, nodeAffinityPolicy/nodeTaintsPolicy.
 Preemption: lower-priority pods are evicted (DisruptionTarget condition, graceful delete) from the
-node needing the fewest, lowest-priority victims; the preemptor is nominated to it.
+node needing the fewest, lowest-priority victims; the preemptor is nominated to it. As in
+kube-scheduler, a nominated pod's requests (and NeuronCores) count on its node against pods of lower
+or equal priority, so another pod does not take the room it preempted for, and a nomination that can
+no longer be honoured (the pod fits nowhere and preempts nothing) is cleared, so the provisioner,
+which passes over nominated pods, launches a node for it. Nominated pods are not counted for spread
+and inter-pod affinity (kube-scheduler counts them there too).
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from neuronfleet.sandbox.clock import run_controller
@@ -92,6 +98,30 @@ def _node_key(node: Obj) -> tuple[Any, ...]:
     )
 
 
+@dataclass
+class Snapshot:
+    """The cluster as a round sees it: nodes, the active pods bound to each, and the pending pods
+    nominated to each (the room they preempted for)."""
+
+    nodes: list[Obj]
+    pods_by_node: dict[str, list[Obj]]
+    nominated: dict[str, list[Obj]] = field(default_factory=dict)
+
+    def bound(self, pod: Obj, node_name: str) -> None:
+        """Count ``pod`` (as bound) on ``node_name``: it holds resources there and no room elsewhere."""
+        self.pods_by_node.setdefault(node_name, []).append(pod)
+        uid = pod["metadata"]["uid"]
+        for name, waiting in self.nominated.items():
+            self.nominated[name] = [p for p in waiting if p["metadata"]["uid"] != uid]
+
+
+def reserved_for(pod: Obj, nominated: list[Obj]) -> list[Obj]:
+    """The pods nominated to a node whose room ``pod`` must leave them: those of higher or equal
+    priority (a lower-priority nomination yields, as kube-scheduler's does), not ``pod`` itself."""
+    priority, uid = pod_priority(pod), pod["metadata"]["uid"]
+    return [p for p in nominated if p["metadata"]["uid"] != uid and pod_priority(p) >= priority]
+
+
 @dataclass(frozen=True)
 class NodeUsage:
     """What a node offers and what its bound pods take: the same for every pod tried in a round
@@ -145,14 +175,19 @@ class Scheduler:
 
     # ---- one round -------------------------------------------------------------------------------
 
-    def _snapshot(self) -> tuple[list[Obj], dict[str, list[Obj]]]:
+    def _snapshot(self) -> Snapshot:
         nodes = list(self.store.iter(self._nodes))
         pods_by_node: dict[str, list[Obj]] = {}
         for pod in self.store.iter(self._pods):
             node_name = (pod.get("spec") or {}).get("nodeName")
             if node_name and is_active(pod):
                 pods_by_node.setdefault(node_name, []).append(pod)
-        return nodes, pods_by_node
+        nominated: dict[str, list[Obj]] = {}
+        for pod in self.pending_pods():
+            nominee = (pod.get("status") or {}).get("nominatedNodeName")
+            if nominee:
+                nominated.setdefault(nominee, []).append(pod)
+        return Snapshot(nodes, pods_by_node, nominated)
 
     def pending_pods(self) -> list[Obj]:
         pending = [
@@ -172,7 +207,7 @@ class Scheduler:
         """Try every pending pod once; return how many were bound."""
         self.rounds += 1
         bound = 0
-        snapshot: tuple[list[Obj], dict[str, list[Obj]]] | None = None
+        snapshot: Snapshot | None = None
         usage: dict[str, NodeUsage] = {}
         for pod in self.pending_pods():
             # A round runs without yielding to the loop: the cluster changes only by what it does
@@ -180,8 +215,10 @@ class Scheduler:
             # read again after a preemption.
             if snapshot is None:
                 snapshot, usage = self._snapshot(), {}
-            nodes, pods_by_node = snapshot
-            placement, reasons = self.find_placement(pod, nodes, pods_by_node, usage=usage)
+            nodes, pods_by_node = snapshot.nodes, snapshot.pods_by_node
+            placement, reasons = self.find_placement(
+                pod, nodes, pods_by_node, usage=usage, nominated=snapshot.nominated
+            )
             if placement is not None:
                 if self._bind(pod, placement):
                     bound += 1
@@ -190,12 +227,12 @@ class Scheduler:
                     if bound_pod is None:
                         snapshot = None
                     else:
-                        pods_by_node.setdefault(node_name, []).append(bound_pod)
+                        snapshot.bound(bound_pod, node_name)
                         usage.pop(node_name, None)
                 continue
             if self._waiting_for_victims(pod, pods_by_node):
                 continue
-            if self._preempt(pod, nodes, pods_by_node):
+            if self._preempt(pod, nodes, pods_by_node, snapshot.nominated):
                 snapshot = None
                 continue
             self._mark_unschedulable(pod, len(nodes), reasons)
@@ -209,9 +246,11 @@ class Scheduler:
         *,
         ignore: set[str] | None = None,
         usage: dict[str, NodeUsage] | None = None,
+        nominated: dict[str, list[Obj]] | None = None,
     ) -> tuple[Placement | None, Counter[str]]:
-        """The best node for ``pod``, or why none fits. ``usage``: each node's usage by name, kept
-        by the caller while ``pods_by_node`` stays as it is (not with ``ignore``)."""
+        """The best node for ``pod``, or why none fits (each reason counted once per node it holds
+        for). ``usage``: each node's usage by name, kept by the caller while ``pods_by_node`` stays
+        as it is (not with ``ignore``); ``nominated``: the pending pods nominated to each node."""
         reasons: Counter[str] = Counter()
         best: Placement | None = None
         spread_counts: dict[int, dict[str, int]] = {}
@@ -223,9 +262,10 @@ class Scheduler:
                 node_usage = usage.get(name)
                 if node_usage is None:
                     node_usage = usage[name] = NodeUsage.of(node, on_node)
-            reason, placement = self.fits(pod, node, on_node, nodes, pods_by_node, spread_counts, node_usage)
+            waiting = (nominated or {}).get(name, [])
+            why, placement = self.fits(pod, node, on_node, nodes, pods_by_node, spread_counts, node_usage, waiting)
             if placement is None:
-                reasons[reason] += 1
+                reasons.update(why)
             elif best is None or placement.score < best.score:
                 best = placement
         return best, reasons
@@ -239,35 +279,62 @@ class Scheduler:
         pods_by_node: dict[str, list[Obj]],
         spread_counts: dict[int, dict[str, int]] | None = None,
         usage: NodeUsage | None = None,
-    ) -> tuple[str, Placement | None]:
-        """(reason it does not fit, or the placement); ``spread_counts``: see :func:`spread_violation`;
-        ``usage``: the node's, when the caller keeps it (else read from ``on_node``)."""
+        nominated: list[Obj] | None = None,
+    ) -> tuple[tuple[str, ...], Placement | None]:
+        """(the reasons it does not fit, or the placement); ``spread_counts``: see
+        :func:`spread_violation`; ``usage``: the node's, when the caller keeps it (else read from
+        ``on_node``); ``nominated``: the pending pods nominated to the node, whose room is kept for
+        those of higher or equal priority (:func:`reserved_for`)."""
         reason, filtered = self.static_filter(pod, node)
         if not filtered:
-            return reason, None
+            return (reason,), None
         if usage is None:
             usage = NodeUsage.of(node, on_node)
-        missing = insufficient(pod, usage.allocatable, usage.used)
+        reserved = reserved_for(pod, nominated or [])
+        used, cores_used = usage.used, usage.cores
+        if reserved:
+            used = dict(used)
+            for name, value in used_resources(reserved).items():
+                used[name] = used.get(name, Decimal(0)) + value
+        # Every resource short, as kube-scheduler's NodeResourcesFit reports them, not the first.
+        missing = insufficient(pod, usage.allocatable, used)
         if missing:
-            return f"Insufficient {missing[0]}", None
-        need = neuroncores_requested(pod)
-        contiguous = (
+            return tuple(f"Insufficient {name}" for name in missing), None
+        ring = node_chips(node) > 1
+        if reserved:
+            # The nominated pods' NeuronCores are taken first, as if they were bound (they have none yet).
+            cores_used = set(cores_used)
+            for waiting in sorted(reserved, key=lambda p: -pod_priority(p)):
+                block = allocate_cores(
+                    node_cores(node),
+                    cores_used,
+                    neuroncores_requested(waiting),
+                    contiguous=self._contiguous(waiting),
+                    ring=ring,
+                )
+                cores_used |= set(block or [])
+        cores = allocate_cores(
+            node_cores(node), cores_used, neuroncores_requested(pod), contiguous=self._contiguous(pod), ring=ring
+        )
+        if cores is None:
+            return ("node(s) did not have enough contiguous free NeuronCores",), None
+        violated, penalty = spread_violation(pod, node, nodes, pods_by_node, hard=True, counts_cache=spread_counts)
+        if violated:
+            return ("node(s) didn't match pod topology spread constraints",), None
+        affinity_reason = pod_affinity_violation(pod, node, nodes, pods_by_node)
+        if affinity_reason is not None:
+            return (affinity_reason,), None
+        free_after = node_cores(node) - len(cores_used) - len(cores)
+        preferred = preferred_affinity_weight(pod, labels_of(node))
+        score = (penalty, -preferred, free_after, node["metadata"]["name"])
+        return (), Placement(node, cores, score)
+
+    def _contiguous(self, pod: Obj) -> bool:
+        """Whether the pod's NeuronCores are a contiguous block (the Neuron scheduler extension's)."""
+        return (
             self.neuron_scheduler_name is not None
             and (pod.get("spec") or {}).get("schedulerName") == self.neuron_scheduler_name
         )
-        cores = allocate_cores(node_cores(node), usage.cores, need, contiguous=contiguous, ring=node_chips(node) > 1)
-        if cores is None:
-            return "node(s) did not have enough contiguous free NeuronCores", None
-        violated, penalty = spread_violation(pod, node, nodes, pods_by_node, hard=True, counts_cache=spread_counts)
-        if violated:
-            return "node(s) didn't match pod topology spread constraints", None
-        affinity_reason = pod_affinity_violation(pod, node, nodes, pods_by_node)
-        if affinity_reason is not None:
-            return affinity_reason, None
-        free_after = node_cores(node) - len(usage.cores) - len(cores)
-        preferred = preferred_affinity_weight(pod, labels_of(node))
-        score = (penalty, -preferred, free_after, node["metadata"]["name"])
-        return "", Placement(node, cores, score)
 
     def static_filter(self, pod: Obj, node: Obj) -> tuple[str, bool]:
         """Filters that no eviction can change: readiness, taints, selectors."""
@@ -309,7 +376,9 @@ class Scheduler:
             return False
         return any(p["metadata"].get("deletionTimestamp") for p in pods_by_node.get(nominated, []))
 
-    def _preempt(self, pod: Obj, nodes: list[Obj], pods_by_node: dict[str, list[Obj]]) -> bool:
+    def _preempt(
+        self, pod: Obj, nodes: list[Obj], pods_by_node: dict[str, list[Obj]], nominated: dict[str, list[Obj]]
+    ) -> bool:
         spec = pod.get("spec") or {}
         if spec.get("preemptionPolicy") == "Never":
             return False
@@ -329,8 +398,14 @@ class Scheduler:
             for victim in candidates:
                 victims.append(victim)
                 remaining = [p for p in remaining if p["metadata"]["uid"] != victim["metadata"]["uid"]]
+                # The room kept for pods nominated there counts, as in any fit (kube-scheduler's too).
                 _, placement = self.fits(
-                    pod, node, remaining, nodes, {**pods_by_node, node["metadata"]["name"]: remaining}
+                    pod,
+                    node,
+                    remaining,
+                    nodes,
+                    {**pods_by_node, node["metadata"]["name"]: remaining},
+                    nominated=nominated.get(node["metadata"]["name"], []),
                 )
                 if placement is not None:
                     key = (max(pod_priority(v) for v in victims), len(victims), node["metadata"]["name"])
@@ -377,31 +452,40 @@ class Scheduler:
         return True
 
     def _mark_unschedulable(self, pod: Obj, node_count: int, reasons: Counter[str]) -> None:
+        """Say why the pod fits nowhere, and clear its nomination: it fits nowhere and preempted
+        nothing, so the room it was nominated to is gone (kube-scheduler clears it then too), and the
+        provisioner, which passes over nominated pods, must see it."""
         details = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
         message = f"0/{node_count} nodes are available" + (f": {details}." if details else ".")
-        for condition in (pod.get("status") or {}).get("conditions") or []:
-            if condition.get("type") == "PodScheduled" and condition.get("message") == message:
-                return
+        status = pod.get("status") or {}
+        said = any(
+            condition.get("type") == "PodScheduled" and condition.get("message") == message
+            for condition in status.get("conditions") or []
+        )
+        if said and not status.get("nominatedNodeName"):
+            return
         now = self.store.clock.timestamp()
+
+        def unschedulable(obj: Obj) -> None:
+            obj.setdefault("status", {}).pop("nominatedNodeName", None)
+            _set_condition(
+                obj,
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                    "lastProbeTime": None,
+                    "lastTransitionTime": now,
+                },
+            )
+
         with contextlib.suppress(ApiError):
             self.store.update(
-                self._pods,
-                pod["metadata"]["namespace"],
-                pod["metadata"]["name"],
-                lambda o: _set_condition(
-                    o,
-                    {
-                        "type": "PodScheduled",
-                        "status": "False",
-                        "reason": "Unschedulable",
-                        "message": message,
-                        "lastProbeTime": None,
-                        "lastTransitionTime": now,
-                    },
-                ),
-                subresource="status",
+                self._pods, pod["metadata"]["namespace"], pod["metadata"]["name"], unschedulable, subresource="status"
             )
-        self.events.record(pod, "Warning", "FailedScheduling", message)
+        if not said:
+            self.events.record(pod, "Warning", "FailedScheduling", message)
 
 
 def _set_condition(obj: Obj, condition: Obj) -> None:
