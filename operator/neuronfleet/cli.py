@@ -230,6 +230,28 @@ def _other_kind(doc: object) -> str:
     return f"{kind}/{name}" if name else kind
 
 
+def _object_key(doc: object) -> tuple[str | None, str] | None:
+    """(namespace, name) of the object a document applies to, else None (no name to compare). A
+    missing namespace is None: the one it is applied to (kubectl's ``-n``, else the context's), the
+    same for every such document of one apply and unknown beside a document naming its own."""
+    metadata = doc.get("metadata") if isinstance(doc, dict) else None
+    if not isinstance(metadata, dict):
+        return None
+    name, namespace = metadata.get("name"), metadata.get("namespace")
+    if not isinstance(name, str) or not name:
+        return None
+    return (namespace if isinstance(namespace, str) and namespace else None), name
+
+
+def _duplicate_problem(key: tuple[str | None, str], first: str) -> Problem:
+    namespace, name = key
+    named = f"{namespace}/{name}" if namespace else f"{name} (no metadata.namespace: the namespace it is applied to)"
+    return Problem(
+        "metadata.name",
+        f"{named} is also defined in {first}: kubectl apply applies both to one object and keeps the last",
+    )
+
+
 def validate_files(
     paths: Iterable[str],
     neuron_scheduler: str | None = None,
@@ -246,9 +268,14 @@ def validate_files(
     ``url_policy`` is the operator's allow-list of spec Prometheus URLs, when known: a spec URL it
     refuses is warned about. Queries of a spec's own run against the operator's Prometheus are
     warned about, and are a problem with ``refuse_query_overrides`` (the operator's
-    ``--prometheus-refuse-query-overrides``).
+    ``--prometheus-refuse-query-overrides``). A document of the namespace and name of an earlier
+    one (:func:`_object_key`) is a problem naming the earlier: applied together, one object gets
+    both and keeps the last.
     """
     results: list[DocumentResult] = []
+    # Each object's first document: its label, and the file and index it was read from (a file
+    # named twice, or a directory and a file in it, is not a second definition).
+    defined: dict[tuple[str | None, str], tuple[str, tuple[Path, int]]] = {}
     for path in _manifest_files(paths):
         source = str(path)
         try:
@@ -295,6 +322,12 @@ def validate_files(
                     f"scaling {spec.scaling.mode} {spec.scaling.min_replicas}..{spec.scaling.max_replicas}, "
                     f"warm pool {spec.warm_pool.mode}"
                 )
+            key = _object_key(doc)
+            if key is not None:
+                origin = (path.resolve(), index)
+                first = defined.setdefault(key, (label, origin))
+                if first[1] != origin:
+                    result.problems.append(_duplicate_problem(key, first[0]))
             results.append(result)
     return results
 

@@ -616,3 +616,52 @@ def test_a_key_over_a_merged_one_is_an_override_not_a_duplicate() -> None:
     # YAML's merge: a key written beside `<<` replaces the merged one (as go-yaml reads it).
     text = "base: &b {a: 1, b: 2}\nx:\n  <<: *b\n  a: 3\n"
     assert load_manifests(text) == [{"base": {"a": 1, "b": 2}, "x": {"a": 3, "b": 2}}]
+
+
+def _bert(namespace: str | None, cores: int = 1) -> str:
+    """The bert example with ``namespace`` (None: the line removed) and ``cores`` per replica."""
+    text = (REPO / "examples" / "bert-embeddings.yaml").read_text()
+    assert "  namespace: search\n" in text and "neuronCoresPerReplica: 1\n" in text
+    line = f"  namespace: {namespace}\n" if namespace else ""
+    return text.replace("  namespace: search\n", line).replace(
+        "neuronCoresPerReplica: 1\n", f"neuronCoresPerReplica: {cores}\n"
+    )
+
+
+def test_two_manifests_of_one_namespace_and_name_are_refused_naming_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `kubectl apply -f dir/` applies both to one object: the last one wins, the first is lost.
+    (tmp_path / "a.yaml").write_text(_bert("search", cores=1))
+    (tmp_path / "b.yaml").write_text(_bert("search", cores=2))
+    assert main(["validate", "-f", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert (
+        f"metadata.name: search/minilm-embeddings is also defined in {tmp_path / 'a.yaml'}: kubectl apply "
+        "applies both to one object and keeps the last" in out
+    )
+    assert f"✗ {tmp_path / 'b.yaml'} (minilm-embeddings)" in out
+    assert "1 valid, 1 invalid" in out
+
+
+def test_documents_without_a_namespace_are_one_namespace_and_others_differ(tmp_path: Path) -> None:
+    # A manifest naming no namespace goes to the one it is applied to (kubectl's -n, else the
+    # context's): the same for every such document of one apply, unknown beside a named one.
+    path = tmp_path / "all.yaml"
+    path.write_text("\n---\n".join([_bert(None), _bert("search"), _bert("other"), _bert(None, cores=2)]))
+    results = validate_files([str(path)])
+    assert [[str(p) for p in r.problems] for r in results] == [
+        [],
+        [],
+        [],
+        [
+            f"metadata.name: minilm-embeddings (no metadata.namespace: the namespace it is applied to) is also "
+            f"defined in {path}#1: kubectl apply applies both to one object and keeps the last"
+        ],
+    ]
+
+
+def test_a_file_named_twice_is_not_a_duplicate_of_itself(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bert.yaml"
+    path.write_text(_bert("search"))
+    assert main(["validate", "-f", str(tmp_path), str(path)]) == 0, capsys.readouterr().out
