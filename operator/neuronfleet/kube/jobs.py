@@ -296,6 +296,28 @@ def job_phase(job: dict[str, Any] | None) -> tuple[JobPhase, str]:
     return "running", ""
 
 
+#: The Job status counters of its pods (batch/v1 JobStatus): running (``active``), ready, ended
+#: (``failed``, ``succeeded``, counted once the controller has removed the pod's finalizer) or being
+#: deleted (``terminating``, set with the JobPodReplacementPolicy feature, on by default since 1.29).
+_POD_COUNTERS = ("active", "ready", "failed", "succeeded", "terminating")
+
+
+def job_made_a_pod(job: dict[str, Any]) -> bool:
+    """Whether the Job's own status says it has made a pod (one running, ended or being deleted, or
+    one ended not yet counted: ``uncountedTerminatedPods``). Its counters are kept after the pod is
+    gone: a Job between two attempts (a failed or lost pod deleted, the next one not yet made after
+    the back-off) lists no pod but has made one.
+
+    Not every pod is counted: one ended by a disruption that the compile Job's pod failure policy
+    ignores (preempted, its node gone) is counted nowhere once it is gone.
+    """
+    status = job.get("status") or {}
+    if any(int(status.get(counter) or 0) > 0 for counter in _POD_COUNTERS):
+        return True
+    uncounted = status.get("uncountedTerminatedPods") or {}
+    return bool(uncounted.get("failed") or uncounted.get("succeeded"))
+
+
 def job_image(job: dict[str, Any]) -> str | None:
     """The image the compile Job's pods run (its compile container's); None when it names none."""
     pod_spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}

@@ -9,7 +9,8 @@ nothing.
 
 A running compile Job's message says why its pod has not started: unschedulable, its image not
 pulled, or no pod at all :data:`NO_POD_SECONDS` after the Job was made (the API server refusing the
-pod: a ResourceQuota, a LimitRange, an admission webhook). Without it the Compiled condition reads
+pod: a ResourceQuota, a LimitRange, an admission webhook) while its status counts none ever made (a
+Job between two attempts lists none either). Without it the Compiled condition reads
 "compile Job running" for the Job's whole ``timeoutSeconds``, then DeadlineExceeded without a cause.
 Such a Job's FailedCreate Events are then read (only then: a healthy fleet costs no read): the Job
 controller's record of each refused create, in the API server's words, which planning names
@@ -43,6 +44,7 @@ from neuronfleet.kube.jobs import (
     compile_job_name,
     compile_job_selector,
     job_image,
+    job_made_a_pod,
     job_phase,
 )
 from neuronfleet.planning.admission import DEFAULT_ACCOUNT
@@ -149,7 +151,9 @@ def _created(obj: Obj) -> datetime | None:
 def _no_pod_details(job: Obj, now: datetime | None) -> str:
     """Why a running compile Job has no pod: a FailedCreate-like condition's message if its status
     has one, else, once it is :data:`NO_POD_SECONDS` old on ``now``, that the API server may be
-    refusing the pod. Empty while it is younger, suspended, or its age is unknown."""
+    refusing the pod. Empty while it is younger, suspended, or its age is unknown, and once its status
+    shows it has made a pod (:func:`~neuronfleet.kube.jobs.job_made_a_pod`): no pod listed is then a
+    Job between attempts, not one refused."""
     status = job.get("status") or {}
     for condition in status.get("conditions") or []:
         reason = str(condition.get("reason") or "")
@@ -157,6 +161,11 @@ def _no_pod_details(job: Obj, now: datetime | None) -> str:
             return f"{reason}: {str(condition.get('message') or '').strip()[:300]}".rstrip(": ")
     if (job.get("spec") or {}).get("suspend"):
         return ""  # no pod by design
+    if job_made_a_pod(job):
+        # Between two attempts: its failed or lost pod gone, the next made after the Job controller's
+        # back-off (up to minutes). Its age says nothing then, and a FailedCreate Event of before its
+        # first pod (Events last an hour) is no cause now.
+        return ""
     created = _created(job)
     if now is None or created is None:
         return ""

@@ -1,0 +1,186 @@
+"""A running compile Job with no pod listed between two attempts is not a Job the API server refuses.
+
+The Job controller replaces a compile pod that failed or was lost (its node gone, preempted) after
+its back-off: meanwhile the Job lists no pod. Read by its age alone as "never made a pod", it was
+reported refused (Compiled=False PodCreationRefused, Degraded=True with a Warning) from a
+FailedCreate Event of before its first pod (Events last an hour), and with spec.compile changed
+meanwhile the running Job was deleted. Found by review r8; the genuine case (a quota refusing the
+first pod) is reported as before (tests/unit/test_compile_pod_refusals.py).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.artifacts.store import ArtifactStore
+from neuronfleet.kube.builders import BuilderConfig
+from neuronfleet.kube.jobs import build_compile_job
+from neuronfleet.planning.compile import compile_request
+from neuronfleet.planning.observation import DeploymentMemory, StatusMemory
+from neuronfleet.planning.reasons import Reason
+from neuronfleet.planning.reconcile_plan import DeleteCompileJob, ReconcilePlan, plan_reconcile, status_events
+from neuronfleet.reconcile import OperatorSettings, Reconciler
+
+IMAGE = "registry.example/neuronserve:0.1.0"
+NOW = datetime(2026, 12, 5, 3, 0, 0, tzinfo=UTC)
+QUOTA = (
+    'Error creating: pods "emb-compile-x" is forbidden: exceeded quota: compute, requested: requests.memory=16Gi, '
+    "used: requests.memory=60Gi, limited: requests.memory=64Gi"
+)
+
+
+def _z(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _deployment(tmp_path: Path, memory: str | None = None) -> InferenceDeployment:
+    source = tmp_path / "model.pt"
+    source.write_bytes(b"weights")
+    spec: dict[str, Any] = {"model": {"source": str(source), "format": "torchscript"}}
+    if memory is not None:
+        spec["compile"] = {"memory": memory}
+    return InferenceDeployment.model_validate(
+        {
+            "apiVersion": "serving.neuronfleet.dev/v1alpha1",
+            "kind": "InferenceDeployment",
+            "metadata": {"name": "emb", "namespace": "ns", "uid": "uid-1", "generation": 1},
+            "spec": spec,
+        }
+    )
+
+
+def _event(reason: str, message: str, minutes_ago: float, count: int = 1) -> dict[str, Any]:
+    at = _z(NOW - timedelta(minutes=minutes_ago))
+    return {
+        "metadata": {"name": f"emb-compile.{reason}.{minutes_ago}", "creationTimestamp": at},
+        "reason": reason,
+        "message": message,
+        "firstTimestamp": at,
+        "lastTimestamp": at,
+        "count": count,
+    }
+
+
+class _JobWithoutPodKube:
+    """The compile Job (of ``job_dep``'s spec) was made 40 min ago, with ``status``; no pod of it is
+    listed now, and its Events are ``events`` (by default: a quota refused its pod 39 min ago, three
+    times, before the pod was made). The fleet has no pod and no node."""
+
+    def __init__(
+        self,
+        job_dep: InferenceDeployment,
+        store: Path,
+        status: dict[str, Any],
+        events: list[dict[str, Any]] | None = None,
+    ) -> None:
+        self.job_dep, self.store, self.status = job_dep, store, status
+        self.events = [_event("FailedCreate", QUOTA, 39, count=3)] if events is None else events
+        self.event_reads = 0
+
+    async def list_jobs(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
+        request = compile_request(
+            self.job_dep.spec, str(self.store), ArtifactStore().fingerprint(self.job_dep.spec.model.source), IMAGE
+        )
+        job = build_compile_job(self.job_dep, request, BuilderConfig(model_server_image=IMAGE))
+        job["metadata"]["uid"] = "job-1"
+        job["metadata"]["creationTimestamp"] = _z(NOW - timedelta(minutes=40))
+        job["status"] = {"startTime": _z(NOW - timedelta(minutes=40)), **self.status}
+        return [job]
+
+    async def list_pods(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
+        return []
+
+    async def list_nodes(self, fresh: bool = False) -> list[dict[str, Any]]:
+        return []
+
+    async def list_events(self, namespace: str, fields: Any) -> list[dict[str, Any]]:
+        self.event_reads += 1
+        return self.events
+
+    async def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return {"metadata": {"name": name}}
+
+
+async def _plan(tmp_path: Path, kube: _JobWithoutPodKube, dep: InferenceDeployment) -> ReconcilePlan:
+    settings = OperatorSettings(artifact_store=str(kube.store), builder=BuilderConfig(model_server_image=IMAGE))
+    reconciler = Reconciler(kube, ArtifactStore(), settings, clock=lambda: NOW)  # type: ignore[arg-type]
+    observation = await reconciler.observe(dep, DeploymentMemory(), StatusMemory())
+    return plan_reconcile(dep, observation, DeploymentMemory(), StatusMemory(), settings.fleet, lambda _: "template")
+
+
+def _conditions(plan: ReconcilePlan) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in plan.status["conditions"]}
+
+
+#: What the Job's status says of a pod that existed: one running or ready (the list raced it), one
+#: failed or succeeded (counted, or not yet: uncountedTerminatedPods), one being deleted.
+MADE_A_POD = [
+    {"active": 0, "failed": 1},
+    {"active": 1},
+    {"ready": 1},
+    {"succeeded": 1},
+    {"terminating": 1},
+    {"uncountedTerminatedPods": {"failed": ["pod-uid-1"]}},
+]
+
+
+async def test_a_job_whose_pod_failed_and_is_not_yet_replaced_is_compiling_not_refused(tmp_path: Path) -> None:
+    dep = _deployment(tmp_path)
+    kube = _JobWithoutPodKube(dep, tmp_path / "store", {"active": 0, "failed": 1})
+    plan = await _plan(tmp_path, kube, dep)
+    conditions = _conditions(plan)
+    compiled = conditions["Compiled"]
+    assert (compiled["status"], compiled["reason"]) == ("Unknown", Reason.COMPILING), compiled
+    assert compiled["message"].startswith("compile Job running for "), compiled["message"]
+    assert "refus" not in compiled["message"] and "no pod created" not in compiled["message"]
+    assert conditions["Degraded"]["status"] != "True", conditions["Degraded"]
+    events = status_events(StatusMemory(), plan.status, plan.scale_reason)
+    assert [e for e in events if e.reason == Reason.POD_CREATION_REFUSED] == [], events
+    # The Event of before its first pod is not a question this Job raises: not read.
+    assert kube.event_reads == 0
+
+
+@pytest.mark.parametrize("status", MADE_A_POD, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+async def test_no_pod_listed_is_not_a_refusal_once_the_jobs_status_shows_one_existed(
+    tmp_path: Path, status: dict[str, Any]
+) -> None:
+    dep = _deployment(tmp_path)
+    for events in ([], None):  # no Event (expired) or the old refusal's: neither says refused
+        plan = await _plan(tmp_path, _JobWithoutPodKube(dep, tmp_path / "store", status, events), dep)
+        compiled = _conditions(plan)["Compiled"]
+        assert compiled["reason"] == Reason.COMPILING, compiled
+        assert "no pod created" not in compiled["message"], compiled["message"]
+
+
+async def test_a_job_between_two_pods_is_kept_when_spec_compile_changed(tmp_path: Path) -> None:
+    # Made under spec.compile.memory 16Gi, since raised: a running Job is kept (the change applies to
+    # the next compile); only one the API server refuses, which never ran, is replaced at once.
+    job_dep, dep = _deployment(tmp_path, "16Gi"), _deployment(tmp_path, "24Gi")
+    kube = _JobWithoutPodKube(job_dep, tmp_path / "store", {"active": 0, "failed": 1})
+    plan = await _plan(tmp_path, kube, dep)
+    assert [a for a in plan.compile_actions if isinstance(a, DeleteCompileJob)] == []
+    refused = _JobWithoutPodKube(job_dep, tmp_path / "store", {"active": 0})
+    plan = await _plan(tmp_path, refused, dep)
+    assert [a.name for a in plan.compile_actions if isinstance(a, DeleteCompileJob)] != []
+
+
+@pytest.mark.parametrize("status", [{}, {"active": 0, "failed": 0, "succeeded": 0, "ready": 0, "terminating": 0}])
+async def test_a_job_that_never_made_a_pod_is_still_refused(tmp_path: Path, status: dict[str, Any]) -> None:
+    # The genuine case: the quota refused the Job's first pod, and the Job controller keeps trying.
+    dep = _deployment(tmp_path)
+    kube = _JobWithoutPodKube(dep, tmp_path / "store", status, [_event("FailedCreate", QUOTA, 1, count=9)])
+    plan = await _plan(tmp_path, kube, dep)
+    conditions = _conditions(plan)
+    assert (conditions["Compiled"]["status"], conditions["Compiled"]["reason"]) == (
+        "False",
+        Reason.POD_CREATION_REFUSED,
+    )
+    assert (conditions["Degraded"]["status"], conditions["Degraded"]["reason"]) == (
+        "True",
+        Reason.POD_CREATION_REFUSED,
+    )
