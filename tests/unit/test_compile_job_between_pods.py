@@ -184,3 +184,53 @@ async def test_a_job_that_never_made_a_pod_is_still_refused(tmp_path: Path, stat
         "True",
         Reason.POD_CREATION_REFUSED,
     )
+
+
+# ------------------------------------------- a pod its status does not count: the Job's own Events
+
+
+def _created_pod(minutes_ago: float) -> dict[str, Any]:
+    return _event("SuccessfulCreate", "Created pod: emb-compile-x-abcde", minutes_ago)
+
+
+async def test_a_failed_create_older_than_the_jobs_last_pod_is_not_the_cause(tmp_path: Path) -> None:
+    # The compile Job's pod failure policy ignores a disruption (preempted, its node gone): such a pod
+    # is counted nowhere in the Job's status once gone. The Job controller's SuccessfulCreate Event of
+    # it, newer than the refusal, says the Job made a pod since.
+    job_dep, dep = _deployment(tmp_path, "16Gi"), _deployment(tmp_path, "24Gi")
+    events = [_event("FailedCreate", QUOTA, 39, count=3), _created_pod(38)]
+    kube = _JobWithoutPodKube(job_dep, tmp_path / "store", {"active": 0}, events)
+    conditions = _conditions(await _plan(tmp_path, kube, job_dep))
+    assert conditions["Compiled"]["reason"] == Reason.COMPILING, conditions["Compiled"]
+    assert "no pod created" not in conditions["Compiled"]["message"], conditions["Compiled"]["message"]
+    assert conditions["Degraded"]["status"] != "True", conditions["Degraded"]
+    # spec.compile changed meanwhile: the running Job is kept.
+    plan = await _plan(tmp_path, kube, dep)
+    assert [a for a in plan.compile_actions if isinstance(a, DeleteCompileJob)] == []
+
+
+async def test_a_failed_create_newer_than_the_jobs_last_pod_is_the_cause(tmp_path: Path) -> None:
+    # Its pod lost, the Job's next one is refused now (the quota taken meanwhile): refused again.
+    dep = _deployment(tmp_path)
+    events = [_created_pod(38), _event("FailedCreate", QUOTA, 1, count=4)]
+    plan = await _plan(tmp_path, _JobWithoutPodKube(dep, tmp_path / "store", {"active": 0}, events), dep)
+    compiled = _conditions(plan)["Compiled"]
+    assert (compiled["status"], compiled["reason"]) == ("False", Reason.POD_CREATION_REFUSED), compiled
+
+
+async def test_a_resumed_job_is_aged_from_its_start_and_an_older_refusal_is_not_its_cause(tmp_path: Path) -> None:
+    # Kubernetes resets status.startTime when a suspended Job is resumed (by a queue controller such
+    # as Kueue): made 40 min ago, started 30 s ago, it is young; a FailedCreate of before is no cause.
+    dep = _deployment(tmp_path)
+    started = {"active": 0, "startTime": _z(NOW - timedelta(seconds=30))}
+    kube = _JobWithoutPodKube(dep, tmp_path / "store", started)
+    plan = await _plan(tmp_path, kube, dep)
+    compiled = _conditions(plan)["Compiled"]
+    assert (compiled["reason"], kube.event_reads) == (Reason.COMPILING, 0), compiled
+    assert "no pod created" not in compiled["message"], compiled["message"]
+    # Two minutes after the start, still no pod: the old Event is still not why; the age is the start's.
+    kube.status = {"active": 0, "startTime": _z(NOW - timedelta(seconds=150))}
+    plan = await _plan(tmp_path, kube, dep)
+    compiled = _conditions(plan)["Compiled"]
+    assert compiled["reason"] == Reason.COMPILING, compiled
+    assert "its pod is waiting: no pod created for 2 min: the API server may be refusing it" in compiled["message"]

@@ -280,11 +280,12 @@ async def test_the_newest_failed_create_event_is_read_once_the_job_has_had_no_po
     seen = await _observe(kube, dep, 90)
     assert seen.failed_create == QUOTA
     assert seen.missing_service_account is None and kube.account_reads == [], "the Event said why: no account read"
+    # All the Job's Events (not only FailedCreate: its SuccessfulCreate says a refusal is older than
+    # its last pod, tests/unit/test_compile_job_between_pods.py), of this Job only (its uid).
     assert kube.event_reads == [
         {
             "involvedObject.kind": "Job",
             "involvedObject.name": job["metadata"]["name"],
-            "reason": "FailedCreate",
             "involvedObject.uid": "job-uid-1",
         }
     ]

@@ -12,12 +12,13 @@ pulled, or no pod at all :data:`NO_POD_SECONDS` after the Job was made (the API 
 pod: a ResourceQuota, a LimitRange, an admission webhook) while its status counts none ever made (a
 Job between two attempts lists none either). Without it the Compiled condition reads
 "compile Job running" for the Job's whole ``timeoutSeconds``, then DeadlineExceeded without a cause.
-Such a Job's FailedCreate Events are then read (only then: a healthy fleet costs no read): the Job
-controller's record of each refused create, in the API server's words, which planning names
-(``planning.admission.compile_refusal``). When there is none, or the operator may not list Events
-(403: an older chart) or the read fails, the Job's ServiceAccount is read instead, since a missing
-account is the refusal a person most often causes (a typo, or a namespace not yet set up); a read
-that fails too leaves the cause unknown, and the message as it was. Each answer is kept a minute,
+Such a Job's Events are then read (only then: a healthy fleet costs no read): its FailedCreate, the
+Job controller's record of each refused create, in the API server's words, which planning names
+(``planning.admission.compile_refusal``), unless its SuccessfulCreate says it made a pod since (one
+its status does not count: see :func:`_read_failed_create`). When there is none, or the operator may
+not list Events (403: an older chart) or the read fails, the Job's ServiceAccount is read instead,
+since a missing account is the refusal a person most often causes (a typo, or a namespace not yet
+set up); a read that fails too leaves the cause unknown, and the message as it was. Each answer is kept a minute,
 per Job (:class:`JobEventReads`) and per namespace and account (:class:`AccountReads`), one of each
 per operator, held by the reconciler: a fleet of deployments stuck so reads about once a minute per
 Job, not once per deployment per reconcile.
@@ -76,7 +77,8 @@ class CompileJobs:
     missing_service_account: str | None = None
     #: The message of the newest FailedCreate Event of the current request's running Job, read because
     #: the Job has made no pod (``Error creating: <the API server's refusal>``); None when there is
-    #: none, or it could not be read (then ``missing_service_account`` is read instead).
+    #: none, one older than the Job's last pod or current run, or it could not be read (then
+    #: ``missing_service_account`` is read instead).
     failed_create: str | None = None
     #: Each Job being deleted (held by another controller's finalizer) with the live pods it controls
     #: (matched by its uid): what the plan deletes until none is left.
@@ -137,23 +139,38 @@ NO_POD_SECONDS = 60.0
 _FAILED_CREATE = "FailedCreate"
 
 
-def _created(obj: Obj) -> datetime | None:
-    stamp = obj["metadata"].get("creationTimestamp")
+def _stamp(stamp: object) -> datetime | None:
     if not isinstance(stamp, str):
         return None
     try:
-        created = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return created if created.tzinfo is not None else None
+    return when if when.tzinfo is not None else None
+
+
+def _created(obj: Obj) -> datetime | None:
+    return _stamp(obj["metadata"].get("creationTimestamp"))
+
+
+def _job_started(job: Obj) -> datetime | None:
+    """When the Job's current run began, as Kubernetes says: its ``status.startTime`` (set by the Job
+    controller on its first sync, and reset when the Job is resumed from suspension, e.g. by a queue
+    controller such as Kueue), or its creation when it has none yet."""
+    created = _created(job)
+    started = _stamp((job.get("status") or {}).get("startTime"))
+    if created is None or started is None:
+        return started or created
+    return max(created, started)
 
 
 def _no_pod_details(job: Obj, now: datetime | None) -> str:
     """Why a running compile Job has no pod: a FailedCreate-like condition's message if its status
     has one, else, once it is :data:`NO_POD_SECONDS` old on ``now``, that the API server may be
-    refusing the pod. Empty while it is younger, suspended, or its age is unknown, and once its status
-    shows it has made a pod (:func:`~neuronfleet.kube.jobs.job_made_a_pod`): no pod listed is then a
-    Job between attempts, not one refused."""
+    refusing the pod (aged from its start: :func:`_job_started`). Empty while it is younger, suspended,
+    or its age is unknown, and once its status shows it has made a pod
+    (:func:`~neuronfleet.kube.jobs.job_made_a_pod`): no pod listed is then a Job between attempts, not
+    one refused."""
     status = job.get("status") or {}
     for condition in status.get("conditions") or []:
         reason = str(condition.get("reason") or "")
@@ -166,10 +183,10 @@ def _no_pod_details(job: Obj, now: datetime | None) -> str:
         # back-off (up to minutes). Its age says nothing then, and a FailedCreate Event of before its
         # first pod (Events last an hour) is no cause now.
         return ""
-    created = _created(job)
-    if now is None or created is None:
+    started = _job_started(job)
+    if now is None or started is None:
         return ""
-    age = (now - created).total_seconds()
+    age = (now - started).total_seconds()
     if age < NO_POD_SECONDS:
         return ""
     name, namespace = job["metadata"]["name"], job["metadata"].get("namespace") or ""
@@ -279,11 +296,12 @@ async def _read_account(kube: KubeApi, namespace: str, name: str) -> AccountAnsw
 
 @dataclass(frozen=True)
 class FailedCreateAnswer:
-    """What one read of a Job's FailedCreate Events found: ``found`` (the newest one's ``message``),
-    ``none``, ``unreadable`` (an error answer: 403, the operator's role lacks `list events`, an older
-    chart) or ``unanswered`` (a timeout, a refused connection)."""
+    """What one read of a Job's Events found: ``found`` (the newest FailedCreate's ``message``: the
+    Job's last pod create was refused), ``made`` (the Job made a pod after its newest FailedCreate, or
+    with none: a SuccessfulCreate), ``none``, ``unreadable`` (an error answer: 403, the operator's role
+    lacks `list events`, an older chart) or ``unanswered`` (a timeout, a refused connection)."""
 
-    state: Literal["found", "none", "unreadable", "unanswered"]
+    state: Literal["found", "made", "none", "unreadable", "unanswered"]
     message: str = ""
 
 
@@ -325,13 +343,26 @@ def _event_time(event: Obj) -> datetime:
     return _NEVER
 
 
+#: The reason of the Job controller's Event for each pod it made (``Created pod: <name>``).
+_SUCCESSFUL_CREATE = "SuccessfulCreate"
+
+
 async def _read_failed_create(kube: KubeApi, job: Obj) -> FailedCreateAnswer:
-    """One list of the FailedCreate Events of ``job`` (the Job controller's refused pod creates),
-    filtered by the API server (pkg/registry/core/event: involvedObject.kind, .name, .uid and reason
-    are selectable fields); the newest one's message."""
+    """One list of the Events of ``job``, filtered by the API server (pkg/registry/core/event:
+    involvedObject.kind, .name and .uid are selectable fields): the newest FailedCreate's message
+    (the Job controller's refused pod creates), unless the Job made a pod since (its SuccessfulCreate
+    is as new or newer). Both kinds in one list: a Job has few Events.
+
+    A refusal older than the Job's last pod is not why it has none now: its status counts no pod that
+    a disruption ended, which its pod failure policy ignores (preempted, its node gone), so such a Job
+    between two pods reads as one that never made any, and a FailedCreate of before its first pod is
+    kept an hour. Events of before the Job's current run (its ``status.startTime``, reset when it is
+    resumed from suspension; the Job controller stamps both) are not about it either. A
+    SuccessfulCreate dropped by the event recorder's spam filter, or expired (an hour), leaves the
+    refusal read as the newest."""
     meta = job["metadata"]
     namespace = str(meta.get("namespace") or "")
-    fields = {"involvedObject.kind": "Job", "involvedObject.name": str(meta["name"]), "reason": _FAILED_CREATE}
+    fields = {"involvedObject.kind": "Job", "involvedObject.name": str(meta["name"])}
     if meta.get("uid"):
         # A Job deleted and made again under the same name (a superseded compile) has a new uid: the
         # old one's Events are not this one's.
@@ -341,11 +372,16 @@ async def _read_failed_create(kube: KubeApi, job: Obj) -> FailedCreateAnswer:
     except _READ_FAILED as exc:
         logger.debug("%s: Events of Job %s not read: %s", namespace, meta["name"], exc)
         return FailedCreateAnswer("unreadable" if isinstance(exc, ApiException) else "unanswered")
+    started = _stamp((job.get("status") or {}).get("startTime")) or _NEVER
+    current = [event for event in events if _event_time(event) >= started]
     messages = [
         (_event_time(event), str(event.get("message") or ""))
-        for event in events
+        for event in current
         if event.get("reason") == _FAILED_CREATE and event.get("message")
     ]
+    made = [_event_time(event) for event in current if event.get("reason") == _SUCCESSFUL_CREATE]
+    if made and (not messages or max(made) >= max(messages)[0]):
+        return FailedCreateAnswer("made")
     if not messages:
         return FailedCreateAnswer("none")
     return FailedCreateAnswer("found", max(messages)[1])
@@ -379,7 +415,8 @@ async def _waiting_details(
     """Why a running compile Job's pod has not started: unschedulable, its image not pulled, or no
     pod made at all (see :func:`_no_pod_details`); with the latter, the message of the Job's newest
     FailedCreate Event (the API server's refusal, in the Job controller's words), else (none, or
-    the Events could not be read) the Job's ServiceAccount when a read finds it missing.
+    the Events could not be read) the Job's ServiceAccount when a read finds it missing; nothing when
+    its Events say it made a pod after the last refusal (between two pods).
 
     Empty when it runs (or nothing says why not). A Job stuck so would otherwise read "running"
     until its deadline, then "DeadlineExceeded" without the cause.
@@ -390,6 +427,8 @@ async def _waiting_details(
         if not details or now is None:
             return details, None, None
         failed = await (events or JobEventReads()).answer(kube, job, now)
+        if failed.state == "made":
+            return "", None, None  # between two pods, which its status does not count (see the read)
         if failed.state == "found":
             return details, None, failed.message
         return details, await _missing_account(kube, namespace, job, now, accounts), None
