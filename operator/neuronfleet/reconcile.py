@@ -11,7 +11,8 @@ and writes what that returns:
    durable memory read back from the status (``StatusMemory``: desired replicas, sticky placement,
    the served artifact, last scale, condition times, the rollout's start);
 3. apply (:meth:`Reconciler.apply`): the status (a merge patch of what changed, nothing when
-   nothing did; published first, so the artifact is visible before the pods it leads to), compile
+   nothing did; published first, so the artifact is visible before the pods it leads to; when its
+   409 shows a new spec, nothing of the plan is written or applied: :class:`Superseded`), compile
    Jobs, pod creations / relabels / deletions in the plan's order (stopping at the first failed
    call, and at a pod to relabel that is gone), Service and PDB (diffed first), then the status
    again if the apply's outcome changed it. A failed call after the first status write (an error
@@ -166,9 +167,10 @@ class ReconcileReport:
     writes: int = 0
     #: The daemon stopped during the reconcile: the writes after that point were left undone.
     stopped: bool = False
-    #: A status write met a conflict twice: the first (:data:`STATUS_CONFLICT`, nothing was
-    #: applied) or the one after the apply (:data:`STATUS_CONFLICT_AFTER_APPLY`: the plan was applied
-    #: and its Events are in this report; the outcome stays in memory for the next first write).
+    #: A status write met a conflict twice, or once when the object read again was no longer the
+    #: one planned from (:class:`Superseded`: a new spec, deleted): the first write (nothing was
+    #: written or applied) or the one after the apply (the plan was applied and its Events are in
+    #: this report; the outcome stays in memory for the next first write).
     #: A race with another writer, not a failure: the conflict adds no error and no back-off; the
     #: daemon runs the reconcile again at once (once), from the object as its watch has it then.
     #: An apply error of the same reconcile is still in :attr:`error` (and counted in the error
@@ -230,6 +232,37 @@ STATUS_CONFLICT_AFTER_APPLY = (
     "status: the object changed while the status after the apply was written (409 Conflict, once more after "
     "reading it again); the outcome is kept in memory and the reconcile runs again at once"
 )
+
+
+#: What the operator logs when a status write's 409 showed another object than the one planned from.
+STATUS_SUPERSEDED = (
+    "status: the object changed while its status was written (409 Conflict) and, read again, {why}: "
+    "{what}; the reconcile runs again at once"
+)
+
+
+class Superseded(Exception):
+    """A status write met 409 and the object read again is not the one the plan was made from: its
+    spec changed (another generation), it is being deleted, or it was deleted and created again.
+
+    The plan's status would describe a spec the object no longer has (an observedGeneration behind
+    it, a desired replica count the user just changed), and its actions would make pods for it that
+    the next reconcile deletes, each with a CreatedPod / Scaled Event contradicting the user's edit.
+    A race, not a failure: reported as a conflict, and the daemon re-runs the reconcile at once.
+    """
+
+
+def _superseded(planned: Mapping[str, Any], fresh: Mapping[str, Any]) -> str | None:
+    """Why ``fresh`` (the object read again) is no longer the object whose metadata was ``planned``
+    (None: the same one at a later resourceVersion: a status or metadata change only)."""
+    meta = fresh.get("metadata") or {}
+    if planned.get("uid") and meta.get("uid") and meta.get("uid") != planned.get("uid"):
+        return "it was deleted and created again (another uid)"
+    if meta.get("deletionTimestamp"):
+        return "it is being deleted"
+    if planned.get("generation") is not None and meta.get("generation") != planned.get("generation"):
+        return f"its spec changed (generation {planned.get('generation')} -> {meta.get('generation')})"
+    return None
 
 
 class NameTaken(Exception):
@@ -474,13 +507,22 @@ class Reconciler:
     # ------------------------------------------------------------------------------------ apply
 
     async def _write_status(
-        self, namespace: str, name: str, known: Mapping[str, Any], new: Mapping[str, Any], version: str | None
+        self,
+        namespace: str,
+        name: str,
+        known: Mapping[str, Any],
+        new: Mapping[str, Any],
+        version: str | None,
+        planned: Mapping[str, Any],
     ) -> StatusWrite:
         """Write what changed from ``known`` (the object's status at ``version``) to ``new``, sent
         with ``version``: a conflict (409, the object changed since) reads the object again once and
         writes ``new`` over that, with the other controllers' conditions as it has them. A second
         conflict raises (its ApiException); on either of a reconcile's writes it is reported as a
         conflict (:attr:`ReconcileReport.conflict`), which the daemon re-runs at once to plan anew.
+
+        ``planned``: the metadata of the body ``new`` was planned from. When the object read again is
+        no longer that one (:func:`_superseded`), nothing is written: :class:`Superseded` is raised.
         """
         target = with_foreign_conditions(new, known)
         patch = status_patch(known, target)
@@ -497,6 +539,8 @@ class Reconciler:
         fresh = await self.kube.read("InferenceDeployment", namespace, name)
         if fresh is None:
             raise conflict  # deleted meanwhile: nothing to write
+        if (why := _superseded(planned, fresh)) is not None:
+            raise Superseded(why) from conflict
         fresh_status = fresh.get("status")
         live: Mapping[str, Any] = fresh_status if isinstance(fresh_status, Mapping) else {}
         fresh_version = (fresh.get("metadata") or {}).get("resourceVersion")
@@ -751,8 +795,16 @@ class Reconciler:
             )
         if stopping.is_set():
             return ReconcileReport((), (), status, False, memory, None, 0, stopped=True)
+        planned = body.get("metadata") or {}
         try:
-            first = await self._write_status(namespace, dep.name, status, plan.status, version)
+            first = await self._write_status(namespace, dep.name, status, plan.status, version, planned)
+        except Superseded as exc:
+            # Planned from a spec the object no longer has: none of it is applied either. The
+            # re-run plans from the object as the watch has it then (a watch that has not delivered
+            # the new spec yet makes it meet this once more; its delivery wakes the daemon).
+            what = "nothing of the plan made from it before is written or applied"
+            logger.info("%s/%s: %s", namespace, dep.name, STATUS_SUPERSEDED.format(why=exc, what=what))
+            return ReconcileReport((), (), status, False, memory, None, 0, conflict=True)
         except ApiException as exc:
             if exc.status != 409:
                 raise
@@ -778,11 +830,19 @@ class Reconciler:
             if stopping.is_set():
                 final = plan.status
             else:
-                second = await self._write_status(namespace, dep.name, first.status, final, first.version)
+                second = await self._write_status(namespace, dep.name, first.status, final, first.version, planned)
                 if second.written:
                     writes += 1
                     seen += (*second.seen, *((first.version,) if first.written and first.version else ()))
                     last = second
+        except Superseded as exc:
+            # The spec changed during the apply: its outcome is that of a plan the object no longer
+            # asks for. What was applied and written first stands, and its Events are true; the
+            # re-run plans from the new spec and writes its own status.
+            conflict = True
+            what = "the apply's outcome is not written (what it did stands)"
+            logger.info("%s/%s: %s", namespace, dep.name, STATUS_SUPERSEDED.format(why=exc, what=what))
+            final = plan.status
         except _CALL_FAILED as exc:
             # Raising here would lose the Events of what was applied and of the first write (a
             # "Scaled" that the next reconcile, reading the new desired count, never posts). The
@@ -879,7 +939,12 @@ class Reconciler:
         if stopping.is_set():
             return ReconcileReport((), (), status, False, memory, message, 0, stopped=True)
         try:
-            write = await self._write_status(namespace, name, status, new, version)
+            write = await self._write_status(namespace, name, status, new, version, metadata)
+        except Superseded as exc:
+            # The spec rejected is no longer the object's (fixed meanwhile): said of it, nothing.
+            what = "the spec rejected before is not reported"
+            logger.info("%s/%s: %s", namespace, name, STATUS_SUPERSEDED.format(why=exc, what=what))
+            return ReconcileReport((), (), status, False, memory, None, 0, conflict=True)
         except ApiException as exc:
             if exc.status != 409:
                 raise

@@ -295,3 +295,33 @@ async def test_an_invalid_spec_read_again_after_a_conflict_is_not_announced_agai
     records = requests_for(harness, "broken", since)
     assert status_patches(records)[:1] == [409] and [r.method for r in records].count("GET") == 1
     assert [(e.reason.value, e.message) for e in second.events] == [], "announced again from the lagging body"
+
+
+async def test_a_plan_of_the_spec_before_a_scale_is_not_applied_when_its_409_shows_the_new_one(
+    bare: tuple[OperatorHarness, OperatorContext],
+) -> None:
+    # A reconcile planned from the body before a `kubectl scale`: its status write met 409, the
+    # object read again had the new spec, and the old status was written over it and the old plan
+    # applied anyway: pods made for 2 replicas (CreatedPod Events) that the user had just scaled to 0.
+    harness, context = bare
+    reconciler = context.reconciler
+    await harness.apply(manual(harness, "scaled", replicas=2))
+    before = copy.deepcopy(harness.deployment(NS, "scaled"))  # what the operator's watch holds
+    await harness.scale(NS, "scaled", 0)
+    scaled = harness.deployment(NS, "scaled")
+    assert scaled["metadata"]["generation"] != before["metadata"]["generation"]
+
+    since = len(harness.cluster.request_log)
+    report = await reconciler.reconcile(before, DeploymentMemory())
+
+    assert report.conflict and report.error is None and report.events == ()
+    assert status_patches(requests_for(harness, "scaled", since)) == [409]
+    assert not harness.pods(NS, "scaled"), "the plan of the spec before the scale was applied"
+    assert harness.deployment(NS, "scaled").get("status") == scaled.get("status")
+
+    # The re-run, from the object as the watch has it now, plans the new spec.
+    again = await reconciler.reconcile(harness.deployment(NS, "scaled"), report.memory)
+    assert not again.conflict and again.error is None and again.writes >= 1
+    assert not harness.pods(NS, "scaled")
+    status = harness.deployment(NS, "scaled")["status"]
+    assert status["observedGeneration"] == scaled["metadata"]["generation"] and status["desiredReplicas"] == 0

@@ -1,0 +1,250 @@
+"""A status write refused (409) because the user changed the spec since the body was read.
+
+The reconcile plans from the body its watch delivered; its status write carries that body's
+resourceVersion and meets 409 when the object changed since. It then reads the object again and
+wrote its status over it whatever had changed: also when the copy read again had a new spec (a
+``kubectl scale`` or edit meanwhile), and then applied the old spec's plan: pods made for a replica
+count the user had just changed, each with a CreatedPod Event, for the next reconcile to delete. A
+copy read again at another generation, or being deleted, is no longer the object the plan was made
+for: nothing of it is written or applied, and the reconcile ends as a conflict (the daemon runs it
+again at once, from the object as its watch has it then). Review r8.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.artifacts.store import ArtifactStore
+from neuronfleet.kube.builders import BuilderConfig
+from neuronfleet.kube.client import JobDeletion
+from neuronfleet.planning.observation import DeploymentMemory
+from neuronfleet.reconcile import OperatorSettings, Reconciler, ReconcileReport
+from neuronfleet.sandbox.artifacts import record_uncompiled_artifact
+
+IMAGE = "registry.example/neuronserve:0.1.0"
+
+
+def _body(source: Path, replicas: int, mode: str = "Manual") -> dict[str, Any]:
+    return {
+        "apiVersion": "serving.neuronfleet.dev/v1alpha1",
+        "kind": "InferenceDeployment",
+        "metadata": {"name": "emb", "namespace": "ns", "uid": "uid-1", "generation": 1, "resourceVersion": "10"},
+        "spec": {
+            "model": {"source": str(source), "format": "torchscript"},
+            "scaling": {"mode": mode, "replicas": replicas, "minReplicas": 0},
+            "warmPool": {"mode": "Off"},
+        },
+        "status": {},
+    }
+
+
+def _edited(body: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    """``body`` as the API server has it after a spec change (a new generation and resourceVersion)."""
+    new = copy.deepcopy(body)
+    new["spec"]["scaling"].update(spec)
+    meta = new["metadata"]
+    meta["generation"] += 1
+    meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
+    return new
+
+
+def _merge(old: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(old)
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+class _ApiServer:
+    """The object as the API server has it, with its optimistic concurrency on status writes, and
+    the calls the apply makes. ``before_write`` runs before each status write, given its number
+    (another writer acting between the reconcile's reads and its writes)."""
+
+    def __init__(self, obj: dict[str, Any], before_write: Callable[[int], None] = lambda _: None) -> None:
+        self.obj = obj
+        self.before_write = before_write
+        self.status_writes: list[int] = []  # the answer to each: 200 or 409
+        self.created: list[str] = []
+
+    async def list_pods(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
+        return []
+
+    async def list_nodes(self, fresh: bool = False) -> list[dict[str, Any]]:
+        return []
+
+    async def list_jobs(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
+        return []
+
+    async def list_events(self, namespace: str, fields: Any) -> list[dict[str, Any]]:
+        return []
+
+    async def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.obj) if kind == "InferenceDeployment" else None
+
+    async def patch_status(
+        self, namespace: str, name: str, patch: dict[str, Any], resource_version: str | None = None
+    ) -> str:
+        self.before_write(len(self.status_writes) + 1)
+        meta = self.obj["metadata"]
+        if resource_version is not None and resource_version != meta["resourceVersion"]:
+            self.status_writes.append(409)
+            raise ApiException(status=409, reason="Conflict")
+        self.status_writes.append(200)
+        self.obj["status"] = _merge(self.obj.get("status") or {}, patch)
+        meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
+        return str(meta["resourceVersion"])
+
+    async def create(self, obj: dict[str, Any]) -> bool:
+        self.created.append(f"{obj['kind']} {obj['metadata']['name']}")
+        return True
+
+    async def ensure(self, obj: dict[str, Any], current: Any) -> str:
+        return "created"
+
+    async def patch_pod_metadata(self, *args: Any) -> bool:
+        return True
+
+    async def delete_pod(self, *args: Any, **kwargs: Any) -> bool:
+        return True
+
+    async def delete_job(self, *args: Any) -> JobDeletion:
+        return JobDeletion("gone")
+
+    async def post_event(self, *args: Any) -> bool:
+        return True
+
+
+def _reconciler(tmp_path: Path, kube: _ApiServer, body: dict[str, Any]) -> Reconciler:
+    store = tmp_path / "store"
+    record_uncompiled_artifact(InferenceDeployment.model_validate(body).spec, store, "compiled", IMAGE)
+    settings = OperatorSettings(artifact_store=str(store), builder=BuilderConfig(model_server_image=IMAGE))
+    return Reconciler(kube, ArtifactStore(), settings)  # type: ignore[arg-type]
+
+
+def _source(tmp_path: Path) -> Path:
+    source = tmp_path / "model.pt"
+    source.write_bytes(b"weights")
+    return source
+
+
+def _pods(kube: _ApiServer) -> list[str]:
+    return [made for made in kube.created if made.startswith("Pod ")]
+
+
+def _nothing_done(report: ReconcileReport, kube: _ApiServer, live: dict[str, Any]) -> None:
+    assert report.conflict and report.error is None, "a race, not a failure: the daemon re-runs it at once"
+    assert kube.status_writes == [409], "the old spec's status was written over the new one"
+    assert kube.obj["status"] == live["status"]
+    assert kube.created == [], "the old spec's plan was applied"
+    assert report.events == () and report.writes == 0
+
+
+async def test_a_409_that_shows_a_new_spec_writes_and_applies_nothing_of_the_old_ones_plan(tmp_path: Path) -> None:
+    old = _body(_source(tmp_path), replicas=3)  # what the watch had when the reconcile began
+    new = _edited(old, replicas=0)  # the user scaled it to 0 meanwhile
+    kube = _ApiServer(copy.deepcopy(new))
+    reconciler = _reconciler(tmp_path, kube, old)
+
+    report = await reconciler.reconcile(old, DeploymentMemory())
+
+    _nothing_done(report, kube, new)
+
+
+async def test_a_409_that_shows_the_object_being_deleted_writes_and_applies_nothing(tmp_path: Path) -> None:
+    # Its deletion is under way (the garbage collector removes what it owns): anything made now is
+    # made only to be collected. The same generation: only the deletionTimestamp tells.
+    old = _body(_source(tmp_path), replicas=2)
+    deleting = copy.deepcopy(old)
+    deleting["metadata"].update(resourceVersion="11", deletionTimestamp="2026-12-05T03:00:00Z")
+    kube = _ApiServer(copy.deepcopy(deleting))
+    reconciler = _reconciler(tmp_path, kube, old)
+
+    report = await reconciler.reconcile(old, DeploymentMemory())
+
+    _nothing_done(report, kube, deleting)
+
+
+async def test_a_409_that_shows_only_another_status_writer_is_still_written_over_and_applied(
+    tmp_path: Path,
+) -> None:
+    # The control: the same spec at a newer resourceVersion (another controller wrote its own
+    # condition): the plan is still the object's, written over the copy read again and applied.
+    old = _body(_source(tmp_path), replicas=2)
+    audited = copy.deepcopy(old)
+    audited["metadata"]["resourceVersion"] = "11"
+    audited["status"] = {"conditions": [{"type": "PolicyCompliant", "status": "True", "reason": "Audited"}]}
+    kube = _ApiServer(audited)
+    reconciler = _reconciler(tmp_path, kube, old)
+
+    report = await reconciler.reconcile(old, DeploymentMemory())
+
+    assert not report.conflict and report.error is None
+    assert kube.status_writes[:2] == [409, 200]
+    assert len(_pods(kube)) == 2
+    assert {c["type"] for c in kube.obj["status"]["conditions"]} >= {"PolicyCompliant", "Ready"}
+
+
+async def test_the_status_after_the_apply_is_not_written_over_a_spec_changed_during_the_apply(
+    tmp_path: Path,
+) -> None:
+    # The first write went through and the plan was applied (its CreatedPod Events tell what was
+    # done: true); the user's edit came before the second write: the outcome of the old spec's plan
+    # is not written over the new spec's object. The re-run plans from the new one.
+    old = _body(_source(tmp_path), replicas=2)
+    kube = _ApiServer(copy.deepcopy(old))
+    first_written: list[dict[str, Any]] = []
+
+    def edit_before_the_second_write(write: int) -> None:
+        if write == 2:
+            first_written.append(copy.deepcopy(kube.obj["status"]))
+            kube.obj = {**_edited(kube.obj, replicas=0), "status": kube.obj["status"]}
+
+    kube.before_write = edit_before_the_second_write
+    real_create = kube.create
+    refused: list[str] = []
+
+    async def create(obj: dict[str, Any]) -> bool:
+        if obj["kind"] == "Pod" and not refused:
+            # One create fails: the status after the apply says so, so there is a second write.
+            refused.append(obj["metadata"]["name"])
+            raise ApiException(status=503, reason="Service Unavailable")
+        return await real_create(obj)
+
+    kube.create = create  # type: ignore[method-assign]
+    reconciler = _reconciler(tmp_path, kube, old)
+
+    report = await reconciler.reconcile(old, DeploymentMemory())
+
+    assert refused, "the apply met no error: there was no second write"
+    assert kube.status_writes == [200, 409], "the old spec's outcome was written over the new spec"
+    assert kube.obj["status"] == first_written[0]
+    assert report.conflict and report.writes == 1
+    assert report.error is not None and "409" not in report.error  # the create's 503, not the race
+
+
+async def test_an_invalid_spec_is_not_reported_over_the_new_spec_a_409_showed(tmp_path: Path) -> None:
+    # The body planned from has a spec the operator rejects; the user fixed it meanwhile: its
+    # InvalidSpec status (and Event) would tell of a spec the object no longer has.
+    source = _source(tmp_path)
+    valid = _body(source, replicas=1)
+    invalid = _body(source, replicas=1, mode="Sometimes")
+    fixed = _edited(valid)
+    kube = _ApiServer(copy.deepcopy(fixed))
+    reconciler = _reconciler(tmp_path, kube, valid)
+
+    report = await reconciler.reconcile(invalid, DeploymentMemory())
+
+    assert report.conflict and report.error is None
+    assert kube.status_writes == [409] and kube.obj["status"] == fixed["status"]
+    assert report.events == () and report.writes == 0
