@@ -371,33 +371,22 @@ class Reconciler:
         # An unservable spec is not compiled: nothing to read.
         if not check_fits(dep.spec, self.settings.builder.daemonset_headroom):
             request, compiled, compile_error = await self._observe_compile(dep, durable)
-        try:
-            cluster = await observe_cluster(
-                self.kube,
-                namespace,
-                dep.name,
-                request,
-                dep.metadata.uid,
-                now,
-                self.account_reads,
-                self.job_event_reads,
-                serving_account(dep, self.settings.builder),
-                compiled.inherited if compiled is not None else None,
-            )
-        except ApiException as exc:
-            if request is None:
-                raise
-            # The fleet's reads are needed; the compile Jobs' are reported and retried.
-            cluster = await observe_cluster(
-                self.kube,
-                namespace,
-                dep.name,
-                None,
-                dep.metadata.uid,
-                now,
-                placeholder_account=serving_account(dep, self.settings.builder),
-            )
-            compile_error = f"compile Jobs: {_api_error(exc)}"
+        # An error answer to the fleet's reads is raised (they are needed, and it names the read);
+        # the compile Jobs' is reported in the Compiled condition and retried.
+        cluster = await observe_cluster(
+            self.kube,
+            namespace,
+            dep.name,
+            request,
+            dep.metadata.uid,
+            now,
+            self.account_reads,
+            self.job_event_reads,
+            serving_account(dep, self.settings.builder),
+            compiled.inherited if compiled is not None else None,
+        )
+        if cluster.jobs_unread is not None:
+            compile_error = f"compile Jobs: {_api_error(cluster.jobs_unread)}"
         if request is not None and compiled is not None and manifest_refused(cluster.pods, compiled.stored):
             # A pod found another manifest at the artifact's URI than the one recorded (and verified
             # within the store's TTL): read it again now rather than let new pods crash-loop on it.

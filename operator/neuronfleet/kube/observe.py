@@ -5,7 +5,10 @@ compile Jobs) and returns them parsed: the fleet's pods as ``PodView`` (the comp
 left out: they carry the deployment label but are the Job's, and as role-less pods the fleet plan
 would drain and delete a running compile; so are pods another object controls), node zones folded
 in, pod start-up timelines, and the state of the compile Job for the current request. It decides
-nothing.
+nothing. An error answer to a read of the fleet (its pods, the nodes) is raised, naming the read: the
+fleet cannot be planned without it. One to the compile Jobs' reads is returned beside the fleet
+(:attr:`ClusterObservation.jobs_unread`): it is the compile pipeline's, reported and retried, and the
+fleet is still reconciled meanwhile.
 
 A running compile Job's message says why its pod has not started: unschedulable, its image not
 pulled, or no pod at all :data:`NO_POD_SECONDS` after the Job was made (the API server refusing the
@@ -104,6 +107,18 @@ class ClusterObservation:
     foreign_pod_names: frozenset[str]
     timelines: tuple[PodTimeline, ...]
     jobs: CompileJobs | None
+    #: The error answer to the compile Jobs' reads (``jobs`` is None then): theirs alone, not the fleet's.
+    jobs_unread: ApiException | None = None
+
+
+def _naming(exc: ApiException, read: str) -> ApiException:
+    """``exc`` with the read it answered in its reason ("429 Too Many Requests" alone does not say
+    which of a reconcile's reads failed); a new exception, as a failed node list may be shared by
+    several reconciles (:meth:`~neuronfleet.kube.client.KubeClient.list_nodes`). Still an
+    ApiException: its status is kept, and so is the error kind the operator's metrics count."""
+    named = ApiException(status=exc.status, reason=f"{exc.reason} (reading {read})")
+    named.body, named.headers = exc.body, exc.headers
+    return named
 
 
 async def _failure_details(kube: KubeApi, namespace: str, job_name: str, message: str) -> str:
@@ -584,29 +599,36 @@ async def observe_cluster(
     """The fleet's pods (those ``owner_uid`` controls), their timelines and (with a ``request``) the
     compile Jobs, as of ``now`` (the reconcile's clock); ``accounts``, ``events``, ``inherited``: see
     :func:`observe_compile_jobs`; ``placeholder_account``: see :func:`parse_pod`."""
-    labelled = [
-        pod
-        for pod in await kube.list_pods(namespace, deployment_selector(deployment))
-        if LABEL_COMPILE_REQUEST not in (pod["metadata"].get("labels") or {})
-    ]
+    try:
+        listed = await kube.list_pods(namespace, deployment_selector(deployment))
+    except ApiException as exc:
+        raise _naming(exc, f"the pods of {deployment}") from exc
+    labelled = [pod for pod in listed if LABEL_COMPILE_REQUEST not in (pod["metadata"].get("labels") or {})]
     pods = [pod for pod in labelled if controlled_by(pod, owner_uid)]
     foreign = frozenset(pod["metadata"]["name"] for pod in labelled if not controlled_by(pod, owner_uid))
-    nodes = await kube.list_nodes()
-    names = {node["metadata"]["name"] for node in nodes}
-    if any((pod.get("spec") or {}).get("nodeName") not in names | {None, ""} for pod in pods):
-        # A node missing from a cached list may be new, not lost: a pod is replaced only when a
-        # fresh list agrees its node is gone.
-        nodes = await kube.list_nodes(fresh=True)
+    try:
+        nodes = await kube.list_nodes()
         names = {node["metadata"]["name"] for node in nodes}
+        if any((pod.get("spec") or {}).get("nodeName") not in names | {None, ""} for pod in pods):
+            # A node missing from a cached list may be new, not lost: a pod is replaced only when a
+            # fresh list agrees its node is gone.
+            nodes = await kube.list_nodes(fresh=True)
+            names = {node["metadata"]["name"] for node in nodes}
+    except ApiException as exc:
+        raise _naming(exc, "the nodes") from exc
     zones = {node["metadata"]["name"]: (node["metadata"].get("labels") or {}).get(LABEL_ZONE, "") for node in nodes}
-    jobs = None
+    jobs, unread = None, None
     if request is not None:
-        jobs = await observe_compile_jobs(
-            kube, namespace, deployment, request, now, accounts, events, inherited, owner_uid
-        )
+        try:
+            jobs = await observe_compile_jobs(
+                kube, namespace, deployment, request, now, accounts, events, inherited, owner_uid
+            )
+        except ApiException as exc:
+            unread = exc
     return ClusterObservation(
         pods=tuple(parse_pod(pod, names, node_zones=zones, placeholder_account=placeholder_account) for pod in pods),
         foreign_pod_names=foreign,
         timelines=tuple(pod_timelines(pods, nodes)),
         jobs=jobs,
+        jobs_unread=unread,
     )
