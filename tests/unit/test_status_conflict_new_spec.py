@@ -12,15 +12,18 @@ again at once, from the object as its watch has it then). Review r8.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import kopf
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.artifacts.store import ArtifactStore
+from neuronfleet.handlers import OperatorContext, deployment_changed, keep_converging
 from neuronfleet.kube.builders import BuilderConfig
 from neuronfleet.kube.client import JobDeletion
 from neuronfleet.planning.observation import DeploymentMemory
@@ -248,3 +251,108 @@ async def test_an_invalid_spec_is_not_reported_over_the_new_spec_a_409_showed(tm
     assert report.conflict and report.error is None
     assert kube.status_writes == [409] and kube.obj["status"] == fixed["status"]
     assert report.events == () and report.writes == 0
+
+
+class _Daemon:
+    """The operator's daemon for one object, with the real reconciler against ``kube``, and a body
+    the test changes as Kopf's watch does (a live view). Each reconcile's body generation and
+    whether it ended as a conflict are noted; the daemon stops after the first one that did not.
+    The interval is an hour: a re-run that waited for it would not end within the test's deadline."""
+
+    def __init__(self, tmp_path: Path, kube: _ApiServer, raw: dict[str, Any]) -> None:
+        self.raw, self.runs, self.stop = raw, list[tuple[int, bool]](), list[bool]()
+        self.ran = asyncio.Event()
+        store = tmp_path / "store"
+        record_uncompiled_artifact(InferenceDeployment.model_validate(raw).spec, store, "compiled", IMAGE)
+        settings = OperatorSettings(
+            artifact_store=str(store), builder=BuilderConfig(model_server_image=IMAGE), interval_seconds=3600.0
+        )
+        daemon = self
+
+        class Noting(Reconciler):
+            async def reconcile(self, body: Any, memory: DeploymentMemory, stopping: Any = None) -> ReconcileReport:
+                report = await super().reconcile(body, memory, stopping)
+                daemon.runs.append((body["metadata"]["generation"], report.conflict))
+                if not report.conflict:
+                    daemon.stop.append(True)
+                    daemon.context.wakeups[("ns", "emb")].set()  # no wait for the interval to see it
+                daemon.ran.set()
+                return report
+
+        self.context = OperatorContext(Noting(kube, ArtifactStore(), settings))  # type: ignore[arg-type]
+        self.memo = kopf.Memo(context=self.context)
+
+    async def run(self) -> None:
+        stopped: Any = _Stopped(self.stop)
+        async with asyncio.timeout(60):
+            await keep_converging(body=kopf.Body(self.raw), memo=self.memo, namespace="ns", name="emb", stopped=stopped)
+
+    async def runs_seen(self, count: int, running: asyncio.Task[None]) -> None:
+        """Until ``count`` reconciles ran, or the daemon (``running``) ended."""
+        async with asyncio.timeout(60):
+            while len(self.runs) < count and not running.done():
+                self.ran.clear()
+                ran = asyncio.ensure_future(self.ran.wait())
+                await asyncio.wait({ran, running}, return_when=asyncio.FIRST_COMPLETED)
+                ran.cancel()
+
+    async def watch_delivers(self, obj: dict[str, Any]) -> None:
+        self.raw.clear()
+        self.raw.update(copy.deepcopy(obj))
+        await deployment_changed(type="MODIFIED", body=kopf.Body(self.raw), namespace="ns", name="emb", memo=self.memo)
+
+
+class _Stopped:
+    """Kopf's DaemonStopped as far as the daemon reads it: true once ``stop`` holds anything."""
+
+    def __init__(self, stop: list[bool]) -> None:
+        self.stop = stop
+
+    def __bool__(self) -> bool:
+        return bool(self.stop)
+
+    async def wait(self) -> None:
+        await asyncio.Event().wait()  # the daemon ends on ``bool(self)`` here
+
+
+async def test_the_daemon_re_runs_at_once_from_the_new_spec_its_watch_has(tmp_path: Path) -> None:
+    # The watch delivered the edit by the time the object was read again: the re-run, at once, plans
+    # from it. Nothing was ever made for the old spec's 3 replicas.
+    old = _body(_source(tmp_path), replicas=3)
+    new = _edited(old, replicas=0)
+    kube = _ApiServer(copy.deepcopy(new))
+    daemon = _Daemon(tmp_path, kube, copy.deepcopy(old))
+    read = kube.read
+
+    async def read_as_the_watch_delivers(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        await daemon.watch_delivers(kube.obj)
+        return await read(kind, namespace, name)
+
+    kube.read = read_as_the_watch_delivers  # type: ignore[method-assign]
+
+    await daemon.run()
+
+    assert daemon.runs == [(1, True), (2, False)]
+    assert kube.created == []
+    assert kube.obj["status"]["observedGeneration"] == 2 and kube.obj["status"]["desiredReplicas"] == 0
+
+
+async def test_a_watch_that_lags_the_409_delays_the_new_spec_to_its_delivery_not_the_interval(
+    tmp_path: Path,
+) -> None:
+    # The re-run at once still has the old body: it meets the same conflict (nothing made again),
+    # then waits; the watch's delivery of the new generation wakes it, an hour before its interval.
+    old = _body(_source(tmp_path), replicas=3)
+    new = _edited(old, replicas=0)
+    kube = _ApiServer(copy.deepcopy(new))
+    daemon = _Daemon(tmp_path, kube, copy.deepcopy(old))
+    running = asyncio.create_task(daemon.run())
+
+    await daemon.runs_seen(2, running)
+    assert daemon.runs == [(1, True), (1, True)], "the old spec's plan was applied"
+    await daemon.watch_delivers(kube.obj)
+    await running
+
+    assert daemon.runs == [(1, True), (1, True), (2, False)]
+    assert kube.created == []
+    assert kube.obj["status"]["observedGeneration"] == 2
