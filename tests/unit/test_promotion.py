@@ -157,6 +157,42 @@ def test_release_unbound_then_priority_then_nodes_without_serving_then_emptiest(
     )
 
 
+# Another deployment's pods on a node keep it as surely as the deployment's own (review r9: with two
+# models on the Inf2 nodes, the operator drained the pod beside the other model and kept the one
+# alone on its node, so Karpenter's WhenEmpty consolidation removed nothing).
+
+
+def test_drain_counts_other_deployments_pods_on_the_node() -> None:
+    # "beside-b" is the newest (drained first on a tie), but model B's pod keeps n1 anyway.
+    candidates = [pod("beside-b", node="n1", ready=10), pod("alone", node="n2", ready=0)]
+    assert names(drain_order(candidates, "r2")) == ["beside-b", "alone"]
+    assert names(drain_order(candidates, "r2", neighbours={"n1": 1})) == ["alone", "beside-b"]
+
+
+def test_a_shrinking_pool_keeps_the_pod_beside_another_deployment() -> None:
+    # Kept first: the pod beside B's (n2 is billed anyway), not the one ready the longest alone on n1.
+    warm = [pod("w-alone", node="n1", ready=0), pod("w-beside-b", node="n2", ready=50)]
+    assert names(promotion_order(warm, [], "r2", keeping=True)) == ["w-alone", "w-beside-b"]
+    kept = promotion_order(warm, [], "r2", keeping=True, neighbours={"n2": 1})
+    assert names(kept) == ["w-beside-b", "w-alone"]
+
+
+def test_release_deletes_the_placeholder_alone_before_one_beside_another_deployment() -> None:
+    # /tmp/rev-r9/release_order_demo.py: the highest name went first, leaving node-1 held by one placeholder.
+    alone = pod("ma-ph-abc123-0", node="node-1")
+    beside_b = pod("ma-ph-abc123-1", node="node-2")
+    assert names(release_order([alone, beside_b], lambda p: 0)) == ["ma-ph-abc123-1", "ma-ph-abc123-0"]
+    order = release_order([alone, beside_b], lambda p: 0, neighbours={"node-2": 1})
+    assert names(order) == ["ma-ph-abc123-0", "ma-ph-abc123-1"]
+
+
+def test_other_deployments_pods_count_as_many_pods_on_their_node() -> None:
+    # n1 holds one of ours and three of others, n2 two of ours: draining from n2 empties it sooner.
+    candidates = [pod("n1-a", node="n1"), pod("n2-a", node="n2"), pod("n2-b", node="n2")]
+    assert names(drain_order(candidates, "r2"))[0] == "n1-a"
+    assert set(names(drain_order(candidates, "r2", neighbours={"n1": 3}))[:2]) == {"n2-a", "n2-b"}
+
+
 INF = float("inf")
 
 

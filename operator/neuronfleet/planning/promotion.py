@@ -15,6 +15,11 @@ only once no pod is left on it: a warm pod or a placeholder keeps it as surely a
 So the node counts below are over every pod of the deployment on the node (``beside`` passes the
 warm pods and placeholders that are not candidates; draining pods are leaving and are not passed),
 where the zone counts are over active pods only (the spread that matters is the serving one).
+Other deployments' pods on the same nodes keep them too (several models share the Inf2 nodes): the
+caller passes them as ``neighbours``, a count per node name (the pods of other deployments that
+stay there), which every node count below adds, and which a placeholder's release takes as pods that
+stay. Counted only among the deployment's own pods, a scale-down drained the pod beside another
+model (its node billed anyway) and kept the one alone on its node, so no node was freed.
 
 Promote (warm -> active), first to last:
 
@@ -38,9 +43,9 @@ Drain (active -> draining), first to last:
 
 1. Pods not of the target revision (a rollout retires them first anyway).
 2. Pods in the zone with the most active pods: restores the spread.
-3. Pods on nodes holding the fewest pods of this deployment (active, warm or placeholder):
-   emptying a node is what saves money; draining an active pod beside a warm pod or a placeholder
-   that stays saves nothing.
+3. Pods on nodes holding the fewest pods (active, warm or placeholder of this deployment, and
+   those of other deployments): emptying a node is what saves money; draining an active pod beside
+   a warm pod, a placeholder or another model's pod that stays saves nothing.
 4. Pods with the least in-flight work: they finish draining soonest and put the fewest requests
    at risk of the grace period.
 5. Pods ready the shortest (as a ReplicaSet deletes the newest first): the longest-running ones
@@ -50,10 +55,10 @@ Release (placeholders, deleted first to last; the plan keeps the last ones):
 
 1. The caller's priority (placeholders not on a node hold nothing and go first, then those of an
    earlier template).
-2. Pods on nodes with no serving pod that stays: a placeholder beside a serving pod holds a spare
-   slot on a node that is billed anyway.
-3. Pods on nodes holding the fewest pods of the deployment (serving pods that stay and the
-   placeholders not yet released): empties whole nodes.
+2. Pods on nodes with no serving pod that stays, nor any pod of another deployment: a placeholder
+   beside one holds a spare slot on a node that is billed anyway.
+3. Pods on nodes holding the fewest pods (the deployment's serving pods that stay and placeholders
+   not yet released, other deployments' pods): empties whole nodes.
 4. The highest name first (the lowest names stay, as they did before node counts).
 """
 
@@ -61,8 +66,9 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 
@@ -78,6 +84,9 @@ class PodInfo:
     in_flight: float
     revision: str | None
 
+
+#: No other deployment's pod on any node (one model alone: the simulator's fleet).
+NO_NEIGHBOURS: Mapping[str, int] = MappingProxyType({})
 
 #: A node's pods counted under (zone, node): a node sits in one zone.
 _NodeKey = tuple[str | None, str]
@@ -146,6 +155,21 @@ def _on_nodes(*groups: Sequence[PodInfo]) -> Counter[_NodeKey]:
     return Counter[_NodeKey]((p.zone, p.node) for group in groups for p in group if p.node is not None)
 
 
+def _with_neighbours(
+    counts: Counter[_NodeKey], neighbours: Mapping[str, int], *groups: Sequence[PodInfo]
+) -> Counter[_NodeKey]:
+    """``counts`` plus, on each node of a pod in ``groups``, the other deployments' pods there.
+
+    Added under the (zone, node) keys the counts use, once per node: only the nodes of these pods
+    are ever looked up.
+    """
+    if not neighbours:
+        return counts
+    for key in {(p.zone, p.node) for group in groups for p in group if p.node is not None}:
+        counts[key] += neighbours.get(key[1], 0)
+    return counts
+
+
 def promotion_order(
     warm: Sequence[PodInfo],
     active: Sequence[PodInfo],
@@ -154,6 +178,7 @@ def promotion_order(
     demoted: Collection[str] = (),
     *,
     keeping: bool = False,
+    neighbours: Mapping[str, int] = NO_NEIGHBOURS,
 ) -> list[PodInfo]:
     """Warm pods, the one to promote first at the front (see the module docstring).
 
@@ -162,7 +187,8 @@ def promotion_order(
     ``demoted`` names candidates that are not warm yet (a scale-down's surplus actives, when the
     plan ranks its pool): on nodes alike they come after the warm ones, which stay unrelabelled.
     ``keeping``: the order says which candidates a shrinking pool keeps, the rest being deleted
-    (``beside`` then holds only pods that stay): see the module docstring.
+    (``beside`` then holds only pods that stay): see the module docstring. ``neighbours``: other
+    deployments' pods per node name, counted in their node's pods.
     """
     zones = Counter(p.zone for p in active)
     nodes = _on_nodes(active)
@@ -171,6 +197,7 @@ def promotion_order(
     # kept so far, each counted as it is picked. Counted all at once, a node full of candidates
     # looked the fullest and kept one of them alone on it, which freed nothing.
     held = _on_nodes(active, beside) if keeping else _on_nodes(warm, active, beside)
+    held = _with_neighbours(held, neighbours, warm)
     # Kept among nodes holding as many, the one with the most candidates first: it fills before
     # another node is kept for one pod (a node picked is ahead of any other from then on anyway).
     # A promotion's counts hold the candidates already.
@@ -205,15 +232,17 @@ def drain_order(
     target_revision: str | None,
     others: Sequence[PodInfo] = (),
     beside: Sequence[PodInfo] = (),
+    neighbours: Mapping[str, int] = NO_NEIGHBOURS,
 ) -> list[PodInfo]:
     """Active pods, the one to drain first at the front (see the module docstring).
 
     ``others`` are active pods that stay whatever happens (not candidates): they count in their
     zone and node but are never returned. ``beside`` are the deployment's pods on nodes that are
-    not active (warm pods, placeholders): they count in their node only.
+    not active (warm pods, placeholders): they count in their node only, as do ``neighbours``
+    (other deployments' pods per node name).
     """
     zones = Counter(p.zone for p in (*active, *others))
-    nodes = _on_nodes(active, others, beside)
+    nodes = _with_neighbours(_on_nodes(active, others, beside), neighbours, active)
 
     def node_and_pod(pod: PodInfo) -> tuple[int, float, float, str, str, str, float, str]:
         return (
@@ -238,15 +267,19 @@ def drain_order(
 
 
 def release_order(
-    placeholders: Sequence[PodInfo], priority: Callable[[PodInfo], int], serving: Sequence[PodInfo] = ()
+    placeholders: Sequence[PodInfo],
+    priority: Callable[[PodInfo], int],
+    serving: Sequence[PodInfo] = (),
+    neighbours: Mapping[str, int] = NO_NEIGHBOURS,
 ) -> list[PodInfo]:
     """Placeholders, the one to delete first at the front (see the module docstring).
 
     ``priority``: the smallest goes first, before any node count. ``serving``: the serving pods
-    of the deployment that stay (never returned).
+    of the deployment that stay (never returned). ``neighbours``: other deployments' pods per node
+    name, which stay as those do.
     """
-    beside = _on_nodes(serving)
-    nodes = _on_nodes(placeholders, serving)
+    beside = _with_neighbours(_on_nodes(serving), neighbours, placeholders)
+    nodes = _with_neighbours(_on_nodes(placeholders, serving), neighbours, placeholders)
     # The highest identity goes first: its rank in the sorted identities, negated.
     position = {id(p): -i for i, p in enumerate(sorted(placeholders, key=_identity))}
 
