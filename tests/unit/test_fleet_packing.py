@@ -3,12 +3,13 @@
 A node is billed whole, and Karpenter's ``WhenEmpty`` consolidation removes it only once no pod is
 left on it: a warm pod or a placeholder keeps it as surely as a serving pod does. So whichever
 active pod is drained, warm pod or placeholder deleted, the node counts are over every pod of the
-deployment on it (active, warm, placeholder; draining ones are leaving).
+deployment on it (active, warm, placeholder; draining ones are leaving), and the other deployments'
+pods there (``neighbours``: several models share the Inf2 nodes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 from neuronfleet.planning.fleet import (
@@ -59,12 +60,15 @@ def placeholder(name: str, node: str | None, template: str = TEMPLATE) -> PodVie
     )
 
 
-def nodes_after(pods: Sequence[PodView], fleet: FleetTarget) -> dict[str, list[str]]:
-    """The pods left on each node once the plan is applied and its draining pods are gone."""
-    plan = plan_fleet("bert", fleet, pods, NOW)
+def nodes_after(
+    pods: Sequence[PodView], fleet: FleetTarget, neighbours: Mapping[str, int] | None = None
+) -> dict[str, list[str]]:
+    """The pods left on each node once the plan is applied and its draining pods are gone
+    (``neighbours``: other deployments' pods per node, which stay)."""
+    plan = plan_fleet("bert", fleet, pods, NOW, neighbours=neighbours or {})
     after = apply_actions(pods, plan.actions, NOW)
     # Applied as planned, the plan has nothing more to do (no pod flips back and forth).
-    assert plan_fleet("bert", fleet, after, NOW).actions == ()
+    assert plan_fleet("bert", fleet, after, NOW, neighbours=neighbours or {}).actions == ()
     left: dict[str, list[str]] = {}
     for pod in after:
         if pod.node is not None and pod.role != "draining":
@@ -199,3 +203,32 @@ def test_scale_down_counts_only_the_warm_pods_the_pool_keeps() -> None:
         placeholder("ph-0", "node-b"),
     ]
     assert nodes_after(pods, target(1, warm=0, placeholders=1)) == {"node-b": ["a1", "ph-0"]}
+
+
+# Another model's pod on a node keeps it billed (review r9): what a shrink removes is what empties a
+# node counting those too. Each case below removed the pod beside the other model before.
+
+
+def test_scale_down_drains_the_active_alone_rather_than_the_one_beside_another_model() -> None:
+    # a0 (the newest: drained first on a tie) shares node-a with model B's pod; a1 is alone on node-b.
+    pods = [serving("a0", "active", "node-a", ready_minutes=1), serving("a1", "active", "node-b")]
+    assert nodes_after(pods, target(1)) == {"node-b": ["a1"]}
+    assert nodes_after(pods, target(1), {"node-a": 1}) == {"node-a": ["a0"]}
+
+
+def test_shrinking_the_warm_pool_keeps_the_warm_pod_beside_another_model() -> None:
+    # w0 has been ready the longest, alone on node-b; w1 shares node-c with model B's pod.
+    pods = [
+        serving("a0", "active", "node-a"),
+        serving("w0", "warm", "node-b", ready_minutes=50),
+        serving("w1", "warm", "node-c", ready_minutes=5),
+    ]
+    assert nodes_after(pods, target(1, warm=1)) == {"node-a": ["a0"], "node-b": ["w0"]}
+    assert nodes_after(pods, target(1, warm=1), {"node-c": 1}) == {"node-a": ["a0"], "node-c": ["w1"]}
+
+
+def test_shrinking_placeholders_keeps_the_one_beside_another_model() -> None:
+    # ph-0 alone on node-b, ph-1 beside model B's pod on node-c (kept by name before: ph-0 stayed).
+    pods = [serving("a0", "active", "node-a"), placeholder("ph-0", "node-b"), placeholder("ph-1", "node-c")]
+    assert nodes_after(pods, target(1, placeholders=1)) == {"node-a": ["a0"], "node-b": ["ph-0"]}
+    assert nodes_after(pods, target(1, placeholders=1), {"node-c": 1}) == {"node-a": ["a0"], "node-c": ["ph-1"]}

@@ -96,8 +96,10 @@ Rules (DESIGN.md, fleet model):
   the placeholders kept sit beside serving pods and a node left empty can be consolidated.
 - Which pods a shrink keeps (active set, pool, placeholders) is chosen by the orders of
   :mod:`.promotion` counting every pod of the deployment on each node (active, warm, placeholder;
-  draining ones are leaving), so what is drained or deleted empties whole nodes: a warm pod or a
-  placeholder left alone keeps a node billed as surely as a serving pod. Where the plan deletes
+  draining ones are leaving) and the pods of other deployments there (``neighbours``: several
+  models share the Inf2 nodes), so what is drained or deleted empties whole nodes: a warm pod, a
+  placeholder or another model's pod left alone keeps a node billed as surely as a serving pod.
+  Where the plan deletes
   some of those pods, a node counts only the ones that stay: the pool counts those it keeps as it
   picks them, and a scale-down's active set counts the warm pods the pool will keep.
 - Held creations: while ``target.hold_creations`` says why (the served artifact is known gone from
@@ -121,7 +123,7 @@ Rules (DESIGN.md, fleet model):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal, Protocol, TypedDict
@@ -134,7 +136,7 @@ from neuronfleet.planning.labels import (
     placeholder_pod_name,
     serving_pod_name,
 )
-from neuronfleet.planning.promotion import PodInfo, drain_order, promotion_order, release_order
+from neuronfleet.planning.promotion import NO_NEIGHBOURS, PodInfo, drain_order, promotion_order, release_order
 from neuronfleet.planning.reasons import STUCK_WAITING_REASONS, Event, Reason
 from neuronfleet.planning.times import rfc3339
 
@@ -191,13 +193,20 @@ class OrderFunction(Protocol):
 
     ``active`` is every live active pod of the deployment (for zone and node counts); ``beside``
     every pod of the deployment on a node that is not leaving (warm pods, placeholders; those
-    among the candidates or ``active`` count once), for node counts only. Promotion: the first is
-    promoted first. Drain: the first is demoted first. The defaults are the rules of
+    among the candidates or ``active`` count once), for node counts only; ``neighbours`` the other
+    deployments' pods per node name, for node counts too. Promotion: the first is promoted first.
+    Drain: the first is demoted first. The defaults are the rules of
     :mod:`neuronfleet.planning.promotion`, shared with the simulator.
     """
 
     def __call__(
-        self, pods: Sequence[PodView], active: Sequence[PodView], now: datetime, beside: Sequence[PodView] = ()
+        self,
+        pods: Sequence[PodView],
+        active: Sequence[PodView],
+        now: datetime,
+        beside: Sequence[PodView] = (),
+        *,
+        neighbours: Mapping[str, int] = NO_NEIGHBOURS,
     ) -> list[PodView]: ...
 
 
@@ -217,7 +226,12 @@ def _beside(beside: Sequence[PodView], *counted: Sequence[PodView]) -> list[PodI
 
 
 def zone_aware_promotion_order(
-    pods: Sequence[PodView], active: Sequence[PodView], now: datetime, beside: Sequence[PodView] = ()
+    pods: Sequence[PodView],
+    active: Sequence[PodView],
+    now: datetime,
+    beside: Sequence[PodView] = (),
+    *,
+    neighbours: Mapping[str, int] = NO_NEIGHBOURS,
 ) -> list[PodView]:
     """:func:`neuronfleet.planning.promotion.promotion_order` over pod views (the one promotion rule).
 
@@ -228,12 +242,19 @@ def zone_aware_promotion_order(
     by_name = {pod.name: pod for pod in pods}
     infos = [_info(p) for p in pods]
     demoted = {p.name for p in pods if p.role != "warm"}
-    ordered = promotion_order(infos, [_info(p) for p in active], None, _beside(beside, pods, active), demoted)
+    ordered = promotion_order(
+        infos, [_info(p) for p in active], None, _beside(beside, pods, active), demoted, neighbours=neighbours
+    )
     return [by_name[p.name] for p in ordered]
 
 
 def zone_aware_pool_order(
-    pods: Sequence[PodView], active: Sequence[PodView], now: datetime, beside: Sequence[PodView] = ()
+    pods: Sequence[PodView],
+    active: Sequence[PodView],
+    now: datetime,
+    beside: Sequence[PodView] = (),
+    *,
+    neighbours: Mapping[str, int] = NO_NEIGHBOURS,
 ) -> list[PodView]:
     """:func:`neuronfleet.planning.promotion.promotion_order` ranking what a shrinking pool keeps.
 
@@ -245,13 +266,24 @@ def zone_aware_pool_order(
     infos = [_info(p) for p in pods]
     demoted = {p.name for p in pods if p.role != "warm"}
     ordered = promotion_order(
-        infos, [_info(p) for p in active], None, _beside(beside, pods, active), demoted, keeping=True
+        infos,
+        [_info(p) for p in active],
+        None,
+        _beside(beside, pods, active),
+        demoted,
+        keeping=True,
+        neighbours=neighbours,
     )
     return [by_name[p.name] for p in ordered]
 
 
 def zone_aware_drain_order(
-    pods: Sequence[PodView], active: Sequence[PodView], now: datetime, beside: Sequence[PodView] = ()
+    pods: Sequence[PodView],
+    active: Sequence[PodView],
+    now: datetime,
+    beside: Sequence[PodView] = (),
+    *,
+    neighbours: Mapping[str, int] = NO_NEIGHBOURS,
 ) -> list[PodView]:
     """:func:`neuronfleet.planning.promotion.drain_order` over pod views (the one drain rule).
 
@@ -261,7 +293,7 @@ def zone_aware_drain_order(
     """
     by_name = {pod.name: pod for pod in pods}
     others = [_info(a) for a in active if a.name not in by_name]
-    ordered = drain_order([_info(p) for p in pods], None, others, _beside(beside, pods, active))
+    ordered = drain_order([_info(p) for p in pods], None, others, _beside(beside, pods, active), neighbours)
     return [by_name[p.name] for p in ordered]
 
 
@@ -615,8 +647,13 @@ def plan_fleet(
     policy: FleetPolicy | None = None,
     taken_names: Iterable[str] = (),
     rollout: RolloutRecord | None = None,
+    neighbours: Mapping[str, int] = NO_NEIGHBOURS,
 ) -> FleetPlan:
     """The actions that move the observed ``pods`` towards ``target`` (see the module docstring).
+
+    ``neighbours``: how many pods of other deployments (other models sharing the Inf2 nodes) are
+    on each node, by node name: the orders count them in their node, so what a shrink removes
+    empties a node counting those too.
 
     ``taken_names`` are names in use by pods that are not the fleet's: new pods skip them.
     ``rollout``: the record of the rollout in progress as the last plan returned it
@@ -662,7 +699,8 @@ def plan_fleet(
     outdated = [pod for pod in serving if not _is_current(pod, revision)]
     draining = [pod for pod in serving if pod.role == "draining"]
     # A node is freed only once no pod is left on it: the orders count every pod on a node in its
-    # node (warm pods and placeholders too), except the draining ones, which are on their way out.
+    # node (warm pods and placeholders too, and other deployments' pods: ``neighbours``), except the
+    # draining ones, which are on their way out.
     on_nodes = [pod for pod in healthy if pod.node is not None and pod.role != "draining"]
 
     # The orders count zones over the pods that stay active, never over one this plan drains or
@@ -672,9 +710,9 @@ def plan_fleet(
     def ranked(pods_in: list[PodView], role: Role, *, ready: bool, staying: Sequence[PodView]) -> list[PodView]:
         picked = [pod for pod in pods_in if pod.ready == ready and pod.role == role]
         if role == "warm":
-            ordered = policy.promotion_order(picked, staying, now, on_nodes)
+            ordered = policy.promotion_order(picked, staying, now, on_nodes, neighbours=neighbours)
         else:
-            ordered = list(reversed(policy.drain_order(picked, staying, now, on_nodes)))
+            ordered = list(reversed(policy.drain_order(picked, staying, now, on_nodes, neighbours=neighbours)))
         # Unready pods: the furthest along first (a stable sort keeps the zone order among equals).
         return ordered if ready else sorted(ordered, key=_progress, reverse=True)
 
@@ -697,9 +735,11 @@ def plan_fleet(
     active_beside = on_nodes
     if len(ready_actives) > target.active:
         ready_warm = [pod for pod in current if pod.ready and pod.role == "warm"]
-        pool_kept = policy.pool_order(ready_warm, ready_actives, now, placeholders_staying)[: target.warm]
+        pool_kept = policy.pool_order(ready_warm, ready_actives, now, placeholders_staying, neighbours=neighbours)
+        pool_kept = pool_kept[: target.warm]
         active_beside = [pod for pod in on_nodes if not (pod.role == "warm" and pod in current) or pod in pool_kept]
-    active_set = list(reversed(policy.drain_order(ready_actives, (), now, active_beside)))[: target.active]
+    active_set = list(reversed(policy.drain_order(ready_actives, (), now, active_beside, neighbours=neighbours)))
+    active_set = active_set[: target.active]
     active_set += ranked(current, "warm", ready=True, staying=active_set)[: target.active - len(active_set)]
     active_set += ranked(current, "active", ready=False, staying=active_set)[: target.active - len(active_set)]
 
@@ -711,7 +751,9 @@ def plan_fleet(
     ready_current_active = sum(1 for pod in active_set if pod.ready)
     keep_old = max(0, must_stay_ready - ready_current_active, target.active - len(active_set))
     old_ready_active = [pod for pod in outdated if pod.role == "active" and pod.ready]
-    old_actives_kept = list(reversed(policy.drain_order(old_ready_active, active_set, now, on_nodes)))[:keep_old]
+    old_actives_kept = list(
+        reversed(policy.drain_order(old_ready_active, active_set, now, on_nodes, neighbours=neighbours))
+    )[:keep_old]
 
     # The rollout's clock starts when the plan first sees a rollout to this target, not when its
     # oldest current pod was made: none may ever be made (creations refused or held), and a
@@ -758,7 +800,9 @@ def plan_fleet(
     if revision is not None or held:
         old_warm = [pod for pod in outdated if pod.role == "warm"]
         staying_now = [*active_set, *old_actives_kept]
-        old_warm_ready = policy.promotion_order([pod for pod in old_warm if pod.ready], staying_now, now, on_nodes)
+        old_warm_ready = policy.promotion_order(
+            [pod for pod in old_warm if pod.ready], staying_now, now, on_nodes, neighbours=neighbours
+        )
         old_warm_promoted = old_warm_ready[: max(0, target.active - ready_current_active - len(old_actives_kept))]
         old_actives_kept += old_warm_promoted
         unready_in_set = [pod for pod in active_set if not pod.ready]
@@ -847,7 +891,9 @@ def plan_fleet(
     # pods it cuts are deleted, and the loading ones go once it cuts any.
     stay_beside = [*placeholders_staying, *old_warm_kept]
     loaded = [pod for pod in rest if pod.ready and pod.role in ("warm", "active")]
-    warm_set = (policy.pool_order(loaded, staying, now, stay_beside) + unready_rest)[:warm_capacity]
+    warm_set = (policy.pool_order(loaded, staying, now, stay_beside, neighbours=neighbours) + unready_rest)[
+        :warm_capacity
+    ]
     surplus = [pod for pod in rest if pod not in warm_set]
 
     for pod in active_set:
@@ -860,7 +906,7 @@ def plan_fleet(
             # Current again (a rollback): a stale stamp would release it at once in the next rollout.
             standby_marks.append(Relabel(pod.name, "warm", "warm", "current again: no longer old standby"))
     standby_marks += stamps
-    for pod in policy.drain_order(surplus, staying, now, on_nodes):
+    for pod in policy.drain_order(surplus, staying, now, on_nodes, neighbours=neighbours):
         if pod.role == "active" and pod.ready:
             demotions.append(Relabel(pod.name, "draining", "active", "scale-down: draining", drain_started_at=now))
         else:
@@ -936,7 +982,7 @@ def plan_fleet(
         outdated_template = keepable_by_name[info.name].template != target.template
         return (0 if info.node is None else 2) + (0 if outdated_template else 1)
 
-    released = release_order([_info(pod) for pod in keepable], release_first, serving_kept)
+    released = release_order([_info(pod) for pod in keepable], release_first, serving_kept, neighbours)
     kept_placeholders = [
         keepable_by_name[info.name] for info in released[max(0, len(released) - target.placeholders) :]
     ]
