@@ -111,3 +111,62 @@ async def test_shrinking_the_placeholders_after_a_scale_down_frees_a_node(harnes
     await wait_for_one_node(harness, ns, ["active", "placeholder"], used)
     placement = harness.deployment(ns, NAME)["status"].get("placement") or {}
     assert placement.get("nodes") == 1, placement
+
+
+def ready_since(pod: dict[str, Any]) -> str:
+    """When the pod became ready (its Ready condition's transition time)."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return next(c["lastTransitionTime"] for c in conditions if c["type"] == "Ready")
+
+
+async def test_scale_down_beside_another_model_frees_a_node(harness: OperatorHarness) -> None:
+    # Review r9: model A's two replicas on the sandbox's two nodes (one per zone), model B's replica
+    # beside the A pod a drain picks on a tie (the newest ready, then the lowest name). Counting only
+    # A's pods the operator drained that one, its node held by B anyway, and kept A's other pod alone
+    # on its node: two nodes billed for two pods that fit one. Both deployments share a name, in
+    # two namespaces: a pod of the other is told apart by its owner, not by its labels.
+    a, b = (
+        manifest(harness, ns, replicas=replicas, warm=0, placeholders=0, zones=[])
+        for ns, replicas in (("shared-a", 2), ("shared-b", 1))
+    )
+    for m in (a, b):
+        m["spec"]["warmPool"] = {"mode": "Off"}
+    harness.precompile(a)
+    await harness.apply(a)
+    await harness.wait_settled(
+        "shared-a",
+        NAME,
+        lambda: sum(ready(p) for p in harness.pods("shared-a", NAME, "active")) == 2,
+        timeout=600,
+        what="A's 2 active pods ready",
+    )
+    pods = harness.pods("shared-a", NAME, "active")
+    assert len(layout(harness, "shared-a")) == 2, layout(harness, "shared-a")
+    newest = max(ready_since(p) for p in pods)
+    drained_on_a_tie = min((p for p in pods if ready_since(p) == newest), key=lambda p: p["metadata"]["name"])
+    node = harness.cluster.get("nodes", drained_on_a_tie["spec"]["nodeName"])
+    b["spec"]["placement"] = {"zones": [node["metadata"]["labels"]["topology.kubernetes.io/zone"]]}
+    harness.precompile(b)
+    await harness.apply(b)
+    # (wait_settled follows one deployment's reconciles: B's pod ready is what A's plan must see.)
+    await harness.wait(
+        lambda: sum(ready(p) for p in harness.pods("shared-b", NAME, "active")) == 1,
+        timeout=600,
+        what="B's active pod ready",
+    )
+    assert set(layout(harness, "shared-b")) == {node["metadata"]["name"]}, layout(harness, "shared-b")
+    used = set(layout(harness, "shared-a"))
+
+    await harness.scale("shared-a", NAME, 1)
+
+    def one_node() -> bool:
+        nodes = {n["metadata"]["name"] for n in harness.cluster.list("nodes")}
+        held = set(layout(harness, "shared-a")) | set(layout(harness, "shared-b"))
+        return len(harness.pods("shared-a", NAME)) == 1 and len(held) == 1 and not (used - held) & nodes
+
+    try:
+        await harness.wait(one_node, timeout=600, what="A's pod beside B's on one node, the other node gone")
+    except TimeoutError as error:
+        where = {ns: layout(harness, ns) for ns in ("shared-a", "shared-b")}
+        nodes = [n["metadata"]["name"] for n in harness.cluster.list("nodes")]
+        raise AssertionError(f"{error}: pods {where}, nodes {nodes}") from None

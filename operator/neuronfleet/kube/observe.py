@@ -10,6 +10,13 @@ fleet cannot be planned without it. One to the compile Jobs' reads is returned b
 (:attr:`ClusterObservation.jobs_unread`): it is the compile pipeline's, reported and retried, and the
 fleet is still reconciled meanwhile.
 
+Other deployments' pods on the fleet's nodes (``neighbours``: several models share the Inf2 nodes,
+and a node goes only once no pod is left on it) come from one list of every pod neuronfleet made,
+shared by all reconciles (:meth:`~neuronfleet.kube.client.KubeClient.list_managed_pods`): cluster-wide
+when the operator watches every namespace, else the deployment's own namespace (what a namespaced
+install may read). The counts per node are made once per list (:class:`OccupancyReads`). A list
+that fails leaves them out: the plan then counts the deployment's own pods only, as it did before.
+
 A running compile Job's message says why its pod has not started: unschedulable, its image not
 pulled, or no pod at all :data:`NO_POD_SECONDS` after the Job was made (the API server refusing the
 pod: a ResourceQuota, a LimitRange, an admission webhook) while its status counts none ever made (a
@@ -31,7 +38,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Hashable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Generic, Literal, TypeVar
@@ -56,7 +64,7 @@ from neuronfleet.planning.catalog import LABEL_ZONE
 from neuronfleet.planning.coldstart import PodTimeline
 from neuronfleet.planning.compile import CompileRequest, JobPhase, adopts_legacy_job
 from neuronfleet.planning.fleet import PodView
-from neuronfleet.planning.labels import deployment_selector
+from neuronfleet.planning.labels import LABEL_DEPLOYMENT, LABEL_ROLE, deployment_selector, label_value
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +117,8 @@ class ClusterObservation:
     jobs: CompileJobs | None
     #: The error answer to the compile Jobs' reads (``jobs`` is None then): theirs alone, not the fleet's.
     jobs_unread: ApiException | None = None
+    #: Pods of other deployments on the nodes of the fleet's pods, per node name (none: no other).
+    neighbours: Mapping[str, int] = field(default_factory=dict)
 
 
 def _naming(exc: ApiException, read: str) -> ApiException:
@@ -119,6 +129,74 @@ def _naming(exc: ApiException, read: str) -> ApiException:
     named = ApiException(status=exc.status, reason=f"{exc.reason} (reading {read})")
     named.body, named.headers = exc.body, exc.headers
     return named
+
+
+@dataclass(frozen=True)
+class NodeOccupancy:
+    """neuronfleet's pods that stay on each node (by node name): in all, and per deployment
+    (namespace, deployment label)."""
+
+    total: Counter[str]
+    by_deployment: dict[tuple[str, str], Counter[str]]
+
+    def neighbours(self, namespace: str, deployment: str, nodes: Collection[str]) -> dict[str, int]:
+        """On each of ``nodes``, the pods of deployments other than ``namespace/deployment``."""
+        own = self.by_deployment.get((namespace, label_value(deployment)), Counter[str]())
+        counts = {node: self.total[node] - own[node] for node in nodes}
+        return {node: count for node, count in counts.items() if count > 0}
+
+
+def node_occupancy(pods: list[Obj]) -> NodeOccupancy:
+    """Count ``pods`` (neuronfleet's, of every deployment) on their nodes.
+
+    Left out: pods not on a node, being deleted or ended, draining ones (leaving, as the plan counts
+    its own) and compile Jobs' pods (they end on their own).
+    """
+    total: Counter[str] = Counter()
+    by_deployment: dict[tuple[str, str], Counter[str]] = {}
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        labels = metadata.get("labels") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        phase = (pod.get("status") or {}).get("phase")
+        if (
+            not node
+            or metadata.get("deletionTimestamp")
+            or phase in ("Succeeded", "Failed")
+            or labels.get(LABEL_ROLE) == "draining"
+            or LABEL_COMPILE_REQUEST in labels
+        ):
+            continue
+        total[node] += 1
+        key = (metadata.get("namespace") or "", labels.get(LABEL_DEPLOYMENT) or "")
+        by_deployment.setdefault(key, Counter())[node] += 1
+    return NodeOccupancy(total, by_deployment)
+
+
+class OccupancyReads:
+    """The :class:`NodeOccupancy` of the last list of neuronfleet's pods, counted once per list
+    for every deployment's reconcile (the list itself is shared by the client): one per operator,
+    held by the reconciler."""
+
+    def __init__(self) -> None:
+        #: The list counted (kept, so that its identity is not reused) and its counts.
+        self._last: tuple[list[Obj], NodeOccupancy] | None = None
+        self._warned = False
+
+    def of(self, pods: list[Obj]) -> NodeOccupancy:
+        if self._last is None or self._last[0] is not pods:
+            self._last = (pods, node_occupancy(pods))
+        return self._last[1]
+
+    def failed(self, error: Exception) -> None:
+        """Said once per operator: every reconcile would meet it."""
+        if not self._warned:
+            self._warned = True
+            logger.warning(
+                "cannot list neuronfleet's pods to see other models on the nodes (%s): a shrink counts each "
+                "deployment's own pods only",
+                error,
+            )
 
 
 async def _failure_details(kube: KubeApi, namespace: str, job_name: str, message: str) -> str:
@@ -595,10 +673,14 @@ async def observe_cluster(
     events: JobEventReads | None = None,
     placeholder_account: str | None = None,
     inherited: CompileRequest | None = None,
+    occupancy: OccupancyReads | None = None,
+    clusterwide: bool = True,
 ) -> ClusterObservation:
     """The fleet's pods (those ``owner_uid`` controls), their timelines and (with a ``request``) the
     compile Jobs, as of ``now`` (the reconcile's clock); ``accounts``, ``events``, ``inherited``: see
-    :func:`observe_compile_jobs`; ``placeholder_account``: see :func:`parse_pod`."""
+    :func:`observe_compile_jobs`; ``placeholder_account``: see :func:`parse_pod`. Other deployments'
+    pods on the fleet's nodes are counted when ``occupancy`` is given: listed in every namespace with
+    ``clusterwide`` (the operator watches them all), else in the deployment's own."""
     try:
         listed = await kube.list_pods(namespace, deployment_selector(deployment))
     except ApiException as exc:
@@ -625,10 +707,20 @@ async def observe_cluster(
             )
         except ApiException as exc:
             unread = exc
+    neighbours: dict[str, int] = {}
+    fleet_nodes = {node for pod in pods if (node := (pod.get("spec") or {}).get("nodeName"))}
+    if occupancy is not None and fleet_nodes:
+        try:
+            managed = await kube.list_managed_pods(None if clusterwide else namespace)
+        except _READ_FAILED as exc:
+            occupancy.failed(exc)
+        else:
+            neighbours = occupancy.of(managed).neighbours(namespace, deployment, fleet_nodes)
     return ClusterObservation(
         pods=tuple(parse_pod(pod, names, node_zones=zones, placeholder_account=placeholder_account) for pod in pods),
         foreign_pod_names=foreign,
         timelines=tuple(pod_timelines(pods, nodes)),
         jobs=jobs,
         jobs_unread=unread,
+        neighbours=neighbours,
     )

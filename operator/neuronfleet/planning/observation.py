@@ -51,6 +51,9 @@ class Observation:
     now: datetime
     #: The fleet's pods (serving pods and placeholders; the compile Job's pods are not the fleet's).
     pods: tuple[PodView, ...] = ()
+    #: Pods of other deployments (other models sharing the Inf2 nodes) on the fleet's nodes, per node
+    #: name: a shrink removes the pod whose going empties a node, counting those too.
+    neighbours: Mapping[str, int] = field(default_factory=dict)
     #: Names of pods with the fleet's labels that another object controls (a re-created
     #: deployment's predecessor, a pod made by hand): not the fleet's, but their names are taken.
     foreign_pod_names: frozenset[str] = frozenset()

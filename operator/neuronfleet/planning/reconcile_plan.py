@@ -535,6 +535,7 @@ def plan_reconcile(
             policy_for_spec(spec, fleet_policy),
             taken_names=observation.foreign_pod_names,
             rollout=durable.rollout,
+            neighbours=observation.neighbours,
         )
     summary = (
         fleet.summary
