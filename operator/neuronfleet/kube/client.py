@@ -243,7 +243,7 @@ class KubeClient:
     async def list_managed_pods(self, namespace: str | None) -> list[Obj]:
         """Every pod neuronfleet made (its managed-by label), of every deployment, in ``namespace``
         (None: in every namespace), read at most once per :attr:`NODE_CACHE_SECONDS` for all
-        deployments.
+        deployments; each pod only as :func:`_whereabouts` keeps it.
 
         Where other models' pods sit on the nodes (the plan's ``neighbours``): a shrink then removes
         the pod whose going empties a node. Shared as the node list is, for the same reason: one
@@ -268,7 +268,7 @@ class KubeClient:
             call = self.core.list_pod_for_all_namespaces(label_selector=selector, _preload_content=False)
         else:
             call = self.core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
-        pods = cast(list[Obj], (await self._json(call)).get("items", []))
+        pods = [_whereabouts(pod) for pod in cast(list[Obj], (await self._json(call)).get("items", []))]
         self._managed[namespace] = (sent_at, pods)
         return pods
 
@@ -529,6 +529,20 @@ EXACT_SPEC_FIELDS: dict[str, tuple[str, ...]] = {"Service": ("selector",), "PodD
 #: Spec fields that must not be live when the wanted object leaves them out: a PDB takes either
 #: minAvailable or maxUnavailable, so one written by an older operator must lose the other.
 UNSET_SPEC_FIELDS: dict[str, tuple[str, ...]] = {"PodDisruptionBudget": ("minAvailable", "maxUnavailable")}
+
+
+def _whereabouts(pod: Obj) -> Obj:
+    """Of a pod, what says whose it is and where (its namespace, name, labels, deletion, node and
+    phase): a list of every model's pods is kept between reads, and whole pods (containers, status)
+    would cost memory in proportion to the whole fleet for nothing."""
+    metadata = pod.get("metadata") or {}
+    return {
+        "metadata": {
+            key: metadata[key] for key in ("name", "namespace", "labels", "deletionTimestamp") if key in metadata
+        },
+        "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")},
+        "status": {"phase": (pod.get("status") or {}).get("phase")},
+    }
 
 
 def _merge_patch(live: Any, wanted: Any) -> Any:
