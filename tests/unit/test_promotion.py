@@ -203,19 +203,22 @@ def _recounted(
     promote: bool,
     beside: list[PodInfo],
     keeping: bool = False,
+    neighbours: dict[str, int] | None = None,
 ) -> list[PodInfo]:
     """An order by brute force: a full ranking on fresh counts before every pick. ``beside`` count
-    in their node only. A promotion leaves every pod on its node (``held`` never changes); a pool
-    keeping its first picks deletes the rest, so there a node holds the pods that stay and those
-    picked so far (recounted like a drain's), and ``room`` (candidates on the node) breaks ties."""
+    in their node only, as do ``neighbours`` (other deployments' pods, per node name). A promotion
+    leaves every pod on its node (``held`` never changes); a pool keeping its first picks deletes
+    the rest, so there a node holds the pods that stay and those picked so far (recounted like a
+    drain's), and ``room`` (candidates on the node) breaks ties."""
     left, taken, counted = list(candidates), [], list(counted)
-    held = Counter((p.zone, p.node) for p in (*candidates, *counted, *beside) if p.node is not None)
+    extra = Counter({(p.zone, p.node): (neighbours or {}).get(p.node, 0) for p in candidates if p.node is not None})
+    held = Counter((p.zone, p.node) for p in (*candidates, *counted, *beside) if p.node is not None) + extra
     room = Counter((p.zone, p.node) for p in candidates if p.node is not None) if keeping else Counter()
     while left:
         zones = Counter(p.zone for p in counted)
         nodes = Counter((p.zone, p.node) for p in counted if p.node is not None)
         if not promote or keeping:
-            held = nodes + Counter((p.zone, p.node) for p in beside if p.node is not None)
+            held = nodes + Counter((p.zone, p.node) for p in beside if p.node is not None) + extra
         if keeping:
             # Ranked as -held then -room in one count: a fleet here has far fewer than 1000 pods.
             held = Counter({key: held[key] * 1000 + room[key] for key in held | room})
@@ -281,15 +284,18 @@ def test_the_orders_are_the_brute_force_recount() -> None:
         ]
         others = [_random_pod(rng, f"o{i}") for i in range(rng.randrange(0, 5))]
         beside = [_random_pod(rng, f"b{i}") for i in range(rng.randrange(0, 5))]
-        drained = drain_order(candidates, "r1", others, beside)
-        assert drained == _recounted(candidates, candidates + others, _drain_rank, False, beside)
-        assert drain_order(list(reversed(candidates)), "r1", others, beside) == drained
-        promoted = promotion_order(candidates, others, "r1", beside)
-        assert promoted == _recounted(candidates, others, _promotion_rank, True, beside)
-        assert promotion_order(list(reversed(candidates)), others, "r1", beside) == promoted
-        kept = promotion_order(candidates, others, "r1", beside, keeping=True)
-        assert kept == _recounted(candidates, others, _promotion_rank, True, beside, keeping=True)
-        assert promotion_order(list(reversed(candidates)), others, "r1", beside, keeping=True) == kept
+        # Every other fleet shares its nodes with other deployments' pods.
+        near = {f"n{i}": rng.randrange(3) for i in range(5)} if trial % 2 else {}
+        drained = drain_order(candidates, "r1", others, beside, near)
+        assert drained == _recounted(candidates, candidates + others, _drain_rank, False, beside, neighbours=near)
+        assert drain_order(list(reversed(candidates)), "r1", others, beside, near) == drained
+        promoted = promotion_order(candidates, others, "r1", beside, neighbours=near)
+        assert promoted == _recounted(candidates, others, _promotion_rank, True, beside, neighbours=near)
+        assert promotion_order(list(reversed(candidates)), others, "r1", beside, neighbours=near) == promoted
+        kept = promotion_order(candidates, others, "r1", beside, keeping=True, neighbours=near)
+        assert kept == _recounted(candidates, others, _promotion_rank, True, beside, keeping=True, neighbours=near)
+        reversed_kept = promotion_order(list(reversed(candidates)), others, "r1", beside, keeping=True, neighbours=near)
+        assert reversed_kept == kept
 
 
 def test_a_surplus_active_ranks_after_a_warm_pod_on_a_node_alike_and_before_one_alone() -> None:
