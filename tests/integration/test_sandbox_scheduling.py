@@ -3,6 +3,7 @@ milliseconds)."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from pathlib import Path
 from typing import Any
@@ -304,6 +305,23 @@ async def test_the_group_count_is_a_floor_and_a_removed_node_gets_an_event() -> 
             (launched, "Normal", "DisruptionTerminating", "Disrupting Node: Empty")
         ]
         assert events[0]["source"]["component"] == "karpenter"
+
+
+async def test_the_demos_starting_nodes_are_a_floor(tmp_path: Path) -> None:
+    """The demo's two starting nodes stay while empty (a long compile, no pods yet), as sandbox up's
+    do (review r7: they were consolidated 60 s in, and the first pods waited for new ones)."""
+    from neuronfleet.demo.options import DemoOptions
+    from neuronfleet.demo.orchestration import prepare_example, sandbox_cluster
+
+    example = prepare_example(DemoOptions(load="simulated", skip_compile=True, out=tmp_path), tmp_path)
+    async with sandbox_cluster(example, tmp_path, seed=0) as cluster:
+        initial = sorted(n["metadata"]["name"] for n in cluster.list("nodes"))
+        assert len(initial) == 2
+        # Loop time (looptime): ten simulated minutes, far past its 60 s consolidation delay, of a
+        # cluster with no pods, so nothing to wait on: the nodes' staying is the check.
+        await asyncio.sleep(600)
+        assert sorted(n["metadata"]["name"] for n in cluster.list("nodes")) == initial
+        assert cluster.provisioner is not None and cluster.provisioner.nodes_removed == 0
 
 
 async def test_zone_spread_and_node_failure() -> None:

@@ -226,15 +226,22 @@ def sandbox_cluster(
     provisioning_delay_s: float = DEMO_PROVISIONING_S,
     **live: Any,
 ) -> SandboxCluster:
-    """The sandbox with one inf2.xlarge node group (two nodes to start, room for maxReplicas).
+    """The sandbox with one inf2.xlarge node group (two nodes, always there; room for maxReplicas).
 
     ``live``: the sandbox's options for serving pods that serve (``serving``, ``prometheus``, ...).
     """
     dep = example.deployment
     max_nodes = max(4, math.ceil((dep.spec.scaling.max_replicas or 10) / 2) + 2)
+    # The two starting nodes are a floor (min_nodes), as sandbox up's COUNT: a managed node group's,
+    # never consolidated, so they are there for the first pods after a long compile.
     groups = [
         NodeGroup(
-            "inf2-serving", "inf2.xlarge", count=2, zones=("us-east-1a", "us-east-1b"), max_nodes=min(max_nodes, 14)
+            "inf2-serving",
+            "inf2.xlarge",
+            count=2,
+            min_nodes=2,
+            zones=("us-east-1a", "us-east-1b"),
+            max_nodes=min(max_nodes, 14),
         ),
     ]
     has_crds = (REPO / "crds").is_dir()
