@@ -3,11 +3,15 @@
 The demo runs the operator in-process, and Kopf takes SIGINT and SIGTERM for itself when it
 starts: they stopped the operator alone, and the demo ran on to its end. Here the demo (simulated
 load, compile skipped: the quickest to reach its load) gets the signal once the operator runs.
+Closing its terminal (a pty hung up, every write to it failing with EIO) stops it as cleanly:
+the stop message, printed first, used to raise there and keep the stop from starting (review r7).
 """
 
 from __future__ import annotations
 
 import os
+import pty
+import select
 import signal
 import subprocess
 import sys
@@ -53,6 +57,53 @@ def test_a_signal_stops_the_demo(sig: signal.Signals, tmp_path: Path) -> None:
         assert f"stopping the demo ({sig.name};" in text
         assert f"neuronfleet demo: stopped by {sig.name}" in text
     finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+
+
+def _read_until(fd: int, text: str, timeout: float) -> str:
+    """What ``fd`` (a pty's master) gives until ``text`` is in it (select: woken by each write)."""
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while text.encode() not in seen:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise AssertionError(f"timed out waiting for {text!r}; output: {seen.decode(errors='replace')}")
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # EIO: the other end closed (the demo ended)
+                chunk = b""
+            if not chunk:
+                raise AssertionError(f"ended before {text!r}; output: {seen.decode(errors='replace')}")
+            seen += chunk
+    return seen.decode(errors="replace")
+
+
+def test_a_closed_terminal_stops_the_demo(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    # In a terminal: the live view runs, as for a user.
+    argv = [str(BIN / "neuronfleet"), "demo", "--load", "simulated", "--skip-compile"]
+    argv += ["--minutes", "20", "--speed", "10", "--out", str(out)]
+    master, terminal = pty.openpty()
+    demo = subprocess.Popen(
+        argv, stdin=terminal, stdout=terminal, stderr=terminal, cwd=tmp_path, start_new_session=True
+    )
+    os.close(terminal)
+    try:
+        _read_until(master, "compile skipped", 120)  # the operator runs, the example is applied
+        assert (out / "sandbox.lock").exists()
+        os.close(master)  # the terminal window closes: writes to it now fail with EIO
+        master = -1
+        os.killpg(demo.pid, signal.SIGHUP)  # what the kernel sends its session as it hangs up
+        assert demo.wait(timeout=60) == 128 + signal.SIGHUP
+        assert not (out / "sandbox.lock").exists()
+        assert not (out / "report.md").exists()  # stopped, not run to its end
+    finally:
+        if master >= 0:
+            os.close(master)
         if demo.poll() is None:
             demo.kill()
             demo.wait()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     try:
         result = run_demo(options, console)
     except DemoStopped as exc:
-        err.print(f"neuronfleet demo: {exc}", markup=False)
+        # Stopped by a closed terminal (SIGHUP) perhaps: one that no longer takes writes (EIO).
+        with contextlib.suppress(OSError):
+            err.print(f"neuronfleet demo: {exc}", markup=False)
         return exc.exit_status
     except DemoError as exc:
         err.print(f"neuronfleet demo: {exc}", markup=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -111,7 +112,11 @@ def progress_line(frame: Frame, view: FleetView, recorder: Recorder) -> str:
 
 
 class Display:
-    """The rich live view, or a line every minute (of the run's clock) when not live (CI logs)."""
+    """The rich live view, or a line every minute (of the run's clock) when not live (CI logs).
+
+    Its writes are best effort: once the terminal is closed every write fails (EIO), and the demo
+    must still unwind cleanly on the SIGHUP that follows (its operator and sandbox stopped).
+    """
 
     def __init__(self, console: Console, live: bool) -> None:
         self.console = console
@@ -126,18 +131,22 @@ class Display:
 
     def __exit__(self, *exc: object) -> None:
         if self.live is not None:
-            self.live.__exit__(None, None, None)
+            with contextlib.suppress(OSError):  # its last frame, to a closed terminal
+                self.live.__exit__(None, None, None)
 
     def note(self, message: str) -> None:
-        self.console.print(message)
+        with contextlib.suppress(OSError):
+            self.console.print(message)
 
     def update(self, make: Callable[[], Group], line: Callable[[], str], t: float, force: bool = False) -> None:
         if self.live is not None:
             now = time.monotonic()
             if force or now - self._last_refresh >= 0.25:
                 self._last_refresh = now
-                self.live.update(make(), refresh=True)
+                with contextlib.suppress(OSError):
+                    self.live.update(make(), refresh=True)
             return
         if force or self._last_line_t is None or t - self._last_line_t >= 60.0:
             self._last_line_t = t
-            self.console.print(line())
+            with contextlib.suppress(OSError):
+                self.console.print(line())
