@@ -5,7 +5,8 @@
 - ``demo``: a non-finite or negative ``--minutes``, ``--start-minute`` (and the other figures) is
   an argument error, as argparse says a bad number; ``--minutes nan`` used to crash with a
   ValueError, ``--load simulated --start-minute -5`` to be accepted.
-- a sandbox directory in use is refused by ``demo`` too, naming its own flag (``--out``).
+- a sandbox directory in use is refused by ``demo`` too, naming its own flag (``--out``), before
+  it writes anything there (the running demo's artifact store and log stay as they were).
 """
 
 from __future__ import annotations
@@ -80,17 +81,25 @@ def test_demo_takes_zero_start_and_lead_in() -> None:
     assert (args.start_minute, args.lead_in) == (0.0, 0.0)
 
 
-def test_demo_on_a_directory_in_use_names_its_out_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("load", [["simulated", "--skip-compile"], ["real"]], ids=lambda load: load[0])
+def test_demo_on_a_directory_in_use_names_its_out_flag(
+    load: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # What a running demo has in its --out (review r7: the refused one deleted its artifact store
+    # and emptied its operator log before its sandbox found the directory taken).
+    (tmp_path / "artifacts" / "bert").mkdir(parents=True)
+    (tmp_path / "artifacts" / "bert" / "model.pt").write_text("compiled")
+    (tmp_path / "operator.log").write_text("the running demo's operator log\n")
     lock = DirectoryLock(tmp_path)
     lock.acquire()
     try:
-        # The simulated demo's sandbox: it takes the directory before the load or the operator start.
-        args = parser().parse_args(
-            ["demo", "--load", "simulated", "--skip-compile", "--no-live", "--out", str(tmp_path)]
-        )
+        # Refused before it writes anything in --out, whatever the load.
+        args = parser().parse_args(["demo", "--load", *load, "--no-live", "--out", str(tmp_path)])
         assert args.func(args) == 1
     finally:
         lock.release()
     err = capsys.readouterr().err
     assert "already uses" in err
     assert "stop it, or pass --out elsewhere" in err
+    assert (tmp_path / "artifacts" / "bert" / "model.pt").read_text() == "compiled"
+    assert (tmp_path / "operator.log").read_text() == "the running demo's operator log\n"

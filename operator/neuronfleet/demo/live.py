@@ -52,6 +52,7 @@ from neuronfleet.metrics.prometheus import PrometheusMetrics
 from neuronfleet.planning.labels import service_name
 from neuronfleet.sandbox import ColdStartProfile
 from neuronfleet.sandbox.children import die_with_parent
+from neuronfleet.sandbox.dirlock import DirectoryLock
 from neuronfleet.sandbox.prometheus import PrometheusUnavailable
 from neuronfleet.sandbox.prometheus import find_binary as find_prometheus
 from neuronfleet.sandbox.serving import ServingOptions
@@ -233,8 +234,11 @@ async def run_client(
     return result
 
 
-async def live_demo(options: DemoOptions, console: Console) -> DemoResult:
-    """The operator on the sandbox, real requests at real pods, Prometheus in between; real time."""
+async def live_demo(options: DemoOptions, console: Console, directory_lock: DirectoryLock | None = None) -> DemoResult:
+    """The operator on the sandbox, real requests at real pods, Prometheus in between; real time.
+
+    ``directory_lock``: ``options.out``'s, held by the caller (see ``orchestration.run_demo``).
+    """
     wall_start = time.monotonic()
     out = options.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -266,6 +270,7 @@ async def live_demo(options: DemoOptions, console: Console) -> DemoResult:
         scrape_interval_s=SCRAPE_INTERVAL_S,
         compile_jobs="real",
         workdir=out / "sandbox",
+        directory_lock=directory_lock,
     )
     display = Display(console, options.live)
     view = ClientView(load)

@@ -63,6 +63,7 @@ from neuronfleet.reconcile import MetricsSource, OperatorSettings
 from neuronfleet.run_command import build_context, operator_tasks
 from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster, signals
 from neuronfleet.sandbox.artifacts import record_uncompiled_artifact
+from neuronfleet.sandbox.dirlock import DirectoryLock
 from neuronfleet.sandbox.runners import SubprocessRunner
 from neuronfleet.sim import trace as traces
 from neuronfleet.sim.profiles import Profile, load_profile
@@ -224,11 +225,14 @@ def sandbox_cluster(
     *,
     cold_start: ColdStartProfile = DEMO_COLD_START,
     provisioning_delay_s: float = DEMO_PROVISIONING_S,
+    directory_lock: DirectoryLock | None = None,
     **live: Any,
 ) -> SandboxCluster:
     """The sandbox with one inf2.xlarge node group (two nodes, always there; room for maxReplicas).
 
     ``live``: the sandbox's options for serving pods that serve (``serving``, ``prometheus``, ...).
+    ``directory_lock``: ``out``'s, taken by :func:`run_demo` before it wrote there; the sandbox
+    uses it rather than taking its own (no moment when ``out`` is unlocked).
     """
     dep = example.deployment
     max_nodes = max(4, math.ceil((dep.spec.scaling.max_replicas or 10) / 2) + 2)
@@ -256,6 +260,7 @@ def sandbox_cluster(
         neuron_scheduler_name=NEURON_SCHEDULER,
         kubeconfig_path=out / "kubeconfig",
         seed=seed,
+        directory_lock=directory_lock,
         **live,
     )
 
@@ -371,8 +376,13 @@ async def compile_and_start(
 # ------------------------------------------------------------------------- the simulated replay
 
 
-async def simulated_demo(options: DemoOptions, console: Console) -> DemoResult:
-    """The operator on the sandbox under the simulated, compressed-time replay of the trace."""
+async def simulated_demo(
+    options: DemoOptions, console: Console, directory_lock: DirectoryLock | None = None
+) -> DemoResult:
+    """The operator on the sandbox under the simulated, compressed-time replay of the trace.
+
+    ``directory_lock``: ``options.out``'s, held by the caller (see :func:`run_demo`).
+    """
     wall_start = time.monotonic()
     out = options.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -383,7 +393,7 @@ async def simulated_demo(options: DemoOptions, console: Console) -> DemoResult:
 
     pacer = Pacer(options.speed)
     display = Display(console, options.live)
-    async with sandbox_cluster(example, out, options.seed) as cluster:
+    async with sandbox_cluster(example, out, options.seed, directory_lock=directory_lock) as cluster:
         assert cluster.kubelet is not None
         if not options.skip_compile:
             # Only the compile image runs for real; serving pods stay emulated.
@@ -541,20 +551,27 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> DemoResult
         raise DemoError(f"--load is real or simulated, not {options.load!r}")
     if min(options.minutes, options.speed, options.peak_replicas, options.live_minutes, options.peak_rps) <= 0:
         raise DemoError("--minutes, --speed, --peak-replicas and --peak-rps must be positive")
-    options.out.mkdir(parents=True, exist_ok=True)
-    with _log_to_file(options.out / "operator.log"):
-        if options.load == "real":
-            from neuronfleet.demo.live import live_demo  # real processes: a plain loop at wall speed
+    # --out is the sandbox's directory: lock it before writing anything there (the log, the fresh
+    # artifact store), so a second demo on it is refused (SandboxBusy) with the first's files as
+    # they were. The sandbox takes this lock over; it is released once the report is written.
+    out_lock = DirectoryLock(options.out.resolve())
+    out_lock.acquire()
+    try:
+        with _log_to_file(options.out / "operator.log"):
+            if options.load == "real":
+                from neuronfleet.demo.live import live_demo  # real processes: a plain loop at wall speed
 
-            result = asyncio.run(stoppable(live_demo(options, console)))
-        else:
-            # looptime: the loop's clock jumps to the next timer only when no I/O is ready, so the
-            # HTTP between Kopf and the API server completes at one simulated instant.
-            import looptime  # the sandbox extra: imported here so `neuronfleet --help` works without it
+                result = asyncio.run(stoppable(live_demo(options, console, out_lock)))
+            else:
+                # looptime: the loop's clock jumps to the next timer only when no I/O is ready, so the
+                # HTTP between Kopf and the API server completes at one simulated instant.
+                import looptime  # the sandbox extra: imported here so `neuronfleet --help` works without it
 
-            with asyncio.Runner(loop_factory=looptime.new_event_loop) as runner:
-                result = runner.run(stoppable(simulated_demo(options, console)))
-    write_report(result, options.out)
+                with asyncio.Runner(loop_factory=looptime.new_event_loop) as runner:
+                    result = runner.run(stoppable(simulated_demo(options, console, out_lock)))
+        write_report(result, options.out)
+    finally:
+        out_lock.release()
     return result
 
 

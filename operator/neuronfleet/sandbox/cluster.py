@@ -141,6 +141,7 @@ class SandboxCluster:
         prometheus_binary: str | None = None,
         scrape_interval_s: float = 1.0,
         workdir: Path | str | None = None,
+        directory_lock: DirectoryLock | None = None,
     ) -> None:
         """``s3``: also run an S3 endpoint (``cluster.s3``, moto on 127.0.0.1). ``compile_jobs="real"``:
         compile Jobs' ``neuronserve compile`` runs on this machine (pointed at ``cluster.s3`` when
@@ -154,6 +155,9 @@ class SandboxCluster:
         or ``prometheus_binary``) scrapes the served pods every ``scrape_interval_s``, its file_sd
         targets labelled as the chart's PodMonitor does (see ``sandbox.prometheus``).
         ``workdir``: where processes keep their scratch (default: a temporary directory).
+        ``directory_lock``: the lock on the directory this sandbox would lock (see ``start``), taken
+        by the caller, who writes there before the sandbox starts and releases it after it stops:
+        the sandbox uses it as its own, and leaves it held when it stops.
         """
         self.node_groups = list(node_groups)
         self.crd_dir = Path(crd_dir) if crd_dir is not None else None
@@ -210,6 +214,7 @@ class SandboxCluster:
         self.announce_stop: Callable[[str], object] | None = None
         self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
         self._lock: DirectoryLock | None = None
+        self._given_lock = directory_lock
         self.url = ""
         self.kubeconfig_path = Path()
 
@@ -243,9 +248,15 @@ class SandboxCluster:
         """
         self.clock.bind(asyncio.get_running_loop())
         owned = self._kubeconfig_path.parent if self._kubeconfig_path is not None else self._workdir
-        self._lock = DirectoryLock(owned.resolve()) if owned is not None else None
-        if self._lock is not None:
-            self._lock.acquire()
+        if self._given_lock is not None:
+            if owned is None or self._given_lock.directory.resolve() != owned.resolve():
+                raise ValueError(f"directory_lock locks {self._given_lock.directory}, not this sandbox's {owned}")
+            # Held already (acquire is then a no-op) or taken here; its owner releases it.
+            self._given_lock.acquire()
+        else:
+            self._lock = DirectoryLock(owned.resolve()) if owned is not None else None
+            if self._lock is not None:
+                self._lock.acquire()
         try:
             await self._start()
         except BaseException:
