@@ -27,7 +27,7 @@ from neuronfleet.sandbox.nodes import parse_node_groups
 from neuronfleet.sandbox.prometheus import PrometheusUnavailable, find_binary
 from neuronfleet.sandbox.s3 import DEFAULT_ARTIFACT_STORE
 from neuronfleet.sandbox.serving import ServingOptions
-from neuronfleet.sandbox.signals import StopOnSignals
+from neuronfleet.sandbox.signals import StopOnSignals, say_quietly
 
 #: ``inf2-serving`` is the Karpenter NodePool ``examples/bert-embeddings.yaml`` selects.
 DEFAULT_NODE_GROUPS = "inf2-serving:inf2.xlarge:2:6@us-east-1a+us-east-1b,inf2-large:inf2.24xlarge:0:2@us-east-1a"
@@ -208,7 +208,8 @@ async def _serve(groups: list, args: argparse.Namespace, crd_dir: Path | None) -
         workdir=kubeconfig.parent / "sandbox-work",
     )
     env_file = kubeconfig.parent / ENV_FILE_NAME
-    cluster.announce_stop = lambda step: print(f"  {step}", file=sys.stderr, flush=True)
+    # The stop's steps may be printed to a terminal already closed (EIO): they must not cut it short.
+    cluster.announce_stop = lambda step: say_quietly(f"  {step}", sys.stderr)
     async with cluster:
         stocked = await cluster.host_examples(args.examples_dir)
         env = {"KUBECONFIG": str(cluster.kubeconfig_path), "NEURONFLEET_NEURON_SCHEDULER": NEURON_SCHEDULER}
@@ -246,4 +247,4 @@ async def _serve(groups: list, args: argparse.Namespace, crd_dir: Path | None) -
             await stop.wait()
         finally:
             env_file.unlink(missing_ok=True)
-    print("sandbox stopped.", file=sys.stderr, flush=True)
+    say_quietly("sandbox stopped.", sys.stderr)

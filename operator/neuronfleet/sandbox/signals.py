@@ -5,6 +5,10 @@ watches ended, files removed). A second one, when that stop hangs or the user wi
 kills the child processes and exits. SIGHUP is a stop like the others: it is what a closed
 terminal sends, and left to its default action it killed the sandbox without its clean-up.
 
+Each handler acts first (the stop begun, the children killed) and says so after, and what it
+says is best effort: once the terminal is hung up, every write to it fails (EIO), and a message
+no one can read must not keep the stop from starting.
+
 Kopf, when started in this process (the demo runs the operator in-process), installs its own
 SIGINT and SIGTERM handlers on the loop whenever it runs in the main thread, with no setting to
 keep it from doing so; they stop only the operator. :func:`reclaim` installs this module's
@@ -19,6 +23,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from typing import TextIO
 
 from neuronfleet.sandbox.children import kill_children
 
@@ -26,7 +31,17 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    say_quietly(text, sys.stderr)
+
+
+def say_quietly(text: str, stream: TextIO | None = None) -> None:
+    """``print(text)`` to ``stream`` (default stdout), or nothing when it cannot be written.
+
+    For the messages of a stop: after a hang-up the terminal raises EIO (OSError) on every write,
+    and the stop they report must go on (see the module docstring).
+    """
+    with contextlib.suppress(OSError):
+        print(text, file=stream if stream is not None else sys.stdout, flush=True)
 
 
 class StopOnSignals:
@@ -73,11 +88,13 @@ class StopOnSignals:
     def _received(self, sig: signal.Signals) -> None:
         if self.received is None:
             self.received = sig
-            self.say(f"stopping {self.what} ({sig.name}; a second Ctrl-C or signal forces the exit)...")
-            self.stop(sig)
+            self.stop(sig)  # first: the message below may fail (a hung-up terminal)
+            with contextlib.suppress(OSError):
+                self.say(f"stopping {self.what} ({sig.name}; a second Ctrl-C or signal forces the exit)...")
             return
         killed = kill_children()
-        self.say(f"{sig.name} again: exiting now, {killed} child process{'es' if killed != 1 else ''} killed")
+        with contextlib.suppress(OSError):  # a hung-up terminal: the exit below is what matters
+            self.say(f"{sig.name} again: exiting now, {killed} child process{'es' if killed != 1 else ''} killed")
         os._exit(128 + sig.value)  # the clean stop is what hangs: nothing of it is waited for
 
 
@@ -92,4 +109,4 @@ def reclaim() -> None:
         stopper.install()
 
 
-__all__ = ["STOP_SIGNALS", "StopOnSignals", "reclaim"]
+__all__ = ["STOP_SIGNALS", "StopOnSignals", "reclaim", "say_quietly"]
