@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import pty
-import select
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from closed_terminal import caught, read_until, traceback_catcher
 
 pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(240)]
 
@@ -62,43 +62,24 @@ def test_a_signal_stops_the_demo(sig: signal.Signals, tmp_path: Path) -> None:
             demo.wait()
 
 
-def _read_until(fd: int, text: str, timeout: float) -> str:
-    """What ``fd`` (a pty's master) gives until ``text`` is in it (select: woken by each write)."""
-    seen = b""
-    deadline = time.monotonic() + timeout
-    while text.encode() not in seen:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise AssertionError(f"timed out waiting for {text!r}; output: {seen.decode(errors='replace')}")
-        ready, _, _ = select.select([fd], [], [], remaining)
-        if ready:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:  # EIO: the other end closed (the demo ended)
-                chunk = b""
-            if not chunk:
-                raise AssertionError(f"ended before {text!r}; output: {seen.decode(errors='replace')}")
-            seen += chunk
-    return seen.decode(errors="replace")
-
-
 def test_a_closed_terminal_stops_the_demo(tmp_path: Path) -> None:
     out = tmp_path / "out"
     # In a terminal: the live view runs, as for a user.
     argv = [str(BIN / "neuronfleet"), "demo", "--load", "simulated", "--skip-compile"]
     argv += ["--minutes", "20", "--speed", "10", "--out", str(out)]
+    env, written = traceback_catcher(tmp_path / "catcher", dict(os.environ))
     master, terminal = pty.openpty()
     demo = subprocess.Popen(
-        argv, stdin=terminal, stdout=terminal, stderr=terminal, cwd=tmp_path, start_new_session=True
+        argv, stdin=terminal, stdout=terminal, stderr=terminal, cwd=tmp_path, env=env, start_new_session=True
     )
     os.close(terminal)
     try:
-        _read_until(master, "compile skipped", 120)  # the operator runs, the example is applied
+        read_until(master, "compile skipped", 120)  # the operator runs, the example is applied
         assert (out / "sandbox.lock").exists()
         os.close(master)  # the terminal window closes: writes to it now fail with EIO
         master = -1
         os.killpg(demo.pid, signal.SIGHUP)  # what the kernel sends its session as it hangs up
-        assert demo.wait(timeout=60) == 128 + signal.SIGHUP
+        assert demo.wait(timeout=60) == 128 + signal.SIGHUP, caught(written)
         assert not (out / "sandbox.lock").exists()
         assert not (out / "report.md").exists()  # stopped, not run to its end
     finally:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import pty
-import select
 import signal
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from closed_terminal import caught, read_until, traceback_catcher
 from fixtures_prometheus import prometheus_binary
 
 pytestmark = [pytest.mark.looptime(False), pytest.mark.timeout(180)]
@@ -130,44 +130,25 @@ def test_a_signal_stops_the_sandbox_cleanly(sig: signal.Signals, tmp_path: Path,
     assert not (tmp_path / "sandbox.env").exists()
 
 
-def _read_until(fd: int, text: str, timeout: float) -> str:
-    """What ``fd`` (a pty's master) gives until ``text`` is in it (select: woken by each write)."""
-    seen = b""
-    deadline = time.monotonic() + timeout
-    while text.encode() not in seen:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise AssertionError(f"timed out waiting for {text!r}; output: {seen.decode(errors='replace')}")
-        ready, _, _ = select.select([fd], [], [], remaining)
-        if ready:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:  # EIO: the other end closed (the process ended)
-                chunk = b""
-            if not chunk:
-                raise AssertionError(f"ended before {text!r}; output: {seen.decode(errors='replace')}")
-            seen += chunk
-    return seen.decode(errors="replace")
-
-
 def test_a_closed_terminal_stops_the_sandbox_cleanly(tmp_path: Path) -> None:
     """Review r7: the stop message, printed to the hung-up terminal, raised EIO before the stop began."""
     kubeconfig = tmp_path / "kubeconfig"
     argv = [str(BIN / "neuronfleet"), "sandbox", "up", "--kubeconfig", str(kubeconfig), "--no-s3"]
     argv += ["--examples-dir", str(tmp_path / "no-examples"), "--serving", "simulated", "--prometheus", "off"]
     env = {**os.environ, "HOME": str(tmp_path), "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env, written = traceback_catcher(tmp_path / "catcher", env)
     master, terminal = pty.openpty()
     process = subprocess.Popen(
         argv, stdin=terminal, stdout=terminal, stderr=terminal, env=env, cwd=tmp_path, start_new_session=True
     )
     os.close(terminal)
     try:
-        _read_until(master, BANNER_END, 60)
+        read_until(master, BANNER_END, 60)
         assert (tmp_path / "sandbox.env").exists() and (tmp_path / "sandbox.lock").exists()
         os.close(master)  # the terminal window closes: writes to it now fail with EIO
         master = -1
         os.killpg(process.pid, signal.SIGHUP)  # what the kernel sends its session as it hangs up
-        assert process.wait(timeout=60) == 0
+        assert process.wait(timeout=60) == 0, caught(written)
         assert not (tmp_path / "sandbox.env").exists()
         assert not (tmp_path / "sandbox.lock").exists()
     finally:
