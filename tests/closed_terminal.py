@@ -24,10 +24,12 @@ sys.excepthook = _hook
 
 
 def read_until(fd: int, text: str, timeout: float) -> str:
-    """What ``fd`` (a pty's master) gives until ``text`` is in it (select: woken by each write)."""
+    """What ``fd`` (a pty's master) gives until a whole line holding ``text`` is in it (select: woken
+    by each write). The whole line: a terminal hung up after the text but before its newline made the
+    command's ``print`` of that line fail (EIO), a failure of the test's timing, not of the command."""
     seen = b""
     deadline = time.monotonic() + timeout
-    while text.encode() not in seen:
+    while text.encode() not in seen or b"\n" not in seen[seen.index(text.encode()) :]:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise AssertionError(f"timed out waiting for {text!r}; output: {seen.decode(errors='replace')}")
