@@ -30,6 +30,40 @@ def write_day_trace(path: Path) -> Path:
     return path
 
 
+def _process_tree(pid: int) -> str:
+    """``pid``'s process and its children: state, signals blocked/ignored/caught, CPU time, command."""
+    rows = []
+    for task in [pid, *_children(pid)]:
+        try:
+            status = dict(
+                line.split(":\t", 1) for line in Path(f"/proc/{task}/status").read_text().splitlines() if ":\t" in line
+            )
+            stat = Path(f"/proc/{task}/stat").read_text().rsplit(")", 1)[1].split()
+            wchan = Path(f"/proc/{task}/wchan").read_text()
+            command = Path(f"/proc/{task}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:80]
+        except OSError:
+            rows.append(f"{task}: gone")
+            continue
+        cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+        keys = ("State", "SigBlk", "SigIgn", "SigCgt")
+        rows.append(
+            f"{task}: "
+            + " ".join(f"{k}={status.get(k, '?').strip()}" for k in keys)
+            + f" wchan={wchan} cpu={cpu:.1f}s {command}"
+        )
+    return "\n".join(rows)
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                for child in (task / "children").read_text().split():
+                    found += [int(child), *_children(int(child))]
+    return found
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("to", ["group", "parent"])
 def test_ctrl_c_stops_a_run_with_worker_processes_at_once(to: str, tmp_path: Path) -> None:
@@ -69,7 +103,14 @@ def test_ctrl_c_stops_a_run_with_worker_processes_at_once(to: str, tmp_path: Pat
         try:
             returncode = process.wait(timeout=EXIT_BOUND_S)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"still running {EXIT_BOUND_S:g} s after Ctrl-C")
+            # What the run and its workers were doing (it failed so twice in full CI runs, never alone).
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    seen.append(lines.get_nowait())
+            pytest.fail(
+                f"still running {EXIT_BOUND_S:g} s after Ctrl-C; its processes:\n{_process_tree(process.pid)}\n"
+                f"its stderr:\n{''.join(seen)}"
+            )
         waited = time.monotonic() - interrupted
     finally:
         with contextlib.suppress(ProcessLookupError):
