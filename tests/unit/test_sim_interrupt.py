@@ -74,9 +74,18 @@ def test_ctrl_c_stops_a_run_with_worker_processes_at_once(to: str, tmp_path: Pat
     command += ["--policies", "hpa,ours", "--jobs", "2", "--no-plots", "--out", str(out)]
     # Its own session, so that the SIGINT below reaches it and its workers (as Ctrl-C reaches a
     # terminal's foreground group) and not pytest.
-    process = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    # SIGINT caught here while it starts, so that the run gets it at its default (a handler is reset
+    # by exec, an ignored signal stays ignored), as a shell starts a foreground command. pytest run in
+    # the background (`make test &`, a CI runner) ignores SIGINT, and its test processes with it: the
+    # run then ignored the Ctrl-C below, unless a test before this one in the same worker happened to
+    # install a handler (asyncio restores default_int_handler) - it failed so in two full CI runs.
+    ignored = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+    finally:
+        signal.signal(signal.SIGINT, ignored)
     assert process.stderr is not None
     stderr = process.stderr
     lines: queue.Queue[str] = queue.Queue()
