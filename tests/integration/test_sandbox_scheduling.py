@@ -233,6 +233,41 @@ async def test_a_nomination_that_cannot_be_honoured_is_cleared_so_a_node_is_laun
         assert pod(cluster, "model")["spec"]["nodeName"] != node
 
 
+@pytest.mark.parametrize("provisioner", [False, True], ids=["alone", "with-provisioner"])
+async def test_a_nomination_cleared_in_a_round_keeps_no_room_for_the_rest_of_it(provisioner: bool) -> None:
+    # One inf2.xlarge (2 NeuronCores), one held by a critical pod. "model" (2 cores) is nominated
+    # there but can no longer fit (robbed, as above); "small" (1 core, lower priority) fits in the
+    # free core. Both pending in one round: "model", tried first, has its nomination cleared, and
+    # "small" must then see the free core, not a FailedScheduling (nor, from the provisioner, a node
+    # of its own) and a bind only a round later.
+    group = NodeGroup("small", "inf2.xlarge", count=1, max_nodes=3)
+    async with SandboxCluster(
+        node_groups=[group], cold_start=PROFILE, provisioning_delay_s=60.0, run_provisioner=provisioner
+    ) as cluster:
+        priority_classes(cluster, low=0, serving=1000, critical=2000)
+        node = cluster.list("nodes")[0]["metadata"]["name"]
+        cluster.create("pods", neuron_pod("critical", 1, priorityClassName="critical", nodeName=node), "default")
+        # No await from here to the wait: the scheduler's next round sees both pods, "model" nominated.
+        cluster.create("pods", neuron_pod("model", 2, priorityClassName="serving"), "default")
+        cluster.store.update(
+            cluster.store.resource("", "pods"),
+            "default",
+            "model",
+            lambda o: o.setdefault("status", {}).__setitem__("nominatedNodeName", node),
+            subresource="status",
+        )
+        cluster.create("pods", neuron_pod("small", 1, priorityClassName="low"), "default")
+        await cluster.wait_for(lambda: pod(cluster, "small")["spec"].get("nodeName"), timeout=600, what="small bound")
+        assert pod(cluster, "small")["spec"]["nodeName"] == node
+        assert not pod(cluster, "model").get("status", {}).get("nominatedNodeName")
+        said = [
+            (e["reason"], e["message"])
+            for e in cluster.list("events", "default")
+            if e["involvedObject"]["name"] == "small" and e["reason"] in ("FailedScheduling", "Nominated")
+        ]
+        assert said == []
+
+
 async def test_the_unschedulable_message_names_every_resource_short() -> None:
     # kube-scheduler's NodeResourcesFit gives a node one reason per resource short, and the message
     # counts each over the nodes ("Insufficient cpu" alone would hide the NeuronCores also missing).

@@ -110,6 +110,11 @@ class Snapshot:
     def bound(self, pod: Obj, node_name: str) -> None:
         """Count ``pod`` (as bound) on ``node_name``: it holds resources there and no room elsewhere."""
         self.pods_by_node.setdefault(node_name, []).append(pod)
+        self.unnominated(pod)
+
+    def unnominated(self, pod: Obj) -> None:
+        """Keep no room for ``pod`` on any node: it is bound, or its nomination was cleared (the
+        rest of the round must see the room free, as the next round would)."""
         uid = pod["metadata"]["uid"]
         for name, waiting in self.nominated.items():
             self.nominated[name] = [p for p in waiting if p["metadata"]["uid"] != uid]
@@ -236,6 +241,8 @@ class Scheduler:
                 snapshot = None
                 continue
             self._mark_unschedulable(pod, len(nodes), reasons)
+            # Its nomination is cleared: the pods after it in this round may take that room.
+            snapshot.unnominated(pod)
         return bound
 
     def find_placement(
