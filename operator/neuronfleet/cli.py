@@ -92,7 +92,7 @@ class DocumentResult:
     name: str | None = None
     problems: list[Problem] = field(default_factory=list)
     summary: str = ""
-    #: Why the document was not validated (another kind of object); empty when it was.
+    #: Why the document was not validated (another kind of object, a list of no items); empty when it was.
     skipped: str = ""
     #: What may go wrong with a valid manifest (it passes all the same).
     warnings: list[str] = field(default_factory=list)
@@ -230,11 +230,75 @@ def _other_kind(doc: object) -> str:
     return f"{kind}/{name}" if name else kind
 
 
+#: The kind of the API server's list of InferenceDeployments: ``kubectl apply -f`` applies its items
+#: one by one, as those of the v1 List that ``kubectl get -o yaml`` writes.
+LIST_KIND = f"{KIND}List"
+
+
+def _list_items(doc: object) -> list[object] | None:
+    """The items of a v1 List or of this group's InferenceDeploymentList (any version), else None.
+    An item of the latter naming neither apiVersion nor kind gets the list's apiVersion and the item
+    kind, as kubectl's decoder gives them (the API server's list names them once). A list without an
+    ``items`` list is left as a document (kubectl cannot apply it either)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
+        return None
+    api_version, kind = doc.get("apiVersion"), doc.get("kind")
+    if (api_version, kind) == ("v1", "List"):
+        return list(doc["items"])
+    if not isinstance(api_version, str) or kind != LIST_KIND or api_version.rpartition("/")[0] != GROUP:
+        return None
+    return [
+        {"apiVersion": api_version, "kind": KIND, **item}
+        if isinstance(item, dict) and not item.get("apiVersion") and not item.get("kind")
+        else item
+        for item in doc["items"]
+    ]
+
+
+def _documents(documents: list[object], source: str) -> Iterator[tuple[str, object, tuple[int, ...]]]:
+    """Each document of a file as ``kubectl apply -f`` applies them: with its label and its place
+    (its index, then each item index within lists), a list (:func:`_list_items`) replaced by its
+    items (labelled ``file#n.items[i]``; lists in lists too, as kubectl flattens them), but for a
+    list of no items, kept to be noted as skipped."""
+    for index, doc in enumerate(documents):
+        label = source if len(documents) == 1 else f"{source}#{index + 1}"
+        yield from _flattened(doc, label, f"{source}#{index + 1}", (index,))
+
+
+def _flattened(
+    doc: object, label: str, list_label: str, place: tuple[int, ...]
+) -> Iterator[tuple[str, object, tuple[int, ...]]]:
+    """``doc`` (labelled ``label``), or the items of the list it is, each labelled under ``list_label``."""
+    items = _list_items(doc)
+    if not items:
+        yield label, doc, place
+        return
+    for index, item in enumerate(items):
+        item_label = f"{list_label}.items[{index}]"
+        yield from _flattened(item, item_label, item_label, (*place, index))
+
+
+def _skip_note(doc: object) -> str:
+    """Why a document is not validated (a list of no items, an object of another group), else ""."""
+    if _list_items(doc) == []:
+        kind = doc.get("kind") if isinstance(doc, dict) else None
+        return f"skipped {kind}: no items"
+    other = _other_kind(doc)
+    return f"skipped {other}: not an InferenceDeployment" if other else ""
+
+
 def _object_key(doc: object) -> tuple[str | None, str] | None:
-    """(namespace, name) of the object a document applies to, else None (no name to compare). A
-    missing namespace is None: the one it is applied to (kubectl's ``-n``, else the context's), the
-    same for every such document of one apply and unknown beside a document naming its own."""
-    metadata = doc.get("metadata") if isinstance(doc, dict) else None
+    """(namespace, name) of the InferenceDeployment a document applies to, else None (no name to
+    compare, or another object: kubectl apply makes one object of two documents only when their API
+    group and kind are the same too; the version is not part of the object's identity). A missing
+    namespace is None: the one it is applied to (kubectl's ``-n``, else the context's), the same for
+    every such document of one apply and unknown beside a document naming its own."""
+    if not isinstance(doc, dict) or doc.get("kind") != KIND:
+        return None
+    api_version = doc.get("apiVersion")
+    if not isinstance(api_version, str) or api_version.rpartition("/")[0] != GROUP:
+        return None
+    metadata = doc.get("metadata")
     if not isinstance(metadata, dict):
         return None
     name, namespace = metadata.get("name"), metadata.get("namespace")
@@ -261,21 +325,23 @@ def validate_files(
 ) -> list[DocumentResult]:
     """Validate every InferenceDeployment document in the given files and folders.
 
-    Documents of other kinds (a Namespace in the same file) are returned with ``skipped`` set.
+    Documents of other kinds (a Namespace in the same file) are returned with ``skipped`` set. The
+    items of a list document (a v1 List, an InferenceDeploymentList) are validated as documents of
+    their own, labelled ``file#n.items[i]`` (:func:`_documents`); a list of no items is skipped.
     ``neuron_scheduler`` is the operator's ``--neuron-scheduler``, when known: valid documents whose
     replicas need the Neuron scheduler extension and name no scheduler get a warning. ``headroom``
     is the operator's DaemonSet allowance, which explicit CPU and memory requests must fit beside.
     ``url_policy`` is the operator's allow-list of spec Prometheus URLs, when known: a spec URL it
     refuses is warned about. Queries of a spec's own run against the operator's Prometheus are
     warned about, and are a problem with ``refuse_query_overrides`` (the operator's
-    ``--prometheus-refuse-query-overrides``). A document of the namespace and name of an earlier
-    one (:func:`_object_key`) is a problem naming the earlier: applied together, one object gets
-    both and keeps the last.
+    ``--prometheus-refuse-query-overrides``). An InferenceDeployment of the namespace and name of an
+    earlier one (:func:`_object_key`) is a problem naming the earlier: applied together, one object
+    gets both and keeps the last.
     """
     results: list[DocumentResult] = []
-    # Each object's first document: its label, and the file and index it was read from (a file
+    # Each object's first document: its label, and the file and place it was read from (a file
     # named twice, or a directory and a file in it, is not a second definition).
-    defined: dict[tuple[str | None, str], tuple[str, tuple[Path, int]]] = {}
+    defined: dict[tuple[str | None, str], tuple[str, tuple[Path, tuple[int, ...]]]] = {}
     for path in _manifest_files(paths):
         source = str(path)
         try:
@@ -293,11 +359,10 @@ def validate_files(
             continue
         if not documents:
             results.append(DocumentResult(source, problems=[Problem("", "no YAML documents in the file")]))
-        for index, doc in enumerate(documents):
-            label = source if len(documents) == 1 else f"{source}#{index + 1}"
-            other = _other_kind(doc)
-            if other:
-                results.append(DocumentResult(label, skipped=f"skipped {other}: not an InferenceDeployment"))
+        for label, doc, place in _documents(documents, source):
+            note = _skip_note(doc)
+            if note:
+                results.append(DocumentResult(label, skipped=note))
                 continue
             model, problems = validate_manifest(doc)
             result = DocumentResult(label, problems=problems)
@@ -324,7 +389,7 @@ def validate_files(
                 )
             key = _object_key(doc)
             if key is not None:
-                origin = (path.resolve(), index)
+                origin = (path.resolve(), place)
                 first = defined.setdefault(key, (label, origin))
                 if first[1] != origin:
                     result.problems.append(_duplicate_problem(key, first[0]))

@@ -665,3 +665,82 @@ def test_a_file_named_twice_is_not_a_duplicate_of_itself(tmp_path: Path, capsys:
     path = tmp_path / "bert.yaml"
     path.write_text(_bert("search"))
     assert main(["validate", "-f", str(tmp_path), str(path)]) == 0, capsys.readouterr().out
+
+
+def _as_list(*documents: str, api_version: str = "v1", kind: str = "List") -> str:
+    """``documents`` as the items of one list document (``kubectl get -o yaml`` writes a v1 List)."""
+    items = [yaml.safe_load(document) for document in documents]
+    return yaml.safe_dump({"apiVersion": api_version, "kind": kind, "metadata": {}, "items": items})
+
+
+def test_the_items_of_a_list_are_validated_one_by_one_as_kubectl_apply_applies_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "got.yaml"
+    path.write_text(_as_list(_bert("search"), _bert("other", cores=2), _bert("search", cores=2)))
+    assert main(["validate", "-f", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert f"✓ {path}#1.items[0]: minilm-embeddings: 1 NeuronCores/replica" in out
+    assert f"✓ {path}#1.items[1]: minilm-embeddings: 2 NeuronCores/replica" in out
+    assert f"✗ {path}#1.items[2] (minilm-embeddings)" in out
+    assert f"search/minilm-embeddings is also defined in {path}#1.items[0]" in out
+    assert "2 valid, 1 invalid" in out and "skipped" not in out
+
+
+def test_an_inference_deployment_list_gives_its_items_its_version_and_kind_and_lists_nest(tmp_path: Path) -> None:
+    # The API server's list names the kind once; kubectl's decoder gives it to each item naming neither.
+    bare = yaml.safe_load(_bert("search"))
+    del bare["apiVersion"], bare["kind"]
+    typed = yaml.safe_dump(
+        {"apiVersion": "serving.neuronfleet.dev/v1alpha1", "kind": "InferenceDeploymentList", "items": [bare]}
+    )
+    path = tmp_path / "lists.yaml"
+    path.write_text(_as_list(typed, _bert("other")) + "---\n" + _as_list())
+    results = validate_files([str(path)])
+    assert [(r.source, r.name, [str(p) for p in r.problems], r.skipped) for r in results] == [
+        (f"{path}#1.items[0].items[0]", "minilm-embeddings", [], ""),
+        (f"{path}#1.items[1]", "minilm-embeddings", [], ""),
+        (f"{path}#2", None, [], "skipped List: no items"),
+    ]
+
+
+def test_an_empty_list_alone_is_no_inference_deployment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "none.yaml"
+    path.write_text(_as_list())
+    assert main(["validate", "-f", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert f"{path}: skipped List: no items" in captured.out
+    assert "no InferenceDeployment manifests found" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("api_version", "kind"),
+    [
+        ("serving.other.dev/v1", "InferenceDeployment"),
+        ("v1", "ConfigMap"),
+        ("serving.neuronfleet.dev/v1alpha1", "InferenceDeploymentList"),
+    ],
+    ids=["another-group", "another-kind", "a-kind-of-ours-without-items"],
+)
+def test_a_document_of_another_group_or_kind_is_another_object(api_version: str, kind: str, tmp_path: Path) -> None:
+    # kubectl apply makes one object of two documents only if their group and kind are the same too.
+    other = _bert("search").replace("apiVersion: serving.neuronfleet.dev/v1alpha1", f"apiVersion: {api_version}")
+    other = other.replace("kind: InferenceDeployment\n", f"kind: {kind}\n")
+    assert f"apiVersion: {api_version}\n" in other and f"kind: {kind}\n" in other
+    path = tmp_path / "two.yaml"
+    path.write_text(other + "---\n" + _bert("search"))
+    results = validate_files([str(path)])
+    assert [str(p) for p in results[1].problems] == []
+
+
+def test_another_version_of_the_same_group_and_kind_is_the_same_object(tmp_path: Path) -> None:
+    # One object whichever served version writes it: the duplicate is named (the version is refused too).
+    other = _bert("search").replace("serving.neuronfleet.dev/v1alpha1", "serving.neuronfleet.dev/v1beta1")
+    path = tmp_path / "two.yaml"
+    path.write_text(other + "---\n" + _bert("search"))
+    results = validate_files([str(path)])
+    assert [p.path for p in results[0].problems] == ["apiVersion"]
+    assert [str(p) for p in results[1].problems] == [
+        f"metadata.name: search/minilm-embeddings is also defined in {path}#1: kubectl apply applies both to one "
+        "object and keeps the last"
+    ]
