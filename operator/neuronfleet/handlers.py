@@ -11,6 +11,9 @@
   operator's one retry policy.
 - wake-ups: a spec change (a new ``metadata.generation``; the operator's own status writes do
   not wake it) and any change of one of the object's pods.
+- the same pod watch keeps an index of the pods by the node each holds (:func:`pods_on_nodes`),
+  handed to the reconciler once at start-up: a plan counts other models' pods on its nodes from
+  it, with no request of its own.
 - stopping: when the daemon stops (the operator exits, or pauses because a peer of higher priority
   runs: Kopf's peering), its reconcile under way writes nothing more and its reads are cancelled,
   since the peer taking over acts at once. Everything kept for the object (memory, its metric
@@ -40,6 +43,7 @@ import kopf
 from neuronfleet.aio import wait_event
 from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION
 from neuronfleet.kube.client import load_configuration
+from neuronfleet.kube.observe import node_held
 from neuronfleet.metrics.operator_metrics import OperatorMetrics
 from neuronfleet.planning.labels import LABEL_DEPLOYMENT
 from neuronfleet.planning.observation import DeploymentMemory
@@ -369,6 +373,30 @@ async def pod_changed(labels: kopf.Labels, namespace: str | None, memo: kopf.Mem
     context = context_of(memo)
     if context is not None:
         context.wake(namespace or "default", labels[LABEL_DEPLOYMENT])
+
+
+@kopf.index("pods", labels={LABEL_DEPLOYMENT: kopf.PRESENT}, registry=registry)
+async def pods_on_nodes(body: kopf.Body, **_: Any) -> dict[str, tuple[str, str]]:
+    """neuronfleet's pods by the node each holds (see :func:`~neuronfleet.kube.observe.node_held`).
+
+    Kopf keeps it from the pod watch it runs for :func:`pod_changed` (the same pods, in every
+    namespace it watches) and updates it before any handler sees an event; its first reconciles
+    wait until the initial list is indexed. A list of every model's pods sent by the reconciles
+    instead held them all up when slow, was resent by each after a 429, and parsed thousands of
+    whole pods on the event loop every few seconds. Async: Kopf runs a sync handler in a thread.
+    """
+    return node_held(body)
+
+
+@kopf.on.startup(registry=registry)
+async def share_pod_index(memo: kopf.Memo, **kwargs: Any) -> None:
+    """Hand the pod index to the reconciler, once: it is a live view Kopf keeps up to date. (Kopf
+    passes each index by its function's name; taken from ``kwargs``, as Kopf's type of a start-up
+    handler names no index.)"""
+    index: kopf.Index[str, tuple[str, str]] = kwargs["pods_on_nodes"]
+    context = context_of(memo)
+    if context is not None:
+        context.reconciler.occupancy = index
 
 
 __all__ = ["MAX_BACKOFF_SECONDS", "OperatorContext", "TolerantDiffBaseStorage", "kopf_settings", "registry"]

@@ -56,7 +56,7 @@ from neuronfleet.kube.builders import (
 )
 from neuronfleet.kube.client import UNANSWERED, KubeApi
 from neuronfleet.kube.jobs import LABEL_COMPILE_REQUEST, build_compile_job, compile_job_selector, wanted_job_spec
-from neuronfleet.kube.observe import AccountReads, JobEventReads, OccupancyReads, controlled_by, observe_cluster
+from neuronfleet.kube.observe import AccountReads, JobEventReads, PodsOnNodes, controlled_by, observe_cluster
 from neuronfleet.planning.admission import (
     OperatorAccount,
     OwnAccountCleanup,
@@ -305,12 +305,10 @@ class Reconciler:
         #: deployment's reconcile.
         self.account_reads = AccountReads()
         self.job_event_reads = JobEventReads()
-        #: Other deployments' pods per node, counted once per shared list of neuronfleet's pods.
-        self.occupancy = OccupancyReads()
-        #: Kopf watches every namespace (set by :func:`neuronfleet.run_command.operator_tasks`): other
-        #: deployments' pods are then listed cluster-wide, else only in each deployment's namespace
-        #: (a namespaced install's RBAC grants no more).
-        self.clusterwide = True
+        #: neuronfleet's pods by the node each holds (other deployments' pods on a fleet's nodes are
+        #: counted from it): Kopf's live index of the pods it watches, handed over once at start-up
+        #: (:func:`neuronfleet.handlers.share_pod_index`). None outside Kopf: no neighbours counted.
+        self.occupancy: PodsOnNodes | None = None
 
     # ---------------------------------------------------------------------------------- observe
 
@@ -391,7 +389,6 @@ class Reconciler:
             serving_account(dep, self.settings.builder),
             compiled.inherited if compiled is not None else None,
             self.occupancy,
-            self.clusterwide,
         )
         if cluster.jobs_unread is not None:
             compile_error = f"compile Jobs: {_api_error(cluster.jobs_unread)}"

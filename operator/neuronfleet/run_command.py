@@ -85,9 +85,6 @@ async def operator_tasks(
     ``in_process``: the operator shares its process with others (tests, the sandbox demo); see
     :func:`neuronfleet.handlers.kopf_settings`.
     """
-    # Where Kopf watches is where the reconciles may list other deployments' pods (the chart binds
-    # the pod list cluster-wide only for a cluster-wide install).
-    context.reconciler.clusterwide = not namespaces
     return await kopf.spawn_tasks(
         settings=kopf_settings(in_process=in_process),
         stop_flag=stop_flag,

@@ -27,7 +27,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION
-from neuronfleet.planning.labels import LABEL_MANAGED_BY, MANAGED_BY, selector_string
+from neuronfleet.planning.labels import selector_string
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +76,6 @@ class KubeApi(Protocol):
 
     async def list_pods(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]: ...
     async def list_nodes(self, fresh: bool = False) -> list[Obj]: ...
-    async def list_managed_pods(self, namespace: str | None) -> list[Obj]: ...
     async def list_jobs(self, namespace: str, labels: Mapping[str, str]) -> list[Obj]: ...
     async def pod_log_tail(self, namespace: str, name: str, lines: int = 20) -> str: ...
     async def list_events(self, namespace: str, fields: Mapping[str, str]) -> list[Obj]: ...
@@ -132,10 +131,6 @@ class KubeClient:
         #: sent yet), so that a ``fresh`` caller shares only a list sent after it asked.
         self._nodes_sent = 0
         self._nodes_call_sent: int | None = None
-        #: Per namespace (None: every namespace), the last list of neuronfleet's pods and when it was
-        #: sent, and the list under way (see :meth:`list_managed_pods`).
-        self._managed: dict[str | None, tuple[float, list[Obj]]] = {}
-        self._managed_calls: dict[str | None, asyncio.Future[list[Obj]]] = {}
         #: Per kind, top-level spec fields the API server dropped from a patch (see :meth:`ensure`).
         self.dropped_spec_fields: dict[str, set[str]] = {}
         #: The Events' reportingInstance: this replica (its pod's name in a cluster).
@@ -237,44 +232,6 @@ class KubeClient:
     def _nodes_read(self, call: asyncio.Task[list[Obj]]) -> None:
         if self._nodes_call is call:
             self._nodes_call = None
-        if not call.cancelled():
-            call.exception()  # retrieved: every waiter may have been cancelled
-
-    async def list_managed_pods(self, namespace: str | None) -> list[Obj]:
-        """Every pod neuronfleet made (its managed-by label), of every deployment, in ``namespace``
-        (None: in every namespace), read at most once per :attr:`NODE_CACHE_SECONDS` for all
-        deployments; each pod only as :func:`_whereabouts` keeps it.
-
-        Where other models' pods sit on the nodes (the plan's ``neighbours``): a shrink then removes
-        the pod whose going empties a node. Shared as the node list is, for the same reason: one
-        list per reconcile would be most of the operator's work at a thousand deployments. Pods a
-        few seconds stale only order what goes first. Reconciles that need it while a list is
-        under way share that one's answer or failure (a failure is not kept).
-        """
-        now = asyncio.get_running_loop().time()
-        cached = self._managed.get(namespace)
-        if cached is not None and now - cached[0] < self.NODE_CACHE_SECONDS:
-            return cached[1]
-        call = self._managed_calls.get(namespace)
-        if call is None or call.done():
-            call = self._managed_calls[namespace] = asyncio.ensure_future(self._read_managed_pods(namespace))
-            call.add_done_callback(lambda done: self._managed_read(namespace, done))
-        return await asyncio.shield(call)
-
-    async def _read_managed_pods(self, namespace: str | None) -> list[Obj]:
-        sent_at = asyncio.get_running_loop().time()
-        selector = selector_string({LABEL_MANAGED_BY: MANAGED_BY})
-        if namespace is None:
-            call = self.core.list_pod_for_all_namespaces(label_selector=selector, _preload_content=False)
-        else:
-            call = self.core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
-        pods = [_whereabouts(pod) for pod in cast(list[Obj], (await self._json(call)).get("items", []))]
-        self._managed[namespace] = (sent_at, pods)
-        return pods
-
-    def _managed_read(self, namespace: str | None, call: asyncio.Future[list[Obj]]) -> None:
-        if self._managed_calls.get(namespace) is call:
-            del self._managed_calls[namespace]
         if not call.cancelled():
             call.exception()  # retrieved: every waiter may have been cancelled
 
@@ -529,20 +486,6 @@ EXACT_SPEC_FIELDS: dict[str, tuple[str, ...]] = {"Service": ("selector",), "PodD
 #: Spec fields that must not be live when the wanted object leaves them out: a PDB takes either
 #: minAvailable or maxUnavailable, so one written by an older operator must lose the other.
 UNSET_SPEC_FIELDS: dict[str, tuple[str, ...]] = {"PodDisruptionBudget": ("minAvailable", "maxUnavailable")}
-
-
-def _whereabouts(pod: Obj) -> Obj:
-    """Of a pod, what says whose it is and where (its namespace, name, labels, deletion, node and
-    phase): a list of every model's pods is kept between reads, and whole pods (containers, status)
-    would cost memory in proportion to the whole fleet for nothing."""
-    metadata = pod.get("metadata") or {}
-    return {
-        "metadata": {
-            key: metadata[key] for key in ("name", "namespace", "labels", "deletionTimestamp") if key in metadata
-        },
-        "spec": {"nodeName": (pod.get("spec") or {}).get("nodeName")},
-        "status": {"phase": (pod.get("status") or {}).get("phase")},
-    }
 
 
 def _merge_patch(live: Any, wanted: Any) -> Any:

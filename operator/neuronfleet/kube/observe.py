@@ -11,11 +11,11 @@ fleet cannot be planned without it. One to the compile Jobs' reads is returned b
 fleet is still reconciled meanwhile.
 
 Other deployments' pods on the fleet's nodes (``neighbours``: several models share the Inf2 nodes,
-and a node goes only once no pod is left on it) come from one list of every pod neuronfleet made,
-shared by all reconciles (:meth:`~neuronfleet.kube.client.KubeClient.list_managed_pods`): cluster-wide
-when the operator watches every namespace, else the deployment's own namespace (what a namespaced
-install may read). The counts per node are made once per list (:class:`OccupancyReads`). A list
-that fails leaves them out: the plan then counts the deployment's own pods only, as it did before.
+and a node goes only once no pod is left on it) are counted from an index of neuronfleet's pods by
+node (:data:`PodsOnNodes`): Kopf's, kept by the pod watch the operator runs anyway, in every
+namespace it watches (:mod:`neuronfleet.handlers`). Reading it sends no request: a reconcile never
+waits for, nor resends, a list of every model's pods. Without it (a reconciler outside Kopf) the
+plan counts the deployment's own pods only.
 
 A running compile Job's message says why its pod has not started: unschedulable, its image not
 pulled, or no pod at all :data:`NO_POD_SECONDS` after the Job was made (the API server refusing the
@@ -38,11 +38,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -64,7 +63,14 @@ from neuronfleet.planning.catalog import LABEL_ZONE
 from neuronfleet.planning.coldstart import PodTimeline
 from neuronfleet.planning.compile import CompileRequest, JobPhase, adopts_legacy_job
 from neuronfleet.planning.fleet import PodView
-from neuronfleet.planning.labels import LABEL_DEPLOYMENT, LABEL_ROLE, deployment_selector, label_value
+from neuronfleet.planning.labels import (
+    LABEL_DEPLOYMENT,
+    LABEL_MANAGED_BY,
+    LABEL_ROLE,
+    MANAGED_BY,
+    deployment_selector,
+    label_value,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -131,72 +137,40 @@ def _naming(exc: ApiException, read: str) -> ApiException:
     return named
 
 
-@dataclass(frozen=True)
-class NodeOccupancy:
-    """neuronfleet's pods that stay on each node (by node name): in all, and per deployment
-    (namespace, deployment label)."""
-
-    total: Counter[str]
-    by_deployment: dict[tuple[str, str], Counter[str]]
-
-    def neighbours(self, namespace: str, deployment: str, nodes: Collection[str]) -> dict[str, int]:
-        """On each of ``nodes``, the pods of deployments other than ``namespace/deployment``."""
-        own = self.by_deployment.get((namespace, label_value(deployment)), Counter[str]())
-        counts = {node: self.total[node] - own[node] for node in nodes}
-        return {node: count for node, count in counts.items() if count > 0}
+#: neuronfleet's pods that hold each node, by node name: whose each is, (namespace, deployment label).
+#: The operator's is Kopf's index of the pods it watches (each pod's entry made by :func:`node_held`,
+#: kept up to date by the watch: see :mod:`neuronfleet.handlers`); any such mapping in tests.
+PodsOnNodes = Mapping[str, Collection[tuple[str, str]]]
 
 
-def node_occupancy(pods: list[Obj]) -> NodeOccupancy:
-    """Count ``pods`` (neuronfleet's, of every deployment) on their nodes.
+def node_held(pod: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """The node ``pod`` holds, with whose the pod is: ``{node name: (namespace, deployment label)}``.
 
-    Left out: pods not on a node, being deleted or ended, draining ones (leaving, as the plan counts
-    its own) and compile Jobs' pods (they end on their own).
+    Empty for a pod that holds none a shrink should count: not on a node, being deleted or ended,
+    draining (leaving, as the plan counts its own), a compile Job's (it ends on its own), or not
+    made by neuronfleet (its managed-by label). Empty, not None: Kopf keeps an index entry a
+    function returns None for, and drops the pod's entries on an empty mapping.
     """
-    total: Counter[str] = Counter()
-    by_deployment: dict[tuple[str, str], Counter[str]] = {}
-    for pod in pods:
-        metadata = pod.get("metadata") or {}
-        labels = metadata.get("labels") or {}
-        node = (pod.get("spec") or {}).get("nodeName")
-        phase = (pod.get("status") or {}).get("phase")
-        if (
-            not node
-            or metadata.get("deletionTimestamp")
-            or phase in ("Succeeded", "Failed")
-            or labels.get(LABEL_ROLE) == "draining"
-            or LABEL_COMPILE_REQUEST in labels
-        ):
-            continue
-        total[node] += 1
-        key = (metadata.get("namespace") or "", labels.get(LABEL_DEPLOYMENT) or "")
-        by_deployment.setdefault(key, Counter())[node] += 1
-    return NodeOccupancy(total, by_deployment)
+    metadata = pod.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    node = (pod.get("spec") or {}).get("nodeName")
+    if (
+        not node
+        or labels.get(LABEL_MANAGED_BY) != MANAGED_BY
+        or metadata.get("deletionTimestamp")
+        or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        or labels.get(LABEL_ROLE) == "draining"
+        or LABEL_COMPILE_REQUEST in labels
+    ):
+        return {}
+    return {str(node): (str(metadata.get("namespace") or ""), str(labels.get(LABEL_DEPLOYMENT) or ""))}
 
 
-class OccupancyReads:
-    """The :class:`NodeOccupancy` of the last list of neuronfleet's pods, counted once per list
-    for every deployment's reconcile (the list itself is shared by the client): one per operator,
-    held by the reconciler."""
-
-    def __init__(self) -> None:
-        #: The list counted (kept, so that its identity is not reused) and its counts.
-        self._last: tuple[list[Obj], NodeOccupancy] | None = None
-        self._warned = False
-
-    def of(self, pods: list[Obj]) -> NodeOccupancy:
-        if self._last is None or self._last[0] is not pods:
-            self._last = (pods, node_occupancy(pods))
-        return self._last[1]
-
-    def failed(self, error: Exception) -> None:
-        """Said once per operator: every reconcile would meet it."""
-        if not self._warned:
-            self._warned = True
-            logger.warning(
-                "cannot list neuronfleet's pods to see other models on the nodes (%s): a shrink counts each "
-                "deployment's own pods only",
-                error,
-            )
+def neighbours(on_nodes: PodsOnNodes, namespace: str, deployment: str, nodes: Collection[str]) -> dict[str, int]:
+    """On each of ``nodes``, the pods of deployments other than ``namespace/deployment``."""
+    own = (namespace, label_value(deployment))
+    counts = {node: sum(holder != own for holder in on_nodes.get(node, ())) for node in nodes}
+    return {node: count for node, count in counts.items() if count > 0}
 
 
 async def _failure_details(kube: KubeApi, namespace: str, job_name: str, message: str) -> str:
@@ -673,14 +647,12 @@ async def observe_cluster(
     events: JobEventReads | None = None,
     placeholder_account: str | None = None,
     inherited: CompileRequest | None = None,
-    occupancy: OccupancyReads | None = None,
-    clusterwide: bool = True,
+    occupancy: PodsOnNodes | None = None,
 ) -> ClusterObservation:
     """The fleet's pods (those ``owner_uid`` controls), their timelines and (with a ``request``) the
     compile Jobs, as of ``now`` (the reconcile's clock); ``accounts``, ``events``, ``inherited``: see
     :func:`observe_compile_jobs`; ``placeholder_account``: see :func:`parse_pod`. Other deployments'
-    pods on the fleet's nodes are counted when ``occupancy`` is given: listed in every namespace with
-    ``clusterwide`` (the operator watches them all), else in the deployment's own."""
+    pods on the fleet's nodes are counted from ``occupancy`` when it is given (no request)."""
     try:
         listed = await kube.list_pods(namespace, deployment_selector(deployment))
     except ApiException as exc:
@@ -707,20 +679,13 @@ async def observe_cluster(
             )
         except ApiException as exc:
             unread = exc
-    neighbours: dict[str, int] = {}
     fleet_nodes = {node for pod in pods if (node := (pod.get("spec") or {}).get("nodeName"))}
-    if occupancy is not None and fleet_nodes:
-        try:
-            managed = await kube.list_managed_pods(None if clusterwide else namespace)
-        except _READ_FAILED as exc:
-            occupancy.failed(exc)
-        else:
-            neighbours = occupancy.of(managed).neighbours(namespace, deployment, fleet_nodes)
+    neighbouring = neighbours(occupancy, namespace, deployment, fleet_nodes) if occupancy is not None else {}
     return ClusterObservation(
         pods=tuple(parse_pod(pod, names, node_zones=zones, placeholder_account=placeholder_account) for pod in pods),
         foreign_pod_names=foreign,
         timelines=tuple(pod_timelines(pods, nodes)),
         jobs=jobs,
         jobs_unread=unread,
-        neighbours=neighbours,
+        neighbours=neighbouring,
     )
