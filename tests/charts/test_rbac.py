@@ -349,13 +349,6 @@ ONLY_IN_MODE = {
     Permission("kopf.dev", "clusterkopfpeerings", "list"): ("cluster-wide", "run checks its ClusterKopfPeering"),
     Permission("kopf.dev", "kopfpeerings", "list"): ("namespaced", "run checks the watched namespaces' KopfPeerings"),
 }
-#: ... told apart by scope too: (permission, in a namespace) -> (the mode, where).
-ONLY_IN_MODE_AND_SCOPE = {
-    (Permission("", "pods", "list"), False): (
-        "cluster-wide",
-        "other models' pods on the nodes (a namespaced install lists those of each deployment's namespace)",
-    ),
-}
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
@@ -365,9 +358,7 @@ def test_rbac_allows_every_call_the_operators_client_can_make(mode: str) -> None
     call must be allowed in every watched namespace (in any, for a cluster-wide install), a
     cluster-scoped one cluster-wide."""
     needed = {
-        call: methods
-        for call, methods in client_permissions().items()
-        if ONLY_IN_MODE_AND_SCOPE.get(call, ONLY_IN_MODE.get(call[0], (mode,)))[0] == mode
+        call: methods for call, methods in client_permissions().items() if ONLY_IN_MODE.get(call[0], (mode,))[0] == mode
     }
     # The derivation sees what it must: the typed APIs, the subresources, the custom objects API.
     assert {
