@@ -18,7 +18,9 @@ from rich.console import Console
 from neuronfleet.demo import options as demo_options
 from neuronfleet.demo.options import DEFAULT_TRACE, DemoError, DemoOptions
 from neuronfleet.demo.orchestration import run_demo
+from neuronfleet.demo.outdir import DEMO_ENTRIES, MARKER_NAME, check_out_dir
 from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES
+from neuronfleet.sandbox.dirlock import LOCK_FILE_NAME
 
 
 def test_short_demo_scales_the_fleet_and_writes_a_consistent_report(tmp_path: Path) -> None:
@@ -40,6 +42,10 @@ def test_short_demo_scales_the_fleet_and_writes_a_consistent_report(tmp_path: Pa
 
     for name in ("report.md", "timeline.png", "summary.json"):
         assert (out / name).stat().st_size > 0, name
+    # It wrote nothing in --out but what its help lists, marked as the demo's, and released the lock.
+    written = {path.name for path in out.iterdir()}
+    assert written <= DEMO_ENTRIES, written - DEMO_ENTRIES
+    assert MARKER_NAME in written and LOCK_FILE_NAME not in written
     summary = json.loads((out / "summary.json").read_text())
     report = (out / "report.md").read_text()
     assert "CC-BY 4.0" in report and "No model server runs" in report
@@ -77,6 +83,28 @@ def test_bad_trace_is_a_clear_error(tmp_path: Path) -> None:
             DemoOptions(load="simulated", trace=bad, out=tmp_path / "out", live=False, skip_compile=True),
             Console(file=None),
         )
+    # A demo that ended before its report (here: after writing its log and model stand-in) still
+    # left a --out the next demo takes: it marked it first.
+    assert (tmp_path / "out" / MARKER_NAME).is_file()
+    check_out_dir(tmp_path / "out")
+
+
+def test_demo_runs_again_on_its_own_out_and_on_a_crashed_sandboxs_lock_file(tmp_path: Path) -> None:
+    """`make demo` run after run on the same --out; the first run on a directory that holds only the
+    lock file a sandbox killed outright left (the kernel dropped its lock, not the file)."""
+    out = tmp_path / "demo-out"
+    out.mkdir()
+    (out / LOCK_FILE_NAME).write_text("4242\n")
+    options = DemoOptions(
+        load="simulated", minutes=1.0, speed=1000.0, out=out, live=False, skip_compile=True, lead_in_minutes=0.0
+    )
+    summaries = []
+    for run in range(2):
+        run_demo(options, Console(file=(tmp_path / f"console-{run}.txt").open("w"), width=140))
+        summaries.append(json.loads((out / "summary.json").read_text()))
+        written = {path.name for path in out.iterdir()}
+        assert written <= DEMO_ENTRIES and MARKER_NAME in written, written
+    assert summaries[0]["requests"] == summaries[1]["requests"] > 0
 
 
 def test_the_default_trace_ships_with_the_package() -> None:

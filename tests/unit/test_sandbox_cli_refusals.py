@@ -7,6 +7,9 @@
   ValueError, ``--load simulated --start-minute -5`` to be accepted.
 - a sandbox directory in use is refused by ``demo`` too, naming its own flag (``--out``), before
   it writes anything there (the running demo's artifact store and log stay as they were).
+- ``demo --out`` a directory that is not new, empty or an earlier demo's (review r11: ``--out .``
+  in a project deleted its ``artifacts/`` and overwrote its ``kubeconfig`` and ``report.md``), or
+  a file, is refused in one line before anything is written.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from neuronfleet.demo import cli as demo_cli
+from neuronfleet.demo.outdir import MARKER_NAME
 from neuronfleet.sandbox import command
 from neuronfleet.sandbox.dirlock import DirectoryLock
 from neuronfleet.sandbox.prometheus import INSTALL_HINT, PrometheusUnavailable
@@ -92,6 +96,8 @@ def test_demo_on_a_directory_in_use_names_its_out_flag(
     (tmp_path / "operator.log").write_text("the running demo's operator log\n")
     lock = DirectoryLock(tmp_path)
     lock.acquire()
+    # A demo marks its --out right after locking it (review r11): the directory is a demo's.
+    (tmp_path / MARKER_NAME).write_text("running")
     try:
         # Refused before it writes anything in --out, whatever the load.
         args = parser().parse_args(["demo", "--load", *load, "--no-live", "--out", str(tmp_path)])
@@ -103,3 +109,39 @@ def test_demo_on_a_directory_in_use_names_its_out_flag(
     assert "stop it, or pass --out elsewhere" in err
     assert (tmp_path / "artifacts" / "bert" / "model.pt").read_text() == "compiled"
     assert (tmp_path / "operator.log").read_text() == "the running demo's operator log\n"
+
+
+# Review r11: `demo --out .` in a project deleted its ./artifacts/ and overwrote its ./kubeconfig,
+# ./report.md (and summary.json, timeline.png, operator.log) without a word.
+@pytest.mark.parametrize("load", [["simulated", "--skip-compile"], ["real"]], ids=lambda load: load[0])
+def test_demo_refuses_an_out_directory_holding_files_not_its_own(
+    load: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project = tmp_path / "project"
+    (project / "artifacts").mkdir(parents=True)
+    (project / "artifacts" / "keep.txt").write_text("data")
+    (project / "kubeconfig").write_text("mine")
+    (project / "report.md").write_text("notes")
+    before = sorted(p.relative_to(project) for p in project.rglob("*"))
+    short = ["--minutes", "1", "--lead-in", "0", "--speed", "1000", "--no-live"]
+    args = parser().parse_args(["demo", "--load", *load, *short, "--out", str(project)])
+    assert args.func(args) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1, err
+    assert f"--out {project}/" in err and "pass --out a new or empty directory" in err
+    # Refused before anything was written: no lock file, no log, no marker; the user's files intact.
+    assert sorted(p.relative_to(project) for p in project.rglob("*")) == before
+    assert (project / "artifacts" / "keep.txt").read_text() == "data"
+    assert (project / "kubeconfig").read_text() == "mine"
+    assert (project / "report.md").read_text() == "notes"
+
+
+def test_demo_refuses_an_out_that_is_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "report.md"
+    out.write_text("notes")
+    args = parser().parse_args(["demo", "--load", "simulated", "--skip-compile", "--no-live", "--out", str(out)])
+    assert args.func(args) == 1
+    err = capsys.readouterr().err
+    advice = "pass --out a new or empty directory"
+    assert err.splitlines() == [f"neuronfleet demo: --out {out} is not a directory: {advice}"]
+    assert out.read_text() == "notes"

@@ -20,6 +20,7 @@ from neuronfleet.demo.options import (
     DemoStopped,
 )
 from neuronfleet.demo.orchestration import run_demo
+from neuronfleet.demo.outdir import MARKER_NAME
 from neuronfleet.demo.report import print_summary
 from neuronfleet.sandbox.dirlock import SandboxBusy
 
@@ -139,7 +140,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--example", type=Path, default=DEFAULT_EXAMPLE, help="the InferenceDeployment (default: %(default)s)"
     )
-    parser.add_argument("--out", type=Path, default=Path("demo-out"), help="report folder (default: demo-out)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("demo-out"),
+        help="the demo's directory (default: demo-out). It must be new, empty or an earlier demo's (which the "
+        f"demo marks with {MARKER_NAME}); any other is refused before anything is written. The demo writes there, "
+        "replacing an earlier demo's: report.md, summary.json, timeline.png, operator.log, kubeconfig (the "
+        "sandbox's), artifacts/ (the artifact store, emptied first), sandbox.lock (while it runs), with --load "
+        "simulated --skip-compile model-placeholder/, with --load real sandbox/ (pods' and Prometheus' work "
+        "files), arrivals.npy, request.json, client.json and client.log (the load generator's); nothing else",
+    )
     parser.add_argument(
         "--no-live",
         action="store_true",

@@ -52,6 +52,7 @@ from neuronfleet.demo.options import (
     DemoOptions,
     DemoStopped,
 )
+from neuronfleet.demo.outdir import check_out_dir, mark_out_dir
 from neuronfleet.demo.pacing import Pacer, RealTimeRunner
 from neuronfleet.demo.recording import FleetView, Recorder, condition, read_fleet
 from neuronfleet.demo.report import DemoResult, write_report
@@ -551,12 +552,19 @@ def run_demo(options: DemoOptions, console: Console | None = None) -> DemoResult
         raise DemoError(f"--load is real or simulated, not {options.load!r}")
     if min(options.minutes, options.speed, options.peak_replicas, options.live_minutes, options.peak_rps) <= 0:
         raise DemoError("--minutes, --speed, --peak-replicas and --peak-rps must be positive")
+    # --out must be new, empty or an earlier demo's: the demo replaces its files there (the artifact
+    # store, the kubeconfig, the report). Checked before the lock, which creates the directory and
+    # its lock file: a refused --out is left as it was.
+    out = options.out.resolve()
+    check_out_dir(out)
     # --out is the sandbox's directory: lock it before writing anything there (the log, the fresh
     # artifact store), so a second demo on it is refused (SandboxBusy) with the first's files as
     # they were. The sandbox takes this lock over; it is released once the report is written.
-    out_lock = DirectoryLock(options.out.resolve())
+    out_lock = DirectoryLock(out)
     out_lock.acquire()
     try:
+        # The marker first: a demo stopped before its report still leaves a --out the next one takes.
+        mark_out_dir(out)
         with _log_to_file(options.out / "operator.log"):
             if options.load == "real":
                 from neuronfleet.demo.live import live_demo  # real processes: a plain loop at wall speed
