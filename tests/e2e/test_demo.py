@@ -134,6 +134,8 @@ def test_live_demo_serves_real_requests_loses_none_and_scales_up_from_prometheus
     result = run_demo(DemoOptions(load="real", out=out, live=False, live_start_minute=35.5, live_minutes=0.75), console)
     summary = json.loads((out / "summary.json").read_text())
     report = (out / "report.md").read_text()
+    written = {path.name for path in out.iterdir()}
+    assert written <= DEMO_ENTRIES, f"not in --out's help and README: {written - DEMO_ENTRIES}"
 
     assert summary["load"] == "real" and summary["figures_from"] == "measured at the client"
     assert summary["metrics_source"] == "prometheus"
