@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.artifacts.store import ArtifactStore
@@ -141,8 +142,9 @@ async def test_a_job_whose_pod_failed_and_is_not_yet_replaced_is_compiling_not_r
     assert conditions["Degraded"]["status"] != "True", conditions["Degraded"]
     events = status_events(StatusMemory(), plan.status, plan.scale_reason)
     assert [e for e in events if e.reason == Reason.POD_CREATION_REFUSED] == [], events
-    # The Event of before its first pod is not a question this Job raises: not read.
-    assert kube.event_reads == 0
+    # Its Events are read (a FailedCreate newer than its last pod would be why it has none: a refused
+    # retry), and the refusal of before its first pod, with no SuccessfulCreate to order it by, is not.
+    assert kube.event_reads == 1
 
 
 @pytest.mark.parametrize("status", MADE_A_POD, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
@@ -234,3 +236,54 @@ async def test_a_resumed_job_is_aged_from_its_start_and_an_older_refusal_is_not_
     compiled = _conditions(plan)["Compiled"]
     assert compiled["reason"] == Reason.COMPILING, compiled
     assert "its pod is waiting: no pod created for 2 min: the API server may be refusing it" in compiled["message"]
+
+
+# ------------------------------------- a retry refused after a pod its status counts (review r10)
+
+
+@pytest.mark.parametrize("status", [{"active": 0, "failed": 1}, {"uncountedTerminatedPods": {"failed": ["pod-uid-1"]}}])
+async def test_a_retry_refused_after_a_counted_failure_is_reported(tmp_path: Path, status: dict[str, Any]) -> None:
+    # Its first pod made 38 min ago failed (counted), and the quota, taken meanwhile, refuses the retry:
+    # the FailedCreate newer than its last SuccessfulCreate is why it has no pod now, not a back-off.
+    dep = _deployment(tmp_path)
+    events = [_created_pod(38), _event("FailedCreate", QUOTA, 1, count=9)]
+    kube = _JobWithoutPodKube(dep, tmp_path / "store", status, events)
+    conditions = _conditions(await _plan(tmp_path, kube, dep))
+    compiled = conditions["Compiled"]
+    assert (compiled["status"], compiled["reason"]) == ("False", Reason.POD_CREATION_REFUSED), compiled
+    assert "exceeded quota: compute" in compiled["message"], compiled["message"]
+    assert (conditions["Degraded"]["status"], conditions["Degraded"]["reason"]) == (
+        "True",
+        Reason.POD_CREATION_REFUSED,
+    )
+
+
+async def test_a_counted_failure_whose_retry_is_made_after_the_refusal_is_compiling(tmp_path: Path) -> None:
+    # Refused once after its first pod failed, then made (the quota freed): its newest SuccessfulCreate,
+    # newer than the refusal, says the retry exists; the list raced it or it is being replaced again.
+    dep = _deployment(tmp_path)
+    events = [_created_pod(38), _event("FailedCreate", QUOTA, 5), _created_pod(2)]
+    kube = _JobWithoutPodKube(dep, tmp_path / "store", {"active": 0, "failed": 1}, events)
+    compiled = _conditions(await _plan(tmp_path, kube, dep))["Compiled"]
+    assert compiled["reason"] == Reason.COMPILING, compiled
+    assert "no pod created" not in compiled["message"], compiled["message"]
+
+
+class _AccountGoneKube(_JobWithoutPodKube):
+    """The Job's ServiceAccount deleted since its first pod; the operator may not list Events (403)."""
+
+    async def list_events(self, namespace: str, fields: Any) -> list[dict[str, Any]]:
+        self.event_reads += 1
+        raise ApiException(status=403, reason="Forbidden")
+
+    async def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return None
+
+
+async def test_a_retry_refused_for_a_deleted_service_account_is_reported(tmp_path: Path) -> None:
+    dep = _deployment(tmp_path)
+    dep.spec.compile.service_account_name = "model-compiler"
+    kube = _AccountGoneKube(dep, tmp_path / "store", {"active": 0, "failed": 1})
+    compiled = _conditions(await _plan(tmp_path, kube, dep))["Compiled"]
+    assert (compiled["status"], compiled["reason"]) == ("False", Reason.SERVICE_ACCOUNT_MISSING), compiled
+    assert "model-compiler" in compiled["message"], compiled["message"]

@@ -19,8 +19,9 @@ plan counts the deployment's own pods only.
 
 A running compile Job's message says why its pod has not started: unschedulable, its image not
 pulled, or no pod at all :data:`NO_POD_SECONDS` after the Job was made (the API server refusing the
-pod: a ResourceQuota, a LimitRange, an admission webhook) while its status counts none ever made (a
-Job between two attempts lists none either). Without it the Compiled condition reads
+pod: a ResourceQuota, a LimitRange, an admission webhook). A Job whose status counts a pod made and
+that lists none is between two attempts unless its Events or its account say the next is refused (see
+:func:`_waiting_details`). Without it the Compiled condition reads
 "compile Job running" for the Job's whole ``timeoutSeconds``, then DeadlineExceeded without a cause.
 Such a Job's Events are then read (only then: a healthy fleet costs no read): its FailedCreate, the
 Job controller's record of each refused create, in the API server's words, which planning names
@@ -94,7 +95,8 @@ class CompileJobs:
     missing_service_account: str | None = None
     #: The message of the newest FailedCreate Event of the current request's running Job, read because
     #: the Job has made no pod (``Error creating: <the API server's refusal>``); None when there is
-    #: none, one older than the Job's last pod or current run, or it could not be read (then
+    #: none, one older than the Job's last pod or current run (for a Job whose status counts a pod
+    #: made: one not newer than a SuccessfulCreate), or it could not be read (then
     #: ``missing_service_account`` is read instead).
     failed_create: str | None = None
     #: Each Job being deleted (held by another controller's finalizer) with the live pods it controls
@@ -235,9 +237,9 @@ def _no_pod_details(job: Obj, now: datetime | None) -> str:
     """Why a running compile Job has no pod: a FailedCreate-like condition's message if its status
     has one, else, once it is :data:`NO_POD_SECONDS` old on ``now``, that the API server may be
     refusing the pod (aged from its start: :func:`_job_started`). Empty while it is younger, suspended,
-    or its age is unknown, and once its status shows it has made a pod
-    (:func:`~neuronfleet.kube.jobs.job_made_a_pod`): no pod listed is then a Job between attempts, not
-    one refused."""
+    or its age is unknown. A Job whose status shows it has made a pod
+    (:func:`~neuronfleet.kube.jobs.job_made_a_pod`) gets the text too, but only its Events can tell a
+    refused retry from a Job between two attempts (see :func:`_waiting_details`)."""
     status = job.get("status") or {}
     for condition in status.get("conditions") or []:
         reason = str(condition.get("reason") or "")
@@ -245,11 +247,6 @@ def _no_pod_details(job: Obj, now: datetime | None) -> str:
             return f"{reason}: {str(condition.get('message') or '').strip()[:300]}".rstrip(": ")
     if (job.get("spec") or {}).get("suspend"):
         return ""  # no pod by design
-    if job_made_a_pod(job):
-        # Between two attempts: its failed or lost pod gone, the next made after the Job controller's
-        # back-off (up to minutes). Its age says nothing then, and a FailedCreate Event of before its
-        # first pod (Events last an hour) is no cause now.
-        return ""
     started = _job_started(job)
     if now is None or started is None:
         return ""
@@ -258,6 +255,12 @@ def _no_pod_details(job: Obj, now: datetime | None) -> str:
         return ""
     name, namespace = job["metadata"]["name"], job["metadata"].get("namespace") or ""
     describe = f"kubectl describe job {name}" + (f" -n {namespace}" if namespace else "")
+    if job_made_a_pod(job):
+        # Its age is the first pod's, not how long it has had none: that is not known here.
+        return (
+            "no pod created since its last one: the API server may be refusing it (a ResourceQuota, LimitRange "
+            f"or admission policy); see the FailedCreate events of {describe}"
+        )
     # Whole minutes: the message is in the Compiled condition, and one that changed with every
     # reconcile would rewrite the status every interval for as long as the Job is stuck.
     return (
@@ -370,6 +373,9 @@ class FailedCreateAnswer:
 
     state: Literal["found", "made", "none", "unreadable", "unanswered"]
     message: str = ""
+    #: ``found``: a SuccessfulCreate older than the refusal was listed, so the refused create is one
+    #: after a pod the Job made (its retry), not possibly one of before its first pod.
+    after_pod: bool = False
 
 
 @dataclass
@@ -451,7 +457,7 @@ async def _read_failed_create(kube: KubeApi, job: Obj) -> FailedCreateAnswer:
         return FailedCreateAnswer("made")
     if not messages:
         return FailedCreateAnswer("none")
-    return FailedCreateAnswer("found", max(messages)[1])
+    return FailedCreateAnswer("found", max(messages)[1], after_pod=bool(made))
 
 
 async def _missing_account(
@@ -496,9 +502,20 @@ async def _waiting_details(
         failed = await (events or JobEventReads()).answer(kube, job, now)
         if failed.state == "made":
             return "", None, None  # between two pods, which its status does not count (see the read)
-        if failed.state == "found":
+        if not job_made_a_pod(job):
+            if failed.state == "found":
+                return details, None, failed.message
+            return details, await _missing_account(kube, namespace, job, now, accounts), None
+        # Its status counts a pod made: between two attempts (its failed or lost pod gone, the next made
+        # after the Job controller's back-off, up to minutes), unless the API server refuses the next: a
+        # FailedCreate newer than its last SuccessfulCreate (a quota taken meanwhile, a webhook, its
+        # account deleted). One with no SuccessfulCreate to order it by may be of before its first pod
+        # (Events last an hour; the recorder's spam filter may drop one): not taken as the cause.
+        if failed.state == "found" and failed.after_pod:
             return details, None, failed.message
-        return details, await _missing_account(kube, namespace, job, now, accounts), None
+        # A missing ServiceAccount refuses every pod, the retry too, whatever the Events say.
+        missing = await _missing_account(kube, namespace, job, now, accounts)
+        return ("", None, None) if missing is None else (details, missing, None)
     for pod in pods:
         status = pod.get("status") or {}
         for container in status.get("containerStatuses") or []:

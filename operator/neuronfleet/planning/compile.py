@@ -276,8 +276,9 @@ class CompileObservation:
     job_republishes: bool = False
     #: Why the API server refuses the running Job's pod, which it has not made (its FailedCreate Event,
     #: else its ServiceAccount read and found missing: :mod:`neuronfleet.planning.admission`); None
-    #: when it has a pod, has made one (its status counts it: between two attempts), or nothing says
-    #: why not.
+    #: when it has a pod, is between two attempts (its status counts a pod made, and no FailedCreate
+    #: newer than its last SuccessfulCreate nor a missing account says the next is refused), or
+    #: nothing says why not.
     pod_refused: Refusal | None = None
     #: Each compile Job being deleted that another controller's finalizer holds, with the live pods
     #: it controls (by uid): deleted on every reconcile until none is left.
@@ -574,8 +575,8 @@ def _decide(observed: CompileObservation, previous: StoredArtifact | None) -> Co
         if observed.job_spec is not None and observed.job_spec != observed.wanted_job_spec:
             # The fix (another account, other resources, in the spec or the operator's settings) is in
             # the job spec key: a Job that never ran is replaced at once, not left to its deadline.
-            # Never ran: a refusal is observed only for a Job whose status counts no pod ever made (one
-            # between two attempts is running, and kept under a changed spec.compile as any other).
+            # A refusal is observed only for a Job that makes no pod now: never made, or its retry after a
+            # failed or lost pod refused (one between two attempts is running, and kept as any other).
             return CompileDecision(
                 False,
                 previous,
