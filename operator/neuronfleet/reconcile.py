@@ -12,7 +12,9 @@ and writes what that returns:
    the served artifact, last scale, condition times, the rollout's start);
 3. apply (:meth:`Reconciler.apply`): the status (a merge patch of what changed, nothing when
    nothing did; published first, so the artifact is visible before the pods it leads to; when its
-   409 shows a new spec, nothing of the plan is written or applied: :class:`Superseded`), compile
+   409 shows a new spec, nothing of the plan is written or applied: :class:`Superseded`; a plan
+   with actions and nothing to write sends an empty patch at the body's resourceVersion to meet
+   that 409), compile
    Jobs, pod creations / relabels / deletions in the plan's order (stopping at the first failed
    call, and at a pod to relabel that is gone), Service and PDB (diffed first), then the status
    again if the apply's outcome changed it. A failed call after the first status write (an error
@@ -509,6 +511,7 @@ class Reconciler:
         new: Mapping[str, Any],
         version: str | None,
         planned: Mapping[str, Any],
+        check: bool = False,
     ) -> StatusWrite:
         """Write what changed from ``known`` (the object's status at ``version``) to ``new``, sent
         with ``version``: a conflict (409, the object changed since) reads the object again once and
@@ -518,13 +521,24 @@ class Reconciler:
 
         ``planned``: the metadata of the body ``new`` was planned from. When the object read again is
         no longer that one (:func:`_superseded`), nothing is written: :class:`Superseded` is raised.
+
+        ``check``: with nothing to write, still have the API server say whether ``version`` is the
+        object's current one (the plan has actions to apply, which a new spec would not ask for).
         """
         target = with_foreign_conditions(new, known)
         patch = status_patch(known, target)
-        if patch is None:
+        if patch is None and (not check or version is None):
             return StatusWrite(False, known, version)
         seen: tuple[str, ...] = (version,) if version else ()
         try:
+            if patch is None:
+                # An empty merge patch carrying only metadata.resourceVersion: kube-apiserver applies a
+                # patch's resourceVersion as a precondition (409 when the object has another) and
+                # stores nothing for a patch that changes nothing (no new resourceVersion, no watch
+                # event), as the sandbox does. Without it no write would meet the 409 that tells a
+                # plan made from a stale body (the watch lagging a scale) from a current one.
+                checked = await self.kube.patch_status(namespace, name, {}, version)
+                return StatusWrite(False, known, checked or version)
             made = await self.kube.patch_status(namespace, name, patch, version)
             return StatusWrite(True, target, made, seen)
         except ApiException as exc:
@@ -792,7 +806,11 @@ class Reconciler:
             return ReconcileReport((), (), status, False, memory, None, 0, stopped=True)
         planned = body.get("metadata") or {}
         try:
-            first = await self._write_status(namespace, dep.name, status, plan.status, version, planned)
+            # With actions to apply, an empty first write still checks the body is current (one more
+            # request, for those reconciles alone): a new spec is otherwise not noticed before its
+            # plan is applied, when the status planned from the stale body is the one already there.
+            check = bool(plan.actions or plan.compile_actions)
+            first = await self._write_status(namespace, dep.name, status, plan.status, version, planned, check)
         except Superseded as exc:
             # Planned from a spec the object no longer has: none of it is applied either. The
             # re-run plans from the object as the watch has it then (a watch that has not delivered

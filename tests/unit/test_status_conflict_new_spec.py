@@ -356,3 +356,37 @@ async def test_a_watch_that_lags_the_409_delays_the_new_spec_to_its_delivery_not
     assert daemon.runs == [(1, True), (1, True), (2, False)]
     assert kube.created == []
     assert kube.obj["status"]["observedGeneration"] == 2
+
+
+async def test_a_stale_plan_with_nothing_to_write_is_not_applied(tmp_path: Path) -> None:
+    # Review r10: a body whose planned status is the one already there wrote nothing, so no 409 said
+    # the spec had changed since: the old spec's pods were made. With actions to apply, an empty
+    # patch at the body's version checks it first.
+    old = _body(_source(tmp_path), replicas=3)
+    kube = _ApiServer(copy.deepcopy(old))
+    reconciler = _reconciler(tmp_path, kube, old)
+    real_create = kube.create
+    refusing = [True]
+
+    async def create(obj: dict[str, Any]) -> bool:  # the first reconcile's pods refused (a webhook down)
+        if obj["kind"] == "Pod" and refusing[0]:
+            raise ApiException(status=503, reason="Service Unavailable")
+        return await real_create(obj)
+
+    kube.create = create  # type: ignore[method-assign]
+    first = await reconciler.reconcile(copy.deepcopy(kube.obj), DeploymentMemory())
+    stale = copy.deepcopy(kube.obj)  # the watch's body: replicas 3, the status just written
+    kube.obj = {**_edited(kube.obj, replicas=0), "status": kube.obj["status"]}  # scaled to 0, not yet delivered
+    refusing[0] = False
+    writes = len(kube.status_writes)
+
+    report = await reconciler.reconcile(stale, first.memory)
+
+    assert kube.status_writes[writes:] == [409] and report.conflict
+    assert _pods(kube) == [], "pods made for the spec before the scale"
+
+    # The same body while it is current: checked (200), then applied.
+    kube.obj = copy.deepcopy(stale)
+    report = await reconciler.reconcile(stale, first.memory)
+    assert not report.conflict and kube.status_writes[writes + 1] == 200
+    assert len(_pods(kube)) == 3

@@ -459,8 +459,12 @@ class KubeClient:
         With ``resource_version`` the API server applies it only to that version of the object and
         answers 409 Conflict otherwise: the patch replaces ``conditions`` whole, so one made from an
         older copy would drop a condition another controller added since.
+
+        An empty ``patch`` sends no ``status`` at all: ``{"status": {}}`` would add an empty status to
+        an object that has none, a write. With ``resource_version`` it then only checks the object is
+        at that version (see :meth:`~neuronfleet.reconcile.Reconciler._write_status`).
         """
-        body: Obj = {"status": patch}
+        body: Obj = {"status": patch} if patch else {}
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
         answer = await self._json(
