@@ -287,3 +287,43 @@ async def test_a_retry_refused_for_a_deleted_service_account_is_reported(tmp_pat
     compiled = _conditions(await _plan(tmp_path, kube, dep))["Compiled"]
     assert (compiled["status"], compiled["reason"]) == ("False", Reason.SERVICE_ACCOUNT_MISSING), compiled
     assert "model-compiler" in compiled["message"], compiled["message"]
+
+
+class _FailedPodListedKube(_JobWithoutPodKube):
+    """As a cluster has it: the Job's failed pod (made 38 min ago) is still listed, for its logs."""
+
+    async def list_pods(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
+        return [
+            {
+                "metadata": {"name": "emb-compile-x-abcde", "creationTimestamp": _z(NOW - timedelta(minutes=38))},
+                "status": {
+                    "phase": "Failed",
+                    "conditions": [{"type": "PodScheduled", "status": "True"}],
+                    "containerStatuses": [{"name": "compile", "state": {"terminated": {"exitCode": 1}}}],
+                },
+            }
+        ]
+
+
+@pytest.mark.parametrize("created", [True, False], ids=["with-successful-create", "successful-create-expired"])
+async def test_a_retry_refused_beside_the_failed_pod_still_listed_is_reported(tmp_path: Path, created: bool) -> None:
+    # The Job controller keeps a failed pod: listed, it is no pod that runs. The refusal newer than it
+    # (or than its SuccessfulCreate) is why the Job has none now.
+    dep = _deployment(tmp_path)
+    events = [_created_pod(38)] if created else []
+    kube = _FailedPodListedKube(
+        dep, tmp_path / "store", {"active": 0, "failed": 1}, [*events, _event("FailedCreate", QUOTA, 1, count=9)]
+    )
+    compiled = _conditions(await _plan(tmp_path, kube, dep))["Compiled"]
+    assert (compiled["status"], compiled["reason"]) == ("False", Reason.POD_CREATION_REFUSED), compiled
+
+
+@pytest.mark.parametrize("events", [[], None], ids=["no-event", "refused-before-the-pod"])
+async def test_a_failed_pod_listed_and_no_newer_refusal_is_compiling(
+    tmp_path: Path, events: list[dict[str, Any]] | None
+) -> None:
+    dep = _deployment(tmp_path)
+    kube = _FailedPodListedKube(dep, tmp_path / "store", {"active": 0, "failed": 1}, events)
+    compiled = _conditions(await _plan(tmp_path, kube, dep))["Compiled"]
+    assert compiled["reason"] == Reason.COMPILING, compiled
+    assert "no pod created" not in compiled["message"], compiled["message"]

@@ -376,6 +376,8 @@ class FailedCreateAnswer:
     #: ``found``: a SuccessfulCreate older than the refusal was listed, so the refused create is one
     #: after a pod the Job made (its retry), not possibly one of before its first pod.
     after_pod: bool = False
+    #: ``found``: when the refusal last happened.
+    at: datetime | None = None
 
 
 @dataclass
@@ -457,7 +459,8 @@ async def _read_failed_create(kube: KubeApi, job: Obj) -> FailedCreateAnswer:
         return FailedCreateAnswer("made")
     if not messages:
         return FailedCreateAnswer("none")
-    return FailedCreateAnswer("found", max(messages)[1], after_pod=bool(made))
+    newest = max(messages)
+    return FailedCreateAnswer("found", newest[1], after_pod=bool(made), at=newest[0])
 
 
 async def _missing_account(
@@ -486,7 +489,7 @@ async def _waiting_details(
     events: JobEventReads | None = None,
 ) -> tuple[str, str | None, str | None]:
     """Why a running compile Job's pod has not started: unschedulable, its image not pulled, or no
-    pod made at all (see :func:`_no_pod_details`); with the latter, the message of the Job's newest
+    pod now (none listed, or only ended ones: see :func:`_no_pod_details`); with the latter, the message of the Job's newest
     FailedCreate Event (the API server's refusal, in the Job controller's words), else (none, or
     the Events could not be read) the Job's ServiceAccount when a read finds it missing; nothing when
     its Events say it made a pod after the last refusal (between two pods).
@@ -495,14 +498,17 @@ async def _waiting_details(
     until its deadline, then "DeadlineExceeded" without the cause.
     """
     pods = await kube.list_pods(namespace, {"job-name": job["metadata"]["name"]})
-    if not pods:
+    # A pod that ended is no pod now: the Job controller keeps a failed one (its logs) and makes the
+    # next beside it, which the API server may refuse as it may the first.
+    ended = [pod for pod in pods if (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded")]
+    if len(ended) == len(pods):
         details = _no_pod_details(job, now)
         if not details or now is None:
             return details, None, None
         failed = await (events or JobEventReads()).answer(kube, job, now)
         if failed.state == "made":
             return "", None, None  # between two pods, which its status does not count (see the read)
-        if not job_made_a_pod(job):
+        if not ended and not job_made_a_pod(job):
             if failed.state == "found":
                 return details, None, failed.message
             return details, await _missing_account(kube, namespace, job, now, accounts), None
@@ -510,8 +516,10 @@ async def _waiting_details(
         # after the Job controller's back-off, up to minutes), unless the API server refuses the next: a
         # FailedCreate newer than its last SuccessfulCreate (a quota taken meanwhile, a webhook, its
         # account deleted). One with no SuccessfulCreate to order it by may be of before its first pod
-        # (Events last an hour; the recorder's spam filter may drop one): not taken as the cause.
-        if failed.state == "found" and failed.after_pod:
+        # (Events last an hour; the recorder's spam filter may drop one): not taken as the cause. An
+        # ended pod still listed orders it too (its SuccessfulCreate may have expired).
+        made = [when for pod in ended if (when := _created(pod)) is not None]
+        if failed.state == "found" and (failed.after_pod or (failed.at and made and max(made) <= failed.at)):
             return details, None, failed.message
         # A missing ServiceAccount refuses every pod, the retry too, whatever the Events say.
         missing = await _missing_account(kube, namespace, job, now, accounts)
