@@ -489,10 +489,12 @@ async def _waiting_details(
     events: JobEventReads | None = None,
 ) -> tuple[str, str | None, str | None]:
     """Why a running compile Job's pod has not started: unschedulable, its image not pulled, or no
-    pod now (none listed, or only ended ones: see :func:`_no_pod_details`); with the latter, the message of the Job's newest
-    FailedCreate Event (the API server's refusal, in the Job controller's words), else (none, or
-    the Events could not be read) the Job's ServiceAccount when a read finds it missing; nothing when
-    its Events say it made a pod after the last refusal (between two pods).
+    pod now (none listed, or only ended ones: see :func:`_no_pod_details`); with the latter, the
+    message of the Job's newest FailedCreate Event (the API server's refusal, in the Job controller's
+    words), else (none, or the Events could not be read) the Job's ServiceAccount when a read finds
+    it missing; nothing when its Events say it made a pod after the last refusal (between two pods).
+    For a Job that has made a pod (its status counts one, or one ended is listed) only a refusal
+    ordered after its last pod, or a missing account, is a cause: else it is between two attempts.
 
     Empty when it runs (or nothing says why not). A Job stuck so would otherwise read "running"
     until its deadline, then "DeadlineExceeded" without the cause.
