@@ -42,6 +42,7 @@ from neuronfleet.metrics.operator_metrics import OperatorMetrics
 from neuronfleet.metrics.operator_metrics import serve as serve_metrics
 from neuronfleet.metrics.prometheus_auth import CredentialsError, PrometheusCredentials, amp_region
 from neuronfleet.planning.admission import OperatorAccount, own_default_problem
+from neuronfleet.planning.labels import LABEL_DEPLOYMENT
 from neuronfleet.planning.placement import (
     DAEMONSET_HEADROOM_CPU,
     DAEMONSET_HEADROOM_MEMORY,
@@ -221,6 +222,70 @@ async def watch_peering(
         if not missing:
             return
         reported = missing
+        await asyncio.sleep(recheck_seconds)
+
+
+#: Seconds between two checks of a refused pod list, until it is allowed.
+POD_READS_RECHECK_SECONDS = 60.0
+
+
+async def refused_pod_reads(kube: KubeClient, namespaces: Sequence[str] = ()) -> list[str]:
+    """Where the operator may not list the pods it watches: one message each; empty when nowhere.
+
+    Kopf starts no handler until its index of the operator's pods
+    (:func:`neuronfleet.handlers.pods_on_nodes`) has listed them in every namespace it watches: a
+    namespace where RBAC refuses the list holds up every InferenceDeployment, in every namespace,
+    with no status and no Event, only Kopf's retries in its log. The chart's roles allow it; a
+    hand-made role may not. Namespace patterns (``team-*``) are not checked. Raises
+    :data:`_CHECK_FAILED` errors other than a 403.
+    """
+    selector = LABEL_DEPLOYMENT  # the pods Kopf watches: those with the label, whatever its value
+    effect = (
+        "Kopf reconciles nothing, in any namespace, until it can (it lists them before its first handler "
+        "runs); allow list and watch of pods to the operator's ServiceAccount there (the Helm chart's roles do)"
+    )
+    async with asyncio.timeout(kube.request_timeout):
+        if not namespaces:
+            try:
+                await kube.core.list_pod_for_all_namespaces(label_selector=selector, limit=1)
+            except ApiException as error:
+                if error.status != 403:
+                    raise
+                return [f"the operator may not list pods across the cluster ({error.reason}): {effect}"]
+            return []
+        refused = []
+        for namespace in (n for n in namespaces if _NAMESPACE_NAME.fullmatch(n)):
+            try:
+                await kube.core.list_namespaced_pod(namespace, label_selector=selector, limit=1)
+            except ApiException as error:
+                if error.status != 403:
+                    raise
+                refused.append(f"the operator may not list pods in namespace {namespace} ({error.reason}): {effect}")
+        return refused
+
+
+async def watch_pod_reads(
+    kube: KubeClient, namespaces: Sequence[str] = (), *, recheck_seconds: float = POD_READS_RECHECK_SECONDS
+) -> None:
+    """Log an error for each namespace where the pod list is refused (see :func:`refused_pod_reads`),
+    again each time the set changes, until none is; a check that fails otherwise is logged once and
+    ends the watch (Kopf's own retries go on)."""
+    reported: list[str] = []
+    while True:
+        try:
+            refused = await refused_pod_reads(kube, namespaces)
+        except _CHECK_FAILED as error:
+            reason = f"{error.status} {error.reason}" if isinstance(error, ApiException) else str(error)
+            logger.warning("could not check that the operator may list its pods: %s", reason)
+            return
+        for problem in refused:
+            if problem not in reported:
+                logger.error("%s", problem)
+        if reported and not refused:
+            logger.info("the operator may list its pods in every namespace it watches now")
+        if not refused:
+            return
+        reported = refused
         await asyncio.sleep(recheck_seconds)
 
 
@@ -671,6 +736,9 @@ async def _run(args: argparse.Namespace) -> None:
     peering_watch = None
     if args.peering and isinstance(context.reconciler.kube, KubeClient):
         peering_watch = asyncio.create_task(watch_peering(context.reconciler.kube, args.peering, args.namespace or ()))
+    pod_reads_watch = None
+    if isinstance(context.reconciler.kube, KubeClient):
+        pod_reads_watch = asyncio.create_task(watch_pod_reads(context.reconciler.kube, args.namespace or ()))
     tasks = await operator_tasks(
         context,
         namespaces=args.namespace or (),
@@ -683,6 +751,8 @@ async def _run(args: argparse.Namespace) -> None:
     finally:
         if peering_watch is not None:
             peering_watch.cancel()
+        if pod_reads_watch is not None:
+            pod_reads_watch.cancel()
         if metrics is not None:
             metrics.close()  # its query threads: a query under way ends with its timeout
 
