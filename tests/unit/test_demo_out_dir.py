@@ -22,7 +22,7 @@ from neuronfleet.sandbox.dirlock import LOCK_FILE_NAME, DirectoryLock
 DEMO_SUMMARY = {"load": "simulated", "facts": {}, "compile": "skipped", "timeline": {}, "attribution": "Trace: ..."}
 
 
-def refused(out: Path) -> str:
+def assert_refused(out: Path) -> str:
     with pytest.raises(DemoError) as raised:
         check_out_dir(out)
     message = str(raised.value)
@@ -51,19 +51,19 @@ def test_a_directory_holding_only_a_crashed_sandboxs_lock_file_is_taken(tmp_path
 
 def test_a_file_named_like_the_lock_that_is_not_one_is_refused(tmp_path: Path) -> None:
     (tmp_path / LOCK_FILE_NAME).write_text("my notes on locks\n")
-    assert f"--out {tmp_path}/ " in refused(tmp_path)
+    assert f"--out {tmp_path}/ " in assert_refused(tmp_path)
 
 
 def test_a_directory_of_other_files_is_refused_naming_it(tmp_path: Path) -> None:
     (tmp_path / "artifacts").mkdir()
     (tmp_path / "kubeconfig").write_text("mine")
-    message = refused(tmp_path)
+    message = assert_refused(tmp_path)
     assert f"--out {tmp_path}/" in message and MARKER_NAME in message
 
 
 def test_a_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "report.md").write_text("notes")
-    assert "is not a directory" in refused(tmp_path / "report.md")
+    assert "is not a directory" in assert_refused(tmp_path / "report.md")
 
 
 def test_an_earlier_demos_directory_is_taken_whatever_else_it_holds(tmp_path: Path) -> None:
@@ -98,7 +98,7 @@ def test_a_directory_without_the_marker_is_otherwise_refused(
         (tmp_path / "summary.json").write_text(json.dumps(summary))
     if extra is not None:
         (tmp_path / extra).write_text("print('hello')")
-    refused(tmp_path)
+    assert_refused(tmp_path)
 
 
 def test_the_help_of_out_names_every_file_the_demo_writes_there() -> None:

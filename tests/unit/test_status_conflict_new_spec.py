@@ -145,7 +145,7 @@ def _pods(kube: _ApiServer) -> list[str]:
     return [made for made in kube.created if made.startswith("Pod ")]
 
 
-def _nothing_done(report: ReconcileReport, kube: _ApiServer, live: dict[str, Any]) -> None:
+def assert_nothing_done(report: ReconcileReport, kube: _ApiServer, live: dict[str, Any]) -> None:
     assert report.conflict and report.error is None, "a race, not a failure: the daemon re-runs it at once"
     assert kube.status_writes == [409], "the old spec's status was written over the new one"
     assert kube.obj["status"] == live["status"]
@@ -161,7 +161,7 @@ async def test_a_409_that_shows_a_new_spec_writes_and_applies_nothing_of_the_old
 
     report = await reconciler.reconcile(old, DeploymentMemory())
 
-    _nothing_done(report, kube, new)
+    assert_nothing_done(report, kube, new)
 
 
 async def test_a_409_that_shows_the_object_being_deleted_writes_and_applies_nothing(tmp_path: Path) -> None:
@@ -175,7 +175,7 @@ async def test_a_409_that_shows_the_object_being_deleted_writes_and_applies_noth
 
     report = await reconciler.reconcile(old, DeploymentMemory())
 
-    _nothing_done(report, kube, deleting)
+    assert_nothing_done(report, kube, deleting)
 
 
 async def test_a_409_that_shows_only_another_status_writer_is_still_written_over_and_applied(
