@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
+from stub_deployments import torchscript_deployment
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.artifacts.store import ArtifactStore
@@ -40,19 +41,7 @@ def _z(t: datetime) -> str:
 
 
 def _deployment(tmp_path: Path, memory: str | None = None) -> InferenceDeployment:
-    source = tmp_path / "model.pt"
-    source.write_bytes(b"weights")
-    spec: dict[str, Any] = {"model": {"source": str(source), "format": "torchscript"}}
-    if memory is not None:
-        spec["compile"] = {"memory": memory}
-    return InferenceDeployment.model_validate(
-        {
-            "apiVersion": "serving.neuronfleet.dev/v1alpha1",
-            "kind": "InferenceDeployment",
-            "metadata": {"name": "emb", "namespace": "ns", "uid": "uid-1", "generation": 1},
-            "spec": spec,
-        }
-    )
+    return torchscript_deployment(tmp_path, compile_spec=None if memory is None else {"memory": memory})
 
 
 def _event(reason: str, message: str, minutes_ago: float, count: int = 1) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from stub_deployments import torchscript_deployment
+
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.artifacts.store import ArtifactStore
 from neuronfleet.kube.builders import BuilderConfig
@@ -27,16 +29,7 @@ IMAGE = "registry.example/neuronserve:0.1.0"
 
 
 def _deployment(tmp_path: Path) -> InferenceDeployment:
-    source = tmp_path / "model.pt"
-    source.write_bytes(b"weights")
-    return InferenceDeployment.model_validate(
-        {
-            "apiVersion": "serving.neuronfleet.dev/v1alpha1",
-            "kind": "InferenceDeployment",
-            "metadata": {"name": "emb", "namespace": "ns", "uid": "uid-1", "generation": 1},
-            "spec": {"model": {"source": str(source), "format": "torchscript"}},
-        }
-    )
+    return torchscript_deployment(tmp_path)
 
 
 class _JobEndsWhileListed:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
+from stub_deployments import torchscript_deployment
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.artifacts.store import ArtifactStore
@@ -29,16 +30,7 @@ THROTTLED = {"status": 429, "reason": "Too Many Requests"}
 
 
 def _deployment(tmp_path: Path) -> InferenceDeployment:
-    source = tmp_path / "model.pt"
-    source.write_bytes(b"weights")
-    return InferenceDeployment.model_validate(
-        {
-            "apiVersion": "serving.neuronfleet.dev/v1alpha1",
-            "kind": "InferenceDeployment",
-            "metadata": {"name": "emb", "namespace": "ns", "uid": "uid-1", "generation": 1},
-            "spec": {"model": {"source": str(source), "format": "torchscript"}},
-        }
-    )
+    return torchscript_deployment(tmp_path)
 
 
 class _Throttled:

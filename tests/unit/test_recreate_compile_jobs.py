@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from stub_deployments import torchscript_deployment
+
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.artifacts.store import ArtifactStore
 from neuronfleet.kube.builders import BuilderConfig, held_by_previous
@@ -50,17 +52,7 @@ class _JobsKube:
 
 
 def _deployment(tmp_path: Path, uid: str = UID) -> InferenceDeployment:
-    source = tmp_path / "model.pt"
-    if not source.exists():  # written once: its fingerprint is in the request key
-        source.write_bytes(b"weights")
-    return InferenceDeployment.model_validate(
-        {
-            "apiVersion": "serving.neuronfleet.dev/v1alpha1",
-            "kind": "InferenceDeployment",
-            "metadata": {"name": "emb", "namespace": "ns", "uid": uid, "generation": 1},
-            "spec": {"model": {"source": str(source), "format": "torchscript"}},
-        }
-    )
+    return torchscript_deployment(tmp_path, uid=uid)
 
 
 def _settings(tmp_path: Path) -> OperatorSettings:
