@@ -26,6 +26,7 @@ from neuronfleet.api.validation import (
     validate_manifest,
     yaml_error_message,
 )
+from neuronfleet.command_flags import add_headroom_flags
 from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES
 from neuronfleet.planning.fit import fit_problems, pod_counts
 from neuronfleet.planning.placement import (
@@ -33,7 +34,6 @@ from neuronfleet.planning.placement import (
     UNLESS_OPERATOR_SCHEDULER,
     Headroom,
     QuantityError,
-    add_headroom_flags,
     headroom_from_quantities,
     needs_from_spec,
     plan_placement,

@@ -31,12 +31,12 @@ from rich.table import Table
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment, ScalingSpec, WarmPoolSpec
 from neuronfleet.api.validation import load_manifests, not_utf8_message, validate_manifest, yaml_error_message
+from neuronfleet.command_flags import add_headroom_flags
 from neuronfleet.planning.admission import compile_cpu_limit_problem, serving_cpu_limit_problem
 from neuronfleet.planning.placement import (
     UNLESS_OPERATOR_SCHEDULER,
     PlacementPlan,
     QuantityError,
-    add_headroom_flags,
     headroom_from_quantities,
     needs_from_spec,
     plan_placement,

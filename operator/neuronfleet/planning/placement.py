@@ -55,7 +55,6 @@ the operator's status uses it, and :mod:`neuronfleet.planning.fit` (``neuronflee
 
 from __future__ import annotations
 
-import argparse
 import math
 import re
 from collections.abc import Sequence
@@ -152,28 +151,6 @@ def parse_memory_mib(quantity: str) -> int:
 def headroom_from_quantities(cpu: str, memory: str) -> Headroom:
     """The DaemonSet allowance from Kubernetes quantities ("500m", "512Mi"). Raises QuantityError."""
     return Headroom(cpu_millis=parse_cpu_millis(cpu), memory_mib=parse_memory_mib(memory))
-
-
-def add_headroom_flags(parser: argparse.ArgumentParser) -> None:
-    """The operator's DaemonSet allowance (its flags of the same names), which the replicas' shares
-    of a node and the fit of explicit requests depend on: every command that judges a fit or a
-    placement (``plan``, ``validate``, ``simulate --policy``) takes them, in these words, so that it
-    judges at the allowance the operator runs with (the chart's is configurable). Only adds the
-    flags; :func:`headroom_from_quantities` reads them."""
-    parser.add_argument(
-        "--daemonset-headroom-cpu",
-        default=DAEMONSET_HEADROOM_CPU,
-        metavar="QUANTITY",
-        help="the operator's --daemonset-headroom-cpu (chart: operator.daemonSetHeadroom.cpu): CPU left on "
-        "every node for its DaemonSets, beside the replicas' shares and spec.runtime.cpu (default %(default)s)",
-    )
-    parser.add_argument(
-        "--daemonset-headroom-memory",
-        default=DAEMONSET_HEADROOM_MEMORY,
-        metavar="QUANTITY",
-        help="the operator's --daemonset-headroom-memory (chart: operator.daemonSetHeadroom.memory) "
-        "(default %(default)s)",
-    )
 
 
 @dataclass(frozen=True)

@@ -30,12 +30,12 @@ from neuronfleet.api.validation import (
     whole_floats_to_int,
     yaml_error_message,
 )
+from neuronfleet.command_flags import add_headroom_flags
 from neuronfleet.planning.fit import fit_problems
 from neuronfleet.planning.placement import (
     DAEMONSET_HEADROOM,
     Headroom,
     QuantityError,
-    add_headroom_flags,
     headroom_from_quantities,
 )
 from neuronfleet.sim import report, runner
