@@ -319,6 +319,39 @@ def test_more_replicas_per_node_than_its_neuroncores_hold_is_refused(
     ) in str(error.value)
 
 
+@pytest.mark.parametrize(
+    ("instance", "per_node", "placed"),
+    [
+        ("inf2.24xlarge", 5, (4, 6)),
+        ("inf2.48xlarge", 5, (4, 6)),
+        ("inf2.48xlarge", 7, (6, 8)),
+        ("inf2.48xlarge", 16, (12, 24)),
+    ],
+)
+def test_a_replicas_per_node_the_operator_cannot_pack_is_refused(
+    tmp_path: Path, instance: str, per_node: int, placed: tuple[int, int]
+) -> None:
+    # 5 replicas on inf2.24xlarge's 12 NeuronCores are 2 cores each, of which the operator packs 6 a
+    # node: the simulator billed a node per 5 replicas, 20 % dearer than the fleet the operator runs.
+    data = yaml.safe_load(dump_profile("bert-base"))
+    profile = tmp_path / "uneven.yaml"
+    profile.write_text(yaml.safe_dump({**data, "instance_type": instance, "replicas_per_node": per_node}))
+    with pytest.raises(ProfileError) as error:
+        load_profile(str(profile))
+    below, above = placed
+    message = str(error.value)
+    assert f"replicas_per_node {per_node}" in message
+    assert f"the operator packs {below} or {above} replicas a node of {instance}" in message
+
+
+@pytest.mark.parametrize(("instance", "per_node"), [("inf2.24xlarge", 4), ("inf2.24xlarge", 6), ("inf2.48xlarge", 8)])
+def test_a_replicas_per_node_the_operator_packs_is_accepted(tmp_path: Path, instance: str, per_node: int) -> None:
+    data = yaml.safe_load(dump_profile("bert-base"))
+    profile = tmp_path / "even.yaml"
+    profile.write_text(yaml.safe_dump({**data, "instance_type": instance, "replicas_per_node": per_node}))
+    assert load_profile(str(profile)).replicas_per_node == per_node
+
+
 def test_a_profile_packing_more_replicas_than_neuroncores_is_a_one_line_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -27,6 +27,7 @@ runtime benchmark).
 from __future__ import annotations
 
 import json
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from neuronfleet.api.validation import not_utf8_message, yaml_error_message
 from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES, InstanceType
+from neuronfleet.planning.placement import ReplicaNeeds, plan_placement
 from neuronfleet.sim.distributions import Distribution, DistributionError, parse
 
 
@@ -105,6 +107,18 @@ class ColdStartPhases(_Model):
             raise ProfileError(str(error)) from None
 
 
+@cache
+def _replicas_per_node_by_cores(instance_type: str) -> dict[int, int]:
+    """Replicas the operator packs on a node of ``instance_type``, by NeuronCores per replica (a
+    replica's NeuronCores alone decide here: the profile's replicas have no CPU or memory needs)."""
+    packed: dict[int, int] = {}
+    for cores in range(1, INF2_INSTANCE_TYPES[instance_type].neuroncores + 1):
+        chosen = plan_placement(ReplicaNeeds(cores), [instance_type], 1).chosen
+        if chosen is not None:
+            packed[cores] = chosen.replicas_per_node
+    return packed
+
+
 class Profile(_Model):
     """One model served on one Inf2 instance type."""
 
@@ -115,7 +129,8 @@ class Profile(_Model):
         default=1,
         ge=1,
         description="Replicas one node of instance_type holds, each on its share of the NeuronCores "
-        "(at least one): at most the instance type's NeuronCores.",
+        "(at least one): a count the operator packs on that type (whole NeuronCores per replica; on "
+        "inf2.24xlarge 1, 2, 3, 4, 6 or 12).",
     )
     kind: Literal["batch", "llm"]
     batches: list[BatchPoint] | None = None
@@ -150,6 +165,21 @@ class Profile(_Model):
             raise ValueError(
                 f"replicas_per_node {self.replicas_per_node} is more than {self.instance_type}'s {cores} NeuronCores "
                 f"hold (a replica holds at least one): at most {cores}, or a larger instance_type"
+            )
+        packed = _replicas_per_node_by_cores(self.instance_type)
+        counts = sorted(set(packed.values()))
+        if self.replicas_per_node not in counts:
+            # The simulator bills a node per replicas_per_node replicas; the operator places replicas of
+            # whole NeuronCores, so a count it never packs would cost a fleet that cannot run.
+            per_node = self.replicas_per_node
+            share = cores // per_node
+            below = max(n for n in counts if n < per_node)
+            above = min(n for n in counts if n > per_node)
+            raise ValueError(
+                f"replicas_per_node {per_node} cannot be packed on {self.instance_type}: a replica holds whole "
+                f"NeuronCores ({share} of its {cores} here), of which the operator packs {packed[share]} a node; "
+                f"the operator packs {below} or {above} replicas a node of {self.instance_type} "
+                f"(any of {', '.join(map(str, counts))})"
             )
         if self.kind == "batch" and not self.batches:
             raise ValueError("a batch profile needs `batches`")
