@@ -1,0 +1,80 @@
+"""The benchmark figures in README.md and docs/benchmarks.md: rendered from bench/results, judged from the numbers."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+
+# bench/ is a folder of scripts, not a package: its modules import each other by file name.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from render_docs import (
+    BENCHMARKS,
+    SCENARIOS,
+    Target,
+    fleet_verdicts,
+    load_results,
+    markers,
+    render_benchmark,
+    render_summary,
+    splice,
+)
+
+RESULTS = load_results()
+
+
+def test_targets_hold_their_ends_as_stated() -> None:
+    assert Target(low=0.95).met(0.95) and not Target(low=0.95).met(0.949)
+    assert Target(high=3, unit="x").met(3) and not Target(high=3, unit="x").met(3.01)
+    below = Target(high=1.0, strict=True, unit="x")
+    assert not below.met(1.0) and below.met(0.99)
+    band = Target(low=0.9, high=1.1, unit="x")
+    assert band.met(0.9) and band.met(1.1) and not band.met(0.89) and not band.met(1.11)
+    assert [t.text for t in (Target(low=0.95), below, band, Target(low=0.99, as_percent=True))] == [
+        "≥ 0.95",
+        "< 1x",
+        "0.9x-1.1x",
+        "≥ 99 %",
+    ]
+
+
+@pytest.mark.parametrize("name", ["fleet", "fleet-full-sweep"])
+def test_the_fleet_verdicts_agree_with_the_benchmarks_own_rule(name: str) -> None:
+    # The renderer keeps issue 11's targets itself; bench_fleet.py judged each scored half too.
+    figures = RESULTS[name]["figures"]
+    assert fleet_verdicts(RESULTS[name]) == {key: figures[f"{key}.done.met"] for key in SCENARIOS}
+
+
+def test_unmet_fleet_targets_read_not_met() -> None:
+    fleet = next(b for b in BENCHMARKS if b.name == "fleet")
+    table = render_benchmark(fleet, RESULTS["fleet"])
+    assert "| NASA superpose: cost vs the feasible oracle | 1.24x | ≤ 1.15x | not met |" in table
+    assert "| conv replicate: cost vs the static fleet | 0.98x | ≤ 1.05x | met |" in table
+    row = next(line for line in render_summary(RESULTS).splitlines() if "`fleet.json`" in line)
+    assert "**1 of 5** (5 of 5: not met)" in row
+
+
+def test_a_figure_and_its_verdict_follow_the_json() -> None:
+    results = copy.deepcopy(RESULTS)
+    results["runtime"]["figures"]["batched_vs_raw"] = 0.912
+    row = next(line for line in render_summary(results).splitlines() if "`runtime.json`" in line)
+    assert "batched vs the raw model **0.91** (≥ 0.95: not met)" in row
+    results["runtime"]["commit"] = "0123456789abcdef"
+    assert "`0123456`" in render_summary(results)
+
+
+def test_every_judged_figure_says_met_or_not_met() -> None:
+    for benchmark in BENCHMARKS:
+        for figure in benchmark.figures(RESULTS[benchmark.name]):
+            assert bool(figure.target) == (figure.verdict in ("met", "not met")), (benchmark.name, figure)
+
+
+def test_splice_replaces_only_the_marked_block() -> None:
+    start, end = markers("x")
+    text = f"before\n{start}\nold\n{end}\nafter\n"
+    assert splice(text, "x", "new") == f"before\n{start}\nnew\n{end}\nafter\n"
+    with pytest.raises(ValueError, match="bench:y:start"):
+        splice(text, "y", "new")
