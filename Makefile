@@ -25,7 +25,7 @@ export MPLBACKEND := Agg
 # Tests and the demo reach only 127.0.0.1: boto3 must not probe the EC2 metadata address for credentials.
 export AWS_EC2_METADATA_DISABLED := true
 
-.PHONY: help install demo test lint crds crds-check bench clean
+.PHONY: help install demo test lint crds crds-check bench bench-docs clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -66,8 +66,13 @@ test: $(STAMP)  ## install everything, lint, then run the whole test suite
 crds: $(STAMP)  ## regenerate the CRD YAML from the typed API (crds/ and the chart)
 	$(BIN)/neuronfleet crds --write
 
-bench: $(STAMP)  ## run the benchmarks; results as JSON under bench/results/
+bench: $(STAMP)  ## run the benchmarks; results as JSON under bench/results/, then bench-docs
 	@for b in bench/bench_*.py; do echo "==> $$b"; $(PY) $$b; done
+	$(MAKE) --no-print-directory bench-docs
+
+# The figures in README.md and docs/benchmarks.md are rendered from bench/results, never typed.
+bench-docs: $(STAMP)  ## re-render README's and docs/benchmarks.md's figures from bench/results/*.json
+	$(PY) bench/render_docs.py
 
 clean:  ## remove the virtualenv and caches
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis demo-out
