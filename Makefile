@@ -56,7 +56,7 @@ demo: $(STAMP)  ## the tour: sandbox + operator + compile + real requests to rea
 lint: $(STAMP)  ## ruff, mypy --strict, import-linter layering contracts
 	$(BIN)/ruff check operator runtime tests bench hack
 	$(BIN)/ruff format --check operator runtime tests bench hack
-	$(BIN)/mypy operator/neuronfleet runtime/neuronserve
+	$(BIN)/mypy operator/neuronfleet runtime/neuronserve bench/render_docs.py
 	$(BIN)/lint-imports
 
 test: $(STAMP)  ## install everything, lint, then run the whole test suite
