@@ -71,6 +71,24 @@ def test_unmet_fleet_targets_read_not_met() -> None:
     assert "| conv replicate: cost vs the static fleet | 0.98x | ≤ 1.05x | met |" in table
     row = next(line for line in render_summary(RESULTS).splitlines() if "`fleet.json`" in line)
     assert "**1 of 5** (5 of 5: not met)" in row
+    assert "NASA superpose: cost vs the feasible oracle **1.24x** (≤ 1.15x: not met)" in row
+
+
+def test_a_target_with_no_baseline_reaching_99_gets_no_verdict() -> None:
+    # NASA rate: no baseline reaches 99 %, so "cheaper than the cheapest that does" has nothing to
+    # judge; ours' cost against the cheapest baseline is shown instead, and the oracle decides.
+    fleet = next(b for b in BENCHMARKS if b.name == "fleet")
+    table = render_benchmark(fleet, RESULTS["fleet"])
+    assert (
+        "| NASA rate: cost vs the cheapest baseline reaching 99 % | no baseline reaches 99 %; ours 0.62x the "
+        "cheapest (hpa 0.6, 98.78 %) |  |  |"
+    ) in table
+
+
+def test_the_restart_without_its_checkpoint_is_shown_not_judged() -> None:
+    restart = next(b for b in BENCHMARKS if b.name == "restart")
+    table = render_benchmark(restart, RESULTS["restart"])
+    assert "| memory lost instead (what the checkpoint saves): lowest | 98.62 % |  |  |" in table
 
 
 def test_a_figure_and_its_verdict_follow_the_json() -> None:
