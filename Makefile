@@ -68,6 +68,8 @@ crds: $(STAMP)  ## regenerate the CRD YAML from the typed API (crds/ and the cha
 
 bench: $(STAMP)  ## run the benchmarks; results as JSON under bench/results/, then bench-docs
 	@for b in bench/bench_*.py; do echo "==> $$b"; $(PY) $$b; done
+	@# bench_fleet.py ran its full grids above (fleet-full-sweep.json); the headline is the narrow sweep.
+	@echo "==> bench/bench_fleet.py --narrow"; $(PY) bench/bench_fleet.py --narrow
 	$(MAKE) --no-print-directory bench-docs
 
 # The figures in README.md and docs/benchmarks.md are rendered from bench/results, never typed.

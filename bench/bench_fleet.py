@@ -235,7 +235,11 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=runner.default_jobs(), help="parallel simulations")
     parser.add_argument("--only", default="", help="comma-separated scenario names (default: all)")
     parser.add_argument("--plots", action="store_true", help="also write PNG plots to bench/results/")
-    parser.add_argument("--name", help="result file bench/results/NAME.json (default: fleet, fleet-quick)")
+    parser.add_argument(
+        "--name",
+        help="result file bench/results/NAME.json (default: fleet with --narrow, the headline; fleet-quick with "
+        "--quick; fleet-full-sweep with neither, every family's full grid)",
+    )
     args = parser.parse_args()
     traces = load_traces()
     if traces is None:
@@ -249,7 +253,7 @@ def main() -> int:
     started = time.perf_counter()
     figures: dict[str, Any] = {}
     cases: list[dict[str, Any]] = []
-    name = args.name or ("fleet-quick" if args.quick else "fleet")
+    name = args.name or ("fleet-quick" if args.quick else "fleet" if args.narrow else "fleet-full-sweep")
     params = {
         "traces": {"conv": CONV.name, "nasa": NASA.name},
         "trace_attribution": [report.ATTRIBUTION, report.NASA_ATTRIBUTION],
