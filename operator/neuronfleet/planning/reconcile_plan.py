@@ -628,11 +628,57 @@ def status_after_apply(
     return build_status(dep.name, inputs, durable.conditions, observation.now), memory
 
 
+#: What starts the message of a Warning announced again on a takeover (:func:`found_warnings`).
+FOUND_ON_TAKEOVER = "found on takeover (already in the status; its Event may have been lost with the operator before)"
+
+
+def found_warnings(found: StatusMemory, status: Mapping[str, Any]) -> list[Event]:
+    """The Warnings of the conditions that ``found`` (the status an operator found when it took the
+    object over) already shows in a warning state and ``status`` (its first write) keeps so, each
+    again, its message starting with :data:`FOUND_ON_TAKEOVER`.
+
+    An operator killed (SIGKILL, OOM, its node lost) between a status write and the Events of that
+    change leaves a status nobody announced, and the next one reads it as already so: a degradation
+    users alerting on Warning Events never hear of. Repeating them once per takeover is the price
+    (Kubernetes aggregates repeats). Normal Events are not repeated: a lost one costs less than one
+    more at every restart. A condition whose change :func:`status_events` announces anyway (another
+    reason, a refused query not named before) is left to it, and one the takeover clears gets its
+    Recovered / MetricsRecovered only.
+    """
+    events: list[Event] = []
+    before, after = found.condition("Degraded"), find_condition({"status": status}, "Degraded")
+    if before.get("status") == "True" and after.get("status") == "True" and before.get("reason") == after.get("reason"):
+        events.append(_found("Degraded", after))
+    before, after = found.condition("ScalingActive"), find_condition({"status": status}, "ScalingActive")
+    if after.get("reason") in _HOLDING and before.get("reason") == after.get("reason"):
+        events.append(_found("ScalingActive", after))
+    refused = refused_fields(str(after.get("message") or ""))
+    if (
+        after.get("reason") == Reason.METRICS_READ
+        and refused
+        and refused <= refused_fields(str(before.get("message") or ""))
+    ):
+        message = f"{refused_queries(str(after.get('message') or ''))}; the autoscaler decides without that signal"
+        events.append(Event("Warning", Reason.METRICS_QUERY_REFUSED, f"{FOUND_ON_TAKEOVER}: {message}"))
+    return events
+
+
+def _found(kind: str, condition: Mapping[str, Any]) -> Event:
+    """The Warning of ``condition`` (of ``kind``) announced again on a takeover."""
+    message = str(condition.get("message") or "")
+    return Event("Warning", Reason(str(condition.get("reason"))), f"{FOUND_ON_TAKEOVER}: {message or kind}")
+
+
+#: ScalingActive's reasons of an autoscaler that holds for want of metrics: each posts a Warning.
+_HOLDING = (Reason.METRICS_UNAVAILABLE, Reason.PROMETHEUS_URL_NOT_ALLOWED, Reason.PROMETHEUS_QUERY_NOT_ALLOWED)
+
+
 def status_events(
     durable: StatusMemory,
     status: Mapping[str, Any],
     scale_reason: str,
     compiled: StoredArtifact | None = None,
+    takeover: bool = False,
 ) -> list[Event]:
     """Events of a status change: Scaled when the desired replicas change; a Warning when Degraded
     turns True or changes reason, Recovered when it turns False again; a Warning when ScalingActive
@@ -644,7 +690,8 @@ def status_events(
     a Warning MetricsQueryRefused when ScalingActive (MetricsRead) names a refused query it did not
     name before;
     ReplicasIgnored when spec.scaling.replicas is set or changed in Auto mode. Nothing when nothing
-    changed."""
+    changed, except on a ``takeover`` (the operator's first reconcile of the object): the Warnings
+    the status already showed, again (:func:`found_warnings`)."""
     events: list[Event] = []
     before_desired, after_desired = durable.desired_replicas or 0, int(status.get("desiredReplicas") or 0)
     if before_desired != after_desired:
@@ -674,10 +721,9 @@ def status_events(
         )
     # Manual scaling is ScalingActive=False too, by choice: no warning for it.
     before, after = durable.condition("ScalingActive"), find_condition({"status": status}, "ScalingActive")
-    holding = (Reason.METRICS_UNAVAILABLE, Reason.PROMETHEUS_URL_NOT_ALLOWED, Reason.PROMETHEUS_QUERY_NOT_ALLOWED)
-    if after.get("reason") in holding and before.get("reason") != after.get("reason"):
+    if after.get("reason") in _HOLDING and before.get("reason") != after.get("reason"):
         events.append(Event("Warning", Reason(str(after.get("reason"))), str(after.get("message") or "")))
-    elif after.get("reason") == Reason.METRICS_READ and before.get("reason") in holding:
+    elif after.get("reason") == Reason.METRICS_READ and before.get("reason") in _HOLDING:
         # Else the Warning stays the last word on scaling in `kubectl describe` after it resumed.
         events.append(
             Event(
@@ -724,7 +770,7 @@ def status_events(
                 "set spec.scaling.mode to Manual",
             )
         )
-    return events
+    return [*events, *found_warnings(durable, status)] if takeover else events
 
 
 def action_events(actions: tuple[Action, ...]) -> list[Event]:
