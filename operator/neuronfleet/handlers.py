@@ -132,7 +132,8 @@ class OperatorContext:
         self, body: Any, namespace: str, name: str, stopping: asyncio.Event | None = None
     ) -> ReconcileReport:
         """Reconcile one object; one at a time per object, at most ``max_concurrent_reconciles``
-        across objects; post its Events. Nothing is written once ``stopping`` is set."""
+        across objects. Nothing is written once ``stopping`` is set. The reconcile posts its Events
+        itself, each group as soon as the write it tells of lands (see :meth:`Reconciler.reconcile`)."""
         key = (namespace, name)
         async with self.locks[key], self._slots():
             self.reconciles += 1
@@ -151,13 +152,11 @@ class OperatorContext:
             if self.metrics is not None:
                 error_kind = "ReconcileError" if report.error else None
                 self.metrics.record_reconcile(namespace, name, time.perf_counter() - started, report.status, error_kind)
-        # Posted even once the daemon is stopping: they tell of writes made, which stand.
-        await self.post_events(body, report.events)
         return report
 
     async def post_events(self, body: Any, events: Sequence[Event]) -> None:
-        """Post ``events`` about the object ``body``, with the operator's own client (see
-        :meth:`neuronfleet.kube.client.KubeClient.post_event`)."""
+        """Post ``events`` about the object ``body`` (a failed reconcile's: the reconcile posts its
+        own), with the operator's own client (see :meth:`neuronfleet.kube.client.KubeClient.post_event`)."""
         if not events:
             return
         kube = self.reconciler.kube

@@ -21,6 +21,12 @@ and writes what that returns:
    answer, a timeout, a refused connection) is recorded, not raised: the rest of the apply that does
    not depend on it still runs, and the status and the daemon's back-off report it.
 
+Events (:meth:`Reconciler.post_events`) are posted as soon as the write they tell of lands: those
+of the first status write's changes before the apply, the apply's own and those of the status after
+it at the end. A process killed between a write and its post loses them; its successor's first
+reconcile (a fresh memory: a takeover) posts again the Warnings the status it finds already shows
+(:func:`neuronfleet.planning.reconcile_plan.found_warnings`), never the Normal Events.
+
 The caller's ``stopping`` event is checked before every write, and the reads under way when it is
 set are cancelled: once the daemon is stopping (the operator exits, or a peer of higher priority
 pauses it), the peer that takes over is already reconciling, perhaps from a newer spec, so the rest
@@ -34,7 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
@@ -740,6 +746,12 @@ class Reconciler:
             errors.append(_call_error(exc))
         return ApplyOutcome(tuple(events), tuple(refusals), tuple(errors), waits=tuple(waits))
 
+    async def post_events(self, body: Mapping[str, Any], events: Sequence[Event]) -> None:
+        """Post ``events`` about the object ``body``, with the operator's own client (see
+        :meth:`neuronfleet.kube.client.KubeClient.post_event`: a failure is logged, never raised)."""
+        if events:
+            await asyncio.gather(*(self.kube.post_event(dict(body), e.type, e.reason.value, e.message) for e in events))
+
     # -------------------------------------------------------------------------------- reconcile
 
     async def reconcile(
@@ -832,6 +844,12 @@ class Reconciler:
             # reconcile, and so which Events its changes make, is the copy read again. From the
             # body, a change an earlier reconcile had written and announced was announced again.
             durable = StatusMemory.from_status(first.live)
+        # Posted as soon as the write lands, not after the apply (pod creations, drains: long): an
+        # operator killed meanwhile left a status whose change its successor reads as already so and
+        # never announces. Posted even once stopping: they tell of a write made, which stands.
+        takeover = not memory.takeover_announced
+        said = tuple(status_events(durable, plan.status, plan.scale_reason, plan.compile_succeeded, takeover))
+        await self.post_events(body, said)
         outcome = await self.apply(dep, plan, stopping)
         final, memory = status_after_apply(
             plan, dep, durable, outcome.refusals, outcome.errors, observation, outcome.waits
@@ -871,6 +889,7 @@ class Reconciler:
                     "%s/%s: the status after the apply was not written: %s", namespace, dep.name, unwritten[0]
                 )
             final = plan.status
+        memory = replace(memory, takeover_announced=True)
         if writes:
             memory = replace(
                 memory,
@@ -878,7 +897,10 @@ class Reconciler:
                 written_version=last.version,
                 superseded_versions=frozenset(seen) - {last.version},
             )
-        events = outcome.events + tuple(status_events(durable, final, plan.scale_reason, plan.compile_succeeded))
+        # The apply's Events, and those of what its outcome changed from the first write.
+        rest = outcome.events + tuple(status_events(StatusMemory.from_status(plan.status), final, plan.scale_reason))
+        await self.post_events(body, rest)
+        events = said + rest
         error = "; ".join(outcome.errors + plan.observe_errors + unwritten) or None
         stopped = outcome.stopped or stopping.is_set()
         # From the clock at the reconcile's end, not the observation's: the daemon's wait starts now.
@@ -964,6 +986,8 @@ class Reconciler:
             logger.info("%s/%s: %s", namespace, name, STATUS_CONFLICT)
             return ReconcileReport((), (), status, False, memory, None, 0, conflict=True)
         writes = int(write.written)
+        takeover = not memory.takeover_announced
+        memory = replace(memory, takeover_announced=True)
         if writes:
             memory = replace(
                 memory,
@@ -973,7 +997,8 @@ class Reconciler:
             )
         # After a 409 the copy read again says what was announced already (as in :meth:`reconcile`).
         durable = StatusMemory.from_status(status if write.live is None else write.live)
-        events = tuple(status_events(durable, new, ""))
+        events = tuple(status_events(durable, new, "", takeover=takeover))
+        await self.post_events(body, events)
         error = f"{message}; {failed}" if failed else message
         return ReconcileReport((), events, new, False, memory, error, writes)
 

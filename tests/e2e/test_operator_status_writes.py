@@ -21,6 +21,7 @@ from operator_harness import FAST_START, NEURON_SCHEDULER, REPO, OperatorHarness
 from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION
 from neuronfleet.handlers import OperatorContext
 from neuronfleet.planning.observation import DeploymentMemory
+from neuronfleet.planning.reconcile_plan import FOUND_ON_TAKEOVER
 from neuronfleet.run_command import build_context
 from neuronfleet.sandbox import SandboxCluster
 from neuronfleet.sandbox.apiserver import RequestRecord
@@ -298,7 +299,10 @@ async def test_an_invalid_spec_read_again_after_a_conflict_is_not_announced_agai
 
     records = requests_for(harness, "broken", since)
     assert status_patches(records)[:1] == [409] and [r.method for r in records].count("GET") == 1
-    assert [(e.reason.value, e.message) for e in second.events] == [], "announced again from the lagging body"
+    # A fresh memory is a takeover: the Warning the status read again shows is said once more, as
+    # found there (review r13); from the lagging body it was announced as a new change.
+    said = [(e.reason.value, e.message.startswith(f"{FOUND_ON_TAKEOVER}: ")) for e in second.events]
+    assert said == [("InvalidSpec", True)], "announced again from the lagging body"
 
 
 async def test_a_plan_of_the_spec_before_a_scale_is_not_applied_when_its_409_shows_the_new_one(

@@ -242,6 +242,11 @@ class DeploymentMemory:
     #: (the first read may precede its end; after that one read again, the store's memory serves, not
     #: a second read on every reconcile while the Job is kept a day).
     record_reread_job: str | None = None
+    #: Whether this process has announced again the Warnings the status showed when it took the object
+    #: over (:func:`~neuronfleet.planning.reconcile_plan.found_warnings`). A fresh memory is a takeover
+    #: (a start, a restart, a daemon resumed after a peering pause): False until its first reconcile
+    #: that gets as far as its status write, so once per takeover, not at every reconcile.
+    takeover_announced: bool = False
 
 
 def seen_status(
