@@ -303,6 +303,9 @@ async def test_an_invalid_spec_read_again_after_a_conflict_is_not_announced_agai
     # found there (review r13); from the lagging body it was announced as a new change.
     said = [(e.reason.value, e.message.startswith(f"{FOUND_ON_TAKEOVER}: ")) for e in second.events]
     assert said == [("InvalidSpec", True)], "announced again from the lagging body"
+    # Once per takeover: the same process's next reconcile says nothing more.
+    third = await reconciler.reconcile(lagging, second.memory)
+    assert [(e.reason.value, e.message) for e in third.events] == [], "announced again at the next reconcile"
 
 
 async def test_a_plan_of_the_spec_before_a_scale_is_not_applied_when_its_409_shows_the_new_one(
