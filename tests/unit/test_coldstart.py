@@ -506,3 +506,91 @@ def test_skew_within_the_tolerance_loses_no_sample(timelines: list[PodTimeline],
         for sample in samples:
             assert min(sample.scheduling, sample.start, sample.load, sample.pod) >= 0
             _assert_phases_add_up(sample)
+
+
+# ------------------------------------------------------------------------- an operator restart
+
+#: An LLM-sized start: 20 s scheduling, 480 s pull, 300 s load: 800 s.
+RESTART_TYPE = "inf2.xlarge"
+RESTART_T0 = 1_800_000_000.0
+
+
+def llm_start(i: int, created: float, load: float = 300.0) -> PodTimeline:
+    return PodTimeline(f"u{i}", RESTART_TYPE, created, created + 20, created + 500, created + 500 + load)
+
+
+def _twelve_hours() -> tuple[ColdStartState, list[PodTimeline], float]:
+    """One operator process over 12 hours: 12 pods came and went, 2 serve now (made 6 h ago)."""
+    state = ColdStartState()
+    for i in range(12):
+        gone = llm_start(i, RESTART_T0 + i * 3600)
+        assert gone.ready is not None
+        state = coldstart.observe(state, [gone], now=gone.ready + 1)
+    present = [llm_start(100, RESTART_T0 + 6 * 3600), llm_start(101, RESTART_T0 + 6 * 3600 + 60)]
+    now = RESTART_T0 + 12 * 3600
+    return coldstart.observe(state, present, now=now), present, now
+
+
+def test_a_restarted_operator_sizes_the_warm_pool_from_the_cold_start_in_the_status() -> None:
+    """The reviewer's repro (r13): the samples of pods since gone lived only in the process; a
+    restarted operator measured the 2 pods present, fell back to the assumed 300 s, and the Auto pool
+    shrank from 3 warm pods to 1 while status.coldStart still said p90 800 s (14 samples)."""
+    before, present, now = _twelve_hours()
+    written = coldstart.status(before, RESTART_TYPE)
+    assert (written.pod.p90_seconds, written.pod.samples) == (800.0, 14)
+
+    after = coldstart.observe(coldstart.take_over(written, now + 30), present, now=now + 30)
+    assert coldstart.for_warm_pool(after, RESTART_TYPE) == coldstart.for_warm_pool(before, RESTART_TYPE)
+    # The status keeps the figures it carried (a second restart carries them again), not 2 samples.
+    assert coldstart.status(after, RESTART_TYPE) == written
+    again = coldstart.observe(
+        coldstart.take_over(coldstart.status(after, RESTART_TYPE), now + 60), present, now=now + 60
+    )
+    assert coldstart.for_warm_pool(again, RESTART_TYPE).pod_seconds == 800.0
+
+    spec = WarmPoolSpec(mode="Auto")
+    history, t = warmpool.WarmPoolState(), now - 7200
+    while t < now:  # a fleet that grows by one replica every 5 minutes, 4..9, a decision every 15 s
+        demand = 4 + int((t - (now - 7200)) // 300) % 6
+        history = warmpool.plan(
+            spec, history, demand, t, coldstart.for_warm_pool(before, RESTART_TYPE), demand, 40
+        ).new_state
+        t += 15
+    stayed = warmpool.plan(spec, history, 6, now, coldstart.for_warm_pool(before, RESTART_TYPE), 6, 40, sample=False)
+    restarted = warmpool.plan(spec, history, 6, now, coldstart.for_warm_pool(after, RESTART_TYPE), 6, 40, sample=False)
+    assert stayed.pods == 3
+    assert restarted.pods == stayed.pods
+    assert "pod cold start 800s" in restarted.reason
+
+
+def test_the_cold_start_carried_over_gives_way_to_enough_samples_of_its_own() -> None:
+    """Carried until the samples measured since are as many as the status counted, at most
+    ROBUST_SAMPLES; for its instance type only; never below MIN_SAMPLES; at most a sample's age."""
+    before, _, now = _twelve_hours()
+    carried = coldstart.take_over(coldstart.status(before, RESTART_TYPE), now)
+    # Pods that start faster since (a smaller image): 9 measured are not yet enough, 10 are.
+    faster = [llm_start(200 + i, now + i * 60, load=100.0) for i in range(coldstart.ROBUST_SAMPLES)]
+    nine = coldstart.observe(carried, faster[:9], now=now + 3600)
+    assert coldstart.for_warm_pool(nine, RESTART_TYPE).pod_seconds == 800.0
+    assert coldstart.status(nine, RESTART_TYPE).pod.samples == 14
+    ten = coldstart.observe(nine, faster, now=now + 3600)
+    assert coldstart.for_warm_pool(ten, RESTART_TYPE).pod_seconds == 600.0
+    assert coldstart.status(ten, RESTART_TYPE).pod.samples == 10
+    # Another instance type's figures say nothing of this one's.
+    assert coldstart.for_warm_pool(carried, "inf2.8xlarge").pod_seconds is None
+    assert coldstart.status(carried, "inf2.8xlarge").pod.samples == 0
+    # A status that counted 4 gives way to 4 measured since.
+    four = coldstart.take_over(coldstart.status(coldstart.observe(ColdStartState(), faster[:4]), RESTART_TYPE), now)
+    slower = [llm_start(300 + i, now + i * 60, load=700.0) for i in range(4)]
+    assert coldstart.for_warm_pool(coldstart.observe(four, slower[:3], now=now), RESTART_TYPE).pod_seconds == 600.0
+    assert coldstart.for_warm_pool(coldstart.observe(four, slower, now=now), RESTART_TYPE).pod_seconds == 1200.0
+    # Fewer than MIN_SAMPLES in the status: the assumed value applies, as it did before the restart.
+    two = coldstart.take_over(coldstart.status(coldstart.observe(ColdStartState(), faster[:2]), RESTART_TYPE), now)
+    assert coldstart.for_warm_pool(two, RESTART_TYPE).pod_seconds is None
+    # Dropped once the samples it stands for would all have expired.
+    late = now + coldstart.MAX_SAMPLE_AGE_SECONDS
+    assert coldstart.for_warm_pool(coldstart.observe(carried, [], now=late - 1), RESTART_TYPE).pod_seconds == 800.0
+    assert coldstart.for_warm_pool(coldstart.observe(carried, [], now=late), RESTART_TYPE).pod_seconds is None
+    # Nothing carried from a status without the section, or with no instance type.
+    assert coldstart.take_over(None, now) == ColdStartState()
+    assert coldstart.take_over(coldstart.status(before, None), now) == ColdStartState()

@@ -41,7 +41,11 @@ samples numpy's p90 is nearly their maximum, so one slow start sized the pool), 
 simulator).
 
 State in, state out: :func:`observe` returns a new :class:`ColdStartState`; the operator keeps it in
-its per-object memory, so after a restart only the pods still present are measured again.
+its per-object memory, so after a restart only the pods still present are measured again. What the
+pods since gone measured survives in ``status.coldStart``: a restarted operator (or a new leader)
+carries those figures over (:func:`take_over`, :class:`Carried`) and reports and sizes the warm pool
+from them, phase by phase, until the samples it has measured since stand alone (as many as the
+status counted, at most :data:`ROBUST_SAMPLES`), for at most :data:`MAX_SAMPLE_AGE_SECONDS`.
 """
 
 from __future__ import annotations
@@ -136,13 +140,45 @@ class Rejection:
 
 
 @dataclass(frozen=True)
+class CarriedPhase:
+    """One phase of ``status.coldStart`` as a takeover found it (:class:`~neuronfleet.api.v1alpha1.PhaseStats`)."""
+
+    p50_seconds: float | None
+    p90_seconds: float
+    samples: int
+
+
+@dataclass(frozen=True)
+class Carried:
+    """The cold starts a predecessor measured, as its ``status.coldStart`` says them: the samples of
+    pods since gone, which a restarted operator cannot measure again (:func:`take_over`)."""
+
+    instance_type: str
+    #: Per phase name (of :data:`PHASES`), those with a p90 and samples.
+    phases: tuple[tuple[str, CarriedPhase], ...]
+    #: When they are dropped (Unix time): a day after the takeover, when the samples they stand for
+    #: (each at most :data:`MAX_SAMPLE_AGE_SECONDS` old at the takeover) would all have expired. The
+    #: status says nothing of their age, so a takeover after another counts the day again: the
+    #: figures are then still the last measured, and the pods started since replace them.
+    until: float
+
+    def phase(self, name: str) -> CarriedPhase | None:
+        for phase, stats in self.phases:
+            if phase == name:
+                return stats
+        return None
+
+
+@dataclass(frozen=True)
 class ColdStartState:
     """Rolling samples per instance type (oldest first), the uids already measured (refused ones
-    included), and those of pods seen failing to start (never measured)."""
+    included), those of pods seen failing to start (never measured), and the figures a takeover
+    carried over from the status (None: none, or dropped)."""
 
     samples: tuple[tuple[str, tuple[ColdStartSample, ...]], ...] = ()
     measured: frozenset[str] = frozenset()
     failed: frozenset[str] = frozenset()
+    carried: Carried | None = None
     #: The pods refused by the :func:`observe` call that returned this state (each once while it
     #: exists): a report for the operator's log, not state (left out of equality).
     rejections: tuple[Rejection, ...] = field(default=(), compare=False)
@@ -260,7 +296,42 @@ def observe(
         fresh = [s for s in kept if oldest is None or s.ready_at >= oldest]
         if fresh:
             samples.append((name, tuple(sorted(fresh, key=lambda s: (s.ready_at, s.uid))[-max_samples:])))
-    return ColdStartState(tuple(samples), frozenset(measured), frozenset(failed), tuple(rejections))
+    carried = state.carried if state.carried is not None and (until is None or until < state.carried.until) else None
+    return ColdStartState(tuple(samples), frozenset(measured), frozenset(failed), carried, tuple(rejections))
+
+
+def take_over(status: ColdStartStatus | None, now: float) -> ColdStartState:
+    """The memory a restarted operator (or a new leader) starts with at ``now``: the figures of
+    ``status`` (its object's ``status.coldStart``, as its predecessor wrote it) carried over, and no
+    sample. Nothing from a section without an instance type, or without a phase measured."""
+    if status is None or status.instance_type is None:
+        return ColdStartState()
+    phases = tuple(
+        (name, CarriedPhase(stats.p50_seconds, stats.p90_seconds, stats.samples))
+        for name in PHASES
+        if (stats := getattr(status, name)).p90_seconds is not None and stats.samples > 0
+    )
+    if not phases:
+        return ColdStartState()
+    return ColdStartState(carried=Carried(status.instance_type, phases, now + MAX_SAMPLE_AGE_SECONDS))
+
+
+def _carried(state: ColdStartState, instance_type: str, name: str, measured: int) -> CarriedPhase | None:
+    """The phase's figures carried over, while they stand for more than the ``measured`` samples of
+    it the process has (on the same instance type; None: none carried, or no longer)."""
+    carried = state.carried
+    if carried is None or carried.instance_type != instance_type:
+        return None
+    stats = carried.phase(name)
+    # The samples measured since stand alone once they are as many as the status counted: then they
+    # are as good a p90 as it was, and newer. Or ROBUST_SAMPLES, if fewer: from there the estimate
+    # is the plain p90, one slow start no longer moves it, and a real change (a new image, a larger
+    # model) seen in that many pods must not wait behind the predecessor's figure for the up to
+    # MAX_SAMPLES (a day) it may have counted. Before that, 2 or 3 starts (the pods still present,
+    # measured again) replaced a p90 of many: the swing that a restart alone should not cause.
+    if stats is None or measured >= min(stats.samples, ROBUST_SAMPLES):
+        return None
+    return stats
 
 
 def _quantile(ordered: Sequence[float], q: float) -> float:
@@ -303,18 +374,39 @@ def status(state: ColdStartState, instance_type: str | None) -> ColdStartStatus:
     if instance_type is None:
         return ColdStartStatus()
     samples = state.for_type(instance_type)
-    stats = {name: phase_stats(v for s in samples if (v := s.phase(name)) is not None) for name in PHASES}
+    stats = {}
+    for name in PHASES:
+        values = [v for s in samples if (v := s.phase(name)) is not None]
+        carried = _carried(state, instance_type, name, len(values))
+        # The figures carried over while they size the warm pool: the status says what it sizes
+        # from, and the next takeover carries them again (not the few pods measured since).
+        stats[name] = (
+            PhaseStats(p50_seconds=carried.p50_seconds, p90_seconds=carried.p90_seconds, samples=carried.samples)
+            if carried is not None
+            else phase_stats(values)
+        )
     return ColdStartStatus(instance_type=instance_type, **stats)
 
 
 def for_warm_pool(state: ColdStartState, instance_type: str | None, min_samples: int = MIN_SAMPLES) -> ColdStart:
     """The pod and node cold starts to size the Auto warm pool (:func:`estimate`); None where too
-    few samples."""
+    few samples. While the figures a takeover carried over stand for more samples than measured
+    since, their p90 (when they counted ``min_samples``: else the assumed value applied before the
+    restart too). It is the status's p90, which unlike :func:`estimate` keeps a lone slow sample
+    of fewer than :data:`ROBUST_SAMPLES` (the status does not say the samples): after a restart the
+    pool may then be sized for a longer cold start than before, never a shorter one."""
     if instance_type is None:
         return ColdStart()
     samples = state.for_type(instance_type)
-    pods = estimate((s.pod for s in samples), min_samples)
-    nodes = estimate((s.node for s in samples if s.node is not None), min_samples)
+
+    def phase(values: list[float], name: str) -> float | None:
+        carried = _carried(state, instance_type, name, len(values))
+        if carried is not None:
+            return carried.p90_seconds if carried.samples >= min_samples else None
+        return estimate(values, min_samples)
+
+    pods = phase([s.pod for s in samples], "pod")
+    nodes = phase([s.node for s in samples if s.node is not None], "node")
     return ColdStart(pod_seconds=pods, node_seconds=nodes)
 
 
@@ -327,6 +419,8 @@ __all__ = [
     "OUTLIER_FACTOR",
     "PHASES",
     "ROBUST_SAMPLES",
+    "Carried",
+    "CarriedPhase",
     "ColdStartSample",
     "ColdStartState",
     "PodTimeline",
@@ -339,4 +433,5 @@ __all__ = [
     "phase_stats",
     "rejection",
     "status",
+    "take_over",
 ]
