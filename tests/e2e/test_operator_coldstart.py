@@ -213,16 +213,25 @@ async def test_a_readiness_flip_found_by_a_restarted_operator_is_no_cold_start(
     assert kubelet.set_ready(NS, flipped, True)
 
     await harness.start()
+
+    def flip_refused() -> bool:
+        return any(
+            f"pod {flipped} not measured as a cold start" in record.getMessage()
+            and "startup budget 1805s" in record.getMessage()
+            for record in caplog.records
+        )
+
+    await harness.wait(flip_refused, timeout=300, what="the restarted operator refusing the flip")
+    # Measuring the 2 other pods again is not enough to replace the 3 samples the status counted:
+    # it keeps (and the warm pool would size from) the figures the operator before it wrote.
+    assert cold_start(harness, "flips") == before
+    # Three pods more: 5 measured since stand alone, and the flip is not among them.
+    await harness.scale(NS, "flips", 6)
     after = await harness.wait(
-        lambda: (now := cold_start(harness, "flips")) != before and now,
-        timeout=300,
-        what="the restarted operator's measured cold starts",
+        lambda: (now := cold_start(harness, "flips")).get("load", {}).get("samples", 0) >= 5 and now,
+        timeout=1200,
+        what="the restarted operator's own measured cold starts",
     )
     budget = 1800 + 5  # the operator's startup probe (180 x 10 s) and one readiness period
-    assert after["load"]["samples"] == 2, after
+    assert after["load"]["samples"] == 5, after
     assert after["load"]["p90Seconds"] < budget and after["pod"]["p90Seconds"] < budget, after
-    assert any(
-        f"pod {flipped} not measured as a cold start" in record.getMessage()
-        and "startup budget 1805s" in record.getMessage()
-        for record in caplog.records
-    ), [record.getMessage() for record in caplog.records if "cold start" in record.getMessage()]

@@ -337,3 +337,40 @@ def test_the_simulated_operator_takes_over_as_the_operator_does() -> None:
     assert ours.warm_state == warmpool.take_over(900, 3, 1)
     ours.restart(990, 7, resume=False)
     assert (ours.scaling_state, ours.warm_state) == (scaling.ScalingState(), warmpool.WarmPoolState())
+
+
+# ---------------------------------------------------------------------------- measured cold starts
+
+
+def test_a_restarted_operator_sizes_the_auto_pool_from_the_cold_start_in_the_status() -> None:
+    """The pods whose starts were measured are gone; the status still says what they measured. A
+    restarted operator sized the pool for the assumed 300 s beside a status.coldStart of p90 800 s."""
+    dep = deployment(
+        scaling={**FOLLOWING, "maxReplicas": 20},
+        warmPool={"mode": "Auto", "minPods": 0, "maxPods": 8, "maxNodePlaceholders": 2},
+    )
+    first = plan_at(dep, 0, (), DeploymentMemory(), {})
+    instance_type = first.status["placement"]["instanceType"]
+    measured = {
+        "instanceType": instance_type,
+        "pod": {"p50Seconds": 790.0, "p90Seconds": 800.0, "samples": 14},
+        "node": {"p50Seconds": 200.0, "p90Seconds": 240.0, "samples": 5},
+    }
+    restarted = plan_at(dep, 15, (), DeploymentMemory(), {**first.status, "coldStart": measured})
+    reason = restarted.status["warmPool"]["reason"]
+    assert "pod cold start 800s" in reason and "+node 240s" in reason, reason
+    # The status keeps saying what the pool is sized from (and what the next takeover carries).
+    assert restarted.status["coldStart"]["pod"] == measured["pod"]
+    assert restarted.status["coldStart"]["node"] == measured["node"]
+    # Another instance type's figures are not this one's.
+    elsewhere = {**measured, "instanceType": "inf2.48xlarge" if instance_type != "inf2.48xlarge" else "inf2.xlarge"}
+    moved = plan_at(dep, 15, (), DeploymentMemory(), {**first.status, "coldStart": elsewhere})
+    assert "pod cold start 300s" in moved.status["warmPool"]["reason"]
+
+
+def test_the_status_section_of_the_cold_start_is_read_tolerantly() -> None:
+    section = {"instanceType": "inf2.xlarge", "pod": {"p50Seconds": 1.0, "p90Seconds": 2.0, "samples": 3}}
+    memory = StatusMemory.from_status({"coldStart": section})
+    assert memory.cold_start is not None and memory.cold_start.pod.samples == 3
+    for garbage in ("garbage", {"pod": {"samples": -1}}, {"pod": "fast"}, None):
+        assert StatusMemory.from_status({"coldStart": garbage}).cold_start is None

@@ -11,12 +11,15 @@
   artifact being served (kept while a new revision compiles), when and why it last scaled, the
   conditions (for their transition times), the autoscaler's checkpoint (what it learned: a
   restarted operator resumes from it) and the warm pool's size (held by a restarted operator until
-  it has a history to size it from), and when the rollout in progress began (RolloutStalled counts
-  from it). Nothing else of the status is ever an input.
+  it has a history to size it from), when the rollout in progress began (RolloutStalled counts
+  from it), and the measured cold starts (``status.coldStart``: a restarted operator carries them
+  over until it has measured enough pods of its own, :func:`~neuronfleet.planning.coldstart.take_over`).
+  Nothing else of the status is ever an input.
 - :class:`DeploymentMemory`: the *in-process* memory (the autoscaler's state between checkpoints,
   the warm pool's history, measured cold starts, the outcome of the last apply). It restarts
   empty with the operator (and on a new leader); the autoscaler then resumes from the checkpoint,
-  or holds the fleet it finds, and the warm pool holds the pool it finds.
+  or holds the fleet it finds, the warm pool holds the pool it finds, and the cold starts start
+  from the status's figures.
 
 :func:`manifest_refused` says when a pod's last exit calls for reading the store again at once.
 """
@@ -30,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from neuronfleet.api.v1alpha1 import GROUP, PlacementStatus, ScalingSpec
+from neuronfleet.api.v1alpha1 import GROUP, ColdStartStatus, PlacementStatus, ScalingSpec
 from neuronfleet.planning import coldstart, scaling, warmpool
 from neuronfleet.planning.coldstart import PodTimeline
 from neuronfleet.planning.compile import CompileFailure, CompileObservation, StoredArtifact
@@ -122,6 +125,9 @@ class StatusMemory:
     #: The rollout in progress as last recorded (``status.rollout``): its target and start. None:
     #: absent (no rollout, or a status written before the field), or not one.
     rollout: RolloutRecord | None = None
+    #: The measured cold starts as last written (``status.coldStart``): the figures of pods since gone,
+    #: carried over by a restarted operator. None: absent, or not one.
+    cold_start: ColdStartStatus | None = None
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any]) -> StatusMemory:
@@ -166,6 +172,10 @@ class StatusMemory:
         rollout_started = _utc_seconds(rollout.get("startedAt")) if isinstance(rollout, Mapping) else None
         rollout_target = rollout.get("target") if isinstance(rollout, Mapping) else None
         rollout_progressed = _utc_seconds(rollout.get("progressedAt")) if isinstance(rollout, Mapping) else None
+        cold_start = None
+        if isinstance(section := status.get("coldStart"), Mapping):
+            with contextlib.suppress(ValueError):  # pydantic's ValidationError is a ValueError
+                cold_start = ColdStartStatus.model_validate(section)
         return cls(
             desired_replicas=desired if isinstance(desired, int) and desired >= 0 else None,
             instance_type=instance_type if isinstance(instance_type, str) else None,
@@ -192,6 +202,7 @@ class StatusMemory:
                 if isinstance(rollout_target, str) and rollout_started is not None
                 else None
             ),
+            cold_start=cold_start,
         )
 
     def condition(self, kind: str) -> Mapping[str, Any]:
@@ -222,7 +233,8 @@ class DeploymentMemory:
     #: Why metrics were not available at ``last_decision`` (its ScalingActive reason).
     metrics_problem_reason: Reason = Reason.METRICS_UNAVAILABLE
     cold_start: warmpool.ColdStart = field(default_factory=warmpool.ColdStart)
-    #: Measured cold starts (rolling per instance type); ``cold_start`` is its p90s for the warm pool.
+    #: Measured cold starts (rolling per instance type, and what a takeover carried over from the
+    #: status); ``cold_start`` is its p90s for the warm pool.
     cold_start_state: coldstart.ColdStartState = field(default_factory=coldstart.ColdStartState)
     #: What the last apply met: pod creations refused, API errors. Reported until an apply succeeds.
     refusals: tuple[Refusal, ...] = ()

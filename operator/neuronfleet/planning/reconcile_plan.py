@@ -449,7 +449,9 @@ def plan_reconcile(
     decision, compile_actions, observe_errors = _compile(dep, observation, durable, spec_problems, takeover)
     decision = _with_served_request(decision, observation.compile, durable)
 
-    cold_state = coldstart.observe(memory.cold_start_state, observation.timelines, now=now.timestamp())
+    # The pods a predecessor measured may be gone: what they measured is in the status, carried over.
+    cold_state = coldstart.take_over(durable.cold_start, now.timestamp()) if takeover else memory.cold_start_state
+    cold_state = coldstart.observe(cold_state, observation.timelines, now=now.timestamp())
     memory = replace(
         memory,
         cold_start_state=cold_state,
