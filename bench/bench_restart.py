@@ -15,6 +15,9 @@ CRD's defaults runs three ways:
   the operator's path: :func:`neuronfleet.planning.scaling.take_over`,
   :func:`neuronfleet.planning.warmpool.take_over`).
 
+Both keep the cold starts measured (the simulated fleet's, not the policy's memory), as the operator
+keeps them through ``status.coldStart`` (:func:`neuronfleet.planning.coldstart.take_over`).
+
 NASA (the scored week): a restart every day at 04:00, 10:00 or 16:00 trace time (three runs of
 each restarting kind). Conv (the scored half hour): one restart 10 minutes in.
 

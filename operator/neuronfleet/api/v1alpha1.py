@@ -1352,7 +1352,12 @@ class InferenceDeploymentStatus(ApiModel):
         'pods of the last valid spec still run on (its reason starts with "kept:"); absent when none was '
         "ever chosen.",
     )
-    cold_start: ColdStartStatus | None = Field(default=None, description="Measured cold-start phases.")
+    cold_start: ColdStartStatus | None = Field(
+        default=None,
+        description="Measured cold-start phases on the placement's instance type (the newest 100 pods, each at "
+        "most a day old). After an operator restart or a new leader, a phase keeps the figures found here (of pods "
+        "that may be gone) until as many pods, at most 10, are measured again; the Auto warm pool sizes from them.",
+    )
     warm_pool: WarmPoolStatus | None = Field(default=None, description="Warm-pool sizing.")
     autoscaler: AutoscalerStatus | None = Field(
         default=None, description="What the autoscaler has learned; absent until it has measured a service rate."

@@ -104,7 +104,9 @@ class Ours:
         """The operator restarts at ``now`` with ``current`` active replicas: its in-process memory
         is lost; it takes over from the status as the operator does (the autoscaler from its last
         checkpoint, else holding the fleet found; the warm pool holding the pool last wanted), or,
-        without ``resume``, starts afresh as before it kept either."""
+        without ``resume``, starts afresh as before it kept either. The cold starts measured are the
+        simulated fleet's (:class:`Observed`), kept either way: the operator carries its figures over
+        in ``status.coldStart`` (:func:`neuronfleet.planning.coldstart.take_over`)."""
         if resume:
             self.scaling_state = scaling.take_over(
                 self.scaling_state.checkpoint, now, current, self.scaling_spec.target_utilization
