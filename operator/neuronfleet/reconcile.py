@@ -106,6 +106,7 @@ from neuronfleet.planning.observation import (
     Observation,
     StatusMemory,
     corrupt_annotations,
+    last_valid_spec,
     manifest_refused,
     next_decision_in,
     scaling_due,
@@ -121,11 +122,12 @@ from neuronfleet.planning.reconcile_plan import (
     ReconcilePlan,
     StartCompileJob,
     plan_reconcile,
+    refused_fleet,
     status_after_apply,
     status_events,
 )
 from neuronfleet.planning.signals import MetricSnapshot
-from neuronfleet.planning.status import invalid_status, status_patch, with_foreign_conditions
+from neuronfleet.planning.status import RefusedSpec, invalid_status, status_patch, with_foreign_conditions
 
 logger = logging.getLogger(__name__)
 
@@ -774,7 +776,7 @@ class Reconciler:
             dep = InferenceDeployment.model_validate({k: v for k, v in body.items() if k != "status"})
         except pydantic.ValidationError as exc:
             message = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
-            return await self._report_invalid(
+            return await self._refused(
                 body, status, version, memory, f"spec rejected by the operator: {message}", stopping
             )
 
@@ -789,7 +791,44 @@ class Reconciler:
             # Nothing is planned or made as that account; what runs as it already is acted on.
             cleanup, failed = await self._clear_own_account(dep, operator, stopping)
             message = own_account_message(problem, cleanup)
+            return await self._refused(body, status, version, memory, message, stopping, failed)
+        return await self._reconcile_spec(body, dep, status, version, replace(memory, last_valid=dep), stopping)
+
+    async def _refused(
+        self,
+        body: Mapping[str, Any],
+        status: Mapping[str, Any],
+        version: str | None,
+        memory: DeploymentMemory,
+        message: str,
+        stopping: asyncio.Event,
+        failed: str | None = None,
+    ) -> ReconcileReport:
+        """A spec the operator refuses (InvalidSpec): the fleet of the last valid spec is reconciled
+        as that spec says (lost pods replaced), the status saying the current generation is refused;
+        without one known (a restart since), the pods are counted and reported, nothing is made."""
+        metadata = body.get("metadata") or {}
+        kept = last_valid_spec(memory, metadata.get("uid"))
+        if kept is None:
             return await self._report_invalid(body, status, version, memory, message, stopping, failed)
+        refused = RefusedSpec(metadata.get("generation"), message, kept.metadata.generation)
+        report = await self._reconcile_spec(body, kept, status, version, memory, stopping, refused)
+        return replace(report, error="; ".join(part for part in (message, failed, report.error) if part))
+
+    async def _reconcile_spec(
+        self,
+        body: Mapping[str, Any],
+        dep: InferenceDeployment,
+        status: Mapping[str, Any],
+        version: str | None,
+        memory: DeploymentMemory,
+        stopping: asyncio.Event,
+        refused: RefusedSpec | None = None,
+    ) -> ReconcileReport:
+        """Observe, plan and apply for ``dep`` (the body's spec, or the last valid one while the
+        body's is ``refused``), writing the status of the object ``body``."""
+        namespace = dep.metadata.namespace or "default"
+        builder = self.settings.builder
         durable = StatusMemory.from_status(status)
         observation = await unless_set(self.observe(dep, memory, durable), stopping)
         if observation is None:
@@ -803,16 +842,17 @@ class Reconciler:
             lambda candidate: pod_template_hash(dep, candidate, builder),
             builder.daemonset_headroom,
             builder.default_scheduler_name,
+            refused,
         )
-        for refused in plan.memory.cold_start_state.rejections:
+        for rejected in plan.memory.cold_start_state.rejections:
             # Once per pod while it exists (per operator process): what would have skewed the
             # measured cold starts, and so the warm pool, is visible without being in the status.
             logger.info(
                 "%s/%s: pod %s not measured as a cold start: %s",
                 namespace,
                 dep.name,
-                refused.name or refused.uid,
-                refused.reason,
+                rejected.name or rejected.uid,
+                rejected.reason,
             )
         if stopping.is_set():
             return ReconcileReport((), (), status, False, memory, None, 0, stopped=True)
@@ -970,7 +1010,20 @@ class Reconciler:
     ) -> ReconcileReport:
         metadata = body.get("metadata") or {}
         namespace, name = metadata.get("namespace") or "default", metadata.get("name") or ""
-        new = invalid_status(status, message, metadata.get("generation"), self.clock())
+        now = self.clock()
+        fleet = None
+        try:
+            # Counted, not planned: the status says what serves, and the capacity a lost pod took.
+            cluster = await unless_set(
+                observe_cluster(self.kube, namespace, name, None, metadata.get("uid"), now), stopping
+            )
+        except _CALL_FAILED as exc:
+            # The previous counts stay; the error says why they could not be renewed.
+            failed = "; ".join(part for part in (failed, f"reading the pods: {_call_error(exc)}") if part)
+        else:
+            if cluster is not None:
+                fleet = refused_fleet(cluster.pods, now, StatusMemory.from_status(status))
+        new = invalid_status(status, message, metadata.get("generation"), now, fleet)
         if stopping.is_set():
             return ReconcileReport((), (), status, False, memory, message, 0, stopped=True)
         try:

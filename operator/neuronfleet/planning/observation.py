@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from neuronfleet.api.v1alpha1 import GROUP, ColdStartStatus, PlacementStatus, ScalingSpec
+from neuronfleet.api.v1alpha1 import GROUP, ColdStartStatus, InferenceDeployment, PlacementStatus, ScalingSpec
 from neuronfleet.planning import coldstart, scaling, warmpool
 from neuronfleet.planning.coldstart import PodTimeline
 from neuronfleet.planning.compile import CompileFailure, CompileObservation, StoredArtifact
@@ -259,6 +259,19 @@ class DeploymentMemory:
     #: (a start, a restart, a daemon resumed after a peering pause): False until its first reconcile
     #: that gets as far as its status write, so once per takeover, not at every reconcile.
     takeover_announced: bool = False
+    #: The last spec the operator parsed and accepted (the object as it was then): while a later
+    #: spec is refused (InvalidSpec), its fleet is kept whole from it (:func:`last_valid_spec`).
+    #: Not durable: a restarted operator (or a new leader) knows none until the spec is fixed.
+    last_valid: InferenceDeployment | None = None
+
+
+def last_valid_spec(memory: DeploymentMemory, uid: str | None) -> InferenceDeployment | None:
+    """The last valid spec of the object ``uid`` whose current spec is refused: the one the memory
+    holds, when it is this object's (not that of a deleted one of the same name); None: unknown."""
+    kept = memory.last_valid
+    if kept is None or uid is None or kept.metadata.uid != uid:
+        return None
+    return kept
 
 
 def seen_status(

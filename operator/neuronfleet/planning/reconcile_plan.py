@@ -53,7 +53,9 @@ from neuronfleet.planning.fleet import (
     Action,
     FleetPlan,
     FleetPolicy,
+    FleetSummary,
     FleetTarget,
+    PodView,
     describe_action,
     plan_fleet,
     policy_for_spec,
@@ -76,6 +78,7 @@ from neuronfleet.planning.reasons import Event, Reason, Refusal
 from neuronfleet.planning.signals import MetricSnapshot
 from neuronfleet.planning.status import (
     LastScale,
+    RefusedSpec,
     StatusInputs,
     autoscaler_status,
     build_status,
@@ -434,6 +437,7 @@ def plan_reconcile(
     template_of: Callable[[Candidate], str],
     headroom: Headroom = DAEMONSET_HEADROOM,
     default_scheduler_name: str | None = None,
+    refused: RefusedSpec | None = None,
 ) -> ReconcilePlan:
     """The whole decision of one reconcile (see the module docstring).
 
@@ -441,6 +445,10 @@ def plan_reconcile(
     planning; the hash is a pure function of the spec and the placement). ``headroom`` is the
     operator's allowance for a node's DaemonSets, ``default_scheduler_name`` the scheduler its pods
     name when the spec names none (the operator's ``--neuron-scheduler``).
+
+    ``refused``: the object's current spec, which the operator refused (InvalidSpec); ``dep`` is then
+    the last valid one, whose fleet is kept whole (a lost pod replaced, as a Deployment keeps its old
+    ReplicaSet at scale) while the status says the current generation is refused.
     """
     spec, now = dep.spec, observation.now
     spec_problems = check_fits(spec, headroom)
@@ -562,7 +570,8 @@ def plan_reconcile(
         last_scale = LastScale(rfc3339(now), f"{initial}{scale.reason}")
     measured_type = placement.chosen.name if placement and placement.chosen else durable.instance_type
     inputs = StatusInputs(
-        generation=dep.metadata.generation,
+        # A refused spec's: the operator has read it, and the conditions say it is refused.
+        generation=refused.generation if refused is not None else dep.metadata.generation,
         fleet=summary,
         placement=placement,
         compile=decision,
@@ -593,6 +602,7 @@ def plan_reconcile(
         cold_start=coldstart.status(cold_state, measured_type),
         autoscaler=autoscaler_status(memory.scaling_state.checkpoint),
         last_scale=last_scale,
+        refused=refused,
     )
     return ReconcilePlan(
         compile_actions=compile_actions,
@@ -610,6 +620,21 @@ def plan_reconcile(
             durable.artifact,
             durable.condition("Compiled").get("reason"),
         ),
+    )
+
+
+def refused_fleet(pods: tuple[PodView, ...], now: datetime, durable: StatusMemory) -> FleetSummary:
+    """The fleet of an object whose spec is refused while its last valid spec is unknown (an operator
+    restarted since): its pods counted as that spec's, against the counts it wanted as the status
+    last said them (nothing can be planned or made without a spec)."""
+    return summarize_unplanned(
+        pods,
+        now,
+        desired_active=durable.desired_replicas or 0,
+        desired_warm=durable.warm_pods or 0,
+        desired_placeholders=durable.warm_placeholders or 0,
+        revision_known=durable.artifact is not None,
+        rollout=durable.rollout,
     )
 
 

@@ -17,6 +17,12 @@ generation served: Available, by the current spec's revision (artifact and pod t
 or rollout pending), with nothing blocking the spec. Ready's reason says why not: the compile's
 reason, NoInstanceTypeFits, RollingOut or ReplicasNotReady.
 
+A spec the operator refuses (InvalidSpec) is no exception to "built whole": the status is that of
+the last valid spec's fleet, which the operator keeps reconciling (:attr:`StatusInputs.refused`),
+with Ready False and Degraded naming the refused generation (``observedGeneration``: the operator
+has read it). An operator that has not parsed the last valid spec since it started cannot build
+its pods: :func:`invalid_status` then counts the pods found and keeps the rest of the status.
+
 Three steps, all pure:
 
 1. :func:`compute_conditions` turns :class:`StatusInputs` into one :class:`ConditionValue` per
@@ -105,6 +111,19 @@ class LastScale:
 
 
 @dataclass(frozen=True)
+class RefusedSpec:
+    """The object's current spec, which the operator refused (InvalidSpec): the status is then that
+    of the fleet kept for the last valid spec, which the conditions say is not the current one."""
+
+    #: The generation refused (status.observedGeneration: the operator has read it, and says why not).
+    generation: int | None
+    #: Why, as Degraded says it (the fields, or the operator's own ServiceAccount).
+    message: str
+    #: The generation of the last valid spec, whose fleet is kept (None: unknown).
+    kept_generation: int | None = None
+
+
+@dataclass(frozen=True)
 class StatusInputs:
     """Everything the status is built from; nothing else is read."""
 
@@ -148,6 +167,8 @@ class StatusInputs:
     cold_start: ColdStartStatus | None = None
     autoscaler: AutoscalerStatus | None = None
     last_scale: LastScale | None = None
+    #: The current spec is refused; the rest of the inputs are of the last valid spec's fleet.
+    refused: RefusedSpec | None = None
 
 
 def _plural(count: int, word: str) -> str:
@@ -349,6 +370,9 @@ def _degraded(inputs: StatusInputs, placement_problems: list[str]) -> ConditionV
         )
     if inputs.errors:
         troubles.append((Reason.RECONCILE_ERROR, "; ".join(inputs.errors)))
+    if inputs.refused is not None:
+        # First: the refused spec is what a person has to fix; the kept fleet's troubles follow.
+        troubles.insert(0, (Reason.INVALID_SPEC, refused_note(inputs.refused, KEPT_FLEET_NOTE)))
     if troubles:
         return ConditionValue("Degraded", "True", troubles[0][0], "; ".join(message for _, message in troubles))
     return ConditionValue("Degraded", "False", Reason.AS_EXPECTED, "")
@@ -455,6 +479,8 @@ def _ready(inputs: StatusInputs, placement_problems: Sequence[str], available: C
 
 def updated_replicas(inputs: StatusInputs) -> int:
     """Ready active replicas of the current spec's revision (its artifact and pod template)."""
+    if inputs.refused is not None:
+        return 0  # the current spec is refused: no pod is of it
     if compile_blocker(inputs, placement_problems(inputs)) is not None:
         return 0
     return inputs.fleet.current_ready_active
@@ -473,6 +499,10 @@ def compute_conditions(inputs: StatusInputs) -> list[ConditionValue]:
     problems = placement_problems(inputs)
     available = _available(inputs, problems)
     ready = _ready(inputs, problems, available)
+    if inputs.refused is not None:
+        # The current generation is not served, whatever the kept fleet does: a check waiting for
+        # the observed generation and Ready must not pass on a spec the operator refused.
+        ready = ConditionValue("Ready", "False", Reason.INVALID_SPEC, _refused_ready(inputs.refused))
     if inputs.waits:
         ready = replace(ready, message="; ".join((ready.message, *inputs.waits)))
     return [
@@ -775,22 +805,101 @@ def with_foreign_conditions(ours: Mapping[str, Any], live: Mapping[str, Any]) ->
     return {**ours, "conditions": sorted(own + foreign, key=key)}
 
 
-def invalid_status(previous: Mapping[str, Any], message: str, generation: int | None, now: datetime) -> dict[str, Any]:
-    """The status of an object whose spec the operator cannot parse: Degraded InvalidSpec, and not
-    Ready for that generation (a check that waits for the observed generation and Ready must not
-    pass on a spec the operator refused).
+#: What Degraded adds to InvalidSpec while the operator keeps the last valid spec's fleet.
+KEPT_FLEET_NOTE = (
+    "the fleet of {kept} is kept as a Deployment keeps its old ReplicaSet: its lost pods are "
+    "replaced and it is scaled as that spec says, until the spec is fixed"
+)
+#: ... and while it cannot (it has not parsed that spec since it started: a restart, a new leader).
+UNKNOWN_FLEET_NOTE = (
+    "the pods of {kept} are kept, but a lost one is not replaced: the operator builds pods "
+    "from a spec it parsed, and has not parsed that one since it started (a restart or a new leader); "
+    "fix the spec"
+)
 
-    Nothing else can be computed, so the rest of the previous status stays as it was.
-    """
-    degraded = ConditionValue("Degraded", "True", Reason.INVALID_SPEC, message)
-    not_ready = ConditionValue(
-        "Ready",
-        "False",
-        Reason.INVALID_SPEC,
-        "the spec is invalid (see Degraded); pods of the last valid spec, if any, are left as they were",
+
+#: ... and of a spec never valid (no pods, no status of a valid spec): nothing was made, nothing is.
+NOTHING_NOTE = "nothing is made for it until it is fixed"
+
+
+def _kept(refused: RefusedSpec) -> str:
+    if refused.kept_generation is None:
+        return "the last valid spec"
+    return f"generation {refused.kept_generation}, the last valid spec,"
+
+
+def refused_note(refused: RefusedSpec, note: str) -> str:
+    """Degraded's InvalidSpec message: which generation is refused and why, then what is kept."""
+    which = f"generation {refused.generation} refused" if refused.generation is not None else "refused"
+    return f"{which}: {refused.message}; {note.format(kept=_kept(refused))}"
+
+
+def _refused_ready(refused: RefusedSpec, replaced: bool = True) -> str:
+    kept = _kept(refused)
+    if replaced:
+        return f"the spec is invalid (see Degraded); the pods of {kept} keep serving"
+    return (
+        f"the spec is invalid (see Degraded); the pods of {kept} are kept, "
+        "and a lost one is not replaced (see Available)"
     )
-    conditions = merge_conditions(previous.get("conditions") or [], [degraded, not_ready], now, generation)
-    status = {**previous, "conditions": [c.to_wire() for c in conditions]}
+
+
+def invalid_status(
+    previous: Mapping[str, Any],
+    message: str,
+    generation: int | None,
+    now: datetime,
+    fleet: FleetSummary | None = None,
+) -> dict[str, Any]:
+    """The status of an object whose spec the operator refused, when it does not know the last valid
+    spec (it has not parsed one since it started): Degraded InvalidSpec, and not Ready for that
+    generation (a check that waits for the observed generation and Ready must not pass on a spec the
+    operator refused).
+
+    ``fleet``: the pods as observed, counted as the last valid spec's (the desired counts are those
+    read back from the status): the counts and Available say what runs, and a pod lost meanwhile
+    shows as capacity lost, which is not replaced (nothing can be built without a spec). The rest of
+    the previous status (artifact, placement, autoscaler) is the last valid spec's and stays as it was;
+    without ``fleet`` (the pods could not be read) the counts stay too.
+    """
+    refused = RefusedSpec(generation, message)
+    # A status of a valid spec has its desired count; pods found say there was one too.
+    seen = fleet is not None and fleet.active + fleet.warm + fleet.draining + fleet.placeholders > 0
+    if "desiredReplicas" in previous or seen:
+        values = [
+            ConditionValue("Degraded", "True", Reason.INVALID_SPEC, refused_note(refused, UNKNOWN_FLEET_NOTE)),
+            ConditionValue("Ready", "False", Reason.INVALID_SPEC, _refused_ready(refused, replaced=False)),
+        ]
+    else:
+        values = [
+            ConditionValue("Degraded", "True", Reason.INVALID_SPEC, refused_note(refused, NOTHING_NOTE)),
+            ConditionValue(
+                "Ready", "False", Reason.INVALID_SPEC, f"the spec is invalid (see Degraded); {NOTHING_NOTE}"
+            ),
+        ]
+    counts: dict[str, Any] = {}
+    if fleet is not None:
+        available = _available(StatusInputs(generation, fleet, None, _NO_COMPILE), [])
+        if available.status != "True" and available.reason == Reason.REPLICAS_NOT_READY:
+            available = replace(
+                available,
+                message=f"{available.message}; lost pods are not replaced while the spec is refused (see Degraded)",
+            )
+        values.append(available)
+        counts = {
+            "replicas": fleet.active,
+            "readyReplicas": fleet.ready_active,
+            "updatedReplicas": 0,
+            "warmReplicas": fleet.warm_ready,
+            "drainingReplicas": fleet.draining,
+            "placeholders": fleet.placeholders,
+        }
+    conditions = merge_conditions(previous.get("conditions") or [], values, now, generation)
+    status = {**previous, **counts, "conditions": [c.to_wire() for c in conditions]}
     if generation is not None:
         status["observedGeneration"] = generation
     return status
+
+
+#: A compile decision that blocks nothing: :func:`invalid_status` computes Available from the pods alone.
+_NO_COMPILE = CompileDecision(False, None, "True", Reason.ARTIFACT_READY, "")

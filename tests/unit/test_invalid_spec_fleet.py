@@ -1,0 +1,75 @@
+"""A spec edit the operator refuses (InvalidSpec) keeps the fleet of the last valid spec whole and the
+status true: a lost pod of that spec is replaced, and the counts and Available say what runs."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from test_reconcile_plan import MANUAL, T0, compiled, condition_of, deployment, one_template, rounds
+
+from neuronfleet.planning.fleet import CreatePod, FleetPolicy, summarize_unplanned
+from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory
+from neuronfleet.planning.reconcile_plan import plan_reconcile
+from neuronfleet.planning.status import RefusedSpec, invalid_status
+
+REFUSED = "spec rejected by the operator: spec.runtime.cpu: String should match pattern"
+
+
+def test_a_lost_pod_of_the_last_valid_spec_is_replaced_and_the_status_says_the_refused_generation() -> None:
+    dep = deployment(**MANUAL)
+    steady, pods, _ = rounds(dep, compiled(dep), (), DeploymentMemory(), {})
+    assert len(pods) == 2 and steady.status["readyReplicas"] == 2
+    left = pods[1:]  # one active pod deleted (a node drain, an eviction) while generation 2 is refused
+    now = T0 + timedelta(minutes=5)
+    result = plan_reconcile(
+        dep,
+        Observation(now, pods=left, compile=compiled(dep)),
+        steady.memory,
+        StatusMemory.from_status(steady.status),
+        FleetPolicy(),
+        one_template,
+        refused=RefusedSpec(generation=2, message=REFUSED, kept_generation=1),
+    )
+    created = [a for a in result.actions if isinstance(a, CreatePod)]
+    assert [a.role for a in created] == ["active"]
+    status = result.status
+    assert (status["replicas"], status["readyReplicas"], status["observedGeneration"]) == (1, 1, 2)
+    available, ready, degraded = (condition_of(status, kind) for kind in ("Available", "Ready", "Degraded"))
+    assert (available["status"], available["reason"], available["message"]) == (
+        "False",
+        "ReplicasNotReady",
+        "1/2 active replicas ready",
+    )
+    assert (ready["status"], ready["reason"], ready["observedGeneration"]) == ("False", "InvalidSpec", 2)
+    assert (degraded["status"], degraded["reason"]) == ("True", "InvalidSpec")
+    assert degraded["message"].startswith(f"generation 2 refused: {REFUSED}")
+    assert "generation 1" in degraded["message"] and "replaced" in degraded["message"]
+
+
+def test_without_the_last_valid_spec_the_lost_capacity_is_reported_not_frozen() -> None:
+    # A restarted operator never parsed the last valid spec: it cannot build its pods, but says so.
+    dep = deployment(**MANUAL)
+    steady, pods, _ = rounds(dep, compiled(dep), (), DeploymentMemory(), {})
+    now = T0 + timedelta(minutes=5)
+    durable = StatusMemory.from_status(steady.status)
+    fleet = summarize_unplanned(
+        pods[1:], now, desired_active=2, desired_warm=0, desired_placeholders=0, revision_known=True
+    )
+    new = invalid_status(steady.status, REFUSED, 2, now, fleet)
+    assert (new["replicas"], new["readyReplicas"], new["observedGeneration"]) == (1, 1, 2)
+    assert new["desiredReplicas"] == durable.desired_replicas == 2
+    available, degraded = condition_of(new, "Available"), condition_of(new, "Degraded")
+    assert (available["status"], available["reason"]) == ("False", "ReplicasNotReady")
+    assert available["message"].startswith("1/2 active replicas ready")
+    assert "not replaced" in available["message"]
+    assert degraded["message"].startswith(f"generation 2 refused: {REFUSED}")
+    assert "not replaced" in degraded["message"]
+
+
+def test_a_spec_never_valid_says_nothing_is_made_not_that_pods_are_kept() -> None:
+    fleet = summarize_unplanned((), T0, desired_active=0, desired_warm=0, desired_placeholders=0, revision_known=False)
+    new = invalid_status({}, REFUSED, 1, T0, fleet)
+    degraded, ready = condition_of(new, "Degraded"), condition_of(new, "Ready")
+    assert degraded["message"] == f"generation 1 refused: {REFUSED}; nothing is made for it until it is fixed"
+    assert ready["message"] == "the spec is invalid (see Degraded); nothing is made for it until it is fixed"
+    assert (new["replicas"], new["readyReplicas"]) == (0, 0)
