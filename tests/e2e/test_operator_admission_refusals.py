@@ -102,7 +102,8 @@ async def test_a_spec_whose_pods_would_run_as_the_operators_own_account_is_inval
     )
     message = harness.condition(NS, "borrowed", "Degraded")["message"]
     assert message.startswith(
-        "generation 1 refused: the serving pods would run as ServiceAccount nf-operator, the operator's own in its namespace accounts "
+        "generation 1 refused: the serving pods would run as ServiceAccount nf-operator, the operator's own in its "
+        "namespace accounts "
         "(named by spec.runtime.serviceAccountName): they would get the operator's IAM role"
     )
     assert harness.condition(NS, "borrowed", "Ready")["reason"] == "InvalidSpec"

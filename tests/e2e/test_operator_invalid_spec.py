@@ -1,0 +1,116 @@
+"""A spec edit the CRD accepts but the operator refuses (InvalidSpec) on a running deployment: the
+fleet of the last valid spec is kept whole and the status stays true (real Kopf operator, sandbox).
+
+Found by review: under InvalidSpec the status froze (``Available True 2/2`` with one pod left for ten
+minutes) and a serving pod deleted meanwhile (a node drain, an eviction) was never replaced. As a
+Deployment keeps its old ReplicaSet at scale through a bad template edit, the operator now goes on
+reconciling the last valid spec it parsed; an operator restarted since, which never parsed it, says
+the capacity lost instead of the counts of before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from kubernetes_asyncio import client as k8s
+from operator_harness import OperatorHarness, example, ready
+
+from neuronfleet.planning.admission import OperatorAccount
+
+NS = "refused"
+
+
+async def running(harness: OperatorHarness, name: str) -> dict[str, Any]:
+    manifest = example("bert-embeddings", scaling={"mode": "Manual", "replicas": 2, "minReplicas": 0})
+    manifest["spec"]["warmPool"] = {"mode": "Off"}
+    manifest["metadata"]["name"] = name
+    manifest = harness.localize(manifest, namespace=NS)
+    harness.precompile(manifest)
+    await harness.apply(manifest)
+    await harness.wait(lambda: len(ready_active(harness, name)) == 2, timeout=300, what="2 ready active pods")
+    return manifest
+
+
+def ready_active(harness: OperatorHarness, name: str) -> list[str]:
+    return sorted(p["metadata"]["name"] for p in harness.pods(NS, name, "active") if ready(p))
+
+
+def refused(harness: OperatorHarness, name: str) -> bool:
+    generation = harness.deployment(NS, name)["metadata"]["generation"]
+    degraded = harness.condition(NS, name, "Degraded")
+    return degraded.get("reason") == "InvalidSpec" and degraded.get("observedGeneration") == generation
+
+
+async def delete_pod(harness: OperatorHarness, name: str) -> None:
+    await k8s.CoreV1Api(await harness.api()).delete_namespaced_pod(name, NS)  # a node drain, an eviction
+
+
+def counts(harness: OperatorHarness, name: str) -> tuple[int, int]:
+    status = harness.deployment(NS, name)["status"]
+    return status["replicas"], status["readyReplicas"]
+
+
+async def test_a_pod_lost_under_a_refused_spec_is_replaced_from_the_last_valid_spec(harness: OperatorHarness) -> None:
+    await running(harness, "bert")
+    await harness.patch_spec(NS, "bert", {"runtime": {"cpu": "1\n"}})  # stored: the sandbox checks no pattern
+    await harness.wait(lambda: refused(harness, "bert"), timeout=120, what="InvalidSpec for generation 2")
+    degraded = harness.condition(NS, "bert", "Degraded")
+    assert degraded["message"].startswith("generation 2 refused: spec rejected by the operator: spec.runtime.cpu")
+    assert "; the fleet of generation 1, the last valid spec, is kept" in degraded["message"], degraded["message"]
+    assert harness.deployment(NS, "bert")["status"]["observedGeneration"] == 2
+
+    lost, kept = ready_active(harness, "bert")
+    await delete_pod(harness, lost)
+    await harness.wait(
+        lambda: len(ready_active(harness, "bert")) == 2 and lost not in ready_active(harness, "bert"),
+        timeout=300,
+        what="the lost pod replaced",
+    )
+    await harness.wait(lambda: counts(harness, "bert") == (2, 2), timeout=60, what="the status counting 2/2")
+    assert kept in ready_active(harness, "bert")
+    available = harness.condition(NS, "bert", "Available")
+    assert (available["status"], available["message"]) == ("True", "2/2 active replicas ready")
+    assert harness.condition(NS, "bert", "Ready")["reason"] == "InvalidSpec"  # generation 2 is still not served
+
+    # Restarted, the operator never parsed generation 1: what it cannot rebuild, it reports.
+    await harness.crash()
+    await harness.start()
+    lost = ready_active(harness, "bert")[0]
+    await delete_pod(harness, lost)
+    await harness.wait(lambda: counts(harness, "bert") == (1, 1), timeout=120, what="the status counting 1 pod")
+    available = harness.condition(NS, "bert", "Available")
+    assert (available["status"], available["reason"]) == ("False", "ReplicasNotReady")
+    assert available["message"].startswith("1/2 active replicas ready; lost pods are not replaced")
+    assert "has not parsed that one since it started" in harness.condition(NS, "bert", "Degraded")["message"]
+    assert len(harness.pods(NS, "bert", "active")) == 1
+
+    await harness.patch_spec(NS, "bert", {"runtime": {"cpu": "1"}})  # fixed: the fleet is made whole again
+    await harness.wait(lambda: len(ready_active(harness, "bert")) == 2, timeout=300, what="2 ready active pods")
+    await harness.wait(
+        lambda: harness.condition(NS, "bert", "Degraded").get("status") == "False", timeout=60, what="recovered"
+    )
+
+
+async def test_a_pod_lost_while_the_spec_names_the_operators_account_is_replaced_as_the_last_valid_one(
+    harness: OperatorHarness,
+) -> None:
+    await harness.crash()
+    harness.settings = replace(harness.settings, operator_account=OperatorAccount(NS, "nf-operator"))
+    await harness.start()
+    await running(harness, "bert")
+    accounts = {p["spec"].get("serviceAccountName") for p in harness.pods(NS, "bert")}
+    await harness.patch_spec(NS, "bert", {"runtime": {"serviceAccountName": "nf-operator"}})
+    await harness.wait(lambda: refused(harness, "bert"), timeout=120, what="InvalidSpec for generation 2")
+
+    lost = ready_active(harness, "bert")[0]
+    await delete_pod(harness, lost)
+    await harness.wait(
+        lambda: len(ready_active(harness, "bert")) == 2 and lost not in ready_active(harness, "bert"),
+        timeout=300,
+        what="the lost pod replaced",
+    )
+    await harness.wait(lambda: counts(harness, "bert") == (2, 2), timeout=60, what="the status counting 2/2")
+    # Made as the last valid spec says: not as the operator's own account.
+    assert {p["spec"].get("serviceAccountName") for p in harness.pods(NS, "bert")} == accounts
+    assert "nf-operator" not in accounts
