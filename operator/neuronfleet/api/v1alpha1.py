@@ -1064,7 +1064,9 @@ class Condition(ApiModel):
     message: str = Field(default="", description="Human-readable details.")
     last_transition_time: str | None = Field(default=None, description="When the status last changed (RFC 3339).")
     observed_generation: int | None = Field(
-        default=None, description="The spec generation the condition was computed for."
+        default=None,
+        description="The spec generation the condition was computed for (status.observedGeneration: under "
+        "InvalidSpec the refused one).",
     )
 
 
@@ -1296,7 +1298,13 @@ class RolloutStatus(ApiModel):
 class InferenceDeploymentStatus(ApiModel):
     """Observed state of an InferenceDeployment, written by the operator."""
 
-    observed_generation: int | None = Field(default=None, description="The spec generation this status reflects.")
+    observed_generation: int | None = Field(
+        default=None,
+        description="The newest spec generation the operator has read and acted on. A generation it refuses "
+        "(Degraded InvalidSpec, whose message names it) counts: Ready is then False for it, while the counts, the "
+        "placement and the other conditions describe the fleet of the last valid spec, which the operator keeps "
+        "serving (lost pods replaced, unless it has restarted since that spec).",
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
         description="Ready, Available, Compiled, Scheduled, ScalingActive, WarmPoolReady, Degraded.",
