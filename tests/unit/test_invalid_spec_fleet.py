@@ -8,7 +8,7 @@ from datetime import timedelta
 from test_reconcile_plan import MANUAL, T0, compiled, condition_of, deployment, one_template, rounds
 
 from neuronfleet.planning.fleet import CreatePod, FleetPolicy, summarize_unplanned
-from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory
+from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory, last_valid_spec
 from neuronfleet.planning.reconcile_plan import plan_reconcile
 from neuronfleet.planning.status import RefusedSpec, invalid_status
 
@@ -73,3 +73,13 @@ def test_a_spec_never_valid_says_nothing_is_made_not_that_pods_are_kept() -> Non
     assert degraded["message"] == f"generation 1 refused: {REFUSED}; nothing is made for it until it is fixed"
     assert ready["message"] == "the spec is invalid (see Degraded); nothing is made for it until it is fixed"
     assert (new["replicas"], new["readyReplicas"]) == (0, 0)
+
+
+def test_the_last_valid_spec_is_kept_for_its_own_object_only() -> None:
+    dep = deployment(**MANUAL)
+    dep = dep.model_copy(update={"metadata": dep.metadata.model_copy(update={"uid": "uid-1"})})
+    memory = DeploymentMemory(last_valid=dep)
+    assert last_valid_spec(memory, "uid-1") is dep
+    # Deleted and created again under the same name: the new object's pods are not built from the old spec.
+    assert last_valid_spec(memory, "uid-2") is None
+    assert last_valid_spec(DeploymentMemory(), "uid-1") is None

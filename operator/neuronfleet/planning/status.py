@@ -837,7 +837,7 @@ def refused_note(refused: RefusedSpec, note: str) -> str:
 def _refused_ready(refused: RefusedSpec, replaced: bool = True) -> str:
     kept = _kept(refused)
     if replaced:
-        return f"the spec is invalid (see Degraded); the pods of {kept} keep serving"
+        return f"the spec is invalid (see Degraded); the fleet of {kept} is kept (see Available)"
     return (
         f"the spec is invalid (see Degraded); the pods of {kept} are kept, "
         "and a lost one is not replaced (see Available)"
