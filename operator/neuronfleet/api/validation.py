@@ -30,6 +30,7 @@ from typing import Any, cast
 import celpy
 import jsonschema
 import pydantic
+import re2
 import yaml
 from celpy.adapter import json_to_cel
 from celpy.evaluation import CELEvalError
@@ -277,13 +278,41 @@ def _strict(node: Any) -> Any:
     return out
 
 
+@functools.lru_cache(maxsize=256)
+def _go_regex(pattern: str) -> Any:
+    return re2.compile(pattern)
+
+
+def go_pattern_matches(pattern: str, text: str) -> bool:
+    """Whether ``text`` matches a schema ``pattern`` as kube-apiserver decides it: kube-openapi's
+    validate.Pattern runs Go's regexp.MatchString, an unanchored RE2 search in which ``$`` is the end
+    of the text. Python's ``re`` (jsonschema's) also lets ``$`` match before a final newline, so
+    "2\\n" passed a quantity's pattern here while the API server refused it."""
+    return _go_regex(pattern).search(text) is not None
+
+
+def _go_pattern(
+    validator: jsonschema.protocols.Validator, pattern: str, instance: Any, schema: dict[str, Any]
+) -> Iterator[jsonschema.ValidationError]:
+    # jsonschema's own ``pattern`` keyword, with Go's regular expressions.
+    if validator.is_type(instance, "string") and not go_pattern_matches(pattern, instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+#: JSON Schema draft 4 (OpenAPI v3.0 spells exclusive bounds as booleans, as draft 4 does) with
+#: ``pattern`` decided as kube-apiserver decides it; the sandbox's API server validates with it too.
+KubeSchemaValidator: Any = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+    jsonschema.Draft4Validator, {"pattern": _go_pattern}
+)
+
+
 @functools.cache
 def _schema_validator() -> jsonschema.protocols.Validator:
     schema = _strict(openapi_schema())
     # metadata is the API server's: keep it open.
     schema["properties"]["metadata"] = {"type": "object"}
-    # OpenAPI v3.0 spells exclusive bounds as booleans, as JSON Schema draft 4 does.
-    return jsonschema.Draft4Validator(schema)
+    validator: jsonschema.protocols.Validator = KubeSchemaValidator(schema)
+    return validator
 
 
 @functools.cache

@@ -5,7 +5,9 @@ selectors need. CRD schemas are turned into JSON Schema for validation (``jsonsc
 structural defaulting and pruning of unknown fields, as a real apiserver does for CRs.
 A whole-number float at an integer field (2.0) is accepted and stored as an integer, as
 kube-apiserver does. Repeated items of ``x-kubernetes-list-type`` set and map lists are refused as kube-apiserver's
-listtype validation refuses them. Not done here: CEL ``x-kubernetes-validations`` rules (cel.py).
+listtype validation refuses them. A ``pattern`` is matched with RE2, as kube-apiserver matches it
+(``$`` is the end of the text, not also before a final newline as in Python's ``re``).
+Not done here: CEL ``x-kubernetes-validations`` rules (cel.py).
 """
 
 from __future__ import annotations
@@ -15,9 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonschema
-
 from neuronfleet.api.validation import (
+    KubeSchemaValidator,
     duplicate_items,
     go_value,
     kube_schema_message,
@@ -352,7 +353,8 @@ def validate_custom_object(rt: ResourceType, obj: dict[str, Any]) -> tuple[list[
         for k, v in (schema.get("properties") or {}).items()
         if k not in ("apiVersion", "kind", "metadata")
     }
-    validator = jsonschema.Draft4Validator(root)
+    # Patterns as kube-apiserver matches them (Go's RE2, where '$' is the end of the text).
+    validator = KubeSchemaValidator(root)
     for error in sorted(validator.iter_errors(body), key=schema_error_order):
         location = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in error.absolute_path).replace(".[", "[")
         if error.validator == "required":
