@@ -18,9 +18,14 @@ KUBE_SCHEMA_MESSAGES = [
         "spec.scaling.minReplicas in body should be greater than or equal to 0",
     ),
     (
+        "model: {source: s3://acme/bert/}\n  scaling: {targetQueueDepth: 0}",
+        "spec.scaling.targetQueueDepth: Invalid value: 0: "
+        "spec.scaling.targetQueueDepth in body should be greater than 0",
+    ),
+    (
         "model: {source: s3://acme/bert/}\n  scaling: {targetUtilization: 0}",
         "spec.scaling.targetUtilization: Invalid value: 0: "
-        "spec.scaling.targetUtilization in body should be greater than 0",
+        "spec.scaling.targetUtilization in body should be greater than or equal to 0.01",
     ),
     (
         "model: {source: s3://acme/bert/}\n  warmPool: {coverage: 1.5}",

@@ -219,6 +219,11 @@ def test_kubectl_sees_inf2_nodes(run_kubectl) -> None:  # type: ignore[no-untype
             'spec.model.source: Invalid value: "string": source must be s3://bucket/prefix, an absolute path',
         ),
         ("name-not-dns-1035.yaml", f'<nil>: Invalid value: "object": {NAME_RULE_MESSAGE}'),
+        # The operator requires the instance type it picks beside the nodeSelector's labels.
+        (
+            "node-selector-instance-type.yaml",
+            'spec.placement.nodeSelector: Invalid value: "object": nodeSelector must not name the instance type',
+        ),
     ],
 )
 def test_kubectl_apply_enforces_crd_schema_and_cel_rules(

@@ -54,6 +54,111 @@ def torchscript(*names: str) -> dict[str, Any]:
 
 
 REFUSED: list[tuple[str, dict[str, Any], str, str]] = [
+    # Finding 1: labels the operator sets itself in the same node affinity term.
+    (
+        "instance-type-selector",
+        {"placement": {"nodeSelector": {"node.kubernetes.io/instance-type": "inf2.24xlarge"}}},
+        "spec.placement.nodeSelector",
+        "spec.placement.instanceTypes",
+    ),
+    (
+        "beta-instance-type-selector",
+        {"placement": {"nodeSelector": {"beta.kubernetes.io/instance-type": "inf2.xlarge"}}},
+        "spec.placement.nodeSelector",
+        "spec.placement.instanceTypes",
+    ),
+    (
+        "zone-selector",
+        {"placement": {"nodeSelector": {"topology.kubernetes.io/zone": "us-east-1a"}}},
+        "spec.placement.nodeSelector",
+        "spec.placement.zones",
+    ),
+    (
+        "beta-zone-selector",
+        {"placement": {"nodeSelector": {"failure-domain.beta.kubernetes.io/zone": "us-east-1a"}}},
+        "spec.placement.nodeSelector",
+        "spec.placement.zones",
+    ),
+    # Finding 3: what the API server refuses in a pod's node affinity and tolerations, and images.
+    (
+        "key-trailing-space",
+        {"placement": {"nodeSelector": {"karpenter.sh/nodepool ": "inf2"}}},
+        "spec.placement.nodeSelector",
+        "label key",
+    ),
+    (
+        "key-two-slashes",
+        {"placement": {"nodeSelector": {"a.com/b/c": "x"}}},
+        "spec.placement.nodeSelector",
+        "label key",
+    ),
+    ("key-empty-prefix", {"placement": {"nodeSelector": {"/pool": "x"}}}, "spec.placement.nodeSelector", "label key"),
+    (
+        "key-upper-prefix",
+        {"placement": {"nodeSelector": {"Acme.com/pool": "x"}}},
+        "spec.placement.nodeSelector",
+        "label key",
+    ),
+    ("key-name-64", {"placement": {"nodeSelector": {"n" * 64: "x"}}}, "spec.placement.nodeSelector", "label key"),
+    (
+        "key-prefix-254",
+        {"placement": {"nodeSelector": {"b" + PREFIX_253 + "/x": "x"}}},
+        "spec.placement.nodeSelector",
+        "label key",
+    ),
+    (
+        "value-space",
+        {"placement": {"nodeSelector": {"team": "ml platform"}}},
+        "spec.placement.nodeSelector",
+        "label value",
+    ),
+    (
+        "value-dash-start",
+        {"placement": {"nodeSelector": {"team": "-ml"}}},
+        "spec.placement.nodeSelector",
+        "label value",
+    ),
+    ("value-64", {"placement": {"nodeSelector": {"team": "v" * 64}}}, "spec.placement.nodeSelector", ""),
+    ("zone-comma", {"placement": {"zones": ["us-east-1a,us-east-1b"]}}, "spec.placement.zones", "zone"),
+    ("zone-empty", {"placement": {"zones": [""]}}, "spec.placement.zones", "zone"),
+    (
+        "toleration-key-equals",
+        {"placement": {"tolerations": [{"key": "dedicated=ml", "operator": "Equal", "value": "ml"}]}},
+        "spec.placement.tolerations[0].key",
+        "label key",
+    ),
+    (
+        "toleration-value-space",
+        {"placement": {"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "inference only"}]}},
+        "spec.placement.tolerations[0].value",
+        "label value",
+    ),
+    (
+        "runtime-image-space",
+        {"runtime": {"image": "ghcr.io/acme/neuronserve: 0.2"}},
+        "spec.runtime.image",
+        "whitespace",
+    ),
+    (
+        "runtime-image-newline",
+        {"runtime": {"image": "ghcr.io/acme/neuronserve:0.2\n"}},
+        "spec.runtime.image",
+        "whitespace",
+    ),
+    (
+        "compile-image-space",
+        {"compile": {"image": " ghcr.io/acme/neuronserve:0.2"}},
+        "spec.compile.image",
+        "whitespace",
+    ),
+    # Finding 4: input names the compile Job's --inputs cannot carry.
+    ("input-comma", {"model": torchscript("tokens,mask")}, "spec.model.inputs[0].name", "identifier"),
+    ("input-colon", {"model": torchscript("input_ids", "pixel:values")}, "spec.model.inputs[1].name", "identifier"),
+    ("input-digit-first", {"model": torchscript("1st")}, "spec.model.inputs[0].name", "identifier"),
+    # Finding 6: the autoscaler divides by the service rate times these.
+    ("target-denormal", {"scaling": {"targetUtilization": 5e-324}}, "spec.scaling.targetUtilization", ""),
+    ("target-tiny", {"scaling": {"targetUtilization": 0.001}}, "spec.scaling.targetUtilization", ""),
+    ("peak-denormal", {"scaling": {"peakUtilization": 5e-324}}, "spec.scaling.peakUtilization", ""),
     # Finding 5: Go's '$' is the end of the text; Python's also matches before a final newline.
     ("quantity-newline", {"runtime": {"cpu": "2\n"}}, "spec.runtime.cpu", "should match"),
     (
@@ -119,3 +224,17 @@ def test_validate_and_the_sandbox_accept_what_kubernetes_accepts(sections: dict[
     doc = manifest(**sections)
     assert validate_paths(doc) == []
     assert sandbox_refusals(doc) == []
+
+
+def test_min_replicas_says_it_does_not_bound_a_manual_replicas() -> None:
+    """`kubectl explain` called minReplicas the "Lower bound of active replicas"; a Manual replicas
+    below it runs as it is (scaling down by hand is what Manual is for), and the text now says so."""
+    from neuronfleet.api.v1alpha1 import ScalingSpec
+    from neuronfleet.planning.scaling import ScalingState, decide
+
+    said = ScalingSpec.model_fields["min_replicas"].description or ""
+    assert "Manual mode" in said and "below this too" in said
+    spec = ScalingSpec(mode="Manual", replicas=1, minReplicas=3, maxReplicas=10)
+    assert decide(spec, ScalingState(), None, current=3, ready=3, now=1000.0).desired == 1
+    unset = ScalingSpec(mode="Manual", minReplicas=3, maxReplicas=10)
+    assert decide(unset, ScalingState(), None, current=0, ready=0, now=1000.0).desired == 3

@@ -71,6 +71,48 @@ SERVICE_ACCOUNT_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z
 SERVICE_ACCOUNT_NAME_MAX_LENGTH = 253
 
 
+#: Kubernetes' label rules (apimachinery util/validation), which the API server applies to a pod's node
+#: affinity (the nodeSelector entries and zones become matchExpressions) and tolerations: a value the CRD
+#: took there made every pod create fail. Written without backslashes, which a CEL string would read as
+#: escapes. IsValidLabelValue: at most 63 characters, empty or alphanumeric at both ends, '-', '_', '.'
+#: between.
+LABEL_VALUE_PATTERN = "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+LABEL_VALUE_MAX_LENGTH = 63
+#: IsQualifiedName (a label key, a toleration key): an optional prefix, a DNS-1123 subdomain, and '/',
+#: then a name of at most 63 characters, alphanumeric at both ends with '-', '_', '.' between.
+QUALIFIED_NAME_PATTERN = (
+    "^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    "[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+#: ... whose prefix is at most 253 characters (IsDNS1123Subdomain's bound).
+QUALIFIED_PREFIX_PATTERN = "^([^/]{1,253}/)?[^/]*$"
+QUALIFIED_NAME_MAX_LENGTH = 253 + 1 + 63
+
+
+def qualified_name_rule(value: str) -> str:
+    """CEL: ``value`` (a string expression) is a Kubernetes qualified name."""
+    return f"{value}.matches('{QUALIFIED_NAME_PATTERN}') && {value}.matches('{QUALIFIED_PREFIX_PATTERN}')"
+
+
+QUALIFIED_NAME_WORDS = (
+    "an optional DNS subdomain prefix (lowercase, at most 253 characters) and '/', then a name of at most "
+    "63 characters: letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+)
+LABEL_VALUE_WORDS = (
+    "empty, or at most 63 characters: letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+)
+#: An image reference has no whitespace (the kubelet cannot pull one with it: InvalidImageName; the API
+#: server refuses only leading and trailing whitespace), nor any character outside printable ASCII.
+IMAGE_PATTERN = "^[!-~]+$"
+#: What a TorchScript input may be named (a Python identifier: forward()'s argument), and what is said of others.
+INPUT_NAME_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*$"
+INPUT_NAME_MESSAGE = (
+    "an input name must be a Python identifier (letters, digits and '_', not starting with a digit), as "
+    "forward() names its arguments: the compile Job passes the inputs as name:dtype,... on its command line"
+)
+IMAGE_MESSAGE = "image must be an image reference (e.g. ghcr.io/acme/neuronserve:0.2.0), without whitespace"
+
+
 def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
     """One ``x-kubernetes-validations`` entry."""
     entry = {"rule": rule, "message": message}
@@ -135,7 +177,15 @@ class TensorSpec(ApiModel):
         )
     )
 
-    name: str = Field(min_length=1, max_length=128, description="Input name as the model's forward() takes it.")
+    # The compile Job passes the inputs as one --inputs name:dtype,... argument: a ',' or ':' in a name
+    # split it into other inputs. A Python identifier is what forward() can name an argument anyway.
+    name: str = Field(
+        min_length=1,
+        max_length=128,
+        description="Input name as the model's forward() takes it: a Python identifier (letters, digits and "
+        "'_', not starting with a digit), e.g. input_ids.",
+        json_schema_extra=rules(cel(f"self.matches('{INPUT_NAME_PATTERN}')", INPUT_NAME_MESSAGE)),
+    )
     # The runtime's wire types (KServe v2 INT64, INT32): a float input would be refused on every request.
     dtype: Literal["int64", "int32"] = Field(default="int64", description="Element type of the tensor.")
     shape: list[int] = Field(
@@ -268,6 +318,7 @@ class CompileSpec(ApiModel):
     image: str | None = Field(
         default=None,
         min_length=1,
+        json_schema_extra=rules(cel(f"self.matches('{IMAGE_PATTERN}')", IMAGE_MESSAGE)),
         description="Image that runs `neuronserve compile`. Default: the operator's model-server image "
         "(neuronfleet run --model-server-image; the chart's operator.modelServerImage), which platform "
         "teams set once for every deployment.",
@@ -394,6 +445,7 @@ class RuntimeSpec(ApiModel):
     image: str | None = Field(
         default=None,
         min_length=1,
+        json_schema_extra=rules(cel(f"self.matches('{IMAGE_PATTERN}')", IMAGE_MESSAGE)),
         description="Image of the model server (a Neuron build on Inf2). Default: the operator's model-server "
         "image (neuronfleet run --model-server-image; the chart's operator.modelServerImage).",
     )
@@ -517,6 +569,14 @@ class RuntimeSpec(ApiModel):
 # ----------------------------------------------------------------------------------------- placement
 
 
+#: Bounds of the placement lists and map: far above any real use, they keep the API server's estimated
+#: cost of the CEL rules over every item within its budget (an unbounded list is estimated at what a
+#: request could hold, and a CRD over budget is refused).
+MAX_NODE_SELECTOR_LABELS = 64
+MAX_ZONES = 64
+MAX_TOLERATIONS = 64
+
+
 class Toleration(ApiModel):
     """A pod toleration (core/v1 Toleration)."""
 
@@ -539,12 +599,27 @@ class Toleration(ApiModel):
                 "effect must be NoExecute when tolerationSeconds is set",
                 ".tolerationSeconds",
             ),
+            # ValidateTolerations: a key is a label key (IsQualifiedName), an Equal value a label value.
+            cel(
+                f"!has(self.key) || self.key == '' || ({qualified_name_rule('self.key')})",
+                f"key must be a taint key, which is a label key: {QUALIFIED_NAME_WORDS}",
+                ".key",
+            ),
+            cel(
+                f"!has(self.value) || self.operator == 'Exists' || self.value.matches('{LABEL_VALUE_PATTERN}')",
+                f"value must be a taint value, which is a label value: {LABEL_VALUE_WORDS}",
+                ".value",
+            ),
         )
     )
 
-    key: str | None = Field(default=None, description="Taint key the toleration applies to.")
+    key: str | None = Field(
+        default=None, max_length=QUALIFIED_NAME_MAX_LENGTH, description="Taint key the toleration applies to."
+    )
     operator: Literal["Exists", "Equal"] = Field(default="Equal", description="Exists or Equal.")
-    value: str | None = Field(default=None, description="Taint value for operator Equal.")
+    value: str | None = Field(
+        default=None, max_length=LABEL_VALUE_MAX_LENGTH, description="Taint value for operator Equal."
+    )
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         default=None, description="Taint effect to match; empty matches all effects."
     )
@@ -562,14 +637,53 @@ class PlacementSpec(ApiModel):
         "(status.placement says why), and keeps it while a move would save little.",
         json_schema_extra={"x-kubernetes-list-type": "set"},
     )
-    node_selector: dict[str, str] = Field(
+    # The entries join the operator's own instance type (and zones) in one node affinity term, which the
+    # API server checks as label keys and values: a key the operator sets too could never match both.
+    node_selector: dict[str, Annotated[str, Field(max_length=LABEL_VALUE_MAX_LENGTH)]] = Field(
         default_factory=dict,
-        description="Extra node labels replicas require, e.g. a node group: karpenter.sh/nodepool: inf2.",
+        max_length=MAX_NODE_SELECTOR_LABELS,
+        description="Extra node labels replicas require, e.g. a node group: karpenter.sh/nodepool: inf2. Not the "
+        "instance type (node.kubernetes.io/instance-type, beta.kubernetes.io/instance-type): the operator "
+        "picks it among instanceTypes; nor the zone (topology.kubernetes.io/zone, "
+        "failure-domain.beta.kubernetes.io/zone): use zones.",
+        json_schema_extra=rules(
+            cel(
+                "!('node.kubernetes.io/instance-type' in self) && !('beta.kubernetes.io/instance-type' in self)",
+                "nodeSelector must not name the instance type: the operator picks it among "
+                "spec.placement.instanceTypes and requires its node.kubernetes.io/instance-type beside these "
+                "labels, so a pick other than this one could never be scheduled; list the types you allow "
+                "in spec.placement.instanceTypes",
+            ),
+            cel(
+                "!('topology.kubernetes.io/zone' in self) && !('failure-domain.beta.kubernetes.io/zone' in self)",
+                "nodeSelector must not name the zone: list the zones replicas may use in spec.placement.zones "
+                "(the operator spreads the replicas over them)",
+            ),
+            cel(
+                f"self.all(k, {qualified_name_rule('k')})",
+                f"nodeSelector keys must be label keys: {QUALIFIED_NAME_WORDS}",
+            ),
+            cel(
+                f"self.all(k, self[k].matches('{LABEL_VALUE_PATTERN}'))",
+                f"nodeSelector values must be label values: {LABEL_VALUE_WORDS}",
+            ),
+        ),
     )
-    zones: list[str] = Field(
+    zones: list[Annotated[str, Field(max_length=LABEL_VALUE_MAX_LENGTH)]] = Field(
         default_factory=list,
-        description="Availability zones replicas may use (topology.kubernetes.io/zone); empty means any.",
-        json_schema_extra={"x-kubernetes-list-type": "set"},
+        max_length=MAX_ZONES,
+        description="Availability zones replicas may use (topology.kubernetes.io/zone), one an item; empty means any.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "set",
+            **rules(
+                cel(
+                    f"self.all(z, z != '' && z.matches('{LABEL_VALUE_PATTERN}'))",
+                    "zones must be zone names as nodes carry them in topology.kubernetes.io/zone (e.g. us-east-1a), "
+                    "one a list item: at most 63 letters, digits, '-', '_' and '.', starting and ending with a "
+                    "letter or digit",
+                ),
+            ),
+        },
     )
     zone_spread_max_skew: int = Field(
         default=1,
@@ -579,6 +693,7 @@ class PlacementSpec(ApiModel):
     )
     tolerations: list[Toleration] = Field(
         default_factory=list,
+        max_length=MAX_TOLERATIONS,
         description="Tolerations added to the pods, beyond aws.amazon.com/neuron which is always tolerated.",
     )
     scheduler_name: str | None = Field(
@@ -765,6 +880,11 @@ class MetricQueries(ApiModel):
         return current_default(info.field_name or "", query)
 
 
+#: The lowest targetUtilization and peakUtilization: a hundredfold headroom, far below any useful setting
+#: (the simulator's grids start at 0.3).
+MIN_UTILIZATION = 0.01
+
+
 class ScalingSpec(ApiModel):
     """Replica bounds and the autoscaler: queue depth first, device utilization as a guardrail."""
 
@@ -813,7 +933,11 @@ class ScalingSpec(ApiModel):
         "and `kubectl get --raw .../scale` see 0: set it to use kubectl scale with a precondition.",
     )
     min_replicas: int = Field(
-        default=1, ge=0, le=1000, description="Lower bound of active replicas; at least 1 in Auto mode."
+        default=1,
+        ge=0,
+        le=1000,
+        description="Auto mode: the fewest active replicas the autoscaler keeps, at least 1. Manual mode: the "
+        "active replicas while `replicas` is unset; a set `replicas` runs as it is, below this too.",
     )
     max_replicas: int = Field(default=10, ge=0, le=1000, description="Upper bound of active replicas.")
     target_queue_depth: float = Field(
@@ -824,20 +948,22 @@ class ScalingSpec(ApiModel):
         "replicas for (bursts shorter than the 1-minute arrival rate show only as a queue). Until a "
         "replica's service rate is measured, queued plus in-flight requests per replica to aim for.",
     )
+    # A floor, not just above 0: the autoscaler divides by the service rate times this, and a value such
+    # as 5e-324 made that product 0 (ZeroDivisionError in every decision).
     target_utilization: float = Field(
         default=0.8,
-        gt=0,
+        ge=MIN_UTILIZATION,
         le=1,
         description="Share of a replica's measured service rate (arrivals per busy device-second, the "
-        "highest seen recently) that the arrival rate may use: replicas = arrivals / (service rate x this). "
+        "highest seen recently) that the arrival rate may use, 0.01 to 1: replicas = arrivals / (service rate x this). "
         "Until the service rate is measured, the device-busy ratio per replica to aim for.",
     )
     peak_utilization: float = Field(
         default=1.1,
-        gt=0,
+        ge=MIN_UTILIZATION,
         le=2,
         description="Share of a replica's measured service rate that the busiest second of the last "
-        "minute (metrics.arrivalPeak) may use: replicas >= peak / (service rate x this), beside the "
+        "minute (metrics.arrivalPeak) may use, 0.01 to 2: replicas >= peak / (service rate x this), beside the "
         "1-minute rate's targetUtilization. Bursts shorter than a minute (clients acting together) need "
         "capacity the minute's average hides; above 1 because within a burst batches fill and a "
         "replica serves more than the rate measured at everyday batch sizes.",
