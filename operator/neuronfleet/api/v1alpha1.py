@@ -672,7 +672,7 @@ class PlacementSpec(ApiModel):
     zones: list[Annotated[str, Field(max_length=LABEL_VALUE_MAX_LENGTH)]] = Field(
         default_factory=list,
         max_length=MAX_ZONES,
-        description="Availability zones replicas may use (topology.kubernetes.io/zone), one an item; empty means any.",
+        description="Availability zones replicas may use (topology.kubernetes.io/zone), one per item; empty means any.",
         json_schema_extra={
             "x-kubernetes-list-type": "set",
             **rules(
