@@ -104,6 +104,9 @@ LABEL_VALUE_WORDS = (
 #: An image reference has no whitespace (the kubelet cannot pull one with it: InvalidImageName; the API
 #: server refuses only leading and trailing whitespace), nor any character outside printable ASCII.
 IMAGE_PATTERN = "^[!-~]+$"
+#: Longer than any registry, repository, tag and digest together (a repository name is at most 255
+#: characters); bounding it keeps the API server's cost estimate of the rule above small.
+IMAGE_MAX_LENGTH = 1024
 #: What a TorchScript input may be named (a Python identifier: forward()'s argument), and what is said of others.
 INPUT_NAME_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*$"
 INPUT_NAME_MESSAGE = (
@@ -318,6 +321,7 @@ class CompileSpec(ApiModel):
     image: str | None = Field(
         default=None,
         min_length=1,
+        max_length=IMAGE_MAX_LENGTH,
         json_schema_extra=rules(cel(f"self.matches('{IMAGE_PATTERN}')", IMAGE_MESSAGE)),
         description="Image that runs `neuronserve compile`. Default: the operator's model-server image "
         "(neuronfleet run --model-server-image; the chart's operator.modelServerImage), which platform "
@@ -445,6 +449,7 @@ class RuntimeSpec(ApiModel):
     image: str | None = Field(
         default=None,
         min_length=1,
+        max_length=IMAGE_MAX_LENGTH,
         json_schema_extra=rules(cel(f"self.matches('{IMAGE_PATTERN}')", IMAGE_MESSAGE)),
         description="Image of the model server (a Neuron build on Inf2). Default: the operator's model-server "
         "image (neuronfleet run --model-server-image; the chart's operator.modelServerImage).",
