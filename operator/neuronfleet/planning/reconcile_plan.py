@@ -803,3 +803,53 @@ def status_events(
 def action_events(actions: tuple[Action, ...]) -> list[Event]:
     """One Event per fleet action applied that changes a pod's part (see :func:`describe_action`)."""
     return [event for action in actions if (event := describe_action(action)) is not None]
+
+
+def _holds_recovery(durable: StatusMemory, first: Mapping[str, Any], takeover: bool) -> bool:
+    """Whether a takeover's first write ``first`` turns Degraded False: its Recovered waits for the
+    apply. An operator taking the object over does not remember what the last apply met (pods refused
+    at admission, API errors), so its first write says Degraded False even while that trouble stands;
+    posted before the apply, which meets it again, Recovered was followed by the Warning at every
+    restart, and alerting that resolves on Recovered flapped (review r16, finding 1)."""
+    return (
+        takeover
+        and durable.condition("Degraded").get("status") == "True"
+        and find_condition({"status": first}, "Degraded").get("status") == "False"
+    )
+
+
+def first_write_events(
+    durable: StatusMemory,
+    first: Mapping[str, Any],
+    scale_reason: str,
+    compiled: StoredArtifact | None = None,
+    takeover: bool = False,
+) -> list[Event]:
+    """The Events of a reconcile's first status write ``first``, posted as soon as it lands (before
+    the apply: an operator killed in it would leave them unsaid), but a takeover's Recovered, which
+    :func:`after_apply_events` posts once the status after the apply confirms it (see
+    :func:`_holds_recovery`)."""
+    events = status_events(durable, first, scale_reason, compiled, takeover)
+    if _holds_recovery(durable, first, takeover):
+        events = [event for event in events if event.reason != Reason.RECOVERED]
+    return events
+
+
+def after_apply_events(
+    durable: StatusMemory,
+    first: Mapping[str, Any],
+    final: Mapping[str, Any],
+    scale_reason: str,
+    takeover: bool = False,
+) -> list[Event]:
+    """The Events of what the apply's outcome changed from the first write (``final`` against
+    ``first``); Degraded against the status found (``durable``) when the first write's Recovered was
+    held back: Recovered if ``final`` confirms it, a Warning if the apply met another trouble, and
+    the one found, announced again as on any takeover (:func:`found_warnings`), if it stands."""
+    if not _holds_recovery(durable, first, takeover):
+        return status_events(StatusMemory.from_status(first), final, scale_reason)
+    # The first write's Degraded is not taken as said: compared from the one found instead.
+    found = durable.condition("Degraded")
+    base = {**first, "conditions": [c for c in first.get("conditions") or [] if c.get("type") != "Degraded"] + [found]}
+    events = status_events(StatusMemory.from_status(base), final, scale_reason)
+    return events + [event for event in found_warnings(durable, final) if event.reason == found.get("reason")]
