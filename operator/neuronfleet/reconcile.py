@@ -121,6 +121,8 @@ from neuronfleet.planning.reconcile_plan import (
     DeleteHeldJobPods,
     ReconcilePlan,
     StartCompileJob,
+    after_apply_events,
+    first_write_events,
     plan_reconcile,
     refused_fleet,
     status_after_apply,
@@ -888,7 +890,8 @@ class Reconciler:
         # operator killed meanwhile left a status whose change its successor reads as already so and
         # never announces. Posted even once stopping: they tell of a write made, which stands.
         takeover = not memory.takeover_announced
-        said = tuple(status_events(durable, plan.status, plan.scale_reason, plan.compile_succeeded, takeover))
+        # A takeover's Recovered waits for the apply's outcome (first_write_events says why).
+        said = tuple(first_write_events(durable, plan.status, plan.scale_reason, plan.compile_succeeded, takeover))
         await self.post_events(body, said)
         outcome = await self.apply(dep, plan, stopping)
         final, memory = status_after_apply(
@@ -896,10 +899,13 @@ class Reconciler:
         )
         unwritten: tuple[str, ...] = ()
         conflict = False
+        # The apply's outcome not written: a Recovered held back (first_write_events) stays unsaid.
+        unconfirmed = False
         seen = first.seen
         try:
             if stopping.is_set():
                 final = plan.status
+                unconfirmed = True
             else:
                 second = await self._write_status(namespace, dep.name, first.status, final, first.version, planned)
                 if second.written:
@@ -914,6 +920,7 @@ class Reconciler:
             what = "the apply's outcome is not written (what it did stands)"
             logger.info("%s/%s: %s", namespace, dep.name, STATUS_SUPERSEDED.format(why=exc, what=what))
             final = plan.status
+            unconfirmed = True
         except _CALL_FAILED as exc:
             # Raising here would lose the Events of what was applied and of the first write (a
             # "Scaled" that the next reconcile, reading the new desired count, never posts). The
@@ -929,6 +936,7 @@ class Reconciler:
                     "%s/%s: the status after the apply was not written: %s", namespace, dep.name, unwritten[0]
                 )
             final = plan.status
+            unconfirmed = True
         memory = replace(memory, takeover_announced=True)
         if writes:
             memory = replace(
@@ -938,7 +946,9 @@ class Reconciler:
                 superseded_versions=frozenset(seen) - {last.version},
             )
         # The apply's Events, and those of what its outcome changed from the first write.
-        rest = outcome.events + tuple(status_events(StatusMemory.from_status(plan.status), final, plan.scale_reason))
+        rest = outcome.events + tuple(
+            after_apply_events(durable, plan.status, final, plan.scale_reason, takeover and not unconfirmed)
+        )
         await self.post_events(body, rest)
         events = said + rest
         error = "; ".join(outcome.errors + plan.observe_errors + unwritten) or None

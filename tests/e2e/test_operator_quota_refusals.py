@@ -17,6 +17,8 @@ from operator_harness import OperatorHarness
 from test_operator_admission_refusals import manual
 from test_operator_kubectl import run_kubectl
 
+from neuronfleet.planning.reconcile_plan import FOUND_ON_TAKEOVER
+
 
 async def create_quota(harness: OperatorHarness, namespace: str, name: str, hard: dict[str, str]) -> None:
     await harness.ensure_namespace(namespace)
@@ -109,3 +111,52 @@ async def test_a_limits_cpu_quota_refuses_pods_without_a_cpu_limit_and_names_spe
         timeout=30,
         what="the quota's status",
     )
+
+
+def degraded_events(harness: OperatorHarness, namespace: str, name: str) -> list[tuple[str, str]]:
+    """The (reason, message) of the Recovered and PodCreationRefused Events about ``name``, in order."""
+    return [
+        (str(e.get("reason")), str(e.get("message") or ""))
+        for e in harness.cluster.list("events", namespace)
+        if e["involvedObject"]["name"] == name and e.get("reason") in ("Recovered", "PodCreationRefused")
+    ]
+
+
+async def test_a_refusal_standing_across_a_takeover_is_announced_again_never_said_recovered(
+    harness: OperatorHarness,
+) -> None:
+    # Review r16, finding 1: the new operator does not remember the last apply's refusal, so its first
+    # status write says Degraded False; its Events, posted before the apply, said Recovered, and the
+    # apply's refusal a Warning again: alerting that resolves on Recovered flapped at every restart.
+    await create_quota(harness, "takeover", "neuron", {"requests.aws.amazon.com/neuroncore": "0"})
+    await refused_serving(harness, "takeover", "q")
+    before = degraded_events(harness, "takeover", "q")
+    await harness.stop()
+    await harness.start()
+    await harness.wait(
+        lambda: len(degraded_events(harness, "takeover", "q")) > len(before), timeout=120, what="the takeover's Events"
+    )
+    assert harness.context is not None
+    context = harness.context
+    started = context.reconciles
+    await harness.wait(lambda: context.reconciles >= started + 2, timeout=120, what="2 more reconciles")
+    after = degraded_events(harness, "takeover", "q")[len(before) :]
+    assert [reason for reason, _ in after] == ["PodCreationRefused"], after
+    assert after[0][1].startswith(FOUND_ON_TAKEOVER)
+    assert harness.condition("takeover", "q", "Degraded")["reason"] == "PodCreationRefused"
+
+
+async def test_a_refusal_gone_at_a_takeover_is_said_recovered_once_the_pods_are_made(harness: OperatorHarness) -> None:
+    await create_quota(harness, "lifted", "neuron", {"requests.aws.amazon.com/neuroncore": "0"})
+    await refused_serving(harness, "lifted", "q")
+    await harness.stop()
+    await k8s.CoreV1Api(await harness.api()).delete_namespaced_resource_quota("neuron", "lifted")
+    await harness.start()
+    await harness.wait(
+        lambda: [r for r, _ in degraded_events(harness, "lifted", "q")][-1:] == ["Recovered"],
+        timeout=120,
+        what="Recovered",
+    )
+    assert harness.pods("lifted", "q")
+    assert harness.condition("lifted", "q", "Degraded")["status"] == "False"
+    assert [r for r, _ in degraded_events(harness, "lifted", "q")].count("Recovered") == 1
