@@ -587,8 +587,12 @@ def test_the_cold_start_carried_over_gives_way_to_enough_samples_of_its_own() ->
     # Fewer than MIN_SAMPLES in the status: the assumed value applies, as it did before the restart.
     two = coldstart.take_over(coldstart.status(coldstart.observe(ColdStartState(), faster[:2]), RESTART_TYPE), now)
     assert coldstart.for_warm_pool(two, RESTART_TYPE).pod_seconds is None
-    # Dropped once the samples it stands for would all have expired.
-    late = now + coldstart.MAX_SAMPLE_AGE_SECONDS
+    # Dropped once the samples it stands for have all expired: a day after the newest (not after the
+    # takeover, which restarts in a row would push back forever).
+    newest = coldstart.status(before, RESTART_TYPE).pod.last_sample_time
+    assert newest is not None
+    late = datetime.fromisoformat(newest).timestamp() + coldstart.MAX_SAMPLE_AGE_SECONDS
+    assert late < now + coldstart.MAX_SAMPLE_AGE_SECONDS
     assert coldstart.for_warm_pool(coldstart.observe(carried, [], now=late - 1), RESTART_TYPE).pod_seconds == 800.0
     assert coldstart.for_warm_pool(coldstart.observe(carried, [], now=late), RESTART_TYPE).pod_seconds is None
     # Nothing carried from a status without the section, or with no instance type.

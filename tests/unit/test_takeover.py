@@ -19,6 +19,7 @@ from neuronfleet.planning.fleet import DeletePod, FleetPolicy, PodView, apply_ac
 from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory
 from neuronfleet.planning.reconcile_plan import ReconcilePlan, decide_targets, plan_reconcile
 from neuronfleet.planning.signals import MetricSnapshot
+from neuronfleet.planning.times import rfc3339
 from neuronfleet.sim.policies import DEFAULT_OURS, ours_from_policy_file
 
 
@@ -359,9 +360,14 @@ def test_a_restarted_operator_sizes_the_auto_pool_from_the_cold_start_in_the_sta
     restarted = plan_at(dep, 15, (), DeploymentMemory(), {**first.status, "coldStart": measured})
     reason = restarted.status["warmPool"]["reason"]
     assert "pod cold start 800s" in reason and "+node 240s" in reason, reason
-    # The status keeps saying what the pool is sized from (and what the next takeover carries).
-    assert restarted.status["coldStart"]["pod"] == measured["pod"]
-    assert restarted.status["coldStart"]["node"] == measured["node"]
+    # The status keeps saying what the pool is sized from (and what the next takeover carries); a
+    # status written before lastSampleTime gets the takeover's time, so the next does not restart the day.
+    taken = rfc3339(T0 + timedelta(seconds=15))
+    assert restarted.status["coldStart"]["pod"] == {**measured["pod"], "lastSampleTime": taken}
+    assert restarted.status["coldStart"]["node"] == {**measured["node"], "lastSampleTime": taken}
+    dated = {**measured, "pod": {**measured["pod"], "lastSampleTime": rfc3339(T0 - timedelta(hours=3))}}
+    again = plan_at(dep, 15, (), DeploymentMemory(), {**first.status, "coldStart": dated})
+    assert again.status["coldStart"]["pod"] == dated["pod"]
     # Another instance type's figures are not this one's.
     elsewhere = {**measured, "instanceType": "inf2.48xlarge" if instance_type != "inf2.48xlarge" else "inf2.xlarge"}
     moved = plan_at(dep, 15, (), DeploymentMemory(), {**first.status, "coldStart": elsewhere})

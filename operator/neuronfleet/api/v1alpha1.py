@@ -1260,6 +1260,12 @@ class PhaseStats(ApiModel):
     p50_seconds: float | None = Field(default=None, description="Median.")
     p90_seconds: float | None = Field(default=None, description="90th percentile.")
     samples: int = Field(default=0, ge=0, description="Pods measured.")
+    last_sample_time: str | None = Field(
+        default=None,
+        description="When (RFC 3339) the newest pod measured became Ready. After an operator restart or a new "
+        "leader, figures kept from here are dropped a day after this time, however many restarts follow "
+        "(found without it, as an older operator wrote them: a day after the first takeover that found them).",
+    )
 
 
 class ColdStartStatus(ApiModel):
@@ -1495,7 +1501,8 @@ class InferenceDeploymentStatus(ApiModel):
         default=None,
         description="Measured cold-start phases on the placement's instance type (the newest 100 pods, each at "
         "most a day old). After an operator restart or a new leader, a phase keeps the figures found here (of pods "
-        "that may be gone) until as many pods, at most 10, are measured again; the Auto warm pool sizes from them.",
+        "that may be gone) until as many pods, at most 10, are measured again, or a day after its lastSampleTime "
+        "(restarts in a row do not extend it); the Auto warm pool sizes from them.",
     )
     warm_pool: WarmPoolStatus | None = Field(default=None, description="Warm-pool sizing.")
     autoscaler: AutoscalerStatus | None = Field(

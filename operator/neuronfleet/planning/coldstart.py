@@ -45,17 +45,21 @@ its per-object memory, so after a restart only the pods still present are measur
 pods since gone measured survives in ``status.coldStart``: a restarted operator (or a new leader)
 carries those figures over (:func:`take_over`, :class:`Carried`) and reports and sizes the warm pool
 from them, phase by phase, until the samples it has measured since stand alone (as many as the
-status counted, at most :data:`ROBUST_SAMPLES`), for at most :data:`MAX_SAMPLE_AGE_SECONDS`.
+status counted, at most :data:`ROBUST_SAMPLES`), and until :data:`MAX_SAMPLE_AGE_SECONDS` after
+the newest sample they count (``lastSampleTime``, written back with them: restarts in a row do not
+count the day again).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import numpy as np
 
 from neuronfleet.api.v1alpha1 import ColdStartStatus, PhaseStats
+from neuronfleet.planning.times import rfc3339, utc_seconds
 from neuronfleet.planning.warmpool import ColdStart
 
 #: Samples kept per instance type (newest by Ready time); enough for a stable p90.
@@ -146,6 +150,14 @@ class CarriedPhase:
     p50_seconds: float | None
     p90_seconds: float
     samples: int
+    #: When the newest sample it counts became Ready (Unix time; ``lastSampleTime``), or, found
+    #: without one (written by an operator before that field), the takeover that found it: it is
+    #: dropped :data:`MAX_SAMPLE_AGE_SECONDS` later, when every sample it stands for has expired.
+    last_sample: float
+
+    @property
+    def until(self) -> float:
+        return self.last_sample + MAX_SAMPLE_AGE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -154,13 +166,8 @@ class Carried:
     pods since gone, which a restarted operator cannot measure again (:func:`take_over`)."""
 
     instance_type: str
-    #: Per phase name (of :data:`PHASES`), those with a p90 and samples.
+    #: Per phase name (of :data:`PHASES`), those with a p90 and samples, not yet expired.
     phases: tuple[tuple[str, CarriedPhase], ...]
-    #: When they are dropped (Unix time): a day after the takeover, when the samples they stand for
-    #: (each at most :data:`MAX_SAMPLE_AGE_SECONDS` old at the takeover) would all have expired. The
-    #: status says nothing of their age, so a takeover after another counts the day again: the
-    #: figures are then still the last measured, and the pods started since replace them.
-    until: float
 
     def phase(self, name: str) -> CarriedPhase | None:
         for phase, stats in self.phases:
@@ -296,8 +303,17 @@ def observe(
         fresh = [s for s in kept if oldest is None or s.ready_at >= oldest]
         if fresh:
             samples.append((name, tuple(sorted(fresh, key=lambda s: (s.ready_at, s.uid))[-max_samples:])))
-    carried = state.carried if state.carried is not None and (until is None or until < state.carried.until) else None
-    return ColdStartState(tuple(samples), frozenset(measured), frozenset(failed), carried, tuple(rejections))
+    return ColdStartState(
+        tuple(samples), frozenset(measured), frozenset(failed), _unexpired(state.carried, until), tuple(rejections)
+    )
+
+
+def _unexpired(carried: Carried | None, now: float | None) -> Carried | None:
+    """``carried`` without the phases whose samples have all expired by ``now`` (None: none left)."""
+    if carried is None or now is None:
+        return carried
+    phases = tuple((name, stats) for name, stats in carried.phases if now < stats.until)
+    return Carried(carried.instance_type, phases) if phases else None
 
 
 def take_over(status: ColdStartStatus | None, now: float) -> ColdStartState:
@@ -307,13 +323,18 @@ def take_over(status: ColdStartStatus | None, now: float) -> ColdStartState:
     if status is None or status.instance_type is None:
         return ColdStartState()
     phases = tuple(
-        (name, CarriedPhase(stats.p50_seconds, stats.p90_seconds, stats.samples))
+        (name, CarriedPhase(stats.p50_seconds, stats.p90_seconds, stats.samples, _sampled(stats, now)))
         for name in PHASES
         if (stats := getattr(status, name)).p90_seconds is not None and stats.samples > 0
     )
-    if not phases:
-        return ColdStartState()
-    return ColdStartState(carried=Carried(status.instance_type, phases, now + MAX_SAMPLE_AGE_SECONDS))
+    return ColdStartState(carried=_unexpired(Carried(status.instance_type, phases), now))
+
+
+def _sampled(stats: PhaseStats, now: float) -> float:
+    """When the phase's newest sample became Ready, as the status says it; ``now`` (the takeover)
+    when it does not (an older operator's status), or says a time to come (a clock skewed)."""
+    last = utc_seconds(stats.last_sample_time)
+    return now if last is None else min(last, now)
 
 
 def _carried(state: ColdStartState, instance_type: str, name: str, measured: int) -> CarriedPhase | None:
@@ -380,12 +401,24 @@ def status(state: ColdStartState, instance_type: str | None) -> ColdStartStatus:
         carried = _carried(state, instance_type, name, len(values))
         # The figures carried over while they size the warm pool: the status says what it sizes
         # from, and the next takeover carries them again (not the few pods measured since).
-        stats[name] = (
-            PhaseStats(p50_seconds=carried.p50_seconds, p90_seconds=carried.p90_seconds, samples=carried.samples)
-            if carried is not None
-            else phase_stats(values)
-        )
+        if carried is not None:
+            stats[name] = PhaseStats(
+                p50_seconds=carried.p50_seconds,
+                p90_seconds=carried.p90_seconds,
+                samples=carried.samples,
+                # Its own time, not the takeover's: the next takeover drops it when this one would.
+                last_sample_time=_rfc3339(carried.last_sample),
+            )
+        else:
+            newest = max((s.ready_at for s in samples if s.phase(name) is not None), default=None)
+            stats[name] = phase_stats(values).model_copy(
+                update={"last_sample_time": None if newest is None else _rfc3339(newest)}
+            )
     return ColdStartStatus(instance_type=instance_type, **stats)
+
+
+def _rfc3339(moment: float) -> str:
+    return rfc3339(datetime.fromtimestamp(moment, UTC))
 
 
 def for_warm_pool(state: ColdStartState, instance_type: str | None, min_samples: int = MIN_SAMPLES) -> ColdStart:

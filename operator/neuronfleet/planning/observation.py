@@ -41,6 +41,7 @@ from neuronfleet.planning.fleet import PodView, RolloutRecord
 from neuronfleet.planning.reasons import Reason, Refusal
 from neuronfleet.planning.signals import MetricSnapshot
 from neuronfleet.planning.status import LastScale, find_condition
+from neuronfleet.planning.times import utc_seconds
 from neuronserve.manifest import MANIFEST_MISMATCH_EXIT_CODE
 
 #: Annotations holding JSON that the operator's framework (Kopf) parses on every event.
@@ -77,17 +78,6 @@ class Observation:
     #: The uid of the succeeded compile Job whose request record this reconcile read again once it
     #: saw the Job done (None: none read); remembered in :attr:`DeploymentMemory.record_reread_job`.
     record_reread_job: str | None = None
-
-
-def _utc_seconds(value: object) -> float | None:
-    """An RFC 3339 time as Unix seconds (a time without a zone taken as UTC); None if not one."""
-    if not isinstance(value, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return (moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)).timestamp()
 
 
 @dataclass(frozen=True)
@@ -167,11 +157,11 @@ class StatusMemory:
         warm_pool = status.get("warmPool")
         warm_pods = warm_pool.get("desiredPods") if isinstance(warm_pool, Mapping) else None
         warm_placeholders = warm_pool.get("desiredPlaceholders") if isinstance(warm_pool, Mapping) else None
-        held_since = _utc_seconds(warm_pool.get("heldSince")) if isinstance(warm_pool, Mapping) else None
+        held_since = utc_seconds(warm_pool.get("heldSince")) if isinstance(warm_pool, Mapping) else None
         rollout = status.get("rollout")
-        rollout_started = _utc_seconds(rollout.get("startedAt")) if isinstance(rollout, Mapping) else None
+        rollout_started = utc_seconds(rollout.get("startedAt")) if isinstance(rollout, Mapping) else None
         rollout_target = rollout.get("target") if isinstance(rollout, Mapping) else None
-        rollout_progressed = _utc_seconds(rollout.get("progressedAt")) if isinstance(rollout, Mapping) else None
+        rollout_progressed = utc_seconds(rollout.get("progressedAt")) if isinstance(rollout, Mapping) else None
         cold_start = None
         if isinstance(section := status.get("coldStart"), Mapping):
             with contextlib.suppress(ValueError):  # pydantic's ValidationError is a ValueError

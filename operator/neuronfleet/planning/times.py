@@ -12,3 +12,14 @@ from datetime import UTC, datetime
 def rfc3339(moment: datetime) -> str:
     """A UTC timestamp as Kubernetes writes it (seconds, ``Z``)."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def utc_seconds(value: object) -> float | None:
+    """An RFC 3339 time as Unix seconds (a time without a zone taken as UTC); None if not one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)).timestamp()
