@@ -371,8 +371,10 @@ def _degraded(inputs: StatusInputs, placement_problems: list[str]) -> ConditionV
     if inputs.errors:
         troubles.append((Reason.RECONCILE_ERROR, "; ".join(inputs.errors)))
     if inputs.refused is not None:
-        # First: the refused spec is what a person has to fix; the kept fleet's troubles follow.
-        troubles.insert(0, (Reason.INVALID_SPEC, refused_note(inputs.refused, KEPT_FLEET_NOTE)))
+        # First: the refused spec is what a person has to fix; the kept fleet's troubles follow. A
+        # kept spec that fits no instance type gets no pod made: promising replacements would lie.
+        note = UNFIT_FLEET_NOTE if placement_problems else KEPT_FLEET_NOTE
+        troubles.insert(0, (Reason.INVALID_SPEC, refused_note(inputs.refused, note)))
     if troubles:
         return ConditionValue("Degraded", "True", troubles[0][0], "; ".join(message for _, message in troubles))
     return ConditionValue("Degraded", "False", Reason.AS_EXPECTED, "")
@@ -502,7 +504,8 @@ def compute_conditions(inputs: StatusInputs) -> list[ConditionValue]:
     if inputs.refused is not None:
         # The current generation is not served, whatever the kept fleet does: a check waiting for
         # the observed generation and Ready must not pass on a spec the operator refused.
-        ready = ConditionValue("Ready", "False", Reason.INVALID_SPEC, _refused_ready(inputs.refused))
+        message = _refused_ready(inputs.refused, replaced=not problems)
+        ready = ConditionValue("Ready", "False", Reason.INVALID_SPEC, message)
     if inputs.waits:
         ready = replace(ready, message="; ".join((ready.message, *inputs.waits)))
     return [
@@ -809,6 +812,11 @@ def with_foreign_conditions(ours: Mapping[str, Any], live: Mapping[str, Any]) ->
 KEPT_FLEET_NOTE = (
     "the fleet of {kept} is kept as a Deployment keeps its old ReplicaSet: its lost pods are "
     "replaced and it is scaled as that spec says, until the spec is fixed"
+)
+#: ... and while that spec fits no allowed instance type: its plan places no pod.
+UNFIT_FLEET_NOTE = (
+    "the pods of {kept} are kept as they are, but a lost one is not replaced: that spec fits no "
+    "allowed instance type (see Scheduled); fix the spec"
 )
 #: ... and while it cannot (it has not parsed that spec since it started: a restart, a new leader).
 UNKNOWN_FLEET_NOTE = (
