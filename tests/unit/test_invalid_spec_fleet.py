@@ -83,3 +83,58 @@ def test_the_last_valid_spec_is_kept_for_its_own_object_only() -> None:
     # Deleted and created again under the same name: the new object's pods are not built from the old spec.
     assert last_valid_spec(memory, "uid-2") is None
     assert last_valid_spec(DeploymentMemory(), "uid-1") is None
+
+
+def test_only_ready_and_degraded_speak_for_the_refused_generation() -> None:
+    # Found by review: Compiled True was stamped with the refused generation, so `kubectl wait
+    # --for=condition=Compiled` passed on a spec nothing was compiled for.
+    dep = deployment(**MANUAL)  # generation 1, compiled and served
+    steady, pods, _ = rounds(dep, compiled(dep), (), DeploymentMemory(), {})
+    result = plan_reconcile(
+        dep,
+        Observation(T0 + timedelta(minutes=5), pods=pods, compile=compiled(dep)),
+        steady.memory,
+        StatusMemory.from_status(steady.status),
+        FleetPolicy(),
+        one_template,
+        refused=RefusedSpec(generation=2, message=REFUSED, kept_generation=1),
+    )
+    generations = {c["type"]: c["observedGeneration"] for c in result.status["conditions"]}
+    assert generations.pop("Ready") == generations.pop("Degraded") == 2
+    assert generations and set(generations.values()) == {1}, generations  # Compiled, Scheduled, Available...
+    assert result.status["observedGeneration"] == 2
+
+
+def test_a_kept_spec_that_fits_nothing_promises_no_replacement() -> None:
+    # Found by review: the last valid spec fits no instance type (nothing is created for it), yet
+    # Degraded said "its lost pods are replaced".
+    dep = deployment(**MANUAL)
+    steady, pods, _ = rounds(dep, compiled(dep), (), DeploymentMemory(), {})
+    model = {**dep.spec.model.model_dump(by_alias=True, exclude_none=True), "neuronCoresPerReplica": 4, "hbmGiB": 8}
+    unfit = deployment(**MANUAL, model=model)  # 4 NeuronCores a replica: valid, fits no inf2.xlarge
+    unfit = unfit.model_copy(update={"metadata": unfit.metadata.model_copy(update={"generation": 2})})
+    now = T0 + timedelta(minutes=5)
+    second = plan_reconcile(
+        unfit,
+        Observation(now, pods=pods, compile=compiled(unfit)),
+        steady.memory,
+        StatusMemory.from_status(steady.status),
+        FleetPolicy(),
+        one_template,
+    )
+    now += timedelta(minutes=5)
+    third = plan_reconcile(  # generation 3 refused, a pod lost meanwhile: generation 2 is kept
+        unfit,
+        Observation(now, pods=pods[1:], compile=compiled(unfit)),
+        second.memory,
+        StatusMemory.from_status(second.status),
+        FleetPolicy(),
+        one_template,
+        refused=RefusedSpec(generation=3, message=REFUSED, kept_generation=2),
+    )
+    assert not [a for a in third.actions if isinstance(a, CreatePod)]
+    degraded, ready = condition_of(third.status, "Degraded"), condition_of(third.status, "Ready")
+    assert degraded["reason"] == "InvalidSpec"
+    assert "replaced and it is scaled" not in degraded["message"], degraded["message"]
+    assert "fits no allowed instance type" in degraded["message"], degraded["message"]
+    assert "a lost one is not replaced" in ready["message"], ready["message"]

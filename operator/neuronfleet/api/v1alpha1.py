@@ -1196,8 +1196,10 @@ class Condition(ApiModel):
     last_transition_time: str | None = Field(default=None, description="When the status last changed (RFC 3339).")
     observed_generation: int | None = Field(
         default=None,
-        description="The spec generation the condition was computed for (status.observedGeneration: under "
-        "InvalidSpec the refused one).",
+        description="The spec generation the condition was computed for (status.observedGeneration). Under "
+        "InvalidSpec only Ready and Degraded carry the refused one; the others describe the fleet kept for the "
+        "last valid spec and carry its generation, so a wait for Compiled or Available does not pass on a "
+        "refused spec.",
     )
 
 
@@ -1440,7 +1442,8 @@ class InferenceDeploymentStatus(ApiModel):
         description="The newest spec generation the operator has read and acted on. A generation it refuses "
         "(Degraded InvalidSpec, whose message names it) counts: Ready is then False for it, while the counts, the "
         "placement and the other conditions describe the fleet of the last valid spec, which the operator keeps "
-        "serving (lost pods replaced, unless it has restarted since that spec).",
+        "serving (lost pods replaced, unless it has restarted since that spec or that spec fits no instance "
+        "type); those conditions carry that spec's generation.",
     )
     conditions: list[Condition] = Field(
         default_factory=list,

@@ -645,12 +645,18 @@ def merge_conditions(
     new: Sequence[ConditionValue],
     now: datetime,
     generation: int | None,
+    refused: RefusedSpec | None = None,
 ) -> list[Condition]:
     """The new conditions, keeping ``lastTransitionTime`` where the status did not flip.
 
     ``previous`` may be API models or wire dicts (as read from the object); malformed entries are
     dropped. Types present only in ``previous`` are kept unchanged; the result lists the known
     types in :data:`CONDITION_TYPES` order, then the others.
+
+    With the current spec ``refused`` (``generation`` is the refused one), only Ready and Degraded
+    carry ``generation``: the others speak of the kept fleet, so they carry the last valid spec's
+    generation (or, unknown, the one they carried): ``kubectl wait --for=condition=Compiled`` must
+    not pass on a spec nothing was compiled for.
     """
     old: dict[str, Condition] = {}
     for item in previous:
@@ -672,10 +678,24 @@ def merge_conditions(
             reason=str(value.reason),
             message=value.message,
             last_transition_time=before.last_transition_time if keep_time and before else rfc3339(now),
-            observed_generation=generation,
+            observed_generation=_generation_of(value.type, before, generation, refused),
         )
     order: dict[str, int] = {name: index for index, name in enumerate(CONDITION_TYPES)}
     return sorted(merged.values(), key=lambda c: (order.get(c.type, len(order)), c.type))
+
+
+#: The conditions that speak for the current generation even when it is refused.
+REFUSED_GENERATION_CONDITIONS = frozenset({"Ready", "Degraded"})
+
+
+def _generation_of(
+    kind: str, before: Condition | None, generation: int | None, refused: RefusedSpec | None
+) -> int | None:
+    if refused is None or kind in REFUSED_GENERATION_CONDITIONS:
+        return generation
+    if refused.kept_generation is not None:
+        return refused.kept_generation
+    return before.observed_generation if before is not None else None
 
 
 #: What a kept placement's reason starts with: it is the last valid spec's, not the current one's.
@@ -725,7 +745,9 @@ def build_status(
 ) -> dict[str, Any]:
     """The whole ``status`` (wire form): what the inputs support, and nothing else."""
     fleet = inputs.fleet
-    conditions = merge_conditions(previous_conditions, compute_conditions(inputs), now, inputs.generation)
+    conditions = merge_conditions(
+        previous_conditions, compute_conditions(inputs), now, inputs.generation, inputs.refused
+    )
     status = InferenceDeploymentStatus(
         observed_generation=inputs.generation,
         conditions=conditions,
@@ -902,7 +924,7 @@ def invalid_status(
             "drainingReplicas": fleet.draining,
             "placeholders": fleet.placeholders,
         }
-    conditions = merge_conditions(previous.get("conditions") or [], values, now, generation)
+    conditions = merge_conditions(previous.get("conditions") or [], values, now, generation, refused)
     status = {**previous, **counts, "conditions": [c.to_wire() for c in conditions]}
     if generation is not None:
         status["observedGeneration"] = generation
