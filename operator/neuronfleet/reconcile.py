@@ -191,6 +191,10 @@ class ReconcileReport:
     #: Seconds from the reconcile's end until the autoscaler's next decision is due (None: none is
     #: waited for): the daemon reconciles then if that comes before its interval.
     next_decision_in: float | None = None
+    #: Why the current spec is refused (InvalidSpec) while the last valid spec's fleet is reconciled:
+    #: not a failure (that reconcile did its work), so no back-off, and the kept spec's autoscaler
+    #: keeps its cadence. Its own errors, and a failed cleanup, are still in :attr:`error`.
+    refusal: str | None = None
 
 
 @dataclass(frozen=True)
@@ -815,7 +819,10 @@ class Reconciler:
             return await self._report_invalid(body, status, version, memory, message, stopping, failed)
         refused = RefusedSpec(metadata.get("generation"), message, kept.metadata.generation)
         report = await self._reconcile_spec(body, kept, status, version, memory, stopping, refused)
-        return replace(report, error="; ".join(part for part in (message, failed, report.error) if part))
+        # The refusal is said in the status and apart from errors: counted as one, it backed the
+        # daemon off (30 s, then longer) past the kept spec's decisions (every intervalSeconds).
+        error = "; ".join(part for part in (failed, report.error) if part) or None
+        return replace(report, error=error, refusal=message)
 
     async def _reconcile_spec(
         self,

@@ -1,0 +1,63 @@
+"""Under InvalidSpec the kept fleet is scaled as the last valid spec says, at its cadence: the
+autoscaler decides every spec.scaling.intervalSeconds of that spec (real Kopf operator, sandbox).
+
+Found by review: the refusal was reported as the reconcile's error, so the daemon backed off
+(30 s, then longer) and ignored the next decision's time: the kept fleet decided every 30 s, not 15.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import replace
+from pathlib import Path
+
+from operator_harness import FAST_START, NEURON_SCHEDULER, REPO, OperatorHarness, example, inf2_node_groups
+from test_operator_decision_cadence import OPERATOR_INTERVAL, Recording
+
+from neuronfleet.planning.admission import OperatorAccount
+from neuronfleet.sandbox import SandboxCluster
+
+
+async def test_the_kept_fleet_decides_every_interval_seconds_under_a_refused_spec(tmp_path: Path) -> None:
+    async with SandboxCluster(
+        node_groups=inf2_node_groups(),
+        crd_dir=REPO / "crds",
+        cold_start=FAST_START,
+        provisioning_delay_s=5.0,
+        consolidation_delay_s=30.0,
+        neuron_scheduler_name=NEURON_SCHEDULER,
+    ) as cluster:
+        sources: list[Recording] = []
+
+        def make() -> Recording:
+            sources.append(Recording())
+            return sources[-1]
+
+        harness = OperatorHarness(cluster, tmp_path, interval=OPERATOR_INTERVAL, metrics=make)
+        # A spec naming the operator's own account: accepted by the CRD, refused by the operator.
+        harness.settings = replace(harness.settings, operator_account=OperatorAccount("default", "nf-operator"))
+        try:
+            await harness.start()
+            doc = example(
+                "bert-embeddings", scaling={"mode": "Auto", "minReplicas": 1, "maxReplicas": 4, "intervalSeconds": 15}
+            )
+            doc["metadata"]["name"] = "steady"
+            await harness.apply(harness.localize(doc))
+            await harness.wait(
+                lambda: any(
+                    p for p in harness.pods("default", "steady", "active") if p["status"].get("phase") == "Running"
+                ),
+                300,
+            )
+            await harness.patch_spec("default", "steady", {"runtime": {"serviceAccountName": "nf-operator"}})
+            await harness.wait(
+                lambda: harness.condition("default", "steady", "Degraded").get("reason") == "InvalidSpec", 60
+            )
+            await asyncio.sleep(60)  # looptime: simulated seconds
+            before = len(sources[-1].calls)
+            await asyncio.sleep(200)
+            gaps = [round(b - a, 1) for a, b in itertools.pairwise(sources[-1].calls[before:])]
+        finally:
+            await harness.close()
+    assert len(gaps) >= 10 and all(abs(g - 15) <= 0.5 for g in gaps), gaps
