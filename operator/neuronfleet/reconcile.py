@@ -123,13 +123,23 @@ from neuronfleet.planning.reconcile_plan import (
     StartCompileJob,
     after_apply_events,
     first_write_events,
+    inputs_after_apply,
+    kept_announced,
+    kept_as_announced,
+    kept_fleet_events,
     plan_reconcile,
     refused_fleet,
     status_after_apply,
     status_events,
 )
 from neuronfleet.planning.signals import MetricSnapshot
-from neuronfleet.planning.status import RefusedSpec, invalid_status, status_patch, with_foreign_conditions
+from neuronfleet.planning.status import (
+    RefusedSpec,
+    invalid_status,
+    kept_degraded,
+    status_patch,
+    with_foreign_conditions,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -899,6 +909,10 @@ class Reconciler:
         takeover = not memory.takeover_announced
         # A takeover's Recovered waits for the apply's outcome (first_write_events says why).
         said = tuple(first_write_events(durable, plan.status, plan.scale_reason, plan.compile_succeeded, takeover))
+        # Under a refused spec Degraded's reason stays InvalidSpec: the kept fleet's own troubles get
+        # their Events from its Degraded as without the refusal.
+        kept_first = kept_degraded(plan.inputs)
+        said += tuple(kept_fleet_events(kept_announced(memory, durable), kept_first))
         await self.post_events(body, said)
         outcome = await self.apply(dep, plan, stopping)
         final, memory = status_after_apply(
@@ -956,6 +970,11 @@ class Reconciler:
         rest = outcome.events + tuple(
             after_apply_events(durable, plan.status, final, plan.scale_reason, takeover and not unconfirmed)
         )
+        kept_final = kept_first
+        if final is not plan.status:
+            kept_final = kept_degraded(inputs_after_apply(plan, outcome.refusals, outcome.errors, outcome.waits))
+            rest += tuple(kept_fleet_events(kept_as_announced(kept_first), kept_final))
+        memory = replace(memory, kept_degraded=kept_as_announced(kept_final))
         await self.post_events(body, rest)
         events = said + rest
         error = "; ".join(outcome.errors + plan.observe_errors + unwritten) or None

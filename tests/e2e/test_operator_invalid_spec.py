@@ -15,6 +15,7 @@ from typing import Any
 
 from kubernetes_asyncio import client as k8s
 from operator_harness import OperatorHarness, example, ready
+from test_operator_quota_refusals import create_quota
 
 from neuronfleet.planning.admission import OperatorAccount
 
@@ -123,3 +124,36 @@ async def test_a_pod_lost_while_the_spec_names_the_operators_account_is_replaced
     # Made as the last valid spec says: not as the operator's own account.
     assert {p["spec"].get("serviceAccountName") for p in harness.pods(NS, "bert")} == accounts
     assert "nf-operator" not in accounts
+
+
+def events(harness: OperatorHarness, name: str) -> list[tuple[str, str, str]]:
+    return [
+        (str(e.get("type")), str(e.get("reason")), str(e.get("message") or ""))
+        for e in harness.cluster.list("events", NS)
+        if (e.get("involvedObject") or {}).get("name") == name
+    ]
+
+
+async def test_a_kept_fleet_degrading_under_a_refused_spec_posts_its_warning(harness: OperatorHarness) -> None:
+    # Found by review: Degraded's reason stays InvalidSpec, and Events fired on reason changes only, so
+    # a replacement pod refused by a quota under InvalidSpec was said in the message but never posted.
+    await harness.crash()
+    harness.settings = replace(harness.settings, operator_account=OperatorAccount(NS, "nf-operator"))
+    await harness.start()
+    await running(harness, "bert")
+    await harness.patch_spec(NS, "bert", {"runtime": {"serviceAccountName": "nf-operator"}})
+    await harness.wait(lambda: refused(harness, "bert"), timeout=120, what="InvalidSpec for generation 2")
+    before = events(harness, "bert")
+    await create_quota(harness, NS, "pods", {"pods": "1"})  # the namespace's 2 pods already exceed it
+    await delete_pod(harness, ready_active(harness, "bert")[0])
+    await harness.wait(
+        lambda: "exceeded quota" in harness.condition(NS, "bert", "Degraded").get("message", ""),
+        timeout=120,
+        what="the refusal of the replacement in Degraded",
+    )
+    await harness.wait(
+        lambda: any(t == "Warning" and "quota" in m for t, _, m in events(harness, "bert") if (t, _, m) not in before),
+        timeout=60,
+        what="a Warning for the refused replacement",
+    )
+    assert harness.condition(NS, "bert", "Degraded")["reason"] == "InvalidSpec"  # the refusal stays first

@@ -253,6 +253,11 @@ class DeploymentMemory:
     #: spec is refused (InvalidSpec), its fleet is kept whole from it (:func:`last_valid_spec`).
     #: Not durable: a restarted operator (or a new leader) knows none until the spec is fixed.
     last_valid: InferenceDeployment | None = None
+    #: While a spec is refused, the (status, reason) of the kept fleet's own Degraded (computed as
+    #: without the refusal) last announced: Degraded's reason stays InvalidSpec, so its changes alone
+    #: would post no Event of the kept fleet's troubles (see
+    #: :func:`~neuronfleet.planning.reconcile_plan.kept_fleet_events`).
+    kept_degraded: tuple[str, str] | None = None
 
 
 def last_valid_spec(memory: DeploymentMemory, uid: str | None) -> InferenceDeployment | None:

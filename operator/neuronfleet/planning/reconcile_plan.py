@@ -77,6 +77,7 @@ from neuronfleet.planning.prometheus_queries import refused_fields, refused_quer
 from neuronfleet.planning.reasons import Event, Reason, Refusal
 from neuronfleet.planning.signals import MetricSnapshot
 from neuronfleet.planning.status import (
+    ConditionValue,
     LastScale,
     RefusedSpec,
     StatusInputs,
@@ -651,8 +652,42 @@ def status_after_apply(
     memory = replace(plan.memory, refusals=refusals, apply_errors=apply_errors, apply_waits=waits)
     if (refusals, apply_errors, waits) == (plan.memory.refusals, plan.memory.apply_errors, plan.memory.apply_waits):
         return plan.status, memory
-    inputs = replace(plan.inputs, refusals=refusals, errors=plan.observe_errors + apply_errors, waits=waits)
+    inputs = inputs_after_apply(plan, refusals, apply_errors, waits)
     return build_status(dep.name, inputs, durable.conditions, observation.now), memory
+
+
+def inputs_after_apply(
+    plan: ReconcilePlan, refusals: tuple[Refusal, ...], apply_errors: tuple[str, ...], waits: tuple[str, ...] = ()
+) -> StatusInputs:
+    """The status inputs once the apply's outcome is known (see :func:`status_after_apply`)."""
+    return replace(plan.inputs, refusals=refusals, errors=plan.observe_errors + apply_errors, waits=waits)
+
+
+def kept_announced(memory: DeploymentMemory, durable: StatusMemory) -> tuple[str, str] | None:
+    """The kept fleet's Degraded (status, reason) already announced: the memory's under a refused
+    spec; on the first reconcile of one, the Degraded of before, unless that was a refusal too."""
+    if memory.kept_degraded is not None:
+        return memory.kept_degraded
+    before = durable.condition("Degraded")
+    if not before or before.get("reason") == Reason.INVALID_SPEC:
+        return None
+    return str(before.get("status")), str(before.get("reason"))
+
+
+def kept_as_announced(value: ConditionValue | None) -> tuple[str, str] | None:
+    """What :attr:`DeploymentMemory.kept_degraded` keeps of the kept fleet's Degraded ``value``."""
+    return None if value is None else (str(value.status), str(value.reason))
+
+
+def kept_fleet_events(before: tuple[str, str] | None, after: ConditionValue | None) -> list[Event]:
+    """A Warning when the kept fleet's own Degraded (:func:`~neuronfleet.planning.status.kept_degraded`)
+    turns True or changes reason under a refused spec: Degraded's reason stays InvalidSpec then, so
+    :func:`status_events` alone said nothing of a kept fleet getting worse (a replacement refused)."""
+    if after is None or after.status != "True":
+        return []
+    if before is not None and before == ("True", str(after.reason)):
+        return []
+    return [Event("Warning", after.reason, f"the fleet kept while the spec is refused: {after.message}")]
 
 
 #: What starts the message of a Warning announced again on a takeover (:func:`found_warnings`).

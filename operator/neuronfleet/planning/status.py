@@ -496,6 +496,14 @@ def placement_problems(inputs: StatusInputs) -> list[str]:
     return problems
 
 
+def kept_degraded(inputs: StatusInputs) -> ConditionValue | None:
+    """The kept fleet's own Degraded while the current spec is refused, as without the refusal (None
+    when the spec is not refused): what its Events are made from, beside InvalidSpec's."""
+    if inputs.refused is None:
+        return None
+    return _degraded(replace(inputs, refused=None), placement_problems(inputs))
+
+
 def compute_conditions(inputs: StatusInputs) -> list[ConditionValue]:
     """One value per condition type, in :data:`CONDITION_TYPES` order."""
     problems = placement_problems(inputs)
