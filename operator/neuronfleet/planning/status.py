@@ -845,8 +845,8 @@ KEPT_FLEET_NOTE = (
 )
 #: ... and while that spec fits no allowed instance type: its plan places no pod.
 UNFIT_FLEET_NOTE = (
-    "the pods of {kept} are kept as they are, but a lost one is not replaced: that spec fits no "
-    "allowed instance type (see Scheduled); fix the spec"
+    "the pods of {kept} are kept as they are, but none is made for it: that spec fits no allowed "
+    "instance type (see Scheduled), so a lost pod stays lost until the spec is fixed"
 )
 #: ... and while it cannot (it has not parsed that spec since it started: a restart, a new leader).
 UNKNOWN_FLEET_NOTE = (
