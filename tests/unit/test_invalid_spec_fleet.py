@@ -9,8 +9,9 @@ from test_reconcile_plan import MANUAL, T0, compiled, condition_of, deployment, 
 
 from neuronfleet.planning.fleet import CreatePod, FleetPolicy, summarize_unplanned
 from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory, last_valid_spec
-from neuronfleet.planning.reconcile_plan import plan_reconcile
-from neuronfleet.planning.status import RefusedSpec, invalid_status
+from neuronfleet.planning.reasons import Reason
+from neuronfleet.planning.reconcile_plan import kept_announced, kept_as_announced, kept_fleet_events, plan_reconcile
+from neuronfleet.planning.status import ConditionValue, RefusedSpec, invalid_status
 
 REFUSED = "spec rejected by the operator: spec.runtime.cpu: String should match pattern"
 
@@ -138,3 +139,24 @@ def test_a_kept_spec_that_fits_nothing_promises_no_replacement() -> None:
     assert "replaced and it is scaled" not in degraded["message"], degraded["message"]
     assert "fits no allowed instance type" in degraded["message"], degraded["message"]
     assert "a lost one is not replaced" in ready["message"], ready["message"]
+
+
+def test_the_kept_fleets_own_degraded_makes_its_warning_once() -> None:
+    # Degraded's reason stays InvalidSpec under a refused spec: the kept fleet's troubles are
+    # announced from its own Degraded (as without the refusal), once per reason, not every reconcile.
+    trouble = ConditionValue("Degraded", "True", Reason.POD_CREATION_REFUSED, "exceeded quota: pods")
+    [warning] = kept_fleet_events(None, trouble)
+    assert (warning.type, warning.reason) == ("Warning", Reason.POD_CREATION_REFUSED)
+    assert "exceeded quota" in warning.message
+    assert kept_fleet_events(kept_as_announced(trouble), trouble) == []
+    assert kept_fleet_events(("True", "NoInstanceTypeFits"), trouble) != []  # a new reason
+    assert kept_fleet_events(None, ConditionValue("Degraded", "False", Reason.AS_EXPECTED, "")) == []
+    # The first refused reconcile: the Degraded of before the refusal was announced already.
+    durable = StatusMemory.from_status(
+        {"conditions": [{"type": "Degraded", "status": "True", "reason": "PodCreationRefused", "message": "m"}]}
+    )
+    assert kept_announced(DeploymentMemory(), durable) == ("True", "PodCreationRefused")
+    refused_before = StatusMemory.from_status(
+        {"conditions": [{"type": "Degraded", "status": "True", "reason": "InvalidSpec", "message": "m"}]}
+    )
+    assert kept_announced(DeploymentMemory(), refused_before) is None
