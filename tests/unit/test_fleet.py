@@ -1078,3 +1078,35 @@ def test_a_scale_down_drains_and_deletes_behind_a_creation_the_api_server_refuse
     state = [p for p in apply_refusing_creations(pods, plan.actions, NOW) if not p.deleting]
     assert sorted(roles(state).elements()) == ["active", "draining"]
     assert "d0" not in {p.name for p in state}
+
+
+def test_a_scale_down_mid_scale_up_deletes_the_newest_loading_pods_whatever_their_names() -> None:
+    # Review r17 finding 1: among loading pods equally far along, the plan kept the highest names
+    # (the drain order's last tie-break) and deleted the oldest, the closest to ready. A ReplicaSet
+    # deletes the newest first, and so does the simulator's fleet (sim/fleet.py ``_deletion_rank``).
+    for newest in (("p-3", "p-4"), ("p-1", "p-2")):
+        loading = [
+            pod(
+                name,
+                ready=False,
+                phase="Pending",
+                node=f"node-{name}",
+                created_at=NOW - timedelta(minutes=1 if name in newest else 5),
+            )
+            for name in ("p-1", "p-2", "p-3", "p-4")
+        ]
+        plan = plan_fleet("bert", target(3), [pod("p-0"), *loading], NOW)
+        assert sorted(a.name for a in plan.actions if isinstance(a, DeletePod)) == list(newest)
+        assert not [a for a in plan.actions if not isinstance(a, DeletePod)]
+
+
+def test_a_scale_down_mid_scale_up_deletes_the_pods_least_far_along_before_older_ones() -> None:
+    # How far along comes first (a running pod is kept over a newer-or-older pending one), then age.
+    loading = [
+        pod("p-1", ready=False, phase="Pending", node=None, created_at=NOW - timedelta(minutes=9)),
+        pod("p-2", ready=False, phase="Running", node="node-2", created_at=NOW - timedelta(minutes=1)),
+        pod("p-3", ready=False, phase="Pending", node="node-3", created_at=NOW - timedelta(minutes=8)),
+        pod("p-4", ready=False, phase="Pending", node="node-4", created_at=NOW - timedelta(minutes=2)),
+    ]
+    plan = plan_fleet("bert", target(3), [pod("p-0"), *loading], NOW)
+    assert sorted(a.name for a in plan.actions if isinstance(a, DeletePod)) == ["p-1", "p-4"]

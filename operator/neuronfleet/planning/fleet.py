@@ -125,7 +125,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal, Protocol, TypedDict
 
 from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
@@ -590,6 +590,19 @@ def _progress(pod: PodView) -> int:
     return 1 if pod.node is not None else 0
 
 
+#: An unready pod whose creation time is unknown ranks as the newest (it has proven nothing).
+_UNKNOWN_CREATION = datetime.max.replace(tzinfo=UTC)
+
+
+def _loading_rank(pod: PodView) -> tuple[int, datetime]:
+    """Unready pods, the one to keep first at the front: the furthest along (:func:`_progress`),
+    then the oldest. Among pods equally far along the older one is the likelier to turn ready
+    first, and a ReplicaSet deletes the newest first: the simulator's fleet does so too
+    (``sim.fleet`` ``_deletion_rank``). Before, the drain order's name tie-break decided, and a
+    scale-down during a scale-up deleted the pods closest to ready (review r17 finding 1)."""
+    return (-_progress(pod), pod.created_at or _UNKNOWN_CREATION)
+
+
 def _is_current(pod: PodView, revision: FleetRevision | None) -> bool:
     """The pod runs the target's artifact and template; pinned to the recorded manifest when one is
     recorded (a manifest republished under the same revision id rolls the pods to it, and the
@@ -713,8 +726,9 @@ def plan_fleet(
             ordered = policy.promotion_order(picked, staying, now, on_nodes, neighbours=neighbours)
         else:
             ordered = list(reversed(policy.drain_order(picked, staying, now, on_nodes, neighbours=neighbours)))
-        # Unready pods: the furthest along first (a stable sort keeps the zone order among equals).
-        return ordered if ready else sorted(ordered, key=_progress, reverse=True)
+        # Unready pods: the furthest along first, then the oldest (a stable sort keeps the zone order
+        # among equals: the pods one reconcile created share their creation time).
+        return ordered if ready else sorted(ordered, key=_loading_rank)
 
     # The active set: the best current pods, ranked ready active (evened among themselves), ready
     # warm (into the zones those leave short), unready active. An unready warm pod is never
@@ -816,7 +830,7 @@ def plan_fleet(
             # An old active not ready for a moment (a container restarting, a probe failing) is
             # kept too, within the deficit: deleted, nothing could replace it until the hold ends.
             old_actives_kept += sorted(
-                (pod for pod in outdated if pod.role == "active" and not pod.ready), key=_progress, reverse=True
+                (pod for pod in outdated if pod.role == "active" and not pod.ready), key=_loading_rank
             )[: max(0, target.active - len(active_set) - len(old_actives_kept))]
         # The pool's room: what the ready current pods of the warm set leave of it (the loading ones
         # are no standby yet). Each kept pod has its own clock (``kept_since``, stamped by the plan
@@ -840,7 +854,7 @@ def plan_fleet(
                 and (now - pod.kept_since).total_seconds() >= policy.progress_deadline_seconds
             ]
             standby = [pod for pod in standby if pod not in expired]
-        loading_old = sorted((pod for pod in old_warm if not pod.ready), key=_progress, reverse=True) if held else []
+        loading_old = sorted((pod for pod in old_warm if not pod.ready), key=_loading_rank) if held else []
         old_warm_kept = (standby + loading_old)[:room]
         for pod in old_warm_kept:
             # A stamp in the future (a skewed clock, a hand-written value) would keep the pod past
