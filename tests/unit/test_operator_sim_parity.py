@@ -19,10 +19,11 @@ import numpy as np
 import yaml
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
-from neuronfleet.planning.observation import DeploymentMemory
-from neuronfleet.planning.reconcile_plan import decide_targets
+from neuronfleet.planning.observation import DeploymentMemory, StatusMemory
+from neuronfleet.planning.reconcile_plan import decide_targets, warm_pool_status
 from neuronfleet.planning.signals import MetricSnapshot
-from neuronfleet.planning.warmpool import ColdStart
+from neuronfleet.planning.status import autoscaler_status
+from neuronfleet.planning.warmpool import ColdStart, WarmPoolDecision
 from neuronfleet.sim.fleet import FleetCounts
 from neuronfleet.sim.metrics import MetricsView
 from neuronfleet.sim.policies import Observed, ours_from_policy_file
@@ -71,15 +72,17 @@ def recorded_sequence() -> dict[float, MetricSnapshot | None]:
 class ReplayView(MetricsView):
     """The simulator's metrics view, answering from the same recording."""
 
-    def __init__(self, sequence: dict[float, MetricSnapshot | None]) -> None:
+    def __init__(self, sequence: dict[float, MetricSnapshot | None], start: float = 0.0) -> None:
         empty = np.zeros(0)
         super().__init__(1.0, empty, empty, empty, empty)
         self.sequence = sequence
+        self.start = start
 
     def snapshot(self, now: float, delay: float, serving: int | None = None) -> MetricSnapshot:
         assert delay == DELAY
+        snapshot = self.sequence[now]
         # The simulator has no "unreachable": its gap is a snapshot with every signal missing.
-        return self.sequence[now] or MetricSnapshot(time=now - delay)
+        return replace(snapshot, time=snapshot.time + self.start) if snapshot else MetricSnapshot(time=now - delay)
 
 
 def deployment() -> InferenceDeployment:
@@ -89,31 +92,59 @@ def deployment() -> InferenceDeployment:
     return InferenceDeployment.model_validate(manifest)
 
 
+def written_status(memory: DeploymentMemory, warm: WarmPoolDecision | None, active: int) -> dict[str, Any]:
+    """What the operator's status holds for a successor: the sections :func:`plan_reconcile`
+    writes (the autoscaler's checkpoint, rounded for reading; the warm pool last wanted), in wire form."""
+    status: dict[str, Any] = {"desiredReplicas": active}
+    section = autoscaler_status(memory.scaling_state.checkpoint)
+    if section is not None:
+        status["autoscaler"] = section.to_wire()
+    if warm is not None:
+        status["warmPool"] = warm_pool_status(warm.pods, warm.node_placeholders, warm.held_since, warm.reason).to_wire()
+    return status
+
+
 def decide_both(
-    sequence: dict[float, MetricSnapshot | None], between: tuple[float, ...] = ()
+    sequence: dict[float, MetricSnapshot | None],
+    between: tuple[float, ...] = (),
+    restart_at: tuple[int, ...] = (),
+    start: float = 0.0,
 ) -> tuple[list[tuple[int, int, int, str]], list[tuple[int, int, int, str]]]:
     """Each tick's (active, warm pods, node placeholders, reason) from the operator and the simulator.
 
     ``between``: seconds after each tick at which the operator reconciles again before the next
     decision is due (a pod event or the daemon's wake-up), as it does in a cluster; the simulator
-    decides only at the ticks."""
+    decides only at the ticks. ``restart_at``: ticks at which the operator restarts before deciding
+    (a fresh memory, the status its predecessor wrote) and the simulator's policy does too
+    (:meth:`Ours.restart`). ``start``: the clock at tick 0 (the sequence's times are offsets from it)."""
     dep = deployment()
     memory = DeploymentMemory()
     sim_policy = ours_from_policy_file(POLICY, max_replicas=20, setting="parity")
     sim_policy.scrape_delay = DELAY
-    view = ReplayView(sequence)
+    view = ReplayView({start + t: snap for t, snap in sequence.items()}, start)
 
     active, ready_history = 1, [1, 1]
     operator_decisions, sim_decisions = [], []
+    durable: StatusMemory | None = None
+    warm_written: WarmPoolDecision | None = None
     for tick in range(1, TICKS + 1):
-        now = tick * INTERVAL
+        now = start + tick * INTERVAL
         ready = min(active, ready_history[-2])  # new pods take two ticks to become ready
+        if tick in restart_at:
+            durable = StatusMemory.from_status(written_status(memory, warm_written, active))
+            memory = DeploymentMemory()
+            sim_policy.restart(now, active)
         # Cold starts measured part-way through the run change the warm-pool horizons of both.
         cold = ColdStart(pod_seconds=90.0, node_seconds=150.0) if tick >= 40 else ColdStart()
         memory = replace(memory, cold_start=cold)
-        snapshot = sequence[now]  # None: Prometheus unavailable
-        targets, memory = decide_targets(dep.spec, memory, snapshot, "Prometheus unavailable", active, ready, now)
+        snapshot = sequence[now - start]  # None: Prometheus unavailable
+        if snapshot is not None:
+            snapshot = replace(snapshot, time=snapshot.time + start)
+        targets, memory = decide_targets(
+            dep.spec, memory, snapshot, "Prometheus unavailable", active, ready, now, durable
+        )
         scale, warm = targets.scale, targets.warm
+        warm_written = warm
         targets = sim_policy.decide(
             now,
             view,
@@ -192,3 +223,25 @@ def test_a_diverging_policy_is_detected() -> None:
         differ |= ta.active != tb.active
         active_a, active_b = ta.active, tb.active
     assert differ
+
+
+def test_a_restarted_operator_and_simulator_resume_alike_from_the_status() -> None:
+    """Review r17 finding 4: a restarted operator resumes from its status (the autoscaler's
+    checkpoint as written: whole seconds, the service rate rounded), so a simulated restart resumes
+    from the same round trip, not from the exact in-memory checkpoint: their reasons differed. The
+    clock is a real one (not whole-second ticks from 0), so the written times are rounded too."""
+    sequence: dict[float, MetricSnapshot | None] = {}
+    for tick in range(1, TICKS + 1):
+        now = tick * INTERVAL
+        rate = 137.3 * (1 + 0.8 * math.sin(math.pi * tick / 70) ** 2)  # a service rate to learn, then more load
+        sequence[now] = MetricSnapshot(
+            time=now - DELAY, queue_depth=0.5, in_flight=rate / 37.137, arrival_rate=rate, utilization=0.5
+        )
+    start = 1_764_000_000.37
+    operator_decisions, sim_decisions = decide_both(sequence, restart_at=(45, 90, 120), start=start)
+    for tick, (ours, theirs) in enumerate(zip(operator_decisions, sim_decisions, strict=True), start=1):
+        assert ours == theirs, f"tick {tick}: operator {ours} != simulator {theirs}"
+    # The restarts resumed from a checkpoint (sized on the service rate at once), and a pool wanted.
+    assert operator_decisions[44][3].startswith("rate "), operator_decisions[44]
+    assert "found at the takeover" in operator_decisions[89][3]
+    assert max(d[2] for d in operator_decisions[44:]) > 0

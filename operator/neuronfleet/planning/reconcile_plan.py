@@ -232,13 +232,8 @@ def decide_targets(
     was refused, not requested).
     """
     if durable is not None and memory.last_scaling_at is None:
-        memory = replace(
-            memory,
-            scaling_state=scaling.take_over(
-                checkpoint_from_status(durable.autoscaler), now, current, spec.scaling.target_utilization
-            ),
-            warm_state=warmpool.take_over(now, durable.warm_pods, durable.warm_placeholders, durable.warm_held_since),
-        )
+        scaling_state, warm_state = take_over(durable, now, current, spec.scaling.target_utilization)
+        memory = replace(memory, scaling_state=scaling_state, warm_state=warm_state)
     # The decision re-served this round, None when the autoscaler decides.
     # Manual decides every round (a replicas edit applies at once); Auto re-serves a decision made
     # in Auto mode only (a mode change is due at once: see scaling_due).
@@ -306,6 +301,31 @@ def decide_targets(
     memory = replace(memory, warm_state=warm.new_state)
     warm_reason, memory = _warm_said(memory, warm, now)
     return Targets(scale, warm, available, message, problem_reason, warm_reason), memory
+
+
+def take_over(
+    durable: StatusMemory, now: float, current: int, target_utilization: float
+) -> tuple[scaling.ScalingState, warmpool.WarmPoolState]:
+    """The autoscaler's and the warm pool's states of an operator that takes a deployment over at
+    ``now`` with ``current`` active replicas, from what its predecessor's status holds (``durable``):
+    the checkpoint as the status wrote it (rounded: :func:`autoscaler_status`), the pool last
+    wanted. The one path a restart takes, the operator's and the simulator's
+    (:meth:`neuronfleet.sim.policies.Ours.restart`) alike."""
+    return (
+        scaling.take_over(checkpoint_from_status(durable.autoscaler), now, current, target_utilization),
+        warmpool.take_over(now, durable.warm_pods, durable.warm_placeholders, durable.warm_held_since),
+    )
+
+
+def warm_pool_status(pods: int, placeholders: int, held_since: float | None, reason: str) -> WarmPoolStatus:
+    """The ``warmPool`` status section: the pool wanted and since when a pool found is held (whole
+    seconds, as Kubernetes writes times), which a successor resumes from (:func:`take_over`)."""
+    return WarmPoolStatus(
+        desired_pods=pods,
+        desired_placeholders=placeholders,
+        reason=reason,
+        held_since=rfc3339(datetime.fromtimestamp(held_since, UTC)) if held_since is not None else None,
+    )
 
 
 def _warm_said(memory: DeploymentMemory, warm: warmpool.WarmPoolDecision, now: float) -> tuple[str, DeploymentMemory]:
@@ -594,11 +614,8 @@ def plan_reconcile(
             if placement is not None
             else None
         ),
-        warm_pool=WarmPoolStatus(
-            desired_pods=warm.pods,
-            desired_placeholders=warm.node_placeholders,
-            reason=targets.warm_reason or warm.reason,
-            held_since=rfc3339(datetime.fromtimestamp(warm.held_since, UTC)) if warm.held_since is not None else None,
+        warm_pool=warm_pool_status(
+            warm.pods, warm.node_placeholders, warm.held_since, targets.warm_reason or warm.reason
         ),
         cold_start=coldstart.status(cold_state, measured_type),
         autoscaler=autoscaler_status(memory.scaling_state.checkpoint),

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from neuronfleet.api.v1alpha1 import ScalingSpec, WarmPoolSpec
-from neuronfleet.planning import coldstart, scaling, warmpool
+from neuronfleet.planning import coldstart, reconcile_plan, scaling, warmpool
+from neuronfleet.planning.observation import StatusMemory
+from neuronfleet.planning.status import autoscaler_status
 from neuronfleet.sim.fleet import FleetCounts
 from neuronfleet.sim.metrics import MetricsView
 from neuronfleet.sim.scaledown import ScaleDownBy
@@ -103,15 +105,25 @@ class Ours:
     def restart(self, now: float, current: int, resume: bool = True) -> None:
         """The operator restarts at ``now`` with ``current`` active replicas: its in-process memory
         is lost; it takes over from the status as the operator does (the autoscaler from its last
-        checkpoint, else holding the fleet found; the warm pool holding the pool last wanted), or,
+        checkpoint as the status holds it, else holding the fleet found; the warm pool holding the pool
+        last wanted: :func:`neuronfleet.planning.reconcile_plan.take_over`), or,
         without ``resume``, starts afresh as before it kept either. The cold starts measured are the
         simulated fleet's (:class:`Observed`), kept either way: the operator carries its figures over
         in ``status.coldStart`` (:func:`neuronfleet.planning.coldstart.take_over`)."""
         if resume:
-            self.scaling_state = scaling.take_over(
-                self.scaling_state.checkpoint, now, current, self.scaling_spec.target_utilization
+            # Through the status, as the operator's successor reads it: from the exact checkpoint the
+            # simulator resumed with figures the status rounds (times to the second, the service
+            # rate), and its reasons differed from the operator's (review r17 finding 4).
+            pods, placeholders, held_since = self.pool_wanted
+            status: dict[str, Any] = {
+                "warmPool": reconcile_plan.warm_pool_status(pods, placeholders, held_since, "").to_wire()
+            }
+            section = autoscaler_status(self.scaling_state.checkpoint)
+            if section is not None:
+                status["autoscaler"] = section.to_wire()
+            self.scaling_state, self.warm_state = reconcile_plan.take_over(
+                StatusMemory.from_status(status), now, current, self.scaling_spec.target_utilization
             )
-            self.warm_state = warmpool.take_over(now, *self.pool_wanted)
         else:
             self.scaling_state = scaling.ScalingState()
             self.warm_state = warmpool.WarmPoolState()
