@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import yaml
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.metrics.prometheus import queries_for
 from neuronfleet.planning.observation import DeploymentMemory, StatusMemory
 from neuronfleet.planning.reconcile_plan import decide_targets, warm_pool_status
-from neuronfleet.planning.signals import MetricSnapshot
+from neuronfleet.planning.signals import QUERIED, MetricSnapshot
 from neuronfleet.planning.status import autoscaler_status
 from neuronfleet.planning.warmpool import ColdStart, WarmPoolDecision
 from neuronfleet.sim.fleet import FleetCounts
@@ -85,11 +87,20 @@ class ReplayView(MetricsView):
         return replace(snapshot, time=snapshot.time + self.start) if snapshot else MetricSnapshot(time=now - delay)
 
 
-def deployment() -> InferenceDeployment:
+def deployment(policy: dict[str, Any] = POLICY) -> InferenceDeployment:
     manifest = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
-    manifest["spec"]["scaling"] = POLICY["scaling"]
-    manifest["spec"]["warmPool"] = POLICY["warmPool"]
+    manifest["spec"]["scaling"] = policy["scaling"]
+    manifest["spec"]["warmPool"] = policy["warmPool"]
     return InferenceDeployment.model_validate(manifest)
+
+
+def as_the_reader_returns(dep: InferenceDeployment, snapshot: MetricSnapshot | None) -> MetricSnapshot | None:
+    """``snapshot`` as the operator's Prometheus reader returns it for ``dep``: a field whose query it
+    does not ask (:func:`queries_for`: an empty query) is None."""
+    asked = queries_for(dep)
+    if snapshot is None:
+        return None
+    return replace(snapshot, **{name: None for name in QUERIED if name not in asked})
 
 
 def written_status(memory: DeploymentMemory, warm: WarmPoolDecision | None, active: int) -> dict[str, Any]:
@@ -109,6 +120,7 @@ def decide_both(
     between: tuple[float, ...] = (),
     restart_at: tuple[int, ...] = (),
     start: float = 0.0,
+    policy: dict[str, Any] = POLICY,
 ) -> tuple[list[tuple[int, int, int, str]], list[tuple[int, int, int, str]]]:
     """Each tick's (active, warm pods, node placeholders, reason) from the operator and the simulator.
 
@@ -117,9 +129,9 @@ def decide_both(
     decides only at the ticks. ``restart_at``: ticks at which the operator restarts before deciding
     (a fresh memory, the status its predecessor wrote) and the simulator's policy does too
     (:meth:`Ours.restart`). ``start``: the clock at tick 0 (the sequence's times are offsets from it)."""
-    dep = deployment()
+    dep = deployment(policy)
     memory = DeploymentMemory()
-    sim_policy = ours_from_policy_file(POLICY, max_replicas=20, setting="parity")
+    sim_policy = ours_from_policy_file(policy, max_replicas=20, setting="parity")
     sim_policy.scrape_delay = DELAY
     view = ReplayView({start + t: snap for t, snap in sequence.items()}, start)
 
@@ -137,7 +149,7 @@ def decide_both(
         # Cold starts measured part-way through the run change the warm-pool horizons of both.
         cold = ColdStart(pod_seconds=90.0, node_seconds=150.0) if tick >= 40 else ColdStart()
         memory = replace(memory, cold_start=cold)
-        snapshot = sequence[now - start]  # None: Prometheus unavailable
+        snapshot = as_the_reader_returns(dep, sequence[now - start])  # None: Prometheus unavailable
         if snapshot is not None:
             snapshot = replace(snapshot, time=snapshot.time + start)
         targets, memory = decide_targets(
@@ -245,3 +257,28 @@ def test_a_restarted_operator_and_simulator_resume_alike_from_the_status() -> No
     assert operator_decisions[44][3].startswith("rate "), operator_decisions[44]
     assert "found at the takeover" in operator_decisions[89][3]
     assert max(d[2] for d in operator_decisions[44:]) > 0
+
+
+@pytest.mark.parametrize("query", ["queueDepth", "inFlight", "arrivalRate", "utilization", "arrivalPeak"])
+def test_an_empty_query_turns_its_signal_off_in_the_simulator_as_in_the_operator(query: str) -> None:
+    """Review r17 finding 2: the operator's reader never asks an empty query (the signal is None),
+    but the simulator's metrics compute every signal and its policy sized on the one turned off."""
+    sequence: dict[float, MetricSnapshot | None] = {}
+    for tick in range(1, TICKS + 1):
+        now = tick * INTERVAL
+        rate = 150.0 if tick < 60 else 300.0 if tick < 100 else 90.0  # a service rate to learn, then more, less
+        sequence[now] = MetricSnapshot(
+            time=now - DELAY,
+            queue_depth=0.5 * rate / 150,
+            in_flight=4.0 * rate / 150,
+            arrival_rate=rate,
+            utilization=min(1.0, 0.5 * rate / 150),
+            arrival_peak=rate * (3.0 if 70 <= tick < 75 else 1.05),
+        )
+    policy = {**POLICY, "scaling": {**POLICY["scaling"], "metrics": {query: ""}}}
+    operator_decisions, sim_decisions = decide_both(sequence, policy=policy)
+    for tick, (ours, theirs) in enumerate(zip(operator_decisions, sim_decisions, strict=True), start=1):
+        assert ours == theirs, f"tick {tick}: operator {ours} != simulator {theirs}"
+    # The run moved: up with the load, and down again.
+    desired = [d[0] for d in operator_decisions]
+    assert max(desired) > desired[0] and desired[-1] < max(desired)

@@ -496,18 +496,24 @@ def test_simulate_names_the_scaling_metrics_fields_it_does_not_model(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The simulator computes each signal as the default queries read it: a Prometheus URL or a
-    # custom query in the file changed nothing, and no note said so. staleAfterSeconds does apply.
+    # custom query in the file changed nothing, and no note said so. staleAfterSeconds does apply,
+    # and so does an empty query: it turns its signal off as in the operator (review r17 finding 2:
+    # the note named it "not modelled").
     content = (
         "scaling:\n  targetUtilization: 0.6\n  metrics:\n    prometheusUrl: http://prom.example:9090\n"
-        "    utilization: 'sum(rate(foo[1m]))'\n    arrivalPeak: ''\n    staleAfterSeconds: 30\n"
+        "    utilization: 'sum(rate(foo[1m]))'\n    arrivalPeak: ''\n    arrivalRate: ' '\n"
+        "    staleAfterSeconds: 30\n"
     )
     policy, out, _ = read_policy_only(tmp_path, content, capsys, accepted=True)
     out = " ".join(out.split())
     assert (
         f"note: {policy}: fields the simulator does not use: not modelled: scaling.metrics.prometheusUrl, "
-        "scaling.metrics.utilization, scaling.metrics.arrivalPeak" in out
+        "scaling.metrics.utilization" in out
     )
+    assert "arrivalPeak" not in out and "arrivalRate" not in out
     assert "staleAfterSeconds" not in out and "targetUtilization" not in out
+    _, out, _ = read_policy_only(tmp_path, "scaling: {metrics: {inFlight: ''}}\n", capsys, accepted=True)
+    assert "note:" not in out
     _, out, _ = read_policy_only(tmp_path, "scaling: {metrics: {staleAfterSeconds: 30}}\n", capsys, accepted=True)
     assert "note:" not in out
 

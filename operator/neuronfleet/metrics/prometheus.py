@@ -118,6 +118,7 @@ from neuronfleet.api.v1alpha1 import InferenceDeployment, MetricQueries
 from neuronfleet.metrics.prometheus_auth import PrometheusCredentials, TrustBundle
 from neuronfleet.planning.prometheus_queries import refused_query_note
 from neuronfleet.planning.prometheus_urls import PrometheusUrlPolicy
+from neuronfleet.planning.scaling import queries_off
 from neuronfleet.planning.signals import QUERIED, SIGNALS, MetricSnapshot
 
 logger = logging.getLogger(__name__)
@@ -131,12 +132,10 @@ def render(query: str, namespace: str, name: str) -> str:
 def queries_for(dep: InferenceDeployment) -> dict[str, str]:
     metrics: MetricQueries = dep.spec.scaling.metrics
     namespace = dep.metadata.namespace or "default"
-    # An empty query turns its signal off (missing, as if it returned nothing) without a round trip.
-    return {
-        signal: render(getattr(metrics, signal), namespace, dep.name)
-        for signal in QUERIED
-        if getattr(metrics, signal).strip()
-    }
+    # An empty query turns its signal off (None, as if it returned nothing) without a round trip:
+    # the simulator leaves it out by the same rule (planning.scaling.as_read).
+    off = queries_off(dep.spec.scaling)
+    return {signal: render(getattr(metrics, signal), namespace, dep.name) for signal in QUERIED if signal not in off}
 
 
 #: The per-deployment default of every query (templates), and their fleet-wide form, by field name.

@@ -136,7 +136,7 @@ from neuronfleet.api.v1alpha1 import (
     ScalingSpec,
 )
 from neuronfleet.planning import hold
-from neuronfleet.planning.signals import SIGNALS, MetricSnapshot
+from neuronfleet.planning.signals import QUERIED, SIGNALS, MetricSnapshot
 
 #: Knative's stable window: the shortest time panic mode holds after its trigger last fired.
 MIN_PANIC_HOLD_SECONDS = 60.0
@@ -370,9 +370,24 @@ def service_rate_key(spec: InferenceDeploymentSpec, revision: str | None, instan
     )
 
 
+def queries_off(spec: ScalingSpec) -> frozenset[str]:
+    """The snapshot's fields (:data:`~neuronfleet.planning.signals.QUERIED`) whose query ``spec``
+    left empty: the operator's Prometheus reader never asks them (``metrics.prometheus.queries_for``),
+    so its snapshot has them None. The one rule for both the reader and the simulator (:func:`as_read`)."""
+    return frozenset(name for name in QUERIED if not getattr(spec.metrics, name).strip())
+
+
 def turned_off(spec: ScalingSpec) -> frozenset[str]:
     """The signals whose query ``spec`` left empty: turned off, never read, so never missing."""
-    return frozenset(name for name in SIGNALS if not getattr(spec.metrics, name).strip())
+    return queries_off(spec) & frozenset(SIGNALS)
+
+
+def as_read(spec: ScalingSpec, snapshot: MetricSnapshot) -> MetricSnapshot:
+    """``snapshot`` as the operator's reader returns it under ``spec``: the fields of the queries it
+    never asks (:func:`queries_off`) are None. The simulator computes every signal; passed on, a
+    signal turned off sized its fleet where the operator's had none (review r17 finding 2)."""
+    off = queries_off(spec)
+    return replace(snapshot, **dict.fromkeys(off)) if off else snapshot
 
 
 def unmeasured(spec: ScalingSpec, decision: ScalingDecision) -> str | None:

@@ -22,7 +22,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from neuronfleet.api.crd import openapi_schema
-from neuronfleet.api.v1alpha1 import API_VERSION, KIND, ScalingSpec
+from neuronfleet.api.v1alpha1 import API_VERSION, KIND, MetricQueries, ScalingSpec
 from neuronfleet.api.validation import (
     load_manifests,
     not_utf8_message,
@@ -38,6 +38,7 @@ from neuronfleet.planning.placement import (
     QuantityError,
     headroom_from_quantities,
 )
+from neuronfleet.planning.signals import QUERIED
 from neuronfleet.sim import report, runner
 from neuronfleet.sim.oracle import launch_seconds
 from neuronfleet.sim.policies import DEFAULT_SCRAPE_DELAY, crd_max_replicas
@@ -318,14 +319,18 @@ GOVERNED_ELSEWHERE: dict[str, str] = {
 #: The one ``scaling.metrics`` field a run uses: the simulated samples are 10 s old at each decision
 #: (:data:`~neuronfleet.sim.policies.DEFAULT_SCRAPE_DELAY`), and ``scaling.decide`` drops older ones.
 USED_METRICS_FIELDS = ("staleAfterSeconds",)
+#: The queries a run models when empty: the signal is turned off, never asked, as in the operator
+#: (:func:`~neuronfleet.planning.scaling.as_read`). Any other text is not modelled.
+OFF_WHEN_EMPTY = tuple(MetricQueries.model_fields[name].alias or name for name in QUERIED)
 
 
 def unused_spec_fields(spec: dict[str, Any], where: str = "spec.") -> str:
     """The fields a CR's ``spec`` (or a policy file) sets that a run does not use, as one line ('' if
     none): every field outside ``scaling``/``warmPool``; ``scaling.latencySloMs`` (attainment is
     measured against ``--slo-ms`` or the profile's SLO, so a CR's own would otherwise look applied);
-    and ``scaling.metrics`` but its ``staleAfterSeconds`` (the simulator computes each signal as the
-    default queries read it: a Prometheus URL, a custom or empty query changes nothing)."""
+    and ``scaling.metrics`` but its ``staleAfterSeconds`` and its empty queries (the simulator computes
+    each signal as the default queries read it: a Prometheus URL or a custom query changes nothing; an
+    empty one turns its signal off, as in the operator)."""
     governed, unmodelled = [], []
     for section, value in spec.items():
         if section == "warmPool":
@@ -336,7 +341,12 @@ def unused_spec_fields(spec: dict[str, Any], where: str = "spec.") -> str:
                 governed.append(f"{where}{field} (set by {GOVERNED_ELSEWHERE[field]})")
             elif field == "scaling.metrics":
                 queries = value[key] if isinstance(value[key], dict) else {}
-                unmodelled += [f"{where}{field}.{name}" for name in queries if name not in USED_METRICS_FIELDS]
+                unmodelled += [
+                    f"{where}{field}.{name}"
+                    for name, query in queries.items()
+                    if name not in USED_METRICS_FIELDS
+                    and not (name in OFF_WHEN_EMPTY and isinstance(query, str) and not query.strip())
+                ]
             elif section != "scaling":
                 unmodelled.append(f"{where}{field}")
     parts = [", ".join(governed)] if governed else []

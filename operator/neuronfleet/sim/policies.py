@@ -130,7 +130,8 @@ class Ours:
 
     def decide(self, now: float, metrics: MetricsView, observed: Observed) -> Targets:
         counts = observed.counts
-        snapshot = metrics.snapshot(now, self.scrape_delay, counts.serving)
+        # As the operator's reader returns it: a signal whose query the spec empties is not asked.
+        snapshot = scaling.as_read(self.scaling_spec, metrics.snapshot(now, self.scrape_delay, counts.serving))
         decision = scaling.decide(self.scaling_spec, self.scaling_state, snapshot, counts.active, counts.serving, now)
         self.scaling_state = decision.new_state
         return self.targets(decision, now, observed)
