@@ -127,6 +127,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from neuronfleet.api.v1alpha1 import (
     MAX_STATUS_SCALE_EVENTS,
@@ -386,8 +387,8 @@ def as_read(spec: ScalingSpec, snapshot: MetricSnapshot) -> MetricSnapshot:
     """``snapshot`` as the operator's reader returns it under ``spec``: the fields of the queries it
     never asks (:func:`queries_off`) are None. The simulator computes every signal; passed on, a
     signal turned off sized its fleet where the operator's had none (review r17 finding 2)."""
-    off = queries_off(spec)
-    return replace(snapshot, **dict.fromkeys(off)) if off else snapshot
+    unasked: dict[str, Any] = dict.fromkeys(queries_off(spec))  # signals only: never the time
+    return replace(snapshot, **unasked) if unasked else snapshot
 
 
 def unmeasured(spec: ScalingSpec, decision: ScalingDecision) -> str | None:
