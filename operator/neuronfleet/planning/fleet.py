@@ -29,8 +29,9 @@ Rules (DESIGN.md, fleet model):
   sha256 the artifact records (``PodView.artifact_sha256``, when one is recorded). The ``active``
   set is the best ``target.active`` of them, ranked ready active, ready warm, unready active (an
   unready warm pod is never promoted: it joins the Service once loaded); among unready pods the
-  furthest along is kept first (running and loading, then bound and pulling, then unbound), so a
-  scale-down never deletes a loading pod to keep one still waiting for a node. Scale-up promotes
+  furthest along is kept first (running and loading, then bound and pulling, then unbound), then
+  the oldest (a ReplicaSet deletes the newest first), so a scale-down never deletes a loading pod
+  to keep one still waiting for a node, nor the pods closest to ready to keep newer ones. Scale-up promotes
   ready warm pods first (a label change). The warm set is the pool (``target.warm``) plus the
   loading pods that will complete the active set; a surplus ready active pod joins the pool
   rather than being deleted, sparing a cold start. Missing pods are created: as ``active`` up to
