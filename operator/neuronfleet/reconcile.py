@@ -123,6 +123,7 @@ from neuronfleet.planning.reconcile_plan import (
     StartCompileJob,
     after_apply_events,
     first_write_events,
+    first_write_status,
     inputs_after_apply,
     kept_announced,
     kept_as_announced,
@@ -881,7 +882,9 @@ class Reconciler:
             # request, for those reconciles alone): a new spec is otherwise not noticed before its
             # plan is applied, when the status planned from the stale body is the one already there.
             check = bool(plan.actions or plan.compile_actions)
-            first = await self._write_status(namespace, dep.name, status, plan.status, version, planned, check)
+            # A takeover's Degraded False waits for the apply's outcome (first_write_status says why).
+            sent = first_write_status(durable, plan.status, not memory.takeover_announced)
+            first = await self._write_status(namespace, dep.name, status, sent, version, planned, check)
         except Superseded as exc:
             # Planned from a spec the object no longer has: none of it is applied either. The
             # re-run plans from the object as the watch has it then (a watch that has not delivered
@@ -920,7 +923,8 @@ class Reconciler:
         )
         unwritten: tuple[str, ...] = ()
         conflict = False
-        # The apply's outcome not written: a Recovered held back (first_write_events) stays unsaid.
+        # The apply's outcome not written: a Recovered held back (first_write_events) stays unsaid here;
+        # the Degraded found stays written (first_write_status), so whoever reconciles next says it.
         unconfirmed = False
         seen = first.seen
         try:

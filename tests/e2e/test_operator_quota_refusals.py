@@ -7,6 +7,7 @@ operator names the spec field that sets what the quota counts and `kubectl descr
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -18,6 +19,7 @@ from test_operator_admission_refusals import manual
 from test_operator_kubectl import run_kubectl
 
 from neuronfleet.planning.reconcile_plan import FOUND_ON_TAKEOVER
+from neuronfleet.reconcile import Reconciler
 
 
 async def create_quota(harness: OperatorHarness, namespace: str, name: str, hard: dict[str, str]) -> None:
@@ -160,3 +162,40 @@ async def test_a_refusal_gone_at_a_takeover_is_said_recovered_once_the_pods_are_
     assert harness.pods("lifted", "q")
     assert harness.condition("lifted", "q", "Degraded")["status"] == "False"
     assert [r for r, _ in degraded_events(harness, "lifted", "q")].count("Recovered") == 1
+
+
+async def test_a_refusal_gone_at_a_takeover_stopped_in_its_apply_is_said_recovered_by_the_next_operator(
+    harness: OperatorHarness, monkeypatch: Any
+) -> None:
+    # Review r18, finding 1: the takeover's first write said Degraded False and held its Recovered back
+    # for the apply's outcome; stopped (SIGTERM) during the apply, that outcome went unwritten and the
+    # Recovered unsaid, and the next operator, reading Degraded False, announced nothing.
+    await create_quota(harness, "stopped", "neuron", {"requests.aws.amazon.com/neuroncore": "0"})
+    await refused_serving(harness, "stopped", "q")
+    await harness.stop()
+    await k8s.CoreV1Api(await harness.api()).delete_namespaced_resource_quota("neuron", "stopped")
+    real = Reconciler.apply
+    stopper: list[asyncio.Task[None]] = []
+
+    async def apply(self: Reconciler, dep: Any, plan: Any, stopping: asyncio.Event) -> Any:
+        if not stopper and dep.metadata.name == "q":
+            stopper.append(asyncio.create_task(harness.stop()))  # SIGTERM arrives during the apply
+            await asyncio.wait_for(stopping.wait(), 30)
+        return await real(self, dep, plan, stopping)
+
+    monkeypatch.setattr(Reconciler, "apply", apply)
+    await harness.start()
+    await harness.wait(lambda: bool(stopper) and stopper[0].done(), timeout=120, what="the stop")
+    monkeypatch.setattr(Reconciler, "apply", real)
+    # The first write stands, and its Degraded is still the one found: the successor's to resolve.
+    assert harness.condition("stopped", "q", "Degraded")["reason"] == "PodCreationRefused"
+    assert "Recovered" not in [r for r, _ in degraded_events(harness, "stopped", "q")]
+    await harness.start()
+    await harness.wait(
+        lambda: [r for r, _ in degraded_events(harness, "stopped", "q")][-1:] == ["Recovered"],
+        timeout=120,
+        what="Recovered",
+    )
+    assert harness.pods("stopped", "q")
+    assert harness.condition("stopped", "q", "Degraded")["status"] == "False"
+    assert [r for r, _ in degraded_events(harness, "stopped", "q")].count("Recovered") == 1

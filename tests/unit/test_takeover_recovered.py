@@ -14,7 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from neuronfleet.planning.observation import StatusMemory
-from neuronfleet.planning.reconcile_plan import FOUND_ON_TAKEOVER, after_apply_events, first_write_events
+from neuronfleet.planning.reconcile_plan import (
+    FOUND_ON_TAKEOVER,
+    after_apply_events,
+    first_write_events,
+    first_write_status,
+)
 
 QUOTA = "pods refused: exceeded quota: neuron, requested: aws.amazon.com/neuroncore=1, limited: 0"
 
@@ -74,3 +79,26 @@ def test_without_a_takeover_a_recovery_is_said_with_the_first_write() -> None:
     assert after_apply_events(before, status(HEALTHY), status(HEALTHY), "") == []
     # ...and a trouble the apply meets afterwards is a new one, warned of.
     assert said(after_apply_events(before, status(HEALTHY), status(REFUSED), "")) == [("Warning", "PodCreationRefused")]
+
+
+def test_a_takeovers_first_write_keeps_the_degraded_it_found_until_the_apply_outcome() -> None:
+    # Review r18, finding 1: written False first, an outcome left unwritten (a stop in the apply) left
+    # Degraded False with its Recovered unsaid, and the next operator, reading False, never said it.
+    found = StatusMemory.from_status(status(REFUSED))
+    planned = {"desiredReplicas": 3, "conditions": [condition("Ready", "True", "AsExpected"), HEALTHY]}
+    sent = first_write_status(found, planned, takeover=True)
+    assert sent["conditions"] == [condition("Ready", "True", "AsExpected"), REFUSED]
+    assert sent["desiredReplicas"] == 3
+    # The successor takes it over as this one did: the Recovered is held and said after its apply.
+    again = StatusMemory.from_status(sent)
+    assert first_write_events(again, planned, "", None, takeover=True) == []
+    assert said(after_apply_events(again, planned, planned, "", takeover=True)) == [("Normal", "Recovered")]
+
+
+def test_the_first_write_is_the_plans_own_off_a_takeover_or_when_the_trouble_stands() -> None:
+    found = StatusMemory.from_status(status(REFUSED))
+    assert first_write_status(found, status(HEALTHY)) == status(HEALTHY)
+    other = condition("Degraded", "True", "PriorityClassMissing", "no PriorityClass neuron-standby")
+    assert first_write_status(found, status(other), takeover=True) == status(other)
+    healthy = StatusMemory.from_status(status(HEALTHY))
+    assert first_write_status(healthy, status(HEALTHY, desired=3), takeover=True) == status(HEALTHY, desired=3)

@@ -870,6 +870,20 @@ def _holds_recovery(durable: StatusMemory, first: Mapping[str, Any], takeover: b
     )
 
 
+def first_write_status(durable: StatusMemory, status: Mapping[str, Any], takeover: bool = False) -> Mapping[str, Any]:
+    """The status a reconcile's first write sends, planned as ``status``: on a takeover whose plan
+    turns Degraded False (:func:`_holds_recovery`), Degraded stays the one found (True, its reason and
+    message) until the status after the apply is written. Written False first, an outcome that then
+    went unwritten (the operator stopped in the apply, the write failed or met a second conflict)
+    left Degraded False with its Recovered unsaid, and the next operator, reading False, never said
+    it (review r18, finding 1); kept True, the next one takes the object over as this one did."""
+    if not _holds_recovery(durable, status, takeover):
+        return status
+    found = dict(durable.condition("Degraded"))
+    conditions = [found if c.get("type") == "Degraded" else c for c in status.get("conditions") or []]
+    return {**status, "conditions": conditions}
+
+
 def first_write_events(
     durable: StatusMemory,
     first: Mapping[str, Any],
