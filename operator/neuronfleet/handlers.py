@@ -8,7 +8,8 @@
   no in-process memory), then every ``interval`` seconds, or sooner when woken or when the
   autoscaler's next decision is due (the reconcile says when). Its back-off
   after a failure (doubling from the interval, at most :data:`MAX_BACKOFF_SECONDS`) is the
-  operator's one retry policy.
+  operator's one retry policy; a refused spec with nothing kept to reconcile is retried on the
+  same steps, counted apart from failures (:func:`retry_delay`).
 - wake-ups: a spec change (a new ``metadata.generation``; the operator's own status writes do
   not wake it) and any change of one of the object's pods.
 - the same pod watch keeps an index of the pods by the node each holds (:func:`pods_on_nodes`),
@@ -295,6 +296,15 @@ async def _signal_when_stopped(stopped: kopf.DaemonStopped, wakeup: asyncio.Even
     wakeup.set()
 
 
+def retry_delay(interval: float, failures: int, idle: int) -> float:
+    """Seconds until the next reconcile: ``interval`` doubled per failure in a row (at most
+    :data:`MAX_BACKOFF_SECONDS`), and likewise per reconcile in a row of a refused spec with nothing
+    to reconcile (``idle``): that one is no error, but retried every interval it would only rewrite
+    the same InvalidSpec status, for as long as the spec stays refused."""
+    steps = max(failures, idle)
+    return min(MAX_BACKOFF_SECONDS, interval * 2 ** min(steps, 6)) if steps else interval
+
+
 async def _converge(
     context: OperatorContext,
     body: kopf.Body,
@@ -306,6 +316,9 @@ async def _converge(
 ) -> None:
     failures = 0
     conflicts = 0
+    # Reconciles in a row that met a refused spec and had nothing to reconcile (no error: see
+    # ReconcileReport.refusal_idle); spaced as failures are, counted apart from them.
+    idle = 0
     while not stopped:
         interval = context.reconciler.settings.interval_seconds
         # Cleared before the reconcile: a change during it wakes the next one at once.
@@ -328,9 +341,11 @@ async def _converge(
             else:
                 conflicts = 0
                 failures = failures + 1 if report.error else 0
+                idle = idle + 1 if report.refusal_idle else 0
                 context.failure_to_post(namespace, name, None)
         except Exception as exc:  # any failure: report it, back off, try again; never crash-loop
             conflicts = 0
+            idle = 0
             failures += 1
             context.failures += 1
             message = failure_message(exc)
@@ -339,7 +354,7 @@ async def _converge(
                 await context.post_events(body, [Event("Warning", Reason.RECONCILE_FAILED, message)])
         if conflicts == 1:
             continue
-        delay = min(MAX_BACKOFF_SECONDS, interval * 2 ** min(failures, 6)) if failures else interval
+        delay = retry_delay(interval, failures, idle)
         if not failures and decision_in is not None:
             # The autoscaler decides every spec.scaling.intervalSeconds, not at the first periodic
             # reconcile after that (every 20 s for 15 under a 10 s interval; 10 s for 5).

@@ -206,6 +206,10 @@ class ReconcileReport:
     #: not a failure (that reconcile did its work), so no back-off, and the kept spec's autoscaler
     #: keeps its cadence. Its own errors, and a failed cleanup, are still in :attr:`error`.
     refusal: str | None = None
+    #: The refusal left nothing to reconcile (no last valid spec known: the operator restarted since
+    #: the spec was refused): still no error, but retried on a back-off of its own (see
+    #: :func:`neuronfleet.handlers.retry_delay`), not every interval, so it does not loop on the API.
+    refusal_idle: bool = False
 
 
 @dataclass(frozen=True)
@@ -1065,7 +1069,7 @@ class Reconciler:
                 fleet = refused_fleet(cluster.pods, now, StatusMemory.from_status(status))
         new = invalid_status(status, message, metadata.get("generation"), now, fleet)
         if stopping.is_set():
-            return ReconcileReport((), (), status, False, memory, message, 0, stopped=True)
+            return ReconcileReport((), (), status, False, memory, failed, 0, stopped=True, refusal=message)
         try:
             write = await self._write_status(namespace, name, status, new, version, metadata)
         except Superseded as exc:
@@ -1092,8 +1096,10 @@ class Reconciler:
         durable = StatusMemory.from_status(status if write.live is None else write.live)
         events = tuple(status_events(durable, new, "", takeover=takeover))
         await self.post_events(body, events)
-        error = f"{message}; {failed}" if failed else message
-        return ReconcileReport((), events, new, False, memory, error, writes)
+        # The refusal apart from errors, as with a last valid spec kept (:meth:`_refused`): counted as
+        # one, the same spec was a reconcile error (outcome="error", the errors alert) only after a
+        # restart. A failed cleanup or pod read is still an error.
+        return ReconcileReport((), events, new, False, memory, failed, writes, refusal=message, refusal_idle=True)
 
 
 __all__ = [

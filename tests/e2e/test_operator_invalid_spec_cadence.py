@@ -11,11 +11,15 @@ import asyncio
 import itertools
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from operator_harness import FAST_START, NEURON_SCHEDULER, REPO, OperatorHarness, example, inf2_node_groups
 from test_operator_decision_cadence import OPERATOR_INTERVAL, Recording
+from test_operator_invalid_spec import NS, refused, running
 
+from neuronfleet.metrics.operator_metrics import OperatorMetrics
 from neuronfleet.planning.admission import OperatorAccount
+from neuronfleet.reconcile import ReconcileReport
 from neuronfleet.sandbox import SandboxCluster
 
 
@@ -61,3 +65,39 @@ async def test_the_kept_fleet_decides_every_interval_seconds_under_a_refused_spe
         finally:
             await harness.close()
     assert len(gaps) >= 10 and all(abs(g - 15) <= 0.5 for g in gaps), gaps
+
+
+async def test_a_spec_refused_after_a_restart_is_no_reconcile_error_and_is_retried_on_a_back_off(
+    harness: OperatorHarness,
+) -> None:
+    # Review r18, finding 3: with no last valid spec kept (the operator restarted since), the refusal
+    # was the reconcile's error: outcome="error", neuronfleet_reconcile_errors_total and its alert,
+    # for a spec the same operator, before the restart, reported apart from errors.
+    await harness.crash()
+    harness.settings = replace(harness.settings, operator_account=OperatorAccount(NS, "nf-operator"))
+    await harness.start()
+    await running(harness, "bert")
+    await harness.patch_spec(NS, "bert", {"runtime": {"serviceAccountName": "nf-operator"}})
+    await harness.wait(lambda: refused(harness, "bert"), timeout=120, what="InvalidSpec")
+    await harness.stop()
+    context = await harness.start()
+    context.metrics = OperatorMetrics()
+    reports: list[tuple[float, ReconcileReport]] = []
+    real = context.reconcile
+
+    async def recorded(body: Any, namespace: str, name: str, stopping: asyncio.Event | None = None) -> ReconcileReport:
+        report = await real(body, namespace, name, stopping)
+        reports.append((asyncio.get_running_loop().time(), report))
+        return report
+
+    context.reconcile = recorded  # type: ignore[method-assign]
+    await asyncio.sleep(120)  # looptime: simulated seconds
+    assert reports and all(report.refusal and report.error is None for _, report in reports)
+    registry = context.metrics.registry
+    labels = {"namespace": NS, "name": "bert"}
+    assert registry.get_sample_value("neuronfleet_reconciles_total", {**labels, "outcome": "error"}) is None
+    assert registry.get_sample_value("neuronfleet_reconcile_errors_total", {**labels, "kind": "ReconcileError"}) is None
+    assert registry.get_sample_value("neuronfleet_reconciles_total", {**labels, "outcome": "ok"})
+    # Nothing is reconciled for it, so it is retried on a back-off of its own (not every interval).
+    gaps = [round(b - a, 1) for (a, _), (b, _) in itertools.pairwise(reports)]
+    assert gaps == [4.0, 8.0, 16.0, 30.0, 30.0, 30.0], gaps

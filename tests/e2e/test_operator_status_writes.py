@@ -292,7 +292,7 @@ async def test_an_invalid_spec_read_again_after_a_conflict_is_not_announced_agai
     lagging = copy.deepcopy(harness.deployment(NS, "broken"))
     lagging["spec"]["scaling"]["mode"] = "Sometimes"  # what the operator's model rejects
     first = await reconciler.reconcile(lagging, DeploymentMemory())
-    assert first.error and first.writes == 1 and first.events
+    assert first.refusal and first.error is None and first.writes == 1 and first.events
 
     since = len(harness.cluster.request_log)
     second = await reconciler.reconcile(lagging, DeploymentMemory())
