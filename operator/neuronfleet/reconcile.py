@@ -854,6 +854,10 @@ class Reconciler:
         namespace = dep.metadata.namespace or "default"
         builder = self.settings.builder
         durable = StatusMemory.from_status(status)
+        for section in durable.unread:
+            # Rewritten from this operator's own figures at the next write: said, as what was lost
+            # (a rollback past a field added since, before the status models ignored unknown ones).
+            logger.info("%s/%s: a status section could not be read, not carried over: %s", namespace, dep.name, section)
         observation = await unless_set(self.observe(dep, memory, durable), stopping)
         if observation is None:
             return ReconcileReport((), (), status, False, memory, None, 0, stopped=True)

@@ -163,6 +163,15 @@ class ApiModel(BaseModel):
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
+class StatusModel(ApiModel):
+    """Base of the status sections: unknown fields are ignored, not refused. The status one operator
+    writes is read by another: after a rollback (``helm rollback`` keeps the CRDs), an older one meets
+    the fields a newer one added (coldStart.<phase>.lastSampleTime), and refused, a whole section
+    (the carried cold-start figures) was dropped. The spec still refuses them: there one is a typo."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
 # --------------------------------------------------------------------------------------------- model
 
 
@@ -1181,7 +1190,7 @@ class InferenceDeploymentSpec(ApiModel):
 ConditionType = Literal["Ready", "Available", "Compiled", "Scheduled", "ScalingActive", "WarmPoolReady", "Degraded"]
 
 
-class Condition(ApiModel):
+class Condition(StatusModel):
     """A kubebuilder-style condition (metav1.Condition)."""
 
     # A str, not ConditionType: conditions other controllers add to the object are kept as they are.
@@ -1203,7 +1212,7 @@ class Condition(ApiModel):
     )
 
 
-class ArtifactStatus(ApiModel):
+class ArtifactStatus(StatusModel):
     """The compiled artifact of the current revision."""
 
     uri: str | None = Field(default=None, description="Where the compiled artifact is stored.")
@@ -1231,7 +1240,7 @@ class ArtifactStatus(ApiModel):
     )
 
 
-class PlacementStatus(ApiModel):
+class PlacementStatus(StatusModel):
     """The placement the operator chose."""
 
     instance_type: str | None = Field(default=None, description="Chosen Inf2 instance type.")
@@ -1256,7 +1265,7 @@ class PlacementStatus(ApiModel):
     reason: str | None = Field(default=None, description="Why this instance type (the plan's explanation).")
 
 
-class PhaseStats(ApiModel):
+class PhaseStats(StatusModel):
     """Rolling statistics of one cold-start phase, in seconds."""
 
     p50_seconds: float | None = Field(default=None, description="Median.")
@@ -1270,7 +1279,7 @@ class PhaseStats(ApiModel):
     )
 
 
-class ColdStartStatus(ApiModel):
+class ColdStartStatus(StatusModel):
     """Measured cold starts, from pod conditions and timestamps."""
 
     instance_type: str | None = Field(default=None, description="Instance type measured on.")
@@ -1287,7 +1296,7 @@ class ColdStartStatus(ApiModel):
     )
 
 
-class WarmPoolStatus(ApiModel):
+class WarmPoolStatus(StatusModel):
     """How the warm pool was sized."""
 
     desired_pods: int | None = Field(default=None, description="Warm pods wanted.")
@@ -1307,7 +1316,7 @@ class WarmPoolStatus(ApiModel):
 MAX_STATUS_SCALE_EVENTS = 120
 
 
-class ScaleEventStatus(ApiModel):
+class ScaleEventStatus(StatusModel):
     """One change of the desired active replicas, as the rate policies count it."""
 
     # Frozen: a rendered status section shares its items between reconciles.
@@ -1323,7 +1332,7 @@ MAX_STATUS_TREND_READINGS = 30
 MAX_STATUS_TREND_REPLICAS = 1e9
 
 
-class TrendReadingStatus(ApiModel):
+class TrendReadingStatus(StatusModel):
     """The arrival rate's signal over one minute, in replicas at the target utilization; the autoscaler's
     trend reads it over the service rate alone (the replicas the arrivals keep busy)."""
 
@@ -1341,7 +1350,7 @@ class TrendReadingStatus(ApiModel):
     )
 
 
-class AutoscalerStatus(ApiModel):
+class AutoscalerStatus(StatusModel):
     """What the autoscaler has learned, renewed every 5 minutes while it measures traffic, and at each
     scale event and panic start or end; a restarted operator resumes from it instead of learning
     again, and stays bound by the rate policies and panic mode as the one before it was."""
@@ -1407,14 +1416,14 @@ class AutoscalerStatus(ApiModel):
     )
 
 
-class CompileFailureStatus(ApiModel):
+class CompileFailureStatus(StatusModel):
     """A compile that failed: not run again as it was, also once Kubernetes has deleted its Job."""
 
     attempt: str = Field(description="<request key>/<job spec key> of the failed compile.")
     message: str = Field(default="", description="Why it failed (the Job's reason, the compile's last words).")
 
 
-class RolloutStatus(ApiModel):
+class RolloutStatus(StatusModel):
     """The rollout in progress: which revision it rolls out and since when."""
 
     target: str = Field(
@@ -1434,7 +1443,7 @@ class RolloutStatus(ApiModel):
     )
 
 
-class InferenceDeploymentStatus(ApiModel):
+class InferenceDeploymentStatus(StatusModel):
     """Observed state of an InferenceDeployment, written by the operator."""
 
     observed_generation: int | None = Field(

@@ -26,12 +26,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+import pydantic
 
 from neuronfleet.api.v1alpha1 import GROUP, ColdStartStatus, InferenceDeployment, PlacementStatus, ScalingSpec
 from neuronfleet.planning import coldstart, scaling, warmpool
@@ -80,6 +81,11 @@ class Observation:
     record_reread_job: str | None = None
 
 
+def _validation_problem(exc: pydantic.ValidationError) -> str:
+    """The first few problems of ``exc``, one line (the field path and pydantic's words)."""
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
+
+
 @dataclass(frozen=True)
 class StatusMemory:
     """The facts read back from the object's status (the durable memory)."""
@@ -118,6 +124,9 @@ class StatusMemory:
     #: The measured cold starts as last written (``status.coldStart``): the figures of pods since gone,
     #: carried over by a restarted operator. None: absent, or not one.
     cold_start: ColdStartStatus | None = None
+    #: The sections of the status found but not read (``"status.coldStart: <why>"``), which the
+    #: reconcile logs: dropped without a word, carried figures went missing unexplained.
+    unread: tuple[str, ...] = ()
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any]) -> StatusMemory:
@@ -126,9 +135,12 @@ class StatusMemory:
         placement = status.get("placement")
         instance_type = placement.get("instanceType") if isinstance(placement, Mapping) else None
         placement_section = None
+        unread: list[str] = []
         if isinstance(placement, Mapping) and isinstance(instance_type, str):
-            with contextlib.suppress(ValueError):  # pydantic's ValidationError is a ValueError
+            try:
                 placement_section = PlacementStatus.model_validate(placement)
+            except pydantic.ValidationError as exc:
+                unread.append(f"status.placement: {_validation_problem(exc)}")
         artifact = status.get("artifact")
         stored = None
         if isinstance(artifact, Mapping) and artifact.get("cacheKey") and artifact.get("uri"):
@@ -164,8 +176,10 @@ class StatusMemory:
         rollout_progressed = utc_seconds(rollout.get("progressedAt")) if isinstance(rollout, Mapping) else None
         cold_start = None
         if isinstance(section := status.get("coldStart"), Mapping):
-            with contextlib.suppress(ValueError):  # pydantic's ValidationError is a ValueError
+            try:
                 cold_start = ColdStartStatus.model_validate(section)
+            except pydantic.ValidationError as exc:
+                unread.append(f"status.coldStart: {_validation_problem(exc)}")
         return cls(
             desired_replicas=desired if isinstance(desired, int) and desired >= 0 else None,
             instance_type=instance_type if isinstance(instance_type, str) else None,
@@ -193,6 +207,7 @@ class StatusMemory:
                 else None
             ),
             cold_start=cold_start,
+            unread=tuple(unread),
         )
 
     def condition(self, kind: str) -> Mapping[str, Any]:
