@@ -202,9 +202,10 @@ class ReconcileReport:
     #: Seconds from the reconcile's end until the autoscaler's next decision is due (None: none is
     #: waited for): the daemon reconciles then if that comes before its interval.
     next_decision_in: float | None = None
-    #: Why the current spec is refused (InvalidSpec) while the last valid spec's fleet is reconciled:
-    #: not a failure (that reconcile did its work), so no back-off, and the kept spec's autoscaler
-    #: keeps its cadence. Its own errors, and a failed cleanup, are still in :attr:`error`.
+    #: Why the current spec is refused (InvalidSpec), whether the last valid spec's fleet is
+    #: reconciled or none is known (:attr:`refusal_idle`): not a failure, so no back-off from it, and a
+    #: kept spec's autoscaler keeps its cadence. Its own errors, and a failed cleanup, are still in
+    #: :attr:`error`.
     refusal: str | None = None
     #: The refusal left nothing to reconcile (no last valid spec known: the operator restarted since
     #: the spec was refused): still no error, but retried on a back-off of its own (see
