@@ -15,7 +15,7 @@ Helpers: :func:`policy_for_spec` (drain grace and wait, surge and progress deadl
 :func:`rollout_past_deadline` (the rule RolloutStalled reports), :func:`describe_action`
 (the Event recording an action), :func:`summarize_unplanned` (the summary of a fleet no plan can be
 made for: a spec that fits no instance type) and :func:`apply_actions` (the actions applied to a
-list of views, for tests and the simulator).
+list of views, for tests).
 
 It returns a :class:`FleetPlan`: actions to apply **in list order** (promotions come before the
 demotions they make safe; the creations come last, since the apply stops at the first one the API
@@ -1156,9 +1156,11 @@ def apply_actions(
 ) -> list[PodView]:
     """What the observed pods look like right after ``actions`` (no scheduling, no readiness change).
 
-    Used by the property tests and the simulator. A create of an existing name changes nothing
-    (the API server answers 409); deletions remove the pod, or only mark it ``deleting`` when
-    ``remove_deleted`` is false (a pod with a grace period still shows until it ends).
+    Used by the property tests (the simulator calls :func:`plan_fleet` and plays the actions on its
+    own pods, with their cold starts and drains: :mod:`neuronfleet.sim.fleet`). A create of an
+    existing name changes nothing (the API server answers 409); deletions remove the pod, or only
+    mark it ``deleting`` when ``remove_deleted`` is false (a pod with a grace period still shows
+    until it ends).
     """
     by_name = {pod.name: pod for pod in pods}
     for action in actions:

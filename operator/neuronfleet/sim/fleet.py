@@ -1,35 +1,32 @@
 """The simulated fleet: pods in their roles, Inf2 nodes, cold starts and node provisioning.
 
-It plays what the operator's fleet plan and the cluster do with a policy's targets (active
-replicas, warm pods, node placeholders), following DESIGN.md's fleet model:
+It plays what the operator does with a policy's targets (active replicas, warm pods, node
+placeholders) by calling the operator's own fleet plan, not a copy of it (DESIGN.md: no rule is
+written twice): each reconcile builds the operator's pod views from the simulated pods (Running once
+the node has the image, i.e. loading; Pending while pulling or unbound), calls
+:func:`neuronfleet.planning.fleet.plan_fleet` and plays its actions on them (a create adds a pod, a
+promotion makes a pod active, serving after ``promote_seconds`` when loaded, a demotion into the
+pool makes it warm, a drain takes it out of service at once and deletes it after
+``drain_seconds``, a delete frees its slot at once), again while the plan has actions left. So
+scale-up promotes ready warm pods first, a scale-down keeps the unready pods furthest along and
+moves surplus ones (loaded or loading) into the warm pool while it has room, and the pool and the
+placeholders shrink, as the operator does.
 
-- scale up: promote ready warm pods first (``promote_seconds``), in
-  :func:`neuronfleet.planning.promotion.promotion_order`; then turn starting warm pods into
-  active ones; then create pods;
-- scale down: delete pods still starting first, in a ReplicaSet's order (``getPodsToDelete``:
-  unscheduled before scheduled, Pending (pulling the image) before Running-but-unready, newest
-  first), then take ready active pods in the order of whoever deletes the policy's pods
-  (:mod:`neuronfleet.sim.scaledown`): ours in :func:`neuronfleet.planning.promotion.drain_order`
-  (fewest pods on a node first: it empties nodes); HPA, KEDA, Knative KPA and a static fleet in a
-  ReplicaSet's rank (pods on the nodes holding the most of the Deployment's pods first: it spreads
-  deletions, so at two or more replicas per node it leaves nodes partly full and billed); Ray
-  Serve whole nodes at a time, fewest replicas first. The warm pool keeps loaded pods, its ready
-  warm ones and those taken alike, in the operator's pool order (the promotion order: beside
-  active pods and on the fullest nodes first, warm pods before taken ones on nodes alike); the
-  taken ones it does not keep are drained (out of service at once, deleted after
-  ``drain_seconds``). Ours counts the deployment's other pods on each node too (warm ones as the pool keeps
-  them, starting, placeholders). At one replica per node the ReplicaSet's order takes the pods the operator's
-  order takes. A deleted starting pod's node keeps being billed: a node Karpenter is launching cannot be recalled (it
-  comes up, then empty consolidation removes it after ``empty_node_seconds``), and a ready node
-  whose pod was pulling loses the pull. This is why a controller whose scale-down window (HPA's
-  300 s) is shorter than a cold start (~450 s) pays for launches that never serve: the real
-  controllers do the same;
-- a shrinking warm pool deletes its loading pods first, then keeps its ready ones in
-  :func:`neuronfleet.planning.promotion.promotion_order` with ``keeping`` (beside active pods, then
-  on the nodes holding the most pods that stay, each one kept counted as it is picked); surplus
-  placeholders go in
-  :func:`neuronfleet.planning.promotion.release_order` (unbound, then on nodes without serving
-  pods, the emptiest first): the operator's rules, counting every pod on a node as it does;
+Only who picks the ready active pods a scale-down drains differs by policy
+(:mod:`neuronfleet.sim.scaledown`, plugged in as the plan's drain order): ours in
+:func:`neuronfleet.planning.promotion.drain_order` (fewest pods on a node first: it empties nodes);
+HPA, KEDA, Knative KPA and a static fleet in a ReplicaSet's rank (pods on the nodes holding the most
+of the Deployment's pods first: it spreads deletions, so at two or more replicas per node it leaves
+nodes partly full and billed); Ray Serve whole nodes at a time, fewest replicas first. At one
+replica per node the ReplicaSet's order takes the pods the operator's order takes. A deleted
+starting pod's node keeps being billed: a node Karpenter is launching cannot be recalled (it comes
+up, then empty consolidation removes it after ``empty_node_seconds``), and a ready node whose pod
+was pulling loses the pull. This is why a controller whose scale-down window (HPA's 300 s) is
+shorter than a cold start (~450 s) pays for launches that never serve: the real controllers do the
+same. The simulator models one revision: no rollout.
+
+The simulated cluster:
+
 - a new pod binds to a free slot on a ready node, preempting a placeholder if needed; without one
   it waits for a node Karpenter-style provisioning starts for it. Its cold start is scheduling +
   image pull (only while the node has no image yet) + runtime init + artifact load + warm-up;
@@ -50,19 +47,74 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 import numpy as np
 
-from neuronfleet.planning.promotion import PodInfo, promotion_order, release_order
+from neuronfleet.planning.fleet import (
+    Action,
+    CreatePlaceholder,
+    CreatePod,
+    FleetPolicy,
+    FleetTarget,
+    OrderFunction,
+    PodView,
+    Relabel,
+    plan_fleet,
+)
+from neuronfleet.planning.labels import ArtifactRevision
+from neuronfleet.planning.promotion import NO_NEIGHBOURS
 from neuronfleet.sim.profiles import Profile
-from neuronfleet.sim.scaledown import ORDERS, ReadyPod, ScaleDownBy
+from neuronfleet.sim.scaledown import ORDERS, Order, ReadyPod, ScaleDownBy
 
 Role = Literal["active", "warm", "placeholder"]
 INF = float("inf")
 #: EC2 bills Linux on-demand instances per second with a 60 s minimum.
 MIN_BILLED_SECONDS = 60.0
+#: What the operator's plan is given for the one simulated deployment: one revision, one template
+#: (the simulator models no rollout).
+DEPLOYMENT = "sim"
+TEMPLATE = "sim"
+ARTIFACT = ArtifactRevision("sim", "s3://sim/artifact", "")
+#: Simulated second 0 as the plan's clock.
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+#: Plans applied per reconcile at most: one usually leaves nothing to do; a second settles what
+#: the first made possible (a pod it bound).
+PLAN_PASSES = 3
+
+
+def _moment(seconds: float) -> datetime:
+    return EPOCH + timedelta(seconds=seconds)
+
+
+def _deleter_order(order: Order) -> OrderFunction:
+    """A deleter's order (:mod:`neuronfleet.sim.scaledown`) as the plan's drain order: who takes
+    the ready serving pods a scale-down drains when the policy's pods belong to a ReplicaSet or
+    Ray Serve rather than to the operator. Unready candidates (the plan ranks them too, then sorts
+    them by progress) are dated by their creation."""
+
+    def drain(
+        pods: Sequence[PodView],
+        active: Sequence[PodView],
+        now: datetime,
+        beside: Sequence[PodView] = (),
+        *,
+        neighbours: Mapping[str, int] = NO_NEIGHBOURS,
+    ) -> list[PodView]:
+        by_name = {p.name: p for p in pods}
+        every = {p.name: p for group in (pods, active, beside) for p in group}
+        on_node = Counter(p.node for p in every.values() if p.node is not None and p.role != "placeholder")
+        others = Counter(p.node for p in beside if p.node is not None and p.name not in by_name)
+        ready = [
+            ReadyPod(p.name, p.node or "", (p.ready_at or p.created_at or EPOCH).timestamp() - EPOCH.timestamp())
+            for p in pods
+        ]
+        return [by_name[r.name] for r in order(ready, on_node, others)]
+
+    return drain
 
 
 @dataclass
@@ -120,6 +172,15 @@ class Fleet:
         #: Who picks the ready active pods a scale-down takes (:mod:`neuronfleet.sim.scaledown`).
         self.scale_down = scale_down
         self._scale_down_order = ORDERS[scale_down]
+        # The operator's own plan; only the deleter of ready pods differs for other controllers.
+        policy = FleetPolicy(min_drain_seconds=profile.drain_seconds, drain_grace_seconds=profile.drain_seconds)
+        if scale_down != "operator":
+            policy = FleetPolicy(
+                min_drain_seconds=profile.drain_seconds,
+                drain_grace_seconds=profile.drain_seconds,
+                drain_order=_deleter_order(self._scale_down_order),
+            )
+        self._policy = policy
         self.rng = rng
         self.empty_node_seconds = empty_node_seconds
         self.pods: dict[str, Pod] = {}
@@ -242,9 +303,6 @@ class Fleet:
             soonest = min(soonest, t)
         return soonest
 
-    def _info(self, pod: Pod) -> PodInfo:
-        return PodInfo(pod.name, pod.node, None, pod.ready_at if pod.ready_at is not None else None, 0.0, None)
-
     # ------------------------------------------------------------------ changes
 
     def set_targets(self, now: float, active: int, warm: int, placeholders: int) -> None:
@@ -297,117 +355,70 @@ class Fleet:
         self._reconciled = self.version
 
     def _reconcile(self, now: float) -> None:
-        want_active, want_warm, want_placeholders = self.targets
-        pods = self.pods.values()
-        active = [p for p in pods if p.role == "active"]
-        warm = [p for p in pods if p.role == "warm"]
-
-        if len(active) < want_active:
-            short = want_active - len(active)
-            ready_warm = [p for p in warm if p.ready(now)]
-            for info in promotion_order([self._info(p) for p in ready_warm], [], None)[:short]:
-                pod = self.pods[info.name]
-                pod.role = "active"
-                pod.serving_at = now + self.profile.promote_seconds
-                short -= 1
-            starting_warm = sorted(
-                (p for p in warm if not p.ready(now) and p.role == "warm"),
-                key=lambda p: (p.ready_at if p.ready_at is not None else INF, p.name),
+        """The operator's fleet plan (:func:`neuronfleet.planning.fleet.plan_fleet`) on the
+        simulated pods, its actions played on them; repeated while it has any left (the operator
+        reconciles again on every change), at most :data:`PLAN_PASSES` times."""
+        for _ in range(PLAN_PASSES):
+            plan = plan_fleet(
+                DEPLOYMENT,
+                FleetTarget(TEMPLATE, ARTIFACT, *self.targets),
+                [self._view(p, now) for p in self.pods.values()],
+                _moment(now),
+                self._policy,
+                # A draining pod keeps its name until it is gone: a new pod must not take it.
+                taken_names=[name for _, name in self.draining],
             )
-            for pod in starting_warm[:short]:
-                pod.role = "active"
-                short -= 1
-            for _ in range(short):
-                self._create("active", now)
-        elif len(active) > want_active:
-            surplus = len(active) - want_active
-            # Counted before this pass deletes anything, as a ReplicaSet ranks once per sync.
-            pods_on_node = Counter(p.node for p in pods if p.role != "placeholder" and p.node is not None)
-            starting = sorted((p for p in active if not p.ready(now)), key=lambda p: self._deletion_rank(p, now))
-            for pod in starting[:surplus]:
-                self._delete(pod, now)
-                surplus -= 1
-            ready_active = [
-                ReadyPod(p.name, p.node, p.ready_at)
-                for p in active
-                if p.ready_at is not None and p.ready_at <= now and p.node is not None and p.name in self.pods
-            ]
-            candidates = {p.name for p in ready_active}
-            # As the operator's plan: the warm pods count on their node only as the pool keeps them
-            # (``want_warm`` ready ones, in its order beside every ready active), not those deleted
-            # in this same step.
-            # Bound or not alike: an unbound placeholder counts on no node.
-            placed = [self._info(p) for p in self.pods.values() if p.role == "placeholder"]
-            warm_infos = [self._info(p) for p in self.pods.values() if p.role == "warm" and p.ready(now)]
-            actives_ready = [self._info(p) for p in self.pods.values() if p.name in candidates]
-            pool_order = promotion_order(warm_infos, actives_ready, None, placed, keeping=True)
-            pool_kept = {info.name for info in pool_order[:want_warm]}
-            beside = Counter(
-                p.node
-                for p in self.pods.values()
-                if p.node is not None and p.name not in candidates and (p.role != "warm" or p.name in pool_kept)
-            )
-            taken = {p.name for p in self._scale_down_order(ready_active, pods_on_node, beside)[:surplus]}
-            # The pool keeps loaded pods, warm ones and those taken alike, in the operator's pool order
-            # (the promotion order: beside staying actives and on the fullest nodes first, warm
-            # before taken on nodes alike); the taken ones it does not keep drain. A warm pod it
-            # does not keep goes below, as the pool's surplus. A node counts the pods that stay
-            # (actives, placeholders) and those kept, each as it is picked: loading warm pods go
-            # before loaded ones below, and the loaded ones the pool cuts go.
-            loaded = [p for p in self.pods.values() if p.ready(now) and (p.role == "warm" or p.name in taken)]
-            staying = [p for p in self.pods.values() if p.role == "active" and p.name not in taken]
-            infos = [self._info(p) for p in loaded]
-            pool = promotion_order(infos, [self._info(p) for p in staying], None, placed, taken, keeping=True)
-            pool = pool[:want_warm]
-            kept = {info.name for info in pool}
-            for name in sorted(taken):
-                pod = self.pods[name]
-                if name in kept:
-                    pod.role = "warm"
-                    pod.serving_at = None
-                else:
-                    self._delete(pod, now, drain=True)
+            acted = False
+            for action in plan.actions:
+                acted |= self._apply(action, now)
+            self._schedule(now)
+            if not acted:
+                return
 
-        warm = [p for p in self.pods.values() if p.role == "warm"]
-        if len(warm) < want_warm:
-            for _ in range(want_warm - len(warm)):
-                self._create("warm", now)
-        elif len(warm) > want_warm:
-            # As the operator's plan keeps its pool: the loading ones go first (newest first), then
-            # the ready ones in reverse promotion order (the pods on the emptiest nodes first).
-            loading = sorted((p for p in warm if not p.ready(now)), key=lambda p: (-(p.ready_at or 0.0), p.name))
-            ready_warm = [p for p in warm if p.ready(now)]
-            excess = len(warm) - want_warm
-            actives = [self._info(p) for p in self.pods.values() if p.role == "active"]
-            # A ready one goes only once every loading one has: the placeholders alone stay beside.
-            placed = [self._info(p) for p in self.pods.values() if p.role == "placeholder"]
-            kept_order = promotion_order([self._info(p) for p in ready_warm], actives, None, placed, keeping=True)
-            extra = loading + [self.pods[info.name] for info in reversed(kept_order)]
-            for pod in extra[:excess]:
-                self._delete(pod, now)
-
-        holders = [p for p in self.pods.values() if p.role == "placeholder"]
-        if len(holders) < want_placeholders:
-            for _ in range(want_placeholders - len(holders)):
-                self._create("placeholder", now)
-        elif len(holders) > want_placeholders:
-            # The operator's release order: unbound ones first, then those on nodes without serving
-            # pods, the emptiest node first.
-            serving = [self._info(p) for p in self.pods.values() if p.role != "placeholder"]
-            released = release_order(
-                [self._info(p) for p in holders], lambda info: 0 if info.node is None else 1, serving
-            )
-            for info in released[: len(holders) - want_placeholders]:
-                self._delete(self.pods[info.name], now)
-        self._schedule(now)
-
-    def _deletion_rank(self, pod: Pod, now: float) -> tuple[int, int, float, str]:
-        """A ReplicaSet's order among unready pods: unscheduled, Pending, Running; newest first."""
-        if pod.node is None:
-            return (0, 0, -pod.created_at, pod.name)
-        node = self.nodes.get(pod.node)
+    def _view(self, pod: Pod, now: float) -> PodView:
+        """The pod as the operator observes it: Running once its node has the image (loading),
+        Pending while bound and pulling or unbound."""
+        node = self.nodes.get(pod.node) if pod.node is not None else None
         running = node is not None and node.image_at is not None and node.image_at <= now
-        return (1, int(running), -pod.created_at, pod.name)
+        ready = pod.ready(now) if pod.role != "placeholder" else pod.node is not None
+        return PodView(
+            name=pod.name,
+            role=pod.role,
+            revision=None if pod.role == "placeholder" else ARTIFACT.id,
+            template=TEMPLATE,
+            phase="Running" if running or (pod.role == "placeholder" and node is not None) else "Pending",
+            ready=ready,
+            created_at=_moment(pod.created_at),
+            ready_at=_moment(pod.ready_at) if ready and pod.ready_at is not None else None,
+            node=pod.node,
+        )
+
+    def _apply(self, action: Action, now: float) -> bool:
+        """Play one action of the plan on the simulated pods; False when it changes nothing."""
+        if isinstance(action, CreatePod):
+            self.pods[action.name] = Pod(action.name, action.role, now)
+            return True
+        if isinstance(action, CreatePlaceholder):
+            self.pods[action.name] = Pod(action.name, "placeholder", now)
+            return True
+        pod = self.pods.get(action.name)
+        if pod is None:
+            return False
+        if isinstance(action, Relabel):
+            if action.role == action.previous_role:
+                return False  # an annotation (a standby's stamp): nothing the simulator models
+            if action.role == "draining":
+                self._delete(pod, now, drain=True)
+            elif action.role == "active":
+                pod.role = "active"
+                if pod.ready(now):
+                    pod.serving_at = now + self.profile.promote_seconds
+            elif action.role == "warm":
+                pod.role = "warm"
+                pod.serving_at = None
+            return True
+        self._delete(pod, now)
+        return True
 
     def _create(self, role: Role, now: float) -> None:
         pod = Pod(self._name("ph" if role == "placeholder" else "pod"), role, now)
