@@ -16,10 +16,11 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
+import pytest
 
-from neuronfleet.planning.fleet import FleetPolicy, FleetTarget, PodView, apply_actions, plan_fleet
+from neuronfleet.planning.fleet import FleetPolicy, FleetTarget, PodView, Relabel, apply_actions, plan_fleet
 from neuronfleet.planning.labels import ArtifactRevision
-from neuronfleet.sim.fleet import Fleet
+from neuronfleet.sim.fleet import ARTIFACT, DEPLOYMENT, TEMPLATE, Fleet, _moment
 from neuronfleet.sim.profiles import BERT_BASE, Profile
 
 COLD, DRAIN, INTERVAL, START = 40, 5, 15, 2
@@ -120,3 +121,43 @@ def test_no_lasting_divergence_over_random_target_sequences() -> None:
         if longest_divergence(targets) >= 4:
             lasting.append(targets)
     assert lasting == [], f"{len(lasting)} of 200 sequences diverge for 4 s or more, e.g. {lasting[:3]}"
+
+
+def test_the_settled_shortcut_skips_only_plans_with_nothing_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The fleet skips the plan when it deems it settled (for speed); every such skip must be one
+    # where the plan would have done nothing, over random targets with placeholders, on the real
+    # profile's cold starts and several replicas per node.
+    settled = Fleet._settled
+    checked = 0
+
+    def checking(fleet: Fleet, now: float) -> bool:
+        nonlocal checked
+        answer = settled(fleet, now)
+        if answer:
+            checked += 1
+            plan = plan_fleet(
+                DEPLOYMENT,
+                FleetTarget(TEMPLATE, ARTIFACT, *fleet.targets),
+                [fleet._view(p, now) for p in fleet.pods.values()],
+                _moment(now),
+                fleet._policy,
+                taken_names=[name for _, name in fleet.draining],
+            )
+            acting = [a for a in plan.actions if not (isinstance(a, Relabel) and a.role == a.previous_role)]
+            assert acting == [], f"settled at t={now} with targets {fleet.targets}, yet the plan does {acting}"
+        return answer
+
+    monkeypatch.setattr(Fleet, "_settled", checking)
+    profile = Profile.model_validate({**BERT_BASE, "replicas_per_node": 2})
+    rng = np.random.default_rng(1)
+    for scale_down in ("operator", "replicaset", "ray-serve"):
+        for _ in range(20):
+            fleet = Fleet(profile, np.random.default_rng(0), scale_down=scale_down)
+            fleet.start_ready(int(rng.integers(0, 5)))
+            for step in range(12):
+                now = 60.0 * step
+                fleet.advance(now)
+                fleet.set_targets(now, int(rng.integers(0, 7)), int(rng.integers(0, 3)), int(rng.integers(0, 3)))
+                for t in np.arange(now, now + 60.0, 5.0):
+                    fleet.advance(float(t))
+    assert checked > 100
