@@ -108,13 +108,14 @@ def test_history_keeps_one_day() -> None:
     assert h.recommendations[0] == 5
 
 
-@pytest.mark.parametrize("width", [0, 1, 2, 5, 13])
+@pytest.mark.parametrize("width", [0, 1, 2, 5, 13, 119, 200])
 def test_sliding_window_matches_brute_force(width: int) -> None:
     values = [(i * 37) % 23 for i in range(120)]
     expected_max = [max(values[max(0, i - width) : i + 1]) for i in range(len(values))]
     expected_min = [min(values[max(0, i - width) : i + 1]) for i in range(len(values))]
-    assert hold._sliding(values, width, highest=True) == expected_max
-    assert hold._sliding(values, width, highest=False) == expected_min
+    assert hold._sliding(values, width, highest=True).tolist() == expected_max
+    assert hold._sliding(values, width, highest=False).tolist() == expected_min
+    assert hold._sliding([], width, highest=True).tolist() == []
 
 
 def test_replay_counts_a_dip_released_and_missed_for_a_cold_start() -> None:

@@ -752,7 +752,10 @@ def plan_fleet(
         ready_warm = [pod for pod in current if pod.ready and pod.role == "warm"]
         pool_kept = policy.pool_order(ready_warm, ready_actives, now, placeholders_staying, neighbours=neighbours)
         pool_kept = pool_kept[: target.warm]
-        active_beside = [pod for pod in on_nodes if not (pod.role == "warm" and pod in current) or pod in pool_kept]
+        current_names, kept_names = {pod.name for pod in current}, {pod.name for pod in pool_kept}
+        active_beside = [
+            pod for pod in on_nodes if not (pod.role == "warm" and pod.name in current_names) or pod.name in kept_names
+        ]
     active_set = list(reversed(policy.drain_order(ready_actives, (), now, active_beside, neighbours=neighbours)))
     active_set = active_set[: target.active]
     active_set += ranked(current, "warm", ready=True, staying=active_set)[: target.active - len(active_set)]
@@ -842,7 +845,9 @@ def plan_fleet(
         # node autoscaler adds nodes for unschedulable pods, and that wait is what the standby covers.
         # While creations are held nothing could replace it: no clock runs, and a stamp from before
         # the hold is removed, so that the pod gets the whole deadline once new pods can be made.
-        rest = [pod for pod in current if pod not in active_set]
+        # By name, a pod's identity: views compared field by field made this quadratic in the fleet.
+        in_active_set = {pod.name for pod in active_set}
+        rest = [pod for pod in current if pod.name not in in_active_set]
         room = max(
             0, target.warm - min(sum(1 for pod in rest if pod.ready), target.active + target.warm - len(active_set))
         )
@@ -867,7 +872,8 @@ def plan_fleet(
                 stamps.append(Relabel(pod.name, "warm", "warm", why, kept_since=now))
             elif held and pod.kept_since is not None:
                 stamps.append(Relabel(pod.name, "warm", "warm", "new pods are held: the standby's deadline waits"))
-    rest = [pod for pod in current if pod not in active_set]
+    in_active_set = {pod.name for pod in active_set}
+    rest = [pod for pod in current if pod.name not in in_active_set]
     warm_capacity = target.active + target.warm - len(active_set)
     promoted_why = "new pods are held" if held else "new pods are loading"
     for pod in old_warm_promoted:
