@@ -24,13 +24,20 @@ from celpy.adapter import json_to_cel
 from neuronfleet.api.validation import cel_value
 
 log = logging.getLogger(__name__)
-_ENV = celpy.Environment()
+
+
+@lru_cache(maxsize=1)
+def _environment() -> celpy.Environment:
+    """Built on first use: building its parser takes about half a second, which every command of
+    the CLI paid at import (the CLI imports each command's module to list it), CEL or not."""
+    return celpy.Environment()
 
 
 @lru_cache(maxsize=512)
 def _program(rule: str) -> Any:
+    env = _environment()
     try:
-        return _ENV.program(_ENV.compile(rule))
+        return env.program(env.compile(rule))
     except Exception as exc:  # celpy raises several unrelated types for unsupported syntax
         log.debug("sandbox: CEL rule %r not compiled: %s", rule, exc)
         return None
