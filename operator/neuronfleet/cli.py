@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -494,30 +494,50 @@ OPTIONAL_COMMANDS = (
     ("run", "neuronfleet.run_command", "neuronfleet[operator]"),
     ("demo", "neuronfleet.demo.cli", "neuronfleet[sandbox]"),
 )
+#: The subcommands this file registers itself.
+OWN_COMMANDS = ("validate", "crds")
+#: Modules that register under another command too: the demo module adds `sandbox demo`.
+ALSO_REGISTERS = {"sandbox": ("demo",)}
 
 
-def _optional_registrars() -> tuple[
-    list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]], list[str]
-]:
+def _optional_registrars(
+    command: str | None = None,
+) -> tuple[list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]], list[str]]:
     """The registrars that import, and a note for each that needs a package this install lacks.
 
+    With ``command`` (the one the command line names), only the modules that register under it
+    are imported: importing all of them to list them (the sandbox, the simulator, the operator's
+    Kopf) took over a second before any command began, and kept them in the operator's memory.
     The operator image installs only the operator's extra: the sandbox and the demo must not take
     `neuronfleet run` down with them.
     """
+    wanted = {command, *ALSO_REGISTERS.get(command, ())} if command is not None else None
     registrars, missing = [], []
-    for command, module_name, extra in OPTIONAL_COMMANDS:
+    for name, module_name, extra in OPTIONAL_COMMANDS:
+        if wanted is not None and name not in wanted:
+            continue
         try:
             module = __import__(module_name, fromlist=["register"])
         except ImportError as exc:
             if exc.name and exc.name.startswith("neuronfleet"):
                 raise  # our own code is broken: say so, loudly
-            missing.append(f"{command}: needs {exc.name} (pip install '{extra}')")
+            missing.append(f"{name}: needs {exc.name} (pip install '{extra}')")
             continue
         registrars.append(module.register)
     return registrars, missing
 
 
-def build_parser() -> argparse.ArgumentParser:
+def named_command(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names when it is one this CLI has (its first argument: the top
+    level takes no option but ``-h`` and ``--version``); None otherwise, when every command is
+    registered so that help and errors list them all."""
+    known = {name for name, _, _ in OPTIONAL_COMMANDS} | set(OWN_COMMANDS)
+    return argv[0] if argv and argv[0] in known else None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``argv``, one holding only the command it names (see
+    :func:`_optional_registrars`), else every command."""
     parser = argparse.ArgumentParser(
         prog="neuronfleet",
         description="Serve models on AWS Inf2: an operator for InferenceDeployments, its local sandbox, "
@@ -525,7 +545,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"neuronfleet {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    registrars, missing = _optional_registrars()
+    command = named_command(argv) if argv is not None else None
+    registrars, missing = _optional_registrars(command)
+    if command is not None and missing:
+        # Its module lacks a package: the whole parser, whose epilog says which and how to get it.
+        return build_parser()
     for register in [*registrars, _register_validate, _register_crds]:
         register(sub)
     if missing:
@@ -534,7 +558,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
