@@ -269,6 +269,19 @@ def ready(pod: dict[str, Any]) -> bool:
     )
 
 
+def e2e_cluster() -> SandboxCluster:
+    """The e2e tests' cluster: two inf2.xlarge nodes, a provisioner for more of every Inf2 type
+    (5 s to a node, empty ones consolidated after 30 s), fast cold starts, the Neuron scheduler."""
+    return SandboxCluster(
+        node_groups=inf2_node_groups(),
+        crd_dir=REPO / "crds",
+        cold_start=FAST_START,
+        provisioning_delay_s=5.0,
+        consolidation_delay_s=30.0,
+        neuron_scheduler_name=NEURON_SCHEDULER,
+    )
+
+
 def inf2_node_groups() -> list[NodeGroup]:
     """Two inf2.xlarge nodes (nodepool inf2-serving) and room for more of every Inf2 type."""
     return [

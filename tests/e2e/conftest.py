@@ -11,25 +11,16 @@ from operator_harness import (  # the chart tests load this module by path and u
     NEURON_SCHEDULER,
     REPO,
     OperatorHarness,
+    e2e_cluster,
     example,
-    inf2_node_groups,
     ready,
 )
-
-from neuronfleet.sandbox import SandboxCluster
 
 
 @pytest.fixture
 async def harness(tmp_path: Path) -> AsyncIterator[OperatorHarness]:
     """Two inf2.xlarge nodes, a provisioner for more of every Inf2 type, and the operator."""
-    async with SandboxCluster(
-        node_groups=inf2_node_groups(),
-        crd_dir=REPO / "crds",
-        cold_start=FAST_START,
-        provisioning_delay_s=5.0,
-        consolidation_delay_s=30.0,
-        neuron_scheduler_name=NEURON_SCHEDULER,
-    ) as cluster:
+    async with e2e_cluster() as cluster:
         harness = OperatorHarness(cluster, tmp_path)
         try:
             await harness.start()

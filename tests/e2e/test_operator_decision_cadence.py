@@ -13,11 +13,10 @@ import itertools
 from pathlib import Path
 
 import pytest
-from operator_harness import FAST_START, NEURON_SCHEDULER, REPO, OperatorHarness, example, inf2_node_groups
+from operator_harness import OperatorHarness, e2e_cluster, example
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.planning.signals import MetricSnapshot
-from neuronfleet.sandbox import SandboxCluster
 
 #: The chart's operator.reconcileIntervalSeconds.
 OPERATOR_INTERVAL = 10.0
@@ -39,14 +38,7 @@ class Recording:
 async def test_decisions_come_every_interval_seconds_and_a_steady_fleet_writes_nothing(
     tmp_path: Path, spec_interval: int
 ) -> None:
-    async with SandboxCluster(
-        node_groups=inf2_node_groups(),
-        crd_dir=REPO / "crds",
-        cold_start=FAST_START,
-        provisioning_delay_s=5.0,
-        consolidation_delay_s=30.0,
-        neuron_scheduler_name=NEURON_SCHEDULER,
-    ) as cluster:
+    async with e2e_cluster() as cluster:
         sources: list[Recording] = []
 
         def make() -> Recording:

@@ -13,25 +13,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from operator_harness import FAST_START, NEURON_SCHEDULER, REPO, OperatorHarness, example, inf2_node_groups
+from operator_harness import OperatorHarness, e2e_cluster, example
 from test_operator_decision_cadence import OPERATOR_INTERVAL, Recording
-from test_operator_invalid_spec import NS, refused, running
+from test_operator_invalid_spec import NS, refuse_a_running_deployment
 
 from neuronfleet.metrics.operator_metrics import OperatorMetrics
 from neuronfleet.planning.admission import OperatorAccount
 from neuronfleet.reconcile import ReconcileReport
-from neuronfleet.sandbox import SandboxCluster
 
 
 async def test_the_kept_fleet_decides_every_interval_seconds_under_a_refused_spec(tmp_path: Path) -> None:
-    async with SandboxCluster(
-        node_groups=inf2_node_groups(),
-        crd_dir=REPO / "crds",
-        cold_start=FAST_START,
-        provisioning_delay_s=5.0,
-        consolidation_delay_s=30.0,
-        neuron_scheduler_name=NEURON_SCHEDULER,
-    ) as cluster:
+    async with e2e_cluster() as cluster:
         sources: list[Recording] = []
 
         def make() -> Recording:
@@ -73,12 +65,7 @@ async def test_a_spec_refused_after_a_restart_is_no_reconcile_error_and_is_retri
     # Review r18, finding 3: with no last valid spec kept (the operator restarted since), the refusal
     # was the reconcile's error: outcome="error", neuronfleet_reconcile_errors_total and its alert,
     # for a spec the same operator, before the restart, reported apart from errors.
-    await harness.crash()
-    harness.settings = replace(harness.settings, operator_account=OperatorAccount(NS, "nf-operator"))
-    await harness.start()
-    await running(harness, "bert")
-    await harness.patch_spec(NS, "bert", {"runtime": {"serviceAccountName": "nf-operator"}})
-    await harness.wait(lambda: refused(harness, "bert"), timeout=120, what="InvalidSpec")
+    await refuse_a_running_deployment(harness, "bert")
     await harness.stop()
     context = await harness.start()
     context.metrics = OperatorMetrics()
