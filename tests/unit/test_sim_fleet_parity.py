@@ -20,7 +20,7 @@ import pytest
 
 from neuronfleet.planning.fleet import FleetPolicy, FleetTarget, PodView, Relabel, apply_actions, plan_fleet
 from neuronfleet.planning.labels import ArtifactRevision
-from neuronfleet.sim.fleet import ARTIFACT, DEPLOYMENT, TEMPLATE, Fleet, _moment
+from neuronfleet.sim.fleet import Fleet
 from neuronfleet.sim.profiles import BERT_BASE, Profile
 
 COLD, DRAIN, INTERVAL, START = 40, 5, 15, 2
@@ -135,14 +135,7 @@ def test_the_settled_shortcut_skips_only_plans_with_nothing_to_do(monkeypatch: p
         answer = settled(fleet, now)
         if answer:
             checked += 1
-            plan = plan_fleet(
-                DEPLOYMENT,
-                FleetTarget(TEMPLATE, ARTIFACT, *fleet.targets),
-                [fleet._view(p, now) for p in fleet.pods.values()],
-                _moment(now),
-                fleet._policy,
-                taken_names=[name for _, name in fleet.draining],
-            )
+            plan = fleet.plan(now)
             acting = [a for a in plan.actions if not (isinstance(a, Relabel) and a.role == a.previous_role)]
             assert acting == [], f"settled at t={now} with targets {fleet.targets}, yet the plan does {acting}"
         return answer

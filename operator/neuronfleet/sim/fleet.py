@@ -58,6 +58,7 @@ from neuronfleet.planning.fleet import (
     Action,
     CreatePlaceholder,
     CreatePod,
+    FleetPlan,
     FleetPolicy,
     FleetTarget,
     OrderFunction,
@@ -361,15 +362,7 @@ class Fleet:
         for _ in range(PLAN_PASSES):
             if self._settled(now):
                 break
-            plan = plan_fleet(
-                DEPLOYMENT,
-                FleetTarget(TEMPLATE, ARTIFACT, *self.targets),
-                [self._view(p, now) for p in self.pods.values()],
-                _moment(now),
-                self._policy,
-                # A draining pod keeps its name until it is gone: a new pod must not take it.
-                taken_names=[name for _, name in self.draining],
-            )
+            plan = self.plan(now)
             acted = False
             for action in plan.actions:
                 acted |= self._apply(action, now)
@@ -378,6 +371,18 @@ class Fleet:
                 return
         # Pods wait for nodes whatever the plan did: the ones that turned ready take them now.
         self._schedule(now)
+
+    def plan(self, now: float) -> FleetPlan:
+        """The operator's fleet plan for the simulated pods as they are at ``now``."""
+        return plan_fleet(
+            DEPLOYMENT,
+            FleetTarget(TEMPLATE, ARTIFACT, *self.targets),
+            [self._view(p, now) for p in self.pods.values()],
+            _moment(now),
+            self._policy,
+            # A draining pod keeps its name until it is gone: a new pod must not take it.
+            taken_names=[name for _, name in self.draining],
+        )
 
     def _settled(self, now: float) -> bool:
         """True only where the plan would have nothing to do: a shortcut for speed (the plan ranks
