@@ -1,4 +1,5 @@
-"""Arrivals models: rate preserved, superposed noise shrinking as 1/sqrt(K), the FFT sum, trace shapes."""
+"""Arrivals models: rate preserved, superposed noise shrinking as 1/sqrt(K), the FFT sum, trace shapes,
+the fine bins of long workloads drawn on demand and kept."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from neuronfleet.sim import workload as workload_module
 from neuronfleet.sim.profiles import load_profile
 from neuronfleet.sim.trace import Trace, load
 from neuronfleet.sim.workload import ARRIVALS, build, superpose_counts
@@ -71,6 +73,22 @@ def test_long_workloads_are_kept_per_second_and_refined_on_demand() -> None:
     fine = lazy.fine_counts(595, 605)  # across two generated blocks
     assert fine.reshape(10, 100).sum(axis=1) == pytest.approx(lazy.count_s[595:605])
     assert np.array_equal(lazy.fine_counts(600, 601), fine[500:600])  # same bins whatever was asked first
+
+
+def test_generated_blocks_are_kept_within_their_budget_and_drawn_the_same_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    trace = steady_trace(seconds=2000)
+    lazy = build(trace, load_profile("bert-base"), 50, jitter=1.0, seed=4, arrivals="rate", materialize=False)
+    first = lazy.fine_counts(0, 1900)
+    assert first.dtype == np.float64 and len(lazy._blocks) == 4  # kept for the next run of a sweep
+    # A budget of two blocks: the oldest ones go, and drawn again they are the same bins.
+    monkeypatch.setattr(workload_module, "BLOCK_CACHE_BYTES", 2 * max(b.nbytes for b in lazy._blocks.values()))
+    lazy._blocks.clear()
+    for start in range(0, 1900, 100):
+        lazy.fine_counts(start, start + 100)
+    assert sorted(lazy._blocks) == [2, 3]
+    assert np.array_equal(lazy.fine_counts(0, 1900), first)
 
 
 def test_both_trace_shapes_load(tmp_path: Path) -> None:

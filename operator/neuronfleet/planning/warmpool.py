@@ -79,6 +79,7 @@ inputs (it goes to ``status.warmPool.reason``). Modes:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -159,17 +160,19 @@ class WarmPoolDecision:
 
 def demand_increase_quantile(history: tuple[tuple[float, int], ...], horizon_seconds: float, coverage: float) -> float:
     """The ``coverage`` quantile of the demand increase within ``horizon_seconds`` (0 if unknown)."""
-    if horizon_seconds <= 0 or len(history) < 2:
-        return 0.0
+    return demand_increase_quantiles(history, (horizon_seconds,), coverage)[0]
+
+
+def demand_increase_quantiles(
+    history: tuple[tuple[float, int], ...], horizons_seconds: Sequence[float], coverage: float
+) -> tuple[float, ...]:
+    """:func:`demand_increase_quantile` for each of ``horizons_seconds``, the history read once
+    (a decision asks for the pod and the node horizon: the simulator makes one every 15 s)."""
     n = len(history)
+    if n < 2:
+        return tuple(0.0 for _ in horizons_seconds)
     times = np.fromiter((t for t, _ in history), dtype=float, count=n)
     demand = np.fromiter((d for _, d in history), dtype=float, count=n)
-    # The window of the start i is the samples [i + 1, end_i). A window always reaches the next
-    # sample, even when the horizon is shorter than a tick: the demand between two samples is
-    # unknown, and the next one bounds its growth from above, where scaling it down by the horizon's
-    # share of the tick could leave a burst without warm pods.
-    first = np.arange(1, n)
-    end = np.maximum(np.searchsorted(times, times[:-1] + horizon_seconds, side="right"), first + 1)
     # Each window's maximum from a sparse table (levels[k][j] = max of demand[j : j + 2**k]): two
     # overlapping power-of-two blocks cover any window, so every maximum is exact in O(n log n).
     levels = [demand]
@@ -179,10 +182,24 @@ def demand_increase_quantile(history: tuple[tuple[float, int], ...], horizon_sec
     table = np.full((len(levels), n), -np.inf)
     for row, level in enumerate(levels):
         table[row, : len(level)] = level
-    block = np.floor(np.log2(end - first)).astype(int)
-    peaks = np.maximum(table[block, first], table[block, end - 2**block])
-    increases = peaks - demand[:-1]
-    return float(np.quantile(np.maximum(increases, 0.0), coverage, method="inverted_cdf"))
+    first = np.arange(1, n)
+    # numpy's "inverted_cdf" quantile is this order statistic; a partial sort finds it sooner.
+    rank = max(0, math.ceil((n - 1) * coverage) - 1)
+    found = []
+    for horizon in horizons_seconds:
+        if horizon <= 0:
+            found.append(0.0)
+            continue
+        # The window of the start i is the samples [i + 1, end_i). A window always reaches the next
+        # sample, even when the horizon is shorter than a tick: the demand between two samples is
+        # unknown, and the next one bounds its growth from above, where scaling it down by the
+        # horizon's share of the tick could leave a burst without warm pods.
+        end = np.maximum(np.searchsorted(times, times[:-1] + horizon, side="right"), first + 1)
+        block = np.floor(np.log2(end - first)).astype(int)
+        peaks = np.maximum(table[block, first], table[block, end - 2**block])
+        increases = np.maximum(peaks - demand[:-1], 0.0)
+        found.append(float(np.partition(increases, rank)[rank]))
+    return tuple(found)
 
 
 def shifted(state: WarmPoolState, seconds: float) -> WarmPoolState:
@@ -388,8 +405,7 @@ def plan(
             spec, math.ceil(pod_increase) - headroom, math.ceil(node_increase) - headroom, active, max_active
         )
 
-    pod_increase = demand_increase_quantile(state.history, pod_horizon, spec.coverage)
-    node_increase = demand_increase_quantile(state.history, node_horizon, spec.coverage)
+    pod_increase, node_increase = demand_increase_quantiles(state.history, (pod_horizon, node_horizon), spec.coverage)
     pods, placeholders = size(pod_increase, node_increase)
     found, held_since = state.found, None
     if found is not None:

@@ -78,6 +78,8 @@ COARSE_LOAD = 0.9
 BIN_SIGMAS = 4.0
 #: Whole seconds served ahead of the policy's next decision (see :meth:`SecondsSimulation.serve`).
 AHEAD_SECONDS = 120
+#: Seconds of 10 ms bins computed at once while the queue holds a backlog (see :class:`_FineChunk`).
+FINE_CHUNK_SECONDS = 16
 #: Backlog (replica-seconds) below which the queue counts as empty.
 EMPTY = 1e-9
 #: A busy episode longer than this is closed even with a backlog (its unserved tail counts as late).
@@ -378,6 +380,29 @@ def _hist_value(index: IntArray) -> FloatArray:
     return np.asarray(10 ** (_HIST_LO + (index + 0.5) * (_HIST_HI - _HIST_LO) / _HIST_BINS), dtype=np.float64)
 
 
+@dataclass
+class _FineChunk:
+    """Seconds ``[start, stop)`` computed on 10 ms bins for one fleet (``key``), from the backlog
+    the queue had at ``start``: committed a control-loop tick at a time, the rest kept while the
+    fleet stays the same (a tick every 1-2 s would otherwise pay a dozen numpy calls per second).
+    What a second holds depends only on its arrivals, the fleet and the backlog before it, so a
+    chunk continued is the chunk that would be computed there again, but for float rounding."""
+
+    start: int
+    stop: int
+    key: tuple[int, bool, bool]
+    q: FloatArray
+    count: FloatArray
+    work: FloatArray
+    accepted: FloatArray
+    departed: FloatArray
+    service: FloatArray
+    queue_end: FloatArray
+    queue_mean: FloatArray
+    in_flight: FloatArray
+    utilization: FloatArray
+
+
 class SecondsSimulation:
     """The run's queue: whole seconds where nothing can wait, 10 ms busy episodes elsewhere."""
 
@@ -397,6 +422,9 @@ class SecondsSimulation:
         self.cold = np.zeros(n, dtype=bool)
         self._ahead_until = 0
         self._ahead_as: tuple[int, bool] = (-1, False)
+        #: The rest of the last fine chunk, from ``_pending[1]`` on (see :class:`_FineChunk`).
+        self._pending: tuple[_FineChunk, int] | None = None
+        self._chunk_seconds = FINE_CHUNK_SECONDS
         self.view = MetricsView(
             1.0, workload.count_s, self.queue_end, self.in_flight, self.utilization, queue_mean=self.queue_mean
         )
@@ -437,6 +465,11 @@ class SecondsSimulation:
         and no policy has read them: metrics are read before ``now``).
         """
         stop = min(stop, self.w.seconds)
+        if self._pending is not None and (self._pending[1], self._pending[0].key) != (
+            start,
+            (replicas, cold, self.unbounded),
+        ):
+            self._pending = None
         if start < self._ahead_until and (replicas, cold) == self._ahead_as:
             if stop <= self._ahead_until:
                 return
@@ -466,7 +499,7 @@ class SecondsSimulation:
                     self._fine(s, s + n, replicas, cold)
                     s += n
             else:
-                n = stop - s if not self.coarse else min(stop - s, 16)
+                n = stop - s if not self.coarse else min(stop - s, FINE_CHUNK_SECONDS)
                 self._fine(s, s + n, replicas, cold)
                 s += n
 
@@ -540,13 +573,28 @@ class SecondsSimulation:
             self.max_ms = max(self.max_ms, float(latency_ms[finite].max()))
 
     def _fine(self, start: int, stop: int, replicas: int, cold: bool) -> None:
+        """Advance seconds ``[start, stop)`` on 10 ms bins: from the pending chunk when it covers
+        them, else from a new one that reaches past ``stop`` (:class:`_FineChunk`)."""
+        pending, self._pending = self._pending, None
+        if pending is not None and pending[1] == start and pending[0].stop >= stop:
+            chunk = pending[0]
+        else:
+            ahead = stop if not self.coarse else max(stop, start + self._chunk_seconds)
+            chunk = self._fine_chunk(start, min(self.w.seconds, ahead), replicas, cold)
+        self._commit(chunk, start, stop, cold)
+        if stop < chunk.stop and self.q > 0.0:
+            self._pending = (chunk, stop)
+        # The next chunk reaches as far as this one was used, twice as far at most: the seconds
+        # computed past a change of the fleet are thrown away.
+        self._chunk_seconds = max(2, min(FINE_CHUNK_SECONDS, 2 * (stop - chunk.start)))
+
+    def _fine_chunk(self, start: int, stop: int, replicas: int, cold: bool) -> _FineChunk:
+        """Seconds ``[start, stop)`` on 10 ms bins from the current backlog (nothing recorded yet)."""
         w = self.w
         dt = w.dt
-        work = w.fine_works(start, stop)
         count = w.fine_counts(start, stop)
+        work = count * w.mean_work if w.fine_work is None else w.fine_works(start, stop)
         q0 = self.q
-        if not self._episode:
-            self._episode_backlog = q0
         per_bin = replicas * dt * self.speed
         if replicas > 0:
             bound = math.inf if self.unbounded else replicas * self.profile.max_queue * w.mean_work
@@ -560,28 +608,67 @@ class SecondsSimulation:
         previous = np.concatenate(([q0], q[:-1]))
         departed = np.maximum(previous + accepted - q, 0.0)
         seconds = stop - start
-        self.queue_end[start:stop] = q[PER_SECOND - 1 :: PER_SECOND] / w.mean_work
-        self.queue_mean[start:stop] = q.reshape(seconds, PER_SECOND).mean(axis=1) / w.mean_work
-        self.fine[start:stop] = True
-        self.capacity[start:stop] = replicas
-        self.cold[start:stop] = cold
+        queue_end = q[PER_SECOND - 1 :: PER_SECOND] / w.mean_work
+        queue_mean = q.reshape(seconds, PER_SECOND).mean(axis=1) / w.mean_work
         service = np.zeros(len(work))
         if replicas > 0 and self.batch is not None:
             service, lat, thr = self.batch.service(count / (dt * replicas), q > 1e-12)
             throughput = departed / dt * self.batch.best
-            self.in_flight[start:stop] = (throughput * lat / 1e3).reshape(seconds, PER_SECOND).mean(axis=1)
+            in_flight = (throughput * lat / 1e3).reshape(seconds, PER_SECOND).mean(axis=1)
             util = np.minimum(1.0, throughput / (replicas * thr))
-            self.utilization[start:stop] = util.reshape(seconds, PER_SECOND).mean(axis=1)
+            utilization = util.reshape(seconds, PER_SECOND).mean(axis=1)
         elif replicas > 0:
             assert self.profile.llm is not None
             busy = departed / per_bin
-            self.in_flight[start:stop] = (busy * replicas * self.profile.llm.slots).reshape(seconds, PER_SECOND).mean(1)
-            self.utilization[start:stop] = np.minimum(1.0, busy).reshape(seconds, PER_SECOND).mean(axis=1)
+            in_flight = (busy * replicas * self.profile.llm.slots).reshape(seconds, PER_SECOND).mean(1)
+            utilization = np.minimum(1.0, busy).reshape(seconds, PER_SECOND).mean(axis=1)
         else:
-            self.in_flight[start:stop] = self.utilization[start:stop] = 0.0
-        self._episode.append((start, count, work, accepted, departed, service, np.full(len(work), cold)))
-        self._episode_seconds += seconds
-        self.q = float(q[-1]) if q[-1] > EMPTY else 0.0
+            in_flight = utilization = np.zeros(seconds)
+        return _FineChunk(
+            start,
+            stop,
+            (replicas, cold, self.unbounded),
+            q,
+            count,
+            work,
+            accepted,
+            departed,
+            service,
+            queue_end,
+            queue_mean,
+            in_flight,
+            utilization,
+        )
+
+    def _commit(self, chunk: _FineChunk, start: int, stop: int, cold: bool) -> None:
+        """Record seconds ``[start, stop)`` of ``chunk``: the metrics now, the requests when the
+        busy episode ends (:meth:`_close`)."""
+        lo, hi = start - chunk.start, stop - chunk.start
+        bins = slice(lo * PER_SECOND, hi * PER_SECOND)
+        if not self._episode:
+            self._episode_backlog = self.q
+        self.queue_end[start:stop] = chunk.queue_end[lo:hi]
+        self.queue_mean[start:stop] = chunk.queue_mean[lo:hi]
+        self.in_flight[start:stop] = chunk.in_flight[lo:hi]
+        self.utilization[start:stop] = chunk.utilization[lo:hi]
+        self.fine[start:stop] = True
+        self.capacity[start:stop] = chunk.key[0]
+        self.cold[start:stop] = cold
+        count = chunk.count[bins]
+        self._episode.append(
+            (
+                start,
+                count,
+                chunk.work[bins],
+                chunk.accepted[bins],
+                chunk.departed[bins],
+                chunk.service[bins],
+                np.full(len(count), cold),
+            )
+        )
+        self._episode_seconds += stop - start
+        last = float(chunk.q[hi * PER_SECOND - 1])
+        self.q = last if last > EMPTY else 0.0
         if self.q == 0.0 or self._episode_seconds >= MAX_EPISODE_SECONDS:
             self._close()
 

@@ -36,8 +36,9 @@ The simulated cluster:
   per second from launch to removal, at least :data:`MIN_BILLED_SECONDS` (EC2's minimum).
 
 Speed: what the fleet holds changes only at events, so :meth:`Fleet.counts` and
-:meth:`Fleet.next_event` are cached until the next change, and a decision repeating the current
-targets on an unchanged fleet is a no-op (the reconcile is idempotent between events).
+:meth:`Fleet.next_event` are cached until the next change, a decision repeating the current
+targets on an unchanged fleet is a no-op (the reconcile is idempotent between events), and each
+pod's view for the plan is kept until what it shows changes.
 
 All durations come from the profile's distributions on one seeded generator: same seed, same run.
 """
@@ -203,6 +204,7 @@ class Fleet:
         self._next: tuple[int, float, float, float] | None = None
         self._advanced_at = 0.0
         self._model_pods = (-1, 0)
+        self._views: dict[str, tuple[tuple[object, ...], PodView]] = {}
 
     # ------------------------------------------------------------------ setup and accounting
 
@@ -345,6 +347,7 @@ class Fleet:
 
     def _delete(self, pod: Pod, now: float, drain: bool = False) -> None:
         del self.pods[pod.name]
+        self._views.pop(pod.name, None)
         if drain and pod.node is not None:
             self.draining.append((now + self.profile.drain_seconds, pod.name))
         elif pod.node is not None:
@@ -408,10 +411,21 @@ class Fleet:
 
     def _view(self, pod: Pod, now: float) -> PodView:
         """The pod as the operator observes it: Running once its node has the image (loading),
-        Pending while bound and pulling or unbound."""
+        Pending while bound and pulling or unbound. Kept until what it shows changes: a plan
+        views every pod, and the fleet is planned at every change of the targets."""
         node = self.nodes.get(pod.node) if pod.node is not None else None
         running = node is not None and node.image_at is not None and node.image_at <= now
         ready = pod.ready(now) if pod.role != "placeholder" else pod.node is not None
+        key = (pod.role, pod.node, node is not None, running, ready, pod.created_at, pod.ready_at)
+        cached = self._views.get(pod.name)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        view = self._new_view(pod, node, running, ready)
+        self._views[pod.name] = (key, view)
+        return view
+
+    @staticmethod
+    def _new_view(pod: Pod, node: Node | None, running: bool, ready: bool) -> PodView:
         return PodView(
             name=pod.name,
             role=pod.role,

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -73,6 +73,10 @@ SUPERPOSE_SPREAD_SECONDS = 300.0
 MATERIALIZE_MAX_BINS = 4_000_000
 #: Seconds per generated block of fine bins (for workloads kept per second).
 BLOCK_SECONDS = 600
+#: Bytes of generated blocks a workload keeps (the runs of a sweep share them: drawing a block
+#: again for every run was a tenth of an overloaded run's time). Counts are kept as the smallest
+#: unsigned integers that hold them: 14 days of a fleet at ~1,500 arrivals per bin take ~240 MB.
+BLOCK_CACHE_BYTES = 256 * 2**20
 #: The most items a workload materializes (an LLM workload's scaled requests, superposed copies'
 #: offsets): refuse what would not fit in memory (see :func:`check_materialized`).
 MAX_MATERIALIZED = 20_000_000
@@ -103,7 +107,7 @@ class Workload:
     fine_work: FloatArray | None = None
     request_bin: IntArray | None = None
     request_latency: FloatArray | None = None
-    _blocks: dict[int, FloatArray] = field(default_factory=dict, compare=False, repr=False)
+    _blocks: dict[int, npt.NDArray[np.unsignedinteger[Any]]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def requests(self) -> float:
@@ -141,7 +145,7 @@ class Workload:
             lo = max(first, block * BLOCK_SECONDS) - block * BLOCK_SECONDS
             hi = min(stop, (block + 1) * BLOCK_SECONDS) - block * BLOCK_SECONDS
             parts.append(data[lo * PER_SECOND : hi * PER_SECOND])
-        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+        return (np.concatenate(parts) if len(parts) > 1 else parts[0]).astype(np.float64)
 
     def fine_works(self, first: int, stop: int) -> FloatArray:
         """Work per fine bin of seconds ``[first, stop)``."""
@@ -149,7 +153,8 @@ class Workload:
             return self.fine_work[first * PER_SECOND : stop * PER_SECOND]
         return self.fine_counts(first, stop) * self.mean_work
 
-    def _block(self, block: int) -> FloatArray:
+    def _block(self, block: int) -> npt.NDArray[np.unsignedinteger[Any]]:
+        """Arrivals per fine bin of one block's seconds (drawn once, kept up to :data:`BLOCK_CACHE_BYTES`)."""
         cached = self._blocks.get(block)
         if cached is not None:
             return cached
@@ -158,10 +163,10 @@ class Workload:
         # Seeded by block, so a second's bins do not depend on which seconds were asked for first.
         rng = np.random.default_rng((self.seed, 0xB10C, block))
         counts = self.count_s[lo:hi].astype(np.int64)
-        spread = rng.multinomial(counts, np.full(PER_SECOND, 1.0 / PER_SECOND)).astype(np.float64)
-        data = np.zeros(BLOCK_SECONDS * PER_SECOND)
+        spread = rng.multinomial(counts, np.full(PER_SECOND, 1.0 / PER_SECOND))
+        data = np.zeros(BLOCK_SECONDS * PER_SECOND, dtype=np.min_scalar_type(max(1, int(counts.max(initial=0)))))
         data[: (hi - lo) * PER_SECOND] = spread.ravel()
-        if len(self._blocks) >= 8:
+        while self._blocks and sum(b.nbytes for b in self._blocks.values()) + data.nbytes > BLOCK_CACHE_BYTES:
             self._blocks.pop(next(iter(self._blocks)))
         self._blocks[block] = data
         return data
