@@ -9,7 +9,8 @@ learned scale-down delay's replay, :mod:`neuronfleet.planning.hold`): one decisi
 that re-chooses the delay, and the history's size in memory. Its checkpoint in the status
 (``status.autoscaler``): the section's size, rendering it (the first time, which packs the
 history, and again, as every reconcile until the next checkpoint does) and a restarted operator's
-resume from it. Writes
+resume from it. An Auto warm pool's decision over a full demand history (the four node horizons it
+keeps of decisions every 15 s; the increase quantiles of its two horizons). Writes
 ``bench/results/planning.json``. Run: ``.venv/bin/python bench/bench_planning.py``.
 """
 
@@ -34,9 +35,10 @@ from neuronfleet.api.v1alpha1 import (
     MAX_STATUS_TREND_READINGS,
     InferenceDeployment,
     ScalingSpec,
+    WarmPoolSpec,
 )
 from neuronfleet.kube.builders import object_for_action, parse_pod, pod_template_hash
-from neuronfleet.planning import hold
+from neuronfleet.planning import hold, warmpool
 from neuronfleet.planning.compile import CompileObservation, StoredArtifact, compile_request
 from neuronfleet.planning.fleet import (
     CreatePlaceholder,
@@ -168,6 +170,15 @@ def main() -> None:
     stale = replace(state, hold_chosen_at=now - hold.REFRESH_SECONDS)
     rechoose_us = timed(lambda: decide(spec, stale, snapshot, 50, 50, now)) * 1e6
 
+    # An Auto pool at a full history: a decision every 15 s, a demand with bursts.
+    auto = WarmPoolSpec.model_validate({"mode": "Auto", "maxPods": 50, "maxNodePlaceholders": 50})
+    steps = int(warmpool.MAX_HISTORY_SECONDS // 15)
+    pool = warmpool.WarmPoolState(tuple((now - 15.0 * (steps - i), 40 + (i * 7) % 23) for i in range(steps)))
+    cold = warmpool.ColdStart(pod_seconds=450.0, node_seconds=600.0)
+    # What it keeps of them: four node horizons (pod 450 s + node 600 s cold starts), 273 samples.
+    kept = len(warmpool.plan(auto, pool, 45, now, cold, 45, 100).new_state.history)
+    warm_pool_us = timed(lambda: warmpool.plan(auto, pool, 45, now, cold, 45, 100)) * 1e6
+
     # The largest section the status keeps: every scale event and trend reading it allows.
     events = tuple(
         (now - 10.0 * (MAX_STATUS_SCALE_EVENTS - i), 1 if i % 2 else -1) for i in range(MAX_STATUS_SCALE_EVENTS)
@@ -203,6 +214,8 @@ def main() -> None:
         "scaling_decide_day_of_history_us": round(decide_us, 1),
         "scaling_decide_rechoosing_delay_us": round(rechoose_us, 1),
         "scaling_history_day_kib": round(size_of(state.history) / 1024, 1),
+        "warm_pool_auto_full_history_us": round(warm_pool_us, 1),
+        "warm_pool_auto_history_samples": kept,
         "checkpoint_status_section_kib": round(len(json.dumps(wire)) / 1024, 1),
         "checkpoint_render_first_us": round(render_first_us, 1),
         "checkpoint_render_again_us": round(render_again_us, 1),
