@@ -501,6 +501,16 @@ def planning(r: Result) -> list[Figure]:
         ),
         plain("the same, re-choosing the scale-down delay", f"{number(f['scaling_decide_rechoosing_delay_us'], 0)} µs"),
         plain("placement (four Inf2 types scored)", f"{number(f['placement_us'], 1)} µs"),
+        *(
+            [
+                plain(
+                    f"an Auto warm pool's decision ({f['warm_pool_auto_history_samples']} decisions of history)",
+                    f"{number(f['warm_pool_auto_full_history_us'], 0)} µs",
+                )
+            ]
+            if "warm_pool_auto_full_history_us" in f
+            else []
+        ),
         plain(
             "autoscaler checkpoint in the status, at its largest",
             f"{number(f['checkpoint_status_section_kib'], 1)} KiB",
