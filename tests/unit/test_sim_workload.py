@@ -3,15 +3,18 @@ the fine bins of long workloads drawn on demand and kept."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from neuronfleet.sim import engine, runner
 from neuronfleet.sim import workload as workload_module
 from neuronfleet.sim.profiles import load_profile
 from neuronfleet.sim.trace import Trace, load
-from neuronfleet.sim.workload import ARRIVALS, build, superpose_counts
+from neuronfleet.sim.workload import ARRIVALS, BlockCache, Workload, build, superpose_counts
 
 
 def steady_trace(seconds: int = 2000, rate: float = 3.0, seed: int = 5) -> Trace:
@@ -75,20 +78,40 @@ def test_long_workloads_are_kept_per_second_and_refined_on_demand() -> None:
     assert np.array_equal(lazy.fine_counts(600, 601), fine[500:600])  # same bins whatever was asked first
 
 
-def test_generated_blocks_are_kept_within_their_budget_and_drawn_the_same_again(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_generated_blocks_are_kept_within_their_budget_and_drawn_the_same_again() -> None:
     trace = steady_trace(seconds=2000)
     lazy = build(trace, load_profile("bert-base"), 50, jitter=1.0, seed=4, arrivals="rate", materialize=False)
     first = lazy.fine_counts(0, 1900)
-    assert first.dtype == np.float64 and len(lazy._blocks) == 4  # kept for the next run of a sweep
-    # A budget of two blocks: the oldest ones go, and drawn again they are the same bins.
-    monkeypatch.setattr(workload_module, "BLOCK_CACHE_BYTES", 2 * max(b.nbytes for b in lazy._blocks.values()))
-    lazy._blocks.clear()
+    assert first.dtype == np.float64 and sorted(lazy.block_cache.kept) == [0, 1, 2, 3]  # kept for the next run
+    # A budget of two blocks keeps the first two drawn; the rest are drawn again, to the same bins.
+    block_bytes = max(b.nbytes for b in lazy.block_cache.kept.values())
+    lazy = replace(lazy, block_cache=BlockCache(2 * block_bytes))
     for start in range(0, 1900, 100):
         lazy.fine_counts(start, start + 100)
-    assert sorted(lazy._blocks) == [2, 3]
+    assert sorted(lazy.block_cache.kept) == [0, 1] and lazy.block_cache.kept_bytes <= 2 * block_bytes
     assert np.array_equal(lazy.fine_counts(0, 1900), first)
+    assert len(lazy.block_cache.recent) <= workload_module.RECENT_BLOCKS
+
+
+def test_a_sweeps_workers_share_the_block_budget_out() -> None:
+    trace = steady_trace(seconds=2000)
+    profile = load_profile("bert-base")
+    lazy = build(trace, profile, 50, jitter=1.0, seed=4, arrivals="rate", materialize=False)
+    todo = runner.cases(["static"], 20, 10)[:3]
+    real_run = engine.run
+
+    def run_saying_its_budget(workload: Workload, *args: Any, **kwargs: Any) -> engine.RunResult:
+        # Runs in the forked worker: what it knew comes back with the result.
+        result = real_run(workload, *args, **kwargs)
+        result.notes = (f"budget {workload.block_cache.budget}",)
+        return result
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(engine, "run", run_saying_its_budget)
+        outcomes = runner.run_cases(lazy, profile, todo, 1, 5, jobs=2)
+    budget = workload_module.BLOCK_CACHE_BYTES
+    assert {o.result.notes for o in outcomes} == {(f"budget {budget // 2}",)}
+    assert lazy.block_cache.budget == budget  # the parent's again
 
 
 def test_both_trace_shapes_load(tmp_path: Path) -> None:

@@ -26,7 +26,8 @@ case (static keeps its replica count) runs on scoring data. :func:`monotonicity`
 whether cost and attainment move monotonically with the swept target.
 
 Runs are independent: :func:`run_cases` runs them in ``jobs`` worker processes (forked, so the
-workload is shared, not copied); Ctrl-C stops them within 1 % of their runs.
+workload is shared, not copied; the 10 ms bins each worker draws are its own, kept within its share
+of :data:`~neuronfleet.sim.workload.BLOCK_CACHE_BYTES`); Ctrl-C stops them within 1 % of their runs.
 """
 
 from __future__ import annotations
@@ -260,6 +261,9 @@ def run_cases(
     if jobs > 1 and len(todo) > 1 and "fork" in multiprocessing.get_all_start_methods():
         _FORKED = (workload, profile, todo, seed, start, measure_from)
         context = multiprocessing.get_context("fork")
+        # Each worker draws and keeps its own blocks of fine bins: the budget is the run's, shared out.
+        budget = workload.block_cache.budget
+        workload.block_cache.budget = budget // min(jobs, len(todo))
         _STOP = stop = context.Event()
         pool = ProcessPoolExecutor(
             max_workers=min(jobs, len(todo)), mp_context=context, initializer=_leave_interrupts_to_the_parent
@@ -293,6 +297,7 @@ def run_cases(
             pool.shutdown()
         finally:
             _FORKED = _STOP = None
+            workload.block_cache.budget = budget
         return [finished[index] for index in range(len(todo))]
     for case in todo:
         result = engine.run(

@@ -73,10 +73,44 @@ SUPERPOSE_SPREAD_SECONDS = 300.0
 MATERIALIZE_MAX_BINS = 4_000_000
 #: Seconds per generated block of fine bins (for workloads kept per second).
 BLOCK_SECONDS = 600
-#: Bytes of generated blocks a workload keeps (the runs of a sweep share them: drawing a block
-#: again for every run was a tenth of an overloaded run's time). Counts are kept as the smallest
-#: unsigned integers that hold them: 14 days of a fleet at ~1,500 arrivals per bin take ~240 MB.
-BLOCK_CACHE_BYTES = 256 * 2**20
+#: Bytes of generated blocks a workload keeps over all the processes that run it (see
+#: :class:`BlockCache`; :func:`neuronfleet.sim.runner.run_cases` gives each worker its share).
+#: Counts are kept as the smallest unsigned integers that hold them: 14 days of a fleet at ~1,500
+#: arrivals per bin take ~240 MB.
+BLOCK_CACHE_BYTES = 512 * 2**20
+#: Blocks drawn beyond the budget that are kept too, the newest (a run reads a block many times in a row).
+RECENT_BLOCKS = 8
+
+UIntArray = npt.NDArray[np.unsignedinteger[Any]]
+
+
+class BlockCache:
+    """The fine-bin blocks a workload has drawn: the first ones up to ``budget`` bytes, kept for the
+    runs that follow (the runs of a sweep read the same blocks: drawing them again for every run
+    was a tenth of an overloaded run's time), and the :data:`RECENT_BLOCKS` newest beyond it. The
+    first ones rather than the newest: a run reads the blocks in order, so a budget short of the
+    whole trace still saves its share, where keeping the newest would save nothing."""
+
+    def __init__(self, budget: int = BLOCK_CACHE_BYTES) -> None:
+        self.budget = budget
+        self.kept: dict[int, UIntArray] = {}
+        self.kept_bytes = 0
+        self.recent: dict[int, UIntArray] = {}
+
+    def get(self, block: int) -> UIntArray | None:
+        found = self.kept.get(block)
+        return found if found is not None else self.recent.get(block)
+
+    def put(self, block: int, data: UIntArray) -> None:
+        if self.kept_bytes + data.nbytes <= self.budget:
+            self.kept[block] = data
+            self.kept_bytes += data.nbytes
+            return
+        if len(self.recent) >= RECENT_BLOCKS:
+            self.recent.pop(next(iter(self.recent)))
+        self.recent[block] = data
+
+
 #: The most items a workload materializes (an LLM workload's scaled requests, superposed copies'
 #: offsets): refuse what would not fit in memory (see :func:`check_materialized`).
 MAX_MATERIALIZED = 20_000_000
@@ -107,7 +141,7 @@ class Workload:
     fine_work: FloatArray | None = None
     request_bin: IntArray | None = None
     request_latency: FloatArray | None = None
-    _blocks: dict[int, npt.NDArray[np.unsignedinteger[Any]]] = field(default_factory=dict, compare=False, repr=False)
+    block_cache: BlockCache = field(default_factory=BlockCache, compare=False, repr=False)
 
     @property
     def requests(self) -> float:
@@ -153,9 +187,9 @@ class Workload:
             return self.fine_work[first * PER_SECOND : stop * PER_SECOND]
         return self.fine_counts(first, stop) * self.mean_work
 
-    def _block(self, block: int) -> npt.NDArray[np.unsignedinteger[Any]]:
-        """Arrivals per fine bin of one block's seconds (drawn once, kept up to :data:`BLOCK_CACHE_BYTES`)."""
-        cached = self._blocks.get(block)
+    def _block(self, block: int) -> UIntArray:
+        """Arrivals per fine bin of one block's seconds (drawn once while :class:`BlockCache` keeps it)."""
+        cached = self.block_cache.get(block)
         if cached is not None:
             return cached
         lo = block * BLOCK_SECONDS
@@ -166,9 +200,7 @@ class Workload:
         spread = rng.multinomial(counts, np.full(PER_SECOND, 1.0 / PER_SECOND))
         data = np.zeros(BLOCK_SECONDS * PER_SECOND, dtype=np.min_scalar_type(max(1, int(counts.max(initial=0)))))
         data[: (hi - lo) * PER_SECOND] = spread.ravel()
-        while self._blocks and sum(b.nbytes for b in self._blocks.values()) + data.nbytes > BLOCK_CACHE_BYTES:
-            self._blocks.pop(next(iter(self._blocks)))
-        self._blocks[block] = data
+        self.block_cache.put(block, data)
         return data
 
 
@@ -383,7 +415,7 @@ def build(
             blocks = [
                 workload.fine_counts(s, min(seconds, s + BLOCK_SECONDS)) for s in range(0, seconds, BLOCK_SECONDS)
             ]
-            workload = replace(workload, fine_count=np.concatenate(blocks), _blocks={})
+            workload = replace(workload, fine_count=np.concatenate(blocks), block_cache=BlockCache())
         return workload
     assert profile.llm is not None
     scaled = scaled_requests(trace, factor, arrivals, jitter, seed, rate_window, spread)
