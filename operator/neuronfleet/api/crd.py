@@ -164,6 +164,9 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
             node[bound] = True
     if node.get("type") == "object" and node.get("additionalProperties") is False:
         del node["additionalProperties"]
+    if node.get("x-kubernetes-preserve-unknown-fields") and node.get("additionalProperties") is True:
+        # A free-form object (dict[str, Any]): a structural schema says so with the extension alone.
+        del node["additionalProperties"]
     if node.get("default") is None:
         node.pop("default", None)
     if "required" in node and not node["required"]:

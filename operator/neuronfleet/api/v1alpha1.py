@@ -1443,6 +1443,23 @@ class RolloutStatus(StatusModel):
     )
 
 
+class LastValidSpecStatus(StatusModel):
+    """The last spec the operator accepted, kept so that a restarted operator (or a new leader) can
+    keep its fleet whole while a later spec is refused (InvalidSpec)."""
+
+    generation: int | None = Field(
+        default=None, description="The generation (metadata.generation) that spec was; absent when unknown."
+    )
+    # Kept as an object with unknown fields preserved: the CRD does not repeat the whole spec's schema
+    # here; the operator parses it again (as it parses a spec) before it builds anything from it.
+    spec: dict[str, Any] = Field(
+        description="That spec as the operator accepted it (with its defaults filled in). Read back only while "
+        "the current spec is refused, after the operator restarted: it is parsed and checked again as a spec "
+        "is, and when it no longer passes, the pods found are kept but a lost one is not replaced.",
+        json_schema_extra={"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+    )
+
+
 class InferenceDeploymentStatus(StatusModel):
     """Observed state of an InferenceDeployment, written by the operator."""
 
@@ -1451,8 +1468,9 @@ class InferenceDeploymentStatus(StatusModel):
         description="The newest spec generation the operator has read and acted on. A generation it refuses "
         "(Degraded InvalidSpec, whose message names it) counts: Ready is then False for it, while the counts, the "
         "placement and the other conditions describe the fleet of the last valid spec, which the operator keeps "
-        "serving (lost pods replaced, unless it has restarted since that spec or that spec fits no instance "
-        "type); those conditions carry that spec's generation.",
+        "serving (lost pods replaced, also after a restart, from lastValidSpec, unless that spec fits no "
+        "instance type or the one lastValidSpec keeps cannot be used); those conditions carry that spec's "
+        "generation.",
     )
     conditions: list[Condition] = Field(
         default_factory=list,
@@ -1524,6 +1542,13 @@ class InferenceDeploymentStatus(StatusModel):
         default=None,
         description="The rollout in progress (pods of an earlier revision or template still serve or stand by); "
         "absent when none is. Kept as it is while the spec fits no allowed instance type.",
+    )
+    last_valid_spec: LastValidSpecStatus | None = Field(
+        default=None,
+        description="The last spec the operator accepted and its generation, written when it reconciles a valid "
+        "spec. While a later spec is refused (Degraded InvalidSpec), the operator keeps that spec's fleet whole "
+        "(lost pods replaced, scaled as it says), also after a restart or a leader change, which read it from "
+        "here; absent until a spec is accepted.",
     )
     last_scale_time: str | None = Field(
         default=None, description="When the desired active replicas (desiredReplicas) last changed (RFC 3339)."

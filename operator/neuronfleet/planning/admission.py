@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
-from neuronfleet.api.v1alpha1 import CompileSpec, RuntimeSpec
+from neuronfleet.api.v1alpha1 import CompileSpec, InferenceDeployment, RuntimeSpec
 from neuronfleet.planning.placement import Candidate, QuantityError, parse_quantity
 from neuronfleet.planning.reasons import Reason, Refusal
 
@@ -149,6 +149,17 @@ def workload_account(workload: Workload, spec_value: str | None, operator_value:
         workload,
         DEFAULT_ACCOUNT,
         f"the namespace's default, as neither {field} nor the operator's {flag} (chart: {value}) names one",
+    )
+
+
+def spec_accounts(
+    dep: InferenceDeployment, compile_default: str | None, serving_default: str | None
+) -> tuple[WorkloadAccount, WorkloadAccount]:
+    """The accounts ``dep``'s compile Job and serving pods run as (:func:`workload_account`), with the
+    operator's default accounts for a spec that names none."""
+    return (
+        workload_account("compile", dep.spec.compile.service_account_name, compile_default),
+        workload_account("serving", dep.spec.runtime.service_account_name, serving_default),
     )
 
 

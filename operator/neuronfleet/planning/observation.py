@@ -12,8 +12,10 @@
   conditions (for their transition times), the autoscaler's checkpoint (what it learned: a
   restarted operator resumes from it) and the warm pool's size (held by a restarted operator until
   it has a history to size it from), when the rollout in progress began (RolloutStalled counts
-  from it), and the measured cold starts (``status.coldStart``: a restarted operator carries them
-  over until it has measured enough pods of its own, :func:`~neuronfleet.planning.coldstart.take_over`).
+  from it), the measured cold starts (``status.coldStart``: a restarted operator carries them
+  over until it has measured enough pods of its own, :func:`~neuronfleet.planning.coldstart.take_over`),
+  and the last valid spec (``status.lastValidSpec``: a restarted operator keeps a refused spec's fleet
+  whole from it, :mod:`~neuronfleet.planning.last_valid`).
   Nothing else of the status is ever an input.
 - :class:`DeploymentMemory`: the *in-process* memory (the autoscaler's state between checkpoints,
   the warm pool's history, measured cold starts, the outcome of the last apply). It restarts
@@ -34,7 +36,14 @@ from typing import Any
 
 import pydantic
 
-from neuronfleet.api.v1alpha1 import GROUP, ColdStartStatus, InferenceDeployment, PlacementStatus, ScalingSpec
+from neuronfleet.api.v1alpha1 import (
+    GROUP,
+    ColdStartStatus,
+    InferenceDeployment,
+    LastValidSpecStatus,
+    PlacementStatus,
+    ScalingSpec,
+)
 from neuronfleet.planning import coldstart, scaling, warmpool
 from neuronfleet.planning.coldstart import PodTimeline
 from neuronfleet.planning.compile import CompileFailure, CompileObservation, StoredArtifact
@@ -124,6 +133,10 @@ class StatusMemory:
     #: The measured cold starts as last written (``status.coldStart``): the figures of pods since gone,
     #: carried over by a restarted operator. None: absent, or not one.
     cold_start: ColdStartStatus | None = None
+    #: The last spec the operator accepted (``status.lastValidSpec``), as written: kept while a later
+    #: spec is refused, by an operator that has not parsed it itself (a restart, a new leader; see
+    #: :func:`~neuronfleet.planning.last_valid.kept_from_status`). None: absent, or not one.
+    last_valid_spec: LastValidSpecStatus | None = None
     #: The sections of the status found but not read (``"status.coldStart: <why>"``), which the
     #: reconcile logs: dropped without a word, carried figures went missing unexplained.
     unread: tuple[str, ...] = ()
@@ -180,6 +193,12 @@ class StatusMemory:
                 cold_start = ColdStartStatus.model_validate(section)
             except pydantic.ValidationError as exc:
                 unread.append(f"status.coldStart: {_validation_problem(exc)}")
+        last_valid = None
+        if isinstance(section := status.get("lastValidSpec"), Mapping):
+            try:
+                last_valid = LastValidSpecStatus.model_validate(section)
+            except pydantic.ValidationError as exc:
+                unread.append(f"status.lastValidSpec: {_validation_problem(exc)}")
         return cls(
             desired_replicas=desired if isinstance(desired, int) and desired >= 0 else None,
             instance_type=instance_type if isinstance(instance_type, str) else None,
@@ -207,6 +226,7 @@ class StatusMemory:
                 else None
             ),
             cold_start=cold_start,
+            last_valid_spec=last_valid,
             unread=tuple(unread),
         )
 
@@ -266,7 +286,8 @@ class DeploymentMemory:
     takeover_announced: bool = False
     #: The last spec the operator parsed and accepted (the object as it was then): while a later
     #: spec is refused (InvalidSpec), its fleet is kept whole from it (:func:`last_valid_spec`).
-    #: Not durable: a restarted operator (or a new leader) knows none until the spec is fixed.
+    #: Not durable itself: a restarted operator (or a new leader) reads the one the status keeps
+    #: (:attr:`StatusMemory.last_valid_spec`) instead.
     last_valid: InferenceDeployment | None = None
     #: While a spec is refused, the (status, reason) of the kept fleet's own Degraded (computed as
     #: without the refusal) last announced: Degraded's reason stays InvalidSpec, so its changes alone

@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment, InferenceDeploymentSpec, WarmPoolStatus
-from neuronfleet.planning import coldstart, scaling, warmpool
+from neuronfleet.planning import coldstart, last_valid, scaling, warmpool
 from neuronfleet.planning.admission import compile_cpu_limit_problem, serving_cpu_limit_problem
 from neuronfleet.planning.compile import (
     CompileDecision,
@@ -621,6 +621,7 @@ def plan_reconcile(
         autoscaler=autoscaler_status(memory.scaling_state.checkpoint),
         last_scale=last_scale,
         refused=refused,
+        last_valid=last_valid.record(dep),
     )
     return ReconcilePlan(
         compile_actions=compile_actions,

@@ -49,6 +49,7 @@ from neuronfleet.api.v1alpha1 import (
     Condition,
     ConditionType,
     InferenceDeploymentStatus,
+    LastValidSpecStatus,
     PlacementStatus,
     RolloutStatus,
     ScaleEventStatus,
@@ -169,6 +170,9 @@ class StatusInputs:
     last_scale: LastScale | None = None
     #: The current spec is refused; the rest of the inputs are of the last valid spec's fleet.
     refused: RefusedSpec | None = None
+    #: The spec reconciled (the current one, or the last valid one kept while the current is refused),
+    #: written as ``status.lastValidSpec`` for an operator restarted under a refused spec to keep its fleet.
+    last_valid: LastValidSpecStatus | None = None
 
 
 def _plural(count: int, word: str) -> str:
@@ -789,6 +793,7 @@ def build_status(
             if fleet.rollout is not None
             else None
         ),
+        last_valid_spec=inputs.last_valid,
         last_scale_time=inputs.last_scale.time if inputs.last_scale else None,
         last_scale_reason=inputs.last_scale.reason if inputs.last_scale else None,
     )

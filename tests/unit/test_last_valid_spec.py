@@ -1,0 +1,116 @@
+"""The last valid spec kept in the status (``status.lastValidSpec``): written with the status of a
+spec reconciled as valid (and only when it changed), read back, and made an InferenceDeployment again
+as a body's spec is, so that an operator restarted under a refused spec keeps that spec's fleet whole;
+a stored spec that no longer passes is not used."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from test_reconcile_plan import MANUAL, T0, compiled, deployment, one_template, rounds
+
+from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.planning.admission import OperatorAccount
+from neuronfleet.planning.fleet import FleetPolicy
+from neuronfleet.planning.last_valid import kept_from_status, record
+from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory
+from neuronfleet.planning.reconcile_plan import plan_reconcile
+from neuronfleet.planning.status import RefusedSpec, status_patch
+
+OPERATOR = OperatorAccount("ns", "nf-operator")
+
+
+def body_of(dep: InferenceDeployment, generation: int, **spec: Any) -> dict[str, Any]:
+    """The object as the watch delivers it: ``dep``'s metadata at ``generation``, its spec changed."""
+    wire = dep.to_wire()
+    wire["metadata"]["generation"] = generation
+    wire["metadata"]["uid"] = "uid-1"
+    wire["spec"].update(spec)
+    return wire
+
+
+def test_a_valid_spec_is_written_with_its_generation_and_parses_back_to_itself() -> None:
+    dep = deployment(**MANUAL)
+    steady, _, _ = rounds(dep, compiled(dep), (), DeploymentMemory(), {})
+    section = steady.status["lastValidSpec"]
+    assert section["generation"] == 1
+    assert section["spec"] == dep.spec.to_wire()  # defaults filled in: what was accepted, whole
+    durable = StatusMemory.from_status(steady.status)
+    assert durable.last_valid_spec == record(dep)
+    assert durable.unread == ()
+    kept = kept_from_status(durable.last_valid_spec, body_of(dep, 2, bogus=True), None, None, OPERATOR)
+    assert isinstance(kept, InferenceDeployment), kept
+    assert kept.spec == dep.spec
+    assert kept.metadata.generation == 1  # the stored one's, not the refused body's
+    assert kept.metadata.uid == "uid-1"  # the body's metadata otherwise
+
+
+def test_an_unchanged_spec_writes_nothing_and_a_new_generation_rewrites_it() -> None:
+    dep = deployment(**MANUAL)
+    steady, pods, _ = rounds(dep, compiled(dep), (), DeploymentMemory(), {})
+    now = T0 + timedelta(minutes=5)
+    again = plan_reconcile(
+        dep,
+        Observation(now, pods=pods, compile=compiled(dep)),
+        steady.memory,
+        StatusMemory.from_status(steady.status),
+        FleetPolicy(),
+        one_template,
+    )
+    assert "lastValidSpec" not in (status_patch(steady.status, again.status) or {})
+    # The same spec kept under a refused generation 2: still nothing to write for it.
+    kept = plan_reconcile(
+        dep,
+        Observation(now, pods=pods, compile=compiled(dep)),
+        steady.memory,
+        StatusMemory.from_status(steady.status),
+        FleetPolicy(),
+        one_template,
+        refused=RefusedSpec(generation=2, message="refused", kept_generation=1),
+    )
+    assert "lastValidSpec" not in (status_patch(steady.status, kept.status) or {})
+    scaled = deployment(scaling={"mode": "Manual", "replicas": 3, "minReplicas": 0}, warmPool={"mode": "Off"})
+    scaled = scaled.model_copy(update={"metadata": scaled.metadata.model_copy(update={"generation": 3})})
+    changed = plan_reconcile(
+        scaled,
+        Observation(now, pods=pods, compile=compiled(scaled)),
+        steady.memory,
+        StatusMemory.from_status(steady.status),
+        FleetPolicy(),
+        one_template,
+    )
+    patch = status_patch(steady.status, changed.status) or {}
+    assert patch["lastValidSpec"]["generation"] == 3
+    assert patch["lastValidSpec"]["spec"]["scaling"]["replicas"] == 3
+
+
+def test_a_stored_spec_that_does_not_parse_is_not_used() -> None:
+    dep = deployment(**MANUAL)
+    stored = record(dep).model_copy(update={"spec": {**dep.spec.to_wire(), "bogus": 1}})
+    why = kept_from_status(stored, body_of(dep, 2), None, None, OPERATOR)
+    assert isinstance(why, str)
+    assert why.startswith("status.lastValidSpec (generation 1) does not parse: spec.bogus: "), why
+
+
+def test_a_stored_spec_refused_now_is_not_used() -> None:
+    # Accepted by the operator that wrote it; this one would run its pods as its own account.
+    dep = deployment(**MANUAL)
+    why = kept_from_status(record(dep), body_of(dep, 2), None, "nf-operator", OPERATOR)
+    assert isinstance(why, str)
+    assert why.startswith("status.lastValidSpec (generation 1) is refused now: "), why
+    assert "nf-operator" in why
+    # Elsewhere (another namespace than the operator's), the same spec is kept.
+    assert isinstance(
+        kept_from_status(record(dep), body_of(dep, 2), None, "nf-operator", OperatorAccount("ops", "nf-operator")),
+        InferenceDeployment,
+    )
+
+
+def test_no_stored_spec_or_one_unreadable_is_said() -> None:
+    dep = deployment(**MANUAL)
+    assert "status.lastValidSpec is absent" in str(kept_from_status(None, body_of(dep, 2), None, None, None))
+    durable = StatusMemory.from_status({"lastValidSpec": {"generation": 1, "spec": "not an object"}})
+    assert durable.last_valid_spec is None
+    assert [u.split(":")[0] for u in durable.unread] == ["status.lastValidSpec"]
+
