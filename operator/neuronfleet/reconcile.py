@@ -79,6 +79,7 @@ from neuronfleet.planning.admission import (
     own_account_problem,
     refusal_for,
     serving_pods,
+    spec_accounts,
     workload_account,
 )
 from neuronfleet.planning.compile import (
@@ -101,6 +102,7 @@ from neuronfleet.planning.fleet import (
     describe_action,
 )
 from neuronfleet.planning.labels import LABEL_ROLE, deployment_selector, service_name
+from neuronfleet.planning.last_valid import kept_from_status
 from neuronfleet.planning.observation import (
     DeploymentMemory,
     Observation,
@@ -208,8 +210,9 @@ class ReconcileReport:
     #: :attr:`error`.
     refusal: str | None = None
     #: The refusal left nothing to reconcile (no last valid spec known: the operator restarted since
-    #: the spec was refused): still no error, but retried on a back-off of its own (see
-    #: :func:`neuronfleet.handlers.retry_delay`), not every interval, so it does not loop on the API.
+    #: the spec was refused, and the status's ``lastValidSpec`` is absent or unusable): still no error,
+    #: but retried on a back-off of its own (see :func:`neuronfleet.handlers.retry_delay`), not every
+    #: interval, so it does not loop on the API.
     refusal_idle: bool = False
 
 
@@ -804,10 +807,7 @@ class Reconciler:
 
         namespace = dep.metadata.namespace or "default"
         builder = self.settings.builder
-        accounts = (
-            workload_account("compile", dep.spec.compile.service_account_name, builder.compile_service_account),
-            workload_account("serving", dep.spec.runtime.service_account_name, builder.serving_service_account),
-        )
+        accounts = spec_accounts(dep, builder.compile_service_account, builder.serving_service_account)
         operator = self.settings.operator_account
         if operator is not None and (problem := own_account_problem(namespace, accounts, operator)):
             # Nothing is planned or made as that account; what runs as it already is acted on.
@@ -827,12 +827,27 @@ class Reconciler:
         failed: str | None = None,
     ) -> ReconcileReport:
         """A spec the operator refuses (InvalidSpec): the fleet of the last valid spec is reconciled
-        as that spec says (lost pods replaced), the status saying the current generation is refused;
-        without one known (a restart since), the pods are counted and reported, nothing is made."""
+        as that spec says (lost pods replaced), the status saying the current generation is refused.
+        That spec is the memory's, else (a restart since, a new leader) the status's
+        (``status.lastValidSpec``, checked again as a spec is); when neither can be used, the pods are
+        counted and reported, nothing is made."""
         metadata = body.get("metadata") or {}
         kept = last_valid_spec(memory, metadata.get("uid"))
         if kept is None:
-            return await self._report_invalid(body, status, version, memory, message, stopping, failed)
+            builder = self.settings.builder
+            stored = kept_from_status(
+                StatusMemory.from_status(status).last_valid_spec,
+                body,
+                builder.compile_service_account,
+                builder.serving_service_account,
+                self.settings.operator_account,
+            )
+            if isinstance(stored, str):
+                namespace, name = metadata.get("namespace") or "default", metadata.get("name") or ""
+                # Said at every reconcile while it lasts: why a lost pod is not replaced.
+                logger.info("%s/%s: no last valid spec to keep the fleet from: %s", namespace, name, stored)
+                return await self._report_invalid(body, status, version, memory, message, stopping, stored, failed)
+            kept = stored
         refused = RefusedSpec(metadata.get("generation"), message, kept.metadata.generation)
         report = await self._reconcile_spec(body, kept, status, version, memory, stopping, refused)
         # The refusal is said in the status and apart from errors: counted as one, it backed the
@@ -1055,8 +1070,11 @@ class Reconciler:
         memory: DeploymentMemory,
         message: str,
         stopping: asyncio.Event,
+        unusable: str,
         failed: str | None = None,
     ) -> ReconcileReport:
+        """The refusal reported without a last valid spec to build from (``unusable``: why the status's
+        cannot be used): the pods found counted, nothing made."""
         metadata = body.get("metadata") or {}
         namespace, name = metadata.get("namespace") or "default", metadata.get("name") or ""
         now = self.clock()
@@ -1072,7 +1090,7 @@ class Reconciler:
         else:
             if cluster is not None:
                 fleet = refused_fleet(cluster.pods, now, StatusMemory.from_status(status))
-        new = invalid_status(status, message, metadata.get("generation"), now, fleet)
+        new = invalid_status(status, message, metadata.get("generation"), now, fleet, unusable)
         if stopping.is_set():
             return ReconcileReport((), (), status, False, memory, failed, 0, stopped=True, refusal=message)
         try:

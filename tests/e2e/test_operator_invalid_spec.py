@@ -4,8 +4,9 @@ fleet of the last valid spec is kept whole and the status stays true (real Kopf 
 Found by review: under InvalidSpec the status froze (``Available True 2/2`` with one pod left for ten
 minutes) and a serving pod deleted meanwhile (a node drain, an eviction) was never replaced. As a
 Deployment keeps its old ReplicaSet at scale through a bad template edit, the operator now goes on
-reconciling the last valid spec it parsed; an operator restarted since, which never parsed it, says
-the capacity lost instead of the counts of before.
+reconciling the last valid spec it parsed; an operator restarted since, which never parsed it, reads it
+back from the status (status.lastValidSpec) and keeps that fleet whole too. Only when the stored spec
+cannot be used (it no longer parses or is refused now) does it say the capacity lost instead.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from kubernetes_asyncio import client as k8s
 from operator_harness import OperatorHarness, example, ready
 from test_operator_quota_refusals import create_quota
 
+from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION
 from neuronfleet.planning.admission import OperatorAccount
 
 NS = "refused"
@@ -61,6 +63,20 @@ async def delete_pod(harness: OperatorHarness, name: str) -> None:
     await k8s.CoreV1Api(await harness.api()).delete_namespaced_pod(name, NS)  # a node drain, an eviction
 
 
+async def edit_last_valid_spec(harness: OperatorHarness, name: str, patch: dict[str, Any] | None) -> None:
+    """Merge ``patch`` into ``name``'s status.lastValidSpec (None: remove it, as in a status written by an
+    operator from before the field), as a person editing the status would."""
+    await k8s.CustomObjectsApi(await harness.api()).patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        NS,
+        PLURAL,
+        name,
+        {"status": {"lastValidSpec": patch}},
+        _content_type="application/merge-patch+json",
+    )
+
+
 def counts(harness: OperatorHarness, name: str) -> tuple[int, int]:
     status = harness.deployment(NS, name)["status"]
     return status["replicas"], status["readyReplicas"]
@@ -92,8 +108,38 @@ async def test_a_pod_lost_under_a_refused_spec_is_replaced_from_the_last_valid_s
     assert (available["status"], available["message"]) == ("True", "2/2 active replicas ready")
     assert harness.condition(NS, "bert", "Ready")["reason"] == "InvalidSpec"  # generation 2 is still not served
 
-    # Restarted, the operator never parsed generation 1: what it cannot rebuild, it reports.
+    # Restarted, the operator has not parsed generation 1 itself: it reads it back from the status
+    # (status.lastValidSpec) and goes on keeping its fleet whole.
+    assert harness.deployment(NS, "bert")["status"]["lastValidSpec"]["generation"] == 1
     await harness.crash()
+    await harness.start()
+    lost, kept = ready_active(harness, "bert")
+    await delete_pod(harness, lost)
+    await harness.wait(
+        lambda: len(ready_active(harness, "bert")) == 2 and lost not in ready_active(harness, "bert"),
+        timeout=300,
+        what="the lost pod replaced after a restart",
+    )
+    await harness.wait(lambda: counts(harness, "bert") == (2, 2), timeout=60, what="the status counting 2/2")
+    assert kept in ready_active(harness, "bert")
+    assert {p["spec"].get("serviceAccountName") for p in harness.pods(NS, "bert")} == accounts
+    degraded = harness.condition(NS, "bert", "Degraded")
+    assert "; the fleet of generation 1, the last valid spec, is kept" in degraded["message"], degraded["message"]
+
+    await harness.patch_spec(NS, "bert", {"runtime": {"serviceAccountName": None}})  # fixed: made whole again
+    await harness.wait(lambda: len(ready_active(harness, "bert")) == 2, timeout=300, what="2 ready active pods")
+    await harness.wait(
+        lambda: harness.condition(NS, "bert", "Degraded").get("status") == "False", timeout=60, what="recovered"
+    )
+
+
+async def test_a_stored_last_valid_spec_that_no_longer_parses_is_not_built_from(harness: OperatorHarness) -> None:
+    # status.lastValidSpec edited by hand while the operator was down (or written by a version that
+    # accepted what this one refuses): the restarted operator cannot build from it, and says the
+    # capacity lost instead of the counts of before.
+    await refuse_a_running_deployment(harness, "bert")
+    await harness.crash()
+    await edit_last_valid_spec(harness, "bert", {"spec": {"bogus": 1}})
     await harness.start()
     lost = ready_active(harness, "bert")[0]
     await delete_pod(harness, lost)
@@ -101,7 +147,8 @@ async def test_a_pod_lost_under_a_refused_spec_is_replaced_from_the_last_valid_s
     available = harness.condition(NS, "bert", "Available")
     assert (available["status"], available["reason"]) == ("False", "ReplicasNotReady")
     assert available["message"].startswith("1/2 active replicas ready; lost pods are not replaced")
-    assert "has not parsed that one since it started" in harness.condition(NS, "bert", "Degraded")["message"]
+    degraded = harness.condition(NS, "bert", "Degraded")["message"]
+    assert "status.lastValidSpec (generation 1) does not parse: spec.bogus" in degraded, degraded
     assert len(harness.pods(NS, "bert", "active")) == 1
 
     await harness.patch_spec(NS, "bert", {"runtime": {"serviceAccountName": None}})  # fixed: made whole again
@@ -109,6 +156,8 @@ async def test_a_pod_lost_under_a_refused_spec_is_replaced_from_the_last_valid_s
     await harness.wait(
         lambda: harness.condition(NS, "bert", "Degraded").get("status") == "False", timeout=60, what="recovered"
     )
+    # The accepted spec is written back whole over the edited one.
+    assert "bogus" not in harness.deployment(NS, "bert")["status"]["lastValidSpec"]["spec"]
 
 
 def events(harness: OperatorHarness, name: str) -> list[tuple[str, str, str]]:

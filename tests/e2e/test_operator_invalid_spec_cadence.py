@@ -15,7 +15,7 @@ from typing import Any
 
 from operator_harness import OperatorHarness, e2e_cluster, example
 from test_operator_decision_cadence import OPERATOR_INTERVAL, Recording
-from test_operator_invalid_spec import NS, refuse_a_running_deployment
+from test_operator_invalid_spec import NS, edit_last_valid_spec, refuse_a_running_deployment
 
 from neuronfleet.metrics.operator_metrics import OperatorMetrics
 from neuronfleet.planning.admission import OperatorAccount
@@ -64,9 +64,12 @@ async def test_a_spec_refused_after_a_restart_is_no_reconcile_error_and_is_retri
 ) -> None:
     # Review r18, finding 3: with no last valid spec kept (the operator restarted since), the refusal
     # was the reconcile's error: outcome="error", neuronfleet_reconcile_errors_total and its alert,
-    # for a spec the same operator, before the restart, reported apart from errors.
+    # for a spec the same operator, before the restart, reported apart from errors. A restarted
+    # operator now keeps the fleet from status.lastValidSpec; removed here, as in a status written by
+    # an operator from before that field, it has none to keep it from.
     await refuse_a_running_deployment(harness, "bert")
     await harness.stop()
+    await edit_last_valid_spec(harness, "bert", None)
     context = await harness.start()
     context.metrics = OperatorMetrics()
     reports: list[tuple[float, ReconcileReport]] = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from test_reconcile_plan import MANUAL, T0, compiled, deployment, one_template, rounds
+from test_reconcile_plan import MANUAL, T0, compiled, condition_of, deployment, one_template, rounds
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.planning.admission import OperatorAccount
@@ -16,7 +16,7 @@ from neuronfleet.planning.fleet import FleetPolicy
 from neuronfleet.planning.last_valid import kept_from_status, record
 from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory
 from neuronfleet.planning.reconcile_plan import plan_reconcile
-from neuronfleet.planning.status import RefusedSpec, status_patch
+from neuronfleet.planning.status import RefusedSpec, invalid_status, status_patch
 
 OPERATOR = OperatorAccount("ns", "nf-operator")
 
@@ -114,3 +114,13 @@ def test_no_stored_spec_or_one_unreadable_is_said() -> None:
     assert durable.last_valid_spec is None
     assert [u.split(":")[0] for u in durable.unread] == ["status.lastValidSpec"]
 
+
+def test_the_refusal_says_why_the_stored_spec_is_not_built_from() -> None:
+    dep = deployment(**MANUAL)
+    steady, _, _ = rounds(dep, compiled(dep), (), DeploymentMemory(), {})
+    why = "status.lastValidSpec (generation 1) does not parse: spec.bogus: {not} permitted"
+    new = invalid_status(steady.status, "refused", 2, T0, None, why)
+    degraded = condition_of(new, "Degraded")["message"]
+    assert "a lost one is not replaced" in degraded, degraded
+    assert f"cannot use the one the status keeps ({why})" in degraded, degraded
+    assert new["lastValidSpec"] == steady.status["lastValidSpec"]  # kept as it was, not dropped

@@ -644,8 +644,9 @@ def plan_reconcile(
 
 def refused_fleet(pods: tuple[PodView, ...], now: datetime, durable: StatusMemory) -> FleetSummary:
     """The fleet of an object whose spec is refused while its last valid spec is unknown (an operator
-    restarted since): its pods counted as that spec's, against the counts it wanted as the status
-    last said them (nothing can be planned or made without a spec)."""
+    restarted since, and the status's ``lastValidSpec`` absent or unusable): its pods counted as that
+    spec's, against the counts it wanted as the status last said them (nothing can be planned or made
+    without a spec)."""
     return summarize_unplanned(
         pods,
         now,

@@ -20,8 +20,10 @@ reason, NoInstanceTypeFits, RollingOut or ReplicasNotReady.
 A spec the operator refuses (InvalidSpec) is no exception to "built whole": the status is that of
 the last valid spec's fleet, which the operator keeps reconciling (:attr:`StatusInputs.refused`),
 with Ready False and Degraded naming the refused generation (``observedGeneration``: the operator
-has read it). An operator that has not parsed the last valid spec since it started cannot build
-its pods: :func:`invalid_status` then counts the pods found and keeps the rest of the status.
+has read it). An operator that has not parsed the last valid spec since it started reads it back
+from ``status.lastValidSpec`` (:mod:`~neuronfleet.planning.last_valid`); when that one cannot be used
+either, it cannot build its pods: :func:`invalid_status` then counts the pods found and keeps the rest
+of the status.
 
 Three steps, all pure:
 
@@ -853,11 +855,12 @@ UNFIT_FLEET_NOTE = (
     "the pods of {kept} are kept as they are, but none is made for it: that spec fits no allowed "
     "instance type (see Scheduled), so a lost pod stays lost until the spec is fixed"
 )
-#: ... and while it cannot (it has not parsed that spec since it started: a restart, a new leader).
+#: ... and while it cannot: it has not parsed that spec since it started (a restart, a new leader), and
+#: the one the status keeps cannot be used ({why}: :func:`~neuronfleet.planning.last_valid.kept_from_status`).
 UNKNOWN_FLEET_NOTE = (
     "the pods of {kept} are kept, but a lost one is not replaced: the operator builds pods "
-    "from a spec it parsed, and has not parsed that one since it started (a restart or a new leader); "
-    "fix the spec"
+    "from a spec it parsed, has not parsed that one since it started (a restart or a new leader), "
+    "and cannot use the one the status keeps ({why}); fix the spec"
 )
 
 
@@ -887,17 +890,24 @@ def _refused_ready(refused: RefusedSpec, replaced: bool = True) -> str:
     )
 
 
+def _unknown_note(unusable: str) -> str:
+    """:data:`UNKNOWN_FLEET_NOTE` with why the status's spec cannot be used (its braces kept as text by
+    :func:`refused_note`'s format)."""
+    return UNKNOWN_FLEET_NOTE.replace("{why}", unusable.replace("{", "{{").replace("}", "}}"))
+
+
 def invalid_status(
     previous: Mapping[str, Any],
     message: str,
     generation: int | None,
     now: datetime,
     fleet: FleetSummary | None = None,
+    unusable: str = "none is kept",
 ) -> dict[str, Any]:
-    """The status of an object whose spec the operator refused, when it does not know the last valid
-    spec (it has not parsed one since it started): Degraded InvalidSpec, and not Ready for that
-    generation (a check that waits for the observed generation and Ready must not pass on a spec the
-    operator refused).
+    """The status of an object whose spec the operator refused, when it cannot build the last valid
+    spec's pods (it has not parsed one since it started, and the status's ``lastValidSpec`` cannot be
+    used: ``unusable`` says why): Degraded InvalidSpec, and not Ready for that generation (a check that
+    waits for the observed generation and Ready must not pass on a spec the operator refused).
 
     ``fleet``: the pods as observed, counted as the last valid spec's (the desired counts are those
     read back from the status): the counts and Available say what runs, and a pod lost meanwhile
@@ -910,7 +920,7 @@ def invalid_status(
     seen = fleet is not None and fleet.active + fleet.warm + fleet.draining + fleet.placeholders > 0
     if "desiredReplicas" in previous or seen:
         values = [
-            ConditionValue("Degraded", "True", Reason.INVALID_SPEC, refused_note(refused, UNKNOWN_FLEET_NOTE)),
+            ConditionValue("Degraded", "True", Reason.INVALID_SPEC, refused_note(refused, _unknown_note(unusable))),
             ConditionValue("Ready", "False", Reason.INVALID_SPEC, _refused_ready(refused, replaced=False)),
         ]
     else:
