@@ -172,6 +172,14 @@ class OperatorHarness:
             GROUP, VERSION, namespace, PLURAL, name, {"spec": spec}, _content_type="application/merge-patch+json"
         )
 
+    async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Merge ``status`` into the object's status, as another controller or a person editing the
+        status subresource does."""
+        custom = k8s.CustomObjectsApi(await self.api())
+        await custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, name, {"status": status}, _content_type="application/merge-patch+json"
+        )
+
     async def annotate(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         custom = k8s.CustomObjectsApi(await self.api())
         await custom.patch_namespaced_custom_object(

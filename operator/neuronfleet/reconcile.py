@@ -102,7 +102,7 @@ from neuronfleet.planning.fleet import (
     describe_action,
 )
 from neuronfleet.planning.labels import LABEL_ROLE, deployment_selector, service_name
-from neuronfleet.planning.last_valid import kept_from_status
+from neuronfleet.planning.last_valid import SPEC_PROBLEMS, kept_from_status
 from neuronfleet.planning.observation import (
     DeploymentMemory,
     Observation,
@@ -113,6 +113,7 @@ from neuronfleet.planning.observation import (
     next_decision_in,
     scaling_due,
     seen_status,
+    validation_problem,
 )
 from neuronfleet.planning.placement import Candidate, check_fits
 from neuronfleet.planning.prometheus_queries import query_override_refusal
@@ -800,7 +801,7 @@ class Reconciler:
         try:
             dep = InferenceDeployment.model_validate({k: v for k, v in body.items() if k != "status"})
         except pydantic.ValidationError as exc:
-            message = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
+            message = validation_problem(exc, SPEC_PROBLEMS)
             return await self._refused(
                 body, status, version, memory, f"spec rejected by the operator: {message}", stopping
             )

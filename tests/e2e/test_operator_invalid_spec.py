@@ -18,7 +18,6 @@ from kubernetes_asyncio import client as k8s
 from operator_harness import OperatorHarness, example, ready
 from test_operator_quota_refusals import create_quota
 
-from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION
 from neuronfleet.planning.admission import OperatorAccount
 
 NS = "refused"
@@ -66,15 +65,21 @@ async def delete_pod(harness: OperatorHarness, name: str) -> None:
 async def edit_last_valid_spec(harness: OperatorHarness, name: str, patch: dict[str, Any] | None) -> None:
     """Merge ``patch`` into ``name``'s status.lastValidSpec (None: remove it, as in a status written by an
     operator from before the field), as a person editing the status would."""
-    await k8s.CustomObjectsApi(await harness.api()).patch_namespaced_custom_object_status(
-        GROUP,
-        VERSION,
-        NS,
-        PLURAL,
-        name,
-        {"status": {"lastValidSpec": patch}},
-        _content_type="application/merge-patch+json",
+    await harness.patch_status(NS, name, {"lastValidSpec": patch})
+
+
+async def lose_a_pod_and_see_it_replaced(harness: OperatorHarness, name: str, what: str) -> None:
+    """Delete one of ``name``'s two ready active pods and wait for a new one in its place (the other kept)
+    and for the status to count 2/2 again."""
+    lost, kept = ready_active(harness, name)
+    await delete_pod(harness, lost)
+    await harness.wait(
+        lambda: len(ready_active(harness, name)) == 2 and lost not in ready_active(harness, name),
+        timeout=300,
+        what=what,
     )
+    await harness.wait(lambda: counts(harness, name) == (2, 2), timeout=60, what="the status counting 2/2")
+    assert kept in ready_active(harness, name)
 
 
 def counts(harness: OperatorHarness, name: str) -> tuple[int, int]:
@@ -92,15 +97,7 @@ async def test_a_pod_lost_under_a_refused_spec_is_replaced_from_the_last_valid_s
     assert "; the fleet of generation 1, the last valid spec, is kept" in degraded["message"], degraded["message"]
     assert harness.deployment(NS, "bert")["status"]["observedGeneration"] == 2
 
-    lost, kept = ready_active(harness, "bert")
-    await delete_pod(harness, lost)
-    await harness.wait(
-        lambda: len(ready_active(harness, "bert")) == 2 and lost not in ready_active(harness, "bert"),
-        timeout=300,
-        what="the lost pod replaced",
-    )
-    await harness.wait(lambda: counts(harness, "bert") == (2, 2), timeout=60, what="the status counting 2/2")
-    assert kept in ready_active(harness, "bert")
+    await lose_a_pod_and_see_it_replaced(harness, "bert", "the lost pod replaced")
     # Made as the last valid spec says: not as the operator's own account.
     assert {p["spec"].get("serviceAccountName") for p in harness.pods(NS, "bert")} == accounts
     assert "nf-operator" not in accounts
@@ -113,15 +110,7 @@ async def test_a_pod_lost_under_a_refused_spec_is_replaced_from_the_last_valid_s
     assert harness.deployment(NS, "bert")["status"]["lastValidSpec"]["generation"] == 1
     await harness.crash()
     await harness.start()
-    lost, kept = ready_active(harness, "bert")
-    await delete_pod(harness, lost)
-    await harness.wait(
-        lambda: len(ready_active(harness, "bert")) == 2 and lost not in ready_active(harness, "bert"),
-        timeout=300,
-        what="the lost pod replaced after a restart",
-    )
-    await harness.wait(lambda: counts(harness, "bert") == (2, 2), timeout=60, what="the status counting 2/2")
-    assert kept in ready_active(harness, "bert")
+    await lose_a_pod_and_see_it_replaced(harness, "bert", "the lost pod replaced after a restart")
     assert {p["spec"].get("serviceAccountName") for p in harness.pods(NS, "bert")} == accounts
     degraded = harness.condition(NS, "bert", "Degraded")
     assert "; the fleet of generation 1, the last valid spec, is kept" in degraded["message"], degraded["message"]

@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 from operator_harness import FAST_START, NEURON_SCHEDULER, REPO, OperatorHarness, example, inf2_node_groups, ready
 
-from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION
+from neuronfleet.api.v1alpha1 import GROUP, PLURAL
 from neuronfleet.handlers import OperatorContext
 from neuronfleet.planning.observation import DeploymentMemory
 from neuronfleet.planning.reconcile_plan import FOUND_ON_TAKEOVER
@@ -78,18 +77,8 @@ def conditions(harness: OperatorHarness, name: str) -> dict[str, tuple[str, str]
 async def add_foreign_condition(harness: OperatorHarness, name: str, message: str = AUDITED["message"]) -> None:
     """Another controller sets a condition of its own, as a controller does: the list as read, plus its own."""
     live = (harness.deployment(NS, name).get("status") or {}).get("conditions") or []
-    await k8s.CustomObjectsApi(await harness.api()).patch_namespaced_custom_object_status(
-        GROUP,
-        VERSION,
-        NS,
-        PLURAL,
-        name,
-        {
-            "status": {
-                "conditions": [c for c in live if c["type"] != AUDITED["type"]] + [{**AUDITED, "message": message}]
-            }
-        },
-        _content_type="application/merge-patch+json",
+    await harness.patch_status(
+        NS, name, {"conditions": [c for c in live if c["type"] != AUDITED["type"]] + [{**AUDITED, "message": message}]}
     )
 
 

@@ -49,38 +49,22 @@ def test_a_valid_spec_is_written_with_its_generation_and_parses_back_to_itself()
 def test_an_unchanged_spec_writes_nothing_and_a_new_generation_rewrites_it() -> None:
     dep = deployment(**MANUAL)
     steady, pods, _ = rounds(dep, compiled(dep), (), DeploymentMemory(), {})
-    now = T0 + timedelta(minutes=5)
-    again = plan_reconcile(
-        dep,
-        Observation(now, pods=pods, compile=compiled(dep)),
-        steady.memory,
-        StatusMemory.from_status(steady.status),
-        FleetPolicy(),
-        one_template,
-    )
-    assert "lastValidSpec" not in (status_patch(steady.status, again.status) or {})
+
+    def patch_of(planned: InferenceDeployment, refused: RefusedSpec | None = None) -> dict[str, Any]:
+        """The status patch of a reconcile of ``planned`` five minutes after the steady one."""
+        observation = Observation(T0 + timedelta(minutes=5), pods=pods, compile=compiled(planned))
+        durable = StatusMemory.from_status(steady.status)
+        result = plan_reconcile(
+            planned, observation, steady.memory, durable, FleetPolicy(), one_template, refused=refused
+        )
+        return dict(status_patch(steady.status, result.status) or {})
+
+    assert "lastValidSpec" not in patch_of(dep)
     # The same spec kept under a refused generation 2: still nothing to write for it.
-    kept = plan_reconcile(
-        dep,
-        Observation(now, pods=pods, compile=compiled(dep)),
-        steady.memory,
-        StatusMemory.from_status(steady.status),
-        FleetPolicy(),
-        one_template,
-        refused=RefusedSpec(generation=2, message="refused", kept_generation=1),
-    )
-    assert "lastValidSpec" not in (status_patch(steady.status, kept.status) or {})
+    assert "lastValidSpec" not in patch_of(dep, RefusedSpec(generation=2, message="refused", kept_generation=1))
     scaled = deployment(scaling={"mode": "Manual", "replicas": 3, "minReplicas": 0}, warmPool={"mode": "Off"})
     scaled = scaled.model_copy(update={"metadata": scaled.metadata.model_copy(update={"generation": 3})})
-    changed = plan_reconcile(
-        scaled,
-        Observation(now, pods=pods, compile=compiled(scaled)),
-        steady.memory,
-        StatusMemory.from_status(steady.status),
-        FleetPolicy(),
-        one_template,
-    )
-    patch = status_patch(steady.status, changed.status) or {}
+    patch = patch_of(scaled)
     assert patch["lastValidSpec"]["generation"] == 3
     assert patch["lastValidSpec"]["spec"]["scaling"]["replicas"] == 3
 

@@ -24,17 +24,16 @@ import pydantic
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment, LastValidSpecStatus
 from neuronfleet.planning.admission import OperatorAccount, own_account_problem, spec_accounts
+from neuronfleet.planning.observation import validation_problem
+
+#: Problems a refused spec's message names at most (the body's as the stored one's).
+SPEC_PROBLEMS = 5
 
 
 def record(dep: InferenceDeployment) -> LastValidSpecStatus:
     """What ``status.lastValidSpec`` says of ``dep``, a spec the operator accepted: its generation,
     and its spec as parsed (defaults filled in), which parses again to the same spec."""
     return LastValidSpecStatus(generation=dep.metadata.generation, spec=dep.spec.to_wire())
-
-
-def validation_problem(exc: pydantic.ValidationError) -> str:
-    """The first problems of ``exc`` as the reconcile says a refused spec's (field path: words)."""
-    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
 
 
 def kept_from_status(
@@ -61,7 +60,7 @@ def kept_from_status(
     try:
         dep = InferenceDeployment.model_validate({**source, "metadata": metadata, "spec": dict(stored.spec)})
     except pydantic.ValidationError as exc:
-        return f"status.lastValidSpec ({generation}) does not parse: {validation_problem(exc)}"
+        return f"status.lastValidSpec ({generation}) does not parse: {validation_problem(exc, SPEC_PROBLEMS)}"
     namespace = dep.metadata.namespace or "default"
     accounts = spec_accounts(dep, compile_default, serving_default)
     if problem := own_account_problem(namespace, accounts, operator):

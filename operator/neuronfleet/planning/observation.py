@@ -32,7 +32,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import pydantic
 
@@ -90,9 +90,25 @@ class Observation:
     record_reread_job: str | None = None
 
 
-def _validation_problem(exc: pydantic.ValidationError) -> str:
-    """The first few problems of ``exc``, one line (the field path and pydantic's words)."""
-    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
+def validation_problem(exc: pydantic.ValidationError, most: int = 3) -> str:
+    """The first ``most`` problems of ``exc``, one line (the field path and pydantic's words)."""
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:most])
+
+
+_Section = TypeVar("_Section", bound=pydantic.BaseModel)
+
+
+def _status_section(status: Mapping[str, Any], key: str, model: type[_Section], unread: list[str]) -> _Section | None:
+    """``status[key]`` parsed as ``model``; None when absent or not an object, or when it does not
+    parse (then said in ``unread``)."""
+    section = status.get(key)
+    if not isinstance(section, Mapping):
+        return None
+    try:
+        return model.model_validate(section)
+    except pydantic.ValidationError as exc:
+        unread.append(f"status.{key}: {validation_problem(exc)}")
+        return None
 
 
 @dataclass(frozen=True)
@@ -153,7 +169,7 @@ class StatusMemory:
             try:
                 placement_section = PlacementStatus.model_validate(placement)
             except pydantic.ValidationError as exc:
-                unread.append(f"status.placement: {_validation_problem(exc)}")
+                unread.append(f"status.placement: {validation_problem(exc)}")
         artifact = status.get("artifact")
         stored = None
         if isinstance(artifact, Mapping) and artifact.get("cacheKey") and artifact.get("uri"):
@@ -187,18 +203,8 @@ class StatusMemory:
         rollout_started = utc_seconds(rollout.get("startedAt")) if isinstance(rollout, Mapping) else None
         rollout_target = rollout.get("target") if isinstance(rollout, Mapping) else None
         rollout_progressed = utc_seconds(rollout.get("progressedAt")) if isinstance(rollout, Mapping) else None
-        cold_start = None
-        if isinstance(section := status.get("coldStart"), Mapping):
-            try:
-                cold_start = ColdStartStatus.model_validate(section)
-            except pydantic.ValidationError as exc:
-                unread.append(f"status.coldStart: {_validation_problem(exc)}")
-        last_valid = None
-        if isinstance(section := status.get("lastValidSpec"), Mapping):
-            try:
-                last_valid = LastValidSpecStatus.model_validate(section)
-            except pydantic.ValidationError as exc:
-                unread.append(f"status.lastValidSpec: {_validation_problem(exc)}")
+        cold_start = _status_section(status, "coldStart", ColdStartStatus, unread)
+        last_valid = _status_section(status, "lastValidSpec", LastValidSpecStatus, unread)
         return cls(
             desired_replicas=desired if isinstance(desired, int) and desired >= 0 else None,
             instance_type=instance_type if isinstance(instance_type, str) else None,
