@@ -131,6 +131,7 @@ from neuronfleet.planning.reconcile_plan import (
     kept_announced,
     kept_as_announced,
     kept_fleet_events,
+    kept_found_on_takeover,
     plan_reconcile,
     refused_fleet,
     status_after_apply,
@@ -940,7 +941,8 @@ class Reconciler:
         # Under a refused spec Degraded's reason stays InvalidSpec: the kept fleet's own troubles get
         # their Events from its Degraded as without the refusal.
         kept_first = kept_degraded(plan.inputs)
-        said += tuple(kept_fleet_events(kept_announced(memory, durable), kept_first))
+        found = kept_found_on_takeover(memory, durable, kept_first)
+        said += tuple(kept_fleet_events(kept_announced(memory, durable), kept_first, found=found))
         await self.post_events(body, said)
         outcome = await self.apply(dep, plan, stopping)
         final, memory = status_after_apply(
@@ -1002,7 +1004,8 @@ class Reconciler:
         kept_final = kept_first
         if final is not plan.status:
             kept_final = kept_degraded(inputs_after_apply(plan, outcome.refusals, outcome.errors, outcome.waits))
-            rest += tuple(kept_fleet_events(kept_as_announced(kept_first), kept_final))
+            found = kept_found_on_takeover(memory, durable, kept_final)
+            rest += tuple(kept_fleet_events(kept_as_announced(kept_first), kept_final, found=found))
         memory = replace(memory, kept_degraded=kept_as_announced(kept_final))
         await self.post_events(body, rest)
         events = said + rest

@@ -19,6 +19,7 @@ from operator_harness import OperatorHarness, example, ready
 from test_operator_quota_refusals import create_quota
 
 from neuronfleet.planning.admission import OperatorAccount
+from neuronfleet.planning.reconcile_plan import FOUND_ON_TAKEOVER
 
 NS = "refused"
 
@@ -175,3 +176,39 @@ async def test_a_kept_fleet_degrading_under_a_refused_spec_posts_its_warning(har
         what="a Warning for the refused replacement",
     )
     assert harness.condition(NS, "bert", "Degraded")["reason"] == "InvalidSpec"  # the refusal stays first
+
+
+def warnings_of(harness: OperatorHarness, name: str, reason: str) -> list[tuple[str, int]]:
+    """``name``'s Warning Events of ``reason``: (message, count), a repeat counted by its Event's count."""
+    return [
+        (str(e.get("message") or ""), int(e.get("count") or 1))
+        for e in harness.cluster.list("events", NS)
+        if (e.get("involvedObject") or {}).get("name") == name
+        and e.get("type") == "Warning"
+        and e.get("reason") == reason
+    ]
+
+
+async def test_a_kept_fleets_trouble_is_said_again_after_a_restart_as_found_on_takeover(
+    harness: OperatorHarness,
+) -> None:
+    # The kept fleet's replacement refused by a quota: a Warning of its own. The operator restarted keeps
+    # the fleet from status.lastValidSpec and meets the same refusal: said again once, as found on
+    # takeover (as the InvalidSpec Warning is), not as news.
+    await refuse_a_running_deployment(harness, "bert")
+    await create_quota(harness, NS, "pods", {"pods": "1"})
+    await delete_pod(harness, ready_active(harness, "bert")[0])
+    await harness.wait(
+        lambda: bool(warnings_of(harness, "bert", "PodCreationRefused")), timeout=120, what="the refusal's Warning"
+    )
+    [(first, _)] = warnings_of(harness, "bert", "PodCreationRefused")
+    assert first.startswith("the fleet kept while the spec is refused: "), first
+    await harness.crash()
+    await harness.start()
+
+    def found() -> list[str]:
+        return [m for m, _ in warnings_of(harness, "bert", "PodCreationRefused") if m.startswith(FOUND_ON_TAKEOVER)]
+
+    await harness.wait(lambda: bool(found()), timeout=120, what="the refusal said again as found on takeover")
+    assert found() == [f"{FOUND_ON_TAKEOVER}: {first}"]
+    assert [count for m, count in warnings_of(harness, "bert", "PodCreationRefused") if m == first] == [1]

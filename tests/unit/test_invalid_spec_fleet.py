@@ -10,7 +10,14 @@ from test_reconcile_plan import MANUAL, T0, compiled, condition_of, deployment, 
 from neuronfleet.planning.fleet import CreatePod, FleetPolicy, summarize_unplanned
 from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory, last_valid_spec
 from neuronfleet.planning.reasons import Reason
-from neuronfleet.planning.reconcile_plan import kept_announced, kept_as_announced, kept_fleet_events, plan_reconcile
+from neuronfleet.planning.reconcile_plan import (
+    FOUND_ON_TAKEOVER,
+    kept_announced,
+    kept_as_announced,
+    kept_fleet_events,
+    kept_found_on_takeover,
+    plan_reconcile,
+)
 from neuronfleet.planning.status import ConditionValue, RefusedSpec, invalid_status
 
 REFUSED = "spec rejected by the operator: spec.runtime.cpu: String should match pattern"
@@ -160,3 +167,32 @@ def test_the_kept_fleets_own_degraded_makes_its_warning_once() -> None:
         {"conditions": [{"type": "Degraded", "status": "True", "reason": "InvalidSpec", "message": "m"}]}
     )
     assert kept_announced(DeploymentMemory(), refused_before) is None
+
+
+def test_a_kept_fleets_trouble_found_on_a_takeover_is_announced_again_as_found() -> None:
+    # A restarted operator (or a new leader) reconciles the kept fleet from status.lastValidSpec: a
+    # trouble the status already names under InvalidSpec gets its Warning again, said as found on
+    # takeover (as the InvalidSpec Warning is), not as if it had just happened.
+    trouble = ConditionValue("Degraded", "True", Reason.POD_CREATION_REFUSED, "exceeded quota: pods")
+    found = StatusMemory.from_status(
+        {
+            "conditions": [
+                {
+                    "type": "Degraded",
+                    "status": "True",
+                    "reason": "InvalidSpec",
+                    "message": "generation 2 refused: ...; the fleet of generation 1 is kept; exceeded quota: pods",
+                }
+            ]
+        }
+    )
+    assert kept_found_on_takeover(DeploymentMemory(), found, trouble)
+    [warning] = kept_fleet_events(kept_announced(DeploymentMemory(), found), trouble, found=True)
+    assert warning.message.startswith(f"{FOUND_ON_TAKEOVER}: the fleet kept while the spec is refused: ")
+    assert warning.message.endswith("exceeded quota: pods")
+    # A trouble the status did not name yet is new: announced as such.
+    other = ConditionValue("Degraded", "True", Reason.POD_CREATION_REFUSED, "forbidden: pod security")
+    assert not kept_found_on_takeover(DeploymentMemory(), found, other)
+    # Not a takeover: the running operator's memory knows what it announced.
+    running = DeploymentMemory(kept_degraded=("True", "PodCreationRefused"))
+    assert not kept_found_on_takeover(running, found, trouble)

@@ -698,19 +698,35 @@ def kept_as_announced(value: ConditionValue | None) -> tuple[str, str] | None:
     return None if value is None else (str(value.status), str(value.reason))
 
 
-def kept_fleet_events(before: tuple[str, str] | None, after: ConditionValue | None) -> list[Event]:
+#: What starts the message of a Warning announced again on a takeover (:func:`found_warnings`).
+FOUND_ON_TAKEOVER = "found on takeover (already in the status; its Event may have been lost with the operator before)"
+
+
+def kept_fleet_events(
+    before: tuple[str, str] | None, after: ConditionValue | None, *, found: bool = False
+) -> list[Event]:
     """A Warning when the kept fleet's own Degraded (:func:`~neuronfleet.planning.status.kept_degraded`)
     turns True or changes reason under a refused spec: Degraded's reason stays InvalidSpec then, so
-    :func:`status_events` alone said nothing of a kept fleet getting worse (a replacement refused)."""
+    :func:`status_events` alone said nothing of a kept fleet getting worse (a replacement refused).
+    ``found`` (:func:`kept_found_on_takeover`): the status already named it; said as found on takeover."""
     if after is None or after.status != "True":
         return []
     if before is not None and before == ("True", str(after.reason)):
         return []
-    return [Event("Warning", after.reason, f"the fleet kept while the spec is refused: {after.message}")]
+    message = f"the fleet kept while the spec is refused: {after.message}"
+    return [Event("Warning", after.reason, f"{FOUND_ON_TAKEOVER}: {message}" if found else message)]
 
 
-#: What starts the message of a Warning announced again on a takeover (:func:`found_warnings`).
-FOUND_ON_TAKEOVER = "found on takeover (already in the status; its Event may have been lost with the operator before)"
+def kept_found_on_takeover(memory: DeploymentMemory, durable: StatusMemory, kept: ConditionValue | None) -> bool:
+    """Whether the kept fleet's trouble ``kept`` is one the status found on a takeover already names: a
+    refused spec's Degraded (InvalidSpec) whose message holds it, and a memory that has announced
+    nothing of the kept fleet (a restart, a new leader, which keep the fleet from status.lastValidSpec).
+    Its Warning is then posted again as :func:`found_warnings` posts the InvalidSpec one: once per
+    takeover, said as found, not as news."""
+    if memory.kept_degraded is not None or kept is None or kept.status != "True":
+        return False
+    before = durable.condition("Degraded")
+    return before.get("reason") == Reason.INVALID_SPEC and kept.message in str(before.get("message") or "")
 
 
 def found_warnings(found: StatusMemory, status: Mapping[str, Any]) -> list[Event]:
