@@ -22,6 +22,10 @@ PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n + 1 > 4
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MPLBACKEND := Agg
+# Python keeps compiled bytecode (and pytest its rewritten test modules) even where the environment
+# says not to (these machines set PYTHONDONTWRITEBYTECODE): the suite and the demo start Python
+# processes by the hundred, each compiling neuronfleet's modules again without it (~0.3 s each).
+unexport PYTHONDONTWRITEBYTECODE
 # Tests and the demo reach only 127.0.0.1: boto3 must not probe the EC2 metadata address for credentials.
 export AWS_EC2_METADATA_DISABLED := true
 

@@ -16,6 +16,7 @@ from celpy.adapter import json_to_cel
 from neuronfleet.api.crd import CRD_FILENAME, crd, crd_yaml, openapi_schema
 from neuronfleet.api.v1alpha1 import NAME_RULE_MESSAGE
 from neuronfleet.cli import CRD_TARGET_DIRS
+from neuronfleet.sandbox.cluster import load_crd_documents
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -252,3 +253,18 @@ def test_the_drain_delay_must_fit_in_a_third_of_the_servers_grace(runtime: dict[
     assert (problems == []) is accepted, problems
     if not accepted and runtime.get("drainDelaySeconds", 0) in (30,):
         assert any("drainDelaySeconds" in p.message for p in problems), problems
+
+
+def test_the_schema_built_once_is_handed_out_as_a_copy_each_caller_may_change() -> None:
+    first = openapi_schema()
+    first["properties"]["spec"]["properties"].clear()
+    first["x-changed"] = True
+    again = openapi_schema()
+    assert "x-changed" not in again
+    assert again["properties"]["spec"]["properties"], "a caller's change reached the next caller"
+    assert again == crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def test_the_sandbox_reads_the_committed_crd_as_the_pure_python_yaml_loader_does() -> None:
+    path = REPO / "crds" / CRD_FILENAME
+    assert load_crd_documents([path]) == list(yaml.load_all(path.read_text(), Loader=yaml.SafeLoader))

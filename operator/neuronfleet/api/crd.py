@@ -12,6 +12,7 @@ subresources, printer columns, short names and categories.
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
 import yaml
@@ -233,7 +234,14 @@ def _with_defaults_said(node: Any) -> Any:
 
 
 def openapi_schema() -> dict[str, Any]:
-    """The structural openAPIV3Schema of InferenceDeployment."""
+    """The structural openAPIV3Schema of InferenceDeployment (a copy: callers may change it)."""
+    return copy.deepcopy(_openapi_schema())
+
+
+@functools.cache
+def _openapi_schema() -> dict[str, Any]:
+    # Built once per process: pydantic takes ~30 ms to generate it, and `neuronfleet validate`,
+    # the simulator's policy files and the sandbox's admission read it for every manifest.
     raw = InferenceDeployment.model_json_schema(by_alias=True, mode="validation", schema_generator=_CrdJsonSchema)
     defs = raw.pop("$defs", {})
     schema: dict[str, Any] = _resolve(raw, defs)

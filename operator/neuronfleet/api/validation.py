@@ -601,10 +601,11 @@ def validate_manifest(obj: Any) -> tuple[InferenceDeployment | None, list[Proble
     if not isinstance(name, str) or not name:
         problems.append(Problem("metadata.name", "required field is missing"))
     # The name's form is checked by the CRD's own CEL rule below, as the API server checks it.
-    obj = whole_floats_to_int(obj, openapi_schema())
+    schema = openapi_schema()
+    obj = whole_floats_to_int(obj, schema)
     problems += _schema_problems(obj)
     # kube-apiserver reports repeated items along with the schema's errors, not after them.
-    spec_schema = openapi_schema()["properties"]["spec"]
+    spec_schema = schema["properties"]["spec"]
     problems += [Problem(path, message) for path, message in duplicate_items(obj.get("spec"), spec_schema, "spec")]
     if problems:
         return None, problems
@@ -612,6 +613,5 @@ def validate_manifest(obj: Any) -> tuple[InferenceDeployment | None, list[Proble
         model = InferenceDeployment.model_validate(obj)
     except pydantic.ValidationError as exc:
         return None, _pydantic_problems(exc)
-    schema = openapi_schema()
     problems += list(_rules_at(model.to_wire(), schema, ""))
     return model, problems
