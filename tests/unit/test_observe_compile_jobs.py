@@ -29,6 +29,11 @@ class _Kube:
 
     def __init__(self, jobs: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
         self.jobs, self.pods = jobs, pods
+        self.reads: list[tuple[str, str, str]] = []
+
+    async def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        self.reads.append((kind, namespace, name))
+        return None  # every account these tests name is missing
 
     async def list_jobs(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
         return self.jobs
@@ -181,3 +186,24 @@ async def test_a_held_jobs_live_pods_are_those_its_uid_controls() -> None:
     seen = await observe_compile_jobs(_Kube([held], pods), "search", dep.name, request, CREATED)  # type: ignore[arg-type]
     assert seen.held_pods == (("old-job", ("old-job-live",)),)
     assert seen.running == ()
+
+
+async def test_a_job_whose_pod_succeeded_is_finishing_and_reads_no_account() -> None:
+    # Its pod succeeded and the Job controller has not marked it complete yet (or did after the Job
+    # was listed): no next pod is due, so nothing refuses one. It read as a Job between two pods, and
+    # its account was read (an e2e test saw one read after the compile had succeeded).
+    dep = _deployment()
+    request = compile_request(dep.spec, "s3://artifacts", "fingerprint")
+    late = CREATED + timedelta(hours=1)
+
+    async def observed(phase: str) -> tuple[str, list[tuple[str, str, str]]]:
+        job = _running_job(dep, active=0)
+        job["spec"]["template"] = {"spec": {"serviceAccountName": "model-compiler"}}
+        pod = {"metadata": {"name": f"{job['metadata']['name']}-abcde"}, "status": {"phase": phase}}
+        kube = _Kube([job], [pod])
+        seen = await observe_compile_jobs(kube, "search", dep.name, request, late)  # type: ignore[arg-type]
+        return seen.missing_service_account or seen.message, kube.reads
+
+    assert await observed("Succeeded") == ("", [])
+    # A failed pod is between two attempts: a missing account refuses the next, so it is read.
+    assert await observed("Failed") == ("model-compiler", [("ServiceAccount", "search", "model-compiler")])

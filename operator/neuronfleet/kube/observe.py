@@ -503,6 +503,10 @@ async def _waiting_details(
     # A pod that ended is no pod now: the Job controller keeps a failed one (its logs) and makes the
     # next beside it, which the API server may refuse as it may the first.
     ended = [pod for pod in pods if (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded")]
+    if any((pod.get("status") or {}).get("phase") == "Succeeded" for pod in ended):
+        # The compile succeeded (a compile Job completes with one pod): the Job controller marks the
+        # Job complete next, or did after this Job was listed. No next pod is due, so none is refused.
+        return "", None, None
     if len(ended) == len(pods):
         details = _no_pod_details(job, now)
         if not details or now is None:
