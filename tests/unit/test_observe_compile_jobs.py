@@ -196,14 +196,24 @@ async def test_a_job_whose_pod_succeeded_is_finishing_and_reads_no_account() -> 
     request = compile_request(dep.spec, "s3://artifacts", "fingerprint")
     late = CREATED + timedelta(hours=1)
 
-    async def observed(phase: str) -> tuple[str, list[tuple[str, str, str]]]:
+    async def observed(phase: str, job_uid: str = "job-1") -> tuple[str, list[tuple[str, str, str]]]:
         job = _running_job(dep, active=0)
+        job["metadata"]["uid"] = job_uid
         job["spec"]["template"] = {"spec": {"serviceAccountName": "model-compiler"}}
-        pod = {"metadata": {"name": f"{job['metadata']['name']}-abcde"}, "status": {"phase": phase}}
+        owner = {"kind": "Job", "name": job["metadata"]["name"], "uid": "job-1", "controller": True}
+        pod = {
+            "metadata": {"name": f"{job['metadata']['name']}-abcde", "ownerReferences": [owner]},
+            "status": {"phase": phase},
+        }
         kube = _Kube([job], [pod])
         seen = await observe_compile_jobs(kube, "search", dep.name, request, late)  # type: ignore[arg-type]
         return seen.missing_service_account or seen.message, kube.reads
 
     assert await observed("Succeeded") == ("", [])
+    # The succeeded pod of an earlier Job of this name (made again: a retry), not yet collected, is not its own.
+    assert await observed("Succeeded", job_uid="job-2") == (
+        "model-compiler",
+        [("ServiceAccount", "search", "model-compiler")],
+    )
     # A failed pod is between two attempts: a missing account refuses the next, so it is read.
     assert await observed("Failed") == ("model-compiler", [("ServiceAccount", "search", "model-compiler")])

@@ -503,9 +503,13 @@ async def _waiting_details(
     # A pod that ended is no pod now: the Job controller keeps a failed one (its logs) and makes the
     # next beside it, which the API server may refuse as it may the first.
     ended = [pod for pod in pods if (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded")]
-    if any((pod.get("status") or {}).get("phase") == "Succeeded" for pod in ended):
+    uid = job["metadata"].get("uid")
+    if any(
+        (pod.get("status") or {}).get("phase") == "Succeeded" and (not uid or controlled_by(pod, uid)) for pod in ended
+    ):
         # The compile succeeded (a compile Job completes with one pod): the Job controller marks the
         # Job complete next, or did after this Job was listed. No next pod is due, so none is refused.
+        # Only its own pod says so: one of an earlier Job of this name may not be collected yet.
         return "", None, None
     if len(ended) == len(pods):
         details = _no_pod_details(job, now)
