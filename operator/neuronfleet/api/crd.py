@@ -241,7 +241,7 @@ def openapi_schema() -> dict[str, Any]:
 @functools.cache
 def _openapi_schema() -> dict[str, Any]:
     # Built once per process: pydantic takes ~30 ms to generate it, and `neuronfleet validate`,
-    # the simulator's policy files and the sandbox's admission read it for every manifest.
+    # `neuronfleet plan` and the simulator's policy files read it for every manifest they check.
     raw = InferenceDeployment.model_json_schema(by_alias=True, mode="validation", schema_generator=_CrdJsonSchema)
     defs = raw.pop("$defs", {})
     schema: dict[str, Any] = _resolve(raw, defs)
