@@ -191,7 +191,8 @@ async def test_a_held_jobs_live_pods_are_those_its_uid_controls() -> None:
 async def test_a_job_whose_pod_succeeded_is_finishing_and_reads_no_account() -> None:
     # Its pod succeeded and the Job controller has not marked it complete yet (or did after the Job
     # was listed): no next pod is due, so nothing refuses one. It read as a Job between two pods, and
-    # its account was read (an e2e test saw one read after the compile had succeeded).
+    # its account was read and named missing when it was (the likely cause of the one account read an
+    # e2e run saw after its compile had moved on; that timing was not reproduced on demand).
     dep = _deployment()
     request = compile_request(dep.spec, "s3://artifacts", "fingerprint")
     late = CREATED + timedelta(hours=1)
