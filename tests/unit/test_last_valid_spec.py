@@ -108,3 +108,12 @@ def test_the_refusal_says_why_the_stored_spec_is_not_built_from() -> None:
     assert "a lost one is not replaced" in degraded, degraded
     assert f"cannot use the one the status keeps ({why})" in degraded, degraded
     assert new["lastValidSpec"] == steady.status["lastValidSpec"]  # kept as it was, not dropped
+
+
+def test_why_the_stored_spec_cannot_be_used_is_said_as_written_braces_included() -> None:
+    # The reason quotes pydantic and the stored spec: its braces are text, not format fields.
+    why = "status.lastValidSpec (generation 2) does not parse: spec.model: Input should be a valid dictionary {}"
+    status = invalid_status({"desiredReplicas": 2}, "spec rejected", 3, T0, unusable=why)
+    degraded = condition_of(status, "Degraded")
+    assert degraded["reason"] == "InvalidSpec"
+    assert f"cannot use the one the status keeps ({why}); fix the spec" in degraded["message"]

@@ -163,13 +163,10 @@ class StatusMemory:
         desired = status.get("desiredReplicas")
         placement = status.get("placement")
         instance_type = placement.get("instanceType") if isinstance(placement, Mapping) else None
-        placement_section = None
         unread: list[str] = []
-        if isinstance(placement, Mapping) and isinstance(instance_type, str):
-            try:
-                placement_section = PlacementStatus.model_validate(placement)
-            except pydantic.ValidationError as exc:
-                unread.append(f"status.placement: {validation_problem(exc)}")
+        placement_section = (
+            _status_section(status, "placement", PlacementStatus, unread) if isinstance(instance_type, str) else None
+        )
         artifact = status.get("artifact")
         stored = None
         if isinstance(artifact, Mapping) and artifact.get("cacheKey") and artifact.get("uri"):

@@ -874,10 +874,11 @@ def _kept(refused: RefusedSpec) -> str:
     return f"generation {refused.kept_generation}, the last valid spec,"
 
 
-def refused_note(refused: RefusedSpec, note: str) -> str:
-    """Degraded's InvalidSpec message: which generation is refused and why, then what is kept."""
+def refused_note(refused: RefusedSpec, note: str, **fields: str) -> str:
+    """Degraded's InvalidSpec message: which generation is refused and why, then what is kept
+    (``note`` with ``{kept}`` and the other ``fields`` filled in)."""
     which = f"generation {refused.generation} refused" if refused.generation is not None else "refused"
-    return f"{which}: {refused.message}; {note.format(kept=_kept(refused))}"
+    return f"{which}: {refused.message}; {note.format(kept=_kept(refused), **fields)}"
 
 
 def _refused_ready(refused: RefusedSpec, replaced: bool = True) -> str:
@@ -888,12 +889,6 @@ def _refused_ready(refused: RefusedSpec, replaced: bool = True) -> str:
         f"the spec is invalid (see Degraded); the pods of {kept} are kept, "
         "and a lost one is not replaced (see Available)"
     )
-
-
-def _unknown_note(unusable: str) -> str:
-    """:data:`UNKNOWN_FLEET_NOTE` with why the status's spec cannot be used (its braces kept as text by
-    :func:`refused_note`'s format)."""
-    return UNKNOWN_FLEET_NOTE.replace("{why}", unusable.replace("{", "{{").replace("}", "}}"))
 
 
 def invalid_status(
@@ -920,7 +915,9 @@ def invalid_status(
     seen = fleet is not None and fleet.active + fleet.warm + fleet.draining + fleet.placeholders > 0
     if "desiredReplicas" in previous or seen:
         values = [
-            ConditionValue("Degraded", "True", Reason.INVALID_SPEC, refused_note(refused, _unknown_note(unusable))),
+            ConditionValue(
+                "Degraded", "True", Reason.INVALID_SPEC, refused_note(refused, UNKNOWN_FLEET_NOTE, why=unusable)
+            ),
             ConditionValue("Ready", "False", Reason.INVALID_SPEC, _refused_ready(refused, replaced=False)),
         ]
     else:
