@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
@@ -1110,3 +1111,27 @@ def test_a_scale_down_mid_scale_up_deletes_the_pods_least_far_along_before_older
     ]
     plan = plan_fleet("bert", target(3), [pod("p-0"), *loading], NOW)
     assert sorted(a.name for a in plan.actions if isinstance(a, DeletePod)) == ["p-1", "p-4"]
+
+
+def test_a_pod_view_describes_itself_to_the_orders_once_and_as_it_is() -> None:
+    ready = PodView("p", "active", ready=True, ready_at=NOW, node="n1", zone="a", in_flight=3, revision="r")
+    info = ready.info
+    assert (info.name, info.node, info.zone, info.ready_since, info.in_flight, info.revision) == (
+        "p",
+        "n1",
+        "a",
+        NOW.timestamp(),
+        3.0,
+        "r",
+    )
+    assert ready.info is info  # kept: a plan orders a pod several times
+    # An unready pod has no ready time whatever its stamp says; a copy describes its own fields.
+    assert replace(ready, ready=False).info.ready_since is None
+    assert replace(ready, node="n2").info.node == "n2"
+    assert ready == replace(ready)  # the kept description is no field: views still compare by fields
+
+
+def test_a_revision_key_is_the_hash_of_its_artifact_and_template() -> None:
+    revision = FleetRevision(ArtifactRevision("rev-1", "s3://b/k", "abc"), "tmpl")
+    assert revision.key == revision.key == hashlib.sha256(b"rev-1/tmpl/abc").hexdigest()[:8]
+    assert FleetRevision(ArtifactRevision("rev-1", "s3://b/k"), "tmpl").key != revision.key

@@ -305,3 +305,13 @@ def test_a_surplus_active_ranks_after_a_warm_pod_on_a_node_alike_and_before_one_
     candidates.append(pod("warm-alone", node="n2", ready=0))
     order = promotion_order(candidates, active, "r2", demoted={"surplus"})
     assert names(order) == ["warm-beside", "surplus", "warm-alone"]
+
+
+def test_orders_of_one_candidate_or_none_return_them_as_given() -> None:
+    # The short path taken where there is nothing to rank (most of a baseline's plans).
+    others = [pod("a1", node="n1"), pod("a2", node="n2", zone="b")]
+    only = pod("only", node="n2", zone="b")
+    assert promotion_order([only], others, "r1", others) == [only]
+    assert drain_order([only], "r1", others, others) == [only]
+    assert release_order([only], lambda p: 0, others) == [only]
+    assert promotion_order([], others, "r2") == drain_order([], "r2", others) == release_order([], lambda p: 0) == []

@@ -127,6 +127,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Literal, Protocol, TypedDict
 
 from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec
@@ -188,6 +189,13 @@ class PodView:
         """The pod will never serve again and must be replaced."""
         return self.phase in ("Failed", "Succeeded") or self.node_lost
 
+    @cached_property
+    def info(self) -> PodInfo:
+        """The pod as the promotion and drain orders see it (made once: a plan orders a pod
+        several times, and the simulator keeps a pod's view across plans while it is unchanged)."""
+        ready_since = self.ready_at.timestamp() if self.ready_at is not None and self.ready else None
+        return PodInfo(self.name, self.node, self.zone, ready_since, float(self.in_flight or 0), self.revision)
+
 
 class OrderFunction(Protocol):
     """``order(candidates, active, now, beside)`` returns the candidates in preference order.
@@ -215,15 +223,10 @@ def _timestamp(moment: datetime | None) -> float:
     return moment.timestamp() if moment is not None else float("inf")
 
 
-def _info(pod: PodView) -> PodInfo:
-    ready_since = pod.ready_at.timestamp() if pod.ready_at is not None and pod.ready else None
-    return PodInfo(pod.name, pod.node, pod.zone, ready_since, float(pod.in_flight or 0), pod.revision)
-
-
 def _beside(beside: Sequence[PodView], *counted: Sequence[PodView]) -> list[PodInfo]:
     """The pods of ``beside`` not already among ``counted``, as descriptors."""
     names = {pod.name for group in counted for pod in group}
-    return [_info(pod) for pod in beside if pod.name not in names]
+    return [pod.info for pod in beside if pod.name not in names]
 
 
 def zone_aware_promotion_order(
@@ -240,11 +243,13 @@ def zone_aware_promotion_order(
     most of the deployment's pods, then warm pods over others (surplus actives the pool may keep).
     Candidates passed in are always of one revision, so its revision rule is moot.
     """
+    if len(pods) <= 1:
+        return list(pods)  # nothing to rank: the orders return their candidates
     by_name = {pod.name: pod for pod in pods}
-    infos = [_info(p) for p in pods]
+    infos = [p.info for p in pods]
     demoted = {p.name for p in pods if p.role != "warm"}
     ordered = promotion_order(
-        infos, [_info(p) for p in active], None, _beside(beside, pods, active), demoted, neighbours=neighbours
+        infos, [p.info for p in active], None, _beside(beside, pods, active), demoted, neighbours=neighbours
     )
     return [by_name[p.name] for p in ordered]
 
@@ -263,12 +268,14 @@ def zone_aware_pool_order(
     the pods that stay (placeholders, kept old standby), and a node counts them, its active pods and
     the candidates kept so far, so the pool keeps no pod alone on a node it could have emptied.
     """
+    if len(pods) <= 1:
+        return list(pods)  # nothing to rank: the orders return their candidates
     by_name = {pod.name: pod for pod in pods}
-    infos = [_info(p) for p in pods]
+    infos = [p.info for p in pods]
     demoted = {p.name for p in pods if p.role != "warm"}
     ordered = promotion_order(
         infos,
-        [_info(p) for p in active],
+        [p.info for p in active],
         None,
         _beside(beside, pods, active),
         demoted,
@@ -292,9 +299,11 @@ def zone_aware_drain_order(
     deployment on it counts) and the least in-flight work; zone counts come from every active
     pod, only candidates are returned.
     """
+    if len(pods) <= 1:
+        return list(pods)  # nothing to rank: the orders return their candidates
     by_name = {pod.name: pod for pod in pods}
-    others = [_info(a) for a in active if a.name not in by_name]
-    ordered = drain_order([_info(p) for p in pods], None, others, _beside(beside, pods, active), neighbours)
+    others = [a.info for a in active if a.name not in by_name]
+    ordered = drain_order([p.info for p in pods], None, others, _beside(beside, pods, active), neighbours)
     return [by_name[p.name] for p in ordered]
 
 
@@ -912,9 +921,11 @@ def plan_fleet(
     # pods it cuts are deleted, and the loading ones go once it cuts any.
     stay_beside = [*placeholders_staying, *old_warm_kept]
     loaded = [pod for pod in rest if pod.ready and pod.role in ("warm", "active")]
-    warm_set = (policy.pool_order(loaded, staying, now, stay_beside, neighbours=neighbours) + unready_rest)[
-        :warm_capacity
-    ]
+    warm_set = (
+        (policy.pool_order(loaded, staying, now, stay_beside, neighbours=neighbours) + unready_rest)[:warm_capacity]
+        if warm_capacity > 0
+        else []
+    )
     surplus = [pod for pod in rest if pod not in warm_set]
 
     for pod in active_set:
@@ -996,14 +1007,14 @@ def plan_fleet(
     keepable = [pod for pod in placeholders if not holding_none and (holding_old or pod.template == target.template)]
     # Deleted first: unbound ones (they hold nothing), then the earlier template's, then those on
     # the nodes that can empty (no serving pod that stays, the fewest pods): the last ones stay.
-    serving_kept = [_info(pod) for pod in (*active_set, *old_actives_kept, *warm_set, *old_warm_kept)]
+    serving_kept = [pod.info for pod in (*active_set, *old_actives_kept, *warm_set, *old_warm_kept)]
     keepable_by_name = {pod.name: pod for pod in keepable}
 
     def release_first(info: PodInfo) -> int:
         outdated_template = keepable_by_name[info.name].template != target.template
         return (0 if info.node is None else 2) + (0 if outdated_template else 1)
 
-    released = release_order([_info(pod) for pod in keepable], release_first, serving_kept, neighbours)
+    released = release_order([pod.info for pod in keepable], release_first, serving_kept, neighbours)
     kept_placeholders = [
         keepable_by_name[info.name] for info in released[max(0, len(released) - target.placeholders) :]
     ]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal, get_args
 
 from neuronfleet.api.v1alpha1 import GROUP
@@ -76,9 +77,10 @@ class FleetRevision:
     artifact: ArtifactRevision
     template: str
 
-    @property
+    @cached_property
     def key(self) -> str:
-        """8 hex digits naming this (artifact, template) pair in pod names.
+        """8 hex digits naming this (artifact, template) pair in pod names (hashed once: a plan
+        names every free slot it considers with it).
 
         A manifest republished under the same revision id (another sha256) is another pair: its
         pods get other names than the ones they replace.

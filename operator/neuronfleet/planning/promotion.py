@@ -190,6 +190,9 @@ def promotion_order(
     (``beside`` then holds only pods that stay): see the module docstring. ``neighbours``: other
     deployments' pods per node name, counted in their node's pods.
     """
+    if len(warm) <= 1:
+        return list(warm)  # nothing to rank
+
     zones = Counter(p.zone for p in active)
     nodes = _on_nodes(active)
     # Promoting a pod keeps it on its node, and the others stay warm: these counts never change.
@@ -241,6 +244,9 @@ def drain_order(
     not active (warm pods, placeholders): they count in their node only, as do ``neighbours``
     (other deployments' pods per node name).
     """
+    if len(active) <= 1:
+        return list(active)  # nothing to rank
+
     zones = Counter(p.zone for p in (*active, *others))
     nodes = _with_neighbours(_on_nodes(active, others, beside), neighbours, active)
 
@@ -278,6 +284,9 @@ def release_order(
     of the deployment that stay (never returned). ``neighbours``: other deployments' pods per node
     name, which stay as those do.
     """
+    if len(placeholders) <= 1:
+        return list(placeholders)  # nothing to rank
+
     beside = _with_neighbours(_on_nodes(serving), neighbours, placeholders)
     nodes = _with_neighbours(_on_nodes(placeholders, serving), neighbours, placeholders)
     # The highest identity goes first: its rank in the sorted identities, negated.
