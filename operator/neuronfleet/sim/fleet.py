@@ -106,6 +106,8 @@ def _deleter_order(order: Order) -> OrderFunction:
         *,
         neighbours: Mapping[str, int] = NO_NEIGHBOURS,
     ) -> list[PodView]:
+        if len(pods) <= 1:
+            return list(pods)
         by_name = {p.name: p for p in pods}
         every = {p.name: p for group in (pods, active, beside) for p in group}
         on_node = Counter(p.node for p in every.values() if p.node is not None and p.role != "placeholder")
@@ -202,6 +204,7 @@ class Fleet:
         self._reconciled = -1
         self._counts: tuple[int, float, float, FleetCounts] | None = None
         self._next: tuple[int, float, float, float] | None = None
+        self._soonest_at: tuple[int, float, float] | None = None
         self._advanced_at = 0.0
         self._model_pods = (-1, 0)
         self._views: dict[str, tuple[tuple[object, ...], PodView]] = {}
@@ -259,7 +262,7 @@ class Fleet:
         if cached is not None and cached[0] == self.version and cached[1] <= now < cached[2]:
             return cached[3]
         counts = self._count(now)
-        self._counts = (self.version, now, self._soonest(now), counts)
+        self._counts = (self.version, now, self._soonest_cached(now), counts)
         return counts
 
     def _count(self, now: float) -> FleetCounts:
@@ -286,10 +289,20 @@ class Fleet:
         cached = self._next
         if cached is not None and cached[0] == self.version and cached[1] <= now < cached[2]:
             return cached[3]
-        soonest = self._soonest(now)
+        soonest = self._soonest_cached(now)
         event = soonest if soonest == INF else float(math.ceil(soonest - 1e-9))
         self._next = (self.version, now, soonest, event)
         return event
+
+    def _soonest_cached(self, now: float) -> float:
+        """:meth:`_soonest`, computed once per version of the fleet while ``now`` stays before it
+        (no event lies between: :meth:`counts` and :meth:`next_event` share it)."""
+        cached = self._soonest_at
+        if cached is not None and cached[0] == self.version and cached[1] <= now < cached[2]:
+            return cached[2]
+        soonest = self._soonest(now)
+        self._soonest_at = (self.version, now, soonest)
+        return soonest
 
     def _soonest(self, now: float) -> float:
         soonest = INF
