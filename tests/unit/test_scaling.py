@@ -499,7 +499,11 @@ def test_demand_prefers_the_arrival_rate_over_a_saturated_queue() -> None:
 
 
 def test_trend_adds_the_rise_expected_within_a_cold_start() -> None:
-    from neuronfleet.planning.scaling import _trend
+    from neuronfleet.planning.scaling import _line
+    from neuronfleet.planning.scaling import _trend as trend_of_line
+
+    def _trend(rates: tuple[tuple[float, float], ...], horizon: float) -> float | None:
+        return trend_of_line(_line(rates), rates[-1][0], horizon)
 
     # 10 -> 16 replicas over 1200 s: 0.005 per second; 480 s ahead: 16 + 2.4.
     assert _trend(((0, 10.0), (600, 13.0), (1200, 16.0)), 480) == pytest.approx(18.4)

@@ -509,15 +509,14 @@ def _line(rates: tuple[tuple[float, float], ...]) -> tuple[float, float, float] 
     return mean_t, mean_v, sum((t - mean_t) * (v - mean_v) for t, v in rates) / spread
 
 
-def _trend(rates: tuple[tuple[float, float], ...], horizon: float) -> float | None:
-    """Where the rate signal's least-squares line over the window will be ``horizon`` seconds after
-    its last sample, if rising (None while the window is less than half full, or not rising). The
-    line, not the last sample: one noisy reading must not be extrapolated."""
-    line = _line(rates)
+def _trend(line: tuple[float, float, float] | None, last: float, horizon: float) -> float | None:
+    """Where the rate signal's least-squares ``line`` (:func:`_line`) will be ``horizon`` seconds
+    after its last sample at ``last``, if rising (None while the window is less than half full, or
+    not rising). The line, not the last sample: one noisy reading must not be extrapolated."""
     if line is None or line[2] <= 0:
         return None
     mean_t, mean_v, slope = line
-    return mean_v + slope * (rates[-1][0] - mean_t + horizon)
+    return mean_v + slope * (last - mean_t + horizon)
 
 
 def _measure_cold_start(
@@ -683,12 +682,15 @@ def decide(
     launches, cold_start = _measure_cold_start(state.launches, state.cold_start, ready, now)
     rates = tuple((t, v) for t, v in state.rates if t > now - TREND_WINDOW_SECONDS)
     target = spec.target_utilization
+    #: The rate signal's line over the window: read here for the trend, below for a falling demand.
+    rate_line: tuple[float, float, float] | None = None
     if "rate" in signals:
         # The replicas the arrivals keep busy (the rate signal at a target of 1): the line is the
         # demand's, whatever targetUtilization each reading was taken at.
         rates = (*rates, (now, signals["rate"] * target))
+        rate_line = _line(rates)
         # A rising demand is met a cold start late: ask now for where its trend will be by then.
-        busy = _trend(rates, cold_start if cold_start is not None else ASSUMED_COLD_START_SECONDS)
+        busy = _trend(rate_line, now, cold_start if cold_start is not None else ASSUMED_COLD_START_SECONDS)
         trend = None if busy is None else busy / target
         if trend is not None and trend > signals["rate"]:
             signals["trend"] = min(trend, MAX_SIGNAL_REPLICAS)
@@ -837,7 +839,7 @@ def decide(
         window_rec = max(r for t, r in held if t > now - window or t == now)
         delay_rec = max(r for _, r in held)
         lowered = False
-        line = _line(rates)
+        line = rate_line if "rate" in signals else _line(rates)
         if spec.scale_down_delay_mode == "Learned" and line is not None and line[2] < 0:
             # A falling demand: the learned delay holds each recommendation lowered by the decline
             # since it was made (at DECLINE_CREDIT of the trend line's slope), so the fleet keeps its
