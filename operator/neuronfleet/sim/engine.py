@@ -677,10 +677,15 @@ class SecondsSimulation:
         if not self._episode:
             return
         start = self._episode[0][0]
-        parts = list(zip(*(e[1:] for e in self._episode), strict=True))
+        if len(self._episode) == 1:
+            # Most episodes are one commit long (a burst the next tick has absorbed): its arrays as
+            # they are, none of them written below (``count`` is copied before it is).
+            count, work, accepted, departed, service, cold = self._episode[0][1:]
+        else:
+            parts = list(zip(*(e[1:] for e in self._episode), strict=True))
+            count, work, accepted, departed, service, cold = (np.concatenate(p) for p in parts)
         self._episode = []
         self._episode_seconds = 0
-        count, work, accepted, departed, service, cold = (np.concatenate(p) for p in parts)
         wait = fifo_waits(accepted, departed, self.w.dt, self._episode_backlog)
         self._episode_backlog = self.q
         with np.errstate(invalid="ignore", divide="ignore"):
