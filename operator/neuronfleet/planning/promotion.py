@@ -192,7 +192,6 @@ def promotion_order(
     """
     if len(warm) <= 1:
         return list(warm)  # nothing to rank
-
     zones = Counter(p.zone for p in active)
     nodes = _on_nodes(active)
     # Promoting a pod keeps it on its node, and the others stay warm: these counts never change.
@@ -246,7 +245,6 @@ def drain_order(
     """
     if len(active) <= 1:
         return list(active)  # nothing to rank
-
     zones = Counter(p.zone for p in (*active, *others))
     nodes = _with_neighbours(_on_nodes(active, others, beside), neighbours, active)
 
@@ -286,7 +284,6 @@ def release_order(
     """
     if len(placeholders) <= 1:
         return list(placeholders)  # nothing to rank
-
     beside = _with_neighbours(_on_nodes(serving), neighbours, placeholders)
     nodes = _with_neighbours(_on_nodes(placeholders, serving), neighbours, placeholders)
     # The highest identity goes first: its rank in the sorted identities, negated.

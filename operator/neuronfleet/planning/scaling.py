@@ -682,7 +682,7 @@ def decide(
     launches, cold_start = _measure_cold_start(state.launches, state.cold_start, ready, now)
     rates = tuple((t, v) for t, v in state.rates if t > now - TREND_WINDOW_SECONDS)
     target = spec.target_utilization
-    #: The rate signal's line over the window: read here for the trend, below for a falling demand.
+    # The rate signal's line over the window: read here for the trend, below for a falling demand.
     rate_line: tuple[float, float, float] | None = None
     if "rate" in signals:
         # The replicas the arrivals keep busy (the rate signal at a target of 1): the line is the
