@@ -112,3 +112,18 @@ def test_splice_replaces_only_the_marked_block() -> None:
     assert splice(text, "x", "new") == f"before\n{start}\nnew\n{end}\nafter\n"
     with pytest.raises(ValueError, match="bench:y:start"):
         splice(text, "y", "new")
+
+
+def test_the_sweep_time_is_judged_against_ten_minutes_and_split_by_family() -> None:
+    sweep = next(b for b in BENCHMARKS if b.name == "sweep")
+    result = {
+        "commit": "0" * 40,
+        "machine": "2 cpu",
+        "params": {"jobs": 2},
+        "figures": {"wall_s": 1260.4, "cpu_s": 2480.0, "runs": 47, "kpa.runs": 6, "kpa.cpu_s": 990.2},
+    }
+    table = render_benchmark(sweep, result)
+    assert "(47 runs, --jobs 2), wall clock | 1,260 s (21 min) | ≤ 600 s | not met |" in table
+    assert "| kpa: 6 runs | 990 CPU-s |  |  |" in table
+    result["figures"]["wall_s"] = 599.0
+    assert "| 599 s (10 min) | ≤ 600 s | met |" in render_benchmark(sweep, result)
