@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from neuronfleet.sim import engine, runner
-from neuronfleet.sim.baselines import Hpa, RayServe
+from neuronfleet.sim.baselines import Hpa, Kpa, RayServe
 from neuronfleet.sim.policies import Policy, Static
 from neuronfleet.sim.profiles import load_profile
 from neuronfleet.sim.trace import Trace, load, spread_within_seconds
@@ -32,6 +32,9 @@ def policies(peak: int) -> list[Policy]:
         Hpa(0.7, 1, 2 * peak, "0.7"),
         RayServe(2, 1, 2 * peak, "2"),
         Static(max(1, int(0.45 * peak)), "0.45xpeak"),  # short of the peak: queues, refusals
+        # Its concurrency target above what a pod holds unqueued: a limit cycle of deep backlogs
+        # behind the activator, the seconds the engine advances whole in a backlog.
+        Kpa(70, 1, 2 * peak, "70"),
         runner.cases(["ours"], 2 * peak, peak, sweep=False)[0].make(),
     ]
 
@@ -128,3 +131,37 @@ def test_a_fine_chunk_computed_ahead_is_the_chunk_computed_again() -> None:
     for series in ("queue_end", "queue_mean", "in_flight", "utilization"):
         np.testing.assert_allclose(getattr(kept, series), getattr(afresh, series), rtol=1e-9, atol=1e-9)
     assert kept.totals()[:4] == pytest.approx(afresh.totals()[:4], rel=1e-9)
+
+
+def test_a_deep_backlog_advanced_whole_is_the_fine_queue_to_the_bins_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Three replicas behind an unbounded queue (Ray Serve's router, Knative's activator) on a trace
+    # that needs ~20: a backlog of minutes. Its seconds are advanced whole (arrivals spread evenly
+    # over the bins instead of drawn Poisson): the queue, the metrics and the requests' latencies
+    # are those of every second on bins, to the bins' noise.
+    trace = daily_like(seconds=1800)
+    profile = load_profile("bert-base")
+    workload = build(trace, profile, factor_for_peak(trace, profile, 20), 1.0, 1, arrivals="superpose")
+    taken: list[int] = []
+    deep = engine.SecondsSimulation._deep
+
+    def counted(self: engine.SecondsSimulation, start: int, stop: int, replicas: int, cold: bool) -> int:
+        taken.append(deep(self, start, stop, replicas, cold))
+        return taken[-1]
+
+    monkeypatch.setattr(engine.SecondsSimulation, "_deep", counted)
+    whole, fine = (engine.SecondsSimulation(workload, profile, coarse=coarse) for coarse in (True, False))
+    for sim in (whole, fine):
+        sim.set_request_path(None, unbounded=True)
+        for start in range(0, workload.seconds, 2):
+            sim.serve(start, start + 2, 3, start < 300)
+        sim.finish()
+    assert sum(taken) > workload.seconds * 0.8  # most of the run was a deep backlog, advanced whole
+    backlog = fine.queue_end > 10_000
+    assert backlog.sum() > workload.seconds * 0.8
+    for series in ("queue_end", "queue_mean"):
+        np.testing.assert_allclose(getattr(whole, series)[backlog], getattr(fine, series)[backlog], rtol=1e-3)
+    for series in ("in_flight", "utilization"):
+        np.testing.assert_allclose(getattr(whole, series)[backlog], getattr(fine, series)[backlog], rtol=1e-6)
+    requests, rejected, within, cold_miss, p50, p99, worst, _ = whole.totals()
+    assert (requests, rejected, within, cold_miss) == pytest.approx(fine.totals()[:4], rel=1e-3, abs=1.0)
+    assert (p50, p99, worst) == pytest.approx(fine.totals()[4:7], rel=2e-3)

@@ -19,9 +19,15 @@ are the expectation, over its bins, of what the bins would report (the batcher's
 them nonlinear in the rate). Every other second (and each second after it until the queue is
 empty again) runs on 10 ms bins: a busy episode, whose FIFO waits are computed when it ends (the
 queue empty again) from cumulative accepted arrivals and departures (FIFO virtual time at the
-bin's midpoint: +-5 ms). ``coarse=False`` runs every second on bins: the reference the whole-second
-path is tested against (within 0.1 point of attainment). A fleet far from saturation, as most of a
-multi-day trace is, costs one vector operation per segment.
+bin's midpoint: +-5 ms). A backlogged second is advanced whole too when its queue starts with more
+than :data:`DEEP_BACKLOG_SECONDS` of the fleet's service and cannot refuse (an unbounded router or
+activator queue, or room for the second's work): the queue cannot empty within it, so it grows by
+the second's work less the fleet's service, and the episode's accounting takes its arrivals as
+spread evenly over its bins (the bins' Poisson noise is all it leaves out: a few requests' worth
+of a backlog of seconds). An overloaded controller (Knative's limit cycle on the 14-day trace)
+spends hours a day there. ``coarse=False`` runs every second on bins: the reference the
+whole-second paths are tested against (within 0.1 point of attainment). A fleet far from
+saturation, as most of a multi-day trace is, costs one vector operation per segment.
 
 Latency. Batch profiles add the batch latency of the bucket the dynamic batcher would run at that
 load (the largest while backlogged) and half the batch-fill wait; LLM profiles add each request's
@@ -82,6 +88,9 @@ AHEAD_SECONDS = 120
 FINE_CHUNK_SECONDS = 16
 #: Backlog (replica-seconds) below which the queue counts as empty.
 EMPTY = 1e-9
+#: A backlogged second is advanced whole when its queue starts with more than this many seconds of
+#: the fleet's service and cannot refuse (see :meth:`SecondsSimulation._deep`).
+DEEP_BACKLOG_SECONDS = 1.0
 #: A busy episode longer than this is closed even with a backlog (its unserved tail counts as late).
 MAX_EPISODE_SECONDS = 3600
 #: Requests an upstream buffer (router queue, activator) holds beyond the replicas' queues.
@@ -380,6 +389,22 @@ def _hist_value(index: IntArray) -> FloatArray:
     return np.asarray(10 ** (_HIST_LO + (index + 0.5) * (_HIST_HI - _HIST_LO) / _HIST_BINS), dtype=np.float64)
 
 
+#: One commit of a busy episode on 10 ms bins: its first second, then per bin its arrivals, work,
+#: accepted work, departed work, service ms and cold flag.
+_EpisodePart = tuple[int, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, BoolArray]
+
+
+@dataclass
+class _DeepRun:
+    """Seconds ``[start, start + seconds)`` of a busy episode advanced whole in a deep backlog, with
+    ``replicas`` serving: made bins of (see :meth:`SecondsSimulation._deep_bins`) when the episode ends."""
+
+    start: int
+    seconds: int
+    replicas: int
+    cold: bool
+
+
 @dataclass
 class _FineChunk:
     """Seconds ``[start, stop)`` computed on 10 ms bins for one fleet (``key``), from the backlog
@@ -431,7 +456,7 @@ class SecondsSimulation:
         self.batch = BatchModel(profile) if profile.kind == "batch" else None
         self.unbounded = False
         self.q = 0.0
-        self._episode: list[tuple[int, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, BoolArray]] = []
+        self._episode: list[_EpisodePart | _DeepRun] = []
         self._episode_backlog = 0.0
         self._episode_seconds = 0
         # Totals over measured requests (batch); LLM profiles keep per-bin waits and refusals instead.
@@ -499,6 +524,10 @@ class SecondsSimulation:
                     self._fine(s, s + n, replicas, cold)
                     s += n
             else:
+                deep = self._deep(s, stop, replicas, cold) if self.coarse else 0
+                if deep:
+                    s += deep
+                    continue
                 n = stop - s if not self.coarse else min(stop - s, FINE_CHUNK_SECONDS)
                 self._fine(s, s + n, replicas, cold)
                 s += n
@@ -571,6 +600,80 @@ class SecondsSimulation:
         if finite.any():
             self.hist += np.bincount(_hist_index(latency_ms[finite]), weights=served[finite], minlength=_HIST_BINS)
             self.max_ms = max(self.max_ms, float(latency_ms[finite].max()))
+
+    def _deep(self, start: int, stop: int, replicas: int, cold: bool) -> int:
+        """Advance whole the seconds from ``start`` (before ``stop``) whose backlog is deep: the
+        queue starts with more than :data:`DEEP_BACKLOG_SECONDS` of the fleet's service, so it
+        cannot empty within the second and every bin serves its full share, and it cannot refuse
+        (no bound, or room for the second's work). Returns how many (0: none; batch profiles only).
+
+        Within such a second the fluid queue is known without its bins: it grows by the second's
+        work less the fleet's service, departures run at capacity and the batcher at its largest
+        bucket. Its arrivals are taken as spread evenly over the second's bins (the fine engine
+        draws them Poisson): the requests' waits (queued seconds behind a backlog of more than a
+        second) move by the bins' noise, a few requests' worth of work. A pending fine chunk that
+        covers the seconds is used instead: it is already computed.
+        """
+        if self.batch is None or replicas <= 0:
+            return 0
+        pending = self._pending
+        if pending is not None and pending[1] == start and pending[0].stop >= stop:
+            return 0
+        capacity = replicas * self.speed
+        bound = math.inf if self.unbounded else replicas * self.profile.max_queue * self.w.mean_work
+        mean_work = self.w.mean_work
+        q = self.q
+        second = start
+        batch = self.batch
+        # The fine engine's metrics while backlogged: departures at capacity, the largest bucket.
+        throughput = capacity * batch.best
+        in_flight = throughput * float(batch.lat[-1]) / 1e3
+        utilization = min(1.0, throughput / (replicas * float(batch.thr[-1])))
+        while second < stop:
+            work = float(self.w.work_s[second])
+            if q <= capacity * DEEP_BACKLOG_SECONDS + EMPTY or q + work > bound:
+                break
+            # Bins n = 1..100 end at q + n/100 (work - capacity): their mean is at 101/200 of the way.
+            self.queue_mean[second] = (q + (work - capacity) * (PER_SECOND + 1) / (2 * PER_SECOND)) / mean_work
+            q += work - capacity
+            self.queue_end[second] = q / mean_work
+            second += 1
+        taken = second - start
+        if not taken:
+            return 0
+        self._pending = None
+        if not self._episode:
+            self._episode_backlog = self.q
+        self.in_flight[start:second] = in_flight
+        self.utilization[start:second] = utilization
+        self.fine[start:second] = True
+        self.capacity[start:second] = replicas
+        self.cold[start:second] = cold
+        last = self._episode[-1] if self._episode else None
+        if isinstance(last, _DeepRun) and (last.start + last.seconds, last.replicas, last.cold) == (
+            start,
+            replicas,
+            cold,
+        ):
+            last.seconds += taken
+        else:
+            self._episode.append(_DeepRun(start, taken, replicas, cold))
+        self._episode_seconds += taken
+        self.q = q if q > EMPTY else 0.0
+        if self.q == 0.0 or self._episode_seconds >= MAX_EPISODE_SECONDS:
+            self._close()
+        return taken
+
+    def _deep_bins(self, run: _DeepRun) -> _EpisodePart:
+        """A deep run's seconds as 10 ms bins for the episode's accounting: each second's arrivals
+        and work spread evenly over its bins, served at capacity, at the batcher's largest bucket."""
+        assert self.batch is not None
+        seconds = slice(run.start, run.start + run.seconds)
+        count = np.repeat(self.w.count_s[seconds] / PER_SECOND, PER_SECOND)
+        work = np.repeat(self.w.work_s[seconds] / PER_SECOND, PER_SECOND)
+        departed = np.full(len(work), run.replicas * self.w.dt * self.speed)
+        service, _, _ = self.batch.service(count / (self.w.dt * run.replicas), np.ones(len(count), dtype=bool))
+        return run.start, count, work, work, departed, service, np.full(len(count), run.cold)
 
     def _fine(self, start: int, stop: int, replicas: int, cold: bool) -> None:
         """Advance seconds ``[start, stop)`` on 10 ms bins: from the pending chunk when it covers
@@ -676,13 +779,14 @@ class SecondsSimulation:
         """Account a finished busy episode (see the module docstring)."""
         if not self._episode:
             return
-        start = self._episode[0][0]
-        if len(self._episode) == 1:
+        episode = [self._deep_bins(part) if isinstance(part, _DeepRun) else part for part in self._episode]
+        start = episode[0][0]
+        if len(episode) == 1:
             # Most episodes are one commit long (a burst the next tick has absorbed): its arrays as
             # they are, none of them written below (``count`` is copied before it is).
-            count, work, accepted, departed, service, cold = self._episode[0][1:]
+            count, work, accepted, departed, service, cold = episode[0][1:]
         else:
-            parts = list(zip(*(e[1:] for e in self._episode), strict=True))
+            parts = list(zip(*(e[1:] for e in episode), strict=True))
             count, work, accepted, departed, service, cold = (np.concatenate(p) for p in parts)
         self._episode = []
         self._episode_seconds = 0
