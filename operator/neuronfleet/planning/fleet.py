@@ -765,8 +765,13 @@ def plan_fleet(
         active_beside = [
             pod for pod in on_nodes if not (pod.role == "warm" and pod.name in current_names) or pod.name in kept_names
         ]
-    active_set = list(reversed(policy.drain_order(ready_actives, (), now, active_beside, neighbours=neighbours)))
-    active_set = active_set[: target.active]
+    if len(ready_actives) > target.active:
+        active_set = list(reversed(policy.drain_order(ready_actives, (), now, active_beside, neighbours=neighbours)))
+        active_set = active_set[: target.active]
+    else:
+        # None is cut, and their order decides nothing: the orders below count them (zones, nodes),
+        # and a ready active pod needs no action. Ranking them was most of a steady fleet's plan.
+        active_set = list(ready_actives)
     active_set += ranked(current, "warm", ready=True, staying=active_set)[: target.active - len(active_set)]
     active_set += ranked(current, "active", ready=False, staying=active_set)[: target.active - len(active_set)]
 
