@@ -165,3 +165,20 @@ def test_a_deep_backlog_advanced_whole_is_the_fine_queue_to_the_bins_noise(monke
     requests, rejected, within, cold_miss, p50, p99, worst, _ = whole.totals()
     assert (requests, rejected, within, cold_miss) == pytest.approx(fine.totals()[:4], rel=1e-3, abs=1.0)
     assert (p50, p99, worst) == pytest.approx(fine.totals()[4:7], rel=2e-3)
+
+
+def test_the_running_cold_start_p90_is_the_operators_estimate_of_every_sample_so_far() -> None:
+    # The run keeps the samples sorted as they come (a million over an overloaded 14-day run) and
+    # reads the operator's rule off them: the estimate of all of them, whatever the batches' sizes.
+    from neuronfleet.planning import coldstart
+
+    rng = np.random.default_rng(5)
+    samples: list[float] = []
+    running = engine._RunningP90()
+    for batch in rng.integers(0, 40, size=300):
+        # Cold starts of hundreds of seconds, now and then one many times slower (the outlier rule).
+        samples += [float(x) for x in rng.gamma(9.0, 50.0, size=batch)]
+        if rng.random() < 0.05:
+            samples.append(float(rng.uniform(5_000, 20_000)))
+        assert running.update(samples) == coldstart.estimate(samples, engine.MIN_COLD_START_SAMPLES)
+    assert len(samples) > 5_000

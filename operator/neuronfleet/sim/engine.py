@@ -53,7 +53,6 @@ capacity at 1.09x the oracle).
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import math
 import time
@@ -62,6 +61,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
+from sortedcontainers import SortedList
 
 from neuronfleet.planning import coldstart
 from neuronfleet.sim.fleet import Fleet
@@ -878,15 +878,18 @@ class SecondsSimulation:
 
 
 class _RunningP90:
-    """:func:`neuronfleet.sim.policies.p90` of a growing list of samples, kept sorted as it grows."""
+    """:func:`neuronfleet.sim.policies.p90` of a growing list of samples, kept sorted as it grows.
+
+    In a sorted container, not a list: an overloaded Knative run launches a million pods over the
+    14-day trace, and inserting each into a sorted list (a move of half of it) took 53 of its 143
+    CPU-seconds."""
 
     def __init__(self) -> None:
-        self.sorted: list[float] = []
+        self.sorted: SortedList[float] = SortedList()
         self.seen = 0
 
     def update(self, samples: list[float]) -> float | None:
-        for value in samples[self.seen :]:
-            bisect.insort(self.sorted, value)
+        self.sorted.update(samples[self.seen :])
         self.seen = len(samples)
         # The operator's rule, without sorting the list again on every decision.
         return coldstart.estimate_sorted(self.sorted, MIN_COLD_START_SAMPLES)
