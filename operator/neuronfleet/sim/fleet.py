@@ -189,7 +189,8 @@ class Fleet:
         self.empty_node_seconds = empty_node_seconds
         self.pods: dict[str, Pod] = {}
         self.nodes: dict[str, Node] = {}
-        self.draining: list[tuple[float, str]] = []
+        #: Pods draining: when they are gone, their names and their nodes.
+        self.draining: list[tuple[float, str, str]] = []
         self._names = itertools.count()
         self.node_seconds = 0.0
         self.pod_seconds = 0.0
@@ -315,7 +316,7 @@ class Fleet:
                 soonest = node.ready_at
             if node.empty_since is not None:
                 soonest = min(soonest, max(now, node.empty_since + self.empty_node_seconds))
-        for t, _ in self.draining:
+        for t, _, _ in self.draining:
             soonest = min(soonest, t)
         return soonest
 
@@ -337,9 +338,9 @@ class Fleet:
         if self._next[2] > now and previous <= now:
             return  # nothing happened since the last advance
         self.version += 1
-        for until, name in [d for d in self.draining if d[0] <= now]:
-            self.draining.remove((until, name))
-            self._free_slot(name, until)
+        for until, name, node_name in [d for d in self.draining if d[0] <= now]:
+            self.draining.remove((until, name, node_name))
+            self._free_slot(name, node_name, until)
         for pod in self.pods.values():
             if pod.serving_at is not None and pod.serving_at <= now:
                 pod.serving_at = None
@@ -351,20 +352,20 @@ class Fleet:
                 del self.nodes[node.name]
         self.reconcile(now)
 
-    def _free_slot(self, pod_name: str, now: float) -> None:
-        for node in self.nodes.values():
-            if pod_name in node.pods:
-                node.pods.discard(pod_name)
-                if not node.pods:
-                    node.empty_since = now
+    def _free_slot(self, pod_name: str, node_name: str, now: float) -> None:
+        node = self.nodes.get(node_name)
+        if node is not None and pod_name in node.pods:
+            node.pods.discard(pod_name)
+            if not node.pods:
+                node.empty_since = now
 
     def _delete(self, pod: Pod, now: float, drain: bool = False) -> None:
         del self.pods[pod.name]
         self._views.pop(pod.name, None)
         if drain and pod.node is not None:
-            self.draining.append((now + self.profile.drain_seconds, pod.name))
+            self.draining.append((now + self.profile.drain_seconds, pod.name, pod.node))
         elif pod.node is not None:
-            self._free_slot(pod.name, now)
+            self._free_slot(pod.name, pod.node, now)
 
     def reconcile(self, now: float) -> None:
         self.version += 1
@@ -397,7 +398,7 @@ class Fleet:
             _moment(now),
             self._policy,
             # A draining pod keeps its name until it is gone: a new pod must not take it.
-            taken_names=[name for _, name in self.draining],
+            taken_names=[name for _, name, _ in self.draining],
         )
 
     def _settled(self, now: float) -> bool:
@@ -509,15 +510,18 @@ class Fleet:
         pending.sort(key=lambda p: (rank[p.role], p.created_at, p.name))
         free: list[Node] = []
         held: list[tuple[Node, str]] = []
+        # Only placeholders on nodes can be preempted (none beside the baselines' fleets).
+        preemptible = any(p.role == "placeholder" and p.node is not None for p in self.pods.values())
         for node in self.nodes.values():
             if node.ready_at > now:
                 continue
             free.extend([node] * (node.slots - len(node.pods)))
-            held.extend(
-                (node, name)
-                for name in sorted(node.pods)
-                if name in self.pods and self.pods[name].role == "placeholder"
-            )
+            if preemptible:
+                held.extend(
+                    (node, name)
+                    for name in sorted(node.pods)
+                    if name in self.pods and self.pods[name].role == "placeholder"
+                )
         free.reverse()
         held.reverse()
         for pod in pending:
