@@ -1012,7 +1012,10 @@ def plan_fleet(
     keepable = [pod for pod in placeholders if not holding_none and (holding_old or pod.template == target.template)]
     # Deleted first: unbound ones (they hold nothing), then the earlier template's, then those on
     # the nodes that can empty (no serving pod that stays, the fewest pods): the last ones stay.
-    serving_kept = [pod.info for pod in (*active_set, *old_actives_kept, *warm_set, *old_warm_kept)]
+    # The serving pods count only where there are placeholders to rank (none beside most fleets).
+    serving_kept = (
+        [pod.info for pod in (*active_set, *old_actives_kept, *warm_set, *old_warm_kept)] if len(keepable) > 1 else []
+    )
     keepable_by_name = {pod.name: pod for pod in keepable}
 
     def release_first(info: PodInfo) -> int:

@@ -48,8 +48,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from neuronfleet.planning.promotion import PodInfo, drain_order
 
@@ -57,9 +56,9 @@ from neuronfleet.planning.promotion import PodInfo, drain_order
 ScaleDownBy = Literal["operator", "replicaset", "ray-serve"]
 
 
-@dataclass(frozen=True)
-class ReadyPod:
-    """A ready serving pod, as the deleters see it (times in simulated seconds)."""
+class ReadyPod(NamedTuple):
+    """A ready serving pod, as the deleters see it (times in simulated seconds). A named tuple: the
+    fleet makes one per candidate at every scale-down (tens of thousands a simulated day)."""
 
     name: str
     node: str
