@@ -397,7 +397,8 @@ _EpisodePart = tuple[int, FloatArray, FloatArray, FloatArray, FloatArray, FloatA
 @dataclass
 class _DeepRun:
     """Seconds ``[start, start + seconds)`` of a busy episode advanced whole in a deep backlog, with
-    ``replicas`` serving: made bins of (see :meth:`SecondsSimulation._deep_bins`) when the episode ends."""
+    ``replicas`` serving: turned into 10 ms bins (:meth:`SecondsSimulation._deep_bins`) when the
+    episode ends."""
 
     start: int
     seconds: int
