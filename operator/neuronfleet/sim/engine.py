@@ -615,10 +615,7 @@ class SecondsSimulation:
         second) move by the bins' noise, a few requests' worth of work. A pending fine chunk that
         covers the seconds is used instead: it is already computed.
         """
-        if self.batch is None or replicas <= 0:
-            return 0
-        pending = self._pending
-        if pending is not None and pending[1] == start and pending[0].stop >= stop:
+        if self.batch is None or replicas <= 0 or self._pending_covers(start, stop):
             return 0
         capacity = replicas * self.speed
         bound = math.inf if self.unbounded else replicas * self.profile.max_queue * self.w.mean_work
@@ -676,11 +673,16 @@ class SecondsSimulation:
         service, _, _ = self.batch.service(count / (self.w.dt * run.replicas), np.ones(len(count), dtype=bool))
         return run.start, count, work, work, departed, service, np.full(len(count), run.cold)
 
+    def _pending_covers(self, start: int, stop: int) -> bool:
+        """Whether the rest of the last fine chunk holds seconds ``[start, stop)``."""
+        pending = self._pending
+        return pending is not None and pending[1] == start and pending[0].stop >= stop
+
     def _fine(self, start: int, stop: int, replicas: int, cold: bool) -> None:
         """Advance seconds ``[start, stop)`` on 10 ms bins: from the pending chunk when it covers
         them, else from a new one that reaches past ``stop`` (:class:`_FineChunk`)."""
-        pending, self._pending = self._pending, None
-        if pending is not None and pending[1] == start and pending[0].stop >= stop:
+        pending, covers, self._pending = self._pending, self._pending_covers(start, stop), None
+        if pending is not None and covers:
             chunk = pending[0]
         else:
             ahead = stop if not self.coarse else max(stop, start + self._chunk_seconds)

@@ -204,7 +204,6 @@ class Fleet:
         self.version = 0
         self._reconciled = -1
         self._counts: tuple[int, float, float, FleetCounts] | None = None
-        self._next: tuple[int, float, float, float] | None = None
         self._soonest_at: tuple[int, float, float] | None = None
         self._advanced_at = 0.0
         self._model_pods = (-1, 0)
@@ -287,13 +286,8 @@ class Fleet:
         """The next whole second at which the fleet changes by itself (a pod or node turning ready,
         a promotion, drain or removal ending). Changes take effect on whole seconds, as endpoint
         updates do, which merges the many events of a large scale-up."""
-        cached = self._next
-        if cached is not None and cached[0] == self.version and cached[1] <= now < cached[2]:
-            return cached[3]
         soonest = self._soonest_cached(now)
-        event = soonest if soonest == INF else float(math.ceil(soonest - 1e-9))
-        self._next = (self.version, now, soonest, event)
-        return event
+        return soonest if soonest == INF else float(math.ceil(soonest - 1e-9))
 
     def _soonest_cached(self, now: float) -> float:
         """:meth:`_soonest`, computed once per version of the fleet while ``now`` stays before it
@@ -332,10 +326,9 @@ class Fleet:
     def advance(self, now: float) -> None:
         """Apply what happened by ``now``: drains finishing, nodes turning ready, empty nodes going."""
         self.account(now)
-        self.next_event(self._advanced_at)
-        assert self._next is not None
+        soonest = self._soonest_cached(self._advanced_at)
         previous, self._advanced_at = self._advanced_at, now
-        if self._next[2] > now and previous <= now:
+        if soonest > now and previous <= now:
             return  # nothing happened since the last advance
         self.version += 1
         for until, name, node_name in [d for d in self.draining if d[0] <= now]:

@@ -23,7 +23,6 @@ import numpy.typing as npt
 from neuronfleet.planning.signals import PEAK_WINDOW_SECONDS, MetricSnapshot, busiest_rate, peak_stretch_seconds
 
 FloatArray = npt.NDArray[np.float64]
-_sum = np.add.reduce
 
 #: Prometheus scrape interval of the runtime's /metrics (the utilization gauge averages over it).
 SCRAPE_INTERVAL_SECONDS = 15.0
@@ -98,8 +97,6 @@ class MetricsView:
         if k < 0:
             return None
         first = max(0, k + 1 - max(1, round(window / self.dt)))
-        # np.add.reduce is what ndarray.sum calls, without its wrapper: a Knative run reads two
-        # windows every 2 s for weeks.
-        q = _sum(self.queue_mean[first : k + 1])
-        f = _sum(self.in_flight[first : k + 1])
-        return float((q + f) / (k + 1 - first))
+        q = self.queue_mean[first : k + 1]
+        f = self.in_flight[first : k + 1]
+        return float((q.sum() + f.sum()) / len(q))
