@@ -196,3 +196,29 @@ def test_a_kept_fleets_trouble_found_on_a_takeover_is_announced_again_as_found()
     # Not a takeover: the running operator's memory knows what it announced.
     running = DeploymentMemory(kept_degraded=("True", "PodCreationRefused"))
     assert not kept_found_on_takeover(running, found, trouble)
+
+
+def test_a_kept_fleets_trouble_found_with_other_figures_is_still_the_one_found() -> None:
+    # The API server's words quote the refused pod's name and the quota's use: a pod the status counted
+    # finished terminating while no operator ran, and the replacement's ordinal is another. The same
+    # trouble, said as found; other words are another trouble (CI met this: the test waited for a found
+    # Warning while the refusal was said as news).
+    def quoted(pod: str, used: int) -> str:
+        return f'pods "{pod}" is forbidden: exceeded quota: pods, requested: pods=1, used: pods={used}, limited: pods=1'
+
+    found = StatusMemory.from_status(
+        {
+            "conditions": [
+                {
+                    "type": "Degraded",
+                    "status": "True",
+                    "reason": "InvalidSpec",
+                    "message": f"generation 2 refused: ...; the fleet is kept; {quoted('bert-2ba1daa1-2', 2)}",
+                }
+            ]
+        }
+    )
+    now = ConditionValue("Degraded", "True", Reason.POD_CREATION_REFUSED, quoted("bert-2ba1daa1-0", 1))
+    assert kept_found_on_takeover(DeploymentMemory(), found, now)
+    other = ConditionValue("Degraded", "True", Reason.POD_CREATION_REFUSED, quoted("bert-2ba1daa1-0", 1) + " (cpu)")
+    assert not kept_found_on_takeover(DeploymentMemory(), found, other)

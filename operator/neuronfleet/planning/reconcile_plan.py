@@ -722,11 +722,21 @@ def kept_found_on_takeover(memory: DeploymentMemory, durable: StatusMemory, kept
     refused spec's Degraded (InvalidSpec) whose message holds it, and a memory that has announced
     nothing of the kept fleet (a restart, a new leader, which keep the fleet from status.lastValidSpec).
     Its Warning is then posted again as :func:`found_warnings` posts the InvalidSpec one: once per
-    takeover, said as found, not as news."""
+    takeover, said as found, not as news.
+
+    The message is compared with its figures left out: the API server's words for a refusal quote the
+    pod's name and the quota's use (``pods "bert-…-2" is forbidden: … used: pods=2``), which change
+    while the trouble stays (the pod the status named finished terminating while no operator ran; the
+    new one's ordinal is another), and an exact match then said a trouble the status names as news."""
     if memory.kept_degraded is not None or kept is None or kept.status != "True":
         return False
     before = durable.condition("Degraded")
-    return before.get("reason") == Reason.INVALID_SPEC and kept.message in str(before.get("message") or "")
+    found = _FIGURES.sub("#", str(before.get("message") or ""))
+    return before.get("reason") == Reason.INVALID_SPEC and _FIGURES.sub("#", kept.message) in found
+
+
+#: The figures of a message (counts, ordinals in names), which :func:`kept_found_on_takeover` leaves out.
+_FIGURES = re.compile(r"\d+")
 
 
 def found_warnings(found: StatusMemory, status: Mapping[str, Any]) -> list[Event]:
