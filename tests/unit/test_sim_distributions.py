@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -95,3 +96,24 @@ def test_a_phase_with_a_mean_of_months_is_a_profile_error_not_a_refused_trace(
     assert f"error: {profile}: " in err
     assert "cold_start.node: logN(median 86400s, sigma 3) has a mean of 7,777,480 s (90.0 days)" in err
     assert "leaves" not in err
+
+
+@pytest.mark.parametrize(
+    ("spec", "numpy_draw"),
+    [
+        ({"uniform": [240, 360]}, lambda rng: float(rng.uniform(240.0, 360.0))),
+        ({"lognormal": {"median": 120, "sigma": 0.3}}, lambda rng: 120.0 * math.exp(0.3 * rng.standard_normal())),
+        ({"normal": {"mean": 10, "sd": 4}}, lambda rng: max(0.0, float(rng.normal(10.0, 4.0)))),
+        (5, lambda rng: 5.0),
+    ],
+)
+def test_a_sampler_draws_what_numpy_draws_from_the_same_stream(spec: object, numpy_draw: Any) -> None:
+    # The simulated fleet draws its pods' phases through samplers made once (a run binds ~945,000 pods):
+    # a uniform is drawn without Generator.uniform's checks, and must still be its draw to the last
+    # bit, or every run's figures would move.
+    dist = parse(spec, "phase")
+    draw = dist.sampler(np.random.default_rng(7))
+    reference = np.random.default_rng(7)
+    drawn = [draw() for _ in range(2_000)]
+    assert drawn == [numpy_draw(reference) for _ in range(2_000)]
+    assert drawn[:5] == [dist.sample(rng) for rng in [np.random.default_rng(7)] for _ in range(5)]

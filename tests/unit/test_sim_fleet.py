@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 import pytest
 
+from neuronfleet.planning.fleet import PodView
 from neuronfleet.sim.fleet import Fleet
 from neuronfleet.sim.profiles import Profile, load_profile
 
@@ -83,3 +86,28 @@ def test_scale_down_demotes_to_the_warm_pool_then_drains_and_frees_nodes() -> No
     assert fleet.counts(36.0).nodes == 3
     # The removed node lived 35 s and is billed EC2's 60 s minimum.
     assert fleet.node_seconds == pytest.approx(3 * 36.0 + 60.0)
+
+
+def test_a_pods_view_equals_the_one_its_dataclass_makes() -> None:
+    # The fleet fills its views' fields without PodView's __init__ (a frozen dataclass's is slow, and a
+    # run makes millions): each must be the view __init__ makes, through every state a pod goes
+    # through here (pending, bound, running, ready, warm, placeholder).
+    fleet = Fleet(fixed_profile(), np.random.default_rng(0))
+    fleet.start_ready(1)
+    fleet.set_targets(0.0, active=2, warm=1, placeholders=1)
+    assert not hasattr(PodView, "__post_init__")
+    seen: list[PodView] = []
+    for now in (0.0, 100.5, 150.5, 158.0, 300.0):
+        run_until(fleet, now)
+        for pod in fleet.pods.values():
+            view = fleet._view(pod, now)
+            made = PodView(**{f.name: getattr(view, f.name) for f in fields(PodView)})
+            assert view == made and vars(view) == vars(made), pod.name
+            seen.append(view)
+    assert {(v.role, v.phase, v.ready) for v in seen} >= {
+        ("active", "Pending", False),
+        ("active", "Running", False),
+        ("active", "Running", True),
+        ("warm", "Running", True),
+        ("placeholder", "Running", True),
+    }

@@ -12,6 +12,7 @@ format stays a plain YAML/JSON mapping and sampling stays on one seeded numpy Ge
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,13 +32,25 @@ class Distribution:
     b: float = 0.0
 
     def sample(self, rng: np.random.Generator) -> float:
+        """One duration drawn from ``rng``."""
+        return self.sampler(rng)()
+
+    def sampler(self, rng: np.random.Generator) -> Callable[[], float]:
+        """A function that draws one duration from ``rng`` at each call: what :meth:`sample` draws,
+        in the same order from the same stream. A simulated fleet draws a pod's phases at every
+        bind (a Knative run of the 14-day trace binds ~945,000 pods): this one decides the kind once,
+        and draws a uniform as ``Generator.uniform`` computes it (low + (high - low) x a standard
+        uniform, the same draw to the last bit) without its argument checks, a third of the cost."""
+        low, high = self.a, self.b
         if self.kind == "fixed":
-            return self.a
+            return lambda: low
         if self.kind == "uniform":
-            return float(rng.uniform(self.a, self.b))
+            uniform, span = rng.random, high - low
+            return lambda: low + span * uniform()
         if self.kind == "lognormal":
-            return float(self.a * math.exp(self.b * rng.standard_normal()))
-        return max(0.0, float(rng.normal(self.a, self.b)))
+            standard_normal = rng.standard_normal
+            return lambda: float(low * math.exp(high * standard_normal()))
+        return lambda: max(0.0, float(rng.normal(low, high)))
 
     def median(self) -> float:
         if self.kind == "uniform":
