@@ -79,9 +79,11 @@ inputs (it goes to ``status.warmPool.reason``). Modes:
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from operator import itemgetter
 
 import numpy as np
 
@@ -96,6 +98,8 @@ MAX_HISTORY_SECONDS = 7200.0
 #: Most decisions kept (the newest): MAX_HISTORY_SECONDS at one decision every 5 s (the default
 #: interval is 15 s); a shorter interval keeps a shorter span (24 minutes at 1 s).
 MAX_HISTORY_SAMPLES = 1440
+#: A history sample's time (samples are (time, demand)).
+_TIME = itemgetter(0)
 
 
 @dataclass(frozen=True)
@@ -250,7 +254,10 @@ def record(
     by less than a decision moves the history, :func:`shifted`, or between decisions): the history
     stays oldest first, as the quantile's ``searchsorted`` needs."""
     cutoff = now - keep_seconds
-    history = tuple((t, d) for t, d in state.history if cutoff <= t <= now)
+    # Oldest first (as every change here keeps it), the samples kept are one slice: found by bisection,
+    # not by a pass over the history's hour at every decision.
+    history = state.history
+    history = history[bisect_left(history, cutoff, key=_TIME) : bisect_right(history, now, key=_TIME)]
     if demand is not None:
         history = (*history, (now, demand))
     return replace(state, history=history[-max_samples:])
