@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from neuronfleet.api.v1alpha1 import ScalingSpec
@@ -113,9 +114,11 @@ def test_sliding_window_matches_brute_force(width: int) -> None:
     values = [(i * 37) % 23 for i in range(120)]
     expected_max = [max(values[max(0, i - width) : i + 1]) for i in range(len(values))]
     expected_min = [min(values[max(0, i - width) : i + 1]) for i in range(len(values))]
-    assert hold._sliding(values, width, highest=True).tolist() == expected_max
-    assert hold._sliding(values, width, highest=False).tolist() == expected_min
-    assert hold._sliding([], width, highest=True).tolist() == []
+    array = np.asarray(values, dtype=np.int64)
+    assert hold._sliding(array, width, highest=True).tolist() == expected_max
+    assert hold._sliding(array, width, highest=False).tolist() == expected_min
+    assert array.tolist() == values, "the values were changed in place"
+    assert hold._sliding(np.asarray([], dtype=np.int64), width, highest=True).tolist() == []
 
 
 def test_replay_counts_a_dip_released_and_missed_for_a_cold_start() -> None:

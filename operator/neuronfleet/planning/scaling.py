@@ -1082,8 +1082,10 @@ def _moved(state: ScalingState, shift: float) -> ScalingState:
     its time: it is renewed at once (its time is after ``now``). The warm pool's demand history is
     moved by the caller, by the same (:attr:`ScalingDecision.clock_shift`).
     """
+    if not shift:
+        return state
     latest = _latest(state)
-    if latest is None or not shift:
+    if latest is None:
         return state
 
     def moved(pairs: tuple[tuple[float, int], ...]) -> tuple[tuple[float, int], ...]:
