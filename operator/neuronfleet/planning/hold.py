@@ -146,9 +146,7 @@ def _arrays(history: History) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(history.recommendations, dtype=np.int64), np.asarray(history.needs, dtype=np.int64)
 
 
-def _covered(
-    arrays: tuple[np.ndarray, np.ndarray], window_seconds: float, cold_start_seconds: float
-) -> float | None:
+def _covered(arrays: tuple[np.ndarray, np.ndarray], window_seconds: float, cold_start_seconds: float) -> float | None:
     """:func:`covered` over the history's :func:`_arrays`."""
     recommendations, all_needs = arrays
     window = math.ceil(window_seconds / BUCKET_SECONDS)
