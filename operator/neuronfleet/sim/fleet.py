@@ -265,26 +265,7 @@ class Fleet:
         cached = self._counts
         if cached is not None and cached[0] == self.version and cached[1] <= now < cached[2]:
             return cached[3]
-        counts = self._count(now)
-        self._counts = (self.version, now, self._soonest_cached(now), counts)
-        return counts
-
-    def _count(self, now: float) -> FleetCounts:
-        serving = active = warm_ready = warm = placeholders = starting = 0
-        for p in self.pods.values():
-            ready = p.ready_at is not None and p.ready_at <= now
-            if p.role == "active":
-                active += 1
-                if not ready:
-                    starting += 1
-                elif p.serving_at is None or p.serving_at <= now:
-                    serving += 1
-            elif p.role == "warm":
-                warm += 1
-                warm_ready += ready
-            else:
-                placeholders += 1
-        return FleetCounts(serving, active, warm_ready, warm, placeholders, len(self.nodes), starting)
+        return self._survey(now)[0]
 
     def next_event(self, now: float) -> float:
         """The next whole second at which the fleet changes by itself (a pod or node turning ready,
@@ -294,21 +275,40 @@ class Fleet:
         return soonest if soonest == INF else float(math.ceil(soonest - 1e-9))
 
     def _soonest_cached(self, now: float) -> float:
-        """:meth:`_soonest`, computed once per version of the fleet while ``now`` stays before it
-        (no event lies between: :meth:`counts` and :meth:`next_event` share it)."""
+        """The soonest change after ``now`` (a pod or node turning ready, a promotion, drain or
+        removal ending), found once per version of the fleet while ``now`` stays before it (no
+        event lies between: :meth:`counts` and :meth:`next_event` share it)."""
         cached = self._soonest_at
         if cached is not None and cached[0] == self.version and cached[1] <= now < cached[2]:
             return cached[2]
-        soonest = self._soonest(now)
-        self._soonest_at = (self.version, now, soonest)
-        return soonest
+        return self._survey(now)[1]
 
-    def _soonest(self, now: float) -> float:
+    def _survey(self, now: float) -> tuple[FleetCounts, float]:
+        """The counts at ``now`` and the soonest change after it, in one pass over the pods (both are
+        asked at every version of the fleet, and a Knative run has millions of versions); each kept
+        for ``now`` up to that change. Where the soonest change found earlier still lies ahead, it is
+        the one found now: no event lies between."""
+        serving = active = warm_ready = warm = placeholders = starting = 0
         soonest = INF
         for pod in self.pods.values():
-            for t in (pod.ready_at, pod.serving_at):
-                if t is not None and now < t < soonest:
-                    soonest = t
+            ready_at, serving_at = pod.ready_at, pod.serving_at
+            ready = ready_at is not None and ready_at <= now
+            if ready_at is not None and now < ready_at < soonest:
+                soonest = ready_at
+            if serving_at is not None and now < serving_at < soonest:
+                soonest = serving_at
+            role = pod.role
+            if role == "active":
+                active += 1
+                if not ready:
+                    starting += 1
+                elif serving_at is None or serving_at <= now:
+                    serving += 1
+            elif role == "warm":
+                warm += 1
+                warm_ready += ready
+            else:
+                placeholders += 1
         for node in self.nodes.values():
             if now < node.ready_at < soonest:
                 soonest = node.ready_at
@@ -316,7 +316,10 @@ class Fleet:
                 soonest = min(soonest, max(now, node.empty_since + self.empty_node_seconds))
         for t, _, _ in self.draining:
             soonest = min(soonest, t)
-        return soonest
+        counts = FleetCounts(serving, active, warm_ready, warm, placeholders, len(self.nodes), starting)
+        self._counts = (self.version, now, soonest, counts)
+        self._soonest_at = (self.version, now, soonest)
+        return counts, soonest
 
     # ------------------------------------------------------------------ changes
 
