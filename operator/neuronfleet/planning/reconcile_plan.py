@@ -735,10 +735,6 @@ def kept_found_on_takeover(memory: DeploymentMemory, durable: StatusMemory, kept
     return before.get("reason") == Reason.INVALID_SPEC and _FIGURES.sub("#", kept.message) in found
 
 
-#: The figures of a message (counts, ordinals in names), which :func:`kept_found_on_takeover` leaves out.
-_FIGURES = re.compile(r"\d+")
-
-
 def found_warnings(found: StatusMemory, status: Mapping[str, Any]) -> list[Event]:
     """The Warnings of the conditions that ``found`` (the status an operator found when it took the
     object over) already shows in a warning state and ``status`` (its first write) keeps so, each

@@ -49,7 +49,7 @@ import itertools
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -83,8 +83,9 @@ TEMPLATE = "sim"
 ARTIFACT = ArtifactRevision("sim", "s3://sim/artifact", "")
 #: Simulated second 0 as the plan's clock.
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
-#: Every field of a :class:`PodView` at its default, which :meth:`Fleet._new_view` starts from.
-_VIEW_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(PodView)}
+#: Every field of a :class:`PodView` at the default its ``__init__`` gives, which
+#: :meth:`Fleet._new_view` starts from.
+_VIEW_DEFAULTS: dict[str, Any] = dict(vars(PodView(name="", role="active")))
 #: Plans applied per reconcile at most: one usually leaves nothing to do; a second settles what
 #: the first made possible (a pod it bound).
 PLAN_PASSES = 3
