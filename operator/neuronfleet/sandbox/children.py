@@ -21,10 +21,12 @@ import concurrent.futures
 import ctypes
 import ctypes.util
 import os
+import select
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -91,13 +93,20 @@ def popen(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
     return _spawner_pool().submit(fork).result()
 
 
+#: How long a forced exit waits for the children it killed to be gone (SIGKILL ends a process at
+#: once unless it is stuck in the kernel: a hung NFS read, a device; the exit must not hang on that).
+KILLED_WAIT_SECONDS = 2.0
+
+
 def kill_children() -> int:
     """SIGKILL this process' children (Linux: those ``/proc`` names; elsewhere none); how many.
 
     For a forced exit, when the clean stop hangs: the death signal would end them a moment after
-    this process, this ends them before it says it has exited."""
+    this process, this ends them before it says it has exited. A signal is delivered, not obeyed, by
+    the time ``kill`` returns: a loaded machine ran a killed server on after the sandbox had exited
+    (CI saw it), so this waits, up to :data:`KILLED_WAIT_SECONDS` in all, until each has exited."""
     me = os.getpid()
-    killed = 0
+    killed: list[int] = []
     try:
         entries = [entry for entry in os.listdir("/proc") if entry.isdigit()]
     except OSError:
@@ -109,10 +118,33 @@ def kill_children() -> int:
                 fields = stat.read().rsplit(")", 1)[1].split()
             if int(fields[1]) == me and fields[0] != "Z":
                 os.kill(int(entry), signal.SIGKILL)
-                killed += 1
+                killed.append(int(entry))
         except (OSError, IndexError, ValueError):
             continue  # it exited meanwhile
-    return killed
+    wait_exited(killed, KILLED_WAIT_SECONDS)
+    return len(killed)
 
 
-__all__ = ["die_with_parent", "kill_children", "popen"]
+def wait_exited(pids: Sequence[int], timeout: float) -> bool:
+    """Wait until each of ``pids`` has exited (a zombie has: it is not reaped here, where the
+    event loop's child watcher may be reaping it), ``timeout`` seconds at most in all; whether they
+    all did. Woken by each process's exit (a pidfd: Linux 5.3), not by polling; where there are no
+    pidfds, it does not wait and says so (False)."""
+    deadline = time.monotonic() + timeout
+    every = True
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue  # gone, reaped already
+        except (AttributeError, OSError):
+            return False  # no pidfds here
+        try:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            every = every and bool(ready)
+        finally:
+            os.close(fd)
+    return every
+
+
+__all__ = ["die_with_parent", "kill_children", "popen", "wait_exited"]
