@@ -303,6 +303,18 @@ class BatchModel:
         fill[size == 1] = 0.0
         return self.lat[index] + fill / 2, self.lat[index], self.thr[index]
 
+    def served_metrics(
+        self,
+        departed_per_s: FloatArray | float,
+        latency_ms: FloatArray | float,
+        bucket: FloatArray | float,
+        replicas: int,
+    ) -> tuple[FloatArray, FloatArray]:
+        """In-flight requests and busy ratio of ``replicas`` serving ``departed_per_s`` work units a
+        second at a batch bucket of ``latency_ms`` and throughput ``bucket`` (per bin, or one second)."""
+        throughput = departed_per_s * self.best
+        return np.asarray(throughput * latency_ms / 1e3), np.minimum(1.0, throughput / (replicas * bucket))
+
 
 class Simulation:
     """A fine (10 ms) fluid queue over a materialized workload: the trace replay's model.
@@ -623,9 +635,7 @@ class SecondsSimulation:
         second = start
         batch = self.batch
         # The fine engine's metrics while backlogged: departures at capacity, the largest bucket.
-        throughput = capacity * batch.best
-        in_flight = throughput * float(batch.lat[-1]) / 1e3
-        utilization = min(1.0, throughput / (replicas * float(batch.thr[-1])))
+        in_flight, utilization = batch.served_metrics(capacity, float(batch.lat[-1]), float(batch.thr[-1]), replicas)
         while second < stop:
             work = float(self.w.work_s[second])
             if q <= capacity * DEEP_BACKLOG_SECONDS + EMPTY or q + work > bound:
@@ -718,9 +728,8 @@ class SecondsSimulation:
         service = np.zeros(len(work))
         if replicas > 0 and self.batch is not None:
             service, lat, thr = self.batch.service(count / (dt * replicas), q > 1e-12)
-            throughput = departed / dt * self.batch.best
-            in_flight = (throughput * lat / 1e3).reshape(seconds, PER_SECOND).mean(axis=1)
-            util = np.minimum(1.0, throughput / (replicas * thr))
+            in_flight_bins, util = self.batch.served_metrics(departed / dt, lat, thr, replicas)
+            in_flight = in_flight_bins.reshape(seconds, PER_SECOND).mean(axis=1)
             utilization = util.reshape(seconds, PER_SECOND).mean(axis=1)
         elif replicas > 0:
             assert self.profile.llm is not None

@@ -208,8 +208,8 @@ class Fleet:
         #: Bumped on every change; keys the caches below.
         self.version = 0
         self._reconciled = -1
-        self._counts: tuple[int, float, float, FleetCounts] | None = None
-        self._soonest_at: tuple[int, float, float] | None = None
+        #: The last :meth:`_survey`: (version, at, soonest change after it, counts at it).
+        self._surveyed: tuple[int, float, float, FleetCounts] | None = None
         self._advanced_at = 0.0
         self._model_pods = (-1, 0)
         self._views: dict[str, tuple[tuple[object, ...], PodView]] = {}
@@ -263,32 +263,24 @@ class Fleet:
         )
 
     def counts(self, now: float) -> FleetCounts:
-        cached = self._counts
-        if cached is not None and cached[0] == self.version and cached[1] <= now < cached[2]:
-            return cached[3]
         return self._survey(now)[0]
 
     def next_event(self, now: float) -> float:
         """The next whole second at which the fleet changes by itself (a pod or node turning ready,
         a promotion, drain or removal ending). Changes take effect on whole seconds, as endpoint
         updates do, which merges the many events of a large scale-up."""
-        soonest = self._soonest_cached(now)
+        _, soonest = self._survey(now)
         return soonest if soonest == INF else float(math.ceil(soonest - 1e-9))
 
-    def _soonest_cached(self, now: float) -> float:
-        """The soonest change after ``now`` (a pod or node turning ready, a promotion, drain or
-        removal ending), found once per version of the fleet while ``now`` stays before it (no
-        event lies between: :meth:`counts` and :meth:`next_event` share it)."""
-        cached = self._soonest_at
-        if cached is not None and cached[0] == self.version and cached[1] <= now < cached[2]:
-            return cached[2]
-        return self._survey(now)[1]
-
     def _survey(self, now: float) -> tuple[FleetCounts, float]:
-        """The counts at ``now`` and the soonest change after it, in one pass over the pods (both are
-        asked at every version of the fleet, and a Knative run has millions of versions); each kept
-        for ``now`` up to that change. Where the soonest change found earlier still lies ahead, it is
-        the one found now: no event lies between."""
+        """The counts at ``now`` and the soonest change after it (a pod or node turning ready, a
+        promotion, drain or removal ending), in one pass over the pods (both are asked at every
+        version of the fleet, and a Knative run has millions of versions); kept for this version from
+        ``now`` up to that change, when no event lies between (:meth:`counts`, :meth:`next_event` and
+        :meth:`advance` share it)."""
+        cached = self._surveyed
+        if cached is not None and cached[0] == self.version and cached[1] <= now < cached[2]:
+            return cached[3], cached[2]
         serving = active = warm_ready = warm = placeholders = starting = 0
         soonest = INF
         for pod in self.pods.values():
@@ -318,8 +310,7 @@ class Fleet:
         for t, _, _ in self.draining:
             soonest = min(soonest, t)
         counts = FleetCounts(serving, active, warm_ready, warm, placeholders, len(self.nodes), starting)
-        self._counts = (self.version, now, soonest, counts)
-        self._soonest_at = (self.version, now, soonest)
+        self._surveyed = (self.version, now, soonest, counts)
         return counts, soonest
 
     # ------------------------------------------------------------------ changes
@@ -334,7 +325,7 @@ class Fleet:
     def advance(self, now: float) -> None:
         """Apply what happened by ``now``: drains finishing, nodes turning ready, empty nodes going."""
         self.account(now)
-        soonest = self._soonest_cached(self._advanced_at)
+        _, soonest = self._survey(self._advanced_at)
         previous, self._advanced_at = self._advanced_at, now
         if soonest > now and previous <= now:
             return  # nothing happened since the last advance
