@@ -133,6 +133,46 @@ def test_a_fine_chunk_computed_ahead_is_the_chunk_computed_again() -> None:
     assert kept.totals()[:4] == pytest.approx(afresh.totals()[:4], rel=1e-9)
 
 
+def test_whole_seconds_served_ahead_are_the_same_however_far_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The engine serves whole seconds ahead of the next decision, as far as the last stretch was
+    # used before the fleet changed (twice that, within bounds): a controller that changes the
+    # fleet every tick would otherwise compute two minutes at each. How far changes no second.
+    trace = daily_like(seconds=1800)
+    profile = load_profile("bert-base")
+    workload = build(trace, profile, factor_for_peak(trace, profile, 20), 1.0, 1, arrivals="superpose")
+    # A fleet changing every tick for ten minutes, then every minute, then held to the end.
+    ticks = [(t, t + 2, 12 + (t // 2) % 3, False) for t in range(0, 600, 2)]
+    ticks += [(t, t + 2, 12 + (t // 60) % 3, False) for t in range(600, 1200, 2)]
+    ticks += [(t, t + 2, 13, False) for t in range(1200, workload.seconds, 2)]
+
+    def served(adaptive: bool) -> tuple[engine.SecondsSimulation, int]:
+        if not adaptive:
+            monkeypatch.setattr(engine, "MIN_AHEAD_SECONDS", engine.AHEAD_SECONDS)
+        sim = engine.SecondsSimulation(workload, profile)
+        computed = 0
+        whole = sim._whole
+
+        def counted(start: int, stop: int, replicas: int, cold: bool) -> None:
+            nonlocal computed
+            computed += stop - start
+            whole(start, stop, replicas, cold)
+
+        monkeypatch.setattr(sim, "_whole", counted)
+        for start, stop, replicas, cold in ticks:
+            sim.serve(start, stop, replicas, cold)
+        sim.finish()
+        monkeypatch.undo()
+        return sim, computed
+
+    adaptive, adaptive_computed = served(adaptive=True)
+    fixed, fixed_computed = served(adaptive=False)
+    assert adaptive_computed < fixed_computed / 3
+    assert (~adaptive.fine).sum() > 800  # half the seconds were served whole
+    for series in ("queue_end", "queue_mean", "in_flight", "utilization", "capacity", "fine", "cold", "late"):
+        assert np.array_equal(getattr(adaptive, series), getattr(fixed, series)), series
+    assert adaptive.totals() == fixed.totals()
+
+
 def test_a_deep_backlog_advanced_whole_is_the_fine_queue_to_the_bins_noise(monkeypatch: pytest.MonkeyPatch) -> None:
     # Three replicas behind an unbounded queue (Ray Serve's router, Knative's activator) on a trace
     # that needs ~20: a backlog of minutes. Its seconds are advanced whole (arrivals spread evenly

@@ -84,6 +84,8 @@ COARSE_LOAD = 0.9
 BIN_SIGMAS = 4.0
 #: Whole seconds served ahead of the policy's next decision (see :meth:`SecondsSimulation.serve`).
 AHEAD_SECONDS = 120
+#: ... at least this many, however soon the last stretch's fleet changed.
+MIN_AHEAD_SECONDS = 8
 #: Seconds of 10 ms bins computed at once while the queue holds a backlog (see :class:`_FineChunk`).
 FINE_CHUNK_SECONDS = 16
 #: Backlog (replica-seconds) below which the queue counts as empty.
@@ -459,6 +461,15 @@ class SecondsSimulation:
         self.cold = np.zeros(n, dtype=bool)
         self._ahead_until = 0
         self._ahead_as: tuple[int, bool] = (-1, False)
+        #: The first second of the last stretch served ahead, and how far the next one reaches.
+        self._ahead_from = 0
+        self._ahead_seconds = AHEAD_SECONDS
+        # Per second, the busiest 10 ms bin :meth:`_quiet` compares with a bin's service: it
+        # depends on the arrivals alone, and a policy's every decision asks for the next seconds.
+        count, work = workload.count_s, workload.work_s
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per_bin = count / PER_SECOND
+            self._busiest = np.where(count > 0, (per_bin + BIN_SIGMAS * np.sqrt(per_bin)) * work / count, 0.0)
         #: The rest of the last fine chunk, from ``_pending[1]`` on (see :class:`_FineChunk`).
         self._pending: tuple[_FineChunk, int] | None = None
         self._chunk_seconds = FINE_CHUNK_SECONDS
@@ -499,7 +510,10 @@ class SecondsSimulation:
         Whole seconds are served ahead (up to :data:`AHEAD_SECONDS`, never past a second that needs
         bins): a later call with the same fleet returns at once, one with another fleet serves
         those seconds again (what they hold depends only on the second's arrivals and the fleet,
-        and no policy has read them: metrics are read before ``now``).
+        and no policy has read them: metrics are read before ``now``). A stretch reaches twice as
+        far as the last one was used before the fleet changed (at least :data:`MIN_AHEAD_SECONDS`):
+        Knative's fleet changes at most ticks, and two minutes computed at each were most of the
+        whole seconds' cost. How far changes no figure, only how many seconds are thrown away.
         """
         stop = min(stop, self.w.seconds)
         if self._pending is not None and (self._pending[1], self._pending[0].key) != (
@@ -511,6 +525,10 @@ class SecondsSimulation:
             if stop <= self._ahead_until:
                 return
             start = self._ahead_until
+            self._ahead_seconds = min(AHEAD_SECONDS, 2 * self._ahead_seconds)
+        elif self._ahead_until:
+            used = max(0, start - self._ahead_from)
+            self._ahead_seconds = max(MIN_AHEAD_SECONDS, min(AHEAD_SECONDS, 2 * used))
         self._ahead_until = 0
         s = start
         capacity = replicas * self.speed
@@ -521,7 +539,7 @@ class SecondsSimulation:
                     self._whole(s, stop, 0, cold)
                     s = stop
                     continue
-                horizon = min(self.w.seconds, max(stop, s + AHEAD_SECONDS))
+                horizon = min(self.w.seconds, max(stop, s + self._ahead_seconds))
                 safe = self._quiet(s, horizon, capacity)
                 flips = np.flatnonzero(safe != safe[0])
                 n = int(flips[0]) if len(flips) else horizon - s
@@ -529,7 +547,7 @@ class SecondsSimulation:
                     self._close()
                     self._whole(s, s + n, replicas, cold)
                     if s + n > stop:
-                        self._ahead_until, self._ahead_as = s + n, (replicas, cold)
+                        self._ahead_until, self._ahead_as, self._ahead_from = s + n, (replicas, cold), stop
                     s += n
                 else:
                     n = min(n, stop - s)
@@ -549,10 +567,7 @@ class SecondsSimulation:
         of capacity and a bin :data:`BIN_SIGMAS` standard deviations above the mean (Poisson bins)
         still fits in one bin's service."""
         work = self.w.work_s[start:stop]
-        count = self.w.count_s[start:stop]
-        per_bin = count / PER_SECOND
-        with np.errstate(invalid="ignore", divide="ignore"):
-            busiest = np.where(count > 0, (per_bin + BIN_SIGMAS * np.sqrt(per_bin)) * work / count, 0.0)
+        busiest = self._busiest[start:stop]
         return np.asarray((work <= COARSE_LOAD * capacity) & (busiest <= capacity / PER_SECOND), dtype=bool)
 
     def _whole(self, start: int, stop: int, replicas: int, cold: bool) -> None:

@@ -70,7 +70,7 @@ from neuronfleet.planning.fleet import (
 from neuronfleet.planning.labels import ArtifactRevision
 from neuronfleet.planning.promotion import NO_NEIGHBOURS
 from neuronfleet.sim.profiles import Profile
-from neuronfleet.sim.scaledown import ORDERS, Order, ReadyPod, ScaleDownBy
+from neuronfleet.sim.scaledown import ORDERS, Order, ReadyPod, ScaleDownBy, operator_order
 
 Role = Literal["active", "warm", "placeholder"]
 INF = float("inf")
@@ -83,6 +83,9 @@ TEMPLATE = "sim"
 ARTIFACT = ArtifactRevision("sim", "s3://sim/artifact", "")
 #: Simulated second 0 as the plan's clock.
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+_EPOCH_S = EPOCH.timestamp()
+#: No pods on any node (what the deleters that do not count the pods beside are given).
+_NO_PODS: Mapping[str, int] = {}
 #: Every field of a :class:`PodView` at the default its ``__init__`` gives, which
 #: :meth:`Fleet._new_view` starts from.
 _VIEW_DEFAULTS: dict[str, Any] = dict(vars(PodView(name="", role="active")))
@@ -114,10 +117,15 @@ def _deleter_order(order: Order) -> OrderFunction:
         by_name = {p.name: p for p in pods}
         every = {p.name: p for group in (pods, active, beside) for p in group}
         on_node = Counter(p.node for p in every.values() if p.node is not None and p.role != "placeholder")
-        others = Counter(p.node for p in beside if p.node is not None and p.name not in by_name)
+        # Only the operator's order reads the pods beside, and the fleet plays it through the plan's
+        # own order (zone_aware_drain_order), never through this one.
+        others = (
+            Counter(p.node for p in beside if p.node is not None and p.name not in by_name)
+            if order is operator_order
+            else _NO_PODS
+        )
         ready = [
-            ReadyPod(p.name, p.node or "", (p.ready_at or p.created_at or EPOCH).timestamp() - EPOCH.timestamp())
-            for p in pods
+            ReadyPod(p.name, p.node or "", (p.ready_at or p.created_at or EPOCH).timestamp() - _EPOCH_S) for p in pods
         ]
         return [by_name[r.name] for r in order(ready, on_node, others)]
 
