@@ -133,44 +133,44 @@ def test_a_fine_chunk_computed_ahead_is_the_chunk_computed_again() -> None:
     assert kept.totals()[:4] == pytest.approx(afresh.totals()[:4], rel=1e-9)
 
 
-def test_whole_seconds_served_ahead_are_the_same_however_far_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The engine serves whole seconds ahead of the next decision, as far as the last stretch was
-    # used before the fleet changed (twice that, within bounds): a controller that changes the
-    # fleet every tick would otherwise compute two minutes at each. How far changes no second.
+def test_a_fleet_back_at_a_size_serves_its_stretch_from_what_it_computed_then(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Whole seconds are served ahead of the next decision; a fleet that changes and comes back
+    # (Knative's, tick after tick) serves the rest of the stretch it served at that size from the
+    # metrics computed then. The same seconds as computing them again.
     trace = daily_like(seconds=1800)
     profile = load_profile("bert-base")
     workload = build(trace, profile, factor_for_peak(trace, profile, 20), 1.0, 1, arrivals="superpose")
-    # A fleet changing every tick for ten minutes, then every minute, then held to the end.
+    # Back and forth every tick for ten minutes, then every minute, then held to the end.
     ticks = [(t, t + 2, 12 + (t // 2) % 3, False) for t in range(0, 600, 2)]
     ticks += [(t, t + 2, 12 + (t // 60) % 3, False) for t in range(600, 1200, 2)]
-    ticks += [(t, t + 2, 13, False) for t in range(1200, workload.seconds, 2)]
+    ticks += [(t, t + 2, 13, t < 1300) for t in range(1200, workload.seconds, 2)]
 
-    def served(adaptive: bool) -> tuple[engine.SecondsSimulation, int]:
-        if not adaptive:
-            monkeypatch.setattr(engine, "MIN_AHEAD_SECONDS", engine.AHEAD_SECONDS)
+    def served(keep: bool) -> tuple[engine.SecondsSimulation, int]:
         sim = engine.SecondsSimulation(workload, profile)
+        assert sim.batch is not None
         computed = 0
-        whole = sim._whole
+        metrics = sim.batch.expected_bin_metrics
 
-        def counted(start: int, stop: int, replicas: int, cold: bool) -> None:
+        def counted(count_s: engine.FloatArray, replicas: int, dt: float) -> tuple[engine.FloatArray, ...]:
             nonlocal computed
-            computed += stop - start
-            whole(start, stop, replicas, cold)
+            computed += 1
+            return metrics(count_s, replicas, dt)
 
-        monkeypatch.setattr(sim, "_whole", counted)
+        monkeypatch.setattr(sim.batch, "expected_bin_metrics", counted)
         for start, stop, replicas, cold in ticks:
+            if not keep:
+                sim._whole_kept.clear()
             sim.serve(start, stop, replicas, cold)
         sim.finish()
-        monkeypatch.undo()
         return sim, computed
 
-    adaptive, adaptive_computed = served(adaptive=True)
-    fixed, fixed_computed = served(adaptive=False)
-    assert adaptive_computed < fixed_computed / 3
-    assert (~adaptive.fine).sum() > 800  # half the seconds were served whole
+    kept, kept_computed = served(keep=True)
+    again, again_computed = served(keep=False)
+    assert kept_computed < again_computed * 0.8
+    assert (~kept.fine).sum() > 800  # half the seconds were served whole
     for series in ("queue_end", "queue_mean", "in_flight", "utilization", "capacity", "fine", "cold", "late"):
-        assert np.array_equal(getattr(adaptive, series), getattr(fixed, series)), series
-    assert adaptive.totals() == fixed.totals()
+        assert np.array_equal(getattr(kept, series), getattr(again, series)), series
+    assert kept.totals() == again.totals()
 
 
 def test_a_deep_backlog_advanced_whole_is_the_fine_queue_to_the_bins_noise(monkeypatch: pytest.MonkeyPatch) -> None:

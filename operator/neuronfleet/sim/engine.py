@@ -84,8 +84,6 @@ COARSE_LOAD = 0.9
 BIN_SIGMAS = 4.0
 #: Whole seconds served ahead of the policy's next decision (see :meth:`SecondsSimulation.serve`).
 AHEAD_SECONDS = 120
-#: ... at least this many, however soon the last stretch's fleet changed.
-MIN_AHEAD_SECONDS = 8
 #: Seconds of 10 ms bins computed at once while the queue holds a backlog (see :class:`_FineChunk`).
 FINE_CHUNK_SECONDS = 16
 #: Backlog (replica-seconds) below which the queue counts as empty.
@@ -461,15 +459,15 @@ class SecondsSimulation:
         self.cold = np.zeros(n, dtype=bool)
         self._ahead_until = 0
         self._ahead_as: tuple[int, bool] = (-1, False)
-        #: The first second of the last stretch served ahead, and how far the next one reaches.
-        self._ahead_from = 0
-        self._ahead_seconds = AHEAD_SECONDS
         # Per second, the busiest 10 ms bin :meth:`_quiet` compares with a bin's service: it
         # depends on the arrivals alone, and a policy's every decision asks for the next seconds.
         count, work = workload.count_s, workload.work_s
         with np.errstate(invalid="ignore", divide="ignore"):
             per_bin = count / PER_SECOND
             self._busiest = np.where(count > 0, (per_bin + BIN_SIGMAS * np.sqrt(per_bin)) * work / count, 0.0)
+        #: Per fleet size, the last stretch of seconds it served whole, with their metrics (batch
+        #: profiles; see :meth:`serve`).
+        self._whole_kept: dict[int, tuple[int, int, FloatArray | None, FloatArray | None]] = {}
         #: The rest of the last fine chunk, from ``_pending[1]`` on (see :class:`_FineChunk`).
         self._pending: tuple[_FineChunk, int] | None = None
         self._chunk_seconds = FINE_CHUNK_SECONDS
@@ -496,6 +494,7 @@ class SecondsSimulation:
         """Apply a controller's request path (see the module docstring)."""
         if self.batch is not None and max_ongoing is not None:
             self.batch = BatchModel(self.profile, max_ongoing)
+            self._whole_kept.clear()  # another capacity per replica: other quiet seconds, other metrics
         self.unbounded = unbounded
 
     @property
@@ -510,10 +509,10 @@ class SecondsSimulation:
         Whole seconds are served ahead (up to :data:`AHEAD_SECONDS`, never past a second that needs
         bins): a later call with the same fleet returns at once, one with another fleet serves
         those seconds again (what they hold depends only on the second's arrivals and the fleet,
-        and no policy has read them: metrics are read before ``now``). A stretch reaches twice as
-        far as the last one was used before the fleet changed (at least :data:`MIN_AHEAD_SECONDS`):
-        Knative's fleet changes at most ticks, and two minutes computed at each were most of the
-        whole seconds' cost. How far changes no figure, only how many seconds are thrown away.
+        and no policy has read them: metrics are read before ``now``). A fleet back at a size that
+        served a stretch whole serves the rest of that stretch from what it computed then (its
+        seconds are quiet for that size still): Knative's fleet changes at most ticks, back and
+        forth, and each change computed two minutes again.
         """
         stop = min(stop, self.w.seconds)
         if self._pending is not None and (self._pending[1], self._pending[0].key) != (
@@ -525,10 +524,6 @@ class SecondsSimulation:
             if stop <= self._ahead_until:
                 return
             start = self._ahead_until
-            self._ahead_seconds = min(AHEAD_SECONDS, 2 * self._ahead_seconds)
-        elif self._ahead_until:
-            used = max(0, start - self._ahead_from)
-            self._ahead_seconds = max(MIN_AHEAD_SECONDS, min(AHEAD_SECONDS, 2 * used))
         self._ahead_until = 0
         s = start
         capacity = replicas * self.speed
@@ -539,15 +534,19 @@ class SecondsSimulation:
                     self._whole(s, stop, 0, cold)
                     s = stop
                     continue
-                horizon = min(self.w.seconds, max(stop, s + self._ahead_seconds))
-                safe = self._quiet(s, horizon, capacity)
-                flips = np.flatnonzero(safe != safe[0])
-                n = int(flips[0]) if len(flips) else horizon - s
-                if safe[0]:
+                kept = self._whole_kept.get(replicas)
+                if kept is not None and kept[0] <= s < kept[1]:
+                    quiet, n = True, kept[1] - s
+                else:
+                    horizon = min(self.w.seconds, max(stop, s + AHEAD_SECONDS))
+                    safe = self._quiet(s, horizon, capacity)
+                    flips = np.flatnonzero(safe != safe[0])
+                    quiet, n = bool(safe[0]), int(flips[0]) if len(flips) else horizon - s
+                if quiet:
                     self._close()
                     self._whole(s, s + n, replicas, cold)
                     if s + n > stop:
-                        self._ahead_until, self._ahead_as, self._ahead_from = s + n, (replicas, cold), stop
+                        self._ahead_until, self._ahead_as = s + n, (replicas, cold)
                     s += n
                 else:
                     n = min(n, stop - s)
@@ -586,9 +585,16 @@ class SecondsSimulation:
             work = self.w.work_s[start:stop]
             self.in_flight[start:stop] = work * self.profile.llm.slots
             self.utilization[start:stop] = np.minimum(1.0, work / replicas)
+            self._whole_kept[replicas] = (start, stop, None, None)
             return
         assert self.batch is not None
-        in_flight, utilization = self.batch.expected_bin_metrics(self.w.count_s[start:stop], replicas, self.w.dt)
+        kept = self._whole_kept.get(replicas)
+        if kept is not None and kept[2] is not None and kept[3] is not None and kept[0] <= start and stop <= kept[1]:
+            at = start - kept[0]
+            in_flight, utilization = kept[2][at : at + stop - start], kept[3][at : at + stop - start]
+        else:
+            in_flight, utilization = self.batch.expected_bin_metrics(self.w.count_s[start:stop], replicas, self.w.dt)
+            self._whole_kept[replicas] = (start, stop, in_flight, utilization)
         self.in_flight[start:stop] = in_flight
         self.utilization[start:stop] = utilization
 
