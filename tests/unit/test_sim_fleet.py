@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
+from datetime import timedelta
 
 import numpy as np
 import pytest
 
 from neuronfleet.planning.fleet import PodView
-from neuronfleet.sim.fleet import Fleet
+from neuronfleet.sim.fleet import EPOCH, Fleet, _deleter_order
 from neuronfleet.sim.profiles import Profile, load_profile
+from neuronfleet.sim.scaledown import ReadyPod, replicaset_order
 
 PHASES = {"node": 100, "scheduling": 1, "pull": 50, "init": 2, "load": 3, "warmup": 4}
 
@@ -118,3 +120,21 @@ def test_a_pods_view_equals_the_one_its_dataclass_makes() -> None:
 
 #: The fields a simulated pod's view sets (the rest are the dataclass's defaults).
 SET_BY_THE_FLEET = ("name", "role", "revision", "template", "phase", "ready", "created_at", "ready_at", "node")
+
+
+def test_the_deleters_order_reads_a_pods_new_view_not_the_record_it_kept() -> None:
+    # The deleters' record of each pod is kept with the view it was made from, and made again for
+    # a new view of the pod (its readiness moved): a ReplicaSet takes the most recently ready first.
+    known: dict[str, tuple[PodView, ReadyPod]] = {}
+    drain = _deleter_order(replicaset_order, known)
+    now = EPOCH + timedelta(seconds=100)
+
+    def view(name: str, node: str, ready_after: float) -> PodView:
+        at = EPOCH + timedelta(seconds=ready_after)
+        return PodView(name=name, role="active", node=node, phase="Running", ready=True, ready_at=at, created_at=at)
+
+    a, b = view("a", "n1", 10.0), view("b", "n2", 20.0)
+    assert [p.name for p in drain([a, b], [], now)] == ["b", "a"]
+    again = replace(a, ready_at=EPOCH + timedelta(seconds=30))
+    assert [p.name for p in drain([again, b], [], now)] == ["a", "b"]
+    assert known["a"][0] is again and known["a"][1].ready_at == 30.0

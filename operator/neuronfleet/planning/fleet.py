@@ -625,8 +625,10 @@ def _is_current(pod: PodView, revision: FleetRevision | None) -> bool:
 def _problem_of(pod: PodView, now: datetime, policy: FleetPolicy) -> PodProblem | None:
     if pod.waiting_reason in STUCK_WAITING_REASONS:
         return PodProblem(pod.name, pod.waiting_reason or "", pod.waiting_message or "")
+    if pod.node is not None or pod.unschedulable_message:
+        return None  # bound, or the scheduler has said why not
     waited = (now - pod.created_at).total_seconds() if pod.created_at is not None else 0.0
-    if pod.node is None and not pod.unschedulable_message and waited >= policy.scheduling_timeout_seconds:
+    if waited >= policy.scheduling_timeout_seconds:
         scheduler = pod.scheduler_name or "default-scheduler"
         # Since when, not for how long: the message goes to the Scheduled and Degraded conditions,
         # and the seconds waited rewrote the status at every reconcile while nothing changed.

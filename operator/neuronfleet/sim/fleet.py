@@ -98,11 +98,13 @@ def _moment(seconds: float) -> datetime:
     return EPOCH + timedelta(seconds=seconds)
 
 
-def _deleter_order(order: Order) -> OrderFunction:
+def _deleter_order(order: Order, known: dict[str, tuple[PodView, ReadyPod]]) -> OrderFunction:
     """A deleter's order (:mod:`neuronfleet.sim.scaledown`) as the plan's drain order: who takes
     the ready serving pods a scale-down drains when the policy's pods belong to a ReplicaSet or
     Ray Serve rather than to the operator. Unready candidates (the plan ranks them too, then sorts
-    them by progress) are dated by their creation."""
+    them by progress) are dated by their creation. ``known``: each pod's view and the deleters'
+    record of it, made again only for a new view (a plan ranks most pods several times, and a
+    Knative run plans a million pods' scale-downs)."""
 
     def drain(
         pods: Sequence[PodView],
@@ -124,9 +126,13 @@ def _deleter_order(order: Order) -> OrderFunction:
             if order is operator_order
             else _NO_PODS
         )
-        ready = [
-            ReadyPod(p.name, p.node or "", (p.ready_at or p.created_at or EPOCH).timestamp() - _EPOCH_S) for p in pods
-        ]
+        ready = []
+        for p in pods:
+            seen = known.get(p.name)
+            if seen is None or seen[0] is not p:
+                at = (p.ready_at or p.created_at or EPOCH).timestamp() - _EPOCH_S
+                seen = known[p.name] = (p, ReadyPod(p.name, p.node or "", at))
+            ready.append(seen[1])
         return [by_name[r.name] for r in order(ready, on_node, others)]
 
     return drain
@@ -187,13 +193,15 @@ class Fleet:
         #: Who picks the ready active pods a scale-down takes (:mod:`neuronfleet.sim.scaledown`).
         self.scale_down = scale_down
         self._scale_down_order = ORDERS[scale_down]
+        #: Each pod's view and the deleters' record of it (see :func:`_deleter_order`).
+        self._ready_pods: dict[str, tuple[PodView, ReadyPod]] = {}
         # The operator's own plan; only the deleter of ready pods differs for other controllers.
         policy = FleetPolicy(min_drain_seconds=profile.drain_seconds, drain_grace_seconds=profile.drain_seconds)
         if scale_down != "operator":
             policy = FleetPolicy(
                 min_drain_seconds=profile.drain_seconds,
                 drain_grace_seconds=profile.drain_seconds,
-                drain_order=_deleter_order(self._scale_down_order),
+                drain_order=_deleter_order(self._scale_down_order, self._ready_pods),
             )
         self._policy = policy
         self.empty_node_seconds = empty_node_seconds
@@ -362,6 +370,7 @@ class Fleet:
     def _delete(self, pod: Pod, now: float, drain: bool = False) -> None:
         del self.pods[pod.name]
         self._views.pop(pod.name, None)
+        self._ready_pods.pop(pod.name, None)
         if drain and pod.node is not None:
             self.draining.append((now + self.profile.drain_seconds, pod.name, pod.node))
         elif pod.node is not None:
