@@ -224,7 +224,7 @@ def fifo_waits(accepted: FloatArray, departed: FloatArray, dt: float, backlog: f
     leave_c = np.minimum(leave, len(cum_departed) - 1)
     before = np.where(leave_c > 0, cum_departed[np.maximum(leave_c - 1, 0)], 0.0)
     within = np.where(departed[leave_c] > 0, (position - before) / np.maximum(departed[leave_c], 1e-30), 0.5)
-    leave_time = (leave_c + np.clip(within, 0.0, 1.0)) * dt
+    leave_time = (leave_c + np.minimum(np.maximum(within, 0.0), 1.0)) * dt
     arrive_time = (np.arange(len(position)) + 0.5) * dt
     wait = np.maximum(leave_time - arrive_time, 0.0)
     wait[~served] = np.inf
@@ -630,9 +630,10 @@ class SecondsSimulation:
         self.within += float(within.sum())
         self.cold_miss += float(((count - within) * cold).sum())
         finite = np.isfinite(latency_ms) & (served > 0)
-        if finite.any():
-            self.hist += np.bincount(_hist_index(latency_ms[finite]), weights=served[finite], minlength=_HIST_BINS)
-            self.max_ms = max(self.max_ms, float(latency_ms[finite].max()))
+        counted = latency_ms[finite]
+        if len(counted):
+            self.hist += np.bincount(_hist_index(counted), weights=served[finite], minlength=_HIST_BINS)
+            self.max_ms = max(self.max_ms, float(counted.max()))
 
     def _deep(self, start: int, stop: int, replicas: int, cold: bool) -> int:
         """Advance whole the seconds from ``start`` (before ``stop``) whose backlog is deep: the
@@ -824,8 +825,7 @@ class SecondsSimulation:
         self._episode_seconds = 0
         wait = fifo_waits(accepted, departed, self.w.dt, self._episode_backlog)
         self._episode_backlog = self.q
-        with np.errstate(invalid="ignore", divide="ignore"):
-            share = np.where(work > 0, (work - accepted) / work, 0.0)
+        share = np.divide(work - accepted, work, out=np.zeros(len(work)), where=work > 0)
         lo = start * PER_SECOND
         seconds = len(count) // PER_SECOND
         if self.llm:
