@@ -120,3 +120,29 @@ def test_ray_serve_replicas_cap_ongoing_requests_and_queue_in_the_router() -> No
     assert result.rejected == 0
     assert result.p99_ms > 10 * free.p99_ms
     assert free.slo_attainment > 0.99 > result.slo_attainment
+
+
+def test_the_baselines_decide_without_the_measured_cold_starts() -> None:
+    # The engine keeps the running cold-start p90 only for a policy that says it reads it (a
+    # Knative run measures two million cold starts): given to a baseline that says it does not, it
+    # changes none of its decisions.
+    profile = load_profile("bert-base")
+    rng = np.random.default_rng(4)
+    # Two bursts over a quiet half hour: each baseline launches pods (cold starts measured) and
+    # scales them down again.
+    rate = np.where((np.arange(1800) // 300) % 3 == 1, 40.0, 4.0)
+    arrivals = np.sort(np.concatenate([s + rng.random(rng.poisson(r)) for s, r in enumerate(rate)]))
+    workload = build(Trace(arrivals, None, None, "bursts"), profile, 100.0, jitter=0.0, seed=0)
+    for make in (
+        lambda: Hpa(0.2, 1, 40, "0.2"),
+        lambda: Keda(8, 1, 40, "8"),
+        lambda: Kpa(10, 1, 40, "10"),
+        lambda: RayServe(2, 1, 40, "2"),
+    ):
+        declared, given = make(), make()
+        assert not declared.reads_cold_starts
+        given.reads_cold_starts = True
+        runs = [engine.run(workload, profile, policy, start_replicas=3, seed=1) for policy in (declared, given)]
+        # At least three launches: the p90 given is known.
+        assert max(runs[0].timeline["active"]) >= 6 and runs[0].timeline == runs[1].timeline, declared.name
+        assert (runs[0].within_slo, runs[0].usd) == (runs[1].within_slo, runs[1].usd), declared.name

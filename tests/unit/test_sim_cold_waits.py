@@ -26,6 +26,7 @@ class GrowsToTwo:
     interval = 1.0
     start_replicas: int | None = 1
     scale_down = "operator"
+    reads_cold_starts = False
 
     def prime(self, replicas: int, now: float) -> None:
         return None

@@ -142,6 +142,7 @@ class ShrinksToTwo:
     name = "shrinks"
     setting = "2"
     interval = 15.0
+    reads_cold_starts = False
     start_replicas: int | None = 3
 
     def __init__(self, scale_down: ScaleDownBy) -> None:

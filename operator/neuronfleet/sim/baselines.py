@@ -89,6 +89,7 @@ class Hpa:
     """Kubernetes HPA v2 on device utilization."""
 
     name = "hpa"
+    reads_cold_starts = False
     #: HPA scales a Deployment: its ReplicaSet deletes the pods.
     scale_down: ScaleDownBy = "replicaset"
 
@@ -124,6 +125,7 @@ class Keda:
     """KEDA's Prometheus scaler (AverageValue on queued + in-flight requests) over an HPA."""
 
     name = "keda"
+    reads_cold_starts = False
     #: KEDA's HPA scales a Deployment: its ReplicaSet deletes the pods.
     scale_down: ScaleDownBy = "replicaset"
 
@@ -184,6 +186,7 @@ class Kpa:
     """Knative Pod Autoscaler on concurrency."""
 
     name = "kpa"
+    reads_cold_starts = False
     #: The KPA sets its revision's Deployment's replicas: its ReplicaSet deletes the pods.
     scale_down: ScaleDownBy = "replicaset"
 
@@ -267,6 +270,7 @@ class RayServe:
     """Ray Serve's default autoscaling policy on ongoing requests."""
 
     name = "ray"
+    reads_cold_starts = False
     #: Ray Serve's controller picks the replicas it stops.
     scale_down: ScaleDownBy = "ray-serve"
 

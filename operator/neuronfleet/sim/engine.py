@@ -1027,7 +1027,7 @@ def run(
             if now >= next_tick - 1e-9:
                 # Cold-start percentiles change only when a new cold start is measured.
                 cold_count = (len(fleet.pod_cold_starts), len(fleet.node_cold_starts))
-                if cold_count != cold_measured:
+                if policy.reads_cold_starts and cold_count != cold_measured:
                     cold_measured, cold_p90 = (
                         cold_count,
                         (pod_p90.update(fleet.pod_cold_starts), node_p90.update(fleet.node_cold_starts)),

@@ -74,6 +74,7 @@ class Oracle:
     start_replicas: int | None = None
     #: Unused: its schedule replaces the fleet.
     scale_down: ScaleDownBy = "operator"
+    reads_cold_starts = False
 
     def __init__(self, name: str = "oracle", setting: str = "clairvoyant") -> None:
         self.name = name

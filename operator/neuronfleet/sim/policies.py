@@ -58,6 +58,9 @@ class Policy(Protocol):
     start_replicas: int | None
     #: Who picks the ready pods its scale-downs take (:mod:`neuronfleet.sim.scaledown`).
     scale_down: ScaleDownBy
+    #: Whether :meth:`decide` reads the measured cold starts (:class:`Observed`'s p90s): the engine
+    #: keeps their running p90 only for a policy that does (a Knative run measures two million).
+    reads_cold_starts: bool
 
     def decide(self, now: float, metrics: MetricsView, observed: Observed) -> Targets: ...
 
@@ -76,6 +79,8 @@ class Ours:
     name = "ours"
     #: The operator drains its own pods (planning.promotion.drain_order).
     scale_down: ScaleDownBy = "operator"
+    #: The warm pool is sized from them.
+    reads_cold_starts = True
 
     def __init__(
         self,
@@ -201,6 +206,7 @@ class Static:
     """A fixed number of active replicas (static provisioning)."""
 
     name = "static"
+    reads_cold_starts = False
     #: A Deployment at a fixed count (it never scales down; a ReplicaSet would pick).
     scale_down: ScaleDownBy = "replicaset"
 
