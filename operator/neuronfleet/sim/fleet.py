@@ -45,6 +45,7 @@ All durations come from the profile's distributions on one seeded generator: sam
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections import Counter
@@ -94,7 +95,10 @@ _VIEW_DEFAULTS: dict[str, Any] = dict(vars(PodView(name="", role="active")))
 PLAN_PASSES = 3
 
 
+@functools.lru_cache(maxsize=4096)
 def _moment(seconds: float) -> datetime:
+    """Simulated ``seconds`` as the plan's clock (kept for the last few thousand: the pods made at
+    one reconcile share their creation time, and each view of a pod shows it again)."""
     return EPOCH + timedelta(seconds=seconds)
 
 
