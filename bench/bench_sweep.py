@@ -8,7 +8,11 @@ take at most 10 minutes on these 2 cores. This runs exactly what a user would ty
 (the default arrivals, profile and scale; every family swept over its grid, the oracles beside
 them) in a subprocess, and records its wall time, the CPU of its processes, and each run's own
 CPU seconds by family (``sim_cpu_s`` in ``simulate.json``: where the time goes). One run: the
-figure moves by a few per cent between runs on a shared host.
+figure moves by a few per cent between runs on a shared host, and by more when the host is busy:
+the same code's sweep has taken from 555 to 602 s within an hour and a half here. So that a reader
+can tell a slow host from slower code, it also times a fixed reference before and after the sweep
+(Knative's KPA and ours over four synthetic hours, the best of two; its CPU seconds rise as the host
+slows, and the code it runs is the sweep's own, so compare it between runs of the same commit).
 
 NASA-HTTP trace: Internet Traffic Archive, collected by Jim Dumoulin (Kennedy Space Center),
 contributed by Martin Arlitt and Carey Williamson (University of Saskatchewan); freely
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import resource
 import subprocess
 import sys
@@ -31,11 +36,39 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
+
 from _common import write_result
+from neuronfleet.sim import engine, runner
+from neuronfleet.sim.profiles import load_profile
+from neuronfleet.sim.trace import Trace, spread_within_seconds
+from neuronfleet.sim.workload import build, factor_for_peak
 
 TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "nasa-http-1995-jul01-14.csv"
 #: Issue 11: the default sweep of every family over the 14 days, on 2 cores.
 TARGET_WALL_S = 600.0
+#: Simulated seconds of the host reference (:func:`reference_cpu_s`).
+REFERENCE_SECONDS = 4 * 3600
+
+
+def reference_cpu_s() -> float:
+    """CPU seconds of a fixed piece of the sweep's work (KPA and ours over four synthetic hours with
+    a rise and a burst), the best of two: the host's speed at the time, in the sweep's own terms."""
+    rng = np.random.default_rng(11)
+    t = np.arange(REFERENCE_SECONDS)
+    rate = 1.0 + 3.0 * np.sin(np.pi * t / REFERENCE_SECONDS) ** 2
+    rate[REFERENCE_SECONDS // 2 : REFERENCE_SECONDS // 2 + 60] *= 2.5
+    counts = rng.poisson(rate)
+    trace = Trace(spread_within_seconds(np.repeat(t, counts).astype(np.float64)), None, None, "reference")
+    profile = load_profile("bert-base")
+    workload = build(trace, profile, factor_for_peak(trace, profile, 40), 1.0, 1, arrivals="superpose")
+    best = math.inf
+    for _ in range(2):
+        started = time.process_time()
+        for case in runner.cases(["kpa", "ours"], 80, 40, sweep=False):
+            engine.run(workload, profile, case.make(), start_replicas=20, seed=1)
+        best = min(best, time.process_time() - started)
+    return best
 
 
 def main() -> int:
@@ -47,6 +80,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as out:
         argv = [str(neuronfleet), "simulate", "--trace", str(TRACE), "--jobs", str(args.jobs), "--no-plots"]
         argv += ["--out", out] + (["--duration", f"{args.duration:g}"] if args.duration else [])
+        reference_before = reference_cpu_s()
+        print(f"host reference: {reference_before:.2f} CPU-s", flush=True)
         print("$ " + " ".join(argv), flush=True)
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
@@ -55,6 +90,7 @@ def main() -> int:
         wall = time.perf_counter() - started
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         doc = json.loads((Path(out) / "simulate.json").read_text())
+    reference_after = reference_cpu_s()
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     by_family: dict[str, float] = defaultdict(float)
     runs: dict[str, int] = defaultdict(int)
@@ -69,6 +105,8 @@ def main() -> int:
         "cpu_s": round(cpu, 1),
         "runs": sum(runs.values()),
         "within_target": wall <= TARGET_WALL_S,
+        "reference_cpu_s_before": round(reference_before, 2),
+        "reference_cpu_s_after": round(reference_after, 2),
     }
     for family in sorted(by_family, key=by_family.__getitem__, reverse=True):
         figures[f"{family}.runs"] = runs[family]
@@ -82,6 +120,7 @@ def main() -> int:
     }
     path = write_result("sweep-quick" if args.duration else "sweep", params, figures)
     print(f"wall {wall:.0f} s ({wall / 60:.1f} min), CPU {cpu:.0f} s; wrote {path}")
+    print(f"host reference: {reference_before:.2f} CPU-s before, {reference_after:.2f} after")
     for family, seconds in sorted(by_family.items(), key=lambda item: -item[1]):
         print(f"  {family}: {runs[family]} runs, {seconds:.0f} CPU-s")
     return 0

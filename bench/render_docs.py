@@ -539,6 +539,16 @@ def sweep(r: Result) -> list[Figure]:
         ),
         plain("CPU of its processes", f"{number(f['cpu_s'], 0)} CPU-s"),
         *(
+            [
+                plain(
+                    "host reference (KPA and ours over four fixed hours) before / after, CPU-s",
+                    f"{number(f['reference_cpu_s_before'], 2)} / {number(f['reference_cpu_s_after'], 2)}",
+                )
+            ]
+            if "reference_cpu_s_before" in f
+            else []
+        ),
+        *(
             plain(f"{family}: {f[family + '.runs']} runs", f"{number(f[family + '.cpu_s'], 0)} CPU-s")
             for family in families
         ),
