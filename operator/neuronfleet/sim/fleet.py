@@ -84,6 +84,7 @@ TEMPLATE = "sim"
 ARTIFACT = ArtifactRevision("sim", "s3://sim/artifact", "")
 #: Simulated second 0 as the plan's clock.
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+#: The epoch as a POSIX timestamp: the deleters date pods in seconds from it.
 _EPOCH_S = EPOCH.timestamp()
 #: No pods on any node (what the deleters that do not count the pods beside are given).
 _NO_PODS: Mapping[str, int] = {}
