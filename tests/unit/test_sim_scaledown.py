@@ -105,7 +105,7 @@ def test_within_one_rank_a_replicaset_takes_the_most_recently_ready_and_the_name
             ("c/0", "c", -1.0),
         )
     ]
-    ordered = replicaset_order(pods, {"a": 2, "b": 2, "c": 1}, {})
+    ordered = replicaset_order(pods, {"a": 2, "b": 2, "c": 1})
     assert [p.name for p in ordered] == ["a/1", "b/0", "b/1", "a/0", "c/0"]
 
 
@@ -123,7 +123,7 @@ def test_ray_serve_stops_whole_nodes_fewest_replicas_first() -> None:
         for node, times in {"a": [-5.0, -9.0], "c": [-1.0, -7.0, -3.0]}.items()
         for i, t in enumerate(times)
     ]
-    assert [p.name for p in ray_serve_order(pods, {}, {})] == ["a/0", "a/1", "c/0", "c/2", "c/1"]
+    assert [p.name for p in ray_serve_order(pods, {})] == ["a/0", "a/1", "c/0", "c/2", "c/1"]
 
 
 def test_at_one_per_node_a_replicaset_takes_the_pods_the_operator_takes() -> None:

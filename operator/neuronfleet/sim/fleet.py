@@ -71,7 +71,7 @@ from neuronfleet.planning.fleet import (
 from neuronfleet.planning.labels import ArtifactRevision
 from neuronfleet.planning.promotion import NO_NEIGHBOURS
 from neuronfleet.sim.profiles import Profile
-from neuronfleet.sim.scaledown import ORDERS, Order, ReadyPod, ScaleDownBy, operator_order
+from neuronfleet.sim.scaledown import ORDERS, Order, ReadyPod, ScaleDownBy
 
 Role = Literal["active", "warm", "placeholder"]
 INF = float("inf")
@@ -86,8 +86,6 @@ ARTIFACT = ArtifactRevision("sim", "s3://sim/artifact", "")
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 #: The epoch as a POSIX timestamp: the deleters date pods in seconds from it.
 _EPOCH_S = EPOCH.timestamp()
-#: No pods on any node (what the deleters that do not count the pods beside are given).
-_NO_PODS: Mapping[str, int] = {}
 #: Every field of a :class:`PodView` at the default its ``__init__`` gives, which
 #: :meth:`Fleet._new_view` starts from.
 _VIEW_DEFAULTS: dict[str, Any] = dict(vars(PodView(name="", role="active")))
@@ -124,13 +122,6 @@ def _deleter_order(order: Order, known: dict[str, tuple[PodView, ReadyPod]]) -> 
         by_name = {p.name: p for p in pods}
         every = {p.name: p for group in (pods, active, beside) for p in group}
         on_node = Counter(p.node for p in every.values() if p.node is not None and p.role != "placeholder")
-        # Only the operator's order reads the pods beside, and the fleet plays it through the plan's
-        # own order (zone_aware_drain_order), never through this one.
-        others = (
-            Counter(p.node for p in beside if p.node is not None and p.name not in by_name)
-            if order is operator_order
-            else _NO_PODS
-        )
         ready = []
         for p in pods:
             seen = known.get(p.name)
@@ -138,7 +129,7 @@ def _deleter_order(order: Order, known: dict[str, tuple[PodView, ReadyPod]]) -> 
                 at = (p.ready_at or p.created_at or EPOCH).timestamp() - _EPOCH_S
                 seen = known[p.name] = (p, ReadyPod(p.name, p.node or "", at))
             ready.append(seen[1])
-        return [by_name[r.name] for r in order(ready, on_node, others)]
+        return [by_name[r.name] for r in order(ready, on_node)]
 
     return drain
 
@@ -197,7 +188,6 @@ class Fleet:
         self.profile = profile
         #: Who picks the ready active pods a scale-down takes (:mod:`neuronfleet.sim.scaledown`).
         self.scale_down = scale_down
-        self._scale_down_order = ORDERS[scale_down]
         #: Each pod's view and the deleters' record of it (see :func:`_deleter_order`).
         self._ready_pods: dict[str, tuple[PodView, ReadyPod]] = {}
         # The operator's own plan; only the deleter of ready pods differs for other controllers.
@@ -206,7 +196,7 @@ class Fleet:
             policy = FleetPolicy(
                 min_drain_seconds=profile.drain_seconds,
                 drain_grace_seconds=profile.drain_seconds,
-                drain_order=_deleter_order(self._scale_down_order, self._ready_pods),
+                drain_order=_deleter_order(ORDERS[scale_down], self._ready_pods),
             )
         self._policy = policy
         self.empty_node_seconds = empty_node_seconds

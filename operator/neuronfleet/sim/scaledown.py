@@ -9,7 +9,9 @@ its ready active pods in that order. Three deleters:
 - ``operator`` (ours): :func:`neuronfleet.planning.promotion.drain_order`, the operator's own rule
   (fewest pods on a node first, recounted after each pick: it empties whole nodes), with the
   deployment's other pods on each node (warm pods, starting ones, placeholders) counted beside,
-  as the operator counts them: one of them keeps a node billed as surely as a serving pod.
+  as the operator counts them: one of them keeps a node billed as surely as a serving pod. The
+  fleet plays it through the plan's own drain order, the operator's code itself; the two below are
+  the :data:`ORDERS` it plugs into the plan in its place.
 - ``replicaset`` (HPA, KEDA, Knative KPA, a static fleet: they scale a Deployment, whose
   ReplicaSet controller deletes the pods): kube-controller-manager's ``getPodsToDelete`` and
   ``getPodsRankedByRelatedPodsOnSameNode`` (kubernetes/kubernetes ``pkg/controller/replicaset/
@@ -50,8 +52,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal, NamedTuple
 
-from neuronfleet.planning.promotion import PodInfo, drain_order
-
 #: Who deletes a policy's pods on scale-down.
 ScaleDownBy = Literal["operator", "replicaset", "ray-serve"]
 
@@ -65,33 +65,17 @@ class ReadyPod(NamedTuple):
     ready_at: float
 
 
-#: ``(ready pods, the deployment's non-terminating pods per node before this pass, the pods per
-#: node that are not among the ready ones, placeholders included)`` -> the ready pods, the one to
-#: take first at the front.
-Order = Callable[[Sequence[ReadyPod], Mapping[str, int], Mapping[str, int]], list[ReadyPod]]
+#: ``(ready pods, the deployment's non-terminating pods per node before this pass)`` -> the ready
+#: pods, the one to take first at the front.
+Order = Callable[[Sequence[ReadyPod], Mapping[str, int]], list[ReadyPod]]
 
 
-def operator_order(
-    ready: Sequence[ReadyPod], pods_on_node: Mapping[str, int], beside: Mapping[str, int]
-) -> list[ReadyPod]:
-    """The operator's drain order (its rule, not a copy: :func:`drain_order` itself)."""
-    by_name = {p.name: p for p in ready}
-    infos = [PodInfo(p.name, p.node, None, p.ready_at, 0.0, None) for p in ready]
-    # Only their nodes count: stand-ins, never returned.
-    others = [PodInfo(f"{node}#{i}", node, None, None, 0.0, None) for node, n in beside.items() for i in range(n)]
-    return [by_name[info.name] for info in drain_order(infos, None, beside=others)]
-
-
-def replicaset_order(
-    ready: Sequence[ReadyPod], pods_on_node: Mapping[str, int], beside: Mapping[str, int]
-) -> list[ReadyPod]:
+def replicaset_order(ready: Sequence[ReadyPod], pods_on_node: Mapping[str, int]) -> list[ReadyPod]:
     """A ReplicaSet's order among ready pods (see the module docstring)."""
     return sorted(ready, key=lambda p: (-pods_on_node.get(p.node, 0), -p.ready_at, p.name))
 
 
-def ray_serve_order(
-    ready: Sequence[ReadyPod], pods_on_node: Mapping[str, int], beside: Mapping[str, int]
-) -> list[ReadyPod]:
+def ray_serve_order(ready: Sequence[ReadyPod], pods_on_node: Mapping[str, int]) -> list[ReadyPod]:
     """Ray Serve's order among running replicas (see the module docstring)."""
     running = Counter(p.node for p in ready)
     # A node enters the controller's dict with the first replica that ran there.
@@ -101,8 +85,8 @@ def ray_serve_order(
     return sorted(ready, key=lambda p: (running[p.node], first_running[p.node], p.node, -p.ready_at, p.name))
 
 
+#: The deleters other than the operator, by :data:`ScaleDownBy`.
 ORDERS: dict[ScaleDownBy, Order] = {
-    "operator": operator_order,
     "replicaset": replicaset_order,
     "ray-serve": ray_serve_order,
 }
