@@ -88,15 +88,32 @@ async def test_the_default_pool_holds_calls_beyond_100_until_they_time_out(
     gate, kubeconfig = gate_kubeconfig
     kube = await KubeClient.connect(kubeconfig)
     kube.request_timeout = 2.0
+    in_flight_at_first_timeout: list[int] = []
+
+    async def list_noting_the_first_timeout() -> None:
+        try:
+            await kube.list_pods("default", {})
+        except TimeoutError:
+            # The first call to time out resumes here before any call queued behind it can take the
+            # connection it freed (one event loop: the waiter wakes, connects and sends only later), so
+            # this is what the pool let through. Past it the server sees more: how many more depends
+            # on how the host schedules the timeouts, which is why the peak is not asserted on.
+            if not in_flight_at_first_timeout:
+                in_flight_at_first_timeout.append(gate.peak)
+            raise
+
     try:
         assert kube.api_client.rest_client.pool_manager.connector.limit == 100
-        outcomes = await _list_at_once(kube)
+        outcomes = await asyncio.gather(
+            *(list_noting_the_first_timeout() for _ in range(CALLS)), return_exceptions=True
+        )
     finally:
         await kube.close()
-    # Never all of them at once: the gate stayed shut. (Past the first timeouts, queued calls took
-    # the freed connections, so the server saw somewhat more than 100 in flight.)
-    assert CALLS > gate.peak >= 100
-    assert all(isinstance(outcome, TimeoutError) for outcome in outcomes)
+    assert in_flight_at_first_timeout == [100]
+    # The 100 sent waited for a gate that wanted 150 at once, so each ran out its time. A call queued
+    # behind them may still be answered, if a freed connection lets it reach the server before its own
+    # deadline and it is the one that opens the gate: on a slow host that happened.
+    assert sum(isinstance(outcome, TimeoutError) for outcome in outcomes) >= 100
 
 
 async def test_the_operators_client_has_a_connection_for_each_reconcile_at_once(
