@@ -134,7 +134,7 @@ def _deleter_order(order: Order, known: dict[str, tuple[PodView, ReadyPod]]) -> 
     return drain
 
 
-@dataclass
+@dataclass(slots=True)
 class Node:
     name: str
     launched_at: float
@@ -145,7 +145,7 @@ class Node:
     empty_since: float | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Pod:
     name: str
     role: Role
@@ -259,8 +259,12 @@ class Fleet:
         if span > 0:
             self.node_seconds += span * len(self.nodes)
             if self._model_pods[0] != self.version:
-                held = sum(1 for p in self.pods.values() if p.role != "placeholder") + len(self.draining)
-                self._model_pods = (self.version, held)
+                surveyed = self._surveyed
+                if surveyed is not None and surveyed[0] == self.version:
+                    held = surveyed[3].active + surveyed[3].warm  # counted by role: the same at any time
+                else:
+                    held = sum(1 for p in self.pods.values() if p.role != "placeholder")
+                self._model_pods = (self.version, held + len(self.draining))
             self.pod_seconds += span * self._model_pods[1]
             self._accounted_at = now
 
@@ -387,6 +391,7 @@ class Fleet:
             acted = False
             for action in plan.actions:
                 acted |= self._apply(action, now)
+            self.version += 1  # the survey the next pass's settled check reads is of the pods as they are now
             self._schedule(now)
             if not acted:
                 return
@@ -411,21 +416,12 @@ class Fleet:
         at its count, so the plan keeps every pod in its role, unless a ready warm pod could take
         the place of an unready active one (the plan swaps them). All pods are current and none is
         broken or visibly draining here, the cases where the plan would act on pods at their count.
+        The counts are the survey's (:meth:`_survey`), which the next decision reads as they are.
         ``tests/unit/test_sim_fleet_parity.py`` checks it against the plan."""
-        active = warm = placeholders = 0
-        unready_active = ready_warm = False
-        for pod in self.pods.values():
-            if pod.role == "active":
-                active += 1
-                unready_active |= not pod.ready(now)
-            elif pod.role == "warm":
-                warm += 1
-                ready_warm |= pod.ready(now)
-            else:
-                placeholders += 1
-        if (active, warm, placeholders) != self.targets:
+        counts, _ = self._survey(now)
+        if (counts.active, counts.warm, counts.placeholders) != self.targets:
             return False
-        return not (unready_active and ready_warm)
+        return not (counts.starting_active and counts.warm_ready)
 
     def _view(self, pod: Pod, now: float) -> PodView:
         """The pod as the operator observes it: Running once its node has the image (loading),
@@ -518,6 +514,7 @@ class Fleet:
         pending = [p for p in self.pods.values() if p.node is None]
         if not pending:
             return
+        self.version += 1  # pods bind, nodes launch: what the survey knows goes
         # Serving pods before warm pods before placeholders; oldest first within a role.
         rank = {"active": 0, "warm": 1, "placeholder": 2}
         pending.sort(key=lambda p: (rank[p.role], p.created_at, p.name))
