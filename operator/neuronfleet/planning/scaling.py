@@ -504,9 +504,10 @@ def _line(rates: tuple[tuple[float, float], ...]) -> tuple[float, float, float] 
     if len(rates) < 3 or rates[-1][0] - rates[0][0] < TREND_WINDOW_SECONDS / 2:
         return None
     times = [t for t, _ in rates]
-    mean_t, mean_v = sum(times) / len(times), sum(v for _, v in rates) / len(rates)
-    spread = sum((t - mean_t) ** 2 for t in times)
-    return mean_t, mean_v, sum((t - mean_t) * (v - mean_v) for t, v in rates) / spread
+    # Lists, not generators, under the sums: the same additions in the same order, at every decision.
+    mean_t, mean_v = sum(times) / len(times), sum([v for _, v in rates]) / len(rates)
+    spread = sum([(t - mean_t) ** 2 for t in times])
+    return mean_t, mean_v, sum([(t - mean_t) * (v - mean_v) for t, v in rates]) / spread
 
 
 def _trend(line: tuple[float, float, float] | None, last: float, horizon: float) -> float | None:
@@ -676,11 +677,11 @@ def decide(
     older = [x for x in state.recent if x[0] <= now - 2 * STEADY_SECONDS][-1:]
     recent = (
         *older,
-        *(x for x in state.recent if x[0] > now - 2 * STEADY_SECONDS),
+        *[x for x in state.recent if x[0] > now - 2 * STEADY_SECONDS],
         (now, ready, snapshot.arrival_rate),
     )
     launches, cold_start = _measure_cold_start(state.launches, state.cold_start, ready, now)
-    rates = tuple((t, v) for t, v in state.rates if t > now - TREND_WINDOW_SECONDS)
+    rates = tuple([(t, v) for t, v in state.rates if t > now - TREND_WINDOW_SECONDS])
     target = spec.target_utilization
     # The rate signal's line over the window: read here for the trend, below for a falling demand.
     rate_line: tuple[float, float, float] | None = None
@@ -709,7 +710,7 @@ def decide(
         spec.behavior.scale_down.stabilization_window_seconds,
         longest,
     )
-    recommendations = tuple((t, r) for t, r in state.recommendations if t > now - horizon)
+    recommendations = tuple([(t, r) for t, r in state.recommendations if t > now - horizon])
     fleet_found = state.fleet_found if state.fleet_found and state.fleet_found[0] > now - horizon else None
     measured_since = state.measured_since
     if "rate" in signals and measured_since is None:
