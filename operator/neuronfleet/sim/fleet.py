@@ -299,10 +299,16 @@ class Fleet:
         serving = active = warm_ready = warm = placeholders = starting = 0
         soonest = INF
         for pod in self.pods.values():
-            ready_at, serving_at = pod.ready_at, pod.serving_at
-            ready = ready_at is not None and ready_at <= now
-            if ready_at is not None and now < ready_at < soonest:
-                soonest = ready_at
+            ready_at = pod.ready_at
+            if ready_at is None:
+                ready = False
+            elif ready_at <= now:
+                ready = True
+            else:
+                ready = False
+                if ready_at < soonest:
+                    soonest = ready_at
+            serving_at = pod.serving_at
             if serving_at is not None and now < serving_at < soonest:
                 soonest = serving_at
             role = pod.role
@@ -314,7 +320,8 @@ class Fleet:
                     serving += 1
             elif role == "warm":
                 warm += 1
-                warm_ready += ready
+                if ready:
+                    warm_ready += 1
             else:
                 placeholders += 1
         for node in self.nodes.values():
@@ -514,7 +521,6 @@ class Fleet:
         pending = [p for p in self.pods.values() if p.node is None]
         if not pending:
             return
-        self.version += 1  # pods bind, nodes launch: what the survey knows goes
         # Serving pods before warm pods before placeholders; oldest first within a role.
         rank = {"active": 0, "warm": 1, "placeholder": 2}
         pending.sort(key=lambda p: (rank[p.role], p.created_at, p.name))
@@ -534,7 +540,9 @@ class Fleet:
                 )
         free.reverse()
         held.reverse()
+        bound = 0
         for pod in pending:
+            bound += 1
             if free:
                 self._bind(pod, free.pop(), now)
             elif pod.role != "placeholder" and held:
@@ -546,10 +554,14 @@ class Fleet:
                 holder.ready_at = None
                 self._bind(pod, node, now)
             else:
+                bound -= 1
                 break
         # Provision nodes for what is still pending, counting slots on nodes already launching.
         still = sum(1 for p in self.pods.values() if p.node is None)
         launching = sum(n.slots - len(n.pods) for n in self.nodes.values() if n.ready_at > now)
         slots = self.profile.replicas_per_node
-        for _ in range(max(0, -(-(still - launching) // slots))):
+        launches = max(0, -(-(still - launching) // slots))
+        for _ in range(launches):
             self._new_node(now)
+        if bound or launches:
+            self.version += 1  # what the survey knew is gone
