@@ -50,6 +50,19 @@ def test_new_pod_pays_node_pull_and_start_phases() -> None:
     assert fleet.node_cold_starts == [pytest.approx(100.0)]
 
 
+def test_a_pod_bound_as_its_node_turns_ready_is_the_fleets_next_event() -> None:
+    # The fleet keeps its counts and its next event for its version: binding the pod must move the
+    # version, or the run would not see the pod turn ready until some other change.
+    fleet = Fleet(fixed_profile(), np.random.default_rng(0))
+    fleet.set_targets(0.0, active=1, warm=0, placeholders=0)
+    assert fleet.next_event(0.0) == 100.0  # the node
+    fleet.advance(100.0)
+    assert fleet.counts(100.0).starting_active == 1
+    assert fleet.next_event(100.0) == 160.0  # bound at 100 s: scheduling, pull, init, load, warm-up
+    fleet.advance(160.0)
+    assert fleet.counts(160.0).serving == 1
+
+
 def test_warm_pods_are_promoted_in_seconds() -> None:
     fleet = Fleet(fixed_profile(), np.random.default_rng(0))
     fleet.start_ready(2)

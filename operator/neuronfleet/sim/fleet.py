@@ -542,7 +542,6 @@ class Fleet:
         held.reverse()
         bound = 0
         for pod in pending:
-            bound += 1
             if free:
                 self._bind(pod, free.pop(), now)
             elif pod.role != "placeholder" and held:
@@ -554,8 +553,8 @@ class Fleet:
                 holder.ready_at = None
                 self._bind(pod, node, now)
             else:
-                bound -= 1
                 break
+            bound += 1
         # Provision nodes for what is still pending, counting slots on nodes already launching.
         still = sum(1 for p in self.pods.values() if p.node is None)
         launching = sum(n.slots - len(n.pods) for n in self.nodes.values() if n.ready_at > now)
