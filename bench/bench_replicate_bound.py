@@ -4,7 +4,7 @@
 request a one-second pulse of identical copies: perfectly correlated clients). Its static fleet is
 the cheapest setting of the static grid reaching 99 % on the first half: with the full grid that is
 0.7x the tuning half's peak (74 replicas), which reaches only 98.6 % on the scored half. Ours at
-the CRD's defaults reaches 99.95 % there at 1.22x that fleet's cost (``fleet-full-sweep.json``).
+the CRD's defaults reaches 99.95 % there at 1.26x that fleet's cost (``fleet-full-sweep.json``).
 
 This benchmark asks what *anything* of the kinds ``bench_causal_bound`` measures could reach on
 the same scored half, through the simulator's queue, each launch a full cold start late:
