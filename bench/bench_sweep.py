@@ -36,12 +36,10 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
 from _common import write_result
 from neuronfleet.sim import engine, runner
 from neuronfleet.sim.profiles import load_profile
-from neuronfleet.sim.trace import Trace, spread_within_seconds
+from neuronfleet.sim.trace import rise_and_fall
 from neuronfleet.sim.workload import build, factor_for_peak
 
 TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "nasa-http-1995-jul01-14.csv"
@@ -54,12 +52,7 @@ REFERENCE_SECONDS = 4 * 3600
 def reference_cpu_s() -> float:
     """CPU seconds of a fixed piece of the sweep's work (KPA and ours over four synthetic hours with
     a rise and a burst), the best of two: the host's speed at the time, in the sweep's own terms."""
-    rng = np.random.default_rng(11)
-    t = np.arange(REFERENCE_SECONDS)
-    rate = 1.0 + 3.0 * np.sin(np.pi * t / REFERENCE_SECONDS) ** 2
-    rate[REFERENCE_SECONDS // 2 : REFERENCE_SECONDS // 2 + 60] *= 2.5
-    counts = rng.poisson(rate)
-    trace = Trace(spread_within_seconds(np.repeat(t, counts).astype(np.float64)), None, None, "reference")
+    trace = rise_and_fall(REFERENCE_SECONDS, seed=11, burst_at=REFERENCE_SECONDS // 2)
     profile = load_profile("bert-base")
     workload = build(trace, profile, factor_for_peak(trace, profile, 40), 1.0, 1, arrivals="superpose")
     best = math.inf

@@ -11,20 +11,15 @@ from neuronfleet.sim import engine, runner
 from neuronfleet.sim.baselines import Hpa, Kpa, RayServe
 from neuronfleet.sim.policies import Policy, Static
 from neuronfleet.sim.profiles import load_profile
-from neuronfleet.sim.trace import Trace, load, spread_within_seconds
+from neuronfleet.sim.trace import Trace, load, rise_and_fall
 from neuronfleet.sim.workload import Workload, build, factor_for_peak
 
 NASA = Path(__file__).resolve().parents[3] / "shared" / "traces" / "nasa-http-1995-jul01-14.csv"
 
 
 def daily_like(seconds: int = 5400, seed: int = 2) -> Trace:
-    """A rise, a plateau with bursts and a fall, logged at 1 s like the NASA trace."""
-    rng = np.random.default_rng(seed)
-    t = np.arange(seconds)
-    rate = 1.0 + 3.0 * np.sin(np.pi * t / seconds) ** 2
-    rate[2400:2460] *= 2.5  # a burst no autoscaler follows in time
-    counts = rng.poisson(rate)
-    return Trace(spread_within_seconds(np.repeat(t, counts).astype(np.float64)), None, None, "daily-like")
+    """A rise, a plateau with a burst at 2,400 s (none in a shorter trace) and a fall."""
+    return rise_and_fall(seconds, seed, burst_at=2400)
 
 
 def policies(peak: int) -> list[Policy]:

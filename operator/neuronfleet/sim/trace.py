@@ -480,6 +480,19 @@ def unit_note(trace: Trace, time_unit: str) -> str | None:
     )
 
 
+def rise_and_fall(seconds: int, seed: int, burst_at: int) -> Trace:
+    """A synthetic trace logged at 1 s like the NASA one: Poisson arrivals at a rate rising from 1 to
+    4 a second and falling back (sin²) over ``seconds``, 2.5 times that for the minute from
+    ``burst_at`` (a burst no autoscaler follows in time; none past the end). The engine's tests and
+    the sweep benchmark's host reference run on it."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(seconds)
+    rate = 1.0 + 3.0 * np.sin(np.pi * t / seconds) ** 2
+    rate[burst_at : burst_at + 60] *= 2.5
+    counts = rng.poisson(rate)
+    return Trace(spread_within_seconds(np.repeat(t, counts).astype(np.float64)), None, None, "rise-and-fall")
+
+
 def spread_within_seconds(arrivals: FloatArray) -> FloatArray:
     """Whole-second times with repeats spread evenly within their second (see the module docstring)."""
     if len(arrivals) < 2 or not np.all(arrivals == np.floor(arrivals)):
