@@ -259,12 +259,10 @@ class Fleet:
         if span > 0:
             self.node_seconds += span * len(self.nodes)
             if self._model_pods[0] != self.version:
-                surveyed = self._surveyed
-                if surveyed is not None and surveyed[0] == self.version:
-                    held = surveyed[3].active + surveyed[3].warm  # counted by role: the same at any time
-                else:
-                    held = sum(1 for p in self.pods.values() if p.role != "placeholder")
-                self._model_pods = (self.version, held + len(self.draining))
+                # Roles do not change with time: the survey as of the last accounting counts them
+                # (the one the engine's last counts read, kept for this version).
+                counts, _ = self._survey(self._accounted_at)
+                self._model_pods = (self.version, counts.active + counts.warm + len(self.draining))
             self.pod_seconds += span * self._model_pods[1]
             self._accounted_at = now
 
