@@ -77,6 +77,44 @@ def test_a_stored_spec_that_does_not_parse_is_not_used() -> None:
     assert why.startswith("status.lastValidSpec (generation 1) does not parse: spec.bogus: "), why
 
 
+def test_a_stored_spec_the_crds_rules_refuse_is_not_used() -> None:
+    # Parses, but the CRD's CEL rules refuse it, as the API server would refuse it as a spec; the
+    # status's copy is an open object the API server does not check.
+    dep = deployment(**MANUAL)
+    wire = dep.spec.to_wire()
+    inverted = {**wire, "scaling": {**wire["scaling"], "minReplicas": 5, "maxReplicas": 2}}
+    stored = record(dep).model_copy(update={"spec": inverted})
+    InferenceDeployment.model_validate({**body_of(dep, 2), "spec": inverted})  # the typed model alone takes it
+    why = kept_from_status(stored, body_of(dep, 2), None, None, OPERATOR)
+    assert isinstance(why, str)
+    assert why == (
+        "status.lastValidSpec (generation 1) fails the CRD's checks: "
+        "spec.scaling.minReplicas: minReplicas must not exceed maxReplicas"
+    ), why
+    # The schema's own bounds too, where the typed model has none.
+    bounded = {**wire, "compile": {**wire.get("compile", {}), "cpu": "4", "cpuLimit": "2"}}
+    why = kept_from_status(record(dep).model_copy(update={"spec": bounded}), body_of(dep, 2), None, None, OPERATOR)
+    assert isinstance(why, str) and "cpuLimit must be at least cpu" in why, why
+
+
+def test_a_stored_spec_is_kept_from_a_body_as_the_api_server_sends_it() -> None:
+    # The server's metadata (managedFields, resourceVersion, timestamps) is not the spec's concern.
+    dep = deployment(**MANUAL)
+    body = body_of(dep, 2, bogus=True)
+    body["metadata"].update(
+        {
+            "resourceVersion": "4711",
+            "creationTimestamp": "2026-12-01T00:00:00Z",
+            "managedFields": [{"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {}}],
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+        }
+    )
+    body["status"] = {"lastValidSpec": record(dep).model_dump(by_alias=True, exclude_none=True)}
+    kept = kept_from_status(record(dep), body, None, None, OPERATOR)
+    assert isinstance(kept, InferenceDeployment), kept
+    assert kept.spec == dep.spec
+
+
 def test_a_stored_spec_refused_now_is_not_used() -> None:
     # Accepted by the operator that wrote it; this one would run its pods as its own account.
     dep = deployment(**MANUAL)
