@@ -74,6 +74,8 @@ def aiohttp_proxy() -> None:
                 outstanding[endpoint] -= 1
         return web.json_response({"error": "all refused"}, status=503)
 
+    session: Any = None
+
     async def serve() -> None:
         nonlocal session
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
@@ -92,7 +94,6 @@ def aiohttp_proxy() -> None:
         await runner.cleanup()
         await session.close()
 
-    session: Any = None
     asyncio.run(serve())
 
 
@@ -180,13 +181,14 @@ def main() -> None:
         for server, _ in started:
             server.terminate()
             server.wait(timeout=30)
-    cases = [
-        {"name": kind, "figures": {key: round(statistics.median(r[key] for r in results), 4) for key in results[0]}}
+    medians: dict[str, dict[str, float]] = {
+        kind: {key: round(statistics.median(r[key] for r in results), 4) for key in results[0]}
         for kind, results in runs.items()
-    ]
-    base, lean = cases[0]["figures"], cases[1]["figures"]
+    }
+    cases = [{"name": kind, "figures": per_key} for kind, per_key in medians.items()]
+    base, lean = medians["aiohttp"], medians["http1"]
     figures: dict[str, float | int | str | None] = {
-        f"{case['name']}_{key}": value for case in cases for key, value in case["figures"].items()
+        f"{kind}_{key}": value for kind, per_key in medians.items() for key, value in per_key.items()
     }
     for part in ("router", "client"):
         key = f"{part}_cpu_ms_per_request"

@@ -184,13 +184,9 @@ class KnownCapacityOurs(Ours):
         # decide() would overwrite the learned rate with its update of the rate it was given (C):
         # keep the learned one apart, updated by the same steadiness test and rule decide() uses.
         fresh = snapshot.without_stale(now, spec.metrics.stale_after_seconds)
-        ready = counts.serving
-        steady = (
-            fresh.arrival_rate is not None
-            and not fresh.partial(ready)
-            and scaling._steady(state.recent, ready, fresh.arrival_rate, now, float(spec.interval_seconds))
+        self.learned = scaling.measured_service_rate(
+            spec, replace(state, service_rate=learned), fresh, counts.serving, now, scaling.turned_off(spec)
         )
-        self.learned = scaling._update_service_rate(spec, fresh, ready, learned, steady)
         self.scaling_state = decision.new_state
         return self.targets(decision, now, observed)
 

@@ -31,18 +31,12 @@ import time
 from typing import Any
 
 import numpy as np
-from bench_causal_bound import (
-    PROFILE,
-    SLO_TARGET,
-    engine_static,
-    launch_seconds,
-    load_profile,
-    rule_signal,
-    run_scenario,
-)
-from bench_fleet import load_traces, scenarios
+from bench_causal_bound import engine_static, rule_signal, run_scenario
+from bench_fleet import PROFILE, SLO_TARGET, load_traces, scenarios
 
 from _common import RESULTS_DIR, write_result
+from neuronfleet.sim.oracle import launch_seconds
+from neuronfleet.sim.profiles import load_profile
 
 SCENARIO = "conv-1h/replicate"
 #: bench_fleet's results whose static choice and ours' figures are compared against.

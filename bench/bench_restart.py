@@ -84,7 +84,7 @@ def restart_times(scenario: Scenario, measure_from: float, length: float) -> dic
     if scenario.trace == "conv":
         return {f"{CONV_RESTART_AFTER_S // 60} min in": (measure_from + CONV_RESTART_AFTER_S,)}
     start = scenario.tune[0]
-    out = {}
+    out: dict[str, tuple[float, ...]] = {}
     for hour in NASA_RESTART_HOURS:
         first = math.ceil((start + measure_from - hour * HOUR) / DAY) * DAY + hour * HOUR - start
         out[f"daily {hour:02d}:00"] = tuple(t for t in range(int(first), int(length), DAY))
@@ -113,7 +113,7 @@ def run_scenario(scenario: Scenario, traces: dict[str, Any], jobs: int) -> tuple
     ]
     outcomes = runner.run_cases(run_w, profile, todo, SEED, oracles.start, measure_from=measure_from, jobs=jobs)
     feasible = oracles.feasible.usd_per_million
-    rows = []
+    rows: list[dict[str, Any]] = []
     for outcome in outcomes:
         result = outcome.result
         rows.append(

@@ -475,6 +475,22 @@ def _steady(
     return all(r == ready and a is not None and abs(a - rate) <= STEADY_RATE_CHANGE * rate for _, r, a in window)
 
 
+def measured_service_rate(
+    spec: ScalingSpec, state: ScalingState, snapshot: MetricSnapshot, ready: int, now: float, off: frozenset[str]
+) -> float | None:
+    """The service rate after ``snapshot`` (stale samples already dropped): ``state``'s estimate,
+    updated when the snapshot covers every ready replica and the fleet held still (the rule of the
+    module docstring); ``off``: the signals turned off (:func:`turned_off`). What :func:`decide` learns;
+    public for a caller that sizes on another rate and learns this one beside it (the known-capacity
+    benchmark)."""
+    steady = (
+        snapshot.arrival_rate is not None
+        and not snapshot.partial(ready)
+        and _steady(state.recent, ready, snapshot.arrival_rate, now, float(spec.interval_seconds))
+    )
+    return _update_service_rate(spec, snapshot, ready, state.service_rate, steady, "queue_depth" in off)
+
+
 def _update_service_rate(
     spec: ScalingSpec, snapshot: MetricSnapshot, ready: int, previous: float | None, steady: bool, queue_off: bool
 ) -> float | None:
@@ -666,12 +682,7 @@ def decide(
     # fleet that scales every few minutes is rarely all ready for STEADY_SECONDS, and the simulator's
     # conv replay then ran on the overstating pre-measurement signals at 2.4x the feasible oracle.)
     partial = snapshot.partial(ready)
-    steady = (
-        snapshot.arrival_rate is not None
-        and not partial
-        and _steady(state.recent, ready, snapshot.arrival_rate, now, float(spec.interval_seconds))
-    )
-    service_rate = _update_service_rate(spec, snapshot, ready, state.service_rate, steady, "queue_depth" in off)
+    service_rate = measured_service_rate(spec, state, snapshot, ready, now, off)
     # The newest sample older than that is kept too: with decisions further apart than
     # STEADY_SECONDS it is the only one to tell whether the rate held still.
     older = [x for x in state.recent if x[0] <= now - 2 * STEADY_SECONDS][-1:]
