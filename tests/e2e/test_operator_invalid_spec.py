@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from kubernetes_asyncio import client as k8s
 from operator_harness import OperatorHarness, example, ready
 from test_operator_quota_refusals import create_quota
@@ -123,13 +124,27 @@ async def test_a_pod_lost_under_a_refused_spec_is_replaced_from_the_last_valid_s
     )
 
 
-async def test_a_stored_last_valid_spec_that_no_longer_parses_is_not_built_from(harness: OperatorHarness) -> None:
+@pytest.mark.parametrize(
+    ("edit", "why"),
+    [
+        ({"bogus": 1}, "does not parse: spec.bogus"),
+        # Parses, but the CRD's CEL rules refuse it; the API server does not check the status's copy.
+        (
+            {"scaling": {"minReplicas": 5, "maxReplicas": 2}},
+            "fails the CRD's checks: spec.scaling.minReplicas: minReplicas must not exceed maxReplicas",
+        ),
+    ],
+    ids=["no-longer-parses", "refused-by-a-cel-rule"],
+)
+async def test_a_stored_last_valid_spec_that_no_longer_passes_is_not_built_from(
+    harness: OperatorHarness, edit: dict[str, Any], why: str
+) -> None:
     # status.lastValidSpec edited by hand while the operator was down (or written by a version that
     # accepted what this one refuses): the restarted operator cannot build from it, and says the
     # capacity lost instead of the counts of before.
     await refuse_a_running_deployment(harness, "bert")
     await harness.crash()
-    await edit_last_valid_spec(harness, "bert", {"spec": {"bogus": 1}})
+    await edit_last_valid_spec(harness, "bert", {"spec": edit})
     await harness.start()
     lost = ready_active(harness, "bert")[0]
     await delete_pod(harness, lost)
@@ -138,7 +153,7 @@ async def test_a_stored_last_valid_spec_that_no_longer_parses_is_not_built_from(
     assert (available["status"], available["reason"]) == ("False", "ReplicasNotReady")
     assert available["message"].startswith("1/2 active replicas ready; lost pods are not replaced")
     degraded = harness.condition(NS, "bert", "Degraded")["message"]
-    assert "status.lastValidSpec (generation 1) does not parse: spec.bogus" in degraded, degraded
+    assert f"status.lastValidSpec (generation 1) {why}" in degraded, degraded
     assert len(harness.pods(NS, "bert", "active")) == 1
 
     await harness.patch_spec(NS, "bert", {"runtime": {"serviceAccountName": None}})  # fixed: made whole again
@@ -147,7 +162,9 @@ async def test_a_stored_last_valid_spec_that_no_longer_parses_is_not_built_from(
         lambda: harness.condition(NS, "bert", "Degraded").get("status") == "False", timeout=60, what="recovered"
     )
     # The accepted spec is written back whole over the edited one.
-    assert "bogus" not in harness.deployment(NS, "bert")["status"]["lastValidSpec"]["spec"]
+    stored = harness.deployment(NS, "bert")["status"]["lastValidSpec"]["spec"]
+    assert "bogus" not in stored
+    assert (stored["scaling"].get("minReplicas"), stored["scaling"].get("maxReplicas")) != (5, 2)
 
 
 def events(harness: OperatorHarness, name: str) -> list[tuple[str, str, str]]:
