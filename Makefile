@@ -60,8 +60,8 @@ demo: $(STAMP)  ## the tour: sandbox + operator + compile + real requests to rea
 lint: $(STAMP)  ## ruff, mypy --strict, import-linter layering contracts
 	$(BIN)/ruff check operator runtime tests bench hack
 	$(BIN)/ruff format --check operator runtime tests bench hack
-	@# The benchmarks too: a script that calls the planner by an old signature fails here, not an hour into make bench.
-	$(BIN)/mypy operator/neuronfleet runtime/neuronserve bench/*.py
+	@# The benchmark and hack scripts too: one that calls the planner by an old signature fails here, not an hour into make bench.
+	$(BIN)/mypy operator/neuronfleet runtime/neuronserve bench/*.py hack/*.py
 	$(BIN)/lint-imports
 
 test: $(STAMP)  ## install everything, lint, then run the whole test suite
