@@ -94,7 +94,7 @@ def test_the_restart_without_its_checkpoint_is_shown_not_judged() -> None:
 def test_a_figure_and_its_verdict_follow_the_json() -> None:
     results = copy.deepcopy(RESULTS)
     results["runtime"]["figures"]["batched_vs_raw"] = 0.912
-    # The rounds set here too: the committed file's change with every rerun.
+    # The rounds too: the committed file's are host noise and change with every rerun.
     rounds = [c for c in results["runtime"]["cases"] if c["name"].startswith("round_")]
     for i, case in enumerate(rounds):
         case["figures"]["batched_vs_raw"] = 0.871 + 0.01 * i

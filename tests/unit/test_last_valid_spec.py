@@ -91,7 +91,7 @@ def test_a_stored_spec_the_crds_rules_refuse_is_not_used() -> None:
         "status.lastValidSpec (generation 1) fails the CRD's checks: "
         "spec.scaling.minReplicas: minReplicas must not exceed maxReplicas"
     ), why
-    # The schema's own bounds too, where the typed model has none.
+    # Another CEL rule, on quantities (a CPU limit below the request), which the typed model leaves to it.
     bounded = {**wire, "compile": {**wire.get("compile", {}), "cpu": "4", "cpuLimit": "2"}}
     why = kept_from_status(record(dep).model_copy(update={"spec": bounded}), body_of(dep, 2), None, None, OPERATOR)
     assert isinstance(why, str) and "cpuLimit must be at least cpu" in why, why
