@@ -127,11 +127,11 @@ async def test_a_pod_lost_under_a_refused_spec_is_replaced_from_the_last_valid_s
 @pytest.mark.parametrize(
     ("edit", "why"),
     [
-        ({"bogus": 1}, "does not parse: spec.bogus"),
+        ({"bogus": 1}, "is not a valid spec: spec.bogus"),
         # Parses, but the CRD's CEL rules refuse it; the API server does not check the status's copy.
         (
             {"scaling": {"minReplicas": 5, "maxReplicas": 2}},
-            "fails the CRD's checks: spec.scaling.minReplicas: minReplicas must not exceed maxReplicas",
+            "is not a valid spec: spec.scaling.minReplicas: minReplicas must not exceed maxReplicas",
         ),
     ],
     ids=["no-longer-parses", "refused-by-a-cel-rule"],

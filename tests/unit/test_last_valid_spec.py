@@ -74,7 +74,7 @@ def test_a_stored_spec_that_does_not_parse_is_not_used() -> None:
     stored = record(dep).model_copy(update={"spec": {**dep.spec.to_wire(), "bogus": 1}})
     why = kept_from_status(stored, body_of(dep, 2), None, None, OPERATOR)
     assert isinstance(why, str)
-    assert why.startswith("status.lastValidSpec (generation 1) does not parse: spec.bogus: "), why
+    assert why.startswith("status.lastValidSpec (generation 1) is not a valid spec: spec.bogus: "), why
 
 
 def test_a_stored_spec_the_crds_rules_refuse_is_not_used() -> None:
@@ -88,7 +88,7 @@ def test_a_stored_spec_the_crds_rules_refuse_is_not_used() -> None:
     why = kept_from_status(stored, body_of(dep, 2), None, None, OPERATOR)
     assert isinstance(why, str)
     assert why == (
-        "status.lastValidSpec (generation 1) fails the CRD's checks: "
+        "status.lastValidSpec (generation 1) is not a valid spec: "
         "spec.scaling.minReplicas: minReplicas must not exceed maxReplicas"
     ), why
     # Another CEL rule, on quantities (a CPU limit below the request), which the typed model leaves to it.
@@ -140,7 +140,7 @@ def test_no_stored_spec_or_one_unreadable_is_said() -> None:
 def test_the_refusal_says_why_the_stored_spec_is_not_built_from() -> None:
     dep = deployment(**MANUAL)
     steady, _, _ = rounds(dep, compiled(dep), (), DeploymentMemory(), {})
-    why = "status.lastValidSpec (generation 1) does not parse: spec.bogus: {not} permitted"
+    why = "status.lastValidSpec (generation 1) is not a valid spec: spec.bogus: {not} permitted"
     new = invalid_status(steady.status, "refused", 2, T0, None, why)
     degraded = condition_of(new, "Degraded")["message"]
     assert "a lost one is not replaced" in degraded, degraded
@@ -150,7 +150,7 @@ def test_the_refusal_says_why_the_stored_spec_is_not_built_from() -> None:
 
 def test_why_the_stored_spec_cannot_be_used_is_said_as_written_braces_included() -> None:
     # The reason quotes pydantic and the stored spec: its braces are text, not format fields.
-    why = "status.lastValidSpec (generation 2) does not parse: spec.model: Input should be a valid dictionary {}"
+    why = "status.lastValidSpec (generation 2) is not a valid spec: spec.model: Input should be a valid dictionary {}"
     status = invalid_status({"desiredReplicas": 2}, "spec rejected", 3, T0, unusable=why)
     degraded = condition_of(status, "Degraded")
     assert degraded["reason"] == "InvalidSpec"

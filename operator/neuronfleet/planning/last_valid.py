@@ -9,8 +9,8 @@ that spec while the operator runs; the status holds it across restarts and leade
 - :func:`record`: the section the status says of a spec reconciled as valid. It is part of the status
   the plan builds, so the ordinary status write patches it only when it changed (a new generation):
   the reconciles of one spec write nothing more for it.
-- :func:`kept_from_status`: that section made an InferenceDeployment again, parsed and checked as a
-  body's spec is, or why it cannot be used. The operator that wrote it may have accepted what this
+- :func:`kept_from_status`: that section made an InferenceDeployment again, checked as a body's spec
+  is, or why it cannot be used. The operator that wrote it may have accepted what this
   one refuses (an upgrade since, a status edited by hand, the operator's own account named by a
   default that changed): its pods are then not built, as with no section at all. The API server
   checks a body's spec against the CRD's schema and CEL rules before the operator sees it, but not
@@ -23,12 +23,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import pydantic
-
 from neuronfleet.api.v1alpha1 import InferenceDeployment, LastValidSpecStatus
 from neuronfleet.api.validation import validate_manifest
 from neuronfleet.planning.admission import OperatorAccount, own_account_problem, spec_accounts
-from neuronfleet.planning.observation import validation_problem
 
 #: Problems a refused spec's message names at most (the body's as the stored one's).
 SPEC_PROBLEMS = 5
@@ -50,9 +47,10 @@ def kept_from_status(
     """The last valid spec ``stored`` in the status of the object ``body`` (whose own spec is refused),
     as the InferenceDeployment whose fleet is kept; or why it cannot be used (a sentence).
 
-    Validated as the body's spec is: the body's apiVersion, kind and metadata (the generation the
-    stored one's), the stored spec, parsed; then checked against the CRD's schema and CEL rules, which
-    the API server applied to the body's spec but not to the status; then refused, as a body's spec
+    Validated as the API server and the operator validate a body's spec: the body's apiVersion, kind
+    and metadata (the generation the stored one's) and the stored spec against the CRD's schema, the
+    typed model and the CRD's CEL rules (:func:`~neuronfleet.api.validation.validate_manifest`: the API
+    server applied those to the body's spec but not to the status); then refused, as a body's spec
     is, when its workloads would run as the operator's own account (``operator``;
     ``compile_default``/``serving_default``: the operator's default accounts for the specs that name
     none).
@@ -63,15 +61,10 @@ def kept_from_status(
     metadata = dict(body.get("metadata") or {})
     metadata["generation"] = stored.generation
     source = {k: v for k, v in body.items() if k not in ("status", "spec", "metadata")}
-    manifest = {**source, "metadata": metadata, "spec": dict(stored.spec)}
-    try:
-        dep = InferenceDeployment.model_validate(manifest)
-    except pydantic.ValidationError as exc:
-        return f"status.lastValidSpec ({generation}) does not parse: {validation_problem(exc, SPEC_PROBLEMS)}"
-    _, problems = validate_manifest(manifest)
-    if problems:
+    dep, problems = validate_manifest({**source, "metadata": metadata, "spec": dict(stored.spec)})
+    if dep is None or problems:
         listed = "; ".join(map(str, problems[:SPEC_PROBLEMS]))
-        return f"status.lastValidSpec ({generation}) fails the CRD's checks: {listed}"
+        return f"status.lastValidSpec ({generation}) is not a valid spec: {listed}"
     namespace = dep.metadata.namespace or "default"
     accounts = spec_accounts(dep, compile_default, serving_default)
     if problem := own_account_problem(namespace, accounts, operator):

@@ -483,6 +483,11 @@ def measured_service_rate(
     module docstring); ``off``: the signals turned off (:func:`turned_off`). What :func:`decide` learns;
     public for a caller that sizes on another rate and learns this one beside it (the known-capacity
     benchmark)."""
+    # Not from a partial snapshot: its arrival rate reads low, its utilization average does not.
+    # (A replica still loading reports a busy ratio of 0: the default utilization query averages
+    # ready pods only. Waiting here for every active replica to be ready starved the estimate: a
+    # fleet that scales every few minutes is rarely all ready for STEADY_SECONDS, and the simulator's
+    # conv replay then ran on the overstating pre-measurement signals at 2.4x the feasible oracle.)
     steady = (
         snapshot.arrival_rate is not None
         and not snapshot.partial(ready)
@@ -676,11 +681,6 @@ def decide(
     # The rate signal uses the estimate from earlier snapshots: this snapshot's own arrival rate and
     # utilization would only restate the utilization signal.
     signals = _signals(spec, snapshot, ready, sizing_rate)
-    # Not from a partial snapshot: its arrival rate reads low, its utilization average does not.
-    # (A replica still loading reports a busy ratio of 0: the default utilization query averages
-    # ready pods only. Waiting here for every active replica to be ready starved the estimate: a
-    # fleet that scales every few minutes is rarely all ready for STEADY_SECONDS, and the simulator's
-    # conv replay then ran on the overstating pre-measurement signals at 2.4x the feasible oracle.)
     partial = snapshot.partial(ready)
     service_rate = measured_service_rate(spec, state, snapshot, ready, now, off)
     # The newest sample older than that is kept too: with decisions further apart than
