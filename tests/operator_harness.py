@@ -145,7 +145,7 @@ class OperatorHarness:
 
     async def ensure_priority_classes(self) -> None:
         """The PriorityClasses the Helm chart installs on a real cluster (same builder)."""
-        scheduling = k8s.SchedulingV1Api(await self.api())
+        scheduling: Any = k8s.SchedulingV1Api(await self.api())  # the stubs take only V1PriorityClass
         for priority_class in build_priority_classes(self.settings.builder):
             if (
                 self.cluster.get("priorityclasses", priority_class["metadata"]["name"], group="scheduling.k8s.io")
@@ -155,19 +155,25 @@ class OperatorHarness:
 
     async def ensure_namespace(self, namespace: str) -> None:
         if self.cluster.get("namespaces", namespace) is None:
-            await k8s.CoreV1Api(await self.api()).create_namespace({"metadata": {"name": namespace}})
+            core: Any = k8s.CoreV1Api(await self.api())  # the stubs take only V1Namespace, the API a dict too
+            await core.create_namespace({"metadata": {"name": namespace}})
+
+    async def custom_objects(self) -> Any:
+        # Any, as in the operator's own client: the generated stubs omit the ``_content_type``
+        # keyword that every merge patch needs.
+        return k8s.CustomObjectsApi(await self.api())
 
     async def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
         namespace = manifest["metadata"].get("namespace", "default")
         await self.ensure_namespace(namespace)
-        custom = k8s.CustomObjectsApi(await self.api())
+        custom = await self.custom_objects()
         result: dict[str, Any] = await custom.create_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, manifest
         )
         return result
 
     async def patch_spec(self, namespace: str, name: str, spec: dict[str, Any]) -> None:
-        custom = k8s.CustomObjectsApi(await self.api())
+        custom = await self.custom_objects()
         await custom.patch_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, name, {"spec": spec}, _content_type="application/merge-patch+json"
         )
@@ -175,13 +181,13 @@ class OperatorHarness:
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Merge ``status`` into the object's status, as another controller or a person editing the
         status subresource does."""
-        custom = k8s.CustomObjectsApi(await self.api())
+        custom = await self.custom_objects()
         await custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, PLURAL, name, {"status": status}, _content_type="application/merge-patch+json"
         )
 
     async def annotate(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
-        custom = k8s.CustomObjectsApi(await self.api())
+        custom = await self.custom_objects()
         await custom.patch_namespaced_custom_object(
             GROUP,
             VERSION,
@@ -193,7 +199,7 @@ class OperatorHarness:
         )
 
     async def scale(self, namespace: str, name: str, replicas: int) -> None:
-        custom = k8s.CustomObjectsApi(await self.api())
+        custom = await self.custom_objects()
         await custom.patch_namespaced_custom_object_scale(
             GROUP,
             VERSION,
@@ -252,8 +258,12 @@ class OperatorHarness:
             started = self.context.reconciles
             # The reconcile counted at ``started + 1`` began after ``before``; by ``started + 2`` it
             # has finished (one reconcile at a time per object).
+
+            def whole_reconcile_done(started: int = started) -> bool:
+                return self.context is not None and self.context.reconciles >= started + 2
+
             await self.wait(
-                lambda started=started: self.context is not None and self.context.reconciles >= started + 2,
+                whole_reconcile_done,
                 timeout=max(deadline - loop.time(), 0.1),
                 what=f"{what}: a whole reconcile after it held",
             )

@@ -34,7 +34,14 @@ from neuronfleet.planning.admission import (
     workload_account,
 )
 from neuronfleet.planning.compile import CompileObservation, StoredArtifact, compile_request, decide_compile
-from neuronfleet.planning.fleet import CreatePlaceholder, CreatePod, FleetPolicy, apply_actions, policy_for_spec
+from neuronfleet.planning.fleet import (
+    CreatePlaceholder,
+    CreatePod,
+    FleetPolicy,
+    PodView,
+    apply_actions,
+    policy_for_spec,
+)
 from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory
 from neuronfleet.planning.placement import plan_for_spec
 from neuronfleet.planning.reasons import Reason, Refusal
@@ -431,6 +438,8 @@ def test_a_running_fleet_whose_cpu_limit_turns_impossible_says_what_is_held_and_
     rollout = {"maxSurge": max_surge}
     dep = deployment(scaling=MANUAL["scaling"], warmPool=pool, rollout=rollout)
     policy = policy_for_spec(dep.spec)
+    status: dict[str, Any]
+    pods: tuple[PodView, ...]
     now, pods, memory, status = T0, (), DeploymentMemory(), {}
     for _ in range(3):
         result = plan_reconcile(

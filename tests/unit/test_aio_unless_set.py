@@ -42,8 +42,9 @@ async def test_the_result_or_the_exception_of_the_work_when_it_ends_first() -> N
 async def test_work_is_not_started_when_the_event_is_already_set() -> None:
     ran: list[bool] = []
 
-    async def read() -> None:
+    async def read() -> bool:
         ran.append(True)
+        return True
 
     event = asyncio.Event()
     event.set()

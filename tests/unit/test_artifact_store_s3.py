@@ -291,7 +291,7 @@ class _Refusing:
     def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:
         if Key.endswith("/manifest.json"):
             error = {"Error": {"Code": self.code, "Message": "no"}, "ResponseMetadata": {"HTTPStatusCode": self.status}}
-            raise ClientError(error, "GetObject")  # type: ignore[arg-type]
+            raise ClientError(error, "GetObject")
         return {"Body": io.BytesIO(self.record)}
 
 
@@ -457,6 +457,7 @@ def test_a_dangling_record_costs_one_head_per_short_ttl_and_its_republish_is_see
         clock.now += 10
     # The record each time (the recompile's shows up in it); the manifest and one HEAD once.
     assert (calls.count("GetObject"), calls.count("HeadObject")) == (6 + 1, 1)
+    assert isinstance(found, DanglingRecord)
     assert found.file_problems == ("model-b1-s8.pt: missing, and possibly others",)
     clock.now += DANGLING_TTL_SECONDS
     assert isinstance(store.lookup(request), DanglingRecord)
@@ -491,7 +492,7 @@ def test_a_file_that_cannot_be_looked_up_now_is_a_store_problem_not_a_dangling_r
     client = boto3.client("s3")
 
     def slow_down(**_: Any) -> None:
-        raise ClientError({"Error": {"Code": "503", "Message": "Slow Down"}}, "HeadObject")  # type: ignore[arg-type]
+        raise ClientError({"Error": {"Code": "503", "Message": "Slow Down"}}, "HeadObject")
 
     client.meta.events.register("before-call.s3.HeadObject", slow_down)
     with pytest.raises(StoreUnavailable, match="Slow Down"):

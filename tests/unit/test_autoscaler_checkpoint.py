@@ -626,6 +626,8 @@ def serving(pods: list[PodView], now: datetime) -> tuple[PodView, ...]:
 
 def test_the_operator_writes_the_checkpoint_at_most_every_five_minutes_and_resumes_from_it() -> None:
     dep = deployment()
+    status: dict[str, Any]
+    pods: tuple[PodView, ...]
     memory, status, pods = DeploymentMemory(), {}, ()
     sections = []
     for second in range(0, 1200, 15):
@@ -840,12 +842,15 @@ def test_the_checkpoint_keeps_at_most_one_trend_reading_a_minute_in_a_small_stat
 def test_a_minutes_mean_keeps_the_trend_line() -> None:
     # A steady ramp: the means lie on its line, which is kept exactly.
     ramp_readings = tuple((float(t), 5 + t / 300) for t in range(0, 1800, 15))
-    assert _line(_per_minute(ramp_readings)) is not None
-    assert _line(_per_minute(ramp_readings))[2] == pytest.approx(_line(ramp_readings)[2], rel=1e-9)
+    ramp_line, minutes_line = _line(ramp_readings), _line(_per_minute(ramp_readings))
+    assert ramp_line is not None and minutes_line is not None
+    assert minutes_line[2] == pytest.approx(ramp_line[2], rel=1e-9)
     # A noisy one: the slope moves by far less than the noise.
     noise = (0.7, -0.4, 1.1, -0.9, 0.2, -0.6)
     noisy = tuple((t, v + noise[i % len(noise)]) for i, (t, v) in enumerate(ramp_readings))
-    assert _line(_per_minute(noisy))[2] == pytest.approx(_line(noisy)[2], rel=0.02)
+    noisy_line, noisy_minutes_line = _line(noisy), _line(_per_minute(noisy))
+    assert noisy_line is not None and noisy_minutes_line is not None
+    assert noisy_minutes_line[2] == pytest.approx(noisy_line[2], rel=0.02)
 
 
 # A target changed less than CHECKPOINT_SECONDS before a restart (a reviewer's reproduction): the

@@ -92,7 +92,7 @@ def test_the_restart_without_its_checkpoint_is_shown_not_judged() -> None:
 
 
 def test_a_figure_and_its_verdict_follow_the_json() -> None:
-    results = copy.deepcopy(RESULTS)
+    results: dict[str, Any] = copy.deepcopy(RESULTS)
     results["runtime"]["figures"]["batched_vs_raw"] = 0.912
     # The rounds too: the committed file's are host noise and change with every rerun.
     rounds = [c for c in results["runtime"]["cases"] if c["name"].startswith("round_")]
@@ -121,7 +121,7 @@ def test_splice_replaces_only_the_marked_block() -> None:
 
 def test_the_sweep_time_is_judged_against_ten_minutes_and_split_by_family() -> None:
     sweep = next(b for b in BENCHMARKS if b.name == "sweep")
-    result = {
+    result: dict[str, Any] = {
         "commit": "0" * 40,
         "machine": "2 cpu",
         "params": {"jobs": 2},

@@ -141,7 +141,8 @@ async def test_no_pod_listed_is_not_a_refusal_once_the_jobs_status_shows_one_exi
     tmp_path: Path, status: dict[str, Any]
 ) -> None:
     dep = _deployment(tmp_path)
-    for events in ([], None):  # no Event (expired) or the old refusal's: neither says refused
+    no_events: list[dict[str, Any]] = []
+    for events in (no_events, None):  # no Event (expired) or the old refusal's: neither says refused
         plan = await _plan(tmp_path, _JobWithoutPodKube(dep, tmp_path / "store", status, events), dep)
         compiled = _conditions(plan)["Compiled"]
         assert compiled["reason"] == Reason.COMPILING, compiled

@@ -30,7 +30,7 @@ from neuronfleet.planning.compile import CompileObservation, compile_request
 from neuronfleet.planning.fleet import FleetPolicy
 from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory
 from neuronfleet.planning.reasons import Reason
-from neuronfleet.planning.reconcile_plan import plan_reconcile
+from neuronfleet.planning.reconcile_plan import DeleteCompileJob, plan_reconcile
 from neuronfleet.planning.status import find_condition
 
 REPO = Path(__file__).resolve().parents[2]
@@ -199,7 +199,8 @@ def test_a_limit_range_refusal_of_the_compile_pod_turns_compiled_false_and_degra
         FleetPolicy(),
         lambda _: "t" * 10,
     )
-    assert [a.name for a in plan.compile_actions] == ["job"]  # type: ignore[attr-defined]
+    (action,) = plan.compile_actions
+    assert isinstance(action, DeleteCompileJob) and action.name == "job"  # the new one follows its deletion
 
 
 # ---------------------------------------------------------------------------------- the reads

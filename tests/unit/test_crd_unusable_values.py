@@ -29,7 +29,7 @@ NAME_63 = "n" * 63
 
 def manifest(**sections: dict[str, Any]) -> dict[str, Any]:
     """The bert example with each of ``sections`` replacing (not merging into) its spec section's keys."""
-    doc = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
+    doc: dict[str, Any] = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
     for name, fields in sections.items():
         doc["spec"].setdefault(name, {}).update(copy.deepcopy(fields))
     return doc
@@ -234,7 +234,7 @@ def test_min_replicas_says_it_does_not_bound_a_manual_replicas() -> None:
 
     said = ScalingSpec.model_fields["min_replicas"].description or ""
     assert "Manual mode" in said and "below this too" in said
-    spec = ScalingSpec(mode="Manual", replicas=1, minReplicas=3, maxReplicas=10)
+    spec = ScalingSpec(mode="Manual", replicas=1, min_replicas=3, max_replicas=10)
     assert decide(spec, ScalingState(), None, current=3, ready=3, now=1000.0).desired == 1
-    unset = ScalingSpec(mode="Manual", minReplicas=3, maxReplicas=10)
+    unset = ScalingSpec(mode="Manual", min_replicas=3, max_replicas=10)
     assert decide(unset, ScalingState(), None, current=0, ready=0, now=1000.0).desired == 3

@@ -109,6 +109,6 @@ def test_a_busy_share_never_reads_above_one_by_float_rounding() -> None:
     # Only user time moves (the host was busy throughout), yet the float sums round the share above 1.
     times = iter([CpuTimes(69592.3, 61479.65, 65853.74, 0.0), CpuTimes(69596.21, 61479.65, 65853.74, 0.0)])
     machine = MachineCpu.__new__(MachineCpu)
-    machine._cpu_times = lambda: next(times)  # type: ignore[method-assign]
+    machine._cpu_times = lambda: next(times)
     machine._last = machine._read()
     assert machine.shares() == (0.0, 1.0)

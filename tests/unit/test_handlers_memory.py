@@ -8,16 +8,23 @@ entry that stays for the life of the operator (one per deleted deployment).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import kopf
 import pytest
+from handler_calls import as_called, kopf_body
 
-from neuronfleet.handlers import OperatorContext, deployment_changed, keep_converging, kopf_settings, pod_changed
+from neuronfleet import handlers
+from neuronfleet.handlers import OperatorContext, kopf_settings
 from neuronfleet.metrics.operator_metrics import OperatorMetrics
 from neuronfleet.planning.labels import LABEL_DEPLOYMENT
 from neuronfleet.planning.observation import DeploymentMemory
 from neuronfleet.reconcile import OperatorSettings, ReconcileReport
+
+deployment_changed = as_called(handlers.deployment_changed)
+keep_converging = as_called(handlers.keep_converging)
+pod_changed = as_called(handlers.pod_changed)
 
 
 def context() -> OperatorContext:
@@ -32,7 +39,7 @@ async def test_pods_of_a_deleted_deployment_leave_nothing_behind() -> None:
     await pod_changed(labels={LABEL_DEPLOYMENT: "gone"}, namespace="ns", memo=memo)
     assert wakeup.is_set(), "a pod change wakes the running daemon"
 
-    await deployment_changed(type="DELETED", body=kopf.Body({}), namespace="ns", name="gone", memo=memo)
+    await deployment_changed(type="DELETED", body=kopf_body({}), namespace="ns", name="gone", memo=memo)
     for _ in range(3):  # the garbage collector deletes the pods
         await pod_changed(labels={LABEL_DEPLOYMENT: "gone"}, namespace="ns", memo=memo)
     await pod_changed(labels={LABEL_DEPLOYMENT: "never-seen"}, namespace="ns", memo=memo)
@@ -79,7 +86,7 @@ async def test_a_daemon_that_starts_again_starts_from_the_status_not_from_old_me
     stale = DeploymentMemory(apply_errors=("Service d exists and belongs to no controller",))
     ctx.memories[("ns", "d")] = stale  # left by the daemon's run before the pause
 
-    body = kopf.Body({"metadata": {"name": "d", "namespace": "ns", "generation": 3}})
+    body = kopf_body({"metadata": {"name": "d", "namespace": "ns", "generation": 3}})
     await keep_converging(body=body, memo=kopf.Memo(context=ctx), namespace="ns", name="d", stopped=Stopped(stop))
     assert reconciler.given == [DeploymentMemory()]
 
@@ -121,7 +128,7 @@ async def test_a_persistent_failure_posts_one_warning_until_its_message_changes_
     script = ["403 Forbidden", "403 Forbidden", "403 Forbidden", "timed out", None, "timed out", "timed out"]
     reconciler = FailingReconciler(script, stop, lambda: ctx.wakeups[("ns", "d")])
     ctx.reconciler = reconciler  # type: ignore[assignment]
-    body = kopf.Body({"metadata": {"name": "d", "namespace": "ns", "generation": 1}})
+    body = kopf_body({"metadata": {"name": "d", "namespace": "ns", "generation": 1}})
     await keep_converging(body=body, memo=kopf.Memo(context=ctx), namespace="ns", name="d", stopped=Stopped(stop))
     assert reconciler.kube.posted == [
         "ReconcileFailed: 403 Forbidden",
@@ -144,7 +151,7 @@ async def test_a_stopped_daemon_leaves_no_state_and_no_metric_series_behind() ->
     reconciler = FakeReconciler(stop, lambda: ctx.wakeups[("ns", "d")])
     reconciler.status = {"desiredReplicas": 2, "replicas": 2}
     ctx.reconciler = reconciler  # type: ignore[assignment]
-    body = kopf.Body({"metadata": {"name": "d", "namespace": "ns", "generation": 3}})
+    body = kopf_body({"metadata": {"name": "d", "namespace": "ns", "generation": 3}})
     ctx.failures_posted[("ns", "d")] = "an old failure"
     await keep_converging(body=body, memo=kopf.Memo(context=ctx), namespace="ns", name="d", stopped=Stopped(stop))
     exported = [s for f in ctx.metrics.registry.collect() for s in f.samples if s.labels.get("name") == "d"]
@@ -165,7 +172,7 @@ class ConflictingReconciler:
     """Reports the scripted outcomes in turn ("conflict": a status write refused twice,
     "failed": an error, None: a success), noting the loop's time of each; then stops the daemon."""
 
-    def __init__(self, script: list[str | None], stop: list[bool], metrics: OperatorMetrics) -> None:
+    def __init__(self, script: Sequence[str | None], stop: list[bool], metrics: OperatorMetrics) -> None:
         self.settings = OperatorSettings(interval_seconds=10.0)
         self.script, self.stop, self.metrics = list(script), stop, metrics
         self.kube = PostedEvents()
@@ -203,7 +210,7 @@ async def test_a_status_write_conflict_is_retried_at_once_and_is_no_failure() ->
     script = ["conflict", None, "conflict", "conflict", None, "failed", "conflict", None]
     reconciler = ConflictingReconciler(script, stop, ctx.metrics)
     ctx.reconciler = reconciler  # type: ignore[assignment]
-    body = kopf.Body({"metadata": {"name": "d", "namespace": "ns", "generation": 1}})
+    body = kopf_body({"metadata": {"name": "d", "namespace": "ns", "generation": 1}})
     start = asyncio.get_running_loop().time()
     await keep_converging(body=body, memo=kopf.Memo(context=ctx), namespace="ns", name="d", stopped=Stopped(stop))
     assert [round(t - start) for t in reconciler.started] == [0, 0, 10, 10, 20, 30, 50, 50]
@@ -221,7 +228,7 @@ async def test_conflicts_that_each_carry_an_apply_error_back_off_from_the_re_run
     ctx.metrics = OperatorMetrics()
     reconciler = ConflictingReconciler(["conflict after a failed apply"] * 5 + [None], stop, ctx.metrics)
     ctx.reconciler = reconciler  # type: ignore[assignment]
-    body = kopf.Body({"metadata": {"name": "d", "namespace": "ns", "generation": 1}})
+    body = kopf_body({"metadata": {"name": "d", "namespace": "ns", "generation": 1}})
     start = asyncio.get_running_loop().time()
     await keep_converging(body=body, memo=kopf.Memo(context=ctx), namespace="ns", name="d", stopped=Stopped(stop))
     assert [round(t - start) for t in reconciler.started] == [0, 0, 20, 50, 80, 110]
@@ -237,7 +244,7 @@ async def test_conflicts_without_an_error_end_an_earlier_errors_back_off() -> No
     ctx.metrics = OperatorMetrics()
     reconciler = ConflictingReconciler(["failed"] * 3 + ["conflict"] * 4, stop, ctx.metrics)
     ctx.reconciler = reconciler  # type: ignore[assignment]
-    body = kopf.Body({"metadata": {"name": "d", "namespace": "ns", "generation": 1}})
+    body = kopf_body({"metadata": {"name": "d", "namespace": "ns", "generation": 1}})
     start = asyncio.get_running_loop().time()
     await keep_converging(body=body, memo=kopf.Memo(context=ctx), namespace="ns", name="d", stopped=Stopped(stop))
     assert [round(t - start) for t in reconciler.started] == [0, 20, 50, 80, 80, 90, 100]

@@ -103,7 +103,8 @@ async def test_the_default_pool_holds_calls_beyond_100_until_they_time_out(
             raise
 
     try:
-        assert kube.api_client.rest_client.pool_manager.connector.limit == 100
+        connector = kube.api_client.rest_client.pool_manager.connector
+        assert connector is not None and connector.limit == 100
         outcomes = await asyncio.gather(
             *(list_noting_the_first_timeout() for _ in range(CALLS)), return_exceptions=True
         )
@@ -126,8 +127,8 @@ async def test_the_operators_client_has_a_connection_for_each_reconcile_at_once(
     kube.request_timeout = 10.0  # a failure ends in 10 s, not 30
     try:
         # Room beside them for the Events posted after a reconcile, the node list, the peering checks.
-        limit = kube.api_client.rest_client.pool_manager.connector.limit
-        assert limit == connection_pool_size(CALLS) == CALLS + 100
+        connector = kube.api_client.rest_client.pool_manager.connector
+        assert connector is not None and connector.limit == connection_pool_size(CALLS) == CALLS + 100
         outcomes = await _list_at_once(kube)
     finally:
         await kube.close()

@@ -11,8 +11,12 @@ from typing import Any, cast
 import kopf
 import pytest
 import yaml
+from handler_calls import as_called
 
-from neuronfleet.handlers import OperatorContext, login
+from neuronfleet import handlers
+from neuronfleet.handlers import OperatorContext
+
+login = as_called(handlers.login)
 
 CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 

@@ -9,7 +9,7 @@ import copy
 from datetime import UTC, datetime
 from typing import Any
 
-from kopf._core.engines.indexing import OperatorIndexer
+from kopf._core.engines.indexing import Key, OperatorIndexer
 
 from neuronfleet.kube.jobs import LABEL_COMPILE_REQUEST
 from neuronfleet.kube.observe import neighbours, node_held, observe_cluster
@@ -40,7 +40,7 @@ def _indexed(pods: list[dict[str, Any]]) -> OperatorIndexer:
     return indexer
 
 
-def _key(p: dict[str, Any]) -> tuple[str, str, str]:
+def _key(p: dict[str, Any]) -> Key:
     return (p["metadata"]["namespace"], p["metadata"]["name"], p["metadata"]["uid"])
 
 
@@ -115,13 +115,13 @@ async def test_observe_counts_neighbours_from_the_index_without_a_request() -> N
     index = _indexed([mine, *others]).index
     kube = _Kube([mine])
     observed = await asyncio.wait_for(
-        observe_cluster(kube, "a", "emb", None, "uid-a-emb", datetime.now(UTC), occupancy=index),  # type: ignore[arg-type]
+        observe_cluster(kube, "a", "emb", None, "uid-a-emb", datetime.now(UTC), occupancy=index),
         timeout=5,
     )
     assert observed.neighbours == {"n1": 1}  # n2 holds none of the fleet's pods: not asked
     assert kube.calls == ["list_pods", "list_nodes"]
     # Without the index (a Reconciler outside Kopf, as in unit tests): no neighbours, no request.
     kube.calls.clear()
-    observed = await observe_cluster(kube, "a", "emb", None, "uid-a-emb", datetime.now(UTC))  # type: ignore[arg-type]
+    observed = await observe_cluster(kube, "a", "emb", None, "uid-a-emb", datetime.now(UTC))
     assert observed.neighbours == {}
     assert kube.calls == ["list_pods", "list_nodes"]

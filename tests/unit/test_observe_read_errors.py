@@ -26,7 +26,7 @@ from neuronfleet.reconcile import OperatorSettings, Reconciler
 from neuronfleet.sandbox.artifacts import record_uncompiled_artifact
 
 IMAGE = "registry.example/neuronserve:0.1.0"
-THROTTLED = {"status": 429, "reason": "Too Many Requests"}
+THROTTLED: dict[str, Any] = {"status": 429, "reason": "Too Many Requests"}
 
 
 def _deployment(tmp_path: Path) -> InferenceDeployment:

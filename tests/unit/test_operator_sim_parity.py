@@ -100,7 +100,8 @@ def as_the_reader_returns(dep: InferenceDeployment, snapshot: MetricSnapshot | N
     asked = queries_for(dep)
     if snapshot is None:
         return None
-    return replace(snapshot, **{name: None for name in QUERIED if name not in asked})
+    unasked: dict[str, Any] = {name: None for name in QUERIED if name not in asked}
+    return replace(snapshot, **unasked)
 
 
 def written_status(memory: DeploymentMemory, warm: WarmPoolDecision | None, active: int) -> dict[str, Any]:
@@ -157,13 +158,13 @@ def decide_both(
         )
         scale, warm = targets.scale, targets.warm
         warm_written = warm
-        targets = sim_policy.decide(
+        sim_targets = sim_policy.decide(
             now,
             view,
             Observed(FleetCounts(ready, active, 0, 0, 0, 0, active - ready), cold.pod_seconds, cold.node_seconds),
         )
         operator_decisions.append((scale.desired, warm.pods, warm.node_placeholders, f"{scale.reason} | {warm.reason}"))
-        sim_decisions.append((targets.active, targets.warm, targets.placeholders, targets.reason))
+        sim_decisions.append((sim_targets.active, sim_targets.warm, sim_targets.placeholders, sim_targets.reason))
         for offset in between:
             _, memory = decide_targets(
                 dep.spec, memory, snapshot, "Prometheus unavailable", scale.desired, ready, now + offset

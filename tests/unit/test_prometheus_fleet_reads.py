@@ -289,7 +289,7 @@ async def test_a_turned_off_signal_stays_off_and_a_spelled_out_default_is_the_de
 
 async def test_a_deployment_with_every_query_overridden_asks_no_shared_read(prometheus: FakePrometheus) -> None:
     metrics = PrometheusMetrics(prometheus.url)
-    overrides = {
+    overrides: dict[str, Any] = {
         MetricQueries.model_fields[field].alias or field: f"({query})" for field, query in DEFAULT_QUERIES.items()
     }
     snapshot, _ = await metrics.snapshot(deployment("bert", **overrides), NOW)
@@ -316,7 +316,7 @@ async def test_a_deployment_stored_with_an_earlier_releases_defaults_takes_the_s
 ) -> None:
     metrics = PrometheusMetrics(prometheus.url)
     fields = MetricQueries.model_fields
-    earlier = {fields[field].alias or field: queries[-1] for field, queries in FORMER_DEFAULTS.items()}
+    earlier: dict[str, Any] = {fields[field].alias or field: queries[-1] for field, queries in FORMER_DEFAULTS.items()}
     snapshot, reason = await metrics.snapshot(deployment("bert", **earlier), NOW)
     assert prometheus.queries == prometheus.fleet_queries and len(prometheus.queries) == len(FLEET_QUERIES)
     assert snapshot is not None and reason == "metrics read"

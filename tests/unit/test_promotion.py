@@ -11,7 +11,7 @@ from neuronfleet.planning.promotion import PodInfo, drain_order, promotion_order
 
 def pod(
     name: str,
-    node: str = "n",
+    node: str | None = "n",
     zone: str | None = "a",
     ready: float | None = 0.0,
     inflight: float = 0.0,

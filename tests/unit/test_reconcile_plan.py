@@ -106,6 +106,7 @@ def test_a_new_deployment_creates_its_pods_and_scales_once_then_holds_still() ->
 
 def test_auto_mode_without_metrics_keeps_one_message_between_and_across_decisions() -> None:
     dep = deployment(scaling={"mode": "Auto", "minReplicas": 1, "maxReplicas": 3, "intervalSeconds": 15})
+    status: dict[str, Any]
     memory, status = DeploymentMemory(), {}
     statuses = []
     for second in (0, 5, 10, 15, 20, 30, 45):
@@ -171,6 +172,7 @@ def test_a_compile_that_ends_with_its_artifact_posts_compile_succeeded_once() ->
         Observation(T0 + timedelta(seconds=10), compile=compiled(dep, job_phase="succeeded")),
         Observation(T0 + timedelta(seconds=20), compile=compiled(dep, job_phase="succeeded")),
     ]
+    status: dict[str, Any]
     memory, status, posted = DeploymentMemory(), {}, []
     for observation in rounds:
         result = plan(dep, observation, memory, status)
@@ -209,6 +211,7 @@ def test_a_compile_that_ends_with_its_artifact_posts_compile_succeeded_once() ->
 
 def _compile_succeeded_events(dep: InferenceDeployment, rounds: list[Observation]) -> list[list[str]]:
     """The CompileSucceeded messages each round posts, each round's status read back by the next."""
+    status: dict[str, Any]
     memory, status, posted = DeploymentMemory(), {}, []
     for observation in rounds:
         result = plan(dep, observation, memory, status)
@@ -294,6 +297,7 @@ def test_compile_succeeded_is_not_posted_for_a_spec_reverted_to_a_stored_artifac
         "after v1 served, v0's Job kept": [[], v0_said, [], v1_said, []],
     }
     for name, rounds in scenarios.items():
+        status: dict[str, Any]
         memory, status, messages = DeploymentMemory(), {}, []
         for dep, observed in rounds:
             result = plan(dep, Observation(T0, compile=observed), memory, status)
@@ -484,6 +488,7 @@ def test_a_failed_job_asked_to_run_differently_is_replaced_and_the_event_says_wh
 def test_a_prometheus_url_the_allow_list_refuses_is_its_own_reason_held_between_decisions_and_warned_once() -> None:
     dep = deployment(scaling={"mode": "Auto", "minReplicas": 1, "maxReplicas": 3, "intervalSeconds": 15})
     refused = "spec.scaling.metrics.prometheusUrl (at http://10.0.0.1:80) is not requested: ..."
+    status: dict[str, Any]
     memory, status = DeploymentMemory(), {}
     events, conditions = [], []
     for second in (0, 5, 15):
@@ -930,6 +935,8 @@ def test_a_steady_fleet_writes_its_status_with_its_checkpoints_not_on_every_deci
     dep = deployment(
         scaling={"mode": "Auto", "minReplicas": 1, "maxReplicas": 40, "intervalSeconds": 15}, warmPool=warm_pool
     )
+    status: dict[str, Any]
+    pods: tuple[PodView, ...]
     memory, status, pods = DeploymentMemory(), {}, ()
     writes, messages = 0, set()
     for tick in range(480):  # two hours of decisions; the second is counted
@@ -1259,6 +1266,7 @@ def test_the_rollout_start_is_written_once_kept_while_it_lasts_and_removed_when_
     # progress they made) until it completes, when the section goes (an explicit null in the patch).
     now = start + timedelta(minutes=5)
     pods = tuple(replace(p, ready=True, phase="Running", node="n1", ready_at=now) for p in loading)
+    written: list[Any]
     result, written, patches = again, [], []
     while result.actions or "rollout" in result.status:
         assert len(written) < 10, "the rollout did not complete"

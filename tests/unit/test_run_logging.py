@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import kopf
 import pytest
+from handler_calls import kopf_body
 
 from neuronfleet.run_command import configure_logging
 
@@ -36,7 +37,7 @@ def test_a_handler_line_names_its_object_and_other_lines_are_unchanged(capsys: p
         "metadata": {"namespace": "search", "name": "minilm-embeddings", "uid": "u-1"},
     }
     # Kopf logs a handler's outcome through this adapter (logger kopf.objects), with the object attached.
-    objects = kopf.ObjectLogger(body=kopf.Body(body), settings=kopf.OperatorSettings())
+    objects = kopf.ObjectLogger(body=kopf_body(body), settings=kopf.OperatorSettings())
     objects.info("Handler 'deployment_changed' succeeded.")
     logging.getLogger("neuronfleet.run_command").info("leader: this replica reconciles")
     logging.getLogger("neuronfleet.run_command").debug("not at the default level")

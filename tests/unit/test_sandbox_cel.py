@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from celpy.adapter import json_to_cel
 
 from neuronfleet.sandbox import cel
 
@@ -59,7 +60,7 @@ def test_transition_rules_are_never_ratcheted() -> None:
 
 def test_each_value_is_converted_once_for_all_its_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     converted: list[Any] = []
-    original = cel.json_to_cel
+    original = json_to_cel  # what cel imported
 
     def counting(value: Any) -> Any:
         converted.append(value)

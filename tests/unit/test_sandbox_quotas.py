@@ -4,6 +4,7 @@ must find set, and quantities printed as resource.Quantity prints them."""
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,9 @@ from neuronfleet.sandbox.quotas import (
 )
 
 
-def container(name: str, requests: dict[str, str] | None = None, limits: dict[str, str] | None = None) -> dict:
+def container(
+    name: str, requests: dict[str, str] | None = None, limits: dict[str, str] | None = None
+) -> dict[str, Any]:
     return {"name": name, "resources": {"requests": requests or {}, "limits": limits or {}}}
 
 

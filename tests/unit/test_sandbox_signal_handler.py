@@ -6,7 +6,9 @@ first, so the stop never began, and a later signal's forced exit printed first t
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 
 import pytest
 
@@ -28,7 +30,7 @@ def test_the_stop_begins_though_its_message_cannot_be_written() -> None:
 def test_the_forced_exit_happens_though_its_message_cannot_be_written(monkeypatch: pytest.MonkeyPatch) -> None:
     exits: list[int] = []
     monkeypatch.setattr(signals, "kill_children", lambda: 0)
-    monkeypatch.setattr(signals.os, "_exit", exits.append)
+    monkeypatch.setattr(os, "_exit", exits.append)  # the module signals calls
     stopper = signals.StopOnSignals(lambda _signal: None, "the sandbox", say=_closed_terminal)
     stopper._received(signal.SIGHUP)
     stopper._received(signal.SIGTERM)
@@ -46,6 +48,6 @@ def test_the_default_printer_ignores_a_closed_stderr(monkeypatch: pytest.MonkeyP
         def flush(self) -> None:
             raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(signals.sys, "stderr", Closed())
+    monkeypatch.setattr(sys, "stderr", Closed())
     signals._say("stopping")  # raises no OSError (the test fails with it)
     assert tried == ["stopping"], "the message was written to stderr, and its EIO swallowed"

@@ -11,6 +11,7 @@ from neuronfleet.sim import engine, report
 from neuronfleet.sim.metrics import MetricsView
 from neuronfleet.sim.policies import Observed, Targets
 from neuronfleet.sim.profiles import load_profile
+from neuronfleet.sim.scaledown import ScaleDownBy
 from neuronfleet.sim.trace import Trace
 from neuronfleet.sim.workload import build
 
@@ -25,7 +26,7 @@ class GrowsToTwo:
     setting = "2"
     interval = 1.0
     start_replicas: int | None = 1
-    scale_down = "operator"
+    scale_down: ScaleDownBy = "operator"
     reads_cold_starts = False
 
     def prime(self, replicas: int, now: float) -> None:

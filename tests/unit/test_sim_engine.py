@@ -9,7 +9,7 @@ import pytest
 
 from neuronfleet.sim import engine, runner
 from neuronfleet.sim.baselines import Hpa, Kpa, RayServe
-from neuronfleet.sim.policies import Policy, Static
+from neuronfleet.sim.policies import MIN_COLD_START_SAMPLES, Policy, Static
 from neuronfleet.sim.profiles import load_profile
 from neuronfleet.sim.trace import Trace, load, rise_and_fall
 from neuronfleet.sim.workload import Workload, build, factor_for_peak
@@ -215,5 +215,5 @@ def test_the_running_cold_start_p90_is_the_operators_estimate_of_every_sample_so
         samples += [float(x) for x in rng.gamma(9.0, 50.0, size=batch)]
         if rng.random() < 0.05:
             samples.append(float(rng.uniform(5_000, 20_000)))
-        assert running.update(samples) == coldstart.estimate(samples, engine.MIN_COLD_START_SAMPLES)
+        assert running.update(samples) == coldstart.estimate(samples, MIN_COLD_START_SAMPLES)
     assert len(samples) > 5_000

@@ -17,7 +17,8 @@ def reference_schedule(work: np.ndarray, work_s: np.ndarray, window: int, dt: fl
     padded = np.concatenate([work, np.zeros(window)])
     sums = np.convolve(padded, np.ones(window), "full")[window - 1 : window - 1 + len(work)]
     need = sums.reshape(-1, PER_SECOND).max(axis=1) / (window * dt)
-    return np.maximum(np.ceil(np.maximum(need, work_s) - 1e-9), 1).astype(np.int64)
+    needed: np.ndarray = np.maximum(np.ceil(np.maximum(need, work_s) - 1e-9), 1).astype(np.int64)
+    return needed
 
 
 @pytest.mark.parametrize("slo_ms", [1000.0, 5000.0])

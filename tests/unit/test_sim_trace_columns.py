@@ -187,8 +187,10 @@ def test_request_and_response_token_columns_are_read(tmp_path: Path) -> None:
     burst = load(
         write(tmp_path / "b.csv", "Timestamp,Request tokens,Response tokens,Total tokens,Log Type", seconds=60)
     )
+    assert burst.columns is not None
     assert burst.columns.context == "Request tokens" and burst.columns.generated == "Response tokens"
     assert set(burst.columns.ignored) == {"Total tokens", "Log Type"}
     # An identifier or a time that says request or response is still never a token count.
     other = load(write(tmp_path / "o.csv", "time,request_id,response_time_ms,input_tokens,output_tokens", seconds=60))
+    assert other.columns is not None
     assert other.columns.context == "input_tokens" and other.columns.generated == "output_tokens"

@@ -13,11 +13,10 @@ from neuronfleet.planning.compile import CompileDecision, StoredArtifact
 from neuronfleet.planning.fleet import FleetSummary, FleetTarget, PodProblem, PodView, RolloutRecord, plan_fleet
 from neuronfleet.planning.labels import ArtifactRevision
 from neuronfleet.planning.placement import ReplicaNeeds, plan_placement
-from neuronfleet.planning.reasons import Reason
+from neuronfleet.planning.reasons import Reason, Refusal
 from neuronfleet.planning.status import (
     ConditionValue,
     LastScale,
-    Refusal,
     StatusInputs,
     build_status,
     compute_conditions,
@@ -176,12 +175,12 @@ def test_warm_pool_filling_and_auto_scaling_without_metrics() -> None:
 
 
 def test_merge_keeps_transition_time_when_status_holds_and_moves_it_on_a_flip() -> None:
-    first = merge_conditions([], [ConditionValue("Ready", "False", "ReplicasNotReady", "0/2")], T0, 1)
+    first = merge_conditions([], [ConditionValue("Ready", "False", Reason.REPLICAS_NOT_READY, "0/2")], T0, 1)
     assert first[0].last_transition_time == "2026-11-30T12:00:00Z"
-    same = merge_conditions(first, [ConditionValue("Ready", "False", "ReplicasNotReady", "1/2")], T1, 2)
+    same = merge_conditions(first, [ConditionValue("Ready", "False", Reason.REPLICAS_NOT_READY, "1/2")], T1, 2)
     assert same[0].last_transition_time == "2026-11-30T12:00:00Z"
     assert (same[0].message, same[0].observed_generation) == ("1/2", 2)
-    flipped = merge_conditions(same, [ConditionValue("Ready", "True", "ReplicasReady", "2/2")], T1, 2)
+    flipped = merge_conditions(same, [ConditionValue("Ready", "True", Reason.REPLICAS_READY, "2/2")], T1, 2)
     assert flipped[0].last_transition_time == "2026-11-30T12:05:00Z"
 
 
@@ -190,7 +189,7 @@ def test_merge_reads_wire_dicts_and_keeps_foreign_conditions() -> None:
         {"type": "Custom", "status": "True", "reason": "X", "lastTransitionTime": "2026-01-01T00:00:00Z"},
         {"type": "Degraded", "status": "False", "reason": "AsExpected", "lastTransitionTime": "2026-01-01T00:00:00Z"},
     ]
-    merged = merge_conditions(previous, [ConditionValue("Degraded", "False", "AsExpected")], T1, 3)
+    merged = merge_conditions(previous, [ConditionValue("Degraded", "False", Reason.AS_EXPECTED)], T1, 3)
     assert [c.type for c in merged] == ["Degraded", "Custom"]
     assert merged[0].last_transition_time == "2026-01-01T00:00:00Z"
     assert merged[1] == Condition.model_validate(previous[0])
@@ -202,6 +201,7 @@ def test_build_status_is_a_valid_status_with_counts_selector_and_placement() -> 
     assert parsed.observed_generation == 4
     assert (parsed.replicas, parsed.ready_replicas, parsed.warm_replicas, parsed.desired_replicas) == (2, 2, 1, 2)
     assert parsed.selector == "serving.neuronfleet.dev/deployment=bert,serving.neuronfleet.dev/role=active"
+    assert parsed.placement is not None and parsed.artifact is not None
     assert parsed.placement.instance_type == "inf2.xlarge"
     assert parsed.placement.nodes == 3
     assert parsed.artifact.revision == "bbbbbbbbbb"

@@ -19,16 +19,21 @@ from pathlib import Path
 from typing import Any
 
 import kopf
+from handler_calls import as_called, kopf_body
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from neuronfleet import handlers
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.artifacts.store import ArtifactStore
-from neuronfleet.handlers import OperatorContext, deployment_changed, keep_converging
+from neuronfleet.handlers import OperatorContext
 from neuronfleet.kube.builders import BuilderConfig
 from neuronfleet.kube.client import JobDeletion
 from neuronfleet.planning.observation import DeploymentMemory
 from neuronfleet.reconcile import OperatorSettings, Reconciler, ReconcileReport
 from neuronfleet.sandbox.artifacts import record_uncompiled_artifact
+
+deployment_changed = as_called(handlers.deployment_changed)
+keep_converging = as_called(handlers.keep_converging)
 
 IMAGE = "registry.example/neuronserve:0.1.0"
 
@@ -285,7 +290,7 @@ class _Daemon:
     async def run(self) -> None:
         stopped: Any = _Stopped(self.stop)
         async with asyncio.timeout(60):
-            await keep_converging(body=kopf.Body(self.raw), memo=self.memo, namespace="ns", name="emb", stopped=stopped)
+            await keep_converging(body=kopf_body(self.raw), memo=self.memo, namespace="ns", name="emb", stopped=stopped)
 
     async def runs_seen(self, count: int, running: asyncio.Task[None]) -> None:
         """Until ``count`` reconciles ran, or the daemon (``running``) ended."""
@@ -299,7 +304,7 @@ class _Daemon:
     async def watch_delivers(self, obj: dict[str, Any]) -> None:
         self.raw.clear()
         self.raw.update(copy.deepcopy(obj))
-        await deployment_changed(type="MODIFIED", body=kopf.Body(self.raw), namespace="ns", name="emb", memo=self.memo)
+        await deployment_changed(type="MODIFIED", body=kopf_body(self.raw), namespace="ns", name="emb", memo=self.memo)
 
 
 class _Stopped:

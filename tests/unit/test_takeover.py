@@ -53,8 +53,8 @@ def test_a_new_leader_without_a_checkpoint_holds_the_fleet_through_the_scale_dow
     dep = deployment(scaling=AUTO, warmPool={"mode": "Off"})
     # The old leader: busy for a minute, so it grows the fleet; then the load drops and it holds.
     memory, current = DeploymentMemory(), 1
-    for t in range(0, 61, 15):
-        targets, memory = decide_targets(dep.spec, memory, queued(t, 40, 0.9), "", current, current, float(t))
+    for second in range(0, 61, 15):
+        targets, memory = decide_targets(dep.spec, memory, queued(second, 40, 0.9), "", current, current, float(second))
         current = targets.scale.desired
     assert current >= 8
     targets, memory = decide_targets(dep.spec, memory, queued(75, 0, 0.05), "", current, current, 75.0)
@@ -219,6 +219,8 @@ def test_a_restarted_operator_plans_what_the_old_one_would_have(scaling_spec: di
         scaling={**scaling_spec, "maxReplicas": 20},
         warmPool={"mode": "Auto", "minPods": 0, "maxPods": 8, "maxNodePlaceholders": 0},
     )
+    status: dict[str, Any]
+    pods: tuple[PodView, ...]
     memory, status, pods = DeploymentMemory(), {}, ()
     second = 0
     while second < 1200 or swinging(second) == 10:  # 20 minutes, until the demand is low again
@@ -288,6 +290,7 @@ def test_a_steady_fleet_after_a_takeover_writes_its_status_only_at_decisions() -
     ("for 3590s more"), so every reconcile (the daemon's tick, each pod event) planned another status
     and wrote it, for the hour after every restart. It says when the hold ends, which no round moves."""
     dep, compiled, status = _found_pool_of_6()
+    pods: tuple[PodView, ...]
     memory, pods = DeploymentMemory(), ()
     writes: list[tuple[int, bool]] = []
     for second in range(0, 300, 5):  # reconciles every 5 s, a decision every 15 s

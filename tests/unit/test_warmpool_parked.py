@@ -8,7 +8,7 @@ zero active replicas, and a takeover held the pool it found.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -19,6 +19,7 @@ from neuronfleet.planning.observation import DeploymentMemory, StatusMemory
 from neuronfleet.planning.reconcile_plan import decide_targets
 from neuronfleet.planning.signals import MetricSnapshot
 from neuronfleet.sim.fleet import FleetCounts
+from neuronfleet.sim.metrics import MetricsView
 from neuronfleet.sim.policies import Observed, ours_from_policy_file
 
 NOW = 1_800_000_000.0
@@ -48,7 +49,7 @@ def test_a_parked_model_keeps_no_auto_warm_pool(takeover: bool) -> None:
 def test_the_simulator_parks_as_the_operator() -> None:
     ours = ours_from_policy_file({"scaling": PARKED, "warmPool": AUTO_POOL}, max_replicas=4, setting="parked")
     observed = Observed(FleetCounts(0, 0, 0, 0, 0, 0, 0), None, None)
-    wanted = ours.decide(NOW, _NoMetrics(), observed)
+    wanted = ours.decide(NOW, cast(MetricsView, _NoMetrics()), observed)  # only snapshot() is read
     assert (wanted.active, wanted.warm, wanted.placeholders) == (0, 0, 0), wanted.reason
     assert "parked: Manual replicas 0" in wanted.reason
 

@@ -174,7 +174,8 @@ class MachineCpu:
     def __init__(self) -> None:
         import psutil  # imported here: the arrival functions above are used without it
 
-        self._cpu_times = psutil.cpu_times
+        # The platform's named tuple of float counters (its fields differ by OS).
+        self._cpu_times: Callable[[], Any] = psutil.cpu_times
         self._last = self._read()
 
     def _read(self) -> tuple[float, float, float]:
