@@ -63,31 +63,69 @@ def test_the_fleet_verdicts_agree_with_the_benchmarks_own_rule(name: str) -> Non
     assert fleet_verdicts(RESULTS[name]) == {key: figures[f"{key}.done.met"] for key in SCENARIOS}
 
 
+def fleet_results_meeting_every_target() -> dict[str, Any]:
+    """The committed results with fleet.json's judged figures set so that ours meets every target
+    (the committed figures are the benchmark's, and move with the code)."""
+    results: dict[str, Any] = copy.deepcopy(RESULTS)
+    f = results["fleet"]["figures"]
+    for key in SCENARIOS:
+        f[f"{key}.ours_default.slo_attainment"] = 0.995
+        f[f"{key}.done.ours_vs_cheapest_baseline"] = 0.5
+        f[f"{key}.done.cheapest_baseline_reaching_99"] = "hpa 0.6"
+        f[f"{key}.done.ours_vs_feasible_oracle"] = 1.0
+        f[f"{key}.done.ours_vs_static"] = 1.0
+    return results
+
+
 def test_unmet_fleet_targets_read_not_met() -> None:
     fleet = next(b for b in BENCHMARKS if b.name == "fleet")
-    table = render_benchmark(fleet, RESULTS["fleet"])
+    results = fleet_results_meeting_every_target()
+    row = next(line for line in render_summary(results).splitlines() if "`fleet.json`" in line)
+    assert "scored halves meeting all of issue 11's targets **5 of 5** (5 of 5: met)" in row
+    f = results["fleet"]["figures"]
+    f["nasa-14d/superpose.done.ours_vs_feasible_oracle"] = 1.2391
+    f["conv-1h/rate.done.ours_vs_feasible_oracle"] = 1.6812
+    f["conv-1h/replicate.done.ours_vs_static"] = 0.981
+    table = render_benchmark(fleet, results["fleet"])
     assert "| NASA superpose: cost vs the feasible oracle | 1.24x | ≤ 1.15x | not met |" in table
     assert "| conv rate: cost vs the feasible oracle | 1.68x | ≤ 1.10x | not met |" in table
     assert "| conv replicate: cost vs the static fleet | 0.98x | ≤ 1.05x | met |" in table
-    row = next(line for line in render_summary(RESULTS).splitlines() if "`fleet.json`" in line)
-    assert "**1 of 5** (5 of 5: not met)" in row
+    assert "| not met on | NASA superpose, conv rate |" in table
+    row = next(line for line in render_summary(results).splitlines() if "`fleet.json`" in line)
+    assert "**3 of 5** (5 of 5: not met)" in row
     assert "NASA superpose: cost vs the feasible oracle **1.24x** (≤ 1.15x: not met)" in row
 
 
 def test_a_target_with_no_baseline_reaching_99_gets_no_verdict() -> None:
-    # NASA rate: no baseline reaches 99 %, so "cheaper than the cheapest that does" has nothing to
-    # judge; ours' cost against the cheapest baseline is shown instead, and the oracle decides.
+    # No baseline reaches 99 %, so "cheaper than the cheapest that does" has nothing to judge;
+    # ours' cost against the cheapest baseline is shown instead, and the oracle decides.
     fleet = next(b for b in BENCHMARKS if b.name == "fleet")
-    table = render_benchmark(fleet, RESULTS["fleet"])
+    results = fleet_results_meeting_every_target()
+    f = results["fleet"]["figures"]
+    key = "nasa-14d/rate"
+    f[f"{key}.done.ours_vs_cheapest_baseline"] = None
+    f[f"{key}.ours_default.usd_per_million"] = 1.24
+    for family, cost in {"hpa": 2.0, "keda": 3.0, "kpa": None, "ray": 4.0, "static": 2.5}.items():
+        f[f"{key}.{family}.usd_per_million"] = cost  # kpa: no setting ran to a cost
+    f[f"{key}.hpa.chosen_setting"], f[f"{key}.hpa.slo_attainment"] = "0.6", 0.98784
+    table = render_benchmark(fleet, results["fleet"])
     assert (
         "| NASA rate: cost vs the cheapest baseline reaching 99 % | no baseline reaches 99 %; ours 0.62x the "
         "cheapest (hpa 0.6, 98.78 %) |  |  |"
     ) in table
+    # Without a verdict of its own the scored half is judged by its other targets.
+    assert fleet_verdicts(results["fleet"])[key]
+    f[f"{key}.done.ours_vs_feasible_oracle"] = 1.17
+    assert not fleet_verdicts(results["fleet"])[key]
 
 
 def test_the_restart_without_its_checkpoint_is_shown_not_judged() -> None:
     restart = next(b for b in BENCHMARKS if b.name == "restart")
-    table = render_benchmark(restart, RESULTS["restart"])
+    results: dict[str, Any] = copy.deepcopy(RESULTS)
+    f = results["restart"]["figures"]
+    for key, lost in zip(SCENARIOS[:4], (0.9912, 0.98619, 0.995, 0.999), strict=True):
+        f[f"{key}.lost_lowest_attainment"] = lost
+    table = render_benchmark(restart, results["restart"])
     assert "| memory lost instead (what the checkpoint saves): lowest | 98.62 % |  |  |" in table
 
 
