@@ -22,7 +22,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -76,8 +76,14 @@ def kubectl() -> str:
     return found
 
 
+class RunKubectl(Protocol):
+    """The ``run_kubectl`` fixture: kubectl with ``args``; a non-zero exit fails the test if ``check``."""
+
+    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]: ...
+
+
 @pytest.fixture
-def run_kubectl(kubectl: str, threaded_sandbox_cluster: ThreadedSandboxCluster, tmp_path: Path):  # type: ignore[no-untyped-def]
+def run_kubectl(kubectl: str, threaded_sandbox_cluster: ThreadedSandboxCluster, tmp_path: Path) -> RunKubectl:
     """kubectl against the threaded sandbox, with its own cache and HOME; fails the test on a non-zero exit."""
     env = {**os.environ, "KUBECONFIG": str(threaded_sandbox_cluster.kubeconfig_path), "HOME": str(tmp_path)}
 

@@ -44,10 +44,18 @@ from neuronfleet.run_command import (
     resolve_defaults,
     workload_service_accounts,
 )
-from neuronfleet.sandbox.cluster import ThreadedSandboxCluster
+from neuronfleet.sandbox.cluster import SandboxCluster, ThreadedSandboxCluster
 
 KUBERNETES_VERSION = "1.34.0"
 VALUES = {"default": [MINIMAL_VALUES], "ci": [CI_VALUES]}
+
+
+def create_namespaces(cluster: ThreadedSandboxCluster, *names: str) -> None:
+    def create(c: SandboxCluster) -> None:
+        for name in names:
+            c.create("namespaces", {"metadata": {"name": name}})
+
+    cluster.call(create)
 
 
 @pytest.fixture(scope="module", params=sorted(VALUES))
@@ -193,8 +201,7 @@ def test_the_peering_object_is_rendered_only_while_it_is_absent(tmp_path: Path) 
         cluster.call(lambda c: c.create("clusterkopfpeerings", {"metadata": {"name": "neuronfleet"}}, group="kopf.dev"))
         assert peerings() == []
         # Namespaced: the same, per watched namespace.
-        for namespace in ("team-a", "team-b"):
-            cluster.call(lambda c, ns=namespace: c.create("namespaces", {"metadata": {"name": ns}}))
+        create_namespaces(cluster, "team-a", "team-b")
         cluster.call(
             lambda c: c.create("kopfpeerings", {"metadata": {"name": "neuronfleet"}}, "team-a", group="kopf.dev")
         )
@@ -215,8 +222,7 @@ def test_a_namespaced_install_needs_its_namespaces_first(tmp_path: Path) -> None
             "operator.watchNamespaces: namespaces team-a, team-b do not exist. Create the watched namespaces "
             "first (kubectl create namespace team-a team-b)"
         ) in result.stderr
-        for namespace in ("team-a", "team-b"):
-            cluster.call(lambda c, ns=namespace: c.create("namespaces", {"metadata": {"name": ns}}))
+        create_namespaces(cluster, "team-a", "team-b")
         result = helm(*args, env=env)
         assert result.returncode == 0, result.stderr
     # Without a cluster (helm template) nothing can be looked up: it renders.
@@ -717,7 +723,8 @@ def test_helm_install_and_uninstall_on_the_sandbox(tmp_path: Path) -> None:
         assert stored("deployments", "nf-neuronfleet", "default", group="apps") is not None
         role = stored("clusterroles", "nf-neuronfleet", group="rbac.authorization.k8s.io")
         assert role is not None and role["rules"]
-        assert stored("priorityclasses", "neuronfleet-placeholder", group="scheduling.k8s.io")["value"] == -1  # type: ignore[index]
+        placeholder = stored("priorityclasses", "neuronfleet-placeholder", group="scheduling.k8s.io")
+        assert placeholder is not None and placeholder["value"] == -1
         assert stored(
             "customresourcedefinitions", "inferencedeployments.serving.neuronfleet.dev", group="apiextensions.k8s.io"
         )
@@ -753,8 +760,7 @@ def test_releases_share_the_priority_classes_whoever_created_them(tmp_path: Path
             "HELM_CONFIG_HOME": str(tmp_path / "config"),
             "HELM_DATA_HOME": str(tmp_path / "data"),
         }
-        for namespace in ("nf-a", "team-a", "nf-b", "team-b", "nf-c", "team-c"):
-            cluster.call(lambda c, ns=namespace: c.create("namespaces", {"metadata": {"name": ns}}))
+        create_namespaces(cluster, "nf-a", "team-a", "nf-b", "team-b", "nf-c", "team-c")
 
         def install(team: str, *sets: str, verb: str = "install") -> subprocess.CompletedProcess[str]:
             args = [verb, f"nf-{team}", str(CHART), "--namespace", f"nf-{team}", "--values", str(MINIMAL_VALUES)]
@@ -781,11 +787,15 @@ def test_releases_share_the_priority_classes_whoever_created_them(tmp_path: Path
             "priorityClasses.servingValue is 5000 but PriorityClass neuronfleet-active exists with value 1000, "
             "created by Helm release nf-a in namespace nf-a"
         ) in changed.stderr
+
         # Classes no release owns, as `neuronfleet sandbox` makes them.
-        for name in names:
-            cluster.call(lambda c, n=name: c.delete("priorityclasses", n, group="scheduling.k8s.io"))
-        for priority_class in build_priority_classes():
-            cluster.call(lambda c, pc=priority_class: c.create("priorityclasses", pc, group="scheduling.k8s.io"))
+        def recreate_unowned(c: SandboxCluster) -> None:
+            for name in names:
+                c.delete("priorityclasses", name, group="scheduling.k8s.io")
+            for priority_class in build_priority_classes():
+                c.create("priorityclasses", priority_class, group="scheduling.k8s.io")
+
+        cluster.call(recreate_unowned)
         third = install("c")
         assert third.returncode == 0, third.stderr
         assert [owner(name) for name in names] == [None] * len(names)

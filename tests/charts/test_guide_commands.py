@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from chart_support import CHART, REPO, helm_command, section, tool
 
-from neuronfleet.sandbox.cluster import ThreadedSandboxCluster
+from neuronfleet.sandbox.cluster import SandboxCluster, ThreadedSandboxCluster
 
 GUIDE = REPO / "docs" / "install-eks.md"
 #: The commit that added monitoring.alerts: the chart of its parent has none.
@@ -69,9 +69,12 @@ def test_the_alerts_command_upgrades_a_release_from_before_the_alerts(tmp_path: 
     assert "--reuse-values" not in alerts and "-f my-values.yaml" in alerts
     bin_dir = Path(tool("helm")).parent
     with ThreadedSandboxCluster(crd_dir=REPO / "crds") as cluster:
-        for kind, plural in MONITORING_KINDS.items():
-            crd = _monitoring_crd(kind, plural)
-            cluster.call(lambda c, crd=crd: c.create("customresourcedefinitions", crd, group="apiextensions.k8s.io"))
+
+        def create_monitoring_crds(c: SandboxCluster) -> None:
+            for kind, plural in MONITORING_KINDS.items():
+                c.create("customresourcedefinitions", _monitoring_crd(kind, plural), group="apiextensions.k8s.io")
+
+        cluster.call(create_monitoring_crds)
         env = {
             **os.environ,
             "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -109,5 +112,6 @@ def test_the_alerts_command_upgrades_a_release_from_before_the_alerts(tmp_path: 
             assert found is not None and found["metadata"]["labels"]["release"] == "kube-prometheus-stack"
         # The install's own values were kept.
         deployment = cluster.call(lambda c: c.get("deployments", "neuronfleet", "neuronfleet-system", group="apps"))
+        assert deployment is not None
         env_vars = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
         assert env_vars["NEURONFLEET_PROMETHEUS_URL"] == "http://prometheus-operated.monitoring.svc:9090"

@@ -38,6 +38,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client import CustomObjectsApi
 
 from neuronfleet.api.v1alpha1 import GROUP, PLURAL
+from neuronfleet.kube.client import KubeClient
 from neuronfleet.run_command import build_context, operator_tasks
 from neuronfleet.sandbox import NodeGroup, SandboxCluster
 
@@ -197,7 +198,9 @@ async def _flow(cluster: SandboxCluster, tmp_path: Path, namespaces: list[str]) 
         cluster.create("clusterkopfpeerings", {"metadata": {"name": "neuronfleet"}}, group="kopf.dev")
     await harness.ensure_priority_classes()
     context = await build_context(harness.settings, cluster.kubeconfig_path, clock=cluster.clock.wall)
-    context.reconciler.kube.api_client.user_agent = OPERATOR_AGENT
+    kube = context.reconciler.kube
+    assert isinstance(kube, KubeClient)  # build_context's client
+    kube.api_client.user_agent = OPERATOR_AGENT
     harness.context = context
     harness._tasks = list(
         await operator_tasks(context, namespaces=namespaces, peering_name="neuronfleet", priority=10, in_process=True)

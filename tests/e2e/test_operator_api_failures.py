@@ -203,11 +203,12 @@ async def test_a_service_and_pdb_whose_selectors_were_widened_by_hand_are_put_ba
 
     api = await harness.api()
     merge = "application/merge-patch+json"
-    await k8s.CoreV1Api(api).patch_namespaced_service(
-        "edited", NS, {"spec": {"selector": {"tier": "legacy"}}}, _content_type=merge
-    )
+    # Any: the generated stubs omit the ``_content_type`` keyword a merge patch needs.
+    core: Any = k8s.CoreV1Api(api)
+    policy: Any = k8s.PolicyV1Api(api)
+    await core.patch_namespaced_service("edited", NS, {"spec": {"selector": {"tier": "legacy"}}}, _content_type=merge)
     extra = {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["legacy"]}]}
-    await k8s.PolicyV1Api(api).patch_namespaced_pod_disruption_budget(
+    await policy.patch_namespaced_pod_disruption_budget(
         "edited", NS, {"spec": {"selector": {**extra, "matchLabels": {"tier": "legacy"}}}}, _content_type=merge
     )
 
@@ -250,7 +251,7 @@ async def test_a_re_created_deployment_skips_its_predecessors_pod_names_and_a_ta
     await harness.wait(lambda: _ready_active(harness, "renamed") == 1, timeout=90, what="one ready active pod")
     first = harness.pods(NS, "renamed", "active")[0]
     assert first["metadata"]["name"].endswith("-0")
-    core = k8s.CoreV1Api(await harness.api())
+    core: Any = k8s.CoreV1Api(await harness.api())  # the stubs take only a V1Pod, the API a dict too
     spec = {k: v for k, v in first["spec"].items() if k != "nodeName"}
     # Slot 1: a predecessor's pod (the fleet's labels, another owner) awaiting garbage collection.
     predecessor = {

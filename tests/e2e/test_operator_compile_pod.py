@@ -64,7 +64,8 @@ async def test_a_compile_pod_the_api_server_refuses_is_named_in_the_compiled_con
     # it". It now quotes the Event, naming the quota and the field that sets what it counts. The
     # sandbox's quota admission refuses it (spec.compile.memory is 8Gi by default).
     await harness.ensure_namespace("refused")
-    await k8s.CoreV1Api(await harness.api()).create_namespaced_resource_quota(
+    core: Any = k8s.CoreV1Api(await harness.api())  # the stubs take only a V1ResourceQuota, the API a dict too
+    await core.create_namespaced_resource_quota(
         "refused", {"metadata": {"name": "compute"}, "spec": {"hard": {"requests.memory": "4Gi"}}}
     )
     quota = (
@@ -141,7 +142,9 @@ async def test_a_superseded_compile_job_held_by_a_finalizer_is_deleted_once(harn
         timeout=60,
         what="the compile pod running",
     )
-    await k8s.BatchV1Api(await harness.api()).patch_namespaced_job(
+    # Any: the generated stubs omit the ``_content_type`` keyword a merge patch needs.
+    batch: Any = k8s.BatchV1Api(await harness.api())
+    await batch.patch_namespaced_job(
         old, "held", {"metadata": {"finalizers": ["example.com/audit"]}}, _content_type="application/merge-patch+json"
     )
     await harness.patch_spec("held", name, {"model": {**manifest["spec"]["model"], "batchBuckets": [1, 2, 4, 8]}})
@@ -202,16 +205,20 @@ async def test_a_held_compile_jobs_pod_left_by_a_failed_call_is_deleted_on_a_lat
     )
     assert harness.context is not None
     kube = harness.context.reconciler.kube
-    real, failed = kube.delete_pod, []
+    real = kube.delete_pod
+    failed: list[str] = []
 
-    async def delete_pod(namespace: str, pod: str, *args: Any, **kwargs: Any) -> bool:
-        if pod.startswith(old) and not failed:
-            failed.append(pod)
+    async def delete_pod(namespace: str, name: str, grace_period_seconds: int | None = None) -> bool:
+        if name.startswith(old) and not failed:
+            failed.append(name)
             raise ApiException(status=503, reason="Service Unavailable")  # one transient failure
-        return await real(namespace, pod, *args, **kwargs)
+        return await real(namespace, name, grace_period_seconds)
 
+    # Replacing a method of the live client is the point (mypy still checks it against KubeApi's).
     kube.delete_pod = delete_pod  # type: ignore[method-assign]
-    await k8s.BatchV1Api(await harness.api()).patch_namespaced_job(
+    # Any: the generated stubs omit the ``_content_type`` keyword a merge patch needs.
+    batch: Any = k8s.BatchV1Api(await harness.api())
+    await batch.patch_namespaced_job(
         old,
         "held503",
         {"metadata": {"finalizers": ["example.com/audit"]}},

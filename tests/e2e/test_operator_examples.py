@@ -6,6 +6,8 @@ local store, so these tests exercise placement, the fleet and the status, not co
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from operator_harness import OperatorHarness, example, ready
 
@@ -13,7 +15,7 @@ from neuronfleet.api.v1alpha1 import GROUP
 from neuronfleet.planning.catalog import LABEL_INSTANCE_TYPE, RESOURCE_NEURONCORE
 
 
-def _node_type(harness: OperatorHarness, pod: dict) -> str:
+def _node_type(harness: OperatorHarness, pod: dict[str, Any]) -> str:
     node = harness.cluster.get("nodes", pod["spec"]["nodeName"])
     assert node is not None
     return str(node["metadata"]["labels"][LABEL_INSTANCE_TYPE])

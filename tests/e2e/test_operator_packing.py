@@ -116,7 +116,8 @@ async def test_shrinking_the_placeholders_after_a_scale_down_frees_a_node(harnes
 def ready_since(pod: dict[str, Any]) -> str:
     """When the pod became ready (its Ready condition's transition time)."""
     conditions = (pod.get("status") or {}).get("conditions") or []
-    return next(c["lastTransitionTime"] for c in conditions if c["type"] == "Ready")
+    since: str = next(c["lastTransitionTime"] for c in conditions if c["type"] == "Ready")
+    return since
 
 
 async def test_scale_down_beside_another_model_frees_a_node(harness: OperatorHarness) -> None:
@@ -145,6 +146,7 @@ async def test_scale_down_beside_another_model_frees_a_node(harness: OperatorHar
     newest = max(ready_since(p) for p in pods)
     drained_on_a_tie = min((p for p in pods if ready_since(p) == newest), key=lambda p: p["metadata"]["name"])
     node = harness.cluster.get("nodes", drained_on_a_tie["spec"]["nodeName"])
+    assert node is not None
     b["spec"]["placement"] = {"zones": [node["metadata"]["labels"]["topology.kubernetes.io/zone"]]}
     harness.precompile(b)
     await harness.apply(b)

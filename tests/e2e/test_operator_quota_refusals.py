@@ -24,9 +24,8 @@ from neuronfleet.reconcile import Reconciler
 
 async def create_quota(harness: OperatorHarness, namespace: str, name: str, hard: dict[str, str]) -> None:
     await harness.ensure_namespace(namespace)
-    await k8s.CoreV1Api(await harness.api()).create_namespaced_resource_quota(
-        namespace, {"metadata": {"name": name}, "spec": {"hard": hard}}
-    )
+    core: Any = k8s.CoreV1Api(await harness.api())  # the stubs take only a V1ResourceQuota, the API a dict too
+    await core.create_namespaced_resource_quota(namespace, {"metadata": {"name": name}, "spec": {"hard": hard}})
 
 
 async def refused_serving(harness: OperatorHarness, namespace: str, name: str, **overrides: Any) -> str:

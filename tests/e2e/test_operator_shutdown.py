@@ -36,9 +36,11 @@ async def test_a_graceful_stop_ends_every_loop_without_cancelling_it(
         harness.precompile(manifest)
         await harness.apply(manifest)
     for name in ("first", "second"):
-        await harness.wait(
-            lambda name=name: any(ready(p) for p in harness.pods(NS, name, "active")), timeout=90, what=f"{name} ready"
-        )
+
+        def active_ready(name: str = name) -> bool:
+            return any(ready(p) for p in harness.pods(NS, name, "active"))
+
+        await harness.wait(active_ready, timeout=90, what=f"{name} ready")
     caplog.set_level(logging.WARNING)
     caplog.clear()
     await harness.stop()

@@ -50,7 +50,7 @@ class Demand:
         return self
 
     async def snapshot(self, dep: InferenceDeployment, now: float) -> tuple[MetricSnapshot | None, str]:
-        name = dep.metadata.name
+        name = dep.name
         self.decisions[name] += 1
         if name == "held":
             level = HELD_REPLICAS if self.busy else 0
@@ -149,9 +149,9 @@ async def test_a_restarted_operator_holds_the_fleet_and_the_warm_pool_it_finds(
     warm = live_pods(harness, "pool", "warm")
     kept = status(harness, "pool")["warmPool"]["desiredPods"]
     await harness.start()
-    seen = dict(demand.decisions)
+    seen_each = dict(demand.decisions)
     await harness.wait(
-        lambda: all(demand.decisions[n] >= seen[n] + 4 for n in ("held", "pool")),
+        lambda: all(demand.decisions[n] >= seen_each[n] + 4 for n in ("held", "pool")),
         timeout=120,
         what="4 decisions of the restarted operator on each deployment",
     )

@@ -310,7 +310,8 @@ async def test_without_credentials_at_sts_the_read_fails_as_an_unavailable_prome
         metrics.close()
 
 
-class RefusedAtSts(botocore.credentials.Credentials):
+# botocore ships no types (ignore_missing_imports in pyproject.toml): to mypy its Credentials is Any.
+class RefusedAtSts(botocore.credentials.Credentials):  # type: ignore[misc]
     """Credentials whose renewal STS refuses, as it does an expired web identity token."""
 
     def get_frozen_credentials(self) -> botocore.credentials.ReadOnlyCredentials:

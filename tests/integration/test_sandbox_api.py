@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -192,12 +193,15 @@ async def test_raw_http_status_bodies(sandbox_cluster: SandboxCluster) -> None:
             assert r.status == 200  # "a==" is a valid selector: label a with an empty value
 
 
-async def test_asyncio_client_watch_resume_and_gone(make_sandbox_cluster: Any) -> None:
+async def test_asyncio_client_watch_resume_and_gone(
+    make_sandbox_cluster: Callable[..., Awaitable[SandboxCluster]],
+) -> None:
     # No scheduler: nothing but this test writes the pods.
     cluster: SandboxCluster = await make_sandbox_cluster(history_size=50, run_scheduler=False)
     config = kubernetes_asyncio.client.Configuration(host=cluster.url)
     async with kubernetes_asyncio.client.ApiClient(config) as client:
-        api = kubernetes_asyncio.client.CoreV1Api(client)
+        # Any: the generated stubs take only V1Pod models; the client sends a dict body as it is.
+        api: Any = kubernetes_asyncio.client.CoreV1Api(client)
         first = await api.create_namespaced_pod("default", pod_body("a", {"app": "w"}))
         await api.create_namespaced_pod("default", pod_body("b", {"app": "other"}))
         listed = await api.list_namespaced_pod("default", label_selector="app=w")

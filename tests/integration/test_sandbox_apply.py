@@ -10,7 +10,11 @@ from typing import Any
 
 import yaml
 
+from fixtures_cluster import RunKubectl
+
 GROUP = "serving.neuronfleet.dev"
+
+#: The ``run_kubectl`` fixture (tests/fixtures_cluster.py): ``run_kubectl(*args, check=True)`` runs kubectl.
 
 
 def example_with_labels(repo_root: Path, labels: dict[str, str]) -> dict[str, Any]:
@@ -25,7 +29,7 @@ def write(path: Path, manifest: dict[str, Any]) -> str:
     return str(path)
 
 
-def stored(run_kubectl, name: str) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def stored(run_kubectl: RunKubectl, name: str) -> dict[str, Any]:
     out = run_kubectl("get", "inferencedeployment", name, "-o", "json", "--show-managed-fields").stdout
     result: dict[str, Any] = json.loads(out)
     return result
@@ -36,8 +40,8 @@ def owners(obj: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def test_an_example_applied_server_side_then_without_one_label_loses_it(
-    run_kubectl, repo_root: Path, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+    run_kubectl: RunKubectl, repo_root: Path, tmp_path: Path
+) -> None:
     """What a new user (or Argo CD, Flux) does: apply an example, then the same file minus one label."""
     example = repo_root / "examples" / "batch-classifier-fixed.yaml"
     run_kubectl("create", "namespace", "support")
@@ -52,7 +56,7 @@ def test_an_example_applied_server_side_then_without_one_label_loses_it(
     assert after == {"app.kubernetes.io/part-of": "helpdesk"}
 
 
-def test_server_side_apply_owns_removes_and_conflicts(run_kubectl, repo_root: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_server_side_apply_owns_removes_and_conflicts(run_kubectl: RunKubectl, repo_root: Path, tmp_path: Path) -> None:
     manifest = example_with_labels(repo_root, {"team": "chat", "tier": "gold"})
     name = manifest["metadata"]["name"]
     path = write(tmp_path / "app.yaml", manifest)
@@ -102,7 +106,7 @@ def test_server_side_apply_owns_removes_and_conflicts(run_kubectl, repo_root: Pa
     assert stored(run_kubectl, name)["metadata"]["labels"] == {"team": "platform"}
 
 
-def test_updates_by_other_managers_are_recorded(run_kubectl, repo_root: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_updates_by_other_managers_are_recorded(run_kubectl: RunKubectl, repo_root: Path, tmp_path: Path) -> None:
     manifest = example_with_labels(repo_root, {"team": "chat"})
     name = manifest["metadata"]["name"]
     run_kubectl("apply", "--server-side", "-f", write(tmp_path / "app.yaml", manifest))
@@ -123,7 +127,7 @@ def test_updates_by_other_managers_are_recorded(run_kubectl, repo_root: Path, tm
     assert managed[("kubectl-patch", "Update")]["f:metadata"]["f:labels"] == {"f:team": {}}
 
 
-def test_client_side_apply_still_works(run_kubectl, repo_root: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_client_side_apply_still_works(run_kubectl: RunKubectl, repo_root: Path, tmp_path: Path) -> None:
     manifest = example_with_labels(repo_root, {"team": "chat", "tier": "gold"})
     name = manifest["metadata"]["name"]
     path = write(tmp_path / "app.yaml", manifest)
@@ -138,7 +142,7 @@ def test_client_side_apply_still_works(run_kubectl, repo_root: Path, tmp_path: P
     assert "serverside-applied" in run_kubectl("apply", "--server-side", "-f", path).stdout
 
 
-def test_unknown_kind_says_no_matches_for_kind(run_kubectl, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_kind_says_no_matches_for_kind(run_kubectl: RunKubectl, tmp_path: Path) -> None:
     widget = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 1}}
     result = run_kubectl("apply", "-f", write(tmp_path / "widget.yaml", widget), check=False)
     assert result.returncode != 0
@@ -146,7 +150,7 @@ def test_unknown_kind_says_no_matches_for_kind(run_kubectl, tmp_path: Path) -> N
     assert "openapi" not in result.stderr
 
 
-def test_unknown_fields_warn_with_kubectl(run_kubectl, repo_root: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_fields_warn_with_kubectl(run_kubectl: RunKubectl, repo_root: Path, tmp_path: Path) -> None:
     manifest = example_with_labels(repo_root, {"team": "chat"})
     name = manifest["metadata"]["name"]
     run_kubectl("apply", "-f", write(tmp_path / "app.yaml", manifest))
@@ -157,7 +161,7 @@ def test_unknown_fields_warn_with_kubectl(run_kubectl, repo_root: Path, tmp_path
     assert 'Warning: unknown field "spec.bar"' in applied.stderr
 
 
-def test_scale_subresource_writes_are_owned(run_kubectl, repo_root: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_scale_subresource_writes_are_owned(run_kubectl: RunKubectl, repo_root: Path, tmp_path: Path) -> None:
     manifest = example_with_labels(repo_root, {"team": "chat"})
     manifest["spec"]["scaling"] = {"mode": "Manual", "replicas": 1}
     name = manifest["metadata"]["name"]

@@ -8,13 +8,14 @@ no watch event: a watch opened before the dry-runs sees a later real write first
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from fixtures_cluster import RunKubectl
 from neuronfleet.sandbox import NodeGroup, SandboxCluster, ThreadedSandboxCluster
 
 GROUP_PATH = "/apis/serving.neuronfleet.dev/v1alpha1/namespaces/default/inferencedeployments"
@@ -24,6 +25,8 @@ JSON_PATCH = {"Content-Type": "application/json-patch+json"}
 STRATEGIC = {"Content-Type": "application/strategic-merge-patch+json"}
 APPLY = {"Content-Type": "application/apply-patch+yaml"}
 DRY = {"dryRun": "All"}
+
+#: The ``run_kubectl`` fixture (tests/fixtures_cluster.py): ``run_kubectl(*args, check=True)`` runs kubectl.
 
 
 def infdep(name: str, **metadata: Any) -> dict[str, Any]:
@@ -258,8 +261,8 @@ spec:
 """
 
 
-def test_kubectl_dry_run_server_changes_nothing(  # type: ignore[no-untyped-def]
-    run_kubectl, threaded_sandbox_cluster: ThreadedSandboxCluster, tmp_path: Path
+def test_kubectl_dry_run_server_changes_nothing(
+    run_kubectl: RunKubectl, threaded_sandbox_cluster: ThreadedSandboxCluster, tmp_path: Path
 ) -> None:
     manifest = tmp_path / "bert.yaml"
     manifest.write_text(MANIFEST.replace("REPLICAS", "2"))
@@ -290,7 +293,9 @@ def test_kubectl_dry_run_server_changes_nothing(  # type: ignore[no-untyped-def]
     assert run_kubectl("get", "infdep", "bert", "-o", "jsonpath={.spec.scaling.replicas}").stdout == "9"
 
 
-async def test_dry_run_binding_and_eviction_change_nothing(make_sandbox_cluster: Any) -> None:
+async def test_dry_run_binding_and_eviction_change_nothing(
+    make_sandbox_cluster: Callable[..., Awaitable[SandboxCluster]],
+) -> None:
     # No scheduler: the pod stays unbound until the test binds it.
     cluster = await make_sandbox_cluster(node_groups=[NodeGroup("g", "inf2.xlarge", count=1)], run_scheduler=False)
     pods = "/api/v1/namespaces/default/pods"

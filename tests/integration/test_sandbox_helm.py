@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from neuronfleet.sandbox import ThreadedSandboxCluster
+from neuronfleet.sandbox import SandboxCluster, ThreadedSandboxCluster
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def test_helm_install_and_uninstall(
     store = "operator.artifactStore=s3://neuronfleet-test/compiled/"
     run("install", "nf", str(repo_root / "charts" / "neuronfleet"), "--namespace", "default", "--set", store)
 
-    def installed(cluster):  # type: ignore[no-untyped-def]
+    def installed(cluster: SandboxCluster) -> dict[str, list[str]]:
         return {
             "deployments": [d["metadata"]["name"] for d in cluster.list("deployments", "default", group="apps")],
             "priorityclasses": sorted(
@@ -94,7 +94,7 @@ def test_helm_upgrade_and_reinstall_keep_the_peering_object(
     def keep_alive(plural: str, namespace: str | None = None) -> None:
         """What a leader's Kopf writes into the object's status."""
 
-        def write(c: Any) -> None:
+        def write(c: SandboxCluster) -> None:
             status = {"status": {"leader-pod": {"priority": 7, "lifetime": 60, "lastseen": "2030-01-01T00:00:00"}}}
             c.store.update(c.store.resource("kopf.dev", plural), namespace, "neuronfleet", lambda o: o.update(status))
 
@@ -122,8 +122,11 @@ def test_helm_upgrade_and_reinstall_keep_the_peering_object(
         assert "leader-pod" in now.get("status", {}), f"helm {step[0]} lost the keep-alives"
 
     # Namespaced: one KopfPeering per watched namespace; an upgrade adding one creates only that one.
-    for namespace in ("team-a", "team-b"):
-        cluster.call(lambda c, ns=namespace: c.create("namespaces", {"metadata": {"name": ns}}))
+    def create_namespaces(c: SandboxCluster) -> None:
+        for namespace in ("team-a", "team-b"):
+            c.create("namespaces", {"metadata": {"name": namespace}})
+
+    cluster.call(create_namespaces)
     run("uninstall", "nf", "--namespace", "default")
     namespaced = ["--set", store, "--set", "operator.watchNamespaces={team-a}"]
     run("install", "nf", chart, "--namespace", "default", *namespaced)
@@ -175,8 +178,11 @@ def test_a_priority_class_value_changes_only_through_a_deleted_class(
     )
     assert "kubectl delete priorityclass neuronfleet-placeholder)" in placeholder.stderr
 
-    for name in ("neuronfleet-active", "neuronfleet-warm"):
-        cluster.call(lambda c, n=name: c.delete("priorityclasses", n, group="scheduling.k8s.io"))
+    def delete_classes(c: SandboxCluster) -> None:
+        for name in ("neuronfleet-active", "neuronfleet-warm"):
+            c.delete("priorityclasses", name, group="scheduling.k8s.io")
+
+    cluster.call(delete_classes)
     upgraded = helm_run(
         "upgrade", "nf", chart, "--namespace", "default", *store, "--set", "priorityClasses.servingValue=100000"
     )
@@ -203,10 +209,13 @@ def test_a_reinstall_under_another_name_and_namespace_uses_the_kept_peering_crds
         assert result.returncode == 0, f"helm {' '.join(args)}: {result.stderr}"
         return result
 
+    def stored_crd(name: str) -> dict[str, Any] | None:
+        return cluster.call(lambda c: c.get("customresourcedefinitions", name, group="apiextensions.k8s.io"))
+
     def owners() -> dict[str, tuple[str, str]]:
         found = {}
         for name in ("clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"):
-            crd = cluster.call(lambda c, n=name: c.get("customresourcedefinitions", n, group="apiextensions.k8s.io"))
+            crd = stored_crd(name)
             assert crd is not None, f"{name} is gone"
             notes = crd["metadata"].get("annotations") or {}
             found[name] = (notes.get("meta.helm.sh/release-name", ""), notes.get("meta.helm.sh/release-namespace", ""))

@@ -4,6 +4,7 @@ garbage-collected after deletion."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import kopf
@@ -22,12 +23,15 @@ def make_operator(url: str) -> kopf.OperatorRegistry:
         return kopf.ConnectionInfo(server=url, insecure=True)
 
     @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry)
-    async def create_child(name: str, namespace: str, body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    async def create_child(name: str, namespace: str | None, body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+        assert namespace is not None  # an InferenceDeployment is namespaced
         config = kubernetes_asyncio.client.Configuration(host=url)
         async with kubernetes_asyncio.client.ApiClient(config) as client:
             child = {"metadata": {"name": f"{name}-config"}, "data": {"model": body["spec"]["model"]["source"]}}
             kopf.adopt(child, owner=body)
-            await kubernetes_asyncio.client.CoreV1Api(client).create_namespaced_config_map(namespace, child)
+            # Any: the generated stubs take only V1ConfigMap models; the client sends a dict body as it is.
+            core: Any = kubernetes_asyncio.client.CoreV1Api(client)
+            await core.create_namespaced_config_map(namespace, child)
         kopf.info(body, reason="ChildCreated", message=f"created {name}-config")
         patch.status["replicas"] = 0
         patch.status["observedGeneration"] = body["metadata"]["generation"]
@@ -39,7 +43,9 @@ def make_operator(url: str) -> kopf.OperatorRegistry:
     return registry
 
 
-async def test_kopf_operator_against_the_sandbox(make_sandbox_cluster: Any) -> None:
+async def test_kopf_operator_against_the_sandbox(
+    make_sandbox_cluster: Callable[..., Awaitable[SandboxCluster]],
+) -> None:
     cluster: SandboxCluster = await make_sandbox_cluster(kopf_peering=True)
     cluster.create("kopfpeerings", {"metadata": {"name": "default"}}, "default", group="kopf.dev")
     registry = make_operator(cluster.url)

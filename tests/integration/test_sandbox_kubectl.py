@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 from kube_schema_cases import KUBE_SCHEMA_MESSAGES
 
+from fixtures_cluster import RunKubectl
 from neuronfleet.api.v1alpha1 import NAME_RULE_MESSAGE
 from neuronfleet.api.validation import go_value, load_manifests, validate_manifest
-from neuronfleet.sandbox import ThreadedSandboxCluster
+from neuronfleet.sandbox import SandboxCluster, ThreadedSandboxCluster
+
+#: The ``run_kubectl`` fixture (tests/fixtures_cluster.py): ``run_kubectl(*args, check=True)`` runs kubectl.
 
 MANIFEST = """\
 apiVersion: serving.neuronfleet.dev/v1alpha1
@@ -26,8 +29,8 @@ spec:
 
 
 def test_kubectl_inference_deployment_lifecycle(
-    run_kubectl, threaded_sandbox_cluster: ThreadedSandboxCluster, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+    run_kubectl: RunKubectl, threaded_sandbox_cluster: ThreadedSandboxCluster, tmp_path: Path
+) -> None:
     manifest = tmp_path / "bert.yaml"
     manifest.write_text(MANIFEST)
     assert "created" in run_kubectl("apply", "--validate=true", "-f", str(manifest)).stdout
@@ -81,7 +84,7 @@ def test_kubectl_inference_deployment_lifecycle(
     )
 
 
-def test_kubectl_validation_rejects_bad_manifests(run_kubectl, repo_root: Path) -> None:  # type: ignore[no-untyped-def]
+def test_kubectl_validation_rejects_bad_manifests(run_kubectl: RunKubectl, repo_root: Path) -> None:
     unknown = run_kubectl(
         "apply", "--validate=true", "-f", str(repo_root / "examples/invalid/unknown-field.yaml"), check=False
     )
@@ -92,9 +95,7 @@ def test_kubectl_validation_rejects_bad_manifests(run_kubectl, repo_root: Path) 
     assert "spec.scaling.minReplicas" in negative.stderr
 
 
-def test_kubectl_apply_refuses_repeated_items_of_set_and_map_lists(  # type: ignore[no-untyped-def]
-    run_kubectl, tmp_path: Path
-) -> None:
+def test_kubectl_apply_refuses_repeated_items_of_set_and_map_lists(run_kubectl: RunKubectl, tmp_path: Path) -> None:
     # As kube-apiserver's listtype validation does; the sandbox stored them.
     manifest = tmp_path / "dup.yaml"
     manifest.write_text(
@@ -110,8 +111,8 @@ def test_kubectl_apply_refuses_repeated_items_of_set_and_map_lists(  # type: ign
     assert 'spec.model.inputs[1]: Duplicate value: map[string]interface {}{"name":"input_ids"}' in result.stderr
 
 
-def test_kubectl_apply_quotes_a_refused_pattern_in_kube_apiservers_words(  # type: ignore[no-untyped-def]
-    run_kubectl, tmp_path: Path
+def test_kubectl_apply_quotes_a_refused_pattern_in_kube_apiservers_words(
+    run_kubectl: RunKubectl, tmp_path: Path
 ) -> None:
     # The sandbox said jsonschema's "'8GB' does not match '...'".
     manifest = tmp_path / "pattern.yaml"
@@ -125,7 +126,7 @@ def test_kubectl_apply_quotes_a_refused_pattern_in_kube_apiservers_words(  # typ
     )
 
 
-def test_kubectl_apply_quotes_a_refused_value_as_go_does(run_kubectl, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_kubectl_apply_quotes_a_refused_value_as_go_does(run_kubectl: RunKubectl, tmp_path: Path) -> None:
     # Go's %q keeps printable characters of any script and escapes the others its own way; the
     # sandbox printed JSON's "8\u0413\u0411" and "8G\u0001".
     quantity = r"^\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]{1,2})?$"
@@ -169,7 +170,9 @@ GO_YAML_SCALARS = [
 
 
 @pytest.mark.parametrize("scalar", GO_YAML_SCALARS)
-def test_validate_reads_a_plain_scalar_as_kubectl_sends_it(run_kubectl, tmp_path: Path, scalar: str) -> None:  # type: ignore[no-untyped-def]
+def test_validate_reads_a_plain_scalar_as_kubectl_sends_it(
+    run_kubectl: RunKubectl, tmp_path: Path, scalar: str
+) -> None:
     # The real go-yaml (inside kubectl) decides what the API server receives: a string env value is
     # accepted, anything else refused. validate must read the same manifest the same way.
     text = MANIFEST.replace("  model:", f"  runtime: {{env: [{{name: V, value: {scalar}}}]}}\n  model:")
@@ -183,7 +186,7 @@ def test_validate_reads_a_plain_scalar_as_kubectl_sends_it(run_kubectl, tmp_path
         assert f"spec.runtime.env[0].value: Invalid value: {go_value(loaded)}: " in result.stderr
 
 
-def test_validate_reads_mapping_keys_as_kubectl_sends_them(run_kubectl, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_validate_reads_mapping_keys_as_kubectl_sends_them(run_kubectl: RunKubectl, tmp_path: Path) -> None:
     # sigs.k8s.io/yaml writes a key go-yaml resolves to a boolean or a number as its text; a merge
     # key merges. Python's dict would also take the True of "y" and the 1 of "1" for one key.
     text = MANIFEST.replace("labels: {team: search}", "labels: {y: a, 1: b, 0x10: c, no: d, <<: {e: f}}")
@@ -194,7 +197,7 @@ def test_validate_reads_mapping_keys_as_kubectl_sends_them(run_kubectl, tmp_path
     assert load_manifests(text)[0]["metadata"]["labels"] == {"true": "a", "1": "b", "16": "c", "false": "d", "e": "f"}
 
 
-def test_kubectl_sees_inf2_nodes(run_kubectl) -> None:  # type: ignore[no-untyped-def]
+def test_kubectl_sees_inf2_nodes(run_kubectl: RunKubectl) -> None:
     out = run_kubectl(
         "get",
         "nodes",
@@ -227,8 +230,8 @@ def test_kubectl_sees_inf2_nodes(run_kubectl) -> None:  # type: ignore[no-untype
     ],
 )
 def test_kubectl_apply_enforces_crd_schema_and_cel_rules(
-    run_kubectl, repo_root: Path, example: str, expected: str
-) -> None:  # type: ignore[no-untyped-def]
+    run_kubectl: RunKubectl, repo_root: Path, example: str, expected: str
+) -> None:
     result = run_kubectl("apply", "-f", str(repo_root / "examples/invalid" / example), check=False)
     assert result.returncode != 0
     assert "is invalid" in result.stderr
@@ -240,8 +243,8 @@ def test_kubectl_apply_enforces_crd_schema_and_cel_rules(
     [("name-not-dns-1035.yaml", "DNS-1035 label"), ("unsupported-source.yaml", "spec.model.source: Invalid value")],
 )
 def test_the_troubleshooting_guide_quotes_the_refusal_as_kubectl_prints_it(
-    run_kubectl, repo_root: Path, example: str, quoted: str
-) -> None:  # type: ignore[no-untyped-def]
+    run_kubectl: RunKubectl, repo_root: Path, example: str, quoted: str
+) -> None:
     guide = (repo_root / "docs/troubleshooting.md").read_text()
     table = guide.split("## `kubectl apply` refuses the object\n", 1)[1].split("\n## ", 1)[0]
     quotes = [line.split("`")[1] for line in table.splitlines() if line.startswith("| `")]
@@ -254,8 +257,8 @@ def test_the_troubleshooting_guide_quotes_the_refusal_as_kubectl_prints_it(
     ("spec", "refusal"), KUBE_SCHEMA_MESSAGES, ids=[r.split(": ")[0] for _, r in KUBE_SCHEMA_MESSAGES]
 )
 def test_bounds_and_values_are_refused_in_kube_apiservers_words(
-    run_kubectl, tmp_path: Path, spec: str, refusal: str
-) -> None:  # type: ignore[no-untyped-def]
+    run_kubectl: RunKubectl, tmp_path: Path, spec: str, refusal: str
+) -> None:
     manifest = tmp_path / "bounds.yaml"
     manifest.write_text(
         "apiVersion: serving.neuronfleet.dev/v1alpha1\nkind: InferenceDeployment\n"
@@ -266,7 +269,7 @@ def test_bounds_and_values_are_refused_in_kube_apiservers_words(
     assert refusal in result.stderr
 
 
-def test_kubectl_applies_every_valid_example(run_kubectl, repo_root: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_kubectl_applies_every_valid_example(run_kubectl: RunKubectl, repo_root: Path, tmp_path: Path) -> None:
     examples = sorted((repo_root / "examples").glob("*.yaml"))
     assert examples
     for example in examples:
@@ -287,8 +290,8 @@ def test_kubectl_applies_every_valid_example(run_kubectl, repo_root: Path, tmp_p
 
 
 def test_kubectl_typed_commands_describe_events_and_logs(
-    run_kubectl, threaded_sandbox_cluster: ThreadedSandboxCluster, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+    run_kubectl: RunKubectl, threaded_sandbox_cluster: ThreadedSandboxCluster, tmp_path: Path
+) -> None:
     # Typed generators send protobuf bodies.
     assert "created" in run_kubectl("create", "namespace", "team").stdout
     run_kubectl("create", "configmap", "cfg", "--from-literal=model=bert", "-n", "team")
@@ -302,16 +305,24 @@ def test_kubectl_typed_commands_describe_events_and_logs(
         "  containers: [{name: server, image: neuronserve:1, resources: {limits: {aws.amazon.com/neuroncore: 1}}}]\n"
     )
     run_kubectl("apply", "-f", str(manifest))
-    threaded_sandbox_cluster.call(
-        lambda c: c.wait_for(
-            lambda: c.get("pods", "p1", "default") and c.get("pods", "p1", "default")["spec"].get("nodeName"),
-            timeout=30,
-        )
-    )
+
+    async def bound(c: SandboxCluster) -> None:
+        def node_name() -> object:
+            pod = c.get("pods", "p1", "default")
+            return pod and pod["spec"].get("nodeName")
+
+        await c.wait_for(node_name, timeout=30)
+
+    threaded_sandbox_cluster.call(bound)
     described = run_kubectl("describe", "pod", "p1").stdout
     assert "Successfully assigned default/p1" in described
     events = run_kubectl("get", "events").stdout.splitlines()
     assert events[0].split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
     assert any("Scheduled" in line and "pod/p1" in line for line in events[1:])
-    threaded_sandbox_cluster.call(lambda c: c.kubelet.write_log("default", "p1", "model loaded"))
+
+    def write_log(c: SandboxCluster) -> bool:
+        assert c.kubelet is not None
+        return c.kubelet.write_log("default", "p1", "model loaded")
+
+    threaded_sandbox_cluster.call(write_log)
     assert "model loaded" in run_kubectl("logs", "p1").stdout

@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,7 +36,9 @@ async def wait_until(predicate: Callable[[], bool], what: str) -> None:
     raise AssertionError(f"never: {what}")
 
 
-async def cancel_as_woken(loop_body: Callable[[], Awaitable[None]], wake: Callable[[], None]) -> asyncio.Task[None]:
+async def cancel_as_woken(
+    loop_body: Callable[[], Coroutine[Any, Any, None]], wake: Callable[[], None]
+) -> asyncio.Task[None]:
     """Start ``loop_body``, let it block, then wake it and cancel it in the same loop step."""
     task = asyncio.create_task(loop_body())
     for _ in range(5):  # into its wait
@@ -50,7 +53,7 @@ async def cancel_as_woken(loop_body: Callable[[], Awaitable[None]], wake: Callab
 
 def event_loop_body(
     event: asyncio.Event, wait: Callable[[asyncio.Event], Awaitable[object]], rounds: list[int]
-) -> Callable[[], Awaitable[None]]:
+) -> Callable[[], Coroutine[Any, Any, None]]:
     async def body() -> None:
         while True:
             rounds.append(1)

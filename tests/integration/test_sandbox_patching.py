@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from neuronfleet.sandbox.errors import ApiError
@@ -13,7 +15,7 @@ from neuronfleet.sandbox.selectors import (
     selector_to_string,
 )
 
-POD = {
+POD: dict[str, Any] = {
     "metadata": {"name": "p", "finalizers": ["a"], "labels": {"x": "1"}},
     "spec": {
         "containers": [

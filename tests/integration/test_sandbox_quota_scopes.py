@@ -5,9 +5,14 @@ or a hard quantity kube-apiserver refuses is refused with its words."""
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import yaml
+
+from fixtures_cluster import RunKubectl
+
+#: The ``run_kubectl`` fixture (tests/fixtures_cluster.py): ``run_kubectl(*args, check=True)`` runs kubectl.
 
 PRIORITY_CLASSES = "\n---\n".join(
     f"apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {{name: {name}}}\nvalue: {value}\n"
@@ -41,8 +46,10 @@ def guide_quotas(repo_root: Path) -> str:
     return found.group(1).replace("namespace: search", "namespace: default")
 
 
-def test_install_guide_quotas_count_only_their_priority_classes(run_kubectl, repo_root: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    def create(text: str, check: bool = True):  # type: ignore[no-untyped-def]
+def test_install_guide_quotas_count_only_their_priority_classes(
+    run_kubectl: RunKubectl, repo_root: Path, tmp_path: Path
+) -> None:
+    def create(text: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         path = tmp_path / f"m{len(list(tmp_path.glob('m*.yaml')))}.yaml"
         path.write_text(text)
         return run_kubectl("create", "-f", str(path), check=check)
@@ -76,8 +83,8 @@ def test_install_guide_quotas_count_only_their_priority_classes(run_kubectl, rep
     run_kubectl("wait", "--for=jsonpath={.status.used.pods}=4", "resourcequota/neuron-placeholders", "--timeout=20s")
 
 
-def test_every_scope_selects_its_pods(run_kubectl, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    def create(text: str, check: bool = True):  # type: ignore[no-untyped-def]
+def test_every_scope_selects_its_pods(run_kubectl: RunKubectl, tmp_path: Path) -> None:
+    def create(text: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         path = tmp_path / f"m{len(list(tmp_path.glob('m*.yaml')))}.yaml"
         path.write_text(text)
         return run_kubectl("create", "-f", str(path), check=check)
@@ -134,8 +141,8 @@ def test_every_scope_selects_its_pods(run_kubectl, tmp_path: Path) -> None:  # t
     )
 
 
-def test_scopes_kube_apiserver_refuses_are_refused(run_kubectl, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    def create(name: str, spec: str):  # type: ignore[no-untyped-def]
+def test_scopes_kube_apiserver_refuses_are_refused(run_kubectl: RunKubectl, tmp_path: Path) -> None:
+    def create(name: str, spec: str) -> subprocess.CompletedProcess[str]:
         path = tmp_path / f"{name}.yaml"
         path.write_text(f"apiVersion: v1\nkind: ResourceQuota\nmetadata: {{name: {name}}}\nspec:\n{spec}")
         return run_kubectl("create", "-f", str(path), check=False)
@@ -168,8 +175,8 @@ def test_scopes_kube_apiserver_refuses_are_refused(run_kubectl, tmp_path: Path) 
     assert "No resources found" in run_kubectl("get", "resourcequota").stderr
 
 
-def test_hard_quantities_kube_apiserver_refuses_are_refused(run_kubectl, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    def apply(name: str, hard: str, verb: str = "create"):  # type: ignore[no-untyped-def]
+def test_hard_quantities_kube_apiserver_refuses_are_refused(run_kubectl: RunKubectl, tmp_path: Path) -> None:
+    def apply(name: str, hard: str, verb: str = "create") -> subprocess.CompletedProcess[str]:
         path = tmp_path / f"{name}-{verb}.yaml"
         path.write_text(f"apiVersion: v1\nkind: ResourceQuota\nmetadata: {{name: {name}}}\nspec:\n  hard: {hard}\n")
         return run_kubectl(verb, "-f", str(path), check=False)

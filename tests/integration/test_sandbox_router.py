@@ -315,6 +315,7 @@ async def test_a_router_process_that_dies_is_started_again_and_one_whose_service
 
         # Routers looks at its processes at least every 5 s: a new one, fed the endpoints, serves again.
         successor = await cluster.wait_for(replaced, timeout=30, what="a new router process")
+        assert successor is not None  # wait_for returns what ``replaced`` gave once truthy
         await successor.synced()
         status, _, headers = await post(session, successor)
         assert status == 200 and headers["X-Sandbox-Endpoint"] == backend.endpoint

@@ -66,6 +66,13 @@ def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
 
 
+def present_condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    """``obj``'s condition of type ``kind``, which it must have."""
+    found = condition(obj, kind)
+    assert found is not None, f"no {kind} condition"
+    return found
+
+
 def is_ready(cluster: SandboxCluster, name: str) -> bool:
     found = cluster.get("pods", name, "default")
     ready = condition(found, "Ready") if found else None
@@ -94,10 +101,10 @@ async def test_two_cores_land_on_node_with_room_and_start_like_a_kubelet() -> No
         status = placed["status"]
         assert status["phase"] == "Running"
         assert [
-            condition(placed, k)["status"] for k in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+            present_condition(placed, k)["status"] for k in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
         ] == ["True"] * 4
         started = status["containerStatuses"][0]["state"]["running"]["startedAt"]
-        assert status["startTime"] <= started <= condition(placed, "Ready")["lastTransitionTime"]
+        assert status["startTime"] <= started <= present_condition(placed, "Ready")["lastTransitionTime"]
         # Cold start: image pull (20 s) + start (2 s) + readiness (30 s) on the loop clock.
         assert cluster.clock.seconds_since(status["startTime"]) == pytest.approx(52, abs=1)
         events = sorted(
@@ -153,7 +160,7 @@ async def test_eight_cores_only_where_eight_contiguous_are_free() -> None:
         # A second 8-core pod fits nowhere: 8 cores are free on the fragmented node, not contiguous.
         cluster.create("pods", neuron_pod("second", 8, scheduler="neuron-scheduler"), "default")
         await cluster.wait_for(lambda: condition(pod(cluster, "second"), "PodScheduled"), timeout=5)
-        assert "contiguous free NeuronCores" in condition(pod(cluster, "second"), "PodScheduled")["message"]
+        assert "contiguous free NeuronCores" in present_condition(pod(cluster, "second"), "PodScheduled")["message"]
 
 
 async def test_placeholder_is_preempted_for_a_higher_priority_pod() -> None:
@@ -376,12 +383,12 @@ async def test_zone_spread_and_node_failure() -> None:
         cluster.kubelet.fail_node(victim_node)
         assert cluster.get("pods", "m0", "default") is None
         failed = cluster.get("nodes", victim_node)
-        assert failed is not None and condition(failed, "Ready")["status"] == "Unknown"
+        assert failed is not None and present_condition(failed, "Ready")["status"] == "Unknown"
 
         await cluster.wait_for(lambda: is_ready(cluster, "m1"), timeout=120)
         cluster.kubelet.fail_pod("default", "m1")
         assert pod(cluster, "m1")["status"]["phase"] == "Failed"
-        assert condition(pod(cluster, "m1"), "Ready")["status"] == "False"
+        assert present_condition(pod(cluster, "m1"), "Ready")["status"] == "False"
 
 
 async def test_pods_bound_in_one_round_count_for_the_next_pod_in_it() -> None:
@@ -461,7 +468,7 @@ async def test_eviction_respects_pod_disruption_budgets() -> None:
             cluster.create("pods", neuron_pod(f"m{i}", 1), "default")
         await cluster.wait_for(lambda: is_ready(cluster, "m0") and is_ready(cluster, "m1"), timeout=120)
         async with aiohttp.ClientSession(cluster.url) as http:
-            eviction = {
+            eviction: dict[str, Any] = {
                 "apiVersion": "policy/v1",
                 "kind": "Eviction",
                 "metadata": {"name": "m0", "namespace": "default"},
@@ -600,7 +607,7 @@ async def test_pod_anti_affinity_and_preferred_node_affinity() -> None:
         await cluster.wait_for(lambda: condition(pod(cluster, "third"), "PodScheduled"), timeout=5)
         assert (
             "2 node(s) didn't match pod anti-affinity rules"
-            in condition(pod(cluster, "third"), "PodScheduled")["message"]
+            in present_condition(pod(cluster, "third"), "PodScheduled")["message"]
         )
 
 
@@ -612,7 +619,7 @@ async def test_launched_node_becomes_usable_after_ready_and_device_plugin_delays
         start = cluster.clock.monotonic()
         cluster.create("pods", neuron_pod("model", 2), "default")
         (node,) = await cluster.wait_for(lambda: cluster.list("nodes"), timeout=300)
-        assert condition(node, "Ready")["status"] == "False"
+        assert present_condition(node, "Ready")["status"] == "False"
         assert node["status"]["allocatable"]["aws.amazon.com/neuroncore"] == "0"
         await cluster.wait_for(lambda: pod(cluster, "model")["spec"].get("nodeName"), timeout=300)
         assert cluster.clock.monotonic() - start == pytest.approx(90, abs=1)  # 60 + 20 + 10

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from neuronfleet.api.crd import CRD_NAME
 from neuronfleet.kube.builders import build_priority_classes
@@ -24,7 +25,12 @@ def _wait_for_line(proc: subprocess.Popen[str], prefix: str, timeout: float = 60
     assert proc.stdout is not None
     lines: queue.Queue[str] = queue.Queue()
     stdout = proc.stdout
-    threading.Thread(target=lambda: [lines.put(line) for line in stdout], daemon=True).start()
+
+    def read() -> None:
+        for line in stdout:
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
     seen: list[str] = []
     deadline = time.monotonic() + timeout
     while (remaining := deadline - time.monotonic()) > 0:
@@ -64,18 +70,18 @@ def test_sandbox_up_from_another_directory_serves_crd_and_priority_classes(kubec
         _wait_for_line(proc, "Ctrl-C to stop.")  # the banner is flushed at its end
         env = {**os.environ, "KUBECONFIG": str(kubeconfig), "HOME": str(tmp_path)}
 
-        def kubectl_json(*args: str) -> dict[str, object]:
+        def kubectl_json(*args: str) -> dict[str, Any]:
             result = subprocess.run(
                 [kubectl, *args, "-o", "json"], env=env, capture_output=True, text=True, timeout=60, cwd=workdir
             )
             assert result.returncode == 0, result.stderr
-            parsed: dict[str, object] = json.loads(result.stdout)
+            parsed: dict[str, Any] = json.loads(result.stdout)
             return parsed
 
         crd = kubectl_json("get", "crd", CRD_NAME)
-        assert crd["spec"]["names"]["kind"] == "InferenceDeployment"  # type: ignore[index]
+        assert crd["spec"]["names"]["kind"] == "InferenceDeployment"
         classes = kubectl_json("get", "priorityclasses")
-        served = {item["metadata"]["name"]: item["value"] for item in classes["items"]}  # type: ignore[attr-defined]
+        served = {item["metadata"]["name"]: item["value"] for item in classes["items"]}
         for wanted in build_priority_classes():
             assert served.get(wanted["metadata"]["name"]) == wanted["value"]
     finally:

@@ -25,7 +25,7 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from neuronserve.batcher import Runner
+from neuronserve.batcher import Runner, TimedDevice
 from neuronserve.manifest import Manifest
 from neuronserve.protocol import Tokenize
 from neuronserve.server import ServeConfig, ServerState, app_runner
@@ -144,7 +144,11 @@ class LiveServer:
     """A real aiohttp server on 127.0.0.1 in its own thread and event loop, for sync and async clients."""
 
     def __init__(
-        self, manifest: Manifest, runner: Runner, config: ServeConfig, tokenize: Tokenize | None = None
+        self,
+        manifest: Manifest,
+        runner: Runner | TimedDevice,
+        config: ServeConfig,
+        tokenize: Tokenize | None = None,
     ) -> None:
         self.manifest = manifest
         self._runner = runner

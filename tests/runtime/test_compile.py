@@ -234,7 +234,7 @@ def test_with_torch_neuronx_importable_the_neuron_compiler_gets_the_flags(
 
     def trace(module: torch.nn.Module, example: tuple[torch.Tensor, ...], compiler_args: list[str]) -> Any:
         calls.append(compiler_args)
-        return torch.jit.trace(module, example)
+        return torch.jit.trace(module, example)  # type: ignore[no-untyped-call]  # unannotated in torch
 
     monkeypatch.setitem(sys.modules, "torch_neuronx", types.SimpleNamespace(trace=trace))
     source, _ = _tiny_source(tmp_path)

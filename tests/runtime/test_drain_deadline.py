@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from tiny_model import save_slow, save_slow_warm
 
-from neuronfleet.kube.builders import SHUTDOWN_MARGIN_SECONDS
+from neuronfleet.api.v1alpha1 import SHUTDOWN_MARGIN_SECONDS
 from neuronserve import cli
 from runtime_support import ServeProcess, http_json, scrape_metrics, wait_for
 

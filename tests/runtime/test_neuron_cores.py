@@ -58,7 +58,9 @@ class NeuronStandIn:
 
     def module(self) -> types.ModuleType:
         module = types.ModuleType("torch_neuronx")
-        module.trace = lambda model, example, compiler_args: torch.jit.trace(model, example)  # type: ignore[attr-defined]
+        # A module built here has no attributes declared (attr-defined), and torch leaves torch.jit.trace
+        # unannotated (no-untyped-call).
+        module.trace = lambda model, example, compiler_args: torch.jit.trace(model, example)  # type: ignore[attr-defined, no-untyped-call]
         if self.explicit:
             experimental = types.ModuleType("torch_neuronx.experimental")
             experimental.neuron_cores_context = self.neuron_cores_context  # type: ignore[attr-defined]
@@ -120,6 +122,13 @@ def cpu_artifact(tmp_path_factory: pytest.TempPathFactory) -> tuple[Manifest, Pa
     return manifest, directory
 
 
+def _sorted_cores(executions: Sequence[int | None]) -> list[int]:
+    """The cores of ``executions``, sorted: each ran on a copy placed on a core, so none is None."""
+    cores = [core for core in executions if core is not None]
+    assert len(cores) == len(executions), executions
+    return sorted(cores)
+
+
 def _neuron_env(monkeypatch: pytest.MonkeyPatch, visible: str | None = None, num: str | None = None) -> None:
     for name, value in (("NEURON_RT_VISIBLE_CORES", visible), ("NEURON_RT_NUM_CORES", num)):
         if value is None:
@@ -132,7 +141,7 @@ def _stand_in(monkeypatch: pytest.MonkeyPatch, explicit: bool = True) -> NeuronS
     """Install the stand-in torch_neuronx, and a torch.jit.load that notes the core of each load."""
     stand_in = NeuronStandIn(explicit=explicit)
     monkeypatch.setitem(sys.modules, "torch_neuronx", stand_in.module())
-    real_load = torch.jit.load
+    real_load: Callable[..., Any] = torch.jit.load  # unannotated in torch
 
     def load(path: str, *args: Any, **kwargs: Any) -> PlacedCopy:
         stand_in.loads.append((Path(path).name, stand_in.placing))
@@ -235,7 +244,7 @@ def test_two_batches_execute_at_once_each_on_its_own_copy(
         thread.join(BARRIER_SECONDS * 2)
     # Both reached the barrier together (a runner with one lock breaks it: BrokenBarrierError).
     assert sorted(results) == [5, 7]
-    assert sorted(stand_in.executions) == [0, 1]
+    assert _sorted_cores(stand_in.executions) == [0, 1]
     assert not np.array_equal(results[5], results[7])
 
 
@@ -274,7 +283,7 @@ async def test_the_batcher_runs_a_batch_on_every_copy_at_once(
     # Two one-row batches: each must be executing while the other is, or neither passes the barrier.
     outputs = await asyncio.gather(batcher.submit(_request(5)), batcher.submit(_request(7)))
     assert await batcher.drain(5.0)
-    assert sorted(stand_in.executions) == [0, 1]
+    assert _sorted_cores(stand_in.executions) == [0, 1]
     assert all(output.shape == (1, 4) for output in outputs)
 
 
@@ -468,7 +477,7 @@ def test_a_bad_input_on_four_cores_fails_on_each_and_takes_none_out(
         with pytest.raises(RuntimeError):
             runner.run([_inputs(500)])  # an id past the embedding table: every copy fails on it
     # Tried on every copy in rotation once per run, and no copy blamed for the input.
-    assert sorted(stand_in.executions) == sorted(list(range(4)) * 2 * backend.COPY_OUT_AFTER)
+    assert _sorted_cores(stand_in.executions) == sorted(list(range(4)) * 2 * backend.COPY_OUT_AFTER)
     assert runner.copies_out == []
     runner.run([_inputs(3)])
 
@@ -583,7 +592,7 @@ def test_a_core_out_runs_one_batch_after_its_cool_off_and_is_back_in_rotation_wh
     assert runner.copies_out == [] and runner.parallel == 2
     assert metrics["neuronserve_device_cores_out"] == 0 and ready["cores_out"] == 0
     assert metrics["neuronserve_device_cores"] == 2
-    assert sorted(stand_in.executions[5:]) == [0, 0, 1, 1]  # handed out in turn again
+    assert _sorted_cores(stand_in.executions[5:]) == [0, 0, 1, 1]  # handed out in turn again
     assert "NeuronCore copy 1 ran its re-test batch" in caplog.text and "back in rotation" in caplog.text
     # Its strikes were reset: failing again, it leaves after COPY_OUT_AFTER failures, not at the first.
     broken.cores.add(1)

@@ -227,7 +227,7 @@ def test_concurrent_publishes_to_a_directory_store_leave_the_first_complete_arti
             published["b"] = Store(str(root)).publish(b_dir, mb)  # B runs its whole publish while A copies
         return out
 
-    monkeypatch.setattr(store_mod.shutil, "copyfile", copy)
+    monkeypatch.setattr(shutil, "copyfile", copy)  # the module whose copyfile the store calls
     published["a"] = Store(str(root)).publish(a_dir, ma)
     # B renamed first: its artifact is whole; A's files were discarded, and A was told it is B's.
     assert published["b"].stored is True
@@ -882,7 +882,12 @@ def test_a_file_whose_size_differs_from_the_manifest_is_refused_without_hashing_
     _with_sizes(directory, {"model-b1-s8.pt": 1})
     hashed: list[str] = []
     real = store_mod.file_sha256
-    monkeypatch.setattr(store_mod, "file_sha256", lambda path: (hashed.append(path.name), real(path))[1])
+
+    def hashing(path: Path) -> str:
+        hashed.append(path.name)
+        return real(path)
+
+    monkeypatch.setattr(store_mod, "file_sha256", hashing)
     with pytest.raises(ArtifactRejected, match=r"model-b1-s8\.pt: \d+ bytes, the manifest says 1"):
         fetch_artifact(str(directory), tmp_path / "unused")  # was accepted: size never compared
     assert hashed == ["model-b4-s8.pt"]

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import yaml
 
@@ -491,6 +491,14 @@ class ThreadedSandboxCluster:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+    # Two signatures: with one, ``Callable[[SandboxCluster], T | Awaitable[T]]``, mypy solves T to
+    # Never for a coroutine function.
+    @overload
+    def call(self, fn: Callable[[SandboxCluster], Awaitable[T]], timeout: float = 60.0) -> T: ...
+
+    @overload
+    def call(self, fn: Callable[[SandboxCluster], T], timeout: float = 60.0) -> T: ...
 
     def call(self, fn: Callable[[SandboxCluster], T | Awaitable[T]], timeout: float = 60.0) -> T:
         """Run ``fn(cluster)`` inside the cluster's loop and return its (awaited) result."""
