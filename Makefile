@@ -57,7 +57,7 @@ demo: $(STAMP)  ## the tour: sandbox + operator + compile + real requests to rea
 	@echo "==> sandbox demo (live view on a terminal, a line per minute otherwise)"
 	$(BIN)/neuronfleet demo --out demo-out $(DEMO_ARGS)
 
-lint: $(STAMP)  ## ruff, mypy --strict, import-linter layering contracts
+lint: $(STAMP)  ## ruff, mypy --strict (packages, scripts, tests), import-linter layering contracts
 	$(BIN)/ruff check operator runtime tests bench hack
 	$(BIN)/ruff format --check operator runtime tests bench hack
 	@# The benchmark and hack scripts too: one that calls the planner by an old signature fails here, not an hour into make bench.
