@@ -15,6 +15,7 @@ from neuronfleet.planning import hold
 from neuronfleet.planning.observation import DeploymentMemory, next_decision_in, scaling_due
 from neuronfleet.planning.reconcile_plan import decide_targets
 from neuronfleet.planning.scaling import (
+    DECLINE_CREDIT,
     SERVICE_RATE_DECAY,
     SERVICE_RATE_RISE,
     Checkpoint,
@@ -67,6 +68,17 @@ def test_scale_up_rate_policy_limits_the_step() -> None:
     decision = decide(spec(), ScalingState(), snap(0, 100, 1.0), current=2, ready=30, now=0)
     assert decision.desired == 6  # max(2 + 4 pods, 2 x 100 %) per 15 s
     assert "scale-up limited to 6" in decision.reason
+
+
+def test_a_scale_up_to_exactly_its_limit_is_not_said_limited() -> None:
+    # From 2 the step allows max(2 + 4 pods, 2 x 100 %) = 6: asked for 6 it gets 6, and nothing was
+    # limited; asked for 7 it gets 6, and the reason says why.
+    exact = decide(spec(), ScalingState(), snap(0, 0, 0.8), current=2, ready=6, now=0)
+    assert (exact.recommendation, exact.desired) == (6, 6)
+    assert "limited" not in exact.reason and "stabilized" not in exact.reason  # the recommendation, as it was
+    over = decide(spec(), ScalingState(), snap(0, 0, 0.8), current=2, ready=7, now=0)
+    assert (over.recommendation, over.desired) == (7, 6)
+    assert "scale-up limited to 6" in over.reason
 
 
 def test_utilization_guardrail_wins_when_queues_are_short() -> None:
@@ -379,6 +391,22 @@ def test_a_missing_arrival_rate_once_measured_is_a_missing_signal_not_the_load_f
     held = decide(s, state, quiet, 10, 10, 45)
     assert held.signals == {"peak": pytest.approx(50 / (50 * 1.1))}
     assert held.desired == 10 and "no scale-down: arrival_rate missing" in held.reason
+
+
+def test_a_missing_signal_says_no_scale_down_only_where_it_holds_one() -> None:
+    # With arrival_rate missing the peak alone sizes the fleet: at 10 replicas' worth it asks for
+    # the 10 there are, so nothing is held, and the reason names the gap without claiming a hold.
+    s = spec(targetQueueDepth=8, panicWindowSeconds=6)
+    state = replace(steady(s, 400, 0.8, 10), measured_since=0.0)
+    at_current = MetricSnapshot(
+        time=45, queue_depth=0, in_flight=1, arrival_rate=None, utilization=0.1, arrival_peak=10 * 50 * 1.1
+    )
+    kept = decide(s, state, at_current, 10, 10, 45)
+    assert (kept.recommendation, kept.desired) == (10, 10)
+    assert "arrival_rate missing" in kept.reason and "no scale-down" not in kept.reason
+    below = decide(s, state, replace(at_current, arrival_peak=5 * 50 * 1.1), 10, 10, 45)
+    assert (below.recommendation, below.desired) == (10, 10)
+    assert "no scale-down: arrival_rate missing" in below.reason
 
 
 def test_a_new_revision_forgets_the_service_rate_learned_on_the_old_one() -> None:
@@ -915,6 +943,24 @@ def test_the_reason_says_the_learned_delay_held_less_the_decline() -> None:
         arrivals = 80.0 * max(2.0, 20 - 0.1 * k)
         decision = decide(s, state, MetricSnapshot(now, 0.0, 5.0, arrivals), current, current, now)
         state, current = decision.new_state, decision.desired
+    assert "(learned scale-down delay 1800 s, less the decline)" in decision.reason
+
+
+@pytest.mark.parametrize("start", [0.0, 1_764_590_400.0])
+def test_the_learned_delay_lowers_each_held_recommendation_by_the_decline_since_it_was_made(start: float) -> None:
+    # The demand falls 0.1 replica per 15 s from 20: the trend line's slope is -1/150 replica per
+    # second, credited at DECLINE_CREDIT (0.5). At 1,350 s the oldest held recommendation, 20 made at
+    # the start, stands at 20 - 1350 / 300 = 15.5: 16 replicas, on any clock (the age counts, not
+    # the time of day).
+    s = spec(scaleDownDelaySeconds=1800, tolerance=0)
+    state, current = replace(ScalingState(), service_rate=100.0, measured_since=start), 20
+    for k in range(91):
+        now = start + 15.0 * k
+        arrivals = 80.0 * (20 - 0.1 * k)
+        decision = decide(s, state, MetricSnapshot(now, 0.0, 5.0, arrivals), current, current, now)
+        state, current = decision.new_state, decision.desired
+    assert DECLINE_CREDIT == 0.5
+    assert (decision.recommendation, decision.desired) == (11, 16), decision.reason
     assert "(learned scale-down delay 1800 s, less the decline)" in decision.reason
 
 
