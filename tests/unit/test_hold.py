@@ -147,6 +147,14 @@ def test_a_steady_decline_gets_the_shortest_window() -> None:
     assert choose(history_of(recs, needs), 1800, COLD_START) == hold.CANDIDATE_SECONDS[0]
 
 
+def test_a_history_without_demand_is_covered_by_any_window() -> None:
+    # An idle fleet (no arrivals since the replayed span began): nothing was needed, so nothing was
+    # missed; the replay must not divide by the zero it needed.
+    idle = history_of([1] * 60, [5] * 10 + [0] * 50)  # the replay starts at minute 13 (window + lag)
+    assert covered(idle, 300, COLD_START) == 1.0
+    assert choose(idle, 1800, COLD_START) == hold.CANDIDATE_SECONDS[0]
+
+
 def test_dips_that_rebound_get_a_window_longer_than_the_dips() -> None:
     # 10 busy minutes, then 8 quiet ones, repeated: a 5-minute hold releases the busy capacity in
     # the dip and the rebound finds it gone for a cold start; 10 minutes bridges the dips.
