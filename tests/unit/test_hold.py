@@ -139,6 +139,9 @@ def test_replay_needs_enough_history_beyond_window_and_cold_start() -> None:
     h = history_of([10] * 20, [8] * 20)
     assert covered(h, 300, COLD_START) is None  # 20 - (5 + 8) buckets < 10
     assert choose(h, 1800, COLD_START) == 1800
+    # Exactly MIN_REPLAYED_SECONDS beyond the window and the cold start is enough; a minute less is not.
+    assert covered(history_of([10] * 22, [8] * 22), 300, COLD_START) is None
+    assert covered(history_of([10] * 23, [8] * 23), 300, COLD_START) == 1.0
 
 
 def test_a_steady_decline_gets_the_shortest_window() -> None:

@@ -113,6 +113,15 @@ def test_hbm_within_what_the_cores_address_never_limits_packing_further() -> Non
         assert plan.chosen.replicas_per_node == 24 // cores
 
 
+@pytest.mark.parametrize("hbm", [None, 32])
+def test_a_replica_using_all_of_a_types_hbm_fits_it(hbm: int | None) -> None:
+    # Two NeuronCores address all 32 GiB of an inf2.xlarge's one chip (by default, or asked for):
+    # exactly what the type has, so it fits, one per node, with nothing to report.
+    plan = plan_placement(ReplicaNeeds(2, hbm_gib=hbm), ["inf2.xlarge"], 3)
+    assert plan.chosen is not None and plan.problems == () and plan.chosen.problems == ()
+    assert (plan.chosen.name, plan.chosen.replicas_per_node, plan.chosen.nodes) == ("inf2.xlarge", 1, 3)
+
+
 def test_sixteen_cores_and_hbm_that_no_allowed_type_holds() -> None:
     allowed: dict[str, object] = {"instanceTypes": ["inf2.xlarge", "inf2.24xlarge"]}
     problems = check_fits(spec(allowed, neuronCoresPerReplica=16, hbmGiB=200))

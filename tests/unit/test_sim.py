@@ -73,6 +73,24 @@ def test_zero_cold_start_and_ample_capacity_meet_the_slo(trace: Trace, name: str
 
 
 @pytest.mark.parametrize("name", ["bert-base", "llama-2-7b"])
+def test_the_instant_oracle_adds_replicas_in_the_seconds_its_first_schedule_missed(
+    trace: Trace, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its first schedule one replica short everywhere: requests miss. The refinement adds replicas in
+    # the seconds that were late, and only there, until none is.
+    profile = load_profile(name)
+    workload = build(trace, profile, factor_for_peak(trace, profile, 6), jitter=1.0, seed=1)
+    short = np.maximum(oracle.initial_schedule(workload, profile) - 1, 0)
+    first = engine.run(workload, profile, oracle.Oracle(), start_replicas=0, seed=1, schedule=short)
+    assert first.slo_attainment < 0.99
+    monkeypatch.setattr(oracle, "initial_schedule", lambda _workload, _profile: short.copy())
+    refined, schedule = oracle.run(workload, profile, seed=1)
+    assert refined.slo_attainment >= 0.999
+    assert (schedule >= short).all() and (schedule > short).any()
+    assert (schedule - short).sum() < (short > 0).sum() / 2  # where it missed, not everywhere
+
+
+@pytest.mark.parametrize("name", ["bert-base", "llama-2-7b"])
 def test_oracle_is_never_more_expensive_than_a_policy_meeting_the_slo(trace: Trace, name: str) -> None:
     profile = load_profile(name)
     workload = build(trace, profile, factor_for_peak(trace, profile, 6), jitter=1.0, seed=1)
