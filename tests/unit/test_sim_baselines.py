@@ -27,6 +27,11 @@ def test_hpa_scale_up_policies_4_pods_or_100_percent_per_15s() -> None:
     # Within the same 15 s period the start count is 10, so 20 is still the limit.
     assert behavior.normalize(100, current=20, now=5) == 20
     assert behavior.normalize(100, current=20, now=16) == 40
+    # A small step leaves room in its period: 10 -> 12, then within the same 15 s up to 20 (the limit
+    # counted from the period's start, 10), not held at 12 as if the period were used up.
+    behavior = HpaBehavior(min_replicas=1, max_replicas=100)
+    assert behavior.normalize(12, current=10, now=0) == 12
+    assert behavior.normalize(100, current=12, now=5) == 20
 
 
 def test_hpa_300s_downscale_stabilization() -> None:

@@ -50,6 +50,19 @@ def test_new_pod_pays_node_pull_and_start_phases() -> None:
     assert fleet.node_cold_starts == [pytest.approx(100.0)]
 
 
+def test_a_node_launched_later_records_its_launch_to_ready_time() -> None:
+    # The samples the warm pool's p90 reads: the node's own cold start, whatever the clock reads.
+    fleet = Fleet(fixed_profile(), np.random.default_rng(0))
+    fleet.set_targets(500.0, active=1, warm=0, placeholders=0)
+    assert fleet.node_cold_starts == [pytest.approx(100.0)]
+    now = 500.0
+    while (nxt := fleet.next_event(now)) <= 660.0:
+        now = max(nxt, now + 1e-6)
+        fleet.advance(now)
+    assert fleet.serving(660.0) == 1
+    assert fleet.pod_cold_starts == [pytest.approx(60.0)]
+
+
 def test_a_pod_bound_as_its_node_turns_ready_is_the_fleets_next_event() -> None:
     # The fleet keeps its counts and its next event for its version: binding the pod must move the
     # version, or the run would not see the pod turn ready until some other change.

@@ -68,6 +68,16 @@ def test_rate_model_keeps_the_shape_above_its_window() -> None:
     assert minutes[11:] == pytest.approx(800, rel=0.05)
 
 
+def test_only_a_workload_within_the_fine_bin_budget_is_materialized_by_default() -> None:
+    # MATERIALIZE_MAX_BINS bins of 10 ms: 40,000 s. The 14-day trace's 121 million would not fit.
+    profile = load_profile("bert-base")
+    limit = workload_module.MATERIALIZE_MAX_BINS // workload_module.PER_SECOND
+    short = build(steady_trace(seconds=600), profile, 1, jitter=1.0, seed=4, arrivals="rate")
+    assert short.materialized
+    long = build(steady_trace(seconds=limit + 100), profile, 1, jitter=1.0, seed=4, arrivals="rate")
+    assert not long.materialized
+
+
 def test_long_workloads_are_kept_per_second_and_refined_on_demand() -> None:
     trace = steady_trace(seconds=2000)
     profile = load_profile("bert-base")
