@@ -993,6 +993,37 @@ def test_a_clock_stepped_back_moves_the_warm_pools_demand_history_with_the_autos
     assert times[-2] == memory.scaling_state.recommendations[-2][0] == stepped - 15
 
 
+def test_a_clock_step_moves_every_time_the_autoscaler_keeps_by_the_same_shift() -> None:
+    # Left where it was, one time (when the learned hold was last chosen, say) would put its
+    # event in the future of the stepped clock, or far in its past.
+    from neuronfleet.planning.scaling import _moved
+
+    state = replace(
+        ScalingState(),
+        recommendations=((1000.0, 5),),
+        scale_events=((990.0, 1),),
+        launches=((995.0, 6),),
+        demands=((1000.0, 5.0),),
+        rates=((1000.0, 4.0),),
+        recent=((1000.0, 5, 4.0),),
+        panic_since=980.0,
+        panic_last_triggered=985.0,
+        hold_chosen_at=970.0,
+        measured_since=900.0,
+        fleet_found=(960.0, 4),
+    )
+    moved = _moved(state, -300.0)
+    pairs = ("recommendations", "scale_events", "launches", "demands", "rates", "recent")
+    assert all(getattr(moved, name)[0][0] == getattr(state, name)[0][0] - 300 for name in pairs)
+    assert (moved.panic_since, moved.panic_last_triggered, moved.hold_chosen_at, moved.measured_since) == (
+        680.0,
+        685.0,
+        670.0,
+        600.0,
+    )
+    assert moved.fleet_found == (660.0, 4)
+
+
 def test_a_restart_after_a_clock_step_back_records_the_new_minutes_after_the_history() -> None:
     # The checkpoint's history ends 10 minutes after the restart's clock: hold.resume kept it there,
     # and the new decisions were folded into its future (busy) minutes instead of growing it.

@@ -78,6 +78,15 @@ def test_healthy_fleet_is_ready_and_not_degraded() -> None:
     assert (conditions["Degraded"].status, conditions["Degraded"].reason) == ("False", "AsExpected")
 
 
+def test_warm_pool_ready_says_whether_a_pool_is_wanted_and_whether_it_is_full() -> None:
+    full = by_type(compute_conditions(inputs()))["WarmPoolReady"]  # 1 warm pod wanted, 1 ready
+    assert (full.status, full.reason) == ("True", "WarmPoolFull")
+    assert full.message == "1 warm pod ready, 0 placeholders on nodes"
+    unwanted = replace(SERVING, desired_warm=0, warm_ready=0, warm=0)
+    none = by_type(compute_conditions(inputs(fleet=unwanted)))["WarmPoolReady"]
+    assert (none.status, none.reason, none.message) == ("True", "NoWarmPool", "no warm pods or placeholders wanted")
+
+
 def test_no_fitting_instance_type_is_unscheduled_and_degraded_with_the_field_path() -> None:
     impossible = plan_placement(ReplicaNeeds(16, hbm_gib=200), ["inf2.xlarge", "inf2.24xlarge"], 1)
     conditions = by_type(compute_conditions(inputs(placement=impossible)))
