@@ -76,6 +76,16 @@ def kubectl() -> str:
     return found
 
 
+def create_namespaces(cluster: ThreadedSandboxCluster, *names: str) -> None:
+    """Create the namespaces ``names`` in the threaded sandbox, in one call into its loop."""
+
+    def create(c: SandboxCluster) -> None:
+        for name in names:
+            c.create("namespaces", {"metadata": {"name": name}})
+
+    cluster.call(create)
+
+
 class RunKubectl(Protocol):
     """The ``run_kubectl`` fixture: kubectl with ``args``; a non-zero exit fails the test if ``check``."""
 

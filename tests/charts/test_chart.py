@@ -27,6 +27,7 @@ import yaml
 from chart_support import CHART, CI_VALUES, MINIMAL_VALUES, by_kind, grants, helm, render
 from pod_security import pod_spec_of, restricted_violations
 
+from fixtures_cluster import create_namespaces
 from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, InferenceDeployment
 from neuronfleet.cli import build_parser
 from neuronfleet.kube.builders import build_priority_classes
@@ -48,14 +49,6 @@ from neuronfleet.sandbox.cluster import SandboxCluster, ThreadedSandboxCluster
 
 KUBERNETES_VERSION = "1.34.0"
 VALUES = {"default": [MINIMAL_VALUES], "ci": [CI_VALUES]}
-
-
-def create_namespaces(cluster: ThreadedSandboxCluster, *names: str) -> None:
-    def create(c: SandboxCluster) -> None:
-        for name in names:
-            c.create("namespaces", {"metadata": {"name": name}})
-
-    cluster.call(create)
 
 
 @pytest.fixture(scope="module", params=sorted(VALUES))

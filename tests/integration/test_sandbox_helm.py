@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from fixtures_cluster import create_namespaces
 from neuronfleet.sandbox import SandboxCluster, ThreadedSandboxCluster
 
 
@@ -122,11 +123,7 @@ def test_helm_upgrade_and_reinstall_keep_the_peering_object(
         assert "leader-pod" in now.get("status", {}), f"helm {step[0]} lost the keep-alives"
 
     # Namespaced: one KopfPeering per watched namespace; an upgrade adding one creates only that one.
-    def create_namespaces(c: SandboxCluster) -> None:
-        for namespace in ("team-a", "team-b"):
-            c.create("namespaces", {"metadata": {"name": namespace}})
-
-    cluster.call(create_namespaces)
+    create_namespaces(cluster, "team-a", "team-b")
     run("uninstall", "nf", "--namespace", "default")
     namespaced = ["--set", store, "--set", "operator.watchNamespaces={team-a}"]
     run("install", "nf", chart, "--namespace", "default", *namespaced)
