@@ -145,7 +145,7 @@ class OperatorHarness:
 
     async def ensure_priority_classes(self) -> None:
         """The PriorityClasses the Helm chart installs on a real cluster (same builder)."""
-        scheduling: Any = k8s.SchedulingV1Api(await self.api())  # the stubs take only V1PriorityClass
+        scheduling = await self.client(k8s.SchedulingV1Api)
         for priority_class in build_priority_classes(self.settings.builder):
             if (
                 self.cluster.get("priorityclasses", priority_class["metadata"]["name"], group="scheduling.k8s.io")
@@ -155,13 +155,17 @@ class OperatorHarness:
 
     async def ensure_namespace(self, namespace: str) -> None:
         if self.cluster.get("namespaces", namespace) is None:
-            core: Any = k8s.CoreV1Api(await self.api())  # the stubs take only V1Namespace, the API a dict too
+            core = await self.client(k8s.CoreV1Api)
             await core.create_namespace({"metadata": {"name": namespace}})
 
+    async def client(self, group: Callable[[k8s.ApiClient], object]) -> Any:
+        """``group``'s API (``k8s.CoreV1Api``...) on this harness's connection, typed Any as the
+        operator's own client is: the generated stubs take only their typed models where the API
+        takes dicts too, and omit the ``_content_type`` keyword that every merge patch needs."""
+        return group(await self.api())
+
     async def custom_objects(self) -> Any:
-        # Any, as in the operator's own client: the generated stubs omit the ``_content_type``
-        # keyword that every merge patch needs.
-        return k8s.CustomObjectsApi(await self.api())
+        return await self.client(k8s.CustomObjectsApi)
 
     async def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
         namespace = manifest["metadata"].get("namespace", "default")

@@ -215,8 +215,7 @@ async def _flow(cluster: SandboxCluster, tmp_path: Path, namespaces: list[str]) 
             namespace=NS,
         )
         name = manifest["metadata"]["name"]
-        # Any: the generated stubs omit the `_content_type` keyword the methods accept.
-        batch: Any = k8s.BatchV1Api(api)
+        batch = await harness.client(k8s.BatchV1Api)
 
         def jobs() -> list[dict[str, Any]]:
             return [j for j in cluster.list("jobs", NS, group="batch") if not j["metadata"].get("deletionTimestamp")]
@@ -284,8 +283,7 @@ async def _flow(cluster: SandboxCluster, tmp_path: Path, namespaces: list[str]) 
             what="scaled down to one, drained",
         )
         # 4. Drift: someone edits the Service and the PDB; the operator patches them back.
-        core: Any = k8s.CoreV1Api(api)
-        policy: Any = k8s.PolicyV1Api(api)
+        core, policy = await harness.client(k8s.CoreV1Api), await harness.client(k8s.PolicyV1Api)
         await core.patch_namespaced_service(
             name, NS, {"spec": {"selector": {f"{GROUP}/role": "warm"}}}, _content_type="application/merge-patch+json"
         )

@@ -45,7 +45,7 @@ def manual(name: str, **overrides: Any) -> dict[str, Any]:
 
 
 async def create_account(harness: OperatorHarness, name: str) -> None:
-    core: Any = k8s.CoreV1Api(await harness.api())  # the stubs take only a V1ServiceAccount, the API a dict too
+    core = await harness.client(k8s.CoreV1Api)
     await core.create_namespaced_service_account(NS, {"metadata": {"name": name}})
 
 
@@ -149,7 +149,7 @@ async def test_a_refusal_deletes_what_serves_nothing_as_the_operators_account_an
     dep = InferenceDeployment.model_validate({k: v for k, v in stored.items() if k != "status"})
     job = build_compile_job(dep, compile_request(dep.spec, str(harness.store_dir)))
     job["spec"]["template"]["spec"]["serviceAccountName"] = "nf-operator"
-    batch: Any = k8s.BatchV1Api(await harness.api())  # the stubs take only a V1Job, the API a dict too
+    batch = await harness.client(k8s.BatchV1Api)
     await batch.create_namespaced_job(NS, job)
     assert harness.cluster.list("jobs", NS, group="batch")
 
@@ -214,7 +214,7 @@ async def test_a_placeholder_made_before_as_the_namespaces_default_is_replaced_b
     (active,) = harness.pods(NS, "reader", "active")
     await harness.crash()
     # As the operator before made it: no account.
-    core: Any = k8s.CoreV1Api(await harness.api())  # the stubs take only a V1Pod, the API a dict too
+    core = await harness.client(k8s.CoreV1Api)
     old = copy.deepcopy(placeholder)
     await core.delete_namespaced_pod(old["metadata"]["name"], NS, grace_period_seconds=0)
     await harness.wait(lambda: not harness.pods(NS, "reader", "placeholder"), timeout=60, what="placeholder gone")
@@ -365,7 +365,7 @@ async def test_a_compile_job_stuck_on_a_missing_account_is_replaced_when_the_spe
 
 async def create_limit_range(harness: OperatorHarness, namespace: str, limits: dict[str, Any]) -> None:
     await harness.ensure_namespace(namespace)
-    core: Any = k8s.CoreV1Api(await harness.api())  # the stubs take only a V1LimitRange, the API a dict too
+    core = await harness.client(k8s.CoreV1Api)
     await core.create_namespaced_limit_range(
         namespace, {"metadata": {"name": "container-defaults"}, "spec": {"limits": [{"type": "Container", **limits}]}}
     )

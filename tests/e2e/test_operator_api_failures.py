@@ -201,11 +201,8 @@ async def test_a_service_and_pdb_whose_selectors_were_widened_by_hand_are_put_ba
     assert service is not None and pdb is not None
     wanted_service, wanted_pdb = service["spec"]["selector"], pdb["spec"]["selector"]
 
-    api = await harness.api()
     merge = "application/merge-patch+json"
-    # Any: the generated stubs omit the ``_content_type`` keyword a merge patch needs.
-    core: Any = k8s.CoreV1Api(api)
-    policy: Any = k8s.PolicyV1Api(api)
+    core, policy = await harness.client(k8s.CoreV1Api), await harness.client(k8s.PolicyV1Api)
     await core.patch_namespaced_service("edited", NS, {"spec": {"selector": {"tier": "legacy"}}}, _content_type=merge)
     extra = {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["legacy"]}]}
     await policy.patch_namespaced_pod_disruption_budget(
@@ -251,7 +248,7 @@ async def test_a_re_created_deployment_skips_its_predecessors_pod_names_and_a_ta
     await harness.wait(lambda: _ready_active(harness, "renamed") == 1, timeout=90, what="one ready active pod")
     first = harness.pods(NS, "renamed", "active")[0]
     assert first["metadata"]["name"].endswith("-0")
-    core: Any = k8s.CoreV1Api(await harness.api())  # the stubs take only a V1Pod, the API a dict too
+    core = await harness.client(k8s.CoreV1Api)
     spec = {k: v for k, v in first["spec"].items() if k != "nodeName"}
     # Slot 1: a predecessor's pod (the fleet's labels, another owner) awaiting garbage collection.
     predecessor = {

@@ -64,7 +64,7 @@ async def test_a_compile_pod_the_api_server_refuses_is_named_in_the_compiled_con
     # it". It now quotes the Event, naming the quota and the field that sets what it counts. The
     # sandbox's quota admission refuses it (spec.compile.memory is 8Gi by default).
     await harness.ensure_namespace("refused")
-    core: Any = k8s.CoreV1Api(await harness.api())  # the stubs take only a V1ResourceQuota, the API a dict too
+    core = await harness.client(k8s.CoreV1Api)
     await core.create_namespaced_resource_quota(
         "refused", {"metadata": {"name": "compute"}, "spec": {"hard": {"requests.memory": "4Gi"}}}
     )
@@ -142,8 +142,7 @@ async def test_a_superseded_compile_job_held_by_a_finalizer_is_deleted_once(harn
         timeout=60,
         what="the compile pod running",
     )
-    # Any: the generated stubs omit the ``_content_type`` keyword a merge patch needs.
-    batch: Any = k8s.BatchV1Api(await harness.api())
+    batch = await harness.client(k8s.BatchV1Api)
     await batch.patch_namespaced_job(
         old, "held", {"metadata": {"finalizers": ["example.com/audit"]}}, _content_type="application/merge-patch+json"
     )
@@ -216,8 +215,7 @@ async def test_a_held_compile_jobs_pod_left_by_a_failed_call_is_deleted_on_a_lat
 
     # Replacing a method of the live client is the point (mypy still checks it against KubeApi's).
     kube.delete_pod = delete_pod  # type: ignore[method-assign]
-    # Any: the generated stubs omit the ``_content_type`` keyword a merge patch needs.
-    batch: Any = k8s.BatchV1Api(await harness.api())
+    batch = await harness.client(k8s.BatchV1Api)
     await batch.patch_namespaced_job(
         old,
         "held503",

@@ -253,7 +253,7 @@ async def test_a_pod_it_does_not_control_is_neither_counted_nor_drained(harness:
             "spec": spec,
         },
     ]
-    core: Any = k8s.CoreV1Api(await harness.api())  # the stubs take only a V1Pod, the API a dict too
+    core = await harness.client(k8s.CoreV1Api)
     for stray in strays:
         await core.create_namespaced_pod(NS, stray)
     stray_names = {s["metadata"]["name"] for s in strays}
@@ -294,7 +294,7 @@ async def test_an_auto_scaled_fleet_can_be_drained_one_pod_at_a_time(harness: Op
         return int(status.get("disruptionsAllowed", -1))
 
     await harness.wait(lambda: allowed() == 1, timeout=30, what="one disruption allowed")
-    core: Any = k8s.CoreV1Api(await harness.api())  # the stubs take only a V1Eviction, the API a dict too
+    core = await harness.client(k8s.CoreV1Api)
     first, second = (p["metadata"]["name"] for p in harness.pods(NS, name, "active"))
     eviction: dict[str, Any] = {
         "apiVersion": "policy/v1",

@@ -24,7 +24,7 @@ from neuronfleet.reconcile import Reconciler
 
 async def create_quota(harness: OperatorHarness, namespace: str, name: str, hard: dict[str, str]) -> None:
     await harness.ensure_namespace(namespace)
-    core: Any = k8s.CoreV1Api(await harness.api())  # the stubs take only a V1ResourceQuota, the API a dict too
+    core = await harness.client(k8s.CoreV1Api)
     await core.create_namespaced_resource_quota(namespace, {"metadata": {"name": name}, "spec": {"hard": hard}})
 
 
