@@ -1180,3 +1180,22 @@ def test_a_changed_target_utilization_is_not_read_as_a_demand_that_moves(before:
     assert {r for r, _ in seen} == {needed}, seen[:3]
     assert not [why for _, why in seen if "less the decline" in why]
     assert current == needed
+
+
+def test_a_scale_up_the_fleet_was_lowered_from_is_not_measured_when_a_later_one_reaches_its_count() -> None:
+    # A scale-up to 8 from 5 is still starting when the fleet is put back at 5 (a Manual count, or
+    # a count set by hand): its pods were cancelled. Left waiting, the next scale-up to 8 would
+    # record the first one's age as a cold start, and the warm pool and the hold read that estimate.
+    s = spec()
+    waiting = replace(ScalingState(), launches=((0.0, 8),))
+    manual = decide(spec(mode="Manual", replicas=5), waiting, snap(100, 50), 5, 5, 100)
+    assert manual.new_state.launches == ()
+    # The same in Auto when the decision keeps the fleet at a count below the scale-up (5 of 5).
+    kept = decide(s, waiting, snap(100, 50), 5, 5, 100)
+    assert kept.desired == 5
+    assert kept.new_state.launches == ()
+    # A scale-up to 8 at 400 s served at 700 s measures 300 s, not 700.
+    up = decide(s, kept.new_state, snap(400, 80), 5, 5, 400)
+    assert up.desired == 8
+    served = decide(s, up.new_state, snap(700, 80), 8, 8, 700)
+    assert served.new_state.cold_start == 300

@@ -643,7 +643,9 @@ def decide(
         # The Auto scale events are forgotten: back in Auto, they were subtracted from a count they
         # never produced, and the rate limits pinned the fleet for the rest of their period (as HPA,
         # whose events are its own changes only: the Manual count is the period's start).
-        state = replace(state, scale_events=())
+        # Scale-ups above the Manual count were cancelled with their pods: left waiting, the next
+        # scale-up to their count would record their age as its cold start.
+        state = replace(state, scale_events=(), launches=tuple(x for x in state.launches if x[1] <= desired))
         if state.checkpoint is not None and state.checkpoint.scale_events:
             # Nor resumed after a restart.
             state = replace(state, checkpoint=replace(state.checkpoint, scale_events=()))
@@ -900,11 +902,12 @@ def decide(
     bounded = _clamp(desired, low, high)
     if bounded != desired:
         notes.append(f"bounded to [{low}, {high}]")
+    # Scale-ups above the new count will never be reached: their pods were cancelled (by this
+    # decision, or by a count lowered before it, a Manual one say). Left waiting, the next scale-up
+    # to their count would record their age as its cold start.
+    launches = tuple((t, target) for t, target in launches if target <= bounded)
     if bounded > max(current, ready):
         launches = (*launches, (now, bounded))
-    elif bounded < current:
-        # Scale-ups above the new count will never be reached.
-        launches = tuple((t, target) for t, target in launches if target <= bounded)
     history = state.history
     if "rate" in signals:
         # The need, without the target utilization's headroom: what the replay must cover (a burst
