@@ -97,3 +97,29 @@ def test_per_second_oracle_schedules_meet_the_slo_by_construction() -> None:
     reported, _ = oracle.run(lazy, profile, seed=1)
     assert reported.slo_attainment == 1.0
     assert reported.usd == pytest.approx(result.usd)
+
+
+def test_a_whole_number_of_replicas_of_work_is_that_many_replicas_round_off_included() -> None:
+    # 100 fine bins of 0.07 s sum to 7.0000000000000036 replicas of work: a plain ceil would add an
+    # eighth replica to every second of the instant oracle; 11 sums exactly, and must stay 11.
+    from neuronfleet.sim.workload import PER_SECOND, Workload
+
+    profile = load_profile("bert-base")
+    seconds, dt = 30, 1 / PER_SECOND
+    for level in (7, 11):
+        fine_work = np.full(seconds * PER_SECOND, level * dt)
+        fine_count = np.ones(seconds * PER_SECOND)
+        workload = Workload(
+            dt=dt,
+            seconds=seconds,
+            count_s=fine_count.reshape(seconds, -1).sum(axis=1),
+            work_s=fine_work.reshape(seconds, -1).sum(axis=1),
+            mean_work=level * dt,
+            mean_service_seconds=dt,
+            duration=float(seconds),
+            factor=1.0,
+            trace_seconds=seconds,
+            fine_count=fine_count,
+            fine_work=fine_work,
+        )
+        assert set(oracle.initial_schedule(workload, profile)) == {level}

@@ -113,8 +113,7 @@ def initial_schedule(workload: Workload, profile: Profile) -> IntArray:
         padded[: min(len(work), len(padded))] = work[: len(padded)]
         sums = np.convolve(padded, np.ones(window), mode="full")[window - 1 : window - 1 + (stop - first) * PER_SECOND]
         need[first:stop] = sums.reshape(stop - first, PER_SECOND).max(axis=1) / (window * dt)
-    replicas = np.ceil(np.maximum(need, workload.work_s) - 1e-9).astype(np.int64)
-    return np.asarray(np.maximum(replicas, 1), dtype=np.int64)
+    return _whole_replicas(np.maximum(need, workload.work_s))
 
 
 def _schedule_from_seconds(workload: Workload, window: int) -> IntArray:
@@ -122,7 +121,13 @@ def _schedule_from_seconds(workload: Workload, window: int) -> IntArray:
     with np.errstate(invalid="ignore", divide="ignore"):
         work_each = np.where(workload.count_s > 0, workload.work_s / workload.count_s, 0.0)
     busiest = (per_window + WINDOW_SIGMAS * np.sqrt(per_window)) * work_each / (window * workload.dt)
-    replicas = np.ceil(np.maximum(busiest, workload.work_s) - 1e-9).astype(np.int64)
+    return _whole_replicas(np.maximum(busiest, workload.work_s))
+
+
+def _whole_replicas(need: FloatArray) -> IntArray:
+    """The replicas (at least one) that serve ``need`` replicas of work: a need summed to a whole
+    number plus round-off (7.0000000000000036 from 700 bins of 0.01) is that number, not one more."""
+    replicas = np.ceil(need - 1e-9).astype(np.int64)
     return np.asarray(np.maximum(replicas, 1), dtype=np.int64)
 
 
