@@ -249,8 +249,9 @@ def _first_non_int64(data: list[Any], datatype: str) -> str:
         elif isinstance(value, int) and not isinstance(value, bool):
             if not INT64_MIN <= value <= INT64_MAX:
                 return f"values must fit in a signed 64-bit integer, found {value}"
-        elif isinstance(value, float) and value.is_integer() and not INT64_MIN <= value <= INT64_MAX:
-            # orjson reads an integer past 64 bits as a float.
+        elif isinstance(value, float) and value.is_integer() and not INT64_MIN < value <= INT64_MAX:
+            # orjson reads an integer past 64 bits as a float: one just below INT64_MIN (down to
+            # 1,024 below) rounds to exactly INT64_MIN, and is no float the client meant.
             return f"values must fit in a signed 64-bit integer, found about {value:.3g}"
         else:
             found = "null" if value is None else json.dumps(value)

@@ -226,6 +226,21 @@ BAD_BINARY: list[tuple[str, bytes, dict[str, str], str]] = [
         "input 'text': element 0 runs past the end",
     ),
     (
+        # Two bytes left where the next element's 4-byte length should be.
+        "a string's length cut short",
+        *_framed(
+            {"inputs": [{"name": "text", "shape": [2], "datatype": "BYTES", "parameters": {"binary_data_size": 8}}]},
+            struct.pack("<I", 2) + b"ab" + b"\x01\x00",
+        ),
+        "input 'text': element 1 runs past the end",
+    ),
+    (
+        # Zero is not negative: an empty JSON header, refused as one.
+        "header length zero",
+        *_framed({"inputs": [_binary_ids([1, 4]), MASK_1x4]}, IDS_1x4, header_length=0),
+        "malformed JSON: Expecting value: line 1 column 1 (char 0)",
+    ),
+    (
         "classification",
         *_framed(
             {

@@ -234,6 +234,20 @@ BAD_REQUESTS: list[tuple[str, bytes, int, str]] = [
         "values must fit in a signed 64-bit integer, found 9223372036854775808",
     ),
     (
+        # The value named is the one past the range, not int64's largest beside it.
+        "int64's largest beside a value past it",
+        json.dumps({"inputs": [{**_ids([1, 2]), "data": [[2**63 - 1, 2**63]]}, _mask([1, 2])]}).encode(),
+        400,
+        "values must fit in a signed 64-bit integer, found 9223372036854775808",
+    ),
+    (
+        # orjson reads -2**63 - 1 as the float -2**63: an integer past the range, not a float sent.
+        "int64's smallest beside a value past it",
+        json.dumps({"inputs": [{**_ids([1, 2]), "data": [[-(2**63), -(2**63) - 1]]}, _mask([1, 2])]}).encode(),
+        400,
+        "input 'input_ids': values must fit in a signed 64-bit integer, found about -9.22e+18",
+    ),
+    (
         "a string among integers",
         json.dumps({"inputs": [{**_ids([1, 2]), "data": [1, "two"]}, _mask([1, 2])]}).encode(),
         400,
@@ -320,6 +334,33 @@ def test_a_too_large_body_gets_413_naming_the_setting(live_server: LiveServer) -
     status, _, doc = http_json(live_server.url, "POST", INFER, body)
     assert status == 413
     assert doc["error"] == f"request body larger than {limit} bytes (the server's --max-body-bytes)"
+
+
+def test_the_default_limit_holds_the_largest_valid_request_at_its_widest_spelling() -> None:
+    # A model compiled for 64 rows of 512 tokens: 65,536 values of two inputs, past the 1 MiB
+    # floor. Each value spelled as wide as an int64 goes (-9223372036854775808), the request fits,
+    # and the limit is not many times what the request can be.
+    from neuronserve.emulated import BERT_BASE, synthetic_manifest
+    from neuronserve.manifest import Bucket
+    from neuronserve.server import MIN_BODY_BYTES, body_limit
+
+    manifest = synthetic_manifest(BERT_BASE, "wide").model_copy(update={"buckets": [Bucket(batch=64, sequence=512)]})
+    rows = [[-(2**63)] * 512] * 64
+    widest = json.dumps(
+        {"inputs": [{"name": s.name, "shape": [64, 512], "datatype": "INT64", "data": rows} for s in manifest.inputs]}
+    ).encode()
+    limit = body_limit(manifest, None)
+    assert MIN_BODY_BYTES < len(widest) <= limit < 2 * len(widest)
+    assert body_limit(manifest, 4096) == 4096  # --max-body-bytes, as given
+
+
+def test_a_body_of_exactly_the_limit_is_served(live_server: LiveServer) -> None:
+    # The limit is the largest body accepted, not the first refused (JSON allows the trailing blanks).
+    assert live_server.state is not None
+    limit = live_server.state.body_limit
+    request = json.dumps({"inputs": [_ids([1, 4]), _mask([1, 4])]}).encode()
+    status, _, doc = http_json(live_server.url, "POST", INFER, request + b" " * (limit - len(request)))
+    assert status == 200, doc
 
 
 def test_true_elsewhere_in_the_body_does_not_refuse_integer_data(live_server: LiveServer) -> None:
