@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from neuronserve.batcher import Batcher, QueueFull, ShuttingDown
+from neuronserve.batcher import Batcher, QueueFull, ShuttingDown, batch_executing
 from neuronserve.emulated import BERT_BASE, EmulatedDevice, synthetic_manifest
 from neuronserve.metrics import BusyTracker, ServerMetrics
 from neuronserve.protocol import InferRequest
@@ -143,11 +143,19 @@ async def test_past_the_grace_period_every_request_still_gets_an_answer() -> Non
     queued = batcher.submit(_request(1))
     try:
         assert not await batcher.drain(0.05)
+        # The server's exit reads this to leave at once rather than join the stuck thread.
+        assert batch_executing()
     finally:
         runner.release.set()
     for future in (running, queued):
         with pytest.raises(ShuttingDown):
             future.result()
+    # Once the batch ends, an exit finalizes Python as usual (its atexit handlers run).
+    for _ in range(3000):
+        if not batch_executing():
+            break
+        await asyncio.sleep(0.01)
+    assert not batch_executing()
 
 
 class GatedDevice:

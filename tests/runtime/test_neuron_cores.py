@@ -172,8 +172,17 @@ def _inputs(first_id: int) -> list[npt.NDArray[np.int64]]:
 
 @pytest.mark.parametrize(
     ("visible", "num", "cores"),
-    [("0-1", None, 2), ("4,5", None, 2), ("2-5", None, 4), ("3", None, 1), (None, "2", 2), (None, None, 1)],
-    ids=["range", "list", "four", "one", "num-cores", "unset"],
+    # A count of 0 is the runtime's "all cores" (its default), which only the runtime can count: as unset.
+    [
+        ("0-1", None, 2),
+        ("4,5", None, 2),
+        ("2-5", None, 4),
+        ("3", None, 1),
+        (None, "2", 2),
+        (None, "0", 1),
+        (None, None, 1),
+    ],
+    ids=["range", "list", "four", "one", "num-cores", "num-cores-all", "unset"],
 )
 def test_the_visible_cores_are_counted_as_the_neuron_runtime_reads_them(
     monkeypatch: pytest.MonkeyPatch, visible: str | None, num: str | None, cores: int
@@ -408,7 +417,8 @@ def test_one_failed_core_of_two_is_taken_out_of_rotation_and_its_requests_go_to_
     # The busy ratio's capacity is the copy left: one busy core of one reads 1.0, not 0.5.
     assert metrics["neuronserve_device_cores"] == 1
     assert ready_status == 200 and ready["cores_out"] == 1 and live_status == 200
-    assert "NeuronCore copy 1" in caplog.text and "out of rotation" in caplog.text
+    assert "NeuronCore copy 1 failed" in caplog.text and "out of rotation" in caplog.text
+    assert "serving on 1 of 2 copies" in caplog.text
 
 
 def test_a_bad_input_on_two_sound_cores_stays_a_model_error_and_takes_no_core_out(
@@ -593,7 +603,7 @@ def test_a_core_out_runs_one_batch_after_its_cool_off_and_is_back_in_rotation_wh
     assert metrics["neuronserve_device_cores_out"] == 0 and ready["cores_out"] == 0
     assert metrics["neuronserve_device_cores"] == 2
     assert _sorted_cores(stand_in.executions[5:]) == [0, 0, 1, 1]  # handed out in turn again
-    assert "NeuronCore copy 1 ran its re-test batch" in caplog.text and "back in rotation" in caplog.text
+    assert "NeuronCore copy 1 ran its re-test batch: back in rotation; serving on 2 of 2 copies" in caplog.text
     # Its strikes were reset: failing again, it leaves after COPY_OUT_AFTER failures, not at the first.
     broken.cores.add(1)
     stand_in.executions.clear()
