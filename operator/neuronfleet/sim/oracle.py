@@ -126,7 +126,7 @@ def _schedule_from_seconds(workload: Workload, window: int) -> IntArray:
 
 def _whole_replicas(need: FloatArray) -> IntArray:
     """The replicas (at least one) that serve ``need`` replicas of work: a need summed to a whole
-    number plus round-off (7.0000000000000036 from 700 bins of 0.01) is that number, not one more."""
+    number plus round-off (7.0000000000000036 from 100 bins of 0.07) is that number, not one more."""
     replicas = np.ceil(need - 1e-9).astype(np.int64)
     return np.asarray(np.maximum(replicas, 1), dtype=np.int64)
 
