@@ -132,6 +132,23 @@ def test_a_crash_looping_pod_says_why_its_server_exited_and_which_manifest_it_is
     assert parse_pod(stored).last_exit_code == 4
 
 
+def test_a_long_last_line_is_quoted_whole_up_to_its_limit_and_cut_with_an_ellipsis_past_it() -> None:
+    from neuronfleet.kube.builders import MAX_LAST_LINE
+
+    def quoted(last_line: str) -> str:
+        crashed = {
+            "name": "neuronserve",
+            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+            "lastState": {"terminated": {"exitCode": 1, "message": f"INFO listening\n{last_line}\n"}},
+        }
+        view = parse_pod({"metadata": {"name": "p"}, "status": {"containerStatuses": [crashed]}})
+        assert view.waiting_message is not None
+        return view.waiting_message.removeprefix("back-off; last exit (code 1): ")
+
+    assert quoted("x" * MAX_LAST_LINE) == "x" * MAX_LAST_LINE
+    assert quoted("x" * (MAX_LAST_LINE + 1)) == "x" * (MAX_LAST_LINE - 3) + "..."
+
+
 def test_unknown_role_label_is_read_as_draining() -> None:
     view = parse_pod({"metadata": {"name": "p", "labels": {"serving.neuronfleet.dev/role": "hero"}}})
     assert view.role == "draining"

@@ -10,6 +10,7 @@ first pod) is reported as before (tests/unit/test_compile_pod_refusals.py).
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from stub_deployments import torchscript_deployment
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.artifacts.store import ArtifactStore
 from neuronfleet.kube.builders import BuilderConfig
+from neuronfleet.kube.client import JobDeletion
 from neuronfleet.kube.jobs import build_compile_job
 from neuronfleet.planning.compile import compile_request
 from neuronfleet.planning.observation import DeploymentMemory, StatusMemory
@@ -317,3 +319,50 @@ async def test_a_failed_pod_listed_and_no_newer_refusal_is_compiling(
     compiled = _conditions(await _plan(tmp_path, kube, dep))["Compiled"]
     assert compiled["reason"] == Reason.COMPILING, compiled
     assert "no pod created" not in compiled["message"], compiled["message"]
+
+
+async def test_a_refusal_and_a_pod_made_in_the_same_second_read_as_made(tmp_path: Path) -> None:
+    # Events are stamped to the second: a retry made in the second its refusal was is as new as it,
+    # and "as new or newer" says the Job made its pod (the refusal was before it).
+    dep = _deployment(tmp_path)
+    events = [_created_pod(38), _event("FailedCreate", QUOTA, 2), _created_pod(2)]
+    kube = _JobWithoutPodKube(dep, tmp_path / "store", {"active": 0, "failed": 1}, events)
+    compiled = _conditions(await _plan(tmp_path, kube, dep))["Compiled"]
+    assert compiled["reason"] == Reason.COMPILING, compiled
+
+
+class _DeletingKube(_JobWithoutPodKube):
+    """As :class:`_JobWithoutPodKube`, whose Job's DELETE comes to ``outcome``."""
+
+    def __init__(self, job_dep: InferenceDeployment, store: Path, deletion: JobDeletion) -> None:
+        super().__init__(job_dep, store, {"active": 0})
+        self.deletion = deletion
+
+    async def delete_job(self, namespace: str, name: str) -> JobDeletion:
+        return self.deletion
+
+
+@pytest.mark.parametrize(
+    ("deletion", "said"),
+    [
+        (JobDeletion("deleted"), "deleted compile Job {job}: the API server refuses its pod"),
+        (JobDeletion("held", ("example.com/audit",)), "until the finalizer(s) example.com/audit are removed"),
+        (JobDeletion("gone"), None),  # another deleted it first: nothing of ours to announce
+    ],
+    ids=["deleted", "held", "gone"],
+)
+async def test_a_superseded_jobs_delete_is_announced_by_what_it_came_to(
+    tmp_path: Path, deletion: JobDeletion, said: str | None
+) -> None:
+    job_dep, dep = _deployment(tmp_path, "16Gi"), _deployment(tmp_path, "24Gi")
+    kube = _DeletingKube(job_dep, tmp_path / "store", deletion)
+    plan = await _plan(tmp_path, kube, dep)
+    (job,) = [a.name for a in plan.compile_actions if isinstance(a, DeleteCompileJob)]
+    settings = OperatorSettings(artifact_store=str(kube.store), builder=BuilderConfig(model_server_image=IMAGE))
+    reconciler = Reconciler(kube, ArtifactStore(), settings, clock=lambda: NOW)  # type: ignore[arg-type]
+    events = await reconciler._apply_compile(dep, plan, asyncio.Event())
+    superseded = [e.message for e in events if e.reason == Reason.COMPILE_SUPERSEDED]
+    if said is None:
+        assert superseded == []
+    else:
+        assert len(superseded) == 1 and said.format(job=job) in superseded[0], superseded

@@ -258,6 +258,25 @@ async def test_an_invalid_spec_is_not_reported_over_the_new_spec_a_409_showed(tm
     assert report.events == () and report.writes == 0
 
 
+async def test_an_invalid_specs_status_write_meeting_a_second_conflict_ends_as_a_conflict(tmp_path: Path) -> None:
+    # Another status writer changes the object before each write: the write, and the one retried over
+    # the object read again, meet a 409. A race, not a failure: no error, no write, re-run at once.
+    source = _source(tmp_path)
+    invalid = _body(source, replicas=1, mode="Sometimes")
+
+    def another_writer(_: int) -> None:
+        kube.obj["metadata"]["resourceVersion"] = str(int(kube.obj["metadata"]["resourceVersion"]) + 1)
+
+    kube = _ApiServer(copy.deepcopy(invalid), before_write=another_writer)
+    reconciler = _reconciler(tmp_path, kube, _body(source, replicas=1))
+
+    report = await reconciler.reconcile(invalid, DeploymentMemory())
+
+    assert report.conflict and report.error is None
+    assert kube.status_writes == [409, 409]
+    assert report.events == () and report.writes == 0
+
+
 class _Daemon:
     """The operator's daemon for one object, with the real reconciler against ``kube``, and a body
     the test changes as Kopf's watch does (a live view). Each reconcile's body generation and
