@@ -1,0 +1,51 @@
+"""The Kubernetes API adapter's reads that answer something other than an object: a pod's log tail
+(a failed compile Job's message quotes it) and an object that is not there (None, which the apply
+reads as "create it"). Against real HTTP answering as the API server does."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+from kubernetes_asyncio import client
+
+from neuronfleet.kube.client import KubeClient
+
+LOG = "compiling bucket 1x128\nneuronx-cc: error: out of memory\n"
+
+
+async def _log(request: web.Request) -> web.Response:
+    assert request.query.get("tailLines") == "20"
+    return web.Response(text=LOG, content_type="text/plain")
+
+
+async def _not_found(request: web.Request) -> web.Response:
+    status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
+    return web.json_response(status, status=404)
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[KubeClient]:
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/default/pods/compile-x/log", _log)
+    app.router.add_get("/api/v1/namespaces/default/services/missing", _not_found)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    kube = KubeClient(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")))
+    try:
+        yield kube
+    finally:
+        await kube.close()
+        await runner.cleanup()
+
+
+async def test_a_pods_log_tail_is_its_text(kube: KubeClient) -> None:
+    assert await kube.pod_log_tail("default", "compile-x") == LOG
+
+
+async def test_an_object_that_is_not_there_reads_as_none(kube: KubeClient) -> None:
+    assert await kube.read("Service", "default", "missing") is None
