@@ -1,4 +1,5 @@
-"""The small InferenceDeployment the reconcile's unit tests run against stub API servers.
+"""The small InferenceDeployment the reconcile's unit tests run against stub API servers, and the
+empty cluster (:class:`EmptyCluster`) those stubs start from.
 
 A TorchScript source file under the test's directory (written once: its listing's fingerprint is in
 the compile request key), namespace ``ns``, name ``emb``.
@@ -30,3 +31,20 @@ def torchscript_deployment(
             "spec": spec,
         }
     )
+
+
+class EmptyCluster:
+    """The reads of a KubeApi over a cluster with nothing in it (no pods, nodes, Jobs or Events);
+    a stub API server overrides the reads its test is about."""
+
+    async def list_pods(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
+        return []
+
+    async def list_nodes(self, fresh: bool = False) -> list[dict[str, Any]]:
+        return []
+
+    async def list_jobs(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
+        return []
+
+    async def list_events(self, namespace: str, fields: Any) -> list[dict[str, Any]]:
+        return []

@@ -250,11 +250,16 @@ async def test_a_retry_refused_after_a_counted_failure_is_reported(tmp_path: Pat
     )
 
 
-async def test_a_counted_failure_whose_retry_is_made_after_the_refusal_is_compiling(tmp_path: Path) -> None:
+# Events are stamped to the second: a retry made in the second of its refusal is as new as it, and
+# "as new or newer" reads that as made too.
+@pytest.mark.parametrize("refused_minutes_ago", [5, 2], ids=["refused-before", "refused-in-the-same-second"])
+async def test_a_counted_failure_whose_retry_is_made_after_the_refusal_is_compiling(
+    tmp_path: Path, refused_minutes_ago: float
+) -> None:
     # Refused once after its first pod failed, then made (the quota freed): its newest SuccessfulCreate,
     # newer than the refusal, says the retry exists; the list raced it or it is being replaced again.
     dep = _deployment(tmp_path)
-    events = [_created_pod(38), _event("FailedCreate", QUOTA, 5), _created_pod(2)]
+    events = [_created_pod(38), _event("FailedCreate", QUOTA, refused_minutes_ago), _created_pod(2)]
     kube = _JobWithoutPodKube(dep, tmp_path / "store", {"active": 0, "failed": 1}, events)
     compiled = _conditions(await _plan(tmp_path, kube, dep))["Compiled"]
     assert compiled["reason"] == Reason.COMPILING, compiled
@@ -319,16 +324,6 @@ async def test_a_failed_pod_listed_and_no_newer_refusal_is_compiling(
     compiled = _conditions(await _plan(tmp_path, kube, dep))["Compiled"]
     assert compiled["reason"] == Reason.COMPILING, compiled
     assert "no pod created" not in compiled["message"], compiled["message"]
-
-
-async def test_a_refusal_and_a_pod_made_in_the_same_second_read_as_made(tmp_path: Path) -> None:
-    # Events are stamped to the second: a retry made in the second its refusal was is as new as it,
-    # and "as new or newer" says the Job made its pod (the refusal was before it).
-    dep = _deployment(tmp_path)
-    events = [_created_pod(38), _event("FailedCreate", QUOTA, 2), _created_pod(2)]
-    kube = _JobWithoutPodKube(dep, tmp_path / "store", {"active": 0, "failed": 1}, events)
-    compiled = _conditions(await _plan(tmp_path, kube, dep))["Compiled"]
-    assert compiled["reason"] == Reason.COMPILING, compiled
 
 
 class _DeletingKube(_JobWithoutPodKube):

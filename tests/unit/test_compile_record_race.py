@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from stub_deployments import torchscript_deployment
+from stub_deployments import EmptyCluster, torchscript_deployment
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.artifacts.store import ArtifactStore
@@ -32,7 +32,7 @@ def _deployment(tmp_path: Path) -> InferenceDeployment:
     return torchscript_deployment(tmp_path)
 
 
-class _JobEndsWhileListed:
+class _JobEndsWhileListed(EmptyCluster):
     """A KubeApi whose compile Job writes its record and succeeds just before the operator lists it
     (``writes``: whether it writes one: a Job that stores elsewhere does not)."""
 
@@ -52,15 +52,6 @@ class _JobEndsWhileListed:
         job["metadata"]["creationTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         job["status"] = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
         return [job]
-
-    async def list_pods(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
-        return []
-
-    async def list_nodes(self, fresh: bool = False) -> list[dict[str, Any]]:
-        return []
-
-    async def list_events(self, namespace: str, fields: Any) -> list[dict[str, Any]]:
-        return []
 
 
 def _compiled(status: dict[str, Any]) -> dict[str, Any]:

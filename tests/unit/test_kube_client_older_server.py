@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from kubernetes_asyncio import client
+from kube_http import served_kube
 
 from neuronfleet.kube.client import KubeClient
 
@@ -66,17 +66,8 @@ async def older_server() -> AsyncIterator[tuple[OlderApiServer, KubeClient]]:
     app = web.Application()
     app.router.add_get(PATH, server.get)
     app.router.add_patch(PATH, server.patch)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    kube = KubeClient(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")))
-    try:
+    async with served_kube(app) as kube:
         yield server, kube
-    finally:
-        await kube.close()
-        await runner.cleanup()
 
 
 async def test_a_field_the_api_server_drops_is_written_once_then_no_longer_compared(

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
-from kubernetes_asyncio import client
+from kube_http import served_kube
 
 from neuronfleet.kube.client import KubeClient
 
@@ -30,17 +30,8 @@ async def kube() -> AsyncIterator[KubeClient]:
     app = web.Application()
     app.router.add_get("/api/v1/namespaces/default/pods/compile-x/log", _log)
     app.router.add_get("/api/v1/namespaces/default/services/missing", _not_found)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    kube = KubeClient(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")))
-    try:
+    async with served_kube(app) as kube:
         yield kube
-    finally:
-        await kube.close()
-        await runner.cleanup()
 
 
 async def test_a_pods_log_tail_is_its_text(kube: KubeClient) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from kube_http import served_kube
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -111,13 +112,7 @@ async def test_a_fresh_node_list_is_one_sent_after_the_caller_saw_the_pod() -> N
     app = web.Application()
     app.router.add_get("/api/v1/nodes", list_nodes)
     app.router.add_get("/api/v1/namespaces/default/pods", list_pods)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    kube = KubeClient(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")), request_timeout=5)
-    try:
+    async with served_kube(app, request_timeout=5) as kube:
         await kube.list_nodes()  # the cached list: n1
         release.clear()
         arrived.clear()
@@ -144,9 +139,6 @@ async def test_a_fresh_node_list_is_one_sent_after_the_caller_saw_the_pod() -> N
             "a healthy pod on a node that joined was judged lost from a list sent before it was seen"
         )
         assert served == [["n1"], ["n1"], ["n1", "n2"]]
-    finally:
-        await kube.close()
-        await runner.cleanup()
 
 
 async def test_a_node_list_that_has_just_failed_is_not_handed_to_a_caller_arriving_in_that_loop_step() -> None:
@@ -160,35 +152,26 @@ async def test_a_node_list_that_has_just_failed_is_not_handed_to_a_caller_arrivi
 
     app = web.Application()
     app.router.add_get("/api/v1/nodes", list_nodes)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    kube = KubeClient(client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{port}")), request_timeout=5)
-    failed = asyncio.Event()
-    call_api = kube._json
+    async with served_kube(app, request_timeout=5) as kube:
+        failed = asyncio.Event()
+        call_api = kube._json
 
-    async def noting_failure(call: Any) -> Any:
-        try:
-            return await call_api(call)
-        except ApiException:
-            failed.set()  # another reconcile becomes ready in the loop step the call fails in
-            raise
+        async def noting_failure(call: Any) -> Any:
+            try:
+                return await call_api(call)
+            except ApiException:
+                failed.set()  # another reconcile becomes ready in the loop step the call fails in
+                raise
 
-    kube._json = noting_failure  # type: ignore[method-assign]
+        kube._json = noting_failure  # type: ignore[method-assign]
 
-    async def late() -> list[dict[str, Any]]:
-        await failed.wait()
-        return await kube.list_nodes()
+        async def late() -> list[dict[str, Any]]:
+            await failed.wait()
+            return await kube.list_nodes()
 
-    try:
         first = asyncio.ensure_future(kube.list_nodes())
         second = asyncio.ensure_future(late())
         with pytest.raises(ApiException):
             await first
         assert [n["metadata"]["name"] for n in await second] == ["n1"], "handed the call that had just failed"
         assert answers == []
-    finally:
-        await kube.close()
-        await runner.cleanup()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stub_deployments import torchscript_deployment
+from stub_deployments import EmptyCluster, torchscript_deployment
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.artifacts.store import ArtifactStore
@@ -18,22 +18,6 @@ from neuronfleet.reconcile import OperatorSettings, Reconciler
 from neuronfleet.sandbox.artifacts import record_uncompiled_artifact
 
 IMAGE = "registry.example/neuronserve:0.1.0"
-
-
-class _EmptyCluster:
-    """A KubeApi with nothing in it: no pods, nodes, Jobs or Events."""
-
-    async def list_pods(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
-        return []
-
-    async def list_nodes(self, fresh: bool = False) -> list[dict[str, Any]]:
-        return []
-
-    async def list_jobs(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
-        return []
-
-    async def list_events(self, namespace: str, fields: Any) -> list[dict[str, Any]]:
-        return []
 
 
 class _CountingMetrics:
@@ -55,7 +39,7 @@ async def _snapshots_read(tmp_path: Path, scaling: dict[str, Any]) -> tuple[int,
     record_uncompiled_artifact(dep.spec, store, "compiled", IMAGE)
     settings = OperatorSettings(artifact_store=str(store), builder=BuilderConfig(model_server_image=IMAGE))
     metrics = _CountingMetrics()
-    reconciler = Reconciler(_EmptyCluster(), ArtifactStore(), settings, metrics)  # type: ignore[arg-type]
+    reconciler = Reconciler(EmptyCluster(), ArtifactStore(), settings, metrics)  # type: ignore[arg-type]
     observation = await reconciler.observe(dep, DeploymentMemory(), StatusMemory())
     return metrics.snapshots, observation.metrics
 

@@ -21,6 +21,7 @@ from typing import Any
 import kopf
 from handler_calls import as_called, kopf_body
 from kubernetes_asyncio.client.exceptions import ApiException
+from stub_deployments import EmptyCluster
 
 from neuronfleet import handlers
 from neuronfleet.api.v1alpha1 import InferenceDeployment
@@ -74,7 +75,7 @@ def _merge(old: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-class _ApiServer:
+class _ApiServer(EmptyCluster):
     """The object as the API server has it, with its optimistic concurrency on status writes, and
     the calls the apply makes. ``before_write`` runs before each status write, given its number
     (another writer acting between the reconcile's reads and its writes)."""
@@ -84,18 +85,6 @@ class _ApiServer:
         self.before_write = before_write
         self.status_writes: list[int] = []  # the answer to each: 200 or 409
         self.created: list[str] = []
-
-    async def list_pods(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
-        return []
-
-    async def list_nodes(self, fresh: bool = False) -> list[dict[str, Any]]:
-        return []
-
-    async def list_jobs(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
-        return []
-
-    async def list_events(self, namespace: str, fields: Any) -> list[dict[str, Any]]:
-        return []
 
     async def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return copy.deepcopy(self.obj) if kind == "InferenceDeployment" else None
