@@ -109,6 +109,21 @@ def test_a_stream_cut_short_is_undecodable_even_when_the_text_is_all_there(name:
             decode_body(whole[:-cut], coding, len(TEXT))
 
 
+@pytest.mark.skipif("br" not in CODINGS, reason="the brotli library is not installed")
+def test_a_brotli_stream_flushed_but_not_finished_is_cut_short_even_at_exactly_the_limit() -> None:
+    # A flushed brotli stream carries the whole text before its last (empty) meta-block: a body
+    # cut there decodes to every byte, and only the end marker tells it is not whole. At exactly
+    # the limit the size check must not answer before that check does.
+    import brotli
+
+    compressor = brotli.Compressor()
+    flushed = compressor.process(TEXT) + compressor.flush()
+    whole = flushed + compressor.finish()
+    assert decode_body(whole, "br", len(TEXT)) == TEXT
+    with pytest.raises(Undecodable, match="cut short"):
+        decode_body(flushed, "br", len(TEXT))
+
+
 def test_concatenated_gzip_members_decode_and_garbage_after_a_stream_does_not() -> None:
     assert decode_body(gzip.compress(b"ab") + gzip.compress(b"cd"), "gzip", 10) == b"abcd"
     with pytest.raises(Undecodable, match="follows the end"):

@@ -8,6 +8,7 @@ entry that stays for the life of the operator (one per deleted deployment).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -138,6 +139,28 @@ async def test_a_persistent_failure_posts_one_warning_until_its_message_changes_
     assert ctx.failures == 6
     await deployment_changed(type="DELETED", body=body, namespace="ns", name="d", memo=kopf.Memo(context=ctx))
     assert ctx.failures_posted == {}
+
+
+async def test_a_reconcile_that_raised_is_timed_as_one_that_returned() -> None:
+    # Both outcomes feed one duration histogram: each reconcile's duration is the time it took, so
+    # the two together take no longer than the daemon that ran them.
+    stop: list[bool] = []
+    ctx = context()
+    ctx.metrics = OperatorMetrics()
+    reconciler = FailingReconciler(["403 Forbidden", None], stop, lambda: ctx.wakeups[("ns", "d")])
+    ctx.reconciler = reconciler  # type: ignore[assignment]
+    body = kopf_body({"metadata": {"name": "d", "namespace": "ns", "generation": 1}})
+    started = time.perf_counter()
+    await keep_converging(body=body, memo=kopf.Memo(context=ctx), namespace="ns", name="d", stopped=Stopped(stop))
+    elapsed = time.perf_counter() - started
+    histogram = {
+        s.name: s.value
+        for f in ctx.metrics.registry.collect()
+        if f.name == "neuronfleet_reconcile_duration_seconds"
+        for s in f.samples
+    }
+    assert histogram["neuronfleet_reconcile_duration_seconds_count"] == 2
+    assert 0 <= histogram["neuronfleet_reconcile_duration_seconds_sum"] <= elapsed
 
 
 async def test_a_stopped_daemon_leaves_no_state_and_no_metric_series_behind() -> None:
