@@ -137,6 +137,7 @@ from neuronfleet.api.v1alpha1 import (
     ScalingSpec,
 )
 from neuronfleet.planning import hold
+from neuronfleet.planning.rounding import ceil_whole
 from neuronfleet.planning.signals import QUERIED, SIGNALS, MetricSnapshot
 
 #: Knative's stable window: the shortest time panic mode holds after its trigger last fired.
@@ -556,6 +557,14 @@ def _measure_cold_start(
     return tuple(waiting), measured
 
 
+def _reachable_launches(launches: tuple[tuple[float, int], ...], count: int) -> tuple[tuple[float, int], ...]:
+    """The waiting scale-ups a fleet of ``count`` can still serve. Those above it were cancelled
+    with their pods (by the decision setting ``count``, or by a count lowered before it, a Manual
+    one say): left waiting, the next scale-up to their count would record their age as its cold
+    start."""
+    return tuple((started, target) for started, target in launches if target <= count)
+
+
 def _period_start(events: tuple[tuple[float, int], ...], current: int, now: float, period: float) -> int:
     """The replicas at the start of the ``period`` before ``now``: ``current`` less what the events
     within it added, plus what they removed. HPA counts both since kubernetes/kubernetes#109058
@@ -643,9 +652,7 @@ def decide(
         # The Auto scale events are forgotten: back in Auto, they were subtracted from a count they
         # never produced, and the rate limits pinned the fleet for the rest of their period (as HPA,
         # whose events are its own changes only: the Manual count is the period's start).
-        # Scale-ups above the Manual count were cancelled with their pods: left waiting, the next
-        # scale-up to their count would record their age as its cold start.
-        state = replace(state, scale_events=(), launches=tuple(x for x in state.launches if x[1] <= desired))
+        state = replace(state, scale_events=(), launches=_reachable_launches(state.launches, desired))
         if state.checkpoint is not None and state.checkpoint.scale_events:
             # Nor resumed after a restart.
             state = replace(state, checkpoint=replace(state.checkpoint, scale_events=()))
@@ -780,10 +787,7 @@ def decide(
         )
 
     demand = max(signals.values())
-    if current > 0 and abs(demand / current - 1) <= spec.tolerance:
-        recommendation = current
-    else:
-        recommendation = math.ceil(demand - 1e-9)
+    recommendation = current if current > 0 and abs(demand / current - 1) <= spec.tolerance else ceil_whole(demand)
     notes: list[str] = [forgotten] if forgotten else []
     gaps = [f"{', '.join(missing)} missing"] if missing else []
     if partial:
@@ -860,7 +864,7 @@ def decide(
             # headroom for bursts yet follows the decline instead of holding the level of its peak.
             # Not in Fixed mode, nor within the stabilization window: both promise the maximum.
             slope = line[2] / target * DECLINE_CREDIT  # replicas at the target, per second
-            following = math.ceil(max(r + slope * (now - t) for t, r in held) - 1e-9)
+            following = ceil_whole(max(r + slope * (now - t) for t, r in held))
             lowered = following < delay_rec
             delay_rec = min(delay_rec, following)
         down_rec = max(recommendation, window_rec, delay_rec)
@@ -902,17 +906,14 @@ def decide(
     bounded = _clamp(desired, low, high)
     if bounded != desired:
         notes.append(f"bounded to [{low}, {high}]")
-    # Scale-ups above the new count will never be reached: their pods were cancelled (by this
-    # decision, or by a count lowered before it, a Manual one say). Left waiting, the next scale-up
-    # to their count would record their age as its cold start.
-    launches = tuple((t, target) for t, target in launches if target <= bounded)
+    launches = _reachable_launches(launches, bounded)
     if bounded > max(current, ready):
         launches = (*launches, (now, bounded))
     history = state.history
     if "rate" in signals:
         # The need, without the target utilization's headroom: what the replay must cover (a burst
         # the rate's window cannot show included).
-        need = math.ceil(max(signals["rate"], signals.get("burst", 0.0)) * spec.target_utilization - 1e-9)
+        need = ceil_whole(max(signals["rate"], signals.get("burst", 0.0)) * spec.target_utilization)
         history = hold.record(history, now, recommendation, need)
     new_state = ScalingState(
         recommendations=recommendations,
@@ -939,7 +940,7 @@ def decide(
     reason = f"{_describe(signals)} -> {recommendation}"
     if notes:
         reason += "; " + "; ".join(notes)
-    needed: int | None = math.ceil(signals["rate"] - 1e-9) if "rate" in signals else recommendation
+    needed: int | None = ceil_whole(signals["rate"]) if "rate" in signals else recommendation
     if gaps:
         # A signal missing or a partial snapshot: the figures read low (the sums cover some pods only,
         # the rate may be the one missing), so the demand is unknown, as in an outage. Handed on, the

@@ -47,6 +47,7 @@ import math
 from dataclasses import dataclass, field
 
 from neuronfleet.api.v1alpha1 import ScalingBehavior
+from neuronfleet.planning.rounding import ROUND_OFF, ceil_whole
 from neuronfleet.planning.scaling import scale_down_limit, scale_up_limit
 from neuronfleet.sim.metrics import MetricsView
 from neuronfleet.sim.policies import DEFAULT_SCRAPE_DELAY, Observed, Targets
@@ -153,7 +154,7 @@ class Keda:
 
     def step(self, now: float, metric: float | None, current: int) -> tuple[int, str]:
         """One HPA sync (and KEDA poll when due) on ``metric``; returns the replicas and why."""
-        if self.last_poll is None or now - self.last_poll >= self.polling_interval - 1e-9:
+        if self.last_poll is None or now - self.last_poll >= self.polling_interval - ROUND_OFF:
             self.last_poll = now
             if metric is not None and metric > self.activation_threshold:
                 self.last_active = now
@@ -303,7 +304,7 @@ class RayServe:
 
     def step(self, total_ongoing: float, current: int) -> int:
         """One control-loop iteration; returns the replica count to apply."""
-        desired = max(self.min_replicas, min(self.max_replicas, math.ceil(total_ongoing / self.target - 1e-9)))
+        desired = max(self.min_replicas, min(self.max_replicas, ceil_whole(total_ongoing / self.target)))
         if desired > current:
             self.counter = max(self.counter, 0) + 1
             if self.counter > int(self.upscale_delay / self.interval):

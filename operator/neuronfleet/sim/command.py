@@ -38,6 +38,7 @@ from neuronfleet.planning.placement import (
     QuantityError,
     headroom_from_quantities,
 )
+from neuronfleet.planning.rounding import ceil_whole
 from neuronfleet.planning.signals import QUERIED
 from neuronfleet.sim import report, runner
 from neuronfleet.sim.oracle import launch_seconds
@@ -1054,7 +1055,7 @@ def _trace_line(trace: Trace, factor: float) -> str:
 
 def _measured_requests(phase: Phase) -> float:
     """Requests of the phase's measured span (its workload also holds the history before it)."""
-    first = math.ceil(phase.measure_from - 1e-9)
+    first = ceil_whole(phase.measure_from)
     return float(phase.workload.count_s[first:].sum())
 
 

@@ -64,6 +64,7 @@ import numpy.typing as npt
 from sortedcontainers import SortedList
 
 from neuronfleet.planning import coldstart
+from neuronfleet.planning.rounding import ROUND_OFF, ceil_whole
 from neuronfleet.sim.fleet import Fleet
 from neuronfleet.sim.metrics import MetricsView
 from neuronfleet.sim.policies import MIN_COLD_START_SAMPLES, Observed, Policy
@@ -960,7 +961,7 @@ def run(
     """
     wall = time.perf_counter()
     cpu = time.process_time()
-    first = math.ceil(measure_from - 1e-9)
+    first = ceil_whole(measure_from)
     sim = SecondsSimulation(workload, profile, measure_from=first, coarse=coarse)
     sim.set_request_path(
         getattr(policy, "max_ongoing_requests", None), getattr(policy, "router_queue_unbounded", False)
@@ -1028,11 +1029,11 @@ def run(
                 first if not measuring else math.inf,
                 end if billed is None else math.inf,
             )
-            stop = min(seconds, max(int(now) + 1, math.ceil(until - 1e-9)))
+            stop = min(seconds, max(int(now) + 1, ceil_whole(until)))
             sim.serve(int(now), stop, counts.serving, counts.starting_active > 0)
             now = float(stop)
             fleet.advance(now)
-            if now >= next_tick - 1e-9:
+            if now >= next_tick - ROUND_OFF:
                 # Cold-start percentiles change only when a new cold start is measured.
                 cold_count = (len(fleet.pod_cold_starts), len(fleet.node_cold_starts))
                 if policy.reads_cold_starts and cold_count != cold_measured:

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -70,6 +69,7 @@ from neuronfleet.planning.fleet import (
 )
 from neuronfleet.planning.labels import ArtifactRevision
 from neuronfleet.planning.promotion import NO_NEIGHBOURS
+from neuronfleet.planning.rounding import ceil_whole
 from neuronfleet.sim.profiles import Profile
 from neuronfleet.sim.scaledown import ORDERS, Order, ReadyPod, ScaleDownBy
 
@@ -283,7 +283,7 @@ class Fleet:
         a promotion, drain or removal ending). Changes take effect on whole seconds, as endpoint
         updates do, which merges the many events of a large scale-up."""
         _, soonest = self._survey(now)
-        return soonest if soonest == INF else float(math.ceil(soonest - 1e-9))
+        return soonest if soonest == INF else float(ceil_whole(soonest))
 
     def _survey(self, now: float) -> tuple[FleetCounts, float]:
         """The counts at ``now`` and the soonest change after it (a pod or node turning ready, a

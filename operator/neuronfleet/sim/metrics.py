@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from neuronfleet.planning.rounding import ROUND_OFF
 from neuronfleet.planning.signals import PEAK_WINDOW_SECONDS, MetricSnapshot, busiest_rate, peak_stretch_seconds
 
 FloatArray = npt.NDArray[np.float64]
@@ -51,7 +52,7 @@ class MetricsView:
         self.queue_mean = queue_requests if queue_mean is None else queue_mean
 
     def _bin(self, t: float) -> int:
-        return int(t / self.dt + 1e-9) - 1
+        return int(t / self.dt + ROUND_OFF) - 1
 
     def snapshot(self, now: float, delay: float, serving: int | None = None) -> MetricSnapshot:
         """The Prometheus view at ``now``: samples taken ``delay`` seconds earlier (none before t=0).

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from neuronfleet.planning.rounding import ROUND_OFF, ceil_whole
 from neuronfleet.sim import engine
 from neuronfleet.sim.fleet import MIN_BILLED_SECONDS
 from neuronfleet.sim.metrics import MetricsView
@@ -127,7 +128,7 @@ def _schedule_from_seconds(workload: Workload, window: int) -> IntArray:
 def _whole_replicas(need: FloatArray) -> IntArray:
     """The replicas (at least one) that serve ``need`` replicas of work: a need summed to a whole
     number plus round-off (7.0000000000000036 from 100 bins of 0.07) is that number, not one more."""
-    replicas = np.ceil(need - 1e-9).astype(np.int64)
+    replicas = np.ceil(need - ROUND_OFF).astype(np.int64)
     return np.asarray(np.maximum(replicas, 1), dtype=np.int64)
 
 
@@ -147,7 +148,7 @@ def by_construction(
     workload: Workload, profile: Profile, schedule: IntArray, measure_from: float, policy: Oracle
 ) -> engine.RunResult:
     """An oracle's result on a per-second workload, without simulating it (module docstring)."""
-    first = math.ceil(measure_from - 1e-9)
+    first = ceil_whole(measure_from)
     requests = float(workload.count_s[first:].sum())
     # Billed up to the trace's end, as the engine bills every policy (not the tail after it).
     replica_seconds = float(schedule[first : workload.trace_seconds].sum())
@@ -259,7 +260,7 @@ def run_feasible(
     """The feasible oracle over ``workload``: its result (cost = billed whole nodes) and replicas per second."""
     per_node = profile.replicas_per_node
     demand = -(-instant_schedule // per_node)
-    first = math.ceil(measure_from - 1e-9)
+    first = ceil_whole(measure_from)
     plan = feasible_plan(demand, launch_seconds(profile), -(-start_replicas // per_node), first, workload.trace_seconds)
     schedule = plan.serving * per_node
     policy = Oracle("oracle-feasible", f"clairvoyant, {launch_seconds(profile):.0f}s launches")

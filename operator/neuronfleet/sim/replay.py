@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from neuronfleet.api.v1alpha1 import InferenceDeployment
+from neuronfleet.planning.rounding import ROUND_OFF, ceil_whole
 from neuronfleet.planning.signals import MetricSnapshot
 from neuronfleet.sim.engine import Simulation, _weighted_quantiles
 from neuronfleet.sim.policies import DEFAULT_SCRAPE_DELAY
@@ -90,7 +91,7 @@ class ReplayLoad:
         self.sim = Simulation(workload, profile)
         self.origin: float | None = None
         self._bin = 0
-        self._end_bin = min(workload.bins, math.ceil(duration / workload.dt - 1e-9))
+        self._end_bin = min(workload.bins, ceil_whole(duration / workload.dt))
 
     def start(self, origin: float) -> None:
         """Replay second 0 is ``origin`` (Unix seconds)."""
@@ -111,7 +112,7 @@ class ReplayLoad:
         Called often (every simulated second): between two calls the serving count is taken as
         constant, as the simulator does between fleet events.
         """
-        target = min(self.workload.bins, int(self.elapsed(now) / self.workload.dt + 1e-9))
+        target = min(self.workload.bins, int(self.elapsed(now) / self.workload.dt + ROUND_OFF))
         if target <= self._bin:
             return
         self.sim.serve(self._bin, target, max(0, self.serving()), False)
@@ -133,7 +134,7 @@ class ReplayLoad:
     def demand(self, at: float, window: float = 5.0) -> float:
         """Arrivals per second over the ``window`` seconds of replay time before ``at``."""
         dt = self.workload.dt
-        last = min(self._end_bin, int(at / dt + 1e-9))
+        last = min(self._end_bin, int(at / dt + ROUND_OFF))
         first = max(0, last - max(1, round(window / dt)))
         if last <= first:
             return 0.0
@@ -149,7 +150,7 @@ class ReplayLoad:
     def totals(self) -> ReplayTotals:
         """Requests, rejections and latency of the arrivals replayed so far (the simulator's method)."""
         stop = min(self._bin, self._end_bin)
-        first = min(stop, int(self.measure_from / self.workload.dt + 1e-9))
+        first = min(stop, int(self.measure_from / self.workload.dt + ROUND_OFF))
         count = self.workload.count[first:stop]
         work = self.workload.work[first:stop]
         with np.errstate(invalid="ignore", divide="ignore"):
