@@ -560,19 +560,20 @@ class FakeClock:
 
 
 def _runner_with_core_1_out(
-    neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch, visible: str = "0-1"
+    neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch, visible: str = "0-1", out: int = 1
 ) -> tuple[ModelRunner, NeuronStandIn, BrokenCores, FakeClock]:
-    """A warmed runner on ``visible`` cores whose copy 1 failed until it was taken out of rotation
-    (at the clock's time now); copy 1 still fails until the test heals it (``broken.cores``)."""
+    """A warmed runner on ``visible`` cores whose copy 1 (copies 1 to ``out``) failed until it was
+    taken out of rotation (at the clock's time now); it still fails until the test heals it
+    (``broken.cores``)."""
     clock = FakeClock()
     runner, stand_in = _warmed_runner(neuron_artifact, monkeypatch, visible, clock)
-    broken = BrokenCores(stand_in, {1})
+    broken = BrokenCores(stand_in, set(range(1, out + 1)))
     broken.install(monkeypatch)
     for _ in range(20 * backend.COPY_OUT_AFTER):
         runner.run([_inputs(3)])
-        if runner.copies_out:
+        if len(runner.copies_out) == out:
             break
-    assert runner.copies_out == [1]
+    assert runner.copies_out == list(range(1, out + 1))
     stand_in.executions.clear()
     return runner, stand_in, broken, clock
 
@@ -613,6 +614,19 @@ def test_a_core_out_runs_one_batch_after_its_cool_off_and_is_back_in_rotation_wh
             break
     assert runner.copies_out == [1]
     assert stand_in.executions.count(1) == backend.COPY_OUT_AFTER
+
+
+def test_a_core_back_in_rotation_is_logged_with_the_copies_serving_while_another_is_still_out(
+    neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    runner, _, broken, clock = _runner_with_core_1_out(neuron_artifact, monkeypatch, visible="0-2", out=2)
+    broken.cores.discard(1)  # copy 1's fault was transient; copy 2's is not
+    clock.now += backend.RETEST_FIRST_SECONDS
+    with caplog.at_level(logging.INFO, logger="neuronserve.backend"):
+        for _ in range(4):  # one re-test per batch: copy 1's back, copy 2's failed (the batch ran again)
+            runner.run([_inputs(3)])
+    assert runner.copies_out == [2] and runner.parallel == 2
+    assert "NeuronCore copy 1 ran its re-test batch: back in rotation; serving on 2 of 3 copies" in caplog.text
 
 
 def test_a_core_that_fails_its_retest_stays_out_with_the_cool_off_doubled_and_no_batch_fails(
