@@ -3,7 +3,9 @@
 Replica needs, whole seconds and bin counts are worked out from sums and quotients of floats: seven
 replicas of work summed from 100 bins of 0.07 s is 7.0000000000000036, and a plain ``ceil`` asks
 for an eighth replica. The autoscaler, the simulator's engine, its baselines and its oracles all
-round up through :func:`ceil_whole`, so they read the same value as the same count.
+round up through :func:`ceil_whole` (the oracle's arrays with the same :data:`ROUND_OFF`), so they
+read the same value as the same count; the simulator's bin of a time rounds down with the same
+tolerance, added.
 """
 
 from __future__ import annotations
