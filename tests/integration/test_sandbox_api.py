@@ -500,6 +500,32 @@ async def test_namespace_and_crd_deletion_wait_for_their_contents(sandbox_cluste
         assert r.status == 404
 
 
+async def test_surrogate_escapes_in_a_body_are_read_as_kube_apiserver_reads_them(
+    sandbox_cluster: SandboxCluster,
+) -> None:
+    # Go's encoding/json reads an escaped surrogate pair as its character and a lone surrogate as
+    # U+FFFD; Python's json reads the pair alike but kept a lone surrogate, which the pattern check
+    # (RE2) could not encode: the request failed with a 500. go-yaml refuses any surrogate escape.
+    path = "/apis/serving.neuronfleet.dev/v1alpha1/namespaces/default/inferencedeployments?dryRun=All"
+    head = (
+        '{"apiVersion": "serving.neuronfleet.dev/v1alpha1", "kind": "InferenceDeployment", "metadata": {"name": "s"},'
+    )
+    async with aiohttp.ClientSession(sandbox_cluster.url) as http:
+        for escaped, read in (("\\ud83d\\ude00", "\U0001f600"), ("\\ud800", "\ufffd")):
+            spec = f'"spec": {{"model": {{"source": "s3://acme/bert/"}}, "compile": {{"memory": "8{escaped}G"}}}}'
+            body = f"{head} {spec}}}"
+            async with http.post(path, data=body.encode(), headers={"Content-Type": "application/json"}) as r:
+                assert r.status == 422, await r.text()
+                assert f'spec.compile.memory: Invalid value: "8{read}G"' in (await r.json())["message"]
+        yaml_body = (
+            "apiVersion: serving.neuronfleet.dev/v1alpha1\nkind: InferenceDeployment\nmetadata: {name: s}\n"
+            'spec: {model: {source: "s3://acme/bert/"}, compile: {memory: "8\\ud800G"}}\n'
+        )
+        async with http.post(path, data=yaml_body.encode(), headers={"Content-Type": "application/yaml"}) as r:
+            assert r.status == 400
+            assert "found invalid Unicode character escape code" in (await r.json())["message"]
+
+
 async def test_whole_number_floats_are_integers_as_kube_apiserver_takes_them(sandbox_cluster: SandboxCluster) -> None:
     # kube-openapi accepts a whole-number float for an `integer` field and Go writes it back as an
     # integer; kubectl already sends 2 and 1000, but other clients may send these bodies as they are.

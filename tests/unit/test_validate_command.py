@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -539,7 +540,13 @@ def test_manifests_are_read_as_kubectl_reads_them() -> None:
 
 @pytest.mark.parametrize(
     ("memory", "shown"),
-    [("8ГБ", '"8ГБ"'), ("8G\x01", '"8G\\x01"'), ("8\u00a0G", '"8\\u00a0G"'), ('8"G', '"8\\"G"')],
+    [
+        ("8ГБ", '"8ГБ"'),
+        ("8G\x01", '"8G\\x01"'),
+        ("8\u00a0G", '"8\\u00a0G"'),
+        ('8"G', '"8\\"G"'),
+        ("8\U000e0001G", '"8\\U000e0001G"'),  # past the Basic Multilingual Plane, not printable
+    ],
 )
 def test_a_refused_string_is_quoted_as_go_quotes_it(memory: str, shown: str) -> None:
     # kube-apiserver prints field values with Go's %q: printable characters of any script as they
@@ -608,6 +615,40 @@ def test_a_duplicate_key_is_refused_naming_it_and_both_lines(
     assert main(["validate", "-f", str(path)]) == 1
     out = " ".join(capsys.readouterr().out.split())
     assert "malformed YAML at line 7, column 3: key 'scaling' already set in this mapping at line 6" in out
+
+
+def test_surrogate_escapes_are_read_as_kubectl_reads_them_in_json_and_refused_in_yaml(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Python's json.dumps writes an emoji as a surrogate pair ("\\ud83d\\ude00"), which PyYAML kept as
+    # two surrogates: RE2 could not encode them, and `validate` ended in a UnicodeEncodeError
+    # traceback. kubectl reads a JSON stream with Go's encoding/json (the pair is the emoji; a lone
+    # surrogate U+FFFD), and YAML with go-yaml, which refuses any surrogate escape.
+    manifest = {
+        "apiVersion": "serving.neuronfleet.dev/v1alpha1",
+        "kind": "InferenceDeployment",
+        "metadata": {"name": "x"},
+        "spec": {"model": {"source": "s3://b/m/"}, "compile": {"memory": "8\U0001f600G"}},
+    }
+    as_json = tmp_path / "emoji.json"
+    as_json.write_text(json.dumps(manifest))
+    assert "\\ud83d\\ude00" in as_json.read_text()
+    assert main(["validate", "-f", str(as_json)]) == 1
+    out = capsys.readouterr().out
+    assert 'spec.compile.memory: Invalid value: "8\U0001f600G": should match ' in out
+    assert "Traceback" not in out
+
+    lone = as_json.read_text().replace("\\ude00", "")
+    assert load_manifests(lone)[0]["spec"]["compile"]["memory"] == "8\ufffdG"
+
+    as_yaml = tmp_path / "emoji.yaml"
+    as_yaml.write_text(
+        "apiVersion: serving.neuronfleet.dev/v1alpha1\nkind: InferenceDeployment\nmetadata: {name: x}\n"
+        'spec:\n  model: {source: "s3://b/m/"}\n  compile: {memory: "8\\ud83d\\ude00G"}\n'
+    )
+    assert main(["validate", "-f", str(as_yaml)]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "malformed YAML at line 6, column 21: found invalid Unicode character escape code" in out
 
 
 def test_a_key_over_a_merged_one_is_an_override_not_a_duplicate() -> None:

@@ -156,6 +156,38 @@ def _go_key(key: Any) -> Any:
     return key
 
 
+#: A UTF-16 surrogate: a Python string holds one only from an escape (``"\\ud83d"``), never from UTF-8 text.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: A JSON text that may spell one: a ``\\u`` escape of D800-DFFF.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def go_json_text(text: str) -> str:
+    """``text`` as Go's encoding/json reads the JSON string it came from: an escaped UTF-16
+    surrogate pair (``"\\ud83d\\ude00"``, how Python's ``json.dumps`` writes an emoji) is its
+    character, and a lone surrogate is U+FFFD. PyYAML keeps both as surrogates (Python's json, a
+    lone one), which no UTF-8 encoder (RE2's, the API server's) takes."""
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def go_json(raw: bytes) -> Any:
+    """A JSON body decoded as Go's encoding/json decodes it (strings by :func:`go_json_text`)."""
+    value = json.loads(raw)
+    return _go_json_strings(value) if _SURROGATE_ESCAPE.search(raw) else value
+
+
+def _go_json_strings(value: Any) -> Any:
+    if isinstance(value, str):
+        return go_json_text(value)
+    if isinstance(value, dict):
+        return {go_json_text(k): _go_json_strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_go_json_strings(v) for v in value]
+    return value
+
+
 class ManifestLoader(yaml.SafeLoader):
     """PyYAML's safe loader reading plain scalars as go-yaml v2 does (sigs.k8s.io/yaml, which kubectl
     and kube-apiserver read YAML with), not by PyYAML's YAML 1.1 rules: ``1:30`` is a string, not the
@@ -170,6 +202,23 @@ class ManifestLoader(yaml.SafeLoader):
 
     #: Refuse a mapping key written twice (:class:`ClientManifestLoader`).
     refuse_duplicate_keys = False
+    #: The text is a JSON stream (:class:`ClientJsonManifestLoader`), which kubectl reads with Go's
+    #: encoding/json, not go-yaml: surrogate escapes are read as :func:`go_json_text` reads them.
+    json_stream = False
+
+    def construct_scalar(self, node: Any) -> Any:
+        value = super().construct_scalar(node)
+        if isinstance(value, str) and _SURROGATE.search(value):
+            if self.json_stream:
+                return go_json_text(value)
+            # go-yaml (as libyaml) refuses a \u escape of a UTF-16 surrogate, a pair's halves included.
+            raise yaml.scanner.ScannerError(
+                "while parsing a quoted scalar",
+                node.start_mark,
+                "found invalid Unicode character escape code",
+                node.start_mark,
+            )
+        return value
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         # PyYAML's, with each key made text as it is read: a dict would take True and 1 for one key.
@@ -237,9 +286,20 @@ class ClientManifestLoader(ManifestLoader):
     refuse_duplicate_keys = True
 
 
+class ClientJsonManifestLoader(ClientManifestLoader):
+    """:class:`ClientManifestLoader` for a JSON stream, whose surrogate escapes kubectl reads with
+    Go's encoding/json (an escaped emoji is the emoji) where go-yaml would refuse them."""
+
+    json_stream = True
+
+
 def load_manifests(text: str) -> list[Any]:
-    """The non-empty YAML documents of ``text``, read as kubectl reads them (a duplicate key refused)."""
-    return [doc for doc in yaml.load_all(text, Loader=ClientManifestLoader) if doc is not None]
+    """The non-empty YAML documents of ``text``, read as kubectl reads them (a duplicate key refused).
+
+    kubectl reads a text whose first non-blank character is ``{`` as a JSON stream, others as YAML
+    (apimachinery's YAMLOrJSONDecoder); the two differ on surrogate escapes (:class:`ManifestLoader`)."""
+    loader = ClientJsonManifestLoader if text.lstrip().startswith("{") else ClientManifestLoader
+    return [doc for doc in yaml.load_all(text, Loader=loader) if doc is not None]
 
 
 #: kube-openapi takes a float for an ``integer`` field when it is a whole number within JSON's safe
@@ -457,7 +517,9 @@ _GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", 
 
 def go_quote(text: str) -> str:
     """``text`` as Go's ``%q`` (strconv.Quote) prints it: printable characters as they are, whatever
-    the script (``"8ГБ"``), others escaped (``\\x01``, ``\\u00a0``; JSON would write ``\\u0001``)."""
+    the script (``"8ГБ"``), others escaped (``\\x01``, ``\\u00a0``; JSON would write ``\\u0001``).
+    ``text`` holds no UTF-16 surrogate: every reader here decodes their escapes as Go does
+    (:func:`go_json_text`) or refuses them (:class:`ManifestLoader`)."""
     out = ['"']
     for char in text:
         code = ord(char)
@@ -469,8 +531,6 @@ def go_quote(text: str) -> str:
             out.append(_GO_ESCAPES[char])
         elif code < 0x20 or code == 0x7F:
             out.append(f"\\x{code:02x}")
-        elif 0xD800 <= code <= 0xDFFF:
-            out.append("\ufffd")  # Go's JSON decoder makes a lone surrogate U+FFFD, a printable rune
         elif code < 0x10000:
             out.append(f"\\u{code:04x}")
         else:

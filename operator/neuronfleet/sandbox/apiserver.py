@@ -25,7 +25,7 @@ import yaml
 from aiohttp import web
 from multidict import CIMultiDict
 
-from neuronfleet.api.validation import ManifestLoader
+from neuronfleet.api.validation import ManifestLoader, go_json
 from neuronfleet.sandbox import errors, protobuf
 from neuronfleet.sandbox.disruption import check_eviction
 from neuronfleet.sandbox.errors import ApiError
@@ -481,7 +481,7 @@ class ApiServer:
             if "yaml" in content_type:
                 # Read as kube-apiserver's sigs.k8s.io/yaml reads it (1e3 is a number).
                 return yaml.load(raw, Loader=ManifestLoader)
-            return json.loads(raw)
+            return go_json(raw)
         except (ValueError, yaml.YAMLError) as exc:
             raise errors.bad_request(f"couldn't get version/kind; json parse error: {exc}") from None
 
