@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from neuronfleet.api.v1alpha1 import InferenceDeploymentSpec, ScalingSpec
 from neuronfleet.planning import hold
-from neuronfleet.planning.observation import DeploymentMemory, next_decision_in, scaling_due
+from neuronfleet.planning.observation import DECISION_EARLY_SECONDS, DeploymentMemory, next_decision_in, scaling_due
 from neuronfleet.planning.reconcile_plan import decide_targets
 from neuronfleet.planning.scaling import (
     DECLINE_CREDIT,
@@ -840,6 +840,7 @@ def test_a_decision_reached_a_fraction_early_is_made_not_put_off() -> None:
     auto = spec(intervalSeconds=15)
     memory = DeploymentMemory(last_scaling_at=1000.0, last_decision_mode="Auto")
     assert scaling_due(auto, memory, 1000.0 + 15 - 0.1)
+    assert scaling_due(auto, memory, 1000.0 + 15 - DECISION_EARLY_SECONDS), "as early as allowed: due"
     assert not scaling_due(auto, memory, 1000.0 + 14)
     # At most a tenth of the interval early: a 1 s interval is not decided at 0.6 s.
     assert not scaling_due(spec(intervalSeconds=1), memory, 1000.6)
