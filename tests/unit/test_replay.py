@@ -47,6 +47,7 @@ async def test_before_the_start_the_fleet_reports_idle_not_unavailable() -> None
     snapshot, why = await load.snapshot(DEP, ORIGIN)
     assert snapshot is not None and why == ""
     assert (snapshot.queue_depth, snapshot.arrival_rate, snapshot.utilization) == (0.0, 0.0, 0.0)
+    assert load.demand(0.0) == 0.0, "no arrivals before the start, and no window to divide by"
 
 
 async def test_queue_builds_when_underserved_and_drains_when_scaled() -> None:
@@ -72,3 +73,29 @@ async def test_queue_builds_when_underserved_and_drains_when_scaled() -> None:
     assert totals.served + totals.rejected == pytest.approx(totals.requests)
     assert totals.rejected > 0, "past the queue bound requests are refused"
     assert 0.0 < totals.slo_attainment < 1.0, "the backlog missed the SLO, the drained fleet met it"
+    # The percentiles are the served requests' (weighted by each bin's): most were served at once,
+    # and more than one in a hundred waited in the backlog past the SLO.
+    assert totals.within_slo > 0.5 * totals.served and totals.within_slo < 0.99 * totals.served
+    assert totals.p50_ms <= load.profile.slo_ms < totals.p99_ms
+
+
+async def test_with_no_replica_left_the_backlog_waits_and_new_requests_are_refused() -> None:
+    # The last pod gone (a node lost): nothing is served, what was queued waits for capacity, and
+    # the requests arriving meanwhile have no endpoint.
+    load, replicas = steady_load(1.5)
+    load.start(ORIGIN)
+    for second in range(1, 61):
+        load.advance(ORIGIN + second)
+    backlog = load.queue_depth()
+    assert backlog > 0
+    refused_before = float(load.sim.rejected.sum())
+    replicas[0] = 0
+    for second in range(61, 66):
+        load.advance(ORIGIN + second)
+    assert load.queue_depth() == pytest.approx(backlog)
+    arrived = float(load.workload.work[6000:6500].sum())
+    assert float(load.sim.rejected.sum()) - refused_before == pytest.approx(arrived)
+    replicas[0] = 3
+    for second in range(66, 121):
+        load.advance(ORIGIN + second)
+    assert load.queue_depth() < 1.0, "the backlog is served once replicas are back"

@@ -202,6 +202,33 @@ def test_a_deep_backlog_advanced_whole_is_the_fine_queue_to_the_bins_noise(monke
     assert (p50, p99, worst) == pytest.approx(fine.totals()[4:7], rel=2e-3)
 
 
+@pytest.mark.parametrize("coarse", [True, False])
+def test_with_no_replica_requests_wait_behind_an_unbounded_queue_and_are_refused_behind_a_bounded_one(
+    coarse: bool,
+) -> None:
+    # Before the first replica is ready (a fleet started at zero): behind Ray Serve's router or
+    # Knative's activator every request waits until one is; without them, none has an endpoint.
+    trace = daily_like(seconds=300)
+    profile = load_profile("bert-base")
+    workload = build(trace, profile, factor_for_peak(trace, profile, 4), 1.0, 1, arrivals="superpose")
+    arrived = np.cumsum(workload.count_s[:20])
+    for unbounded in (True, False):
+        sim = engine.SecondsSimulation(workload, profile, coarse=coarse)
+        sim.set_request_path(None, unbounded=unbounded)
+        sim.serve(0, 20, 0, True)
+        queued = sim.queue_end[:20].copy()
+        sim.serve(20, workload.seconds, 8, False)
+        sim.finish()
+        requests, rejected = sim.totals()[:2]
+        if unbounded:
+            np.testing.assert_allclose(queued, arrived, rtol=1e-9)
+            assert rejected == pytest.approx(0.0, abs=1e-6)
+        else:
+            assert not queued.any()
+            assert rejected == pytest.approx(float(arrived[-1]), rel=1e-9)
+        assert requests == pytest.approx(float(workload.count_s[: workload.trace_seconds].sum()))
+
+
 def test_the_running_cold_start_p90_is_the_operators_estimate_of_every_sample_so_far() -> None:
     # The run keeps the samples sorted as they come (a million over an overloaded 14-day run) and
     # reads the operator's rule off them: the estimate of all of them, whatever the batches' sizes.
