@@ -50,11 +50,22 @@ async def test_before_the_start_the_fleet_reports_idle_not_unavailable() -> None
     assert load.demand(0.0) == 0.0, "no arrivals before the start, and no window to divide by"
 
 
-async def test_queue_builds_when_underserved_and_drains_when_scaled() -> None:
+def advance_through(load: ReplayLoad, first: int, last: int) -> None:
+    """Replay seconds ``first`` to ``last`` (both included), one at a time, as the clock moves."""
+    for second in range(first, last + 1):
+        load.advance(ORIGIN + second)
+
+
+def backlogged_load() -> tuple[ReplayLoad, list[int]]:
+    """One replica served 1.5 replicas' worth for the first 60 s: its queue is full."""
     load, replicas = steady_load(1.5)
     load.start(ORIGIN)
-    for second in range(1, 61):
-        load.advance(ORIGIN + second)
+    advance_through(load, 1, 60)
+    return load, replicas
+
+
+async def test_queue_builds_when_underserved_and_drains_when_scaled() -> None:
+    load, replicas = backlogged_load()
     backlog = load.queue_depth()
     assert backlog == pytest.approx(load.profile.max_queue), "1.5 replicas' worth on one replica fills its queue"
     snapshot, _ = await load.snapshot(DEP, ORIGIN + 60)
@@ -64,8 +75,7 @@ async def test_queue_builds_when_underserved_and_drains_when_scaled() -> None:
     assert snapshot.arrival_rate == pytest.approx(load.demand(60.0, window=60.0), rel=0.05)
 
     replicas[0] = 3
-    for second in range(61, 121):
-        load.advance(ORIGIN + second)
+    advance_through(load, 61, 120)
     assert load.queue_depth() < 1.0, "three replicas drain the backlog"
     totals = load.totals()
     # Only arrivals from 30 s on count (the lead-in is left out).
@@ -79,23 +89,18 @@ async def test_queue_builds_when_underserved_and_drains_when_scaled() -> None:
     assert totals.p50_ms <= load.profile.slo_ms < totals.p99_ms
 
 
-async def test_with_no_replica_left_the_backlog_waits_and_new_requests_are_refused() -> None:
+def test_with_no_replica_left_the_backlog_waits_and_new_requests_are_refused() -> None:
     # The last pod gone (a node lost): nothing is served, what was queued waits for capacity, and
     # the requests arriving meanwhile have no endpoint.
-    load, replicas = steady_load(1.5)
-    load.start(ORIGIN)
-    for second in range(1, 61):
-        load.advance(ORIGIN + second)
+    load, replicas = backlogged_load()
     backlog = load.queue_depth()
     assert backlog > 0
     refused_before = float(load.sim.rejected.sum())
     replicas[0] = 0
-    for second in range(61, 66):
-        load.advance(ORIGIN + second)
+    advance_through(load, 61, 65)
     assert load.queue_depth() == pytest.approx(backlog)
     arrived = float(load.workload.work[6000:6500].sum())
     assert float(load.sim.rejected.sum()) - refused_before == pytest.approx(arrived)
     replicas[0] = 3
-    for second in range(66, 121):
-        load.advance(ORIGIN + second)
+    advance_through(load, 66, 120)
     assert load.queue_depth() < 1.0, "the backlog is served once replicas are back"
