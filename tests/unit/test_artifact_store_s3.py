@@ -178,15 +178,17 @@ def store_bucket(s3: Any) -> str:
     return bucket
 
 
-def _s3_store(s3: Any, bucket: str) -> tuple[CompileRequest, Callable[[str, bytes | None], None]]:
-    request, record = _record(f"s3://{bucket}/compiled")
-    s3.put_object(Bucket=bucket, Key=f"compiled/{request_record_path(request.key)}", Body=record)
+def _s3_store(
+    s3: Any, bucket: str, prefix: str = "compiled"
+) -> tuple[CompileRequest, Callable[[str, bytes | None], None]]:
+    request, record = _record(f"s3://{bucket}/{prefix}")
+    s3.put_object(Bucket=bucket, Key=f"{prefix}/{request_record_path(request.key)}", Body=record)
 
     def put_manifest(_: str, data: bytes | None) -> None:
         if data is None:
-            s3.delete_object(Bucket=bucket, Key=f"compiled/{KEY}/manifest.json")
+            s3.delete_object(Bucket=bucket, Key=f"{prefix}/{KEY}/manifest.json")
         else:
-            s3.put_object(Bucket=bucket, Key=f"compiled/{KEY}/manifest.json", Body=data)
+            s3.put_object(Bucket=bucket, Key=f"{prefix}/{KEY}/manifest.json", Body=data)
 
     return request, put_manifest
 
@@ -464,6 +466,24 @@ def test_a_dangling_record_costs_one_head_per_short_ttl_and_its_republish_is_see
     assert (calls.count("GetObject"), calls.count("HeadObject")) == (7 + 2, 2)
     _published(tmp_path / "again", root)  # the recompile stores the key again and writes its record
     assert isinstance(store.lookup(request), StoredArtifact)
+
+
+def test_the_memory_of_one_dangling_record_outlasts_lookups_of_others(s3: Any, store_bucket: str) -> None:
+    # Each manifest read forgets the entries past their TTL, and only those: two deployments whose
+    # records dangle, reconciled in turn, cost one manifest read each per short TTL.
+    requests = [_s3_store(s3, store_bucket, prefix)[0] for prefix in ("first", "second")]
+    client, clock = boto3.client("s3"), StubClock()
+    manifest_reads: list[str] = []
+    client.meta.events.register(
+        "provide-client-params.s3.GetObject",
+        lambda params, **_: manifest_reads.append(params["Key"]) if params["Key"].endswith("manifest.json") else None,
+    )
+    store = ArtifactStore(client, clock=clock)
+    for _ in range(3):
+        for request in requests:
+            assert isinstance(store.lookup(request), DanglingRecord)
+            clock.now += 10
+    assert sorted(manifest_reads) == [f"first/{KEY}/manifest.json", f"second/{KEY}/manifest.json"]
 
 
 @pytest.mark.parametrize("storage_class", ["GLACIER", "DEEP_ARCHIVE"])

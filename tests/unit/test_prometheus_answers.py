@@ -67,6 +67,7 @@ ANSWERS: dict[str, dict[str, Any]] = {
     "ratio_per_pod": _vector("0.9", "0.9"),  # a busy ratio not averaged: one series per pod
     "ratio_over_one": _vector("1.8"),  # a busy ratio summed over two pods
     "ratio_near_one": _vector("1.02"),  # a busy ratio a little over 1: counters read a scrape apart
+    "ratio_at_most": _vector("1.5"),  # the most a busy ratio reads (RATIO_MOST)
     # neuronserve's own busy counter's rate, a device busy all the time: above 1 in some windows
     "ratio_from_counter": _vector(str(_busy_ratio_from_neuronserve_counter())),
     "stamp_per_pod": _vector(str(NOW - 20), str(NOW - 50)),  # sampleTime not aggregated
@@ -304,6 +305,9 @@ async def test_a_busy_ratio_above_one_is_missing(prometheus: str) -> None:
     )
     # A little over 1 is a ratio of counters read a scrape apart, not a sum: a busy device.
     snapshot, reason = await _own_queries().snapshot(_utilization(prometheus, "avg(ratio_near_one)"), NOW)
+    assert snapshot is not None and snapshot.utilization == 1.0 and reason == "metrics read"
+    # Refused above 1.5, not at it.
+    snapshot, reason = await _own_queries().snapshot(_utilization(prometheus, "avg(ratio_at_most)"), NOW)
     assert snapshot is not None and snapshot.utilization == 1.0 and reason == "metrics read"
 
 

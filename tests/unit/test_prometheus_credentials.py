@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import os
 import ssl
 import threading
@@ -30,7 +31,7 @@ from neuronfleet import run_command
 from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.cli import main
 from neuronfleet.metrics.prometheus import PrometheusMetrics
-from neuronfleet.metrics.prometheus_auth import CredentialsError, PrometheusCredentials
+from neuronfleet.metrics.prometheus_auth import CredentialsError, PrometheusCredentials, TrustBundle
 from neuronfleet.planning.prometheus_urls import PrometheusUrlPolicy
 from neuronfleet.reconcile import OperatorSettings
 
@@ -326,6 +327,33 @@ async def test_a_changed_ca_file_is_trusted_without_a_restart(tmp_path: Path) ->
     finally:
         metrics.close()
         server.close()
+
+
+def test_a_ca_file_that_became_unusable_keeps_the_bundle_with_one_warning_per_problem(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A Secret's update swaps files: between two reads the CA file may be briefly gone or partial.
+    # The bundle read before stays trusted, and each problem is logged once, not at every read.
+    ca, _, _ = private_ca(tmp_path)
+    ca_file = tmp_path / "ca.crt"
+    ca_file.write_bytes(ca.read_bytes())
+    bundle = TrustBundle(ca_file)
+    try:
+        trusted = bundle.path.read_text()
+        with caplog.at_level(logging.WARNING, logger="neuronfleet.metrics.prometheus_auth"):
+            ca_file.write_text("not a certificate\n")
+            bundle.refresh()
+            bundle.refresh()
+            ca_file.unlink()
+            bundle.refresh()
+            bundle.refresh()
+        warnings = [r.getMessage() for r in caplog.records]
+        assert len(warnings) == 2, warnings
+        assert "no PEM certificate in it" in warnings[0] and "No such file or directory" in warnings[1]
+        assert all(w.endswith("verifying TLS with the bundle read before") for w in warnings)
+        assert bundle.path.read_text() == trusted
+    finally:
+        bundle.close()
 
 
 async def test_a_spec_url_that_redirects_is_not_followed(
