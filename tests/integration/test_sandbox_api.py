@@ -524,6 +524,14 @@ async def test_surrogate_escapes_in_a_body_are_read_as_kube_apiserver_reads_them
         async with http.post(path, data=yaml_body.encode(), headers={"Content-Type": "application/yaml"}) as r:
             assert r.status == 400
             assert "found invalid Unicode character escape code" in (await r.json())["message"]
+        # A DeleteOptions body is JSON read the same way.
+        configmaps = "/api/v1/namespaces/default/configmaps"
+        async with http.post(configmaps, json={"metadata": {"name": "surrogate"}}) as r:
+            assert r.status == 201, await r.text()
+        options = b'{"propagationPolicy": "\\ud800"}'
+        async with http.delete(f"{configmaps}/surrogate", data=options) as r:
+            assert r.status == 400, await r.text()
+            assert "propagationPolicy: Unsupported value: '\ufffd'" in (await r.json())["message"]
 
 
 async def test_whole_number_floats_are_integers_as_kube_apiserver_takes_them(sandbox_cluster: SandboxCluster) -> None:

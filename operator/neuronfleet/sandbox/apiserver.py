@@ -672,7 +672,7 @@ class ApiServer:
                 raise errors.bad_request(f"invalid DeleteOptions body: {exc}") from None
         elif raw:
             try:
-                parsed = json.loads(raw)
+                parsed = go_json(raw)
             except ValueError as exc:
                 raise errors.bad_request(f"invalid DeleteOptions body: {exc}") from None
             if not isinstance(parsed, dict):
