@@ -56,6 +56,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from neuronfleet.planning.rounding import ROUND_OFF
+
 FloatArray = npt.NDArray[np.float64]
 
 _TIME_NAMES = re.compile(r"^(timestamp|time|ts|arrival|arrival_time|arrived_at|start_time)$", re.I)
@@ -151,6 +153,13 @@ class Trace:
     @property
     def duration(self) -> float:
         return float(self.arrivals[-1]) if len(self.arrivals) else 0.0
+
+    @property
+    def whole_seconds(self) -> int:
+        """The whole seconds from 0 that hold every arrival: the least whole number above the last
+        one (an arrival at exactly 3600.0 falls in second 3600, so 3601; one within round-off below a
+        whole second is taken as on it)."""
+        return math.ceil(self.duration + ROUND_OFF)
 
     def __len__(self) -> int:
         return len(self.arrivals)
@@ -566,7 +575,7 @@ def with_history_pass(trace: Trace) -> tuple[Trace, float]:
     gives them that history, while the measured span is the trace itself.
     """
     # Whole seconds: the engine measures from the start of a second.
-    offset = float(math.ceil(trace.duration + 1e-9)) + HISTORY_GAP_SECONDS
+    offset = float(trace.whole_seconds) + HISTORY_GAP_SECONDS
     doubled = Trace(
         np.concatenate([trace.arrivals, trace.arrivals + offset]),
         np.concatenate([trace.context_tokens] * 2) if trace.context_tokens is not None else None,

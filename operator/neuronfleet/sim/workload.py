@@ -308,7 +308,7 @@ def scaled_requests(
     if arrivals == "replicate":
         return scale(trace, factor, jitter, seed)
     rng = np.random.default_rng(seed)
-    period = max(1.0, math.ceil(trace.duration + 1e-9))
+    period = max(1.0, trace.whole_seconds)
     if arrivals == "superpose":
         whole, extra = _copies(factor, rng)
         span = min(period, spread)
@@ -357,7 +357,7 @@ def build(
     dt = BIN_SECONDS
     span = trace.duration + (jitter if arrivals == "replicate" else 0.0)
     if arrivals != "replicate":
-        span = max(1.0, math.ceil(trace.duration + 1e-9))
+        span = max(1.0, trace.whole_seconds)
     seconds = math.ceil(span + TAIL_SECONDS)
     # Arrivals fall before the span's end (superposed and rate ones wrap within it, a replicated
     # copy lands in [t, t + jitter)), except a copy without jitter: at the end itself.
