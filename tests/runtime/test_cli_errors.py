@@ -3,7 +3,9 @@ an unwritable result file after a good compile, and messages that hold square br
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -57,6 +59,19 @@ def test_local_store_os_errors_are_store_errors(a_file: Path, tmp_path: Path) ->
     with pytest.raises(StoreError, match=r"cannot read .*/nothing/here\.json: No such file or directory"):
         Store(str(tmp_path)).get_bytes("nothing/here.json")
     assert store.has_artifact("abc") is False
+
+
+def test_a_write_error_without_a_file_name_names_only_the_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A full disk fails the write() of a file already open: its OSError carries no file name, and
+    # the message must not end in ': None'.
+    def disk_full(_self: Path, _data: bytes) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Path, "write_bytes", disk_full)
+    with pytest.raises(StoreError) as caught:
+        Store(str(tmp_path)).put_bytes("requests/k.json", b"{}")
+    assert str(caught.value) == f"cannot write {tmp_path}/requests/k.json: No space left on device"
+    assert list((tmp_path / "requests").iterdir()) == []  # no partial file left behind
 
 
 def test_an_unwritable_result_file_is_one_line_and_exit_1_after_the_artifact_is_stored(

@@ -89,6 +89,17 @@ def test_manifest_refuses_paths_outside_the_artifact() -> None:
         FileEntry(path="../etc/passwd", sha256="c" * 64, size=1)
 
 
+@pytest.mark.parametrize("prefix", ["../other-key/writer", "/etc", "writer/../..", "a//b", "a\\b"])
+def test_manifest_refuses_a_files_prefix_outside_the_artifact(prefix: str) -> None:
+    # The S3 store reads the files under the manifest's files_prefix: a manifest naming a folder
+    # outside its artifact (another key's, the bucket's root) would have the server load files no
+    # one verified for this cache key.
+    with pytest.raises(ValidationError, match="relative and normalized"):
+        _manifest(files_prefix=prefix)
+    assert _manifest(files_prefix="writer-1a2b").files_prefix == "writer-1a2b"
+    assert _manifest().files_prefix == ""  # a directory store's manifest, or one written before it
+
+
 def test_manifest_requires_a_file_per_bucket() -> None:
     with pytest.raises(ValidationError, match=r"model-b4-s128\.pt"):
         _manifest(files=[FileEntry(path="model-b1-s32.pt", sha256="c" * 64, size=1)])
