@@ -511,6 +511,10 @@ def test_held_creations_make_no_serving_pod_but_the_rest_of_the_plan_goes_on() -
     down = plan_fleet("bert", replace(held, active=0, warm=0, placeholders=0), [pod("a1", in_flight=2)], NOW)
     assert [(a.kind, getattr(a, "role", "")) for a in down.actions] == [("relabel", "draining")]
     assert (down.summary.held_active, down.summary.held_warm, down.summary.hold_reason) == (0, 0, None)
+    # Only the warm pool held (the active set is whole): the reason is said all the same.
+    pool_only = plan_fleet("bert", replace(held, active=1, placeholders=0), [pod("a1")], NOW).summary
+    assert (pool_only.held_active, pool_only.held_warm, pool_only.held_placeholders) == (0, 1, 0)
+    assert pool_only.hold_reason == "the artifact is gone"
     # Without the hold the same fleet is made whole again.
     creates = [a for a in plan_fleet("bert", replace(held, hold_creations=None), pods, NOW).actions]
     assert Counter(a.role for a in creates if isinstance(a, CreatePod)) == Counter({"active": 2, "warm": 1})
@@ -641,6 +645,11 @@ def test_held_placeholders_keep_those_on_nodes_and_count_only_those_kept() -> No
     after = [p for p in apply_actions(pods, plan.actions, NOW) if not p.deleting]
     again = plan_fleet("bert", held, after, NOW)
     assert again.actions == () and again.summary.spare_nodes == 2
+    # One on a node of each template and one wanted: the earlier template's goes first, as any
+    # rollout would replace it.
+    bound_new = replace(pending_new, phase="Running", node="n2")
+    one = plan_fleet("bert", replace(held, placeholders=1), [pod("a0"), bound_new, old[0]], NOW)
+    assert [a.name for a in one.actions if isinstance(a, DeletePlaceholder)] == ["bert-ph-old-0"]
     # Without the hold, a surplus placeholder on a node is not counted as the pool's.
     surplus = [PodView(f"p{i}", "placeholder", template=TEMPLATE, phase="Running", node=f"n{i}") for i in range(3)]
     plain = plan_fleet("bert", target(0, placeholders=1), surplus, NOW).summary
@@ -697,6 +706,25 @@ def test_an_unplanned_fleet_counts_a_deleted_draining_pod_in_its_grace_period_to
         revision_known=True,
     )
     assert (summary.draining, summary.active) == (1, 1)
+
+
+def test_an_unplanned_fleet_counts_each_role_as_it_is() -> None:
+    # No plan is made (the spec fits no instance type): the status still reports the pods as they
+    # are, a loading warm pod as warm but not ready, a loading active one as active but not ready.
+    pods = [
+        pod("a0"),
+        pod("a1", ready=False),
+        pod("w0", "warm"),
+        pod("w1", "warm", ready=False),
+        pod("w2", "warm", ready=False),
+        PodView("p0", "placeholder", template=TEMPLATE, phase="Running", node="node-2"),
+    ]
+    summary = summarize_unplanned(
+        pods, NOW, desired_active=3, desired_warm=2, desired_placeholders=1, revision_known=True
+    )
+    assert (summary.active, summary.ready_active) == (2, 1)
+    assert (summary.warm, summary.warm_ready) == (3, 1)
+    assert (summary.placeholders, summary.draining) == (1, 0)
 
 
 def test_placeholders_follow_the_template() -> None:
