@@ -531,6 +531,24 @@ def test_a_type_refusal_comes_before_the_enum_refusal_of_the_same_field(tmp_path
     ]
 
 
+def test_a_bare_off_is_refused_with_the_quotes_it_needs(tmp_path: Path) -> None:
+    # YAML 1.1 (kubectl's and PyYAML's) reads a bare Off as false: the API server's words name the
+    # value false and "Off" among the supported ones, not why one became the other.
+    [result] = validate_files(
+        [str(_manifest(tmp_path, "  model: {source: s3://acme/bert/}\n  warmPool: {mode: Off}\n"))]
+    )
+    assert [str(p) for p in result.problems][-1] == (
+        'spec.warmPool.mode: Unsupported value: false: supported values: "Off", "Fixed", "Auto" '
+        '(YAML reads a bare Off as false: quote it, "Off")'
+    )
+    quoted = tmp_path / "quoted"
+    quoted.mkdir()
+    [fixed] = validate_files(
+        [str(_manifest(quoted, '  model: {source: s3://acme/bert/}\n  warmPool: {mode: "Off"}\n'))]
+    )
+    assert fixed.problems == []
+
+
 def test_manifests_are_read_as_kubectl_reads_them() -> None:
     # go-yaml reads a plain 1e3 as a float; PyYAML's YAML 1.1 rules as the string '1e3'.
     assert load_manifests("a: 1e3\nb: -5E-1\nc: '1e3'\nd: 10\ne: 1.5\nf: e3\n") == [

@@ -457,6 +457,21 @@ def go_float(number: float) -> str:
     return ("-" if sign else "") + body
 
 
+#: The plain words kubectl's YAML (go-yaml v2, as :class:`ManifestLoader` reads) takes for a boolean.
+_YAML_BOOLEAN_WORDS = {True: ("y", "yes", "on", "true"), False: ("n", "no", "off", "false")}
+
+
+def _bare_boolean_hint(value: Any, supported: Any) -> str:
+    """A hint when a boolean stands where a listed string that YAML reads as that boolean was meant
+    (``mode: Off`` is ``false``): kube-apiserver's message alone names neither the cause nor the fix."""
+    if not isinstance(value, bool) or not isinstance(supported, list):
+        return ""
+    meant = [item for item in supported if isinstance(item, str) and item.lower() in _YAML_BOOLEAN_WORDS[value]]
+    if not meant:
+        return ""
+    return f' (YAML reads a bare {meant[0]} as {str(value).lower()}: quote it, "{meant[0]}")'
+
+
 def kube_schema_message(path: str, error: jsonschema.ValidationError) -> str | None:
     """What kube-apiserver says after ``<path>: `` of a value its CRD schema refuses by a bound or a
     list of values (apiextensions' ``kubeOpenAPIResultToFieldErrors`` over kube-openapi's messages):
@@ -508,7 +523,11 @@ def _schema_problems(obj: dict[str, Any]) -> list[Problem]:
         if error.validator == "pattern":
             problems.append(Problem(path, pattern_message(path, error.instance, str(error.validator_value))))
             continue
-        problems.append(Problem(path, kube_schema_message(path, error) or error.message))
+        message = kube_schema_message(path, error) or error.message
+        if error.validator == "enum":
+            # Read from YAML here (kube-apiserver sees only the JSON kubectl made of it).
+            message += _bare_boolean_hint(error.instance, error.validator_value)
+        problems.append(Problem(path, message))
     return problems
 
 
