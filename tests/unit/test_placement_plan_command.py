@@ -120,6 +120,23 @@ STANDBY = (
 )
 
 
+@pytest.mark.parametrize(
+    ("pool", "standby"),
+    [
+        # Auto: minPods, and no placeholder (the rest follows measured demand).
+        ("{mode: Auto, minPods: 2, maxPods: 4}", " + 2 warm pod(s) + 0 node placeholder(s) of the same size"),
+        ('{mode: "Off"}', ""),
+    ],
+)
+def test_plan_counts_the_standby_each_warm_pool_mode_keeps_at_least(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], pool: str, standby: str
+) -> None:
+    manifest = EIGHT_CORES + f"  scaling: {{mode: Manual, replicas: 2, minReplicas: 0}}\n  warmPool: {pool}\n"
+    code, out, _ = run(capsys, "-f", write(tmp_path, manifest))
+    assert code == 0
+    assert f"big-model: 2 replica(s) of 8 NeuronCores{standby};" in out
+
+
 def test_plan_places_the_warm_pods_and_placeholders_and_prices_inferences_by_the_active_replicas(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -130,8 +147,8 @@ def test_plan_places_the_warm_pods_and_placeholders_and_prices_inferences_by_the
     assert "2 replica(s) of 8 NeuronCores + 1 warm pod(s) + 2 node placeholder(s) of the same size" in out
     rows = table_rows(out)
     # 5 pods: 5 x 24xlarge ($32.45/h) or 2 x 48xlarge ($25.96/h), over 2 x 10 inf/s.
-    assert rows["inf2.24xlarge"][2:] == ["5", "32.45", "6.491", "450.7"]
-    assert rows["inf2.48xlarge"][2:] == ["2", "25.96", "5.193", "360.6"]
+    assert rows["inf2.24xlarge"] == ["1", "cores", "5", "32.45", "6.491", "450.7"]
+    assert rows["inf2.48xlarge"] == ["3", "cores", "2", "25.96", "5.193", "360.6"]
     assert "chosen: inf2.48xlarge: 3 replica(s) per node (limited by neuroncores), 2 node(s) for 5 pod(s)" in out
     # --warm and --placeholders replace the spec's figures; standby alone serves nothing.
     code, out, _ = run(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import numpy as np
 import pytest
@@ -292,6 +294,47 @@ def test_simulate_command_writes_report_and_plots(tmp_path: Path, capsys: pytest
     assert "bert-base superpose: one setting per policy" in capsys.readouterr().out  # a file is a policy of its own
 
 
+def test_simulate_json_records_the_arrivals_models_own_option_only(tmp_path: Path) -> None:
+    # An option of another arrivals model changes nothing (and is refused): a reader of
+    # simulate.json must not take a rate window for part of a superpose run.
+    csv = write_trace(tmp_path / "t.csv", seconds=600)
+    for arrivals, extra, expected in (
+        ("rate", ["--rate-window", "30"], (30.0, None)),
+        ("superpose", ["--superpose-spread", "120"], (None, 120.0)),
+        ("replicate", [], (None, None)),
+    ):
+        out = tmp_path / arrivals
+        args = ["--trace", str(csv), "--peak-replicas", "3", "--policies", "static", "--no-sweep", "--no-plots"]
+        assert run_cli([*args, "--arrivals", arrivals, *extra, "--out", str(out)]) == 0
+        doc = json.loads((out / "simulate.json").read_text())
+        assert (doc["arrivals"], doc["rate_window_s"], doc["superpose_spread_s"]) == (arrivals, *expected)
+
+
+def _swept(costs: list[float], attainments: list[float]) -> list[runner.Outcome]:
+    """Outcomes of one family swept over rising targets, with these costs and attainments."""
+    values = [0.5, 0.6, 0.7, 0.8][: len(costs)]
+    return [
+        runner.Outcome(
+            runner.Case("hpa", f"{value:g}", False, lambda: Static(1, "x"), value),
+            cast(engine.RunResult, SimpleNamespace(usd=cost, slo_attainment=attainment)),
+        )
+        for value, cost, attainment in zip(values, costs, attainments, strict=True)
+    ]
+
+
+def test_monotonicity_reads_either_direction_and_tolerates_run_to_run_noise() -> None:
+    verdict = runner.monotonicity
+    assert verdict(_swept([100, 90, 80, 70], [0.999, 0.99, 0.98, 0.95])) == {"hpa": {"cost": True, "attainment": True}}
+    assert verdict(_swept([70, 80, 90, 100], [0.95, 0.98, 0.99, 0.999])) == {"hpa": {"cost": True, "attainment": True}}
+    # Within 0.5 % of the largest cost and 0.0005 of attainment, a step back is noise.
+    assert verdict(_swept([100, 100.4, 100.2, 101], [0.99, 0.9903, 0.9899, 0.991]))["hpa"] == {
+        "cost": True,
+        "attainment": True,
+    }
+    assert verdict(_swept([100, 110, 105, 120], [0.99, 0.95, 0.97, 0.9]))["hpa"] == {"cost": False, "attainment": False}
+    assert verdict(_swept([100, 90], [0.99, 0.98]))["hpa"] == {"cost": None, "attainment": None}  # too few to say
+
+
 def test_held_out_scoring_tunes_on_one_part_and_scores_on_the_rest(tmp_path: Path) -> None:
     # Each half outlasts one of bert-base's cold starts (451 s), as a scored span must.
     csv = write_trace(tmp_path / "t.csv", seconds=1000)
@@ -329,6 +372,8 @@ def test_azure_trace_reports_carry_its_attribution(tmp_path: Path, capsys: pytes
         (["--policies", "hpa,magic"], "unknown policies"),
         (["--profile", "nope"], "neither a built-in profile"),
         (["--peak-replicas", "-3"], "must be a positive number"),
+        (["--tune-fraction", "0"], "--tune-fraction must be between 0 and 1"),  # nothing to tune on
+        (["--tune-fraction", "1"], "--tune-fraction must be between 0 and 1"),  # nothing to score on
         ([], "--trace CSV is required"),
     ],
 )

@@ -9,9 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from neuronfleet.api.v1alpha1 import ScalingSpec
 from neuronfleet.sim import runner
-from neuronfleet.sim.command import run_cli
+from neuronfleet.sim.command import MIN_SCORED_REQUESTS, Span, UsageError, _check_span, run_cli
 from neuronfleet.sim.policies import crd_max_replicas, ours_from_policy_file
+from neuronfleet.sim.profiles import load_profile
 from neuronfleet.sim.trace import TraceError, load
 
 
@@ -40,6 +42,20 @@ def test_ours_max_replicas_defaults_to_at_most_the_crd_limit() -> None:
     assert ours_from_policy_file({"scaling": {"maxReplicas": 7}}, 1400, "x").scaling_spec.max_replicas == 7
 
 
+def test_ours_sweep_moves_both_targets_in_the_crd_defaults_ratio() -> None:
+    # Its one swept knob is targetUtilization; targetQueueDepth follows in the CRD defaults' ratio,
+    # so the default setting is the CRD's default policy, both targets.
+    crd = ScalingSpec()
+    by_setting = {case.value: case.make() for case in runner.cases(["ours"], 40, 20)}
+    default = by_setting[crd.target_utilization].scaling_spec  # type: ignore[attr-defined]
+    assert (default.target_utilization, default.target_queue_depth) == (crd.target_utilization, crd.target_queue_depth)
+    for value, policy in by_setting.items():
+        spec = policy.scaling_spec  # type: ignore[attr-defined]
+        ratio = crd.target_queue_depth / crd.target_utilization
+        assert spec.target_queue_depth == pytest.approx(ratio * value)
+    assert len(by_setting) >= 3  # a sweep, not one setting
+
+
 def test_simulate_with_more_replicas_than_the_crd_allows_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -52,6 +68,20 @@ def test_simulate_with_more_replicas_than_the_crd_allows_runs(
     assert "maxReplicas defaults to 1000" in captured.out
     doc = json.loads((out / "simulate.json").read_text())
     assert {"ours", "hpa"} <= {c["policy"] for c in doc["cases"]}
+    # At the limit itself every policy runs with it: nothing to note.
+    assert run_cli([*args, "--peak-replicas", "3", "--max-replicas", "1000", "--out", str(tmp_path / "at")]) == 0
+    assert "maxReplicas defaults" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("option", ["--tune-on", "--score-on"])
+def test_one_held_out_trace_without_the_other_says_they_go_together(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str
+) -> None:
+    # Not "--trace CSV is required": the user gave a trace, only its partner is missing.
+    csv = write_trace(tmp_path / "t.csv", seconds=600)
+    assert run_cli([option, str(csv), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "--tune-on and --score-on go together" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize(
@@ -154,6 +184,16 @@ def test_a_tune_fraction_leaving_a_moment_to_score_is_refused(
         "score on; a scored span must last at least one cold start of bert-base (450.52 s) and hold at least 100 "
         "trace requests: use a smaller fraction, a longer trace with more requests or a longer --duration" in err
     )
+
+
+def test_a_span_of_exactly_one_cold_start_and_the_least_requests_is_scored() -> None:
+    # The limits are "at least": the bound itself is enough, one request fewer is not.
+    profile = load_profile("bert-base")
+    _check_span(Span("--trace t.csv", 450.52, MIN_SCORED_REQUESTS, "score on", "use"), profile)
+    with pytest.raises(UsageError, match=r"hold at least 100 trace requests"):
+        _check_span(Span("--trace t.csv", 450.52, MIN_SCORED_REQUESTS - 1, "score on", "use"), profile)
+    with pytest.raises(UsageError, match=r"one cold start of bert-base \(450\.52 s\)"):
+        _check_span(Span("--trace t.csv", 450.51, MIN_SCORED_REQUESTS, "score on", "use"), profile)
 
 
 @pytest.mark.parametrize(

@@ -504,16 +504,16 @@ def _manifest_problems(manifest: dict[str, Any], headroom: Headroom) -> list[str
     return fit_problems(model.spec, headroom)
 
 
-def _truncated(trace: Trace, seconds: float, start: float = 0.0) -> Trace:
-    keep = (trace.arrivals >= start) & (trace.arrivals <= start + seconds)
+def _truncated(trace: Trace, seconds: float) -> Trace:
+    """The trace's first ``seconds`` (its arrivals count from 0)."""
+    keep = trace.arrivals <= seconds
     if not keep.any():
-        raise UsageError(f"no arrivals in the span {start:g}-{start + seconds:g} s")
+        raise UsageError(f"no arrivals in the span 0-{seconds:g} s")
     return replace(
         trace,
-        arrivals=trace.arrivals[keep] - start,
+        arrivals=trace.arrivals[keep],
         context_tokens=trace.context_tokens[keep] if trace.context_tokens is not None else None,
         generated_tokens=trace.generated_tokens[keep] if trace.generated_tokens is not None else None,
-        start=trace.start + start,
     )
 
 
