@@ -109,6 +109,34 @@ def test_invalid_label_selectors_are_400(selector: str) -> None:
     assert bad.value.code == 400
 
 
+def _label_key(prefix_chars: int, name_chars: int) -> str:
+    """A label key of a DNS-subdomain prefix and a name of these lengths (no prefix at 0)."""
+    labels = []
+    while sum(len(label) + 1 for label in labels) < prefix_chars:
+        labels.append("a" * min(63, prefix_chars - sum(len(label) + 1 for label in labels)))
+    prefix = ".".join(labels)
+    assert len(prefix) == prefix_chars
+    return (f"{prefix}/" if prefix else "") + "n" * name_chars
+
+
+def test_label_keys_are_bounded_as_kubernetes_bounds_them() -> None:
+    # apimachinery's IsQualifiedName: a prefix of at most 253 characters, a name of at most 63. The
+    # sandbox bounded the whole key at 316 instead, refusing the longest valid key (317) and taking
+    # a 260-character prefix.
+    longest = _label_key(253, 63)
+    assert len(longest) == 317
+    assert parse_label_selector(f"{longest}=x").matches({longest: "x"})
+    for key, problem in (
+        (_label_key(254, 1), "prefix part must be no more than 253 characters"),
+        (_label_key(10, 64), "name part must be no more than 63 characters"),
+        (_label_key(0, 64), "name part must be no more than 63 characters"),
+    ):
+        with pytest.raises(ApiError) as bad:
+            parse_label_selector(f"{key}=x")
+        assert bad.value.code == 400
+        assert problem in str(bad.value)
+
+
 def test_field_selectors_and_label_selector_objects() -> None:
     fields = parse_field_selector("spec.nodeName=n1,status.phase!=Failed", {"spec.nodeName", "status.phase"})
     assert fields.matches({"spec": {"nodeName": "n1"}, "status": {"phase": "Running"}})

@@ -80,11 +80,21 @@ def _split_terms(text: str) -> list[str]:
 
 
 def _check_key(key: str) -> None:
-    if len(key) > 316 or not _KEY_RE.match(key) or len(key.rsplit("/", 1)[-1]) > 63:
-        raise bad_request(
-            f"unable to parse requirement: invalid label key {key!r}: name part must consist of "
-            "alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+    """A qualified name, as apimachinery's IsQualifiedName: an optional DNS-subdomain prefix of at
+    most 253 characters and ``/``, then a name of at most 63 (so at most 317 in all)."""
+    prefix, _, name = key.rpartition("/")
+    problem = ""
+    if len(prefix) > 253:
+        problem = "prefix part must be no more than 253 characters"
+    elif len(name) > 63:
+        problem = "name part must be no more than 63 characters"
+    elif not _KEY_RE.match(key):
+        problem = (
+            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+            "alphanumeric character"
         )
+    if problem:
+        raise bad_request(f"unable to parse requirement: invalid label key {key!r}: {problem}")
 
 
 def _check_value(value: str) -> None:
