@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -109,6 +110,12 @@ def test_invalid_label_selectors_are_400(selector: str) -> None:
     assert bad.value.code == 400
 
 
+@pytest.mark.parametrize(("selector", "side"), [("app in (web))", "')'"), ("app in ((web)", "'('")])
+def test_an_unbalanced_parenthesis_is_named(selector: str, side: str) -> None:
+    with pytest.raises(ApiError, match=re.escape(f"unbalanced {side}")):
+        parse_label_selector(selector)
+
+
 def _label_key(prefix_chars: int, name_chars: int) -> str:
     """A label key of a DNS-subdomain prefix and a name of these lengths (no prefix at 0)."""
     labels = []
@@ -146,3 +153,7 @@ def test_field_selectors_and_label_selector_objects() -> None:
     spec = {"matchLabels": {"app": "m"}, "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["x"]}]}
     assert selector_from_dict(spec).matches({"app": "m"})
     assert parse_label_selector(selector_to_string(spec)).matches({"app": "m", "tier": "y"})
+    # As status.selector carries it (kubectl scale, an HPA read it): one value in is key=value.
+    assert selector_to_string(spec) == "app=m,tier notin (x)"
+    wider = {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["y", "x"]}]}
+    assert selector_to_string(wider) == "tier in (x,y)"
