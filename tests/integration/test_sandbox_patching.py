@@ -118,7 +118,7 @@ def test_an_unbalanced_parenthesis_is_named(selector: str, side: str) -> None:
 
 def _label_key(prefix_chars: int, name_chars: int) -> str:
     """A label key of a DNS-subdomain prefix and a name of these lengths (no prefix at 0)."""
-    labels = []
+    labels: list[str] = []
     while sum(len(label) + 1 for label in labels) < prefix_chars:
         labels.append("a" * min(63, prefix_chars - sum(len(label) + 1 for label in labels)))
     prefix = ".".join(labels)
