@@ -16,6 +16,7 @@ import pytest
 import yaml
 from aiohttp import web
 
+from neuronfleet.artifacts.store import ArtifactStore
 from neuronfleet.kube.client import KubeClient, connection_pool_size
 from neuronfleet.reconcile import OperatorSettings
 from neuronfleet.run_command import build_context
@@ -126,6 +127,8 @@ async def test_the_operators_client_has_a_connection_for_each_reconcile_at_once(
     assert isinstance(kube, KubeClient)
     kube.request_timeout = 10.0  # a failure ends in 10 s, not 30
     try:
+        # Given no store (as `neuronfleet run` gives none), the operator reads artifacts through its own.
+        assert isinstance(context.reconciler.store, ArtifactStore)
         # Room beside them for the Events posted after a reconcile, the node list, the peering checks.
         connector = kube.api_client.rest_client.pool_manager.connector
         assert connector is not None and connector.limit == connection_pool_size(CALLS) == CALLS + 100

@@ -160,6 +160,10 @@ def test_run_takes_its_own_account_from_the_variables_the_chart_sets_and_flags_w
     assert settings.operator_account == OPERATOR
     _, (settings,) = _run(tmp_path, monkeypatch, "--operator-namespace", "ops")
     assert settings.operator_account == OperatorAccount("ops", "nf-neuronfleet")
+    # A namespace name is at most 63 characters: the longest is taken.
+    _, (settings,) = _run(tmp_path, monkeypatch, "--operator-namespace", "n" * 63)
+    assert settings.operator_account == OperatorAccount("n" * 63, "nf-neuronfleet")
+    assert _run(tmp_path, monkeypatch, "--operator-namespace", "n" * 64) == (2, [])
 
 
 @pytest.mark.parametrize(

@@ -460,6 +460,10 @@ def test_run_reads_the_settings_from_the_environment(
             "error: Prometheus credentials are set but --prometheus-url (env NEURONFLEET_PROMETHEUS_URL) is not",
         ),
         (
+            ["--prometheus-username", "operator"],  # any one credential, not only some pairs
+            "error: Prometheus credentials are set but --prometheus-url (env NEURONFLEET_PROMETHEUS_URL) is not",
+        ),
+        (
             ["--prometheus-url", f"{AMP}/workspaces/ws-1", "--prometheus-sigv4-region", "eu-west-1"],
             "error: --prometheus-sigv4-region is eu-west-1 but --prometheus-url is an AMP workspace in us-east-1: "
             "AMP accepts only signatures for its own region",

@@ -16,7 +16,7 @@ import pytest
 
 import neuronfleet
 from neuronfleet.cli import build_parser, main
-from neuronfleet.run_command import KNOWN_VARIABLES, is_service_link, resolve_defaults
+from neuronfleet.run_command import DEFAULT_ARTIFACT_STORE, KNOWN_VARIABLES, is_service_link, resolve_defaults
 
 
 @pytest.fixture(autouse=True)
@@ -171,6 +171,16 @@ SAMPLES = {
 
 def _resolved() -> argparse.Namespace:
     return resolve_defaults(build_parser().parse_args(["run"]))
+
+
+def test_without_flag_or_variable_the_artifact_store_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in KNOWN_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert _resolved().artifact_store == DEFAULT_ARTIFACT_STORE
+    monkeypatch.setenv("NEURONFLEET_ARTIFACT_STORE", "s3://bucket/prefix")
+    assert _resolved().artifact_store == "s3://bucket/prefix"
+    flagged = resolve_defaults(build_parser().parse_args(["run", "--artifact-store", "s3://flag/x"]))
+    assert flagged.artifact_store == "s3://flag/x"  # a flag wins over the variable
 
 
 @pytest.mark.parametrize("name", sorted(KNOWN_VARIABLES))

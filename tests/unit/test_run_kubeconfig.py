@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import socket
 from pathlib import Path
 
@@ -104,6 +106,17 @@ def test_a_liveness_port_in_use_is_one_line(tmp_path: Path, capsys: pytest.Captu
         code = main(["run", "--kubeconfig", str(_kubeconfig(tmp_path / "kubeconfig")), "--liveness", url])
     assert code == 2
     assert capsys.readouterr().err == f"error: cannot serve the liveness endpoint {url}: Address already in use\n"
+
+
+def test_a_liveness_address_this_host_does_not_have_is_one_line() -> None:
+    # The address is checked as given (192.0.2.1 is TEST-NET-1, no host's own), not as localhost.
+    from neuronfleet.run_command import RunSetupError, check_liveness_endpoint
+
+    with pytest.raises(RunSetupError) as refused:
+        check_liveness_endpoint("http://192.0.2.1:8080/healthz")
+    assert str(refused.value) == "cannot serve the liveness endpoint http://192.0.2.1:8080/healthz: " + os.strerror(
+        errno.EADDRNOTAVAIL
+    )
 
 
 @pytest.mark.parametrize(
