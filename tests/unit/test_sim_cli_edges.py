@@ -49,9 +49,9 @@ def test_ours_sweep_moves_both_targets_in_the_crd_defaults_ratio() -> None:
     by_setting = {case.value: case.make() for case in runner.cases(["ours"], 40, 20)}
     default = by_setting[crd.target_utilization].scaling_spec  # type: ignore[attr-defined]
     assert (default.target_utilization, default.target_queue_depth) == (crd.target_utilization, crd.target_queue_depth)
+    ratio = crd.target_queue_depth / crd.target_utilization
     for value, policy in by_setting.items():
         spec = policy.scaling_spec  # type: ignore[attr-defined]
-        ratio = crd.target_queue_depth / crd.target_utilization
         assert spec.target_queue_depth == pytest.approx(ratio * value)
     assert len(by_setting) >= 3  # a sweep, not one setting
 
