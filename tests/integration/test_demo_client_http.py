@@ -55,6 +55,9 @@ async def test_every_request_gets_one_outcome_measured_at_the_client() -> None:
     assert sum(counts.values()) == 100 == totals.scheduled
     assert counts["rejected"] == 10 and counts["lost"] == 10 and counts["ok"] == 80, counts
     assert totals.within_slo <= counts["ok"] and totals.p50_ms is not None and totals.p50_ms >= 2.0
+    # An answer counted came within the client's timeout (3 s) of the request's scheduled time.
+    assert totals.max_ms is not None and totals.max_ms <= 3000 + 500
+    assert 1 <= totals.peak_outstanding <= 100  # counted as requests went out, never above those sent
     assert totals.slo_attainment == totals.within_slo / 100
 
     closed = OpenLoopClient(

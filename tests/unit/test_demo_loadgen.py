@@ -54,6 +54,20 @@ def test_superposed_arrivals_are_seeded() -> None:
     assert np.array_equal(a, b)
 
 
+def test_one_copy_is_the_trace_slice_that_ends_its_offset_earlier() -> None:
+    # Copy k takes the trace's arrivals in [start - o_k, start - o_k + duration), o_k seeded in
+    # [0, window): a copy is the trace up to the window earlier, never later (which the trace may
+    # not hold).
+    trace = _bursty_trace()
+    (offset,) = np.random.default_rng(7).uniform(0.0, 10.0, size=1)
+    begin = 100.0 - offset
+    expected = trace[(trace >= begin) & (trace < begin + 60.0)] - begin
+    assert np.array_equal(superposed_arrivals(trace, 100.0, 60.0, 1, 10.0, seed=7), expected)
+    assert len(expected) > 0 and offset > 0
+    with pytest.raises(ValueError, match="copies >= 1"):
+        superposed_arrivals(trace, 100.0, 60.0, 0, 10.0, seed=7)
+
+
 def test_the_client_sends_to_this_machine_only() -> None:
     with pytest.raises(ValueError, match=r"127\.0\.0\.1 only"):
         OpenLoopClient("http://example.com/x", b"{}", np.zeros(1), slo_ms=50, max_requests=1, max_seconds=1)
@@ -112,3 +126,26 @@ def test_a_busy_share_never_reads_above_one_by_float_rounding() -> None:
     machine._cpu_times = lambda: next(times)
     machine._last = machine._read()
     assert machine.shares() == (0.0, 1.0)
+
+
+def test_the_shares_are_of_the_time_between_readings_with_every_counter_moving() -> None:
+    class CpuTimes(NamedTuple):  # Linux's fields that the reading uses
+        user: float
+        nice: float
+        system: float
+        idle: float
+        iowait: float
+        steal: float
+        guest: float
+        guest_nice: float
+
+    # Between the readings: 3 s user (1 of them a guest's, counted in user already), 2 s nice (1 of
+    # them a niced guest's, counted in nice already), 1 s system, 2 s idle, 1 s iowait, 1 s stolen:
+    # 10 s of CPU time, 1 of it stolen and 6 busy.
+    before = CpuTimes(100.0, 30.0, 50.0, 400.0, 10.0, 20.0, 5.0, 2.0)
+    after = CpuTimes(103.0, 32.0, 51.0, 402.0, 11.0, 21.0, 6.0, 3.0)
+    times = iter([before, after])
+    machine = MachineCpu.__new__(MachineCpu)
+    machine._cpu_times = lambda: next(times)
+    machine._last = machine._read()
+    assert machine.shares() == pytest.approx((1 / 10, 6 / 10))

@@ -120,6 +120,20 @@ def test_a_real_run_tells_the_hosts_stolen_cpu_from_the_fleets_misses(tmp_path: 
     assert "hypervisor" not in (tmp_path / "report.md").read_text()
 
 
+def test_a_real_run_on_a_busy_machine_says_the_latencies_include_its_delays(tmp_path: Path) -> None:
+    def printed(load: str, lag_ms: float) -> str:
+        result = _result(load)
+        result.client = {**result.client, "loop_lag_p99_ms": lag_ms}
+        text = io.StringIO()
+        print_summary(result, Console(file=text, width=300), tmp_path)
+        return text.getvalue()
+
+    assert "the machine was busy: the client's own event loop lagged 40 ms at p99" in printed("real", 40.0)
+    assert "the machine was busy" not in printed("real", 1.2)  # an idle machine's lag
+    # A simulated run has no client whose loop could lag: its figures carry no such delay.
+    assert "the machine was busy" not in printed("simulated", 40.0)
+
+
 def test_a_real_run_shows_the_routers_re_sends_next_to_the_lost_requests(tmp_path: Path) -> None:
     # A re-send (no connection to an endpoint: nothing was sent, the next one took it) is the one the
     # router makes; the report says how many, beside the requests lost, so neither hides (review r6).
