@@ -457,16 +457,13 @@ def go_float(number: float) -> str:
     return ("-" if sign else "") + body
 
 
-#: The plain words kubectl's YAML (go-yaml v2, as :class:`ManifestLoader` reads) takes for a boolean.
-_YAML_BOOLEAN_WORDS = {True: ("y", "yes", "on", "true"), False: ("n", "no", "off", "false")}
-
-
 def _bare_boolean_hint(value: Any, supported: Any) -> str:
     """A hint when a boolean stands where a listed string that YAML reads as that boolean was meant
     (``mode: Off`` is ``false``): kube-apiserver's message alone names neither the cause nor the fix."""
     if not isinstance(value, bool) or not isinstance(supported, list):
         return ""
-    meant = [item for item in supported if isinstance(item, str) and item.lower() in _YAML_BOOLEAN_WORDS[value]]
+    # As the manifest's reader resolves a plain scalar (go-yaml v2's table: ``Off`` is false, ``oFF`` a string).
+    meant = [item for item in supported if isinstance(item, str) and _GO_TABLE.get(item) == (_BOOL, value)]
     if not meant:
         return ""
     return f' (YAML reads a bare {meant[0]} as {str(value).lower()}: quote it, "{meant[0]}")'

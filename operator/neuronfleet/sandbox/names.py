@@ -36,7 +36,8 @@ DNS1035_MESSAGE = (
 NameRule = Callable[[str], list[str]]
 
 
-def _max_length(limit: int) -> str:
+def max_length(limit: int) -> str:
+    """apimachinery's MaxLenError: what a name (or part of one) longer than ``limit`` is told."""
     return f"must be no more than {limit} characters"
 
 
@@ -44,7 +45,7 @@ def _pattern_rule(pattern: str, limit: int, message: str) -> NameRule:
     compiled = re.compile(f"^{pattern}$")
 
     def check(name: str) -> list[str]:
-        problems = [_max_length(limit)] if len(name) > limit else []
+        problems = [max_length(limit)] if len(name) > limit else []
         if not compiled.match(name):
             problems.append(message)
         return problems

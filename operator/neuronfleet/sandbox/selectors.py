@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from neuronfleet.sandbox.errors import ApiError, bad_request
+from neuronfleet.sandbox.names import DNS1123_LABEL_MAX, DNS1123_SUBDOMAIN_MAX, max_length
 
 _NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
 _PREFIX = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
@@ -80,14 +81,15 @@ def _split_terms(text: str) -> list[str]:
 
 
 def _check_key(key: str) -> None:
-    """A qualified name, as apimachinery's IsQualifiedName: an optional DNS-subdomain prefix of at
-    most 253 characters and ``/``, then a name of at most 63 (so at most 317 in all)."""
+    """A qualified name, as apimachinery's IsQualifiedName: an optional DNS-subdomain prefix (at
+    most 253 characters) and ``/``, then a name of at most 63 (its qualifiedNameMaxLength, the
+    DNS label's bound), so at most 317 in all."""
     prefix, _, name = key.rpartition("/")
     problem = ""
-    if len(prefix) > 253:
-        problem = "prefix part must be no more than 253 characters"
-    elif len(name) > 63:
-        problem = "name part must be no more than 63 characters"
+    if len(prefix) > DNS1123_SUBDOMAIN_MAX:
+        problem = "prefix part " + max_length(DNS1123_SUBDOMAIN_MAX)
+    elif len(name) > DNS1123_LABEL_MAX:
+        problem = "name part " + max_length(DNS1123_LABEL_MAX)
     elif not _KEY_RE.match(key):
         problem = (
             "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
@@ -98,7 +100,7 @@ def _check_key(key: str) -> None:
 
 
 def _check_value(value: str) -> None:
-    if len(value) > 63 or not _VALUE_RE.match(value):
+    if len(value) > DNS1123_LABEL_MAX or not _VALUE_RE.match(value):
         raise bad_request(
             f"unable to parse requirement: invalid label value: {value!r}: a valid label must be an empty "
             "string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
