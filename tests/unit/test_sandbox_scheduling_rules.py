@@ -1,5 +1,6 @@
 """The sandbox scheduler's pure rules, as kube-scheduler and the Neuron scheduler extension apply
-them: a toleration's key and value, node-affinity Gt and Lt, and which NeuronCores a pod gets."""
+them: a toleration's key and value, node-affinity Gt and Lt, which NeuronCores a pod gets, and
+which pods and nodes a topology spread constraint counts."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from neuronfleet.sandbox.scheduling import _expression_matches, allocate_cores, tolerates
+from neuronfleet.sandbox.scheduling import _expression_matches, allocate_cores, spread_violation, tolerates
 
 TAINT = {"key": "dedicated", "value": "inference", "effect": "NoSchedule"}
 
@@ -56,3 +57,61 @@ def test_a_contiguous_block_is_taken_from_the_smallest_free_run_that_holds_it() 
     # Free runs 0-4 (5 cores) and 6-7 (2): a 2-core pod takes 6-7, keeping the long run for a large pod.
     assert allocate_cores(8, {5}, 2, contiguous=True, ring=False) == [6, 7]
     assert allocate_cores(8, {5}, 2, contiguous=False, ring=False) == [0, 1]  # without the extension: first free
+
+
+ZONE = "topology.kubernetes.io/zone"
+SPREAD = {
+    "maxSkew": 1,
+    "topologyKey": ZONE,
+    "whenUnsatisfiable": "DoNotSchedule",
+    "labelSelector": {"matchLabels": {"app": "m"}},
+}
+
+
+def _node(name: str, zone: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {ZONE: zone}}}
+
+
+def _placed(*, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"namespace": "ns", "labels": {"app": "m"}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-06T00:00:00Z"
+    return {"metadata": meta}
+
+
+def _spreading_pod(**spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ns", "labels": {"app": "m"}},
+        "spec": {"topologySpreadConstraints": [SPREAD], **spec},
+    }
+
+
+def test_spread_does_not_count_a_pod_being_deleted() -> None:
+    # kube-scheduler's PodTopologySpread passes over terminating pods: the deleting pod in zone a leaves it empty.
+    nodes = [_node("a1", "a"), _node("b1", "b")]
+    pods_by_node = {"a1": [_placed(deleting=True)]}
+    assert spread_violation(_spreading_pod(), nodes[0], nodes, pods_by_node, hard=True) == (False, 0)
+    pods_by_node = {"a1": [_placed()]}
+    assert spread_violation(_spreading_pod(), nodes[0], nodes, pods_by_node, hard=True)[0] is True
+    elsewhere = {"metadata": {"namespace": "other", "labels": {"app": "m"}}}
+    assert spread_violation(_spreading_pod(), nodes[0], nodes, {"a1": [elsewhere]}, hard=True) == (False, 0)
+
+
+def test_spread_counts_only_the_domains_of_nodes_the_pod_may_run_on() -> None:
+    # nodeAffinityPolicy Honor (the default): zone c is outside the pod's node affinity, so its
+    # empty node does not set the minimum, and a pod may go to zone a beside one in b.
+    nodes = [_node("a1", "a"), _node("b1", "b"), _node("c1", "c")]
+    pods_by_node = {"b1": [_placed()]}
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["a", "b"]}]}]
+            }
+        }
+    }
+    pods_by_node["a1"] = [_placed()]
+    assert spread_violation(_spreading_pod(affinity=affinity), nodes[0], nodes, pods_by_node, hard=True)[0] is False
+    assert spread_violation(_spreading_pod(), nodes[0], nodes, pods_by_node, hard=True)[0] is True  # c counts
+    assert (
+        spread_violation(_spreading_pod(nodeSelector={ZONE: "a"}), nodes[0], nodes, pods_by_node, hard=True)[0] is False
+    )

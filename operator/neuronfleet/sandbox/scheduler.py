@@ -7,7 +7,9 @@ and required node affinity, resource requests, NeuronCores (contiguous on the ch
 Neuron scheduler), zone topology spread (DoNotSchedule filters, ScheduleAnyway scores), required
 inter-pod affinity and anti-affinity. Scoring: ScheduleAnyway skew, then preferred node affinity
 weight, then packing (most-allocated NeuronCores first, which keeps nodes free for consolidation).
-Not done: preferred inter-pod affinity, minDomains, nodeAffinityPolicy/nodeTaintsPolicy.
+Not done: preferred inter-pod affinity, minDomains; spread's nodeAffinityPolicy and nodeTaintsPolicy
+are not read, their defaults apply (Honor: only nodes the pod's node affinity admits count; Ignore:
+tainted nodes count).
 Preemption: lower-priority pods are evicted (DisruptionTarget condition, graceful delete) from the
 node needing the fewest, lowest-priority victims; the preemptor is nominated to it. As in
 kube-scheduler, a nominated pod's requests (and NeuronCores) count on its node against pods of lower
