@@ -736,10 +736,19 @@ class Store:
                 grace = int((obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
             if grace > 0 or meta.get("finalizers"):
                 current = meta.get("deletionGracePeriodSeconds")
-                if current is not None and current <= grace:
-                    return obj, True
+                offset_s: float = grace
+                if meta.get("deletionTimestamp") and current:
+                    # apiserver's BeforeDelete: a graceful deletion under way may only be shortened, by an
+                    # explicit grace period, counted from when it was asked (never into the past: then
+                    # at once, with 1 s for a graceful one so the kubelet still acts).
+                    if grace_period is None or grace_period >= current:
+                        return obj, True
+                    past_deadline_s = self.clock.seconds_since(meta["deletionTimestamp"]) or 0.0
+                    offset_s = grace - current - past_deadline_s
+                    if offset_s < 0:
+                        offset_s, grace = 0.0, min(grace, 1)
                 new = _copy_object(obj)
-                new["metadata"]["deletionTimestamp"] = self.clock.timestamp(grace)
+                new["metadata"]["deletionTimestamp"] = self.clock.timestamp(offset_s)
                 new["metadata"]["deletionGracePeriodSeconds"] = grace
                 return self._store_marked(rt, obj, new, dry_run=dry_run), True
         elif meta.get("finalizers") or (propagation == "Foreground" and self._has_dependents(meta.get("uid", ""))):
