@@ -342,6 +342,67 @@ async def test_finalizers_and_cascading_gc(sandbox_cluster: SandboxCluster) -> N
     )
 
 
+async def test_foreground_deletion_waits_for_the_dependents_that_block_it(sandbox_cluster: SandboxCluster) -> None:
+    cluster = sandbox_cluster
+
+    def configmap(
+        name: str, owner: dict[str, Any] | None = None, *, blocks: bool = True, **meta: Any
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"metadata": {"name": name, **meta}}
+        if owner is not None:
+            ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": owner["metadata"]["name"]}
+            body["metadata"]["ownerReferences"] = [
+                {**ref, "uid": owner["metadata"]["uid"], "blockOwnerDeletion": blocks}
+            ]
+        return cluster.create("configmaps", body, "default")
+
+    def present(name: str) -> bool:
+        return cluster.get("configmaps", name, "default") is not None
+
+    def meta(name: str) -> dict[str, Any]:
+        found = cluster.get("configmaps", name, "default")
+        assert found is not None, f"{name} is gone"
+        return dict(found["metadata"])
+
+    owner = configmap("owner")
+    held = configmap("held", owner, finalizers=["test/hold"])  # blocks, and its finalizer keeps it
+    configmap("loose", owner, blocks=False)
+    middle = configmap("middle", owner)  # blocks, and is itself held up by a grandchild that blocks it
+    configmap("grandchild", middle, finalizers=["test/hold"])
+    async with aiohttp.ClientSession(cluster.url) as http:
+        url = "/api/v1/namespaces/default/configmaps/owner"
+        async with http.delete(url, params={"propagationPolicy": "Foreground"}) as r:
+            assert r.status == 202
+            assert (await r.json())["metadata"]["finalizers"] == ["foregroundDeletion"]
+        await cluster.wait_for(lambda: not present("loose"), timeout=5, what="the non-blocking dependent deleted")
+        # As the garbage collector, a dependent with dependents of its own goes in the foreground too.
+        await cluster.wait_for(
+            lambda: meta("grandchild").get("deletionTimestamp"),
+            timeout=5,
+            what="the grandchild marked",
+        )
+        assert present("owner") and present("held") and present("middle")
+        assert meta("middle")["finalizers"] == ["foregroundDeletion"]
+        unhold = {"metadata": {"finalizers": None}}
+        merge = {"Content-Type": "application/merge-patch+json"}
+        async with http.patch(f"{url[: -len('owner')]}held", json=unhold, headers=merge) as r:
+            assert r.status == 200
+        assert not present("held")
+        assert present("owner")  # the middle one still blocks it
+        async with http.patch(f"{url[: -len('owner')]}grandchild", json=unhold, headers=merge) as r:
+            assert r.status == 200
+    await cluster.wait_for(lambda: not present("middle") and not present("owner"), timeout=5, what="the owner gone")
+    assert held["metadata"]["uid"] not in cluster.store.uids
+
+    # An owner's own finalizers stay beside foregroundDeletion, and do not hold its dependents back.
+    kept = configmap("kept", finalizers=["test/hold"])
+    configmap("kept-child", kept)
+    cluster.delete("configmaps", "kept", "default", propagation="Foreground")
+    assert meta("kept")["finalizers"] == ["test/hold", "foregroundDeletion"]
+    await cluster.wait_for(lambda: not present("kept-child"), timeout=5, what="the dependent deleted")
+    assert meta("kept")["finalizers"] == ["test/hold"]
+
+
 async def test_discovery_and_openapi(sandbox_cluster: SandboxCluster) -> None:
     async with aiohttp.ClientSession(sandbox_cluster.url) as http:
         async with http.get("/apis") as r:

@@ -9,10 +9,15 @@ A dry-run write runs the same checks and admission and answers the would-be obje
 Semantics kept from kube-apiserver: one global resourceVersion counter; uid, generation (bumped
 when anything but metadata/status changes), creationTimestamp; optimistic concurrency (409);
 status-subresource isolation; finalizers and deletionTimestamp; graceful pod deletion (the kubelet
-finishes it); namespace lifecycle (create needs an existing namespace, deleting one deletes its
-contents); background cascading garbage collection by ownerReferences (Foreground is treated as
-Background; Orphan strips the ownerReference); a bounded event history for watch resume, with
-410 Gone below it; CRD objects register their resource when created.
+finishes it; a second DELETE may only shorten it); namespace lifecycle (create needs an existing
+namespace, deleting one deletes its contents); cascading garbage collection by ownerReferences
+(Background; Foreground keeps the owner, with the foregroundDeletion finalizer, until no dependent
+that blocks it with blockOwnerDeletion is left, and a dependent with dependents of its own goes in
+the foreground too; Orphan strips the ownerReference); a bounded event history for watch resume,
+with 410 Gone below it; CRD objects register their resource when created.
+
+Not kept: the kubelet does not shorten a termination already under way when a second DELETE
+shortens the grace period.
 """
 
 from __future__ import annotations
@@ -757,12 +762,13 @@ class Store:
             new = _copy_object(obj)
             new["metadata"]["deletionTimestamp"] = self.clock.timestamp()
             new["metadata"]["deletionGracePeriodSeconds"] = 0
-            if propagation == "Foreground" and not meta.get("finalizers"):
-                # Dependents go first, then the owner: what the foregroundDeletion finalizer does.
-                new["metadata"]["finalizers"] = ["foregroundDeletion"]
+            if propagation == "Foreground" and self._has_dependents(meta.get("uid", "")):
+                # Dependents go first, then the owner: what the foregroundDeletion finalizer does
+                # (beside the owner's own finalizers, as apiserver adds it).
+                new["metadata"]["finalizers"] = [*(meta.get("finalizers") or ()), "foregroundDeletion"]
                 if not dry_run:
                     owner_key = (rt.key, self._key(rt, namespace, name))
-                    self._schedule_gc(meta.get("uid", ""), "Background", owner_key=owner_key)
+                    self._schedule_gc(meta.get("uid", ""), "Foreground", owner_key=owner_key)
             return self._store_marked(rt, obj, new, dry_run=dry_run), True
         if dry_run:
             return obj, False
@@ -797,6 +803,10 @@ class Store:
         del self.objects[rt.key][key]
         self.uids.pop(meta.get("uid", ""), None)
         self._index_owners(rt.key, key, obj, None)
+        for ref in meta.get("ownerReferences") or ():
+            owner_key = self.uids.get(ref.get("uid", "")) if ref.get("blockOwnerDeletion") else None
+            if owner_key is not None:
+                self._release_foreground(owner_key)  # it may have waited for this one last
         last = _copy_object(obj)
         last["metadata"]["resourceVersion"] = self._next_rv()
         self._emit(rt, "DELETED", last, obj)
@@ -919,18 +929,32 @@ class Store:
             ]
             if owners_alive:
                 continue
+            # As the garbage collector: under an owner going in the foreground, a dependent with
+            # dependents of its own goes in the foreground too.
+            nested = propagation == "Foreground" and self._has_dependents(meta.get("uid", ""))
             try:
-                self.delete(rt, meta.get("namespace"), meta["name"], propagation="Background")
+                self.delete(
+                    rt, meta.get("namespace"), meta["name"], propagation="Foreground" if nested else "Background"
+                )
             except ApiError:
                 continue
         if owner_key is not None:
             self._release_foreground(owner_key)
 
+    def _blocks_owner(self, uid: str) -> bool:
+        """Whether a dependent that names ``uid`` with blockOwnerDeletion is still stored (also while
+        its own finalizers or the kubelet hold it): a foreground deletion waits for those."""
+        return any(
+            ref.get("uid") == uid and ref.get("blockOwnerDeletion")
+            for _, obj in self._dependents(uid)
+            for ref in _meta(obj).get("ownerReferences") or ()
+        )
+
     def _release_foreground(self, owner_key: tuple[ResourceKey, ObjectKey]) -> None:
         rkey, okey = owner_key
         rt = self.resources.get(rkey)
         owner = self.objects.get(rkey, {}).get(okey)
-        if rt is None or owner is None:
+        if rt is None or owner is None or self._blocks_owner(_meta(owner).get("uid", "")):
             return
         if "foregroundDeletion" in (_meta(owner).get("finalizers") or ()):
             self.update(
