@@ -519,6 +519,9 @@ async def test_dry_run_pagination_and_protobuf_bodies(sandbox_cluster: SandboxCl
 async def test_namespace_and_crd_deletion_wait_for_their_contents(sandbox_cluster: SandboxCluster) -> None:
     cluster = sandbox_cluster
     cluster.create("namespaces", {"metadata": {"name": "team"}})
+    cluster.create("configmaps", {"metadata": {"name": "first"}}, "team")
+    cluster.delete("configmaps", "first", "team")
+    assert cluster.get("namespaces", "team") is not None  # a live namespace outlasts its last object
     cluster.create("configmaps", {"metadata": {"name": "plain"}}, "team")
     held = {
         "metadata": {"name": "held", "finalizers": ["example.com/cleanup"]},
