@@ -72,4 +72,8 @@ async def test_a_shorter_grace_already_past_ends_now_with_one_second() -> None:
     _delete(store, 10)  # 10 s after the request was 35 s ago: at once, still gracefully (1 s)
     assert _deletion(store) == (clock.wall().replace(microsecond=0), 1)
     _delete(store, 0)
-    assert _deletion(store) == (clock.wall().replace(microsecond=0), 0)
+    now = clock.wall().replace(microsecond=0)
+    assert _deletion(store) == (now, 0)  # its finalizer holds it
+    await asyncio.sleep(5)
+    _delete(store, 30)  # a deletion at 0 s is not made graceful again
+    assert _deletion(store) == (now, 0)

@@ -742,11 +742,12 @@ class Store:
             if grace > 0 or meta.get("finalizers"):
                 current = meta.get("deletionGracePeriodSeconds")
                 offset_s: float = grace
-                if meta.get("deletionTimestamp") and current:
+                if meta.get("deletionTimestamp"):
                     # apiserver's BeforeDelete: a graceful deletion under way may only be shortened, by an
                     # explicit grace period, counted from when it was asked (never into the past: then
-                    # at once, with 1 s for a graceful one so the kubelet still acts).
-                    if grace_period is None or grace_period >= current:
+                    # at once, with 1 s for a graceful one so the kubelet still acts). One at 0 s, which
+                    # only finalizers hold, is not made graceful again.
+                    if not current or grace_period is None or grace_period >= current:
                         return obj, True
                     past_deadline_s = self.clock.seconds_since(meta["deletionTimestamp"]) or 0.0
                     offset_s = grace - current - past_deadline_s
