@@ -245,6 +245,25 @@ async def test_watch_bookmarks_and_timeout(sandbox_cluster: SandboxCluster) -> N
     assert lines[-1]["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
 
 
+async def test_a_table_watch_sends_tables_and_bare_bookmarks(sandbox_cluster: SandboxCluster) -> None:
+    # What `kubectl get -w` reads: each event's object a one-row Table, a bookmark as it is.
+    sandbox_cluster.create("configmaps", {"metadata": {"name": "watched"}}, "default")
+    query = (
+        "watch=true&allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1"
+    )
+    table = {"Accept": "application/json;as=Table;g=meta.k8s.io;v=v1"}
+    async with (
+        aiohttp.ClientSession(sandbox_cluster.url) as http,
+        http.get(f"/api/v1/namespaces/default/configmaps?{query}", headers=table) as r,
+    ):
+        lines = [json.loads(line) async for line in r.content]
+    assert [line["type"] for line in lines] == ["ADDED", "BOOKMARK"]
+    added, bookmark = (line["object"] for line in lines)
+    assert added["kind"] == "Table"
+    assert [row["cells"][0] for row in added["rows"]] == ["watched"]
+    assert bookmark["kind"] == "ConfigMap" and "rows" not in bookmark
+
+
 async def test_status_and_scale_subresources_and_generation(sandbox_cluster: SandboxCluster) -> None:
     base = "/apis/serving.neuronfleet.dev/v1alpha1/namespaces/default/inferencedeployments"
     body = {
@@ -286,6 +305,9 @@ async def test_status_and_scale_subresources_and_generation(sandbox_cluster: San
             scaled = await r.json()
         assert scaled["spec"]["scaling"]["replicas"] == 5
         assert scaled["metadata"]["generation"] == 2
+        stale = {**scale, "metadata": {**scale["metadata"], "resourceVersion": "1"}, "spec": {"replicas": 6}}
+        async with http.put(f"{base}/bert/scale", json=stale) as r:
+            assert r.status == 409  # a Scale written from a stale read is refused, as any object is
         async with http.patch(
             f"{base}/bert",
             json={"spec": {"scaling": {"replicaz": 1}}},
@@ -428,6 +450,11 @@ async def test_discovery_and_openapi(sandbox_cluster: SandboxCluster) -> None:
         assert schema["x-kubernetes-group-version-kind"] == [
             {"group": "serving.neuronfleet.dev", "version": "v1alpha1", "kind": "InferenceDeployment"}
         ]
+        async with http.get("/openapi/v3/api/v1") as r:
+            core = (await r.json())["components"]["schemas"]
+        kinds = [gvk for one in core.values() for gvk in one.get("x-kubernetes-group-version-kind", [])]
+        assert {"group": "", "version": "v1", "kind": "Pod"} in kinds
+        assert {gvk["group"] for gvk in kinds} == {""}  # the core group's document: not apps/v1, batch/v1...
         async with http.get(
             "/api/v1/namespaces/default/pods", headers={"Accept": "application/json;as=Table;g=meta.k8s.io;v=v1"}
         ) as r:
@@ -514,6 +541,20 @@ async def test_dry_run_pagination_and_protobuf_bodies(sandbox_cluster: SandboxCl
         async with http.post("/api/v1/namespaces", data=b"k8s\x00\n", headers=protobuf) as r:
             assert r.status == 415
             assert "kubectl apply" in (await r.json())["message"]
+
+
+async def test_a_namespace_finalize_writes_its_finalizers_not_its_status(sandbox_cluster: SandboxCluster) -> None:
+    # What `kubectl replace --raw /api/v1/namespaces/<name>/finalize` does to a namespace stuck Terminating.
+    namespace = sandbox_cluster.create("namespaces", {"metadata": {"name": "stuck"}})
+    assert namespace["spec"]["finalizers"] == ["kubernetes"]
+    body = {**namespace, "spec": {"finalizers": []}, "status": {"phase": "Terminating"}}
+    async with (
+        aiohttp.ClientSession(sandbox_cluster.url) as http,
+        http.put("/api/v1/namespaces/stuck/finalize", json=body) as r,
+    ):
+        assert r.status == 200, await r.text()
+        finalized = await r.json()
+    assert (finalized["spec"]["finalizers"], finalized["status"]["phase"]) == ([], "Active")
 
 
 async def test_namespace_and_crd_deletion_wait_for_their_contents(sandbox_cluster: SandboxCluster) -> None:
