@@ -544,11 +544,25 @@ async def test_crashed_container_restarts_after_back_off() -> None:
         assert cluster.kubelet is not None
         cluster.create("pods", neuron_pod("model", 1), "default")
         await cluster.wait_for(lambda: is_ready(cluster, "model"), timeout=120)
+        running = pod(cluster, "model")
+        node = cluster.get("nodes", running["spec"]["nodeName"])
+        assert node is not None
+        internal = [a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"]
+        assert [running["status"]["hostIP"]] == internal  # the pod's node, as the kubelet reports it
+        assert running["status"]["containerStatuses"][0]["ready"] is True  # the container too, not only the pod
+        started_at = running["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+        await asyncio.sleep(5)
         assert cluster.kubelet.crash_container("default", "model", exit_code=137, reason="OOMKilled")
         crashed = pod(cluster, "model")
         (status,) = crashed["status"]["containerStatuses"]
         assert (status["restartCount"], status["ready"]) == (1, False)
         assert status["lastState"]["terminated"]["reason"] == "OOMKilled"
+        # The run that ended: from when it started, not from the crash.
+        assert (
+            status["lastState"]["terminated"]["startedAt"]
+            == started_at
+            != status["lastState"]["terminated"]["finishedAt"]
+        )
         assert status["state"]["waiting"]["reason"] == "CrashLoopBackOff"
         assert crashed["status"]["phase"] == "Running"
         crashed_at = cluster.clock.monotonic()
