@@ -415,6 +415,8 @@ async def test_foreground_deletion_waits_for_the_dependents_that_block_it(sandbo
             assert r.status == 200
     await cluster.wait_for(lambda: not present("middle") and not present("owner"), timeout=5, what="the owner gone")
     assert held["metadata"]["uid"] not in cluster.store.uids
+    deleted = [e.obj["metadata"]["name"] for e in cluster.store.history if e.type == "DELETED"]
+    assert deleted.index("middle") < deleted.index("owner")  # watchers see the owner go last
 
     # An owner's own finalizers stay beside foregroundDeletion, and do not hold its dependents back.
     kept = configmap("kept", finalizers=["test/hold"])

@@ -804,13 +804,13 @@ class Store:
         del self.objects[rt.key][key]
         self.uids.pop(meta.get("uid", ""), None)
         self._index_owners(rt.key, key, obj, None)
+        last = _copy_object(obj)
+        last["metadata"]["resourceVersion"] = self._next_rv()
+        self._emit(rt, "DELETED", last, obj)
         for ref in meta.get("ownerReferences") or ():
             owner_key = self.uids.get(ref.get("uid", "")) if ref.get("blockOwnerDeletion") else None
             if owner_key is not None:
                 self._release_foreground(owner_key)  # it may have waited for this one last
-        last = _copy_object(obj)
-        last["metadata"]["resourceVersion"] = self._next_rv()
-        self._emit(rt, "DELETED", last, obj)
         if rt.key == CRDS:
             self.unregister(_crd_resource_key(obj))
         self._schedule_gc(meta.get("uid", ""), propagation or "Background")
@@ -955,9 +955,9 @@ class Store:
         rkey, okey = owner_key
         rt = self.resources.get(rkey)
         owner = self.objects.get(rkey, {}).get(okey)
-        if rt is None or owner is None or self._blocks_owner(_meta(owner).get("uid", "")):
+        if rt is None or owner is None or "foregroundDeletion" not in (_meta(owner).get("finalizers") or ()):
             return
-        if "foregroundDeletion" in (_meta(owner).get("finalizers") or ()):
+        if not self._blocks_owner(_meta(owner).get("uid", "")):
             self.update(
                 rt,
                 okey[0] or None,
