@@ -66,6 +66,47 @@ async def test_every_request_gets_one_outcome_measured_at_the_client() -> None:
     assert (await closed.run()).counts["refused"] == 3
 
 
+async def test_the_client_sends_at_most_max_outstanding_and_counts_the_rest_not_sent() -> None:
+    """A server that holds every request: with 3 allowed outstanding, the 3 first go out and the other 2
+    are counted not_sent (never queued), then the 3 come back ok once the server lets them go."""
+    held: list[web.Request] = []
+    release = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        held.append(request)
+        await release.wait()
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_post("/infer", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = _free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    arrivals = np.zeros(5)  # all due at once: the client takes all five before any request task runs
+    client = OpenLoopClient(
+        f"http://127.0.0.1:{port}/infer",
+        b"{}",
+        arrivals,
+        slo_ms=50,
+        max_requests=5,
+        max_seconds=5,
+        max_outstanding=3,
+        timeout_s=10,
+    )
+    try:
+        running = asyncio.create_task(client.run())
+        while len(held) < 3 and not running.done():
+            await asyncio.sleep(0.01)  # polls the condition: the server holds the first three
+        release.set()
+        totals = await running
+    finally:
+        await runner.cleanup()
+    assert (totals.counts["ok"], totals.counts["not_sent"]) == (3, 2), totals.counts
+    assert totals.peak_outstanding == 3 and len(held) == 3
+
+
 async def test_a_request_dropped_behind_the_sandbox_router_is_lost_at_the_client() -> None:
     """The live demo sends through the sandbox's router: a request a server took and dropped comes back
     as the router's 502 (one not answered in time, 504), and the client counts it lost, not an error."""
