@@ -70,11 +70,13 @@ async def test_the_client_sends_at_most_max_outstanding_and_counts_the_rest_not_
     """A server that holds every request: with 3 allowed outstanding, the 3 first go out and the other 2
     are counted not_sent (never queued), then the 3 come back ok once the server lets them go."""
     held: list[web.Request] = []
-    release = asyncio.Event()
+    release, three_held = asyncio.Event(), asyncio.Event()
 
     async def handler(request: web.Request) -> web.StreamResponse:
         await request.read()
         held.append(request)
+        if len(held) == 3:
+            three_held.set()
         await release.wait()
         return web.json_response({"ok": True})
 
@@ -97,8 +99,7 @@ async def test_the_client_sends_at_most_max_outstanding_and_counts_the_rest_not_
     )
     try:
         running = asyncio.create_task(client.run())
-        while len(held) < 3 and not running.done():
-            await asyncio.sleep(0.01)  # polls the condition: the server holds the first three
+        await asyncio.wait_for(three_held.wait(), timeout=10)
         release.set()
         totals = await running
     finally:
