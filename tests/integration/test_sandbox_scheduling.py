@@ -537,6 +537,21 @@ async def test_budget_status_follows_pods_joining_leaving_and_a_budget_made_afte
         assert budget_status() == (3, 3, 1)
 
 
+async def test_a_shorter_grace_cuts_a_stop_under_way_short() -> None:
+    slow_stop = ColdStartProfile(image_pull_s=20.0, container_start_s=2.0, readiness_s=30.0, shutdown_s=120.0)
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=slow_stop, run_provisioner=False
+    ) as cluster:
+        cluster.create("pods", neuron_pod("slow", 1, terminationGracePeriodSeconds=60), "default")
+        await cluster.wait_for(lambda: is_ready(cluster, "slow"), timeout=120)
+        asked_at = cluster.clock.monotonic()
+        cluster.delete("pods", "slow", "default")  # the spec's 60 s: the simulated stop takes all of it
+        await asyncio.sleep(5)
+        cluster.delete("pods", "slow", "default", grace_period=20)  # 20 s from the first request
+        await cluster.wait_for(lambda: cluster.get("pods", "slow", "default") is None, timeout=120)
+        assert cluster.clock.monotonic() - asked_at == pytest.approx(20, abs=1.5)
+
+
 async def test_crashed_container_restarts_after_back_off() -> None:
     async with SandboxCluster(
         node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False

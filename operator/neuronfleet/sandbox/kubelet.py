@@ -14,10 +14,12 @@ returns ``False`` or raises, and falls back to the simulated delay when it retur
 ``set_ready()`` flips readiness (e.g. when a real process behind the pod dies).
 
 Deletion honours ``terminationGracePeriodSeconds``: a terminating pod is removed after
-``min(grace, profile.shutdown_s)``, at once when the grace is 0. Faults: ``crash_container()``
-(exit, then restart after the crash-loop back-off), ``fail_pod()`` (phase Failed), ``fail_node()``
-(Ready Unknown, unreachable taint, then its pods are force-deleted as the pod GC does for lost
-nodes) and ``recover_node()``.
+``min(grace, profile.shutdown_s)``, at once when the grace is 0; a second DELETE that shortens the
+grace ends the stop at the pod's new deletionTimestamp (a real server gets its SIGKILL then).
+
+Faults: ``crash_container()`` (exit, then restart after the crash-loop back-off), ``fail_pod()``
+(phase Failed), ``fail_node()`` (Ready Unknown, unreachable taint, then its pods are force-deleted
+as the pod GC does for lost nodes) and ``recover_node()``.
 """
 
 from __future__ import annotations
@@ -107,6 +109,8 @@ class Kubelet:
         self.pods_started = 0
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._terminating: dict[str, asyncio.Task[None]] = {}
+        #: Terminating pods' grace when their stop began, and the event a shorter one sets.
+        self._grace_cuts: dict[str, tuple[float, asyncio.Event]] = {}
         self._pods = store.resource("", "pods")
         self._nodes = store.resource("", "nodes")
         self._failed_nodes: set[str] = set()
@@ -137,6 +141,10 @@ class Kubelet:
                 if task is not None:
                     task.cancel()
                 self._terminating[uid] = asyncio.get_running_loop().create_task(self._terminate(pod))
+            elif uid in self._grace_cuts:
+                began_with, cut = self._grace_cuts[uid]
+                if float(pod["metadata"].get("deletionGracePeriodSeconds") or 0) < began_with:
+                    cut.set()
             return
         phase = (pod.get("status") or {}).get("phase", "Pending")
         if phase == "Pending" and uid not in self._tasks:
@@ -537,14 +545,54 @@ class Kubelet:
             processes = self.server_processes
             if processes is not None and processes.get(uid) is not None:
                 # The real thing: SIGTERM, the server drains, SIGKILL when the grace period ends.
-                await processes.terminate(uid, grace_seconds(pod))
+                await self._stop_within_grace(pod, processes.terminate(uid, grace_seconds(pod)))
             elif grace > 0:
-                await asyncio.sleep(min(grace, self.profile_for(pod).shutdown_s))
+                await self._stop_within_grace(pod, asyncio.sleep(min(grace, self.profile_for(pod).shutdown_s)))
             with contextlib.suppress(ApiError):
                 self.store.delete(self._pods, pod["metadata"]["namespace"], pod["metadata"]["name"], grace_period=0)
         finally:
             if self._terminating.get(uid) is asyncio.current_task():
                 del self._terminating[uid]
+
+    async def _stop_within_grace(self, pod: Obj, stop: Awaitable[object]) -> None:
+        """Await a container's stop; if a second DELETE shortens the grace meanwhile, end it at the
+        pod's new deletionTimestamp, as the kubelet kills again with the shorter grace."""
+        uid, namespace, name = pod["metadata"]["uid"], pod["metadata"]["namespace"], pod["metadata"]["name"]
+        began_with, cut = float(pod["metadata"].get("deletionGracePeriodSeconds") or 0), asyncio.Event()
+        self._grace_cuts[uid] = (began_with, cut)
+        latest = self.store.try_get(self._pods, namespace, name)
+        if latest is not None and float(latest["metadata"].get("deletionGracePeriodSeconds") or 0) < began_with:
+            cut.set()  # shortened before this task ran
+        stopping = asyncio.ensure_future(stop)
+        left: float | None = None  # seconds to the shortened deadline, once there is one
+        try:
+            while not stopping.done():
+                cut_seen = asyncio.ensure_future(cut.wait())
+                await asyncio.wait({stopping, cut_seen}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                cut_seen.cancel()
+                if stopping.done():
+                    break
+                if cut.is_set():
+                    cut.clear()
+                    latest = self.store.try_get(self._pods, namespace, name)
+                    since = self.clock.seconds_since((latest or pod)["metadata"].get("deletionTimestamp"))
+                    left = max(0.0, -since) if since is not None else 0.0
+                    continue
+                # The shortened grace ran out: SIGKILL a real server (its stop then returns), or end
+                # the simulated one.
+                processes = self.server_processes
+                if processes is not None and processes.get(uid) is not None:
+                    await processes.kill(uid)
+                    await stopping
+                else:
+                    stopping.cancel()
+                break
+        finally:
+            del self._grace_cuts[uid]
+            if not stopping.done():
+                stopping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await stopping
 
     # ---- faults --------------------------------------------------------------------------------------
 

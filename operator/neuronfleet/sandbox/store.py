@@ -15,9 +15,6 @@ namespace, deleting one deletes its contents); cascading garbage collection by o
 that blocks it with blockOwnerDeletion is left, and a dependent with dependents of its own goes in
 the foreground too; Orphan strips the ownerReference); a bounded event history for watch resume,
 with 410 Gone below it; CRD objects register their resource when created.
-
-Not kept: the kubelet does not shorten a termination already under way when a second DELETE
-shortens the grace period.
 """
 
 from __future__ import annotations
