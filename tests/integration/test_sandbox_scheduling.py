@@ -380,10 +380,20 @@ async def test_zone_spread_and_node_failure() -> None:
 
         assert cluster.kubelet is not None
         victim_node = pod(cluster, "m0")["spec"]["nodeName"]
+        own = list((cluster.get("nodes", victim_node) or {})["spec"].get("taints") or [])
+        assert own, "an Inf2 node carries the Neuron taint"
         cluster.kubelet.fail_node(victim_node)
         assert cluster.get("pods", "m0", "default") is None
         failed = cluster.get("nodes", victim_node)
         assert failed is not None and present_condition(failed, "Ready")["status"] == "Unknown"
+        # The node's own taints stay beside the unreachable ones, and are all it keeps once it recovers.
+        unreachable = [(t["key"], t["effect"]) for t in failed["spec"]["taints"] if t not in own]
+        assert unreachable == [("node.kubernetes.io/unreachable", e) for e in ("NoSchedule", "NoExecute")]
+        assert [t for t in failed["spec"]["taints"] if t in own] == own
+        assert cluster.kubelet.recover_node(victim_node)
+        recovered = cluster.get("nodes", victim_node)
+        assert recovered is not None and present_condition(recovered, "Ready")["status"] == "True"
+        assert recovered["spec"]["taints"] == own
 
         await cluster.wait_for(lambda: is_ready(cluster, "m1"), timeout=120)
         cluster.kubelet.fail_pod("default", "m1")
