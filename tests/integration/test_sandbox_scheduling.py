@@ -13,6 +13,7 @@ import pytest
 
 from neuronfleet.api.v1alpha1 import GROUP
 from neuronfleet.sandbox import CORES_ANNOTATION, ColdStartProfile, NodeGroup, SandboxCluster, parse_node_groups
+from neuronfleet.sandbox.kubelet import ContainerResult
 
 pytestmark = pytest.mark.looptime
 
@@ -560,6 +561,56 @@ async def test_a_shorter_grace_cuts_a_stop_under_way_short() -> None:
         cluster.delete("pods", "slow", "default", grace_period=20)  # 20 s from the first request
         await cluster.wait_for(lambda: cluster.get("pods", "slow", "default") is None, timeout=120)
         assert cluster.clock.monotonic() - asked_at == pytest.approx(20, abs=1.5)
+
+
+async def test_a_container_that_exits_restarts_only_as_its_restart_policy_says() -> None:
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        kubelet = cluster.kubelet
+        assert kubelet is not None
+
+        async def exits_3(_pod: dict[str, Any]) -> ContainerResult:
+            return ContainerResult(exit_code=3, message="boom")
+
+        kubelet.container_runner = exits_3  # every run-to-completion container fails
+        for name, policy in (("on-failure", "OnFailure"), ("never", "Never")):
+            cluster.create("pods", neuron_pod(name, 1, restartPolicy=policy), "default")
+
+        def restarts(name: str) -> int:
+            statuses = pod(cluster, name)["status"].get("containerStatuses") or [{}]
+            return int(statuses[0].get("restartCount", 0))
+
+        await cluster.wait_for(lambda: restarts("on-failure") >= 1, timeout=120, what="OnFailure restarted")
+        await cluster.wait_for(lambda: pod(cluster, "never")["status"]["phase"] == "Failed", timeout=120)
+        assert restarts("never") == 0 and pod(cluster, "on-failure")["status"]["phase"] != "Failed"
+
+        # A long-running container that exits: Always restarts it, Never leaves the pod Failed.
+        kubelet.container_runner = None
+        for name, policy in (("always", "Always"), ("serves-once", "Never")):
+            cluster.create("pods", neuron_pod(name, 1, restartPolicy=policy), "default")
+        await cluster.wait_for(lambda: is_ready(cluster, "always"), timeout=120)
+        await cluster.wait_for(lambda: pod(cluster, "serves-once")["status"]["phase"] == "Running", timeout=120)
+        assert kubelet.crash_container("default", "always", exit_code=1)
+        assert kubelet.crash_container("default", "serves-once", exit_code=1)
+        assert (restarts("always"), pod(cluster, "always")["status"]["phase"]) == (1, "Running")
+        assert pod(cluster, "serves-once")["status"]["phase"] == "Failed"
+
+
+async def test_stopping_a_pod_records_a_killing_event_per_container() -> None:
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        cluster.create("pods", neuron_pod("model", 1), "default")
+        await cluster.wait_for(lambda: is_ready(cluster, "model"), timeout=120)
+        cluster.delete("pods", "model", "default")
+        await cluster.wait_for(lambda: cluster.get("pods", "model", "default") is None, timeout=120)
+        killing = [
+            (e["type"], e["message"])
+            for e in cluster.list("events", "default")
+            if e["involvedObject"]["name"] == "model" and e["reason"] == "Killing"
+        ]
+        assert killing == [("Normal", "Stopping container server")]
 
 
 async def test_crashed_container_restarts_after_back_off() -> None:
