@@ -13,6 +13,7 @@ request shows (review r6).
 from __future__ import annotations
 
 import asyncio
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
@@ -21,7 +22,7 @@ from aiohttp import web
 
 from neuronfleet.sandbox import SandboxCluster
 from neuronfleet.sandbox.endpoints import ENDPOINT_SLICES, MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL
-from neuronfleet.sandbox.router import RouterProcess, Routers, ServiceRouter
+from neuronfleet.sandbox.router import MAX_BODY_BYTES, RouterProcess, Routers, ServiceRouter
 from neuronfleet.sandbox.serving import free_port
 
 NS, SERVICE = "default", "embeddings"
@@ -181,6 +182,41 @@ async def test_a_429_is_passed_through_with_retry_after_not_re_sent(
     finally:
         for backend in backends:
             await backend.stop()
+
+
+async def test_a_body_up_to_the_routers_limit_is_forwarded_and_a_larger_one_refused_unsent(
+    routed: Routed,
+) -> None:
+    cluster, router, session = routed
+    sizes: list[int] = []
+
+    async def measures(request: web.Request) -> web.Response:
+        sizes.append(len(await request.read()))
+        return web.json_response({})
+
+    app = web.Application(client_max_size=4 * 1024 * 1024)  # aiohttp's own default is 1 MiB
+    app.router.add_post("/{tail:.*}", measures)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        await publish(cluster, router, {port: True})
+        body = b"x" * (3 * 1024 * 1024)  # a large batch: over any server's limit, not the router's
+        async with session.post(f"{router.url}/v2/models/m/infer", data=body) as response:
+            assert response.status == 200
+        assert sizes == [len(body)]
+        # Over the limit: refused on its Content-Length, before any of it is read or sent on.
+        address = urllib.parse.urlsplit(router.url)
+        reader, writer = await asyncio.open_connection(address.hostname, address.port)
+        head = f"POST /v2/models/m/infer HTTP/1.1\r\nHost: r\r\nContent-Length: {MAX_BODY_BYTES + 1}\r\n\r\n"
+        writer.write(head.encode())
+        status_line = await reader.readline()
+        writer.close()
+        assert status_line.split()[1] == b"413"
+        assert sizes == [len(body)]
+    finally:
+        await runner.cleanup()
 
 
 async def drops(request: web.Request) -> web.Response:
