@@ -334,6 +334,38 @@ async def test_least_outstanding_requests_avoid_a_busy_endpoint(
         await idle.stop()
 
 
+async def test_requests_one_after_another_take_the_ready_endpoints_in_turn(
+    routed: Routed,
+) -> None:
+    cluster, router, session = routed
+    backends = [await Backend(ok).start() for _ in range(3)]
+    try:
+        await publish(cluster, router, {b.port: True for b in backends})
+        # Each answered before the next is sent: every endpoint has none outstanding, so the turn decides.
+        order = [(await post(session, router))[2]["X-Sandbox-Endpoint"] for _ in range(9)]
+        assert sorted(set(order)) == sorted(b.endpoint for b in backends)
+        assert order[3:] == order[:6]  # a fixed cycle through all three,
+        assert len(set(order[:3])) == 3  # each once per turn
+    finally:
+        for backend in backends:
+            await backend.stop()
+
+
+async def test_only_a_service_with_a_selector_and_not_being_deleted_is_routed(
+    routers: tuple[SandboxCluster, Routers],
+) -> None:
+    cluster, by_service = routers
+    # No selector: its endpoints are someone else's to write (an external or headless Service).
+    cluster.create("services", {"metadata": {"name": "external"}, "spec": {"ports": [{"port": 80}]}}, NS)
+    held = {"name": "held", "finalizers": ["example.com/hold"]}
+    cluster.create("services", {"metadata": held, "spec": {"selector": {"app": "held"}}}, NS)
+    await by_service.wait_url(NS, "held", timeout=60)  # the pass that started it saw "external" too
+    assert by_service.get(NS, "external") is None
+    cluster.delete("services", "held", NS)  # Terminating while its finalizer holds it
+    await cluster.wait_for(lambda: by_service.get(NS, "held") is None, timeout=30, what="the router stopped")
+    assert cluster.get("services", "held", NS) is not None
+
+
 async def test_a_router_process_that_dies_is_started_again_and_one_whose_service_goes_is_stopped(
     routers: tuple[SandboxCluster, Routers], routed: Routed
 ) -> None:
