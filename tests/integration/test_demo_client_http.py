@@ -4,7 +4,9 @@ one outcome (200 ok, 429 rejected, dropped connection lost, closed port refused)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import numpy as np
 from aiohttp import web
@@ -18,6 +20,21 @@ def _free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+@contextlib.asynccontextmanager
+async def _serving(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> AsyncIterator[int]:
+    """A real HTTP server on 127.0.0.1 answering ``POST /infer`` with ``handler``; yields its port."""
+    app = web.Application()
+    app.router.add_post("/infer", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = _free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield port
+    finally:
+        await runner.cleanup()
 
 
 async def test_every_request_gets_one_outcome_measured_at_the_client() -> None:
@@ -37,20 +54,12 @@ async def test_every_request_gets_one_outcome_measured_at_the_client() -> None:
         await asyncio.sleep(0.002)
         return web.json_response({"ok": True})
 
-    app = web.Application()
-    app.router.add_post("/infer", handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = _free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
+    async with _serving(handler) as port:
         arrivals = np.linspace(0.0, 1.0, 100, endpoint=False)
         client = OpenLoopClient(
             f"http://127.0.0.1:{port}/infer", b"{}", arrivals, slo_ms=50, max_requests=100, max_seconds=5, timeout_s=3
         )
         totals = await client.run()
-    finally:
-        await runner.cleanup()
     counts = totals.counts
     assert sum(counts.values()) == 100 == totals.scheduled
     assert counts["rejected"] == 10 and counts["lost"] == 10 and counts["ok"] == 80, counts
@@ -80,30 +89,22 @@ async def test_the_client_sends_at_most_max_outstanding_and_counts_the_rest_not_
         await release.wait()
         return web.json_response({"ok": True})
 
-    app = web.Application()
-    app.router.add_post("/infer", handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = _free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    arrivals = np.zeros(5)  # all due at once: the client takes all five before any request task runs
-    client = OpenLoopClient(
-        f"http://127.0.0.1:{port}/infer",
-        b"{}",
-        arrivals,
-        slo_ms=50,
-        max_requests=5,
-        max_seconds=5,
-        max_outstanding=3,
-        timeout_s=10,
-    )
-    try:
+    async with _serving(handler) as port:
+        arrivals = np.zeros(5)  # all due at once: the client takes all five before any request task runs
+        client = OpenLoopClient(
+            f"http://127.0.0.1:{port}/infer",
+            b"{}",
+            arrivals,
+            slo_ms=50,
+            max_requests=5,
+            max_seconds=5,
+            max_outstanding=3,
+            timeout_s=10,
+        )
         running = asyncio.create_task(client.run())
         await asyncio.wait_for(three_held.wait(), timeout=10)
         release.set()
         totals = await running
-    finally:
-        await runner.cleanup()
     assert (totals.counts["ok"], totals.counts["not_sent"]) == (3, 2), totals.counts
     assert totals.peak_outstanding == 3 and len(held) == 3
 
@@ -125,24 +126,18 @@ async def test_a_request_dropped_behind_the_sandbox_router_is_lost_at_the_client
             await asyncio.wait_for(release.wait(), 10)  # longer than the router's timeout
         return web.json_response({"ok": True})
 
-    app = web.Application()
-    app.router.add_post("/infer", handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = _free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    router = await ServiceRouter("demo/svc", timeout_s=0.5).start()
-    router.endpoints = [f"127.0.0.1:{port}"]
-    try:
-        arrivals = np.linspace(0.0, 1.0, 20, endpoint=False)
-        client = OpenLoopClient(
-            f"{router.url}/infer", b"{}", arrivals, slo_ms=50, max_requests=20, max_seconds=5, timeout_s=3
-        )
-        totals = await client.run()
-    finally:
-        release.set()
-        await router.stop()
-        await runner.cleanup()
+    async with _serving(handler) as port:
+        router = await ServiceRouter("demo/svc", timeout_s=0.5).start()
+        router.endpoints = [f"127.0.0.1:{port}"]
+        try:
+            arrivals = np.linspace(0.0, 1.0, 20, endpoint=False)
+            client = OpenLoopClient(
+                f"{router.url}/infer", b"{}", arrivals, slo_ms=50, max_requests=20, max_seconds=5, timeout_s=3
+            )
+            totals = await client.run()
+        finally:
+            release.set()
+            await router.stop()
     counts = totals.counts
     assert sum(counts.values()) == 20 == seen
     assert counts["lost"] == 4 and counts["ok"] == 16 and counts["error"] == 0, counts

@@ -32,8 +32,9 @@ Handler = Callable[[web.Request], Awaitable[web.Response]]
 class Backend:
     """One HTTP server on 127.0.0.1 answering with ``handler``; counts what it received."""
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, *, client_max_size: int = 1024**2) -> None:
         self.handler = handler
+        self.client_max_size = client_max_size  # aiohttp's default: 1 MiB
         self.received = 0
         self.port = free_port()
         self.runner: web.AppRunner | None = None
@@ -43,7 +44,7 @@ class Backend:
         return await self.handler(request)
 
     async def start(self) -> Backend:
-        app = web.Application()
+        app = web.Application(client_max_size=self.client_max_size)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
@@ -194,14 +195,9 @@ async def test_a_body_up_to_the_routers_limit_is_forwarded_and_a_larger_one_refu
         sizes.append(len(await request.read()))
         return web.json_response({})
 
-    app = web.Application(client_max_size=4 * 1024 * 1024)  # aiohttp's own default is 1 MiB
-    app.router.add_post("/{tail:.*}", measures)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    backend = await Backend(measures, client_max_size=4 * 1024 * 1024).start()
     try:
-        await publish(cluster, router, {port: True})
+        await publish(cluster, router, {backend.port: True})
         body = b"x" * (3 * 1024 * 1024)  # a large batch: over any server's limit, not the router's
         async with session.post(f"{router.url}/v2/models/m/infer", data=body) as response:
             assert response.status == 200
@@ -216,7 +212,7 @@ async def test_a_body_up_to_the_routers_limit_is_forwarded_and_a_larger_one_refu
         assert status_line.split()[1] == b"413"
         assert sizes == [len(body)]
     finally:
-        await runner.cleanup()
+        await backend.stop()
 
 
 async def drops(request: web.Request) -> web.Response:
