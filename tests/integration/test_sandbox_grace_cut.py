@@ -1,37 +1,21 @@
 """A second DELETE that shortens a serving pod's grace ends its real server's stop at the pod's new
 deletionTimestamp: the sandbox kubelet sends SIGKILL then, as the kubelet kills again with the
-shorter grace. The server is a real process (a few lines of ``http.server`` named ``neuronserve``
-that answer the readiness probe and ignore SIGTERM), so only the SIGKILL can end it."""
+shorter grace. The server is a real process named ``neuronserve`` (``fake_servers.DRAINING_SERVER``)
+that, given one SIGTERM, drains longer than any grace, so only the SIGKILL ends it."""
 
 from __future__ import annotations
 
 import signal
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
+from fake_servers import DRAINING_SERVER
+
 from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
 from neuronfleet.sandbox.serving import ServingOptions
 
-STUBBORN_SERVER = textwrap.dedent(
-    """\
-    import http.server, signal, sys
-    port = int(sys.argv[sys.argv.index("--port") + 1])
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
-    class Ready(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    http.server.HTTPServer(("127.0.0.1", port), Ready).serve_forever()
-    """
-)
 FAST = ColdStartProfile(image_pull_s=0.0, container_start_s=0.0, readiness_s=0.0, shutdown_s=0.0, jitter=0.0)
 
 
@@ -55,10 +39,10 @@ def _serving_pod(binary: Path) -> dict[str, Any]:
     }
 
 
-async def test_a_shorter_grace_kills_a_server_that_ignores_sigterm(tmp_path: Path) -> None:
+async def test_a_shorter_grace_kills_a_server_still_draining(tmp_path: Path) -> None:
     binary = tmp_path / "bin" / "neuronserve"
     binary.parent.mkdir()
-    binary.write_text(f"#!{sys.executable}\n{STUBBORN_SERVER}")
+    binary.write_text(f"#!{sys.executable}\n{DRAINING_SERVER}")
     binary.chmod(0o755)
     serving = ServingOptions(device_args=(), starting_niceness=0, ready_timeout_s=30.0, probe_period_s=0.2)
     async with SandboxCluster(
@@ -79,7 +63,7 @@ async def test_a_shorter_grace_kills_a_server_that_ignores_sigterm(tmp_path: Pat
         assert cluster.servers is not None
         (server,) = cluster.servers.processes.values()
         asked_at = time.monotonic()
-        cluster.delete("pods", "stubborn", "default")  # the spec's 60 s; SIGTERM is ignored
+        cluster.delete("pods", "stubborn", "default")  # the spec's 60 s; SIGTERM starts a long drain
         cluster.delete("pods", "stubborn", "default", grace_period=2)  # 2 s from the first request
         await cluster.wait_for(lambda: cluster.get("pods", "stubborn", "default") is None, timeout=30)
         assert server.process.returncode == -signal.SIGKILL

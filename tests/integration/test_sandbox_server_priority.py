@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+from fake_servers import DRAINING_SERVER
 
 from neuronfleet.sandbox import serving
 from neuronfleet.sandbox.serving import ServerProcesses, ServingOptions
@@ -107,37 +108,6 @@ async def test_without_the_privilege_to_restore_it_no_server_is_niced(
     processes = new_processes()
     uid, _ = await _starting(processes, binary)
     assert processes.niceness(uid) == os.getpriority(os.PRIO_PROCESS, 0)
-
-
-DRAINING_SERVER = textwrap.dedent(
-    """\
-    import http.server, signal, sys, threading
-    port = int(sys.argv[sys.argv.index("--port") + 1])
-    signals = []
-
-    def on_signal(number, frame):
-        # As neuronserve: the first signal starts a drain delay, a second one ends it.
-        signals.append(number)
-        if len(signals) == 2:
-            sys.exit(0)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-
-    class Ready(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", port), Ready)
-    server.timeout = 0.05
-    while True:
-        server.handle_request()
-    """
-)
 
 
 async def test_a_sandbox_shutting_down_skips_the_servers_drain_delay(
