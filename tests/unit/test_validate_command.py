@@ -761,6 +761,25 @@ def test_an_inference_deployment_list_gives_its_items_its_version_and_kind_and_l
     ]
 
 
+@pytest.mark.parametrize(
+    ("api_version", "kind", "said"),
+    [
+        ("serving.other.dev/v1alpha1", "InferenceDeploymentList", "skipped InferenceDeploymentList: not an"),
+        ("serving.neuronfleet.dev/v1alpha1", "WidgetList", "kind: expected apiVersion"),
+    ],
+    ids=["our-list-kind-of-another-group", "another-list-kind-of-our-group"],
+)
+def test_only_this_groups_inference_deployment_list_is_unpacked(
+    api_version: str, kind: str, said: str, tmp_path: Path
+) -> None:
+    # kubectl's decoder unpacks a v1 List or a registered type's list; any other is one object.
+    path = tmp_path / "other-list.yaml"
+    path.write_text(_as_list(_bert("search"), api_version=api_version, kind=kind))
+    (result,) = validate_files([str(path)])
+    assert (result.source, result.name) == (str(path), None)  # the document, not its items
+    assert (result.skipped or str(result.problems[0])).startswith(said)
+
+
 def test_an_empty_list_alone_is_no_inference_deployment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "none.yaml"
     path.write_text(_as_list())
