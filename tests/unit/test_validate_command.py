@@ -724,7 +724,7 @@ def test_a_file_named_twice_is_not_a_duplicate_of_itself(tmp_path: Path, capsys:
     assert main(["validate", "-f", str(tmp_path), str(path)]) == 0, capsys.readouterr().out
 
 
-def _as_list(*documents: str, api_version: str = "v1", kind: str = "List") -> str:
+def _as_list(*documents: str, api_version: str | None = "v1", kind: str = "List") -> str:
     """``documents`` as the items of one list document (``kubectl get -o yaml`` writes a v1 List)."""
     items = [yaml.safe_load(document) for document in documents]
     return yaml.safe_dump({"apiVersion": api_version, "kind": kind, "metadata": {}, "items": items})
@@ -766,11 +766,12 @@ def test_an_inference_deployment_list_gives_its_items_its_version_and_kind_and_l
     [
         ("serving.other.dev/v1alpha1", "InferenceDeploymentList", "skipped InferenceDeploymentList: not an"),
         ("serving.neuronfleet.dev/v1alpha1", "WidgetList", "kind: expected apiVersion"),
+        (None, "InferenceDeploymentList", "apiVersion: expected apiVersion"),
     ],
-    ids=["our-list-kind-of-another-group", "another-list-kind-of-our-group"],
+    ids=["our-list-kind-of-another-group", "another-list-kind-of-our-group", "our-list-kind-without-apiversion"],
 )
 def test_only_this_groups_inference_deployment_list_is_unpacked(
-    api_version: str, kind: str, said: str, tmp_path: Path
+    api_version: str | None, kind: str, said: str, tmp_path: Path
 ) -> None:
     # kubectl's decoder unpacks a v1 List or a registered type's list; any other is one object.
     path = tmp_path / "other-list.yaml"
@@ -778,6 +779,15 @@ def test_only_this_groups_inference_deployment_list_is_unpacked(
     (result,) = validate_files([str(path)])
     assert (result.source, result.name) == (str(path), None)  # the document, not its items
     assert (result.skipped or str(result.problems[0])).startswith(said)
+
+
+def test_documents_without_a_name_are_not_duplicates_of_each_other(tmp_path: Path) -> None:
+    unnamed = _bert("search").replace("name: minilm-embeddings", 'name: ""')
+    assert 'name: ""' in unnamed
+    path = tmp_path / "unnamed.yaml"
+    path.write_text(unnamed + "---\n" + unnamed)
+    results = validate_files([str(path)])
+    assert [[str(p) for p in r.problems] for r in results] == [["metadata.name: required field is missing"]] * 2
 
 
 def test_an_empty_list_alone_is_no_inference_deployment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
