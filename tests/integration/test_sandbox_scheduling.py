@@ -162,6 +162,44 @@ async def test_eight_cores_only_where_eight_contiguous_are_free() -> None:
         cluster.create("pods", neuron_pod("second", 8, scheduler="neuron-scheduler"), "default")
         await cluster.wait_for(lambda: condition(pod(cluster, "second"), "PodScheduled"), timeout=5)
         assert "contiguous free NeuronCores" in present_condition(pod(cluster, "second"), "PodScheduled")["message"]
+        # The default scheduler knows no chip ring: it places 8 cores on the fragmented node's free ones.
+        cluster.create("pods", neuron_pod("plain", 8), "default")
+        await cluster.wait_for(lambda: pod(cluster, "plain")["spec"].get("nodeName"), timeout=5)
+        assert pod(cluster, "plain")["spec"]["nodeName"] == fragmented
+
+
+async def test_a_cordoned_node_and_a_pod_already_ended_are_left_alone() -> None:
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=2, provisionable=False)],
+        cold_start=PROFILE,
+        run_provisioner=False,
+    ) as cluster:
+        cordoned, open_node = sorted(n["metadata"]["name"] for n in cluster.list("nodes"))
+        cluster.store.update(
+            cluster.store.resource("", "nodes"), None, cordoned, lambda o: o["spec"].__setitem__("unschedulable", True)
+        )
+        for name in ("a", "b"):
+            cluster.create("pods", neuron_pod(name, 2), "default")
+        await cluster.wait_for(lambda: pod(cluster, "a")["spec"].get("nodeName"), timeout=5)
+        await cluster.wait_for(lambda: condition(pod(cluster, "b"), "PodScheduled"), timeout=5)
+        assert pod(cluster, "a")["spec"]["nodeName"] == open_node
+        assert "nodeName" not in pod(cluster, "b")["spec"]  # the cordoned node takes no pod
+        assert "unschedulable" in present_condition(pod(cluster, "b"), "PodScheduled")["message"]
+        # An unbound pod that already ended (Failed) is not scheduled once room appears.
+        cluster.store.update(
+            cluster.store.resource("", "pods"),
+            "default",
+            "b",
+            lambda o: o["status"].__setitem__("phase", "Failed"),
+            subresource="status",
+        )
+        cluster.store.update(
+            cluster.store.resource("", "nodes"), None, cordoned, lambda o: o["spec"].__setitem__("unschedulable", False)
+        )
+        cluster.create("pods", neuron_pod("c", 2), "default")
+        await cluster.wait_for(lambda: pod(cluster, "c")["spec"].get("nodeName"), timeout=5)
+        assert pod(cluster, "c")["spec"]["nodeName"] == cordoned
+        assert "nodeName" not in pod(cluster, "b")["spec"]
 
 
 async def test_placeholder_is_preempted_for_a_higher_priority_pod() -> None:
@@ -191,20 +229,31 @@ def priority_classes(cluster: SandboxCluster, **values: int) -> None:
         cluster.create("priorityclasses", {"metadata": {"name": name}, "value": value}, group="scheduling.k8s.io")
 
 
-async def test_the_room_a_pod_preempted_for_is_kept_for_it_against_pods_of_its_priority() -> None:
+def memory_pod(name: str, **spec: Any) -> dict[str, Any]:
+    """A pod that needs most of an inf2.xlarge's memory (16 GiB) and no NeuronCore."""
+    body = neuron_pod(name, 0, **spec)
+    body["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "500m", "memory": "10Gi"}}
+    return body
+
+
+@pytest.mark.parametrize("room", ["neuroncores", "memory"])
+async def test_the_room_a_pod_preempted_for_is_kept_for_it_against_pods_of_its_priority(room: str) -> None:
     # Two replicas of the same priority created together: the first preempts the placeholder and is
     # nominated to its node; the second, tried in the same round, must not take that room (as
     # kube-scheduler counts nominated pods of higher or equal priority on their node), and gets a
-    # node of its own from the provisioner.
+    # node of its own from the provisioner. The room is NeuronCores or, for pods without any, memory.
+    def make(name: str, **spec: Any) -> dict[str, Any]:
+        return neuron_pod(name, 2, **spec) if room == "neuroncores" else memory_pod(name, **spec)
+
     group = NodeGroup("small", "inf2.xlarge", count=1, max_nodes=3)
     async with SandboxCluster(node_groups=[group], cold_start=PROFILE, provisioning_delay_s=60.0) as cluster:
         priority_classes(cluster, placeholder=-1, serving=1000)
-        body = neuron_pod("placeholder", 2, priorityClassName="placeholder", terminationGracePeriodSeconds=0)
+        body = make("placeholder", priorityClassName="placeholder", terminationGracePeriodSeconds=0)
         cluster.create("pods", body, "default")
         await cluster.wait_for(lambda: pod(cluster, "placeholder")["spec"].get("nodeName"), timeout=120)
         node = pod(cluster, "placeholder")["spec"]["nodeName"]
-        cluster.create("pods", neuron_pod("model-a", 2, priorityClassName="serving"), "default")
-        cluster.create("pods", neuron_pod("model-b", 2, priorityClassName="serving"), "default")
+        cluster.create("pods", make("model-a", priorityClassName="serving"), "default")
+        cluster.create("pods", make("model-b", priorityClassName="serving"), "default")
         await cluster.wait_for(
             lambda: all(pod(cluster, name)["spec"].get("nodeName") for name in ("model-a", "model-b")),
             timeout=600,
