@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import pytest
 
-from neuronserve.cli import build_parser
+import neuronserve.server
+from neuronserve.cli import EMULATED_DEVICE, build_parser, run_serve
 
 ENV_DEFAULTS = [
     "NEURONSERVE_ARTIFACT",
@@ -195,3 +199,26 @@ def test_the_help_is_plain_text_and_says_what_the_body_limit_limits(capsys: pyte
     serve = " ".join(capsys.readouterr().out.split())
     assert "``" not in serve
     assert "--max-body-bytes MAX_BODY_BYTES largest infer request body accepted, in bytes" in serve
+
+
+@pytest.mark.parametrize("value", ["0,4", "4,-1", ",", ""])
+def test_a_bucket_list_needs_positive_integers(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["compile", "--batch-buckets", value])
+    assert "argument --batch-buckets: expected positive integers" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flag", "threads"), [(["--torch-threads", "3"], 3), ([], os.cpu_count() or 1)])
+def test_the_server_gets_the_torch_threads_asked_for_else_one_per_cpu(
+    flag: list[str], threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    served: list[Any] = []
+
+    async def serve(options: Any) -> int:  # the server itself is not started: its options are the point
+        served.append(options)
+        return 0
+
+    monkeypatch.setattr(neuronserve.server, "serve", serve)
+    args = build_parser().parse_args(["serve", "--device", EMULATED_DEVICE, "--profile", "bert-base", *flag])
+    assert run_serve(args) == 0
+    assert [options.torch_threads for options in served] == [threads]
