@@ -143,7 +143,7 @@ class Kubelet:
                 self._terminating[uid] = asyncio.get_running_loop().create_task(self._terminate(pod))
             elif uid in self._grace_cuts:
                 began_with, cut = self._grace_cuts[uid]
-                if float(pod["metadata"].get("deletionGracePeriodSeconds") or 0) < began_with:
+                if _deletion_grace(pod) < began_with:
                     cut.set()
             return
         phase = (pod.get("status") or {}).get("phase", "Pending")
@@ -531,7 +531,7 @@ class Kubelet:
     async def _terminate(self, pod: Obj) -> None:
         uid = pod["metadata"]["uid"]
         try:
-            grace = float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
+            grace = _deletion_grace(pod)
             for container in (pod.get("spec") or {}).get("containers") or []:
                 self.events.record(
                     pod,
@@ -558,10 +558,10 @@ class Kubelet:
         """Await a container's stop; if a second DELETE shortens the grace meanwhile, end it at the
         pod's new deletionTimestamp, as the kubelet kills again with the shorter grace."""
         uid, namespace, name = pod["metadata"]["uid"], pod["metadata"]["namespace"], pod["metadata"]["name"]
-        began_with, cut = float(pod["metadata"].get("deletionGracePeriodSeconds") or 0), asyncio.Event()
+        began_with, cut = _deletion_grace(pod), asyncio.Event()
         self._grace_cuts[uid] = (began_with, cut)
         latest = self.store.try_get(self._pods, namespace, name)
-        if latest is not None and float(latest["metadata"].get("deletionGracePeriodSeconds") or 0) < began_with:
+        if latest is not None and _deletion_grace(latest) < began_with:
             cut.set()  # shortened before this task ran
         stopping = asyncio.ensure_future(stop)
         left: float | None = None  # seconds to the shortened deadline, once there is one
@@ -723,6 +723,11 @@ def _set_readiness(pod: Obj, ready: bool, now: str, reason: str | None) -> None:
         if reason:
             condition["reason"] = reason
         set_condition(pod, condition)
+
+
+def _deletion_grace(pod: Obj) -> float:
+    """The grace its deletion gives a terminating pod (0 when none is set: stopped at once)."""
+    return float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
 
 
 def _has_probe(pod: Obj) -> bool:
