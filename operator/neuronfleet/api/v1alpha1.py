@@ -66,9 +66,15 @@ _STORED_S3_URI = r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?"
 STORED_MODEL_SOURCE_PATTERN = rf"^({_STORED_S3_URI}|/.+|file:///.+)$"
 STORED_ARTIFACT_STORE_PATTERN = rf"^({_STORED_S3_URI}|/.+)$"
 QUANTITY_PATTERN = r"^\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]{1,2})?$"
+#: apimachinery's dns1123LabelFmt and dns1123SubdomainFmt, as its messages quote them; the sandbox API
+#: server checks object names with the same formats.
+DNS1123_LABEL_FORMAT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS1123_SUBDOMAIN_FORMAT = DNS1123_LABEL_FORMAT + r"(\." + DNS1123_LABEL_FORMAT + ")*"
+DNS1123_LABEL_MAX_LENGTH = 63
+DNS1123_SUBDOMAIN_MAX_LENGTH = 253
 #: A ServiceAccount's name: a DNS-1123 subdomain, as the API server checks a pod's serviceAccountName.
-SERVICE_ACCOUNT_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-SERVICE_ACCOUNT_NAME_MAX_LENGTH = 253
+SERVICE_ACCOUNT_NAME_PATTERN = f"^{DNS1123_SUBDOMAIN_FORMAT}$"
+SERVICE_ACCOUNT_NAME_MAX_LENGTH = DNS1123_SUBDOMAIN_MAX_LENGTH
 
 
 #: Kubernetes' label rules (apimachinery util/validation), which the API server applies to a pod's node
@@ -77,7 +83,7 @@ SERVICE_ACCOUNT_NAME_MAX_LENGTH = 253
 #: escapes. IsValidLabelValue: at most 63 characters, empty or alphanumeric at both ends, '-', '_', '.'
 #: between.
 LABEL_VALUE_PATTERN = "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
-LABEL_VALUE_MAX_LENGTH = 63
+LABEL_VALUE_MAX_LENGTH = DNS1123_LABEL_MAX_LENGTH
 #: IsQualifiedName (a label key, a toleration key): an optional prefix, a DNS-1123 subdomain, and '/',
 #: then a name of at most 63 characters, alphanumeric at both ends with '-', '_', '.' between.
 QUALIFIED_NAME_PATTERN = (
@@ -86,7 +92,7 @@ QUALIFIED_NAME_PATTERN = (
 )
 #: ... whose prefix is at most 253 characters (IsDNS1123Subdomain's bound).
 QUALIFIED_PREFIX_PATTERN = "^([^/]{1,253}/)?[^/]*$"
-QUALIFIED_NAME_MAX_LENGTH = 253 + 1 + 63
+QUALIFIED_NAME_MAX_LENGTH = DNS1123_SUBDOMAIN_MAX_LENGTH + 1 + DNS1123_LABEL_MAX_LENGTH
 
 
 def qualified_name_rule(value: str) -> str:

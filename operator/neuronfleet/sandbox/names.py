@@ -11,21 +11,25 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from neuronfleet.api.v1alpha1 import (
+    DNS1123_LABEL_FORMAT,
+    DNS1123_LABEL_MAX_LENGTH,
+    DNS1123_SUBDOMAIN_FORMAT,
+    DNS1123_SUBDOMAIN_MAX_LENGTH,
+)
 from neuronfleet.api.validation import go_value
 
-DNS1123_LABEL_MAX = 63
-DNS1123_SUBDOMAIN_MAX = 253
-_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_SUBDOMAIN = _LABEL + r"(\." + _LABEL + ")*"
 _DNS1035 = "[a-z]([-a-z0-9]*[a-z0-9])?"
 
 SUBDOMAIN_MESSAGE = (
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
-    f"start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '{_SUBDOMAIN}')"
+    "start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+    f"'{DNS1123_SUBDOMAIN_FORMAT}')"
 )
 LABEL_MESSAGE = (
     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and "
-    f"end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '{_LABEL}')"
+    "end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+    f"'{DNS1123_LABEL_FORMAT}')"
 )
 DNS1035_MESSAGE = (
     "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic "
@@ -53,9 +57,9 @@ def _pattern_rule(pattern: str, limit: int, message: str) -> NameRule:
     return check
 
 
-dns1123_subdomain = _pattern_rule(_SUBDOMAIN, DNS1123_SUBDOMAIN_MAX, SUBDOMAIN_MESSAGE)
-dns1123_label = _pattern_rule(_LABEL, DNS1123_LABEL_MAX, LABEL_MESSAGE)
-dns1035_label = _pattern_rule(_DNS1035, DNS1123_LABEL_MAX, DNS1035_MESSAGE)
+dns1123_subdomain = _pattern_rule(DNS1123_SUBDOMAIN_FORMAT, DNS1123_SUBDOMAIN_MAX_LENGTH, SUBDOMAIN_MESSAGE)
+dns1123_label = _pattern_rule(DNS1123_LABEL_FORMAT, DNS1123_LABEL_MAX_LENGTH, LABEL_MESSAGE)
+dns1035_label = _pattern_rule(_DNS1035, DNS1123_LABEL_MAX_LENGTH, DNS1035_MESSAGE)
 
 
 def path_segment(name: str) -> list[str]:

@@ -11,13 +11,20 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from neuronfleet.api.v1alpha1 import (
+    DNS1123_LABEL_MAX_LENGTH,
+    DNS1123_SUBDOMAIN_MAX_LENGTH,
+    LABEL_VALUE_MAX_LENGTH,
+    LABEL_VALUE_PATTERN,
+    QUALIFIED_NAME_PATTERN,
+)
 from neuronfleet.sandbox.errors import ApiError, bad_request
-from neuronfleet.sandbox.names import DNS1123_LABEL_MAX, DNS1123_SUBDOMAIN_MAX, max_length
+from neuronfleet.sandbox.names import max_length
 
-_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
-_PREFIX = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-_KEY_RE = re.compile(rf"^({_PREFIX}/)?{_NAME}$")
-_VALUE_RE = re.compile(rf"^({_NAME})?$")
+# The CRD's own label rules (IsQualifiedName, IsValidLabelValue), so a selector and a manifest are
+# held to one reading of apimachinery.
+_KEY_RE = re.compile(QUALIFIED_NAME_PATTERN)
+_VALUE_RE = re.compile(LABEL_VALUE_PATTERN)
 _SET_RE = re.compile(r"^\s*(?P<key>[^\s!=()]+)\s+(?P<op>in|notin)\s*\((?P<values>[^()]*)\)\s*$")
 _EQ_RE = re.compile(r"^\s*(?P<key>[^\s!=()]+)\s*(?P<op>==|!=|=)\s*(?P<value>[^\s!=(),]*)\s*$")
 _EXISTS_RE = re.compile(r"^\s*(?P<neg>!)?\s*(?P<key>[^\s!=()]+)\s*$")
@@ -86,10 +93,10 @@ def _check_key(key: str) -> None:
     DNS label's bound), so at most 317 in all."""
     prefix, _, name = key.rpartition("/")
     problem = ""
-    if len(prefix) > DNS1123_SUBDOMAIN_MAX:
-        problem = "prefix part " + max_length(DNS1123_SUBDOMAIN_MAX)
-    elif len(name) > DNS1123_LABEL_MAX:
-        problem = "name part " + max_length(DNS1123_LABEL_MAX)
+    if len(prefix) > DNS1123_SUBDOMAIN_MAX_LENGTH:
+        problem = "prefix part " + max_length(DNS1123_SUBDOMAIN_MAX_LENGTH)
+    elif len(name) > DNS1123_LABEL_MAX_LENGTH:
+        problem = "name part " + max_length(DNS1123_LABEL_MAX_LENGTH)
     elif not _KEY_RE.match(key):
         problem = (
             "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
@@ -100,7 +107,7 @@ def _check_key(key: str) -> None:
 
 
 def _check_value(value: str) -> None:
-    if len(value) > DNS1123_LABEL_MAX or not _VALUE_RE.match(value):
+    if len(value) > LABEL_VALUE_MAX_LENGTH or not _VALUE_RE.match(value):
         raise bad_request(
             f"unable to parse requirement: invalid label value: {value!r}: a valid label must be an empty "
             "string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
