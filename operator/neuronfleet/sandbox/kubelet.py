@@ -143,7 +143,7 @@ class Kubelet:
                 self._terminating[uid] = asyncio.get_running_loop().create_task(self._terminate(pod))
             elif uid in self._grace_cuts:
                 began_with, cut = self._grace_cuts[uid]
-                if _deletion_grace(pod) < began_with:
+                if grace_seconds(pod) < began_with:
                     cut.set()
             return
         phase = (pod.get("status") or {}).get("phase", "Pending")
@@ -531,7 +531,9 @@ class Kubelet:
     async def _terminate(self, pod: Obj) -> None:
         uid = pod["metadata"]["uid"]
         try:
-            grace = _deletion_grace(pod)
+            # One reading of the grace for a real server and a simulated one, as the kubelet's: the
+            # deletion's, else the spec's.
+            grace = grace_seconds(pod)
             for container in (pod.get("spec") or {}).get("containers") or []:
                 self.events.record(
                     pod,
@@ -545,7 +547,7 @@ class Kubelet:
             processes = self.server_processes
             if processes is not None and processes.get(uid) is not None:
                 # The real thing: SIGTERM, the server drains, SIGKILL when the grace period ends.
-                await self._stop_within_grace(pod, processes.terminate(uid, grace_seconds(pod)))
+                await self._stop_within_grace(pod, processes.terminate(uid, grace))
             elif grace > 0:
                 await self._stop_within_grace(pod, asyncio.sleep(min(grace, self.profile_for(pod).shutdown_s)))
             with contextlib.suppress(ApiError):
@@ -558,10 +560,10 @@ class Kubelet:
         """Await a container's stop; if a second DELETE shortens the grace meanwhile, end it at the
         pod's new deletionTimestamp, as the kubelet kills again with the shorter grace."""
         uid, namespace, name = pod["metadata"]["uid"], pod["metadata"]["namespace"], pod["metadata"]["name"]
-        began_with, cut = _deletion_grace(pod), asyncio.Event()
+        began_with, cut = grace_seconds(pod), asyncio.Event()
         self._grace_cuts[uid] = (began_with, cut)
         latest = self.store.try_get(self._pods, namespace, name)
-        if latest is not None and _deletion_grace(latest) < began_with:
+        if latest is not None and grace_seconds(latest) < began_with:
             cut.set()  # shortened before this task ran
         stopping = asyncio.ensure_future(stop)
         left: float | None = None  # seconds to the shortened deadline, once there is one
@@ -723,11 +725,6 @@ def _set_readiness(pod: Obj, ready: bool, now: str, reason: str | None) -> None:
         if reason:
             condition["reason"] = reason
         set_condition(pod, condition)
-
-
-def _deletion_grace(pod: Obj) -> float:
-    """The grace its deletion gives a terminating pod (0 when none is set: stopped at once)."""
-    return float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
 
 
 def _has_probe(pod: Obj) -> bool:
