@@ -751,9 +751,11 @@ async def test_pod_anti_affinity_and_preferred_node_affinity() -> None:
 
 
 async def test_launched_node_becomes_usable_after_ready_and_device_plugin_delays() -> None:
+    # The device plugin's report (the node's allocatable NeuronCores) wakes a scheduling round at once:
+    # delays that are no multiple of the scheduler's periodic retry (10 s) tell it from that retry.
     groups = [NodeGroup("small", "inf2.xlarge", count=0, max_nodes=2)]
     async with SandboxCluster(
-        node_groups=groups, cold_start=PROFILE, provisioning_delay_s=60, node_ready_delay_s=20, device_plugin_delay_s=10
+        node_groups=groups, cold_start=PROFILE, provisioning_delay_s=60, node_ready_delay_s=20, device_plugin_delay_s=13
     ) as cluster:
         start = cluster.clock.monotonic()
         cluster.create("pods", neuron_pod("model", 2), "default")
@@ -761,8 +763,29 @@ async def test_launched_node_becomes_usable_after_ready_and_device_plugin_delays
         assert present_condition(node, "Ready")["status"] == "False"
         assert node["status"]["allocatable"]["aws.amazon.com/neuroncore"] == "0"
         await cluster.wait_for(lambda: pod(cluster, "model")["spec"].get("nodeName"), timeout=300)
-        assert cluster.clock.monotonic() - start == pytest.approx(90, abs=1)  # 60 + 20 + 10
+        assert cluster.clock.monotonic() - start == pytest.approx(93, abs=1)  # 60 + 20 + 13
         assert cluster.provisioner is not None and cluster.provisioner.nodes_launched == 1
+
+
+async def test_a_node_still_initializing_is_not_consolidated_while_its_pod_waits() -> None:
+    # Karpenter takes only initialized nodes (Ready, extended resources registered) as disruption
+    # candidates. The sandbox counted a launched node empty from its registration: with a device
+    # plugin slower than the consolidation delay, it removed the node the pending pod waited for,
+    # launched another, and so on, and the pod never ran.
+    groups = [NodeGroup("small", "inf2.xlarge", count=0, max_nodes=2)]
+    async with SandboxCluster(
+        node_groups=groups,
+        cold_start=PROFILE,
+        provisioning_delay_s=60,
+        device_plugin_delay_s=45,
+        consolidation_delay_s=30,
+    ) as cluster:
+        start = cluster.clock.monotonic()
+        cluster.create("pods", neuron_pod("model", 2), "default")
+        await cluster.wait_for(lambda: pod(cluster, "model")["spec"].get("nodeName"), timeout=300)
+        assert cluster.clock.monotonic() - start == pytest.approx(105, abs=1)  # 60 + 45
+        assert cluster.provisioner is not None
+        assert (cluster.provisioner.nodes_launched, cluster.provisioner.nodes_removed) == (1, 0)
 
 
 async def test_a_max_unavailable_budget_expects_the_pods_of_its_controllers_scale() -> None:

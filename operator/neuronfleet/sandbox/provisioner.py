@@ -9,7 +9,9 @@ resources, NeuronCores), within the group's ``max_nodes``; the node registers (R
 launched. Nodes it launched that hold no pods except DaemonSet pods for ``consolidation_delay_s`` are
 deleted, down to the group's ``min_nodes``, with a ``DisruptionTerminating`` Event on the Node as
 Karpenter posts; the first ``min_nodes`` nodes a group starts with are static, never removed (a
-floor: ``sandbox up``'s COUNT).
+floor: ``sandbox up``'s COUNT). As Karpenter's disruption skips a node not yet initialized (Ready, its
+extended resources registered), a node still launching is no candidate, and its empty time counts
+from when it is initialized.
 """
 
 from __future__ import annotations
@@ -266,6 +268,9 @@ class Provisioner:
             if node_name and is_active(pod) and not _is_daemon(pod):
                 busy.add(node_name)
         nominated = {(p.get("status") or {}).get("nominatedNodeName") for p in self.store.iter(self._pods)}
+        # Registered but not initialized (NotReady, or its device plugin not yet registered): a pod
+        # waits for it, and Karpenter takes only initialized nodes as disruption candidates.
+        initializing = {launch.node_name for launch in self.launches if launch.node_name}
         for node in list(self.store.iter(self._nodes)):
             name = node["metadata"]["name"]
             group = self.groups.get((node["metadata"].get("labels") or {}).get(NODE_GROUP_LABEL, ""))
@@ -273,7 +278,8 @@ class Provisioner:
             # node group's, which Karpenter does not consolidate; removing them left `sandbox up` with
             # no node 30 s after announcing them, and the first compile waiting for one.
             provisioned = (node["metadata"].get("annotations") or {}).get(PROVISIONED_ANNOTATION) == "true"
-            if group is None or not group.provisionable or not provisioned or name in busy or name in nominated:
+            held = name in busy or name in nominated or name in initializing
+            if group is None or not group.provisionable or not provisioned or held:
                 self._empty_since.pop(name, None)
                 continue
             since = self._empty_since.setdefault(name, now)
