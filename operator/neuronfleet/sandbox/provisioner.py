@@ -29,6 +29,7 @@ from neuronfleet.sandbox.nodes import (
     NODE_GROUP_LABEL,
     PROVISIONED_ANNOTATION,
     NodeGroup,
+    neuroncores_requested,
     node_allocatable,
     node_object,
     pod_requests,
@@ -149,8 +150,6 @@ class Provisioner:
             return False
         name = self.scheduler.neuron_scheduler_name
         contiguous = name is not None and (pod.get("spec") or {}).get("schedulerName") == name
-        from neuronfleet.sandbox.nodes import neuroncores_requested
-
         used = sum(neuroncores_requested(p) for p in placed)
         cores = allocate_cores(
             node_cores(template),
