@@ -1,11 +1,16 @@
 """The sandbox's endpoints controller: a Service's pods as Endpoints and EndpointSlices.
 
 What kube-controller-manager's endpoints and endpointslice controllers publish, for Services with
-a selector: every Running pod the selector matches, Ready ones as ready addresses, the others (not
-ready, terminating) as not ready. Addresses are pod IPs; the port is the pod's container port
-that the Service's ``targetPort`` names, except for pods whose server runs as a local process
-(``sandbox.serving``): their pod IP is 127.0.0.1 and their port the one the sandbox gave them
-(the ``sandbox.neuronfleet.dev/port`` annotation), so each such pod gets its own subset and slice.
+a selector: every pod the selector matches that has an IP and has not ended, Ready ones as ready
+addresses and the others as not ready. A terminating pod is in the EndpointSlices (not ready, serving
+while its Ready condition holds, terminating) and not in the Endpoints. A Service with
+``publishNotReadyAddresses`` publishes every such pod as ready, terminating ones too (its
+EndpointSlice conditions still say serving and terminating as they are).
+
+Addresses are pod IPs; the port is the pod's container port that the Service's ``targetPort``
+names, except for pods whose server runs as a local process (``sandbox.serving``): their pod IP is
+127.0.0.1 and their port the one the sandbox gave them (the ``sandbox.neuronfleet.dev/port``
+annotation), so each such pod gets its own subset and slice.
 Both kinds carry an ownerReference to the Service (the garbage collector removes them with it).
 """
 
@@ -33,6 +38,10 @@ ENDPOINT_SLICES = ResourceType(
     group="discovery.k8s.io", versions=["v1"], plural="endpointslices", kind="EndpointSlice", namespaced=True,
     singular="endpointslice",
 )  # fmt: skip
+
+
+#: Pod phases after which a pod is in no Service's endpoints.
+ENDED = ("Succeeded", "Failed")
 
 
 def _ready(pod: Obj) -> bool:
@@ -95,16 +104,20 @@ class EndpointsController:
         if not selector or meta.get("deletionTimestamp"):
             return
         namespace, name = meta["namespace"], meta["name"]
+        publish_not_ready = bool(spec.get("publishNotReadyAddresses"))
         # (port numbers per Service port) -> [(pod, ready)]
         groups: dict[tuple[int, ...], list[tuple[Obj, bool]]] = {}
         for pod in self.store.iter(self._pods, namespace):
             status = pod.get("status") or {}
-            if status.get("phase") != "Running" or not status.get("podIP") or not _selects(selector, pod):
+            # endpointslice's ShouldPodBeInEndpoints: an IP, and not Succeeded or Failed.
+            if status.get("phase") in ENDED or not status.get("podIP") or not _selects(selector, pod):
                 continue
             ports = tuple(_target_port(p, pod) or 0 for p in spec.get("ports") or [])
             if 0 in ports:
                 continue
-            ready = _ready(pod) and not pod["metadata"].get("deletionTimestamp")
+            terminating = bool(pod["metadata"].get("deletionTimestamp"))
+            # Never ready while terminating, unless the Service publishes not-ready addresses.
+            ready = publish_not_ready or (_ready(pod) and not terminating)
             groups.setdefault(ports, []).append((pod, ready))
         owner = {
             "apiVersion": "v1",
@@ -114,7 +127,13 @@ class EndpointsController:
             "controller": True,
             "blockOwnerDeletion": True,
         }
-        self._write_endpoints(service, groups, owner)
+        # The Endpoints controller leaves terminating pods out (unless they are published anyway).
+        in_endpoints = {
+            ports: kept
+            for ports, members in groups.items()
+            if (kept := [m for m in members if publish_not_ready or not m[0]["metadata"].get("deletionTimestamp")])
+        }
+        self._write_endpoints(service, in_endpoints, owner)
         self._write_slices(service, groups, owner)
 
     def _port_list(self, service: Obj, numbers: tuple[int, ...]) -> list[Obj]:

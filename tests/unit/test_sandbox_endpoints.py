@@ -1,0 +1,106 @@
+"""Which of a Service's pods the sandbox's endpoints controller publishes, and as what, as
+kube-controller-manager's endpoints and endpointslice controllers do (ShouldPodBeInEndpoints and the
+EndpointSlice conditions): a pod with an IP that has not ended is in; a terminating pod is in the
+EndpointSlices only, never ready, unless the Service publishes not-ready addresses."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from neuronfleet.sandbox.clock import Clock
+from neuronfleet.sandbox.endpoints import EndpointsController
+from neuronfleet.sandbox.store import Store
+
+#: name -> (phase, Ready condition, terminating, pod IP)
+PODS = {
+    "serving": ("Running", True, False, "10.1.0.1"),
+    "starting": ("Pending", False, False, "10.1.0.2"),
+    "leaving": ("Running", True, True, "10.1.0.3"),
+    "done": ("Succeeded", False, False, "10.1.0.4"),
+    "unplaced": ("Pending", False, False, ""),
+}
+
+
+def _cluster(*, publish_not_ready: bool) -> Store:
+    clock = Clock()
+    clock.bind(asyncio.get_running_loop())
+    store = Store(clock)
+    store.graceful_pods = True  # a running pod's deletion waits for its kubelet: it stays terminating
+    controller = EndpointsController(store)
+    pods = store.resource("", "pods")
+    service = {
+        "metadata": {"name": "model"},
+        "spec": {
+            "selector": {"app": "model"},
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080}],
+            "publishNotReadyAddresses": publish_not_ready,
+        },
+    }
+    store.create(store.resource("", "services"), "default", service)
+    for name, (phase, ready, terminating, ip) in PODS.items():
+        body = {
+            "metadata": {"name": name, "labels": {"app": "model"}},
+            "spec": {"containers": [{"name": "server", "image": "neuronserve:1"}], "nodeName": "node-1"},
+        }
+        store.create(pods, "default", body)
+
+        def status(o: dict[str, Any], phase: str = phase, ready: bool = ready, ip: str = ip) -> None:
+            o["status"] = {
+                "phase": phase,
+                "conditions": [{"type": "Ready", "status": str(ready)}],
+                **({"podIP": ip, "podIPs": [{"ip": ip}]} if ip else {}),
+            }
+
+        store.update(pods, "default", name, status, subresource="status")
+        if terminating:
+            store.delete(pods, "default", name, grace_period=30)
+    controller.sync()
+    return store
+
+
+def _endpoints(store: Store) -> dict[str, list[str]]:
+    (subset,) = store.get(store.resource("", "endpoints"), "default", "model")["subsets"]
+    assert subset["ports"] == [{"name": "http", "port": 8080, "protocol": "TCP"}]
+    return {
+        key: sorted(address["targetRef"]["name"] for address in subset.get(key) or [])
+        for key in ("addresses", "notReadyAddresses")
+    }
+
+
+def _slice_conditions(store: Store) -> dict[str, tuple[bool, bool, bool]]:
+    (endpoint_slice,) = store.iter(store.resource("discovery.k8s.io", "endpointslices"), "default")
+    return {
+        endpoint["targetRef"]["name"]: (
+            endpoint["conditions"]["ready"],
+            endpoint["conditions"]["serving"],
+            endpoint["conditions"]["terminating"],
+        )
+        for endpoint in endpoint_slice["endpoints"]
+    }
+
+
+@pytest.mark.looptime
+async def test_a_terminating_pod_is_in_the_endpoint_slices_only_and_a_pending_one_with_an_ip_is_not_ready() -> None:
+    store = _cluster(publish_not_ready=False)
+    assert store.get(store.resource("", "pods"), "default", "leaving")["metadata"].get("deletionTimestamp")
+    assert _endpoints(store) == {"addresses": ["serving"], "notReadyAddresses": ["starting"]}
+    # (ready, serving, terminating); an ended pod and one without an IP are in neither.
+    assert _slice_conditions(store) == {
+        "leaving": (False, True, True),
+        "serving": (True, True, False),
+        "starting": (False, False, False),
+    }
+
+
+@pytest.mark.looptime
+async def test_publish_not_ready_addresses_publishes_every_pod_with_an_ip_as_ready_terminating_ones_too() -> None:
+    store = _cluster(publish_not_ready=True)
+    assert _endpoints(store) == {"addresses": ["leaving", "serving", "starting"], "notReadyAddresses": []}
+    assert _slice_conditions(store) == {
+        "leaving": (True, True, True),
+        "serving": (True, True, False),
+        "starting": (True, False, False),
+    }
