@@ -429,6 +429,18 @@ def test_every_set_and_map_list_of_the_crd_is_one_the_duplicate_tests_cover() ->
     ]
 
 
+def test_an_object_read_back_from_the_cluster_validates_with_any_field_in_its_last_valid_spec() -> None:
+    # `kubectl get -o yaml` output carries status.lastValidSpec.spec, which the CRD keeps as it is
+    # (x-kubernetes-preserve-unknown-fields: a spec of another version may be there): strict field
+    # validation must not reach into it, while an unknown field beside it is still one.
+    doc = yaml.safe_load((REPO / "examples" / "bert-embeddings.yaml").read_text())
+    kept = {"model": {"source": "s3://acme/bert/"}, "aFieldOfAnotherVersion": {"x": 1}}
+    doc["status"] = {"lastValidSpec": {"generation": 3, "spec": kept}}
+    assert validate_manifest(json.loads(json.dumps(doc)))[1] == []
+    doc["status"]["lastValidSpec"]["typo"] = 1
+    assert [str(p) for p in validate_manifest(doc)[1]] == ['status.lastValidSpec.typo: unknown field "typo"']
+
+
 def test_a_value_its_pattern_refuses_is_quoted_with_the_pattern_and_an_example(tmp_path: Path) -> None:
     # The message quoted the field's description ("Expected Memory request and limit of the compile
     # Job ..."), which says nothing of the form accepted.
