@@ -83,3 +83,22 @@ def test_an_integer_in_a_number_field_is_a_double_to_cel_as_on_the_api_server() 
     too_much = {"source": "s3://models/", "neuronCoresPerReplica": 16, "hbmGiB": 300}
     assert [field for field, _ in cel.check_rules(model, too_much, None, "spec.model")] == ["spec.model.hbmGiB"]
     assert cel.check_rules(model, {**too_much, "hbmGiB": 256}, None, "spec.model") == []
+
+
+def test_an_integer_in_a_list_of_numbers_is_a_double_to_cel_too() -> None:
+    # A CRD the user installs may hold a list of `number`s under a rule: each integer in it reaches
+    # CEL as a double too, or `2 <= 1.5` fails to evaluate and the rule is skipped.
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "weights": {
+                "type": "array",
+                "items": {"type": "number"},
+                "x-kubernetes-validations": [{"rule": "self.all(w, w <= 1.5)", "message": "at most 1.5 each"}],
+            }
+        },
+    }
+    assert cel.check_rules(schema, {"weights": [1, 2]}, None, "spec") == [
+        ("spec.weights", 'Invalid value: "array": at most 1.5 each')
+    ]
+    assert cel.check_rules(schema, {"weights": [1, 1.5]}, None, "spec") == []
