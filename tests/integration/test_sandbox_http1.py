@@ -157,6 +157,25 @@ async def test_a_head_answer_has_no_body_and_may_carry_the_length_a_get_would_ha
         server.close()
 
 
+async def test_a_head_answered_with_a_body_says_its_length_and_sends_none_of_it() -> None:
+    # A handler that answers HEAD as it would GET (the router's own 503, a 404): the length is the
+    # body's, and the body stays out, or the next answer on the connection would start inside it.
+    async def missing(request: http1.Request) -> http1.Response:
+        return http1.Response(404, [], b"nope")
+
+    server = await http1.serve(missing, "127.0.0.1", 0, max_body_bytes=1024)
+    reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
+    try:
+        writer.write(b"HEAD /a HTTP/1.1\r\nHost: h\r\n\r\nGET /a HTTP/1.1\r\nHost: h\r\n\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 404 ") and b"Content-Length: 4\r\n" in head
+        get = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert get.startswith(b"HTTP/1.1 404 ") and await reader.readexactly(4) == b"nope"
+    finally:
+        writer.close()
+        server.close()
+
+
 async def test_the_client_tells_no_connection_from_no_answer_and_from_a_timeout() -> None:
     pool = http1.ConnectionPool()
     request = http1.encode_request("POST", b"/", "h", [], b"{}")

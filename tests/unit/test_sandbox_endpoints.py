@@ -24,7 +24,7 @@ PODS = {
 }
 
 
-def _cluster(*, publish_not_ready: bool) -> Store:
+def _cluster(*, publish_not_ready: bool) -> tuple[Store, EndpointsController]:
     clock = Clock()
     clock.bind(asyncio.get_running_loop())
     store = Store(clock)
@@ -58,7 +58,7 @@ def _cluster(*, publish_not_ready: bool) -> Store:
         if terminating:
             store.delete(pods, "default", name, grace_period=30)
     controller.sync()
-    return store
+    return store, controller
 
 
 def _endpoints(store: Store) -> dict[str, list[str]]:
@@ -84,7 +84,7 @@ def _slice_conditions(store: Store) -> dict[str, tuple[bool, bool, bool]]:
 
 @pytest.mark.looptime
 async def test_a_terminating_pod_is_in_the_endpoint_slices_only_and_a_pending_one_with_an_ip_is_not_ready() -> None:
-    store = _cluster(publish_not_ready=False)
+    store, _ = _cluster(publish_not_ready=False)
     assert store.get(store.resource("", "pods"), "default", "leaving")["metadata"].get("deletionTimestamp")
     assert _endpoints(store) == {"addresses": ["serving"], "notReadyAddresses": ["starting"]}
     # (ready, serving, terminating); an ended pod and one without an IP are in neither.
@@ -97,10 +97,33 @@ async def test_a_terminating_pod_is_in_the_endpoint_slices_only_and_a_pending_on
 
 @pytest.mark.looptime
 async def test_publish_not_ready_addresses_publishes_every_pod_with_an_ip_as_ready_terminating_ones_too() -> None:
-    store = _cluster(publish_not_ready=True)
+    store, _ = _cluster(publish_not_ready=True)
     assert _endpoints(store) == {"addresses": ["leaving", "serving", "starting"], "notReadyAddresses": []}
     assert _slice_conditions(store) == {
         "leaving": (True, True, True),
         "serving": (True, True, False),
         "starting": (True, False, False),
     }
+
+
+@pytest.mark.looptime
+async def test_a_later_sync_follows_the_pods_and_ports_and_drops_the_slice_of_a_port_gone() -> None:
+    store, controller = _cluster(publish_not_ready=False)
+    pods, services = store.resource("", "pods"), store.resource("", "services")
+    slices = store.resource("discovery.k8s.io", "endpointslices")
+
+    def ready(o: dict[str, Any]) -> None:
+        o["status"].update(phase="Running", conditions=[{"type": "Ready", "status": "True"}])
+
+    store.update(pods, "default", "starting", ready, subresource="status")
+    store.delete(pods, "default", "leaving", grace_period=0)
+    controller.sync()
+    assert _endpoints(store) == {"addresses": ["serving", "starting"], "notReadyAddresses": []}
+    assert _slice_conditions(store) == {"serving": (True, True, False), "starting": (True, True, False)}
+
+    def new_port(o: dict[str, Any]) -> None:
+        o["spec"]["ports"][0]["targetPort"] = 9090
+
+    store.update(services, "default", "model", new_port)
+    controller.sync()
+    assert [s["metadata"]["name"] for s in store.iter(slices, "default")] == ["model-9090"]
