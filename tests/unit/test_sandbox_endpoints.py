@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from neuronfleet.sandbox.clock import Clock
-from neuronfleet.sandbox.endpoints import EndpointsController
+from neuronfleet.sandbox.endpoints import EndpointsController, ready_endpoints, routed_endpoints
 from neuronfleet.sandbox.store import Store
 
 #: name -> (phase, Ready condition, terminating, pod IP)
@@ -127,3 +127,15 @@ async def test_a_later_sync_follows_the_pods_and_ports_and_drops_the_slice_of_a_
     store.update(services, "default", "model", new_port)
     controller.sync()
     assert [s["metadata"]["name"] for s in store.iter(slices, "default")] == ["model-9090"]
+
+
+@pytest.mark.looptime
+async def test_traffic_goes_to_the_ready_endpoints_else_to_those_serving_while_they_terminate() -> None:
+    # kube-proxy's CategorizeEndpoints: with no ready endpoint anywhere it falls back to the serving
+    # terminating ones (a pod deleted but still Ready, draining), rather than refusing every request.
+    store, controller = _cluster(publish_not_ready=False)
+    assert [name for _, _, name in routed_endpoints(store, "default", "model")] == ["serving"]
+    store.delete(store.resource("", "pods"), "default", "serving", grace_period=30)
+    controller.sync()
+    assert ready_endpoints(store, "default", "model") == []
+    assert [name for _, _, name in routed_endpoints(store, "default", "model")] == ["serving", "leaving"]

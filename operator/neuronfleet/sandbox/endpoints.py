@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from neuronfleet.sandbox.clock import run_controller
@@ -218,8 +219,11 @@ def _address(pod: Obj) -> Obj:
     return {"ip": pod["status"]["podIP"], "nodeName": pod["spec"].get("nodeName"), "targetRef": _target_ref(pod)}
 
 
-def ready_endpoints(store: Store, namespace: str, service: str) -> list[tuple[str, int, str]]:
-    """The Service's ready endpoints from its EndpointSlices: (ip, first port, pod name), sorted."""
+def _slice_endpoints(
+    store: Store, namespace: str, service: str, wanted: Callable[[Obj], bool]
+) -> list[tuple[str, int, str]]:
+    """The endpoints of the Service's EndpointSlices whose conditions are ``wanted``: (ip, first
+    port, pod name), sorted."""
     found = []
     slices = store.resource("discovery.k8s.io", "endpointslices")
     for endpoint_slice in store.iter(slices, namespace):
@@ -229,6 +233,20 @@ def ready_endpoints(store: Store, namespace: str, service: str) -> list[tuple[st
         if not ports:
             continue
         for endpoint in endpoint_slice.get("endpoints") or []:
-            if (endpoint.get("conditions") or {}).get("ready"):
+            if wanted(endpoint.get("conditions") or {}):
                 found.append((endpoint["addresses"][0], int(ports[0]["port"]), endpoint["targetRef"]["name"]))
     return sorted(found)
+
+
+def ready_endpoints(store: Store, namespace: str, service: str) -> list[tuple[str, int, str]]:
+    """The Service's ready endpoints from its EndpointSlices: (ip, first port, pod name), sorted."""
+    return _slice_endpoints(store, namespace, service, lambda conditions: bool(conditions.get("ready")))
+
+
+def routed_endpoints(store: Store, namespace: str, service: str) -> list[tuple[str, int, str]]:
+    """Where kube-proxy sends the Service's traffic: its ready endpoints, else, when none is ready,
+    those still serving while they terminate (its CategorizeEndpoints' fallback), as
+    :func:`ready_endpoints` lists them."""
+    return ready_endpoints(store, namespace, service) or _slice_endpoints(
+        store, namespace, service, lambda conditions: bool(conditions.get("serving") and conditions.get("terminating"))
+    )

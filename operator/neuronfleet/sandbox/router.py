@@ -1,7 +1,8 @@
 """The sandbox's stand-in for a Service's load balancing: a reverse proxy on 127.0.0.1, in its own process.
 
 One router per Service forwards every request (any method and path, e.g.
-``POST /v2/models/<name>/infer``) to one of the Service's **ready** endpoints. The choice is
+``POST /v2/models/<name>/infer``) to one of the Service's **ready** endpoints; when none is ready,
+to those still serving while they terminate, as kube-proxy falls back to them. The choice is
 **least outstanding requests**: the endpoint with the fewest requests this router has in flight to
 it, ties broken round robin.
 
@@ -16,19 +17,20 @@ router counts these re-sends. Anything else is the client's, as through kube-pro
   lost, and the client must see it;
 - **504** ``{"error": "... did not answer ..."}`` when the endpoint took longer than the router's
   timeout (60 s): re-sending it could run it twice;
-- **503** ``{"error": "no ready endpoint ..."}`` when the Service has no ready endpoint, or none
-  could be connected to.
+- **503** ``{"error": "no ready endpoint ..."}`` when the Service has no ready endpoint (nor one
+  serving while it terminates), or none could be connected to.
 
 The 502 and 504 carry ``X-Sandbox-Endpoint`` (the endpoint that lost the request), as answers do.
 
 Each router is a child process (:func:`main`, started by :class:`RouterProcess`), as kube-proxy is a
 process apart from the API server on a node: the requests it proxies do not wait behind the API
 server, the operator and the controllers on the sandbox's event loop, and it can run on another
-core. :class:`Routers` starts one per Service and writes the Service's ready endpoints, read from
-its EndpointSlices, to the child's stdin (one JSON line each time they change), so a pod that
-stops being ready, or is terminating, gets no new request once its line has arrived; a request
-sent meanwhile meets a closed port (and goes on to the next endpoint) or the server's own 503. The child exits
-when its stdin closes (the sandbox stopped or died). ``GET /-/sandbox-router`` on the router
+core. :class:`Routers` starts one per Service and writes the Service's ready endpoints (else its
+serving terminating ones), read from its EndpointSlices, to the child's stdin (one JSON line each
+time they change), so a pod that stops being ready, or is terminating while another is ready, gets
+no new request once its line has arrived; a request sent meanwhile meets a closed port (and goes
+on to the next endpoint) or the server's own 503. The child exits when its stdin closes (the
+sandbox stopped or died). ``GET /-/sandbox-router`` on the router
 answers its counters (:class:`RouterCounters`: endpoints in use, requests sent, answered, dropped
 and timed out per endpoint, re-sends, its own refusals): where requests went, for tests, the demo's
 report and a user with curl.
@@ -54,7 +56,7 @@ import uvloop
 from neuronfleet.aio import wait_event
 from neuronfleet.sandbox import http1
 from neuronfleet.sandbox.children import die_with_parent
-from neuronfleet.sandbox.endpoints import ready_endpoints
+from neuronfleet.sandbox.endpoints import routed_endpoints
 from neuronfleet.sandbox.store import Store, WatchEvent
 
 log = logging.getLogger(__name__)
@@ -395,7 +397,7 @@ class Routers:
                     self._push(router, router_namespace, service)
 
     def _push(self, router: RouterProcess, namespace: str, service: str) -> None:
-        router.push([f"{ip}:{port}" for ip, port, _ in ready_endpoints(self.store, namespace, service)])
+        router.push([f"{ip}:{port}" for ip, port, _ in routed_endpoints(self.store, namespace, service)])
 
     def url(self, namespace: str, service: str) -> str | None:
         router = self.routers.get((namespace, service))
