@@ -372,6 +372,32 @@ async def test_provisioner_adds_a_node_after_its_delay_and_removes_it_when_empty
         assert (cluster.provisioner.nodes_launched, cluster.provisioner.nodes_removed) == (1, 1)
 
 
+async def test_launches_go_to_the_zone_with_the_fewest_nodes() -> None:
+    groups = [NodeGroup("small", "inf2.xlarge", count=0, max_nodes=2, zones=("us-east-1a", "us-east-1b"))]
+    async with SandboxCluster(node_groups=groups, cold_start=PROFILE, provisioning_delay_s=60) as cluster:
+        for name in ("first", "second"):  # each takes a whole node
+            cluster.create("pods", neuron_pod(name, 2), "default")
+            await cluster.wait_for(lambda name=name: is_ready(cluster, name), timeout=300)
+        zones = sorted(n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in cluster.list("nodes"))
+        assert zones == ["us-east-1a", "us-east-1b"]
+
+
+async def test_a_node_of_no_group_it_manages_is_left_alone_and_the_rest_still_consolidated() -> None:
+    # A node another team's node group registered: not the provisioner's to remove, and reading it
+    # must not stop the consolidation of the nodes it launched.
+    groups = [NodeGroup("small", "inf2.xlarge", count=0, max_nodes=1)]
+    async with SandboxCluster(
+        node_groups=groups, cold_start=PROFILE, provisioning_delay_s=60, consolidation_delay_s=30
+    ) as cluster:
+        foreign = cluster.add_node(NodeGroup("other-team", "inf2.xlarge", count=0), provisioned=True)
+        cluster.create("pods", neuron_pod("model", 2, nodeSelector={"karpenter.sh/nodepool": "small"}), "default")
+        await cluster.wait_for(lambda: is_ready(cluster, "model"), timeout=300)
+        launched = pod(cluster, "model")["spec"]["nodeName"]
+        cluster.delete("pods", "model", "default")
+        await cluster.wait_for(lambda: cluster.get("nodes", launched) is None, timeout=600, what="consolidation")
+        assert [n["metadata"]["name"] for n in cluster.list("nodes")] == [foreign["metadata"]["name"]]
+
+
 async def test_a_node_still_launching_counts_toward_its_groups_maximum() -> None:
     # Two pods that each take a whole inf2.xlarge, a group of at most one node: one launch, and the
     # second pod waits (it is not packed onto the launching node, which the first fills).

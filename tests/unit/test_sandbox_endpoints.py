@@ -24,7 +24,7 @@ PODS = {
 }
 
 
-def _cluster(*, publish_not_ready: bool) -> tuple[Store, EndpointsController]:
+def _cluster(*, publish_not_ready: bool, target_port: int | str = 8080) -> tuple[Store, EndpointsController]:
     clock = Clock()
     clock.bind(asyncio.get_running_loop())
     store = Store(clock)
@@ -35,7 +35,7 @@ def _cluster(*, publish_not_ready: bool) -> tuple[Store, EndpointsController]:
         "metadata": {"name": "model"},
         "spec": {
             "selector": {"app": "model"},
-            "ports": [{"name": "http", "port": 80, "targetPort": 8080}],
+            "ports": [{"name": "http", "port": 80, "targetPort": target_port}],
             "publishNotReadyAddresses": publish_not_ready,
         },
     }
@@ -43,7 +43,12 @@ def _cluster(*, publish_not_ready: bool) -> tuple[Store, EndpointsController]:
     for name, (phase, ready, terminating, ip) in PODS.items():
         body = {
             "metadata": {"name": name, "labels": {"app": "model"}},
-            "spec": {"containers": [{"name": "server", "image": "neuronserve:1"}], "nodeName": "node-1"},
+            "spec": {
+                "containers": [
+                    {"name": "server", "image": "neuronserve:1", "ports": [{"name": "http", "containerPort": 8080}]}
+                ],
+                "nodeName": "node-1",
+            },
         }
         store.create(pods, "default", body)
 
@@ -139,3 +144,9 @@ async def test_traffic_goes_to_the_ready_endpoints_else_to_those_serving_while_t
     controller.sync()
     assert ready_endpoints(store, "default", "model") == []
     assert [name for _, _, name in routed_endpoints(store, "default", "model")] == ["serving", "leaving"]
+
+
+@pytest.mark.looptime
+async def test_a_named_target_port_is_the_container_port_of_that_name() -> None:
+    store, _ = _cluster(publish_not_ready=False, target_port="http")
+    assert _endpoints(store) == {"addresses": ["serving"], "notReadyAddresses": ["starting"]}  # at 8080
