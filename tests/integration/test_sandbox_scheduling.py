@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -377,7 +378,7 @@ async def test_launches_go_to_the_zone_with_the_fewest_nodes() -> None:
     async with SandboxCluster(node_groups=groups, cold_start=PROFILE, provisioning_delay_s=60) as cluster:
         for name in ("first", "second"):  # each takes a whole node
             cluster.create("pods", neuron_pod(name, 2), "default")
-            await cluster.wait_for(lambda name=name: is_ready(cluster, name), timeout=300)
+            await cluster.wait_for(functools.partial(is_ready, cluster, name), timeout=300)
         zones = sorted(n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in cluster.list("nodes"))
         assert zones == ["us-east-1a", "us-east-1b"]
 
