@@ -10,7 +10,13 @@ DeadlineExceeded; ``ttlSecondsAfterFinished`` deletes a finished Job (and, by GC
 the API server refuses (admission: a missing ServiceAccount or PriorityClass) is reported as the
 real controller does, in a FailedCreate Warning Event on the Job ("Error creating: <the API
 server's message>"), and tried again at the next round, the Job's status unchanged.
-Not done: ``completions``/``parallelism`` above 1, indexed Jobs, pod failure policies.
+
+Not done: ``completions``/``parallelism`` above 1, indexed Jobs, pod failure policies, and the
+exponential back-off (10 s, doubling, at most 6 minutes) before a failed pod's replacement, which
+comes at once here. A pod deleted before it ended is replaced without being counted: kube-controller-
+manager counts it failed unless a pod failure policy ignores it. The operator's compile Jobs ignore
+pods with a DisruptionTarget condition, which preemption and evictions set (and both delete the pod),
+so for them the outcome is the same; a pod deleted by hand is the difference.
 """
 
 from __future__ import annotations
