@@ -589,8 +589,13 @@ async def test_eviction_respects_pod_disruption_budgets() -> None:
             == "The disruption budget model needs 1 healthy pods and has 1 currently"
         )
         assert pod(cluster, "m1")["metadata"].get("deletionTimestamp") is None
+        # The evicted pod says why it goes (a Job's pod failure policy reads it), as kube-apiserver sets it.
+        evicted = present_condition(pod(cluster, "m0"), "DisruptionTarget")
+        assert (evicted["status"], evicted["reason"]) == ("True", "EvictionByEvictionAPI")
         budget = cluster.get("poddisruptionbudgets", "model", "default", group="policy")
         assert budget is not None
+        allowed = present_condition(budget, "DisruptionAllowed")
+        assert (allowed["status"], allowed["reason"]) == ("False", "InsufficientPods")
         assert {
             k: budget["status"][k] for k in ("expectedPods", "currentHealthy", "desiredHealthy", "disruptionsAllowed")
         } == {
@@ -885,3 +890,14 @@ async def test_a_max_unavailable_budget_expects_the_pods_of_its_controllers_scal
             eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "m0"}}
             async with http.post("/api/v1/namespaces/default/pods/m0/eviction", json=eviction) as r:
                 assert r.status == 429
+
+            # Two replicas asked (Manual): its scale, read once for both pods it controls.
+            def manual(o: dict[str, Any]) -> None:
+                o["spec"]["scaling"] = {"mode": "Manual", "replicas": 2}
+
+            cluster.store.update(cluster.store.resource(GROUP, "inferencedeployments"), "default", "bert", manual)
+            async with http.post("/api/v1/namespaces/default/pods/m0/eviction", json=eviction) as r:
+                assert r.status == 201
+        # The budget's status follows at the pod's change (a controller's scale is read, not watched).
+        await cluster.wait_for(lambda: status().get("expectedPods") == 2, timeout=10)
+        assert (status()["desiredHealthy"], status()["currentHealthy"], status()["disruptionsAllowed"]) == (1, 1, 0)

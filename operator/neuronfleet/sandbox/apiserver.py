@@ -27,7 +27,7 @@ from multidict import CIMultiDict
 
 from neuronfleet.api.validation import ManifestLoader, go_json
 from neuronfleet.sandbox import errors, protobuf
-from neuronfleet.sandbox.disruption import check_eviction
+from neuronfleet.sandbox.disruption import check_eviction, mark_evicted
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.managedfields import Manager
 from neuronfleet.sandbox.openapi import document_hash, group_version_document, gv_path, swagger_document
@@ -574,7 +574,10 @@ class ApiServer:
 
     def _evict(self, target: Target, options: dict[str, Any], *, dry_run: bool) -> web.Response:
         assert target.name is not None
-        check_eviction(self.store, self.store.get(target.rt, target.namespace, target.name))
+        pod = self.store.get(target.rt, target.namespace, target.name)
+        check_eviction(self.store, pod)
+        if not dry_run:
+            mark_evicted(self.store, pod)
         self.store.delete_outcome(
             target.rt,
             target.namespace,

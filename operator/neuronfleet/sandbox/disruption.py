@@ -2,7 +2,13 @@
 
 An eviction of a Ready pod covered by a PDB is refused with 429 when it would leave fewer healthy
 pods than ``minAvailable`` (or more unavailable than ``maxUnavailable``); integer and percentage
-values are supported. ``DisruptionController`` keeps each PDB's ``status`` current.
+values are supported. As kube-apiserver's eviction handler: a pod that has ended, is Pending or is
+being deleted is deleted without a look at any budget; a Running pod that is not Ready is evicted
+when its budget's ``unhealthyPodEvictionPolicy`` is AlwaysAllow, or (IfHealthyBudget, the default)
+when the budget has its desired healthy pods, and otherwise only as a healthy one would be; a pod
+two budgets select is refused with 500. A budget's empty selector (``{}``) selects every pod of its
+namespace and a missing one none (policy/v1). ``DisruptionController`` keeps each PDB's ``status``
+current.
 
 The pods expected are counted as kube-controller-manager's disruption controller counts them: the
 selected pods for an integer ``minAvailable``; otherwise (``maxUnavailable``, a percentage) the
@@ -86,18 +92,42 @@ def disruptions_allowed(pdb: Obj, pods: list[Obj], store: Store | None = None) -
     return allowed, desired, healthy, expected
 
 
+def budget_selector(pdb: Obj) -> LabelSelector | None:
+    """The pods a budget selects (policy/v1: an empty selector every pod, a missing one none, nor
+    one that does not parse)."""
+    raw = (pdb.get("spec") or {}).get("selector")
+    if raw is None:
+        return None
+    try:
+        return selector_from_dict(raw)
+    except ApiError:
+        return None
+
+
 def check_eviction(store: Store, pod: Obj) -> None:
-    """Raise 429 TooManyRequests if evicting ``pod`` would violate a PodDisruptionBudget."""
-    if not _ready(pod):
-        return  # evicting an unhealthy pod never reduces availability
+    """Raise 429 TooManyRequests if evicting ``pod`` would violate a PodDisruptionBudget (500 if two
+    select it), as kube-apiserver's eviction handler decides (see the module docstring)."""
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed", "Pending") or pod["metadata"].get("deletionTimestamp"):
+        return  # canIgnorePDB: it disrupts nothing more
     namespace = pod["metadata"]["namespace"]
-    pods = [p for p in store.iter(store.resource("", "pods"), namespace)]
+    budgets = []
     for pdb in store.iter(store.resource("policy", "poddisruptionbudgets"), namespace):
-        selector = selector_from_dict((pdb.get("spec") or {}).get("selector"))
-        if selector.empty or not selector.matches(pod["metadata"].get("labels")):
-            continue
+        selector = budget_selector(pdb)
+        if selector is not None and selector.matches(pod["metadata"].get("labels")):
+            budgets.append((pdb, selector))
+    if len(budgets) > 1:
+        raise ApiError(
+            500, "", "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+        )
+    pods = list(store.iter(store.resource("", "pods"), namespace))
+    for pdb, selector in budgets:
         covered = [p for p in pods if selector.matches(p["metadata"].get("labels"))]
         allowed, desired, healthy, _ = disruptions_allowed(pdb, covered, store)
+        if not _ready(pod):
+            policy = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy")
+            if policy == "AlwaysAllow" or (healthy >= desired and desired > 0):
+                return  # it counts in neither healthy nor desired: the budget stays as it is
         if allowed <= 0:
             name = pdb["metadata"]["name"]
             raise ApiError(
@@ -114,6 +144,27 @@ def check_eviction(store: Store, pod: Obj) -> None:
                     ]
                 },
             )
+
+
+def mark_evicted(store: Store, pod: Obj) -> None:
+    """Set the DisruptionTarget condition an eviction gives the pod before deleting it (a Job's pod
+    failure policy reads it)."""
+    now = store.clock.timestamp()
+    condition = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "EvictionByEvictionAPI",
+        "message": "Eviction API: evicting",
+        "lastTransitionTime": now,
+    }
+    meta = pod["metadata"]
+    store.update(
+        store.resource("", "pods"),
+        meta["namespace"],
+        meta["name"],
+        lambda o: set_condition(o, condition),
+        subresource="status",
+    )
 
 
 class DisruptionController:
@@ -145,12 +196,7 @@ class DisruptionController:
         cached = self._selectors.get(key)
         if cached is not None and cached[0] == version:
             return cached[1]
-        try:
-            selector: LabelSelector | None = selector_from_dict((pdb.get("spec") or {}).get("selector"))
-        except ApiError:
-            selector = None
-        if selector is not None and selector.empty:
-            selector = None
+        selector = budget_selector(pdb)
         self._selectors[key] = (version, selector)
         return selector
 
