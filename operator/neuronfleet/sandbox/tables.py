@@ -19,10 +19,13 @@ Obj = dict[str, Any]
 
 
 def human_duration(seconds: float | None) -> str:
-    """Kubernetes' HumanDuration (``5m``, ``3h10m``, ``2d``)."""
+    """apimachinery's HumanDuration, what ``kubectl get`` shows as an age (``5m``, ``3h10m``, ``2d``)."""
     if seconds is None:
         return "<unknown>"
     s = int(seconds)
+    # Up to a second ahead is clock skew, read as now; more is a time in the future.
+    if s < -1:
+        return "<invalid>"
     if s < 0:
         return "0s"
     if s < 120:
@@ -42,6 +45,8 @@ def human_duration(seconds: float | None) -> str:
         return f"{d}d{h % 24}h" if h % 24 else f"{d}d"
     if d < 730:
         return f"{d}d"
+    if d < 365 * 8:
+        return f"{d // 365}y{d % 365}d" if d % 365 else f"{d // 365}y"
     return f"{d // 365}y"
 
 
