@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from neuronfleet.sandbox.clock import Clock
 from neuronfleet.sandbox.quotas import (
     format_quantity,
     namespace_quota_usage,
@@ -15,6 +16,8 @@ from neuronfleet.sandbox.quotas import (
     quota_constraint_problem,
     quota_tracks_for_pods,
 )
+from neuronfleet.sandbox.resourcequota import QuotaController
+from neuronfleet.sandbox.store import Store
 
 
 def container(
@@ -90,3 +93,24 @@ def test_must_specify_lists_each_resource_sorted_with_its_containers() -> None:
 )
 def test_quantities_print_as_the_api_server_prints_them(value: Decimal, resource: str, shown: str) -> None:
     assert format_quantity(value, resource) == shown
+
+
+def test_a_quota_made_after_its_pods_or_changed_gets_its_status_without_a_pod_event() -> None:
+    # The controller marks a namespace when one of its quotas is made or its spec changes, not only
+    # when a pod comes or goes: a quota made after its pods showed no usage until the next pod event.
+    store = Store(Clock())
+    controller = QuotaController(store)
+    pod = {"metadata": {"name": "m"}, "spec": {"containers": [container("server", {"cpu": "2"}, {"cpu": "2"})]}}
+    store.create(store.resource("", "pods"), "default", pod)
+    controller.sync()
+    quotas = store.resource("", "resourcequotas")
+    store.create(quotas, "default", {"metadata": {"name": "q"}, "spec": {"hard": {"requests.cpu": "4"}}})
+    controller.sync()
+    assert store.get(quotas, "default", "q")["status"] == {"hard": {"requests.cpu": "4"}, "used": {"requests.cpu": "2"}}
+
+    def raise_hard(o: dict[str, Any]) -> None:
+        o["spec"]["hard"]["requests.cpu"] = "8"
+
+    store.update(quotas, "default", "q", raise_hard)
+    controller.sync()
+    assert store.get(quotas, "default", "q")["status"]["hard"] == {"requests.cpu": "8"}
