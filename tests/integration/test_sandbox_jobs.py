@@ -98,6 +98,24 @@ async def test_job_runs_to_completion_and_expires() -> None:
         await cluster.wait_for(lambda: not cluster.list("pods", "default"), timeout=10, what="the job's pods GC'd")
 
 
+async def test_a_job_past_its_active_deadline_fails_and_its_pod_goes() -> None:
+    # Made once the cluster has run a while: the deadline counts from the Job's start, not from the
+    # clock's zero.
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        await asyncio.sleep(100)  # loop time
+        cluster.create("jobs", job_body("compile", activeDeadlineSeconds=60), "default", group="batch")
+        start = cluster.clock.monotonic()
+        await cluster.wait_for(lambda: "Failed" in condition_types(job(cluster, "compile")), timeout=600)
+        assert cluster.clock.monotonic() - start == pytest.approx(60, abs=1)  # the run takes 131 s
+        failed = job(cluster, "compile")
+        assert failed is not None
+        reasons = {c["type"]: c["reason"] for c in failed["status"]["conditions"]}
+        assert reasons == {"FailureTarget": "DeadlineExceeded", "Failed": "DeadlineExceeded"}
+        await cluster.wait_for(lambda: not cluster.list("pods", "default"), timeout=60, what="its pod deleted")
+
+
 async def test_job_with_a_real_command_and_backoff_limit() -> None:
     async with SandboxCluster(
         node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
