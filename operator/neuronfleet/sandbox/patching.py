@@ -120,11 +120,9 @@ def _json_patch_failure(document: Any, operation: dict[str, Any]) -> str:
 
 def _without_directives(value: Any) -> Any:
     if isinstance(value, dict):
-        return {
-            k: _without_directives(v)
-            for k, v in value.items()
-            if not (k == "$patch" or k == "$retainKeys" or k.startswith("$"))
-        }
+        # Every key starting with $ is a directive ($patch, $retainKeys, $setElementOrder/...,
+        # $deleteFromPrimitiveList/...), never a field.
+        return {k: _without_directives(v) for k, v in value.items() if not k.startswith("$")}
     if isinstance(value, list):
         return [_without_directives(v) for v in value]
     return value
