@@ -26,6 +26,7 @@ from typing import Any
 from neuronfleet.sandbox.clock import run_controller
 from neuronfleet.sandbox.conditions import set_condition
 from neuronfleet.sandbox.errors import ApiError
+from neuronfleet.sandbox.nodes import pod_has_ended
 from neuronfleet.sandbox.resources import json_path_value
 from neuronfleet.sandbox.selectors import LabelSelector, selector_from_dict
 from neuronfleet.sandbox.store import Obj, Store, WatchEvent
@@ -107,8 +108,8 @@ def budget_selector(pdb: Obj) -> LabelSelector | None:
 def check_eviction(store: Store, pod: Obj) -> None:
     """Raise 429 TooManyRequests if evicting ``pod`` would violate a PodDisruptionBudget (500 if two
     select it), as kube-apiserver's eviction handler decides (see the module docstring)."""
-    status = pod.get("status") or {}
-    if status.get("phase") in ("Succeeded", "Failed", "Pending") or pod["metadata"].get("deletionTimestamp"):
+    pending = (pod.get("status") or {}).get("phase") == "Pending"
+    if pod_has_ended(pod) or pending or pod["metadata"].get("deletionTimestamp"):
         return  # canIgnorePDB: it disrupts nothing more
     namespace = pod["metadata"]["namespace"]
     budgets = []

@@ -23,6 +23,7 @@ from typing import Any
 
 from neuronfleet.sandbox.clock import run_controller
 from neuronfleet.sandbox.errors import ApiError
+from neuronfleet.sandbox.nodes import pod_has_ended
 from neuronfleet.sandbox.resources import ResourceType
 from neuronfleet.sandbox.serving import PORT_ANNOTATION
 from neuronfleet.sandbox.store import Obj, Store, WatchEvent
@@ -39,10 +40,6 @@ ENDPOINT_SLICES = ResourceType(
     group="discovery.k8s.io", versions=["v1"], plural="endpointslices", kind="EndpointSlice", namespaced=True,
     singular="endpointslice",
 )  # fmt: skip
-
-
-#: Pod phases after which a pod is in no Service's endpoints.
-ENDED = ("Succeeded", "Failed")
 
 
 def _ready(pod: Obj) -> bool:
@@ -111,7 +108,7 @@ class EndpointsController:
         for pod in self.store.iter(self._pods, namespace):
             status = pod.get("status") or {}
             # endpointslice's ShouldPodBeInEndpoints: an IP, and not Succeeded or Failed.
-            if status.get("phase") in ENDED or not status.get("podIP") or not _selects(selector, pod):
+            if pod_has_ended(pod) or not status.get("podIP") or not _selects(selector, pod):
                 continue
             ports = tuple(_target_port(p, pod) or 0 for p in spec.get("ports") or [])
             if 0 in ports:

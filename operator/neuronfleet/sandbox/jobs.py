@@ -30,6 +30,7 @@ from neuronfleet.sandbox.clock import run_controller
 from neuronfleet.sandbox.conditions import set_condition
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.events import EventRecorder
+from neuronfleet.sandbox.nodes import pod_has_ended
 from neuronfleet.sandbox.store import Obj, Store, WatchEvent
 
 
@@ -86,12 +87,7 @@ class JobController:
         pods = self._pods_of(job)
         succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
         failed = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Failed")
-        active = [
-            p
-            for p in pods
-            if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-            and not p["metadata"].get("deletionTimestamp")
-        ]
+        active = [p for p in pods if not pod_has_ended(p) and not p["metadata"].get("deletionTimestamp")]
         started = self._started.setdefault(uid, now)
         deadline = spec.get("activeDeadlineSeconds")
         if succeeded:

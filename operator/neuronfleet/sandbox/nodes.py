@@ -219,6 +219,15 @@ def _parsed_quantity(value: str | int) -> Decimal:
         return Decimal(0)
 
 
+#: Pod phases from which a pod never runs again (it holds no resources, serves nothing, counts in no quota).
+ENDED_PHASES = ("Succeeded", "Failed")
+
+
+def pod_has_ended(pod: dict[str, Any] | None) -> bool:
+    """Whether ``pod`` is Succeeded or Failed."""
+    return ((pod or {}).get("status") or {}).get("phase") in ENDED_PHASES
+
+
 def pod_requests(pod: dict[str, Any]) -> Resources:
     """Effective requests of a pod: sum over containers, max with init containers; limits imply
     requests for extended resources, as the scheduler computes them."""

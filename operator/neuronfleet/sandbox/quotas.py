@@ -19,7 +19,7 @@ from decimal import Decimal
 from typing import Any
 
 from neuronfleet.api.validation import go_quote
-from neuronfleet.sandbox.nodes import quantity
+from neuronfleet.sandbox.nodes import pod_has_ended, quantity
 
 #: Resources of pods a quota can cap by name (pods.go, podResources; ``count/pods`` is not emulated).
 POD_RESOURCES = frozenset(
@@ -94,7 +94,7 @@ def namespace_quota_usage(
     period, by when the sandbox's kubelet has had it removed)."""
     used: dict[str, Decimal] = {}
     for pod in pods:
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        if pod_has_ended(pod):
             continue
         if quota_spec is not None and not pod_in_quota_scopes(quota_spec, pod.get("spec") or {}):
             continue

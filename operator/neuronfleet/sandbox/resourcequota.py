@@ -12,14 +12,9 @@ import contextlib
 
 from neuronfleet.sandbox.clock import run_controller
 from neuronfleet.sandbox.errors import ApiError
+from neuronfleet.sandbox.nodes import pod_has_ended
 from neuronfleet.sandbox.quotas import namespace_quota_usage, quota_status
 from neuronfleet.sandbox.store import Obj, Store, WatchEvent
-
-_TERMINAL = ("Succeeded", "Failed")
-
-
-def _phase(pod: Obj | None) -> object:
-    return ((pod or {}).get("status") or {}).get("phase")
 
 
 class QuotaController:
@@ -45,9 +40,7 @@ class QuotaController:
         elif event.resource == ("", "pods"):
             # Usage changes when a pod is made or gone, or becomes terminal; its own status writes
             # (the kubelet's progress) change nothing, and are most of the pods' events.
-            counted = event.type in ("ADDED", "DELETED") or (
-                (_phase(event.old) in _TERMINAL) != (_phase(event.obj) in _TERMINAL)
-            )
+            counted = event.type in ("ADDED", "DELETED") or (pod_has_ended(event.old) != pod_has_ended(event.obj))
             if counted and next(iter(self.store.iter(self._quotas, namespace)), None) is not None:
                 self._mark(namespace)
 

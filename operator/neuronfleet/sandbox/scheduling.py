@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from neuronfleet.planning import catalog
-from neuronfleet.sandbox.nodes import Resources, node_allocatable, pod_requests
+from neuronfleet.sandbox.nodes import Resources, node_allocatable, pod_has_ended, pod_requests
 from neuronfleet.sandbox.selectors import selector_from_dict
 
 Obj = dict[str, Any]
@@ -90,7 +90,7 @@ def node_matches(pod: Obj, labels: Mapping[str, str], node_name: str = "") -> bo
 
 def is_active(pod: Obj) -> bool:
     """Holds node resources: bound and not finished (terminating pods still hold them)."""
-    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    return not pod_has_ended(pod)
 
 
 def used_resources(pods: Iterable[Obj]) -> Resources:

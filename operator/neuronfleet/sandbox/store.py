@@ -36,7 +36,7 @@ from neuronfleet.sandbox.clock import Clock
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.managedfields import Manager
 from neuronfleet.sandbox.names import name_problems
-from neuronfleet.sandbox.nodes import quantity
+from neuronfleet.sandbox.nodes import pod_has_ended, quantity
 from neuronfleet.sandbox.quotas import (
     format_quantity,
     namespace_quota_usage,
@@ -785,8 +785,7 @@ class Store:
         return new
 
     def _is_running_on_node(self, pod: Obj) -> bool:
-        phase = (pod.get("status") or {}).get("phase")
-        return bool((pod.get("spec") or {}).get("nodeName")) and phase not in ("Succeeded", "Failed")
+        return bool((pod.get("spec") or {}).get("nodeName")) and not pod_has_ended(pod)
 
     def _awaits_kubelet(self, rt: ResourceType, obj: Obj) -> bool:
         if rt.key != ("", "pods") or not self.graceful_pods or not self._is_running_on_node(obj):
