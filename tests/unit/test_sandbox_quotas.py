@@ -114,3 +114,21 @@ def test_a_quota_made_after_its_pods_or_changed_gets_its_status_without_a_pod_ev
     store.update(quotas, "default", "q", raise_hard)
     controller.sync()
     assert store.get(quotas, "default", "q")["status"]["hard"] == {"requests.cpu": "8"}
+
+
+def test_a_pod_that_ends_leaves_its_quotas_usage_without_being_deleted() -> None:
+    store = Store(Clock())
+    controller = QuotaController(store)
+    pods, quotas = store.resource("", "pods"), store.resource("", "resourcequotas")
+    pod = {"metadata": {"name": "m"}, "spec": {"containers": [container("server", {"cpu": "2"}, {"cpu": "2"})]}}
+    store.create(pods, "default", pod)
+    store.create(quotas, "default", {"metadata": {"name": "q"}, "spec": {"hard": {"requests.cpu": "4"}}})
+    controller.sync()
+    assert store.get(quotas, "default", "q")["status"]["used"] == {"requests.cpu": "2"}
+
+    def failed(o: dict[str, Any]) -> None:
+        o["status"] = {"phase": "Failed"}
+
+    store.update(pods, "default", "m", failed, subresource="status")
+    controller.sync()
+    assert store.get(quotas, "default", "q")["status"]["used"] == {"requests.cpu": "0"}

@@ -84,3 +84,15 @@ def test_a_nodes_status_says_not_ready_and_cordoned() -> None:
         "status": {"conditions": [{"type": "Ready", "status": "False"}]},
     }
     assert _cells("nodes", node)["Status"] == "NotReady,SchedulingDisabled"
+
+
+def test_a_pods_status_is_its_reason_before_its_phase() -> None:
+    def failed(**reason: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": "m", "creationTimestamp": "2026-12-06T00:00:00Z"},
+            "spec": {"containers": [{"name": "server"}]},
+            "status": {"phase": "Failed", **reason},
+        }
+
+    assert _cells("pods", failed(reason="Evicted"))["Status"] == "Evicted"
+    assert _cells("pods", failed())["Status"] == "Failed"

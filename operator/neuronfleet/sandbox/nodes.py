@@ -52,7 +52,7 @@ class NodeGroup:
         if self.count < 0 or self.min_nodes < 0 or self.max_nodes < self.min_nodes or self.count > self.max_nodes:
             raise ValueError(
                 f"node group {self.name!r}: need 0 <= min ({self.min_nodes}) <= max ({self.max_nodes}) "
-                f"and count ({self.count}) <= max"
+                f"and 0 <= count ({self.count}) <= max"
             )
 
     @property
