@@ -55,6 +55,7 @@ def test_a_simulated_compile_publishes_what_the_operator_and_the_emulated_server
     assert sorted((b.batch, b.sequence) for b in manifest.buckets) == [(b, s) for b in (1, 4, 8, 16) for s in (64, 128)]
     assert manifest.outputs[0].shape == [-1, 384]
     assert [(t.name, t.max_value) for t in manifest.inputs] == [("input_ids", 30521), ("attention_mask", 1)]
+    assert [t.shape for t in manifest.inputs] == [[-1, -1], [-1, -1]]  # batch and sequence as a request sends them
     assert (directory / "tokenizer.json").read_text() == '{"version": "1.0"}'
     # No model: the model files the manifest lists are stored empty (the artifact is whole as listed).
     stored = sorted(p.name for p in Path(found.uri).iterdir())
