@@ -1,0 +1,54 @@
+"""Protobuf request bodies (what client-go sends when it may) read as the JSON they encode: a
+DeleteOptions' grace period a signed int64 (two's complement on the wire), dry run repeated; an
+access review's resource and non-resource attributes (``kubectl auth can-i``)."""
+
+from __future__ import annotations
+
+from neuronfleet.sandbox.protobuf import MAGIC, decode, decode_delete_options
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _envelope(message: bytes, api_version: bytes = b"v1", kind: bytes = b"DeleteOptions") -> bytes:
+    """runtime.Unknown: its TypeMeta (1) and the raw message (2), after k8s\\0."""
+    type_meta = _field(1, api_version) + _field(2, kind)
+    return MAGIC + _field(1, type_meta) + _field(2, message)
+
+
+def test_a_delete_options_body_reads_as_its_json_fields() -> None:
+    options = _varint(1 << 3) + _varint(30) + _varint(3 << 3) + _varint(1)
+    options += _field(4, b"Foreground") + _field(5, b"All")
+    assert decode_delete_options(_envelope(options)) == {
+        "gracePeriodSeconds": 30,
+        "orphanDependents": True,
+        "propagationPolicy": "Foreground",
+        "dryRun": ["All"],
+    }
+
+
+def test_a_negative_grace_period_is_read_as_the_int64_it_encodes() -> None:
+    # kube-apiserver refuses a negative grace period by its value: it must arrive as -1, not 2**64 - 1.
+    options = _varint(1 << 3) + _varint((1 << 64) - 1)
+    assert decode_delete_options(_envelope(options)) == {"gracePeriodSeconds": -1}
+
+
+def test_an_access_review_reads_its_resource_and_non_resource_attributes() -> None:
+    resource = _field(1, b"default") + _field(2, b"create") + _field(5, b"pods")
+    non_resource = _field(1, b"/healthz") + _field(2, b"get")
+    spec = _field(1, resource) + _field(2, non_resource)
+    review = decode(_envelope(_field(2, spec), b"authorization.k8s.io/v1", b"SelfSubjectAccessReview"))
+    assert review["spec"] == {
+        "resourceAttributes": {"namespace": "default", "verb": "create", "resource": "pods"},
+        "nonResourceAttributes": {"path": "/healthz", "verb": "get"},
+    }
