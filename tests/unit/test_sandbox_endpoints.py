@@ -87,28 +87,33 @@ def _slice_conditions(store: Store) -> dict[str, tuple[bool, bool, bool]]:
     }
 
 
+#: (publishNotReadyAddresses, the Endpoints' addresses, each slice endpoint's (ready, serving,
+#: terminating)); an ended pod and one without an IP are in neither. Without it a terminating pod
+#: is in the EndpointSlices only, and a pending one with an IP is not ready; with it every pod with
+#: an IP is published ready, terminating ones too.
+PUBLISHED = [
+    (
+        False,
+        {"addresses": ["serving"], "notReadyAddresses": ["starting"]},
+        {"leaving": (False, True, True), "serving": (True, True, False), "starting": (False, False, False)},
+    ),
+    (
+        True,
+        {"addresses": ["leaving", "serving", "starting"], "notReadyAddresses": []},
+        {"leaving": (True, True, True), "serving": (True, True, False), "starting": (True, False, False)},
+    ),
+]
+
+
 @pytest.mark.looptime
-async def test_a_terminating_pod_is_in_the_endpoint_slices_only_and_a_pending_one_with_an_ip_is_not_ready() -> None:
-    store, _ = _cluster(publish_not_ready=False)
+@pytest.mark.parametrize(("publish_not_ready", "endpoints", "conditions"), PUBLISHED, ids=["default", "publish"])
+async def test_which_pods_the_endpoints_and_their_slices_hold(
+    publish_not_ready: bool, endpoints: dict[str, list[str]], conditions: dict[str, tuple[bool, bool, bool]]
+) -> None:
+    store, _ = _cluster(publish_not_ready=publish_not_ready)
     assert store.get(store.resource("", "pods"), "default", "leaving")["metadata"].get("deletionTimestamp")
-    assert _endpoints(store) == {"addresses": ["serving"], "notReadyAddresses": ["starting"]}
-    # (ready, serving, terminating); an ended pod and one without an IP are in neither.
-    assert _slice_conditions(store) == {
-        "leaving": (False, True, True),
-        "serving": (True, True, False),
-        "starting": (False, False, False),
-    }
-
-
-@pytest.mark.looptime
-async def test_publish_not_ready_addresses_publishes_every_pod_with_an_ip_as_ready_terminating_ones_too() -> None:
-    store, _ = _cluster(publish_not_ready=True)
-    assert _endpoints(store) == {"addresses": ["leaving", "serving", "starting"], "notReadyAddresses": []}
-    assert _slice_conditions(store) == {
-        "leaving": (True, True, True),
-        "serving": (True, True, False),
-        "starting": (True, False, False),
-    }
+    assert _endpoints(store) == endpoints
+    assert _slice_conditions(store) == conditions
 
 
 @pytest.mark.looptime
