@@ -168,3 +168,11 @@ def test_a_new_prometheus_starts_with_an_empty_tsdb(tmp_path: Path) -> None:
     assert not old_block.exists()
     assert not (tmp_path / "tsdb" / "wal").exists()
     assert server.tsdb == tmp_path / "tsdb"
+
+
+def test_prometheus_log_as_said_on_a_failed_start_is_its_last_4000_characters(tmp_path: Path) -> None:
+    server = PrometheusServer("/usr/bin/prometheus", tmp_path)
+    assert server.log() == ""  # never started: no log yet
+    server.log_file.write_text("early line\n" * 100 + "x" * 3990 + "\nlast line")
+    assert server.log() == ("x" * 3990 + "\nlast line")[-4000:]
+    assert server.log().endswith("last line") and "early line" not in server.log()

@@ -33,3 +33,35 @@ def test_the_wait_ends_when_a_killed_child_has_exited_and_not_before() -> None:
         child.kill()
         child.wait()
     assert wait_exited([child.pid], 0.0), "a child reaped already is gone, not waited for"
+
+
+SCRIPT = """
+import os, subprocess, sys
+from neuronfleet.sandbox.children import kill_children
+
+sleeper = subprocess.Popen(["sleep", "600"])
+# The grandchild outlives this script: it must hold none of the pipes the test reads to their end.
+quiet = "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL"
+parent = subprocess.Popen(
+    [sys.executable, "-c", f"import subprocess, sys; g = subprocess.Popen(['sleep', '600'], {quiet}); "
+     "print(g.pid, flush=True); sys.stdin.read()"],
+    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+)
+grandchild = int(parent.stdout.readline())
+ended = subprocess.Popen(["true"])
+os.waitid(os.P_PID, ended.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: a zombie child
+print(kill_children(), sleeper.wait(), parent.wait(), grandchild, flush=True)
+"""
+
+
+@linux_only
+def test_a_forced_exit_kills_this_process_children_only() -> None:
+    # Run in a process of its own: here it would kill the test run's own children too. Its two live
+    # children go; a child that already exited is not counted; a grandchild is not this process'.
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=60, check=True)
+    killed, sleeper, parent, grandchild = (int(field) for field in done.stdout.split())
+    try:
+        assert (killed, sleeper, parent) == (2, -signal.SIGKILL, -signal.SIGKILL)
+        os.kill(grandchild, 0)  # still running (raises if it is gone)
+    finally:
+        os.kill(grandchild, signal.SIGKILL)

@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -145,3 +147,33 @@ def test_demo_refuses_an_out_that_is_a_file(tmp_path: Path, capsys: pytest.Captu
     advice = "pass --out a new or empty directory"
     assert err.splitlines() == [f"neuronfleet demo: --out {out} is not a directory: {advice}"]
     assert out.read_text() == "notes"
+
+
+@pytest.mark.parametrize(
+    ("compile_jobs", "serving"), [("simulated", "emulated-device"), ("simulated", "simulated"), ("real", "cpu")]
+)
+def test_only_simulated_compiles_with_cpu_serving_are_refused(
+    compile_jobs: str, serving: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Each of these gets past that check: the next one (a --crd-dir that is no directory) answers.
+    argv = ["sandbox", "up", "--compile-jobs", compile_jobs, "--serving", serving, "--crd-dir", str(tmp_path / "none")]
+    args = parser().parse_args([*argv, "--kubeconfig", str(tmp_path / "kubeconfig")])
+    assert args.func(args) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"neuronfleet sandbox up: --crd-dir {tmp_path / 'none'} is not a directory"
+    ]
+
+
+@pytest.mark.parametrize(("code", "hint"), [(errno.EADDRINUSE, True), (errno.EACCES, False)])
+def test_a_taken_port_is_named_and_another_error_is_not_called_one(
+    code: int, hint: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    async def fails(*_: object) -> None:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(command, "_serve", fails)
+    args = parser().parse_args(["sandbox", "up", "--port", "8080", "--kubeconfig", str(tmp_path / "kubeconfig")])
+    assert args.func(args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("neuronfleet sandbox up: cannot serve: ")
+    assert ("port 8080 is taken; omit --port for a free one" in err) is hint
