@@ -51,3 +51,13 @@ def test_the_default_printer_ignores_a_closed_stderr(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(sys, "stderr", Closed())
     signals._say("stopping")  # raises no OSError (the test fails with it)
     assert tried == ["stopping"], "the message was written to stderr, and its EIO swallowed"
+
+
+async def test_uninstalling_before_installing_or_twice_does_nothing() -> None:
+    stopper = signals.StopOnSignals(lambda _signal: None, "the sandbox")
+    stopper.uninstall()  # never installed: no handler to remove (a stop that failed early calls it)
+    stopper.install()
+    assert signals._installed is stopper
+    stopper.uninstall()
+    stopper.uninstall()
+    assert signals._installed is None
