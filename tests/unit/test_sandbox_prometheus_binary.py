@@ -7,7 +7,6 @@ import re
 
 import pytest
 
-from neuronfleet.sandbox import prometheus
 from neuronfleet.sandbox.prometheus import INSTALL_HINT, PrometheusUnavailable, find_binary
 
 
@@ -22,13 +21,13 @@ from neuronfleet.sandbox.prometheus import INSTALL_HINT, PrometheusUnavailable, 
 def test_the_binary_on_path_comes_first_then_debians(
     on_path: str | None, debian: bool, found: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(prometheus.shutil, "which", lambda _name: on_path)
-    monkeypatch.setattr(prometheus.os, "access", lambda path, _mode: debian and path == "/usr/bin/prometheus")
+    monkeypatch.setattr("shutil.which", lambda _name: on_path)
+    monkeypatch.setattr("os.access", lambda path, _mode: debian and path == "/usr/bin/prometheus")
     assert find_binary() == found
 
 
 def test_no_binary_is_refused_with_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(prometheus.shutil, "which", lambda _name: None)
-    monkeypatch.setattr(prometheus.os, "access", lambda _path, _mode: False)
+    monkeypatch.setattr("shutil.which", lambda _name: None)
+    monkeypatch.setattr("os.access", lambda _path, _mode: False)
     with pytest.raises(PrometheusUnavailable, match=re.escape(INSTALL_HINT)):
         find_binary()
