@@ -126,3 +126,31 @@ async def test_a_sandbox_shutting_down_skips_the_servers_drain_delay(
     # at once: the server exits by itself (0) instead of being killed when the grace ends (-9).
     await processes.stop_all(grace_s=30.0)
     assert server.process.returncode == 0
+
+
+async def test_a_probe_of_a_server_gone_or_never_started_says_none(
+    new_processes: Callable[[], ServerProcesses], binary: Path
+) -> None:
+    # None (gone), not False (not ready yet): the kubelet stops waiting at once instead of probing a
+    # closed port until its ready timeout.
+    processes = new_processes()
+    assert await processes.probe("no-such-pod") is None
+    uid, _ = await _starting(processes, binary)
+    server = processes.processes[uid]
+    server.process.kill()
+    assert await processes.wait_exit(uid, 30.0) is not None
+    assert await processes.probe(uid) is None
+    assert not await processes.wait_ready(uid)
+
+
+@pytest.mark.parametrize(("headroom", "may"), [(0, True), (-1, False)])
+def test_without_root_the_nice_rlimit_must_reach_this_process_niceness(
+    headroom: int, may: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # RLIMIT_NICE's soft limit s lets a process lower its niceness down to 20 - s: exactly its own is enough.
+    import resource
+
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (20 - own + headroom, resource.RLIM_INFINITY))
+    assert serving.may_restore_priority() is may
