@@ -6,53 +6,16 @@ that, given one SIGTERM, drains longer than any grace, so only the SIGKILL ends 
 from __future__ import annotations
 
 import signal
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
-from fake_servers import DRAINING_SERVER
-
-from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
-from neuronfleet.sandbox.serving import ServingOptions
-
-FAST = ColdStartProfile(image_pull_s=0.0, container_start_s=0.0, readiness_s=0.0, shutdown_s=0.0, jitter=0.0)
-
-
-def _serving_pod(binary: Path) -> dict[str, Any]:
-    return {
-        "metadata": {"name": "stubborn"},
-        "spec": {
-            "terminationGracePeriodSeconds": 60,
-            "tolerations": [{"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"}],
-            "containers": [
-                {
-                    "name": "server",
-                    "image": "neuronserve:1",
-                    "command": [str(binary)],
-                    "args": ["serve"],
-                    "resources": {"limits": {"aws.amazon.com/neuroncore": "1"}},
-                    "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": 8080}},
-                }
-            ],
-        },
-    }
+from fake_servers import draining_neuronserve, served_pod, serving_sandbox
 
 
 async def test_a_shorter_grace_kills_a_server_still_draining(tmp_path: Path) -> None:
-    binary = tmp_path / "bin" / "neuronserve"
-    binary.parent.mkdir()
-    binary.write_text(f"#!{sys.executable}\n{DRAINING_SERVER}")
-    binary.chmod(0o755)
-    serving = ServingOptions(device_args=(), starting_niceness=0, ready_timeout_s=30.0, probe_period_s=0.2)
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)],
-        cold_start=FAST,
-        run_provisioner=False,
-        serving=serving,
-        workdir=tmp_path / "sandbox",
-    ) as cluster:
-        cluster.create("pods", _serving_pod(binary), "default")
+    binary = draining_neuronserve(tmp_path)
+    async with serving_sandbox(tmp_path) as cluster:
+        cluster.create("pods", served_pod("stubborn", binary, terminationGracePeriodSeconds=60), "default")
 
         def ready() -> bool:
             found = cluster.get("pods", "stubborn", "default")
