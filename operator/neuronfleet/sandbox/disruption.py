@@ -26,19 +26,15 @@ from typing import Any
 from neuronfleet.sandbox.clock import run_controller
 from neuronfleet.sandbox.conditions import set_condition
 from neuronfleet.sandbox.errors import ApiError
-from neuronfleet.sandbox.nodes import pod_has_ended
+from neuronfleet.sandbox.nodes import pod_has_ended, pod_is_ready
 from neuronfleet.sandbox.resources import json_path_value
 from neuronfleet.sandbox.selectors import LabelSelector, selector_from_dict
 from neuronfleet.sandbox.store import Obj, Store, WatchEvent
 
 
 def _ready(pod: Obj) -> bool:
-    if pod["metadata"].get("deletionTimestamp"):
-        return False
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (pod.get("status") or {}).get("conditions") or []
-    )
+    """Healthy to a budget: Ready, and not being deleted."""
+    return not pod["metadata"].get("deletionTimestamp") and pod_is_ready(pod)
 
 
 def _resolve(value: Any, total: int, round_up: bool) -> int:

@@ -23,7 +23,7 @@ from typing import Any
 
 from neuronfleet.sandbox.clock import run_controller
 from neuronfleet.sandbox.errors import ApiError
-from neuronfleet.sandbox.nodes import pod_has_ended
+from neuronfleet.sandbox.nodes import pod_has_ended, pod_is_ready
 from neuronfleet.sandbox.resources import ResourceType
 from neuronfleet.sandbox.serving import PORT_ANNOTATION
 from neuronfleet.sandbox.store import Obj, Store, WatchEvent
@@ -40,13 +40,6 @@ ENDPOINT_SLICES = ResourceType(
     group="discovery.k8s.io", versions=["v1"], plural="endpointslices", kind="EndpointSlice", namespaced=True,
     singular="endpointslice",
 )  # fmt: skip
-
-
-def _ready(pod: Obj) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (pod.get("status") or {}).get("conditions") or []
-    )
 
 
 def _selects(selector: dict[str, str], pod: Obj) -> bool:
@@ -115,7 +108,7 @@ class EndpointsController:
                 continue
             terminating = bool(pod["metadata"].get("deletionTimestamp"))
             # Never ready while terminating, unless the Service publishes not-ready addresses.
-            ready = publish_not_ready or (_ready(pod) and not terminating)
+            ready = publish_not_ready or (pod_is_ready(pod) and not terminating)
             groups.setdefault(ports, []).append((pod, ready))
         owner = {
             "apiVersion": "v1",
@@ -173,7 +166,7 @@ class EndpointsController:
                     "addresses": [pod["status"]["podIP"]],
                     "conditions": {
                         "ready": ready,
-                        "serving": _ready(pod),
+                        "serving": pod_is_ready(pod),
                         "terminating": bool(pod["metadata"].get("deletionTimestamp")),
                     },
                     "nodeName": pod["spec"].get("nodeName"),

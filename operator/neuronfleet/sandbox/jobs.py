@@ -30,7 +30,7 @@ from neuronfleet.sandbox.clock import run_controller
 from neuronfleet.sandbox.conditions import set_condition
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.events import EventRecorder
-from neuronfleet.sandbox.nodes import pod_has_ended
+from neuronfleet.sandbox.nodes import pod_has_ended, pod_is_ready
 from neuronfleet.sandbox.store import Obj, Store, WatchEvent
 
 
@@ -123,14 +123,7 @@ class JobController:
             active_count = 1
         else:
             active_count = len(active)
-        ready = sum(
-            1
-            for p in active
-            if any(
-                c.get("type") == "Ready" and c.get("status") == "True"
-                for c in (p.get("status") or {}).get("conditions") or []
-            )
-        )
+        ready = sum(1 for p in active if pod_is_ready(p))
         wanted = {**status, "active": active_count, "failed": failed, "succeeded": succeeded, "ready": ready}
         wanted.setdefault("startTime", now_ts)
         if wanted != status:

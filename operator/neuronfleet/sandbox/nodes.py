@@ -228,6 +228,14 @@ def pod_has_ended(pod: dict[str, Any] | None) -> bool:
     return ((pod or {}).get("status") or {}).get("phase") in ENDED_PHASES
 
 
+def pod_is_ready(pod: dict[str, Any]) -> bool:
+    """Whether ``pod``'s Ready condition is True (podutil.IsPodReady)."""
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
 def pod_requests(pod: dict[str, Any]) -> Resources:
     """Effective requests of a pod: sum over containers, max with init containers; limits imply
     requests for extended resources, as the scheduler computes them."""
