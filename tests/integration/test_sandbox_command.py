@@ -1,5 +1,6 @@
 """``neuronfleet sandbox up`` (via its ``register`` function): serves, writes a kubeconfig kubectl
-can use, stops on SIGINT; bad node-group specs get a clear error."""
+can use, stops on SIGINT; bad node-group specs get a clear error; ``--prometheus auto`` on a
+machine without Prometheus serves without it and points the operator at none."""
 
 from __future__ import annotations
 
@@ -77,3 +78,43 @@ def test_sandbox_up_rejects_bad_node_groups() -> None:
     assert result.returncode == 2
     assert "bad node group 'small:inf3.huge:2'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+#: The same driver on a machine without Prometheus: the binary lookup fails as it does there.
+DRIVER_WITHOUT_PROMETHEUS = (
+    "import neuronfleet.sandbox.command as command\n"
+    "from neuronfleet.sandbox.prometheus import PrometheusUnavailable\n"
+    "def find_binary():\n"
+    "    raise PrometheusUnavailable('no prometheus binary on PATH (test)')\n"
+    "command.find_binary = find_binary\n" + DRIVER
+)
+
+
+def test_prometheus_auto_without_the_binary_serves_without_it(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    args = ["sandbox", "up", "--kubeconfig", str(kubeconfig), "--no-s3", "--prometheus", "auto"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DRIVER_WITHOUT_PROMETHEUS, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        banner: list[str] = []
+        while len(banner) < 40 and not (banner and banner[-1].startswith("Ctrl-C")):
+            banner.append(proc.stdout.readline())
+        assert banner[0].startswith("sandbox API server: http://127.0.0.1:"), banner
+        # Served pods still run and get routers; only the scraping is gone, and the operator is not
+        # pointed at a Prometheus that is not there.
+        assert any(line.startswith("each Service gets a router") for line in banner), banner
+        assert not any(line.startswith("Prometheus:") for line in banner), banner
+        settings = (tmp_path / "sandbox.env").read_text()
+        assert "export KUBECONFIG=" in settings
+        assert "NEURONFLEET_PROMETHEUS_URL" not in settings
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    assert "no Prometheus: no prometheus binary on PATH (test)" in stderr
+    assert "Traceback" not in stderr
