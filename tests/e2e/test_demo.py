@@ -17,7 +17,7 @@ from rich.console import Console
 
 from neuronfleet.demo import options as demo_options
 from neuronfleet.demo.options import DEFAULT_TRACE, DemoError, DemoOptions
-from neuronfleet.demo.orchestration import run_demo
+from neuronfleet.demo.orchestration import prepare_example, prepare_load, run_demo
 from neuronfleet.demo.outdir import DEMO_ENTRIES, MARKER_NAME, check_out_dir
 from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES
 from neuronfleet.sandbox.dirlock import LOCK_FILE_NAME
@@ -26,19 +26,17 @@ from neuronfleet.sandbox.dirlock import LOCK_FILE_NAME
 def test_short_demo_scales_the_fleet_and_writes_a_consistent_report(tmp_path: Path) -> None:
     out = tmp_path / "demo-out"
     console = Console(file=(tmp_path / "console.txt").open("w"), width=140)
-    result = run_demo(
-        DemoOptions(
-            load="simulated",
-            minutes=3.0,
-            speed=1000.0,
-            out=out,
-            live=False,
-            skip_compile=True,
-            start_minute=26.0,
-            lead_in_minutes=0.0,
-        ),
-        console,
+    options = DemoOptions(
+        load="simulated",
+        minutes=3.0,
+        speed=1000.0,
+        out=out,
+        live=False,
+        skip_compile=True,
+        start_minute=26.0,
+        lead_in_minutes=0.0,
     )
+    result = run_demo(options, console)
 
     for name in ("report.md", "timeline.png", "summary.json"):
         assert (out / name).stat().st_size > 0, name
@@ -63,6 +61,12 @@ def test_short_demo_scales_the_fleet_and_writes_a_consistent_report(tmp_path: Pa
     # Figures agree with each other.
     assert summary["requests"] == pytest.approx(summary["served"] + summary["rejected"], rel=1e-9)
     assert summary["requests"] > 1000
+    # Every arrival of the three minutes was replayed, none left for a later evaluation to serve
+    # (arrivals a jitter moved past the end are the next minute's).
+    (tmp_path / "expected").mkdir()
+    load = prepare_load(options, prepare_example(options, tmp_path / "expected").deployment)
+    replayed_bins = round(load.duration / load.workload.dt)
+    assert summary["requests"] == pytest.approx(float(load.workload.count[:replayed_bins].sum()), rel=1e-9)
     assert 0.0 <= summary["slo_attainment"] <= 1.0
     cost = sum(hours * INF2_INSTANCE_TYPES[kind].usd_per_hour for kind, hours in summary["node_hours"].items())
     assert summary["usd"] == pytest.approx(cost)
