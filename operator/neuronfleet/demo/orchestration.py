@@ -545,9 +545,12 @@ def simulated_result(
 # ------------------------------------------------------------------------------------- entry point
 
 
-def run_demo(options: DemoOptions, console: Console | None = None) -> DemoResult:
-    """Run the demo (real load in real time, or the simulated replay under looptime); write the report."""
-    console = console or Console(highlight=False)
+def run_demo(options: DemoOptions, console: Console) -> DemoResult:
+    """Run the demo (real load in real time, or the simulated replay under looptime); write the report.
+
+    ``console``: where the live view goes (``options.live``), else its notes and a progress line a
+    minute.
+    """
     if options.load not in ("real", "simulated"):
         raise DemoError(f"--load is real or simulated, not {options.load!r}")
     if min(options.minutes, options.speed, options.peak_replicas, options.live_minutes, options.peak_rps) <= 0:

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from neuronfleet.api.v1alpha1 import GROUP, PLURAL
 from neuronfleet.demo.report import ScaleEvent
 from neuronfleet.sandbox import SandboxCluster
+from neuronfleet.sandbox.nodes import pod_is_ready
 from neuronfleet.sandbox.store import WatchEvent
 
 TIMELINE_KEYS = ("t", "demand", "queue", "desired", "active", "ready", "warm", "placeholders", "nodes", "util")
@@ -49,13 +50,6 @@ class FleetView:
     status: dict[str, Any] = field(default_factory=dict)
 
 
-def _ready(pod: dict[str, Any]) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (pod.get("status") or {}).get("conditions") or []
-    )
-
-
 def read_fleet(cluster: SandboxCluster, namespace: str, name: str) -> FleetView:
     view = FleetView()
     for node in cluster.list("nodes"):
@@ -69,7 +63,7 @@ def read_fleet(cluster: SandboxCluster, namespace: str, name: str) -> FleetView:
         if labels.get(f"{GROUP}/deployment") != name or meta.get("deletionTimestamp"):
             continue
         role = labels.get(f"{GROUP}/role", "?")
-        ready = _ready(pod)
+        ready = pod_is_ready(pod)
         if role == "active":
             view.active += 1
             view.ready += ready
