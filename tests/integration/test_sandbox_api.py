@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import threading
 from collections.abc import Awaitable, Callable
@@ -512,6 +513,12 @@ def test_threaded_cluster_serves_from_its_own_thread(threaded_sandbox_cluster: T
     loop_thread = threaded_sandbox_cluster.call(lambda c: threading.current_thread().name)
     assert loop_thread == "sandbox-cluster"
     assert asyncio.iscoroutinefunction(SandboxCluster.wait_for)
+    # A coroutine function's result is awaited in the cluster's loop, so a synchronous test can wait there.
+    found = threaded_sandbox_cluster.call(lambda c: c.wait_for(lambda: c.list("nodes")[:1], what="a node"))
+    assert [node["metadata"]["name"] for node in found] == names[:1]
+    # On a real loop (whose clock started long before), the sandbox's wall time starts at its epoch.
+    since_epoch = threaded_sandbox_cluster.call(lambda c: c.clock.wall() - c.clock.epoch)
+    assert datetime.timedelta(0) <= since_epoch < datetime.timedelta(seconds=60)
 
 
 async def test_dry_run_pagination_and_protobuf_bodies(sandbox_cluster: SandboxCluster) -> None:
