@@ -326,6 +326,19 @@ async def test_a_nomination_cleared_in_a_round_keeps_no_room_for_the_rest_of_it(
         assert said == []
 
 
+async def test_without_the_provisioner_no_node_is_launched_for_a_pending_pod() -> None:
+    # run_provisioner=False is a fixed cluster (as the scheduling tests here want): a pod that fits
+    # no node stays Pending, however long past the provisioning delay, though its group has room.
+    group = NodeGroup("small", "inf2.xlarge", count=0, max_nodes=2)
+    async with SandboxCluster(node_groups=[group], provisioning_delay_s=60.0, run_provisioner=False) as cluster:
+        assert cluster.provisioner is None
+        cluster.create("pods", neuron_pod("waiting", 2), "default")
+        await cluster.wait_for(lambda: condition(pod(cluster, "waiting"), "PodScheduled"), timeout=5)
+        with pytest.raises(TimeoutError):
+            await cluster.wait_for(lambda: cluster.list("nodes"), timeout=600, what="a node")
+        assert pod(cluster, "waiting")["status"]["phase"] == "Pending"
+
+
 async def test_the_unschedulable_message_names_every_resource_short() -> None:
     # kube-scheduler's NodeResourcesFit gives a node one reason per resource short, and the message
     # counts each over the nodes ("Insufficient cpu" alone would hide the NeuronCores also missing).
