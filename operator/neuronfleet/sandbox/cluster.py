@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import datetime
+import logging
 import os
 import sys
 import tempfile
@@ -17,7 +18,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, Protocol, TypeVar, overload
 
 import yaml
 
@@ -104,6 +105,19 @@ def write_kubeconfig(path: Path, url: str, name: str = "neuronfleet-sandbox") ->
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
+
+
+class _Controller(Protocol):
+    """A sandbox component with a loop of its own, run as a task until the sandbox stops."""
+
+    def run(self) -> Coroutine[Any, Any, None]: ...
+
+
+def _report_crash(task: asyncio.Task[None]) -> None:
+    """Log a sandbox controller whose loop ended with an error: the cluster goes on without it
+    (pods stop being scheduled, say), and a test waiting on it would only time out."""
+    if not task.cancelled() and (error := task.exception()) is not None:
+        logging.getLogger(__name__).error("sandbox: %s stopped: %r", task.get_name(), error, exc_info=error)
 
 
 class SandboxCluster:
@@ -213,6 +227,7 @@ class SandboxCluster:
         self._prometheus_binary = prometheus_binary
         self.scrape_interval_s = scrape_interval_s
         self.prometheus: PrometheusServer | None = None
+        self._pod_targets: PodTargets | None = None
         self._tasks: list[asyncio.Task[None]] = []
         #: Told each step of ``stop`` that may take a while (``sandbox up`` prints them).
         self.announce_stop: Callable[[str], object] | None = None
@@ -305,28 +320,27 @@ class SandboxCluster:
                     binary, workdir / "prometheus", scrape_interval_s=self.scrape_interval_s
                 )
                 await asyncio.to_thread(self.prometheus.start)
+                self._pod_targets = PodTargets(self.store, self.servers, self.prometheus)
         if self._kubeconfig_path is None:
             assert self._tmpdir is not None
             self._kubeconfig_path = Path(self._tmpdir.name) / "kubeconfig"
         self.kubeconfig_path = write_kubeconfig(self._kubeconfig_path, self.url)
+        controllers: list[tuple[str, _Controller | None]] = [
+            ("sandbox-scheduler", self.scheduler),
+            ("sandbox-provisioner", self.provisioner),
+            ("sandbox-disruption-controller", self.disruption),
+            ("sandbox-job-controller", self.jobs),
+            ("sandbox-resource-quota-controller", self.quotas),
+            ("sandbox-endpoints-controller", self.endpoints),
+            ("sandbox-routers", self.routers),
+            ("sandbox-prometheus-targets", self._pod_targets),
+        ]
         loop = asyncio.get_running_loop()
-        if self.scheduler is not None:
-            self._tasks.append(loop.create_task(self.scheduler.run(), name="sandbox-scheduler"))
-        if self.provisioner is not None:
-            self._tasks.append(loop.create_task(self.provisioner.run(), name="sandbox-provisioner"))
-        if self.disruption is not None:
-            self._tasks.append(loop.create_task(self.disruption.run(), name="sandbox-disruption-controller"))
-        if self.jobs is not None:
-            self._tasks.append(loop.create_task(self.jobs.run(), name="sandbox-job-controller"))
-        if self.quotas is not None:
-            self._tasks.append(loop.create_task(self.quotas.run(), name="sandbox-resource-quota-controller"))
-        if self.endpoints is not None:
-            self._tasks.append(loop.create_task(self.endpoints.run(), name="sandbox-endpoints-controller"))
-        if self.routers is not None:
-            self._tasks.append(loop.create_task(self.routers.run(), name="sandbox-routers"))
-        if self.prometheus is not None and self.servers is not None:
-            targets = PodTargets(self.store, self.servers, self.prometheus)
-            self._tasks.append(loop.create_task(targets.run(), name="sandbox-prometheus-targets"))
+        for name, controller in controllers:
+            if controller is not None:
+                task = loop.create_task(controller.run(), name=name)
+                task.add_done_callback(_report_crash)
+                self._tasks.append(task)
 
     async def stop(self) -> None:
         say = self.announce_stop or (lambda _text: None)
