@@ -21,6 +21,7 @@ from neuronfleet.api.crd import CRD_FILENAME, crd_yaml
 from neuronfleet.api.v1alpha1 import GROUP, KIND, InferenceDeployment
 from neuronfleet.api.validation import (
     Problem,
+    is_json_stream,
     load_manifests,
     not_utf8_message,
     validate_manifest,
@@ -364,7 +365,7 @@ def validate_files(
             if note:
                 results.append(DocumentResult(label, skipped=note))
                 continue
-            model, problems = validate_manifest(doc)
+            model, problems = validate_manifest(doc, from_yaml=not is_json_stream(text))
             result = DocumentResult(label, problems=problems)
             if model is not None:
                 result.name = model.name

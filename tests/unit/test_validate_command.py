@@ -561,6 +561,25 @@ def test_a_bare_off_is_refused_with_the_quotes_it_needs(tmp_path: Path) -> None:
     assert fixed.problems == []
 
 
+def test_a_json_false_gets_no_hint_about_yaml(tmp_path: Path) -> None:
+    # In a JSON file false was written as false: no bare Off was misread, and the hint would mislead.
+    manifest = tmp_path / "dep.json"
+    manifest.write_text(
+        json.dumps(
+            {
+                "apiVersion": "serving.neuronfleet.dev/v1alpha1",
+                "kind": "InferenceDeployment",
+                "metadata": {"name": "bert"},
+                "spec": {"model": {"source": "s3://acme/bert/"}, "warmPool": {"mode": False}},
+            }
+        )
+    )
+    [result] = validate_files([str(manifest)])
+    assert [str(p) for p in result.problems][-1] == (
+        'spec.warmPool.mode: Unsupported value: false: supported values: "Off", "Fixed", "Auto"'
+    )
+
+
 def test_manifests_are_read_as_kubectl_reads_them() -> None:
     # go-yaml reads a plain 1e3 as a float; PyYAML's YAML 1.1 rules as the string '1e3'.
     assert load_manifests("a: 1e3\nb: -5E-1\nc: '1e3'\nd: 10\ne: 1.5\nf: e3\n") == [

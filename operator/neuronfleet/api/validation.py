@@ -293,12 +293,17 @@ class ClientJsonManifestLoader(ClientManifestLoader):
     json_stream = True
 
 
+def is_json_stream(text: str) -> bool:
+    """Whether kubectl reads ``text`` as a JSON stream: its first non-blank character is ``{``
+    (apimachinery's YAMLOrJSONDecoder); any other text it reads as YAML."""
+    return text.lstrip().startswith("{")
+
+
 def load_manifests(text: str) -> list[Any]:
     """The non-empty YAML documents of ``text``, read as kubectl reads them (a duplicate key refused).
 
-    kubectl reads a text whose first non-blank character is ``{`` as a JSON stream, others as YAML
-    (apimachinery's YAMLOrJSONDecoder); the two differ on surrogate escapes (:class:`ManifestLoader`)."""
-    loader = ClientJsonManifestLoader if text.lstrip().startswith("{") else ClientManifestLoader
+    A JSON stream (:func:`is_json_stream`) and YAML differ on surrogate escapes (:class:`ManifestLoader`)."""
+    loader = ClientJsonManifestLoader if is_json_stream(text) else ClientManifestLoader
     return [doc for doc in yaml.load_all(text, Loader=loader) if doc is not None]
 
 
@@ -499,7 +504,7 @@ def kube_schema_message(path: str, error: jsonschema.ValidationError) -> str | N
     return None
 
 
-def _schema_problems(obj: dict[str, Any]) -> list[Problem]:
+def _schema_problems(obj: dict[str, Any], from_yaml: bool) -> list[Problem]:
     problems = []
     for error in sorted(_schema_validator().iter_errors(obj), key=schema_error_order):
         path = ""
@@ -521,8 +526,9 @@ def _schema_problems(obj: dict[str, Any]) -> list[Problem]:
             problems.append(Problem(path, pattern_message(path, error.instance, str(error.validator_value))))
             continue
         message = kube_schema_message(path, error) or error.message
-        if error.validator == "enum":
-            # Read from YAML here (kube-apiserver sees only the JSON kubectl made of it).
+        if error.validator == "enum" and from_yaml:
+            # Read from YAML here (kube-apiserver sees only the JSON kubectl made of it); a JSON
+            # ``false`` was written as one.
             message += _bare_boolean_hint(error.instance, error.validator_value)
         problems.append(Problem(path, message))
     return problems
@@ -659,8 +665,13 @@ def _pydantic_problems(error: pydantic.ValidationError) -> list[Problem]:
     return problems
 
 
-def validate_manifest(obj: Any) -> tuple[InferenceDeployment | None, list[Problem]]:
-    """Validate one decoded manifest. Returns the defaulted model (if it parsed) and the problems."""
+def validate_manifest(obj: Any, *, from_yaml: bool = True) -> tuple[InferenceDeployment | None, list[Problem]]:
+    """Validate one decoded manifest. Returns the defaulted model (if it parsed) and the problems.
+
+    ``from_yaml``: the manifest was written in YAML (as most are, and as an object read back from
+    the cluster most likely was), so a boolean where a listed word was meant gets a hint to quote
+    it; False for a JSON file, where ``false`` is no misread ``Off``.
+    """
     if not isinstance(obj, dict):
         return None, [Problem("", f"expected a mapping (a Kubernetes object), got {type(obj).__name__}")]
     api_version, kind = obj.get("apiVersion"), obj.get("kind")
@@ -679,7 +690,7 @@ def validate_manifest(obj: Any) -> tuple[InferenceDeployment | None, list[Proble
     # The name's form is checked by the CRD's own CEL rule below, as the API server checks it.
     schema = openapi_schema()
     obj = whole_floats_to_int(obj, schema)
-    problems += _schema_problems(obj)
+    problems += _schema_problems(obj, from_yaml)
     # kube-apiserver reports repeated items along with the schema's errors, not after them.
     spec_schema = schema["properties"]["spec"]
     problems += [Problem(path, message) for path, message in duplicate_items(obj.get("spec"), spec_schema, "spec")]
