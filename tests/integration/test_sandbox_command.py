@@ -22,6 +22,16 @@ DRIVER = (
 )
 
 
+def read_banner(proc: subprocess.Popen[str]) -> list[str]:
+    """What ``sandbox up`` prints before it waits (up to its last line, "Ctrl-C to stop.")."""
+    assert proc.stdout is not None
+    banner: list[str] = []
+    while len(banner) < 40 and not (banner and banner[-1].startswith("Ctrl-C")):
+        banner.append(proc.stdout.readline())
+    assert banner[0].startswith("sandbox API server: http://127.0.0.1:"), banner
+    return banner
+
+
 def test_sandbox_up_serves_until_interrupted(kubectl: str, repo_root: Path, tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     args = [
@@ -38,11 +48,7 @@ def test_sandbox_up_serves_until_interrupted(kubectl: str, repo_root: Path, tmp_
         [sys.executable, "-c", DRIVER, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
-        assert proc.stdout is not None
-        banner: list[str] = []
-        while len(banner) < 40 and not (banner and banner[-1].startswith("Ctrl-C")):
-            banner.append(proc.stdout.readline())
-        assert banner[0].startswith("sandbox API server: http://127.0.0.1:"), banner
+        banner = read_banner(proc)
         assert f"export KUBECONFIG={kubeconfig}" in "".join(banner)
         # Where the operator finds the sandbox's S3: beside the kubeconfig, gone after the sandbox.
         settings = (tmp_path / "sandbox.env").read_text()
@@ -100,11 +106,7 @@ def test_prometheus_auto_without_the_binary_serves_without_it(tmp_path: Path) ->
         text=True,
     )
     try:
-        assert proc.stdout is not None
-        banner: list[str] = []
-        while len(banner) < 40 and not (banner and banner[-1].startswith("Ctrl-C")):
-            banner.append(proc.stdout.readline())
-        assert banner[0].startswith("sandbox API server: http://127.0.0.1:"), banner
+        banner = read_banner(proc)
         # Served pods still run and get routers; only the scraping is gone, and the operator is not
         # pointed at a Prometheus that is not there.
         assert any(line.startswith("each Service gets a router") for line in banner), banner
