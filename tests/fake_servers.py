@@ -74,9 +74,10 @@ def served_pod(name: str, binary: Path, labels: dict[str, str] | None = None, **
     }
 
 
-def serving_sandbox(directory: Path, nodes: int = 1) -> SandboxCluster:
+def serving_sandbox(directory: Path, nodes: int = 1, *, own_workdir: bool = True) -> SandboxCluster:
     """A sandbox whose kubelet runs served pods' processes at once (no simulated start-up phases), on
-    ``nodes`` inf2.xlarge nodes, with no provisioner; enter it with ``async with``."""
+    ``nodes`` inf2.xlarge nodes, with no provisioner; enter it with ``async with``. Its workdir is
+    ``directory/sandbox``, or (``own_workdir=False``) a temporary one of its own."""
     return SandboxCluster(
         node_groups=[NodeGroup("small", "inf2.xlarge", count=nodes)],
         cold_start=ColdStartProfile(
@@ -84,5 +85,5 @@ def serving_sandbox(directory: Path, nodes: int = 1) -> SandboxCluster:
         ),
         run_provisioner=False,
         serving=ServingOptions(device_args=(), starting_niceness=0, ready_timeout_s=30.0, probe_period_s=0.2),
-        workdir=directory / "sandbox",
+        workdir=directory / "sandbox" if own_workdir else None,
     )

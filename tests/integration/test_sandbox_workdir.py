@@ -7,6 +7,10 @@ nothing running, a new run starts with an empty Prometheus TSDB.
 - A start that fails part-way (the API port taken, Prometheus not starting) stops what it started
   and releases the directory.
 - Prometheus's TSDB left by a previous run is emptied: a new run's queries never read old pods.
+- A lock the caller took (the demo's on ``--out``) must be on the sandbox's own directory, and
+  stays held after the sandbox stops.
+- Served pods keep their scratch under the workdir given, else under a temporary one that goes
+  with the sandbox.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from fake_servers import draining_neuronserve, served_pod, serving_sandbox
 
 from neuronfleet.sandbox import NodeGroup, SandboxCluster
-from neuronfleet.sandbox.dirlock import SandboxBusy
+from neuronfleet.sandbox.dirlock import DirectoryLock, SandboxBusy
 from neuronfleet.sandbox.prometheus import PrometheusServer
 from neuronfleet.sandbox.serving import ServingOptions
 
@@ -83,6 +88,52 @@ async def test_a_second_sandbox_on_the_same_directory_is_refused(tmp_path: Path)
     # The directory is free again once the first one stopped.
     async with SandboxCluster(node_groups=GROUPS, kubeconfig_path=kubeconfig) as third:
         assert str(third.url) in kubeconfig.read_text()
+
+
+async def test_a_lock_taken_by_the_caller_must_be_on_the_sandboxs_own_directory(tmp_path: Path) -> None:
+    # The demo locks --out itself before writing there, and hands the lock to the sandbox; a lock on
+    # any other directory (or for a sandbox that has none) would leave its own unlocked.
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    mine.mkdir()
+    other.mkdir()
+    for cluster in (
+        SandboxCluster(node_groups=GROUPS, kubeconfig_path=mine / "kubeconfig", directory_lock=DirectoryLock(other)),
+        SandboxCluster(node_groups=GROUPS, directory_lock=DirectoryLock(other)),
+    ):
+        with pytest.raises(ValueError, match=r"directory_lock locks .*other, not this sandbox's"):
+            await cluster.start()
+        assert not cluster.url  # refused before the API server started
+    lock = DirectoryLock(mine)
+    lock.acquire()
+    try:
+        async with SandboxCluster(node_groups=GROUPS, kubeconfig_path=mine / "kubeconfig", directory_lock=lock):
+            with pytest.raises(SandboxBusy):  # the caller's lock keeps others out
+                await SandboxCluster(node_groups=GROUPS, kubeconfig_path=mine / "kubeconfig").start()
+        # Still held once the sandbox stopped: its owner releases it.
+        with pytest.raises(SandboxBusy):
+            await SandboxCluster(node_groups=GROUPS, kubeconfig_path=mine / "kubeconfig").start()
+    finally:
+        lock.release()
+
+
+@pytest.mark.parametrize("own_workdir", [True, False], ids=["workdir", "temporary"])
+async def test_served_pods_keep_their_scratch_in_the_workdir_or_a_temporary_one(
+    tmp_path: Path, own_workdir: bool
+) -> None:
+    binary = draining_neuronserve(tmp_path)
+    async with serving_sandbox(tmp_path, own_workdir=own_workdir) as cluster:
+        cluster.create("pods", served_pod("model", binary), "default")
+        assert cluster.servers is not None
+        servers = cluster.servers
+        (server,) = await cluster.wait_for(lambda: list(servers.processes.values()), timeout=30, what="a server")
+        pods = server.scratch.parent
+        assert server.scratch.is_dir()  # the pod's emptyDir, removed with the pod
+        if own_workdir:
+            assert pods == tmp_path / "sandbox" / "pods"
+        else:
+            assert tmp_path not in pods.parents
+    # A temporary workdir goes with the sandbox; the caller's stays.
+    assert pods.is_dir() == own_workdir
 
 
 def test_sandbox_up_refuses_a_directory_in_use(tmp_path: Path) -> None:
