@@ -168,3 +168,7 @@ def test_live_demo_serves_real_requests_loses_none_and_scales_up_from_prometheus
     client = summary["client"]
     assert 0.0 <= client["machine_steal_share"] < 1.0 and 0.0 < client["machine_busy_share"] <= 1.0
     assert 0 <= client["quiet_within_slo"] <= client["quiet_requests"] <= summary["requests"]
+    # The client's own delays, measured from each request's schedule: never negative, and a few
+    # seconds at the very most on a machine this busy (not whole clock readings).
+    assert 0.0 <= client["send_lateness_p99_ms"] < 10_000.0, client
+    assert 0.0 <= client["loop_lag_max_ms"] < 10_000.0, client

@@ -2,7 +2,8 @@
 profile's measured times. At saturation one process runs full batches at the profile's latency by
 its own accounting (the wall-clock rate, the host's as much as the server's, is printed, not
 asserted), it says "emulated" wherever it reports, loads no torch, and can take an artifact's
-contract (name, buckets, tokenizer) without its weights.
+contract (name, buckets, tokenizer) without its weights. A queued batch goes to the idle core that
+freed first.
 """
 
 from __future__ import annotations
@@ -215,3 +216,25 @@ def test_an_artifact_without_a_tokenizer_keeps_its_text_contract(serve_process: 
     }
     status, _, doc = http_json(process.url, "POST", "/v2/models/scripted/infer", json.dumps(ids).encode())
     assert status == 200, doc
+
+
+async def test_a_batch_goes_to_the_idle_core_that_freed_first() -> None:
+    # Two batches queued behind the device's two cores: the third takes the core whose batch ended
+    # first, and starts at that end (not at the other core's later one).
+    from neuronserve.emulated import EmulatedDevice, synthetic_manifest
+
+    manifest = synthetic_manifest(BERT_BASE, "embed")
+    device = EmulatedDevice(BERT_BASE, manifest)
+    largest = max(bucket.batch for bucket in manifest.buckets)
+    sequence = manifest.buckets[0].sequence
+    now = time.monotonic()
+    long = device.reserve(largest, sequence, now)
+    short = device.reserve(1, sequence, now)
+    assert (long.core.index, short.core.index) == (0, 1)
+    assert short.end < long.end
+    rows = np.ones((1, sequence), dtype=np.int64)
+    await asyncio.gather(device.execute([[rows, rows]], long), device.execute([[rows, rows]], short))
+    queued = device.reserve(1, sequence, now)  # its requests were there before either core freed
+    assert queued.core.index == short.core.index
+    assert queued.start == short.end
+    assert queued.end == short.end + device.bucket_seconds[queued.bucket]
