@@ -3,7 +3,7 @@ profile's measured times. At saturation one process runs full batches at the pro
 its own accounting (the wall-clock rate, the host's as much as the server's, is printed, not
 asserted), it says "emulated" wherever it reports, loads no torch, and can take an artifact's
 contract (name, buckets, tokenizer) without its weights. A queued batch goes to the idle core that
-freed first.
+freed first; text without a vocabulary becomes [CLS], a token per word and [SEP].
 """
 
 from __future__ import annotations
@@ -238,3 +238,14 @@ async def test_a_batch_goes_to_the_idle_core_that_freed_first() -> None:
     assert queued.core.index == short.core.index
     assert queued.start == short.end
     assert queued.end == short.end + device.bucket_seconds[queued.bucket]
+
+
+def test_text_without_a_vocabulary_is_cls_a_token_per_word_and_sep_cut_at_the_longest_bucket() -> None:
+    from neuronserve.emulated import tokenize_by_length
+
+    ids, mask = tokenize_by_length(["one two three", "", "w " * 40], max_length=16)
+    assert ids.shape == mask.shape == (3, 16)
+    assert mask.sum(axis=1).tolist() == [5, 2, 16]
+    assert (ids == mask).all()  # every token is the same stand-in id, 1
+    narrow, _ = tokenize_by_length(["hi"], max_length=16)
+    assert narrow.shape == (1, 3)  # as wide as its longest text, not the bucket
