@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,9 @@ def test_short_demo_scales_the_fleet_and_writes_a_consistent_report(tmp_path: Pa
         start_minute=26.0,
         lead_in_minutes=0.0,
     )
+    started = time.monotonic()
     result = run_demo(options, console)
+    assert 0.0 < result.replay_wall_s <= result.wall_s <= time.monotonic() - started
 
     for name in ("report.md", "timeline.png", "summary.json"):
         assert (out / name).stat().st_size > 0, name
@@ -135,7 +138,11 @@ def test_live_demo_serves_real_requests_loses_none_and_scales_up_from_prometheus
     """
     out = tmp_path / "demo-out"
     console = Console(file=(tmp_path / "console.txt").open("w"), width=140)
+    started = time.monotonic()
     result = run_demo(DemoOptions(load="real", out=out, live=False, live_start_minute=35.5, live_minutes=0.75), console)
+    # The wall times reported lie within the run as this test timed it, the load's (45 s of
+    # arrivals) within the whole.
+    assert 30.0 <= result.replay_wall_s <= result.wall_s <= time.monotonic() - started
     summary = json.loads((out / "summary.json").read_text())
     report = (out / "report.md").read_text()
     written = {path.name for path in out.iterdir()}
@@ -160,6 +167,10 @@ def test_live_demo_serves_real_requests_loses_none_and_scales_up_from_prometheus
     # The operator scaled up from minReplicas (2) on signals it read from Prometheus.
     assert summary["scale_ups"] >= 1, summary["events"]
     assert summary["peak_active"] > 2 and max(summary["timeline"]["ready"]) > 2
+    # Replica-hours are integrated second by second over the load: between the fleet's smallest
+    # and largest size over its wall time (a second of slack at each end).
+    hours = (result.replay_wall_s - 2.0) / 3600.0, (result.replay_wall_s + 2.0) / 3600.0
+    assert summary["min_active"] * hours[0] <= summary["replica_hours"] <= summary["peak_active"] * hours[1]
     scaling = next(c for c in summary["conditions"] if c["type"] == "ScalingActive")
     assert scaling["status"] == "True", scaling
     assert summary["client"]["client_cpu_s"] > 0 and summary["client"]["peak_outstanding"] >= 1

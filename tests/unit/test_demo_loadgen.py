@@ -1,6 +1,8 @@
 """The live demo's load generator: superposed arrivals keep the rate and shape and smooth the seconds;
+the slice's busiest 30 s is scaled to the peak asked, within the trace and after an offset window;
 the client refuses to be unbounded or to leave this machine, and tells the host's stolen CPU time
-from the fleet's misses (its HTTP outcomes: tests/integration)."""
+from the fleet's misses (its HTTP outcomes: tests/integration); the live view reads its counts and
+the demand of the second asked."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import numpy as np
 import psutil
 import pytest
 
-from neuronfleet.demo.live import ClientView, LiveLoad
+from neuronfleet.demo.live import ClientView, LiveLoad, prepare_live_load
 from neuronfleet.demo.loadgen import (
     QUIET_STEAL_SHARE,
     MachineCpu,
@@ -20,6 +22,7 @@ from neuronfleet.demo.loadgen import (
     rate_per_second,
     superposed_arrivals,
 )
+from neuronfleet.demo.options import DemoError, DemoOptions
 
 
 def _bursty_trace(seconds: int = 3600, seed: int = 1) -> np.ndarray:
@@ -107,8 +110,46 @@ def test_the_machine_reading_is_a_share_of_the_cpu_time_between_readings() -> No
 
 def test_the_live_view_shows_the_hypervisors_share_of_the_last_second() -> None:
     view = ClientView(LiveLoad(np.array([0.5, 1.5]), 2.0, {}))
-    view.last = {"sent": 2, "counts": {"ok": 2}, "p99_ms": 12.0, "loop_lag_max_ms": 1.0, "steal_share": 0.12}
-    assert "CPU taken by the hypervisor 12%" in view.status()
+    view.last = {
+        "sent": 2345,
+        "counts": {"ok": 2300, "rejected": 40, "lost": 1},
+        "p99_ms": 12.0,
+        "loop_lag_max_ms": 1.0,
+        "steal_share": 0.12,
+    }
+    assert view.status() == (
+        "client: sent 2,345, answered ok 2,300, 429 40, lost 1; last second p99 12 ms, client loop lag 1 ms, "
+        "CPU taken by the hypervisor 12%"
+    )
+
+
+def test_the_live_views_demand_is_the_arrivals_of_the_second_asked_held_at_the_ends() -> None:
+    # Seconds 0..3 hold 1, 0, 3 and 2 arrivals; before the start the first second shows, past the
+    # end the last.
+    view = ClientView(LiveLoad(np.array([0.2, 2.1, 2.5, 2.9, 3.0, 3.7]), 4.0, {}))
+    assert [view.demand(t) for t in (-5.0, 0.0, 1.5, 2.99, 3.0, 60.0)] == [1.0, 1.0, 0.0, 3.0, 2.0, 2.0]
+
+
+def test_the_live_load_scales_the_slices_busiest_30_s_to_the_peak_asked() -> None:
+    options = DemoOptions(load="real", peak_rps=360.0)
+    load = prepare_live_load(options, slo_ms=50.0)
+    one_copy = load.facts["trace_requests"] / (options.live_minutes * 60.0)
+    busiest = np.bincount((load.arrivals // 30).astype(np.int64)).max() / 30.0
+    # Whole copies: the busiest 30 s lands within half a copy's rate of the peak asked.
+    assert load.facts["copies"] > 1
+    assert abs(load.facts["peak_rps_30s"] - options.peak_rps) <= load.facts["peak_rps_30s"] / load.facts["copies"] / 2
+    assert busiest == pytest.approx(load.facts["peak_rps_30s"], rel=0.1)
+    # Each copy is the trace shifted by up to the offset window: about the slice's count each.
+    assert len(load.arrivals) == pytest.approx(one_copy * options.live_minutes * 60.0 * load.facts["copies"], rel=0.05)
+
+
+def test_the_live_slice_needs_its_offset_window_before_it_and_must_end_within_the_trace() -> None:
+    window = DemoOptions().offset_window_s
+    # Starting exactly one offset window into the trace is the earliest start taken.
+    prepare_live_load(DemoOptions(load="real", live_start_minute=window / 60.0, live_minutes=0.5), slo_ms=50.0)
+    for start, minutes in ((window / 60.0 - 0.01, 0.5), (58.0, 5.0)):
+        with pytest.raises(DemoError, match=r"are not all in it"):
+            prepare_live_load(DemoOptions(load="real", live_start_minute=start, live_minutes=minutes), slo_ms=50.0)
 
 
 def test_a_busy_share_never_reads_above_one_by_float_rounding() -> None:
