@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 import torch
+from manual_clock import ManualClock
 from tiny_model import save_tiny
 
 from neuronserve import backend, cli
@@ -549,23 +550,13 @@ async def test_with_a_core_out_the_batcher_runs_and_counts_busy_on_the_copies_le
 # so a transient fault cost the replica a core for the pod's life.
 
 
-class FakeClock:
-    """The runner's clock, moved by the test: a cool-off passes without waiting it out."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def _runner_with_core_1_out(
     neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch, visible: str = "0-1", out: int = 1
-) -> tuple[ModelRunner, NeuronStandIn, BrokenCores, FakeClock]:
+) -> tuple[ModelRunner, NeuronStandIn, BrokenCores, ManualClock]:
     """A warmed runner on ``visible`` cores whose copy 1 (copies 1 to ``out``) failed until it was
     taken out of rotation (at the clock's time now); it still fails until the test heals it
     (``broken.cores``)."""
-    clock = FakeClock()
+    clock = ManualClock()
     runner, stand_in = _warmed_runner(neuron_artifact, monkeypatch, visible, clock)
     broken = BrokenCores(stand_in, set(range(1, out + 1)))
     broken.install(monkeypatch)
@@ -651,7 +642,7 @@ def test_a_core_that_fails_its_retest_stays_out_with_the_cool_off_doubled_and_no
     assert "NeuronCore copy 1 failed its re-test batch" in caplog.text and "next re-test in 1800 s" in caplog.text
 
 
-def _seconds_until_back(runner: ModelRunner, clock: FakeClock) -> int:
+def _seconds_until_back(runner: ModelRunner, clock: ManualClock) -> int:
     """Seconds on the runner's clock, one batch a second, until no copy is out of rotation."""
     for waited in range(1, 4000):
         clock.now += 1
@@ -747,7 +738,7 @@ def test_a_retest_failed_by_a_bad_input_on_every_copy_blames_no_copy_and_the_nex
 def test_a_copy_taken_out_while_it_executes_a_batch_gets_no_retest_on_top_of_it(
     neuron_artifact: tuple[Manifest, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     runner, stand_in = _warmed_runner(neuron_artifact, monkeypatch, "0-1", clock)
     BrokenCores(stand_in, {1}).install(monkeypatch)
     stand_in.executions.clear()

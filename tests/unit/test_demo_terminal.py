@@ -11,6 +11,7 @@ import functools
 import io
 
 import pytest
+from manual_clock import ManualClock
 from rich.console import Console, Group
 from rich.text import Text
 
@@ -132,20 +133,10 @@ def test_without_a_terminal_a_line_is_written_each_minute_of_the_runs_clock() ->
     ]
 
 
-class FakeMonotonic:
-    """The terminal module's ``time``, at a moment the test sets."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-
 def test_on_a_terminal_the_view_is_redrawn_at_most_four_times_a_second_unless_forced(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    clock = FakeMonotonic()
+    clock = ManualClock(100.0)
     monkeypatch.setattr("neuronfleet.demo.terminal.time", clock)
     drawn: list[float] = []
 

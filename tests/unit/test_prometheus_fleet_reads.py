@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import yaml
+from manual_clock import ManualClock
 
 from neuronfleet.api.default_queries import FORMER_DEFAULTS
 from neuronfleet.api.v1alpha1 import InferenceDeployment, MetricQueries
@@ -113,16 +114,6 @@ def prometheus() -> Iterator[FakePrometheus]:
     server.close()
 
 
-class Clock:
-    """The reader's clock (the back-off's and the fleet-wide answers' age), moved by the test."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def deployment(
     name: str, namespace: str = "search", url: str | None = None, interval: int = 15, **metrics: Any
 ) -> InferenceDeployment:
@@ -176,7 +167,7 @@ async def test_one_read_serves_every_deployment_and_each_takes_its_row(
 
 
 async def test_a_read_serves_for_its_validity_then_the_next_snapshot_reads_again(prometheus: FakePrometheus) -> None:
-    clock = Clock()
+    clock = ManualClock()
     metrics = PrometheusMetrics(prometheus.url, clock=clock)
     bert, gpt = deployment("bert"), deployment("gpt")
     await metrics.snapshot(bert, NOW)
@@ -195,7 +186,7 @@ async def test_a_read_serves_for_its_validity_then_the_next_snapshot_reads_again
 
 
 async def test_a_failed_read_backs_off_every_deployment_on_its_endpoint(prometheus: FakePrometheus) -> None:
-    clock = Clock()
+    clock = ManualClock()
     metrics = PrometheusMetrics(None, clock=clock)
     deps = [deployment(name, url=prometheus.url) for name in ("bert", "gpt", "ghost")]
     prometheus.failing = True
