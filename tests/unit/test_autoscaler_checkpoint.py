@@ -315,6 +315,24 @@ def test_a_section_that_is_not_a_checkpoint_is_not_resumed_from(section: object)
     assert checkpoint_from_status(section) is None
 
 
+@pytest.mark.parametrize("dropped", ["historyStartMinute", "historyRecommendations", "historyNeeds"])
+def test_a_history_missing_a_part_is_learned_again_and_the_rest_resumed(dropped: str) -> None:
+    # An edited section: its service rate still holds; a history without its start, or without one
+    # of its two series, is no history (the autoscaler learns it again), not an error.
+    checkpoint = Checkpoint(
+        time=1_740_000_000.0,
+        service_rate=100.0,
+        cold_start=None,
+        hold_seconds=None,
+        history=minutes(29_000_000, [8, 9], [6, 7]),
+    )
+    section = autoscaler_status(checkpoint)
+    assert section is not None
+    wire = section.to_wire()
+    del wire[dropped]
+    assert checkpoint_from_status(wire) == replace(checkpoint, history=History())
+
+
 # ------------------------------------------------------------- rate limits and panic across a restart
 
 
