@@ -150,6 +150,23 @@ def test_scale_down_rate_policy_limits_the_step() -> None:
     assert third.desired == 6
 
 
+@pytest.mark.parametrize(("select", "floor"), [("Max", 5), ("Min", 8)])
+def test_scale_down_select_policy_picks_the_largest_or_the_smallest_step(select: str, floor: int) -> None:
+    # From 10 replicas with almost no load: 2 pods or 50 % a minute. Max (the default) allows the
+    # larger step (down to 5), Min the smaller (down to 8), as HPA's selectPolicy.
+    behavior = {
+        "scaleDown": {
+            "stabilizationWindowSeconds": 0,
+            "selectPolicy": select,
+            "policies": [
+                {"type": "Pods", "value": 2, "periodSeconds": 60},
+                {"type": "Percent", "value": 50, "periodSeconds": 60},
+            ],
+        }
+    }
+    assert decide(spec(behavior=behavior), ScalingState(), snap(0, 10, 0.1), 10, 10, 0).desired == floor
+
+
 def test_select_policy_min_and_disabled() -> None:
     up_min = {
         "scaleUp": {
