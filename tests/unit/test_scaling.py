@@ -1212,8 +1212,11 @@ def test_a_scale_up_the_fleet_was_lowered_from_is_not_measured_when_a_later_one_
     kept = decide(s, waiting, snap(100, 50), 5, 5, 100)
     assert kept.desired == 5
     assert kept.new_state.launches == ()
-    # A scale-up to 8 at 400 s served at 700 s measures 300 s, not 700.
+    # A scale-up to 8 at 400 s served at 700 s measures 300 s, not 700; a decision between, keeping
+    # the 8 while 3 of them still start, keeps it waiting.
     up = decide(s, kept.new_state, snap(400, 80), 5, 5, 400)
     assert up.desired == 8
-    served = decide(s, up.new_state, snap(700, 80), 8, 8, 700)
+    starting = decide(s, up.new_state, snap(550, 80), 8, 5, 550)
+    assert starting.desired == 8 and starting.new_state.launches == up.new_state.launches
+    served = decide(s, starting.new_state, snap(700, 80), 8, 8, 700)
     assert served.new_state.cold_start == 300
