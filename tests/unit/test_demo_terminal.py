@@ -157,12 +157,23 @@ def render_never() -> Group:
 
 
 class ClosedTerminal(io.StringIO):
+    """A terminal hung up: every write fails with EIO; the texts tried are kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tried: list[str] = []
+
     def write(self, text: str) -> int:
+        self.tried.append(text)
         raise OSError(5, "Input/output error")
 
 
 def test_writes_to_a_closed_terminal_are_dropped() -> None:
-    display = Display(Console(file=ClosedTerminal(), width=80), live=False)
+    terminal = ClosedTerminal()
+    display = Display(Console(file=terminal, width=80), live=False)
     with display:
         display.note("a note nobody reads")
         display.update(render_never, lambda: "a line nobody reads", 0.0)
+    # Both were written (and failed) without the EIO reaching the demo.
+    assert "a note nobody reads" in "".join(terminal.tried)
+    assert "a line nobody reads" in "".join(terminal.tried)
