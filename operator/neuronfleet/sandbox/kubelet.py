@@ -17,15 +17,25 @@ Deletion honours ``terminationGracePeriodSeconds``: a terminating pod is removed
 ``min(grace, profile.shutdown_s)``, at once when the grace is 0; a second DELETE that shortens the
 grace ends the stop at the pod's new deletionTimestamp (a real server gets its SIGKILL then).
 
+A deleted pod's terminal phase is written before it leaves, as kubelets do since Kubernetes 1.27:
+Succeeded when its containers exited 0 (a server drains and exits 0 on SIGTERM), else Failed (a
+run-to-completion container ended by SIGTERM: 143; by SIGKILL at the grace's end: 137; one that never
+ran: ContainerStatusUnknown). A finalizer (a Job's tracking one) keeps the ended pod until it is
+removed. What the pod GC does for a pod deleted before it was scheduled, which no kubelet will
+stop, is done here too: it is marked Failed at once.
+
 Faults: ``crash_container()`` (exit, then restart after the crash-loop back-off), ``fail_pod()``
-(phase Failed), ``fail_node()`` (Ready Unknown, unreachable taint, then its pods are force-deleted
-as the pod GC does for lost nodes) and ``recover_node()``.
+(phase Failed), ``fail_node()`` (Ready Unknown, unreachable taint, then its pods are failed and
+force-deleted: in a cluster the taint manager evicts them and the pod GC then marks them Failed
+with a DisruptionTarget condition and force-deletes them; here that is one step) and
+``recover_node()``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import random
@@ -36,6 +46,7 @@ from typing import Any
 from neuronfleet.sandbox.conditions import set_condition
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.events import EventRecorder
+from neuronfleet.sandbox.nodes import pod_has_ended
 from neuronfleet.sandbox.serving import LOCALHOST, PORT_ANNOTATION, ServerProcesses, grace_seconds, is_serving_pod
 from neuronfleet.sandbox.store import Store, WatchEvent
 
@@ -133,6 +144,10 @@ class Kubelet:
             self._kill_server(uid)
             return
         node_name = (pod.get("spec") or {}).get("nodeName")
+        if not node_name and pod["metadata"].get("deletionTimestamp") and not pod_has_ended(pod):
+            # Only a finalizer keeps an unscheduled pod after its deletion; the pod GC ends it.
+            asyncio.get_running_loop().call_soon(self._fail_unscheduled, pod)
+            return
         if not node_name or node_name in self._failed_nodes:
             return
         if pod["metadata"].get("deletionTimestamp"):
@@ -149,6 +164,15 @@ class Kubelet:
         phase = (pod.get("status") or {}).get("phase", "Pending")
         if phase == "Pending" and uid not in self._tasks:
             self._tasks[uid] = asyncio.get_running_loop().create_task(self._start(pod))
+
+    def _fail_unscheduled(self, pod: Obj) -> None:
+        """The pod GC's gcUnscheduledTerminating: a deleted pod no node took is marked Failed."""
+        latest = self.store.try_get(self._pods, pod["metadata"]["namespace"], pod["metadata"]["name"])
+        if latest is None or latest["metadata"].get("uid") != pod["metadata"]["uid"] or pod_has_ended(latest):
+            return
+        if (latest.get("spec") or {}).get("nodeName"):
+            return
+        self._write_status(latest, lambda o: o.setdefault("status", {}).__setitem__("phase", "Failed"))
 
     def _cancel(self, uid: str) -> None:
         for tasks in (self._tasks, self._terminating):
@@ -417,29 +441,12 @@ class Kubelet:
         pod = self.store.try_get(self._pods, namespace, name)
         if pod is None:
             return
-        now = self.clock.timestamp()
-        succeeded = result.exit_code == 0
-        reason = "Completed" if succeeded else "Error"
-
-        def finished(o: Obj) -> None:
-            status = o.setdefault("status", {})
-            status["phase"] = "Succeeded" if succeeded else "Failed"
-            for container in status.get("containerStatuses") or []:
-                started = ((container.get("state") or {}).get("running") or {}).get("startedAt", now)
-                terminated: Obj = {
-                    "exitCode": result.exit_code,
-                    "reason": reason,
-                    "startedAt": started,
-                    "finishedAt": now,
-                }
-                if result.message:
-                    terminated["message"] = result.message
-                container["state"] = {"terminated": terminated}
-                container["ready"] = False
-                container["started"] = False
-            _set_readiness(o, False, now, "PodCompleted")
-
-        self._write_status(pod, finished)
+        self._write_status(
+            pod,
+            functools.partial(
+                _end_containers, now=self.clock.timestamp(), exit_code=result.exit_code, message=result.message
+            ),
+        )
 
     def crash_container(
         self, namespace: str, name: str, *, exit_code: int = 1, reason: str = "Error", message: str = ""
@@ -534,6 +541,7 @@ class Kubelet:
             # One reading of the grace for a real server and a simulated one, as the kubelet's: the
             # deletion's, else the spec's.
             grace = grace_seconds(pod)
+            was_running = (pod.get("status") or {}).get("phase") == "Running"
             for container in (pod.get("spec") or {}).get("containers") or []:
                 self.events.record(
                     pod,
@@ -545,20 +553,38 @@ class Kubelet:
             for hook in self.pre_stop_hooks:
                 hook(pod)
             processes = self.server_processes
+            exit_code: int | None
             if processes is not None and processes.get(uid) is not None:
                 # The real thing: SIGTERM, the server drains, SIGKILL when the grace period ends.
-                await self._stop_within_grace(pod, processes.terminate(uid, grace))
+                exit_code = await self._stop_within_grace(pod, processes.terminate(uid, grace))
             elif grace > 0:
-                await self._stop_within_grace(pod, asyncio.sleep(min(grace, self.profile_for(pod).shutdown_s)))
+                stopped = await self._stop_within_grace(
+                    pod, _stopped_on_sigterm(pod, min(grace, self.profile_for(pod).shutdown_s))
+                )
+                exit_code = stopped if was_running else None
+            else:
+                exit_code = EXIT_SIGKILL if was_running else None
+            self._write_terminal_phase(pod, exit_code)
             with contextlib.suppress(ApiError):
                 self.store.delete(self._pods, pod["metadata"]["namespace"], pod["metadata"]["name"], grace_period=0)
         finally:
             if self._terminating.get(uid) is asyncio.current_task():
                 del self._terminating[uid]
 
-    async def _stop_within_grace(self, pod: Obj, stop: Awaitable[object]) -> None:
+    def _write_terminal_phase(self, pod: Obj, exit_code: int | None) -> None:
+        """Before a deleted pod leaves, the kubelet writes its terminal phase (Kubernetes 1.27 on:
+        Succeeded when every container exited 0, else Failed), which a Job's pod failure policy and
+        its controller read. ``exit_code``: how the containers' stop ended; None for containers that
+        never ran, which the kubelet reports as ContainerStatusUnknown (exit 137)."""
+        latest = self.store.try_get(self._pods, pod["metadata"]["namespace"], pod["metadata"]["name"])
+        if latest is None or latest["metadata"].get("uid") != pod["metadata"]["uid"] or pod_has_ended(latest):
+            return
+        self._write_status(latest, functools.partial(_end_containers, now=self.clock.timestamp(), exit_code=exit_code))
+
+    async def _stop_within_grace(self, pod: Obj, stop: Awaitable[int | None]) -> int | None:
         """Await a container's stop; if a second DELETE shortens the grace meanwhile, end it at the
-        pod's new deletionTimestamp, as the kubelet kills again with the shorter grace."""
+        pod's new deletionTimestamp, as the kubelet kills again with the shorter grace. Returns the
+        container's exit code (128 + the signal for one a signal ended), None when unknown."""
         uid, namespace, name = pod["metadata"]["uid"], pod["metadata"]["namespace"], pod["metadata"]["name"]
         began_with, cut = grace_seconds(pod), asyncio.Event()
         self._grace_cuts[uid] = (began_with, cut)
@@ -567,6 +593,7 @@ class Kubelet:
             cut.set()  # shortened before this task ran
         stopping = asyncio.ensure_future(stop)
         left: float | None = None  # seconds to the shortened deadline, once there is one
+        killed: int | None = None
         try:
             while not stopping.done():
                 cut_seen = asyncio.ensure_future(cut.wait())
@@ -584,10 +611,11 @@ class Kubelet:
                 # the simulated one.
                 processes = self.server_processes
                 if processes is not None and processes.get(uid) is not None:
-                    await processes.kill(uid)
+                    killed = await processes.kill(uid)
                     await stopping
                 else:
                     stopping.cancel()
+                    killed = EXIT_SIGKILL
                 break
         finally:
             del self._grace_cuts[uid]
@@ -595,6 +623,8 @@ class Kubelet:
                 stopping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await stopping
+        code = killed if killed is not None else stopping.result() if not stopping.cancelled() else None
+        return None if code is None else _shell_exit_code(code)
 
     # ---- faults --------------------------------------------------------------------------------------
 
@@ -675,6 +705,8 @@ class Kubelet:
             if (pod.get("spec") or {}).get("nodeName") == name:
                 self._cancel(pod["metadata"]["uid"])
                 self._kill_server(pod["metadata"]["uid"])
+                if not pod_has_ended(pod):
+                    self._write_status(pod, functools.partial(_lost_with_node, now=now))
                 with contextlib.suppress(ApiError):
                     self.store.delete(self._pods, pod["metadata"]["namespace"], pod["metadata"]["name"], grace_period=0)
         return True
@@ -711,6 +743,74 @@ class Kubelet:
             ),
         )
         return True
+
+
+#: A container's exit code when SIGKILL ended it (128 + 9), as the container runtime reports it.
+EXIT_SIGKILL = 137
+#: ... and when SIGTERM did, for a process without a handler for it (128 + 15).
+EXIT_SIGTERM = 143
+
+
+def _shell_exit_code(code: int) -> int:
+    """An exit code as the container runtime reports it: a process ended by signal N is 128 + N
+    (asyncio gives such a process's code as -N)."""
+    return 128 - code if code < 0 else code
+
+
+async def _stopped_on_sigterm(pod: Obj, shutdown_s: float) -> int:
+    """A simulated container's stop on SIGTERM within its grace: a server (restartPolicy Always)
+    drains and exits 0; a run-to-completion container (a Job's) has no SIGTERM handler and is ended
+    by it, 143."""
+    await asyncio.sleep(shutdown_s)
+    return 0 if (pod.get("spec") or {}).get("restartPolicy", "Always") == "Always" else EXIT_SIGTERM
+
+
+def _end_containers(pod: Obj, *, now: str, exit_code: int | None, message: str = "") -> None:
+    """Write a pod's terminal phase: every container terminated with ``exit_code`` (None: it never
+    ran, so the kubelet knows no code: ContainerStatusUnknown, 137), Succeeded when it is 0."""
+    status = pod.setdefault("status", {})
+    status["phase"] = "Succeeded" if exit_code == 0 else "Failed"
+    for container in status.get("containerStatuses") or []:
+        running = (container.get("state") or {}).get("running")
+        terminated: Obj
+        if exit_code is None:
+            terminated = {
+                "exitCode": EXIT_SIGKILL,
+                "reason": "ContainerStatusUnknown",
+                "message": "The container could not be located when the pod was terminated",
+                "startedAt": None,
+                "finishedAt": now,
+            }
+        else:
+            terminated = {
+                "exitCode": exit_code,
+                "reason": "Completed" if exit_code == 0 else "Error",
+                "startedAt": (running or {}).get("startedAt", now),
+                "finishedAt": now,
+            }
+            if message:
+                terminated["message"] = message
+        container["state"] = {"terminated": terminated}
+        container["ready"] = False
+        container["started"] = False
+    _set_readiness(pod, False, now, "PodCompleted")
+
+
+def _lost_with_node(pod: Obj, *, now: str) -> None:
+    """What a pod on a lost node gets before its force deletion: the pod GC's DisruptionTarget
+    condition and phase Failed (its containers' last state is unknown)."""
+    set_condition(
+        pod,
+        {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "DeletionByPodGC",
+            "message": "PodGC: node no longer exists",
+            "lastProbeTime": None,
+            "lastTransitionTime": now,
+        },
+    )
+    _end_containers(pod, now=now, exit_code=None)
 
 
 def _set_readiness(pod: Obj, ready: bool, now: str, reason: str | None) -> None:

@@ -1,0 +1,137 @@
+"""A deleted pod's last status in the sandbox, as kubelets write it since Kubernetes 1.27 before the
+pod leaves: its terminal phase from how its containers stopped (a server drains and exits 0, a
+run-to-completion container ended by SIGTERM exits 143, by SIGKILL 137, one that never ran is
+ContainerStatusUnknown; a force deletion without a finalizer leaves no such write), and the pod
+GC's DisruptionTarget for the pods of a lost node (under looptime)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
+from neuronfleet.sandbox.store import WatchEvent
+
+pytestmark = pytest.mark.looptime
+
+PROFILE = ColdStartProfile(
+    image_pull_s=10.0, container_start_s=1.0, readiness_s=5.0, shutdown_s=20.0, run_s=600.0, jitter=0.0
+)
+
+
+def pod_body(name: str, *, restart_policy: str = "Always", image: str = "neuronserve:1") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": restart_policy,
+            "terminationGracePeriodSeconds": 60,
+            "tolerations": [{"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "main", "image": image}],
+        },
+    }
+
+
+class LastStatus:
+    """Each pod's status in the last write before it was deleted."""
+
+    def __init__(self, cluster: SandboxCluster) -> None:
+        self.before_deletion: dict[str, dict[str, Any]] = {}
+        self.deleted: set[str] = set()
+        cluster.store.listeners.append(self)
+
+    def __call__(self, event: WatchEvent) -> None:
+        if event.resource != ("", "pods"):
+            return
+        name = event.obj["metadata"]["name"]
+        if event.type == "DELETED":
+            self.deleted.add(name)
+        else:
+            self.before_deletion[name] = event.obj.get("status") or {}
+
+    def terminated(self, name: str) -> dict[str, Any]:
+        (container,) = self.before_deletion[name]["containerStatuses"]
+        return dict(container["state"]["terminated"])
+
+
+def phase(cluster: SandboxCluster, name: str) -> str | None:
+    return ((cluster.get("pods", name, "default") or {}).get("status") or {}).get("phase")
+
+
+async def test_each_deleted_pod_ends_in_the_phase_its_containers_stop_give() -> None:
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        last = LastStatus(cluster)
+        for name, policy in (("server", "Always"), ("job", "Never"), ("killed", "Never"), ("forced", "Never")):
+            cluster.create("pods", pod_body(name, restart_policy=policy), "default")
+        # A force deletion (grace 0) of a pod without a finalizer removes it at once: no kubelet writes.
+        cluster.store.update(
+            cluster.store.resource("", "pods"),
+            "default",
+            "killed",
+            lambda o: o["metadata"].__setitem__("finalizers", ["example.com/keep"]),
+        )
+        cluster.create("pods", pod_body("pulling", image="neuronserve:never-pulled"), "default")
+        assert cluster.kubelet is not None
+        cluster.kubelet.unpullable_images.add("neuronserve:never-pulled")
+        await cluster.wait_for(
+            lambda: all(phase(cluster, name) == "Running" for name in ("server", "job", "killed", "forced")),
+            timeout=600,
+        )
+        cluster.delete("pods", "server", "default")
+        cluster.delete("pods", "job", "default")
+        cluster.delete("pods", "killed", "default", grace_period=0)
+        cluster.delete("pods", "forced", "default", grace_period=0)
+        assert "forced" in last.deleted
+        cluster.delete("pods", "pulling", "default")
+        await cluster.wait_for(lambda: len(last.deleted) == 4, timeout=600, what="the pods without a finalizer gone")
+        await cluster.wait_for(lambda: phase(cluster, "killed") == "Failed", timeout=10)
+
+        assert last.before_deletion["server"]["phase"] == "Succeeded"  # drained, exit 0
+        assert last.terminated("server")["exitCode"] == 0
+        assert last.terminated("server")["reason"] == "Completed"
+        assert last.before_deletion["job"]["phase"] == "Failed"
+        assert (last.terminated("job")["exitCode"], last.terminated("job")["reason"]) == (143, "Error")
+        assert last.terminated("killed")["exitCode"] == 137  # kept by its finalizer
+        assert last.before_deletion["forced"]["phase"] == "Running"
+        assert last.before_deletion["pulling"]["phase"] == "Failed"
+        assert last.terminated("pulling")["reason"] == "ContainerStatusUnknown"
+        for name in ("server", "job", "killed", "pulling"):
+            ready = {c["type"]: c["status"] for c in last.before_deletion[name]["conditions"]}
+            assert ready["Ready"] == "False"
+
+
+async def test_a_stop_a_shorter_grace_cuts_is_a_sigkill() -> None:
+    # The simulated server takes 20 s to stop; a second DELETE with 5 s kills it at 5 s.
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        last = LastStatus(cluster)
+        cluster.create("pods", pod_body("server"), "default")
+        await cluster.wait_for(lambda: phase(cluster, "server") == "Running", timeout=600)
+        cluster.delete("pods", "server", "default")
+        cluster.delete("pods", "server", "default", grace_period=5)
+        start = cluster.clock.monotonic()
+        await cluster.wait_for(lambda: "server" in last.deleted, timeout=600)
+        assert cluster.clock.monotonic() - start == pytest.approx(5, abs=1)
+        assert last.before_deletion["server"]["phase"] == "Failed"
+        assert last.terminated("server")["exitCode"] == 137
+
+
+async def test_the_pods_of_a_lost_node_are_failed_with_the_pod_gcs_disruption_before_they_go() -> None:
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        last = LastStatus(cluster)
+        cluster.create("pods", pod_body("server"), "default")
+        await cluster.wait_for(lambda: phase(cluster, "server") == "Running", timeout=600)
+        assert cluster.kubelet is not None
+        node = (cluster.get("pods", "server", "default") or {})["spec"]["nodeName"]
+        assert cluster.kubelet.fail_node(node)
+        await cluster.wait_for(lambda: "server" in last.deleted, timeout=10)
+        status = last.before_deletion["server"]
+        assert status["phase"] == "Failed"
+        disruption = {c["type"]: c for c in status["conditions"]}["DisruptionTarget"]
+        assert (disruption["status"], disruption["reason"]) == ("True", "DeletionByPodGC")
+        assert last.terminated("server")["reason"] == "ContainerStatusUnknown"
