@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from neuronfleet.sandbox import ColdStartProfile, NodeGroup, SandboxCluster
+from neuronfleet.sandbox.disruption import mark_evicted
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.kubelet import ContainerResult
 from neuronfleet.sandbox.runners import SubprocessRunner
@@ -308,3 +309,164 @@ async def test_resource_quota_admission_after_limit_range_defaults_must_specify_
         cluster.create("pods", resourced_pod("third", {"memory": "1Mi"}, {"cpu": "100m"}), "default")
         await cluster.wait_for(lambda: quota_status()["used"]["limits.cpu"] == "2100m", timeout=10)
         assert quota_status()["used"]["pods"] == "2"
+
+
+class FailingRunner:
+    """A container runner whose containers exit with ``exit_code`` at once; it notes when each ran."""
+
+    def __init__(self, cluster: SandboxCluster, exit_code: int) -> None:
+        self.cluster = cluster
+        self.exit_code = exit_code
+        self.started: list[float] = []
+
+    async def __call__(self, pod: dict[str, Any]) -> ContainerResult | None:
+        self.started.append(self.cluster.clock.monotonic())
+        return ContainerResult(exit_code=self.exit_code)
+
+
+def pods_of(cluster: SandboxCluster, name: str) -> list[dict[str, Any]]:
+    return [p for p in cluster.list("pods", "default") if p["metadata"]["labels"].get("job-name") == name]
+
+
+def job_status(cluster: SandboxCluster, name: str) -> dict[str, Any]:
+    return (job(cluster, name) or {}).get("status") or {}
+
+
+def running_pod(cluster: SandboxCluster, name: str) -> dict[str, Any] | None:
+    return next((p for p in pods_of(cluster, name) if p["status"].get("phase") == "Running"), None)
+
+
+async def test_a_failed_pod_is_replaced_after_an_exponential_back_off() -> None:
+    # kube-controller-manager waits 10 s after the first failure, then 20 s, 40 s... (each counted
+    # from the last pod's exit) before making the next pod; the image is cached after the first
+    # pull, so each next container starts 1 s after its pod is made.
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        assert cluster.kubelet is not None
+        runner = FailingRunner(cluster, exit_code=3)
+        cluster.kubelet.container_runner = runner
+        cluster.create("jobs", job_body("bad", backoffLimit=3), "default", group="batch")
+        await cluster.wait_for(lambda: "Failed" in condition_types(job(cluster, "bad")), timeout=3600)
+        gaps = [later - earlier for earlier, later in zip(runner.started, runner.started[1:], strict=False)]
+        assert gaps == [pytest.approx(gap, abs=1.5) for gap in (11, 21, 41)]
+        failed = job(cluster, "bad")
+        assert failed is not None and failed["status"]["failed"] == 4
+        assert all(p["metadata"].get("finalizers") in (None, []) for p in pods_of(cluster, "bad"))
+
+
+async def test_a_pod_deleted_before_it_ended_counts_as_failed() -> None:
+    # Without a pod failure policy the controller counts a pod being deleted as failed at once
+    # (isPodFailed); the tracking finalizer keeps it until then, so it is counted even if it goes.
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        cluster.create("jobs", job_body("compile", backoffLimit=0), "default", group="batch")
+        pod = await cluster.wait_for(lambda: running_pod(cluster, "compile"), timeout=600)
+        assert pod is not None
+        assert pod["metadata"]["finalizers"] == ["batch.kubernetes.io/job-tracking"]
+        cluster.delete("pods", pod["metadata"]["name"], "default")
+        await cluster.wait_for(lambda: "Failed" in condition_types(job(cluster, "compile")), timeout=600)
+        failed = job(cluster, "compile")
+        assert failed is not None and failed["status"]["failed"] == 1
+        assert failed["status"]["conditions"][-1]["reason"] == "BackoffLimitExceeded"
+        await cluster.wait_for(lambda: not pods_of(cluster, "compile"), timeout=60, what="the deleted pod gone")
+
+
+DISRUPTION_IGNORED = {
+    "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+}
+
+
+async def test_an_evicted_pod_is_ignored_by_the_policy_and_replaced_once_it_has_ended() -> None:
+    # The operator's compile Jobs: a pod lost to a disruption is run again without using a retry.
+    # With a policy the controller waits for the pod's end (the kubelet writes Failed, 143, when its
+    # grace is over) before it counts or replaces it, then backs off 10 s.
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        cluster.create(
+            "jobs", job_body("compile", backoffLimit=0, podFailurePolicy=DISRUPTION_IGNORED), "default", group="batch"
+        )
+        pod = await cluster.wait_for(lambda: running_pod(cluster, "compile"), timeout=600)
+        assert pod is not None
+        name = pod["metadata"]["name"]
+        mark_evicted(cluster.store, pod)
+        cluster.delete("pods", name, "default")
+        evicted_at = cluster.clock.monotonic()
+        terminating = await cluster.wait_for(lambda: job_status(cluster, "compile").get("terminating") == 1, timeout=10)
+        assert terminating and len(pods_of(cluster, "compile")) == 1  # not replaced while it stops
+
+        def replacement() -> dict[str, Any] | None:
+            return next((p for p in pods_of(cluster, "compile") if p["metadata"]["name"] != name), None)
+
+        await cluster.wait_for(replacement, timeout=600)
+        # shutdown 1 s, then the 10 s back-off
+        assert cluster.clock.monotonic() - evicted_at == pytest.approx(11, abs=1.5)
+        status = (job(cluster, "compile") or {})["status"]
+        assert (status["failed"], status["active"], status["terminating"]) == (0, 1, 0)
+        assert "Failed" not in condition_types(job(cluster, "compile"))
+        assert cluster.get("pods", name, "default") is None  # counted, let go, gone
+
+
+async def test_a_pod_failure_policy_fails_the_job_on_a_matching_exit_code_and_counts_the_rest() -> None:
+    rules = [
+        {"action": "FailJob", "onExitCodes": {"containerName": "compile", "operator": "In", "values": [42]}},
+        {"action": "Ignore", "onExitCodes": {"operator": "NotIn", "values": [3, 42]}},
+        {"action": "Count", "onExitCodes": {"operator": "In", "values": [3]}},
+    ]
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        assert cluster.kubelet is not None
+        runner = FailingRunner(cluster, exit_code=3)
+        cluster.kubelet.container_runner = runner
+        spec: dict[str, Any] = {"backoffLimit": 6, "podFailurePolicy": {"rules": rules}}
+        cluster.create("jobs", job_body("compile", **spec), "default", group="batch")
+        await cluster.wait_for(
+            lambda: (job(cluster, "compile") or {}).get("status", {}).get("failed") == 1, timeout=600
+        )
+        runner.exit_code = 7  # ignored: not counted, run again
+        await cluster.wait_for(lambda: len(runner.started) == 3, timeout=600)
+        assert (job(cluster, "compile") or {})["status"]["failed"] == 1
+        runner.exit_code = 42
+        await cluster.wait_for(lambda: "Failed" in condition_types(job(cluster, "compile")), timeout=600)
+        failed = job(cluster, "compile")
+        assert failed is not None and failed["status"]["failed"] == 2
+        last = max(
+            pods_of(cluster, "compile"), key=lambda p: p["metadata"]["creationTimestamp"] + p["metadata"]["name"]
+        )
+        conditions = {c["type"]: c for c in failed["status"]["conditions"]}
+        assert conditions["Failed"]["reason"] == "PodFailurePolicy"
+        assert conditions["Failed"]["message"] == (
+            f"Container compile for pod default/{last['metadata']['name']} failed with exit code 42 "
+            "matching FailJob rule at index 0"
+        )
+        assert len(runner.started) == 4  # no retry after the FailJob rule matched
+
+
+async def test_a_deleted_jobs_running_pod_is_let_go() -> None:
+    # The Job controller lets go of the pods of a Job that is gone: its finalizer must not keep them.
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        cluster.create("jobs", job_body("compile", podFailurePolicy=DISRUPTION_IGNORED), "default", group="batch")
+        await cluster.wait_for(lambda: running_pod(cluster, "compile"), timeout=600)
+        cluster.delete("jobs", "compile", "default", group="batch", propagation="Background")
+        await cluster.wait_for(lambda: not cluster.list("pods", "default"), timeout=60, what="the job's pod gone")
+
+
+async def test_an_unscheduled_pod_deleted_is_failed_as_the_pod_gc_does_and_counted() -> None:
+    # No node fits (no provisioner): the pod stays Pending. Deleted, only the tracking finalizer keeps
+    # it; the pod GC marks it Failed, and with a policy that is when the controller counts it.
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        body = job_body("huge", backoffLimit=0, podFailurePolicy=DISRUPTION_IGNORED)
+        body["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "999"}}
+        cluster.create("jobs", body, "default", group="batch")
+        (pod,) = await cluster.wait_for(lambda: pods_of(cluster, "huge"), timeout=60)
+        cluster.delete("pods", pod["metadata"]["name"], "default")
+        await cluster.wait_for(lambda: "Failed" in condition_types(job(cluster, "huge")), timeout=60)
+        assert (job(cluster, "huge") or {})["status"]["failed"] == 1
+        await cluster.wait_for(lambda: not pods_of(cluster, "huge"), timeout=60, what="the pod let go")

@@ -885,6 +885,10 @@ class Store:
             if uid:
                 self.owned.setdefault(uid, set()).add((rkey, okey))
 
+    def dependents(self, uid: str, rt: ResourceType) -> Iterator[Obj]:
+        """The objects of type ``rt`` whose ownerReferences name ``uid`` (from the owner index)."""
+        return (obj for dependent_rt, obj in self._dependents(uid) if dependent_rt.key == rt.key)
+
     def _dependents(self, uid: str) -> Iterator[tuple[ResourceType, Obj]]:
         for rkey, okey in sorted(self.owned.get(uid, ())):
             rt = self.resources.get(rkey)
