@@ -470,3 +470,17 @@ async def test_an_unscheduled_pod_deleted_is_failed_as_the_pod_gc_does_and_count
         await cluster.wait_for(lambda: "Failed" in condition_types(job(cluster, "huge")), timeout=60)
         assert (job(cluster, "huge") or {})["status"]["failed"] == 1
         await cluster.wait_for(lambda: not pods_of(cluster, "huge"), timeout=60, what="the pod let go")
+
+
+async def test_the_pod_carries_the_templates_labels_and_annotations_beside_the_jobs_own() -> None:
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        body = job_body("compile")
+        body["spec"]["template"]["metadata"]["annotations"] = {"example.com/request": "r1"}
+        created = cluster.create("jobs", body, "default", group="batch")
+        (pod,) = await cluster.wait_for(lambda: pods_of(cluster, "compile"), timeout=60)
+        labels = pod["metadata"]["labels"]
+        assert labels["app"] == "compile"  # the template's
+        assert labels["controller-uid"] == created["metadata"]["uid"]
+        assert pod["metadata"]["annotations"] == {"example.com/request": "r1"}
