@@ -135,3 +135,33 @@ async def test_the_pods_of_a_lost_node_are_failed_with_the_pod_gcs_disruption_be
         disruption = {c["type"]: c for c in status["conditions"]}["DisruptionTarget"]
         assert (disruption["status"], disruption["reason"]) == ("True", "DeletionByPodGC")
         assert last.terminated("server")["reason"] == "ContainerStatusUnknown"
+
+
+async def test_a_pod_that_had_ended_keeps_its_end_when_deleted() -> None:
+    # A finalizer keeps a deleted pod that had already succeeded: the kubelet stops nothing and must
+    # not write an end over the one its containers had.
+    short_run = ColdStartProfile(image_pull_s=10.0, container_start_s=1.0, shutdown_s=20.0, run_s=30.0, jitter=0.0)
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=short_run, run_provisioner=False
+    ) as cluster:
+        body = pod_body("done", restart_policy="Never")
+        body["metadata"]["finalizers"] = ["example.com/keep"]
+        cluster.create("pods", body, "default")
+        await cluster.wait_for(lambda: phase(cluster, "done") == "Succeeded", timeout=600)
+        cluster.delete("pods", "done", "default")
+
+        def stopped() -> bool:
+            return any(
+                e.get("reason") == "Killing" and e["involvedObject"]["name"] == "done"
+                for e in cluster.list("events", "default")
+            )
+
+        await cluster.wait_for(stopped, timeout=60, what="the kubelet's stop")
+        pod = cluster.get("pods", "done", "default")
+        assert pod is not None and pod["metadata"].get("deletionTimestamp")
+        assert pod["status"]["phase"] == "Succeeded"
+        (container,) = pod["status"]["containerStatuses"]
+        assert (container["state"]["terminated"]["exitCode"], container["state"]["terminated"]["reason"]) == (
+            0,
+            "Completed",
+        )
