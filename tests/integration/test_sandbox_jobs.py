@@ -38,6 +38,13 @@ class RealTimeRunner:
         return await asyncio.to_thread(asyncio.run, self.runner(pod))
 
 
+def one_node_cluster() -> SandboxCluster:
+    """One inf2.xlarge node, no provisioner: what every test here runs its Jobs on."""
+    return SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    )
+
+
 def job_body(name: str, *, command: list[str] | None = None, **spec: Any) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": "compile",
@@ -76,9 +83,7 @@ def job(cluster: SandboxCluster, name: str) -> dict[str, Any] | None:
 
 
 async def test_job_runs_to_completion_and_expires() -> None:
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
+    async with one_node_cluster() as cluster:
         cluster.create("jobs", job_body("compile", ttlSecondsAfterFinished=300), "default", group="batch")
         start = cluster.clock.monotonic()
         await cluster.wait_for(lambda: "Complete" in condition_types(job(cluster, "compile")), timeout=600)
@@ -102,9 +107,7 @@ async def test_job_runs_to_completion_and_expires() -> None:
 async def test_a_job_past_its_active_deadline_fails_and_its_pod_goes() -> None:
     # Made once the cluster has run a while: the deadline counts from the Job's start, not from the
     # clock's zero.
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
+    async with one_node_cluster() as cluster:
         await asyncio.sleep(100)  # loop time
         cluster.create("jobs", job_body("compile", activeDeadlineSeconds=60), "default", group="batch")
         start = cluster.clock.monotonic()
@@ -118,9 +121,7 @@ async def test_a_job_past_its_active_deadline_fails_and_its_pod_goes() -> None:
 
 
 async def test_job_with_a_real_command_and_backoff_limit() -> None:
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
+    async with one_node_cluster() as cluster:
         assert cluster.kubelet is not None
         cluster.kubelet.container_runner = RealTimeRunner(SubprocessRunner())
         script = (
@@ -159,9 +160,7 @@ async def test_job_with_a_real_command_and_backoff_limit() -> None:
 async def test_service_account_admission_refuses_pods_and_the_job_controller_says_so_in_an_event() -> None:
     # Real kube-apiserver: the ServiceAccount admission plugin refuses a pod naming an account absent
     # from its namespace; the Job controller reports it only in a FailedCreate Event and tries again.
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
+    async with one_node_cluster() as cluster:
         pod = {"metadata": {"name": "reader"}, "spec": {"serviceAccountName": "model-reader", **POD_SPEC}}
         with pytest.raises(ApiError) as refused:
             cluster.create("pods", pod, "default")
@@ -205,9 +204,7 @@ async def test_limit_range_admission_defaults_then_validates_then_checks_min_and
     # Real kube-apiserver: the LimitRanger's mutating half gives a container the default limit it
     # lacks; pod validation then refuses a request above it (422); its validating half refuses what is
     # outside min/max (403). Wording: pkg/apis/core/validation and plugin/pkg/admission/limitranger.
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
+    async with one_node_cluster() as cluster:
         limits = {"type": "Container", "default": {"cpu": "1"}, "min": {"cpu": "100m"}, "max": {"memory": "1Gi"}}
         cluster.create("limitranges", {"metadata": {"name": "defaults"}, "spec": {"limits": [limits]}}, "default")
 
@@ -242,9 +239,7 @@ async def test_resource_quota_admission_after_limit_range_defaults_must_specify_
     # Real kube-apiserver: ResourceQuota is the last validating admission, after the LimitRanger's
     # defaults; a quota capping cpu or memory first refuses a container setting none ("failed quota",
     # pods.go's Constraints), then any quota taken over its hard ("exceeded quota", only what exceeds).
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
+    async with one_node_cluster() as cluster:
         hard = {"pods": "2", "limits.cpu": "3", "requests.memory": "1Gi", "requests.aws.amazon.com/neuroncore": "2"}
         cluster.create("resourcequotas", {"metadata": {"name": "compute"}, "spec": {"hard": hard}}, "default")
         two = {"name": "side", "image": "neuronserve:compile", "resources": {"requests": {"memory": "1Mi"}}}
@@ -319,6 +314,14 @@ class FailingRunner:
         self.exit_code = exit_code
         self.started: list[float] = []
 
+    @classmethod
+    def install(cls, cluster: SandboxCluster, exit_code: int) -> FailingRunner:
+        """A runner that the cluster's kubelet runs every run-to-completion container with."""
+        assert cluster.kubelet is not None
+        runner = cls(cluster, exit_code)
+        cluster.kubelet.container_runner = runner
+        return runner
+
     async def __call__(self, pod: dict[str, Any]) -> ContainerResult | None:
         self.started.append(self.cluster.clock.monotonic())
         return ContainerResult(exit_code=self.exit_code)
@@ -340,12 +343,8 @@ async def test_a_failed_pod_is_replaced_after_an_exponential_back_off() -> None:
     # kube-controller-manager waits 10 s after the first failure, then 20 s, 40 s... (each counted
     # from the last pod's exit) before making the next pod; the image is cached after the first
     # pull, so each next container starts 1 s after its pod is made.
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
-        assert cluster.kubelet is not None
-        runner = FailingRunner(cluster, exit_code=3)
-        cluster.kubelet.container_runner = runner
+    async with one_node_cluster() as cluster:
+        runner = FailingRunner.install(cluster, exit_code=3)
         cluster.create("jobs", job_body("bad", backoffLimit=3), "default", group="batch")
         await cluster.wait_for(lambda: "Failed" in condition_types(job(cluster, "bad")), timeout=3600)
         gaps = [later - earlier for earlier, later in zip(runner.started, runner.started[1:], strict=False)]
@@ -358,9 +357,7 @@ async def test_a_failed_pod_is_replaced_after_an_exponential_back_off() -> None:
 async def test_a_pod_deleted_before_it_ended_counts_as_failed() -> None:
     # Without a pod failure policy the controller counts a pod being deleted as failed at once
     # (isPodFailed); the tracking finalizer keeps it until then, so it is counted even if it goes.
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
+    async with one_node_cluster() as cluster:
         cluster.create("jobs", job_body("compile", backoffLimit=0), "default", group="batch")
         pod = await cluster.wait_for(lambda: running_pod(cluster, "compile"), timeout=600)
         assert pod is not None
@@ -382,9 +379,7 @@ async def test_an_evicted_pod_is_ignored_by_the_policy_and_replaced_once_it_has_
     # The operator's compile Jobs: a pod lost to a disruption is run again without using a retry.
     # With a policy the controller waits for the pod's end (the kubelet writes Failed, 143, when its
     # grace is over) before it counts or replaces it, then backs off 10 s.
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
+    async with one_node_cluster() as cluster:
         cluster.create(
             "jobs", job_body("compile", backoffLimit=0, podFailurePolicy=DISRUPTION_IGNORED), "default", group="batch"
         )
@@ -415,12 +410,8 @@ async def test_a_pod_failure_policy_fails_the_job_on_a_matching_exit_code_and_co
         {"action": "Ignore", "onExitCodes": {"operator": "NotIn", "values": [3, 42]}},
         {"action": "Count", "onExitCodes": {"operator": "In", "values": [3]}},
     ]
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
-        assert cluster.kubelet is not None
-        runner = FailingRunner(cluster, exit_code=3)
-        cluster.kubelet.container_runner = runner
+    async with one_node_cluster() as cluster:
+        runner = FailingRunner.install(cluster, exit_code=3)
         spec: dict[str, Any] = {"backoffLimit": 6, "podFailurePolicy": {"rules": rules}}
         cluster.create("jobs", job_body("compile", **spec), "default", group="batch")
         await cluster.wait_for(
@@ -447,9 +438,7 @@ async def test_a_pod_failure_policy_fails_the_job_on_a_matching_exit_code_and_co
 
 async def test_a_deleted_jobs_running_pod_is_let_go() -> None:
     # The Job controller lets go of the pods of a Job that is gone: its finalizer must not keep them.
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
+    async with one_node_cluster() as cluster:
         cluster.create("jobs", job_body("compile", podFailurePolicy=DISRUPTION_IGNORED), "default", group="batch")
         await cluster.wait_for(lambda: running_pod(cluster, "compile"), timeout=600)
         cluster.delete("jobs", "compile", "default", group="batch", propagation="Background")
@@ -459,9 +448,7 @@ async def test_a_deleted_jobs_running_pod_is_let_go() -> None:
 async def test_an_unscheduled_pod_deleted_is_failed_as_the_pod_gc_does_and_counted() -> None:
     # No node fits (no provisioner): the pod stays Pending. Deleted, only the tracking finalizer keeps
     # it; the pod GC marks it Failed, and with a policy that is when the controller counts it.
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
+    async with one_node_cluster() as cluster:
         body = job_body("huge", backoffLimit=0, podFailurePolicy=DISRUPTION_IGNORED)
         body["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "999"}}
         cluster.create("jobs", body, "default", group="batch")
@@ -473,9 +460,7 @@ async def test_an_unscheduled_pod_deleted_is_failed_as_the_pod_gc_does_and_count
 
 
 async def test_the_pod_carries_the_templates_labels_and_annotations_beside_the_jobs_own() -> None:
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
+    async with one_node_cluster() as cluster:
         body = job_body("compile")
         body["spec"]["template"]["metadata"]["annotations"] = {"example.com/request": "r1"}
         created = cluster.create("jobs", body, "default", group="batch")

@@ -20,6 +20,12 @@ PROFILE = ColdStartProfile(
 )
 
 
+def one_node_cluster(profile: ColdStartProfile) -> SandboxCluster:
+    return SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=profile, run_provisioner=False
+    )
+
+
 def pod_body(name: str, *, restart_policy: str = "Always", image: str = "neuronserve:1") -> dict[str, Any]:
     return {
         "metadata": {"name": name},
@@ -58,10 +64,14 @@ def phase(cluster: SandboxCluster, name: str) -> str | None:
     return ((cluster.get("pods", name, "default") or {}).get("status") or {}).get("phase")
 
 
+async def start_running(cluster: SandboxCluster, body: dict[str, Any]) -> None:
+    name = body["metadata"]["name"]
+    cluster.create("pods", body, "default")
+    await cluster.wait_for(lambda: phase(cluster, name) == "Running", timeout=600, what=f"{name} running")
+
+
 async def test_each_deleted_pod_ends_in_the_phase_its_containers_stop_give() -> None:
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
+    async with one_node_cluster(PROFILE) as cluster:
         last = LastStatus(cluster)
         for name, policy in (("server", "Always"), ("job", "Never"), ("killed", "Never"), ("forced", "Never")):
             cluster.create("pods", pod_body(name, restart_policy=policy), "default")
@@ -104,12 +114,9 @@ async def test_each_deleted_pod_ends_in_the_phase_its_containers_stop_give() -> 
 
 async def test_a_stop_a_shorter_grace_cuts_is_a_sigkill() -> None:
     # The simulated server takes 20 s to stop; a second DELETE with 5 s kills it at 5 s.
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
+    async with one_node_cluster(PROFILE) as cluster:
         last = LastStatus(cluster)
-        cluster.create("pods", pod_body("server"), "default")
-        await cluster.wait_for(lambda: phase(cluster, "server") == "Running", timeout=600)
+        await start_running(cluster, pod_body("server"))
         cluster.delete("pods", "server", "default")
         cluster.delete("pods", "server", "default", grace_period=5)
         start = cluster.clock.monotonic()
@@ -120,12 +127,9 @@ async def test_a_stop_a_shorter_grace_cuts_is_a_sigkill() -> None:
 
 
 async def test_the_pods_of_a_lost_node_are_failed_with_the_pod_gcs_disruption_before_they_go() -> None:
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
+    async with one_node_cluster(PROFILE) as cluster:
         last = LastStatus(cluster)
-        cluster.create("pods", pod_body("server"), "default")
-        await cluster.wait_for(lambda: phase(cluster, "server") == "Running", timeout=600)
+        await start_running(cluster, pod_body("server"))
         assert cluster.kubelet is not None
         node = (cluster.get("pods", "server", "default") or {})["spec"]["nodeName"]
         assert cluster.kubelet.fail_node(node)
@@ -141,9 +145,7 @@ async def test_a_pod_that_had_ended_keeps_its_end_when_deleted() -> None:
     # A finalizer keeps a deleted pod that had already succeeded: the kubelet stops nothing and must
     # not write an end over the one its containers had.
     short_run = ColdStartProfile(image_pull_s=10.0, container_start_s=1.0, shutdown_s=20.0, run_s=30.0, jitter=0.0)
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=short_run, run_provisioner=False
-    ) as cluster:
+    async with one_node_cluster(short_run) as cluster:
         body = pod_body("done", restart_policy="Never")
         body["metadata"]["finalizers"] = ["example.com/keep"]
         cluster.create("pods", body, "default")
