@@ -13,7 +13,7 @@ counts against ``backoffLimit`` (default 6) and is replaced until the limit is e
 condition, reason BackoffLimitExceeded), each replacement after the controller's exponential
 back-off (10 s after the first failure since the last success, doubling, at most 10 minutes:
 job_controller.go's DefaultJobPodFailureBackOff and MaxJobPodFailureBackOff; the Kubernetes
-documentation's "six minutes" predates them).
+documentation says "capped at six minutes", the code's constant is 10 minutes).
 
 A pod failure policy (``podFailurePolicy``, rules tried in order, the first that matches decides)
 decides what a Failed pod does: Ignore (not counted: replaced without using a retry), FailJob (the
