@@ -24,7 +24,7 @@ from neuronfleet.kube.builders import (
     pod_template_hash,
     relabel_patch,
 )
-from neuronfleet.kube.jobs import ANNOTATION_REPUBLISHES, LABEL_COMPILE_REQUEST, build_compile_job
+from neuronfleet.kube.jobs import ANNOTATION_REPUBLISHES, LABEL_COMPILE_REQUEST, build_compile_job, compile_job_name
 from neuronfleet.kube.observe import observe_compile_jobs
 from neuronfleet.planning.admission import OperatorAccount, own_account_problem, workload_account
 from neuronfleet.planning.compile import DanglingRecord, StoredArtifact, compile_request
@@ -372,6 +372,19 @@ def test_long_deployment_names_still_make_valid_objects() -> None:
     assert all(len(value) <= 63 for value in pod["metadata"]["labels"].values())
     # The Service still selects the pod once it is active.
     assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+
+
+def test_a_compile_job_name_of_63_characters_is_kept_readable_and_a_longer_one_is_shortened() -> None:
+    # The Job controller labels its pods with the Job's name (batch.kubernetes.io/job-name), a label
+    # value of at most 63 characters: a name that fits is the readable one, a longer one is cut and
+    # told apart by a hash of the whole deployment name.
+    request = compile_request(load("bert-embeddings.yaml").spec, "/store", "fp")
+    suffix = f"compile-{request.key[:10]}"
+    fits = "d" * (63 - len(suffix) - 1)
+    assert compile_job_name(fits, request) == f"{fits}-{suffix}"
+    assert len(compile_job_name(fits, request)) == 63
+    longer = compile_job_name(fits + "e", request)
+    assert len(longer) <= 63 and longer.endswith(suffix) and longer != compile_job_name(fits + "f", request)
 
 
 @pytest.mark.parametrize("example", ["bert-embeddings.yaml", "llama2-7b-chat.yaml"])
