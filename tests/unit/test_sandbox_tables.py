@@ -96,3 +96,41 @@ def test_a_pods_status_is_its_reason_before_its_phase() -> None:
 
     assert _cells("pods", failed(reason="Evicted"))["Status"] == "Evicted"
     assert _cells("pods", failed())["Status"] == "Failed"
+
+
+def _pod(phase: str, *states: dict[str, Any], deleted: bool = False, **status: Any) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "m", "creationTimestamp": "2026-12-06T00:00:00Z"}
+    if deleted:
+        metadata["deletionTimestamp"] = "2026-12-06T00:01:00Z"
+    return {
+        "metadata": metadata,
+        "spec": {"containers": [{"name": f"c{i}"} for i in range(len(states))]},
+        "status": {
+            "phase": phase,
+            "containerStatuses": [{"name": f"c{i}", **state} for i, state in enumerate(states)],
+            **status,
+        },
+    }
+
+
+def test_a_pods_status_is_how_its_containers_ended_and_a_deleted_pod_that_ended_shows_that() -> None:
+    completed = {"state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
+    error = {"state": {"terminated": {"exitCode": 143, "reason": "Error"}}}
+    running = {"ready": True, "state": {"running": {}}}
+    assert _cells("pods", _pod("Succeeded", completed))["Status"] == "Completed"
+    assert _cells("pods", _pod("Failed", error))["Status"] == "Error"
+    # The first container's end is what is shown.
+    assert _cells("pods", _pod("Failed", error, completed))["Status"] == "Error"
+    assert _cells("pods", _pod("Failed", completed, error))["Status"] == "Completed"
+    no_reason = {"state": {"terminated": {"exitCode": 3}}}
+    assert _cells("pods", _pod("Failed", no_reason))["Status"] == "ExitCode:3"
+    signalled = {"state": {"terminated": {"exitCode": 137, "signal": 9}}}
+    assert _cells("pods", _pod("Failed", signalled))["Status"] == "Signal:9"
+    # A sidecar that completed beside a server still running: the pod is Running (or NotReady).
+    ready = [{"type": "Ready", "status": "True"}]
+    assert _cells("pods", _pod("Running", completed, running, conditions=ready))["Status"] == "Running"
+    assert _cells("pods", _pod("Running", completed, running))["Status"] == "NotReady"
+    # Deleted: Terminating until it ends; a finalizer's hold after its end shows how it ended.
+    assert _cells("pods", _pod("Running", running, deleted=True))["Status"] == "Terminating"
+    assert _cells("pods", _pod("Failed", error, deleted=True))["Status"] == "Error"
+    assert _cells("pods", _pod("Running", running, deleted=True, reason="NodeLost"))["Status"] == "Unknown"

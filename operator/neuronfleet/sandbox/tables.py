@@ -67,14 +67,35 @@ def _pod_ready(obj: Obj) -> str:
 
 
 def _pod_status(obj: Obj) -> str:
-    if (obj.get("metadata") or {}).get("deletionTimestamp"):
-        return "Terminating"
+    """kubectl's STATUS of a pod, as kube-apiserver's printPod writes it: the pod's reason, else its
+    phase, replaced by a container's waiting or terminated reason (the first container's wins);
+    Completed reads Running (or NotReady) while another container still runs; Terminating for a
+    deleted pod that has not ended (one that has, held by a finalizer, shows how it ended)."""
     status = obj.get("status") or {}
-    for container in status.get("containerStatuses") or []:
-        waiting = (container.get("state") or {}).get("waiting")
-        if waiting and waiting.get("reason"):
-            return str(waiting["reason"])
-    return str(status.get("reason") or status.get("phase") or "Unknown")
+    phase = status.get("phase")
+    reason = str(status.get("reason") or phase or "Unknown")
+    running = False
+    for container in reversed(status.get("containerStatuses") or []):
+        state = container.get("state") or {}
+        waiting, terminated = state.get("waiting") or {}, state.get("terminated")
+        if waiting.get("reason"):
+            reason = str(waiting["reason"])
+        elif terminated is not None and terminated.get("reason"):
+            reason = str(terminated["reason"])
+        elif terminated is not None:
+            signal = terminated.get("signal")
+            reason = f"Signal:{signal}" if signal else f"ExitCode:{terminated.get('exitCode', 0)}"
+        elif container.get("ready") and "running" in state:
+            running = True
+    if reason == "Completed" and running:
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        reason = "Running" if ready else "NotReady"
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        if status.get("reason") == "NodeLost":
+            return "Unknown"
+        if phase not in ("Succeeded", "Failed"):
+            return "Terminating"
+    return reason
 
 
 def _node_status(obj: Obj) -> str:
