@@ -124,6 +124,9 @@ async def test_a_failed_create_condition_is_reported_as_is() -> None:
     assert await _message(job, [], CREATED + timedelta(seconds=5)) == (
         'FailedCreate: pods "bert-compile-x" is forbidden: exceeded quota: compute, requested: memory=24Gi'
     )
+    # A condition that has cleared (status False: the pod was made since) is no cause.
+    cleared = _running_job(_deployment(), conditions=[{**condition, "status": "False"}])
+    assert await _message(cleared, [], CREATED + timedelta(seconds=5)) == ""
 
 
 async def test_a_job_whose_pod_exists_reads_the_pod_not_its_age() -> None:
@@ -218,3 +221,43 @@ async def test_a_job_whose_pod_succeeded_is_finishing_and_reads_no_account() -> 
     )
     # A failed pod is between two attempts: a missing account refuses the next, so it is read.
     assert await observed("Failed") == ("model-compiler", [("ServiceAccount", "search", "model-compiler")])
+
+
+class _KubeWithLogs(_Kube):
+    async def pod_log_tail(self, namespace: str, name: str) -> str:
+        return f"Traceback ...\nneuronx-cc failed in {name}\n"
+
+
+def _failed_pod(name: str, created: str, **terminated: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "creationTimestamp": created},
+        "status": {"containerStatuses": [{"state": {"terminated": {"exitCode": 1, **terminated}}}]},
+    }
+
+
+async def _failure(pods: list[dict[str, Any]]) -> str:
+    dep = _deployment()
+    job = _running_job(dep, failed=2)
+    job["status"]["conditions"] = [
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the limit"}
+    ]
+    request = compile_request(dep.spec, "s3://artifacts", "fingerprint")
+    seen = await observe_compile_jobs(_KubeWithLogs([job], pods), "search", dep.name, request, CREATED)  # type: ignore[arg-type]
+    assert seen.phase == "failed"
+    return seen.message
+
+
+async def test_a_failed_compile_says_how_its_newest_pod_ended() -> None:
+    # Out of memory: only the container's reason says so (its log ends mid-compile), and the fix is
+    # spec.compile.memory.
+    oom = _failed_pod("c-new", "2025-01-01T12:05:00Z", reason="OOMKilled", exitCode=137)
+    said = _failed_pod("c-old", "2025-01-01T12:00:00Z", message="unsupported operator aten::foo")
+    message = await _failure([said, oom])
+    assert message.endswith("; the compile ran out of memory (OOMKilled, exit code 137): raise spec.compile.memory")
+    assert message.startswith("BackoffLimitExceeded")
+    # Its termination message (the compile's own, or its log's tail under FallbackToLogsOnError).
+    assert (await _failure([said])).endswith("; unsupported operator aten::foo")
+    # Neither: the tail of its log.
+    assert (await _failure([_failed_pod("c-x", "2025-01-01T12:00:00Z")])).endswith(
+        "; log tail: Traceback ...\nneuronx-cc failed in c-x"
+    )
