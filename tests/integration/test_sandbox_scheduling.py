@@ -386,6 +386,27 @@ async def test_provisioner_adds_a_node_after_its_delay_and_removes_it_when_empty
         assert (cluster.provisioner.nodes_launched, cluster.provisioner.nodes_removed) == (1, 1)
 
 
+async def test_a_node_left_with_an_ended_pod_and_a_daemon_pod_is_consolidated() -> None:
+    # As Karpenter: a pod that has ended (a Job's, kept for its logs) and a DaemonSet's pod do not
+    # keep a node; it is empty, and removed the consolidation delay after its last pod ended.
+    groups = [NodeGroup("small", "inf2.xlarge", count=0, max_nodes=1)]
+    run = ColdStartProfile(image_pull_s=20.0, container_start_s=2.0, shutdown_s=1.0, run_s=100.0, jitter=0.0)
+    async with SandboxCluster(
+        node_groups=groups, cold_start=run, provisioning_delay_s=60, consolidation_delay_s=30
+    ) as cluster:
+        cluster.create("pods", neuron_pod("job", 2, restartPolicy="Never"), "default")
+        node = await cluster.wait_for(lambda: pod(cluster, "job")["spec"].get("nodeName"), timeout=300)
+        daemon = neuron_pod("node-agent", 0, nodeName=node)
+        daemon["metadata"]["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "u-agent", "controller": True}
+        ]
+        cluster.create("pods", daemon, "default")
+        await cluster.wait_for(lambda: pod(cluster, "job")["status"].get("phase") == "Succeeded", timeout=300)
+        ended_at = cluster.clock.monotonic()
+        await cluster.wait_for(lambda: cluster.get("nodes", node) is None, timeout=600, what="consolidation")
+        assert cluster.clock.monotonic() - ended_at == pytest.approx(30, abs=0.5)
+
+
 async def test_launches_go_to_the_zone_with_the_fewest_nodes() -> None:
     groups = [NodeGroup("small", "inf2.xlarge", count=0, max_nodes=2, zones=("us-east-1a", "us-east-1b"))]
     async with SandboxCluster(node_groups=groups, cold_start=PROFILE, provisioning_delay_s=60) as cluster:
