@@ -848,6 +848,9 @@ async def test_launched_node_becomes_usable_after_ready_and_device_plugin_delays
         await cluster.wait_for(lambda: pod(cluster, "model")["spec"].get("nodeName"), timeout=300)
         assert cluster.clock.monotonic() - start == pytest.approx(93, abs=1)  # 60 + 20 + 13
         assert cluster.provisioner is not None and cluster.provisioner.nodes_launched == 1
+        # Ready, it lost the not-ready taint and kept its Neuron one.
+        taints = (cluster.get("nodes", node["metadata"]["name"]) or {})["spec"].get("taints") or []
+        assert [(t["key"], t["effect"]) for t in taints] == [("aws.amazon.com/neuron", "NoSchedule")]
 
 
 async def test_a_node_still_initializing_is_not_consolidated_while_its_pod_waits() -> None:
