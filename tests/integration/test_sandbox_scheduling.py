@@ -407,6 +407,29 @@ async def test_a_node_left_with_an_ended_pod_and_a_daemon_pod_is_consolidated() 
         assert cluster.clock.monotonic() - ended_at == pytest.approx(30, abs=0.5)
 
 
+async def test_each_empty_node_is_removed_its_own_delay_after_it_emptied() -> None:
+    # Only events and the consolidation timer wake the provisioner here: a second node emptied later
+    # must not push back the first node's removal (one timer is kept, the earliest).
+    groups = [NodeGroup("small", "inf2.xlarge", count=0, max_nodes=2)]
+    cluster = SandboxCluster(node_groups=groups, cold_start=PROFILE, provisioning_delay_s=60, consolidation_delay_s=45)
+    assert cluster.provisioner is not None
+    cluster.provisioner.interval_s = 3600
+    async with cluster:
+        for name in ("first", "second"):  # each takes a whole node
+            cluster.create("pods", neuron_pod(name, 2), "default")
+        await cluster.wait_for(lambda: is_ready(cluster, "first") and is_ready(cluster, "second"), timeout=300)
+        nodes = {name: pod(cluster, name)["spec"]["nodeName"] for name in ("first", "second")}
+        cluster.delete("pods", "first", "default")
+        first_deleted = cluster.clock.monotonic()
+        await asyncio.sleep(10)  # loop time
+        cluster.delete("pods", "second", "default")
+        second_deleted = cluster.clock.monotonic()
+        await cluster.wait_for(lambda: cluster.get("nodes", nodes["first"]) is None, timeout=600)
+        assert cluster.clock.monotonic() - first_deleted == pytest.approx(1 + 45, abs=0.5)
+        await cluster.wait_for(lambda: cluster.get("nodes", nodes["second"]) is None, timeout=600)
+        assert cluster.clock.monotonic() - second_deleted == pytest.approx(1 + 45, abs=0.5)
+
+
 async def test_launches_go_to_the_zone_with_the_fewest_nodes() -> None:
     groups = [NodeGroup("small", "inf2.xlarge", count=0, max_nodes=2, zones=("us-east-1a", "us-east-1b"))]
     async with SandboxCluster(node_groups=groups, cold_start=PROFILE, provisioning_delay_s=60) as cluster:
