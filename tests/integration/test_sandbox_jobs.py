@@ -440,9 +440,14 @@ async def test_a_deleted_jobs_running_pod_is_let_go() -> None:
     # The Job controller lets go of the pods of a Job that is gone: its finalizer must not keep them.
     async with one_node_cluster() as cluster:
         cluster.create("jobs", job_body("compile", podFailurePolicy=DISRUPTION_IGNORED), "default", group="batch")
-        await cluster.wait_for(lambda: running_pod(cluster, "compile"), timeout=600)
+        pod = await cluster.wait_for(lambda: running_pod(cluster, "compile"), timeout=600)
+        assert pod is not None and pod["metadata"]["finalizers"] == ["batch.kubernetes.io/job-tracking"]
         cluster.delete("jobs", "compile", "default", group="batch", propagation="Background")
+        deleted_at = cluster.clock.monotonic()
         await cluster.wait_for(lambda: not cluster.list("pods", "default"), timeout=60, what="the job's pod gone")
+        # Gone once its container stopped (PROFILE's 1 s shutdown): the finalizer held it no longer.
+        assert cluster.clock.monotonic() - deleted_at == pytest.approx(1, abs=0.5)
+        assert job(cluster, "compile") is None
 
 
 async def test_an_unscheduled_pod_deleted_is_failed_as_the_pod_gc_does_and_counted() -> None:

@@ -18,3 +18,15 @@ def set_condition(obj: Obj, condition: Obj) -> None:
             conditions[i] = condition
             return
     conditions.append(condition)
+
+
+def disruption_target(reason: str, message: str, now: str) -> Obj:
+    """The DisruptionTarget condition Kubernetes sets on a pod it is about to delete for a
+    disruption (preemption, an eviction, the pod GC), which a Job's pod failure policy reads."""
+    return {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now,
+    }

@@ -24,7 +24,7 @@ import math
 from typing import Any
 
 from neuronfleet.sandbox.clock import run_controller
-from neuronfleet.sandbox.conditions import set_condition
+from neuronfleet.sandbox.conditions import disruption_target, set_condition
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.nodes import pod_has_ended, pod_is_ready
 from neuronfleet.sandbox.resources import json_path_value
@@ -146,14 +146,7 @@ def check_eviction(store: Store, pod: Obj) -> None:
 def mark_evicted(store: Store, pod: Obj) -> None:
     """Set the DisruptionTarget condition an eviction gives the pod before deleting it (a Job's pod
     failure policy reads it)."""
-    now = store.clock.timestamp()
-    condition = {
-        "type": "DisruptionTarget",
-        "status": "True",
-        "reason": "EvictionByEvictionAPI",
-        "message": "Eviction API: evicting",
-        "lastTransitionTime": now,
-    }
+    condition = disruption_target("EvictionByEvictionAPI", "Eviction API: evicting", store.clock.timestamp())
     meta = pod["metadata"]
     store.update(
         store.resource("", "pods"),

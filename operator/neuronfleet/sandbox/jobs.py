@@ -127,7 +127,7 @@ class JobController:
             for p in pods
             if TRACKING_FINALIZER in (p["metadata"].get("finalizers") or ()) and _has_finished(p, spec)
         }
-        self._record_backoff(uid, [p for p in pods if p["metadata"]["uid"] in ended], ended)
+        self._record_backoff(uid, pods, ended)
         self._settle(job, pods, ended)
         # Only once the count is written: a pod whose count was lost would be counted again.
         for pod in pods:
@@ -210,9 +210,10 @@ class JobController:
                 subresource="status",
             )
 
-    def _record_backoff(self, uid: str, ended_pods: list[Obj], ended: dict[str, tuple[PodOutcome, str]]) -> None:
+    def _record_backoff(self, uid: str, pods: list[Obj], ended: dict[str, tuple[PodOutcome, str]]) -> None:
         """The back-off record as backoff_utils.go keeps it: failures (ignored ones too) since the
-        last success, and when the last of them ended."""
+        last success, and when the last of them ended (``ended``: the pods counted this round)."""
+        ended_pods = [p for p in pods if p["metadata"]["uid"] in ended]
         if not ended_pods:
             return
         record = self._backoff.setdefault(uid, _Backoff())
@@ -239,13 +240,10 @@ class JobController:
         """Remove the tracking finalizer (the pod, if being deleted, then goes)."""
         if TRACKING_FINALIZER not in (pod["metadata"].get("finalizers") or ()):
             return
-        meta = pod["metadata"]
-
-        def release(o: Obj) -> None:
-            o["metadata"]["finalizers"] = [f for f in o["metadata"].get("finalizers") or () if f != TRACKING_FINALIZER]
-
         with contextlib.suppress(ApiError):
-            self.store.update(self._pods, meta["namespace"], meta["name"], release)
+            self.store.remove_finalizer(
+                self._pods, pod["metadata"]["namespace"], pod["metadata"]["name"], TRACKING_FINALIZER
+            )
 
     def _delete_pods(self, pods: list[Obj]) -> None:
         for pod in pods:

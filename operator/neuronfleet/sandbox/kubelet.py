@@ -43,7 +43,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from neuronfleet.sandbox.conditions import set_condition
+from neuronfleet.sandbox.conditions import disruption_target, set_condition
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.events import EventRecorder
 from neuronfleet.sandbox.nodes import pod_has_ended
@@ -799,17 +799,7 @@ def _end_containers(pod: Obj, *, now: str, exit_code: int | None, message: str =
 def _lost_with_node(pod: Obj, *, now: str) -> None:
     """What a pod on a lost node gets before its force deletion: the pod GC's DisruptionTarget
     condition and phase Failed (its containers' last state is unknown)."""
-    set_condition(
-        pod,
-        {
-            "type": "DisruptionTarget",
-            "status": "True",
-            "reason": "DeletionByPodGC",
-            "message": "PodGC: node no longer exists",
-            "lastProbeTime": None,
-            "lastTransitionTime": now,
-        },
-    )
+    set_condition(pod, disruption_target("DeletionByPodGC", "PodGC: node no longer exists", now))
     _end_containers(pod, now=now, exit_code=None)
 
 

@@ -29,6 +29,7 @@ from decimal import Decimal
 from typing import Any
 
 from neuronfleet.sandbox.clock import run_controller
+from neuronfleet.sandbox.conditions import disruption_target
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.events import EventRecorder
 from neuronfleet.sandbox.nodes import Resources, neuroncores_requested, node_allocatable
@@ -435,13 +436,11 @@ class Scheduler:
                     meta["name"],
                     lambda o: _set_condition(
                         o,
-                        {
-                            "type": "DisruptionTarget",
-                            "status": "True",
-                            "reason": "PreemptionByScheduler",
-                            "message": f"{DEFAULT_SCHEDULER}: preempting to accommodate a higher priority pod",
-                            "lastTransitionTime": now,
-                        },
+                        disruption_target(
+                            "PreemptionByScheduler",
+                            f"{DEFAULT_SCHEDULER}: preempting to accommodate a higher priority pod",
+                            now,
+                        ),
                     ),
                     subresource="status",
                 )

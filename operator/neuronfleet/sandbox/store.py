@@ -958,14 +958,16 @@ class Store:
         if rt is None or owner is None or "foregroundDeletion" not in (_meta(owner).get("finalizers") or ()):
             return
         if not self._blocks_owner(_meta(owner).get("uid", "")):
-            self.update(
-                rt,
-                okey[0] or None,
-                okey[1],
-                lambda o: o["metadata"].__setitem__(
-                    "finalizers", [f for f in o["metadata"].get("finalizers", []) if f != "foregroundDeletion"]
-                ),
-            )
+            self.remove_finalizer(rt, okey[0] or None, okey[1], "foregroundDeletion")
+
+    def remove_finalizer(self, rt: ResourceType, namespace: str | None, name: str, finalizer: str) -> Obj:
+        """Take ``finalizer`` off the object (a controller's end of it: an object being deleted then
+        goes, when no other finalizer holds it)."""
+
+        def remove(o: Obj) -> None:
+            o["metadata"]["finalizers"] = [f for f in o["metadata"].get("finalizers") or () if f != finalizer]
+
+        return self.update(rt, namespace, name, remove)
 
     # ---- admission -------------------------------------------------------------------------------
 
