@@ -107,9 +107,15 @@ async def test_each_deleted_pod_ends_in_the_phase_its_containers_stop_give() -> 
         assert last.before_deletion["forced"]["phase"] == "Running"
         assert last.before_deletion["pulling"]["phase"] == "Failed"
         assert last.terminated("pulling")["reason"] == "ContainerStatusUnknown"
-        for name in ("server", "job", "killed", "pulling"):
-            ready = {c["type"]: c["status"] for c in last.before_deletion[name]["conditions"]}
-            assert ready["Ready"] == "False"
+        # The readiness conditions' reason is the terminal phase's, as the kubelet's status generator
+        # writes it: PodCompleted for Succeeded, PodFailed for Failed.
+        for name, reason in (("server", "PodCompleted"), ("job", "PodFailed"), ("pulling", "PodFailed")):
+            readiness = {c["type"]: c for c in last.before_deletion[name]["conditions"]}
+            for kind in ("ContainersReady", "Ready"):
+                assert (readiness[kind]["status"], readiness[kind]["reason"]) == ("False", reason), (name, kind)
+        killed = cluster.get("pods", "killed", "default")
+        assert killed is not None
+        assert {c["type"]: c["status"] for c in killed["status"]["conditions"]}["Ready"] == "False"
 
 
 async def test_a_stop_a_shorter_grace_cuts_is_a_sigkill() -> None:
@@ -167,3 +173,32 @@ async def test_a_pod_that_had_ended_keeps_its_end_when_deleted() -> None:
             0,
             "Completed",
         )
+
+
+async def test_a_failed_pod_fault_ends_its_containers_as_a_stop_does() -> None:
+    # fail_pod ends the containers with the fault's exit code, reason and message, from when they
+    # started, and writes the Failed phase's readiness reason.
+    async with one_node_cluster(PROFILE) as cluster:
+        await start_running(cluster, pod_body("server"))
+        started = (cluster.get("pods", "server", "default") or {})["status"]["containerStatuses"][0]["state"][
+            "running"
+        ]["startedAt"]
+        assert cluster.kubelet is not None
+        assert cluster.kubelet.fail_pod("default", "server", reason="OOMKilled", message="out of memory", exit_code=137)
+        pod = cluster.get("pods", "server", "default")
+        assert pod is not None
+        status = pod["status"]
+        assert (status["phase"], status["reason"], status["message"]) == ("Failed", "OOMKilled", "out of memory")
+        (container,) = status["containerStatuses"]
+        terminated = container["state"]["terminated"]
+        assert (terminated["exitCode"], terminated["reason"], terminated["message"]) == (
+            137,
+            "OOMKilled",
+            "out of memory",
+        )
+        assert terminated["startedAt"] == started
+        assert terminated["finishedAt"] == cluster.clock.timestamp()
+        assert not container["ready"]
+        readiness = {c["type"]: (c["status"], c.get("reason")) for c in status["conditions"]}
+        assert readiness["Ready"] == readiness["ContainersReady"] == ("False", "PodFailed")
+        assert not cluster.kubelet.fail_pod("default", "gone")

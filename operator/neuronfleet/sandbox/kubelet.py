@@ -637,7 +637,8 @@ class Kubelet:
         message: str = "container exited with code 1",
         exit_code: int = 1,
     ) -> bool:
-        """Make a pod's containers exit: phase Failed (restartPolicy is not simulated)."""
+        """Make a pod's containers exit with ``exit_code`` and ``reason``: phase Failed (Succeeded for
+        exit code 0), whatever its restartPolicy (``crash_container`` is the fault that honours it)."""
         pod = self.store.try_get(self._pods, namespace, name)
         if pod is None:
             return False
@@ -649,23 +650,9 @@ class Kubelet:
 
         def failed(o: Obj) -> None:
             status = o.setdefault("status", {})
-            status["phase"] = "Failed"
             status["reason"] = reason
             status["message"] = message
-            for container in status.get("containerStatuses") or []:
-                started = ((container.get("state") or {}).get("running") or {}).get("startedAt", now)
-                container["state"] = {
-                    "terminated": {
-                        "exitCode": exit_code,
-                        "reason": reason,
-                        "message": message,
-                        "startedAt": started,
-                        "finishedAt": now,
-                    }
-                }
-                container["ready"] = False
-                container["started"] = False
-            _set_readiness(o, False, now, "PodFailed")
+            _end_containers(o, now=now, exit_code=exit_code, message=message, reason=reason)
 
         return self._write_status(pod, failed)
 
@@ -765,9 +752,15 @@ async def _stopped_on_sigterm(pod: Obj, shutdown_s: float) -> int:
     return 0 if (pod.get("spec") or {}).get("restartPolicy", "Always") == "Always" else EXIT_SIGTERM
 
 
-def _end_containers(pod: Obj, *, now: str, exit_code: int | None, message: str = "") -> None:
+def _end_containers(
+    pod: Obj, *, now: str, exit_code: int | None, message: str = "", reason: str | None = None
+) -> None:
     """Write a pod's terminal phase: every container terminated with ``exit_code`` (None: it never
-    ran, so the kubelet knows no code: ContainerStatusUnknown, 137), Succeeded when it is 0."""
+    ran, so the kubelet knows no code: ContainerStatusUnknown, 137), Succeeded when it is 0.
+
+    ``reason`` is the containers' terminated reason when the runtime gave one (OOMKilled, a fault's);
+    otherwise Completed for 0 and Error for any other code. The readiness conditions' reason is the
+    phase's, as the kubelet's status generator writes it: PodCompleted or PodFailed."""
     status = pod.setdefault("status", {})
     status["phase"] = "Succeeded" if exit_code == 0 else "Failed"
     for container in status.get("containerStatuses") or []:
@@ -784,7 +777,7 @@ def _end_containers(pod: Obj, *, now: str, exit_code: int | None, message: str =
         else:
             terminated = {
                 "exitCode": exit_code,
-                "reason": "Completed" if exit_code == 0 else "Error",
+                "reason": reason or ("Completed" if exit_code == 0 else "Error"),
                 "startedAt": (running or {}).get("startedAt", now),
                 "finishedAt": now,
             }
@@ -793,7 +786,7 @@ def _end_containers(pod: Obj, *, now: str, exit_code: int | None, message: str =
         container["state"] = {"terminated": terminated}
         container["ready"] = False
         container["started"] = False
-    _set_readiness(pod, False, now, "PodCompleted")
+    _set_readiness(pod, False, now, "PodCompleted" if status["phase"] == "Succeeded" else "PodFailed")
 
 
 def _lost_with_node(pod: Obj, *, now: str) -> None:
