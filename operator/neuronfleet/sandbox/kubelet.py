@@ -752,9 +752,7 @@ async def _stopped_on_sigterm(pod: Obj, shutdown_s: float) -> int:
     return 0 if (pod.get("spec") or {}).get("restartPolicy", "Always") == "Always" else EXIT_SIGTERM
 
 
-def _end_containers(
-    pod: Obj, *, now: str, exit_code: int | None, message: str = "", reason: str | None = None
-) -> None:
+def _end_containers(pod: Obj, *, now: str, exit_code: int | None, message: str = "", reason: str | None = None) -> None:
     """Write a pod's terminal phase: every container terminated with ``exit_code`` (None: it never
     ran, so the kubelet knows no code: ContainerStatusUnknown, 137), Succeeded when it is 0.
 
