@@ -29,7 +29,7 @@ from decimal import Decimal
 from typing import Any
 
 from neuronfleet.sandbox.clock import run_controller
-from neuronfleet.sandbox.conditions import disruption_target
+from neuronfleet.sandbox.conditions import disruption_target, set_condition
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.events import EventRecorder
 from neuronfleet.sandbox.nodes import Resources, neuroncores_requested, node_allocatable
@@ -434,7 +434,7 @@ class Scheduler:
                     self._pods,
                     meta["namespace"],
                     meta["name"],
-                    lambda o: _set_condition(
+                    lambda o: set_condition(
                         o,
                         disruption_target(
                             "PreemptionByScheduler",
@@ -476,7 +476,7 @@ class Scheduler:
 
         def unschedulable(obj: Obj) -> None:
             obj.setdefault("status", {}).pop("nominatedNodeName", None)
-            _set_condition(
+            set_condition(
                 obj,
                 {
                     "type": "PodScheduled",
@@ -494,10 +494,3 @@ class Scheduler:
             )
         if not said:
             self.events.record(pod, "Warning", "FailedScheduling", message)
-
-
-def _set_condition(obj: Obj, condition: Obj) -> None:
-    status = obj.setdefault("status", {})
-    conditions = [c for c in status.get("conditions") or [] if c.get("type") != condition["type"]]
-    conditions.append(condition)
-    status["conditions"] = conditions
