@@ -187,6 +187,12 @@ def test_labels_owner_and_priority_per_role() -> None:
     assert warm["spec"]["priorityClassName"] == "neuronfleet-warm"
     active = build_pod(dep, candidate, FleetRevision(ARTIFACT, "tmpl"), "active", "bert-0")
     assert active["spec"]["priorityClassName"] == "neuronfleet-active"
+    # app.kubernetes.io/component tells serving pods from the placeholders that hold room for them
+    # (kubectl get pods -l app.kubernetes.io/component=server lists the model servers).
+    placeholder = build_placeholder_pod(dep, candidate, "tmpl", "bert-ph-0")
+    for pod, component in ((warm, "server"), (active, "server"), (placeholder, "placeholder")):
+        assert pod["metadata"]["labels"]["app.kubernetes.io/component"] == component
+        assert pod["metadata"]["labels"]["app.kubernetes.io/instance"] == dep.name
 
 
 def test_placeholder_holds_the_same_neuron_capacity_at_low_priority() -> None:
@@ -294,6 +300,20 @@ def test_relabel_patch_writes_role_and_drain_start_together() -> None:
         "metadata": {
             "labels": {"serving.neuronfleet.dev/role": "warm"},
             "annotations": {"serving.neuronfleet.dev/kept-since": "2026-11-30T12:00:05Z"},
+        }
+    }
+    # Each time is read only for its role: a drain start given with another role writes no drain
+    # annotation, a kept-since given with another role no stamp.
+    assert relabel_patch(Relabel("p", "warm", "active", "demote", drain_started_at=moment, kept_since=None)) == {
+        "metadata": {
+            "labels": {"serving.neuronfleet.dev/role": "warm"},
+            "annotations": {"serving.neuronfleet.dev/kept-since": None},
+        }
+    }
+    assert relabel_patch(Relabel("p", "active", "warm", "promote", kept_since=moment)) == {
+        "metadata": {
+            "labels": {"serving.neuronfleet.dev/role": "active"},
+            "annotations": {"serving.neuronfleet.dev/kept-since": None},
         }
     }
 

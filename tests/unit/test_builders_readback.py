@@ -239,3 +239,23 @@ def test_stamps_written_by_hand_without_a_zone_read_as_utc_and_plan() -> None:
     # Kept since an hour ago, past the deadline: released; draining for half an hour: deleted.
     assert {a.name for a in plan.actions if isinstance(a, DeletePod)} == {warm_name, drained_name}
     assert active_name not in {a.name for a in plan.actions if not isinstance(a, CreatePod)}
+
+
+def test_only_a_placeholder_of_another_account_reads_as_of_no_template() -> None:
+    # A placeholder made before placeholders took the serving pods' account ran as the namespace's
+    # default: it reads as of no template, so the plan replaces it. Serving pods keep theirs, whatever
+    # account they run as (the account is part of their template hash).
+    def pod(role: str, account: str | None) -> dict[str, Any]:
+        labels = {"serving.neuronfleet.dev/role": role, "serving.neuronfleet.dev/template-hash": "t1"}
+        spec = {"serviceAccountName": account} if account else {}
+        return {"metadata": {"name": f"{role}-{account}", "labels": labels}, "spec": spec}
+
+    assert parse_pod(pod("placeholder", None), placeholder_account="my-serving").template is None
+    assert parse_pod(pod("placeholder", "default"), placeholder_account="my-serving").template is None
+    assert parse_pod(pod("placeholder", "my-serving"), placeholder_account="my-serving").template == "t1"
+    assert parse_pod(pod("placeholder", None), placeholder_account=None).template == "t1"
+    assert parse_pod(pod("placeholder", "default"), placeholder_account=None).template == "t1"
+    assert parse_pod(pod("placeholder", "my-serving"), placeholder_account=None).template is None
+    for role in ("active", "warm", "draining"):
+        assert parse_pod(pod(role, "my-serving"), placeholder_account=None).template == "t1"
+        assert parse_pod(pod(role, None), placeholder_account="my-serving").template == "t1"
