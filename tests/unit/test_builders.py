@@ -290,30 +290,25 @@ def test_relabel_patch_writes_role_and_drain_start_together() -> None:
         }
     }
     # Any relabel but the one that stamps the old standby removes the stamp.
-    assert relabel_patch(Relabel("p", "active", "warm", "promote")) == {
-        "metadata": {
-            "labels": {"serving.neuronfleet.dev/role": "active"},
-            "annotations": {"serving.neuronfleet.dev/kept-since": None},
-        }
-    }
-    assert relabel_patch(Relabel("p", "warm", "warm", "kept", kept_since=moment)) == {
-        "metadata": {
-            "labels": {"serving.neuronfleet.dev/role": "warm"},
-            "annotations": {"serving.neuronfleet.dev/kept-since": "2026-11-30T12:00:05Z"},
-        }
-    }
+    assert relabel_patch(Relabel("p", "active", "warm", "promote")) == role_patch("active", kept=None)
+    assert relabel_patch(Relabel("p", "warm", "warm", "kept", kept_since=moment)) == role_patch(
+        "warm", kept="2026-11-30T12:00:05Z"
+    )
     # Each time is read only for its role: a drain start given with another role writes no drain
     # annotation, a kept-since given with another role no stamp.
-    assert relabel_patch(Relabel("p", "warm", "active", "demote", drain_started_at=moment, kept_since=None)) == {
+    demoted = Relabel("p", "warm", "active", "demote", drain_started_at=moment)
+    assert relabel_patch(demoted) == role_patch("warm", kept=None)
+    assert relabel_patch(Relabel("p", "active", "warm", "promote", kept_since=moment)) == role_patch(
+        "active", kept=None
+    )
+
+
+def role_patch(role: str, *, kept: str | None) -> dict[str, Any]:
+    """The merge patch of a relabel to ``role`` that writes no drain start."""
+    return {
         "metadata": {
-            "labels": {"serving.neuronfleet.dev/role": "warm"},
-            "annotations": {"serving.neuronfleet.dev/kept-since": None},
-        }
-    }
-    assert relabel_patch(Relabel("p", "active", "warm", "promote", kept_since=moment)) == {
-        "metadata": {
-            "labels": {"serving.neuronfleet.dev/role": "active"},
-            "annotations": {"serving.neuronfleet.dev/kept-since": None},
+            "labels": {"serving.neuronfleet.dev/role": role},
+            "annotations": {"serving.neuronfleet.dev/kept-since": kept},
         }
     }
 
