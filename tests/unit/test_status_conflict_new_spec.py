@@ -86,13 +86,20 @@ class _ApiServer(EmptyCluster):
         self.status_writes: list[int] = []  # the answer to each: 200 or 409
         self.created: list[str] = []
 
+    def _is_obj(self, namespace: str, name: str) -> bool:
+        meta = self.obj["metadata"]
+        return (namespace, name) == (meta["namespace"], meta["name"])
+
     async def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        return copy.deepcopy(self.obj) if kind == "InferenceDeployment" else None
+        return copy.deepcopy(self.obj) if kind == "InferenceDeployment" and self._is_obj(namespace, name) else None
 
     async def patch_status(
         self, namespace: str, name: str, patch: dict[str, Any], resource_version: str | None = None
     ) -> str:
         self.before_write(len(self.status_writes) + 1)
+        if not self._is_obj(namespace, name):
+            self.status_writes.append(404)
+            raise ApiException(status=404, reason="Not Found")
         meta = self.obj["metadata"]
         if resource_version is not None and resource_version != meta["resourceVersion"]:
             self.status_writes.append(409)
