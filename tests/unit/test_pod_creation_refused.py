@@ -1,6 +1,7 @@
 """A pod creation the API server refuses, through the Reconciler: a 403 or 422 is a refusal, named
 in the status when the operator knows its words (here a missing PriorityClass, with its fix); any
-other failed answer is a reconcile error, not a refusal."""
+other failed answer is a reconcile error, not a refusal; a name another controller's pod holds is an
+error that names that controller."""
 
 from __future__ import annotations
 
@@ -60,3 +61,26 @@ async def test_a_500_on_a_pod_creation_is_an_error_not_a_refusal(tmp_path: Path)
     assert kube.attempts == 1
     assert report.error is not None and "500" in report.error
     assert _degraded(kube)["reason"] != "PriorityClassMissing"
+
+
+class _NameHeldApiServer(_ApiServer):
+    """Every pod name the plan creates is held already by a pod a ReplicaSet controls."""
+
+    async def create(self, obj: dict[str, Any]) -> bool:
+        return bool(obj["kind"] != "Pod")
+
+    async def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        if kind != "Pod":
+            return await super().read(kind, namespace, name)
+        owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d4f", "uid": "rs-1", "controller": True}
+        return {"metadata": {"name": name, "namespace": namespace, "ownerReferences": [owner]}}
+
+
+async def test_a_pod_name_another_controller_holds_is_an_error_that_names_it(tmp_path: Path) -> None:
+    body = _body(_source(tmp_path), replicas=1)
+    kube = _NameHeldApiServer(copy.deepcopy(body))
+    report = await _reconciler(tmp_path, kube, body).reconcile(copy.deepcopy(body), DeploymentMemory())
+
+    assert report.error is not None
+    assert "exists and belongs to ReplicaSet web-5d4f, not to this InferenceDeployment" in report.error
+    assert "delete or rename it" in report.error
