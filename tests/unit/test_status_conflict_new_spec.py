@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import kopf
+import pytest
 from handler_calls import as_called, kopf_body
 from kubernetes_asyncio.client.exceptions import ApiException
 from stub_deployments import EmptyCluster
@@ -410,3 +411,33 @@ async def test_a_stale_plan_with_nothing_to_write_is_not_applied(tmp_path: Path)
     report = await reconciler.reconcile(stale, first.memory)
     assert not report.conflict and kube.status_writes[writes + 1] == 200
     assert len(_pods(kube)) == 3
+
+
+async def test_a_status_write_failing_with_another_answer_than_409_is_raised_not_taken_for_a_conflict(
+    tmp_path: Path,
+) -> None:
+    # Only a 409 means "changed since": read again and write over it. Any other answer (here a 500)
+    # is raised to the daemon, which reports it and backs off; reading the object again and writing
+    # once more would hide it, and the plan is not applied.
+    body = _body(_source(tmp_path), replicas=2)
+    kube = _ApiServer(copy.deepcopy(body))
+    reads: list[str] = []
+    calls: list[int] = []
+
+    def failing(number: int) -> None:
+        calls.append(number)
+        raise ApiException(status=500, reason="Internal Server Error")
+
+    async def read(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        reads.append(kind)
+        return None
+
+    kube.before_write = failing
+    kube.read = read  # type: ignore[method-assign]
+    with pytest.raises(ApiException) as raised:
+        await _reconciler(tmp_path, kube, body).reconcile(copy.deepcopy(body), DeploymentMemory())
+
+    assert raised.value.status == 500
+    assert calls == [1], "the status write was tried again"
+    assert "InferenceDeployment" not in reads, "the object was read again as after a conflict"
+    assert kube.created == [], "a plan whose status could not be written was applied"

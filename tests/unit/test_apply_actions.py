@@ -1,0 +1,81 @@
+"""The Reconciler applies a plan's actions through the API and posts one Event per action it did:
+a pod on a node that is gone is deleted and replaced (DeletedPod, CreatedPod); an action the API
+answers was done already (the pod gone, the name ours) posts nothing."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from test_status_conflict_new_spec import _ApiServer, _body, _pods, _reconciler, _source
+
+from neuronfleet.planning.observation import DeploymentMemory
+
+
+class _FleetApiServer(_ApiServer):
+    """The stub API server keeping the pods it is asked to create, listed as running and ready on
+    ``node`` (a node no list has), and recording deletions and posted Events."""
+
+    def __init__(self, obj: dict[str, Any], *, deletes_find_pods: bool = True) -> None:
+        super().__init__(obj)
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.deleted: list[str] = []
+        self.events: list[tuple[str, str]] = []
+        self.deletes_find_pods = deletes_find_pods
+
+    async def create(self, obj: dict[str, Any]) -> bool:
+        if obj["kind"] == "Pod":
+            stored = copy.deepcopy(obj)
+            stored["spec"]["nodeName"] = "ip-10-0-0-9"
+            ready = {"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-07T00:00:00Z"}
+            stored["status"] = {"phase": "Running", "conditions": [ready]}
+            self.pods[obj["metadata"]["name"]] = stored
+        return await super().create(obj)
+
+    async def list_pods(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
+        return [copy.deepcopy(pod) for pod in self.pods.values()] if namespace == "ns" else []
+
+    async def delete_pod(self, namespace: str, name: str, *args: Any, **kwargs: Any) -> bool:
+        self.deleted.append(name)
+        return self.pods.pop(name, None) is not None and self.deletes_find_pods
+
+    async def post_event(self, body: dict[str, Any], kind: str, reason: str, message: str) -> bool:
+        self.events.append((reason, message))
+        return True
+
+
+async def test_a_pod_on_a_node_gone_is_deleted_and_replaced_each_with_its_event(tmp_path: Path) -> None:
+    body = _body(_source(tmp_path), replicas=1)
+    kube = _FleetApiServer(copy.deepcopy(body))
+    reconciler = _reconciler(tmp_path, kube, body)
+    first = await reconciler.reconcile(copy.deepcopy(body), DeploymentMemory())
+    (lost,) = kube.pods
+    assert [reason for reason, _ in kube.events if reason == "CreatedPod"] == ["CreatedPod"]
+    kube.events.clear()
+    kube.created.clear()
+
+    # No node is listed: the node the pod was bound to is gone (a fresh list agrees).
+    second = await reconciler.reconcile(copy.deepcopy(kube.obj), first.memory)
+
+    assert second.error is None
+    assert kube.deleted == [lost]
+    (replacement,) = kube.pods
+    assert replacement != lost and _pods(kube) == [f"Pod {replacement}"]
+    reasons = [reason for reason, _ in kube.events]
+    assert reasons.count("DeletedPod") == 1 and reasons.count("CreatedPod") == 1
+    deleted = next(message for reason, message in kube.events if reason == "DeletedPod")
+    assert deleted.startswith(f"deleted pod {lost}: ")
+
+
+async def test_a_deletion_the_api_says_was_done_already_posts_no_event(tmp_path: Path) -> None:
+    body = _body(_source(tmp_path), replicas=1)
+    kube = _FleetApiServer(copy.deepcopy(body), deletes_find_pods=False)
+    reconciler = _reconciler(tmp_path, kube, body)
+    first = await reconciler.reconcile(copy.deepcopy(body), DeploymentMemory())
+    kube.events.clear()
+
+    second = await reconciler.reconcile(copy.deepcopy(kube.obj), first.memory)
+
+    assert second.error is None and len(kube.deleted) == 1
+    assert "DeletedPod" not in [reason for reason, _ in kube.events]
