@@ -21,7 +21,7 @@ from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.api.validation import validate_manifest
 from neuronfleet.kube.builders import server_args
 from neuronserve.cli import build_parser
-from neuronserve.server import drain_delay
+from neuronserve.server import ServeConfig, ServerState, drain_delay
 from runtime_support import ServeProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -173,3 +173,15 @@ def test_the_shortest_grace_period_the_crd_accepts_leaves_the_accepted_work_seco
     # (an InvalidSpec would stop its scaling) until its owner raises the value.
     doc["spec"]["runtime"]["terminationGracePeriodSeconds"] = 5
     assert InferenceDeployment.model_validate(doc).spec.runtime.termination_grace_period_seconds == 5
+
+
+async def test_a_replica_stopped_before_its_model_loaded_drains_at_once_without_the_delay() -> None:
+    # No model, no batcher: nothing is served during a delay, so a SIGTERM during the load (a pod
+    # deleted while cold-starting) ends the drain in the same step, rather than after the delay.
+    state = ServerState(ServeConfig())
+    assert state.batcher is None
+    draining = asyncio.create_task(state.drain(30.0, delay_seconds=10.0))
+    await asyncio.sleep(0)
+    assert draining.done(), "the drain waited the delay with no model to serve"
+    assert draining.result() is True
+    assert (state.phase, state.accepting) == ("draining", False)
