@@ -21,7 +21,8 @@ from neuronfleet.api.v1alpha1 import InferenceDeployment
 from neuronfleet.api.validation import validate_manifest
 from neuronfleet.kube.builders import server_args
 from neuronserve.cli import build_parser
-from neuronserve.server import ServeConfig, ServerState, drain_delay
+from neuronserve.server import ANSWER_SECONDS, ServeConfig, ServerState, drain_delay
+from neuronserve.server import _until as seconds_until
 from runtime_support import ServeProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -185,3 +186,11 @@ async def test_a_replica_stopped_before_its_model_loaded_drains_at_once_without_
     assert draining.done(), "the drain waited the delay with no model to serve"
     assert draining.result() is True
     assert (state.phase, state.accepting) == ("draining", False)
+
+
+async def test_the_waits_after_the_drain_last_until_its_deadline_and_at_least_their_floor() -> None:
+    # The last waits of a drain (answers handed over, connections closed) run to the grace period's
+    # deadline, and at least ANSWER_SECONDS when it is already past: a floor, never a cap.
+    now = asyncio.get_running_loop().time()
+    assert seconds_until(now + 5.0, ANSWER_SECONDS) == pytest.approx(5.0, abs=0.5)
+    assert seconds_until(now - 3.0, ANSWER_SECONDS) == ANSWER_SECONDS
