@@ -79,6 +79,21 @@ def test_a_new_leader_without_a_checkpoint_holds_the_fleet_through_the_scale_dow
     assert t == 90 + 300 and desired < current
 
 
+def test_the_fleet_found_goes_a_scale_down_window_after_the_takeover_though_a_longer_window_keeps_history() -> None:
+    # Recommendations are kept for the longest window (here the scale-up one, 600 s), but the fleet
+    # found holds only through the scale-down window (300 s): released exactly 300 s after the
+    # takeover, as a recommendation made then would be.
+    spec = {**AUTO, "behavior": {"scaleUp": {"stabilizationWindowSeconds": 600}}}
+    dep = deployment(scaling=spec, warmPool={"mode": "Off"})
+    durable = StatusMemory.from_status({"desiredReplicas": 8})
+    t = 90.0
+    targets, memory = decide_targets(dep.spec, DeploymentMemory(), queued(t, 0, 0.05), "", 8, 8, t, durable)
+    while targets.scale.desired == 8:
+        t += 15
+        targets, memory = decide_targets(dep.spec, memory, queued(t, 0, 0.05), "", 8, 8, t, durable)
+    assert t == 90 + 300, targets.scale.reason
+
+
 def test_a_taken_over_fleet_still_grows_at_the_first_decision() -> None:
     """The fleet found holds a scale-down, not a scale-up: nobody recommended that size at the
     takeover. (A resumed autoscaler used to hold its first scale-up for one interval.)"""
