@@ -1168,6 +1168,10 @@ def test_a_utilization_signal_with_no_ready_replica_to_read_is_not_turned_off() 
     assert decision.signals_off == ()
     assert unmeasured(s, decision) is None
     assert decision.reason == "no ready replica to measure utilization on (in_flight turned off): holding 3"
+    # A signal missing besides is said as missing: the wait for a replica is not why it holds.
+    missing_queue = decide(s, ScalingState(), MetricSnapshot(0.0, utilization=0.0), 3, 0, 0.0)
+    assert missing_queue.desired == 3
+    assert missing_queue.reason == "metrics missing (queue_depth): holding 3"
 
 
 @pytest.mark.parametrize(("before", "after"), [(0.8, 0.5), (0.9, 0.45), (0.5, 0.8)])
