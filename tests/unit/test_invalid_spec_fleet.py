@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from test_reconcile_plan import MANUAL, T0, compiled, condition_of, deployment, one_template, rounds
 
-from neuronfleet.planning.fleet import CreatePod, FleetPolicy, summarize_unplanned
+from neuronfleet.planning.fleet import CreatePod, FleetPolicy, PodView, summarize_unplanned
 from neuronfleet.planning.observation import DeploymentMemory, Observation, StatusMemory, last_valid_spec
 from neuronfleet.planning.reasons import Reason
 from neuronfleet.planning.reconcile_plan import (
@@ -81,6 +81,15 @@ def test_a_spec_never_valid_says_nothing_is_made_not_that_pods_are_kept() -> Non
     assert degraded["message"] == f"generation 1 refused: {REFUSED}; nothing is made for it until it is fixed"
     assert ready["message"] == "the spec is invalid (see Degraded); nothing is made for it until it is fixed"
     assert (new["replicas"], new["readyReplicas"]) == (0, 0)
+    # Pods of the fleet found, of any role (here warm pods alone, or placeholders alone), say a spec
+    # was valid before (a status without its counts): they are kept, not "nothing is made".
+    for role in ("warm", "placeholder"):
+        holding = (PodView(f"p-{role}-0", role, template="t", phase="Running", ready=True),)
+        found = summarize_unplanned(
+            holding, T0, desired_active=0, desired_warm=0, desired_placeholders=0, revision_known=False
+        )
+        kept = condition_of(invalid_status({}, REFUSED, 1, T0, found), "Degraded")
+        assert "nothing is made" not in kept["message"] and "not replaced" in kept["message"], (role, kept)
 
 
 def test_the_last_valid_spec_is_kept_for_its_own_object_only() -> None:

@@ -23,6 +23,7 @@ from neuronfleet.planning.status import (
     invalid_status,
     merge_conditions,
     status_patch,
+    with_foreign_conditions,
 )
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -497,3 +498,21 @@ def test_a_stalled_rollout_whose_actives_are_all_current_says_only_the_pool_is_b
     actives_behind = replace(pool_behind, outdated=2, outdated_active=1)
     degraded = by_type(compute_conditions(inputs(fleet=actives_behind, rollout_stalled=True)))["Degraded"]
     assert degraded.message == "the new revision has not become ready within the progress deadline"
+
+
+def test_the_status_written_takes_another_controllers_conditions_as_they_are_now() -> None:
+    # The status planned from an older body carries that body's foreign conditions (merge_conditions
+    # keeps them); written as planned it would undo what their controller changed since. What is
+    # written is ours with the foreign ones as the object has them now: none, once removed.
+    audited = {"type": "PolicyCompliant", "status": "True", "reason": "Audited"}
+    ready = {"type": "Ready", "status": "True", "reason": "Ready"}
+    compiled = {"type": "Compiled", "status": "True", "reason": "ArtifactReady"}
+    ours = {"replicas": 2, "conditions": [ready, compiled, audited]}
+    assert with_foreign_conditions(ours, {"conditions": [ready]}) == {"replicas": 2, "conditions": [ready, compiled]}
+    renewed = {**audited, "status": "False", "reason": "Violation"}
+    assert with_foreign_conditions(ours, {"conditions": [renewed, ready]}) == {
+        "replicas": 2,
+        "conditions": [ready, compiled, renewed],
+    }
+    # Our own conditions are listed in CONDITION_TYPES order, whatever order they came in.
+    assert with_foreign_conditions({"conditions": [compiled, ready]}, {}) == {"conditions": [ready, compiled]}
