@@ -13,6 +13,7 @@ from jsonpath_ng.exceptions import JsonPathParserError
 from jsonpath_ng.ext.parser import parse as parse_jsonpath
 
 from neuronfleet.sandbox.clock import Clock
+from neuronfleet.sandbox.nodes import pod_is_ready
 from neuronfleet.sandbox.resources import ResourceType
 
 Obj = dict[str, Any]
@@ -88,8 +89,7 @@ def _pod_status(obj: Obj) -> str:
         elif container.get("ready") and "running" in state:
             running = True
     if reason == "Completed" and running:
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-        reason = "Running" if ready else "NotReady"
+        reason = "Running" if pod_is_ready(obj) else "NotReady"
     if (obj.get("metadata") or {}).get("deletionTimestamp"):
         if status.get("reason") == "NodeLost":
             return "Unknown"
