@@ -14,14 +14,11 @@ from neuronfleet.planning.observation import DeploymentMemory
 
 
 class _FleetApiServer(_ApiServer):
-    """The stub API server keeping the pods it is asked to create, listed as running and ready on
-    ``node`` (a node no list has), and recording deletions and posted Events."""
+    """The stub API server listing the pods it is asked to create as running and ready on a node no
+    list has; with ``deletes_find_pods`` False, each deletion answers that the pod was gone already."""
 
     def __init__(self, obj: dict[str, Any], *, deletes_find_pods: bool = True) -> None:
         super().__init__(obj)
-        self.pods: dict[str, dict[str, Any]] = {}
-        self.deleted: list[str] = []
-        self.events: list[tuple[str, str]] = []
         self.deletes_find_pods = deletes_find_pods
 
     async def create(self, obj: dict[str, Any]) -> bool:
@@ -33,16 +30,8 @@ class _FleetApiServer(_ApiServer):
             self.pods[obj["metadata"]["name"]] = stored
         return await super().create(obj)
 
-    async def list_pods(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
-        return [copy.deepcopy(pod) for pod in self.pods.values()] if namespace == "ns" else []
-
     async def delete_pod(self, namespace: str, name: str, *args: Any, **kwargs: Any) -> bool:
-        self.deleted.append(name)
-        return self.pods.pop(name, None) is not None and self.deletes_find_pods
-
-    async def post_event(self, body: dict[str, Any], kind: str, reason: str, message: str) -> bool:
-        self.events.append((reason, message))
-        return True
+        return await super().delete_pod(namespace, name) and self.deletes_find_pods
 
 
 async def test_a_pod_on_a_node_gone_is_deleted_and_replaced_each_with_its_event(tmp_path: Path) -> None:
@@ -59,7 +48,7 @@ async def test_a_pod_on_a_node_gone_is_deleted_and_replaced_each_with_its_event(
     second = await reconciler.reconcile(copy.deepcopy(kube.obj), first.memory)
 
     assert second.error is None
-    assert kube.deleted == [lost]
+    assert kube.deleted == [f"Pod {lost}"]
     (replacement,) = kube.pods
     assert replacement != lost and _pods(kube) == [f"Pod {replacement}"]
     reasons = [reason for reason, _ in kube.events]

@@ -30,6 +30,7 @@ from neuronfleet.artifacts.store import ArtifactStore
 from neuronfleet.handlers import OperatorContext
 from neuronfleet.kube.builders import BuilderConfig
 from neuronfleet.kube.client import JobDeletion
+from neuronfleet.planning.admission import OperatorAccount
 from neuronfleet.planning.observation import DeploymentMemory
 from neuronfleet.reconcile import OperatorSettings, Reconciler, ReconcileReport
 from neuronfleet.sandbox.artifacts import record_uncompiled_artifact
@@ -86,6 +87,12 @@ class _ApiServer(EmptyCluster):
         self.before_write = before_write
         self.status_writes: list[int] = []  # the answer to each: 200 or 409
         self.created: list[str] = []
+        # The fleet's pods and compile Jobs as listed (in the object's namespace), what was deleted
+        # ("Pod <name>", "Job <name>") and the Events posted (reason, message).
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.deleted: list[str] = []
+        self.events: list[tuple[str, str]] = []
 
     def _is_obj(self, namespace: str, name: str) -> bool:
         meta = self.obj["metadata"]
@@ -120,20 +127,40 @@ class _ApiServer(EmptyCluster):
     async def patch_pod_metadata(self, *args: Any) -> bool:
         return True
 
-    async def delete_pod(self, *args: Any, **kwargs: Any) -> bool:
-        return True
+    async def list_pods(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
+        return copy.deepcopy(list(self.pods.values())) if namespace == self.obj["metadata"]["namespace"] else []
 
-    async def delete_job(self, *args: Any) -> JobDeletion:
+    async def list_jobs(self, namespace: str, labels: Any) -> list[dict[str, Any]]:
+        return copy.deepcopy(list(self.jobs.values())) if namespace == self.obj["metadata"]["namespace"] else []
+
+    async def delete_pod(self, namespace: str, name: str, *args: Any, **kwargs: Any) -> bool:
+        """True when the pod was there to delete (the KubeApi's answer: False when gone already)."""
+        if namespace != self.obj["metadata"]["namespace"]:
+            return False
+        self.deleted.append(f"Pod {name}")
+        return self.pods.pop(name, None) is not None
+
+    async def delete_job(self, namespace: str, name: str, *args: Any) -> JobDeletion:
+        if namespace == self.obj["metadata"]["namespace"]:
+            self.deleted.append(f"Job {name}")
+            self.jobs.pop(name, None)
         return JobDeletion("gone")
 
-    async def post_event(self, *args: Any) -> bool:
+    async def post_event(self, body: dict[str, Any], kind: str, reason: str, message: str) -> bool:
+        self.events.append((reason, message))
         return True
 
 
-def _reconciler(tmp_path: Path, kube: _ApiServer, body: dict[str, Any]) -> Reconciler:
+def _reconciler(
+    tmp_path: Path, kube: _ApiServer, body: dict[str, Any], operator_account: OperatorAccount | None = None
+) -> Reconciler:
     store = tmp_path / "store"
     record_uncompiled_artifact(InferenceDeployment.model_validate(body).spec, store, "compiled", IMAGE)
-    settings = OperatorSettings(artifact_store=str(store), builder=BuilderConfig(model_server_image=IMAGE))
+    settings = OperatorSettings(
+        artifact_store=str(store),
+        builder=BuilderConfig(model_server_image=IMAGE),
+        operator_account=operator_account,
+    )
     return Reconciler(kube, ArtifactStore(), settings)  # type: ignore[arg-type]
 
 
