@@ -202,3 +202,24 @@ async def test_a_failed_pod_fault_ends_its_containers_as_a_stop_does() -> None:
         readiness = {c["type"]: (c["status"], c.get("reason")) for c in status["conditions"]}
         assert readiness["Ready"] == readiness["ContainersReady"] == ("False", "PodFailed")
         assert not cluster.kubelet.fail_pod("default", "gone")
+
+
+async def test_a_container_exit_without_a_named_reason_reads_as_the_runtime_writes_it() -> None:
+    # A container that just exits leaves the pod's own reason unset (a real kubelet sets it for an
+    # eviction, not for an exit); the container's reason is the runtime's for its code: Completed
+    # for 0, also in the last state of a container restarted after exiting 0.
+    async with one_node_cluster(PROFILE) as cluster:
+        await start_running(cluster, pod_body("exits", restart_policy="Never"))
+        await start_running(cluster, pod_body("restarts"))
+        assert cluster.kubelet is not None
+        assert cluster.kubelet.fail_pod("default", "exits", exit_code=0)
+        ended = (cluster.get("pods", "exits", "default") or {})["status"]
+        assert ended["phase"] == "Succeeded"
+        assert "reason" not in ended and "message" not in ended
+        assert ended["containerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
+        assert cluster.kubelet.crash_container("default", "restarts", exit_code=0)
+        (restarted,) = (cluster.get("pods", "restarts", "default") or {})["status"]["containerStatuses"]
+        assert (restarted["lastState"]["terminated"]["exitCode"], restarted["lastState"]["terminated"]["reason"]) == (
+            0,
+            "Completed",
+        )

@@ -449,15 +449,16 @@ class Kubelet:
         )
 
     def crash_container(
-        self, namespace: str, name: str, *, exit_code: int = 1, reason: str = "Error", message: str = ""
+        self, namespace: str, name: str, *, exit_code: int = 1, reason: str | None = None, message: str = ""
     ) -> bool:
         """A running pod's containers exit (e.g. the model server crashed or was OOM-killed).
 
         With restartPolicy Always (or OnFailure and a non-zero exit code) the kubelet restarts them
         after its crash-loop back-off (10 s doubling per restart, at most 300 s): the pod stays
         Running but not Ready meanwhile, ``restartCount`` grows and ``lastState`` records the exit
-        (with ``message``, the termination message, when there is one). Otherwise the pod fails
-        (phase Failed).
+        (with ``message``, the termination message, when there is one; ``reason`` defaults to the
+        runtime's: Completed for exit code 0, Error otherwise). Otherwise the pod ends: phase Failed,
+        or Succeeded for exit code 0.
         """
         pod = self.store.try_get(self._pods, namespace, name)
         if (
@@ -481,7 +482,12 @@ class Kubelet:
         def crashed(o: Obj) -> None:
             for container in o["status"].get("containerStatuses") or []:
                 started = ((container.get("state") or {}).get("running") or {}).get("startedAt", now)
-                terminated = {"exitCode": exit_code, "reason": reason, "startedAt": started, "finishedAt": now}
+                terminated = {
+                    "exitCode": exit_code,
+                    "reason": _exit_reason(exit_code, reason),
+                    "startedAt": started,
+                    "finishedAt": now,
+                }
                 if message:
                     terminated["message"] = message
                 container["lastState"] = {"terminated": terminated}
@@ -633,12 +639,17 @@ class Kubelet:
         namespace: str,
         name: str,
         *,
-        reason: str = "Error",
-        message: str = "container exited with code 1",
+        reason: str | None = None,
+        message: str = "",
         exit_code: int = 1,
     ) -> bool:
-        """Make a pod's containers exit with ``exit_code`` and ``reason``: phase Failed (Succeeded for
-        exit code 0), whatever its restartPolicy (``crash_container`` is the fault that honours it)."""
+        """Make a pod's containers exit with ``exit_code``: phase Failed (Succeeded for exit code 0),
+        whatever its restartPolicy (``crash_container`` is the fault that honours it).
+
+        The containers' terminated reason is ``reason`` or the runtime's (Completed for 0, Error
+        otherwise) and their message ``message``. Only a named ``reason`` (an eviction's, a
+        kubelet's refusal) is also the pod's own ``status.reason`` and ``status.message``: a
+        container that just exits leaves those unset, as on a real node."""
         pod = self.store.try_get(self._pods, namespace, name)
         if pod is None:
             return False
@@ -649,9 +660,10 @@ class Kubelet:
         now = self.clock.timestamp()
 
         def failed(o: Obj) -> None:
-            status = o.setdefault("status", {})
-            status["reason"] = reason
-            status["message"] = message
+            if reason is not None:
+                status = o.setdefault("status", {})
+                status["reason"] = reason
+                status["message"] = message
             _end_containers(o, now=now, exit_code=exit_code, message=message, reason=reason)
 
         return self._write_status(pod, failed)
@@ -775,7 +787,7 @@ def _end_containers(pod: Obj, *, now: str, exit_code: int | None, message: str =
         else:
             terminated = {
                 "exitCode": exit_code,
-                "reason": reason or ("Completed" if exit_code == 0 else "Error"),
+                "reason": _exit_reason(exit_code, reason),
                 "startedAt": (running or {}).get("startedAt", now),
                 "finishedAt": now,
             }
@@ -785,6 +797,12 @@ def _end_containers(pod: Obj, *, now: str, exit_code: int | None, message: str =
         container["ready"] = False
         container["started"] = False
     _set_readiness(pod, False, now, "PodCompleted" if status["phase"] == "Succeeded" else "PodFailed")
+
+
+def _exit_reason(exit_code: int, reason: str | None) -> str:
+    """A terminated container's reason: the one given (OOMKilled, a fault's) or the container
+    runtime's for its exit code."""
+    return reason or ("Completed" if exit_code == 0 else "Error")
 
 
 def _lost_with_node(pod: Obj, *, now: str) -> None:
