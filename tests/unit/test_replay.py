@@ -50,6 +50,19 @@ async def test_before_the_start_the_fleet_reports_idle_not_unavailable() -> None
     assert load.demand(0.0) == 0.0, "no arrivals before the start, and no window to divide by"
 
 
+def test_a_light_load_is_served_at_the_smallest_batch_latency() -> None:
+    # A fifth of one replica's throughput never queues: each request is served alone, at batch 1's
+    # latency, not held for the largest batch a backlog would take.
+    load, _ = steady_load(0.2)
+    load.start(ORIGIN)
+    advance_through(load, 1, 120)
+    totals = load.totals()
+    single = min(load.profile.efficient_batches(), key=lambda p: p.batch)
+    assert single.batch == 1
+    assert totals.p50_ms == pytest.approx(single.latency_ms) and totals.p99_ms == pytest.approx(single.latency_ms)
+    assert totals.slo_attainment == 1.0
+
+
 def advance_through(load: ReplayLoad, first: int, last: int) -> None:
     """Replay seconds ``first`` to ``last`` (both included), one at a time, as the clock moves."""
     for second in range(first, last + 1):

@@ -71,10 +71,14 @@ def test_rate_model_keeps_the_shape_above_its_window() -> None:
 def test_only_a_workload_within_the_fine_bin_budget_is_materialized_by_default() -> None:
     # MATERIALIZE_MAX_BINS bins of 10 ms: 40,000 s. The 14-day trace's 121 million would not fit.
     profile = load_profile("bert-base")
+    # A workload is its trace's span plus the tail; one of exactly the budget's seconds still fits.
     limit = workload_module.MATERIALIZE_MAX_BINS // workload_module.PER_SECOND
+    tail = int(workload_module.TAIL_SECONDS)
     short = build(steady_trace(seconds=600), profile, 1, jitter=1.0, seed=4, arrivals="rate")
     assert short.materialized
-    long = build(steady_trace(seconds=limit + 100), profile, 1, jitter=1.0, seed=4, arrivals="rate")
+    at_limit = build(steady_trace(seconds=limit - tail), profile, 1, jitter=1.0, seed=4, arrivals="rate")
+    assert at_limit.materialized and at_limit.bins == workload_module.MATERIALIZE_MAX_BINS
+    long = build(steady_trace(seconds=limit - tail + 1), profile, 1, jitter=1.0, seed=4, arrivals="rate")
     assert not long.materialized
 
 
