@@ -63,6 +63,19 @@ def test_a_light_load_is_served_at_the_smallest_batch_latency() -> None:
     assert totals.slo_attainment == 1.0
 
 
+def test_a_load_above_one_at_a_time_is_served_in_the_next_batch_size() -> None:
+    # 0.8 of a replica's best throughput is more than batch 1 serves but never queues: the median
+    # request rides a batch of 4, its latency plus half the wait to fill it (at most the delay bound).
+    load, _ = steady_load(0.8)
+    load.start(ORIGIN)
+    advance_through(load, 1, 120)
+    efficient = sorted(load.profile.efficient_batches(), key=lambda p: p.batch)
+    one, four = efficient[:2]
+    assert (one.batch, four.batch) == (1, 4)
+    assert one.throughput_per_s < 0.8 * max(p.throughput_per_s for p in efficient) < four.throughput_per_s
+    assert four.latency_ms < load.totals().p50_ms <= four.latency_ms + load.profile.max_batch_delay_ms / 2
+
+
 def advance_through(load: ReplayLoad, first: int, last: int) -> None:
     """Replay seconds ``first`` to ``last`` (both included), one at a time, as the clock moves."""
     for second in range(first, last + 1):
