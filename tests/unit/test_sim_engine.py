@@ -244,3 +244,25 @@ def test_the_running_cold_start_p90_is_the_operators_estimate_of_every_sample_so
             samples.append(float(rng.uniform(5_000, 20_000)))
         assert running.update(samples) == coldstart.estimate(samples, MIN_COLD_START_SAMPLES)
     assert len(samples) > 5_000
+
+
+@pytest.mark.parametrize(
+    ("accepted", "departed", "backlog", "waits"),
+    [
+        # Behind a backlog of 2, bin 0's arrival (the midpoint of its one) is the 2.5th of 4 served
+        # in bin 0: it leaves 0.625 of the way through, having arrived halfway.
+        ([1.0, 0.0], [4.0, 0.0], 2.0, [0.125, 0.0]),
+        # Two arrive in bin 0; their midpoint leaves a third of the way into bin 2, behind the half
+        # served in bin 0. (An empty bin's wait is that of the queue's last, and weighs nothing.)
+        ([2.0, 0.0, 0.0], [0.5, 0.0, 1.5], 0.0, [2.0 + 1.0 / 3.0 - 0.5, 1.5, 0.5]),
+        # Bin 1's arrival is never served: its wait is infinite.
+        ([1.0, 1.0], [0.5, 0.0], 0.0, [0.5, np.inf]),
+    ],
+)
+def test_fifo_waits_place_each_bins_midpoint_arrival_in_the_departures(
+    accepted: list[float], departed: list[float], backlog: float, waits: list[float]
+) -> None:
+    got = engine.fifo_waits(np.array(accepted), np.array(departed), 1.0, backlog)
+    served = np.isfinite(waits)
+    assert list(np.isfinite(got)) == list(served)
+    assert got[served] == pytest.approx(np.array(waits)[served])
