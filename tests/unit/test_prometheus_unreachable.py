@@ -39,6 +39,7 @@ from neuronfleet.metrics.prometheus import (
     PrometheusMetrics,
     QueryResult,
     _own_answer,
+    _Skipped,
     _Unavailable,
     redact_url,
 )
@@ -783,4 +784,23 @@ async def test_no_read_starts_beside_one_running_past_its_deadline() -> None:
         assert len(reads) == 2
     finally:
         resolved.set()
+        metrics.close()
+
+
+def test_each_read_given_up_on_holds_its_endpoint_until_that_read_ends() -> None:
+    # Two snapshots that started together each gave up on their read: the endpoint stays held while
+    # either still runs, so the first to end does not let a third read start beside the second.
+    metrics = PrometheusMetrics(None, clock=Clock())
+    endpoint = Endpoint("http://prometheus.invalid:9090", own=False)
+    breaker = metrics._breaker
+    try:
+        first_ended, second_ended = breaker.gave_up(endpoint), breaker.gave_up(endpoint)
+        first_ended(None)
+        assert breaker.overdue(endpoint)
+        with pytest.raises(_Skipped, match="an earlier read of it still runs"):
+            breaker.admit(endpoint, 1.0)
+        second_ended(None)
+        assert not breaker.overdue(endpoint)
+        assert breaker.admit(endpoint, 1.0) is False  # no back-off: an ordinary read, not a probe
+    finally:
         metrics.close()
