@@ -56,12 +56,14 @@ _ONE = re.compile(r'namespace="(?P<namespace>[^"]*)",deployment="(?P<name>[^"]*)
 class FakePrometheus:
     """Answers fleet-wide queries a row per deployment, a deployment's own queries its row; records
     every query. ``failing``: answer 503 (Prometheus unavailable). ``own_evaluated_at``: the
-    evaluation time a deployment's own query is answered at (a fleet-wide one's is NOW)."""
+    evaluation time a deployment's own query is answered at (a fleet-wide one's is NOW).
+    ``fleet_as_matrix``: answer fleet-wide queries with a range vector's rows (``values``)."""
 
     def __init__(self) -> None:
         self.queries: list[str] = []
         self.failing = False
         self.own_evaluated_at = NOW
+        self.fleet_as_matrix = False
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -74,7 +76,10 @@ class FakePrometheus:
                 values = next(table for word, table in VALUES.items() if word in query)
                 if FLEET in query:
                     result = [
-                        {"metric": {"namespace": ns, "deployment": name}, "value": [NOW, value]}
+                        {
+                            "metric": {"namespace": ns, "deployment": name},
+                            **({"values": [[NOW, value]]} if fake.fleet_as_matrix else {"value": [NOW, value]}),
+                        }
                         for (ns, name), value in values.items()
                     ]
                 else:
@@ -212,6 +217,19 @@ async def test_a_failed_read_backs_off_every_deployment_on_its_endpoint(promethe
     assert len(prometheus.queries) == 1 + len(FLEET_QUERIES)
     assert answers[0][0] is not None and answers[1][0] is not None
     assert metrics.backoff(prometheus.url, own=False) is None
+    metrics.close()
+
+
+async def test_a_fleet_answer_that_is_not_an_instant_vector_is_said_so_not_read_as_missing(
+    prometheus: FakePrometheus,
+) -> None:
+    # Rows of a range vector (a proxy or a rule answering something else) hold no one value per
+    # deployment: the read fails as malformed, and does not read as signals the pods did not report.
+    metrics = PrometheusMetrics(None, clock=ManualClock())
+    prometheus.fleet_as_matrix = True
+    snapshot, reason = await metrics.snapshot(deployment("bert", url=prometheus.url), NOW)
+    assert snapshot is None
+    assert reason == f"Prometheus at {prometheus.url} unavailable: ValueError: an answer of an unexpected shape"
     metrics.close()
 
 
