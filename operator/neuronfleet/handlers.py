@@ -43,7 +43,7 @@ import kopf
 
 from neuronfleet.aio import wait_event
 from neuronfleet.api.v1alpha1 import GROUP, PLURAL, VERSION
-from neuronfleet.kube.client import load_configuration
+from neuronfleet.kube.client import kubeconfig_files, load_configuration
 from neuronfleet.kube.observe import node_held
 from neuronfleet.metrics.operator_metrics import OperatorMetrics
 from neuronfleet.planning.labels import LABEL_DEPLOYMENT
@@ -221,12 +221,17 @@ def connection_info(configuration: Configuration) -> kopf.ConnectionInfo:
 
 @kopf.on.login(registry=registry)
 async def login(memo: kopf.Memo, **kwargs: Any) -> Any:
-    """The kubeconfig the operator was given (``neuronfleet run --kubeconfig``, the sandbox demo),
-    read afresh at each login; else in a pod the service account, elsewhere ``$KUBECONFIG``."""
+    """The credentials the operator's own client uses, read afresh at each login (an exec plugin's
+    token expires): the kubeconfig it was given (``neuronfleet run --kubeconfig``, the sandbox
+    demo), else in a pod the service account, elsewhere ``$KUBECONFIG``'s files or
+    ``~/.kube/config`` (see :func:`~neuronfleet.kube.client.kubeconfig_files`). Kopf's own
+    kubeconfig login runs no exec plugin (EKS's ``aws eks get-token``) and fails on a listed file
+    that is missing, so it is not used."""
     context = context_of(memo)
-    if context is not None and context.kubeconfig is not None:
-        return connection_info(await load_configuration(context.kubeconfig))
-    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+    kubeconfig = context.kubeconfig if context is not None else None
+    if kubeconfig_files(kubeconfig) is None:
+        return kopf.login_with_service_account(**kwargs)
+    return connection_info(await load_configuration(kubeconfig))
 
 
 @kopf.on.cleanup(registry=registry)

@@ -37,7 +37,7 @@ from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, SERVICE_ACCOUNT_NAME_MAX_LEN
 from neuronfleet.artifacts.store import ArtifactStore
 from neuronfleet.handlers import OperatorContext, kopf_settings, registry
 from neuronfleet.kube.builders import BuilderConfig
-from neuronfleet.kube.client import UNANSWERED, KubeClient, connection_pool_size
+from neuronfleet.kube.client import UNANSWERED, KubeClient, connection_pool_size, kubeconfig_files
 from neuronfleet.metrics.operator_metrics import OperatorMetrics
 from neuronfleet.metrics.operator_metrics import serve as serve_metrics
 from neuronfleet.metrics.prometheus_auth import CredentialsError, PrometheusCredentials, amp_region
@@ -757,13 +757,11 @@ async def _run(args: argparse.Namespace) -> None:
             metrics.close()  # its query threads: a query under way ends with its timeout
 
 
-def kubeconfig_in_use(args: argparse.Namespace) -> Path | None:
-    """The kubeconfig ``run`` reads, picked as :func:`neuronfleet.kube.client.load_configuration`
-    picks it: ``--kubeconfig``, else ``$KUBECONFIG``, else ``~/.kube/config``; None in a pod without
-    ``--kubeconfig`` (the service account)."""
-    if args.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+def kubeconfig_problem(files: list[Path]) -> str | None:
+    """Why ``run`` cannot read the kubeconfig ``files`` (none of them a file), or None."""
+    if any(f.is_file() for f in files):
         return None
-    return Path(args.kubeconfig or os.environ.get("KUBECONFIG") or Path.home() / ".kube" / "config").expanduser()
+    return "is a directory" if len(files) == 1 and files[0].is_dir() else "not found"
 
 
 #: Every line of the operator's log: the time, the logger, the message.
@@ -796,9 +794,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except RunSetupError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    kubeconfig = kubeconfig_in_use(args)
-    if kubeconfig is not None and not kubeconfig.is_file():
-        problem = "is a directory" if kubeconfig.is_dir() else "not found"
+    files = kubeconfig_files(args.kubeconfig)
+    kubeconfig = None if files is None else os.pathsep.join(str(f) for f in files)
+    if files is not None and (problem := kubeconfig_problem(files)) is not None:
         print(
             f"error: kubeconfig {kubeconfig} {problem}: pass --kubeconfig or set KUBECONFIG to an existing file",
             file=sys.stderr,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -15,6 +17,7 @@ from handler_calls import as_called
 
 from neuronfleet import handlers
 from neuronfleet.handlers import OperatorContext
+from neuronfleet.kube.client import kubeconfig_files, load_configuration
 
 login = as_called(handlers.login)
 
@@ -93,3 +96,50 @@ async def test_without_a_given_kubeconfig_the_environment_is_read(
 
     assert isinstance(info, kopf.ConnectionInfo)
     assert info.server == "http://127.0.0.1:1234"
+
+
+async def test_the_operators_own_client_reads_kubeconfig_as_kubectl_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without a given kubeconfig: each file $KUBECONFIG lists, merged (those that exist), else
+    # ~/.kube/config; in a pod, the service account.
+    missing = tmp_path / "missing"
+    env_config = write_kubeconfig(tmp_path / "env", "http://127.0.0.1:1234", {"token": "t"}, {})
+    monkeypatch.setenv("KUBECONFIG", os.pathsep.join([str(missing), str(env_config)]))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert kubeconfig_files() == [missing, env_config]
+    assert (await load_configuration()).host == "http://127.0.0.1:1234"
+    given = write_kubeconfig(tmp_path / "given", "https://given.example:6443", {"token": "s3cret"}, {})
+    assert (await load_configuration(given)).host == "https://given.example:6443"
+    monkeypatch.delenv("KUBECONFIG")
+    assert kubeconfig_files() == [tmp_path / ".kube" / "config"]
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    assert kubeconfig_files() is None
+    assert kubeconfig_files(given) == [given]
+
+
+async def test_without_a_given_kubeconfig_an_exec_plugins_token_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # EKS kubeconfigs get their token from an exec plugin (aws eks get-token); here a Python one.
+    # Kopf's own kubeconfig login would send no token at all.
+    credential = {
+        "apiVersion": "client.authentication.k8s.io/v1beta1",
+        "kind": "ExecCredential",
+        "status": {"token": "from-the-plugin"},
+    }
+    plugin = {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "command": sys.executable,
+            "args": ["-c", f"print({json.dumps(json.dumps(credential))})"],
+        }
+    }
+    monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "eks", "https://eks.example", plugin, {})))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+
+    info = await login(memo=memo_for(None), logger=logging.getLogger("test"), settings=kopf.OperatorSettings())
+
+    assert isinstance(info, kopf.ConnectionInfo)
+    assert (info.server, info.scheme, info.token) == ("https://eks.example", "Bearer", "from-the-plugin")

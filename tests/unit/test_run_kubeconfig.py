@@ -35,6 +35,23 @@ def test_a_missing_kubeconfig_variable_is_named(
     assert capsys.readouterr().err.startswith(f"error: kubeconfig {missing} not found: ")
 
 
+def test_a_kubeconfig_list_is_read_as_kubectl_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # $KUBECONFIG may list files, some of them missing: run reads those that exist (here an unusable
+    # one, so it stops there, naming the list), and says "not found" only when none does.
+    missing, broken = tmp_path / "missing", tmp_path / "kubeconfig"
+    broken.write_text("{}\n")
+    listed = os.pathsep.join([str(missing), str(broken)])
+    monkeypatch.setenv("KUBECONFIG", listed)
+    assert main(["run"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: kubeconfig {listed}: Invalid kube-config file.")
+    neither = os.pathsep.join([str(missing), str(tmp_path / "also-missing")])
+    monkeypatch.setenv("KUBECONFIG", neither)
+    assert main(["run"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: kubeconfig {neither} not found: ")
+
+
 def test_an_unusable_kubeconfig_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     broken = tmp_path / "kubeconfig"
     broken.write_text("{}\n")

@@ -94,18 +94,30 @@ class KubeApi(Protocol):
     async def close(self) -> None: ...
 
 
-async def load_configuration(kubeconfig: str | os.PathLike[str] | None = None) -> client.Configuration:
-    """Where the cluster is and how to authenticate, read afresh (tokens from exec plugins expire).
+def kubeconfig_files(kubeconfig: str | os.PathLike[str] | None = None) -> list[Path] | None:
+    """The kubeconfig files :func:`load_configuration` reads: ``kubeconfig``, else each file of
+    ``$KUBECONFIG`` (a list separated by ``os.pathsep``, merged as kubectl merges it), else
+    ``~/.kube/config``; None in a pod without ``kubeconfig`` (the service account)."""
+    if kubeconfig is not None:
+        return [Path(kubeconfig).expanduser()]
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return None
+    listed = [Path(part).expanduser() for part in os.environ.get("KUBECONFIG", "").split(os.pathsep) if part]
+    return listed or [Path.home() / ".kube" / "config"]
 
-    In a pod with no ``kubeconfig``: the service account. Elsewhere: ``kubeconfig``, else
-    ``$KUBECONFIG``, else ``~/.kube/config``.
-    """
+
+async def load_configuration(kubeconfig: str | os.PathLike[str] | None = None) -> client.Configuration:
+    """Where the cluster is and how to authenticate, read afresh (tokens from exec plugins expire),
+    from the files :func:`kubeconfig_files` names, or the service account's."""
     configuration = client.Configuration()
-    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+    files = kubeconfig_files(kubeconfig)
+    if files is None:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     else:
-        path = kubeconfig or os.environ.get("KUBECONFIG") or Path.home() / ".kube" / "config"
-        await config.load_kube_config(config_file=str(path), client_configuration=configuration)
+        # The client merges a list joined as $KUBECONFIG joins it (the files that exist).
+        await config.load_kube_config(
+            config_file=os.pathsep.join(str(f) for f in files), client_configuration=configuration
+        )
     return configuration
 
 
