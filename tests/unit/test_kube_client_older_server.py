@@ -3,7 +3,8 @@
 A PodDisruptionBudget's ``unhealthyPodEvictionPolicy`` is beta from Kubernetes 1.27 (alpha, off by
 default, in 1.26); an older API server drops it from every write. Diffing the wanted spec against
 what it keeps would then find a difference on every reconcile and patch again. The server here is
-real HTTP answering the PDB read and merge-patch the way such an API server does.
+real HTTP answering the PDB read and merge-patch the way such an API server does. The same diff
+reads a list as wanted when each live item holds its wanted fields (the server's defaults added).
 """
 
 from __future__ import annotations
@@ -103,3 +104,32 @@ async def test_a_pdb_written_with_max_unavailable_loses_it_when_min_available_is
     assert server.stored["spec"]["minAvailable"] == 2 and "maxUnavailable" not in server.stored["spec"]
     current = await kube.read("PodDisruptionBudget", "default", "bert")
     assert await kube.ensure(wanted, current) == "unchanged"
+
+
+SERVICE_PATH = "/api/v1/namespaces/default/services/bert"
+
+
+def service(*ports: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "bert", "namespace": "default", "labels": {"app": "bert"}},
+        "spec": {"selector": {"app": "bert"}, "ports": [{"name": f"p{p}", "port": p} for p in ports]},
+    }
+
+
+async def test_a_list_is_as_wanted_when_each_item_holds_the_wanted_fields_and_no_item_is_missing() -> None:
+    # The API server defaults fields inside list items (a Service port's protocol and targetPort):
+    # the same ports with those added cost no write; one port more is written.
+    stored = service(8080)
+    stored["spec"]["ports"][0].update(protocol="TCP", targetPort=8080)
+    server = OlderApiServer(stored)
+    app = web.Application()
+    app.router.add_get(SERVICE_PATH, server.get)
+    app.router.add_patch(SERVICE_PATH, server.patch)
+    async with served_kube(app) as kube:
+        current = await kube.read("Service", "default", "bert")
+        assert await kube.ensure(service(8080), current) == "unchanged"
+        assert await kube.ensure(service(8080, 9090), current) == "updated"
+        assert [p["port"] for p in server.stored["spec"]["ports"]] == [8080, 9090]
+    assert server.patches == 1

@@ -387,10 +387,12 @@ def test_a_held_decision_is_bounded_by_a_max_replicas_lowered_between_decisions(
     lowered = deployment(scaling={**auto, "maxReplicas": 3}, warmPool={"mode": "Auto", "minPods": 1, "maxPods": 4})
     held, memory = decide_targets(lowered.spec, memory, None, "not due", targets.scale.desired, 2, 60.0)
     assert held.scale.desired == 3
+    assert targets.scale.demand is not None and targets.scale.demand > 3
+    assert held.scale.demand == 3  # the demand the warm pool sizes from is bounded with it
     assert held.warm.pods == 1 and held.warm.node_placeholders == 0
     raised = deployment(scaling={**auto, "minReplicas": 8}, warmPool={"mode": "Off"})
     held, _ = decide_targets(raised.spec, memory, None, "not due", 3, 2, 120.0)
-    assert held.scale.desired == 8
+    assert (held.scale.desired, held.scale.demand) == (8, 8)
 
 
 def test_a_snapshot_with_no_usable_signal_is_not_reported_as_metrics_read() -> None:
