@@ -154,6 +154,26 @@ def test_a_torchscript_source_compiles_and_runs_like_the_module(tmp_path: Path) 
     np.testing.assert_allclose(rows, expected, atol=1e-5)
 
 
+def test_requests_of_different_lengths_share_the_bucket_of_the_longest(tmp_path: Path) -> None:
+    # A batch of a 2-token and a 6-token request needs the 8-token bucket: each is padded to it and
+    # gets the rows the module gives it alone.
+    source, module = _tiny_source(tmp_path)
+    result_file = tmp_path / "r.json"
+    argv = ["compile", "--source", str(source), "--store", str(tmp_path / "store"), "--name", "tiny"]
+    buckets = ["--batch-buckets", "2", "--sequence-buckets", "4,8"]
+    assert cli.main([*argv, *buckets, "--result-file", str(result_file)]) == 0
+    manifest, _, directory = fetch_artifact(json.loads(result_file.read_text())["uri"], tmp_path / "unused")
+    short, long = np.array([[7, 8]], dtype=np.int64), np.array([[1, 2, 3, 4, 5, 6]], dtype=np.int64)
+    (short_rows, long_rows), bucket = ModelRunner(manifest, directory).run(
+        [[short, np.ones_like(short)], [long, np.ones_like(long)]]
+    )
+    assert (bucket.batch, bucket.sequence) == (2, 8)
+    with torch.no_grad():
+        for ids, rows in ((short, short_rows), (long, long_rows)):
+            expected = module(torch.from_numpy(ids), torch.from_numpy(np.ones_like(ids))).numpy()
+            np.testing.assert_allclose(rows, expected, atol=1e-5)
+
+
 def test_a_missing_source_fails_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = cli.main(["compile", "--source", str(tmp_path / "nope"), "--store", str(tmp_path / "store")])
     err = capsys.readouterr().err
