@@ -189,6 +189,17 @@ BAD_BINARY: list[tuple[str, bytes, dict[str, str], str]] = [
         "binary_data_size 24 does not match shape [1, 4] of INT64 (32 bytes)",
     ),
     (
+        "binary size negative",
+        *_framed({"inputs": [_binary_ids([1, 4], size=-8), MASK_1x4]}, IDS_1x4),
+        "input 'input_ids': binary_data_size must be a non-negative integer, got -8",
+    ),
+    (
+        # Zero is a size: checked against the shape like any other, not refused as negative.
+        "binary size zero",
+        *_framed({"inputs": [_binary_ids([1, 4], size=0), MASK_1x4]}, b""),
+        "binary_data_size 0 does not match shape [1, 4] of INT64 (32 bytes)",
+    ),
+    (
         "binary sizes exceed the body",
         *_framed({"inputs": [_binary_ids([1, 4]), MASK_1x4]}, IDS_1x4[:16]),
         "binary data ends after 16 of 32 bytes",
