@@ -931,9 +931,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "run",
         help="run the operator against a cluster (in a pod: its service account; else $KUBECONFIG)",
         description="Run the InferenceDeployment operator. In a pod it uses its service account; elsewhere "
-        "--kubeconfig or $KUBECONFIG (e.g. the one `neuronfleet sandbox up` writes).",
+        "--kubeconfig, else the files $KUBECONFIG lists (e.g. the one `neuronfleet sandbox up` writes), else "
+        "~/.kube/config. Exec plugins (EKS's `aws eks get-token`) are run for every login.",
     )
-    p.add_argument("--kubeconfig", type=Path, help="kubeconfig to use (default: in-cluster, then $KUBECONFIG)")
+    p.add_argument(
+        "--kubeconfig",
+        type=Path,
+        help="kubeconfig to use (default: in a pod its service account, else $KUBECONFIG, else ~/.kube/config)",
+    )
     p.add_argument("-n", "--namespace", action="append", help="watch only this namespace (repeatable; default: all)")
     p.add_argument(
         "--artifact-store",
