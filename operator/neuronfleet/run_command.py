@@ -419,7 +419,8 @@ DEFAULT_ARTIFACT_STORE = "/var/lib/neuronfleet/artifacts"
 
 
 def load_sandbox_env(kubeconfig: Path | None) -> dict[str, str]:
-    """Variables from ``sandbox.env`` beside the kubeconfig, set where the environment lacks them.
+    """Variables from ``sandbox.env`` beside the kubeconfig (the first of
+    :func:`~neuronfleet.kube.client.kubeconfig_files`), set where the environment lacks them.
 
     ``neuronfleet sandbox up`` writes ``export NAME=value`` lines there (its S3 endpoint and
     credentials, the artifact store); explicit flags and variables still win. Returns what was set.
@@ -659,8 +660,9 @@ class RunSetupError(Exception):
 
 
 async def _run(args: argparse.Namespace) -> None:
-    kubeconfig_env = os.environ.get("KUBECONFIG")
-    load_sandbox_env(args.kubeconfig or (Path(kubeconfig_env.split(os.pathsep)[0]) if kubeconfig_env else None))
+    # Beside the first kubeconfig file, where kubectl (and `neuronfleet sandbox up`) writes.
+    files = kubeconfig_files(args.kubeconfig)
+    load_sandbox_env(files[0] if files else None)
     resolve_defaults(args)
     if not args.neuron_scheduler:
         logger.warning(NO_NEURON_SCHEDULER)

@@ -117,16 +117,24 @@ def test_a_misspelt_setting_is_no_service_link(
     assert capsys.readouterr().err.startswith(f"error: {name} is not a variable this operator ")
 
 
+@pytest.mark.parametrize("named_by", ["--kubeconfig", "$KUBECONFIG", "~/.kube/config"])
 def test_an_unknown_variable_in_sandbox_env_is_refused_naming_the_file(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    named_by: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``run`` reads ``sandbox.env`` beside its kubeconfig after checking the environment: a
-    misspelt name there was loaded and ignored, the operator running on the default store."""
-    kubeconfig = tmp_path / "kubeconfig"
+    """``run`` reads ``sandbox.env`` beside its kubeconfig (the first file ``$KUBECONFIG`` lists,
+    ``~/.kube/config`` without either) after checking the environment: a misspelt name there was
+    loaded and ignored, the operator running on the default store."""
+    kubeconfig = tmp_path / ".kube" / "config"
+    kubeconfig.parent.mkdir()
     kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
-    env_file = tmp_path / "sandbox.env"
+    env_file = kubeconfig.parent / "sandbox.env"
     env_file.write_text("export NEURONFLEET_NEURON_SCHEDULER=neuron\nexport NEURONFLEET_ARTIFACT_STOR=s3://bucket/p\n")
-    assert main(["run", "--kubeconfig", str(kubeconfig)]) == 2
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    if named_by == "$KUBECONFIG":
+        monkeypatch.setenv("KUBECONFIG", os.pathsep.join([str(kubeconfig), str(tmp_path / "missing")]))
+    flags = ["--kubeconfig", str(kubeconfig)] if named_by == "--kubeconfig" else []
+    assert main(["run", *flags]) == 2
     assert capsys.readouterr().err == (
         f"error: {env_file}: NEURONFLEET_ARTIFACT_STOR is not a variable this operator (neuronfleet "
         f"{neuronfleet.__version__}) reads: the name is misspelt, or another version's `neuronfleet sandbox up` "
