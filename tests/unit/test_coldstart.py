@@ -258,6 +258,12 @@ def test_samples_expire_after_a_day() -> None:
     assert coldstart.observe(state, old, now=1000 + day - 1) == state
     gone = coldstart.observe(state, old, now=1000 + day + 1)
     assert gone.samples == () and coldstart.for_warm_pool(gone, "t").pod_seconds is None
+    # Exactly a day old is expired, as for the figures a takeover carries over
+    # (tests/unit/test_coldstart_carried_age.py): the same sample is not kept by one and dropped by the other.
+    assert coldstart.observe(state, old, now=1000 + day).samples == ()
+    carried = coldstart.take_over(coldstart.status(state, "t"), 1500)
+    assert coldstart.for_warm_pool(coldstart.observe(carried, [], now=1000 + day - 1), "t").pod_seconds is not None
+    assert coldstart.for_warm_pool(coldstart.observe(carried, [], now=1000 + day), "t").pod_seconds is None
     # Without a clock, a day before the newest sample.
     fresh = [PodTimeline(f"f{i}", "t", day + 500, day + 501, day + 502, day + 1100) for i in range(3)]
     newer = coldstart.observe(state, fresh)

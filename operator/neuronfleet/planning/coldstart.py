@@ -268,8 +268,8 @@ def observe(
     max_samples: int = MAX_SAMPLES,
     now: float | None = None,
 ) -> ColdStartState:
-    """The state with every newly Ready pod of ``timelines`` measured, and samples older than
-    :data:`MAX_SAMPLE_AGE_SECONDS` before ``now`` dropped (None: before the newest sample).
+    """The state with every newly Ready pod of ``timelines`` measured, and samples
+    :data:`MAX_SAMPLE_AGE_SECONDS` old or older at ``now`` dropped (None: at the newest sample).
 
     ``timelines`` are the deployment's current serving pods: uids of pods that are gone are
     forgotten (they cannot come back), which keeps the memory bounded by the fleet's size.
@@ -300,7 +300,8 @@ def observe(
     oldest = None if until is None else until - MAX_SAMPLE_AGE_SECONDS
     samples: list[tuple[str, tuple[ColdStartSample, ...]]] = []
     for name, kept in sorted(by_type.items()):
-        fresh = [s for s in kept if oldest is None or s.ready_at >= oldest]
+        # A day old is expired, as for the figures a takeover carries (:meth:`CarriedPhase.until`).
+        fresh = [s for s in kept if oldest is None or s.ready_at > oldest]
         if fresh:
             samples.append((name, tuple(sorted(fresh, key=lambda s: (s.ready_at, s.uid))[-max_samples:])))
     return ColdStartState(
