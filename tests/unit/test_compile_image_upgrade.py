@@ -380,3 +380,18 @@ async def test_the_legacy_job_still_running_after_its_artifact_is_taken_is_not_s
     plan = await _plan(dep, store, durable, [job])
     assert plan.compile_actions == (), "the legacy Job of this very compile was deleted as superseded"
     assert plan.status["artifact"]["uri"] == artifact.uri and _compiled(plan)["reason"] == "ArtifactReady"
+
+
+def test_an_image_and_fingerprint_are_read_back_only_with_the_artifact_they_compiled(tmp_path: Path) -> None:
+    """status.artifact cut short (no record's key or URI: edited by hand, or written by a tool that
+    knows only some fields) serves nothing, and its compileImage is not read as the image of an
+    artifact this operator wrote: a takeover then still inherits the operator before's failure
+    (:func:`~neuronfleet.planning.compile.inherits_legacy_failure`), and no fingerprint is looked up."""
+    served = StoredArtifact("key", str(tmp_path / "key"), "sha", "cpu")
+    whole = {**_status_section(served, CPU_BUILD), "sourceFingerprint": "fp"}
+    read = StatusMemory.from_status({"artifact": whole})
+    assert (read.artifact, read.artifact_image, read.artifact_fingerprint) == (served, CPU_BUILD, "fp")
+    for missing in ("cacheKey", "uri"):
+        cut = {field: value for field, value in whole.items() if field != missing}
+        read = StatusMemory.from_status({"artifact": cut})
+        assert (read.artifact, read.artifact_image, read.artifact_fingerprint) == (None, None, None), missing
