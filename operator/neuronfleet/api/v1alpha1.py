@@ -1535,8 +1535,8 @@ class InferenceDeploymentStatus(StatusModel):
     )
     cold_start: ColdStartStatus | None = Field(
         default=None,
-        description="Measured cold-start phases on the placement's instance type (the newest 100 pods, each at "
-        "most a day old). After an operator restart or a new leader, a phase keeps the figures found here (of pods "
+        description="Measured cold-start phases on the placement's instance type (the newest 100 pods, each less "
+        "than a day old). After an operator restart or a new leader, a phase keeps the figures found here (of pods "
         "that may be gone) until as many pods, at most 10, are measured again, or a day after its lastSampleTime "
         "(restarts in a row do not extend it); the Auto warm pool sizes from them.",
     )
