@@ -251,11 +251,14 @@ def test_time_zone_suffixes_are_converted_to_utc_without_warnings(tmp_path: Path
         "2023-11-16T19:15:47+01:00,10,10\n"
         "2023-11-16 13:15:48.5-0500,10,10\n"
         "2023-11-16T18:15:49.25,10,10\n"
+        # Offsets of hours and minutes (India, Nepal).
+        "2023-11-16T23:45:50+05:30,10,10\n"
+        "2023-11-16T12:30:51-05:45,10,10\n"
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         arrivals = load(csv).arrivals
-    assert arrivals.tolist() == pytest.approx([0.0, 1.0, 2.5, 3.25], abs=1e-6)
+    assert arrivals.tolist() == pytest.approx([0.0, 1.0, 2.5, 3.25, 4.0, 5.0], abs=1e-6)
 
 
 def test_a_trace_with_time_zones_runs_without_warnings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
