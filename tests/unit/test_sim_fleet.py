@@ -108,12 +108,17 @@ def test_scale_down_demotes_to_the_warm_pool_then_drains_and_frees_nodes() -> No
     counts = fleet.counts(0.0)
     assert (counts.serving, counts.warm_ready) == (2, 1)  # one demoted, one drained
     assert counts.nodes == 4  # the drained pod's node is kept while it drains
+    run_until(fleet, 5.0)
+    # The emptied node's removal is the fleet's next change (the run need not wake each second).
+    assert fleet.next_event(5.0) == 35.0
     run_until(fleet, 34.0)
     assert fleet.counts(34.0).nodes == 4  # drain 5 s, then 30 s empty
     run_until(fleet, 36.0)
     assert fleet.counts(36.0).nodes == 3
     # The removed node lived 35 s and is billed EC2's 60 s minimum.
     assert fleet.node_seconds == pytest.approx(3 * 36.0 + 60.0)
+    # Pod-seconds (the report's replica-hours) count the draining pod while it drains.
+    assert fleet.pod_seconds == pytest.approx(3 * 36.0 + 5.0)
 
 
 def test_a_pods_view_equals_the_one_its_dataclass_makes() -> None:
@@ -164,3 +169,15 @@ def test_the_deleters_order_reads_a_pods_new_view_not_the_record_it_kept() -> No
     again = replace(a, ready_at=EPOCH + timedelta(seconds=30))
     assert [p.name for p in drain([again, b], [], now)] == ["a", "b"]
     assert known["a"][0] is again and known["a"][1].ready_at == 30.0
+
+
+def test_a_pod_shows_running_from_the_instant_its_node_has_the_image() -> None:
+    # The operator sees a pod Running (loading) once its image is pulled: from that instant on, as a
+    # kubelet starts the container when the pull ends, not one event later.
+    fleet = Fleet(fixed_profile(), np.random.default_rng(0))
+    fleet.set_targets(0.0, active=1, warm=0, placeholders=0)
+    run_until(fleet, 100.0)  # the node is up and the pod bound: scheduling 1 s, then the 50 s pull
+    (pod,) = fleet.pods.values()
+    assert pod.node is not None and fleet.nodes[pod.node].image_at == 151.0
+    assert fleet._view(pod, 150.5).phase == "Pending"
+    assert fleet._view(pod, 151.0).phase == "Running"
