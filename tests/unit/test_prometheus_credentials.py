@@ -381,6 +381,11 @@ def test_credentials_that_cannot_be_used_fail_at_start_up(tmp_path: Path) -> Non
     password.write_text("p")
     with pytest.raises(CredentialsError, match="both set"):
         PrometheusCredentials(bearer_token_file=token, username="u", password_file=password).auth()
+    # Half of basic auth beside a token is refused as well, not dropped for the token.
+    with pytest.raises(CredentialsError, match="both set"):
+        PrometheusCredentials(bearer_token_file=token, username="u").auth()
+    with pytest.raises(CredentialsError, match="both set"):
+        PrometheusCredentials(bearer_token_file=token, password_file=password).auth()
     with pytest.raises(CredentialsError, match="needs both"):
         PrometheusCredentials(username="u").auth()
     with pytest.raises(CredentialsError, match=r"--prometheus-bearer-token-file .*missing: No such file"):
