@@ -598,8 +598,9 @@ async def test_keys_read_unanswered_or_expired_are_not_kept() -> None:
     for index in range(3):
         await accounts.answer(kube, f"team-{index}", "model-compiler", CREATED)  # type: ignore[arg-type]
     assert accounts.held() == 3
-    # An hour on, a kept answer clears the expired ones.
-    await accounts.answer(kube, "other", "model-compiler", CREATED + timedelta(hours=1))  # type: ignore[arg-type]
+    # Exactly the answers' lifetime on, they are no longer served, so a kept answer clears them too.
+    expiry = CREATED + timedelta(seconds=accounts.ttl_seconds)
+    await accounts.answer(kube, "other", "model-compiler", expiry)  # type: ignore[arg-type]
     assert accounts.held() == 1
 
 
