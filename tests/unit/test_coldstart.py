@@ -456,6 +456,9 @@ def test_a_native_sidecars_start_is_before_the_budgets_window_and_its_readiness_
     assert [s.uid for s in coldstart.observe(ColdStartState(), timelines).for_type("inf2.xlarge")] == ["late"]
     # A sidecar's readiness probe without a startup probe bounds nothing, as a main container's.
     assert startup_budget(_with_sidecar(plain, {"readinessProbe": {}}, 0)) is None
+    # Nor does one with a field the API server would not take: the budget is not known.
+    unreadable = {**proxy_start, "readinessProbe": {"periodSeconds": "ten"}}
+    assert startup_budget(_with_sidecar(plain, unreadable, 0)) is None
     # A sidecar with no readiness probe is ready once started, before the main container starts;
     # plain init containers (no restartPolicy) run to completion before it: neither adds to the budget.
     assert startup_budget(_with_sidecar(plain, proxy_start, 0)) == 40
