@@ -139,6 +139,16 @@ def test_an_s3_object_source_is_that_one_file_and_compiles_like_the_local_file(
         download_tree(f"s3://{BUCKET}/edges/one/model.pt/", tmp_path / "dir")
 
 
+def test_an_s3_object_at_the_buckets_root_is_that_one_file(s3_env: S3Server, tmp_path: Path) -> None:
+    # s3://bucket/model.pt: a key with no folder in it names the file as well.
+    client = boto3.client("s3")
+    client.create_bucket(Bucket="edges-root")
+    client.put_object(Bucket="edges-root", Key="model.pt", Body=b"weights")
+    got = download_tree("s3://edges-root/model.pt", tmp_path / "src")
+    assert got == tmp_path / "src" / "model.pt"
+    assert got.read_bytes() == b"weights"
+
+
 # ------------------------------------------------------------- a store that cannot take the artifact
 
 
