@@ -128,7 +128,7 @@ def test_a_device_failing_most_requests_stays_unready_and_turns_unlive_through_i
 
 
 def test_the_device_health_state_ends_a_failure_only_after_successes_in_a_row() -> None:
-    now = [0.0]
+    now = [1000.0]  # a monotonic clock's reading: not 0, so the failure's age is a difference
     health = DeviceHealth(suspect_after=3, restart_after=60.0, clock=lambda: now[0])
     assert [health.failed_alone() for _ in range(3)] == [False, False, True]
     assert health.self_test_failed() and health.failed
@@ -137,8 +137,10 @@ def test_the_device_health_state_ends_a_failure_only_after_successes_in_a_row() 
         assert not health.succeeded()
         now[0] += 1.0
         health.failed_alone()
-    assert health.failed and health.failed_since == 0.0
-    now[0] = 60.0
+    assert health.failed and health.failed_since == 1000.0
+    now[0] = 1059.5
+    assert health.live()
+    now[0] = 1060.0
     assert not health.live()  # the clock ran through the isolated successes
     assert [health.succeeded() for _ in range(3)] == [False, False, True]
     assert not health.failed and health.live()
