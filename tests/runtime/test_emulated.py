@@ -130,6 +130,12 @@ def test_it_says_emulated_everywhere_and_loads_no_torch(serve_process: Any) -> N
     assert meta["platform"] == "emulated_neuroncore"
     assert meta["parameters"]["emulated_device"]["profile"] == "bert-base"
     assert meta["outputs"] == [{"name": "embedding", "datatype": "FP32", "shape": [-1, 768]}]
+    # The token inputs take any batch and sequence, as a compiled artifact's do.
+    assert [(i["name"], i["shape"]) for i in meta["inputs"]] == [
+        ("input_ids", [-1, -1]),
+        ("attention_mask", [-1, -1]),
+        ("text", [-1]),
+    ]
     text = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [2], "data": ["hello world", "a b c"]}]}
     status, _, doc = http_json(process.url, "POST", "/v2/models/embedder/infer", json.dumps(text).encode())
     assert status == 200, doc
