@@ -40,6 +40,14 @@ def test_per_replica_profile_splits_throughput_by_neuroncores() -> None:
     half = per_replica_profile(base, 1, max_queue=512)
     assert [p.throughput_per_s for p in half.batches or []] == [p.throughput_per_s / 2 for p in base.batches or []]
     assert half.max_queue == 512 and half.replicas_per_node == 2
+    # The share is of a profile replica's NeuronCores (instance cores / replicas per node): a profile
+    # of two 1-core replicas per node keeps its figures at 1 core and doubles them at 2.
+    assert [p.throughput_per_s for p in per_replica_profile(half, 1).batches or []] == [
+        p.throughput_per_s for p in half.batches or []
+    ]
+    assert [p.throughput_per_s for p in per_replica_profile(half, 2).batches or []] == [
+        p.throughput_per_s * 2 for p in half.batches or []
+    ]
 
 
 async def test_before_the_start_the_fleet_reports_idle_not_unavailable() -> None:
