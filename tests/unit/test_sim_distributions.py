@@ -117,3 +117,28 @@ def test_a_sampler_draws_what_numpy_draws_from_the_same_stream(spec: object, num
     drawn = [draw() for _ in range(2_000)]
     assert drawn == [numpy_draw(reference) for _ in range(2_000)]
     assert drawn[:5] == [dist.sample(rng) for rng in [np.random.default_rng(7)] for _ in range(5)]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"fixed": math.nan},
+        {"uniform": [math.nan, 5]},
+        {"normal": {"mean": 5, "sd": math.nan}},
+        {"normal": {"mean": math.inf, "sd": 1}},
+        {"lognormal": {"median": 5, "sigma": math.inf}},
+    ],
+)
+def test_a_phase_not_finite_in_either_parameter_is_refused_as_such(spec: object) -> None:
+    # A NaN compares false with every later bound (the day, the sigma), so only this check stops it,
+    # in either parameter: accepted, it would sample NaN cold starts.
+    with pytest.raises(DistributionError, match="node: durations and spreads must be finite and >= 0"):
+        parse(spec, "node")
+
+
+@pytest.mark.parametrize("spec", [{"fixed": 1, "uniform": [0, 2]}, {}, [5], "5", None, True])
+def test_a_phase_that_is_neither_a_number_nor_one_distribution_is_refused_as_such(spec: object) -> None:
+    # Two kinds in one phase are refused, not read as whichever comes first; a one-item list or a
+    # one-character string gets the same message, not an AttributeError.
+    with pytest.raises(DistributionError, match=r"^node: expected a number or one of \{fixed\|uniform"):
+        parse(spec, "node")
