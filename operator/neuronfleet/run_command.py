@@ -931,7 +931,7 @@ def check_liveness_endpoint(url: str) -> None:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "run",
-        help="run the operator against a cluster (in a pod: its service account; else $KUBECONFIG)",
+        help="run the operator against a cluster (in a pod: its service account; else $KUBECONFIG or ~/.kube/config)",
         description="Run the InferenceDeployment operator. In a pod it uses its service account; elsewhere "
         "--kubeconfig, else the files $KUBECONFIG lists (e.g. the one `neuronfleet sandbox up` writes), else "
         "~/.kube/config. Exec plugins (EKS's `aws eks get-token`) are run for every login.",
