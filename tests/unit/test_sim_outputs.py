@@ -270,3 +270,23 @@ def test_the_captions_say_the_slo_target_as_given(target: float, said: str) -> N
     assert f"✓ = reaches {said} here, ~ = misses it" in held_out
     tuning = str(report.table("x", [], 50, target).caption)
     assert f"✓ = cheapest reaching {said}, ~ = none reaches it" in tuning
+
+
+@pytest.mark.parametrize(("hours", "unit", "span"), [(1, "minutes", 60.0), (7, "hours", 7.0)])
+def test_the_timeline_reads_its_time_axis_in_the_unit_it_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hours: int, unit: str, span: float
+) -> None:
+    # A run of over six hours is read in hours, a shorter one in minutes; the label and the data agree.
+    import matplotlib.figure
+
+    axes: dict[str, Any] = {}
+    monkeypatch.setattr(
+        matplotlib.figure.Figure, "savefig", lambda figure, path, **_: axes.update({Path(path).name: figure.axes[-1]})
+    )
+    trace = write_trace(tmp_path / "t.csv", seconds=hours * 3600, rate=0.5)
+    assert run_cli(["--trace", str(trace), "--policies", "static", *QUICK, "--out", str(tmp_path / "o")]) == 0
+    timeline = axes["bert-base-timeline.png"]
+    assert timeline.get_xlabel() == unit
+    serving = next(line for line in timeline.get_lines() if line.get_label() == "serving")
+    # The run goes on a little past the trace (the tail in which late requests are still served).
+    assert span <= float(np.max(serving.get_xdata())) < span * 1.1
