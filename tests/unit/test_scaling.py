@@ -1224,3 +1224,18 @@ def test_a_scale_up_the_fleet_was_lowered_from_is_not_measured_when_a_later_one_
     assert starting.desired == 8 and starting.new_state.launches == up.new_state.launches
     served = decide(s, starting.new_state, snap(700, 80), 8, 8, 700)
     assert served.new_state.cold_start == 300
+
+
+@pytest.mark.parametrize(
+    ("util", "queued", "measured"),
+    [(0.2, 0, 250.0), (0.95, 0, 200 / 3.8), (0.5, 4, 100.0), (0.199, 0, None), (0.951, 0, None), (0.5, 5, None)],
+)
+def test_the_service_rate_bounds_are_inclusive(util: float, queued: float, measured: float | None) -> None:
+    # 200/s over 4 ready replicas: measured at a utilization from 0.2 to 0.95 inclusive and with at
+    # most one request queued per ready replica; just outside either bound, not.
+    s = spec()
+    state = ScalingState()
+    for tick in range(3):
+        sample = MetricSnapshot(time=tick * 15, queue_depth=queued, in_flight=4, arrival_rate=200, utilization=util)
+        state = decide(s, state, sample, 4, 4, tick * 15).new_state
+    assert state.service_rate == (None if measured is None else pytest.approx(measured))
