@@ -244,6 +244,9 @@ def test_the_status_section_is_rendered_once_per_checkpoint_and_handed_out_as_a_
     assert first is not None and len(first.to_wire()["scaleEvents"]) == 120
     # Every reconcile until the next renewal reads the section rendered at the first.
     assert checkpoint.derived["status"] == first
+    # What was rendered is no part of the checkpoint's value: it equals an unrendered copy.
+    unrendered = replace(checkpoint)
+    assert not unrendered.derived and unrendered == checkpoint
     first.service_rate_per_replica = 1.0  # a caller's model is its own, lists included
     assert first.scale_events is not None
     first.scale_events.append(first.scale_events[0])
