@@ -1239,3 +1239,14 @@ def test_the_service_rate_bounds_are_inclusive(util: float, queued: float, measu
         sample = MetricSnapshot(time=tick * 15, queue_depth=queued, in_flight=4, arrival_rate=200, utilization=util)
         state = decide(s, state, sample, 4, 4, tick * 15).new_state
     assert state.service_rate == (None if measured is None else pytest.approx(measured))
+
+
+def test_a_busy_ratio_read_with_no_replica_ready_measures_no_service_rate() -> None:
+    # A custom utilization query may answer while no replica is ready (the default averages ready
+    # pods only): 200/s over no ready replica is no rate a replica serves, and no division by zero.
+    s = spec()
+    state = ScalingState()
+    for tick in range(3):
+        sample = MetricSnapshot(time=tick * 15, queue_depth=0, in_flight=0, arrival_rate=200, utilization=0.5)
+        state = decide(s, state, sample, 2, 0, tick * 15).new_state
+    assert state.service_rate is None
