@@ -1250,3 +1250,20 @@ def test_a_busy_ratio_read_with_no_replica_ready_measures_no_service_rate() -> N
         sample = MetricSnapshot(time=tick * 15, queue_depth=0, in_flight=0, arrival_rate=200, utilization=0.5)
         state = decide(s, state, sample, 2, 0, tick * 15).new_state
     assert state.service_rate is None
+
+
+def test_a_fleet_found_at_the_takeover_stops_being_named_once_out_of_the_window() -> None:
+    # 10 replicas found at 0 s, held 300 s; a burst at 105 s asks for 8, held by the delay until
+    # 405 s. Past 300 s the 8 are the delay's, not the fleet found's: it is still remembered (the
+    # scale-up window is longer) but holds nothing down.
+    windows = {"scaleDown": {"stabilizationWindowSeconds": 60}, "scaleUp": {"stabilizationWindowSeconds": 600}}
+    s = spec(scaleDownDelayMode="Fixed", scaleDownDelaySeconds=300, behavior=windows)
+    state = take_over(None, 0.0, 10, s.target_utilization)
+    current, said = 10, {}
+    for t in range(0, 421, 15):
+        decision = decide(s, state, snap(t, 80 if t == 105 else 20, 0.05), current, current, float(t))
+        state, current = decision.new_state, decision.desired
+        said[t] = (decision.desired, decision.reason.partition("; ")[2])
+    assert said[285] == (10, "stabilized to 10 (fleet found at the takeover, held 300 s)")
+    assert {said[t] for t in range(300, 391, 15)} == {(8, "stabilized to 8 (scale-down delay 300 s)")}
+    assert said[405] == (2, "")
