@@ -269,7 +269,8 @@ def observe(
     now: float | None = None,
 ) -> ColdStartState:
     """The state with every newly Ready pod of ``timelines`` measured, and samples
-    :data:`MAX_SAMPLE_AGE_SECONDS` old or older at ``now`` dropped (None: at the newest sample).
+    :data:`MAX_SAMPLE_AGE_SECONDS` old or older at ``now`` dropped (``now`` None: ages are counted
+    back from the newest sample's ready time).
 
     ``timelines`` are the deployment's current serving pods: uids of pods that are gone are
     forgotten (they cannot come back), which keeps the memory bounded by the fleet's size.
