@@ -10,7 +10,10 @@ pods there (``neighbours``: several models share the Inf2 nodes).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from neuronfleet.planning.fleet import (
     DeletePlaceholder,
@@ -232,3 +235,30 @@ def test_shrinking_placeholders_keeps_the_one_beside_another_model() -> None:
     pods = [serving("a0", "active", "node-a"), placeholder("ph-0", "node-b"), placeholder("ph-1", "node-c")]
     assert nodes_after(pods, target(1, placeholders=1)) == {"node-a": ["a0"], "node-b": ["ph-0"]}
     assert nodes_after(pods, target(1, placeholders=1), {"node-c": 1}) == {"node-a": ["a0"], "node-c": ["ph-1"]}
+
+
+@pytest.mark.parametrize(
+    ("placeholder_template", "hold"),
+    [
+        ("oldoldoldo", None),  # of an earlier placement: replaced
+        (TEMPLATE, None),  # of this one, but none is wanted
+        ("oldoldoldo", "the served artifact is gone from the store"),  # serving pods held, placeholders not
+    ],
+)
+def test_scale_down_counts_no_placeholder_this_plan_deletes(placeholder_template: str, hold: str | None) -> None:
+    # Active 3 -> 2 with two warm pods kept; ph sits beside a1 on node-d and is deleted by this very
+    # plan. Counted as staying, it made node-d look the fuller: a1 joined the pool in w1's place and
+    # node-d stayed billed for a1 alone. Draining a1 empties node-d.
+    pods = [
+        serving("a0", "active", "node-a", ready_minutes=50),
+        serving("a1", "active", "node-d", ready_minutes=50),
+        serving("a2", "active", "node-a", ready_minutes=1),
+        serving("w0", "warm", "node-b", ready_minutes=50),
+        serving("w1", "warm", "node-b", ready_minutes=1),
+        placeholder("ph", "node-d", template=placeholder_template),
+    ]
+    fleet = replace(target(2, warm=2), hold_creations=hold)
+    assert nodes_after(pods, fleet) == {"node-a": ["a0", "a2"], "node-b": ["w0", "w1"]}
+    # A placeholder that stays keeps node-d whatever is drained: a1 may as well stay beside it.
+    kept = nodes_after([*pods[:-1], placeholder("ph", "node-d")], target(2, warm=2, placeholders=1))
+    assert kept["node-d"] == ["a1", "ph"] and len(kept) == 3

@@ -102,7 +102,8 @@ Rules (DESIGN.md, fleet model):
   placeholder or another model's pod left alone keeps a node billed as surely as a serving pod.
   Where the plan deletes
   some of those pods, a node counts only the ones that stay: the pool counts those it keeps as it
-  picks them, and a scale-down's active set counts the warm pods the pool will keep.
+  picks them, and a scale-down's active set counts the warm pods the pool will keep; both count
+  only the placeholders that will stay (of the kept template, up to ``target.placeholders``).
 - Held creations: while ``target.hold_creations`` says why (the served artifact is known gone from
   the store, so a new pod could not load it and would crash-loop), no serving pod is created; every
   other rule applies as usual (pods already loaded keep serving and are promoted, demoted, drained;
@@ -613,6 +614,32 @@ def _loading_rank(pod: PodView) -> tuple[int, datetime]:
     return (-_progress(pod), pod.created_at or _UNKNOWN_CREATION)
 
 
+def _keepable_placeholders(placeholders: Sequence[PodView], target: FleetTarget) -> list[PodView]:
+    """The ``placeholders`` that ``target`` may keep: those of its template. While the new
+    template's placeholders are held, the old ones keep the spare nodes meanwhile, whatever their
+    template; without an artifact nothing serves (nor will until the hold ends): none is kept."""
+    holding = target.hold_creations is not None and target.hold_placeholders
+    if holding and target.artifact is None:
+        return []
+    return [pod for pod in placeholders if holding or pod.template == target.template]
+
+
+def _placeholders_kept(
+    keepable: Sequence[PodView], target: FleetTarget, serving: Sequence[PodInfo], neighbours: Mapping[str, int]
+) -> list[PodView]:
+    """The ``target.placeholders`` of ``keepable`` that stay beside the ``serving`` pods that do.
+    Deleted first: unbound ones (they hold nothing), then the earlier template's, then those on the
+    nodes that can empty (no serving pod that stays, the fewest pods): the last ones stay."""
+    by_name = {pod.name: pod for pod in keepable}
+
+    def release_first(info: PodInfo) -> int:
+        outdated_template = by_name[info.name].template != target.template
+        return (0 if info.node is None else 2) + (0 if outdated_template else 1)
+
+    released = release_order([pod.info for pod in keepable], release_first, serving, neighbours)
+    return [by_name[info.name] for info in released[max(0, len(released) - target.placeholders) :]]
+
+
 def _is_current(pod: PodView, revision: FleetRevision | None) -> bool:
     """The pod runs the target's artifact and template; pinned to the recorded manifest when one is
     recorded (a manifest republished under the same revision id rolls the pods to it, and the
@@ -753,20 +780,27 @@ def plan_fleet(
     # fuller, and the active beside a placeholder that stays was drained: two nodes where one would
     # do. (Surplus actives may take the pool's places in the end: an estimate, never a churn, since
     # once applied no choice is left to make.)
-    holding_any = target.hold_creations is not None and target.hold_placeholders
-    placeholders_staying = [
-        pod for pod in on_nodes if pod.role == "placeholder" and (holding_any or pod.template == target.template)
-    ]
+    #
+    # Likewise the placeholders: only those that stay count (the pool picks beside them, the active
+    # set counts them on their nodes), estimated as the placeholders' own pass below picks them, beside
+    # the ready current pods. Counted, a placeholder this plan deletes (of an earlier template, or
+    # beyond ``target.placeholders``) kept the active beside it over a warm pod on a fuller node, and
+    # its node stayed billed for that pod alone.
+    keepable_on_nodes = _keepable_placeholders([pod for pod in on_nodes if pod.role == "placeholder"], target)
+    beside_ranked = [pod.info for pod in current if pod.ready] if len(keepable_on_nodes) > 1 else []
+    placeholders_staying = _placeholders_kept(keepable_on_nodes, target, beside_ranked, neighbours)
     ready_actives = [pod for pod in current if pod.ready and pod.role == "active"]
     active_beside = on_nodes
     if len(ready_actives) > target.active:
         ready_warm = [pod for pod in current if pod.ready and pod.role == "warm"]
         pool_kept = policy.pool_order(ready_warm, ready_actives, now, placeholders_staying, neighbours=neighbours)
         pool_kept = pool_kept[: target.warm]
-        current_names, kept_names = {pod.name for pod in current}, {pod.name for pod in pool_kept}
-        active_beside = [
-            pod for pod in on_nodes if not (pod.role == "warm" and pod.name in current_names) or pod.name in kept_names
-        ]
+        # A current warm pod or a placeholder counts only if kept: the pool or the placeholders' own
+        # pass deletes the others.
+        choices = {pod.name for pod in current if pod.role == "warm"}
+        choices.update(pod.name for pod in on_nodes if pod.role == "placeholder")
+        kept_names = {pod.name for pod in (*pool_kept, *placeholders_staying)}
+        active_beside = [pod for pod in on_nodes if pod.name not in choices or pod.name in kept_names]
     if len(ready_actives) > target.active:
         active_set = list(reversed(policy.drain_order(ready_actives, (), now, active_beside, neighbours=neighbours)))
         active_set = active_set[: target.active]
@@ -923,8 +957,8 @@ def plan_fleet(
     # (what the pool is for): those beside active pods and on the fullest nodes first, so the
     # pods deleted or drained are on the nodes that can empty. A warm pod alone on its node goes
     # before a surplus active beside one that stays, which joins the pool in its place. A node
-    # counts only the pods that stay whatever the pool keeps (placeholders of the target's template
-    # or, held, of any; the old standby kept) and those it keeps, each as it is picked: the loaded
+    # counts only the pods that stay whatever the pool keeps (the placeholders that stay, as estimated
+    # above; the old standby kept) and those it keeps, each as it is picked: the loaded
     # pods it cuts are deleted, and the loading ones go once it cuts any.
     stay_beside = [*placeholders_staying, *old_warm_kept]
     loaded = [pod for pod in rest if pod.ready and pod.role in ("warm", "active")]
@@ -1005,29 +1039,14 @@ def plan_fleet(
 
     # Placeholders.
     placeholders = [pod for pod in healthy if pod.role == "placeholder"]
-    # While the new template's placeholders are held, the old ones keep the spare nodes meanwhile:
-    # those on a node first, whatever their template (one not on a node holds nothing).
     holding = target.hold_creations is not None and target.hold_placeholders
-    # Without an artifact nothing serves (nor will until the hold ends): no spare node is kept for it.
     holding_none = holding and target.artifact is None
-    holding_old = holding and not holding_none
-    keepable = [pod for pod in placeholders if not holding_none and (holding_old or pod.template == target.template)]
-    # Deleted first: unbound ones (they hold nothing), then the earlier template's, then those on
-    # the nodes that can empty (no serving pod that stays, the fewest pods): the last ones stay.
+    keepable = _keepable_placeholders(placeholders, target)
     # The serving pods count only where there are placeholders to rank (none beside most fleets).
     serving_kept = (
         [pod.info for pod in (*active_set, *old_actives_kept, *warm_set, *old_warm_kept)] if len(keepable) > 1 else []
     )
-    keepable_by_name = {pod.name: pod for pod in keepable}
-
-    def release_first(info: PodInfo) -> int:
-        outdated_template = keepable_by_name[info.name].template != target.template
-        return (0 if info.node is None else 2) + (0 if outdated_template else 1)
-
-    released = release_order([pod.info for pod in keepable], release_first, serving_kept, neighbours)
-    kept_placeholders = [
-        keepable_by_name[info.name] for info in released[max(0, len(released) - target.placeholders) :]
-    ]
+    kept_placeholders = _placeholders_kept(keepable, target, serving_kept, neighbours)
     for pod in placeholders:
         if pod not in kept_placeholders:
             if holding_none:
