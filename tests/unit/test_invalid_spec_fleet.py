@@ -3,6 +3,7 @@ status true: a lost pod of that spec is replaced, and the counts and Available s
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from test_reconcile_plan import MANUAL, T0, compiled, condition_of, deployment, one_template, rounds
@@ -231,3 +232,23 @@ def test_a_kept_fleets_trouble_found_with_other_figures_is_still_the_one_found()
     assert kept_found_on_takeover(DeploymentMemory(), found, now)
     other = ConditionValue("Degraded", "True", Reason.POD_CREATION_REFUSED, quoted("bert-2ba1daa1-0", 1) + " (cpu)")
     assert not kept_found_on_takeover(DeploymentMemory(), found, other)
+
+
+def test_the_fleet_found_under_a_refused_spec_counts_each_pod_once_in_its_role() -> None:
+    active = PodView("a0", "active", template="t", phase="Running", node="node-a", ready=True)
+    draining = replace(active, role="draining", deleting=True)
+    pods = [
+        active,
+        replace(active, name="a1", ready=False),
+        replace(active, name="w0", role="warm"),
+        replace(active, name="w1", role="warm", ready=False),
+        replace(active, name="d0", role="draining"),
+        # Deleted, still within its grace period: it finishes the requests it accepted.
+        replace(draining, name="d1", grace_ends_at=T0 + timedelta(seconds=20)),
+        replace(draining, name="d2", grace_ends_at=T0 - timedelta(seconds=1)),  # stuck: not counted
+        replace(active, name="ph-0", role="placeholder", ready=False),
+        replace(active, name="a2", deleting=True),
+    ]
+    found = summarize_unplanned(pods, T0, desired_active=3, desired_warm=2, desired_placeholders=1, revision_known=True)
+    counts = (found.active, found.ready_active, found.warm, found.warm_ready, found.draining, found.placeholders)
+    assert counts == (2, 1, 2, 1, 2, 1)
