@@ -9,6 +9,7 @@ import pytest
 
 import neuronserve.server
 from neuronserve.cli import EMULATED_DEVICE, build_parser, run_serve
+from neuronserve.server import ServeConfig, ServeOptions
 
 ENV_DEFAULTS = [
     "NEURONSERVE_ARTIFACT",
@@ -222,3 +223,36 @@ def test_the_server_gets_the_torch_threads_asked_for_else_one_per_cpu(
     args = build_parser().parse_args(["serve", "--device", EMULATED_DEVICE, "--profile", "bert-base", *flag])
     assert run_serve(args) == 0
     assert [options.torch_threads for options in served] == [threads]
+
+
+def test_the_serve_defaults_are_the_servers_own() -> None:
+    # Each default is written twice, as the flag's and as the field's of the options the server
+    # takes (a caller that builds them in Python, the tests): the two must say the same.
+    args = build_parser().parse_args(["serve", "--artifact", "/models/bert"])
+    options, config = ServeOptions(artifact=None), ServeConfig()
+    assert (args.port, args.grace_seconds, args.drain_delay_seconds) == (
+        options.port,
+        options.grace_seconds,
+        options.drain_delay_seconds,
+    )
+    assert (
+        args.max_batch_delay_ms,
+        args.max_queue,
+        not args.no_batching,
+        args.max_body_bytes,
+        args.retry_after_seconds,
+        args.max_uploads,
+        args.body_timeout_seconds,
+        args.device_failure_requests,
+        args.device_failure_restart_seconds,
+    ) == (
+        config.max_batch_delay_ms,
+        config.max_queue,
+        config.batching,
+        config.max_body_bytes,
+        config.retry_after_seconds,
+        config.max_uploads,
+        config.body_timeout_seconds,
+        config.device_suspect_after,
+        config.device_restart_seconds,
+    )
