@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from neuronserve.server import all_interfaces_socket
-from runtime_support import ServeProcess, http_json, wait_for
+from runtime_support import NEURONSERVE, ServeProcess, http_json, wait_for
 
 EMULATED = ["--device", "emulated-neuroncore", "--profile", "bert-base"]
 
@@ -104,3 +104,22 @@ def test_where_the_kernel_has_no_ipv6_it_listens_on_ipv4(monkeypatch: pytest.Mon
         sock.listen()
         with socket.create_connection(("127.0.0.1", sock.getsockname()[1]), timeout=5):
             sock.accept()[0].close()
+
+
+def test_a_port_in_use_is_said_in_one_line_and_the_server_exits() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [NEURONSERVE, "serve", "--host", "127.0.0.1", "--port", str(port), *EMULATED],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 3, done.stderr
+    said = done.stderr.strip().splitlines()[-1]
+    assert said.startswith(f"neuronserve: cannot listen on 127.0.0.1, port {port}: ")
+    # The reason in words, not the exception's form with its errno.
+    assert said.endswith("address already in use") and "Errno" not in said
