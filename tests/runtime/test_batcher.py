@@ -487,3 +487,41 @@ async def test_an_emulated_batch_cut_short_by_the_drain_counts_only_the_time_it_
         await stuck
     await _until(lambda: tracker.busy_seconds_total > 0)  # the cancelled batch has recorded its time
     assert tracker.busy_seconds_total < 5.0
+
+
+class ReadyAtDevice(GatedDevice):
+    """A GatedDevice that records the ``ready_at`` each batch is booked with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ready_at: list[float] = []
+
+    def reserve(self, rows: int, sequence: int, ready_at: float) -> Any:
+        self.ready_at.append(ready_at)
+        return super().reserve(rows, sequence, ready_at)
+
+
+async def test_a_batch_is_booked_from_when_it_was_complete() -> None:
+    # Full: from its last request's arrival (a device may start it then, whatever the loop's lag);
+    # closed by the delay: from the moment it closed. Each clock reading is a second later.
+    readings: list[float] = []
+
+    def clock() -> float:
+        readings.append(float(len(readings)))
+        return readings[-1]
+
+    device = ReadyAtDevice()
+    batcher = Batcher(device, ServerMetrics(BusyTracker()), max_rows=16, max_delay=0.0, max_queue=64, clock=clock)
+    batcher.start()
+    full = batcher.submit(InferRequest(None, [np.zeros((16, 4), dtype=np.int64), np.ones((16, 4), dtype=np.int64)]))
+    await _until(lambda: len(device.gates) == 1)
+    assert device.ready_at == [0.0]  # the one reading at its arrival
+    partial = batcher.submit(_request(1))
+    arrived = len(readings) - 1
+    await _until(lambda: len(device.gates) == 2)
+    assert device.ready_at[1] > arrived  # closed after its arrival, by the delay of 0
+    for gate in device.gates:
+        gate.set()
+    await full
+    await partial
+    assert await batcher.drain(5.0)
