@@ -88,7 +88,9 @@ def test_where_ipv6_is_disabled_it_still_listens_on_ipv4() -> None:
     assert printed.strip() == "AF_INET6 every interface, IPv4 and IPv6"
 
 
-def test_where_the_kernel_has_no_ipv6_it_listens_on_ipv4(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_where_the_kernel_has_no_ipv6_it_listens_on_ipv4(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     real = socket.socket
 
     def no_ipv6(family: int = socket.AF_INET, *args: Any, **kwargs: Any) -> socket.socket:
@@ -99,6 +101,8 @@ def test_where_the_kernel_has_no_ipv6_it_listens_on_ipv4(monkeypatch: pytest.Mon
     monkeypatch.setattr(socket, "socket", no_ipv6)
     sock, where = all_interfaces_socket(0)
     monkeypatch.undo()
+    # Why, in words (not the exception's form with its errno).
+    assert caplog.messages == ["IPv6 unavailable (Address family not supported by protocol): listening on IPv4 only"]
     with sock:
         assert (sock.family, where) == (socket.AF_INET, "every IPv4 interface; no IPv6")
         sock.listen()
