@@ -342,6 +342,11 @@ class FleetTarget:
     def revision(self) -> FleetRevision | None:
         return FleetRevision(self.artifact, self.template) if self.artifact is not None else None
 
+    @property
+    def placeholders_held(self) -> bool:
+        """No placeholder may be created now: a hold is on and covers them."""
+        return self.hold_creations is not None and self.hold_placeholders
+
 
 @dataclass(frozen=True)
 class FleetPolicy:
@@ -618,7 +623,7 @@ def _keepable_placeholders(placeholders: Sequence[PodView], target: FleetTarget)
     """The ``placeholders`` that ``target`` may keep: those of its template. While the new
     template's placeholders are held, the old ones keep the spare nodes meanwhile, whatever their
     template; without an artifact nothing serves (nor will until the hold ends): none is kept."""
-    holding = target.hold_creations is not None and target.hold_placeholders
+    holding = target.placeholders_held
     if holding and target.artifact is None:
         return []
     return [pod for pod in placeholders if holding or pod.template == target.template]
@@ -1039,7 +1044,7 @@ def plan_fleet(
 
     # Placeholders.
     placeholders = [pod for pod in healthy if pod.role == "placeholder"]
-    holding = target.hold_creations is not None and target.hold_placeholders
+    holding = target.placeholders_held
     holding_none = holding and target.artifact is None
     keepable = _keepable_placeholders(placeholders, target)
     # The serving pods count only where there are placeholders to rank (none beside most fleets).
