@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from neuronfleet.demo.report import DemoResult, ScaleEvent, print_summary, write_report
@@ -150,3 +151,30 @@ def test_a_real_run_shows_the_routers_re_sends_next_to_the_lost_requests(tmp_pat
     lines = printed.getvalue().splitlines()
     lost = next(i for i, line in enumerate(lines) if "lost: sent, never answered" in line)
     assert "re-sent by the router" in lines[lost + 1] and "7" in lines[lost + 1]
+
+
+@pytest.mark.parametrize(("load", "demand"), [("real", "sent by the client"), ("simulated", "simulated")])
+def test_the_timeline_legend_names_every_line_and_where_the_demand_came_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, load: str, demand: str
+) -> None:
+    import matplotlib.figure
+
+    legends: list[list[str]] = []
+    monkeypatch.setattr(
+        matplotlib.figure.Figure,
+        "savefig",
+        lambda figure, path, **_: legends.extend(
+            [text.get_text() for text in ax.get_legend().get_texts()] for ax in figure.axes if ax.get_legend()
+        ),
+    )
+    write_report(_result(load), tmp_path)
+    assert legends == [
+        [
+            f"demand (req/s, {demand})",
+            "p99 ms (client)",
+            "active pods",
+            "ready active",
+            "warm pods",
+            "desired",
+        ]
+    ]

@@ -225,8 +225,12 @@ def plot_timeline(result: DemoResult, path: Path) -> None:
     pods_ax.set_ylim(bottom=0)
     for event in result.events:
         pods_ax.axvline(event.t / 60, color="tab:red", alpha=0.25, lw=1)
-    handles = demand_ax.get_legend_handles_labels()[0] + pods_ax.get_legend_handles_labels()[0]
-    labels = demand_ax.get_legend_handles_labels()[1] + pods_ax.get_legend_handles_labels()[1]
+    # One legend for the three axes' lines: each twin axis would otherwise draw its own over the others.
+    handles, labels = [], []
+    for ax in fig.axes:
+        ax_handles, ax_labels = ax.get_legend_handles_labels()
+        handles += ax_handles
+        labels += ax_labels
     pods_ax.legend(handles, labels, loc="upper left", fontsize=8)
     demand_ax.set_title(
         f"neuronfleet sandbox demo ({result.load} load): demand vs pods (red lines: the operator's Scaled events)"
