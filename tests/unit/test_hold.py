@@ -178,8 +178,28 @@ def test_the_api_describes_the_constants_the_planner_uses() -> None:
     minutes = [str(c // 60) for c in hold.CANDIDATE_SECONDS]
     assert f"{', '.join(minutes[:-1])} and {minutes[-1]} minutes" in description
     assert f"{hold.COVERAGE * 100:g} %" in description
-    assert f"every {hold.REFRESH_SECONDS // 60} minutes" in description
+    assert f"every {hold.REFRESH_SECONDS / 60:g} minutes" in description
     assert "last day" in description and hold.HISTORY_SECONDS == 86400
+
+
+def test_the_learned_window_is_chosen_again_five_minutes_after_the_last_choice() -> None:
+    # The API promises a choice every 5 minutes: one held since 12:00 is kept until 12:05 and
+    # chosen again from the day's history then (a steady decline: the shortest window).
+    s = ScalingSpec.model_validate({"maxReplicas": 200, "panicWindowSeconds": 0, "scaleDownDelayMode": "Learned"})
+    needs = [max(1, 200 - m) for m in range(150)]
+    history = history_of([math.ceil(n / 0.8) for n in needs], needs)
+    chosen_at = 150 * 60.0
+    state = ScalingState(service_rate=100.0, history=history, hold_seconds=1200.0, hold_chosen_at=chosen_at)
+
+    def after(seconds: float) -> ScalingState:
+        now = chosen_at + seconds
+        snapshot = MetricSnapshot(time=now, queue_depth=0, in_flight=0, arrival_rate=5000.0, utilization=0.6)
+        return decide(s, state, snapshot, 80, 80, now).new_state
+
+    kept = after(299.0)
+    assert (kept.hold_seconds, kept.hold_chosen_at) == (1200.0, chosen_at)
+    again = after(300.0)
+    assert (again.hold_seconds, again.hold_chosen_at) == (hold.CANDIDATE_SECONDS[0], chosen_at + 300.0)
 
 
 def _declining_run(mode: str) -> tuple[list[int], ScalingState]:
