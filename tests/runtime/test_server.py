@@ -215,6 +215,16 @@ BAD_REQUESTS: list[tuple[str, bytes, int, str]] = [
         "unknown input(s) 'x'",
     ),
     (
+        # One input past the model's is answered by name (above, or text beside the inputs); more are
+        # refused by their count before each is read.
+        "two inputs past the model's",
+        json.dumps(
+            {"inputs": [_ids([1, 4]), _mask([1, 4]), *({**_mask([1, 4]), "name": name} for name in "xy")]}
+        ).encode(),
+        400,
+        "too many inputs: the model takes input_ids, attention_mask",
+    ),
+    (
         "integer beyond int64",
         json.dumps({"inputs": [{**_ids([1, 1]), "data": [2**70]}, _mask([1, 1])]}).encode(),
         400,
