@@ -8,11 +8,13 @@ import json
 import sys
 import types
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import boto3
 import numpy as np
+import numpy.typing as npt
 import pytest
 import torch
 from tiny_model import save_slow, save_tiny
@@ -21,7 +23,7 @@ import neuronserve
 from neuronserve import cli
 from neuronserve import compile as ncompile
 from neuronserve.backend import LoadError, ModelRunner
-from neuronserve.manifest import Manifest
+from neuronserve.manifest import Bucket, Manifest
 from neuronserve.store import fetch_artifact
 from runtime_support import BUCKET, STORE, Compiled, Fetched, S3Server, compile_argv
 
@@ -172,6 +174,44 @@ def test_requests_of_different_lengths_share_the_bucket_of_the_longest(tmp_path:
         for ids, rows in ((short, short_rows), (long, long_rows)):
             expected = module(torch.from_numpy(ids), torch.from_numpy(np.ones_like(ids))).numpy()
             np.testing.assert_allclose(rows, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("repeats", "min_seconds", "max_repeats", "timed"),
+    [
+        (3, 0.0, 20, 3),  # enough time spent in the repeats alone
+        (3, 0.04, 20, 4),  # 0.010 + 0.011 + 0.012 < 0.04 <= that + 0.010
+        (3, 1.0, 6, 6),  # the time never reached: max_repeats runs, not one more
+        (0, 1.0, 6, 0),  # no timing: the first run's time is the cost
+    ],
+)
+def test_warm_times_each_bucket_until_min_seconds_or_max_repeats_and_keeps_the_fastest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, repeats: int, min_seconds: float, max_repeats: int, timed: int
+) -> None:
+    source, _ = _tiny_source(tmp_path)
+    result_file = tmp_path / "r.json"
+    argv = ["compile", "--source", str(source), "--store", str(tmp_path / "store"), "--name", "tiny"]
+    buckets = ["--batch-buckets", "1,2", "--sequence-buckets", "8"]
+    assert cli.main([*argv, *buckets, "--result-file", str(result_file)]) == 0
+    manifest, _, directory = fetch_artifact(json.loads(result_file.read_text())["uri"], tmp_path / "unused")
+    runner = ModelRunner(manifest, directory)
+    runs: dict[tuple[int, int], int] = {}
+
+    def timed_run(bucket: Bucket, arrays: Sequence[npt.NDArray[np.int64]], execute: Callable[..., Any]) -> float:
+        if execute != runner.execute:
+            return 0.5  # a copy's first run
+        key = (bucket.batch, bucket.sequence)
+        runs[key] = runs.get(key, 0) + 1
+        return 0.010 + 0.001 * ((runs[key] - 1) % 3)
+
+    monkeypatch.setattr(ModelRunner, "_timed_warm_run", staticmethod(timed_run))
+    first = runner.warm(repeats=repeats, min_seconds=min_seconds, max_repeats=max_repeats)
+    assert set(first.values()) == {0.5}  # one copy on CPU
+    assert {(b.batch, b.sequence): runs.get((b.batch, b.sequence), 0) for b in manifest.buckets} == {
+        (1, 8): timed,
+        (2, 8): timed,
+    }
+    assert set(runner.bucket_seconds.values()) == {0.010 if timed else 0.5}
 
 
 def test_a_missing_source_fails_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
