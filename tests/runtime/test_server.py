@@ -510,6 +510,18 @@ def test_a_value_the_models_int32_input_cannot_hold_is_refused_whatever_the_clie
         parse_infer(wraps, manifest, None)
 
 
+def test_a_parsed_document_is_searched_for_booleans_unless_its_caller_says_the_json_had_none(
+    live_server: LiveServer,
+) -> None:
+    # The server tells parse_infer when the body held no true or false; any other caller gets the search.
+    from neuronserve.protocol import BadRequest, parse_infer
+
+    doc = {"inputs": [{**_ids([1, 2]), "data": [True, 7]}, _mask([1, 2])]}
+    with pytest.raises(BadRequest, match=r"'data' must hold integers \(INT64\), found true"):
+        parse_infer(doc, live_server.manifest, None)
+    assert parse_infer(doc, live_server.manifest, None, may_hold_booleans=False).arrays[0].tolist() == [[1, 7]]
+
+
 def _raw_post(url: str, head: dict[str, str], body: bytes, read: bool = True, close: bool = True) -> bytes:
     """A POST written by hand: a body that does not match its headers, or is cut short.
 
