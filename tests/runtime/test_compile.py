@@ -136,15 +136,20 @@ class TinyEncoder(torch.nn.Module):
         return pooled
 
 
-def test_a_torchscript_source_compiles_and_runs_like_the_module(tmp_path: Path) -> None:
+def _compiled_tiny(tmp_path: Path, batch_buckets: str, sequence_buckets: str) -> tuple[Manifest, Path, TinyEncoder]:
+    """The tiny TorchScript encoder compiled by the CLI into a directory store with these buckets,
+    fetched back: its manifest, its directory and the module it was saved from."""
     source, module = _tiny_source(tmp_path)
-    store = tmp_path / "store"
     result_file = tmp_path / "r.json"
-    argv = ["compile", "--source", str(source), "--store", str(store), "--name", "tiny"]
-    assert (
-        cli.main([*argv, "--batch-buckets", "1,2", "--sequence-buckets", "8", "--result-file", str(result_file)]) == 0
-    )
+    argv = ["compile", "--source", str(source), "--store", str(tmp_path / "store"), "--name", "tiny"]
+    buckets = ["--batch-buckets", batch_buckets, "--sequence-buckets", sequence_buckets]
+    assert cli.main([*argv, *buckets, "--result-file", str(result_file)]) == 0
     manifest, _, directory = fetch_artifact(json.loads(result_file.read_text())["uri"], tmp_path / "unused")
+    return manifest, directory, module
+
+
+def test_a_torchscript_source_compiles_and_runs_like_the_module(tmp_path: Path) -> None:
+    manifest, directory, module = _compiled_tiny(tmp_path, batch_buckets="1,2", sequence_buckets="8")
     assert manifest.outputs[0].shape == [-1, 8]
 
     ids = np.array([[1, 2, 3], [4, 5, 0]], dtype=np.int64)
@@ -159,12 +164,7 @@ def test_a_torchscript_source_compiles_and_runs_like_the_module(tmp_path: Path) 
 def test_requests_of_different_lengths_share_the_bucket_of_the_longest(tmp_path: Path) -> None:
     # A batch of a 2-token and a 6-token request needs the 8-token bucket: each is padded to it and
     # gets the rows the module gives it alone.
-    source, module = _tiny_source(tmp_path)
-    result_file = tmp_path / "r.json"
-    argv = ["compile", "--source", str(source), "--store", str(tmp_path / "store"), "--name", "tiny"]
-    buckets = ["--batch-buckets", "2", "--sequence-buckets", "4,8"]
-    assert cli.main([*argv, *buckets, "--result-file", str(result_file)]) == 0
-    manifest, _, directory = fetch_artifact(json.loads(result_file.read_text())["uri"], tmp_path / "unused")
+    manifest, directory, module = _compiled_tiny(tmp_path, batch_buckets="2", sequence_buckets="4,8")
     short, long = np.array([[7, 8]], dtype=np.int64), np.array([[1, 2, 3, 4, 5, 6]], dtype=np.int64)
     (short_rows, long_rows), bucket = ModelRunner(manifest, directory).run(
         [[short, np.ones_like(short)], [long, np.ones_like(long)]]
@@ -188,12 +188,7 @@ def test_requests_of_different_lengths_share_the_bucket_of_the_longest(tmp_path:
 def test_warm_times_each_bucket_until_min_seconds_or_max_repeats_and_keeps_the_fastest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, repeats: int, min_seconds: float, max_repeats: int, timed: int
 ) -> None:
-    source, _ = _tiny_source(tmp_path)
-    result_file = tmp_path / "r.json"
-    argv = ["compile", "--source", str(source), "--store", str(tmp_path / "store"), "--name", "tiny"]
-    buckets = ["--batch-buckets", "1,2", "--sequence-buckets", "8"]
-    assert cli.main([*argv, *buckets, "--result-file", str(result_file)]) == 0
-    manifest, _, directory = fetch_artifact(json.loads(result_file.read_text())["uri"], tmp_path / "unused")
+    manifest, directory, _ = _compiled_tiny(tmp_path, batch_buckets="1,2", sequence_buckets="8")
     runner = ModelRunner(manifest, directory)
     runs: dict[tuple[int, int], int] = {}
 
