@@ -31,6 +31,8 @@ async def _delete(request: web.Request) -> web.Response:
     meta: dict[str, Any] = {"name": name, "uid": f"u-{name}"}
     if name == "compile-held":
         meta |= {"deletionTimestamp": "2026-12-07T10:00:00Z", "finalizers": ["example.com/audit"]}
+    if name == "compile-ending":  # marked for deletion with no finalizer to keep it: on its way out
+        meta |= {"deletionTimestamp": "2026-12-07T10:00:00Z"}
     return web.json_response({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta})
 
 
@@ -53,4 +55,5 @@ async def test_a_jobs_delete_reads_as_deleted_held_or_gone(kube: KubeClient) -> 
     assert await kube.delete_job("serving", "compile-held") == JobDeletion(
         "held", ("example.com/audit",), "u-compile-held"
     )
+    assert await kube.delete_job("serving", "compile-ending") == JobDeletion("deleted")
     assert await kube.delete_job("serving", "compile-gone") == JobDeletion("gone")
