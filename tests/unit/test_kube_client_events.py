@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from aiohttp import web
 from kube_http import served_kube
 
@@ -19,7 +20,11 @@ INVOLVED = {
 }
 
 
-async def test_a_posted_event_names_its_object_and_source_and_is_true_once_taken() -> None:
+async def test_a_posted_event_names_its_object_and_source_and_is_true_once_taken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The replica posting it: its pod's name, cut to the 128 characters events.k8s.io allows.
+    monkeypatch.setenv("HOSTNAME", "h" * 130)
     posted: list[dict[str, Any]] = []
 
     async def create(request: web.Request) -> web.Response:
@@ -45,3 +50,4 @@ async def test_a_posted_event_names_its_object_and_source_and_is_true_once_taken
     assert event["message"] == "x" * EVENT_MESSAGE_MAX  # the API server refuses a longer note
     assert event["source"] == {"component": EVENT_COMPONENT} and event["reportingComponent"] == EVENT_COMPONENT
     assert event["firstTimestamp"] == event["lastTimestamp"]
+    assert event["reportingInstance"] == "h" * 128
