@@ -26,21 +26,11 @@ async def _not_found(request: web.Request) -> web.Response:
     return web.json_response(status, status=404)
 
 
-NODE_LISTS: list[int] = []
-
-
-async def _nodes(request: web.Request) -> web.Response:
-    NODE_LISTS.append(len(NODE_LISTS) + 1)
-    return web.json_response({"items": [{"metadata": {"name": f"node-{NODE_LISTS[-1]}"}}]})
-
-
 @pytest.fixture
 async def kube() -> AsyncIterator[KubeClient]:
-    NODE_LISTS.clear()
     app = web.Application()
     app.router.add_get("/api/v1/namespaces/default/pods/compile-x/log", _log)
     app.router.add_get("/api/v1/namespaces/default/services/missing", _not_found)
-    app.router.add_get("/api/v1/nodes", _nodes)
     async with served_kube(app) as kube:
         yield kube
 
@@ -53,9 +43,18 @@ async def test_an_object_that_is_not_there_reads_as_none(kube: KubeClient) -> No
     assert await kube.read("Service", "default", "missing") is None
 
 
-async def test_the_node_list_is_shared_until_a_caller_asks_for_a_fresh_one(kube: KubeClient) -> None:
+async def test_the_node_list_is_shared_until_a_caller_asks_for_a_fresh_one() -> None:
     # Every reconcile reads the nodes: one list serves them all for NODE_CACHE_SECONDS.
-    first = await kube.list_nodes()
-    assert await kube.list_nodes() == first == [{"metadata": {"name": "node-1"}}]
-    assert await kube.list_nodes(fresh=True) == [{"metadata": {"name": "node-2"}}]
-    assert NODE_LISTS == [1, 2]
+    lists: list[str] = []
+
+    async def nodes(request: web.Request) -> web.Response:
+        lists.append(f"node-{len(lists) + 1}")  # each list answers with a node of its own
+        return web.json_response({"items": [{"metadata": {"name": lists[-1]}}]})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/nodes", nodes)
+    async with served_kube(app) as kube:
+        first = await kube.list_nodes()
+        assert await kube.list_nodes() == first == [{"metadata": {"name": "node-1"}}]
+        assert await kube.list_nodes(fresh=True) == [{"metadata": {"name": "node-2"}}]
+    assert lists == ["node-1", "node-2"]
