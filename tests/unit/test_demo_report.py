@@ -172,6 +172,7 @@ def test_the_timeline_legend_names_every_line_and_where_the_demand_came_from(
         [
             f"demand (req/s, {demand})",
             "p99 ms (client)",
+            "SLO (50 ms)",
             "active pods",
             "ready active",
             "warm pods",

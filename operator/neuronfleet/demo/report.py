@@ -210,7 +210,8 @@ def plot_timeline(result: DemoResult, path: Path) -> None:
         latency_ax = demand_ax.twinx()
         latency_ax.spines["right"].set_position(("axes", 1.08))
         latency_ax.plot(minutes, tl["p99_ms"], color="tab:purple", lw=0.8, alpha=0.7, label="p99 ms (client)")
-        latency_ax.axhline(result.facts["slo_ms"], color="tab:purple", ls=":", lw=0.8)
+        slo_ms = result.facts["slo_ms"]
+        latency_ax.axhline(slo_ms, color="tab:purple", ls=":", lw=0.8, label=f"SLO ({slo_ms:g} ms)")
         latency_ax.set_ylabel("p99 latency per second, ms (measured at the client)")
         latency_ax.set_ylim(bottom=0)
     demand_ax.set_xlabel("wall time (min)" if result.load == "real" else "replay time (min)")
