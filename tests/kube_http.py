@@ -10,6 +10,12 @@ from aiohttp import web
 from kubernetes_asyncio import client
 
 from neuronfleet.kube.client import REQUEST_TIMEOUT_SECONDS, KubeClient
+from neuronfleet.sandbox.errors import ApiError
+
+
+def refused(error: ApiError) -> web.Response:
+    """``error`` answered as the API server answers it: its ``kind: Status`` body and HTTP code."""
+    return web.json_response(error.status_body(), status=error.code)
 
 
 @contextlib.asynccontextmanager

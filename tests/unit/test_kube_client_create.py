@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from kube_http import served_kube
+from kube_http import refused, served_kube
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from neuronfleet.kube.client import KubeClient
+from neuronfleet.sandbox.errors import ApiError, already_exists
 
 COLLECTIONS = {
     "Pod": "/api/v1/namespaces/serving/pods",
@@ -20,11 +21,6 @@ COLLECTIONS = {
     "PodDisruptionBudget": "/apis/policy/v1/namespaces/serving/poddisruptionbudgets",
     "Job": "/apis/batch/v1/namespaces/serving/jobs",
 }
-
-
-def _status(code: int, reason: str) -> web.Response:
-    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "code": code}
-    return web.json_response(body, status=code)
 
 
 @pytest.fixture
@@ -35,9 +31,9 @@ async def created() -> AsyncIterator[tuple[KubeClient, list[tuple[str, dict[str,
         body = await request.json()
         name = body["metadata"]["name"]
         if name == "exists":
-            return _status(409, "AlreadyExists")
+            return refused(already_exists("pods", "", name))
         if name == "forbidden":
-            return _status(403, "Forbidden")
+            return refused(ApiError(403, "Forbidden", f'jobs.batch "{name}" is forbidden'))
         seen.append((request.path, body))
         return web.json_response(body, status=201)
 

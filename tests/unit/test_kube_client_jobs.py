@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from kube_http import served_kube
+from kube_http import refused, served_kube
 
 from neuronfleet.kube.client import JobDeletion, KubeClient
+from neuronfleet.sandbox.errors import not_found
 
 JOBS = "/apis/batch/v1/namespaces/serving/jobs"
 COMPILE_JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "compile-a", "uid": "u-a"}}
@@ -26,8 +27,7 @@ async def _delete(request: web.Request) -> web.Response:
     assert request.query["propagationPolicy"] == "Background"  # the Job's pods go with it
     name = request.match_info["name"]
     if name == "compile-gone":
-        status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
-        return web.json_response(status, status=404)
+        return refused(not_found("jobs", "batch", name))
     meta: dict[str, Any] = {"name": name, "uid": f"u-{name}"}
     if name == "compile-held":
         meta |= {"deletionTimestamp": "2026-12-07T10:00:00Z", "finalizers": ["example.com/audit"]}

@@ -9,16 +9,12 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from kube_http import served_kube
+from kube_http import refused, served_kube
 
 from neuronfleet.kube.client import MERGE_PATCH, KubeClient
+from neuronfleet.sandbox.errors import not_found
 
 POD = "/api/v1/namespaces/serving/pods/{name}"
-
-
-def _gone() -> web.Response:
-    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
-    return web.json_response(body, status=404)
 
 
 @pytest.fixture
@@ -27,13 +23,13 @@ async def pods() -> AsyncIterator[tuple[KubeClient, list[tuple[str, str, Any]]]]
 
     async def patch(request: web.Request) -> web.Response:
         if request.match_info["name"] == "gone":
-            return _gone()
+            return refused(not_found("pods", "", "gone"))
         calls.append(("PATCH", request.content_type, await request.json()))
         return web.json_response({"kind": "Pod", "metadata": {"name": request.match_info["name"]}})
 
     async def delete(request: web.Request) -> web.Response:
         if request.match_info["name"] == "gone":
-            return _gone()
+            return refused(not_found("pods", "", "gone"))
         calls.append(("DELETE", request.match_info["name"], request.query.get("gracePeriodSeconds")))
         return web.json_response({"kind": "Pod", "metadata": {"name": request.match_info["name"]}})
 

@@ -9,9 +9,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
-from kube_http import served_kube
+from kube_http import refused, served_kube
 
 from neuronfleet.kube.client import KubeClient
+from neuronfleet.sandbox.errors import not_found
 
 LOG = "compiling bucket 1x128\nneuronx-cc: error: out of memory\n"
 
@@ -22,8 +23,7 @@ async def _log(request: web.Request) -> web.Response:
 
 
 async def _not_found(request: web.Request) -> web.Response:
-    status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
-    return web.json_response(status, status=404)
+    return refused(not_found("services", "", "missing"))
 
 
 @pytest.fixture
