@@ -4,6 +4,7 @@ answers was done already (the pod gone, the name ours) posts nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from pathlib import Path
 from typing import Any
@@ -68,3 +69,32 @@ async def test_a_deletion_the_api_says_was_done_already_posts_no_event(tmp_path:
 
     assert second.error is None and len(kube.deleted) == 1
     assert "DeletedPod" not in [reason for reason, _ in kube.events]
+
+
+class _StoppingApiServer(_FleetApiServer):
+    """The stub API server that sets the daemon's stop when it creates its first pod."""
+
+    def __init__(self, obj: dict[str, Any], stopping: asyncio.Event) -> None:
+        super().__init__(obj)
+        self.stopping = stopping
+
+    async def create(self, obj: dict[str, Any]) -> bool:
+        if obj["kind"] == "Pod":
+            self.stopping.set()
+        return await super().create(obj)
+
+
+async def test_a_stop_during_the_apply_leaves_the_actions_after_it_undone(tmp_path: Path) -> None:
+    # The daemon stops (a peer takes over) while the first of three pods is created: that call
+    # stands, the two after it are the new leader's to make, and the report says it stopped.
+    body = _body(_source(tmp_path), replicas=3)
+    stopping = asyncio.Event()
+    kube = _StoppingApiServer(copy.deepcopy(body), stopping)
+    reconciler = _reconciler(tmp_path, kube, body)
+
+    report = await reconciler.reconcile(copy.deepcopy(body), DeploymentMemory(), stopping)
+
+    assert report.stopped and report.error is None
+    assert len(report.actions) == 3, report.actions
+    assert len(_pods(kube)) == 1, _pods(kube)
+    assert [reason for reason, _ in kube.events].count("CreatedPod") == 1
