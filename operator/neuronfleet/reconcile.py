@@ -187,7 +187,6 @@ class ReconcileReport:
     actions: tuple[Action, ...]
     events: tuple[Event, ...]
     status: Mapping[str, Any]
-    converged: bool
     memory: DeploymentMemory
     error: str | None = None
     #: Status writes made (0 when nothing changed).
@@ -798,7 +797,7 @@ class Reconciler:
             # Being deleted: the garbage collector removes the pods, Jobs, Service and PDB; anything
             # made now would be made only to be collected (the API server bumps the generation when
             # it sets deletionTimestamp, which wakes a reconcile).
-            return ReconcileReport((), (), status, True, memory)
+            return ReconcileReport((), (), status, memory)
         try:
             dep = InferenceDeployment.model_validate({k: v for k, v in body.items() if k != "status"})
         except pydantic.ValidationError as exc:
@@ -878,7 +877,7 @@ class Reconciler:
             logger.info("%s/%s: a status section could not be read, not carried over: %s", namespace, dep.name, section)
         observation = await unless_set(self.observe(dep, memory, durable), stopping)
         if observation is None:
-            return ReconcileReport((), (), status, False, memory, None, 0, stopped=True)
+            return ReconcileReport((), (), status, memory, None, 0, stopped=True)
         plan = plan_reconcile(
             dep,
             observation,
@@ -901,7 +900,7 @@ class Reconciler:
                 rejected.reason,
             )
         if stopping.is_set():
-            return ReconcileReport((), (), status, False, memory, None, 0, stopped=True)
+            return ReconcileReport((), (), status, memory, None, 0, stopped=True)
         planned = body.get("metadata") or {}
         try:
             # With actions to apply, an empty first write still checks the body is current (one more
@@ -917,14 +916,14 @@ class Reconciler:
             # the new spec yet makes it meet this once more; its delivery wakes the daemon).
             what = "nothing of the plan made from it before is written or applied"
             logger.info("%s/%s: %s", namespace, dep.name, STATUS_SUPERSEDED.format(why=exc, what=what))
-            return ReconcileReport((), (), status, False, memory, None, 0, conflict=True)
+            return ReconcileReport((), (), status, memory, None, 0, conflict=True)
         except ApiException as exc:
             if exc.status != 409:
                 raise
             # Not raised, no error: a race is no failure (no ReconcileFailed Warning, no back-off).
             # Nothing wakes the daemon for a status-only change, so it re-runs the reconcile itself.
             logger.info("%s/%s: %s", namespace, dep.name, STATUS_CONFLICT)
-            return ReconcileReport((), (), status, False, memory, None, 0, conflict=True)
+            return ReconcileReport((), (), status, memory, None, 0, conflict=True)
         writes = int(first.written)
         last = first
         if first.live is not None:
@@ -1013,9 +1012,7 @@ class Reconciler:
         stopped = outcome.stopped or stopping.is_set()
         # From the clock at the reconcile's end, not the observation's: the daemon's wait starts now.
         due = next_decision_in(dep.spec.scaling, memory, self.clock().timestamp())
-        return ReconcileReport(
-            plan.actions, events, final, plan.converged, memory, error, writes, stopped, conflict, due
-        )
+        return ReconcileReport(plan.actions, events, final, memory, error, writes, stopped, conflict, due)
 
     async def _clear_own_account(
         self, dep: InferenceDeployment, operator: OperatorAccount, stopping: asyncio.Event
@@ -1096,19 +1093,19 @@ class Reconciler:
                 fleet = refused_fleet(cluster.pods, now, StatusMemory.from_status(status))
         new = invalid_status(status, message, metadata.get("generation"), now, fleet, unusable)
         if stopping.is_set():
-            return ReconcileReport((), (), status, False, memory, failed, 0, stopped=True, refusal=message)
+            return ReconcileReport((), (), status, memory, failed, 0, stopped=True, refusal=message)
         try:
             write = await self._write_status(namespace, name, status, new, version, metadata)
         except Superseded as exc:
             # The spec rejected is no longer the object's (fixed meanwhile): said of it, nothing.
             what = "the spec rejected before is not reported"
             logger.info("%s/%s: %s", namespace, name, STATUS_SUPERSEDED.format(why=exc, what=what))
-            return ReconcileReport((), (), status, False, memory, None, 0, conflict=True)
+            return ReconcileReport((), (), status, memory, None, 0, conflict=True)
         except ApiException as exc:
             if exc.status != 409:
                 raise
             logger.info("%s/%s: %s", namespace, name, STATUS_CONFLICT)
-            return ReconcileReport((), (), status, False, memory, None, 0, conflict=True)
+            return ReconcileReport((), (), status, memory, None, 0, conflict=True)
         writes = int(write.written)
         takeover = not memory.takeover_announced
         memory = replace(memory, takeover_announced=True)
@@ -1126,7 +1123,7 @@ class Reconciler:
         # The refusal apart from errors, as with a last valid spec kept (:meth:`_refused`): counted as
         # one, the same spec was a reconcile error (outcome="error", the errors alert) only after a
         # restart. A failed cleanup or pod read is still an error.
-        return ReconcileReport((), events, new, False, memory, failed, writes, refusal=message, refusal_idle=True)
+        return ReconcileReport((), events, new, memory, failed, writes, refusal=message, refusal_idle=True)
 
 
 __all__ = [

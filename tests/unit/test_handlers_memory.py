@@ -61,7 +61,7 @@ class FakeReconciler:
         self.given.append(memory)
         self.stop.append(True)
         self.wakeup().set()  # no wait for the interval
-        return ReconcileReport((), (), self.status, True, DeploymentMemory(), None, 0)
+        return ReconcileReport((), (), self.status, DeploymentMemory(), None, 0)
 
 
 class Stopped:
@@ -118,7 +118,7 @@ class FailingReconciler:
         self.wakeup().set()  # no wait for the back-off
         if error is not None:
             raise RuntimeError(error)
-        return ReconcileReport((), (), {}, True, DeploymentMemory(), None, 0)
+        return ReconcileReport((), (), {}, DeploymentMemory(), None, 0)
 
 
 async def test_a_persistent_failure_posts_one_warning_until_its_message_changes_or_a_reconcile_succeeds() -> None:
@@ -215,10 +215,10 @@ class ConflictingReconciler:
                 if s.name == "neuronfleet_reconcile_errors_total"
             ]
         if outcome == "conflict":
-            return ReconcileReport((), (), {}, False, memory, None, 0, conflict=True)
+            return ReconcileReport((), (), {}, memory, None, 0, conflict=True)
         if outcome == "conflict after a failed apply":
-            return ReconcileReport((), (), {}, False, memory, "create pod d-0: 403 Forbidden", 0, conflict=True)
-        return ReconcileReport((), (), {}, outcome is None, memory, outcome, 0)
+            return ReconcileReport((), (), {}, memory, "create pod d-0: 403 Forbidden", 0, conflict=True)
+        return ReconcileReport((), (), {}, memory, outcome, 0)
 
 
 @pytest.mark.looptime

@@ -27,7 +27,7 @@ class GatedReconciler:
             await self.gate.wait()
         finally:
             self.running -= 1
-        return ReconcileReport((), (), {}, True, DeploymentMemory(), None, 0)
+        return ReconcileReport((), (), {}, DeploymentMemory(), None, 0)
 
 
 async def test_at_most_the_configured_reconciles_run_at_once() -> None:

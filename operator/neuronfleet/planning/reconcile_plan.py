@@ -154,7 +154,6 @@ class ReconcilePlan:
     status: dict[str, Any]
     memory: DeploymentMemory
     scale_reason: str
-    converged: bool
     #: Errors of the observation (not of the apply), reported in every status of this round.
     observe_errors: tuple[str, ...] = field(default=())
     #: The artifact this spec's compile Job was seen to store this round, news to the status
@@ -631,7 +630,6 @@ def plan_reconcile(
         status=build_status(dep.name, inputs, durable.conditions, now),
         memory=memory,
         scale_reason=scale.reason,
-        converged=fleet is not None and not fleet.actions and fleet.summary.converged,
         observe_errors=observe_errors,
         compile_succeeded=compile_succeeded(
             None if spec_problems else observation.compile,
