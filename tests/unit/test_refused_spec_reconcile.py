@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
+from kubernetes_asyncio.client.exceptions import ApiException
 from test_status_conflict_new_spec import _ApiServer, _body, _edited, _pods, _reconciler, _source
 
 from neuronfleet.planning.observation import DeploymentMemory
@@ -49,3 +51,33 @@ async def test_a_restarted_operator_with_neither_copy_makes_nothing_for_a_refuse
     assert _pods(kube) == []
     degraded = next(c for c in kube.obj["status"]["conditions"] if c["type"] == "Degraded")
     assert degraded["reason"] == "InvalidSpec" and "generation 1" not in degraded["message"]
+
+
+class _PodsRefusedApiServer(_ApiServer):
+    """The stub API server once its pod creations fail (an API server answering 500)."""
+
+    refusing = False
+
+    async def create(self, obj: dict[str, Any]) -> bool:
+        if self.refusing and obj["kind"] == "Pod":
+            raise ApiException(status=500, reason="Internal Server Error")
+        return await super().create(obj)
+
+
+async def test_a_kept_fleets_failed_call_is_the_reports_error_beside_the_refusal(tmp_path: Path) -> None:
+    # The refusal is not an error (no back-off from it), but the kept fleet's own failures are:
+    # a lost pod the API server would not make again is an error of the reconcile, as without the
+    # refusal, and the daemon backs off from it.
+    valid = _body(_source(tmp_path), replicas=2)
+    kube = _PodsRefusedApiServer(copy.deepcopy(valid))
+    reconciler = _reconciler(tmp_path, kube, valid)
+    first = await reconciler.reconcile(copy.deepcopy(valid), DeploymentMemory())
+    assert first.error is None
+
+    refused = _edited(kube.obj, replicas=-1)
+    kube.obj = copy.deepcopy(refused)
+    kube.refusing = True
+    report = await reconciler.reconcile(refused, first.memory)
+
+    assert report.refusal is not None and "spec.scaling.replicas" in report.refusal
+    assert report.error is not None and "500 Internal Server Error" in report.error, report.error
