@@ -1093,7 +1093,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--interval",
         type=_reconcile_interval,
-        default=10.0,
+        default=OperatorSettings.interval_seconds,
         help="seconds between reconciles of one object when nothing wakes it earlier (default %(default)g; at "
         "least 1, at most 3600)",
     )

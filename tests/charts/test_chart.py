@@ -33,6 +33,7 @@ from neuronfleet.cli import build_parser
 from neuronfleet.kube.builders import build_priority_classes
 from neuronfleet.planning.admission import OperatorAccount
 from neuronfleet.planning.placement import DAEMONSET_HEADROOM, Headroom, headroom_from_quantities
+from neuronfleet.reconcile import OperatorSettings
 from neuronfleet.run_command import (
     KNOWN_VARIABLES,
     RunSetupError,
@@ -403,6 +404,19 @@ def test_bad_values_fail_with_a_clear_message(setting: str, complaint: str) -> N
     result = helm("template", "nf", str(CHART), "--values", str(MINIMAL_VALUES), "--set", setting)
     assert result.returncode != 0
     assert complaint in result.stderr
+
+
+def test_the_default_install_reconciles_at_the_operators_own_defaults() -> None:
+    """The chart's values and ``neuronfleet run`` agree on the cadence: an operator installed with
+    Helm and one run by hand reconcile alike unless told otherwise."""
+    args = _operator_container(render([MINIMAL_VALUES]))["args"]
+    parsed = resolve_defaults(build_parser().parse_args(["run"]))
+    assert f"--interval={parsed.interval:g}" in args, args
+    assert f"--max-concurrent-reconciles={parsed.max_concurrent_reconciles}" in args, args
+    assert (parsed.interval, parsed.max_concurrent_reconciles) == (
+        OperatorSettings.interval_seconds,
+        OperatorSettings.max_concurrent_reconciles,
+    )
 
 
 def test_fractions_and_quantities_given_with_set_are_accepted() -> None:
