@@ -11,6 +11,7 @@ from typing import Any
 
 from test_status_conflict_new_spec import _ApiServer, _body, _pods, _reconciler, _source
 
+from neuronfleet.planning.labels import service_name
 from neuronfleet.planning.observation import DeploymentMemory
 
 
@@ -98,3 +99,36 @@ async def test_a_stop_during_the_apply_leaves_the_actions_after_it_undone(tmp_pa
     assert len(report.actions) == 3, report.actions
     assert len(_pods(kube)) == 1, _pods(kube)
     assert [reason for reason, _ in kube.events].count("CreatedPod") == 1
+
+
+class _ServiceTakenApiServer(_FleetApiServer):
+    """The stub API server with a Service of the deployment's name in its namespace, made by a Helm
+    release's controller; ``ensure`` records what it is asked to make or patch."""
+
+    def __init__(self, obj: dict[str, Any]) -> None:
+        super().__init__(obj)
+        self.ensured: list[str] = []
+
+    async def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        if kind == "Service" and (namespace, name) == (self.obj["metadata"]["namespace"], service_name("emb")):
+            owner = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "web-1", "controller": True}
+            return {"metadata": {"name": name, "namespace": namespace, "ownerReferences": [owner]}}
+        return await super().read(kind, namespace, name)
+
+    async def ensure(self, obj: dict[str, Any], current: Any) -> str:
+        self.ensured.append(f"{obj['kind']} {obj['metadata']['namespace']}/{obj['metadata']['name']}")
+        return await super().ensure(obj, current)
+
+
+async def test_a_service_of_the_same_name_another_controller_holds_is_left_alone_and_named(tmp_path: Path) -> None:
+    # Read in the deployment's own namespace ("ns"), where it would be patched: the Service there
+    # is another controller's, so it is not patched, and the error names its owner.
+    body = _body(_source(tmp_path), replicas=1)
+    kube = _ServiceTakenApiServer(copy.deepcopy(body))
+    reconciler = _reconciler(tmp_path, kube, body)
+
+    report = await reconciler.reconcile(copy.deepcopy(body), DeploymentMemory())
+
+    assert report.error is not None, kube.ensured
+    assert f"Service {service_name('emb')} exists and belongs to Deployment web" in report.error, report.error
+    assert kube.ensured == ["PodDisruptionBudget ns/emb"]
