@@ -17,8 +17,8 @@ PYTEST_ARGS ?=
 # runtime tests). Most of the suite's time is real processes (servers, the compiler, Prometheus)
 # waiting on one another: on 2 cores, three workers left 18% of the CPU idle (420 s and 438 s of
 # pytest); four left 2-13% (338 s and 440 s: the order the long e2e tests land in moves the end by
-# a minute); five kept it busy and took 414 s, each extra worker's MiniLM compile costing what it
-# filled. PYTEST_WORKERS=0 runs the suite in this process.
+# a minute); five left 2% idle and took 414 s (one more MiniLM compile, and more contention).
+# PYTEST_WORKERS=0 runs the suite in this process.
 PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( 2 * n > 4 ? 4 : 2 * n )))
 
 export HF_HUB_OFFLINE := 1
