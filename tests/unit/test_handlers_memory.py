@@ -281,3 +281,21 @@ def test_only_the_deployments_pods_are_watched() -> None:
     selectors = kopf_settings().watching.label_selectors
     assert selectors.collect(pods) == [LABEL_DEPLOYMENT]
     assert selectors.collect(jobs) == []
+
+
+async def test_only_a_new_spec_generation_wakes_the_daemon_not_the_operators_own_status_write() -> None:
+    ctx = context()
+    ctx.reconciler = FakeReconciler([], lambda: asyncio.Event())  # type: ignore[assignment]
+    memo = kopf.Memo(context=ctx)
+    reconciled = {"metadata": {"name": "d", "namespace": "ns", "generation": 3}}
+    await ctx.reconcile(kopf_body(reconciled), "ns", "d")
+    wakeup = ctx.wakeups[("ns", "d")]
+
+    # The watch's event of the status the reconcile wrote: the same generation.
+    written = {**reconciled, "status": {"observedGeneration": 3}}
+    await deployment_changed(type="MODIFIED", body=kopf_body(written), namespace="ns", name="d", memo=memo)
+    assert not wakeup.is_set(), "the operator's own status write woke its daemon"
+
+    edited = {"metadata": {**reconciled["metadata"], "generation": 4}}
+    await deployment_changed(type="MODIFIED", body=kopf_body(edited), namespace="ns", name="d", memo=memo)
+    assert wakeup.is_set(), "a new spec generation did not wake the daemon"
