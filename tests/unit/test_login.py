@@ -143,3 +143,23 @@ async def test_without_a_given_kubeconfig_an_exec_plugins_token_is_used(
 
     assert isinstance(info, kopf.ConnectionInfo)
     assert (info.server, info.scheme, info.token) == ("https://eks.example", "Bearer", "from-the-plugin")
+
+
+async def test_a_client_certificate_login_carries_the_certificate_and_its_key(tmp_path: Path) -> None:
+    # kind, kubeadm and minikube users authenticate with a client certificate, not a token.
+    certificate, key = tmp_path / "client.crt", tmp_path / "client.key"
+    certificate.write_text("-----BEGIN CERTIFICATE-----\nMIIBclient\n-----END CERTIFICATE-----\n")
+    key.write_text("-----BEGIN PRIVATE KEY-----\nMIIBkey\n-----END PRIVATE KEY-----\n")
+    given = write_kubeconfig(
+        tmp_path / "given",
+        "https://kind.example:6443",
+        {"client-certificate": str(certificate), "client-key": str(key)},
+        {},
+    )
+
+    info = await login(memo=memo_for(given), logger=logging.getLogger("test"))
+
+    assert isinstance(info, kopf.ConnectionInfo)
+    assert info.token is None and info.scheme is None
+    assert info.certificate_path is not None and info.private_key_path is not None
+    assert (os.fsdecode(info.certificate_path), os.fsdecode(info.private_key_path)) == (str(certificate), str(key))
