@@ -193,7 +193,8 @@ async def test_a_stopped_daemon_leaves_no_state_and_no_metric_series_behind() ->
 
 class ConflictingReconciler:
     """Reports the scripted outcomes in turn ("conflict": a status write refused twice,
-    "failed": an error, None: a success), noting the loop's time of each; then stops the daemon."""
+    "failed": an error, "refused": a refused spec with nothing to reconcile, "raised": an exception,
+    None: a success), noting the loop's time of each; then stops the daemon."""
 
     def __init__(self, script: Sequence[str | None], stop: list[bool], metrics: OperatorMetrics) -> None:
         self.settings = OperatorSettings(interval_seconds=10.0)
@@ -218,6 +219,10 @@ class ConflictingReconciler:
             return ReconcileReport((), (), {}, memory, None, 0, conflict=True)
         if outcome == "conflict after a failed apply":
             return ReconcileReport((), (), {}, memory, "create pod d-0: 403 Forbidden", 0, conflict=True)
+        if outcome == "refused":
+            return ReconcileReport((), (), {}, memory, None, 1, refusal="spec.scaling.replicas", refusal_idle=True)
+        if outcome == "raised":
+            raise RuntimeError("the API server hung up")
         return ReconcileReport((), (), {}, memory, outcome, 0)
 
 
@@ -271,6 +276,23 @@ async def test_conflicts_without_an_error_end_an_earlier_errors_back_off() -> No
     start = asyncio.get_running_loop().time()
     await keep_converging(body=body, memo=kopf.Memo(context=ctx), namespace="ns", name="d", stopped=Stopped(stop))
     assert [round(t - start) for t in reconciler.started] == [0, 20, 50, 80, 80, 90, 100]
+
+
+@pytest.mark.looptime
+async def test_a_failure_breaks_a_run_of_refused_reconciles_and_its_back_off_starts_again() -> None:
+    # A refused spec with nothing to reconcile is retried on a back-off of its own (20 s, then the
+    # 30 s cap). A reconcile that raised in between is a failure (20 s), and the refusals after it
+    # are a new run: 20 s again, not the cap.
+    stop: list[bool] = []
+    ctx = context()
+    ctx.metrics = OperatorMetrics()
+    reconciler = ConflictingReconciler(["refused", "refused", "raised", "refused", None], stop, ctx.metrics)
+    ctx.reconciler = reconciler  # type: ignore[assignment]
+    body = kopf_body({"metadata": {"name": "d", "namespace": "ns", "generation": 1}})
+    start = asyncio.get_running_loop().time()
+    await keep_converging(body=body, memo=kopf.Memo(context=ctx), namespace="ns", name="d", stopped=Stopped(stop))
+    assert [round(t - start) for t in reconciler.started] == [0, 20, 50, 70, 90]
+    assert [line.split(":")[0] for line in reconciler.kube.posted] == ["ReconcileFailed"]
 
 
 def test_only_the_deployments_pods_are_watched() -> None:
