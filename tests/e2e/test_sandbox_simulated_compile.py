@@ -54,11 +54,10 @@ async def test_the_example_is_served_from_a_simulated_compile_that_says_so(tmp_p
         stocked = await cluster.host_examples(REPO / "examples")
         assert any(s.example == NAME and s.stocked for s in stocked), stocked
         s3 = cluster.s3.client()
-        # moto keeps one S3 per process, not one per server: an earlier test in this worker may have
-        # stored this very compile, and a request found stored is served with no compile Job.
+        # Each sandbox's S3 starts empty, whatever this worker's earlier sandboxes compiled: a compile
+        # found stored would be served with no compile Job and no CompileSucceeded.
         for bucket in s3.list_buckets()["Buckets"]:
-            for listed in s3.list_objects_v2(Bucket=bucket["Name"], Prefix="compiled/").get("Contents", []):
-                s3.delete_object(Bucket=bucket["Name"], Key=listed["Key"])
+            assert not s3.list_objects_v2(Bucket=bucket["Name"], Prefix="compiled/").get("Contents"), bucket
         harness = OperatorHarness(cluster, tmp_path, interval=1.0, store=ArtifactStore(s3_client=s3))
         harness.settings = replace(harness.settings, artifact_store="s3://neuronfleet-artifacts/compiled")
         try:

