@@ -13,11 +13,13 @@ PIP := $(PY) -m pip
 # Reinstall when the dependency list or the install scripts change.
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml hack/constraints.txt hack/install-*.sh 2>/dev/null | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
-# Test workers (pytest-xdist): one per CPU and one more, at most 4 (each worker compiles its own
-# MiniLM for the runtime tests). Most of the suite's time is real processes (servers, the compiler,
-# Prometheus) waiting on one another: on 2 cores, two workers left a sixth of the CPU idle, and a
-# third took the suite from 374 s to 334 s. PYTEST_WORKERS=0 runs the suite in this process.
-PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n + 1 > 4 ? 4 : n + 1 )))
+# Test workers (pytest-xdist): two per CPU, at most 4 (each worker compiles its own MiniLM for the
+# runtime tests). Most of the suite's time is real processes (servers, the compiler, Prometheus)
+# waiting on one another: on 2 cores, three workers left 18% of the CPU idle (420 s and 438 s of
+# pytest); four took 338-440 s (the order the long e2e tests land in moves the end by a minute);
+# five kept the CPU busy and took 414 s, each extra worker's MiniLM compile costing what it filled.
+# PYTEST_WORKERS=0 runs the suite in this process.
+PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( 2 * n > 4 ? 4 : 2 * n )))
 
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
