@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from neuronfleet.api.v1alpha1 import ScalingBehavior
 from neuronfleet.sim import engine
 from neuronfleet.sim.baselines import Hpa, HpaBehavior, Keda, Kpa, RayServe
 from neuronfleet.sim.profiles import load_profile
@@ -42,6 +43,20 @@ def test_hpa_300s_downscale_stabilization() -> None:
     assert desired[300] == 5  # the recommendation of 20 at t=0 left the window (> now - 300)
 
 
+def test_hpa_counts_a_change_against_a_policy_for_its_whole_period_up_to_1800s() -> None:
+    # One pod per 1,800 s (the longest period HPA allows): the step at t = 0 uses the period up.
+    behavior = HpaBehavior(
+        behavior=ScalingBehavior.model_validate(
+            {"scaleUp": {"policies": [{"type": "Pods", "value": 1, "periodSeconds": 1800}]}}
+        ),
+        min_replicas=1,
+        max_replicas=100,
+    )
+    assert behavior.normalize(10, current=2, now=0) == 3
+    assert [behavior.normalize(10, current=3, now=now) for now in (15, 900, 1799)] == [3, 3, 3]
+    assert behavior.normalize(10, current=3, now=1801) == 4
+
+
 def test_keda_average_value_then_hpa_behavior() -> None:
     keda = Keda(10, 1, 100, "10")
     assert keda.step(0, 100.0, current=4)[0] == 8  # ceil(100 / 10) = 10, limited to max(4 + 4, 2 x 4)
@@ -62,6 +77,10 @@ def test_keda_cooldown_to_zero_and_activation() -> None:
     # Strictly greater than the activation threshold: 0 does not activate, 0.5 does (at a poll).
     assert keda.step(330, 0.0, current=0)[0] == 0
     assert keda.step(360, 0.5, current=0)[0] == 1
+    # Active again at 360: the cooldown to zero counts from that poll, not from the first activity.
+    assert keda.step(390, 0.0, current=1)[0] == 1
+    assert keda.step(630, 0.0, current=1)[0] == 1
+    assert keda.step(660, 0.0, current=1)[0] == 0
 
 
 def test_kpa_panics_at_twice_ready_and_holds() -> None:
@@ -101,6 +120,15 @@ def test_ray_serve_counter_resets_on_direction_change() -> None:
         ray.step(40.0, 5)
     ray.step(2.0, 5)  # one decision downwards resets the upscale count
     assert [ray.step(40.0, 5) for _ in range(30)] == [5] * 30
+
+
+def test_ray_serve_counter_resets_when_the_decision_holds() -> None:
+    ray = RayServe(2, 1, 100, "2")
+    for _ in range(600):
+        assert ray.step(10.0, 5) == 5  # 10 ongoing / 2 per replica: the count holds
+    # Fewer wanted from now: the whole downscale delay still runs from here.
+    assert [ray.step(2.0, 5) for _ in range(600)] == [5] * 600
+    assert ray.step(2.0, 5) == 1
 
 
 def test_kpa_activator_in_path_when_excess_burst_capacity_is_negative() -> None:
