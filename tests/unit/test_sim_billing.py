@@ -115,3 +115,16 @@ def test_a_static_fleet_at_two_replicas_per_node_is_billed_for_ceil_half_the_nod
     assert result.usd == pytest.approx(node_hours * profile.instance.usd_per_hour)
     assert result.chip_hours == pytest.approx(node_hours * profile.instance.chips)
     assert result.replica_hours == pytest.approx(replicas * 900 / 3600)
+
+
+def test_the_feasible_oracle_bills_whole_nodes_at_two_replicas_per_node() -> None:
+    # Three replicas all along at 2 per node: two whole nodes serve (four replicas' room), billed
+    # for the trace, no launch (the starting fleet's three replicas already hold both nodes).
+    profile = PROFILE.model_copy(update={"replicas_per_node": 2})
+    workload = build(flat(), profile, 3000.0, jitter=1.0, seed=1, arrivals="rate")
+    instant = np.full(workload.seconds, 3, dtype=np.int64)
+    result, schedule = oracle.run_feasible(workload, profile, instant, start_replicas=3, seed=1)
+    assert set(schedule.tolist()) == {4}
+    node_hours = 2 * workload.trace_seconds / 3600
+    assert result.usd == pytest.approx(node_hours * profile.instance.usd_per_hour)
+    assert result.replica_hours == pytest.approx(node_hours * 2)

@@ -52,6 +52,14 @@ def test_only_billing_after_the_measured_start_counts() -> None:
     assert plan.billed_node_seconds == pytest.approx(120.0)  # launched at 50, counted from 80
 
 
+def test_a_run_over_before_the_measured_start_is_billed_nothing() -> None:
+    # The first run (a node up from t = 0) ends at 50, before the measured start at 100; the
+    # second, 250 s later (no bridge at 60 s launches), is launched at 240 and billed to 400.
+    plan = oracle.feasible_plan(demand((10, 50, 1), (300, 400, 1)), 60.0, start_nodes=0, first=100)
+    assert plan.billed_node_seconds == pytest.approx(160.0)
+    assert plan.launches == 1
+
+
 def test_a_node_needed_sooner_than_a_launch_is_running_at_t0_as_a_static_fleets_are() -> None:
     # One node above the starting fleet from t = 20 with 100 s launches: no launch within the
     # replay serves it by then, so it is billed from t = 0 without a launch (not from t = -80).
@@ -96,7 +104,44 @@ def test_per_second_oracle_schedules_meet_the_slo_by_construction() -> None:
     assert result.slo_attainment >= 0.999
     reported, _ = oracle.run(lazy, profile, seed=1)
     assert reported.slo_attainment == 1.0
+    # Every pod it runs serves: its timeline has no warm pods and no placeholders.
+    assert set(reported.timeline["warm"]) == set(reported.timeline["placeholders"]) == {0.0}
     assert reported.usd == pytest.approx(result.usd)
+
+
+def test_the_window_of_the_instant_oracle_leaves_room_for_the_largest_batch_and_its_delay() -> None:
+    # A burst of 40 ms of work in one 10 ms bin of an otherwise idle minute. The SLO less the largest
+    # batch's latency and the batch delay leaves a budget of 2 or 4 bins: the burst must be served
+    # within it, so the second of the burst needs 40 / (budget) replicas; every other second one.
+    from neuronfleet.sim.workload import PER_SECOND, Workload
+
+    base = load_profile("bert-base")
+    largest = max(p.latency_ms for p in base.efficient_batches())
+    dt = 1 / PER_SECOND
+    seconds = 60
+    fine_work = np.zeros(seconds * PER_SECOND)
+    fine_work[30 * PER_SECOND + 50] = 0.04
+    fine_count = (fine_work > 0).astype(np.float64)
+    workload = Workload(
+        dt=dt,
+        seconds=seconds,
+        count_s=fine_count.reshape(seconds, -1).sum(axis=1),
+        work_s=fine_work.reshape(seconds, -1).sum(axis=1),
+        mean_work=0.04,
+        mean_service_seconds=0.04,
+        duration=float(seconds),
+        factor=1.0,
+        trace_seconds=seconds,
+        fine_count=fine_count,
+        fine_work=fine_work,
+    )
+    for budget_bins, replicas in ((2, 2), (4, 1)):
+        # The budget falls on a whole number of bins less a hair, so that round-off cannot move it.
+        slo_ms = largest + 10.0 + budget_bins * 10.0 + 0.5
+        profile = base.model_copy(update={"slo_ms": slo_ms, "max_batch_delay_ms": 10.0})
+        schedule = oracle.initial_schedule(workload, profile)
+        assert schedule[30] == replicas, (budget_bins, schedule[30])
+        assert set(np.delete(schedule, 30)) == {1}
 
 
 def test_a_whole_number_of_replicas_of_work_is_that_many_replicas_round_off_included() -> None:
