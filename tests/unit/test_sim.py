@@ -300,10 +300,11 @@ def test_simulate_json_records_the_arrivals_models_own_option_only(tmp_path: Pat
     csv = write_trace(tmp_path / "t.csv", seconds=600)
     for arrivals, extra, expected in (
         ("rate", ["--rate-window", "30"], (30.0, None)),
+        ("rate", [], (60.0, None)),  # the default window, a minute
         ("superpose", ["--superpose-spread", "120"], (None, 120.0)),
         ("replicate", [], (None, None)),
     ):
-        out = tmp_path / arrivals
+        out = tmp_path / f"{arrivals}{len(extra)}"
         args = ["--trace", str(csv), "--peak-replicas", "3", "--policies", "static", "--no-sweep", "--no-plots"]
         assert run_cli([*args, "--arrivals", arrivals, *extra, "--out", str(out)]) == 0
         doc = json.loads((out / "simulate.json").read_text())

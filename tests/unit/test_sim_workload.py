@@ -14,7 +14,7 @@ from neuronfleet.sim import engine, runner
 from neuronfleet.sim import workload as workload_module
 from neuronfleet.sim.profiles import load_profile
 from neuronfleet.sim.trace import Trace, load
-from neuronfleet.sim.workload import ARRIVALS, BlockCache, Workload, build, superpose_counts
+from neuronfleet.sim.workload import ARRIVALS, BlockCache, Workload, build, rate_counts, superpose_counts
 
 
 def steady_trace(seconds: int = 2000, rate: float = 3.0, seed: int = 5) -> Trace:
@@ -66,6 +66,25 @@ def test_rate_model_keeps_the_shape_above_its_window() -> None:
     minutes = w.count_s[:1200].reshape(20, 60).mean(axis=1)
     assert minutes[:9] == pytest.approx(200, rel=0.05)
     assert minutes[11:] == pytest.approx(800, rel=0.05)
+
+
+def test_a_one_second_rate_window_keeps_each_seconds_own_rate() -> None:
+    histogram = np.array([1.0, 0.0, 3.0, 0.0, 2.0])
+    counts = rate_counts(histogram, 1000.0, 1.0, np.random.default_rng(5))
+    # Poisson at 1,000 x each second's count: within 5 standard deviations of it, zero where it is zero.
+    expected = 1000.0 * histogram
+    assert np.all(np.abs(counts - expected) <= 5 * np.sqrt(expected)), counts
+
+
+@pytest.mark.parametrize("materialize", [True, False])
+def test_one_superposed_copy_keeps_every_second_of_the_trace_in_place(materialize: bool) -> None:
+    # One arrival in the middle of each of 10 seconds, one copy, no shift: the trace itself, its
+    # last second included, whether kept per fine bin or per second (a multi-day trace's path).
+    trace = Trace(np.arange(10, dtype=np.float64) + 0.5, None, None, "one a second")
+    profile = load_profile("bert-base")
+    workload = build(trace, profile, 1.0, jitter=1.0, seed=1, arrivals="superpose", spread=0.0, materialize=materialize)
+    assert workload.trace_seconds == 10
+    np.testing.assert_array_equal(workload.count_s[:10], np.ones(10))
 
 
 def test_only_a_workload_within_the_fine_bin_budget_is_materialized_by_default() -> None:
