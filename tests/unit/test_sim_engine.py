@@ -266,3 +266,29 @@ def test_fifo_waits_place_each_bins_midpoint_arrival_in_the_departures(
     served = np.isfinite(waits)
     assert list(np.isfinite(got)) == list(served)
     assert got[served] == pytest.approx(np.array(waits)[served])
+
+
+@pytest.mark.parametrize("coarse", [True, False])
+def test_a_backlog_left_with_no_replica_waits_for_one(coarse: bool) -> None:
+    # One replica for four replicas of work fills the bounded queue (no activator or router in the
+    # path); then every replica goes at once. New requests are refused; the queued ones are neither
+    # served nor lost while none serves.
+    trace = daily_like(seconds=300)
+    profile = load_profile("bert-base")
+    workload = build(trace, profile, factor_for_peak(trace, profile, 4), 1.0, 1, arrivals="superpose")
+    sim = engine.SecondsSimulation(workload, profile, coarse=coarse)
+    sim.serve(0, 20, 1, False)
+    backlog = float(sim.queue_end[19])
+    assert backlog > 100
+    sim.serve(20, 30, 0, False)
+    np.testing.assert_allclose(sim.queue_end[20:30], backlog, rtol=1e-12)
+
+
+def test_a_latency_read_back_from_the_histogram_is_within_half_a_bin_of_it() -> None:
+    # Percentiles are read from a log histogram (2,000 bins over 1 us to 10,000 s): each latency
+    # comes back as its bin's centre, so within half a bin's width (0.58 %), on either side.
+    latencies = np.geomspace(0.5, 60_000.0, 5000)
+    back = engine._hist_value(engine._hist_index(latencies))
+    half_bin = 10 ** (0.5 * 10.0 / 2000) - 1
+    np.testing.assert_array_less(np.abs(back / latencies - 1), half_bin + 1e-12)
+    assert (back > latencies).any() and (back < latencies).any()

@@ -121,6 +121,21 @@ def test_scale_down_demotes_to_the_warm_pool_then_drains_and_frees_nodes() -> No
     assert fleet.pod_seconds == pytest.approx(3 * 36.0 + 5.0)
 
 
+def test_a_deleted_warm_pod_frees_its_node_at_once_without_a_drain() -> None:
+    # Only a serving pod drains (requests may be in flight on it); a warm pod serves none, so its
+    # deletion frees its node's slot at once and the node goes empty_node_seconds later.
+    fleet = Fleet(fixed_profile(), np.random.default_rng(0), empty_node_seconds=30.0)
+    fleet.start_ready(4)
+    fleet.set_targets(0.0, active=3, warm=1, placeholders=0)
+    run_until(fleet, 100.0)
+    fleet.set_targets(100.0, active=3, warm=0, placeholders=0)
+    assert fleet.counts(100.0).warm == 0
+    assert fleet.next_event(100.0) == 130.0
+    run_until(fleet, 131.0)
+    assert fleet.counts(131.0).nodes == 3
+    assert fleet.pod_seconds == pytest.approx(4 * 100.0 + 3 * 31.0)
+
+
 def test_a_pods_view_equals_the_one_its_dataclass_makes() -> None:
     # The fleet fills its views' fields without PodView's __init__ (a frozen dataclass's is slow, and a
     # run makes millions): each must be the view __init__ makes from the fields the fleet sets, every
