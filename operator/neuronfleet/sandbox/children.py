@@ -17,6 +17,7 @@ Elsewhere (macOS) nothing is set: a clean stop still stops every child.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import ctypes
 import ctypes.util
@@ -93,6 +94,32 @@ def popen(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
     return _spawner_pool().submit(fork).result()
 
 
+async def start_piped_helper(argv: Sequence[str]) -> asyncio.subprocess.Process:
+    """Start one of the sandbox's helper processes that it talks to over pipes (a Service's router,
+    the S3 server): stdin, stdout and stderr piped; in a session of its own, so that a Ctrl-C
+    reaches only the sandbox, which stops it (:func:`stop_piped_helper`); and dying with a killed
+    sandbox. Call it from the event loop's thread (see the module docstring)."""
+    return await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=die_with_parent(),
+    )
+
+
+async def stop_piped_helper(process: asyncio.subprocess.Process, timeout: float) -> None:
+    """Close a helper's stdin (its signal to exit) and wait ``timeout`` seconds for it; then kill it."""
+    if process.stdin is not None:
+        process.stdin.close()
+    try:
+        await asyncio.wait_for(process.wait(), timeout)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+
+
 #: How long a forced exit waits for the children it killed to be gone (SIGKILL ends a process at
 #: once unless it is stuck in the kernel: a hung NFS read, a device; the exit must not hang on that).
 KILLED_WAIT_SECONDS = 2.0
@@ -147,4 +174,4 @@ def wait_exited(pids: Sequence[int], timeout: float) -> bool:
     return every
 
 
-__all__ = ["die_with_parent", "kill_children", "popen", "wait_exited"]
+__all__ = ["die_with_parent", "kill_children", "popen", "start_piped_helper", "stop_piped_helper", "wait_exited"]

@@ -55,7 +55,7 @@ import uvloop
 
 from neuronfleet.aio import wait_event
 from neuronfleet.sandbox import http1
-from neuronfleet.sandbox.children import die_with_parent
+from neuronfleet.sandbox.children import start_piped_helper, stop_piped_helper
 from neuronfleet.sandbox.endpoints import routed_endpoints
 from neuronfleet.sandbox.store import Store, WatchEvent
 
@@ -288,14 +288,7 @@ class RouterProcess:
         # -c, not -m: the sandbox package imports this module, so runpy would run it twice.
         argv = [sys.executable, "-c", "from neuronfleet.sandbox.router import main; main()"]
         argv += ["--service", f"{self.namespace}/{self.service}", "--host", self.host]
-        self._process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,  # a Ctrl-C reaches the sandbox, which stops it (stdin closes)
-            preexec_fn=die_with_parent(),  # and a killed sandbox's router dies at once (sandbox.children)
-        )
+        self._process = await start_piped_helper(argv)
         assert self._process.stdout is not None and self._process.stderr is not None
         loop = asyncio.get_running_loop()
         self._readers = [
@@ -361,13 +354,7 @@ class RouterProcess:
             self._session = None
         process, self._process = self._process, None
         if process is not None:
-            if process.stdin is not None:
-                process.stdin.close()
-            try:
-                await asyncio.wait_for(process.wait(), 10.0)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+            await stop_piped_helper(process, 10.0)
         if self._readers:
             await asyncio.wait(self._readers, timeout=5.0)
             self._readers.clear()

@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from neuronfleet.sandbox.children import die_with_parent
+from neuronfleet.sandbox.children import start_piped_helper, stop_piped_helper
 
 log = logging.getLogger(__name__)
 
@@ -95,14 +95,7 @@ class SandboxS3:
         # -c, not -m: the sandbox package imports this module, so runpy would run it twice.
         argv = [sys.executable, "-c", "from neuronfleet.sandbox.s3 import main; main()"]
         argv += ["--host", self.host, "--port", str(self.port)]
-        self._process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,  # a Ctrl-C reaches the sandbox, which stops it (stdin closes)
-            preexec_fn=die_with_parent(),  # and a killed sandbox's S3 dies at once (sandbox.children)
-        )
+        self._process = await start_piped_helper(argv)
         assert self._process.stdout is not None and self._process.stderr is not None
         self._log_task = asyncio.get_running_loop().create_task(self._log(self._process.stderr))
         try:
@@ -124,13 +117,7 @@ class SandboxS3:
     async def stop(self) -> None:
         process, self._process = self._process, None
         if process is not None:
-            if process.stdin is not None:
-                process.stdin.close()
-            try:
-                await asyncio.wait_for(process.wait(), STOP_TIMEOUT_S)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+            await stop_piped_helper(process, STOP_TIMEOUT_S)
         if self._log_task is not None:
             await asyncio.wait([self._log_task], timeout=5.0)
             self._log_task = None
