@@ -7,6 +7,7 @@ Fixtures:
   node groups / delays; every cluster it makes is stopped after the test.
 - ``threaded_sandbox_cluster``: the same cluster in its own thread, for synchronous callers
   (the ``kubernetes`` client, kubectl, ``kopf.testing.KopfRunner``).
+- ``held_port``: a port on 127.0.0.1 that another socket listens on (a start there must fail).
 - ``kubectl``: path of a kubectl binary (.venv/bin/kubectl 1.34 from hack/install-kube-tools.sh,
   else one on PATH); skips when there is none.
 
@@ -18,12 +19,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+import aiohttp
 import pytest
 
 from neuronfleet.sandbox import NodeGroup, SandboxCluster, ThreadedSandboxCluster
@@ -62,6 +65,24 @@ async def make_sandbox_cluster() -> AsyncIterator[Callable[..., Awaitable[Sandbo
 def threaded_sandbox_cluster() -> Iterator[ThreadedSandboxCluster]:
     with ThreadedSandboxCluster(node_groups=default_node_groups(), crd_dir=CRD_DIR, kopf_peering=True) as cluster:
         yield cluster
+
+
+@pytest.fixture
+def held_port() -> Iterator[int]:
+    """A port on 127.0.0.1 someone else listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
+
+
+async def answers(url: str) -> bool:
+    """Whether anything answers HTTP at ``url`` (within 2 s)."""
+    try:
+        async with aiohttp.ClientSession() as session, session.get(url, timeout=aiohttp.ClientTimeout(2)):
+            return True
+    except (TimeoutError, aiohttp.ClientError, OSError):
+        return False
 
 
 @pytest.fixture

@@ -8,22 +8,11 @@ no compile Job and posted no CompileSucceeded. Each ``SandboxS3`` is a process o
 from __future__ import annotations
 
 import asyncio
-import socket
-from collections.abc import Iterator
 
-import aiohttp
 import pytest
 
+from fixtures_cluster import answers
 from neuronfleet.sandbox.s3 import SandboxS3
-
-
-@pytest.fixture
-def held_port() -> Iterator[int]:
-    """A port on 127.0.0.1 someone else listens on."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        yield int(sock.getsockname()[1])
 
 
 def bucket_names(s3: SandboxS3) -> list[str]:
@@ -33,14 +22,6 @@ def bucket_names(s3: SandboxS3) -> list[str]:
 def put(s3: SandboxS3, bucket: str, key: str) -> None:
     s3.ensure_bucket(bucket)
     s3.client().put_object(Bucket=bucket, Key=key, Body=b"compiled")
-
-
-async def answers(url: str) -> bool:
-    try:
-        async with aiohttp.ClientSession() as session, session.get(url, timeout=aiohttp.ClientTimeout(2)):
-            return True
-    except (TimeoutError, aiohttp.ClientError, OSError):
-        return False
 
 
 async def test_two_sandboxes_of_one_process_do_not_share_objects() -> None:

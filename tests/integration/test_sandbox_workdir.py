@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import aiohttp
 import pytest
 from fake_servers import draining_neuronserve, served_pod, serving_sandbox
 
+from fixtures_cluster import answers
 from neuronfleet.sandbox import NodeGroup, SandboxCluster
 from neuronfleet.sandbox.dirlock import DirectoryLock, SandboxBusy
 from neuronfleet.sandbox.prometheus import PrometheusServer
@@ -43,15 +41,6 @@ DRIVER = (
 GROUPS = [NodeGroup("small", "inf2.xlarge", count=1)]
 
 
-@pytest.fixture
-def held_port() -> Iterator[int]:
-    """A port on 127.0.0.1 someone else listens on."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        yield int(sock.getsockname()[1])
-
-
 def processes_naming(text: str) -> list[str]:
     """Command lines of this machine's processes that contain ``text``."""
     found = []
@@ -64,14 +53,6 @@ def processes_naming(text: str) -> list[str]:
             if text in cmdline:
                 found.append(cmdline)
     return found
-
-
-async def answers(url: str) -> bool:
-    try:
-        async with aiohttp.ClientSession() as session, session.get(url, timeout=aiohttp.ClientTimeout(2)):
-            return True
-    except (TimeoutError, aiohttp.ClientError, OSError):
-        return False
 
 
 async def test_a_second_sandbox_on_the_same_directory_is_refused(tmp_path: Path) -> None:
