@@ -56,6 +56,11 @@ async def test_before_the_start_the_fleet_reports_idle_not_unavailable() -> None
     assert snapshot is not None and why == ""
     assert (snapshot.queue_depth, snapshot.arrival_rate, snapshot.utilization) == (0.0, 0.0, 0.0)
     assert load.demand(0.0) == 0.0, "no arrivals before the start, and no window to divide by"
+    # Started, but the scrape delay not yet past: still an idle fleet's zeros, not a made-up rate.
+    load.start(ORIGIN)
+    snapshot, why = await load.snapshot(DEP, ORIGIN + 3.0)
+    assert snapshot is not None and why == ""
+    assert (snapshot.queue_depth, snapshot.in_flight, snapshot.arrival_rate, snapshot.utilization) == (0.0,) * 4
 
 
 def test_a_light_load_is_served_at_the_smallest_batch_latency() -> None:
@@ -69,6 +74,18 @@ def test_a_light_load_is_served_at_the_smallest_batch_latency() -> None:
     assert single.batch == 1
     assert totals.p50_ms == pytest.approx(single.latency_ms) and totals.p99_ms == pytest.approx(single.latency_ms)
     assert totals.slo_attainment == 1.0
+
+
+def test_a_load_of_one_request_per_bin_at_most_still_reports_its_latency() -> None:
+    # 0.3 % of one replica's throughput: no 10 ms bin holds more than one request. A bin of one
+    # request weighs the percentiles as much as any; none is left out for holding too few.
+    load, _ = steady_load(0.003)
+    load.start(ORIGIN)
+    advance_through(load, 1, 120)
+    totals = load.totals()
+    assert float(load.workload.count.max()) == 1.0 and totals.served > 100
+    single = min(load.profile.efficient_batches(), key=lambda p: p.batch)
+    assert totals.p50_ms == pytest.approx(single.latency_ms) and totals.p99_ms == pytest.approx(single.latency_ms)
 
 
 def test_a_load_above_one_at_a_time_is_served_in_the_next_batch_size() -> None:
@@ -138,3 +155,14 @@ def test_with_no_replica_left_the_backlog_waits_and_new_requests_are_refused() -
     replicas[0] = 3
     advance_through(load, 66, 120)
     assert load.queue_depth() < 1.0, "the backlog is served once replicas are back"
+
+
+def test_requests_with_no_replica_to_serve_them_are_counted_refused() -> None:
+    load, replicas = steady_load(0.5)
+    replicas[0] = 0
+    load.start(ORIGIN)
+    load.advance(ORIGIN + 120)
+    totals = load.totals()
+    assert totals.requests > 10_000
+    assert totals.rejected == pytest.approx(totals.requests)
+    assert totals.served == pytest.approx(0.0, abs=1e-6)

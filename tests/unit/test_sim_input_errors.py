@@ -70,8 +70,10 @@ def test_a_row_dated_year_3000_is_refused_with_its_line_and_the_span(
         (["0", "5", "1e308", "-1e300"], "t.csv: the times span 1.16e+303 days (earliest at line 5, latest at line 4)"),
         (["0", "5", "1e308", "-1e308"], "t.csv: the times span more than 1.8e+308 seconds (earliest at line 5"),
         (["-1e300", "0", "5", "7"], "t.csv:2: this row's time makes the trace span"),
+        # Evenly spread: the last row lies as far from the others as they span, not farther.
+        (["0", "3456000", "6912000"], "t.csv: the times span 80.0 days (earliest at line 2, latest at line 4)"),
     ],
-    ids=["huge", "overflowing", "huge-first"],
+    ids=["huge", "overflowing", "huge-first", "evenly-spread"],
 )
 def test_numeric_times_spanning_absurdly_long_are_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: list[str], named: str

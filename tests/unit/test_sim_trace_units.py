@@ -103,3 +103,15 @@ def test_a_dated_trace_is_described_from_its_first_date_time(tmp_path: Path) -> 
     relative = tmp_path / "r.csv"
     relative.write_text("time\n5\n65\n")
     assert describe(load(relative)) == "2 requests over 60 s from t = 5 s, 0.0333 requests/s"
+
+
+def test_date_times_past_numpys_nanosecond_years_keep_their_fractions(tmp_path: Path) -> None:
+    # Years numpy cannot hold in nanoseconds (here 3000) are read as whole seconds plus the fraction.
+    csv = tmp_path / "far.csv"
+    csv.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "3000-01-01 00:00:00.25,10,10\n3000-01-01 00:00:01.75,10,10\n3000-01-01 00:00:03.5,10,10\n"
+    )
+    trace = load(csv)
+    np.testing.assert_allclose(trace.arrivals, [0.0, 1.5, 3.25])
+    assert trace.dated and trace.start == 32_503_680_000.25
