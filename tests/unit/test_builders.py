@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, EnvVar, InferenceDeployment
+from neuronfleet.api.v1alpha1 import DEFAULT_IMAGE, EnvVar, InferenceDeployment, RuntimeSpec
 from neuronfleet.kube.builders import (
     PLACEHOLDER_PRIORITY,
     BuilderConfig,
@@ -318,6 +318,16 @@ def test_owner_reference_needs_the_uid() -> None:
     dep.metadata.uid = None
     with pytest.raises(ValueError, match=r"no metadata\.uid"):
         owner_reference(dep)
+
+
+def test_the_runtimes_own_defaults_are_the_crds() -> None:
+    # `neuronserve serve` started by hand (or by an older operator that passed fewer flags) serves as
+    # an InferenceDeployment that sets no runtime section does.
+    from neuronserve.cli import build_parser
+
+    crd = RuntimeSpec()
+    args = build_parser().parse_args(["serve"])
+    assert (args.port, args.max_queue, args.max_batch_delay_ms) == (crd.port, crd.max_queue, crd.max_batch_delay_ms)
 
 
 def test_server_args_are_accepted_by_the_runtimes_own_parser() -> None:

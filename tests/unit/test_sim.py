@@ -604,3 +604,43 @@ def test_simulate_says_nothing_of_a_policy_file_it_uses_whole(
         tmp_path, "scaling: {targetUtilization: 0.6}\nwarmPool: {mode: Auto}\n", capsys, accepted=True
     )
     assert "note:" not in out
+
+
+def test_the_swept_baselines_may_scale_down_to_one_replica() -> None:
+    # minReplicas 1 for each: HPA's own default, and the same floor for every family.
+    floors = {}
+    for case in runner.cases(["hpa", "keda", "kpa", "ray"], 40, 10):
+        policy: object = case.make()
+        floor = policy.behavior.min_replicas if isinstance(policy, Hpa) else getattr(policy, "min_replicas", None)
+        floors[(case.family, case.setting)] = floor
+    assert len(floors) > 4 and set(floors.values()) == {1}, floors
+
+
+def test_a_worker_run_stops_at_its_next_progress_report_once_the_parent_asks(monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing
+
+    stop = multiprocessing.get_context("fork").Event()
+    monkeypatch.setattr(runner, "_STOP", stop)
+    runner._stop_if_asked(0.5)  # not asked: the run goes on
+    stop.set()
+    with pytest.raises(runner.Stopped):
+        runner._stop_if_asked(0.51)
+    monkeypatch.setattr(runner, "_STOP", None)
+    runner._stop_if_asked(0.52)  # a run in this process has no worker stop to read
+
+
+def test_profiles_serve_with_the_crds_runtime_defaults_unless_they_say_otherwise(tmp_path: Path) -> None:
+    # An SRE who sets no runtime section gets the CRD's queue bound and batch delay: the simulated
+    # replica of a profile that names none must be that one.
+    from neuronfleet.api.v1alpha1 import RuntimeSpec
+
+    crd = RuntimeSpec()
+    bert = load_profile("bert-base")
+    assert (bert.max_queue, bert.max_batch_delay_ms) == (crd.max_queue, crd.max_batch_delay_ms)
+    written = yaml.safe_load(dump_profile("bert-base"))
+    assert (written["max_queue"], written["max_batch_delay_ms"]) == (crd.max_queue, crd.max_batch_delay_ms)
+    del written["max_queue"], written["max_batch_delay_ms"]
+    path = tmp_path / "unsaid.yaml"
+    path.write_text(yaml.safe_dump(written))
+    unsaid = load_profile(str(path))
+    assert (unsaid.max_queue, unsaid.max_batch_delay_ms) == (crd.max_queue, crd.max_batch_delay_ms)

@@ -34,10 +34,15 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from neuronfleet.api.v1alpha1 import RuntimeSpec
 from neuronfleet.api.validation import not_utf8_message, yaml_error_message
 from neuronfleet.planning.catalog import INF2_INSTANCE_TYPES, InstanceType
 from neuronfleet.planning.placement import ReplicaNeeds, plan_placement
 from neuronfleet.sim.distributions import Distribution, DistributionError, parse
+
+#: The CRD's runtime defaults (an InferenceDeployment that sets no ``runtime``): a profile that
+#: names no queue bound or batch delay is simulated with them, as the operator would serve it.
+CRD_RUNTIME = RuntimeSpec()
 
 
 class ProfileError(ValueError):
@@ -136,8 +141,8 @@ class Profile(_Model):
     batches: list[BatchPoint] | None = None
     llm: LlmServing | None = None
     slo_ms: float = Field(gt=0, description="Latency target each request is measured against.")
-    max_queue: int = Field(default=256, ge=1, description="Queue bound per replica; beyond it: 429.")
-    max_batch_delay_ms: float = Field(default=5.0, ge=0)
+    max_queue: int = Field(default=CRD_RUNTIME.max_queue, ge=1, description="Queue bound per replica; beyond it: 429.")
+    max_batch_delay_ms: float = Field(default=CRD_RUNTIME.max_batch_delay_ms, ge=0)
     drain_seconds: float = Field(default=10.0, ge=0, description="A draining pod's node is kept this long.")
     promote_seconds: float = Field(default=2.0, ge=0, description="Warm to serving (label + endpoints).")
     cold_start: ColdStartPhases
@@ -223,8 +228,8 @@ BERT_BASE: dict[str, Any] = {
         {"batch": 16, "throughput_per_s": 2940, "latency_ms": 10.9},
     ],
     "slo_ms": 50.0,
-    "max_queue": 256,
-    "max_batch_delay_ms": 5.0,
+    "max_queue": CRD_RUNTIME.max_queue,
+    "max_batch_delay_ms": CRD_RUNTIME.max_batch_delay_ms,
     "drain_seconds": 5.0,
     "cold_start": {
         "node": {"lognormal": {"median": 120, "sigma": 0.3}},
@@ -257,8 +262,8 @@ LLAMA_2_7B: dict[str, Any] = {
         "default_generated_tokens": 128,
     },
     "slo_ms": 1000.0,
-    "max_queue": 256,
-    "max_batch_delay_ms": 0.0,
+    "max_queue": CRD_RUNTIME.max_queue,
+    "max_batch_delay_ms": 0.0,  # continuous batching (the slots model): no batch to wait to fill
     "drain_seconds": 30.0,
     "cold_start": {
         "node": {"lognormal": {"median": 120, "sigma": 0.3}},
