@@ -57,7 +57,8 @@ def attribution(path: str) -> str | None:
 
 
 def _num(value: float, digits: int = 4) -> float | None:
-    return None if value is None or not math.isfinite(value) else round(float(value), digits)
+    """``value`` rounded for JSON, or None (JSON's null) where it is NaN or infinite."""
+    return round(float(value), digits) if math.isfinite(value) else None
 
 
 def record(
