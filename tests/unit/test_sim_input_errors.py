@@ -155,6 +155,15 @@ def test_non_finite_or_negative_option_values_are_argument_errors(
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("target", ["0", "1.5"])
+def test_an_slo_target_outside_zero_to_one_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str
+) -> None:
+    csv = azure_like(tmp_path / "t.csv", rows=40)
+    assert run_cli(["--trace", str(csv), *QUICK, "--slo-target", target, "--out", str(tmp_path / "out")]) == 2
+    assert f"--slo-target must be in (0, 1], got {target}" in one_line_error(capsys)
+
+
 def test_huge_finite_windows_run_and_a_huge_jitter_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
