@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 # Test workers (pytest-xdist): two per CPU, at most 4 (each worker compiles its own MiniLM for the
 # runtime tests). Most of the suite's time is real processes (servers, the compiler, Prometheus)
 # waiting on one another: on 2 cores, three workers left 18% of the CPU idle (420 s and 438 s of
-# pytest); four took 338-440 s (the order the long e2e tests land in moves the end by a minute);
+# pytest); four took 338-450 s in six runs (the order the long e2e tests land in moves the end);
 # five kept the CPU busy and took 414 s, each extra worker's MiniLM compile costing what it filled.
 # PYTEST_WORKERS=0 runs the suite in this process.
 PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( 2 * n > 4 ? 4 : 2 * n )))
