@@ -236,6 +236,16 @@ class OperatorHarness:
                 return dict(condition)
         return {}
 
+    def events(self, namespace: str, name: str, reason: str | None = None) -> list[dict[str, Any]]:
+        """The Events in ``namespace`` about the object ``name`` (core/v1's ``involvedObject`` or
+        events.k8s.io's ``regarding``), of ``reason`` when given."""
+        return [
+            e
+            for e in self.cluster.list("events", namespace)
+            if (e.get("involvedObject") or e.get("regarding") or {}).get("name") == name
+            and (reason is None or e.get("reason") == reason)
+        ]
+
     async def wait(self, predicate: Callable[[], Any], timeout: float = 120.0, what: str = "condition") -> Any:
         return await self.cluster.wait_for(predicate, timeout=timeout, what=what)
 

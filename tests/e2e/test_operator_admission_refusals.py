@@ -25,14 +25,6 @@ from neuronfleet.planning.compile import compile_request
 NS = "accounts"
 
 
-def events_for(harness: OperatorHarness, name: str, reason: str) -> list[dict[str, Any]]:
-    return [
-        e
-        for e in harness.cluster.list("events", NS)
-        if (e.get("involvedObject") or {}).get("name") == name and e.get("reason") == reason
-    ]
-
-
 def manual(name: str, **overrides: Any) -> dict[str, Any]:
     manifest = example(
         "bert-embeddings",
@@ -67,7 +59,7 @@ async def test_a_missing_serving_account_is_named_with_its_field_and_pods_follow
     assert harness.condition(NS, "reader", "Scheduled")["reason"] == "ServiceAccountMissing"
     assert not harness.pods(NS, "reader")
     await harness.wait(
-        lambda: any(e["type"] == "Warning" for e in events_for(harness, "reader", "ServiceAccountMissing")),
+        lambda: any(e["type"] == "Warning" for e in harness.events(NS, "reader", "ServiceAccountMissing")),
         timeout=60,
         what="a Warning Event",
     )
@@ -108,11 +100,11 @@ async def test_a_spec_whose_pods_would_run_as_the_operators_own_account_is_inval
         "(named by spec.runtime.serviceAccountName): they would get the operator's IAM role"
     )
     assert harness.condition(NS, "borrowed", "Ready")["reason"] == "InvalidSpec"
-    await harness.wait(lambda: events_for(harness, "borrowed", "InvalidSpec"), timeout=60, what="a Warning Event")
+    await harness.wait(lambda: harness.events(NS, "borrowed", "InvalidSpec"), timeout=60, what="a Warning Event")
     await asyncio.sleep(60)  # fake time: reconciles go on, and make nothing
     assert not harness.pods(NS, "borrowed")
     assert not harness.cluster.list("jobs", NS, group="batch")
-    assert not events_for(harness, "borrowed", "ReconcileFailed")  # reported, not raised
+    assert not harness.events(NS, "borrowed", "ReconcileFailed")  # reported, not raised
 
     await create_account(harness, "model-reader")
     await harness.patch_spec(NS, "borrowed", {"runtime": {"serviceAccountName": "model-reader"}})
@@ -172,8 +164,8 @@ async def test_a_refusal_deletes_what_serves_nothing_as_the_operators_account_an
     name = active["metadata"]["name"]
     message = harness.condition(NS, "borrowed", "Degraded")["message"]
     assert f". 1 serving pod made before still run as that account and take traffic: {name} (active); " in message
-    await harness.wait(lambda: events_for(harness, "borrowed", "InvalidSpec"), timeout=60, what="a Warning Event")
-    (event,) = events_for(harness, "borrowed", "InvalidSpec")
+    await harness.wait(lambda: harness.events(NS, "borrowed", "InvalidSpec"), timeout=60, what="a Warning Event")
+    (event,) = harness.events(NS, "borrowed", "InvalidSpec")
     assert event["type"] == "Warning" and f"{name} (active)" in event["message"]
     await asyncio.sleep(120)  # fake time: reconciles go on; the active pod stays, nothing is made
     assert [p["metadata"]["name"] for p in harness.pods(NS, "borrowed")] == [name]
@@ -276,11 +268,11 @@ async def test_without_list_events_a_missing_compile_account_is_still_named_and_
     assert "named by spec.compile.serviceAccountName" in message
     assert harness.condition(NS, "compiler", "Degraded")["reason"] == "ServiceAccountMissing"
     await harness.wait(
-        lambda: events_for(harness, "compiler", "ServiceAccountMissing"), timeout=60, what="a Warning Event"
+        lambda: harness.events(NS, "compiler", "ServiceAccountMissing"), timeout=60, what="a Warning Event"
     )
     # What the Job controller says on a real cluster (kubectl describe job), in the API server's words.
     (job,) = harness.cluster.list("jobs", NS, group="batch")
-    (failed_create,) = events_for(harness, job["metadata"]["name"], "FailedCreate")
+    (failed_create,) = harness.events(NS, job["metadata"]["name"], "FailedCreate")
     assert failed_create["message"] == (
         f'Error creating: pods "{job["metadata"]["name"]}-" is forbidden: error looking up service account '
         'accounts/model-compiler: serviceaccount "model-compiler" not found'
@@ -327,7 +319,7 @@ async def test_a_cpu_limit_below_the_computed_request_creates_no_pod_and_is_name
     assert "spec.runtime.cpuLimit 500m is below the CPU request of each replica" in message
     assert "spec.runtime.cpu is unset" in message
     await harness.wait(
-        lambda: events_for(harness, "throttled", "CPULimitBelowRequest"), timeout=60, what="a Warning Event"
+        lambda: harness.events(NS, "throttled", "CPULimitBelowRequest"), timeout=60, what="a Warning Event"
     )
     assert not harness.pods(NS, "throttled")
 

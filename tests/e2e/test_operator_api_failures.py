@@ -36,15 +36,6 @@ def manual(harness: OperatorHarness, name: str, replicas: int = 2) -> dict[str, 
     return manifest
 
 
-def events_for(harness: OperatorHarness, name: str, reason: str | None = None) -> list[dict[str, Any]]:
-    return [
-        e
-        for e in harness.cluster.list("events", NS)
-        if (e.get("involvedObject") or e.get("regarding") or {}).get("name") == name
-        and (reason is None or e.get("reason") == reason)
-    ]
-
-
 def failing_pod_creations(harness: OperatorHarness, error: Callable[[], Exception]) -> list[str]:
     """Make the running operator's pod creations fail with ``error()``; returns the names tried."""
     assert harness.context is not None
@@ -92,7 +83,7 @@ async def test_a_pod_creation_that_times_out_still_gets_service_pdb_and_a_truthf
     assert harness.cluster.get("services", "slow", NS) is not None, "the Service was skipped"
     assert harness.cluster.get("poddisruptionbudgets", "slow", NS, group="policy") is not None, "the PDB was skipped"
     assert tried and not harness.pods(NS, "slow")
-    assert not events_for(harness, "slow", "CreatedPod"), "a pod creation that failed was reported as done"
+    assert not harness.events(NS, "slow", "CreatedPod"), "a pod creation that failed was reported as done"
 
 
 async def test_a_status_write_that_times_out_after_the_apply_loses_no_event(harness: OperatorHarness) -> None:
@@ -127,7 +118,7 @@ async def test_a_status_write_that_times_out_after_the_apply_loses_no_event(harn
     )
     await harness.wait(lambda: harness.condition(NS, "lossy", "Ready").get("status") == "True", timeout=60)
     assert failed == ["create", "status"]
-    scaled = [e["message"] for e in events_for(harness, "lossy", "Scaled")]
+    scaled = [e["message"] for e in harness.events(NS, "lossy", "Scaled")]
     assert len(scaled) == 1 and scaled[0].startswith("initial size: 2 desired active replicas"), scaled
     assert harness.deployment(NS, "lossy")["status"]["desiredReplicas"] == 2
     assert {p["metadata"]["labels"][f"{GROUP}/role"] for p in harness.pods(NS, "lossy")} == {"active"}
@@ -272,7 +263,7 @@ async def test_a_re_created_deployment_skips_its_predecessors_pod_names_and_a_ta
     )
     message = harness.condition(NS, "renamed", "Degraded")["message"]
     assert squatter["metadata"]["name"] in message and "no controller" in message, message
-    assert not [e for e in events_for(harness, "renamed", "CreatedPod") if squatter["metadata"]["name"] in e["message"]]
+    assert not [e for e in harness.events(NS, "renamed", "CreatedPod") if squatter["metadata"]["name"] in e["message"]]
 
     # Once the squatter is gone, the next slot is created and the predecessor's pod is left alone.
     await core.delete_namespaced_pod(squatter["metadata"]["name"], NS, grace_period_seconds=0)
@@ -307,7 +298,7 @@ async def test_a_pod_already_gone_when_deleted_gets_no_deleted_event(harness: Op
     # Settled: a whole reconcile after the deletion, so the Events of the one that deleted are posted.
     await harness.wait_settled(NS, "vanishing", lambda: len(harness.pods(NS, "vanishing")) == 1, what="one pod left")
     assert raced
-    deleted = [e["message"] for e in events_for(harness, "vanishing", "DeletedPod")]
+    deleted = [e["message"] for e in harness.events(NS, "vanishing", "DeletedPod")]
     assert not [m for m in deleted if any(name in m for name in raced)], deleted
 
 
@@ -335,6 +326,6 @@ async def test_a_pod_create_answered_409_by_our_own_pod_gets_no_second_created_e
         NS, "repeated", lambda: _ready_active(harness, "repeated") == 2, what="two ready active pods"
     )
     assert len(repeated) == 2
-    created = [e["message"] for e in events_for(harness, "repeated", "CreatedPod")]
+    created = [e["message"] for e in harness.events(NS, "repeated", "CreatedPod")]
     assert not [m for m in created if any(name in m for name in repeated)], created
     assert harness.condition(NS, "repeated", "Degraded")["status"] == "False"

@@ -13,11 +13,6 @@ from operator_harness import REPO, OperatorHarness, example, ready
 NS = "errors"
 
 
-def events_for(harness: OperatorHarness, name: str) -> list[dict[str, Any]]:
-    events = harness.cluster.list("events", NS)
-    return [e for e in events if (e.get("involvedObject") or e.get("regarding") or {}).get("name") == name]
-
-
 async def _healthy_neighbour(harness: OperatorHarness) -> str:
     manifest = harness.localize(
         example(
@@ -46,7 +41,7 @@ async def test_model_that_fits_no_allowed_instance_type(harness: OperatorHarness
     assert "no allowed instance type holds a replica of 16 NeuronCores" in scheduled["message"]
     assert harness.condition(NS, name, "Degraded")["status"] == "True"
     await harness.wait(
-        lambda: any(e["reason"] == "NoInstanceTypeFits" and e["type"] == "Warning" for e in events_for(harness, name)),
+        lambda: any(e["reason"] == "NoInstanceTypeFits" and e["type"] == "Warning" for e in harness.events(NS, name)),
         timeout=60,
         what="a Warning Event",
     )
@@ -105,7 +100,7 @@ async def test_pods_that_cannot_start(
     if reason == "NotScheduled":
         assert all(not p["spec"].get("nodeName") for p in harness.pods(NS, name)), "bound without a scheduler"
     await harness.wait(
-        lambda: any(e.get("reason") == reason and e.get("type") == "Warning" for e in events_for(harness, name)),
+        lambda: any(e.get("reason") == reason and e.get("type") == "Warning" for e in harness.events(NS, name)),
         timeout=120,
         what="a Warning Event",
     )

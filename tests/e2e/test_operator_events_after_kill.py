@@ -36,8 +36,8 @@ def events_of(harness: OperatorHarness, name: str, type_: str | None = None) -> 
     """The (reason, message) of the Events posted about ``name``, of ``type_`` (None: any)."""
     return [
         (str(e.get("reason")), str(e.get("message") or ""))
-        for e in harness.cluster.list("events", NS)
-        if (e.get("involvedObject") or {}).get("name") == name and type_ in (None, e.get("type"))
+        for e in harness.events(NS, name)
+        if type_ in (None, e.get("type"))
     ]
 
 

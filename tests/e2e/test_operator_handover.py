@@ -159,11 +159,7 @@ async def test_a_leader_stopped_in_a_reconcile_writes_nothing_once_a_peer_takes_
 
 
 def events_of(harness: OperatorHarness, namespace: str, name: str) -> list[str]:
-    return [
-        f"{e.get('reason')}: {e.get('message') or e.get('note')}"
-        for e in harness.cluster.list("events", namespace)
-        if (e.get("involvedObject") or e.get("regarding") or {}).get("name") == name
-    ]
+    return [f"{e.get('reason')}: {e.get('message') or e.get('note')}" for e in harness.events(namespace, name)]
 
 
 @pytest.mark.looptime(False)

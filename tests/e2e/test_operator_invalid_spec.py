@@ -168,11 +168,7 @@ async def test_a_stored_last_valid_spec_that_no_longer_passes_is_not_built_from(
 
 
 def events(harness: OperatorHarness, name: str) -> list[tuple[str, str, str]]:
-    return [
-        (str(e.get("type")), str(e.get("reason")), str(e.get("message") or ""))
-        for e in harness.cluster.list("events", NS)
-        if (e.get("involvedObject") or {}).get("name") == name
-    ]
+    return [(str(e.get("type")), str(e.get("reason")), str(e.get("message") or "")) for e in harness.events(NS, name)]
 
 
 async def test_a_kept_fleet_degrading_under_a_refused_spec_posts_its_warning(harness: OperatorHarness) -> None:

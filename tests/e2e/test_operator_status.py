@@ -16,16 +16,6 @@ from neuronfleet.planning.status import KEPT_PLACEMENT_NOTE
 NS = "status"
 
 
-def events_for(harness: OperatorHarness, name: str, reason: str | None = None) -> list[dict[str, Any]]:
-    events = harness.cluster.list("events", NS)
-    return [
-        e
-        for e in events
-        if (e.get("involvedObject") or e.get("regarding") or {}).get("name") == name
-        and (reason is None or e.get("reason") == reason)
-    ]
-
-
 def manual(name: str, replicas: int = 1, **overrides: Any) -> dict[str, Any]:
     manifest = example(
         "bert-embeddings",
@@ -98,14 +88,14 @@ async def test_an_idle_deployment_gets_no_status_write_and_no_event(harness: Ope
     await harness.wait(lambda: harness.condition(NS, "idle", "Ready").get("status") == "True", timeout=90)
     assert harness.condition(NS, "idle", "ScalingActive")["reason"] == "MetricsUnavailable"
     await asyncio.sleep(30)  # let the last pod events settle (fake time)
-    before, events = resource_version(harness, "idle"), len(events_for(harness, "idle"))
+    before, events = resource_version(harness, "idle"), len(harness.events(NS, "idle"))
     reconciles = harness.context.reconciles if harness.context else 0
     since = len(harness.cluster.request_log)
 
     await asyncio.sleep(600)  # 40 autoscaler intervals, 300 reconcile intervals (fake time)
     assert harness.context is not None and harness.context.reconciles > reconciles + 100
     assert resource_version(harness, "idle") == before, "the status was written with nothing changed"
-    assert len(events_for(harness, "idle")) == events
+    assert len(harness.events(NS, "idle")) == events
     # Status writes carry the resourceVersion they were planned from; Kopf's own patches (its finalizer
     # and annotations) made before must not send an idle fleet into conflicts and reads again.
     idle = [r for r in harness.cluster.request_log[since:] if r.resource == PLURAL and r.name == "idle"]
@@ -120,9 +110,9 @@ async def test_each_scale_is_one_event(harness: OperatorHarness) -> None:
     await harness.apply(manifest)
     await harness.wait(lambda: harness.condition(NS, "scaled", "Ready").get("status") == "True", timeout=90)
     await asyncio.sleep(30)
-    scaled = [e["message"] for e in events_for(harness, "scaled", "Scaled")]
+    scaled = [e["message"] for e in harness.events(NS, "scaled", "Scaled")]
     assert len(scaled) == 1 and scaled[0].startswith("initial size: 2 desired active replicas ("), scaled
-    created = events_for(harness, "scaled", "CreatedPod")
+    created = harness.events(NS, "scaled", "CreatedPod")
     assert len(created) == 2, [e["message"] for e in created]
 
 
@@ -138,7 +128,7 @@ async def test_a_corrupted_kopf_annotation_is_reported_and_the_deployment_served
     )
     assert "last-handled-configuration" in harness.condition(NS, "garbled", "Degraded")["message"]
     await harness.wait(lambda: harness.condition(NS, "garbled", "Ready").get("status") == "True", timeout=90)
-    assert events_for(harness, "garbled", "CorruptAnnotation")
+    assert harness.events(NS, "garbled", "CorruptAnnotation")
     # No retry loop: once served, the object is left alone.
     await asyncio.sleep(30)
     before = resource_version(harness, "garbled")
@@ -170,7 +160,7 @@ async def test_an_unreadable_s3_source_is_reported_and_no_job_started(
     assert harness.condition(NS, "from-s3", "Degraded")["reason"] == "SourceUnreadable"
     await asyncio.sleep(30)
     assert not harness.cluster.list("jobs", NS, group="batch"), "a compile Job was started for an unreadable source"
-    assert events_for(harness, "from-s3", "SourceUnreadable")
+    assert harness.events(NS, "from-s3", "SourceUnreadable")
 
 
 async def test_a_missing_priority_class_is_named_and_retried(harness: OperatorHarness) -> None:

@@ -76,18 +76,12 @@ async def test_the_example_is_served_from_a_simulated_compile_that_says_so(tmp_p
                 lambda: harness.condition(NS, NAME, "Ready").get("status") == "True", timeout=120, what="Ready=True"
             )
             artifact = harness.deployment(NS, NAME)["status"]["artifact"]
-
-            def compile_succeeded() -> list[str]:
-                return [
-                    event.get("message") or event.get("note") or ""
-                    for event in cluster.list("events", NS)
-                    if event.get("reason") == "CompileSucceeded"
-                    and (event.get("involvedObject") or event.get("regarding") or {}).get("name") == NAME
-                ]
-
             # The compile is said once, with the revision it stored. The Event is posted once the
             # status write it tells of has landed, so it can reach the API server after the status.
-            said = await harness.wait(compile_succeeded, timeout=30, what="the CompileSucceeded Event")
+            events = await harness.wait(
+                lambda: harness.events(NS, NAME, "CompileSucceeded"), timeout=30, what="the CompileSucceeded Event"
+            )
+            said = [event.get("message") or event.get("note") or "" for event in events]
             assert len(said) == 1 and f"revision {artifact['revision']}" in said[0], said
             # What the Job stored says that nothing was compiled, and never that Neuron compiled it.
             bucket, prefix = split_s3(artifact["uri"])
