@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from neuronfleet.api.default_queries import ARRIVAL_RATE_WINDOW_SECONDS, ONE_DEPLOYMENT, default_queries, promql_range
 from neuronfleet.planning.signals import MetricSnapshot
 from neuronfleet.sim.metrics import MetricsView
 
@@ -26,6 +27,20 @@ def test_the_rate_is_the_last_minutes_the_busy_ratio_the_last_scrapes_and_the_qu
     # Read with a lag: the samples of ``delay`` earlier, stamped with their own time.
     assert metrics.snapshot(120.0, 30.0) == middle
     assert metrics.snapshot(10.0, 20.0) == MetricSnapshot(time=-10.0)  # nothing before t = 0
+
+
+def test_the_rate_is_averaged_over_the_default_querys_range() -> None:
+    # The CRD's default arrival-rate query and the simulated Prometheus read one window: a change
+    # to either is a change to both.
+    assert f"[{promql_range(ARRIVAL_RATE_WINDOW_SECONDS)}])" in default_queries(ONE_DEPLOYMENT)["arrival_rate"]
+    assert (promql_range(60), promql_range(120), promql_range(90)) == ("1m", "2m", "90s")
+    window = ARRIVAL_RATE_WINDOW_SECONDS
+    # One arrival in the first second, then none: the rate reads it until it leaves the window.
+    count = np.zeros(3 * window)
+    count[0] = 1.0
+    metrics = MetricsView(1.0, count, np.zeros(3 * window), np.zeros(3 * window), np.zeros(3 * window))
+    assert metrics.snapshot(float(window), 0.0).arrival_rate == pytest.approx(1 / window)
+    assert metrics.snapshot(float(window + 1), 0.0).arrival_rate == 0.0
 
 
 def test_the_peak_in_a_fine_runs_first_second_is_the_rate_so_far() -> None:

@@ -39,6 +39,15 @@ FLEET = QueryScope('deployment!=""', ("deployment",), ("namespace", "deployment"
 #: The labels of a fleet-wide answer's rows, in the order of :attr:`QueryScope.grouped_by`.
 ROW_LABELS = FLEET.grouped_by
 
+#: The default arrival-rate query's ``rate()`` range, in seconds: it fits the chart's 15 s scrape, and
+#: the simulator's Prometheus averages arrivals over the same window.
+ARRIVAL_RATE_WINDOW_SECONDS = 60
+
+
+def promql_range(seconds: int) -> str:
+    """``seconds`` as a PromQL range duration, in whole minutes where it is some (``60`` -> ``1m``)."""
+    return f"{seconds // 60}m" if seconds % 60 == 0 else f"{seconds}s"
+
 
 def default_queries(scope: QueryScope) -> dict[str, str]:
     """The default query of every ``scaling.metrics`` signal (by field name, snake_case) and of
@@ -61,6 +70,7 @@ def default_queries(scope: QueryScope) -> dict[str, str]:
     def total(op: str, vector: str) -> str:
         return f"{op} by ({', '.join(scope.grouped_by)}) ({vector})" if scope.grouped_by else f"{op}({vector})"
 
+    arrivals = f"rate(neuronserve_requests_total{{{scope.selector}}}[{promql_range(ARRIVAL_RATE_WINDOW_SECONDS)}])"
     queued = ready_pods(f"neuronserve_queue_depth{{{active}}}")
     accepted = ready_pods(f"neuronserve_inflight_requests{{{active}}}")
     return {
@@ -68,7 +78,7 @@ def default_queries(scope: QueryScope) -> dict[str, str]:
         # neuronserve_inflight_requests counts every request accepted and not answered, queued ones
         # included: the load signal (queued plus in flight) would count the queue twice.
         "in_flight": f"{total('sum', accepted)} - {total('sum', queued)}",
-        "arrival_rate": total("sum", per_pod(f"rate(neuronserve_requests_total{{{scope.selector}}}[1m])", "outcome")),
+        "arrival_rate": total("sum", per_pod(arrivals, "outcome")),
         "arrival_peak": total("sum", per_pod(f"neuronserve_arrivals_peak_per_second{{{scope.selector}}}")),
         # Ready pods only: an active pod still loading its model reports 0 and halved the average.
         "utilization": total("avg", ready_pods(f"neuronserve_device_busy_ratio{{{active}}}")),

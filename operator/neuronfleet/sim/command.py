@@ -56,7 +56,7 @@ from neuronfleet.sim.trace import (
 )
 from neuronfleet.sim.workload import (
     ARRIVALS,
-    RATE_WINDOW_SECONDS,
+    RATE_MODEL_WINDOW_SECONDS,
     SUPERPOSE_SPREAD_SECONDS,
     Workload,
     build,
@@ -153,7 +153,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--rate-window",
         type=_positive_seconds,
         metavar="S",
-        help=f"rate only: window of the rate model's rate estimate (default: {RATE_WINDOW_SECONDS:g}); "
+        help=f"rate only: window of the rate model's rate estimate (default: {RATE_MODEL_WINDOW_SECONDS:g}); "
         "refused with another --arrivals",
     )
     p.add_argument(
@@ -661,7 +661,7 @@ def _check(args: argparse.Namespace) -> None:
 #: Each arrivals model's own option: (option, attribute, its default). An option another model is
 #: given changes nothing, so it is refused rather than ignored.
 ARRIVAL_OPTIONS: dict[str, tuple[str, str, float]] = {
-    "rate": ("--rate-window", "rate_window", RATE_WINDOW_SECONDS),
+    "rate": ("--rate-window", "rate_window", RATE_MODEL_WINDOW_SECONDS),
     "superpose": ("--superpose-spread", "superpose_spread", SUPERPOSE_SPREAD_SECONDS),
     "replicate": ("--jitter", "jitter", JITTER_SECONDS),
 }

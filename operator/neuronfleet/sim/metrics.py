@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from neuronfleet.api.default_queries import ARRIVAL_RATE_WINDOW_SECONDS
 from neuronfleet.planning.rounding import ROUND_OFF
 from neuronfleet.planning.signals import PEAK_WINDOW_SECONDS, MetricSnapshot, busiest_rate, peak_stretch_seconds
 
@@ -27,8 +28,6 @@ FloatArray = npt.NDArray[np.float64]
 
 #: Prometheus scrape interval of the runtime's /metrics (the utilization gauge averages over it).
 SCRAPE_INTERVAL_SECONDS = 15.0
-#: Window of the arrival-rate query, ``rate(neuronserve_requests_total[1m])``.
-RATE_WINDOW_SECONDS = 60.0
 
 
 class MetricsView:
@@ -63,7 +62,7 @@ class MetricsView:
         k = self._bin(at)
         if k < 0:
             return MetricSnapshot(time=at)
-        rate_bins = max(1, round(RATE_WINDOW_SECONDS / self.dt))
+        rate_bins = max(1, round(ARRIVAL_RATE_WINDOW_SECONDS / self.dt))
         util_bins = max(1, round(SCRAPE_INTERVAL_SECONDS / self.dt))
         first = max(0, k + 1 - rate_bins)
         # ufunc reductions, not the arrays' sum() and mean(): the same figures without their Python

@@ -66,7 +66,7 @@ PER_SECOND = 100
 #: no cost of serving it.
 TAIL_SECONDS = 120.0
 #: Default window of the ``rate`` model.
-RATE_WINDOW_SECONDS = 60.0
+RATE_MODEL_WINDOW_SECONDS = 60.0
 #: Default range of the ``superpose`` copies' offsets.
 SUPERPOSE_SPREAD_SECONDS = 300.0
 #: Above this many fine bins (~11 h) a workload is kept per second and refined on demand.
@@ -341,7 +341,7 @@ def build(
     seed: int,
     *,
     arrivals: Arrivals = "replicate",
-    rate_window: float = RATE_WINDOW_SECONDS,
+    rate_window: float = RATE_MODEL_WINDOW_SECONDS,
     spread: float = SUPERPOSE_SPREAD_SECONDS,
     materialize: bool | None = None,
 ) -> Workload:
