@@ -110,18 +110,15 @@ def test_where_the_kernel_has_no_ipv6_it_listens_on_ipv4(
             sock.accept()[0].close()
 
 
-def test_a_port_in_use_is_said_in_one_line_and_the_server_exits() -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        done = subprocess.run(
-            [NEURONSERVE, "serve", "--host", "127.0.0.1", "--port", str(port), *EMULATED],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+def test_a_port_in_use_is_said_in_one_line_and_the_server_exits(held_port: int) -> None:
+    port = held_port
+    done = subprocess.run(
+        [NEURONSERVE, "serve", "--host", "127.0.0.1", "--port", str(port), *EMULATED],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 3, done.stderr
     said = done.stderr.strip().splitlines()[-1]
     assert said.startswith(f"neuronserve: cannot listen on 127.0.0.1, port {port}: ")

@@ -115,12 +115,9 @@ def test_a_metrics_port_out_of_range_is_refused_by_the_parser(port: str, capsys:
     assert "--metrics-port: " in capsys.readouterr().err
 
 
-def test_a_liveness_port_in_use_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        url = f"http://127.0.0.1:{taken.getsockname()[1]}/healthz"
-        code = main(["run", "--kubeconfig", str(_kubeconfig(tmp_path / "kubeconfig")), "--liveness", url])
+def test_a_liveness_port_in_use_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], held_port: int) -> None:
+    url = f"http://127.0.0.1:{held_port}/healthz"
+    code = main(["run", "--kubeconfig", str(_kubeconfig(tmp_path / "kubeconfig")), "--liveness", url])
     assert code == 2
     assert capsys.readouterr().err == f"error: cannot serve the liveness endpoint {url}: Address already in use\n"
 
