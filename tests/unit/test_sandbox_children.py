@@ -1,4 +1,5 @@
-"""A forced exit waits for the children it killed to be gone (``neuronfleet.sandbox.children``)."""
+"""The sandbox's child processes (``neuronfleet.sandbox.children``): a forced exit waits for the children
+it killed to be gone; a piped helper stops when its stdin closes, or is killed."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 
 import pytest
 
-from neuronfleet.sandbox.children import wait_exited
+from neuronfleet.sandbox.children import start_piped_helper, stop_piped_helper, wait_exited
 
 linux_only = pytest.mark.skipif(
     not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open"), reason="pidfds are Linux's"
@@ -65,3 +66,16 @@ def test_a_forced_exit_kills_this_process_children_only() -> None:
         os.kill(grandchild, 0)  # still running (raises if it is gone)
     finally:
         os.kill(grandchild, signal.SIGKILL)
+
+
+async def test_a_helper_that_exits_when_its_stdin_closes_stops_with_its_own_code() -> None:
+    helper = await start_piped_helper([sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(3)"])
+    assert await stop_piped_helper(helper, 30.0) == 3
+
+
+async def test_a_helper_that_ignores_its_stdin_is_killed_at_the_timeout() -> None:
+    # It says it runs only once it has started ignoring its stdin, so the stop meets it then.
+    argv = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(120)"]
+    helper = await start_piped_helper(argv)
+    assert helper.stdout is not None and await helper.stdout.readline() == b"up\n"
+    assert await stop_piped_helper(helper, 0.5) == -signal.SIGKILL

@@ -109,15 +109,16 @@ async def start_piped_helper(argv: Sequence[str]) -> asyncio.subprocess.Process:
     )
 
 
-async def stop_piped_helper(process: asyncio.subprocess.Process, timeout: float) -> None:
-    """Close a helper's stdin (its signal to exit) and wait ``timeout`` seconds for it; then kill it."""
+async def stop_piped_helper(process: asyncio.subprocess.Process, timeout: float) -> int:
+    """Close a helper's stdin (its signal to exit) and wait ``timeout`` seconds for it; then kill it.
+    Its exit code: 0 for a clean exit, ``-9`` when it had to be killed."""
     if process.stdin is not None:
         process.stdin.close()
     try:
-        await asyncio.wait_for(process.wait(), timeout)
+        return await asyncio.wait_for(process.wait(), timeout)
     except TimeoutError:
         process.kill()
-        await process.wait()
+        return await process.wait()
 
 
 #: How long a forced exit waits for the children it killed to be gone (SIGKILL ends a process at

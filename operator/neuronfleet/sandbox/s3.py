@@ -114,13 +114,15 @@ class SandboxS3:
         while line := await stream.readline():
             log.warning("s3: %s", line.decode(errors="replace").rstrip())
 
-    async def stop(self) -> None:
+    async def stop(self) -> int | None:
+        """Stop the server; its exit code (0: it exited when asked; -9: it had to be killed), or
+        None when none was running."""
         process, self._process = self._process, None
-        if process is not None:
-            await stop_piped_helper(process, STOP_TIMEOUT_S)
+        code = None if process is None else await stop_piped_helper(process, STOP_TIMEOUT_S)
         if self._log_task is not None:
             await asyncio.wait([self._log_task], timeout=5.0)
             self._log_task = None
+        return code
 
     @property
     def env(self) -> dict[str, str]:
