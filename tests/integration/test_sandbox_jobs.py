@@ -84,11 +84,13 @@ def job(cluster: SandboxCluster, name: str) -> dict[str, Any] | None:
 
 async def test_job_runs_to_completion_and_expires() -> None:
     async with one_node_cluster() as cluster:
-        cluster.create("jobs", job_body("compile", ttlSecondsAfterFinished=300), "default", group="batch")
+        # A TTL shorter than the run: it counts from the Job's completion, not from its start.
+        cluster.create("jobs", job_body("compile", ttlSecondsAfterFinished=100), "default", group="batch")
         start = cluster.clock.monotonic()
         await cluster.wait_for(lambda: "Complete" in condition_types(job(cluster, "compile")), timeout=600)
+        completed = cluster.clock.monotonic()
         # pull 10 s + start 1 s + run 120 s
-        assert cluster.clock.monotonic() - start == pytest.approx(131, abs=2)
+        assert completed - start == pytest.approx(131, abs=2)
         done = job(cluster, "compile")
         assert done is not None
         assert {k: done["status"][k] for k in ("succeeded", "failed", "active")} == {
@@ -101,7 +103,27 @@ async def test_job_runs_to_completion_and_expires() -> None:
         assert pod["status"]["phase"] == "Succeeded"
         assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
         await cluster.wait_for(lambda: job(cluster, "compile") is None, timeout=600, what="the TTL controller")
+        # completionTime is in whole seconds, as metav1.Time: up to a second early.
+        assert cluster.clock.monotonic() - completed == pytest.approx(99.5, abs=0.6)
         await cluster.wait_for(lambda: not cluster.list("pods", "default"), timeout=10, what="the job's pods GC'd")
+
+
+async def test_a_jobs_ttl_counts_from_its_completion_time_not_from_when_the_controller_saw_it() -> None:
+    # A Job that finished 250 s before this controller first read it (its status written by another,
+    # as after a controller-manager restart): with a 300 s TTL, it has 50 s left.
+    async with one_node_cluster() as cluster:
+        cluster.create("jobs", job_body("compile", suspend=True, ttlSecondsAfterFinished=300), "default", group="batch")
+        finished = cluster.clock.timestamp(-250.0)
+        done = {"type": "Complete", "status": "True", "lastTransitionTime": finished}
+
+        def finish(o: dict[str, Any]) -> None:
+            o["status"] = {"succeeded": 1, "completionTime": finished, "conditions": [done]}
+
+        jobs = cluster.store.resource("batch", "jobs")
+        cluster.store.update(jobs, "default", "compile", finish, subresource="status")
+        start = cluster.clock.monotonic()
+        await cluster.wait_for(lambda: job(cluster, "compile") is None, timeout=600, what="the TTL controller")
+        assert cluster.clock.monotonic() - start == pytest.approx(50, abs=1)
 
 
 async def test_a_job_past_its_active_deadline_fails_and_its_pod_goes() -> None:

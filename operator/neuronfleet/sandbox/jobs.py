@@ -22,8 +22,11 @@ DisruptionTarget, which preemption, evictions and the pod GC set) or ``onExitCod
 ``NotIn``, for one container or any, exit code 0 never matching). With a pod failure policy (or
 ``podReplacementPolicy: Failed``) a pod being deleted counts only once it has ended and is not
 replaced before: the kubelet writes a deleted pod's terminal phase, whose conditions the policy reads.
-``activeDeadlineSeconds`` fails the Job with DeadlineExceeded; ``ttlSecondsAfterFinished`` deletes a
-finished Job (and, by GC, its pods). The finalizer of a pod whose Job has finished, is being deleted
+``activeDeadlineSeconds`` fails the Job with DeadlineExceeded, counted from its ``startTime``;
+``ttlSecondsAfterFinished`` deletes a finished Job (and, by GC, its pods), counted from its
+``completionTime`` (a failed Job's: its Failed condition's transition). Both are read from the Job,
+as the real controllers read them, so the controller keeps no clock of its own per Job. The
+finalizer of a pod whose Job has finished, is being deleted
 or is gone is removed. A pod the API server refuses (admission: a missing ServiceAccount or
 PriorityClass) is reported as the real controller does, in a FailedCreate Warning Event on the Job
 ("Error creating: <the API server's message>"), and tried again at the next round, the Job's
@@ -74,7 +77,6 @@ class JobController:
         self.events = EventRecorder(store, "job-controller")
         self._jobs = store.resource("batch", "jobs")
         self._pods = store.resource("", "pods")
-        self._started: dict[str, float] = {}
         self._backoff: dict[str, _Backoff] = {}
         #: Jobs deleted since the last round, whose pods' finalizers are to be removed.
         self._gone: set[str] = set()
@@ -107,18 +109,19 @@ class JobController:
     def _sync_job(self, job: Obj, pods: list[Obj]) -> None:
         meta, spec = job["metadata"], job.get("spec") or {}
         namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
-        now = self.store.clock.monotonic()
         if meta.get("deletionTimestamp") or _finished(job):
             for pod in pods:
                 self._release(pod)
             if meta.get("deletionTimestamp"):
                 return
             ttl = spec.get("ttlSecondsAfterFinished")
-            finished_at = self._started.setdefault(f"{uid}/finished", now)
-            if ttl is not None and now - finished_at >= float(ttl):
+            if ttl is None:
+                return
+            age = self.store.clock.seconds_since(_job_finish_time(job)) or 0.0
+            if age >= float(ttl):
                 self.store.delete(self._jobs, namespace, name, propagation="Background")
-            elif ttl is not None:
-                self._wake_at(f"{uid}/ttl", float(ttl) - (now - finished_at))
+            else:
+                self._wake_at(f"{uid}/ttl", float(ttl) - age)
             return
         if spec.get("suspend"):
             return
@@ -141,13 +144,14 @@ class JobController:
         namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
         status = job.get("status") or {}
         now_ts = self.store.clock.timestamp()
-        now = self.store.clock.monotonic()
         outcomes = [outcome for outcome, _ in ended.values()]
         succeeded = int(status.get("succeeded") or 0) + outcomes.count("succeeded")
         failed = int(status.get("failed") or 0) + outcomes.count("failed") + outcomes.count("fail-job")
         active = [p for p in pods if not pod_has_ended(p) and not p["metadata"].get("deletionTimestamp")]
         terminating = [p for p in pods if not pod_has_ended(p) and p["metadata"].get("deletionTimestamp")]
-        started = self._started.setdefault(uid, now)
+        # Counted from the Job's startTime, as the real controller does: not from when this one first
+        # saw the Job, which a restart would move.
+        active_s = self.store.clock.seconds_since(status.get("startTime")) or 0.0
         deadline = spec.get("activeDeadlineSeconds")
         if "succeeded" in outcomes:
             self._finish(
@@ -164,14 +168,14 @@ class JobController:
                 job, "Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit", succeeded, failed
             )
             return
-        if deadline is not None and now - started >= float(deadline):
+        if deadline is not None and active_s >= float(deadline):
             self._delete_pods(active)
             self._finish(
                 job, "Failed", "DeadlineExceeded", "Job was active longer than specified deadline", succeeded, failed
             )
             return
         if deadline is not None:
-            self._wake_at(f"{uid}/deadline", float(deadline) - (now - started))
+            self._wake_at(f"{uid}/deadline", float(deadline) - active_s)
         # With a pod failure policy a pod being deleted is replaced only once it has ended: its end
         # may yet fail the Job (podReplacementPolicy Failed, the default with such a policy).
         blocked = bool(terminating) and _only_replace_failed(spec)
@@ -414,6 +418,18 @@ def _rule_matches(pod: Obj, rule: Obj) -> str | None:
         for condition in status.get("conditions") or ():
             if condition.get("type") == wanted.get("type") and condition.get("status") == wanted.get("status", "True"):
                 return f"Pod {meta['namespace']}/{meta['name']} has condition {wanted.get('type')}"
+    return None
+
+
+def _job_finish_time(job: Obj) -> str | None:
+    """When a finished Job finished: its completionTime, else its Complete or Failed condition's
+    transition (the TTL controller's jobFinishTime)."""
+    status = job.get("status") or {}
+    if status.get("completionTime"):
+        return str(status["completionTime"])
+    for condition in status.get("conditions") or ():
+        if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
+            return str(condition.get("lastTransitionTime") or "") or None
     return None
 
 
