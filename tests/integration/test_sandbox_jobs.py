@@ -4,6 +4,7 @@ SubprocessRunner, backoff limits and TTL (under looptime)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 from typing import Any
 
@@ -390,6 +391,34 @@ async def test_a_pod_deleted_before_it_ended_counts_as_failed() -> None:
         assert failed is not None and failed["status"]["failed"] == 1
         assert failed["status"]["conditions"][-1]["reason"] == "BackoffLimitExceeded"
         await cluster.wait_for(lambda: not pods_of(cluster, "compile"), timeout=60, what="the deleted pod gone")
+
+
+@pytest.mark.parametrize(("replacement_policy", "replaced_after"), [(None, 10.0), ("Failed", 30.0)])
+async def test_a_deleted_pod_is_replaced_while_it_stops_unless_the_job_waits_for_its_end(
+    replacement_policy: str | None, replaced_after: float
+) -> None:
+    # Without a pod failure policy podReplacementPolicy is TerminatingOrFailed: the pod being deleted
+    # counts as failed at once, and the next pod comes the 10 s back-off after the deletion, while the
+    # first still stops (a 20 s shutdown here). With Failed, only once it has ended: 20 s + 10 s.
+    profile = dataclasses.replace(PROFILE, shutdown_s=20.0)
+    nodes = [NodeGroup("small", "inf2.xlarge", count=1)]
+    async with SandboxCluster(node_groups=nodes, cold_start=profile, run_provisioner=False) as cluster:
+        spec: dict[str, Any] = {"backoffLimit": 2}
+        if replacement_policy is not None:
+            spec["podReplacementPolicy"] = replacement_policy
+        cluster.create("jobs", job_body("compile", **spec), "default", group="batch")
+        pod = await cluster.wait_for(lambda: running_pod(cluster, "compile"), timeout=600)
+        assert pod is not None
+        name = pod["metadata"]["name"]
+        cluster.delete("pods", name, "default")
+        deleted_at = cluster.clock.monotonic()
+
+        def replacement() -> dict[str, Any] | None:
+            return next((p for p in pods_of(cluster, "compile") if p["metadata"]["name"] != name), None)
+
+        await cluster.wait_for(replacement, timeout=600)
+        assert cluster.clock.monotonic() - deleted_at == pytest.approx(replaced_after, abs=1.5)
+        assert job_status(cluster, "compile")["failed"] == 1
 
 
 DISRUPTION_IGNORED = {

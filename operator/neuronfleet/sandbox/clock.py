@@ -15,6 +15,9 @@ from collections.abc import Callable
 
 from neuronfleet.aio import wait_event
 
+#: metav1.Time's serialisation: RFC 3339 in whole seconds, UTC.
+TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
 
 class Clock:
     """Loop time for delays, epoch-anchored wall time for timestamps."""
@@ -43,7 +46,7 @@ class Clock:
     def timestamp(self, offset_s: float = 0.0) -> str:
         """RFC 3339 with seconds, as metav1.Time serialises."""
         moment = self.wall() + datetime.timedelta(seconds=offset_s)
-        return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return moment.strftime(TIMESTAMP_FORMAT)
 
     def micro_timestamp(self) -> str:
         """RFC 3339 with microseconds, as metav1.MicroTime serialises."""

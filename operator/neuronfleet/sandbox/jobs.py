@@ -11,7 +11,9 @@ can fall between them). A Succeeded pod completes the Job (``Complete`` and ``Su
 conditions, ``succeeded``, ``completionTime``); a Failed one, or one deleted before it ended,
 counts against ``backoffLimit`` (default 6) and is replaced until the limit is exceeded (``Failed``
 condition, reason BackoffLimitExceeded), each replacement after the controller's exponential
-back-off (10 s after the first failure since the last success, doubling, at most 10 minutes:
+back-off (counted from when the last failed pod ended, read as getFinishedTime reads it: its
+containers' last exit, else its Ready condition turning False, else its deletion's request; 10 s
+after the first failure since the last success, doubling, at most 10 minutes:
 job_controller.go's DefaultJobPodFailureBackOff and MaxJobPodFailureBackOff; the Kubernetes
 documentation says "capped at six minutes", the code's constant is 10 minutes).
 
@@ -42,10 +44,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import datetime
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from neuronfleet.sandbox.clock import run_controller
+from neuronfleet.sandbox.clock import TIMESTAMP_FORMAT, run_controller
 from neuronfleet.sandbox.conditions import set_condition
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.events import EventRecorder
@@ -221,10 +224,9 @@ class JobController:
         if not ended_pods:
             return
         record = self._backoff.setdefault(uid, _Backoff())
-        now_ts = self.store.clock.timestamp()
         # One clock writes every timestamp in one format: their text orders them.
-        succeeded = [_finish_time(p, now_ts) for p in ended_pods if ended[p["metadata"]["uid"]][0] == "succeeded"]
-        failures = [_finish_time(p, now_ts) for p in ended_pods if ended[p["metadata"]["uid"]][0] != "succeeded"]
+        succeeded = [_finish_time(p) for p in ended_pods if ended[p["metadata"]["uid"]][0] == "succeeded"]
+        failures = [_finish_time(p) for p in ended_pods if ended[p["metadata"]["uid"]][0] != "succeeded"]
         if succeeded:
             failures = [t for t in failures if t > max(succeeded)]
             record.failures, record.last_failure = 0, None
@@ -433,14 +435,23 @@ def _job_finish_time(job: Obj) -> str | None:
     return None
 
 
-def _finish_time(pod: Obj, now_ts: str) -> str:
-    """When a pod ended: its containers' last exit, else its deletion, else now (getFinishedTime)."""
-    status = pod.get("status") or {}
+def _finish_time(pod: Obj) -> str:
+    """When a pod ended, as the real controller's getFinishedTime reads it: its containers' last exit
+    once every one has exited; else when its Ready condition turned False; else when it was asked to
+    go (its deletionTimestamp less the grace the deletion gave); else its creation."""
+    status, meta = pod.get("status") or {}, pod["metadata"]
     finished = [
-        ((c.get("state") or {}).get("terminated") or {}).get("finishedAt")
+        str(((c.get("state") or {}).get("terminated") or {}).get("finishedAt") or "")
         for c in status.get("containerStatuses") or ()
     ]
-    times = sorted(t for t in finished if t)
-    if times:
-        return str(times[-1])
-    return str(pod["metadata"].get("deletionTimestamp") or now_ts)
+    if finished and all(finished):
+        return max(finished)
+    ready = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), None)
+    if ready is not None and ready.get("status") == "False" and ready.get("lastTransitionTime"):
+        return str(ready["lastTransitionTime"])
+    if meta.get("deletionTimestamp"):
+        # deletionTimestamp is when the grace ends, not when the deletion was asked.
+        deleted = datetime.datetime.fromisoformat(str(meta["deletionTimestamp"]).replace("Z", "+00:00"))
+        deleted -= datetime.timedelta(seconds=int(meta.get("deletionGracePeriodSeconds") or 0))
+        return deleted.strftime(TIMESTAMP_FORMAT)
+    return str(meta.get("creationTimestamp") or "")
