@@ -135,7 +135,10 @@ async def test_pod_without_toleration_stays_pending_with_reason() -> None:
         # kube-scheduler updates PodScheduled through podutil.UpdatePodCondition, which keeps the
         # lastTransitionTime while the status stays False: "how long has it been pending" must not
         # reset each time the count of nodes in its message changes.
+        # Retried in the meantime (every 10 s), it is not written again while nothing has changed.
+        written = pod(cluster, "untolerated")["metadata"]["resourceVersion"]
         await asyncio.sleep(30)
+        assert pod(cluster, "untolerated")["metadata"]["resourceVersion"] == written
         cluster.add_node(NodeGroup("small", "inf2.xlarge", count=1))
 
         def said_again() -> bool:
@@ -219,6 +222,42 @@ async def test_a_cordoned_node_and_a_pod_already_ended_are_left_alone() -> None:
         await cluster.wait_for(lambda: pod(cluster, "c")["spec"].get("nodeName"), timeout=5)
         assert pod(cluster, "c")["spec"]["nodeName"] == cordoned
         assert "nodeName" not in pod(cluster, "b")["spec"]
+
+
+async def test_a_node_being_deleted_takes_no_pod_while_it_is_still_ready() -> None:
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=2, provisionable=False)],
+        cold_start=PROFILE,
+        run_provisioner=False,
+    ) as cluster:
+        going, staying = sorted(n["metadata"]["name"] for n in cluster.list("nodes"))
+        # A finalizer holds the deleted node, ready, as a node whose drain has begun.
+        nodes = cluster.store.resource("", "nodes")
+        cluster.store.update(nodes, None, going, lambda o: o["metadata"].__setitem__("finalizers", ["test/hold"]))
+        cluster.delete("nodes", going)
+        assert (cluster.get("nodes", going) or {})["metadata"].get("deletionTimestamp")
+        for name in ("a", "b"):  # each takes a whole node
+            cluster.create("pods", neuron_pod(name, 2), "default")
+        await cluster.wait_for(lambda: pod(cluster, "a")["spec"].get("nodeName"), timeout=5)
+        await cluster.wait_for(lambda: condition(pod(cluster, "b"), "PodScheduled"), timeout=5)
+        assert pod(cluster, "a")["spec"]["nodeName"] == staying
+        assert "nodeName" not in pod(cluster, "b")["spec"]
+
+
+async def test_pods_waiting_together_are_packed_onto_launches_by_every_resource_they_ask() -> None:
+    # Two 1-core pods asking 3 CPUs each: an inf2.xlarge's 2 NeuronCores would hold both, its
+    # 4 vCPUs only one. One round launches two nodes together, not one and then another.
+    groups = [NodeGroup("small", "inf2.xlarge", count=0, max_nodes=2)]
+    async with SandboxCluster(node_groups=groups, cold_start=PROFILE, provisioning_delay_s=60) as cluster:
+        names = ("a", "b")
+        for name in names:
+            body = neuron_pod(name, 1)
+            body["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "3"
+            cluster.create("pods", body, "default")
+        await cluster.wait_for(lambda: all(is_ready(cluster, name) for name in names), timeout=600)
+        assert len({pod(cluster, name)["spec"]["nodeName"] for name in names}) == 2
+        created = {n["metadata"]["creationTimestamp"] for n in cluster.list("nodes")}
+        assert len(created) == 1, f"launched at {sorted(created)}"
 
 
 async def test_placeholder_is_preempted_for_a_higher_priority_pod() -> None:

@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from neuronfleet.sandbox.scheduling import _expression_matches, allocate_cores, spread_violation, tolerates
+from neuronfleet.sandbox.scheduling import (
+    _expression_matches,
+    allocate_cores,
+    pod_affinity_violation,
+    spread_violation,
+    tolerates,
+)
 
 TAINT = {"key": "dedicated", "value": "inference", "effect": "NoSchedule"}
 
@@ -115,3 +121,33 @@ def test_spread_counts_only_the_domains_of_nodes_the_pod_may_run_on() -> None:
     assert (
         spread_violation(_spreading_pod(nodeSelector={ZONE: "a"}), nodes[0], nodes, pods_by_node, hard=True)[0] is False
     )
+
+
+def _affinity_pod(kind: str, **term: Any) -> dict[str, Any]:
+    required = {"topologyKey": ZONE, "labelSelector": {"matchLabels": {"app": "m"}}, **term}
+    return {
+        "metadata": {"namespace": "ns"},
+        "spec": {"affinity": {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [required]}}},
+    }
+
+
+def test_required_pod_affinity_admits_only_a_domain_holding_a_matching_pod() -> None:
+    # The match is per topology domain: b2 holds no pod, but shares zone b with b1's.
+    nodes = [_node("a1", "a"), _node("b1", "b"), _node("b2", "b")]
+    pods_by_node = {"b1": [_placed()]}
+    affine = _affinity_pod("podAffinity")
+    assert pod_affinity_violation(affine, nodes[0], nodes, pods_by_node) == "node(s) didn't match pod affinity rules"
+    assert pod_affinity_violation(affine, nodes[1], nodes, pods_by_node) is None
+    assert pod_affinity_violation(affine, nodes[2], nodes, pods_by_node) is None
+    anti = _affinity_pod("podAntiAffinity")
+    assert pod_affinity_violation(anti, nodes[0], nodes, pods_by_node) is None
+    refused = "node(s) didn't match pod anti-affinity rules"
+    assert pod_affinity_violation(anti, nodes[2], nodes, pods_by_node) == refused
+
+
+def test_pod_affinity_reads_its_own_namespace_unless_it_names_others() -> None:
+    nodes = [_node("b1", "b")]
+    elsewhere = {"b1": [{"metadata": {"namespace": "other", "labels": {"app": "m"}}}]}
+    assert pod_affinity_violation(_affinity_pod("podAffinity"), nodes[0], nodes, elsewhere) is not None
+    named = _affinity_pod("podAffinity", namespaces=["other"])
+    assert pod_affinity_violation(named, nodes[0], nodes, elsewhere) is None
