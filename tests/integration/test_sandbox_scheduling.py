@@ -1018,3 +1018,38 @@ async def test_a_max_unavailable_budget_expects_the_pods_of_its_controllers_scal
         # The budget's status follows at the pod's change (a controller's scale is read, not watched).
         await cluster.wait_for(lambda: status().get("expectedPods") == 2, timeout=10)
         assert (status()["desiredHealthy"], status()["currentHealthy"], status()["disruptionsAllowed"]) == (1, 1, 0)
+
+
+def events_of(cluster: SandboxCluster, name: str) -> list[str]:
+    return [e["reason"] for e in cluster.list("events", "default") if e["involvedObject"]["name"] == name]
+
+
+async def test_an_unpullable_image_holds_only_its_own_container_in_image_pull_back_off() -> None:
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        assert cluster.kubelet is not None
+        cluster.kubelet.unpullable_images.add("neuronserve:never-pulled")
+        body = neuron_pod("model", 1)
+        body["spec"]["containers"].append({"name": "sidecar", "image": "neuronserve:never-pulled"})
+
+        def states() -> dict[str, str]:
+            statuses = pod(cluster, "model").get("status", {}).get("containerStatuses") or []
+            return {s["name"]: s["state"]["waiting"]["reason"] for s in statuses if "waiting" in s["state"]}
+
+        cluster.create("pods", body, "default")
+        await cluster.wait_for(lambda: "ImagePullBackOff" in states().values(), timeout=300)
+        assert states() == {"server": "ContainerCreating", "sidecar": "ImagePullBackOff"}
+        assert pod(cluster, "model")["status"]["phase"] == "Pending"
+
+
+async def test_a_pod_force_deleted_while_its_image_pulls_is_started_no_further() -> None:
+    async with SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    ) as cluster:
+        cluster.create("pods", neuron_pod("model", 1), "default")
+        await cluster.wait_for(lambda: "Pulling" in events_of(cluster, "model"), timeout=60)
+        cluster.delete("pods", "model", "default", grace_period=0)
+        assert cluster.get("pods", "model", "default") is None
+        await asyncio.sleep(3 * PROFILE.image_pull_s)  # loop time: past the pull and the start it began
+        assert not {"Pulled", "Created", "Started"} & set(events_of(cluster, "model"))
