@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime
 import json
 import threading
@@ -467,7 +468,7 @@ async def test_discovery_and_openapi(sandbox_cluster: SandboxCluster) -> None:
 
 
 async def test_crd_created_through_the_api_is_served(sandbox_cluster: SandboxCluster) -> None:
-    crd = {
+    crd: dict[str, Any] = {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {"name": "widgets.example.com"},
@@ -504,6 +505,45 @@ async def test_crd_created_through_the_api_is_served(sandbox_cluster: SandboxClu
         ) as r:
             assert r.status == 201
             assert (await r.json())["kind"] == "Widget"
+
+        # Replacing the CRD (a new schema) is an update of the resource it serves, not a conflict.
+        crd["metadata"]["resourceVersion"] = established["metadata"]["resourceVersion"]
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["colour"] = {
+            "type": "string"
+        }
+        async with http.put(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com", json=crd
+        ) as r:
+            assert r.status == 200, await r.text()
+        # A CRD may not take a built-in resource's name.
+        shadow = copy.deepcopy(crd)
+        del shadow["metadata"]["resourceVersion"]
+        shadow["metadata"]["name"] = "deployments.apps"
+        shadow["spec"].update(group="apps", names={"kind": "Deployment", "plural": "deployments"})
+        async with http.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=shadow) as r:
+            assert r.status == 422
+            assert "the name of a built-in resource" in (await r.json())["message"]
+
+
+async def test_deleting_an_object_already_being_deleted_bumps_its_generation_no_further(
+    sandbox_cluster: SandboxCluster,
+) -> None:
+    # As kube-apiserver's markAsDeleting: the generation goes up once, when deletionTimestamp is set.
+    body = {
+        "metadata": {"name": "compile", "finalizers": ["example.com/keep"]},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}},
+    }
+    url = "/apis/batch/v1/namespaces/default/jobs/compile"
+    async with aiohttp.ClientSession(sandbox_cluster.url) as http:
+        async with http.post("/apis/batch/v1/namespaces/default/jobs", json=body) as r:
+            assert r.status == 201, await r.text()
+            created = (await r.json())["metadata"]["generation"]
+        for _ in range(2):
+            async with http.delete(url) as r:
+                assert r.status in (200, 202), await r.text()
+        async with http.get(url) as r:
+            meta = (await r.json())["metadata"]
+        assert meta["deletionTimestamp"] and meta["generation"] == created + 1
 
 
 def test_threaded_cluster_serves_from_its_own_thread(threaded_sandbox_cluster: ThreadedSandboxCluster) -> None:

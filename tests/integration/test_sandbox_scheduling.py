@@ -767,10 +767,13 @@ async def test_a_shorter_grace_cuts_a_stop_under_way_short() -> None:
     ) as cluster:
         cluster.create("pods", neuron_pod("slow", 1, terminationGracePeriodSeconds=60), "default")
         await cluster.wait_for(lambda: is_ready(cluster, "slow"), timeout=120)
+        generation = pod(cluster, "slow")["metadata"]["generation"]
         asked_at = cluster.clock.monotonic()
         cluster.delete("pods", "slow", "default")  # the spec's 60 s: the simulated stop takes all of it
         await asyncio.sleep(5)
         cluster.delete("pods", "slow", "default", grace_period=20)  # 20 s from the first request
+        # markAsDeleting bumped the generation once; a shorter grace is no new deletion.
+        assert pod(cluster, "slow")["metadata"]["generation"] == generation + 1
         await cluster.wait_for(lambda: cluster.get("pods", "slow", "default") is None, timeout=120)
         assert cluster.clock.monotonic() - asked_at == pytest.approx(20, abs=1.5)
 
