@@ -572,18 +572,20 @@ async def test_dry_run_pagination_and_protobuf_bodies(sandbox_cluster: SandboxCl
         for i in range(5):
             async with http.post("/api/v1/namespaces/default/configmaps", json={"metadata": {"name": f"cm-{i}"}}) as r:
                 assert r.status == 201
-        names: list[str] = []
-        token = ""
-        pages = 0
-        while True:
-            async with http.get("/api/v1/namespaces/default/configmaps", params={"limit": "2", "continue": token}) as r:
-                page = await r.json()
-            pages += 1
-            names += [item["metadata"]["name"] for item in page["items"]]
-            token = page["metadata"].get("continue", "")
-            if not token:
-                break
-        assert (pages, names) == (3, [f"cm-{i}" for i in range(5)])
+        for limit, pages_expected in (("1", 5), ("2", 3)):
+            names: list[str] = []
+            token = ""
+            pages = 0
+            while True:
+                query = {"limit": limit, "continue": token}
+                async with http.get("/api/v1/namespaces/default/configmaps", params=query) as r:
+                    page = await r.json()
+                pages += 1
+                names += [item["metadata"]["name"] for item in page["items"]]
+                token = page["metadata"].get("continue", "")
+                if not token:
+                    break
+            assert (pages, names) == (pages_expected, [f"cm-{i}" for i in range(5)])
         async with http.get("/api/v1/namespaces/default/configmaps", params={"continue": "%%%"}) as r:
             assert r.status == 400
         protobuf = {"Content-Type": "application/vnd.kubernetes.protobuf"}
