@@ -28,11 +28,10 @@ replaced before: the kubelet writes a deleted pod's terminal phase, whose condit
 ``ttlSecondsAfterFinished`` deletes a finished Job (and, by GC, its pods), counted from its
 ``completionTime`` (a failed Job's: its Failed condition's transition). Both are read from the Job,
 as the real controllers read them, so the controller keeps no clock of its own per Job. The
-finalizer of a pod whose Job has finished, is being deleted
-or is gone is removed. A pod the API server refuses (admission: a missing ServiceAccount or
-PriorityClass) is reported as the real controller does, in a FailedCreate Warning Event on the Job
-("Error creating: <the API server's message>"), and tried again at the next round, the Job's
-status unchanged.
+finalizer of a pod whose Job has finished, is being deleted or is gone is removed. A pod the API
+server refuses (admission: a missing ServiceAccount or PriorityClass) is reported as the real
+controller does, in a FailedCreate Warning Event on the Job ("Error creating: <the API server's
+message>"), and tried again at the next round, the Job's status unchanged.
 
 Not done: ``completions``/``parallelism`` above 1, indexed Jobs (and so the FailIndex action,
 which the API server accepts only for them), success policies and ``status.uncountedTerminatedPods``
@@ -431,7 +430,8 @@ def _job_finish_time(job: Obj) -> str | None:
         return str(status["completionTime"])
     for condition in status.get("conditions") or ():
         if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
-            return str(condition.get("lastTransitionTime") or "") or None
+            transition = condition.get("lastTransitionTime")
+            return str(transition) if transition else None
     return None
 
 
