@@ -58,6 +58,13 @@ def neuron_pod(
     return {"metadata": {"name": name, "labels": {"app": "model"}}, "spec": pod_spec}
 
 
+def one_node_cluster() -> SandboxCluster:
+    """One inf2.xlarge node, no provisioner, the default profile here."""
+    return SandboxCluster(
+        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
+    )
+
+
 def pod(cluster: SandboxCluster, name: str) -> dict[str, Any]:
     found = cluster.get("pods", name, "default")
     assert found is not None, f"pod {name} is gone"
@@ -261,9 +268,7 @@ async def test_pods_waiting_together_are_packed_onto_launches_by_every_resource_
 
 
 async def test_placeholder_is_preempted_for_a_higher_priority_pod() -> None:
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
+    async with one_node_cluster() as cluster:
         cluster.create(
             "priorityclasses", {"metadata": {"name": "placeholder"}, "value": -10}, group="scheduling.k8s.io"
         )
@@ -654,9 +659,7 @@ async def test_graceful_deletion_and_readiness_hook() -> None:
         hook_calls.append(p["metadata"]["name"])
         return True if p["metadata"]["name"] == "hooked" else None
 
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
+    async with one_node_cluster() as cluster:
         assert cluster.kubelet is not None
         cluster.kubelet.readiness_hook = ready_when_told
         body = neuron_pod("hooked", 1, terminationGracePeriodSeconds=20)
@@ -779,9 +782,7 @@ async def test_a_shorter_grace_cuts_a_stop_under_way_short() -> None:
 
 
 async def test_a_container_that_exits_restarts_only_as_its_restart_policy_says() -> None:
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
+    async with one_node_cluster() as cluster:
         kubelet = cluster.kubelet
         assert kubelet is not None
 
@@ -813,9 +814,7 @@ async def test_a_container_that_exits_restarts_only_as_its_restart_policy_says()
 
 
 async def test_stopping_a_pod_records_a_killing_event_per_container() -> None:
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
+    async with one_node_cluster() as cluster:
         cluster.create("pods", neuron_pod("model", 1), "default")
         await cluster.wait_for(lambda: is_ready(cluster, "model"), timeout=120)
         cluster.delete("pods", "model", "default")
@@ -829,9 +828,7 @@ async def test_stopping_a_pod_records_a_killing_event_per_container() -> None:
 
 
 async def test_crashed_container_restarts_after_back_off() -> None:
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
+    async with one_node_cluster() as cluster:
         assert cluster.kubelet is not None
         cluster.create("pods", neuron_pod("model", 1), "default")
         await cluster.wait_for(lambda: is_ready(cluster, "model"), timeout=120)
@@ -864,9 +861,7 @@ async def test_crashed_container_restarts_after_back_off() -> None:
 
 
 async def test_pod_without_probe_is_ready_when_started() -> None:
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
+    async with one_node_cluster() as cluster:
         body = neuron_pod("placeholder", 1)
         del body["spec"]["containers"][0]["readinessProbe"]
         cluster.create("pods", body, "default")
@@ -1028,9 +1023,7 @@ def events_of(cluster: SandboxCluster, name: str) -> list[str]:
 
 
 async def test_an_unpullable_image_holds_only_its_own_container_in_image_pull_back_off() -> None:
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
+    async with one_node_cluster() as cluster:
         assert cluster.kubelet is not None
         cluster.kubelet.unpullable_images.add("neuronserve:never-pulled")
         body = neuron_pod("model", 1)
@@ -1047,9 +1040,7 @@ async def test_an_unpullable_image_holds_only_its_own_container_in_image_pull_ba
 
 
 async def test_a_pod_force_deleted_while_its_image_pulls_is_started_no_further() -> None:
-    async with SandboxCluster(
-        node_groups=[NodeGroup("small", "inf2.xlarge", count=1)], cold_start=PROFILE, run_provisioner=False
-    ) as cluster:
+    async with one_node_cluster() as cluster:
         cluster.create("pods", neuron_pod("model", 1), "default")
         await cluster.wait_for(lambda: "Pulling" in events_of(cluster, "model"), timeout=60)
         cluster.delete("pods", "model", "default", grace_period=0)
