@@ -538,12 +538,35 @@ async def test_deleting_an_object_already_being_deleted_bumps_its_generation_no_
         async with http.post("/apis/batch/v1/namespaces/default/jobs", json=body) as r:
             assert r.status == 201, await r.text()
             created = (await r.json())["metadata"]["generation"]
+        async with http.get(f"{url}/status") as r:  # where the Job controller writes
+            assert r.status == 200
         for _ in range(2):
             async with http.delete(url) as r:
                 assert r.status in (200, 202), await r.text()
         async with http.get(url) as r:
             meta = (await r.json())["metadata"]
         assert meta["deletionTimestamp"] and meta["generation"] == created + 1
+
+
+async def test_a_body_without_api_version_and_kind_gets_its_resources_and_a_wrong_one_is_refused(
+    sandbox_cluster: SandboxCluster,
+) -> None:
+    body = {"metadata": {"name": "model"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "m"}}}}
+    async with aiohttp.ClientSession(sandbox_cluster.url) as http:
+        async with http.post("/apis/policy/v1/namespaces/default/poddisruptionbudgets", json=body) as r:
+            assert r.status == 201, await r.text()
+            created = await r.json()
+        assert (created["apiVersion"], created["kind"]) == ("policy/v1", "PodDisruptionBudget")
+        # A budget's status is a subresource of its own, where the disruption controller writes it.
+        async with http.get("/apis/policy/v1/namespaces/default/poddisruptionbudgets/model/status") as r:
+            assert r.status == 200 and (await r.json())["metadata"]["name"] == "model"
+        wrong = {**body, "apiVersion": "policy/v1beta1", "metadata": {"name": "other"}}
+        async with http.post("/apis/policy/v1/namespaces/default/poddisruptionbudgets", json=wrong) as r:
+            assert r.status == 400
+            message = (await r.json())["message"]
+        assert message == (
+            "the API version in the data (policy/v1beta1) does not match the expected API version (policy/v1)"
+        )
 
 
 def test_threaded_cluster_serves_from_its_own_thread(threaded_sandbox_cluster: ThreadedSandboxCluster) -> None:

@@ -61,6 +61,12 @@ def test_pod_usage_sums_containers_takes_the_init_maximum_and_defaults_requests_
     }
 
 
+def test_an_init_containers_request_alone_is_the_pods() -> None:
+    # A resource only an init container asks for, less than one unit: the pod takes exactly that.
+    spec = {"containers": [container("main")], "initContainers": [container("init", {"cpu": "250m"})]}
+    assert pod_quota_usage(spec) == {"pods": 1, "cpu": Decimal("0.25"), "requests.cpu": Decimal("0.25")}
+
+
 def test_terminal_pods_use_nothing() -> None:
     running = {"spec": {"containers": [container("a", {"cpu": "1"})]}, "status": {"phase": "Running"}}
     done = {"spec": {"containers": [container("a", {"cpu": "1"})]}, "status": {"phase": "Succeeded"}}
@@ -83,11 +89,16 @@ def test_must_specify_lists_each_resource_sorted_with_its_containers() -> None:
         (Decimal(0), "requests.memory", "0"),
         (Decimal(8 * 2**30), "requests.memory", "8Gi"),
         (Decimal(1536 * 2**20), "limits.memory", "1536Mi"),
+        (Decimal(3 * 2**10), "memory", "3Ki"),
+        (Decimal(2**40), "requests.memory", "1Ti"),
+        (Decimal(3 * 2**50), "limits.memory", "3Pi"),
+        (Decimal(2**60), "memory", "1Ei"),
         (Decimal(1500), "memory", "1500"),
         (Decimal("0.5"), "cpu", "500m"),
         (Decimal("2.1"), "limits.cpu", "2100m"),
         (Decimal(4), "limits.cpu", "4"),
         (Decimal(2000), "requests.cpu", "2k"),
+        (Decimal(2 * 10**18), "requests.cpu", "2E"),
         (Decimal(3), "requests.aws.amazon.com/neuroncore", "3"),
     ],
 )
