@@ -146,6 +146,27 @@ async def test_no_ready_endpoint_is_a_503_with_the_reason_at_once(
         await backend.stop()
 
 
+async def test_ready_endpoints_none_of_which_can_be_reached_are_a_503(routed: Routed) -> None:
+    cluster, router, session = routed
+    await publish(cluster, router, {free_port(): True, free_port(): True})  # nothing listens on either
+    status, body, _ = await post(session, router)
+    assert status == 503 and body["error"] == f"no ready endpoint of {NS}/{SERVICE} could be reached"
+
+
+async def test_a_head_request_is_answered_with_the_length_a_get_would_have(routed: Routed) -> None:
+    cluster, router, session = routed
+    backend = await Backend(ok).start()
+    try:
+        await publish(cluster, router, {backend.port: True})
+        async with session.get(f"{router.url}/v2/health/ready") as response:
+            length = len(await response.read())
+        async with session.head(f"{router.url}/v2/health/ready") as response:
+            assert response.status == 200
+            assert response.headers["Content-Length"] == str(length) and await response.read() == b""
+    finally:
+        await backend.stop()
+
+
 async def test_only_ready_endpoints_and_the_next_one_after_a_dead_process_counted_as_re_sent(
     routed: Routed,
 ) -> None:

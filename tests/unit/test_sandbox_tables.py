@@ -77,6 +77,13 @@ def test_a_pods_row_counts_its_ready_containers_and_their_restarts() -> None:
     )
 
 
+def test_kubectl_get_shows_the_priority_0_columns_and_wide_adds_the_rest() -> None:
+    store = Store(Clock())
+    definitions = to_table(store.resource("", "pods"), [], store.clock, "None", "1")["columnDefinitions"]
+    by_priority = {c["name"]: c["priority"] for c in definitions}
+    assert by_priority == {"Name": 0, "Ready": 0, "Status": 0, "Restarts": 0, "Age": 0, "IP": 1, "Node": 1}
+
+
 def test_a_nodes_status_says_not_ready_and_cordoned() -> None:
     node = {
         "metadata": {"name": "n1", "creationTimestamp": "2026-12-06T00:00:00Z"},
