@@ -84,6 +84,11 @@ def test_kubectl_get_shows_the_priority_0_columns_and_wide_adds_the_rest() -> No
     assert by_priority == {"Name": 0, "Ready": 0, "Status": 0, "Restarts": 0, "Age": 0, "IP": 1, "Node": 1}
 
 
+def test_a_kind_without_columns_of_its_own_shows_name_and_age() -> None:
+    cells = _cells("configmaps", {"metadata": {"name": "settings", "creationTimestamp": "2026-12-06T00:00:00Z"}})
+    assert list(cells) == ["Name", "Age"] and cells["Name"] == "settings" and cells["Age"] != "<unknown>"
+
+
 def test_a_nodes_status_says_not_ready_and_cordoned() -> None:
     node = {
         "metadata": {"name": "n1", "creationTimestamp": "2026-12-06T00:00:00Z"},
