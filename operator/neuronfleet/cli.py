@@ -7,6 +7,8 @@ so this file only assembles them and turns failures into clear messages and exit
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -570,7 +572,30 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err_console.print("interrupted")
         return 130
+    finally:
+        release_hung_up_streams()
     return code
+
+
+def release_hung_up_streams() -> None:
+    """Point stdout and stderr at /dev/null when they can no longer be written (a closed terminal).
+
+    After a hang-up every write to the terminal fails (EIO), and text a failed write left in a
+    stream's buffer stays there: Python's flush at exit fails again and turns the command's exit
+    status into 120. A terminal that is gone reads nothing, so that text goes to /dev/null instead."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except OSError:
+            try:
+                descriptor = stream.fileno()
+            except (OSError, ValueError):
+                continue
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, descriptor)
+            os.close(null)
+            with contextlib.suppress(OSError):
+                stream.flush()
 
 
 if __name__ == "__main__":
