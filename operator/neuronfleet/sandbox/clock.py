@@ -54,13 +54,18 @@ class Clock:
 
     def seconds_since(self, timestamp: str | None) -> float | None:
         """Age of an RFC 3339 timestamp on this clock; None if absent or unparsable."""
-        if not timestamp:
-            return None
-        try:
-            moment = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-        except ValueError:
-            return None
-        return (self.wall() - moment).total_seconds()
+        moment = parse_timestamp(timestamp)
+        return None if moment is None else (self.wall() - moment).total_seconds()
+
+
+def parse_timestamp(timestamp: str | None) -> datetime.datetime | None:
+    """An RFC 3339 timestamp (as the API serialises metav1.Time) as a datetime; None if absent or unparsable."""
+    if not timestamp:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 async def run_controller(name: str, sync: Callable[[], object], wake: asyncio.Event, interval_s: float | None) -> None:

@@ -47,7 +47,7 @@ import datetime
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from neuronfleet.sandbox.clock import TIMESTAMP_FORMAT, run_controller
+from neuronfleet.sandbox.clock import TIMESTAMP_FORMAT, parse_timestamp, run_controller
 from neuronfleet.sandbox.conditions import set_condition
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.events import EventRecorder
@@ -449,9 +449,9 @@ def _finish_time(pod: Obj) -> str:
     ready = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), None)
     if ready is not None and ready.get("status") == "False" and ready.get("lastTransitionTime"):
         return str(ready["lastTransitionTime"])
-    if meta.get("deletionTimestamp"):
+    grace_ends = parse_timestamp(meta.get("deletionTimestamp"))
+    if grace_ends is not None:
         # deletionTimestamp is when the grace ends, not when the deletion was asked.
-        deleted = datetime.datetime.fromisoformat(str(meta["deletionTimestamp"]).replace("Z", "+00:00"))
-        deleted -= datetime.timedelta(seconds=int(meta.get("deletionGracePeriodSeconds") or 0))
-        return deleted.strftime(TIMESTAMP_FORMAT)
+        asked = grace_ends - datetime.timedelta(seconds=int(meta.get("deletionGracePeriodSeconds") or 0))
+        return asked.strftime(TIMESTAMP_FORMAT)
     return str(meta.get("creationTimestamp") or "")
