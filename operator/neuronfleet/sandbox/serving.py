@@ -105,15 +105,13 @@ def may_restore_priority() -> bool:
     return soft == resource.RLIM_INFINITY or 20 - soft <= os.getpriority(os.PRIO_PROCESS, 0)
 
 
-def _set_niceness(pid: int, niceness: int) -> bool:
+def _set_niceness(pid: int, niceness: int) -> None:
     try:
         os.setpriority(os.PRIO_PROCESS, pid, niceness)
     except ProcessLookupError:
-        return False  # it exited meanwhile: the kubelet sees that on its own
+        pass  # it exited meanwhile: the kubelet sees that on its own
     except OSError as error:
         log.warning("sandbox: could not set process %d to niceness %d: %s", pid, niceness, error)
-        return False
-    return True
 
 
 def _without_options(args: list[str], options: set[str]) -> list[str]:
