@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from neuronfleet.sandbox.prometheus import PrometheusServer, TargetGroup, free_port
+from neuronfleet.sandbox.prometheus import PrometheusServer, TargetGroup
+from neuronfleet.sandbox.serving import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 INSTALL_SCRIPT = REPO / "hack" / "install-prometheus.sh"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import numpy as np
@@ -13,13 +12,7 @@ from aiohttp import web
 
 from neuronfleet.demo.loadgen import OpenLoopClient
 from neuronfleet.sandbox.router import ServiceRouter
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+from neuronfleet.sandbox.serving import free_port
 
 
 @contextlib.asynccontextmanager
@@ -29,7 +22,7 @@ async def _serving(handler: Callable[[web.Request], Awaitable[web.StreamResponse
     app.router.add_post("/infer", handler)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    port = _free_port()
+    port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
         yield port
@@ -70,7 +63,7 @@ async def test_every_request_gets_one_outcome_measured_at_the_client() -> None:
     assert totals.slo_attainment == totals.within_slo / 100
 
     closed = OpenLoopClient(
-        f"http://127.0.0.1:{_free_port()}/infer", b"{}", np.zeros(3), slo_ms=50, max_requests=3, max_seconds=1
+        f"http://127.0.0.1:{free_port()}/infer", b"{}", np.zeros(3), slo_ms=50, max_requests=3, max_seconds=1
     )
     assert (await closed.run()).counts["refused"] == 3
 

@@ -20,7 +20,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -35,7 +34,7 @@ import yaml
 
 from neuronfleet.aio import wait_event
 from neuronfleet.sandbox.children import popen
-from neuronfleet.sandbox.serving import ServerProcesses
+from neuronfleet.sandbox.serving import ServerProcesses, free_port
 from neuronfleet.sandbox.store import Store, WatchEvent
 
 #: The pod labels the chart's PodMonitor turns into series labels (see the module docstring).
@@ -56,13 +55,6 @@ class TargetGroup:
 
     targets: tuple[str, ...]
     labels: Mapping[str, str]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def find_binary() -> str:
@@ -258,6 +250,5 @@ __all__ = [
     "PrometheusUnavailable",
     "TargetGroup",
     "find_binary",
-    "free_port",
     "pod_targets",
 ]

@@ -85,6 +85,7 @@ def is_serving_pod(pod: Obj) -> bool:
 
 
 def free_port(host: str = LOCALHOST) -> int:
+    """A port nothing listens on at the moment (the kernel's pick; a later bind may still lose it)."""
     with socket.socket() as sock:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
