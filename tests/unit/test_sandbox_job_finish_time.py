@@ -1,10 +1,12 @@
 """When the sandbox Job controller says a pod ended, which its back-off counts from: the rules of
-kubernetes pkg/controller/job's getFinishedTime, in their order."""
+kubernetes pkg/controller/job's getFinishedTime, in their order, read as times (not as text)."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
+from neuronfleet.sandbox.clock import parse_timestamp
 from neuronfleet.sandbox.jobs import _finish_time
 
 CREATED = "2026-12-07T10:00:00Z"
@@ -28,21 +30,34 @@ def pod(
     return {"metadata": meta, "status": {"containerStatuses": statuses, "conditions": conditions}}
 
 
+def at(timestamp: str) -> datetime.datetime:
+    moment = parse_timestamp(timestamp)
+    assert moment is not None
+    return moment
+
+
 def test_the_last_container_exit_once_every_container_has_exited() -> None:
-    assert _finish_time(pod("2026-12-07T10:05:00Z", "2026-12-07T10:07:00Z")) == "2026-12-07T10:07:00Z"
+    assert _finish_time(pod("2026-12-07T10:05:00Z", "2026-12-07T10:07:00Z")) == at("2026-12-07T10:07:00Z")
     # One still running: the exits say nothing yet, and the deletion does.
-    assert _finish_time(pod("2026-12-07T10:05:00Z", None, deleted=DELETED)) == "2026-12-07T10:06:00Z"
+    assert _finish_time(pod("2026-12-07T10:05:00Z", None, deleted=DELETED)) == at("2026-12-07T10:06:00Z")
+
+
+def test_exits_are_ordered_as_times_whatever_their_precision_or_offset() -> None:
+    # As text, "10:07:00.5Z" sorts before "10:07:00Z" and "11:06:00+01:00" after both.
+    assert _finish_time(pod("2026-12-07T10:07:00.5Z", "2026-12-07T10:07:00Z")) == at("2026-12-07T10:07:00.5Z")
+    assert _finish_time(pod("2026-12-07T10:07:00Z", "2026-12-07T11:06:00+01:00")) == at("2026-12-07T10:07:00Z")
 
 
 def test_then_when_ready_turned_false() -> None:
-    assert _finish_time(pod(None, ready_false_at="2026-12-07T10:04:00Z", deleted=DELETED)) == "2026-12-07T10:04:00Z"
+    assert _finish_time(pod(None, ready_false_at="2026-12-07T10:04:00Z", deleted=DELETED)) == at("2026-12-07T10:04:00Z")
 
 
 def test_then_when_the_deletion_was_asked_not_when_its_grace_ends() -> None:
-    assert _finish_time(pod(None, deleted=("2026-12-07T10:06:30Z", 90))) == "2026-12-07T10:05:00Z"
-    assert _finish_time(pod(None, deleted=("2026-12-07T10:06:30Z", None))) == "2026-12-07T10:06:30Z"  # no grace
+    assert _finish_time(pod(None, deleted=("2026-12-07T10:06:30Z", 90))) == at("2026-12-07T10:05:00Z")
+    assert _finish_time(pod(None, deleted=("2026-12-07T10:06:30Z", None))) == at("2026-12-07T10:06:30Z")  # no grace
 
 
 def test_else_its_creation() -> None:
-    assert _finish_time(pod(None)) == CREATED
-    assert _finish_time(pod()) == CREATED  # no container reported yet
+    assert _finish_time(pod(None)) == at(CREATED)
+    assert _finish_time(pod()) == at(CREATED)  # no container reported yet
+    assert _finish_time({"metadata": {"name": "p"}}) is None  # nothing says: no failure time to count from

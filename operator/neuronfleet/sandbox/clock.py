@@ -52,9 +52,9 @@ class Clock:
         """RFC 3339 with microseconds, as metav1.MicroTime serialises."""
         return self.wall().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
-    def seconds_since(self, timestamp: str | None) -> float | None:
-        """Age of an RFC 3339 timestamp on this clock; None if absent or unparsable."""
-        moment = parse_timestamp(timestamp)
+    def seconds_since(self, timestamp: str | datetime.datetime | None) -> float | None:
+        """Age of a moment (or an RFC 3339 timestamp) on this clock; None if absent or unparsable."""
+        moment = timestamp if isinstance(timestamp, datetime.datetime) else parse_timestamp(timestamp)
         return None if moment is None else (self.wall() - moment).total_seconds()
 
 

@@ -47,7 +47,7 @@ import datetime
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from neuronfleet.sandbox.clock import TIMESTAMP_FORMAT, parse_timestamp, run_controller
+from neuronfleet.sandbox.clock import parse_timestamp, run_controller
 from neuronfleet.sandbox.conditions import set_condition
 from neuronfleet.sandbox.errors import ApiError
 from neuronfleet.sandbox.events import EventRecorder
@@ -69,7 +69,7 @@ class _Backoff:
     """The back-off record of one Job: failures since its last success, and when the last ended."""
 
     failures: int = 0
-    last_failure: str | None = None
+    last_failure: datetime.datetime | None = None
 
 
 class JobController:
@@ -223,9 +223,9 @@ class JobController:
         if not ended_pods:
             return
         record = self._backoff.setdefault(uid, _Backoff())
-        # One clock writes every timestamp in one format: their text orders them.
-        succeeded = [_finish_time(p) for p in ended_pods if ended[p["metadata"]["uid"]][0] == "succeeded"]
-        failures = [_finish_time(p) for p in ended_pods if ended[p["metadata"]["uid"]][0] != "succeeded"]
+        finished = {p["metadata"]["uid"]: _finish_time(p) for p in ended_pods}
+        succeeded = [t for uid, t in finished.items() if t is not None and ended[uid][0] == "succeeded"]
+        failures = [t for uid, t in finished.items() if t is not None and ended[uid][0] != "succeeded"]
         if succeeded:
             failures = [t for t in failures if t > max(succeeded)]
             record.failures, record.last_failure = 0, None
@@ -435,23 +435,26 @@ def _job_finish_time(job: Obj) -> str | None:
     return None
 
 
-def _finish_time(pod: Obj) -> str:
+def _finish_time(pod: Obj) -> datetime.datetime | None:
     """When a pod ended, as the real controller's getFinishedTime reads it: its containers' last exit
     once every one has exited; else when its Ready condition turned False; else when it was asked to
-    go (its deletionTimestamp less the grace the deletion gave); else its creation."""
+    go (its deletionTimestamp less the grace the deletion gave); else its creation. Compared as
+    times, not as text: a status written by hand may carry fractions of a second or an offset."""
     status, meta = pod.get("status") or {}, pod["metadata"]
     finished = [
-        str(((c.get("state") or {}).get("terminated") or {}).get("finishedAt") or "")
+        parse_timestamp(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
         for c in status.get("containerStatuses") or ()
     ]
-    if finished and all(finished):
-        return max(finished)
+    exits = [t for t in finished if t is not None]
+    if exits and len(exits) == len(finished):
+        return max(exits)
     ready = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), None)
-    if ready is not None and ready.get("status") == "False" and ready.get("lastTransitionTime"):
-        return str(ready["lastTransitionTime"])
+    if ready is not None and ready.get("status") == "False":
+        turned = parse_timestamp(ready.get("lastTransitionTime"))
+        if turned is not None:
+            return turned
     grace_ends = parse_timestamp(meta.get("deletionTimestamp"))
     if grace_ends is not None:
         # deletionTimestamp is when the grace ends, not when the deletion was asked.
-        asked = grace_ends - datetime.timedelta(seconds=int(meta.get("deletionGracePeriodSeconds") or 0))
-        return asked.strftime(TIMESTAMP_FORMAT)
-    return str(meta.get("creationTimestamp") or "")
+        return grace_ends - datetime.timedelta(seconds=int(meta.get("deletionGracePeriodSeconds") or 0))
+    return parse_timestamp(meta.get("creationTimestamp"))
