@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from loop_turns import until
 
 from neuronfleet.aio import wait_event
 from neuronfleet.sandbox.clock import Clock
@@ -25,15 +26,6 @@ from neuronfleet.sandbox.prometheus import PodTargets, PrometheusServer
 from neuronfleet.sandbox.router import Routers
 from neuronfleet.sandbox.serving import ServerProcesses, ServingOptions
 from neuronfleet.sandbox.store import Store
-
-
-async def wait_until(predicate: Callable[[], bool], what: str) -> None:
-    """Yield to the loop until ``predicate()`` holds (no timers: the loop only has to run)."""
-    for _ in range(1000):
-        if predicate():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError(f"never: {what}")
 
 
 async def cancel_as_woken(
@@ -78,7 +70,7 @@ async def test_wait_for_swallows_a_cancellation_that_comes_with_the_event_on_thi
         await asyncio.sleep(0)
     event.set()
     task.cancel()
-    await wait_until(lambda: len(rounds) >= 2, "a second round after the cancellation")
+    await until(lambda: len(rounds) >= 2, "a second round after the cancellation")
     assert not task.done()  # cancelled, yet still looping
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):

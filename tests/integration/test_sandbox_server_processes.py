@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_servers import DRAINING_SERVER
+from fake_servers import draining_neuronserve
+from loop_turns import until
 
 from neuronfleet.sandbox.clock import Clock
 from neuronfleet.sandbox.prometheus import LABEL_DEPLOYMENT, LABEL_ROLE, PodTargets, PrometheusServer
@@ -33,10 +33,7 @@ def served_pod(binary: Path, env: list[dict[str, Any]] | None = None) -> dict[st
 
 @pytest.fixture
 def binary(tmp_path: Path) -> Path:
-    script = tmp_path / "draining-neuronserve"
-    script.write_text(f"#!{sys.executable}\n{DRAINING_SERVER}")
-    script.chmod(0o755)
-    return script
+    return draining_neuronserve(tmp_path)
 
 
 @pytest.fixture
@@ -46,15 +43,6 @@ async def processes(tmp_path: Path) -> AsyncIterator[ServerProcesses]:
     )
     yield made
     await made.stop_all(grace_s=1.0)
-
-
-async def wait_until(predicate: Callable[[], bool], what: str) -> None:
-    """Yield to the loop until ``predicate()`` holds: no timer has to fire, so nothing periodic helps."""
-    for _ in range(1000):
-        if predicate():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError(f"never: {what}")
 
 
 def test_a_served_pods_environment_holds_its_values_and_its_name_and_namespace(tmp_path: Path) -> None:
@@ -109,13 +97,13 @@ async def test_the_scrape_list_follows_a_pods_change_at_once(
     targets = PodTargets(store, processes, PrometheusServer("prometheus", tmp_path / "prometheus"))
     task = asyncio.create_task(targets.run())
     try:
-        await wait_until(lambda: targets.written is not None and len(targets.written) == 1, "the pod a target")
+        await until(lambda: targets.written is not None and len(targets.written) == 1, "the pod a target")
 
         def to_placeholder(pod: dict[str, Any]) -> None:
             pod["metadata"]["labels"][LABEL_ROLE] = "placeholder"
 
         store.update(pods, "default", "bert-0", to_placeholder)
-        await wait_until(lambda: targets.written == [], "a placeholder no target")
+        await until(lambda: targets.written == [], "a placeholder no target")
         assert processes.endpoint(server.uid) is not None  # still listening: the label alone took it out
     finally:
         task.cancel()

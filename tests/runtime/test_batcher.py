@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
+from loop_turns import until
 
 from neuronserve.batcher import Batcher, QueueFull, ShuttingDown, batch_executing
 from neuronserve.emulated import BERT_BASE, EmulatedDevice, synthetic_manifest
@@ -183,15 +184,6 @@ class GatedDevice:
         return [arrays[0][:, :1].astype(np.float32) for arrays in requests]
 
 
-async def _until(condition: Callable[[], bool]) -> None:
-    """Let the event loop turn until ``condition`` holds (the batcher's state has no event to wait on)."""
-    for _ in range(10_000):
-        if condition():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("the condition never held")
-
-
 async def test_a_drain_waits_for_the_batch_being_formed() -> None:
     # One core runs a full batch; the worker has taken a late request off the queue and waits for a
     # fuller batch on the other core. The full batch ending must not make the server look idle.
@@ -199,16 +191,16 @@ async def test_a_drain_waits_for_the_batch_being_formed() -> None:
     batcher = Batcher(device, ServerMetrics(BusyTracker()), max_rows=8, max_delay=30.0, max_queue=64)
     batcher.start()
     full = [batcher.submit(_request(i)) for i in range(8)]
-    await _until(lambda: len(device.gates) == 1)
+    await until(lambda: len(device.gates) == 1)
     late = batcher.submit(_request(8))
-    await _until(lambda: not batcher._queue)
+    await until(lambda: not batcher._queue)
     device.gates[0].set()
     await asyncio.gather(*full)
 
     assert batcher.queue_depth == 1  # accepted, not executing: still the server's work
 
     draining = asyncio.create_task(batcher.drain(5.0))
-    await _until(lambda: len(device.gates) == 2)  # the drain closes the forming batch and runs it
+    await until(lambda: len(device.gates) == 2)  # the drain closes the forming batch and runs it
     for _ in range(50):  # loop turns, not time: a drain that thought the server idle is over by now
         await asyncio.sleep(0)
     assert not draining.done() and not late.done()
@@ -224,14 +216,14 @@ async def test_the_batch_being_formed_counts_against_the_queue_bound_and_in_the_
     batcher = Batcher(device, metrics, max_rows=8, max_delay=30.0, max_queue=2)
     batcher.start()
     waiting = [batcher.submit(_request(i)) for i in range(2)]
-    await _until(lambda: not batcher._queue)  # the worker holds both, waiting for a fuller batch
+    await until(lambda: not batcher._queue)  # the worker holds both, waiting for a fuller batch
     assert batcher.queue_depth == 2
     assert metrics.registry.get_sample_value("neuronserve_queue_depth") == 2
     with pytest.raises(QueueFull):
         batcher.submit(_request(2))
 
     draining = asyncio.create_task(batcher.drain(5.0))
-    await _until(lambda: len(device.gates) == 1)
+    await until(lambda: len(device.gates) == 1)
     device.gates[0].set()
     assert await draining
     assert [float(f.result()[0, 0]) for f in waiting] == [0.0, 1.0]
@@ -434,10 +426,10 @@ async def test_a_batch_waiting_ahead_is_not_counted_busy_until_it_executes() -> 
     batcher = Batcher(runner, ServerMetrics(tracker), max_rows=1, max_delay=0.0, max_queue=64)
     batcher.start()
     first = batcher.submit(_request(0))
-    await _until(runner.entered.is_set)
+    await until(runner.entered.is_set)
     second = batcher.submit(_request(1))
     # Handed to the executor, waiting there behind the first.
-    await _until(lambda: batcher._executor._work_queue.qsize() == 1)
+    await until(lambda: batcher._executor._work_queue.qsize() == 1)
     # Read 5 s on: one batch running all of it over 2 cores' capacity is 0.5 (both counted: 1.0).
     offset[0] = 5.0
     assert tracker.ratio() == pytest.approx(0.5, abs=0.05)
@@ -457,9 +449,9 @@ async def test_a_failed_batch_counts_busy_from_when_it_ran_not_from_when_it_was_
     batcher = Batcher(runner, ServerMetrics(tracker), max_rows=1, max_delay=0.0, max_queue=64)
     batcher.start()
     first = batcher.submit(_request(0))
-    await _until(runner.entered.is_set)
+    await until(runner.entered.is_set)
     failing = batcher.submit(_request(-1))
-    await _until(lambda: batcher._executor._work_queue.qsize() == 1)
+    await until(lambda: batcher._executor._work_queue.qsize() == 1)
     handed_over = time.monotonic()
     # The first batch computes until the device is seen to have been busy a while past the hand-over.
     await asyncio.get_running_loop().run_in_executor(None, lambda: release.wait(0.3))
@@ -481,11 +473,11 @@ async def test_an_emulated_batch_cut_short_by_the_drain_counts_only_the_time_it_
     batcher = Batcher(device, ServerMetrics(tracker), max_rows=16, max_delay=0.0, max_queue=64)
     batcher.start()
     stuck = batcher.submit(_request(1))
-    await _until(lambda: tracker.ratio() > 0)
+    await until(lambda: tracker.ratio() > 0)
     assert not await batcher.drain(0.05)
     with pytest.raises(ShuttingDown):
         await stuck
-    await _until(lambda: tracker.busy_seconds_total > 0)  # the cancelled batch has recorded its time
+    await until(lambda: tracker.busy_seconds_total > 0)  # the cancelled batch has recorded its time
     assert tracker.busy_seconds_total < 5.0
 
 
@@ -514,11 +506,11 @@ async def test_a_batch_is_booked_from_when_it_was_complete() -> None:
     batcher = Batcher(device, ServerMetrics(BusyTracker()), max_rows=16, max_delay=0.0, max_queue=64, clock=clock)
     batcher.start()
     full = batcher.submit(InferRequest(None, [np.zeros((16, 4), dtype=np.int64), np.ones((16, 4), dtype=np.int64)]))
-    await _until(lambda: len(device.gates) == 1)
+    await until(lambda: len(device.gates) == 1)
     assert device.ready_at == [0.0]  # the one reading at its arrival
     partial = batcher.submit(_request(1))
     arrived = len(readings) - 1
-    await _until(lambda: len(device.gates) == 2)
+    await until(lambda: len(device.gates) == 2)
     assert device.ready_at[1] > arrived  # closed after its arrival, by the delay of 0
     for gate in device.gates:
         gate.set()
