@@ -356,6 +356,7 @@ __all__ = [
     "ServerProcess",
     "ServerProcesses",
     "ServingOptions",
+    "free_port",
     "grace_seconds",
     "is_serving_pod",
 ]
