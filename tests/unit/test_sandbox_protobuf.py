@@ -1,10 +1,13 @@
 """Protobuf request bodies (what client-go sends when it may) read as the JSON they encode: a
 DeleteOptions' grace period a signed int64 (two's complement on the wire), dry run repeated; an
-access review's resource and non-resource attributes (``kubectl auth can-i``)."""
+access review's resource and non-resource attributes (``kubectl auth can-i``). And the one protobuf
+response, ``/openapi/v2``, read back by the field numbers of gnostic's OpenAPIv2.proto."""
 
 from __future__ import annotations
 
-from neuronfleet.sandbox.protobuf import MAGIC, decode, decode_delete_options
+import yaml
+
+from neuronfleet.sandbox.protobuf import MAGIC, decode, decode_delete_options, encode_openapi_v2, parse
 
 
 def _varint(value: int) -> bytes:
@@ -52,3 +55,26 @@ def test_an_access_review_reads_its_resource_and_non_resource_attributes() -> No
         "resourceAttributes": {"namespace": "default", "verb": "create", "resource": "pods"},
         "nonResourceAttributes": {"path": "/healthz", "verb": "get"},
     }
+
+
+def test_the_openapi_v2_document_carries_gnostics_field_numbers() -> None:
+    gvk = [{"group": "apps", "kind": "Deployment", "version": "v1"}]
+    document = {
+        "swagger": "2.0",
+        "info": {"title": "Kubernetes", "version": "v1.34.0"},
+        "definitions": {
+            "io.k8s.api.apps.v1.Deployment": {"description": "A Deployment.", "x-kubernetes-group-version-kind": gvk}
+        },
+    }
+    fields = parse(encode_openapi_v2(document))
+    assert fields[1] == [b"2.0"]  # Document.swagger
+    info = parse(fields[2][0])  # Document.info: Info.title 1, Info.version 2
+    assert (info[1], info[2]) == ([b"Kubernetes"], [b"v1.34.0"])
+    definitions = parse(fields[9][0])  # Document.definitions: Definitions.additional_properties 1
+    (named,) = [parse(entry) for entry in definitions[1]]  # NamedSchema: name 1, value 2
+    assert named[1] == [b"io.k8s.api.apps.v1.Deployment"]
+    schema = parse(named[2][0])
+    assert schema[4] == [b"A Deployment."]  # Schema.description
+    (extension,) = [parse(entry) for entry in schema[31]]  # Schema.vendor_extension: NamedAny name 1, value 2
+    assert extension[1] == [b"x-kubernetes-group-version-kind"]
+    assert yaml.safe_load(parse(extension[2][0])[2][0]) == gvk  # Any.yaml

@@ -6,9 +6,12 @@ parameter on the PATCH operation of the kind, then lets the server validate stri
 Built-in kinds get a minimal open schema; CRDs get their ``openAPIV3Schema``.
 
 ``/openapi/v2`` (``swagger_document``) lists every kind as a definition with its
-``x-kubernetes-group-version-kind`` and no schema: kubectl reads it to find out that a kind it
-was asked to apply is not served (then says "no matches for kind"), and validates nothing against
-it. Without paths it never takes patch strategies from it (kubectl then uses its compiled-in types).
+``x-kubernetes-group-version-kind`` and no schema. kubectl 1.34 fetches it in two places: applying
+a kind that is not served (it must decode a document before it says "no matches for kind"; without
+one it fails to download OpenAPI), and a client-side apply of a built-in kind, whose v3 schema here
+names no patch strategies: finding no schema in v2 either, it takes them from its compiled-in types.
+Neither reads the definitions (the same message, and the same patch, with none); they are there for
+a client that looks a kind up by its group-version-kind in v2.
 """
 
 from __future__ import annotations
