@@ -1,6 +1,7 @@
 """``neuronfleet sandbox up`` (via its ``register`` function): serves, writes a kubeconfig kubectl
 can use, stops on SIGINT; bad node-group specs get a clear error; ``--prometheus auto`` on a
-machine without Prometheus serves without it and points the operator at none."""
+machine without Prometheus serves without it and points the operator at none, as does simulated
+serving (no server process to scrape)."""
 
 from __future__ import annotations
 
@@ -119,4 +120,22 @@ def test_prometheus_auto_without_the_binary_serves_without_it(tmp_path: Path) ->
         _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 0, stderr
     assert "no Prometheus: no prometheus binary on PATH (test)" in stderr
+    assert "Traceback" not in stderr
+
+
+def test_simulated_serving_runs_no_prometheus_as_there_is_nothing_to_scrape(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    args = ["sandbox", "up", "--kubeconfig", str(kubeconfig), "--no-s3", "--serving", "simulated"]  # Prometheus: auto
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        banner = read_banner(proc)
+        assert any("serving pods: simulated" in line for line in banner), banner
+        assert not any(line.startswith("Prometheus:") for line in banner), banner
+        assert "NEURONFLEET_PROMETHEUS_URL" not in (tmp_path / "sandbox.env").read_text()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
     assert "Traceback" not in stderr
