@@ -123,11 +123,14 @@ def test_prometheus_auto_without_the_binary_serves_without_it(tmp_path: Path) ->
     assert "Traceback" not in stderr
 
 
-def test_simulated_serving_runs_no_prometheus_as_there_is_nothing_to_scrape(tmp_path: Path) -> None:
+def test_simulated_serving_looks_for_no_prometheus_as_there_is_nothing_to_scrape(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     args = ["sandbox", "up", "--kubeconfig", str(kubeconfig), "--no-s3", "--serving", "simulated"]  # Prometheus: auto
     proc = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", DRIVER_WITHOUT_PROMETHEUS, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         banner = read_banner(proc)
@@ -138,4 +141,6 @@ def test_simulated_serving_runs_no_prometheus_as_there_is_nothing_to_scrape(tmp_
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 0, stderr
+    # Not wanted, so not looked for: no word about a missing binary.
+    assert "no Prometheus" not in stderr
     assert "Traceback" not in stderr
