@@ -57,6 +57,48 @@ def test_an_access_review_reads_its_resource_and_non_resource_attributes() -> No
     }
 
 
+def _entry(key: bytes, value: bytes) -> bytes:
+    """A map<string, ...> entry: key 1, value 2."""
+    return _field(1, key) + _field(2, value)
+
+
+def test_a_secret_as_helm_writes_it_reads_with_its_whole_metadata() -> None:
+    # ObjectMeta's numbers from k8s.io/apimachinery generated.proto: name 1, generateName 2,
+    # namespace 3, labels 11, annotations 12, finalizers 14. Secret: data 2, type 3, stringData 4.
+    meta = _field(1, b"sh.helm.release.v1.bert.v1") + _field(3, b"serving")
+    meta += _field(11, _entry(b"owner", b"helm")) + _field(11, _entry(b"status", b"deployed"))
+    meta += _field(12, _entry(b"meta.helm.sh/release-name", b"bert"))
+    meta += _field(14, b"example.com/keep") + _field(14, b"example.com/audit")
+    secret = _field(1, meta) + _field(2, _entry(b"release", b"\x1f\x8b")) + _field(3, b"helm.sh/release.v1")
+    secret += _field(4, _entry(b"note", b"plain"))
+    assert decode(_envelope(secret, b"v1", b"Secret")) == {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": "sh.helm.release.v1.bert.v1",
+            "namespace": "serving",
+            "labels": {"owner": "helm", "status": "deployed"},
+            "annotations": {"meta.helm.sh/release-name": "bert"},
+            "finalizers": ["example.com/keep", "example.com/audit"],
+        },
+        "data": {"release": "H4s="},  # bytes, base64 as JSON carries them
+        "type": "helm.sh/release.v1",
+        "stringData": {"note": "plain"},
+    }
+
+
+def test_a_config_map_reads_its_text_and_binary_data() -> None:
+    config_map = _field(1, _field(2, b"settings-")) + _field(2, _entry(b"mode", b"fast"))
+    config_map += _field(3, _entry(b"blob", b"\x00\x01"))
+    assert decode(_envelope(config_map, b"v1", b"ConfigMap")) == {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"generateName": "settings-"},
+        "data": {"mode": "fast"},
+        "binaryData": {"blob": "AAE="},
+    }
+
+
 def test_the_openapi_v2_document_carries_gnostics_field_numbers() -> None:
     gvk = [{"group": "apps", "kind": "Deployment", "version": "v1"}]
     document = {
