@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from neuronfleet.kube.builders import build_priority_classes
 from neuronfleet.run_command import KNOWN_VARIABLES
 
 DRIVER = (
@@ -68,6 +69,12 @@ def test_sandbox_up_serves_until_interrupted(kubectl: str, repo_root: Path, tmp_
             [kubectl, "get", "crd", "-o", "name"], env=env, capture_output=True, text=True, timeout=60
         )
         assert "inferencedeployments.serving.neuronfleet.dev" in crds.stdout
+        # The PriorityClasses the operator's pods name, installed as the chart installs them.
+        classes = subprocess.run(
+            [kubectl, "get", "priorityclasses", "-o", "name"], env=env, capture_output=True, text=True, timeout=60
+        )
+        wanted = {f"priorityclass.scheduling.k8s.io/{c['metadata']['name']}" for c in build_priority_classes()}
+        assert wanted <= set(classes.stdout.split()), classes.stdout
     finally:
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=30)

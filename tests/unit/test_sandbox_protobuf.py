@@ -5,9 +5,17 @@ response, ``/openapi/v2``, read back by the field numbers of gnostic's OpenAPIv2
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
-from neuronfleet.sandbox.protobuf import MAGIC, decode, decode_delete_options, encode_openapi_v2, parse
+from neuronfleet.sandbox.protobuf import (
+    MAGIC,
+    ProtobufUnsupported,
+    decode,
+    decode_delete_options,
+    encode_openapi_v2,
+    parse,
+)
 
 
 def _varint(value: int) -> bytes:
@@ -55,6 +63,16 @@ def test_an_access_review_reads_its_resource_and_non_resource_attributes() -> No
         "resourceAttributes": {"namespace": "default", "verb": "create", "resource": "pods"},
         "nonResourceAttributes": {"path": "/healthz", "verb": "get"},
     }
+
+
+@pytest.mark.parametrize(
+    ("api_version", "kind"),
+    [(b"authorization.k8s.io/v1", b"SelfSubjectRulesReview"), (b"example.com/v1", b"SelfSubjectAccessReview")],
+)
+def test_a_kind_it_cannot_read_is_refused_not_misread(api_version: bytes, kind: bytes) -> None:
+    # The API server answers 415 naming the kind; read as an access review, it would be misread.
+    with pytest.raises(ProtobufUnsupported, match=kind.decode()):
+        decode(_envelope(_field(2, _field(1, b"default")), api_version, kind))
 
 
 def _entry(key: bytes, value: bytes) -> bytes:
