@@ -1,16 +1,18 @@
 """The live demo's open-loop client against a real HTTP server on 127.0.0.1: every request gets exactly
-one outcome (200 ok, 429 rejected, dropped connection lost, closed port refused), measured at the client."""
+one outcome (200 ok, 429 rejected, dropped connection lost, closed port refused), measured at the client
+from each request's scheduled send time; each second's progress counts the answers that came in it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import numpy as np
 from aiohttp import web
 
-from neuronfleet.demo.loadgen import OpenLoopClient
+from neuronfleet.demo.loadgen import OpenLoopClient, Progress
 from neuronfleet.sandbox.router import ServiceRouter
 from neuronfleet.sandbox.serving import free_port
 
@@ -52,9 +54,20 @@ async def test_every_request_gets_one_outcome_measured_at_the_client() -> None:
         client = OpenLoopClient(
             f"http://127.0.0.1:{port}/infer", b"{}", arrivals, slo_ms=50, max_requests=100, max_seconds=5, timeout_s=3
         )
+        cpu_before = time.process_time()
         totals = await client.run()
+        cpu_used = time.process_time() - cpu_before
     counts = totals.counts
     assert sum(counts.values()) == 100 == totals.scheduled
+    # Measured from the scheduled send time, which came after the run began: each answer's latency
+    # fits in what was left of the run after its request was due, and includes the send's lateness.
+    answered = ~np.isnan(client.latency_ms)
+    assert answered.sum() == counts["ok"] + counts["rejected"]
+    left_ms = (totals.wall_s - arrivals[answered]) * 1000.0
+    assert np.all(client.latency_ms[answered] <= left_ms)
+    assert np.all(client.lateness_ms[answered] <= client.latency_ms[answered])
+    # The client's CPU time is its share of this process's, over the run only.
+    assert 0.0 < totals.client_cpu_s <= cpu_used
     assert counts["rejected"] == 10 and counts["lost"] == 10 and counts["ok"] == 80, counts
     assert totals.within_slo <= counts["ok"] and totals.p50_ms is not None and totals.p50_ms >= 2.0
     # An answer counted came within the client's timeout (3 s) of the request's scheduled time.
@@ -135,3 +148,39 @@ async def test_a_request_dropped_behind_the_sandbox_router_is_lost_at_the_client
     assert sum(counts.values()) == 20 == seen
     assert counts["lost"] == 4 and counts["ok"] == 16 and counts["error"] == 0, counts
     assert sum(router.dropped.values()) == 2 and sum(router.timed_out.values()) == 2
+
+
+async def test_each_seconds_progress_holds_the_answers_that_came_in_it_however_slow() -> None:
+    """A request held 800 ms by the server is answered in the next second: that second's progress
+    carries its latency (a per-second p99 that left out answers slower than the rest of their second
+    would hide exactly the slow ones). A later request, refused at once, keeps the run going past it."""
+    hold_s = 0.8
+    seen = 0
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        nonlocal seen
+        await request.read()
+        seen += 1
+        if seen > 1:
+            return web.Response(status=429)
+        await asyncio.sleep(hold_s)
+        return web.json_response({"ok": True})
+
+    reports: list[Progress] = []
+    async with _serving(handler) as port:
+        client = OpenLoopClient(
+            f"http://127.0.0.1:{port}/infer",
+            b"{}",
+            np.array([0.5, 2.3]),
+            slo_ms=50,
+            max_requests=2,
+            max_seconds=5,
+            progress=reports.append,
+        )
+        totals = await client.run()
+    assert (totals.counts["ok"], totals.counts["rejected"]) == (1, 1)
+    with_answer = [r for r in reports if r.p50_ms is not None]
+    assert len(with_answer) == 1, reports  # counted once, in the second it came
+    assert with_answer[0].p99_ms is not None and with_answer[0].p99_ms >= hold_s * 1000.0
+    # The client watched the machine every second it ran: some CPU was busy (this very client).
+    assert client.machine_seconds and any(second.busy_share > 0 for second in client.machine_seconds)

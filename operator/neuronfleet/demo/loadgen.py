@@ -248,6 +248,8 @@ class OpenLoopClient:
         self.latency_ms = np.full(n, np.nan)
         self.outcome = np.full(n, OUTCOME_CODE["not_sent"], dtype=np.int8)
         self.lateness_ms = np.zeros(n)
+        #: When each answer came, in seconds since the run began (NaN: none came).
+        self.answered_at = np.full(n, np.nan)
         self.outstanding = 0
         self.peak_outstanding = 0
         self.loop_lags: list[float] = []
@@ -301,7 +303,9 @@ class OpenLoopClient:
         try:
             response = await pool.exchange(*address, request, self.timeout_s)
             outcome = STATUS_OUTCOMES.get(response.status, "error")
-            self.latency_ms[index] = (time.perf_counter() - scheduled) * 1000.0
+            answered = time.perf_counter()
+            self.latency_ms[index] = (answered - scheduled) * 1000.0
+            self.answered_at[index] = answered - self._t0
         except http1.ConnectFailed:
             outcome = "refused"  # the connection was not accepted: nothing was taken
         except (OSError, TimeoutError):
@@ -317,15 +321,17 @@ class OpenLoopClient:
             self.loop_lags.append(max(0.0, time.perf_counter() - before - LOOP_LAG_PERIOD_S) * 1000.0)
 
     async def _report_progress(self) -> None:
-        last_second = 0
+        last_report = 0.0
         lag_seen = 0
         while True:
             await asyncio.sleep(1.0)
             now = time.perf_counter() - self._t0
-            second = int(now)
             sent_mask = self.arrivals < now
-            window = (self.arrivals >= last_second) & (self.arrivals < second) & (self.outcome == OUTCOME_CODE["ok"])
-            latencies = self.latency_ms[window]
+            # The answers that came since the last report, whenever their requests were sent: a
+            # slow answer counts in the second it came (NaN, not yet answered, compares False).
+            answered = (self.answered_at > last_report) & (self.answered_at <= now)
+            latencies = self.latency_ms[answered & (self.outcome == OUTCOME_CODE["ok"])]
+            last_report = now
             lags = self.loop_lags[lag_seen:]
             lag_seen = len(self.loop_lags)
             steal, busy = self._machine.shares() if self._machine is not None else (0.0, 0.0)
@@ -343,7 +349,6 @@ class OpenLoopClient:
                         steal_share=round(steal, 4),
                     )
                 )
-            last_second = second
 
     def _counts(self) -> dict[str, int]:
         codes = np.bincount(self.outcome.astype(np.int64), minlength=len(OUTCOMES))
