@@ -83,14 +83,12 @@ def superposed_arrivals(
     if copies < 1 or duration <= 0 or window < 0:
         raise ValueError("copies >= 1, duration > 0 and window >= 0 are required")
     rng = np.random.default_rng(seed)
-    offsets = rng.uniform(0.0, window, size=copies) if window > 0 else np.zeros(copies)
     parts = []
-    for offset in offsets:
+    for offset in rng.uniform(0.0, window, size=copies):  # all 0 for a window of 0
         begin = start - offset
         lo, hi = np.searchsorted(arrivals, [begin, begin + duration], side="left")
         parts.append(arrivals[lo:hi] - begin)
-    merged = np.sort(np.concatenate(parts)) if parts else np.empty(0)
-    return merged.astype(np.float64)
+    return np.sort(np.concatenate(parts)).astype(np.float64)  # copies >= 1: never an empty list
 
 
 def rate_per_second(times: FloatArray, duration: float) -> FloatArray:
