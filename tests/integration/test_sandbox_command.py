@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from neuronfleet.kube.builders import build_priority_classes
 from neuronfleet.run_command import KNOWN_VARIABLES
 
@@ -104,9 +106,21 @@ DRIVER_WITHOUT_PROMETHEUS = (
 )
 
 
-def test_prometheus_auto_without_the_binary_serves_without_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("serving", "says", "looked_for"),
+    [
+        # Served pods still run and get routers; only the scraping is gone.
+        ([], "each Service gets a router", True),
+        # Nothing to scrape: not wanted, so not looked for (no word about a missing binary).
+        (["--serving", "simulated"], "serving pods: simulated", False),
+    ],
+    ids=["served-pods", "simulated-serving"],
+)
+def test_prometheus_auto_without_the_binary_serves_without_it(
+    serving: list[str], says: str, looked_for: bool, tmp_path: Path
+) -> None:
     kubeconfig = tmp_path / "kubeconfig"
-    args = ["sandbox", "up", "--kubeconfig", str(kubeconfig), "--no-s3", "--prometheus", "auto"]
+    args = ["sandbox", "up", "--kubeconfig", str(kubeconfig), "--no-s3", "--prometheus", "auto", *serving]
     proc = subprocess.Popen(
         [sys.executable, "-c", DRIVER_WITHOUT_PROMETHEUS, *args],
         stdout=subprocess.PIPE,
@@ -115,9 +129,8 @@ def test_prometheus_auto_without_the_binary_serves_without_it(tmp_path: Path) ->
     )
     try:
         banner = read_banner(proc)
-        # Served pods still run and get routers; only the scraping is gone, and the operator is not
-        # pointed at a Prometheus that is not there.
-        assert any(line.startswith("each Service gets a router") for line in banner), banner
+        assert any(says in line for line in banner), banner
+        # The operator is not pointed at a Prometheus that is not there.
         assert not any(line.startswith("Prometheus:") for line in banner), banner
         settings = (tmp_path / "sandbox.env").read_text()
         assert "export KUBECONFIG=" in settings
@@ -126,28 +139,5 @@ def test_prometheus_auto_without_the_binary_serves_without_it(tmp_path: Path) ->
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 0, stderr
-    assert "no Prometheus: no prometheus binary on PATH (test)" in stderr
-    assert "Traceback" not in stderr
-
-
-def test_simulated_serving_looks_for_no_prometheus_as_there_is_nothing_to_scrape(tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    args = ["sandbox", "up", "--kubeconfig", str(kubeconfig), "--no-s3", "--serving", "simulated"]  # Prometheus: auto
-    proc = subprocess.Popen(
-        [sys.executable, "-c", DRIVER_WITHOUT_PROMETHEUS, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        banner = read_banner(proc)
-        assert any("serving pods: simulated" in line for line in banner), banner
-        assert not any(line.startswith("Prometheus:") for line in banner), banner
-        assert "NEURONFLEET_PROMETHEUS_URL" not in (tmp_path / "sandbox.env").read_text()
-    finally:
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == 0, stderr
-    # Not wanted, so not looked for: no word about a missing binary.
-    assert "no Prometheus" not in stderr
+    assert ("no Prometheus: no prometheus binary on PATH (test)" in stderr) is looked_for
     assert "Traceback" not in stderr
