@@ -84,8 +84,8 @@ async def _list_at_once(kube: KubeClient) -> list[BaseException | None]:
 async def test_the_default_pool_holds_calls_beyond_100_until_they_time_out(
     gate_kubeconfig: tuple[Gate, Path],
 ) -> None:
-    """The suspicion, verified: 100 connections, and the calls queued behind them time out (so do
-    the 100 sent, as the server waits for all the calls)."""
+    """The suspicion, verified: 100 connections, and the calls queued behind them wait until calls
+    time out (the server answers only once it holds all 150 at once)."""
     gate, kubeconfig = gate_kubeconfig
     kube = await KubeClient.connect(kubeconfig)
     kube.request_timeout = 2.0
@@ -111,11 +111,12 @@ async def test_the_default_pool_holds_calls_beyond_100_until_they_time_out(
         )
     finally:
         await kube.close()
+    # The pool let 100 through and held the rest until calls timed out. How many time out in all is
+    # the host's doing, not the pool's: once the first of the 100 time out, the calls queued behind
+    # them take the freed connections, and if 150 reach the gate at once it opens and answers the
+    # calls still waiting (on a loaded host, only 54 of the 150 had timed out by then).
     assert in_flight_at_first_timeout == [100]
-    # The 100 sent waited for a gate that wanted 150 at once, so each ran out its time. A call queued
-    # behind them may still be answered, if a freed connection lets it reach the server before its own
-    # deadline and it is the one that opens the gate: on a slow host that happened.
-    assert sum(isinstance(outcome, TimeoutError) for outcome in outcomes) >= 100
+    assert any(isinstance(outcome, TimeoutError) for outcome in outcomes)
 
 
 async def test_the_operators_client_has_a_connection_for_each_reconcile_at_once(
