@@ -122,6 +122,13 @@ def test_a_node_created_after_the_binding_is_not_a_wait_for_a_node() -> None:
     assert sample is not None and sample.node is None and sample.pod == 10
 
 
+def test_a_node_created_in_the_second_of_the_binding_is_a_wait_for_it() -> None:
+    # Timestamps have whole seconds: a node that registered, turned Ready and took the pod within one
+    # second shows the binding's second as its creation. Consistent, so the pod waited for it.
+    sample = coldstart.measure(PodTimeline("a", "t", 0, 60, 70, 100, node_created=60, node_ready=60))
+    assert sample is not None and (sample.pod, sample.node) == (40, 60)
+
+
 def test_a_pod_that_waited_for_a_node_already_launching_is_not_charged_the_launch() -> None:
     # Review r5: a node Karpenter launched at 5 (for a placeholder or an earlier pod) turns Ready at
     # 300; pods created at 10, while it is on its way, are bound at 301, run at 331, Ready at 361.
