@@ -239,6 +239,8 @@ def test_one_slow_start_among_few_does_not_size_the_warm_pool() -> None:
     assert coldstart.for_warm_pool(twice, "t").pod_seconds == pytest.approx(
         float(np.quantile([245] * 3 + [1565] * 2, 0.9))
     )
+    # Only the outlier goes: the p90 of the others, distinct ones too.
+    assert coldstart.estimate([250, 200, 1565, 240]) == pytest.approx(float(np.quantile([200, 240, 250], 0.9)))
     # Ten samples or more: the plain p90, which one sample above the rest hardly moves.
     many = [start(f"q{i}", i * 60.0, 180) for i in range(12)]
     assert coldstart.estimate([s.pod for s in coldstart.observe(ColdStartState(), many).for_type("t")] + [1565]) == 245

@@ -85,3 +85,15 @@ def test_figures_found_without_a_sample_time_count_their_day_from_the_first_take
     assert seen[0][1].pod.samples == 50
     assert seen[0][1].pod.last_sample_time == at(T0)
     assert seen[1][1].pod.samples == 0
+
+
+def test_a_takeover_carries_only_the_phases_with_a_p90_from_samples() -> None:
+    # As status() writes it: a phase with too few samples has no p90 yet; a p90 with no sample behind
+    # it is no measurement either (a status written by hand). Neither is carried.
+    measured = PhaseStats(p50_seconds=600.0, p90_seconds=800.0, samples=50, last_sample_time=at(T0))
+    too_few = PhaseStats(p50_seconds=30.0, p90_seconds=None, samples=2, last_sample_time=at(T0))
+    unsampled = PhaseStats(p50_seconds=30.0, p90_seconds=40.0, samples=0, last_sample_time=at(T0))
+    status = ColdStartStatus(instance_type=TYPE, scheduling=too_few, start=unsampled, load=measured, pod=measured)
+    carried = coldstart.status(coldstart.take_over(status, T0 + 60), TYPE)
+    assert [getattr(carried, name).samples for name in ("scheduling", "start", "load", "pod")] == [0, 0, 50, 50]
+    assert carried.load.p90_seconds == carried.pod.p90_seconds == 800.0
