@@ -275,3 +275,20 @@ def test_an_operator_upgrade_that_keeps_the_image_keeps_the_request_keys() -> No
     assert (
         compile_request(SPEC, "s3://store", "fp1", "registry.example/neuronserve:1.2-neuron").key == "59ab31671b30fa5f"
     )
+
+
+def test_stand_in_artifacts_of_two_models_share_one_store(tmp_path: Path) -> None:
+    """The demo's and the benchmarks' stand-in artifacts (never a compile: their manifests say so):
+    a second model's record lands beside the first's, and each is found by its own request."""
+    store, store_dir = ArtifactStore(), tmp_path / "store"
+    requests = []
+    for name in ("bert", "gpt"):
+        source = tmp_path / f"{name}.pt"
+        source.write_bytes(name.encode())
+        spec = InferenceDeploymentSpec.model_validate({"model": {"source": str(source), "format": "torchscript"}})
+        revision = record_uncompiled_artifact(spec, store_dir, "stand-in")
+        requests.append((compile_request(spec, str(store_dir), store.fingerprint(str(source))), revision))
+    found = [store.lookup(request) for request, _ in requests]
+    assert all(isinstance(artifact, StoredArtifact) for artifact in found), found
+    assert [a.revision for a in found if isinstance(a, StoredArtifact)] == [revision for _, revision in requests]
+    assert len({revision for _, revision in requests}) == 2
