@@ -422,16 +422,15 @@ def _rule_matches(pod: Obj, rule: Obj) -> str | None:
     return None
 
 
-def _job_finish_time(job: Obj) -> str | None:
+def _job_finish_time(job: Obj) -> datetime.datetime | None:
     """When a finished Job finished: its completionTime, else its Complete or Failed condition's
     transition (the TTL controller's jobFinishTime)."""
     status = job.get("status") or {}
     if status.get("completionTime"):
-        return str(status["completionTime"])
+        return parse_timestamp(status["completionTime"])
     for condition in status.get("conditions") or ():
         if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
-            transition = condition.get("lastTransitionTime")
-            return str(transition) if transition else None
+            return parse_timestamp(condition.get("lastTransitionTime"))
     return None
 
 
